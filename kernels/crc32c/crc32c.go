@@ -1,0 +1,117 @@
+// Package crc32c implements CRC-32C (Castagnoli), the 32-bit guard of NVMe
+// protection information and the sector checksum of the difctl store.
+//
+// Parameters (Rocksoft/Williams model): width 32, polynomial 0x1EDC6F41,
+// init 0xFFFFFFFF, reflected, xorout 0xFFFFFFFF; the check value, the CRC of
+// "123456789", is 0xE3069283. It equals hash/crc32 with the Castagnoli
+// table, which is the portable implementation here. On media the guard is
+// stored big-endian.
+//
+// Where the CPU allows, the package runs carry-less-multiply folding
+// (VPCLMULQDQ on amd64, PMULL on arm64) beside the CRC32 instructions.
+// Blocks computes one guard per block over many blocks in one pass.
+package crc32c
+
+import (
+	"errors"
+	"hash"
+
+	"github.com/difctl/difctl/kernels/internal/crcmath"
+	"github.com/difctl/difctl/kernels/internal/impl"
+)
+
+//go:generate go run ../internal/crcgen -crc crc32c -pkg crc32c -o zfold_consts.go
+
+// Size is the size of a CRC-32C checksum in bytes.
+const Size = 4
+
+// Params are the CRC parameters, for tests and documentation.
+var Params = crcmath.CRC32C
+
+// ErrLayout is returned by Blocks when the buffer does not hold the blocks
+// described.
+var ErrLayout = errors.New("crc32c: buffer too short for the block layout")
+
+// The dispatch variables, set by the registry to the active implementation.
+var (
+	update func(crc uint32, p []byte) uint32                  = updateGeneric
+	blocks func(dst []uint32, p []byte, blockLen, stride int) = blocksGeneric
+)
+
+const pkgName = "crc32c"
+
+func init() {
+	registerArch()
+	impl.Register(pkgName, "generic", true, func() {
+		update, blocks = updateGeneric, blocksGeneric
+	})
+}
+
+// Update returns the result of adding the bytes in p to crc.
+func Update(crc uint32, p []byte) uint32 { return update(crc, p) }
+
+// Checksum returns the CRC-32C of p.
+func Checksum(p []byte) uint32 { return update(0, p) }
+
+// Blocks computes the guard of len(dst) blocks of blockLen bytes each, the
+// i-th starting at p[i*stride]: dst[i] = Checksum(p[i*stride:][:blockLen]).
+// A stride larger than blockLen skips the bytes between blocks (the PI of an
+// extended-LBA layout such as 512+8). It returns ErrLayout, and writes
+// nothing, unless blockLen >= 0, stride >= blockLen (when there is more than
+// one block) and len(p) >= (len(dst)-1)*stride + blockLen.
+//
+// Blocks interleaves several blocks in each pass of the fold kernels, so it
+// is much faster than a loop of Checksum calls on small blocks.
+func Blocks(dst []uint32, p []byte, blockLen, stride int) error {
+	if err := checkLayout(len(dst), len(p), blockLen, stride); err != nil {
+		return err
+	}
+	if len(dst) == 0 {
+		return nil
+	}
+	blocks(dst, p, blockLen, stride)
+	return nil
+}
+
+func checkLayout(n, plen, blockLen, stride int) error {
+	if n == 0 {
+		return nil
+	}
+	if blockLen < 0 || (n > 1 && stride < blockLen) {
+		return ErrLayout
+	}
+	// (n-1)*stride + blockLen <= plen, without overflow.
+	if n > 1 && stride > 0 && n-1 > (plen-blockLen)/stride {
+		return ErrLayout
+	}
+	if blockLen > plen {
+		return ErrLayout
+	}
+	return nil
+}
+
+// Combine returns the CRC of A||B given crcA = CRC(A), crcB = CRC(B) and
+// lenB = len(B).
+func Combine(crcA, crcB uint32, lenB int) uint32 {
+	return uint32(crcmath.Combine(Params, uint64(crcA), uint64(crcB), int64(lenB)))
+}
+
+// New returns a hash.Hash32 computing CRC-32C. Its Sum appends the CRC
+// big-endian, as the guard is stored in protection information.
+func New() hash.Hash32 { return new(digest) }
+
+type digest struct{ crc uint32 }
+
+func (d *digest) Size() int      { return Size }
+func (d *digest) BlockSize() int { return 1 }
+func (d *digest) Reset()         { d.crc = 0 }
+func (d *digest) Write(p []byte) (int, error) {
+	d.crc = update(d.crc, p)
+	return len(p), nil
+}
+func (d *digest) Sum(in []byte) []byte {
+	return append(in, byte(d.crc>>24), byte(d.crc>>16), byte(d.crc>>8), byte(d.crc))
+}
+
+// Sum32 returns the current CRC.
+func (d *digest) Sum32() uint32 { return d.crc }

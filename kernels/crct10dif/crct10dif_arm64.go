@@ -1,0 +1,5 @@
+//go:build !purego
+
+package crct10dif
+
+func registerArch() {}

@@ -1,0 +1,349 @@
+// Package kerneltest is the shared correctness harness and benchmark set of
+// the checksum kernels. Every kernel package runs Run, Fuzz and Bench on its
+// own API; Run and Bench repeat everything for every implementation the CPU
+// can run, selected through the impl registry, and compare each with the
+// bitwise oracle of crcmath.
+package kerneltest
+
+import (
+	"bytes"
+	"fmt"
+	"hash"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/difctl/difctl/kernels/internal/crcmath"
+	"github.com/difctl/difctl/kernels/internal/impl"
+)
+
+// Word is a guard type.
+type Word interface{ ~uint16 | ~uint32 | ~uint64 }
+
+// Kernel is the API of one kernel package.
+type Kernel[T Word] struct {
+	Pkg      string // registry name
+	Params   crcmath.Params
+	Update   func(crc T, p []byte) T
+	Checksum func(p []byte) T
+	Blocks   func(dst []T, p []byte, blockLen, stride int) error
+	Combine  func(crcA, crcB T, lenB int) T
+	New      func() hash.Hash
+	// Cutoffs are lengths where the implementation changes strategy (fold
+	// widths, assembly minimums, batch thresholds); lengths around each and
+	// their multiples up to 64 KiB are tested.
+	Cutoffs []int
+}
+
+func (k Kernel[T]) oracle(crc T, p []byte) T {
+	return T(crcmath.Bitwise(k.Params, uint64(crc), p))
+}
+
+func (k Kernel[T]) start() T { return T(crcmath.Start(k.Params)) }
+
+func randBytes(r *rand.Rand, n int) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(r.Uint32())
+	}
+	return b
+}
+
+// Run runs the whole correctness suite for every implementation.
+func Run[T Word](t *testing.T, k Kernel[T]) {
+	t.Run("check", func(t *testing.T) {
+		impl.ForEach(t, k.Pkg, func(t *testing.T) {
+			if got := k.Checksum([]byte("123456789")); uint64(got) != k.Params.Check {
+				t.Fatalf("Checksum(123456789) = %#x, want %#x", got, k.Params.Check)
+			}
+		})
+	})
+	t.Run("lengths", func(t *testing.T) { impl.ForEach(t, k.Pkg, func(t *testing.T) { testLengths(t, k) }) })
+	t.Run("cutoffs", func(t *testing.T) { impl.ForEach(t, k.Pkg, func(t *testing.T) { testCutoffs(t, k) }) })
+	t.Run("align", func(t *testing.T) { impl.ForEach(t, k.Pkg, func(t *testing.T) { testAlign(t, k) }) })
+	t.Run("stream", func(t *testing.T) { impl.ForEach(t, k.Pkg, func(t *testing.T) { testStream(t, k) }) })
+	t.Run("blocks", func(t *testing.T) { impl.ForEach(t, k.Pkg, func(t *testing.T) { testBlocks(t, k) }) })
+	t.Run("guardpage", func(t *testing.T) { impl.ForEach(t, k.Pkg, func(t *testing.T) { testGuardPage(t, k) }) })
+	t.Run("combine", func(t *testing.T) { testCombine(t, k) })
+	t.Run("hash", func(t *testing.T) { testHash(t, k) })
+	t.Run("layout", func(t *testing.T) { testLayoutErrors(t, k) })
+}
+
+// All lengths 0..1024 with random initial CRCs.
+func testLengths[T Word](t *testing.T, k Kernel[T]) {
+	r := rand.New(rand.NewPCG(1, uint64(len(k.Pkg))))
+	buf := randBytes(r, 1024)
+	for n := 0; n <= 1024; n++ {
+		crc := T(r.Uint64()) & T(k.Params.Mask())
+		if got, want := k.Update(crc, buf[:n]), k.oracle(crc, buf[:n]); got != want {
+			t.Fatalf("len=%d crc=%#x: Update = %#x, oracle %#x", n, crc, got, want)
+		}
+	}
+}
+
+// Every cutoff (and its multiples) plus or minus one, up to 64 KiB.
+func testCutoffs[T Word](t *testing.T, k Kernel[T]) {
+	r := rand.New(rand.NewPCG(2, 3))
+	const max = 64 << 10
+	buf := randBytes(r, max+1)
+	seen := map[int]bool{}
+	cut := append([]int{16, 32, 64, 128, 256, 512, 1024, 4096}, k.Cutoffs...)
+	for _, c := range cut {
+		if c <= 0 {
+			continue
+		}
+		for m := c; m <= max; m *= 2 {
+			for _, n := range []int{m - 1, m, m + 1, m + 15, m + 16, m + 17} {
+				if n < 0 || n > max || seen[n] {
+					continue
+				}
+				seen[n] = true
+				crc := T(r.Uint64()) & T(k.Params.Mask())
+				if got, want := k.Update(crc, buf[:n]), k.oracle(crc, buf[:n]); got != want {
+					t.Fatalf("len=%d: Update = %#x, oracle %#x", n, got, want)
+				}
+			}
+		}
+	}
+	for _, n := range []int{max - 1, max} {
+		if got, want := k.Checksum(buf[:n]), k.oracle(k.start(), buf[:n]); got != want {
+			t.Fatalf("len=%d: Checksum = %#x, oracle %#x", n, got, want)
+		}
+	}
+}
+
+// Every start alignment 0..63 at several lengths.
+func testAlign[T Word](t *testing.T, k Kernel[T]) {
+	r := rand.New(rand.NewPCG(4, 5))
+	buf := randBytes(r, 64+5000)
+	for a := 0; a < 64; a++ {
+		for _, n := range []int{1, 15, 16, 17, 63, 64, 65, 255, 256, 257, 511, 512, 520, 1000, 4096, 4104} {
+			p := buf[a : a+n]
+			if got, want := k.Update(k.start(), p), k.oracle(k.start(), p); got != want {
+				t.Fatalf("align=%d len=%d: %#x, oracle %#x", a, n, got, want)
+			}
+		}
+	}
+}
+
+// Streamed splits: Update over pieces equals Update over the whole.
+func testStream[T Word](t *testing.T, k Kernel[T]) {
+	r := rand.New(rand.NewPCG(6, 7))
+	buf := randBytes(r, 9000)
+	want := k.oracle(k.start(), buf)
+	for range 300 {
+		crc := k.start()
+		p := buf
+		for len(p) > 0 {
+			n := r.IntN(len(p) + 1)
+			if r.IntN(4) == 0 {
+				n = min(len(p), r.IntN(20))
+			}
+			crc = k.Update(crc, p[:n])
+			p = p[n:]
+		}
+		if crc != want {
+			t.Fatalf("streamed = %#x, want %#x", crc, want)
+		}
+	}
+}
+
+// BlockCases are the (blockLen, stride) pairs every Blocks implementation is
+// tested with: protection-information layouts and odd ones.
+var BlockCases = [][2]int{
+	{512, 512}, {512, 520}, {520, 520}, {512, 528}, {4096, 4096}, {4096, 4104},
+	{4096, 4112}, {4096, 4160}, {4104, 4112}, {1024, 1024}, {2048, 2064},
+	{8192, 8192}, {16384, 16384}, {65536, 65536},
+	{0, 0}, {1, 1}, {7, 9}, {15, 16}, {16, 16}, {17, 33}, {31, 31}, {64, 64}, {100, 128},
+	{255, 256}, {513, 520}, {1000, 1000},
+}
+
+func testBlocks[T Word](t *testing.T, k Kernel[T]) {
+	r := rand.New(rand.NewPCG(8, 9))
+	for _, c := range BlockCases {
+		blockLen, stride := c[0], c[1]
+		for _, n := range []int{1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 33} {
+			if n*stride > 1<<20 {
+				continue
+			}
+			for _, align := range []int{0, 3} {
+				size := (n-1)*stride + blockLen
+				buf := randBytes(r, size+align)[align:]
+				dst := make([]T, n+1)
+				sentinel := T(uint64(0x5a5a5a5a5a5a5a5a) & k.Params.Mask())
+				dst[n] = sentinel
+				if err := k.Blocks(dst[:n], buf, blockLen, stride); err != nil {
+					t.Fatalf("block=%d stride=%d n=%d: %v", blockLen, stride, n, err)
+				}
+				for i := 0; i < n; i++ {
+					want := k.oracle(k.start(), buf[i*stride:i*stride+blockLen])
+					if dst[i] != want {
+						t.Fatalf("block=%d stride=%d n=%d align=%d: dst[%d] = %#x, oracle %#x",
+							blockLen, stride, n, align, i, dst[i], want)
+					}
+				}
+				if dst[n] != sentinel {
+					t.Fatalf("block=%d stride=%d n=%d: wrote past dst", blockLen, stride, n)
+				}
+			}
+		}
+	}
+}
+
+func testCombine[T Word](t *testing.T, k Kernel[T]) {
+	r := rand.New(rand.NewPCG(10, 11))
+	for range 300 {
+		a := randBytes(r, r.IntN(5000))
+		b := randBytes(r, r.IntN(5000))
+		ca, cb := k.Checksum(a), k.Checksum(b)
+		want := k.Checksum(append(append([]byte{}, a...), b...))
+		if got := k.Combine(ca, cb, len(b)); got != want {
+			t.Fatalf("Combine(len %d, %d) = %#x, want %#x", len(a), len(b), got, want)
+		}
+	}
+}
+
+func testHash[T Word](t *testing.T, k Kernel[T]) {
+	h := k.New()
+	if h.Size()*8 != int(k.Params.Width) {
+		t.Fatalf("Size = %d", h.Size())
+	}
+	h.Write([]byte("1234"))
+	h.Write([]byte("56789"))
+	sum := h.Sum([]byte{0xAA})
+	want := []byte{0xAA}
+	for i := int(k.Params.Width) - 8; i >= 0; i -= 8 {
+		want = append(want, byte(k.Params.Check>>i))
+	}
+	if !bytes.Equal(sum, want) {
+		t.Fatalf("Sum = %x, want %x", sum, want)
+	}
+	h.Reset()
+	if got := h.Sum(nil); !bytes.Equal(got, make([]byte, len(got))) && k.Params.Init == 0 {
+		t.Fatalf("Sum after Reset = %x", got)
+	}
+}
+
+func testLayoutErrors[T Word](t *testing.T, k Kernel[T]) {
+	buf := make([]byte, 4096)
+	bad := []struct {
+		n, plen, blockLen, stride int
+	}{
+		{2, 4096, 512, 256},   // stride < blockLen
+		{1, 4096, 5000, 5000}, // block longer than buffer
+		{9, 4096, 512, 512},   // too many blocks
+		{2, 4096, -1, 512},    // negative length
+		{3, 4096, 512, 1 << 62},
+	}
+	for _, c := range bad {
+		dst := make([]T, c.n)
+		if err := k.Blocks(dst, buf[:c.plen], c.blockLen, c.stride); err == nil {
+			t.Errorf("Blocks(n=%d, len=%d, block=%d, stride=%d) = nil, want an error", c.n, c.plen, c.blockLen, c.stride)
+		}
+	}
+	if err := k.Blocks(nil, nil, 512, 512); err != nil {
+		t.Errorf("Blocks of zero blocks = %v", err)
+	}
+}
+
+// Fuzz compares every implementation with the oracle on fuzzed input,
+// initial CRC, split point and block layout.
+func Fuzz[T Word](f *testing.F, k Kernel[T]) {
+	f.Add([]byte("123456789"), uint64(0), 4, 3, 4)
+	f.Add(make([]byte, 1100), uint64(1), 512, 520, 300)
+	f.Fuzz(func(t *testing.T, data []byte, crc uint64, blockLen, stride, split int) {
+		c := T(crc) & T(k.Params.Mask())
+		want := k.oracle(c, data)
+		if split < 0 {
+			split = -split
+		}
+		if len(data) > 0 {
+			split %= len(data) + 1
+		} else {
+			split = 0
+		}
+		var wantBlocks []T
+		var n int
+		if blockLen > 0 && stride >= blockLen && len(data) >= blockLen {
+			n = (len(data)-blockLen)/stride + 1
+			n = min(n, 64)
+			for i := 0; i < n; i++ {
+				wantBlocks = append(wantBlocks, k.oracle(k.start(), data[i*stride:i*stride+blockLen]))
+			}
+		}
+		for _, im := range impl.List(k.Pkg) {
+			if !im.Available {
+				continue
+			}
+			if err := impl.Select(k.Pkg, im.Name); err != nil {
+				t.Fatal(err)
+			}
+			if got := k.Update(c, data); got != want {
+				t.Fatalf("%s: Update = %#x, oracle %#x", im.Name, got, want)
+			}
+			if got := k.Update(k.Update(c, data[:split]), data[split:]); got != want {
+				t.Fatalf("%s: split at %d = %#x, oracle %#x", im.Name, split, got, want)
+			}
+			if n > 0 {
+				dst := make([]T, n)
+				if err := k.Blocks(dst, data, blockLen, stride); err != nil {
+					t.Fatalf("%s: Blocks: %v", im.Name, err)
+				}
+				for i := range dst {
+					if dst[i] != wantBlocks[i] {
+						t.Fatalf("%s: Blocks[%d] = %#x, oracle %#x", im.Name, i, dst[i], wantBlocks[i])
+					}
+				}
+			}
+		}
+		impl.Reset(k.Pkg)
+	})
+}
+
+// Sink keeps benchmark results alive.
+var Sink uint64
+
+// Sizes are the benchmark message sizes.
+var Sizes = []int{16, 64, 256, 512, 1 << 10, 4 << 10, 64 << 10, 1 << 20}
+
+// SizeName formats a size for a benchmark name: 512, 4KiB, 1MiB.
+func SizeName(n int) string {
+	switch {
+	case n >= 1<<20 && n%(1<<20) == 0:
+		return fmt.Sprintf("%dMiB", n>>20)
+	case n >= 1<<10 && n%(1<<10) == 0:
+		return fmt.Sprintf("%dKiB", n>>10)
+	}
+	return fmt.Sprintf("%dB", n)
+}
+
+// Bench runs the standard benchmarks for every implementation:
+// Update at every size in Sizes, and Blocks over 1 MiB of 512 and 4096-byte
+// blocks. Names: impl=NAME/op=update/size=4KiB, impl=NAME/op=blocks/block=512.
+func Bench[T Word](b *testing.B, k Kernel[T]) {
+	buf := randBytes(rand.New(rand.NewPCG(1, 1)), 1<<20)
+	impl.ForEachB(b, k.Pkg, func(b *testing.B) {
+		for _, n := range Sizes {
+			b.Run("op=update/size="+SizeName(n), func(b *testing.B) {
+				p := buf[:n]
+				b.SetBytes(int64(n))
+				var crc T
+				for b.Loop() {
+					crc = k.Update(crc, p)
+				}
+				Sink += uint64(crc)
+			})
+		}
+		for _, bl := range []int{512, 4096} {
+			b.Run(fmt.Sprintf("op=blocks/block=%d", bl), func(b *testing.B) {
+				dst := make([]T, len(buf)/bl)
+				b.SetBytes(int64(len(buf)))
+				for b.Loop() {
+					if err := k.Blocks(dst, buf, bl, bl); err != nil {
+						b.Fatal(err)
+					}
+				}
+				Sink += uint64(dst[len(dst)-1])
+			})
+		}
+	})
+}
