@@ -17,6 +17,7 @@ var kernel = kerneltest.Kernel[uint32]{
 	Blocks:   Blocks,
 	Combine:  Combine,
 	New:      func() hash.Hash { return New() },
+	Cutoffs:  archCutoffs,
 }
 
 func TestKernel(t *testing.T) { kerneltest.Run(t, kernel) }

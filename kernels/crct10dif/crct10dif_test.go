@@ -15,6 +15,7 @@ var kernel = kerneltest.Kernel[uint16]{
 	Blocks:   Blocks,
 	Combine:  Combine,
 	New:      New,
+	Cutoffs:  archCutoffs,
 }
 
 func TestKernel(t *testing.T) { kerneltest.Run(t, kernel) }

@@ -1,0 +1,7 @@
+//go:build !purego
+
+package crc32c
+
+// archCutoffs are the lengths where this architecture's implementations
+// change strategy; the harness tests around each.
+var archCutoffs []int
