@@ -1,0 +1,26 @@
+//go:build !linux
+
+package blockdev
+
+import (
+	"errors"
+	"os"
+)
+
+const oDirect = 0
+
+func blockGeometry(*os.File) (int64, int, int, error) { return 0, 0, 0, errors.ErrUnsupported }
+
+func dioAlign(*os.File) (int, int, bool) { return 0, 0, false }
+
+func fdatasync(f *os.File) error { return f.Sync() }
+
+func fadviseDontNeed(*os.File, int64, int64) error { return errors.ErrUnsupported }
+
+func punchHole(*os.File, int64, int64) error { return errors.ErrUnsupported }
+
+func blkDiscard(*os.File, int64, int64) error { return errors.ErrUnsupported }
+
+func seekData(*os.File, int64) (Extent, error) { return Extent{}, errors.ErrUnsupported }
+
+func clearDirect(*os.File) error { return nil }
