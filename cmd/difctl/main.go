@@ -1,0 +1,70 @@
+// Command difctl generates, stores and verifies T10 DIF / NVMe protection
+// information for block images and devices.
+//
+// Exit codes follow fsck(8), as a bit mask: 0 clean, 1 errors corrected,
+// 4 errors left uncorrected, 8 operational error, 16 usage error, 32
+// cancelled by the user. They are decided in one place, exitCode in
+// exit.go, from the error a command returns.
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/spf13/cobra"
+)
+
+func main() { os.Exit(difctlMain()) }
+
+// difctlMain runs difctl on the process's arguments and standard streams
+// and returns the exit code. The testscript tests run it as the "difctl"
+// command.
+func difctlMain() int {
+	ctx, stop := signalContext(context.Background())
+	defer stop()
+	return run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+}
+
+// run executes one difctl command line and maps its outcome to an exit
+// code, printing the error, if any, as one line on stderr (and, with
+// --json, as a final "error" record on stdout).
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	var g globalOptions
+	root := newRootCmd(&g, stdin)
+	root.SetArgs(args)
+	root.SetIn(stdin)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	ran := false
+	markRun(root, &ran)
+
+	cmd, err := root.ExecuteContextC(ctx)
+	code := exitCode(ctx, err, ran)
+	if line := errorLine(ctx, err); line != "" {
+		if code == exitUsage && cmd != nil {
+			line += fmt.Sprintf(" (see '%s --help')", cmd.CommandPath())
+		}
+		fmt.Fprintf(stderr, "difctl: %s\n", line)
+		if g.JSON {
+			_ = newOutput(stdout, true).emit(&errorRecord{Error: line, ExitCode: code})
+		}
+	}
+	return code
+}
+
+// markRun wraps the RunE of every command so that *ran tells whether
+// cobra got as far as running one: everything failing before that is a
+// usage error.
+func markRun(c *cobra.Command, ran *bool) {
+	if runE := c.RunE; runE != nil {
+		c.RunE = func(cmd *cobra.Command, args []string) error {
+			*ran = true
+			return runE(cmd, args)
+		}
+	}
+	for _, sub := range c.Commands() {
+		markRun(sub, ran)
+	}
+}

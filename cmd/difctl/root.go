@@ -1,0 +1,59 @@
+package main
+
+import (
+	"fmt"
+	"io"
+
+	"github.com/spf13/cobra"
+)
+
+// newRootCmd builds the command tree. g receives the global flags when
+// cobra parses them; the constructors keep the pointer and copy *g into
+// their options when they run. A new command is one file with a
+// constructor newXxxCmd(g, ...) *cobra.Command, an xxxOptions struct
+// embedding globalOptions and a runXxx(ctx, opts, stdout, stderr) error,
+// registered here.
+func newRootCmd(g *globalOptions, stdin io.Reader) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "difctl",
+		Short: "T10 DIF/PI protection information for block images and devices",
+		Long: `difctl generates, stores and verifies T10 DIF / NVMe protection
+information (PI) for block images and devices.
+
+Results go to standard output, as text or, with --json, as JSON Lines (one
+object per line, each with "schema" and "type"; see SCHEMA.md). Errors go to
+standard error as one line, "difctl: <cause>". Progress is shown on standard
+error only when it is a terminal, and never with --quiet.
+
+` + exitCodesHelp(exitOK, exitCorrected, exitUncorrected, exitOperational, exitUsage, exitCancelled),
+		// Runnable so that an unknown command is our usage error rather
+		// than cobra's multi-line one.
+		Args: cobra.ArbitraryArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				hint := ""
+				if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
+					hint = fmt.Sprintf("; did you mean %q?", s[0])
+				}
+				return usageErrorf("unknown command %q%s", args[0], hint)
+			}
+			return cmd.Help()
+		},
+		SilenceErrors: true, // main prints errors, as one line
+		SilenceUsage:  true, // a usage error is not worth a screen of help
+	}
+	root.SuggestionsMinimumDistance = 2
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
+		return &usageError{err: err}
+	})
+	pf := root.PersistentFlags()
+	pf.BoolVar(&g.JSON, "json", false, "write results as JSON Lines (see SCHEMA.md)")
+	pf.BoolVarP(&g.Quiet, "quiet", "q", false, "no progress bar and no informational messages")
+
+	root.AddCommand(
+		newCrcCmd(g, stdin),
+		newKernelsCmd(g),
+		newBenchCmd(g),
+	)
+	return root
+}
