@@ -1,0 +1,83 @@
+//go:build !purego
+
+package crc64nvme
+
+import (
+	"math/rand/v2"
+	"testing"
+
+	"golang.org/x/sys/cpu"
+
+	"github.com/difctl/difctl/kernels/internal/crcmath"
+	"github.com/difctl/difctl/kernels/internal/impl"
+)
+
+// A CPU with PMULL must run the pmull implementation: a registration
+// mistake must fail here, not silently fall back to the table code.
+func TestArchImplementations(t *testing.T) {
+	t.Logf("cpu: pmull=%v", cpu.ARM64.HasPMULL)
+	found := false
+	for _, im := range impl.List(pkgName) {
+		if im.Name != "pmull" {
+			continue
+		}
+		found = true
+		if im.Available != cpu.ARM64.HasPMULL {
+			t.Errorf("pmull available=%v, CPU has PMULL=%v", im.Available, cpu.ARM64.HasPMULL)
+		}
+	}
+	if !found {
+		t.Fatal("pmull is not registered")
+	}
+	if _, forced := impl.Forced(pkgName); !forced && cpu.ARM64.HasPMULL {
+		if got := impl.Active(pkgName); got != "pmull" {
+			t.Errorf("default implementation is %q, want pmull", got)
+		}
+	}
+}
+
+// The assembly against the pure-Go fold model it mirrors, lane count by lane
+// count: eight accumulators from 128 bytes, one below.
+func TestFoldPMULLModel(t *testing.T) {
+	if !cpu.ARM64.HasPMULL {
+		t.Skip("no PMULL")
+	}
+	r := rand.New(rand.NewPCG(3, 4))
+	buf := make([]byte, 2048)
+	for i := range buf {
+		buf[i] = byte(r.Uint32())
+	}
+	for l := 16; l <= len(buf); l += 16 {
+		crc := r.Uint64()
+		n := 1
+		if l >= 128 {
+			n = 8
+		}
+		want := crcmath.FoldUpdate(Params, &foldTable, n, crc, buf[:l])
+		if got := foldPMULL(crc, buf[:l], &foldTable); got != want {
+			t.Fatalf("len=%d: foldPMULL %#x, model %#x", l, got, want)
+		}
+	}
+}
+
+func TestBlocksPMULL(t *testing.T) {
+	if !cpu.ARM64.HasPMULL {
+		t.Skip("no PMULL")
+	}
+	r := rand.New(rand.NewPCG(5, 6))
+	buf := make([]byte, 4*1100)
+	for i := range buf {
+		buf[i] = byte(r.Uint32())
+	}
+	for lanes := 2; lanes <= 40; lanes++ {
+		stride := 16*lanes + r.IntN(40)
+		var got [4]uint64
+		blocksPMULL(&got, buf, lanes, stride, &foldTable)
+		for j := range got {
+			b := buf[j*stride:][:16*lanes]
+			if want := crcmath.Bitwise(Params, 0, b); got[j] != want {
+				t.Fatalf("lanes=%d stride=%d block %d: %#x, oracle %#x", lanes, stride, j, got[j], want)
+			}
+		}
+	}
+}
