@@ -1,0 +1,70 @@
+package main
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"testing"
+
+	"github.com/rogpeppe/go-internal/testscript"
+)
+
+// TestMain lets the test binary act as the difctl command inside the
+// testscript scripts.
+func TestMain(m *testing.M) {
+	testscript.Main(m, map[string]func(){
+		"difctl": func() { os.Exit(difctlMain()) },
+	})
+}
+
+// TestScript runs the CLI scenarios in testdata/script: real processes,
+// real exit codes. Besides the standard commands, scripts have
+//
+//	exitcode N command [args...]
+//
+// which runs command like exec and fails unless it exits with status N;
+// its stdout and stderr are then checked as after exec. Every script
+// starts with $WORK/check.bin holding "123456789" with no newline (which a
+// txtar file cannot hold), the input of the CRC catalogue's check values.
+func TestScript(t *testing.T) {
+	testscript.Run(t, testscript.Params{
+		Dir:                 "testdata/script",
+		RequireExplicitExec: true,
+		RequireUniqueNames:  true,
+		Setup: func(env *testscript.Env) error {
+			// The scripts check the default kernels; a forced choice in
+			// the caller's environment must not leak in.
+			env.Setenv("DIFCTL_KERNELS", "")
+			return os.WriteFile(filepath.Join(env.WorkDir, "check.bin"), []byte("123456789"), 0o666)
+		},
+		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
+			"exitcode": cmdExitCode,
+		},
+	})
+}
+
+func cmdExitCode(ts *testscript.TestScript, neg bool, args []string) {
+	if neg {
+		ts.Fatalf("unsupported: ! exitcode")
+	}
+	if len(args) < 2 {
+		ts.Fatalf("usage: exitcode N command [args...]")
+	}
+	want, err := strconv.Atoi(args[0])
+	if err != nil {
+		ts.Fatalf("exitcode: bad status %q", args[0])
+	}
+	got := 0
+	if err := ts.Exec(args[1], args[2:]...); err != nil {
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) {
+			ts.Fatalf("exitcode: %v", err)
+		}
+		got = ee.ExitCode()
+	}
+	if got != want {
+		ts.Fatalf("%s exited with status %d, want %d", args[1], got, want)
+	}
+}
