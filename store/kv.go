@@ -1,0 +1,144 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// Sentinel errors. Every error returned by this package is prefixed "store: "
+// and matches one of these with errors.Is where a condition applies.
+var (
+	// ErrNotFound reports a missing key, volume, cursor or finding.
+	ErrNotFound = errors.New("store: not found")
+	// ErrClosed reports use of a closed store, iterator or batch.
+	ErrClosed = errors.New("store: closed")
+	// ErrTooLarge reports a value or batch beyond the backend's Limits.
+	ErrTooLarge = errors.New("store: too large")
+	// ErrCorrupt is matched by every error about a stored value that fails to
+	// decode: a bad length, version, checksum or field. See *CorruptError.
+	ErrCorrupt = errors.New("store: corrupt value")
+	// ErrExists reports an attempt to create a volume that already exists.
+	ErrExists = errors.New("store: already exists")
+	// ErrOutOfRange reports a block range beyond the volume's device size.
+	ErrOutOfRange = errors.New("store: block range out of range")
+	// ErrMismatch is matched by every *ManifestMismatchError.
+	ErrMismatch = errors.New("store: manifest mismatch")
+	// ErrUnsupported reports a URL scheme, schema version or option this
+	// build does not know.
+	ErrUnsupported = errors.New("store: unsupported")
+	// ErrInvalid reports a bad argument (length, alignment, name).
+	ErrInvalid = errors.New("store: invalid argument")
+)
+
+// KV is the small key-value interface every storage engine implements. Keys
+// are ordered bytewise. Implementations are safe for concurrent use; a single
+// Iterator or Batch is not.
+//
+// Backends translate their own errors: nothing they return wraps an engine's
+// types.
+type KV interface {
+	// Get returns a copy of the value stored under key, or an error matching
+	// ErrNotFound.
+	Get(key []byte) ([]byte, error)
+	// NewIter returns an iterator over the keys in [lo, hi) in ascending
+	// order, reading a consistent snapshot taken when NewIter returns. A nil
+	// lo starts at the first key; a nil hi runs to the last.
+	NewIter(lo, hi []byte) (Iterator, error)
+	// NewBatch returns an empty write batch.
+	NewBatch() Batch
+	// Limits describes the largest value and batch the backend accepts.
+	Limits() Limits
+	// Close releases the store. Open iterators are closed with it; every
+	// later call fails with ErrClosed.
+	Close() error
+}
+
+// Iterator walks a snapshot of a key range. Call Next before the first Key.
+// Key and Value return slices that stay valid only until the next call to
+// Next or Close; copy them to keep them.
+type Iterator interface {
+	Next() bool
+	Key() []byte
+	Value() []byte
+	// Err returns the error that stopped iteration, if any.
+	Err() error
+	Close() error
+}
+
+// Batch accumulates writes that Commit applies atomically: after a crash
+// either all of a committed batch is visible or none of it. Set and Delete
+// copy their arguments. A batch cannot be reused after Commit.
+type Batch interface {
+	Set(key, value []byte) error
+	Delete(key []byte) error
+	// Len is the approximate encoded size of the batch in bytes.
+	Len() int
+	// Count is the number of operations in the batch.
+	Count() int
+	// Commit applies the batch. With sync, Commit returns only once the
+	// batch (and every batch committed before it) is durable.
+	Commit(sync bool) error
+	// Close discards an uncommitted batch; it is a no-op after Commit.
+	Close() error
+}
+
+// Limits describes what a backend accepts, so upper layers can chunk.
+type Limits struct {
+	MaxKeyBytes   int // largest key
+	MaxValueBytes int // largest value
+	MaxBatchBytes int // largest Batch.Len at Commit
+}
+
+// Default limits shared by the built-in backends. Pebble's hard limit is
+// 4 GiB per batch; staying far below it bounds memory.
+const (
+	defaultMaxKey   = 64 << 10
+	defaultMaxValue = 64 << 20
+	defaultMaxBatch = 1 << 30
+)
+
+// batchOverhead approximates the per-operation encoding cost in a batch.
+const batchOverhead = 16
+
+func checkSet(l Limits, size, key, value int) error {
+	if key > l.MaxKeyBytes {
+		return fmt.Errorf("%w: key of %d bytes exceeds %d", ErrTooLarge, key, l.MaxKeyBytes)
+	}
+	if value > l.MaxValueBytes {
+		return fmt.Errorf("%w: value of %d bytes exceeds %d", ErrTooLarge, value, l.MaxValueBytes)
+	}
+	if size+key+value+batchOverhead > l.MaxBatchBytes {
+		return fmt.Errorf("%w: batch would exceed %d bytes", ErrTooLarge, l.MaxBatchBytes)
+	}
+	return nil
+}
+
+// Open opens a store by URL:
+//
+//	pebble:PATH   Pebble database in directory PATH (created if missing)
+//	mem:          a new, empty in-memory store
+//	PATH          same as pebble:PATH when PATH has no scheme
+//
+// Unknown schemes fail with an error matching ErrUnsupported.
+func Open(url string) (KV, error) {
+	scheme, rest, ok := strings.Cut(url, ":")
+	if !ok || strings.ContainsAny(scheme, `/\.`) || len(scheme) < 2 {
+		// No scheme (or a Windows drive letter): a plain path.
+		scheme, rest = "pebble", url
+	}
+	switch scheme {
+	case "pebble":
+		if rest == "" {
+			return nil, fmt.Errorf("%w: open %q: empty pebble path", ErrInvalid, url)
+		}
+		return openPebble(rest, nil)
+	case "mem":
+		if rest != "" {
+			return nil, fmt.Errorf("%w: open %q: mem: takes no path", ErrInvalid, url)
+		}
+		return NewMem(), nil
+	default:
+		return nil, fmt.Errorf("%w: open %q: unknown scheme %q (want pebble: or mem:)", ErrUnsupported, url, scheme)
+	}
+}

@@ -1,0 +1,333 @@
+package store
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
+)
+
+// pebbleKV is the default backend (github.com/cockroachdb/pebble/v2).
+//
+// mu guards the handle against Close: every operation holds it for reading,
+// Close for writing, so Pebble (which panics on use after close) is never
+// reached once closed.
+type pebbleKV struct {
+	mu     sync.RWMutex
+	db     *pebble.DB
+	path   string
+	closed bool
+	iters  map[*pebbleIter]struct{}
+	limits Limits
+}
+
+// pebbleOptions returns the options used for every Pebble store. The
+// workload is unusual for an LSM: values are whole tuple pages of 8-20 KiB
+// (1,024 tuples plus sector checksums), keys are few and written in
+// ascending runs, and reads are dominated by long range scans.
+func pebbleOptions(fs vfs.FS) *pebble.Options {
+	o := &pebble.Options{
+		FS: fs,
+		// Newest on-disk format: columnar blocks, best scan speed.
+		FormatMajorVersion: pebble.FormatNewest,
+		// 64 MiB block cache (default 8 MiB): holds ~5,000 pages, the
+		// tuples of 20 GiB of 4 KiB blocks, so a verify rereading a recent
+		// region is served from memory.
+		CacheSize: 64 << 20,
+		// 64 MiB memtables (default 4 MiB): a bulk protect writes hundreds of
+		// MiB of pages; large memtables mean fewer, larger flushes and fewer
+		// L0 files. Four may queue before writes stall.
+		MemTableSize:                64 << 20,
+		MemTableStopWritesThreshold: 4,
+		// Compact L0 at 4 sublevels (the default) but only stall writers at
+		// 32 (default 12): bulk sequential loads produce non-overlapping L0
+		// files that compaction moves down cheaply, so do not throttle them.
+		L0CompactionThreshold: 4,
+		L0StopWritesThreshold: 32,
+		// Base level 256 MiB (default 64 MiB) with 16 MiB L0 files (default
+		// 2 MiB): fewer, larger files for large sequential values.
+		LBaseMaxBytes: 256 << 20,
+		// Smooth write-back of sstables and of the WAL in 1 MiB steps
+		// (defaults 512 KiB and off) so a bulk load does not dump gigabytes
+		// of dirty pages at once. Durability still comes only from
+		// Commit(sync=true), which syncs the WAL before returning.
+		BytesPerSync:    1 << 20,
+		WALBytesPerSync: 1 << 20,
+		// Up to min(4, GOMAXPROCS) concurrent compactions when behind.
+		CompactionConcurrencyRange: func() (int, int) { return 1, min(4, max(1, runtime.GOMAXPROCS(0))) },
+		Logger:                     quietLogger{},
+	}
+	o.TargetFileSizes[0] = 16 << 20
+	for i := range o.Levels {
+		l := &o.Levels[i]
+		// 32 KiB data blocks (default 4 KiB): a page value is larger than
+		// 4 KiB, so small blocks would hold one value each and bloat the
+		// index; 32 KiB holds 2-4 pages and scans read few, large blocks.
+		l.BlockSize = 32 << 10
+		l.IndexBlockSize = 256 << 10
+		// No bloom filters: point gets are rare (manifest, the edges of a
+		// partial page write) and scans cannot use them.
+		l.FilterPolicy = pebble.NoFilterPolicy
+	}
+	// Compression: tuple pages are mostly random guards and CRCs; MinLZ /
+	// Snappy save little and cost CPU on every scan.
+	o.ApplyCompressionSettings(func() pebble.DBCompressionSettings { return pebble.DBCompressionNone })
+	return o
+}
+
+// quietLogger drops Pebble's informational chatter (it would otherwise reach
+// a CLI's stderr) and keeps errors.
+type quietLogger struct{}
+
+func (quietLogger) Infof(string, ...any)              {}
+func (quietLogger) Errorf(format string, args ...any) { pebble.DefaultLogger.Errorf(format, args...) }
+func (quietLogger) Fatalf(format string, args ...any) { pebble.DefaultLogger.Fatalf(format, args...) }
+
+// openPebble opens (creating if needed) a Pebble store in dir. fs nil means
+// the operating system's file system; tests pass a crashable vfs.MemFS.
+func openPebble(dir string, fs vfs.FS) (KV, error) {
+	if fs == nil {
+		fs = vfs.Default
+	}
+	db, err := pebble.Open(dir, pebbleOptions(fs))
+	if err != nil {
+		return nil, fmt.Errorf("store: open pebble:%s: %v", dir, err)
+	}
+	return &pebbleKV{
+		db:     db,
+		path:   dir,
+		iters:  make(map[*pebbleIter]struct{}),
+		limits: Limits{MaxKeyBytes: defaultMaxKey, MaxValueBytes: defaultMaxValue, MaxBatchBytes: defaultMaxBatch},
+	}, nil
+}
+
+// translate turns a Pebble error into one of ours, never wrapping Pebble's.
+func (p *pebbleKV) translate(op string, err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, pebble.ErrNotFound):
+		return ErrNotFound
+	case errors.Is(err, pebble.ErrClosed):
+		return ErrClosed
+	default:
+		return fmt.Errorf("store: pebble:%s: %s: %s", p.path, op, err.Error())
+	}
+}
+
+func (p *pebbleKV) Get(key []byte) ([]byte, error) {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	if p.closed {
+		return nil, ErrClosed
+	}
+	v, closer, err := p.db.Get(key)
+	if err != nil {
+		return nil, p.translate("get", err)
+	}
+	out := bytes.Clone(v)
+	if out == nil {
+		out = []byte{}
+	}
+	return out, p.translate("get", closer.Close())
+}
+
+func (p *pebbleKV) NewIter(lo, hi []byte) (Iterator, error) {
+	p.mu.Lock() // exclusive: registers the iterator
+	defer p.mu.Unlock()
+	if p.closed {
+		return nil, ErrClosed
+	}
+	it, err := p.db.NewIter(&pebble.IterOptions{LowerBound: bytes.Clone(lo), UpperBound: bytes.Clone(hi)})
+	if err != nil {
+		return nil, p.translate("iterate", err)
+	}
+	pi := &pebbleIter{kv: p, it: it}
+	p.iters[pi] = struct{}{}
+	return pi, nil
+}
+
+func (p *pebbleKV) NewBatch() Batch {
+	return &pebbleBatch{kv: p, b: p.newRawBatch()}
+}
+
+func (p *pebbleKV) newRawBatch() *pebble.Batch {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	if p.closed {
+		return nil
+	}
+	return p.db.NewBatch()
+}
+
+func (p *pebbleKV) Limits() Limits { return p.limits }
+
+func (p *pebbleKV) Close() error {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return ErrClosed
+	}
+	p.closed = true
+	iters := p.iters
+	p.iters = nil
+	p.mu.Unlock()
+	for it := range iters {
+		it.closeLocked(false)
+	}
+	return p.translate("close", p.db.Close())
+}
+
+type pebbleIter struct {
+	mu      sync.Mutex // against a concurrent store Close
+	kv      *pebbleKV
+	it      *pebble.Iterator
+	started bool
+	valid   bool
+	err     error
+}
+
+func (it *pebbleIter) Next() bool {
+	it.mu.Lock()
+	defer it.mu.Unlock()
+	if it.it == nil {
+		if it.err == nil {
+			it.err = ErrClosed
+		}
+		it.valid = false
+		return false
+	}
+	if !it.started {
+		it.started = true
+		it.valid = it.it.First()
+	} else {
+		it.valid = it.it.Next()
+	}
+	if !it.valid {
+		if err := it.it.Error(); err != nil {
+			it.err = it.kv.translate("iterate", err)
+		}
+	}
+	return it.valid
+}
+
+func (it *pebbleIter) Key() []byte {
+	if !it.valid {
+		return nil
+	}
+	return it.it.Key()
+}
+
+func (it *pebbleIter) Value() []byte {
+	if !it.valid {
+		return nil
+	}
+	v, err := it.it.ValueAndErr()
+	if err != nil {
+		it.err = it.kv.translate("read value", err)
+		return nil
+	}
+	return v
+}
+
+func (it *pebbleIter) Err() error {
+	it.mu.Lock()
+	defer it.mu.Unlock()
+	return it.err
+}
+
+// Close closes the iterator; closing twice is harmless.
+func (it *pebbleIter) Close() error {
+	return it.closeLocked(true)
+}
+
+func (it *pebbleIter) closeLocked(unregister bool) error {
+	it.mu.Lock()
+	defer it.mu.Unlock()
+	if it.it == nil {
+		return nil
+	}
+	err := it.it.Close()
+	it.it, it.valid = nil, false
+	if !unregister {
+		// The store is closing underneath us.
+		if it.err == nil {
+			it.err = ErrClosed
+		}
+		return nil
+	}
+	it.kv.mu.Lock()
+	delete(it.kv.iters, it)
+	it.kv.mu.Unlock()
+	return it.kv.translate("close iterator", err)
+}
+
+type pebbleBatch struct {
+	kv   *pebbleKV
+	b    *pebble.Batch // nil once committed or closed
+	size int
+}
+
+func (b *pebbleBatch) Set(key, value []byte) error {
+	if b.b == nil {
+		return ErrClosed
+	}
+	if err := checkSet(b.kv.limits, b.size, len(key), len(value)); err != nil {
+		return err
+	}
+	b.size += len(key) + len(value) + batchOverhead
+	return b.kv.translate("batch set", b.b.Set(key, value, nil))
+}
+
+func (b *pebbleBatch) Delete(key []byte) error {
+	if b.b == nil {
+		return ErrClosed
+	}
+	if err := checkSet(b.kv.limits, b.size, len(key), 0); err != nil {
+		return err
+	}
+	b.size += len(key) + batchOverhead
+	return b.kv.translate("batch delete", b.b.Delete(key, nil))
+}
+
+func (b *pebbleBatch) Len() int { return b.size }
+
+func (b *pebbleBatch) Count() int {
+	if b.b == nil {
+		return 0
+	}
+	return int(b.b.Count())
+}
+
+func (b *pebbleBatch) Commit(sync bool) error {
+	if b.b == nil {
+		return ErrClosed
+	}
+	raw := b.b
+	b.b = nil
+	b.kv.mu.RLock()
+	defer b.kv.mu.RUnlock()
+	if b.kv.closed {
+		return ErrClosed
+	}
+	wo := pebble.NoSync
+	if sync {
+		wo = pebble.Sync
+	}
+	err := raw.Commit(wo)
+	raw.Close()
+	return b.kv.translate("commit", err)
+}
+
+func (b *pebbleBatch) Close() error {
+	if b.b == nil {
+		return nil
+	}
+	err := b.b.Close()
+	b.b = nil
+	return b.kv.translate("close batch", err)
+}
