@@ -1,0 +1,332 @@
+package dif
+
+import (
+	"encoding/binary"
+	"math/bits"
+
+	"github.com/difctl/difctl/kernels/crc32c"
+	"github.com/difctl/difctl/kernels/crc64nvme"
+	"github.com/difctl/difctl/kernels/crct10dif"
+)
+
+// State classifies a block after verification.
+type State uint8
+
+// The block states.
+const (
+	// StateOK: every enabled check passed (Type0: nothing to check).
+	StateOK State = iota
+	// StateEscaped: Types 1 and 2, the app tag is 0xFFFF: no check ran.
+	StateEscaped
+	// StateUnwritten: app, storage and ref tags all ones (never written or
+	// discarded): no check ran. Not a failure.
+	StateUnwritten
+	// StateFailed: at least one enabled check failed.
+	StateFailed
+)
+
+var stateNames = [...]string{"ok", "escaped", "unwritten", "failed"}
+
+// String returns "ok", "escaped", "unwritten" or "failed".
+func (s State) String() string {
+	if int(s) < len(stateNames) {
+		return stateNames[s]
+	}
+	return "State(?)"
+}
+
+// Summary counts the blocks of a verified run by state.
+type Summary struct {
+	Blocks    int // blocks in the run: OK + Escaped + Unwritten + Failed
+	OK        int
+	Escaped   int
+	Unwritten int
+	Failed    int
+	Errors    int // failed checks (a block may fail several)
+}
+
+// Verify checks every block of a run (buffers as for Generate) against p
+// and returns nil if none fails. Escaped and unwritten blocks (see State)
+// are not failures. Otherwise it returns a *VerifyError listing the first
+// MaxListed failures, in block order, and counting all of them; it matches
+// ErrIntegrity. Bad buffers or parameters give other errors (ErrBuffer,
+// ErrParams, *FormatError). Verify does not allocate unless it fails.
+func (f Format) Verify(data, md []byte, p Params) error {
+	v, err := f.verify(data, md, &p, nil, nil)
+	if err != nil {
+		return err
+	}
+	if v.sum.Errors == 0 {
+		return nil
+	}
+	return &VerifyError{Errors: v.list, Total: v.sum.Errors, Blocks: v.sum.Failed}
+}
+
+// VerifyFunc checks every block of a run like Verify and calls fn for each
+// failed check, in block order (fields of one block in the order guard, app
+// tag, ref tag, storage tag). If fn returns an error, VerifyFunc stops and
+// returns it with the summary so far. Otherwise the error is nil even if
+// checks failed: the summary counts them. fn may keep the *CheckError.
+func (f Format) VerifyFunc(data, md []byte, p Params, fn func(*CheckError) error) (Summary, error) {
+	if fn == nil {
+		return Summary{}, paramErr("nil visitor")
+	}
+	v, err := f.verify(data, md, &p, fn, nil)
+	return v.sum, err
+}
+
+// Classify checks every block of a run like Verify and stores each block's
+// state in states, which must have room for the run's blocks (see Blocks).
+// Failures are only counted; use VerifyFunc for the details.
+func (f Format) Classify(states []State, data, md []byte, p Params) (Summary, error) {
+	r, err := f.run(data, md)
+	if err != nil {
+		return Summary{}, err
+	}
+	if len(states) < r.n {
+		return Summary{}, bufErr("states has room for %d blocks, the run has %d", len(states), r.n)
+	}
+	clear(states[:r.n])
+	v, err := f.verify(data, md, &p, func(*CheckError) error { return nil }, states)
+	return v.sum, err
+}
+
+// verifier accumulates the outcome of a verification.
+type verifier struct {
+	expect
+	fn      func(*CheckError) error // nil: collect into list
+	list    []*CheckError
+	states  []State
+	sum     Summary
+	err     error // from fn
+	stopped int   // blocks visited when fn stopped the run
+}
+
+func (f Format) verify(data, md []byte, p *Params, fn func(*CheckError) error, states []State) (verifier, error) {
+	r, err := f.run(data, md)
+	if err != nil {
+		return verifier{}, err
+	}
+	e, err := f.expect(p)
+	if err != nil {
+		return verifier{}, err
+	}
+	v := verifier{expect: e, fn: fn, states: states}
+	if f.typ != Type0 && r.n > 0 {
+		s := scratchPool.Get().(*scratch)
+		switch f.guard {
+		case Guard16:
+			err = v.ver16(&r, &s.g16)
+		case Guard32:
+			err = v.ver32(&r, &s.g32)
+		default:
+			err = v.ver64(&r, &s.g64)
+		}
+		scratchPool.Put(s)
+		if err == nil {
+			err = v.err
+		}
+	}
+	n := r.n
+	if v.err != nil {
+		n = v.stopped
+	}
+	v.sum.Blocks = n
+	v.sum.OK = n - v.sum.Escaped - v.sum.Unwritten - v.sum.Failed
+	return v, err
+}
+
+// The hot loops compare each stored tuple, as one or two big-endian words,
+// with the expected one under a mask of the enabled checks, and fold in the
+// escape test (app tag 0xFFFF: (app+1)>>16 == 1). Any non-zero result goes
+// to slow, which classifies and reports.
+
+func (v *verifier) ver16(r *run, g *[chunk]uint16) error {
+	var gm uint64
+	if v.guardOn {
+		gm = 0xFFFF
+	}
+	mask := gm<<48 | uint64(v.appMask)<<32 | v.spaceMask.lo
+	c := uint64(v.app)<<32 | v.stor.lo
+	rm, step := v.refMask.lo, v.step
+	ts := r.tstride
+	for base := 0; base < r.n; base += chunk {
+		gs := g[:min(chunk, r.n-base)]
+		if v.guardOn {
+			if err := crct10dif.Blocks(gs, r.data[base*r.dstride:], r.dcov, r.dstride); err != nil {
+				return err
+			}
+			if r.extra > 0 {
+				m := r.md[base*ts:]
+				for j := range gs {
+					gs[j] = crct10dif.Update(gs[j], m[j*ts:][:r.extra])
+				}
+			}
+		}
+		t := r.tb[base*ts+r.toff:]
+		ref := v.ref0 + uint64(base)*step
+		for j, gv := range gs {
+			w := binary.BigEndian.Uint64(t[j*ts:])
+			if (w^(uint64(gv)<<48|c|ref&rm))&mask|(w>>32&0xFFFF+1)>>16 != 0 {
+				if v.slow(base+j, uint64(gv), t[j*ts:]) {
+					return nil
+				}
+			}
+			ref += step
+		}
+	}
+	return nil
+}
+
+func (v *verifier) ver32(r *run, g *[chunk]uint32) error {
+	var gm uint64
+	if v.guardOn {
+		gm = 0xFFFFFFFF
+	}
+	mask0 := gm<<32 | uint64(v.appMask)<<16 | v.spaceMask.hi
+	mask1 := v.spaceMask.lo
+	c0 := uint64(v.app)<<16 | v.stor.hi
+	c1 := v.stor.lo
+	rmHi, rmLo, step := v.refMask.hi, v.refMask.lo, v.step
+	ts := r.tstride
+	for base := 0; base < r.n; base += chunk {
+		gs := g[:min(chunk, r.n-base)]
+		if v.guardOn {
+			if err := crc32c.Blocks(gs, r.data[base*r.dstride:], r.dcov, r.dstride); err != nil {
+				return err
+			}
+			if r.extra > 0 {
+				m := r.md[base*ts:]
+				for j := range gs {
+					gs[j] = crc32c.Update(gs[j], m[j*ts:][:r.extra])
+				}
+			}
+		}
+		t := r.tb[base*ts+r.toff:]
+		lo, hi := bits.Add64(v.ref0, uint64(base)*step, 0)
+		for j, gv := range gs {
+			tt := t[j*ts:][:16]
+			w0 := binary.BigEndian.Uint64(tt)
+			w1 := binary.BigEndian.Uint64(tt[8:])
+			x := (w0^(uint64(gv)<<32|c0|hi&rmHi))&mask0 | (w1^(c1|lo&rmLo))&mask1 | (w0>>16&0xFFFF+1)>>16
+			if x != 0 {
+				if v.slow(base+j, uint64(gv), tt) {
+					return nil
+				}
+			}
+			var cy uint64
+			lo, cy = bits.Add64(lo, step, 0)
+			hi += cy
+		}
+	}
+	return nil
+}
+
+func (v *verifier) ver64(r *run, g *[chunk]uint64) error {
+	var gm uint64
+	if v.guardOn {
+		gm = ^uint64(0)
+	}
+	mask1 := uint64(v.appMask)<<48 | v.spaceMask.lo
+	c := uint64(v.app)<<48 | v.stor.lo
+	rm, step := v.refMask.lo, v.step
+	ts := r.tstride
+	for base := 0; base < r.n; base += chunk {
+		gs := g[:min(chunk, r.n-base)]
+		if v.guardOn {
+			if err := crc64nvme.Blocks(gs, r.data[base*r.dstride:], r.dcov, r.dstride); err != nil {
+				return err
+			}
+			if r.extra > 0 {
+				m := r.md[base*ts:]
+				for j := range gs {
+					gs[j] = crc64nvme.Update(gs[j], m[j*ts:][:r.extra])
+				}
+			}
+		}
+		t := r.tb[base*ts+r.toff:]
+		ref := v.ref0 + uint64(base)*step
+		for j, gv := range gs {
+			tt := t[j*ts:][:16]
+			w0 := binary.BigEndian.Uint64(tt)
+			w1 := binary.BigEndian.Uint64(tt[8:])
+			if (w0^gv)&gm|(w1^(c|ref&rm))&mask1|(w1>>48+1)>>16 != 0 {
+				if v.slow(base+j, gv, tt) {
+					return nil
+				}
+			}
+			ref += step
+		}
+	}
+	return nil
+}
+
+// slow classifies block i, whose tuple is t and computed guard g, and
+// reports its failures. It returns true to stop the verification.
+func (v *verifier) slow(i int, g uint64, t []byte) bool {
+	tu := decodeTuple(v.guard, t)
+	if tu.app == 0xFFFF {
+		if tu.space == v.allOnes {
+			v.sum.Unwritten++
+			v.setState(i, StateUnwritten)
+			return false
+		}
+		if v.typ != Type3 {
+			v.sum.Escaped++
+			v.setState(i, StateEscaped)
+			return false
+		}
+	}
+	errs := v.sum.Errors
+	stop := false
+	if v.guardOn && tu.guard != g {
+		stop = v.report(i, FieldGuard, u80{0, g}, u80{0, tu.guard})
+	}
+	if !stop && (tu.app^v.app)&v.appMask != 0 {
+		stop = v.report(i, FieldAppTag, u80{0, uint64(v.app)}, u80{0, uint64(tu.app)})
+	}
+	if !stop && v.refOn {
+		if want, got := v.refAt(i), tu.space.and(v.refMask); got != want {
+			stop = v.report(i, FieldRefTag, want, got)
+		}
+	}
+	if !stop && v.storOn {
+		if got := tu.space.and(v.storMask); got != v.stor {
+			stop = v.report(i, FieldStorageTag, v.stor.shr(v.refBits), got.shr(v.refBits))
+		}
+	}
+	if v.sum.Errors != errs {
+		v.sum.Failed++
+		v.setState(i, StateFailed)
+	}
+	if stop {
+		v.stopped = i + 1
+	}
+	return stop
+}
+
+func (v *verifier) setState(i int, s State) {
+	if v.states != nil {
+		v.states[i] = s
+	}
+}
+
+func (v *verifier) report(i int, field Field, want, got u80) bool {
+	v.sum.Errors++
+	ce := &CheckError{
+		Block: i, LBA: v.lba + uint64(i), Field: field,
+		Expected: want.lo, Actual: got.lo,
+		ExpectedHigh: uint16(want.hi), ActualHigh: uint16(got.hi),
+	}
+	if v.fn == nil {
+		if len(v.list) < MaxListed {
+			v.list = append(v.list, ce)
+		}
+		return false
+	}
+	if err := v.fn(ce); err != nil {
+		v.err = err
+		return true
+	}
+	return false
+}
