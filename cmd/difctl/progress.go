@@ -48,6 +48,7 @@ func newBar(w io.Writer, total int64, desc string) *bar {
 		progressbar.OptionSetWriter(w),
 		progressbar.OptionSetDescription(desc),
 		progressbar.OptionShowBytes(true), // rate in bytes per second
+		progressbar.OptionShowCount(),     // bytes done / total
 		progressbar.OptionSetPredictTime(true),
 		progressbar.OptionSetElapsedTime(true),
 		progressbar.OptionSetWidth(30),
