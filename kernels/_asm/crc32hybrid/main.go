@@ -1,0 +1,446 @@
+// Command crc32hybrid generates the amd64 hybrid CRC-32C kernels of package
+// crc32c: CRC32 instruction streams and carry-less-multiply folding running
+// side by side over six segments of a chunk, or over six blocks at once.
+//
+// Run by go generate in kernels/crc32c (crc32c_hybrid_amd64.go):
+//
+//	go run -C ../_asm ./crc32hybrid -out ../crc32c/crc32c_hybrid_amd64.s -stubs ../crc32c/crc32c_hybrid_stubs_amd64.go -pkg crc32c
+//
+// Why two kinds of stream. The CRC32 instruction and the carry-less
+// multiplier are separate execution units. On the AMD EPYC (Zen 3) this was
+// written on, CRC32 r64 has a latency of 3 cycles and a throughput of one
+// per cycle, so three independent streams run at 8 bytes per cycle, while
+// VPCLMULQDQ has a throughput of one every 2 cycles for either an XMM or a
+// YMM register: folding 32 bytes with YMM costs two of them, 8 bytes per
+// cycle again. Running three CRC32 streams and three YMM fold streams in the
+// same loop keeps both units busy, about 16 bytes per cycle in the limit. With
+// XMM folding only (no VPCLMULQDQ), folding runs at 4 bytes per cycle, so the
+// 128-bit variant runs four CRC32 streams and two fold streams.
+//
+// Structure. Six segments of n bytes (n a multiple of 32) start at
+// p + k·stride, k = 0..5. Segments 0..2 are addressed from base SI, 3..5
+// from base R8 = p + 3·stride, each with index stride·{0,1,2}. Every loop
+// step advances all six by 32 bytes: four CRC32Q per CRC segment, one YMM
+// (or two XMM) fold per fold segment. A fold segment's accumulator, after its
+// last step, is a 32-byte message with the same CRC register as the segment
+// (the fold multiplies by x^256 mod P, crcmath.FoldTable.Fold[2]), so four
+// CRC32Q from a zero register reduce it.
+//
+// hybridChunk* merges the six registers into the register of the whole chunk
+// with PCLMULQDQ and one CRC32Q (see kernels/crc32c/internal/hybridgen for
+// the constants); hybridBlocks* computes one finalised CRC per block.
+package main
+
+import (
+	"fmt"
+
+	. "github.com/mmcloughlin/avo/build"
+	. "github.com/mmcloughlin/avo/operand"
+	"github.com/mmcloughlin/avo/reg"
+)
+
+// variant describes one kernel width.
+type variant struct {
+	suffix  string   // function name suffix
+	ymm     bool     // VPCLMULQDQ on YMM (VEX encodings); else legacy SSE on XMM
+	crcSegs int      // segments 0..crcSegs-1 run CRC32 streams; the rest fold
+	what    []string // for the doc comment
+}
+
+var variants = []variant{
+	{suffix: "256", ymm: true, crcSegs: 3, what: []string{
+		"three CRC32 streams and three VPCLMULQDQ (YMM) fold streams;",
+		"needs SSE4.2, AVX2 and VPCLMULQDQ."}},
+	{suffix: "128", ymm: false, crcSegs: 4, what: []string{
+		"four CRC32 streams and two PCLMULQDQ (XMM) fold streams;",
+		"needs SSE4.2 and PCLMULQDQ."}},
+}
+
+func main() {
+	ConstraintExpr("!purego")
+	for _, v := range variants {
+		chunk(v)
+		blocks(v)
+	}
+	cpuid()
+	Generate()
+}
+
+// segs holds the addressing of the six segments.
+type segs struct {
+	si, r8, stride reg.Register
+}
+
+// addr returns the address of segment k at offset disp from the current
+// position.
+func (s segs) addr(k, disp int) Mem {
+	base := s.si
+	if k >= 3 {
+		base = s.r8
+	}
+	m := Mem{Base: base, Disp: disp}
+	if k%3 != 0 {
+		m.Index = s.stride
+		m.Scale = uint8(k % 3)
+	}
+	return m
+}
+
+// lockstep emits the loop over n bytes (n = 32·iter, iter >= 1) of every
+// segment. The CRC registers must be initialised by the caller; the fold
+// accumulators are loaded here, and the init register (if non-nil, a
+// vector holding the initial CRC register in its first 32 bits) is XORed
+// into the first lane of each fold segment. On return s.si and s.r8 point
+// 32·iter bytes further and the fold accumulators hold the folded segments.
+func lockstep(v variant, s segs, crcs []reg.GPVirtual, iter reg.Register, k reg.VecVirtual, init reg.VecVirtual, name string) (acc [][]reg.VecVirtual) {
+	nfold := 6 - v.crcSegs
+	Comment("Load the first 32 bytes of each fold segment.")
+	for f := 0; f < nfold; f++ {
+		seg := v.crcSegs + f
+		if v.ymm {
+			a := YMM()
+			VMOVDQU(s.addr(seg, 0), a)
+			if init != nil {
+				VPXOR(init.AsY(), a, a)
+			}
+			acc = append(acc, []reg.VecVirtual{a})
+		} else {
+			lo, hi := XMM(), XMM()
+			MOVOU(s.addr(seg, 0), lo)
+			MOVOU(s.addr(seg, 16), hi)
+			if init != nil {
+				PXOR(init, lo)
+			}
+			acc = append(acc, []reg.VecVirtual{lo, hi})
+		}
+	}
+	crcStep := func(q int) {
+		for c := 0; c < v.crcSegs; c++ {
+			CRC32Q(s.addr(c, 8*q), crcs[c])
+		}
+	}
+	Comment("Every step: 32 bytes of each CRC segment, and fold each fold",
+		"accumulator forward by 32 bytes onto the next 32 bytes of its segment.")
+	DECQ(iter)
+	JZ(LabelRef(name + "_last"))
+	Label(name + "_loop")
+	for q := 0; q < 4; q++ {
+		crcStep(q)
+		if q >= nfold {
+			continue
+		}
+		seg := v.crcSegs + q
+		if v.ymm {
+			a := acc[q][0]
+			t1, t2 := YMM(), YMM()
+			VPCLMULQDQ(U8(0x00), k.AsY(), a, t1) // Hi · C(320)
+			VPCLMULQDQ(U8(0x11), k.AsY(), a, t2) // Lo · C(256)
+			VPXOR(s.addr(seg, 32), t1, t1)
+			VPXOR(t2, t1, a)
+		} else {
+			for h, a := range acc[q] {
+				t1, t2 := XMM(), XMM()
+				MOVO(a, t1)
+				PCLMULQDQ(U8(0x00), k, a)  // Hi · C(320)
+				PCLMULQDQ(U8(0x11), k, t1) // Lo · C(256)
+				MOVOU(s.addr(seg, 32+16*h), t2)
+				PXOR(t1, a)
+				PXOR(t2, a)
+			}
+		}
+	}
+	ADDQ(U8(32), s.si)
+	ADDQ(U8(32), s.r8)
+	DECQ(iter)
+	JNZ(LabelRef(name + "_loop"))
+	Label(name + "_last")
+	Comment("Last step: the CRC segments only.")
+	for q := 0; q < 4; q++ {
+		crcStep(q)
+	}
+	ADDQ(U8(32), s.si)
+	ADDQ(U8(32), s.r8)
+	return acc
+}
+
+// reduceFold returns, for each fold segment, the CRC register of its
+// 32-byte accumulator from a zero register: four CRC32Q.
+func reduceFold(v variant, acc [][]reg.VecVirtual) []reg.GPVirtual {
+	var out []reg.GPVirtual
+	Comment("Reduce each fold accumulator: CRC32Q over its 32 bytes from zero.")
+	for _, a := range acc {
+		r := GP64()
+		t := GP64()
+		XORL(r.As32(), r.As32())
+		if v.ymm {
+			x := a[0].AsX()
+			hi := XMM()
+			VEXTRACTI128(U8(1), a[0], hi)
+			VMOVQ(x, t)
+			CRC32Q(t, r)
+			VPEXTRQ(U8(1), x, t)
+			CRC32Q(t, r)
+			VMOVQ(hi, t)
+			CRC32Q(t, r)
+			VPEXTRQ(U8(1), hi, t)
+			CRC32Q(t, r)
+		} else {
+			for _, x := range a {
+				MOVQ(x, t)
+				CRC32Q(t, r)
+				PEXTRQ(U8(1), x, t)
+				CRC32Q(t, r)
+			}
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// clmulInto XORs into sum the carry-less product of the 32-bit register r
+// and the 64-bit constant at m (only its low 32 bits are non-zero).
+func clmulInto(v variant, sum reg.VecVirtual, r reg.Register, m Mem, first bool) {
+	a, c := XMM(), XMM()
+	if v.ymm {
+		VMOVQ(r, a)
+		VMOVQ(m, c)
+		if first {
+			VPCLMULQDQ(U8(0x00), c, a, sum)
+			return
+		}
+		VPCLMULQDQ(U8(0x00), c, a, a)
+		VPXOR(a, sum, sum)
+		return
+	}
+	MOVQ(r, a)
+	MOVQ(m, c)
+	PCLMULQDQ(U8(0x00), c, a)
+	if first {
+		MOVO(a, sum)
+		return
+	}
+	PXOR(a, sum)
+}
+
+// reduce64 returns CRC32Q over the low quadword of x from a zero register.
+func reduce64(v variant, x reg.VecVirtual) reg.GPVirtual {
+	t, r := GP64(), GP64()
+	if v.ymm {
+		VMOVQ(x, t)
+	} else {
+		MOVQ(x, t)
+	}
+	XORL(r.As32(), r.As32())
+	CRC32Q(t, r)
+	return r
+}
+
+func chunk(v variant) {
+	name := "hybridChunk" + v.suffix
+	TEXT(name, NOSPLIT, "func(reg uint32, p *byte, s, tail int, k *[6]uint64, kt *uint64, fold *[2]uint64) uint32")
+	Pragma("noescape")
+	Doc(append(append([]string{
+		name + " returns the CRC-32C register (not finalised) after",
+		"the chunk p[0:6s] and then the tail p[6s:6s+tail], given the register",
+		"reg before them. It runs"}, v.what...),
+		"",
+		"Preconditions: s is a multiple of 32 and at least 32; tail is 0 or",
+		"8 <= tail < 200; k = &hybridK[s/32-1]; kt = &hybridTailK[tail] (unused",
+		"when tail is 0); fold = &foldTable.Fold[2], the constants that fold a",
+		"lane forward by 32 bytes.",
+	)...)
+	si, stride, r8 := GP64(), GP64(), GP64()
+	Load(Param("p"), si)
+	Load(Param("s"), stride)
+	LEAQ(Mem{Base: si, Index: stride, Scale: 2}, r8)
+	ADDQ(stride, r8)
+	s := segs{si: si, r8: r8, stride: stride}
+
+	Comment("The tail first, so that its serial CRC32 chain overlaps the main loop.")
+	tail := GP64()
+	rt := GP64()
+	Load(Param("tail"), tail)
+	XORL(rt.As32(), rt.As32())
+	TESTQ(tail, tail)
+	JZ(LabelRef(name + "_notail"))
+	{
+		tp, q := GP64(), GP64()
+		LEAQ(Mem{Base: r8, Index: stride, Scale: 2}, tp)
+		ADDQ(stride, tp) // p + 6s
+		MOVQ(tail, q)
+		SHRQ(U8(3), q)
+		Label(name + "_tailq")
+		CRC32Q(Mem{Base: tp}, rt)
+		ADDQ(U8(8), tp)
+		DECQ(q)
+		JNZ(LabelRef(name + "_tailq"))
+		ANDQ(U8(7), tail)
+		JZ(LabelRef(name + "_notail"))
+		Label(name + "_tailb")
+		CRC32B(Mem{Base: tp}, rt.As32())
+		INCQ(tp)
+		DECQ(tail)
+		JNZ(LabelRef(name + "_tailb"))
+	}
+	Label(name + "_notail")
+
+	crcs := make([]reg.GPVirtual, v.crcSegs)
+	for c := range crcs {
+		crcs[c] = GP64()
+		XORL(crcs[c].As32(), crcs[c].As32())
+	}
+	kf := foldConst(v)
+	iter := GP64()
+	MOVQ(stride, iter)
+	SHRQ(U8(5), iter)
+	acc := lockstep(v, s, crcs, iter, kf, nil, name)
+	regs := append(append([]reg.GPVirtual{}, crcs...), reduceFold(v, acc)...)
+
+	Comment("Merge: reg·x^(8·6s) ⊕ r_0·x^(8·5s) ⊕ ... ⊕ r_4·x^(8s), one CRC32Q, ⊕ r_5.")
+	kp := Load(Param("k"), GP64())
+	in := GP32()
+	Load(Param("reg"), in)
+	sum := XMM()
+	clmulInto(v, sum, in.As64(), Mem{Base: kp, Disp: 8 * 5}, true)
+	for i := 0; i < 5; i++ {
+		clmulInto(v, sum, regs[i], Mem{Base: kp, Disp: 8 * (4 - i)}, false)
+	}
+	out := reduce64(v, sum)
+	XORQ(regs[5], out)
+
+	Comment("Move past the tail: out·x^(8·tail) ⊕ crc(tail).")
+	t2 := Load(Param("tail"), GP64())
+	TESTQ(t2, t2)
+	JZ(LabelRef(name + "_done"))
+	ktp := Load(Param("kt"), GP64())
+	x := XMM()
+	clmulInto(v, x, out, Mem{Base: ktp}, true)
+	out2 := reduce64(v, x)
+	XORQ(rt, out2)
+	MOVQ(out2, out)
+	Label(name + "_done")
+	if v.ymm {
+		VZEROUPPER()
+	}
+	Store(out.As32(), ReturnIndex(0))
+	RET()
+}
+
+// foldConst loads Fold[2] (both 128-bit lanes for YMM).
+func foldConst(v variant) reg.VecVirtual {
+	fp := Load(Param("fold"), GP64())
+	if v.ymm {
+		k := YMM()
+		VBROADCASTI128(Mem{Base: fp}, k)
+		return k
+	}
+	k := XMM()
+	MOVOU(Mem{Base: fp}, k)
+	return k
+}
+
+func blocks(v variant) {
+	name := "hybridBlocks" + v.suffix
+	TEXT(name, NOSPLIT, "func(dst *uint32, p *byte, groups, blockLen, stride int, fold *[2]uint64)")
+	Pragma("noescape")
+	Doc(append(append([]string{
+		name + " computes the finalised CRC-32C of 6·groups blocks",
+		"of blockLen bytes, the i-th at p[i·stride:], into dst[i], six blocks at",
+		"a time:"}, v.what...),
+		"",
+		"Preconditions: groups >= 1, blockLen >= 32, stride >= blockLen;",
+		"fold = &foldTable.Fold[2].",
+	)...)
+	kf := foldConst(v)
+	Comment("The initial CRC register, 0xffffffff, in the first 32 bits of a vector.")
+	ones := GP32()
+	MOVL(U32(0xffffffff), ones)
+	init := XMM()
+	if v.ymm {
+		VMOVD(ones, init)
+	} else {
+		MOVQ(ones.As64(), init)
+	}
+	p, dst := GP64(), GP64()
+	Load(Param("p"), p)
+	Load(Param("dst"), dst)
+	Label(name + "_group")
+	si, stride, r8 := GP64(), GP64(), GP64()
+	Load(Param("stride"), stride)
+	MOVQ(p, si)
+	LEAQ(Mem{Base: si, Index: stride, Scale: 2}, r8)
+	ADDQ(stride, r8)
+	s := segs{si: si, r8: r8, stride: stride}
+	crcs := make([]reg.GPVirtual, v.crcSegs)
+	for c := range crcs {
+		crcs[c] = GP64()
+		MOVL(U32(0xffffffff), crcs[c].As32())
+	}
+	iter := GP64()
+	Load(Param("blockLen"), iter)
+	SHRQ(U8(5), iter)
+	acc := lockstep(v, s, crcs, iter, kf, init, name)
+	regs := append(append([]reg.GPVirtual{}, crcs...), reduceFold(v, acc)...)
+
+	Comment("The last blockLen mod 32 bytes of every block.")
+	t := Load(Param("blockLen"), GP64())
+	for _, w := range []int{16, 8, 4, 2, 1} {
+		skip := fmt.Sprintf("%s_tail%d", name, w)
+		TESTQ(U32(w), t)
+		JZ(LabelRef(skip))
+		for k, r := range regs {
+			switch w {
+			case 16:
+				CRC32Q(s.addr(k, 0), r)
+				CRC32Q(s.addr(k, 8), r)
+			case 8:
+				CRC32Q(s.addr(k, 0), r)
+			case 4:
+				CRC32L(s.addr(k, 0), r.As32())
+			case 2:
+				CRC32W(s.addr(k, 0), r.As32())
+			case 1:
+				CRC32B(s.addr(k, 0), r.As32())
+			}
+		}
+		ADDQ(U8(w), si)
+		ADDQ(U8(w), r8)
+		Label(skip)
+	}
+	for k, r := range regs {
+		NOTL(r.As32())
+		MOVL(r.As32(), Mem{Base: dst, Disp: 4 * k})
+	}
+	ADDQ(U8(24), dst)
+	st := Load(Param("stride"), GP64())
+	LEAQ(Mem{Base: st, Index: st, Scale: 2}, st)
+	LEAQ(Mem{Base: p, Index: st, Scale: 2}, p) // p += 6·stride
+	groups, err := Param("groups").Resolve()
+	if err != nil {
+		panic(err)
+	}
+	DECQ(groups.Addr)
+	JNZ(LabelRef(name + "_group"))
+	if v.ymm {
+		VZEROUPPER()
+	}
+	RET()
+}
+
+func cpuid() {
+	TEXT("cpuid", NOSPLIT, "func(leaf, sub uint32) (eax, ebx, ecx, edx uint32)")
+	Doc(
+		"cpuid executes CPUID with EAX = leaf and ECX = sub. golang.org/x/sys/cpu",
+		"reports VPCLMULQDQ only together with AVX-512, but its VEX form on YMM",
+		"registers needs only AVX2 (AMD Zen 3, Intel Alder Lake); the feature check",
+		"in crc32c_hybrid_amd64.go reads leaf 7 itself, once, at start-up.",
+	)
+	Load(Param("leaf"), reg.EAX)
+	Load(Param("sub"), reg.ECX)
+	CPUID()
+	Store(reg.EAX, Return("eax"))
+	Store(reg.EBX, Return("ebx"))
+	Store(reg.ECX, Return("ecx"))
+	Store(reg.EDX, Return("edx"))
+	RET()
+}

@@ -1,0 +1,973 @@
+// Command fold generates the amd64 carry-less-multiply fold kernels of one
+// CRC: an assembly file and the Go declarations of its functions.
+//
+// Run it from kernels/_asm (go generate in each kernel package does):
+//
+//	go run ./fold -crc t10dif -out ../crct10dif/zfold_amd64.s -stubs ../crct10dif/zfold_amd64.go
+//
+// One description of the algorithm, parameterised by CRC width, bit order
+// (reflected or not) and vector width, yields every kernel:
+//
+//	PCLMUL  128-bit PCLMULQDQ, SSE encodings, XMM registers;
+//	AVX2    VPCLMULQDQ on YMM registers, VEX encodings (AVX2 + VPCLMULQDQ);
+//	AVX512  VPCLMULQDQ on ZMM registers, EVEX encodings, VPTERNLOGD for
+//	        three-way XORs (AVX512F/BW/VL + VPCLMULQDQ).
+//
+// Each kernel has two entry points. foldUpdateX(crc, p, tab) mirrors
+// crcmath.FoldUpdate: XOR the CRC register into the first lane, fold N vector
+// accumulators forward by N vectors at a time, collapse them into one vector,
+// fold the remaining whole vectors, collapse the vector's 16-byte lanes into
+// one, fold the remaining 16-byte lanes, and reduce (crcmath.Reduce: the
+// Final constant, then Barrett). foldBlocksX(dst, p, blockLen, stride, tab)
+// runs the same chain on G blocks at once, one vector accumulator per block,
+// so G independent multiply chains hide the multiplier's latency on short
+// blocks.
+//
+// The constants are never in the assembly: every kernel reads the
+// crcmath.FoldTable passed as its last argument, at fixed offsets (see
+// tableFinal etc. below; a test in each kernel package checks them). The only
+// data in the assembly is the byte-reversal shuffle of the unreflected CRC.
+//
+// The output depends only on the flags, so regenerating is reproducible.
+package main
+
+import (
+	"bytes"
+	"flag"
+	"fmt"
+	"go/format"
+	"go/token"
+	"go/types"
+	"log"
+	"os"
+	"strings"
+
+	"github.com/mmcloughlin/avo/attr"
+	"github.com/mmcloughlin/avo/build"
+	"github.com/mmcloughlin/avo/gotypes"
+	"github.com/mmcloughlin/avo/operand"
+	"github.com/mmcloughlin/avo/pass"
+	"github.com/mmcloughlin/avo/printer"
+	"github.com/mmcloughlin/avo/reg"
+)
+
+// Byte offsets of the crcmath.FoldTable fields (its doc comment fixes them).
+const (
+	tableFold  = 0    // Fold[i] at 16*i: {C(128i+64), C(128i)}
+	tableFinal = 1040 // Final: {C(64+w), 0}
+	tableMu    = 1056 // Mu, followed by Poly
+	tablePoly  = 1064
+	tableSize  = 1072
+	maxFold    = 64 // Fold has entries 0..64
+)
+
+// crcSpec is what the kernels need to know about a CRC; the constants come
+// from the table at run time.
+type crcSpec struct {
+	flag      string // -crc value
+	pkg       string
+	width     int  // w
+	reflected bool // RefIn = RefOut
+	onesXor   bool // init = xorout = all ones (else both zero)
+}
+
+var crcs = []crcSpec{
+	{flag: "t10dif", pkg: "crct10dif", width: 16},
+	{flag: "crc32c", pkg: "crc32c", width: 32, reflected: true, onesXor: true},
+	{flag: "crc64nvme", pkg: "crc64nvme", width: 64, reflected: true, onesXor: true},
+}
+
+// vecSpec is one vector width.
+type vecSpec struct {
+	name   string // function name suffix
+	bytes  int    // V: 16, 32 or 64
+	accs   int    // N: accumulators of the Update main loop
+	group  int    // G: blocks interleaved by Blocks (4 or 8)
+	desc   string // for the doc comments
+	cpu    string // required features, for the doc comments
+	minLen int    // documented precondition of Blocks' blockLen
+}
+
+var vecs = []vecSpec{
+	{name: "PCLMUL", bytes: 16, accs: 8, group: 8,
+		desc: "PCLMULQDQ on XMM registers (SSE encodings)",
+		cpu:  "PCLMULQDQ, SSSE3 and SSE4.1"},
+	{name: "AVX2", bytes: 32, accs: 8, group: 8,
+		desc: "VPCLMULQDQ on YMM registers (VEX encodings)",
+		cpu:  "AVX2 and VPCLMULQDQ"},
+	{name: "AVX512", bytes: 64, accs: 8, group: 8,
+		desc: "VPCLMULQDQ on ZMM registers (EVEX encodings, VPTERNLOGD)",
+		cpu:  "AVX512F, AVX512BW, AVX512VL, AVX2 and VPCLMULQDQ"},
+}
+
+func main() {
+	log.SetFlags(0)
+	log.SetPrefix("fold: ")
+	// A flag set of our own: avo's build package registers its flags on
+	// the default one.
+	fs := flag.NewFlagSet("fold", flag.ExitOnError)
+	crcFlag := fs.String("crc", "", "t10dif, crc32c or crc64nvme")
+	out := fs.String("out", "", "assembly output file")
+	stubs := fs.String("stubs", "", "Go declarations output file")
+	fs.Parse(os.Args[1:])
+	var spec *crcSpec
+	for i := range crcs {
+		if crcs[i].flag == *crcFlag {
+			spec = &crcs[i]
+		}
+	}
+	if spec == nil || *out == "" || *stubs == "" {
+		log.Fatal("usage: fold -crc t10dif|crc32c|crc64nvme -out file.s -stubs file.go")
+	}
+	cmd := fmt.Sprintf("go run ./fold -crc %s -out %s -stubs %s", spec.flag, *out, *stubs)
+
+	ctx := build.NewContext()
+	ctx.ConstraintExpr("!purego")
+	var mask operand.Mem
+	if !spec.reflected {
+		mask = ctx.StaticGlobal("bswapMask")
+		ctx.DataAttributes(attr.RODATA | attr.NOPTR)
+		// PSHUFB control that reverses the 16 bytes of a lane: result byte
+		// i is source byte 15-i (bytes 0f 0e .. 00, little-endian words).
+		ctx.AddDatum(0, operand.U64(0x08090a0b0c0d0e0f))
+		ctx.AddDatum(8, operand.U64(0x0001020304050607))
+	}
+	for _, v := range vecs {
+		g := &gen{c: ctx, crc: *spec, v: v, mask: mask, sse: v.bytes == 16}
+		g.update()
+		g.blocks()
+	}
+	genCPUID(ctx)
+
+	f, err := ctx.Result()
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := pass.Compile.Execute(f); err != nil {
+		log.Fatal(err)
+	}
+	cfg := printer.Config{Name: "fold", Argv: strings.Fields(cmd), Pkg: spec.pkg}
+	asm, err := printer.NewGoAsm(cfg).Print(f)
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := os.WriteFile(*out, asm, 0o644); err != nil {
+		log.Fatal(err)
+	}
+	src, err := writeStubs(*spec, cfg.GeneratedWarning())
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := os.WriteFile(*stubs, src, 0o644); err != nil {
+		log.Fatal(err)
+	}
+}
+
+// Signatures. avo needs go/types signatures to name the frame arguments; the
+// table type is built by hand (this module cannot import crcmath), with the
+// field layout the offsets above describe.
+
+var (
+	crcmathPkg = types.NewPackage("github.com/difctl/difctl/kernels/internal/crcmath", "crcmath")
+	foldTable  = func() *types.Named {
+		u64 := types.Typ[types.Uint64]
+		pair := types.NewArray(u64, 2)
+		st := types.NewStruct([]*types.Var{
+			types.NewField(token.NoPos, crcmathPkg, "Fold", types.NewArray(pair, maxFold+1), false),
+			types.NewField(token.NoPos, crcmathPkg, "Final", pair, false),
+			types.NewField(token.NoPos, crcmathPkg, "Mu", u64, false),
+			types.NewField(token.NoPos, crcmathPkg, "Poly", u64, false),
+		}, nil)
+		return types.NewNamed(types.NewTypeName(token.NoPos, crcmathPkg, "FoldTable", nil), st, nil)
+	}()
+)
+
+// byteType prints as "byte" in the generated comments.
+var byteType = types.Universe.Lookup("byte").Type()
+
+func wordType(w int) types.Type {
+	switch w {
+	case 16:
+		return types.Typ[types.Uint16]
+	case 32:
+		return types.Typ[types.Uint32]
+	}
+	return types.Typ[types.Uint64]
+}
+
+func param(name string, t types.Type) *types.Var { return types.NewParam(token.NoPos, nil, name, t) }
+
+func signature(params, results []*types.Var) *gotypes.Signature {
+	return gotypes.NewSignature(nil, types.NewSignatureType(nil, nil, nil,
+		types.NewTuple(params...), types.NewTuple(results...), false))
+}
+
+func updateSig(w int) *gotypes.Signature {
+	word := wordType(w)
+	return signature([]*types.Var{
+		param("crc", word),
+		param("p", types.NewSlice(byteType)),
+		param("tab", types.NewPointer(foldTable)),
+	}, []*types.Var{param("ret", word)})
+}
+
+func blocksSig(w int) *gotypes.Signature {
+	return signature([]*types.Var{
+		param("dst", types.NewSlice(wordType(w))),
+		param("p", types.NewSlice(byteType)),
+		param("blockLen", types.Typ[types.Int]),
+		param("stride", types.Typ[types.Int]),
+		param("tab", types.NewPointer(foldTable)),
+	}, nil)
+}
+
+// Register file.
+var (
+	xmm = []reg.VecPhysical{reg.X0, reg.X1, reg.X2, reg.X3, reg.X4, reg.X5, reg.X6, reg.X7,
+		reg.X8, reg.X9, reg.X10, reg.X11, reg.X12, reg.X13, reg.X14, reg.X15,
+		reg.X16, reg.X17, reg.X18, reg.X19, reg.X20, reg.X21, reg.X22, reg.X23}
+	ymm = []reg.VecPhysical{reg.Y0, reg.Y1, reg.Y2, reg.Y3, reg.Y4, reg.Y5, reg.Y6, reg.Y7,
+		reg.Y8, reg.Y9, reg.Y10, reg.Y11, reg.Y12, reg.Y13, reg.Y14, reg.Y15,
+		reg.Y16, reg.Y17, reg.Y18, reg.Y19, reg.Y20, reg.Y21, reg.Y22, reg.Y23}
+	zmm = []reg.VecPhysical{reg.Z0, reg.Z1, reg.Z2, reg.Z3, reg.Z4, reg.Z5, reg.Z6, reg.Z7,
+		reg.Z8, reg.Z9, reg.Z10, reg.Z11, reg.Z12, reg.Z13, reg.Z14, reg.Z15,
+		reg.Z16, reg.Z17, reg.Z18, reg.Z19, reg.Z20, reg.Z21, reg.Z22, reg.Z23}
+)
+
+// Fixed vector register roles (indices). Accumulators are 0..7.
+const (
+	rK     = 8  // fold constant of the current loop, broadcast to every lane
+	rMask  = 9  // byte-reversal shuffle (unreflected CRCs)
+	rSeed  = 10 // CRC register positioned in lane 0
+	rT1    = 11 // temporaries
+	rT2    = 12
+	rK1    = 13 // Fold[1] for the 16-byte tail loop (XMM)
+	rT3    = 14
+	rT4    = 15
+	rRev   = 16 // AVX512: {Fold[3], Fold[2], Fold[1], 0}, the lane collapse
+	rData0 = 17 // AVX512: loads of the unreflected CRC (one per accumulator)
+)
+
+type gen struct {
+	c    *build.Context
+	crc  crcSpec
+	v    vecSpec
+	mask operand.Mem
+	sse  bool // legacy SSE encodings (the PCLMUL kernel)
+	tab  reg.GPPhysical
+}
+
+func (g *gen) lanes() int { return g.v.bytes / 16 }
+
+// vec returns vector register i at width bytes (16, 32, 64).
+func vec(i, bytes int) reg.VecPhysical {
+	switch bytes {
+	case 16:
+		return xmm[i]
+	case 32:
+		return ymm[i]
+	}
+	return zmm[i]
+}
+
+func (g *gen) V(i int) reg.VecPhysical { return vec(i, g.v.bytes) }
+func (g *gen) X(i int) reg.VecPhysical { return xmm[i] }
+
+func mem(base reg.Register, disp int) operand.Mem { return operand.Mem{Base: base, Disp: disp} }
+
+func (g *gen) fold(i int) operand.Mem { return mem(g.tab, tableFold+16*i) }
+
+func width(r reg.VecPhysical) int { return int(r.Size()) }
+
+// Immediates of the two multiplies of a fold: Hi·k[0] and Lo·k[1], where the
+// constant register holds k[0] in its low quadword. Unreflected lanes keep Hi
+// in the high quadword, reflected lanes in the low one (crcmath.Load).
+func (g *gen) immHi() operand.U8 {
+	if g.crc.reflected {
+		return 0x00
+	}
+	return 0x01
+}
+
+func (g *gen) immLo() operand.U8 {
+	if g.crc.reflected {
+		return 0x11
+	}
+	return 0x10
+}
+
+// Instruction helpers: the register width picks the encoding (SSE in the
+// PCLMUL kernel, VEX for XMM/YMM otherwise, EVEX for ZMM).
+
+func (g *gen) load(dst reg.VecPhysical, m operand.Mem) {
+	switch {
+	case width(dst) == 64:
+		g.c.VMOVDQU64(m, dst)
+	case g.sse:
+		g.c.MOVOU(m, dst)
+	default:
+		g.c.VMOVDQU(m, dst)
+	}
+	if !g.crc.reflected {
+		g.shuffle(dst)
+	}
+}
+
+func (g *gen) shuffle(r reg.VecPhysical) {
+	m := vec(rMask, width(r))
+	if g.sse {
+		g.c.PSHUFB(m, r)
+	} else {
+		g.c.VPSHUFB(m, r, r)
+	}
+}
+
+func (g *gen) bcast(dst reg.VecPhysical, m operand.Mem) {
+	switch width(dst) {
+	case 16:
+		if g.sse {
+			g.c.MOVOU(m, dst)
+		} else {
+			g.c.VMOVDQU(m, dst)
+		}
+	case 32:
+		g.c.VBROADCASTI128(m, dst)
+	default:
+		g.c.VBROADCASTI32X4(m, dst)
+	}
+}
+
+func (g *gen) xor(dst, a reg.VecPhysical, b operand.Op) {
+	switch {
+	case g.sse:
+		if dst != a {
+			g.c.MOVO(a, dst)
+		}
+		g.c.PXOR(b, dst)
+	case width(dst) == 64:
+		g.c.VPXORQ(b, a, dst)
+	default:
+		g.c.VPXOR(b, a, dst)
+	}
+}
+
+// xor3 sets dst ^= a ^ b.
+func (g *gen) xor3(dst, a reg.VecPhysical, b operand.Op) {
+	if width(dst) == 64 {
+		g.c.VPTERNLOGD(operand.U8(0x96), b, a, dst)
+		return
+	}
+	g.xor(dst, dst, a)
+	g.xor(dst, dst, b)
+}
+
+// clmul sets dst = a.q(imm&1) · k.q(imm>>4&1).
+func (g *gen) clmul(imm operand.U8, k operand.Op, a, dst reg.VecPhysical) {
+	if g.sse {
+		if dst != a {
+			g.c.MOVO(a, dst)
+		}
+		g.c.PCLMULQDQ(imm, k, dst)
+		return
+	}
+	g.c.VPCLMULQDQ(imm, k, a, dst)
+}
+
+// foldInto sets acc = Hi(acc)·k[0] ⊕ Lo(acc)·k[1] ⊕ data, t a temporary.
+func (g *gen) foldInto(acc reg.VecPhysical, k operand.Op, data operand.Op, t reg.VecPhysical) {
+	g.clmul(g.immHi(), k, acc, t)
+	g.clmul(g.immLo(), k, acc, acc)
+	g.xor3(acc, t, data)
+}
+
+// data returns the operand holding the vector at m: the memory itself where
+// the instruction can take it (reflected, VEX/EVEX), else a register loaded
+// (and byte-reversed) from it.
+func (g *gen) data(m operand.Mem, scratch reg.VecPhysical) operand.Op {
+	if g.crc.reflected && !g.sse {
+		return m
+	}
+	g.load(scratch, m)
+	return scratch
+}
+
+func (g *gen) psrldq(n int, src, dst reg.VecPhysical) {
+	if g.sse {
+		if dst != src {
+			g.c.MOVO(src, dst)
+		}
+		g.c.PSRLDQ(operand.U8(n), dst)
+		return
+	}
+	g.c.VPSRLDQ(operand.U8(n), src, dst)
+}
+
+func (g *gen) pslldq(n int, src, dst reg.VecPhysical) {
+	if g.sse {
+		if dst != src {
+			g.c.MOVO(src, dst)
+		}
+		g.c.PSLLDQ(operand.U8(n), dst)
+		return
+	}
+	g.c.VPSLLDQ(operand.U8(n), src, dst)
+}
+
+// movqZX copies the low quadword of src to dst and clears the rest.
+func (g *gen) movqZX(src, dst reg.VecPhysical) {
+	if g.sse {
+		g.c.MOVQ(src, dst)
+		return
+	}
+	g.c.VMOVQ(src, dst)
+}
+
+func (g *gen) toGPR(src reg.VecPhysical, dst reg.GPPhysical) {
+	if g.sse {
+		g.c.MOVQ(src, dst)
+		return
+	}
+	g.c.VMOVQ(src, dst)
+}
+
+func (g *gen) highToGPR(src reg.VecPhysical, dst reg.GPPhysical) {
+	if g.sse {
+		g.c.PEXTRQ(operand.U8(1), src, dst)
+		return
+	}
+	g.c.VPEXTRQ(operand.U8(1), src, dst)
+}
+
+func (g *gen) fromGPR(src reg.GPPhysical, dst reg.VecPhysical) {
+	if g.sse {
+		g.c.MOVQ(src, dst)
+		return
+	}
+	g.c.VMOVQ(src, dst)
+}
+
+// seedVector puts the CRC register held in AX (stored form, w bits) into
+// lane 0 of rSeed, where crcmath.InitLane XORs it: the low quadword of a
+// reflected lane, the top bits of the high quadword of an unreflected one.
+// The rest of the register is zero.
+func (g *gen) seedVector() {
+	if !g.crc.reflected {
+		g.c.SHLQ(operand.U8(64-g.crc.width), reg.RAX)
+	}
+	g.fromGPR(reg.RAX, g.X(rSeed))
+	if !g.crc.reflected {
+		g.pslldq(8, g.X(rSeed), g.X(rSeed))
+	}
+}
+
+func (g *gen) loadMask() {
+	if g.crc.reflected {
+		return
+	}
+	g.bcast(g.V(rMask), g.mask)
+}
+
+// collapseLanes folds the lanes of vector register acc into its lane 0 (the
+// XMM register of the same number), leaving the result there.
+// crcmath.FoldUpdate's collapse, within one vector: lane i of m is folded by
+// Fold[m-1-i] and the last lane is added as is.
+func (g *gen) collapseLanes(acc int) {
+	switch g.lanes() {
+	case 1:
+	case 2:
+		g.c.VEXTRACTI128(operand.U8(1), g.V(acc), g.X(rT3))
+		g.foldInto(g.X(acc), g.X(rK1), g.X(rT3), g.X(rT1))
+	case 4:
+		// rRev = {Fold[3], Fold[2], Fold[1], Fold[0] = 0}: one multiply
+		// pair folds lanes 0..2 and clears lane 3, which is added back.
+		g.clmul(g.immHi(), g.V(rRev), g.V(acc), g.V(rT1))
+		g.clmul(g.immLo(), g.V(rRev), g.V(acc), g.V(rT2))
+		g.c.VEXTRACTI32X4(operand.U8(3), g.V(acc), g.X(rT3))
+		g.c.VPXORQ(g.V(rT2), g.V(rT1), g.V(rT1))
+		g.c.VEXTRACTI64X4(operand.U8(1), g.V(rT1), ymm[rT2])
+		g.c.VPXOR(ymm[rT2], ymm[rT1], ymm[rT1])
+		g.c.VEXTRACTI128(operand.U8(1), ymm[rT1], g.X(rT2))
+		g.c.VPXOR(g.X(rT2), g.X(rT1), g.X(rT1))
+		g.c.VPXOR(g.X(rT3), g.X(rT1), g.X(acc))
+	}
+}
+
+func (g *gen) loadLaneConsts() {
+	if g.lanes() > 1 {
+		g.c.Comment("Fold[1] for the 16-byte lanes.")
+		g.bcast(g.X(rK1), g.fold(1))
+	}
+	if g.lanes() == 4 {
+		g.c.Comment("{Fold[3], Fold[2], Fold[1], Fold[0]}: lane i of 4 folds by Fold[3-i].")
+		g.c.VMOVDQU64(g.fold(0), g.V(rRev))
+		g.c.VSHUFI64X2(operand.U8(0x1b), g.V(rRev), g.V(rRev), g.V(rRev))
+	}
+}
+
+// reduce mirrors crcmath.Reduce on lane x: T = Hi·C(64+w) ⊕ Lo·x^w, then
+// Barrett with mu and p. It leaves the CRC register (stored form, before
+// xorout) in out, zero-extended. It uses rT1, rT2, rT3 and, in the SSE
+// kernel, rT4 and rK; GPR tmp is clobbered for w = 64.
+func (g *gen) reduce(x reg.VecPhysical, out reg.GPPhysical) {
+	w := g.crc.width
+	t, s, c := g.X(rT1), g.X(rT2), g.X(rT3)
+	var final, muPoly operand.Op = mem(g.tab, tableFinal), mem(g.tab, tableMu)
+	if g.sse {
+		// Legacy SSE memory operands must be aligned; the table is not.
+		g.c.MOVOU(final, g.X(rT4))
+		g.c.MOVOU(muPoly, g.X(rK))
+		final, muPoly = g.X(rT4), g.X(rK)
+	}
+	if !g.crc.reflected {
+		g.clmul(0x01, final, x, t) // Hi·C(64+w), Hi in the high quadword
+		g.movqZX(x, s)             // Lo
+		g.pslldq(w/8, s, s)        // Lo·x^w
+		g.xor(t, t, s)             // T, degree < 64+w
+		g.psrldq(w/8, t, s)        // Q = T div x^w in the low quadword
+		g.clmul(0x00, muPoly, s, c)
+		g.psrldq(8, c, c)           // floor(Q·mu_low / x^64)
+		g.xor(s, s, c)              // q = floor(T / P)
+		g.clmul(0x10, muPoly, s, c) // q·p
+		g.xor(t, t, c)              // low w bits: T mod x^w ⊕ q·p mod x^w
+		g.toGPR(t, out)
+		switch w {
+		case 16:
+			g.c.MOVWQZX(out.As16(), out)
+		case 32:
+			g.c.MOVL(out.As32(), out.As32())
+		}
+		return
+	}
+	// Reflected: bit i of the lane is the coefficient of x^(127-i).
+	g.clmul(0x00, final, x, t) // Hi·C(64+w), Hi in the low quadword
+	g.psrldq(8, x, s)          // Lo moved to the low quadword: Lo·x^64
+	if w < 64 {
+		g.pslldq((64-w)/8, s, s) // Lo·x^w
+	}
+	g.xor(t, t, s) // T, in bits 64-w .. 127
+	q := t
+	if w < 64 {
+		g.psrldq((64-w)/8, t, s) // Q = T div x^w in the low quadword
+		q = s
+	}
+	g.clmul(0x00, muPoly, q, c) // x·Q·mu_low
+	g.shiftq(true, 1, c, c)     // floor(Q·mu_low / x^64) in the low quadword
+	g.xor(s, q, c)              // q
+	g.clmul(0x10, muPoly, s, c) // x·q·p
+	// CRC = top w bits of T ⊕ the w bits of x·q·p ending at bit 126, which
+	// are the top w bits of x·q·p shifted left by one over 128 bits.
+	g.shiftq(true, 1, c, s) // per quadword
+	if w == 64 {
+		// The bit that crosses from the low quadword into the high one.
+		g.shiftq(false, 63, c, c)
+		g.pslldq(8, c, c)
+		g.xor(s, s, c)
+	}
+	g.xor(t, t, s)
+	g.highToGPR(t, out)
+	if w < 64 {
+		g.c.SHRQ(operand.U8(64-w), out)
+	}
+}
+
+// shiftq shifts each quadword of src by n into dst, left or right.
+func (g *gen) shiftq(left bool, n int, src, dst reg.VecPhysical) {
+	switch {
+	case g.sse:
+		if dst != src {
+			g.c.MOVO(src, dst)
+		}
+		if left {
+			g.c.PSLLQ(operand.U8(n), dst)
+		} else {
+			g.c.PSRLQ(operand.U8(n), dst)
+		}
+	case left:
+		g.c.VPSLLQ(operand.U8(n), src, dst)
+	default:
+		g.c.VPSRLQ(operand.U8(n), src, dst)
+	}
+}
+
+// finish applies xorout to the register in r.
+func (g *gen) finish(r reg.GPPhysical) {
+	if !g.crc.onesXor {
+		return
+	}
+	switch g.crc.width {
+	case 32:
+		g.c.NOTL(r.As32())
+	case 64:
+		g.c.NOTQ(r)
+	default:
+		g.c.XORQ(operand.U32(1<<g.crc.width-1), r)
+	}
+}
+
+func (g *gen) label(s string) string { return s + g.v.name }
+
+func (g *gen) update() {
+	c := g.c
+	V, N, m := g.v.bytes, g.v.accs, g.lanes()
+	name := "foldUpdate" + g.v.name
+	c.Function(name)
+	c.Attributes(attr.NOSPLIT)
+	c.Signature(updateSig(g.crc.width))
+	g.tab = reg.RDX
+	p, n := reg.RSI, reg.RCX
+	c.Load(c.Param("tab"), g.tab)
+	c.Load(c.Param("p").Base(), p)
+	c.Load(c.Param("p").Len(), n)
+	c.Load(c.Param("crc"), reg.RAX)
+	c.Comment("The CRC register (xorout undone) goes into the first lane.")
+	if g.crc.onesXor {
+		g.finish(reg.RAX)
+	}
+	g.seedVector()
+	g.loadMask()
+	g.loadLaneConsts()
+
+	lSmall, lSingle, lLanes, lTiny, lTail, lTailLoop, lReduce, lLoop, lCollapse :=
+		g.label("small"), g.label("single"), g.label("lanes"), g.label("tiny"),
+		g.label("tail"), g.label("tailloop"), g.label("reduce"), g.label("loop"), g.label("collapse")
+	stepN := N * V
+
+	c.Comment(fmt.Sprintf("%d accumulators, %d bytes per iteration, from %d bytes on.", N, stepN, stepN))
+	c.CMPQ(n, operand.U32(stepN))
+	c.JB(operand.LabelRef(lSmall))
+	for j := 0; j < N; j++ {
+		g.load(g.V(j), mem(p, j*V))
+	}
+	g.xor(g.V(0), g.V(0), g.V(rSeed))
+	c.ADDQ(operand.U32(stepN), p)
+	c.SUBQ(operand.U32(stepN), n)
+	c.Comment(fmt.Sprintf("Fold[%d]: forward by %d bytes.", N*m, stepN))
+	g.bcast(g.V(rK), g.fold(N*m))
+	c.CMPQ(n, operand.U32(stepN))
+	c.JB(operand.LabelRef(lCollapse))
+	c.Label(lLoop)
+	for j := 0; j < N; j++ {
+		d := g.data(mem(p, j*V), g.dataReg(j))
+		g.foldInto(g.V(j), g.V(rK), d, g.V(rT1))
+	}
+	c.ADDQ(operand.U32(stepN), p)
+	c.SUBQ(operand.U32(stepN), n)
+	c.CMPQ(n, operand.U32(stepN))
+	c.JAE(operand.LabelRef(lLoop))
+
+	c.Label(lCollapse)
+	c.Comment("Collapse: accumulator j folds forward by the N-1-j vectors after it.")
+	for j := 0; j < N-1; j++ {
+		g.bcast(g.V(rK), g.fold((N-1-j)*m))
+		g.clmul(g.immHi(), g.V(rK), g.V(j), g.V(rT1))
+		g.clmul(g.immLo(), g.V(rK), g.V(j), g.V(j))
+		g.xor(g.V(j), g.V(j), g.V(rT1))
+	}
+	g.xorTree(N)
+	if V == 16 {
+		c.JMP(operand.LabelRef(lTail))
+	} else {
+		c.JMP(operand.LabelRef(lSingle))
+	}
+
+	c.Label(lSmall)
+	if V > 16 {
+		c.CMPQ(n, operand.U32(V))
+		c.JB(operand.LabelRef(lTiny))
+		g.load(g.V(0), mem(p, 0))
+		g.xor(g.V(0), g.V(0), g.V(rSeed))
+		c.ADDQ(operand.U32(V), p)
+		c.SUBQ(operand.U32(V), n)
+
+		c.Label(lSingle)
+		c.Comment(fmt.Sprintf("Whole vectors: Fold[%d], forward by %d bytes.", m, V))
+		g.bcast(g.V(rK), g.fold(m))
+		c.CMPQ(n, operand.U32(V))
+		c.JB(operand.LabelRef(lLanes))
+		l := g.label("singleloop")
+		c.Label(l)
+		g.foldInto(g.V(0), g.V(rK), g.data(mem(p, 0), g.V(rT2)), g.V(rT1))
+		c.ADDQ(operand.U32(V), p)
+		c.SUBQ(operand.U32(V), n)
+		c.CMPQ(n, operand.U32(V))
+		c.JAE(operand.LabelRef(l))
+		c.Label(lLanes)
+		g.collapseLanes(0)
+		c.JMP(operand.LabelRef(lTail))
+
+		c.Label(lTiny)
+	}
+	g.load(g.X(0), mem(p, 0))
+	g.xor(g.X(0), g.X(0), g.X(rSeed))
+	c.ADDQ(operand.U32(16), p)
+	c.SUBQ(operand.U32(16), n)
+
+	c.Label(lTail)
+	c.Comment("16-byte lanes: Fold[1].")
+	c.CMPQ(n, operand.U32(16))
+	c.JB(operand.LabelRef(lReduce))
+	if V == 16 {
+		g.bcast(g.X(rK1), g.fold(1))
+	}
+	c.Label(lTailLoop)
+	g.foldInto(g.X(0), g.X(rK1), g.data16(mem(p, 0), g.X(rT2)), g.X(rT1))
+	c.ADDQ(operand.U32(16), p)
+	c.SUBQ(operand.U32(16), n)
+	c.CMPQ(n, operand.U32(16))
+	c.JAE(operand.LabelRef(lTailLoop))
+
+	c.Label(lReduce)
+	g.reduce(g.X(0), reg.RAX)
+	g.finish(reg.RAX)
+	switch g.crc.width {
+	case 16:
+		c.Store(reg.AX, c.ReturnIndex(0))
+	case 32:
+		c.Store(reg.EAX, c.ReturnIndex(0))
+	default:
+		c.Store(reg.RAX, c.ReturnIndex(0))
+	}
+	if !g.sse {
+		c.VZEROUPPER()
+	}
+	c.RET()
+}
+
+// dataReg is the register an unreflected (or SSE) load for accumulator j
+// goes through.
+func (g *gen) dataReg(j int) reg.VecPhysical {
+	if g.v.bytes == 64 {
+		return g.V(rData0 + j%4)
+	}
+	return g.V(rT2)
+}
+
+func (g *gen) data16(m operand.Mem, scratch reg.VecPhysical) operand.Op {
+	return g.data(m, scratch)
+}
+
+// xorTree XORs accumulators 0..n-1 pairwise into accumulator 0.
+func (g *gen) xorTree(n int) {
+	regs := make([]int, n)
+	for i := range regs {
+		regs[i] = i
+	}
+	for len(regs) > 1 {
+		var next []int
+		i := 0
+		for ; i+2 < len(regs) && g.v.bytes == 64; i += 3 {
+			g.xor3(g.V(regs[i]), g.V(regs[i+1]), g.V(regs[i+2]))
+			next = append(next, regs[i])
+		}
+		for ; i+1 < len(regs); i += 2 {
+			g.xor(g.V(regs[i]), g.V(regs[i]), g.V(regs[i+1]))
+			next = append(next, regs[i])
+		}
+		if i < len(regs) {
+			next = append(next, regs[i])
+		}
+		regs = next
+	}
+}
+
+func (g *gen) store(r reg.GPPhysical, m operand.Mem) {
+	switch g.crc.width {
+	case 16:
+		g.c.MOVW(r.As16(), m)
+	case 32:
+		g.c.MOVL(r.As32(), m)
+	default:
+		g.c.MOVQ(r, m)
+	}
+}
+
+// blocks generates foldBlocksX: G blocks at once, each with one vector
+// accumulator, from the first vector of every block to its last whole 16-byte
+// lane.
+func (g *gen) blocks() {
+	c := g.c
+	V, G, m := g.v.bytes, g.v.group, g.lanes()
+	name := "foldBlocks" + g.v.name
+	c.Function(name)
+	c.Attributes(attr.NOSPLIT)
+	c.Signature(blocksSig(g.crc.width))
+	g.tab = reg.RDX
+	dst, cnt, p, blockLen := reg.RDI, reg.R8, reg.RSI, reg.RBX
+	s1, s3, s5, s7 := reg.R9, reg.R10, reg.R11, reg.R12
+	cur, n := reg.R13, reg.RCX
+	c.Load(c.Param("tab"), g.tab)
+	c.Load(c.Param("dst").Base(), dst)
+	c.Load(c.Param("dst").Len(), cnt)
+	c.Load(c.Param("p").Base(), p)
+	c.Load(c.Param("blockLen"), blockLen)
+	c.Load(c.Param("stride"), s1)
+	c.Comment("Block j of a group starts at p + j*stride.")
+	c.LEAQ(operand.Mem{Base: s1, Index: s1, Scale: 2}, s3)
+	if G == 8 {
+		c.LEAQ(operand.Mem{Base: s1, Index: s1, Scale: 4}, s5)
+		c.LEAQ(operand.Mem{Base: s3, Index: s1, Scale: 4}, s7)
+	}
+	blockAddr := func(j, disp int) operand.Mem {
+		switch j {
+		case 0:
+			return mem(cur, disp)
+		case 1:
+			return operand.Mem{Base: cur, Index: s1, Scale: 1, Disp: disp}
+		case 2:
+			return operand.Mem{Base: cur, Index: s1, Scale: 2, Disp: disp}
+		case 3:
+			return operand.Mem{Base: cur, Index: s3, Scale: 1, Disp: disp}
+		case 4:
+			return operand.Mem{Base: cur, Index: s1, Scale: 4, Disp: disp}
+		case 5:
+			return operand.Mem{Base: cur, Index: s5, Scale: 1, Disp: disp}
+		case 6:
+			return operand.Mem{Base: cur, Index: s3, Scale: 2, Disp: disp}
+		}
+		return operand.Mem{Base: cur, Index: s7, Scale: 1, Disp: disp}
+	}
+	seeded := g.crc.onesXor
+	if seeded {
+		c.Comment("Every block starts from the initial register, all ones.")
+		c.MOVQ(operand.I64(-1), reg.RAX)
+		if g.crc.width < 64 {
+			c.MOVL(reg.EAX, reg.EAX)
+		}
+		g.seedVector()
+	}
+	g.loadMask()
+	g.loadLaneConsts()
+	if V == 16 {
+		g.bcast(g.X(rK1), g.fold(1))
+	} else {
+		c.Comment(fmt.Sprintf("Fold[%d]: forward by %d bytes.", m, V))
+		g.bcast(g.V(rK), g.fold(m))
+	}
+
+	lGroup, lLoop, lLanes, lTail, lTailLoop, lReduce :=
+		g.label("bgroup"), g.label("bloop"), g.label("blanes"), g.label("btail"),
+		g.label("btailloop"), g.label("breduce")
+	c.Label(lGroup)
+	c.MOVQ(p, cur)
+	c.MOVQ(blockLen, n)
+	for j := 0; j < G; j++ {
+		g.load(g.V(j), blockAddr(j, 0))
+		if seeded {
+			g.xor(g.V(j), g.V(j), g.V(rSeed))
+		}
+	}
+	c.ADDQ(operand.U32(V), cur)
+	c.SUBQ(operand.U32(V), n)
+	if V > 16 {
+		c.Label(lLoop)
+		c.CMPQ(n, operand.U32(V))
+		c.JB(operand.LabelRef(lLanes))
+		for j := 0; j < G; j++ {
+			g.foldInto(g.V(j), g.V(rK), g.data(blockAddr(j, 0), g.dataReg(j)), g.V(rT1))
+		}
+		c.ADDQ(operand.U32(V), cur)
+		c.SUBQ(operand.U32(V), n)
+		c.JMP(operand.LabelRef(lLoop))
+		c.Label(lLanes)
+		for j := 0; j < G; j++ {
+			g.collapseLanes(j)
+		}
+	}
+	c.Label(lTail)
+	c.CMPQ(n, operand.U32(16))
+	c.JB(operand.LabelRef(lReduce))
+	c.Label(lTailLoop)
+	for j := 0; j < G; j++ {
+		g.foldInto(g.X(j), g.X(rK1), g.data(blockAddr(j, 0), g.X(rT2)), g.X(rT1))
+	}
+	c.ADDQ(operand.U32(16), cur)
+	c.SUBQ(operand.U32(16), n)
+	c.CMPQ(n, operand.U32(16))
+	c.JAE(operand.LabelRef(lTailLoop))
+
+	c.Label(lReduce)
+	wb := g.crc.width / 8
+	for j := 0; j < G; j++ {
+		g.reduce(g.X(j), reg.RAX)
+		g.finish(reg.RAX)
+		g.store(reg.RAX, mem(dst, j*wb))
+	}
+	c.ADDQ(operand.U32(G*wb), dst)
+	c.LEAQ(operand.Mem{Base: p, Index: s1, Scale: uint8(G)}, p)
+	c.SUBQ(operand.U32(G), cnt)
+	c.JNZ(operand.LabelRef(lGroup))
+	if !g.sse {
+		c.VZEROUPPER()
+	}
+	c.RET()
+}
+
+func genCPUID(c *build.Context) {
+	u32 := types.Typ[types.Uint32]
+	c.Function("cpuid")
+	c.Attributes(attr.NOSPLIT)
+	c.Signature(signature(
+		[]*types.Var{param("leaf", u32), param("subleaf", u32)},
+		[]*types.Var{param("eax", u32), param("ebx", u32), param("ecx", u32), param("edx", u32)}))
+	c.Load(c.Param("leaf"), reg.EAX)
+	c.Load(c.Param("subleaf"), reg.ECX)
+	c.CPUID()
+	c.Store(reg.EAX, c.Return("eax"))
+	c.Store(reg.EBX, c.Return("ebx"))
+	c.Store(reg.ECX, c.Return("ecx"))
+	c.Store(reg.EDX, c.Return("edx"))
+	c.RET()
+}
+
+// writeStubs renders the Go declarations of the generated functions.
+func writeStubs(spec crcSpec, warning string) ([]byte, error) {
+	var b bytes.Buffer
+	word := wordType(spec.width).String()
+	fmt.Fprintf(&b, "// %s\n\n//go:build !purego\n\npackage %s\n\n", warning, spec.pkg)
+	fmt.Fprintf(&b, "import \"github.com/difctl/difctl/kernels/internal/crcmath\"\n\n")
+	fmt.Fprintf(&b, "// Byte offsets of the crcmath.FoldTable fields that the kernels assume.\n")
+	fmt.Fprintf(&b, "const (\n\tfoldTableFold = %d\n\tfoldTableFinal = %d\n\tfoldTableMu = %d\n\tfoldTablePoly = %d\n\tfoldTableSize = %d\n)\n\n",
+		tableFold, tableFinal, tableMu, tablePoly, tableSize)
+	fmt.Fprintf(&b, "// Shapes of the kernels: bytes per vector, Update accumulators, blocks\n// interleaved by Blocks.\nconst (\n")
+	for _, v := range vecs {
+		fmt.Fprintf(&b, "\tfoldVec%s = %d\n\tfoldAccs%s = %d\n\tfoldGroup%s = %d\n", v.name, v.bytes, v.name, v.accs, v.name, v.group)
+	}
+	fmt.Fprintf(&b, ")\n\n")
+	order := "reflected"
+	if !spec.reflected {
+		order = "unreflected, lanes loaded byte-reversed"
+	}
+	for _, v := range vecs {
+		fmt.Fprintf(&b, `// foldUpdate%[1]s returns crc (finalised, as Update takes it) updated with p,
+// by carry-less folding with %[2]s: %[3]d
+// accumulators of %[4]d bytes, then the 16-byte lanes one at a time, then
+// Barrett reduction (%[5]s). It mirrors crcmath.FoldUpdate.
+//
+// Preconditions: len(p) is a positive multiple of 16; tab is this CRC's
+// fold table; the CPU has %[6]s.
+//
+//go:noescape
+func foldUpdate%[1]s(crc %[7]s, p []byte, tab *crcmath.FoldTable) %[7]s
+
+// foldBlocks%[1]s sets dst[i] to the CRC (from the initial value) of
+// p[i*stride:][:blockLen] for every i, folding %[8]d blocks at once, each with its
+// own %[4]d-byte accumulator, with %[2]s.
+//
+// Preconditions: len(dst) is a positive multiple of %[8]d; blockLen is a multiple of
+// 16 and at least %[4]d; stride >= blockLen;
+// len(p) >= (len(dst)-1)*stride + blockLen; tab is this CRC's fold table;
+// the CPU has %[6]s.
+//
+//go:noescape
+func foldBlocks%[1]s(dst []%[7]s, p []byte, blockLen, stride int, tab *crcmath.FoldTable)
+
+`, v.name, v.desc, v.accs, v.bytes, order, v.cpu, word, v.group)
+	}
+	fmt.Fprintf(&b, `// cpuid executes CPUID with the given leaf and subleaf. Only the feature
+// checks in Go call it, for the bits golang.org/x/sys/cpu does not report.
+//
+//go:noescape
+func cpuid(leaf, subleaf uint32) (eax, ebx, ecx, edx uint32)
+`)
+	return format.Source(b.Bytes())
+}
