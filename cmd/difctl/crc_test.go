@@ -184,3 +184,35 @@ func TestRunCrcNoStdin(t *testing.T) {
 		t.Errorf("got %q, want %q", got, want)
 	}
 }
+
+// TestInputSize: the progress total is the size of a regular file, and
+// unknown (-1) for a pipe or a character device.
+func TestInputSize(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "f")
+	if err := os.WriteFile(path, make([]byte, 12345), 0o666); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if got := inputSize(f); got != 12345 {
+		t.Errorf("regular file: %d, want 12345", got)
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	defer w.Close()
+	if got := inputSize(r); got != -1 {
+		t.Errorf("pipe: %d, want -1", got)
+	}
+	if null, err := os.Open(os.DevNull); err == nil {
+		defer null.Close()
+		if got := inputSize(null); got != -1 {
+			t.Errorf("%s: %d, want -1", os.DevNull, got)
+		}
+	}
+}
