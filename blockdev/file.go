@@ -160,10 +160,8 @@ func (d *File) init(opts FileOptions) error {
 			d.lbs = 512
 		}
 		d.pbs = d.lbs
-		if sys, ok := st.Sys().(*syscall.Stat_t); ok {
-			if bs := int(sys.Blksize); validBlockSize(bs) && bs > d.lbs {
-				d.pbs = bs
-			}
+		if bs := preferredIOSize(st); validBlockSize(bs) && bs > d.lbs {
+			d.pbs = bs
 		}
 		if d.size%int64(d.lbs) != 0 {
 			return fmt.Errorf("blockdev: image %s: size %d is not a multiple of the %d-byte block size", d.path, d.size, d.lbs)

@@ -467,33 +467,3 @@ func TestDirectFallback(t *testing.T) {
 		})
 	}
 }
-
-// TestDirectTmpfs opens an image on /dev/shm with O_DIRECT. Kernels before
-// 6.6 refuse O_DIRECT on tmpfs and the open must fall back; later ones
-// accept it and the direct path must work there.
-func TestDirectTmpfs(t *testing.T) {
-	var st syscall.Statfs_t
-	if err := syscall.Statfs("/dev/shm", &st); err != nil || st.Type != 0x01021994 {
-		t.Skip("/dev/shm is not a tmpfs")
-	}
-	dir, err := os.MkdirTemp("/dev/shm", "blockdev-test-")
-	if err != nil {
-		t.Skip(err)
-	}
-	defer os.RemoveAll(dir)
-	want := pattern(16384, 6)
-	p := writeImage(t, dir, want)
-	d, err := OpenFile(p, FileOptions{Direct: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
-	t.Logf("tmpfs direct I/O: %v (%v)", d.DirectIO(), d.DirectIOError())
-	if !d.DirectIO() && !errors.Is(d.DirectIOError(), syscall.EINVAL) {
-		t.Fatalf("fallback without EINVAL: %v", d.DirectIOError())
-	}
-	got := make([]byte, 1000)
-	if _, err := d.ReadAt(got, 3); err != nil || !bytes.Equal(got, want[3:1003]) {
-		t.Fatalf("read: %v", err)
-	}
-}

@@ -5,7 +5,9 @@ package blockdev
 import (
 	"errors"
 	"io"
+	"io/fs"
 	"os"
+	"syscall"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -143,4 +145,12 @@ func clearDirect(f *os.File) error {
 		_, err = unix.FcntlInt(uintptr(fd), unix.F_SETFL, fl&^unix.O_DIRECT)
 		return err
 	})
+}
+
+// preferredIOSize returns the filesystem's preferred I/O size (st_blksize).
+func preferredIOSize(fi fs.FileInfo) int {
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		return int(st.Blksize)
+	}
+	return 0
 }

@@ -4,6 +4,7 @@ package blockdev
 
 import (
 	"errors"
+	"io/fs"
 	"os"
 )
 
@@ -24,3 +25,5 @@ func blkDiscard(*os.File, int64, int64) error { return errors.ErrUnsupported }
 func seekData(*os.File, int64) (Extent, error) { return Extent{}, errors.ErrUnsupported }
 
 func clearDirect(*os.File) error { return nil }
+
+func preferredIOSize(fs.FileInfo) int { return 0 }
