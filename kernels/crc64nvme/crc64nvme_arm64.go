@@ -21,11 +21,13 @@ func registerArch() {
 }
 
 const (
-	// pmullMin is the smallest input folded: below it the table code is
-	// cheaper than the fixed cost of the reduction (three dependent PMULLs
-	// and five transfers between the register files, about 35 cycles on a
-	// Cortex-A72; kernels/mca/crc_nvme.sh).
-	pmullMin = 32
+	// pmullMin is the smallest input folded. The fixed cost of the fold is
+	// the reduction, three dependent PMULLs: 43 cycles on a Cortex-A72, 78
+	// on a Cortex-A53, 39 on an Apple M1 as modelled by llvm-mca
+	// (kernels/mca/crc_nvme.sh), against 23, 67 and 28 cycles per 8 bytes of
+	// the table code: one lane is already about even on the A72 and a win
+	// on the others.
+	pmullMin = 16
 	// blocksMin is the smallest block length run four blocks at a time
 	// (two lanes per block).
 	blocksMin = 32

@@ -17,39 +17,59 @@
 
 // FOLD advances accumulator acc by the distance of the constants k and adds
 // the lane d: acc = Hi·k[0] ⊕ Lo·k[1] ⊕ d (crcmath.Fold). PMULL multiplies
-// the low quadwords, PMULL2 the high ones; tmp is clobbered. Each product is
-// followed at once by the EOR that consumes it, the pair some cores fuse.
+// the low quadwords, PMULL2 the high ones; tmp is clobbered.
 #define FOLD(acc, k, d, tmp) \
+	FOLD_MUL(acc, k, tmp); \
+	FOLD_ADD(acc, d, tmp)
+
+// FOLD_MUL and FOLD_ADD are the two halves of FOLD. The main loops issue the
+// multiplies of all accumulators before the XORs that consume them (and
+// split the XORs in two rounds), so that an in-order core (Cortex-A53) does
+// not stall on each product.
+#define FOLD_MUL(acc, k, tmp) \
 	VPMULL2	k.D2, acc.D2, tmp.Q1; \
+	VPMULL	k.D1, acc.D1, acc.Q1
+
+#define FOLD_ADD(acc, d, tmp) \
 	VEOR	d.B16, tmp.B16, tmp.B16; \
-	VPMULL	k.D1, acc.D1, acc.Q1; \
 	VEOR	tmp.B16, acc.B16, acc.B16
 
-// REDUCE turns the last lane v into the finalised CRC in out (crcmath.Reduce
-// with w = 64, then xorout = all ones). fin = {Final[0], 0}, mp = {Mu, Poly};
-// t and q are vector temporaries, r1 and r2 general ones.
+// REDUCE turns the last lane v into the finalised CRC in out: crcmath.Reduce
+// with w = 64, then xorout (all ones). It stays in the vector registers up to
+// the final move, as transfers to and from the general registers cost 5 to
+// 8 cycles each. fin = {Final[0], 0}, mu = {Mu, 0}, pl = {Poly, 0}, z = 0;
+// t, x and c are clobbered.
 //
-//	T = Hi·C(128) ⊕ Lo·x^64      (Lo·x^64: Lo XORed into T's low quadword)
-//	q = T.Q0                     (T div x^64, reflected)
-//	q ^= (q·Mu).Q0 << 1          (floor(q·mu / x^64), one place up: reflected product)
-//	out = T.Q1 ⊕ ((q·Poly) >> 63) (T mod x^64 ⊕ q·p mod x^64)
-#define REDUCE(v, fin, mp, t, q, r1, r2, out) \
+//	t = Hi·C(128) ⊕ {Lo, 0}      Lo·x^64 lands in the low quadword: t.Q0 = q =
+//	                             T div x^64 (reflected), t.Q1 = T mod x^64
+//	c = (q·Mu) << 1 ⊕ t          c.Q0 = q ⊕ floor(q·mu / x^64); the shift by one
+//	                             place is that of the reflected product
+//	x = c.Q0·Poly                q·p
+//	out = ^(t.Q1 ⊕ x.Q1<<1 ⊕ x.Q0>>63)   T mod x^64 ⊕ q·p mod x^64, xorout
+//
+// VEXT $8, m, n, d sets d = {n.Q1, m.Q0}.
+#define REDUCE(v, fin, mu, pl, z, t, x, c, out) \
 	VPMULL	fin.D1, v.D1, t.Q1; \
-	VMOV	v.D[1], r1; \
-	VMOV	t.D[0], r2; \
+	VEXT	$8, z.B16, v.B16, x.B16; \
+	VEOR	x.B16, t.B16, t.B16; \
+	VPMULL	mu.D1, t.D1, c.Q1; \
+	VSHL	$1, c.D2, c.D2; \
+	VEOR	t.B16, c.B16, c.B16; \
+	VPMULL	pl.D1, c.D1, x.Q1; \
+	VSHL	$1, x.D2, c.D2; \
+	VUSHR	$63, x.D2, x.D2; \
+	VEXT	$8, x.B16, z.B16, x.B16; \
+	VEOR	c.B16, t.B16, t.B16; \
+	VEOR	x.B16, t.B16, t.B16; \
 	VMOV	t.D[1], out; \
-	EOR	r1, r2, r2; \
-	VDUP	r2, q.D2; \
-	VPMULL	mp.D1, q.D1, t.Q1; \
-	VMOV	t.D[0], r1; \
-	EOR	r1<<1, r2, r2; \
-	VDUP	r2, q.D2; \
-	VPMULL2	mp.D2, q.D2, t.Q1; \
-	VMOV	t.D[0], r1; \
-	VMOV	t.D[1], r2; \
-	EOR	r1>>63, out, out; \
-	EOR	r2<<1, out, out; \
 	MVN	out, out
+
+// LOADRED loads the constants of REDUCE from the FoldTable at tab.
+#define LOADRED(tab, fin, mu, pl, z) \
+	FMOVD	FOLD_FINAL(tab), fin; \
+	FMOVD	FOLD_MU(tab), mu; \
+	FMOVD	FOLD_POLY(tab), pl; \
+	VEOR	z.B16, z.B16, z.B16
 
 // func foldPMULL(crc uint64, p []byte, t *crcmath.FoldTable) uint64
 //
@@ -80,14 +100,32 @@ TEXT ·foldPMULL(SB), NOSPLIT, $0-48
 loop8:
 	VLD1.P	64(R1), [V16.B16, V17.B16, V18.B16, V19.B16]
 	VLD1.P	64(R1), [V20.B16, V21.B16, V22.B16, V23.B16]
-	FOLD(V0, V30, V16, V8)
-	FOLD(V1, V30, V17, V9)
-	FOLD(V2, V30, V18, V10)
-	FOLD(V3, V30, V19, V11)
-	FOLD(V4, V30, V20, V12)
-	FOLD(V5, V30, V21, V13)
-	FOLD(V6, V30, V22, V14)
-	FOLD(V7, V30, V23, V15)
+	FOLD_MUL(V0, V30, V8)
+	FOLD_MUL(V1, V30, V9)
+	FOLD_MUL(V2, V30, V10)
+	FOLD_MUL(V3, V30, V11)
+	FOLD_MUL(V4, V30, V12)
+	FOLD_MUL(V5, V30, V13)
+	FOLD_MUL(V6, V30, V14)
+	FOLD_MUL(V7, V30, V15)
+	// The XORs in two rounds, data into products first, so that no XOR
+	// waits on the one just before it.
+	VEOR	V16.B16, V8.B16, V8.B16
+	VEOR	V17.B16, V9.B16, V9.B16
+	VEOR	V18.B16, V10.B16, V10.B16
+	VEOR	V19.B16, V11.B16, V11.B16
+	VEOR	V20.B16, V12.B16, V12.B16
+	VEOR	V21.B16, V13.B16, V13.B16
+	VEOR	V22.B16, V14.B16, V14.B16
+	VEOR	V23.B16, V15.B16, V15.B16
+	VEOR	V8.B16, V0.B16, V0.B16
+	VEOR	V9.B16, V1.B16, V1.B16
+	VEOR	V10.B16, V2.B16, V2.B16
+	VEOR	V11.B16, V3.B16, V3.B16
+	VEOR	V12.B16, V4.B16, V4.B16
+	VEOR	V13.B16, V5.B16, V5.B16
+	VEOR	V14.B16, V6.B16, V6.B16
+	VEOR	V15.B16, V7.B16, V7.B16
 	SUB	$128, R2, R2
 	CMP	$128, R2
 	BGE	loop8
@@ -118,10 +156,8 @@ loop1:
 	BNE	loop1
 
 reduce:
-	FMOVD	FOLD_FINAL(R3), F20
-	ADD	$FOLD_MU, R3, R4
-	VLD1	(R4), [V21.D2]
-	REDUCE(V0, V20, V21, V22, V23, R5, R6, R7)
+	LOADRED(R3, F20, F21, F22, V23)
+	REDUCE(V0, V20, V21, V22, V23, V16, V17, V18, R7)
 	MOVD	R7, ret+40(FP)
 	RET
 
@@ -131,7 +167,7 @@ reduce:
 // four blocks p[0:], p[stride:], p[2·stride:], p[3·stride:], into crc[0..3].
 // Each block has two accumulators one lane apart, so eight independent
 // folds are in flight; they collapse with Fold[1], an odd last lane folds in
-// with Fold[1], and the four reductions interleave.
+// with Fold[1], and the four blocks are reduced one after the other.
 TEXT ·blocksPMULL(SB), NOSPLIT, $0-56
 	MOVD	crc+0(FP), R0
 	MOVD	p_base+8(FP), R1
@@ -162,14 +198,31 @@ bloop:
 	VLD1.P	32(R4), [V18.B16, V19.B16]
 	VLD1.P	32(R5), [V20.B16, V21.B16]
 	VLD1.P	32(R6), [V22.B16, V23.B16]
-	FOLD(V0, V25, V16, V8)
-	FOLD(V1, V25, V17, V9)
-	FOLD(V2, V25, V18, V10)
-	FOLD(V3, V25, V19, V11)
-	FOLD(V4, V25, V20, V12)
-	FOLD(V5, V25, V21, V13)
-	FOLD(V6, V25, V22, V14)
-	FOLD(V7, V25, V23, V15)
+	FOLD_MUL(V0, V25, V8)
+	FOLD_MUL(V1, V25, V9)
+	FOLD_MUL(V2, V25, V10)
+	FOLD_MUL(V3, V25, V11)
+	FOLD_MUL(V4, V25, V12)
+	FOLD_MUL(V5, V25, V13)
+	FOLD_MUL(V6, V25, V14)
+	FOLD_MUL(V7, V25, V15)
+	// The XORs in two rounds, as in loop8.
+	VEOR	V16.B16, V8.B16, V8.B16
+	VEOR	V17.B16, V9.B16, V9.B16
+	VEOR	V18.B16, V10.B16, V10.B16
+	VEOR	V19.B16, V11.B16, V11.B16
+	VEOR	V20.B16, V12.B16, V12.B16
+	VEOR	V21.B16, V13.B16, V13.B16
+	VEOR	V22.B16, V14.B16, V14.B16
+	VEOR	V23.B16, V15.B16, V15.B16
+	VEOR	V8.B16, V0.B16, V0.B16
+	VEOR	V9.B16, V1.B16, V1.B16
+	VEOR	V10.B16, V2.B16, V2.B16
+	VEOR	V11.B16, V3.B16, V3.B16
+	VEOR	V12.B16, V4.B16, V4.B16
+	VEOR	V13.B16, V5.B16, V5.B16
+	VEOR	V14.B16, V6.B16, V6.B16
+	VEOR	V15.B16, V7.B16, V7.B16
 	SUBS	$2, R2, R2
 	BGE	bloop
 
@@ -189,15 +242,13 @@ bcollapse:
 	FOLD(V6, V24, V22, V11)
 
 breduce:
-	FMOVD	FOLD_FINAL(R8), F26
-	ADD	$FOLD_MU, R8, R9
-	VLD1	(R9), [V27.D2]
-	REDUCE(V0, V26, V27, V16, V17, R10, R11, R12)
-	REDUCE(V2, V26, V27, V18, V19, R13, R14, R15)
-	REDUCE(V4, V26, V27, V20, V21, R16, R17, R19)
-	REDUCE(V6, V26, V27, V22, V23, R20, R21, R22)
-	MOVD	R12, 0(R0)
-	MOVD	R15, 8(R0)
-	MOVD	R19, 16(R0)
-	MOVD	R22, 24(R0)
+	LOADRED(R8, F26, F27, F28, V29)
+	REDUCE(V0, V26, V27, V28, V29, V16, V17, V1, R10)
+	REDUCE(V2, V26, V27, V28, V29, V18, V19, V3, R11)
+	REDUCE(V4, V26, V27, V28, V29, V20, V21, V5, R12)
+	REDUCE(V6, V26, V27, V28, V29, V22, V23, V7, R13)
+	MOVD	R10, 0(R0)
+	MOVD	R11, 8(R0)
+	MOVD	R12, 16(R0)
+	MOVD	R13, 24(R0)
 	RET
