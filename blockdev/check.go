@@ -1,0 +1,100 @@
+package blockdev
+
+import (
+	"context"
+
+	"github.com/difctl/difctl/dif"
+)
+
+// A CheckSource is anything whose blocks can be verified in runs: a
+// store-backed Volume, an extended-LBA image, a DIX pair. The scrub engine
+// and `difctl verify` work on this interface only.
+type CheckSource interface {
+	// Blocks is the number of logical blocks; BlockSize their data size.
+	Blocks() int64
+	BlockSize() int
+	// ScratchSize is the scratch space CheckRun needs for a run of n blocks.
+	ScratchSize(n int) int
+	// CheckRun reads and verifies blocks [lba, lba+n) using scratch
+	// (at least ScratchSize(n) bytes, owned by the caller and reused between
+	// calls; CheckRun allocates nothing per block). It calls report, in LBA
+	// order, for every block that failed a check or could not be read, and
+	// counts every block in the returned stats. A failing block is re-read
+	// opt.Rereads times (around the page cache where the device can) before
+	// it is reported; one that then passes is counted as Transient and
+	// reported with Transient set. The error is non-nil only for a failure
+	// of the run as a whole (context cancelled, device closed); failing
+	// blocks are not errors. CheckRun is safe for concurrent use on
+	// disjoint runs.
+	CheckRun(ctx context.Context, lba int64, n int, scratch []byte, opt CheckOptions, report func(Problem)) (RunStats, error)
+}
+
+// CheckOptions tune a CheckRun.
+type CheckOptions struct {
+	// Uncached reads around the page cache (O_DIRECT or dropping the cached
+	// pages first) where the device allows it. Default false.
+	Uncached bool
+	// Rereads is how many times a failing block is read again before it is
+	// reported as failed. Default 0: report at once.
+	Rereads int
+}
+
+// Kind names what failed in a Problem, as written to the findings log.
+type Kind string
+
+const (
+	KindGuard      Kind = "guard"       // PI guard mismatch
+	KindAppTag     Kind = "app-tag"     // application tag mismatch
+	KindRefTag     Kind = "ref-tag"     // reference tag mismatch (misplaced block)
+	KindStorageTag Kind = "storage-tag" // storage tag mismatch
+	KindSectorSum  Kind = "sector-crc"  // the store's CRC-32C sector checksum
+	KindTorn       Kind = "torn"        // matches neither tuple of an interrupted write
+	KindIO         Kind = "io"          // the block could not be read
+)
+
+// KindOf maps a dif field to its Kind.
+func KindOf(f dif.Field) Kind {
+	switch f {
+	case dif.FieldGuard:
+		return KindGuard
+	case dif.FieldAppTag:
+		return KindAppTag
+	case dif.FieldRefTag:
+		return KindRefTag
+	case dif.FieldStorageTag:
+		return KindStorageTag
+	}
+	return Kind(f.String())
+}
+
+// A Problem is one block that is not clean. A block failing several checks
+// gives one Problem per failed check.
+type Problem struct {
+	LBA       int64
+	Kind      Kind
+	Expected  uint64 // computed value (zero for KindIO)
+	Actual    uint64 // stored value (zero for KindIO)
+	Transient bool   // failed at first, passed on a re-read
+	Err       error  // the *dif.CheckError, I/O error or other cause
+}
+
+// RunStats count the blocks of checked runs by outcome. Blocks = OK +
+// Escaped + Unwritten + Failed; Transient blocks are counted as OK too.
+type RunStats struct {
+	Blocks    int64
+	OK        int64
+	Escaped   int64 // skipped by an escape tag (app tag 0xFFFF ...)
+	Unwritten int64 // never written or discarded (all-ones tags / no tuple)
+	Failed    int64
+	Transient int64
+}
+
+// Add accumulates o into s.
+func (s *RunStats) Add(o RunStats) {
+	s.Blocks += o.Blocks
+	s.OK += o.OK
+	s.Escaped += o.Escaped
+	s.Unwritten += o.Unwritten
+	s.Failed += o.Failed
+	s.Transient += o.Transient
+}
