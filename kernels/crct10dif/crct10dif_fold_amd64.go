@@ -11,37 +11,41 @@ import (
 
 // CPU features of the fold kernels in zfold_amd64.s, checked once.
 var (
-	hasPCLMUL = cpu.X86.HasPCLMULQDQ && cpu.X86.HasSSSE3 && cpu.X86.HasSSE41
-	hasAVX2   = cpu.X86.HasAVX2 && cpu.X86.HasPCLMULQDQ && hasVPCLMULQDQ()
-	hasAVX512 = hasAVX2 && cpu.X86.HasAVX512F && cpu.X86.HasAVX512BW &&
+	hasFoldPCLMUL = cpu.X86.HasPCLMULQDQ && cpu.X86.HasSSSE3 && cpu.X86.HasSSE41
+	hasFoldAVX2   = cpu.X86.HasAVX2 && cpu.X86.HasPCLMULQDQ && foldHasVPCLMULQDQ()
+	hasFoldAVX512 = hasFoldAVX2 && cpu.X86.HasAVX512F && cpu.X86.HasAVX512BW &&
 		cpu.X86.HasAVX512VL && cpu.X86.HasAVX512VPCLMULQDQ
 )
 
-// hasVPCLMULQDQ reports CPUID.(EAX=7,ECX=0):ECX.VPCLMULQDQ[bit 10], which
+// foldHasVPCLMULQDQ reports CPUID.(EAX=7,ECX=0):ECX.VPCLMULQDQ[bit 10], which
 // golang.org/x/sys/cpu reports only on CPUs with AVX-512. The OS support of
 // the YMM state is part of cpu.X86.HasAVX2.
-func hasVPCLMULQDQ() bool {
-	if maxLeaf, _, _, _ := cpuid(0, 0); maxLeaf < 7 {
+func foldHasVPCLMULQDQ() bool {
+	if maxLeaf, _, _, _ := foldCPUID(0, 0); maxLeaf < 7 {
 		return false
 	}
-	_, _, ecx, _ := cpuid(7, 0)
+	_, _, ecx, _ := foldCPUID(7, 0)
 	return ecx&(1<<10) != 0
 }
 
 // Below these lengths Update uses the table code, which is faster there
 // (measured on an AMD EPYC, see cutoffs_amd64_test.go).
 const (
-	minPCLMUL = 64
-	minAVX2   = 64
-	minAVX512 = 64
+	foldMinPCLMUL = 64
+	foldMinAVX2   = 64
+	foldMinAVX512 = 64
 	// Blocks folds groups of blocks from this block length on; shorter
 	// blocks go one at a time through Update.
-	minBlockLen = 64
+	foldMinBlockLen = 64
 )
 
-func updatePCLMUL(crc uint16, p []byte) uint16 { return updateFold(crc, p, minPCLMUL, foldUpdatePCLMUL) }
-func updateAVX2(crc uint16, p []byte) uint16   { return updateFold(crc, p, minAVX2, foldUpdateAVX2) }
-func updateAVX512(crc uint16, p []byte) uint16 { return updateFold(crc, p, minAVX512, foldUpdateAVX512) }
+func updatePCLMUL(crc uint16, p []byte) uint16 {
+	return updateFold(crc, p, foldMinPCLMUL, foldUpdatePCLMUL)
+}
+func updateAVX2(crc uint16, p []byte) uint16 { return updateFold(crc, p, foldMinAVX2, foldUpdateAVX2) }
+func updateAVX512(crc uint16, p []byte) uint16 {
+	return updateFold(crc, p, foldMinAVX512, foldUpdateAVX512)
+}
 
 func blocksPCLMUL(dst []uint16, p []byte, blockLen, stride int) {
 	blocksFold(dst, p, blockLen, stride, foldVecPCLMUL, foldGroupPCLMUL, foldBlocksPCLMUL, updatePCLMUL)
@@ -72,7 +76,7 @@ func updateFold(crc uint16, p []byte, min int, fold func(uint16, []byte, *crcmat
 func blocksFold(dst []uint16, p []byte, blockLen, stride, vec, group int,
 	kernel func([]uint16, []byte, int, int, *crcmath.FoldTable), update func(uint16, []byte) uint16) {
 	g := len(dst) - len(dst)%group
-	if blockLen < max(vec, minBlockLen) {
+	if blockLen < max(vec, foldMinBlockLen) {
 		g = 0
 	}
 	if g > 0 {

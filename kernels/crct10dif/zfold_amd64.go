@@ -98,8 +98,8 @@ func foldUpdateAVX512(crc uint16, p []byte, tab *crcmath.FoldTable) uint16
 //go:noescape
 func foldBlocksAVX512(dst []uint16, p []byte, blockLen, stride int, tab *crcmath.FoldTable)
 
-// cpuid executes CPUID with the given leaf and subleaf. Only the feature
+// foldCPUID executes CPUID with the given leaf and subleaf. Only the feature
 // checks in Go call it, for the bits golang.org/x/sys/cpu does not report.
 //
 //go:noescape
-func cpuid(leaf, subleaf uint32) (eax, ebx, ecx, edx uint32)
+func foldCPUID(leaf, subleaf uint32) (eax, ebx, ecx, edx uint32)

@@ -1538,9 +1538,9 @@ breduceAVX512:
 	VZEROUPPER
 	RET
 
-// func cpuid(leaf uint32, subleaf uint32) (eax uint32, ebx uint32, ecx uint32, edx uint32)
+// func foldCPUID(leaf uint32, subleaf uint32) (eax uint32, ebx uint32, ecx uint32, edx uint32)
 // Requires: CPUID
-TEXT ·cpuid(SB), NOSPLIT, $0-24
+TEXT ·foldCPUID(SB), NOSPLIT, $0-24
 	MOVL leaf+0(FP), AX
 	MOVL subleaf+4(FP), CX
 	CPUID

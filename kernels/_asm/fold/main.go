@@ -534,7 +534,9 @@ func (g *gen) reduce(x reg.VecPhysical, out reg.GPPhysical) {
 		case 16:
 			g.c.MOVWQZX(out.As16(), out)
 		case 32:
-			g.c.MOVL(out.As32(), out.As32())
+			// (avo drops a MOVL of a register to itself.)
+			g.c.SHLQ(operand.U8(32), out)
+			g.c.SHRQ(operand.U8(32), out)
 		}
 		return
 	}
@@ -829,9 +831,10 @@ func (g *gen) blocks() {
 	seeded := g.crc.onesXor
 	if seeded {
 		c.Comment("Every block starts from the initial register, all ones.")
-		c.MOVQ(operand.I64(-1), reg.RAX)
 		if g.crc.width < 64 {
-			c.MOVL(reg.EAX, reg.EAX)
+			c.MOVL(operand.U32(1<<g.crc.width-1), reg.EAX)
+		} else {
+			c.MOVQ(operand.I64(-1), reg.RAX)
 		}
 		g.seedVector()
 	}
@@ -904,7 +907,7 @@ func (g *gen) blocks() {
 
 func genCPUID(c *build.Context) {
 	u32 := types.Typ[types.Uint32]
-	c.Function("cpuid")
+	c.Function("foldCPUID")
 	c.Attributes(attr.NOSPLIT)
 	c.Signature(signature(
 		[]*types.Var{param("leaf", u32), param("subleaf", u32)},
@@ -963,11 +966,11 @@ func foldBlocks%[1]s(dst []%[7]s, p []byte, blockLen, stride int, tab *crcmath.F
 
 `, v.name, v.desc, v.accs, v.bytes, order, v.cpu, word, v.group)
 	}
-	fmt.Fprintf(&b, `// cpuid executes CPUID with the given leaf and subleaf. Only the feature
+	fmt.Fprintf(&b, `// foldCPUID executes CPUID with the given leaf and subleaf. Only the feature
 // checks in Go call it, for the bits golang.org/x/sys/cpu does not report.
 //
 //go:noescape
-func cpuid(leaf, subleaf uint32) (eax, ebx, ecx, edx uint32)
+func foldCPUID(leaf, subleaf uint32) (eax, ebx, ecx, edx uint32)
 `)
 	return format.Source(b.Bytes())
 }

@@ -1,0 +1,96 @@
+//go:build !purego
+
+package crc32c
+
+import (
+	"github.com/difctl/difctl/kernels/internal/crcmath"
+	"golang.org/x/sys/cpu"
+)
+
+//go:generate sh -c "cd ../_asm && go run ./fold -crc crc32c -out ../crc32c/zfold_amd64.s -stubs ../crc32c/zfold_amd64.go"
+
+// CPU features of the fold kernels in zfold_amd64.s, checked once.
+var (
+	hasFoldPCLMUL = cpu.X86.HasPCLMULQDQ && cpu.X86.HasSSSE3 && cpu.X86.HasSSE41
+	hasFoldAVX2   = cpu.X86.HasAVX2 && cpu.X86.HasPCLMULQDQ && foldHasVPCLMULQDQ()
+	hasFoldAVX512 = hasFoldAVX2 && cpu.X86.HasAVX512F && cpu.X86.HasAVX512BW &&
+		cpu.X86.HasAVX512VL && cpu.X86.HasAVX512VPCLMULQDQ
+)
+
+// foldHasVPCLMULQDQ reports CPUID.(EAX=7,ECX=0):ECX.VPCLMULQDQ[bit 10], which
+// golang.org/x/sys/cpu reports only on CPUs with AVX-512. The OS support of
+// the YMM state is part of cpu.X86.HasAVX2.
+func foldHasVPCLMULQDQ() bool {
+	if maxLeaf, _, _, _ := foldCPUID(0, 0); maxLeaf < 7 {
+		return false
+	}
+	_, _, ecx, _ := foldCPUID(7, 0)
+	return ecx&(1<<10) != 0
+}
+
+// Below these lengths Update uses the table code, which is faster there
+// (measured on an AMD EPYC, see cutoffs_amd64_test.go).
+const (
+	foldMinPCLMUL = 64
+	foldMinAVX2   = 64
+	foldMinAVX512 = 64
+	// Blocks folds groups of blocks from this block length on; shorter
+	// blocks go one at a time through Update.
+	foldMinBlockLen = 64
+)
+
+func updatePCLMUL(crc uint32, p []byte) uint32 {
+	return updateFold(crc, p, foldMinPCLMUL, foldUpdatePCLMUL)
+}
+func updateAVX2(crc uint32, p []byte) uint32 { return updateFold(crc, p, foldMinAVX2, foldUpdateAVX2) }
+func updateAVX512(crc uint32, p []byte) uint32 {
+	return updateFold(crc, p, foldMinAVX512, foldUpdateAVX512)
+}
+
+func blocksPCLMUL(dst []uint32, p []byte, blockLen, stride int) {
+	blocksFold(dst, p, blockLen, stride, foldVecPCLMUL, foldGroupPCLMUL, foldBlocksPCLMUL, updatePCLMUL)
+}
+
+func blocksAVX2(dst []uint32, p []byte, blockLen, stride int) {
+	blocksFold(dst, p, blockLen, stride, foldVecAVX2, foldGroupAVX2, foldBlocksAVX2, updateAVX2)
+}
+
+func blocksAVX512(dst []uint32, p []byte, blockLen, stride int) {
+	blocksFold(dst, p, blockLen, stride, foldVecAVX512, foldGroupAVX512, foldBlocksAVX512, updateAVX512)
+}
+
+// updateFold runs a fold kernel over the whole 16-byte lanes of p and the
+// table code over the rest.
+func updateFold(crc uint32, p []byte, min int, fold func(uint32, []byte, *crcmath.FoldTable) uint32) uint32 {
+	if len(p) < min {
+		return updateGeneric(crc, p)
+	}
+	n := len(p) &^ 15
+	return updateGeneric(fold(crc, p[:n], &foldTable), p[n:])
+}
+
+// blocksFold runs a blocks kernel over groups of blocks: it computes the CRC
+// of each block's whole 16-byte lanes, the table code adds the rest of each
+// block, and blocks that do not fill a group go through update one at a
+// time. The layout was checked.
+func blocksFold(dst []uint32, p []byte, blockLen, stride, vec, group int,
+	kernel func([]uint32, []byte, int, int, *crcmath.FoldTable), update func(uint32, []byte) uint32) {
+	g := len(dst) - len(dst)%group
+	if blockLen < max(vec, foldMinBlockLen) {
+		g = 0
+	}
+	if g > 0 {
+		n := blockLen &^ 15
+		kernel(dst[:g], p, n, stride, &foldTable)
+		if n < blockLen {
+			for i := range dst[:g] {
+				off := i * stride
+				dst[i] = updateGeneric(dst[i], p[off+n:off+blockLen])
+			}
+		}
+	}
+	for i := g; i < len(dst); i++ {
+		off := i * stride
+		dst[i] = update(0, p[off:off+blockLen])
+	}
+}

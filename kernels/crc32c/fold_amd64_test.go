@@ -1,0 +1,74 @@
+//go:build !purego
+
+package crc32c
+
+import (
+	"testing"
+	"unsafe"
+
+	"github.com/difctl/difctl/kernels/internal/crcmath"
+	"github.com/difctl/difctl/kernels/internal/impl"
+	"github.com/difctl/difctl/kernels/internal/kerneltest"
+)
+
+// The fold kernels (zfold_amd64.s, crc32c_fold_amd64.go) run the whole
+// harness under a registry name of their own, whatever registerArch makes
+// the package use.
+const foldTestPkg = "crc32c-fold"
+
+var (
+	foldTestUpdate = updateGeneric
+	foldTestBlocks = blocksGeneric
+)
+
+func init() {
+	impl.Register(foldTestPkg, "avx512", hasFoldAVX512, func() { foldTestUpdate, foldTestBlocks = updateAVX512, blocksAVX512 })
+	impl.Register(foldTestPkg, "avx2", hasFoldAVX2, func() { foldTestUpdate, foldTestBlocks = updateAVX2, blocksAVX2 })
+	impl.Register(foldTestPkg, "pclmul", hasFoldPCLMUL, func() { foldTestUpdate, foldTestBlocks = updatePCLMUL, blocksPCLMUL })
+}
+
+func foldTestKernel() kerneltest.Kernel[uint32] {
+	k := kernel
+	k.Pkg = foldTestPkg
+	k.Update = func(crc uint32, p []byte) uint32 { return foldTestUpdate(crc, p) }
+	k.Checksum = func(p []byte) uint32 { return foldTestUpdate(0, p) }
+	k.Blocks = func(dst []uint32, p []byte, blockLen, stride int) error {
+		if err := checkLayout(len(dst), len(p), blockLen, stride); err != nil {
+			return err
+		}
+		if len(dst) > 0 {
+			foldTestBlocks(dst, p, blockLen, stride)
+		}
+		return nil
+	}
+	k.Cutoffs = append(k.Cutoffs, foldCutoffs...)
+	return k
+}
+
+// foldCutoffs are the lengths where the fold wrappers change strategy.
+var foldCutoffs = []int{foldMinPCLMUL, foldMinAVX2, foldMinAVX512, foldMinBlockLen,
+	foldVecAVX2, foldVecAVX512, 16 * foldAccsPCLMUL, foldVecAVX2 * foldAccsAVX2, foldVecAVX512 * foldAccsAVX512}
+
+func TestFoldKernels(t *testing.T) { kerneltest.Run(t, foldTestKernel()) }
+
+func FuzzFoldKernels(f *testing.F) { kerneltest.Fuzz(f, foldTestKernel()) }
+
+func BenchmarkFoldKernels(b *testing.B) { kerneltest.Bench(b, foldTestKernel()) }
+
+func TestFoldTableOffsets(t *testing.T) {
+	var tab crcmath.FoldTable
+	for _, c := range []struct {
+		name      string
+		got, want uintptr
+	}{
+		{"Fold", unsafe.Offsetof(tab.Fold), foldTableFold},
+		{"Final", unsafe.Offsetof(tab.Final), foldTableFinal},
+		{"Mu", unsafe.Offsetof(tab.Mu), foldTableMu},
+		{"Poly", unsafe.Offsetof(tab.Poly), foldTablePoly},
+		{"size", unsafe.Sizeof(tab), foldTableSize},
+	} {
+		if c.got != c.want {
+			t.Errorf("FoldTable.%s at %d, the generated kernels assume %d", c.name, c.got, c.want)
+		}
+	}
+}
