@@ -1,0 +1,69 @@
+package store
+
+import (
+	"encoding/binary"
+	"fmt"
+)
+
+// Key layout. Every record of a volume lives under its prefix
+//
+//	"T" | len(volume) (1 byte) | volume | record type (1 byte) | suffix
+//
+// so volumes never interleave and one volume's records can be scanned or
+// deleted as a range. Record types and suffixes:
+//
+//	'C' cursor   | scrub name
+//	'F' finding  | first LBA (8, big-endian) | field
+//	'I' intent   | first LBA (8, big-endian) | sequence (8, big-endian)
+//	'M' manifest
+//	'P' page     | page number (8, big-endian)
+//	'X' metadata | name
+//
+// Big-endian numbers make byte order equal numeric order, so scans are
+// ordered by LBA.
+const (
+	keyNamespace = 'T'
+
+	recCursor   = 'C'
+	recFinding  = 'F'
+	recIntent   = 'I'
+	recManifest = 'M'
+	recPage     = 'P'
+	recMeta     = 'X'
+
+	maxVolumeName = 255
+)
+
+func volumePrefix(volume string) ([]byte, error) {
+	if len(volume) == 0 || len(volume) > maxVolumeName {
+		return nil, fmt.Errorf("%w: volume name must be 1..%d bytes, got %d", ErrInvalid, maxVolumeName, len(volume))
+	}
+	p := make([]byte, 0, 2+len(volume))
+	p = append(p, keyNamespace, byte(len(volume)))
+	return append(p, volume...), nil
+}
+
+// recKey returns prefix|typ|suffix in a new slice.
+func recKey(prefix []byte, typ byte, suffix ...byte) []byte {
+	k := make([]byte, 0, len(prefix)+1+len(suffix))
+	k = append(k, prefix...)
+	k = append(k, typ)
+	return append(k, suffix...)
+}
+
+func u64Key(prefix []byte, typ byte, v uint64) []byte {
+	return binary.BigEndian.AppendUint64(recKey(prefix, typ), v)
+}
+
+// prefixEnd returns the smallest key greater than every key starting with p
+// (nil if there is none).
+func prefixEnd(p []byte) []byte {
+	end := append([]byte{}, p...)
+	for i := len(end) - 1; i >= 0; i-- {
+		if end[i] != 0xff {
+			end[i]++
+			return end[:i+1]
+		}
+	}
+	return nil
+}

@@ -1,0 +1,196 @@
+package store
+
+import (
+	"encoding/json"
+	"fmt"
+	"math/bits"
+	"strconv"
+	"time"
+)
+
+// SchemaVersion is the layout version of the records this package writes. A
+// store written by a newer schema is refused with ErrUnsupported.
+const SchemaVersion = 1
+
+// DefaultPageTuples is the number of tuples per page value unless the
+// manifest says otherwise.
+const DefaultPageTuples = 1024
+
+const (
+	manifestKind     = "difctl.store.manifest"
+	maxManifestBytes = 64 << 10
+	maxFormatLen     = 256
+	maxDeviceIDLen   = 4096
+	maxBlockSize     = 1 << 20
+)
+
+// Manifest describes a volume. It is stored as versioned, self-describing
+// JSON; Open compares it field by field and refuses a volume whose stored
+// manifest differs from the caller's.
+//
+// The store does not interpret the PI format: Format is the dif package's
+// canonical text form (e.g. "4096+16:crc64:type1:pi-last"), kept and
+// compared verbatim. TupleSize, SectorSums and the tag fields are the facts
+// the store itself needs.
+type Manifest struct {
+	// Format is the canonical PI format string. Required.
+	Format string
+	// BlockSize is the data bytes per block (1..1 MiB). Required.
+	BlockSize int
+	// TupleSize is the PI tuple size in bytes: 8 or 16. Required.
+	TupleSize int
+	// SectorSums keeps a CRC-32C of every block beside its tuple.
+	// NewManifest turns it on for 8-byte tuples (16-bit guards).
+	SectorSums bool
+	// PageTuples is the number of tuples per stored page, a power of two
+	// in 64..65536. Zero means DefaultPageTuples.
+	PageTuples int
+	// InitialRefTag is the reference tag of block 0 (Type 1 and 2).
+	InitialRefTag uint64
+	// AppTag and AppTagMask are the application tag policy: a block's app
+	// tag must satisfy (stored & mask) == (AppTag & mask).
+	AppTag, AppTagMask uint16
+	// DeviceSize is the protected device's size in bytes, a multiple of
+	// BlockSize. Required.
+	DeviceSize uint64
+	// DeviceID identifies the protected device (a serial, a WWN, a path).
+	DeviceID string
+
+	// Schema is the store schema version, set when the volume is created.
+	Schema int
+	// Created is when the volume was created (set if zero).
+	Created time.Time
+	// Tool names the program and version that created the volume.
+	Tool string
+}
+
+// NewManifest returns a manifest with the defaults filled in: sector
+// checksums on for 8-byte tuples, DefaultPageTuples per page.
+func NewManifest(format string, blockSize, tupleSize int, deviceSize uint64, deviceID string) Manifest {
+	return Manifest{
+		Format:     format,
+		BlockSize:  blockSize,
+		TupleSize:  tupleSize,
+		SectorSums: tupleSize == 8,
+		PageTuples: DefaultPageTuples,
+		DeviceSize: deviceSize,
+		DeviceID:   deviceID,
+	}
+}
+
+// Blocks returns the number of blocks of the device.
+func (m *Manifest) Blocks() uint64 { return m.DeviceSize / uint64(m.BlockSize) }
+
+func (m *Manifest) normalize() {
+	if m.PageTuples == 0 {
+		m.PageTuples = DefaultPageTuples
+	}
+}
+
+// validate checks m (normalized) and returns an ErrInvalid error.
+func (m *Manifest) validate() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: manifest: %s", ErrInvalid, fmt.Sprintf(format, args...))
+	}
+	switch {
+	case m.Format == "" || len(m.Format) > maxFormatLen:
+		return bad("format must be 1..%d bytes, got %d", maxFormatLen, len(m.Format))
+	case m.BlockSize <= 0 || m.BlockSize > maxBlockSize:
+		return bad("block size %d out of 1..%d", m.BlockSize, maxBlockSize)
+	case m.TupleSize != 8 && m.TupleSize != 16:
+		return bad("tuple size %d, want 8 or 16", m.TupleSize)
+	case m.PageTuples < 64 || m.PageTuples > 65536 || bits.OnesCount(uint(m.PageTuples)) != 1:
+		return bad("page tuples %d, want a power of two in 64..65536", m.PageTuples)
+	case m.DeviceSize == 0 || m.DeviceSize%uint64(m.BlockSize) != 0:
+		return bad("device size %d is not a positive multiple of block size %d", m.DeviceSize, m.BlockSize)
+	case len(m.DeviceID) > maxDeviceIDLen:
+		return bad("device id longer than %d bytes", maxDeviceIDLen)
+	case len(m.Tool) > maxDeviceIDLen:
+		return bad("tool longer than %d bytes", maxDeviceIDLen)
+	}
+	return nil
+}
+
+// manifestJSON is the stored form. Field names are part of the schema.
+type manifestJSON struct {
+	Kind          string    `json:"kind"`
+	Schema        int       `json:"schema"`
+	Format        string    `json:"format"`
+	BlockSize     int       `json:"block_size"`
+	TupleSize     int       `json:"tuple_size"`
+	SectorSums    bool      `json:"sector_sums"`
+	PageTuples    int       `json:"page_tuples"`
+	InitialRefTag uint64    `json:"initial_ref_tag"`
+	AppTag        uint16    `json:"app_tag"`
+	AppTagMask    uint16    `json:"app_tag_mask"`
+	DeviceSize    uint64    `json:"device_size"`
+	DeviceID      string    `json:"device_id"`
+	Created       time.Time `json:"created"`
+	Tool          string    `json:"tool,omitempty"`
+}
+
+func encodeManifest(m Manifest) ([]byte, error) {
+	return json.Marshal(manifestJSON{
+		Kind: manifestKind, Schema: m.Schema, Format: m.Format, BlockSize: m.BlockSize,
+		TupleSize: m.TupleSize, SectorSums: m.SectorSums, PageTuples: m.PageTuples,
+		InitialRefTag: m.InitialRefTag, AppTag: m.AppTag, AppTagMask: m.AppTagMask,
+		DeviceSize: m.DeviceSize, DeviceID: m.DeviceID, Created: m.Created, Tool: m.Tool,
+	})
+}
+
+// decodeManifest parses and validates a stored manifest.
+func decodeManifest(volume string, b []byte) (Manifest, error) {
+	corrupt := func(reason string) error {
+		return &CorruptError{Volume: volume, Record: "manifest", Reason: reason}
+	}
+	if len(b) > maxManifestBytes {
+		return Manifest{}, corrupt(fmt.Sprintf("%d bytes, limit %d", len(b), maxManifestBytes))
+	}
+	var j manifestJSON
+	if err := json.Unmarshal(b, &j); err != nil {
+		return Manifest{}, corrupt(err.Error())
+	}
+	if j.Kind != manifestKind {
+		return Manifest{}, corrupt(fmt.Sprintf("kind %q, want %q", j.Kind, manifestKind))
+	}
+	if j.Schema > SchemaVersion {
+		return Manifest{}, fmt.Errorf("%w: volume %q: schema version %d is newer than %d", ErrUnsupported, volume, j.Schema, SchemaVersion)
+	}
+	if j.Schema < 1 {
+		return Manifest{}, corrupt(fmt.Sprintf("schema version %d", j.Schema))
+	}
+	m := Manifest{
+		Format: j.Format, BlockSize: j.BlockSize, TupleSize: j.TupleSize, SectorSums: j.SectorSums,
+		PageTuples: j.PageTuples, InitialRefTag: j.InitialRefTag, AppTag: j.AppTag, AppTagMask: j.AppTagMask,
+		DeviceSize: j.DeviceSize, DeviceID: j.DeviceID, Schema: j.Schema, Created: j.Created, Tool: j.Tool,
+	}
+	if err := m.validate(); err != nil {
+		return Manifest{}, corrupt(err.Error())
+	}
+	return m, nil
+}
+
+// compare returns a *ManifestMismatchError for the first field in which the
+// stored manifest differs from the given one. Schema, Created and Tool are
+// history, not identity, and are not compared.
+func (stored *Manifest) compare(volume string, given *Manifest) error {
+	u := func(v uint64) string { return strconv.FormatUint(v, 10) }
+	fields := []struct{ name, s, g string }{
+		{"format", strconv.Quote(stored.Format), strconv.Quote(given.Format)},
+		{"block_size", strconv.Itoa(stored.BlockSize), strconv.Itoa(given.BlockSize)},
+		{"tuple_size", strconv.Itoa(stored.TupleSize), strconv.Itoa(given.TupleSize)},
+		{"sector_sums", strconv.FormatBool(stored.SectorSums), strconv.FormatBool(given.SectorSums)},
+		{"page_tuples", strconv.Itoa(stored.PageTuples), strconv.Itoa(given.PageTuples)},
+		{"initial_ref_tag", u(stored.InitialRefTag), u(given.InitialRefTag)},
+		{"app_tag", fmt.Sprintf("%#04x", stored.AppTag), fmt.Sprintf("%#04x", given.AppTag)},
+		{"app_tag_mask", fmt.Sprintf("%#04x", stored.AppTagMask), fmt.Sprintf("%#04x", given.AppTagMask)},
+		{"device_size", u(stored.DeviceSize), u(given.DeviceSize)},
+		{"device_id", strconv.Quote(stored.DeviceID), strconv.Quote(given.DeviceID)},
+	}
+	for _, f := range fields {
+		if f.s != f.g {
+			return &ManifestMismatchError{Volume: volume, Field: f.name, Stored: f.s, Given: f.g}
+		}
+	}
+	return nil
+}

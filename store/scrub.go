@@ -1,0 +1,317 @@
+package store
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"iter"
+	"time"
+)
+
+// ScrubCursor records how far a named scrub has got, so it can resume.
+type ScrubCursor struct {
+	// Next is the first block not yet scrubbed in the current pass.
+	Next uint64 `json:"next"`
+	// Pass counts completed passes over the volume.
+	Pass uint64 `json:"pass"`
+	// Started is when the current pass began; Updated when Next last moved.
+	Started time.Time `json:"started"`
+	Updated time.Time `json:"updated"`
+}
+
+const (
+	maxNameLen     = 1024
+	maxRecordBytes = 1 << 20
+)
+
+func checkName(what, name string) error {
+	if name == "" || len(name) > maxNameLen {
+		return fmt.Errorf("%w: %s must be 1..%d bytes, got %d", ErrInvalid, what, maxNameLen, len(name))
+	}
+	return nil
+}
+
+// ScrubCursor returns the cursor of the named scrub, or an error matching
+// ErrNotFound if it never saved one.
+func (t *Tuples) ScrubCursor(name string) (ScrubCursor, error) {
+	if err := checkName("scrub name", name); err != nil {
+		return ScrubCursor{}, err
+	}
+	v, err := t.kv.Get(append(recKey(t.prefix, recCursor), name...))
+	if errors.Is(err, ErrNotFound) {
+		return ScrubCursor{}, fmt.Errorf("%w: volume %q: scrub cursor %q", ErrNotFound, t.volume, name)
+	} else if err != nil {
+		return ScrubCursor{}, err
+	}
+	var c ScrubCursor
+	if err := decodeJSON(v, &c); err != nil {
+		return ScrubCursor{}, &CorruptError{Volume: t.volume, Record: fmt.Sprintf("scrub cursor %q", name), Reason: err.Error()}
+	}
+	return c, nil
+}
+
+// SetScrubCursor saves the cursor of the named scrub.
+func (t *Tuples) SetScrubCursor(name string, c ScrubCursor, sync bool) error {
+	if err := checkName("scrub name", name); err != nil {
+		return err
+	}
+	if c.Next > t.blocks {
+		return fmt.Errorf("%w: scrub cursor at block %d beyond %d blocks", ErrOutOfRange, c.Next, t.blocks)
+	}
+	v, err := json.Marshal(c)
+	if err != nil {
+		return fmt.Errorf("store: %v", err)
+	}
+	b := t.kv.NewBatch()
+	defer b.Close()
+	if err := b.Set(append(recKey(t.prefix, recCursor), name...), v); err != nil {
+		return err
+	}
+	return b.Commit(sync)
+}
+
+// FindingState is the life cycle of a finding.
+type FindingState uint8
+
+const (
+	// FindingOpen: the failure was seen and not since resolved.
+	FindingOpen FindingState = 1 + iota
+	// FindingRecheckedOK: a later check of the blocks passed.
+	FindingRecheckedOK
+	// FindingClosed: resolved (repaired, accepted or rewritten).
+	FindingClosed
+)
+
+func (s FindingState) String() string {
+	switch s {
+	case FindingOpen:
+		return "open"
+	case FindingRecheckedOK:
+		return "rechecked-ok"
+	case FindingClosed:
+		return "closed"
+	}
+	return fmt.Sprintf("FindingState(%d)", uint8(s))
+}
+
+func (s FindingState) valid() bool { return s >= FindingOpen && s <= FindingClosed }
+
+// Finding is an entry of the findings log: an integrity failure of the
+// blocks [LBA, LBA+N) in one field (e.g. "guard", "ref", "app", "sum",
+// "torn"), with expected (computed) and actual (stored) values as bytes.
+// A finding is identified by (LBA, Field); recording it again updates it.
+type Finding struct {
+	LBA       uint64       `json:"lba"`
+	N         uint64       `json:"n"`
+	Field     string       `json:"field"`
+	Expected  []byte       `json:"expected,omitempty"`
+	Actual    []byte       `json:"actual,omitempty"`
+	FirstSeen time.Time    `json:"first_seen"`
+	LastSeen  time.Time    `json:"last_seen"`
+	State     FindingState `json:"state"`
+	Count     uint64       `json:"count"` // times seen
+}
+
+func (t *Tuples) findingKey(lba uint64, field string) []byte {
+	return append(u64Key(t.prefix, recFinding, lba), field...)
+}
+
+func (t *Tuples) maxFindingKey() []byte { return append(recKey(t.prefix, recMeta), "max-finding-blocks"...) }
+
+// RecordFinding adds f to the findings log, or updates the finding with the
+// same LBA and Field: it keeps FirstSeen, takes the rest from f, adds one to
+// Count, and reopens it (State = f.State, FindingOpen if zero). A zero
+// f.LastSeen means now. It returns the stored finding.
+func (t *Tuples) RecordFinding(f Finding, sync bool) (Finding, error) {
+	if err := checkName("finding field", f.Field); err != nil {
+		return Finding{}, err
+	}
+	if f.N == 0 {
+		f.N = 1
+	}
+	if err := t.checkRange(f.LBA, f.N); err != nil {
+		return Finding{}, err
+	}
+	if f.State == 0 {
+		f.State = FindingOpen
+	}
+	if !f.State.valid() {
+		return Finding{}, fmt.Errorf("%w: finding state %d", ErrInvalid, f.State)
+	}
+	if len(f.Expected)+len(f.Actual) > maxRecordBytes/4 {
+		return Finding{}, fmt.Errorf("%w: finding values of %d bytes", ErrTooLarge, len(f.Expected)+len(f.Actual))
+	}
+	if f.LastSeen.IsZero() {
+		f.LastSeen = time.Now().UTC()
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	key := t.findingKey(f.LBA, f.Field)
+	old, err := t.getFinding(key, f.LBA, f.Field)
+	switch {
+	case err == nil:
+		f.FirstSeen = old.FirstSeen
+		f.Count = old.Count + 1
+	case errors.Is(err, ErrNotFound):
+		if f.FirstSeen.IsZero() {
+			f.FirstSeen = f.LastSeen
+		}
+		f.Count = 1
+	default:
+		return Finding{}, err
+	}
+	v, err := json.Marshal(f)
+	if err != nil {
+		return Finding{}, fmt.Errorf("store: %v", err)
+	}
+	b := t.kv.NewBatch()
+	defer b.Close()
+	if err := b.Set(key, v); err != nil {
+		return Finding{}, err
+	}
+	maxN, err := t.maxFindingBlocks()
+	if err != nil {
+		return Finding{}, err
+	}
+	if f.N > maxN {
+		if err := b.Set(t.maxFindingKey(), binary.BigEndian.AppendUint64(nil, f.N)); err != nil {
+			return Finding{}, err
+		}
+	}
+	return f, b.Commit(sync)
+}
+
+// SetFindingState changes the state of the finding (lba, field).
+func (t *Tuples) SetFindingState(lba uint64, field string, s FindingState, sync bool) (Finding, error) {
+	if !s.valid() {
+		return Finding{}, fmt.Errorf("%w: finding state %d", ErrInvalid, s)
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	key := t.findingKey(lba, field)
+	f, err := t.getFinding(key, lba, field)
+	if err != nil {
+		return Finding{}, err
+	}
+	f.State = s
+	v, err := json.Marshal(f)
+	if err != nil {
+		return Finding{}, fmt.Errorf("store: %v", err)
+	}
+	b := t.kv.NewBatch()
+	defer b.Close()
+	if err := b.Set(key, v); err != nil {
+		return Finding{}, err
+	}
+	return f, b.Commit(sync)
+}
+
+func (t *Tuples) getFinding(key []byte, lba uint64, field string) (Finding, error) {
+	v, err := t.kv.Get(key)
+	if errors.Is(err, ErrNotFound) {
+		return Finding{}, fmt.Errorf("%w: volume %q: finding lba=%d field=%q", ErrNotFound, t.volume, lba, field)
+	} else if err != nil {
+		return Finding{}, err
+	}
+	return t.decodeFinding(lba, field, v)
+}
+
+func (t *Tuples) decodeFinding(lba uint64, field string, v []byte) (Finding, error) {
+	var f Finding
+	err := decodeJSON(v, &f)
+	if err == nil && (f.LBA != lba || f.Field != field || !f.State.valid() || f.N == 0) {
+		err = fmt.Errorf("record says lba=%d field=%q state=%d n=%d", f.LBA, f.Field, f.State, f.N)
+	}
+	if err != nil {
+		return Finding{}, &CorruptError{Volume: t.volume, Record: fmt.Sprintf("finding lba=%d field=%q", lba, field), Reason: err.Error()}
+	}
+	return f, nil
+}
+
+// maxFindingBlocks returns the largest N ever recorded, which bounds how far
+// before a range a finding overlapping it can start.
+func (t *Tuples) maxFindingBlocks() (uint64, error) {
+	v, err := t.kv.Get(t.maxFindingKey())
+	if errors.Is(err, ErrNotFound) {
+		return 1, nil
+	} else if err != nil {
+		return 0, err
+	}
+	if len(v) != 8 {
+		return 0, &CorruptError{Volume: t.volume, Record: "max-finding-blocks", Reason: fmt.Sprintf("length %d", len(v))}
+	}
+	return max(1, binary.BigEndian.Uint64(v)), nil
+}
+
+// FindingQuery selects findings. The zero value selects all.
+type FindingQuery struct {
+	// LBA and N select findings overlapping blocks [LBA, LBA+N); N == 0
+	// means to the end of the volume.
+	LBA, N uint64
+	// State, if not zero, selects findings in that state.
+	State FindingState
+}
+
+// Findings yields the findings matching q, ordered by LBA then field, from
+// one snapshot. Iteration stops at the first error, which is yielded.
+// Selecting by state alone scans the whole log.
+func (t *Tuples) Findings(q FindingQuery) iter.Seq2[Finding, error] {
+	return func(yield func(Finding, error) bool) {
+		lo := min(q.LBA, t.blocks)
+		hi := t.blocks
+		if q.N != 0 && q.N < t.blocks-lo {
+			hi = lo + q.N
+		}
+		maxN, err := t.maxFindingBlocks()
+		if err != nil {
+			yield(Finding{}, err)
+			return
+		}
+		start := lo - min(lo, maxN-1)
+		it, err := t.kv.NewIter(u64Key(t.prefix, recFinding, start), u64Key(t.prefix, recFinding, hi))
+		if err != nil {
+			yield(Finding{}, err)
+			return
+		}
+		defer it.Close()
+		plen := len(t.prefix) + 1
+		for it.Next() {
+			k := it.Key()
+			if len(k) <= plen+8 {
+				yield(Finding{}, &CorruptError{Volume: t.volume, Record: fmt.Sprintf("finding key %x", k), Reason: "bad key length"})
+				return
+			}
+			f, err := t.decodeFinding(binary.BigEndian.Uint64(k[plen:]), string(k[plen+8:]), it.Value())
+			if err != nil {
+				yield(Finding{}, err)
+				return
+			}
+			if f.LBA+f.N <= lo || f.LBA >= hi || (q.State != 0 && f.State != q.State) {
+				continue
+			}
+			if !yield(f, nil) {
+				return
+			}
+		}
+		if err := it.Err(); err != nil {
+			yield(Finding{}, err)
+		}
+	}
+}
+
+// decodeJSON decodes a bounded JSON record strictly.
+func decodeJSON(v []byte, dst any) error {
+	if len(v) > maxRecordBytes {
+		return fmt.Errorf("record of %d bytes exceeds %d", len(v), maxRecordBytes)
+	}
+	d := json.NewDecoder(bytes.NewReader(v))
+	if err := d.Decode(dst); err != nil {
+		return err
+	}
+	if d.More() {
+		return fmt.Errorf("trailing data")
+	}
+	return nil
+}

@@ -1,0 +1,379 @@
+package store
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Tuples is one volume's tuple store on a KV: its manifest, tuple pages,
+// intents, scrub cursors and findings. Many volumes may share one KV; each
+// keeps its records under its own key prefix.
+//
+// A Tuples is safe for concurrent use. Reads see consistent snapshots;
+// commits (Txn.Commit, WriteRange, Discard, findings updates) are serialized
+// so read-modify-write of a shared page never loses an update.
+type Tuples struct {
+	kv     KV
+	volume string
+	prefix []byte
+	m      Manifest
+	l      layout
+	blocks uint64
+
+	mu  sync.Mutex // serializes commits
+	seq atomic.Uint64
+
+	bufPool sync.Pool // *pageBuf
+	encPool sync.Pool // *[]byte page encode buffers
+}
+
+// CreateTuples creates volume on kv with manifest m and returns it. It fails
+// with ErrExists if the volume already has a manifest. The manifest is
+// written with a synced commit.
+func CreateTuples(kv KV, volume string, m Manifest) (*Tuples, error) {
+	prefix, err := volumePrefix(volume)
+	if err != nil {
+		return nil, err
+	}
+	m.normalize()
+	if err := m.validate(); err != nil {
+		return nil, fmt.Errorf("store: create volume %q: %w", volume, err)
+	}
+	m.Schema = SchemaVersion
+	if m.Created.IsZero() {
+		m.Created = time.Now().UTC()
+	}
+	key := recKey(prefix, recManifest)
+	if _, err := kv.Get(key); err == nil {
+		return nil, fmt.Errorf("%w: volume %q", ErrExists, volume)
+	} else if !errors.Is(err, ErrNotFound) {
+		return nil, err
+	}
+	v, err := encodeManifest(m)
+	if err != nil {
+		return nil, fmt.Errorf("store: create volume %q: %v", volume, err)
+	}
+	b := kv.NewBatch()
+	if err := b.Set(key, v); err != nil {
+		b.Close()
+		return nil, err
+	}
+	if err := b.Commit(true); err != nil {
+		return nil, err
+	}
+	return newTuples(kv, volume, prefix, m)
+}
+
+// OpenTuples opens an existing volume. If want is not nil, the stored
+// manifest must match it (after defaults: PageTuples 0 means
+// DefaultPageTuples) in every field but Schema, Created and Tool, or
+// OpenTuples fails at once with a *ManifestMismatchError naming the field and
+// both values. A missing volume fails with ErrNotFound.
+func OpenTuples(kv KV, volume string, want *Manifest) (*Tuples, error) {
+	prefix, err := volumePrefix(volume)
+	if err != nil {
+		return nil, err
+	}
+	v, err := kv.Get(recKey(prefix, recManifest))
+	if errors.Is(err, ErrNotFound) {
+		return nil, fmt.Errorf("%w: volume %q", ErrNotFound, volume)
+	} else if err != nil {
+		return nil, err
+	}
+	m, err := decodeManifest(volume, v)
+	if err != nil {
+		return nil, err
+	}
+	if want != nil {
+		w := *want
+		w.normalize()
+		if err := m.compare(volume, &w); err != nil {
+			return nil, err
+		}
+	}
+	return newTuples(kv, volume, prefix, m)
+}
+
+func newTuples(kv KV, volume string, prefix []byte, m Manifest) (*Tuples, error) {
+	t := &Tuples{kv: kv, volume: volume, prefix: prefix, m: m, l: newLayout(&m), blocks: m.Blocks()}
+	t.bufPool.New = func() any { return t.l.newPageBuf() }
+	t.encPool.New = func() any { b := make([]byte, 0, t.l.size); return &b }
+	// Resume intent sequence numbers after the highest one stored.
+	var maxSeq uint64
+	err := t.scanIntentKeys(0, t.blocks, func(lba, seq uint64, v []byte) error {
+		maxSeq = max(maxSeq, seq)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	t.seq.Store(maxSeq)
+	return t, nil
+}
+
+// Manifest returns the volume's stored manifest.
+func (t *Tuples) Manifest() Manifest { return t.m }
+
+// Volume returns the volume name.
+func (t *Tuples) Volume() string { return t.volume }
+
+// Blocks returns the number of blocks in the volume.
+func (t *Tuples) Blocks() uint64 { return t.blocks }
+
+// TupleSize returns the bytes per tuple (8 or 16).
+func (t *Tuples) TupleSize() int { return t.l.ts }
+
+func (t *Tuples) checkRange(lba, n uint64) error {
+	if lba > t.blocks || n > t.blocks-lba {
+		return fmt.Errorf("%w: volume %q: blocks [%d, +%d) beyond %d blocks", ErrOutOfRange, t.volume, lba, n, t.blocks)
+	}
+	return nil
+}
+
+// checkBufs validates tuple/sum buffers for a range and returns its length.
+func (t *Tuples) checkBufs(lba uint64, tuples []byte, sums []uint32, write bool) (int, error) {
+	if len(tuples)%t.l.ts != 0 {
+		return 0, fmt.Errorf("%w: tuple buffer of %d bytes is not a multiple of %d", ErrInvalid, len(tuples), t.l.ts)
+	}
+	n := len(tuples) / t.l.ts
+	switch {
+	case sums != nil && !t.l.sums:
+		return 0, fmt.Errorf("%w: volume %q keeps no sector checksums", ErrInvalid, t.volume)
+	case sums == nil && t.l.sums && write:
+		return 0, fmt.Errorf("%w: volume %q keeps sector checksums; none given", ErrInvalid, t.volume)
+	case sums != nil && len(sums) < n:
+		return 0, fmt.Errorf("%w: %d sector checksums for %d blocks", ErrInvalid, len(sums), n)
+	}
+	return n, t.checkRange(lba, uint64(n))
+}
+
+func (t *Tuples) pageKey(page uint64) []byte { return u64Key(t.prefix, recPage, page) }
+
+// ReadRange reads the committed tuples of the blocks [lba, lba+n), where
+// n = len(tuples)/TupleSize, into tuples (n*TupleSize bytes), sums (n sector
+// checksums, or nil; it must be nil if the volume keeps none) and written (a
+// Bitmap of at least n bits, or nil). It returns how many blocks are written.
+//
+// Unwritten and discarded blocks are not errors: their bit in written is
+// clear, their tuple reads as all ones (the PI escape) and their sum as 0.
+// Only the bitmap tells them apart from a block whose stored tuple happens
+// to be all ones.
+//
+// ReadRange reads one consistent snapshot and allocates nothing per block or
+// page.
+func (t *Tuples) ReadRange(lba uint64, tuples []byte, sums []uint32, written Bitmap) (int, error) {
+	n, err := t.checkBufs(lba, tuples, sums, false)
+	if err != nil {
+		return 0, err
+	}
+	if written != nil && len(written)*64 < n {
+		return 0, fmt.Errorf("%w: bitmap of %d bits for %d blocks", ErrInvalid, len(written)*64, n)
+	}
+	if n == 0 {
+		return 0, nil
+	}
+	P := uint64(t.l.p)
+	first, last := lba/P, (lba+uint64(n)-1)/P
+	it, err := t.kv.NewIter(t.pageKey(first), t.pageKey(last+1))
+	if err != nil {
+		return 0, err
+	}
+	defer it.Close()
+	var bitsBuf [65536 / 64]uint64
+	pbits := bitsBuf[:t.l.bitsLen]
+	ts := t.l.ts
+	count := 0
+	next := lba // first block not yet filled
+	end := lba + uint64(n)
+	fillGap := func(to uint64) {
+		if to <= next {
+			return
+		}
+		i, j := int(next-lba), int(to-lba)
+		fillOnes(tuples[i*ts : j*ts])
+		if sums != nil {
+			clear(sums[i:j])
+		}
+		if written != nil {
+			fillBits(written, i, j-i, false)
+		}
+		next = to
+	}
+	plen := len(t.prefix) + 1
+	for it.Next() {
+		k := it.Key()
+		if len(k) != plen+8 {
+			return 0, &CorruptError{Volume: t.volume, Record: fmt.Sprintf("page key %x", k), Reason: "bad key length"}
+		}
+		page := binary.BigEndian.Uint64(k[plen:])
+		v := it.Value()
+		if err := t.l.check(t.volume, page, v); err != nil {
+			return 0, err
+		}
+		pstart := page * P
+		s := max(pstart, lba)
+		e := min(pstart+P, end)
+		if s >= e {
+			continue // cannot happen with correct bounds
+		}
+		fillGap(s)
+		i, j := int(s-lba), int(e-lba) // destination block indexes
+		ps, pe := int(s-pstart), int(e-pstart)
+		copy(tuples[i*ts:j*ts], v[t.l.tupOff+ps*ts:t.l.tupOff+pe*ts])
+		if sums != nil {
+			decodeSums(sums[i:j], v[t.l.sumOff+4*ps:])
+		}
+		t.l.pageBits(pbits, v)
+		if written != nil {
+			count += copyBits(written, i, pbits, ps, pe-ps)
+		} else {
+			count += Bitmap(pbits).countRange(ps, pe-ps)
+		}
+		next = e
+	}
+	if err := it.Err(); err != nil {
+		return 0, err
+	}
+	fillGap(end)
+	return count, nil
+}
+
+func (b Bitmap) countRange(off, n int) int {
+	c := 0
+	for k := 0; k < n; k += 64 {
+		c += popcount(getBits(b, off+k, min(64, n-k)))
+	}
+	return c
+}
+
+// WriteRange stores tuples (and sums, required iff the volume keeps sector
+// checksums) as the committed tuples of blocks [lba, lba+len(tuples)/TupleSize).
+// Large ranges are committed in several batches sized to the backend's
+// limits; only the last is synced when sync is set (which makes every
+// earlier one durable too). A crash part-way may leave a prefix of the range
+// written: callers that need all-or-nothing use a Txn or intents.
+func (t *Tuples) WriteRange(lba uint64, tuples []byte, sums []uint32, sync bool) error {
+	n, err := t.checkBufs(lba, tuples, sums, true)
+	if err != nil {
+		return err
+	}
+	chunk := t.chunkBlocks()
+	for off := 0; off < n; off += chunk {
+		c := min(chunk, n-off)
+		x := t.NewTxn()
+		var s []uint32
+		if sums != nil {
+			s = sums[off : off+c]
+		}
+		x.ops = append(x.ops, txnOp{kind: opWrite, lba: lba + uint64(off), n: uint64(c), tuples: tuples[off*t.l.ts : (off+c)*t.l.ts], sums: s})
+		if err := x.Commit(sync && off+c == n); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Discard marks blocks [lba, lba+n) unwritten, committing in batches like
+// WriteRange.
+func (t *Tuples) Discard(lba, n uint64, sync bool) error {
+	if err := t.checkRange(lba, n); err != nil {
+		return err
+	}
+	chunk := uint64(t.chunkBlocks()) * 16 // discards of whole pages write only tombstones
+	for off := uint64(0); off < n; off += chunk {
+		c := min(chunk, n-off)
+		x := t.NewTxn()
+		x.ops = append(x.ops, txnOp{kind: opDiscard, lba: lba + off, n: c})
+		if err := x.Commit(sync && off+c == n); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// chunkBlocks is how many blocks WriteRange commits per batch: whole pages,
+// up to 32 MiB of page values or a quarter of the backend's batch limit.
+func (t *Tuples) chunkBlocks() int {
+	budget := min(32<<20, t.kv.Limits().MaxBatchBytes/4)
+	pages := max(1, budget/(t.l.size+64))
+	return pages * t.l.p
+}
+
+// Volumes lists the names of the volumes on kv, sorted.
+func Volumes(kv KV) ([]string, error) {
+	var names []string
+	lo := []byte{keyNamespace}
+	hi := []byte{keyNamespace + 1}
+	for {
+		it, err := kv.NewIter(lo, hi)
+		if err != nil {
+			return nil, err
+		}
+		ok := it.Next()
+		var k []byte
+		if ok {
+			k = append(k, it.Key()...)
+		}
+		err = it.Err()
+		it.Close()
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			slices.Sort(names)
+			return names, nil
+		}
+		if len(k) < 2 || len(k) < 2+int(k[1]) || k[1] == 0 {
+			return nil, &CorruptError{Record: fmt.Sprintf("key %x", k), Reason: "bad volume prefix"}
+		}
+		name := string(k[2 : 2+int(k[1])])
+		names = append(names, name)
+		p, _ := volumePrefix(name)
+		lo = prefixEnd(p)
+	}
+}
+
+// DeleteVolume deletes every record of volume on kv (manifest, pages,
+// intents, cursors, findings), in batches, the last one synced.
+func DeleteVolume(kv KV, volume string) error {
+	prefix, err := volumePrefix(volume)
+	if err != nil {
+		return err
+	}
+	for {
+		it, err := kv.NewIter(prefix, prefixEnd(prefix))
+		if err != nil {
+			return err
+		}
+		b := kv.NewBatch()
+		more := false
+		for it.Next() {
+			if b.Len() > 4<<20 {
+				more = true
+				break
+			}
+			if err := b.Delete(it.Key()); err != nil {
+				it.Close()
+				b.Close()
+				return err
+			}
+		}
+		err = it.Err()
+		it.Close()
+		if err != nil {
+			b.Close()
+			return err
+		}
+		if err := b.Commit(!more); err != nil {
+			return err
+		}
+		if !more {
+			return nil
+		}
+	}
+}

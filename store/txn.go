@@ -1,0 +1,198 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+)
+
+type opKind uint8
+
+const (
+	opWrite opKind = iota
+	opDiscard
+	opSet
+	opDelete
+)
+
+type txnOp struct {
+	kind       opKind
+	lba, n     uint64
+	tuples     []byte
+	sums       []uint32
+	key, value []byte
+}
+
+// Txn stages changes to one volume and commits them atomically in one KV
+// batch: committed tuples (WriteRange, Discard), intents (RecordIntent,
+// DropIntent, FoldIntent). Staged data is copied, so callers may reuse their
+// buffers at once. Pages touched only in part are read and merged at Commit,
+// under the volume's commit lock, so concurrent transactions never lose each
+// other's blocks.
+//
+// A Txn is not safe for concurrent use. Its size is bounded only by the
+// backend's batch limit (Limits.MaxBatchBytes, checked at Commit); Len
+// reports what is staged so callers can commit in sized steps.
+type Txn struct {
+	t    *Tuples
+	ops  []txnOp
+	size int
+	done bool
+}
+
+// NewTxn starts a transaction on the volume.
+func (t *Tuples) NewTxn() *Txn { return &Txn{t: t} }
+
+// Len returns the approximate bytes the transaction will write.
+func (x *Txn) Len() int { return x.size }
+
+func (x *Txn) usable() error {
+	if x.done {
+		return fmt.Errorf("%w: transaction already committed or aborted", ErrClosed)
+	}
+	return nil
+}
+
+// WriteRange stages tuples (and sums, required iff the volume keeps sector
+// checksums) as the committed tuples of [lba, lba+len(tuples)/TupleSize).
+func (x *Txn) WriteRange(lba uint64, tuples []byte, sums []uint32) error {
+	if err := x.usable(); err != nil {
+		return err
+	}
+	n, err := x.t.checkBufs(lba, tuples, sums, true)
+	if err != nil || n == 0 {
+		return err
+	}
+	op := txnOp{kind: opWrite, lba: lba, n: uint64(n), tuples: append([]byte(nil), tuples...)}
+	if sums != nil {
+		op.sums = append([]uint32(nil), sums[:n]...)
+	}
+	x.ops = append(x.ops, op)
+	x.size += n * (x.t.l.ts + 4)
+	return nil
+}
+
+// Discard stages marking [lba, lba+n) unwritten.
+func (x *Txn) Discard(lba, n uint64) error {
+	if err := x.usable(); err != nil {
+		return err
+	}
+	if err := x.t.checkRange(lba, n); err != nil || n == 0 {
+		return err
+	}
+	x.ops = append(x.ops, txnOp{kind: opDiscard, lba: lba, n: n})
+	x.size += 64
+	return nil
+}
+
+// Abort discards the transaction.
+func (x *Txn) Abort() { x.done, x.ops = true, nil }
+
+// Commit applies the transaction atomically. With sync it returns only once
+// the transaction is durable. The Txn cannot be used afterwards.
+func (x *Txn) Commit(sync bool) error {
+	if err := x.usable(); err != nil {
+		return err
+	}
+	x.done = true
+	ops := x.ops
+	x.ops = nil
+	if len(ops) == 0 {
+		return nil
+	}
+	t := x.t
+	t.mu.Lock()
+	defer t.mu.Unlock()
+
+	P := uint64(t.l.p)
+	ts := t.l.ts
+	pages := make(map[uint64]*pageBuf)
+	var order []uint64
+	defer func() {
+		for _, pb := range pages {
+			t.bufPool.Put(pb)
+		}
+	}()
+	get := func(page uint64, whole bool) (*pageBuf, error) {
+		if pb, ok := pages[page]; ok {
+			return pb, nil
+		}
+		pb := t.bufPool.Get().(*pageBuf)
+		pages[page] = pb
+		order = append(order, page)
+		if whole {
+			pb.reset()
+			return pb, nil
+		}
+		v, err := t.kv.Get(t.pageKey(page))
+		switch {
+		case errors.Is(err, ErrNotFound):
+			pb.reset()
+			return pb, nil
+		case err != nil:
+			return nil, err
+		}
+		if err := t.l.check(t.volume, page, v); err != nil {
+			return nil, err
+		}
+		t.l.decode(pb, v)
+		return pb, nil
+	}
+	b := t.kv.NewBatch()
+	defer b.Close()
+	for _, op := range ops {
+		switch op.kind {
+		case opSet:
+			if err := b.Set(op.key, op.value); err != nil {
+				return err
+			}
+			continue
+		case opDelete:
+			if err := b.Delete(op.key); err != nil {
+				return err
+			}
+			continue
+		}
+		end := op.lba + op.n
+		for page := op.lba / P; page*P < end; page++ {
+			pstart := page * P
+			s, e := max(pstart, op.lba), min(pstart+P, end)
+			ps, pe := int(s-pstart), int(e-pstart)
+			pb, err := get(page, ps == 0 && pe == int(P))
+			if err != nil {
+				return err
+			}
+			if op.kind == opDiscard {
+				fillOnes(pb.tuples[ps*ts : pe*ts])
+				if t.l.sums {
+					clear(pb.sums[ps:pe])
+				}
+				fillBits(pb.bits, ps, pe-ps, false)
+				continue
+			}
+			i, j := int(s-op.lba), int(e-op.lba)
+			copy(pb.tuples[ps*ts:pe*ts], op.tuples[i*ts:j*ts])
+			if t.l.sums {
+				copy(pb.sums[ps:pe], op.sums[i:j])
+			}
+			fillBits(pb.bits, ps, pe-ps, true)
+		}
+	}
+	slices.Sort(order)
+	encp := t.encPool.Get().(*[]byte)
+	defer t.encPool.Put(encp)
+	for _, page := range order {
+		pb := pages[page]
+		var err error
+		if pb.empty() {
+			err = b.Delete(t.pageKey(page))
+		} else {
+			*encp = t.l.encode((*encp)[:0], pb)
+			err = b.Set(t.pageKey(page), *encp)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return b.Commit(sync)
+}
