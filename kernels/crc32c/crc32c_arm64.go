@@ -13,9 +13,9 @@ import (
 //
 //   - pmull4way: inputs of at least fourWayMin bytes are cut into chunks of
 //     four stripes that run as four independent CRC32C instruction streams,
-//     merged with PMULL (crc4way). One stream is bound by the latency of
-//     CRC32CX (2 to 3 cycles for 8 bytes); four keep the CRC unit busy every
-//     cycle. Needs the CRC32 and PMULL extensions.
+//     merged with PMULL (crc4way); Go loops over the chunks. One stream is
+//     bound by the latency of CRC32CX (2 to 3 cycles for 8 bytes); four keep
+//     the CRC unit busy every cycle. Needs the CRC32 and PMULL extensions.
 //   - crc: one stream of CRC32C instructions, unrolled (crcHW). Needs CRC32.
 //
 // Both run Blocks four blocks at a time on four streams (crcBlocks4), where
@@ -32,11 +32,11 @@ func registerArch() {
 
 const (
 	// fourWayMin is the smallest input, and the smallest chunk, taken by the
-	// 4-way path. Four streams finish L bytes in about L/32 cycles where one
-	// stream needs 3L/8 (Cortex-A72, Apple M1) or 2L/8 (Cortex-A53); the
-	// merge costs about 25 cycles, so 4-way wins from about 128 bytes on the
-	// big cores and 200 on the A53 (kernels/mca/crc_nvme.sh). 256 bytes is
-	// also the smallest chunk the stripes of 64 bytes allow.
+	// 4-way path; it is also the smallest chunk stripes of stripeUnit allow.
+	// Modelled with llvm-mca (kernels/mca/crc_nvme.sh), one stream costs
+	// 0.38 c/B on Cortex-A53 and A72 and 0.25 on Apple M1; four streams 0.19,
+	// 0.13 and 0.13 c/B plus about 50, 38 and 38 cycles of pipeline fill and
+	// merge per chunk: the break-even is near 270, 150 and 300 bytes.
 	fourWayMin = 4 * stripeUnit
 	// stripeUnit is the granule of the stripe length: crc4way's inner loop
 	// runs 32 bytes per stream, and the merge table has one entry per 64.
@@ -76,9 +76,9 @@ func makeFourWayK() *[maxStripe / stripeUnit][4]uint64 {
 //go:noescape
 func crcHW(crc uint32, p []byte) uint32
 
-// crc4way returns the CRC register crc advanced over p by the 4-way stripe
-// kernel. Preconditions: stripe is a positive multiple of stripeUnit, at
-// most maxStripe; len(p) is a positive multiple of 4·stripe; k points at
+// crc4way returns the CRC register crc advanced over the chunk p by the
+// 4-way stripe kernel. Preconditions: stripe is a positive multiple of
+// stripeUnit, at most maxStripe; len(p) == 4·stripe; k points at
 // fourWayK[stripe/stripeUnit-1].
 //
 //go:noescape
@@ -96,9 +96,9 @@ func updateCRC(crc uint32, p []byte) uint32 { return ^crcHW(^crc, p) }
 func updatePMULL4way(crc uint32, p []byte) uint32 {
 	r := ^crc
 	if len(p) >= fourWayMin {
-		if n := len(p) / maxChunk * maxChunk; n > 0 {
-			r = crc4way(r, p[:n], maxStripe, &fourWayK[maxStripe/stripeUnit-1])
-			p = p[n:]
+		for len(p) >= maxChunk {
+			r = crc4way(r, p[:maxChunk], maxStripe, &fourWayK[maxStripe/stripeUnit-1])
+			p = p[maxChunk:]
 		}
 		if len(p) >= fourWayMin {
 			s := (len(p) / 4) &^ (stripeUnit - 1)

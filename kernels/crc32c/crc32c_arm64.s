@@ -10,24 +10,102 @@
 // register and data, so a stream of CRC32CX over 8-byte words is the CRC of
 // those bytes; CRC32CW/H/B do the same for 4, 2 and 1 bytes.
 
-// STEP16 loads 16 bytes from each of four streams (post-incrementing their
-// pointers) and runs them into four independent CRC registers. The loads are
-// issued first so that an in-order core has them back before the first
-// CRC32CX needs them; the CRC32CX of the four streams alternate so that
-// consecutive instructions never depend on each other.
-#define STEP16(p0, p1, p2, p3, c0, c1, c2, c3) \
-	LDP.P	16(p0), (R12, R13); \
-	LDP.P	16(p1), (R14, R15); \
-	LDP.P	16(p2), (R16, R17); \
-	LDP.P	16(p3), (R19, R20); \
-	CRC32CX	R12, c0; \
-	CRC32CX	R14, c1; \
-	CRC32CX	R16, c2; \
-	CRC32CX	R19, c3; \
-	CRC32CX	R13, c0; \
-	CRC32CX	R15, c1; \
-	CRC32CX	R17, c2; \
-	CRC32CX	R20, c3
+// The four-stream kernels (crc4way, crcBlocks4) share one software-pipelined
+// loop. The registers are fixed: CRC registers R0, R8, R9, R10 for streams
+// 0..3, stream pointers R1, R5, R6, R7, the count of bytes per stream still
+// to load in R2; set A (R12:R13, R14:R15, R16:R17, R19:R20) and set B
+// (R21:R22, R23:R24, R25:R3, R4:R11) each hold 16 bytes of every stream.
+// The CRC32CX of one set run while the loads of the other are in flight, so
+// an in-order core (Cortex-A53) never waits on a load; the CRC32CX of the
+// four streams alternate so that no instruction waits on the one before it.
+
+// PIPE_PROLOGUE loads the first 16 bytes of every stream into set B.
+#define PIPE_PROLOGUE \
+	LDP	(R1), (R21, R22); \
+	LDP	(R5), (R23, R24); \
+	LDP	(R6), (R25, R3); \
+	LDP	(R7), (R4, R11); \
+	ADD	$16, R1; \
+	ADD	$16, R5; \
+	ADD	$16, R6; \
+	ADD	$16, R7
+
+// PIPE_BODY runs set B (loaded before) and then set A into the CRCs while it
+// loads the next 32 bytes of every stream into A and B.
+#define PIPE_BODY \
+	LDP	(R1), (R12, R13); \
+	LDP	(R5), (R14, R15); \
+	CRC32CX	R21, R0; \
+	CRC32CX	R23, R8; \
+	LDP	(R6), (R16, R17); \
+	CRC32CX	R25, R9; \
+	CRC32CX	R4, R10; \
+	LDP	(R7), (R19, R20); \
+	CRC32CX	R22, R0; \
+	CRC32CX	R24, R8; \
+	LDP	16(R1), (R21, R22); \
+	CRC32CX	R3, R9; \
+	CRC32CX	R11, R10; \
+	LDP	16(R5), (R23, R24); \
+	CRC32CX	R12, R0; \
+	CRC32CX	R14, R8; \
+	LDP	16(R6), (R25, R3); \
+	CRC32CX	R16, R9; \
+	CRC32CX	R19, R10; \
+	LDP	16(R7), (R4, R11); \
+	CRC32CX	R13, R0; \
+	CRC32CX	R15, R8; \
+	ADD	$32, R1; \
+	CRC32CX	R17, R9; \
+	CRC32CX	R20, R10; \
+	ADD	$32, R5; \
+	ADD	$32, R6; \
+	ADD	$32, R7
+
+// PIPE_DRAIN runs set B into the CRCs.
+#define PIPE_DRAIN \
+	CRC32CX	R21, R0; \
+	CRC32CX	R23, R8; \
+	CRC32CX	R25, R9; \
+	CRC32CX	R4, R10; \
+	CRC32CX	R22, R0; \
+	CRC32CX	R24, R8; \
+	CRC32CX	R3, R9; \
+	CRC32CX	R11, R10
+
+// PIPE_LAST16 loads 16 more bytes of every stream into set A and runs them.
+#define PIPE_LAST16 \
+	LDP	(R1), (R12, R13); \
+	LDP	(R5), (R14, R15); \
+	LDP	(R6), (R16, R17); \
+	LDP	(R7), (R19, R20); \
+	CRC32CX	R12, R0; \
+	CRC32CX	R14, R8; \
+	CRC32CX	R16, R9; \
+	CRC32CX	R19, R10; \
+	CRC32CX	R13, R0; \
+	CRC32CX	R15, R8; \
+	CRC32CX	R17, R9; \
+	CRC32CX	R20, R10
+
+// PIPE runs n = R2 bytes (a positive multiple of 16) of every stream; label
+// names its loop (Go assembler labels are per function, so each function
+// expands PIPE once).
+#define PIPE(loop, drain, done) \
+	PIPE_PROLOGUE; \
+	SUB	$16, R2, R2; \
+	CMP	$32, R2; \
+	BLT	drain; \
+loop: \
+	PIPE_BODY; \
+	SUB	$32, R2, R2; \
+	CMP	$32, R2; \
+	BGE	loop; \
+drain: \
+	PIPE_DRAIN; \
+	TBZ	$4, R2, done; \
+	PIPE_LAST16; \
+done:
 
 // func crcHW(crc uint32, p []byte) uint32
 TEXT ·crcHW(SB), NOSPLIT, $0-36
@@ -90,7 +168,7 @@ done:
 
 // func crc4way(crc uint32, p []byte, stripe int, k *[4]uint64) uint32
 //
-// Each chunk of 4·stripe bytes is cut into four stripes, run as four CRC32C
+// The chunk p of 4·stripe bytes is cut into four stripes, run as four CRC32C
 // streams (the first starting from crc, the others from 0) and merged:
 //
 //	crc' = c0·x^(24·stripe) + c1·x^(16·stripe) + c2·x^(8·stripe) + c3  mod P.
@@ -98,34 +176,26 @@ done:
 // A shift c·x^n mod P is one PMULL and one CRC32CX: with c and
 // k = Reflect(x^(n-33) mod P, 32) as 64-bit values, the low quadword d of
 // PMULL(c, k) stands for c·k·x (see crcmath.FoldTable on reflected
-// products), and CRC32CX d, ZR gives d·x^32 mod P = c·x^n mod P. The three
-// products are XORed before the single CRC32CX, which is linear.
+// products), and CRC32CX d from a zero register gives d·x^32 mod P =
+// c·x^n mod P. The three products are XORed before the single CRC32CX,
+// which is linear.
 TEXT ·crc4way(SB), NOSPLIT, $0-52
 	MOVWU	crc+0(FP), R0
 	MOVD	p_base+8(FP), R1
-	MOVD	p_len+16(FP), R2
-	MOVD	stripe+32(FP), R3
+	MOVD	stripe+32(FP), R2
 	MOVD	k+40(FP), R4
 	FMOVD	0(R4), F28 // k[0]: x^(8·stripe)
 	FMOVD	8(R4), F29 // k[1]: x^(16·stripe)
 	FMOVD	16(R4), F30 // k[2]: x^(24·stripe)
-
-chunk:
-	ADD	R3, R1, R5
-	ADD	R3, R5, R6
-	ADD	R3, R6, R7
+	ADD	R2, R1, R5
+	ADD	R2, R5, R6
+	ADD	R2, R6, R7
 	MOVW	ZR, R8
 	MOVW	ZR, R9
 	MOVW	ZR, R10
-	MOVD	R3, R11
 
-stripes:
-	STEP16(R1, R5, R6, R7, R0, R8, R9, R10)
-	STEP16(R1, R5, R6, R7, R0, R8, R9, R10)
-	SUBS	$32, R11, R11
-	BNE	stripes
+	PIPE(stripes, stripesdrain, merge)
 
-	// Merge. R7 now points at the next chunk.
 	FMOVD	R0, F0
 	FMOVD	R8, F1
 	FMOVD	R9, F2
@@ -138,11 +208,6 @@ stripes:
 	MOVW	ZR, R0
 	CRC32CX	R12, R0
 	EORW	R10, R0, R0
-
-	MOVD	R7, R1
-	SUB	R3<<2, R2, R2
-	CBNZ	R2, chunk
-
 	MOVW	R0, ret+48(FP)
 	RET
 
@@ -152,33 +217,23 @@ stripes:
 // p[2·stride:], p[3·stride:] into the four registers crc[0..3], each block on
 // its own CRC32C stream: four independent dependency chains, no merge.
 TEXT ·crcBlocks4(SB), NOSPLIT, $0-48
-	MOVD	crc+0(FP), R0
+	MOVD	crc+0(FP), R4
 	MOVD	p_base+8(FP), R1
 	MOVD	n+32(FP), R2
 	MOVD	stride+40(FP), R3
-	MOVWU	0(R0), R8
-	MOVWU	4(R0), R9
-	MOVWU	8(R0), R10
-	MOVWU	12(R0), R11
+	MOVWU	0(R4), R0
+	MOVWU	4(R4), R8
+	MOVWU	8(R4), R9
+	MOVWU	12(R4), R10
 	ADD	R3, R1, R5
 	ADD	R3, R5, R6
 	ADD	R3, R6, R7
 
-	// 32 bytes of each block per iteration, then 16 if n is an odd multiple
-	// of 16. R2 runs 32 below the bytes left, as in crcHW.
-	SUBS	$32, R2, R2
-	BLT	blocks16
-blocks32:
-	STEP16(R1, R5, R6, R7, R8, R9, R10, R11)
-	STEP16(R1, R5, R6, R7, R8, R9, R10, R11)
-	SUBS	$32, R2, R2
-	BGE	blocks32
-blocks16:
-	TBZ	$4, R2, blocksdone
-	STEP16(R1, R5, R6, R7, R8, R9, R10, R11)
-blocksdone:
-	MOVW	R8, 0(R0)
-	MOVW	R9, 4(R0)
-	MOVW	R10, 8(R0)
-	MOVW	R11, 12(R0)
+	PIPE(blocks, blocksdrain, blocksdone)
+
+	MOVD	crc+0(FP), R4
+	MOVW	R0, 0(R4)
+	MOVW	R8, 4(R4)
+	MOVW	R9, 8(R4)
+	MOVW	R10, 12(R4)
 	RET
