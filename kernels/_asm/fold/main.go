@@ -119,8 +119,22 @@ func main() {
 	if spec == nil || *out == "" || *stubs == "" {
 		log.Fatal("usage: fold -crc t10dif|crc32c|crc64nvme -out file.s -stubs file.go")
 	}
-	cmd := fmt.Sprintf("go run ./fold -crc %s -out %s -stubs %s", spec.flag, *out, *stubs)
+	asm, src, err := generate(*spec, *out, *stubs)
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := os.WriteFile(*out, asm, 0o644); err != nil {
+		log.Fatal(err)
+	}
+	if err := os.WriteFile(*stubs, src, 0o644); err != nil {
+		log.Fatal(err)
+	}
+}
 
+// generate returns the assembly and the Go declarations of spec's kernels;
+// out and stubs only name the files in the generated-code warning.
+func generate(spec crcSpec, out, stubs string) (asm, src []byte, err error) {
+	cmd := fmt.Sprintf("go run ./fold -crc %s -out %s -stubs %s", spec.flag, out, stubs)
 	ctx := build.NewContext()
 	ctx.ConstraintExpr("!purego")
 	var mask operand.Mem
@@ -133,7 +147,7 @@ func main() {
 		ctx.AddDatum(8, operand.U64(0x0001020304050607))
 	}
 	for _, v := range vecs {
-		g := &gen{c: ctx, crc: *spec, v: v, mask: mask, sse: v.bytes == 16}
+		g := &gen{c: ctx, crc: spec, v: v, mask: mask, sse: v.bytes == 16}
 		g.update()
 		g.blocks()
 	}
@@ -141,26 +155,18 @@ func main() {
 
 	f, err := ctx.Result()
 	if err != nil {
-		log.Fatal(err)
+		return nil, nil, err
 	}
 	if err := pass.Compile.Execute(f); err != nil {
-		log.Fatal(err)
+		return nil, nil, err
 	}
 	cfg := printer.Config{Name: "fold", Argv: strings.Fields(cmd), Pkg: spec.pkg}
-	asm, err := printer.NewGoAsm(cfg).Print(f)
+	asm, err = printer.NewGoAsm(cfg).Print(f)
 	if err != nil {
-		log.Fatal(err)
+		return nil, nil, err
 	}
-	if err := os.WriteFile(*out, asm, 0o644); err != nil {
-		log.Fatal(err)
-	}
-	src, err := writeStubs(*spec, cfg.GeneratedWarning())
-	if err != nil {
-		log.Fatal(err)
-	}
-	if err := os.WriteFile(*stubs, src, 0o644); err != nil {
-		log.Fatal(err)
-	}
+	src, err = writeStubs(spec, cfg.GeneratedWarning())
+	return asm, src, err
 }
 
 // Signatures. avo needs go/types signatures to name the frame arguments; the
