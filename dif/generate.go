@@ -2,7 +2,6 @@ package dif
 
 import (
 	"encoding/binary"
-	"math/bits"
 
 	"github.com/difctl/difctl/kernels/crc32c"
 	"github.com/difctl/difctl/kernels/crc64nvme"
@@ -43,13 +42,14 @@ func generate(r *run, e *expect) error {
 	}
 }
 
+// The generate loops write each tuple as one or two big-endian words; the
+// rare chunk whose ref tags wrap is encoded block by block.
+
 func gen16(r *run, e *expect, g *[chunk]uint16) error {
 	c := uint64(e.app)<<32 | e.stor.lo
-	rm := e.refMask.lo
-	step := e.step
 	ts := r.tstride
-	for base := 0; base < r.n; base += chunk {
-		gs := g[:min(chunk, r.n-base)]
+	for base := 0; base < r.n; base += r.chunk {
+		gs := g[:min(r.chunk, r.n-base)]
 		if err := crct10dif.Blocks(gs, r.data[base*r.dstride:], r.dcov, r.dstride); err != nil {
 			return err
 		}
@@ -60,11 +60,12 @@ func gen16(r *run, e *expect, g *[chunk]uint16) error {
 			}
 		}
 		t := r.tb[base*ts+r.toff:]
-		ref := e.ref0 + uint64(base)*step
-		for j, gv := range gs {
-			binary.BigEndian.PutUint64(t[j*ts:], uint64(gv)<<48|c|ref&rm)
-			ref += step
+		lo, _, wrap := e.chunkRef(base, len(gs), e.step)
+		if wrap {
+			encodeChunk(e, t, ts, base, gs)
+			continue
 		}
+		put16(t, ts, gs, c|lo, e.step)
 	}
 	return nil
 }
@@ -72,11 +73,9 @@ func gen16(r *run, e *expect, g *[chunk]uint16) error {
 func gen32(r *run, e *expect, g *[chunk]uint32) error {
 	c0 := uint64(e.app)<<16 | e.stor.hi
 	c1 := e.stor.lo
-	rmHi, rmLo := e.refMask.hi, e.refMask.lo
-	step := e.step
 	ts := r.tstride
-	for base := 0; base < r.n; base += chunk {
-		gs := g[:min(chunk, r.n-base)]
+	for base := 0; base < r.n; base += r.chunk {
+		gs := g[:min(r.chunk, r.n-base)]
 		if err := crc32c.Blocks(gs, r.data[base*r.dstride:], r.dcov, r.dstride); err != nil {
 			return err
 		}
@@ -87,26 +86,21 @@ func gen32(r *run, e *expect, g *[chunk]uint32) error {
 			}
 		}
 		t := r.tb[base*ts+r.toff:]
-		lo, hi := bits.Add64(e.ref0, uint64(base)*step, 0)
-		for j, gv := range gs {
-			tt := t[j*ts:][:16]
-			binary.BigEndian.PutUint64(tt, uint64(gv)<<32|c0|hi&rmHi)
-			binary.BigEndian.PutUint64(tt[8:], c1|lo&rmLo)
-			var cy uint64
-			lo, cy = bits.Add64(lo, step, 0)
-			hi += cy
+		lo, hi, wrap := e.chunkRef(base, len(gs), e.step)
+		if wrap {
+			encodeChunk(e, t, ts, base, gs)
+			continue
 		}
+		put32(t, ts, gs, c0|hi, c1|lo, e.step)
 	}
 	return nil
 }
 
 func gen64(r *run, e *expect, g *[chunk]uint64) error {
 	c := uint64(e.app)<<48 | e.stor.lo
-	rm := e.refMask.lo
-	step := e.step
 	ts := r.tstride
-	for base := 0; base < r.n; base += chunk {
-		gs := g[:min(chunk, r.n-base)]
+	for base := 0; base < r.n; base += r.chunk {
+		gs := g[:min(r.chunk, r.n-base)]
 		if err := crc64nvme.Blocks(gs, r.data[base*r.dstride:], r.dcov, r.dstride); err != nil {
 			return err
 		}
@@ -117,13 +111,55 @@ func gen64(r *run, e *expect, g *[chunk]uint64) error {
 			}
 		}
 		t := r.tb[base*ts+r.toff:]
-		ref := e.ref0 + uint64(base)*step
-		for j, gv := range gs {
-			tt := t[j*ts:][:16]
-			binary.BigEndian.PutUint64(tt, gv)
-			binary.BigEndian.PutUint64(tt[8:], c|ref&rm)
-			ref += step
+		lo, _, wrap := e.chunkRef(base, len(gs), e.step)
+		if wrap {
+			encodeChunk(e, t, ts, base, gs)
+			continue
 		}
+		put64(t, ts, gs, c|lo, e.step)
 	}
 	return nil
+}
+
+// The put functions are small leaves, like the verify scans: the words of
+// each tuple are the guard and constants, plus the ref tag in the low bits,
+// stepped per block.
+
+func put16(t []byte, ts int, gs []uint16, w, step uint64) {
+	off := 0
+	for _, gv := range gs {
+		binary.BigEndian.PutUint64(t[off:], uint64(gv)<<48|w)
+		w += step
+		off += ts
+	}
+}
+
+func put32(t []byte, ts int, gs []uint32, w0, w1, step uint64) {
+	off := 0
+	for _, gv := range gs {
+		tt := t[off : off+16]
+		binary.BigEndian.PutUint64(tt, uint64(gv)<<32|w0)
+		binary.BigEndian.PutUint64(tt[8:], w1)
+		w1 += step
+		off += ts
+	}
+}
+
+func put64(t []byte, ts int, gs []uint64, w1, step uint64) {
+	off := 0
+	for _, gv := range gs {
+		tt := t[off : off+16]
+		binary.BigEndian.PutUint64(tt, gv)
+		binary.BigEndian.PutUint64(tt[8:], w1)
+		w1 += step
+		off += ts
+	}
+}
+
+// encodeChunk writes the tuples of a chunk one by one with the exact
+// general arithmetic: the path for chunks whose ref tags wrap.
+func encodeChunk[G uint16 | uint32 | uint64](e *expect, t []byte, ts, base int, gs []G) {
+	for j, gv := range gs {
+		encodeTuple(e.guard, t[j*ts:], tuple{guard: uint64(gv), app: e.app, space: e.spaceAt(base + j)})
+	}
 }

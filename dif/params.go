@@ -161,6 +161,23 @@ func (f Format) expect(p *Params) (expect, error) {
 	return e, nil
 }
 
+// chunkRef returns the ref tag bits of block base, split into the low 64
+// bits of the space and the bits above, and whether the ref tags of blocks
+// base to base+k-1, stepping by step, wrap or carry into bit 64 (which the
+// fast loops, adding step to the low word, do not model).
+func (e *expect) chunkRef(base, k int, step uint64) (lo, hi uint64, wrap bool) {
+	sum, cy := bits.Add64(e.ref0, uint64(base)*step, 0)
+	rm := e.refMask.lo
+	lo, hi = sum&rm, cy&e.refMask.hi
+	span := uint64(k-1) * step
+	if rm != ^uint64(0) {
+		wrap = lo+span > rm
+	} else if e.refMask.hi != 0 {
+		wrap = lo+span < lo
+	}
+	return lo, hi, wrap
+}
+
 // refAt returns the expected ref tag (masked) of block i.
 func (e *expect) refAt(i int) u80 {
 	return u80{0, e.ref0}.add64(uint64(i) * e.step).and(e.refMask)
@@ -180,7 +197,14 @@ type run struct {
 	tb      []byte // where the tuples are (data or md)
 	tstride int
 	toff    int
+	chunk   int // blocks per kernel call
 }
+
+// chunkBytes bounds the data of one chunk, so that the tuples are still in
+// the L1 cache when the loop after the kernel call reads or writes them.
+var chunkBytes = 16 << 10
+
+func chunkBlocks(stride int) int { return max(2, min(chunk, chunkBytes/stride)) }
 
 var errZeroFormat = &FormatError{Field: "format", Value: "", Reason: "zero Format (use NewFormat or Parse)"}
 
@@ -199,7 +223,7 @@ func (f Format) run(data, md []byte) (run, error) {
 		}
 		return run{
 			n: len(data) / ext, data: data, dstride: ext, dcov: f.GuardCoverage(),
-			tb: data, tstride: ext, toff: bs + f.PIOffset(),
+			tb: data, tstride: ext, toff: bs + f.PIOffset(), chunk: chunkBlocks(ext),
 		}, nil
 	}
 	if len(data)%bs != 0 {
@@ -211,7 +235,7 @@ func (f Format) run(data, md []byte) (run, error) {
 	}
 	return run{
 		n: n, data: data, md: md, dstride: bs, dcov: bs, extra: f.PIOffset(),
-		tb: md, tstride: ms, toff: f.PIOffset(),
+		tb: md, tstride: ms, toff: f.PIOffset(), chunk: chunkBlocks(bs),
 	}, nil
 }
 

@@ -2,7 +2,6 @@ package dif
 
 import (
 	"encoding/binary"
-	"math/bits"
 
 	"github.com/difctl/difctl/kernels/crc32c"
 	"github.com/difctl/difctl/kernels/crc64nvme"
@@ -137,9 +136,18 @@ func (f Format) verify(data, md []byte, p *Params, fn func(*CheckError) error, s
 }
 
 // The hot loops compare each stored tuple, as one or two big-endian words,
-// with the expected one under a mask of the enabled checks, and fold in the
-// escape test (app tag 0xFFFF: (app+1)>>16 == 1). Any non-zero result goes
-// to slow, which classifies and reports.
+// with the expected one under a mask of the enabled checks, fold in the
+// escape test (app tag 0xFFFF: (app+1)>>16 == 1) and OR everything into
+// one word per chunk. Only a chunk with a non-zero word, or whose ref tags
+// wrap, goes block by block through slow, the exact general check that
+// classifies and reports.
+
+func (v *verifier) refStep() uint64 {
+	if v.refOn {
+		return v.step
+	}
+	return 0
+}
 
 func (v *verifier) ver16(r *run, g *[chunk]uint16) error {
 	var gm uint64
@@ -148,10 +156,10 @@ func (v *verifier) ver16(r *run, g *[chunk]uint16) error {
 	}
 	mask := gm<<48 | uint64(v.appMask)<<32 | v.spaceMask.lo
 	c := uint64(v.app)<<32 | v.stor.lo
-	rm, step := v.refMask.lo, v.step
+	step := v.refStep()
 	ts := r.tstride
-	for base := 0; base < r.n; base += chunk {
-		gs := g[:min(chunk, r.n-base)]
+	for base := 0; base < r.n; base += r.chunk {
+		gs := g[:min(r.chunk, r.n-base)]
 		if v.guardOn {
 			if err := crct10dif.Blocks(gs, r.data[base*r.dstride:], r.dcov, r.dstride); err != nil {
 				return err
@@ -164,15 +172,13 @@ func (v *verifier) ver16(r *run, g *[chunk]uint16) error {
 			}
 		}
 		t := r.tb[base*ts+r.toff:]
-		ref := v.ref0 + uint64(base)*step
-		for j, gv := range gs {
-			w := binary.BigEndian.Uint64(t[j*ts:])
-			if (w^(uint64(gv)<<48|c|ref&rm))&mask|(w>>32&0xFFFF+1)>>16 != 0 {
+		lo, _, wrap := v.chunkRef(base, len(gs), step)
+		if scan16(t, ts, gs, c|lo, step, mask) != 0 || wrap {
+			for j, gv := range gs {
 				if v.slow(base+j, uint64(gv), t[j*ts:]) {
 					return nil
 				}
 			}
-			ref += step
 		}
 	}
 	return nil
@@ -187,10 +193,10 @@ func (v *verifier) ver32(r *run, g *[chunk]uint32) error {
 	mask1 := v.spaceMask.lo
 	c0 := uint64(v.app)<<16 | v.stor.hi
 	c1 := v.stor.lo
-	rmHi, rmLo, step := v.refMask.hi, v.refMask.lo, v.step
+	step := v.refStep()
 	ts := r.tstride
-	for base := 0; base < r.n; base += chunk {
-		gs := g[:min(chunk, r.n-base)]
+	for base := 0; base < r.n; base += r.chunk {
+		gs := g[:min(r.chunk, r.n-base)]
 		if v.guardOn {
 			if err := crc32c.Blocks(gs, r.data[base*r.dstride:], r.dcov, r.dstride); err != nil {
 				return err
@@ -203,20 +209,13 @@ func (v *verifier) ver32(r *run, g *[chunk]uint32) error {
 			}
 		}
 		t := r.tb[base*ts+r.toff:]
-		lo, hi := bits.Add64(v.ref0, uint64(base)*step, 0)
-		for j, gv := range gs {
-			tt := t[j*ts:][:16]
-			w0 := binary.BigEndian.Uint64(tt)
-			w1 := binary.BigEndian.Uint64(tt[8:])
-			x := (w0^(uint64(gv)<<32|c0|hi&rmHi))&mask0 | (w1^(c1|lo&rmLo))&mask1 | (w0>>16&0xFFFF+1)>>16
-			if x != 0 {
-				if v.slow(base+j, uint64(gv), tt) {
+		lo, hi, wrap := v.chunkRef(base, len(gs), step)
+		if scan32(t, ts, gs, c0|hi, c1|lo, step, mask0, mask1) != 0 || wrap {
+			for j, gv := range gs {
+				if v.slow(base+j, uint64(gv), t[j*ts:]) {
 					return nil
 				}
 			}
-			var cy uint64
-			lo, cy = bits.Add64(lo, step, 0)
-			hi += cy
 		}
 	}
 	return nil
@@ -229,10 +228,10 @@ func (v *verifier) ver64(r *run, g *[chunk]uint64) error {
 	}
 	mask1 := uint64(v.appMask)<<48 | v.spaceMask.lo
 	c := uint64(v.app)<<48 | v.stor.lo
-	rm, step := v.refMask.lo, v.step
+	step := v.refStep()
 	ts := r.tstride
-	for base := 0; base < r.n; base += chunk {
-		gs := g[:min(chunk, r.n-base)]
+	for base := 0; base < r.n; base += r.chunk {
+		gs := g[:min(r.chunk, r.n-base)]
 		if v.guardOn {
 			if err := crc64nvme.Blocks(gs, r.data[base*r.dstride:], r.dcov, r.dstride); err != nil {
 				return err
@@ -245,20 +244,64 @@ func (v *verifier) ver64(r *run, g *[chunk]uint64) error {
 			}
 		}
 		t := r.tb[base*ts+r.toff:]
-		ref := v.ref0 + uint64(base)*step
-		for j, gv := range gs {
-			tt := t[j*ts:][:16]
-			w0 := binary.BigEndian.Uint64(tt)
-			w1 := binary.BigEndian.Uint64(tt[8:])
-			if (w0^gv)&gm|(w1^(c|ref&rm))&mask1|(w1>>48+1)>>16 != 0 {
-				if v.slow(base+j, gv, tt) {
+		lo, _, wrap := v.chunkRef(base, len(gs), step)
+		if scan64(t, ts, gs, c|lo, step, gm, mask1) != 0 || wrap {
+			for j, gv := range gs {
+				if v.slow(base+j, gv, t[j*ts:]) {
 					return nil
 				}
 			}
-			ref += step
 		}
 	}
 	return nil
+}
+
+// The scan functions are small leaves so that every value lives in a
+// register. They return the OR over the chunk of the masked differences
+// and escape bits: zero means every block passes.
+
+// scan16: tuple = guard<<48 | e (e = app<<32 | space, +step per block).
+func scan16(t []byte, ts int, gs []uint16, e, step, mask uint64) uint64 {
+	var bad uint64
+	off := 0
+	for _, gv := range gs {
+		w := binary.BigEndian.Uint64(t[off:])
+		bad |= (w^(uint64(gv)<<48|e))&mask | (w>>32&0xFFFF+1)>>16
+		e += step
+		off += ts
+	}
+	return bad
+}
+
+// scan32: words guard<<32 | e0 (app<<16 | space bits 64-79) and e1
+// (space bits 0-63, +step per block).
+func scan32(t []byte, ts int, gs []uint32, e0, e1, step, mask0, mask1 uint64) uint64 {
+	var bad uint64
+	off := 0
+	for _, gv := range gs {
+		tt := t[off : off+16]
+		w0 := binary.BigEndian.Uint64(tt)
+		w1 := binary.BigEndian.Uint64(tt[8:])
+		bad |= (w0^(uint64(gv)<<32|e0))&mask0 | (w1^e1)&mask1 | (w0>>16&0xFFFF+1)>>16
+		e1 += step
+		off += ts
+	}
+	return bad
+}
+
+// scan64: words guard and e1 (app<<48 | space, +step per block).
+func scan64(t []byte, ts int, gs []uint64, e1, step, gm, mask1 uint64) uint64 {
+	var bad uint64
+	off := 0
+	for _, gv := range gs {
+		tt := t[off : off+16]
+		w0 := binary.BigEndian.Uint64(tt)
+		w1 := binary.BigEndian.Uint64(tt[8:])
+		bad |= (w0^gv)&gm | (w1^e1)&mask1 | (w1>>48+1)>>16
+		e1 += step
+		off += ts
+	}
+	return bad
 }
 
 // slow classifies block i, whose tuple is t and computed guard g, and
