@@ -62,7 +62,6 @@ func main() {
 		chunk(v)
 		blocks(v)
 	}
-	cpuid()
 	Generate()
 }
 
@@ -197,145 +196,190 @@ func reduceFold(v variant, acc [][]reg.VecVirtual) []reg.GPVirtual {
 	return out
 }
 
-// clmulInto XORs into sum the carry-less product of the 32-bit register r
-// and the 64-bit constant at m (only its low 32 bits are non-zero).
-func clmulInto(v variant, sum reg.VecVirtual, r reg.Register, m Mem, first bool) {
-	a, c := XMM(), XMM()
+// xorClmul XORs into *sum (or sets it, if nil) the carry-less products
+// x.lo·k.lo and, if both, x.hi·k.hi, with k the 16 bytes at m.
+func xorClmul(v variant, sum *reg.VecVirtual, x reg.Register, m Mem, both bool) {
 	if v.ymm {
-		VMOVQ(r, a)
-		VMOVQ(m, c)
-		if first {
-			VPCLMULQDQ(U8(0x00), c, a, sum)
+		t := XMM()
+		VPCLMULQDQ(U8(0x00), m, x, t)
+		if both {
+			u := XMM()
+			VPCLMULQDQ(U8(0x11), m, x, u)
+			VPXOR(u, t, t)
+		}
+		if *sum == nil {
+			*sum = t
 			return
 		}
-		VPCLMULQDQ(U8(0x00), c, a, a)
-		VPXOR(a, sum, sum)
+		VPXOR(t, *sum, *sum)
 		return
 	}
-	MOVQ(r, a)
-	MOVQ(m, c)
-	PCLMULQDQ(U8(0x00), c, a)
-	if first {
-		MOVO(a, sum)
+	k, t := XMM(), XMM()
+	MOVOU(m, k)
+	MOVO(x, t)
+	PCLMULQDQ(U8(0x00), k, t)
+	if both {
+		PCLMULQDQ(U8(0x11), k, x)
+		PXOR(x, t)
+	}
+	if *sum == nil {
+		*sum = t
 		return
 	}
-	PXOR(a, sum)
+	PXOR(t, *sum)
 }
 
-// reduce64 returns CRC32Q over the low quadword of x from a zero register.
-func reduce64(v variant, x reg.VecVirtual) reg.GPVirtual {
-	t, r := GP64(), GP64()
+// pair returns a vector holding the register a in its low quadword and b
+// (if not nil) in its high quadword.
+func pair(v variant, a, b reg.Register) reg.VecVirtual {
+	x := XMM()
 	if v.ymm {
-		VMOVQ(x, t)
-	} else {
-		MOVQ(x, t)
+		VMOVQ(a, x)
+		if b != nil {
+			VPINSRQ(U8(1), b, x, x)
+		}
+		return x
 	}
-	XORL(r.As32(), r.As32())
-	CRC32Q(t, r)
-	return r
+	MOVQ(a, x)
+	if b != nil {
+		PINSRQ(U8(1), b, x)
+	}
+	return x
 }
 
 func chunk(v variant) {
 	name := "hybridChunk" + v.suffix
-	TEXT(name, NOSPLIT, "func(reg uint32, p *byte, s, tail int, k *[6]uint64, kt *uint64, fold *[2]uint64) uint32")
+	TEXT(name, NOSPLIT, "func(reg uint32, p *byte, tail, s int, k *[14]uint64, fold *[2][2]uint64) uint32")
 	Pragma("noescape")
 	Doc(append(append([]string{
 		name + " returns the CRC-32C register (not finalised) after",
-		"the chunk p[0:6s] and then the tail p[6s:6s+tail], given the register",
-		"reg before them. It runs"}, v.what...),
+		"p[0:tail+6s], given the register reg before it. The tail p[0:tail] runs",
+		"as one CRC32 stream; the chunk p[tail:tail+6s] as six segments of s",
+		"bytes:"}, v.what...),
 		"",
-		"Preconditions: s is a multiple of 32 and at least 32; tail is 0 or",
-		"8 <= tail < 200; k = &hybridK[s/32-1]; kt = &hybridTailK[tail] (unused",
-		"when tail is 0); fold = &foldTable.Fold[2], the constants that fold a",
-		"lane forward by 32 bytes.",
+		"Preconditions: s is a multiple of 32 and at least 32; k = &hybridK[s/32-1];",
+		"fold = &foldTable.Fold[1] (Fold[1] and Fold[2]).",
 	)...)
-	si, stride, r8 := GP64(), GP64(), GP64()
+	Comment("The tail first: one CRC32 chain from reg, which overlaps the main loop",
+		"and enters the merge as the register before the chunk.")
+	si, tail, rt := GP64(), GP64(), GP64()
 	Load(Param("p"), si)
+	Load(Param("tail"), tail)
+	Load(Param("reg"), rt.As32())
+	CMPQ(tail, U8(8))
+	JB(LabelRef(name + "_tailb"))
+	Label(name + "_tailq")
+	CRC32Q(Mem{Base: si}, rt)
+	ADDQ(U8(8), si)
+	SUBQ(U8(8), tail)
+	CMPQ(tail, U8(8))
+	JAE(LabelRef(name + "_tailq"))
+	Label(name + "_tailb")
+	TESTQ(tail, tail)
+	JZ(LabelRef(name + "_chunk"))
+	CRC32B(Mem{Base: si}, rt.As32())
+	INCQ(si)
+	DECQ(tail)
+	JMP(LabelRef(name + "_tailb"))
+	Label(name + "_chunk")
+
+	stride, r8 := GP64(), GP64()
 	Load(Param("s"), stride)
 	LEAQ(Mem{Base: si, Index: stride, Scale: 2}, r8)
 	ADDQ(stride, r8)
 	s := segs{si: si, r8: r8, stride: stride}
-
-	Comment("The tail first, so that its serial CRC32 chain overlaps the main loop.")
-	tail := GP64()
-	rt := GP64()
-	Load(Param("tail"), tail)
-	XORL(rt.As32(), rt.As32())
-	TESTQ(tail, tail)
-	JZ(LabelRef(name + "_notail"))
-	{
-		tp, q := GP64(), GP64()
-		LEAQ(Mem{Base: r8, Index: stride, Scale: 2}, tp)
-		ADDQ(stride, tp) // p + 6s
-		MOVQ(tail, q)
-		SHRQ(U8(3), q)
-		Label(name + "_tailq")
-		CRC32Q(Mem{Base: tp}, rt)
-		ADDQ(U8(8), tp)
-		DECQ(q)
-		JNZ(LabelRef(name + "_tailq"))
-		ANDQ(U8(7), tail)
-		JZ(LabelRef(name + "_notail"))
-		Label(name + "_tailb")
-		CRC32B(Mem{Base: tp}, rt.As32())
-		INCQ(tp)
-		DECQ(tail)
-		JNZ(LabelRef(name + "_tailb"))
-	}
-	Label(name + "_notail")
-
 	crcs := make([]reg.GPVirtual, v.crcSegs)
 	for c := range crcs {
 		crcs[c] = GP64()
 		XORL(crcs[c].As32(), crcs[c].As32())
 	}
-	kf := foldConst(v)
+	fp := Load(Param("fold"), GP64())
+	kf := foldConst(v, Mem{Base: fp, Disp: 16})
 	iter := GP64()
 	MOVQ(stride, iter)
 	SHRQ(U8(5), iter)
 	acc := lockstep(v, s, crcs, iter, kf, nil, name)
-	regs := append(append([]reg.GPVirtual{}, crcs...), reduceFold(v, acc)...)
 
-	Comment("Merge: reg·x^(8·6s) ⊕ r_0·x^(8·5s) ⊕ ... ⊕ r_4·x^(8s), one CRC32Q, ⊕ r_5.")
+	Comment("Merge: build V with V·x^32 ≡ the register after the chunk (see",
+		"kernels/crc32c/internal/hybridgen), then two CRC32Q.")
 	kp := Load(Param("k"), GP64())
-	in := GP32()
-	Load(Param("reg"), in)
-	sum := XMM()
-	clmulInto(v, sum, in.As64(), Mem{Base: kp, Disp: 8 * 5}, true)
-	for i := 0; i < 5; i++ {
-		clmulInto(v, sum, regs[i], Mem{Base: kp, Disp: 8 * (4 - i)}, false)
+	var sum reg.VecVirtual
+	nfold := len(acc)
+	// Fold segments but the last, d segments before the end: the row's
+	// constants for D = 8·d·s.
+	for f := 0; f < nfold-1; f++ {
+		d := nfold - 1 - f
+		off := 48 + 32*(d-1)
+		if v.ymm {
+			t, u := YMM(), YMM()
+			VPCLMULQDQ(U8(0x00), Mem{Base: kp, Disp: off}, acc[f][0], t)
+			VPCLMULQDQ(U8(0x11), Mem{Base: kp, Disp: off}, acc[f][0], u)
+			VPXOR(u, t, t)
+			hi := XMM()
+			VEXTRACTI128(U8(1), t, hi)
+			VPXOR(hi, t.AsX(), hi)
+			if sum == nil {
+				sum = hi
+			} else {
+				VPXOR(hi, sum, sum)
+			}
+		} else {
+			xorClmul(v, &sum, acc[f][0], Mem{Base: kp, Disp: off}, true)
+			xorClmul(v, &sum, acc[f][1], Mem{Base: kp, Disp: off + 16}, true)
+		}
 	}
-	out := reduce64(v, sum)
-	XORQ(regs[5], out)
-
-	Comment("Move past the tail: out·x^(8·tail) ⊕ crc(tail).")
-	t2 := Load(Param("tail"), GP64())
-	TESTQ(t2, t2)
-	JZ(LabelRef(name + "_done"))
-	ktp := Load(Param("kt"), GP64())
-	x := XMM()
-	clmulInto(v, x, out, Mem{Base: ktp}, true)
-	out2 := reduce64(v, x)
-	XORQ(rt, out2)
-	MOVQ(out2, out)
-	Label(name + "_done")
+	// The last segment: fold its first 16 bytes forward by 16 (Fold[1]) and
+	// add its last 16.
+	last := acc[nfold-1]
 	if v.ymm {
+		hi := XMM()
+		VEXTRACTI128(U8(1), last[0], hi)
+		xorClmul(v, &sum, last[0].AsX(), Mem{Base: fp}, true)
+		VPXOR(hi, sum, sum)
+	} else {
+		xorClmul(v, &sum, last[0], Mem{Base: fp}, true)
+		PXOR(last[1], sum)
+	}
+	// The registers: the one after the tail (six segments before the end),
+	// then the CRC segments, two per multiplication.
+	regs := []reg.Register{rt}
+	for _, c := range crcs {
+		regs = append(regs, c)
+	}
+	for i := 0; i < len(regs); i += 2 {
+		var b reg.Register
+		if i+1 < len(regs) {
+			b = regs[i+1]
+		}
+		xorClmul(v, &sum, pair(v, regs[i], b), Mem{Base: kp, Disp: 8 * i}, b != nil)
+	}
+	out, t := GP64(), GP64()
+	XORL(out.As32(), out.As32())
+	if v.ymm {
+		VMOVQ(sum, t)
+		CRC32Q(t, out)
+		VPEXTRQ(U8(1), sum, t)
+		CRC32Q(t, out)
 		VZEROUPPER()
+	} else {
+		MOVQ(sum, t)
+		CRC32Q(t, out)
+		PEXTRQ(U8(1), sum, t)
+		CRC32Q(t, out)
 	}
 	Store(out.As32(), ReturnIndex(0))
 	RET()
 }
 
-// foldConst loads Fold[2] (both 128-bit lanes for YMM).
-func foldConst(v variant) reg.VecVirtual {
-	fp := Load(Param("fold"), GP64())
+// foldConst loads Fold[2] from m (into both 128-bit lanes for YMM).
+func foldConst(v variant, m Mem) reg.VecVirtual {
 	if v.ymm {
 		k := YMM()
-		VBROADCASTI128(Mem{Base: fp}, k)
+		VBROADCASTI128(m, k)
 		return k
 	}
 	k := XMM()
-	MOVOU(Mem{Base: fp}, k)
+	MOVOU(m, k)
 	return k
 }
 
@@ -351,7 +395,8 @@ func blocks(v variant) {
 		"Preconditions: groups >= 1, blockLen >= 32, stride >= blockLen;",
 		"fold = &foldTable.Fold[2].",
 	)...)
-	kf := foldConst(v)
+	fp := Load(Param("fold"), GP64())
+	kf := foldConst(v, Mem{Base: fp})
 	Comment("The initial CRC register, 0xffffffff, in the first 32 bits of a vector.")
 	ones := GP32()
 	MOVL(U32(0xffffffff), ones)
@@ -424,23 +469,5 @@ func blocks(v variant) {
 	if v.ymm {
 		VZEROUPPER()
 	}
-	RET()
-}
-
-func cpuid() {
-	TEXT("cpuid", NOSPLIT, "func(leaf, sub uint32) (eax, ebx, ecx, edx uint32)")
-	Doc(
-		"cpuid executes CPUID with EAX = leaf and ECX = sub. golang.org/x/sys/cpu",
-		"reports VPCLMULQDQ only together with AVX-512, but its VEX form on YMM",
-		"registers needs only AVX2 (AMD Zen 3, Intel Alder Lake); the feature check",
-		"in crc32c_hybrid_amd64.go reads leaf 7 itself, once, at start-up.",
-	)
-	Load(Param("leaf"), reg.EAX)
-	Load(Param("sub"), reg.ECX)
-	CPUID()
-	Store(reg.EAX, Return("eax"))
-	Store(reg.EBX, Return("ebx"))
-	Store(reg.ECX, Return("ecx"))
-	Store(reg.EDX, Return("edx"))
 	RET()
 }

@@ -1,0 +1,106 @@
+//go:build !purego
+
+package crc32c
+
+import (
+	"golang.org/x/sys/cpu"
+)
+
+//go:generate go run ./internal/hybridgen -o zhybrid_consts_amd64.go
+//go:generate go run -C ../_asm ./crc32hybrid -out ../crc32c/crc32c_hybrid_amd64.s -stubs ../crc32c/crc32c_hybrid_stubs_amd64.go -pkg crc32c
+
+// The hybrid kernels keep the CRC32 instruction unit and the carry-less
+// multiplier busy at once: a chunk of 6s bytes is cut into six segments of s
+// bytes that advance in lockstep, some as CRC32Q streams, the others folded
+// with (V)PCLMULQDQ, and the six segment registers are merged with PCLMULQDQ
+// and one CRC32Q (kernels/_asm/crc32hybrid, internal/hybridgen). Blocks runs
+// six blocks at once the same way, where no merge is needed.
+//
+//   - hybrid: three CRC32 streams and three VPCLMULQDQ-on-YMM fold streams
+//     (SSE4.2, AVX2, VPCLMULQDQ);
+//   - hybrid128: four CRC32 streams and two PCLMULQDQ-on-XMM fold streams
+//     (SSE4.2, PCLMULQDQ), for CPUs without VPCLMULQDQ.
+//
+// x/sys/cpu reports VPCLMULQDQ only with AVX-512; foldHasVPCLMULQDQ
+// (crc32c_fold_amd64.go) reads the CPUID bit of the VEX form on YMM.
+var (
+	hasHybrid128 = cpu.X86.HasSSE42 && cpu.X86.HasSSE41 && cpu.X86.HasPCLMULQDQ
+	hasHybrid256 = hasHybrid128 && cpu.X86.HasAVX2 && foldHasVPCLMULQDQ()
+)
+
+const (
+	// hybridMin is the shortest input Update runs through the hybrid chunk
+	// kernel; below it hash/crc32 (one or three CRC32 streams) is faster.
+	// Measured on AMD EPYC (Zen 3): see cutoffs_amd64_test.go.
+	hybridMin = 512
+	// hybridBlocksMin is the shortest block Blocks runs six at a time;
+	// shorter blocks go one at a time through update.
+	hybridBlocksMin = 64
+)
+
+type chunkFunc func(reg uint32, p *byte, tail, s int, k *[14]uint64, fold *[2][2]uint64) uint32
+
+type blocksFunc func(dst *uint32, p *byte, groups, blockLen, stride int, fold *[2]uint64)
+
+// updateHybrid runs p as chunks of six segments: first a tail of under
+// 6·hybridSegUnit bytes and one chunk of six segments of s bytes, in one
+// call, then whole chunks of segments of hybridMaxSeg bytes, then whole
+// chunks of segments of hybridBigSeg bytes. A call costs about 100 cycles
+// beyond its loop (the merge and refilling the pipeline), 3% of a chunk
+// of 6·hybridBigSeg bytes.
+func updateHybrid(chunk chunkFunc, crc uint32, p []byte) uint32 {
+	if len(p) < hybridMin {
+		return updateGeneric(crc, p)
+	}
+	const (
+		unit = 6 * hybridSegUnit
+		mid  = 6 * hybridMaxSeg
+		big  = 6 * hybridBigSeg
+	)
+	fold := (*[2][2]uint64)(foldTable.Fold[1:3])
+	// nb big and nm mid chunks leave unit <= r < mid+unit bytes for the
+	// first call, so that 1 <= s/hybridSegUnit <= hybridMaxSeg/hybridSegUnit
+	// and tail < unit.
+	nb := (len(p) - unit) / big
+	nm := (len(p) - nb*big - unit) / mid
+	r := len(p) - nb*big - nm*mid
+	s := r / unit * hybridSegUnit
+	reg := chunk(^crc, &p[0], r-6*s, s, &hybridK[s/hybridSegUnit-1], fold)
+	p = p[r:]
+	for ; nm > 0; nm-- {
+		reg = chunk(reg, &p[0], 0, hybridMaxSeg, &hybridK[hybridMaxSeg/hybridSegUnit-1], fold)
+		p = p[mid:]
+	}
+	for ; nb > 0; nb-- {
+		reg = chunk(reg, &p[0], 0, hybridBigSeg, &hybridKBig[0], fold)
+		p = p[big:]
+	}
+	return ^reg
+}
+
+// blocksHybrid runs the blocks six at a time, the rest one at a time.
+func blocksHybrid(kernel blocksFunc, update func(uint32, []byte) uint32, dst []uint32, p []byte, blockLen, stride int) {
+	i := 0
+	if blockLen >= hybridBlocksMin {
+		if g := len(dst) / 6; g > 0 {
+			kernel(&dst[0], &p[0], g, blockLen, stride, &foldTable.Fold[2])
+			i = 6 * g
+		}
+	}
+	for ; i < len(dst); i++ {
+		off := i * stride
+		dst[i] = update(0, p[off:off+blockLen])
+	}
+}
+
+func updateHybrid256(crc uint32, p []byte) uint32 { return updateHybrid(hybridChunk256, crc, p) }
+
+func blocksHybrid256(dst []uint32, p []byte, blockLen, stride int) {
+	blocksHybrid(hybridBlocks256, updateHybrid256, dst, p, blockLen, stride)
+}
+
+func updateHybrid128(crc uint32, p []byte) uint32 { return updateHybrid(hybridChunk128, crc, p) }
+
+func blocksHybrid128(dst []uint32, p []byte, blockLen, stride int) {
+	blocksHybrid(hybridBlocks128, updateHybrid128, dst, p, blockLen, stride)
+}

@@ -1,0 +1,148 @@
+//go:build !purego
+
+package crc32c
+
+import (
+	"encoding/binary"
+	"hash/crc32"
+	"math/rand/v2"
+	"testing"
+
+	"golang.org/x/sys/cpu"
+
+	"github.com/difctl/difctl/kernels/internal/crcmath"
+	"github.com/difctl/difctl/kernels/internal/impl"
+)
+
+// TestHybridAvailable fails, rather than skips, when the CPU can run a
+// hybrid kernel and the registry says it cannot, or when a better
+// implementation than the one this CPU should use is active.
+func TestHybridAvailable(t *testing.T) {
+	avail := map[string]bool{}
+	for _, im := range impl.List(pkgName) {
+		avail[im.Name] = im.Available
+	}
+	if cpu.X86.HasSSE42 && cpu.X86.HasPCLMULQDQ && !avail["hybrid128"] {
+		t.Errorf("the CPU has SSE4.2 and PCLMULQDQ but hybrid128 is unavailable")
+	}
+	if cpu.X86.HasSSE42 && cpu.X86.HasAVX2 && foldHasVPCLMULQDQ() && !avail["hybrid"] {
+		t.Errorf("the CPU has SSE4.2, AVX2 and VPCLMULQDQ but hybrid is unavailable")
+	}
+	if _, forced := impl.Forced(pkgName); forced {
+		return
+	}
+	want := "generic"
+	switch {
+	case avail["avx512"]:
+		want = "avx512"
+	case avail["hybrid"]:
+		want = "hybrid"
+	case avail["hybrid128"]:
+		want = "hybrid128"
+	}
+	if got := impl.Active(pkgName); got != want {
+		t.Errorf("active implementation %q, want %q", got, want)
+	}
+}
+
+// TestHybridConsts checks the generated merge constants against their
+// definition (internal/hybridgen).
+func TestHybridConsts(t *testing.T) {
+	c := func(k int) uint64 { return crcmath.C(Params, uint64(k)) }
+	row := func(s int) (r [14]uint64) {
+		for i := 6; i >= 1; i-- {
+			r[6-i] = c(8*i*s - 64)
+		}
+		for q := 0; q < 4; q++ {
+			r[6+q] = c(64*(3-q) + 8*s)
+			r[10+q] = c(64*(3-q) + 16*s)
+		}
+		return r
+	}
+	for j := range hybridK {
+		if hybridK[j] != row(hybridSegUnit*(j+1)) {
+			t.Fatalf("hybridK[%d] is stale: run go generate", j)
+		}
+	}
+	if hybridKBig[0] != row(hybridBigSeg) {
+		t.Fatal("hybridKBig is stale: run go generate")
+	}
+}
+
+// TestHybridMergeModel proves the merge of the chunk kernels in Go, step by
+// step as the 256-bit kernel does it: registers of segments 0..2 from CRC32
+// streams, 32-byte accumulators of segments 3..5 from folding, every part
+// multiplied into one 128-bit V, and V reduced as a 16-byte message.
+func TestHybridMergeModel(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	reg := func(crc uint32, p []byte) uint32 { // CRC register from register crc
+		return ^uint32(crcmath.Bitwise(Params, uint64(^crc), p))
+	}
+	mul := func(q, k uint64) crcmath.Lane {
+		hi, lo := crcmath.Clmul(q, k)
+		return crcmath.Lane{Q0: lo, Q1: hi}
+	}
+	xor := func(a, b crcmath.Lane) crcmath.Lane { return crcmath.Lane{Q0: a.Q0 ^ b.Q0, Q1: a.Q1 ^ b.Q1} }
+	for _, s := range []int{32, 64, 96, 672, 2048} {
+		rowp := &hybridK[s/hybridSegUnit-1]
+		data := make([]byte, 6*s)
+		for i := range data {
+			data[i] = byte(r.Uint32())
+		}
+		in := r.Uint32()
+		var v crcmath.Lane
+		// The register before the chunk and the CRC segments, 6..3
+		// segments before the end.
+		regs := []uint32{in, reg(0, data[:s]), reg(0, data[s:2*s]), reg(0, data[2*s:3*s])}
+		for i, x := range regs {
+			v = xor(v, mul(uint64(x), rowp[i]))
+		}
+		// The fold segments, 2, 1 and 0 segments before the end.
+		for f := 0; f < 3; f++ {
+			seg := data[(3+f)*s : (4+f)*s]
+			lo, hi := crcmath.Load(Params, seg), crcmath.Load(Params, seg[16:])
+			for o := 32; o < s; o += 32 {
+				lo = xor(crcmath.Fold(Params, lo, foldTable.Fold[2]), crcmath.Load(Params, seg[o:]))
+				hi = xor(crcmath.Fold(Params, hi, foldTable.Fold[2]), crcmath.Load(Params, seg[o+16:]))
+			}
+			switch d := 2 - f; d {
+			case 0:
+				v = xor(v, xor(crcmath.Fold(Params, lo, foldTable.Fold[1]), hi))
+			default:
+				k := rowp[6+4*(d-1):]
+				for j, q := range []uint64{lo.Q0, lo.Q1, hi.Q0, hi.Q1} {
+					v = xor(v, mul(q, k[j]))
+				}
+			}
+		}
+		var vb [16]byte
+		binary.LittleEndian.PutUint64(vb[:], v.Q0)
+		binary.LittleEndian.PutUint64(vb[8:], v.Q1)
+		if got, want := reg(0, vb[:]), reg(in, data); got != want {
+			t.Fatalf("s=%d: merged register %#x, want %#x", s, got, want)
+		}
+	}
+}
+
+// TestHybridLong runs both hybrid kernels over lengths beyond the harness's
+// 64 KiB, around the chunk sizes.
+func TestHybridLong(t *testing.T) {
+	buf := make([]byte, 1<<20+300)
+	r := rand.New(rand.NewPCG(9, 10))
+	for i := range buf {
+		buf[i] = byte(r.Uint32())
+	}
+	const mid, big = 6 * hybridMaxSeg, 6 * hybridBigSeg
+	lengths := []int{big, big + 191, big + 192, 2*big + mid - 1, 2*big + 3*mid + 200, 1 << 20, 1<<20 + 300}
+	for name, f := range map[string]func(uint32, []byte) uint32{"hybrid": updateHybrid256, "hybrid128": updateHybrid128} {
+		if (name == "hybrid" && !hasHybrid256) || !hasHybrid128 {
+			continue
+		}
+		for _, n := range lengths {
+			crc := r.Uint32()
+			if got, want := f(crc, buf[:n]), crc32.Update(crc, castagnoli, buf[:n]); got != want {
+				t.Errorf("%s: len=%d: %#x, want %#x", name, n, got, want)
+			}
+		}
+	}
+}
