@@ -1,0 +1,438 @@
+package blockdev
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+
+	"github.com/difctl/difctl/dif"
+	"github.com/difctl/difctl/store"
+)
+
+// Defaults of [Options].
+const (
+	DefaultVolumeName   = "default"
+	DefaultRereads      = 2
+	DefaultStagingBytes = 32 << 20
+	DefaultMaxUnsynced  = 1 << 30
+)
+
+// protectCursor is the store cursor (in the scrub cursor namespace) that
+// records how far Create has protected the device. A volume is usable once
+// it says Pass >= 1.
+const protectCursor = "blockdev.protect"
+
+var (
+	// ErrMismatch is matched by every *MismatchError: the store's volume
+	// does not describe the device or format it is opened with.
+	ErrMismatch = errors.New("blockdev: volume does not match")
+	// ErrIncomplete reports a volume whose protection by Create was
+	// interrupted; calling Create again with the same options resumes it.
+	ErrIncomplete = errors.New("blockdev: volume protection incomplete")
+	// ErrVolumeFailed is matched by the errors of every operation after a
+	// volume failed to write data or tuples (a device write or sync, or a
+	// store commit, failed). Its state on the medium is then resolved by
+	// crash recovery the next time it is opened.
+	ErrVolumeFailed = errors.New("blockdev: volume failed")
+	// ErrSectorSum matches a block whose data does not match the store's
+	// CRC-32C sector checksum. It also matches dif.ErrIntegrity.
+	ErrSectorSum error = &integritySentinel{"blockdev: sector checksum mismatch"}
+)
+
+// integritySentinel is a sentinel that also matches dif.ErrIntegrity.
+type integritySentinel struct{ s string }
+
+func (e *integritySentinel) Error() string        { return e.s }
+func (e *integritySentinel) Is(target error) bool { return target == dif.ErrIntegrity }
+
+// MismatchError reports that a volume's manifest does not match the device
+// or the options it is opened or created with. It matches ErrMismatch.
+type MismatchError struct {
+	Volume string
+	Field  string // "device size", "device id", "format", "block size", ...
+	Stored string // value in the store's manifest
+	Given  string // value of the device or the options
+}
+
+func (e *MismatchError) Error() string {
+	return fmt.Sprintf("blockdev: volume %q: %s is %s in the store but %s here", e.Volume, e.Field, e.Stored, e.Given)
+}
+
+func (e *MismatchError) Unwrap() error { return ErrMismatch }
+
+// SumError is a sector checksum mismatch of one block. It matches
+// ErrSectorSum and dif.ErrIntegrity.
+type SumError struct {
+	LBA      int64
+	Expected uint32 // CRC-32C computed from the data
+	Actual   uint32 // stored sum
+}
+
+func (e *SumError) Error() string {
+	return fmt.Sprintf("blockdev: block %d: sector checksum %08x, stored %08x", e.LBA, e.Expected, e.Actual)
+}
+
+func (e *SumError) Unwrap() error { return ErrSectorSum }
+
+// MaxListedProblems is how many problems an *IntegrityError lists.
+const MaxListedProblems = 64
+
+// IntegrityError reports the blocks of a request that failed verification
+// (after re-reads). It matches dif.ErrIntegrity, and through Unwrap the
+// listed problems' causes (*dif.CheckError, *SumError), so that
+// errors.Is(err, dif.ErrGuard) and errors.As(err, &checkErr) work.
+type IntegrityError struct {
+	Op       string    // "read" or "write" (the read-verify of a partial block)
+	LBA      int64     // first failing block
+	N        int64     // blocks from LBA to the last failing block, inclusive
+	Failed   int64     // failing blocks among them
+	Problems []Problem // the first MaxListedProblems failed checks, in LBA order
+}
+
+func (e *IntegrityError) Error() string {
+	s := fmt.Sprintf("blockdev: %s: integrity check failed: %d of blocks [%d, %d)", e.Op, e.Failed, e.LBA, e.LBA+e.N)
+	if len(e.Problems) > 0 {
+		p := e.Problems[0]
+		s += fmt.Sprintf("; block %d: %s expected %#x, stored %#x", p.LBA, p.Kind, p.Expected, p.Actual)
+	}
+	return s
+}
+
+// Is reports whether target is dif.ErrIntegrity.
+func (e *IntegrityError) Is(target error) bool { return target == dif.ErrIntegrity }
+
+// Unwrap returns the causes of the listed problems.
+func (e *IntegrityError) Unwrap() []error {
+	errs := make([]error, 0, len(e.Problems))
+	for _, p := range e.Problems {
+		if p.Err != nil {
+			errs = append(errs, p.Err)
+		}
+	}
+	return errs
+}
+
+// Options tune a [Volume] at run time. They are not stored; the zero value
+// of each field is its default.
+type Options struct {
+	// Name is the volume's name in the store; many volumes may share one
+	// KV. Default: DefaultVolumeName ("default").
+	Name string
+	// DeviceID identifies the device (a serial, a WWN, a path). Create
+	// stores it in the manifest; Open, when it is not empty, refuses a
+	// volume whose manifest names another device. Default: "" (not checked).
+	DeviceID string
+	// Rereads is how many times ReadAt (and the read of the partial blocks
+	// of a write) reads a block that failed verification again, around the
+	// page cache where the device allows it, before reporting it. A block
+	// that passes on a re-read is returned and counted as transient.
+	// Default 0 means DefaultRereads (2); negative means none.
+	Rereads int
+	// StagingBytes bounds the memory holding written data that is not yet
+	// on the device. Writes are staged in a batch of StagingBytes/2 (served
+	// to readers from memory) while the previous batch is written out; each
+	// batch's intents are made durable with one store sync. It must hold
+	// at least two blocks. Default 0 means DefaultStagingBytes (32 MiB).
+	StagingBytes int
+	// MaxUnsynced bounds the data written since the last Sync whose new
+	// tuples the volume keeps in memory (and that recovery would have to
+	// resolve after a crash); beyond it the volume syncs by itself. At
+	// least StagingBytes. Default 0 means DefaultMaxUnsynced (1 GiB).
+	MaxUnsynced int64
+	// RewriteBadBlocks lets a write that covers part of a block rewrite it
+	// even when the block fails verification: the bytes outside the write
+	// are kept as read and protected under a new tuple. Use it only to
+	// repair. Default false: such a write fails with an *IntegrityError
+	// and writes nothing. (A write that covers whole blocks always
+	// replaces them, good or bad: new data, new tuples.)
+	RewriteBadBlocks bool
+	// ReadOnly refuses WriteAt and Discard with ErrReadOnly. Crash
+	// recovery at Open still updates the store. Default false.
+	ReadOnly bool
+}
+
+func (o *Options) normalize(bs int) error {
+	if o.Name == "" {
+		o.Name = DefaultVolumeName
+	}
+	switch {
+	case o.Rereads == 0:
+		o.Rereads = DefaultRereads
+	case o.Rereads < 0:
+		o.Rereads = 0
+	case o.Rereads > 100:
+		return fmt.Errorf("blockdev: volume options: %d re-reads, at most 100", o.Rereads)
+	}
+	if o.StagingBytes == 0 {
+		o.StagingBytes = DefaultStagingBytes
+	}
+	if o.StagingBytes < 2*bs || o.StagingBytes > 1<<30 {
+		return fmt.Errorf("blockdev: volume options: staging buffer of %d bytes, want 2 blocks (%d) to 1 GiB", o.StagingBytes, 2*bs)
+	}
+	if o.MaxUnsynced == 0 {
+		o.MaxUnsynced = DefaultMaxUnsynced
+	}
+	if o.MaxUnsynced < int64(o.StagingBytes) {
+		return fmt.Errorf("blockdev: volume options: max unsynced %d bytes below the staging buffer (%d)", o.MaxUnsynced, o.StagingBytes)
+	}
+	return nil
+}
+
+// Stats count a volume's activity since it was opened.
+type Stats struct {
+	ReadBlocks    int64 // blocks verified by ReadAt and CheckRun
+	WrittenBlocks int64 // blocks written by WriteAt (partial blocks count once)
+	Rereads       int64 // re-reads of failing blocks
+	Transient     int64 // blocks that failed and then passed a re-read
+	Failed        int64 // blocks reported as failing
+	Flushes       int64 // staged batches written (one store sync each)
+	Syncs         int64 // completed Syncs, including automatic ones
+	AutoSyncs     int64 // Syncs the volume did by itself (MaxUnsynced)
+	Recovery      RecoveryStats
+}
+
+// RecoveryStats describe the crash recovery run by Open.
+type RecoveryStats struct {
+	Intents int64 // open intents found
+	Blocks  int64 // blocks they covered
+	Folded  int64 // blocks whose data matched a new tuple: committed
+	Kept    int64 // blocks whose data matched the committed tuple (or was never written)
+	Torn    int64 // blocks matching neither: recorded as open "torn" findings
+}
+
+// Volume is a protected block device: every write stores protection
+// information (a T10 DIF/NVMe PI tuple and, where the manifest says so, a
+// CRC-32C sector checksum per block) in a store, and every read is
+// verified against it. See the package documentation.
+//
+// A Volume is safe for concurrent use. Requests over overlapping blocks are
+// serialized (reads share); requests over disjoint blocks run in parallel.
+type Volume struct {
+	dev    Device
+	tup    *store.Tuples
+	man    store.Manifest
+	f      dif.Format
+	opts   Options
+	bs     int
+	ts     int
+	blocks int64
+	sums   bool
+	chunk  int // blocks per verification chunk
+
+	refBase, refMask uint64
+	refConst         bool // Type 3: every block carries refBase
+	appTag, appMask  uint16
+
+	closeMu sync.RWMutex // held shared by every operation, exclusively by Close
+	closed  bool
+	failErr atomic.Pointer[error]
+
+	locks rangeLock
+
+	// Staging (see intent.go).
+	flushMu  sync.Mutex   // serializes flushes, syncs and folds
+	stMu     sync.RWMutex // guards active, flushing, spare
+	active   *batch
+	flushing *batch
+	spare    *batch
+
+	ovMu     sync.RWMutex // guards overlay
+	overlay  map[int64]*ovPage
+	ovFree   []*ovPage
+	ovBlocks int64             // blocks inserted since the last fold; under flushMu
+	pending  []store.IntentID // intents to drop at the next fold; under flushMu
+
+	scratch sync.Pool // *scratch
+
+	st struct {
+		read, written, rereads, transient, failed atomic.Int64
+		flushes, syncs, autoSyncs                   atomic.Int64
+	}
+	recovery RecoveryStats
+}
+
+// Open opens the volume of dev described in kv (see Options.Name), checks
+// its manifest against the device, and runs crash recovery: every intent
+// left by an interrupted session is resolved against the data on the
+// device (see the package documentation). The caller keeps ownership of
+// dev and kv and closes them after the volume.
+func Open(ctx context.Context, dev Device, kv store.KV, opts Options) (*Volume, error) {
+	if dev == nil || kv == nil {
+		return nil, errors.New("blockdev: open volume: nil device or store")
+	}
+	name := opts.Name
+	if name == "" {
+		name = DefaultVolumeName
+	}
+	tup, err := store.OpenTuples(kv, name, nil)
+	if err != nil {
+		return nil, fmt.Errorf("blockdev: open volume %q: %w", name, err)
+	}
+	v, err := newVolume(dev, tup, opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := v.checkComplete(); err != nil {
+		return nil, err
+	}
+	if err := v.recover(ctx); err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
+// checkComplete refuses a volume that Create has not finished protecting.
+func (v *Volume) checkComplete() error {
+	c, err := v.tup.ScrubCursor(protectCursor)
+	if errors.Is(err, store.ErrNotFound) {
+		return fmt.Errorf("%w: volume %q: never completed; run Create again to resume", ErrIncomplete, v.opts.Name)
+	}
+	if err != nil {
+		return fmt.Errorf("blockdev: open volume %q: %w", v.opts.Name, err)
+	}
+	if c.Pass < 1 {
+		return fmt.Errorf("%w: volume %q: protected up to block %d of %d; run Create again to resume", ErrIncomplete, v.opts.Name, c.Next, v.blocks)
+	}
+	return nil
+}
+
+// newVolume checks tup's manifest against dev and opts and builds a
+// Volume.
+func newVolume(dev Device, tup *store.Tuples, opts Options) (*Volume, error) {
+	m := tup.Manifest()
+	name := tup.Volume()
+	mismatch := func(field, stored, given string) error {
+		return &MismatchError{Volume: name, Field: field, Stored: stored, Given: given}
+	}
+	f, err := dif.Parse(m.Format)
+	if err != nil {
+		return nil, fmt.Errorf("blockdev: volume %q: manifest format %q: %w", name, m.Format, err)
+	}
+	if f.Layout() != dif.Separate || f.MetadataSize() != f.TupleSize() || f.Type() == dif.Type0 {
+		return nil, fmt.Errorf("blockdev: volume %q: manifest format %q is not a DIX format with metadata = tuple", name, m.Format)
+	}
+	switch {
+	case m.BlockSize != f.BlockSize():
+		return nil, mismatch("block size", strconv.Itoa(m.BlockSize), strconv.Itoa(f.BlockSize())+" (format)")
+	case m.TupleSize != f.TupleSize():
+		return nil, mismatch("tuple size", strconv.Itoa(m.TupleSize), strconv.Itoa(f.TupleSize())+" (format)")
+	case m.DeviceSize != uint64(dev.Size()):
+		return nil, mismatch("device size", strconv.FormatUint(m.DeviceSize, 10), strconv.FormatInt(dev.Size(), 10))
+	case opts.DeviceID != "" && opts.DeviceID != m.DeviceID:
+		return nil, mismatch("device id", strconv.Quote(m.DeviceID), strconv.Quote(opts.DeviceID))
+	case f.BlockSize()%dev.LogicalBlockSize() != 0:
+		return nil, mismatch("block size", strconv.Itoa(f.BlockSize()), "not a multiple of the device's "+strconv.Itoa(dev.LogicalBlockSize())+"-byte logical blocks")
+	}
+	opts.Name = name
+	if err := opts.normalize(f.BlockSize()); err != nil {
+		return nil, err
+	}
+	v := &Volume{
+		dev: dev, tup: tup, man: m, f: f, opts: opts,
+		bs: f.BlockSize(), ts: f.TupleSize(), blocks: int64(m.DeviceSize) / int64(f.BlockSize()),
+		sums:    m.SectorSums,
+		refBase: m.InitialRefTag, refConst: f.Type() == dif.Type3,
+		appTag: m.AppTag, appMask: m.AppTagMask,
+		overlay: make(map[int64]*ovPage),
+	}
+	v.refMask = ^uint64(0)
+	if b := f.RefTagBits(); b < 64 {
+		v.refMask = 1<<b - 1
+	}
+	v.chunk = max(1, (1<<20)/v.bs)
+	v.locks.init()
+	v.scratch.New = func() any { return v.newScratch() }
+	return v, nil
+}
+
+// params returns the dif parameters of a run starting at block lba.
+func (v *Volume) params(lba int64) dif.Params {
+	ref := v.refBase
+	if !v.refConst {
+		ref += uint64(lba)
+	}
+	return dif.Params{RefTag: ref & v.refMask, AppTag: v.appTag, AppMask: v.appMask, LBA: uint64(lba)}
+}
+
+// enter starts an operation: it holds closeMu shared until the returned
+// function is called, and fails on a closed or failed volume.
+func (v *Volume) enter() (func(), error) {
+	v.closeMu.RLock()
+	if v.closed {
+		v.closeMu.RUnlock()
+		return nil, ErrClosed
+	}
+	if err := v.failed(); err != nil {
+		v.closeMu.RUnlock()
+		return nil, err
+	}
+	return v.closeMu.RUnlock, nil
+}
+
+// failed returns the sticky failure, if any.
+func (v *Volume) failed() error {
+	if p := v.failErr.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// fail records err as the volume's sticky failure and returns it wrapped.
+func (v *Volume) fail(err error) error {
+	werr := fmt.Errorf("%w: %w", ErrVolumeFailed, err)
+	v.failErr.CompareAndSwap(nil, &werr)
+	return werr
+}
+
+// BlockSize returns the data bytes per block.
+func (v *Volume) BlockSize() int { return v.bs }
+
+// Blocks returns the number of blocks.
+func (v *Volume) Blocks() int64 { return v.blocks }
+
+// Size returns the size in bytes.
+func (v *Volume) Size() int64 { return v.blocks * int64(v.bs) }
+
+// Format returns the PI format (DIX layout, metadata = tuple).
+func (v *Volume) Format() dif.Format { return v.f }
+
+// Manifest returns the volume's manifest as stored.
+func (v *Volume) Manifest() store.Manifest { return v.man }
+
+// Tuples returns the volume's tuple store, for its findings log and scrub
+// cursors. Do not write tuples through it while the volume is open.
+func (v *Volume) Tuples() *store.Tuples { return v.tup }
+
+// Device returns the protected device.
+func (v *Volume) Device() Device { return v.dev }
+
+// Stats returns the volume's counters.
+func (v *Volume) Stats() Stats {
+	return Stats{
+		ReadBlocks: v.st.read.Load(), WrittenBlocks: v.st.written.Load(),
+		Rereads: v.st.rereads.Load(), Transient: v.st.transient.Load(), Failed: v.st.failed.Load(),
+		Flushes: v.st.flushes.Load(), Syncs: v.st.syncs.Load(), AutoSyncs: v.st.autoSyncs.Load(),
+		Recovery: v.recovery,
+	}
+}
+
+// Close syncs the volume (see Sync) and releases it. It closes neither the
+// device nor the store. A failed volume is released without syncing and
+// Close returns its failure.
+func (v *Volume) Close() error {
+	v.closeMu.Lock()
+	defer v.closeMu.Unlock()
+	if v.closed {
+		return ErrClosed
+	}
+	v.closed = true
+	if err := v.failed(); err != nil {
+		return err
+	}
+	v.flushMu.Lock()
+	defer v.flushMu.Unlock()
+	return v.syncLocked()
+}

@@ -1,0 +1,628 @@
+package blockdev
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/difctl/difctl/dif"
+	"github.com/difctl/difctl/kernels/crc32c"
+	"github.com/difctl/difctl/store"
+)
+
+var _ CheckSource = (*Volume)(nil)
+
+// subChunk is the span, in bytes, over which the PI guards and the sector
+// checksums are computed back to back, so that the second pass finds the
+// data in the CPU cache.
+const subChunk = 64 << 10
+
+// scratch is the per-request working memory of the read and write paths,
+// sized for one chunk (v.chunk blocks) and pooled.
+type scratch struct {
+	tuples   []byte
+	sums     []uint32
+	crcs     []uint32
+	written  store.Bitmap
+	ovMask   []uint64 // blocks whose tuple comes from staging or the overlay
+	ovTuples []byte
+	ovSums   []uint32
+	ioBad    []uint64 // blocks that could not be read
+	states   []dif.State
+	head     []byte // partial blocks of reads and writes
+	tail     []byte
+	reread   []byte
+	probs    []Problem
+}
+
+func (v *Volume) newScratch() any {
+	n := v.chunk
+	w := (n + 63) / 64
+	sc := &scratch{
+		tuples:   make([]byte, n*v.ts),
+		crcs:     make([]uint32, n),
+		written:  store.NewBitmap(n),
+		ovMask:   make([]uint64, w),
+		ovTuples: make([]byte, n*v.ts),
+		ioBad:    make([]uint64, w),
+		states:   make([]dif.State, n),
+		head:     AlignedBuffer(v.bs),
+		tail:     AlignedBuffer(v.bs),
+		reread:   AlignedBuffer(v.bs),
+	}
+	if v.sums {
+		sc.sums = make([]uint32, n)
+		sc.ovSums = make([]uint32, n)
+	}
+	return sc
+}
+
+func (v *Volume) getScratch() *scratch { return v.scratch.Get().(*scratch) }
+
+func (v *Volume) putScratch(sc *scratch) {
+	clear(sc.probs) // drop references to errors
+	sc.probs = sc.probs[:0]
+	v.scratch.Put(sc)
+}
+
+func hasBit(m []uint64, i int) bool { return m[i/64]>>(i%64)&1 != 0 }
+func setBit(m []uint64, i int)      { m[i/64] |= 1 << (i % 64) }
+
+// readDev reads whole blocks from the device.
+func (v *Volume) readDev(p []byte, lba int64, uncached bool) error {
+	var err error
+	if uncached {
+		_, err = ReadUncached(v.dev, p, lba*int64(v.bs))
+	} else {
+		_, err = v.dev.ReadAt(p, lba*int64(v.bs))
+	}
+	return err
+}
+
+// copyStaged copies the blocks of b inside [lba, lba+n) into data and the
+// override buffers. Caller holds stMu.
+func (v *Volume) copyStaged(b *batch, lba int64, n int, data []byte, sc *scratch) {
+	if !b.overlaps(lba, lba+int64(n)) {
+		return
+	}
+	end := lba + int64(n)
+	bs, ts := v.bs, v.ts
+	for _, e := range b.ents {
+		s, t := max(e.lba, lba), min(e.lba+int64(e.n), end)
+		if s >= t {
+			continue
+		}
+		i, j := int(s-lba), int(t-lba)
+		slot := e.slot + int(s-e.lba)
+		copy(data[i*bs:j*bs], b.data[slot*bs:])
+		copy(sc.ovTuples[i*ts:j*ts], b.tuples[slot*ts:])
+		if v.sums {
+			copy(sc.ovSums[i:j], b.sums[slot:])
+		}
+		setBits(sc.ovMask, i, j-i)
+	}
+}
+
+// loadRun reads blocks [lba, lba+n) (n <= v.chunk) into data and their
+// current tuples, sums and written bits into sc, from the staging batches,
+// the overlay, the committed pages and the device, in the order that makes
+// each block's data and tuple consistent (see intent.go). Blocks that could
+// not be read are marked in sc.ioBad. Caller holds a lock on the range.
+func (v *Volume) loadRun(lba int64, n int, data []byte, sc *scratch, rereads int, uncached bool) error {
+	end := lba + int64(n)
+	w := (n + 63) / 64
+	mask := sc.ovMask[:w]
+	clear(mask)
+	clear(sc.ioBad[:w])
+	over := false
+	loaded := false
+	var devErr error
+
+	v.stMu.RLock()
+	if v.flushing.overlaps(lba, end) || v.active.overlaps(lba, end) {
+		devErr = v.readDev(data[:n*v.bs], lba, uncached)
+		loaded = true
+		v.copyStaged(v.flushing, lba, n, data, sc)
+		v.copyStaged(v.active, lba, n, data, sc)
+		over = true
+	}
+	v.stMu.RUnlock()
+
+	v.ovMu.RLock()
+	if len(v.overlay) > 0 {
+		for p := lba >> ovShift; p <= (end-1)>>ovShift; p++ {
+			pg := v.overlay[p]
+			if pg == nil {
+				continue
+			}
+			s, t := max(p<<ovShift, lba), min((p+1)<<ovShift, end)
+			for b := s; b < t; b++ {
+				o, i := int(b&(ovP-1)), int(b-lba)
+				if !hasBit(pg.mask[:], o) || hasBit(mask, i) {
+					continue
+				}
+				copy(sc.ovTuples[i*v.ts:(i+1)*v.ts], pg.tuples[o*v.ts:])
+				if v.sums {
+					sc.ovSums[i] = pg.sums[o]
+				}
+				setBit(mask, i)
+				over = true
+			}
+		}
+	}
+	v.ovMu.RUnlock()
+
+	tuples := sc.tuples[:n*v.ts]
+	var sums []uint32
+	if v.sums {
+		sums = sc.sums[:n]
+	}
+	if _, err := v.tup.ReadRange(uint64(lba), tuples, sums, sc.written); err != nil {
+		return fmt.Errorf("blockdev: reading the tuples of blocks [%d, %d): %w", lba, end, err)
+	}
+	if over {
+		for i := range n {
+			if !hasBit(mask, i) {
+				continue
+			}
+			copy(tuples[i*v.ts:(i+1)*v.ts], sc.ovTuples[i*v.ts:])
+			if v.sums {
+				sums[i] = sc.ovSums[i]
+			}
+			sc.written.Set(i)
+		}
+	}
+	if !loaded {
+		devErr = v.readDev(data[:n*v.bs], lba, uncached)
+	}
+	if devErr == nil {
+		return nil
+	}
+	if errors.Is(devErr, ErrClosed) || errors.Is(devErr, ErrCrashed) {
+		return devErr
+	}
+	// Read block by block what the run read could not.
+	for i := range n {
+		if hasBit(mask, i) && loaded {
+			continue // staged: from memory
+		}
+		blk := data[i*v.bs : (i+1)*v.bs]
+		var err error
+		for r := 0; r <= rereads; r++ {
+			if err = v.readDev(blk, lba+int64(i), r > 0 || uncached); err == nil {
+				break
+			}
+		}
+		if err != nil {
+			setBit(sc.ioBad, i)
+			sc.probs = append(sc.probs, Problem{LBA: lba + int64(i), Kind: KindIO, Err: err})
+		}
+	}
+	return nil
+}
+
+// verifyRun reads and verifies blocks [lba, lba+n) (n <= v.chunk) into
+// data. Failing blocks are re-read up to rereads times (around the page
+// cache); the problems of blocks still failing, and of transient ones
+// (Transient set), are appended to sc.probs in LBA order. With zero,
+// unwritten blocks are zeroed in data. The error is for the run as a whole
+// (the store could not be read, the device is closed). Caller holds a lock
+// on the range.
+func (v *Volume) verifyRun(lba int64, n int, data []byte, sc *scratch, rereads int, uncached, zero bool) (RunStats, error) {
+	sc.probs = sc.probs[:0]
+	if err := v.loadRun(lba, n, data, sc, rereads, uncached); err != nil {
+		return RunStats{}, err
+	}
+	bs, ts := v.bs, v.ts
+	tuples := sc.tuples[:n*ts]
+	states := sc.states[:n]
+	sub := max(1, subChunk/bs)
+	for i := 0; i < n; i += sub {
+		k := min(sub, n-i)
+		if _, err := v.f.Classify(states[i:i+k], data[i*bs:(i+k)*bs], tuples[i*ts:(i+k)*ts], v.params(lba+int64(i))); err != nil {
+			return RunStats{}, fmt.Errorf("blockdev: verify: %w", err)
+		}
+		if v.sums {
+			crcs := sc.crcs[i : i+k]
+			if err := crc32c.Blocks(crcs, data[i*bs:(i+k)*bs], bs, bs); err != nil {
+				return RunStats{}, fmt.Errorf("blockdev: verify: %w", err)
+			}
+			sums := sc.sums[i : i+k]
+			for j := range crcs {
+				if crcs[j] != sums[j] && sc.written.Has(i+j) {
+					states[i+j] = dif.StateFailed
+				}
+			}
+		}
+	}
+	st := RunStats{Blocks: int64(n)}
+	ioProbs := len(sc.probs)
+	for i, s := range states {
+		if hasBit(sc.ioBad, i) {
+			st.Failed++
+			continue
+		}
+		if s != dif.StateFailed {
+			switch s {
+			case dif.StateOK:
+				st.OK++
+			case dif.StateEscaped:
+				st.Escaped++
+			case dif.StateUnwritten:
+				st.Unwritten++
+				if zero && !sc.written.Has(i) {
+					clear(data[i*bs : (i+1)*bs])
+				}
+			}
+			continue
+		}
+		// A failing block: note its problems, then re-read it.
+		b := lba + int64(i)
+		first := len(sc.probs)
+		v.blockProblems(data[i*bs:(i+1)*bs], i, b, sc)
+		ok := false
+		for r := 0; r < rereads && !ok; r++ {
+			v.st.rereads.Add(1)
+			if err := v.readDev(sc.reread, b, true); err != nil {
+				continue
+			}
+			ok = v.blockOK(sc.reread, i, b, sc)
+		}
+		if ok {
+			copy(data[i*bs:(i+1)*bs], sc.reread)
+			for k := first; k < len(sc.probs); k++ {
+				sc.probs[k].Transient = true
+			}
+			st.OK++
+			st.Transient++
+			continue
+		}
+		st.Failed++
+	}
+	if ioProbs > 0 {
+		// Merge the I/O problems (found first) into LBA order.
+		sortProblems(sc.probs)
+	}
+	v.st.read.Add(int64(n))
+	v.st.transient.Add(st.Transient)
+	v.st.failed.Add(st.Failed)
+	return st, nil
+}
+
+// sortProblems sorts by LBA, stably (insertion sort: few problems).
+func sortProblems(p []Problem) {
+	for i := 1; i < len(p); i++ {
+		for j := i; j > 0 && p[j].LBA < p[j-1].LBA; j-- {
+			p[j], p[j-1] = p[j-1], p[j]
+		}
+	}
+}
+
+// blockOK verifies one block (index i of the loaded run) against its tuple
+// and sum.
+func (v *Volume) blockOK(data []byte, i int, lba int64, sc *scratch) bool {
+	if v.f.Verify(data, sc.tuples[i*v.ts:(i+1)*v.ts], v.params(lba)) != nil {
+		return false
+	}
+	return !v.sums || !sc.written.Has(i) || crc32c.Checksum(data) == sc.sums[i]
+}
+
+// blockProblems appends the failed checks of one block to sc.probs.
+func (v *Volume) blockProblems(data []byte, i int, lba int64, sc *scratch) {
+	v.f.VerifyFunc(data, sc.tuples[i*v.ts:(i+1)*v.ts], v.params(lba), func(ce *dif.CheckError) error {
+		sc.probs = append(sc.probs, Problem{LBA: lba, Kind: KindOf(ce.Field), Expected: ce.Expected, Actual: ce.Actual, Err: ce})
+		return nil
+	})
+	if v.sums && sc.written.Has(i) {
+		if c := crc32c.Checksum(data); c != sc.sums[i] {
+			sc.probs = append(sc.probs, Problem{LBA: lba, Kind: KindSectorSum, Expected: uint64(c), Actual: uint64(sc.sums[i]),
+				Err: &SumError{LBA: lba, Expected: c, Actual: sc.sums[i]}})
+		}
+	}
+}
+
+// runError turns the problems of a verified run into ReadAt's error: the
+// device's error for a block that could not be read, otherwise an
+// *IntegrityError. It returns nil if every problem was transient, and the
+// index in the run of the first bad block.
+func runError(op string, probs []Problem) (error, int64) {
+	var ie *IntegrityError
+	var last int64 = -1
+	for _, p := range probs {
+		if p.Transient {
+			continue
+		}
+		if p.Kind == KindIO {
+			return fmt.Errorf("blockdev: %s of block %d: %w", op, p.LBA, p.Err), p.LBA
+		}
+		if ie == nil {
+			ie = &IntegrityError{Op: op, LBA: p.LBA}
+		}
+		if p.LBA != last {
+			ie.Failed++
+			last = p.LBA
+		}
+		ie.N = p.LBA - ie.LBA + 1
+		if len(ie.Problems) < MaxListedProblems {
+			ie.Problems = append(ie.Problems, p)
+		}
+	}
+	if ie == nil {
+		return nil, -1
+	}
+	return ie, ie.LBA
+}
+
+// ReadAt reads len(p) bytes at off, verifying every block it returns
+// against its tuple and sector checksum; a partial block at either end is
+// read and verified whole. A failing block is re-read (Options.Rereads
+// times, around the page cache where the device allows it) before it is
+// reported; one that passes on a re-read is returned and counted in
+// Stats.Transient. Blocks never written, or discarded, read as zeros
+// without error.
+//
+// On failure ReadAt returns the bytes before the first bad block and an
+// *IntegrityError (matching dif.ErrIntegrity) listing the failing blocks of
+// the 1 MiB chunk where it stopped, or the device's error wrapped with the
+// block that could not be read.
+func (v *Volume) ReadAt(p []byte, off int64) (int, error) {
+	done, err := v.enter()
+	if err != nil {
+		return 0, err
+	}
+	defer done()
+	if err := checkRange("read", off, int64(len(p)), v.Size()); err != nil {
+		return 0, err
+	}
+	if len(p) == 0 {
+		return 0, nil
+	}
+	bs := int64(v.bs)
+	id := v.locks.lock(off/bs, (off+int64(len(p))+bs-1)/bs, false)
+	defer v.locks.unlock(id)
+	sc := v.getScratch()
+	defer v.putScratch(sc)
+	return v.readLocked(p, off, sc)
+}
+
+// readLocked is ReadAt with the range locked.
+func (v *Volume) readLocked(p []byte, off int64, sc *scratch) (int, error) {
+	bs := int64(v.bs)
+	rereads := v.opts.Rereads
+	for i := 0; i < len(p); {
+		pos := off + int64(i)
+		lba, inb := pos/bs, int(pos%bs)
+		if inb != 0 || len(p)-i < v.bs {
+			if _, err := v.verifyRun(lba, 1, sc.head, sc, rereads, false, true); err != nil {
+				return i, err
+			}
+			if err, _ := runError("read", sc.probs); err != nil {
+				return i, err
+			}
+			i += copy(p[i:], sc.head[inb:])
+			continue
+		}
+		n := min((len(p)-i)/v.bs, v.chunk)
+		if _, err := v.verifyRun(lba, n, p[i:i+n*v.bs], sc, rereads, false, true); err != nil {
+			return i, err
+		}
+		if err, bad := runError("read", sc.probs); err != nil {
+			return i + int(bad-lba)*v.bs, err
+		}
+		i += n * v.bs
+	}
+	return len(p), nil
+}
+
+// generate computes the tuples (and sums) of n blocks of data starting at
+// block lba, guards and sums one sub-chunk at a time.
+func (v *Volume) generate(data []byte, lba int64, n int, tuples []byte, sums []uint32) error {
+	bs, ts := v.bs, v.ts
+	sub := max(1, subChunk/bs)
+	for i := 0; i < n; i += sub {
+		k := min(sub, n-i)
+		if err := v.f.Generate(data[i*bs:(i+k)*bs], tuples[i*ts:(i+k)*ts], v.params(lba+int64(i))); err != nil {
+			return fmt.Errorf("blockdev: generate: %w", err)
+		}
+		if v.sums {
+			if err := crc32c.Blocks(sums[i:i+k], data[i*bs:(i+k)*bs], bs, bs); err != nil {
+				return fmt.Errorf("blockdev: generate: %w", err)
+			}
+		}
+	}
+	return nil
+}
+
+// readEdge reads and verifies the block lba into buf for a partial write.
+// It refuses (with the integrity error) a block that fails verification,
+// unless Options.RewriteBadBlocks.
+func (v *Volume) readEdge(buf []byte, lba int64, sc *scratch) error {
+	if _, err := v.verifyRun(lba, 1, buf, sc, v.opts.Rereads, false, true); err != nil {
+		return err
+	}
+	err, _ := runError("write", sc.probs)
+	var ie *IntegrityError
+	if err != nil && v.opts.RewriteBadBlocks && errors.As(err, &ie) {
+		return nil
+	}
+	return err
+}
+
+// WriteAt writes len(p) bytes at off, generating the tuples and sector
+// checksums of every block it touches. A partial block at either end is
+// read and verified first, then modified and written whole; if it fails
+// verification the write is refused with an *IntegrityError and nothing is
+// written (see Options.RewriteBadBlocks). Whole blocks are always replaced.
+//
+// WriteAt returns once the data is staged; it is durable after Sync (see
+// the package documentation for what a crash before then may leave).
+func (v *Volume) WriteAt(p []byte, off int64) (int, error) {
+	done, err := v.enter()
+	if err != nil {
+		return 0, err
+	}
+	defer done()
+	if v.opts.ReadOnly {
+		return 0, fmt.Errorf("blockdev: write to volume %q: %w", v.opts.Name, ErrReadOnly)
+	}
+	if err := checkRange("write", off, int64(len(p)), v.Size()); err != nil {
+		return 0, err
+	}
+	if len(p) == 0 {
+		return 0, nil
+	}
+	bs := int64(v.bs)
+	b0, b1 := off/bs, (off+int64(len(p))+bs-1)/bs
+	id := v.locks.lock(b0, b1, true)
+	defer v.locks.unlock(id)
+	sc := v.getScratch()
+	defer v.putScratch(sc)
+
+	end := off + int64(len(p))
+	headPartial := off%bs != 0 || (b1-b0 == 1 && end%bs != 0)
+	tailPartial := b1-b0 > 1 && end%bs != 0
+	// Read and verify the partial blocks before anything is staged.
+	if headPartial {
+		if err := v.readEdge(sc.head, b0, sc); err != nil {
+			return 0, err
+		}
+	}
+	if tailPartial {
+		if err := v.readEdge(sc.tail, b1-1, sc); err != nil {
+			return 0, err
+		}
+	}
+	tuples := sc.ovTuples // free for use: loadRun is done
+	sums := sc.ovSums
+	stageOne := func(buf []byte, lba int64) error {
+		if err := v.generate(buf, lba, 1, tuples, sums); err != nil {
+			return err
+		}
+		return v.stage(lba, 1, buf, tuples, sums)
+	}
+	i := 0 // bytes of p consumed
+	lba := b0
+	if headPartial {
+		inb := int(off % bs)
+		i = copy(sc.head[inb:], p)
+		if err := stageOne(sc.head, lba); err != nil {
+			return 0, err
+		}
+		lba++
+	}
+	piece := min(v.chunk, v.batchBlocks())
+	for len(p)-i >= v.bs {
+		n := min((len(p)-i)/v.bs, piece)
+		data := p[i : i+n*v.bs]
+		if err := v.generate(data, lba, n, tuples, sums); err != nil {
+			return i, err
+		}
+		if err := v.stage(lba, n, data, tuples, sums); err != nil {
+			return i, err
+		}
+		i += n * v.bs
+		lba += int64(n)
+	}
+	if i < len(p) {
+		copy(sc.tail, p[i:])
+		if err := stageOne(sc.tail, lba); err != nil {
+			return i, err
+		}
+	}
+	v.st.written.Add(b1 - b0)
+	return len(p), nil
+}
+
+// Discard marks the blocks of [off, off+n) discarded: they read as zeros
+// afterwards, without error. off and n must be multiples of the block size
+// (ErrUnaligned). The range is also discarded on the device when it is a
+// Discarder (a hole punched in an image). Discard syncs the volume first
+// and makes the discard durable before it returns.
+func (v *Volume) Discard(off, n int64) error {
+	done, err := v.enter()
+	if err != nil {
+		return err
+	}
+	defer done()
+	if v.opts.ReadOnly {
+		return fmt.Errorf("blockdev: discard on volume %q: %w", v.opts.Name, ErrReadOnly)
+	}
+	if err := checkRange("discard", off, n, v.Size()); err != nil {
+		return err
+	}
+	if err := checkAligned("discard", off, n, v.bs); err != nil {
+		return err
+	}
+	if n == 0 {
+		return nil
+	}
+	bs := int64(v.bs)
+	id := v.locks.lock(off/bs, (off+n)/bs, true)
+	defer v.locks.unlock(id)
+	v.flushMu.Lock()
+	err = v.syncLocked()
+	if err == nil {
+		if derr := v.tup.Discard(uint64(off/bs), uint64(n/bs), true); derr != nil {
+			err = v.fail(derr)
+		}
+	}
+	v.flushMu.Unlock()
+	if err != nil {
+		return err
+	}
+	if d, ok := v.dev.(Discarder); ok {
+		if err := d.Discard(off, n); err != nil && !errors.Is(err, errors.ErrUnsupported) {
+			return err
+		}
+	}
+	return nil
+}
+
+// ScratchSize implements CheckSource: CheckRun works in chunks of at most
+// 1 MiB (or one block), so it needs at most that much.
+func (v *Volume) ScratchSize(n int) int { return min(max(n, 0), v.chunk) * v.bs }
+
+// CheckRun implements CheckSource with the verification core of ReadAt,
+// one chunk at a time, each under a shared lock of its blocks so that
+// concurrent writes through the volume never show as failures. Problems
+// are reported after the chunk's lock is released.
+func (v *Volume) CheckRun(ctx context.Context, lba int64, n int, scratch []byte, opt CheckOptions, report func(Problem)) (RunStats, error) {
+	done, err := v.enter()
+	if err != nil {
+		return RunStats{}, err
+	}
+	defer done()
+	if lba < 0 || n < 0 || lba > v.blocks || int64(n) > v.blocks-lba {
+		return RunStats{}, fmt.Errorf("blockdev: check of blocks [%d, +%d) on a volume of %d blocks: %w", lba, n, v.blocks, ErrOutOfRange)
+	}
+	if len(scratch) < v.ScratchSize(n) {
+		return RunStats{}, fmt.Errorf("blockdev: check: scratch of %d bytes, need %d", len(scratch), v.ScratchSize(n))
+	}
+	if opt.Rereads < 0 {
+		opt.Rereads = 0
+	}
+	sc := v.getScratch()
+	defer v.putScratch(sc)
+	var total RunStats
+	for i := 0; i < n; {
+		if err := ctx.Err(); err != nil {
+			return total, err
+		}
+		k := min(v.chunk, n-i)
+		b := lba + int64(i)
+		id := v.locks.lock(b, b+int64(k), false)
+		st, err := v.verifyRun(b, k, scratch[:k*v.bs], sc, opt.Rereads, opt.Uncached, false)
+		v.locks.unlock(id)
+		if err != nil {
+			return total, err
+		}
+		total.Add(st)
+		if report != nil {
+			for _, p := range sc.probs {
+				report(p)
+			}
+		}
+		i += k
+	}
+	return total, nil
+}
