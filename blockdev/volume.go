@@ -242,14 +242,14 @@ type Volume struct {
 	ovMu     sync.RWMutex // guards overlay
 	overlay  map[int64]*ovPage
 	ovFree   []*ovPage
-	ovBlocks int64             // blocks inserted since the last fold; under flushMu
+	ovBlocks int64            // blocks inserted since the last fold; under flushMu
 	pending  []store.IntentID // intents to drop at the next fold; under flushMu
 
 	scratch sync.Pool // *scratch
 
 	st struct {
 		read, written, rereads, transient, failed atomic.Int64
-		flushes, syncs, autoSyncs                   atomic.Int64
+		flushes, syncs, autoSyncs                 atomic.Int64
 	}
 	recovery RecoveryStats
 }
