@@ -12,9 +12,9 @@ import (
 // The hybrid kernels keep the CRC32 instruction unit and the carry-less
 // multiplier busy at once: a chunk of 6s bytes is cut into six segments of s
 // bytes that advance in lockstep, some as CRC32Q streams, the others folded
-// with (V)PCLMULQDQ, and the six segment registers are merged with PCLMULQDQ
-// and one CRC32Q (kernels/_asm/crc32hybrid, internal/hybridgen). Blocks runs
-// six blocks at once the same way, where no merge is needed.
+// with (V)PCLMULQDQ, and the six parts are merged with PCLMULQDQ into one
+// 16-byte value and two CRC32Q (kernels/_asm/crc32hybrid, internal/hybridgen).
+// Blocks runs six blocks at once the same way, where no merge is needed.
 //
 //   - hybrid: three CRC32 streams and three VPCLMULQDQ-on-YMM fold streams
 //     (SSE4.2, AVX2, VPCLMULQDQ);

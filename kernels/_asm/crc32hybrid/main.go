@@ -22,13 +22,17 @@
 // from base R8 = p + 3·stride, each with index stride·{0,1,2}. Every loop
 // step advances all six by 32 bytes: four CRC32Q per CRC segment, one YMM
 // (or two XMM) fold per fold segment. A fold segment's accumulator, after its
-// last step, is a 32-byte message with the same CRC register as the segment
-// (the fold multiplies by x^256 mod P, crcmath.FoldTable.Fold[2]), so four
-// CRC32Q from a zero register reduce it.
+// last step, is a 32-byte message congruent to the segment (the fold
+// multiplies by x^256 mod P, crcmath.FoldTable.Fold[2]).
 //
-// hybridChunk* merges the six registers into the register of the whole chunk
-// with PCLMULQDQ and one CRC32Q (see kernels/crc32c/internal/hybridgen for
-// the constants); hybridBlocks* computes one finalised CRC per block.
+// hybridChunk* runs a tail of the input first, as one more CRC32 stream that
+// overlaps the loop, then merges everything into one 128-bit value V whose
+// CRC register (two CRC32Q) is the register after the chunk: each CRC
+// register and each accumulator quadword is multiplied by x^D mod P for its
+// distance D from the end with one PCLMULQDQ (constants and proof in
+// kernels/crc32c/internal/hybridgen). hybridBlocks* reduces every block on
+// its own (four CRC32Q per accumulator), adds the block's last
+// blockLen mod 32 bytes and stores the finalised CRC.
 package main
 
 import (
