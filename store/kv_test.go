@@ -34,7 +34,7 @@ func TestConformance(t *testing.T) {
 		var mu sync.Mutex
 		fss := map[store.KV]*vfs.MemFS{}
 		openOn := func(t *testing.T, fs *vfs.MemFS) store.KV {
-			kv, err := store.OpenPebbleFS("db", fs)
+			kv, err := store.OpenPebbleOnFS("db", fs)
 			if err != nil {
 				t.Fatal(err)
 			}
