@@ -118,7 +118,9 @@ func (t *Tuples) findingKey(lba uint64, field string) []byte {
 	return append(u64Key(t.prefix, recFinding, lba), field...)
 }
 
-func (t *Tuples) maxFindingKey() []byte { return append(recKey(t.prefix, recMeta), "max-finding-blocks"...) }
+func (t *Tuples) maxFindingKey() []byte {
+	return append(recKey(t.prefix, recMeta), "max-finding-blocks"...)
+}
 
 // RecordFinding adds f to the findings log, or updates the finding with the
 // same LBA and Field: it keeps FirstSeen, takes the rest from f, adds one to

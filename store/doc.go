@@ -1,0 +1,47 @@
+// Package store keeps difctl's integrity metadata: PI tuples, sector
+// checksums, crash-consistency intents, scrub cursors and findings.
+//
+// Two layers:
+//
+//   - KV is a deliberately small key-value interface (Get, ordered snapshot
+//     iteration, atomic batches committed with or without sync, Close) that
+//     any engine can implement. Open selects one by URL: "pebble:PATH" (the
+//     default, github.com/cockroachdb/pebble/v2) or "mem:". The storetest
+//     package is the conformance suite every backend runs.
+//
+//   - Tuples is one volume on a KV: a versioned manifest that Open checks
+//     against the caller's (refusing a different format or device with a
+//     *ManifestMismatchError), tuple pages of Manifest.PageTuples tuples
+//     (1,024 by default) keyed by volume and big-endian page number, intents,
+//     scrub cursors and the findings log. Many volumes share one KV.
+//
+// The store never interprets PI: a tuple is TupleSize opaque bytes and the
+// format is the dif package's canonical string, kept verbatim.
+//
+// Blocks never written (or discarded) are a state of their own: ReadRange
+// reports them with a clear bit in a Bitmap and reads their tuple as all ones
+// (the PI escape), so they are never confused with mismatches.
+//
+// Crash consistency (DESIGN.md section 5): record the new tuples of a group
+// of writes as intents in one synced Txn, write the data, then fold the
+// intents into the committed pages. After a crash, AllIntents lists what
+// recovery must resolve.
+//
+// Errors are prefixed "store: " and match the sentinels (ErrNotFound,
+// ErrClosed, ErrCorrupt, ...) with errors.Is. A damaged stored value gives a
+// *CorruptError, never a panic.
+//
+// A short example:
+//
+//	kv, err := store.Open("pebble:/var/lib/difctl/meta")
+//	if err != nil { ... }
+//	defer kv.Close()
+//	m := store.NewManifest("4096+8:crc16:type1:pi-last", 4096, 8, devSize, serial)
+//	tp, err := store.OpenTuples(kv, "sda", &m)
+//	if errors.Is(err, store.ErrNotFound) {
+//		tp, err = store.CreateTuples(kv, "sda", m)
+//	}
+//	...
+//	err = tp.WriteRange(lba, tuples, sums, true)
+//	n, err := tp.ReadRange(lba, tuples, sums, written)
+package store
