@@ -1,0 +1,579 @@
+package blockdev
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"iter"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/difctl/difctl/store"
+)
+
+// ScrubCursor records how far a scrub of the blocks [Start, End) has got.
+type ScrubCursor struct {
+	Start int64 `json:"start"`
+	End   int64 `json:"end"`
+	// Next is the first block of the current pass not yet checked: every
+	// block before it was checked and its findings recorded.
+	Next int64 `json:"next"`
+	// Pass counts the completed passes over the range.
+	Pass uint64 `json:"pass"`
+	// Started is when the current pass began, Updated when Next last moved.
+	Started time.Time `json:"started"`
+	Updated time.Time `json:"updated"`
+}
+
+// ScrubState persists a scrub's cursor and findings so that a scrub can
+// resume after a kill and an errors-only scrub can recheck what earlier ones
+// found. Scrub calls it from one goroutine. Implementations:
+// [NewStoreScrubState] (a volume's store) and [OpenFileScrubState] (a file
+// beside a self-contained image).
+//
+// The contract that gives exactly-once findings across a resume: findings
+// recorded since the last SaveCursor or Sync are durable only once one of
+// those returns; a state reopened after a crash may have lost them, or may
+// still hold them, in which case RecordFinding of the same pass must not
+// count them twice.
+type ScrubState interface {
+	// LoadCursor returns the saved cursor of a scrub of [start, end), and
+	// false if there is none.
+	LoadCursor(start, end int64) (ScrubCursor, bool, error)
+	// SaveCursor saves c durably, together with every finding recorded and
+	// every state set before it.
+	SaveCursor(c ScrubCursor) error
+	// RecordFinding adds f to the findings log or updates the finding with
+	// the same (LBA, Kind) (counting one more sighting and taking f.State),
+	// unless the pass described by pass (its Started time) already recorded
+	// it. A zero pass.Started records unconditionally.
+	RecordFinding(pass ScrubCursor, f Finding) error
+	// OpenFindings yields the findings in state FindingOpen that overlap
+	// blocks [start, end), ordered by LBA then Kind.
+	OpenFindings(start, end int64) iter.Seq2[Finding, error]
+	// SetFindingState changes the state of the finding (lba, kind).
+	SetFindingState(lba int64, kind Kind, s FindingState) error
+	// Sync makes the findings recorded and states set so far durable.
+	Sync() error
+}
+
+// StoreScrubState keeps the cursor and findings of a scrub in a volume's
+// store: the store's scrub cursor named after the scrub, and its findings
+// log, where a finding's Field is its Kind and Expected and Actual are
+// 8-byte big-endian values. Transient findings are recorded in state
+// rechecked-ok.
+type StoreScrubState struct {
+	t    *store.Tuples
+	name string
+	// last is the last finding written, rewritten with a sync by Sync.
+	last struct {
+		lba   int64
+		kind  Kind
+		state FindingState
+		set   bool
+	}
+}
+
+// NewStoreScrubState returns the state of the scrub called name (for
+// example "default") over the volume t. A scrub of the whole volume uses the
+// cursor name; a scrub of a range [start, end) uses "name@start-end", so
+// that resuming a range scrub continues that range.
+func NewStoreScrubState(t *store.Tuples, name string) (*StoreScrubState, error) {
+	if t == nil {
+		return nil, errors.New("blockdev: nil store")
+	}
+	if name == "" || strings.ContainsRune(name, '@') {
+		return nil, fmt.Errorf("blockdev: scrub name %q must be non-empty and without '@'", name)
+	}
+	return &StoreScrubState{t: t, name: name}, nil
+}
+
+func (s *StoreScrubState) cursorName(start, end int64) string {
+	if start == 0 && end == int64(s.t.Blocks()) {
+		return s.name
+	}
+	return fmt.Sprintf("%s@%d-%d", s.name, start, end)
+}
+
+// LoadCursor implements [ScrubState].
+func (s *StoreScrubState) LoadCursor(start, end int64) (ScrubCursor, bool, error) {
+	c, err := s.t.ScrubCursor(s.cursorName(start, end))
+	if errors.Is(err, store.ErrNotFound) {
+		return ScrubCursor{}, false, nil
+	} else if err != nil {
+		return ScrubCursor{}, false, fmt.Errorf("blockdev: scrub cursor: %w", err)
+	}
+	if c.Next > uint64(end) {
+		return ScrubCursor{}, false, fmt.Errorf("blockdev: scrub cursor at %d is beyond the range [%d, %d)", c.Next, start, end)
+	}
+	return ScrubCursor{Start: start, End: end, Next: int64(c.Next), Pass: c.Pass, Started: c.Started, Updated: c.Updated}, true, nil
+}
+
+// SaveCursor implements [ScrubState] with a synced store commit.
+func (s *StoreScrubState) SaveCursor(c ScrubCursor) error {
+	if c.Next < 0 {
+		return fmt.Errorf("blockdev: scrub cursor at %d", c.Next)
+	}
+	sc := store.ScrubCursor{Next: uint64(c.Next), Pass: c.Pass, Started: c.Started, Updated: c.Updated}
+	if err := s.t.SetScrubCursor(s.cursorName(c.Start, c.End), sc, true); err != nil {
+		return fmt.Errorf("blockdev: save scrub cursor: %w", err)
+	}
+	return nil
+}
+
+// RecordFinding implements [ScrubState]: a finding whose LastSeen is not
+// before pass.Started was recorded by this pass and is left alone.
+func (s *StoreScrubState) RecordFinding(pass ScrubCursor, f Finding) error {
+	if f.LBA < 0 {
+		return fmt.Errorf("blockdev: finding at block %d", f.LBA)
+	}
+	if !pass.Started.IsZero() {
+		for old, err := range s.t.Findings(store.FindingQuery{LBA: uint64(f.LBA), N: 1}) {
+			if err != nil {
+				return fmt.Errorf("blockdev: findings: %w", err)
+			}
+			if old.LBA == uint64(f.LBA) && old.Field == string(f.Kind) && !old.LastSeen.Before(pass.Started) {
+				return nil
+			}
+		}
+	}
+	sf := store.Finding{
+		LBA: uint64(f.LBA), N: uint64(max(f.N, 1)), Field: string(f.Kind),
+		Expected: be64(f.Expected, f.Kind), Actual: be64(f.Actual, f.Kind),
+		LastSeen: f.LastSeen.UTC(), State: store.FindingState(f.State),
+	}
+	if _, err := s.t.RecordFinding(sf, false); err != nil {
+		return fmt.Errorf("blockdev: record finding: %w", err)
+	}
+	s.last.lba, s.last.kind, s.last.state, s.last.set = f.LBA, f.Kind, f.State, true
+	if f.State == 0 {
+		s.last.state = FindingOpen
+	}
+	return nil
+}
+
+func be64(v uint64, k Kind) []byte {
+	if k == KindIO {
+		return nil
+	}
+	return binary.BigEndian.AppendUint64(nil, v)
+}
+
+func fromBE(b []byte) uint64 {
+	var v uint64
+	for _, c := range b[max(0, len(b)-8):] {
+		v = v<<8 | uint64(c)
+	}
+	return v
+}
+
+// OpenFindings implements [ScrubState].
+func (s *StoreScrubState) OpenFindings(start, end int64) iter.Seq2[Finding, error] {
+	return func(yield func(Finding, error) bool) {
+		if start < 0 || end <= start {
+			return
+		}
+		q := store.FindingQuery{LBA: uint64(start), N: uint64(end - start), State: store.FindingOpen}
+		for sf, err := range s.t.Findings(q) {
+			if err != nil {
+				yield(Finding{}, fmt.Errorf("blockdev: findings: %w", err))
+				return
+			}
+			f := Finding{
+				LBA: int64(sf.LBA), N: int64(sf.N), Kind: Kind(sf.Field),
+				Expected: fromBE(sf.Expected), Actual: fromBE(sf.Actual),
+				State: FindingState(sf.State), Count: sf.Count, FirstSeen: sf.FirstSeen, LastSeen: sf.LastSeen,
+			}
+			if !yield(f, nil) {
+				return
+			}
+		}
+	}
+}
+
+// SetFindingState implements [ScrubState].
+func (s *StoreScrubState) SetFindingState(lba int64, kind Kind, st FindingState) error {
+	if lba < 0 {
+		return fmt.Errorf("blockdev: finding at block %d", lba)
+	}
+	if _, err := s.t.SetFindingState(uint64(lba), string(kind), store.FindingState(st), false); err != nil {
+		return fmt.Errorf("blockdev: set finding state: %w", err)
+	}
+	s.last.lba, s.last.kind, s.last.state, s.last.set = lba, kind, st, true
+	return nil
+}
+
+// Sync implements [ScrubState]: it rewrites the last finding changed with a
+// synced commit, which makes every earlier commit durable too.
+func (s *StoreScrubState) Sync() error {
+	if !s.last.set {
+		return nil
+	}
+	if _, err := s.t.SetFindingState(uint64(s.last.lba), string(s.last.kind), store.FindingState(s.last.state), true); err != nil {
+		return fmt.Errorf("blockdev: sync findings: %w", err)
+	}
+	return nil
+}
+
+// FileScrubState keeps the cursor and findings of a scrub of a
+// self-contained image (extended-LBA or DIX) in two files: a small JSON
+// state file at path, replaced atomically (write, fsync, rename, fsync of
+// the directory), and an append-only JSON Lines findings log at
+// path+".findings". The state file records the length of the log that its
+// cursor accounts for; opening the state truncates the log to it, dropping
+// findings of runs that were checked after the last save and will be
+// checked again: so each finding is recorded exactly once per pass.
+//
+// OpenFindings replays the whole log (memory grows with the number of
+// distinct findings). One process at a time may use a state file.
+type FileScrubState struct {
+	mu      sync.Mutex
+	path    string
+	log     *os.File
+	w       *bufio.Writer
+	size    int64 // bytes in the log, buffered included
+	cur     *ScrubCursor
+	closed  bool
+	failure error // a failed write makes the state unusable
+}
+
+// fileState is the JSON state file.
+type fileState struct {
+	Version int          `json:"version"`
+	Cursor  *ScrubCursor `json:"cursor,omitempty"`
+	LogSize int64        `json:"log_size"`
+}
+
+const fileStateVersion = 1
+
+// logRecord is a line of the findings log: Op "seen" records a sighting of
+// the finding, Op "state" sets the state of (LBA, Kind).
+type logRecord struct {
+	Op string `json:"op"`
+	Finding
+}
+
+// OpenFileScrubState opens (creating if needed) the scrub state at path and
+// its findings log at path+".findings". Close it after use.
+func OpenFileScrubState(path string) (*FileScrubState, error) {
+	var st fileState
+	b, err := os.ReadFile(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		st.Version = fileStateVersion
+	case err != nil:
+		return nil, fmt.Errorf("blockdev: scrub state: %w", err)
+	default:
+		d := json.NewDecoder(bytes.NewReader(b))
+		d.DisallowUnknownFields()
+		if err := d.Decode(&st); err != nil {
+			return nil, fmt.Errorf("blockdev: scrub state %s: %w", path, err)
+		}
+		if st.Version != fileStateVersion {
+			return nil, fmt.Errorf("blockdev: scrub state %s: version %d, want %d", path, st.Version, fileStateVersion)
+		}
+		if c := st.Cursor; c != nil && (c.Start < 0 || c.Start > c.End || c.Next < c.Start || c.Next > c.End) {
+			return nil, fmt.Errorf("blockdev: scrub state %s: bad cursor %+v", path, *c)
+		}
+		if st.LogSize < 0 {
+			return nil, fmt.Errorf("blockdev: scrub state %s: log size %d", path, st.LogSize)
+		}
+	}
+	log, err := os.OpenFile(path+".findings", os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("blockdev: scrub state: %w", err)
+	}
+	fi, err := log.Stat()
+	if err != nil {
+		log.Close()
+		return nil, fmt.Errorf("blockdev: scrub state: %w", err)
+	}
+	if fi.Size() < st.LogSize {
+		log.Close()
+		return nil, fmt.Errorf("blockdev: scrub state %s: findings log has %d bytes, the state accounts for %d", path, fi.Size(), st.LogSize)
+	}
+	if fi.Size() > st.LogSize {
+		if err := log.Truncate(st.LogSize); err != nil {
+			log.Close()
+			return nil, fmt.Errorf("blockdev: scrub state: %w", err)
+		}
+	}
+	if _, err := log.Seek(st.LogSize, io.SeekStart); err != nil {
+		log.Close()
+		return nil, fmt.Errorf("blockdev: scrub state: %w", err)
+	}
+	return &FileScrubState{path: path, log: log, w: bufio.NewWriter(log), size: st.LogSize, cur: st.Cursor}, nil
+}
+
+// Path returns the state file's path.
+func (s *FileScrubState) Path() string { return s.path }
+
+func (s *FileScrubState) usable() error {
+	if s.closed {
+		return fmt.Errorf("blockdev: scrub state %s: %w", s.path, os.ErrClosed)
+	}
+	return s.failure
+}
+
+// LoadCursor implements [ScrubState]. The file holds one cursor: that of
+// the last range saved.
+func (s *FileScrubState) LoadCursor(start, end int64) (ScrubCursor, bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.usable(); err != nil {
+		return ScrubCursor{}, false, err
+	}
+	if s.cur == nil || s.cur.Start != start || s.cur.End != end {
+		return ScrubCursor{}, false, nil
+	}
+	return *s.cur, true, nil
+}
+
+// SaveCursor implements [ScrubState].
+func (s *FileScrubState) SaveCursor(c ScrubCursor) error {
+	if c.Start < 0 || c.Start > c.End || c.Next < c.Start || c.Next > c.End {
+		return fmt.Errorf("blockdev: bad scrub cursor %+v", c)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.usable(); err != nil {
+		return err
+	}
+	return s.commit(&c)
+}
+
+// Sync implements [ScrubState].
+func (s *FileScrubState) Sync() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.usable(); err != nil {
+		return err
+	}
+	return s.commit(s.cur)
+}
+
+// commit makes the log durable, then replaces the state file. s.mu is held.
+func (s *FileScrubState) commit(c *ScrubCursor) error {
+	if err := s.w.Flush(); err != nil {
+		return s.fail(err)
+	}
+	if err := s.log.Sync(); err != nil {
+		return s.fail(err)
+	}
+	b, err := json.Marshal(fileState{Version: fileStateVersion, Cursor: c, LogSize: s.size})
+	if err != nil {
+		return fmt.Errorf("blockdev: scrub state: %w", err)
+	}
+	if err := writeFileAtomic(s.path, append(b, '\n')); err != nil {
+		return fmt.Errorf("blockdev: scrub state: %w", err)
+	}
+	s.cur = c
+	return nil
+}
+
+func (s *FileScrubState) fail(err error) error {
+	s.failure = fmt.Errorf("blockdev: scrub state %s: findings log: %w", s.path, err)
+	return s.failure
+}
+
+// writeFileAtomic replaces path with b: a temporary file is written and
+// synced, renamed over path, and the directory synced.
+func writeFileAtomic(path string, b []byte) error {
+	tmp := path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return err
+	}
+	d, err := os.Open(filepath.Dir(path))
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil && !errors.Is(err, errors.ErrUnsupported) {
+		return err
+	}
+	return nil
+}
+
+func (s *FileScrubState) append(r logRecord) error {
+	if err := s.usable(); err != nil {
+		return err
+	}
+	b, err := json.Marshal(r)
+	if err != nil {
+		return fmt.Errorf("blockdev: scrub state: %w", err)
+	}
+	b = append(b, '\n')
+	if _, err := s.w.Write(b); err != nil {
+		return s.fail(err)
+	}
+	s.size += int64(len(b))
+	return nil
+}
+
+// RecordFinding implements [ScrubState]. Exactly-once per pass comes from
+// the truncation at open, so pass is not consulted.
+func (s *FileScrubState) RecordFinding(pass ScrubCursor, f Finding) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if f.State == 0 {
+		f.State = FindingOpen
+	}
+	f.N = max(f.N, 1)
+	f.Count, f.FirstSeen = 0, time.Time{}
+	if f.LastSeen.IsZero() {
+		f.LastSeen = time.Now()
+	}
+	f.LastSeen = f.LastSeen.UTC()
+	return s.append(logRecord{Op: "seen", Finding: f})
+}
+
+// SetFindingState implements [ScrubState]. Setting the state of a finding
+// the log does not hold is an error.
+func (s *FileScrubState) SetFindingState(lba int64, kind Kind, st FindingState) error {
+	if st < FindingOpen || st > FindingClosed {
+		return fmt.Errorf("blockdev: invalid finding state %d", uint8(st))
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.append(logRecord{Op: "state", Finding: Finding{LBA: lba, Kind: kind, State: st, LastSeen: time.Now().UTC()}})
+}
+
+type findingKey struct {
+	lba  int64
+	kind Kind
+}
+
+// replay reads the log and returns the current findings. s.mu is held.
+func (s *FileScrubState) replay() (map[findingKey]Finding, error) {
+	if err := s.w.Flush(); err != nil {
+		return nil, s.fail(err)
+	}
+	m := make(map[findingKey]Finding)
+	sc := bufio.NewScanner(io.NewSectionReader(s.log, 0, s.size))
+	sc.Buffer(nil, 1<<20)
+	line := 0
+	for sc.Scan() {
+		line++
+		var r logRecord
+		d := json.NewDecoder(bytes.NewReader(sc.Bytes()))
+		d.DisallowUnknownFields()
+		if err := d.Decode(&r); err != nil {
+			return nil, fmt.Errorf("blockdev: scrub state %s: findings log line %d: %w", s.path, line, err)
+		}
+		k := findingKey{r.LBA, r.Kind}
+		switch r.Op {
+		case "seen":
+			old, ok := m[k]
+			f := r.Finding
+			f.Count = 1
+			f.FirstSeen = f.LastSeen
+			if ok {
+				f.Count = old.Count + 1
+				f.FirstSeen = old.FirstSeen
+			}
+			m[k] = f
+		case "state":
+			if f, ok := m[k]; ok {
+				f.State = r.State
+				m[k] = f
+			}
+		default:
+			return nil, fmt.Errorf("blockdev: scrub state %s: findings log line %d: unknown op %q", s.path, line, r.Op)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("blockdev: scrub state %s: findings log: %w", s.path, err)
+	}
+	return m, nil
+}
+
+// Findings returns every finding of the log in its current state, ordered
+// by LBA then Kind.
+func (s *FileScrubState) Findings() ([]Finding, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.usable(); err != nil {
+		return nil, err
+	}
+	m, err := s.replay()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Finding, 0, len(m))
+	for _, f := range m {
+		out = append(out, f)
+	}
+	slices.SortFunc(out, func(a, b Finding) int {
+		if a.LBA != b.LBA {
+			if a.LBA < b.LBA {
+				return -1
+			}
+			return 1
+		}
+		return strings.Compare(string(a.Kind), string(b.Kind))
+	})
+	return out, nil
+}
+
+// OpenFindings implements [ScrubState].
+func (s *FileScrubState) OpenFindings(start, end int64) iter.Seq2[Finding, error] {
+	return func(yield func(Finding, error) bool) {
+		all, err := s.Findings()
+		if err != nil {
+			yield(Finding{}, err)
+			return
+		}
+		for _, f := range all {
+			if f.State != FindingOpen || f.End() <= start || f.LBA >= end {
+				continue
+			}
+			if !yield(f, nil) {
+				return
+			}
+		}
+	}
+}
+
+// Close closes the findings log. Findings recorded since the last
+// SaveCursor or Sync are not kept.
+func (s *FileScrubState) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	if err := s.log.Close(); err != nil {
+		return fmt.Errorf("blockdev: scrub state: %w", err)
+	}
+	return nil
+}
+
+var (
+	_ ScrubState = (*StoreScrubState)(nil)
+	_ ScrubState = (*FileScrubState)(nil)
+)
