@@ -344,4 +344,3 @@ func TestVolumeCrash(t *testing.T) {
 		})
 	}
 }
-
