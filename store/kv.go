@@ -90,6 +90,18 @@ type Limits struct {
 	MaxBatchBytes int // largest Batch.Len at Commit
 }
 
+// batchSizer is implemented by backends that can preallocate a batch.
+type batchSizer interface {
+	newBatchSize(size int) Batch
+}
+
+func newBatch(kv KV, size int) Batch {
+	if s, ok := kv.(batchSizer); ok {
+		return s.newBatchSize(size)
+	}
+	return kv.NewBatch()
+}
+
 // Default limits shared by the built-in backends. Pebble's hard limit is
 // 4 GiB per batch; staying far below it bounds memory.
 const (

@@ -151,17 +151,17 @@ func (p *pebbleKV) NewIter(lo, hi []byte) (Iterator, error) {
 	return pi, nil
 }
 
-func (p *pebbleKV) NewBatch() Batch {
-	return &pebbleBatch{kv: p, b: p.newRawBatch()}
-}
+func (p *pebbleKV) NewBatch() Batch { return p.newBatchSize(0) }
 
-func (p *pebbleKV) newRawBatch() *pebble.Batch {
+// newBatchSize returns a batch with room for about size bytes, sparing the
+// repeated growth (and copying) of a large batch's buffer.
+func (p *pebbleKV) newBatchSize(size int) Batch {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
 	if p.closed {
-		return nil
+		return &pebbleBatch{kv: p}
 	}
-	return p.db.NewBatch()
+	return &pebbleBatch{kv: p, b: p.db.NewBatchWithSize(min(size, p.limits.MaxBatchBytes))}
 }
 
 func (p *pebbleKV) Limits() Limits { return p.limits }

@@ -297,9 +297,11 @@ func (t *Tuples) Discard(lba, n uint64, sync bool) error {
 }
 
 // chunkBlocks is how many blocks WriteRange commits per batch: whole pages,
-// up to 32 MiB of page values or a quarter of the backend's batch limit.
+// up to 8 MiB of page values or a quarter of the backend's batch limit.
+// (Pebble turns a batch above half its memtable size into a memtable of its
+// own, forcing a flush; 8 MiB stays well below the 64 MiB memtable.)
 func (t *Tuples) chunkBlocks() int {
-	budget := min(32<<20, t.kv.Limits().MaxBatchBytes/4)
+	budget := min(8<<20, t.kv.Limits().MaxBatchBytes/4)
 	pages := max(1, budget/(t.l.size+64))
 	return pages * t.l.p
 }

@@ -138,7 +138,14 @@ func (x *Txn) Commit(sync bool) error {
 		t.l.decode(pb, v)
 		return pb, nil
 	}
-	b := t.kv.NewBatch()
+	est := 0
+	for _, op := range ops {
+		est += len(op.key) + len(op.value) + 32
+		if op.kind == opWrite {
+			est += int((op.n+P-1)/P+1) * (t.l.size + len(t.prefix) + 32)
+		}
+	}
+	b := newBatch(t.kv, est)
 	defer b.Close()
 	for _, op := range ops {
 		switch op.kind {
