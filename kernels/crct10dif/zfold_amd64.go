@@ -81,7 +81,7 @@ func foldBlocksAVX2(dst []uint16, p []byte, blockLen, stride int, tab *crcmath.F
 // Barrett reduction (unreflected, lanes loaded byte-reversed). It mirrors crcmath.FoldUpdate.
 //
 // Preconditions: len(p) is a positive multiple of 16; tab is this CRC's
-// fold table; the CPU has AVX512F, AVX512BW, AVX512VL, AVX2 and VPCLMULQDQ.
+// fold table; the CPU has AVX512F, AVX512BW, AVX2 and VPCLMULQDQ.
 //
 //go:noescape
 func foldUpdateAVX512(crc uint16, p []byte, tab *crcmath.FoldTable) uint16
@@ -93,7 +93,7 @@ func foldUpdateAVX512(crc uint16, p []byte, tab *crcmath.FoldTable) uint16
 // Preconditions: len(dst) is a positive multiple of 8; blockLen is a multiple of
 // 16 and at least 64; stride >= blockLen;
 // len(p) >= (len(dst)-1)*stride + blockLen; tab is this CRC's fold table;
-// the CPU has AVX512F, AVX512BW, AVX512VL, AVX2 and VPCLMULQDQ.
+// the CPU has AVX512F, AVX512BW, AVX2 and VPCLMULQDQ.
 //
 //go:noescape
 func foldBlocksAVX512(dst []uint16, p []byte, blockLen, stride int, tab *crcmath.FoldTable)

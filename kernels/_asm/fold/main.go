@@ -97,7 +97,7 @@ var vecs = []vecSpec{
 		cpu:  "AVX2 and VPCLMULQDQ"},
 	{name: "AVX512", bytes: 64, accs: 8, group: 8,
 		desc: "VPCLMULQDQ on ZMM registers (EVEX encodings, VPTERNLOGD)",
-		cpu:  "AVX512F, AVX512BW, AVX512VL, AVX2 and VPCLMULQDQ"},
+		cpu:  "AVX512F, AVX512BW, AVX2 and VPCLMULQDQ"},
 }
 
 func main() {
