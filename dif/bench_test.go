@@ -2,8 +2,6 @@ package dif
 
 import (
 	"fmt"
-	"os"
-	"strconv"
 	"testing"
 	"time"
 
@@ -99,9 +97,6 @@ func BenchmarkVerify(b *testing.B) {
 // the operation as a fraction of the kernel's best (metric "dif/kernel";
 // 1 = free bookkeeping). Minimums shrug off other processes' bursts.
 func BenchmarkRatio(b *testing.B) {
-	if v := os.Getenv("DIF_CHUNK_BYTES"); v != "" {
-		chunkBytes, _ = strconv.Atoi(v)
-	}
 	for _, op := range []string{"generate", "verify", "kernel"} {
 		for _, c := range benchCases() {
 			b.Run("op="+op+"/"+c.name, func(b *testing.B) {
@@ -135,8 +130,8 @@ func BenchmarkRatio(b *testing.B) {
 	}
 }
 
-// kernelRun returns a function running the kernel's Blocks over the run
-// as BenchmarkKernelBlocks does.
+// kernelRun returns a function running the kernel's Blocks over the whole
+// run in one call, as BenchmarkKernelBlocks does.
 func kernelRun(f Format, data []byte) func() {
 	n := benchData / f.BlockSize()
 	stride := f.BlockSize()
@@ -144,59 +139,31 @@ func kernelRun(f Format, data []byte) func() {
 		stride = f.ExtendedBlockSize()
 	}
 	cov := f.BlockSize()
-	g16, g32, g64 := new([chunk]uint16), new([chunk]uint32), new([chunk]uint64)
+	g16, g32, g64 := make([]uint16, n), make([]uint32, n), make([]uint64, n)
 	return func() {
-		for base := 0; base < n; base += chunk {
-			k := min(chunk, n-base)
-			p := data[base*stride:]
-			switch f.Guard() {
-			case Guard16:
-				_ = crct10dif.Blocks(g16[:k], p, cov, stride)
-			case Guard32:
-				_ = crc32c.Blocks(g32[:k], p, cov, stride)
-			default:
-				_ = crc64nvme.Blocks(g64[:k], p, cov, stride)
-			}
+		switch f.Guard() {
+		case Guard16:
+			_ = crct10dif.Blocks(g16, data, cov, stride)
+		case Guard32:
+			_ = crc32c.Blocks(g32, data, cov, stride)
+		default:
+			_ = crc64nvme.Blocks(g64, data, cov, stride)
 		}
 		sink += uint64(g16[0]) + uint64(g32[0]) + g64[0]
 	}
 }
 
-// BenchmarkKernelBlocks is the baseline: the kernel's Blocks over the same
-// blocks, into a reusable array of the same chunk size.
+// BenchmarkKernelBlocks is the baseline: the kernel's Blocks alone over
+// the same blocks (same stride and coverage), in one call for the whole run.
 func BenchmarkKernelBlocks(b *testing.B) {
 	for _, c := range benchCases() {
 		b.Run(c.name, func(b *testing.B) {
 			data, _, _ := benchRun(c.f)
-			n := benchData / c.f.BlockSize()
-			stride := c.f.BlockSize()
-			if c.f.Layout() == Interleaved {
-				stride = c.f.ExtendedBlockSize()
-			}
-			cov := c.f.BlockSize()
+			kernel := kernelRun(c.f, data)
 			b.SetBytes(benchData)
-			var g16 [chunk]uint16
-			var g32 [chunk]uint32
-			var g64 [chunk]uint64
 			for b.Loop() {
-				for base := 0; base < n; base += chunk {
-					k := min(chunk, n-base)
-					p := data[base*stride:]
-					var err error
-					switch c.f.Guard() {
-					case Guard16:
-						err = crct10dif.Blocks(g16[:k], p, cov, stride)
-					case Guard32:
-						err = crc32c.Blocks(g32[:k], p, cov, stride)
-					default:
-						err = crc64nvme.Blocks(g64[:k], p, cov, stride)
-					}
-					if err != nil {
-						b.Fatal(err)
-					}
-				}
+				kernel()
 			}
-			sink += uint64(g16[0]) + uint64(g32[0]) + g64[0]
 		})
 	}
 }

@@ -165,9 +165,9 @@ func corrupt(rng *rand.Rand, f Format, data, md []byte, n int) {
 
 func TestOracleAgainstFastPath(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
-	iters := 3000
+	iters := 1500
 	if testing.Short() {
-		iters = 300
+		iters = 200
 	}
 	for it := range iters {
 		f := randFormat(rng)

@@ -125,6 +125,7 @@ func gen64(r *run, e *expect, g *[chunk]uint64) error {
 // each tuple are the guard and constants, plus the ref tag in the low bits,
 // stepped per block.
 
+//go:noinline
 func put16(t []byte, ts int, gs []uint16, w, step uint64) {
 	off := 0
 	for _, gv := range gs {
@@ -134,6 +135,7 @@ func put16(t []byte, ts int, gs []uint16, w, step uint64) {
 	}
 }
 
+//go:noinline
 func put32(t []byte, ts int, gs []uint32, w0, w1, step uint64) {
 	off := 0
 	for _, gv := range gs {
@@ -145,6 +147,7 @@ func put32(t []byte, ts int, gs []uint32, w0, w1, step uint64) {
 	}
 }
 
+//go:noinline
 func put64(t []byte, ts int, gs []uint64, w1, step uint64) {
 	off := 0
 	for _, gv := range gs {

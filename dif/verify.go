@@ -156,7 +156,7 @@ func (v *verifier) ver16(r *run, g *[chunk]uint16) error {
 	}
 	mask := gm<<48 | uint64(v.appMask)<<32 | v.spaceMask.lo
 	c := uint64(v.app)<<32 | v.stor.lo
-	step := v.refStep()
+	step, noEsc := v.refStep(), v.escapeFlagged()
 	ts := r.tstride
 	for base := 0; base < r.n; base += r.chunk {
 		gs := g[:min(r.chunk, r.n-base)]
@@ -173,7 +173,13 @@ func (v *verifier) ver16(r *run, g *[chunk]uint16) error {
 		}
 		t := r.tb[base*ts+r.toff:]
 		lo, _, wrap := v.chunkRef(base, len(gs), step)
-		if scan16(t, ts, gs, c|lo, step, mask) != 0 || wrap {
+		var bad uint64
+		if noEsc {
+			bad = scan16n(t, ts, gs, c|lo, step, mask)
+		} else {
+			bad = scan16(t, ts, gs, c|lo, step, mask)
+		}
+		if bad != 0 || wrap {
 			for j, gv := range gs {
 				if v.slow(base+j, uint64(gv), t[j*ts:]) {
 					return nil
@@ -193,7 +199,7 @@ func (v *verifier) ver32(r *run, g *[chunk]uint32) error {
 	mask1 := v.spaceMask.lo
 	c0 := uint64(v.app)<<16 | v.stor.hi
 	c1 := v.stor.lo
-	step := v.refStep()
+	step, noEsc := v.refStep(), v.escapeFlagged()
 	ts := r.tstride
 	for base := 0; base < r.n; base += r.chunk {
 		gs := g[:min(r.chunk, r.n-base)]
@@ -210,7 +216,13 @@ func (v *verifier) ver32(r *run, g *[chunk]uint32) error {
 		}
 		t := r.tb[base*ts+r.toff:]
 		lo, hi, wrap := v.chunkRef(base, len(gs), step)
-		if scan32(t, ts, gs, c0|hi, c1|lo, step, mask0, mask1) != 0 || wrap {
+		var bad uint64
+		if noEsc {
+			bad = scan32n(t, ts, gs, c0|hi, c1|lo, step, mask0, mask1)
+		} else {
+			bad = scan32(t, ts, gs, c0|hi, c1|lo, step, mask0, mask1)
+		}
+		if bad != 0 || wrap {
 			for j, gv := range gs {
 				if v.slow(base+j, uint64(gv), t[j*ts:]) {
 					return nil
@@ -228,7 +240,7 @@ func (v *verifier) ver64(r *run, g *[chunk]uint64) error {
 	}
 	mask1 := uint64(v.appMask)<<48 | v.spaceMask.lo
 	c := uint64(v.app)<<48 | v.stor.lo
-	step := v.refStep()
+	step, noEsc := v.refStep(), v.escapeFlagged()
 	ts := r.tstride
 	for base := 0; base < r.n; base += r.chunk {
 		gs := g[:min(r.chunk, r.n-base)]
@@ -245,7 +257,13 @@ func (v *verifier) ver64(r *run, g *[chunk]uint64) error {
 		}
 		t := r.tb[base*ts+r.toff:]
 		lo, _, wrap := v.chunkRef(base, len(gs), step)
-		if scan64(t, ts, gs, c|lo, step, gm, mask1) != 0 || wrap {
+		var bad uint64
+		if noEsc {
+			bad = scan64n(t, ts, gs, c|lo, step, gm, mask1)
+		} else {
+			bad = scan64(t, ts, gs, c|lo, step, gm, mask1)
+		}
+		if bad != 0 || wrap {
 			for j, gv := range gs {
 				if v.slow(base+j, gv, t[j*ts:]) {
 					return nil
@@ -261,6 +279,8 @@ func (v *verifier) ver64(r *run, g *[chunk]uint64) error {
 // and escape bits: zero means every block passes.
 
 // scan16: tuple = guard<<48 | e (e = app<<32 | space, +step per block).
+//
+//go:noinline
 func scan16(t []byte, ts int, gs []uint16, e, step, mask uint64) uint64 {
 	var bad uint64
 	off := 0
@@ -273,8 +293,26 @@ func scan16(t []byte, ts int, gs []uint16, e, step, mask uint64) uint64 {
 	return bad
 }
 
+// scan16n is scan16 without the escape term, for when the app tag check
+// already flags a stored 0xFFFF (see escapeFlagged).
+//
+//go:noinline
+func scan16n(t []byte, ts int, gs []uint16, e, step, mask uint64) uint64 {
+	var bad uint64
+	off := 0
+	for _, gv := range gs {
+		w := binary.BigEndian.Uint64(t[off:])
+		bad |= (w ^ (uint64(gv)<<48 | e)) & mask
+		e += step
+		off += ts
+	}
+	return bad
+}
+
 // scan32: words guard<<32 | e0 (app<<16 | space bits 64-79) and e1
 // (space bits 0-63, +step per block).
+//
+//go:noinline
 func scan32(t []byte, ts int, gs []uint32, e0, e1, step, mask0, mask1 uint64) uint64 {
 	var bad uint64
 	off := 0
@@ -289,7 +327,26 @@ func scan32(t []byte, ts int, gs []uint32, e0, e1, step, mask0, mask1 uint64) ui
 	return bad
 }
 
+// scan32n is scan32 without the escape term.
+//
+//go:noinline
+func scan32n(t []byte, ts int, gs []uint32, e0, e1, step, mask0, mask1 uint64) uint64 {
+	var bad uint64
+	off := 0
+	for _, gv := range gs {
+		tt := t[off : off+16]
+		w0 := binary.BigEndian.Uint64(tt)
+		w1 := binary.BigEndian.Uint64(tt[8:])
+		bad |= (w0^(uint64(gv)<<32|e0))&mask0 | (w1^e1)&mask1
+		e1 += step
+		off += ts
+	}
+	return bad
+}
+
 // scan64: words guard and e1 (app<<48 | space, +step per block).
+//
+//go:noinline
 func scan64(t []byte, ts int, gs []uint64, e1, step, gm, mask1 uint64) uint64 {
 	var bad uint64
 	off := 0
@@ -303,6 +360,29 @@ func scan64(t []byte, ts int, gs []uint64, e1, step, gm, mask1 uint64) uint64 {
 	}
 	return bad
 }
+
+// scan64n is scan64 without the escape term.
+//
+//go:noinline
+func scan64n(t []byte, ts int, gs []uint64, e1, step, gm, mask1 uint64) uint64 {
+	var bad uint64
+	off := 0
+	for _, gv := range gs {
+		tt := t[off : off+16]
+		w0 := binary.BigEndian.Uint64(tt)
+		w1 := binary.BigEndian.Uint64(tt[8:])
+		bad |= (w0^gv)&gm | (w1^e1)&mask1
+		e1 += step
+		off += ts
+	}
+	return bad
+}
+
+// escapeFlagged reports whether the app tag check alone flags a stored app
+// tag of 0xFFFF (it is compared and differs from the expected tag under the
+// mask), so that the scans can leave out the escape term: an escaped block
+// then fails the app tag comparison and reaches slow anyway.
+func (v *verifier) escapeFlagged() bool { return (0xFFFF^v.app)&v.appMask != 0 }
 
 // slow classifies block i, whose tuple is t and computed guard g, and
 // reports its failures. It returns true to stop the verification.
