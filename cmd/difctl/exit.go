@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/difctl/difctl/dif"
 )
 
 // Exit codes, a bit mask as in fsck(8). A run can set several bits, for
@@ -117,7 +119,8 @@ func classify(err error, ran bool) int {
 		return exitUsage
 	case errors.Is(err, errInterrupted):
 		return exitCancelled
-	// Later phases: errors.Is(err, dif.ErrIntegrity) -> exitUncorrected.
+	case errors.Is(err, dif.ErrIntegrity):
+		return exitUncorrected
 	default:
 		return exitOperational
 	}

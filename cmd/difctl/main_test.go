@@ -2,11 +2,15 @@ package main
 
 import (
 	"errors"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
+
+	"github.com/difctl/difctl/fixtures"
 
 	"github.com/rogpeppe/go-internal/testscript"
 )
@@ -25,9 +29,15 @@ func TestMain(m *testing.M) {
 //	exitcode N command [args...]
 //
 // which runs command like exec and fails unless it exits with status N;
-// its stdout and stderr are then checked as after exec. Every script
+// its stdout and stderr are then checked as after exec, and
+//
+//	truncate FILE SIZE
+//
+// which cuts or extends FILE to SIZE bytes. Every script
 // starts with $WORK/check.bin holding "123456789" with no newline (which a
-// txtar file cannot hold), the input of the CRC catalogue's check values.
+// txtar file cannot hold), the input of the CRC catalogue's check values,
+// and with a copy of every fixture image (fixtures.All, README.md in
+// fixtures/images) in $WORK, which scripts may damage at will.
 func TestScript(t *testing.T) {
 	testscript.Run(t, testscript.Params{
 		Dir:                 "testdata/script",
@@ -37,12 +47,51 @@ func TestScript(t *testing.T) {
 			// The scripts check the default kernels; a forced choice in
 			// the caller's environment must not leak in.
 			env.Setenv("DIFCTL_KERNELS", "")
+			if err := copyFixtures(env.WorkDir); err != nil {
+				return err
+			}
 			return os.WriteFile(filepath.Join(env.WorkDir, "check.bin"), []byte("123456789"), 0o666)
 		},
 		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
 			"exitcode": cmdExitCode,
+			"truncate": cmdTruncate,
 		},
 	})
+}
+
+// cmdTruncate is "truncate FILE SIZE": it cuts or extends FILE to SIZE
+// bytes, to make truncated images.
+func cmdTruncate(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 2 {
+		ts.Fatalf("usage: truncate FILE SIZE")
+	}
+	size, err := strconv.ParseInt(args[1], 10, 64)
+	if err != nil {
+		ts.Fatalf("truncate: bad size %q", args[1])
+	}
+	ts.Check(os.Truncate(ts.MkAbs(args[0]), size))
+}
+
+// copyFixtures copies the embedded fixture images into dir.
+func copyFixtures(dir string) error {
+	fsys := fixtures.FS()
+	entries, err := fs.ReadDir(fsys, ".")
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if e.IsDir() || !strings.HasSuffix(e.Name(), ".img") && !strings.HasSuffix(e.Name(), ".md") || e.Name() == "README.md" {
+			continue
+		}
+		b, err := fs.ReadFile(fsys, e.Name())
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(dir, e.Name()), b, 0o666); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func cmdExitCode(ts *testscript.TestScript, neg bool, args []string) {

@@ -16,6 +16,13 @@ var allRecords = []record{
 	&cpuRecord{},
 	&kernelRecord{},
 	&benchRecord{},
+	&findingRecord{},
+	&summaryRecord{},
+	&convertRecord{},
+	&remapRecord{},
+	&injectRecord{},
+	&imageRecord{},
+	&tupleRecord{},
 }
 
 func TestRecordsStartWithHeader(t *testing.T) {

@@ -51,6 +51,11 @@ error only when it is a terminal, and never with --quiet.
 	pf.BoolVarP(&g.Quiet, "quiet", "q", false, "no progress bar and no informational messages")
 
 	root.AddCommand(
+		newVerifyCmd(g),
+		newInspectCmd(g),
+		newConvertCmd(g),
+		newRemapCmd(g),
+		newInjectCmd(g),
 		newCrcCmd(g, stdin),
 		newKernelsCmd(g),
 		newBenchCmd(g),

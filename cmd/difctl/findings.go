@@ -1,0 +1,245 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/difctl/difctl/blockdev"
+	"github.com/difctl/difctl/dif"
+)
+
+// findingRecord is one block that failed a check: verify, scrub, convert
+// and remap write one per failed check.
+type findingRecord struct {
+	header
+	LBA       int64  `json:"lba"`                 // the block
+	Kind      string `json:"kind"`                // guard, app-tag, ref-tag, storage-tag, sector-crc, torn, io
+	Expected  string `json:"expected,omitempty"`  // computed value, hex, zero-padded to the field's width
+	Actual    string `json:"actual,omitempty"`    // stored value, same form
+	Transient bool   `json:"transient,omitempty"` // failed, then passed when read again
+	Error     string `json:"error,omitempty"`     // the cause, for io
+}
+
+func (*findingRecord) recordType() string { return "finding" }
+
+// summaryRecord closes a check of a range of blocks.
+type summaryRecord struct {
+	header
+	Command       string           `json:"command"`            // verify, scrub, convert, remap
+	Image         string           `json:"image"`              // the image (data file of a DIX pair)
+	Metadata      string           `json:"metadata,omitempty"` // the metadata file of a DIX pair
+	Store         string           `json:"store,omitempty"`    // the store, for store-backed images
+	Format        string           `json:"format"`             // dif text form
+	Start         int64            `json:"start"`              // first LBA checked
+	Blocks        int64            `json:"blocks"`             // blocks checked
+	OK            int64            `json:"ok"`
+	Failed        int64            `json:"failed"`          // blocks failing at least one check
+	Unwritten     int64            `json:"unwritten"`       // all-ones tags: never written or discarded
+	Escaped       int64            `json:"escaped"`         // app tag 0xffff: not checked
+	Transient     int64            `json:"transient"`       // failed, then passed a re-read (counted in ok)
+	FailedByField map[string]int64 `json:"failed_by_field"` // failed checks per kind
+	Seconds       float64          `json:"seconds"`
+}
+
+func (*summaryRecord) recordType() string { return "summary" }
+
+// integrityError ends a command that found blocks failing verification and
+// left them as they are: exit 4. It matches dif.ErrIntegrity.
+type integrityError struct{ msg string }
+
+func (e *integrityError) Error() string        { return e.msg }
+func (e *integrityError) Is(target error) bool { return target == dif.ErrIntegrity }
+
+// kindNames are the human names of the kinds of failure.
+var kindNames = map[blockdev.Kind]string{
+	blockdev.KindGuard:      "guard",
+	blockdev.KindAppTag:     "app tag",
+	blockdev.KindRefTag:     "ref tag",
+	blockdev.KindStorageTag: "storage tag",
+	blockdev.KindSectorSum:  "sector checksum",
+	blockdev.KindTorn:       "torn write",
+	blockdev.KindIO:         "unreadable",
+}
+
+func kindName(k blockdev.Kind) string {
+	if n, ok := kindNames[k]; ok {
+		return n
+	}
+	return string(k)
+}
+
+// findings writes the problems a check reports, as text lines or finding
+// records, and counts them. Write errors are kept for the caller, since the
+// report callback of a CheckRun cannot return one.
+type findings struct {
+	out    *output
+	f      dif.Format
+	byKind map[string]int64
+	err    error
+}
+
+func newFindings(out *output, f dif.Format) *findings {
+	return &findings{out: out, f: f, byKind: map[string]int64{}}
+}
+
+// widths returns the width in bits of the values of a kind of failure.
+func (fw *findings) width(k blockdev.Kind) int {
+	switch k {
+	case blockdev.KindGuard, blockdev.KindTorn:
+		return fw.f.Guard().Bits()
+	case blockdev.KindAppTag:
+		return 16
+	case blockdev.KindRefTag:
+		return fw.f.RefTagBits()
+	case blockdev.KindStorageTag:
+		return fw.f.StorageTagBits()
+	case blockdev.KindSectorSum:
+		return 32
+	}
+	return 0
+}
+
+// values returns the expected and stored values of p as hex strings.
+func (fw *findings) values(p blockdev.Problem) (expected, actual string) {
+	if p.Kind == blockdev.KindIO {
+		return "", ""
+	}
+	var hiE, hiA uint16
+	var ce *dif.CheckError
+	if errors.As(p.Err, &ce) {
+		hiE, hiA = ce.ExpectedHigh, ce.ActualHigh
+	}
+	w := fw.width(p.Kind)
+	return hexWidth(hiE, p.Expected, w), hexWidth(hiA, p.Actual, w)
+}
+
+func (fw *findings) report(p blockdev.Problem) {
+	if !p.Transient {
+		fw.byKind[string(p.Kind)]++
+	}
+	if fw.err != nil {
+		return
+	}
+	exp, act := fw.values(p)
+	if fw.out.json {
+		r := &findingRecord{LBA: p.LBA, Kind: string(p.Kind), Expected: exp, Actual: act, Transient: p.Transient}
+		if p.Kind == blockdev.KindIO && p.Err != nil {
+			r.Error = oneLine(p.Err.Error())
+		}
+		fw.err = fw.out.emit(r)
+		return
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "LBA %d: %s", p.LBA, kindName(p.Kind))
+	switch p.Kind {
+	case blockdev.KindIO, blockdev.KindTorn:
+	default:
+		b.WriteString(" mismatch")
+	}
+	if p.Transient {
+		b.WriteString(" (transient: passed when read again)")
+	}
+	if p.Kind == blockdev.KindIO {
+		if p.Err != nil {
+			fmt.Fprintf(&b, ": %s", oneLine(p.Err.Error()))
+		}
+	} else {
+		fmt.Fprintf(&b, ": expected 0x%s, stored 0x%s", exp, act)
+	}
+	b.WriteByte('\n')
+	_, fw.err = io.WriteString(fw.out.w, b.String())
+}
+
+// summary writes the summary of a check and returns the error that ends
+// the command: nil when clean, an integrityError when blocks failed.
+func (fw *findings) summary(rec *summaryRecord, st blockdev.RunStats, elapsed time.Duration) error {
+	if fw.err != nil {
+		return fmt.Errorf("write output: %w", fw.err)
+	}
+	rec.Blocks, rec.OK, rec.Failed = st.Blocks, st.OK, st.Failed
+	rec.Unwritten, rec.Escaped, rec.Transient = st.Unwritten, st.Escaped, st.Transient
+	rec.FailedByField = fw.byKind
+	rec.Seconds = elapsed.Seconds()
+	name := rec.Image
+	if rec.Metadata != "" {
+		name += " + " + rec.Metadata
+	}
+	if fw.out.json {
+		if err := fw.out.emit(rec); err != nil {
+			return fmt.Errorf("write output: %w", err)
+		}
+	} else {
+		var b strings.Builder
+		fmt.Fprintf(&b, "%s: %d blocks checked (%s", name, st.Blocks, rec.Format)
+		if rec.Start != 0 {
+			fmt.Fprintf(&b, ", from LBA %d", rec.Start)
+		}
+		fmt.Fprintf(&b, "): %d ok, %d failed", st.OK, st.Failed)
+		if len(fw.byKind) > 0 {
+			var parts []string
+			for _, k := range slices.Sorted(maps.Keys(fw.byKind)) {
+				parts = append(parts, fmt.Sprintf("%s %d", kindName(blockdev.Kind(k)), fw.byKind[k]))
+			}
+			fmt.Fprintf(&b, " (%s)", strings.Join(parts, ", "))
+		}
+		fmt.Fprintf(&b, ", %d unwritten, %d escaped", st.Unwritten, st.Escaped)
+		if st.Transient > 0 {
+			fmt.Fprintf(&b, ", %d transient", st.Transient)
+		}
+		b.WriteByte('\n')
+		if _, err := io.WriteString(fw.out.w, b.String()); err != nil {
+			return fmt.Errorf("write output: %w", err)
+		}
+	}
+	if st.Failed > 0 {
+		return &integrityError{msg: fmt.Sprintf("%s: %d of %d blocks failed verification", name, st.Failed, st.Blocks)}
+	}
+	return nil
+}
+
+// checkRunBytes is the scratch per CheckRun call: runs of about 1 MiB keep
+// memory bounded whatever the image size, and calls few.
+const checkRunBytes = 1 << 20
+
+// checkRange verifies blocks [start, start+count) of src in runs, passing
+// each problem to report and the bytes of each run to prog, and returns
+// the totals. When ctx is cancelled it returns what it counted with the
+// cancellation cause.
+func checkRange(ctx context.Context, src blockdev.CheckSource, start, count int64, opt blockdev.CheckOptions,
+	prog progress, bytesPerBlock int64, report func(blockdev.Problem)) (blockdev.RunStats, error) {
+	per := max(1, checkRunBytes/max(1, src.ScratchSize(1)))
+	scratch := make([]byte, src.ScratchSize(per))
+	var total blockdev.RunStats
+	for lba, end := start, start+count; lba < end; {
+		if ctx.Err() != nil {
+			return total, context.Cause(ctx)
+		}
+		n := int(min(int64(per), end-lba))
+		st, err := src.CheckRun(ctx, lba, n, scratch, opt, report)
+		if err != nil {
+			if ctx.Err() != nil {
+				return total, context.Cause(ctx)
+			}
+			return total, err
+		}
+		total.Add(st)
+		prog.Add(int64(n) * bytesPerBlock)
+		lba += int64(n)
+	}
+	return total, nil
+}
+
+// interrupted returns the error of a command the user interrupted after it
+// found failures: the cause, with exit bit 4 kept (exitCode adds 32).
+func interrupted(ctx context.Context, failed int64) error {
+	if failed > 0 {
+		return &exitError{code: exitUncorrected, err: context.Cause(ctx)}
+	}
+	return context.Cause(ctx)
+}

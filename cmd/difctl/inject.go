@@ -1,0 +1,216 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/difctl/difctl/dif"
+	"github.com/spf13/cobra"
+)
+
+// injectOptions are the inputs of runInject.
+type injectOptions struct {
+	globalOptions
+	Image         string
+	Meta          string
+	SelfContained bool
+	Format        dif.Format
+	LBA           int64
+	Field         dif.Field
+	Bit           int
+	Store         string
+}
+
+// injectRecord is the --json result of an injection.
+type injectRecord struct {
+	header
+	Image    string `json:"image"`
+	Metadata string `json:"metadata,omitempty"`
+	Store    string `json:"store,omitempty"`
+	Format   string `json:"format"`
+	LBA      int64  `json:"lba"`
+	Field    string `json:"field"`            // data, metadata, guard, app, ref, storage
+	Bit      int    `json:"bit"`              // the bit flipped (data and metadata: byte bit/8, bit bit%8)
+	Before   string `json:"before,omitempty"` // tag fields: the value before, hex
+	After    string `json:"after,omitempty"`  // and after
+}
+
+func (*injectRecord) recordType() string { return "inject" }
+
+// injectFields maps --field names to dif fields.
+var injectFields = map[string]dif.Field{
+	"data": dif.FieldData, "metadata": dif.FieldMetadata, "guard": dif.FieldGuard,
+	"app": dif.FieldAppTag, "ref": dif.FieldRefTag, "storage": dif.FieldStorageTag,
+}
+
+// fieldFlag is an --field name.
+type fieldFlag struct {
+	name  string
+	field dif.Field
+}
+
+func (f *fieldFlag) String() string { return f.name }
+func (f *fieldFlag) Set(s string) error {
+	fd, ok := injectFields[s]
+	if !ok {
+		return fmt.Errorf("unknown field %q (want data, metadata, guard, app, ref or storage)", s)
+	}
+	f.name, f.field = s, fd
+	return nil
+}
+func (*fieldFlag) Type() string { return "field" }
+
+func newInjectCmd(g *globalOptions) *cobra.Command {
+	var (
+		img   imageFlags
+		pf    = newPIFlags()
+		lba   = uintFlag{bits: 63}
+		field = fieldFlag{name: "data", field: dif.FieldData}
+		bit   int
+		store string
+	)
+	cmd := &cobra.Command{
+		Use:   "inject IMAGE [--interleaved FORMAT | --dix METAFILE --format FORMAT] --lba N [--field F] [--bit B]",
+		Short: "Corrupt one bit of a block, for drills",
+		Long: `Flip one bit of block --lba of IMAGE, in place, to rehearse the detection
+and handling of corruption: verify and scrub must then report the block.
+
+--field selects what is hit: data (bit B of the block's data: byte B/8,
+bit B%8), metadata (the metadata bytes outside the PI tuple, numbered the
+same way), or a PI field: guard, app, ref or storage (bit B of the field's
+value, 0 the least significant). For a DIX pair, data goes to the data
+file and the other fields to the metadata file.
+
+` + exitCodesHelp(exitOK, exitOperational, exitUsage, exitCancelled),
+		Example: `  difctl inject --interleaved 512+8 --lba 5 disk.dump
+  difctl inject --interleaved 512+8 --lba 9 --field app --bit 3 disk.dump
+  difctl inject --dix disk.md --format 4096+8 --lba 0 --field ref disk.img`,
+		Args: exactArgs(1, "IMAGE"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if !lba.set {
+				return usageErrorf("--lba is required")
+			}
+			if bit < 0 {
+				return usageErrorf("--bit must not be negative, not %d", bit)
+			}
+			opts := injectOptions{globalOptions: *g, Image: args[0], LBA: int64(lba.v), Field: field.field, Bit: bit, Store: store}
+			if img.selfContained() {
+				text, meta, err := img.spec()
+				if err != nil {
+					return err
+				}
+				if opts.Format, err = pf.resolveFormat(text); err != nil {
+					return err
+				}
+				opts.SelfContained, opts.Meta = true, meta
+			}
+			return runInject(cmd.Context(), opts, cmd.OutOrStdout(), cmd.ErrOrStderr())
+		},
+	}
+	img.register(cmd, true)
+	pf.register(cmd, piFormat)
+	f := cmd.Flags()
+	f.Var(&lba, "lba", "the block to corrupt (required)")
+	f.Var(&field, "field", "what to hit: data, metadata, guard, app, ref or storage")
+	f.IntVar(&bit, "bit", 0, "the bit to flip (see above)")
+	f.StringVar(&store, "store", "", "store `URL` of a store-backed image (default pebble:IMAGE.difdb)")
+	return cmd
+}
+
+func runInject(ctx context.Context, opts injectOptions, stdout, stderr io.Writer) error {
+	if !opts.SelfContained {
+		return runInjectStore(ctx, opts, stdout, stderr)
+	}
+	mode := openWriteMeta
+	if opts.Field == dif.FieldData {
+		mode = openWriteData
+	}
+	f := opts.Format
+	im, err := openPIImage(opts.Image, opts.Meta, f, dif.Params{}, mode)
+	if err != nil {
+		return err
+	}
+	defer im.Close()
+	if opts.LBA >= im.blocks() {
+		return usageErrorf("--lba %d is beyond the end: the image has %d blocks", opts.LBA, im.blocks())
+	}
+	data, md := im.runBuffers(1)
+	if data, md, err = im.read(opts.LBA, 1, data, md); err != nil {
+		return fmt.Errorf("read %s: %w", im.name(), err)
+	}
+	before, _ := im.f.ReadTuple(data, md, 0)
+	if err := im.f.Inject(data, md, 0, opts.Field, opts.Bit); err != nil {
+		if errors.Is(err, dif.ErrParams) {
+			return usageErrorf("--field %s --bit %d: %s", fieldName(opts.Field), opts.Bit, difCause(err))
+		}
+		return err
+	}
+	after, _ := im.f.ReadTuple(data, md, 0)
+	if opts.Meta != "" {
+		if opts.Field == dif.FieldData {
+			md = nil
+		} else {
+			data = nil
+		}
+	}
+	if err := im.write(opts.LBA, data, md); err != nil {
+		return fmt.Errorf("write %s: %w", im.name(), unwrapPath(err))
+	}
+	if err := im.sync(); err != nil {
+		return fmt.Errorf("sync %s: %w", im.name(), err)
+	}
+	rec := &injectRecord{Image: opts.Image, Metadata: opts.Meta, Format: im.f.String(), LBA: opts.LBA,
+		Field: fieldName(opts.Field), Bit: opts.Bit}
+	rec.Before, rec.After = tupleField(f, before, opts.Field), tupleField(f, after, opts.Field)
+	return emitInject(newOutput(stdout, opts.JSON), im.name(), rec)
+}
+
+// difCause returns the message of a dif error without its prefixes.
+func difCause(err error) string {
+	s := strings.TrimPrefix(err.Error(), "dif: ")
+	s = strings.TrimPrefix(s, "invalid parameters: ")
+	return strings.Replace(s, " of block 0", "", 1)
+}
+
+// emitInject writes the result of an injection.
+func emitInject(out *output, name string, rec *injectRecord) error {
+	if out.json {
+		return out.emit(rec)
+	}
+	var err error
+	switch rec.Field {
+	case "data", "metadata":
+		_, err = fmt.Fprintf(out.w, "%s: LBA %d: flipped bit %d of the %s (byte %d, bit %d)\n", name, rec.LBA, rec.Bit, rec.Field, rec.Bit/8, rec.Bit%8)
+	default:
+		_, err = fmt.Fprintf(out.w, "%s: LBA %d: flipped bit %d of the %s: 0x%s -> 0x%s\n", name, rec.LBA, rec.Bit, injectFields[rec.Field], rec.Before, rec.After)
+	}
+	return err
+}
+
+// fieldName is the --field name of a field.
+func fieldName(fd dif.Field) string {
+	for name, f := range injectFields {
+		if f == fd {
+			return name
+		}
+	}
+	return fd.String()
+}
+
+// tupleField formats one PI field of t, or "" for data and metadata.
+func tupleField(f dif.Format, t dif.Tuple, fd dif.Field) string {
+	switch fd {
+	case dif.FieldGuard:
+		return hexWidth(0, t.Guard, f.Guard().Bits())
+	case dif.FieldAppTag:
+		return hexWidth(0, uint64(t.AppTag), 16)
+	case dif.FieldRefTag:
+		return hexWidth(t.RefTagHigh, t.RefTag, f.RefTagBits())
+	case dif.FieldStorageTag:
+		return hexWidth(t.StorageTagHigh, t.StorageTag, f.StorageTagBits())
+	}
+	return ""
+}

@@ -1,0 +1,254 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+
+	"github.com/difctl/difctl/blockdev"
+	"github.com/difctl/difctl/dif"
+	"github.com/spf13/cobra"
+)
+
+// imageFlags select an image that carries its own protection information:
+// --interleaved FORMAT (an extended-LBA dump) or --dix METAFILE with
+// --format FORMAT (a data image and its metadata file). Without either, the
+// image is a plain one protected by a store (protect, verify and scrub).
+type imageFlags struct {
+	interleaved formatFlag
+	dix         string
+	format      formatFlag
+}
+
+func (fl *imageFlags) register(cmd *cobra.Command, withFormat bool) {
+	f := cmd.Flags()
+	f.Var(&fl.interleaved, "interleaved", "IMAGE is an extended-LBA dump in FORMAT (data and PI interleaved: 512+8, 4096+16:crc64, ...)")
+	f.StringVar(&fl.dix, "dix", "", "IMAGE is the data of a DIX pair whose metadata file is `METAFILE` (format: --format)")
+	if withFormat {
+		f.Var(&fl.format, "format", "the PI format, in the text form 4096+8, 4096+16:crc64:type3 ... (with --dix)")
+	}
+}
+
+// selfContained reports whether the flags name an image with its own PI.
+func (fl *imageFlags) selfContained() bool { return fl.interleaved.text != "" || fl.dix != "" }
+
+// spec checks the combination of the flags and returns the format text and
+// the metadata file ("" for an interleaved image).
+func (fl *imageFlags) spec() (text, meta string, err error) {
+	switch {
+	case fl.interleaved.text != "" && fl.dix != "":
+		return "", "", usageErrorf("--interleaved and --dix exclude each other: an image is either interleaved or a DIX pair")
+	case fl.interleaved.text != "" && fl.format.text != "":
+		return "", "", usageErrorf("--interleaved takes the format itself; leave out --format")
+	case fl.interleaved.text != "":
+		return fl.interleaved.text, "", nil
+	case fl.dix != "":
+		return fl.format.text, fl.dix, nil
+	}
+	return "", "", usageErrorf("name the image's layout: --interleaved FORMAT or --dix METAFILE")
+}
+
+// piImage is an image with its own PI, opened for a command: an extended-
+// LBA image (meta == "") or a DIX pair.
+type piImage struct {
+	path, meta string
+	f          dif.Format // in the image's layout
+	p          dif.Params
+	ext        *blockdev.ExtendedImage
+	dix        *blockdev.DIXPair
+	files      []*os.File
+	dataFile   *os.File // the image (the data file of a DIX pair)
+	metaFile   *os.File // the metadata file of a DIX pair
+	src        *blockdev.PISource
+}
+
+// openMode says which files of an image a command writes.
+type openMode uint8
+
+const (
+	openRead      openMode = 0
+	openWriteData openMode = 1 << iota // the image, or the data file of a DIX pair
+	openWriteMeta                      // the metadata: the image, or the metadata file
+)
+
+// openPIImage opens path (and meta, the metadata file of a DIX pair, or "")
+// in format f, to be verified with p. Sizes that do not fit the format are
+// operational errors with a one-line explanation.
+func openPIImage(path, meta string, f dif.Format, p dif.Params, mode openMode) (*piImage, error) {
+	im := &piImage{path: path, meta: meta, p: p}
+	ok := false
+	defer func() {
+		if !ok {
+			im.Close()
+		}
+	}()
+	var err error
+	if meta == "" {
+		im.f = f.WithLayout(dif.Interleaved)
+		var size int64
+		im.dataFile, size, err = openSizedFile(path, mode != openRead)
+		if err != nil {
+			return nil, err
+		}
+		im.files = append(im.files, im.dataFile)
+		im.ext, err = blockdev.NewExtendedImage(im.dataFile, size, f.BlockSize(), f.MetadataSize())
+		if err != nil {
+			return nil, im.sizeError(err)
+		}
+		im.src, err = blockdev.NewExtendedSource(im.ext, im.f, p)
+	} else {
+		im.f = f.WithLayout(dif.Separate)
+		var dsize, msize int64
+		im.dataFile, dsize, err = openSizedFile(path, mode&openWriteData != 0)
+		if err != nil {
+			return nil, err
+		}
+		im.files = append(im.files, im.dataFile)
+		im.metaFile, msize, err = openSizedFile(meta, mode&openWriteMeta != 0)
+		if err != nil {
+			return nil, err
+		}
+		im.files = append(im.files, im.metaFile)
+		im.dix, err = blockdev.NewDIXPair(im.dataFile, dsize, im.metaFile, msize, f.BlockSize(), f.MetadataSize())
+		if err != nil {
+			return nil, im.sizeError(err)
+		}
+		im.src, err = blockdev.NewDIXSource(im.dix, im.f, p)
+	}
+	if err != nil {
+		return nil, err
+	}
+	ok = true
+	return im, nil
+}
+
+// openSizedFile opens a regular file or a block device and returns its size.
+func openSizedFile(path string, write bool) (*os.File, int64, error) {
+	flag := os.O_RDONLY
+	if write {
+		flag = os.O_RDWR
+	}
+	f, err := os.OpenFile(path, flag, 0)
+	if err != nil {
+		return nil, 0, err
+	}
+	if fi, err := f.Stat(); err == nil && fi.IsDir() {
+		f.Close()
+		return nil, 0, &fs.PathError{Op: "open", Path: path, Err: errors.New("is a directory")}
+	}
+	size := inputSize(f)
+	if size < 0 {
+		f.Close()
+		return nil, 0, fmt.Errorf("%s is neither a regular file nor a block device", path)
+	}
+	return f, size, nil
+}
+
+// sizeError explains a *blockdev.SizeError in terms of the files and the
+// format the user gave.
+func (im *piImage) sizeError(err error) error {
+	var se *blockdev.SizeError
+	if !errors.As(err, &se) {
+		return err
+	}
+	switch {
+	case im.meta == "":
+		return fmt.Errorf("%s: size %d is not a multiple of the %d-byte extended block of format %s (truncated, or not in this format)",
+			im.path, se.Size, se.Unit, im.f)
+	case se.Unit != 0:
+		return fmt.Errorf("%s: size %d is not a multiple of the %d-byte block of format %s (truncated, or not in this format)",
+			im.path, se.Size, se.Unit, im.f)
+	}
+	blocks := se.Want / int64(im.f.MetadataSize())
+	return fmt.Errorf("%s: size %d, want %d: %d bytes of metadata for each of the %d blocks of %s (truncated, or not in this format)",
+		im.meta, se.Size, se.Want, im.f.MetadataSize(), blocks, im.path)
+}
+
+// Close closes the files.
+func (im *piImage) Close() error {
+	var errs []error
+	for _, f := range im.files {
+		errs = append(errs, f.Close())
+	}
+	im.files = nil
+	return errors.Join(errs...)
+}
+
+// name is how messages name the image: its path, with the metadata file of
+// a DIX pair.
+func (im *piImage) name() string {
+	if im.meta == "" {
+		return im.path
+	}
+	return im.path + " + " + im.meta
+}
+
+func (im *piImage) blocks() int64 { return im.src.Blocks() }
+
+// extBlockSize is the bytes per block on media: data and metadata.
+func (im *piImage) extBlockSize() int { return im.f.ExtendedBlockSize() }
+
+// runBuffers returns the buffers of a run of up to n blocks in the image's
+// layout (md is nil for an interleaved image).
+func (im *piImage) runBuffers(n int) (data, md []byte) {
+	if im.meta == "" {
+		return make([]byte, n*im.f.ExtendedBlockSize()), nil
+	}
+	return make([]byte, n*im.f.BlockSize()), make([]byte, n*im.f.MetadataSize())
+}
+
+// read reads n blocks at lba into data and md (from runBuffers) and returns
+// them cut to the run.
+func (im *piImage) read(lba int64, n int, data, md []byte) ([]byte, []byte, error) {
+	if im.meta == "" {
+		data = data[:n*im.f.ExtendedBlockSize()]
+		return data, nil, im.ext.ReadSectors(lba, n, data)
+	}
+	data, md = data[:n*im.f.BlockSize()], md[:n*im.f.MetadataSize()]
+	return data, md, im.dix.ReadBlocks(lba, n, data, md)
+}
+
+// write writes back a run read by read. Only the parts the image was opened
+// for are written: with openWriteMeta alone, a DIX pair's data is left.
+func (im *piImage) write(lba int64, data, md []byte) error {
+	if im.meta == "" {
+		_, err := im.dataFile.WriteAt(data, lba*int64(im.f.ExtendedBlockSize()))
+		return err
+	}
+	if len(data) > 0 {
+		if _, err := im.dataFile.WriteAt(data, lba*int64(im.f.BlockSize())); err != nil {
+			return err
+		}
+	}
+	if len(md) > 0 {
+		if _, err := im.metaFile.WriteAt(md, lba*int64(im.f.MetadataSize())); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// sync makes the writes durable.
+func (im *piImage) sync() error {
+	for _, f := range im.files {
+		if err := f.Sync(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// runParams returns the params of a run starting at lba: Params.RefTag is
+// the ref tag of block 0 of the image and, for Types 1 and 2, advances with
+// the LBA (as blockdev.PISource does).
+func runParams(f dif.Format, p dif.Params, lba int64) dif.Params {
+	p.LBA = uint64(lba)
+	if t := f.Type(); t == dif.Type1 || t == dif.Type2 {
+		p.RefTag += uint64(lba)
+		if b := f.RefTagBits(); b < 64 {
+			p.RefTag &= 1<<b - 1
+		}
+	}
+	return p
+}

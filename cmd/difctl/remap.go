@@ -1,0 +1,183 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/difctl/difctl/blockdev"
+	"github.com/difctl/difctl/dif"
+	"github.com/spf13/cobra"
+)
+
+// remapOptions are the inputs of runRemap.
+type remapOptions struct {
+	globalOptions
+	Image string
+	Meta  string // DIX metadata file, "" for interleaved
+	// SelfContained: the image carries its PI; otherwise it is store-backed.
+	SelfContained bool
+	Format        dif.Format
+	Params        dif.Params // Params.RefTag: the current ref tag of block 0
+	NewRefTag     uint64     // the new ref tag of block 0
+	Store         string
+}
+
+// remapRecord is the --json result of a remap.
+type remapRecord struct {
+	header
+	Image     string `json:"image"`
+	Metadata  string `json:"metadata,omitempty"`
+	Store     string `json:"store,omitempty"`
+	Format    string `json:"format"`
+	OldRefTag string `json:"old_ref_tag"` // ref tag of block 0 before, hex
+	NewRefTag string `json:"new_ref_tag"` // and after
+	Blocks    int64  `json:"blocks"`      // blocks whose tags were rewritten or kept (escaped, unwritten)
+}
+
+func (*remapRecord) recordType() string { return "remap" }
+
+func newRemapCmd(g *globalOptions) *cobra.Command {
+	var (
+		img    imageFlags
+		pf     = newPIFlags()
+		newRef = uintFlag{bits: 64}
+		store  string
+	)
+	cmd := &cobra.Command{
+		Use:   "remap IMAGE [--interleaved FORMAT | --dix METAFILE --format FORMAT] --ref-tag OLD --new-ref-tag NEW",
+		Short: "Move the ref tags of an image to a new initial value",
+		Long: `Rewrite the reference tags of IMAGE so that block 0 carries NEW instead of
+OLD (--ref-tag, default 0), as when a partition or an image is copied to a
+new offset: block N goes from OLD+N to NEW+N. Data, guards, app and storage
+tags are not touched; escaped and unwritten blocks keep their tags.
+
+The whole image is verified with the old tags first (and the other tag
+flags); if any block fails, each is reported and nothing is changed (exit
+4). The image is then rewritten in place, run by run; for a DIX pair only
+the metadata file is written. Types 0 and 3 have no ref-tag sequence.
+
+` + exitCodesHelp(exitOK, exitUncorrected, exitOperational, exitUsage, exitCancelled),
+		Example: `  difctl remap --interleaved 512+8 --new-ref-tag 2048 part.dump
+  difctl remap --interleaved 512+8:type2 --ref-tag 0x1000 --new-ref-tag 0 disk.dump
+  difctl remap --dix disk.md --format 4096+8 --new-ref-tag 0x800 disk.img`,
+		Args: exactArgs(1, "IMAGE"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if !newRef.set {
+				return usageErrorf("--new-ref-tag is required")
+			}
+			opts := remapOptions{globalOptions: *g, Image: args[0], NewRefTag: newRef.v, Store: store}
+			if !img.selfContained() {
+				return runRemap(cmd.Context(), opts, cmd.OutOrStdout(), cmd.ErrOrStderr())
+			}
+			text, meta, err := img.spec()
+			if err != nil {
+				return err
+			}
+			if opts.Format, err = pf.resolveFormat(text); err != nil {
+				return err
+			}
+			if opts.Params, err = pf.params(opts.Format); err != nil {
+				return err
+			}
+			opts.SelfContained, opts.Meta = true, meta
+			return runRemap(cmd.Context(), opts, cmd.OutOrStdout(), cmd.ErrOrStderr())
+		},
+	}
+	img.register(cmd, true)
+	pf.register(cmd, piFormat|piTags|piChecks)
+	cmd.Flags().Var(&newRef, "new-ref-tag", "the new ref tag of block 0 (required)")
+	cmd.Flags().StringVar(&store, "store", "", "store `URL` of a store-backed image (default pebble:IMAGE.difdb)")
+	return cmd
+}
+
+func runRemap(ctx context.Context, opts remapOptions, stdout, stderr io.Writer) error {
+	if !opts.SelfContained {
+		return runRemapStore(ctx, opts, stdout, stderr)
+	}
+	f := opts.Format
+	if t := f.Type(); t != dif.Type1 && t != dif.Type2 {
+		return usageErrorf("format %s is %s: its ref tags do not follow the LBA, there is nothing to remap", f, t)
+	}
+	if b := f.RefTagBits(); b < 64 && opts.NewRefTag>>b != 0 {
+		return usageErrorf("--new-ref-tag %#x does not fit the %d-bit ref tag of format %s", opts.NewRefTag, b, f)
+	}
+	im, err := openPIImage(opts.Image, opts.Meta, f, opts.Params, openWriteMeta)
+	if err != nil {
+		return err
+	}
+	defer im.Close()
+	f = im.f // in the image's layout
+	out := newOutput(stdout, opts.JSON)
+	fw := newFindings(out, im.f)
+	ext := int64(im.extBlockSize())
+	blocks := im.blocks()
+
+	// Pass 1: verify with the old tags; refuse on any failure.
+	prog := newProgress(stderr, opts.Quiet, blocks*ext, "verify "+opts.Image)
+	t0 := time.Now()
+	st, err := checkRange(ctx, im.src, 0, blocks, blockdev.CheckOptions{}, prog, ext, fw.report)
+	prog.Finish()
+	if err != nil {
+		if ctx.Err() != nil {
+			return interrupted(ctx, st.Failed)
+		}
+		return fmt.Errorf("verify %s: %w", im.name(), err)
+	}
+	if st.Failed > 0 {
+		if err := fw.summary(&summaryRecord{Command: "remap", Image: opts.Image, Metadata: opts.Meta, Format: im.f.String()}, st, time.Since(t0)); err != nil && !isIntegrity(err) {
+			return err
+		}
+		return &integrityError{msg: fmt.Sprintf("%s: %d of %d blocks failed verification with the old ref tags: nothing remapped", im.name(), st.Failed, st.Blocks)}
+	}
+
+	// Pass 2: rewrite the tags, run by run.
+	prog = newProgress(stderr, opts.Quiet, blocks*ext, "remap "+opts.Image)
+	per := max(1, checkRunBytes/int(ext))
+	data, md := im.runBuffers(per)
+	for lba := int64(0); lba < blocks; {
+		if ctx.Err() != nil {
+			prog.Finish()
+			fmt.Fprintf(stderr, "difctl: %s: remap stopped at LBA %d: blocks before it carry the new ref tags (from %#x), the rest the old ones (from %#x)\n",
+				im.name(), lba, opts.NewRefTag, opts.Params.RefTag)
+			return context.Cause(ctx)
+		}
+		n := int(min(int64(per), blocks-lba))
+		d, m, err := im.read(lba, n, data, md)
+		if err == nil {
+			p := runParams(f, opts.Params, lba)
+			err = f.Remap(d, m, p, runParams(f, dif.Params{RefTag: opts.NewRefTag}, lba).RefTag)
+		}
+		if err == nil {
+			if opts.Meta != "" {
+				d = nil // only the metadata changes
+			}
+			err = im.write(lba, d, m)
+		}
+		if err != nil {
+			prog.Finish()
+			return fmt.Errorf("remap %s at LBA %d: %w (blocks before it carry the new ref tags)", im.name(), lba, err)
+		}
+		prog.Add(int64(n) * ext)
+		lba += int64(n)
+	}
+	prog.Finish()
+	if err := im.sync(); err != nil {
+		return fmt.Errorf("sync %s: %w", im.name(), err)
+	}
+	rec := &remapRecord{Image: opts.Image, Metadata: opts.Meta, Format: im.f.String(),
+		OldRefTag: hexWidth(0, opts.Params.RefTag, f.RefTagBits()), NewRefTag: hexWidth(0, opts.NewRefTag, f.RefTagBits()), Blocks: blocks}
+	if out.json {
+		return out.emit(rec)
+	}
+	_, err = fmt.Fprintf(out.w, "%s: remapped the ref tags of %d blocks (%s): block 0 from 0x%s to 0x%s\n",
+		im.name(), blocks, rec.Format, rec.OldRefTag, rec.NewRefTag)
+	return err
+}
+
+// isIntegrity reports whether err is an integrity failure.
+func isIntegrity(err error) bool {
+	_, ok := err.(*integrityError)
+	return ok
+}

@@ -1,0 +1,127 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/difctl/difctl/blockdev"
+	"github.com/difctl/difctl/dif"
+	"github.com/spf13/cobra"
+)
+
+// verifyOptions are the inputs of runVerify.
+type verifyOptions struct {
+	globalOptions
+	Image string
+	// Meta is the metadata file of a DIX pair; "" for an interleaved image
+	// or a store-backed one.
+	Meta string
+	// SelfContained: the image carries its PI (interleaved or DIX) in
+	// Format, checked with Params. Otherwise it is checked against Store.
+	SelfContained bool
+	Format        dif.Format
+	Params        dif.Params
+	Range         rangeFlag
+	Store         string // store URL; "" for the default, IMAGE.difdb
+}
+
+func newVerifyCmd(g *globalOptions) *cobra.Command {
+	var (
+		img   imageFlags
+		pf    = newPIFlags()
+		store string
+	)
+	cmd := &cobra.Command{
+		Use:   "verify IMAGE [--interleaved FORMAT | --dix METAFILE --format FORMAT] [flags]",
+		Short: "Verify the protection information of an image, reporting every failing block",
+		Long: `Verify the protection information of IMAGE and report every block that
+fails a check, with the field that failed and the expected (computed) and
+stored values, then a summary: blocks checked, ok, failed by field,
+unwritten (all-ones tags: never written or discarded) and escaped (app tag
+0xffff).
+
+The image carries its own PI with --interleaved FORMAT (an extended-LBA
+dump: 520, 4104, 4112 or 4160-byte sectors) or --dix METAFILE (a data image
+and a separate metadata file, format by --format or the format flags).
+Without either, IMAGE is checked against the tuples protect stored for it
+(--store, default IMAGE.difdb).
+
+The expected tags come from the flags: --ref-tag is the ref tag of block 0
+(Types 1 and 2: block N carries REF+N), --app-tag is checked under
+--app-mask, and --no-guard, --no-app, --no-ref, --no-storage switch checks
+off. --range limits the check to some LBAs. The image is streamed in runs
+of about 1 MiB; memory does not grow with its size.
+
+` + exitCodesHelp(exitOK, exitUncorrected, exitOperational, exitUsage, exitCancelled),
+		Example: `  difctl verify --interleaved 512+8 disk.dump
+  difctl verify --interleaved 4096+16:crc64 --range 1000+64 nvme.dump
+  difctl verify --interleaved 512+8 --app-tag 0x1234 disk.dump
+  difctl verify --dix disk.md --format 4096+8 disk.img
+  difctl --json verify --interleaved 512+8:type2 --ref-tag 0x1000 disk.dump`,
+		Args: exactArgs(1, "IMAGE"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			opts := verifyOptions{globalOptions: *g, Image: args[0], Range: pf.rng, Store: store}
+			if img.selfContained() {
+				text, meta, err := img.spec()
+				if err != nil {
+					return err
+				}
+				if opts.Format, err = pf.resolveFormat(text); err != nil {
+					return err
+				}
+				if opts.Params, err = pf.params(opts.Format); err != nil {
+					return err
+				}
+				opts.SelfContained, opts.Meta = true, meta
+			}
+			return runVerify(cmd.Context(), opts, cmd.OutOrStdout(), cmd.ErrOrStderr())
+		},
+	}
+	img.register(cmd, true)
+	pf.register(cmd, piFormat|piTags|piChecks|piRange)
+	cmd.Flags().StringVar(&store, "store", "", "store `URL` of a store-backed image: pebble:PATH or mem: (default pebble:IMAGE.difdb)")
+	return cmd
+}
+
+func runVerify(ctx context.Context, opts verifyOptions, stdout, stderr io.Writer) error {
+	if !opts.SelfContained {
+		return runVerifyStore(ctx, opts, stdout, stderr)
+	}
+	im, err := openPIImage(opts.Image, opts.Meta, opts.Format, opts.Params, openRead)
+	if err != nil {
+		return err
+	}
+	defer im.Close()
+	start, count, err := opts.Range.bounds(im.blocks())
+	if err != nil {
+		return err
+	}
+	out := newOutput(stdout, opts.JSON)
+	fw := newFindings(out, im.f)
+	ext := int64(im.extBlockSize())
+	prog := newProgress(stderr, opts.Quiet, count*ext, "verify "+opts.Image)
+	t0 := time.Now()
+	st, err := checkRange(ctx, im.src, start, count, blockdev.CheckOptions{}, prog, ext, fw.report)
+	prog.Finish()
+	if err != nil {
+		if ctx.Err() != nil {
+			return interrupted(ctx, st.Failed)
+		}
+		return fmt.Errorf("verify %s: %w", im.name(), err)
+	}
+	return fw.summary(&summaryRecord{
+		Command: "verify", Image: opts.Image, Metadata: opts.Meta, Format: im.f.String(), Start: start,
+	}, st, time.Since(t0))
+}
+
+// exactArgs is cobra.ExactArgs with a message naming the arguments.
+func exactArgs(n int, names string) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) != n {
+			return usageErrorf("%s takes %s, got %d argument(s)", cmd.CommandPath(), names, len(args))
+		}
+		return nil
+	}
+}
