@@ -173,8 +173,11 @@ func TestOracleAgainstFastPath(t *testing.T) {
 		f := randFormat(rng)
 		p := randParams(rng, f)
 		n := rng.IntN(5)
-		if rng.IntN(3) == 0 {
-			n = rng.IntN(3 * chunk)
+		switch rng.IntN(10) {
+		case 0:
+			n = chunk - 2 + rng.IntN(5) // around the chunk boundary
+		case 1, 2:
+			n = rng.IntN(40)
 		}
 		if f.BlockSize() > 1024 {
 			n = min(n, 20)

@@ -13,7 +13,10 @@ func TestInsertStripConvert(t *testing.T) {
 		f := randFormat(rng)
 		p := randParams(rng, f)
 		p.Skip = 0
-		n := rng.IntN(2 * chunk)
+		n := rng.IntN(20)
+		if rng.IntN(10) == 0 {
+			n = chunk + rng.IntN(3)
+		}
 		if f.BlockSize() > 1024 {
 			n = min(n, 10)
 		}
