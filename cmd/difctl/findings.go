@@ -23,6 +23,7 @@ type findingRecord struct {
 	Expected  string `json:"expected,omitempty"`  // computed value, hex, zero-padded to the field's width
 	Actual    string `json:"actual,omitempty"`    // stored value, same form
 	Transient bool   `json:"transient,omitempty"` // failed, then passed when read again
+	Resolved  bool   `json:"resolved,omitempty"`  // scrub --errors-only: an open finding that passes now
 	Error     string `json:"error,omitempty"`     // the cause, for io
 }
 
@@ -55,6 +56,9 @@ type integrityError struct{ msg string }
 
 func (e *integrityError) Error() string        { return e.msg }
 func (e *integrityError) Is(target error) bool { return target == dif.ErrIntegrity }
+
+// isIntegrityErr reports whether err is an integrity failure of any kind.
+func isIntegrityErr(err error) bool { return errors.Is(err, dif.ErrIntegrity) }
 
 // kindNames are the human names of the kinds of failure.
 var kindNames = map[blockdev.Kind]string{

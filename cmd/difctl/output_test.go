@@ -23,6 +23,11 @@ var allRecords = []record{
 	&injectRecord{},
 	&imageRecord{},
 	&tupleRecord{},
+	&protectRecord{},
+	&scrubRecord{},
+	&discardRecord{},
+	&writeRecord{},
+	&manifestRecord{},
 }
 
 func TestRecordsStartWithHeader(t *testing.T) {

@@ -51,8 +51,12 @@ error only when it is a terminal, and never with --quiet.
 	pf.BoolVarP(&g.Quiet, "quiet", "q", false, "no progress bar and no informational messages")
 
 	root.AddCommand(
+		newProtectCmd(g),
 		newVerifyCmd(g),
+		newScrubCmd(g),
 		newInspectCmd(g),
+		newDiscardCmd(g),
+		newWriteCmd(g, stdin),
 		newConvertCmd(g),
 		newRemapCmd(g),
 		newInjectCmd(g),

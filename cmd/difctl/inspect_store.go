@@ -1,0 +1,203 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/difctl/difctl/blockdev"
+	"github.com/difctl/difctl/dif"
+	"github.com/difctl/difctl/store"
+)
+
+// manifestRecord describes a store-backed image: its manifest, coverage and
+// findings (inspect IMAGE).
+type manifestRecord struct {
+	header
+	Image      string           `json:"image"`
+	Store      string           `json:"store"`
+	Volume     string           `json:"volume"`      // the volume's name in the store
+	Format     string           `json:"format"`      // dif text form
+	BlockSize  int              `json:"block_size"`  // data bytes per block
+	TupleSize  int              `json:"tuple_size"`  // PI tuple bytes: 8 or 16
+	SectorSums bool             `json:"sector_sums"` // a CRC-32C per block beside its tuple
+	RefTag     string           `json:"ref_tag"`     // initial ref tag, hex
+	AppTag     string           `json:"app_tag"`     // hex
+	AppMask    string           `json:"app_mask"`    // hex
+	DeviceSize int64            `json:"device_size"` // bytes
+	DeviceID   string           `json:"device_id,omitempty"`
+	Blocks     int64            `json:"blocks"`
+	Written    int64            `json:"written"`   // blocks with a tuple
+	Unwritten  int64            `json:"unwritten"` // blocks never written or discarded
+	Created    string           `json:"created,omitempty"` // RFC 3339
+	Tool       string           `json:"tool,omitempty"`
+	Schema     int              `json:"schema_version"`
+	Findings   map[string]int64 `json:"findings"`         // findings by state: open, rechecked-ok, closed
+	OpenByKind map[string]int64 `json:"open_by_kind"`     // open findings by kind
+	ScrubNext  *int64           `json:"scrub_next,omitempty"` // the scrub cursor, if a scrub ran
+	ScrubPass  *uint64          `json:"scrub_pass,omitempty"` // completed scrub passes
+	ScrubAt    string           `json:"scrub_updated,omitempty"`
+}
+
+func (*manifestRecord) recordType() string { return "manifest" }
+
+func runInspectStore(ctx context.Context, opts inspectOptions, stdout, stderr io.Writer) error {
+	url := storeURL(opts.Image, opts.Store)
+	kv, err := openStore(opts.Image, url, false)
+	if err != nil {
+		return err
+	}
+	defer kv.Close()
+	if err := checkProtected(kv, opts.Image, url); err != nil {
+		return err
+	}
+	t, err := store.OpenTuples(kv, blockdev.DefaultVolumeName, nil)
+	if err != nil {
+		return volumeError(opts.Image, url, err)
+	}
+	m := t.Manifest()
+	f, err := dif.Parse(m.Format)
+	if err != nil {
+		return fmt.Errorf("store %s is corrupt: manifest format %q: %v", url, m.Format, err)
+	}
+	p := dif.Params{RefTag: m.InitialRefTag, AppTag: m.AppTag, AppMask: m.AppTagMask}
+	out := newOutput(stdout, opts.JSON)
+	if opts.LBA >= 0 {
+		return inspectStoreBlocks(ctx, opts, out, t, f, p)
+	}
+	rec := &manifestRecord{Image: opts.Image, Store: url, Volume: t.Volume(), Format: displayFormat(m.Format),
+		BlockSize: m.BlockSize, TupleSize: m.TupleSize, SectorSums: m.SectorSums,
+		RefTag: hexWidth(0, m.InitialRefTag, f.RefTagBits()), AppTag: hexWidth(0, uint64(m.AppTag), 16), AppMask: hexWidth(0, uint64(m.AppTagMask), 16),
+		DeviceSize: int64(m.DeviceSize), DeviceID: m.DeviceID, Blocks: int64(t.Blocks()), Tool: m.Tool, Schema: m.Schema,
+		Findings: map[string]int64{}, OpenByKind: map[string]int64{}}
+	if !m.Created.IsZero() {
+		rec.Created = m.Created.UTC().Format(time.RFC3339)
+	}
+	// Coverage: count the written blocks, a chunk of tuples at a time.
+	const chunk = 1 << 16
+	tuples := make([]byte, chunk*m.TupleSize)
+	for lba := uint64(0); lba < t.Blocks(); lba += chunk {
+		if ctx.Err() != nil {
+			return context.Cause(ctx)
+		}
+		n := min(chunk, t.Blocks()-lba)
+		w, err := t.ReadRange(lba, tuples[:n*uint64(m.TupleSize)], nil, nil)
+		if err != nil {
+			return fmt.Errorf("store %s: %s", url, storeCause(err))
+		}
+		rec.Written += int64(w)
+	}
+	rec.Unwritten = rec.Blocks - rec.Written
+	for fd, err := range t.Findings(store.FindingQuery{}) {
+		if err != nil {
+			return fmt.Errorf("store %s: %s", url, storeCause(err))
+		}
+		rec.Findings[fd.State.String()]++
+		if fd.State == store.FindingOpen {
+			rec.OpenByKind[fd.Field]++
+		}
+	}
+	if c, err := t.ScrubCursor(scrubName); err == nil {
+		next, pass := int64(c.Next), c.Pass
+		rec.ScrubNext, rec.ScrubPass = &next, &pass
+		if !c.Updated.IsZero() {
+			rec.ScrubAt = c.Updated.UTC().Format(time.RFC3339)
+		}
+	}
+	if out.json {
+		return out.emit(rec)
+	}
+	tw := tabwriter.NewWriter(out.w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "image:\t%s\n", opts.Image)
+	fmt.Fprintf(tw, "store:\t%s (volume %q, schema %d, created %s by %s)\n", url, rec.Volume, rec.Schema, orDash(rec.Created), orDash(rec.Tool))
+	fmt.Fprintf(tw, "format:\t%s: %d-byte blocks, %s guard, type %d\n", rec.Format, rec.BlockSize, guardName(f.Guard()), f.Type())
+	fmt.Fprintf(tw, "tags:\tinitial ref tag 0x%s, app tag 0x%s under mask 0x%s\n", rec.RefTag, rec.AppTag, rec.AppMask)
+	sumText := "no"
+	if rec.SectorSums {
+		sumText = "yes (CRC-32C per block)"
+	}
+	fmt.Fprintf(tw, "sector sums:\t%s\n", sumText)
+	fmt.Fprintf(tw, "device:\t%s (%d bytes)%s\n", formatBytes(rec.DeviceSize), rec.DeviceSize, map[bool]string{true: ", id " + rec.DeviceID, false: ""}[rec.DeviceID != ""])
+	pct := 0.0
+	if rec.Blocks > 0 {
+		pct = 100 * float64(rec.Written) / float64(rec.Blocks)
+	}
+	fmt.Fprintf(tw, "coverage:\t%d of %d blocks written (%.1f%%), %d unwritten\n", rec.Written, rec.Blocks, pct, rec.Unwritten)
+	var kinds []string
+	for _, k := range slices.Sorted(maps.Keys(rec.OpenByKind)) {
+		kinds = append(kinds, fmt.Sprintf("%s %d", kindName(blockdev.Kind(k)), rec.OpenByKind[k]))
+	}
+	open := fmt.Sprintf("%d open", rec.Findings["open"])
+	if len(kinds) > 0 {
+		open += " (" + strings.Join(kinds, ", ") + ")"
+	}
+	fmt.Fprintf(tw, "findings:\t%s, %d rechecked ok, %d closed\n", open, rec.Findings["rechecked-ok"], rec.Findings["closed"])
+	if rec.ScrubNext != nil {
+		fmt.Fprintf(tw, "scrub:\t%d passes complete, next block %d, updated %s\n", *rec.ScrubPass, *rec.ScrubNext, orDash(rec.ScrubAt))
+	} else {
+		fmt.Fprintf(tw, "scrub:\tnever run\n")
+	}
+	return tw.Flush()
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// inspectStoreBlocks shows blocks of a store-backed image: the tuple in
+// the store beside the one computed from the data on the image (read
+// directly, not through the volume).
+func inspectStoreBlocks(ctx context.Context, opts inspectOptions, out *output, t *store.Tuples, f dif.Format, p dif.Params) error {
+	start, count, err := (&rangeFlag{start: opts.LBA, end: opts.LBA + opts.Count, set: true}).bounds(int64(t.Blocks()))
+	if err != nil {
+		return err
+	}
+	dev, err := openDevice(opts.Image, true)
+	if err != nil {
+		return err
+	}
+	defer dev.Close()
+	if dev.Size() != int64(t.Manifest().DeviceSize) {
+		return fmt.Errorf("%s does not match its store: the store protects %d bytes, the image has %d", opts.Image, t.Manifest().DeviceSize, dev.Size())
+	}
+	f = f.WithLayout(dif.Separate)
+	data := make([]byte, f.BlockSize())
+	md := make([]byte, f.MetadataSize())
+	written := store.NewBitmap(1)
+	tt := newTupleTable(out, f)
+	for lba := start; lba < start+count; lba++ {
+		if ctx.Err() != nil {
+			return context.Cause(ctx)
+		}
+		if _, err := dev.ReadAt(data, lba*int64(f.BlockSize())); err != nil {
+			return fmt.Errorf("read %s at LBA %d: %s", opts.Image, lba, storeCause(err))
+		}
+		written.Clear(0)
+		if _, err := t.ReadRange(uint64(lba), md, nil, written); err != nil {
+			return fmt.Errorf("store: %s", storeCause(err))
+		}
+		rec, err := inspectBlock(f, data, md, runParams(f, p, lba))
+		if err != nil {
+			return err
+		}
+		rec.LBA = lba
+		w := written.Has(0)
+		rec.Written = &w
+		if !w {
+			rec.State = "unwritten"
+			rec.Failed = []string{}
+		}
+		if err := tt.row(rec); err != nil {
+			return err
+		}
+	}
+	return tt.flush()
+}

@@ -1,0 +1,313 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/difctl/difctl/blockdev"
+	"github.com/difctl/difctl/dif"
+	"github.com/difctl/difctl/store"
+	"github.com/dustin/go-humanize"
+	"github.com/spf13/cobra"
+)
+
+// protectOptions are the inputs of runProtect.
+type protectOptions struct {
+	globalOptions
+	Image string
+	Store string // store URL; "" for pebble:IMAGE.difdb
+	// FormatText is the format given with --format ("" for none); PI holds
+	// the format and tag flags, applied over it or, when the image is
+	// being protected already, over the stored manifest.
+	FormatText string
+	PI         *piFlags
+	Rate       int64 // bytes per second, 0 for unlimited
+}
+
+// protectRecord is the --json result of protect.
+type protectRecord struct {
+	header
+	Image     string  `json:"image"`
+	Store     string  `json:"store"`
+	Format    string  `json:"format"`    // dif text form of the volume (layout dix: tuples apart from the data)
+	RefTag    string  `json:"ref_tag"`   // initial ref tag, hex
+	AppTag    string  `json:"app_tag"`   // app tag written, hex
+	AppMask   string  `json:"app_mask"`  // app tag bits checked, hex
+	Blocks    int64   `json:"blocks"`    // blocks of the image
+	Bytes     int64   `json:"bytes"`     // image size
+	Resumed   bool    `json:"resumed"`   // an interrupted protect was continued
+	Protected bool    `json:"protected"` // false when the image was protected already and nothing was done
+	Seconds   float64 `json:"seconds"`
+}
+
+func (*protectRecord) recordType() string { return "protect" }
+
+func newProtectCmd(g *globalOptions) *cobra.Command {
+	var (
+		pf     = newPIFlags()
+		format formatFlag
+		store  string
+		rate   rateFlag
+	)
+	cmd := &cobra.Command{
+		Use:   "protect IMAGE [flags]",
+		Short: "Generate and store the protection information of an image",
+		Long: `Protect the existing contents of IMAGE (an image file or a block device):
+compute the PI tuple of every block and keep the tuples in a store, by
+default the Pebble database IMAGE.difdb beside it (--store pebble:PATH or
+mem:). The image itself is only read. verify, scrub and inspect then check
+it against the store; write and discard change it through the store.
+
+The format defaults to 512-byte blocks, a 16-bit guard (CRC-16/T10-DIF)
+and Type 1, with the tags' initial ref tag 0 and app tag 0 (not checked);
+--format or the format flags choose another (--block-size 4096 --guard 64).
+Holes of a sparse image are recorded as unwritten blocks, at no cost.
+
+protect is resumable: interrupted (Ctrl-C, exit 32, or a crash), it
+continues where it stopped when run again; flags left out then take the
+values the interrupted run used, and flags that contradict them are
+refused. An image protected already is left as it is. --rate limits the
+read rate (100MiB/s) to spare a busy disk.
+
+` + exitCodesHelp(exitOK, exitOperational, exitUsage, exitCancelled),
+		Example: `  difctl protect disk.img
+  difctl protect --block-size 4096 --guard 64 --type 1 /dev/sdb --store pebble:/var/lib/difctl/sdb
+  difctl protect --format 4096+16:crc32:type3 --app-tag 0x5a5a disk.img
+  difctl protect --rate 200MiB/s disk.img`,
+		Args: exactArgs(1, "IMAGE"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runProtect(cmd.Context(), protectOptions{
+				globalOptions: *g, Image: args[0], Store: store, FormatText: format.text, PI: pf, Rate: rate.n,
+			}, cmd.OutOrStdout(), cmd.ErrOrStderr())
+		},
+	}
+	f := cmd.Flags()
+	f.Var(&format, "format", "the PI format in the text form (512+8, 4096+16:crc64, ...); the metadata must be the tuple (8 or 16 bytes)")
+	pf.register(cmd, piFormat|piTags)
+	f.StringVar(&store, "store", "", "store `URL`: pebble:PATH or mem: (default pebble:IMAGE.difdb)")
+	f.Var(&rate, "rate", "limit the read rate, e.g. 100MiB/s (default unlimited)")
+	return cmd
+}
+
+// protectSpec is what a volume is protected with.
+type protectSpec struct {
+	f               dif.Format
+	refTag          uint64
+	appTag, appMask uint16
+}
+
+// resolveProtect merges the flags over the stored manifest m (nil for a
+// new volume) and refuses flags that contradict it.
+func resolveProtect(opts protectOptions, m *store.Manifest) (protectSpec, error) {
+	pf := opts.PI
+	var s protectSpec
+	base := opts.FormatText
+	if m != nil && base == "" {
+		base = m.Format
+	}
+	f, err := pf.resolveFormat(base)
+	if err != nil {
+		return s, err
+	}
+	s.f = f.WithLayout(dif.Separate)
+	p, err := pf.params(s.f)
+	if err != nil {
+		return s, err
+	}
+	s.refTag, s.appTag, s.appMask = p.RefTag, p.AppTag, p.AppMask
+	if !pf.appTag.set && !pf.appMask.set {
+		s.appMask = 0
+	}
+	if m == nil {
+		return s, nil
+	}
+	if !pf.refTag.set {
+		s.refTag = m.InitialRefTag
+	}
+	if !pf.appTag.set {
+		s.appTag = m.AppTag
+	}
+	if !pf.appTag.set && !pf.appMask.set {
+		s.appMask = m.AppTagMask
+	}
+	mismatch := func(field, stored, given string) error {
+		return usageErrorf("%s is protected with %s %s in %s, not %s: leave the flag out, or use another --store",
+			opts.Image, field, stored, storeURL(opts.Image, opts.Store), given)
+	}
+	switch {
+	case s.f.String() != m.Format:
+		return s, mismatch("format", displayFormat(m.Format), displayFormat(s.f.String()))
+	case s.refTag != m.InitialRefTag:
+		return s, mismatch("initial ref tag", fmt.Sprintf("%#x", m.InitialRefTag), fmt.Sprintf("%#x", s.refTag))
+	case s.appTag != m.AppTag:
+		return s, mismatch("app tag", fmt.Sprintf("%#04x", m.AppTag), fmt.Sprintf("%#04x", s.appTag))
+	case s.appMask != m.AppTagMask:
+		return s, mismatch("app mask", fmt.Sprintf("%#04x", m.AppTagMask), fmt.Sprintf("%#04x", s.appMask))
+	}
+	return s, nil
+}
+
+func runProtect(ctx context.Context, opts protectOptions, stdout, stderr io.Writer) error {
+	url := storeURL(opts.Image, opts.Store)
+	// Open the image first: a missing image must not leave an empty store.
+	dev, err := openDevice(opts.Image, true)
+	if err != nil {
+		return err
+	}
+	defer dev.Close()
+	kv, err := openStore(opts.Image, url, true)
+	if err != nil {
+		return err
+	}
+	defer kv.Close()
+
+	var stored *store.Manifest
+	existing := false
+	if t, err := store.OpenTuples(kv, blockdev.DefaultVolumeName, nil); err == nil {
+		m := t.Manifest()
+		stored, existing = &m, true
+	} else if !errors.Is(err, store.ErrNotFound) {
+		return volumeError(opts.Image, url, err)
+	}
+	spec, err := resolveProtect(opts, stored)
+	if err != nil {
+		return err
+	}
+	if spec.f.Type() == dif.Type0 {
+		return usageErrorf("type 0 has no protection information: nothing to protect")
+	}
+	if spec.appTag == 0xffff {
+		return usageErrorf("--app-tag 0xffff is the escape value: blocks carrying it are never checked")
+	}
+	if size := dev.Size(); size == 0 || size%int64(spec.f.BlockSize()) != 0 {
+		return fmt.Errorf("%s: size %d is not a positive multiple of the %d-byte block size (truncated, or another --block-size?)", opts.Image, size, spec.f.BlockSize())
+	}
+
+	dev2, err := withRate(dev, opts.Rate)
+	if err != nil {
+		return err
+	}
+	prog := newProgress(stderr, opts.Quiet, dev.Size(), "protect "+opts.Image)
+	var last int64
+	t0 := time.Now()
+	vol, err := blockdev.Create(ctx, dev2(ctx), kv, blockdev.CreateOptions{
+		Options:       blockdev.Options{DeviceID: filepath.Base(opts.Image)},
+		Format:        spec.f,
+		InitialRefTag: spec.refTag,
+		AppTag:        spec.appTag,
+		AppTagMask:    spec.appMask,
+		Tool:          toolName,
+		Progress: func(done, total int64) {
+			prog.Add(done - last)
+			last = done
+		},
+	})
+	prog.Finish()
+	protected := true
+	switch {
+	case errors.Is(err, store.ErrExists):
+		protected = false
+	case err != nil && ctx.Err() != nil:
+		fmt.Fprintf(stderr, "difctl: %s: protection stopped; run difctl protect %s again to resume\n", opts.Image, opts.Image)
+		return context.Cause(ctx)
+	case err != nil:
+		return volumeError(opts.Image, url, err)
+	default:
+		if err := vol.Close(); err != nil {
+			return fmt.Errorf("%s: %s", opts.Image, storeCause(err))
+		}
+	}
+	rec := &protectRecord{
+		Image: opts.Image, Store: url, Format: displayFormat(spec.f.String()),
+		RefTag: hexWidth(0, spec.refTag, spec.f.RefTagBits()), AppTag: hexWidth(0, uint64(spec.appTag), 16),
+		AppMask: hexWidth(0, uint64(spec.appMask), 16),
+		Blocks:  dev.Size() / int64(spec.f.BlockSize()), Bytes: dev.Size(),
+		Resumed: existing && protected, Protected: protected, Seconds: time.Since(t0).Seconds(),
+	}
+	out := newOutput(stdout, opts.JSON)
+	if out.json {
+		return out.emit(rec)
+	}
+	switch {
+	case !protected:
+		_, err = fmt.Fprintf(out.w, "%s: protected already (%s, %d blocks, store %s): nothing to do\n", opts.Image, rec.Format, rec.Blocks, url)
+	case rec.Resumed:
+		_, err = fmt.Fprintf(out.w, "%s: protected %d blocks (%s, resumed), tuples in %s\n", opts.Image, rec.Blocks, formatBytes(rec.Bytes), url)
+	default:
+		_, err = fmt.Fprintf(out.w, "%s: protected %d blocks (%s), format %s, tuples in %s\n", opts.Image, rec.Blocks, formatBytes(rec.Bytes), rec.Format, url)
+	}
+	return err
+}
+
+// displayFormat writes a volume's format without its layout: the tuples of
+// a store-backed image are kept apart from the data, which the user need
+// not be told in every message.
+func displayFormat(s string) string { return strings.TrimSuffix(s, ":dix") }
+
+// rateFlag is a rate in bytes per second: 100MiB/s, 1GB/s, 500M.
+type rateFlag struct{ n int64 }
+
+func (f *rateFlag) String() string {
+	if f.n == 0 {
+		return ""
+	}
+	return formatBytes(f.n) + "/s"
+}
+
+func (f *rateFlag) Set(s string) error {
+	t := strings.TrimSuffix(strings.TrimSuffix(strings.TrimSpace(s), "/s"), "ps")
+	if t == "0" || t == "" || strings.EqualFold(t, "unlimited") {
+		if t == "" {
+			return fmt.Errorf("invalid rate %q (want e.g. 100MiB/s)", s)
+		}
+		f.n = 0
+		return nil
+	}
+	var v uint64
+	var err error
+	if i := len(t) - 1; i > 0 && strings.ContainsRune("kKmMgGtT", rune(t[i])) {
+		var m uint64
+		m, err = strconv.ParseUint(strings.TrimSpace(t[:i]), 10, 64)
+		v = m << (10 * (1 + strings.IndexByte("kmgt", t[i]|0x20)))
+	} else {
+		v, err = humanize.ParseBytes(t)
+	}
+	if err != nil || v == 0 || v > 1<<50 {
+		return fmt.Errorf("invalid rate %q (want e.g. 100MiB/s)", s)
+	}
+	f.n = int64(v)
+	return nil
+}
+
+func (*rateFlag) Type() string { return "rate" }
+
+// withRate returns a function giving dev limited to rate bytes per second
+// of reads (dev itself when unlimited).
+func withRate(dev *blockdev.File, rate int64) (func(ctx context.Context) blockdev.Device, error) {
+	if rate <= 0 {
+		return func(context.Context) blockdev.Device { return dev }, nil
+	}
+	l := blockdev.NewRateLimiter(rate)
+	return func(ctx context.Context) blockdev.Device { return &limitedDevice{File: dev, l: l, ctx: ctx} }, nil
+}
+
+// limitedDevice limits the reads of a device; it keeps its data finder so
+// that holes are still skipped.
+type limitedDevice struct {
+	*blockdev.File
+	l   *blockdev.RateLimiter
+	ctx context.Context
+}
+
+func (d *limitedDevice) ReadAt(p []byte, off int64) (int, error) {
+	if err := d.l.Wait(d.ctx, int64(len(p))); err != nil {
+		return 0, err
+	}
+	return d.File.ReadAt(p, off)
+}

@@ -1,0 +1,357 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/difctl/difctl/blockdev"
+	"github.com/difctl/difctl/dif"
+	"github.com/difctl/difctl/store"
+	"github.com/spf13/cobra"
+)
+
+// scrubOptions are the inputs of runScrub.
+type scrubOptions struct {
+	globalOptions
+	Image string
+	Meta  string // DIX metadata file
+	// SelfContained: the image carries its PI in Format, checked with
+	// Params; otherwise it is checked against its store.
+	SelfContained bool
+	Format        dif.Format
+	Params        dif.Params
+	Range         rangeFlag
+	Store         string // store URL; "" for pebble:IMAGE.difdb
+	Workers       int    // 0: GOMAXPROCS
+	Rate          int64  // bytes per second, 0 unlimited
+	Restart       bool   // start a new pass instead of resuming
+	ErrorsOnly    bool   // recheck only the open findings
+	Uncached      bool
+	Rereads       int
+	Badblocks     string // file for a badblocks(8) list
+	Mapfile       string // file for a GNU ddrescue mapfile
+}
+
+// scrubRecord closes a scrub, after its summary record.
+type scrubRecord struct {
+	header
+	Image      string  `json:"image"`
+	Store      string  `json:"store"`               // where the cursor and findings are kept
+	Start      int64   `json:"start"`               // the range scrubbed: [start, end)
+	End        int64   `json:"end"`                 //
+	From       int64   `json:"from"`                // first block this run checked (after start when resumed)
+	Next       int64   `json:"next"`                // first block it did not check (end when complete)
+	Resumed    bool    `json:"resumed"`             // continued a stopped pass
+	Complete   bool    `json:"complete"`            // the pass reached the end
+	Pass       uint64  `json:"pass"`                // number of the pass
+	ErrorsOnly bool    `json:"errors_only"`         // only open findings were rechecked
+	Rechecked  int64   `json:"rechecked,omitempty"` // errors-only: findings rechecked
+	Resolved   int64   `json:"resolved,omitempty"`  // errors-only: findings that now pass
+	StillOpen  int64   `json:"still_open,omitempty"`
+	Bytes      int64   `json:"bytes"`               // data bytes checked by this run
+	Rate       float64 `json:"bytes_per_second"`    // over the active time
+	Badblocks  string  `json:"badblocks,omitempty"` // the badblocks list written
+	Mapfile    string  `json:"mapfile,omitempty"`   // the ddrescue mapfile written
+}
+
+func (*scrubRecord) recordType() string { return "scrub" }
+
+func newScrubCmd(g *globalOptions) *cobra.Command {
+	var (
+		img   imageFlags
+		pf    = newPIFlags()
+		opts  scrubOptions
+		rate  rateFlag
+		store string
+	)
+	cmd := &cobra.Command{
+		Use:   "scrub IMAGE [--interleaved FORMAT | --dix METAFILE --format FORMAT] [flags]",
+		Short: "Check every block of an image, fsck-style: resumable, rate-limited, parallel",
+		Long: `Scrub IMAGE: read and verify every block, with --workers runs in parallel
+and at most --rate bytes per second, and report every block that fails,
+then a summary (blocks checked, clean, failed by field, unwritten,
+transient: failed, then passed when read again).
+
+IMAGE is checked against its store (protect), or carries its own PI with
+--interleaved FORMAT or --dix METAFILE (as verify). Either way the scrub's
+cursor and findings are kept in the store, by default IMAGE.difdb
+(--store mem: keeps nothing): an interrupted scrub (Ctrl-C, exit 32)
+continues where it stopped when run again, unless --restart. With
+--errors-only only the blocks of open findings are checked again; those
+that pass now are closed.
+
+--badblocks FILE writes the failing blocks as a badblocks(8) list (block
+numbers in the image's block size, for e2fsck -l), --mapfile FILE as a GNU
+ddrescue mapfile ('-' for bad ranges), once the pass is complete.
+--uncached reads around the page cache, to check the medium rather than a
+cached copy.
+
+` + exitCodesHelp(exitOK, exitUncorrected, exitOperational, exitUsage, exitCancelled),
+		Example: `  difctl scrub disk.img
+  difctl scrub --rate 100MiB/s --workers 2 --badblocks bad.txt /dev/sdb --store pebble:/var/lib/difctl/sdb
+  difctl scrub --interleaved 512+8 disk.dump
+  difctl scrub --errors-only disk.img
+  difctl --json scrub --mapfile disk.map disk.img`,
+		Args: exactArgs(1, "IMAGE"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o := opts
+			o.globalOptions, o.Image, o.Range, o.Rate, o.Store = *g, args[0], pf.rng, rate.n, store
+			if o.Workers < 0 {
+				return usageErrorf("--workers must not be negative, not %d", o.Workers)
+			}
+			if o.Rereads < 0 {
+				return usageErrorf("--rereads must not be negative, not %d", o.Rereads)
+			}
+			if o.Restart && o.ErrorsOnly {
+				return usageErrorf("--restart and --errors-only exclude each other")
+			}
+			if img.selfContained() {
+				text, meta, err := img.spec()
+				if err != nil {
+					return err
+				}
+				if o.Format, err = pf.resolveFormat(text); err != nil {
+					return err
+				}
+				if o.Params, err = pf.params(o.Format); err != nil {
+					return err
+				}
+				o.SelfContained, o.Meta = true, meta
+			}
+			return runScrub(cmd.Context(), o, cmd.OutOrStdout(), cmd.ErrOrStderr())
+		},
+	}
+	img.register(cmd, true)
+	pf.register(cmd, piFormat|piTags|piChecks|piRange)
+	f := cmd.Flags()
+	f.StringVar(&store, "store", "", "store `URL` for the tuples and the scrub state: pebble:PATH or mem: (default pebble:IMAGE.difdb)")
+	f.IntVar(&opts.Workers, "workers", 0, "runs checked in parallel (default: the number of CPUs)")
+	f.Var(&rate, "rate", "limit the read rate, e.g. 100MiB/s (default unlimited)")
+	f.BoolVar(&opts.Restart, "restart", false, "start a new pass instead of resuming a stopped one")
+	f.BoolVar(&opts.ErrorsOnly, "errors-only", false, "recheck only the blocks of open findings")
+	f.BoolVar(&opts.Uncached, "uncached", false, "read around the page cache")
+	f.IntVar(&opts.Rereads, "rereads", 1, "times a failing block is read again before it is reported (a pass then is transient)")
+	f.StringVar(&opts.Badblocks, "badblocks", "", "write the failing blocks to `FILE` as a badblocks(8) list")
+	f.StringVar(&opts.Mapfile, "mapfile", "", "write the failing blocks to `FILE` as a GNU ddrescue mapfile")
+	return cmd
+}
+
+func runScrub(ctx context.Context, opts scrubOptions, stdout, stderr io.Writer) error {
+	url := storeURL(opts.Image, opts.Store)
+	var (
+		src    blockdev.CheckSource
+		tup    *store.Tuples
+		f      dif.Format
+		name   = opts.Image
+		closer func() error
+	)
+	if opts.SelfContained {
+		im, err := openPIImage(opts.Image, opts.Meta, opts.Format, opts.Params, openRead)
+		if err != nil {
+			return err
+		}
+		kv, err := openStore(opts.Image, url, true)
+		if err != nil {
+			im.Close()
+			return err
+		}
+		closer = func() error { kv.Close(); return im.Close() }
+		if tup, err = piStateTuples(kv, url, opts.Image, im.f, im.blocks()); err != nil {
+			closer()
+			return err
+		}
+		src, f, name = im.src, im.f, im.name()
+	} else {
+		v, err := openVolume(ctx, opts.Image, url, true)
+		if err != nil {
+			return err
+		}
+		closer = v.Close
+		src, tup, f = v.vol, v.vol.Tuples(), v.format().WithLayout(dif.Interleaved)
+	}
+	defer closer()
+
+	start, count, err := opts.Range.bounds(src.Blocks())
+	if err != nil {
+		return err
+	}
+	end := start + count
+	state, err := blockdev.NewStoreScrubState(tup, scrubName)
+	if err != nil {
+		return err
+	}
+	// The bad blocks of the pass: those a resumed pass found before it
+	// stopped come from the findings log, the rest as they are found.
+	var bad blockdev.BadRanges
+	if !opts.Restart && !opts.ErrorsOnly {
+		if c, ok, err := state.LoadCursor(start, end); err == nil && ok && c.Next > start && c.Next < end {
+			for fd, err := range state.OpenFindings(start, c.Next) {
+				if err != nil {
+					return fmt.Errorf("store %s: %s", url, storeCause(err))
+				}
+				if !fd.LastSeen.Before(c.Started) && fd.Bad() {
+					bad.AddFinding(fd)
+				}
+			}
+		}
+	}
+
+	out := newOutput(stdout, opts.JSON)
+	fw := newFindings(out, f)
+	bs := int64(src.BlockSize())
+	var prog progress = noProgress{}
+	var done int64
+	so := blockdev.ScrubOptions{
+		Start: start, End: end,
+		Workers:    opts.Workers,
+		Check:      blockdev.CheckOptions{Uncached: opts.Uncached, Rereads: opts.Rereads},
+		State:      state,
+		Resume:     !opts.Restart,
+		ErrorsOnly: opts.ErrorsOnly,
+		OnFinding: func(fd blockdev.Finding) error {
+			if fd.Bad() {
+				bad.AddFinding(fd)
+			}
+			fw.reportFinding(fd)
+			return fw.err
+		},
+		MaxFindings: -1,
+		Progress: func(p blockdev.ScrubProgress) {
+			if _, ok := prog.(noProgress); ok && p.Total > 0 && !opts.Quiet && isTerminal(stderr) {
+				prog = newProgress(stderr, opts.Quiet, p.Total, "scrub "+opts.Image)
+			}
+			prog.Add(p.Done - done)
+			done = p.Done
+		},
+		ProgressInterval: 200 * time.Millisecond,
+	}
+	if opts.Rate > 0 {
+		so.Limiter = blockdev.NewRateLimiter(opts.Rate)
+	}
+	rep, err := blockdev.Scrub(ctx, src, so)
+	prog.Finish()
+	if rep == nil {
+		if err != nil && ctx.Err() != nil {
+			return context.Cause(ctx)
+		}
+		return fmt.Errorf("scrub %s: %s", name, storeCause(err))
+	}
+	st := rep.RunStats
+	if err != nil {
+		if ctx.Err() != nil {
+			fmt.Fprintf(stderr, "difctl: %s: scrub stopped at LBA %d of %d; run it again to resume\n", name, rep.Next, end)
+			return interrupted(ctx, st.Failed)
+		}
+		return fmt.Errorf("scrub %s: %s", name, storeCause(err))
+	}
+	srec := &summaryRecord{Command: "scrub", Image: opts.Image, Metadata: opts.Meta, Format: displayFormat(f.String()), Start: rep.From}
+	if !opts.SelfContained {
+		srec.Store = url
+	}
+	// The summary counts the blocks of this run; failures by kind come
+	// from the report (complete even for findings not delivered).
+	fw.byKind = map[string]int64{}
+	for k, n := range rep.Failures {
+		fw.byKind[string(k)] = n
+	}
+	serr := fw.summary(srec, st, rep.Elapsed)
+	if serr != nil && !isIntegrity(serr) {
+		return serr
+	}
+	rec := &scrubRecord{Image: opts.Image, Store: url, Start: rep.Start, End: rep.End, From: rep.From, Next: rep.Next,
+		Resumed: rep.Resumed, Complete: rep.Complete, Pass: rep.Pass, ErrorsOnly: rep.ErrorsOnly,
+		Rechecked: rep.Rechecked, Resolved: rep.Resolved, StillOpen: rep.StillOpen, Bytes: rep.Bytes}
+	if s := rep.Active.Seconds(); s > 0 {
+		rec.Rate = float64(rep.Bytes) / s
+	}
+	if rep.Complete || rep.ErrorsOnly {
+		if opts.Badblocks != "" {
+			if err := writeFileWith(opts.Badblocks, func(w io.Writer) error {
+				return blockdev.WriteBadblocks(w, bad.Ranges(), int(bs), int(bs))
+			}); err != nil {
+				return err
+			}
+			rec.Badblocks = opts.Badblocks
+		}
+		if opts.Mapfile != "" {
+			if err := writeFileWith(opts.Mapfile, func(w io.Writer) error {
+				return blockdev.WriteMapfile(w, bad.Ranges(), blockdev.MapfileOptions{
+					BlockSize: int(bs), Blocks: src.Blocks(), Start: start, End: end,
+					Comments: []string{"Command line: difctl scrub " + opts.Image, "Start time: " + time.Now().Add(-rep.Elapsed).Format("2006-01-02 15:04:05")},
+				})
+			}); err != nil {
+				return err
+			}
+			rec.Mapfile = opts.Mapfile
+		}
+	}
+	if out.json {
+		if err := out.emit(rec); err != nil {
+			return err
+		}
+	} else if !opts.Quiet {
+		var b strings.Builder
+		switch {
+		case rep.ErrorsOnly:
+			fmt.Fprintf(&b, "errors-only: %d open findings rechecked, %d resolved, %d still failing", rep.Rechecked, rep.Resolved, rep.StillOpen)
+		case rep.Resumed:
+			fmt.Fprintf(&b, "pass %d resumed at LBA %d, complete", rep.Pass, rep.From)
+		default:
+			fmt.Fprintf(&b, "pass %d complete", rep.Pass)
+		}
+		fmt.Fprintf(&b, ": %s in %s", formatBytes(rep.Bytes), rep.Elapsed.Round(time.Millisecond))
+		if rec.Rate > 0 {
+			fmt.Fprintf(&b, " (%s/s)", formatBytes(int64(rec.Rate)))
+		}
+		fmt.Fprintf(&b, "; state in %s", url)
+		if rec.Badblocks != "" {
+			fmt.Fprintf(&b, "; badblocks list %s", rec.Badblocks)
+		}
+		if rec.Mapfile != "" {
+			fmt.Fprintf(&b, "; mapfile %s", rec.Mapfile)
+		}
+		fmt.Fprintln(out.w, b.String())
+	}
+	if serr == nil && opts.ErrorsOnly && rep.StillOpen > 0 {
+		return &integrityError{msg: fmt.Sprintf("%s: %d findings still failing", name, rep.StillOpen)}
+	}
+	return serr
+}
+
+// reportFinding writes a scrub finding: failures as verify does, and
+// findings an errors-only scrub closed as resolved.
+func (fw *findings) reportFinding(fd blockdev.Finding) {
+	if fd.State == blockdev.FindingRecheckedOK && !fd.Transient {
+		if fw.err != nil {
+			return
+		}
+		exp, act := fw.values(blockdev.Problem{LBA: fd.LBA, Kind: fd.Kind, Expected: fd.Expected, Actual: fd.Actual})
+		if fw.out.json {
+			fw.err = fw.out.emit(&findingRecord{LBA: fd.LBA, Kind: string(fd.Kind), Expected: exp, Actual: act, Resolved: true})
+			return
+		}
+		_, fw.err = fmt.Fprintf(fw.out.w, "LBA %d: %s: resolved, passes now\n", fd.LBA, kindName(fd.Kind))
+		return
+	}
+	fw.report(blockdev.Problem{LBA: fd.LBA, Kind: fd.Kind, Expected: fd.Expected, Actual: fd.Actual, Transient: fd.Transient, Err: fd.Err})
+}
+
+// writeFileWith writes a file with fn, replacing it only once complete.
+func writeFileWith(path string, fn func(io.Writer) error) error {
+	outs, err := createOutputs([]string{path})
+	if err != nil {
+		return err
+	}
+	o := outs[0]
+	if err := fn(o); err != nil {
+		o.discard()
+		return fmt.Errorf("write %s: %s", path, storeCause(err))
+	}
+	if err := o.commit(); err != nil {
+		return err
+	}
+	return nil
+}
