@@ -38,6 +38,7 @@ func TestConformance(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			store.SetBulkFileBytes(kv, 1<<20) // bulk loads of several tables
 			mu.Lock()
 			fss[kv] = fs
 			mu.Unlock()

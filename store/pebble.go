@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
+	"sync/atomic"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -23,6 +24,11 @@ type pebbleKV struct {
 	closed bool
 	iters  map[*pebbleIter]struct{}
 	limits Limits
+
+	fs       vfs.FS
+	opts     *pebble.Options // as opened, defaults filled in: sstable writer options
+	bulkSeq  atomic.Uint64   // names bulk-load temporary directories
+	bulkSize int64           // bytes of keys and values per bulk-load sstable
 }
 
 // pebbleOptions returns the options used for every Pebble store. The
@@ -93,16 +99,29 @@ func openPebble(dir string, fs vfs.FS) (KV, error) {
 	if fs == nil {
 		fs = vfs.Default
 	}
-	db, err := pebble.Open(dir, pebbleOptions(fs))
+	opts := pebbleOptions(fs)
+	db, err := pebble.Open(dir, opts)
 	if err != nil {
 		return nil, fmt.Errorf("store: open pebble:%s: %v", dir, err)
 	}
-	return &pebbleKV{
-		db:     db,
-		path:   dir,
-		iters:  make(map[*pebbleIter]struct{}),
-		limits: Limits{MaxKeyBytes: defaultMaxKey, MaxValueBytes: defaultMaxValue, MaxBatchBytes: defaultMaxBatch},
-	}, nil
+	opts = opts.Clone()
+	opts.EnsureDefaults()
+	p := &pebbleKV{
+		db:       db,
+		path:     dir,
+		iters:    make(map[*pebbleIter]struct{}),
+		limits:   Limits{MaxKeyBytes: defaultMaxKey, MaxValueBytes: defaultMaxValue, MaxBatchBytes: defaultMaxBatch},
+		fs:       fs,
+		opts:     opts,
+		bulkSize: bulkFileBytes,
+	}
+	// Bulk loads that never finished (a crash, a killed process) left their
+	// sstables here; they were never ingested, so nothing refers to them.
+	if err := fs.RemoveAll(fs.PathJoin(dir, bulkTempDir)); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("store: open pebble:%s: remove stale bulk-load files: %v", dir, err)
+	}
+	return p, nil
 }
 
 // translate turns a Pebble error into one of ours, never wrapping Pebble's.

@@ -1,5 +1,9 @@
 // Package storetest is the conformance suite every store.KV backend runs.
 //
+// The Bulk tests run against store.NewBulkWriter: the backend's own
+// BulkWriter when it implements store.BulkLoader, else the batched
+// emulation; their subtests are named impl=native or impl=emulated.
+//
 // A backend's test calls RunConformance with a Backend describing how to open
 // a fresh store and, when the engine is durable, how to simulate a crash:
 //
@@ -14,8 +18,10 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -56,6 +62,11 @@ func RunConformance(t *testing.T, b Backend) {
 		{"Concurrent", testConcurrent},
 		{"CrashSynced", testCrashSynced},
 		{"CrashAtomic", testCrashAtomic},
+		{"BulkLoad", testBulkLoad},
+		{"BulkOrder", testBulkOrder},
+		{"BulkAbort", testBulkAbort},
+		{"BulkClosed", testBulkClosed},
+		{"BulkCrash", testBulkCrash},
 	}
 	for _, tc := range tests {
 		t.Run("test="+tc.name, func(t *testing.T) { tc.fn(t, b) })
@@ -593,4 +604,257 @@ func testCrashAtomic(t *testing.T, b Backend) {
 			}
 		}
 	}
+}
+
+// bulk returns a bulk writer on kv and the name of its implementation.
+func bulk(t *testing.T, kv store.KV) (store.BulkWriter, string) {
+	t.Helper()
+	impl := "emulated"
+	if _, ok := kv.(store.BulkLoader); ok {
+		impl = "native"
+	}
+	bw, err := store.NewBulkWriter(kv)
+	if err != nil {
+		t.Fatalf("NewBulkWriter (%s): %v", impl, err)
+	}
+	return bw, impl
+}
+
+func bulkKey(i int) []byte { return fmt.Appendf(nil, "bulk%06d", i) }
+
+// bulkValue is a page-sized value, partly compressible like a tuple page.
+func bulkValue(i, gen int) []byte {
+	v := make([]byte, 4096+i%7)
+	rng := rand.New(rand.NewPCG(uint64(i), uint64(gen)))
+	for j := range v {
+		if j%8 < 3 {
+			v[j] = byte(rng.Uint32())
+		} else {
+			v[j] = byte(j/8 + gen)
+		}
+	}
+	return v
+}
+
+// testBulkLoad loads keys over, between and beside stored ones (some only
+// in the memtable, some synced) and checks that the load is invisible until
+// Finish, then replaces exactly the keys it wrote; a snapshot taken before
+// Finish keeps the old values, and later batches win over loaded keys.
+func testBulkLoad(t *testing.T, b Backend) {
+	kv := open(t, b)
+	const n = 3000
+	// Old values on every third key, synced, and on every fifth, not.
+	for i := 0; i < n; i += 3 {
+		commit(t, kv, true, string(bulkKey(i)), "synced")
+	}
+	for i := 0; i < n; i += 5 {
+		commit(t, kv, false, string(bulkKey(i)), "recent")
+	}
+	commit(t, kv, false, "a-before", "1", "z-after", "2")
+	want := map[string]string{"a-before": "1", "z-after": "2"}
+	for i := 0; i < n; i += 3 {
+		want[string(bulkKey(i))] = "synced"
+	}
+	for i := 0; i < n; i += 5 {
+		want[string(bulkKey(i))] = "recent"
+	}
+	check := func(what string, got []string, want map[string]string) {
+		t.Helper()
+		if len(got) != len(want) {
+			t.Fatalf("%s: %d keys, want %d", what, len(got), len(want))
+		}
+		for _, kvs := range got {
+			k, v, _ := strings.Cut(kvs, "=")
+			if w, ok := want[k]; !ok || w != v {
+				t.Fatalf("%s: %q has a value of %d bytes, want %d", what, k, len(v), len(w))
+			}
+		}
+	}
+	bw, impl := bulk(t, kv)
+	t.Run("impl="+impl, func(t *testing.T) {
+		loaded := maps.Clone(want)
+		for i := 0; i < n; i++ {
+			if i%2 == 1 {
+				continue // leave gaps: every odd key keeps its old value
+			}
+			v := bulkValue(i, 1)
+			if err := bw.Set(bulkKey(i), v); err != nil {
+				t.Fatalf("Set(%d): %v", i, err)
+			}
+			loaded[string(bulkKey(i))] = string(v)
+		}
+		check("before Finish", scan(t, kv, nil, nil), want)
+		before, err := kv.NewIter(nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer before.Close()
+		if err := bw.Finish(true); err != nil {
+			t.Fatalf("Finish: %v", err)
+		}
+		check("after Finish", scan(t, kv, nil, nil), loaded)
+		var old []string
+		for before.Next() {
+			old = append(old, string(before.Key())+"="+string(before.Value()))
+		}
+		check("snapshot from before Finish", old, want)
+		if v, err := kv.Get(bulkKey(6)); err != nil || !bytes.Equal(v, bulkValue(6, 1)) {
+			t.Fatalf("Get(loaded key) = %d bytes, %v", len(v), err)
+		}
+		if err := bw.Finish(true); !errors.Is(err, store.ErrClosed) {
+			t.Errorf("second Finish = %v, want ErrClosed", err)
+		}
+		if err := bw.Set(bulkKey(n+1), nil); !errors.Is(err, store.ErrClosed) {
+			t.Errorf("Set after Finish = %v, want ErrClosed", err)
+		}
+		// Batches after the load win over it; a second load wins again.
+		commit(t, kv, false, string(bulkKey(0)), "later")
+		if v, err := kv.Get(bulkKey(0)); err != nil || string(v) != "later" {
+			t.Fatalf("Get after a later batch = %q, %v", v, err)
+		}
+		bw2, _ := bulk(t, kv)
+		bw2.Set(bulkKey(0), []byte("again"))
+		bw2.Set(bulkKey(1), nil)
+		if err := bw2.Finish(false); err != nil {
+			t.Fatal(err)
+		}
+		for i, w := range []string{"again", ""} {
+			if v, err := kv.Get(bulkKey(i)); err != nil || string(v) != w {
+				t.Fatalf("Get(%d) after the second load = %q, %v; want %q", i, v, err, w)
+			}
+		}
+		// An empty load is fine.
+		bw3, _ := bulk(t, kv)
+		if err := bw3.Finish(true); err != nil {
+			t.Fatalf("empty Finish: %v", err)
+		}
+	})
+}
+
+func testBulkOrder(t *testing.T, b Backend) {
+	kv := open(t, b)
+	commit(t, kv, true, "b", "old")
+	bw, impl := bulk(t, kv)
+	t.Run("impl="+impl, func(t *testing.T) {
+		if err := bw.Set([]byte("b"), []byte("new")); err != nil {
+			t.Fatal(err)
+		}
+		if err := bw.Set([]byte("b"), []byte("dup")); !errors.Is(err, store.ErrInvalid) {
+			t.Errorf("Set(same key) = %v, want ErrInvalid", err)
+		}
+		if err := bw.Set([]byte("c"), []byte("x")); err == nil {
+			t.Errorf("Set after a failed Set succeeded; the writer should stay failed")
+		}
+		if err := bw.Finish(true); err == nil {
+			t.Errorf("Finish of a failed writer succeeded")
+		}
+		bw.Abort()
+		if got, want := scan(t, kv, nil, nil), []string{"b=old"}; !slices.Equal(got, want) {
+			t.Errorf("after a failed load: %q, want %q", got, want)
+		}
+		bw, _ = bulk(t, kv)
+		bw.Set([]byte("m"), nil)
+		if err := bw.Set([]byte("a"), nil); !errors.Is(err, store.ErrInvalid) {
+			t.Errorf("Set(smaller key) = %v, want ErrInvalid", err)
+		}
+		bw.Abort()
+		l := kv.Limits()
+		if l.MaxValueBytes <= 256<<20 {
+			bw, _ = bulk(t, kv)
+			if err := bw.Set([]byte("big"), make([]byte, l.MaxValueBytes+1)); !errors.Is(err, store.ErrTooLarge) {
+				t.Errorf("Set(MaxValueBytes+1) = %v, want ErrTooLarge", err)
+			}
+			bw.Abort()
+		}
+	})
+}
+
+func testBulkAbort(t *testing.T, b Backend) {
+	kv := open(t, b)
+	commit(t, kv, true, string(bulkKey(10)), "old")
+	bw, impl := bulk(t, kv)
+	t.Run("impl="+impl, func(t *testing.T) {
+		for i := range 2000 {
+			if err := bw.Set(bulkKey(i), bulkValue(i, 2)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := bw.Abort(); err != nil {
+			t.Fatalf("Abort: %v", err)
+		}
+		if err := bw.Abort(); err != nil {
+			t.Errorf("second Abort: %v", err)
+		}
+		if err := bw.Set(bulkKey(5000), nil); !errors.Is(err, store.ErrClosed) {
+			t.Errorf("Set after Abort = %v, want ErrClosed", err)
+		}
+		if err := bw.Finish(true); !errors.Is(err, store.ErrClosed) {
+			t.Errorf("Finish after Abort = %v, want ErrClosed", err)
+		}
+		if got, want := scan(t, kv, nil, nil), []string{string(bulkKey(10)) + "=old"}; !slices.Equal(got, want) {
+			t.Errorf("after Abort: %d keys, want %q", len(got), want)
+		}
+	})
+}
+
+func testBulkClosed(t *testing.T, b Backend) {
+	kv := b.Open(t)
+	bw, impl := bulk(t, kv)
+	t.Run("impl="+impl, func(t *testing.T) {
+		bw.Set([]byte("a"), []byte("1"))
+		if err := kv.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if err := bw.Finish(true); !errors.Is(err, store.ErrClosed) {
+			t.Errorf("Finish after store Close = %v, want ErrClosed", err)
+		}
+		bw.Abort()
+		if _, err := store.NewBulkWriter(kv); !errors.Is(err, store.ErrClosed) {
+			t.Errorf("NewBulkWriter after Close = %v, want ErrClosed", err)
+		}
+	})
+}
+
+// testBulkCrash crashes before Finish (the store is as before) and after
+// Finish(true) (the load, and every commit before it, survives).
+func testBulkCrash(t *testing.T, b Backend) {
+	if b.Crash == nil {
+		t.Skip("backend is not durable")
+	}
+	kv := b.Open(t)
+	defer func() { kv.Close() }()
+	const n = 2000
+	commit(t, kv, true, string(bulkKey(0)), "synced")
+	bw, impl := bulk(t, kv)
+	t.Run("impl="+impl, func(t *testing.T) {
+		for i := range n {
+			if err := bw.Set(bulkKey(i), bulkValue(i, 3)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		kv = b.Crash(t, kv) // bw is abandoned with the crashed store
+		if got, want := scan(t, kv, nil, nil), []string{string(bulkKey(0)) + "=synced"}; !slices.Equal(got, want) {
+			t.Fatalf("crash before Finish: %d keys, want %q", len(got), want)
+		}
+		commit(t, kv, false, "unsynced-before", "1")
+		bw, _ = bulk(t, kv)
+		for i := range n {
+			if err := bw.Set(bulkKey(i), bulkValue(i, 4)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := bw.Finish(true); err != nil {
+			t.Fatal(err)
+		}
+		kv = b.Crash(t, kv)
+		got := scan(t, kv, nil, nil)
+		if len(got) != n+1 || got[len(got)-1] != "unsynced-before=1" {
+			t.Fatalf("crash after Finish(true): %d keys (want %d), last %.20q", len(got), n+1, got[len(got)-1])
+		}
+		for i := range n {
+			if v, err := kv.Get(bulkKey(i)); err != nil || !bytes.Equal(v, bulkValue(i, 4)) {
+				t.Fatalf("crash after Finish(true): key %d: %d bytes, %v", i, len(v), err)
+			}
+		}
+	})
 }
