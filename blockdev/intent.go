@@ -83,11 +83,17 @@ func (b *batch) overlaps(lba, end int64) bool {
 // batchBlocks is the most blocks one staging step takes.
 func (v *Volume) batchBlocks() int { return v.opts.StagingBytes / 2 / v.bs }
 
-// stage copies n blocks (data, tuples, sums) into the active batch,
-// flushing batches as needed to make room. n is at most batchBlocks.
+// stage copies n blocks (data, tuples, sums) into the active batch. When
+// the batch is full it becomes the flushing batch, written out by a
+// background goroutine while writers fill the next one; a writer waits only
+// when both are full. n is at most batchBlocks.
 func (v *Volume) stage(lba int64, n int, data, tuples []byte, sums []uint32) error {
+	v.stMu.Lock()
+	defer v.stMu.Unlock()
 	for {
-		v.stMu.Lock()
+		if err := v.failed(); err != nil {
+			return err
+		}
 		if v.active == nil {
 			if v.spare != nil {
 				v.active, v.spare = v.spare, nil
@@ -114,52 +120,76 @@ func (v *Volume) stage(lba int64, n int, data, tuples []byte, sums []uint32) err
 			} else {
 				b.lo, b.hi = min(b.lo, lba), max(b.hi, lba+int64(n))
 			}
-			v.stMu.Unlock()
 			return nil
 		}
-		v.stMu.Unlock()
-		v.flushMu.Lock()
-		err := v.flushLocked(true)
-		v.flushMu.Unlock()
-		if err != nil {
-			return err
+		if v.flushing == nil {
+			v.flushing, v.active = b, v.spare
+			v.spare = nil
+			go v.backgroundFlush()
+			continue
 		}
+		v.stCond.Wait() // for the flushing batch to be written
 	}
 }
 
-// flushLocked writes out the active batch: intents (one synced store
-// commit), then data, then the overlay. With auto, it then syncs by itself
-// when the unsynced data exceeds Options.MaxUnsynced. Caller holds flushMu.
-func (v *Volume) flushLocked(auto bool) error {
+// backgroundFlush writes out the flushing batch, then syncs if the
+// unsynced data exceeds Options.MaxUnsynced.
+func (v *Volume) backgroundFlush() {
+	v.flushMu.Lock()
+	defer v.flushMu.Unlock()
+	if v.writeFlushing() != nil {
+		return
+	}
+	if v.ovBlocks*int64(v.bs) >= v.opts.MaxUnsynced && v.failed() == nil {
+		v.st.autoSyncs.Add(1)
+		v.syncLocked()
+	}
+}
+
+// writeFlushing writes out the flushing batch, if any: intents (one synced
+// store commit), then data, then the overlay. On failure the batch stays in
+// place (readers keep seeing the staged data) and the volume fails. Caller
+// holds flushMu.
+func (v *Volume) writeFlushing() error {
 	if err := v.failed(); err != nil {
 		return err
 	}
-	v.stMu.Lock()
-	b := v.active
-	if b == nil || b.used == 0 {
-		v.stMu.Unlock()
+	v.stMu.RLock()
+	b := v.flushing
+	v.stMu.RUnlock()
+	if b == nil {
 		return nil
 	}
-	v.flushing, v.active = b, v.spare
-	v.spare = nil
-	v.stMu.Unlock()
-
 	if err := v.writeBatch(b); err != nil {
-		// Leave the batch in place: readers keep seeing the staged data,
-		// and every later operation fails.
-		return v.fail(err)
+		err = v.fail(err)
+		v.stMu.Lock()
+		v.stCond.Broadcast()
+		v.stMu.Unlock()
+		return err
 	}
 	v.stMu.Lock()
 	v.flushing = nil
 	b.reset()
 	v.spare = b
+	v.stCond.Broadcast()
 	v.stMu.Unlock()
 	v.st.flushes.Add(1)
-	if auto && v.ovBlocks*int64(v.bs) >= v.opts.MaxUnsynced {
-		v.st.autoSyncs.Add(1)
-		return v.syncLocked()
-	}
 	return nil
+}
+
+// flushLocked writes out the flushing batch, then the active one. Caller
+// holds flushMu.
+func (v *Volume) flushLocked() error {
+	if err := v.writeFlushing(); err != nil {
+		return err
+	}
+	v.stMu.Lock()
+	if b := v.active; b != nil && b.used > 0 {
+		v.flushing, v.active = b, v.spare
+		v.spare = nil
+	}
+	v.stMu.Unlock()
+	return v.writeFlushing()
 }
 
 // writeBatch makes b's intents durable, writes its data and moves its
@@ -202,7 +232,7 @@ func (v *Volume) writeBatch(b *batch) error {
 // syncLocked flushes the active batch, syncs the device and folds the
 // overlay into the committed pages. Caller holds flushMu.
 func (v *Volume) syncLocked() error {
-	if err := v.flushLocked(false); err != nil {
+	if err := v.flushLocked(); err != nil {
 		return err
 	}
 	if err := v.dev.Sync(); err != nil {

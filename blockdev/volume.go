@@ -235,6 +235,7 @@ type Volume struct {
 	// Staging (see intent.go).
 	flushMu  sync.Mutex   // serializes flushes, syncs and folds
 	stMu     sync.RWMutex // guards active, flushing, spare
+	stCond   sync.Cond    // on stMu: the flushing batch was written (or failed)
 	active   *batch
 	flushing *batch
 	spare    *batch
@@ -245,7 +246,9 @@ type Volume struct {
 	ovBlocks int64            // blocks inserted since the last fold; under flushMu
 	pending  []store.IntentID // intents to drop at the next fold; under flushMu
 
-	scratch sync.Pool // *scratch
+	scratch     sync.Pool // *scratch
+	workersOnce sync.Once
+	jobs        chan verifyJob
 
 	st struct {
 		read, written, rereads, transient, failed atomic.Int64
@@ -344,6 +347,7 @@ func newVolume(dev Device, tup *store.Tuples, opts Options) (*Volume, error) {
 	}
 	v.chunk = max(1, (1<<20)/v.bs)
 	v.locks.init()
+	v.stCond.L = &v.stMu
 	v.scratch.New = func() any { return v.newScratch() }
 	return v, nil
 }
@@ -429,6 +433,7 @@ func (v *Volume) Close() error {
 		return ErrClosed
 	}
 	v.closed = true
+	v.stopWorkers()
 	if err := v.failed(); err != nil {
 		return err
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"sync"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -84,7 +85,8 @@ func crashWorkload(cfg crashCfg, bs, blocks int) []crashOp {
 			ops = append(ops, crashOp{kind: "write", off: off, data: pattern(n, cfg.seed*1000+uint64(i))})
 		}
 	}
-	return ops
+	// End with a sync, which also waits for the background flushes.
+	return append(ops, crashOp{kind: "sync"})
 }
 
 // crashEnv is one run of the workload.
@@ -98,6 +100,7 @@ type crashEnv struct {
 	fs       *vfs.MemFS
 	kv       *countingKV
 	v        *Volume
+	mu       sync.Mutex // steps come from the caller and the background flush
 	steps    int64
 	crashAt  int64
 	crashed  bool
@@ -150,6 +153,8 @@ var errTestCrash = errors.New("test crash")
 
 // step numbers a state-changing step and crashes instead of the chosen one.
 func (e *crashEnv) step() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
 	if e.crashed {
 		return errTestCrash
 	}
@@ -158,13 +163,19 @@ func (e *crashEnv) step() error {
 	if n != e.crashAt {
 		return nil
 	}
-	e.crashed = true
 	seed := e.cfg.seed + uint64(n)
 	e.clone = e.fs.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 50, RNG: rand.New(rand.NewPCG(seed, 1))})
 	if err := e.fd.Crash(CrashOptions{Keep: 0.5, Seed: seed}); err != nil {
-		e.t.Fatal(err)
+		panic(err)
 	}
+	e.crashed = true
 	return errTestCrash
+}
+
+func (e *crashEnv) isCrashed() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.crashed
 }
 
 // addVersions records the current model contents of the blocks of
@@ -184,7 +195,7 @@ func (e *crashEnv) run(ops []crashOp) bool {
 		switch op.kind {
 		case "write":
 			_, err = e.v.WriteAt(op.data, op.off)
-			if err == nil || errors.Is(err, errTestCrash) || errors.Is(err, ErrCrashed) || e.crashed {
+			if err == nil || errors.Is(err, errTestCrash) || errors.Is(err, ErrCrashed) || e.isCrashed() {
 				// A write that crashed may have reached the device in part.
 				copy(e.model[op.off:], op.data)
 				e.addVersions(op.off, int64(len(op.data)))
@@ -200,7 +211,7 @@ func (e *crashEnv) run(ops []crashOp) bool {
 				clear(e.model[op.off : op.off+op.n])
 				copy(e.synced, e.model)
 				clear(e.versions)
-			} else if e.crashed {
+			} else if e.isCrashed() {
 				// The sync inside may have completed, and the discard too.
 				clear(e.model[op.off : op.off+op.n])
 				e.addVersions(op.off, op.n)
@@ -209,7 +220,7 @@ func (e *crashEnv) run(ops []crashOp) bool {
 			err = e.fd.FlipBit(int64((e.blocks+1)*e.bs+7), 0)
 			e.flipped = err == nil
 		}
-		if e.crashed {
+		if e.isCrashed() {
 			return true
 		}
 		if err != nil {
@@ -324,7 +335,7 @@ func TestVolumeCrash(t *testing.T) {
 			if e.run(ops) {
 				t.Fatal("crashed without a crash point")
 			}
-			total := e.steps
+			total := e.steps // no flush is running: the workload ended with a sync
 			e.v.Close()
 			e.kv.Close()
 			if total < 20 {

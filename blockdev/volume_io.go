@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
 
 	"github.com/difctl/difctl/dif"
 	"github.com/difctl/difctl/kernels/crc32c"
@@ -33,6 +36,8 @@ type scratch struct {
 	tail     []byte
 	reread   []byte
 	probs    []Problem
+	wg       sync.WaitGroup // pipelined verification jobs
+	jobErr   atomic.Pointer[error]
 }
 
 func (v *Volume) newScratch() any {
@@ -108,14 +113,13 @@ func (v *Volume) copyStaged(b *batch, lba int64, n int, data []byte, sc *scratch
 // the overlay, the committed pages and the device, in the order that makes
 // each block's data and tuple consistent (see intent.go). Blocks that could
 // not be read are marked in sc.ioBad. Caller holds a lock on the range.
-func (v *Volume) loadRun(lba int64, n int, data []byte, sc *scratch, rereads int, uncached bool) error {
+func (v *Volume) loadRun(lba int64, n int, data []byte, sc *scratch, rereads int, uncached bool) (loaded bool, err error) {
 	end := lba + int64(n)
 	w := (n + 63) / 64
 	mask := sc.ovMask[:w]
 	clear(mask)
 	clear(sc.ioBad[:w])
 	over := false
-	loaded := false
 	var devErr error
 
 	v.stMu.RLock()
@@ -158,7 +162,7 @@ func (v *Volume) loadRun(lba int64, n int, data []byte, sc *scratch, rereads int
 		sums = sc.sums[:n]
 	}
 	if _, err := v.tup.ReadRange(uint64(lba), tuples, sums, sc.written); err != nil {
-		return fmt.Errorf("blockdev: reading the tuples of blocks [%d, %d): %w", lba, end, err)
+		return false, fmt.Errorf("blockdev: reading the tuples of blocks [%d, %d): %w", lba, end, err)
 	}
 	if over {
 		for i := range n {
@@ -172,19 +176,33 @@ func (v *Volume) loadRun(lba int64, n int, data []byte, sc *scratch, rereads int
 			sc.written.Set(i)
 		}
 	}
-	if !loaded {
-		devErr = v.readDev(data[:n*v.bs], lba, uncached)
+	if loaded && devErr != nil {
+		return true, v.readFallback(lba, 0, n, data, sc, rereads, uncached, devErr, true)
 	}
-	if devErr == nil {
+	return loaded, nil
+}
+
+// readData reads blocks [from, to) of the run at lba into data.
+func (v *Volume) readData(lba int64, from, to int, data []byte, sc *scratch, rereads int, uncached bool) error {
+	err := v.readDev(data[from*v.bs:to*v.bs], lba+int64(from), uncached)
+	if err == nil {
 		return nil
 	}
-	if errors.Is(devErr, ErrClosed) || errors.Is(devErr, ErrCrashed) {
-		return devErr
+	return v.readFallback(lba, from, to, data, sc, rereads, uncached, err, false)
+}
+
+// readFallback reads block by block the blocks [from, to) of a run whose
+// read failed with err, re-reading each up to rereads times; blocks that
+// still cannot be read are marked in sc.ioBad and reported. With
+// skipStaged, blocks served from staging are left alone. A closed or
+// crashed device fails the run.
+func (v *Volume) readFallback(lba int64, from, to int, data []byte, sc *scratch, rereads int, uncached bool, err error, skipStaged bool) error {
+	if errors.Is(err, ErrClosed) || errors.Is(err, ErrCrashed) {
+		return err
 	}
-	// Read block by block what the run read could not.
-	for i := range n {
-		if hasBit(mask, i) && loaded {
-			continue // staged: from memory
+	for i := from; i < to; i++ {
+		if skipStaged && hasBit(sc.ovMask, i) {
+			continue
 		}
 		blk := data[i*v.bs : (i+1)*v.bs]
 		var err error
@@ -201,6 +219,117 @@ func (v *Volume) loadRun(lba int64, n int, data []byte, sc *scratch, rereads int
 	return nil
 }
 
+// classify verifies blocks [i, i+k) of the loaded run at lba, the PI
+// guards and the sector checksums of one sub-chunk after the other,
+// leaving each block's state in sc.states. Disjoint ranges of one run may
+// be classified concurrently.
+func (v *Volume) classify(lba int64, i, k int, data []byte, sc *scratch) error {
+	bs, ts := v.bs, v.ts
+	sub := max(1, subChunk/bs)
+	for end := i + k; i < end; i += sub {
+		k := min(sub, end-i)
+		if _, err := v.f.Classify(sc.states[i:i+k], data[i*bs:(i+k)*bs], sc.tuples[i*ts:(i+k)*ts], v.params(lba+int64(i))); err != nil {
+			return fmt.Errorf("blockdev: verify: %w", err)
+		}
+		if v.sums {
+			crcs := sc.crcs[i : i+k]
+			if err := crc32c.Blocks(crcs, data[i*bs:(i+k)*bs], bs, bs); err != nil {
+				return fmt.Errorf("blockdev: verify: %w", err)
+			}
+			sums := sc.sums[i : i+k]
+			for j := range crcs {
+				if crcs[j] != sums[j] && sc.written.Has(i+j) {
+					sc.states[i+j] = dif.StateFailed
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// Pipelined reads: a run of at least pipeMin bytes is read in pieces of
+// pipePiece bytes, each verified by a worker goroutine while the next is
+// read, so that a large request costs little more than its read.
+const (
+	pipeMin   = 512 << 10
+	pipePiece = 256 << 10
+)
+
+type verifyJob struct {
+	lba  int64
+	i, k int
+	data []byte
+	sc   *scratch
+}
+
+// startWorkers starts the verification workers once: one fewer than
+// GOMAXPROCS (the caller's goroutine reads and verifies too), at most 3.
+func (v *Volume) startWorkers() int {
+	v.workersOnce.Do(func() {
+		n := min(runtime.GOMAXPROCS(0)-1, 3)
+		if n < 1 {
+			return
+		}
+		v.jobs = make(chan verifyJob, 16)
+		for range n {
+			go func(jobs <-chan verifyJob) {
+				for j := range jobs {
+					if err := v.classify(j.lba, j.i, j.k, j.data, j.sc); err != nil {
+						j.sc.jobErr.CompareAndSwap(nil, &err)
+					}
+					j.sc.wg.Done()
+				}
+			}(v.jobs)
+		}
+	})
+	if v.jobs == nil {
+		return 0
+	}
+	return 1
+}
+
+// stopWorkers ends the workers. Caller holds closeMu exclusively.
+func (v *Volume) stopWorkers() {
+	v.workersOnce.Do(func() {})
+	if v.jobs != nil {
+		close(v.jobs)
+	}
+}
+
+// readClassify reads the data of a loaded run and classifies it,
+// pipelined when the run is large.
+func (v *Volume) readClassify(lba int64, n int, data []byte, sc *scratch, rereads int, uncached bool) error {
+	if n*v.bs < pipeMin || v.startWorkers() == 0 {
+		if err := v.readData(lba, 0, n, data, sc, rereads, uncached); err != nil {
+			return err
+		}
+		return v.classify(lba, 0, n, data, sc)
+	}
+	sc.jobErr.Store(nil)
+	piece := max(1, pipePiece/v.bs)
+	var err error
+	for i := 0; i < n; i += piece {
+		k := min(piece, n-i)
+		if err = v.readData(lba, i, i+k, data, sc, rereads, uncached); err != nil {
+			break
+		}
+		if i+k == n {
+			err = v.classify(lba, i, k, data, sc)
+			break
+		}
+		sc.wg.Add(1)
+		v.jobs <- verifyJob{lba: lba, i: i, k: k, data: data, sc: sc}
+	}
+	sc.wg.Wait()
+	if err != nil {
+		return err
+	}
+	if p := sc.jobErr.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
 // verifyRun reads and verifies blocks [lba, lba+n) (n <= v.chunk) into
 // data. Failing blocks are re-read up to rereads times (around the page
 // cache); the problems of blocks still failing, and of transient ones
@@ -210,31 +339,20 @@ func (v *Volume) loadRun(lba int64, n int, data []byte, sc *scratch, rereads int
 // on the range.
 func (v *Volume) verifyRun(lba int64, n int, data []byte, sc *scratch, rereads int, uncached, zero bool) (RunStats, error) {
 	sc.probs = sc.probs[:0]
-	if err := v.loadRun(lba, n, data, sc, rereads, uncached); err != nil {
+	loaded, err := v.loadRun(lba, n, data, sc, rereads, uncached)
+	if err != nil {
 		return RunStats{}, err
 	}
-	bs, ts := v.bs, v.ts
-	tuples := sc.tuples[:n*ts]
-	states := sc.states[:n]
-	sub := max(1, subChunk/bs)
-	for i := 0; i < n; i += sub {
-		k := min(sub, n-i)
-		if _, err := v.f.Classify(states[i:i+k], data[i*bs:(i+k)*bs], tuples[i*ts:(i+k)*ts], v.params(lba+int64(i))); err != nil {
-			return RunStats{}, fmt.Errorf("blockdev: verify: %w", err)
-		}
-		if v.sums {
-			crcs := sc.crcs[i : i+k]
-			if err := crc32c.Blocks(crcs, data[i*bs:(i+k)*bs], bs, bs); err != nil {
-				return RunStats{}, fmt.Errorf("blockdev: verify: %w", err)
-			}
-			sums := sc.sums[i : i+k]
-			for j := range crcs {
-				if crcs[j] != sums[j] && sc.written.Has(i+j) {
-					states[i+j] = dif.StateFailed
-				}
-			}
-		}
+	if loaded {
+		err = v.classify(lba, 0, n, data, sc)
+	} else {
+		err = v.readClassify(lba, n, data, sc, rereads, uncached)
 	}
+	if err != nil {
+		return RunStats{}, err
+	}
+	bs := v.bs
+	states := sc.states[:n]
 	st := RunStats{Blocks: int64(n)}
 	ioProbs := len(sc.probs)
 	for i, s := range states {

@@ -45,6 +45,15 @@ func (b *countingBatch) Commit(sync bool) error {
 	return b.Batch.Commit(sync)
 }
 
+// waitFlushed waits for the background flush, if any.
+func (v *Volume) waitFlushed() {
+	v.stMu.Lock()
+	for v.flushing != nil && v.failed() == nil {
+		v.stCond.Wait()
+	}
+	v.stMu.Unlock()
+}
+
 type testVol struct {
 	t     testing.TB
 	mem   *MemDevice
@@ -339,6 +348,7 @@ func TestVolumeGroupCommit(t *testing.T) {
 	tv.check() // served from staging
 	// The next write flushes the batch: one synced commit of 32 intents.
 	tv.write(pattern(4096, 99), 100*4096)
+	tv.v.waitFlushed()
 	if d := tv.kv.syncs.Load() - s0; d != 1 {
 		t.Errorf("%d store syncs for a batch, want 1", d)
 	}
