@@ -16,6 +16,10 @@ import (
 // overhead of the PI bookkeeping is the ratio of the two in one run:
 //
 //	go test ./dif -run '^$' -bench . -count 3
+//
+// On a shared machine the MB/s of separate benchmarks swing with the other
+// processes; BenchmarkRatio reports the same ratio measured back to back
+// (metric dif/kernel), which stays stable.
 
 type benchCase struct {
 	name string

@@ -45,8 +45,9 @@
 // data holds extended blocks of ExtendedBlockSize bytes (520, 4104, 4160,
 // ...) and md is empty. Separate (DIX): data holds the data blocks and md
 // MetadataSize bytes per block. Generate, Verify, VerifyFunc, Classify,
-// Insert, Strip, Remap and Inject follow the format's layout; ToSeparate and
-// ToInterleaved convert between the two.
+// Insert, Strip, Remap, Inject, ReadTuple and WriteTuple follow the
+// format's layout; ToSeparate and ToInterleaved convert between the two.
+// UnwrittenTuple is the tuple to store for a discarded block.
 //
 // # Errors
 //

@@ -95,8 +95,8 @@ type CheckError struct {
 	Block    int    // index of the block in the run
 	LBA      uint64 // Params.LBA + Block
 	Field    Field  // FieldGuard, FieldAppTag, FieldRefTag or FieldStorageTag
-	Expected uint64 // computed value (for the app tag: the expected tag under the mask)
-	Actual   uint64 // stored value (for the app tag: the stored tag under the mask)
+	Expected uint64 // computed value (app tag: Params.AppTag, compared under Params.AppMask)
+	Actual   uint64 // stored value (whole field, unmasked)
 	// ExpectedHigh and ActualHigh hold bits 64 to 79 of a tag wider than 64
 	// bits (only the 80-bit tag space of Guard32); zero otherwise.
 	ExpectedHigh, ActualHigh uint16
