@@ -29,6 +29,10 @@ var (
 	ErrUnsupported = errors.New("store: unsupported")
 	// ErrInvalid reports a bad argument (length, alignment, name).
 	ErrInvalid = errors.New("store: invalid argument")
+	// ErrConflict reports a bulk load refused because something else
+	// changed or holds its range: an open intent, or a commit to a page the
+	// load shares with blocks outside it.
+	ErrConflict = errors.New("store: conflict")
 )
 
 // KV is the small key-value interface every storage engine implements. Keys
