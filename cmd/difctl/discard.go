@@ -69,7 +69,7 @@ func runDiscard(ctx context.Context, opts discardOptions, stdout, _ io.Writer) e
 		return err
 	}
 	defer v.Close()
-	if _, _, err := (&rangeFlag{start: opts.LBA, end: opts.LBA + opts.Count, set: true}).bounds(v.vol.Blocks()); err != nil {
+	if err := checkLBAs(opts.LBA, opts.Count, v.vol.Blocks()); err != nil {
 		return err
 	}
 	bs := int64(v.vol.BlockSize())

@@ -134,8 +134,8 @@ func runInject(ctx context.Context, opts injectOptions, stdout, stderr io.Writer
 		return err
 	}
 	defer im.Close()
-	if opts.LBA >= im.blocks() {
-		return usageErrorf("--lba %d is beyond the end: the image has %d blocks", opts.LBA, im.blocks())
+	if err := checkLBAs(opts.LBA, 1, im.blocks()); err != nil {
+		return err
 	}
 	data, md := im.runBuffers(1)
 	if data, md, err = im.read(opts.LBA, 1, data, md); err != nil {

@@ -166,8 +166,8 @@ func runInspect(ctx context.Context, opts inspectOptions, stdout, stderr io.Writ
 		fmt.Fprintf(tw, "type:\t%d\n", rec.PIType)
 		return tw.Flush()
 	}
-	start, count, err := (&rangeFlag{start: opts.LBA, end: opts.LBA + opts.Count, set: true}).bounds(im.blocks())
-	if err != nil {
+	start, count := opts.LBA, opts.Count
+	if err := checkLBAs(start, count, im.blocks()); err != nil {
 		return err
 	}
 	tt := newTupleTable(out, f)

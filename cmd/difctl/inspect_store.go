@@ -32,13 +32,13 @@ type manifestRecord struct {
 	DeviceSize int64            `json:"device_size"` // bytes
 	DeviceID   string           `json:"device_id,omitempty"`
 	Blocks     int64            `json:"blocks"`
-	Written    int64            `json:"written"`   // blocks with a tuple
-	Unwritten  int64            `json:"unwritten"` // blocks never written or discarded
+	Written    int64            `json:"written"`           // blocks with a tuple
+	Unwritten  int64            `json:"unwritten"`         // blocks never written or discarded
 	Created    string           `json:"created,omitempty"` // RFC 3339
 	Tool       string           `json:"tool,omitempty"`
 	Schema     int              `json:"schema_version"`
-	Findings   map[string]int64 `json:"findings"`         // findings by state: open, rechecked-ok, closed
-	OpenByKind map[string]int64 `json:"open_by_kind"`     // open findings by kind
+	Findings   map[string]int64 `json:"findings"`             // findings by state: open, rechecked-ok, closed
+	OpenByKind map[string]int64 `json:"open_by_kind"`         // open findings by kind
 	ScrubNext  *int64           `json:"scrub_next,omitempty"` // the scrub cursor, if a scrub ran
 	ScrubPass  *uint64          `json:"scrub_pass,omitempty"` // completed scrub passes
 	ScrubAt    string           `json:"scrub_updated,omitempty"`
@@ -156,8 +156,8 @@ func orDash(s string) string {
 // the store beside the one computed from the data on the image (read
 // directly, not through the volume).
 func inspectStoreBlocks(ctx context.Context, opts inspectOptions, out *output, t *store.Tuples, f dif.Format, p dif.Params) error {
-	start, count, err := (&rangeFlag{start: opts.LBA, end: opts.LBA + opts.Count, set: true}).bounds(int64(t.Blocks()))
-	if err != nil {
+	start, count := opts.LBA, opts.Count
+	if err := checkLBAs(start, count, int64(t.Blocks())); err != nil {
 		return err
 	}
 	dev, err := openDevice(opts.Image, true)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -33,7 +34,14 @@ func TestMain(m *testing.M) {
 //
 //	truncate FILE SIZE
 //
-// which cuts or extends FILE to SIZE bytes. Every script
+// which cuts or extends FILE to SIZE bytes,
+//
+//	corrupt FILE OFFSET
+//	corruptdir DIR PREFIX
+//
+// which flip a bit of FILE and overwrite the files PREFIX* of DIR with
+// garbage, and the condition [root] (running as root, when permissions
+// do not stop writes). Every script
 // starts with $WORK/check.bin holding "123456789" with no newline (which a
 // txtar file cannot hold), the input of the CRC catalogue's check values,
 // and with a copy of every fixture image (fixtures.All, README.md in
@@ -52,9 +60,17 @@ func TestScript(t *testing.T) {
 			}
 			return os.WriteFile(filepath.Join(env.WorkDir, "check.bin"), []byte("123456789"), 0o666)
 		},
+		Condition: func(cond string) (bool, error) {
+			if cond == "root" {
+				return os.Geteuid() == 0, nil
+			}
+			return false, fmt.Errorf("unknown condition %q", cond)
+		},
 		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
-			"exitcode": cmdExitCode,
-			"truncate": cmdTruncate,
+			"exitcode":   cmdExitCode,
+			"truncate":   cmdTruncate,
+			"corrupt":    cmdCorrupt,
+			"corruptdir": cmdCorruptDir,
 		},
 	})
 }
@@ -70,6 +86,48 @@ func cmdTruncate(ts *testscript.TestScript, neg bool, args []string) {
 		ts.Fatalf("truncate: bad size %q", args[1])
 	}
 	ts.Check(os.Truncate(ts.MkAbs(args[0]), size))
+}
+
+// cmdCorrupt is "corrupt FILE OFFSET": it flips the low bit of the byte at
+// OFFSET of FILE, behind difctl's back.
+func cmdCorrupt(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 2 {
+		ts.Fatalf("usage: corrupt FILE OFFSET")
+	}
+	off, err := strconv.ParseInt(args[1], 0, 64)
+	if err != nil {
+		ts.Fatalf("corrupt: bad offset %q", args[1])
+	}
+	f, err := os.OpenFile(ts.MkAbs(args[0]), os.O_RDWR, 0)
+	ts.Check(err)
+	defer f.Close()
+	b := make([]byte, 1)
+	_, err = f.ReadAt(b, off)
+	ts.Check(err)
+	b[0] ^= 1
+	_, err = f.WriteAt(b, off)
+	ts.Check(err)
+}
+
+// cmdCorruptDir is "corruptdir DIR PREFIX": it overwrites every file of DIR
+// whose name starts with PREFIX with garbage (a corrupt store).
+func cmdCorruptDir(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 2 {
+		ts.Fatalf("usage: corruptdir DIR PREFIX")
+	}
+	dir := ts.MkAbs(args[0])
+	entries, err := os.ReadDir(dir)
+	ts.Check(err)
+	n := 0
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), args[1]) {
+			ts.Check(os.WriteFile(filepath.Join(dir, e.Name()), []byte("garbage, not a store\n"), 0o666))
+			n++
+		}
+	}
+	if n == 0 {
+		ts.Fatalf("corruptdir: no file %s* in %s", args[1], dir)
+	}
 }
 
 // copyFixtures copies the embedded fixture images into dir.

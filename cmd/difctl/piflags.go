@@ -361,6 +361,18 @@ func (f *rangeFlag) bounds(blocks int64) (start, count int64, err error) {
 	return f.start, end - f.start, nil
 }
 
+// checkLBAs refuses blocks [lba, lba+count) that are not all in an image
+// of blocks blocks (a usage error).
+func checkLBAs(lba, count, blocks int64) error {
+	if lba < 0 || count < 1 || lba >= blocks || count > blocks-lba {
+		if count == 1 {
+			return usageErrorf("--lba %d is beyond the end: the image has %d blocks (LBAs 0 to %d)", lba, blocks, blocks-1)
+		}
+		return usageErrorf("LBAs %d to %d are beyond the end: the image has %d blocks (LBAs 0 to %d)", lba, lba+count-1, blocks, blocks-1)
+	}
+	return nil
+}
+
 // formatFlag is a format in the dif text form ("512+8", "4096+16:crc64"),
 // checked when set.
 type formatFlag struct{ text string }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"github.com/difctl/difctl/blockdev"
@@ -64,7 +65,9 @@ func openStore(image, url string, create bool) (store.KV, error) {
 	}
 	kv, err := store.Open(url)
 	if err != nil {
-		return nil, fmt.Errorf("open store %s: %s", url, storeCause(err))
+		cause := strings.TrimPrefix(storeCause(err), fmt.Sprintf("open %s: ", url))
+		cause = strings.TrimPrefix(cause, fmt.Sprintf("open %q: ", url))
+		return nil, fmt.Errorf("cannot open store %s: %s", url, cause)
 	}
 	return kv, nil
 }
@@ -89,7 +92,7 @@ type volume struct {
 // openVolume opens the protected image and its store.
 func openVolume(ctx context.Context, image, url string, readOnly bool) (*volume, error) {
 	if _, err := os.Stat(image); err != nil {
-		return nil, err
+		return nil, asOpenError(err)
 	}
 	kv, err := openStore(image, url, false)
 	if err != nil {
@@ -147,7 +150,7 @@ func openDevice(image string, readOnly bool) (*blockdev.File, error) {
 	if err != nil {
 		var pe *os.PathError
 		if errors.As(err, &pe) {
-			return nil, pe
+			return nil, asOpenError(pe)
 		}
 		if fi, serr := os.Stat(image); serr == nil && fi.Mode().IsRegular() && fi.Size()%512 != 0 {
 			return nil, fmt.Errorf("%s: size %d is not a multiple of 512 bytes (truncated?)", image, fi.Size())
@@ -155,6 +158,24 @@ func openDevice(image string, readOnly bool) (*blockdev.File, error) {
 		return nil, fmt.Errorf("%s: %s", image, storeCause(err))
 	}
 	return dev, nil
+}
+
+// asOpenError presents the failed stat of a file the user named as a
+// failed open, as the other commands report it.
+func asOpenError(err error) error {
+	var pe *os.PathError
+	if errors.As(err, &pe) && pe.Op == "stat" {
+		return &os.PathError{Op: "open", Path: pe.Path, Err: pe.Err}
+	}
+	return err
+}
+
+// unquote removes the quotes of a quoted value, if any.
+func unquote(s string) string {
+	if u, err := strconv.Unquote(s); err == nil {
+		return u
+	}
+	return s
 }
 
 // volumeError explains the errors of opening a volume.
@@ -165,7 +186,7 @@ func volumeError(image, url string, err error) error {
 		return fmt.Errorf("%s does not match its store %s: the store protects %s bytes, the image has %s (truncated or grown since protect?)",
 			image, url, mm.Stored, mm.Given)
 	case errors.As(err, &mm):
-		return fmt.Errorf("%s does not match its store %s: %s is %s in the store, %s here", image, url, mm.Field, mm.Stored, mm.Given)
+		return fmt.Errorf("%s does not match its store %s: %s is %s in the store, %s here", image, url, mm.Field, unquote(mm.Stored), unquote(mm.Given))
 	case errors.Is(err, blockdev.ErrIncomplete):
 		return fmt.Errorf("%s: protection incomplete (%s): run difctl protect %s to resume", image, strings.TrimPrefix(storeCause(err), "volume protection incomplete: "), image)
 	case errors.Is(err, store.ErrCorrupt):
@@ -211,9 +232,9 @@ func piStateTuples(kv store.KV, url, image string, f dif.Format, blocks int64) (
 	var mm *store.ManifestMismatchError
 	switch {
 	case errors.As(err, &mm) && mm.Field == "format":
-		return nil, usageErrorf("%s keeps the scrub state of %s in format %s, not %s (use --store, or delete %s)", url, image, mm.Stored, mm.Given, url)
+		return nil, usageErrorf("%s keeps the scrub state of %s in format %s, not %s (use --store, or delete %s)", url, image, unquote(mm.Stored), unquote(mm.Given), url)
 	case errors.As(err, &mm):
-		return nil, fmt.Errorf("%s keeps the scrub state of another image: %s is %s there, %s here (use --store, or delete %s)", url, mm.Field, mm.Stored, mm.Given, url)
+		return nil, fmt.Errorf("%s keeps the scrub state of another image: %s is %s there, %s here (use --store, or delete %s)", url, mm.Field, unquote(mm.Stored), unquote(mm.Given), url)
 	case err != nil:
 		return nil, fmt.Errorf("store %s: %s", url, storeCause(err))
 	}
