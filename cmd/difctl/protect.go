@@ -28,6 +28,7 @@ type protectOptions struct {
 	FormatText string
 	PI         *piFlags
 	Rate       int64 // bytes per second, 0 for unlimited
+	Checkpoint int64 // bytes of progress an interruption may lose
 }
 
 // protectRecord is the --json result of protect.
@@ -54,6 +55,7 @@ func newProtectCmd(g *globalOptions) *cobra.Command {
 		format formatFlag
 		store  string
 		rate   rateFlag
+		ckpt   = sizeFlag{n: 64 << 20}
 	)
 	cmd := &cobra.Command{
 		Use:   "protect IMAGE [flags]",
@@ -83,7 +85,7 @@ read rate (100MiB/s) to spare a busy disk.
 		Args: exactArgs(1, "IMAGE"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runProtect(cmd.Context(), protectOptions{
-				globalOptions: *g, Image: args[0], Store: store, FormatText: format.text, PI: pf, Rate: rate.n,
+				globalOptions: *g, Image: args[0], Store: store, FormatText: format.text, PI: pf, Rate: rate.n, Checkpoint: int64(ckpt.n),
 			}, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
@@ -92,6 +94,7 @@ read rate (100MiB/s) to spare a busy disk.
 	pf.register(cmd, piFormat|piTags)
 	f.StringVar(&store, "store", "", "store `URL`: pebble:PATH or mem: (default pebble:IMAGE.difdb)")
 	f.Var(&rate, "rate", "limit the read rate, e.g. 100MiB/s (default unlimited)")
+	f.Var(&ckpt, "checkpoint", "save progress every `SIZE` of the image: what an interruption may cost")
 	return cmd
 }
 
@@ -197,12 +200,13 @@ func runProtect(ctx context.Context, opts protectOptions, stdout, stderr io.Writ
 	var last int64
 	t0 := time.Now()
 	vol, err := blockdev.Create(ctx, dev2(ctx), kv, blockdev.CreateOptions{
-		Options:       blockdev.Options{DeviceID: filepath.Base(opts.Image)},
-		Format:        spec.f,
-		InitialRefTag: spec.refTag,
-		AppTag:        spec.appTag,
-		AppTagMask:    spec.appMask,
-		Tool:          toolName,
+		Options:         blockdev.Options{DeviceID: filepath.Base(opts.Image)},
+		Format:          spec.f,
+		InitialRefTag:   spec.refTag,
+		AppTag:          spec.appTag,
+		AppTagMask:      spec.appMask,
+		Tool:            toolName,
+		CheckpointBytes: opts.Checkpoint,
 		Progress: func(done, total int64) {
 			prog.Add(done - last)
 			last = done
