@@ -82,10 +82,13 @@ and handling of corruption: verify and scrub must then report the block.
 bit B%8), metadata (the metadata bytes outside the PI tuple, numbered the
 same way), or a PI field: guard, app, ref or storage (bit B of the field's
 value, 0 the least significant). For a DIX pair, data goes to the data
-file and the other fields to the metadata file.
+file and the other fields to the metadata file. For a store-backed image
+(no --interleaved or --dix), data is flipped on the image and tag bits in
+the tuple kept in the store, behind the protected layer's back.
 
 ` + exitCodesHelp(exitOK, exitOperational, exitUsage, exitCancelled),
-		Example: `  difctl inject --interleaved 512+8 --lba 5 disk.dump
+		Example: `  difctl inject disk.img --lba 5
+  difctl inject --interleaved 512+8 --lba 5 disk.dump
   difctl inject --interleaved 512+8 --lba 9 --field app --bit 3 disk.dump
   difctl inject --dix disk.md --format 4096+8 --lba 0 --field ref disk.img`,
 		Args: exactArgs(1, "IMAGE"),

@@ -48,7 +48,3 @@ func runConvertStore(ctx context.Context, opts convertOptions, stdout, stderr io
 func runRemapStore(ctx context.Context, opts remapOptions, stdout, stderr io.Writer) error {
 	return errors.New("remap of a store-backed image: not available in this build; use --interleaved or --dix")
 }
-
-func runInjectStore(ctx context.Context, opts injectOptions, stdout, stderr io.Writer) error {
-	return errors.New("inject into a store-backed image: not available in this build; use --interleaved or --dix")
-}

@@ -1,0 +1,90 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/difctl/difctl/blockdev"
+	"github.com/difctl/difctl/dif"
+	"github.com/difctl/difctl/store"
+)
+
+// runInjectStore flips a bit of a store-backed image behind the volume's
+// back: a data bit on the image itself, or a bit of the block's tuple in
+// the store.
+func runInjectStore(ctx context.Context, opts injectOptions, stdout, _ io.Writer) error {
+	if opts.Field == dif.FieldMetadata {
+		return usageErrorf("--field metadata: a store-backed image keeps only the tuple; use data, guard, app, ref or storage")
+	}
+	url := storeURL(opts.Image, opts.Store)
+	kv, err := openStore(opts.Image, url, false)
+	if err != nil {
+		return err
+	}
+	defer kv.Close()
+	if err := checkProtected(kv, opts.Image, url); err != nil {
+		return err
+	}
+	t, err := store.OpenTuples(kv, blockdev.DefaultVolumeName, nil)
+	if err != nil {
+		return volumeError(opts.Image, url, err)
+	}
+	m := t.Manifest()
+	f, err := dif.Parse(m.Format)
+	if err != nil {
+		return fmt.Errorf("store %s is corrupt: manifest format %q: %v", url, m.Format, err)
+	}
+	f = f.WithLayout(dif.Separate)
+	if err := checkLNAsStore(opts.LBA, t); err != nil {
+		return err
+	}
+	dev, err := openDevice(opts.Image, opts.Field != dif.FieldData)
+	if err != nil {
+		return err
+	}
+	defer dev.Close()
+	bs := int64(f.BlockSize())
+	data := make([]byte, bs)
+	md := make([]byte, f.MetadataSize())
+	written := store.NewBitmap(1)
+	if _, err := dev.ReadAt(data, opts.LBA*bs); err != nil {
+		return fmt.Errorf("read %s: %s", opts.Image, storeCause(err))
+	}
+	var sums []uint32
+	if m.SectorSums {
+		sums = make([]uint32, 1)
+	}
+	if _, err := t.ReadRange(uint64(opts.LBA), md, sums, written); err != nil {
+		return fmt.Errorf("store %s: %s", url, storeCause(err))
+	}
+	if opts.Field != dif.FieldData && !written.Has(0) {
+		return usageErrorf("LBA %d is unwritten: it has no tuple to corrupt", opts.LBA)
+	}
+	before, _ := f.ReadTuple(data, md, 0)
+	if err := f.Inject(data, md, 0, opts.Field, opts.Bit); err != nil {
+		if errors.Is(err, dif.ErrParams) {
+			return usageErrorf("--field %s --bit %d: %s", fieldName(opts.Field), opts.Bit, difCause(err))
+		}
+		return err
+	}
+	after, _ := f.ReadTuple(data, md, 0)
+	if opts.Field == dif.FieldData {
+		if _, err := dev.WriteAt(data, opts.LBA*bs); err != nil {
+			return fmt.Errorf("write %s: %s", opts.Image, storeCause(err))
+		}
+		if err := dev.Sync(); err != nil {
+			return fmt.Errorf("sync %s: %s", opts.Image, storeCause(err))
+		}
+	} else if err := t.WriteRange(uint64(opts.LBA), md, sums, true); err != nil {
+		return fmt.Errorf("store %s: %s", url, storeCause(err))
+	}
+	rec := &injectRecord{Image: opts.Image, Store: url, Format: displayFormat(m.Format), LBA: opts.LBA,
+		Field: fieldName(opts.Field), Bit: opts.Bit,
+		Before: tupleField(f, before, opts.Field), After: tupleField(f, after, opts.Field)}
+	return emitInject(newOutput(stdout, opts.JSON), opts.Image, rec)
+}
+
+// checkLNAsStore refuses an LBA beyond the volume.
+func checkLNAsStore(lba int64, t *store.Tuples) error { return checkLBAs(lba, 1, int64(t.Blocks())) }
