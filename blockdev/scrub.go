@@ -13,6 +13,10 @@ const (
 	// DefaultRunBytes is the data size of a scrub run unless
 	// ScrubOptions.RunBlocks says otherwise.
 	DefaultRunBytes = 1 << 20
+	// MaxRunBytes bounds the data of a scrub run, MaxScrubWorkers the
+	// workers: together they bound a scrub's memory.
+	MaxRunBytes     = 64 << 20
+	MaxScrubWorkers = 256
 	// DefaultMaxFindings bounds ScrubReport.Findings unless
 	// ScrubOptions.MaxFindings says otherwise.
 	DefaultMaxFindings = 1000
@@ -24,11 +28,11 @@ type ScrubOptions struct {
 	// Start and End select the blocks [Start, End). Default: 0 and, for
 	// End 0, the source's Blocks().
 	Start, End int64
-	// Workers is the number of runs checked in parallel. Default (0):
-	// GOMAXPROCS.
+	// Workers is the number of runs checked in parallel, at most
+	// MaxScrubWorkers. Default (0): GOMAXPROCS.
 	Workers int
-	// RunBlocks is the number of blocks per CheckRun. Default (0):
-	// DefaultRunBytes of data, at least one block.
+	// RunBlocks is the number of blocks per CheckRun, at most MaxRunBytes
+	// of data. Default (0): DefaultRunBytes of data, at least one block.
 	RunBlocks int
 	// Limiter, if not nil, limits the data bytes checked per second and can
 	// pause the scrub; keep it to call SetRate, Pause and Resume while the
@@ -213,14 +217,17 @@ func newScrubber(src CheckSource, o ScrubOptions) (*scrubber, error) {
 	if o.Start < 0 || o.Start > o.End || o.End > blocks {
 		return nil, fmt.Errorf("blockdev: scrub range [%d, %d) of %d blocks: %w", o.Start, o.End, blocks, ErrOutOfRange)
 	}
-	if o.Workers < 0 || o.RunBlocks < 0 {
-		return nil, fmt.Errorf("blockdev: scrub: %d workers, %d blocks per run", o.Workers, o.RunBlocks)
+	if o.Workers < 0 || o.Workers > MaxScrubWorkers || o.RunBlocks < 0 || int64(o.RunBlocks)*int64(bs) > MaxRunBytes {
+		return nil, fmt.Errorf("blockdev: scrub: %d workers (at most %d), %d blocks of %d bytes per run (at most %d bytes)", o.Workers, MaxScrubWorkers, o.RunBlocks, bs, MaxRunBytes)
 	}
 	if o.Workers == 0 {
 		o.Workers = runtime.GOMAXPROCS(0)
 	}
 	if o.RunBlocks == 0 {
 		o.RunBlocks = max(1, DefaultRunBytes/bs)
+	}
+	if n := src.ScratchSize(o.RunBlocks); n < 0 || n > 2*MaxRunBytes+o.RunBlocks {
+		return nil, fmt.Errorf("blockdev: scrub: the source wants %d bytes of scratch for %d blocks", n, o.RunBlocks)
 	}
 	if o.Check.Rereads < 0 {
 		return nil, fmt.Errorf("blockdev: scrub: %d re-reads", o.Check.Rereads)

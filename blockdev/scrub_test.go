@@ -145,6 +145,8 @@ func TestScrubErrors(t *testing.T) {
 		{"start>end", ScrubOptions{Start: 10, End: 5}},
 		{"workers=-1", ScrubOptions{Workers: -1}},
 		{"run=-1", ScrubOptions{RunBlocks: -1}},
+		{"run=huge", ScrubOptions{RunBlocks: 1 << 40}},
+		{"workers=huge", ScrubOptions{Workers: 1 << 20}},
 		{"rereads=-1", ScrubOptions{Check: CheckOptions{Rereads: -1}}},
 		{"errors-only=nostate", ScrubOptions{ErrorsOnly: true}},
 	} {
