@@ -79,9 +79,8 @@ func pebbleOptions(fs vfs.FS) *pebble.Options {
 		// partial page write) and scans cannot use them.
 		l.FilterPolicy = pebble.NoFilterPolicy
 	}
-	// Compression: tuple pages are mostly random guards and CRCs; MinLZ /
-	// Snappy save little and cost CPU on every scan.
-	o.ApplyCompressionSettings(func() pebble.DBCompressionSettings { return pebble.DBCompressionNone })
+	// No compression (dbCompression says why).
+	o.ApplyCompressionSettings(func() pebble.DBCompressionSettings { return dbCompression })
 	return o
 }
 
@@ -350,3 +349,12 @@ func (b *pebbleBatch) Close() error {
 	b.b = nil
 	return b.kv.translate("close batch", err)
 }
+
+// dbCompression is the block compression of tables Pebble flushes and
+// compacts: none. Tuple pages are half random (16-bit guards, CRC-32C sums)
+// and half predictable (app and ref tags, the written bitmap). Measured on
+// such pages: zstd level 1 keeps 67% of the bytes (MinLZ 100%, Snappy 83%)
+// at ~180 MB/s per core, slower than this disk writes, and every scan would
+// pay decompression; WriteRange's 512-byte figures with zstd were within the
+// run-to-run noise of none (3.6-8.3 against 6.3-7.3 GB/s), reads too.
+var dbCompression = pebble.DBCompressionNone
