@@ -27,6 +27,14 @@
 // intents into the committed pages. After a crash, AllIntents lists what
 // recovery must resolve.
 //
+// Bulk loads: volume creation and protect write every tuple of an image
+// once. Tuples.NewLoader (or LoadRange) streams pages to the backend's
+// BulkWriter (see BulkLoader and NewBulkWriter; Pebble builds sstables and
+// ingests them, skipping the write-ahead log and the memtable flush) and
+// makes the whole range visible at Finish, all or nothing. It must not race
+// with intents or other writes on its range; Finish refuses with
+// ErrConflict when it detects that.
+//
 // Errors are prefixed "store: " and match the sentinels (ErrNotFound,
 // ErrClosed, ErrCorrupt, ...) with errors.Is. A damaged stored value gives a
 // *CorruptError, never a panic.
