@@ -73,7 +73,8 @@ func CreateTuples(kv KV, volume string, m Manifest) (*Tuples, error) {
 // manifest must match it (after defaults: PageTuples 0 means
 // DefaultPageTuples) in every field but Schema, Created and Tool, or
 // OpenTuples fails at once with a *ManifestMismatchError naming the field and
-// both values. A missing volume fails with ErrNotFound.
+// both values. A missing volume fails with ErrNotFound, and one with an
+// offline operation in progress (see Journal) with an *InProgressError.
 func OpenTuples(kv KV, volume string, want *Manifest) (*Tuples, error) {
 	prefix, err := volumePrefix(volume)
 	if err != nil {
@@ -87,6 +88,9 @@ func OpenTuples(kv KV, volume string, want *Manifest) (*Tuples, error) {
 	}
 	m, err := decodeManifest(volume, v)
 	if err != nil {
+		return nil, err
+	}
+	if err := refuseJournaled(kv, prefix, volume); err != nil {
 		return nil, err
 	}
 	if want != nil {
