@@ -149,6 +149,13 @@ type Options struct {
 	// and writes nothing. (A write that covers whole blocks always
 	// replaces them, good or bad: new data, new tuples.)
 	RewriteBadBlocks bool
+	// VerifyWorkers is how many goroutines verify the pieces of a large
+	// read (512 KiB or more) while the caller's goroutine reads the next
+	// ones. Default 0: none, each piece is read and then verified (while
+	// the CPU cache holds it) by the caller's goroutine. Parallel
+	// verification only pays on a machine with idle cores: on a busy one
+	// the hand-offs cost more than they save.
+	VerifyWorkers int
 	// ReadOnly refuses WriteAt and Discard with ErrReadOnly. Crash
 	// recovery at Open still updates the store. Default false.
 	ReadOnly bool
@@ -165,6 +172,9 @@ func (o *Options) normalize(bs int) error {
 		o.Rereads = 0
 	case o.Rereads > 100:
 		return fmt.Errorf("blockdev: volume options: %d re-reads, at most 100", o.Rereads)
+	}
+	if o.VerifyWorkers > 64 {
+		return fmt.Errorf("blockdev: volume options: %d verify workers, at most 64", o.VerifyWorkers)
 	}
 	if o.StagingBytes == 0 {
 		o.StagingBytes = DefaultStagingBytes
@@ -206,10 +216,66 @@ type RecoveryStats struct {
 // Volume is a protected block device: every write stores protection
 // information (a T10 DIF/NVMe PI tuple and, where the manifest says so, a
 // CRC-32C sector checksum per block) in a store, and every read is
-// verified against it. See the package documentation.
+// verified against it. It implements [CheckSource] for the scrub engine.
+//
+// # Creating and opening
+//
+// [Create] protects the existing contents of a device (resumably, skipping
+// the holes of sparse images) and records the volume in a [store.KV] under
+// a name; [Open] opens it again, refusing a device or format that does not
+// match the stored manifest (*[MismatchError]) and running crash recovery.
+// The tuples are kept apart from the data (the DIX layout), so the device
+// keeps its size and layout and can be used without difctl.
+//
+// # Reading and writing
+//
+// [Volume.ReadAt] verifies every block it returns; a partial block is read
+// and verified whole. A failing block is re-read, around the page cache
+// where the device allows it, before it is reported as an *[IntegrityError]
+// (matching dif.ErrIntegrity) naming the blocks and the field; blocks that
+// pass on a re-read are counted in [Stats].Transient. Blocks never written
+// or discarded read as zeros. [Volume.WriteAt] generates the tuples; a
+// partial block is read, verified and rewritten whole, and a write into a
+// block that fails verification is refused rather than laundered under a
+// new tuple. [Volume.Discard] marks blocks discarded. [Volume.Sync] makes
+// every earlier write durable with its tuples.
+//
+// # Crash consistency
+//
+// A crash can separate a block's data (on the device) from its tuple (in
+// the store). Before data is written, its new tuples are made durable as
+// intents beside the committed ones, for a whole staged batch of writes at
+// once (one store sync per batch of Options.StagingBytes/2, never one per
+// write); Sync writes out the batch, syncs the device and commits the
+// tuples. Open resolves the intents left by a crash: a block whose data
+// matches a new tuple takes it, one matching its committed tuple keeps it.
+// So after a crash at any instant:
+//
+//   - every write completed before the last completed Sync reads back
+//     with its data;
+//   - a block written since reads back as its previous or as a newer
+//     version, and verifies, provided the device writes each block
+//     atomically (its sector is at least the block size, as for 512-byte
+//     blocks, or 4 KiB blocks on 4Kn drives);
+//   - a block that a crash tore inside (4 KiB blocks on a device that
+//     writes 512-byte sectors independently) can match neither tuple. It is
+//     never re-checksummed: recovery records it as an open finding of kind
+//     [KindTorn] in the store's findings log, keeps its committed tuple, and
+//     it fails verification until it is rewritten;
+//   - corruption that happened before the crash is still reported.
+//
+// No data is written twice (no journal) and no tuple is ever recomputed
+// from the data found on the device.
+//
+// # Concurrency and memory
 //
 // A Volume is safe for concurrent use. Requests over overlapping blocks are
-// serialized (reads share); requests over disjoint blocks run in parallel.
+// serialized (reads share), so a read never sees half a write; requests
+// over disjoint blocks run in parallel. Memory is bounded: two staging
+// batches of Options.StagingBytes/2, the new tuples of at most
+// Options.MaxUnsynced bytes of unsynced writes (the volume syncs by itself
+// beyond it), and per-request scratch of about 1 MiB. Committed tuples are
+// cached by the store's engine (Pebble's block cache), not by the volume.
 type Volume struct {
 	dev    Device
 	tup    *store.Tuples

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime"
 	"sync"
 	"sync/atomic"
 
@@ -252,7 +251,7 @@ func (v *Volume) classify(lba int64, i, k int, data []byte, sc *scratch) error {
 // read, so that a large request costs little more than its read.
 const (
 	pipeMin   = 512 << 10
-	pipePiece = 256 << 10
+	pipePiece = 128 << 10
 )
 
 type verifyJob struct {
@@ -262,11 +261,11 @@ type verifyJob struct {
 	sc   *scratch
 }
 
-// startWorkers starts the verification workers once: one fewer than
-// GOMAXPROCS (the caller's goroutine reads and verifies too), at most 3.
+// startWorkers starts the Options.VerifyWorkers verification workers once
+// and reports whether there are any.
 func (v *Volume) startWorkers() int {
 	v.workersOnce.Do(func() {
-		n := min(runtime.GOMAXPROCS(0)-1, 3)
+		n := v.opts.VerifyWorkers
 		if n < 1 {
 			return
 		}
@@ -300,10 +299,19 @@ func (v *Volume) stopWorkers() {
 // pipelined when the run is large.
 func (v *Volume) readClassify(lba int64, n int, data []byte, sc *scratch, rereads int, uncached bool) error {
 	if n*v.bs < pipeMin || v.startWorkers() == 0 {
-		if err := v.readData(lba, 0, n, data, sc, rereads, uncached); err != nil {
-			return err
+		// Serially, piece by piece: each piece is verified while the CPU
+		// cache still holds it.
+		piece := max(1, pipePiece/v.bs)
+		for i := 0; i < n; i += piece {
+			k := min(piece, n-i)
+			if err := v.readData(lba, i, i+k, data, sc, rereads, uncached); err != nil {
+				return err
+			}
+			if err := v.classify(lba, i, k, data, sc); err != nil {
+				return err
+			}
 		}
-		return v.classify(lba, 0, n, data, sc)
+		return nil
 	}
 	sc.jobErr.Store(nil)
 	piece := max(1, pipePiece/v.bs)
