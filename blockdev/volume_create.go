@@ -207,9 +207,32 @@ func (v *Volume) protect(ctx context.Context, next int64, started time.Time, o *
 	fail := func(err error) error {
 		return fmt.Errorf("blockdev: create volume %q: protecting block %d: %w", v.opts.Name, pos, err)
 	}
+	// Tuples go to the store through its bulk loader (sorted tables
+	// ingested whole, skipping the write-ahead log), one loader per
+	// contiguous run of blocks. A loader's tuples become visible and durable
+	// only at Finish, so every checkpoint finishes the loader before it
+	// moves the cursor past its blocks; an interruption loses at most what
+	// the cursor does not cover, and protect redoes it.
+	var ld *store.Loader
+	finishLoader := func() error {
+		if ld == nil {
+			return nil
+		}
+		err := ld.Finish(true)
+		ld = nil
+		return err
+	}
+	defer func() {
+		if ld != nil {
+			ld.Abort()
+		}
+	}()
 	checkpoint := func(force bool) error {
 		if !force && pos*bs-lastCkpt < o.CheckpointBytes {
 			return nil
+		}
+		if err := finishLoader(); err != nil {
+			return err
 		}
 		now := time.Now().UTC()
 		if err := v.tup.SetScrubCursor(protectCursor, store.ScrubCursor{Next: uint64(pos), Started: started, Updated: now}, true); err != nil {
@@ -240,7 +263,18 @@ func (v *Volume) protect(ctx context.Context, next int64, started time.Time, o *
 			if err := v.generate(data, pos, n, tuples, s); err != nil {
 				return err
 			}
-			if err := v.tup.WriteRange(uint64(pos), tuples[:n*ts], s, false); err != nil {
+			if ld != nil && ld.Next() != uint64(pos) {
+				if err := finishLoader(); err != nil {
+					return err
+				}
+			}
+			if ld == nil {
+				var err error
+				if ld, err = v.tup.NewLoader(uint64(pos)); err != nil {
+					return err
+				}
+			}
+			if err := ld.Write(tuples[:n*ts], s); err != nil {
 				return err
 			}
 			pos += int64(n)
@@ -279,6 +313,9 @@ func (v *Volume) protect(ctx context.Context, next int64, started time.Time, o *
 		}
 	}
 	if err := hole(v.blocks); err != nil {
+		return fail(err)
+	}
+	if err := finishLoader(); err != nil {
 		return fail(err)
 	}
 	now := time.Now().UTC()
