@@ -9,6 +9,10 @@ import (
 
 //go:generate sh -c "cd ../_asm && go run ./fold -crc crc32c -out ../crc32c/zfold_amd64.s -stubs ../crc32c/zfold_amd64.go"
 
+// foldTables is what the kernels read: foldTable and its Fold constants
+// in reverse order.
+var foldTables = crcmath.NewRevFoldTable(&foldTable)
+
 // CPU features of the fold kernels in zfold_amd64.s, checked once.
 var (
 	hasFoldPCLMUL = cpu.X86.HasPCLMULQDQ && cpu.X86.HasSSSE3 && cpu.X86.HasSSE41
@@ -66,14 +70,13 @@ func blocksAVX512(dst []uint32, p []byte, blockLen, stride int) {
 	blocksFold(dst, p, blockLen, stride, foldVecAVX512, foldGroupAVX512, foldBlocksAVX512, updateAVX512)
 }
 
-// updateFold runs a fold kernel over the whole 16-byte lanes of p and the
-// table code over the rest.
-func updateFold(crc uint32, p []byte, min int, fold func(uint32, []byte, *crcmath.FoldTable) uint32) uint32 {
+// updateFold runs a fold kernel over p, or the table code when p is shorter
+// than min (at least 16, the kernels' minimum).
+func updateFold(crc uint32, p []byte, min int, fold func(uint32, []byte, *crcmath.RevFoldTable) uint32) uint32 {
 	if len(p) < min {
 		return updateGeneric(crc, p)
 	}
-	n := len(p) &^ 15
-	return updateGeneric(fold(crc, p[:n], &foldTable), p[n:])
+	return fold(crc, p, foldTables)
 }
 
 // blocksFold runs a blocks kernel over groups of blocks: it computes the CRC
@@ -81,14 +84,14 @@ func updateFold(crc uint32, p []byte, min int, fold func(uint32, []byte, *crcmat
 // block, and blocks that do not fill a group go through update one at a
 // time. The layout was checked.
 func blocksFold(dst []uint32, p []byte, blockLen, stride, vec, group int,
-	kernel func([]uint32, []byte, int, int, *crcmath.FoldTable), update func(uint32, []byte) uint32) {
+	kernel func([]uint32, []byte, int, int, *crcmath.RevFoldTable), update func(uint32, []byte) uint32) {
 	g := len(dst) - len(dst)%group
 	if blockLen < max(vec, foldMinBlockLen) || blockLen >= foldMaxBlockLen {
 		g = 0
 	}
 	if g > 0 {
 		n := blockLen &^ 15
-		kernel(dst[:g], p, n, stride, &foldTable)
+		kernel(dst[:g], p, n, stride, foldTables)
 		if n < blockLen {
 			for i := range dst[:g] {
 				off := i * stride

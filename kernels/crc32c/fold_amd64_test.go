@@ -56,7 +56,7 @@ func FuzzFoldKernels(f *testing.F) { kerneltest.Fuzz(f, foldTestKernel()) }
 func BenchmarkFoldKernels(b *testing.B) { kerneltest.Bench(b, foldTestKernel()) }
 
 func TestFoldTableOffsets(t *testing.T) {
-	var tab crcmath.FoldTable
+	var tab crcmath.RevFoldTable
 	for _, c := range []struct {
 		name      string
 		got, want uintptr
@@ -65,6 +65,7 @@ func TestFoldTableOffsets(t *testing.T) {
 		{"Final", unsafe.Offsetof(tab.Final), foldTableFinal},
 		{"Mu", unsafe.Offsetof(tab.Mu), foldTableMu},
 		{"Poly", unsafe.Offsetof(tab.Poly), foldTablePoly},
+		{"Rev", unsafe.Offsetof(tab.Rev), foldTableRev},
 		{"size", unsafe.Sizeof(tab), foldTableSize},
 	} {
 		if c.got != c.want {

@@ -4,8 +4,22 @@
 
 #include "textflag.h"
 
-// func foldUpdatePCLMUL(crc uint64, p []byte, tab *crcmath.FoldTable) (ret uint64)
-// Requires: PCLMULQDQ, SSE2, SSE4.1
+DATA tailShuf<>+0(SB)/8, $0x8080808080808080
+DATA tailShuf<>+8(SB)/8, $0x8080808080808080
+DATA tailShuf<>+16(SB)/8, $0x0706050403020100
+DATA tailShuf<>+24(SB)/8, $0x0f0e0d0c0b0a0908
+DATA tailShuf<>+32(SB)/8, $0x8080808080808080
+DATA tailShuf<>+40(SB)/8, $0x8080808080808080
+DATA tailShuf<>+48(SB)/8, $0x0000000000000000
+DATA tailShuf<>+56(SB)/8, $0x0000000000000000
+DATA tailShuf<>+64(SB)/8, $0xffffffffffffffff
+DATA tailShuf<>+72(SB)/8, $0xffffffffffffffff
+DATA tailShuf<>+80(SB)/8, $0x0000000000000000
+DATA tailShuf<>+88(SB)/8, $0x0000000000000000
+GLOBL tailShuf<>(SB), RODATA|NOPTR, $96
+
+// func foldUpdatePCLMUL(crc uint64, p []byte, tab *crcmath.RevFoldTable) (ret uint64)
+// Requires: PCLMULQDQ, SSE2, SSE4.1, SSSE3
 TEXT ·foldUpdatePCLMUL(SB), NOSPLIT, $0-48
 	MOVQ tab+32(FP), DX
 	MOVQ p_base+8(FP), SI
@@ -16,9 +30,16 @@ TEXT ·foldUpdatePCLMUL(SB), NOSPLIT, $0-48
 	NOTQ AX
 	MOVQ AX, X10
 
+	// Tail length t, the last 16 bytes, whole lanes, the last whole lane.
+	MOVQ CX, R8
+	ANDQ $0x0000000f, R8
+	LEAQ -16(SI)(CX*1), R11
+	ANDQ $-16, CX
+	LEAQ -16(SI)(CX*1), R9
+
 	// 8 accumulators, 128 bytes per iteration, from 128 bytes on.
 	CMPQ  CX, $0x00000080
-	JB    smallPCLMUL
+	JB    directPCLMUL
 	MOVOU (SI), X0
 	MOVOU 16(SI), X1
 	MOVOU 32(SI), X2
@@ -33,8 +54,11 @@ TEXT ·foldUpdatePCLMUL(SB), NOSPLIT, $0-48
 
 	// Fold[8]: forward by 128 bytes.
 	MOVOU 128(DX), X8
-	CMPQ  CX, $0x00000080
-	JB    collapsePCLMUL
+
+	// The loop leaves the last lane to the direct folding (it is added as is
+	// there, which an accumulator's folded last lane could not be).
+	CMPQ CX, $0x00000090
+	JB   finishPCLMUL
 
 loopPCLMUL:
 	MOVOU     (SI), X12
@@ -87,46 +111,55 @@ loopPCLMUL:
 	PXOR      X12, X7
 	ADDQ      $0x00000080, SI
 	SUBQ      $0x00000080, CX
-	CMPQ      CX, $0x00000080
+	CMPQ      CX, $0x00000090
 	JAE       loopPCLMUL
 
-collapsePCLMUL:
-	// Collapse: accumulator j folds forward by the N-1-j vectors after it.
-	MOVOU     112(DX), X8
+finishPCLMUL:
+	LEAQ 2112(DX), R13
+	SUBQ CX, R13
+
+	// Accumulator j folds into the last lane: its lanes are followed by
+	// N-1-j vectors and the remaining lanes.
+	MOVOU     -128(R13), X8
 	MOVO      X0, X11
 	PCLMULQDQ $0x00, X8, X11
 	PCLMULQDQ $0x11, X8, X0
 	PXOR      X11, X0
-	MOVOU     96(DX), X8
+	MOVOU     -112(R13), X8
 	MOVO      X1, X11
 	PCLMULQDQ $0x00, X8, X11
 	PCLMULQDQ $0x11, X8, X1
 	PXOR      X11, X1
-	MOVOU     80(DX), X8
+	MOVOU     -96(R13), X8
 	MOVO      X2, X11
 	PCLMULQDQ $0x00, X8, X11
 	PCLMULQDQ $0x11, X8, X2
 	PXOR      X11, X2
-	MOVOU     64(DX), X8
+	MOVOU     -80(R13), X8
 	MOVO      X3, X11
 	PCLMULQDQ $0x00, X8, X11
 	PCLMULQDQ $0x11, X8, X3
 	PXOR      X11, X3
-	MOVOU     48(DX), X8
+	MOVOU     -64(R13), X8
 	MOVO      X4, X11
 	PCLMULQDQ $0x00, X8, X11
 	PCLMULQDQ $0x11, X8, X4
 	PXOR      X11, X4
-	MOVOU     32(DX), X8
+	MOVOU     -48(R13), X8
 	MOVO      X5, X11
 	PCLMULQDQ $0x00, X8, X11
 	PCLMULQDQ $0x11, X8, X5
 	PXOR      X11, X5
-	MOVOU     16(DX), X8
+	MOVOU     -32(R13), X8
 	MOVO      X6, X11
 	PCLMULQDQ $0x00, X8, X11
 	PCLMULQDQ $0x11, X8, X6
 	PXOR      X11, X6
+	MOVOU     -16(R13), X8
+	MOVO      X7, X11
+	PCLMULQDQ $0x00, X8, X11
+	PCLMULQDQ $0x11, X8, X7
+	PXOR      X11, X7
 	PXOR      X1, X0
 	PXOR      X3, X2
 	PXOR      X5, X4
@@ -134,33 +167,138 @@ collapsePCLMUL:
 	PXOR      X2, X0
 	PXOR      X6, X4
 	PXOR      X4, X0
-	JMP       tailPCLMUL
 
-smallPCLMUL:
-	MOVOU (SI), X0
-	PXOR  X10, X0
-	ADDQ  $0x00000010, SI
-	SUBQ  $0x00000010, CX
+	// The CRC register is in accumulator 0 now.
+	PXOR X10, X10
+	JMP  stepsPCLMUL
 
-tailPCLMUL:
-	// 16-byte lanes: Fold[1].
-	CMPQ  CX, $0x00000010
-	JB    reducePCLMUL
-	MOVOU 16(DX), X13
+directPCLMUL:
+	LEAQ 2112(DX), R13
+	SUBQ CX, R13
+	PXOR X0, X0
+	CMPQ CX, $0x00000020
+	JB   singlePCLMUL
 
-tailloopPCLMUL:
+stepsPCLMUL:
+	PXOR X1, X1
+
+	// 16-byte vectors while they fit.
+	CMPQ      CX, $0x00000020
+	JB        stepsdonePCLMUL
+	MOVOU     (R13), X8
 	MOVOU     (SI), X12
-	MOVO      X0, X11
-	PCLMULQDQ $0x00, X13, X11
-	PCLMULQDQ $0x11, X13, X0
-	PXOR      X11, X0
-	PXOR      X12, X0
-	ADDQ      $0x00000010, SI
-	SUBQ      $0x00000010, CX
-	CMPQ      CX, $0x00000010
-	JAE       tailloopPCLMUL
+	PXOR      X10, X12
+	MOVO      X12, X11
+	PCLMULQDQ $0x00, X8, X11
+	MOVO      X12, X14
+	PCLMULQDQ $0x11, X8, X14
+	PXOR      X14, X11
+	PXOR      X11, X1
+	CMPQ      CX, $0x00000030
+	JB        stepsdonePCLMUL
+	MOVOU     16(R13), X8
+	MOVOU     16(SI), X12
+	MOVO      X12, X11
+	PCLMULQDQ $0x00, X8, X11
+	MOVO      X12, X14
+	PCLMULQDQ $0x11, X8, X14
+	PXOR      X14, X11
+	PXOR      X11, X1
+	CMPQ      CX, $0x00000040
+	JB        stepsdonePCLMUL
+	MOVOU     32(R13), X8
+	MOVOU     32(SI), X12
+	MOVO      X12, X11
+	PCLMULQDQ $0x00, X8, X11
+	MOVO      X12, X14
+	PCLMULQDQ $0x11, X8, X14
+	PXOR      X14, X11
+	PXOR      X11, X1
+	CMPQ      CX, $0x00000050
+	JB        stepsdonePCLMUL
+	MOVOU     48(R13), X8
+	MOVOU     48(SI), X12
+	MOVO      X12, X11
+	PCLMULQDQ $0x00, X8, X11
+	MOVO      X12, X14
+	PCLMULQDQ $0x11, X8, X14
+	PXOR      X14, X11
+	PXOR      X11, X1
+	CMPQ      CX, $0x00000060
+	JB        stepsdonePCLMUL
+	MOVOU     64(R13), X8
+	MOVOU     64(SI), X12
+	MOVO      X12, X11
+	PCLMULQDQ $0x00, X8, X11
+	MOVO      X12, X14
+	PCLMULQDQ $0x11, X8, X14
+	PXOR      X14, X11
+	PXOR      X11, X1
+	CMPQ      CX, $0x00000070
+	JB        stepsdonePCLMUL
+	MOVOU     80(R13), X8
+	MOVOU     80(SI), X12
+	MOVO      X12, X11
+	PCLMULQDQ $0x00, X8, X11
+	MOVO      X12, X14
+	PCLMULQDQ $0x11, X8, X14
+	PXOR      X14, X11
+	PXOR      X11, X1
+	CMPQ      CX, $0x00000080
+	JB        stepsdonePCLMUL
+	MOVOU     96(R13), X8
+	MOVOU     96(SI), X12
+	MOVO      X12, X11
+	PCLMULQDQ $0x00, X8, X11
+	MOVO      X12, X14
+	PCLMULQDQ $0x11, X8, X14
+	PXOR      X14, X11
+	PXOR      X11, X1
+	CMPQ      CX, $0x00000090
+	JB        stepsdonePCLMUL
+	MOVOU     112(R13), X8
+	MOVOU     112(SI), X12
+	MOVO      X12, X11
+	PCLMULQDQ $0x00, X8, X11
+	MOVO      X12, X14
+	PCLMULQDQ $0x11, X8, X14
+	PXOR      X14, X11
+	PXOR      X11, X1
 
-reducePCLMUL:
+stepsdonePCLMUL:
+	PXOR X1, X0
+	JMP  rawPCLMUL
+
+singlePCLMUL:
+	// A single lane: the CRC register alone.
+	MOVO X10, X0
+
+rawPCLMUL:
+	// The last whole lane, as is.
+	MOVOU     (R9), X12
+	PXOR      X12, X0
+	TESTQ     R8, R8
+	JZ        notailPCLMUL
+	LEAQ      tailShuf<>+0(SB), R10
+	MOVQ      R8, R12
+	NEGQ      R12
+	MOVOU     (R11), X12
+	MOVOU     48(R10)(R8*1), X15
+	PAND      X15, X12
+	MOVOU     (R10)(R8*1), X8
+	MOVO      X0, X14
+	PSHUFB    X8, X14
+	MOVOU     16(R10)(R8*1), X8
+	PSHUFB    X8, X0
+	PXOR      X12, X0
+	MOVOU     16(DX), X8
+	MOVO      X14, X11
+	PCLMULQDQ $0x00, X8, X11
+	PCLMULQDQ $0x11, X8, X14
+	PXOR      X11, X0
+	PXOR      X14, X0
+
+notailPCLMUL:
 	MOVOU     1040(DX), X15
 	MOVOU     1056(DX), X8
 	MOVO      X0, X11
@@ -186,7 +324,7 @@ reducePCLMUL:
 	MOVQ      AX, ret+40(FP)
 	RET
 
-// func foldBlocksPCLMUL(dst []uint64, p []byte, blockLen int, stride int, tab *crcmath.FoldTable)
+// func foldBlocksPCLMUL(dst []uint64, p []byte, blockLen int, stride int, tab *crcmath.RevFoldTable)
 // Requires: PCLMULQDQ, SSE2, SSE4.1
 TEXT ·foldBlocksPCLMUL(SB), NOSPLIT, $0-72
 	MOVQ tab+64(FP), DX
@@ -475,7 +613,7 @@ breducePCLMUL:
 	JNZ       bgroupPCLMUL
 	RET
 
-// func foldUpdateAVX2(crc uint64, p []byte, tab *crcmath.FoldTable) (ret uint64)
+// func foldUpdateAVX2(crc uint64, p []byte, tab *crcmath.RevFoldTable) (ret uint64)
 // Requires: AVX, AVX2, PCLMULQDQ, VPCLMULQDQ
 TEXT ·foldUpdateAVX2(SB), NOSPLIT, $0-48
 	MOVQ tab+32(FP), DX
@@ -487,12 +625,16 @@ TEXT ·foldUpdateAVX2(SB), NOSPLIT, $0-48
 	NOTQ  AX
 	VMOVQ AX, X10
 
-	// Fold[1] for the 16-byte lanes.
-	VMOVDQU 16(DX), X13
+	// Tail length t, the last 16 bytes, whole lanes, the last whole lane.
+	MOVQ CX, R8
+	ANDQ $0x0000000f, R8
+	LEAQ -16(SI)(CX*1), R11
+	ANDQ $-16, CX
+	LEAQ -16(SI)(CX*1), R9
 
 	// 8 accumulators, 256 bytes per iteration, from 256 bytes on.
 	CMPQ    CX, $0x00000100
-	JB      smallAVX2
+	JB      directAVX2
 	VMOVDQU (SI), Y0
 	VMOVDQU 32(SI), Y1
 	VMOVDQU 64(SI), Y2
@@ -507,8 +649,11 @@ TEXT ·foldUpdateAVX2(SB), NOSPLIT, $0-48
 
 	// Fold[16]: forward by 256 bytes.
 	VBROADCASTI128 256(DX), Y8
-	CMPQ           CX, $0x00000100
-	JB             collapseAVX2
+
+	// The loop leaves the last lane to the direct folding (it is added as is
+	// there, which an accumulator's folded last lane could not be).
+	CMPQ CX, $0x00000110
+	JB   finishAVX2
 
 loopAVX2:
 	VPCLMULQDQ $0x00, Y8, Y0, Y11
@@ -545,102 +690,149 @@ loopAVX2:
 	VPXOR      224(SI), Y7, Y7
 	ADDQ       $0x00000100, SI
 	SUBQ       $0x00000100, CX
-	CMPQ       CX, $0x00000100
+	CMPQ       CX, $0x00000110
 	JAE        loopAVX2
 
-collapseAVX2:
-	// Collapse: accumulator j folds forward by the N-1-j vectors after it.
-	VBROADCASTI128 224(DX), Y8
-	VPCLMULQDQ     $0x00, Y8, Y0, Y11
-	VPCLMULQDQ     $0x11, Y8, Y0, Y0
-	VPXOR          Y11, Y0, Y0
-	VBROADCASTI128 192(DX), Y8
-	VPCLMULQDQ     $0x00, Y8, Y1, Y11
-	VPCLMULQDQ     $0x11, Y8, Y1, Y1
-	VPXOR          Y11, Y1, Y1
-	VBROADCASTI128 160(DX), Y8
-	VPCLMULQDQ     $0x00, Y8, Y2, Y11
-	VPCLMULQDQ     $0x11, Y8, Y2, Y2
-	VPXOR          Y11, Y2, Y2
-	VBROADCASTI128 128(DX), Y8
-	VPCLMULQDQ     $0x00, Y8, Y3, Y11
-	VPCLMULQDQ     $0x11, Y8, Y3, Y3
-	VPXOR          Y11, Y3, Y3
-	VBROADCASTI128 96(DX), Y8
-	VPCLMULQDQ     $0x00, Y8, Y4, Y11
-	VPCLMULQDQ     $0x11, Y8, Y4, Y4
-	VPXOR          Y11, Y4, Y4
-	VBROADCASTI128 64(DX), Y8
-	VPCLMULQDQ     $0x00, Y8, Y5, Y11
-	VPCLMULQDQ     $0x11, Y8, Y5, Y5
-	VPXOR          Y11, Y5, Y5
-	VBROADCASTI128 32(DX), Y8
-	VPCLMULQDQ     $0x00, Y8, Y6, Y11
-	VPCLMULQDQ     $0x11, Y8, Y6, Y6
-	VPXOR          Y11, Y6, Y6
-	VPXOR          Y1, Y0, Y0
-	VPXOR          Y3, Y2, Y2
-	VPXOR          Y5, Y4, Y4
-	VPXOR          Y7, Y6, Y6
-	VPXOR          Y2, Y0, Y0
-	VPXOR          Y6, Y4, Y4
-	VPXOR          Y4, Y0, Y0
-	JMP            singleAVX2
+finishAVX2:
+	LEAQ 2112(DX), R13
+	SUBQ CX, R13
 
-smallAVX2:
-	CMPQ    CX, $0x00000020
-	JB      tinyAVX2
-	VMOVDQU (SI), Y0
-	VPXOR   Y10, Y0, Y0
-	ADDQ    $0x00000020, SI
-	SUBQ    $0x00000020, CX
+	// Accumulator j folds into the last lane: its lanes are followed by
+	// N-1-j vectors and the remaining lanes.
+	VPCLMULQDQ $0x00, -256(R13), Y0, Y11
+	VPCLMULQDQ $0x11, -256(R13), Y0, Y0
+	VPXOR      Y11, Y0, Y0
+	VPCLMULQDQ $0x00, -224(R13), Y1, Y11
+	VPCLMULQDQ $0x11, -224(R13), Y1, Y1
+	VPXOR      Y11, Y1, Y1
+	VPCLMULQDQ $0x00, -192(R13), Y2, Y11
+	VPCLMULQDQ $0x11, -192(R13), Y2, Y2
+	VPXOR      Y11, Y2, Y2
+	VPCLMULQDQ $0x00, -160(R13), Y3, Y11
+	VPCLMULQDQ $0x11, -160(R13), Y3, Y3
+	VPXOR      Y11, Y3, Y3
+	VPCLMULQDQ $0x00, -128(R13), Y4, Y11
+	VPCLMULQDQ $0x11, -128(R13), Y4, Y4
+	VPXOR      Y11, Y4, Y4
+	VPCLMULQDQ $0x00, -96(R13), Y5, Y11
+	VPCLMULQDQ $0x11, -96(R13), Y5, Y5
+	VPXOR      Y11, Y5, Y5
+	VPCLMULQDQ $0x00, -64(R13), Y6, Y11
+	VPCLMULQDQ $0x11, -64(R13), Y6, Y6
+	VPXOR      Y11, Y6, Y6
+	VPCLMULQDQ $0x00, -32(R13), Y7, Y11
+	VPCLMULQDQ $0x11, -32(R13), Y7, Y7
+	VPXOR      Y11, Y7, Y7
+	VPXOR      Y1, Y0, Y0
+	VPXOR      Y3, Y2, Y2
+	VPXOR      Y5, Y4, Y4
+	VPXOR      Y7, Y6, Y6
+	VPXOR      Y2, Y0, Y0
+	VPXOR      Y6, Y4, Y4
+	VPXOR      Y4, Y0, Y0
+
+	// The CRC register is in accumulator 0 now.
+	VPXOR X10, X10, X10
+	JMP   stepsAVX2
+
+directAVX2:
+	LEAQ  2112(DX), R13
+	SUBQ  CX, R13
+	VPXOR Y0, Y0, Y0
+	CMPQ  CX, $0x00000020
+	JB    singleAVX2
+
+stepsAVX2:
+	VPXOR Y1, Y1, Y1
+
+	// 32-byte vectors while they fit.
+	CMPQ       CX, $0x00000020
+	JB         stepsdoneAVX2
+	VMOVDQU    (SI), Y12
+	VPXOR      Y10, Y12, Y12
+	VPCLMULQDQ $0x00, (R13), Y12, Y11
+	VPCLMULQDQ $0x11, (R13), Y12, Y14
+	VPXOR      Y14, Y11, Y11
+	VPXOR      Y11, Y1, Y1
+	CMPQ       CX, $0x00000040
+	JB         stepsdoneAVX2
+	VMOVDQU    32(R13), Y8
+	VPCLMULQDQ $0x00, 32(SI), Y8, Y11
+	VPCLMULQDQ $0x11, 32(SI), Y8, Y14
+	VPXOR      Y14, Y11, Y11
+	VPXOR      Y11, Y1, Y1
+	CMPQ       CX, $0x00000060
+	JB         stepsdoneAVX2
+	VMOVDQU    64(R13), Y8
+	VPCLMULQDQ $0x00, 64(SI), Y8, Y11
+	VPCLMULQDQ $0x11, 64(SI), Y8, Y14
+	VPXOR      Y14, Y11, Y11
+	VPXOR      Y11, Y1, Y1
+	CMPQ       CX, $0x00000080
+	JB         stepsdoneAVX2
+	VMOVDQU    96(R13), Y8
+	VPCLMULQDQ $0x00, 96(SI), Y8, Y11
+	VPCLMULQDQ $0x11, 96(SI), Y8, Y14
+	VPXOR      Y14, Y11, Y11
+	VPXOR      Y11, Y1, Y1
+	CMPQ       CX, $0x000000a0
+	JB         stepsdoneAVX2
+	VMOVDQU    128(R13), Y8
+	VPCLMULQDQ $0x00, 128(SI), Y8, Y11
+	VPCLMULQDQ $0x11, 128(SI), Y8, Y14
+	VPXOR      Y14, Y11, Y11
+	VPXOR      Y11, Y1, Y1
+	CMPQ       CX, $0x000000c0
+	JB         stepsdoneAVX2
+	VMOVDQU    160(R13), Y8
+	VPCLMULQDQ $0x00, 160(SI), Y8, Y11
+	VPCLMULQDQ $0x11, 160(SI), Y8, Y14
+	VPXOR      Y14, Y11, Y11
+	VPXOR      Y11, Y1, Y1
+	CMPQ       CX, $0x000000e0
+	JB         stepsdoneAVX2
+	VMOVDQU    192(R13), Y8
+	VPCLMULQDQ $0x00, 192(SI), Y8, Y11
+	VPCLMULQDQ $0x11, 192(SI), Y8, Y14
+	VPXOR      Y14, Y11, Y11
+	VPXOR      Y11, Y1, Y1
+	CMPQ       CX, $0x00000100
+	JB         stepsdoneAVX2
+	VMOVDQU    224(R13), Y8
+	VPCLMULQDQ $0x00, 224(SI), Y8, Y11
+	VPCLMULQDQ $0x11, 224(SI), Y8, Y14
+	VPXOR      Y14, Y11, Y11
+	VPXOR      Y11, Y1, Y1
+
+stepsdoneAVX2:
+	VPXOR        Y1, Y0, Y0
+	VEXTRACTI128 $0x01, Y0, X11
+	VPXOR        X11, X0, X0
+	JMP          rawAVX2
 
 singleAVX2:
-	// Whole vectors: Fold[2], forward by 32 bytes.
-	VBROADCASTI128 32(DX), Y8
-	CMPQ           CX, $0x00000020
-	JB             lanesAVX2
+	// A single lane: the CRC register alone.
+	VMOVDQA X10, X0
 
-singleloopAVX2:
-	VPCLMULQDQ $0x00, Y8, Y0, Y11
-	VPCLMULQDQ $0x11, Y8, Y0, Y0
-	VPXOR      Y11, Y0, Y0
-	VPXOR      (SI), Y0, Y0
-	ADDQ       $0x00000020, SI
-	SUBQ       $0x00000020, CX
-	CMPQ       CX, $0x00000020
-	JAE        singleloopAVX2
-
-lanesAVX2:
-	VEXTRACTI128 $0x01, Y0, X14
-	VPCLMULQDQ   $0x00, X13, X0, X11
-	VPCLMULQDQ   $0x11, X13, X0, X0
-	VPXOR        X11, X0, X0
-	VPXOR        X14, X0, X0
-	JMP          tailAVX2
-
-tinyAVX2:
-	VMOVDQU (SI), X0
-	VPXOR   X10, X0, X0
-	ADDQ    $0x00000010, SI
-	SUBQ    $0x00000010, CX
-
-tailAVX2:
-	// 16-byte lanes: Fold[1].
-	CMPQ CX, $0x00000010
-	JB   reduceAVX2
-
-tailloopAVX2:
-	VPCLMULQDQ $0x00, X13, X0, X11
-	VPCLMULQDQ $0x11, X13, X0, X0
+rawAVX2:
+	// The last whole lane, as is.
+	VPXOR      (R9), X0, X0
+	TESTQ      R8, R8
+	JZ         notailAVX2
+	LEAQ       tailShuf<>+0(SB), R10
+	MOVQ       R8, R12
+	NEGQ       R12
+	VMOVDQU    (R11), X12
+	VPAND      48(R10)(R8*1), X12, X12
+	VPSHUFB    (R10)(R8*1), X0, X14
+	VPSHUFB    16(R10)(R8*1), X0, X0
+	VPXOR      X12, X0, X0
+	VPCLMULQDQ $0x00, 16(DX), X14, X11
+	VPCLMULQDQ $0x11, 16(DX), X14, X14
 	VPXOR      X11, X0, X0
-	VPXOR      (SI), X0, X0
-	ADDQ       $0x00000010, SI
-	SUBQ       $0x00000010, CX
-	CMPQ       CX, $0x00000010
-	JAE        tailloopAVX2
+	VPXOR      X14, X0, X0
 
-reduceAVX2:
+notailAVX2:
 	VPCLMULQDQ $0x00, 1040(DX), X0, X11
 	VPSRLDQ    $0x08, X0, X12
 	VPXOR      X12, X11, X11
@@ -659,7 +851,7 @@ reduceAVX2:
 	VZEROUPPER
 	RET
 
-// func foldBlocksAVX2(dst []uint64, p []byte, blockLen int, stride int, tab *crcmath.FoldTable)
+// func foldBlocksAVX2(dst []uint64, p []byte, blockLen int, stride int, tab *crcmath.RevFoldTable)
 // Requires: AVX, AVX2, PCLMULQDQ, VPCLMULQDQ
 TEXT ·foldBlocksAVX2(SB), NOSPLIT, $0-72
 	MOVQ tab+64(FP), DX
@@ -955,7 +1147,7 @@ breduceAVX2:
 	VZEROUPPER
 	RET
 
-// func foldUpdateAVX512(crc uint64, p []byte, tab *crcmath.FoldTable) (ret uint64)
+// func foldUpdateAVX512(crc uint64, p []byte, tab *crcmath.RevFoldTable) (ret uint64)
 // Requires: AVX, AVX2, AVX512F, PCLMULQDQ, VPCLMULQDQ
 TEXT ·foldUpdateAVX512(SB), NOSPLIT, $0-48
 	MOVQ tab+32(FP), DX
@@ -967,16 +1159,16 @@ TEXT ·foldUpdateAVX512(SB), NOSPLIT, $0-48
 	NOTQ  AX
 	VMOVQ AX, X10
 
-	// Fold[1] for the 16-byte lanes.
-	VMOVDQU 16(DX), X13
-
-	// {Fold[3], Fold[2], Fold[1], Fold[0]}: lane i of 4 folds by Fold[3-i].
-	VMOVDQU64  (DX), Z16
-	VSHUFI64X2 $0x1b, Z16, Z16, Z16
+	// Tail length t, the last 16 bytes, whole lanes, the last whole lane.
+	MOVQ CX, R8
+	ANDQ $0x0000000f, R8
+	LEAQ -16(SI)(CX*1), R11
+	ANDQ $-16, CX
+	LEAQ -16(SI)(CX*1), R9
 
 	// 8 accumulators, 512 bytes per iteration, from 512 bytes on.
 	CMPQ      CX, $0x00000200
-	JB        smallAVX512
+	JB        directAVX512
 	VMOVDQU64 (SI), Z0
 	VMOVDQU64 64(SI), Z1
 	VMOVDQU64 128(SI), Z2
@@ -991,8 +1183,11 @@ TEXT ·foldUpdateAVX512(SB), NOSPLIT, $0-48
 
 	// Fold[32]: forward by 512 bytes.
 	VBROADCASTI32X4 512(DX), Z8
-	CMPQ            CX, $0x00000200
-	JB              collapseAVX512
+
+	// The loop leaves the last lane to the direct folding (it is added as is
+	// there, which an accumulator's folded last lane could not be).
+	CMPQ CX, $0x00000210
+	JB   finishAVX512
 
 loopAVX512:
 	VPCLMULQDQ $0x00, Z8, Z0, Z11
@@ -1021,102 +1216,155 @@ loopAVX512:
 	VPTERNLOGD $0x96, 448(SI), Z11, Z7
 	ADDQ       $0x00000200, SI
 	SUBQ       $0x00000200, CX
-	CMPQ       CX, $0x00000200
+	CMPQ       CX, $0x00000210
 	JAE        loopAVX512
 
-collapseAVX512:
-	// Collapse: accumulator j folds forward by the N-1-j vectors after it.
-	VBROADCASTI32X4 448(DX), Z8
-	VPCLMULQDQ      $0x00, Z8, Z0, Z11
-	VPCLMULQDQ      $0x11, Z8, Z0, Z0
-	VPXORQ          Z11, Z0, Z0
-	VBROADCASTI32X4 384(DX), Z8
-	VPCLMULQDQ      $0x00, Z8, Z1, Z11
-	VPCLMULQDQ      $0x11, Z8, Z1, Z1
-	VPXORQ          Z11, Z1, Z1
-	VBROADCASTI32X4 320(DX), Z8
-	VPCLMULQDQ      $0x00, Z8, Z2, Z11
-	VPCLMULQDQ      $0x11, Z8, Z2, Z2
-	VPXORQ          Z11, Z2, Z2
-	VBROADCASTI32X4 256(DX), Z8
-	VPCLMULQDQ      $0x00, Z8, Z3, Z11
-	VPCLMULQDQ      $0x11, Z8, Z3, Z3
-	VPXORQ          Z11, Z3, Z3
-	VBROADCASTI32X4 192(DX), Z8
-	VPCLMULQDQ      $0x00, Z8, Z4, Z11
-	VPCLMULQDQ      $0x11, Z8, Z4, Z4
-	VPXORQ          Z11, Z4, Z4
-	VBROADCASTI32X4 128(DX), Z8
-	VPCLMULQDQ      $0x00, Z8, Z5, Z11
-	VPCLMULQDQ      $0x11, Z8, Z5, Z5
-	VPXORQ          Z11, Z5, Z5
-	VBROADCASTI32X4 64(DX), Z8
-	VPCLMULQDQ      $0x00, Z8, Z6, Z11
-	VPCLMULQDQ      $0x11, Z8, Z6, Z6
-	VPXORQ          Z11, Z6, Z6
-	VPTERNLOGD      $0x96, Z2, Z1, Z0
-	VPTERNLOGD      $0x96, Z5, Z4, Z3
-	VPXORQ          Z7, Z6, Z6
-	VPTERNLOGD      $0x96, Z6, Z3, Z0
-	JMP             singleAVX512
+finishAVX512:
+	LEAQ 2112(DX), R13
+	SUBQ CX, R13
 
-smallAVX512:
-	CMPQ      CX, $0x00000040
-	JB        tinyAVX512
-	VMOVDQU64 (SI), Z0
-	VPXORQ    Z10, Z0, Z0
-	ADDQ      $0x00000040, SI
-	SUBQ      $0x00000040, CX
+	// Accumulator j folds into the last lane: its lanes are followed by
+	// N-1-j vectors and the remaining lanes.
+	VPCLMULQDQ $0x00, -512(R13), Z0, Z11
+	VPCLMULQDQ $0x11, -512(R13), Z0, Z0
+	VPXORQ     Z11, Z0, Z0
+	VPCLMULQDQ $0x00, -448(R13), Z1, Z11
+	VPCLMULQDQ $0x11, -448(R13), Z1, Z1
+	VPXORQ     Z11, Z1, Z1
+	VPCLMULQDQ $0x00, -384(R13), Z2, Z11
+	VPCLMULQDQ $0x11, -384(R13), Z2, Z2
+	VPXORQ     Z11, Z2, Z2
+	VPCLMULQDQ $0x00, -320(R13), Z3, Z11
+	VPCLMULQDQ $0x11, -320(R13), Z3, Z3
+	VPXORQ     Z11, Z3, Z3
+	VPCLMULQDQ $0x00, -256(R13), Z4, Z11
+	VPCLMULQDQ $0x11, -256(R13), Z4, Z4
+	VPXORQ     Z11, Z4, Z4
+	VPCLMULQDQ $0x00, -192(R13), Z5, Z11
+	VPCLMULQDQ $0x11, -192(R13), Z5, Z5
+	VPXORQ     Z11, Z5, Z5
+	VPCLMULQDQ $0x00, -128(R13), Z6, Z11
+	VPCLMULQDQ $0x11, -128(R13), Z6, Z6
+	VPXORQ     Z11, Z6, Z6
+	VPCLMULQDQ $0x00, -64(R13), Z7, Z11
+	VPCLMULQDQ $0x11, -64(R13), Z7, Z7
+	VPXORQ     Z11, Z7, Z7
+	VPTERNLOGD $0x96, Z2, Z1, Z0
+	VPTERNLOGD $0x96, Z5, Z4, Z3
+	VPXORQ     Z7, Z6, Z6
+	VPTERNLOGD $0x96, Z6, Z3, Z0
+
+	// The CRC register is in accumulator 0 now.
+	VPXOR X10, X10, X10
+	JMP   stepsAVX512
+
+directAVX512:
+	LEAQ   2112(DX), R13
+	SUBQ   CX, R13
+	VPXORQ Z0, Z0, Z0
+	CMPQ   CX, $0x00000020
+	JB     singleAVX512
+
+stepsAVX512:
+	VPXORQ Z1, Z1, Z1
+	TESTQ  $0x00000020, CX
+	JZ     zstepsAVX512
+
+	// One YMM vector first, so that whole ZMM vectors remain.
+	VMOVDQU    (SI), Y12
+	VPXOR      Y10, Y12, Y12
+	VPCLMULQDQ $0x00, (R13), Y12, Y11
+	VPCLMULQDQ $0x11, (R13), Y12, Y14
+	VPXOR      Y14, Y11, Y11
+	VPXOR      Y11, Y1, Y1
+	VPXOR      X10, X10, X10
+	ADDQ       $0x00000020, SI
+	ADDQ       $0x00000020, R13
+	SUBQ       $0x00000020, CX
+
+zstepsAVX512:
+	// 64-byte vectors while they fit.
+	CMPQ       CX, $0x00000040
+	JB         stepsdoneAVX512
+	VMOVDQU64  (SI), Z12
+	VPXORQ     Z10, Z12, Z12
+	VPCLMULQDQ $0x00, (R13), Z12, Z11
+	VPCLMULQDQ $0x11, (R13), Z12, Z14
+	VPTERNLOGD $0x96, Z14, Z11, Z1
+	CMPQ       CX, $0x00000080
+	JB         stepsdoneAVX512
+	VMOVDQU64  64(R13), Z8
+	VPCLMULQDQ $0x00, 64(SI), Z8, Z11
+	VPCLMULQDQ $0x11, 64(SI), Z8, Z14
+	VPTERNLOGD $0x96, Z14, Z11, Z1
+	CMPQ       CX, $0x000000c0
+	JB         stepsdoneAVX512
+	VMOVDQU64  128(R13), Z8
+	VPCLMULQDQ $0x00, 128(SI), Z8, Z11
+	VPCLMULQDQ $0x11, 128(SI), Z8, Z14
+	VPTERNLOGD $0x96, Z14, Z11, Z1
+	CMPQ       CX, $0x00000100
+	JB         stepsdoneAVX512
+	VMOVDQU64  192(R13), Z8
+	VPCLMULQDQ $0x00, 192(SI), Z8, Z11
+	VPCLMULQDQ $0x11, 192(SI), Z8, Z14
+	VPTERNLOGD $0x96, Z14, Z11, Z1
+	CMPQ       CX, $0x00000140
+	JB         stepsdoneAVX512
+	VMOVDQU64  256(R13), Z8
+	VPCLMULQDQ $0x00, 256(SI), Z8, Z11
+	VPCLMULQDQ $0x11, 256(SI), Z8, Z14
+	VPTERNLOGD $0x96, Z14, Z11, Z1
+	CMPQ       CX, $0x00000180
+	JB         stepsdoneAVX512
+	VMOVDQU64  320(R13), Z8
+	VPCLMULQDQ $0x00, 320(SI), Z8, Z11
+	VPCLMULQDQ $0x11, 320(SI), Z8, Z14
+	VPTERNLOGD $0x96, Z14, Z11, Z1
+	CMPQ       CX, $0x000001c0
+	JB         stepsdoneAVX512
+	VMOVDQU64  384(R13), Z8
+	VPCLMULQDQ $0x00, 384(SI), Z8, Z11
+	VPCLMULQDQ $0x11, 384(SI), Z8, Z14
+	VPTERNLOGD $0x96, Z14, Z11, Z1
+	CMPQ       CX, $0x00000200
+	JB         stepsdoneAVX512
+	VMOVDQU64  448(R13), Z8
+	VPCLMULQDQ $0x00, 448(SI), Z8, Z11
+	VPCLMULQDQ $0x11, 448(SI), Z8, Z14
+	VPTERNLOGD $0x96, Z14, Z11, Z1
+
+stepsdoneAVX512:
+	VPXORQ        Z1, Z0, Z0
+	VEXTRACTI64X4 $0x01, Z0, Y11
+	VPXOR         Y11, Y0, Y0
+	VEXTRACTI128  $0x01, Y0, X11
+	VPXOR         X11, X0, X0
+	JMP           rawAVX512
 
 singleAVX512:
-	// Whole vectors: Fold[4], forward by 64 bytes.
-	VBROADCASTI32X4 64(DX), Z8
-	CMPQ            CX, $0x00000040
-	JB              lanesAVX512
+	// A single lane: the CRC register alone.
+	VMOVDQA X10, X0
 
-singleloopAVX512:
-	VPCLMULQDQ $0x00, Z8, Z0, Z11
-	VPCLMULQDQ $0x11, Z8, Z0, Z0
-	VPTERNLOGD $0x96, (SI), Z11, Z0
-	ADDQ       $0x00000040, SI
-	SUBQ       $0x00000040, CX
-	CMPQ       CX, $0x00000040
-	JAE        singleloopAVX512
-
-lanesAVX512:
-	VPCLMULQDQ    $0x00, Z16, Z0, Z11
-	VPCLMULQDQ    $0x11, Z16, Z0, Z12
-	VEXTRACTI32X4 $0x03, Z0, X14
-	VPXORQ        Z12, Z11, Z11
-	VEXTRACTI64X4 $0x01, Z11, Y12
-	VPXOR         Y12, Y11, Y11
-	VEXTRACTI128  $0x01, Y11, X12
-	VPXOR         X12, X11, X11
-	VPXOR         X14, X11, X0
-	JMP           tailAVX512
-
-tinyAVX512:
-	VMOVDQU (SI), X0
-	VPXOR   X10, X0, X0
-	ADDQ    $0x00000010, SI
-	SUBQ    $0x00000010, CX
-
-tailAVX512:
-	// 16-byte lanes: Fold[1].
-	CMPQ CX, $0x00000010
-	JB   reduceAVX512
-
-tailloopAVX512:
-	VPCLMULQDQ $0x00, X13, X0, X11
-	VPCLMULQDQ $0x11, X13, X0, X0
+rawAVX512:
+	// The last whole lane, as is.
+	VPXOR      (R9), X0, X0
+	TESTQ      R8, R8
+	JZ         notailAVX512
+	LEAQ       tailShuf<>+0(SB), R10
+	MOVQ       R8, R12
+	NEGQ       R12
+	VMOVDQU    (R11), X12
+	VPAND      48(R10)(R8*1), X12, X12
+	VPSHUFB    (R10)(R8*1), X0, X14
+	VPSHUFB    16(R10)(R8*1), X0, X0
+	VPXOR      X12, X0, X0
+	VPCLMULQDQ $0x00, 16(DX), X14, X11
+	VPCLMULQDQ $0x11, 16(DX), X14, X14
 	VPXOR      X11, X0, X0
-	VPXOR      (SI), X0, X0
-	ADDQ       $0x00000010, SI
-	SUBQ       $0x00000010, CX
-	CMPQ       CX, $0x00000010
-	JAE        tailloopAVX512
+	VPXOR      X14, X0, X0
 
-reduceAVX512:
+notailAVX512:
 	VPCLMULQDQ $0x00, 1040(DX), X0, X11
 	VPSRLDQ    $0x08, X0, X12
 	VPXOR      X12, X11, X11
@@ -1135,7 +1383,7 @@ reduceAVX512:
 	VZEROUPPER
 	RET
 
-// func foldBlocksAVX512(dst []uint64, p []byte, blockLen int, stride int, tab *crcmath.FoldTable)
+// func foldBlocksAVX512(dst []uint64, p []byte, blockLen int, stride int, tab *crcmath.RevFoldTable)
 // Requires: AVX, AVX2, AVX512F, PCLMULQDQ, VPCLMULQDQ
 TEXT ·foldBlocksAVX512(SB), NOSPLIT, $0-72
 	MOVQ tab+64(FP), DX

@@ -59,10 +59,10 @@ func TestArchImplementations(t *testing.T) {
 	}
 }
 
-// The kernels read crcmath.FoldTable through a pointer at the offsets the
+// The kernels read crcmath.RevFoldTable through a pointer at the offsets the
 // generator assumed (zfold_amd64.go).
 func TestFoldTableOffsets(t *testing.T) {
-	var tab crcmath.FoldTable
+	var tab crcmath.RevFoldTable
 	for _, c := range []struct {
 		name      string
 		got, want uintptr
@@ -71,6 +71,7 @@ func TestFoldTableOffsets(t *testing.T) {
 		{"Final", unsafe.Offsetof(tab.Final), foldTableFinal},
 		{"Mu", unsafe.Offsetof(tab.Mu), foldTableMu},
 		{"Poly", unsafe.Offsetof(tab.Poly), foldTablePoly},
+		{"Rev", unsafe.Offsetof(tab.Rev), foldTableRev},
 		{"size", unsafe.Sizeof(tab), foldTableSize},
 	} {
 		if c.got != c.want {

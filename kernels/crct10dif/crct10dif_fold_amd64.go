@@ -9,6 +9,10 @@ import (
 
 //go:generate sh -c "cd ../_asm && go run ./fold -crc t10dif -out ../crct10dif/zfold_amd64.s -stubs ../crct10dif/zfold_amd64.go"
 
+// foldTables is what the kernels read: foldTable and its Fold constants
+// in reverse order.
+var foldTables = crcmath.NewRevFoldTable(&foldTable)
+
 // CPU features of the fold kernels in zfold_amd64.s, checked once.
 var (
 	hasFoldPCLMUL = cpu.X86.HasPCLMULQDQ && cpu.X86.HasSSSE3 && cpu.X86.HasSSE41
@@ -29,12 +33,14 @@ func foldHasVPCLMULQDQ() bool {
 }
 
 // Below these lengths Update uses the table code, which is faster there.
-// Measured on an AMD EPYC (Zen 3) with BenchmarkKernel at 16..512 bytes:
-// the slicing-by-16 table wins at 16 bytes, ties at 32, and loses from 48 on.
+// Measured on an AMD EPYC (Zen 3), per CPU-second, with the kernels taking
+// the tail themselves: the slicing-by-16 table wins at 16 bytes (1.7 vs 1.1
+// GB/s) and ties at 32, but it finishes other lengths byte by byte and loses
+// at every other length from 17 on (0.8 vs 1.5 GB/s at 24, 1.0 vs 1.9 at 40).
 const (
-	foldMinPCLMUL = 48
-	foldMinAVX2   = 48
-	foldMinAVX512 = 48
+	foldMinPCLMUL = 17
+	foldMinAVX2   = 17
+	foldMinAVX512 = 17
 	// Blocks folds groups of blocks from foldMinBlockLen up to, not
 	// including, foldMaxBlockLen; other blocks go one at a time through
 	// Update. From 2 KiB on, eight streams a multiple of 2 KiB apart compete
@@ -65,14 +71,13 @@ func blocksAVX512(dst []uint16, p []byte, blockLen, stride int) {
 	blocksFold(dst, p, blockLen, stride, foldVecAVX512, foldGroupAVX512, foldBlocksAVX512, updateAVX512)
 }
 
-// updateFold runs a fold kernel over the whole 16-byte lanes of p and the
-// table code over the rest.
-func updateFold(crc uint16, p []byte, min int, fold func(uint16, []byte, *crcmath.FoldTable) uint16) uint16 {
+// updateFold runs a fold kernel over p, or the table code when p is shorter
+// than min (at least 16, the kernels' minimum).
+func updateFold(crc uint16, p []byte, min int, fold func(uint16, []byte, *crcmath.RevFoldTable) uint16) uint16 {
 	if len(p) < min {
 		return updateGeneric(crc, p)
 	}
-	n := len(p) &^ 15
-	return updateBytes(fold(crc, p[:n], &foldTable), p[n:])
+	return fold(crc, p, foldTables)
 }
 
 // blocksFold runs a blocks kernel over groups of blocks: it computes the CRC
@@ -80,14 +85,14 @@ func updateFold(crc uint16, p []byte, min int, fold func(uint16, []byte, *crcmat
 // block, and blocks that do not fill a group go through update one at a
 // time. The layout was checked.
 func blocksFold(dst []uint16, p []byte, blockLen, stride, vec, group int,
-	kernel func([]uint16, []byte, int, int, *crcmath.FoldTable), update func(uint16, []byte) uint16) {
+	kernel func([]uint16, []byte, int, int, *crcmath.RevFoldTable), update func(uint16, []byte) uint16) {
 	g := len(dst) - len(dst)%group
 	if blockLen < max(vec, foldMinBlockLen) || blockLen >= foldMaxBlockLen {
 		g = 0
 	}
 	if g > 0 {
 		n := blockLen &^ 15
-		kernel(dst[:g], p, n, stride, &foldTable)
+		kernel(dst[:g], p, n, stride, foldTables)
 		if n < blockLen {
 			for i := range dst[:g] {
 				off := i * stride

@@ -6,13 +6,14 @@ package crct10dif
 
 import "github.com/difctl/difctl/kernels/internal/crcmath"
 
-// Byte offsets of the crcmath.FoldTable fields that the kernels assume.
+// Byte offsets of the crcmath.RevFoldTable fields that the kernels assume.
 const (
 	foldTableFold  = 0
 	foldTableFinal = 1040
 	foldTableMu    = 1056
 	foldTablePoly  = 1064
-	foldTableSize  = 1072
+	foldTableRev   = 1072
+	foldTableSize  = 2112
 )
 
 // Shapes of the kernels: bytes per vector, Update accumulators, blocks
@@ -31,14 +32,15 @@ const (
 
 // foldUpdatePCLMUL returns crc (finalised, as Update takes it) updated with p,
 // by carry-less folding with PCLMULQDQ on XMM registers (SSE encodings): 8
-// accumulators of 16 bytes, then the 16-byte lanes one at a time, then
-// Barrett reduction (unreflected, lanes loaded byte-reversed). It mirrors crcmath.FoldUpdate.
+// accumulators of 16 bytes while more than 8 vectors remain, then
+// every vector folded straight into the last 16-byte lane, the tail of
+// len(p)%16 bytes shifted in, and Barrett reduction (unreflected, lanes loaded byte-reversed).
 //
-// Preconditions: len(p) is a positive multiple of 16; tab is this CRC's
-// fold table; the CPU has PCLMULQDQ, SSSE3 and SSE4.1.
+// Preconditions: len(p) >= 16; tab is this CRC's fold table; the CPU has
+// PCLMULQDQ, SSSE3 and SSE4.1. It reads only p.
 //
 //go:noescape
-func foldUpdatePCLMUL(crc uint16, p []byte, tab *crcmath.FoldTable) uint16
+func foldUpdatePCLMUL(crc uint16, p []byte, tab *crcmath.RevFoldTable) uint16
 
 // foldBlocksPCLMUL sets dst[i] to the CRC (from the initial value) of
 // p[i*stride:][:blockLen] for every i, folding 8 blocks at once, each with its
@@ -50,18 +52,19 @@ func foldUpdatePCLMUL(crc uint16, p []byte, tab *crcmath.FoldTable) uint16
 // the CPU has PCLMULQDQ, SSSE3 and SSE4.1.
 //
 //go:noescape
-func foldBlocksPCLMUL(dst []uint16, p []byte, blockLen, stride int, tab *crcmath.FoldTable)
+func foldBlocksPCLMUL(dst []uint16, p []byte, blockLen, stride int, tab *crcmath.RevFoldTable)
 
 // foldUpdateAVX2 returns crc (finalised, as Update takes it) updated with p,
 // by carry-less folding with VPCLMULQDQ on YMM registers (VEX encodings): 8
-// accumulators of 32 bytes, then the 16-byte lanes one at a time, then
-// Barrett reduction (unreflected, lanes loaded byte-reversed). It mirrors crcmath.FoldUpdate.
+// accumulators of 32 bytes while more than 8 vectors remain, then
+// every vector folded straight into the last 16-byte lane, the tail of
+// len(p)%16 bytes shifted in, and Barrett reduction (unreflected, lanes loaded byte-reversed).
 //
-// Preconditions: len(p) is a positive multiple of 16; tab is this CRC's
-// fold table; the CPU has AVX2 and VPCLMULQDQ.
+// Preconditions: len(p) >= 16; tab is this CRC's fold table; the CPU has
+// AVX2 and VPCLMULQDQ. It reads only p.
 //
 //go:noescape
-func foldUpdateAVX2(crc uint16, p []byte, tab *crcmath.FoldTable) uint16
+func foldUpdateAVX2(crc uint16, p []byte, tab *crcmath.RevFoldTable) uint16
 
 // foldBlocksAVX2 sets dst[i] to the CRC (from the initial value) of
 // p[i*stride:][:blockLen] for every i, folding 8 blocks at once, each with its
@@ -73,18 +76,19 @@ func foldUpdateAVX2(crc uint16, p []byte, tab *crcmath.FoldTable) uint16
 // the CPU has AVX2 and VPCLMULQDQ.
 //
 //go:noescape
-func foldBlocksAVX2(dst []uint16, p []byte, blockLen, stride int, tab *crcmath.FoldTable)
+func foldBlocksAVX2(dst []uint16, p []byte, blockLen, stride int, tab *crcmath.RevFoldTable)
 
 // foldUpdateAVX512 returns crc (finalised, as Update takes it) updated with p,
 // by carry-less folding with VPCLMULQDQ on ZMM registers (EVEX encodings, VPTERNLOGD): 8
-// accumulators of 64 bytes, then the 16-byte lanes one at a time, then
-// Barrett reduction (unreflected, lanes loaded byte-reversed). It mirrors crcmath.FoldUpdate.
+// accumulators of 64 bytes while more than 8 vectors remain, then
+// every vector folded straight into the last 16-byte lane, the tail of
+// len(p)%16 bytes shifted in, and Barrett reduction (unreflected, lanes loaded byte-reversed).
 //
-// Preconditions: len(p) is a positive multiple of 16; tab is this CRC's
-// fold table; the CPU has AVX512F, AVX512BW, AVX2 and VPCLMULQDQ.
+// Preconditions: len(p) >= 16; tab is this CRC's fold table; the CPU has
+// AVX512F, AVX512BW, AVX2 and VPCLMULQDQ. It reads only p.
 //
 //go:noescape
-func foldUpdateAVX512(crc uint16, p []byte, tab *crcmath.FoldTable) uint16
+func foldUpdateAVX512(crc uint16, p []byte, tab *crcmath.RevFoldTable) uint16
 
 // foldBlocksAVX512 sets dst[i] to the CRC (from the initial value) of
 // p[i*stride:][:blockLen] for every i, folding 8 blocks at once, each with its
@@ -96,7 +100,7 @@ func foldUpdateAVX512(crc uint16, p []byte, tab *crcmath.FoldTable) uint16
 // the CPU has AVX512F, AVX512BW, AVX2 and VPCLMULQDQ.
 //
 //go:noescape
-func foldBlocksAVX512(dst []uint16, p []byte, blockLen, stride int, tab *crcmath.FoldTable)
+func foldBlocksAVX512(dst []uint16, p []byte, blockLen, stride int, tab *crcmath.RevFoldTable)
 
 // foldCPUID executes CPUID with the given leaf and subleaf. Only the feature
 // checks in Go call it, for the bits golang.org/x/sys/cpu does not report.

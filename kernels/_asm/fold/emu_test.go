@@ -8,7 +8,8 @@ package main
 // (VMOVDQU64, VPXORQ, VPTERNLOGD, VBROADCASTI32X4, VSHUFI64X2,
 // VEXTRACTI32X4, VEXTRACTI64X4) and the ZMM width of the shared ones, which
 // follow the Intel SDM definitions below. Every result is compared with a
-// bitwise CRC.
+// bitwise CRC, at every length from 16 to 1200 bytes (tails included) and
+// longer ones. The memory ends with the message, so an over-read panics.
 
 import (
 	"encoding/binary"
@@ -293,6 +294,12 @@ func (m *machine) run(p *program, fn string) (steps int) {
 			}
 		case "ADDQ":
 			m.gpr[a[1].reg] += m.gval(a[0])
+		case "ANDQ":
+			m.gpr[a[1].reg] &= m.gval(a[0])
+		case "TESTQ":
+			m.cf, m.zf = false, m.gval(a[0])&m.gval(a[1]) == 0
+		case "NEGQ":
+			m.gpr[a[0].reg] = -m.gpr[a[0].reg]
 		case "SUBQ", "CMPQ":
 			x, y := m.gval(a[0]), m.gval(a[1])
 			if in.op == "SUBQ" {
@@ -303,8 +310,8 @@ func (m *machine) run(p *program, fn string) (steps int) {
 			if in.op == "SUBQ" {
 				m.gpr[a[1].reg] = r
 			}
-		case "JB", "JAE", "JNZ", "JMP":
-			take := map[string]bool{"JB": m.cf, "JAE": !m.cf, "JNZ": !m.zf, "JMP": true}[in.op]
+		case "JB", "JAE", "JNZ", "JZ", "JMP":
+			take := map[string]bool{"JB": m.cf, "JAE": !m.cf, "JNZ": !m.zf, "JZ": m.zf, "JMP": true}[in.op]
 			if take {
 				t, ok := p.labels[fn][a[0].reg]
 				if !ok {
@@ -342,7 +349,7 @@ func (m *machine) run(p *program, fn string) (steps int) {
 			}
 		case "VPEXTRQ":
 			m.gpr[a[2].reg] = m.v[a[1].vec][a[0].imm&1]
-		case "VMOVDQU", "VMOVDQU64":
+		case "VMOVDQU", "VMOVDQU64", "VMOVDQA":
 			m.setVec(last(), m.vecVal(a[0], w))
 		case "VBROADCASTI128", "VBROADCASTI32X4":
 			s := m.vecVal(a[0], 16)
@@ -351,10 +358,14 @@ func (m *machine) run(p *program, fn string) (steps int) {
 				r[i], r[i+1] = s[0], s[1]
 			}
 			m.setVec(last(), r)
-		case "VPXOR", "VPXORQ":
+		case "VPXOR", "VPXORQ", "VPAND":
 			x, y := m.vecVal(a[0], w), m.vecVal(a[1], w)
 			for i := range x {
-				x[i] ^= y[i]
+				if in.op == "VPAND" {
+					x[i] &= y[i]
+				} else {
+					x[i] ^= y[i]
+				}
 			}
 			m.setVec(last(), x)
 		case "VPTERNLOGD":
@@ -570,6 +581,10 @@ func table(s crcSpec, poly uint64) []byte {
 		mu, p = reflect(mu, 64), reflect(p, 64)
 	}
 	q = append(q, mu, p)
+	// crcmath.RevFoldTable: Rev[i] = Fold[64-i].
+	for i := maxFold; i >= 0; i-- {
+		q = append(q, q[2*i], q[2*i+1])
+	}
 	b := make([]byte, 8*len(q))
 	for i, v := range q {
 		binary.LittleEndian.PutUint64(b[8*i:], v)
@@ -583,16 +598,19 @@ func table(s crcSpec, poly uint64) []byte {
 const (
 	addrFP    = 0x100
 	addrMask  = 0x200
+	addrTail  = 0x300
 	addrTable = 0x1000
 	addrDst   = 0x2000
 	addrData  = 0x4000
 )
 
 func newMachine(tab []byte, data []byte) *machine {
-	m := &machine{gpr: map[string]uint64{}, fp: addrFP, syms: map[string]uint64{"bswapMask<>": addrMask}}
+	m := &machine{gpr: map[string]uint64{}, fp: addrFP,
+		syms: map[string]uint64{"bswapMask<>": addrMask, "tailShuf<>": addrTail}}
 	// The data ends the address space: an over-read panics.
 	m.mem = make([]byte, addrData+len(data))
 	copy(m.mem[addrTable:], tab)
+	copy(m.mem[addrTail:], tailShufData)
 	binary.LittleEndian.PutUint64(m.mem[addrMask:], 0x08090a0b0c0d0e0f)
 	binary.LittleEndian.PutUint64(m.mem[addrMask+8:], 0x0001020304050607)
 	copy(m.mem[addrData:], data)
@@ -618,10 +636,10 @@ func TestEmulatedKernels(t *testing.T) {
 		for _, v := range []string{"AVX2", "AVX512"} {
 			t.Run(fmt.Sprintf("crc=%s/kernel=%s", s.flag, v), func(t *testing.T) {
 				var lens []int
-				for n := 16; n <= 1200; n += 16 {
+				for n := 16; n <= 1200; n++ {
 					lens = append(lens, n)
 				}
-				lens = append(lens, 4096, 4096+16*7, 8192+48)
+				lens = append(lens, 4096, 4096+16*7, 4096+16*7+9, 8192+48, 8192+63)
 				for _, n := range lens {
 					data := make([]byte, n)
 					for i := range data {

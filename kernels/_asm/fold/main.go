@@ -13,26 +13,32 @@
 //	AVX512  VPCLMULQDQ on ZMM registers, EVEX encodings, VPTERNLOGD for
 //	        three-way XORs (AVX512F/BW/VL + VPCLMULQDQ).
 //
-// Each kernel has two entry points. foldUpdateX(crc, p, tab) mirrors
-// crcmath.FoldUpdate: XOR the CRC register into the first lane, fold N vector
-// accumulators forward by N vectors at a time, collapse them into one vector,
-// fold the remaining whole vectors, collapse the vector's 16-byte lanes into
-// one, fold the remaining 16-byte lanes, and reduce (crcmath.Reduce: the
-// Final constant, then Barrett). foldBlocksX(dst, p, blockLen, stride, tab)
-// runs the same chain on G blocks at once, one vector accumulator per block,
-// so G independent multiply chains hide the multiplier's latency on short
-// blocks.
+// Each kernel has two entry points. foldUpdateX(crc, p, tab) computes what
+// crcmath.FoldUpdate does, in another order: XOR the CRC register into the
+// first lane; from N vectors on, fold N vector accumulators forward by N
+// vectors at a time while more than N vectors remain; then fold every
+// accumulator and every remaining vector straight into the position of the
+// message's last 16-byte lane, each lane by its own Fold constant (read from
+// the reversed copy in crcmath.RevFoldTable), so these multiplies are
+// independent of each other; add the last lane as is, shift in the tail of
+// len(p)%16 bytes (a PSHUFB of the lane and a masked reload of the message's
+// last 16 bytes, see gen.tail), and reduce (crcmath.Reduce: the Final
+// constant, then Barrett). foldBlocksX(dst, p, blockLen, stride, tab) runs a
+// fold chain on G blocks at once, one vector accumulator per block, so G
+// independent multiply chains hide the multiplier's latency on short blocks.
 //
 // The constants are never in the assembly: every kernel reads the
-// crcmath.FoldTable passed as its last argument, at fixed offsets (see
+// crcmath.RevFoldTable passed as its last argument, at fixed offsets (see
 // tableFinal etc. below; a test in each kernel package checks them). The only
-// data in the assembly is the byte-reversal shuffle of the unreflected CRC.
+// data in the assembly are the byte-reversal shuffle of the unreflected CRC
+// and the shift controls of the tail.
 //
 // The output depends only on the flags, so regenerating is reproducible.
 package main
 
 import (
 	"bytes"
+	"encoding/binary"
 	"flag"
 	"fmt"
 	"go/format"
@@ -57,7 +63,8 @@ const (
 	tableFinal = 1040 // Final: {C(64+w), 0}
 	tableMu    = 1056 // Mu, followed by Poly
 	tablePoly  = 1064
-	tableSize  = 1072
+	tableRev   = 1072 // crcmath.RevFoldTable: Rev[i] = Fold[64-i] at 16*i
+	tableSize  = 2112
 	maxFold    = 64 // Fold has entries 0..64
 )
 
@@ -146,8 +153,13 @@ func generate(spec crcSpec, out, stubs string) (asm, src []byte, err error) {
 		ctx.AddDatum(0, operand.U64(0x08090a0b0c0d0e0f))
 		ctx.AddDatum(8, operand.U64(0x0001020304050607))
 	}
+	tailShuf := ctx.StaticGlobal("tailShuf")
+	ctx.DataAttributes(attr.RODATA | attr.NOPTR)
+	for i := 0; i < len(tailShufData); i += 8 {
+		ctx.AddDatum(i, operand.U64(binary.LittleEndian.Uint64(tailShufData[i:])))
+	}
 	for _, v := range vecs {
-		g := &gen{c: ctx, crc: spec, v: v, mask: mask, sse: v.bytes == 16}
+		g := &gen{c: ctx, crc: spec, v: v, mask: mask, tailShuf: tailShuf, sse: v.bytes == 16}
 		g.update()
 		g.blocks()
 	}
@@ -169,6 +181,21 @@ func generate(spec crcSpec, out, stubs string) (asm, src []byte, err error) {
 	return asm, src, err
 }
 
+// tailShufData is the table of the tail's byte shifts and mask (see
+// gen.tail). Bytes 0..47 are PSHUFB controls: 16 times 0x80 (a zero byte),
+// the identity 0..15, 16 times 0x80; the 16 bytes at 16+s shift a lane down
+// by s bytes (result byte i is byte i+s), at 16-s up by s. Bytes 48..95 are
+// 16 zero bytes, 16 times 0xff, 16 zero bytes: the 16 bytes at 48+t keep
+// bytes 16-t..15, at 48+32-t bytes 0..t-1.
+var tailShufData = func() []byte {
+	b := make([]byte, 96)
+	for i := 0; i < 16; i++ {
+		b[i], b[16+i], b[32+i] = 0x80, byte(i), 0x80
+		b[64+i] = 0xff
+	}
+	return b
+}()
+
 // Signatures. avo needs go/types signatures to name the frame arguments; the
 // table type is built by hand (this module cannot import crcmath), with the
 // field layout the offsets above describe.
@@ -184,7 +211,12 @@ var (
 			types.NewField(token.NoPos, crcmathPkg, "Mu", u64, false),
 			types.NewField(token.NoPos, crcmathPkg, "Poly", u64, false),
 		}, nil)
-		return types.NewNamed(types.NewTypeName(token.NoPos, crcmathPkg, "FoldTable", nil), st, nil)
+		ft := types.NewNamed(types.NewTypeName(token.NoPos, crcmathPkg, "FoldTable", nil), st, nil)
+		rst := types.NewStruct([]*types.Var{
+			types.NewField(token.NoPos, crcmathPkg, "FoldTable", ft, true),
+			types.NewField(token.NoPos, crcmathPkg, "Rev", types.NewArray(pair, maxFold+1), false),
+		}, nil)
+		return types.NewNamed(types.NewTypeName(token.NoPos, crcmathPkg, "RevFoldTable", nil), rst, nil)
 	}()
 )
 
@@ -255,12 +287,13 @@ const (
 )
 
 type gen struct {
-	c    *build.Context
-	crc  crcSpec
-	v    vecSpec
-	mask operand.Mem
-	sse  bool // legacy SSE encodings (the PCLMUL kernel)
-	tab  reg.GPPhysical
+	c        *build.Context
+	crc      crcSpec
+	v        vecSpec
+	mask     operand.Mem
+	tailShuf operand.Mem
+	sse      bool // legacy SSE encodings (the PCLMUL kernel)
+	tab      reg.GPPhysical
 }
 
 func (g *gen) lanes() int { return g.v.bytes / 16 }
@@ -614,18 +647,30 @@ func (g *gen) finish(r reg.GPPhysical) {
 
 func (g *gen) label(s string) string { return s + g.v.name }
 
+// update generates foldUpdateX. The message is a run of L = n/16 whole
+// 16-byte lanes and a tail of t = n%16 bytes. Lane i is worth
+// lane·x^(128(L-1-i)) relative to the last lane, so it folds straight into
+// the last lane's position with Fold[L-1-i]: every vector is multiplied by the
+// constants of its own lanes (read from the table at an address computed from
+// the remaining length, lane order reversed) and summed, with no dependency
+// between vectors: the multiplier's throughput, not its latency, bounds
+// short messages. Long messages first run the N-accumulator loop, which folds
+// every accumulator forward by N vectors; when fewer than N vectors remain
+// the accumulators fold straight into the last lane like memory vectors. The
+// last lane (Fold[0] = 0) is added as is, the tail is shifted in (see tail),
+// and the lane is reduced.
 func (g *gen) update() {
 	c := g.c
-	V, N, m := g.v.bytes, g.v.accs, g.lanes()
+	V, N := g.v.bytes, g.v.accs
 	name := "foldUpdate" + g.v.name
 	c.Function(name)
 	c.Attributes(attr.NOSPLIT)
 	c.Signature(updateSig(g.crc.width))
 	g.tab = reg.RDX
-	p, n := reg.RSI, reg.RCX
+	p, rem, last, end, tail := reg.RSI, reg.RCX, reg.R9, reg.R11, reg.R8
 	c.Load(c.Param("tab"), g.tab)
 	c.Load(c.Param("p").Base(), p)
-	c.Load(c.Param("p").Len(), n)
+	c.Load(c.Param("p").Len(), rem)
 	c.Load(c.Param("crc"), reg.RAX)
 	c.Comment("The CRC register (xorout undone) goes into the first lane.")
 	if g.crc.onesXor {
@@ -633,98 +678,79 @@ func (g *gen) update() {
 	}
 	g.seedVector()
 	g.loadMask()
-	g.loadLaneConsts()
+	c.Comment("Tail length t, the last 16 bytes, whole lanes, the last whole lane.")
+	c.MOVQ(rem, tail)
+	c.ANDQ(operand.U32(15), tail)
+	c.LEAQ(operand.Mem{Base: p, Index: rem, Scale: 1, Disp: -16}, end)
+	c.ANDQ(operand.I32(-16), rem)
+	c.LEAQ(operand.Mem{Base: p, Index: rem, Scale: 1, Disp: -16}, last)
 
-	lSmall, lSingle, lLanes, lTiny, lTail, lTailLoop, lReduce, lLoop, lCollapse :=
-		g.label("small"), g.label("single"), g.label("lanes"), g.label("tiny"),
-		g.label("tail"), g.label("tailloop"), g.label("reduce"), g.label("loop"), g.label("collapse")
+	lLoop, lFinish, lDirect, lSteps := g.label("loop"), g.label("finish"), g.label("direct"), g.label("steps")
 	stepN := N * V
-
 	c.Comment(fmt.Sprintf("%d accumulators, %d bytes per iteration, from %d bytes on.", N, stepN, stepN))
-	c.CMPQ(n, operand.U32(stepN))
-	c.JB(operand.LabelRef(lSmall))
+	c.CMPQ(rem, operand.U32(stepN))
+	c.JB(operand.LabelRef(lDirect))
 	for j := 0; j < N; j++ {
 		g.load(g.V(j), mem(p, j*V))
 	}
 	g.xor(g.V(0), g.V(0), g.V(rSeed))
 	c.ADDQ(operand.U32(stepN), p)
-	c.SUBQ(operand.U32(stepN), n)
-	c.Comment(fmt.Sprintf("Fold[%d]: forward by %d bytes.", N*m, stepN))
-	g.bcast(g.V(rK), g.fold(N*m))
-	c.CMPQ(n, operand.U32(stepN))
-	c.JB(operand.LabelRef(lCollapse))
+	c.SUBQ(operand.U32(stepN), rem)
+	c.Comment(fmt.Sprintf("Fold[%d]: forward by %d bytes.", N*g.lanes(), stepN))
+	g.bcast(g.V(rK), g.fold(N*g.lanes()))
+	c.Comment("The loop leaves the last lane to the direct folding (it is added as is")
+	c.Comment("there, which an accumulator's folded last lane could not be).")
+	c.CMPQ(rem, operand.U32(stepN+16))
+	c.JB(operand.LabelRef(lFinish))
 	c.Label(lLoop)
 	for j := 0; j < N; j++ {
 		d := g.data(mem(p, j*V), g.dataReg(j))
 		g.foldInto(g.V(j), g.V(rK), d, g.V(rT1))
 	}
 	c.ADDQ(operand.U32(stepN), p)
-	c.SUBQ(operand.U32(stepN), n)
-	c.CMPQ(n, operand.U32(stepN))
+	c.SUBQ(operand.U32(stepN), rem)
+	c.CMPQ(rem, operand.U32(stepN+16))
 	c.JAE(operand.LabelRef(lLoop))
 
-	c.Label(lCollapse)
-	c.Comment("Collapse: accumulator j folds forward by the N-1-j vectors after it.")
-	for j := 0; j < N-1; j++ {
-		g.bcast(g.V(rK), g.fold((N-1-j)*m))
-		g.clmul(g.immHi(), g.V(rK), g.V(j), g.V(rT1))
-		g.clmul(g.immLo(), g.V(rK), g.V(j), g.V(j))
+	c.Label(lFinish)
+	g.revPointer(rem)
+	c.Comment("Accumulator j folds into the last lane: its lanes are followed by")
+	c.Comment("N-1-j vectors and the remaining lanes.")
+	for j := 0; j < N; j++ {
+		var k operand.Op = mem(revPtr, -(N-j)*V)
+		if g.sse {
+			g.c.MOVOU(k, g.V(rK))
+			k = g.V(rK)
+		}
+		g.clmul(g.immHi(), k, g.V(j), g.V(rT1))
+		g.clmul(g.immLo(), k, g.V(j), g.V(j))
 		g.xor(g.V(j), g.V(j), g.V(rT1))
 	}
 	g.xorTree(N)
-	if V == 16 {
-		c.JMP(operand.LabelRef(lTail))
-	} else {
-		c.JMP(operand.LabelRef(lSingle))
-	}
+	c.Comment("The CRC register is in accumulator 0 now.")
+	g.xor(g.X(rSeed), g.X(rSeed), g.X(rSeed))
+	c.JMP(operand.LabelRef(lSteps))
 
-	c.Label(lSmall)
-	if V > 16 {
-		c.CMPQ(n, operand.U32(V))
-		c.JB(operand.LabelRef(lTiny))
-		g.load(g.V(0), mem(p, 0))
-		g.xor(g.V(0), g.V(0), g.V(rSeed))
-		c.ADDQ(operand.U32(V), p)
-		c.SUBQ(operand.U32(V), n)
+	c.Label(lDirect)
+	g.revPointer(rem)
+	g.xor(g.V(0), g.V(0), g.V(0))
+	c.CMPQ(rem, operand.U32(32))
+	c.JB(operand.LabelRef(g.label("single")))
 
-		c.Label(lSingle)
-		c.Comment(fmt.Sprintf("Whole vectors: Fold[%d], forward by %d bytes.", m, V))
-		g.bcast(g.V(rK), g.fold(m))
-		c.CMPQ(n, operand.U32(V))
-		c.JB(operand.LabelRef(lLanes))
-		l := g.label("singleloop")
-		c.Label(l)
-		g.foldInto(g.V(0), g.V(rK), g.data(mem(p, 0), g.V(rT2)), g.V(rT1))
-		c.ADDQ(operand.U32(V), p)
-		c.SUBQ(operand.U32(V), n)
-		c.CMPQ(n, operand.U32(V))
-		c.JAE(operand.LabelRef(l))
-		c.Label(lLanes)
-		g.collapseLanes(0)
-		c.JMP(operand.LabelRef(lTail))
+	c.Label(lSteps)
+	g.directSteps(p, rem)
+	g.xor(g.V(0), g.V(0), g.V(1))
+	g.collapseWidth(0, V, 16)
+	c.JMP(operand.LabelRef(g.label("raw")))
 
-		c.Label(lTiny)
-	}
-	g.load(g.X(0), mem(p, 0))
-	g.xor(g.X(0), g.X(0), g.X(rSeed))
-	c.ADDQ(operand.U32(16), p)
-	c.SUBQ(operand.U32(16), n)
+	c.Label(g.label("single"))
+	c.Comment("A single lane: the CRC register alone.")
+	g.movo(g.X(rSeed), g.X(0))
 
-	c.Label(lTail)
-	c.Comment("16-byte lanes: Fold[1].")
-	c.CMPQ(n, operand.U32(16))
-	c.JB(operand.LabelRef(lReduce))
-	if V == 16 {
-		g.bcast(g.X(rK1), g.fold(1))
-	}
-	c.Label(lTailLoop)
-	g.foldInto(g.X(0), g.X(rK1), g.data16(mem(p, 0), g.X(rT2)), g.X(rT1))
-	c.ADDQ(operand.U32(16), p)
-	c.SUBQ(operand.U32(16), n)
-	c.CMPQ(n, operand.U32(16))
-	c.JAE(operand.LabelRef(lTailLoop))
-
-	c.Label(lReduce)
+	c.Label(g.label("raw"))
+	c.Comment("The last whole lane, as is.")
+	g.xor(g.X(0), g.X(0), g.data16(mem(last, 0), g.X(rT2)))
+	g.tail(g.X(0), tail, end)
 	g.reduce(g.X(0), reg.RAX)
 	g.finish(reg.RAX)
 	switch g.crc.width {
@@ -739,6 +765,178 @@ func (g *gen) update() {
 		c.VZEROUPPER()
 	}
 	c.RET()
+}
+
+// revPtr points at the constants of the next vector of the direct folding in
+// crcmath.RevFoldTable's Rev: with rem bytes of whole lanes left, a vector
+// of m lanes has its last lane j = rem/16-m lanes before the last one and
+// needs Fold[j+m-1] .. Fold[j], which are Rev[65-j-m] onwards, at
+// tab + tableRev + 16*(65-rem/16): an address that does not depend on the
+// vector width and moves on by the width of every vector consumed.
+var revPtr = reg.R13
+
+func (g *gen) revPointer(rem reg.GPPhysical) {
+	g.c.LEAQ(mem(g.tab, tableRev+16*(maxFold+1)), revPtr)
+	g.c.SUBQ(rem, revPtr)
+}
+
+// directSteps folds the vectors of the rem bytes of whole lanes at p (fewer
+// than N+1 vectors) straight into the last lane, summed in accumulator 1;
+// the CRC register rSeed (zero unless p is the start of the message) is
+// added to the first vector. The steps are unrolled with fixed offsets from
+// p and revPtr. Vectors of the kernel's width run while they fit; AVX512
+// first takes one YMM vector when rem is an odd number of them. The last
+// vector may hold the message's last lane, which its constant Fold[0]
+// clears; the PCLMUL kernel stops before that lane instead.
+func (g *gen) directSteps(p, rem reg.GPPhysical) {
+	c := g.c
+	V, N := g.v.bytes, g.v.accs
+	lDone := g.label("stepsdone")
+	g.xor(g.V(1), g.V(1), g.V(1))
+	if V == 64 {
+		lZ := g.label("zsteps")
+		c.TESTQ(operand.U32(32), rem)
+		c.JZ(operand.LabelRef(lZ))
+		c.Comment("One YMM vector first, so that whole ZMM vectors remain.")
+		g.directStep(32, p, 0, true)
+		g.xor(g.X(rSeed), g.X(rSeed), g.X(rSeed))
+		c.ADDQ(operand.U32(32), p)
+		c.ADDQ(operand.U32(32), revPtr)
+		c.SUBQ(operand.U32(32), rem)
+		c.Label(lZ)
+	}
+	c.Comment(fmt.Sprintf("%d-byte vectors while they fit.", V))
+	for i := 0; i < N; i++ {
+		need := (i + 1) * V
+		if V == 16 {
+			need += 16 // not the last lane
+		}
+		c.CMPQ(rem, operand.U32(need))
+		c.JB(operand.LabelRef(lDone))
+		g.directStep(V, p, i*V, i == 0)
+	}
+	c.Label(lDone)
+}
+
+// directStep folds the w-byte vector at p+off into the last lane with the
+// constants at revPtr+off and adds it to accumulator 1, with the CRC
+// register added to the vector first if seed.
+func (g *gen) directStep(w int, p reg.GPPhysical, off int, seed bool) {
+	c := g.c
+	v := func(i int) reg.VecPhysical { return vec(i, w) }
+	k, t, u, d := v(rK), v(rT1), v(rT3), v(rT2)
+	var kOp operand.Op = mem(revPtr, off)
+	switch {
+	case g.sse:
+		// Legacy SSE memory operands must be aligned.
+		c.MOVOU(kOp, k)
+		kOp = k
+	case g.crc.reflected && !seed:
+		// The multiplies of a reflected lane are symmetric (0x00, 0x11):
+		// the data can be the memory operand, the constants a register.
+		if w == 64 {
+			c.VMOVDQU64(kOp, k)
+		} else {
+			c.VMOVDQU(kOp, k)
+		}
+		g.clmul(g.immHi(), mem(p, off), k, t)
+		g.clmul(g.immLo(), mem(p, off), k, u)
+		kOp = nil
+	}
+	if kOp != nil {
+		g.load(d, mem(p, off))
+		if seed {
+			g.xor(d, d, v(rSeed))
+		}
+		g.clmul(g.immHi(), kOp, d, t)
+		g.clmul(g.immLo(), kOp, d, u)
+	}
+	if w == 64 {
+		g.xor3(v(1), t, u)
+	} else {
+		g.xor(t, t, u)
+		g.xor(v(1), v(1), t)
+	}
+}
+
+// collapseWidth adds the upper half of vector register r of from bytes to
+// its lower half, down to to bytes. The lanes are already aligned.
+func (g *gen) collapseWidth(r, from, to int) {
+	for w := from; w > to; w /= 2 {
+		h := vec(rT1, w/2)
+		if w == 64 {
+			g.c.VEXTRACTI64X4(operand.U8(1), vec(r, 64), h)
+		} else {
+			g.c.VEXTRACTI128(operand.U8(1), vec(r, 32), h)
+		}
+		g.xor(vec(r, w/2), vec(r, w/2), h)
+	}
+}
+
+func (g *gen) movo(src, dst reg.VecPhysical) {
+	if g.sse {
+		g.c.MOVO(src, dst)
+	} else {
+		g.c.VMOVDQA(src, dst)
+	}
+}
+
+// tail appends the t = tailLen (0..15) bytes that end at end+16 to the
+// message whose last lane is x. The new last lane B is x without its first t
+// bytes followed by the t bytes (read as part of the last 16 bytes of the
+// message, which lie inside the buffer); the first t bytes of x become a lane
+// C of their own, zero-padded in front, one lane before B. x = C·Fold[1] ⊕ B.
+// In message order B is x shifted down by t bytes and C is x shifted up by
+// 16-t; an unreflected lane holds the message bytes reversed, so there the
+// shifts swap directions. The shifts are PSHUFB controls from tailShuf.
+func (g *gen) tail(x reg.VecPhysical, tailLen, end reg.GPPhysical) {
+	c := g.c
+	lDone := g.label("notail")
+	c.TESTQ(tailLen, tailLen)
+	c.JZ(operand.LabelRef(lDone))
+	tbl, neg := reg.R10, reg.R12
+	c.LEAQ(g.tailShuf, tbl)
+	c.MOVQ(tailLen, neg)
+	c.NEGQ(neg)
+	lb, cc, msk, k, tt := g.X(rT2), g.X(rT3), g.X(rT4), g.X(rK), g.X(rT1)
+	// Control of B (shift by t) and C (shift by 16-t), and the mask of the
+	// tail bytes in B.
+	var bShift, cShift, mask operand.Mem
+	if g.crc.reflected {
+		bShift = operand.Mem{Base: tbl, Index: tailLen, Scale: 1, Disp: 16} // down t
+		cShift = operand.Mem{Base: tbl, Index: tailLen, Scale: 1, Disp: 0}  // up 16-t
+		mask = operand.Mem{Base: tbl, Index: tailLen, Scale: 1, Disp: 48}   // bytes >= 16-t
+	} else {
+		bShift = operand.Mem{Base: tbl, Index: neg, Scale: 1, Disp: 16}    // up t
+		cShift = operand.Mem{Base: tbl, Index: neg, Scale: 1, Disp: 32}    // down 16-t
+		mask = operand.Mem{Base: tbl, Index: neg, Scale: 1, Disp: 48 + 32} // bytes < t
+	}
+	g.load(lb, mem(end, 0))
+	if g.sse {
+		c.MOVOU(mask, msk)
+		c.PAND(msk, lb)
+		c.MOVOU(cShift, k)
+		c.MOVO(x, cc)
+		c.PSHUFB(k, cc)
+		c.MOVOU(bShift, k)
+		c.PSHUFB(k, x)
+		c.PXOR(lb, x)
+		c.MOVOU(g.fold(1), k)
+	} else {
+		c.VPAND(mask, lb, lb)
+		c.VPSHUFB(cShift, x, cc)
+		c.VPSHUFB(bShift, x, x)
+		c.VPXOR(lb, x, x)
+		k = nil
+	}
+	var kOp operand.Op = g.fold(1)
+	if k != nil {
+		kOp = k
+	}
+	g.clmul(g.immHi(), kOp, cc, tt)
+	g.clmul(g.immLo(), kOp, cc, cc)
+	g.xor3(x, tt, cc)
+	c.Label(lDone)
 }
 
 // dataReg is the register an unreflected (or SSE) load for accumulator j
@@ -934,9 +1132,9 @@ func writeStubs(spec crcSpec, warning string) ([]byte, error) {
 	word := wordType(spec.width).String()
 	fmt.Fprintf(&b, "// %s\n\n//go:build !purego\n\npackage %s\n\n", warning, spec.pkg)
 	fmt.Fprintf(&b, "import \"github.com/difctl/difctl/kernels/internal/crcmath\"\n\n")
-	fmt.Fprintf(&b, "// Byte offsets of the crcmath.FoldTable fields that the kernels assume.\n")
-	fmt.Fprintf(&b, "const (\n\tfoldTableFold = %d\n\tfoldTableFinal = %d\n\tfoldTableMu = %d\n\tfoldTablePoly = %d\n\tfoldTableSize = %d\n)\n\n",
-		tableFold, tableFinal, tableMu, tablePoly, tableSize)
+	fmt.Fprintf(&b, "// Byte offsets of the crcmath.RevFoldTable fields that the kernels assume.\n")
+	fmt.Fprintf(&b, "const (\n\tfoldTableFold = %d\n\tfoldTableFinal = %d\n\tfoldTableMu = %d\n\tfoldTablePoly = %d\n\tfoldTableRev = %d\n\tfoldTableSize = %d\n)\n\n",
+		tableFold, tableFinal, tableMu, tablePoly, tableRev, tableSize)
 	fmt.Fprintf(&b, "// Shapes of the kernels: bytes per vector, Update accumulators, blocks\n// interleaved by Blocks.\nconst (\n")
 	for _, v := range vecs {
 		fmt.Fprintf(&b, "\tfoldVec%s = %d\n\tfoldAccs%s = %d\n\tfoldGroup%s = %d\n", v.name, v.bytes, v.name, v.accs, v.name, v.group)
@@ -949,14 +1147,15 @@ func writeStubs(spec crcSpec, warning string) ([]byte, error) {
 	for _, v := range vecs {
 		fmt.Fprintf(&b, `// foldUpdate%[1]s returns crc (finalised, as Update takes it) updated with p,
 // by carry-less folding with %[2]s: %[3]d
-// accumulators of %[4]d bytes, then the 16-byte lanes one at a time, then
-// Barrett reduction (%[5]s). It mirrors crcmath.FoldUpdate.
+// accumulators of %[4]d bytes while more than %[3]d vectors remain, then
+// every vector folded straight into the last 16-byte lane, the tail of
+// len(p)%%16 bytes shifted in, and Barrett reduction (%[5]s).
 //
-// Preconditions: len(p) is a positive multiple of 16; tab is this CRC's
-// fold table; the CPU has %[6]s.
+// Preconditions: len(p) >= 16; tab is this CRC's fold table; the CPU has
+// %[6]s. It reads only p.
 //
 //go:noescape
-func foldUpdate%[1]s(crc %[7]s, p []byte, tab *crcmath.FoldTable) %[7]s
+func foldUpdate%[1]s(crc %[7]s, p []byte, tab *crcmath.RevFoldTable) %[7]s
 
 // foldBlocks%[1]s sets dst[i] to the CRC (from the initial value) of
 // p[i*stride:][:blockLen] for every i, folding %[8]d blocks at once, each with its
@@ -968,7 +1167,7 @@ func foldUpdate%[1]s(crc %[7]s, p []byte, tab *crcmath.FoldTable) %[7]s
 // the CPU has %[6]s.
 //
 //go:noescape
-func foldBlocks%[1]s(dst []%[7]s, p []byte, blockLen, stride int, tab *crcmath.FoldTable)
+func foldBlocks%[1]s(dst []%[7]s, p []byte, blockLen, stride int, tab *crcmath.RevFoldTable)
 
 `, v.name, v.desc, v.accs, v.bytes, order, v.cpu, word, v.group)
 	}

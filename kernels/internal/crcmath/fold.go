@@ -74,6 +74,26 @@ func NewFoldTable(p Params) *FoldTable {
 	return t
 }
 
+// RevFoldTable is a FoldTable followed by its Fold constants in reverse
+// order, Rev[i] = Fold[64-i], at offset 1072. The amd64 kernels fold every
+// vector of a short message straight into the last lane, lane l of an m-lane
+// vector whose last lane is j lanes before the message's last lane by
+// Fold[j+m-1-l]: one plain vector load from &Rev[65-j-m], where the Fold
+// order would need a lane-reversing shuffle on the multiplier's port.
+type RevFoldTable struct {
+	FoldTable
+	Rev [65][2]uint64
+}
+
+// NewRevFoldTable returns t with its reversed Fold constants.
+func NewRevFoldTable(t *FoldTable) *RevFoldTable {
+	r := &RevFoldTable{FoldTable: *t}
+	for i := range r.Rev {
+		r.Rev[i] = t.Fold[64-i]
+	}
+	return r
+}
+
 // Lane is a 128-bit value as a register holds it: Q0 the low quadword
 // (bytes 0..7 of a little-endian load), Q1 the high one.
 type Lane struct{ Q0, Q1 uint64 }
