@@ -46,7 +46,7 @@ func foldTestKernel() kerneltest.Kernel[uint32] {
 }
 
 // foldCutoffs are the lengths where the fold wrappers change strategy.
-var foldCutoffs = []int{foldMinPCLMUL, foldMinAVX2, foldMinAVX512, foldMinBlockLen, foldMaxBlockLen,
+var foldCutoffs = []int{foldMinPCLMUL, foldMinAVX2, foldMinAVX512, foldMinBlockLen,
 	foldVecAVX2, foldVecAVX512, 16 * foldAccsPCLMUL, foldVecAVX2 * foldAccsAVX2, foldVecAVX512 * foldAccsAVX512}
 
 func TestFoldKernels(t *testing.T) { kerneltest.Run(t, foldTestKernel()) }

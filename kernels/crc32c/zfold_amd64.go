@@ -21,13 +21,13 @@ const (
 const (
 	foldVecPCLMUL   = 16
 	foldAccsPCLMUL  = 8
-	foldGroupPCLMUL = 8
+	foldGroupPCLMUL = 4
 	foldVecAVX2     = 32
 	foldAccsAVX2    = 8
-	foldGroupAVX2   = 8
+	foldGroupAVX2   = 4
 	foldVecAVX512   = 64
 	foldAccsAVX512  = 8
-	foldGroupAVX512 = 8
+	foldGroupAVX512 = 4
 )
 
 // foldUpdatePCLMUL returns crc (finalised, as Update takes it) updated with p,
@@ -43,10 +43,10 @@ const (
 func foldUpdatePCLMUL(crc uint32, p []byte, tab *crcmath.RevFoldTable) uint32
 
 // foldBlocksPCLMUL sets dst[i] to the CRC (from the initial value) of
-// p[i*stride:][:blockLen] for every i, folding 8 blocks at once, each with its
+// p[i*stride:][:blockLen] for every i, folding 4 blocks at once, each with its
 // own 16-byte accumulator, with PCLMULQDQ on XMM registers (SSE encodings).
 //
-// Preconditions: len(dst) is a positive multiple of 8; blockLen is a multiple of
+// Preconditions: len(dst) is a positive multiple of 4; blockLen is a multiple of
 // 16 and at least 16; stride >= blockLen;
 // len(p) >= (len(dst)-1)*stride + blockLen; tab is this CRC's fold table;
 // the CPU has PCLMULQDQ, SSSE3 and SSE4.1.
@@ -67,10 +67,10 @@ func foldBlocksPCLMUL(dst []uint32, p []byte, blockLen, stride int, tab *crcmath
 func foldUpdateAVX2(crc uint32, p []byte, tab *crcmath.RevFoldTable) uint32
 
 // foldBlocksAVX2 sets dst[i] to the CRC (from the initial value) of
-// p[i*stride:][:blockLen] for every i, folding 8 blocks at once, each with its
+// p[i*stride:][:blockLen] for every i, folding 4 blocks at once, each with its
 // own 32-byte accumulator, with VPCLMULQDQ on YMM registers (VEX encodings).
 //
-// Preconditions: len(dst) is a positive multiple of 8; blockLen is a multiple of
+// Preconditions: len(dst) is a positive multiple of 4; blockLen is a multiple of
 // 16 and at least 32; stride >= blockLen;
 // len(p) >= (len(dst)-1)*stride + blockLen; tab is this CRC's fold table;
 // the CPU has AVX2 and VPCLMULQDQ.
@@ -91,10 +91,10 @@ func foldBlocksAVX2(dst []uint32, p []byte, blockLen, stride int, tab *crcmath.R
 func foldUpdateAVX512(crc uint32, p []byte, tab *crcmath.RevFoldTable) uint32
 
 // foldBlocksAVX512 sets dst[i] to the CRC (from the initial value) of
-// p[i*stride:][:blockLen] for every i, folding 8 blocks at once, each with its
+// p[i*stride:][:blockLen] for every i, folding 4 blocks at once, each with its
 // own 64-byte accumulator, with VPCLMULQDQ on ZMM registers (EVEX encodings, VPTERNLOGD).
 //
-// Preconditions: len(dst) is a positive multiple of 8; blockLen is a multiple of
+// Preconditions: len(dst) is a positive multiple of 4; blockLen is a multiple of
 // 16 and at least 64; stride >= blockLen;
 // len(p) >= (len(dst)-1)*stride + blockLen; tab is this CRC's fold table;
 // the CPU has AVX512F, AVX512BW, AVX2 and VPCLMULQDQ.

@@ -8,7 +8,7 @@ package crc64nvme
 // kernels' single-vector and 16-byte-lane paths) and the lengths from which
 // the main loops run (accumulators times vector bytes).
 var archCutoffs = []int{
-	foldMinPCLMUL, foldMinAVX2, foldMinAVX512, foldMinBlockLen, foldMaxBlockLen,
+	foldMinPCLMUL, foldMinAVX2, foldMinAVX512, foldMinBlockLen,
 	foldVecAVX2, foldVecAVX512,
 	foldVecPCLMUL * foldAccsPCLMUL, foldVecAVX2 * foldAccsAVX2, foldVecAVX512 * foldAccsAVX512,
 }

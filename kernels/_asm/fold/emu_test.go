@@ -658,7 +658,7 @@ func TestEmulatedKernels(t *testing.T) {
 						t.Fatalf("update len=%d: %#x, want %#x", n, got, want)
 					}
 				}
-				for _, c := range [][3]int{{512, 512, 8}, {512, 520, 16}, {64, 64, 8}, {80, 96, 8}, {4096, 4104, 8}, {1024 + 48, 1200, 8}, {32, 48, 8}} {
+				for _, c := range [][3]int{{512, 512, 8}, {512, 520, 16}, {64, 64, 8}, {80, 96, 8}, {4096, 4104, 8}, {1024 + 48, 1200, 8}, {32, 48, 8}, {512, 512, 4}, {2048, 2048, 12}} {
 					blockLen, stride, cnt := c[0], c[1], c[2]
 					if blockLen < map[string]int{"AVX2": 32, "AVX512": 64}[v] {
 						continue

@@ -96,13 +96,13 @@ type vecSpec struct {
 }
 
 var vecs = []vecSpec{
-	{name: "PCLMUL", bytes: 16, accs: 8, group: 8,
+	{name: "PCLMUL", bytes: 16, accs: 8, group: 4,
 		desc: "PCLMULQDQ on XMM registers (SSE encodings)",
 		cpu:  "PCLMULQDQ, SSSE3 and SSE4.1"},
-	{name: "AVX2", bytes: 32, accs: 8, group: 8,
+	{name: "AVX2", bytes: 32, accs: 8, group: 4,
 		desc: "VPCLMULQDQ on YMM registers (VEX encodings)",
 		cpu:  "AVX2 and VPCLMULQDQ"},
-	{name: "AVX512", bytes: 64, accs: 8, group: 8,
+	{name: "AVX512", bytes: 64, accs: 8, group: 4,
 		desc: "VPCLMULQDQ on ZMM registers (EVEX encodings, VPTERNLOGD)",
 		cpu:  "AVX512F, AVX512BW, AVX2 and VPCLMULQDQ"},
 }
@@ -1009,7 +1009,7 @@ func (g *gen) blocks() {
 	c.Load(c.Param("stride"), s1)
 	c.Comment("Block j of a group starts at p + j*stride.")
 	c.LEAQ(operand.Mem{Base: s1, Index: s1, Scale: 2}, s3)
-	if G == 8 {
+	if G > 4 {
 		c.LEAQ(operand.Mem{Base: s1, Index: s1, Scale: 4}, s5)
 		c.LEAQ(operand.Mem{Base: s3, Index: s1, Scale: 4}, s7)
 	}
