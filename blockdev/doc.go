@@ -1,6 +1,44 @@
-// Package blockdev provides the devices that difctl protects and verifies:
-// image files, Linux block devices, memory, and a fault-injection device for
-// tests, behind one small [Device] interface.
+// Package blockdev provides the devices that difctl protects and verifies,
+// the protected [Volume] built on them, the sources of protection
+// information that need no store, and the scrub engine.
+//
+// # Volumes
+//
+// A [Volume] wraps a [Device] and a store (package store; Pebble by default)
+// so that every write stores protection information and every read is
+// verified. [Create] protects an existing image (resumable, sparse-aware,
+// through the store's bulk loader) and [Open] checks the manifest against
+// the device and recovers from a crash. ReadAt verifies every block it
+// returns against its PI tuple and, where the manifest keeps them, its
+// CRC-32C sector checksum, re-reading a failing block around the page cache
+// before reporting it (*[IntegrityError], which matches dif.ErrIntegrity).
+// WriteAt generates tuples, refusing to read-modify-write a block that
+// already fails; Discard marks blocks unwritten; Sync makes data and tuples
+// durable together.
+//
+// Crash consistency: before any byte of a write can reach the device, its
+// new tuples are durable in the store as an intent beside the committed
+// ones; intents are group-committed, one store sync per staged batch of
+// writes. Sync flushes the batch, syncs the device and folds the intents.
+// Recovery checks which tuple the on-disk data of each block under an intent
+// matches: the new one is folded in, the old one kept, and a block matching
+// neither is recorded as a torn finding and keeps failing verification. No
+// tuple is ever recomputed from data that failed verification. When the
+// device writes blocks atomically, a crash therefore leaves no block failing
+// verification because of the crash; a block torn inside itself (4 KiB blocks
+// over 512-byte sectors) is reported as torn, never silently fixed.
+//
+// # Checking and scrubbing
+//
+// A [CheckSource] is anything whose blocks can be verified in runs: a
+// Volume, or a [PISource] over an extended-LBA image ([NewExtendedSource]) or
+// a DIX pair ([NewDIXSource]). [Scrub] streams over a source with parallel
+// workers and bounded memory, honours a [RateLimiter] that can change while
+// it runs, persists its cursor and findings through a [ScrubState] (in the
+// store, [NewStoreScrubState], or in a file, [OpenFileScrubState]) so that a
+// killed scrub resumes where it stopped, rechecks only the open findings in
+// errors-only mode, and reports findings in LBA order. [WriteBadblocks] and
+// [WriteMapfile] turn them into a badblocks list or a GNU ddrescue mapfile.
 //
 // # Devices
 //
@@ -45,5 +83,5 @@
 // in sectors of dataSize+metaSize bytes, such as 520, 4104 or 4112) as runs
 // of raw extended sectors, and [DIXPair] reads a data image together with a
 // separate metadata file. Both only do I/O and size checks ([*SizeError]);
-// generating and checking the protection information is package dif's job.
+// [NewExtendedSource] and [NewDIXSource] verify them with package dif.
 package blockdev
