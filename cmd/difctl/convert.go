@@ -41,13 +41,14 @@ type convertOptions struct {
 // convertRecord is the --json result of a conversion.
 type convertRecord struct {
 	header
-	From    string   `json:"from"`    // interleaved, dix or store
-	To      string   `json:"to"`      // interleaved, dix or store
-	Format  string   `json:"format"`  // dif text form, without the layout
-	Inputs  []string `json:"inputs"`  // the files read
-	Outputs []string `json:"outputs"` // the files written
-	Blocks  int64    `json:"blocks"`  // blocks converted
-	Bytes   int64    `json:"bytes"`   // bytes written
+	From    string   `json:"from"`            // interleaved, dix or store
+	To      string   `json:"to"`              // interleaved, dix or store
+	Format  string   `json:"format"`          // dif text form, without the layout
+	Inputs  []string `json:"inputs"`          // the files read
+	Outputs []string `json:"outputs"`         // the files written
+	Store   string   `json:"store,omitempty"` // the store of a store-backed input or output
+	Blocks  int64    `json:"blocks"`          // blocks converted
+	Bytes   int64    `json:"bytes"`           // bytes written
 }
 
 func (*convertRecord) recordType() string { return "convert" }
@@ -61,11 +62,13 @@ func newConvertCmd(g *globalOptions) *cobra.Command {
 		pf       = newPIFlags()
 	)
 	cmd := &cobra.Command{
-		Use:   "convert --from FORM[:FORMAT] --to FORM INPUT... OUTPUT...",
-		Short: "Convert an image between interleaved (extended-LBA) and DIX forms",
+		Use:   "convert [--from FORM[:FORMAT]] --to FORM INPUT... OUTPUT...",
+		Short: "Convert an image between store-backed, interleaved (extended-LBA) and DIX forms",
 		Long: `Convert an image with protection information from one form to another,
 verifying every block on the way:
 
+  store        a plain image (or block device) protected by difctl protect,
+               its tuples in a store (default pebble:IMAGE.difdb); one file
   interleaved  an extended-LBA image, data and PI in one file (520, 4104,
                4112 or 4160-byte sectors); one file
   dix          a data image and a metadata file (as nvme write --data and
@@ -73,27 +76,45 @@ verifying every block on the way:
 
 The arguments are the input's files, then the output's: an interleaved
 image to a DIX pair is "IMAGE OUT.img OUT.md", a DIX pair to an
-interleaved image "DATA META OUT". The input's format is given after the
-form (--from interleaved:512+8) or with --format, and can be adjusted with
-the format flags. The PI moves byte for byte; nothing is recomputed.
+interleaved image "DATA META OUT", a protected image to a DIX pair
+"IMAGE OUT.img OUT.md", an interleaved image to a store-backed one
+"IMAGE OUT.img". --from defaults to store. The input's format is given
+after the form (--from interleaved:512+8) or with --format, and can be
+adjusted with the format flags; a store names its own. The PI moves byte
+for byte: nothing is recomputed. Blocks never written (or discarded) stay
+so: exported as zero data with all-ones tags, imported as unwritten.
 
-Every block is verified with the tag flags (--ref-tag, --app-tag, ...).
-When blocks fail, each is reported and nothing is written, unless --force
-converts the image as it is; both exit 4.
-Each output is written beside its target and renamed over it once complete,
-so a refused or interrupted conversion leaves the target as it was. An
-output that is one of the inputs is refused.
+Every block is verified, an image with its own PI with the tag flags
+(--ref-tag, --app-tag, ...), a store-backed one with its manifest. When
+blocks fail, each is reported and nothing is written, unless --force
+converts the image as it is; both exit 4. Each file output is written
+beside its target and renamed over it once complete, so a refused or
+interrupted conversion leaves the target as it was. An output that is one
+of the inputs is refused.
+
+To a store, the output image must not exist yet (or be a block device of
+the right size); its tuples go to --store (default pebble:OUT.img.difdb),
+with the tag flags' ref tag and app tag as the volume's initial ref tag
+and app tag policy. The import is resumable: interrupted (Ctrl-C, exit
+32, or a crash), the same command continues it, and until then the new
+volume cannot be opened.
 
 ` + exitCodesHelp(exitOK, exitUncorrected, exitOperational, exitUsage, exitCancelled),
 		Example: `  difctl convert --from interleaved:512+8 --to dix disk.dump disk.img disk.md
   nvme write /dev/nvme0n1 --data disk.img --metadata disk.md ...
   difctl convert --from dix:4096+16:crc64 --to interleaved disk.img disk.md disk.dump
-  difctl convert --from interleaved:512+8 --to dix --force bad.dump out.img out.md`,
+  difctl convert --from interleaved:512+8 --to dix --force bad.dump out.img out.md
+  difctl convert --to interleaved disk.img disk.dump          # protected image: tuples from disk.img.difdb
+  difctl convert --to dix disk.img out.img out.md --store pebble:/var/lib/difctl/disk
+  difctl convert --from interleaved:512+8 --to store disk.dump disk.img   # tuples in disk.img.difdb`,
 		Args: cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts := convertOptions{globalOptions: *g, Force: force, Store: store}
 			var text string
 			var err error
+			if from == "" {
+				from = formStore
+			}
 			if opts.From, text, err = parseForm("--from", from); err != nil {
 				return err
 			}
@@ -110,34 +131,48 @@ output that is one of the inputs is refused.
 			case text == "":
 				text = format.text
 			}
+			if opts.From == formStore {
+				if text != "" {
+					return usageErrorf("--from store: the store names the format; leave out the format")
+				}
+				for _, name := range []string{"block-size", "guard", "type", "pi-first", "ref-tag", "app-tag", "app-mask", "storage-tag", "no-guard", "no-app", "no-ref", "no-storage"} {
+					if cmd.Flags().Changed(name) {
+						return usageErrorf("--%s: a store-backed image is verified with its manifest; leave it out", name)
+					}
+				}
+			}
 			if text == "" && opts.From != formStore {
 				return usageErrorf("--from %s needs the input's format: --from %s:FORMAT (512+8, 4096+16:crc64, ...)", opts.From, opts.From)
 			}
 			if opts.From == opts.To {
 				return usageErrorf("--from and --to are both %s: nothing to convert", opts.From)
 			}
+			if opts.Store != "" && opts.From != formStore && opts.To != formStore {
+				return usageErrorf("--store names the store of a store-backed input or output; neither is one")
+			}
 			nin, nout := formFiles[opts.From], formFiles[opts.To]
 			if len(args) != nin+nout {
 				return usageErrorf("converting %s to %s takes %d input and %d output file(s), got %d argument(s)", opts.From, opts.To, nin, nout, len(args))
 			}
 			opts.Inputs, opts.Outputs = args[:nin], args[nin:]
-			if opts.Format, err = pf.resolveFormat(text); err != nil {
-				return err
-			}
-			if opts.Params, err = pf.params(opts.Format); err != nil {
-				return err
+			if opts.From != formStore {
+				if opts.Format, err = pf.resolveFormat(text); err != nil {
+					return err
+				}
+				if opts.Params, err = pf.params(opts.Format); err != nil {
+					return err
+				}
 			}
 			return runConvert(cmd.Context(), opts, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&from, "from", "", "the input's `FORM[:FORMAT]`: interleaved:FORMAT or dix:FORMAT (required)")
-	f.StringVar(&to, "to", "", "the output's `FORM`: interleaved or dix (required)")
+	f.StringVar(&from, "from", "", "the input's `FORM[:FORMAT]`: store, interleaved:FORMAT or dix:FORMAT (default store)")
+	f.StringVar(&to, "to", "", "the output's `FORM`: store, interleaved or dix (required)")
 	f.Var(&format, "format", "the input's format, if not given in --from")
 	f.BoolVar(&force, "force", false, "convert even if blocks fail verification (they are reported; exit 4)")
-	f.StringVar(&store, "store", "", "store `URL` of a store-backed side (default pebble:IMAGE.difdb)")
+	f.StringVar(&store, "store", "", "store `URL` of the store-backed side (default pebble:IMAGE.difdb)")
 	pf.register(cmd, piFormat|piTags|piChecks)
-	_ = cmd.MarkFlagRequired("from")
 	_ = cmd.MarkFlagRequired("to")
 	return cmd
 }

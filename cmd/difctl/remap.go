@@ -20,6 +20,7 @@ type remapOptions struct {
 	SelfContained bool
 	Format        dif.Format
 	Params        dif.Params // Params.RefTag: the current ref tag of block 0
+	RefTagSet     bool       // --ref-tag was given (a store-backed image checks it against its manifest)
 	NewRefTag     uint64     // the new ref tag of block 0
 	Store         string
 }
@@ -31,9 +32,12 @@ type remapRecord struct {
 	Metadata  string `json:"metadata,omitempty"`
 	Store     string `json:"store,omitempty"`
 	Format    string `json:"format"`
-	OldRefTag string `json:"old_ref_tag"` // ref tag of block 0 before, hex
-	NewRefTag string `json:"new_ref_tag"` // and after
-	Blocks    int64  `json:"blocks"`      // blocks whose tags were rewritten or kept (escaped, unwritten)
+	OldRefTag string `json:"old_ref_tag"`         // ref tag of block 0 before, hex
+	NewRefTag string `json:"new_ref_tag"`         // and after
+	Blocks    int64  `json:"blocks"`              // blocks whose tags were rewritten or kept (escaped, unwritten)
+	Rewritten int64  `json:"rewritten,omitempty"` // store-backed: tuples whose ref tag was rewritten by this run
+	Resumed   bool   `json:"resumed,omitempty"`   // store-backed: an interrupted remap was finished
+	Nothing   string `json:"nothing,omitempty"`   // store-backed: why nothing was rewritten: type3, same
 }
 
 func (*remapRecord) recordType() string { return "remap" }
@@ -46,7 +50,7 @@ func newRemapCmd(g *globalOptions) *cobra.Command {
 		store  string
 	)
 	cmd := &cobra.Command{
-		Use:   "remap IMAGE [--interleaved FORMAT | --dix METAFILE --format FORMAT] --ref-tag OLD --new-ref-tag NEW",
+		Use:   "remap IMAGE [--interleaved FORMAT | --dix METAFILE --format FORMAT | --store URL] [--ref-tag OLD] --new-ref-tag NEW",
 		Short: "Move the ref tags of an image to a new initial value",
 		Long: `Rewrite the reference tags of IMAGE so that block 0 carries NEW instead of
 OLD (--ref-tag, default 0), as when a partition or an image is copied to a
@@ -58,10 +62,21 @@ flags); if any block fails, each is reported and nothing is changed (exit
 4). The image is then rewritten in place, run by run; for a DIX pair only
 the metadata file is written. Types 0 and 3 have no ref-tag sequence.
 
+A protected image (without --interleaved or --dix) keeps its tuples in
+its store (default pebble:IMAGE.difdb, --store URL): OLD is the store's
+initial ref tag, the image itself is not written. After the verification
+the remap is journaled in the store and rewrites the tuples chunk by
+chunk; a remap interrupted (Ctrl-C, exit 32, or a crash) leaves the image
+unusable, every command refusing it, until difctl remap is run again with
+the same NEW, which finishes it. Type 3 images are only verified: their
+ref tags are not checked and there is nothing to rewrite.
+
 ` + exitCodesHelp(exitOK, exitUncorrected, exitOperational, exitUsage, exitCancelled),
 		Example: `  difctl remap --interleaved 512+8 --new-ref-tag 2048 part.dump
   difctl remap --interleaved 512+8:type2 --ref-tag 0x1000 --new-ref-tag 0 disk.dump
-  difctl remap --dix disk.md --format 4096+8 --new-ref-tag 0x800 disk.img`,
+  difctl remap --dix disk.md --format 4096+8 --new-ref-tag 0x800 disk.img
+  difctl remap --new-ref-tag 2048 disk.img          # protected image: tuples in disk.img.difdb
+  difctl remap --store pebble:/var/lib/difctl/sdb --new-ref-tag 0 /dev/sdb`,
 		Args: exactArgs(1, "IMAGE"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if !newRef.set {
@@ -69,7 +84,14 @@ the metadata file is written. Types 0 and 3 have no ref-tag sequence.
 			}
 			opts := remapOptions{globalOptions: *g, Image: args[0], NewRefTag: newRef.v, Store: store}
 			if !img.selfContained() {
+				if img.format.text != "" {
+					return usageErrorf("--format goes with --dix; a protected image's store names its format")
+				}
+				opts.Params.RefTag, opts.RefTagSet = pf.refTag.v, pf.refTag.set
 				return runRemap(cmd.Context(), opts, cmd.OutOrStdout(), cmd.ErrOrStderr())
+			}
+			if store != "" {
+				return usageErrorf("--store goes with a protected image, not with --interleaved or --dix")
 			}
 			text, meta, err := img.spec()
 			if err != nil {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"time"
@@ -38,13 +37,4 @@ func runVerifyStore(ctx context.Context, opts verifyOptions, stdout, stderr io.W
 	return fw.summary(&summaryRecord{
 		Command: "verify", Image: opts.Image, Store: url, Format: displayFormat(v.format().String()), Start: start,
 	}, st, time.Since(t0))
-}
-
-// runConvertStore converts to or from a store-backed image.
-func runConvertStore(ctx context.Context, opts convertOptions, stdout, stderr io.Writer) error {
-	return errors.New("convert to or from a store: not available in this build")
-}
-
-func runRemapStore(ctx context.Context, opts remapOptions, stdout, stderr io.Writer) error {
-	return errors.New("remap of a store-backed image: not available in this build; use --interleaved or --dix")
 }

@@ -1,0 +1,295 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/difctl/difctl/blockdev"
+	"github.com/difctl/difctl/dif"
+	"github.com/difctl/difctl/store"
+)
+
+// runConvertStore converts to or from a store-backed image: an export of
+// a protected image's data and stored tuples to an interleaved image or a
+// DIX pair, or an import of one of those into a new protected image.
+func runConvertStore(ctx context.Context, opts convertOptions, stdout, stderr io.Writer) error {
+	if opts.From == formStore {
+		return runExport(ctx, opts, stdout, stderr)
+	}
+	return runImport(ctx, opts, stdout, stderr)
+}
+
+// byteProgress turns the (done, total) callbacks of the library, which
+// start again from 0 for each pass, into progress increments.
+func byteProgress(prog progress) func(done, total int64) {
+	var last int64
+	return func(done, _ int64) {
+		if done < last {
+			last = 0
+		}
+		prog.Add(done - last)
+		last = done
+	}
+}
+
+// runExport writes a protected image, with the tuples of its store, as an
+// interleaved image or a DIX pair.
+func runExport(ctx context.Context, opts convertOptions, stdout, stderr io.Writer) error {
+	image := opts.Inputs[0]
+	url := storeURL(image, opts.Store)
+	if err := checkDistinct(opts.Inputs, opts.Outputs); err != nil {
+		return err
+	}
+	v, err := openVolume(ctx, image, url, true)
+	if err != nil {
+		return err
+	}
+	defer v.Close()
+	outs, err := createOutputs(opts.Outputs)
+	if err != nil {
+		return err
+	}
+	committed := false
+	defer func() {
+		if !committed {
+			for _, o := range outs {
+				o.discard()
+			}
+		}
+	}()
+	out := newOutput(stdout, opts.JSON)
+	f := v.format()
+	fw := newFindings(out, f)
+	prog := newProgress(stderr, opts.Quiet, v.vol.Size(), "convert "+image)
+	t0 := time.Now()
+	dst := blockdev.ExportDest{Data: outs[0]}
+	if opts.To == formDIX {
+		dst.Meta = outs[1]
+	}
+	rep, err := blockdev.ExportVolume(ctx, v.vol, dst, blockdev.ExportOptions{
+		Force: opts.Force, OnProblem: fw.report, Progress: byteProgress(prog),
+	})
+	prog.Finish()
+	var ie *blockdev.IntegrityError
+	switch {
+	case err != nil && ctx.Err() != nil:
+		return interrupted(ctx, rep.Failed)
+	case err != nil && !errors.As(err, &ie):
+		return fmt.Errorf("convert %s: %s", image, storeCause(err))
+	}
+	keep := rep.Failed == 0 || opts.Force
+	if keep {
+		for _, o := range outs {
+			if err := o.commit(); err != nil {
+				return err
+			}
+		}
+		committed = true
+	}
+	format := f.WithLayout(dif.Interleaved).String()
+	serr := fw.summary(&summaryRecord{Command: "convert", Image: image, Store: url, Format: format}, rep.RunStats, time.Since(t0))
+	if serr != nil && !errors.Is(serr, dif.ErrIntegrity) {
+		return serr
+	}
+	if !keep {
+		return &integrityError{msg: fmt.Sprintf("%s: %d of %d blocks failed verification: not converted, no output written (--force converts anyway)", image, rep.Failed, rep.Blocks)}
+	}
+	rec := &convertRecord{From: opts.From, To: opts.To, Format: format, Inputs: opts.Inputs, Outputs: opts.Outputs,
+		Store: url, Blocks: rep.Blocks, Bytes: rep.Bytes}
+	if err := emitConvert(out, rec); err != nil {
+		return err
+	}
+	if rep.Failed > 0 {
+		return &integrityError{msg: fmt.Sprintf("%s: converted with %d of %d blocks failing verification (--force)", image, rep.Failed, rep.Blocks)}
+	}
+	return nil
+}
+
+// emitConvert writes the convert record, or its line of text.
+func emitConvert(out *output, rec *convertRecord) error {
+	if out.json {
+		return out.emit(rec)
+	}
+	from, to := strings.Join(rec.Inputs, " + "), strings.Join(rec.Outputs, " + ")
+	switch {
+	case rec.From == formStore:
+		from += " (tuples in " + rec.Store + ")"
+	case rec.To == formStore:
+		to += " (tuples in " + rec.Store + ")"
+	}
+	_, err := fmt.Fprintf(out.w, "converted %d blocks of %s from %s %s to %s %s\n", rec.Blocks, rec.Format, rec.From, from, rec.To, to)
+	return err
+}
+
+// runImport creates a protected image from an interleaved image or a DIX
+// pair: the data goes to the new image, the tuples, as the input stores
+// them, to its store.
+func runImport(ctx context.Context, opts convertOptions, stdout, stderr io.Writer) error {
+	outImg := opts.Outputs[0]
+	url := storeURL(outImg, opts.Store)
+	meta := ""
+	if opts.From == formDIX {
+		meta = opts.Inputs[1]
+	}
+	im, err := openPIImage(opts.Inputs[0], meta, opts.Format, opts.Params, openRead)
+	if err != nil {
+		return err
+	}
+	defer im.Close()
+	if err := checkDistinct(opts.Inputs, opts.Outputs); err != nil {
+		return err
+	}
+	f := im.f
+	switch {
+	case f.Type() == dif.Type0:
+		return usageErrorf("format %s is type0: no protection information to import", f.WithLayout(dif.Interleaved))
+	case f.MetadataSize() != f.TupleSize():
+		return usageErrorf("format %s keeps %d bytes of metadata per block; a store keeps only the %d-byte tuple (convert to interleaved or dix instead)",
+			f.WithLayout(dif.Interleaved), f.MetadataSize(), f.TupleSize())
+	case opts.Params.AppTag == 0xffff:
+		return usageErrorf("--app-tag 0xffff is the escape value: blocks carrying it are never checked")
+	}
+	size := im.blocks() * int64(f.BlockSize())
+
+	// The store: new, or holding the import that this command continues.
+	storeDir := storePath(url)
+	storeExisted := false
+	if storeDir != "" {
+		_, serr := os.Stat(storeDir)
+		storeExisted = serr == nil
+	}
+	kv, err := openStore(outImg, url, true)
+	if err != nil {
+		return err
+	}
+	kvOpen := true
+	defer func() {
+		if kvOpen {
+			kv.Close()
+		}
+	}()
+	resume := false
+	switch _, j, err := store.OpenJournaled(kv, blockdev.DefaultVolumeName, nil); {
+	case errors.Is(err, store.ErrNotFound):
+	case err != nil:
+		return volumeError(outImg, url, err)
+	case j != nil && j.Op == store.OpImport:
+		resume = true
+	default:
+		return usageErrorf("%s holds a protected image already: convert to a new image, or use another --store", url)
+	}
+
+	// The output image: new, or the one being imported into.
+	created := false
+	var dev *blockdev.File
+	fi, err := os.Stat(outImg)
+	switch {
+	case resume && err != nil:
+		return fmt.Errorf("%s: the import into it is in progress in %s, but the image is gone: %w (delete %s to start again)", outImg, url, unwrapPath(err), url)
+	case resume || err == nil && !fi.Mode().IsRegular() && !fi.IsDir():
+		dev, err = openDevice(outImg, false)
+	case err == nil:
+		return usageErrorf("%s exists: converting to a store creates a new image (remove it, or choose another name)", outImg)
+	case errors.Is(err, os.ErrNotExist):
+		dev, err = blockdev.CreateImage(outImg, size, blockdev.FileOptions{})
+		if err != nil {
+			err = fmt.Errorf("create %s: %s", outImg, storeCause(unwrapPath(err)))
+		}
+		created = err == nil
+	default:
+		return err
+	}
+	if err != nil {
+		return err
+	}
+	devOpen := true
+	// discardAll removes what this command created, when it wrote nothing
+	// worth keeping.
+	discardAll := func() {
+		if devOpen {
+			dev.Close()
+			devOpen = false
+		}
+		if created {
+			os.Remove(outImg)
+		}
+		if !storeExisted && storeDir != "" {
+			kv.Close()
+			kvOpen = false
+			os.RemoveAll(storeDir)
+		}
+	}
+	defer func() {
+		if devOpen {
+			dev.Close()
+		}
+	}()
+
+	out := newOutput(stdout, opts.JSON)
+	fw := newFindings(out, f)
+	total := size
+	if !opts.Force && !resume {
+		total *= 2 // a verification pass first
+	}
+	prog := newProgress(stderr, opts.Quiet, total, "convert "+im.name())
+	t0 := time.Now()
+	vol, rep, err := blockdev.ImportImage(ctx, im.src, dev, kv, blockdev.ImportOptions{
+		Options: blockdev.Options{DeviceID: filepath.Base(outImg)},
+		Force:   opts.Force, Tool: toolName, OnProblem: fw.report, Progress: byteProgress(prog),
+	})
+	prog.Finish()
+	var ie *blockdev.IntegrityError
+	var mm *blockdev.MismatchError
+	switch {
+	case err != nil && ctx.Err() != nil:
+		if rep != nil && rep.Next > 0 || resume {
+			fmt.Fprintf(stderr, "difctl: %s: conversion stopped; run the same command again to resume\n", outImg)
+		} else {
+			discardAll()
+		}
+		var failed int64
+		if rep != nil {
+			failed = rep.Failed
+		}
+		return interrupted(ctx, failed)
+	case errors.As(err, &ie) && !resume && (rep == nil || rep.Next == 0):
+		discardAll()
+		if serr := fw.summary(&summaryRecord{Command: "convert", Image: im.path, Metadata: im.meta, Format: f.WithLayout(dif.Interleaved).String()}, rep.RunStats, time.Since(t0)); serr != nil && !errors.Is(serr, dif.ErrIntegrity) {
+			return serr
+		}
+		return &integrityError{msg: fmt.Sprintf("%s: %d of %d blocks failed verification: not converted, no output written (--force converts anyway)", im.name(), rep.Failed, rep.Blocks)}
+	case errors.As(err, &mm):
+		return fmt.Errorf("%s: the import in progress in %s has another %s (%s, not %s): give the same flags, or delete %s and %s to start again",
+			outImg, url, mm.Field, unquote(mm.Stored), unquote(mm.Given), outImg, url)
+	case err != nil:
+		if !resume && (rep == nil || rep.Next == 0) {
+			discardAll()
+		} else {
+			fmt.Fprintf(stderr, "difctl: %s: conversion stopped; run the same command again to resume\n", outImg)
+		}
+		return fmt.Errorf("convert %s: %s", im.name(), storeCause(err))
+	}
+	if err := vol.Close(); err != nil {
+		return fmt.Errorf("%s: %s", outImg, storeCause(err))
+	}
+	format := f.WithLayout(dif.Interleaved).String()
+	serr := fw.summary(&summaryRecord{Command: "convert", Image: im.path, Metadata: im.meta, Format: format, Start: rep.Start}, rep.RunStats, time.Since(t0))
+	if serr != nil && !errors.Is(serr, dif.ErrIntegrity) {
+		return serr
+	}
+	rec := &convertRecord{From: opts.From, To: opts.To, Format: format, Inputs: opts.Inputs, Outputs: opts.Outputs,
+		Store: url, Blocks: im.blocks(), Bytes: rep.Bytes}
+	if err := emitConvert(out, rec); err != nil {
+		return err
+	}
+	if rep.Failed > 0 {
+		return &integrityError{msg: fmt.Sprintf("%s: converted with %d of %d blocks failing verification (--force)", im.name(), rep.Failed, rep.Blocks)}
+	}
+	return nil
+}
