@@ -53,10 +53,15 @@ func interrupt(t *testing.T, dir string, ready func(stdout *bufio.Reader) error,
 	if err := cmd.Process.Signal(os.Interrupt); err != nil {
 		t.Fatal(err)
 	}
+	// Read the rest of stdout to its end before Wait, which closes the
+	// pipe (os/exec: Wait must not run before reads from StdoutPipe are
+	// done), and so that stdout is not read while it is still written.
 	var stdout bytes.Buffer
-	go io.Copy(&stdout, br)
 	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
+	go func() {
+		io.Copy(&stdout, br)
+		done <- cmd.Wait()
+	}()
 	select {
 	case err = <-done:
 	case <-time.After(time.Minute):

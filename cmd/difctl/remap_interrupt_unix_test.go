@@ -6,14 +6,11 @@ import (
 	"bufio"
 	"bytes"
 	"errors"
-	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
-	"time"
 )
 
 // TestRemapInterruptResume interrupts a store-backed remap with SIGINT
@@ -32,7 +29,7 @@ func TestRemapInterruptResume(t *testing.T) {
 		t.Fatalf("protect: exit %d, %s", code, stderr)
 	}
 	t.Setenv("DIFCTL_TEST_REMAP", "chunk=256,delay=100ms")
-	code, stdout, stderr := interruptCopy(t, dir, func(br *bufio.Reader) error {
+	code, stdout, stderr := interrupt(t, dir, func(br *bufio.Reader) error {
 		// Busy once two chunks have been rewritten.
 		for range 2 {
 			line, err := br.ReadString('\n')
@@ -81,50 +78,4 @@ func TestRemapInterruptResume(t *testing.T) {
 	if b, err := os.ReadFile(filepath.Join(dir, "big.img")); err != nil || !bytes.Equal(b, img) {
 		t.Errorf("the remap changed the image (%v)", err)
 	}
-}
-
-// interruptCopy is interrupt for a command that keeps writing to stdout
-// after the signal: it waits for the copy of its output to end before
-// reading it.
-func interruptCopy(t *testing.T, dir string, ready func(stdout *bufio.Reader) error, args ...string) (int, string, string) {
-	t.Helper()
-	cmd := exec.Command(difctlPath(t), args...)
-	cmd.Dir = dir
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	pipe, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	br := bufio.NewReader(pipe)
-	if err := ready(br); err != nil {
-		cmd.Process.Kill()
-		cmd.Wait()
-		t.Fatalf("waiting for difctl to get busy: %v (stderr %q)", err, stderr.String())
-	}
-	if err := cmd.Process.Signal(os.Interrupt); err != nil {
-		t.Fatal(err)
-	}
-	var stdout bytes.Buffer
-	copied := make(chan struct{})
-	go func() { io.Copy(&stdout, br); close(copied) }()
-	done := make(chan error, 1)
-	go func() { <-copied; done <- cmd.Wait() }()
-	select {
-	case err = <-done:
-	case <-time.After(time.Minute):
-		cmd.Process.Kill()
-		t.Fatal("difctl did not stop on SIGINT")
-	}
-	code := 0
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		code = ee.ExitCode()
-	} else if err != nil {
-		t.Fatal(err)
-	}
-	return code, stdout.String(), stderr.String()
 }
