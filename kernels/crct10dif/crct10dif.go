@@ -33,9 +33,12 @@ var Params = crcmath.T10DIF
 var ErrLayout = errors.New("crct10dif: buffer too short for the block layout")
 
 // The dispatch variables, set by the registry to the active implementation.
+// blocksSums is the fused kernel of that implementation where there is one
+// (crct10dif_fused_amd64.go), else blocksSumsPortable.
 var (
-	update func(crc uint16, p []byte) uint16                  = updateGeneric
-	blocks func(dst []uint16, p []byte, blockLen, stride int) = blocksGeneric
+	update     func(crc uint16, p []byte) uint16                                 = updateGeneric
+	blocks     func(dst []uint16, p []byte, blockLen, stride int)                = blocksGeneric
+	blocksSums func(dst []uint16, sums []uint32, p []byte, blockLen, stride int) = blocksSumsPortable
 )
 
 const pkgName = "crct10dif"
@@ -43,7 +46,7 @@ const pkgName = "crct10dif"
 func init() {
 	registerArch()
 	impl.Register(pkgName, "generic", true, func() {
-		update, blocks = updateGeneric, blocksGeneric
+		update, blocks, blocksSums = updateGeneric, blocksGeneric, blocksSumsPortable
 	})
 }
 
@@ -70,6 +73,33 @@ func Blocks(dst []uint16, p []byte, blockLen, stride int) error {
 		return nil
 	}
 	blocks(dst, p, blockLen, stride)
+	return nil
+}
+
+// BlocksCRC32C is Blocks that also computes the CRC-32C of every block:
+// dst[i] = Checksum(b) and sums[i] = crc32c.Checksum(b) for the block
+// b = p[i*stride:][:blockLen]. sums must have the same length as dst; the
+// layout rules and ErrLayout are those of Blocks, and nothing is written if
+// it returns an error.
+//
+// This is what a protected block with a sector checksum needs. Where the
+// active implementation is avx2 or avx512 and the CPU has SSE4.2, both CRCs
+// are computed in one pass over the data, at about the cost of Blocks alone:
+// the guard by VPCLMULQDQ folding, the CRC-32C by CRC32 instructions, which
+// run on another execution unit. Elsewhere (the pclmul and generic
+// implementations, arm64, purego builds) it is Blocks followed by
+// crc32c.Blocks.
+func BlocksCRC32C(dst []uint16, sums []uint32, p []byte, blockLen, stride int) error {
+	if len(sums) != len(dst) {
+		return ErrLayout
+	}
+	if err := checkLayout(len(dst), len(p), blockLen, stride); err != nil {
+		return err
+	}
+	if len(dst) == 0 {
+		return nil
+	}
+	blocksSums(dst, sums, p, blockLen, stride)
 	return nil
 }
 

@@ -5,8 +5,16 @@ package crct10dif
 import "github.com/difctl/difctl/kernels/internal/impl"
 
 // registerArch registers the fold kernels of zfold_amd64.s, best first.
+// avx512 and avx2 come with the fused BlocksCRC32C kernel of zfused_amd64.s
+// (YMM folding; AVX-512 adds nothing it needs) when the CPU has SSE4.2.
 func registerArch() {
-	impl.Register(pkgName, "avx512", hasFoldAVX512, func() { update, blocks = updateAVX512, blocksAVX512 })
-	impl.Register(pkgName, "avx2", hasFoldAVX2, func() { update, blocks = updateAVX2, blocksAVX2 })
-	impl.Register(pkgName, "pclmul", hasFoldPCLMUL, func() { update, blocks = updatePCLMUL, blocksPCLMUL })
+	impl.Register(pkgName, "avx512", hasFoldAVX512, func() {
+		update, blocks, blocksSums = updateAVX512, blocksAVX512, blocksSumsFor(hasFoldAVX512)
+	})
+	impl.Register(pkgName, "avx2", hasFoldAVX2, func() {
+		update, blocks, blocksSums = updateAVX2, blocksAVX2, blocksSumsFor(hasFoldAVX2)
+	})
+	impl.Register(pkgName, "pclmul", hasFoldPCLMUL, func() {
+		update, blocks, blocksSums = updatePCLMUL, blocksPCLMUL, blocksSumsPortable
+	})
 }

@@ -69,3 +69,7 @@ func testGuardPage[T Word](t *testing.T, k Kernel[T]) {
 		}
 	}
 }
+
+// GuardedBuffer is guardedBuffer for the tests of kernel calls outside
+// Kernel (crct10dif.BlocksCRC32C): get(n) ends against a PROT_NONE page.
+func GuardedBuffer(t *testing.T) (get func(n int) []byte) { return guardedBuffer(t) }

@@ -1,0 +1,360 @@
+// Command fused generates the amd64 kernel of crct10dif.BlocksCRC32C: the
+// CRC-16/T10-DIF guard and the CRC-32C sector checksum of every block, both
+// computed in one pass over the block's bytes.
+//
+// Run it from kernels/_asm (go generate in kernels/crct10dif does):
+//
+//	go run ./fused -out ../crct10dif/zfused_amd64.s -stubs ../crct10dif/zfused_amd64.go
+//
+// Why one pass costs about as much as the guard alone. The two CRCs run on
+// different execution units: T10-DIF by carry-less folding on the multiplier
+// (VPCLMULQDQ on YMM: two multiplies per 32 bytes, one multiply per about 2
+// cycles on AMD Zen 3, so 8 bytes per cycle), CRC-32C by the SSE4.2 CRC32
+// instruction on an integer ALU (four CRC32Q per 32 bytes, one per cycle
+// with a latency of 3 cycles, 8 bytes per cycle). Every 32-byte step of a
+// block feeds the same bytes to both: one vector load (byte-reversed for the
+// unreflected T10-DIF) that the fold adds, and four CRC32Q that read the
+// bytes from memory again, which the L1 cache serves.
+//
+// Shape. G = 4 blocks at once, p + j·stride for j = 0..3: per block one YMM
+// fold accumulator (the fold chain of kernels/_asm/fold's foldBlocksAVX2:
+// forward by 32 bytes with Fold[2], then the two 16-byte lanes collapsed with
+// Fold[1], one more 16-byte lane if blockLen is an odd number of them, and
+// Barrett reduction as crcmath.Reduce does) and one CRC32Q stream, so no
+// CRC-32C merge is needed. Four streams give each CRC32 chain 16 cycles of
+// issue per step against its 12 cycles of latency, and each fold chain 16
+// cycles against its 5 (multiply and XOR). The multiplier stays the limit:
+// 2 multiplies per 32 bytes plus 7 per block at the end.
+//
+// The constants are never in the assembly: the kernel reads the
+// crcmath.RevFoldTable passed as its last argument (Fold[1], Fold[2],
+// Final, Mu and Poly at fixed offsets; a test in crct10dif checks them).
+// The only datum is the byte-reversal shuffle. The tail of blockLen mod 16
+// bytes and the blocks that do not fill a group are left to the Go code.
+//
+// The output depends only on the flags, so regenerating is reproducible.
+package main
+
+import (
+	"bytes"
+	"flag"
+	"fmt"
+	"go/format"
+	"go/token"
+	"go/types"
+	"log"
+	"os"
+	"strings"
+
+	"github.com/mmcloughlin/avo/attr"
+	"github.com/mmcloughlin/avo/build"
+	"github.com/mmcloughlin/avo/gotypes"
+	"github.com/mmcloughlin/avo/operand"
+	"github.com/mmcloughlin/avo/pass"
+	"github.com/mmcloughlin/avo/printer"
+	"github.com/mmcloughlin/avo/reg"
+)
+
+// Byte offsets of the crcmath.FoldTable fields (its doc comment fixes them).
+const (
+	tableFold  = 0    // Fold[i] at 16*i: {C(128i+64), C(128i)}
+	tableFinal = 1040 // Final: {C(64+w), 0}
+	tableMu    = 1056 // Mu, followed by Poly
+	tablePoly  = 1064
+	tableRev   = 1072 // crcmath.RevFoldTable: Rev[i] = Fold[64-i]
+	tableSize  = 2112
+	maxFold    = 64
+)
+
+// Kernel shape.
+const (
+	group  = 4  // blocks interleaved
+	vecLen = 32 // bytes per fold step (YMM)
+	width  = 16 // T10-DIF
+	minLen = 64 // documented minimum blockLen
+)
+
+func main() {
+	log.SetFlags(0)
+	log.SetPrefix("fused: ")
+	fs := flag.NewFlagSet("fused", flag.ExitOnError)
+	out := fs.String("out", "", "assembly output file")
+	stubs := fs.String("stubs", "", "Go declarations output file")
+	fs.Parse(os.Args[1:])
+	if *out == "" || *stubs == "" {
+		log.Fatal("usage: fused -out file.s -stubs file.go")
+	}
+	asm, src, err := generate(*out, *stubs)
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := os.WriteFile(*out, asm, 0o644); err != nil {
+		log.Fatal(err)
+	}
+	if err := os.WriteFile(*stubs, src, 0o644); err != nil {
+		log.Fatal(err)
+	}
+}
+
+func generate(out, stubs string) (asm, src []byte, err error) {
+	cmd := fmt.Sprintf("go run ./fused -out %s -stubs %s", out, stubs)
+	c := build.NewContext()
+	c.ConstraintExpr("!purego")
+	mask := c.StaticGlobal("fusedBswap")
+	c.DataAttributes(attr.RODATA | attr.NOPTR)
+	// PSHUFB control that reverses the 16 bytes of a lane: result byte i is
+	// source byte 15-i (bytes 0f 0e .. 00, little-endian words).
+	c.AddDatum(0, operand.U64(0x08090a0b0c0d0e0f))
+	c.AddDatum(8, operand.U64(0x0001020304050607))
+	blocksAVX2(c, mask)
+
+	f, err := c.Result()
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := pass.Compile.Execute(f); err != nil {
+		return nil, nil, err
+	}
+	cfg := printer.Config{Name: "fused", Argv: strings.Fields(cmd), Pkg: "crct10dif"}
+	asm, err = printer.NewGoAsm(cfg).Print(f)
+	if err != nil {
+		return nil, nil, err
+	}
+	src, err = writeStubs(cfg.GeneratedWarning())
+	return asm, src, err
+}
+
+// The signature, for the frame argument names. The table type is built by
+// hand (this module cannot import crcmath) with the layout above.
+var (
+	crcmathPkg = types.NewPackage("github.com/difctl/difctl/kernels/internal/crcmath", "crcmath")
+	revTable   = func() *types.Named {
+		u64 := types.Typ[types.Uint64]
+		pair := types.NewArray(u64, 2)
+		st := types.NewStruct([]*types.Var{
+			types.NewField(token.NoPos, crcmathPkg, "Fold", types.NewArray(pair, maxFold+1), false),
+			types.NewField(token.NoPos, crcmathPkg, "Final", pair, false),
+			types.NewField(token.NoPos, crcmathPkg, "Mu", u64, false),
+			types.NewField(token.NoPos, crcmathPkg, "Poly", u64, false),
+		}, nil)
+		ft := types.NewNamed(types.NewTypeName(token.NoPos, crcmathPkg, "FoldTable", nil), st, nil)
+		rst := types.NewStruct([]*types.Var{
+			types.NewField(token.NoPos, crcmathPkg, "FoldTable", ft, true),
+			types.NewField(token.NoPos, crcmathPkg, "Rev", types.NewArray(pair, maxFold+1), false),
+		}, nil)
+		return types.NewNamed(types.NewTypeName(token.NoPos, crcmathPkg, "RevFoldTable", nil), rst, nil)
+	}()
+	byteType = types.Universe.Lookup("byte").Type()
+)
+
+func param(name string, t types.Type) *types.Var { return types.NewParam(token.NoPos, nil, name, t) }
+
+func blocksSig() *gotypes.Signature {
+	return gotypes.NewSignature(nil, types.NewSignatureType(nil, nil, nil, types.NewTuple(
+		param("dst", types.NewSlice(types.Typ[types.Uint16])),
+		param("sums", types.NewSlice(types.Typ[types.Uint32])),
+		param("p", types.NewSlice(byteType)),
+		param("blockLen", types.Typ[types.Int]),
+		param("stride", types.Typ[types.Int]),
+		param("tab", types.NewPointer(revTable)),
+	), nil, false))
+}
+
+func mem(base reg.Register, disp int) operand.Mem { return operand.Mem{Base: base, Disp: disp} }
+
+// Registers. General purpose: the group's pointers and the four CRC-32C
+// registers; vector: the four accumulators and the constants, all loaded
+// once (the table pointer is not kept).
+var (
+	rDst, rSums, rCnt = reg.RDI, reg.R8, reg.RDX
+	rP, rS1, rS3      = reg.RSI, reg.R9, reg.R10 // group start, stride, 3·stride
+	rCur, rN          = reg.R13, reg.RCX         // position in the blocks, bytes left
+	rCRC              = []reg.GPPhysical{reg.RAX, reg.RBX, reg.R11, reg.R12}
+
+	acc   = []reg.VecPhysical{reg.Y0, reg.Y1, reg.Y2, reg.Y3}
+	yK2   = reg.Y8  // Fold[2] in both lanes: forward by 32 bytes
+	yMask = reg.Y9  // byte reversal
+	xK1   = reg.X13 // Fold[1]: forward by 16 bytes
+	xFin  = reg.X4  // {Final[0], 0}
+	xMuP  = reg.X5  // {Mu, Poly}
+	yT1   = reg.Y11
+	yData = reg.Y12
+	yT3   = reg.Y14
+)
+
+func xmm(y reg.VecPhysical) reg.VecPhysical { return y.AsX().(reg.VecPhysical) }
+
+// blockAddr is byte disp of block j of the group at the current position.
+func blockAddr(j, disp int) operand.Mem {
+	switch j {
+	case 0:
+		return mem(rCur, disp)
+	case 1:
+		return operand.Mem{Base: rCur, Index: rS1, Scale: 1, Disp: disp}
+	case 2:
+		return operand.Mem{Base: rCur, Index: rS1, Scale: 2, Disp: disp}
+	}
+	return operand.Mem{Base: rCur, Index: rS3, Scale: 1, Disp: disp}
+}
+
+// foldInto sets a = Hi(a)·k[0] ⊕ Lo(a)·k[1] ⊕ d, lane by lane. The lanes
+// are byte-reversed, so Hi is the high quadword (immediate 0x01 takes the
+// high quadword of a and the low one of k, 0x10 the opposite).
+func foldInto(c *build.Context, a, k, d, t reg.VecPhysical) {
+	c.VPCLMULQDQ(operand.U8(0x01), k, a, t)
+	c.VPCLMULQDQ(operand.U8(0x10), k, a, a)
+	c.VPXOR(t, a, a)
+	c.VPXOR(d, a, a)
+}
+
+// crcSteps emits the CRC32Q of bytes off..off+8q-1 of every block of the
+// group, interleaved across the blocks.
+func crcSteps(c *build.Context, off, q int) {
+	for i := 0; i < q; i++ {
+		for j := 0; j < group; j++ {
+			c.CRC32Q(blockAddr(j, off+8*i), rCRC[j])
+		}
+	}
+}
+
+// reduce mirrors crcmath.Reduce on lane x (unreflected, w = 16): T =
+// Hi·C(80) ⊕ Lo·x^16, q = floor(T / P) by Barrett, CRC = T mod x^16 ⊕ q·p
+// mod x^16. The CRC is left zero-extended in out.
+func reduce(c *build.Context, x reg.VecPhysical, out reg.GPPhysical) {
+	t, s, k := xmm(yT1), xmm(yData), xmm(yT3)
+	c.VPCLMULQDQ(operand.U8(0x01), xFin, x, t) // Hi·C(64+w)
+	c.VMOVQ(x, s)                              // Lo
+	c.VPSLLDQ(operand.U8(width/8), s, s)       // Lo·x^w
+	c.VPXOR(s, t, t)                           // T, degree < 64+w
+	c.VPSRLDQ(operand.U8(width/8), t, s)       // Q = T div x^w
+	c.VPCLMULQDQ(operand.U8(0x00), xMuP, s, k) // Q·mu_low
+	c.VPSRLDQ(operand.U8(8), k, k)             // floor(Q·mu_low / x^64)
+	c.VPXOR(k, s, s)                           // q
+	c.VPCLMULQDQ(operand.U8(0x10), xMuP, s, k) // q·p
+	c.VPXOR(k, t, t)                           // low w bits: the CRC
+	c.VMOVQ(t, out)
+	c.MOVWQZX(out.As16(), out)
+}
+
+// blocksAVX2 generates fusedBlocksAVX2.
+func blocksAVX2(c *build.Context, mask operand.Mem) {
+	c.Function("fusedBlocksAVX2")
+	c.Attributes(attr.NOSPLIT)
+	c.Signature(blocksSig())
+	c.Load(c.Param("dst").Base(), rDst)
+	c.Load(c.Param("dst").Len(), rCnt)
+	c.Load(c.Param("sums").Base(), rSums)
+	c.Load(c.Param("p").Base(), rP)
+	c.Load(c.Param("stride"), rS1)
+	c.Comment("Block j of a group starts at p + j*stride.")
+	c.LEAQ(operand.Mem{Base: rS1, Index: rS1, Scale: 2}, rS3)
+	c.Comment("The constants, from the table.")
+	tab := rCur
+	c.Load(c.Param("tab"), tab)
+	c.VBROADCASTI128(mem(tab, tableFold+16*2), yK2)
+	c.VMOVDQU(mem(tab, tableFold+16*1), xK1)
+	c.VMOVDQU(mem(tab, tableFinal), xFin)
+	c.VMOVDQU(mem(tab, tableMu), xMuP)
+	c.VBROADCASTI128(mask, yMask)
+
+	c.Label("group")
+	c.MOVQ(rP, rCur)
+	c.Load(c.Param("blockLen"), rN)
+	c.Comment("The first 32 bytes of each block: the fold accumulators (T10-DIF",
+		"starts from zero) and the CRC-32C registers, from all ones.")
+	for j := 0; j < group; j++ {
+		c.VMOVDQU(blockAddr(j, 0), acc[j])
+		c.VPSHUFB(yMask, acc[j], acc[j])
+		c.MOVL(operand.U32(0xffffffff), rCRC[j].As32())
+	}
+	crcSteps(c, 0, vecLen/8)
+	c.ADDQ(operand.U32(vecLen), rCur)
+	c.SUBQ(operand.U32(vecLen), rN)
+
+	c.Comment("Every step: fold each accumulator forward by 32 bytes onto the",
+		"block's next 32 bytes, and run the same bytes through its CRC32Q stream.",
+		"blockLen >= 64, so there is at least one step.")
+	c.Label("loop")
+	for j := 0; j < group; j++ {
+		c.VMOVDQU(blockAddr(j, 0), yData)
+		c.VPSHUFB(yMask, yData, yData)
+		foldInto(c, acc[j], yK2, yData, yT1)
+		c.CRC32Q(blockAddr(j, 0), rCRC[j])
+	}
+	for i := 1; i < vecLen/8; i++ {
+		for j := 0; j < group; j++ {
+			c.CRC32Q(blockAddr(j, 8*i), rCRC[j])
+		}
+	}
+	c.ADDQ(operand.U32(vecLen), rCur)
+	c.SUBQ(operand.U32(vecLen), rN)
+	c.CMPQ(rN, operand.U32(vecLen))
+	c.JAE(operand.LabelRef("loop"))
+
+	c.Comment("Collapse each accumulator's two lanes: lane 0 folded by Fold[1],",
+		"lane 1 added as is.")
+	for j := 0; j < group; j++ {
+		c.VEXTRACTI128(operand.U8(1), acc[j], xmm(yT3))
+		foldInto(c, xmm(acc[j]), xK1, xmm(yT3), xmm(yT1))
+	}
+	c.Comment("An odd 16-byte lane left: one more fold by Fold[1] and two CRC32Q.")
+	c.TESTQ(rN, rN)
+	c.JZ(operand.LabelRef("reduce"))
+	for j := 0; j < group; j++ {
+		c.VMOVDQU(blockAddr(j, 0), xmm(yData))
+		c.VPSHUFB(xmm(yMask), xmm(yData), xmm(yData))
+		foldInto(c, xmm(acc[j]), xK1, xmm(yData), xmm(yT1))
+	}
+	crcSteps(c, 0, 2)
+
+	c.Label("reduce")
+	c.Comment("The guards (Barrett) and the finalised CRC-32C of the group.")
+	for j := 0; j < group; j++ {
+		reduce(c, xmm(acc[j]), rN)
+		c.MOVW(rN.As16(), mem(rDst, 2*j))
+		c.NOTL(rCRC[j].As32())
+		c.MOVL(rCRC[j].As32(), mem(rSums, 4*j))
+	}
+	c.ADDQ(operand.U32(2*group), rDst)
+	c.ADDQ(operand.U32(4*group), rSums)
+	c.LEAQ(operand.Mem{Base: rP, Index: rS1, Scale: group}, rP)
+	c.SUBQ(operand.U32(group), rCnt)
+	c.JNZ(operand.LabelRef("group"))
+	c.VZEROUPPER()
+	c.RET()
+}
+
+func writeStubs(warning string) ([]byte, error) {
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "// %s\n\n//go:build !purego\n\npackage crct10dif\n\n", warning)
+	fmt.Fprintf(&b, "import \"github.com/difctl/difctl/kernels/internal/crcmath\"\n\n")
+	fmt.Fprintf(&b, `// Byte offsets of the crcmath.RevFoldTable fields that fusedBlocksAVX2 reads.
+const (
+	fusedTableFold  = %d
+	fusedTableFinal = %d
+	fusedTableMu    = %d
+	fusedTablePoly  = %d
+)
+
+// Shape of fusedBlocksAVX2: blocks per group, shortest block.
+const (
+	fusedGroupAVX2  = %d
+	fusedMinLenAVX2 = %d
+)
+
+// fusedBlocksAVX2 sets dst[i] to the CRC-16/T10-DIF and sums[i] to the
+// CRC-32C (both from their initial values, finalised) of
+// p[i*stride:][:blockLen] for every i < len(dst), in one pass: %d blocks at
+// once, each with a 32-byte VPCLMULQDQ fold accumulator (YMM, VEX
+// encodings) and a CRC32Q stream over the same bytes.
+//
+// Preconditions: len(dst) is a positive multiple of %d; len(sums) >= len(dst);
+// blockLen is a multiple of 16 and at least %d; stride >= blockLen;
+// len(p) >= (len(dst)-1)*stride + blockLen; tab is the T10-DIF fold table;
+// the CPU has AVX2, VPCLMULQDQ and SSE4.2. It reads only the blocks.
+//
+//go:noescape
+func fusedBlocksAVX2(dst []uint16, sums []uint32, p []byte, blockLen, stride int, tab *crcmath.RevFoldTable)
+`, tableFold, tableFinal, tableMu, tablePoly, group, minLen, group, group, minLen)
+	return format.Source(b.Bytes())
+}

@@ -1,0 +1,205 @@
+package crct10dif
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/difctl/difctl/kernels/crc32c"
+	"github.com/difctl/difctl/kernels/internal/crcmath"
+	"github.com/difctl/difctl/kernels/internal/impl"
+	"github.com/difctl/difctl/kernels/internal/kerneltest"
+)
+
+// BlocksCRC32C against the two bitwise oracles, through every implementation
+// of the registry (each selects its own BlocksCRC32C: fused or two passes).
+
+func oracleSums(p []byte, n, blockLen, stride int) ([]uint16, []uint32) {
+	g, s := make([]uint16, n), make([]uint32, n)
+	for i := range n {
+		b := p[i*stride : i*stride+blockLen]
+		g[i] = uint16(crcmath.Bitwise(crcmath.T10DIF, 0, b))
+		s[i] = uint32(crcmath.Bitwise(crcmath.CRC32C, crcmath.Start(crcmath.CRC32C), b))
+	}
+	return g, s
+}
+
+func randBuf(r *rand.Rand, n int) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(r.Uint32())
+	}
+	return b
+}
+
+// checkSums runs BlocksCRC32C on n blocks of p and compares with the
+// oracles; dst and sums have a sentinel after them that must survive.
+func checkSums(t *testing.T, p []byte, n, blockLen, stride int, what string) {
+	t.Helper()
+	dst, sums := make([]uint16, n+1), make([]uint32, n+1)
+	dst[n], sums[n] = 0x5a5a, 0x5a5a5a5a
+	if err := BlocksCRC32C(dst[:n], sums[:n], p, blockLen, stride); err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	wg, ws := oracleSums(p, n, blockLen, stride)
+	for i := range n {
+		if dst[i] != wg[i] || sums[i] != ws[i] {
+			t.Fatalf("%s: block %d: guard %#x sum %#x, oracle %#x %#x", what, i, dst[i], sums[i], wg[i], ws[i])
+		}
+	}
+	if dst[n] != 0x5a5a || sums[n] != 0x5a5a5a5a {
+		t.Fatalf("%s: wrote past dst or sums", what)
+	}
+}
+
+func TestBlocksCRC32C(t *testing.T) {
+	r := rand.New(rand.NewPCG(20, 21))
+	impl.ForEach(t, pkgName, func(t *testing.T) {
+		for _, c := range kerneltest.BlockCases {
+			blockLen, stride := c[0], c[1]
+			for _, n := range []int{1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 33} {
+				if n*stride > 1<<20 {
+					continue
+				}
+				for _, align := range []int{0, 3} {
+					size := (n-1)*stride + blockLen
+					p := randBuf(r, size+align)[align:]
+					checkSums(t, p, n, blockLen, stride,
+						fmt.Sprintf("block=%d/stride=%d/n=%d/align=%d", blockLen, stride, n, align))
+				}
+			}
+		}
+	})
+}
+
+// Every alignment 0..63 of the buffer, and every block length around the
+// kernel's cutoffs (whole 32-byte steps, an odd 16-byte lane, tails).
+func TestBlocksCRC32CAlignLengths(t *testing.T) {
+	r := rand.New(rand.NewPCG(22, 23))
+	buf := randBuf(r, 64+8*600)
+	impl.ForEach(t, pkgName, func(t *testing.T) {
+		for a := range 64 {
+			for _, c := range [][2]int{{512, 512}, {512, 520}, {64, 72}, {80, 80}, {100, 104}} {
+				checkSums(t, buf[a:a+7*c[1]+c[0]], 8, c[0], c[1], fmt.Sprintf("align=%d/block=%d/stride=%d", a, c[0], c[1]))
+			}
+		}
+		for bl := 0; bl <= 300; bl++ {
+			for _, n := range []int{4, 5} {
+				checkSums(t, buf[:n*bl], n, bl, bl, fmt.Sprintf("block=%d/n=%d", bl, n))
+			}
+		}
+	})
+}
+
+// Blocks that end against an unmapped page: an over-read faults.
+func TestBlocksCRC32CGuardPage(t *testing.T) {
+	get := kerneltest.GuardedBuffer(t)
+	impl.ForEach(t, pkgName, func(t *testing.T) {
+		for _, c := range kerneltest.BlockCases {
+			bl, st := c[0], c[1]
+			for _, n := range []int{1, 4, 5, 8, 9, 16} {
+				size := (n-1)*st + bl
+				if size > 70<<10 {
+					continue
+				}
+				checkSums(t, get(size), n, bl, st, fmt.Sprintf("block=%d/stride=%d/n=%d at page end", bl, st, n))
+			}
+		}
+	})
+}
+
+func TestBlocksCRC32CLayout(t *testing.T) {
+	buf := make([]byte, 4096)
+	bad := []struct{ n, ns, plen, blockLen, stride int }{
+		{2, 2, 4096, 512, 256},   // stride < blockLen
+		{1, 1, 4096, 5000, 5000}, // block longer than the buffer
+		{9, 9, 4096, 512, 512},   // too many blocks
+		{2, 2, 4096, -1, 512},    // negative length
+		{3, 3, 4096, 512, 1 << 62},
+		{8, 7, 4096, 512, 512}, // sums shorter than dst
+		{4, 8, 4096, 512, 512}, // or longer
+	}
+	for _, c := range bad {
+		dst, sums := make([]uint16, c.n), make([]uint32, c.ns)
+		for i := range sums {
+			sums[i] = 7
+		}
+		if err := BlocksCRC32C(dst, sums, buf[:c.plen], c.blockLen, c.stride); err != ErrLayout {
+			t.Errorf("BlocksCRC32C(n=%d, sums=%d, len=%d, block=%d, stride=%d) = %v, want ErrLayout",
+				c.n, c.ns, c.plen, c.blockLen, c.stride, err)
+		}
+		for i := range sums {
+			if sums[i] != 7 {
+				t.Fatalf("an error wrote sums")
+			}
+		}
+	}
+	if err := BlocksCRC32C(nil, nil, nil, 512, 512); err != nil {
+		t.Errorf("BlocksCRC32C of zero blocks = %v", err)
+	}
+}
+
+// FuzzBlocksCRC32C compares every implementation with the oracles on fuzzed
+// data and layouts.
+func FuzzBlocksCRC32C(f *testing.F) {
+	f.Add(make([]byte, 4*512), 512, 512)
+	f.Add([]byte("123456789"), 4, 5)
+	f.Fuzz(func(t *testing.T, data []byte, blockLen, stride int) {
+		if blockLen <= 0 || stride < blockLen || len(data) < blockLen {
+			return
+		}
+		n := min((len(data)-blockLen)/stride+1, 64)
+		wg, ws := oracleSums(data, n, blockLen, stride)
+		for _, im := range impl.List(pkgName) {
+			if !im.Available {
+				continue
+			}
+			if err := impl.Select(pkgName, im.Name); err != nil {
+				t.Fatal(err)
+			}
+			dst, sums := make([]uint16, n), make([]uint32, n)
+			if err := BlocksCRC32C(dst, sums, data, blockLen, stride); err != nil {
+				t.Fatalf("%s: %v", im.Name, err)
+			}
+			for i := range n {
+				if dst[i] != wg[i] || sums[i] != ws[i] {
+					t.Fatalf("%s: block %d: guard %#x sum %#x, oracle %#x %#x", im.Name, i, dst[i], sums[i], wg[i], ws[i])
+				}
+			}
+		}
+		impl.Reset(pkgName)
+	})
+}
+
+// BenchmarkBlocksCRC32C: the fused call against Blocks then crc32c.Blocks
+// (op=twopass), over 1 MiB of 512 and 4096-byte blocks, for every
+// implementation.
+func BenchmarkBlocksCRC32C(b *testing.B) {
+	buf := randBuf(rand.New(rand.NewPCG(1, 1)), 1<<20)
+	impl.ForEachB(b, pkgName, func(b *testing.B) {
+		for _, bl := range []int{512, 4096} {
+			dst, sums := make([]uint16, len(buf)/bl), make([]uint32, len(buf)/bl)
+			b.Run(fmt.Sprintf("op=fused/block=%d", bl), func(b *testing.B) {
+				b.SetBytes(int64(len(buf)))
+				for b.Loop() {
+					if err := BlocksCRC32C(dst, sums, buf, bl, bl); err != nil {
+						b.Fatal(err)
+					}
+				}
+				kerneltest.Sink += uint64(dst[len(dst)-1]) + uint64(sums[len(sums)-1])
+			})
+			b.Run(fmt.Sprintf("op=twopass/block=%d", bl), func(b *testing.B) {
+				b.SetBytes(int64(len(buf)))
+				for b.Loop() {
+					if err := Blocks(dst, buf, bl, bl); err != nil {
+						b.Fatal(err)
+					}
+					if err := crc32c.Blocks(sums, buf, bl, bl); err != nil {
+						b.Fatal(err)
+					}
+				}
+				kerneltest.Sink += uint64(dst[len(dst)-1]) + uint64(sums[len(sums)-1])
+			})
+		}
+	})
+}
