@@ -29,12 +29,16 @@ func (f Format) Generate(data, md []byte, p Params) error {
 	return generate(&r, &e)
 }
 
-func generate(r *run, e *expect) error {
+func generate(r *run, e *expect) error { return generateSums(r, e, sumOut{}) }
+
+// generateSums is generate that also fills so's sector checksums where the
+// guard kernel computes them in the same pass (see sumOut).
+func generateSums(r *run, e *expect, so sumOut) error {
 	s := scratchPool.Get().(*scratch)
 	defer scratchPool.Put(s)
 	switch e.guard {
 	case Guard16:
-		return gen16(r, e, &s.g16)
+		return gen16(r, e, &s.g16, so)
 	case Guard32:
 		return gen32(r, e, &s.g32)
 	default:
@@ -45,12 +49,12 @@ func generate(r *run, e *expect) error {
 // The generate loops write each tuple as one or two big-endian words; the
 // rare chunk whose ref tags wrap is encoded block by block.
 
-func gen16(r *run, e *expect, g *[chunk]uint16) error {
+func gen16(r *run, e *expect, g *[chunk]uint16, so sumOut) error {
 	c := uint64(e.app)<<32 | e.stor.lo
 	ts := r.tstride
 	for base := 0; base < r.n; base += r.chunk {
 		gs := g[:min(r.chunk, r.n-base)]
-		if err := crct10dif.Blocks(gs, r.data[base*r.dstride:], r.dcov, r.dstride); err != nil {
+		if err := so.guards16(gs, r, base); err != nil {
 			return err
 		}
 		if r.extra > 0 {

@@ -51,7 +51,7 @@ type Summary struct {
 // ErrIntegrity. Bad buffers or parameters give other errors (ErrBuffer,
 // ErrParams, *FormatError). Verify does not allocate unless it fails.
 func (f Format) Verify(data, md []byte, p Params) error {
-	v, err := f.verify(data, md, &p, nil, nil)
+	v, err := f.verify(data, md, &p, nil, nil, sumOut{})
 	if err != nil {
 		return err
 	}
@@ -70,7 +70,7 @@ func (f Format) VerifyFunc(data, md []byte, p Params, fn func(*CheckError) error
 	if fn == nil {
 		return Summary{}, paramErr("nil visitor")
 	}
-	v, err := f.verify(data, md, &p, fn, nil)
+	v, err := f.verify(data, md, &p, fn, nil, sumOut{})
 	return v.sum, err
 }
 
@@ -86,7 +86,7 @@ func (f Format) Classify(states []State, data, md []byte, p Params) (Summary, er
 		return Summary{}, bufErr("states has room for %d blocks, the run has %d", len(states), r.n)
 	}
 	clear(states[:r.n])
-	v, err := f.verify(data, md, &p, func(*CheckError) error { return nil }, states)
+	v, err := f.verify(data, md, &p, func(*CheckError) error { return nil }, states, sumOut{})
 	return v.sum, err
 }
 
@@ -96,12 +96,13 @@ type verifier struct {
 	fn      func(*CheckError) error // nil: collect into list
 	list    []*CheckError
 	states  []State
+	sums    sumOut // ClassifySums: the sector checksums, with the guards
 	sum     Summary
 	err     error // from fn
 	stopped int   // blocks visited when fn stopped the run
 }
 
-func (f Format) verify(data, md []byte, p *Params, fn func(*CheckError) error, states []State) (verifier, error) {
+func (f Format) verify(data, md []byte, p *Params, fn func(*CheckError) error, states []State, so sumOut) (verifier, error) {
 	r, err := f.run(data, md)
 	if err != nil {
 		return verifier{}, err
@@ -110,7 +111,7 @@ func (f Format) verify(data, md []byte, p *Params, fn func(*CheckError) error, s
 	if err != nil {
 		return verifier{}, err
 	}
-	v := verifier{expect: e, fn: fn, states: states}
+	v := verifier{expect: e, fn: fn, states: states, sums: so}
 	if f.typ != Type0 && r.n > 0 {
 		s := scratchPool.Get().(*scratch)
 		switch f.guard {
@@ -161,7 +162,7 @@ func (v *verifier) ver16(r *run, g *[chunk]uint16) error {
 	for base := 0; base < r.n; base += r.chunk {
 		gs := g[:min(r.chunk, r.n-base)]
 		if v.guardOn {
-			if err := crct10dif.Blocks(gs, r.data[base*r.dstride:], r.dcov, r.dstride); err != nil {
+			if err := v.sums.guards16(gs, r, base); err != nil {
 				return err
 			}
 			if r.extra > 0 {
