@@ -14,9 +14,8 @@ import (
 
 var _ CheckSource = (*Volume)(nil)
 
-// subChunk is the span, in bytes, over which the PI guards and the sector
-// checksums are computed back to back, so that the second pass finds the
-// data in the CPU cache.
+// subChunk is the span, in bytes, of one dif call of the read and write
+// paths (guards and sector checksums computed in one pass, see classify).
 const subChunk = 64 << 10
 
 // scratch is the per-request working memory of the read and write paths,
@@ -218,28 +217,31 @@ func (v *Volume) readFallback(lba int64, from, to int, data []byte, sc *scratch,
 	return nil
 }
 
-// classify verifies blocks [i, i+k) of the loaded run at lba, the PI
-// guards and the sector checksums of one sub-chunk after the other,
-// leaving each block's state in sc.states. Disjoint ranges of one run may
-// be classified concurrently.
+// classify verifies blocks [i, i+k) of the loaded run at lba, one
+// sub-chunk after the other, leaving each block's state in sc.states. With
+// sector checksums, dif's ClassifySums computes them in the same pass as
+// the PI guards (one pass over the data for 16-bit guards). Disjoint ranges
+// of one run may be classified concurrently.
 func (v *Volume) classify(lba int64, i, k int, data []byte, sc *scratch) error {
 	bs, ts := v.bs, v.ts
 	sub := max(1, subChunk/bs)
 	for end := i + k; i < end; i += sub {
 		k := min(sub, end-i)
-		if _, err := v.f.Classify(sc.states[i:i+k], data[i*bs:(i+k)*bs], sc.tuples[i*ts:(i+k)*ts], v.params(lba+int64(i))); err != nil {
-			return fmt.Errorf("blockdev: verify: %w", err)
-		}
-		if v.sums {
-			crcs := sc.crcs[i : i+k]
-			if err := crc32c.Blocks(crcs, data[i*bs:(i+k)*bs], bs, bs); err != nil {
+		states, blocks, tuples := sc.states[i:i+k], data[i*bs:(i+k)*bs], sc.tuples[i*ts:(i+k)*ts]
+		if !v.sums {
+			if _, err := v.f.Classify(states, blocks, tuples, v.params(lba+int64(i))); err != nil {
 				return fmt.Errorf("blockdev: verify: %w", err)
 			}
-			sums := sc.sums[i : i+k]
-			for j := range crcs {
-				if crcs[j] != sums[j] && sc.written.Has(i+j) {
-					sc.states[i+j] = dif.StateFailed
-				}
+			continue
+		}
+		crcs := sc.crcs[i : i+k]
+		if _, err := v.f.ClassifySums(states, crcs, blocks, tuples, v.params(lba+int64(i))); err != nil {
+			return fmt.Errorf("blockdev: verify: %w", err)
+		}
+		sums := sc.sums[i : i+k]
+		for j := range crcs {
+			if crcs[j] != sums[j] && sc.written.Has(i+j) {
+				sc.states[i+j] = dif.StateFailed
 			}
 		}
 	}
@@ -541,19 +543,22 @@ func (v *Volume) readLocked(p []byte, off int64, sc *scratch) (int, error) {
 }
 
 // generate computes the tuples (and sums) of n blocks of data starting at
-// block lba, guards and sums one sub-chunk at a time.
+// block lba, one sub-chunk at a time; dif's GenerateSums computes the sums
+// in the same pass as the guards.
 func (v *Volume) generate(data []byte, lba int64, n int, tuples []byte, sums []uint32) error {
 	bs, ts := v.bs, v.ts
 	sub := max(1, subChunk/bs)
 	for i := 0; i < n; i += sub {
 		k := min(sub, n-i)
-		if err := v.f.Generate(data[i*bs:(i+k)*bs], tuples[i*ts:(i+k)*ts], v.params(lba+int64(i))); err != nil {
-			return fmt.Errorf("blockdev: generate: %w", err)
-		}
+		blocks, tups, p := data[i*bs:(i+k)*bs], tuples[i*ts:(i+k)*ts], v.params(lba+int64(i))
+		var err error
 		if v.sums {
-			if err := crc32c.Blocks(sums[i:i+k], data[i*bs:(i+k)*bs], bs, bs); err != nil {
-				return fmt.Errorf("blockdev: generate: %w", err)
-			}
+			err = v.f.GenerateSums(blocks, tups, sums[i:i+k], p)
+		} else {
+			err = v.f.Generate(blocks, tups, p)
+		}
+		if err != nil {
+			return fmt.Errorf("blockdev: generate: %w", err)
 		}
 	}
 	return nil
