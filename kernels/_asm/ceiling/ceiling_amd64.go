@@ -1,0 +1,32 @@
+package ceiling
+
+// addChain runs n iterations of 8 dependent ADDQs.
+//
+//go:noescape
+func addChain(n int)
+
+// clmulX runs n iterations of 16 PCLMULQDQ in 8 independent chains.
+//
+//go:noescape
+func clmulX(n int)
+
+// clmulY runs n iterations of 16 VPCLMULQDQ on YMM in 8 independent chains.
+//
+//go:noescape
+func clmulY(n int)
+
+// clmulYLat runs n iterations of 8 dependent VPCLMULQDQ on YMM.
+//
+//go:noescape
+func clmulYLat(n int)
+
+// clmulYPerm runs n iterations of 8 independent VPCLMULQDQ on YMM and 4
+// independent VPERMQ loading p[0:128].
+//
+//go:noescape
+func clmulYPerm(p *byte, n int)
+
+// cpuid executes CPUID.
+//
+//go:noescape
+func cpuid(leaf, subleaf uint32) (eax, ebx, ecx, edx uint32)

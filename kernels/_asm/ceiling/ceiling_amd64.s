@@ -1,0 +1,126 @@
+#include "textflag.h"
+
+// func addChain(n int)
+TEXT ·addChain(SB), NOSPLIT, $0-8
+	MOVQ n+0(FP), CX
+	XORQ AX, AX
+
+add:
+	ADDQ $1, AX
+	ADDQ $1, AX
+	ADDQ $1, AX
+	ADDQ $1, AX
+	ADDQ $1, AX
+	ADDQ $1, AX
+	ADDQ $1, AX
+	ADDQ $1, AX
+	DECQ CX
+	JNZ  add
+	RET
+
+// func clmulX(n int)
+TEXT ·clmulX(SB), NOSPLIT, $0-8
+	MOVQ n+0(FP), CX
+	PXOR X8, X8
+
+x:
+	PCLMULQDQ $0x00, X8, X0
+	PCLMULQDQ $0x00, X8, X1
+	PCLMULQDQ $0x00, X8, X2
+	PCLMULQDQ $0x00, X8, X3
+	PCLMULQDQ $0x00, X8, X4
+	PCLMULQDQ $0x00, X8, X5
+	PCLMULQDQ $0x00, X8, X6
+	PCLMULQDQ $0x00, X8, X7
+	PCLMULQDQ $0x11, X8, X0
+	PCLMULQDQ $0x11, X8, X1
+	PCLMULQDQ $0x11, X8, X2
+	PCLMULQDQ $0x11, X8, X3
+	PCLMULQDQ $0x11, X8, X4
+	PCLMULQDQ $0x11, X8, X5
+	PCLMULQDQ $0x11, X8, X6
+	PCLMULQDQ $0x11, X8, X7
+	DECQ      CX
+	JNZ       x
+	RET
+
+// func clmulY(n int)
+TEXT ·clmulY(SB), NOSPLIT, $0-8
+	MOVQ  n+0(FP), CX
+	VPXOR Y8, Y8, Y8
+
+y:
+	VPCLMULQDQ $0x00, Y8, Y0, Y0
+	VPCLMULQDQ $0x00, Y8, Y1, Y1
+	VPCLMULQDQ $0x00, Y8, Y2, Y2
+	VPCLMULQDQ $0x00, Y8, Y3, Y3
+	VPCLMULQDQ $0x00, Y8, Y4, Y4
+	VPCLMULQDQ $0x00, Y8, Y5, Y5
+	VPCLMULQDQ $0x00, Y8, Y6, Y6
+	VPCLMULQDQ $0x00, Y8, Y7, Y7
+	VPCLMULQDQ $0x11, Y8, Y0, Y0
+	VPCLMULQDQ $0x11, Y8, Y1, Y1
+	VPCLMULQDQ $0x11, Y8, Y2, Y2
+	VPCLMULQDQ $0x11, Y8, Y3, Y3
+	VPCLMULQDQ $0x11, Y8, Y4, Y4
+	VPCLMULQDQ $0x11, Y8, Y5, Y5
+	VPCLMULQDQ $0x11, Y8, Y6, Y6
+	VPCLMULQDQ $0x11, Y8, Y7, Y7
+	DECQ       CX
+	JNZ        y
+	VZEROUPPER
+	RET
+
+// func clmulYLat(n int)
+TEXT ·clmulYLat(SB), NOSPLIT, $0-8
+	MOVQ  n+0(FP), CX
+	VPXOR Y8, Y8, Y8
+
+lat:
+	VPCLMULQDQ $0x00, Y8, Y0, Y0
+	VPCLMULQDQ $0x00, Y8, Y0, Y0
+	VPCLMULQDQ $0x00, Y8, Y0, Y0
+	VPCLMULQDQ $0x00, Y8, Y0, Y0
+	VPCLMULQDQ $0x00, Y8, Y0, Y0
+	VPCLMULQDQ $0x00, Y8, Y0, Y0
+	VPCLMULQDQ $0x00, Y8, Y0, Y0
+	VPCLMULQDQ $0x00, Y8, Y0, Y0
+	DECQ       CX
+	JNZ        lat
+	VZEROUPPER
+	RET
+
+// func clmulYPerm(p *byte, n int)
+TEXT ·clmulYPerm(SB), NOSPLIT, $0-16
+	MOVQ  p+0(FP), SI
+	MOVQ  n+8(FP), CX
+	VPXOR Y8, Y8, Y8
+
+perm:
+	VPCLMULQDQ $0x00, Y8, Y0, Y0
+	VPCLMULQDQ $0x00, Y8, Y1, Y1
+	VPCLMULQDQ $0x00, Y8, Y2, Y2
+	VPCLMULQDQ $0x00, Y8, Y3, Y3
+	VPERMQ     $0x4e, (SI), Y9
+	VPERMQ     $0x4e, 32(SI), Y10
+	VPCLMULQDQ $0x11, Y8, Y4, Y4
+	VPCLMULQDQ $0x11, Y8, Y5, Y5
+	VPCLMULQDQ $0x11, Y8, Y6, Y6
+	VPCLMULQDQ $0x11, Y8, Y7, Y7
+	VPERMQ     $0x4e, 64(SI), Y11
+	VPERMQ     $0x4e, 96(SI), Y12
+	DECQ       CX
+	JNZ        perm
+	VZEROUPPER
+	RET
+
+// func cpuid(leaf uint32, subleaf uint32) (eax uint32, ebx uint32, ecx uint32, edx uint32)
+TEXT ·cpuid(SB), NOSPLIT, $0-24
+	MOVL leaf+0(FP), AX
+	MOVL subleaf+4(FP), CX
+	CPUID
+	MOVL AX, eax+8(FP)
+	MOVL BX, ebx+12(FP)
+	MOVL CX, ecx+16(FP)
+	MOVL DX, edx+20(FP)
+	RET

@@ -1,0 +1,14 @@
+// Package ceiling measures the carry-less multiplier of the machine it runs
+// on, the bound of every fold kernel: run
+//
+//	go test -run '^$' -bench . ./ceiling
+//
+// from kernels/_asm. Each benchmark times an instruction loop against a
+// chain of dependent ADDQs (one per cycle) in the same iterations and
+// reports cycles per instruction. A fold needs two 64x64 multiplies per
+// 16-byte lane, so the ceiling of a kernel is 16·lanes/(2·cycles) bytes per
+// cycle: on the Zen 3 EPYC the kernels were tuned on, PCLMULQDQ and
+// VPCLMULQDQ (XMM and YMM alike) issue one per 2 cycles with a latency of 4,
+// which makes 4 bytes per cycle with XMM and 8 with YMM; a VPERMQ from memory
+// (not from a register) takes the multiplier's port for 2 cycles.
+package ceiling
