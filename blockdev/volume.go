@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -149,12 +150,11 @@ type Options struct {
 	// and writes nothing. (A write that covers whole blocks always
 	// replaces them, good or bad: new data, new tuples.)
 	RewriteBadBlocks bool
-	// VerifyWorkers is how many goroutines verify the pieces of a large
-	// read (512 KiB or more) while the caller's goroutine reads the next
-	// ones. Default 0: none, each piece is read and then verified (while
-	// the CPU cache holds it) by the caller's goroutine. Parallel
-	// verification only pays on a machine with idle cores: on a busy one
-	// the hand-offs cost more than they save.
+	// VerifyWorkers is how many goroutines, besides the caller's, read and
+	// verify the parts of a large read (256 KiB or more): the request is cut
+	// into 1+VerifyWorkers parts, each read and verified piece by piece by
+	// one goroutine. Default 0 means GOMAXPROCS-1 at Open (at most 7);
+	// negative means none: every read is verified on the caller's goroutine.
 	VerifyWorkers int
 	// ReadOnly refuses WriteAt and Discard with ErrReadOnly. Crash
 	// recovery at Open still updates the store. Default false.
@@ -173,8 +173,13 @@ func (o *Options) normalize(bs int) error {
 	case o.Rereads > 100:
 		return fmt.Errorf("blockdev: volume options: %d re-reads, at most 100", o.Rereads)
 	}
-	if o.VerifyWorkers > 64 {
-		return fmt.Errorf("blockdev: volume options: %d verify workers, at most 64", o.VerifyWorkers)
+	switch {
+	case o.VerifyWorkers > 63:
+		return fmt.Errorf("blockdev: volume options: %d verify workers, at most 63", o.VerifyWorkers)
+	case o.VerifyWorkers == 0:
+		o.VerifyWorkers = min(runtime.GOMAXPROCS(0)-1, 7)
+	case o.VerifyWorkers < 0:
+		o.VerifyWorkers = -1 // none; normalizing again keeps it so
 	}
 	if o.StagingBytes == 0 {
 		o.StagingBytes = DefaultStagingBytes

@@ -21,21 +21,22 @@ const subChunk = 64 << 10
 // scratch is the per-request working memory of the read and write paths,
 // sized for one chunk (v.chunk blocks) and pooled.
 type scratch struct {
-	tuples   []byte
-	sums     []uint32
-	crcs     []uint32
-	written  store.Bitmap
-	ovMask   []uint64 // blocks whose tuple comes from staging or the overlay
-	ovTuples []byte
-	ovSums   []uint32
-	ioBad    []uint64 // blocks that could not be read
-	states   []dif.State
-	head     []byte // partial blocks of reads and writes
-	tail     []byte
-	reread   []byte
-	probs    []Problem
-	wg       sync.WaitGroup // pipelined verification jobs
-	jobErr   atomic.Pointer[error]
+	tuples     []byte
+	sums       []uint32
+	crcs       []uint32
+	written    store.Bitmap
+	ovMask     []uint64 // blocks whose tuple comes from staging or the overlay
+	ovTuples   []byte
+	ovSums     []uint32
+	ioBad      []uint64 // blocks that could not be read
+	states     []dif.State
+	head       []byte // partial blocks of reads and writes
+	tail       []byte
+	reread     []byte
+	probs      []Problem
+	wg         sync.WaitGroup // parts of a split read (readClassify)
+	jobErr     atomic.Pointer[error]
+	partFailed atomic.Uint64 // parts whose read failed, redone serially
 }
 
 func (v *Volume) newScratch() any {
@@ -248,37 +249,40 @@ func (v *Volume) classify(lba int64, i, k int, data []byte, sc *scratch) error {
 	return nil
 }
 
-// Pipelined reads: a run of at least pipeMin bytes is read in pieces of
-// pipePiece bytes, each verified by a worker goroutine while the next is
-// read, so that a large request costs little more than its read.
+// Parallel reads: a run of at least splitMin bytes is cut into parts, one
+// for the caller's goroutine and one for each verification worker, and
+// every goroutine reads and verifies its own part piece by piece (pieces of
+// pipePiece bytes, verified while the CPU cache still holds them). A large
+// request thus costs one hand-off per part, not per piece, and its reads and
+// checksums proceed on every core. A part whose read fails is done again
+// serially, where failing reads are retried block by block.
 const (
-	pipeMin   = 512 << 10
+	splitMin  = 256 << 10
 	pipePiece = 128 << 10
 )
 
 type verifyJob struct {
-	lba  int64
-	i, k int
-	data []byte
-	sc   *scratch
+	lba      int64
+	i, k     int
+	part     int
+	data     []byte
+	sc       *scratch
+	uncached bool
 }
 
-// startWorkers starts the Options.VerifyWorkers verification workers once
-// and reports whether there are any.
+// startWorkers starts the verification workers once and returns how many
+// there are.
 func (v *Volume) startWorkers() int {
 	v.workersOnce.Do(func() {
 		n := v.opts.VerifyWorkers
 		if n < 1 {
 			return
 		}
-		v.jobs = make(chan verifyJob, 16)
+		v.jobs = make(chan verifyJob, n)
 		for range n {
 			go func(jobs <-chan verifyJob) {
 				for j := range jobs {
-					if err := v.classify(j.lba, j.i, j.k, j.data, j.sc); err != nil {
-						j.sc.jobErr.CompareAndSwap(nil, &err)
-					}
-					j.sc.wg.Done()
+					v.runPart(j)
 				}
 			}(v.jobs)
 		}
@@ -286,7 +290,7 @@ func (v *Volume) startWorkers() int {
 	if v.jobs == nil {
 		return 0
 	}
-	return 1
+	return v.opts.VerifyWorkers
 }
 
 // stopWorkers ends the workers. Caller holds closeMu exclusively.
@@ -297,45 +301,73 @@ func (v *Volume) stopWorkers() {
 	}
 }
 
-// readClassify reads the data of a loaded run and classifies it,
-// pipelined when the run is large.
-func (v *Volume) readClassify(lba int64, n int, data []byte, sc *scratch, rereads int, uncached bool) error {
-	if n*v.bs < pipeMin || v.startWorkers() == 0 {
-		// Serially, piece by piece: each piece is verified while the CPU
-		// cache still holds it.
-		piece := max(1, pipePiece/v.bs)
-		for i := 0; i < n; i += piece {
-			k := min(piece, n-i)
-			if err := v.readData(lba, i, i+k, data, sc, rereads, uncached); err != nil {
-				return err
-			}
-			if err := v.classify(lba, i, k, data, sc); err != nil {
-				return err
-			}
+// runPart reads and classifies part j of a split run, recording a failed
+// read in sc.partFailed (the part is redone serially) and any other error
+// in sc.jobErr.
+func (v *Volume) runPart(j verifyJob) {
+	defer j.sc.wg.Done()
+	piece := max(1, pipePiece/v.bs)
+	for i, end := j.i, j.i+j.k; i < end; i += piece {
+		k := min(piece, end-i)
+		if err := v.readDev(j.data[i*v.bs:(i+k)*v.bs], j.lba+int64(i), j.uncached); err != nil {
+			j.sc.partFailed.Or(1 << j.part)
+			return
 		}
-		return nil
+		if err := v.classify(j.lba, i, k, j.data, j.sc); err != nil {
+			j.sc.jobErr.CompareAndSwap(nil, &err)
+			return
+		}
+	}
+}
+
+// readSerial reads and classifies blocks [i, i+k) of a run piece by piece
+// on the caller's goroutine, retrying failing reads block by block.
+func (v *Volume) readSerial(lba int64, i, k int, data []byte, sc *scratch, rereads int, uncached bool) error {
+	piece := max(1, pipePiece/v.bs)
+	for end := i + k; i < end; i += piece {
+		k := min(piece, end-i)
+		if err := v.readData(lba, i, i+k, data, sc, rereads, uncached); err != nil {
+			return err
+		}
+		if err := v.classify(lba, i, k, data, sc); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// readClassify reads the data of a loaded run and classifies it, split
+// across the verification workers when the run is large.
+func (v *Volume) readClassify(lba int64, n int, data []byte, sc *scratch, rereads int, uncached bool) error {
+	parts := 1
+	if n*v.bs >= splitMin {
+		parts = min(1+v.startWorkers(), n*v.bs/(splitMin/2), 64)
+	}
+	if parts <= 1 {
+		return v.readSerial(lba, 0, n, data, sc, rereads, uncached)
 	}
 	sc.jobErr.Store(nil)
-	piece := max(1, pipePiece/v.bs)
-	var err error
-	for i := 0; i < n; i += piece {
-		k := min(piece, n-i)
-		if err = v.readData(lba, i, i+k, data, sc, rereads, uncached); err != nil {
-			break
-		}
-		if i+k == n {
-			err = v.classify(lba, i, k, data, sc)
-			break
-		}
-		sc.wg.Add(1)
-		v.jobs <- verifyJob{lba: lba, i: i, k: k, data: data, sc: sc}
+	sc.partFailed.Store(0)
+	per := (n + parts - 1) / parts
+	sc.wg.Add(parts)
+	for p := 1; p < parts; p++ {
+		i := min(p*per, n)
+		v.jobs <- verifyJob{lba: lba, i: i, k: min(per, n-i), part: p, data: data, sc: sc, uncached: uncached}
 	}
+	v.runPart(verifyJob{lba: lba, i: 0, k: min(per, n), part: 0, data: data, sc: sc, uncached: uncached})
 	sc.wg.Wait()
-	if err != nil {
-		return err
-	}
 	if p := sc.jobErr.Load(); p != nil {
 		return *p
+	}
+	failed := sc.partFailed.Load()
+	for p := 0; failed != 0 && p < parts; p++ {
+		if failed&(1<<p) == 0 {
+			continue
+		}
+		i := min(p*per, n)
+		if err := v.readSerial(lba, i, min(per, n-i), data, sc, rereads, uncached); err != nil {
+			return err
+		}
 	}
 	return nil
 }

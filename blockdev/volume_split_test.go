@@ -1,0 +1,55 @@
+package blockdev
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/difctl/difctl/dif"
+)
+
+// Large reads are cut into parts read and verified by the verification
+// workers (readClassify). Every part must be verified, failures in any part
+// reported at the right block, and a part whose device read fails redone
+// serially with the per-block retries.
+func TestVolumeSplitRead(t *testing.T) {
+	const blocks = 512 // 2 MiB of 4 KiB blocks: a read of all of it is split
+	for _, workers := range []int{-1, 1, 3} {
+		for _, c := range []string{"clean", "transient-io", "permanent-io", "corrupt"} {
+			t.Run(fmt.Sprintf("workers=%d/case=%s", workers, c), func(t *testing.T) {
+				tv := newTestVol(t, "4096+8", blocks, CreateOptions{Options: Options{VerifyWorkers: workers}})
+				if got := tv.v.startWorkers(); got != max(workers, 0) {
+					t.Fatalf("%d verification workers, want %d", got, max(workers, 0))
+				}
+				bad := int64(blocks*3/4 + 5) // in the last part whatever the split
+				switch c {
+				case "transient-io":
+					tv.fault.Inject(Fault{Kind: FailRead, Off: bad * 4096, Len: 1, Times: 1})
+				case "permanent-io":
+					tv.fault.Inject(Fault{Kind: FailRead, Off: bad * 4096, Len: 1})
+				case "corrupt":
+					tv.fault.FlipBit(bad*4096+100, 3)
+				}
+				buf := make([]byte, blocks*4096)
+				n, err := tv.v.ReadAt(buf, 0)
+				switch c {
+				case "clean", "transient-io":
+					if err != nil || n != len(buf) || !bytes.Equal(buf, tv.model) {
+						t.Fatalf("ReadAt = %d, %v (data equal: %v)", n, err, bytes.Equal(buf, tv.model))
+					}
+				case "permanent-io":
+					var ioe *IOError
+					if !errors.As(err, &ioe) || n != int(bad)*4096 || !bytes.Equal(buf[:n], tv.model[:n]) {
+						t.Fatalf("ReadAt = %d, %v; want %d bytes and an *IOError", n, err, bad*4096)
+					}
+				case "corrupt":
+					var ie *IntegrityError
+					if !errors.As(err, &ie) || !errors.Is(err, dif.ErrIntegrity) || ie.LBA != bad || n != int(bad)*4096 {
+						t.Fatalf("ReadAt = %d, %v; want an integrity error at block %d", n, err, bad)
+					}
+				}
+			})
+		}
+	}
+}
