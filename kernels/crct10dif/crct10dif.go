@@ -18,6 +18,7 @@ import (
 
 	"github.com/difctl/difctl/kernels/internal/crcmath"
 	"github.com/difctl/difctl/kernels/internal/impl"
+	"github.com/difctl/difctl/kernels/internal/layout"
 )
 
 //go:generate go run ../internal/crcgen -crc t10dif -pkg crct10dif -o zfold_consts.go
@@ -66,8 +67,8 @@ func Checksum(p []byte) uint16 { return update(0, p) }
 // Blocks interleaves several blocks in each pass of the fold kernels, so it
 // is much faster than a loop of Checksum calls on small blocks.
 func Blocks(dst []uint16, p []byte, blockLen, stride int) error {
-	if err := checkLayout(len(dst), len(p), blockLen, stride); err != nil {
-		return err
+	if !layout.Valid(len(dst), len(p), blockLen, stride) {
+		return ErrLayout
 	}
 	if len(dst) == 0 {
 		return nil
@@ -93,30 +94,13 @@ func BlocksCRC32C(dst []uint16, sums []uint32, p []byte, blockLen, stride int) e
 	if len(sums) != len(dst) {
 		return ErrLayout
 	}
-	if err := checkLayout(len(dst), len(p), blockLen, stride); err != nil {
-		return err
+	if !layout.Valid(len(dst), len(p), blockLen, stride) {
+		return ErrLayout
 	}
 	if len(dst) == 0 {
 		return nil
 	}
 	blocksSums(dst, sums, p, blockLen, stride)
-	return nil
-}
-
-func checkLayout(n, plen, blockLen, stride int) error {
-	if n == 0 {
-		return nil
-	}
-	if blockLen < 0 || (n > 1 && stride < blockLen) {
-		return ErrLayout
-	}
-	// (n-1)*stride + blockLen <= plen, without overflow.
-	if n > 1 && stride > 0 && n-1 > (plen-blockLen)/stride {
-		return ErrLayout
-	}
-	if blockLen > plen {
-		return ErrLayout
-	}
 	return nil
 }
 
