@@ -17,6 +17,7 @@ import (
 	"github.com/difctl/difctl/kernels/crc64nvme"
 	"github.com/difctl/difctl/kernels/crct10dif"
 	"github.com/difctl/difctl/kernels/internal/impl"
+	"github.com/difctl/difctl/kernels/internal/x86"
 )
 
 // Packages are the kernel package names, in guard-width order.
@@ -74,7 +75,7 @@ func CPUFeatures() []string {
 		add(cpu.X86.HasAVX512F, "avx512f")
 		add(cpu.X86.HasAVX512VL, "avx512vl")
 		add(cpu.X86.HasAVX512BW, "avx512bw")
-		add(cpu.X86.HasAVX512VPCLMULQDQ, "vpclmulqdq")
+		add(x86.HasVPCLMULQDQ, "vpclmulqdq")
 	case "arm64":
 		add(cpu.ARM64.HasASIMD, "asimd")
 		add(cpu.ARM64.HasCRC32, "crc32")

@@ -3,6 +3,7 @@
 package crc32c
 
 import (
+	"github.com/difctl/difctl/kernels/internal/x86"
 	"golang.org/x/sys/cpu"
 )
 
@@ -21,11 +22,11 @@ import (
 //   - hybrid128: four CRC32 streams and two PCLMULQDQ-on-XMM fold streams
 //     (SSE4.2, PCLMULQDQ), for CPUs without VPCLMULQDQ.
 //
-// x/sys/cpu reports VPCLMULQDQ only with AVX-512; foldHasVPCLMULQDQ
-// (crc32c_fold_amd64.go) reads the CPUID bit of the VEX form on YMM.
+// x/sys/cpu reports VPCLMULQDQ only with AVX-512; x86.HasVPCLMULQDQ
+// reads the CPUID bit of the VEX form on YMM.
 var (
 	hasHybrid128 = cpu.X86.HasSSE42 && cpu.X86.HasSSE41 && cpu.X86.HasPCLMULQDQ
-	hasHybrid256 = hasHybrid128 && cpu.X86.HasAVX2 && foldHasVPCLMULQDQ()
+	hasHybrid256 = hasHybrid128 && cpu.X86.HasAVX2 && x86.HasVPCLMULQDQ
 )
 
 const (

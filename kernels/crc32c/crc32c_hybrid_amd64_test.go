@@ -12,6 +12,7 @@ import (
 
 	"github.com/difctl/difctl/kernels/internal/crcmath"
 	"github.com/difctl/difctl/kernels/internal/impl"
+	"github.com/difctl/difctl/kernels/internal/x86"
 )
 
 // TestHybridAvailable fails, rather than skips, when the CPU can run a
@@ -25,7 +26,7 @@ func TestHybridAvailable(t *testing.T) {
 	if cpu.X86.HasSSE42 && cpu.X86.HasPCLMULQDQ && !avail["hybrid128"] {
 		t.Errorf("the CPU has SSE4.2 and PCLMULQDQ but hybrid128 is unavailable")
 	}
-	if cpu.X86.HasSSE42 && cpu.X86.HasAVX2 && foldHasVPCLMULQDQ() && !avail["hybrid"] {
+	if cpu.X86.HasSSE42 && cpu.X86.HasAVX2 && x86.HasVPCLMULQDQ && !avail["hybrid"] {
 		t.Errorf("the CPU has SSE4.2, AVX2 and VPCLMULQDQ but hybrid is unavailable")
 	}
 	if _, forced := impl.Forced(pkgName); forced {

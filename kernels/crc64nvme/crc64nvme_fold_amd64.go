@@ -4,6 +4,7 @@ package crc64nvme
 
 import (
 	"github.com/difctl/difctl/kernels/internal/crcmath"
+	"github.com/difctl/difctl/kernels/internal/x86"
 	"golang.org/x/sys/cpu"
 )
 
@@ -16,21 +17,10 @@ var foldTables = crcmath.NewRevFoldTable(&foldTable)
 // CPU features of the fold kernels in zfold_amd64.s, checked once.
 var (
 	hasFoldPCLMUL = cpu.X86.HasPCLMULQDQ && cpu.X86.HasSSSE3 && cpu.X86.HasSSE41
-	hasFoldAVX2   = cpu.X86.HasAVX2 && cpu.X86.HasPCLMULQDQ && foldHasVPCLMULQDQ()
+	hasFoldAVX2   = cpu.X86.HasAVX2 && cpu.X86.HasPCLMULQDQ && x86.HasVPCLMULQDQ
 	hasFoldAVX512 = hasFoldAVX2 && cpu.X86.HasAVX512F && cpu.X86.HasAVX512BW &&
 		cpu.X86.HasAVX512VPCLMULQDQ
 )
-
-// foldHasVPCLMULQDQ reports CPUID.(EAX=7,ECX=0):ECX.VPCLMULQDQ[bit 10], which
-// golang.org/x/sys/cpu reports only on CPUs with AVX-512. The OS support of
-// the YMM state is part of cpu.X86.HasAVX2.
-func foldHasVPCLMULQDQ() bool {
-	if maxLeaf, _, _, _ := foldCPUID(0, 0); maxLeaf < 7 {
-		return false
-	}
-	_, _, ecx, _ := foldCPUID(7, 0)
-	return ecx&(1<<10) != 0
-}
 
 // Below these lengths Update uses the table code, which is faster there.
 // Measured on an AMD EPYC (Zen 3) with BenchmarkKernel at 16..512 bytes:

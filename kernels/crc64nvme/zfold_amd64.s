@@ -1324,15 +1324,3 @@ breduceAVX512:
 	JNZ        bgroupAVX512
 	VZEROUPPER
 	RET
-
-// func foldCPUID(leaf uint32, subleaf uint32) (eax uint32, ebx uint32, ecx uint32, edx uint32)
-// Requires: CPUID
-TEXT ·foldCPUID(SB), NOSPLIT, $0-24
-	MOVL leaf+0(FP), AX
-	MOVL subleaf+4(FP), CX
-	CPUID
-	MOVL AX, eax+8(FP)
-	MOVL BX, ebx+12(FP)
-	MOVL CX, ecx+16(FP)
-	MOVL DX, edx+20(FP)
-	RET

@@ -8,6 +8,7 @@ import (
 
 	"github.com/difctl/difctl/kernels/internal/crcmath"
 	"github.com/difctl/difctl/kernels/internal/impl"
+	"github.com/difctl/difctl/kernels/internal/x86"
 	"golang.org/x/sys/cpu"
 )
 
@@ -17,7 +18,7 @@ import (
 // package's own checks.
 func TestArchImplementations(t *testing.T) {
 	x := cpu.X86
-	_, _, ecx7, _ := foldCPUID(7, 0)
+	_, _, ecx7, _ := x86.CPUID(7, 0)
 	vpclmul := ecx7&(1<<10) != 0
 	want := []struct {
 		name string

@@ -101,9 +101,3 @@ func foldUpdateAVX512(crc uint16, p []byte, tab *crcmath.RevFoldTable) uint16
 //
 //go:noescape
 func foldBlocksAVX512(dst []uint16, p []byte, blockLen, stride int, tab *crcmath.RevFoldTable)
-
-// foldCPUID executes CPUID with the given leaf and subleaf. Only the feature
-// checks in Go call it, for the bits golang.org/x/sys/cpu does not report.
-//
-//go:noescape
-func foldCPUID(leaf, subleaf uint32) (eax, ebx, ecx, edx uint32)

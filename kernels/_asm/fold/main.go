@@ -163,7 +163,6 @@ func generate(spec crcSpec, out, stubs string) (asm, src []byte, err error) {
 		g.update()
 		g.blocks()
 	}
-	genCPUID(ctx)
 
 	f, err := ctx.Result()
 	if err != nil {
@@ -1109,23 +1108,6 @@ func (g *gen) blocks() {
 	c.RET()
 }
 
-func genCPUID(c *build.Context) {
-	u32 := types.Typ[types.Uint32]
-	c.Function("foldCPUID")
-	c.Attributes(attr.NOSPLIT)
-	c.Signature(signature(
-		[]*types.Var{param("leaf", u32), param("subleaf", u32)},
-		[]*types.Var{param("eax", u32), param("ebx", u32), param("ecx", u32), param("edx", u32)}))
-	c.Load(c.Param("leaf"), reg.EAX)
-	c.Load(c.Param("subleaf"), reg.ECX)
-	c.CPUID()
-	c.Store(reg.EAX, c.Return("eax"))
-	c.Store(reg.EBX, c.Return("ebx"))
-	c.Store(reg.ECX, c.Return("ecx"))
-	c.Store(reg.EDX, c.Return("edx"))
-	c.RET()
-}
-
 // writeStubs renders the Go declarations of the generated functions.
 func writeStubs(spec crcSpec, warning string) ([]byte, error) {
 	var b bytes.Buffer
@@ -1171,11 +1153,5 @@ func foldBlocks%[1]s(dst []%[7]s, p []byte, blockLen, stride int, tab *crcmath.R
 
 `, v.name, v.desc, v.accs, v.bytes, order, v.cpu, word, v.group)
 	}
-	fmt.Fprintf(&b, `// foldCPUID executes CPUID with the given leaf and subleaf. Only the feature
-// checks in Go call it, for the bits golang.org/x/sys/cpu does not report.
-//
-//go:noescape
-func foldCPUID(leaf, subleaf uint32) (eax, ebx, ecx, edx uint32)
-`)
 	return format.Source(b.Bytes())
 }

@@ -1,0 +1,8 @@
+//go:build !amd64 || purego
+
+package x86
+
+// detects tells tests that this build does not read CPUID.
+const detects = false
+
+func hasVPCLMULQDQ() bool { return false }
