@@ -47,7 +47,10 @@ func benchCases() []benchCase {
 
 const benchData = 1 << 20
 
-func benchRun(f Format) (data, md []byte, p Params) {
+// benchRun builds a generated run of f; with app the app tag is checked
+// (AppMask 0xFFFF), otherwise the parameters are the defaults but the ref
+// tag, so the app tag is not compared.
+func benchRun(f Format, app bool) (data, md []byte, p Params) {
 	n := benchData / f.BlockSize()
 	if f.Layout() == Interleaved {
 		data = make([]byte, n*f.ExtendedBlockSize())
@@ -57,7 +60,10 @@ func benchRun(f Format) (data, md []byte, p Params) {
 	for i := range data {
 		data[i] = byte(i*7 + i>>9)
 	}
-	p = Params{RefTag: 1 << 20, AppTag: 0x1234, AppMask: 0xFFFF}
+	p = Params{RefTag: 1 << 20}
+	if app {
+		p.AppTag, p.AppMask = 0x1234, 0xFFFF
+	}
 	if err := f.Generate(data, md, p); err != nil {
 		panic(err)
 	}
@@ -69,7 +75,7 @@ var sink uint64
 func BenchmarkGenerate(b *testing.B) {
 	for _, c := range benchCases() {
 		b.Run(c.name, func(b *testing.B) {
-			data, md, p := benchRun(c.f)
+			data, md, p := benchRun(c.f, true)
 			b.SetBytes(benchData)
 			for b.Loop() {
 				if err := c.f.Generate(data, md, p); err != nil {
@@ -84,7 +90,7 @@ func BenchmarkGenerate(b *testing.B) {
 func BenchmarkVerify(b *testing.B) {
 	for _, c := range benchCases() {
 		b.Run(c.name, func(b *testing.B) {
-			data, md, p := benchRun(c.f)
+			data, md, p := benchRun(c.f, true)
 			b.SetBytes(benchData)
 			for b.Loop() {
 				if err := c.f.Verify(data, md, p); err != nil {
@@ -103,33 +109,35 @@ func BenchmarkVerify(b *testing.B) {
 func BenchmarkRatio(b *testing.B) {
 	for _, op := range []string{"generate", "verify", "kernel"} {
 		for _, c := range benchCases() {
-			b.Run("op="+op+"/"+c.name, func(b *testing.B) {
-				data, md, p := benchRun(c.f)
-				kernel := kernelRun(c.f, data)
-				tk, td := time.Duration(1<<62), time.Duration(1<<62)
-				b.SetBytes(2 * benchData)
-				for b.Loop() {
-					t0 := time.Now()
-					kernel()
-					t1 := time.Now()
-					var err error
-					switch op {
-					case "generate":
-						err = c.f.Generate(data, md, p)
-					case "verify":
-						err = c.f.Verify(data, md, p)
-					default: // the method's own bias: the kernel against itself
+			for _, params := range []string{"default", "app"} {
+				b.Run("op="+op+"/"+c.name+"/params="+params, func(b *testing.B) {
+					data, md, p := benchRun(c.f, params == "app")
+					kernel := kernelRun(c.f, data)
+					tk, td := time.Duration(1<<62), time.Duration(1<<62)
+					b.SetBytes(2 * benchData)
+					for b.Loop() {
+						t0 := time.Now()
 						kernel()
+						t1 := time.Now()
+						var err error
+						switch op {
+						case "generate":
+							err = c.f.Generate(data, md, p)
+						case "verify":
+							err = c.f.Verify(data, md, p)
+						default: // the method's own bias: the kernel against itself
+							kernel()
+						}
+						t2 := time.Now()
+						if err != nil {
+							b.Fatal(err)
+						}
+						tk = min(tk, t1.Sub(t0))
+						td = min(td, t2.Sub(t1))
 					}
-					t2 := time.Now()
-					if err != nil {
-						b.Fatal(err)
-					}
-					tk = min(tk, t1.Sub(t0))
-					td = min(td, t2.Sub(t1))
-				}
-				b.ReportMetric(float64(tk)/float64(td), "dif/kernel")
-			})
+					b.ReportMetric(float64(tk)/float64(td), "dif/kernel")
+				})
+			}
 		}
 	}
 }
@@ -162,7 +170,7 @@ func kernelRun(f Format, data []byte) func() {
 func BenchmarkKernelBlocks(b *testing.B) {
 	for _, c := range benchCases() {
 		b.Run(c.name, func(b *testing.B) {
-			data, _, _ := benchRun(c.f)
+			data, _, _ := benchRun(c.f, true)
 			kernel := kernelRun(c.f, data)
 			b.SetBytes(benchData)
 			for b.Loop() {

@@ -379,11 +379,17 @@ func scan64n(t []byte, ts int, gs []uint64, e1, step, gm, mask1 uint64) uint64 {
 	return bad
 }
 
-// escapeFlagged reports whether the app tag check alone flags a stored app
-// tag of 0xFFFF (it is compared and differs from the expected tag under the
-// mask), so that the scans can leave out the escape term: an escaped block
-// then fails the app tag comparison and reaches slow anyway.
-func (v *verifier) escapeFlagged() bool { return (0xFFFF^v.app)&v.appMask != 0 }
+// escapeFlagged reports whether the scans can leave out the escape term.
+// They can when the app tag check alone flags a stored app tag of 0xFFFF
+// (it is compared and differs from the expected tag under the mask): an
+// escaped block then fails the app tag comparison and reaches slow anyway.
+// They can also for a plain Verify, which reports failures and nothing
+// else: an escaped block whose checks all pass has the same outcome as one
+// skipped, and one whose checks fail reaches slow, which honours the
+// escape. Classify and VerifyFunc count escaped blocks, so they keep it.
+func (v *verifier) escapeFlagged() bool {
+	return (v.fn == nil && v.states == nil) || (0xFFFF^v.app)&v.appMask != 0
+}
 
 // slow classifies block i, whose tuple is t and computed guard g, and
 // reports its failures. It returns true to stop the verification.
