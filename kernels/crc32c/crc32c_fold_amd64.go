@@ -4,6 +4,7 @@ package crc32c
 
 import (
 	"github.com/difctl/difctl/kernels/internal/crcmath"
+	"github.com/difctl/difctl/kernels/internal/foldgo"
 	"github.com/difctl/difctl/kernels/internal/x86"
 	"golang.org/x/sys/cpu"
 )
@@ -62,37 +63,13 @@ func blocksAVX512(dst []uint32, p []byte, blockLen, stride int) {
 	blocksFold(dst, p, blockLen, stride, foldVecAVX512, foldGroupAVX512, foldBlocksAVX512, updateAVX512)
 }
 
-// updateFold runs a fold kernel over p, or the table code when p is shorter
-// than min (at least 16, the kernels' minimum).
+// updateFold runs a fold kernel over p, or the table code below min bytes.
 func updateFold(crc uint32, p []byte, min int, fold func(uint32, []byte, *crcmath.RevFoldTable) uint32) uint32 {
-	if len(p) < min {
-		return updateGeneric(crc, p)
-	}
-	return fold(crc, p, foldTables)
+	return foldgo.Update(crc, p, min, foldTables, fold, updateGeneric)
 }
 
-// blocksFold runs a blocks kernel over groups of blocks: it computes the CRC
-// of each block's whole 16-byte lanes, the table code adds the rest of each
-// block, and blocks that do not fill a group go through update one at a
-// time. The layout was checked.
+// blocksFold runs a blocks kernel over groups of blocks (foldgo.Blocks).
 func blocksFold(dst []uint32, p []byte, blockLen, stride, vec, group int,
 	kernel func([]uint32, []byte, int, int, *crcmath.RevFoldTable), update func(uint32, []byte) uint32) {
-	g := len(dst) - len(dst)%group
-	if blockLen < max(vec, foldMinBlockLen) {
-		g = 0
-	}
-	if g > 0 {
-		n := blockLen &^ 15
-		kernel(dst[:g], p, n, stride, foldTables)
-		if n < blockLen {
-			for i := range dst[:g] {
-				off := i * stride
-				dst[i] = updateGeneric(dst[i], p[off+n:off+blockLen])
-			}
-		}
-	}
-	for i := g; i < len(dst); i++ {
-		off := i * stride
-		dst[i] = update(0, p[off:off+blockLen])
-	}
+	foldgo.Blocks(dst, p, blockLen, stride, vec, group, foldMinBlockLen, foldTables, kernel, updateGeneric, update)
 }

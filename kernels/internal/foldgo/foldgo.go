@@ -1,0 +1,46 @@
+// Package foldgo is the Go side of the fold kernels that is the same for
+// every CRC: the length dispatch of Update and the grouping and tails of
+// Blocks around the assembly of each kernel package.
+package foldgo
+
+import "github.com/difctl/difctl/kernels/internal/crcmath"
+
+// Word is a guard type.
+type Word interface{ ~uint16 | ~uint32 | ~uint64 }
+
+// Update runs the fold kernel over p, or small (the table code) when p is
+// shorter than min, which is at least 16, the kernels' minimum.
+func Update[T Word](crc T, p []byte, min int, tab *crcmath.RevFoldTable,
+	fold func(T, []byte, *crcmath.RevFoldTable) T, small func(T, []byte) T) T {
+	if len(p) < min {
+		return small(crc, p)
+	}
+	return fold(crc, p, tab)
+}
+
+// Blocks runs a blocks kernel over groups of blocks: the kernel computes the
+// CRC of each block's whole 16-byte lanes, tail adds the rest of each block,
+// and blocks that do not fill a group of group blocks, or blocks shorter
+// than a vector (vec) or minBlockLen, go through update one at a time. The
+// layout must have been checked.
+func Blocks[T Word](dst []T, p []byte, blockLen, stride, vec, group, minBlockLen int, tab *crcmath.RevFoldTable,
+	kernel func([]T, []byte, int, int, *crcmath.RevFoldTable), tail, update func(T, []byte) T) {
+	g := len(dst) - len(dst)%group
+	if blockLen < max(vec, minBlockLen) {
+		g = 0
+	}
+	if g > 0 {
+		n := blockLen &^ 15
+		kernel(dst[:g], p, n, stride, tab)
+		if n < blockLen {
+			for i := range dst[:g] {
+				off := i * stride
+				dst[i] = tail(dst[i], p[off+n:off+blockLen])
+			}
+		}
+	}
+	for i := g; i < len(dst); i++ {
+		off := i * stride
+		dst[i] = update(0, p[off:off+blockLen])
+	}
+}
