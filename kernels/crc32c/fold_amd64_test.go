@@ -4,9 +4,7 @@ package crc32c
 
 import (
 	"testing"
-	"unsafe"
 
-	"github.com/difctl/difctl/kernels/internal/crcmath"
 	"github.com/difctl/difctl/kernels/internal/impl"
 	"github.com/difctl/difctl/kernels/internal/kerneltest"
 	"github.com/difctl/difctl/kernels/internal/layout"
@@ -57,20 +55,12 @@ func FuzzFoldKernels(f *testing.F) { kerneltest.Fuzz(f, foldTestKernel()) }
 func BenchmarkFoldKernels(b *testing.B) { kerneltest.Bench(b, foldTestKernel()) }
 
 func TestFoldTableOffsets(t *testing.T) {
-	var tab crcmath.RevFoldTable
-	for _, c := range []struct {
-		name      string
-		got, want uintptr
-	}{
-		{"Fold", unsafe.Offsetof(tab.Fold), foldTableFold},
-		{"Final", unsafe.Offsetof(tab.Final), foldTableFinal},
-		{"Mu", unsafe.Offsetof(tab.Mu), foldTableMu},
-		{"Poly", unsafe.Offsetof(tab.Poly), foldTablePoly},
-		{"Rev", unsafe.Offsetof(tab.Rev), foldTableRev},
-		{"size", unsafe.Sizeof(tab), foldTableSize},
-	} {
-		if c.got != c.want {
-			t.Errorf("FoldTable.%s at %d, the generated kernels assume %d", c.name, c.got, c.want)
-		}
-	}
+	kerneltest.CheckFoldOffsets(t, kerneltest.FoldOffsets{
+		Fold: foldTableFold, Final: foldTableFinal, Mu: foldTableMu,
+		Poly: foldTablePoly, Rev: foldTableRev, Size: foldTableSize,
+	})
 }
+
+// The fold kernels that the crc32c-fold registry holds are available as
+// the CPU allows (the package's own registry prefers the hybrid kernels).
+func TestFoldImplementations(t *testing.T) { kerneltest.CheckFoldImplementations(t, foldTestKernel()) }

@@ -1,0 +1,95 @@
+//go:build !purego
+
+package kerneltest
+
+import (
+	"testing"
+	"unsafe"
+
+	"golang.org/x/sys/cpu"
+
+	"github.com/difctl/difctl/kernels/internal/crcmath"
+	"github.com/difctl/difctl/kernels/internal/impl"
+	"github.com/difctl/difctl/kernels/internal/x86"
+)
+
+// CheckFoldImplementations checks the registry of a package built on the
+// amd64 fold kernels: an implementation the CPU can run must be registered
+// and available, and the best one active. A machine with AVX-512 that
+// silently runs a slower path is a defect, so this fails rather than skips.
+// The features are derived here, independently of the package's own checks.
+func CheckFoldImplementations[T Word](t *testing.T, k Kernel[T]) {
+	t.Helper()
+	x := cpu.X86
+	_, _, ecx7, _ := x86.CPUID(7, 0)
+	vpclmul := ecx7&(1<<10) != 0
+	want := []struct {
+		name string
+		can  bool
+	}{
+		{"avx512", x.HasAVX512F && x.HasAVX512BW && x.HasAVX512VPCLMULQDQ && x.HasAVX2 && x.HasPCLMULQDQ},
+		{"avx2", x.HasAVX2 && x.HasPCLMULQDQ && vpclmul},
+		{"pclmul", x.HasPCLMULQDQ && x.HasSSSE3 && x.HasSSE41},
+	}
+	defer impl.Reset(k.Pkg)
+	list := impl.List(k.Pkg)
+	for _, w := range want {
+		var got *impl.Impl
+		for i := range list {
+			if list[i].Name == w.name {
+				got = &list[i]
+			}
+		}
+		switch {
+		case got == nil:
+			t.Errorf("%s is not registered", w.name)
+		case w.can && !got.Available:
+			t.Errorf("the CPU has the features of %s but it is not available", w.name)
+		case !w.can && got.Available:
+			t.Errorf("%s is available but the CPU lacks its features", w.name)
+		case !w.can:
+			t.Logf("%s: the CPU lacks its features; not run on this machine", w.name)
+		default:
+			if err := impl.Select(k.Pkg, w.name); err != nil {
+				t.Fatal(err)
+			}
+			if got := k.Checksum([]byte("123456789")); uint64(got) != k.Params.Check {
+				t.Errorf("%s: check value %#x, want %#x", w.name, got, k.Params.Check)
+			}
+		}
+	}
+	impl.Reset(k.Pkg)
+	for _, w := range want {
+		if w.can {
+			if a := impl.Active(k.Pkg); a != w.name {
+				t.Errorf("active implementation %q, want %q", a, w.name)
+			}
+			break
+		}
+	}
+}
+
+// FoldOffsets are the byte offsets of crcmath.RevFoldTable that a package's
+// generated kernels assume (its zfold_amd64.go constants).
+type FoldOffsets struct{ Fold, Final, Mu, Poly, Rev, Size uintptr }
+
+// CheckFoldOffsets checks that the kernels read the table where it is.
+func CheckFoldOffsets(t *testing.T, o FoldOffsets) {
+	t.Helper()
+	var tab crcmath.RevFoldTable
+	for _, c := range []struct {
+		name      string
+		got, want uintptr
+	}{
+		{"Fold", unsafe.Offsetof(tab.Fold), o.Fold},
+		{"Final", unsafe.Offsetof(tab.Final), o.Final},
+		{"Mu", unsafe.Offsetof(tab.Mu), o.Mu},
+		{"Poly", unsafe.Offsetof(tab.Poly), o.Poly},
+		{"Rev", unsafe.Offsetof(tab.Rev), o.Rev},
+		{"size", unsafe.Sizeof(tab), o.Size},
+	} {
+		if c.got != c.want {
+			t.Errorf("FoldTable.%s at %d, the generated kernels assume %d", c.name, c.got, c.want)
+		}
+	}
+}
