@@ -1,6 +1,14 @@
 // Command difctl generates, stores and verifies T10 DIF / NVMe protection
 // information for block images and devices.
 //
+// Images without PI are protected with `difctl protect`, which keeps the
+// tuples in a store beside the image (Pebble, IMAGE.difdb, by default);
+// verify, scrub, inspect, write, discard, convert and remap then work
+// through that store. Images that carry their own PI (extended-LBA dumps,
+// DIX pairs) are checked with `verify --interleaved` or `verify --dix`.
+// crc, kernels and bench expose the checksum kernels. With --json every
+// command writes JSON Lines in the difctl/v1 schema (SCHEMA.md).
+//
 // Exit codes follow fsck(8), as a bit mask: 0 clean, 1 errors corrected,
 // 4 errors left uncorrected, 8 operational error, 16 usage error, 32
 // cancelled by the user. They are decided in one place, exitCode in
