@@ -26,6 +26,12 @@ func clmulYLat(n int)
 //go:noescape
 func clmulYPerm(p *byte, n int)
 
+// clmulYShuf runs n iterations of 8 independent VPCLMULQDQ on YMM, 4 loads
+// of p[0:128] and a VPSHUFB of each: the mix of a non-reflected fold loop.
+//
+//go:noescape
+func clmulYShuf(p *byte, n int)
+
 // cpuid executes CPUID.
 //
 //go:noescape

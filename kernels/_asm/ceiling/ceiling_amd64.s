@@ -114,6 +114,35 @@ perm:
 	VZEROUPPER
 	RET
 
+// func clmulYShuf(p *byte, n int)
+TEXT ·clmulYShuf(SB), NOSPLIT, $0-16
+	MOVQ  p+0(FP), SI
+	MOVQ  n+8(FP), CX
+	VPXOR Y8, Y8, Y8
+	VPXOR Y13, Y13, Y13
+
+shuf:
+	VMOVDQU    (SI), Y9
+	VPSHUFB    Y13, Y9, Y9
+	VPCLMULQDQ $0x00, Y8, Y0, Y0
+	VPCLMULQDQ $0x00, Y8, Y1, Y1
+	VMOVDQU    32(SI), Y10
+	VPSHUFB    Y13, Y10, Y10
+	VPCLMULQDQ $0x00, Y8, Y2, Y2
+	VPCLMULQDQ $0x00, Y8, Y3, Y3
+	VMOVDQU    64(SI), Y11
+	VPSHUFB    Y13, Y11, Y11
+	VPCLMULQDQ $0x11, Y8, Y4, Y4
+	VPCLMULQDQ $0x11, Y8, Y5, Y5
+	VMOVDQU    96(SI), Y12
+	VPSHUFB    Y13, Y12, Y12
+	VPCLMULQDQ $0x11, Y8, Y6, Y6
+	VPCLMULQDQ $0x11, Y8, Y7, Y7
+	DECQ       CX
+	JNZ        shuf
+	VZEROUPPER
+	RET
+
 // func cpuid(leaf uint32, subleaf uint32) (eax uint32, ebx uint32, ecx uint32, edx uint32)
 TEXT ·cpuid(SB), NOSPLIT, $0-24
 	MOVL leaf+0(FP), AX
