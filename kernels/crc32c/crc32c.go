@@ -33,10 +33,17 @@ var Params = crcmath.CRC32C
 // described.
 var ErrLayout = errors.New("crc32c: buffer too short for the block layout")
 
+// ErrOverlap is returned by the copying batch calls (BlocksCopy) when the
+// blocks' span of the destination overlaps that of the source.
+var ErrOverlap = errors.New("crc32c: copy destination overlaps the source")
+
 // The dispatch variables, set by the registry to the active implementation.
+// blocksCopy is the copying kernel of that implementation where there is
+// one, else blocksCopyPortable (a copy, then the active Blocks over it).
 var (
-	update func(crc uint32, p []byte) uint32                  = updateGeneric
-	blocks func(dst []uint32, p []byte, blockLen, stride int) = blocksGeneric
+	update     func(crc uint32, p []byte) uint32                     = updateGeneric
+	blocks     func(dst []uint32, p []byte, blockLen, stride int)    = blocksGeneric
+	blocksCopy func(dst []uint32, q, p []byte, blockLen, stride int) = blocksCopyPortable
 )
 
 const pkgName = "crc32c"
@@ -71,6 +78,36 @@ func Blocks(dst []uint32, p []byte, blockLen, stride int) error {
 		return nil
 	}
 	blocks(dst, p, blockLen, stride)
+	return nil
+}
+
+// BlocksCopy is Blocks that also copies the blocks: block i, the bytes
+// p[i*stride:][:blockLen], is copied to q at the same offset, and dst[i] is
+// the CRC of the bytes written to q. The bytes of q between blocks (stride >
+// blockLen) are not written.
+//
+// It is meant for a source that may change underneath, such as a read-only
+// mapping of a file's page cache: the caller hands q to its user, and dst
+// describes exactly what q holds, from one pass over p. The active
+// implementation copies in the fold kernel itself where it has a copying
+// kernel, else it copies the blocks and runs Blocks over q.
+//
+// q must be long enough for the layout, by the rule Blocks applies to p, and
+// the span of the blocks in q, q[:(len(dst)-1)*stride+blockLen], must not
+// overlap that of p. It returns ErrLayout or ErrOverlap, and writes nothing,
+// otherwise.
+func BlocksCopy(dst []uint32, q, p []byte, blockLen, stride int) error {
+	if !layout.Valid(len(dst), len(p), blockLen, stride) || !layout.Valid(len(dst), len(q), blockLen, stride) {
+		return ErrLayout
+	}
+	if len(dst) == 0 {
+		return nil
+	}
+	n := layout.Span(len(dst), blockLen, stride)
+	if layout.Overlap(q[:n], p[:n]) {
+		return ErrOverlap
+	}
+	blocksCopy(dst, q, p, blockLen, stride)
 	return nil
 }
 

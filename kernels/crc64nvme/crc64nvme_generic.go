@@ -1,6 +1,10 @@
 package crc64nvme
 
-import "math/bits"
+import (
+	"math/bits"
+
+	"github.com/difctl/difctl/kernels/internal/layout"
+)
 
 // Slicing-by-8 over the reflected polynomial. hash/crc64 computes the same
 // CRC with crc64.MakeTable(0x9A6C9329AC4BC9B5), but for tables other than
@@ -55,4 +59,11 @@ func blocksGeneric(dst []uint64, p []byte, blockLen, stride int) {
 		off := i * stride
 		dst[i] = updateGeneric(0, p[off:off+blockLen])
 	}
+}
+
+// blocksCopyPortable is BlocksCopy as a copy of the blocks followed by the
+// active Blocks over q; the layout was checked.
+func blocksCopyPortable(dst []uint64, q, p []byte, blockLen, stride int) {
+	layout.Copy(q, p, len(dst), blockLen, stride)
+	blocks(dst, q, blockLen, stride)
 }

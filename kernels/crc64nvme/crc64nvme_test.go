@@ -10,14 +10,15 @@ import (
 )
 
 var kernel = kerneltest.Kernel[uint64]{
-	Pkg:      pkgName,
-	Params:   Params,
-	Update:   Update,
-	Checksum: Checksum,
-	Blocks:   Blocks,
-	Combine:  Combine,
-	New:      func() hash.Hash { return New() },
-	Cutoffs:  archCutoffs,
+	Pkg:        pkgName,
+	Params:     Params,
+	Update:     Update,
+	Checksum:   Checksum,
+	Blocks:     Blocks,
+	BlocksCopy: BlocksCopy,
+	Combine:    Combine,
+	New:        func() hash.Hash { return New() },
+	Cutoffs:    archCutoffs,
 }
 
 func TestKernel(t *testing.T) { kerneltest.Run(t, kernel) }

@@ -33,13 +33,22 @@ var Params = crcmath.T10DIF
 // described.
 var ErrLayout = errors.New("crct10dif: buffer too short for the block layout")
 
+// ErrOverlap is returned by the copying batch calls (BlocksCopy) when the
+// blocks' span of the destination overlaps that of the source.
+var ErrOverlap = errors.New("crct10dif: copy destination overlaps the source")
+
 // The dispatch variables, set by the registry to the active implementation.
 // blocksSums is the fused kernel of that implementation where there is one
-// (crct10dif_fused_amd64.go), else blocksSumsPortable.
+// (crct10dif_fused_amd64.go), else blocksSumsPortable; blocksCopy and
+// blocksSumsCopy are the copying kernels where there are some, else
+// blocksCopyPortable and blocksSumsCopyPortable (a copy, then the active
+// Blocks or BlocksCRC32C over the copy).
 var (
-	update     func(crc uint16, p []byte) uint16                                 = updateGeneric
-	blocks     func(dst []uint16, p []byte, blockLen, stride int)                = blocksGeneric
-	blocksSums func(dst []uint16, sums []uint32, p []byte, blockLen, stride int) = blocksSumsPortable
+	update         func(crc uint16, p []byte) uint16                                    = updateGeneric
+	blocks         func(dst []uint16, p []byte, blockLen, stride int)                   = blocksGeneric
+	blocksSums     func(dst []uint16, sums []uint32, p []byte, blockLen, stride int)    = blocksSumsPortable
+	blocksCopy     func(dst []uint16, q, p []byte, blockLen, stride int)                = blocksCopyPortable
+	blocksSumsCopy func(dst []uint16, sums []uint32, q, p []byte, blockLen, stride int) = blocksSumsCopyPortable
 )
 
 const pkgName = "crct10dif"
@@ -101,6 +110,60 @@ func BlocksCRC32C(dst []uint16, sums []uint32, p []byte, blockLen, stride int) e
 		return nil
 	}
 	blocksSums(dst, sums, p, blockLen, stride)
+	return nil
+}
+
+// BlocksCopy is Blocks that also copies the blocks: block i, the bytes
+// p[i*stride:][:blockLen], is copied to q at the same offset, and dst[i] is
+// the CRC of the bytes written to q. The bytes of q between blocks (stride >
+// blockLen) are not written.
+//
+// It is meant for a source that may change underneath, such as a read-only
+// mapping of a file's page cache: the caller hands q to its user, and dst
+// describes exactly what q holds, from one pass over p. The active
+// implementation copies in the fold kernel itself where it has a copying
+// kernel, else it copies the blocks and runs Blocks over q.
+//
+// q must be long enough for the layout, by the rule Blocks applies to p, and
+// the span of the blocks in q, q[:(len(dst)-1)*stride+blockLen], must not
+// overlap that of p. It returns ErrLayout or ErrOverlap, and writes nothing,
+// otherwise.
+func BlocksCopy(dst []uint16, q, p []byte, blockLen, stride int) error {
+	if !layout.Valid(len(dst), len(p), blockLen, stride) || !layout.Valid(len(dst), len(q), blockLen, stride) {
+		return ErrLayout
+	}
+	if len(dst) == 0 {
+		return nil
+	}
+	n := layout.Span(len(dst), blockLen, stride)
+	if layout.Overlap(q[:n], p[:n]) {
+		return ErrOverlap
+	}
+	blocksCopy(dst, q, p, blockLen, stride)
+	return nil
+}
+
+// BlocksCRC32CCopy is BlocksCRC32C that also copies the blocks to q, as
+// BlocksCopy does: dst[i] and sums[i] are the T10-DIF guard and the CRC-32C
+// of the bytes written to q for block i, so both describe the same bytes
+// even if p changes during the call. The rules for q, ErrLayout and
+// ErrOverlap are those of BlocksCopy, the rule for sums that of
+// BlocksCRC32C; nothing is written if it returns an error.
+func BlocksCRC32CCopy(dst []uint16, sums []uint32, q, p []byte, blockLen, stride int) error {
+	if len(sums) != len(dst) {
+		return ErrLayout
+	}
+	if !layout.Valid(len(dst), len(p), blockLen, stride) || !layout.Valid(len(dst), len(q), blockLen, stride) {
+		return ErrLayout
+	}
+	if len(dst) == 0 {
+		return nil
+	}
+	n := layout.Span(len(dst), blockLen, stride)
+	if layout.Overlap(q[:n], p[:n]) {
+		return ErrOverlap
+	}
+	blocksSumsCopy(dst, sums, q, p, blockLen, stride)
 	return nil
 }
 

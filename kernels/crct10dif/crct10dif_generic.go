@@ -1,5 +1,7 @@
 package crct10dif
 
+import "github.com/difctl/difctl/kernels/internal/layout"
+
 // Slicing-by-16: table[k][b] is the CRC register contribution of byte b
 // followed by k zero bytes, so sixteen lookups advance the CRC by sixteen
 // bytes at once.
@@ -56,4 +58,11 @@ func blocksGeneric(dst []uint16, p []byte, blockLen, stride int) {
 		off := i * stride
 		dst[i] = updateGeneric(0, p[off:off+blockLen])
 	}
+}
+
+// blocksCopyPortable is BlocksCopy as a copy of the blocks followed by the
+// active Blocks over q; the layout was checked.
+func blocksCopyPortable(dst []uint16, q, p []byte, blockLen, stride int) {
+	layout.Copy(q, p, len(dst), blockLen, stride)
+	blocks(dst, q, blockLen, stride)
 }

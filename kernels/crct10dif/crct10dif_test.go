@@ -8,14 +8,15 @@ import (
 )
 
 var kernel = kerneltest.Kernel[uint16]{
-	Pkg:      pkgName,
-	Params:   Params,
-	Update:   Update,
-	Checksum: Checksum,
-	Blocks:   Blocks,
-	Combine:  Combine,
-	New:      New,
-	Cutoffs:  archCutoffs,
+	Pkg:        pkgName,
+	Params:     Params,
+	Update:     Update,
+	Checksum:   Checksum,
+	Blocks:     Blocks,
+	BlocksCopy: BlocksCopy,
+	Combine:    Combine,
+	New:        New,
+	Cutoffs:    archCutoffs,
 }
 
 func TestKernel(t *testing.T) { kerneltest.Run(t, kernel) }

@@ -1,6 +1,7 @@
 package crct10dif
 
 import (
+	"bytes"
 	"fmt"
 	"math/rand/v2"
 	"testing"
@@ -199,6 +200,138 @@ func BenchmarkBlocksCRC32C(b *testing.B) {
 					}
 				}
 				kerneltest.Sink += uint64(dst[len(dst)-1]) + uint64(sums[len(sums)-1])
+			})
+		}
+	})
+}
+
+// checkSumsCopy runs BlocksCRC32CCopy on n blocks of p into q (from
+// kerneltest.NewCopyDest or a guarded buffer) and compares with the oracles
+// and, where gaps is set, checks that q holds the blocks and nothing else.
+func checkSumsCopy(t *testing.T, q, p []byte, n, blockLen, stride int, gaps bool, what string) {
+	t.Helper()
+	dst, sums := make([]uint16, n+1), make([]uint32, n+1)
+	dst[n], sums[n] = 0x5a5a, 0x5a5a5a5a
+	if err := BlocksCRC32CCopy(dst[:n], sums[:n], q, p, blockLen, stride); err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	wg, ws := oracleSums(p, n, blockLen, stride)
+	for i := range n {
+		if dst[i] != wg[i] || sums[i] != ws[i] {
+			t.Fatalf("%s: block %d: guard %#x sum %#x, oracle %#x %#x", what, i, dst[i], sums[i], wg[i], ws[i])
+		}
+		if !bytes.Equal(q[i*stride:i*stride+blockLen], p[i*stride:i*stride+blockLen]) {
+			t.Fatalf("%s: block %d of q differs from p", what, i)
+		}
+	}
+	if dst[n] != 0x5a5a || sums[n] != 0x5a5a5a5a {
+		t.Fatalf("%s: wrote past dst or sums", what)
+	}
+	if gaps {
+		if d := kerneltest.CheckCopy(q, p, n, blockLen, stride); d != "" {
+			t.Fatalf("%s: %s", what, d)
+		}
+	}
+}
+
+func TestBlocksCRC32CCopy(t *testing.T) {
+	r := rand.New(rand.NewPCG(24, 25))
+	impl.ForEach(t, pkgName, func(t *testing.T) {
+		for _, c := range kerneltest.BlockCases {
+			blockLen, stride := c[0], c[1]
+			for _, n := range []int{1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 33} {
+				if n*stride > 1<<20 {
+					continue
+				}
+				for _, align := range [][2]int{{0, 0}, {3, 0}, {0, 5}, {7, 33}} {
+					size := (n-1)*stride + blockLen
+					p := randBuf(r, size+align[0])[align[0]:]
+					q := kerneltest.NewCopyDest(size, align[1])
+					checkSumsCopy(t, q, p, n, blockLen, stride, true,
+						fmt.Sprintf("block=%d/stride=%d/n=%d/align=%v", blockLen, stride, n, align))
+				}
+			}
+		}
+		buf := randBuf(r, 64+8*600)
+		for a := range 64 {
+			for _, c := range [][2]int{{512, 512}, {512, 520}, {64, 72}, {80, 80}, {100, 104}} {
+				size := 7*c[1] + c[0]
+				checkSumsCopy(t, kerneltest.NewCopyDest(size, 63-a), buf[a:a+size], 8, c[0], c[1], true,
+					fmt.Sprintf("align=%d/block=%d/stride=%d", a, c[0], c[1]))
+			}
+		}
+		for bl := 0; bl <= 300; bl++ {
+			for _, n := range []int{4, 5} {
+				checkSumsCopy(t, kerneltest.NewCopyDest(n*bl, 0), buf[:n*bl], n, bl, bl, true, fmt.Sprintf("block=%d/n=%d", bl, n))
+			}
+		}
+	})
+}
+
+// q and p each end against an unmapped page: an over-write or over-read
+// faults.
+func TestBlocksCRC32CCopyGuardPage(t *testing.T) {
+	getP, getQ := kerneltest.GuardedBuffer(t), kerneltest.GuardedBuffer(t)
+	impl.ForEach(t, pkgName, func(t *testing.T) {
+		for _, c := range kerneltest.BlockCases {
+			bl, st := c[0], c[1]
+			for _, n := range []int{1, 4, 5, 8, 9, 16} {
+				size := (n-1)*st + bl
+				if size > 70<<10 {
+					continue
+				}
+				checkSumsCopy(t, getQ(size), getP(size), n, bl, st, false,
+					fmt.Sprintf("block=%d/stride=%d/n=%d at page end", bl, st, n))
+			}
+		}
+	})
+}
+
+func TestBlocksCRC32CCopyLayout(t *testing.T) {
+	for _, c := range kerneltest.CopyLayoutCases {
+		t.Run("case="+c.Name, func(t *testing.T) {
+			q, p := kerneltest.CopyBuffers(c)
+			dst, sums := make([]uint16, c.N), make([]uint32, c.N)
+			want := ErrLayout
+			if c.Overlap {
+				want = ErrOverlap
+			}
+			if err := BlocksCRC32CCopy(dst, sums, q, p, c.BlockLen, c.Stride); err != want {
+				t.Fatalf("BlocksCRC32CCopy = %v, want %v", err, want)
+			}
+			for i := range dst {
+				if dst[i] != 0 || sums[i] != 0 {
+					t.Fatal("an error wrote dst or sums")
+				}
+			}
+		})
+	}
+	q := make([]byte, 4096)
+	if err := BlocksCRC32CCopy(make([]uint16, 8), make([]uint32, 7), q, make([]byte, 4096), 512, 512); err != ErrLayout {
+		t.Errorf("sums shorter than dst: %v, want ErrLayout", err)
+	}
+	if err := BlocksCRC32CCopy(nil, nil, nil, nil, 512, 512); err != nil {
+		t.Errorf("BlocksCRC32CCopy of zero blocks = %v", err)
+	}
+}
+
+// BenchmarkBlocksCRC32CCopy: the copying call over 1 MiB of 512 and
+// 4096-byte blocks, for every implementation (compare with
+// BenchmarkBlocksCRC32C op=fused).
+func BenchmarkBlocksCRC32CCopy(b *testing.B) {
+	buf := randBuf(rand.New(rand.NewPCG(1, 1)), 1<<20)
+	q := make([]byte, len(buf))
+	impl.ForEachB(b, pkgName, func(b *testing.B) {
+		for _, bl := range []int{512, 4096} {
+			dst, sums := make([]uint16, len(buf)/bl), make([]uint32, len(buf)/bl)
+			b.Run(fmt.Sprintf("op=fusedcopy/block=%d", bl), func(b *testing.B) {
+				b.SetBytes(int64(len(buf)))
+				for b.Loop() {
+					if err := BlocksCRC32CCopy(dst, sums, q, buf, bl, bl); err != nil {
+						b.Fatal(err)
+					}
+				}
+				kerneltest.Sink += uint64(dst[len(dst)-1]) + uint64(sums[len(sums)-1]) + uint64(q[len(q)-1])
 			})
 		}
 	})

@@ -3,6 +3,7 @@
 package kerneltest
 
 import (
+	"bytes"
 	"math/rand/v2"
 	"testing"
 
@@ -64,6 +65,37 @@ func testGuardPage[T Word](t *testing.T, k Kernel[T]) {
 			for i := range dst {
 				if want := k.oracle(k.start(), p[i*st:i*st+bl]); dst[i] != want {
 					t.Fatalf("block=%d stride=%d n=%d at page end: dst[%d] = %#x, oracle %#x", bl, st, nb, i, dst[i], want)
+				}
+			}
+		}
+	}
+}
+
+// BlocksCopy with q ending against a PROT_NONE page (an over-write
+// faults), and p against another.
+func testGuardPageCopy[T Word](t *testing.T, k Kernel[T]) {
+	getP, getQ := guardedBuffer(t), guardedBuffer(t)
+	for _, c := range BlockCases {
+		bl, st := c[0], c[1]
+		if bl == 0 {
+			continue
+		}
+		for _, nb := range []int{1, 2, 3, 4, 5, 8, 9, 16} {
+			size := (nb-1)*st + bl
+			if size > 70<<10 {
+				continue
+			}
+			p, q := getP(size), getQ(size)
+			dst := make([]T, nb)
+			if err := k.BlocksCopy(dst, q, p, bl, st); err != nil {
+				t.Fatal(err)
+			}
+			for i := range dst {
+				if want := k.oracle(k.start(), p[i*st:i*st+bl]); dst[i] != want {
+					t.Fatalf("block=%d stride=%d n=%d at page end: dst[%d] = %#x, oracle %#x", bl, st, nb, i, dst[i], want)
+				}
+				if !bytes.Equal(q[i*st:i*st+bl], p[i*st:i*st+bl]) {
+					t.Fatalf("block=%d stride=%d n=%d at page end: block %d of q differs", bl, st, nb, i)
 				}
 			}
 		}

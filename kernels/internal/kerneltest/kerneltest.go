@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"hash"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/difctl/difctl/kernels/internal/crcmath"
@@ -26,8 +27,10 @@ type Kernel[T Word] struct {
 	Update   func(crc T, p []byte) T
 	Checksum func(p []byte) T
 	Blocks   func(dst []T, p []byte, blockLen, stride int) error
-	Combine  func(crcA, crcB T, lenB int) T
-	New      func() hash.Hash
+	// BlocksCopy is Blocks that also copies the blocks from p to q.
+	BlocksCopy func(dst []T, q, p []byte, blockLen, stride int) error
+	Combine    func(crcA, crcB T, lenB int) T
+	New        func() hash.Hash
 	// Cutoffs are lengths where the implementation changes strategy (fold
 	// widths, assembly minimums, batch thresholds); lengths around each and
 	// their multiples up to 64 KiB are tested.
@@ -62,10 +65,13 @@ func Run[T Word](t *testing.T, k Kernel[T]) {
 	t.Run("align", func(t *testing.T) { impl.ForEach(t, k.Pkg, func(t *testing.T) { testAlign(t, k) }) })
 	t.Run("stream", func(t *testing.T) { impl.ForEach(t, k.Pkg, func(t *testing.T) { testStream(t, k) }) })
 	t.Run("blocks", func(t *testing.T) { impl.ForEach(t, k.Pkg, func(t *testing.T) { testBlocks(t, k) }) })
+	t.Run("blockscopy", func(t *testing.T) { impl.ForEach(t, k.Pkg, func(t *testing.T) { testBlocksCopy(t, k) }) })
 	t.Run("guardpage", func(t *testing.T) { impl.ForEach(t, k.Pkg, func(t *testing.T) { testGuardPage(t, k) }) })
+	t.Run("guardpage-copy", func(t *testing.T) { impl.ForEach(t, k.Pkg, func(t *testing.T) { testGuardPageCopy(t, k) }) })
 	t.Run("combine", func(t *testing.T) { testCombine(t, k) })
 	t.Run("hash", func(t *testing.T) { testHash(t, k) })
 	t.Run("layout", func(t *testing.T) { testLayoutErrors(t, k) })
+	t.Run("layout-copy", func(t *testing.T) { testCopyLayoutErrors(t, k) })
 }
 
 // All lengths 0..1024 with random initial CRCs.
@@ -189,6 +195,162 @@ func testBlocks[T Word](t *testing.T, k Kernel[T]) {
 	}
 }
 
+// GapByte fills the bytes of q that BlocksCopy must not write.
+const GapByte = 0xA5
+
+// CheckCopy checks q after a copying batch call over n blocks of p: every
+// block equals p's, every other byte of q (between blocks and after the
+// last) is still GapByte. It returns a description of the first
+// difference, or "".
+func CheckCopy(q, p []byte, n, blockLen, stride int) string {
+	next := 0 // first byte not yet checked
+	for i := range n {
+		off := i * stride
+		for j := next; j < off; j++ {
+			if q[j] != GapByte {
+				return fmt.Sprintf("wrote q[%d] before block %d", j, i)
+			}
+		}
+		if !bytes.Equal(q[off:off+blockLen], p[off:off+blockLen]) {
+			return fmt.Sprintf("block %d of q differs from p", i)
+		}
+		next = max(next, off+blockLen)
+	}
+	for j := next; j < len(q); j++ {
+		if q[j] != GapByte {
+			return fmt.Sprintf("wrote q[%d] after the blocks", j)
+		}
+	}
+	return ""
+}
+
+// NewCopyDest returns a destination of size bytes filled with GapByte and
+// 16 more after it, starting align bytes into its allocation.
+func NewCopyDest(size, align int) []byte {
+	q := make([]byte, align+size+16)[align:]
+	for i := range q {
+		q[i] = GapByte
+	}
+	return q
+}
+
+// BlocksCopy over the Blocks cases, with source and destination at
+// different alignments: the CRCs against the oracle over p, the blocks of q
+// against p, the rest of q untouched.
+func testBlocksCopy[T Word](t *testing.T, k Kernel[T]) {
+	r := rand.New(rand.NewPCG(14, 15))
+	for _, c := range BlockCases {
+		blockLen, stride := c[0], c[1]
+		for _, n := range []int{1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 33} {
+			if n*stride > 1<<20 {
+				continue
+			}
+			for _, align := range [][2]int{{0, 0}, {3, 0}, {0, 5}, {7, 33}} {
+				size := (n-1)*stride + blockLen
+				p := randBytes(r, size+align[0])[align[0]:]
+				q := NewCopyDest(size, align[1])
+				dst := make([]T, n+1)
+				sentinel := T(uint64(0x5a5a5a5a5a5a5a5a) & k.Params.Mask())
+				dst[n] = sentinel
+				what := fmt.Sprintf("block=%d stride=%d n=%d align=%v", blockLen, stride, n, align)
+				if err := k.BlocksCopy(dst[:n], q, p, blockLen, stride); err != nil {
+					t.Fatalf("%s: %v", what, err)
+				}
+				for i := range n {
+					if want := k.oracle(k.start(), p[i*stride:i*stride+blockLen]); dst[i] != want {
+						t.Fatalf("%s: dst[%d] = %#x, oracle %#x", what, i, dst[i], want)
+					}
+				}
+				if dst[n] != sentinel {
+					t.Fatalf("%s: wrote past dst", what)
+				}
+				if d := CheckCopy(q, p, n, blockLen, stride); d != "" {
+					t.Fatalf("%s: %s", what, d)
+				}
+			}
+		}
+	}
+}
+
+// CopyLayoutCase is a bad call of a copying batch call on a 4096-byte
+// source p and a destination q (which may share p's allocation).
+type CopyLayoutCase struct {
+	Name                      string
+	N, QLen, BlockLen, Stride int
+	// QOff >= 0 takes q from p's allocation at that offset (an overlap
+	// error), else q is separate.
+	QOff    int
+	Overlap bool // the error is an overlap, not a layout error
+}
+
+// CopyLayoutCases lists the copy layout errors every package must report.
+var CopyLayoutCases = []CopyLayoutCase{
+	{"q-short", 8, 4095, 512, 512, -1, false},
+	{"q-short-stride", 2, 1031, 512, 520, -1, false},
+	{"q-empty", 1, 0, 1, 1, -1, false},
+	{"stride", 2, 4096, 512, 256, -1, false},
+	{"p-short", 9, 8192, 512, 512, -1, false},
+	{"same", 8, 4096, 512, 512, 0, true},
+	{"q-inside", 2, 1024, 512, 512, 512, true},
+	{"q-overlaps-end", 8, 4096, 512, 512, 3000, true},
+	{"q-one-byte", 8, 4096, 512, 512, 4095, true},
+	{"q-shifted", 4, 2072, 512, 520, 1, true},
+}
+
+// CopyBuffers returns the p and q of a CopyLayoutCase: p is 4096 bytes
+// (a part of a larger allocation), q is filled with GapByte.
+func CopyBuffers(c CopyLayoutCase) (q, p []byte) {
+	mem := make([]byte, 8192)
+	p = mem[:4096]
+	if c.QOff >= 0 {
+		q = mem[c.QOff : c.QOff+c.QLen]
+	} else {
+		q = make([]byte, c.QLen)
+		for i := range q {
+			q[i] = GapByte
+		}
+	}
+	return q, p
+}
+
+func testCopyLayoutErrors[T Word](t *testing.T, k Kernel[T]) {
+	for _, c := range CopyLayoutCases {
+		t.Run("case="+c.Name, func(t *testing.T) {
+			q, p := CopyBuffers(c)
+			dst := make([]T, c.N)
+			err := k.BlocksCopy(dst, q, p, c.BlockLen, c.Stride)
+			if err == nil {
+				t.Fatalf("BlocksCopy(n=%d, len(q)=%d, block=%d, stride=%d) = nil, want an error", c.N, len(q), c.BlockLen, c.Stride)
+			}
+			if got := strings.Contains(err.Error(), "overlap"); got != c.Overlap {
+				t.Fatalf("BlocksCopy: %v, want overlap=%v", err, c.Overlap)
+			}
+			for i := range dst {
+				if dst[i] != 0 {
+					t.Fatal("an error wrote dst")
+				}
+			}
+			if c.QOff < 0 {
+				for i := range q {
+					if q[i] != GapByte {
+						t.Fatal("an error wrote q")
+					}
+				}
+			}
+		})
+	}
+	if err := k.BlocksCopy(nil, nil, nil, 512, 512); err != nil {
+		t.Errorf("BlocksCopy of zero blocks = %v", err)
+	}
+	// Disjoint parts of one allocation are fine, also when the slices
+	// overlap beyond the blocks' spans (p's span is mem[:1536]).
+	mem := make([]byte, 4096)
+	dst := make([]T, 2)
+	if err := k.BlocksCopy(dst, mem[2048:], mem[:2048], 512, 1024); err != nil {
+		t.Errorf("BlocksCopy between halves of one buffer = %v", err)
+	}
+}
+
 func testCombine[T Word](t *testing.T, k Kernel[T]) {
 	r := rand.New(rand.NewPCG(10, 11))
 	for range 300 {
@@ -293,6 +455,20 @@ func Fuzz[T Word](f *testing.F, k Kernel[T]) {
 						t.Fatalf("%s: Blocks[%d] = %#x, oracle %#x", im.Name, i, dst[i], wantBlocks[i])
 					}
 				}
+				size := (n-1)*stride + blockLen
+				q := NewCopyDest(size, split%64)
+				clear(dst)
+				if err := k.BlocksCopy(dst, q, data, blockLen, stride); err != nil {
+					t.Fatalf("%s: BlocksCopy: %v", im.Name, err)
+				}
+				for i := range dst {
+					if dst[i] != wantBlocks[i] {
+						t.Fatalf("%s: BlocksCopy[%d] = %#x, oracle %#x", im.Name, i, dst[i], wantBlocks[i])
+					}
+				}
+				if d := CheckCopy(q, data, n, blockLen, stride); d != "" {
+					t.Fatalf("%s: BlocksCopy: %s", im.Name, d)
+				}
 			}
 		}
 		impl.Reset(k.Pkg)
@@ -317,8 +493,9 @@ func SizeName(n int) string {
 }
 
 // Bench runs the standard benchmarks for every implementation:
-// Update at every size in Sizes, and Blocks over 1 MiB of 512 and 4096-byte
-// blocks. Names: impl=NAME/op=update/size=4KiB, impl=NAME/op=blocks/block=512.
+// Update at every size in Sizes, and Blocks and BlocksCopy over 1 MiB of
+// 512 and 4096-byte blocks. Names: impl=NAME/op=update/size=4KiB,
+// impl=NAME/op=blocks/block=512, impl=NAME/op=blockscopy/block=512.
 func Bench[T Word](b *testing.B, k Kernel[T]) {
 	buf := randBytes(rand.New(rand.NewPCG(1, 1)), 1<<20)
 	impl.ForEachB(b, k.Pkg, func(b *testing.B) {
@@ -343,6 +520,19 @@ func Bench[T Word](b *testing.B, k Kernel[T]) {
 					}
 				}
 				Sink += uint64(dst[len(dst)-1])
+			})
+		}
+		q := make([]byte, len(buf))
+		for _, bl := range []int{512, 4096} {
+			b.Run(fmt.Sprintf("op=blockscopy/block=%d", bl), func(b *testing.B) {
+				dst := make([]T, len(buf)/bl)
+				b.SetBytes(int64(len(buf)))
+				for b.Loop() {
+					if err := k.BlocksCopy(dst, q, buf, bl, bl); err != nil {
+						b.Fatal(err)
+					}
+				}
+				Sink += uint64(dst[len(dst)-1]) + uint64(q[len(q)-1])
 			})
 		}
 	})

@@ -33,3 +33,47 @@ func TestValid(t *testing.T) {
 		})
 	}
 }
+
+func TestOverlap(t *testing.T) {
+	buf := make([]byte, 100)
+	for _, c := range []struct {
+		a, b []byte
+		want bool
+	}{
+		{buf[0:10], buf[10:20], false},
+		{buf[10:20], buf[0:10], false},
+		{buf[0:11], buf[10:20], true},
+		{buf[10:20], buf[0:11], true},
+		{buf[0:100], buf[50:51], true},
+		{buf[50:51], buf[0:100], true},
+		{buf[0:10], buf[0:10], true},
+		{buf[0:0], buf[0:10], false},
+		{buf[5:5], buf[0:10], false},
+		{buf[0:10], make([]byte, 10), false},
+	} {
+		if got := Overlap(c.a, c.b); got != c.want {
+			t.Errorf("Overlap(%p+%d, %p+%d) = %v, want %v", c.a, len(c.a), c.b, len(c.b), got, c.want)
+		}
+	}
+}
+
+func TestCopy(t *testing.T) {
+	for _, c := range [][3]int{{4, 8, 8}, {4, 8, 11}, {1, 5, 0}, {3, 0, 4}} {
+		n, bl, st := c[0], c[1], c[2]
+		size := Span(n, bl, st)
+		p, q := make([]byte, size), make([]byte, size)
+		for i := range p {
+			p[i], q[i] = byte(i+1), 0xEE
+		}
+		Copy(q, p, n, bl, st)
+		for i := range q {
+			inBlock := st == 0 || (i%st < bl && i/st < n)
+			if st == 0 {
+				inBlock = i < bl
+			}
+			if inBlock && q[i] != p[i] || !inBlock && q[i] != 0xEE {
+				t.Fatalf("n=%d block=%d stride=%d: q[%d] = %#x", n, bl, st, i, q[i])
+			}
+		}
+	}
+}
