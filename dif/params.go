@@ -197,7 +197,8 @@ type run struct {
 	tb      []byte // where the tuples are (data or md)
 	tstride int
 	toff    int
-	chunk   int // blocks per kernel call
+	chunk   int    // blocks per kernel call
+	src     []byte // copy-verify (separate layout): data's blocks are read from src
 }
 
 // chunkBlocks returns the number of blocks per kernel call. A fixed 256

@@ -62,7 +62,7 @@ func (f Format) ClassifySums(states []State, sums []uint32, data, md []byte, p P
 	}
 	clear(states[:r.n])
 	so := sumOut{s: sums[:r.n], bs: int(f.bs)}
-	v, err := f.verify(data, md, &p, func(*CheckError) error { return nil }, states, so)
+	v, err := f.verify(data, nil, md, &p, func(*CheckError) error { return nil }, states, so)
 	if err != nil || r.n == 0 {
 		return v.sum, err
 	}
@@ -89,9 +89,19 @@ type sumOut struct {
 func (so sumOut) guards16(gs []uint16, r *run, base int) error {
 	p := r.data[base*r.dstride:]
 	if so.s == nil {
+		if r.src != nil {
+			return crct10dif.BlocksCopy(gs, p, r.src[base*r.dstride:], r.dcov, r.dstride)
+		}
 		return crct10dif.Blocks(gs, p, r.dcov, r.dstride)
 	}
-	if err := crct10dif.BlocksCRC32C(gs, so.s[base:base+len(gs)], p, so.bs, r.dstride); err != nil {
+	var err error
+	if r.src != nil {
+		// Separate layout only: the guard covers the bs data bytes.
+		err = crct10dif.BlocksCRC32CCopy(gs, so.s[base:base+len(gs)], p, r.src[base*r.dstride:], so.bs, r.dstride)
+	} else {
+		err = crct10dif.BlocksCRC32C(gs, so.s[base:base+len(gs)], p, so.bs, r.dstride)
+	}
+	if err != nil {
 		return err
 	}
 	if r.dcov > so.bs {

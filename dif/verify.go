@@ -51,7 +51,7 @@ type Summary struct {
 // ErrIntegrity. Bad buffers or parameters give other errors (ErrBuffer,
 // ErrParams, *FormatError). Verify does not allocate unless it fails.
 func (f Format) Verify(data, md []byte, p Params) error {
-	v, err := f.verify(data, md, &p, nil, nil, sumOut{})
+	v, err := f.verify(data, nil, md, &p, nil, nil, sumOut{})
 	if err != nil {
 		return err
 	}
@@ -70,7 +70,7 @@ func (f Format) VerifyFunc(data, md []byte, p Params, fn func(*CheckError) error
 	if fn == nil {
 		return Summary{}, paramErr("nil visitor")
 	}
-	v, err := f.verify(data, md, &p, fn, nil, sumOut{})
+	v, err := f.verify(data, nil, md, &p, fn, nil, sumOut{})
 	return v.sum, err
 }
 
@@ -86,7 +86,7 @@ func (f Format) Classify(states []State, data, md []byte, p Params) (Summary, er
 		return Summary{}, bufErr("states has room for %d blocks, the run has %d", len(states), r.n)
 	}
 	clear(states[:r.n])
-	v, err := f.verify(data, md, &p, func(*CheckError) error { return nil }, states, sumOut{})
+	v, err := f.verify(data, nil, md, &p, func(*CheckError) error { return nil }, states, sumOut{})
 	return v.sum, err
 }
 
@@ -102,7 +102,11 @@ type verifier struct {
 	stopped int   // blocks visited when fn stopped the run
 }
 
-func (f Format) verify(data, md []byte, p *Params, fn func(*CheckError) error, states []State, so sumOut) (verifier, error) {
+// verify checks the run of data and md. With src (as long as data), the
+// run's blocks are read from src and copied to data: by the guard loops in
+// the same pass as the guards where they can (see ClassifyCopy), else all
+// at once first.
+func (f Format) verify(data, src, md []byte, p *Params, fn func(*CheckError) error, states []State, so sumOut) (verifier, error) {
 	r, err := f.run(data, md)
 	if err != nil {
 		return verifier{}, err
@@ -110,6 +114,13 @@ func (f Format) verify(data, md []byte, p *Params, fn func(*CheckError) error, s
 	e, err := f.expect(p)
 	if err != nil {
 		return verifier{}, err
+	}
+	if src != nil {
+		if f.layout == Separate && f.typ != Type0 && e.guardOn {
+			r.src = src
+		} else {
+			copy(data, src)
+		}
 	}
 	v := verifier{expect: e, fn: fn, states: states, sums: so}
 	if f.typ != Type0 && r.n > 0 {
@@ -205,7 +216,7 @@ func (v *verifier) ver32(r *run, g *[chunk]uint32) error {
 	for base := 0; base < r.n; base += r.chunk {
 		gs := g[:min(r.chunk, r.n-base)]
 		if v.guardOn {
-			if err := crc32c.Blocks(gs, r.data[base*r.dstride:], r.dcov, r.dstride); err != nil {
+			if err := guards(gs, r, base, crc32c.Blocks, crc32c.BlocksCopy); err != nil {
 				return err
 			}
 			if r.extra > 0 {
@@ -246,7 +257,7 @@ func (v *verifier) ver64(r *run, g *[chunk]uint64) error {
 	for base := 0; base < r.n; base += r.chunk {
 		gs := g[:min(r.chunk, r.n-base)]
 		if v.guardOn {
-			if err := crc64nvme.Blocks(gs, r.data[base*r.dstride:], r.dcov, r.dstride); err != nil {
+			if err := guards(gs, r, base, crc64nvme.Blocks, crc64nvme.BlocksCopy); err != nil {
 				return err
 			}
 			if r.extra > 0 {
@@ -273,6 +284,18 @@ func (v *verifier) ver64(r *run, g *[chunk]uint64) error {
 		}
 	}
 	return nil
+}
+
+// guards computes the guards of the len(gs) blocks from block base of r
+// with blocks, or with blocksCopy when r reads its blocks from r.src.
+func guards[T uint32 | uint64](gs []T, r *run, base int,
+	blocks func([]T, []byte, int, int) error,
+	blocksCopy func([]T, []byte, []byte, int, int) error) error {
+	off := base * r.dstride
+	if r.src != nil {
+		return blocksCopy(gs, r.data[off:], r.src[off:], r.dcov, r.dstride)
+	}
+	return blocks(gs, r.data[off:], r.dcov, r.dstride)
 }
 
 // The scan functions are small leaves so that every value lives in a
