@@ -65,6 +65,24 @@ type CacheDropper interface {
 	DropCache(off, n int64) error
 }
 
+// A Mapper is implemented by devices that can lend their contents in
+// place, from a read-only shared mapping of the page cache, so that a
+// reader can verify and copy blocks in one pass instead of having the
+// kernel copy them first (see [Volume.ReadAt]).
+type Mapper interface {
+	// ReadMapped calls fn with the device's bytes [off, off+n) as they are
+	// in memory and returns fn's error. The slice is valid only while fn
+	// runs and may change under it (the page cache is shared): fn must
+	// copy what it keeps and check the copy, never the mapping. A memory
+	// fault while fn runs (the file shrank, or the kernel could not read a
+	// page, which is how a mapping reports an I/O error) ends fn and
+	// returns an *IOError wrapping ErrMapFault. ReadMapped returns an
+	// error wrapping errors.ErrUnsupported when the device cannot be
+	// mapped (opened with O_DIRECT, or the system refused the mapping);
+	// the caller then uses ReadAt.
+	ReadMapped(off int64, n int, fn func(m []byte) error) error
+}
+
 // DirectReader is implemented by devices that can read a range bypassing
 // the page cache (O_DIRECT), whatever the mode the device was opened in. It
 // has ReadAt's contract.
@@ -82,6 +100,9 @@ var (
 	// ErrUnaligned reports a request that must be, and is not, aligned to
 	// the logical block size (discards, and writes in O_DIRECT mode).
 	ErrUnaligned = errors.New("blockdev: unaligned request")
+	// ErrMapFault reports a memory fault while reading a device's mapping
+	// (see [Mapper]).
+	ErrMapFault = errors.New("blockdev: fault reading the mapped device")
 	// ErrCrashed reports use of a [FaultDevice] after a simulated crash.
 	ErrCrashed = errors.New("blockdev: device crashed (simulated)")
 )

@@ -77,6 +77,8 @@ type File struct {
 	rmu     sync.Mutex // guards rdirect, rdirErr
 	rdirect *dio       // lazily opened O_DIRECT reader for ReadAtDirect
 	rdirErr error
+
+	mp fileMap // for ReadMapped
 }
 
 var (
@@ -308,6 +310,7 @@ func (d *File) Close() error {
 	if d.closed.Swap(true) {
 		return ErrClosed
 	}
+	uerr := d.unmap()
 	d.rmu.Lock()
 	if d.rdirect != nil {
 		d.rdirect.f.Close()
@@ -315,6 +318,9 @@ func (d *File) Close() error {
 	d.rmu.Unlock()
 	if err := d.f.Close(); err != nil {
 		return fmt.Errorf("blockdev: close: %w", err)
+	}
+	if uerr != nil {
+		return fmt.Errorf("blockdev: close: munmap: %w", uerr)
 	}
 	return nil
 }

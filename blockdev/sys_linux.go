@@ -154,3 +154,22 @@ func preferredIOSize(fi fs.FileInfo) int {
 	}
 	return 0
 }
+
+// mmapRead maps the first size bytes of f read-only and shared.
+func mmapRead(f *os.File, size int64) ([]byte, error) {
+	if size <= 0 || int64(int(size)) != size {
+		return nil, errors.ErrUnsupported
+	}
+	var m []byte
+	err := control(f, func(fd int) error {
+		var err error
+		m, err = unix.Mmap(fd, 0, int(size), unix.PROT_READ, unix.MAP_SHARED)
+		return err
+	})
+	if err != nil {
+		return nil, os.NewSyscallError("mmap", err)
+	}
+	return m, nil
+}
+
+func munmap(m []byte) error { return unix.Munmap(m) }

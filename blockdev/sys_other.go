@@ -27,3 +27,7 @@ func seekData(*os.File, int64) (Extent, error) { return Extent{}, errors.ErrUnsu
 func clearDirect(*os.File) error { return nil }
 
 func preferredIOSize(fs.FileInfo) int { return 0 }
+
+func mmapRead(*os.File, int64) ([]byte, error) { return nil, errors.ErrUnsupported }
+
+func munmap([]byte) error { return nil }

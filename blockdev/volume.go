@@ -161,6 +161,14 @@ type Options struct {
 	// ReadOnly refuses WriteAt and Discard with ErrReadOnly. Crash
 	// recovery at Open still updates the store. Default false.
 	ReadOnly bool
+	// NoMap reads every block with the device's ReadAt. By default, when
+	// the device is a [Mapper] (a File not opened with direct I/O), reads
+	// that may use the page cache take blocks from its mapping and copy
+	// and verify them in one pass, which costs about as much as the
+	// kernel's copy alone. A fault on the mapping (an I/O error, a file
+	// that shrank) falls back to ReadAt for that piece, which reports it
+	// as usual.
+	NoMap bool
 }
 
 func (o *Options) normalize(bs int) error {
@@ -203,6 +211,7 @@ type Stats struct {
 	Flushes       int64 // staged batches written (one store sync each)
 	Syncs         int64 // completed Syncs, including automatic ones
 	AutoSyncs     int64 // Syncs the volume did by itself (MaxUnsynced)
+	MapFaults     int64 // pieces whose mapped read faulted and were read again with ReadAt
 	Recovery      RecoveryStats
 }
 
@@ -314,12 +323,16 @@ type Volume struct {
 	ovBlocks int64            // blocks inserted since the last fold; under flushMu
 	pending  []store.IntentID // intents to drop at the next fold; under flushMu
 
+	mapper Mapper      // dev as a Mapper, unless Options.NoMap
+	noMap  atomic.Bool // the device refused to map: use ReadAt
+
 	scratch     sync.Pool // *scratch
 	workersOnce sync.Once
 	jobs        chan verifyJob
 
 	st struct {
 		read, written, rereads, transient, failed atomic.Int64
+		mapFaults                                 atomic.Int64
 		flushes, syncs, autoSyncs                 atomic.Int64
 	}
 	recovery RecoveryStats
@@ -414,6 +427,9 @@ func newVolume(dev Device, tup *store.Tuples, opts Options) (*Volume, error) {
 		v.refMask = 1<<b - 1
 	}
 	v.chunk = max(1, (1<<20)/v.bs)
+	if m, ok := dev.(Mapper); ok && !opts.NoMap {
+		v.mapper = m
+	}
 	v.locks.init()
 	v.stCond.L = &v.stMu
 	v.scratch.New = func() any { return v.newScratch() }
@@ -487,7 +503,7 @@ func (v *Volume) Stats() Stats {
 		ReadBlocks: v.st.read.Load(), WrittenBlocks: v.st.written.Load(),
 		Rereads: v.st.rereads.Load(), Transient: v.st.transient.Load(), Failed: v.st.failed.Load(),
 		Flushes: v.st.flushes.Load(), Syncs: v.st.syncs.Load(), AutoSyncs: v.st.autoSyncs.Load(),
-		Recovery: v.recovery,
+		MapFaults: v.st.mapFaults.Load(), Recovery: v.recovery,
 	}
 }
 

@@ -221,22 +221,42 @@ func (v *Volume) readFallback(lba int64, from, to int, data []byte, sc *scratch,
 // classify verifies blocks [i, i+k) of the loaded run at lba, one
 // sub-chunk after the other, leaving each block's state in sc.states. With
 // sector checksums, dif's ClassifySums computes them in the same pass as
-// the PI guards (one pass over the data for 16-bit guards). Disjoint ranges
-// of one run may be classified concurrently.
-func (v *Volume) classify(lba int64, i, k int, data []byte, sc *scratch) error {
+// the PI guards (one pass over the data for 16-bit guards). With src (the
+// k blocks in a device mapping, see readMapped), the blocks are copied from
+// src to data in that same pass and the copy is what is verified. Disjoint
+// ranges of one run may be classified concurrently.
+func (v *Volume) classify(lba int64, i, k int, data, src []byte, sc *scratch) error {
 	bs, ts := v.bs, v.ts
 	sub := max(1, subChunk/bs)
+	first := i
 	for end := i + k; i < end; i += sub {
 		k := min(sub, end-i)
 		states, blocks, tuples := sc.states[i:i+k], data[i*bs:(i+k)*bs], sc.tuples[i*ts:(i+k)*ts]
+		var from []byte
+		if src != nil {
+			from = src[(i-first)*bs : (i-first+k)*bs]
+		}
+		p := v.params(lba + int64(i))
 		if !v.sums {
-			if _, err := v.f.Classify(states, blocks, tuples, v.params(lba+int64(i))); err != nil {
+			var err error
+			if from != nil {
+				_, err = v.f.ClassifyCopy(states, blocks, from, tuples, p)
+			} else {
+				_, err = v.f.Classify(states, blocks, tuples, p)
+			}
+			if err != nil {
 				return fmt.Errorf("blockdev: verify: %w", err)
 			}
 			continue
 		}
 		crcs := sc.crcs[i : i+k]
-		if _, err := v.f.ClassifySums(states, crcs, blocks, tuples, v.params(lba+int64(i))); err != nil {
+		var err error
+		if from != nil {
+			_, err = v.f.ClassifySumsCopy(states, crcs, blocks, from, tuples, p)
+		} else {
+			_, err = v.f.ClassifySums(states, crcs, blocks, tuples, p)
+		}
+		if err != nil {
 			return fmt.Errorf("blockdev: verify: %w", err)
 		}
 		sums := sc.sums[i : i+k]
@@ -247,6 +267,32 @@ func (v *Volume) classify(lba int64, i, k int, data []byte, sc *scratch) error {
 		}
 	}
 	return nil
+}
+
+// readMapped verifies blocks [i, i+k) of the run at lba straight from the
+// device's mapping of the page cache when it has one (see Mapper), copying
+// them to data in the verifying pass: one pass over the bytes instead of
+// the kernel's copy and then the checksums. done is false when the piece
+// must be read the ordinary way: the device has no mapping, or reading it
+// faulted (ReadAt then reports the I/O error properly).
+func (v *Volume) readMapped(lba int64, i, k int, data []byte, sc *scratch) (done bool, err error) {
+	if v.mapper == nil || v.noMap.Load() {
+		return false, nil
+	}
+	err = v.mapper.ReadMapped((lba+int64(i))*int64(v.bs), k*v.bs, func(src []byte) error {
+		return v.classify(lba, i, k, data, src, sc)
+	})
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, errors.ErrUnsupported):
+		v.noMap.Store(true)
+		return false, nil
+	case errors.Is(err, ErrMapFault):
+		v.st.mapFaults.Add(1)
+		return false, nil
+	}
+	return false, err
 }
 
 // Parallel reads: a run of at least splitMin bytes is cut into parts, one
@@ -309,11 +355,21 @@ func (v *Volume) runPart(j verifyJob) {
 	piece := max(1, pipePiece/v.bs)
 	for i, end := j.i, j.i+j.k; i < end; i += piece {
 		k := min(piece, end-i)
+		if !j.uncached {
+			done, err := v.readMapped(j.lba, i, k, j.data, j.sc)
+			if err != nil {
+				j.sc.jobErr.CompareAndSwap(nil, &err)
+				return
+			}
+			if done {
+				continue
+			}
+		}
 		if err := v.readDev(j.data[i*v.bs:(i+k)*v.bs], j.lba+int64(i), j.uncached); err != nil {
 			j.sc.partFailed.Or(1 << j.part)
 			return
 		}
-		if err := v.classify(j.lba, i, k, j.data, j.sc); err != nil {
+		if err := v.classify(j.lba, i, k, j.data, nil, j.sc); err != nil {
 			j.sc.jobErr.CompareAndSwap(nil, &err)
 			return
 		}
@@ -326,10 +382,19 @@ func (v *Volume) readSerial(lba int64, i, k int, data []byte, sc *scratch, rerea
 	piece := max(1, pipePiece/v.bs)
 	for end := i + k; i < end; i += piece {
 		k := min(piece, end-i)
+		if !uncached {
+			done, err := v.readMapped(lba, i, k, data, sc)
+			if err != nil {
+				return err
+			}
+			if done {
+				continue
+			}
+		}
 		if err := v.readData(lba, i, i+k, data, sc, rereads, uncached); err != nil {
 			return err
 		}
-		if err := v.classify(lba, i, k, data, sc); err != nil {
+		if err := v.classify(lba, i, k, data, nil, sc); err != nil {
 			return err
 		}
 	}
@@ -386,7 +451,7 @@ func (v *Volume) verifyRun(lba int64, n int, data []byte, sc *scratch, rereads i
 		return RunStats{}, err
 	}
 	if loaded {
-		err = v.classify(lba, 0, n, data, sc)
+		err = v.classify(lba, 0, n, data, nil, sc)
 	} else {
 		err = v.readClassify(lba, n, data, sc, rereads, uncached)
 	}

@@ -1,0 +1,263 @@
+package blockdev
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"testing"
+
+	"github.com/difctl/difctl/dif"
+	"github.com/difctl/difctl/store"
+)
+
+func skipNoMmap(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("File maps images on Linux only")
+	}
+}
+
+func TestFileReadMapped(t *testing.T) {
+	skipNoMmap(t)
+	data := pattern(1<<20, 7)
+	p := writeImage(t, t.TempDir(), data)
+	d, err := OpenFile(p, FileOptions{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ off, n int }{{0, 1 << 20}, {4096, 512}, {1, 3}, {1<<20 - 1, 1}, {100, 0}} {
+		var got []byte
+		if err := d.ReadMapped(int64(c.off), c.n, func(m []byte) error {
+			got = append(got, m...)
+			return nil
+		}); err != nil {
+			t.Fatalf("ReadMapped(%d, %d): %v", c.off, c.n, err)
+		}
+		if !bytes.Equal(got, data[c.off:c.off+c.n]) {
+			t.Fatalf("ReadMapped(%d, %d) differs from the file", c.off, c.n)
+		}
+	}
+	errFn := errors.New("from fn")
+	if err := d.ReadMapped(0, 10, func([]byte) error { return errFn }); err != errFn {
+		t.Errorf("fn's error came back as %v", err)
+	}
+	if err := d.ReadMapped(1<<20-4, 8, func([]byte) error { return nil }); !errors.Is(err, ErrOutOfRange) {
+		t.Errorf("ReadMapped past the end: %v, want ErrOutOfRange", err)
+	}
+	// A panic that is not a fault on the mapping goes on.
+	func() {
+		defer func() {
+			if r := recover(); r != "boom" {
+				t.Errorf("recovered %v, want the callback's panic", r)
+			}
+		}()
+		d.ReadMapped(0, 1, func([]byte) error { panic("boom") })
+	}()
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.ReadMapped(0, 1, func([]byte) error { return nil }); !errors.Is(err, ErrClosed) {
+		t.Errorf("ReadMapped after Close: %v, want ErrClosed", err)
+	}
+}
+
+func TestFileReadMappedDirect(t *testing.T) {
+	skipNoMmap(t)
+	p := writeImage(t, t.TempDir(), pattern(1<<16, 1))
+	d, err := OpenFile(p, FileOptions{Direct: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if !d.DirectIO() {
+		t.Skipf("the filesystem refuses O_DIRECT: %v", d.DirectIOError())
+	}
+	if err := d.ReadMapped(0, 512, func([]byte) error { return nil }); !errors.Is(err, errors.ErrUnsupported) {
+		t.Errorf("ReadMapped of a direct-I/O file: %v, want ErrUnsupported", err)
+	}
+}
+
+// TestFileReadMappedFault shrinks the file under the mapping: touching the
+// pages past the new end raises SIGBUS, which must come back as an error.
+func TestFileReadMappedFault(t *testing.T) {
+	skipNoMmap(t)
+	p := writeImage(t, t.TempDir(), pattern(1<<20, 2))
+	d, err := OpenFile(p, FileOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if err := d.ReadMapped(0, 1<<20, func([]byte) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(p, 1<<19); err != nil {
+		t.Fatal(err)
+	}
+	var sink byte
+	err = d.ReadMapped(1<<19, 1<<19, func(m []byte) error {
+		for _, b := range m {
+			sink ^= b
+		}
+		return nil
+	})
+	var ioe *IOError
+	if !errors.Is(err, ErrMapFault) || !errors.As(err, &ioe) || ioe.Off != 1<<19 {
+		t.Fatalf("ReadMapped past the shrunk end: %v (sink %d), want an *IOError wrapping ErrMapFault", err, sink)
+	}
+	// The part still in the file reads fine.
+	if err := d.ReadMapped(0, 1<<19, func(m []byte) error { sink ^= m[len(m)-1]; return nil }); err != nil {
+		t.Errorf("ReadMapped of the remaining part: %v", err)
+	}
+}
+
+// fileVol protects an image file of the given blocks with a random pattern.
+func fileVol(t *testing.T, format string, blocks int, opts Options) (*Volume, string, []byte) {
+	t.Helper()
+	f := dif.MustFormat(format)
+	model := pattern(blocks*f.BlockSize(), uint64(blocks)+3)
+	p := writeImage(t, t.TempDir(), model)
+	dev, err := OpenFile(p, FileOptions{BlockSize: f.BlockSize()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv := store.NewMem()
+	v, err := Create(context.Background(), dev, kv, CreateOptions{Format: f, Options: opts})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { v.Close(); kv.Close(); dev.Close() })
+	return v, p, model
+}
+
+// TestVolumeMapped checks that reads through the mapping verify what they
+// return exactly as reads through ReadAt do: same data, same errors.
+func TestVolumeMapped(t *testing.T) {
+	skipNoMmap(t)
+	for _, format := range volFormats {
+		t.Run("format="+format, func(t *testing.T) {
+			const blocks = 600 // more than one 1 MiB chunk at 512 bytes
+			vm, pm, model := fileVol(t, format, blocks, Options{})
+			vr, pr, _ := fileVol(t, format, blocks, Options{NoMap: true})
+			if vm.mapper == nil || vr.mapper != nil {
+				t.Fatal("the volume over a File does not map it, or maps it with NoMap")
+			}
+			bs := vm.BlockSize()
+			got := make([]byte, len(model))
+			for _, v := range []*Volume{vm, vr} {
+				if n, err := v.ReadAt(got, 0); err != nil || n != len(got) || !bytes.Equal(got, model) {
+					t.Fatalf("ReadAt of the whole volume: %d, %v, equal %v", n, err, bytes.Equal(got, model))
+				}
+			}
+			// Writes go through the page cache that the mapping shows.
+			w := pattern(3*bs, 9)
+			for _, v := range []*Volume{vm, vr} {
+				if _, err := v.WriteAt(w, int64(5*bs+17)); err != nil {
+					t.Fatal(err)
+				}
+				if err := v.Sync(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			copy(model[5*bs+17:], w)
+			for _, v := range []*Volume{vm, vr} {
+				if _, err := v.ReadAt(got, 0); err != nil || !bytes.Equal(got, model) {
+					t.Fatalf("ReadAt after a write: %v, equal %v", err, bytes.Equal(got, model))
+				}
+			}
+			// Corrupt two blocks behind both volumes' backs.
+			for _, p := range []string{pm, pr} {
+				f, err := os.OpenFile(p, os.O_RDWR, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, b := range []int{7, blocks - 2} {
+					if _, err := f.WriteAt([]byte{^model[b*bs+11]}, int64(b*bs+11)); err != nil {
+						t.Fatal(err)
+					}
+				}
+				f.Close()
+			}
+			var errs [2]string
+			var ns [2]int
+			for i, v := range []*Volume{vm, vr} {
+				n, err := v.ReadAt(got[bs:], int64(bs))
+				if !errors.Is(err, dif.ErrIntegrity) {
+					t.Fatalf("ReadAt over a corrupt block: %v", err)
+				}
+				var ie *IntegrityError
+				if !errors.As(err, &ie) || ie.LBA != 7 {
+					t.Fatalf("error %v, want block 7", err)
+				}
+				errs[i], ns[i] = err.Error(), n
+			}
+			if errs[0] != errs[1] || ns[0] != ns[1] || ns[0] != 6*bs {
+				t.Errorf("mapped: %d bytes, %s\nReadAt: %d bytes, %s", ns[0], errs[0], ns[1], errs[1])
+			}
+			// The scrub's CheckRun finds both.
+			for _, v := range []*Volume{vm, vr} {
+				var lbas []int64
+				sc := make([]byte, v.ScratchSize(blocks))
+				for lba := int64(0); lba < blocks; lba += int64(v.chunk) {
+					n := min(v.chunk, blocks-int(lba))
+					if _, err := v.CheckRun(context.Background(), lba, n, sc, CheckOptions{}, func(p Problem) {
+						if len(lbas) == 0 || lbas[len(lbas)-1] != p.LBA {
+							lbas = append(lbas, p.LBA)
+						}
+					}); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if fmt.Sprint(lbas) != fmt.Sprint([]int64{7, blocks - 2}) {
+					t.Errorf("CheckRun found blocks %v, want 7 and %d", lbas, blocks-2)
+				}
+			}
+			if s := vm.Stats(); s.MapFaults != 0 {
+				t.Errorf("%d map faults", s.MapFaults)
+			}
+		})
+	}
+}
+
+// TestVolumeMappedFault shrinks the image under a volume: the mapped read
+// faults, the piece is read again with ReadAt, which reports the short
+// read; nothing panics.
+func TestVolumeMappedFault(t *testing.T) {
+	skipNoMmap(t)
+	v, p, _ := fileVol(t, "4096+8", 64, Options{})
+	if err := os.Truncate(p, 32*4096); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 64*4096)
+	n, err := v.ReadAt(buf, 0)
+	var ioe *IOError
+	if err == nil || !errors.As(err, &ioe) {
+		t.Fatalf("ReadAt over a shrunk image: %d, %v, want an I/O error", n, err)
+	}
+	if s := v.Stats(); s.MapFaults == 0 {
+		t.Errorf("stats %+v: no map fault counted", s)
+	}
+	if n, err := v.ReadAt(buf[:32*4096], 0); err != nil || n != 32*4096 {
+		t.Errorf("ReadAt of the part still there: %d, %v", n, err)
+	}
+}
+
+func TestFileUnmapOnClose(t *testing.T) {
+	skipNoMmap(t)
+	p := filepath.Join(t.TempDir(), "img")
+	d, err := CreateImage(p, 1<<16, FileOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.ReadMapped(0, 1<<16, func([]byte) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if d.mp.m != nil {
+		t.Error("Close left the mapping")
+	}
+}
