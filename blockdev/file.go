@@ -310,7 +310,7 @@ func (d *File) Close() error {
 	if d.closed.Swap(true) {
 		return ErrClosed
 	}
-	uerr := d.unmap()
+	uerr := d.mp.unmap()
 	d.rmu.Lock()
 	if d.rdirect != nil {
 		d.rdirect.f.Close()

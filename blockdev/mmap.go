@@ -3,6 +3,7 @@ package blockdev
 import (
 	"errors"
 	"fmt"
+	"os"
 	"runtime/debug"
 	"sync"
 	"unsafe"
@@ -15,10 +16,11 @@ var _ Mapper = (*File)(nil)
 // mapping is never used after it is gone (an unmapped range may be reused
 // for other memory).
 type fileMap struct {
-	mu    sync.RWMutex
-	tried bool
-	m     []byte
-	err   error // why there is no mapping
+	mu     sync.RWMutex
+	tried  bool
+	closed bool
+	m      []byte
+	err    error // why there is no mapping
 }
 
 // ReadMapped implements [Mapper]. The whole file is mapped at the first
@@ -31,24 +33,31 @@ func (d *File) ReadMapped(off int64, n int, fn func([]byte) error) error {
 	if err := checkRange("read", off, int64(n), d.size); err != nil {
 		return err
 	}
-	mp := &d.mp
+	var refuse error
+	if d.direct != nil {
+		refuse = errors.ErrUnsupported
+	}
+	return d.mp.read(d.f, d.size, d.path, refuse, off, n, fn)
+}
+
+// read is ReadMapped over the first size bytes of f (named name), mapped
+// at the first call unless refuse is set. The range was checked.
+func (mp *fileMap) read(f *os.File, size int64, name string, refuse error, off int64, n int, fn func([]byte) error) error {
 	mp.mu.RLock()
 	if !mp.tried {
 		mp.mu.RUnlock()
 		mp.mu.Lock()
-		if !mp.tried && !d.closed.Load() {
+		if !mp.tried {
 			mp.tried = true
-			if d.direct != nil {
-				mp.err = errors.ErrUnsupported
-			} else {
-				mp.m, mp.err = mmapRead(d.f, d.size)
+			if mp.err = refuse; refuse == nil {
+				mp.m, mp.err = mmapRead(f, size)
 			}
 		}
 		mp.mu.Unlock()
 		mp.mu.RLock()
 	}
 	defer mp.mu.RUnlock()
-	if d.closed.Load() {
+	if mp.closed {
 		return ErrClosed
 	}
 	if mp.m == nil {
@@ -56,7 +65,7 @@ func (d *File) ReadMapped(off int64, n int, fn func([]byte) error) error {
 		if err == nil {
 			err = errors.ErrUnsupported
 		}
-		return fmt.Errorf("blockdev: %s cannot be mapped: %w", d.path, err)
+		return fmt.Errorf("blockdev: %s cannot be mapped: %w", name, err)
 	}
 	if n == 0 {
 		return fn(nil)
@@ -68,18 +77,52 @@ func (d *File) ReadMapped(off int64, n int, fn func([]byte) error) error {
 	return err
 }
 
-// unmap releases the mapping. Caller has marked d closed.
-func (d *File) unmap() error {
-	mp := &d.mp
+// unmap releases the mapping for good.
+func (mp *fileMap) unmap() error {
 	mp.mu.Lock()
 	defer mp.mu.Unlock()
-	mp.tried = true
+	mp.tried, mp.closed = true, true
 	if mp.m == nil {
 		return nil
 	}
 	err := munmap(mp.m)
 	mp.m = nil
 	return err
+}
+
+// osMapper is a [Mapper] over a read-only *os.File of a known size, for
+// the images of PISource.
+type osMapper struct {
+	f    *os.File
+	size int64
+	mp   fileMap
+}
+
+func (o *osMapper) ReadMapped(off int64, n int, fn func([]byte) error) error {
+	if err := checkRange("read", off, int64(n), o.size); err != nil {
+		return err
+	}
+	return o.mp.read(o.f, o.size, o.f.Name(), nil, off, n, fn)
+}
+
+// mapperOf returns r's Mapper: r itself, or a mapping of an *os.File of
+// the given size; nil if r can be neither.
+func mapperOf(r any, size int64) Mapper {
+	switch r := r.(type) {
+	case Mapper:
+		return r
+	case *os.File:
+		return &osMapper{f: r, size: size}
+	}
+	return nil
+}
+
+// unmapOf releases a mapping made by mapperOf.
+func unmapOf(m Mapper) error {
+	if o, ok := m.(*osMapper); ok {
+		return o.mp.unmap()
+	}
+	return nil
 }
 
 // callMapped runs fn(part), part a slice of the mapping whole, turning a

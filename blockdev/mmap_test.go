@@ -261,3 +261,30 @@ func TestFileUnmapOnClose(t *testing.T) {
 		t.Error("Close left the mapping")
 	}
 }
+
+// TestPISourceMappedFault shrinks an extended image under a source: the
+// mapped check faults and the run is read instead, which reports the
+// missing sectors as unreadable.
+func TestPISourceMappedFault(t *testing.T) {
+	skipNoMmap(t)
+	const blocks = 64
+	x := newFixture(t, "4096+8", dif.Interleaved, blocks, nil, nil)
+	path, _ := x.write(t, t.TempDir())
+	src := openSource(t, x.f, x.p, path, "")
+	sc := make([]byte, src.ScratchSize(blocks))
+	if st, err := src.CheckRun(context.Background(), 0, blocks, sc, CheckOptions{}, nil); err != nil || st.OK != blocks {
+		t.Fatalf("CheckRun of the whole image: %+v, %v", st, err)
+	}
+	if err := os.Truncate(path, 40*4104); err != nil {
+		t.Fatal(err)
+	}
+	var nio int
+	st, err := src.CheckRun(context.Background(), 0, blocks, sc, CheckOptions{}, func(p Problem) {
+		if p.Kind == KindIO {
+			nio++
+		}
+	})
+	if err != nil || st.OK != 40 || st.Failed != blocks-40 || nio != blocks-40 {
+		t.Fatalf("CheckRun of a shrunk image: %+v, %v, %d I/O problems", st, err, nio)
+	}
+}

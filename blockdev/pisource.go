@@ -92,6 +92,7 @@ func checkRun(what string, lba int64, n int, total int64) error {
 // reads; interpreting the metadata is package dif's job.
 type ExtendedImage struct {
 	r        io.ReaderAt
+	m        Mapper // r's mapping, if it can have one (see PISource.CheckRun)
 	c        io.Closer
 	dataSize int
 	metaSize int
@@ -131,7 +132,7 @@ func newExtended(r io.ReaderAt, name string, size int64, dataSize, metaSize int)
 	if size < 0 || size%ss != 0 {
 		return nil, &SizeError{Name: name, Size: size, Unit: ss}
 	}
-	return &ExtendedImage{r: r, dataSize: dataSize, metaSize: metaSize, sectors: size / ss}, nil
+	return &ExtendedImage{r: r, m: mapperOf(r, size), dataSize: dataSize, metaSize: metaSize, sectors: size / ss}, nil
 }
 
 // DataSize returns the data bytes per sector.
@@ -198,12 +199,13 @@ func (x *ExtendedImage) Runs(lba, count int64, buf []byte) iter.Seq2[SectorRun, 
 
 // Close closes the file opened by OpenExtendedImage.
 func (x *ExtendedImage) Close() error {
+	uerr := unmapOf(x.m)
 	if x.c == nil {
-		return nil
+		return uerr
 	}
 	c := x.c
 	x.c = nil
-	return c.Close()
+	return errors.Join(c.Close(), uerr)
 }
 
 // DIXPair reads a data image together with a separate metadata file that
@@ -212,6 +214,7 @@ func (x *ExtendedImage) Close() error {
 // dif's job.
 type DIXPair struct {
 	data, meta          io.ReaderAt
+	dm, mm              Mapper // their mappings, if they can have one
 	closers             []io.Closer
 	blockSize, metaSize int
 	blocks              int64
@@ -260,7 +263,8 @@ func newDIX(data io.ReaderAt, dname string, dlen int64, meta io.ReaderAt, mname 
 	if mlen != blocks*int64(ms) {
 		return nil, &SizeError{Name: mname, Size: mlen, Want: blocks * int64(ms)}
 	}
-	return &DIXPair{data: data, meta: meta, blockSize: bs, metaSize: ms, blocks: blocks}, nil
+	return &DIXPair{data: data, meta: meta, dm: mapperOf(data, dlen), mm: mapperOf(meta, mlen),
+		blockSize: bs, metaSize: ms, blocks: blocks}, nil
 }
 
 // BlockSize returns the data bytes per block.
@@ -325,7 +329,7 @@ func (p *DIXPair) Runs(lba, count int64, data, meta []byte) iter.Seq2[DIXRun, er
 
 // Close closes the files opened by OpenDIXPair.
 func (p *DIXPair) Close() error {
-	var errs []error
+	errs := []error{unmapOf(p.dm), unmapOf(p.mm)}
 	for _, c := range p.closers {
 		errs = append(errs, c.Close())
 	}

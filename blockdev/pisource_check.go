@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/difctl/difctl/dif"
@@ -47,6 +49,7 @@ type PISource struct {
 	bs, ms  int
 	ext     *ExtendedImage // one of ext and dix is set
 	dix     *DIXPair
+	noMap   atomic.Bool // the images refused to map: read them
 }
 
 // NewExtendedSource returns a CheckSource over the extended-LBA image img,
@@ -224,18 +227,27 @@ func (s *PISource) CheckRun(ctx context.Context, lba int64, n int, scratch []byt
 		report = func(Problem) {}
 	}
 	r := s.split(scratch, n)
+	var sum dif.Summary
+	done := false
 	if opt.Uncached {
 		s.dropCache(lba, n)
-	}
-	if err := s.read(lba, n, r.data, r.md); err != nil {
-		if fatalRunError(err) {
+	} else {
+		var err error
+		if sum, done, err = s.classifyMapped(lba, n, r); err != nil {
 			return RunStats{}, err
 		}
-		return s.checkBlocks(ctx, lba, r, opt, report)
 	}
-	sum, err := s.f.Classify(r.states, r.data, r.md, s.params(lba))
-	if err != nil {
-		return RunStats{}, fmt.Errorf("blockdev: %w", err)
+	if !done {
+		if err := s.read(lba, n, r.data, r.md); err != nil {
+			if fatalRunError(err) {
+				return RunStats{}, err
+			}
+			return s.checkBlocks(ctx, lba, r, opt, report)
+		}
+		var err error
+		if sum, err = s.f.Classify(r.states, r.data, r.md, s.params(lba)); err != nil {
+			return RunStats{}, fmt.Errorf("blockdev: %w", err)
+		}
 	}
 	st := RunStats{Blocks: int64(n), OK: int64(sum.OK), Escaped: int64(sum.Escaped), Unwritten: int64(sum.Unwritten)}
 	if sum.Failed == 0 {
@@ -250,6 +262,85 @@ func (s *PISource) CheckRun(ctx context.Context, lba int64, n int, scratch []byt
 		}
 	}
 	return st, nil
+}
+
+// classifyMapped classifies blocks [lba, lba+n) in place in the images'
+// mappings of the page cache (see Mapper): a scrub returns no data, so
+// nothing is copied but the failing blocks, into r, for the re-read path.
+// done is false when the run must be read instead: no mapping, or a fault
+// on it (the read then reports the I/O error block by block).
+func (s *PISource) classifyMapped(lba int64, n int, r piRun) (sum dif.Summary, done bool, err error) {
+	if s.noMap.Load() || (s.ext == nil || s.ext.m == nil) && (s.dix == nil || s.dix.dm == nil || s.dix.mm == nil) {
+		return sum, false, nil
+	}
+	v := mapVisits.Get().(*mapVisit)
+	v.s, v.r, v.p, v.n, v.lba = s, r, s.params(lba), n, lba
+	if s.ext != nil {
+		ss := s.bs + s.ms
+		err = s.ext.m.ReadMapped(lba*int64(ss), n*ss, v.outer)
+	} else {
+		err = s.dix.dm.ReadMapped(lba*int64(s.bs), n*s.bs, v.outer)
+	}
+	sum = v.sum
+	*v = mapVisit{outer: v.outer, inner: v.inner}
+	mapVisits.Put(v)
+	switch {
+	case err == nil:
+		return sum, true, nil
+	case errors.Is(err, errors.ErrUnsupported):
+		s.noMap.Store(true)
+		return sum, false, nil
+	case errors.Is(err, ErrMapFault):
+		return sum, false, nil
+	}
+	return sum, false, err
+}
+
+// mapVisit is the state of one classifyMapped, pooled with its two
+// callbacks so that a run allocates nothing.
+type mapVisit struct {
+	s            *PISource
+	r            piRun
+	p            dif.Params
+	n            int
+	lba          int64
+	sum          dif.Summary
+	data         []byte             // DIX: the data mapping, while the metadata's is visited
+	outer, inner func([]byte) error // visitOuter, visitInner
+}
+
+var mapVisits = sync.Pool{New: func() any {
+	v := new(mapVisit)
+	v.outer, v.inner = v.visitOuter, v.visitInner
+	return v
+}}
+
+// visitOuter gets the extended image's mapping, or the DIX data's.
+func (v *mapVisit) visitOuter(m []byte) error {
+	if v.s.ext != nil {
+		return v.classify(m, nil)
+	}
+	v.data = m
+	ms := v.s.ms
+	return v.s.dix.mm.ReadMapped(v.lba*int64(ms), v.n*ms, v.inner)
+}
+
+func (v *mapVisit) visitInner(md []byte) error { return v.classify(v.data, md) }
+
+func (v *mapVisit) classify(data, md []byte) error {
+	var err error
+	if v.sum, err = v.s.f.Classify(v.r.states, data, md, v.p); err != nil {
+		return fmt.Errorf("blockdev: %w", err)
+	}
+	for i := 0; v.sum.Failed > 0 && i < v.n; i++ {
+		if v.r.states[i] != dif.StateFailed {
+			continue
+		}
+		d, m := v.s.block(v.r, i)
+		copy(d, data[i*len(d):])
+		copy(m, md[i*len(m):])
+	}
+	return nil
 }
 
 // checkBlocks checks a run whose read failed one block at a time.
