@@ -51,7 +51,7 @@ const pkgName = "crc32c"
 func init() {
 	registerArch()
 	impl.Register(pkgName, "generic", true, func() {
-		update, blocks = updateGeneric, blocksGeneric
+		update, blocks, blocksCopy = updateGeneric, blocksGeneric, blocksCopyPortable
 	})
 }
 

@@ -20,14 +20,19 @@ import "github.com/difctl/difctl/kernels/internal/impl"
 // that EPYC they run at 1.0-1.2 and 0.5-0.6 times hash/crc32, below
 // hybrid128, which needs no more of the CPU than they do (they are tested
 // under the registry name crc32c-fold).
+//
+// BlocksCopy: avx512 runs the copying fold kernel; the hybrid kernels have
+// no copying variant (their generator, kernels/_asm/crc32hybrid, mixes
+// CRC32Q streams that read memory with fold streams, and a copy would need
+// its own store per stream), so they copy, then run Blocks over the copy.
 func registerArch() {
 	impl.Register(pkgName, "avx512", hasFoldAVX512, func() {
-		update, blocks = updateAVX512, blocksAVX512
+		update, blocks, blocksCopy = updateAVX512, blocksAVX512, blocksCopyAVX512
 	})
 	impl.Register(pkgName, "hybrid", hasHybrid256, func() {
-		update, blocks = updateHybrid256, blocksHybrid256
+		update, blocks, blocksCopy = updateHybrid256, blocksHybrid256, blocksCopyPortable
 	})
 	impl.Register(pkgName, "hybrid128", hasHybrid128, func() {
-		update, blocks = updateHybrid128, blocksHybrid128
+		update, blocks, blocksCopy = updateHybrid128, blocksHybrid128, blocksCopyPortable
 	})
 }

@@ -16,14 +16,21 @@ import (
 const foldTestPkg = "crc32c-fold"
 
 var (
-	foldTestUpdate = updateGeneric
-	foldTestBlocks = blocksGeneric
+	foldTestUpdate     = updateGeneric
+	foldTestBlocks     = blocksGeneric
+	foldTestBlocksCopy = blocksCopyPortable
 )
 
 func init() {
-	impl.Register(foldTestPkg, "avx512", hasFoldAVX512, func() { foldTestUpdate, foldTestBlocks = updateAVX512, blocksAVX512 })
-	impl.Register(foldTestPkg, "avx2", hasFoldAVX2, func() { foldTestUpdate, foldTestBlocks = updateAVX2, blocksAVX2 })
-	impl.Register(foldTestPkg, "pclmul", hasFoldPCLMUL, func() { foldTestUpdate, foldTestBlocks = updatePCLMUL, blocksPCLMUL })
+	impl.Register(foldTestPkg, "avx512", hasFoldAVX512, func() {
+		foldTestUpdate, foldTestBlocks, foldTestBlocksCopy = updateAVX512, blocksAVX512, blocksCopyAVX512
+	})
+	impl.Register(foldTestPkg, "avx2", hasFoldAVX2, func() {
+		foldTestUpdate, foldTestBlocks, foldTestBlocksCopy = updateAVX2, blocksAVX2, blocksCopyAVX2
+	})
+	impl.Register(foldTestPkg, "pclmul", hasFoldPCLMUL, func() {
+		foldTestUpdate, foldTestBlocks, foldTestBlocksCopy = updatePCLMUL, blocksPCLMUL, blocksCopyPCLMUL
+	})
 }
 
 func foldTestKernel() kerneltest.Kernel[uint32] {
@@ -38,6 +45,19 @@ func foldTestKernel() kerneltest.Kernel[uint32] {
 		if len(dst) > 0 {
 			foldTestBlocks(dst, p, blockLen, stride)
 		}
+		return nil
+	}
+	k.BlocksCopy = func(dst []uint32, q, p []byte, blockLen, stride int) error {
+		if !layout.Valid(len(dst), len(p), blockLen, stride) || !layout.Valid(len(dst), len(q), blockLen, stride) {
+			return ErrLayout
+		}
+		if len(dst) == 0 {
+			return nil
+		}
+		if n := layout.Span(len(dst), blockLen, stride); layout.Overlap(q[:n], p[:n]) {
+			return ErrOverlap
+		}
+		foldTestBlocksCopy(dst, q, p, blockLen, stride)
 		return nil
 	}
 	k.Cutoffs = append(k.Cutoffs, foldCutoffs...)

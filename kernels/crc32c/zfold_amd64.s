@@ -487,6 +487,183 @@ breducePCLMUL:
 	JNZ       bgroupPCLMUL
 	RET
 
+// func foldBlocksCopyPCLMUL(dst []uint32, q []byte, p []byte, blockLen int, stride int, tab *crcmath.RevFoldTable)
+// Requires: PCLMULQDQ, SSE2, SSE4.1
+TEXT ·foldBlocksCopyPCLMUL(SB), NOSPLIT, $0-96
+	MOVQ tab+88(FP), DX
+	MOVQ dst_base+0(FP), DI
+	MOVQ dst_len+8(FP), R8
+	MOVQ p_base+48(FP), SI
+	MOVQ blockLen+72(FP), BX
+	MOVQ stride+80(FP), R9
+
+	// q - p: the copy of a byte at x goes to x + (q - p).
+	MOVQ q_base+24(FP), R15
+	SUBQ SI, R15
+
+	// Block j of a group starts at p + j*stride.
+	LEAQ (R9)(R9*2), R10
+
+	// Every block starts from the initial register, all ones.
+	MOVL  $0xffffffff, AX
+	MOVQ  AX, X10
+	MOVOU 16(DX), X13
+
+bgroupPCLMUL:
+	MOVQ  SI, R13
+	MOVQ  BX, CX
+	LEAQ  (R13)(R15*1), R14
+	MOVOU (R13), X0
+	MOVOU X0, (R14)
+	PXOR  X10, X0
+	MOVOU (R13)(R9*1), X1
+	MOVOU X1, (R14)(R9*1)
+	PXOR  X10, X1
+	MOVOU (R13)(R9*2), X2
+	MOVOU X2, (R14)(R9*2)
+	PXOR  X10, X2
+	MOVOU (R13)(R10*1), X3
+	MOVOU X3, (R14)(R10*1)
+	PXOR  X10, X3
+	ADDQ  $0x00000010, R13
+	SUBQ  $0x00000010, CX
+	CMPQ  CX, $0x00000010
+	JB    breducePCLMUL
+
+btailloopPCLMUL:
+	LEAQ      (R13)(R15*1), R14
+	MOVOU     (R13), X12
+	MOVOU     X12, (R14)
+	MOVO      X0, X11
+	PCLMULQDQ $0x00, X13, X11
+	PCLMULQDQ $0x11, X13, X0
+	PXOR      X11, X0
+	PXOR      X12, X0
+	MOVOU     (R13)(R9*1), X12
+	MOVOU     X12, (R14)(R9*1)
+	MOVO      X1, X11
+	PCLMULQDQ $0x00, X13, X11
+	PCLMULQDQ $0x11, X13, X1
+	PXOR      X11, X1
+	PXOR      X12, X1
+	MOVOU     (R13)(R9*2), X12
+	MOVOU     X12, (R14)(R9*2)
+	MOVO      X2, X11
+	PCLMULQDQ $0x00, X13, X11
+	PCLMULQDQ $0x11, X13, X2
+	PXOR      X11, X2
+	PXOR      X12, X2
+	MOVOU     (R13)(R10*1), X12
+	MOVOU     X12, (R14)(R10*1)
+	MOVO      X3, X11
+	PCLMULQDQ $0x00, X13, X11
+	PCLMULQDQ $0x11, X13, X3
+	PXOR      X11, X3
+	PXOR      X12, X3
+	ADDQ      $0x00000010, R13
+	SUBQ      $0x00000010, CX
+	CMPQ      CX, $0x00000010
+	JAE       btailloopPCLMUL
+
+breducePCLMUL:
+	MOVOU     1040(DX), X15
+	MOVOU     1056(DX), X8
+	MOVO      X0, X11
+	PCLMULQDQ $0x00, X15, X11
+	MOVO      X0, X12
+	PSRLDQ    $0x08, X12
+	PSLLDQ    $0x04, X12
+	PXOR      X12, X11
+	MOVO      X11, X12
+	PSRLDQ    $0x04, X12
+	MOVO      X12, X14
+	PCLMULQDQ $0x00, X8, X14
+	PSLLQ     $0x01, X14
+	PXOR      X14, X12
+	MOVO      X12, X14
+	PCLMULQDQ $0x10, X8, X14
+	MOVO      X14, X12
+	PSLLQ     $0x01, X12
+	PXOR      X12, X11
+	PEXTRQ    $0x01, X11, AX
+	SHRQ      $0x20, AX
+	NOTL      AX
+	MOVL      AX, (DI)
+	MOVOU     1040(DX), X15
+	MOVOU     1056(DX), X8
+	MOVO      X1, X11
+	PCLMULQDQ $0x00, X15, X11
+	MOVO      X1, X12
+	PSRLDQ    $0x08, X12
+	PSLLDQ    $0x04, X12
+	PXOR      X12, X11
+	MOVO      X11, X12
+	PSRLDQ    $0x04, X12
+	MOVO      X12, X14
+	PCLMULQDQ $0x00, X8, X14
+	PSLLQ     $0x01, X14
+	PXOR      X14, X12
+	MOVO      X12, X14
+	PCLMULQDQ $0x10, X8, X14
+	MOVO      X14, X12
+	PSLLQ     $0x01, X12
+	PXOR      X12, X11
+	PEXTRQ    $0x01, X11, AX
+	SHRQ      $0x20, AX
+	NOTL      AX
+	MOVL      AX, 4(DI)
+	MOVOU     1040(DX), X15
+	MOVOU     1056(DX), X8
+	MOVO      X2, X11
+	PCLMULQDQ $0x00, X15, X11
+	MOVO      X2, X12
+	PSRLDQ    $0x08, X12
+	PSLLDQ    $0x04, X12
+	PXOR      X12, X11
+	MOVO      X11, X12
+	PSRLDQ    $0x04, X12
+	MOVO      X12, X14
+	PCLMULQDQ $0x00, X8, X14
+	PSLLQ     $0x01, X14
+	PXOR      X14, X12
+	MOVO      X12, X14
+	PCLMULQDQ $0x10, X8, X14
+	MOVO      X14, X12
+	PSLLQ     $0x01, X12
+	PXOR      X12, X11
+	PEXTRQ    $0x01, X11, AX
+	SHRQ      $0x20, AX
+	NOTL      AX
+	MOVL      AX, 8(DI)
+	MOVOU     1040(DX), X15
+	MOVOU     1056(DX), X8
+	MOVO      X3, X11
+	PCLMULQDQ $0x00, X15, X11
+	MOVO      X3, X12
+	PSRLDQ    $0x08, X12
+	PSLLDQ    $0x04, X12
+	PXOR      X12, X11
+	MOVO      X11, X12
+	PSRLDQ    $0x04, X12
+	MOVO      X12, X14
+	PCLMULQDQ $0x00, X8, X14
+	PSLLQ     $0x01, X14
+	PXOR      X14, X12
+	MOVO      X12, X14
+	PCLMULQDQ $0x10, X8, X14
+	MOVO      X14, X12
+	PSLLQ     $0x01, X12
+	PXOR      X12, X11
+	PEXTRQ    $0x01, X11, AX
+	SHRQ      $0x20, AX
+	NOTL      AX
+	MOVL      AX, 12(DI)
+	ADDQ      $0x00000010, DI
+	LEAQ      (SI)(R9*4), SI
+	SUBQ      $0x00000004, R8
+	JNZ       bgroupPCLMUL
+	RET
+
 // func foldUpdateAVX2(crc uint32, p []byte, tab *crcmath.RevFoldTable) (ret uint32)
 // Requires: AVX, AVX2, PCLMULQDQ, VPCLMULQDQ
 TEXT ·foldUpdateAVX2(SB), NOSPLIT, $0-44
@@ -826,6 +1003,207 @@ btailloopAVX2:
 	VPCLMULQDQ $0x11, X13, X3, X3
 	VPXOR      X11, X3, X3
 	VPXOR      (R13)(R10*1), X3, X3
+	ADDQ       $0x00000010, R13
+	SUBQ       $0x00000010, CX
+	CMPQ       CX, $0x00000010
+	JAE        btailloopAVX2
+
+breduceAVX2:
+	VPCLMULQDQ $0x00, 1040(DX), X0, X11
+	VPSRLDQ    $0x08, X0, X12
+	VPSLLDQ    $0x04, X12, X12
+	VPXOR      X12, X11, X11
+	VPSRLDQ    $0x04, X11, X12
+	VPCLMULQDQ $0x00, 1056(DX), X12, X14
+	VPSLLQ     $0x01, X14, X14
+	VPXOR      X14, X12, X12
+	VPCLMULQDQ $0x10, 1056(DX), X12, X14
+	VPSLLQ     $0x01, X14, X12
+	VPXOR      X12, X11, X11
+	VPEXTRQ    $0x01, X11, AX
+	SHRQ       $0x20, AX
+	NOTL       AX
+	MOVL       AX, (DI)
+	VPCLMULQDQ $0x00, 1040(DX), X1, X11
+	VPSRLDQ    $0x08, X1, X12
+	VPSLLDQ    $0x04, X12, X12
+	VPXOR      X12, X11, X11
+	VPSRLDQ    $0x04, X11, X12
+	VPCLMULQDQ $0x00, 1056(DX), X12, X14
+	VPSLLQ     $0x01, X14, X14
+	VPXOR      X14, X12, X12
+	VPCLMULQDQ $0x10, 1056(DX), X12, X14
+	VPSLLQ     $0x01, X14, X12
+	VPXOR      X12, X11, X11
+	VPEXTRQ    $0x01, X11, AX
+	SHRQ       $0x20, AX
+	NOTL       AX
+	MOVL       AX, 4(DI)
+	VPCLMULQDQ $0x00, 1040(DX), X2, X11
+	VPSRLDQ    $0x08, X2, X12
+	VPSLLDQ    $0x04, X12, X12
+	VPXOR      X12, X11, X11
+	VPSRLDQ    $0x04, X11, X12
+	VPCLMULQDQ $0x00, 1056(DX), X12, X14
+	VPSLLQ     $0x01, X14, X14
+	VPXOR      X14, X12, X12
+	VPCLMULQDQ $0x10, 1056(DX), X12, X14
+	VPSLLQ     $0x01, X14, X12
+	VPXOR      X12, X11, X11
+	VPEXTRQ    $0x01, X11, AX
+	SHRQ       $0x20, AX
+	NOTL       AX
+	MOVL       AX, 8(DI)
+	VPCLMULQDQ $0x00, 1040(DX), X3, X11
+	VPSRLDQ    $0x08, X3, X12
+	VPSLLDQ    $0x04, X12, X12
+	VPXOR      X12, X11, X11
+	VPSRLDQ    $0x04, X11, X12
+	VPCLMULQDQ $0x00, 1056(DX), X12, X14
+	VPSLLQ     $0x01, X14, X14
+	VPXOR      X14, X12, X12
+	VPCLMULQDQ $0x10, 1056(DX), X12, X14
+	VPSLLQ     $0x01, X14, X12
+	VPXOR      X12, X11, X11
+	VPEXTRQ    $0x01, X11, AX
+	SHRQ       $0x20, AX
+	NOTL       AX
+	MOVL       AX, 12(DI)
+	ADDQ       $0x00000010, DI
+	LEAQ       (SI)(R9*4), SI
+	SUBQ       $0x00000004, R8
+	JNZ        bgroupAVX2
+	VZEROUPPER
+	RET
+
+// func foldBlocksCopyAVX2(dst []uint32, q []byte, p []byte, blockLen int, stride int, tab *crcmath.RevFoldTable)
+// Requires: AVX, AVX2, PCLMULQDQ, VPCLMULQDQ
+TEXT ·foldBlocksCopyAVX2(SB), NOSPLIT, $0-96
+	MOVQ tab+88(FP), DX
+	MOVQ dst_base+0(FP), DI
+	MOVQ dst_len+8(FP), R8
+	MOVQ p_base+48(FP), SI
+	MOVQ blockLen+72(FP), BX
+	MOVQ stride+80(FP), R9
+
+	// q - p: the copy of a byte at x goes to x + (q - p).
+	MOVQ q_base+24(FP), R15
+	SUBQ SI, R15
+
+	// Block j of a group starts at p + j*stride.
+	LEAQ (R9)(R9*2), R10
+
+	// Every block starts from the initial register, all ones.
+	MOVL  $0xffffffff, AX
+	VMOVQ AX, X10
+
+	// Fold[1] for the 16-byte lanes.
+	VMOVDQU 16(DX), X13
+
+	// Fold[2]: forward by 32 bytes.
+	VBROADCASTI128 32(DX), Y8
+
+bgroupAVX2:
+	MOVQ    SI, R13
+	MOVQ    BX, CX
+	LEAQ    (R13)(R15*1), R14
+	VMOVDQU (R13), Y0
+	VMOVDQU Y0, (R14)
+	VPXOR   Y10, Y0, Y0
+	VMOVDQU (R13)(R9*1), Y1
+	VMOVDQU Y1, (R14)(R9*1)
+	VPXOR   Y10, Y1, Y1
+	VMOVDQU (R13)(R9*2), Y2
+	VMOVDQU Y2, (R14)(R9*2)
+	VPXOR   Y10, Y2, Y2
+	VMOVDQU (R13)(R10*1), Y3
+	VMOVDQU Y3, (R14)(R10*1)
+	VPXOR   Y10, Y3, Y3
+	ADDQ    $0x00000020, R13
+	SUBQ    $0x00000020, CX
+
+bloopAVX2:
+	CMPQ       CX, $0x00000020
+	JB         blanesAVX2
+	LEAQ       (R13)(R15*1), R14
+	VMOVDQU    (R13), Y12
+	VMOVDQU    Y12, (R14)
+	VPCLMULQDQ $0x00, Y8, Y0, Y11
+	VPCLMULQDQ $0x11, Y8, Y0, Y0
+	VPXOR      Y11, Y0, Y0
+	VPXOR      Y12, Y0, Y0
+	VMOVDQU    (R13)(R9*1), Y12
+	VMOVDQU    Y12, (R14)(R9*1)
+	VPCLMULQDQ $0x00, Y8, Y1, Y11
+	VPCLMULQDQ $0x11, Y8, Y1, Y1
+	VPXOR      Y11, Y1, Y1
+	VPXOR      Y12, Y1, Y1
+	VMOVDQU    (R13)(R9*2), Y12
+	VMOVDQU    Y12, (R14)(R9*2)
+	VPCLMULQDQ $0x00, Y8, Y2, Y11
+	VPCLMULQDQ $0x11, Y8, Y2, Y2
+	VPXOR      Y11, Y2, Y2
+	VPXOR      Y12, Y2, Y2
+	VMOVDQU    (R13)(R10*1), Y12
+	VMOVDQU    Y12, (R14)(R10*1)
+	VPCLMULQDQ $0x00, Y8, Y3, Y11
+	VPCLMULQDQ $0x11, Y8, Y3, Y3
+	VPXOR      Y11, Y3, Y3
+	VPXOR      Y12, Y3, Y3
+	ADDQ       $0x00000020, R13
+	SUBQ       $0x00000020, CX
+	JMP        bloopAVX2
+
+blanesAVX2:
+	VEXTRACTI128 $0x01, Y0, X14
+	VPCLMULQDQ   $0x00, X13, X0, X11
+	VPCLMULQDQ   $0x11, X13, X0, X0
+	VPXOR        X11, X0, X0
+	VPXOR        X14, X0, X0
+	VEXTRACTI128 $0x01, Y1, X14
+	VPCLMULQDQ   $0x00, X13, X1, X11
+	VPCLMULQDQ   $0x11, X13, X1, X1
+	VPXOR        X11, X1, X1
+	VPXOR        X14, X1, X1
+	VEXTRACTI128 $0x01, Y2, X14
+	VPCLMULQDQ   $0x00, X13, X2, X11
+	VPCLMULQDQ   $0x11, X13, X2, X2
+	VPXOR        X11, X2, X2
+	VPXOR        X14, X2, X2
+	VEXTRACTI128 $0x01, Y3, X14
+	VPCLMULQDQ   $0x00, X13, X3, X11
+	VPCLMULQDQ   $0x11, X13, X3, X3
+	VPXOR        X11, X3, X3
+	VPXOR        X14, X3, X3
+	CMPQ         CX, $0x00000010
+	JB           breduceAVX2
+
+btailloopAVX2:
+	LEAQ       (R13)(R15*1), R14
+	VMOVDQU    (R13), X12
+	VMOVDQU    X12, (R14)
+	VPCLMULQDQ $0x00, X13, X0, X11
+	VPCLMULQDQ $0x11, X13, X0, X0
+	VPXOR      X11, X0, X0
+	VPXOR      X12, X0, X0
+	VMOVDQU    (R13)(R9*1), X12
+	VMOVDQU    X12, (R14)(R9*1)
+	VPCLMULQDQ $0x00, X13, X1, X11
+	VPCLMULQDQ $0x11, X13, X1, X1
+	VPXOR      X11, X1, X1
+	VPXOR      X12, X1, X1
+	VMOVDQU    (R13)(R9*2), X12
+	VMOVDQU    X12, (R14)(R9*2)
+	VPCLMULQDQ $0x00, X13, X2, X11
+	VPCLMULQDQ $0x11, X13, X2, X2
+	VPXOR      X11, X2, X2
+	VPXOR      X12, X2, X2
+	VMOVDQU    (R13)(R10*1), X12
+	VMOVDQU    X12, (R14)(R10*1)
+	VPCLMULQDQ $0x00, X13, X3, X11
+	VPCLMULQDQ $0x11, X13, X3, X3
+	VPXOR      X11, X3, X3
+	VPXOR      X12, X3, X3
 	ADDQ       $0x00000010, R13
 	SUBQ       $0x00000010, CX
 	CMPQ       CX, $0x00000010
@@ -1252,6 +1630,223 @@ btailloopAVX512:
 	VPCLMULQDQ $0x11, X13, X3, X3
 	VPXOR      X11, X3, X3
 	VPXOR      (R13)(R10*1), X3, X3
+	ADDQ       $0x00000010, R13
+	SUBQ       $0x00000010, CX
+	CMPQ       CX, $0x00000010
+	JAE        btailloopAVX512
+
+breduceAVX512:
+	VPCLMULQDQ $0x00, 1040(DX), X0, X11
+	VPSRLDQ    $0x08, X0, X12
+	VPSLLDQ    $0x04, X12, X12
+	VPXOR      X12, X11, X11
+	VPSRLDQ    $0x04, X11, X12
+	VPCLMULQDQ $0x00, 1056(DX), X12, X14
+	VPSLLQ     $0x01, X14, X14
+	VPXOR      X14, X12, X12
+	VPCLMULQDQ $0x10, 1056(DX), X12, X14
+	VPSLLQ     $0x01, X14, X12
+	VPXOR      X12, X11, X11
+	VPEXTRQ    $0x01, X11, AX
+	SHRQ       $0x20, AX
+	NOTL       AX
+	MOVL       AX, (DI)
+	VPCLMULQDQ $0x00, 1040(DX), X1, X11
+	VPSRLDQ    $0x08, X1, X12
+	VPSLLDQ    $0x04, X12, X12
+	VPXOR      X12, X11, X11
+	VPSRLDQ    $0x04, X11, X12
+	VPCLMULQDQ $0x00, 1056(DX), X12, X14
+	VPSLLQ     $0x01, X14, X14
+	VPXOR      X14, X12, X12
+	VPCLMULQDQ $0x10, 1056(DX), X12, X14
+	VPSLLQ     $0x01, X14, X12
+	VPXOR      X12, X11, X11
+	VPEXTRQ    $0x01, X11, AX
+	SHRQ       $0x20, AX
+	NOTL       AX
+	MOVL       AX, 4(DI)
+	VPCLMULQDQ $0x00, 1040(DX), X2, X11
+	VPSRLDQ    $0x08, X2, X12
+	VPSLLDQ    $0x04, X12, X12
+	VPXOR      X12, X11, X11
+	VPSRLDQ    $0x04, X11, X12
+	VPCLMULQDQ $0x00, 1056(DX), X12, X14
+	VPSLLQ     $0x01, X14, X14
+	VPXOR      X14, X12, X12
+	VPCLMULQDQ $0x10, 1056(DX), X12, X14
+	VPSLLQ     $0x01, X14, X12
+	VPXOR      X12, X11, X11
+	VPEXTRQ    $0x01, X11, AX
+	SHRQ       $0x20, AX
+	NOTL       AX
+	MOVL       AX, 8(DI)
+	VPCLMULQDQ $0x00, 1040(DX), X3, X11
+	VPSRLDQ    $0x08, X3, X12
+	VPSLLDQ    $0x04, X12, X12
+	VPXOR      X12, X11, X11
+	VPSRLDQ    $0x04, X11, X12
+	VPCLMULQDQ $0x00, 1056(DX), X12, X14
+	VPSLLQ     $0x01, X14, X14
+	VPXOR      X14, X12, X12
+	VPCLMULQDQ $0x10, 1056(DX), X12, X14
+	VPSLLQ     $0x01, X14, X12
+	VPXOR      X12, X11, X11
+	VPEXTRQ    $0x01, X11, AX
+	SHRQ       $0x20, AX
+	NOTL       AX
+	MOVL       AX, 12(DI)
+	ADDQ       $0x00000010, DI
+	LEAQ       (SI)(R9*4), SI
+	SUBQ       $0x00000004, R8
+	JNZ        bgroupAVX512
+	VZEROUPPER
+	RET
+
+// func foldBlocksCopyAVX512(dst []uint32, q []byte, p []byte, blockLen int, stride int, tab *crcmath.RevFoldTable)
+// Requires: AVX, AVX2, AVX512F, PCLMULQDQ, VPCLMULQDQ
+TEXT ·foldBlocksCopyAVX512(SB), NOSPLIT, $0-96
+	MOVQ tab+88(FP), DX
+	MOVQ dst_base+0(FP), DI
+	MOVQ dst_len+8(FP), R8
+	MOVQ p_base+48(FP), SI
+	MOVQ blockLen+72(FP), BX
+	MOVQ stride+80(FP), R9
+
+	// q - p: the copy of a byte at x goes to x + (q - p).
+	MOVQ q_base+24(FP), R15
+	SUBQ SI, R15
+
+	// Block j of a group starts at p + j*stride.
+	LEAQ (R9)(R9*2), R10
+
+	// Every block starts from the initial register, all ones.
+	MOVL  $0xffffffff, AX
+	VMOVQ AX, X10
+
+	// Fold[1] for the 16-byte lanes.
+	VMOVDQU 16(DX), X13
+
+	// {Fold[3], Fold[2], Fold[1], Fold[0]}: lane i of 4 folds by Fold[3-i].
+	VMOVDQU64  (DX), Z16
+	VSHUFI64X2 $0x1b, Z16, Z16, Z16
+
+	// Fold[4]: forward by 64 bytes.
+	VBROADCASTI32X4 64(DX), Z8
+
+bgroupAVX512:
+	MOVQ      SI, R13
+	MOVQ      BX, CX
+	LEAQ      (R13)(R15*1), R14
+	VMOVDQU64 (R13), Z0
+	VMOVDQU64 Z0, (R14)
+	VPXORQ    Z10, Z0, Z0
+	VMOVDQU64 (R13)(R9*1), Z1
+	VMOVDQU64 Z1, (R14)(R9*1)
+	VPXORQ    Z10, Z1, Z1
+	VMOVDQU64 (R13)(R9*2), Z2
+	VMOVDQU64 Z2, (R14)(R9*2)
+	VPXORQ    Z10, Z2, Z2
+	VMOVDQU64 (R13)(R10*1), Z3
+	VMOVDQU64 Z3, (R14)(R10*1)
+	VPXORQ    Z10, Z3, Z3
+	ADDQ      $0x00000040, R13
+	SUBQ      $0x00000040, CX
+
+bloopAVX512:
+	CMPQ       CX, $0x00000040
+	JB         blanesAVX512
+	LEAQ       (R13)(R15*1), R14
+	VMOVDQU64  (R13), Z17
+	VMOVDQU64  Z17, (R14)
+	VPCLMULQDQ $0x00, Z8, Z0, Z11
+	VPCLMULQDQ $0x11, Z8, Z0, Z0
+	VPTERNLOGD $0x96, Z17, Z11, Z0
+	VMOVDQU64  (R13)(R9*1), Z18
+	VMOVDQU64  Z18, (R14)(R9*1)
+	VPCLMULQDQ $0x00, Z8, Z1, Z11
+	VPCLMULQDQ $0x11, Z8, Z1, Z1
+	VPTERNLOGD $0x96, Z18, Z11, Z1
+	VMOVDQU64  (R13)(R9*2), Z19
+	VMOVDQU64  Z19, (R14)(R9*2)
+	VPCLMULQDQ $0x00, Z8, Z2, Z11
+	VPCLMULQDQ $0x11, Z8, Z2, Z2
+	VPTERNLOGD $0x96, Z19, Z11, Z2
+	VMOVDQU64  (R13)(R10*1), Z20
+	VMOVDQU64  Z20, (R14)(R10*1)
+	VPCLMULQDQ $0x00, Z8, Z3, Z11
+	VPCLMULQDQ $0x11, Z8, Z3, Z3
+	VPTERNLOGD $0x96, Z20, Z11, Z3
+	ADDQ       $0x00000040, R13
+	SUBQ       $0x00000040, CX
+	JMP        bloopAVX512
+
+blanesAVX512:
+	VPCLMULQDQ    $0x00, Z16, Z0, Z11
+	VPCLMULQDQ    $0x11, Z16, Z0, Z12
+	VEXTRACTI32X4 $0x03, Z0, X14
+	VPXORQ        Z12, Z11, Z11
+	VEXTRACTI64X4 $0x01, Z11, Y12
+	VPXOR         Y12, Y11, Y11
+	VEXTRACTI128  $0x01, Y11, X12
+	VPXOR         X12, X11, X11
+	VPXOR         X14, X11, X0
+	VPCLMULQDQ    $0x00, Z16, Z1, Z11
+	VPCLMULQDQ    $0x11, Z16, Z1, Z12
+	VEXTRACTI32X4 $0x03, Z1, X14
+	VPXORQ        Z12, Z11, Z11
+	VEXTRACTI64X4 $0x01, Z11, Y12
+	VPXOR         Y12, Y11, Y11
+	VEXTRACTI128  $0x01, Y11, X12
+	VPXOR         X12, X11, X11
+	VPXOR         X14, X11, X1
+	VPCLMULQDQ    $0x00, Z16, Z2, Z11
+	VPCLMULQDQ    $0x11, Z16, Z2, Z12
+	VEXTRACTI32X4 $0x03, Z2, X14
+	VPXORQ        Z12, Z11, Z11
+	VEXTRACTI64X4 $0x01, Z11, Y12
+	VPXOR         Y12, Y11, Y11
+	VEXTRACTI128  $0x01, Y11, X12
+	VPXOR         X12, X11, X11
+	VPXOR         X14, X11, X2
+	VPCLMULQDQ    $0x00, Z16, Z3, Z11
+	VPCLMULQDQ    $0x11, Z16, Z3, Z12
+	VEXTRACTI32X4 $0x03, Z3, X14
+	VPXORQ        Z12, Z11, Z11
+	VEXTRACTI64X4 $0x01, Z11, Y12
+	VPXOR         Y12, Y11, Y11
+	VEXTRACTI128  $0x01, Y11, X12
+	VPXOR         X12, X11, X11
+	VPXOR         X14, X11, X3
+	CMPQ          CX, $0x00000010
+	JB            breduceAVX512
+
+btailloopAVX512:
+	LEAQ       (R13)(R15*1), R14
+	VMOVDQU    (R13), X12
+	VMOVDQU    X12, (R14)
+	VPCLMULQDQ $0x00, X13, X0, X11
+	VPCLMULQDQ $0x11, X13, X0, X0
+	VPXOR      X11, X0, X0
+	VPXOR      X12, X0, X0
+	VMOVDQU    (R13)(R9*1), X12
+	VMOVDQU    X12, (R14)(R9*1)
+	VPCLMULQDQ $0x00, X13, X1, X11
+	VPCLMULQDQ $0x11, X13, X1, X1
+	VPXOR      X11, X1, X1
+	VPXOR      X12, X1, X1
+	VMOVDQU    (R13)(R9*2), X12
+	VMOVDQU    X12, (R14)(R9*2)
+	VPCLMULQDQ $0x00, X13, X2, X11
+	VPCLMULQDQ $0x11, X13, X2, X2
+	VPXOR      X11, X2, X2
+	VPXOR      X12, X2, X2
+	VMOVDQU    (R13)(R10*1), X12
+	VMOVDQU    X12, (R14)(R10*1)
+	VPCLMULQDQ $0x00, X13, X3, X11
+	VPCLMULQDQ $0x11, X13, X3, X3
+	VPXOR      X11, X3, X3
+	VPXOR      X12, X3, X3
 	ADDQ       $0x00000010, R13
 	SUBQ       $0x00000010, CX
 	CMPQ       CX, $0x00000010

@@ -52,7 +52,7 @@ const pkgName = "crc64nvme"
 func init() {
 	registerArch()
 	impl.Register(pkgName, "generic", true, func() {
-		update, blocks = updateGeneric, blocksGeneric
+		update, blocks, blocksCopy = updateGeneric, blocksGeneric, blocksCopyPortable
 	})
 }
 

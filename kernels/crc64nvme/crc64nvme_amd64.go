@@ -6,7 +6,13 @@ import "github.com/difctl/difctl/kernels/internal/impl"
 
 // registerArch registers the fold kernels of zfold_amd64.s, best first.
 func registerArch() {
-	impl.Register(pkgName, "avx512", hasFoldAVX512, func() { update, blocks = updateAVX512, blocksAVX512 })
-	impl.Register(pkgName, "avx2", hasFoldAVX2, func() { update, blocks = updateAVX2, blocksAVX2 })
-	impl.Register(pkgName, "pclmul", hasFoldPCLMUL, func() { update, blocks = updatePCLMUL, blocksPCLMUL })
+	impl.Register(pkgName, "avx512", hasFoldAVX512, func() {
+		update, blocks, blocksCopy = updateAVX512, blocksAVX512, blocksCopyAVX512
+	})
+	impl.Register(pkgName, "avx2", hasFoldAVX2, func() {
+		update, blocks, blocksCopy = updateAVX2, blocksAVX2, blocksCopyAVX2
+	})
+	impl.Register(pkgName, "pclmul", hasFoldPCLMUL, func() {
+		update, blocks, blocksCopy = updatePCLMUL, blocksPCLMUL, blocksCopyPCLMUL
+	})
 }

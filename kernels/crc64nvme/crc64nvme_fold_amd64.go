@@ -62,6 +62,18 @@ func blocksAVX512(dst []uint64, p []byte, blockLen, stride int) {
 	blocksFold(dst, p, blockLen, stride, foldVecAVX512, foldGroupAVX512, foldBlocksAVX512, updateAVX512)
 }
 
+func blocksCopyPCLMUL(dst []uint64, q, p []byte, blockLen, stride int) {
+	blocksCopyFold(dst, q, p, blockLen, stride, foldVecPCLMUL, foldGroupPCLMUL, foldBlocksCopyPCLMUL, updatePCLMUL)
+}
+
+func blocksCopyAVX2(dst []uint64, q, p []byte, blockLen, stride int) {
+	blocksCopyFold(dst, q, p, blockLen, stride, foldVecAVX2, foldGroupAVX2, foldBlocksCopyAVX2, updateAVX2)
+}
+
+func blocksCopyAVX512(dst []uint64, q, p []byte, blockLen, stride int) {
+	blocksCopyFold(dst, q, p, blockLen, stride, foldVecAVX512, foldGroupAVX512, foldBlocksCopyAVX512, updateAVX512)
+}
+
 // updateFold runs a fold kernel over p, or the table code below min bytes.
 func updateFold(crc uint64, p []byte, min int, fold func(uint64, []byte, *crcmath.RevFoldTable) uint64) uint64 {
 	return foldgo.Update(crc, p, min, foldTables, fold, updateGeneric)
@@ -71,4 +83,11 @@ func updateFold(crc uint64, p []byte, min int, fold func(uint64, []byte, *crcmat
 func blocksFold(dst []uint64, p []byte, blockLen, stride, vec, group int,
 	kernel func([]uint64, []byte, int, int, *crcmath.RevFoldTable), update func(uint64, []byte) uint64) {
 	foldgo.Blocks(dst, p, blockLen, stride, vec, group, foldMinBlockLen, foldTables, kernel, updateGeneric, update)
+}
+
+// blocksCopyFold runs a copying blocks kernel over groups of blocks
+// (foldgo.BlocksCopy).
+func blocksCopyFold(dst []uint64, q, p []byte, blockLen, stride, vec, group int,
+	kernel func([]uint64, []byte, []byte, int, int, *crcmath.RevFoldTable), update func(uint64, []byte) uint64) {
+	foldgo.BlocksCopy(dst, q, p, blockLen, stride, vec, group, foldMinBlockLen, foldTables, kernel, updateGeneric, update)
 }

@@ -57,6 +57,7 @@ func init() {
 	registerArch()
 	impl.Register(pkgName, "generic", true, func() {
 		update, blocks, blocksSums = updateGeneric, blocksGeneric, blocksSumsPortable
+		blocksCopy, blocksSumsCopy = blocksCopyPortable, blocksSumsCopyPortable
 	})
 }
 

@@ -64,6 +64,18 @@ func blocksAVX512(dst []uint16, p []byte, blockLen, stride int) {
 	blocksFold(dst, p, blockLen, stride, foldVecAVX512, foldGroupAVX512, foldBlocksAVX512, updateAVX512)
 }
 
+func blocksCopyPCLMUL(dst []uint16, q, p []byte, blockLen, stride int) {
+	blocksCopyFold(dst, q, p, blockLen, stride, foldVecPCLMUL, foldGroupPCLMUL, foldBlocksCopyPCLMUL, updatePCLMUL)
+}
+
+func blocksCopyAVX2(dst []uint16, q, p []byte, blockLen, stride int) {
+	blocksCopyFold(dst, q, p, blockLen, stride, foldVecAVX2, foldGroupAVX2, foldBlocksCopyAVX2, updateAVX2)
+}
+
+func blocksCopyAVX512(dst []uint16, q, p []byte, blockLen, stride int) {
+	blocksCopyFold(dst, q, p, blockLen, stride, foldVecAVX512, foldGroupAVX512, foldBlocksCopyAVX512, updateAVX512)
+}
+
 // updateFold runs a fold kernel over p, or the table code below min bytes.
 func updateFold(crc uint16, p []byte, min int, fold func(uint16, []byte, *crcmath.RevFoldTable) uint16) uint16 {
 	return foldgo.Update(crc, p, min, foldTables, fold, updateGeneric)
@@ -73,4 +85,11 @@ func updateFold(crc uint16, p []byte, min int, fold func(uint16, []byte, *crcmat
 func blocksFold(dst []uint16, p []byte, blockLen, stride, vec, group int,
 	kernel func([]uint16, []byte, int, int, *crcmath.RevFoldTable), update func(uint16, []byte) uint16) {
 	foldgo.Blocks(dst, p, blockLen, stride, vec, group, foldMinBlockLen, foldTables, kernel, updateBytes, update)
+}
+
+// blocksCopyFold runs a copying blocks kernel over groups of blocks
+// (foldgo.BlocksCopy).
+func blocksCopyFold(dst []uint16, q, p []byte, blockLen, stride, vec, group int,
+	kernel func([]uint16, []byte, []byte, int, int, *crcmath.RevFoldTable), update func(uint16, []byte) uint16) {
+	foldgo.BlocksCopy(dst, q, p, blockLen, stride, vec, group, foldMinBlockLen, foldTables, kernel, updateBytes, update)
 }

@@ -30,6 +30,11 @@ func blocksSumsFor(has bool) func([]uint16, []uint32, []byte, int, int) {
 	return blocksSumsPortable
 }
 
+// blocksSumsCopyFor is blocksSumsFor for BlocksCRC32CCopy.
+func blocksSumsCopyFor(has bool) func([]uint16, []uint32, []byte, []byte, int, int) {
+	return blocksSumsCopyPortable
+}
+
 // blocksSumsAVX2 runs fusedBlocksAVX2 over the whole groups of blocks of at
 // least fusedMinLenAVX2 bytes, the Go code adds each block's last
 // blockLen%16 bytes to both CRCs, and the remaining blocks take the two

@@ -54,6 +54,17 @@ func foldUpdatePCLMUL(crc uint16, p []byte, tab *crcmath.RevFoldTable) uint16
 //go:noescape
 func foldBlocksPCLMUL(dst []uint16, p []byte, blockLen, stride int, tab *crcmath.RevFoldTable)
 
+// foldBlocksCopyPCLMUL is foldBlocksPCLMUL that also copies the blocks to q:
+// every vector it loads from p[i*stride:][:blockLen] it stores, as loaded, to
+// q at the same offset, and folds that register, so dst[i] is the CRC of
+// the bytes written to q. It writes nothing else of q.
+//
+// Preconditions: those of foldBlocksPCLMUL, and the same for q as for p; the
+// blocks of q do not overlap those of p.
+//
+//go:noescape
+func foldBlocksCopyPCLMUL(dst []uint16, q, p []byte, blockLen, stride int, tab *crcmath.RevFoldTable)
+
 // foldUpdateAVX2 returns crc (finalised, as Update takes it) updated with p,
 // by carry-less folding with VPCLMULQDQ on YMM registers (VEX encodings): 8
 // accumulators of 32 bytes while more than 8 vectors remain, then
@@ -78,6 +89,17 @@ func foldUpdateAVX2(crc uint16, p []byte, tab *crcmath.RevFoldTable) uint16
 //go:noescape
 func foldBlocksAVX2(dst []uint16, p []byte, blockLen, stride int, tab *crcmath.RevFoldTable)
 
+// foldBlocksCopyAVX2 is foldBlocksAVX2 that also copies the blocks to q:
+// every vector it loads from p[i*stride:][:blockLen] it stores, as loaded, to
+// q at the same offset, and folds that register, so dst[i] is the CRC of
+// the bytes written to q. It writes nothing else of q.
+//
+// Preconditions: those of foldBlocksAVX2, and the same for q as for p; the
+// blocks of q do not overlap those of p.
+//
+//go:noescape
+func foldBlocksCopyAVX2(dst []uint16, q, p []byte, blockLen, stride int, tab *crcmath.RevFoldTable)
+
 // foldUpdateAVX512 returns crc (finalised, as Update takes it) updated with p,
 // by carry-less folding with VPCLMULQDQ on ZMM registers (EVEX encodings, VPTERNLOGD): 8
 // accumulators of 64 bytes while more than 8 vectors remain, then
@@ -101,3 +123,14 @@ func foldUpdateAVX512(crc uint16, p []byte, tab *crcmath.RevFoldTable) uint16
 //
 //go:noescape
 func foldBlocksAVX512(dst []uint16, p []byte, blockLen, stride int, tab *crcmath.RevFoldTable)
+
+// foldBlocksCopyAVX512 is foldBlocksAVX512 that also copies the blocks to q:
+// every vector it loads from p[i*stride:][:blockLen] it stores, as loaded, to
+// q at the same offset, and folds that register, so dst[i] is the CRC of
+// the bytes written to q. It writes nothing else of q.
+//
+// Preconditions: those of foldBlocksAVX512, and the same for q as for p; the
+// blocks of q do not overlap those of p.
+//
+//go:noescape
+func foldBlocksCopyAVX512(dst []uint16, q, p []byte, blockLen, stride int, tab *crcmath.RevFoldTable)

@@ -350,7 +350,15 @@ func (m *machine) run(p *program, fn string) (steps int) {
 		case "VPEXTRQ":
 			m.gpr[a[2].reg] = m.v[a[1].vec][a[0].imm&1]
 		case "VMOVDQU", "VMOVDQU64", "VMOVDQA":
+			if last().kind == opMem {
+				n := a[0].width
+				b := bytesOf(m.vecVal(a[0], n))
+				copy(m.load(m.addr(last()), n), b[:n])
+				break
+			}
 			m.setVec(last(), m.vecVal(a[0], w))
+		case "PREFETCHT0":
+			// A hint: no architectural effect, and it never faults.
 		case "VBROADCASTI128", "VBROADCASTI32X4":
 			s := m.vecVal(a[0], 16)
 			var r [8]uint64
@@ -617,6 +625,21 @@ func newMachine(tab []byte, data []byte) *machine {
 	return m
 }
 
+// newCopyMachine is newMachine with a destination of qLen bytes after the
+// data, filled with gap bytes; the destination ends the address space, so
+// an over-write panics. It returns the destination's address.
+func newCopyMachine(tab []byte, data []byte, qLen int) (*machine, uint64) {
+	m := newMachine(tab, data)
+	q := uint64(len(m.mem)+63) &^ 63
+	m.mem = append(m.mem, make([]byte, int(q)-len(m.mem)+qLen)...)
+	for i := q; i < uint64(len(m.mem)); i++ {
+		m.mem[i] = gapByte
+	}
+	return m, q
+}
+
+const gapByte = 0xa5
+
 func (m *machine) put64(off int, v uint64) { binary.LittleEndian.PutUint64(m.mem[addrFP+off:], v) }
 
 func TestEmulatedKernels(t *testing.T) {
@@ -695,6 +718,39 @@ func TestEmulatedKernels(t *testing.T) {
 					}
 					if m.mem[addrDst+cnt*wb] != sentinel {
 						t.Fatalf("blocks %d/%d: wrote past dst", blockLen, stride)
+					}
+
+					// The copying kernel: the same CRCs, the blocks in q,
+					// nothing else of q written.
+					m, q := newCopyMachine(tab, data, len(data))
+					m.put64(0, addrDst)
+					m.put64(8, uint64(cnt))
+					m.put64(16, uint64(cnt))
+					m.put64(24, q)
+					m.put64(32, uint64(len(data)))
+					m.put64(40, uint64(len(data)))
+					m.put64(48, addrData)
+					m.put64(56, uint64(len(data)))
+					m.put64(64, uint64(len(data)))
+					m.put64(72, uint64(blockLen))
+					m.put64(80, uint64(stride))
+					m.put64(88, addrTable)
+					m.run(prog, "foldBlocksCopy"+v)
+					for i := 0; i < cnt; i++ {
+						var buf [8]byte
+						copy(buf[:], m.mem[addrDst+i*wb:addrDst+(i+1)*wb])
+						got := binary.LittleEndian.Uint64(buf[:])
+						want := bitwise(s, poly, 0, data[i*stride:i*stride+blockLen])
+						if got != want {
+							t.Fatalf("blocks copy %d/%d: dst[%d] = %#x, want %#x", blockLen, stride, i, got, want)
+						}
+					}
+					qm := m.mem[q:]
+					for i := range qm {
+						inBlock := i%stride < blockLen
+						if inBlock && qm[i] != data[i] || !inBlock && qm[i] != gapByte {
+							t.Fatalf("blocks copy %d/%d: q[%d] = %#x, data %#x", blockLen, stride, i, qm[i], data[i])
+						}
 					}
 				}
 			})

@@ -161,7 +161,8 @@ func generate(spec crcSpec, out, stubs string) (asm, src []byte, err error) {
 	for _, v := range vecs {
 		g := &gen{c: ctx, crc: spec, v: v, mask: mask, tailShuf: tailShuf, sse: v.bytes == 16}
 		g.update()
-		g.blocks()
+		g.blocks(false)
+		g.blocks(true)
 	}
 
 	f, err := ctx.Result()
@@ -248,14 +249,17 @@ func updateSig(w int) *gotypes.Signature {
 	}, []*types.Var{param("ret", word)})
 }
 
-func blocksSig(w int) *gotypes.Signature {
-	return signature([]*types.Var{
-		param("dst", types.NewSlice(wordType(w))),
+func blocksSig(w int, copy bool) *gotypes.Signature {
+	params := []*types.Var{param("dst", types.NewSlice(wordType(w)))}
+	if copy {
+		params = append(params, param("q", types.NewSlice(byteType)))
+	}
+	params = append(params,
 		param("p", types.NewSlice(byteType)),
 		param("blockLen", types.Typ[types.Int]),
 		param("stride", types.Typ[types.Int]),
-		param("tab", types.NewPointer(foldTable)),
-	}, nil)
+		param("tab", types.NewPointer(foldTable)))
+	return signature(params, nil)
 }
 
 // Register file.
@@ -338,16 +342,35 @@ func (g *gen) immLo() operand.U8 {
 // PCLMUL kernel, VEX for XMM/YMM otherwise, EVEX for ZMM).
 
 func (g *gen) load(dst reg.VecPhysical, m operand.Mem) {
-	switch {
-	case width(dst) == 64:
-		g.c.VMOVDQU64(m, dst)
-	case g.sse:
-		g.c.MOVOU(m, dst)
-	default:
-		g.c.VMOVDQU(m, dst)
-	}
+	g.move(m, dst)
 	if !g.crc.reflected {
 		g.shuffle(dst)
+	}
+}
+
+// loadCopy loads the vector at m into dst, stores it unchanged to q, then
+// byte-reverses dst for an unreflected CRC.
+func (g *gen) loadCopy(dst reg.VecPhysical, m, q operand.Mem) {
+	g.move(m, dst)
+	g.move(dst, q)
+	if !g.crc.reflected {
+		g.shuffle(dst)
+	}
+}
+
+// move is an unaligned vector load or store of the register's width.
+func (g *gen) move(src, dst operand.Op) {
+	r, ok := dst.(reg.VecPhysical)
+	if !ok {
+		r = src.(reg.VecPhysical)
+	}
+	switch {
+	case width(r) == 64:
+		g.c.VMOVDQU64(src, dst)
+	case g.sse:
+		g.c.MOVOU(src, dst)
+	default:
+		g.c.VMOVDQU(src, dst)
 	}
 }
 
@@ -986,16 +1009,40 @@ func (g *gen) store(r reg.GPPhysical, m operand.Mem) {
 	}
 }
 
-// blocks generates foldBlocksX: G blocks at once, each with one vector
-// accumulator, from the first vector of every block to its last whole 16-byte
-// lane.
-func (g *gen) blocks() {
+// Software prefetch of the interleaved Blocks loops. The G blocks of a
+// group lie stride bytes apart, and G streams that each advance by one
+// vector per step do not train the hardware prefetchers the way one
+// sequential stream does: from DRAM, 512-byte blocks ran at about half the
+// speed of Update. So every step of the loop issues a PREFETCHT0 per block
+// of the line pfGroups groups ahead at the same position (pfGroups*G*stride
+// bytes on) plus pfDisp bytes: over a group the steps touch every line of
+// the blocks of that later group. A prefetch never faults, so the last
+// groups prefetching past the buffer is harmless. Measured with
+// BenchmarkBlocksDRAM in the kernel packages (see crct10dif_fold_amd64.go).
+const (
+	pfGroups = 0
+	pfDisp   = 0
+)
+
+// Registers of the Blocks kernels beyond those of the group walk: rPf holds
+// the prefetch address, then in the copying kernels the destination of the
+// step (the same position in q); rQd is q - p.
+var rPf, rQd = reg.R14, reg.R15
+
+// blocks generates foldBlocksX, or with copy foldBlocksCopyX: G blocks at
+// once, each with one vector accumulator, from the first vector of every
+// block to its last whole 16-byte lane. The copying kernel stores every
+// vector it loads, before any byte reversal, to q at the same offset.
+func (g *gen) blocks(copy bool) {
 	c := g.c
 	V, G, m := g.v.bytes, g.v.group, g.lanes()
 	name := "foldBlocks" + g.v.name
+	if copy {
+		name = "foldBlocksCopy" + g.v.name
+	}
 	c.Function(name)
 	c.Attributes(attr.NOSPLIT)
-	c.Signature(blocksSig(g.crc.width))
+	c.Signature(blocksSig(g.crc.width, copy))
 	g.tab = reg.RDX
 	dst, cnt, p, blockLen := reg.RDI, reg.R8, reg.RSI, reg.RBX
 	s1, s3, s5, s7 := reg.R9, reg.R10, reg.R11, reg.R12
@@ -1006,30 +1053,65 @@ func (g *gen) blocks() {
 	c.Load(c.Param("p").Base(), p)
 	c.Load(c.Param("blockLen"), blockLen)
 	c.Load(c.Param("stride"), s1)
+	if copy {
+		c.Comment("q - p: the copy of a byte at x goes to x + (q - p).")
+		c.Load(c.Param("q").Base(), rQd)
+		c.SUBQ(p, rQd)
+	}
 	c.Comment("Block j of a group starts at p + j*stride.")
 	c.LEAQ(operand.Mem{Base: s1, Index: s1, Scale: 2}, s3)
 	if G > 4 {
 		c.LEAQ(operand.Mem{Base: s1, Index: s1, Scale: 4}, s5)
 		c.LEAQ(operand.Mem{Base: s3, Index: s1, Scale: 4}, s7)
 	}
-	blockAddr := func(j, disp int) operand.Mem {
+	addr := func(base reg.GPPhysical, j, disp int) operand.Mem {
 		switch j {
 		case 0:
-			return mem(cur, disp)
+			return mem(base, disp)
 		case 1:
-			return operand.Mem{Base: cur, Index: s1, Scale: 1, Disp: disp}
+			return operand.Mem{Base: base, Index: s1, Scale: 1, Disp: disp}
 		case 2:
-			return operand.Mem{Base: cur, Index: s1, Scale: 2, Disp: disp}
+			return operand.Mem{Base: base, Index: s1, Scale: 2, Disp: disp}
 		case 3:
-			return operand.Mem{Base: cur, Index: s3, Scale: 1, Disp: disp}
+			return operand.Mem{Base: base, Index: s3, Scale: 1, Disp: disp}
 		case 4:
-			return operand.Mem{Base: cur, Index: s1, Scale: 4, Disp: disp}
+			return operand.Mem{Base: base, Index: s1, Scale: 4, Disp: disp}
 		case 5:
-			return operand.Mem{Base: cur, Index: s5, Scale: 1, Disp: disp}
+			return operand.Mem{Base: base, Index: s5, Scale: 1, Disp: disp}
 		case 6:
-			return operand.Mem{Base: cur, Index: s3, Scale: 2, Disp: disp}
+			return operand.Mem{Base: base, Index: s3, Scale: 2, Disp: disp}
 		}
-		return operand.Mem{Base: cur, Index: s7, Scale: 1, Disp: disp}
+		return operand.Mem{Base: base, Index: s7, Scale: 1, Disp: disp}
+	}
+	blockAddr := func(j int) operand.Mem { return addr(cur, j, 0) }
+	// prefetch issues the step's prefetches; then, when copying, it points
+	// rPf at the step's position in q.
+	prefetch := func() {
+		if pfGroups == 0 {
+			if copy {
+				c.LEAQ(operand.Mem{Base: cur, Index: rQd, Scale: 1}, rPf)
+			}
+			return
+		}
+		if G*pfGroups > 8 {
+			panic("prefetch distance beyond an LEAQ scale")
+		}
+		c.LEAQ(operand.Mem{Base: cur, Index: s1, Scale: uint8(G * pfGroups)}, rPf)
+		for j := 0; j < G; j++ {
+			c.PREFETCHT0(addr(rPf, j, pfDisp))
+		}
+		if copy {
+			c.LEAQ(operand.Mem{Base: cur, Index: rQd, Scale: 1}, rPf)
+		}
+	}
+	// data is the operand holding block j's vector at the current position:
+	// g.data's, or in the copying kernel a register loaded (and stored to q).
+	data := func(j int, scratch reg.VecPhysical) operand.Op {
+		if !copy {
+			return g.data(blockAddr(j), scratch)
+		}
+		g.loadCopy(scratch, blockAddr(j), addr(rPf, j, 0))
+		return scratch
 	}
 	seeded := g.crc.onesXor
 	if seeded {
@@ -1056,8 +1138,15 @@ func (g *gen) blocks() {
 	c.Label(lGroup)
 	c.MOVQ(p, cur)
 	c.MOVQ(blockLen, n)
+	if copy {
+		c.LEAQ(operand.Mem{Base: cur, Index: rQd, Scale: 1}, rPf)
+	}
 	for j := 0; j < G; j++ {
-		g.load(g.V(j), blockAddr(j, 0))
+		if copy {
+			g.loadCopy(g.V(j), blockAddr(j), addr(rPf, j, 0))
+		} else {
+			g.load(g.V(j), blockAddr(j))
+		}
 		if seeded {
 			g.xor(g.V(j), g.V(j), g.V(rSeed))
 		}
@@ -1068,8 +1157,9 @@ func (g *gen) blocks() {
 		c.Label(lLoop)
 		c.CMPQ(n, operand.U32(V))
 		c.JB(operand.LabelRef(lLanes))
+		prefetch()
 		for j := 0; j < G; j++ {
-			g.foldInto(g.V(j), g.V(rK), g.data(blockAddr(j, 0), g.dataReg(j)), g.V(rT1))
+			g.foldInto(g.V(j), g.V(rK), data(j, g.dataReg(j)), g.V(rT1))
 		}
 		c.ADDQ(operand.U32(V), cur)
 		c.SUBQ(operand.U32(V), n)
@@ -1083,8 +1173,15 @@ func (g *gen) blocks() {
 	c.CMPQ(n, operand.U32(16))
 	c.JB(operand.LabelRef(lReduce))
 	c.Label(lTailLoop)
+	switch {
+	case V == 16:
+		// The only loop of the XMM kernel.
+		prefetch()
+	case copy:
+		c.LEAQ(operand.Mem{Base: cur, Index: rQd, Scale: 1}, rPf)
+	}
 	for j := 0; j < G; j++ {
-		g.foldInto(g.X(j), g.X(rK1), g.data(blockAddr(j, 0), g.X(rT2)), g.X(rT1))
+		g.foldInto(g.X(j), g.X(rK1), data(j, g.X(rT2)), g.X(rT1))
 	}
 	c.ADDQ(operand.U32(16), cur)
 	c.SUBQ(operand.U32(16), n)
@@ -1150,6 +1247,17 @@ func foldUpdate%[1]s(crc %[7]s, p []byte, tab *crcmath.RevFoldTable) %[7]s
 //
 //go:noescape
 func foldBlocks%[1]s(dst []%[7]s, p []byte, blockLen, stride int, tab *crcmath.RevFoldTable)
+
+// foldBlocksCopy%[1]s is foldBlocks%[1]s that also copies the blocks to q:
+// every vector it loads from p[i*stride:][:blockLen] it stores, as loaded, to
+// q at the same offset, and folds that register, so dst[i] is the CRC of
+// the bytes written to q. It writes nothing else of q.
+//
+// Preconditions: those of foldBlocks%[1]s, and the same for q as for p; the
+// blocks of q do not overlap those of p.
+//
+//go:noescape
+func foldBlocksCopy%[1]s(dst []%[7]s, q, p []byte, blockLen, stride int, tab *crcmath.RevFoldTable)
 
 `, v.name, v.desc, v.accs, v.bytes, order, v.cpu, word, v.group)
 	}

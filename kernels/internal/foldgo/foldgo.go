@@ -44,3 +44,34 @@ func Blocks[T Word](dst []T, p []byte, blockLen, stride, vec, group, minBlockLen
 		dst[i] = update(0, p[off:off+blockLen])
 	}
 }
+
+// BlocksCopy is Blocks for the copying kernels: kernel also copies each
+// block's whole 16-byte lanes from p to q, and the Go code copies the rest
+// of each block before it computes the CRC of it from q. So every CRC is
+// of the bytes in q. The layout must have been checked, and the blocks of
+// q must not overlap those of p.
+func BlocksCopy[T Word](dst []T, q, p []byte, blockLen, stride, vec, group, minBlockLen int, tab *crcmath.RevFoldTable,
+	kernel func([]T, []byte, []byte, int, int, *crcmath.RevFoldTable), tail, update func(T, []byte) T) {
+	g := len(dst) - len(dst)%group
+	if blockLen < max(vec, minBlockLen) {
+		g = 0
+	}
+	if g > 0 {
+		n := blockLen &^ 15
+		kernel(dst[:g], q, p, n, stride, tab)
+		if n < blockLen {
+			for i := range dst[:g] {
+				off := i * stride
+				t := q[off+n : off+blockLen]
+				copy(t, p[off+n:off+blockLen])
+				dst[i] = tail(dst[i], t)
+			}
+		}
+	}
+	for i := g; i < len(dst); i++ {
+		off := i * stride
+		b := q[off : off+blockLen]
+		copy(b, p[off:off+blockLen])
+		dst[i] = update(0, b)
+	}
+}
