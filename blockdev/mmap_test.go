@@ -288,3 +288,34 @@ func TestPISourceMappedFault(t *testing.T) {
 		t.Fatalf("CheckRun of a shrunk image: %+v, %v, %d I/O problems", st, err, nio)
 	}
 }
+
+// A verified read through the mapping allocates no more than one through
+// ReadAt (the store's reads allocate a little).
+func TestVolumeMappedAllocs(t *testing.T) {
+	skipNoMmap(t)
+	for _, format := range []string{"512+8", "4096+16:crc64"} {
+		t.Run("format="+format, func(t *testing.T) {
+			var allocs [2]float64
+			for i, noMap := range []bool{false, true} {
+				v, _, _ := fileVol(t, format, 512, Options{NoMap: noMap})
+				buf := make([]byte, 256*v.BlockSize())
+				sc := make([]byte, v.ScratchSize(256))
+				ctx := context.Background()
+				allocs[i] = testing.AllocsPerRun(20, func() {
+					if _, err := v.ReadAt(buf, int64(v.BlockSize())); err != nil {
+						t.Fatal(err)
+					}
+					if _, err := v.CheckRun(ctx, 3, 256, sc, CheckOptions{}, nil); err != nil {
+						t.Fatal(err)
+					}
+				})
+				if s := v.Stats(); s.MapFaults != 0 || v.noMap.Load() {
+					t.Errorf("the reads did not use the mapping: %+v", s)
+				}
+			}
+			if allocs[0] > allocs[1] {
+				t.Errorf("%v allocations per mapped read and check, %v through ReadAt", allocs[0], allocs[1])
+			}
+		})
+	}
+}

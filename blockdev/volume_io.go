@@ -37,6 +37,14 @@ type scratch struct {
 	wg         sync.WaitGroup // parts of a split read (readClassify)
 	jobErr     atomic.Pointer[error]
 	partFailed atomic.Uint64 // parts whose read failed, redone serially
+
+	// The serial mapped read's callback (see readMapped), made once so
+	// that a read allocates nothing, and its arguments.
+	mapFn   func([]byte) error
+	mapLBA  int64
+	mapI    int
+	mapK    int
+	mapData []byte
 }
 
 func (v *Volume) newScratch() any {
@@ -58,6 +66,7 @@ func (v *Volume) newScratch() any {
 		sc.sums = make([]uint32, n)
 		sc.ovSums = make([]uint32, n)
 	}
+	sc.mapFn = func(src []byte) error { return v.classify(sc.mapLBA, sc.mapI, sc.mapK, sc.mapData, src, sc) }
 	return sc
 }
 
@@ -275,13 +284,21 @@ func (v *Volume) classify(lba int64, i, k int, data, src []byte, sc *scratch) er
 // the kernel's copy and then the checksums. done is false when the piece
 // must be read the ordinary way: the device has no mapping, or reading it
 // faulted (ReadAt then reports the I/O error properly).
-func (v *Volume) readMapped(lba int64, i, k int, data []byte, sc *scratch) (done bool, err error) {
+// Parts of one run classified concurrently share sc and pass shared.
+func (v *Volume) readMapped(lba int64, i, k int, data []byte, sc *scratch, shared bool) (done bool, err error) {
 	if v.mapper == nil || v.noMap.Load() {
 		return false, nil
 	}
-	err = v.mapper.ReadMapped((lba+int64(i))*int64(v.bs), k*v.bs, func(src []byte) error {
-		return v.classify(lba, i, k, data, src, sc)
-	})
+	off := (lba + int64(i)) * int64(v.bs)
+	if shared {
+		err = v.mapper.ReadMapped(off, k*v.bs, func(src []byte) error {
+			return v.classify(lba, i, k, data, src, sc)
+		})
+	} else {
+		sc.mapLBA, sc.mapI, sc.mapK, sc.mapData = lba, i, k, data
+		err = v.mapper.ReadMapped(off, k*v.bs, sc.mapFn)
+		sc.mapData = nil
+	}
 	switch {
 	case err == nil:
 		return true, nil
@@ -356,7 +373,7 @@ func (v *Volume) runPart(j verifyJob) {
 	for i, end := j.i, j.i+j.k; i < end; i += piece {
 		k := min(piece, end-i)
 		if !j.uncached {
-			done, err := v.readMapped(j.lba, i, k, j.data, j.sc)
+			done, err := v.readMapped(j.lba, i, k, j.data, j.sc, true)
 			if err != nil {
 				j.sc.jobErr.CompareAndSwap(nil, &err)
 				return
@@ -383,7 +400,7 @@ func (v *Volume) readSerial(lba int64, i, k int, data []byte, sc *scratch, rerea
 	for end := i + k; i < end; i += piece {
 		k := min(piece, end-i)
 		if !uncached {
-			done, err := v.readMapped(lba, i, k, data, sc)
+			done, err := v.readMapped(lba, i, k, data, sc, false)
 			if err != nil {
 				return err
 			}
