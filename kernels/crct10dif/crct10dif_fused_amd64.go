@@ -32,6 +32,9 @@ func blocksSumsFor(has bool) func([]uint16, []uint32, []byte, int, int) {
 
 // blocksSumsCopyFor is blocksSumsFor for BlocksCRC32CCopy.
 func blocksSumsCopyFor(has bool) func([]uint16, []uint32, []byte, []byte, int, int) {
+	if has && hasFusedAVX2 {
+		return blocksSumsCopyAVX2
+	}
 	return blocksSumsCopyPortable
 }
 
@@ -57,5 +60,31 @@ func blocksSumsAVX2(dst []uint16, sums []uint32, p []byte, blockLen, stride int)
 	}
 	if g < len(dst) {
 		blocksSumsPortable(dst[g:], sums[g:], p[g*stride:], blockLen, stride)
+	}
+}
+
+// blocksSumsCopyAVX2 is blocksSumsAVX2 with fusedBlocksCopyAVX2: the kernel
+// copies each block's whole 16-byte lanes, the Go code copies the last
+// blockLen%16 bytes and adds them to both CRCs from q, and the remaining
+// blocks take the portable copy. The layout was checked.
+func blocksSumsCopyAVX2(dst []uint16, sums []uint32, q, p []byte, blockLen, stride int) {
+	g := len(dst) - len(dst)%fusedGroupAVX2
+	if blockLen < fusedMinLenAVX2 {
+		g = 0
+	}
+	if g > 0 {
+		n := blockLen &^ 15
+		fusedBlocksCopyAVX2(dst[:g], sums[:g], q, p, n, stride, foldTables)
+		if n < blockLen {
+			for i := range dst[:g] {
+				t := q[i*stride+n : i*stride+blockLen]
+				copy(t, p[i*stride+n:i*stride+blockLen])
+				dst[i] = updateBytes(dst[i], t)
+				sums[i] = crc32c.Update(sums[i], t)
+			}
+		}
+	}
+	if g < len(dst) {
+		blocksSumsCopyPortable(dst[g:], sums[g:], q[g*stride:], p[g*stride:], blockLen, stride)
 	}
 }

@@ -33,3 +33,15 @@ const (
 //
 //go:noescape
 func fusedBlocksAVX2(dst []uint16, sums []uint32, p []byte, blockLen, stride int, tab *crcmath.RevFoldTable)
+
+// fusedBlocksCopyAVX2 is fusedBlocksAVX2 that also copies the blocks to q:
+// every vector it loads from p it stores, as loaded, to q at the same
+// offset, and folds that register; the CRC32Q streams read the bytes from
+// q. So dst[i] and sums[i] are both of the bytes written to q. It writes
+// nothing else of q.
+//
+// Preconditions: those of fusedBlocksAVX2, and the same for q as for p; the
+// blocks of q do not overlap those of p.
+//
+//go:noescape
+func fusedBlocksCopyAVX2(dst []uint16, sums []uint32, q, p []byte, blockLen, stride int, tab *crcmath.RevFoldTable)

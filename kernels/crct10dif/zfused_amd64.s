@@ -242,3 +242,257 @@ reduce:
 	JNZ        group
 	VZEROUPPER
 	RET
+
+// func fusedBlocksCopyAVX2(dst []uint16, sums []uint32, q []byte, p []byte, blockLen int, stride int, tab *crcmath.RevFoldTable)
+// Requires: AVX, AVX2, PCLMULQDQ, SSE4.2, VPCLMULQDQ
+TEXT ·fusedBlocksCopyAVX2(SB), NOSPLIT, $0-120
+	MOVQ dst_base+0(FP), DI
+	MOVQ dst_len+8(FP), DX
+	MOVQ sums_base+24(FP), R8
+	MOVQ p_base+72(FP), SI
+	MOVQ stride+104(FP), R9
+
+	// q - p: the copy of a byte at x goes to x + (q - p).
+	MOVQ q_base+48(FP), R15
+	SUBQ SI, R15
+
+	// Block j of a group starts at p + j*stride.
+	LEAQ (R9)(R9*2), R10
+
+	// The constants, from the table.
+	MOVQ           tab+112(FP), R13
+	VBROADCASTI128 32(R13), Y8
+	VMOVDQU        16(R13), X13
+	VMOVDQU        1040(R13), X4
+	VMOVDQU        1056(R13), X5
+	VBROADCASTI128 fusedBswap<>+0(SB), Y9
+
+group:
+	MOVQ SI, R13
+	MOVQ blockLen+96(FP), CX
+
+	// The first 32 bytes of each block: the fold accumulators (T10-DIF
+	// starts from zero) and the CRC-32C registers, from all ones.
+	LEAQ    (R13)(R15*1), R14
+	VMOVDQU (R13), Y0
+	VMOVDQU Y0, (R14)
+	VPSHUFB Y9, Y0, Y0
+	MOVL    $0xffffffff, AX
+	VMOVDQU (R13)(R9*1), Y1
+	VMOVDQU Y1, (R14)(R9*1)
+	VPSHUFB Y9, Y1, Y1
+	MOVL    $0xffffffff, BX
+	VMOVDQU (R13)(R9*2), Y2
+	VMOVDQU Y2, (R14)(R9*2)
+	VPSHUFB Y9, Y2, Y2
+	MOVL    $0xffffffff, R11
+	VMOVDQU (R13)(R10*1), Y3
+	VMOVDQU Y3, (R14)(R10*1)
+	VPSHUFB Y9, Y3, Y3
+	MOVL    $0xffffffff, R12
+	CRC32Q  (R14), AX
+	CRC32Q  (R14)(R9*1), BX
+	CRC32Q  (R14)(R9*2), R11
+	CRC32Q  (R14)(R10*1), R12
+	CRC32Q  8(R14), AX
+	CRC32Q  8(R14)(R9*1), BX
+	CRC32Q  8(R14)(R9*2), R11
+	CRC32Q  8(R14)(R10*1), R12
+	CRC32Q  16(R14), AX
+	CRC32Q  16(R14)(R9*1), BX
+	CRC32Q  16(R14)(R9*2), R11
+	CRC32Q  16(R14)(R10*1), R12
+	CRC32Q  24(R14), AX
+	CRC32Q  24(R14)(R9*1), BX
+	CRC32Q  24(R14)(R9*2), R11
+	CRC32Q  24(R14)(R10*1), R12
+	ADDQ    $0x00000020, R13
+	SUBQ    $0x00000020, CX
+
+	// Every step: fold each accumulator forward by 32 bytes onto the
+	// block's next 32 bytes, and run the same bytes through its CRC32Q stream.
+	// blockLen >= 64, so there is at least one step.
+loop:
+	LEAQ       (R13)(R15*1), R14
+	VMOVDQU    (R13), Y12
+	VMOVDQU    Y12, (R14)
+	VPSHUFB    Y9, Y12, Y12
+	VPCLMULQDQ $0x01, Y8, Y0, Y11
+	VPCLMULQDQ $0x10, Y8, Y0, Y0
+	VPXOR      Y11, Y0, Y0
+	VPXOR      Y12, Y0, Y0
+	CRC32Q     (R14), AX
+	VMOVDQU    (R13)(R9*1), Y12
+	VMOVDQU    Y12, (R14)(R9*1)
+	VPSHUFB    Y9, Y12, Y12
+	VPCLMULQDQ $0x01, Y8, Y1, Y11
+	VPCLMULQDQ $0x10, Y8, Y1, Y1
+	VPXOR      Y11, Y1, Y1
+	VPXOR      Y12, Y1, Y1
+	CRC32Q     (R14)(R9*1), BX
+	VMOVDQU    (R13)(R9*2), Y12
+	VMOVDQU    Y12, (R14)(R9*2)
+	VPSHUFB    Y9, Y12, Y12
+	VPCLMULQDQ $0x01, Y8, Y2, Y11
+	VPCLMULQDQ $0x10, Y8, Y2, Y2
+	VPXOR      Y11, Y2, Y2
+	VPXOR      Y12, Y2, Y2
+	CRC32Q     (R14)(R9*2), R11
+	VMOVDQU    (R13)(R10*1), Y12
+	VMOVDQU    Y12, (R14)(R10*1)
+	VPSHUFB    Y9, Y12, Y12
+	VPCLMULQDQ $0x01, Y8, Y3, Y11
+	VPCLMULQDQ $0x10, Y8, Y3, Y3
+	VPXOR      Y11, Y3, Y3
+	VPXOR      Y12, Y3, Y3
+	CRC32Q     (R14)(R10*1), R12
+	CRC32Q     8(R14), AX
+	CRC32Q     8(R14)(R9*1), BX
+	CRC32Q     8(R14)(R9*2), R11
+	CRC32Q     8(R14)(R10*1), R12
+	CRC32Q     16(R14), AX
+	CRC32Q     16(R14)(R9*1), BX
+	CRC32Q     16(R14)(R9*2), R11
+	CRC32Q     16(R14)(R10*1), R12
+	CRC32Q     24(R14), AX
+	CRC32Q     24(R14)(R9*1), BX
+	CRC32Q     24(R14)(R9*2), R11
+	CRC32Q     24(R14)(R10*1), R12
+	ADDQ       $0x00000020, R13
+	SUBQ       $0x00000020, CX
+	CMPQ       CX, $0x00000020
+	JAE        loop
+
+	// Collapse each accumulator's two lanes: lane 0 folded by Fold[1],
+	// lane 1 added as is.
+	VEXTRACTI128 $0x01, Y0, X14
+	VPCLMULQDQ   $0x01, X13, X0, X11
+	VPCLMULQDQ   $0x10, X13, X0, X0
+	VPXOR        X11, X0, X0
+	VPXOR        X14, X0, X0
+	VEXTRACTI128 $0x01, Y1, X14
+	VPCLMULQDQ   $0x01, X13, X1, X11
+	VPCLMULQDQ   $0x10, X13, X1, X1
+	VPXOR        X11, X1, X1
+	VPXOR        X14, X1, X1
+	VEXTRACTI128 $0x01, Y2, X14
+	VPCLMULQDQ   $0x01, X13, X2, X11
+	VPCLMULQDQ   $0x10, X13, X2, X2
+	VPXOR        X11, X2, X2
+	VPXOR        X14, X2, X2
+	VEXTRACTI128 $0x01, Y3, X14
+	VPCLMULQDQ   $0x01, X13, X3, X11
+	VPCLMULQDQ   $0x10, X13, X3, X3
+	VPXOR        X11, X3, X3
+	VPXOR        X14, X3, X3
+
+	// An odd 16-byte lane left: one more fold by Fold[1] and two CRC32Q.
+	TESTQ      CX, CX
+	JZ         reduce
+	LEAQ       (R13)(R15*1), R14
+	VMOVDQU    (R13), X12
+	VMOVDQU    X12, (R14)
+	VPSHUFB    X9, X12, X12
+	VPCLMULQDQ $0x01, X13, X0, X11
+	VPCLMULQDQ $0x10, X13, X0, X0
+	VPXOR      X11, X0, X0
+	VPXOR      X12, X0, X0
+	VMOVDQU    (R13)(R9*1), X12
+	VMOVDQU    X12, (R14)(R9*1)
+	VPSHUFB    X9, X12, X12
+	VPCLMULQDQ $0x01, X13, X1, X11
+	VPCLMULQDQ $0x10, X13, X1, X1
+	VPXOR      X11, X1, X1
+	VPXOR      X12, X1, X1
+	VMOVDQU    (R13)(R9*2), X12
+	VMOVDQU    X12, (R14)(R9*2)
+	VPSHUFB    X9, X12, X12
+	VPCLMULQDQ $0x01, X13, X2, X11
+	VPCLMULQDQ $0x10, X13, X2, X2
+	VPXOR      X11, X2, X2
+	VPXOR      X12, X2, X2
+	VMOVDQU    (R13)(R10*1), X12
+	VMOVDQU    X12, (R14)(R10*1)
+	VPSHUFB    X9, X12, X12
+	VPCLMULQDQ $0x01, X13, X3, X11
+	VPCLMULQDQ $0x10, X13, X3, X3
+	VPXOR      X11, X3, X3
+	VPXOR      X12, X3, X3
+	CRC32Q     (R14), AX
+	CRC32Q     (R14)(R9*1), BX
+	CRC32Q     (R14)(R9*2), R11
+	CRC32Q     (R14)(R10*1), R12
+	CRC32Q     8(R14), AX
+	CRC32Q     8(R14)(R9*1), BX
+	CRC32Q     8(R14)(R9*2), R11
+	CRC32Q     8(R14)(R10*1), R12
+
+reduce:
+	// The guards (Barrett) and the finalised CRC-32C of the group.
+	VPCLMULQDQ $0x01, X4, X0, X11
+	VMOVQ      X0, X12
+	VPSLLDQ    $0x02, X12, X12
+	VPXOR      X12, X11, X11
+	VPSRLDQ    $0x02, X11, X12
+	VPCLMULQDQ $0x00, X5, X12, X14
+	VPSRLDQ    $0x08, X14, X14
+	VPXOR      X14, X12, X12
+	VPCLMULQDQ $0x10, X5, X12, X14
+	VPXOR      X14, X11, X11
+	VMOVQ      X11, CX
+	MOVWQZX    CX, CX
+	MOVW       CX, (DI)
+	NOTL       AX
+	MOVL       AX, (R8)
+	VPCLMULQDQ $0x01, X4, X1, X11
+	VMOVQ      X1, X12
+	VPSLLDQ    $0x02, X12, X12
+	VPXOR      X12, X11, X11
+	VPSRLDQ    $0x02, X11, X12
+	VPCLMULQDQ $0x00, X5, X12, X14
+	VPSRLDQ    $0x08, X14, X14
+	VPXOR      X14, X12, X12
+	VPCLMULQDQ $0x10, X5, X12, X14
+	VPXOR      X14, X11, X11
+	VMOVQ      X11, CX
+	MOVWQZX    CX, CX
+	MOVW       CX, 2(DI)
+	NOTL       BX
+	MOVL       BX, 4(R8)
+	VPCLMULQDQ $0x01, X4, X2, X11
+	VMOVQ      X2, X12
+	VPSLLDQ    $0x02, X12, X12
+	VPXOR      X12, X11, X11
+	VPSRLDQ    $0x02, X11, X12
+	VPCLMULQDQ $0x00, X5, X12, X14
+	VPSRLDQ    $0x08, X14, X14
+	VPXOR      X14, X12, X12
+	VPCLMULQDQ $0x10, X5, X12, X14
+	VPXOR      X14, X11, X11
+	VMOVQ      X11, CX
+	MOVWQZX    CX, CX
+	MOVW       CX, 4(DI)
+	NOTL       R11
+	MOVL       R11, 8(R8)
+	VPCLMULQDQ $0x01, X4, X3, X11
+	VMOVQ      X3, X12
+	VPSLLDQ    $0x02, X12, X12
+	VPXOR      X12, X11, X11
+	VPSRLDQ    $0x02, X11, X12
+	VPCLMULQDQ $0x00, X5, X12, X14
+	VPSRLDQ    $0x08, X14, X14
+	VPXOR      X14, X12, X12
+	VPCLMULQDQ $0x10, X5, X12, X14
+	VPXOR      X14, X11, X11
+	VMOVQ      X11, CX
+	MOVWQZX    CX, CX
+	MOVW       CX, 6(DI)
+	NOTL       R12
+	MOVL       R12, 12(R8)
+	ADDQ       $0x00000008, DI
+	ADDQ       $0x00000010, R8
+	LEAQ       (SI)(R9*4), SI
+	SUBQ       $0x00000004, DX
+	JNZ        group
+	VZEROUPPER
+	RET
