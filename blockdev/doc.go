@@ -16,6 +16,22 @@
 // already fails; Discard marks blocks unwritten; Sync makes data and tuples
 // durable together.
 //
+// Reading from the page cache. When the device is a [Mapper] (a [File]
+// not opened with O_DIRECT maps itself read-only), ReadAt takes the blocks
+// from the mapping and copies and verifies them in one pass: the kernels'
+// BlocksCopy calls store every loaded vector to the caller's buffer and
+// fold the same register, so what is verified is exactly what is returned,
+// even if the page cache changes meanwhile, and the bytes are read once
+// instead of being copied by the kernel and then read again for the
+// checksums. A fault on the mapping (the image shrank, or the kernel could
+// not read a page: SIGBUS, recovered) sends that piece through ReadAt,
+// which reports the I/O error as usual; [Options.NoMap] turns the mapping
+// off. Sequential readers also get the next chunk's tuples read from the
+// store ahead, while the current chunk is verified; a sequence counter
+// around every change to the committed tuples keeps a stale read-ahead
+// from being used. [PISource] checks extended images and DIX pairs in
+// place in their mappings, copying only the failing blocks.
+//
 // Crash consistency: before any byte of a write can reach the device, its
 // new tuples are durable in the store as an intent beside the committed
 // ones; intents are group-committed, one store sync per staged batch of
@@ -72,7 +88,7 @@
 //
 // Optional capabilities are discovered by type assertion and kept small:
 // [Discarder], [DataFinder] (SEEK_DATA/SEEK_HOLE; see [DataExtents]),
-// [CacheDropper] and [DirectReader] (see [ReadUncached]). A device may
+// [CacheDropper], [DirectReader] (see [ReadUncached]) and [Mapper]. A device may
 // implement a capability interface and still report, at run time, an error
 // wrapping [errors.ErrUnsupported] when the medium cannot provide it (a block
 // device has no holes, tmpfs has no O_DIRECT).
