@@ -27,6 +27,8 @@ func FuzzKernel(f *testing.F) { kerneltest.Fuzz(f, kernel) }
 
 func BenchmarkKernel(b *testing.B) { kerneltest.Bench(b, kernel) }
 
+func BenchmarkKernelDRAM(b *testing.B) { kerneltest.BenchDRAM(b, kernel) }
+
 func TestFoldTable(t *testing.T) {
 	if got := crcmath.NewFoldTable(Params); *got != foldTable {
 		t.Fatal("zfold_consts.go is stale: run go generate")

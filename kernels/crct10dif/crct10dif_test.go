@@ -25,6 +25,8 @@ func FuzzKernel(f *testing.F) { kerneltest.Fuzz(f, kernel) }
 
 func BenchmarkKernel(b *testing.B) { kerneltest.Bench(b, kernel) }
 
+func BenchmarkKernelDRAM(b *testing.B) { kerneltest.BenchDRAM(b, kernel) }
+
 // The generated table equals what crcmath derives now (go generate is fresh
 // in spirit even where CI's regeneration check does not run).
 func TestFoldTable(t *testing.T) {

@@ -318,13 +318,32 @@ func TestBlocksCRC32CCopyLayout(t *testing.T) {
 // BenchmarkBlocksCRC32CCopy: the copying call over 1 MiB of 512 and
 // 4096-byte blocks, for every implementation (compare with
 // BenchmarkBlocksCRC32C op=fused).
-func BenchmarkBlocksCRC32CCopy(b *testing.B) {
-	buf := randBuf(rand.New(rand.NewPCG(1, 1)), 1<<20)
+func BenchmarkBlocksCRC32CCopy(b *testing.B) { benchSumsCopy(b, 1<<20, "") }
+
+// BenchmarkBlocksCRC32CDRAM: BlocksCRC32C and BlocksCRC32CCopy over
+// kerneltest.DRAMSize bytes, beyond the caches.
+func BenchmarkBlocksCRC32CDRAM(b *testing.B) {
+	benchSumsCopy(b, kerneltest.DRAMSize, "/mem="+kerneltest.SizeName(kerneltest.DRAMSize))
+}
+
+func benchSumsCopy(b *testing.B, size int, suffix string) {
+	buf := randBuf(rand.New(rand.NewPCG(1, 1)), size)
 	q := make([]byte, len(buf))
 	impl.ForEachB(b, pkgName, func(b *testing.B) {
 		for _, bl := range []int{512, 4096} {
 			dst, sums := make([]uint16, len(buf)/bl), make([]uint32, len(buf)/bl)
-			b.Run(fmt.Sprintf("op=fusedcopy/block=%d", bl), func(b *testing.B) {
+			if suffix != "" {
+				b.Run(fmt.Sprintf("op=fused/block=%d%s", bl, suffix), func(b *testing.B) {
+					b.SetBytes(int64(len(buf)))
+					for b.Loop() {
+						if err := BlocksCRC32C(dst, sums, buf, bl, bl); err != nil {
+							b.Fatal(err)
+						}
+					}
+					kerneltest.Sink += uint64(dst[len(dst)-1]) + uint64(sums[len(sums)-1])
+				})
+			}
+			b.Run(fmt.Sprintf("op=fusedcopy/block=%d%s", bl, suffix), func(b *testing.B) {
 				b.SetBytes(int64(len(buf)))
 				for b.Loop() {
 					if err := BlocksCRC32CCopy(dst, sums, q, buf, bl, bl); err != nil {

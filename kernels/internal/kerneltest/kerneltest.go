@@ -537,3 +537,48 @@ func Bench[T Word](b *testing.B, k Kernel[T]) {
 		}
 	})
 }
+
+// DRAMSize is the buffer of the benchmarks that read from memory: twice
+// the 32 MiB L3 of the machines the kernels were tuned on.
+const DRAMSize = 64 << 20
+
+// BenchDRAM runs Blocks and BlocksCopy over DRAMSize bytes of 512 and
+// 4096-byte blocks, and Update over the same buffer for comparison, so
+// that the data comes from DRAM rather than from a cache. Names:
+// impl=NAME/op=blocks/block=512/mem=64MiB, impl=NAME/op=update/mem=64MiB.
+func BenchDRAM[T Word](b *testing.B, k Kernel[T]) {
+	buf := randBytes(rand.New(rand.NewPCG(1, 1)), DRAMSize)
+	q := make([]byte, len(buf))
+	mem := "mem=" + SizeName(len(buf))
+	impl.ForEachB(b, k.Pkg, func(b *testing.B) {
+		b.Run("op=update/"+mem, func(b *testing.B) {
+			b.SetBytes(int64(len(buf)))
+			var crc T
+			for b.Loop() {
+				crc = k.Update(crc, buf)
+			}
+			Sink += uint64(crc)
+		})
+		for _, bl := range []int{512, 4096} {
+			dst := make([]T, len(buf)/bl)
+			b.Run(fmt.Sprintf("op=blocks/block=%d/%s", bl, mem), func(b *testing.B) {
+				b.SetBytes(int64(len(buf)))
+				for b.Loop() {
+					if err := k.Blocks(dst, buf, bl, bl); err != nil {
+						b.Fatal(err)
+					}
+				}
+				Sink += uint64(dst[len(dst)-1])
+			})
+			b.Run(fmt.Sprintf("op=blockscopy/block=%d/%s", bl, mem), func(b *testing.B) {
+				b.SetBytes(int64(len(buf)))
+				for b.Loop() {
+					if err := k.BlocksCopy(dst, q, buf, bl, bl); err != nil {
+						b.Fatal(err)
+					}
+				}
+				Sink += uint64(dst[len(dst)-1]) + uint64(q[len(q)-1])
+			})
+		}
+	})
+}
