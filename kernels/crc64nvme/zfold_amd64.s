@@ -325,7 +325,7 @@ notailPCLMUL:
 	RET
 
 // func foldBlocksPCLMUL(dst []uint64, p []byte, blockLen int, stride int, tab *crcmath.RevFoldTable)
-// Requires: PCLMULQDQ, SSE2, SSE4.1
+// Requires: MMX+, PCLMULQDQ, SSE2, SSE4.1
 TEXT ·foldBlocksPCLMUL(SB), NOSPLIT, $0-72
 	MOVQ tab+64(FP), DX
 	MOVQ dst_base+0(FP), DI
@@ -359,34 +359,39 @@ bgroupPCLMUL:
 	JB    breducePCLMUL
 
 btailloopPCLMUL:
-	MOVOU     (R13), X12
-	MOVO      X0, X11
-	PCLMULQDQ $0x00, X13, X11
-	PCLMULQDQ $0x11, X13, X0
-	PXOR      X11, X0
-	PXOR      X12, X0
-	MOVOU     (R13)(R9*1), X12
-	MOVO      X1, X11
-	PCLMULQDQ $0x00, X13, X11
-	PCLMULQDQ $0x11, X13, X1
-	PXOR      X11, X1
-	PXOR      X12, X1
-	MOVOU     (R13)(R9*2), X12
-	MOVO      X2, X11
-	PCLMULQDQ $0x00, X13, X11
-	PCLMULQDQ $0x11, X13, X2
-	PXOR      X11, X2
-	PXOR      X12, X2
-	MOVOU     (R13)(R10*1), X12
-	MOVO      X3, X11
-	PCLMULQDQ $0x00, X13, X11
-	PCLMULQDQ $0x11, X13, X3
-	PXOR      X11, X3
-	PXOR      X12, X3
-	ADDQ      $0x00000010, R13
-	SUBQ      $0x00000010, CX
-	CMPQ      CX, $0x00000010
-	JAE       btailloopPCLMUL
+	LEAQ       (R13)(R9*4), R14
+	PREFETCHT0 (R14)
+	PREFETCHT0 (R14)(R9*1)
+	PREFETCHT0 (R14)(R9*2)
+	PREFETCHT0 (R14)(R10*1)
+	MOVOU      (R13), X12
+	MOVO       X0, X11
+	PCLMULQDQ  $0x00, X13, X11
+	PCLMULQDQ  $0x11, X13, X0
+	PXOR       X11, X0
+	PXOR       X12, X0
+	MOVOU      (R13)(R9*1), X12
+	MOVO       X1, X11
+	PCLMULQDQ  $0x00, X13, X11
+	PCLMULQDQ  $0x11, X13, X1
+	PXOR       X11, X1
+	PXOR       X12, X1
+	MOVOU      (R13)(R9*2), X12
+	MOVO       X2, X11
+	PCLMULQDQ  $0x00, X13, X11
+	PCLMULQDQ  $0x11, X13, X2
+	PXOR       X11, X2
+	PXOR       X12, X2
+	MOVOU      (R13)(R10*1), X12
+	MOVO       X3, X11
+	PCLMULQDQ  $0x00, X13, X11
+	PCLMULQDQ  $0x11, X13, X3
+	PXOR       X11, X3
+	PXOR       X12, X3
+	ADDQ       $0x00000010, R13
+	SUBQ       $0x00000010, CX
+	CMPQ       CX, $0x00000010
+	JAE        btailloopPCLMUL
 
 breducePCLMUL:
 	MOVOU     1040(DX), X15
@@ -488,7 +493,7 @@ breducePCLMUL:
 	RET
 
 // func foldBlocksCopyPCLMUL(dst []uint64, q []byte, p []byte, blockLen int, stride int, tab *crcmath.RevFoldTable)
-// Requires: PCLMULQDQ, SSE2, SSE4.1
+// Requires: MMX+, PCLMULQDQ, SSE2, SSE4.1
 TEXT ·foldBlocksCopyPCLMUL(SB), NOSPLIT, $0-96
 	MOVQ tab+88(FP), DX
 	MOVQ dst_base+0(FP), DI
@@ -531,39 +536,44 @@ bgroupPCLMUL:
 	JB    breducePCLMUL
 
 btailloopPCLMUL:
-	LEAQ      (R13)(R15*1), R14
-	MOVOU     (R13), X12
-	MOVOU     X12, (R14)
-	MOVO      X0, X11
-	PCLMULQDQ $0x00, X13, X11
-	PCLMULQDQ $0x11, X13, X0
-	PXOR      X11, X0
-	PXOR      X12, X0
-	MOVOU     (R13)(R9*1), X12
-	MOVOU     X12, (R14)(R9*1)
-	MOVO      X1, X11
-	PCLMULQDQ $0x00, X13, X11
-	PCLMULQDQ $0x11, X13, X1
-	PXOR      X11, X1
-	PXOR      X12, X1
-	MOVOU     (R13)(R9*2), X12
-	MOVOU     X12, (R14)(R9*2)
-	MOVO      X2, X11
-	PCLMULQDQ $0x00, X13, X11
-	PCLMULQDQ $0x11, X13, X2
-	PXOR      X11, X2
-	PXOR      X12, X2
-	MOVOU     (R13)(R10*1), X12
-	MOVOU     X12, (R14)(R10*1)
-	MOVO      X3, X11
-	PCLMULQDQ $0x00, X13, X11
-	PCLMULQDQ $0x11, X13, X3
-	PXOR      X11, X3
-	PXOR      X12, X3
-	ADDQ      $0x00000010, R13
-	SUBQ      $0x00000010, CX
-	CMPQ      CX, $0x00000010
-	JAE       btailloopPCLMUL
+	LEAQ       (R13)(R9*4), R14
+	PREFETCHT0 (R14)
+	PREFETCHT0 (R14)(R9*1)
+	PREFETCHT0 (R14)(R9*2)
+	PREFETCHT0 (R14)(R10*1)
+	LEAQ       (R13)(R15*1), R14
+	MOVOU      (R13), X12
+	MOVOU      X12, (R14)
+	MOVO       X0, X11
+	PCLMULQDQ  $0x00, X13, X11
+	PCLMULQDQ  $0x11, X13, X0
+	PXOR       X11, X0
+	PXOR       X12, X0
+	MOVOU      (R13)(R9*1), X12
+	MOVOU      X12, (R14)(R9*1)
+	MOVO       X1, X11
+	PCLMULQDQ  $0x00, X13, X11
+	PCLMULQDQ  $0x11, X13, X1
+	PXOR       X11, X1
+	PXOR       X12, X1
+	MOVOU      (R13)(R9*2), X12
+	MOVOU      X12, (R14)(R9*2)
+	MOVO       X2, X11
+	PCLMULQDQ  $0x00, X13, X11
+	PCLMULQDQ  $0x11, X13, X2
+	PXOR       X11, X2
+	PXOR       X12, X2
+	MOVOU      (R13)(R10*1), X12
+	MOVOU      X12, (R14)(R10*1)
+	MOVO       X3, X11
+	PCLMULQDQ  $0x00, X13, X11
+	PCLMULQDQ  $0x11, X13, X3
+	PXOR       X11, X3
+	PXOR       X12, X3
+	ADDQ       $0x00000010, R13
+	SUBQ       $0x00000010, CX
+	CMPQ       CX, $0x00000010
+	JAE        btailloopPCLMUL
 
 breducePCLMUL:
 	MOVOU     1040(DX), X15
@@ -903,7 +913,7 @@ notailAVX2:
 	RET
 
 // func foldBlocksAVX2(dst []uint64, p []byte, blockLen int, stride int, tab *crcmath.RevFoldTable)
-// Requires: AVX, AVX2, PCLMULQDQ, VPCLMULQDQ
+// Requires: AVX, AVX2, MMX+, PCLMULQDQ, VPCLMULQDQ
 TEXT ·foldBlocksAVX2(SB), NOSPLIT, $0-72
 	MOVQ tab+64(FP), DX
 	MOVQ dst_base+0(FP), DI
@@ -942,6 +952,11 @@ bgroupAVX2:
 bloopAVX2:
 	CMPQ       CX, $0x00000020
 	JB         blanesAVX2
+	LEAQ       (R13)(R9*4), R14
+	PREFETCHT0 (R14)
+	PREFETCHT0 (R14)(R9*1)
+	PREFETCHT0 (R14)(R9*2)
+	PREFETCHT0 (R14)(R10*1)
 	VPCLMULQDQ $0x00, Y8, Y0, Y11
 	VPCLMULQDQ $0x11, Y8, Y0, Y0
 	VPXOR      Y11, Y0, Y0
@@ -1077,7 +1092,7 @@ breduceAVX2:
 	RET
 
 // func foldBlocksCopyAVX2(dst []uint64, q []byte, p []byte, blockLen int, stride int, tab *crcmath.RevFoldTable)
-// Requires: AVX, AVX2, PCLMULQDQ, VPCLMULQDQ
+// Requires: AVX, AVX2, MMX+, PCLMULQDQ, VPCLMULQDQ
 TEXT ·foldBlocksCopyAVX2(SB), NOSPLIT, $0-96
 	MOVQ tab+88(FP), DX
 	MOVQ dst_base+0(FP), DI
@@ -1125,6 +1140,11 @@ bgroupAVX2:
 bloopAVX2:
 	CMPQ       CX, $0x00000020
 	JB         blanesAVX2
+	LEAQ       (R13)(R9*4), R14
+	PREFETCHT0 (R14)
+	PREFETCHT0 (R14)(R9*1)
+	PREFETCHT0 (R14)(R9*2)
+	PREFETCHT0 (R14)(R10*1)
 	LEAQ       (R13)(R15*1), R14
 	VMOVDQU    (R13), Y12
 	VMOVDQU    Y12, (R14)
@@ -1514,7 +1534,7 @@ notailAVX512:
 	RET
 
 // func foldBlocksAVX512(dst []uint64, p []byte, blockLen int, stride int, tab *crcmath.RevFoldTable)
-// Requires: AVX, AVX2, AVX512F, PCLMULQDQ, VPCLMULQDQ
+// Requires: AVX, AVX2, AVX512F, MMX+, PCLMULQDQ, VPCLMULQDQ
 TEXT ·foldBlocksAVX512(SB), NOSPLIT, $0-72
 	MOVQ tab+64(FP), DX
 	MOVQ dst_base+0(FP), DI
@@ -1557,6 +1577,11 @@ bgroupAVX512:
 bloopAVX512:
 	CMPQ       CX, $0x00000040
 	JB         blanesAVX512
+	LEAQ       (R13)(R9*4), R14
+	PREFETCHT0 (R14)
+	PREFETCHT0 (R14)(R9*1)
+	PREFETCHT0 (R14)(R9*2)
+	PREFETCHT0 (R14)(R10*1)
 	VPCLMULQDQ $0x00, Z8, Z0, Z11
 	VPCLMULQDQ $0x11, Z8, Z0, Z0
 	VPTERNLOGD $0x96, (R13), Z11, Z0
@@ -1704,7 +1729,7 @@ breduceAVX512:
 	RET
 
 // func foldBlocksCopyAVX512(dst []uint64, q []byte, p []byte, blockLen int, stride int, tab *crcmath.RevFoldTable)
-// Requires: AVX, AVX2, AVX512F, PCLMULQDQ, VPCLMULQDQ
+// Requires: AVX, AVX2, AVX512F, MMX+, PCLMULQDQ, VPCLMULQDQ
 TEXT ·foldBlocksCopyAVX512(SB), NOSPLIT, $0-96
 	MOVQ tab+88(FP), DX
 	MOVQ dst_base+0(FP), DI
@@ -1756,6 +1781,11 @@ bgroupAVX512:
 bloopAVX512:
 	CMPQ       CX, $0x00000040
 	JB         blanesAVX512
+	LEAQ       (R13)(R9*4), R14
+	PREFETCHT0 (R14)
+	PREFETCHT0 (R14)(R9*1)
+	PREFETCHT0 (R14)(R9*2)
+	PREFETCHT0 (R14)(R10*1)
 	LEAQ       (R13)(R15*1), R14
 	VMOVDQU64  (R13), Z17
 	VMOVDQU64  Z17, (R14)

@@ -353,7 +353,7 @@ notailPCLMUL:
 	RET
 
 // func foldBlocksPCLMUL(dst []uint16, p []byte, blockLen int, stride int, tab *crcmath.RevFoldTable)
-// Requires: PCLMULQDQ, SSE2, SSSE3
+// Requires: MMX+, PCLMULQDQ, SSE2, SSSE3
 TEXT ·foldBlocksPCLMUL(SB), NOSPLIT, $0-72
 	MOVQ tab+64(FP), DX
 	MOVQ dst_base+0(FP), DI
@@ -384,38 +384,43 @@ bgroupPCLMUL:
 	JB     breducePCLMUL
 
 btailloopPCLMUL:
-	MOVOU     (R13), X12
-	PSHUFB    X9, X12
-	MOVO      X0, X11
-	PCLMULQDQ $0x01, X13, X11
-	PCLMULQDQ $0x10, X13, X0
-	PXOR      X11, X0
-	PXOR      X12, X0
-	MOVOU     (R13)(R9*1), X12
-	PSHUFB    X9, X12
-	MOVO      X1, X11
-	PCLMULQDQ $0x01, X13, X11
-	PCLMULQDQ $0x10, X13, X1
-	PXOR      X11, X1
-	PXOR      X12, X1
-	MOVOU     (R13)(R9*2), X12
-	PSHUFB    X9, X12
-	MOVO      X2, X11
-	PCLMULQDQ $0x01, X13, X11
-	PCLMULQDQ $0x10, X13, X2
-	PXOR      X11, X2
-	PXOR      X12, X2
-	MOVOU     (R13)(R10*1), X12
-	PSHUFB    X9, X12
-	MOVO      X3, X11
-	PCLMULQDQ $0x01, X13, X11
-	PCLMULQDQ $0x10, X13, X3
-	PXOR      X11, X3
-	PXOR      X12, X3
-	ADDQ      $0x00000010, R13
-	SUBQ      $0x00000010, CX
-	CMPQ      CX, $0x00000010
-	JAE       btailloopPCLMUL
+	LEAQ       (R13)(R9*4), R14
+	PREFETCHT0 (R14)
+	PREFETCHT0 (R14)(R9*1)
+	PREFETCHT0 (R14)(R9*2)
+	PREFETCHT0 (R14)(R10*1)
+	MOVOU      (R13), X12
+	PSHUFB     X9, X12
+	MOVO       X0, X11
+	PCLMULQDQ  $0x01, X13, X11
+	PCLMULQDQ  $0x10, X13, X0
+	PXOR       X11, X0
+	PXOR       X12, X0
+	MOVOU      (R13)(R9*1), X12
+	PSHUFB     X9, X12
+	MOVO       X1, X11
+	PCLMULQDQ  $0x01, X13, X11
+	PCLMULQDQ  $0x10, X13, X1
+	PXOR       X11, X1
+	PXOR       X12, X1
+	MOVOU      (R13)(R9*2), X12
+	PSHUFB     X9, X12
+	MOVO       X2, X11
+	PCLMULQDQ  $0x01, X13, X11
+	PCLMULQDQ  $0x10, X13, X2
+	PXOR       X11, X2
+	PXOR       X12, X2
+	MOVOU      (R13)(R10*1), X12
+	PSHUFB     X9, X12
+	MOVO       X3, X11
+	PCLMULQDQ  $0x01, X13, X11
+	PCLMULQDQ  $0x10, X13, X3
+	PXOR       X11, X3
+	PXOR       X12, X3
+	ADDQ       $0x00000010, R13
+	SUBQ       $0x00000010, CX
+	CMPQ       CX, $0x00000010
+	JAE        btailloopPCLMUL
 
 breducePCLMUL:
 	MOVOU     1040(DX), X15
@@ -501,7 +506,7 @@ breducePCLMUL:
 	RET
 
 // func foldBlocksCopyPCLMUL(dst []uint16, q []byte, p []byte, blockLen int, stride int, tab *crcmath.RevFoldTable)
-// Requires: PCLMULQDQ, SSE2, SSSE3
+// Requires: MMX+, PCLMULQDQ, SSE2, SSSE3
 TEXT ·foldBlocksCopyPCLMUL(SB), NOSPLIT, $0-96
 	MOVQ tab+88(FP), DX
 	MOVQ dst_base+0(FP), DI
@@ -541,43 +546,48 @@ bgroupPCLMUL:
 	JB     breducePCLMUL
 
 btailloopPCLMUL:
-	LEAQ      (R13)(R15*1), R14
-	MOVOU     (R13), X12
-	MOVOU     X12, (R14)
-	PSHUFB    X9, X12
-	MOVO      X0, X11
-	PCLMULQDQ $0x01, X13, X11
-	PCLMULQDQ $0x10, X13, X0
-	PXOR      X11, X0
-	PXOR      X12, X0
-	MOVOU     (R13)(R9*1), X12
-	MOVOU     X12, (R14)(R9*1)
-	PSHUFB    X9, X12
-	MOVO      X1, X11
-	PCLMULQDQ $0x01, X13, X11
-	PCLMULQDQ $0x10, X13, X1
-	PXOR      X11, X1
-	PXOR      X12, X1
-	MOVOU     (R13)(R9*2), X12
-	MOVOU     X12, (R14)(R9*2)
-	PSHUFB    X9, X12
-	MOVO      X2, X11
-	PCLMULQDQ $0x01, X13, X11
-	PCLMULQDQ $0x10, X13, X2
-	PXOR      X11, X2
-	PXOR      X12, X2
-	MOVOU     (R13)(R10*1), X12
-	MOVOU     X12, (R14)(R10*1)
-	PSHUFB    X9, X12
-	MOVO      X3, X11
-	PCLMULQDQ $0x01, X13, X11
-	PCLMULQDQ $0x10, X13, X3
-	PXOR      X11, X3
-	PXOR      X12, X3
-	ADDQ      $0x00000010, R13
-	SUBQ      $0x00000010, CX
-	CMPQ      CX, $0x00000010
-	JAE       btailloopPCLMUL
+	LEAQ       (R13)(R9*4), R14
+	PREFETCHT0 (R14)
+	PREFETCHT0 (R14)(R9*1)
+	PREFETCHT0 (R14)(R9*2)
+	PREFETCHT0 (R14)(R10*1)
+	LEAQ       (R13)(R15*1), R14
+	MOVOU      (R13), X12
+	MOVOU      X12, (R14)
+	PSHUFB     X9, X12
+	MOVO       X0, X11
+	PCLMULQDQ  $0x01, X13, X11
+	PCLMULQDQ  $0x10, X13, X0
+	PXOR       X11, X0
+	PXOR       X12, X0
+	MOVOU      (R13)(R9*1), X12
+	MOVOU      X12, (R14)(R9*1)
+	PSHUFB     X9, X12
+	MOVO       X1, X11
+	PCLMULQDQ  $0x01, X13, X11
+	PCLMULQDQ  $0x10, X13, X1
+	PXOR       X11, X1
+	PXOR       X12, X1
+	MOVOU      (R13)(R9*2), X12
+	MOVOU      X12, (R14)(R9*2)
+	PSHUFB     X9, X12
+	MOVO       X2, X11
+	PCLMULQDQ  $0x01, X13, X11
+	PCLMULQDQ  $0x10, X13, X2
+	PXOR       X11, X2
+	PXOR       X12, X2
+	MOVOU      (R13)(R10*1), X12
+	MOVOU      X12, (R14)(R10*1)
+	PSHUFB     X9, X12
+	MOVO       X3, X11
+	PCLMULQDQ  $0x01, X13, X11
+	PCLMULQDQ  $0x10, X13, X3
+	PXOR       X11, X3
+	PXOR       X12, X3
+	ADDQ       $0x00000010, R13
+	SUBQ       $0x00000010, CX
+	CMPQ       CX, $0x00000010
+	JAE        btailloopPCLMUL
 
 breducePCLMUL:
 	MOVOU     1040(DX), X15
@@ -936,7 +946,7 @@ notailAVX2:
 	RET
 
 // func foldBlocksAVX2(dst []uint16, p []byte, blockLen int, stride int, tab *crcmath.RevFoldTable)
-// Requires: AVX, AVX2, PCLMULQDQ, VPCLMULQDQ
+// Requires: AVX, AVX2, MMX+, PCLMULQDQ, VPCLMULQDQ
 TEXT ·foldBlocksAVX2(SB), NOSPLIT, $0-72
 	MOVQ tab+64(FP), DX
 	MOVQ dst_base+0(FP), DI
@@ -972,6 +982,11 @@ bgroupAVX2:
 bloopAVX2:
 	CMPQ       CX, $0x00000020
 	JB         blanesAVX2
+	LEAQ       (R13)(R9*4), R14
+	PREFETCHT0 (R14)
+	PREFETCHT0 (R14)(R9*1)
+	PREFETCHT0 (R14)(R9*2)
+	PREFETCHT0 (R14)(R10*1)
 	VMOVDQU    (R13), Y12
 	VPSHUFB    Y9, Y12, Y12
 	VPCLMULQDQ $0x01, Y8, Y0, Y11
@@ -1115,7 +1130,7 @@ breduceAVX2:
 	RET
 
 // func foldBlocksCopyAVX2(dst []uint16, q []byte, p []byte, blockLen int, stride int, tab *crcmath.RevFoldTable)
-// Requires: AVX, AVX2, PCLMULQDQ, VPCLMULQDQ
+// Requires: AVX, AVX2, MMX+, PCLMULQDQ, VPCLMULQDQ
 TEXT ·foldBlocksCopyAVX2(SB), NOSPLIT, $0-96
 	MOVQ tab+88(FP), DX
 	MOVQ dst_base+0(FP), DI
@@ -1160,6 +1175,11 @@ bgroupAVX2:
 bloopAVX2:
 	CMPQ       CX, $0x00000020
 	JB         blanesAVX2
+	LEAQ       (R13)(R9*4), R14
+	PREFETCHT0 (R14)
+	PREFETCHT0 (R14)(R9*1)
+	PREFETCHT0 (R14)(R9*2)
+	PREFETCHT0 (R14)(R10*1)
 	LEAQ       (R13)(R15*1), R14
 	VMOVDQU    (R13), Y12
 	VMOVDQU    Y12, (R14)
@@ -1585,7 +1605,7 @@ notailAVX512:
 	RET
 
 // func foldBlocksAVX512(dst []uint16, p []byte, blockLen int, stride int, tab *crcmath.RevFoldTable)
-// Requires: AVX, AVX2, AVX512BW, AVX512F, PCLMULQDQ, VPCLMULQDQ
+// Requires: AVX, AVX2, AVX512BW, AVX512F, MMX+, PCLMULQDQ, VPCLMULQDQ
 TEXT ·foldBlocksAVX512(SB), NOSPLIT, $0-72
 	MOVQ tab+64(FP), DX
 	MOVQ dst_base+0(FP), DI
@@ -1625,6 +1645,11 @@ bgroupAVX512:
 bloopAVX512:
 	CMPQ       CX, $0x00000040
 	JB         blanesAVX512
+	LEAQ       (R13)(R9*4), R14
+	PREFETCHT0 (R14)
+	PREFETCHT0 (R14)(R9*1)
+	PREFETCHT0 (R14)(R9*2)
+	PREFETCHT0 (R14)(R10*1)
 	VMOVDQU64  (R13), Z17
 	VPSHUFB    Z9, Z17, Z17
 	VPCLMULQDQ $0x01, Z8, Z0, Z11
@@ -1780,7 +1805,7 @@ breduceAVX512:
 	RET
 
 // func foldBlocksCopyAVX512(dst []uint16, q []byte, p []byte, blockLen int, stride int, tab *crcmath.RevFoldTable)
-// Requires: AVX, AVX2, AVX512BW, AVX512F, PCLMULQDQ, VPCLMULQDQ
+// Requires: AVX, AVX2, AVX512BW, AVX512F, MMX+, PCLMULQDQ, VPCLMULQDQ
 TEXT ·foldBlocksCopyAVX512(SB), NOSPLIT, $0-96
 	MOVQ tab+88(FP), DX
 	MOVQ dst_base+0(FP), DI
@@ -1829,6 +1854,11 @@ bgroupAVX512:
 bloopAVX512:
 	CMPQ       CX, $0x00000040
 	JB         blanesAVX512
+	LEAQ       (R13)(R9*4), R14
+	PREFETCHT0 (R14)
+	PREFETCHT0 (R14)(R9*1)
+	PREFETCHT0 (R14)(R9*2)
+	PREFETCHT0 (R14)(R10*1)
 	LEAQ       (R13)(R15*1), R14
 	VMOVDQU64  (R13), Z17
 	VMOVDQU64  Z17, (R14)

@@ -9,7 +9,7 @@ DATA fusedBswap<>+8(SB)/8, $0x0001020304050607
 GLOBL fusedBswap<>(SB), RODATA|NOPTR, $16
 
 // func fusedBlocksAVX2(dst []uint16, sums []uint32, p []byte, blockLen int, stride int, tab *crcmath.RevFoldTable)
-// Requires: AVX, AVX2, PCLMULQDQ, SSE4.2, VPCLMULQDQ
+// Requires: AVX, AVX2, MMX+, PCLMULQDQ, SSE4.2, VPCLMULQDQ
 TEXT ·fusedBlocksAVX2(SB), NOSPLIT, $0-96
 	MOVQ dst_base+0(FP), DI
 	MOVQ dst_len+8(FP), DX
@@ -69,6 +69,11 @@ group:
 	// block's next 32 bytes, and run the same bytes through its CRC32Q stream.
 	// blockLen >= 64, so there is at least one step.
 loop:
+	LEAQ       (R13)(R9*4), R14
+	PREFETCHT0 (R14)
+	PREFETCHT0 (R14)(R9*1)
+	PREFETCHT0 (R14)(R9*2)
+	PREFETCHT0 (R14)(R10*1)
 	VMOVDQU    (R13), Y12
 	VPSHUFB    Y9, Y12, Y12
 	VPCLMULQDQ $0x01, Y8, Y0, Y11
@@ -244,7 +249,7 @@ reduce:
 	RET
 
 // func fusedBlocksCopyAVX2(dst []uint16, sums []uint32, q []byte, p []byte, blockLen int, stride int, tab *crcmath.RevFoldTable)
-// Requires: AVX, AVX2, PCLMULQDQ, SSE4.2, VPCLMULQDQ
+// Requires: AVX, AVX2, MMX+, PCLMULQDQ, SSE4.2, VPCLMULQDQ
 TEXT ·fusedBlocksCopyAVX2(SB), NOSPLIT, $0-120
 	MOVQ dst_base+0(FP), DI
 	MOVQ dst_len+8(FP), DX
@@ -313,6 +318,11 @@ group:
 	// block's next 32 bytes, and run the same bytes through its CRC32Q stream.
 	// blockLen >= 64, so there is at least one step.
 loop:
+	LEAQ       (R13)(R9*4), R14
+	PREFETCHT0 (R14)
+	PREFETCHT0 (R14)(R9*1)
+	PREFETCHT0 (R14)(R9*2)
+	PREFETCHT0 (R14)(R10*1)
 	LEAQ       (R13)(R15*1), R14
 	VMOVDQU    (R13), Y12
 	VMOVDQU    Y12, (R14)

@@ -265,9 +265,12 @@ func loadBlock(c *build.Context, j int, r reg.VecPhysical, copy bool) {
 
 // Software prefetch, as in kernels/_asm/fold (see its pfGroups): every step
 // prefetches, per block, the line pfGroups groups ahead at the same
-// position plus pfDisp bytes.
+// position plus pfDisp bytes. Without it, 512-byte blocks from DRAM (64 MiB)
+// ran at 5.4 GB/s against 9.0 from cache; with it 10.0 (1.86 times), and
+// the copying kernel 1.21 times; from cache 1.08 and 1.17 (AMD EPYC, Zen 3,
+// medians of alternating runs).
 const (
-	pfGroups = 0
+	pfGroups = 1
 	pfDisp   = 0
 )
 
