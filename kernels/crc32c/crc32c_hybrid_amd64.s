@@ -344,6 +344,220 @@ hybridBlocks256_tail1:
 	VZEROUPPER
 	RET
 
+// func hybridBlocksPrefetch256(dst *uint32, p *byte, groups int, blockLen int, stride int, fold *[2]uint64)
+// Requires: AVX, AVX2, MMX+, SSE4.2, VPCLMULQDQ
+TEXT ·hybridBlocksPrefetch256(SB), NOSPLIT, $0-48
+	MOVQ           fold+40(FP), AX
+	VBROADCASTI128 (AX), Y0
+
+	// The initial CRC register, 0xffffffff, in the first 32 bits of a vector.
+	MOVL  $0xffffffff, AX
+	VMOVD AX, X1
+	MOVQ  p+8(FP), AX
+	MOVQ  dst+0(FP), CX
+
+hybridBlocksPrefetch256_group:
+	MOVQ stride+32(FP), BX
+	MOVQ AX, DX
+	LEAQ (DX)(BX*2), SI
+	ADDQ BX, SI
+	MOVL $0xffffffff, DI
+	MOVL $0xffffffff, R8
+	MOVL $0xffffffff, R9
+	MOVQ blockLen+24(FP), R10
+	SHRQ $0x05, R10
+	LEAQ (BX)(BX*2), R11
+	ADDQ R11, R11
+
+	// Load the first 32 bytes of each fold segment.
+	VMOVDQU (SI), Y2
+	VPXOR   Y1, Y2, Y2
+	VMOVDQU (SI)(BX*1), Y3
+	VPXOR   Y1, Y3, Y3
+	VMOVDQU (SI)(BX*2), Y4
+	VPXOR   Y1, Y4, Y4
+
+	// Every step: 32 bytes of each CRC segment, and fold each fold
+	// accumulator forward by 32 bytes onto the next 32 bytes of its segment.
+	DECQ R10
+	JZ   hybridBlocksPrefetch256_last
+
+hybridBlocksPrefetch256_loop:
+	LEAQ       (DX)(R11*1), R12
+	PREFETCHT0 (R12)
+	PREFETCHT0 (R12)(BX*1)
+	PREFETCHT0 (R12)(BX*2)
+	LEAQ       (SI)(R11*1), R12
+	PREFETCHT0 (R12)
+	PREFETCHT0 (R12)(BX*1)
+	PREFETCHT0 (R12)(BX*2)
+	CRC32Q     (DX), DI
+	CRC32Q     (DX)(BX*1), R8
+	CRC32Q     (DX)(BX*2), R9
+	VPCLMULQDQ $0x00, Y0, Y2, Y5
+	VPCLMULQDQ $0x11, Y0, Y2, Y2
+	VPXOR      32(SI), Y5, Y5
+	VPXOR      Y2, Y5, Y2
+	CRC32Q     8(DX), DI
+	CRC32Q     8(DX)(BX*1), R8
+	CRC32Q     8(DX)(BX*2), R9
+	VPCLMULQDQ $0x00, Y0, Y3, Y5
+	VPCLMULQDQ $0x11, Y0, Y3, Y3
+	VPXOR      32(SI)(BX*1), Y5, Y5
+	VPXOR      Y3, Y5, Y3
+	CRC32Q     16(DX), DI
+	CRC32Q     16(DX)(BX*1), R8
+	CRC32Q     16(DX)(BX*2), R9
+	VPCLMULQDQ $0x00, Y0, Y4, Y5
+	VPCLMULQDQ $0x11, Y0, Y4, Y4
+	VPXOR      32(SI)(BX*2), Y5, Y5
+	VPXOR      Y4, Y5, Y4
+	CRC32Q     24(DX), DI
+	CRC32Q     24(DX)(BX*1), R8
+	CRC32Q     24(DX)(BX*2), R9
+	ADDQ       $0x20, DX
+	ADDQ       $0x20, SI
+	DECQ       R10
+	JNZ        hybridBlocksPrefetch256_loop
+
+hybridBlocksPrefetch256_last:
+	// Last step: the CRC segments only.
+	CRC32Q (DX), DI
+	CRC32Q (DX)(BX*1), R8
+	CRC32Q (DX)(BX*2), R9
+	CRC32Q 8(DX), DI
+	CRC32Q 8(DX)(BX*1), R8
+	CRC32Q 8(DX)(BX*2), R9
+	CRC32Q 16(DX), DI
+	CRC32Q 16(DX)(BX*1), R8
+	CRC32Q 16(DX)(BX*2), R9
+	CRC32Q 24(DX), DI
+	CRC32Q 24(DX)(BX*1), R8
+	CRC32Q 24(DX)(BX*2), R9
+	ADDQ   $0x20, DX
+	ADDQ   $0x20, SI
+
+	// Reduce each fold accumulator: CRC32Q over its 32 bytes from zero.
+	XORL         R10, R10
+	VEXTRACTI128 $0x01, Y2, X5
+	VMOVQ        X2, R11
+	CRC32Q       R11, R10
+	VPEXTRQ      $0x01, X2, R11
+	CRC32Q       R11, R10
+	VMOVQ        X5, R11
+	CRC32Q       R11, R10
+	VPEXTRQ      $0x01, X5, R11
+	CRC32Q       R11, R10
+	XORL         R11, R11
+	VEXTRACTI128 $0x01, Y3, X2
+	VMOVQ        X3, R12
+	CRC32Q       R12, R11
+	VPEXTRQ      $0x01, X3, R12
+	CRC32Q       R12, R11
+	VMOVQ        X2, R12
+	CRC32Q       R12, R11
+	VPEXTRQ      $0x01, X2, R12
+	CRC32Q       R12, R11
+	XORL         R12, R12
+	VEXTRACTI128 $0x01, Y4, X2
+	VMOVQ        X4, R13
+	CRC32Q       R13, R12
+	VPEXTRQ      $0x01, X4, R13
+	CRC32Q       R13, R12
+	VMOVQ        X2, R13
+	CRC32Q       R13, R12
+	VPEXTRQ      $0x01, X2, R13
+	CRC32Q       R13, R12
+
+	// The last blockLen mod 32 bytes of every block.
+	MOVQ   blockLen+24(FP), R13
+	TESTQ  $0x00000010, R13
+	JZ     hybridBlocksPrefetch256_tail16
+	CRC32Q (DX), DI
+	CRC32Q 8(DX), DI
+	CRC32Q (DX)(BX*1), R8
+	CRC32Q 8(DX)(BX*1), R8
+	CRC32Q (DX)(BX*2), R9
+	CRC32Q 8(DX)(BX*2), R9
+	CRC32Q (SI), R10
+	CRC32Q 8(SI), R10
+	CRC32Q (SI)(BX*1), R11
+	CRC32Q 8(SI)(BX*1), R11
+	CRC32Q (SI)(BX*2), R12
+	CRC32Q 8(SI)(BX*2), R12
+	ADDQ   $0x10, DX
+	ADDQ   $0x10, SI
+
+hybridBlocksPrefetch256_tail16:
+	TESTQ  $0x00000008, R13
+	JZ     hybridBlocksPrefetch256_tail8
+	CRC32Q (DX), DI
+	CRC32Q (DX)(BX*1), R8
+	CRC32Q (DX)(BX*2), R9
+	CRC32Q (SI), R10
+	CRC32Q (SI)(BX*1), R11
+	CRC32Q (SI)(BX*2), R12
+	ADDQ   $0x08, DX
+	ADDQ   $0x08, SI
+
+hybridBlocksPrefetch256_tail8:
+	TESTQ  $0x00000004, R13
+	JZ     hybridBlocksPrefetch256_tail4
+	CRC32L (DX), DI
+	CRC32L (DX)(BX*1), R8
+	CRC32L (DX)(BX*2), R9
+	CRC32L (SI), R10
+	CRC32L (SI)(BX*1), R11
+	CRC32L (SI)(BX*2), R12
+	ADDQ   $0x04, DX
+	ADDQ   $0x04, SI
+
+hybridBlocksPrefetch256_tail4:
+	TESTQ  $0x00000002, R13
+	JZ     hybridBlocksPrefetch256_tail2
+	CRC32W (DX), DI
+	CRC32W (DX)(BX*1), R8
+	CRC32W (DX)(BX*2), R9
+	CRC32W (SI), R10
+	CRC32W (SI)(BX*1), R11
+	CRC32W (SI)(BX*2), R12
+	ADDQ   $0x02, DX
+	ADDQ   $0x02, SI
+
+hybridBlocksPrefetch256_tail2:
+	TESTQ  $0x00000001, R13
+	JZ     hybridBlocksPrefetch256_tail1
+	CRC32B (DX), DI
+	CRC32B (DX)(BX*1), R8
+	CRC32B (DX)(BX*2), R9
+	CRC32B (SI), R10
+	CRC32B (SI)(BX*1), R11
+	CRC32B (SI)(BX*2), R12
+	ADDQ   $0x01, DX
+	ADDQ   $0x01, SI
+
+hybridBlocksPrefetch256_tail1:
+	NOTL DI
+	MOVL DI, (CX)
+	NOTL R8
+	MOVL R8, 4(CX)
+	NOTL R9
+	MOVL R9, 8(CX)
+	NOTL R10
+	MOVL R10, 12(CX)
+	NOTL R11
+	MOVL R11, 16(CX)
+	NOTL R12
+	MOVL R12, 20(CX)
+	ADDQ $0x18, CX
+	MOVQ stride+32(FP), DX
+	LEAQ (DX)(DX*2), DX
+	LEAQ (AX)(DX*2), AX
+	DECQ groups+16(FP)
+	JNZ  hybridBlocksPrefetch256_group
+	VZEROUPPER
+	RET
+
 // func hybridChunk128(reg uint32, p *byte, tail int, s int, k *[14]uint64, fold *[2][2]uint64) uint32
 // Requires: PCLMULQDQ, SSE2, SSE4.1, SSE4.2
 TEXT ·hybridChunk128(SB), NOSPLIT, $0-52
@@ -721,4 +935,226 @@ hybridBlocks128_tail1:
 	LEAQ (AX)(DX*2), AX
 	DECQ groups+16(FP)
 	JNZ  hybridBlocks128_group
+	RET
+
+// func hybridBlocksPrefetch128(dst *uint32, p *byte, groups int, blockLen int, stride int, fold *[2]uint64)
+// Requires: MMX+, PCLMULQDQ, SSE2, SSE4.1, SSE4.2
+TEXT ·hybridBlocksPrefetch128(SB), NOSPLIT, $0-48
+	MOVQ  fold+40(FP), AX
+	MOVOU (AX), X0
+
+	// The initial CRC register, 0xffffffff, in the first 32 bits of a vector.
+	MOVL $0xffffffff, AX
+	MOVQ AX, X1
+	MOVQ p+8(FP), AX
+	MOVQ dst+0(FP), CX
+
+hybridBlocksPrefetch128_group:
+	MOVQ stride+32(FP), BX
+	MOVQ AX, DX
+	LEAQ (DX)(BX*2), SI
+	ADDQ BX, SI
+	MOVL $0xffffffff, DI
+	MOVL $0xffffffff, R8
+	MOVL $0xffffffff, R9
+	MOVL $0xffffffff, R10
+	MOVQ blockLen+24(FP), R11
+	SHRQ $0x05, R11
+	LEAQ (BX)(BX*2), R12
+	ADDQ R12, R12
+
+	// Load the first 32 bytes of each fold segment.
+	MOVOU (SI)(BX*1), X2
+	MOVOU 16(SI)(BX*1), X3
+	PXOR  X1, X2
+	MOVOU (SI)(BX*2), X4
+	MOVOU 16(SI)(BX*2), X5
+	PXOR  X1, X4
+
+	// Every step: 32 bytes of each CRC segment, and fold each fold
+	// accumulator forward by 32 bytes onto the next 32 bytes of its segment.
+	DECQ R11
+	JZ   hybridBlocksPrefetch128_last
+
+hybridBlocksPrefetch128_loop:
+	LEAQ       (DX)(R12*1), R13
+	PREFETCHT0 (R13)
+	PREFETCHT0 (R13)(BX*1)
+	PREFETCHT0 (R13)(BX*2)
+	LEAQ       (SI)(R12*1), R13
+	PREFETCHT0 (R13)
+	PREFETCHT0 (R13)(BX*1)
+	PREFETCHT0 (R13)(BX*2)
+	CRC32Q     (DX), DI
+	CRC32Q     (DX)(BX*1), R8
+	CRC32Q     (DX)(BX*2), R9
+	CRC32Q     (SI), R10
+	MOVO       X2, X6
+	PCLMULQDQ  $0x00, X0, X2
+	PCLMULQDQ  $0x11, X0, X6
+	MOVOU      32(SI)(BX*1), X7
+	PXOR       X6, X2
+	PXOR       X7, X2
+	MOVO       X3, X6
+	PCLMULQDQ  $0x00, X0, X3
+	PCLMULQDQ  $0x11, X0, X6
+	MOVOU      48(SI)(BX*1), X7
+	PXOR       X6, X3
+	PXOR       X7, X3
+	CRC32Q     8(DX), DI
+	CRC32Q     8(DX)(BX*1), R8
+	CRC32Q     8(DX)(BX*2), R9
+	CRC32Q     8(SI), R10
+	MOVO       X4, X6
+	PCLMULQDQ  $0x00, X0, X4
+	PCLMULQDQ  $0x11, X0, X6
+	MOVOU      32(SI)(BX*2), X7
+	PXOR       X6, X4
+	PXOR       X7, X4
+	MOVO       X5, X6
+	PCLMULQDQ  $0x00, X0, X5
+	PCLMULQDQ  $0x11, X0, X6
+	MOVOU      48(SI)(BX*2), X7
+	PXOR       X6, X5
+	PXOR       X7, X5
+	CRC32Q     16(DX), DI
+	CRC32Q     16(DX)(BX*1), R8
+	CRC32Q     16(DX)(BX*2), R9
+	CRC32Q     16(SI), R10
+	CRC32Q     24(DX), DI
+	CRC32Q     24(DX)(BX*1), R8
+	CRC32Q     24(DX)(BX*2), R9
+	CRC32Q     24(SI), R10
+	ADDQ       $0x20, DX
+	ADDQ       $0x20, SI
+	DECQ       R11
+	JNZ        hybridBlocksPrefetch128_loop
+
+hybridBlocksPrefetch128_last:
+	// Last step: the CRC segments only.
+	CRC32Q (DX), DI
+	CRC32Q (DX)(BX*1), R8
+	CRC32Q (DX)(BX*2), R9
+	CRC32Q (SI), R10
+	CRC32Q 8(DX), DI
+	CRC32Q 8(DX)(BX*1), R8
+	CRC32Q 8(DX)(BX*2), R9
+	CRC32Q 8(SI), R10
+	CRC32Q 16(DX), DI
+	CRC32Q 16(DX)(BX*1), R8
+	CRC32Q 16(DX)(BX*2), R9
+	CRC32Q 16(SI), R10
+	CRC32Q 24(DX), DI
+	CRC32Q 24(DX)(BX*1), R8
+	CRC32Q 24(DX)(BX*2), R9
+	CRC32Q 24(SI), R10
+	ADDQ   $0x20, DX
+	ADDQ   $0x20, SI
+
+	// Reduce each fold accumulator: CRC32Q over its 32 bytes from zero.
+	XORL   R11, R11
+	MOVQ   X2, R12
+	CRC32Q R12, R11
+	PEXTRQ $0x01, X2, R12
+	CRC32Q R12, R11
+	MOVQ   X3, R12
+	CRC32Q R12, R11
+	PEXTRQ $0x01, X3, R12
+	CRC32Q R12, R11
+	XORL   R12, R12
+	MOVQ   X4, R13
+	CRC32Q R13, R12
+	PEXTRQ $0x01, X4, R13
+	CRC32Q R13, R12
+	MOVQ   X5, R13
+	CRC32Q R13, R12
+	PEXTRQ $0x01, X5, R13
+	CRC32Q R13, R12
+
+	// The last blockLen mod 32 bytes of every block.
+	MOVQ   blockLen+24(FP), R13
+	TESTQ  $0x00000010, R13
+	JZ     hybridBlocksPrefetch128_tail16
+	CRC32Q (DX), DI
+	CRC32Q 8(DX), DI
+	CRC32Q (DX)(BX*1), R8
+	CRC32Q 8(DX)(BX*1), R8
+	CRC32Q (DX)(BX*2), R9
+	CRC32Q 8(DX)(BX*2), R9
+	CRC32Q (SI), R10
+	CRC32Q 8(SI), R10
+	CRC32Q (SI)(BX*1), R11
+	CRC32Q 8(SI)(BX*1), R11
+	CRC32Q (SI)(BX*2), R12
+	CRC32Q 8(SI)(BX*2), R12
+	ADDQ   $0x10, DX
+	ADDQ   $0x10, SI
+
+hybridBlocksPrefetch128_tail16:
+	TESTQ  $0x00000008, R13
+	JZ     hybridBlocksPrefetch128_tail8
+	CRC32Q (DX), DI
+	CRC32Q (DX)(BX*1), R8
+	CRC32Q (DX)(BX*2), R9
+	CRC32Q (SI), R10
+	CRC32Q (SI)(BX*1), R11
+	CRC32Q (SI)(BX*2), R12
+	ADDQ   $0x08, DX
+	ADDQ   $0x08, SI
+
+hybridBlocksPrefetch128_tail8:
+	TESTQ  $0x00000004, R13
+	JZ     hybridBlocksPrefetch128_tail4
+	CRC32L (DX), DI
+	CRC32L (DX)(BX*1), R8
+	CRC32L (DX)(BX*2), R9
+	CRC32L (SI), R10
+	CRC32L (SI)(BX*1), R11
+	CRC32L (SI)(BX*2), R12
+	ADDQ   $0x04, DX
+	ADDQ   $0x04, SI
+
+hybridBlocksPrefetch128_tail4:
+	TESTQ  $0x00000002, R13
+	JZ     hybridBlocksPrefetch128_tail2
+	CRC32W (DX), DI
+	CRC32W (DX)(BX*1), R8
+	CRC32W (DX)(BX*2), R9
+	CRC32W (SI), R10
+	CRC32W (SI)(BX*1), R11
+	CRC32W (SI)(BX*2), R12
+	ADDQ   $0x02, DX
+	ADDQ   $0x02, SI
+
+hybridBlocksPrefetch128_tail2:
+	TESTQ  $0x00000001, R13
+	JZ     hybridBlocksPrefetch128_tail1
+	CRC32B (DX), DI
+	CRC32B (DX)(BX*1), R8
+	CRC32B (DX)(BX*2), R9
+	CRC32B (SI), R10
+	CRC32B (SI)(BX*1), R11
+	CRC32B (SI)(BX*2), R12
+	ADDQ   $0x01, DX
+	ADDQ   $0x01, SI
+
+hybridBlocksPrefetch128_tail1:
+	NOTL DI
+	MOVL DI, (CX)
+	NOTL R8
+	MOVL R8, 4(CX)
+	NOTL R9
+	MOVL R9, 8(CX)
+	NOTL R10
+	MOVL R10, 12(CX)
+	NOTL R11
+	MOVL R11, 16(CX)
+	NOTL R12
+	MOVL R12, 20(CX)
+	ADDQ $0x18, CX
+	MOVQ stride+32(FP), DX
+	LEAQ (DX)(DX*2), DX
+	LEAQ (AX)(DX*2), AX
+	DECQ groups+16(FP)
+	JNZ  hybridBlocksPrefetch128_group
 	RET

@@ -29,6 +29,17 @@ func hybridChunk256(reg uint32, p *byte, tail int, s int, k *[14]uint64, fold *[
 //go:noescape
 func hybridBlocks256(dst *uint32, p *byte, groups int, blockLen int, stride int, fold *[2]uint64)
 
+// hybridBlocksPrefetch256 is hybridBlocks256 that also prefetches, every
+// step, the lines of the next group of six blocks at the same position:
+// three CRC32 streams and three VPCLMULQDQ (YMM) fold streams;
+// needs SSE4.2, AVX2 and VPCLMULQDQ.
+//
+// Preconditions: groups >= 1, blockLen >= 32, stride >= blockLen;
+// fold = &foldTable.Fold[2].
+//
+//go:noescape
+func hybridBlocksPrefetch256(dst *uint32, p *byte, groups int, blockLen int, stride int, fold *[2]uint64)
+
 // hybridChunk128 returns the CRC-32C register (not finalised) after
 // p[0:tail+6s], given the register reg before it. The tail p[0:tail] runs
 // as one CRC32 stream; the chunk p[tail:tail+6s] as six segments of s
@@ -53,3 +64,14 @@ func hybridChunk128(reg uint32, p *byte, tail int, s int, k *[14]uint64, fold *[
 //
 //go:noescape
 func hybridBlocks128(dst *uint32, p *byte, groups int, blockLen int, stride int, fold *[2]uint64)
+
+// hybridBlocksPrefetch128 is hybridBlocks128 that also prefetches, every
+// step, the lines of the next group of six blocks at the same position:
+// four CRC32 streams and two PCLMULQDQ (XMM) fold streams;
+// needs SSE4.2 and PCLMULQDQ.
+//
+// Preconditions: groups >= 1, blockLen >= 32, stride >= blockLen;
+// fold = &foldTable.Fold[2].
+//
+//go:noescape
+func hybridBlocksPrefetch128(dst *uint32, p *byte, groups int, blockLen int, stride int, fold *[2]uint64)

@@ -64,7 +64,8 @@ func main() {
 	ConstraintExpr("!purego")
 	for _, v := range variants {
 		chunk(v)
-		blocks(v)
+		blocks(v, false)
+		blocks(v, true)
 	}
 	Generate()
 }
@@ -95,7 +96,15 @@ func (s segs) addr(k, disp int) Mem {
 // vector holding the initial CRC register in its first 32 bits) is XORed
 // into the first lane of each fold segment. On return s.si and s.r8 point
 // 32·iter bytes further and the fold accumulators hold the folded segments.
-func lockstep(v variant, s segs, crcs []reg.GPVirtual, iter reg.Register, k reg.VecVirtual, init reg.VecVirtual, name string) (acc [][]reg.VecVirtual) {
+//
+// If six is not nil, it holds 6·stride, and every step prefetches (PREFETCHT0)
+// the line of each segment six blocks further at the step's position: the
+// next group of hybridBlocks. Six streams that each advance by 32 bytes a
+// step, stride bytes apart, do not train the hardware prefetchers as one
+// sequential stream does; from DRAM (a 64 MiB buffer, beyond the 32 MiB L3
+// of an AMD EPYC, Zen 3), 512-byte blocks ran at about half the speed of
+// Update without it. A prefetch past the end of the buffer does not fault.
+func lockstep(v variant, s segs, crcs []reg.GPVirtual, iter reg.Register, k reg.VecVirtual, init reg.VecVirtual, six reg.Register, name string) (acc [][]reg.VecVirtual) {
 	nfold := 6 - v.crcSegs
 	Comment("Load the first 32 bytes of each fold segment.")
 	for f := 0; f < nfold; f++ {
@@ -127,6 +136,16 @@ func lockstep(v variant, s segs, crcs []reg.GPVirtual, iter reg.Register, k reg.
 	DECQ(iter)
 	JZ(LabelRef(name + "_last"))
 	Label(name + "_loop")
+	if six != nil {
+		pf := GP64()
+		for _, base := range []reg.Register{s.si, s.r8} {
+			LEAQ(Mem{Base: base, Index: six, Scale: 1}, pf)
+			ps := segs{si: pf, r8: pf, stride: s.stride}
+			for k := 0; k < 3; k++ {
+				PREFETCHT0(ps.addr(k, 0))
+			}
+		}
+	}
 	for q := 0; q < 4; q++ {
 		crcStep(q)
 		if q >= nfold {
@@ -302,7 +321,7 @@ func chunk(v variant) {
 	iter := GP64()
 	MOVQ(stride, iter)
 	SHRQ(U8(5), iter)
-	acc := lockstep(v, s, crcs, iter, kf, nil, name)
+	acc := lockstep(v, s, crcs, iter, kf, nil, nil, name)
 
 	Comment("Merge: build V with V·x^32 ≡ the register after the chunk (see",
 		"kernels/crc32c/internal/hybridgen), then two CRC32Q.")
@@ -387,14 +406,23 @@ func foldConst(v variant, m Mem) reg.VecVirtual {
 	return k
 }
 
-func blocks(v variant) {
+// blocks generates hybridBlocksX, or with prefetch hybridBlocksPrefetchX,
+// whose loop also prefetches the next group (see lockstep).
+func blocks(v variant, prefetch bool) {
 	name := "hybridBlocks" + v.suffix
-	TEXT(name, NOSPLIT, "func(dst *uint32, p *byte, groups, blockLen, stride int, fold *[2]uint64)")
-	Pragma("noescape")
-	Doc(append(append([]string{
+	doc := []string{
 		name + " computes the finalised CRC-32C of 6·groups blocks",
 		"of blockLen bytes, the i-th at p[i·stride:], into dst[i], six blocks at",
-		"a time:"}, v.what...),
+		"a time:"}
+	if prefetch {
+		name = "hybridBlocksPrefetch" + v.suffix
+		doc = []string{
+			name + " is hybridBlocks" + v.suffix + " that also prefetches, every",
+			"step, the lines of the next group of six blocks at the same position:"}
+	}
+	TEXT(name, NOSPLIT, "func(dst *uint32, p *byte, groups, blockLen, stride int, fold *[2]uint64)")
+	Pragma("noescape")
+	Doc(append(append(doc, v.what...),
 		"",
 		"Preconditions: groups >= 1, blockLen >= 32, stride >= blockLen;",
 		"fold = &foldTable.Fold[2].",
@@ -428,7 +456,13 @@ func blocks(v variant) {
 	iter := GP64()
 	Load(Param("blockLen"), iter)
 	SHRQ(U8(5), iter)
-	acc := lockstep(v, s, crcs, iter, kf, init, name)
+	var six reg.Register
+	if prefetch {
+		six = GP64()
+		LEAQ(Mem{Base: stride, Index: stride, Scale: 2}, six)
+		ADDQ(six, six)
+	}
+	acc := lockstep(v, s, crcs, iter, kf, init, six, name)
 	regs := append(append([]reg.GPVirtual{}, crcs...), reduceFold(v, acc)...)
 
 	Comment("The last blockLen mod 32 bytes of every block.")
