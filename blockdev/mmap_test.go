@@ -196,8 +196,10 @@ func TestVolumeMapped(t *testing.T) {
 			if errs[0] != errs[1] || ns[0] != ns[1] || ns[0] != 6*bs {
 				t.Errorf("mapped: %d bytes, %s\nReadAt: %d bytes, %s", ns[0], errs[0], ns[1], errs[1])
 			}
-			// The scrub's CheckRun finds both.
-			for _, v := range []*Volume{vm, vr} {
+			// The scrub's CheckRun (which checks the mapping in place) finds
+			// both, with the same problems as through ReadAt.
+			var probs [2]string
+			for i, v := range []*Volume{vm, vr} {
 				var lbas []int64
 				sc := make([]byte, v.ScratchSize(blocks))
 				for lba := int64(0); lba < blocks; lba += int64(v.chunk) {
@@ -206,6 +208,7 @@ func TestVolumeMapped(t *testing.T) {
 						if len(lbas) == 0 || lbas[len(lbas)-1] != p.LBA {
 							lbas = append(lbas, p.LBA)
 						}
+						probs[i] += fmt.Sprintf("%d %v %x %x; ", p.LBA, p.Kind, p.Expected, p.Actual)
 					}); err != nil {
 						t.Fatal(err)
 					}
@@ -213,6 +216,9 @@ func TestVolumeMapped(t *testing.T) {
 				if fmt.Sprint(lbas) != fmt.Sprint([]int64{7, blocks - 2}) {
 					t.Errorf("CheckRun found blocks %v, want 7 and %d", lbas, blocks-2)
 				}
+			}
+			if probs[0] != probs[1] {
+				t.Errorf("CheckRun problems, mapped: %s\nthrough ReadAt: %s", probs[0], probs[1])
 			}
 			if s := vm.Stats(); s.MapFaults != 0 {
 				t.Errorf("%d map faults", s.MapFaults)

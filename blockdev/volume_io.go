@@ -38,6 +38,11 @@ type scratch struct {
 	jobErr     atomic.Pointer[error]
 	partFailed atomic.Uint64 // parts whose read failed, redone serially
 
+	// inPlace: blocks read from the device's mapping are verified where
+	// they are, and only the failing ones copied to data (CheckRun, which
+	// returns no data).
+	inPlace bool
+
 	// The serial mapped read's callback (see readMapped), made once so
 	// that a read allocates nothing, and its arguments.
 	mapFn   func([]byte) error
@@ -235,8 +240,9 @@ func (v *Volume) readFallback(lba int64, from, to int, data []byte, sc *scratch,
 // sector checksums, dif's ClassifySums computes them in the same pass as
 // the PI guards (one pass over the data for 16-bit guards). With src (the
 // k blocks in a device mapping, see readMapped), the blocks are copied from
-// src to data in that same pass and the copy is what is verified. Disjoint
-// ranges of one run may be classified concurrently.
+// src to data in that same pass and the copy is what is verified; with
+// sc.inPlace, src itself is verified and only its failing blocks copied.
+// Disjoint ranges of one run may be classified concurrently.
 func (v *Volume) classify(lba int64, i, k int, data, src []byte, sc *scratch) error {
 	bs, ts := v.bs, v.ts
 	sub := max(1, subChunk/bs)
@@ -244,9 +250,13 @@ func (v *Volume) classify(lba int64, i, k int, data, src []byte, sc *scratch) er
 	for end := i + k; i < end; i += sub {
 		k := min(sub, end-i)
 		states, blocks, tuples := sc.states[i:i+k], data[i*bs:(i+k)*bs], sc.tuples[i*ts:(i+k)*ts]
-		var from []byte
+		var from, keep []byte
 		if src != nil {
 			from = src[(i-first)*bs : (i-first+k)*bs]
+			if sc.inPlace {
+				// Verify the mapping itself; keep the failing blocks.
+				keep, blocks, from = blocks, from, nil
+			}
 		}
 		p := v.params(lba + int64(i))
 		if !v.sums {
@@ -258,6 +268,9 @@ func (v *Volume) classify(lba int64, i, k int, data, src []byte, sc *scratch) er
 			}
 			if err != nil {
 				return fmt.Errorf("blockdev: verify: %w", err)
+			}
+			if keep != nil {
+				copyFailed(keep, blocks, states, bs)
 			}
 			continue
 		}
@@ -277,8 +290,21 @@ func (v *Volume) classify(lba int64, i, k int, data, src []byte, sc *scratch) er
 				sc.states[i+j] = dif.StateFailed
 			}
 		}
+		if keep != nil {
+			copyFailed(keep, blocks, states, bs)
+		}
 	}
 	return nil
+}
+
+// copyFailed copies the failing blocks of src (their states in states) to
+// the same places in dst.
+func copyFailed(dst, src []byte, states []dif.State, bs int) {
+	for j, st := range states {
+		if st == dif.StateFailed {
+			copy(dst[j*bs:(j+1)*bs], src[j*bs:])
+		}
+	}
 }
 
 // readMapped verifies blocks [i, i+k) of the run at lba straight from the
@@ -861,7 +887,9 @@ func (v *Volume) CheckRun(ctx context.Context, lba int64, n int, scratch []byte,
 		k := min(v.chunk, n-i)
 		b := lba + int64(i)
 		id := v.locks.lock(b, b+int64(k), false)
+		sc.inPlace = true // a check returns no data: see classify
 		st, err := v.verifyRun(b, k, scratch[:k*v.bs], sc, opt.Rereads, opt.Uncached, false)
+		sc.inPlace = false
 		v.locks.unlock(id)
 		if err != nil {
 			return total, err
