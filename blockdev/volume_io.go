@@ -179,7 +179,9 @@ func (v *Volume) loadRun(lba int64, n int, data []byte, sc *scratch, rereads int
 			return false, fmt.Errorf("blockdev: reading the tuples of blocks [%d, %d): %w", lba, end, err)
 		}
 	}
-	v.noteLoaded(lba, n)
+	if !sc.inPlace {
+		v.noteLoaded(lba, n)
+	}
 	if over {
 		for i := range n {
 			if !hasBit(mask, i) {
