@@ -179,9 +179,7 @@ func (v *Volume) loadRun(lba int64, n int, data []byte, sc *scratch, rereads int
 			return false, fmt.Errorf("blockdev: reading the tuples of blocks [%d, %d): %w", lba, end, err)
 		}
 	}
-	if !sc.inPlace {
-		v.noteLoaded(lba, n)
-	}
+	v.noteLoaded(lba, n)
 	if over {
 		for i := range n {
 			if !hasBit(mask, i) {
