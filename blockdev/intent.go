@@ -255,7 +255,6 @@ func (v *Volume) foldLocked() error {
 	if len(v.pending) == 0 && len(v.overlay) == 0 {
 		return nil
 	}
-	defer v.pageChange()()
 	// The overlay changes only under flushMu, which we hold: read it
 	// without ovMu.
 	pages := make([]int64, 0, len(v.overlay))

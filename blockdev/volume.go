@@ -326,9 +326,6 @@ type Volume struct {
 	mapper Mapper      // dev as a Mapper, unless Options.NoMap
 	noMap  atomic.Bool // the device refused to map: use ReadAt
 
-	ra      readAhead     // tuple read-ahead (readahead.go)
-	pageGen atomic.Uint64 // odd while the committed pages change (readahead.go)
-
 	scratch     sync.Pool // *scratch
 	workersOnce sync.Once
 	jobs        chan verifyJob
@@ -435,7 +432,6 @@ func newVolume(dev Device, tup *store.Tuples, opts Options) (*Volume, error) {
 	}
 	v.locks.init()
 	v.stCond.L = &v.stMu
-	v.ra.done = sync.NewCond(&v.ra.mu)
 	v.scratch.New = func() any { return v.newScratch() }
 	return v, nil
 }
@@ -522,7 +518,6 @@ func (v *Volume) Close() error {
 	}
 	v.closed = true
 	v.stopWorkers()
-	v.ra.wg.Wait() // it reads the store, which the caller closes next
 	if err := v.failed(); err != nil {
 		return err
 	}

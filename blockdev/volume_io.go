@@ -174,12 +174,9 @@ func (v *Volume) loadRun(lba int64, n int, data []byte, sc *scratch, rereads int
 	if v.sums {
 		sums = sc.sums[:n]
 	}
-	if !v.takeReadAhead(lba, n, sc) {
-		if _, err := v.tup.ReadRange(uint64(lba), tuples, sums, sc.written); err != nil {
-			return false, fmt.Errorf("blockdev: reading the tuples of blocks [%d, %d): %w", lba, end, err)
-		}
+	if _, err := v.tup.ReadRange(uint64(lba), tuples, sums, sc.written); err != nil {
+		return false, fmt.Errorf("blockdev: reading the tuples of blocks [%d, %d): %w", lba, end, err)
 	}
-	v.noteLoaded(lba, n)
 	if over {
 		for i := range n {
 			if !hasBit(mask, i) {
@@ -836,11 +833,9 @@ func (v *Volume) Discard(off, n int64) error {
 	v.flushMu.Lock()
 	err = v.syncLocked()
 	if err == nil {
-		end := v.pageChange()
 		if derr := v.tup.Discard(uint64(off/bs), uint64(n/bs), true); derr != nil {
 			err = v.fail(derr)
 		}
-		end()
 	}
 	v.flushMu.Unlock()
 	if err != nil {
