@@ -26,11 +26,9 @@
 // checksums. A fault on the mapping (the image shrank, or the kernel could
 // not read a page: SIGBUS, recovered) sends that piece through ReadAt,
 // which reports the I/O error as usual; [Options.NoMap] turns the mapping
-// off. Sequential readers also get the next chunk's tuples read from the
-// store ahead, while the current chunk is verified; a sequence counter
-// around every change to the committed tuples keeps a stale read-ahead
-// from being used. [PISource] checks extended images and DIX pairs in
-// place in their mappings, copying only the failing blocks.
+// off. CheckRun, which returns no data, verifies the mapping in place and
+// copies only the failing blocks; so does [PISource] for extended images
+// and DIX pairs.
 //
 // Crash consistency: before any byte of a write can reach the device, its
 // new tuples are durable in the store as an intent beside the committed
