@@ -98,15 +98,8 @@ func Blocks(dst []uint64, p []byte, blockLen, stride int) error {
 // overlap that of p. It returns ErrLayout or ErrOverlap, and writes nothing,
 // otherwise.
 func BlocksCopy(dst []uint64, q, p []byte, blockLen, stride int) error {
-	if !layout.Valid(len(dst), len(p), blockLen, stride) || !layout.Valid(len(dst), len(q), blockLen, stride) {
-		return ErrLayout
-	}
-	if len(dst) == 0 {
-		return nil
-	}
-	n := layout.Span(len(dst), blockLen, stride)
-	if layout.Overlap(q[:n], p[:n]) {
-		return ErrOverlap
+	if err := checkCopy(len(dst), q, p, blockLen, stride); err != nil || len(dst) == 0 {
+		return err
 	}
 	blocksCopy(dst, q, p, blockLen, stride)
 	return nil
@@ -140,3 +133,14 @@ func (d *digest) Sum(in []byte) []byte {
 
 // Sum64 returns the current CRC.
 func (d *digest) Sum64() uint64 { return d.crc }
+
+// checkCopy returns the error of a copying batch call's buffers, if any.
+func checkCopy(n int, q, p []byte, blockLen, stride int) error {
+	switch layout.CheckCopy(n, q, p, blockLen, stride) {
+	case layout.CopyInvalid:
+		return ErrLayout
+	case layout.CopyOverlap:
+		return ErrOverlap
+	}
+	return nil
+}
