@@ -24,16 +24,7 @@ func (f Format) ClassifyCopy(states []State, data, src, md []byte, p Params) (Su
 	if err := checkCopy(data, src); err != nil {
 		return Summary{}, err
 	}
-	r, err := f.run(data, md)
-	if err != nil {
-		return Summary{}, err
-	}
-	if len(states) < r.n {
-		return Summary{}, bufErr("states has room for %d blocks, the run has %d", len(states), r.n)
-	}
-	clear(states[:r.n])
-	v, err := f.verify(data, src, md, &p, func(*CheckError) error { return nil }, states, sumOut{})
-	return v.sum, err
+	return f.classify(states, nil, data, src, md, p)
 }
 
 // ClassifySumsCopy is ClassifySums of the blocks in src, which are copied
@@ -42,26 +33,10 @@ func (f Format) ClassifySumsCopy(states []State, sums []uint32, data, src, md []
 	if err := checkCopy(data, src); err != nil {
 		return Summary{}, err
 	}
-	r, err := f.run(data, md)
-	if err != nil {
-		return Summary{}, err
+	if sums == nil {
+		sums = []uint32{}
 	}
-	if len(states) < r.n {
-		return Summary{}, bufErr("states has room for %d blocks, the run has %d", len(states), r.n)
-	}
-	if len(sums) < r.n {
-		return Summary{}, bufErr("sums has room for %d blocks, the run has %d", len(sums), r.n)
-	}
-	clear(states[:r.n])
-	so := sumOut{s: sums[:r.n], bs: int(f.bs)}
-	v, err := f.verify(data, src, md, &p, func(*CheckError) error { return nil }, states, so)
-	if err != nil || r.n == 0 {
-		return v.sum, err
-	}
-	if f.typ == Type0 || f.guard != Guard16 || !v.guardOn {
-		err = so.all(&r)
-	}
-	return v.sum, err
+	return f.classify(states, sums, data, src, md, p)
 }
 
 // checkCopy checks the buffers of a copying call: same length, disjoint.

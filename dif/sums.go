@@ -50,27 +50,10 @@ func (f Format) GenerateSums(data, md []byte, sums []uint32, p Params) error {
 // the block's state: the caller compares them with its stored sums. sums
 // must have room for the run's blocks. Like Classify it does not allocate.
 func (f Format) ClassifySums(states []State, sums []uint32, data, md []byte, p Params) (Summary, error) {
-	r, err := f.run(data, md)
-	if err != nil {
-		return Summary{}, err
+	if sums == nil {
+		sums = []uint32{}
 	}
-	if len(states) < r.n {
-		return Summary{}, bufErr("states has room for %d blocks, the run has %d", len(states), r.n)
-	}
-	if len(sums) < r.n {
-		return Summary{}, bufErr("sums has room for %d blocks, the run has %d", len(sums), r.n)
-	}
-	clear(states[:r.n])
-	so := sumOut{s: sums[:r.n], bs: int(f.bs)}
-	v, err := f.verify(data, nil, md, &p, func(*CheckError) error { return nil }, states, so)
-	if err != nil || r.n == 0 {
-		return v.sum, err
-	}
-	// ver16 filled the sums with the guards unless it computed none.
-	if f.typ == Type0 || f.guard != Guard16 || !v.guardOn {
-		err = so.all(&r)
-	}
-	return v.sum, err
+	return f.classify(states, sums, data, nil, md, p)
 }
 
 // sumOut is where the guard loops put the sector checksums of a run: s[i]

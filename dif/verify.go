@@ -78,6 +78,12 @@ func (f Format) VerifyFunc(data, md []byte, p Params, fn func(*CheckError) error
 // state in states, which must have room for the run's blocks (see Blocks).
 // Failures are only counted; use VerifyFunc for the details.
 func (f Format) Classify(states []State, data, md []byte, p Params) (Summary, error) {
+	return f.classify(states, nil, data, nil, md, p)
+}
+
+// classify is Classify, and with sums ClassifySums, of the run in data
+// and md; with src, of the blocks in src, copied to data (ClassifyCopy).
+func (f Format) classify(states []State, sums []uint32, data, src, md []byte, p Params) (Summary, error) {
 	r, err := f.run(data, md)
 	if err != nil {
 		return Summary{}, err
@@ -85,8 +91,22 @@ func (f Format) Classify(states []State, data, md []byte, p Params) (Summary, er
 	if len(states) < r.n {
 		return Summary{}, bufErr("states has room for %d blocks, the run has %d", len(states), r.n)
 	}
+	var so sumOut
+	if sums != nil {
+		if len(sums) < r.n {
+			return Summary{}, bufErr("sums has room for %d blocks, the run has %d", len(sums), r.n)
+		}
+		so = sumOut{s: sums[:r.n], bs: int(f.bs)}
+	}
 	clear(states[:r.n])
-	v, err := f.verify(data, nil, md, &p, func(*CheckError) error { return nil }, states, sumOut{})
+	v, err := f.verify(data, src, md, &p, func(*CheckError) error { return nil }, states, so)
+	if err != nil || r.n == 0 || sums == nil {
+		return v.sum, err
+	}
+	// ver16 filled the sums with the guards unless it computed none.
+	if f.typ == Type0 || f.guard != Guard16 || !v.guardOn {
+		err = so.all(&r)
+	}
 	return v.sum, err
 }
 
