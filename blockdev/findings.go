@@ -1,56 +1,25 @@
 package blockdev
 
 import (
-	"fmt"
+	"github.com/difctl/difctl/store"
 	"slices"
 	"time"
 )
 
-// FindingState is the life cycle of a finding; the values are those of
-// store.FindingState.
-type FindingState uint8
+// FindingState is the life cycle of a finding: store.FindingState, whose
+// values a findings log records.
+type FindingState = store.FindingState
 
+// The finding states.
 const (
 	// FindingOpen: the failure was seen and not since resolved.
-	FindingOpen FindingState = 1 + iota
+	FindingOpen = store.FindingOpen
 	// FindingRecheckedOK: a later check of the blocks passed (an
 	// errors-only scrub, or a re-read of a transient failure).
-	FindingRecheckedOK
+	FindingRecheckedOK = store.FindingRecheckedOK
 	// FindingClosed: resolved (repaired, accepted or rewritten).
-	FindingClosed
+	FindingClosed = store.FindingClosed
 )
-
-// String returns "open", "rechecked-ok" or "closed".
-func (s FindingState) String() string {
-	switch s {
-	case FindingOpen:
-		return "open"
-	case FindingRecheckedOK:
-		return "rechecked-ok"
-	case FindingClosed:
-		return "closed"
-	}
-	return fmt.Sprintf("FindingState(%d)", uint8(s))
-}
-
-// MarshalText returns the String form.
-func (s FindingState) MarshalText() ([]byte, error) {
-	if s < FindingOpen || s > FindingClosed {
-		return nil, fmt.Errorf("blockdev: invalid finding state %d", uint8(s))
-	}
-	return []byte(s.String()), nil
-}
-
-// UnmarshalText parses the String form.
-func (s *FindingState) UnmarshalText(b []byte) error {
-	for v := FindingOpen; v <= FindingClosed; v++ {
-		if string(b) == v.String() {
-			*s = v
-			return nil
-		}
-	}
-	return fmt.Errorf("blockdev: unknown finding state %q", b)
-}
 
 // A Finding is a Problem as recorded in a findings log: blocks [LBA, LBA+N)
 // failed the check Kind. It is identified by (LBA, Kind).

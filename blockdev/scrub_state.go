@@ -149,7 +149,7 @@ func (s *StoreScrubState) RecordFinding(pass ScrubCursor, f Finding) error {
 	sf := store.Finding{
 		LBA: uint64(f.LBA), N: uint64(max(f.N, 1)), Field: string(f.Kind),
 		Expected: be64(f.Expected, f.Kind), Actual: be64(f.Actual, f.Kind),
-		LastSeen: f.LastSeen.UTC(), State: store.FindingState(f.State),
+		LastSeen: f.LastSeen.UTC(), State: f.State,
 	}
 	if _, err := s.t.RecordFinding(sf, false); err != nil {
 		return fmt.Errorf("blockdev: record finding: %w", err)
@@ -191,7 +191,7 @@ func (s *StoreScrubState) OpenFindings(start, end int64) iter.Seq2[Finding, erro
 			f := Finding{
 				LBA: int64(sf.LBA), N: int64(sf.N), Kind: Kind(sf.Field),
 				Expected: fromBE(sf.Expected), Actual: fromBE(sf.Actual),
-				State: FindingState(sf.State), Count: sf.Count, FirstSeen: sf.FirstSeen, LastSeen: sf.LastSeen,
+				State: sf.State, Count: sf.Count, FirstSeen: sf.FirstSeen, LastSeen: sf.LastSeen,
 			}
 			if !yield(f, nil) {
 				return
@@ -205,7 +205,7 @@ func (s *StoreScrubState) SetFindingState(lba int64, kind Kind, st FindingState)
 	if lba < 0 {
 		return fmt.Errorf("blockdev: finding at block %d", lba)
 	}
-	if _, err := s.t.SetFindingState(uint64(lba), string(kind), store.FindingState(st), false); err != nil {
+	if _, err := s.t.SetFindingState(uint64(lba), string(kind), st, false); err != nil {
 		return fmt.Errorf("blockdev: set finding state: %w", err)
 	}
 	s.last.lba, s.last.kind, s.last.state, s.last.set = lba, kind, st, true
@@ -218,7 +218,7 @@ func (s *StoreScrubState) Sync() error {
 	if !s.last.set {
 		return nil
 	}
-	if _, err := s.t.SetFindingState(uint64(s.last.lba), string(s.last.kind), store.FindingState(s.last.state), true); err != nil {
+	if _, err := s.t.SetFindingState(uint64(s.last.lba), string(s.last.kind), s.last.state, true); err != nil {
 		return fmt.Errorf("blockdev: sync findings: %w", err)
 	}
 	return nil

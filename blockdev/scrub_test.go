@@ -295,7 +295,7 @@ func logFindings(t *testing.T, st ScrubState) []Finding {
 			if err != nil {
 				t.Fatal(err)
 			}
-			out = append(out, Finding{LBA: int64(f.LBA), Kind: Kind(f.Field), Count: f.Count, State: FindingState(f.State)})
+			out = append(out, Finding{LBA: int64(f.LBA), Kind: Kind(f.Field), Count: f.Count, State: f.State})
 		}
 		return out
 	}

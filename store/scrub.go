@@ -84,6 +84,7 @@ const (
 	FindingClosed
 )
 
+// String returns "open", "rechecked-ok" or "closed".
 func (s FindingState) String() string {
 	switch s {
 	case FindingOpen:
@@ -97,6 +98,25 @@ func (s FindingState) String() string {
 }
 
 func (s FindingState) valid() bool { return s >= FindingOpen && s <= FindingClosed }
+
+// MarshalText returns the String form.
+func (s FindingState) MarshalText() ([]byte, error) {
+	if !s.valid() {
+		return nil, fmt.Errorf("store: invalid finding state %d", uint8(s))
+	}
+	return []byte(s.String()), nil
+}
+
+// UnmarshalText parses the String form.
+func (s *FindingState) UnmarshalText(b []byte) error {
+	for v := FindingOpen; v <= FindingClosed; v++ {
+		if string(b) == v.String() {
+			*s = v
+			return nil
+		}
+	}
+	return fmt.Errorf("store: unknown finding state %q", b)
+}
 
 // Finding is an entry of the findings log: an integrity failure of the
 // blocks [LBA, LBA+N) in one field (e.g. "guard", "ref", "app", "sum",
