@@ -80,6 +80,10 @@ type Mapper interface {
 	// error wrapping errors.ErrUnsupported when the device cannot be
 	// mapped (opened with O_DIRECT, or the system refused the mapping);
 	// the caller then uses ReadAt.
+	//
+	// Pages read through a mapping count in the process's resident set;
+	// an implementation bounds what it leaves mapped (a File: the last
+	// 32 MiB read) and releases the rest, which stays in the page cache.
 	ReadMapped(off int64, n int, fn func(m []byte) error) error
 }
 

@@ -21,7 +21,30 @@ type fileMap struct {
 	closed bool
 	m      []byte
 	err    error // why there is no mapping
+
+	// Pages read through a mapping count in the process's resident set
+	// (they are the page cache's, which the kernel can still reclaim, but
+	// a sweep over a whole device would show as gigabytes). The ranges
+	// read are kept in a ring, and beyond mapBudget bytes the oldest are
+	// released (MADV_DONTNEED: the page cache keeps them).
+	rmu  sync.Mutex
+	ring [mapRing]mapRange
+	head int // oldest entry
+	used int // entries
+	held int64
 }
+
+type mapRange struct {
+	off int64
+	n   int
+}
+
+// mapBudget bounds the bytes of a mapping left resident by ReadMapped;
+// mapRing bounds the ranges remembered.
+const (
+	mapBudget = 32 << 20 // with the heap, a scrub stays well under 64 MiB of RSS
+	mapRing   = 512
+)
 
 // ReadMapped implements [Mapper]. The whole file is mapped at the first
 // call, unless it was opened with direct I/O (whose point is to keep its
@@ -71,10 +94,52 @@ func (mp *fileMap) read(f *os.File, size int64, name string, refuse error, off i
 		return fn(nil)
 	}
 	err, fault := callMapped(mp.m, mp.m[off:off+int64(n)], fn)
+	mp.note(off, n)
 	if fault {
 		return &IOError{Op: "read", Off: off, Len: int64(n), Err: ErrMapFault}
 	}
 	return err
+}
+
+// note records that [off, off+n) was read and releases the oldest ranges
+// beyond the budget. Caller holds mu shared, with the mapping in place.
+func (mp *fileMap) note(off int64, n int) {
+	mp.rmu.Lock()
+	defer mp.rmu.Unlock()
+	if mp.held+int64(n) > mapBudget || mp.used == mapRing {
+		// Release the older half in one go, contiguous ranges together:
+		// each release costs a TLB flush on every core running us.
+		var cur mapRange
+		for mp.used > 0 && (mp.held+int64(n) > mapBudget/2 || mp.used > mapRing/2) {
+			r := mp.ring[mp.head]
+			mp.head = (mp.head + 1) % mapRing
+			mp.used--
+			mp.held -= int64(r.n)
+			if cur.n > 0 && r.off == cur.off+int64(cur.n) {
+				cur.n += r.n
+				continue
+			}
+			if cur.n > 0 {
+				mp.releaseLocked(cur.off, cur.n)
+			}
+			cur = r
+		}
+		if cur.n > 0 {
+			mp.releaseLocked(cur.off, cur.n)
+		}
+	}
+	mp.ring[(mp.head+mp.used)%mapRing] = mapRange{off, n}
+	mp.used++
+	mp.held += int64(n)
+}
+
+// releaseLocked drops the pages covering [off, off+n), best effort.
+func (mp *fileMap) releaseLocked(off int64, n int) {
+	ps := int64(pageSize)
+	start, end := off&^(ps-1), min((off+int64(n)+ps-1)&^(ps-1), int64(len(mp.m)))
+	if start < end {
+		_ = madviseDontNeed(mp.m[start:end])
+	}
 }
 
 // unmap releases the mapping for good.

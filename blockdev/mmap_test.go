@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"testing"
 
 	"github.com/difctl/difctl/dif"
@@ -323,5 +324,57 @@ func TestVolumeMappedAllocs(t *testing.T) {
 				t.Errorf("%v allocations per mapped read and check, %v through ReadAt", allocs[0], allocs[1])
 			}
 		})
+	}
+}
+
+// rssFile returns the process's resident file-backed memory
+// (/proc/self/status RssFile).
+func rssFile(t *testing.T) int64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Skip(err)
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		var kb int64
+		if _, err := fmt.Sscanf(l, "RssFile: %d kB", &kb); err == nil {
+			return kb << 10
+		}
+	}
+	t.Skip("no RssFile in /proc/self/status")
+	return 0
+}
+
+// TestFileMapBudget sweeps a 160 MiB image through the mapping: what stays
+// mapped (and counts in the resident set) is bounded by mapBudget.
+func TestFileMapBudget(t *testing.T) {
+	skipNoMmap(t)
+	if testing.Short() {
+		t.Skip("sweeps 160 MiB")
+	}
+	p := filepath.Join(t.TempDir(), "img")
+	const size = 160 << 20
+	d, err := CreateImage(p, size, FileOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	before := rssFile(t)
+	var sink byte
+	for off := int64(0); off < size; off += 1 << 20 {
+		if err := d.ReadMapped(off, 1<<20, func(m []byte) error {
+			for i := 0; i < len(m); i += 4096 {
+				sink ^= m[i]
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	grew := rssFile(t) - before
+	if grew > mapBudget+16<<20 {
+		t.Errorf("the resident set grew by %d MiB sweeping %d MiB (budget %d MiB, sink %d)", grew>>20, size>>20, mapBudget>>20, sink)
+	}
+	if d.mp.held > mapBudget {
+		t.Errorf("%d bytes held, budget %d", d.mp.held, mapBudget)
 	}
 }

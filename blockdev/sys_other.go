@@ -31,3 +31,7 @@ func preferredIOSize(fs.FileInfo) int { return 0 }
 func mmapRead(*os.File, int64) ([]byte, error) { return nil, errors.ErrUnsupported }
 
 func munmap([]byte) error { return nil }
+
+var pageSize = os.Getpagesize()
+
+func madviseDontNeed([]byte) error { return nil }

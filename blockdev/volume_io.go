@@ -423,6 +423,11 @@ func (v *Volume) runPart(j verifyJob) {
 // on the caller's goroutine, retrying failing reads block by block.
 func (v *Volume) readSerial(lba int64, i, k int, data []byte, sc *scratch, rereads int, uncached bool) error {
 	piece := max(1, pipePiece/v.bs)
+	if sc.inPlace && !uncached && v.mapper != nil {
+		// Nothing is copied, so nothing to keep in the cache: the mapping
+		// is read in one go.
+		piece = k
+	}
 	for end := i + k; i < end; i += piece {
 		k := min(piece, end-i)
 		if !uncached {
