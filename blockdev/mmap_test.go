@@ -300,6 +300,9 @@ func TestPISourceMappedFault(t *testing.T) {
 // ReadAt (the store's reads allocate a little).
 func TestVolumeMappedAllocs(t *testing.T) {
 	skipNoMmap(t)
+	if raceEnabled {
+		t.Skip("allocation counts under the race detector are not meaningful")
+	}
 	for _, format := range []string{"512+8", "4096+16:crc64"} {
 		t.Run("format="+format, func(t *testing.T) {
 			var allocs [2]float64

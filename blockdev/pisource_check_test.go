@@ -387,6 +387,9 @@ func TestPISourceRereads(t *testing.T) {
 }
 
 func TestPISourceNoAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts under the race detector are not meaningful")
+	}
 	for _, layout := range []dif.Layout{dif.Interleaved, dif.Separate} {
 		t.Run("layout="+layoutName(layout), func(t *testing.T) {
 			x := newFixture(t, "4096+8", layout, 256, []int{3}, nil)

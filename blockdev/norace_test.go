@@ -1,0 +1,5 @@
+//go:build !race
+
+package blockdev
+
+const raceEnabled = false
