@@ -97,7 +97,7 @@ func Blocks(dst []uint32, p []byte, blockLen, stride int) error {
 // overlap that of p. It returns ErrLayout or ErrOverlap, and writes nothing,
 // otherwise.
 func BlocksCopy(dst []uint32, q, p []byte, blockLen, stride int) error {
-	if err := checkCopy(len(dst), q, p, blockLen, stride); err != nil || len(dst) == 0 {
+	if err := layout.CheckCopy(len(dst), q, p, blockLen, stride, ErrLayout, ErrOverlap); err != nil || len(dst) == 0 {
 		return err
 	}
 	blocksCopy(dst, q, p, blockLen, stride)
@@ -129,14 +129,3 @@ func (d *digest) Sum(in []byte) []byte {
 
 // Sum32 returns the current CRC.
 func (d *digest) Sum32() uint32 { return d.crc }
-
-// checkCopy returns the error of a copying batch call's buffers, if any.
-func checkCopy(n int, q, p []byte, blockLen, stride int) error {
-	switch layout.CheckCopy(n, q, p, blockLen, stride) {
-	case layout.CopyInvalid:
-		return ErrLayout
-	case layout.CopyOverlap:
-		return ErrOverlap
-	}
-	return nil
-}

@@ -130,7 +130,7 @@ func BlocksCRC32C(dst []uint16, sums []uint32, p []byte, blockLen, stride int) e
 // overlap that of p. It returns ErrLayout or ErrOverlap, and writes nothing,
 // otherwise.
 func BlocksCopy(dst []uint16, q, p []byte, blockLen, stride int) error {
-	if err := checkCopy(len(dst), q, p, blockLen, stride); err != nil || len(dst) == 0 {
+	if err := layout.CheckCopy(len(dst), q, p, blockLen, stride, ErrLayout, ErrOverlap); err != nil || len(dst) == 0 {
 		return err
 	}
 	blocksCopy(dst, q, p, blockLen, stride)
@@ -147,7 +147,7 @@ func BlocksCRC32CCopy(dst []uint16, sums []uint32, q, p []byte, blockLen, stride
 	if len(sums) != len(dst) {
 		return ErrLayout
 	}
-	if err := checkCopy(len(dst), q, p, blockLen, stride); err != nil || len(dst) == 0 {
+	if err := layout.CheckCopy(len(dst), q, p, blockLen, stride, ErrLayout, ErrOverlap); err != nil || len(dst) == 0 {
 		return err
 	}
 	blocksSumsCopy(dst, sums, q, p, blockLen, stride)
@@ -177,14 +177,3 @@ func (d *digest) Sum(in []byte) []byte { return append(in, byte(d.crc>>8), byte(
 
 // Sum16 returns the current CRC.
 func (d *digest) Sum16() uint16 { return d.crc }
-
-// checkCopy returns the error of a copying batch call's buffers, if any.
-func checkCopy(n int, q, p []byte, blockLen, stride int) error {
-	switch layout.CheckCopy(n, q, p, blockLen, stride) {
-	case layout.CopyInvalid:
-		return ErrLayout
-	case layout.CopyOverlap:
-		return ErrOverlap
-	}
-	return nil
-}

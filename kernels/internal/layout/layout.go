@@ -39,28 +39,20 @@ func Overlap(a, b []byte) bool {
 	return pa < pb+uintptr(len(b)) && pb < pa+uintptr(len(a))
 }
 
-// A CopyCheck is the outcome of CheckCopy.
-type CopyCheck int
-
-const (
-	CopyOK      CopyCheck = iota
-	CopyInvalid           // the layout does not fit p or q
-	CopyOverlap           // the blocks' spans in q and p share memory
-)
-
 // CheckCopy checks the buffers of a copying batch call of n blocks: the
-// layout must be Valid for both p and q, and the spans the blocks occupy
-// in them, q[:Span] and p[:Span], must not overlap.
-func CheckCopy(n int, q, p []byte, blockLen, stride int) CopyCheck {
+// layout must be Valid for both p and q (else it returns errLayout), and
+// the spans the blocks occupy in them, q[:Span] and p[:Span], must not
+// overlap (else errOverlap). The errors are the calling package's.
+func CheckCopy(n int, q, p []byte, blockLen, stride int, errLayout, errOverlap error) error {
 	if !Valid(n, len(p), blockLen, stride) || !Valid(n, len(q), blockLen, stride) {
-		return CopyInvalid
+		return errLayout
 	}
 	if n > 0 {
 		if s := Span(n, blockLen, stride); Overlap(q[:s], p[:s]) {
-			return CopyOverlap
+			return errOverlap
 		}
 	}
-	return CopyOK
+	return nil
 }
 
 // Copy copies n blocks of blockLen bytes, the i-th at offset i*stride, from

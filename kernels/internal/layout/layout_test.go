@@ -1,6 +1,7 @@
 package layout
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"testing"
@@ -79,26 +80,27 @@ func TestCopy(t *testing.T) {
 }
 
 func TestCheckCopy(t *testing.T) {
+	errLayout, errOverlap := errors.New("layout"), errors.New("overlap")
 	buf := make([]byte, 4096)
 	for _, c := range []struct {
 		name             string
 		n                int
 		q, p             []byte
 		blockLen, stride int
-		want             CopyCheck
+		want             error
 	}{
-		{"disjoint", 4, buf[:2048], buf[2048:], 512, 512, CopyOK},
-		{"short q", 4, buf[:2047], buf[2048:], 512, 512, CopyInvalid},
-		{"short p", 4, buf[:2048], buf[2049:], 512, 512, CopyInvalid},
-		{"overlap", 4, buf[:2048], buf[1024:3072], 512, 512, CopyOverlap},
-		{"same", 2, buf[:1024], buf[:1024], 512, 512, CopyOverlap},
+		{"disjoint", 4, buf[:2048], buf[2048:], 512, 512, nil},
+		{"short q", 4, buf[:2047], buf[2048:], 512, 512, errLayout},
+		{"short p", 4, buf[:2048], buf[2049:], 512, 512, errLayout},
+		{"overlap", 4, buf[:2048], buf[1024:3072], 512, 512, errOverlap},
+		{"same", 2, buf[:1024], buf[:1024], 512, 512, errOverlap},
 		// Only the spans count: q's tail past the last block may overlap p.
-		{"tail beyond the span", 1, buf[:2048], buf[1024:1536], 512, 512, CopyOK},
-		{"zero blocks", 0, buf, buf, 512, 512, CopyOK},
-		{"gaps", 2, buf[:1040], buf[2048:3088], 512, 528, CopyOK},
+		{"tail beyond the span", 1, buf[:2048], buf[1024:1536], 512, 512, nil},
+		{"zero blocks", 0, buf, buf, 512, 512, nil},
+		{"gaps", 2, buf[:1040], buf[2048:3088], 512, 528, nil},
 	} {
-		if got := CheckCopy(c.n, c.q, c.p, c.blockLen, c.stride); got != c.want {
-			t.Errorf("%s: CheckCopy = %d, want %d", c.name, got, c.want)
+		if got := CheckCopy(c.n, c.q, c.p, c.blockLen, c.stride, errLayout, errOverlap); got != c.want {
+			t.Errorf("%s: CheckCopy = %v, want %v", c.name, got, c.want)
 		}
 	}
 }
