@@ -73,7 +73,7 @@ func (mp *fileMap) read(f *os.File, size int64, name string, refuse error, off i
 		if !mp.tried {
 			mp.tried = true
 			if mp.err = refuse; refuse == nil {
-				mp.m, mp.err = mmapRead(f, size)
+				mp.m, mp.err = mapFile(f, size)
 			}
 		}
 		mp.mu.Unlock()
@@ -84,9 +84,15 @@ func (mp *fileMap) read(f *os.File, size int64, name string, refuse error, off i
 		return ErrClosed
 	}
 	if mp.m == nil {
+		// Whatever the reason (direct I/O, a 32-bit address space, a
+		// descriptor not open for reading), the caller falls back to
+		// ReadAt: the error always matches errors.ErrUnsupported.
 		err := mp.err
-		if err == nil {
+		switch {
+		case err == nil:
 			err = errors.ErrUnsupported
+		case !errors.Is(err, errors.ErrUnsupported):
+			err = fmt.Errorf("%w: %w", errors.ErrUnsupported, err)
 		}
 		return fmt.Errorf("blockdev: %s cannot be mapped: %w", name, err)
 	}
@@ -181,6 +187,9 @@ func mapperOf(r any, size int64) Mapper {
 	}
 	return nil
 }
+
+// mapFile maps a file for fileMap; tests replace it to make mapping fail.
+var mapFile = mmapRead
 
 // unmapOf releases a mapping made by mapperOf.
 func unmapOf(m Mapper) error {

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/difctl/difctl/dif"
@@ -379,5 +380,32 @@ func TestFileMapBudget(t *testing.T) {
 	}
 	if d.mp.held > mapBudget {
 		t.Errorf("%d bytes held, budget %d", d.mp.held, mapBudget)
+	}
+}
+
+// TestMapRefused makes every mapping fail (as a 32-bit address space or a
+// descriptor not open for reading would): reads and scrubs fall back to
+// ReadAt and give the same results.
+func TestMapRefused(t *testing.T) {
+	skipNoMmap(t)
+	defer func(f func(*os.File, int64) ([]byte, error)) { mapFile = f }(mapFile)
+	mapFile = func(*os.File, int64) ([]byte, error) { return nil, os.NewSyscallError("mmap", syscall.ENOMEM) }
+	v, _, model := fileVol(t, "512+8", 600, Options{})
+	got := make([]byte, len(model))
+	if n, err := v.ReadAt(got, 0); err != nil || n != len(got) || !bytes.Equal(got, model) {
+		t.Fatalf("ReadAt with the mapping refused: %d, %v, equal %v", n, err, bytes.Equal(got, model))
+	}
+	if !v.noMap.Load() {
+		t.Error("the volume did not note that the device cannot be mapped")
+	}
+	sc := make([]byte, v.ScratchSize(600))
+	if st, err := v.CheckRun(context.Background(), 0, 600, sc, CheckOptions{}, nil); err != nil || st.OK != 600 {
+		t.Errorf("CheckRun with the mapping refused: %+v, %v", st, err)
+	}
+	x := newFixture(t, "4096+8", dif.Interleaved, 64, nil, nil)
+	path, _ := x.write(t, t.TempDir())
+	src := openSource(t, x.f, x.p, path, "")
+	if st, err := src.CheckRun(context.Background(), 0, 64, make([]byte, src.ScratchSize(64)), CheckOptions{}, nil); err != nil || st.OK != 64 {
+		t.Errorf("PISource.CheckRun with the mapping refused: %+v, %v", st, err)
 	}
 }
