@@ -13,6 +13,9 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
 
 // loopDevice attaches a new image of size bytes to a loop device with the
@@ -235,5 +238,44 @@ func TestDirectTmpfs(t *testing.T) {
 	got := make([]byte, 1000)
 	if _, err := d.ReadAt(got, 3); err != nil || !bytes.Equal(got, want[3:1003]) {
 		t.Fatalf("read: %v", err)
+	}
+}
+
+// TestDropCacheMapped checks that DropCache still drops pages that
+// ReadMapped left mapped (the kernel keeps mapped pages in the cache), so
+// re-reads around the cache reach the medium.
+func TestDropCacheMapped(t *testing.T) {
+	skipNoMmap(t)
+	p := writeImage(t, t.TempDir(), pattern(1<<20, 5))
+	d, err := OpenFile(p, FileOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil { // dirty pages cannot be dropped
+		t.Fatal(err)
+	}
+	var sink byte
+	if err := d.ReadMapped(0, 1<<20, func(m []byte) error {
+		for i := 0; i < len(m); i += 4096 {
+			sink ^= m[i]
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.DropCache(0, 0); err != nil {
+		t.Skipf("DropCache: %v", err)
+	}
+	vec := make([]byte, (1<<20)/pageSize)
+	if _, _, e := unix.Syscall(unix.SYS_MINCORE, uintptr(unsafe.Pointer(&d.mp.m[0])), uintptr(len(d.mp.m)), uintptr(unsafe.Pointer(&vec[0]))); e != 0 {
+		t.Skipf("mincore: %v", e)
+	}
+	resident := 0
+	for _, v := range vec {
+		resident += int(v & 1)
+	}
+	if resident > len(vec)/8 {
+		t.Errorf("%d of %d pages still cached after DropCache (sink %d)", resident, len(vec), sink)
 	}
 }
