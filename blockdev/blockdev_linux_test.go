@@ -4,6 +4,7 @@ package blockdev
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -15,6 +16,7 @@ import (
 	"testing"
 	"unsafe"
 
+	"github.com/difctl/difctl/dif"
 	"golang.org/x/sys/unix"
 )
 
@@ -277,5 +279,38 @@ func TestDropCacheMapped(t *testing.T) {
 	}
 	if resident > len(vec)/8 {
 		t.Errorf("%d of %d pages still cached after DropCache (sink %d)", resident, len(vec), sink)
+	}
+}
+
+// TestPISourceDropCacheMapped: the same for the images of a PISource, whose
+// re-reads drop the failing sector from the cache first.
+func TestPISourceDropCacheMapped(t *testing.T) {
+	x := newFixture(t, "4096+8", dif.Interleaved, 64, nil, nil)
+	path, _ := x.write(t, t.TempDir())
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Sync() // dirty pages cannot be dropped
+	f.Close()
+	src := openSource(t, x.f, x.p, path, "")
+	if st, err := src.CheckRun(context.Background(), 0, 64, make([]byte, src.ScratchSize(64)), CheckOptions{}, nil); err != nil || st.OK != 64 {
+		t.Fatalf("CheckRun: %+v, %v", st, err)
+	}
+	om, ok := src.ext.m.(*osMapper)
+	if !ok || om.mp.m == nil {
+		t.Fatal("the extended image was not checked through its mapping")
+	}
+	src.dropCache(0, 64)
+	vec := make([]byte, (len(om.mp.m)+pageSize-1)/pageSize)
+	if _, _, e := unix.Syscall(unix.SYS_MINCORE, uintptr(unsafe.Pointer(&om.mp.m[0])), uintptr(len(om.mp.m)), uintptr(unsafe.Pointer(&vec[0]))); e != 0 {
+		t.Skipf("mincore: %v", e)
+	}
+	resident := 0
+	for _, v := range vec {
+		resident += int(v & 1)
+	}
+	if resident > len(vec)/8 {
+		t.Errorf("%d of %d pages still cached after dropCache", resident, len(vec))
 	}
 }

@@ -407,11 +407,7 @@ func (d *File) DropCache(off, n int64) error {
 		return err
 	}
 	// Pages mapped by ReadMapped cannot be dropped: unmap them first.
-	d.mp.mu.RLock()
-	if d.mp.m != nil && n > 0 {
-		d.mp.releaseLocked(off, int(min(n, int64(len(d.mp.m))-off)))
-	}
-	d.mp.mu.RUnlock()
+	unmapRange(d, off, n)
 	if err := fadviseDontNeed(d.f, off, n); err != nil {
 		if errors.Is(err, errors.ErrUnsupported) {
 			return fmt.Errorf("blockdev: drop cache: %w", err)

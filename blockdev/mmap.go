@@ -188,6 +188,25 @@ func mapperOf(r any, size int64) Mapper {
 	return nil
 }
 
+// unmapRange drops [off, off+n) from m's mapping, if it has one, so that
+// dropping those pages from the page cache can work (mapped pages stay).
+func unmapRange(m Mapper, off, n int64) {
+	var mp *fileMap
+	switch m := m.(type) {
+	case *File:
+		mp = &m.mp
+	case *osMapper:
+		mp = &m.mp
+	default:
+		return
+	}
+	mp.mu.RLock()
+	if mp.m != nil && off >= 0 && n > 0 && off < int64(len(mp.m)) {
+		mp.releaseLocked(off, int(min(n, int64(len(mp.m))-off)))
+	}
+	mp.mu.RUnlock()
+}
+
 // mapFile maps a file for fileMap; tests replace it to make mapping fail.
 var mapFile = mmapRead
 

@@ -183,9 +183,12 @@ func (s *PISource) read(lba int64, n int, data, md []byte) error {
 func (s *PISource) dropCache(lba int64, n int) {
 	if s.ext != nil {
 		ss := int64(s.bs + s.ms)
+		unmapRange(s.ext.m, lba*ss, int64(n)*ss)
 		dropCached(s.ext.r, lba*ss, int64(n)*ss)
 		return
 	}
+	unmapRange(s.dix.dm, lba*int64(s.bs), int64(n)*int64(s.bs))
+	unmapRange(s.dix.mm, lba*int64(s.ms), int64(n)*int64(s.ms))
 	dropCached(s.dix.data, lba*int64(s.bs), int64(n)*int64(s.bs))
 	dropCached(s.dix.meta, lba*int64(s.ms), int64(n)*int64(s.ms))
 }
