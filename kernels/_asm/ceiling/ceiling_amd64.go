@@ -32,6 +32,17 @@ func clmulYPerm(p *byte, n int)
 //go:noescape
 func clmulYShuf(p *byte, n int)
 
+// crc32Q runs n iterations of 8 independent CRC32Q chains.
+//
+//go:noescape
+func crc32Q(n int)
+
+// clmulYCRC runs n iterations of 8 independent VPCLMULQDQ on YMM and 8
+// independent CRC32Q: the mix of a fused T10-DIF and CRC-32C loop.
+//
+//go:noescape
+func clmulYCRC(n int)
+
 // cpuid executes CPUID.
 //
 //go:noescape

@@ -53,6 +53,10 @@ func BenchmarkCeiling(b *testing.B) {
 		// 8 multiplies, 4 loads and 4 VPSHUFB: 2 cycles per multiply
 		// if the shuffles have a port of their own, 3 if they share it.
 		{"insn=vpclmulqdq-ymm+vpshufb/measure=throughput", true, 8, func(n int) { clmulYShuf(&buf[0], n) }},
+		{"insn=crc32q/measure=throughput", false, 8, crc32Q},
+		// 8 multiplies and 8 CRC32Q: 2 cycles per multiply if CRC32
+		// has a unit of its own, 3 if it shares the multiplier's.
+		{"insn=vpclmulqdq-ymm+crc32q/measure=throughput", true, 8, clmulYCRC},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			if !pclmul || c.ymm && !ymm {
