@@ -12,3 +12,7 @@ func SetBulkFileBytes(kv KV, n int64) {
 // BulkTempDir is the directory, inside a Pebble store, of unfinished bulk
 // loads.
 const BulkTempDir = bulkTempDir
+
+// SetCacheMissHook sets a function ReadRangeCached runs between reading the
+// pages of a miss and filling the cache with them (nil: none).
+func SetCacheMissHook(f func()) { testHookCacheMiss = f }

@@ -58,6 +58,7 @@ func (t *Tuples) NewLoader(lba uint64) (*Loader, error) {
 	if err != nil {
 		return nil, err
 	}
+	t.beginWrite() // ended by release
 	return &Loader{t: t, bw: bw, start: lba, next: lba, pb: t.bufPool.Get().(*pageBuf), enc: t.encPool.Get().(*[]byte)}, nil
 }
 
@@ -258,6 +259,7 @@ func (l *Loader) release() {
 		l.t.bufPool.Put(l.pb)
 		l.t.encPool.Put(l.enc)
 		l.pb, l.enc = nil, nil
+		l.t.endWrite(nil, true)
 	}
 	l.bw = nil
 }

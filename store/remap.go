@@ -384,6 +384,8 @@ func (t *Tuples) RemapRange(lba uint64, tuples []byte, sync bool) error {
 	if err := b.Set(journalKey(t.prefix), jv); err != nil {
 		return err
 	}
+	t.beginWrite()
+	defer t.endWrite(nil, true)
 	return b.Commit(sync)
 }
 

@@ -30,6 +30,10 @@ type Tuples struct {
 
 	bufPool sync.Pool // *pageBuf
 	encPool sync.Pool // *[]byte page encode buffers
+
+	cmu     sync.Mutex // serializes SetPageCache
+	cache   atomic.Pointer[pageCache]
+	writers atomic.Int32 // page writes running (see beginWrite)
 }
 
 // CreateTuples creates volume on kv with manifest m and returns it. It fails
@@ -171,15 +175,9 @@ func (t *Tuples) pageKey(page uint64) []byte { return u64Key(t.prefix, recPage, 
 // ReadRange reads one consistent snapshot and allocates nothing per block or
 // page.
 func (t *Tuples) ReadRange(lba uint64, tuples []byte, sums []uint32, written Bitmap) (int, error) {
-	n, err := t.checkBufs(lba, tuples, sums, false)
-	if err != nil {
+	n, err := t.checkRead(lba, tuples, sums, written)
+	if err != nil || n == 0 {
 		return 0, err
-	}
-	if written != nil && len(written)*64 < n {
-		return 0, fmt.Errorf("%w: bitmap of %d bits for %d blocks", ErrInvalid, len(written)*64, n)
-	}
-	if n == 0 {
-		return 0, nil
 	}
 	P := uint64(t.l.p)
 	first, last := lba/P, (lba+uint64(n)-1)/P
@@ -245,6 +243,156 @@ func (t *Tuples) ReadRange(lba uint64, tuples []byte, sums []uint32, written Bit
 	}
 	fillGap(end)
 	return count, nil
+}
+
+// ReadRangeCached is ReadRange served from the page cache where
+// SetPageCache gave it one: a range whose pages are all resident is copied
+// from their decoded form; otherwise its pages are read from the KV as
+// ReadRange reads them and kept. Without a cache it is ReadRange.
+//
+// Cached pages are not read from the KV again, so they are not checked
+// against their stored checksums again either: a scrub of the store should
+// use ReadRange. The cache sees every write made through this Tuples, and
+// only those (see SetPageCache).
+func (t *Tuples) ReadRangeCached(lba uint64, tuples []byte, sums []uint32, written Bitmap) (int, error) {
+	c := t.cache.Load()
+	if c == nil {
+		return t.ReadRange(lba, tuples, sums, written)
+	}
+	n, err := t.checkRead(lba, tuples, sums, written)
+	if err != nil || n == 0 {
+		return 0, err
+	}
+	P := uint64(t.l.p)
+	first, last := lba/P, (lba+uint64(n)-1)/P
+	if count, ok := t.readResident(c, lba, n, first, last, tuples, sums, written); ok {
+		c.hits.Add(int64(last - first + 1))
+		return count, nil
+	}
+	c.misses.Add(int64(last - first + 1))
+	gen := c.generation()
+	pages := make([]*cachedPage, 0, last-first+1)
+	spare := c.takeSpare(int(last - first + 1))
+	newPage := func(page uint64) *cachedPage {
+		var cp *cachedPage
+		if k := len(spare); k > 0 {
+			cp, spare = spare[k-1], spare[:k-1]
+		} else {
+			cp = new(cachedPage)
+		}
+		cp.page, cp.empty = page, false
+		return cp
+	}
+	next := first
+	empty := func(to uint64) {
+		for ; next < to; next++ {
+			cp := newPage(next)
+			cp.empty = true
+			pages = append(pages, cp)
+		}
+	}
+	it, err := t.kv.NewIter(t.pageKey(first), t.pageKey(last+1))
+	if err != nil {
+		return 0, err
+	}
+	defer it.Close()
+	plen := len(t.prefix) + 1
+	for it.Next() {
+		k := it.Key()
+		if len(k) != plen+8 {
+			return 0, &CorruptError{Volume: t.volume, Record: fmt.Sprintf("page key %x", k), Reason: "bad key length"}
+		}
+		page := binary.BigEndian.Uint64(k[plen:])
+		if page < next || page > last {
+			continue // cannot happen with correct bounds
+		}
+		v := it.Value()
+		if err := t.l.check(t.volume, page, v); err != nil {
+			return 0, err
+		}
+		empty(page)
+		cp := newPage(page)
+		t.l.decodeCached(cp, v)
+		pages = append(pages, cp)
+		next = page + 1
+	}
+	if err := it.Err(); err != nil {
+		return 0, err
+	}
+	empty(last + 1)
+	if testHookCacheMiss != nil {
+		testHookCacheMiss()
+	}
+	count := 0
+	for _, cp := range pages {
+		count += t.copyPage(cp, lba, n, tuples, sums, written)
+	}
+	c.putSpare(c.fill(gen, &t.writers, pages, spare))
+	return count, nil
+}
+
+// checkRead validates ReadRange's arguments and returns the block count.
+func (t *Tuples) checkRead(lba uint64, tuples []byte, sums []uint32, written Bitmap) (int, error) {
+	n, err := t.checkBufs(lba, tuples, sums, false)
+	if err != nil {
+		return 0, err
+	}
+	if written != nil && len(written)*64 < n {
+		return 0, fmt.Errorf("%w: bitmap of %d bits for %d blocks", ErrInvalid, len(written)*64, n)
+	}
+	return n, nil
+}
+
+// readResident copies the range from the cache if every page of it is
+// resident.
+func (t *Tuples) readResident(c *pageCache, lba uint64, n int, first, last uint64, tuples []byte, sums []uint32, written Bitmap) (int, bool) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if t.writers.Load() > 0 {
+		return 0, false
+	}
+	for p := first; p <= last; p++ {
+		if c.pages[p] == nil {
+			return 0, false
+		}
+	}
+	count := 0
+	for p := first; p <= last; p++ {
+		cp := c.pages[p]
+		cp.ref.Store(true)
+		count += t.copyPage(cp, lba, n, tuples, sums, written)
+	}
+	return count, true
+}
+
+// copyPage copies the part of the decoded page cp within the range of n
+// blocks at lba into the range's buffers and returns how many of its
+// blocks are written.
+func (t *Tuples) copyPage(cp *cachedPage, lba uint64, n int, tuples []byte, sums []uint32, written Bitmap) int {
+	P := uint64(t.l.p)
+	ts := t.l.ts
+	pstart := cp.page * P
+	s, e := max(pstart, lba), min(pstart+P, lba+uint64(n))
+	i, j := int(s-lba), int(e-lba)
+	ps, pe := int(s-pstart), int(e-pstart)
+	if cp.empty {
+		fillOnes(tuples[i*ts : j*ts])
+		if sums != nil {
+			clear(sums[i:j])
+		}
+		if written != nil {
+			fillBits(written, i, j-i, false)
+		}
+		return 0
+	}
+	copy(tuples[i*ts:j*ts], cp.tuples[ps*ts:pe*ts])
+	if sums != nil {
+		copy(sums[i:j], cp.sums[ps:pe])
+	}
+	if written != nil {
+		return copyBits(written, i, cp.bits, ps, pe-ps)
+	}
+	return Bitmap(cp.bits).countRange(ps, pe-ps)
 }
 
 func (b Bitmap) countRange(off, n int) int {

@@ -201,5 +201,10 @@ func (x *Txn) Commit(sync bool) error {
 			return err
 		}
 	}
+	// The page cache is bypassed while the batch is applied and drops its
+	// pages after (whether or not Commit reports an error: the KV may hold
+	// the batch anyway).
+	t.beginWrite()
+	defer t.endWrite(order, false)
 	return b.Commit(sync)
 }
