@@ -3,8 +3,9 @@ package store
 import (
 	"encoding/binary"
 	"fmt"
-	"hash/crc32"
 	"iter"
+
+	"github.com/difctl/difctl/kernels/crc32c"
 )
 
 // Intents implement the crash-consistency contract of DESIGN.md section 5.
@@ -91,7 +92,7 @@ func (x *Txn) RecordIntent(lba uint64, tuples []byte, sums []uint32) (IntentID, 
 				v = binary.BigEndian.AppendUint32(v, s)
 			}
 		}
-		v = binary.BigEndian.AppendUint32(v, crc32.Checksum(v, castagnoli))
+		v = binary.BigEndian.AppendUint32(v, crc32c.Checksum(v))
 		x.ops = append(x.ops, txnOp{kind: opSet, key: t.intentKey(lba+uint64(off), id.Seq), value: v})
 		x.size += len(v) + 32
 	}
@@ -168,7 +169,7 @@ func (t *Tuples) decodeIntent(lba, seq uint64, v []byte) (Intent, error) {
 		return Intent{}, corrupt("%d blocks in %d bytes", n, len(v))
 	}
 	crcOff := len(v) - 4
-	if got, want := crc32.Checksum(v[:crcOff], castagnoli), binary.BigEndian.Uint32(v[crcOff:]); got != want {
+	if got, want := crc32c.Checksum(v[:crcOff]), binary.BigEndian.Uint32(v[crcOff:]); got != want {
 		return Intent{}, corrupt("checksum %08x, stored %08x", got, want)
 	}
 	if lba > t.blocks || n > t.blocks-lba {
