@@ -174,7 +174,13 @@ func (v *Volume) loadRun(lba int64, n int, data []byte, sc *scratch, rereads int
 	if v.sums {
 		sums = sc.sums[:n]
 	}
-	if _, err := v.tup.ReadRange(uint64(lba), tuples, sums, sc.written); err != nil {
+	// Checks read the store itself (and its page checksums); reads may
+	// take the tuples from the cache.
+	read := v.tup.ReadRangeCached
+	if sc.inPlace {
+		read = v.tup.ReadRange
+	}
+	if _, err := read(uint64(lba), tuples, sums, sc.written); err != nil {
 		return false, fmt.Errorf("blockdev: reading the tuples of blocks [%d, %d): %w", lba, end, err)
 	}
 	if over {

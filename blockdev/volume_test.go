@@ -592,3 +592,39 @@ func TestVolumeCreateResume(t *testing.T) {
 		t.Errorf("resume with another format: %v, want a *MismatchError", err)
 	}
 }
+
+// TestVolumeTupleCache: reads take the tuples of blocks read before from the
+// tuple cache, a write is read back through it, and scrubs read the store
+// (the cache's counts do not move). TupleCacheBytes < 0 turns it off.
+func TestVolumeTupleCache(t *testing.T) {
+	for _, cache := range []int{0, -1} {
+		t.Run(fmt.Sprintf("cache=%d", cache), func(t *testing.T) {
+			tv := newTestVol(t, "512+8", 4096, CreateOptions{Options: Options{TupleCacheBytes: cache}})
+			tv.check()
+			s0 := tv.v.Stats()
+			tv.check()
+			s1 := tv.v.Stats()
+			if cache < 0 {
+				if s1.TupleCacheHits != 0 || s1.TupleCacheMisses != 0 {
+					t.Fatalf("no cache, but %d hits and %d misses", s1.TupleCacheHits, s1.TupleCacheMisses)
+				}
+				return
+			}
+			if s1.TupleCacheHits <= s0.TupleCacheHits || s1.TupleCacheMisses != s0.TupleCacheMisses {
+				t.Fatalf("second read: hits %d -> %d, misses %d -> %d; want only hits", s0.TupleCacheHits, s1.TupleCacheHits, s0.TupleCacheMisses, s1.TupleCacheMisses)
+			}
+			tv.write(pattern(5000, 9), 100_000)
+			if err := tv.v.Sync(); err != nil {
+				t.Fatal(err)
+			}
+			tv.check()
+			s2 := tv.v.Stats()
+			if _, err := Scrub(context.Background(), tv.v, ScrubOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			if s3 := tv.v.Stats(); s3.TupleCacheHits != s2.TupleCacheHits || s3.TupleCacheMisses != s2.TupleCacheMisses {
+				t.Fatalf("a scrub used the tuple cache: hits %d -> %d, misses %d -> %d", s2.TupleCacheHits, s3.TupleCacheHits, s2.TupleCacheMisses, s3.TupleCacheMisses)
+			}
+		})
+	}
+}
