@@ -516,8 +516,12 @@ func (v *Volume) verifyRun(lba int64, n int, data []byte, sc *scratch, rereads i
 	states := sc.states[:n]
 	st := RunStats{Blocks: int64(n)}
 	ioProbs := len(sc.probs)
+	ioBad := false // any block unreadable: most runs have none
+	for _, w := range sc.ioBad[:(n+63)/64] {
+		ioBad = ioBad || w != 0
+	}
 	for i, s := range states {
-		if hasBit(sc.ioBad, i) {
+		if ioBad && hasBit(sc.ioBad, i) {
 			st.Failed++
 			continue
 		}

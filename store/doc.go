@@ -35,6 +35,14 @@
 // with intents or other writes on its range; Finish refuses with
 // ErrConflict when it detects that.
 //
+// Page cache: Tuples.SetPageCache gives ReadRangeCached a bounded cache of
+// decoded pages, so re-reading a range costs a copy instead of a KV
+// iteration, a page checksum and the decoding of every sector checksum.
+// Every page write through the Tuples (commits, bulk loads, remaps) is seen
+// by it: reads bypass it while one runs and its pages are dropped after. It
+// assumes the Tuples is the volume's only writer, as a blockdev.Volume is;
+// ReadRange always reads the KV (a scrub of the store should use it).
+//
 // Errors are prefixed "store: " and match the sentinels (ErrNotFound,
 // ErrClosed, ErrCorrupt, ...) with errors.Is. A damaged stored value gives a
 // *CorruptError, never a panic.
