@@ -10,52 +10,10 @@ import (
 	"github.com/difctl/difctl/store"
 )
 
-// readCached reads [lba, lba+n) with ReadRangeCached and compares it with
-// the model, as checkAgainst does for ReadRange.
+// readCached is checkAgainst through ReadRangeCached.
 func readCached(t *testing.T, tp *store.Tuples, m *model, lba, n int) {
 	t.Helper()
-	ts := tp.TupleSize()
-	tuples := make([]byte, n*ts)
-	for i := range tuples {
-		tuples[i] = 0x5a
-	}
-	var sums []uint32
-	if tp.Manifest().SectorSums {
-		sums = make([]uint32, n)
-		for i := range sums {
-			sums[i] = 0xdeadbeef
-		}
-	}
-	written := store.NewBitmap(n)
-	for i := range written {
-		written[i] = 0xaaaaaaaaaaaaaaaa
-	}
-	count, err := tp.ReadRangeCached(uint64(lba), tuples, sums, written)
-	if err != nil {
-		t.Fatalf("ReadRangeCached(%d, %d): %v", lba, n, err)
-	}
-	want := 0
-	for i := range n {
-		b := lba + i
-		if m.written[b] {
-			want++
-		}
-		if written.Has(i) != m.written[b] {
-			t.Fatalf("block %d: written=%v, want %v", b, written.Has(i), m.written[b])
-		}
-		if got := tuples[i*ts : (i+1)*ts]; string(got) != string(m.tuples[b]) {
-			t.Fatalf("block %d: tuple %x, want %x", b, got, m.tuples[b])
-		}
-		if sums != nil && sums[i] != m.sums[b] {
-			t.Fatalf("block %d: sum %08x, want %08x", b, sums[i], m.sums[b])
-		}
-	}
-	if count != want {
-		t.Fatalf("ReadRangeCached(%d, %d) counted %d written, want %d", lba, n, count, want)
-	}
-	if c2, err := tp.ReadRangeCached(uint64(lba), tuples, nil, nil); err != nil || c2 != want {
-		t.Fatalf("ReadRangeCached without sums/bitmap = %d, %v; want %d", c2, err, want)
-	}
+	checkRead(t, tp, m, lba, n, tp.ReadRangeCached)
 }
 
 // pageBytes is what SetPageCache counts for one page of tp.

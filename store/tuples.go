@@ -206,15 +206,9 @@ func (t *Tuples) ReadRange(lba uint64, tuples []byte, sums []uint32, written Bit
 		}
 		next = to
 	}
-	plen := len(t.prefix) + 1
 	for it.Next() {
-		k := it.Key()
-		if len(k) != plen+8 {
-			return 0, &CorruptError{Volume: t.volume, Record: fmt.Sprintf("page key %x", k), Reason: "bad key length"}
-		}
-		page := binary.BigEndian.Uint64(k[plen:])
-		v := it.Value()
-		if err := t.l.check(t.volume, page, v); err != nil {
+		page, v, err := t.checkedPage(it)
+		if err != nil {
 			return 0, err
 		}
 		pstart := page * P
@@ -296,19 +290,13 @@ func (t *Tuples) ReadRangeCached(lba uint64, tuples []byte, sums []uint32, writt
 		return 0, err
 	}
 	defer it.Close()
-	plen := len(t.prefix) + 1
 	for it.Next() {
-		k := it.Key()
-		if len(k) != plen+8 {
-			return 0, &CorruptError{Volume: t.volume, Record: fmt.Sprintf("page key %x", k), Reason: "bad key length"}
+		page, v, err := t.checkedPage(it)
+		if err != nil {
+			return 0, err
 		}
-		page := binary.BigEndian.Uint64(k[plen:])
 		if page < next || page > last {
 			continue // cannot happen with correct bounds
-		}
-		v := it.Value()
-		if err := t.l.check(t.volume, page, v); err != nil {
-			return 0, err
 		}
 		empty(page)
 		cp := newPage(page)
@@ -329,6 +317,22 @@ func (t *Tuples) ReadRangeCached(lba uint64, tuples []byte, sums []uint32, writt
 	}
 	c.putSpare(c.fill(gen, &t.writers, pages, spare))
 	return count, nil
+}
+
+// checkedPage returns the page number and checked value at a page
+// iterator's position.
+func (t *Tuples) checkedPage(it Iterator) (uint64, []byte, error) {
+	plen := len(t.prefix) + 1
+	k := it.Key()
+	if len(k) != plen+8 {
+		return 0, nil, &CorruptError{Volume: t.volume, Record: fmt.Sprintf("page key %x", k), Reason: "bad key length"}
+	}
+	page := binary.BigEndian.Uint64(k[plen:])
+	v := it.Value()
+	if err := t.l.check(t.volume, page, v); err != nil {
+		return 0, nil, err
+	}
+	return page, v, nil
 }
 
 // checkRead validates ReadRange's arguments and returns the block count.

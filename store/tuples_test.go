@@ -86,6 +86,12 @@ func randTuples(rng *rand.Rand, n, ts int, withSums bool) ([]byte, []uint32) {
 // checkAgainst reads [lba, lba+n) and compares with the model block by block.
 func checkAgainst(t *testing.T, tp *store.Tuples, m *model, lba, n int) {
 	t.Helper()
+	checkRead(t, tp, m, lba, n, tp.ReadRange)
+}
+
+// checkRead is checkAgainst with read for ReadRange.
+func checkRead(t *testing.T, tp *store.Tuples, m *model, lba, n int, read func(uint64, []byte, []uint32, store.Bitmap) (int, error)) {
+	t.Helper()
 	ts := tp.TupleSize()
 	tuples := make([]byte, n*ts)
 	for i := range tuples {
@@ -102,7 +108,7 @@ func checkAgainst(t *testing.T, tp *store.Tuples, m *model, lba, n int) {
 	for i := range written {
 		written[i] = 0xaaaaaaaaaaaaaaaa
 	}
-	count, err := tp.ReadRange(uint64(lba), tuples, sums, written)
+	count, err := read(uint64(lba), tuples, sums, written)
 	if err != nil {
 		t.Fatalf("ReadRange(%d, %d): %v", lba, n, err)
 	}
@@ -126,7 +132,7 @@ func checkAgainst(t *testing.T, tp *store.Tuples, m *model, lba, n int) {
 		t.Fatalf("ReadRange(%d, %d) counted %d written, want %d", lba, n, count, want)
 	}
 	// The same read without the optional outputs counts the same.
-	if c2, err := tp.ReadRange(uint64(lba), tuples, nil, nil); err != nil || c2 != want {
+	if c2, err := read(uint64(lba), tuples, nil, nil); err != nil || c2 != want {
 		t.Fatalf("ReadRange without sums/bitmap = %d, %v; want %d", c2, err, want)
 	}
 }
