@@ -140,11 +140,14 @@ func TestBlocksCRC32CLayout(t *testing.T) {
 	}
 }
 
-// FuzzBlocksCRC32C compares every implementation with the oracles on fuzzed
-// data and layouts.
+// FuzzBlocksCRC32C compares BlocksCRC32C and BlocksCRC32CCopy of every
+// implementation with the oracles on fuzzed data and layouts.
 func FuzzBlocksCRC32C(f *testing.F) {
 	f.Add(make([]byte, 4*512), 512, 512)
 	f.Add([]byte("123456789"), 4, 5)
+	// Contiguous blocks of 4 KiB (the copying sub-block path) and 8 KiB.
+	f.Add(kerneltest.SeedBytes(5*4096+100), 4096, 4096)
+	f.Add(kerneltest.SeedBytes(3*8192), 8192, 8192)
 	f.Fuzz(func(t *testing.T, data []byte, blockLen, stride int) {
 		if blockLen <= 0 || stride < blockLen || len(data) < blockLen {
 			return
@@ -166,6 +169,20 @@ func FuzzBlocksCRC32C(f *testing.F) {
 				if dst[i] != wg[i] || sums[i] != ws[i] {
 					t.Fatalf("%s: block %d: guard %#x sum %#x, oracle %#x %#x", im.Name, i, dst[i], sums[i], wg[i], ws[i])
 				}
+			}
+			q := kerneltest.NewCopyDest((n-1)*stride+blockLen, len(data)%64)
+			clear(dst)
+			clear(sums)
+			if err := BlocksCRC32CCopy(dst, sums, q, data, blockLen, stride); err != nil {
+				t.Fatalf("%s: copy: %v", im.Name, err)
+			}
+			for i := range n {
+				if dst[i] != wg[i] || sums[i] != ws[i] {
+					t.Fatalf("%s: copy: block %d: guard %#x sum %#x, oracle %#x %#x", im.Name, i, dst[i], sums[i], wg[i], ws[i])
+				}
+			}
+			if d := kerneltest.CheckCopy(q, data, n, blockLen, stride); d != "" {
+				t.Fatalf("%s: copy: %s", im.Name, d)
 			}
 		}
 		impl.Reset(pkgName)
@@ -266,6 +283,39 @@ func TestBlocksCRC32CCopy(t *testing.T) {
 			}
 		}
 	})
+}
+
+// Many contiguous blocks of several KiB (kerneltest.ContiguousCases): for 4
+// KiB blocks the fused copying kernel runs over 1 KiB sub-blocks and each
+// block's partial guards and sums are joined; the other lengths take the
+// other paths.
+func TestBlocksCRC32CCopyContiguous(t *testing.T) {
+	r := rand.New(rand.NewPCG(26, 27))
+	for _, c := range kerneltest.ContiguousCases {
+		blockLen, n := c[0], c[1]
+		if testing.Short() && n*blockLen > 128<<10 {
+			n = max(1, (128<<10)/blockLen|1)
+		}
+		p := randBuf(r, n*blockLen+5)[5:]
+		wg, ws := oracleSums(p, n, blockLen, blockLen)
+		t.Run(fmt.Sprintf("block=%d/n=%d", blockLen, n), func(t *testing.T) {
+			impl.ForEach(t, pkgName, func(t *testing.T) {
+				q := kerneltest.NewCopyDest(n*blockLen, 33)
+				dst, sums := make([]uint16, n), make([]uint32, n)
+				if err := BlocksCRC32CCopy(dst, sums, q, p, blockLen, blockLen); err != nil {
+					t.Fatal(err)
+				}
+				for i := range n {
+					if dst[i] != wg[i] || sums[i] != ws[i] {
+						t.Fatalf("block %d: guard %#x sum %#x, oracle %#x %#x", i, dst[i], sums[i], wg[i], ws[i])
+					}
+				}
+				if d := kerneltest.CheckCopy(q, p, n, blockLen, blockLen); d != "" {
+					t.Fatal(d)
+				}
+			})
+		})
+	}
 }
 
 // q and p each end against an unmapped page: an over-write or over-read

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"hash"
 	"math/rand/v2"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -66,6 +67,7 @@ func Run[T Word](t *testing.T, k Kernel[T]) {
 	t.Run("stream", func(t *testing.T) { impl.ForEach(t, k.Pkg, func(t *testing.T) { testStream(t, k) }) })
 	t.Run("blocks", func(t *testing.T) { impl.ForEach(t, k.Pkg, func(t *testing.T) { testBlocks(t, k) }) })
 	t.Run("blockscopy", func(t *testing.T) { impl.ForEach(t, k.Pkg, func(t *testing.T) { testBlocksCopy(t, k) }) })
+	t.Run("blockscopy-contiguous", func(t *testing.T) { testBlocksCopyContiguous(t, k) })
 	t.Run("guardpage", func(t *testing.T) { impl.ForEach(t, k.Pkg, func(t *testing.T) { testGuardPage(t, k) }) })
 	t.Run("guardpage-copy", func(t *testing.T) { impl.ForEach(t, k.Pkg, func(t *testing.T) { testGuardPageCopy(t, k) }) })
 	t.Run("combine", func(t *testing.T) { testCombine(t, k) })
@@ -158,7 +160,7 @@ func testStream[T Word](t *testing.T, k Kernel[T]) {
 var BlockCases = [][2]int{
 	{512, 512}, {512, 520}, {520, 520}, {512, 528}, {4096, 4096}, {4096, 4104},
 	{4096, 4112}, {4096, 4160}, {4104, 4112}, {1024, 1024}, {2048, 2064},
-	{8192, 8192}, {16384, 16384}, {65536, 65536},
+	{2048, 2048}, {3072, 3072}, {8192, 8192}, {12288, 12288}, {16384, 16384}, {65536, 65536},
 	{0, 0}, {1, 1}, {7, 9}, {15, 16}, {16, 16}, {17, 33}, {31, 31}, {64, 64}, {100, 128},
 	{255, 256}, {513, 520}, {1000, 1000},
 }
@@ -269,6 +271,58 @@ func testBlocksCopy[T Word](t *testing.T, k Kernel[T]) {
 				}
 			}
 		}
+	}
+}
+
+// ContiguousCases are contiguous layouts (stride == blockLen) of several
+// KiB with many blocks, as {blockLen, blocks}. For 4 KiB blocks the copying
+// calls' sub-block paths (kernels/internal/foldgo) run their kernel over 1
+// KiB sub-blocks, 64 to a call, and join each block's partial CRCs; the
+// counts are odd and 129 blocks span nine calls. The other lengths take
+// the other paths (the split of crct10dif.BlocksCRC32CCopy, whole blocks)
+// and are here as the neighbours of the rule.
+var ContiguousCases = [][2]int{
+	{2048, 257}, {3072, 171}, {4096, 1}, {4096, 3}, {4096, 129}, {8192, 65},
+	{12288, 43}, {16384, 33}, {20480, 13}, {65536, 9}, {131072, 3},
+}
+
+// testBlocksCopyContiguous runs BlocksCopy over ContiguousCases for every
+// implementation: the CRCs against the oracle (computed once), the copy
+// against p, the rest of q untouched.
+func testBlocksCopyContiguous[T Word](t *testing.T, k Kernel[T]) {
+	r := rand.New(rand.NewPCG(16, 17))
+	for _, c := range ContiguousCases {
+		blockLen, n := c[0], c[1]
+		if testing.Short() && n*blockLen > 128<<10 {
+			n = max(1, (128<<10)/blockLen|1)
+		}
+		p := randBytes(r, n*blockLen+7)[7:]
+		want := make([]T, n)
+		for i := range want {
+			want[i] = k.oracle(k.start(), p[i*blockLen:(i+1)*blockLen])
+		}
+		t.Run(fmt.Sprintf("block=%d/n=%d", blockLen, n), func(t *testing.T) {
+			impl.ForEach(t, k.Pkg, func(t *testing.T) {
+				q := NewCopyDest(n*blockLen, 33)
+				dst := make([]T, n+1)
+				sentinel := T(uint64(0x5a5a5a5a5a5a5a5a) & k.Params.Mask())
+				dst[n] = sentinel
+				if err := k.BlocksCopy(dst[:n], q, p, blockLen, blockLen); err != nil {
+					t.Fatal(err)
+				}
+				for i := range n {
+					if dst[i] != want[i] {
+						t.Fatalf("dst[%d] = %#x, oracle %#x", i, dst[i], want[i])
+					}
+				}
+				if dst[n] != sentinel {
+					t.Fatal("wrote past dst")
+				}
+				if d := CheckCopy(q, p, n, blockLen, blockLen); d != "" {
+					t.Fatal(d)
+				}
+			})
+		})
 	}
 }
 
@@ -412,6 +466,9 @@ func testLayoutErrors[T Word](t *testing.T, k Kernel[T]) {
 func Fuzz[T Word](f *testing.F, k Kernel[T]) {
 	f.Add([]byte("123456789"), uint64(0), 4, 3, 4)
 	f.Add(make([]byte, 1100), uint64(1), 512, 520, 300)
+	// Contiguous blocks of 4 KiB (the sub-block paths) and 8 KiB.
+	f.Add(SeedBytes(5*4096+100), uint64(2), 4096, 4096, 4099)
+	f.Add(SeedBytes(3*8192), uint64(3), 8192, 8192, 1)
 	f.Fuzz(func(t *testing.T, data []byte, crc uint64, blockLen, stride, split int) {
 		c := T(crc) & T(k.Params.Mask())
 		want := k.oracle(c, data)
@@ -474,6 +531,9 @@ func Fuzz[T Word](f *testing.F, k Kernel[T]) {
 		impl.Reset(k.Pkg)
 	})
 }
+
+// SeedBytes returns n bytes of fixed pseudo-random data, for fuzz seeds.
+func SeedBytes(n int) []byte { return randBytes(rand.New(rand.NewPCG(18, 19)), n) }
 
 // Sink keeps benchmark results alive.
 var Sink uint64
@@ -581,4 +641,57 @@ func BenchDRAM[T Word](b *testing.B, k Kernel[T]) {
 			})
 		}
 	})
+}
+
+// CopyPath is one way of computing a copying batch call over contiguous
+// blocks, for BenchCopyPaths: Run copies the len(p)/blockLen blocks of p to
+// q and returns something of the CRCs for the benchmark to consume.
+type CopyPath struct {
+	Name string
+	Run  func(q, p []byte, blockLen int) uint64
+}
+
+// BenchCopyPaths compares copying paths over 1 MiB of contiguous blocks
+// per call (rounded down to a multiple of four blocks). Source and
+// destination are each either a 1 MiB buffer that stays in cache or the
+// next MiB of a DRAMSize buffer, which comes from memory: mem=cache (both
+// in cache), mem=src (the source from memory into a destination in cache,
+// as a page-cache mapping read once into a reused buffer) and mem=both.
+// Names: mem=src/block=4096/path=NAME, so that benchstat can set the paths
+// side by side (-col /path). Besides MB/s it reports MB/cpu-s, the bytes
+// per second of the benchmark thread's CPU time, which the time the thread
+// waits for a CPU (on a shared machine) does not change.
+func BenchCopyPaths(b *testing.B, paths []CopyPath, blockLens []int) {
+	const size = 1 << 20
+	r := rand.New(rand.NewPCG(1, 1))
+	src, dst := randBytes(r, DRAMSize), randBytes(r, DRAMSize)
+	for _, mem := range []string{"cache", "src", "both"} {
+		for _, bl := range blockLens {
+			n := size / bl &^ 3 * bl
+			for _, path := range paths {
+				b.Run(fmt.Sprintf("mem=%s/block=%d/path=%s", mem, bl, path.Name), func(b *testing.B) {
+					runtime.LockOSThread()
+					defer runtime.UnlockOSThread()
+					b.SetBytes(int64(n))
+					var sink uint64
+					i, j := 0, 0 // the MiB of src and of dst
+					cpu := threadCPU()
+					for b.Loop() {
+						p, q := src[i*size:][:n], dst[j*size:][:n]
+						if mem != "cache" {
+							i = (i + 1) % (DRAMSize / size)
+						}
+						if mem == "both" {
+							j = (j + 1) % (DRAMSize / size)
+						}
+						sink += path.Run(q, p, bl)
+					}
+					if cpu := threadCPU() - cpu; cpu > 0 {
+						b.ReportMetric(float64(n)*float64(b.N)/cpu.Seconds()/1e6, "MB/cpu-s")
+					}
+					Sink += sink + uint64(dst[n-1])
+				})
+			}
+		}
+	}
 }
