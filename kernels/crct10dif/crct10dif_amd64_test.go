@@ -5,6 +5,8 @@ package crct10dif
 import (
 	"testing"
 
+	"github.com/difctl/difctl/kernels/internal/crcmath"
+	"github.com/difctl/difctl/kernels/internal/foldgo"
 	"github.com/difctl/difctl/kernels/internal/kerneltest"
 )
 
@@ -17,4 +19,56 @@ func TestFoldTableOffsets(t *testing.T) {
 		Fold: foldTableFold, Final: foldTableFinal, Mu: foldTableMu,
 		Poly: foldTablePoly, Rev: foldTableRev, Size: foldTableSize,
 	})
+}
+
+// BenchmarkBlocksCopyPaths: BlocksCopy over contiguous blocks by the copying
+// kernel of pclmul and of avx2 over whole blocks (path=whole) and over 1 KiB
+// sub-blocks with the partial guards joined (path=sub), side by side
+// (benchstat -col /path). pclmul takes path=sub for 4 KiB blocks, avx2
+// keeps path=whole, which streams faster from memory.
+func BenchmarkBlocksCopyPaths(b *testing.B) {
+	dst := make([]uint16, 1<<10)
+	for _, k := range []struct {
+		name  string
+		has   bool
+		vec   int
+		group int
+		copy  func([]uint16, []byte, []byte, int, int, *crcmath.RevFoldTable)
+		upd   func(uint16, []byte) uint16
+	}{
+		{"pclmul", hasFoldPCLMUL, foldVecPCLMUL, foldGroupPCLMUL, foldBlocksCopyPCLMUL, updatePCLMUL},
+		{"avx2", hasFoldAVX2, foldVecAVX2, foldGroupAVX2, foldBlocksCopyAVX2, updateAVX2},
+	} {
+		if !k.has {
+			continue
+		}
+		b.Run("impl="+k.name, func(b *testing.B) {
+			kerneltest.BenchCopyPaths(b, []kerneltest.CopyPath{
+				{Name: "whole", Run: func(q, p []byte, bl int) uint64 {
+					n := len(p) / bl
+					blocksCopyFold(dst[:n], q, p, bl, bl, k.vec, k.group, k.copy, k.upd)
+					return uint64(dst[n-1])
+				}},
+				{Name: "sub", Run: func(q, p []byte, bl int) uint64 {
+					n := len(p) / bl
+					subBlocksCopyWith(k.copy, dst[:n], q, p, bl)
+					return uint64(dst[n-1])
+				}},
+			}, []int{4096, 8192, 65536})
+		})
+	}
+}
+
+// subBlocksCopyWith is blocksCopySubPCLMUL with the kernel as a parameter
+// (its scratch array then escapes), for the benchmark.
+func subBlocksCopyWith(kernel func([]uint16, []byte, []byte, int, int, *crcmath.RevFoldTable), dst []uint16, q, p []byte, blockLen int) {
+	const s = foldgo.SubBlockLen
+	j := foldgo.NewJoiner(dst, blockLen/s, guardShift())
+	var part [subChunk]uint16
+	for o, end := 0, len(dst)*blockLen; o < end; {
+		k := min(subChunk, (end-o)/s)
+		kernel(part[:k], q[o:], p[o:], s, s, foldTables)
+		j.Add(part[:k])
+		o += k * s
+	}
 }

@@ -8,7 +8,9 @@ import (
 	"unsafe"
 
 	"github.com/difctl/difctl/kernels/internal/crcmath"
+	"github.com/difctl/difctl/kernels/internal/foldgo"
 	"github.com/difctl/difctl/kernels/internal/impl"
+	"github.com/difctl/difctl/kernels/internal/kerneltest"
 )
 
 // The fused kernel reads crcmath.RevFoldTable at the offsets its generator
@@ -43,4 +45,72 @@ func TestBlocksCRC32CDispatch(t *testing.T) {
 			t.Errorf("%s: fused kernel in use = %v, want %v", name, fused, want)
 		}
 	})
+}
+
+// The sub-block paths hand the kernels whole groups: the sub-blocks of a
+// block of foldgo.SubBlockAlias bytes, and of each call, fill groups of
+// every kernel that runs them.
+func TestSubBlockGroups(t *testing.T) {
+	per := foldgo.SubBlockAlias / foldgo.SubBlockLen
+	for _, g := range []int{fusedGroupAVX2, foldGroupPCLMUL} {
+		if per%g != 0 || subChunk%g != 0 {
+			t.Errorf("group of %d blocks: %d sub-blocks a block, %d a call", g, per, subChunk)
+		}
+	}
+}
+
+// The sub-block paths allocate nothing: the partial CRCs stay on the stack.
+func TestSubBlockAllocs(t *testing.T) {
+	defer impl.Reset(pkgName)
+	p, q := make([]byte, 1<<20), make([]byte, 1<<20)
+	dst, sums := make([]uint16, 256), make([]uint32, 256)
+	for _, name := range []string{"avx2", "pclmul"} {
+		if err := impl.Select(pkgName, name); err != nil {
+			t.Logf("%s: %v", name, err)
+			continue
+		}
+		if n := testing.AllocsPerRun(10, func() {
+			if BlocksCopy(dst, q, p, 4096, 4096) != nil || BlocksCRC32CCopy(dst, sums, q, p, 4096, 4096) != nil {
+				t.Fatal("refused")
+			}
+		}); n != 0 {
+			t.Errorf("%s: %v allocations a call", name, n)
+		}
+	}
+}
+
+// BenchmarkBlocksCRC32CCopyPaths: the ways BlocksCRC32CCopy can take under
+// avx2 for contiguous blocks, side by side (benchstat -col /path):
+// path=fused runs fusedBlocksCopyAVX2 over whole blocks (the dispatch
+// below copySplitStride), path=split the copying guard kernel then
+// crc32c.Blocks, sixteen blocks at a time, and path=sub the fused kernel
+// over 1 KiB sub-blocks with the partial CRCs joined. Only 4 KiB blocks
+// take the sub-block path; the other lengths show why.
+func BenchmarkBlocksCRC32CCopyPaths(b *testing.B) {
+	if !hasFusedAVX2 {
+		b.Skip("the CPU cannot run the fused kernel")
+	}
+	if err := impl.Select(pkgName, "avx2"); err != nil {
+		b.Fatal(err)
+	}
+	defer impl.Reset(pkgName)
+	dst, sums := make([]uint16, 1<<10), make([]uint32, 1<<10)
+	sink := func(n int) uint64 { return uint64(dst[n-1]) + uint64(sums[n-1]) }
+	kerneltest.BenchCopyPaths(b, []kerneltest.CopyPath{
+		{Name: "fused", Run: func(q, p []byte, bl int) uint64 {
+			n := len(p) / bl
+			fusedBlocksCopyAVX2(dst[:n], sums[:n], q, p, bl, bl, foldTables)
+			return sink(n)
+		}},
+		{Name: "split", Run: func(q, p []byte, bl int) uint64 {
+			n := len(p) / bl
+			blocksSumsCopySplit(dst[:n], sums[:n], q, p, bl, bl)
+			return sink(n)
+		}},
+		{Name: "sub", Run: func(q, p []byte, bl int) uint64 {
+			n := len(p) / bl
+			blocksSumsCopySub(dst[:n], sums[:n], q, p, bl)
+			return sink(n)
+		}},
+	}, []int{2048, 3072, 4096, 8192, 16384, 65536})
 }
