@@ -3,11 +3,7 @@
 package crct10dif
 
 import (
-	"sync"
-
 	"github.com/difctl/difctl/kernels/crc32c"
-	"github.com/difctl/difctl/kernels/internal/crcmath"
-	"github.com/difctl/difctl/kernels/internal/foldgo"
 	"golang.org/x/sys/cpu"
 )
 
@@ -70,20 +66,14 @@ func blocksSumsAVX2(dst []uint16, sums []uint32, p []byte, blockLen, stride int)
 // blocksSumsCopyAVX2 is blocksSumsAVX2 with fusedBlocksCopyAVX2, which
 // copies each block's whole 16-byte lanes (the Go code copies the last
 // blockLen%16 bytes and adds them to both CRCs from q). It takes one of
-// three ways by layout:
-//   - contiguous 4 KiB blocks (foldgo.UseSubBlocks): the kernel over their
-//     1 KiB sub-blocks, blocksSumsCopySub;
-//   - other strides of copySplitStride and more: the two passes of
+// two ways by layout:
+//   - strides of copySplitStride and more: the two passes of
 //     blocksSumsCopySplit;
 //   - shorter strides: the kernel over the whole groups of blocks, the
 //     remaining blocks the portable copy.
 //
 // The layout was checked.
 func blocksSumsCopyAVX2(dst []uint16, sums []uint32, q, p []byte, blockLen, stride int) {
-	if foldgo.UseSubBlocks(blockLen, stride) {
-		blocksSumsCopySub(dst, sums, q, p, blockLen)
-		return
-	}
 	if stride >= copySplitStride {
 		blocksSumsCopySplit(dst, sums, q, p, blockLen, stride)
 		return
@@ -135,43 +125,10 @@ func blocksSumsCopySplit(dst []uint16, sums []uint32, q, p []byte, blockLen, str
 	}
 }
 
-// Contiguous 4 KiB blocks take the sub-block path (foldgo.UseSubBlocks):
-// the fused kernel over the blocks' 1 KiB sub-blocks, whose streams no
-// longer share L1 sets, and each block's partial guards and sums joined.
-// Against the two passes, 1 MiB a call (BenchmarkBlocksCRC32CCopyPaths,
-// AMD EPYC Zen 3, medians of alternating runs, per CPU-second), that ran
-// 1.06 to 1.14 times as fast from a source in memory into a destination in
-// cache (mem=src: a page-cache mapping read into a reused buffer, as
-// blockdev's runs of the default size are) and 1.15 to 1.37 times with
-// both in cache, but 0.6 times where the destination is not in cache
-// either (mem=both; likely because the fused kernel reads back from q what
-// it has just stored, while the split's first pass only stores; the fused
-// kernel over whole blocks lost there too). BenchmarkBlocksCRC32CDRAM, 64
-// MiB into 64 MiB in one call, is such a case: 5.4 GB/s before, 3.3 with
-// the sub-blocks. 8 to 64 KiB blocks gained 0 to 10% from memory and lost
-// half with q not in cache; 2 and 3 KiB blocks, whose streams do not all
-// alias, lost 8 to 15% with both in cache. The avx512 implementation
-// shares this dispatch (the fused kernel is YMM code) and was not measured.
-//
-// blocksSumsCopySub runs fusedBlocksCopyAVX2 over the 1 KiB sub-blocks of
-// contiguous 4 KiB blocks, and joins each block's partial guards and sums
-// with L_1024 of each CRC. The layout was checked.
-func blocksSumsCopySub(dst []uint16, sums []uint32, q, p []byte, blockLen int) {
-	const s = foldgo.SubBlockLen
-	jg := foldgo.NewJoiner(dst, blockLen/s, guardShift())
-	js := foldgo.NewJoiner(sums, blockLen/s, sumShift())
-	var g [subChunk]uint16
-	var c [subChunk]uint32
-	for o, end := 0, len(dst)*blockLen; o < end; {
-		k := min(subChunk, (end-o)/s)
-		fusedBlocksCopyAVX2(g[:k], c[:k], q[o:], p[o:], s, s, foldTables)
-		jg.Add(g[:k])
-		js.Add(c[:k])
-		o += k * s
-	}
-}
-
-// sumShift is L_1024 of CRC-32C (foldgo.Shift), built on first use.
-var sumShift = sync.OnceValue(func() *foldgo.Shift[uint32] {
-	return foldgo.NewShift[uint32](crcmath.CRC32C, foldgo.SubBlockLen)
-})
+// Contiguous 4 KiB blocks do not take the sub-block path of BlocksCopy
+// under pclmul (the fused kernel over 1 KiB sub-blocks, the partial CRCs
+// joined; blocksSumsCopySub in the tests): it ran 1.06 to 1.14 times as fast
+// as the two passes into a destination in cache, but 0.6 times into one
+// that is not (BenchmarkBlocksCRC32CCopyPaths), and a verified 64 MiB read
+// through a blockdev.Volume, whose pieces land in a cold buffer, ran 0.75
+// times as fast with it.
