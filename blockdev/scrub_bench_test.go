@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/difctl/difctl/dif"
 	"github.com/difctl/difctl/store"
@@ -15,7 +16,9 @@ import (
 // sequential read of the same file in 1 MiB requests (source=pread), in
 // one run: the target is at least 80% of the read's throughput.
 // Every iteration is a whole pass; the bytes are the data bytes of the
-// image, for the read as for the scrub.
+// image, for the read as for the scrub. The scrubs also report the ratio
+// to a pread pass over the same file after each scrub, outside the timer,
+// as "%baseline": runs minutes apart on a busy machine are not comparable.
 //
 //	go test ./blockdev -run '^$' -bench 'Scrub' -count 6 | benchstat -col /source -
 func BenchmarkScrub(b *testing.B) {
@@ -103,6 +106,20 @@ func benchScrub(b *testing.B, format, source string) {
 	if err != nil || rep.OK != int64(blocks) {
 		b.Fatalf("%+v %v", rep, err)
 	}
+	// The baseline of the same run: after every scrub, outside the timer, a
+	// plain 1 MiB pread pass over the same file, as source=pread does.
+	fh, err := os.Open(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer fh.Close()
+	st, err := fh.Stat()
+	if err != nil {
+		b.Fatal(err)
+	}
+	buf := AlignedBuffer(benchReq)
+	var baseline time.Duration
+	passes := 0
 	var checked int64
 	for b.Loop() {
 		rep, err := Scrub(context.Background(), src, ScrubOptions{})
@@ -110,6 +127,21 @@ func benchScrub(b *testing.B, format, source string) {
 			b.Fatal(err)
 		}
 		checked += rep.Blocks
+		b.StopTimer()
+		t0 := time.Now()
+		for off := int64(0); off < st.Size(); off += benchReq {
+			if _, err := fh.ReadAt(buf[:min(benchReq, st.Size()-off)], off); err != nil {
+				b.Fatal(err)
+			}
+		}
+		baseline += time.Since(t0)
+		passes++
+		b.StartTimer()
+	}
+	if e := b.Elapsed(); e > 0 && baseline > 0 {
+		// Both do whole passes over the same bytes: the ratio of the
+		// throughputs is that of the times per pass.
+		b.ReportMetric(100*(float64(baseline)/float64(passes))/(float64(e)/float64(b.N)), "%baseline")
 	}
 	if checked == 0 {
 		b.Fatal("nothing checked")

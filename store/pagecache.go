@@ -171,7 +171,7 @@ func (c *pageCache) fill(gen uint64, writers *atomic.Int32, pages []*cachedPage,
 			c.remove(v)
 			spare = append(spare, v)
 		}
-		cp.ref.Store(false)
+		cp.ref.Store(true) // a second chance: remove may move it under the hand
 		cp.slot = len(c.ring)
 		c.ring = append(c.ring, cp)
 		c.pages[cp.page] = cp
