@@ -75,29 +75,10 @@ func benchScrub(b *testing.B, format, source string) {
 		}
 	}
 	b.SetBytes(size)
+	pass := preadPass(b, path)
 	if src == nil {
-		fh, err := os.Open(path)
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer fh.Close()
-		st, err := fh.Stat()
-		if err != nil {
-			b.Fatal(err)
-		}
-		buf := AlignedBuffer(benchReq)
-		sum := 0
 		for b.Loop() {
-			for off := int64(0); off < st.Size(); off += benchReq {
-				n, err := fh.ReadAt(buf[:min(benchReq, st.Size()-off)], off)
-				if err != nil {
-					b.Fatal(err)
-				}
-				sum += int(buf[n-1])
-			}
-		}
-		if sum < 0 {
-			b.Fatal("unreachable")
+			pass()
 		}
 		return
 	}
@@ -108,16 +89,6 @@ func benchScrub(b *testing.B, format, source string) {
 	}
 	// The baseline of the same run: after every scrub, outside the timer, a
 	// plain 1 MiB pread pass over the same file, as source=pread does.
-	fh, err := os.Open(path)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer fh.Close()
-	st, err := fh.Stat()
-	if err != nil {
-		b.Fatal(err)
-	}
-	buf := AlignedBuffer(benchReq)
 	var baseline time.Duration
 	passes := 0
 	var checked int64
@@ -129,11 +100,7 @@ func benchScrub(b *testing.B, format, source string) {
 		checked += rep.Blocks
 		b.StopTimer()
 		t0 := time.Now()
-		for off := int64(0); off < st.Size(); off += benchReq {
-			if _, err := fh.ReadAt(buf[:min(benchReq, st.Size()-off)], off); err != nil {
-				b.Fatal(err)
-			}
-		}
+		pass()
 		baseline += time.Since(t0)
 		passes++
 		b.StartTimer()
@@ -145,5 +112,33 @@ func benchScrub(b *testing.B, format, source string) {
 	}
 	if checked == 0 {
 		b.Fatal("nothing checked")
+	}
+}
+
+// preadPass returns a function that reads the file at path from start to
+// end in 1 MiB requests (benchReq), as a plain sequential reader would.
+func preadPass(b *testing.B, path string) func() {
+	fh, err := os.Open(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { fh.Close() })
+	st, err := fh.Stat()
+	if err != nil {
+		b.Fatal(err)
+	}
+	buf := AlignedBuffer(benchReq)
+	return func() {
+		sum := 0
+		for off := int64(0); off < st.Size(); off += benchReq {
+			n, err := fh.ReadAt(buf[:min(benchReq, st.Size()-off)], off)
+			if err != nil {
+				b.Fatal(err)
+			}
+			sum += int(buf[n-1])
+		}
+		if sum < 0 {
+			b.Fatal("unreachable")
+		}
 	}
 }
