@@ -17,9 +17,10 @@ import (
 // pages are dropped at its end. A reader that missed records the generation
 // (bumped at both ends of every write) before it opens its KV iterator and
 // fills the cache only if it is unchanged and no write runs, so a page read
-// from a snapshot older than a commit is never cached after it. Writes that bypass this Tuples (another Tuples of the same
-// volume, raw KV writes, DeleteVolume) are not seen: the cache is for the
-// sole writer of a volume, which is how a blockdev.Volume owns it.
+// from a snapshot older than a commit is never cached after it. Writes
+// that bypass this Tuples (another Tuples of the same volume, raw KV
+// writes, DeleteVolume) are not seen: the cache is for the sole writer of a
+// volume, which is how a blockdev.Volume owns it.
 type pageCache struct {
 	mu    sync.RWMutex
 	max   int // pages
@@ -33,7 +34,7 @@ type pageCache struct {
 }
 
 // cachedPage is one decoded page. An empty page (no stored value: every
-// block unwritten) keeps no arrays.
+// block unwritten) does not use its arrays, which it may not have.
 type cachedPage struct {
 	page   uint64
 	empty  bool
@@ -55,7 +56,8 @@ type CacheStats struct {
 // maxBytes (counting the decoded tuples, checksums and bitmap of each page);
 // 0 removes it. The cache assumes this Tuples is the only writer of the
 // volume while it is set (see ReadRangeCached). A cache too small for one
-// page is no cache.
+// page is no cache. Beyond maxBytes it keeps up to maxSpare evicted pages
+// for reuse.
 func (t *Tuples) SetPageCache(maxBytes int) {
 	per := t.l.p*t.l.ts + t.l.bitsLen*8
 	if t.l.sums {
@@ -183,8 +185,9 @@ func (c *pageCache) fill(gen uint64, writers *atomic.Int32, pages []*cachedPage,
 // reading a miss's pages and filling the cache with them.
 var testHookCacheMiss func()
 
-// maxSpare bounds the evicted pages kept for reuse.
-const maxSpare = 16
+// maxSpare bounds the evicted pages kept for reuse: a 1 MiB read needs
+// two pages at 512-byte blocks, one at 4 KiB.
+const maxSpare = 4
 
 // takeSpare returns up to n evicted pages for a miss to decode into.
 func (c *pageCache) takeSpare(n int) []*cachedPage {
