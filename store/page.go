@@ -156,11 +156,15 @@ func (l *layout) pageBits(dst []uint64, v []byte) {
 }
 
 // decode fills pb from a checked page value.
-func (l *layout) decode(pb *pageBuf, v []byte) {
-	l.pageBits(pb.bits, v)
-	copy(pb.tuples, v[l.tupOff:l.sumOff])
+func (l *layout) decode(pb *pageBuf, v []byte) { l.decodeTo(pb.bits, pb.tuples, pb.sums, v) }
+
+// decodeTo decodes a checked page value into its bitmap, tuples and (with
+// sums) sector checksums.
+func (l *layout) decodeTo(bits []uint64, tuples []byte, sums []uint32, v []byte) {
+	l.pageBits(bits, v)
+	copy(tuples, v[l.tupOff:l.sumOff])
 	if l.sums {
-		decodeSums(pb.sums, v[l.sumOff:l.crcOff])
+		decodeSums(sums, v[l.sumOff:l.crcOff])
 	}
 }
 
@@ -174,11 +178,7 @@ func (l *layout) decodeCached(cp *cachedPage, v []byte) {
 			cp.sums = make([]uint32, l.p)
 		}
 	}
-	l.pageBits(cp.bits, v)
-	copy(cp.tuples, v[l.tupOff:l.sumOff])
-	if l.sums {
-		decodeSums(cp.sums, v[l.sumOff:l.crcOff])
-	}
+	l.decodeTo(cp.bits, cp.tuples, cp.sums, v)
 }
 
 // decodeSums decodes len(dst) big-endian uint32s from src, four per step

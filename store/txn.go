@@ -201,10 +201,10 @@ func (x *Txn) Commit(sync bool) error {
 			return err
 		}
 	}
-	// The page caches are bypassed while a batch that writes pages is
-	// applied, and drop those pages after (whether or not Commit reports an
-	// error: the KV may hold the batch anyway). Batches of other records
-	// (intents, cursors, findings) leave them alone.
+	// The page cache is bypassed while a batch that writes pages is
+	// applied, and drops those pages after (whether or not Commit reports
+	// an error: the KV may hold the batch anyway). Batches of other records
+	// (intents, cursors, findings) leave it alone.
 	if len(order) > 0 {
 		t.beginWrite()
 		defer t.endWrite(order, false)
