@@ -10,7 +10,7 @@ GLOBL fusedBswap<>(SB), RODATA|NOPTR, $16
 
 // func fusedBlocksAVX2(dst []uint16, sums []uint32, p []byte, blockLen int, stride int, tab *crcmath.RevFoldTable)
 // Requires: AVX, AVX2, MMX+, PCLMULQDQ, SSE4.2, VPCLMULQDQ
-TEXT ·fusedBlocksAVX2(SB), NOSPLIT, $0-96
+TEXT ·fusedBlocksAVX2(SB), NOSPLIT, $8-96
 	MOVQ dst_base+0(FP), DI
 	MOVQ dst_len+8(FP), DX
 	MOVQ sums_base+24(FP), R8
@@ -29,8 +29,12 @@ TEXT ·fusedBlocksAVX2(SB), NOSPLIT, $0-96
 	VBROADCASTI128 fusedBswap<>+0(SB), Y9
 
 group:
-	MOVQ SI, R13
-	MOVQ blockLen+72(FP), CX
+	MOVQ       SI, R13
+	MOVQ       blockLen+72(FP), CX
+	LEAQ       4096(SI), BP
+	PREFETCHT0 (BP)
+	PREFETCHT0 64(BP)
+	ADDQ       $0x00000080, BP
 
 	// The first 32 bytes of each block: the fold accumulators (T10-DIF
 	// starts from zero) and the CRC-32C registers, from all ones.
@@ -69,11 +73,9 @@ group:
 	// block's next 32 bytes, and run the same bytes through its CRC32Q stream.
 	// blockLen >= 64, so there is at least one step.
 loop:
-	LEAQ       (R13)(R9*4), R14
-	PREFETCHT0 (R14)
-	PREFETCHT0 (R14)(R9*1)
-	PREFETCHT0 (R14)(R9*2)
-	PREFETCHT0 (R14)(R10*1)
+	PREFETCHT0 (BP)
+	PREFETCHT0 64(BP)
+	ADDQ       $0x00000080, BP
 	VMOVDQU    (R13), Y12
 	VPSHUFB    Y9, Y12, Y12
 	VPCLMULQDQ $0x01, Y8, Y0, Y11
@@ -250,7 +252,7 @@ reduce:
 
 // func fusedBlocksCopyAVX2(dst []uint16, sums []uint32, q []byte, p []byte, blockLen int, stride int, tab *crcmath.RevFoldTable)
 // Requires: AVX, AVX2, MMX+, PCLMULQDQ, SSE4.2, VPCLMULQDQ
-TEXT ·fusedBlocksCopyAVX2(SB), NOSPLIT, $0-120
+TEXT ·fusedBlocksCopyAVX2(SB), NOSPLIT, $8-120
 	MOVQ dst_base+0(FP), DI
 	MOVQ dst_len+8(FP), DX
 	MOVQ sums_base+24(FP), R8
@@ -273,8 +275,12 @@ TEXT ·fusedBlocksCopyAVX2(SB), NOSPLIT, $0-120
 	VBROADCASTI128 fusedBswap<>+0(SB), Y9
 
 group:
-	MOVQ SI, R13
-	MOVQ blockLen+96(FP), CX
+	MOVQ       SI, R13
+	MOVQ       blockLen+96(FP), CX
+	LEAQ       4096(SI), BP
+	PREFETCHT0 (BP)
+	PREFETCHT0 64(BP)
+	ADDQ       $0x00000080, BP
 
 	// The first 32 bytes of each block: the fold accumulators (T10-DIF
 	// starts from zero) and the CRC-32C registers, from all ones.
@@ -295,22 +301,6 @@ group:
 	VMOVDQU Y3, (R14)(R10*1)
 	VPSHUFB Y9, Y3, Y3
 	MOVL    $0xffffffff, R12
-	CRC32Q  (R14), AX
-	CRC32Q  (R14)(R9*1), BX
-	CRC32Q  (R14)(R9*2), R11
-	CRC32Q  (R14)(R10*1), R12
-	CRC32Q  8(R14), AX
-	CRC32Q  8(R14)(R9*1), BX
-	CRC32Q  8(R14)(R9*2), R11
-	CRC32Q  8(R14)(R10*1), R12
-	CRC32Q  16(R14), AX
-	CRC32Q  16(R14)(R9*1), BX
-	CRC32Q  16(R14)(R9*2), R11
-	CRC32Q  16(R14)(R10*1), R12
-	CRC32Q  24(R14), AX
-	CRC32Q  24(R14)(R9*1), BX
-	CRC32Q  24(R14)(R9*2), R11
-	CRC32Q  24(R14)(R10*1), R12
 	ADDQ    $0x00000020, R13
 	SUBQ    $0x00000020, CX
 
@@ -318,11 +308,9 @@ group:
 	// block's next 32 bytes, and run the same bytes through its CRC32Q stream.
 	// blockLen >= 64, so there is at least one step.
 loop:
-	LEAQ       (R13)(R9*4), R14
-	PREFETCHT0 (R14)
-	PREFETCHT0 (R14)(R9*1)
-	PREFETCHT0 (R14)(R9*2)
-	PREFETCHT0 (R14)(R10*1)
+	PREFETCHT0 (BP)
+	PREFETCHT0 64(BP)
+	ADDQ       $0x00000080, BP
 	LEAQ       (R13)(R15*1), R14
 	VMOVDQU    (R13), Y12
 	VMOVDQU    Y12, (R14)
@@ -331,7 +319,7 @@ loop:
 	VPCLMULQDQ $0x10, Y8, Y0, Y0
 	VPXOR      Y11, Y0, Y0
 	VPXOR      Y12, Y0, Y0
-	CRC32Q     (R14), AX
+	CRC32Q     -32(R14), AX
 	VMOVDQU    (R13)(R9*1), Y12
 	VMOVDQU    Y12, (R14)(R9*1)
 	VPSHUFB    Y9, Y12, Y12
@@ -339,7 +327,7 @@ loop:
 	VPCLMULQDQ $0x10, Y8, Y1, Y1
 	VPXOR      Y11, Y1, Y1
 	VPXOR      Y12, Y1, Y1
-	CRC32Q     (R14)(R9*1), BX
+	CRC32Q     -32(R14)(R9*1), BX
 	VMOVDQU    (R13)(R9*2), Y12
 	VMOVDQU    Y12, (R14)(R9*2)
 	VPSHUFB    Y9, Y12, Y12
@@ -347,7 +335,7 @@ loop:
 	VPCLMULQDQ $0x10, Y8, Y2, Y2
 	VPXOR      Y11, Y2, Y2
 	VPXOR      Y12, Y2, Y2
-	CRC32Q     (R14)(R9*2), R11
+	CRC32Q     -32(R14)(R9*2), R11
 	VMOVDQU    (R13)(R10*1), Y12
 	VMOVDQU    Y12, (R14)(R10*1)
 	VPSHUFB    Y9, Y12, Y12
@@ -355,23 +343,41 @@ loop:
 	VPCLMULQDQ $0x10, Y8, Y3, Y3
 	VPXOR      Y11, Y3, Y3
 	VPXOR      Y12, Y3, Y3
-	CRC32Q     (R14)(R10*1), R12
-	CRC32Q     8(R14), AX
-	CRC32Q     8(R14)(R9*1), BX
-	CRC32Q     8(R14)(R9*2), R11
-	CRC32Q     8(R14)(R10*1), R12
-	CRC32Q     16(R14), AX
-	CRC32Q     16(R14)(R9*1), BX
-	CRC32Q     16(R14)(R9*2), R11
-	CRC32Q     16(R14)(R10*1), R12
-	CRC32Q     24(R14), AX
-	CRC32Q     24(R14)(R9*1), BX
-	CRC32Q     24(R14)(R9*2), R11
-	CRC32Q     24(R14)(R10*1), R12
+	CRC32Q     -32(R14)(R10*1), R12
+	CRC32Q     -24(R14), AX
+	CRC32Q     -24(R14)(R9*1), BX
+	CRC32Q     -24(R14)(R9*2), R11
+	CRC32Q     -24(R14)(R10*1), R12
+	CRC32Q     -16(R14), AX
+	CRC32Q     -16(R14)(R9*1), BX
+	CRC32Q     -16(R14)(R9*2), R11
+	CRC32Q     -16(R14)(R10*1), R12
+	CRC32Q     -8(R14), AX
+	CRC32Q     -8(R14)(R9*1), BX
+	CRC32Q     -8(R14)(R9*2), R11
+	CRC32Q     -8(R14)(R10*1), R12
 	ADDQ       $0x00000020, R13
 	SUBQ       $0x00000020, CX
 	CMPQ       CX, $0x00000020
 	JAE        loop
+
+	// The CRC32Q of the last step's vectors, still at rQ.
+	CRC32Q (R14), AX
+	CRC32Q (R14)(R9*1), BX
+	CRC32Q (R14)(R9*2), R11
+	CRC32Q (R14)(R10*1), R12
+	CRC32Q 8(R14), AX
+	CRC32Q 8(R14)(R9*1), BX
+	CRC32Q 8(R14)(R9*2), R11
+	CRC32Q 8(R14)(R10*1), R12
+	CRC32Q 16(R14), AX
+	CRC32Q 16(R14)(R9*1), BX
+	CRC32Q 16(R14)(R9*2), R11
+	CRC32Q 16(R14)(R10*1), R12
+	CRC32Q 24(R14), AX
+	CRC32Q 24(R14)(R9*1), BX
+	CRC32Q 24(R14)(R9*2), R11
+	CRC32Q 24(R14)(R10*1), R12
 
 	// Collapse each accumulator's two lanes: lane 0 folded by Fold[1],
 	// lane 1 added as is.
