@@ -326,7 +326,7 @@ notailPCLMUL:
 
 // func foldBlocksPCLMUL(dst []uint64, p []byte, blockLen int, stride int, tab *crcmath.RevFoldTable)
 // Requires: MMX+, PCLMULQDQ, SSE2, SSE4.1
-TEXT ·foldBlocksPCLMUL(SB), NOSPLIT, $0-72
+TEXT ·foldBlocksPCLMUL(SB), NOSPLIT, $8-72
 	MOVQ tab+64(FP), DX
 	MOVQ dst_base+0(FP), DI
 	MOVQ dst_len+8(FP), R8
@@ -343,27 +343,27 @@ TEXT ·foldBlocksPCLMUL(SB), NOSPLIT, $0-72
 	MOVOU 16(DX), X13
 
 bgroupPCLMUL:
-	MOVQ  SI, R13
-	MOVQ  BX, CX
-	MOVOU (R13), X0
-	PXOR  X10, X0
-	MOVOU (R13)(R9*1), X1
-	PXOR  X10, X1
-	MOVOU (R13)(R9*2), X2
-	PXOR  X10, X2
-	MOVOU (R13)(R10*1), X3
-	PXOR  X10, X3
-	ADDQ  $0x00000010, R13
-	SUBQ  $0x00000010, CX
-	CMPQ  CX, $0x00000010
-	JB    breducePCLMUL
+	MOVQ       SI, R13
+	MOVQ       BX, CX
+	LEAQ       (SI)(R9*8), BP
+	PREFETCHT0 (BP)
+	ADDQ       $0x00000040, BP
+	MOVOU      (R13), X0
+	PXOR       X10, X0
+	MOVOU      (R13)(R9*1), X1
+	PXOR       X10, X1
+	MOVOU      (R13)(R9*2), X2
+	PXOR       X10, X2
+	MOVOU      (R13)(R10*1), X3
+	PXOR       X10, X3
+	ADDQ       $0x00000010, R13
+	SUBQ       $0x00000010, CX
+	CMPQ       CX, $0x00000010
+	JB         breducePCLMUL
 
 btailloopPCLMUL:
-	LEAQ       (R13)(R9*4), R14
-	PREFETCHT0 (R14)
-	PREFETCHT0 (R14)(R9*1)
-	PREFETCHT0 (R14)(R9*2)
-	PREFETCHT0 (R14)(R10*1)
+	PREFETCHT0 (BP)
+	ADDQ       $0x00000040, BP
 	MOVOU      (R13), X12
 	MOVO       X0, X11
 	PCLMULQDQ  $0x00, X13, X11
@@ -494,7 +494,7 @@ breducePCLMUL:
 
 // func foldBlocksCopyPCLMUL(dst []uint64, q []byte, p []byte, blockLen int, stride int, tab *crcmath.RevFoldTable)
 // Requires: MMX+, PCLMULQDQ, SSE2, SSE4.1
-TEXT ·foldBlocksCopyPCLMUL(SB), NOSPLIT, $0-96
+TEXT ·foldBlocksCopyPCLMUL(SB), NOSPLIT, $8-96
 	MOVQ tab+88(FP), DX
 	MOVQ dst_base+0(FP), DI
 	MOVQ dst_len+8(FP), R8
@@ -515,32 +515,32 @@ TEXT ·foldBlocksCopyPCLMUL(SB), NOSPLIT, $0-96
 	MOVOU 16(DX), X13
 
 bgroupPCLMUL:
-	MOVQ  SI, R13
-	MOVQ  BX, CX
-	LEAQ  (R13)(R15*1), R14
-	MOVOU (R13), X0
-	MOVOU X0, (R14)
-	PXOR  X10, X0
-	MOVOU (R13)(R9*1), X1
-	MOVOU X1, (R14)(R9*1)
-	PXOR  X10, X1
-	MOVOU (R13)(R9*2), X2
-	MOVOU X2, (R14)(R9*2)
-	PXOR  X10, X2
-	MOVOU (R13)(R10*1), X3
-	MOVOU X3, (R14)(R10*1)
-	PXOR  X10, X3
-	ADDQ  $0x00000010, R13
-	SUBQ  $0x00000010, CX
-	CMPQ  CX, $0x00000010
-	JB    breducePCLMUL
+	MOVQ       SI, R13
+	MOVQ       BX, CX
+	LEAQ       (SI)(R9*8), BP
+	PREFETCHT0 (BP)
+	ADDQ       $0x00000040, BP
+	LEAQ       (R13)(R15*1), R14
+	MOVOU      (R13), X0
+	MOVOU      X0, (R14)
+	PXOR       X10, X0
+	MOVOU      (R13)(R9*1), X1
+	MOVOU      X1, (R14)(R9*1)
+	PXOR       X10, X1
+	MOVOU      (R13)(R9*2), X2
+	MOVOU      X2, (R14)(R9*2)
+	PXOR       X10, X2
+	MOVOU      (R13)(R10*1), X3
+	MOVOU      X3, (R14)(R10*1)
+	PXOR       X10, X3
+	ADDQ       $0x00000010, R13
+	SUBQ       $0x00000010, CX
+	CMPQ       CX, $0x00000010
+	JB         breducePCLMUL
 
 btailloopPCLMUL:
-	LEAQ       (R13)(R9*4), R14
-	PREFETCHT0 (R14)
-	PREFETCHT0 (R14)(R9*1)
-	PREFETCHT0 (R14)(R9*2)
-	PREFETCHT0 (R14)(R10*1)
+	PREFETCHT0 (BP)
+	ADDQ       $0x00000040, BP
 	LEAQ       (R13)(R15*1), R14
 	MOVOU      (R13), X12
 	MOVOU      X12, (R14)
@@ -914,7 +914,7 @@ notailAVX2:
 
 // func foldBlocksAVX2(dst []uint64, p []byte, blockLen int, stride int, tab *crcmath.RevFoldTable)
 // Requires: AVX, AVX2, MMX+, PCLMULQDQ, VPCLMULQDQ
-TEXT ·foldBlocksAVX2(SB), NOSPLIT, $0-72
+TEXT ·foldBlocksAVX2(SB), NOSPLIT, $8-72
 	MOVQ tab+64(FP), DX
 	MOVQ dst_base+0(FP), DI
 	MOVQ dst_len+8(FP), R8
@@ -936,27 +936,29 @@ TEXT ·foldBlocksAVX2(SB), NOSPLIT, $0-72
 	VBROADCASTI128 32(DX), Y8
 
 bgroupAVX2:
-	MOVQ    SI, R13
-	MOVQ    BX, CX
-	VMOVDQU (R13), Y0
-	VPXOR   Y10, Y0, Y0
-	VMOVDQU (R13)(R9*1), Y1
-	VPXOR   Y10, Y1, Y1
-	VMOVDQU (R13)(R9*2), Y2
-	VPXOR   Y10, Y2, Y2
-	VMOVDQU (R13)(R10*1), Y3
-	VPXOR   Y10, Y3, Y3
-	ADDQ    $0x00000020, R13
-	SUBQ    $0x00000020, CX
+	MOVQ       SI, R13
+	MOVQ       BX, CX
+	LEAQ       (SI)(R9*8), BP
+	PREFETCHT0 (BP)
+	PREFETCHT0 64(BP)
+	ADDQ       $0x00000080, BP
+	VMOVDQU    (R13), Y0
+	VPXOR      Y10, Y0, Y0
+	VMOVDQU    (R13)(R9*1), Y1
+	VPXOR      Y10, Y1, Y1
+	VMOVDQU    (R13)(R9*2), Y2
+	VPXOR      Y10, Y2, Y2
+	VMOVDQU    (R13)(R10*1), Y3
+	VPXOR      Y10, Y3, Y3
+	ADDQ       $0x00000020, R13
+	SUBQ       $0x00000020, CX
 
 bloopAVX2:
 	CMPQ       CX, $0x00000020
 	JB         blanesAVX2
-	LEAQ       (R13)(R9*4), R14
-	PREFETCHT0 (R14)
-	PREFETCHT0 (R14)(R9*1)
-	PREFETCHT0 (R14)(R9*2)
-	PREFETCHT0 (R14)(R10*1)
+	PREFETCHT0 (BP)
+	PREFETCHT0 64(BP)
+	ADDQ       $0x00000080, BP
 	VPCLMULQDQ $0x00, Y8, Y0, Y11
 	VPCLMULQDQ $0x11, Y8, Y0, Y0
 	VPXOR      Y11, Y0, Y0
@@ -1093,7 +1095,7 @@ breduceAVX2:
 
 // func foldBlocksCopyAVX2(dst []uint64, q []byte, p []byte, blockLen int, stride int, tab *crcmath.RevFoldTable)
 // Requires: AVX, AVX2, MMX+, PCLMULQDQ, VPCLMULQDQ
-TEXT ·foldBlocksCopyAVX2(SB), NOSPLIT, $0-96
+TEXT ·foldBlocksCopyAVX2(SB), NOSPLIT, $8-96
 	MOVQ tab+88(FP), DX
 	MOVQ dst_base+0(FP), DI
 	MOVQ dst_len+8(FP), R8
@@ -1119,32 +1121,34 @@ TEXT ·foldBlocksCopyAVX2(SB), NOSPLIT, $0-96
 	VBROADCASTI128 32(DX), Y8
 
 bgroupAVX2:
-	MOVQ    SI, R13
-	MOVQ    BX, CX
-	LEAQ    (R13)(R15*1), R14
-	VMOVDQU (R13), Y0
-	VMOVDQU Y0, (R14)
-	VPXOR   Y10, Y0, Y0
-	VMOVDQU (R13)(R9*1), Y1
-	VMOVDQU Y1, (R14)(R9*1)
-	VPXOR   Y10, Y1, Y1
-	VMOVDQU (R13)(R9*2), Y2
-	VMOVDQU Y2, (R14)(R9*2)
-	VPXOR   Y10, Y2, Y2
-	VMOVDQU (R13)(R10*1), Y3
-	VMOVDQU Y3, (R14)(R10*1)
-	VPXOR   Y10, Y3, Y3
-	ADDQ    $0x00000020, R13
-	SUBQ    $0x00000020, CX
+	MOVQ       SI, R13
+	MOVQ       BX, CX
+	LEAQ       (SI)(R9*8), BP
+	PREFETCHT0 (BP)
+	PREFETCHT0 64(BP)
+	ADDQ       $0x00000080, BP
+	LEAQ       (R13)(R15*1), R14
+	VMOVDQU    (R13), Y0
+	VMOVDQU    Y0, (R14)
+	VPXOR      Y10, Y0, Y0
+	VMOVDQU    (R13)(R9*1), Y1
+	VMOVDQU    Y1, (R14)(R9*1)
+	VPXOR      Y10, Y1, Y1
+	VMOVDQU    (R13)(R9*2), Y2
+	VMOVDQU    Y2, (R14)(R9*2)
+	VPXOR      Y10, Y2, Y2
+	VMOVDQU    (R13)(R10*1), Y3
+	VMOVDQU    Y3, (R14)(R10*1)
+	VPXOR      Y10, Y3, Y3
+	ADDQ       $0x00000020, R13
+	SUBQ       $0x00000020, CX
 
 bloopAVX2:
 	CMPQ       CX, $0x00000020
 	JB         blanesAVX2
-	LEAQ       (R13)(R9*4), R14
-	PREFETCHT0 (R14)
-	PREFETCHT0 (R14)(R9*1)
-	PREFETCHT0 (R14)(R9*2)
-	PREFETCHT0 (R14)(R10*1)
+	PREFETCHT0 (BP)
+	PREFETCHT0 64(BP)
+	ADDQ       $0x00000080, BP
 	LEAQ       (R13)(R15*1), R14
 	VMOVDQU    (R13), Y12
 	VMOVDQU    Y12, (R14)
@@ -1535,7 +1539,7 @@ notailAVX512:
 
 // func foldBlocksAVX512(dst []uint64, p []byte, blockLen int, stride int, tab *crcmath.RevFoldTable)
 // Requires: AVX, AVX2, AVX512F, MMX+, PCLMULQDQ, VPCLMULQDQ
-TEXT ·foldBlocksAVX512(SB), NOSPLIT, $0-72
+TEXT ·foldBlocksAVX512(SB), NOSPLIT, $8-72
 	MOVQ tab+64(FP), DX
 	MOVQ dst_base+0(FP), DI
 	MOVQ dst_len+8(FP), R8
@@ -1561,27 +1565,33 @@ TEXT ·foldBlocksAVX512(SB), NOSPLIT, $0-72
 	VBROADCASTI32X4 64(DX), Z8
 
 bgroupAVX512:
-	MOVQ      SI, R13
-	MOVQ      BX, CX
-	VMOVDQU64 (R13), Z0
-	VPXORQ    Z10, Z0, Z0
-	VMOVDQU64 (R13)(R9*1), Z1
-	VPXORQ    Z10, Z1, Z1
-	VMOVDQU64 (R13)(R9*2), Z2
-	VPXORQ    Z10, Z2, Z2
-	VMOVDQU64 (R13)(R10*1), Z3
-	VPXORQ    Z10, Z3, Z3
-	ADDQ      $0x00000040, R13
-	SUBQ      $0x00000040, CX
+	MOVQ       SI, R13
+	MOVQ       BX, CX
+	LEAQ       (SI)(R9*8), BP
+	PREFETCHT0 (BP)
+	PREFETCHT0 64(BP)
+	PREFETCHT0 128(BP)
+	PREFETCHT0 192(BP)
+	ADDQ       $0x00000100, BP
+	VMOVDQU64  (R13), Z0
+	VPXORQ     Z10, Z0, Z0
+	VMOVDQU64  (R13)(R9*1), Z1
+	VPXORQ     Z10, Z1, Z1
+	VMOVDQU64  (R13)(R9*2), Z2
+	VPXORQ     Z10, Z2, Z2
+	VMOVDQU64  (R13)(R10*1), Z3
+	VPXORQ     Z10, Z3, Z3
+	ADDQ       $0x00000040, R13
+	SUBQ       $0x00000040, CX
 
 bloopAVX512:
 	CMPQ       CX, $0x00000040
 	JB         blanesAVX512
-	LEAQ       (R13)(R9*4), R14
-	PREFETCHT0 (R14)
-	PREFETCHT0 (R14)(R9*1)
-	PREFETCHT0 (R14)(R9*2)
-	PREFETCHT0 (R14)(R10*1)
+	PREFETCHT0 (BP)
+	PREFETCHT0 64(BP)
+	PREFETCHT0 128(BP)
+	PREFETCHT0 192(BP)
+	ADDQ       $0x00000100, BP
 	VPCLMULQDQ $0x00, Z8, Z0, Z11
 	VPCLMULQDQ $0x11, Z8, Z0, Z0
 	VPTERNLOGD $0x96, (R13), Z11, Z0
@@ -1730,7 +1740,7 @@ breduceAVX512:
 
 // func foldBlocksCopyAVX512(dst []uint64, q []byte, p []byte, blockLen int, stride int, tab *crcmath.RevFoldTable)
 // Requires: AVX, AVX2, AVX512F, MMX+, PCLMULQDQ, VPCLMULQDQ
-TEXT ·foldBlocksCopyAVX512(SB), NOSPLIT, $0-96
+TEXT ·foldBlocksCopyAVX512(SB), NOSPLIT, $8-96
 	MOVQ tab+88(FP), DX
 	MOVQ dst_base+0(FP), DI
 	MOVQ dst_len+8(FP), R8
@@ -1760,32 +1770,38 @@ TEXT ·foldBlocksCopyAVX512(SB), NOSPLIT, $0-96
 	VBROADCASTI32X4 64(DX), Z8
 
 bgroupAVX512:
-	MOVQ      SI, R13
-	MOVQ      BX, CX
-	LEAQ      (R13)(R15*1), R14
-	VMOVDQU64 (R13), Z0
-	VMOVDQU64 Z0, (R14)
-	VPXORQ    Z10, Z0, Z0
-	VMOVDQU64 (R13)(R9*1), Z1
-	VMOVDQU64 Z1, (R14)(R9*1)
-	VPXORQ    Z10, Z1, Z1
-	VMOVDQU64 (R13)(R9*2), Z2
-	VMOVDQU64 Z2, (R14)(R9*2)
-	VPXORQ    Z10, Z2, Z2
-	VMOVDQU64 (R13)(R10*1), Z3
-	VMOVDQU64 Z3, (R14)(R10*1)
-	VPXORQ    Z10, Z3, Z3
-	ADDQ      $0x00000040, R13
-	SUBQ      $0x00000040, CX
+	MOVQ       SI, R13
+	MOVQ       BX, CX
+	LEAQ       (SI)(R9*8), BP
+	PREFETCHT0 (BP)
+	PREFETCHT0 64(BP)
+	PREFETCHT0 128(BP)
+	PREFETCHT0 192(BP)
+	ADDQ       $0x00000100, BP
+	LEAQ       (R13)(R15*1), R14
+	VMOVDQU64  (R13), Z0
+	VMOVDQU64  Z0, (R14)
+	VPXORQ     Z10, Z0, Z0
+	VMOVDQU64  (R13)(R9*1), Z1
+	VMOVDQU64  Z1, (R14)(R9*1)
+	VPXORQ     Z10, Z1, Z1
+	VMOVDQU64  (R13)(R9*2), Z2
+	VMOVDQU64  Z2, (R14)(R9*2)
+	VPXORQ     Z10, Z2, Z2
+	VMOVDQU64  (R13)(R10*1), Z3
+	VMOVDQU64  Z3, (R14)(R10*1)
+	VPXORQ     Z10, Z3, Z3
+	ADDQ       $0x00000040, R13
+	SUBQ       $0x00000040, CX
 
 bloopAVX512:
 	CMPQ       CX, $0x00000040
 	JB         blanesAVX512
-	LEAQ       (R13)(R9*4), R14
-	PREFETCHT0 (R14)
-	PREFETCHT0 (R14)(R9*1)
-	PREFETCHT0 (R14)(R9*2)
-	PREFETCHT0 (R14)(R10*1)
+	PREFETCHT0 (BP)
+	PREFETCHT0 64(BP)
+	PREFETCHT0 128(BP)
+	PREFETCHT0 192(BP)
+	ADDQ       $0x00000100, BP
 	LEAQ       (R13)(R15*1), R14
 	VMOVDQU64  (R13), Z17
 	VMOVDQU64  Z17, (R14)

@@ -31,7 +31,7 @@ TEXT ·fusedBlocksAVX2(SB), NOSPLIT, $8-96
 group:
 	MOVQ       SI, R13
 	MOVQ       blockLen+72(FP), CX
-	LEAQ       4096(SI), BP
+	LEAQ       (SI)(R9*8), BP
 	PREFETCHT0 (BP)
 	PREFETCHT0 64(BP)
 	ADDQ       $0x00000080, BP
@@ -277,7 +277,7 @@ TEXT ·fusedBlocksCopyAVX2(SB), NOSPLIT, $8-120
 group:
 	MOVQ       SI, R13
 	MOVQ       blockLen+96(FP), CX
-	LEAQ       4096(SI), BP
+	LEAQ       (SI)(R9*8), BP
 	PREFETCHT0 (BP)
 	PREFETCHT0 64(BP)
 	ADDQ       $0x00000080, BP

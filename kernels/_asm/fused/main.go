@@ -269,31 +269,36 @@ func loadBlock(c *build.Context, j int, r reg.VecPhysical, copy bool) {
 	c.VPSHUFB(m, r, r)
 }
 
-// Software prefetch. The G blocks of a group are read G streams at once,
-// one vector per block per step, and such interleaved streams do not train
-// the hardware prefetchers the way one sequential stream does. So the
-// kernel prefetches the bytes as one sequential stream instead: rPf starts
-// every group pfAhead bytes past its first block, and every step (the
-// group's first vectors included) issues a PREFETCHT0 for each line of the
-// G·32 bytes the step consumes and moves rPf on by as much. Over a group the
-// prefetches cover the G·blockLen bytes from pfAhead on, which with
-// stride = blockLen (DIX data, the volume's data) is the whole of the later
-// groups; wider strides leave the G·(stride - blockLen) bytes between
-// blocks to the hardware prefetcher. A prefetch never faults, so the last
-// groups prefetching past the buffer is harmless. rPf is BP: the frame
-// pointer, saved and restored by the assembler's prologue because the
-// function has a frame (one unused local).
+// Software prefetch. The G blocks of a group are read as G streams at
+// once, one vector per block per step, and such interleaved streams do not
+// train the hardware prefetchers the way one sequential stream does. So the
+// kernel prefetches, as one sequential stream, the group pfGroups groups
+// ahead: at the start of a group rPf points group·pfGroups·stride + pfDisp
+// bytes past it, and every step (the group's first vectors included) issues
+// a PREFETCHT0 for each line of the group·32 bytes the step consumes and
+// moves rPf on by as much. With stride = blockLen (DIX data, a volume's
+// data) the steps of a group cover that later group whole; wider strides
+// leave the gaps between blocks to the hardware prefetcher. A prefetch never
+// faults, so the last groups prefetching past the buffer is harmless. rPf
+// is BP, which the assembler saves and restores because the kernels have a
+// frame (one unused local). kernels/_asm/fold does the same (see its
+// pfGroups).
 //
 // Before, every step prefetched, per block, the line one group ahead at the
-// same position, as kernels/_asm/fold did. Measured on an AMD EPYC (Zen 3),
-// copying 1 MiB of 512-byte blocks out of 256 MiB (a scratch harness,
-// alternating): 93-100 µs per MiB with the sequential prefetch 4 KiB ahead
-// against 114 with the per-block one; a loop of the same loads and stores
-// without any arithmetic took 116-140 with the per-block prefetch, and the
-// plain sequential copy 73-76. blockdev's BenchmarkVolumeRead (512-byte
-// blocks, guard and sums) went from 53-58% to 59-68% of pread. 2, 4, 8 and
-// 16 KiB ahead, and PREFETCHT1, did the same within the noise.
-const pfAhead = 4096
+// same position. Measured on an AMD EPYC (Zen 3), copying 1 MiB of 512-byte
+// blocks out of 256 MiB (a scratch harness, alternating): 93-100 µs per MiB
+// with the sequential prefetch 4 KiB ahead against 114 with the per-block
+// one; the per-block loop's loads and stores alone, without arithmetic,
+// took 116-140, and a plain sequential copy 73-76. BlocksCRC32CDRAM
+// fusedcopy at 512-byte blocks went from 2.8-2.9 GB/s to 4.2-4.9, and
+// blockdev's BenchmarkVolumeRead (512-byte blocks, guard and sums) from
+// 53-58% to 62-68% of pread. 2, 4, 8 and 16 KiB ahead, and PREFETCHT1, did
+// the same within the noise at 512-byte blocks; a fixed distance loses at
+// 4096-byte blocks, where 4 KiB ahead is inside the group being read.
+const (
+	pfGroups = 2
+	pfDisp   = 0
+)
 
 var rPf = reg.RBP
 
@@ -370,7 +375,7 @@ func blocksAVX2(c *build.Context, mask operand.Mem, copy bool) {
 	c.Label("group")
 	c.MOVQ(rP, rCur)
 	c.Load(c.Param("blockLen"), rN)
-	c.LEAQ(mem(rP, pfAhead), rPf)
+	c.LEAQ(operand.Mem{Base: rP, Index: rS1, Scale: uint8(group * pfGroups), Disp: pfDisp}, rPf)
 	prefetch(c)
 	c.Comment("The first 32 bytes of each block: the fold accumulators (T10-DIF",
 		"starts from zero) and the CRC-32C registers, from all ones.")
