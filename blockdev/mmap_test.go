@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/difctl/difctl/dif"
+	"github.com/difctl/difctl/kernels/crct10dif"
 	"github.com/difctl/difctl/store"
 )
 
@@ -407,5 +408,63 @@ func TestMapRefused(t *testing.T) {
 	src := openSource(t, x.f, x.p, path, "")
 	if st, err := src.CheckRun(context.Background(), 0, 64, make([]byte, src.ScratchSize(64)), CheckOptions{}, nil); err != nil || st.OK != 64 {
 		t.Errorf("PISource.CheckRun with the mapping refused: %+v, %v", st, err)
+	}
+}
+
+// TestVolumeSectorSumOnly changes a block so that its T10-DIF guard still
+// matches (the XOR of a multiple of the guard polynomial, which CRC-16
+// cannot see) but its CRC-32C does not: only the sector checksum catches
+// it, through the mapping, through ReadAt and in a CheckRun.
+func TestVolumeSectorSumOnly(t *testing.T) {
+	skipNoMmap(t)
+	for _, format := range []string{"512+8", "4096+8"} {
+		t.Run("format="+format, func(t *testing.T) {
+			const blocks, bad = 64, 37
+			vm, pm, model := fileVol(t, format, blocks, Options{})
+			vr, pr, _ := fileVol(t, format, blocks, Options{NoMap: true})
+			if !vm.sums {
+				t.Fatal("the volume has no sector checksums")
+			}
+			bs := vm.BlockSize()
+			// x^16 + 0x8BB7, the T10-DIF polynomial, as bytes 01 8b b7.
+			blk := bytes.Clone(model[bad*bs : (bad+1)*bs])
+			for i, x := range []byte{0x01, 0x8b, 0xb7} {
+				blk[100+i] ^= x
+			}
+			f := dif.MustFormat(format)
+			if crct10dif.Checksum(blk) != crct10dif.Checksum(model[bad*bs:(bad+1)*bs]) || f.Guard() != dif.Guard16 {
+				t.Fatal("the change is not invisible to the guard")
+			}
+			for _, p := range []string{pm, pr} {
+				fh, err := os.OpenFile(p, os.O_RDWR, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := fh.WriteAt(blk, int64(bad*bs)); err != nil {
+					t.Fatal(err)
+				}
+				fh.Close()
+			}
+			got := make([]byte, len(model))
+			for _, v := range []*Volume{vm, vr} {
+				n, err := v.ReadAt(got, 0)
+				if !errors.Is(err, ErrSectorSum) || errors.Is(err, dif.ErrGuard) {
+					t.Fatalf("ReadAt: %v, want a sector checksum mismatch alone", err)
+				}
+				var ie *IntegrityError
+				if !errors.As(err, &ie) || ie.LBA != bad || n != bad*bs {
+					t.Fatalf("ReadAt: %d bytes, %v; want %d bytes, block %d", n, err, bad*bs, bad)
+				}
+				var probs []Problem
+				sc := make([]byte, v.ScratchSize(blocks))
+				st, err := v.CheckRun(context.Background(), 0, blocks, sc, CheckOptions{}, func(p Problem) { probs = append(probs, p) })
+				if err != nil {
+					t.Fatal(err)
+				}
+				if st.Failed != 1 || len(probs) != 1 || probs[0].LBA != bad || probs[0].Kind != KindSectorSum {
+					t.Errorf("CheckRun: %+v, problems %+v", st, probs)
+				}
+			}
+		})
 	}
 }

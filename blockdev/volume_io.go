@@ -1,11 +1,14 @@
 package blockdev
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/difctl/difctl/dif"
 	"github.com/difctl/difctl/kernels/crc32c"
@@ -16,7 +19,11 @@ var _ CheckSource = (*Volume)(nil)
 
 // subChunk is the span, in bytes, of one dif call of the read and write
 // paths (guards and sector checksums computed in one pass, see classify).
-const subChunk = 64 << 10
+// Each call has fixed costs (dif's checks and set-up, the kernel's first
+// groups, which its prefetch does not cover): a verified 1 MiB read of
+// 512-byte blocks with guard and sums ran at 63-66% of pread with 64 KiB,
+// 67-69% with 256 KiB, and 66-72% with 1 MiB (alternating runs).
+const subChunk = 256 << 10
 
 // scratch is the per-request working memory of the read and write paths,
 // sized for one chunk (v.chunk blocks) and pooled.
@@ -84,7 +91,28 @@ func (v *Volume) putScratch(sc *scratch) {
 }
 
 func hasBit(m []uint64, i int) bool { return m[i/64]>>(i%64)&1 != 0 }
-func setBit(m []uint64, i int)      { m[i/64] |= 1 << (i % 64) }
+
+// allOK reports whether every state is dif.StateOK, which is zero (the
+// array below fails to compile otherwise), eight states at a time.
+func allOK(states []dif.State) bool {
+	var _ [1]struct{} = [1 - dif.StateOK]struct{}{}
+	b := unsafe.Slice((*byte)(unsafe.SliceData(states)), len(states))
+	var or uint64
+	i := 0
+	for ; i+8 <= len(b); i += 8 {
+		or |= binary.LittleEndian.Uint64(b[i:])
+	}
+	for ; i < len(b); i++ {
+		or |= uint64(b[i])
+	}
+	return or == 0
+}
+
+// u32Bytes is the memory of s as bytes (for a vectorised comparison).
+func u32Bytes(s []uint32) []byte {
+	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(s))), 4*len(s))
+}
+func setBit(m []uint64, i int) { m[i/64] |= 1 << (i % 64) }
 
 // readDev reads whole blocks from the device.
 func (v *Volume) readDev(p []byte, lba int64, uncached bool) error {
@@ -288,9 +316,11 @@ func (v *Volume) classify(lba int64, i, k int, data, src []byte, sc *scratch) er
 			return fmt.Errorf("blockdev: verify: %w", err)
 		}
 		sums := sc.sums[i : i+k]
-		for j := range crcs {
-			if crcs[j] != sums[j] && sc.written.Has(i+j) {
-				sc.states[i+j] = dif.StateFailed
+		if !bytes.Equal(u32Bytes(crcs), u32Bytes(sums)) {
+			for j := range crcs {
+				if crcs[j] != sums[j] && sc.written.Has(i+j) {
+					sc.states[i+j] = dif.StateFailed
+				}
 			}
 		}
 		if keep != nil {
@@ -519,6 +549,11 @@ func (v *Volume) verifyRun(lba int64, n int, data []byte, sc *scratch, rereads i
 	ioBad := false // any block unreadable: most runs have none
 	for _, w := range sc.ioBad[:(n+63)/64] {
 		ioBad = ioBad || w != 0
+	}
+	if !ioBad && allOK(states) {
+		// The common case, checked eight states at a time.
+		st.OK = int64(n)
+		states = nil
 	}
 	for i, s := range states {
 		if ioBad && hasBit(sc.ioBad, i) {
