@@ -65,19 +65,11 @@ func blocksSumsAVX2(dst []uint16, sums []uint32, p []byte, blockLen, stride int)
 
 // blocksSumsCopyAVX2 is blocksSumsAVX2 with fusedBlocksCopyAVX2, which
 // copies each block's whole 16-byte lanes (the Go code copies the last
-// blockLen%16 bytes and adds them to both CRCs from q). It takes one of
-// two ways by layout:
-//   - strides of copySplitStride and more: the two passes of
-//     blocksSumsCopySplit;
-//   - shorter strides: the kernel over the whole groups of blocks, the
-//     remaining blocks the portable copy.
-//
-// The layout was checked.
+// blockLen%16 bytes and adds them to both CRCs from q): the kernel over the
+// whole groups of blocks, the remaining blocks the portable copy. Every
+// stride takes it; see blocksSumsCopySplit in the tests for the two passes
+// that strides of 2 KiB and more took before. The layout was checked.
 func blocksSumsCopyAVX2(dst []uint16, sums []uint32, q, p []byte, blockLen, stride int) {
-	if stride >= copySplitStride {
-		blocksSumsCopySplit(dst, sums, q, p, blockLen, stride)
-		return
-	}
 	g := len(dst) - len(dst)%fusedGroupAVX2
 	if blockLen < fusedMinLenAVX2 {
 		g = 0
@@ -96,32 +88,6 @@ func blocksSumsCopyAVX2(dst []uint16, sums []uint32, q, p []byte, blockLen, stri
 	}
 	if g < len(dst) {
 		blocksSumsCopyPortable(dst[g:], sums[g:], q[g*stride:], p[g*stride:], blockLen, stride)
-	}
-}
-
-// Strides of 2 KiB and more: the four blocks of a group, and their copies
-// in q, are then 2 or 4 KiB apart, the same offset in every page, and the
-// fused copying kernel's eight streams (plus the prefetches) compete for
-// the same L1 sets. Over a 64 MiB mapping of the page cache (AMD Zen 3),
-// 4096-byte blocks ran at 6.9-7.1 GB/s fused, against 8.3 GB/s for the
-// copying guard kernel followed, every 16 blocks, by crc32c.Blocks over the
-// copy still in L1/L2 (and 10.5 GB/s for the fused kernel with q moved off
-// p's page offsets, which confirms the cause). From copySplitStride on the
-// two passes are taken, sixteen blocks at a time, except for the layouts
-// of the sub-block path below; the sums are still those of the bytes in q.
-const (
-	copySplitStride = 2048
-	copySplitBlocks = 16
-)
-
-func blocksSumsCopySplit(dst []uint16, sums []uint32, q, p []byte, blockLen, stride int) {
-	for i := 0; i < len(dst); i += copySplitBlocks {
-		k := min(copySplitBlocks, len(dst)-i)
-		o := i * stride
-		blocksCopy(dst[i:i+k], q[o:], p[o:], blockLen, stride)
-		if err := crc32c.Blocks(sums[i:i+k], q[o:], blockLen, stride); err != nil {
-			panic("crct10dif: crc32c.Blocks refused a checked layout: " + err.Error())
-		}
 	}
 }
 

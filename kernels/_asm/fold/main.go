@@ -1034,9 +1034,8 @@ func (g *gen) store(r reg.GPPhysical, m operand.Mem) {
 //   - 4096-byte blocks: BlocksCopy 5.2-7.5 against 6.8-7.6 (crct10dif),
 //     6.1-6.2 against 6.3-7.5 (crc64nvme); Blocks, which read in place,
 //     lost: 14.2-16.9 against 11.8-14.5.
-//   - blockdev's BenchmarkVolumeRead, 4096-byte blocks with guard and sums
-//     (BlocksCopy, then crc32c.Blocks over the copy): 57-59% of pread
-//     before, 79-81% after.
+//   - blockdev's BenchmarkVolumeRead, 512-byte blocks with the 64-bit
+//     guard (crc64nvme BlocksCopy): 57-59% of pread before, 79-81% after.
 //
 // One group ahead plus 2 KiB did the same within the noise; the sequential
 // prefetch a fixed 4 KiB ahead lost more at 4096-byte blocks, where that
