@@ -330,6 +330,7 @@ TEXT ·foldBlocksPCLMUL(SB), NOSPLIT, $8-72
 	MOVQ tab+64(FP), DX
 	MOVQ dst_base+0(FP), DI
 	MOVQ dst_len+8(FP), R8
+	MOVQ R8, (SP)
 	MOVQ p_base+24(FP), SI
 	MOVQ blockLen+48(FP), BX
 	MOVQ stride+56(FP), R9
@@ -345,9 +346,9 @@ TEXT ·foldBlocksPCLMUL(SB), NOSPLIT, $8-72
 bgroupPCLMUL:
 	MOVQ       SI, R13
 	MOVQ       BX, CX
-	LEAQ       (SI)(R9*8), BP
-	PREFETCHT0 (BP)
-	ADDQ       $0x00000040, BP
+	LEAQ       (SI)(R9*8), R8
+	PREFETCHT0 (R8)
+	ADDQ       $0x00000040, R8
 	MOVOU      (R13), X0
 	PXOR       X10, X0
 	MOVOU      (R13)(R9*1), X1
@@ -362,8 +363,8 @@ bgroupPCLMUL:
 	JB         breducePCLMUL
 
 btailloopPCLMUL:
-	PREFETCHT0 (BP)
-	ADDQ       $0x00000040, BP
+	PREFETCHT0 (R8)
+	ADDQ       $0x00000040, R8
 	MOVOU      (R13), X12
 	MOVO       X0, X11
 	PCLMULQDQ  $0x00, X13, X11
@@ -488,7 +489,7 @@ breducePCLMUL:
 	MOVQ      AX, 24(DI)
 	ADDQ      $0x00000020, DI
 	LEAQ      (SI)(R9*4), SI
-	SUBQ      $0x00000004, R8
+	SUBQ      $0x00000004, (SP)
 	JNZ       bgroupPCLMUL
 	RET
 
@@ -498,6 +499,7 @@ TEXT ·foldBlocksCopyPCLMUL(SB), NOSPLIT, $8-96
 	MOVQ tab+88(FP), DX
 	MOVQ dst_base+0(FP), DI
 	MOVQ dst_len+8(FP), R8
+	MOVQ R8, (SP)
 	MOVQ p_base+48(FP), SI
 	MOVQ blockLen+72(FP), BX
 	MOVQ stride+80(FP), R9
@@ -517,9 +519,9 @@ TEXT ·foldBlocksCopyPCLMUL(SB), NOSPLIT, $8-96
 bgroupPCLMUL:
 	MOVQ       SI, R13
 	MOVQ       BX, CX
-	LEAQ       (SI)(R9*8), BP
-	PREFETCHT0 (BP)
-	ADDQ       $0x00000040, BP
+	LEAQ       (SI)(R9*8), R8
+	PREFETCHT0 (R8)
+	ADDQ       $0x00000040, R8
 	LEAQ       (R13)(R15*1), R14
 	MOVOU      (R13), X0
 	MOVOU      X0, (R14)
@@ -539,8 +541,8 @@ bgroupPCLMUL:
 	JB         breducePCLMUL
 
 btailloopPCLMUL:
-	PREFETCHT0 (BP)
-	ADDQ       $0x00000040, BP
+	PREFETCHT0 (R8)
+	ADDQ       $0x00000040, R8
 	LEAQ       (R13)(R15*1), R14
 	MOVOU      (R13), X12
 	MOVOU      X12, (R14)
@@ -670,7 +672,7 @@ breducePCLMUL:
 	MOVQ      AX, 24(DI)
 	ADDQ      $0x00000020, DI
 	LEAQ      (SI)(R9*4), SI
-	SUBQ      $0x00000004, R8
+	SUBQ      $0x00000004, (SP)
 	JNZ       bgroupPCLMUL
 	RET
 
@@ -918,6 +920,7 @@ TEXT ·foldBlocksAVX2(SB), NOSPLIT, $8-72
 	MOVQ tab+64(FP), DX
 	MOVQ dst_base+0(FP), DI
 	MOVQ dst_len+8(FP), R8
+	MOVQ R8, (SP)
 	MOVQ p_base+24(FP), SI
 	MOVQ blockLen+48(FP), BX
 	MOVQ stride+56(FP), R9
@@ -938,10 +941,10 @@ TEXT ·foldBlocksAVX2(SB), NOSPLIT, $8-72
 bgroupAVX2:
 	MOVQ       SI, R13
 	MOVQ       BX, CX
-	LEAQ       (SI)(R9*8), BP
-	PREFETCHT0 (BP)
-	PREFETCHT0 64(BP)
-	ADDQ       $0x00000080, BP
+	LEAQ       (SI)(R9*8), R8
+	PREFETCHT0 (R8)
+	PREFETCHT0 64(R8)
+	ADDQ       $0x00000080, R8
 	VMOVDQU    (R13), Y0
 	VPXOR      Y10, Y0, Y0
 	VMOVDQU    (R13)(R9*1), Y1
@@ -956,9 +959,9 @@ bgroupAVX2:
 bloopAVX2:
 	CMPQ       CX, $0x00000020
 	JB         blanesAVX2
-	PREFETCHT0 (BP)
-	PREFETCHT0 64(BP)
-	ADDQ       $0x00000080, BP
+	PREFETCHT0 (R8)
+	PREFETCHT0 64(R8)
+	ADDQ       $0x00000080, R8
 	VPCLMULQDQ $0x00, Y8, Y0, Y11
 	VPCLMULQDQ $0x11, Y8, Y0, Y0
 	VPXOR      Y11, Y0, Y0
@@ -1088,7 +1091,7 @@ breduceAVX2:
 	MOVQ       AX, 24(DI)
 	ADDQ       $0x00000020, DI
 	LEAQ       (SI)(R9*4), SI
-	SUBQ       $0x00000004, R8
+	SUBQ       $0x00000004, (SP)
 	JNZ        bgroupAVX2
 	VZEROUPPER
 	RET
@@ -1099,6 +1102,7 @@ TEXT ·foldBlocksCopyAVX2(SB), NOSPLIT, $8-96
 	MOVQ tab+88(FP), DX
 	MOVQ dst_base+0(FP), DI
 	MOVQ dst_len+8(FP), R8
+	MOVQ R8, (SP)
 	MOVQ p_base+48(FP), SI
 	MOVQ blockLen+72(FP), BX
 	MOVQ stride+80(FP), R9
@@ -1123,10 +1127,10 @@ TEXT ·foldBlocksCopyAVX2(SB), NOSPLIT, $8-96
 bgroupAVX2:
 	MOVQ       SI, R13
 	MOVQ       BX, CX
-	LEAQ       (SI)(R9*8), BP
-	PREFETCHT0 (BP)
-	PREFETCHT0 64(BP)
-	ADDQ       $0x00000080, BP
+	LEAQ       (SI)(R9*8), R8
+	PREFETCHT0 (R8)
+	PREFETCHT0 64(R8)
+	ADDQ       $0x00000080, R8
 	LEAQ       (R13)(R15*1), R14
 	VMOVDQU    (R13), Y0
 	VMOVDQU    Y0, (R14)
@@ -1146,9 +1150,9 @@ bgroupAVX2:
 bloopAVX2:
 	CMPQ       CX, $0x00000020
 	JB         blanesAVX2
-	PREFETCHT0 (BP)
-	PREFETCHT0 64(BP)
-	ADDQ       $0x00000080, BP
+	PREFETCHT0 (R8)
+	PREFETCHT0 64(R8)
+	ADDQ       $0x00000080, R8
 	LEAQ       (R13)(R15*1), R14
 	VMOVDQU    (R13), Y12
 	VMOVDQU    Y12, (R14)
@@ -1296,7 +1300,7 @@ breduceAVX2:
 	MOVQ       AX, 24(DI)
 	ADDQ       $0x00000020, DI
 	LEAQ       (SI)(R9*4), SI
-	SUBQ       $0x00000004, R8
+	SUBQ       $0x00000004, (SP)
 	JNZ        bgroupAVX2
 	VZEROUPPER
 	RET
@@ -1543,6 +1547,7 @@ TEXT ·foldBlocksAVX512(SB), NOSPLIT, $8-72
 	MOVQ tab+64(FP), DX
 	MOVQ dst_base+0(FP), DI
 	MOVQ dst_len+8(FP), R8
+	MOVQ R8, (SP)
 	MOVQ p_base+24(FP), SI
 	MOVQ blockLen+48(FP), BX
 	MOVQ stride+56(FP), R9
@@ -1567,12 +1572,12 @@ TEXT ·foldBlocksAVX512(SB), NOSPLIT, $8-72
 bgroupAVX512:
 	MOVQ       SI, R13
 	MOVQ       BX, CX
-	LEAQ       (SI)(R9*8), BP
-	PREFETCHT0 (BP)
-	PREFETCHT0 64(BP)
-	PREFETCHT0 128(BP)
-	PREFETCHT0 192(BP)
-	ADDQ       $0x00000100, BP
+	LEAQ       (SI)(R9*8), R8
+	PREFETCHT0 (R8)
+	PREFETCHT0 64(R8)
+	PREFETCHT0 128(R8)
+	PREFETCHT0 192(R8)
+	ADDQ       $0x00000100, R8
 	VMOVDQU64  (R13), Z0
 	VPXORQ     Z10, Z0, Z0
 	VMOVDQU64  (R13)(R9*1), Z1
@@ -1587,11 +1592,11 @@ bgroupAVX512:
 bloopAVX512:
 	CMPQ       CX, $0x00000040
 	JB         blanesAVX512
-	PREFETCHT0 (BP)
-	PREFETCHT0 64(BP)
-	PREFETCHT0 128(BP)
-	PREFETCHT0 192(BP)
-	ADDQ       $0x00000100, BP
+	PREFETCHT0 (R8)
+	PREFETCHT0 64(R8)
+	PREFETCHT0 128(R8)
+	PREFETCHT0 192(R8)
+	ADDQ       $0x00000100, R8
 	VPCLMULQDQ $0x00, Z8, Z0, Z11
 	VPCLMULQDQ $0x11, Z8, Z0, Z0
 	VPTERNLOGD $0x96, (R13), Z11, Z0
@@ -1733,7 +1738,7 @@ breduceAVX512:
 	MOVQ       AX, 24(DI)
 	ADDQ       $0x00000020, DI
 	LEAQ       (SI)(R9*4), SI
-	SUBQ       $0x00000004, R8
+	SUBQ       $0x00000004, (SP)
 	JNZ        bgroupAVX512
 	VZEROUPPER
 	RET
@@ -1744,6 +1749,7 @@ TEXT ·foldBlocksCopyAVX512(SB), NOSPLIT, $8-96
 	MOVQ tab+88(FP), DX
 	MOVQ dst_base+0(FP), DI
 	MOVQ dst_len+8(FP), R8
+	MOVQ R8, (SP)
 	MOVQ p_base+48(FP), SI
 	MOVQ blockLen+72(FP), BX
 	MOVQ stride+80(FP), R9
@@ -1772,12 +1778,12 @@ TEXT ·foldBlocksCopyAVX512(SB), NOSPLIT, $8-96
 bgroupAVX512:
 	MOVQ       SI, R13
 	MOVQ       BX, CX
-	LEAQ       (SI)(R9*8), BP
-	PREFETCHT0 (BP)
-	PREFETCHT0 64(BP)
-	PREFETCHT0 128(BP)
-	PREFETCHT0 192(BP)
-	ADDQ       $0x00000100, BP
+	LEAQ       (SI)(R9*8), R8
+	PREFETCHT0 (R8)
+	PREFETCHT0 64(R8)
+	PREFETCHT0 128(R8)
+	PREFETCHT0 192(R8)
+	ADDQ       $0x00000100, R8
 	LEAQ       (R13)(R15*1), R14
 	VMOVDQU64  (R13), Z0
 	VMOVDQU64  Z0, (R14)
@@ -1797,11 +1803,11 @@ bgroupAVX512:
 bloopAVX512:
 	CMPQ       CX, $0x00000040
 	JB         blanesAVX512
-	PREFETCHT0 (BP)
-	PREFETCHT0 64(BP)
-	PREFETCHT0 128(BP)
-	PREFETCHT0 192(BP)
-	ADDQ       $0x00000100, BP
+	PREFETCHT0 (R8)
+	PREFETCHT0 64(R8)
+	PREFETCHT0 128(R8)
+	PREFETCHT0 192(R8)
+	ADDQ       $0x00000100, R8
 	LEAQ       (R13)(R15*1), R14
 	VMOVDQU64  (R13), Z17
 	VMOVDQU64  Z17, (R14)
@@ -1961,7 +1967,7 @@ breduceAVX512:
 	MOVQ       AX, 24(DI)
 	ADDQ       $0x00000020, DI
 	LEAQ       (SI)(R9*4), SI
-	SUBQ       $0x00000004, R8
+	SUBQ       $0x00000004, (SP)
 	JNZ        bgroupAVX512
 	VZEROUPPER
 	RET

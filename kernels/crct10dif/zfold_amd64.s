@@ -358,6 +358,7 @@ TEXT ·foldBlocksPCLMUL(SB), NOSPLIT, $8-72
 	MOVQ tab+64(FP), DX
 	MOVQ dst_base+0(FP), DI
 	MOVQ dst_len+8(FP), R8
+	MOVQ R8, (SP)
 	MOVQ p_base+24(FP), SI
 	MOVQ blockLen+48(FP), BX
 	MOVQ stride+56(FP), R9
@@ -370,9 +371,9 @@ TEXT ·foldBlocksPCLMUL(SB), NOSPLIT, $8-72
 bgroupPCLMUL:
 	MOVQ       SI, R13
 	MOVQ       BX, CX
-	LEAQ       (SI)(R9*8), BP
-	PREFETCHT0 (BP)
-	ADDQ       $0x00000040, BP
+	LEAQ       (SI)(R9*8), R8
+	PREFETCHT0 (R8)
+	ADDQ       $0x00000040, R8
 	MOVOU      (R13), X0
 	PSHUFB     X9, X0
 	MOVOU      (R13)(R9*1), X1
@@ -387,8 +388,8 @@ bgroupPCLMUL:
 	JB         breducePCLMUL
 
 btailloopPCLMUL:
-	PREFETCHT0 (BP)
-	ADDQ       $0x00000040, BP
+	PREFETCHT0 (R8)
+	ADDQ       $0x00000040, R8
 	MOVOU      (R13), X12
 	PSHUFB     X9, X12
 	MOVO       X0, X11
@@ -501,7 +502,7 @@ breducePCLMUL:
 	MOVW      AX, 6(DI)
 	ADDQ      $0x00000008, DI
 	LEAQ      (SI)(R9*4), SI
-	SUBQ      $0x00000004, R8
+	SUBQ      $0x00000004, (SP)
 	JNZ       bgroupPCLMUL
 	RET
 
@@ -511,6 +512,7 @@ TEXT ·foldBlocksCopyPCLMUL(SB), NOSPLIT, $8-96
 	MOVQ tab+88(FP), DX
 	MOVQ dst_base+0(FP), DI
 	MOVQ dst_len+8(FP), R8
+	MOVQ R8, (SP)
 	MOVQ p_base+48(FP), SI
 	MOVQ blockLen+72(FP), BX
 	MOVQ stride+80(FP), R9
@@ -527,9 +529,9 @@ TEXT ·foldBlocksCopyPCLMUL(SB), NOSPLIT, $8-96
 bgroupPCLMUL:
 	MOVQ       SI, R13
 	MOVQ       BX, CX
-	LEAQ       (SI)(R9*8), BP
-	PREFETCHT0 (BP)
-	ADDQ       $0x00000040, BP
+	LEAQ       (SI)(R9*8), R8
+	PREFETCHT0 (R8)
+	ADDQ       $0x00000040, R8
 	LEAQ       (R13)(R15*1), R14
 	MOVOU      (R13), X0
 	MOVOU      X0, (R14)
@@ -549,8 +551,8 @@ bgroupPCLMUL:
 	JB         breducePCLMUL
 
 btailloopPCLMUL:
-	PREFETCHT0 (BP)
-	ADDQ       $0x00000040, BP
+	PREFETCHT0 (R8)
+	ADDQ       $0x00000040, R8
 	LEAQ       (R13)(R15*1), R14
 	MOVOU      (R13), X12
 	MOVOU      X12, (R14)
@@ -668,7 +670,7 @@ breducePCLMUL:
 	MOVW      AX, 6(DI)
 	ADDQ      $0x00000008, DI
 	LEAQ      (SI)(R9*4), SI
-	SUBQ      $0x00000004, R8
+	SUBQ      $0x00000004, (SP)
 	JNZ       bgroupPCLMUL
 	RET
 
@@ -951,6 +953,7 @@ TEXT ·foldBlocksAVX2(SB), NOSPLIT, $8-72
 	MOVQ tab+64(FP), DX
 	MOVQ dst_base+0(FP), DI
 	MOVQ dst_len+8(FP), R8
+	MOVQ R8, (SP)
 	MOVQ p_base+24(FP), SI
 	MOVQ blockLen+48(FP), BX
 	MOVQ stride+56(FP), R9
@@ -968,10 +971,10 @@ TEXT ·foldBlocksAVX2(SB), NOSPLIT, $8-72
 bgroupAVX2:
 	MOVQ       SI, R13
 	MOVQ       BX, CX
-	LEAQ       (SI)(R9*8), BP
-	PREFETCHT0 (BP)
-	PREFETCHT0 64(BP)
-	ADDQ       $0x00000080, BP
+	LEAQ       (SI)(R9*8), R8
+	PREFETCHT0 (R8)
+	PREFETCHT0 64(R8)
+	ADDQ       $0x00000080, R8
 	VMOVDQU    (R13), Y0
 	VPSHUFB    Y9, Y0, Y0
 	VMOVDQU    (R13)(R9*1), Y1
@@ -986,9 +989,9 @@ bgroupAVX2:
 bloopAVX2:
 	CMPQ       CX, $0x00000020
 	JB         blanesAVX2
-	PREFETCHT0 (BP)
-	PREFETCHT0 64(BP)
-	ADDQ       $0x00000080, BP
+	PREFETCHT0 (R8)
+	PREFETCHT0 64(R8)
+	ADDQ       $0x00000080, R8
 	VMOVDQU    (R13), Y12
 	VPSHUFB    Y9, Y12, Y12
 	VPCLMULQDQ $0x01, Y8, Y0, Y11
@@ -1126,7 +1129,7 @@ breduceAVX2:
 	MOVW       AX, 6(DI)
 	ADDQ       $0x00000008, DI
 	LEAQ       (SI)(R9*4), SI
-	SUBQ       $0x00000004, R8
+	SUBQ       $0x00000004, (SP)
 	JNZ        bgroupAVX2
 	VZEROUPPER
 	RET
@@ -1137,6 +1140,7 @@ TEXT ·foldBlocksCopyAVX2(SB), NOSPLIT, $8-96
 	MOVQ tab+88(FP), DX
 	MOVQ dst_base+0(FP), DI
 	MOVQ dst_len+8(FP), R8
+	MOVQ R8, (SP)
 	MOVQ p_base+48(FP), SI
 	MOVQ blockLen+72(FP), BX
 	MOVQ stride+80(FP), R9
@@ -1158,10 +1162,10 @@ TEXT ·foldBlocksCopyAVX2(SB), NOSPLIT, $8-96
 bgroupAVX2:
 	MOVQ       SI, R13
 	MOVQ       BX, CX
-	LEAQ       (SI)(R9*8), BP
-	PREFETCHT0 (BP)
-	PREFETCHT0 64(BP)
-	ADDQ       $0x00000080, BP
+	LEAQ       (SI)(R9*8), R8
+	PREFETCHT0 (R8)
+	PREFETCHT0 64(R8)
+	ADDQ       $0x00000080, R8
 	LEAQ       (R13)(R15*1), R14
 	VMOVDQU    (R13), Y0
 	VMOVDQU    Y0, (R14)
@@ -1181,9 +1185,9 @@ bgroupAVX2:
 bloopAVX2:
 	CMPQ       CX, $0x00000020
 	JB         blanesAVX2
-	PREFETCHT0 (BP)
-	PREFETCHT0 64(BP)
-	ADDQ       $0x00000080, BP
+	PREFETCHT0 (R8)
+	PREFETCHT0 64(R8)
+	ADDQ       $0x00000080, R8
 	LEAQ       (R13)(R15*1), R14
 	VMOVDQU    (R13), Y12
 	VMOVDQU    Y12, (R14)
@@ -1331,7 +1335,7 @@ breduceAVX2:
 	MOVW       AX, 6(DI)
 	ADDQ       $0x00000008, DI
 	LEAQ       (SI)(R9*4), SI
-	SUBQ       $0x00000004, R8
+	SUBQ       $0x00000004, (SP)
 	JNZ        bgroupAVX2
 	VZEROUPPER
 	RET
@@ -1614,6 +1618,7 @@ TEXT ·foldBlocksAVX512(SB), NOSPLIT, $8-72
 	MOVQ tab+64(FP), DX
 	MOVQ dst_base+0(FP), DI
 	MOVQ dst_len+8(FP), R8
+	MOVQ R8, (SP)
 	MOVQ p_base+24(FP), SI
 	MOVQ blockLen+48(FP), BX
 	MOVQ stride+56(FP), R9
@@ -1635,12 +1640,12 @@ TEXT ·foldBlocksAVX512(SB), NOSPLIT, $8-72
 bgroupAVX512:
 	MOVQ       SI, R13
 	MOVQ       BX, CX
-	LEAQ       (SI)(R9*8), BP
-	PREFETCHT0 (BP)
-	PREFETCHT0 64(BP)
-	PREFETCHT0 128(BP)
-	PREFETCHT0 192(BP)
-	ADDQ       $0x00000100, BP
+	LEAQ       (SI)(R9*8), R8
+	PREFETCHT0 (R8)
+	PREFETCHT0 64(R8)
+	PREFETCHT0 128(R8)
+	PREFETCHT0 192(R8)
+	ADDQ       $0x00000100, R8
 	VMOVDQU64  (R13), Z0
 	VPSHUFB    Z9, Z0, Z0
 	VMOVDQU64  (R13)(R9*1), Z1
@@ -1655,11 +1660,11 @@ bgroupAVX512:
 bloopAVX512:
 	CMPQ       CX, $0x00000040
 	JB         blanesAVX512
-	PREFETCHT0 (BP)
-	PREFETCHT0 64(BP)
-	PREFETCHT0 128(BP)
-	PREFETCHT0 192(BP)
-	ADDQ       $0x00000100, BP
+	PREFETCHT0 (R8)
+	PREFETCHT0 64(R8)
+	PREFETCHT0 128(R8)
+	PREFETCHT0 192(R8)
+	ADDQ       $0x00000100, R8
 	VMOVDQU64  (R13), Z17
 	VPSHUFB    Z9, Z17, Z17
 	VPCLMULQDQ $0x01, Z8, Z0, Z11
@@ -1809,7 +1814,7 @@ breduceAVX512:
 	MOVW       AX, 6(DI)
 	ADDQ       $0x00000008, DI
 	LEAQ       (SI)(R9*4), SI
-	SUBQ       $0x00000004, R8
+	SUBQ       $0x00000004, (SP)
 	JNZ        bgroupAVX512
 	VZEROUPPER
 	RET
@@ -1820,6 +1825,7 @@ TEXT ·foldBlocksCopyAVX512(SB), NOSPLIT, $8-96
 	MOVQ tab+88(FP), DX
 	MOVQ dst_base+0(FP), DI
 	MOVQ dst_len+8(FP), R8
+	MOVQ R8, (SP)
 	MOVQ p_base+48(FP), SI
 	MOVQ blockLen+72(FP), BX
 	MOVQ stride+80(FP), R9
@@ -1845,12 +1851,12 @@ TEXT ·foldBlocksCopyAVX512(SB), NOSPLIT, $8-96
 bgroupAVX512:
 	MOVQ       SI, R13
 	MOVQ       BX, CX
-	LEAQ       (SI)(R9*8), BP
-	PREFETCHT0 (BP)
-	PREFETCHT0 64(BP)
-	PREFETCHT0 128(BP)
-	PREFETCHT0 192(BP)
-	ADDQ       $0x00000100, BP
+	LEAQ       (SI)(R9*8), R8
+	PREFETCHT0 (R8)
+	PREFETCHT0 64(R8)
+	PREFETCHT0 128(R8)
+	PREFETCHT0 192(R8)
+	ADDQ       $0x00000100, R8
 	LEAQ       (R13)(R15*1), R14
 	VMOVDQU64  (R13), Z0
 	VMOVDQU64  Z0, (R14)
@@ -1870,11 +1876,11 @@ bgroupAVX512:
 bloopAVX512:
 	CMPQ       CX, $0x00000040
 	JB         blanesAVX512
-	PREFETCHT0 (BP)
-	PREFETCHT0 64(BP)
-	PREFETCHT0 128(BP)
-	PREFETCHT0 192(BP)
-	ADDQ       $0x00000100, BP
+	PREFETCHT0 (R8)
+	PREFETCHT0 64(R8)
+	PREFETCHT0 128(R8)
+	PREFETCHT0 192(R8)
+	ADDQ       $0x00000100, R8
 	LEAQ       (R13)(R15*1), R14
 	VMOVDQU64  (R13), Z17
 	VMOVDQU64  Z17, (R14)
@@ -2034,7 +2040,7 @@ breduceAVX512:
 	MOVW       AX, 6(DI)
 	ADDQ       $0x00000008, DI
 	LEAQ       (SI)(R9*4), SI
-	SUBQ       $0x00000004, R8
+	SUBQ       $0x00000004, (SP)
 	JNZ        bgroupAVX512
 	VZEROUPPER
 	RET

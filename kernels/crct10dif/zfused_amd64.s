@@ -13,6 +13,7 @@ GLOBL fusedBswap<>(SB), RODATA|NOPTR, $16
 TEXT ·fusedBlocksAVX2(SB), NOSPLIT, $8-96
 	MOVQ dst_base+0(FP), DI
 	MOVQ dst_len+8(FP), DX
+	MOVQ DX, (SP)
 	MOVQ sums_base+24(FP), R8
 	MOVQ p_base+48(FP), SI
 	MOVQ stride+80(FP), R9
@@ -31,10 +32,10 @@ TEXT ·fusedBlocksAVX2(SB), NOSPLIT, $8-96
 group:
 	MOVQ       SI, R13
 	MOVQ       blockLen+72(FP), CX
-	LEAQ       (SI)(R9*8), BP
-	PREFETCHT0 (BP)
-	PREFETCHT0 64(BP)
-	ADDQ       $0x00000080, BP
+	LEAQ       (SI)(R9*8), DX
+	PREFETCHT0 (DX)
+	PREFETCHT0 64(DX)
+	ADDQ       $0x00000080, DX
 
 	// The first 32 bytes of each block: the fold accumulators (T10-DIF
 	// starts from zero) and the CRC-32C registers, from all ones.
@@ -73,9 +74,9 @@ group:
 	// block's next 32 bytes, and run the same bytes through its CRC32Q stream.
 	// blockLen >= 64, so there is at least one step.
 loop:
-	PREFETCHT0 (BP)
-	PREFETCHT0 64(BP)
-	ADDQ       $0x00000080, BP
+	PREFETCHT0 (DX)
+	PREFETCHT0 64(DX)
+	ADDQ       $0x00000080, DX
 	VMOVDQU    (R13), Y12
 	VPSHUFB    Y9, Y12, Y12
 	VPCLMULQDQ $0x01, Y8, Y0, Y11
@@ -245,7 +246,7 @@ reduce:
 	ADDQ       $0x00000008, DI
 	ADDQ       $0x00000010, R8
 	LEAQ       (SI)(R9*4), SI
-	SUBQ       $0x00000004, DX
+	SUBQ       $0x00000004, (SP)
 	JNZ        group
 	VZEROUPPER
 	RET
@@ -255,6 +256,7 @@ reduce:
 TEXT ·fusedBlocksCopyAVX2(SB), NOSPLIT, $8-120
 	MOVQ dst_base+0(FP), DI
 	MOVQ dst_len+8(FP), DX
+	MOVQ DX, (SP)
 	MOVQ sums_base+24(FP), R8
 	MOVQ p_base+72(FP), SI
 	MOVQ stride+104(FP), R9
@@ -277,10 +279,10 @@ TEXT ·fusedBlocksCopyAVX2(SB), NOSPLIT, $8-120
 group:
 	MOVQ       SI, R13
 	MOVQ       blockLen+96(FP), CX
-	LEAQ       (SI)(R9*8), BP
-	PREFETCHT0 (BP)
-	PREFETCHT0 64(BP)
-	ADDQ       $0x00000080, BP
+	LEAQ       (SI)(R9*8), DX
+	PREFETCHT0 (DX)
+	PREFETCHT0 64(DX)
+	ADDQ       $0x00000080, DX
 
 	// The first 32 bytes of each block: the fold accumulators (T10-DIF
 	// starts from zero) and the CRC-32C registers, from all ones.
@@ -308,9 +310,9 @@ group:
 	// block's next 32 bytes, and run the same bytes through its CRC32Q stream.
 	// blockLen >= 64, so there is at least one step.
 loop:
-	PREFETCHT0 (BP)
-	PREFETCHT0 64(BP)
-	ADDQ       $0x00000080, BP
+	PREFETCHT0 (DX)
+	PREFETCHT0 64(DX)
+	ADDQ       $0x00000080, DX
 	LEAQ       (R13)(R15*1), R14
 	VMOVDQU    (R13), Y12
 	VMOVDQU    Y12, (R14)
@@ -508,7 +510,7 @@ reduce:
 	ADDQ       $0x00000008, DI
 	ADDQ       $0x00000010, R8
 	LEAQ       (SI)(R9*4), SI
-	SUBQ       $0x00000004, DX
+	SUBQ       $0x00000004, (SP)
 	JNZ        group
 	VZEROUPPER
 	RET

@@ -307,7 +307,12 @@ func (m *machine) run(p *program, fn string) (steps int) {
 			}
 			r := x - y
 			m.cf, m.zf = x < y, r == 0
-			if in.op == "SUBQ" {
+			switch {
+			case in.op != "SUBQ":
+			case a[1].kind == opMem:
+				// The kernels keep their count of blocks in the frame.
+				binary.LittleEndian.PutUint64(m.load(m.addr(a[1]), 8), r)
+			default:
 				m.gpr[a[1].reg] = r
 			}
 		case "JB", "JAE", "JNZ", "JZ", "JMP":
@@ -604,6 +609,7 @@ func table(s crcSpec, poly uint64) []byte {
 }
 
 const (
+	addrSP    = 0x80 // the frame's locals, below the arguments
 	addrFP    = 0x100
 	addrMask  = 0x200
 	addrTail  = 0x300
@@ -613,7 +619,7 @@ const (
 )
 
 func newMachine(tab []byte, data []byte) *machine {
-	m := &machine{gpr: map[string]uint64{}, fp: addrFP,
+	m := &machine{gpr: map[string]uint64{"SP": addrSP}, fp: addrFP,
 		syms: map[string]uint64{"bswapMask<>": addrMask, "tailShuf<>": addrTail}}
 	// The data ends the address space: an over-read panics.
 	m.mem = make([]byte, addrData+len(data))

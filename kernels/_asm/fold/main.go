@@ -1021,8 +1021,10 @@ func (g *gen) store(r reg.GPPhysical, m operand.Mem) {
 // (DIX data, a volume's data) the steps of a group cover that later group
 // whole; wider strides leave the gaps between blocks to the hardware
 // prefetcher. A prefetch never faults, so the last groups prefetching past
-// the buffer is harmless. rSeq is BP, which the assembler saves and
-// restores because the kernels have a frame (one unused local).
+// the buffer is harmless. rSeq is R8, which held the count of blocks left;
+// that count lives in the frame now (one SUBQ to memory per group). BP would
+// have been free too, but a kernel that uses it as a general register cannot
+// be unwound by profilers that follow frame pointers (perf).
 //
 // The first form prefetched, per block, the line one group ahead at the
 // same position (G prefetches per step, half of them to a line already
@@ -1048,7 +1050,7 @@ const (
 // Registers of the Blocks kernels beyond those of the group walk: rSeq
 // holds the prefetch address, rQ the step's position in q in the copying
 // kernels, rQd is q - p.
-var rSeq, rQ, rQd = reg.RBP, reg.R14, reg.R15
+var rSeq, rQ, rQd = reg.R8, reg.R14, reg.R15
 
 // blocks generates foldBlocksX, or with copy foldBlocksCopyX: G blocks at
 // once, each with one vector accumulator, from the first vector of every
@@ -1064,15 +1066,16 @@ func (g *gen) blocks(copy bool) {
 	c.Function(name)
 	c.Attributes(attr.NOSPLIT)
 	c.Signature(blocksSig(g.crc.width, copy))
-	// A frame, so that the assembler saves and restores BP (rSeq).
-	c.AllocLocal(8)
+	// The blocks left, in the frame (see rSeq).
+	cnt := c.AllocLocal(8)
 	g.tab = reg.RDX
-	dst, cnt, p, blockLen := reg.RDI, reg.R8, reg.RSI, reg.RBX
+	dst, p, blockLen := reg.RDI, reg.RSI, reg.RBX
 	s1, s3, s5, s7 := reg.R9, reg.R10, reg.R11, reg.R12
 	cur, n := reg.R13, reg.RCX
 	c.Load(c.Param("tab"), g.tab)
 	c.Load(c.Param("dst").Base(), dst)
-	c.Load(c.Param("dst").Len(), cnt)
+	c.Load(c.Param("dst").Len(), rSeq)
+	c.MOVQ(rSeq, cnt)
 	c.Load(c.Param("p").Base(), p)
 	c.Load(c.Param("blockLen"), blockLen)
 	c.Load(c.Param("stride"), s1)

@@ -187,7 +187,7 @@ func mem(base reg.Register, disp int) operand.Mem { return operand.Mem{Base: bas
 // registers; vector: the four accumulators and the constants, all loaded
 // once (the table pointer is not kept).
 var (
-	rDst, rSums, rCnt = reg.RDI, reg.R8, reg.RDX
+	rDst, rSums = reg.RDI, reg.R8
 	rP, rS1, rS3      = reg.RSI, reg.R9, reg.R10 // group start, stride, 3·stride
 	rCur, rN          = reg.R13, reg.RCX         // position in the blocks, bytes left
 	rCRC              = []reg.GPPhysical{reg.RAX, reg.RBX, reg.R11, reg.R12}
@@ -280,9 +280,11 @@ func loadBlock(c *build.Context, j int, r reg.VecPhysical, copy bool) {
 // data) the steps of a group cover that later group whole; wider strides
 // leave the gaps between blocks to the hardware prefetcher. A prefetch never
 // faults, so the last groups prefetching past the buffer is harmless. rPf
-// is BP, which the assembler saves and restores because the kernels have a
-// frame (one unused local). kernels/_asm/fold does the same (see its
-// pfGroups).
+// is DX, which held the count of blocks left; that count lives in the frame
+// now (one SUBQ to memory per group). BP would have been free too, but a
+// kernel that uses it as a general register cannot be unwound by profilers
+// that follow frame pointers (perf). kernels/_asm/fold does the same (see
+// its pfGroups).
 //
 // Before, every step prefetched, per block, the line one group ahead at the
 // same position. Measured on an AMD EPYC (Zen 3), copying 1 MiB of 512-byte
@@ -300,7 +302,7 @@ const (
 	pfDisp   = 0
 )
 
-var rPf = reg.RBP
+var rPf = reg.RDX
 
 // prefetch issues the prefetches of one step and moves rPf on.
 func prefetch(c *build.Context) {
@@ -349,10 +351,11 @@ func blocksAVX2(c *build.Context, mask operand.Mem, copy bool) {
 	c.Function(name)
 	c.Attributes(attr.NOSPLIT)
 	c.Signature(blocksSig(copy))
-	// A frame, so that the assembler saves and restores BP (rPf).
-	c.AllocLocal(8)
+	// The blocks left, in the frame: every register is taken.
+	cnt := c.AllocLocal(8)
 	c.Load(c.Param("dst").Base(), rDst)
-	c.Load(c.Param("dst").Len(), rCnt)
+	c.Load(c.Param("dst").Len(), rPf)
+	c.MOVQ(rPf, cnt)
 	c.Load(c.Param("sums").Base(), rSums)
 	c.Load(c.Param("p").Base(), rP)
 	c.Load(c.Param("stride"), rS1)
@@ -451,7 +454,7 @@ func blocksAVX2(c *build.Context, mask operand.Mem, copy bool) {
 	c.ADDQ(operand.U32(2*group), rDst)
 	c.ADDQ(operand.U32(4*group), rSums)
 	c.LEAQ(operand.Mem{Base: rP, Index: rS1, Scale: group}, rP)
-	c.SUBQ(operand.U32(group), rCnt)
+	c.SUBQ(operand.U32(group), cnt)
 	c.JNZ(operand.LabelRef("group"))
 	c.VZEROUPPER()
 	c.RET()
