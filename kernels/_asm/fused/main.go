@@ -187,10 +187,10 @@ func mem(base reg.Register, disp int) operand.Mem { return operand.Mem{Base: bas
 // registers; vector: the four accumulators and the constants, all loaded
 // once (the table pointer is not kept).
 var (
-	rDst, rSums = reg.RDI, reg.R8
-	rP, rS1, rS3      = reg.RSI, reg.R9, reg.R10 // group start, stride, 3·stride
-	rCur, rN          = reg.R13, reg.RCX         // position in the blocks, bytes left
-	rCRC              = []reg.GPPhysical{reg.RAX, reg.RBX, reg.R11, reg.R12}
+	rDst, rSums  = reg.RDI, reg.R8
+	rP, rS1, rS3 = reg.RSI, reg.R9, reg.R10 // group start, stride, 3·stride
+	rCur, rN     = reg.R13, reg.RCX         // position in the blocks, bytes left
+	rCRC         = []reg.GPPhysical{reg.RAX, reg.RBX, reg.R11, reg.R12}
 	// The copying kernel: rQ is the step's position in q (before that, the
 	// prefetch address), rQd is q - p.
 	rQ, rQd = reg.R14, reg.R15
