@@ -191,8 +191,7 @@ var (
 	rP, rS1, rS3 = reg.RSI, reg.R9, reg.R10 // group start, stride, 3·stride
 	rCur, rN     = reg.R13, reg.RCX         // position in the blocks, bytes left
 	rCRC         = []reg.GPPhysical{reg.RAX, reg.RBX, reg.R11, reg.R12}
-	// The copying kernel: rQ is the step's position in q (before that, the
-	// prefetch address), rQd is q - p.
+	// The copying kernel: rQ is the step's position in q, rQd is q - p.
 	rQ, rQd = reg.R14, reg.R15
 
 	acc   = []reg.VecPhysical{reg.Y0, reg.Y1, reg.Y2, reg.Y3}
