@@ -43,6 +43,25 @@ func crc32Q(n int)
 //go:noescape
 func clmulYCRC(n int)
 
+// stepClmul runs n iterations of the fold half of a step of the fused
+// T10-DIF and CRC-32C kernel (kernels/_asm/fused): four accumulator chains,
+// each folded by two VPCLMULQDQ on YMM and an XOR (8 multiplies, 128
+// bytes).
+//
+//go:noescape
+func stepClmul(p *byte, n int)
+
+// stepCRC runs n iterations of the CRC-32C half of that step: 16 CRC32Q
+// from p[0:128] in four chains.
+//
+//go:noescape
+func stepCRC(p *byte, n int)
+
+// stepFused runs both halves interleaved as the generated kernel does.
+//
+//go:noescape
+func stepFused(p *byte, n int)
+
 // cpuid executes CPUID.
 //
 //go:noescape

@@ -189,6 +189,110 @@ ycrc:
 	VZEROUPPER
 	RET
 
+// func stepClmul(p *byte, n int)
+TEXT ·stepClmul(SB), NOSPLIT, $0-16
+	MOVQ  p+0(FP), SI
+	MOVQ  n+8(FP), CX
+	XORQ  AX, AX
+	XORQ  BX, BX
+	XORQ  R11, R11
+	XORQ  R12, R12
+	VPXOR Y8, Y8, Y8
+
+sclmul:
+	VPCLMULQDQ $0x01, Y8, Y0, Y4
+	VPCLMULQDQ $0x10, Y8, Y0, Y0
+	VPXOR      Y4, Y0, Y0
+	VPCLMULQDQ $0x01, Y8, Y1, Y5
+	VPCLMULQDQ $0x10, Y8, Y1, Y1
+	VPXOR      Y5, Y1, Y1
+	VPCLMULQDQ $0x01, Y8, Y2, Y6
+	VPCLMULQDQ $0x10, Y8, Y2, Y2
+	VPXOR      Y6, Y2, Y2
+	VPCLMULQDQ $0x01, Y8, Y3, Y7
+	VPCLMULQDQ $0x10, Y8, Y3, Y3
+	VPXOR      Y7, Y3, Y3
+	DECQ       CX
+	JNZ        sclmul
+	VZEROUPPER
+	RET
+
+// func stepCRC(p *byte, n int)
+TEXT ·stepCRC(SB), NOSPLIT, $0-16
+	MOVQ  p+0(FP), SI
+	MOVQ  n+8(FP), CX
+	XORQ  AX, AX
+	XORQ  BX, BX
+	XORQ  R11, R11
+	XORQ  R12, R12
+	VPXOR Y8, Y8, Y8
+
+scrc:
+	CRC32Q     0(SI), AX
+	CRC32Q     32(SI), BX
+	CRC32Q     64(SI), R11
+	CRC32Q     96(SI), R12
+	CRC32Q     8(SI), AX
+	CRC32Q     40(SI), BX
+	CRC32Q     72(SI), R11
+	CRC32Q     104(SI), R12
+	CRC32Q     16(SI), AX
+	CRC32Q     48(SI), BX
+	CRC32Q     80(SI), R11
+	CRC32Q     112(SI), R12
+	CRC32Q     24(SI), AX
+	CRC32Q     56(SI), BX
+	CRC32Q     88(SI), R11
+	CRC32Q     120(SI), R12
+	DECQ       CX
+	JNZ        scrc
+	VZEROUPPER
+	RET
+
+// func stepFused(p *byte, n int)
+TEXT ·stepFused(SB), NOSPLIT, $0-16
+	MOVQ  p+0(FP), SI
+	MOVQ  n+8(FP), CX
+	XORQ  AX, AX
+	XORQ  BX, BX
+	XORQ  R11, R11
+	XORQ  R12, R12
+	VPXOR Y8, Y8, Y8
+
+sfused:
+	VPCLMULQDQ $0x01, Y8, Y0, Y4
+	VPCLMULQDQ $0x10, Y8, Y0, Y0
+	VPXOR      Y4, Y0, Y0
+	CRC32Q     0(SI), AX
+	VPCLMULQDQ $0x01, Y8, Y1, Y5
+	VPCLMULQDQ $0x10, Y8, Y1, Y1
+	VPXOR      Y5, Y1, Y1
+	CRC32Q     32(SI), BX
+	VPCLMULQDQ $0x01, Y8, Y2, Y6
+	VPCLMULQDQ $0x10, Y8, Y2, Y2
+	VPXOR      Y6, Y2, Y2
+	CRC32Q     64(SI), R11
+	VPCLMULQDQ $0x01, Y8, Y3, Y7
+	VPCLMULQDQ $0x10, Y8, Y3, Y3
+	VPXOR      Y7, Y3, Y3
+	CRC32Q     96(SI), R12
+	CRC32Q     8(SI), AX
+	CRC32Q     40(SI), BX
+	CRC32Q     72(SI), R11
+	CRC32Q     104(SI), R12
+	CRC32Q     16(SI), AX
+	CRC32Q     48(SI), BX
+	CRC32Q     80(SI), R11
+	CRC32Q     112(SI), R12
+	CRC32Q     24(SI), AX
+	CRC32Q     56(SI), BX
+	CRC32Q     88(SI), R11
+	CRC32Q     120(SI), R12
+	DECQ       CX
+	JNZ        sfused
+	VZEROUPPER
+	RET
+
 // func cpuid(leaf uint32, subleaf uint32) (eax uint32, ebx uint32, ecx uint32, edx uint32)
 TEXT ·cpuid(SB), NOSPLIT, $0-24
 	MOVL leaf+0(FP), AX

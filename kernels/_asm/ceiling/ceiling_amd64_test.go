@@ -18,7 +18,10 @@ func hasYMMClmul() (pclmul, ymm bool) {
 // bench times kernel (ops instructions per loop iteration) against
 // addChain (8 cycles per iteration) and reports cycles per instruction, from
 // the fastest of the b.N timings of each (a shared machine interrupts some).
-func bench(b *testing.B, ops int, kernel func(int)) {
+func bench(b *testing.B, ops int, kernel func(int)) { benchUnit(b, ops, "insn", kernel) }
+
+// benchUnit is bench reporting cycles per unit, ops units per iteration.
+func benchUnit(b *testing.B, ops int, unit string, kernel func(int)) {
 	const n = 10000
 	tk, ta := time.Duration(1<<62), time.Duration(1<<62)
 	for b.Loop() {
@@ -29,7 +32,7 @@ func bench(b *testing.B, ops int, kernel func(int)) {
 		ta = min(ta, t1.Sub(t0))
 		tk = min(tk, time.Since(t1))
 	}
-	b.ReportMetric(8*float64(tk)/float64(ta)/float64(ops), "cycles/insn")
+	b.ReportMetric(8*float64(tk)/float64(ta)/float64(ops), "cycles/"+unit)
 	// The add chain retires one add per cycle, so it also clocks the core.
 	b.ReportMetric(8*n/ta.Seconds()/1e9, "GHz")
 }
@@ -63,6 +66,24 @@ func BenchmarkCeiling(b *testing.B) {
 				b.Skip("the CPU lacks the instruction")
 			}
 			bench(b, c.ops, c.f)
+		})
+	}
+	// The step of the fused kernel, 128 bytes of four blocks, in halves and
+	// whole, in cycles per step: the multiplier alone would allow 16 (8
+	// VPCLMULQDQ at 2 cycles), and so would the CRC32Q alone (16 at 1).
+	for _, c := range []struct {
+		name string
+		f    func(*byte, int)
+	}{
+		{"step=fused/half=clmul", stepClmul},
+		{"step=fused/half=crc32q", stepCRC},
+		{"step=fused/half=both", stepFused},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			if !ymm {
+				b.Skip("the CPU lacks VPCLMULQDQ")
+			}
+			benchUnit(b, 1, "step", func(n int) { c.f(&buf[0], n) })
 		})
 	}
 }

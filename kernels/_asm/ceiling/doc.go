@@ -14,5 +14,7 @@
 // retires one per cycle and does not slow the multiplies it is mixed with
 // (2.0 cycles per VPCLMULQDQ with or without eight CRC32Q beside them), so a
 // fused T10-DIF and CRC-32C pass is bounded by the multiplier alone: 8 bytes
-// per cycle on YMM.
+// per cycle on YMM. In the shape of the fused kernel's step (step=fused:
+// four fold chains and four CRC32Q chains from memory over 128 bytes) each
+// half takes 16 cycles and both 18: 7.1 bytes per cycle.
 package ceiling
