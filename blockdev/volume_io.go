@@ -91,6 +91,7 @@ func (v *Volume) putScratch(sc *scratch) {
 }
 
 func hasBit(m []uint64, i int) bool { return m[i/64]>>(i%64)&1 != 0 }
+func setBit(m []uint64, i int)      { m[i/64] |= 1 << (i % 64) }
 
 // allOK reports whether every state is dif.StateOK, which is zero (the
 // array below fails to compile otherwise), eight states at a time.
@@ -112,7 +113,6 @@ func allOK(states []dif.State) bool {
 func u32Bytes(s []uint32) []byte {
 	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(s))), 4*len(s))
 }
-func setBit(m []uint64, i int) { m[i/64] |= 1 << (i % 64) }
 
 // readDev reads whole blocks from the device.
 func (v *Volume) readDev(p []byte, lba int64, uncached bool) error {
