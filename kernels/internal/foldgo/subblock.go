@@ -81,12 +81,6 @@ func NewShift[T Word](p crcmath.Params, n int) *Shift[T] {
 	return s
 }
 
-// Apply returns L_n(c).
-func (s *Shift[T]) Apply(c T) T {
-	var zero [1]T
-	return s.Join(c, zero[:])
-}
-
 // Join returns c advanced by Horner's rule over the partial CRCs in part:
 // c = L_n(c) ⊕ x for each x in turn. With c the CRC of A and part the CRCs
 // of the n-byte pieces that follow A, it is the CRC of the whole. The
