@@ -22,8 +22,7 @@ func checksum[T Word](p crcmath.Params, b []byte) T {
 
 // The CRC of A followed by pieces of n bytes, by Join from the CRCs of the
 // parts, against the bitwise CRC of the whole; and L_n alone (Join with
-// one zero part) against
-// crcmath.Combine, which the tables were built from.
+// one zero part) against crcmath.Combine, which the tables were built from.
 func testShift[T Word](t *testing.T, p crcmath.Params) {
 	r := rand.New(rand.NewPCG(1, uint64(p.Width)))
 	for _, n := range []int{1, 16, 100, SubBlockLen} {
