@@ -20,6 +20,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// pageSize is the size of the pages mincore reports on.
+var pageSize = os.Getpagesize()
+
 // loopDevice attaches a new image of size bytes to a loop device with the
 // given logical sector size and returns the device path, or skips the test
 // when loop devices cannot be set up here (no root, no /dev/loop-control,

@@ -174,6 +174,4 @@ func mmapRead(f *os.File, size int64) ([]byte, error) {
 
 func munmap(m []byte) error { return unix.Munmap(m) }
 
-var pageSize = os.Getpagesize()
-
 func madviseDontNeed(b []byte) error { return unix.Madvise(b, unix.MADV_DONTNEED) }

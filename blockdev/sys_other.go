@@ -32,6 +32,4 @@ func mmapRead(*os.File, int64) ([]byte, error) { return nil, errors.ErrUnsupport
 
 func munmap([]byte) error { return nil }
 
-var pageSize = os.Getpagesize()
-
 func madviseDontNeed([]byte) error { return nil }

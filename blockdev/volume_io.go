@@ -21,7 +21,7 @@ var _ CheckSource = (*Volume)(nil)
 // paths (guards and sector checksums computed in one pass, see classify).
 // Each call has fixed costs (dif's checks and set-up, the kernel's first
 // groups, which its prefetch does not cover): a verified 1 MiB read of
-// 512-byte blocks with guard and sums ran at 63-66% of pread with 64 KiB,
+// 512-byte blocks with guard and sums ran at 63-67% of pread with 64 KiB,
 // 67-69% with 256 KiB, and 66-72% with 1 MiB (alternating runs).
 const subChunk = 256 << 10
 

@@ -37,7 +37,7 @@
 // vectors the step before stored, which have left the store queue, rather
 // than loading 8-byte pieces of a 32-byte store just issued (store-to-load
 // forwarding). With the sequential prefetch below, a verified
-// blockdev.Volume read of 512-byte blocks went from 59-67% to 64-70% of
+// blockdev.Volume read of 512-byte blocks went from 59-68% to 64-71% of
 // pread (alternating runs); reading the sums from p instead did the same,
 // but would let a p that changes meanwhile give a sum of other bytes.
 //
