@@ -1,0 +1,359 @@
+// Command poly1305 generates the amd64 lane kernel of kernels/poly1305: the
+// Poly1305 accumulators of four blocks evaluated side by side, one block per
+// 64-bit lane of the YMM registers, under one shared r.
+//
+// Run it from kernels/_asm (go generate in kernels/poly1305 does):
+//
+//	go run ./poly1305 -out ../poly1305/zblocks_amd64.s -stubs ../poly1305/zblocks_amd64.go
+//
+// The math is that of kernels/poly1305/poly1305_lanes.go (laneModel), which
+// the package tests against the generic code; the assembly does exactly
+// what the model does, in the same order, four lanes at once.
+//
+// Radix 2^26. Each accumulator h < 2^131 is five limbs h0..h4 with h =
+// Σ hk·2^(26k), one YMM register per limb, lane l holding block l's limb.
+// VPMULUDQ multiplies the low 32 bits of each lane into 64 bits, so a
+// product of a limb (< 2^27) and a key limb (< 2^29) never loses a bit, and
+// sums of up to ten such products (< 2^60) never overflow a lane.
+//
+// Multiplication by r mod p = 2^130-5. With r = Σ rk·2^(26k):
+//
+//	d_k = Σ_{i<=k} h_i·r_{k-i} + Σ_{i>k} h_i·(5·r_{k-i+5})
+//
+// because h_i·r_j with i+j >= 5 carries weight 2^(26(i+j)) = 2^130·2^(26(i+j-5))
+// ≡ 5·2^(26(i+j-5)) (mod p). The key table holds r_k and s_k = 5·r_k
+// (< 2^29) for r and r^2, each broadcast to the four lanes (laneKey), so
+// the kernel never multiplies by 5 except in the carry chain.
+//
+// Two chunks per step, with the shared powers r^2 and r:
+//
+//	h' = ((h + m1)·r + m2)·r = (h + m1)·r^2 + m2·r
+//
+// The m2·r products do not depend on h, so only one multiply-and-carry
+// chain per two chunks is on the critical path; 50 VPMULUDQ per step for
+// four blocks (32 bytes of each). An odd last chunk takes one plain step
+// h' = (h + m)·r.
+//
+// A chunk, 16 bytes lo + hi·2^64 of each block, splits into limbs
+//
+//	m0 = lo & M   m1 = lo>>26 & M   m2 = (lo>>52 | hi<<12) & M
+//	m3 = hi>>14 & M   m4 = hi>>40 | 2^24
+//
+// (M = 2^26-1; 2^24 in limb 4 is the pad bit 2^128 = 2^(104+24)). The four
+// blocks' chunks are gathered by two 16-byte loads and two VINSERTI128 into
+// [b0 | b2] and [b1 | b3], and VPUNPCKLQDQ/VPUNPCKHQDQ of those give the lo
+// and hi words in lanes 0..3.
+//
+// Carry chain, two chains interleaved: d0→d1, d3→d4; d1→d2, d4→d0 (times
+// 5: c + 4c); d2→d3, d0→d1; d3→d4, where dk→dl is c = dk>>26, dk &= M,
+// dl += c. It leaves every limb below 2^26 + 2^12 (poly1305_lanes.go has
+// the bounds), small enough for the next step.
+//
+// The only data are the two lane constants M and 2^24 (polyConsts). The
+// kernel reads exactly the chunks it is asked for and nothing else. The
+// output depends only on the flags, so regenerating is reproducible.
+package main
+
+import (
+	"bytes"
+	"flag"
+	"fmt"
+	"go/format"
+	"go/token"
+	"go/types"
+	"log"
+	"os"
+	"strings"
+
+	"github.com/mmcloughlin/avo/attr"
+	"github.com/mmcloughlin/avo/build"
+	"github.com/mmcloughlin/avo/gotypes"
+	"github.com/mmcloughlin/avo/operand"
+	"github.com/mmcloughlin/avo/pass"
+	"github.com/mmcloughlin/avo/printer"
+	"github.com/mmcloughlin/avo/reg"
+)
+
+// Layout of poly1305.laneKey (its doc comment fixes it): R(j,k), limb k of
+// r^(j+1), at keyR + 32(5j+k); S(j,k) = 5·R(j,k) at keyS + 32(5j+k); each a
+// 32-byte vector of four equal quadwords.
+const (
+	keyR    = 0
+	keyS    = 320
+	keySize = 640
+	limbs   = 5
+	lanes   = 4
+)
+
+const (
+	limbBits = 26
+	limbMask = 1<<limbBits - 1
+	padBit   = 1 << (128 - 4*limbBits) // 2^128 in limb 4: bit 24
+)
+
+func main() {
+	log.SetFlags(0)
+	log.SetPrefix("poly1305: ")
+	fs := flag.NewFlagSet("poly1305", flag.ExitOnError)
+	out := fs.String("out", "", "assembly output file")
+	stubs := fs.String("stubs", "", "Go declarations output file")
+	fs.Parse(os.Args[1:])
+	if *out == "" || *stubs == "" {
+		log.Fatal("usage: poly1305 -out file.s -stubs file.go")
+	}
+	asm, src, err := generate(*out, *stubs)
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := os.WriteFile(*out, asm, 0o644); err != nil {
+		log.Fatal(err)
+	}
+	if err := os.WriteFile(*stubs, src, 0o644); err != nil {
+		log.Fatal(err)
+	}
+}
+
+func generate(out, stubs string) (asm, src []byte, err error) {
+	cmd := fmt.Sprintf("go run ./poly1305 -out %s -stubs %s", out, stubs)
+	c := build.NewContext()
+	c.ConstraintExpr("!purego")
+	consts := c.StaticGlobal("polyConsts")
+	c.DataAttributes(attr.RODATA | attr.NOPTR)
+	// Four lanes of M = 2^26-1 (the limb mask), then four of 2^24 (the pad
+	// bit 2^128 in limb 4, 128 = 4·26 + 24).
+	for i := 0; i < lanes; i++ {
+		c.AddDatum(8*i, operand.U64(limbMask))
+	}
+	for i := 0; i < lanes; i++ {
+		c.AddDatum(32+8*i, operand.U64(padBit))
+	}
+	g := &gen{c: c, mask: consts, pad: consts.Offset(32)}
+	g.lanesAVX2()
+
+	f, err := c.Result()
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := pass.Compile.Execute(f); err != nil {
+		return nil, nil, err
+	}
+	cfg := printer.Config{Name: "poly1305", Argv: strings.Fields(cmd), Pkg: "poly1305"}
+	asm, err = printer.NewGoAsm(cfg).Print(f)
+	if err != nil {
+		return nil, nil, err
+	}
+	src, err = writeStubs(cfg.GeneratedWarning())
+	return asm, src, err
+}
+
+func param(name string, t types.Type) *types.Var { return types.NewParam(token.NoPos, nil, name, t) }
+
+// The signature: lanesAVX2(h *[20]uint64, p []byte, stride, chunks int,
+// key *[80]uint64), the arrays being poly1305.laneState and laneKey.
+func lanesSig() *gotypes.Signature {
+	u64 := types.Typ[types.Uint64]
+	params := []*types.Var{
+		param("h", types.NewPointer(types.NewArray(u64, limbs*lanes))),
+		param("p", types.NewSlice(types.Universe.Lookup("byte").Type())),
+		param("stride", types.Typ[types.Int]),
+		param("chunks", types.Typ[types.Int]),
+		param("key", types.NewPointer(types.NewArray(u64, keySize/8))),
+	}
+	return gotypes.NewSignature(nil, types.NewSignatureType(nil, nil, nil, types.NewTuple(params...), nil, false))
+}
+
+func mem(base reg.Register, disp int) operand.Mem { return operand.Mem{Base: base, Disp: disp} }
+
+// Registers.
+var (
+	rH, rKey = reg.RDI, reg.RDX
+	rP       = reg.RSI // block 0 at the current chunk
+	rS, rS3  = reg.R8, reg.R9
+	rN       = reg.RCX // chunks left
+
+	yH    = []reg.VecPhysical{reg.Y0, reg.Y1, reg.Y2, reg.Y3, reg.Y4}
+	yD    = []reg.VecPhysical{reg.Y5, reg.Y6, reg.Y7, reg.Y8, reg.Y9}
+	yLo   = reg.Y10 // the chunks' low quadwords; a carry temporary
+	yT    = reg.Y11 // temporary
+	yL    = reg.Y12 // the limb being split off
+	yP    = reg.Y13 // a product
+	yMask = reg.Y14 // M in every lane
+	yHi   = reg.Y15 // the chunks' high quadwords
+)
+
+type gen struct {
+	c         *build.Context
+	mask, pad operand.Mem
+}
+
+func xmm(y reg.VecPhysical) reg.VecPhysical { return y.AsX().(reg.VecPhysical) }
+
+// block is byte disp of block j at the current chunk: p + j·stride + disp.
+func block(j, disp int) operand.Mem {
+	switch j {
+	case 0:
+		return mem(rP, disp)
+	case 1:
+		return operand.Mem{Base: rP, Index: rS, Scale: 1, Disp: disp}
+	case 2:
+		return operand.Mem{Base: rP, Index: rS, Scale: 2, Disp: disp}
+	}
+	return operand.Mem{Base: rP, Index: rS3, Scale: 1, Disp: disp}
+}
+
+func keyRMem(j, k int) operand.Mem { return mem(rKey, keyR+32*(limbs*j+k)) }
+func keySMem(j, k int) operand.Mem { return mem(rKey, keyS+32*(limbs*j+k)) }
+
+// keyFor is the key vector limb i of h multiplies for d_k under r^(j+1):
+// r_{k-i} if i <= k, else 5·r_{k-i+5}.
+func keyFor(j, i, k int) operand.Mem {
+	if i <= k {
+		return keyRMem(j, k-i)
+	}
+	return keySMem(j, k-i+limbs)
+}
+
+// split loads the chunk at disp of the four blocks and calls use with each
+// limb in yL, in order 0..4.
+func (g *gen) split(disp int, use func(i int)) {
+	c := g.c
+	c.VMOVDQU(block(0, disp), xmm(yLo))
+	c.VINSERTI128(operand.U8(1), block(2, disp), yLo, yLo)
+	c.VMOVDQU(block(1, disp), xmm(yT))
+	c.VINSERTI128(operand.U8(1), block(3, disp), yT, yT)
+	c.VPUNPCKHQDQ(yT, yLo, yHi) // hi words of blocks 0..3
+	c.VPUNPCKLQDQ(yT, yLo, yLo) // lo words
+	c.VPAND(yMask, yLo, yL)
+	use(0)
+	c.VPSRLQ(operand.U8(26), yLo, yL)
+	c.VPAND(yMask, yL, yL)
+	use(1)
+	c.VPSRLQ(operand.U8(52), yLo, yL)
+	c.VPSLLQ(operand.U8(12), yHi, yT)
+	c.VPOR(yT, yL, yL)
+	c.VPAND(yMask, yL, yL)
+	use(2)
+	c.VPSRLQ(operand.U8(14), yHi, yL)
+	c.VPAND(yMask, yL, yL)
+	use(3)
+	c.VPSRLQ(operand.U8(40), yHi, yL)
+	c.VPOR(g.pad, yL, yL)
+	use(4)
+}
+
+// mulAdd adds x·r^(j+1) to the d registers (x one limb, i its index);
+// first sets them instead of adding.
+func (g *gen) mulAdd(x reg.VecPhysical, i, j int, first bool) {
+	for k := 0; k < limbs; k++ {
+		if first {
+			g.c.VPMULUDQ(keyFor(j, i, k), x, yD[k])
+			continue
+		}
+		g.c.VPMULUDQ(keyFor(j, i, k), x, yP)
+		g.c.VPADDQ(yP, yD[k], yD[k])
+	}
+}
+
+// carry is dk→dl of the carry chain with temporary t (and yP for times 5).
+func (g *gen) carry(from, to int, times5 bool, t reg.VecPhysical) {
+	c := g.c
+	c.VPSRLQ(operand.U8(26), yD[from], t)
+	c.VPAND(yMask, yD[from], yD[from])
+	if times5 {
+		c.VPSLLQ(operand.U8(2), t, yP)
+		c.VPADDQ(yP, t, t)
+	}
+	c.VPADDQ(t, yD[to], yD[to])
+}
+
+// carryChain reduces d into h.
+func (g *gen) carryChain() {
+	g.carry(0, 1, false, yLo)
+	g.carry(3, 4, false, yT)
+	g.carry(1, 2, false, yLo)
+	g.carry(4, 0, true, yT)
+	g.carry(2, 3, false, yLo)
+	g.carry(0, 1, false, yT)
+	g.carry(3, 4, false, yLo)
+	for k := 0; k < limbs; k++ {
+		g.c.VMOVDQA(yD[k], yH[k])
+	}
+}
+
+func (g *gen) lanesAVX2() {
+	c := g.c
+	c.Function("lanesAVX2")
+	c.Attributes(attr.NOSPLIT)
+	c.Signature(lanesSig())
+	c.Load(c.Param("h"), rH)
+	c.Load(c.Param("p").Base(), rP)
+	c.Load(c.Param("stride"), rS)
+	c.Load(c.Param("chunks"), rN)
+	c.Load(c.Param("key"), rKey)
+	c.Comment("Block j starts at p + j*stride.")
+	c.LEAQ(operand.Mem{Base: rS, Index: rS, Scale: 2}, rS3)
+	c.VMOVDQU(g.mask, yMask)
+	for k := 0; k < limbs; k++ {
+		c.VMOVDQU(mem(rH, 32*k), yH[k])
+	}
+	c.CMPQ(rN, operand.U32(2))
+	c.JB(operand.LabelRef("single"))
+
+	c.Label("pair")
+	c.Comment("d = m2·r: the second chunk's products, independent of h.")
+	g.split(16, func(i int) { g.mulAdd(yL, i, 0, i == 0) })
+	c.Comment("h += m1; d += h·r^2.")
+	g.split(0, func(i int) { c.VPADDQ(yL, yH[i], yH[i]) })
+	for i := 0; i < limbs; i++ {
+		g.mulAdd(yH[i], i, 1, false)
+	}
+	c.Comment("h = d, carried.")
+	g.carryChain()
+	c.ADDQ(operand.U32(32), rP)
+	c.SUBQ(operand.U32(2), rN)
+	c.CMPQ(rN, operand.U32(2))
+	c.JAE(operand.LabelRef("pair"))
+
+	c.Label("single")
+	c.TESTQ(rN, rN)
+	c.JZ(operand.LabelRef("done"))
+	c.Comment("One chunk left: h = (h + m)·r, carried.")
+	g.split(0, func(i int) { c.VPADDQ(yL, yH[i], yH[i]) })
+	for i := 0; i < limbs; i++ {
+		g.mulAdd(yH[i], i, 0, i == 0)
+	}
+	g.carryChain()
+
+	c.Label("done")
+	for k := 0; k < limbs; k++ {
+		c.VMOVDQU(yH[k], mem(rH, 32*k))
+	}
+	c.VZEROUPPER()
+	c.RET()
+}
+
+func writeStubs(warning string) ([]byte, error) {
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "// %s\n\n//go:build !purego\n\npackage poly1305\n\n", warning)
+	fmt.Fprintf(&b, `// Byte offsets of the laneKey fields the kernel reads, and its size.
+const (
+	laneKeyR    = %d
+	laneKeyS    = %d
+	laneKeySize = %d
+)
+
+// lanesAVX2 absorbs chunks 16-byte chunks of each of four blocks into the
+// accumulators h (laneState: limb k of block l at h[4k+l], radix 2^26),
+// block l's chunks at p[l*stride:][:16*chunks], each chunk with the 2^128
+// pad bit: what laneModel computes, four lanes of YMM registers at once,
+// two chunks per step under r^2 and r from key (laneKey).
+//
+// Preconditions: chunks >= 0; len(p) >= 3*stride + 16*chunks; the limbs of
+// h below 2^27 (zero, or left by an earlier call); the CPU has AVX2. It
+// reads only the chunks.
+//
+//go:noescape
+func lanesAVX2(h *[%d]uint64, p []byte, stride, chunks int, key *[%d]uint64)
+`, keyR, keyS, keySize, limbs*lanes, keySize/8)
+	return format.Source(b.Bytes())
+}
