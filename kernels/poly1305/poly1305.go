@@ -207,13 +207,15 @@ func (m *MAC) Verify(mac []byte) bool {
 // polyKey is r in the forms the implementations use.
 type polyKey struct {
 	r0, r1 uint64
-	lanes  laneKey
+	lanes  laneKey // radix 2^26, for the AVX2 kernel
+	ifma   ifmaKey // radix 2^44, for the AVX-512 IFMA kernel
 }
 
 func newPolyKey(r []byte) polyKey {
 	k := polyKey{}
 	k.r0, k.r1 = clampR(r)
 	k.lanes = makeLaneKey(k.r0, k.r1)
+	k.ifma = makeIFMAKey(k.r0, k.r1)
 	return k
 }
 

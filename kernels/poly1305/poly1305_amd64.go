@@ -18,7 +18,15 @@ func registerArch() {
 }
 
 func blocksAVX2(k *polyKey, acc [][2]uint64, ad []byte, adLen int, p []byte, blockLen, stride int) {
-	blocksLanes(lanesAVX2Kernel, k, acc, ad, adLen, p, blockLen, stride)
+	blocksLanes(&kernelAVX2, k, acc, ad, adLen, p, blockLen, stride)
+}
+
+var kernelAVX2 = laneKernel{
+	lanes: lanes,
+	absorb: func(h *laneBuf, p []byte, stride, chunks int, k *polyKey) {
+		lanesAVX2Kernel(laneState26(h), p, stride, chunks, &k.lanes)
+	},
+	state: func(h *laneBuf, l int, r0, r1 uint64) state { return laneToState(laneState26(h), l, r0, r1) },
 }
 
 // lanesAVX2Kernel is lanesAVX2 with the package's types.

@@ -191,23 +191,36 @@ func laneToState(h *laneState, l int, r0, r1 uint64) state {
 	}
 }
 
-// blocksLanes is the batch call over a lane kernel: groups of four blocks
-// through kern, the blocks left over and every block's final partial chunk
-// through the generic code.
-func blocksLanes(kern func(h *laneState, p []byte, stride, chunks int, key *laneKey),
-	k *polyKey, acc [][2]uint64, ad []byte, adLen int, p []byte, blockLen, stride int) {
+// laneKernel is a lane kernel and the form of its accumulators.
+type laneKernel struct {
+	lanes int
+	// absorb adds chunks 16-byte chunks of each of lanes blocks, block l
+	// at p[l*stride:], to the accumulators in h.
+	absorb func(h *laneBuf, p []byte, stride, chunks int, k *polyKey)
+	// state returns lane l of h in the generic form.
+	state func(h *laneBuf, l int, r0, r1 uint64) state
+}
+
+// laneBuf holds the accumulators of either lane form (20 or 24 words).
+type laneBuf [24]uint64
+
+// blocksLanes is the batch call over a lane kernel: groups of kern.lanes
+// blocks through the kernel, the blocks left over and every block's final
+// partial chunk through the generic code.
+func blocksLanes(kern *laneKernel, k *polyKey, acc [][2]uint64, ad []byte, adLen int, p []byte, blockLen, stride int) {
 	full := blockLen &^ 15
-	n := len(acc) &^ (lanes - 1)
-	for g := 0; g < n; g += lanes {
-		var h laneState
+	L := kern.lanes
+	n := len(acc) - len(acc)%L
+	for g := 0; g < n; g += L {
+		var h laneBuf
 		if adLen > 0 {
-			kern(&h, ad[g*adLen:], adLen, adLen/16, &k.lanes)
+			kern.absorb(&h, ad[g*adLen:], adLen, adLen/16, k)
 		}
 		if full > 0 {
-			kern(&h, p[g*stride:], stride, full/16, &k.lanes)
+			kern.absorb(&h, p[g*stride:], stride, full/16, k)
 		}
-		for l := range lanes {
-			s := laneToState(&h, l, k.r0, k.r1)
+		for l := range L {
+			s := kern.state(&h, l, k.r0, k.r1)
 			if full < blockLen {
 				s.last(p[(g+l)*stride+full : (g+l)*stride+blockLen])
 			}
@@ -217,4 +230,16 @@ func blocksLanes(kern func(h *laneState, p []byte, stride, chunks int, key *lane
 	if n < len(acc) {
 		blocksGeneric(k, acc[n:], ad[n*adLen:], adLen, p[n*stride:], blockLen, stride)
 	}
+}
+
+// laneState26 views the first 20 words of a laneBuf as a laneState.
+func laneState26(h *laneBuf) *laneState { return (*laneState)(h[:20]) }
+
+// modelKernel26 is the lane model as a laneKernel, for the tests.
+var modelKernel26 = laneKernel{
+	lanes: lanes,
+	absorb: func(h *laneBuf, p []byte, stride, chunks int, k *polyKey) {
+		laneModel(laneState26(h), p, stride, chunks, &k.lanes)
+	},
+	state: func(h *laneBuf, l int, r0, r1 uint64) state { return laneToState(laneState26(h), l, r0, r1) },
 }

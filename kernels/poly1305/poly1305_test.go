@@ -308,12 +308,33 @@ var blockCases = [][2]int{
 }
 
 func TestBlocks(t *testing.T) {
-	r := rand.New(rand.NewPCG(3, 4))
-	counts := []int{1, 2, 3, 4, 5, 7, 8, 9, 12, 13, 64, 65, 70}
-	if testing.Short() {
-		counts = []int{1, 3, 4, 5, 9, 65}
+	impl.ForEach(t, pkgName, checkBlocks)
+}
+
+// TestBlocksLaneModels runs the Blocks cases through the batch glue over the
+// pure-Go lane models (of the AVX2 and the IFMA kernels), on any machine.
+func TestBlocksLaneModels(t *testing.T) {
+	defer impl.Reset(pkgName)
+	for _, m := range []struct {
+		name string
+		kern *laneKernel
+	}{{"lanes26", &modelKernel26}, {"lanes44", &modelKernel44}} {
+		t.Run("model="+m.name, func(t *testing.T) {
+			blocks = func(k *polyKey, acc [][2]uint64, ad []byte, adLen int, p []byte, blockLen, stride int) {
+				blocksLanes(m.kern, k, acc, ad, adLen, p, blockLen, stride)
+			}
+			checkBlocks(t)
+		})
 	}
-	impl.ForEach(t, pkgName, func(t *testing.T) {
+}
+
+func checkBlocks(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	counts := []int{1, 2, 3, 4, 5, 7, 8, 9, 12, 13, 16, 17, 64, 65, 70}
+	if testing.Short() {
+		counts = []int{1, 3, 4, 5, 9, 17, 65}
+	}
+	{
 		for _, c := range blockCases {
 			bl, st := c[0], c[1]
 			for _, n := range counts {
@@ -355,7 +376,7 @@ func TestBlocks(t *testing.T) {
 				}
 			}
 		}
-	})
+	}
 }
 
 // Blocks of all-ones data under an all-ones r: the largest limbs and
@@ -495,6 +516,33 @@ func TestLaneModel(t *testing.T) {
 		laneModel(&h, p, stride, chunks, &k.lanes)
 		for l := range lanes {
 			s := laneToState(&h, l, k.r0, k.r1)
+			g0, g1 := reduce(s.h0, s.h1, s.h2)
+			ws := state{r0: k.r0, r1: k.r1}
+			ws.chunks(p[l*stride : l*stride+16*chunks])
+			w0, w1 := reduce(ws.h0, ws.h1, ws.h2)
+			if g0 != w0 || g1 != w1 {
+				t.Fatalf("trial %d chunks=%d lane %d: model %x%x, generic %x%x", trial, chunks, l, g1, g0, w1, w0)
+			}
+		}
+	}
+}
+
+// The pure-Go IFMA lane model against the generic code.
+func TestLaneModel44(t *testing.T) {
+	r := rand.New(rand.NewPCG(9, 10))
+	for trial := range 200 {
+		chunks := trial % 37
+		stride := 16*chunks + 16*(trial%3)
+		rb, p := randBytes(r, 16), randBytes(r, 7*stride+16*chunks)
+		if trial%5 == 0 {
+			rb = bytes.Repeat([]byte{0xff}, 16)
+			p = bytes.Repeat([]byte{0xff}, 7*stride+16*chunks)
+		}
+		k := newPolyKey(rb)
+		var h laneState44
+		laneModel44(&h, p, stride, chunks, &k.ifma)
+		for l := range lanes44 {
+			s := laneToState44(&h, l, k.r0, k.r1)
 			g0, g1 := reduce(s.h0, s.h1, s.h2)
 			ws := state{r0: k.r0, r1: k.r1}
 			ws.chunks(p[l*stride : l*stride+16*chunks])
