@@ -86,6 +86,14 @@ const (
 )
 
 const (
+	mask44   = 1<<44 - 1
+	mask42   = 1<<42 - 1
+	padBit44 = 1 << (128 - 88)
+	lanes44  = 8
+	key44    = 10 // words of poly1305.ifmaKey
+)
+
+const (
 	limbBits = 26
 	limbMask = 1<<limbBits - 1
 	padBit   = 1 << (128 - 4*limbBits) // 2^128 in limb 4: bit 24
@@ -127,8 +135,18 @@ func generate(out, stubs string) (asm, src []byte, err error) {
 	for i := 0; i < lanes; i++ {
 		c.AddDatum(32+8*i, operand.U64(padBit))
 	}
+	consts44 := c.StaticGlobal("polyConsts44")
+	c.DataAttributes(attr.RODATA | attr.NOPTR)
+	// The IFMA kernel's lane constants, broadcast at its start: M44 =
+	// 2^44-1 and M42 = 2^42-1 (limb masks of radix 2^44, the top limb
+	// holding bits 88..129), and 2^40 (the pad bit 2^128 in limb 2, 128 =
+	// 88 + 40).
+	c.AddDatum(0, operand.U64(mask44))
+	c.AddDatum(8, operand.U64(mask42))
+	c.AddDatum(16, operand.U64(padBit44))
 	g := &gen{c: c, mask: consts, pad: consts.Offset(32)}
 	g.lanesAVX2()
+	g.lanesIFMA(consts44)
 
 	f, err := c.Result()
 	if err != nil {
@@ -158,6 +176,21 @@ func lanesSig() *gotypes.Signature {
 		param("stride", types.Typ[types.Int]),
 		param("chunks", types.Typ[types.Int]),
 		param("key", types.NewPointer(types.NewArray(u64, keySize/8))),
+	}
+	return gotypes.NewSignature(nil, types.NewSignatureType(nil, nil, nil, types.NewTuple(params...), nil, false))
+}
+
+// The IFMA kernel's signature: lanesIFMA(h *[24]uint64, p []byte, stride,
+// chunks int, key *[10]uint64), the arrays being poly1305.laneState44 and
+// ifmaKey.
+func lanesIFMASig() *gotypes.Signature {
+	u64 := types.Typ[types.Uint64]
+	params := []*types.Var{
+		param("h", types.NewPointer(types.NewArray(u64, 3*lanes44))),
+		param("p", types.NewSlice(types.Universe.Lookup("byte").Type())),
+		param("stride", types.Typ[types.Int]),
+		param("chunks", types.Typ[types.Int]),
+		param("key", types.NewPointer(types.NewArray(u64, key44))),
 	}
 	return gotypes.NewSignature(nil, types.NewSignatureType(nil, nil, nil, types.NewTuple(params...), nil, false))
 }
@@ -354,6 +387,195 @@ const (
 //
 //go:noescape
 func lanesAVX2(h *[%d]uint64, p []byte, stride, chunks int, key *[%d]uint64)
-`, keyR, keyS, keySize, limbs*lanes, keySize/8)
+
+// lanesIFMA is lanesAVX2 for eight blocks in radix 2^44, with 52-bit
+// multiplies: it absorbs chunks chunks of each of eight blocks, block l at
+// p[l*stride:], into h (laneState44: limb k of block l at h[8k+l]), two
+// chunks per step under r^2 and r from key (ifmaKey): what laneModel44
+// computes, in the 64-bit lanes of ZMM registers.
+//
+// Preconditions: chunks >= 0; len(p) >= 7*stride + 16*chunks; the limbs of
+// h below 2^45 (zero, or left by an earlier call); the CPU has AVX512F and
+// AVX512IFMA. It reads only the chunks.
+//
+//go:noescape
+func lanesIFMA(h *[%d]uint64, p []byte, stride, chunks int, key *[%d]uint64)
+`, keyR, keyS, keySize, limbs*lanes, keySize/8, 3*lanes44, key44)
 	return format.Source(b.Bytes())
+}
+
+// The IFMA kernel (see poly1305_lanes44.go in kernels/poly1305 for the
+// math): eight blocks, one per 64-bit lane of ZMM registers, three limbs of
+// 44, 44 and 42 bits. Every product of a limb and a key word is a
+// VPMADD52LUQ into a lo accumulator and a VPMADD52HUQ into a hi one; the
+// hi sums join the next limb up shifted left by 8 (weight 2^52 = 2^8·2^44),
+// the top one limb 0 times 5120 (2^140 ≡ 5·2^10 mod 2^130-5). The key words
+// r0, r1, r2, 20·r1, 20·r2 of r and r^2 stay in ten registers, broadcast
+// once. Block j of the eight is at p + j·stride, blocks 4..7 addressed from
+// a second pointer p + 4·stride.
+
+var (
+	rQ = reg.R10 // block 4 at the current chunk
+
+	zA, zB   = reg.Z0, reg.Z1 // gathers; carry temporaries
+	zLo, zHi = reg.Z2, reg.Z3
+	zL, zT   = reg.Z4, reg.Z5
+	zH       = []reg.VecPhysical{reg.Z6, reg.Z7, reg.Z8}
+	zDLo     = []reg.VecPhysical{reg.Z9, reg.Z10, reg.Z11}
+	zDHi     = []reg.VecPhysical{reg.Z12, reg.Z13, reg.Z14}
+	zKey     = [2][5]reg.VecPhysical{
+		{reg.Z15, reg.Z16, reg.Z17, reg.Z18, reg.Z19}, // r: r0 r1 r2 s1 s2
+		{reg.Z20, reg.Z21, reg.Z22, reg.Z23, reg.Z24}, // r^2
+	}
+	zM44, zM42, zPad = reg.Z25, reg.Z26, reg.Z27
+)
+
+// words44[k][i] is the key word (index into r0 r1 r2 s1 s2) that limb i
+// multiplies for output limb k: d0 = x0·r0 + x1·s2 + x2·s1, d1 = x0·r1 +
+// x1·r0 + x2·s2, d2 = x0·r2 + x1·r1 + x2·r0.
+var words44 = [3][3]int{{0, 4, 3}, {1, 0, 4}, {2, 1, 0}}
+
+// block8 is byte disp of block j of eight at the current chunk.
+func block8(j, disp int) operand.Mem {
+	if j < 4 {
+		return block(j, disp)
+	}
+	m := block(j-4, disp)
+	m.Base = rQ
+	return m
+}
+
+// split44 gathers the chunk at disp of the eight blocks and calls use with
+// each radix-2^44 limb in zL, in order 0..2.
+func (g *gen) split44(disp int, use func(i int)) {
+	c := g.c
+	c.VMOVDQU(block8(0, disp), xmm(zA))
+	c.VMOVDQU(block8(1, disp), xmm(zB))
+	for l := 1; l < 4; l++ {
+		c.VINSERTI32X4(operand.U8(l), block8(2*l, disp), zA, zA)
+		c.VINSERTI32X4(operand.U8(l), block8(2*l+1, disp), zB, zB)
+	}
+	c.VPUNPCKHQDQ(zB, zA, zHi) // hi words of blocks 0..7
+	c.VPUNPCKLQDQ(zB, zA, zLo) // lo words
+	c.VPANDQ(zM44, zLo, zL)
+	use(0)
+	c.VPSRLQ(operand.U8(44), zLo, zL)
+	c.VPSLLQ(operand.U8(20), zHi, zT)
+	c.VPORQ(zT, zL, zL)
+	c.VPANDQ(zM44, zL, zL)
+	use(1)
+	c.VPSRLQ(operand.U8(24), zHi, zL)
+	c.VPORQ(zPad, zL, zL)
+	use(2)
+}
+
+// madd44 adds x·r^(j+1) (x limb i) to the lo and hi accumulators.
+func (g *gen) madd44(x reg.VecPhysical, i, j int) {
+	for k := 0; k < 3; k++ {
+		w := zKey[j][words44[k][i]]
+		g.c.VPMADD52LUQ(w, x, zDLo[k])
+		g.c.VPMADD52HUQ(w, x, zDHi[k])
+	}
+}
+
+func (g *gen) zeroAcc44() {
+	for k := 0; k < 3; k++ {
+		g.c.VPXORQ(zDLo[k], zDLo[k], zDLo[k])
+		g.c.VPXORQ(zDHi[k], zDHi[k], zDHi[k])
+	}
+}
+
+func (g *gen) carry44(from, to, bits int, mask reg.VecPhysical, times5 bool) {
+	c := g.c
+	c.VPSRLQ(operand.U8(bits), zDLo[from], zT)
+	c.VPANDQ(mask, zDLo[from], zDLo[from])
+	if times5 {
+		c.VPSLLQ(operand.U8(2), zT, zA)
+		c.VPADDQ(zA, zT, zT)
+	}
+	c.VPADDQ(zT, zDLo[to], zDLo[to])
+}
+
+// combine44 joins the hi sums to the limbs above (hi2 times 5120 = 2^12 +
+// 2^10) and carries into h.
+func (g *gen) combine44() {
+	c := g.c
+	c.VPSLLQ(operand.U8(12), zDHi[2], zT)
+	c.VPADDQ(zT, zDLo[0], zDLo[0])
+	c.VPSLLQ(operand.U8(10), zDHi[2], zT)
+	c.VPADDQ(zT, zDLo[0], zDLo[0])
+	c.VPSLLQ(operand.U8(8), zDHi[0], zT)
+	c.VPADDQ(zT, zDLo[1], zDLo[1])
+	c.VPSLLQ(operand.U8(8), zDHi[1], zT)
+	c.VPADDQ(zT, zDLo[2], zDLo[2])
+	g.carry44(0, 1, 44, zM44, false)
+	g.carry44(1, 2, 44, zM44, false)
+	g.carry44(2, 0, 42, zM42, true)
+	g.carry44(0, 1, 44, zM44, false)
+	for k := 0; k < 3; k++ {
+		c.VMOVDQA64(zDLo[k], zH[k])
+	}
+}
+
+func (g *gen) lanesIFMA(consts operand.Mem) {
+	c := g.c
+	c.Function("lanesIFMA")
+	c.Attributes(attr.NOSPLIT)
+	c.Signature(lanesIFMASig())
+	c.Load(c.Param("h"), rH)
+	c.Load(c.Param("p").Base(), rP)
+	c.Load(c.Param("stride"), rS)
+	c.Load(c.Param("chunks"), rN)
+	c.Load(c.Param("key"), rKey)
+	c.Comment("Block j starts at p + j*stride; blocks 4..7 from p + 4*stride.")
+	c.LEAQ(operand.Mem{Base: rS, Index: rS, Scale: 2}, rS3)
+	c.LEAQ(operand.Mem{Base: rP, Index: rS, Scale: 4}, rQ)
+	c.VPBROADCASTQ(consts, zM44)
+	c.VPBROADCASTQ(consts.Offset(8), zM42)
+	c.VPBROADCASTQ(consts.Offset(16), zPad)
+	c.Comment("The key words of r and r^2 in every lane.")
+	for j := 0; j < 2; j++ {
+		for w := 0; w < 5; w++ {
+			c.VPBROADCASTQ(mem(rKey, 8*(5*j+w)), zKey[j][w])
+		}
+	}
+	for k := 0; k < 3; k++ {
+		c.VMOVDQU64(mem(rH, 64*k), zH[k])
+	}
+	c.CMPQ(rN, operand.U32(2))
+	c.JB(operand.LabelRef("single44"))
+
+	c.Label("pair44")
+	g.zeroAcc44()
+	c.Comment("m2·r, independent of h.")
+	g.split44(16, func(i int) { g.madd44(zL, i, 0) })
+	c.Comment("h += m1; (h + m1)·r^2.")
+	g.split44(0, func(i int) { c.VPADDQ(zL, zH[i], zH[i]) })
+	for i := 0; i < 3; i++ {
+		g.madd44(zH[i], i, 1)
+	}
+	g.combine44()
+	c.ADDQ(operand.U32(32), rP)
+	c.ADDQ(operand.U32(32), rQ)
+	c.SUBQ(operand.U32(2), rN)
+	c.CMPQ(rN, operand.U32(2))
+	c.JAE(operand.LabelRef("pair44"))
+
+	c.Label("single44")
+	c.TESTQ(rN, rN)
+	c.JZ(operand.LabelRef("done44"))
+	c.Comment("One chunk left: h = (h + m)·r.")
+	g.zeroAcc44()
+	g.split44(0, func(i int) { c.VPADDQ(zL, zH[i], zH[i]) })
+	for i := 0; i < 3; i++ {
+		g.madd44(zH[i], i, 0)
+	}
+	g.combine44()
+
+	c.Label("done44")
+	for k := 0; k < 3; k++ {
+		c.VMOVDQU64(zH[k], mem(rH, 64*k))
+	}
+	c.VZEROUPPER()
+	c.RET()
 }
