@@ -9,6 +9,7 @@ import (
 
 	"github.com/difctl/difctl/kernels/internal/impl"
 	"github.com/difctl/difctl/kernels/internal/kerneltest"
+	//lint:ignore SA1019 x/crypto's Poly1305 is the peer these tests check against
 	xpoly "golang.org/x/crypto/poly1305"
 )
 

@@ -150,13 +150,12 @@ func splitBig(x *big.Int, bits uint, n int) []uint64 {
 
 // polyLayout describes one lane kernel to the test.
 type polyLayout struct {
-	fn        string
-	lanes     int
-	limbs     int
-	bits      uint   // radix 2^bits
-	keyWords  int    // uint64 words of the key table
-	wrap      uint64 // multiplier of the key's wrap words: 5 (2^130) or 20 (2^132)
-	keyOffset func(j, k int) (r, s int)
+	fn       string
+	lanes    int
+	limbs    int
+	bits     uint   // radix 2^bits
+	keyWords int    // uint64 words of the key table
+	wrap     uint64 // multiplier of the key's wrap words: 5 (2^130) or 20 (2^132)
 }
 
 var polyLayouts = []polyLayout{
