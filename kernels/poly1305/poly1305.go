@@ -174,7 +174,6 @@ func (m *MAC) Write(p []byte) (int, error) {
 			return n, nil
 		}
 		m.st.chunks(m.buf[:])
-		m.n = 0
 	}
 	full := len(p) &^ 15
 	m.st.chunks(p[:full])
