@@ -3,7 +3,9 @@
 package poly1305
 
 import (
+	"runtime"
 	"testing"
+	"time"
 	"unsafe"
 
 	"github.com/difctl/difctl/kernels/internal/kerneltest"
@@ -12,7 +14,7 @@ import (
 // The generated offsets are those of laneKey.
 func TestLaneKeyLayout(t *testing.T) {
 	var k laneKey
-	if unsafe.Sizeof(k) != laneKeySize || laneKeyR != 0 || laneKeyS != 8*40 {
+	if unsafe.Sizeof(k) != laneKeySize || laneKeyR != 0 || laneKeyS != 8*40 || laneKeyScalar != 8*80 {
 		t.Fatalf("laneKey: %d bytes, generator %d (R at %d, S at %d)", unsafe.Sizeof(k), laneKeySize, laneKeyR, laneKeyS)
 	}
 }
@@ -54,4 +56,48 @@ func BenchmarkLanesAVX2(b *testing.B) {
 		lanesAVX2Kernel(&h, p, 4096, 256, &k.lanes)
 	}
 	sinkTag[0] = byte(h[0])
+}
+
+// The hybrid kernel alone, five blocks of 4 KiB per call.
+func BenchmarkLanesHybridAVX2(b *testing.B) {
+	if !hasAVX2 {
+		b.Skip("no AVX2")
+	}
+	p := kerneltest.SeedBytes(5 * 4096)
+	k := newPolyKey(kerneltest.SeedBytes(16))
+	var h laneBuf
+	b.SetBytes(int64(len(p)))
+	for b.Loop() {
+		lanesHybridAVX2((*[24]uint64)(&h), p, 4096, 256, (*[82]uint64)(&k.lanes))
+	}
+	sinkTag[0] = byte(h[0])
+}
+
+// The hybrid kernel's throughput over the AVX2 one's, alternating within
+// every iteration (thread CPU time): x-avx2 > 1 means the scalar lane pays.
+func BenchmarkHybridOverAVX2(b *testing.B) {
+	if !hasAVX2 {
+		b.Skip("no AVX2")
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	p := kerneltest.SeedBytes(5 * 4096)
+	k := newPolyKey(kerneltest.SeedBytes(16))
+	var h laneBuf
+	var tA, tH time.Duration
+	for b.Loop() {
+		t0 := threadCPU()
+		for range 5 {
+			lanesAVX2Kernel(laneState26(&h), p, 4096, 256, &k.lanes)
+		}
+		t1 := threadCPU()
+		for range 4 {
+			lanesHybridAVX2((*[24]uint64)(&h), p, 4096, 256, (*[82]uint64)(&k.lanes))
+		}
+		t2 := threadCPU()
+		tA += t1 - t0 // 20 blocks
+		tH += t2 - t1 // 20 blocks
+	}
+	sinkTag[0] = byte(h[0])
+	b.ReportMetric(float64(tA)/float64(tH), "x-avx2")
 }

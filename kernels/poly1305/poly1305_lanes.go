@@ -36,9 +36,11 @@ const lanes = 4
 
 // laneKey holds r and r^2 in radix 2^26, each limb repeated in the four
 // 64-bit lanes of a 32-byte vector: R(j,k) = limb k of r^(j+1) at
-// [4(5j+k):], S(j,k) = 5·R(j,k) at [40+4(5j+k):]. The generator's offsets
-// (kernels/_asm/poly1305: keyR, keyS) are these times 8.
-type laneKey [80]uint64
+// [4(5j+k):], S(j,k) = 5·R(j,k) at [40+4(5j+k):]; then r0, r1 (the clamped
+// r as two words) at [80:82] for the scalar lane of the hybrid kernel. The
+// generator's offsets (kernels/_asm/poly1305: keyR, keyS, keyScalar) are
+// these times 8.
+type laneKey [82]uint64
 
 // laneState is the accumulators of four blocks: limb k of lane l at [4k+l].
 type laneState [20]uint64
@@ -61,6 +63,7 @@ func makeLaneKey(r0, r1 uint64) laneKey {
 	// r^2 mod p, fully reduced below p so that its top limb is below 2^26.
 	q0, q1, q2 := mulReduce(r0, r1, 0, r0, r1)
 	q0, q1, q2 = reduceFull(q0, q1, q2)
+	k[80], k[81] = r0, r1
 	pow := [2][5]uint64{limbs26(r0, r1, 0), limbs26(q0, q1, q2)}
 	for j := range 2 {
 		for l := range 5 {

@@ -76,11 +76,13 @@ import (
 
 // Layout of poly1305.laneKey (its doc comment fixes it): R(j,k), limb k of
 // r^(j+1), at keyR + 32(5j+k); S(j,k) = 5·R(j,k) at keyS + 32(5j+k); each a
-// 32-byte vector of four equal quadwords.
+// 32-byte vector of four equal quadwords; then r itself, clamped, as two
+// quadwords r0, r1 at keyScalar for the hybrid kernel's scalar lane.
 const (
-	keyR    = 0
-	keyS    = 320
-	keySize = 640
+	keyR      = 0
+	keyS      = 320
+	keyScalar = 640
+	keySize   = 656
 	limbs   = 5
 	lanes   = 4
 )
@@ -145,7 +147,8 @@ func generate(out, stubs string) (asm, src []byte, err error) {
 	c.AddDatum(8, operand.U64(mask42))
 	c.AddDatum(16, operand.U64(padBit44))
 	g := &gen{c: c, mask: consts, pad: consts.Offset(32)}
-	g.lanesAVX2()
+	g.lanesAVX2(false)
+	g.lanesAVX2(true)
 	g.lanesIFMA(consts44)
 
 	f, err := c.Result()
@@ -168,10 +171,10 @@ func param(name string, t types.Type) *types.Var { return types.NewParam(token.N
 
 // The signature: lanesAVX2(h *[20]uint64, p []byte, stride, chunks int,
 // key *[80]uint64), the arrays being poly1305.laneState and laneKey.
-func lanesSig() *gotypes.Signature {
+func lanesSig(hWords int) *gotypes.Signature {
 	u64 := types.Typ[types.Uint64]
 	params := []*types.Var{
-		param("h", types.NewPointer(types.NewArray(u64, limbs*lanes))),
+		param("h", types.NewPointer(types.NewArray(u64, int64(hWords)))),
 		param("p", types.NewSlice(types.Universe.Lookup("byte").Type())),
 		param("stride", types.Typ[types.Int]),
 		param("chunks", types.Typ[types.Int]),
@@ -199,7 +202,7 @@ func mem(base reg.Register, disp int) operand.Mem { return operand.Mem{Base: bas
 
 // Registers.
 var (
-	rH, rKey = reg.RDI, reg.RDX
+	rH, rKey = reg.RDX, reg.RDI
 	rP       = reg.RSI // block 0 at the current chunk
 	rS, rS3  = reg.R8, reg.R9
 	rN       = reg.RCX // chunks left
@@ -313,11 +316,19 @@ func (g *gen) carryChain() {
 	}
 }
 
-func (g *gen) lanesAVX2() {
+// lanesAVX2 emits lanesAVX2, or with hybrid lanesHybridAVX2: the same four
+// vector lanes plus a fifth block, p + 4·stride, in general registers with
+// 64-bit multiplies (the generic code's mulReduce, step for step), so that
+// the integer multiplier works while the vector one is the bottleneck.
+func (g *gen) lanesAVX2(hybrid bool) {
 	c := g.c
-	c.Function("lanesAVX2")
+	name, sig := "lanesAVX2", lanesSig(limbs*lanes)
+	if hybrid {
+		name, sig = "lanesHybridAVX2", lanesSig(limbs*lanes+4)
+	}
+	c.Function(name)
 	c.Attributes(attr.NOSPLIT)
-	c.Signature(lanesSig())
+	c.Signature(sig)
 	c.Load(c.Param("h"), rH)
 	c.Load(c.Param("p").Base(), rP)
 	c.Load(c.Param("stride"), rS)
@@ -329,35 +340,56 @@ func (g *gen) lanesAVX2() {
 	for k := 0; k < limbs; k++ {
 		c.VMOVDQU(mem(rH, 32*k), yH[k])
 	}
+	if hybrid {
+		c.Comment("The scalar lane's accumulator h0 + h1·2^64 + h2·2^128.")
+		for i, r := range sH {
+			c.MOVQ(mem(rH, 8*(limbs*lanes+i)), r)
+		}
+	}
 	c.CMPQ(rN, operand.U32(2))
-	c.JB(operand.LabelRef("single"))
+	c.JB(operand.LabelRef(name + "single"))
 
-	c.Label("pair")
+	c.Label(name + "pair")
 	c.Comment("d = m2·r: the second chunk's products, independent of h.")
 	g.split(16, func(i int) { g.mulAdd(yL, i, 0, i == 0) })
+	if hybrid {
+		g.scalarChunk(0)
+	}
 	c.Comment("h += m1; d += h·r^2.")
 	g.split(0, func(i int) { c.VPADDQ(yL, yH[i], yH[i]) })
 	for i := 0; i < limbs; i++ {
 		g.mulAdd(yH[i], i, 1, false)
+	}
+	if hybrid {
+		g.scalarChunk(16)
 	}
 	c.Comment("h = d, carried.")
 	g.carryChain()
 	c.ADDQ(operand.U32(32), rP)
 	c.SUBQ(operand.U32(2), rN)
 	c.CMPQ(rN, operand.U32(2))
-	c.JAE(operand.LabelRef("pair"))
+	c.JAE(operand.LabelRef(name + "pair"))
 
-	c.Label("single")
+	c.Label(name + "single")
 	c.TESTQ(rN, rN)
-	c.JZ(operand.LabelRef("done"))
+	c.JZ(operand.LabelRef(name + "done"))
 	c.Comment("One chunk left: h = (h + m)·r, carried.")
 	g.split(0, func(i int) { c.VPADDQ(yL, yH[i], yH[i]) })
 	for i := 0; i < limbs; i++ {
 		g.mulAdd(yH[i], i, 0, i == 0)
 	}
+	if hybrid {
+		g.scalarChunk(0)
+	}
 	g.carryChain()
 
-	c.Label("done")
+	c.Label(name + "done")
+	if hybrid {
+		c.Load(c.Param("h"), rH) // DX went to the multiplies
+		for i, r := range sH {
+			c.MOVQ(r, mem(rH, 8*(limbs*lanes+i)))
+		}
+	}
 	for k := 0; k < limbs; k++ {
 		c.VMOVDQU(yH[k], mem(rH, 32*k))
 	}
@@ -365,14 +397,86 @@ func (g *gen) lanesAVX2() {
 	c.RET()
 }
 
+// The scalar lane of the hybrid kernel: h in sH, the products' words in
+// sT, AX and DX for MULQ. Every general register is in use.
+var (
+	sH = []reg.GPPhysical{reg.R10, reg.R11, reg.R12}
+	sT = []reg.GPPhysical{reg.R13, reg.R14, reg.R15, reg.RBX}
+)
+
+// scalarChunk absorbs the chunk at disp of block 4 into the scalar lane:
+// h += chunk + 2^128, then h = h·r partially reduced, as the generic
+// chunks and mulReduce do (kernels/poly1305/poly1305_generic.go has the
+// bounds: r0, r1 < 2^60, h2 <= 7 before the multiply, so h2·r0 and h2·r1
+// fit in 64 bits):
+//
+//	h·r = t0 + t1·2^64 + t2·2^128 + t3·2^192
+//	h   = t0 + t1·2^64 + (t2&3)·2^128 + (t2&^3 + t3·2^64)·(1 + 1/4)
+//
+// the last term being 5·floor(h·r / 2^130) as 4H + H, since 2^130 ≡ 5.
+func (g *gen) scalarChunk(disp int) {
+	c := g.c
+	h0, h1, h2 := sH[0], sH[1], sH[2]
+	t0, t1, t2, t3 := sT[0], sT[1], sT[2], sT[3]
+	r0, r1 := mem(rKey, keyScalar), mem(rKey, keyScalar+8)
+	blk := operand.Mem{Base: rP, Index: rS, Scale: 4, Disp: disp}
+	c.Comment("Scalar lane: h += chunk + 2^128.")
+	c.ADDQ(blk, h0)
+	blk.Disp += 8
+	c.ADCQ(blk, h1)
+	c.ADCQ(operand.U32(1), h2)
+	c.Comment("t = h·r.")
+	c.MOVQ(r0, reg.RAX)
+	c.MULQ(h0)
+	c.MOVQ(reg.RAX, t0)
+	c.MOVQ(reg.RDX, t1)
+	c.MOVQ(r1, reg.RAX)
+	c.MULQ(h0)
+	c.ADDQ(reg.RAX, t1)
+	c.ADCQ(operand.U32(0), reg.RDX)
+	c.MOVQ(reg.RDX, t2)
+	c.XORQ(t3, t3) // before the MULQ: the carry below must survive
+	c.MOVQ(r0, reg.RAX)
+	c.MULQ(h1)
+	c.ADDQ(reg.RAX, t1)
+	c.ADCQ(reg.RDX, t2)
+	c.ADCQ(operand.U32(0), t3)
+	c.MOVQ(r1, reg.RAX)
+	c.MULQ(h1)
+	c.ADDQ(reg.RAX, t2)
+	c.ADCQ(reg.RDX, t3)
+	c.MOVQ(r0, reg.RAX)
+	c.IMULQ(h2, reg.RAX)
+	c.ADDQ(reg.RAX, t2)
+	c.ADCQ(operand.U32(0), t3)
+	c.MOVQ(r1, reg.RAX)
+	c.IMULQ(h2, reg.RAX)
+	c.ADDQ(reg.RAX, t3)
+	c.Comment("h = t mod 2^130 + 4H + H.")
+	c.MOVQ(t0, h0)
+	c.MOVQ(t1, h1)
+	c.MOVQ(t2, h2)
+	c.ANDQ(operand.U32(3), h2)
+	c.ANDQ(operand.I32(-4), t2)
+	c.ADDQ(t2, h0)
+	c.ADCQ(t3, h1)
+	c.ADCQ(operand.U32(0), h2)
+	c.SHRQ(operand.U8(2), t3, t2)
+	c.SHRQ(operand.U8(2), t3)
+	c.ADDQ(t2, h0)
+	c.ADCQ(t3, h1)
+	c.ADCQ(operand.U32(0), h2)
+}
+
 func writeStubs(warning string) ([]byte, error) {
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "// %s\n\n//go:build !purego\n\npackage poly1305\n\n", warning)
-	fmt.Fprintf(&b, `// Byte offsets of the laneKey fields the kernel reads, and its size.
+	fmt.Fprintf(&b, `// Byte offsets of the laneKey fields the kernels read, and its size.
 const (
-	laneKeyR    = %d
-	laneKeyS    = %d
-	laneKeySize = %d
+	laneKeyR      = %d
+	laneKeyS      = %d
+	laneKeyScalar = %d
+	laneKeySize   = %d
 )
 
 // lanesAVX2 absorbs chunks 16-byte chunks of each of four blocks into the
@@ -388,6 +492,16 @@ const (
 //go:noescape
 func lanesAVX2(h *[%d]uint64, p []byte, stride, chunks int, key *[%d]uint64)
 
+// lanesHybridAVX2 is lanesAVX2 with a fifth block, p[4*stride:], in general
+// registers: h[20:23] is that block's accumulator h0 + h1·2^64 + h2·2^128
+// (the generic form, h2 <= 4 between calls), absorbed by 64-bit MULQ
+// multiplies with r from key[80:82] while the vector lanes run.
+//
+// Preconditions: those of lanesAVX2, with len(p) >= 4*stride + 16*chunks.
+//
+//go:noescape
+func lanesHybridAVX2(h *[%d]uint64, p []byte, stride, chunks int, key *[%d]uint64)
+
 // lanesIFMA is lanesAVX2 for eight blocks in radix 2^44, with 52-bit
 // multiplies: it absorbs chunks chunks of each of eight blocks, block l at
 // p[l*stride:], into h (laneState44: limb k of block l at h[8k+l]), two
@@ -400,7 +514,7 @@ func lanesAVX2(h *[%d]uint64, p []byte, stride, chunks int, key *[%d]uint64)
 //
 //go:noescape
 func lanesIFMA(h *[%d]uint64, p []byte, stride, chunks int, key *[%d]uint64)
-`, keyR, keyS, keySize, limbs*lanes, keySize/8, 3*lanes44, key44)
+`, keyR, keyS, keyScalar, keySize, limbs*lanes, keySize/8, limbs*lanes+4, keySize/8, 3*lanes44, key44)
 	return format.Source(b.Bytes())
 }
 
