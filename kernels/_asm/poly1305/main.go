@@ -83,8 +83,8 @@ const (
 	keyS      = 320
 	keyScalar = 640
 	keySize   = 656
-	limbs   = 5
-	lanes   = 4
+	limbs     = 5
+	lanes     = 4
 )
 
 const (
