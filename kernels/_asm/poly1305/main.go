@@ -1,6 +1,10 @@
-// Command poly1305 generates the amd64 lane kernel of kernels/poly1305: the
-// Poly1305 accumulators of four blocks evaluated side by side, one block per
-// 64-bit lane of the YMM registers, under one shared r.
+// Command poly1305 generates the amd64 lane kernels of kernels/poly1305:
+// the Poly1305 accumulators of several blocks evaluated side by side under
+// one shared r. lanesAVX2 puts four blocks in the 64-bit lanes of YMM
+// registers (radix 2^26, below); lanesHybridAVX2 adds a fifth block in
+// general registers (see lanesAVX2 and scalarChunk); lanesIFMA puts eight in
+// ZMM registers with 52-bit multiplies (radix 2^44, see lanesIFMA's
+// comment).
 //
 // Run it from kernels/_asm (go generate in kernels/poly1305 does):
 //
