@@ -77,6 +77,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/difctl/difctl/kernels/internal/impl"
 	"github.com/difctl/difctl/kernels/internal/layout"
@@ -128,8 +129,8 @@ const pkgName = "poly1305"
 
 // blocks is the active batch kernel: acc[i] = Poly1305_r(ad_i || block_i)
 // mod 2^130-5, low 128 bits (see blocksGeneric). The layout is valid and
-// adLen is a multiple of 16.
-var blocks func(k *polyKey, acc [][2]uint64, ad []byte, adLen int, p []byte, blockLen, stride int) = blocksGeneric
+// adLen is a multiple of 16; h is scratch space for the lane kernels.
+var blocks func(k *polyKey, acc [][2]uint64, h *laneBuf, ad []byte, adLen int, p []byte, blockLen, stride int) = blocksGeneric
 
 func init() {
 	registerArch()
@@ -305,19 +306,30 @@ func (k *Key) BlocksAD(dst []Tag, nonce *Nonce, ad []byte, adLen int, p []byte, 
 		return nil
 	}
 	ctr := cipher.NewCTR(k.block, nonce[:])
-	var acc [run][2]uint64
-	var mask [run * 16]byte
+	sc := scratchPool.Get().(*scratch)
+	defer scratchPool.Put(sc)
 	for i := 0; i < n; i += run {
 		m := min(run, n-i)
-		blocks(&k.poly, acc[:m], ad[i*adLen:], adLen, p[i*stride:], blockLen, stride)
-		ctr.XORKeyStream(mask[:16*m], zeros[:16*m])
+		blocks(&k.poly, sc.acc[:m], &sc.h, ad[i*adLen:], adLen, p[i*stride:], blockLen, stride)
+		ctr.XORKeyStream(sc.mask[:16*m], zeros[:16*m])
 		for j := range m {
-			addMask(dst[i+j][:], acc[j][0], acc[j][1],
-				binary.LittleEndian.Uint64(mask[16*j:]), binary.LittleEndian.Uint64(mask[16*j+8:]))
+			addMask(dst[i+j][:], sc.acc[j][0], sc.acc[j][1],
+				binary.LittleEndian.Uint64(sc.mask[16*j:]), binary.LittleEndian.Uint64(sc.mask[16*j+8:]))
 		}
 	}
 	return nil
 }
+
+// scratch is the working memory of one BlocksAD call, pooled so that a
+// call allocates only its keystream: the accumulators and masks of a run,
+// and the lane kernels' accumulators.
+type scratch struct {
+	acc  [run][2]uint64
+	mask [run * 16]byte
+	h    laneBuf
+}
+
+var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
 
 // run is the number of blocks of one kernel call and one keystream piece.
 const run = 64

@@ -28,11 +28,11 @@ func registerArch() {
 // blocksHybrid runs groups of five blocks through the hybrid kernel and
 // the rest through the AVX2 one (groups of four, then the generic code),
 // splitting len(acc) as hybridGroups says.
-func blocksHybrid(k *polyKey, acc [][2]uint64, ad []byte, adLen int, p []byte, blockLen, stride int) {
+func blocksHybrid(k *polyKey, acc [][2]uint64, h *laneBuf, ad []byte, adLen int, p []byte, blockLen, stride int) {
 	m := 5 * hybridGroups(len(acc))
-	blocksLanes(&kernelHybrid, k, acc[:m], ad, adLen, p, blockLen, stride)
+	blocksLanes(&kernelHybrid, k, acc[:m], h, ad, adLen, p, blockLen, stride)
 	if m < len(acc) {
-		blocksAVX2(k, acc[m:], ad[m*adLen:], adLen, p[m*stride:], blockLen, stride)
+		blocksAVX2(k, acc[m:], h, ad[m*adLen:], adLen, p[m*stride:], blockLen, stride)
 	}
 }
 
@@ -70,8 +70,8 @@ var kernelHybrid = laneKernel{
 	},
 }
 
-func blocksIFMA(k *polyKey, acc [][2]uint64, ad []byte, adLen int, p []byte, blockLen, stride int) {
-	blocksLanes(&kernelIFMA, k, acc, ad, adLen, p, blockLen, stride)
+func blocksIFMA(k *polyKey, acc [][2]uint64, h *laneBuf, ad []byte, adLen int, p []byte, blockLen, stride int) {
+	blocksLanes(&kernelIFMA, k, acc, h, ad, adLen, p, blockLen, stride)
 }
 
 var kernelIFMA = laneKernel{
@@ -82,8 +82,8 @@ var kernelIFMA = laneKernel{
 	state: func(h *laneBuf, l int, r0, r1 uint64) state { return laneToState44(laneState44Of(h), l, r0, r1) },
 }
 
-func blocksAVX2(k *polyKey, acc [][2]uint64, ad []byte, adLen int, p []byte, blockLen, stride int) {
-	blocksLanes(&kernelAVX2, k, acc, ad, adLen, p, blockLen, stride)
+func blocksAVX2(k *polyKey, acc [][2]uint64, h *laneBuf, ad []byte, adLen int, p []byte, blockLen, stride int) {
+	blocksLanes(&kernelAVX2, k, acc, h, ad, adLen, p, blockLen, stride)
 }
 
 var kernelAVX2 = laneKernel{

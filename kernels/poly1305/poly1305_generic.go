@@ -125,7 +125,7 @@ func addMask(out []byte, h0, h1, s0, s1 uint64) {
 // block_i, into acc: acc[i] = Poly1305_r(ad[i*adLen:][:adLen] ||
 // p[i*stride:][:blockLen]) mod 2^130-5, low 128 bits. adLen is a multiple of
 // 16, so the block's chunks start on a chunk boundary of the message.
-func blocksGeneric(k *polyKey, acc [][2]uint64, ad []byte, adLen int, p []byte, blockLen, stride int) {
+func blocksGeneric(k *polyKey, acc [][2]uint64, h *laneBuf, ad []byte, adLen int, p []byte, blockLen, stride int) {
 	full := blockLen &^ 15
 	for i := range acc {
 		s := state{r0: k.r0, r1: k.r1}

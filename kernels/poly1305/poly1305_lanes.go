@@ -210,20 +210,20 @@ type laneBuf [24]uint64
 // blocksLanes is the batch call over a lane kernel: groups of kern.lanes
 // blocks through the kernel, the blocks left over and every block's final
 // partial chunk through the generic code.
-func blocksLanes(kern *laneKernel, k *polyKey, acc [][2]uint64, ad []byte, adLen int, p []byte, blockLen, stride int) {
+func blocksLanes(kern *laneKernel, k *polyKey, acc [][2]uint64, h *laneBuf, ad []byte, adLen int, p []byte, blockLen, stride int) {
 	full := blockLen &^ 15
 	L := kern.lanes
 	n := len(acc) - len(acc)%L
 	for g := 0; g < n; g += L {
-		var h laneBuf
+		*h = laneBuf{}
 		if adLen > 0 {
-			kern.absorb(&h, ad[g*adLen:], adLen, adLen/16, k)
+			kern.absorb(h, ad[g*adLen:], adLen, adLen/16, k)
 		}
 		if full > 0 {
-			kern.absorb(&h, p[g*stride:], stride, full/16, k)
+			kern.absorb(h, p[g*stride:], stride, full/16, k)
 		}
 		for l := range L {
-			s := kern.state(&h, l, k.r0, k.r1)
+			s := kern.state(h, l, k.r0, k.r1)
 			if full < blockLen {
 				s.last(p[(g+l)*stride+full : (g+l)*stride+blockLen])
 			}
@@ -231,7 +231,7 @@ func blocksLanes(kern *laneKernel, k *polyKey, acc [][2]uint64, ad []byte, adLen
 		}
 	}
 	if n < len(acc) {
-		blocksGeneric(k, acc[n:], ad[n*adLen:], adLen, p[n*stride:], blockLen, stride)
+		blocksGeneric(k, acc[n:], nil, ad[n*adLen:], adLen, p[n*stride:], blockLen, stride)
 	}
 }
 

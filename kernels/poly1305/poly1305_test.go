@@ -321,8 +321,8 @@ func TestBlocksLaneModels(t *testing.T) {
 		kern *laneKernel
 	}{{"lanes26", &modelKernel26}, {"lanes44", &modelKernel44}} {
 		t.Run("model="+m.name, func(t *testing.T) {
-			blocks = func(k *polyKey, acc [][2]uint64, ad []byte, adLen int, p []byte, blockLen, stride int) {
-				blocksLanes(m.kern, k, acc, ad, adLen, p, blockLen, stride)
+			blocks = func(k *polyKey, acc [][2]uint64, h *laneBuf, ad []byte, adLen int, p []byte, blockLen, stride int) {
+				blocksLanes(m.kern, k, acc, h, ad, adLen, p, blockLen, stride)
 			}
 			checkBlocks(t)
 		})
