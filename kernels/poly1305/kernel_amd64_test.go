@@ -101,3 +101,20 @@ func BenchmarkHybridOverAVX2(b *testing.B) {
 	sinkTag[0] = byte(h[0])
 	b.ReportMetric(float64(tA)/float64(tH), "x-avx2")
 }
+
+// The group planner never leaves more than three blocks to the generic
+// code, and splits the cases its comment names as it says.
+func TestHybridGroups(t *testing.T) {
+	for n := 0; n <= 200; n++ {
+		a := hybridGroups(n)
+		rem := n - 5*a
+		if a < 0 || rem < 0 || rem%4 > 3 {
+			t.Fatalf("n=%d: %d groups of five", n, a)
+		}
+	}
+	for _, c := range [][2]int{{16, 0}, {128, 24}, {5, 1}, {4, 0}, {20, 4}} {
+		if got := hybridGroups(c[0]); got != c[1] {
+			t.Errorf("hybridGroups(%d) = %d, want %d", c[0], got, c[1])
+		}
+	}
+}

@@ -39,15 +39,18 @@ func blocksHybrid(k *polyKey, acc [][2]uint64, h *laneBuf, ad []byte, adLen int,
 // hybridGroups returns how many groups of five of n blocks go to the hybrid
 // kernel: the a that minimises the cost of 5a blocks there, then groups of
 // four through the AVX2 kernel and the rest through the generic code, at
-// relative costs per block of 5, 6 and 12 (BenchmarkHybridOverAVX2 measures
-// the hybrid kernel 1.2 times as fast per block as the AVX2 one, which is
-// about twice the generic code). 16 blocks: three groups of five and one
-// generic block (87) rather than four groups of four (96).
+// relative costs per block of 57, 60 and 120. The kernels alone, alternating
+// (BenchmarkHybridOverAVX2), put the hybrid one at 1.17-1.25 times the AVX2
+// one's speed, but inside Blocks (BenchmarkRatio, 512-byte blocks) it gained
+// only about 3% on the shared build machine, hence 57; the generic code runs
+// at about half the AVX2 speed. So 16 blocks go as four groups of four
+// (960) rather than three of five and one generic block (975), and 128 as
+// 24 groups of five and two of four, nothing left to the generic code.
 func hybridGroups(n int) int {
 	best, bestCost := 0, -1
 	for a := n / 5; a >= 0 && a >= n/5-4; a-- {
 		rem := n - 5*a
-		cost := 25*a + 24*(rem/4) + 12*(rem%4)
+		cost := 57*5*a + 60*4*(rem/4) + 120*(rem%4)
 		if bestCost < 0 || cost < bestCost {
 			best, bestCost = a, cost
 		}

@@ -335,45 +335,43 @@ func checkBlocks(t *testing.T) {
 	if testing.Short() {
 		counts = []int{1, 3, 4, 5, 9, 17, 65}
 	}
-	{
-		for _, c := range blockCases {
-			bl, st := c[0], c[1]
-			for _, n := range counts {
-				if (n-1)*st+bl > 300<<10 {
-					continue
+	for _, c := range blockCases {
+		bl, st := c[0], c[1]
+		for _, n := range counts {
+			if (n-1)*st+bl > 300<<10 {
+				continue
+			}
+			for _, adLen := range []int{0, 16, 32} {
+				aesKey, rb := randBytes(r, 16), randBytes(r, 16)
+				var nonce Nonce
+				copy(nonce[:], randBytes(r, 16))
+				if n > 3 {
+					// Cross a 2^64 boundary of the counter.
+					for i := 8; i < 16; i++ {
+						nonce[i] = 0xff
+					}
 				}
-				for _, adLen := range []int{0, 16, 32} {
-					aesKey, rb := randBytes(r, 16), randBytes(r, 16)
-					var nonce Nonce
-					copy(nonce[:], randBytes(r, 16))
-					if n > 3 {
-						// Cross a 2^64 boundary of the counter.
-						for i := 8; i < 16; i++ {
-							nonce[i] = 0xff
-						}
+				k, err := NewKey(aesKey, rb)
+				if err != nil {
+					t.Fatal(err)
+				}
+				align := r.IntN(64)
+				p := randBytes(r, align+(n-1)*st+bl)[align:]
+				ad := randBytes(r, n*adLen+adLen)
+				dst := make([]Tag, n+1)
+				sentinel := Tag{0x5a}
+				dst[n] = sentinel
+				if err := k.BlocksAD(dst[:n], &nonce, ad, adLen, p, bl, st); err != nil {
+					t.Fatal(err)
+				}
+				want := wantTags(t, aesKey, rb, nonce, ad, adLen, p, n, bl, st)
+				for i := range n {
+					if dst[i] != want[i] {
+						t.Fatalf("block=%d stride=%d n=%d ad=%d: dst[%d] = %x, want %x", bl, st, n, adLen, i, dst[i], want[i])
 					}
-					k, err := NewKey(aesKey, rb)
-					if err != nil {
-						t.Fatal(err)
-					}
-					align := r.IntN(64)
-					p := randBytes(r, align+(n-1)*st+bl)[align:]
-					ad := randBytes(r, n*adLen+adLen)
-					dst := make([]Tag, n+1)
-					sentinel := Tag{0x5a}
-					dst[n] = sentinel
-					if err := k.BlocksAD(dst[:n], &nonce, ad, adLen, p, bl, st); err != nil {
-						t.Fatal(err)
-					}
-					want := wantTags(t, aesKey, rb, nonce, ad, adLen, p, n, bl, st)
-					for i := range n {
-						if dst[i] != want[i] {
-							t.Fatalf("block=%d stride=%d n=%d ad=%d: dst[%d] = %x, want %x", bl, st, n, adLen, i, dst[i], want[i])
-						}
-					}
-					if dst[n] != sentinel {
-						t.Fatalf("block=%d stride=%d n=%d: wrote past dst", bl, st, n)
-					}
+				}
+				if dst[n] != sentinel {
+					t.Fatalf("block=%d stride=%d n=%d: wrote past dst", bl, st, n)
 				}
 			}
 		}
