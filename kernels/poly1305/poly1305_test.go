@@ -655,3 +655,74 @@ func ExampleKey_BlocksAD() {
 	fmt.Println(Equal(tags[1], k.Tag(&n1, append(ad[16:32:32], data[512:1024]...))))
 	// Output: true
 }
+
+// The bytes between blocks (stride > blockLen) are not part of any tag.
+func TestBlocksIgnoreGaps(t *testing.T) {
+	r := rand.New(rand.NewPCG(13, 14))
+	k, err := NewKey(randBytes(r, 16), randBytes(r, 16))
+	if err != nil {
+		t.Fatal(err)
+	}
+	impl.ForEach(t, pkgName, func(t *testing.T) {
+		const bl, st, n = 512, 520, 17
+		p := randBytes(r, (n-1)*st+bl)
+		var nonce Nonce
+		a, b := make([]Tag, n), make([]Tag, n)
+		if err := k.Blocks(a, &nonce, p, bl, st); err != nil {
+			t.Fatal(err)
+		}
+		for i := range n - 1 {
+			for j := i*st + bl; j < (i+1)*st; j++ {
+				p[j] ^= 0xff
+			}
+		}
+		if err := k.Blocks(b, &nonce, p, bl, st); err != nil {
+			t.Fatal(err)
+		}
+		for i := range a {
+			if a[i] != b[i] {
+				t.Fatalf("block %d: the gap bytes changed the tag", i)
+			}
+		}
+	})
+}
+
+// A Key serves concurrent calls (run with -race): every goroutine gets the
+// tags a sequential call gives.
+func TestConcurrentBlocks(t *testing.T) {
+	r := rand.New(rand.NewPCG(15, 16))
+	k, err := NewKey(randBytes(r, 32), randBytes(r, 16))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := randBytes(r, 70*512)
+	var nonce Nonce
+	want := make([]Tag, 70)
+	if err := k.Blocks(want, &nonce, p, 512, 512); err != nil {
+		t.Fatal(err)
+	}
+	errs := make(chan error, 4)
+	for range 4 {
+		go func() {
+			for range 20 {
+				got := make([]Tag, 70)
+				if err := k.Blocks(got, &nonce, p, 512, 512); err != nil {
+					errs <- err
+					return
+				}
+				for i := range got {
+					if got[i] != want[i] {
+						errs <- fmt.Errorf("tag %d differs under concurrency", i)
+						return
+					}
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range 4 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
