@@ -14,7 +14,7 @@ import (
 // The generated offsets are those of laneKey.
 func TestLaneKeyLayout(t *testing.T) {
 	var k laneKey
-	if unsafe.Sizeof(k) != laneKeySize || laneKeyR != 0 || laneKeyS != 8*40 || laneKeyScalar != 8*80 {
+	if unsafe.Sizeof(k) != laneKeySize || laneKeyR != 0 || laneKeyS != 8*80 || laneKeyScalar != 8*160 {
 		t.Fatalf("laneKey: %d bytes, generator %d (R at %d, S at %d)", unsafe.Sizeof(k), laneKeySize, laneKeyR, laneKeyS)
 	}
 }
@@ -68,7 +68,7 @@ func BenchmarkLanesHybridAVX2(b *testing.B) {
 	var h laneBuf
 	b.SetBytes(int64(len(p)))
 	for b.Loop() {
-		lanesHybridAVX2((*[24]uint64)(&h), p, 4096, 256, (*[82]uint64)(&k.lanes))
+		lanesHybridAVX2((*[24]uint64)(&h), p, 4096, 256, (*[162]uint64)(&k.lanes))
 	}
 	sinkTag[0] = byte(h[0])
 }
@@ -92,7 +92,7 @@ func BenchmarkHybridOverAVX2(b *testing.B) {
 		}
 		t1 := threadCPU()
 		for range 4 {
-			lanesHybridAVX2((*[24]uint64)(&h), p, 4096, 256, (*[82]uint64)(&k.lanes))
+			lanesHybridAVX2((*[24]uint64)(&h), p, 4096, 256, (*[162]uint64)(&k.lanes))
 		}
 		t2 := threadCPU()
 		tA += t1 - t0 // 20 blocks

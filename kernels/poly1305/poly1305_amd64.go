@@ -63,7 +63,7 @@ func hybridGroups(n int) int {
 var kernelHybrid = laneKernel{
 	lanes: lanes + 1,
 	absorb: func(h *laneBuf, p []byte, stride, chunks int, k *polyKey) {
-		lanesHybridAVX2((*[24]uint64)(h), p, stride, chunks, (*[82]uint64)(&k.lanes))
+		lanesHybridAVX2((*[24]uint64)(h), p, stride, chunks, (*[162]uint64)(&k.lanes))
 	},
 	state: func(h *laneBuf, l int, r0, r1 uint64) state {
 		if l == lanes {
@@ -99,5 +99,5 @@ var kernelAVX2 = laneKernel{
 
 // lanesAVX2Kernel is lanesAVX2 with the package's types.
 func lanesAVX2Kernel(h *laneState, p []byte, stride, chunks int, key *laneKey) {
-	lanesAVX2((*[20]uint64)(h), p, stride, chunks, (*[82]uint64)(key))
+	lanesAVX2((*[20]uint64)(h), p, stride, chunks, (*[162]uint64)(key))
 }

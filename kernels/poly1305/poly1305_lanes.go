@@ -17,12 +17,14 @@ package poly1305
 // Σ_{i+j=k+5} hi·5rj. The multiples 5rj (< 2^29) are precomputed, so every
 // product is a 32x32->64-bit multiply (VPMULUDQ).
 //
-// Two chunks per step: h' = ((h + m1)·r + m2)·r = (h + m1)·r^2 + m2·r, so
-// one carry chain per two chunks and the m2·r products off the critical
-// path. Bounds: after a carry chain every limb is below 2^26 + 2^12; adding
-// a chunk gives limbs below 2^27; then each d_k is at most 5 products of
-// (2^27)·(5·2^26) for the h part plus 5 of (2^26)·(5·2^26) for m2, below
-// 2^59 + 2^58 < 2^64, and the operands of every multiply fit in 32 bits.
+// Four chunks per step: h' = (h + m1)·r^4 + m2·r^3 + m3·r^2 + m4·r, so one
+// carry chain per four chunks and the products of m2..m4 off the critical
+// path; then at most one step of two chunks, (h + m1)·r^2 + m2·r, and one
+// of one, (h + m)·r. Bounds: after a carry chain every limb is below 2^26 +
+// 2^12; adding a chunk gives limbs below 2^27; then each d_k is at most 5
+// products of (2^27)·(5·2^26) for the h part plus 15 of (2^26)·(5·2^26) for
+// m2..m4, below 2^58.4 + 2^59.3 < 2^64, and the operands of every multiply
+// fit in 32 bits.
 //
 // Carry chain (two interleaved chains, as the assembly does it):
 //
@@ -34,13 +36,13 @@ package poly1305
 // lanes is the number of blocks a lane kernel evaluates side by side.
 const lanes = 4
 
-// laneKey holds r and r^2 in radix 2^26, each limb repeated in the four
-// 64-bit lanes of a 32-byte vector: R(j,k) = limb k of r^(j+1) at
-// [4(5j+k):], S(j,k) = 5·R(j,k) at [40+4(5j+k):]; then r0, r1 (the clamped
-// r as two words) at [80:82] for the scalar lane of the hybrid kernel. The
-// generator's offsets (kernels/_asm/poly1305: keyR, keyS, keyScalar) are
+// laneKey holds r, r^2, r^3 and r^4 in radix 2^26, each limb repeated in
+// the four 64-bit lanes of a 32-byte vector: R(j,k) = limb k of r^(j+1) at
+// [4(5j+k):], S(j,k) = 5·R(j,k) at [80+4(5j+k):]; then r0, r1 (the clamped
+// r as two words) at [160:162] for the scalar lane of the hybrid kernel.
+// The generator's offsets (kernels/_asm/poly1305: keyR, keyS, keyScalar) are
 // these times 8.
-type laneKey [82]uint64
+type laneKey [162]uint64
 
 // laneState is the accumulators of four blocks: limb k of lane l at [4k+l].
 type laneState [20]uint64
@@ -60,16 +62,20 @@ func limbs26(x0, x1, x2 uint64) [5]uint64 {
 
 func makeLaneKey(r0, r1 uint64) laneKey {
 	var k laneKey
-	// r^2 mod p, fully reduced below p so that its top limb is below 2^26.
-	q0, q1, q2 := mulReduce(r0, r1, 0, r0, r1)
-	q0, q1, q2 = reduceFull(q0, q1, q2)
-	k[80], k[81] = r0, r1
-	pow := [2][5]uint64{limbs26(r0, r1, 0), limbs26(q0, q1, q2)}
-	for j := range 2 {
+	k[160], k[161] = r0, r1
+	// r^(j+1) mod p, fully reduced below p so that its top limb is below
+	// 2^26.
+	q0, q1, q2 := r0, r1, uint64(0)
+	for j := range 4 {
+		if j > 0 {
+			q0, q1, q2 = mulReduce(q0, q1, q2, r0, r1)
+			q0, q1, q2 = reduceFull(q0, q1, q2)
+		}
+		pow := limbs26(q0, q1, q2)
 		for l := range 5 {
 			for i := range lanes {
-				k[4*(5*j+l)+i] = pow[j][l]
-				k[40+4*(5*j+l)+i] = 5 * pow[j][l]
+				k[4*(5*j+l)+i] = pow[l]
+				k[80+4*(5*j+l)+i] = 5 * pow[l]
 			}
 		}
 	}
@@ -92,7 +98,7 @@ func mul32(a, b uint64) uint64 { return uint64(uint32(a)) * uint64(uint32(b)) }
 // laneMulAdd adds h·R(j) (with the 5·R wrap) to d, for one lane.
 func laneMulAdd(d *[5]uint64, h [5]uint64, key *laneKey, j, lane int) {
 	R := func(k int) uint64 { return key[4*(5*j+k)+lane] }
-	S := func(k int) uint64 { return key[40+4*(5*j+k)+lane] }
+	S := func(k int) uint64 { return key[80+4*(5*j+k)+lane] }
 	for k := range 5 {
 		for i := range 5 {
 			if i <= k {
@@ -147,7 +153,20 @@ func laneModel(h *laneState, p []byte, stride, chunks int, key *laneKey) {
 		}
 		b := p[lane*stride:]
 		c := 0
-		for ; c+2 <= chunks; c += 2 {
+		for ; c+4 <= chunks; c += 4 {
+			var d [5]uint64
+			laneMulAdd(&d, chunkLimbs(b[16*c+48:]), key, 0, lane)
+			laneMulAdd(&d, chunkLimbs(b[16*c+32:]), key, 1, lane)
+			laneMulAdd(&d, chunkLimbs(b[16*c+16:]), key, 2, lane)
+			m1 := chunkLimbs(b[16*c:])
+			for k := range 5 {
+				x[k] += m1[k]
+			}
+			laneMulAdd(&d, x, key, 3, lane)
+			carryChain(&d)
+			x = d
+		}
+		if c+2 <= chunks {
 			m1, m2 := chunkLimbs(b[16*c:]), chunkLimbs(b[16*c+16:])
 			var d [5]uint64
 			laneMulAdd(&d, m2, key, 0, lane)
@@ -157,6 +176,7 @@ func laneModel(h *laneState, p []byte, stride, chunks int, key *laneKey) {
 			laneMulAdd(&d, x, key, 1, lane)
 			carryChain(&d)
 			x = d
+			c += 2
 		}
 		if c < chunks {
 			m := chunkLimbs(b[16*c:])

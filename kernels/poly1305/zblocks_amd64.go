@@ -7,9 +7,9 @@ package poly1305
 // Byte offsets of the laneKey fields the kernels read, and its size.
 const (
 	laneKeyR      = 0
-	laneKeyS      = 320
-	laneKeyScalar = 640
-	laneKeySize   = 656
+	laneKeyS      = 640
+	laneKeyScalar = 1280
+	laneKeySize   = 1296
 )
 
 // lanesAVX2 absorbs chunks 16-byte chunks of each of four blocks into the
@@ -23,17 +23,17 @@ const (
 // reads only the chunks.
 //
 //go:noescape
-func lanesAVX2(h *[20]uint64, p []byte, stride, chunks int, key *[82]uint64)
+func lanesAVX2(h *[20]uint64, p []byte, stride, chunks int, key *[162]uint64)
 
 // lanesHybridAVX2 is lanesAVX2 with a fifth block, p[4*stride:], in general
 // registers: h[20:23] is that block's accumulator h0 + h1·2^64 + h2·2^128
 // (the generic form, h2 <= 4 between calls), absorbed by 64-bit MULQ
-// multiplies with r from key[80:82] while the vector lanes run.
+// multiplies with r from key[160:162] while the vector lanes run.
 //
 // Preconditions: those of lanesAVX2, with len(p) >= 4*stride + 16*chunks.
 //
 //go:noescape
-func lanesHybridAVX2(h *[24]uint64, p []byte, stride, chunks int, key *[82]uint64)
+func lanesHybridAVX2(h *[24]uint64, p []byte, stride, chunks int, key *[162]uint64)
 
 // lanesIFMA is lanesAVX2 for eight blocks in radix 2^44, with 52-bit
 // multiplies: it absorbs chunks chunks of each of eight blocks, block l at

@@ -159,25 +159,35 @@ type polyLayout struct {
 }
 
 var polyLayouts = []polyLayout{
-	// laneKey: R(j,k) at [4(5j+k)], S = 5R at [40+4(5j+k)], four lanes each.
-	{fn: "lanesAVX2", lanes: 4, limbs: 5, bits: 26, keyWords: 80, wrap: 5},
+	// laneKey: R(j,k), limb k of r^(j+1), at [4(5j+k)], S = 5R at
+	// [80+4(5j+k)], four lanes each, j = 0..3.
+	{fn: "lanesAVX2", lanes: 4, limbs: 5, bits: 26, keyWords: 162, wrap: 5},
 	// ifmaKey: r0 r1 r2 20·r1 20·r2 for r at [0], for r^2 at [5].
 	{fn: "lanesIFMA", lanes: 8, limbs: 3, bits: 44, keyWords: 10, wrap: 20},
 }
 
-// polyKeyTable builds the key table of layout l for r (clamped), with r^2
-// from math/big.
+// polyKeyTable builds the key table of layout l for r (clamped), with the
+// powers of r from math/big.
 func polyKeyTable(l polyLayout, r *big.Int) []uint64 {
-	r2 := new(big.Int).Mul(r, r)
-	r2.Mod(r2, polyP)
+	pows := []*big.Int{r}
+	for len(pows) < 4 {
+		q := new(big.Int).Mul(pows[len(pows)-1], r)
+		pows = append(pows, q.Mod(q, polyP))
+	}
 	k := make([]uint64, l.keyWords)
-	for j, pw := range []*big.Int{r, r2} {
+	if l.lanes == 4 {
+		rl := splitBig(r, 64, 2)
+		k[160], k[161] = rl[0], rl[1]
+	} else {
+		pows = pows[:2]
+	}
+	for j, pw := range pows {
 		limbs := splitBig(pw, l.bits, l.limbs)
 		if l.lanes == 4 {
 			for i := range limbs {
 				for ln := 0; ln < 4; ln++ {
 					k[4*(5*j+i)+ln] = limbs[i]
-					k[40+4*(5*j+i)+ln] = l.wrap * limbs[i]
+					k[80+4*(5*j+i)+ln] = l.wrap * limbs[i]
 				}
 			}
 			continue
