@@ -8,6 +8,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/difctl/difctl/kernels/internal/impl"
 	"github.com/difctl/difctl/kernels/internal/kerneltest"
 )
 
@@ -116,5 +117,42 @@ func TestHybridGroups(t *testing.T) {
 		if got := hybridGroups(c[0]); got != c[1] {
 			t.Errorf("hybridGroups(%d) = %d, want %d", c[0], got, c[1])
 		}
+	}
+}
+
+// Key.Blocks under the hybrid implementation over under avx2, alternating
+// within every iteration (thread CPU time), over 256 KiB of blocks:
+// x-avx2 > 1 means the hybrid one is the faster default.
+func BenchmarkHybridBlocks(b *testing.B) {
+	if !hasAVX2 {
+		b.Skip("no AVX2")
+	}
+	defer impl.Reset(pkgName)
+	k, err := NewKey(kerneltest.SeedBytes(16), kerneltest.SeedBytes(32)[16:])
+	if err != nil {
+		b.Fatal(err)
+	}
+	p := kerneltest.SeedBytes(256 << 10)
+	var nonce Nonce
+	for _, bl := range benchBlocks {
+		b.Run("block="+kerneltest.SizeName(bl), func(b *testing.B) {
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			dst := make([]Tag, len(p)/bl)
+			var tA, tH time.Duration
+			for b.Loop() {
+				impl.Select(pkgName, "avx2")
+				t0 := threadCPU()
+				k.Blocks(dst, &nonce, p, bl, bl)
+				t1 := threadCPU()
+				impl.Select(pkgName, "hybrid")
+				t2 := threadCPU()
+				k.Blocks(dst, &nonce, p, bl, bl)
+				t3 := threadCPU()
+				tA += t1 - t0
+				tH += t3 - t2
+			}
+			b.ReportMetric(float64(tA)/float64(tH), "x-avx2")
+		})
 	}
 }

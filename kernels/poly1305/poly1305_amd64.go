@@ -40,10 +40,12 @@ func blocksHybrid(k *polyKey, acc [][2]uint64, h *laneBuf, ad []byte, adLen int,
 // kernel: the a that minimises the cost of 5a blocks there, then groups of
 // four through the AVX2 kernel and the rest through the generic code, at
 // relative costs per block of 57, 60 and 120. The kernels alone, alternating
-// (BenchmarkHybridOverAVX2), put the hybrid one at 1.17-1.25 times the AVX2
-// one's speed, but inside Blocks (BenchmarkRatio, 512-byte blocks) it gained
-// only about 3% on the shared build machine, hence 57; the generic code runs
-// at about half the AVX2 speed. So 16 blocks go as four groups of four
+// (BenchmarkHybridOverAVX2), put the hybrid one at 1.12-1.25 times the AVX2
+// one's speed, and Blocks over 256 KiB (BenchmarkHybridBlocks) at 1.08-1.10
+// (512-byte blocks) and 1.14-1.15 (4 KiB); but over 16 blocks of 4 KiB
+// three groups of five and a generic block ran no faster than four groups
+// of four, hence 57 rather than 53; the generic code runs at about half the
+// AVX2 speed. So 16 blocks go as four groups of four
 // (960) rather than three of five and one generic block (975), and 128 as
 // 24 groups of five and two of four, nothing left to the generic code.
 func hybridGroups(n int) int {
