@@ -157,3 +157,31 @@ func BenchmarkHybridBlocks(b *testing.B) {
 		})
 	}
 }
+
+// The hybrid kernel against the models, word for word: lanes 0..3 as the
+// lane model leaves them, lane 4 as the generic code leaves its state.
+func TestLanesHybridModel(t *testing.T) {
+	if !hasAVX2 {
+		t.Skip("no AVX2")
+	}
+	p := kerneltest.SeedBytes(5*4096 + 64)
+	k := newPolyKey(kerneltest.SeedBytes(16))
+	for chunks := 0; chunks <= 40; chunks++ {
+		for _, stride := range []int{16 * chunks, 16*chunks + 16, 4096} {
+			var got laneBuf
+			for i := range 20 {
+				got[i] = uint64(i) * 12345 % (1 << 26)
+			}
+			got[20], got[21], got[22] = 0x0123456789abcdef, 0xfedcba9876543210, 3
+			want := got
+			lanesHybridAVX2((*[24]uint64)(&got), p, stride, chunks, (*[162]uint64)(&k.lanes))
+			laneModel(laneState26(&want), p, stride, chunks, &k.lanes)
+			s := state{h0: want[20], h1: want[21], h2: want[22], r0: k.r0, r1: k.r1}
+			s.chunks(p[4*stride : 4*stride+16*chunks])
+			want[20], want[21], want[22] = s.h0, s.h1, s.h2
+			if got != want {
+				t.Fatalf("chunks=%d stride=%d: kernel %x, models %x", chunks, stride, got, want)
+			}
+		}
+	}
+}
