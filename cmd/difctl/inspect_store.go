@@ -136,7 +136,7 @@ func runInspectStore(ctx context.Context, opts inspectOptions, stdout, stderr io
 	if len(kinds) > 0 {
 		open += " (" + strings.Join(kinds, ", ") + ")"
 	}
-	fmt.Fprintf(tw, "findings:\t%s, %d rechecked ok, %d closed\n", open, rec.Findings["rechecked-ok"], rec.Findings["closed"])
+	fmt.Fprintf(tw, "findings:\t%s, %d rechecked-ok, %d closed\n", open, rec.Findings["rechecked-ok"], rec.Findings["closed"])
 	if rec.ScrubNext != nil {
 		fmt.Fprintf(tw, "scrub:\t%d passes complete, next block %d, updated %s\n", *rec.ScrubPass, *rec.ScrubNext, orDash(rec.ScrubAt))
 	} else {

@@ -380,6 +380,7 @@ type formatFlag struct{ text string }
 func (f *formatFlag) String() string { return f.text }
 
 func (f *formatFlag) Set(s string) error {
+	s = normalizeFormatText(s)
 	if _, err := dif.Parse(s); err != nil {
 		return err
 	}
