@@ -62,8 +62,8 @@ type scrubRecord struct {
 	// PassFailed counts the failed blocks of the whole pass: with a
 	// resumed scrub, those found before the interruption too (the summary
 	// record counts this run's blocks only).
-	PassFailed int64 `json:"pass_failed"`
-	Mapfile    string  `json:"mapfile,omitempty"`   // the ddrescue mapfile written
+	PassFailed int64  `json:"pass_failed"`
+	Mapfile    string `json:"mapfile,omitempty"` // the ddrescue mapfile written
 }
 
 func (*scrubRecord) recordType() string { return "scrub" }
