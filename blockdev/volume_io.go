@@ -714,9 +714,9 @@ func (v *Volume) blockProblems(data []byte, i int, lba int64, sc *scratch) {
 
 // runError turns the problems of a verified run into ReadAt's error: the
 // device's error for a block that could not be read, otherwise an
-// *IntegrityError. It returns nil if every problem was transient, and the
-// index in the run of the first bad block.
-func runError(op string, probs []Problem) (error, int64) {
+// *IntegrityError, with the first bad block. It returns nil if every
+// problem was transient.
+func runError(op string, probs []Problem) (int64, error) {
 	var ie *IntegrityError
 	var last int64 = -1
 	for _, p := range probs {
@@ -724,7 +724,7 @@ func runError(op string, probs []Problem) (error, int64) {
 			continue
 		}
 		if p.Kind == KindIO {
-			return fmt.Errorf("blockdev: %s of block %d: %w", op, p.LBA, p.Err), p.LBA
+			return p.LBA, fmt.Errorf("blockdev: %s of block %d: %w", op, p.LBA, p.Err)
 		}
 		if ie == nil {
 			ie = &IntegrityError{Op: op, LBA: p.LBA}
@@ -739,9 +739,9 @@ func runError(op string, probs []Problem) (error, int64) {
 		}
 	}
 	if ie == nil {
-		return nil, -1
+		return -1, nil
 	}
-	return ie, ie.LBA
+	return ie.LBA, ie
 }
 
 // ReadAt reads len(p) bytes at off, verifying every block it returns
@@ -750,7 +750,9 @@ func runError(op string, probs []Problem) (error, int64) {
 // times, around the page cache where the device allows it) before it is
 // reported; one that passes on a re-read is returned and counted in
 // Stats.Transient. Blocks never written, or discarded, read as zeros
-// without error.
+// without error when they are zeros (or a hole) on the device; one holding
+// anything else fails with an *IntegrityError wrapping
+// *UnwrittenDataError, and is never returned as zeros.
 //
 // On failure ReadAt returns the bytes before the first bad block and an
 // *IntegrityError (matching dif.ErrIntegrity) listing the failing blocks of
@@ -804,7 +806,7 @@ func (v *Volume) readLocked(p []byte, off int64, sc *scratch) (int, error) {
 			if _, err := v.verifyRun(lba, 1, sc.head, sc, rereads, false, true); err != nil {
 				return i, err
 			}
-			if err, _ := runError("read", sc.probs); err != nil {
+			if _, err := runError("read", sc.probs); err != nil {
 				return i, err
 			}
 			i += copy(p[i:], sc.head[inb:])
@@ -814,7 +816,7 @@ func (v *Volume) readLocked(p []byte, off int64, sc *scratch) (int, error) {
 		if _, err := v.verifyRun(lba, n, p[i:i+n*v.bs], sc, rereads, false, true); err != nil {
 			return i, err
 		}
-		if err, bad := runError("read", sc.probs); err != nil {
+		if bad, err := runError("read", sc.probs); err != nil {
 			return i + int(bad-lba)*v.bs, err
 		}
 		i += n * v.bs
@@ -851,7 +853,7 @@ func (v *Volume) readEdge(buf []byte, lba int64, sc *scratch) error {
 	if _, err := v.verifyRun(lba, 1, buf, sc, v.opts.Rereads, false, true); err != nil {
 		return err
 	}
-	err, _ := runError("write", sc.probs)
+	_, err := runError("write", sc.probs)
 	var ie *IntegrityError
 	if err != nil && v.opts.RewriteBadBlocks && errors.As(err, &ie) {
 		return nil
