@@ -239,7 +239,7 @@ type RecoveryStats struct {
 	Intents int64 // open intents found
 	Blocks  int64 // blocks they covered
 	Folded  int64 // blocks whose data matched a new tuple: committed
-	Kept    int64 // blocks whose data matched the committed tuple (or was never written)
+	Kept    int64 // blocks whose data matched the committed tuple (or, unwritten, is zeros)
 	Torn    int64 // blocks matching neither: recorded as open "torn" findings
 }
 

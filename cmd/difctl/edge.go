@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -208,3 +209,9 @@ func (*listBlockSizeFlag) Type() string { return "size" }
 // maxTextFindings bounds the finding lines of text output; the rest are
 // counted in the summary, which says where the full list is.
 const maxTextFindings = 100
+
+// zeroBlock is compared against by isZeroBlock; blocks are at most 64 KiB.
+var zeroBlock [1 << 16]byte
+
+// isZeroBlock reports whether a block's data is all zeros.
+func isZeroBlock(p []byte) bool { return len(p) <= len(zeroBlock) && bytes.Equal(p, zeroBlock[:len(p)]) }

@@ -194,6 +194,11 @@ func inspectStoreBlocks(ctx context.Context, opts inspectOptions, out *output, t
 		if !w {
 			rec.State = "unwritten"
 			rec.Failed = []string{}
+			if !isZeroBlock(data) {
+				// An unwritten block must be zeros on the device.
+				rec.State = "failed"
+				rec.Failed = []string{string(blockdev.KindUnwrittenData)}
+			}
 		}
 		if err := tt.row(rec); err != nil {
 			return err
