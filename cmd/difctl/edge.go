@@ -214,4 +214,6 @@ const maxTextFindings = 100
 var zeroBlock [1 << 16]byte
 
 // isZeroBlock reports whether a block's data is all zeros.
-func isZeroBlock(p []byte) bool { return len(p) <= len(zeroBlock) && bytes.Equal(p, zeroBlock[:len(p)]) }
+func isZeroBlock(p []byte) bool {
+	return len(p) <= len(zeroBlock) && bytes.Equal(p, zeroBlock[:len(p)])
+}
