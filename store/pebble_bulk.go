@@ -44,6 +44,12 @@ func (p *pebbleKV) NewBulkWriter() (BulkWriter, error) {
 	if p.closed {
 		return nil, ErrClosed
 	}
+	if p.readOnly {
+		return nil, fmt.Errorf("%w: pebble:%s: bulk load", ErrReadOnly, p.path)
+	}
+	if err := p.fault.fatal(); err != nil {
+		return nil, err
+	}
 	dir := p.fs.PathJoin(p.path, bulkTempDir, fmt.Sprint(p.bulkSeq.Add(1)))
 	if err := p.fs.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("store: pebble:%s: bulk load: %v", p.path, err)
@@ -157,6 +163,10 @@ func (b *pebbleBulk) ingest() error {
 	// that records them, before it returns: it is durable whatever sync says.
 	if err := p.db.Ingest(context.Background(), b.files); err != nil {
 		return b.fail("ingest", err)
+	}
+	if err := p.fault.fatal(); err != nil {
+		b.err = err
+		return err
 	}
 	return nil
 }
