@@ -5,8 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"strings"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 

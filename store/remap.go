@@ -358,14 +358,12 @@ func (t *Tuples) RemapRange(lba uint64, tuples []byte, sync bool) error {
 	defer t.encPool.Put(encp)
 	for page := lba / P; n > 0 && page*P < end; page++ {
 		key := t.pageKey(page)
-		v, err := t.kv.Get(key)
-		if errors.Is(err, ErrNotFound) {
-			continue // no written block
-		} else if err != nil {
+		v, empty, err := t.getPage(page)
+		if err != nil {
 			return err
 		}
-		if err := t.l.check(t.volume, page, v); err != nil {
-			return err
+		if empty {
+			continue // no written block
 		}
 		t.l.decode(pb, v)
 		pstart := page * P
