@@ -205,6 +205,13 @@ func CreateJournaled(kv KV, volume string, m Manifest, j Journal) (*Tuples, erro
 	if err != nil {
 		return nil, fmt.Errorf("store: create volume %q: %v", volume, err)
 	}
+	t, err := newTuples(kv, volume, prefix, m)
+	if err != nil {
+		return nil, err
+	}
+	if err := t.loadEmptyPages(); err != nil { // as CreateTuples does
+		return nil, fmt.Errorf("store: create volume %q: %w", volume, err)
+	}
 	b := kv.NewBatch()
 	defer b.Close()
 	if err := b.Set(key, mv); err != nil {
@@ -216,7 +223,7 @@ func CreateJournaled(kv KV, volume string, m Manifest, j Journal) (*Tuples, erro
 	if err := b.Commit(true); err != nil {
 		return nil, err
 	}
-	return newTuples(kv, volume, prefix, m)
+	return t, nil
 }
 
 // checkJournal validates a new journal against the manifest.

@@ -623,3 +623,30 @@ func DeleteVolume(kv KV, volume string) error {
 		}
 	}
 }
+
+// HasRecords reports whether volume has any record on kv other than
+// empty-page records: a manifest, a tuple page, an intent, a cursor, a
+// finding. A volume whose creation was interrupted holds at most empty-page
+// records (CreateTuples writes them before the manifest); one that has
+// none of the others but lost its manifest cannot be told from it. It
+// stops at the first such record.
+func HasRecords(kv KV, volume string) (bool, error) {
+	prefix, err := volumePrefix(volume)
+	if err != nil {
+		return false, err
+	}
+	it, err := kv.NewIter(prefix, prefixEnd(prefix))
+	if err != nil {
+		return false, err
+	}
+	defer it.Close()
+	pageRec := len(prefix) + 1 + 8
+	for it.Next() {
+		k := it.Key()
+		if len(k) == pageRec && k[len(prefix)] == recPage && string(it.Value()) == string(emptyPageValue) {
+			continue
+		}
+		return true, nil
+	}
+	return false, it.Err()
+}

@@ -19,7 +19,7 @@ func runInjectStore(ctx context.Context, opts injectOptions, stdout, _ io.Writer
 		return usageErrorf("--field metadata: a store-backed image keeps only the tuple; use data, guard, app, ref or storage")
 	}
 	url := storeURL(opts.Image, opts.Store)
-	kv, err := openStore(opts.Image, url, false)
+	kv, err := openStore(opts.Image, url, storeWrite)
 	if err != nil {
 		return err
 	}

@@ -48,7 +48,7 @@ func (*manifestRecord) recordType() string { return "manifest" }
 
 func runInspectStore(ctx context.Context, opts inspectOptions, stdout, stderr io.Writer) error {
 	url := storeURL(opts.Image, opts.Store)
-	kv, err := openStore(opts.Image, url, false)
+	kv, err := openStore(opts.Image, url, storeRead)
 	if err != nil {
 		return err
 	}

@@ -43,7 +43,7 @@ func runRemapStore(ctx context.Context, opts remapOptions, stdout, stderr io.Wri
 	if _, err := os.Stat(opts.Image); err != nil {
 		return asOpenError(err)
 	}
-	kv, err := openStore(opts.Image, url, false)
+	kv, err := openStore(opts.Image, url, storeWrite)
 	if err != nil {
 		return err
 	}

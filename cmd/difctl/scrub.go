@@ -153,7 +153,7 @@ func runScrub(ctx context.Context, opts scrubOptions, stdout, stderr io.Writer) 
 		if err != nil {
 			return err
 		}
-		kv, err := openStore(opts.Image, url, true)
+		kv, err := openStore(opts.Image, url, storeCreate)
 		if err != nil {
 			im.Close()
 			return err
