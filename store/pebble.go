@@ -34,6 +34,10 @@ type pebbleKV struct {
 
 	fault    *pebbleFault // Pebble's fatal and corruption reports
 	readOnly bool
+	osFS     bool          // on the operating system's file system: keeps stateFile
+	gen      atomic.Uint64 // the commit counter (see pebble_state.go)
+	loads    atomic.Uint64 // numbers bulk loads (see pebble_state.go)
+	commitMu sync.Mutex    // orders the counter's values as their commits
 }
 
 // pebbleOptions returns the options used for every Pebble store. The
@@ -127,6 +131,11 @@ func openPebbleWith(dir string, fs vfs.FS, o OpenOptions) (KV, error) {
 		bulkSize: bulkFileBytes,
 		fault:    fault,
 		readOnly: o.ReadOnly,
+		osFS:     osFS,
+	}
+	if err := p.checkState(); err != nil {
+		p.closeDB()
+		return nil, err
 	}
 	if o.ReadOnly {
 		return p, nil
@@ -224,6 +233,9 @@ func (p *pebbleKV) Get(key []byte) (_ []byte, err error) {
 	if err := p.fault.fatal(); err != nil {
 		return nil, err
 	}
+	if reserved(key) {
+		return nil, ErrNotFound
+	}
 	defer p.recoverPanic("get", &err)
 	v, closer, err := p.db.Get(key)
 	if err != nil {
@@ -246,7 +258,7 @@ func (p *pebbleKV) NewIter(lo, hi []byte) (_ Iterator, err error) {
 		return nil, err
 	}
 	defer p.recoverPanic("iterate", &err)
-	it, err := p.db.NewIter(&pebble.IterOptions{LowerBound: bytes.Clone(lo), UpperBound: bytes.Clone(hi)})
+	it, err := p.db.NewIter(&pebble.IterOptions{LowerBound: bytes.Clone(lo), UpperBound: bytes.Clone(clampHi(hi))})
 	if err != nil {
 		return nil, p.translate("iterate", err)
 	}
@@ -290,6 +302,9 @@ func (p *pebbleKV) Close() error {
 		// silently, whereas a table's blocks are checksummed and its size is
 		// recorded, so damage there is reported.
 		flushErr = p.flush()
+		if flushErr == nil {
+			flushErr = p.closeState()
+		}
 	}
 	err := p.closeDB()
 	if flushErr != nil {
@@ -419,6 +434,9 @@ func (b *pebbleBatch) Set(key, value []byte) error {
 	if err := checkSet(b.kv.limits, b.size, len(key), len(value)); err != nil {
 		return err
 	}
+	if reserved(key) {
+		return fmt.Errorf("%w: key %q is reserved by the store", ErrInvalid, key)
+	}
 	b.size += len(key) + len(value) + batchOverhead
 	return b.kv.translate("batch set", b.b.Set(key, value, nil))
 }
@@ -429,6 +447,9 @@ func (b *pebbleBatch) Delete(key []byte) error {
 	}
 	if err := checkSet(b.kv.limits, b.size, len(key), 0); err != nil {
 		return err
+	}
+	if reserved(key) {
+		return fmt.Errorf("%w: key %q is reserved by the store", ErrInvalid, key)
 	}
 	b.size += len(key) + batchOverhead
 	return b.kv.translate("batch delete", b.b.Delete(key, nil))
@@ -464,6 +485,12 @@ func (b *pebbleBatch) Commit(sync bool) (err error) {
 		return err
 	}
 	defer b.kv.recoverPanic("commit", &err)
+	b.kv.commitMu.Lock()
+	defer b.kv.commitMu.Unlock()
+	if err := raw.Set(genKey, b.kv.genValue(), nil); err != nil {
+		raw.Close()
+		return b.kv.translate("commit", err)
+	}
 	wo := pebble.NoSync
 	if sync {
 		wo = pebble.Sync

@@ -69,8 +69,12 @@ func lockStore(dir, name string, readOnly bool) (io.Closer, error) {
 		flags, typ = os.O_RDONLY, unix.F_RDLCK
 	}
 	f, err := os.OpenFile(name, flags|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0o600)
+	if readOnly && errors.Is(err, os.ErrNotExist) {
+		// A lost LOCK file is harmless: make a new one if we may.
+		f, err = os.OpenFile(name, os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0o600)
+	}
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("store: lock %s: %w", dir, err)
 	}
 	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
 		f.Close()

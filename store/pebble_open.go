@@ -144,7 +144,7 @@ func (s storeFS) Lock(name string) (io.Closer, error) { return lockStore(s.dir, 
 // keeps in its directory.
 func pebbleFileKind(name string) bool {
 	switch {
-	case name == "LOCK", name == bulkTempDir, name == "CURRENT":
+	case name == "LOCK", name == bulkTempDir, name == "CURRENT", name == stateFile, name == stateTemp:
 		return true
 	case strings.HasPrefix(name, "MANIFEST-"), strings.HasPrefix(name, "OPTIONS-"), strings.HasPrefix(name, "marker."):
 		return true
@@ -202,7 +202,7 @@ func checkStoreDir(fsys vfs.FS, osFS bool, dir string, o OpenOptions) (exists bo
 		case strings.HasPrefix(n, "marker.manifest."):
 			marker = true
 		case pebbleFileKind(n):
-			pebbleFiles = pebbleFiles || n != "LOCK"
+			pebbleFiles = pebbleFiles || n != "LOCK" && n != stateFile && n != stateTemp
 		default:
 			foreign = append(foreign, n)
 		}
@@ -239,6 +239,11 @@ func openError(dir string, fault *pebbleFault, err error) error {
 		return &CorruptFileError{Path: dir, Reason: "missing file: " + oneLineText(err.Error())}
 	case errors.Is(err, pebble.ErrDBDoesNotExist):
 		return &CorruptFileError{Path: dir, Reason: "no manifest: " + oneLineText(err.Error())}
+	case errors.Is(err, pebble.ErrDBNotPristine):
+		// The format-version marker is gone while tables remain.
+		return &CorruptFileError{Path: filepath.Join(dir, "marker.format-version.*"), Reason: "missing: " + oneLineText(err.Error())}
+	case strings.Contains(err.Error(), "size mismatch"):
+		return &CorruptFileError{Path: fault.corruptPath(), Reason: "a table's size differs from the manifest's record (truncated?): " + oneLineText(err.Error())}
 	}
 	var be *BusyError
 	if errors.As(err, &be) {
