@@ -650,3 +650,48 @@ func HasRecords(kv KV, volume string) (bool, error) {
 	}
 	return false, it.Err()
 }
+
+// Coverage returns how many blocks of the volume are written, reading each
+// stored page record once: its time is bounded by what the store holds,
+// not by the manifest's device size. On a dense volume a missing page is a
+// *CorruptError, as in ReadRange. stop, if not nil, is polled every 1,024
+// records; a non-nil error from it ends the scan with that error.
+func (t *Tuples) Coverage(stop func() error) (uint64, error) {
+	lo, hi := t.pageKey(0), prefixEnd(recKey(t.prefix, recPage))
+	it, err := t.kv.NewIter(lo, hi)
+	if err != nil {
+		return 0, err
+	}
+	defer it.Close()
+	var bitsBuf [65536 / 64]uint64
+	pbits := bitsBuf[:t.l.bitsLen]
+	var written, expect uint64
+	for n := 0; it.Next(); n++ {
+		if stop != nil && n%1024 == 0 {
+			if err := stop(); err != nil {
+				return 0, err
+			}
+		}
+		page, v, empty, err := t.checkedPage(it)
+		if err != nil {
+			return 0, err
+		}
+		if t.dense && page != expect {
+			return 0, t.missingPage(expect)
+		}
+		expect = page + 1
+		if empty {
+			continue
+		}
+		t.l.pageBits(pbits, v)
+		// Bits of blocks past the device's end are never set.
+		written += uint64(Bitmap(pbits).countRange(0, t.l.p))
+	}
+	if err := it.Err(); err != nil {
+		return 0, err
+	}
+	if t.dense && expect != t.pages {
+		return 0, t.missingPage(expect)
+	}
+	return written, nil
+}
