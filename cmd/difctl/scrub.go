@@ -165,7 +165,7 @@ func runScrub(ctx context.Context, opts scrubOptions, stdout, stderr io.Writer) 
 		}
 		src, f, name = im.src, im.f, im.name()
 	} else {
-		v, err := openVolume(ctx, opts.Image, url, true)
+		v, err := openVolumeMode(ctx, opts.Image, url, true, storeWrite) // cursor and findings
 		if err != nil {
 			return err
 		}

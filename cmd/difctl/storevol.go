@@ -154,18 +154,24 @@ type volume struct {
 // recovery writes it). The image must be the one the store protects: its
 // size and name (the manifest's device id) are checked.
 func openVolume(ctx context.Context, image, url string, readOnly bool) (*volume, error) {
-	if _, err := os.Stat(image); err != nil {
-		return nil, asOpenError(err)
-	}
 	mode := storeWrite
 	if readOnly {
 		mode = storeRead
+	}
+	return openVolumeMode(ctx, image, url, readOnly, mode)
+}
+
+// openVolumeMode is openVolume with the store opened in mode: scrub reads
+// the image but writes its cursor and findings to the store.
+func openVolumeMode(ctx context.Context, image, url string, readOnly bool, mode storeMode) (*volume, error) {
+	if _, err := os.Stat(image); err != nil {
+		return nil, asOpenError(err)
 	}
 	kv, err := openStore(image, url, mode)
 	if err != nil {
 		return nil, err
 	}
-	if readOnly {
+	if mode == storeRead {
 		recovery, err := needsRecovery(kv)
 		if err == nil && recovery {
 			kv.Close()
