@@ -86,7 +86,17 @@ type findings struct {
 	f      dif.Format
 	byKind map[string]int64
 	err    error
+	// Human output lists the first maxFindingLines problems and counts
+	// the rest in hidden: a store of another image, or a wiped disk,
+	// would otherwise print a line per block. --json lists every one.
+	shown, hidden int64
+	// where says where else the full list is kept (scrub: the store's
+	// findings log), for the line that counts the hidden ones.
+	where string
 }
+
+// maxFindingLines bounds the problems human output lists one per line.
+const maxFindingLines = 100
 
 func newFindings(out *output, f dif.Format) *findings {
 	return &findings{out: out, f: f, byKind: map[string]int64{}}
@@ -139,6 +149,11 @@ func (fw *findings) report(p blockdev.Problem) {
 		fw.err = fw.out.emit(r)
 		return
 	}
+	if fw.shown >= maxFindingLines {
+		fw.hidden++
+		return
+	}
+	fw.shown++
 	var b strings.Builder
 	fmt.Fprintf(&b, "LBA %d: %s", p.LBA, kindName(p.Kind))
 	switch p.Kind {
@@ -180,6 +195,9 @@ func (fw *findings) summary(rec *summaryRecord, st blockdev.RunStats, elapsed ti
 		}
 	} else {
 		var b strings.Builder
+		if fw.hidden > 0 {
+			fmt.Fprintf(&b, "... and %d more problems not listed (the first %d are); --json lists every one%s\n", fw.hidden, maxFindingLines, fw.where)
+		}
 		fmt.Fprintf(&b, "%s: %d blocks checked (%s", name, st.Blocks, rec.Format)
 		if rec.Start != 0 {
 			fmt.Fprintf(&b, ", from LBA %d", rec.Start)

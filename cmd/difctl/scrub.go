@@ -201,6 +201,7 @@ func runScrub(ctx context.Context, opts scrubOptions, stdout, stderr io.Writer) 
 
 	out := newOutput(stdout, opts.JSON)
 	fw := newFindings(out, f)
+	fw.where = fmt.Sprintf(", and the findings log in %s keeps them (difctl inspect %s)", url, opts.Image)
 	bs := int64(src.BlockSize())
 	var prog progress = noProgress{}
 	var done int64
