@@ -74,7 +74,7 @@ func lockStore(dir, name string, readOnly bool) (io.Closer, error) {
 		f, err = os.OpenFile(name, os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0o600)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("store: lock %s: %w", dir, err)
+		return nil, fmt.Errorf("lock: %w", err)
 	}
 	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
 		f.Close()
