@@ -83,6 +83,12 @@ continues where it stopped when run again, unless --restart. With
 --errors-only only the blocks of open findings are checked again; those
 that pass now are closed.
 
+A scrub writes its store (cursor, findings), so it holds it alone: other
+commands on the same store fail meanwhile, naming the scrub's process. The
+store must describe IMAGE (size and name): another image's store is
+refused (exit 8). Human output lists the first 100 failed checks and counts
+the rest; --json and the findings log keep every one.
+
 --badblocks FILE writes the failing blocks as a badblocks(8) list (block
 numbers in the image's block size, for e2fsck -l), --mapfile FILE as a GNU
 ddrescue mapfile ('-' for bad ranges), once the pass is complete.
