@@ -2,11 +2,13 @@ package store_test
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/difctl/difctl/store"
 )
@@ -192,5 +194,34 @@ func TestMissingPage(t *testing.T) {
 	}
 	if has, err := store.HasRecords(kv, "v"); err != nil || !has {
 		t.Errorf("HasRecords = %v, %v", has, err)
+	}
+}
+
+// Coverage reads each stored page record once: a hostile manifest's device
+// size (2^62 bytes) costs nothing more.
+func TestCoverageHostileManifest(t *testing.T) {
+	for _, schema := range []int{1, 2} {
+		kv := store.NewMem()
+		key := []byte{'T', 1, 'v', 'M'}
+		b := kv.NewBatch()
+		b.Set(key, fmt.Appendf(nil, `{"kind":"difctl.store.manifest","schema":%d,"format":"f","block_size":512,"tuple_size":16,"page_tuples":1024,"device_size":%d,"device_id":"d","created":"2026-01-01T00:00:00Z"}`, schema, uint64(1)<<62))
+		if err := b.Commit(true); err != nil {
+			t.Fatal(err)
+		}
+		tp, err := store.OpenTuples(kv, "v", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t0 := time.Now()
+		n, err := tp.Coverage(nil)
+		switch {
+		case schema == 1 && (err != nil || n != 0):
+			t.Errorf("schema 1: Coverage = %d, %v", n, err)
+		case schema == 2 && !errors.Is(err, store.ErrCorrupt):
+			t.Errorf("schema 2: Coverage = %d, %v, want a missing page", n, err)
+		}
+		if d := time.Since(t0); d > time.Second {
+			t.Errorf("schema %d: Coverage took %v", schema, d)
+		}
 	}
 }
