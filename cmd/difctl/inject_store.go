@@ -45,6 +45,9 @@ func runInjectStore(ctx context.Context, opts injectOptions, stdout, _ io.Writer
 		return err
 	}
 	defer dev.Close()
+	if err := checkIdentity(opts.Image, url, m, dev.Size()); err != nil {
+		return err
+	}
 	bs := int64(f.BlockSize())
 	data := make([]byte, bs)
 	md := make([]byte, f.MetadataSize())
