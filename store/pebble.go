@@ -296,7 +296,11 @@ func (p *pebbleKV) Close() error {
 		it.closeLocked(false)
 	}
 	var flushErr error
-	if !p.readOnly && p.fault.fatal() == nil {
+	// (With Pebble's invariant checks on, as under the race detector, a
+	// flush whose first key is the empty key trips a false assertion in a
+	// background goroutine; difctl's own keys are never empty, and a store
+	// holding one keeps it in the log there.)
+	if !p.readOnly && p.fault.fatal() == nil && !(pebbleInvariants && p.hasEmptyKey()) {
 		// Leave nothing in the write-ahead log: Pebble cannot tell a damaged
 		// last record of its log from a write torn by a crash and drops it
 		// silently, whereas a table's blocks are checksummed and its size is
@@ -311,6 +315,14 @@ func (p *pebbleKV) Close() error {
 		return p.translate("flush", flushErr)
 	}
 	return err
+}
+
+func (p *pebbleKV) hasEmptyKey() bool {
+	_, closer, err := p.db.Get([]byte{})
+	if err == nil {
+		closer.Close()
+	}
+	return err == nil
 }
 
 func (p *pebbleKV) flush() (err error) {
