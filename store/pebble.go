@@ -206,7 +206,7 @@ func (p *pebbleKV) translate(op string, err error) error {
 	case errors.Is(err, pebble.ErrReadOnly):
 		return fmt.Errorf("%w: pebble:%s: %s", ErrReadOnly, p.path, op)
 	case pebble.IsCorruptionError(err):
-		return &CorruptFileError{Path: p.fault.corruptPath(), Reason: op + ": " + oneLineText(err.Error())}
+		return &CorruptFileError{Path: p.fault.corruptPath(), Reason: op + ": " + pebbleText(err)}
 	case errors.Is(err, fs.ErrNotExist):
 		return &CorruptFileError{Path: p.fault.corruptPath(), Reason: op + ": missing file: " + oneLineText(err.Error())}
 	default:

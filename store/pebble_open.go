@@ -102,6 +102,12 @@ func (f *pebbleFault) listener() *pebble.EventListener {
 
 func oneLineText(s string) string { return strings.Join(strings.Fields(s), " ") }
 
+// pebbleText is a Pebble error's message on one line, without the
+// "<corruption detail carrier>" its error library appends.
+func pebbleText(err error) string {
+	return oneLineText(strings.ReplaceAll(err.Error(), "<corruption detail carrier>", ""))
+}
+
 // storeFS is the operating system's file system as a store uses it: store
 // directories are created 0700 and files 0600 whatever the umask (the
 // tuples say what the data was; nobody else should rewrite them), and the
@@ -233,7 +239,7 @@ func openError(dir string, fault *pebbleFault, err error) error {
 	}
 	switch {
 	case pebble.IsCorruptionError(err):
-		return &CorruptFileError{Path: fault.corruptPath(), Reason: oneLineText(err.Error())}
+		return &CorruptFileError{Path: fault.corruptPath(), Reason: pebbleText(err)}
 	case errors.Is(err, fs.ErrNotExist):
 		// A file the manifest names is gone.
 		return &CorruptFileError{Path: dir, Reason: "missing file: " + oneLineText(err.Error())}

@@ -244,7 +244,7 @@ func runScrub(ctx context.Context, opts scrubOptions, stdout, stderr io.Writer) 
 		if err != nil && ctx.Err() != nil {
 			return context.Cause(ctx)
 		}
-		return fmt.Errorf("scrub %s: %s", name, storeCause(err))
+		return storeFailure("scrub "+name, url, err)
 	}
 	st := rep.RunStats
 	if err != nil {
@@ -252,7 +252,7 @@ func runScrub(ctx context.Context, opts scrubOptions, stdout, stderr io.Writer) 
 			fmt.Fprintf(stderr, "difctl: %s: scrub stopped at LBA %d of %d; run it again to resume\n", name, rep.Next, end)
 			return interrupted(ctx, st.Failed)
 		}
-		return fmt.Errorf("scrub %s: %s", name, storeCause(err))
+		return storeFailure("scrub "+name, url, err)
 	}
 	srec := &summaryRecord{Command: "scrub", Image: opts.Image, Metadata: opts.Meta, Format: displayFormat(f.String()), Start: rep.From}
 	if !opts.SelfContained {

@@ -91,6 +91,7 @@ func openStore(image, url string, mode storeMode) (store.KV, error) {
 // storeDamageError reports a damaged store: main prints it and, with
 // --json, names the damaged file in the error record.
 type storeDamageError struct {
+	op     string // what was being done, "" when opening
 	url    string
 	err    error
 	noOpen bool // the store itself does not open
@@ -98,10 +99,37 @@ type storeDamageError struct {
 
 func (e *storeDamageError) Error() string {
 	hint := "restore the store from a backup, or start over with protect --reprotect on data known to be good"
-	if e.noOpen {
+	var fileErr *store.CorruptFileError
+	if e.noOpen || errors.As(e.err, &fileErr) {
+		// The engine's own files are damaged: nothing can be deleted
+		// through it either.
 		hint = "restore the store from a backup, or move it away and protect again on data known to be good"
 	}
-	return fmt.Sprintf("store %s is damaged: %s (difctl never rebuilds tuples from the data: %s)", e.url, storeCause(e.err), hint)
+	// The store's own error says what is damaged, whatever wrapped it.
+	cause := storeCause(e.err)
+	var cf *store.CorruptFileError
+	var ce *store.CorruptError
+	switch {
+	case errors.As(e.err, &cf):
+		cause = storeCause(cf)
+	case errors.As(e.err, &ce):
+		cause = storeCause(ce)
+	}
+	op := ""
+	if e.op != "" {
+		op = e.op + ": "
+	}
+	return fmt.Sprintf("%sstore %s is damaged: %s (difctl never rebuilds tuples from the data: %s)", op, e.url, cause, hint)
+}
+
+// storeFailure is the error of a command that failed while working
+// through its store: a damaged store is reported as such (exit 8, the file
+// named), anything else as op: cause.
+func storeFailure(op, url string, err error) error {
+	if errors.Is(err, store.ErrCorrupt) {
+		return &storeDamageError{op: op, url: url, err: err}
+	}
+	return fmt.Errorf("%s: %s", op, storeCause(err))
 }
 
 func (e *storeDamageError) Unwrap() error { return e.err }
