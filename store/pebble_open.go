@@ -201,7 +201,7 @@ func checkStoreDir(fsys vfs.FS, osFS bool, dir string, o OpenOptions) (exists bo
 		}
 		return false, fmt.Errorf("store: open %s: %v", where, err)
 	}
-	var marker, pebbleFiles bool
+	var marker, pebbleFiles, dataFiles bool
 	var foreign []string
 	for _, n := range names {
 		switch {
@@ -209,6 +209,16 @@ func checkStoreDir(fsys vfs.FS, osFS bool, dir string, o OpenOptions) (exists bo
 			marker = true
 		case pebbleFileKind(n):
 			pebbleFiles = pebbleFiles || n != "LOCK" && n != stateFile && n != stateTemp
+			// What only a store that held data has: tables, a log with
+			// records, the state file of a store once closed or loaded.
+			switch {
+			case strings.HasSuffix(n, ".sst"), strings.HasSuffix(n, ".blob"), n == stateFile:
+				dataFiles = true
+			case strings.HasSuffix(n, ".log"):
+				if fi, err := fsys.Stat(fsys.PathJoin(dir, n)); err != nil || fi.Size() > 0 {
+					dataFiles = true
+				}
+			}
 		default:
 			foreign = append(foreign, n)
 		}
@@ -221,6 +231,10 @@ func checkStoreDir(fsys vfs.FS, osFS bool, dir string, o OpenOptions) (exists bo
 	switch {
 	case marker:
 		return true, nil
+	case pebbleFiles && !dataFiles && o.Create && !o.ReadOnly && len(foreign) == 0:
+		// A creation interrupted before Pebble wrote its manifest marker:
+		// no table, no logged commit, nothing to lose. Create it again.
+		return false, nil
 	case pebbleFiles:
 		return false, &CorruptFileError{Path: filepath.Join(dir, "marker.manifest.*"),
 			Reason: "missing: the directory holds a store's tables and logs but not the marker naming its manifest (nothing was changed)"}

@@ -267,3 +267,26 @@ func TestSchema1Volume(t *testing.T) {
 		t.Errorf("HasRecords = %v, %v (the manifest is a record)", has, err)
 	}
 }
+
+// A creation interrupted before Pebble wrote its manifest marker (no
+// table, no logged commit) is created again; the same directory with a
+// logged commit is refused as damaged.
+func TestOpenInterruptedCreation(t *testing.T) {
+	for _, logSize := range []int{0, 100} {
+		dir := filepath.Join(t.TempDir(), "db")
+		os.Mkdir(dir, 0o700)
+		os.WriteFile(filepath.Join(dir, "LOCK"), nil, 0o600)
+		os.WriteFile(filepath.Join(dir, "MANIFEST-000001"), []byte("partial"), 0o600)
+		os.WriteFile(filepath.Join(dir, "000002.log"), make([]byte, logSize), 0o600)
+		kv, err := store.OpenWith("pebble:"+dir, store.OpenOptions{Create: true})
+		switch {
+		case logSize == 0 && err != nil:
+			t.Errorf("interrupted creation: %v", err)
+		case logSize > 0 && !errors.Is(err, store.ErrCorrupt):
+			t.Errorf("a log with records and no marker: %v, want ErrCorrupt", err)
+		}
+		if err == nil {
+			kv.Close()
+		}
+	}
+}
