@@ -115,7 +115,7 @@ func runInspectStore(ctx context.Context, opts inspectOptions, stdout, stderr io
 	rec.Unwritten = rec.Blocks - rec.Written
 	for fd, err := range t.Findings(store.FindingQuery{}) {
 		if err != nil {
-			return fmt.Errorf("store %s: %s", url, storeCause(err))
+			return storeErr(url, err)
 		}
 		rec.Findings[fd.State.String()]++
 		if fd.State == store.FindingOpen {
@@ -213,7 +213,7 @@ func inspectStoreBlocks(ctx context.Context, opts inspectOptions, out *output, t
 		}
 		written.Clear(0)
 		if _, err := t.ReadRange(uint64(lba), md, nil, written); err != nil {
-			return fmt.Errorf("store: %s", storeCause(err))
+			return storeErr(storeURL(opts.Image, opts.Store), err)
 		}
 		rec, err := inspectBlock(f, data, md, runParams(f, p, lba))
 		if err != nil {

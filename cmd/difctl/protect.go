@@ -199,7 +199,7 @@ func runProtect(ctx context.Context, opts protectOptions, stdout, stderr io.Writ
 	switch {
 	case err == nil && opts.Reprotect:
 		if err := store.DeleteVolume(kv, blockdev.DefaultVolumeName); err != nil {
-			return fmt.Errorf("store %s: %s", url, storeCause(err))
+			return storeErr(url, err)
 		}
 	case err == nil:
 		m := t.Manifest()
@@ -216,13 +216,13 @@ func runProtect(ctx context.Context, opts protectOptions, stdout, stderr io.Writ
 			return &identityError{fmt.Errorf("store %s holds records of %s (tuples, findings or cursors) but no manifest: it may have protected it and lost the manifest, and protecting now would checksum the data as it is now; to start over on data known to be good, run protect --reprotect", url, opts.Image)}
 		case has:
 			if err := store.DeleteVolume(kv, blockdev.DefaultVolumeName); err != nil {
-				return fmt.Errorf("store %s: %s", url, storeCause(err))
+				return storeErr(url, err)
 			}
 		}
 	case opts.Reprotect && (errors.Is(err, store.ErrCorrupt) || errors.Is(err, store.ErrUnsupported)):
 		// The manifest itself is damaged: start over.
 		if err := store.DeleteVolume(kv, blockdev.DefaultVolumeName); err != nil {
-			return fmt.Errorf("store %s: %s", url, storeCause(err))
+			return storeErr(url, err)
 		}
 	default:
 		return volumeError(opts.Image, url, err)

@@ -143,6 +143,15 @@ func (e *storeDamageError) file() string {
 	return ""
 }
 
+// storeErr is the error of a store operation on url: a damaged store is
+// reported as such (exit 8, the file named), anything else as the cause.
+func storeErr(url string, err error) error {
+	if errors.Is(err, store.ErrCorrupt) {
+		return &storeDamageError{url: url, err: err}
+	}
+	return fmt.Errorf("store %s: %s", url, storeCause(err))
+}
+
 // storeOpenError explains a store that does not open.
 func storeOpenError(image, url string, err error) error {
 	switch {
@@ -270,7 +279,7 @@ func (e *identityError) Unwrap() error { return e.err }
 func checkProtected(kv store.KV, image, url string) error {
 	vols, err := store.Volumes(kv)
 	if err != nil {
-		return fmt.Errorf("store %s: %s", url, storeCause(err))
+		return storeErr(url, err)
 	}
 	has := map[string]bool{}
 	for _, v := range vols {
@@ -340,7 +349,7 @@ func volumeError(image, url string, err error) error {
 	case errors.Is(err, store.ErrCorrupt):
 		return &storeDamageError{url: url, err: err}
 	case errors.Is(err, store.ErrBusy), errors.Is(err, store.ErrReadOnly):
-		return fmt.Errorf("store %s: %s", url, storeCause(err))
+		return storeErr(url, err)
 	}
 	return fmt.Errorf("%s: %s", image, storeCause(err))
 }
@@ -386,7 +395,7 @@ func piStateTuples(kv store.KV, url, image string, f dif.Format, blocks int64) (
 	case errors.As(err, &mm):
 		return nil, fmt.Errorf("%s keeps the scrub state of another image: %s is %s there, %s here (use --store, or delete %s)", url, mm.Field, unquote(mm.Stored), unquote(mm.Given), url)
 	case err != nil:
-		return nil, fmt.Errorf("store %s: %s", url, storeCause(err))
+		return nil, storeErr(url, err)
 	}
 	return t, nil
 }
