@@ -40,10 +40,11 @@
 // (ErrFailed), never exit the process. Commits and bulk loads are counted,
 // and the counts kept in a state file beside Pebble's at every clean Close
 // and bulk load, so that commits Pebble drops as if torn by a crash (a
-// damaged last record of its manifest or log) are detected; damage to the
-// log of a store killed while open cannot be told from a torn write, and
-// Pebble then opens at the last intact commit before it. Directories are
-// created 0700 and files 0600.
+// damaged last record of its manifest or log) are detected, and the log of
+// a store killed while open is read first for a damaged record that a later
+// intact one proves was synced. Damage to the very last records of such a
+// log cannot be told from a torn write, and Pebble then opens at the last
+// intact commit before it. Directories are created 0700 and files 0600.
 //
 // Crash consistency (DESIGN.md section 5): record the new tuples of a group
 // of writes as intents in one synced Txn, write the data, then fold the

@@ -109,6 +109,11 @@ func openPebbleWith(dir string, fs vfs.FS, o OpenOptions) (KV, error) {
 	if err != nil {
 		return nil, err
 	}
+	if osFS && exists {
+		if err := checkLogTail(dir); err != nil {
+			return nil, err
+		}
+	}
 	fault := &pebbleFault{dir: dir}
 	opts := pebbleOptions(fs)
 	opts.Logger = fault

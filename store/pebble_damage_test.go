@@ -27,9 +27,11 @@ import (
 // log.
 
 // The one loss not detected: a store killed while open, whose log is then
-// damaged. Pebble drops the damaged record and all after it, as it drops a
-// write torn by the crash, and cannot tell the two apart; what remains must
-// be exactly an earlier committed state (history), never a mixture. (The
+// cut, or damaged in its last record. Pebble drops the damaged record and
+// all after it, as it drops a write torn by the crash, and nothing tells
+// the two apart; what remains must be exactly an earlier committed state
+// (history), never a mixture, and a flipped bit may cost only the last
+// commit (a damaged record that later records vouch for is detected). (The
 // volumes of package blockdev resolve this with their intents: a lost
 // intent leaves new data that fails verification, a lost fold leaves the
 // intent to recovery.)
@@ -259,9 +261,16 @@ func TestPebbleFileDamage(t *testing.T) {
 						}
 						got := outcome(t, dir, m, man)
 						if got == "SILENT LOSS" && variant == "open" && kind == "wal" {
-							for i, h := range history {
+							// A cut log may lose any suffix of its commits; a
+							// flipped bit only the last one, which nothing after it
+							// vouches for (checkLogTail catches the others).
+							from := 0
+							if strings.HasPrefix(d.name, "flip") {
+								from = len(history) - 2
+							}
+							for i, h := range history[from:] {
 								if ok, err := readAll(dir, h, man); err == nil && ok {
-									got = fmt.Sprintf("harmless as a torn log: the state after commit %d of %d", i, len(history)-1)
+									got = fmt.Sprintf("harmless as a torn log: the state after commit %d of %d", from+i, len(history)-1)
 									break
 								}
 							}
