@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -57,22 +58,19 @@ func walHeaderSize(enc byte) int {
 	return 0
 }
 
-// walChunk checks the chunk at off of b (the log) for log number num. It
-// returns the chunk's total length, and ok when it is intact.
+// walChunk checks the chunk at off of the block b (chunks never cross a
+// block) for log number num. It returns the chunk's total length, and ok
+// when it is intact.
 func walChunk(b []byte, off int, num uint32) (n int, ok bool) {
-	blockEnd := (off/walBlock + 1) * walBlock
-	if blockEnd > len(b) {
-		blockEnd = len(b)
-	}
-	if off+walLegacyHdr > blockEnd {
+	if off+walLegacyHdr > len(b) {
 		return 0, false
 	}
 	h := walHeaderSize(b[off+6])
-	if h == 0 || off+h > blockEnd {
+	if h == 0 || off+h > len(b) {
 		return 0, false
 	}
 	length := int(binary.LittleEndian.Uint16(b[off+4:]))
-	if off+h+length > blockEnd {
+	if off+h+length > len(b) {
 		return 0, false
 	}
 	if h > walLegacyHdr && binary.LittleEndian.Uint32(b[off+7:]) != num {
@@ -103,7 +101,8 @@ func newestLog(names []string) (string, uint64, bool) {
 }
 
 // checkLogTail reports a *CorruptFileError if the newest log of dir stops
-// at a damaged chunk that a later intact chunk proves was synced.
+// at a damaged chunk that a later intact chunk proves was synced. It reads
+// the log one 32 KiB block at a time.
 func checkLogTail(dir string) error {
 	ents, err := os.ReadDir(dir)
 	if err != nil {
@@ -118,60 +117,83 @@ func checkLogTail(dir string) error {
 		return nil
 	}
 	path := filepath.Join(dir, name)
-	b, err := os.ReadFile(path)
+	f, err := os.Open(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}
 	if err != nil {
 		return fmt.Errorf("store: open pebble:%s: read %s: %v", dir, name, err)
 	}
-	bad, found := walFirstBad(b, uint32(num))
-	if !found {
-		return nil
+	defer f.Close()
+	buf := make([]byte, walBlock)
+	bad := int64(-1) // the first damaged chunk, once found
+	for block := int64(0); ; block++ {
+		n, err := io.ReadFull(f, buf)
+		if n == 0 {
+			if err != nil && !errors.Is(err, io.EOF) {
+				return fmt.Errorf("store: open pebble:%s: read %s: %v", dir, name, err)
+			}
+			return nil
+		}
+		b := buf[:n]
+		base := block * walBlock
+		from := 0
+		if bad < 0 {
+			off, found, end := walFirstBad(b, uint32(num))
+			switch {
+			case end:
+				return nil // the log ends cleanly here
+			case !found:
+				continue
+			}
+			bad, from = base+int64(off), off+1
+		}
+		// Look for an intact wal-sync chunk that vouches for the bad one.
+		for off := from; off+walSyncHdr <= len(b); off++ {
+			enc := b[off+6]
+			if enc < walSyncFirstID || enc > walLastID || binary.LittleEndian.Uint32(b[off+7:]) != uint32(num) {
+				continue
+			}
+			if _, ok := walChunk(b, off, uint32(num)); !ok {
+				continue
+			}
+			if synced := binary.LittleEndian.Uint64(b[off+11:]); synced > uint64(bad) {
+				return &CorruptFileError{Path: path, Reason: fmt.Sprintf(
+					"the log's record at offset %d fails its checksum, and an intact record at offset %d says the log was synced to offset %d: the record was durable and is damaged, not torn by a crash (Pebble would drop it and every later commit)",
+					bad, base+int64(off), synced)}
+			}
+		}
+		if err != nil {
+			return nil // the last, short block
+		}
 	}
-	for off := bad + 1; off+walSyncHdr <= len(b); off++ {
-		enc := b[off+6]
-		if enc < walSyncFirstID || enc > walLastID || binary.LittleEndian.Uint32(b[off+7:]) != uint32(num) {
-			continue
-		}
-		if _, ok := walChunk(b, off, uint32(num)); !ok {
-			continue
-		}
-		if synced := binary.LittleEndian.Uint64(b[off+11:]); synced > uint64(bad) {
-			return &CorruptFileError{Path: path, Reason: fmt.Sprintf(
-				"the log's record at offset %d fails its checksum, and an intact record at offset %d says the log was synced to offset %d: the record was durable and is damaged, not torn by a crash (Pebble would drop it and every later commit)",
-				bad, off, synced)}
-		}
-	}
-	return nil
 }
 
-// walFirstBad walks the chunks of the log b and returns the offset of the
-// first one that is damaged (found), or found false when the log ends
-// cleanly: at its end, or at a zeroed or foreign (recycled) chunk header.
-func walFirstBad(b []byte, num uint32) (int, bool) {
-	off := 0
+// walFirstBad walks the chunks of one block of the log and returns the
+// offset of the first damaged one (found), or end when the log ends
+// cleanly in this block: a zeroed chunk header (preallocated space), a
+// chunk of the log the file was recycled from, or a header cut off at the
+// end of the file. Neither means the block is whole.
+func walFirstBad(b []byte, num uint32) (off int, found, end bool) {
 	for off < len(b) {
-		if rest := walBlock - off%walBlock; rest < walLegacyHdr {
-			off += rest // a block's unusable tail
-			continue
+		if len(b)-off < walLegacyHdr {
+			if len(b) < walBlock {
+				return 0, false, true // cut off at the end of the file
+			}
+			return 0, false, false // a block's unusable tail
 		}
-		n, ok := walChunk(b, off, num)
-		if ok {
+		if n, ok := walChunk(b, off, num); ok {
 			off += n
 			continue
 		}
-		if off+walLegacyHdr > len(b) {
-			return 0, false // a header cut off at the end: torn
-		}
 		h := b[off : off+walLegacyHdr]
 		if binary.LittleEndian.Uint32(h) == 0 && h[4] == 0 && h[5] == 0 && h[6] == 0 {
-			return 0, false // zeroed: preallocated space after the end
+			return 0, false, true
 		}
-		if enc := h[6]; walHeaderSize(enc) > walLegacyHdr && off+walRecycleHdr <= len(b) && binary.LittleEndian.Uint32(b[off+7:]) != num {
-			return 0, false // a chunk of the log this file was recycled from
+		if walHeaderSize(h[6]) > walLegacyHdr && off+walRecycleHdr <= len(b) && binary.LittleEndian.Uint32(b[off+7:]) != num {
+			return 0, false, true
 		}
-		return off, true
+		return off, true, false
 	}
-	return 0, false
+	return 0, false, false
 }
