@@ -571,7 +571,8 @@ func ioErr(op string, off, n int64, err error) error {
 
 // CreateImage creates a sparse image file of size bytes at path, which must
 // not exist, and opens it with opts. size must be a multiple of the block
-// size.
+// size. The file is created with mode 0644 less the umask: never group-
+// or world-writable.
 func CreateImage(path string, size int64, opts FileOptions) (*File, error) {
 	bs := opts.BlockSize
 	if bs == 0 {
@@ -583,7 +584,7 @@ func CreateImage(path string, size int64, opts FileOptions) (*File, error) {
 	if size < 0 || size%int64(bs) != 0 {
 		return nil, fmt.Errorf("blockdev: image size %d is not a non-negative multiple of the %d-byte block size", size, bs)
 	}
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o666)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("blockdev: %w", err)
 	}

@@ -264,9 +264,19 @@ type logRecord struct {
 
 // OpenFileScrubState opens (creating if needed) the scrub state at path and
 // its findings log at path+".findings". Close it after use.
+//
+// Neither file is opened through a symbolic link, nor the temporary file
+// path+".tmp" that replaces the state: a link there fails with
+// ErrStateFile, so a scrub never truncates or overwrites a file someone
+// pointed it at. New files are created with mode 0600.
 func OpenFileScrubState(path string) (*FileScrubState, error) {
 	var st fileState
-	b, err := os.ReadFile(path)
+	for _, p := range []string{path, path + ".findings", path + ".tmp"} {
+		if err := refuseLink(p); err != nil {
+			return nil, err
+		}
+	}
+	b, err := readNoFollow(path)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		st.Version = fileStateVersion
@@ -288,7 +298,7 @@ func OpenFileScrubState(path string) (*FileScrubState, error) {
 			return nil, fmt.Errorf("blockdev: scrub state %s: log size %d", path, st.LogSize)
 		}
 	}
-	log, err := os.OpenFile(path+".findings", os.O_RDWR|os.O_CREATE, 0o644)
+	log, err := os.OpenFile(path+".findings", os.O_RDWR|os.O_CREATE|oNoFollow, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("blockdev: scrub state: %w", err)
 	}
@@ -296,6 +306,10 @@ func OpenFileScrubState(path string) (*FileScrubState, error) {
 	if err != nil {
 		log.Close()
 		return nil, fmt.Errorf("blockdev: scrub state: %w", err)
+	}
+	if !fi.Mode().IsRegular() {
+		log.Close()
+		return nil, fmt.Errorf("%w: %s is not a regular file", ErrStateFile, path+".findings")
 	}
 	if fi.Size() < st.LogSize {
 		log.Close()
@@ -387,9 +401,16 @@ func (s *FileScrubState) fail(err error) error {
 
 // writeFileAtomic replaces path with b: a temporary file is written and
 // synced, renamed over path, and the directory synced.
+//
+// The temporary file is new (O_EXCL, never through a symbolic link): a
+// stale one, or a link left in its place, is removed first (the link, not
+// its target).
 func writeFileAtomic(path string, b []byte) error {
 	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err := os.Remove(tmp); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL|oNoFollow, 0o600)
 	if err != nil {
 		return err
 	}
@@ -577,3 +598,34 @@ var (
 	_ ScrubState = (*StoreScrubState)(nil)
 	_ ScrubState = (*FileScrubState)(nil)
 )
+
+// ErrStateFile reports a scrub state file that is a symbolic link or not a
+// regular file: OpenFileScrubState refuses it rather than write through it.
+var ErrStateFile = errors.New("blockdev: scrub state file refused")
+
+// refuseLink fails with ErrStateFile if p exists and is a symbolic link or
+// not a regular file.
+func refuseLink(p string) error {
+	fi, err := os.Lstat(p)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil
+	case err != nil:
+		return fmt.Errorf("blockdev: scrub state: %w", err)
+	case fi.Mode()&fs.ModeSymlink != 0:
+		return fmt.Errorf("%w: %s is a symbolic link", ErrStateFile, p)
+	case !fi.Mode().IsRegular():
+		return fmt.Errorf("%w: %s is not a regular file", ErrStateFile, p)
+	}
+	return nil
+}
+
+// readNoFollow reads the file p, failing on a symbolic link.
+func readNoFollow(p string) ([]byte, error) {
+	f, err := os.OpenFile(p, os.O_RDONLY|oNoFollow, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return io.ReadAll(f)
+}

@@ -20,7 +20,31 @@
 //
 // Blocks never written (or discarded) are a state of their own: ReadRange
 // reports them with a clear bit in a Bitmap and reads their tuple as all ones
-// (the PI escape), so they are never confused with mismatches.
+// (the PI escape), so they are never confused with mismatches. Unwritten is
+// something the store records, not the absence of a record: from schema
+// version 2 every page of a volume has a record (an empty-page record when
+// none of its blocks is written), and a page that is missing is a
+// *CorruptError. Volumes of schema version 1 recorded empty pages by their
+// absence and are still read and written that way (Tuples.Dense).
+//
+// The store's own files (Pebble's tables, logs, manifest, options and
+// markers) are held to the same standard. OpenWith opens an existing store
+// without creating one unless asked (OpenOptions.Create), read-only if
+// asked (writes fail with ErrReadOnly; readers share the store, a writer
+// holds it alone, and a *BusyError names the holder's pid and command), and
+// refuses, untouched, a path that is not a store (ErrNotStore: a regular
+// file, a symbolic link, a directory of other files) or a store directory
+// whose manifest marker is gone (Pebble would reinitialise it and delete its
+// tables). Damage Pebble detects comes back as a *CorruptFileError naming
+// the file; Pebble's fatal errors are recorded as the store's failure
+// (ErrFailed), never exit the process. Commits and bulk loads are counted,
+// and the counts kept in a state file beside Pebble's at every clean Close
+// and bulk load, so that commits Pebble drops as if torn by a crash (a
+// damaged last record of its manifest or log) are detected, and the log of
+// a store killed while open is read first for a damaged record that a later
+// intact one proves was synced. Damage to the very last records of such a
+// log cannot be told from a torn write, and Pebble then opens at the last
+// intact commit before it. Directories are created 0700 and files 0600.
 //
 // Crash consistency (DESIGN.md section 5): record the new tuples of a group
 // of writes as intents in one synced Txn, write the data, then fold the
@@ -45,7 +69,7 @@
 //
 // Errors are prefixed "store: " and match the sentinels (ErrNotFound,
 // ErrClosed, ErrCorrupt, ...) with errors.Is. A damaged stored value gives a
-// *CorruptError, never a panic.
+// *CorruptError, a damaged store file a *CorruptFileError, never a panic.
 //
 // A short example:
 //

@@ -33,6 +33,18 @@ var (
 	// changed or holds its range: an open intent, or a commit to a page the
 	// load shares with blocks outside it.
 	ErrConflict = errors.New("store: conflict")
+	// ErrNotStore reports a path that exists but is not a store: a regular
+	// file, a symbolic link, or a directory holding files no store made.
+	// Open never writes to it.
+	ErrNotStore = errors.New("store: not a store")
+	// ErrBusy is matched by every *BusyError: another process (or another
+	// open in this one) holds the store.
+	ErrBusy = errors.New("store: in use")
+	// ErrReadOnly reports a write to a store opened ReadOnly.
+	ErrReadOnly = errors.New("store: opened read-only")
+	// ErrFailed reports a store whose engine hit a fatal error (a failed
+	// write of its own log or manifest): every later call fails with it.
+	ErrFailed = errors.New("store: engine failed")
 )
 
 // KV is the small key-value interface every storage engine implements. Keys
@@ -130,14 +142,43 @@ func checkSet(l Limits, size, key, value int) error {
 	return nil
 }
 
-// Open opens a store by URL:
+// OpenOptions say how OpenWith treats a store that does not exist yet and
+// whether it may write.
+type OpenOptions struct {
+	// Create makes a new, empty store where there is none: a missing
+	// directory (created with mode 0700; its files get 0600) or an empty
+	// one. Without it a missing store fails with an error matching
+	// ErrNotFound and nothing is created. Default false. (mem: always
+	// creates.)
+	Create bool
+	// ReadOnly opens the store for reading only: every write fails with
+	// ErrReadOnly and no file of the store changes (Pebble replays its log
+	// in memory). Its lock is taken shared, so readers can open a store
+	// together, and a user who may only read the store's files can open
+	// it; a writer excludes them (ErrBusy). Default false.
+	ReadOnly bool
+}
+
+// Open opens a store by URL, creating it if it does not exist (OpenWith
+// with Create):
 //
-//	pebble:PATH   Pebble database in directory PATH (created if missing)
+//	pebble:PATH   Pebble database in directory PATH
 //	mem:          a new, empty in-memory store
 //	PATH          same as pebble:PATH when PATH has no scheme
 //
 // Unknown schemes fail with an error matching ErrUnsupported.
-func Open(url string) (KV, error) {
+func Open(url string) (KV, error) { return OpenWith(url, OpenOptions{Create: true}) }
+
+// OpenWith opens a store by URL (see Open) with the options o.
+//
+// A Pebble store is refused, and left exactly as it is, when PATH is not a
+// store: a regular file, a symbolic link (to a directory or not) or a
+// directory holding other files (ErrNotStore); or when it is a damaged one,
+// such as a directory of Pebble tables and logs whose manifest marker is
+// gone (a *CorruptFileError matching ErrCorrupt). Pebble would take the
+// latter for an empty directory, create a new database and delete the old
+// tables; OpenWith never reinitialises an existing directory.
+func OpenWith(url string, o OpenOptions) (KV, error) {
 	scheme, rest, ok := strings.Cut(url, ":")
 	if !ok || strings.ContainsAny(scheme, `/\.`) || len(scheme) < 2 {
 		// No scheme (or a Windows drive letter): a plain path.
@@ -148,7 +189,7 @@ func Open(url string) (KV, error) {
 		if rest == "" {
 			return nil, fmt.Errorf("%w: open %q: empty pebble path", ErrInvalid, url)
 		}
-		return openPebble(rest, nil)
+		return openPebbleWith(rest, nil, o)
 	case "mem":
 		if rest != "" {
 			return nil, fmt.Errorf("%w: open %q: mem: takes no path", ErrInvalid, url)

@@ -135,16 +135,11 @@ func (l *Loader) flushPage(atFinish bool) error {
 	t := l.t
 	key := t.pageKey(l.page)
 	if l.lo > 0 || l.hi < t.l.p {
-		v, err := t.kv.Get(key)
-		switch {
-		case errors.Is(err, ErrNotFound):
-			v = nil
-		case err != nil:
+		v, empty, err := t.getPage(l.page)
+		if err != nil {
 			return err
-		default:
-			if err := t.l.check(t.volume, l.page, v); err != nil {
-				return err
-			}
+		}
+		if !empty {
 			l.mergeStored(v)
 		}
 		if !atFinish {

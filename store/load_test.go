@@ -409,7 +409,8 @@ func TestLoadCrash(t *testing.T) {
 	if err := l.Write(tu, su); err != nil {
 		t.Fatal(err)
 	}
-	if ents, _ := fs.List("db/" + store.BulkTempDir + "/1"); len(ents) < 2 {
+	// The load's directory: CreateTuples's own load of empty pages took 1.
+	if ents, _ := fs.List("db/" + store.BulkTempDir + "/2"); len(ents) < 2 {
 		t.Fatalf("%d temporary tables, want several", len(ents))
 	}
 	kv, fs = crash(kv)

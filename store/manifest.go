@@ -10,7 +10,12 @@ import (
 
 // SchemaVersion is the layout version of the records this package writes. A
 // store written by a newer schema is refused with ErrUnsupported.
-const SchemaVersion = 1
+//
+// Version 2 records every page of a volume, empty pages included (see
+// page.go), so a missing page is detected as corruption. Version 1 stores,
+// which recorded empty pages by their absence, are still read and written
+// in their own way (Tuples.Dense reports false for them).
+const SchemaVersion = 2
 
 // DefaultPageTuples is the number of tuples per page value unless the
 // manifest says otherwise.

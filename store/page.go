@@ -20,8 +20,19 @@ import (
 //	   CRC-32C of everything before it (4)
 //
 // A page has a fixed length for a given manifest, so every length is checked
-// before anything is copied. A page with no written block is deleted rather
-// than stored.
+// before anything is copied.
+//
+// A page with no written block is stored as an empty-page record, 8 bytes:
+//
+//	0  'E' magic
+//	1  version (1)
+//	2  0, 0
+//	4  CRC-32C of bytes 0-3
+//
+// so that, from schema version 2 on, every page of a volume has a record
+// and a page that is missing is a store that lost it (a *CorruptError),
+// never blocks read as unwritten. Volumes of schema version 1 recorded
+// empty pages by their absence and are read that way (Tuples.Dense).
 
 const (
 	pageMagic   = 'P'
@@ -29,6 +40,17 @@ const (
 	pageHeader  = 8
 	flagSums    = 1
 )
+
+const (
+	emptyMagic   = 'E'
+	emptyVersion = 1
+)
+
+// emptyPageValue is the record of a page with no written block.
+var emptyPageValue = func() []byte {
+	b := []byte{emptyMagic, emptyVersion, 0, 0}
+	return binary.BigEndian.AppendUint32(b, crc32c.Checksum(b))
+}()
 
 // layout holds a volume's page geometry.
 type layout struct {
@@ -124,6 +146,18 @@ func (l *layout) encode(dst []byte, pb *pageBuf) []byte {
 		}
 	}
 	return binary.BigEndian.AppendUint32(dst, crc32c.Checksum(dst[start:]))
+}
+
+// checkAny validates a stored page record, a page value or an empty-page
+// record, and tells which it is.
+func (l *layout) checkAny(volume string, page uint64, v []byte) (empty bool, err error) {
+	if len(v) > 0 && v[0] == emptyMagic && len(v) != l.size {
+		if string(v) != string(emptyPageValue) {
+			return false, &CorruptError{Volume: volume, Record: fmt.Sprintf("page %d", page), Reason: fmt.Sprintf("bad empty-page record %x", v)}
+		}
+		return true, nil
+	}
+	return false, l.check(volume, page, v)
 }
 
 // check validates a stored page value: length, header and checksum.

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"strconv"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/objstorage/objstorageprovider"
@@ -44,6 +45,12 @@ func (p *pebbleKV) NewBulkWriter() (BulkWriter, error) {
 	if p.closed {
 		return nil, ErrClosed
 	}
+	if p.readOnly {
+		return nil, fmt.Errorf("%w: pebble:%s: bulk load", ErrReadOnly, p.path)
+	}
+	if err := p.fault.fatal(); err != nil {
+		return nil, err
+	}
 	dir := p.fs.PathJoin(p.path, bulkTempDir, fmt.Sprint(p.bulkSeq.Add(1)))
 	if err := p.fs.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("store: pebble:%s: bulk load: %v", p.path, err)
@@ -62,7 +69,8 @@ type pebbleBulk struct {
 	files []string        // finished tables
 	last  []byte
 	count int
-	err   error // sticky failure
+	load  uint64 // the load's number, set at Finish
+	err   error  // sticky failure
 	done  bool
 }
 
@@ -84,15 +92,12 @@ func (b *pebbleBulk) Set(key, value []byte) error {
 		b.err = err
 		return err
 	}
-	if b.w == nil {
-		name := b.kv.fs.PathJoin(b.dir, fmt.Sprintf("%06d.sst", len(b.files)+1))
-		f, err := b.kv.fs.Create(name, vfs.WriteCategoryUnspecified)
-		if err != nil {
-			return b.fail("create table", err)
-		}
-		b.files = append(b.files, name)
-		b.w = sstable.NewWriter(objstorageprovider.NewFileWritable(f), b.wo)
-		b.size = 0
+	if reserved(key) {
+		b.err = fmt.Errorf("%w: key %q is reserved by the store", ErrInvalid, key)
+		return b.err
+	}
+	if err := b.openTable(); err != nil {
+		return err
 	}
 	if err := b.w.Set(key, value); err != nil {
 		return b.fail("set", err)
@@ -103,6 +108,22 @@ func (b *pebbleBulk) Set(key, value []byte) error {
 	if b.size >= b.kv.bulkSize {
 		return b.closeTable()
 	}
+	return nil
+}
+
+// openTable starts a new table unless one is open.
+func (b *pebbleBulk) openTable() error {
+	if b.w != nil {
+		return nil
+	}
+	name := b.kv.fs.PathJoin(b.dir, fmt.Sprintf("%06d.sst", len(b.files)+1))
+	f, err := b.kv.fs.Create(name, vfs.WriteCategoryUnspecified)
+	if err != nil {
+		return b.fail("create table", err)
+	}
+	b.files = append(b.files, name)
+	b.w = sstable.NewWriter(objstorageprovider.NewFileWritable(f), b.wo)
+	b.size = 0
 	return nil
 }
 
@@ -127,7 +148,20 @@ func (b *pebbleBulk) Finish(sync bool) error {
 		b.Abort()
 		return err
 	}
-	err := b.closeTable()
+	var err error
+	if len(b.files) > 0 {
+		// The load's last key: its number, in the load's own table, so a
+		// manifest that loses the load is detected (see pebble_state.go).
+		b.load = b.kv.loads.Add(1)
+		if err = b.openTable(); err == nil {
+			if err = b.w.Set(loadKey, strconv.AppendUint(nil, b.load, 10)); err != nil {
+				err = b.fail("set", err)
+			}
+		}
+	}
+	if err == nil {
+		err = b.closeTable()
+	}
 	if err == nil && len(b.files) > 0 {
 		err = b.ingest()
 	}
@@ -157,6 +191,20 @@ func (b *pebbleBulk) ingest() error {
 	// that records them, before it returns: it is durable whatever sync says.
 	if err := p.db.Ingest(context.Background(), b.files); err != nil {
 		return b.fail("ingest", err)
+	}
+	// Count the load as a commit, and record that the store reached it
+	// (see pebble_state.go).
+	p.commitMu.Lock()
+	defer p.commitMu.Unlock()
+	if err := p.db.Set(genKey, p.genValue(), pebble.Sync); err != nil {
+		return b.fail("count commit", err)
+	}
+	if err := p.ingested(p.gen.Load(), b.load); err != nil {
+		return b.fail("record commit counter", err)
+	}
+	if err := p.fault.fatal(); err != nil {
+		b.err = err
+		return err
 	}
 	return nil
 }

@@ -205,6 +205,13 @@ func CreateJournaled(kv KV, volume string, m Manifest, j Journal) (*Tuples, erro
 	if err != nil {
 		return nil, fmt.Errorf("store: create volume %q: %v", volume, err)
 	}
+	t, err := newTuples(kv, volume, prefix, m)
+	if err != nil {
+		return nil, err
+	}
+	if err := t.loadEmptyPages(); err != nil { // as CreateTuples does
+		return nil, fmt.Errorf("store: create volume %q: %w", volume, err)
+	}
 	b := kv.NewBatch()
 	defer b.Close()
 	if err := b.Set(key, mv); err != nil {
@@ -216,7 +223,7 @@ func CreateJournaled(kv KV, volume string, m Manifest, j Journal) (*Tuples, erro
 	if err := b.Commit(true); err != nil {
 		return nil, err
 	}
-	return newTuples(kv, volume, prefix, m)
+	return t, nil
 }
 
 // checkJournal validates a new journal against the manifest.
@@ -358,14 +365,12 @@ func (t *Tuples) RemapRange(lba uint64, tuples []byte, sync bool) error {
 	defer t.encPool.Put(encp)
 	for page := lba / P; n > 0 && page*P < end; page++ {
 		key := t.pageKey(page)
-		v, err := t.kv.Get(key)
-		if errors.Is(err, ErrNotFound) {
-			continue // no written block
-		} else if err != nil {
+		v, empty, err := t.getPage(page)
+		if err != nil {
 			return err
 		}
-		if err := t.l.check(t.volume, page, v); err != nil {
-			return err
+		if empty {
+			continue // no written block
 		}
 		t.l.decode(pb, v)
 		pstart := page * P

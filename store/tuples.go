@@ -24,6 +24,8 @@ type Tuples struct {
 	m      Manifest
 	l      layout
 	blocks uint64
+	pages  uint64 // pages of the volume
+	dense  bool   // every page has a record (schema 2 on)
 
 	mu  sync.Mutex // serializes commits
 	seq atomic.Uint64
@@ -62,6 +64,16 @@ func CreateTuples(kv KV, volume string, m Manifest) (*Tuples, error) {
 	if err != nil {
 		return nil, fmt.Errorf("store: create volume %q: %v", volume, err)
 	}
+	t, err := newTuples(kv, volume, prefix, m)
+	if err != nil {
+		return nil, err
+	}
+	// Every page starts with an empty-page record, loaded in bulk (keys
+	// ascending) and made durable before the manifest that says the volume
+	// exists: a volume with a manifest has a record for every page.
+	if err := t.loadEmptyPages(); err != nil {
+		return nil, fmt.Errorf("store: create volume %q: %w", volume, err)
+	}
 	b := kv.NewBatch()
 	if err := b.Set(key, v); err != nil {
 		b.Close()
@@ -70,7 +82,50 @@ func CreateTuples(kv KV, volume string, m Manifest) (*Tuples, error) {
 	if err := b.Commit(true); err != nil {
 		return nil, err
 	}
-	return newTuples(kv, volume, prefix, m)
+	return t, nil
+}
+
+// loadEmptyPages writes an empty-page record for every page of the volume.
+func (t *Tuples) loadEmptyPages() error {
+	bw, err := NewBulkWriter(t.kv)
+	if err != nil {
+		return err
+	}
+	for page := range t.pages {
+		if err := bw.Set(t.pageKey(page), emptyPageValue); err != nil {
+			bw.Abort()
+			return err
+		}
+	}
+	return bw.Finish(true)
+}
+
+// Dense reports whether every page of the volume has a record (schema
+// version 2 on), so that a missing page is reported as corruption. Volumes
+// created with schema version 1 record empty pages by their absence: a page
+// they lost reads as unwritten blocks.
+func (t *Tuples) Dense() bool { return t.dense }
+
+// missingPage is the error of a page a dense volume has no record of.
+func (t *Tuples) missingPage(page uint64) error {
+	return &CorruptError{Volume: t.volume, Record: fmt.Sprintf("page %d", page), Reason: "missing: the store has no record of it (lost, not unwritten)"}
+}
+
+// getPage reads page's stored record: v is its raw value (nil when there is
+// none, which only a schema 1 volume may have), empty tells an empty page.
+// A page value is checked.
+func (t *Tuples) getPage(page uint64) (v []byte, empty bool, err error) {
+	v, err = t.kv.Get(t.pageKey(page))
+	switch {
+	case errors.Is(err, ErrNotFound) && t.dense:
+		return nil, false, t.missingPage(page)
+	case errors.Is(err, ErrNotFound):
+		return nil, true, nil
+	case err != nil:
+		return nil, false, err
+	}
+	empty, err = t.l.checkAny(t.volume, page, v)
+	return v, empty, err
 }
 
 // OpenTuples opens an existing volume. If want is not nil, the stored
@@ -108,7 +163,8 @@ func OpenTuples(kv KV, volume string, want *Manifest) (*Tuples, error) {
 }
 
 func newTuples(kv KV, volume string, prefix []byte, m Manifest) (*Tuples, error) {
-	t := &Tuples{kv: kv, volume: volume, prefix: prefix, m: m, l: newLayout(&m), blocks: m.Blocks()}
+	t := &Tuples{kv: kv, volume: volume, prefix: prefix, m: m, l: newLayout(&m), blocks: m.Blocks(), dense: m.Schema >= 2}
+	t.pages = (t.blocks + uint64(t.l.p) - 1) / uint64(t.l.p)
 	t.bufPool.New = func() any { return t.l.newPageBuf() }
 	t.encPool.New = func() any { b := make([]byte, 0, t.l.size); return &b }
 	// Resume intent sequence numbers after the highest one stored.
@@ -206,10 +262,20 @@ func (t *Tuples) ReadRange(lba uint64, tuples []byte, sums []uint32, written Bit
 		}
 		next = to
 	}
+	expect := first // the next page a dense volume must have
 	for it.Next() {
-		page, v, err := t.checkedPage(it)
+		page, v, empty, err := t.checkedPage(it)
 		if err != nil {
 			return 0, err
+		}
+		if t.dense {
+			if page != expect {
+				return 0, t.missingPage(expect)
+			}
+			expect++
+		}
+		if empty {
+			continue
 		}
 		pstart := page * P
 		s := max(pstart, lba)
@@ -234,6 +300,9 @@ func (t *Tuples) ReadRange(lba uint64, tuples []byte, sums []uint32, written Bit
 	}
 	if err := it.Err(); err != nil {
 		return 0, err
+	}
+	if t.dense && expect != last+1 {
+		return 0, t.missingPage(expect)
 	}
 	fillGap(end)
 	return count, nil
@@ -291,14 +360,21 @@ func (t *Tuples) ReadRangeCached(lba uint64, tuples []byte, sums []uint32, writt
 	}
 	defer it.Close()
 	for it.Next() {
-		page, v, err := t.checkedPage(it)
+		page, v, isEmpty, err := t.checkedPage(it)
 		if err != nil {
 			return 0, err
 		}
 		if page < next || page > last {
 			continue // cannot happen with correct bounds
 		}
+		if t.dense && page != next {
+			return 0, t.missingPage(next)
+		}
 		empty(page)
+		if isEmpty {
+			empty(page + 1)
+			continue
+		}
 		cp := newPage(page)
 		t.l.decodeCached(cp, v)
 		pages = append(pages, cp)
@@ -306,6 +382,9 @@ func (t *Tuples) ReadRangeCached(lba uint64, tuples []byte, sums []uint32, writt
 	}
 	if err := it.Err(); err != nil {
 		return 0, err
+	}
+	if t.dense && next != last+1 {
+		return 0, t.missingPage(next)
 	}
 	empty(last + 1)
 	if testHookCacheMiss != nil {
@@ -320,19 +399,28 @@ func (t *Tuples) ReadRangeCached(lba uint64, tuples []byte, sums []uint32, writt
 }
 
 // checkedPage returns the page number and checked value at a page
-// iterator's position.
-func (t *Tuples) checkedPage(it Iterator) (uint64, []byte, error) {
+// iterator's position, and whether it is an empty-page record.
+func (t *Tuples) checkedPage(it Iterator) (uint64, []byte, bool, error) {
 	plen := len(t.prefix) + 1
 	k := it.Key()
 	if len(k) != plen+8 {
-		return 0, nil, &CorruptError{Volume: t.volume, Record: fmt.Sprintf("page key %x", k), Reason: "bad key length"}
+		return 0, nil, false, &CorruptError{Volume: t.volume, Record: fmt.Sprintf("page key %x", k), Reason: "bad key length"}
 	}
 	page := binary.BigEndian.Uint64(k[plen:])
 	v := it.Value()
-	if err := t.l.check(t.volume, page, v); err != nil {
-		return 0, nil, err
+	if v == nil {
+		if err := it.Err(); err != nil {
+			return 0, nil, false, err
+		}
 	}
-	return page, v, nil
+	empty, err := t.l.checkAny(t.volume, page, v)
+	if err != nil {
+		return 0, nil, false, err
+	}
+	if page >= t.pages {
+		return 0, nil, false, &CorruptError{Volume: t.volume, Record: fmt.Sprintf("page %d", page), Reason: fmt.Sprintf("beyond the volume's %d pages", t.pages)}
+	}
+	return page, v, empty, nil
 }
 
 // checkRead validates ReadRange's arguments and returns the block count.
@@ -534,4 +622,76 @@ func DeleteVolume(kv KV, volume string) error {
 			return nil
 		}
 	}
+}
+
+// HasRecords reports whether volume has any record on kv other than
+// empty-page records: a manifest, a tuple page, an intent, a cursor, a
+// finding. A volume whose creation was interrupted holds at most empty-page
+// records (CreateTuples writes them before the manifest); one that has
+// none of the others but lost its manifest cannot be told from it. It
+// stops at the first such record.
+func HasRecords(kv KV, volume string) (bool, error) {
+	prefix, err := volumePrefix(volume)
+	if err != nil {
+		return false, err
+	}
+	it, err := kv.NewIter(prefix, prefixEnd(prefix))
+	if err != nil {
+		return false, err
+	}
+	defer it.Close()
+	pageRec := len(prefix) + 1 + 8
+	for it.Next() {
+		k := it.Key()
+		if len(k) == pageRec && k[len(prefix)] == recPage && string(it.Value()) == string(emptyPageValue) {
+			continue
+		}
+		return true, nil
+	}
+	return false, it.Err()
+}
+
+// Coverage returns how many blocks of the volume are written, reading each
+// stored page record once: its time is bounded by what the store holds,
+// not by the manifest's device size. On a dense volume a missing page is a
+// *CorruptError, as in ReadRange. stop, if not nil, is polled every 1,024
+// records; a non-nil error from it ends the scan with that error.
+func (t *Tuples) Coverage(stop func() error) (uint64, error) {
+	lo, hi := t.pageKey(0), prefixEnd(recKey(t.prefix, recPage))
+	it, err := t.kv.NewIter(lo, hi)
+	if err != nil {
+		return 0, err
+	}
+	defer it.Close()
+	var bitsBuf [65536 / 64]uint64
+	pbits := bitsBuf[:t.l.bitsLen]
+	var written, expect uint64
+	for n := 0; it.Next(); n++ {
+		if stop != nil && n%1024 == 0 {
+			if err := stop(); err != nil {
+				return 0, err
+			}
+		}
+		page, v, empty, err := t.checkedPage(it)
+		if err != nil {
+			return 0, err
+		}
+		if t.dense && page != expect {
+			return 0, t.missingPage(expect)
+		}
+		expect = page + 1
+		if empty {
+			continue
+		}
+		t.l.pageBits(pbits, v)
+		// Bits of blocks past the device's end are never set.
+		written += uint64(Bitmap(pbits).countRange(0, t.l.p))
+	}
+	if err := it.Err(); err != nil {
+		return 0, err
+	}
+	if t.dense && expect != t.pages {
+		return 0, t.missingPage(expect)
+	}
+	return written, nil
 }

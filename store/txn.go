@@ -1,7 +1,6 @@
 package store
 
 import (
-	"errors"
 	"fmt"
 	"slices"
 )
@@ -124,16 +123,13 @@ func (x *Txn) Commit(sync bool) error {
 			pb.reset()
 			return pb, nil
 		}
-		v, err := t.kv.Get(t.pageKey(page))
+		v, empty, err := t.getPage(page)
 		switch {
-		case errors.Is(err, ErrNotFound):
-			pb.reset()
-			return pb, nil
 		case err != nil:
 			return nil, err
-		}
-		if err := t.l.check(t.volume, page, v); err != nil {
-			return nil, err
+		case empty:
+			pb.reset()
+			return pb, nil
 		}
 		t.l.decode(pb, v)
 		return pb, nil
@@ -191,9 +187,12 @@ func (x *Txn) Commit(sync bool) error {
 	for _, page := range order {
 		pb := pages[page]
 		var err error
-		if pb.empty() {
+		switch {
+		case pb.empty() && t.dense:
+			err = b.Set(t.pageKey(page), emptyPageValue)
+		case pb.empty():
 			err = b.Delete(t.pageKey(page))
-		} else {
+		default:
 			*encp = t.l.encode((*encp)[:0], pb)
 			err = b.Set(t.pageKey(page), *encp)
 		}

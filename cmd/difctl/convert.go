@@ -400,11 +400,12 @@ func createOutputs(paths []string) ([]*outFile, error) {
 }
 
 // createTemp creates a new file beside path, with the permissions a new
-// file at path would get (0666 less the umask).
+// file at path would get: 0644 less the umask (never group- or
+// world-writable, whatever the umask).
 func createTemp(path string) (*os.File, error) {
 	for i := 0; ; i++ {
 		name := filepath.Join(filepath.Dir(path), fmt.Sprintf(".%s.tmp%d-%d", filepath.Base(path), os.Getpid(), i))
-		f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o666)
+		f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
 		if err == nil || !errors.Is(err, os.ErrExist) || i >= 100 {
 			return f, err
 		}

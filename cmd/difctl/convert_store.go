@@ -164,7 +164,7 @@ func runImport(ctx context.Context, opts convertOptions, stdout, stderr io.Write
 		_, serr := os.Stat(storeDir)
 		storeExisted = serr == nil
 	}
-	kv, err := openStore(outImg, url, true)
+	kv, err := openStore(outImg, url, storeCreate)
 	if err != nil {
 		return err
 	}

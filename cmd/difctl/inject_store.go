@@ -19,7 +19,7 @@ func runInjectStore(ctx context.Context, opts injectOptions, stdout, _ io.Writer
 		return usageErrorf("--field metadata: a store-backed image keeps only the tuple; use data, guard, app, ref or storage")
 	}
 	url := storeURL(opts.Image, opts.Store)
-	kv, err := openStore(opts.Image, url, false)
+	kv, err := openStore(opts.Image, url, storeWrite)
 	if err != nil {
 		return err
 	}
@@ -45,6 +45,9 @@ func runInjectStore(ctx context.Context, opts injectOptions, stdout, _ io.Writer
 		return err
 	}
 	defer dev.Close()
+	if err := checkIdentity(opts.Image, url, m, dev.Size()); err != nil {
+		return err
+	}
 	bs := int64(f.BlockSize())
 	data := make([]byte, bs)
 	md := make([]byte, f.MetadataSize())
@@ -57,7 +60,7 @@ func runInjectStore(ctx context.Context, opts injectOptions, stdout, _ io.Writer
 		sums = make([]uint32, 1)
 	}
 	if _, err := t.ReadRange(uint64(opts.LBA), md, sums, written); err != nil {
-		return fmt.Errorf("store %s: %s", url, storeCause(err))
+		return storeErr(url, err)
 	}
 	if opts.Field != dif.FieldData && !written.Has(0) {
 		return usageErrorf("LBA %d is unwritten: it has no tuple to corrupt", opts.LBA)
@@ -78,7 +81,7 @@ func runInjectStore(ctx context.Context, opts injectOptions, stdout, _ io.Writer
 			return fmt.Errorf("sync %s: %s", opts.Image, storeCause(err))
 		}
 	} else if err := t.WriteRange(uint64(opts.LBA), md, sums, true); err != nil {
-		return fmt.Errorf("store %s: %s", url, storeCause(err))
+		return storeErr(url, err)
 	}
 	rec := &injectRecord{Image: opts.Image, Store: url, Format: displayFormat(m.Format), LBA: opts.LBA,
 		Field: fieldName(opts.Field), Bit: opts.Bit,

@@ -81,6 +81,10 @@ func newInspectCmd(g *globalOptions) *cobra.Command {
 tuples and a summary of the findings log; for an image with its own PI
 (--interleaved, --dix) its format and size.
 
+A store is opened read-only, and its manifest is checked against IMAGE
+(size and name) before anything else: another image's store is refused
+(exit 8). The coverage count reads each stored page once.
+
 With --lba N (and --count M, default 1) show blocks N to N+M-1 side by
 side: each block's state, its stored tuple, and the computed one (the guard
 computed from the data, the tags expected from the tag flags or the

@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -48,7 +50,7 @@ func (*manifestRecord) recordType() string { return "manifest" }
 
 func runInspectStore(ctx context.Context, opts inspectOptions, stdout, stderr io.Writer) error {
 	url := storeURL(opts.Image, opts.Store)
-	kv, err := openStore(opts.Image, url, false)
+	kv, err := openStore(opts.Image, url, storeRead)
 	if err != nil {
 		return err
 	}
@@ -65,6 +67,23 @@ func runInspectStore(ctx context.Context, opts inspectOptions, stdout, stderr io
 	if err != nil {
 		return fmt.Errorf("store %s is corrupt: manifest format %q: %v", url, m.Format, err)
 	}
+	// The manifest must describe this image before anything is read by it.
+	fi, err := os.Stat(opts.Image)
+	if err != nil {
+		return asOpenError(err)
+	}
+	size := fi.Size()
+	if !fi.Mode().IsRegular() {
+		dev, err := openDevice(opts.Image, true)
+		if err != nil {
+			return err
+		}
+		size = dev.Size()
+		dev.Close()
+	}
+	if err := checkIdentity(opts.Image, url, m, size); err != nil {
+		return err
+	}
 	p := dif.Params{RefTag: m.InitialRefTag, AppTag: m.AppTag, AppMask: m.AppTagMask}
 	out := newOutput(stdout, opts.JSON)
 	if opts.LBA >= 0 {
@@ -78,24 +97,25 @@ func runInspectStore(ctx context.Context, opts inspectOptions, stdout, stderr io
 	if !m.Created.IsZero() {
 		rec.Created = m.Created.UTC().Format(time.RFC3339)
 	}
-	// Coverage: count the written blocks, a chunk of tuples at a time.
-	const chunk = 1 << 16
-	tuples := make([]byte, chunk*m.TupleSize)
-	for lba := uint64(0); lba < t.Blocks(); lba += chunk {
+	// Coverage: count the written blocks, one stored page at a time (the
+	// time is bounded by what the store holds, not the device size).
+	w, err := t.Coverage(func() error {
 		if ctx.Err() != nil {
 			return context.Cause(ctx)
 		}
-		n := min(chunk, t.Blocks()-lba)
-		w, err := t.ReadRange(lba, tuples[:n*uint64(m.TupleSize)], nil, nil)
-		if err != nil {
-			return fmt.Errorf("store %s: %s", url, storeCause(err))
+		return nil
+	})
+	if err != nil {
+		if ctx.Err() != nil {
+			return context.Cause(ctx)
 		}
-		rec.Written += int64(w)
+		return volumeError(opts.Image, url, err)
 	}
+	rec.Written = int64(w)
 	rec.Unwritten = rec.Blocks - rec.Written
 	for fd, err := range t.Findings(store.FindingQuery{}) {
 		if err != nil {
-			return fmt.Errorf("store %s: %s", url, storeCause(err))
+			return storeErr(url, err)
 		}
 		rec.Findings[fd.State.String()]++
 		if fd.State == store.FindingOpen {
@@ -114,7 +134,7 @@ func runInspectStore(ctx context.Context, opts inspectOptions, stdout, stderr io
 	}
 	tw := tabwriter.NewWriter(out.w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "image:\t%s\n", opts.Image)
-	fmt.Fprintf(tw, "store:\t%s (volume %q, schema %d, created %s by %s)\n", url, rec.Volume, rec.Schema, orDash(rec.Created), orDash(rec.Tool))
+	fmt.Fprintf(tw, "store:\t%s (volume %q, schema %d, created %s by %s)\n", url, rec.Volume, rec.Schema, orDash(rec.Created), orDash(printable(rec.Tool)))
 	fmt.Fprintf(tw, "format:\t%s: %d-byte blocks, %s guard, type %d\n", rec.Format, rec.BlockSize, guardName(f.Guard()), f.Type())
 	fmt.Fprintf(tw, "tags:\tinitial ref tag 0x%s, app tag 0x%s under mask 0x%s\n", rec.RefTag, rec.AppTag, rec.AppMask)
 	sumText := "no"
@@ -122,7 +142,7 @@ func runInspectStore(ctx context.Context, opts inspectOptions, stdout, stderr io
 		sumText = "yes (CRC-32C per block)"
 	}
 	fmt.Fprintf(tw, "sector sums:\t%s\n", sumText)
-	fmt.Fprintf(tw, "device:\t%s (%d bytes)%s\n", formatBytes(rec.DeviceSize), rec.DeviceSize, map[bool]string{true: ", id " + rec.DeviceID, false: ""}[rec.DeviceID != ""])
+	fmt.Fprintf(tw, "device:\t%s (%d bytes)%s\n", formatBytes(rec.DeviceSize), rec.DeviceSize, map[bool]string{true: ", id " + printable(rec.DeviceID), false: ""}[rec.DeviceID != ""])
 	pct := 0.0
 	if rec.Blocks > 0 {
 		pct = 100 * float64(rec.Written) / float64(rec.Blocks)
@@ -145,6 +165,17 @@ func runInspectStore(ctx context.Context, opts inspectOptions, stdout, stderr io
 	return tw.Flush()
 }
 
+// printable returns s as it is when it holds only printable characters,
+// else quoted with its control characters escaped: a store's text fields
+// (device id, tool) must not reach a terminal raw.
+func printable(s string) string {
+	q := strconv.QuoteToGraphic(s)
+	if q[1:len(q)-1] == s {
+		return s
+	}
+	return q
+}
+
 func orDash(s string) string {
 	if s == "" {
 		return "-"
@@ -165,8 +196,8 @@ func inspectStoreBlocks(ctx context.Context, opts inspectOptions, out *output, t
 		return err
 	}
 	defer dev.Close()
-	if dev.Size() != int64(t.Manifest().DeviceSize) {
-		return fmt.Errorf("%s does not match its store: the store protects %d bytes, the image has %d", opts.Image, t.Manifest().DeviceSize, dev.Size())
+	if err := checkIdentity(opts.Image, storeURL(opts.Image, opts.Store), t.Manifest(), dev.Size()); err != nil {
+		return err
 	}
 	f = f.WithLayout(dif.Separate)
 	data := make([]byte, f.BlockSize())
@@ -182,7 +213,7 @@ func inspectStoreBlocks(ctx context.Context, opts inspectOptions, out *output, t
 		}
 		written.Clear(0)
 		if _, err := t.ReadRange(uint64(lba), md, nil, written); err != nil {
-			return fmt.Errorf("store: %s", storeCause(err))
+			return storeErr(storeURL(opts.Image, opts.Store), err)
 		}
 		rec, err := inspectBlock(f, data, md, runParams(f, p, lba))
 		if err != nil {

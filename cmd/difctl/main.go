@@ -17,6 +17,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -56,7 +57,12 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		}
 		fmt.Fprintf(stderr, "difctl: %s\n", line)
 		if g.JSON {
-			_ = newOutput(stdout, true).emit(&errorRecord{Error: line, ExitCode: code})
+			rec := &errorRecord{Error: line, ExitCode: code}
+			var sd *storeDamageError
+			if errors.As(err, &sd) {
+				rec.File = sd.file() // the damaged store file
+			}
+			_ = newOutput(stdout, true).emit(rec)
 		}
 	}
 	return code

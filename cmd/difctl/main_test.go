@@ -71,6 +71,7 @@ func TestScript(t *testing.T) {
 			"truncate":   cmdTruncate,
 			"corrupt":    cmdCorrupt,
 			"corruptdir": cmdCorruptDir,
+			"storefile":  cmdStoreFile,
 		},
 	})
 }
@@ -127,6 +128,45 @@ func cmdCorruptDir(ts *testscript.TestScript, neg bool, args []string) {
 	}
 	if n == 0 {
 		ts.Fatalf("corruptdir: no file %s* in %s", args[1], dir)
+	}
+}
+
+// cmdStoreFile is "storefile flip|rm DIR PREFIX SUFFIX": it flips one bit in
+// the middle of the largest file of DIR named PREFIX*SUFFIX, or removes
+// every such file: a store damaged behind difctl's back.
+func cmdStoreFile(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 4 || args[0] != "flip" && args[0] != "rm" {
+		ts.Fatalf("usage: storefile flip|rm DIR PREFIX SUFFIX")
+	}
+	dir := ts.MkAbs(args[1])
+	entries, err := os.ReadDir(dir)
+	ts.Check(err)
+	var big string
+	var bigSize int64 = -1
+	for _, e := range entries {
+		if !strings.HasPrefix(e.Name(), args[2]) || !strings.HasSuffix(e.Name(), args[3]) || e.IsDir() {
+			continue
+		}
+		p := filepath.Join(dir, e.Name())
+		if args[0] == "rm" {
+			ts.Check(os.Remove(p))
+			big = p
+			continue
+		}
+		fi, err := e.Info()
+		ts.Check(err)
+		if fi.Size() > bigSize {
+			big, bigSize = p, fi.Size()
+		}
+	}
+	if big == "" {
+		ts.Fatalf("storefile: no file %s*%s in %s", args[2], args[3], dir)
+	}
+	if args[0] == "flip" {
+		b, err := os.ReadFile(big)
+		ts.Check(err)
+		b[len(b)/2] ^= 0x10
+		ts.Check(os.WriteFile(big, b, 0o600))
 	}
 }
 

@@ -29,6 +29,9 @@ type protectOptions struct {
 	PI         *piFlags
 	Rate       int64 // bytes per second, 0 for unlimited
 	Checkpoint int64 // bytes of progress an interruption may lose
+	// Reprotect deletes the volume's records in the store and protects the
+	// data as it is now.
+	Reprotect bool
 }
 
 // protectRecord is the --json result of protect.
@@ -56,6 +59,7 @@ func newProtectCmd(g *globalOptions) *cobra.Command {
 		store  string
 		rate   rateFlag
 		ckpt   = sizeFlag{n: 64 << 20}
+		reprot bool
 	)
 	cmd := &cobra.Command{
 		Use:   "protect IMAGE [flags]",
@@ -77,6 +81,19 @@ values the interrupted run used, and flags that contradict them are
 refused. An image protected already is left as it is. --rate limits the
 read rate (100MiB/s) to spare a busy disk.
 
+protect never re-checksums what a store may have protected before: a
+store that holds records of the image (tuples, findings, cursors) but not
+its manifest, as a damaged store may, is refused, since protecting again
+would take the data as it is now, corruption included, for good.
+--reprotect is the explicit way to start over: it deletes the image's
+records in the store and checksums the data as it is now; use it only on
+data known to be good. A store that does not open (damaged files) is
+never deleted: move it away by hand.
+
+A block device needs --store: the default IMAGE.difdb would sit beside the
+device node, on /dev (devtmpfs), and be lost at the next reboot. Keep it on
+a persistent file system, e.g. --store pebble:/var/lib/difctl/sdb.
+
 ` + exitCodesHelp(exitOK, exitOperational, exitUsage, exitCancelled),
 		Example: `  difctl protect disk.img
   difctl protect --block-size 4096 --guard 64 --type 1 /dev/sdb --store pebble:/var/lib/difctl/sdb
@@ -86,6 +103,7 @@ read rate (100MiB/s) to spare a busy disk.
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runProtect(cmd.Context(), protectOptions{
 				globalOptions: *g, Image: args[0], Store: store, FormatText: format.text, PI: pf, Rate: rate.n, Checkpoint: int64(ckpt.n),
+				Reprotect: reprot,
 			}, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
@@ -95,6 +113,7 @@ read rate (100MiB/s) to spare a busy disk.
 	f.StringVar(&store, "store", "", "store `URL`: pebble:PATH or mem: (default pebble:IMAGE.difdb)")
 	f.Var(&rate, "rate", "limit the read rate, e.g. 100MiB/s (default unlimited)")
 	f.Var(&ckpt, "checkpoint", "save progress every `SIZE` of the image: what an interruption may cost")
+	f.BoolVar(&reprot, "reprotect", false, "delete the image's records in the store (tuples, findings, cursors) and protect the data as it is now; only for data known to be good")
 	return cmd
 }
 
@@ -164,7 +183,11 @@ func runProtect(ctx context.Context, opts protectOptions, stdout, stderr io.Writ
 		return err
 	}
 	defer dev.Close()
-	kv, err := openStore(opts.Image, url, true)
+	if opts.Store == "" && dev.IsBlockDevice() {
+		return usageErrorf("%s is a block device: its default store %s would be on /dev (devtmpfs) and lost at reboot; name a persistent one, e.g. --store pebble:/var/lib/difctl/%s",
+			opts.Image, storePath(url), filepath.Base(opts.Image))
+	}
+	kv, err := openStore(opts.Image, url, storeCreate)
 	if err != nil {
 		return err
 	}
@@ -172,10 +195,36 @@ func runProtect(ctx context.Context, opts protectOptions, stdout, stderr io.Writ
 
 	var stored *store.Manifest
 	existing := false
-	if t, err := store.OpenTuples(kv, blockdev.DefaultVolumeName, nil); err == nil {
+	t, err := store.OpenTuples(kv, blockdev.DefaultVolumeName, nil)
+	switch {
+	case err == nil && opts.Reprotect:
+		if err := store.DeleteVolume(kv, blockdev.DefaultVolumeName); err != nil {
+			return storeErr(url, err)
+		}
+	case err == nil:
 		m := t.Manifest()
+		if err := checkIdentity(opts.Image, url, m, -1); err != nil {
+			return err
+		}
 		stored, existing = &m, true
-	} else if !errors.Is(err, store.ErrNotFound) {
+	case errors.Is(err, store.ErrNotFound):
+		has, err := store.HasRecords(kv, blockdev.DefaultVolumeName)
+		switch {
+		case err != nil:
+			return volumeError(opts.Image, url, err)
+		case has && !opts.Reprotect:
+			return &identityError{fmt.Errorf("store %s holds records of %s (tuples, findings or cursors) but no manifest: it may have protected it and lost the manifest, and protecting now would checksum the data as it is now; to start over on data known to be good, run protect --reprotect", url, opts.Image)}
+		case has:
+			if err := store.DeleteVolume(kv, blockdev.DefaultVolumeName); err != nil {
+				return storeErr(url, err)
+			}
+		}
+	case opts.Reprotect && (errors.Is(err, store.ErrCorrupt) || errors.Is(err, store.ErrUnsupported)):
+		// The manifest itself is damaged: start over.
+		if err := store.DeleteVolume(kv, blockdev.DefaultVolumeName); err != nil {
+			return storeErr(url, err)
+		}
+	default:
 		return volumeError(opts.Image, url, err)
 	}
 	spec, err := resolveProtect(opts, stored)
@@ -200,7 +249,7 @@ func runProtect(ctx context.Context, opts protectOptions, stdout, stderr io.Writ
 	var last int64
 	t0 := time.Now()
 	vol, err := blockdev.Create(ctx, dev2(ctx), kv, blockdev.CreateOptions{
-		Options:         blockdev.Options{DeviceID: filepath.Base(opts.Image)},
+		Options:         blockdev.Options{DeviceID: deviceID(opts.Image)},
 		Format:          spec.f,
 		InitialRefTag:   spec.refTag,
 		AppTag:          spec.appTag,

@@ -43,7 +43,7 @@ func runRemapStore(ctx context.Context, opts remapOptions, stdout, stderr io.Wri
 	if _, err := os.Stat(opts.Image); err != nil {
 		return asOpenError(err)
 	}
-	kv, err := openStore(opts.Image, url, false)
+	kv, err := openStore(opts.Image, url, storeWrite)
 	if err != nil {
 		return err
 	}
@@ -61,6 +61,9 @@ func runRemapStore(ctx context.Context, opts remapOptions, stdout, stderr io.Wri
 		return volumeError(opts.Image, url, err)
 	}
 	m := tup.Manifest()
+	if err := checkIdentity(opts.Image, url, m, dev.Size()); err != nil {
+		return err
+	}
 	f, err := dif.Parse(m.Format)
 	if err != nil {
 		return fmt.Errorf("store %s is corrupt: manifest format %q: %v", url, m.Format, err)

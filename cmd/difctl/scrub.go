@@ -97,6 +97,11 @@ those that pass now are marked rechecked-ok (they stay in the log, as
 inspect shows; a write over the whole block, or a discard, closes a
 finding).
 
+A scrub writes its store (cursor, findings), so it holds it alone: other
+commands on the same store fail meanwhile, naming the scrub's process. The
+store must describe IMAGE (size and name): another image's store is
+refused (exit 8).
+
 --badblocks FILE writes the failing blocks as a badblocks(8) list, one
 block number a line, in units of --badblocks-block-size bytes (default the
 image's block size; as badblocks -b). For e2fsck -l give the filesystem's
@@ -106,7 +111,8 @@ ddrescue mapfile ('-' for bad ranges). Both are written once the pass is
 complete.
 
 Text output lists the first 100 failing blocks, then only counts them:
---json, --badblocks and --mapfile have them all.
+--json, --badblocks, --mapfile and the store's findings log have them all.
+
 --uncached reads around the page cache, to check the medium rather than a
 cached copy.
 
@@ -179,7 +185,7 @@ func runScrub(ctx context.Context, opts scrubOptions, stdout, stderr io.Writer) 
 		if err != nil {
 			return err
 		}
-		kv, err := openStore(opts.Image, url, true)
+		kv, err := openStore(opts.Image, url, storeCreate)
 		if err != nil {
 			im.Close()
 			return err
@@ -191,7 +197,7 @@ func runScrub(ctx context.Context, opts scrubOptions, stdout, stderr io.Writer) 
 		}
 		src, f, name = im.src, im.f, im.name()
 	} else {
-		v, err := openVolume(ctx, opts.Image, url, true)
+		v, err := openVolumeMode(ctx, opts.Image, url, true, storeWrite) // cursor and findings
 		if err != nil {
 			return err
 		}
@@ -231,6 +237,9 @@ func runScrub(ctx context.Context, opts scrubOptions, stdout, stderr io.Writer) 
 	out := newOutput(stdout, opts.JSON)
 	fw := newFindings(out, f)
 	fw.more = "--json, --badblocks or --mapfile list them all"
+	if !strings.HasPrefix(url, "mem:") {
+		fw.more += fmt.Sprintf(", and the findings log in %s keeps them (difctl inspect %s)", url, opts.Image)
+	}
 	bs := int64(src.BlockSize())
 	var prog progress = noProgress{}
 	var done int64
@@ -267,7 +276,7 @@ func runScrub(ctx context.Context, opts scrubOptions, stdout, stderr io.Writer) 
 		if err != nil && ctx.Err() != nil {
 			return context.Cause(ctx)
 		}
-		return fmt.Errorf("scrub %s: %s", name, storeCause(err))
+		return storeFailure("scrub "+name, url, err)
 	}
 	st := rep.RunStats
 	if err != nil {
@@ -275,7 +284,7 @@ func runScrub(ctx context.Context, opts scrubOptions, stdout, stderr io.Writer) 
 			fmt.Fprintf(stderr, "difctl: %s: scrub stopped at LBA %d of %d; run it again to resume\n", name, rep.Next, end)
 			return interrupted(ctx, st.Failed+earlierBlocks)
 		}
-		return fmt.Errorf("scrub %s: %s", name, storeCause(err))
+		return storeFailure("scrub "+name, url, err)
 	}
 	srec := &summaryRecord{Command: "scrub", Image: opts.Image, Metadata: opts.Meta, Format: displayFormat(f.String()), Start: rep.From}
 	if !opts.SelfContained {

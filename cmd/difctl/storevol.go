@@ -55,21 +55,118 @@ func (e *notProtectedError) Error() string {
 	return fmt.Sprintf("%s is not protected: no store at %s (run difctl protect %s first, or name the store with --store)", e.image, e.url, e.image)
 }
 
-// openStore opens the store at url. Unless create is set, a Pebble store
-// must exist already (opening would create an empty one).
-func openStore(image, url string, create bool) (store.KV, error) {
-	if p := storePath(url); p != "" && !create {
-		if _, err := os.Stat(p); errors.Is(err, os.ErrNotExist) {
-			return nil, &notProtectedError{image: image, url: url}
-		}
+// storeMode is how a command opens its store.
+type storeMode int
+
+const (
+	// storeRead opens an existing store read-only: verify, inspect and
+	// convert's export read the store and never change it, and may run
+	// together and as a user who may only read the store.
+	storeRead storeMode = iota
+	// storeWrite opens an existing store read-write (scrub, write, discard,
+	// remap, inject, and a read whose volume needs crash recovery).
+	storeWrite
+	// storeCreate opens a store read-write, creating it if there is none:
+	// only protect, convert's import and scrub of an image with its own PI.
+	storeCreate
+)
+
+// openStore opens the store at url. Only storeCreate may create one: an
+// existing store is never reinitialised, and a directory that is not a
+// store is refused untouched.
+func openStore(image, url string, mode storeMode) (store.KV, error) {
+	var kv store.KV
+	var err error
+	if storePath(url) != "" {
+		kv, err = store.OpenWith(url, store.OpenOptions{Create: mode == storeCreate, ReadOnly: mode == storeRead})
+	} else {
+		kv, err = store.Open(url) // other backends: as registered
 	}
-	kv, err := store.Open(url)
 	if err != nil {
-		cause := strings.TrimPrefix(storeCause(err), fmt.Sprintf("open %s: ", url))
-		cause = strings.TrimPrefix(cause, fmt.Sprintf("open %q: ", url))
-		return nil, fmt.Errorf("cannot open store %s: %s", url, cause)
+		return nil, storeOpenError(image, url, err)
 	}
 	return kv, nil
+}
+
+// storeDamageError reports a damaged store: main prints it and, with
+// --json, names the damaged file in the error record.
+type storeDamageError struct {
+	op     string // what was being done, "" when opening
+	url    string
+	err    error
+	noOpen bool // the store itself does not open
+}
+
+func (e *storeDamageError) Error() string {
+	hint := "restore the store from a backup, or start over with protect --reprotect on data known to be good"
+	var fileErr *store.CorruptFileError
+	if e.noOpen || errors.As(e.err, &fileErr) {
+		// The engine's own files are damaged: nothing can be deleted
+		// through it either.
+		hint = "restore the store from a backup, or move it away and protect again on data known to be good"
+	}
+	// The store's own error says what is damaged, whatever wrapped it.
+	cause := storeCause(e.err)
+	var cf *store.CorruptFileError
+	var ce *store.CorruptError
+	switch {
+	case errors.As(e.err, &cf):
+		cause = storeCause(cf)
+	case errors.As(e.err, &ce):
+		cause = storeCause(ce)
+	}
+	op := ""
+	if e.op != "" {
+		op = e.op + ": "
+	}
+	return fmt.Sprintf("%sstore %s is damaged: %s (difctl never rebuilds tuples from the data: %s)", op, e.url, cause, hint)
+}
+
+// storeFailure is the error of a command that failed while working
+// through its store: a damaged store is reported as such (exit 8, the file
+// named), anything else as op: cause.
+func storeFailure(op, url string, err error) error {
+	if errors.Is(err, store.ErrCorrupt) {
+		return &storeDamageError{op: op, url: url, err: err}
+	}
+	return fmt.Errorf("%s: %s", op, storeCause(err))
+}
+
+func (e *storeDamageError) Unwrap() error { return e.err }
+
+// file returns the damaged file of the store, if the store named one.
+func (e *storeDamageError) file() string {
+	var cf *store.CorruptFileError
+	if errors.As(e.err, &cf) {
+		return cf.Path
+	}
+	return ""
+}
+
+// storeErr is the error of a store operation on url: a damaged store is
+// reported as such (exit 8, the file named), anything else as the cause.
+func storeErr(url string, err error) error {
+	if errors.Is(err, store.ErrCorrupt) {
+		return &storeDamageError{url: url, err: err}
+	}
+	return fmt.Errorf("store %s: %s", url, storeCause(err))
+}
+
+// storeOpenError explains a store that does not open.
+func storeOpenError(image, url string, err error) error {
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return &notProtectedError{image: image, url: url}
+	case errors.Is(err, store.ErrCorrupt):
+		return &storeDamageError{url: url, err: err, noOpen: true}
+	case errors.Is(err, store.ErrBusy):
+		return fmt.Errorf("store %s is busy: %s; wait for it to finish", url, strings.TrimPrefix(storeCause(err), "open "+url+": "))
+	case errors.Is(err, store.ErrNotStore):
+		return fmt.Errorf("cannot open store %s: %s (difctl leaves it untouched)", url, storeCause(err))
+	}
+	cause := strings.TrimPrefix(storeCause(err), fmt.Sprintf("open %s: ", url))
+	cause = strings.TrimPrefix(cause, fmt.Sprintf("open %q: ", url))
+	return fmt.Errorf("cannot open store %s: %s", url, cause)
 }
 
 // storeCause shortens a store error for a one-line message.
@@ -89,14 +186,37 @@ type volume struct {
 	vol        *blockdev.Volume
 }
 
-// openVolume opens the protected image and its store.
+// openVolume opens the protected image and its store, read-only when
+// readOnly (the store too, unless the volume has open intents, whose crash
+// recovery writes it). The image must be the one the store protects: its
+// size and name (the manifest's device id) are checked.
 func openVolume(ctx context.Context, image, url string, readOnly bool) (*volume, error) {
+	mode := storeWrite
+	if readOnly {
+		mode = storeRead
+	}
+	return openVolumeMode(ctx, image, url, readOnly, mode)
+}
+
+// openVolumeMode is openVolume with the store opened in mode: scrub reads
+// the image but writes its cursor and findings to the store.
+func openVolumeMode(ctx context.Context, image, url string, readOnly bool, mode storeMode) (*volume, error) {
 	if _, err := os.Stat(image); err != nil {
 		return nil, asOpenError(err)
 	}
-	kv, err := openStore(image, url, false)
+	kv, err := openStore(image, url, mode)
 	if err != nil {
 		return nil, err
+	}
+	if mode == storeRead {
+		recovery, err := needsRecovery(kv)
+		if err == nil && recovery {
+			kv.Close()
+			kv, err = openStore(image, url, storeWrite)
+			if err != nil {
+				return nil, fmt.Errorf("%s: the store holds writes an interrupted session left open, which recovery must resolve in the store: %w", image, err)
+			}
+		}
 	}
 	v := &volume{image: image, url: url, kv: kv}
 	ok := false
@@ -112,7 +232,7 @@ func openVolume(ctx context.Context, image, url string, readOnly bool) (*volume,
 	if err != nil {
 		return nil, err
 	}
-	v.vol, err = blockdev.Open(ctx, v.dev, kv, blockdev.Options{ReadOnly: readOnly})
+	v.vol, err = blockdev.Open(ctx, v.dev, kv, blockdev.Options{ReadOnly: readOnly, DeviceID: deviceID(image)})
 	if err != nil {
 		return nil, volumeError(image, url, err)
 	}
@@ -120,11 +240,46 @@ func openVolume(ctx context.Context, image, url string, readOnly bool) (*volume,
 	return v, nil
 }
 
+// deviceID is the identity protect records for image: its base name.
+func deviceID(image string) string { return filepath.Base(image) }
+
+// needsRecovery tells whether the protected volume of kv has open intents.
+func needsRecovery(kv store.KV) (bool, error) {
+	t, err := store.OpenTuples(kv, blockdev.DefaultVolumeName, nil)
+	if err != nil {
+		return false, err
+	}
+	for _, err := range t.AllIntents() {
+		return err == nil, err
+	}
+	return false, nil
+}
+
+// checkIdentity refuses a store whose manifest describes another device
+// than image: another size or another name. size < 0 skips the size.
+func checkIdentity(image, url string, m store.Manifest, size int64) error {
+	if size >= 0 && uint64(size) != m.DeviceSize {
+		return &identityError{fmt.Errorf("%s does not match its store %s: the store protects %d bytes, the image has %d (another image's store, or truncated or grown since protect?)",
+			image, url, m.DeviceSize, size)}
+	}
+	if m.DeviceID != "" && m.DeviceID != deviceID(image) {
+		return &identityError{fmt.Errorf("%s does not match its store %s: the store protects %s, not %s (another image's store?)",
+			image, url, strconv.QuoteToGraphic(m.DeviceID), strconv.QuoteToGraphic(deviceID(image)))}
+	}
+	return nil
+}
+
+// identityError is a store that protects another device.
+type identityError struct{ err error }
+
+func (e *identityError) Error() string { return e.err.Error() }
+func (e *identityError) Unwrap() error { return e.err }
+
 // checkProtected explains a store that holds no protected volume.
 func checkProtected(kv store.KV, image, url string) error {
 	vols, err := store.Volumes(kv)
 	if err != nil {
-		return fmt.Errorf("store %s: %s", url, storeCause(err))
+		return storeErr(url, err)
 	}
 	has := map[string]bool{}
 	for _, v := range vols {
@@ -185,12 +340,16 @@ func volumeError(image, url string, err error) error {
 	case errors.As(err, &mm) && mm.Field == "device size":
 		return fmt.Errorf("%s does not match its store %s: the store protects %s bytes, the image has %s (truncated or grown since protect?)",
 			image, url, mm.Stored, mm.Given)
+	case errors.As(err, &mm) && mm.Field == "device id":
+		return fmt.Errorf("%s does not match its store %s: the store protects %s, not %s (another image's store?)", image, url, strconv.QuoteToGraphic(unquote(mm.Stored)), strconv.QuoteToGraphic(unquote(mm.Given)))
 	case errors.As(err, &mm):
 		return fmt.Errorf("%s does not match its store %s: %s is %s in the store, %s here", image, url, mm.Field, unquote(mm.Stored), unquote(mm.Given))
 	case errors.Is(err, blockdev.ErrIncomplete):
 		return fmt.Errorf("%s: protection incomplete (%s): run difctl protect %s to resume", image, strings.TrimPrefix(storeCause(err), "volume protection incomplete: "), image)
 	case errors.Is(err, store.ErrCorrupt):
-		return fmt.Errorf("store %s is corrupt: %s", url, storeCause(err))
+		return &storeDamageError{url: url, err: err}
+	case errors.Is(err, store.ErrBusy), errors.Is(err, store.ErrReadOnly):
+		return storeErr(url, err)
 	}
 	return fmt.Errorf("%s: %s", image, storeCause(err))
 }
@@ -236,7 +395,7 @@ func piStateTuples(kv store.KV, url, image string, f dif.Format, blocks int64) (
 	case errors.As(err, &mm):
 		return nil, fmt.Errorf("%s keeps the scrub state of another image: %s is %s there, %s here (use --store, or delete %s)", url, mm.Field, unquote(mm.Stored), unquote(mm.Given), url)
 	case err != nil:
-		return nil, fmt.Errorf("store %s: %s", url, storeCause(err))
+		return nil, storeErr(url, err)
 	}
 	return t, nil
 }

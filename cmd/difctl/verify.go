@@ -49,7 +49,13 @@ The image carries its own PI with --interleaved FORMAT (an extended-LBA
 dump: 520, 4104, 4112 or 4160-byte sectors) or --dix METAFILE (a data image
 and a separate metadata file, format by --format or the format flags).
 Without either, IMAGE is checked against the tuples protect stored for it
-(--store, default IMAGE.difdb).
+(--store, default IMAGE.difdb). The store is opened read-only: verify
+changes nothing, runs beside other readers (inspect, verify), and needs
+only read access to the store, unless the store holds writes an interrupted
+session left open, whose recovery writes it. The store must describe IMAGE
+(its size and name); another image's store is refused (exit 8), as is a
+damaged one, named in the message. Human output lists the first 100
+failed checks and counts the rest; --json lists every one.
 
 The expected tags come from the flags: --ref-tag is the ref tag of block 0
 (Types 1 and 2: block N carries REF+N), --app-tag is checked under

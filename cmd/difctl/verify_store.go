@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"time"
 
@@ -32,7 +31,7 @@ func runVerifyStore(ctx context.Context, opts verifyOptions, stdout, stderr io.W
 		if ctx.Err() != nil {
 			return interrupted(ctx, st.Failed)
 		}
-		return fmt.Errorf("verify %s: %s", opts.Image, storeCause(err))
+		return storeFailure("verify "+opts.Image, url, err)
 	}
 	return fw.summary(&summaryRecord{
 		Command: "verify", Image: opts.Image, Store: url, Format: displayFormat(v.format().String()), Start: start,

@@ -1,0 +1,76 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/difctl/difctl/store"
+)
+
+// writeManifest stores a raw manifest for the default volume, as a hostile
+// or damaged store could hold it.
+func writeManifest(t *testing.T, url, json string) {
+	t.Helper()
+	kv, err := store.Open(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kv.Close()
+	vol := "default"
+	key := append([]byte{'T', byte(len(vol))}, vol...)
+	key = append(key, 'M')
+	b := kv.NewBatch()
+	b.Set(key, []byte(json))
+	if err := b.Commit(true); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A manifest is checked against the image before it is used: a hostile
+// device_size (2^62 bytes took inspect over ten minutes) or device_id
+// (control characters) is refused at once, and printed escaped.
+func TestInspectHostileManifest(t *testing.T) {
+	dir := t.TempDir()
+	img := filepath.Join(dir, "img")
+	if err := os.WriteFile(img, make([]byte, 64<<10), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, size, id, want string
+	}{
+		{"device_size=2^62", fmt.Sprint(uint64(1) << 62), "img", "the store protects 4611686018427387904 bytes, the image has 65536"},
+		{"device_id=control", fmt.Sprint(64 << 10), "img\x1b[2J\x07", `the store protects "img\x1b[2J\a", not "img"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			url := "pebble:" + filepath.Join(dir, tc.name+".difdb")
+			for _, schema := range []int{1, 2} {
+				writeManifest(t, url, fmt.Sprintf(`{"kind":"difctl.store.manifest","schema":%d,"format":"512+8:crc16:type1:pi-last:dix","block_size":512,"tuple_size":8,"sector_sums":true,"page_tuples":1024,"device_size":%s,"device_id":%s,"created":"2026-01-01T00:00:00Z"}`,
+					schema, tc.size, jsonString(tc.id)))
+				var stdout, stderr bytes.Buffer
+				t0 := time.Now()
+				code := run(context.Background(), []string{"inspect", "--store", url, img}, nil, &stdout, &stderr)
+				if code != exitOperational || !strings.Contains(stderr.String(), tc.want) {
+					t.Errorf("schema %d: exit %d, stderr %q, want 8 and %q", schema, code, stderr.String(), tc.want)
+				}
+				if strings.ContainsAny(stderr.String()+stdout.String(), "\x1b\x07") {
+					t.Errorf("schema %d: raw control characters printed", schema)
+				}
+				if d := time.Since(t0); d > 10*time.Second {
+					t.Errorf("schema %d: inspect took %v", schema, d)
+				}
+			}
+		})
+	}
+}
+
+func jsonString(s string) string {
+	b, _ := json.Marshal(s)
+	return string(b)
+}
