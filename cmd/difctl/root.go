@@ -63,6 +63,7 @@ error only when it is a terminal, and never with --quiet.
 		newCrcCmd(g, stdin),
 		newKernelsCmd(g),
 		newBenchCmd(g),
+		newServeCmd(g),
 	)
 	return root
 }
