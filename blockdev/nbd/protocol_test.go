@@ -1,0 +1,375 @@
+package nbd
+
+import (
+	"bytes"
+	"encoding/binary"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+)
+
+// TestHandshakeOptions drives the negotiation with options real clients
+// rarely send, checking each reply and that the next option still works.
+func TestHandshakeOptions(t *testing.T) {
+	dir := t.TempDir()
+	tv := newTestVolume(t, dir, 1<<20, "4096+8")
+	ts := startServer(t, dir, []Export{{Name: "disk", Description: "the disk", Volume: tv.vol}}, Options{})
+	name := []byte("disk")
+	goData := func(n string, infos ...uint16) []byte {
+		b := append(u32(uint32(len(n))), n...)
+		b = append(b, u16(uint16(len(infos)))...)
+		for _, i := range infos {
+			b = append(b, u16(i)...)
+		}
+		return b
+	}
+	tests := []struct {
+		name string
+		opt  uint32
+		data []byte
+		want uint32
+	}{
+		{"unknown", 200, []byte("xyz"), repErrUnsup},
+		{"extended-headers", optExtendedHeader, nil, repErrUnsup},
+		{"list-with-data", optList, []byte{1}, repErrInvalid},
+		{"starttls-without-tls", optStartTLS, nil, repErrPolicy},
+		{"meta-before-structured", optSetMetaCtx, nil, repErrInvalid},
+		{"info-unknown-export", optInfo, goData("nope"), repErrUnknown},
+		{"info-short", optInfo, []byte{0, 0}, repErrInvalid},
+		{"info-name-too-long", optInfo, append(u32(100), 0, 0), repErrInvalid},
+		{"info-bad-count", optInfo, append(goData("disk"), 0), repErrInvalid},
+		{"structured-with-data", optStructured, []byte{1}, repErrInvalid},
+		{"too-big", optInfo, make([]byte, maxOptionData+1), repErrTooBig},
+	}
+	rc := dialRaw(t, ts.sock)
+	rc.clientFlags(clientFixedNewstyle | clientNoZeroes)
+	for _, tt := range tests {
+		t.Run("opt="+tt.name, func(t *testing.T) {
+			rc.t = t
+			rc.option(tt.opt, tt.data)
+			opt, typ, _ := rc.optReply()
+			if opt != tt.opt || typ != tt.want {
+				t.Errorf("reply to option %d: option %d type %#x, want %#x", tt.opt, opt, typ, tt.want)
+			}
+		})
+	}
+	rc.t = t
+	// LIST names the export with its description.
+	rc.option(optList, nil)
+	if _, typ, data := rc.optReply(); typ != repServer || !bytes.Equal(data, append(u32(4), "diskthe disk"...)) {
+		t.Errorf("list: %#x %q", typ, data)
+	}
+	if _, typ, _ := rc.optReply(); typ != repAck {
+		t.Errorf("list: final %#x", typ)
+	}
+	// LIST_META_CONTEXT needs structured replies; then lists base:allocation.
+	rc.option(optStructured, nil)
+	if _, typ, _ := rc.optReply(); typ != repAck {
+		t.Fatalf("structured: %#x", typ)
+	}
+	rc.option(optListMetaCtx, bytes.Join([][]byte{u32(4), name, u32(0)}, nil))
+	if _, typ, data := rc.optReply(); typ != repMetaCtx || string(data[4:]) != metaBaseAllocation {
+		t.Errorf("list meta: %#x %q", typ, data)
+	}
+	if _, typ, _ := rc.optReply(); typ != repAck {
+		t.Errorf("list meta: final %#x", typ)
+	}
+	// A query of an unknown namespace selects nothing: just the ACK.
+	rc.option(optSetMetaCtx, bytes.Join([][]byte{u32(4), name, u32(1), u32(7), []byte("x-foo:b")}, nil))
+	if _, typ, _ := rc.optReply(); typ != repAck {
+		t.Errorf("set meta x-foo: %#x", typ)
+	}
+	// INFO with NAME and BLOCK_SIZE requested.
+	rc.option(optInfo, goData("", infoName, infoBlockSize, infoDescription))
+	got := map[uint16][]byte{}
+	for {
+		_, typ, data := rc.optReply()
+		if typ == repAck {
+			break
+		}
+		if typ != repInfo {
+			t.Fatalf("info: %#x %q", typ, data)
+		}
+		got[binary.BigEndian.Uint16(data)] = data[2:]
+	}
+	if string(got[infoName]) != "disk" || string(got[infoDescription]) != "the disk" {
+		t.Errorf("info name %q description %q", got[infoName], got[infoDescription])
+	}
+	if b := got[infoBlockSize]; len(b) != 12 || binary.BigEndian.Uint32(b[0:]) != 512 ||
+		binary.BigEndian.Uint32(b[4:]) != 4096 || binary.BigEndian.Uint32(b[8:]) != DefaultMaxPayload {
+		t.Errorf("block sizes % x", b)
+	}
+	if e := got[infoExport]; len(e) != 10 || binary.BigEndian.Uint64(e) != 1<<20 {
+		t.Errorf("export info % x", e)
+	}
+	rc.option(optAbort, nil)
+	if _, typ, _ := rc.optReply(); typ != repAck {
+		t.Errorf("abort: %#x", typ)
+	}
+	if !rc.closed() {
+		t.Error("connection still open after NBD_OPT_ABORT")
+	}
+}
+
+// TestHandshakeHostile: bad client flags, a bad option magic and a silent
+// client lose their connection; the handshake has a deadline.
+func TestHandshakeHostile(t *testing.T) {
+	dir := t.TempDir()
+	tv := newTestVolume(t, dir, 1<<20, "512+8")
+	ts := startServer(t, dir, []Export{{Name: "disk", Volume: tv.vol}}, Options{HandshakeTimeout: 300 * time.Millisecond})
+	t.Run("case=bad-client-flags", func(t *testing.T) {
+		rc := dialRaw(t, ts.sock)
+		rc.clientFlags(1 << 7)
+		if !rc.closed() {
+			t.Error("not closed")
+		}
+	})
+	t.Run("case=no-fixed-newstyle", func(t *testing.T) {
+		rc := dialRaw(t, ts.sock)
+		rc.clientFlags(0)
+		if !rc.closed() {
+			t.Error("not closed")
+		}
+	})
+	t.Run("case=bad-option-magic", func(t *testing.T) {
+		rc := dialRaw(t, ts.sock)
+		rc.clientFlags(clientFixedNewstyle)
+		rc.write(u64(12345), u32(optList), u32(0))
+		if !rc.closed() {
+			t.Error("not closed")
+		}
+	})
+	t.Run("case=silent", func(t *testing.T) {
+		rc := dialRaw(t, ts.sock)
+		start := time.Now()
+		if !rc.closed() {
+			t.Error("not closed")
+		}
+		if d := time.Since(start); d > 3*time.Second {
+			t.Errorf("closed after %v, handshake timeout 300ms", d)
+		}
+	})
+	t.Run("case=export-name-unknown", func(t *testing.T) {
+		rc := dialRaw(t, ts.sock)
+		rc.clientFlags(clientFixedNewstyle)
+		rc.option(optExportName, []byte("nope"))
+		if !rc.closed() {
+			t.Error("not closed")
+		}
+	})
+	t.Run("case=export-name", func(t *testing.T) {
+		rc := dialRaw(t, ts.sock)
+		rc.clientFlags(clientFixedNewstyle)
+		rc.option(optExportName, []byte("disk"))
+		var r [134]byte
+		rc.readFull(r[:])
+		if binary.BigEndian.Uint64(r[:]) != 1<<20 || !bytes.Equal(r[10:], make([]byte, 124)) {
+			t.Errorf("export name reply % x", r[:12])
+		}
+	})
+}
+
+// TestConnectionLimit: an export refuses connections beyond its maximum,
+// with NBD_REP_ERR_POLICY, and takes them again once one closes.
+func TestConnectionLimit(t *testing.T) {
+	dir := t.TempDir()
+	tv := newTestVolume(t, dir, 1<<20, "512+8")
+	ts := startServer(t, dir, []Export{{Name: "disk", Volume: tv.vol}}, Options{MaxConnections: 1})
+	a := dialRaw(t, ts.sock)
+	a.clientFlags(clientFixedNewstyle)
+	a.goExport("disk", false)
+	b := dialRaw(t, ts.sock)
+	b.clientFlags(clientFixedNewstyle)
+	b.option(optGo, append(append(u32(4), "disk"...), 0, 0))
+	for {
+		_, typ, _ := b.optReply()
+		if typ == repInfo {
+			continue
+		}
+		if typ != repErrPolicy {
+			t.Fatalf("second connection: reply %#x, want NBD_REP_ERR_POLICY", typ)
+		}
+		break
+	}
+	a.request(cmdDisc, 0, 0, 0, 0, nil)
+	a.closed()
+	time.Sleep(100 * time.Millisecond)
+	b.goExport("disk", false)
+}
+
+// TestTransmissionErrors: requests real clients do not send get the
+// protocol's error, and the connection stays usable.
+func TestTransmissionErrors(t *testing.T) {
+	dir := t.TempDir()
+	tv := newTestVolume(t, dir, 1<<20, "4096+8")
+	ts := startServer(t, dir, []Export{{Name: "disk", Volume: tv.vol}, {Name: "ro", Volume: tv.vol, ReadOnly: true}},
+		Options{MaxPayload: 1 << 20})
+	for _, structured := range []bool{false, true} {
+		rc := dialRaw(t, ts.sock)
+		rc.clientFlags(clientFixedNewstyle | clientNoZeroes)
+		size, flags := rc.goExport("disk", structured)
+		want := uint16(flagHasFlags | flagSendFlush | flagSendFUA | flagSendTrim | flagSendWriteZeroes | flagSendFastZero | flagCanMultiConn)
+		if size != 1<<20 || flags != want {
+			t.Fatalf("size %d flags %#x, want %#x", size, flags, want)
+		}
+		tests := []struct {
+			name        string
+			typ, flags  uint16
+			off         uint64
+			length      uint32
+			payload     []byte
+			want        uint32
+			readPayload int
+		}{
+			{"read-beyond", cmdRead, 0, 1<<20 - 512, 1024, nil, errInval, 0},
+			{"read-offset-overflow", cmdRead, 0, 1 << 63, 512, nil, errInval, 0},
+			{"read-too-long", cmdRead, 0, 0, 2 << 20, nil, errInval, 0},
+			{"write-beyond", cmdWrite, 0, 1 << 20, 512, make([]byte, 512), errNoSpc, 0},
+			{"zero-beyond", cmdWriteZeroes, 0, 1<<20 - 512, 4096, nil, errNoSpc, 0},
+			{"trim-beyond", cmdTrim, 0, 1 << 20, 1, nil, errInval, 0},
+			{"unknown-command", 42, 0, 0, 0, nil, errInval, 0},
+			{"cache", cmdCache, 0, 0, 512, nil, errInval, 0},
+			{"bad-flag", cmdRead, 1 << 9, 0, 512, nil, errInval, 0},
+			{"df-not-advertised", cmdRead, cmdFlagDF, 0, 512, nil, errInval, 0},
+			{"flush-with-length", cmdFlush, 0, 0, 1, nil, errInval, 0},
+			{"block-status-zero", cmdBlockStatus, 0, 0, 0, nil, errInval, 0},
+			{"fast-zero-no-hole", cmdWriteZeroes, cmdFlagFastZero | cmdFlagNoHole, 0, 4096, nil, errNotSup, 0},
+			{"read-ok", cmdRead, 0, 4096, 4096, nil, 0, 4096},
+			{"flush-ok", cmdFlush, cmdFlagFUA, 0, 0, nil, 0, 0},
+		}
+		if !structured {
+			tests = append(tests, struct {
+				name        string
+				typ, flags  uint16
+				off         uint64
+				length      uint32
+				payload     []byte
+				want        uint32
+				readPayload int
+			}{"block-status-unnegotiated", cmdBlockStatus, 0, 0, 4096, nil, errInval, 0})
+		}
+		for i, tt := range tests {
+			t.Run("structured="+map[bool]string{false: "no", true: "yes"}[structured]+"/req="+tt.name, func(t *testing.T) {
+				rc.t = t
+				rc.request(tt.typ, tt.flags, uint64(i)+100, tt.off, tt.length, tt.payload)
+				r := rc.readReply(tt.readPayload)
+				if r.cookie != uint64(i)+100 {
+					t.Fatalf("cookie %d, want %d", r.cookie, i+100)
+				}
+				got := r.err
+				if r.structured {
+					switch {
+					case r.typ == chunkError:
+						got = binary.BigEndian.Uint32(r.payload)
+					case r.typ == chunkOffsetData && tt.typ == cmdRead:
+						got = 0
+					case r.typ == chunkNone:
+						got = 0
+					default:
+						t.Fatalf("chunk type %#x", r.typ)
+					}
+					if r.flags&replyFlagDone == 0 {
+						t.Errorf("chunk without DONE")
+					}
+				}
+				if got != tt.want {
+					t.Errorf("error %d, want %d", got, tt.want)
+				}
+			})
+		}
+		rc.t = t
+		rc.request(cmdDisc, 0, 0, 0, 0, nil)
+		if !rc.closed() {
+			t.Error("connection open after NBD_CMD_DISC")
+		}
+	}
+	// The read-only export refuses writes with EPERM.
+	rc := dialRaw(t, ts.sock)
+	rc.clientFlags(clientFixedNewstyle)
+	if _, flags := rc.goExport("ro", false); flags&flagReadOnly == 0 {
+		t.Errorf("read-only export flags %#x", flags)
+	}
+	for _, typ := range []uint16{cmdWrite, cmdTrim, cmdWriteZeroes} {
+		var p []byte
+		if typ == cmdWrite {
+			p = make([]byte, 512)
+		}
+		rc.request(typ, 0, 7, 0, 512, p)
+		if r := rc.readReply(0); r.err != errPerm {
+			t.Errorf("command %d on a read-only export: error %d, want EPERM", typ, r.err)
+		}
+	}
+}
+
+// TestOversizedWrite: a write longer than the maximum payload is refused
+// with EINVAL without its length being allocated, and the connection goes
+// on; nothing of it reaches the volume.
+func TestOversizedWrite(t *testing.T) {
+	dir := t.TempDir()
+	tv := newTestVolume(t, dir, 1<<20, "4096+8")
+	ts := startServer(t, dir, []Export{{Name: "disk", Volume: tv.vol}}, Options{MaxPayload: 1 << 20})
+	rc := dialRaw(t, ts.sock)
+	rc.clientFlags(clientFixedNewstyle)
+	rc.goExport("disk", false)
+	const length = 256 << 20
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		rc.c.Write(bytes.Join([][]byte{u32(magicRequest), u16(0), u16(cmdWrite), u64(1), u64(0), u32(length)}, nil))
+		chunk := bytes.Repeat([]byte{0xee}, 1<<20)
+		for range length / len(chunk) {
+			if _, err := rc.c.Write(chunk); err != nil {
+				return
+			}
+		}
+	}()
+	r := rc.readReply(0)
+	wg.Wait()
+	runtime.ReadMemStats(&after)
+	if r.err != errInval {
+		t.Errorf("oversized write: error %d, want EINVAL", r.err)
+	}
+	if d := after.TotalAlloc - before.TotalAlloc; d > length/8 {
+		t.Errorf("refusing a %d-byte write allocated %d bytes", length, d)
+	}
+	rc.request(cmdRead, 0, 2, 0, 4096, nil)
+	if r := rc.readReply(4096); r.err != 0 || !bytes.Equal(r.payload, make([]byte, 4096)) {
+		t.Errorf("read after the refused write: error %d, data changed: %v", r.err, !bytes.Equal(r.payload, make([]byte, 4096)))
+	}
+}
+
+// TestHostileClientIsolated: a client that breaks the protocol in the
+// middle of a write loses its connection, the partial write is not
+// executed, and another client's requests go on.
+func TestHostileClientIsolated(t *testing.T) {
+	dir := t.TempDir()
+	tv := newTestVolume(t, dir, 1<<20, "4096+8")
+	ts := startServer(t, dir, []Export{{Name: "disk", Volume: tv.vol}}, Options{})
+	good := dialRaw(t, ts.sock)
+	good.clientFlags(clientFixedNewstyle)
+	good.goExport("disk", true)
+	bad := dialRaw(t, ts.sock)
+	bad.clientFlags(clientFixedNewstyle)
+	bad.goExport("disk", false)
+	// Half a write, then the connection closes.
+	bad.request(cmdWrite, 0, 1, 0, 8192, bytes.Repeat([]byte{0x55}, 4096))
+	bad.c.Close()
+	// A bad magic on a third connection.
+	third := dialRaw(t, ts.sock)
+	third.clientFlags(clientFixedNewstyle)
+	third.goExport("disk", false)
+	third.write(bytes.Repeat([]byte{0xff}, requestSize))
+	if !third.closed() {
+		t.Error("connection with a bad request magic still open")
+	}
+	good.request(cmdRead, 0, 9, 0, 8192, nil)
+	r := good.readReply(0)
+	if r.typ != chunkOffsetData || !bytes.Equal(r.payload[8:], make([]byte, 8192)) {
+		t.Errorf("read after a hostile client: chunk %#x, %d bytes; the partial write must not land", r.typ, len(r.payload))
+	}
+}
