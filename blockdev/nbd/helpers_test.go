@@ -163,6 +163,20 @@ func need(t testing.TB, tools ...string) {
 	}
 }
 
+// nbdPython returns a Python that has libnbd's module (what nbdsh runs:
+// python3 -mnbd), or skips the test.
+func nbdPython(t testing.TB) string {
+	t.Helper()
+	need(t, "nbdsh")
+	for _, py := range []string{"python3", "/usr/bin/python3"} {
+		if _, err := runErr(py, "-c", "import nbd"); err == nil {
+			return py
+		}
+	}
+	t.Skip("nbdsh is installed but no python3 has its nbd module (Debian: python3-libnbd)")
+	return ""
+}
+
 // run runs a command and returns its combined output, failing the test if
 // it fails.
 func run(t testing.TB, name string, args ...string) string {
