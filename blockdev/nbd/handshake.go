@@ -19,6 +19,10 @@ import (
 // closes the connection).
 const maxOptionData = 64 << 10
 
+// errInternal marks a bug of this package caught while serving a
+// connection (reported through Options.OnConnError; the connection ends).
+var errInternal = errors.New("nbd: internal error serving a connection")
+
 // conn is one client connection.
 type conn struct {
 	s   *Server
@@ -65,7 +69,7 @@ func (c *conn) serve(ctx context.Context) (err error) {
 	}()
 	defer func() {
 		if r := recover(); r != nil {
-			err = fmt.Errorf("nbd: internal error serving a connection: %v", r)
+			err = fmt.Errorf("%w: %v", errInternal, r)
 		}
 	}()
 	c.raw.SetDeadline(time.Now().Add(c.s.opts.HandshakeTimeout))

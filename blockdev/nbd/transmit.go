@@ -116,13 +116,30 @@ func (c *conn) transmit(ctx context.Context, x *export) error {
 		go func() {
 			defer wg.Done()
 			defer release(need)
+			defer func() {
+				if p := recover(); p != nil {
+					// A bug here must not take the other clients down:
+					// this connection ends and the server reports it.
+					c.wmu.Lock()
+					if c.werr == nil {
+						c.werr = fmt.Errorf("%w: command %d: %v", errInternal, r.typ, p)
+					}
+					c.wmu.Unlock()
+					c.nc.Close()
+				}
+			}()
 			c.handle(x, r, buf)
 		}()
 	}
 	// Let the requests in flight finish and reply, within the drain time.
 	c.nc.SetWriteDeadline(time.Now().Add(o.DrainTimeout))
 	wg.Wait()
+	c.wmu.Lock()
+	werr := c.werr
+	c.wmu.Unlock()
 	switch {
+	case errors.Is(werr, errInternal):
+		return werr
 	case clean || ctx.Err() != nil:
 		return nil
 	case isTimeout(rerr) || errors.Is(rerr, net.ErrClosed):
