@@ -43,6 +43,9 @@ func newExport(e Export, o *Options) (*export, error) {
 	if err != nil {
 		return nil, fmt.Errorf("nbd: export %q: %w", e.Name, err)
 	}
+	if e.TupleCacheBytes > 0 {
+		v.Tuples().SetPageCache(e.TupleCacheBytes)
+	}
 	lbs := v.Device().LogicalBlockSize()
 	if lbs <= 0 || lbs > 1<<16 || bits.OnesCount(uint(lbs)) != 1 {
 		return nil, fmt.Errorf("nbd: export %q: logical block size %d is not a power of two up to 64 KiB", e.Name, lbs)

@@ -49,6 +49,12 @@ type Export struct {
 	// advertises NBD_FLAG_READ_ONLY. Default false (it is also forced
 	// when writes to the volume fail with blockdev.ErrReadOnly).
 	ReadOnly bool
+	// TupleCacheBytes, if positive, resizes the volume's tuple page cache
+	// (store.Tuples.SetPageCache) when the server is made: random reads
+	// over a volume whose tuples do not fit the volume's own cache (4 MiB
+	// by default: 170 MiB of 512-byte blocks) read the store for every
+	// request otherwise. Default 0: the volume's setting is kept.
+	TupleCacheBytes int
 	// FindingsName is the scrub name under which read failures are
 	// recorded in the volume's findings log (blockdev.NewStoreScrubState).
 	// Default "nbd".

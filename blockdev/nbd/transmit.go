@@ -28,7 +28,7 @@ type request struct {
 const tokenBytes = 64 << 10
 
 // transmit runs the transmission phase: one reader (this goroutine) takes
-// requests off the wire, in order, and hands each to its own goroutine,
+// requests off the wire, in order, and hands each to a worker goroutine,
 // bounded by MaxInFlight requests and MaxInFlightBytes of buffers; replies
 // go out as requests complete, in any order. A WRITE is executed only once
 // its whole payload has been read.
@@ -59,6 +59,43 @@ func (c *conn) transmit(ctx context.Context, x *export) error {
 			<-tokens
 		}
 		<-slots
+	}
+	// Requests run on workers that live as long as the connection, so
+	// that their stacks, grown once by the volume's read path, are reused
+	// rather than grown again for every request. A worker is added when
+	// none is idle; the slots keep them at most MaxInFlight.
+	type job struct {
+		r    request
+		buf  []byte
+		need int
+	}
+	jobs := make(chan job)
+	defer close(jobs)
+	work := func(j job) {
+		defer wg.Done()
+		defer release(j.need)
+		defer func() {
+			if p := recover(); p != nil {
+				// A bug here must not take the other clients down:
+				// this connection ends and the server reports it.
+				c.wmu.Lock()
+				if c.werr == nil {
+					c.werr = fmt.Errorf("%w: command %d: %v", errInternal, j.r.typ, p)
+				}
+				c.wmu.Unlock()
+				c.nc.Close()
+			}
+		}()
+		c.handle(x, j.r, j.buf)
+	}
+	worker := func(j job) {
+		for {
+			work(j)
+			var ok bool
+			if j, ok = <-jobs; !ok {
+				return
+			}
+		}
 	}
 	for {
 		var h [requestSize]byte
@@ -113,23 +150,11 @@ func (c *conn) transmit(ctx context.Context, x *export) error {
 			}
 		}
 		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer release(need)
-			defer func() {
-				if p := recover(); p != nil {
-					// A bug here must not take the other clients down:
-					// this connection ends and the server reports it.
-					c.wmu.Lock()
-					if c.werr == nil {
-						c.werr = fmt.Errorf("%w: command %d: %v", errInternal, r.typ, p)
-					}
-					c.wmu.Unlock()
-					c.nc.Close()
-				}
-			}()
-			c.handle(x, r, buf)
-		}()
+		select {
+		case jobs <- job{r, buf, need}:
+		default:
+			go worker(job{r, buf, need})
+		}
 	}
 	// Let the requests in flight finish and reply, within the drain time.
 	c.nc.SetWriteDeadline(time.Now().Add(o.DrainTimeout))

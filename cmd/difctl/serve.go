@@ -33,13 +33,21 @@ type serveOptions struct {
 	TLSKey   string
 	ClientCA string // verify client certificates against these CAs
 	MaxConns int
+	// TupleCache is the tuple page cache of each volume, in bytes.
+	TupleCache int64
 	// Ready, if not nil, receives the listening address once clients can
 	// connect (tests).
 	Ready func(net.Addr)
 }
 
+// defaultServeTupleCache holds the tuples and sector sums of about 2.7 GiB
+// of 512-byte blocks (21 GiB of 4 KiB blocks), so that random reads over
+// such volumes seldom read the store.
+const defaultServeTupleCache = 64 << 20
+
 func newServeCmd(g *globalOptions) *cobra.Command {
 	var o serveOptions
+	tc := &sizeFlag{n: defaultServeTupleCache}
 	cmd := &cobra.Command{
 		Use:   "serve IMAGE...",
 		Short: "Serve protected images over NBD, every read verified",
@@ -80,7 +88,7 @@ or writes failed verification while serving).
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			o.globalOptions, o.Images = *g, args
+			o.globalOptions, o.Images, o.TupleCache = *g, args, int64(tc.n)
 			return runServe(cmd.Context(), o, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
@@ -93,6 +101,7 @@ or writes failed verification while serving).
 	f.StringVar(&o.TLSKey, "tls-key", "", "server private key `FILE` (PEM)")
 	f.StringVar(&o.ClientCA, "tls-client-ca", "", "require client certificates signed by the CAs in `FILE` (PEM)")
 	f.IntVar(&o.MaxConns, "max-connections", nbd.DefaultMaxConnections, "connections at once per export")
+	f.Var(tc, "tuple-cache", "decoded tuples kept in memory per volume, for random reads (`SIZE`, e.g. 64MiB)")
 	f.StringVar(&o.Store, "store", "", "store `URL` of a single IMAGE: pebble:PATH or mem: (default pebble:IMAGE.difdb)")
 	return cmd
 }
@@ -197,7 +206,7 @@ func runServe(ctx context.Context, o serveOptions, _, stderr io.Writer) error {
 			return err
 		}
 		vols = append(vols, v)
-		exports = append(exports, nbd.Export{Name: filepath.Base(im), Volume: v.vol, ReadOnly: o.ReadOnly,
+		exports = append(exports, nbd.Export{Name: filepath.Base(im), Volume: v.vol, ReadOnly: o.ReadOnly, TupleCacheBytes: int(o.TupleCache),
 			Description: fmt.Sprintf("difctl protected image %s (%s)", im, v.format())})
 	}
 	var failed atomic.Int64
