@@ -373,3 +373,66 @@ func TestHostileClientIsolated(t *testing.T) {
 		t.Errorf("read after a hostile client: chunk %#x, %d bytes; the partial write must not land", r.typ, len(r.payload))
 	}
 }
+
+// TestBlockStatusSeesUnflushedWrites: a write that was answered but not
+// flushed shows as data in BLOCK_STATUS (a client copying the export
+// skips holes: reporting it as a hole would lose it), and a trim as a
+// hole at once.
+func TestBlockStatusSeesUnflushedWrites(t *testing.T) {
+	dir := t.TempDir()
+	tv := newTestVolume(t, dir, 1<<20, "4096+8")
+	ts := startServer(t, dir, []Export{{Name: "disk", Volume: tv.vol}}, Options{})
+	rc := dialRaw(t, ts.sock)
+	rc.clientFlags(clientFixedNewstyle)
+	rc.goExport("disk", true)
+	status := func() [][2]uint32 {
+		t.Helper()
+		rc.request(cmdBlockStatus, 0, 5, 0, 1<<20, nil)
+		r := rc.readReply(0)
+		if r.typ != chunkBlockStatus || r.flags&replyFlagDone == 0 || binary.BigEndian.Uint32(r.payload) != metaBaseID {
+			t.Fatalf("block status reply: type %#x flags %#x", r.typ, r.flags)
+		}
+		var out [][2]uint32
+		for p := r.payload[4:]; len(p) >= 8; p = p[8:] {
+			out = append(out, [2]uint32{binary.BigEndian.Uint32(p), binary.BigEndian.Uint32(p[4:])})
+		}
+		return out
+	}
+	if got := status(); len(got) != 1 || got[0] != [2]uint32{1 << 20, stateHole | stateZero} {
+		t.Errorf("fresh volume: %v", got)
+	}
+	rc.request(cmdWrite, 0, 6, 8192, 4096, bytes.Repeat([]byte{1}, 4096))
+	if r := rc.readReply(0); r.err != 0 {
+		t.Fatalf("write: %d", r.err)
+	}
+	want := [][2]uint32{{8192, 3}, {4096, 0}, {1<<20 - 12288, 3}}
+	if got := status(); !equalExtents(got, want) {
+		t.Errorf("after an unflushed write: %v, want %v", got, want)
+	}
+	rc.request(cmdTrim, 0, 7, 8192, 4096, nil)
+	if r := rc.readReply(0); r.err != 0 {
+		t.Fatalf("trim: %d", r.err)
+	}
+	if got := status(); len(got) != 1 || got[0] != [2]uint32{1 << 20, 3} {
+		t.Errorf("after the trim: %v", got)
+	}
+	// REQ_ONE: one extent.
+	rc.request(cmdWrite, 0, 6, 0, 4096, bytes.Repeat([]byte{1}, 4096))
+	rc.readReply(0)
+	rc.request(cmdBlockStatus, cmdFlagReqOne, 8, 0, 1<<20, nil)
+	if r := rc.readReply(0); len(r.payload) != 12 || binary.BigEndian.Uint32(r.payload[4:]) != 4096 {
+		t.Errorf("REQ_ONE reply % x", r.payload)
+	}
+}
+
+func equalExtents(a, b [][2]uint32) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
