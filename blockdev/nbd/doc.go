@@ -29,7 +29,7 @@
 //     read-modify-write), maximum [Options.MaxPayload] (32 MiB).
 //   - READ, WRITE (FUA), FLUSH, TRIM, WRITE_ZEROES (NO_HOLE, FAST_ZERO),
 //     BLOCK_STATUS and DISC, with many requests in flight per connection,
-//     each served on its own goroutine and answered as it completes.
+//     served by a pool of worker goroutines and answered as each completes.
 //   - Transmission flags HAS_FLAGS, SEND_FLUSH, SEND_FUA, SEND_TRIM,
 //     SEND_WRITE_ZEROES, SEND_FAST_ZERO, READ_ONLY for read-only exports,
 //     and CAN_MULTI_CONN: every connection to an export shares one Volume,

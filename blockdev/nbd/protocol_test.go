@@ -510,3 +510,47 @@ func TestFlushDurable(t *testing.T) {
 		})
 	}
 }
+
+// TestShutdown: cancelling Serve's context answers the requests already
+// read, then closes every connection (idle ones and ones negotiating) and
+// returns promptly; the volume stays open for the caller.
+func TestShutdown(t *testing.T) {
+	dir := t.TempDir()
+	tv := newTestVolume(t, dir, 1<<20, "4096+8")
+	ts := startServer(t, dir, []Export{{Name: "disk", Volume: tv.vol}}, Options{})
+	busy := dialRaw(t, ts.sock)
+	busy.clientFlags(clientFixedNewstyle)
+	busy.goExport("disk", false)
+	idle := dialRaw(t, ts.sock)
+	idle.clientFlags(clientFixedNewstyle)
+	idle.goExport("disk", false)
+	nego := dialRaw(t, ts.sock)
+	for i := range 8 {
+		busy.request(cmdWrite, 0, uint64(i), uint64(i)*65536, 65536, bytes.Repeat([]byte{byte(i + 1)}, 65536))
+	}
+	time.Sleep(50 * time.Millisecond)
+	start := time.Now()
+	ts.stop(t)
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("Serve took %v to return", d)
+	}
+	got := map[uint64]uint32{}
+	for range 8 {
+		r := busy.readReply(0)
+		got[r.cookie] = r.err
+	}
+	for i := range 8 {
+		if e, ok := got[uint64(i)]; !ok || e != 0 {
+			t.Errorf("write %d: answered %v, error %d", i, ok, e)
+		}
+	}
+	for name, rc := range map[string]*rawClient{"busy": busy, "idle": idle, "negotiating": nego} {
+		if !rc.closed() {
+			t.Errorf("%s connection still open after the shutdown", name)
+		}
+	}
+	buf := make([]byte, 65536)
+	if _, err := tv.vol.ReadAt(buf, 7*65536); err != nil || buf[0] != 8 {
+		t.Errorf("volume after the shutdown: %v, %d", err, buf[0])
+	}
+}
