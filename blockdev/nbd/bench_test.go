@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -31,7 +32,8 @@ import (
 //
 // Metrics: difctl's and qemu-nbd's figures, x_qemu (difctl's speed over
 // qemu-nbd's: above 1 is faster), and the peak resident set of this
-// process (the difctl server, volume mappings included) and of qemu-nbd.
+// server process (a child running the library server, volume mappings
+// included) and of qemu-nbd.
 // The image is 1 GiB (DIFCTL_NBD_BENCH_MIB overrides), filled with random
 // data so that nothing is a hole:
 //
@@ -48,23 +50,11 @@ func BenchmarkVsQemuNBD(b *testing.B) {
 			dir := b.TempDir()
 			img := filepath.Join(dir, "disk.img")
 			writeRandom(b, img, size)
-			dev, err := blockdev.OpenFile(img, blockdev.FileOptions{})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer dev.Close()
-			kv, err := store.Open("pebble:" + img + ".difdb")
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer kv.Close()
-			vol, err := blockdev.Create(context.Background(), dev, kv, blockdev.CreateOptions{Format: dif.MustFormat(format)})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer vol.Close()
-			ts := startServer(b, dir, []Export{{Name: "disk", Volume: vol, TupleCacheBytes: 64 << 20}}, Options{})
-			dif := ts.uri("disk")
+			protectImage(b, img, format)
+			// The server runs as a process of its own (this test binary,
+			// see serveProcess), so that its resident set is its own.
+			dpid := startServeProcess(b, img)
+			dif := "nbd+unix:///disk?socket=" + img + ".sock"
 			// qemu-nbd read-only on the same image, and writable on a copy.
 			qsock, wsock := filepath.Join(dir, "q.sock"), filepath.Join(dir, "w.sock")
 			qpid := startQemuNBD(b, qsock, "-r", "-e", "4", img)
@@ -115,11 +105,58 @@ func BenchmarkVsQemuNBD(b *testing.B) {
 			b.Run("op=rss", func(b *testing.B) {
 				for b.Loop() {
 				}
-				b.ReportMetric(float64(peakRSS(b, os.Getpid()))/(1<<20), "difctl_peak_rss_MiB")
+				b.ReportMetric(float64(peakRSS(b, dpid))/(1<<20), "difctl_peak_rss_MiB")
 				b.ReportMetric(float64(peakRSS(b, qpid))/(1<<20), "qemu_peak_rss_MiB")
 			})
 		})
 	}
+}
+
+// protectImage protects the image at path with format, its store beside
+// it, and closes it.
+func protectImage(b testing.TB, path, format string) {
+	dev, err := blockdev.OpenFile(path, blockdev.FileOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer dev.Close()
+	kv, err := store.Open("pebble:" + path + ".difdb")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer kv.Close()
+	vol, err := blockdev.Create(context.Background(), dev, kv, blockdev.CreateOptions{Format: dif.MustFormat(format)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := vol.Close(); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// startServeProcess serves the protected image at path from a child
+// process on path.sock and returns its pid; it is stopped with SIGTERM
+// when the benchmark ends.
+func startServeProcess(b testing.TB, path string) int {
+	exe, err := os.Executable()
+	if err != nil {
+		b.Fatal(err)
+	}
+	cmd := exec.Command(exe)
+	cmd.Env = append(os.Environ(), serveEnv+"="+path)
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { cmd.Process.Signal(syscall.SIGTERM); cmd.Wait() })
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if c, err := net.Dial("unix", path+".sock"); err == nil {
+			c.Close()
+			return cmd.Process.Pid
+		}
+	}
+	b.Fatal("the server process did not start")
+	return 0
 }
 
 // writeRandom writes size bytes of random data to path, 4 MiB at a time.

@@ -8,9 +8,11 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"os/signal"
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -19,7 +21,8 @@ import (
 )
 
 // serveEnv makes the test binary a server process: it opens the protected
-// image named by the variable and serves it on IMAGE.sock until killed.
+// image named by the variable and serves it on IMAGE.sock until killed
+// (the crash test) or sent SIGTERM (the benchmark).
 const serveEnv = "DIFCTL_NBD_TEST_SERVE"
 
 func TestMain(m *testing.M) {
@@ -43,7 +46,7 @@ func serveProcess(img string) int {
 	if err != nil {
 		return fail(err)
 	}
-	srv, err := NewServer([]Export{{Name: "disk", Volume: vol}}, Options{})
+	srv, err := NewServer([]Export{{Name: "disk", Volume: vol, TupleCacheBytes: 64 << 20}}, Options{})
 	if err != nil {
 		return fail(err)
 	}
@@ -53,7 +56,12 @@ func serveProcess(img string) int {
 	if err != nil {
 		return fail(err)
 	}
-	if err := srv.Serve(context.Background(), l); err != nil {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	defer stop()
+	if err := srv.Serve(ctx, l); err != nil {
+		return fail(err)
+	}
+	if err := vol.Close(); err != nil {
 		return fail(err)
 	}
 	return 0

@@ -17,7 +17,7 @@ import (
 const (
 	DefaultMaxPayload       = 32 << 20
 	DefaultMaxInFlight      = 64
-	DefaultMaxInFlightBytes = 64 << 20
+	DefaultMaxInFlightBytes = 32 << 20
 	DefaultMaxConnections   = 16
 	DefaultMaxHandshakes    = 64
 	DefaultHandshakeTimeout = 10 * time.Second
@@ -98,7 +98,7 @@ type Options struct {
 	MaxInFlight int
 	// MaxInFlightBytes bounds the buffers of one connection's requests in
 	// flight (at least MaxPayload). Default DefaultMaxInFlightBytes
-	// (64 MiB), raised to MaxPayload if smaller.
+	// (32 MiB), raised to MaxPayload if that is larger.
 	MaxInFlightBytes int
 	// MaxConnections bounds the connections in transmission per export;
 	// a client beyond it is refused (NBD_REP_ERR_POLICY, or the connection
