@@ -106,6 +106,8 @@ func BenchmarkVsQemuNBD(b *testing.B) {
 				for b.Loop() {
 				}
 				b.ReportMetric(float64(peakRSS(b, dpid))/(1<<20), "difctl_peak_rss_MiB")
+				b.ReportMetric(float64(statusKB(dpid, "RssAnon:"))/(1<<10), "difctl_anon_MiB")
+				b.ReportMetric(float64(statusKB(dpid, "RssFile:"))/(1<<10), "difctl_file_MiB")
 				b.ReportMetric(float64(peakRSS(b, qpid))/(1<<20), "qemu_peak_rss_MiB")
 			})
 		})
@@ -242,15 +244,18 @@ func fioBW(b testing.TB, uri string, args ...string) float64 {
 }
 
 // peakRSS returns a process's peak resident set (VmHWM) in bytes.
-func peakRSS(b testing.TB, pid int) int64 {
+func peakRSS(b testing.TB, pid int) int64 { return statusKB(pid, "VmHWM:") << 10 }
+
+// statusKB returns a field of /proc/PID/status in KiB (0 if absent).
+func statusKB(pid int, field string) int64 {
 	s, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return 0
 	}
 	for line := range strings.Lines(string(s)) {
-		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmHWM:" {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == field {
 			kb, _ := strconv.ParseInt(f[1], 10, 64)
-			return kb << 10
+			return kb
 		}
 	}
 	return 0
