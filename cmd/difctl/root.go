@@ -68,6 +68,7 @@ errors, like grep -q: no progress and no text results, only the exit status
 		newCrcCmd(g, stdin),
 		newKernelsCmd(g),
 		newBenchCmd(g),
+		newServeCmd(g),
 	)
 	return root
 }

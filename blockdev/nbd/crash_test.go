@@ -1,0 +1,200 @@
+package nbd
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
+	"os/signal"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/difctl/difctl/blockdev"
+	"github.com/difctl/difctl/store"
+)
+
+// serveEnv makes the test binary a server process: it opens the protected
+// image named by the variable and serves it on IMAGE.sock until killed
+// (the crash test) or sent SIGTERM (the benchmark).
+const serveEnv = "DIFCTL_NBD_TEST_SERVE"
+
+func TestMain(m *testing.M) {
+	if img := os.Getenv(serveEnv); img != "" {
+		os.Exit(serveProcess(img))
+	}
+	os.Exit(m.Run())
+}
+
+func serveProcess(img string) int {
+	fail := func(err error) int { fmt.Fprintln(os.Stderr, "serve:", err); return 1 }
+	dev, err := blockdev.OpenFile(img, blockdev.FileOptions{})
+	if err != nil {
+		return fail(err)
+	}
+	kv, err := store.Open("pebble:" + img + ".difdb")
+	if err != nil {
+		return fail(err)
+	}
+	vol, err := blockdev.Open(context.Background(), dev, kv, blockdev.Options{})
+	if err != nil {
+		return fail(err)
+	}
+	srv, err := NewServer([]Export{{Name: "disk", Volume: vol, TupleCacheBytes: 64 << 20}}, Options{})
+	if err != nil {
+		return fail(err)
+	}
+	sock := img + ".sock"
+	os.Remove(sock)
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		return fail(err)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	defer stop()
+	if err := srv.Serve(ctx, l); err != nil {
+		return fail(err)
+	}
+	if err := vol.Close(); err != nil {
+		return fail(err)
+	}
+	return 0
+}
+
+var wroteRE = regexp.MustCompile(`^wrote \d+/\d+ bytes at offset (\d+)`)
+
+// TestCrashSIGKILL kills the server process with SIGKILL while qemu-io
+// writes and flushes (and writes with FUA) in a loop, restarts it, and
+// checks that every write acknowledged by a flush or FUA reads back, that
+// no block fails, and that a scrub of the whole volume is clean.
+func TestCrashSIGKILL(t *testing.T) {
+	need(t, "qemu-io")
+	rounds := 4
+	if testing.Short() {
+		rounds = 1
+	}
+	const regions, regionSize = 64, 64 << 10
+	dir := t.TempDir()
+	tv := newTestVolume(t, dir, regions*regionSize, "4096+8")
+	tv.close()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// content[r] is the pattern region r must hold (0: never written).
+	var content [regions]byte
+	seq := 0
+	rng := rand.New(rand.NewPCG(3, 4))
+	for round := range rounds {
+		srv := exec.Command(exe)
+		srv.Env = append(os.Environ(), serveEnv+"="+tv.path)
+		var srvErr bytes.Buffer
+		srv.Stderr = &srvErr
+		if err := srv.Start(); err != nil {
+			t.Fatal(err)
+		}
+		sock := tv.path + ".sock"
+		for deadline := time.Now().Add(20 * time.Second); ; {
+			if c, err := net.Dial("unix", sock); err == nil {
+				c.Close()
+				break
+			}
+			if time.Now().After(deadline) {
+				srv.Process.Kill()
+				t.Fatalf("server did not start: %s", srvErr.String())
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		type write struct {
+			region  int
+			pattern byte
+			fua     bool
+		}
+		var writes []write
+		args := []string{"-f", "raw"}
+		for i := range 1500 {
+			w := write{region: rng.IntN(regions), pattern: byte((seq+i)%250 + 1), fua: i%3 == 2}
+			writes = append(writes, w)
+			off := w.region * regionSize
+			if w.fua {
+				args = append(args, "-c", fmt.Sprintf("write -f -P %d %d %d", w.pattern, off, regionSize))
+			} else {
+				args = append(args, "-c", fmt.Sprintf("write -P %d %d %d", w.pattern, off, regionSize), "-c", "flush")
+			}
+		}
+		seq += len(writes)
+		args = append(args, fmt.Sprintf("nbd+unix:///disk?socket=%s", sock))
+		qio := exec.Command("qemu-io", args...)
+		var out bytes.Buffer
+		qio.Stdout, qio.Stderr = &out, &out
+		if err := qio.Start(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Duration(150+rng.IntN(400)) * time.Millisecond)
+		srv.Process.Kill()
+		srv.Wait()
+		qio.Wait()
+		// Which writes completed, in order; a plain write is acknowledged
+		// by its flush, which completed if a later write completed.
+		var done []int
+		for line := range strings.Lines(out.String()) {
+			if m := wroteRE.FindStringSubmatch(line); m != nil {
+				off, _ := strconv.Atoi(m[1])
+				i := len(done)
+				if i >= len(writes) || writes[i].region*regionSize != off {
+					t.Fatalf("round %d: completion %d at offset %d does not follow the script", round, i, off)
+				}
+				done = append(done, i)
+			}
+		}
+		if len(done) == len(writes) {
+			t.Logf("round %d: all %d writes done before the kill", round, len(writes))
+		}
+		acked := 0
+		for i := range done {
+			if writes[i].fua || i+1 < len(done) {
+				acked = i + 1
+			}
+		}
+		// The writes that may or may not have reached the volume.
+		maybe := map[int][]byte{}
+		for i := acked; i < min(len(done)+2, len(writes)); i++ {
+			maybe[writes[i].region] = append(maybe[writes[i].region], writes[i].pattern)
+		}
+		prev := content
+		for i := range acked {
+			content[writes[i].region] = writes[i].pattern
+		}
+		// Reopen: crash recovery, then every region verifies and holds
+		// its last acknowledged pattern (or a later unacknowledged one).
+		tv.reopen(t)
+		buf := make([]byte, regionSize)
+		for r := range regions {
+			if _, err := tv.vol.ReadAt(buf, int64(r*regionSize)); err != nil {
+				t.Fatalf("round %d: region %d fails after the crash: %v", round, r, err)
+			}
+			ok := bytes.Equal(buf, bytes.Repeat([]byte{content[r]}, regionSize))
+			for _, p := range maybe[r] {
+				if bytes.Equal(buf, bytes.Repeat([]byte{p}, regionSize)) {
+					ok, content[r] = true, p
+				}
+			}
+			if !ok {
+				t.Fatalf("round %d: region %d holds %#x..., want %#x (acknowledged; was %#x before the round), or one of %v",
+					round, r, buf[0], content[r], prev[r], maybe[r])
+			}
+		}
+		rep, err := blockdev.Scrub(t.Context(), tv.vol, blockdev.ScrubOptions{})
+		if err != nil || rep.Failed != 0 {
+			t.Fatalf("round %d: scrub after the crash: %v, %d blocks failed", round, err, rep.Failed)
+		}
+		t.Logf("round %d: %d writes completed, %d acknowledged; recovery %+v", round, len(done), acked, tv.vol.Stats().Recovery)
+		tv.close()
+	}
+}

@@ -1,0 +1,269 @@
+package nbd
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/difctl/difctl/blockdev"
+)
+
+// Defaults of [Options].
+const (
+	DefaultMaxPayload       = 32 << 20
+	DefaultMaxInFlight      = 64
+	DefaultMaxInFlightBytes = 32 << 20
+	DefaultMaxConnections   = 16
+	DefaultMaxHandshakes    = 64
+	DefaultHandshakeTimeout = 10 * time.Second
+	DefaultDrainTimeout     = 30 * time.Second
+)
+
+var (
+	// ErrClosed is returned by Serve when it is called on a server that
+	// already served.
+	ErrClosed = errors.New("nbd: server already used")
+	// ErrProtocol matches every violation of the protocol by a client
+	// (reported through Options.OnConnError, never returned by Serve).
+	ErrProtocol = errors.New("nbd: protocol violation")
+)
+
+// An Export is one volume served under a name.
+type Export struct {
+	// Name is the export name clients ask for. Required, unique, at most
+	// 4096 bytes. The first export is also the default export (the empty
+	// name).
+	Name string
+	// Description is shown to clients that ask (NBD_INFO_DESCRIPTION).
+	// Default "".
+	Description string
+	// Volume is the protected volume. Required. The server never closes
+	// it; the caller syncs and closes it after Serve returns.
+	Volume *blockdev.Volume
+	// ReadOnly refuses writes, trims and write-zeroes with EPERM and
+	// advertises NBD_FLAG_READ_ONLY. Default false (it is also forced
+	// when writes to the volume fail with blockdev.ErrReadOnly).
+	ReadOnly bool
+	// TupleCacheBytes, if positive, resizes the volume's tuple page cache
+	// (store.Tuples.SetPageCache) when the server is made: random reads
+	// over a volume whose tuples do not fit the volume's own cache (4 MiB
+	// by default: 170 MiB of 512-byte blocks) read the store for every
+	// request otherwise. Default 0: the volume's setting is kept.
+	TupleCacheBytes int
+	// FindingsName is the scrub name under which read failures are
+	// recorded in the volume's findings log (blockdev.NewStoreScrubState).
+	// Default "nbd".
+	FindingsName string
+}
+
+// A Failure is a read or write that the server refused because the
+// volume's data failed verification (or could not be read): the client
+// got EIO.
+type Failure struct {
+	Export string
+	Op     string // "read" or "write"
+	Offset int64  // first byte of the request that failed
+	Length int64  // bytes of the request from Offset
+	// Findings are the findings recorded in the store for it (empty when
+	// the error was not tied to blocks, or recording failed: RecordErr).
+	Findings  []blockdev.Finding
+	Err       error
+	RecordErr error
+}
+
+// Options configure a [Server]. The zero value of each field is its
+// default.
+type Options struct {
+	// TLS, if not nil, makes TLS mandatory (the protocol's FORCEDTLS mode):
+	// every option but NBD_OPT_STARTTLS and NBD_OPT_ABORT is refused with
+	// NBD_REP_ERR_TLS_REQD until the client has started TLS with this
+	// configuration (a certificate; ClientAuth and ClientCAs to verify
+	// client certificates). Default nil: no TLS, NBD_OPT_STARTTLS is
+	// refused with NBD_REP_ERR_POLICY.
+	TLS *tls.Config
+	// MaxPayload is the largest READ or WRITE accepted, advertised as the
+	// maximum block size; at least 1 MiB and at most 256 MiB. A longer
+	// request gets EINVAL without its length being allocated (a write's
+	// payload is read and dropped in small pieces). Default
+	// DefaultMaxPayload (32 MiB).
+	MaxPayload int
+	// MaxInFlight bounds the requests of one connection being served at
+	// once; the server reads no further request until one completes.
+	// Default DefaultMaxInFlight (64).
+	MaxInFlight int
+	// MaxInFlightBytes bounds the buffers of one connection's requests in
+	// flight (at least MaxPayload). Default DefaultMaxInFlightBytes
+	// (32 MiB), raised to MaxPayload if that is larger.
+	MaxInFlightBytes int
+	// MaxConnections bounds the connections in transmission per export;
+	// a client beyond it is refused (NBD_REP_ERR_POLICY, or the connection
+	// closed after NBD_OPT_EXPORT_NAME). Default DefaultMaxConnections (16).
+	MaxConnections int
+	// MaxHandshakes bounds the connections negotiating at once; beyond it
+	// new connections are closed at once. Default DefaultMaxHandshakes.
+	MaxHandshakes int
+	// HandshakeTimeout bounds the whole negotiation phase of a connection
+	// (including a TLS handshake). Default DefaultHandshakeTimeout (10 s).
+	HandshakeTimeout time.Duration
+	// DrainTimeout bounds, at shutdown, the time given to the requests in
+	// flight to complete and their replies to be sent. Default
+	// DefaultDrainTimeout (30 s).
+	DrainTimeout time.Duration
+	// OnFailure, if not nil, is called for every request refused because
+	// of an integrity or I/O failure of the volume, after the findings are
+	// recorded. It must be safe for concurrent use.
+	OnFailure func(Failure)
+	// OnConnError, if not nil, is called when a connection ends because
+	// of an error (a protocol violation matching ErrProtocol, a TLS
+	// failure, an I/O error, a timeout). It must be safe for concurrent
+	// use.
+	OnConnError func(remote string, err error)
+}
+
+func (o *Options) normalize() error {
+	if o.MaxPayload == 0 {
+		o.MaxPayload = DefaultMaxPayload
+	}
+	if o.MaxPayload < 1<<20 || o.MaxPayload > 256<<20 {
+		return fmt.Errorf("nbd: max payload of %d bytes, want 1 MiB to 256 MiB", o.MaxPayload)
+	}
+	if o.MaxInFlight == 0 {
+		o.MaxInFlight = DefaultMaxInFlight
+	}
+	if o.MaxInFlight < 1 || o.MaxInFlight > 4096 {
+		return fmt.Errorf("nbd: %d requests in flight, want 1 to 4096", o.MaxInFlight)
+	}
+	if o.MaxInFlightBytes == 0 {
+		o.MaxInFlightBytes = max(DefaultMaxInFlightBytes, o.MaxPayload)
+	}
+	if o.MaxInFlightBytes < o.MaxPayload {
+		return fmt.Errorf("nbd: %d bytes in flight, below the max payload (%d)", o.MaxInFlightBytes, o.MaxPayload)
+	}
+	if o.MaxConnections == 0 {
+		o.MaxConnections = DefaultMaxConnections
+	}
+	if o.MaxConnections < 1 {
+		return fmt.Errorf("nbd: %d connections per export", o.MaxConnections)
+	}
+	if o.MaxHandshakes == 0 {
+		o.MaxHandshakes = DefaultMaxHandshakes
+	}
+	if o.MaxHandshakes < 1 {
+		return fmt.Errorf("nbd: %d handshakes at once", o.MaxHandshakes)
+	}
+	if o.HandshakeTimeout == 0 {
+		o.HandshakeTimeout = DefaultHandshakeTimeout
+	}
+	if o.DrainTimeout == 0 {
+		o.DrainTimeout = DefaultDrainTimeout
+	}
+	if o.HandshakeTimeout < 0 || o.DrainTimeout < 0 {
+		return errors.New("nbd: negative timeout")
+	}
+	if o.TLS != nil && len(o.TLS.Certificates) == 0 && o.TLS.GetCertificate == nil && o.TLS.GetConfigForClient == nil {
+		return errors.New("nbd: TLS configuration without a certificate")
+	}
+	return nil
+}
+
+// Server serves exports over NBD. Make one with [NewServer] and call
+// [Server.Serve] once.
+type Server struct {
+	opts    Options
+	exports []*export
+	byName  map[string]*export
+	used    atomic.Bool
+
+	handshakes atomic.Int64
+}
+
+// NewServer checks the exports and options and returns a server.
+func NewServer(exports []Export, opts Options) (*Server, error) {
+	if err := opts.normalize(); err != nil {
+		return nil, err
+	}
+	if len(exports) == 0 {
+		return nil, errors.New("nbd: no export")
+	}
+	s := &Server{opts: opts, byName: make(map[string]*export, len(exports))}
+	for i, e := range exports {
+		if e.Volume == nil {
+			return nil, fmt.Errorf("nbd: export %q: nil volume", e.Name)
+		}
+		if e.Name == "" || len(e.Name) > maxStringBytes || len(e.Description) > maxStringBytes {
+			return nil, fmt.Errorf("nbd: export %d: name %q must be 1 to %d bytes (and a description at most as long)", i, e.Name, maxStringBytes)
+		}
+		if _, dup := s.byName[e.Name]; dup {
+			return nil, fmt.Errorf("nbd: export name %q given twice", e.Name)
+		}
+		x, err := newExport(e, &s.opts)
+		if err != nil {
+			return nil, err
+		}
+		s.exports = append(s.exports, x)
+		s.byName[e.Name] = x
+	}
+	return s, nil
+}
+
+// lookup returns the export called name; the empty name is the first.
+func (s *Server) lookup(name string) *export {
+	if name == "" {
+		return s.exports[0]
+	}
+	return s.byName[name]
+}
+
+// Serve accepts connections on l and serves them until ctx is done or
+// Accept fails. Then it stops accepting (closing l), stops reading new
+// requests, lets the requests in flight complete and send their replies
+// (within Options.DrainTimeout), closes every connection and returns:
+// nil when ctx ended it, otherwise the Accept error. The volumes stay
+// open: the caller syncs and closes them.
+func (s *Server) Serve(ctx context.Context, l net.Listener) error {
+	if !s.used.CompareAndSwap(false, true) {
+		return ErrClosed
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	stop := context.AfterFunc(ctx, func() { l.Close() })
+	defer stop()
+	var err error
+	for {
+		nc, aerr := l.Accept()
+		if aerr != nil {
+			if ctx.Err() == nil {
+				var ne net.Error
+				if errors.As(aerr, &ne) && ne.Timeout() {
+					time.Sleep(10 * time.Millisecond)
+					continue
+				}
+				err = fmt.Errorf("nbd: accept: %w", aerr)
+			}
+			break
+		}
+		if s.handshakes.Add(1) > int64(s.opts.MaxHandshakes) {
+			s.handshakes.Add(-1)
+			nc.Close()
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := newConn(s, nc)
+			if cerr := c.serve(ctx); cerr != nil && s.opts.OnConnError != nil {
+				s.opts.OnConnError(nc.RemoteAddr().String(), cerr)
+			}
+		}()
+	}
+	cancel()
+	l.Close()
+	wg.Wait()
+	return err
+}

@@ -1,0 +1,529 @@
+package nbd
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"math/bits"
+	"net"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/difctl/difctl/blockdev"
+)
+
+// request is one transmission request, header decoded.
+type request struct {
+	flags  uint16
+	typ    uint16
+	cookie uint64
+	off    uint64
+	length uint32
+}
+
+// tokenBytes is the unit of the in-flight byte budget.
+const tokenBytes = 64 << 10
+
+// transmit runs the transmission phase: one reader (this goroutine) takes
+// requests off the wire, in order, and hands each to a worker goroutine,
+// bounded by MaxInFlight requests and MaxInFlightBytes of buffers; replies
+// go out as requests complete, in any order. A WRITE is executed only once
+// its whole payload has been read.
+func (c *conn) transmit(ctx context.Context, x *export) error {
+	o := &c.s.opts
+	slots := make(chan struct{}, o.MaxInFlight)
+	tokens := make(chan struct{}, o.MaxInFlightBytes/tokenBytes)
+	var wg sync.WaitGroup
+	var rerr error
+	clean := false
+	acquire := func(n int) bool {
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			return false
+		}
+		for range (n + tokenBytes - 1) / tokenBytes {
+			select {
+			case tokens <- struct{}{}:
+			case <-ctx.Done():
+				return false
+			}
+		}
+		return true
+	}
+	release := func(n int) {
+		for range (n + tokenBytes - 1) / tokenBytes {
+			<-tokens
+		}
+		<-slots
+	}
+	// Requests run on workers that live as long as the connection, so
+	// that their stacks, grown once by the volume's read path, are reused
+	// rather than grown again for every request. A worker is added when
+	// none is idle; the slots keep them at most MaxInFlight.
+	type job struct {
+		r    request
+		buf  []byte
+		need int
+	}
+	jobs := make(chan job)
+	defer close(jobs)
+	work := func(j job) {
+		defer wg.Done()
+		defer release(j.need)
+		defer func() {
+			if p := recover(); p != nil {
+				// A bug here must not take the other clients down:
+				// this connection ends and the server reports it.
+				c.wmu.Lock()
+				if c.werr == nil {
+					c.werr = fmt.Errorf("%w: command %d: %v", errInternal, j.r.typ, p)
+				}
+				c.wmu.Unlock()
+				c.nc.Close()
+			}
+		}()
+		c.handle(x, j.r, j.buf)
+	}
+	worker := func(j job) {
+		for {
+			work(j)
+			var ok bool
+			if j, ok = <-jobs; !ok {
+				return
+			}
+		}
+	}
+	for {
+		var h [requestSize]byte
+		if _, err := io.ReadFull(c.br, h[:]); err != nil {
+			if err == io.EOF {
+				clean = true // the client hung up between requests
+			}
+			rerr = err
+			break
+		}
+		if m := binary.BigEndian.Uint32(h[0:]); m != magicRequest {
+			rerr = protoErr("request magic %#x", m)
+			break
+		}
+		r := request{
+			flags: binary.BigEndian.Uint16(h[4:]), typ: binary.BigEndian.Uint16(h[6:]),
+			cookie: binary.BigEndian.Uint64(h[8:]), off: binary.BigEndian.Uint64(h[16:]),
+			length: binary.BigEndian.Uint32(h[24:]),
+		}
+		if r.typ == cmdDisc {
+			clean = true
+			break
+		}
+		need := 0
+		if (r.typ == cmdRead || r.typ == cmdWrite) && int64(r.length) <= int64(x.maxPay) {
+			need = int(r.length)
+		}
+		if !acquire(need) {
+			rerr = ctx.Err()
+			break
+		}
+		var buf []byte
+		if r.typ == cmdWrite {
+			if need != int(r.length) {
+				// Refused without allocating its length: the payload is
+				// read and dropped in small pieces.
+				if _, err := io.CopyN(io.Discard, c.br, int64(r.length)); err != nil {
+					release(need)
+					rerr = err
+					break
+				}
+				c.replyError(r, errInval, 0, false, "write of %d bytes, above the maximum of %d", r.length, x.maxPay)
+				release(need)
+				continue
+			}
+			buf = getBuf(need)
+			if _, err := io.ReadFull(c.br, buf); err != nil {
+				putBuf(buf)
+				release(need)
+				rerr = err // a partial write is never executed
+				break
+			}
+		}
+		wg.Add(1)
+		select {
+		case jobs <- job{r, buf, need}:
+		default:
+			go worker(job{r, buf, need})
+		}
+	}
+	// Let the requests in flight finish and reply, within the drain time.
+	c.nc.SetWriteDeadline(time.Now().Add(o.DrainTimeout))
+	wg.Wait()
+	c.wmu.Lock()
+	werr := c.werr
+	c.wmu.Unlock()
+	switch {
+	case errors.Is(werr, errInternal):
+		return werr
+	case clean || ctx.Err() != nil:
+		return nil
+	case isTimeout(rerr) || errors.Is(rerr, net.ErrClosed):
+		return fmt.Errorf("nbd: reading requests: %w", rerr)
+	case errors.Is(rerr, io.ErrUnexpectedEOF):
+		return fmt.Errorf("%w: connection closed inside a request", ErrProtocol)
+	}
+	return rerr
+}
+
+// handle executes one request and sends its reply.
+func (c *conn) handle(x *export, r request, buf []byte) {
+	if buf != nil {
+		defer putBuf(buf)
+	}
+	allowed := uint16(cmdFlagFUA)
+	switch r.typ {
+	case cmdWriteZeroes:
+		allowed |= cmdFlagNoHole | cmdFlagFastZero
+	case cmdBlockStatus:
+		allowed |= cmdFlagReqOne
+	}
+	switch {
+	case r.typ > cmdBlockStatus || r.typ == cmdCache || r.typ == cmdDisc:
+		c.replyError(r, errInval, 0, false, "command %d is not supported", r.typ)
+		return
+	case r.flags&^allowed != 0:
+		c.replyError(r, errInval, 0, false, "command flags %#x not valid for command %d", r.flags, r.typ)
+		return
+	case x.ReadOnly && (r.typ == cmdWrite || r.typ == cmdTrim || r.typ == cmdWriteZeroes):
+		c.replyError(r, errPerm, 0, false, "export %q is read-only", x.Name)
+		return
+	case r.typ == cmdFlush:
+		if r.off != 0 || r.length != 0 {
+			c.replyError(r, errInval, 0, false, "flush with offset or length")
+			return
+		}
+		c.replyResult(r, x.sync())
+		return
+	}
+	// Range checks for every other command.
+	if r.off > uint64(x.size) || uint64(r.length) > uint64(x.size)-r.off {
+		code := uint32(errInval)
+		if r.typ == cmdWrite || r.typ == cmdWriteZeroes {
+			code = errNoSpc
+		}
+		c.replyError(r, code, 0, false, "request [%d, +%d) beyond the export's %d bytes", r.off, r.length, x.size)
+		return
+	}
+	off, n := int64(r.off), int64(r.length)
+	fua := r.flags&cmdFlagFUA != 0
+	switch r.typ {
+	case cmdRead:
+		c.read(x, r)
+	case cmdWrite:
+		_, err := x.Volume.WriteAt(buf, off)
+		x.wrote()
+		if err != nil && isDataError(err) {
+			x.failure("write", off, n, err)
+		}
+		if err == nil && fua {
+			err = x.sync()
+		}
+		c.replyResult(r, err)
+	case cmdTrim:
+		c.replyResult(r, x.trim(off, n))
+	case cmdWriteZeroes:
+		if r.flags&cmdFlagFastZero != 0 && r.flags&cmdFlagNoHole != 0 {
+			c.replyError(r, errNotSup, 0, false, "writing zeros without a hole is no faster than a write")
+			return
+		}
+		err := x.writeZeroes(off, n, r.flags&cmdFlagNoHole != 0)
+		if err == nil && fua {
+			err = x.sync()
+		}
+		c.replyResult(r, err)
+	case cmdBlockStatus:
+		c.blockStatus(x, r)
+	}
+}
+
+// read answers NBD_CMD_READ. Only verified bytes are sent: on a failure,
+// with structured replies, the bytes before the first failing one and an
+// error chunk with that offset; without them, EIO alone.
+func (c *conn) read(x *export, r request) {
+	if r.length > uint32(x.maxPay) {
+		c.replyError(r, errInval, 0, false, "read of %d bytes, above the maximum of %d", r.length, x.maxPay)
+		return
+	}
+	if r.length == 0 {
+		c.replyResult(r, nil)
+		return
+	}
+	buf := getBuf(int(r.length))
+	defer putBuf(buf)
+	off := int64(r.off)
+	n, err := x.Volume.ReadAt(buf, off)
+	if err == nil {
+		if c.structured {
+			h := chunkHeader(r.cookie, replyFlagDone, chunkOffsetData, 8+len(buf))
+			binary.BigEndian.PutUint64(h[chunkHdrSize:], r.off)
+			c.send(h, buf)
+		} else {
+			c.send(simpleHeader(r.cookie, 0), buf)
+		}
+		return
+	}
+	n = max(0, min(n, len(buf)))
+	if isDataError(err) {
+		x.failure("read", off+int64(n), int64(len(buf)-n), err)
+	}
+	code := errCode(err)
+	if !c.structured {
+		c.send(simpleHeader(r.cookie, code))
+		return
+	}
+	if !isDataError(err) {
+		c.replyError(r, code, 0, false, "%s", oneLine(err))
+		return
+	}
+	var bufs [][]byte
+	if n > 0 {
+		h := chunkHeader(r.cookie, 0, chunkOffsetData, 8+n)
+		binary.BigEndian.PutUint64(h[chunkHdrSize:], r.off)
+		bufs = append(bufs, h, buf[:n])
+	}
+	bufs = append(bufs, errorChunk(r.cookie, code, uint64(off)+uint64(n), true, oneLine(err)))
+	c.send(bufs...)
+}
+
+// blockStatus answers NBD_CMD_BLOCK_STATUS for base:allocation.
+func (c *conn) blockStatus(x *export, r request) {
+	if !c.meta {
+		c.replyError(r, errInval, 0, false, "no metadata context was negotiated")
+		return
+	}
+	if r.length == 0 {
+		c.replyError(r, errInval, 0, false, "block status of no bytes")
+		return
+	}
+	sc := statusPool.Get().(*statusScratch)
+	exts, err := x.status(int64(r.off), int64(r.length), r.flags&cmdFlagReqOne != 0, sc)
+	statusPool.Put(sc)
+	if err != nil {
+		c.replyResult(r, err)
+		return
+	}
+	h := chunkHeader(r.cookie, replyFlagDone, chunkBlockStatus, 4+8*len(exts))
+	binary.BigEndian.PutUint32(h[chunkHdrSize:], metaBaseID)
+	body := make([]byte, 8*len(exts))
+	for i, e := range exts {
+		binary.BigEndian.PutUint32(body[8*i:], e.length)
+		binary.BigEndian.PutUint32(body[8*i+4:], e.flags)
+	}
+	c.send(h[:chunkHdrSize+4], body)
+}
+
+var statusPool = sync.Pool{New: func() any { return new(statusScratch) }}
+
+// trim discards the whole blocks of [off, off+n); the partial blocks at
+// either end are left alone, as the protocol allows.
+func (x *export) trim(off, n int64) error {
+	bs := int64(x.bs)
+	start := (off + bs - 1) / bs * bs
+	end := (off + n) / bs * bs
+	if end <= start {
+		return nil
+	}
+	// Discard syncs the volume and is durable when it returns: the
+	// committed tuples that BLOCK_STATUS reads show it at once.
+	return x.Volume.Discard(start, end-start)
+}
+
+// zeros is the source of zero writes; the volume never writes into it.
+var zeros = make([]byte, 1<<20)
+
+// writeZeroes makes [off, off+n) read as zeros: whole blocks are
+// discarded (unwritten, read back as zeros) unless noHole asks for them
+// to be written, and partial blocks are written with zeros through the
+// volume (read, verified, modified).
+func (x *export) writeZeroes(off, n int64, noHole bool) error {
+	bs := int64(x.bs)
+	end := off + n
+	start, stop := (off+bs-1)/bs*bs, end/bs*bs
+	if noHole || stop <= start {
+		return x.writeZeroRange(off, end)
+	}
+	if err := x.writeZeroRange(off, start); err != nil {
+		return err
+	}
+	if err := x.writeZeroRange(stop, end); err != nil {
+		return err
+	}
+	return x.trim(start, stop-start)
+}
+
+func (x *export) writeZeroRange(off, end int64) error {
+	for off < end {
+		k := min(end-off, int64(len(zeros)))
+		_, err := x.Volume.WriteAt(zeros[:k], off)
+		x.wrote()
+		if err != nil {
+			if isDataError(err) {
+				x.failure("write", off, end-off, err)
+			}
+			return err
+		}
+		off += k
+	}
+	return nil
+}
+
+// errCode maps an error of the volume to a protocol error value.
+func errCode(err error) uint32 {
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, blockdev.ErrReadOnly):
+		return errPerm
+	case errors.Is(err, blockdev.ErrOutOfRange), errors.Is(err, blockdev.ErrUnaligned):
+		return errInval
+	case errors.Is(err, blockdev.ErrClosed):
+		return errShutdown
+	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT), errors.Is(err, syscall.EFBIG):
+		return errNoSpc
+	}
+	return errIO
+}
+
+// replyResult sends the reply of a request without payload: success, or
+// err's code and message.
+func (c *conn) replyResult(r request, err error) {
+	if err == nil {
+		c.send(simpleHeader(r.cookie, 0))
+		return
+	}
+	c.replyError(r, errCode(err), 0, false, "%s", oneLine(err))
+}
+
+// replyError sends an error reply: an error chunk with the message when
+// structured replies were negotiated (with offset, if withOff), else a
+// simple reply.
+func (c *conn) replyError(r request, code uint32, off uint64, withOff bool, format string, args ...any) {
+	if !c.structured {
+		c.send(simpleHeader(r.cookie, code))
+		return
+	}
+	msg := fmt.Sprintf(format, args...)
+	if withOff {
+		c.send(errorChunk(r.cookie, code, off, true, msg))
+		return
+	}
+	if len(msg) > maxStringBytes {
+		msg = msg[:maxStringBytes]
+	}
+	h := chunkHeader(r.cookie, replyFlagDone, chunkError, 6+len(msg))
+	binary.BigEndian.PutUint32(h[chunkHdrSize:], code)
+	binary.BigEndian.PutUint16(h[chunkHdrSize+4:], uint16(len(msg)))
+	c.send(h[:chunkHdrSize+6], []byte(msg))
+}
+
+// errorChunk builds an NBD_REPLY_TYPE_ERROR_OFFSET chunk.
+func errorChunk(cookie uint64, code uint32, off uint64, done bool, msg string) []byte {
+	if len(msg) > maxStringBytes {
+		msg = msg[:maxStringBytes]
+	}
+	var fl uint16
+	if done {
+		fl = replyFlagDone
+	}
+	b := make([]byte, chunkHdrSize+6+len(msg)+8)
+	putChunkHeader(b, cookie, fl, chunkErrorOffset, 6+len(msg)+8)
+	binary.BigEndian.PutUint32(b[chunkHdrSize:], code)
+	binary.BigEndian.PutUint16(b[chunkHdrSize+4:], uint16(len(msg)))
+	copy(b[chunkHdrSize+6:], msg)
+	binary.BigEndian.PutUint64(b[chunkHdrSize+6+len(msg):], off)
+	return b
+}
+
+// chunkHeader returns a structured chunk header with 8 spare bytes after it
+// (for an offset or the start of the payload).
+func chunkHeader(cookie uint64, flags, typ uint16, length int) []byte {
+	b := make([]byte, chunkHdrSize+8)
+	putChunkHeader(b, cookie, flags, typ, length)
+	return b
+}
+
+func putChunkHeader(b []byte, cookie uint64, flags, typ uint16, length int) {
+	binary.BigEndian.PutUint32(b[0:], magicStructured)
+	binary.BigEndian.PutUint16(b[4:], flags)
+	binary.BigEndian.PutUint16(b[6:], typ)
+	binary.BigEndian.PutUint64(b[8:], cookie)
+	binary.BigEndian.PutUint32(b[16:], uint32(length))
+}
+
+func simpleHeader(cookie uint64, code uint32) []byte {
+	b := make([]byte, simpleSize)
+	binary.BigEndian.PutUint32(b[0:], magicSimple)
+	binary.BigEndian.PutUint32(b[4:], code)
+	binary.BigEndian.PutUint64(b[8:], cookie)
+	return b
+}
+
+// send writes one whole reply (its pieces in one writev where the
+// connection allows). A failed write closes the connection, which ends
+// the reader; later replies are dropped.
+func (c *conn) send(bufs ...[]byte) {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if c.werr != nil {
+		return
+	}
+	nb := net.Buffers(bufs)
+	if _, err := nb.WriteTo(c.nc); err != nil {
+		c.werr = err
+		c.nc.Close()
+	}
+}
+
+// oneLine is err's message on one line, for error chunks.
+func oneLine(err error) string {
+	b := []byte(err.Error())
+	for i, ch := range b {
+		if ch == '\n' || ch == '\r' {
+			b[i] = ' '
+		}
+	}
+	return string(b)
+}
+
+// Buffers for reads and writes come from pools by power-of-two size class,
+// from 4 KiB up, so that a connection's steady state allocates nothing.
+const minClass = 12
+
+var bufPools [29]sync.Pool
+
+func sizeClass(n int) int {
+	if n <= 1<<minClass {
+		return minClass
+	}
+	return bits.Len(uint(n - 1))
+}
+
+func getBuf(n int) []byte {
+	cl := sizeClass(n)
+	if cl >= len(bufPools) {
+		return make([]byte, n)
+	}
+	if p, ok := bufPools[cl].Get().(*[]byte); ok {
+		return (*p)[:n]
+	}
+	return make([]byte, n, 1<<cl)
+}
+
+func putBuf(b []byte) {
+	cl := sizeClass(cap(b))
+	if cap(b) != 1<<cl || cl >= len(bufPools) {
+		return
+	}
+	b = b[:cap(b)]
+	bufPools[cl].Put(&b)
+}

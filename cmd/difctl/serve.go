@@ -1,0 +1,307 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+
+	"github.com/difctl/difctl/blockdev/nbd"
+	"github.com/spf13/cobra"
+)
+
+// serveOptions are the inputs of runServe.
+type serveOptions struct {
+	globalOptions
+	Images   []string
+	Store    string // one image only
+	Socket   string // unix socket path; default IMAGE.sock of the first image
+	Listen   string // HOST:PORT instead of a socket
+	Insecure bool   // TCP without TLS
+	ReadOnly bool
+	TLSCert  string
+	TLSKey   string
+	ClientCA string // verify client certificates against these CAs
+	MaxConns int
+	// TupleCache is the tuple page cache of each volume, in bytes.
+	TupleCache int64
+	// Ready, if not nil, receives the listening address once clients can
+	// connect (tests).
+	Ready func(net.Addr)
+}
+
+// defaultServeTupleCache holds the tuples and sector sums of about 2.7 GiB
+// of 512-byte blocks (21 GiB of 4 KiB blocks), so that random reads over
+// such volumes seldom read the store.
+const defaultServeTupleCache = 64 << 20
+
+func newServeCmd(g *globalOptions) *cobra.Command {
+	var o serveOptions
+	tc := &sizeFlag{n: defaultServeTupleCache}
+	cmd := &cobra.Command{
+		Use:   "serve IMAGE...",
+		Short: "Serve protected images over NBD, every read verified",
+		Long: `Serve each protected IMAGE as an export of a Network Block Device server,
+named after its file name, so that qemu, nbdfuse, nbdcopy, nbdinfo or the
+Linux nbd driver can use it as a disk. Every read is verified against the
+store and every write is protected, through the same volume as the other
+commands.
+
+A read covering a block that fails verification returns no unverified
+byte: clients that negotiate structured replies (qemu, libnbd) get the
+verified bytes before it and an I/O error at the first failing byte, the
+others an I/O error. The failure is recorded in the store as a finding, as
+a scrub records one (difctl inspect shows it once the server has stopped),
+and reported on standard error. FLUSH and FUA make writes durable with
+their tuples before the reply; TRIM and WRITE_ZEROES make whole blocks
+unwritten (zeros).
+
+By default the server listens on the unix socket IMAGE.sock (of the first
+IMAGE), created with mode 0600. --listen HOST:PORT listens on TCP instead,
+which needs TLS (--tls-cert and --tls-key; --tls-client-ca to require and
+verify client certificates) or an explicit --insecure. A line on standard
+error says where to connect (an nbd+unix:// or nbd:// URI).
+
+SIGINT or SIGTERM stops accepting connections, lets the requests in flight
+finish, syncs every volume and closes the stores (exit 32, plus 4 if reads
+or writes failed verification while serving).
+
+` + exitCodesHelp(exitOK, exitUncorrected, exitOperational, exitUsage, exitCancelled),
+		Example: `  difctl serve disk.img                      # nbd+unix:///disk.img?socket=disk.img.sock
+  nbdfuse mnt/disk --unix disk.img.sock &     # then: losetup, mkfs.ext4, mount
+  qemu-system-x86_64 -drive file=nbd+unix:///disk.img?socket=disk.img.sock,format=raw
+  difctl serve --listen :10809 --tls-cert srv.pem --tls-key srv.key a.img b.img`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return usageErrorf("%s takes IMAGE...", cmd.CommandPath())
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o.globalOptions, o.Images, o.TupleCache = *g, args, int64(tc.n)
+			return runServe(cmd.Context(), o, cmd.OutOrStdout(), cmd.ErrOrStderr())
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.Socket, "socket", "", "listen on the unix socket `PATH`, mode 0600 (default IMAGE.sock of the first IMAGE)")
+	f.StringVar(&o.Listen, "listen", "", "listen on TCP `HOST:PORT` instead (needs TLS or --insecure)")
+	f.BoolVar(&o.Insecure, "insecure", false, "allow --listen without TLS")
+	f.BoolVar(&o.ReadOnly, "read-only", false, "refuse writes, trims and write-zeroes (EPERM)")
+	f.StringVar(&o.TLSCert, "tls-cert", "", "server certificate `FILE` (PEM); makes TLS mandatory")
+	f.StringVar(&o.TLSKey, "tls-key", "", "server private key `FILE` (PEM)")
+	f.StringVar(&o.ClientCA, "tls-client-ca", "", "require client certificates signed by the CAs in `FILE` (PEM)")
+	f.IntVar(&o.MaxConns, "max-connections", nbd.DefaultMaxConnections, "connections at once per export")
+	f.Var(tc, "tuple-cache", "decoded tuples kept in memory per volume, for random reads (`SIZE`, e.g. 64MiB)")
+	f.StringVar(&o.Store, "store", "", "store `URL` of a single IMAGE: pebble:PATH or mem: (default pebble:IMAGE.difdb)")
+	return cmd
+}
+
+// checkServe validates the flags before anything is opened.
+func checkServe(o *serveOptions) error {
+	switch {
+	case o.Store != "" && len(o.Images) > 1:
+		return usageErrorf("--store names the store of one IMAGE; each of several images keeps its own (IMAGE.difdb)")
+	case o.Listen != "" && o.Socket != "":
+		return usageErrorf("--socket and --listen exclude each other")
+	case (o.TLSCert == "") != (o.TLSKey == ""):
+		return usageErrorf("--tls-cert and --tls-key go together")
+	case o.ClientCA != "" && o.TLSCert == "":
+		return usageErrorf("--tls-client-ca needs --tls-cert and --tls-key")
+	case o.Listen != "" && o.TLSCert == "" && !o.Insecure:
+		return usageErrorf("--listen without TLS sends the disk in clear text to anyone who connects: give --tls-cert and --tls-key, or --insecure")
+	case o.MaxConns < 1:
+		return usageErrorf("--max-connections must be at least 1")
+	}
+	seen := map[string]string{}
+	for _, im := range o.Images {
+		name := filepath.Base(im)
+		if prev, dup := seen[name]; dup {
+			return usageErrorf("%s and %s would both be the export %q", prev, im, name)
+		}
+		seen[name] = im
+	}
+	return nil
+}
+
+// tlsConfig loads the server's certificate and, if asked, the CAs that
+// client certificates must chain to.
+func tlsConfig(o *serveOptions) (*tls.Config, error) {
+	if o.TLSCert == "" {
+		return nil, nil
+	}
+	cert, err := tls.LoadX509KeyPair(o.TLSCert, o.TLSKey)
+	if err != nil {
+		return nil, fmt.Errorf("TLS certificate %s and key %s: %w", o.TLSCert, o.TLSKey, err)
+	}
+	cfg := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	if o.ClientCA != "" {
+		pem, err := os.ReadFile(o.ClientCA)
+		if err != nil {
+			return nil, err
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("%s: no PEM certificate", o.ClientCA)
+		}
+		cfg.ClientCAs, cfg.ClientAuth = pool, tls.RequireAndVerifyClientCert
+	}
+	return cfg, nil
+}
+
+// listenUnix listens on a unix socket created with mode 0600. A stale
+// socket (nobody accepting) is replaced; anything else at path is kept
+// and refused.
+func listenUnix(path string) (net.Listener, error) {
+	if fi, err := os.Lstat(path); err == nil {
+		if fi.Mode()&os.ModeSocket == 0 {
+			return nil, fmt.Errorf("%s exists and is not a socket", path)
+		}
+		if c, err := net.Dial("unix", path); err == nil {
+			c.Close()
+			return nil, fmt.Errorf("%s: another server is listening there", path)
+		}
+		os.Remove(path)
+	}
+	old := syscall.Umask(0o177)
+	l, err := net.Listen("unix", path)
+	syscall.Umask(old)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		l.Close()
+		return nil, err
+	}
+	return l, nil
+}
+
+func runServe(ctx context.Context, o serveOptions, _, stderr io.Writer) error {
+	if err := checkServe(&o); err != nil {
+		return err
+	}
+	tcfg, err := tlsConfig(&o)
+	if err != nil {
+		return err
+	}
+	var vols []*volume
+	defer func() {
+		for _, v := range vols {
+			v.Close()
+		}
+	}()
+	var exports []nbd.Export
+	for _, im := range o.Images {
+		v, err := openVolume(ctx, im, storeURL(im, o.Store), o.ReadOnly)
+		if err != nil {
+			return err
+		}
+		vols = append(vols, v)
+		exports = append(exports, nbd.Export{Name: filepath.Base(im), Volume: v.vol, ReadOnly: o.ReadOnly, TupleCacheBytes: int(o.TupleCache),
+			Description: fmt.Sprintf("difctl protected image %s (%s)", im, v.format())})
+	}
+	var failed atomic.Int64
+	var errMu sync.Mutex
+	srv, err := nbd.NewServer(exports, nbd.Options{
+		TLS: tcfg, MaxConnections: o.MaxConns,
+		OnFailure: func(f nbd.Failure) {
+			failed.Add(1)
+			errMu.Lock()
+			defer errMu.Unlock()
+			fmt.Fprintf(stderr, "difctl: %s: %s at offset %d: %s\n", f.Export, f.Op, f.Offset, storeCause(f.Err))
+			if f.RecordErr != nil {
+				fmt.Fprintf(stderr, "difctl: %s: recording the finding: %s\n", f.Export, storeCause(f.RecordErr))
+			}
+		},
+	})
+	if err != nil {
+		return err
+	}
+	var l net.Listener
+	if o.Listen != "" {
+		l, err = net.Listen("tcp", o.Listen)
+	} else {
+		if o.Socket == "" {
+			o.Socket = o.Images[0] + ".sock"
+		}
+		l, err = listenUnix(o.Socket)
+	}
+	if err != nil {
+		return fmt.Errorf("listen: %w", unwrapPath(err))
+	}
+	if !o.Quiet {
+		for _, e := range exports {
+			fmt.Fprintf(stderr, "difctl: serving %s at %s\n", e.Name, exportURI(l.Addr(), e.Name, tcfg != nil))
+		}
+	}
+	if o.Ready != nil {
+		o.Ready(l.Addr())
+	}
+	serr := srv.Serve(ctx, l)
+	// Whatever ended the serving, what clients wrote is made durable and
+	// the stores are closed.
+	var errs []error
+	if serr != nil {
+		errs = append(errs, serr)
+	}
+	for _, v := range vols {
+		if err := v.vol.Sync(); err != nil {
+			errs = append(errs, fmt.Errorf("sync %s: %s", v.image, storeCause(err)))
+		}
+		if err := v.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %s", v.image, storeCause(err)))
+		}
+	}
+	vols = nil
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	if failed.Load() > 0 {
+		return &exitError{code: exitUncorrected}
+	}
+	if ctx.Err() != nil {
+		return context.Cause(ctx)
+	}
+	return nil
+}
+
+// exportURI is the NBD URI of an export (the syntax of the NBD URI
+// standard that qemu and libnbd accept).
+func exportURI(a net.Addr, name string, tlsOn bool) string {
+	if a.Network() == "unix" {
+		path := a.String()
+		if abs, err := filepath.Abs(path); err == nil {
+			path = abs
+		}
+		return fmt.Sprintf("nbd+unix:///%s?socket=%s", url.PathEscape(name), queryEscape(path))
+	}
+	scheme := "nbd"
+	if tlsOn {
+		scheme = "nbds"
+	}
+	host := a.String()
+	if ta, ok := a.(*net.TCPAddr); ok && ta.IP.IsUnspecified() {
+		host = net.JoinHostPort("localhost", fmt.Sprint(ta.Port))
+	}
+	return fmt.Sprintf("%s://%s/%s", scheme, host, url.PathEscape(name))
+}
+
+// queryEscape escapes a socket path for a URI query, leaving the slashes
+// and other characters a path usually holds as they are.
+func queryEscape(s string) string {
+	for _, c := range s {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.ContainsRune("/._-~", c)) {
+			return url.QueryEscape(s)
+		}
+	}
+	return s
+}
