@@ -63,8 +63,6 @@ func mask80(n int) u80 {
 
 func (x u80) and(y u80) u80    { return u80{x.hi & y.hi, x.lo & y.lo} }
 func (x u80) or(y u80) u80     { return u80{x.hi | y.hi, x.lo | y.lo} }
-func (x u80) xor(y u80) u80    { return u80{x.hi ^ y.hi, x.lo ^ y.lo} }
-func (x u80) isZero() bool     { return x.hi|x.lo == 0 }
 func (x u80) andNot(y u80) u80 { return u80{x.hi &^ y.hi, x.lo &^ y.lo} }
 
 func (x u80) shl(n int) u80 {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"runtime"
 	"slices"
 	"strings"
 	"time"
@@ -183,6 +184,7 @@ func runBench(ctx context.Context, opts benchOptions, stdout, _ io.Writer) error
 			}
 		}
 	}
+	runtime.KeepAlive(benchSink) // the results were consumed
 	return nil
 }
 

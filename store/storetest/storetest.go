@@ -475,7 +475,7 @@ func testConcurrent(t *testing.T, b Backend) {
 						return
 					}
 					if string(v) < last {
-						errc <- fmt.Errorf("Get went backwards: %s after %s", v, last)
+						errc <- fmt.Errorf("get went backwards: %s after %s", v, last)
 						return
 					}
 					last = string(v)
