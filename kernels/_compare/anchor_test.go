@@ -172,9 +172,10 @@ func crcCases[T kerneltest.Word](k anchorCRC[T]) []anchorCase {
 	return cs
 }
 
-// buf2 is 1 MiB of blocks at the widest stride, random bytes.
+// buf2 holds 1 MiB of blocks at the widest stride (8 bytes per 512),
+// random bytes.
 var buf2 = func() []byte {
-	b := make([]byte, (1<<20)/4096*4112)
+	b := make([]byte, (1<<20)/512*520)
 	r := rand.New(rand.NewPCG(8, 9))
 	for i := range b {
 		b[i] = byte(r.Uint32())

@@ -9,6 +9,7 @@ import (
 	"bytes"
 	"fmt"
 	"hash"
+	"math"
 	"math/rand/v2"
 	"runtime"
 	"strings"
@@ -444,11 +445,11 @@ func testLayoutErrors[T Word](t *testing.T, k Kernel[T]) {
 	bad := []struct {
 		n, plen, blockLen, stride int
 	}{
-		{2, 4096, 512, 256},   // stride < blockLen
-		{1, 4096, 5000, 5000}, // block longer than buffer
-		{9, 4096, 512, 512},   // too many blocks
-		{2, 4096, -1, 512},    // negative length
-		{3, 4096, 512, 1 << 62},
+		{2, 4096, 512, 256},               // stride < blockLen
+		{1, 4096, 5000, 5000},             // block longer than buffer
+		{9, 4096, 512, 512},               // too many blocks
+		{2, 4096, -1, 512},                // negative length
+		{3, 4096, 512, math.MaxInt/2 + 1}, // (n-1)*stride overflows int
 	}
 	for _, c := range bad {
 		dst := make([]T, c.n)
