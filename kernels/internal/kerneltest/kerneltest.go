@@ -408,6 +408,18 @@ func testCopyLayoutErrors[T Word](t *testing.T, k Kernel[T]) {
 
 func testCombine[T Word](t *testing.T, k Kernel[T]) {
 	r := rand.New(rand.NewPCG(10, 11))
+	// Short second parts, a 1-byte one above all (one shift by x^8), and
+	// short or empty first parts, each checked here rather than left to
+	// the random lengths below.
+	for _, la := range []int{0, 1, 2, 7, 16, 100, 4096} {
+		for _, lb := range []int{0, 1, 2, 3, 8, 15, 16, 17} {
+			a, b := randBytes(r, la), randBytes(r, lb)
+			want := k.Checksum(append(append([]byte{}, a...), b...))
+			if got := k.Combine(k.Checksum(a), k.Checksum(b), lb); got != want {
+				t.Fatalf("Combine(len %d, %d) = %#x, want %#x", la, lb, got, want)
+			}
+		}
+	}
 	for range 300 {
 		a := randBytes(r, r.IntN(5000))
 		b := randBytes(r, r.IntN(5000))
