@@ -507,7 +507,11 @@ func (m *Machine) step(p *Program, fn string, in instr, pc *int) bool {
 			d = ^uint64(0)
 		}
 		r := m.gval(a[0]) + d
-		m.setGPR(a[0], r)
+		if a[0].kind == opMem {
+			binary.LittleEndian.PutUint64(m.load(m.addr(a[0]), 8), r)
+		} else {
+			m.setGPR(a[0], r)
+		}
 		m.zf = r == 0
 	case "SUBQ", "CMPQ":
 		x, y := m.gval(a[0]), m.gval(a[1])
