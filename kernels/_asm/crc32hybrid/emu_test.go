@@ -150,6 +150,28 @@ func TestEmulatedKernels(t *testing.T) {
 			}
 		}
 	}
+	t.Run("kernel=hybridShort", func(t *testing.T) {
+		for n := 1; n <= 600; n++ {
+			data := make([]byte, n)
+			for i := range data {
+				data[i] = byte(r.Uint32())
+			}
+			m, err := emu.New(prog, data)
+			if err != nil {
+				t.Fatal(err)
+			}
+			reg := r.Uint32()
+			for i, a := range []uint64{uint64(reg), emu.AddrData, uint64(n)} {
+				m.Put64(8*i, a)
+			}
+			if _, err := m.Run(prog, "hybridShort"); err != nil {
+				t.Fatal(err)
+			}
+			if got, want := uint32(m.Get64(24)), raw(reg, data); got != want {
+				t.Fatalf("n=%d: %#x, want %#x", n, got, want)
+			}
+		}
+	})
 	if nr := prog.NotRun(); len(nr) > 0 {
 		t.Errorf("functions not checked in the emulator: %v", nr)
 	}
