@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/difctl/difctl/kernels/_asm/internal/emu"
@@ -35,11 +36,8 @@ func TestEmulatedKernels(t *testing.T) {
 	const addrSums = emu.AddrDst + 0x800
 	for _, c := range [][3]int{{64, 64, 4}, {80, 80, 4}, {96, 104, 8}, {512, 512, 8}, {512, 520, 12}, {4096, 4096, 4}, {4096, 4112, 4}, {1024 + 48, 1200, 4}} {
 		blockLen, stride, cnt := c[0], c[1], c[2]
-		for _, copy := range []bool{false, true} {
-			name := "fusedBlocksAVX2"
-			if copy {
-				name = "fusedBlocksCopyAVX2"
-			}
+		for _, kn := range []string{"fusedBlocksAVX2", "fusedBlocksCopyAVX2", "fusedBlocksAVX", "fusedBlocksCopyAVX"} {
+			name, copy := kn, strings.Contains(kn, "Copy")
 			t.Run(fmt.Sprintf("kernel=%s/block=%d/stride=%d", name, blockLen, stride), func(t *testing.T) {
 				data := make([]byte, (cnt-1)*stride+blockLen)
 				for i := range data {
