@@ -86,13 +86,12 @@ var crcs = []crcSpec{
 
 // vecSpec is one vector width.
 type vecSpec struct {
-	name   string // function name suffix
-	bytes  int    // V: 16, 32 or 64
-	accs   int    // N: accumulators of the Update main loop
-	group  int    // G: blocks interleaved by Blocks (4 or 8)
-	desc   string // for the doc comments
-	cpu    string // required features, for the doc comments
-	minLen int    // documented precondition of Blocks' blockLen
+	name  string // function name suffix
+	bytes int    // V: 16, 32 or 64
+	accs  int    // N: accumulators of the Update main loop
+	group int    // G: blocks interleaved by Blocks (4 or 8)
+	desc  string // for the doc comments
+	cpu   string // required features, for the doc comments
 }
 
 var vecs = []vecSpec{
