@@ -4,13 +4,19 @@ package crc64nvme
 
 import "github.com/difctl/difctl/kernels/internal/impl"
 
-// registerArch registers the fold kernels of zfold_amd64.s, best first.
+// registerArch registers the fold kernels of zfold_amd64.s, best first: avx
+// is pclmul's kernel with VEX encodings (three-operand forms, unaligned
+// memory operands), for CPUs with AVX but without VPCLMULQDQ such as AMD
+// Zen 2, where it took 2-5% less time than pclmul from 256 bytes up.
 func registerArch() {
 	impl.Register(pkgName, "avx512", hasFoldAVX512, func() {
 		update, blocks, blocksCopy = updateAVX512, blocksAVX512, blocksCopyAVX512
 	})
 	impl.Register(pkgName, "avx2", hasFoldAVX2, func() {
 		update, blocks, blocksCopy = updateAVX2, blocksAVX2, blocksCopyAVX2
+	})
+	impl.Register(pkgName, "avx", hasFoldAVX, func() {
+		update, blocks, blocksCopy = updateAVX, blocksAVX, blocksCopyAVX
 	})
 	impl.Register(pkgName, "pclmul", hasFoldPCLMUL, func() {
 		update, blocks, blocksCopy = updatePCLMUL, blocksPCLMUL, blocksCopyPCLMUL

@@ -44,8 +44,8 @@ func blocksSumsCopyFor(has bool) func([]uint16, []uint32, []byte, []byte, int, i
 	return blocksSumsCopyPortable
 }
 
-// blocksSumsPCLMUL and blocksSumsCopyPCLMUL are the pclmul
-// implementation's dispatch: the XMM fused kernel where the CPU has AVX,
+// blocksSumsPCLMUL and blocksSumsCopyPCLMUL are the dispatch of the avx and
+// pclmul implementations: the XMM fused kernel where the CPU has AVX,
 // else the two passes. On an AMD EPYC (Zen 2), whose multiplier runs one
 // PCLMULQDQ per 2 cycles, the fused pass is bound by the multiplier as
 // Blocks alone is (the CRC32Q run beside it): BenchmarkAnchor's mapped

@@ -70,6 +70,9 @@ func OnCI() bool { return os.Getenv("CI") == "true" }
 // not say.
 var mustRun = map[string][]string{
 	"crct10dif/avx2":     {"avx2", "pclmulqdq", "vpclmulqdq"},
+	"crct10dif/avx":      {"pclmulqdq", "ssse3", "sse4_1", "avx"},
+	"crc64nvme/avx":      {"pclmulqdq", "ssse3", "sse4_1", "avx"},
+	"crc32c-fold/avx":    {"pclmulqdq", "ssse3", "sse4_1", "avx"},
 	"crct10dif/pclmul":   {"pclmulqdq", "ssse3", "sse4_1"},
 	"crc64nvme/avx2":     {"avx2", "pclmulqdq", "vpclmulqdq"},
 	"crc64nvme/pclmul":   {"pclmulqdq", "ssse3", "sse4_1"},
