@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/difctl/difctl/kernels"
 	"github.com/difctl/difctl/kernels/crc32c"
 	"github.com/difctl/difctl/kernels/crc64nvme"
@@ -30,7 +32,10 @@ import (
 //	go test -tags isal -run '^$' -bench Anchor -benchtime 9x
 //
 // It prints the table of the README's performance section when it ends.
-// Each side of a round runs for about -anchor.ms milliseconds. The cases:
+// Each side of a round runs for about -anchor.ms milliseconds, timed by the
+// thread's CPU time (-anchor.clock=cpu, the default: a shared machine's
+// preemptions are left out) or the wall clock (-anchor.clock=wall). The
+// cases:
 //
 //   - crc=…/op=blocks/block=B/stride=S: one guard per block over 1 MiB of
 //     B-byte blocks S bytes apart; difctl's Blocks against the peer called
@@ -50,11 +55,17 @@ func BenchmarkAnchor(b *testing.B) {
 	if anchorT10DIF.isalBlocks == nil {
 		b.Skip("needs ISA-L 2.32.1: build tag isal (see README.md)")
 	}
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
+	if *anchorClock != "cpu" && *anchorClock != "wall" {
+		b.Fatalf("-anchor.clock=%q: want cpu or wall", *anchorClock)
+	}
+	anchorSetClock(*anchorClock == "wall")
 	var results []anchorResult
 	for _, c := range anchorCases(b) {
 		b.Run(c.name, func(b *testing.B) {
+			// Every sub-benchmark runs on a goroutine of its own: lock
+			// that one, so that its thread's CPU time is its own.
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
 			results = append(results, runAnchor(b, c))
 		})
 	}
@@ -121,10 +132,30 @@ var (
 // anchorLayouts are the block layouts of the Blocks cases.
 var anchorLayouts = [][2]int{{512, 512}, {512, 520}, {4096, 4096}, {4096, 4104}, {4096, 4112}}
 
+var anchorClock = flag.String("anchor.clock", "cpu", "BenchmarkAnchor: time by the thread's CPU time (cpu) or the wall clock (wall)")
+
+// anchorSetClock tells the ISA-L timers which clock to read (isal_test.go).
+var anchorSetClock func(wall bool)
+
+// now reads the clock of -anchor.clock. The benchmark thread is locked to
+// its OS thread, so its CPU time is that of the code timed: on a shared
+// machine, the time the thread waits for a CPU is left out, the time it
+// runs slower beside another process is not.
+func now() time.Duration {
+	if *anchorClock == "wall" {
+		return time.Duration(time.Now().UnixNano())
+	}
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_THREAD_CPUTIME_ID, &ts); err != nil {
+		panic(err)
+	}
+	return time.Duration(ts.Nano())
+}
+
 func timeIt(f func()) time.Duration {
-	t := time.Now()
+	t := now()
 	f()
-	return time.Since(t)
+	return now() - t
 }
 
 func crcCases[T kerneltest.Word](k anchorCRC[T]) []anchorCase {
@@ -347,7 +378,7 @@ func printAnchorTable(rs []anchorResult) {
 		cell[[2]string{r.row, r.col}] = r
 	}
 	var sb strings.Builder
-	fmt.Fprintf(&sb, "\nBenchmarkAnchor: peer %s; difctl %s.\n", anchorPeer, activeImpls())
+	fmt.Fprintf(&sb, "\nBenchmarkAnchor: peer %s; difctl %s; clock %s.\n", anchorPeer, activeImpls(), *anchorClock)
 	fmt.Fprintf(&sb, "Cells: ratio difctl/peer (median of per-round ratios), then difctl | peer (GB/s, or ns per call).\n\n")
 	fmt.Fprintf(&sb, "| case | %s |\n|---|%s\n", strings.Join(cols, " | "), strings.Repeat("---:|", len(cols)))
 	for _, row := range rows {

@@ -41,9 +41,15 @@ static inline uint64_t k64(int kind, uint64_t c, const unsigned char *p, uint64_
 	return kind ? crc64_rocksoft_refl_avx2(c, p, n) : crc64_rocksoft_refl(c, p, n);
 }
 
+// clockID is the clock of the timed loops: CLOCK_THREAD_CPUTIME_ID (the
+// default, -anchor.clock=cpu) or CLOCK_MONOTONIC (wall).
+static clockid_t clockID = CLOCK_THREAD_CPUTIME_ID;
+
+static void setClock(int wall) { clockID = wall ? CLOCK_MONOTONIC : CLOCK_THREAD_CPUTIME_ID; }
+
 static int64_t now(void) {
 	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
+	clock_gettime(clockID, &ts);
 	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
@@ -179,6 +185,16 @@ func isalBlocks[T kerneltest.Word](kind isalKind) func(dst []T, p []byte, blockL
 // isalT10DIFCopy is crc16_t10dif_copy called once per block.
 func isalT10DIFCopy(dst []uint16, q, p []byte, blockLen, stride int) {
 	C.blocksCopy16((*C.uint16_t)(dstPtr(dst)), ptr(q), ptr(p), C.uint64_t(blockLen), C.uint64_t(stride), C.long(len(dst)))
+}
+
+// isalSetClock makes the C timers read the wall clock (CLOCK_MONOTONIC) or
+// the thread's CPU time (CLOCK_THREAD_CPUTIME_ID), as the Go side does.
+func isalSetClock(wall bool) {
+	w := 0
+	if wall {
+		w = 1
+	}
+	C.setClock(C.int(w))
 }
 
 // isalTimeBlocks times reps passes of ISA-L's anchorKind kernel once per

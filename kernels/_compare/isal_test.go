@@ -22,6 +22,7 @@ func init() {
 		impls64 = append(impls64, impl[uint64]{name: "isal-avx2", repeat: isalRepeat[uint64](kindAVX2), blocks: isalBlocks[uint64](kindAVX2)})
 	}
 	anchorPeer = anchorName()
+	anchorSetClock = isalSetClock
 	anchorT10DIF.isalBlocks = isalTimeBlocks[uint16]
 	anchorT10DIF.isalChecksum = sinkChecksum(isalTimeChecksum[uint16])
 	anchorCRC32C.isalBlocks = isalTimeBlocks[uint32]
