@@ -50,6 +50,9 @@ const (
 	KindSectorSum  Kind = "sector-crc"  // the store's CRC-32C sector checksum
 	KindTorn       Kind = "torn"        // matches neither tuple of an interrupted write
 	KindIO         Kind = "io"          // the block could not be read
+	// KindUnwrittenData: an unwritten (never written, or discarded) block
+	// whose data is not zeros (see ErrUnwrittenData).
+	KindUnwrittenData Kind = "unwritten-data"
 )
 
 // KindOf maps a dif field to its Kind.

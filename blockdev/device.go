@@ -34,9 +34,10 @@ type Device interface {
 }
 
 // Discarder is implemented by devices that can deallocate a range
-// (fallocate PUNCH_HOLE on images, BLKDISCARD on block devices). off and n
-// must be multiples of the logical block size. The contents of a discarded
-// range are unspecified afterwards (zeros on images and memory).
+// (fallocate PUNCH_HOLE on images and block devices, BLKZEROOUT on block
+// devices that cannot unmap). off and n must be multiples of the logical
+// block size. A discarded range reads as zeros afterwards: a Volume relies
+// on it (an unwritten block must be zeros, see ErrUnwrittenData).
 type Discarder interface {
 	Discard(off, n int64) error
 }

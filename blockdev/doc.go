@@ -16,6 +16,16 @@
 // already fails; Discard marks blocks unwritten; Sync makes data and tuples
 // durable together.
 //
+// Unwritten blocks (holes adopted by Create, discarded blocks) have no
+// tuple to check, so they are held to a rule: an unwritten block must read
+// back from the device as zeros, or lie in a hole. Anything else is a
+// finding of its own kind, [KindUnwrittenData] ([ErrUnwrittenData]),
+// reported by ReadAt, CheckRun and so by scrubs; crash recovery treats an
+// intent over an unwritten block like any other (data that is neither the
+// new version nor zeros is torn), and Discard zeroes the device under an
+// intent. Runs of unwritten blocks that the device reports as a hole
+// ([DataFinder]) are not read at all.
+//
 // Reading from the page cache. When the device is a [Mapper] (a [File]
 // not opened with O_DIRECT maps itself read-only), ReadAt takes the blocks
 // from the mapping and copies and verifies them in one pass: the kernels'

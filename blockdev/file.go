@@ -325,8 +325,11 @@ func (d *File) Close() error {
 	return nil
 }
 
-// Discard implements [Discarder]: it punches a hole in an image (which then
-// reads as zeros) and issues BLKDISCARD on a block device.
+// Discard implements [Discarder]: it punches a hole in an image, and on a
+// block device deallocates the range with fallocate(PUNCH_HOLE), which the
+// kernel turns into a write-zeroes command that may unmap, falling back to
+// BLKZEROOUT. Either way the range reads as zeros afterwards (BLKDISCARD
+// does not promise that, so it is not used).
 func (d *File) Discard(off, n int64) error {
 	if d.closed.Load() {
 		return ErrClosed
@@ -344,10 +347,9 @@ func (d *File) Discard(off, n int64) error {
 		return nil
 	}
 	var err error
-	if d.blockDev {
-		err = blkDiscard(d.f, off, n)
-	} else {
-		err = punchHole(d.f, off, n)
+	err = punchHole(d.f, off, n)
+	if d.blockDev && errors.Is(err, errors.ErrUnsupported) {
+		err = blkZeroOut(d.f, off, n)
 	}
 	if errors.Is(err, errors.ErrUnsupported) {
 		return fmt.Errorf("blockdev: discard on %s: %w", d.path, err)

@@ -20,12 +20,14 @@ import (
 // its candidate tuples, newest intent first, then the committed tuple:
 //
 //   - it matches an intent's tuple: that tuple becomes the committed one;
-//   - it matches the committed tuple, or the block was never written (its
-//     previous contents were "unwritten", which any data matches): nothing
-//     changes;
+//   - it matches the committed tuple, or the block is unwritten and its
+//     data is zeros (see unwritten.go): nothing changes;
 //   - it matches none: the write was torn inside the block (possible only
 //     on a medium that does not write a block atomically, such as 4 KiB
-//     blocks over 512-byte sectors), or the block was corrupted. It is
+//     blocks over 512-byte sectors), or the block was corrupted (also an
+//     unwritten block whose data is neither the new version nor zeros: an
+//     acknowledged write over a discarded block, damaged after a power
+//     loss that dropped the fold, must not read as zeros). It is
 //     recorded as an open "torn" finding and keeps its committed tuple, so
 //     it keeps failing verification until it is rewritten. Nothing is ever
 //     recomputed from the data.
@@ -161,7 +163,8 @@ func (v *Volume) recover(ctx context.Context) error {
 					rs.Folded += int64(j - i - 1)
 					rs.Blocks += int64(j - i - 1)
 					i = j - 1
-				case !sc.written.Has(i) || v.blockOK(data[i*bs:(i+1)*bs], i, b, sc):
+				case v.blockOK(data[i*bs:(i+1)*bs], i, b, sc):
+					// The committed tuple, or zeros for an unwritten block.
 					rs.Kept++
 				default:
 					rs.Torn++

@@ -20,7 +20,7 @@ func fadviseDontNeed(*os.File, int64, int64) error { return errors.ErrUnsupporte
 
 func punchHole(*os.File, int64, int64) error { return errors.ErrUnsupported }
 
-func blkDiscard(*os.File, int64, int64) error { return errors.ErrUnsupported }
+func blkZeroOut(*os.File, int64, int64) error { return errors.ErrUnsupported }
 
 func seekData(*os.File, int64) (Extent, error) { return Extent{}, errors.ErrUnsupported }
 

@@ -97,7 +97,11 @@ func (e *IntegrityError) Error() string {
 	s := fmt.Sprintf("blockdev: %s: integrity check failed: %d of blocks [%d, %d)", e.Op, e.Failed, e.LBA, e.LBA+e.N)
 	if len(e.Problems) > 0 {
 		p := e.Problems[0]
-		s += fmt.Sprintf("; block %d: %s expected %#x, stored %#x", p.LBA, p.Kind, p.Expected, p.Actual)
+		if p.Kind == KindUnwrittenData {
+			s += fmt.Sprintf("; block %d: data in an unwritten block", p.LBA)
+		} else {
+			s += fmt.Sprintf("; block %d: %s expected %#x, stored %#x", p.LBA, p.Kind, p.Expected, p.Actual)
+		}
 	}
 	return s
 }
@@ -235,7 +239,7 @@ type RecoveryStats struct {
 	Intents int64 // open intents found
 	Blocks  int64 // blocks they covered
 	Folded  int64 // blocks whose data matched a new tuple: committed
-	Kept    int64 // blocks whose data matched the committed tuple (or was never written)
+	Kept    int64 // blocks whose data matched the committed tuple (or, unwritten, is zeros)
 	Torn    int64 // blocks matching neither: recorded as open "torn" findings
 }
 
@@ -260,7 +264,8 @@ type RecoveryStats struct {
 // where the device allows it, before it is reported as an *[IntegrityError]
 // (matching dif.ErrIntegrity) naming the blocks and the field; blocks that
 // pass on a re-read are counted in [Stats].Transient. Blocks never written
-// or discarded read as zeros. [Volume.WriteAt] generates the tuples; a
+// or discarded read as zeros, and must be zeros (or a hole) on the device:
+// one holding anything else fails with [ErrUnwrittenData]. [Volume.WriteAt] generates the tuples; a
 // partial block is read, verified and rewritten whole, and a write into a
 // block that fails verification is refused rather than laundered under a
 // new tuple. [Volume.Discard] marks blocks discarded. [Volume.Sync] makes
@@ -340,6 +345,8 @@ type Volume struct {
 
 	mapper Mapper      // dev as a Mapper, unless Options.NoMap
 	noMap  atomic.Bool // the device refused to map: use ReadAt
+	// noHoles: the device cannot tell holes (SEEK_DATA unsupported).
+	noHoles atomic.Bool
 
 	scratch     sync.Pool // *scratch
 	workersOnce sync.Once

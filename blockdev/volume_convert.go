@@ -23,7 +23,8 @@ import (
 // image's tuples. Both verify every block on the way. Blocks never written
 // (or discarded) stay so: an export writes them as zero data with the
 // unwritten tuple (app, storage and ref tags all ones, guard zero), an
-// import leaves them unwritten in the store.
+// import leaves them unwritten in the store and writes zeros for their data
+// (an unwritten block must be zeros, see ErrUnwrittenData).
 
 // DefaultConvertRun is the data size of each run of an export or import
 // unless the options say otherwise.
@@ -469,7 +470,8 @@ type ImportOptions struct {
 // every block is copied to dev and its tuple, as stored in the image (never
 // regenerated), becomes the committed tuple after it verified with src's
 // format and params (see ImportOptions.Force). Blocks whose tags are all
-// ones (unwritten) stay unwritten. The volume's manifest takes src's format
+// ones (unwritten) stay unwritten, with zeros written for their data. The
+// volume's manifest takes src's format
 // (DIX layout), and its params' RefTag, AppTag and AppMask as the initial
 // ref tag and app tag policy. The format's metadata must be the tuple (8 or
 // 16 bytes), the storage tag (if any) zero, and dev the size of the image's
@@ -664,6 +666,16 @@ func importBlocks(ctx context.Context, src *PISource, dev Device, tup *store.Tup
 			}
 			rep.RunStats.Add(RunStats{Blocks: int64(n), OK: int64(sum.OK), Escaped: int64(sum.Escaped),
 				Unwritten: int64(sum.Unwritten), Failed: int64(sum.Failed)})
+			if sum.Unwritten > 0 {
+				// An unwritten block must be zeros on the device (see
+				// ErrUnwrittenData): whatever the dump holds there is not
+				// data.
+				for i, st := range states {
+					if st == dif.StateUnwritten {
+						clear(d[i*bs : (i+1)*bs])
+					}
+				}
+			}
 			if _, err := dev.WriteAt(d, pos*int64(bs)); err != nil {
 				l.Abort()
 				return wrap(pos, err)

@@ -232,13 +232,19 @@ func (e *crashEnv) run(ops []crashOp) bool {
 
 // verify reopens everything after the crash and checks every block.
 func (e *crashEnv) verify() RecoveryStats {
-	t := e.t
 	fd, err := e.fd.Reopen()
 	if err != nil {
-		t.Fatal(err)
+		e.t.Fatal(err)
 	}
 	e.kv.Close()
-	kv, err := store.OpenPebbleOnFS("db", e.clone)
+	return e.verifyOn(fd, e.clone)
+}
+
+// verifyOn opens the volume on fd and the store on fs, as a crash left
+// them, and checks every block.
+func (e *crashEnv) verifyOn(fd *FaultDevice, fs *vfs.MemFS) RecoveryStats {
+	t := e.t
+	kv, err := store.OpenPebbleOnFS("db", fs)
 	if err != nil {
 		t.Fatalf("reopening the store after the crash: %v", err)
 	}
@@ -354,4 +360,328 @@ func TestVolumeCrash(t *testing.T) {
 			t.Logf("%d crash points; recovery folded %d blocks, reported %d torn", total, folded, torn)
 		})
 	}
+}
+
+// recoveryCrash runs the recovery of the crash left by e on a volume whose
+// device and store crash instead of recovery step r (r < 0: no crash). It
+// returns the number of steps recovery took and, after a crash, the device
+// and store as it left them.
+func (e *crashEnv) recoveryCrash(r int64) (steps int64, fd *FaultDevice, fs *vfs.MemFS) {
+	t := e.t
+	fd, err := e.fd.Reopen()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.kv.Close()
+	pkv, err := store.OpenPebbleOnFS("db", e.clone)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv := &countingKV{KV: pkv}
+	crashed := false
+	step := func() error {
+		if crashed {
+			return errTestCrash
+		}
+		n := steps
+		steps++
+		if n != r {
+			return nil
+		}
+		seed := e.cfg.seed + 1000 + uint64(n)
+		fs = e.clone.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 50, RNG: rand.New(rand.NewPCG(seed, 2))})
+		if err := fd.Crash(CrashOptions{Keep: 0.5, Seed: seed}); err != nil {
+			panic(err)
+		}
+		crashed = true
+		return errTestCrash
+	}
+	fd.SetHook(func(Step) error { return step() })
+	kv.hook = func(bool) error { return step() }
+	opts := crashOpts
+	opts.StagingBytes = 8 * e.bs
+	v, err := Open(context.Background(), fd, kv, opts)
+	if !crashed {
+		fd.SetHook(nil)
+		kv.hook = nil
+	}
+	switch {
+	case crashed && err == nil:
+		t.Fatalf("recovery crashed at its step %d and Open succeeded", r)
+	case crashed:
+		pkv.Close()
+		fd2, err := fd.Reopen()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return steps, fd2, fs
+	case err != nil:
+		t.Fatalf("Open after the crash: %v", err)
+	}
+	v.Close()
+	pkv.Close()
+	return steps, nil, nil
+}
+
+// TestVolumeCrashDuringRecovery crashes the recovery itself at each of its
+// steps (device syncs and store commits) after a crash of the workload, then
+// recovers again: every block must still hold a version the contract
+// allows, as if recovery had run once.
+func TestVolumeCrashDuringRecovery(t *testing.T) {
+	cfgs := []crashCfg{
+		{format: "512+8", sector: 512, seed: 5, ops: 30},
+		{format: "4096+8", sector: 512, seed: 6, ops: 20},
+	}
+	every := int64(2)
+	if testing.Short() {
+		cfgs, every = cfgs[:1], 5
+	}
+	for _, cfg := range cfgs {
+		t.Run(fmt.Sprintf("format=%s/sector=%d/seed=%d", cfg.format, cfg.sector, cfg.seed), func(t *testing.T) {
+			bs := dif.MustFormat(cfg.format).BlockSize()
+			ops := crashWorkload(cfg, bs, 24)
+			e := newCrashEnv(t, cfg, -1)
+			e.run(ops)
+			total := e.steps
+			e.v.Close()
+			e.kv.Close()
+			points := 0
+			for k := int64(0); k < total; k += every {
+				e := newCrashEnv(t, cfg, k)
+				if !e.run(ops) {
+					t.Fatalf("crash point %d not reached", k)
+				}
+				rsteps, _, _ := e.recoveryCrash(-1)
+				for r := int64(0); r < rsteps; r++ {
+					e := newCrashEnv(t, cfg, k)
+					e.run(ops)
+					_, fd, fs := e.recoveryCrash(r)
+					if fd == nil {
+						t.Fatalf("crash point %d: recovery step %d not reached", k, r)
+					}
+					e.verifyOn(fd, fs)
+					points++
+				}
+			}
+			if points == 0 {
+				t.Fatal("no recovery had steps to crash")
+			}
+			t.Logf("%d crashes during recovery", points)
+		})
+	}
+}
+
+// TestVolumeProcessCrashThenPowerLoss: a process crash keeps the page cache
+// (unsynced data and every store commit survive), so recovery finds the new
+// data and folds its tuples; a power loss after recovery must not then lose
+// that data under the folded tuples. It fails if recovery folds before the
+// data it trusts is durable (recovery's first device sync).
+func TestVolumeProcessCrashThenPowerLoss(t *testing.T) {
+	for _, format := range []string{"512+8", "4096+16:crc64"} {
+		t.Run("format="+format, func(t *testing.T) {
+			e := newPowerLossEnv(t, format, 32)
+			bs := e.f.BlockSize()
+			if err := e.v.Sync(); err != nil {
+				t.Fatal(err)
+			}
+			// More than a staging batch: flushed (intents durable, data in
+			// the page cache), never synced.
+			data := pattern(20*bs, 8)
+			e.v.opts.StagingBytes = 8 * bs
+			v := e.v
+			v.Close() // the volume was created with the default staging
+			var err error
+			if v, err = Open(context.Background(), e.fd, e.kv, Options{Rereads: -1, StagingBytes: 8 * bs}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := v.WriteAt(data, 4*int64(bs)); err != nil {
+				t.Fatal(err)
+			}
+			v.waitFlushed()
+			// Process crash: the volume is abandoned; the device keeps what
+			// was written (not synced), the store every commit.
+			v.failErr.Store(&errTestCrash)
+			e.kv.Close()
+			kv, err := store.OpenPebbleOnFS("db", e.fs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			e.kv = kv
+			v2, err := Open(context.Background(), e.fd, kv, Options{Rereads: -1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rs := v2.Stats().Recovery; rs.Folded == 0 {
+				t.Fatalf("recovery folded nothing (%+v): the test does not reach its case", rs)
+			}
+			// Power loss right after recovery.
+			fd, clone := e.powerLoss()
+			kv2, err := store.OpenPebbleOnFS("db", clone)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer kv2.Close()
+			v3, err := Open(context.Background(), fd, kv2, Options{Rereads: -1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer v3.Close()
+			got := make([]byte, v3.Size())
+			if _, err := v3.ReadAt(got, 0); err != nil {
+				t.Fatalf("after a process crash, recovery and a power loss: %v", err)
+			}
+		})
+	}
+}
+
+// TestVolumeCorruptUnderOpenIntent: a block whose write is an open intent
+// (flushed, not synced) is damaged before recovery; recovery must report it
+// torn, whether the block held data or was unwritten, and never accept it.
+func TestVolumeCorruptUnderOpenIntent(t *testing.T) {
+	for _, format := range []string{"512+8", "4096+16:crc64"} {
+		for _, unwritten := range []bool{false, true} {
+			t.Run(fmt.Sprintf("format=%s/unwritten=%v", format, unwritten), func(t *testing.T) {
+				e := newPowerLossEnv(t, format, 32)
+				bs := e.f.BlockSize()
+				const blk = 6
+				if unwritten {
+					if err := e.v.Discard(0, 16*int64(bs)); err != nil {
+						t.Fatal(err)
+					}
+				}
+				e.v.Close()
+				v, err := Open(context.Background(), e.fd, e.kv, Options{Rereads: -1, StagingBytes: 8 * bs})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := v.WriteAt(pattern(12*bs, 9), 0); err != nil {
+					t.Fatal(err)
+				}
+				v.waitFlushed()
+				// Power loss that keeps every write (the data reached the
+				// medium), then the block rots.
+				clone := e.fs.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 0, RNG: rand.New(rand.NewPCG(1, 1))})
+				if err := e.fd.Crash(CrashOptions{Keep: 1}); err != nil {
+					t.Fatal(err)
+				}
+				fd, err := e.fd.Reopen()
+				if err != nil {
+					t.Fatal(err)
+				}
+				e.kv.Close()
+				if err := fd.FlipBit(blk*int64(bs)+9, 1); err != nil {
+					t.Fatal(err)
+				}
+				kv, err := store.OpenPebbleOnFS("db", clone)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer kv.Close()
+				v2, err := Open(context.Background(), fd, kv, Options{Rereads: -1})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer v2.Close()
+				rs := v2.Stats().Recovery
+				if rs.Intents == 0 || rs.Torn != 1 {
+					t.Fatalf("recovery: %+v; want the one damaged block torn", rs)
+				}
+				buf := make([]byte, bs)
+				if _, err := v2.ReadAt(buf, blk*int64(bs)); !errors.Is(err, dif.ErrIntegrity) {
+					t.Fatalf("damaged block under an open intent reads: %v", err)
+				}
+				for b := int64(0); b < 12; b++ {
+					if b == blk {
+						continue
+					}
+					if _, err := v2.ReadAt(buf, b*int64(bs)); err != nil {
+						t.Fatalf("block %d: %v", b, err)
+					}
+				}
+			})
+		}
+	}
+}
+
+// TestVolumeRecoveryChecksSectorSums: data that matches an intent's PI
+// tuple but not its CRC-32C sector checksum (a T10-DIF guard collision,
+// made by adding the CRC polynomial to the data) is not the intended write:
+// recovery must report it torn, not fold it.
+func TestVolumeRecoveryChecksSectorSums(t *testing.T) {
+	e := newPowerLossEnv(t, "512+8", 32) // 16-bit guard: sector sums kept
+	bs := e.f.BlockSize()
+	if !e.v.Manifest().SectorSums {
+		t.Fatal("the volume keeps no sector checksums")
+	}
+	f := e.v.Format()
+	e.v.Close()
+	v, err := Open(context.Background(), e.fd, e.kv, Options{Rereads: -1, StagingBytes: 8 * bs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const blk = 2
+	data := pattern(12*bs, 10)
+	if _, err := v.WriteAt(data, 0); err != nil {
+		t.Fatal(err)
+	}
+	v.waitFlushed()
+	clone := e.fs.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 0, RNG: rand.New(rand.NewPCG(1, 1))})
+	if err := e.fd.Crash(CrashOptions{Keep: 1}); err != nil {
+		t.Fatal(err)
+	}
+	fd, err := e.fd.Reopen()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.kv.Close()
+	// x^16 + 0x8BB7 (0x18BB7), shifted left by 7 to fill three bytes: the
+	// data plus a multiple of the polynomial has the same CRC-16/T10-DIF.
+	poly := []byte{0xC5, 0xDB, 0x80}
+	at := blk*bs + 100
+	for i, p := range poly {
+		if err := flipByte(fd, int64(at+i), p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Check the collision: same tuple, different data.
+	got := make([]byte, bs)
+	if _, err := fd.ReadAt(got, blk*int64(bs)); err != nil {
+		t.Fatal(err)
+	}
+	t1, t2 := make([]byte, 8), make([]byte, 8)
+	p := dif.Params{RefTag: blk, LBA: blk}
+	if err := f.Generate(data[blk*bs:(blk+1)*bs], t1, p); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Generate(got, t2, p); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(t1, t2) || bytes.Equal(got, data[blk*bs:(blk+1)*bs]) {
+		t.Fatalf("no guard collision: %x %x", t1, t2)
+	}
+	kv, err := store.OpenPebbleOnFS("db", clone)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kv.Close()
+	v2, err := Open(context.Background(), fd, kv, Options{Rereads: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer v2.Close()
+	if rs := v2.Stats().Recovery; rs.Torn != 1 || rs.Folded != rs.Blocks-1 || rs.Blocks < 4 {
+		t.Fatalf("recovery: %+v; want the colliding block torn and the others folded", rs)
+	}
+}
+
+// flipByte XORs the byte at off with x on the medium (FlipBit per bit).
+func flipByte(fd *FaultDevice, off int64, x byte) error {
+	for bit := uint(0); bit < 8; bit++ {
+		if x>>bit&1 != 0 {
+			if err := fd.FlipBit(off, bit); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }

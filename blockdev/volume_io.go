@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -36,6 +37,7 @@ type scratch struct {
 	ovTuples   []byte
 	ovSums     []uint32
 	ioBad      []uint64 // blocks that could not be read
+	dirty      []uint64 // unwritten blocks holding data (see unwritten.go)
 	states     []dif.State
 	head       []byte // partial blocks of reads and writes
 	tail       []byte
@@ -44,6 +46,10 @@ type scratch struct {
 	wg         sync.WaitGroup // parts of a split read (readClassify)
 	jobErr     atomic.Pointer[error]
 	partFailed atomic.Uint64 // parts whose read failed, redone serially
+
+	// unwritten: every block of the loaded run is unwritten (see
+	// verifyRun's hole check).
+	unwritten bool
 
 	// inPlace: blocks read from the device's mapping are verified where
 	// they are, and only the failing ones copied to data (CheckRun, which
@@ -69,6 +75,7 @@ func (v *Volume) newScratch() any {
 		ovMask:   make([]uint64, w),
 		ovTuples: make([]byte, n*v.ts),
 		ioBad:    make([]uint64, w),
+		dirty:    make([]uint64, w),
 		states:   make([]dif.State, n),
 		head:     AlignedBuffer(v.bs),
 		tail:     AlignedBuffer(v.bs),
@@ -160,6 +167,7 @@ func (v *Volume) loadRun(lba int64, n int, data []byte, sc *scratch, rereads int
 	mask := sc.ovMask[:w]
 	clear(mask)
 	clear(sc.ioBad[:w])
+	clear(sc.dirty[:w])
 	over := false
 	var devErr error
 
@@ -208,9 +216,11 @@ func (v *Volume) loadRun(lba int64, n int, data []byte, sc *scratch, rereads int
 	if sc.inPlace {
 		read = v.tup.ReadRange
 	}
-	if _, err := read(uint64(lba), tuples, sums, sc.written); err != nil {
+	cnt, err := read(uint64(lba), tuples, sums, sc.written)
+	if err != nil {
 		return false, fmt.Errorf("blockdev: reading the tuples of blocks [%d, %d): %w", lba, end, err)
 	}
+	sc.unwritten = cnt == 0 && !over
 	if over {
 		for i := range n {
 			if !hasBit(mask, i) {
@@ -290,44 +300,61 @@ func (v *Volume) classify(lba int64, i, k int, data, src []byte, sc *scratch) er
 			}
 		}
 		p := v.params(lba + int64(i))
+		var sum dif.Summary
+		var err error
 		if !v.sums {
-			var err error
 			if from != nil {
-				_, err = v.f.ClassifyCopy(states, blocks, from, tuples, p)
+				sum, err = v.f.ClassifyCopy(states, blocks, from, tuples, p)
 			} else {
-				_, err = v.f.Classify(states, blocks, tuples, p)
+				sum, err = v.f.Classify(states, blocks, tuples, p)
 			}
 			if err != nil {
 				return fmt.Errorf("blockdev: verify: %w", err)
 			}
-			if keep != nil {
-				copyFailed(keep, blocks, states, bs)
-			}
-			continue
-		}
-		crcs := sc.crcs[i : i+k]
-		var err error
-		if from != nil {
-			_, err = v.f.ClassifySumsCopy(states, crcs, blocks, from, tuples, p)
 		} else {
-			_, err = v.f.ClassifySums(states, crcs, blocks, tuples, p)
-		}
-		if err != nil {
-			return fmt.Errorf("blockdev: verify: %w", err)
-		}
-		sums := sc.sums[i : i+k]
-		if !bytes.Equal(u32Bytes(crcs), u32Bytes(sums)) {
-			for j := range crcs {
-				if crcs[j] != sums[j] && sc.written.Has(i+j) {
-					sc.states[i+j] = dif.StateFailed
+			crcs := sc.crcs[i : i+k]
+			if from != nil {
+				sum, err = v.f.ClassifySumsCopy(states, crcs, blocks, from, tuples, p)
+			} else {
+				sum, err = v.f.ClassifySums(states, crcs, blocks, tuples, p)
+			}
+			if err != nil {
+				return fmt.Errorf("blockdev: verify: %w", err)
+			}
+			sums := sc.sums[i : i+k]
+			if !bytes.Equal(u32Bytes(crcs), u32Bytes(sums)) {
+				for j := range crcs {
+					if crcs[j] != sums[j] && sc.written.Has(i+j) {
+						sc.states[i+j] = dif.StateFailed
+					}
 				}
 			}
+		}
+		if sum.Unwritten > 0 {
+			v.checkUnwritten(i, states, blocks, sc)
 		}
 		if keep != nil {
 			copyFailed(keep, blocks, states, bs)
 		}
 	}
 	return nil
+}
+
+// checkUnwritten applies the rule of unwritten blocks (see unwritten.go)
+// to the blocks of a classified piece starting at index i of the run: an
+// unwritten block (not merely one whose stored tuple is all ones) whose
+// data is not zeros fails and is marked in sc.dirty.
+func (v *Volume) checkUnwritten(i int, states []dif.State, blocks []byte, sc *scratch) {
+	bs := v.bs
+	for j, st := range states {
+		if st != dif.StateUnwritten || sc.written.Has(i+j) {
+			continue
+		}
+		if !isZero(blocks[j*bs : (j+1)*bs]) {
+			states[j] = dif.StateFailed
+			setBit(sc.dirty, i+j)
+		}
+	}
 }
 
 // copyFailed copies the failing blocks of src (their states in states) to
@@ -534,6 +561,21 @@ func (v *Volume) verifyRun(lba int64, n int, data []byte, sc *scratch, rereads i
 	if err != nil {
 		return RunStats{}, err
 	}
+	if !loaded && sc.unwritten {
+		hole, err := v.isHole(lba, n)
+		if err != nil {
+			return RunStats{}, err
+		}
+		if hole {
+			// Unwritten blocks in a hole: zeros, by the rule, without a
+			// read.
+			if zero {
+				clear(data[:n*v.bs])
+			}
+			v.st.read.Add(int64(n))
+			return RunStats{Blocks: int64(n), Unwritten: int64(n)}, nil
+		}
+	}
 	if loaded {
 		err = v.classify(lba, 0, n, data, nil, sc)
 	} else {
@@ -607,6 +649,30 @@ func (v *Volume) verifyRun(lba int64, n int, data []byte, sc *scratch, rereads i
 	return st, nil
 }
 
+// isHole reports whether the device knows blocks [lba, lba+n) to be a hole
+// (SEEK_DATA finds no data in them): they read as zeros without a read.
+func (v *Volume) isHole(lba int64, n int) (bool, error) {
+	f, ok := v.dev.(DataFinder)
+	if !ok || v.noHoles.Load() {
+		return false, nil
+	}
+	off, end := lba*int64(v.bs), (lba+int64(n))*int64(v.bs)
+	e, err := f.NextData(off)
+	switch {
+	case errors.Is(err, io.EOF):
+		return true, nil
+	case errors.Is(err, errors.ErrUnsupported):
+		v.noHoles.Store(true)
+		return false, nil
+	case err != nil:
+		if errors.Is(err, ErrClosed) || errors.Is(err, ErrCrashed) {
+			return false, err
+		}
+		return false, nil // read the blocks: the read reports the device's trouble
+	}
+	return e.Off >= end, nil
+}
+
 // sortProblems sorts by LBA, stably (insertion sort: few problems).
 func sortProblems(p []Problem) {
 	for i := 1; i < len(p); i++ {
@@ -617,8 +683,11 @@ func sortProblems(p []Problem) {
 }
 
 // blockOK verifies one block (index i of the loaded run) against its tuple
-// and sum.
+// and sum; an unwritten block must be zeros.
 func (v *Volume) blockOK(data []byte, i int, lba int64, sc *scratch) bool {
+	if !sc.written.Has(i) {
+		return isZero(data)
+	}
 	if v.f.Verify(data, sc.tuples[i*v.ts:(i+1)*v.ts], v.params(lba)) != nil {
 		return false
 	}
@@ -627,6 +696,10 @@ func (v *Volume) blockOK(data []byte, i int, lba int64, sc *scratch) bool {
 
 // blockProblems appends the failed checks of one block to sc.probs.
 func (v *Volume) blockProblems(data []byte, i int, lba int64, sc *scratch) {
+	if hasBit(sc.dirty, i) {
+		sc.probs = append(sc.probs, unwrittenProblem(lba, data))
+		return
+	}
 	v.f.VerifyFunc(data, sc.tuples[i*v.ts:(i+1)*v.ts], v.params(lba), func(ce *dif.CheckError) error {
 		sc.probs = append(sc.probs, Problem{LBA: lba, Kind: KindOf(ce.Field), Expected: ce.Expected, Actual: ce.Actual, Err: ce})
 		return nil
@@ -641,9 +714,9 @@ func (v *Volume) blockProblems(data []byte, i int, lba int64, sc *scratch) {
 
 // runError turns the problems of a verified run into ReadAt's error: the
 // device's error for a block that could not be read, otherwise an
-// *IntegrityError. It returns nil if every problem was transient, and the
-// index in the run of the first bad block.
-func runError(op string, probs []Problem) (error, int64) {
+// *IntegrityError, with the first bad block. It returns nil if every
+// problem was transient.
+func runError(op string, probs []Problem) (int64, error) {
 	var ie *IntegrityError
 	var last int64 = -1
 	for _, p := range probs {
@@ -651,7 +724,7 @@ func runError(op string, probs []Problem) (error, int64) {
 			continue
 		}
 		if p.Kind == KindIO {
-			return fmt.Errorf("blockdev: %s of block %d: %w", op, p.LBA, p.Err), p.LBA
+			return p.LBA, fmt.Errorf("blockdev: %s of block %d: %w", op, p.LBA, p.Err)
 		}
 		if ie == nil {
 			ie = &IntegrityError{Op: op, LBA: p.LBA}
@@ -666,9 +739,9 @@ func runError(op string, probs []Problem) (error, int64) {
 		}
 	}
 	if ie == nil {
-		return nil, -1
+		return -1, nil
 	}
-	return ie, ie.LBA
+	return ie.LBA, ie
 }
 
 // ReadAt reads len(p) bytes at off, verifying every block it returns
@@ -677,30 +750,49 @@ func runError(op string, probs []Problem) (error, int64) {
 // times, around the page cache where the device allows it) before it is
 // reported; one that passes on a re-read is returned and counted in
 // Stats.Transient. Blocks never written, or discarded, read as zeros
-// without error.
+// without error when they are zeros (or a hole) on the device; one holding
+// anything else fails with an *IntegrityError wrapping
+// *UnwrittenDataError, and is never returned as zeros.
 //
 // On failure ReadAt returns the bytes before the first bad block and an
 // *IntegrityError (matching dif.ErrIntegrity) listing the failing blocks of
 // the 1 MiB chunk where it stopped, or the device's error wrapped with the
-// block that could not be read.
-func (v *Volume) ReadAt(p []byte, off int64) (int, error) {
+// block that could not be read; the rest of p is zeroed, so that no
+// unverified byte is left in it.
+//
+// As io.ReaderAt requires, a read reaching past the end returns the bytes
+// before the end and io.EOF (and 0, io.EOF at or past the end); a negative
+// offset fails with ErrOutOfRange.
+func (v *Volume) ReadAt(p []byte, off int64) (n int, err error) {
 	done, err := v.enter()
 	if err != nil {
 		return 0, err
 	}
 	defer done()
-	if err := checkRange("read", off, int64(len(p)), v.Size()); err != nil {
-		return 0, err
+	if off < 0 {
+		return 0, checkRange("read", off, int64(len(p)), v.Size())
 	}
 	if len(p) == 0 {
 		return 0, nil
+	}
+	var eof error
+	if size := v.Size(); int64(len(p)) > size-off {
+		if off >= size {
+			return 0, io.EOF
+		}
+		p, eof = p[:size-off], io.EOF
 	}
 	bs := int64(v.bs)
 	id := v.locks.lock(off/bs, (off+int64(len(p))+bs-1)/bs, false)
 	defer v.locks.unlock(id)
 	sc := v.getScratch()
 	defer v.putScratch(sc)
-	return v.readLocked(p, off, sc)
+	n, err = v.readLocked(p, off, sc)
+	if err != nil {
+		clear(p[n:])
+		return n, err
+	}
+	return n, eof
 }
 
 // readLocked is ReadAt with the range locked.
@@ -714,7 +806,7 @@ func (v *Volume) readLocked(p []byte, off int64, sc *scratch) (int, error) {
 			if _, err := v.verifyRun(lba, 1, sc.head, sc, rereads, false, true); err != nil {
 				return i, err
 			}
-			if err, _ := runError("read", sc.probs); err != nil {
+			if _, err := runError("read", sc.probs); err != nil {
 				return i, err
 			}
 			i += copy(p[i:], sc.head[inb:])
@@ -724,7 +816,7 @@ func (v *Volume) readLocked(p []byte, off int64, sc *scratch) (int, error) {
 		if _, err := v.verifyRun(lba, n, p[i:i+n*v.bs], sc, rereads, false, true); err != nil {
 			return i, err
 		}
-		if err, bad := runError("read", sc.probs); err != nil {
+		if bad, err := runError("read", sc.probs); err != nil {
 			return i + int(bad-lba)*v.bs, err
 		}
 		i += n * v.bs
@@ -761,7 +853,7 @@ func (v *Volume) readEdge(buf []byte, lba int64, sc *scratch) error {
 	if _, err := v.verifyRun(lba, 1, buf, sc, v.opts.Rereads, false, true); err != nil {
 		return err
 	}
-	err, _ := runError("write", sc.probs)
+	_, err := runError("write", sc.probs)
 	var ie *IntegrityError
 	if err != nil && v.opts.RewriteBadBlocks && errors.As(err, &ie) {
 		return nil
@@ -856,9 +948,18 @@ func (v *Volume) WriteAt(p []byte, off int64) (int, error) {
 
 // Discard marks the blocks of [off, off+n) discarded: they read as zeros
 // afterwards, without error. off and n must be multiples of the block size
-// (ErrUnaligned). The range is also discarded on the device when it is a
-// Discarder (a hole punched in an image). Discard syncs the volume first
-// and makes the discard durable before it returns.
+// (ErrUnaligned). Since an unwritten block must be zeros on the device (see
+// ErrUnwrittenData), the range is discarded on the device when it is a
+// Discarder (a hole punched in an image, zeroes written on a block device
+// that can unmap them) and written with zeros otherwise. Discard syncs the
+// volume first and makes the discard durable before it returns.
+//
+// Crash consistency: each piece of the range is first recorded as an
+// intent whose tuples are those of zero blocks, then zeroed on the device
+// and synced, then marked unwritten in the store with the intent dropped,
+// in one synced commit. A crash in between leaves each block with its old
+// data (recovery keeps its tuple) or zeros (recovery commits the zero
+// block's tuple), never failing verification.
 func (v *Volume) Discard(off, n int64) error {
 	done, err := v.enter()
 	if err != nil {
@@ -881,20 +982,101 @@ func (v *Volume) Discard(off, n int64) error {
 	id := v.locks.lock(off/bs, (off+n)/bs, true)
 	defer v.locks.unlock(id)
 	v.flushMu.Lock()
-	err = v.syncLocked()
-	if err == nil {
-		if derr := v.tup.Discard(uint64(off/bs), uint64(n/bs), true); derr != nil {
-			err = v.fail(derr)
-		}
-	}
-	v.flushMu.Unlock()
-	if err != nil {
+	defer v.flushMu.Unlock()
+	if err := v.syncLocked(); err != nil {
 		return err
 	}
+	return v.discardLocked(off/bs, n/bs)
+}
+
+// discardPiece is the most blocks one step of a discard covers (its intent
+// holds their tuples: 16 MiB of 16-byte tuples).
+const discardPiece = 1 << 20
+
+// discardLocked discards blocks [lba, lba+n) piece by piece (see Discard).
+// Caller holds flushMu and the range's lock, and has synced the volume.
+func (v *Volume) discardLocked(lba, n int64) error {
+	bs, ts := v.bs, v.ts
+	piece := min(n, discardPiece)
+	tuples := make([]byte, piece*int64(ts))
+	var sums []uint32
+	if v.sums {
+		sums = make([]uint32, piece)
+	}
+	written := store.NewBitmap(int(piece))
+	zb := max(1, len(zeroBuf)/bs) // blocks of zeroBuf
+	for b := lba; b < lba+n; b += piece {
+		k := min(piece, lba+n-b)
+		kt := tuples[:k*int64(ts)]
+		var ks []uint32
+		if sums != nil {
+			ks = sums[:k]
+		}
+		cnt, err := v.tup.ReadRange(uint64(b), kt, ks, written)
+		if err != nil {
+			return v.fail(err)
+		}
+		var iid store.IntentID
+		if cnt > 0 {
+			// The tuples of zero blocks, as the intent.
+			for i := int64(0); i < k; i += int64(zb) {
+				j := min(k, i+int64(zb))
+				var s []uint32
+				if ks != nil {
+					s = ks[i:j]
+				}
+				if err := v.generate(zeroBuf[:(j-i)*int64(bs)], b+i, int(j-i), kt[i*int64(ts):j*int64(ts)], s); err != nil {
+					return err
+				}
+			}
+			x := v.tup.NewTxn()
+			if iid, err = x.RecordIntent(uint64(b), kt, ks); err != nil {
+				x.Abort()
+				return v.fail(err)
+			}
+			if err := x.Commit(true); err != nil {
+				return v.fail(err)
+			}
+		}
+		if err := v.zeroDevice(b*int64(bs), k*int64(bs)); err != nil {
+			return v.fail(err)
+		}
+		if err := v.dev.Sync(); err != nil {
+			return v.fail(err)
+		}
+		x := v.tup.NewTxn()
+		err = x.Discard(uint64(b), uint64(k))
+		if err == nil && cnt > 0 {
+			err = x.DropIntent(iid)
+		}
+		if err != nil {
+			x.Abort()
+			return v.fail(err)
+		}
+		if err := x.Commit(true); err != nil {
+			return v.fail(err)
+		}
+	}
+	return nil
+}
+
+// zeroDevice makes the device's bytes [off, off+n) read as zeros: a
+// discard where the device can (a Discarder guarantees zeros), otherwise
+// writes of zeros.
+func (v *Volume) zeroDevice(off, n int64) error {
 	if d, ok := v.dev.(Discarder); ok {
-		if err := d.Discard(off, n); err != nil && !errors.Is(err, errors.ErrUnsupported) {
+		err := d.Discard(off, n)
+		if err == nil || !errors.Is(err, errors.ErrUnsupported) {
 			return err
 		}
+	}
+	buf := AlignedBuffer(min(int(n), 1<<20))
+	for pos := off; pos < off+n; {
+		k := min(int64(len(buf)), off+n-pos)
+		if _, err := v.dev.WriteAt(buf[:k], pos); err != nil {
+			return err
+		}
+		pos += k
 	}
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"path/filepath"
 	"sync"
@@ -177,10 +178,24 @@ func TestVolumeOutOfRange(t *testing.T) {
 	tv := newTestVol(t, "512+8", 16, CreateOptions{})
 	size := tv.v.Size()
 	buf := make([]byte, 600)
-	for _, off := range []int64{-1, size - 599, size + 1} {
-		if _, err := tv.v.ReadAt(buf, off); !errors.Is(err, ErrOutOfRange) {
-			t.Errorf("ReadAt at %d: %v, want ErrOutOfRange", off, err)
+	if _, err := tv.v.ReadAt(buf, -1); !errors.Is(err, ErrOutOfRange) {
+		t.Errorf("ReadAt at -1: %v, want ErrOutOfRange", err)
+	}
+	// io.ReaderAt: across the end, the bytes before it and io.EOF.
+	for _, off := range []int64{size - 599, size - 1, size, size + 1} {
+		for i := range buf {
+			buf[i] = 0xAA
 		}
+		n, err := tv.v.ReadAt(buf, off)
+		want := int(max(0, size-off))
+		if n != want || err != io.EOF {
+			t.Errorf("ReadAt of %d bytes at %d of %d: %d, %v; want %d, io.EOF", len(buf), off, size, n, err, want)
+		}
+		if want > 0 && !bytes.Equal(buf[:n], tv.model[off:]) {
+			t.Errorf("ReadAt at %d: wrong bytes before the end", off)
+		}
+	}
+	for _, off := range []int64{-1, size - 599, size + 1} {
 		if _, err := tv.v.WriteAt(buf, off); !errors.Is(err, ErrOutOfRange) {
 			t.Errorf("WriteAt at %d: %v, want ErrOutOfRange", off, err)
 		}

@@ -180,6 +180,7 @@ volume cannot be opened.
 // parseForm splits FORM[:FORMAT] and checks the form.
 func parseForm(flag, s string) (form, format string, err error) {
 	form, format, _ = strings.Cut(s, ":")
+	format = normalizeFormatText(format)
 	if _, ok := formFiles[form]; !ok {
 		return "", "", usageErrorf("%s %q: unknown form %q (want interleaved, dix or store)", flag, s, form)
 	}

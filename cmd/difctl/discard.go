@@ -37,9 +37,12 @@ func newDiscardCmd(g *globalOptions) *cobra.Command {
 		Use:   "discard IMAGE --lba N --count M",
 		Short: "Discard blocks of a protected image (unwritten from then on)",
 		Long: `Discard blocks N to N+M-1 of the protected IMAGE: deallocate them on the
-image (a hole; BLKDISCARD on a block device) and mark them unwritten in the
-store, so that they read back as zeros and verify as unwritten, not as
-failures. The change is durable when discard returns.
+image (a hole; on a block device a discard that reads back as zeros, or
+zeros written), mark them unwritten in the store, so that they read back
+as zeros and verify as unwritten, not as failures, and close their open
+findings. An unwritten block must be zeros on the device: data appearing
+there later is reported as "data in unwritten block". The change is
+durable when discard returns.
 
 ` + exitCodesHelp(exitOK, exitOperational, exitUsage, exitCancelled),
 		Example: `  difctl discard disk.img --lba 1024 --count 2048`,
@@ -78,6 +81,10 @@ func runDiscard(ctx context.Context, opts discardOptions, stdout, _ io.Writer) e
 	}
 	if err := v.vol.Sync(); err != nil {
 		return fmt.Errorf("sync %s: %s", opts.Image, storeCause(err))
+	}
+	// The discarded blocks' old findings went with their contents.
+	if _, err := closeOverwritten(v.vol.Tuples(), opts.LBA, opts.Count); err != nil {
+		return fmt.Errorf("%s: closing the findings of the discarded blocks: %s", opts.Image, storeCause(err))
 	}
 	if err := v.Close(); err != nil {
 		return fmt.Errorf("%s: %s", opts.Image, storeCause(err))

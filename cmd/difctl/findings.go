@@ -19,7 +19,7 @@ import (
 type findingRecord struct {
 	header
 	LBA       int64  `json:"lba"`                 // the block
-	Kind      string `json:"kind"`                // guard, app-tag, ref-tag, storage-tag, sector-crc, torn, io
+	Kind      string `json:"kind"`                // guard, app-tag, ref-tag, storage-tag, sector-crc, torn, io, unwritten-data
 	Expected  string `json:"expected,omitempty"`  // computed value, hex, zero-padded to the field's width
 	Actual    string `json:"actual,omitempty"`    // stored value, same form
 	Transient bool   `json:"transient,omitempty"` // failed, then passed when read again
@@ -69,6 +69,8 @@ var kindNames = map[blockdev.Kind]string{
 	blockdev.KindSectorSum:  "sector checksum",
 	blockdev.KindTorn:       "torn write",
 	blockdev.KindIO:         "unreadable",
+	// data in an unwritten block
+	blockdev.KindUnwrittenData: "data in unwritten block",
 }
 
 func kindName(k blockdev.Kind) string {
@@ -86,10 +88,14 @@ type findings struct {
 	f      dif.Format
 	byKind map[string]int64
 	err    error
+	// Text output lists maxTextFindings findings, then counts the rest in
+	// hidden; the summary says where they all are (more).
+	shown, hidden int64
+	more          string
 }
 
 func newFindings(out *output, f dif.Format) *findings {
-	return &findings{out: out, f: f, byKind: map[string]int64{}}
+	return &findings{out: out, f: f, byKind: map[string]int64{}, more: "--json lists them all"}
 }
 
 // widths returns the width in bits of the values of a kind of failure.
@@ -139,21 +145,29 @@ func (fw *findings) report(p blockdev.Problem) {
 		fw.err = fw.out.emit(r)
 		return
 	}
+	if fw.shown >= maxTextFindings {
+		fw.hidden++
+		return
+	}
+	fw.shown++
 	var b strings.Builder
 	fmt.Fprintf(&b, "LBA %d: %s", p.LBA, kindName(p.Kind))
 	switch p.Kind {
-	case blockdev.KindIO, blockdev.KindTorn:
+	case blockdev.KindIO, blockdev.KindTorn, blockdev.KindUnwrittenData:
 	default:
 		b.WriteString(" mismatch")
 	}
 	if p.Transient {
 		b.WriteString(" (transient: passed when read again)")
 	}
-	if p.Kind == blockdev.KindIO {
+	switch p.Kind {
+	case blockdev.KindIO:
 		if p.Err != nil {
 			fmt.Fprintf(&b, ": %s", oneLine(p.Err.Error()))
 		}
-	} else {
+	case blockdev.KindUnwrittenData:
+		b.WriteString(": unwritten (discarded or never written) but not zeros on the device")
+	default:
 		fmt.Fprintf(&b, ": expected 0x%s, stored 0x%s", exp, act)
 	}
 	b.WriteByte('\n')
@@ -197,6 +211,9 @@ func (fw *findings) summary(rec *summaryRecord, st blockdev.RunStats, elapsed ti
 			fmt.Fprintf(&b, ", %d transient", st.Transient)
 		}
 		b.WriteByte('\n')
+		if fw.hidden > 0 {
+			fmt.Fprintf(&b, "%d more findings not listed after the first %d; %s\n", fw.hidden, maxTextFindings, fw.more)
+		}
 		if _, err := io.WriteString(fw.out.w, b.String()); err != nil {
 			return fmt.Errorf("write output: %w", err)
 		}

@@ -269,7 +269,10 @@ func (t *tupleTable) row(rec *tupleRecord) error {
 		return v
 	}
 	state := rec.State
-	if rec.Written != nil && !*rec.Written {
+	switch {
+	case failed[string(blockdev.KindUnwrittenData)]:
+		state = "unwritten, data !"
+	case rec.Written != nil && !*rec.Written:
 		state = "unwritten"
 	}
 	cols := []string{fmt.Sprint(rec.LBA), state,

@@ -136,7 +136,7 @@ func runInspectStore(ctx context.Context, opts inspectOptions, stdout, stderr io
 	if len(kinds) > 0 {
 		open += " (" + strings.Join(kinds, ", ") + ")"
 	}
-	fmt.Fprintf(tw, "findings:\t%s, %d rechecked ok, %d closed\n", open, rec.Findings["rechecked-ok"], rec.Findings["closed"])
+	fmt.Fprintf(tw, "findings:\t%s, %d rechecked-ok, %d closed\n", open, rec.Findings["rechecked-ok"], rec.Findings["closed"])
 	if rec.ScrubNext != nil {
 		fmt.Fprintf(tw, "scrub:\t%d passes complete, next block %d, updated %s\n", *rec.ScrubPass, *rec.ScrubNext, orDash(rec.ScrubAt))
 	} else {
@@ -194,6 +194,11 @@ func inspectStoreBlocks(ctx context.Context, opts inspectOptions, out *output, t
 		if !w {
 			rec.State = "unwritten"
 			rec.Failed = []string{}
+			if !isZeroBlock(data) {
+				// An unwritten block must be zeros on the device.
+				rec.State = "failed"
+				rec.Failed = []string{string(blockdev.KindUnwrittenData)}
+			}
 		}
 		if err := tt.row(rec); err != nil {
 			return err

@@ -39,13 +39,13 @@ func difctlMain() int {
 // code, printing the error, if any, as one line on stderr (and, with
 // --json, as a final "error" record on stdout).
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	var g globalOptions
+	g := globalOptions{Args: args}
 	root := newRootCmd(&g, stdin)
 	root.SetArgs(args)
 	root.SetIn(stdin)
-	root.SetOut(stdout)
-	root.SetErr(stderr)
 	ran := false
+	root.SetOut(&quietWriter{w: stdout, g: &g, ran: &ran})
+	root.SetErr(stderr)
 	markRun(root, &ran)
 
 	cmd, err := root.ExecuteContextC(ctx)
@@ -75,4 +75,20 @@ func markRun(c *cobra.Command, ran *bool) {
 	for _, sub := range c.Commands() {
 		markRun(sub, ran)
 	}
+}
+
+// quietWriter is the commands' stdout: with --quiet and without --json it
+// drops everything a command writes (help and --version, which run no
+// command, still print).
+type quietWriter struct {
+	w   io.Writer
+	g   *globalOptions
+	ran *bool
+}
+
+func (q *quietWriter) Write(p []byte) (int, error) {
+	if *q.ran && q.g.Quiet && !q.g.JSON {
+		return len(p), nil
+	}
+	return q.w.Write(p)
 }

@@ -15,7 +15,10 @@ const schemaVersion = "difctl/v1"
 // struct embeds a copy, taken when the command runs.
 type globalOptions struct {
 	JSON  bool // --json: JSON Lines on stdout instead of text
-	Quiet bool // --quiet: no progress, no informational messages
+	Quiet bool // --quiet: nothing but errors (text results are dropped)
+	// Args is the command line after "difctl", for the files that record
+	// it (mapfile headers).
+	Args []string
 }
 
 // header starts every JSON record. Records embed it first, so "schema"

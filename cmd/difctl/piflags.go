@@ -183,7 +183,8 @@ func (f *blockSizeFlag) Set(s string) error {
 
 func (*blockSizeFlag) Type() string { return "size" }
 
-// guardFlag is a guard width: 16, 32 or 64 (or crc16, crc32, crc64).
+// guardFlag is a guard width: 16, 32 or 64 (or crc16, crc32 or crc32c,
+// crc64).
 type guardFlag struct {
 	g   dif.Guard
 	set bool
@@ -200,7 +201,7 @@ func (f *guardFlag) Set(s string) error {
 	switch strings.TrimPrefix(strings.ToLower(s), "crc") {
 	case "16":
 		f.g = dif.Guard16
-	case "32":
+	case "32", "32c":
 		f.g = dif.Guard32
 	case "64":
 		f.g = dif.Guard64
@@ -380,6 +381,7 @@ type formatFlag struct{ text string }
 func (f *formatFlag) String() string { return f.text }
 
 func (f *formatFlag) Set(s string) error {
+	s = normalizeFormatText(s)
 	if _, err := dif.Parse(s); err != nil {
 		return err
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"strings"
 
 	"github.com/difctl/difctl/blockdev"
 	"github.com/difctl/difctl/dif"
@@ -42,8 +43,14 @@ func (fl *imageFlags) spec() (text, meta string, err error) {
 	case fl.interleaved.text != "" && fl.format.text != "":
 		return "", "", usageErrorf("--interleaved takes the format itself; leave out --format")
 	case fl.interleaved.text != "":
+		if f, err := dif.Parse(fl.interleaved.text); err == nil && f.Layout() == dif.Separate {
+			return "", "", usageErrorf("--interleaved %s names the DIX layout (data and PI in separate files): give an interleaved format (leave out :dix), or --dix METAFILE --format for a DIX pair", fl.interleaved.text)
+		}
 		return fl.interleaved.text, "", nil
 	case fl.dix != "":
+		if f, err := dif.Parse(fl.format.text); err == nil && fl.format.text != "" && f.Layout() == dif.Interleaved && strings.Contains(fl.format.text, "interleaved") {
+			return "", "", usageErrorf("--dix with --format %s: that format names the interleaved layout; a DIX pair keeps data and PI apart (leave out :interleaved)", fl.format.text)
+		}
 		return fl.format.text, fl.dix, nil
 	}
 	return "", "", usageErrorf("name the image's layout: --interleaved FORMAT or --dix METAFILE")
@@ -91,6 +98,9 @@ func openPIImage(path, meta string, f dif.Format, p dif.Params, mode openMode) (
 		if err != nil {
 			return nil, err
 		}
+		if size == 0 && mode == openRead {
+			return nil, emptyImage(path)
+		}
 		im.files = append(im.files, im.dataFile)
 		im.ext, err = blockdev.NewExtendedImage(im.dataFile, size, f.BlockSize(), f.MetadataSize())
 		if err != nil {
@@ -103,6 +113,9 @@ func openPIImage(path, meta string, f dif.Format, p dif.Params, mode openMode) (
 		im.dataFile, dsize, err = openSizedFile(path, mode&openWriteData != 0)
 		if err != nil {
 			return nil, err
+		}
+		if dsize == 0 && mode == openRead {
+			return nil, emptyImage(path)
 		}
 		im.files = append(im.files, im.dataFile)
 		im.metaFile, msize, err = openSizedFile(meta, mode&openWriteMeta != 0)
@@ -128,6 +141,10 @@ func openSizedFile(path string, write bool) (*os.File, int64, error) {
 	flag := os.O_RDONLY
 	if write {
 		flag = os.O_RDWR
+	}
+	// Before the open: a FIFO would block it until a writer comes.
+	if err := checkImageFile(path); err != nil {
+		return nil, 0, err
 	}
 	f, err := os.OpenFile(path, flag, 0)
 	if err != nil {

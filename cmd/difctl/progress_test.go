@@ -42,7 +42,7 @@ func TestBar(t *testing.T) {
 	p := newBar(&b, 10<<20, "disk.img")
 	p.Add(5 << 20)
 	out := b.String()
-	for _, want := range []string{"disk.img", "50%", "MB", "/s"} {
+	for _, want := range []string{"disk.img", "50%", "MiB", "/s", "elapsed", "ETA"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("bar %q does not show %q", out, want)
 		}
@@ -61,7 +61,7 @@ func TestBarUnknownTotal(t *testing.T) {
 	p := newBar(&b, -1, "stdin")
 	p.Add(5 << 20)
 	p.Finish()
-	for _, want := range []string{"stdin", "5.2 MB", "/s"} {
+	for _, want := range []string{"stdin", "5.0 MiB", "/s"} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("spinner %q does not show %q", b.String(), want)
 		}

@@ -23,7 +23,9 @@ information (PI) for block images and devices.
 Results go to standard output, as text or, with --json, as JSON Lines (one
 object per line, each with "schema" and "type"; see SCHEMA.md). Errors go to
 standard error as one line, "difctl: <cause>". Progress is shown on standard
-error only when it is a terminal, and never with --quiet.
+error only when it is a terminal. With --quiet (-q) difctl prints nothing but
+errors, like grep -q: no progress and no text results, only the exit status
+(JSON Lines, which a program asked for, are still written).
 
 ` + exitCodesHelp(exitOK, exitCorrected, exitUncorrected, exitOperational, exitUsage, exitCancelled),
 		// Runnable so that an unknown command is our usage error rather
@@ -43,12 +45,15 @@ error only when it is a terminal, and never with --quiet.
 		SilenceUsage:  true, // a usage error is not worth a screen of help
 	}
 	root.SuggestionsMinimumDistance = 2
+	root.Version = versionString()
+	root.SetVersionTemplate("difctl {{.Version}}\n")
+	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error { return checkCommonFlags(cmd) }
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
 		return &usageError{err: err}
 	})
 	pf := root.PersistentFlags()
 	pf.BoolVar(&g.JSON, "json", false, "write results as JSON Lines (see SCHEMA.md)")
-	pf.BoolVarP(&g.Quiet, "quiet", "q", false, "no progress bar and no informational messages")
+	pf.BoolVarP(&g.Quiet, "quiet", "q", false, "print nothing but errors: no progress, no results (the exit status tells the outcome; --json output is kept)")
 
 	root.AddCommand(
 		newProtectCmd(g),

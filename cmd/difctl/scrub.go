@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -32,6 +34,7 @@ type scrubOptions struct {
 	Uncached      bool
 	Rereads       int
 	Badblocks     string // file for a badblocks(8) list
+	BadblocksBS   int    // block size of the list; 0: the image's
 	Mapfile       string // file for a GNU ddrescue mapfile
 }
 
@@ -54,7 +57,13 @@ type scrubRecord struct {
 	Bytes      int64   `json:"bytes"`               // data bytes checked by this run
 	Rate       float64 `json:"bytes_per_second"`    // over the active time
 	Badblocks  string  `json:"badblocks,omitempty"` // the badblocks list written
-	Mapfile    string  `json:"mapfile,omitempty"`   // the ddrescue mapfile written
+	// BadblocksBlockSize is the unit of the block numbers in the list.
+	BadblocksBlockSize int `json:"badblocks_block_size,omitempty"`
+	// PassFailed counts the failed blocks of the whole pass: with a
+	// resumed scrub, those found before the interruption too (the summary
+	// record counts this run's blocks only).
+	PassFailed int64  `json:"pass_failed"`
+	Mapfile    string `json:"mapfile,omitempty"` // the ddrescue mapfile written
 }
 
 func (*scrubRecord) recordType() string { return "scrub" }
@@ -66,6 +75,7 @@ func newScrubCmd(g *globalOptions) *cobra.Command {
 		opts  scrubOptions
 		rate  rateFlag
 		store string
+		badBS listBlockSizeFlag
 	)
 	cmd := &cobra.Command{
 		Use:   "scrub IMAGE [--interleaved FORMAT | --dix METAFILE --format FORMAT] [flags]",
@@ -79,13 +89,24 @@ IMAGE is checked against its store (protect), or carries its own PI with
 --interleaved FORMAT or --dix METAFILE (as verify). Either way the scrub's
 cursor and findings are kept in the store, by default IMAGE.difdb
 (--store mem: keeps nothing): an interrupted scrub (Ctrl-C, exit 32)
-continues where it stopped when run again, unless --restart. With
---errors-only only the blocks of open findings are checked again; those
-that pass now are closed.
+continues where it stopped when run again, unless --restart; its summary
+counts this run's blocks, and the line after it (and the exit status) the
+failures of the whole pass, those found before the interruption included.
+With --errors-only only the blocks of open findings are checked again;
+those that pass now are marked rechecked-ok (they stay in the log, as
+inspect shows; a write over the whole block, or a discard, closes a
+finding).
 
---badblocks FILE writes the failing blocks as a badblocks(8) list (block
-numbers in the image's block size, for e2fsck -l), --mapfile FILE as a GNU
-ddrescue mapfile ('-' for bad ranges), once the pass is complete.
+--badblocks FILE writes the failing blocks as a badblocks(8) list, one
+block number a line, in units of --badblocks-block-size bytes (default the
+image's block size; as badblocks -b). For e2fsck -l give the filesystem's
+block size (4096 for most ext4): a block of the list is listed when any of
+its bytes is bad (ranges are rounded outward). --mapfile FILE writes a GNU
+ddrescue mapfile ('-' for bad ranges). Both are written once the pass is
+complete.
+
+Text output lists the first 100 failing blocks, then only counts them:
+--json, --badblocks and --mapfile have them all.
 --uncached reads around the page cache, to check the medium rather than a
 cached copy.
 
@@ -99,8 +120,12 @@ cached copy.
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o := opts
 			o.globalOptions, o.Image, o.Range, o.Rate, o.Store = *g, args[0], pf.rng, rate.n, store
-			if o.Workers < 0 {
-				return usageErrorf("--workers must not be negative, not %d", o.Workers)
+			if o.Workers < 0 || o.Workers > blockdev.MaxScrubWorkers {
+				return usageErrorf("--workers must be 0 (the number of CPUs) to %d, not %d", blockdev.MaxScrubWorkers, o.Workers)
+			}
+			o.BadblocksBS = badBS.n
+			if badBS.n != 0 && o.Badblocks == "" {
+				return usageErrorf("--badblocks-block-size needs --badblocks")
 			}
 			if o.Rereads < 0 {
 				return usageErrorf("--rereads must not be negative, not %d", o.Rereads)
@@ -134,7 +159,8 @@ cached copy.
 	f.BoolVar(&opts.ErrorsOnly, "errors-only", false, "recheck only the blocks of open findings")
 	f.BoolVar(&opts.Uncached, "uncached", false, "read around the page cache")
 	f.IntVar(&opts.Rereads, "rereads", 1, "times a failing block is read again before it is reported (a pass then is transient)")
-	f.StringVar(&opts.Badblocks, "badblocks", "", "write the failing blocks to `FILE` as a badblocks(8) list")
+	f.StringVar(&opts.Badblocks, "badblocks", "", "write the failing blocks to `FILE` as a badblocks(8) list (for e2fsck -l, with --badblocks-block-size)")
+	f.Var(&badBS, "badblocks-block-size", "unit of the badblocks list's block numbers, as badblocks -b: the filesystem's block size for e2fsck -l (default: the image's block size); ranges are rounded outward")
 	f.StringVar(&opts.Mapfile, "mapfile", "", "write the failing blocks to `FILE` as a GNU ddrescue mapfile")
 	return cmd
 }
@@ -186,6 +212,7 @@ func runScrub(ctx context.Context, opts scrubOptions, stdout, stderr io.Writer) 
 	// The bad blocks of the pass: those a resumed pass found before it
 	// stopped come from the findings log, the rest as they are found.
 	var bad blockdev.BadRanges
+	earlier := map[string]int64{} // failures by kind found before a resume
 	if !opts.Restart && !opts.ErrorsOnly {
 		if c, ok, err := state.LoadCursor(start, end); err == nil && ok && c.Next > start && c.Next < end {
 			for fd, err := range state.OpenFindings(start, c.Next) {
@@ -194,13 +221,16 @@ func runScrub(ctx context.Context, opts scrubOptions, stdout, stderr io.Writer) 
 				}
 				if !fd.LastSeen.Before(c.Started) && fd.Bad() {
 					bad.AddFinding(fd)
+					earlier[string(fd.Kind)]++
 				}
 			}
 		}
 	}
+	earlierBlocks := bad.Blocks()
 
 	out := newOutput(stdout, opts.JSON)
 	fw := newFindings(out, f)
+	fw.more = "--json, --badblocks or --mapfile list them all"
 	bs := int64(src.BlockSize())
 	var prog progress = noProgress{}
 	var done int64
@@ -243,7 +273,7 @@ func runScrub(ctx context.Context, opts scrubOptions, stdout, stderr io.Writer) 
 	if err != nil {
 		if ctx.Err() != nil {
 			fmt.Fprintf(stderr, "difctl: %s: scrub stopped at LBA %d of %d; run it again to resume\n", name, rep.Next, end)
-			return interrupted(ctx, st.Failed)
+			return interrupted(ctx, st.Failed+earlierBlocks)
 		}
 		return fmt.Errorf("scrub %s: %s", name, storeCause(err))
 	}
@@ -263,24 +293,32 @@ func runScrub(ctx context.Context, opts scrubOptions, stdout, stderr io.Writer) 
 	}
 	rec := &scrubRecord{Image: opts.Image, Store: url, Start: rep.Start, End: rep.End, From: rep.From, Next: rep.Next,
 		Resumed: rep.Resumed, Complete: rep.Complete, Pass: rep.Pass, ErrorsOnly: rep.ErrorsOnly,
-		Rechecked: rep.Rechecked, Resolved: rep.Resolved, StillOpen: rep.StillOpen, Bytes: rep.Bytes}
+		Rechecked: rep.Rechecked, Resolved: rep.Resolved, StillOpen: rep.StillOpen, Bytes: rep.Bytes,
+		PassFailed: st.Failed}
+	if rep.Resumed {
+		rec.PassFailed += earlierBlocks
+	}
 	if s := rep.Active.Seconds(); s > 0 {
 		rec.Rate = float64(rep.Bytes) / s
+	}
+	listBS := int(bs)
+	if opts.BadblocksBS != 0 {
+		listBS = opts.BadblocksBS
 	}
 	if rep.Complete || rep.ErrorsOnly {
 		if opts.Badblocks != "" {
 			if err := writeFileWith(opts.Badblocks, func(w io.Writer) error {
-				return blockdev.WriteBadblocks(w, bad.Ranges(), int(bs), int(bs))
+				return blockdev.WriteBadblocks(w, bad.Ranges(), int(bs), listBS)
 			}); err != nil {
 				return err
 			}
-			rec.Badblocks = opts.Badblocks
+			rec.Badblocks, rec.BadblocksBlockSize = opts.Badblocks, listBS
 		}
 		if opts.Mapfile != "" {
 			if err := writeFileWith(opts.Mapfile, func(w io.Writer) error {
 				return blockdev.WriteMapfile(w, bad.Ranges(), blockdev.MapfileOptions{
 					BlockSize: int(bs), Blocks: src.Blocks(), Start: start, End: end,
-					Comments: []string{"Command line: difctl scrub " + opts.Image, "Start time: " + time.Now().Add(-rep.Elapsed).Format("2006-01-02 15:04:05")},
+					Comments: []string{"Command line: " + commandLine(opts.Args), "Start time: " + time.Now().Add(-rep.Elapsed).Format("2006-01-02 15:04:05")},
 				})
 			}); err != nil {
 				return err
@@ -307,6 +345,14 @@ func runScrub(ctx context.Context, opts scrubOptions, stdout, stderr io.Writer) 
 			fmt.Fprintf(&b, " (%s/s)", formatBytes(int64(rec.Rate)))
 		}
 		fmt.Fprintf(&b, "; state in %s", url)
+		if rep.Resumed && earlierBlocks > 0 {
+			var parts []string
+			for _, k := range slices.Sorted(maps.Keys(earlier)) {
+				parts = append(parts, fmt.Sprintf("%s %d", kindName(blockdev.Kind(k)), earlier[k]))
+			}
+			fmt.Fprintf(&b, "; whole pass: %d blocks failed, %d of them before LBA %d, found before the interruption (%s)",
+				rec.PassFailed, earlierBlocks, rep.From, strings.Join(parts, ", "))
+		}
 		if rec.Badblocks != "" {
 			fmt.Fprintf(&b, "; badblocks list %s", rec.Badblocks)
 		}
@@ -317,6 +363,10 @@ func runScrub(ctx context.Context, opts scrubOptions, stdout, stderr io.Writer) 
 	}
 	if serr == nil && opts.ErrorsOnly && rep.StillOpen > 0 {
 		return &integrityError{msg: fmt.Sprintf("%s: %d findings still failing", name, rep.StillOpen)}
+	}
+	if serr == nil && rec.PassFailed > 0 {
+		// Failures found by this pass before it was interrupted.
+		return &integrityError{msg: fmt.Sprintf("%s: %d blocks of this pass failed verification before the scrub was resumed", name, rec.PassFailed)}
 	}
 	return serr
 }
@@ -333,7 +383,7 @@ func (fw *findings) reportFinding(fd blockdev.Finding) {
 			fw.err = fw.out.emit(&findingRecord{LBA: fd.LBA, Kind: string(fd.Kind), Expected: exp, Actual: act, Resolved: true})
 			return
 		}
-		_, fw.err = fmt.Fprintf(fw.out.w, "LBA %d: %s: resolved, passes now\n", fd.LBA, kindName(fd.Kind))
+		_, fw.err = fmt.Fprintf(fw.out.w, "LBA %d: %s: passes now, finding marked rechecked-ok\n", fd.LBA, kindName(fd.Kind))
 		return
 	}
 	fw.report(blockdev.Problem{LBA: fd.LBA, Kind: fd.Kind, Expected: fd.Expected, Actual: fd.Actual, Transient: fd.Transient, Err: fd.Err})

@@ -40,7 +40,10 @@ func newVerifyCmd(g *globalOptions) *cobra.Command {
 fails a check, with the field that failed and the expected (computed) and
 stored values, then a summary: blocks checked, ok, failed by field,
 unwritten (all-ones tags: never written or discarded) and escaped (app tag
-0xffff).
+0xffff). An unwritten block of a store-backed image must be zeros (or a
+hole) on the image: one holding data is reported as "data in unwritten
+block" (kind unwritten-data). Text output lists the first 100 findings and
+counts the rest; --json lists them all.
 
 The image carries its own PI with --interleaved FORMAT (an extended-LBA
 dump: 520, 4104, 4112 or 4160-byte sectors) or --dix METAFILE (a data image

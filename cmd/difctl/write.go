@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -27,6 +28,9 @@ type writeRecord struct {
 	Input  string `json:"input"`  // the file, or "-" for standard input
 	Offset int64  `json:"offset"` // byte offset written at
 	Bytes  int64  `json:"bytes"`  // bytes written
+	// ClosedFindings counts the open findings of the blocks replaced
+	// whole, closed by the write.
+	ClosedFindings int `json:"closed_findings"`
 }
 
 func (*writeRecord) recordType() string { return "write" }
@@ -45,7 +49,9 @@ blocks get new tuples in the store, and a crash at any moment leaves every
 block verifying against its old or its new contents. A write that covers
 part of a block reads and verifies the rest of it first; if that block
 fails verification nothing is written (exit 4). The data is durable when
-write returns. Writing past the end of the image is refused.
+write returns. Writing past the end of the image is refused (exit 16, from a
+file or from standard input alike). The open findings of the blocks the
+write replaces whole are closed: their failures went with the old data.
 
 ` + exitCodesHelp(exitOK, exitUncorrected, exitOperational, exitUsage, exitCancelled),
 		Example: `  difctl write disk.img --offset 4096 patch.bin
@@ -108,7 +114,8 @@ func runWrite(ctx context.Context, opts writeOptions, stdout, stderr io.Writer) 
 		n, rerr := io.ReadFull(r, buf)
 		if n > 0 {
 			if off+int64(n) > devSize {
-				werr = fmt.Errorf("input goes past the end of %s (%d bytes) at offset %d: the first %d bytes were written", opts.Image, devSize, off, off-opts.Offset)
+				// A usage error, as for a file whose size says so up front.
+				werr = usageErrorf("input goes past the end of %s (%d bytes) at offset %d: the first %d bytes were written", opts.Image, devSize, off, off-opts.Offset)
 				break
 			}
 			if _, err := v.vol.WriteAt(buf[:n], off); err != nil {
@@ -135,19 +142,34 @@ func runWrite(ctx context.Context, opts writeOptions, stdout, stderr io.Writer) 
 		if isIntegrityErr(werr) {
 			return &integrityError{msg: fmt.Sprintf("write %s: %s", opts.Image, storeCause(werr))}
 		}
+		var ue *usageError
+		if errors.As(werr, &ue) {
+			return usageErrorf("write %s: %s", opts.Image, ue.err)
+		}
 		return fmt.Errorf("write %s: %s", opts.Image, storeCause(werr))
 	}
 	if serr != nil {
 		return fmt.Errorf("sync %s: %s", opts.Image, storeCause(serr))
 	}
+	// Blocks replaced whole: their old findings are resolved (closed).
+	bs := int64(v.vol.BlockSize())
+	first, end := (opts.Offset+bs-1)/bs, off/bs
+	closed, err := closeOverwritten(v.vol.Tuples(), first, end-first)
+	if err != nil {
+		return fmt.Errorf("%s: closing the findings of the rewritten blocks: %s", opts.Image, storeCause(err))
+	}
 	if err := v.Close(); err != nil {
 		return fmt.Errorf("%s: %s", opts.Image, storeCause(err))
 	}
 	out := newOutput(stdout, opts.JSON)
-	rec := &writeRecord{Image: opts.Image, Store: url, Input: opts.Input, Offset: opts.Offset, Bytes: off - opts.Offset}
+	rec := &writeRecord{Image: opts.Image, Store: url, Input: opts.Input, Offset: opts.Offset, Bytes: off - opts.Offset, ClosedFindings: closed}
 	if out.json {
 		return out.emit(rec)
 	}
-	_, err = fmt.Fprintf(out.w, "%s: wrote %d bytes at offset %d\n", opts.Image, rec.Bytes, rec.Offset)
+	msg := fmt.Sprintf("%s: wrote %d bytes at offset %d", opts.Image, rec.Bytes, rec.Offset)
+	if closed > 0 {
+		msg += fmt.Sprintf("; %d findings of the rewritten blocks closed", closed)
+	}
+	_, err = fmt.Fprintln(out.w, msg)
 	return err
 }

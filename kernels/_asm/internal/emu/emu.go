@@ -7,12 +7,15 @@
 // and nothing else: Run returns an error for any instruction, operand form
 // or symbol it does not model, so a generator change that emits something
 // new fails the tests until the interpreter learns it, rather than being
-// skipped. Legacy SSE instructions write the low 128 bits of a register and
-// keep the rest; VEX and EVEX ones zero the bits beyond their width. The
-// static data of the assembly (DATA/GLOBL) is loaded from the assembly
-// itself. Memory is one flat slice laid out by the caller (Addr*
-// constants); the message usually ends it, so that an over-read is an
-// error.
+// skipped. Of the flags it keeps CF and ZF, set by every modelled
+// instruction the SDM defines them for (ZF is left as it was where the SDM
+// leaves it undefined: MULQ, IMULQ). Legacy SSE instructions write the low
+// 128 bits of a register and keep the rest; VEX and EVEX ones zero the bits
+// beyond their width. The static data of the assembly (DATA/GLOBL) is
+// loaded from the assembly itself. Memory is one flat slice laid out by the
+// caller (Addr* constants); the message usually ends it, so that an
+// over-read is an error. The instructions only the Poly1305 kernels use are
+// in poly.go.
 package emu
 
 import (
@@ -20,6 +23,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"maps"
+	"math/bits"
 	"slices"
 	"strconv"
 	"strings"
@@ -493,13 +497,20 @@ func (m *Machine) step(p *Program, fn string, in instr, pc *int) bool {
 			panic(fault("bad destination"))
 		}
 	case "ADDQ":
-		m.setGPR(a[1], m.gval(a[1])+m.gval(a[0]))
+		// CF the carry out (ADCQ reads it), ZF by the result.
+		r, c := bits.Add64(m.gval(a[1]), m.gval(a[0]), 0)
+		m.setGPR(a[1], r)
+		m.cf, m.zf = c != 0, r == 0
 	case "ANDQ":
-		m.setGPR(a[1], m.gval(a[1])&m.gval(a[0]))
+		r := m.gval(a[1]) & m.gval(a[0])
+		m.setGPR(a[1], r)
+		m.cf, m.zf = false, r == 0
 	case "TESTQ":
 		m.cf, m.zf = false, m.gval(a[0])&m.gval(a[1]) == 0
 	case "NEGQ":
-		m.setGPR(a[0], -m.gval(a[0]))
+		x := m.gval(a[0])
+		m.setGPR(a[0], -x)
+		m.cf, m.zf = x != 0, x == 0
 	case "INCQ", "DECQ":
 		// ZF set, CF kept.
 		d := uint64(1)
@@ -539,14 +550,33 @@ func (m *Machine) step(p *Program, fn string, in instr, pc *int) bool {
 		}
 	case "LEAQ":
 		m.setGPR(a[1], m.addr(a[0]))
-	case "SHLQ":
-		m.setGPR(a[1], m.gval(a[1])<<uint(m.gval(a[0])&63))
-	case "SHRQ":
-		m.setGPR(a[1], m.gval(a[1])>>uint(m.gval(a[0])&63))
-	case "XORQ":
-		m.setGPR(a[1], m.gval(a[1])^m.gval(a[0]))
-	case "XORL":
-		m.setGPR(a[1], uint64(uint32(m.gval(a[1])^m.gval(a[0]))))
+	case "SHLQ", "SHRQ":
+		if in.op == "SHRQ" && len(a) == 3 {
+			m.shrd(a) // poly.go
+			break
+		}
+		if len(a) != 2 {
+			panic(fault("operand form not modelled"))
+		}
+		// A count of 0 (mod 64) changes nothing, flags included;
+		// otherwise CF is the last bit shifted out, ZF set by the result.
+		n, x := uint(m.gval(a[0])&63), m.gval(a[1])
+		if n == 0 {
+			break
+		}
+		r, out := x<<n, x>>(64-n)&1
+		if in.op == "SHRQ" {
+			r, out = x>>n, x>>(n-1)&1
+		}
+		m.setGPR(a[1], r)
+		m.cf, m.zf = out != 0, r == 0
+	case "XORQ", "XORL":
+		r := m.gval(a[1]) ^ m.gval(a[0])
+		if in.op == "XORL" {
+			r = uint64(uint32(r))
+		}
+		m.setGPR(a[1], r)
+		m.cf, m.zf = false, r == 0
 	case "NOTQ":
 		m.setGPR(a[0], ^m.gval(a[0]))
 	case "NOTL":
@@ -761,7 +791,9 @@ func (m *Machine) step(p *Program, fn string, in instr, pc *int) bool {
 		}
 		m.setVec(last(), r)
 	default:
-		panic(fault("instruction not modelled"))
+		if !m.stepPoly(in, w) { // poly.go
+			panic(fault("instruction not modelled"))
+		}
 	}
 	return true
 }

@@ -1,0 +1,732 @@
+// Command poly1305 generates the amd64 lane kernels of kernels/poly1305:
+// the Poly1305 accumulators of several blocks evaluated side by side under
+// one shared r. lanesAVX2 puts four blocks in the 64-bit lanes of YMM
+// registers (radix 2^26, below); lanesHybridAVX2 adds a fifth block in
+// general registers (see lanesAVX2 and scalarChunk); lanesIFMA puts eight in
+// ZMM registers with 52-bit multiplies (radix 2^44, see lanesIFMA's
+// comment).
+//
+// Run it from kernels/_asm (go generate in kernels/poly1305 does):
+//
+//	go run ./poly1305 -out ../poly1305/zblocks_amd64.s -stubs ../poly1305/zblocks_amd64.go
+//
+// The math is that of kernels/poly1305/poly1305_lanes.go (laneModel), which
+// the package tests against the generic code; the assembly does exactly
+// what the model does, in the same order, four lanes at once.
+//
+// Radix 2^26. Each accumulator h < 2^131 is five limbs h0..h4 with h =
+// Σ hk·2^(26k), one YMM register per limb, lane l holding block l's limb.
+// VPMULUDQ multiplies the low 32 bits of each lane into 64 bits, so a
+// product of a limb (< 2^27) and a key limb (< 2^29) never loses a bit, and
+// sums of up to ten such products (< 2^60) never overflow a lane.
+//
+// Multiplication by r mod p = 2^130-5. With r = Σ rk·2^(26k):
+//
+//	d_k = Σ_{i<=k} h_i·r_{k-i} + Σ_{i>k} h_i·(5·r_{k-i+5})
+//
+// because h_i·r_j with i+j >= 5 carries weight 2^(26(i+j)) = 2^130·2^(26(i+j-5))
+// ≡ 5·2^(26(i+j-5)) (mod p). The key table holds r_k and s_k = 5·r_k
+// (< 2^29) for r and r^2, each broadcast to the four lanes (laneKey), so
+// the kernel never multiplies by 5 except in the carry chain.
+//
+// Four chunks per step, with the shared powers r^4, r^3, r^2 and r:
+//
+//	h' = (((h + m1)·r + m2)·r + m3)·r + m4)·r
+//	   = (h + m1)·r^4 + m2·r^3 + m3·r^2 + m4·r
+//
+// The m2, m3, m4 products do not depend on h, so only one multiply-and-carry
+// chain per four chunks is on the critical path, and one carry chain serves
+// four chunks: 100 VPMULUDQ per step for four blocks (64 bytes of each).
+// The multiplier (one VPMULUDQ per cycle on AMD Zen 2) is the bound, but
+// not the only cost: a kernel without carry chains (wrong, for timing only)
+// ran 1.21 times as fast as the two-chunk step, so halving them pays. Two
+// chunks left take one step (h + m1)·r^2 + m2·r, an odd last one h' =
+// (h + m)·r.
+//
+// A chunk, 16 bytes lo + hi·2^64 of each block, splits into limbs
+//
+//	m0 = lo & M   m1 = lo>>26 & M   m2 = (lo>>52 | hi<<12) & M
+//	m3 = hi>>14 & M   m4 = hi>>40 | 2^24
+//
+// (M = 2^26-1; 2^24 in limb 4 is the pad bit 2^128 = 2^(104+24)). The four
+// blocks' chunks are gathered by two 16-byte loads and two VINSERTI128 into
+// [b0 | b2] and [b1 | b3], and VPUNPCKLQDQ/VPUNPCKHQDQ of those give the lo
+// and hi words in lanes 0..3.
+//
+// Carry chain, two chains interleaved: d0→d1, d3→d4; d1→d2, d4→d0 (times
+// 5: c + 4c); d2→d3, d0→d1; d3→d4, where dk→dl is c = dk>>26, dk &= M,
+// dl += c. It leaves every limb below 2^26 + 2^12 (poly1305_lanes.go has
+// the bounds), small enough for the next step.
+//
+// The only data are the two lane constants M and 2^24 (polyConsts). The
+// kernel reads exactly the chunks it is asked for and nothing else. The
+// output depends only on the flags, so regenerating is reproducible.
+package main
+
+import (
+	"bytes"
+	"flag"
+	"fmt"
+	"go/format"
+	"go/token"
+	"go/types"
+	"log"
+	"os"
+	"strings"
+
+	"github.com/mmcloughlin/avo/attr"
+	"github.com/mmcloughlin/avo/build"
+	"github.com/mmcloughlin/avo/gotypes"
+	"github.com/mmcloughlin/avo/operand"
+	"github.com/mmcloughlin/avo/pass"
+	"github.com/mmcloughlin/avo/printer"
+	"github.com/mmcloughlin/avo/reg"
+)
+
+// Layout of poly1305.laneKey (its doc comment fixes it): R(j,k), limb k of
+// r^(j+1) for j = 0..3, at keyR + 32(5j+k); S(j,k) = 5·R(j,k) at keyS +
+// 32(5j+k); each a 32-byte vector of four equal quadwords; then r itself,
+// clamped, as two quadwords r0, r1 at keyScalar for the hybrid kernel's
+// scalar lane.
+const (
+	powers    = 4
+	keyR      = 0
+	keyS      = 32 * limbs * powers
+	keyScalar = 2 * keyS
+	keySize   = keyScalar + 16
+	limbs     = 5
+	lanes     = 4
+)
+
+const (
+	mask44   = 1<<44 - 1
+	mask42   = 1<<42 - 1
+	padBit44 = 1 << (128 - 88)
+	lanes44  = 8
+	key44    = 10 // words of poly1305.ifmaKey
+)
+
+const (
+	limbBits = 26
+	limbMask = 1<<limbBits - 1
+	padBit   = 1 << (128 - 4*limbBits) // 2^128 in limb 4: bit 24
+)
+
+func main() {
+	log.SetFlags(0)
+	log.SetPrefix("poly1305: ")
+	fs := flag.NewFlagSet("poly1305", flag.ExitOnError)
+	out := fs.String("out", "", "assembly output file")
+	stubs := fs.String("stubs", "", "Go declarations output file")
+	fs.Parse(os.Args[1:])
+	if *out == "" || *stubs == "" {
+		log.Fatal("usage: poly1305 -out file.s -stubs file.go")
+	}
+	asm, src, err := generate(*out, *stubs)
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := os.WriteFile(*out, asm, 0o644); err != nil {
+		log.Fatal(err)
+	}
+	if err := os.WriteFile(*stubs, src, 0o644); err != nil {
+		log.Fatal(err)
+	}
+}
+
+func generate(out, stubs string) (asm, src []byte, err error) {
+	cmd := fmt.Sprintf("go run ./poly1305 -out %s -stubs %s", out, stubs)
+	c := build.NewContext()
+	c.ConstraintExpr("!purego")
+	consts := c.StaticGlobal("polyConsts")
+	c.DataAttributes(attr.RODATA | attr.NOPTR)
+	// Four lanes of M = 2^26-1 (the limb mask), then four of 2^24 (the pad
+	// bit 2^128 in limb 4, 128 = 4·26 + 24).
+	for i := 0; i < lanes; i++ {
+		c.AddDatum(8*i, operand.U64(limbMask))
+	}
+	for i := 0; i < lanes; i++ {
+		c.AddDatum(32+8*i, operand.U64(padBit))
+	}
+	consts44 := c.StaticGlobal("polyConsts44")
+	c.DataAttributes(attr.RODATA | attr.NOPTR)
+	// The IFMA kernel's lane constants, broadcast at its start: M44 =
+	// 2^44-1 and M42 = 2^42-1 (limb masks of radix 2^44, the top limb
+	// holding bits 88..129), and 2^40 (the pad bit 2^128 in limb 2, 128 =
+	// 88 + 40).
+	c.AddDatum(0, operand.U64(mask44))
+	c.AddDatum(8, operand.U64(mask42))
+	c.AddDatum(16, operand.U64(padBit44))
+	g := &gen{c: c, mask: consts, pad: consts.Offset(32)}
+	g.lanesAVX2(false)
+	g.lanesAVX2(true)
+	g.lanesIFMA(consts44)
+
+	f, err := c.Result()
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := pass.Compile.Execute(f); err != nil {
+		return nil, nil, err
+	}
+	cfg := printer.Config{Name: "poly1305", Argv: strings.Fields(cmd), Pkg: "poly1305"}
+	asm, err = printer.NewGoAsm(cfg).Print(f)
+	if err != nil {
+		return nil, nil, err
+	}
+	src, err = writeStubs(cfg.GeneratedWarning())
+	return asm, src, err
+}
+
+func param(name string, t types.Type) *types.Var { return types.NewParam(token.NoPos, nil, name, t) }
+
+// The signature: lanesAVX2(h *[20]uint64, p []byte, stride, chunks int,
+// key *[80]uint64), the arrays being poly1305.laneState and laneKey.
+func lanesSig(hWords int) *gotypes.Signature {
+	u64 := types.Typ[types.Uint64]
+	params := []*types.Var{
+		param("h", types.NewPointer(types.NewArray(u64, int64(hWords)))),
+		param("p", types.NewSlice(types.Universe.Lookup("byte").Type())),
+		param("stride", types.Typ[types.Int]),
+		param("chunks", types.Typ[types.Int]),
+		param("key", types.NewPointer(types.NewArray(u64, keySize/8))),
+	}
+	return gotypes.NewSignature(nil, types.NewSignatureType(nil, nil, nil, types.NewTuple(params...), nil, false))
+}
+
+// The IFMA kernel's signature: lanesIFMA(h *[24]uint64, p []byte, stride,
+// chunks int, key *[10]uint64), the arrays being poly1305.laneState44 and
+// ifmaKey.
+func lanesIFMASig() *gotypes.Signature {
+	u64 := types.Typ[types.Uint64]
+	params := []*types.Var{
+		param("h", types.NewPointer(types.NewArray(u64, 3*lanes44))),
+		param("p", types.NewSlice(types.Universe.Lookup("byte").Type())),
+		param("stride", types.Typ[types.Int]),
+		param("chunks", types.Typ[types.Int]),
+		param("key", types.NewPointer(types.NewArray(u64, key44))),
+	}
+	return gotypes.NewSignature(nil, types.NewSignatureType(nil, nil, nil, types.NewTuple(params...), nil, false))
+}
+
+func mem(base reg.Register, disp int) operand.Mem { return operand.Mem{Base: base, Disp: disp} }
+
+// Registers.
+var (
+	rH, rKey = reg.RDX, reg.RDI
+	rP       = reg.RSI // block 0 at the current chunk
+	rS, rS3  = reg.R8, reg.R9
+	rN       = reg.RCX // chunks left
+
+	yH    = []reg.VecPhysical{reg.Y0, reg.Y1, reg.Y2, reg.Y3, reg.Y4}
+	yD    = []reg.VecPhysical{reg.Y5, reg.Y6, reg.Y7, reg.Y8, reg.Y9}
+	yLo   = reg.Y10 // the chunks' low quadwords; a carry temporary
+	yT    = reg.Y11 // temporary
+	yL    = reg.Y12 // the limb being split off
+	yP    = reg.Y13 // a product
+	yMask = reg.Y14 // M in every lane
+	yHi   = reg.Y15 // the chunks' high quadwords
+)
+
+type gen struct {
+	c         *build.Context
+	mask, pad operand.Mem
+}
+
+func xmm(y reg.VecPhysical) reg.VecPhysical { return y.AsX().(reg.VecPhysical) }
+
+// block is byte disp of block j at the current chunk: p + j·stride + disp.
+func block(j, disp int) operand.Mem {
+	switch j {
+	case 0:
+		return mem(rP, disp)
+	case 1:
+		return operand.Mem{Base: rP, Index: rS, Scale: 1, Disp: disp}
+	case 2:
+		return operand.Mem{Base: rP, Index: rS, Scale: 2, Disp: disp}
+	}
+	return operand.Mem{Base: rP, Index: rS3, Scale: 1, Disp: disp}
+}
+
+func keyRMem(j, k int) operand.Mem { return mem(rKey, keyR+32*(limbs*j+k)) }
+func keySMem(j, k int) operand.Mem { return mem(rKey, keyS+32*(limbs*j+k)) }
+
+// keyFor is the key vector limb i of h multiplies for d_k under r^(j+1):
+// r_{k-i} if i <= k, else 5·r_{k-i+5}.
+func keyFor(j, i, k int) operand.Mem {
+	if i <= k {
+		return keyRMem(j, k-i)
+	}
+	return keySMem(j, k-i+limbs)
+}
+
+// split loads the chunk at disp of the four blocks and calls use with each
+// limb in yL, in order 0..4.
+func (g *gen) split(disp int, use func(i int)) {
+	c := g.c
+	c.VMOVDQU(block(0, disp), xmm(yLo))
+	c.VINSERTI128(operand.U8(1), block(2, disp), yLo, yLo)
+	c.VMOVDQU(block(1, disp), xmm(yT))
+	c.VINSERTI128(operand.U8(1), block(3, disp), yT, yT)
+	c.VPUNPCKHQDQ(yT, yLo, yHi) // hi words of blocks 0..3
+	c.VPUNPCKLQDQ(yT, yLo, yLo) // lo words
+	c.VPAND(yMask, yLo, yL)
+	use(0)
+	c.VPSRLQ(operand.U8(26), yLo, yL)
+	c.VPAND(yMask, yL, yL)
+	use(1)
+	c.VPSRLQ(operand.U8(52), yLo, yL)
+	c.VPSLLQ(operand.U8(12), yHi, yT)
+	c.VPOR(yT, yL, yL)
+	c.VPAND(yMask, yL, yL)
+	use(2)
+	c.VPSRLQ(operand.U8(14), yHi, yL)
+	c.VPAND(yMask, yL, yL)
+	use(3)
+	c.VPSRLQ(operand.U8(40), yHi, yL)
+	c.VPOR(g.pad, yL, yL)
+	use(4)
+}
+
+// mulAdd adds x·r^(j+1) to the d registers (x one limb, i its index);
+// first sets them instead of adding.
+func (g *gen) mulAdd(x reg.VecPhysical, i, j int, first bool) {
+	for k := 0; k < limbs; k++ {
+		if first {
+			g.c.VPMULUDQ(keyFor(j, i, k), x, yD[k])
+			continue
+		}
+		g.c.VPMULUDQ(keyFor(j, i, k), x, yP)
+		g.c.VPADDQ(yP, yD[k], yD[k])
+	}
+}
+
+// carry is dk→dl of the carry chain with temporary t (and yP for times 5).
+func (g *gen) carry(from, to int, times5 bool, t reg.VecPhysical) {
+	c := g.c
+	c.VPSRLQ(operand.U8(26), yD[from], t)
+	c.VPAND(yMask, yD[from], yD[from])
+	if times5 {
+		c.VPSLLQ(operand.U8(2), t, yP)
+		c.VPADDQ(yP, t, t)
+	}
+	c.VPADDQ(t, yD[to], yD[to])
+}
+
+// carryChain reduces d into h.
+func (g *gen) carryChain() {
+	g.carry(0, 1, false, yLo)
+	g.carry(3, 4, false, yT)
+	g.carry(1, 2, false, yLo)
+	g.carry(4, 0, true, yT)
+	g.carry(2, 3, false, yLo)
+	g.carry(0, 1, false, yT)
+	g.carry(3, 4, false, yLo)
+	for k := 0; k < limbs; k++ {
+		g.c.VMOVDQA(yD[k], yH[k])
+	}
+}
+
+// lanesAVX2 emits lanesAVX2, or with hybrid lanesHybridAVX2: the same four
+// vector lanes plus a fifth block, p + 4·stride, in general registers with
+// 64-bit multiplies (the generic code's mulReduce, step for step), so that
+// the integer multiplier works while the vector one is the bottleneck.
+func (g *gen) lanesAVX2(hybrid bool) {
+	c := g.c
+	name, sig := "lanesAVX2", lanesSig(limbs*lanes)
+	if hybrid {
+		name, sig = "lanesHybridAVX2", lanesSig(limbs*lanes+4)
+	}
+	c.Function(name)
+	c.Attributes(attr.NOSPLIT)
+	c.Signature(sig)
+	c.Load(c.Param("h"), rH)
+	c.Load(c.Param("p").Base(), rP)
+	c.Load(c.Param("stride"), rS)
+	c.Load(c.Param("chunks"), rN)
+	c.Load(c.Param("key"), rKey)
+	c.Comment("Block j starts at p + j*stride.")
+	c.LEAQ(operand.Mem{Base: rS, Index: rS, Scale: 2}, rS3)
+	c.VMOVDQU(g.mask, yMask)
+	for k := 0; k < limbs; k++ {
+		c.VMOVDQU(mem(rH, 32*k), yH[k])
+	}
+	if hybrid {
+		c.Comment("The scalar lane's accumulator h0 + h1·2^64 + h2·2^128.")
+		for i, r := range sH {
+			c.MOVQ(mem(rH, 8*(limbs*lanes+i)), r)
+		}
+	}
+	c.CMPQ(rN, operand.U32(4))
+	c.JB(operand.LabelRef(name + "pair"))
+
+	c.Label(name + "quad")
+	c.Comment("Four chunks: h' = (h + m1)·r^4 + m2·r^3 + m3·r^2 + m4·r, one")
+	c.Comment("carry chain. First d = m4·r + m3·r^2 + m2·r^3, independent of h.")
+	g.split(48, func(i int) { g.mulAdd(yL, i, 0, i == 0) })
+	if hybrid {
+		g.scalarChunk(0)
+	}
+	g.split(32, func(i int) { g.mulAdd(yL, i, 1, false) })
+	if hybrid {
+		g.scalarChunk(16)
+	}
+	g.split(16, func(i int) { g.mulAdd(yL, i, 2, false) })
+	c.Comment("h += m1; d += h·r^4.")
+	g.split(0, func(i int) { c.VPADDQ(yL, yH[i], yH[i]) })
+	for i := 0; i < limbs; i++ {
+		g.mulAdd(yH[i], i, 3, false)
+	}
+	if hybrid {
+		g.scalarChunk(32)
+		g.scalarChunk(48)
+	}
+	c.Comment("h = d, carried.")
+	g.carryChain()
+	c.ADDQ(operand.U32(64), rP)
+	c.SUBQ(operand.U32(4), rN)
+	c.CMPQ(rN, operand.U32(4))
+	c.JAE(operand.LabelRef(name + "quad"))
+
+	c.Label(name + "pair")
+	c.CMPQ(rN, operand.U32(2))
+	c.JB(operand.LabelRef(name + "single"))
+	c.Comment("Two chunks: d = m2·r, then h += m1; d += h·r^2.")
+	g.split(16, func(i int) { g.mulAdd(yL, i, 0, i == 0) })
+	if hybrid {
+		g.scalarChunk(0)
+	}
+	g.split(0, func(i int) { c.VPADDQ(yL, yH[i], yH[i]) })
+	for i := 0; i < limbs; i++ {
+		g.mulAdd(yH[i], i, 1, false)
+	}
+	if hybrid {
+		g.scalarChunk(16)
+	}
+	g.carryChain()
+	c.ADDQ(operand.U32(32), rP)
+	c.SUBQ(operand.U32(2), rN)
+
+	c.Label(name + "single")
+	c.TESTQ(rN, rN)
+	c.JZ(operand.LabelRef(name + "done"))
+	c.Comment("One chunk left: h = (h + m)·r, carried.")
+	g.split(0, func(i int) { c.VPADDQ(yL, yH[i], yH[i]) })
+	for i := 0; i < limbs; i++ {
+		g.mulAdd(yH[i], i, 0, i == 0)
+	}
+	if hybrid {
+		g.scalarChunk(0)
+	}
+	g.carryChain()
+
+	c.Label(name + "done")
+	if hybrid {
+		c.Load(c.Param("h"), rH) // DX went to the multiplies
+		for i, r := range sH {
+			c.MOVQ(r, mem(rH, 8*(limbs*lanes+i)))
+		}
+	}
+	for k := 0; k < limbs; k++ {
+		c.VMOVDQU(yH[k], mem(rH, 32*k))
+	}
+	c.VZEROUPPER()
+	c.RET()
+}
+
+// The scalar lane of the hybrid kernel: h in sH, the products' words in
+// sT, AX and DX for MULQ. Every general register is in use.
+var (
+	sH = []reg.GPPhysical{reg.R10, reg.R11, reg.R12}
+	sT = []reg.GPPhysical{reg.R13, reg.R14, reg.R15, reg.RBX}
+)
+
+// scalarChunk absorbs the chunk at disp of block 4 into the scalar lane:
+// h += chunk + 2^128, then h = h·r partially reduced, as the generic
+// chunks and mulReduce do (kernels/poly1305/poly1305_generic.go has the
+// bounds: r0, r1 < 2^60, h2 <= 7 before the multiply, so h2·r0 and h2·r1
+// fit in 64 bits):
+//
+//	h·r = t0 + t1·2^64 + t2·2^128 + t3·2^192
+//	h   = t0 + t1·2^64 + (t2&3)·2^128 + (t2&^3 + t3·2^64)·(1 + 1/4)
+//
+// the last term being 5·floor(h·r / 2^130) as 4H + H, since 2^130 ≡ 5.
+func (g *gen) scalarChunk(disp int) {
+	c := g.c
+	h0, h1, h2 := sH[0], sH[1], sH[2]
+	t0, t1, t2, t3 := sT[0], sT[1], sT[2], sT[3]
+	r0, r1 := mem(rKey, keyScalar), mem(rKey, keyScalar+8)
+	blk := operand.Mem{Base: rP, Index: rS, Scale: 4, Disp: disp}
+	c.Comment("Scalar lane: h += chunk + 2^128.")
+	c.ADDQ(blk, h0)
+	blk.Disp += 8
+	c.ADCQ(blk, h1)
+	c.ADCQ(operand.U32(1), h2)
+	c.Comment("t = h·r.")
+	c.MOVQ(r0, reg.RAX)
+	c.MULQ(h0)
+	c.MOVQ(reg.RAX, t0)
+	c.MOVQ(reg.RDX, t1)
+	c.MOVQ(r1, reg.RAX)
+	c.MULQ(h0)
+	c.ADDQ(reg.RAX, t1)
+	c.ADCQ(operand.U32(0), reg.RDX)
+	c.MOVQ(reg.RDX, t2)
+	c.XORQ(t3, t3) // before the MULQ: the carry below must survive
+	c.MOVQ(r0, reg.RAX)
+	c.MULQ(h1)
+	c.ADDQ(reg.RAX, t1)
+	c.ADCQ(reg.RDX, t2)
+	c.ADCQ(operand.U32(0), t3)
+	c.MOVQ(r1, reg.RAX)
+	c.MULQ(h1)
+	c.ADDQ(reg.RAX, t2)
+	c.ADCQ(reg.RDX, t3)
+	c.MOVQ(r0, reg.RAX)
+	c.IMULQ(h2, reg.RAX)
+	c.ADDQ(reg.RAX, t2)
+	c.ADCQ(operand.U32(0), t3)
+	c.MOVQ(r1, reg.RAX)
+	c.IMULQ(h2, reg.RAX)
+	c.ADDQ(reg.RAX, t3)
+	c.Comment("h = t mod 2^130 + 4H + H.")
+	c.MOVQ(t0, h0)
+	c.MOVQ(t1, h1)
+	c.MOVQ(t2, h2)
+	c.ANDQ(operand.U32(3), h2)
+	c.ANDQ(operand.I32(-4), t2)
+	c.ADDQ(t2, h0)
+	c.ADCQ(t3, h1)
+	c.ADCQ(operand.U32(0), h2)
+	c.SHRQ(operand.U8(2), t3, t2)
+	c.SHRQ(operand.U8(2), t3)
+	c.ADDQ(t2, h0)
+	c.ADCQ(t3, h1)
+	c.ADCQ(operand.U32(0), h2)
+}
+
+func writeStubs(warning string) ([]byte, error) {
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "// %s\n\n//go:build !purego\n\npackage poly1305\n\n", warning)
+	fmt.Fprintf(&b, `// Byte offsets of the laneKey fields the kernels read, and its size.
+const (
+	laneKeyR      = %d
+	laneKeyS      = %d
+	laneKeyScalar = %d
+	laneKeySize   = %d
+)
+
+// lanesAVX2 absorbs chunks 16-byte chunks of each of four blocks into the
+// accumulators h (laneState: limb k of block l at h[4k+l], radix 2^26),
+// block l's chunks at p[l*stride:][:16*chunks], each chunk with the 2^128
+// pad bit: what laneModel computes, four lanes of YMM registers at once,
+// two chunks per step under r^2 and r from key (laneKey).
+//
+// Preconditions: chunks >= 0; len(p) >= 3*stride + 16*chunks; the limbs of
+// h below 2^27 (zero, or left by an earlier call); the CPU has AVX2. It
+// reads only the chunks.
+//
+//go:noescape
+func lanesAVX2(h *[%d]uint64, p []byte, stride, chunks int, key *[%d]uint64)
+
+// lanesHybridAVX2 is lanesAVX2 with a fifth block, p[4*stride:], in general
+// registers: h[20:23] is that block's accumulator h0 + h1·2^64 + h2·2^128
+// (the generic form, h2 <= 4 between calls), absorbed by 64-bit MULQ
+// multiplies with r from key[160:162] while the vector lanes run.
+//
+// Preconditions: those of lanesAVX2, with len(p) >= 4*stride + 16*chunks.
+//
+//go:noescape
+func lanesHybridAVX2(h *[%d]uint64, p []byte, stride, chunks int, key *[%d]uint64)
+
+// lanesIFMA is lanesAVX2 for eight blocks in radix 2^44, with 52-bit
+// multiplies: it absorbs chunks chunks of each of eight blocks, block l at
+// p[l*stride:], into h (laneState44: limb k of block l at h[8k+l]), two
+// chunks per step under r^2 and r from key (ifmaKey): what laneModel44
+// computes, in the 64-bit lanes of ZMM registers.
+//
+// Preconditions: chunks >= 0; len(p) >= 7*stride + 16*chunks; the limbs of
+// h below 2^45 (zero, or left by an earlier call); the CPU has AVX512F and
+// AVX512IFMA. It reads only the chunks.
+//
+//go:noescape
+func lanesIFMA(h *[%d]uint64, p []byte, stride, chunks int, key *[%d]uint64)
+`, keyR, keyS, keyScalar, keySize, limbs*lanes, keySize/8, limbs*lanes+4, keySize/8, 3*lanes44, key44)
+	return format.Source(b.Bytes())
+}
+
+// The IFMA kernel (see poly1305_lanes44.go in kernels/poly1305 for the
+// math): eight blocks, one per 64-bit lane of ZMM registers, three limbs of
+// 44, 44 and 42 bits. Every product of a limb and a key word is a
+// VPMADD52LUQ into a lo accumulator and a VPMADD52HUQ into a hi one; the
+// hi sums join the next limb up shifted left by 8 (weight 2^52 = 2^8·2^44),
+// the top one limb 0 times 5120 (2^140 ≡ 5·2^10 mod 2^130-5). The key words
+// r0, r1, r2, 20·r1, 20·r2 of r and r^2 stay in ten registers, broadcast
+// once. Block j of the eight is at p + j·stride, blocks 4..7 addressed from
+// a second pointer p + 4·stride.
+
+var (
+	rQ = reg.R10 // block 4 at the current chunk
+
+	zA, zB   = reg.Z0, reg.Z1 // gathers; carry temporaries
+	zLo, zHi = reg.Z2, reg.Z3
+	zL, zT   = reg.Z4, reg.Z5
+	zH       = []reg.VecPhysical{reg.Z6, reg.Z7, reg.Z8}
+	zDLo     = []reg.VecPhysical{reg.Z9, reg.Z10, reg.Z11}
+	zDHi     = []reg.VecPhysical{reg.Z12, reg.Z13, reg.Z14}
+	zKey     = [2][5]reg.VecPhysical{
+		{reg.Z15, reg.Z16, reg.Z17, reg.Z18, reg.Z19}, // r: r0 r1 r2 s1 s2
+		{reg.Z20, reg.Z21, reg.Z22, reg.Z23, reg.Z24}, // r^2
+	}
+	zM44, zM42, zPad = reg.Z25, reg.Z26, reg.Z27
+)
+
+// words44[k][i] is the key word (index into r0 r1 r2 s1 s2) that limb i
+// multiplies for output limb k: d0 = x0·r0 + x1·s2 + x2·s1, d1 = x0·r1 +
+// x1·r0 + x2·s2, d2 = x0·r2 + x1·r1 + x2·r0.
+var words44 = [3][3]int{{0, 4, 3}, {1, 0, 4}, {2, 1, 0}}
+
+// block8 is byte disp of block j of eight at the current chunk.
+func block8(j, disp int) operand.Mem {
+	if j < 4 {
+		return block(j, disp)
+	}
+	m := block(j-4, disp)
+	m.Base = rQ
+	return m
+}
+
+// split44 gathers the chunk at disp of the eight blocks and calls use with
+// each radix-2^44 limb in zL, in order 0..2.
+func (g *gen) split44(disp int, use func(i int)) {
+	c := g.c
+	c.VMOVDQU(block8(0, disp), xmm(zA))
+	c.VMOVDQU(block8(1, disp), xmm(zB))
+	for l := 1; l < 4; l++ {
+		c.VINSERTI32X4(operand.U8(l), block8(2*l, disp), zA, zA)
+		c.VINSERTI32X4(operand.U8(l), block8(2*l+1, disp), zB, zB)
+	}
+	c.VPUNPCKHQDQ(zB, zA, zHi) // hi words of blocks 0..7
+	c.VPUNPCKLQDQ(zB, zA, zLo) // lo words
+	c.VPANDQ(zM44, zLo, zL)
+	use(0)
+	c.VPSRLQ(operand.U8(44), zLo, zL)
+	c.VPSLLQ(operand.U8(20), zHi, zT)
+	c.VPORQ(zT, zL, zL)
+	c.VPANDQ(zM44, zL, zL)
+	use(1)
+	c.VPSRLQ(operand.U8(24), zHi, zL)
+	c.VPORQ(zPad, zL, zL)
+	use(2)
+}
+
+// madd44 adds x·r^(j+1) (x limb i) to the lo and hi accumulators.
+func (g *gen) madd44(x reg.VecPhysical, i, j int) {
+	for k := 0; k < 3; k++ {
+		w := zKey[j][words44[k][i]]
+		g.c.VPMADD52LUQ(w, x, zDLo[k])
+		g.c.VPMADD52HUQ(w, x, zDHi[k])
+	}
+}
+
+func (g *gen) zeroAcc44() {
+	for k := 0; k < 3; k++ {
+		g.c.VPXORQ(zDLo[k], zDLo[k], zDLo[k])
+		g.c.VPXORQ(zDHi[k], zDHi[k], zDHi[k])
+	}
+}
+
+func (g *gen) carry44(from, to, bits int, mask reg.VecPhysical, times5 bool) {
+	c := g.c
+	c.VPSRLQ(operand.U8(bits), zDLo[from], zT)
+	c.VPANDQ(mask, zDLo[from], zDLo[from])
+	if times5 {
+		c.VPSLLQ(operand.U8(2), zT, zA)
+		c.VPADDQ(zA, zT, zT)
+	}
+	c.VPADDQ(zT, zDLo[to], zDLo[to])
+}
+
+// combine44 joins the hi sums to the limbs above (hi2 times 5120 = 2^12 +
+// 2^10) and carries into h.
+func (g *gen) combine44() {
+	c := g.c
+	c.VPSLLQ(operand.U8(12), zDHi[2], zT)
+	c.VPADDQ(zT, zDLo[0], zDLo[0])
+	c.VPSLLQ(operand.U8(10), zDHi[2], zT)
+	c.VPADDQ(zT, zDLo[0], zDLo[0])
+	c.VPSLLQ(operand.U8(8), zDHi[0], zT)
+	c.VPADDQ(zT, zDLo[1], zDLo[1])
+	c.VPSLLQ(operand.U8(8), zDHi[1], zT)
+	c.VPADDQ(zT, zDLo[2], zDLo[2])
+	g.carry44(0, 1, 44, zM44, false)
+	g.carry44(1, 2, 44, zM44, false)
+	g.carry44(2, 0, 42, zM42, true)
+	g.carry44(0, 1, 44, zM44, false)
+	for k := 0; k < 3; k++ {
+		c.VMOVDQA64(zDLo[k], zH[k])
+	}
+}
+
+func (g *gen) lanesIFMA(consts operand.Mem) {
+	c := g.c
+	c.Function("lanesIFMA")
+	c.Attributes(attr.NOSPLIT)
+	c.Signature(lanesIFMASig())
+	c.Load(c.Param("h"), rH)
+	c.Load(c.Param("p").Base(), rP)
+	c.Load(c.Param("stride"), rS)
+	c.Load(c.Param("chunks"), rN)
+	c.Load(c.Param("key"), rKey)
+	c.Comment("Block j starts at p + j*stride; blocks 4..7 from p + 4*stride.")
+	c.LEAQ(operand.Mem{Base: rS, Index: rS, Scale: 2}, rS3)
+	c.LEAQ(operand.Mem{Base: rP, Index: rS, Scale: 4}, rQ)
+	c.VPBROADCASTQ(consts, zM44)
+	c.VPBROADCASTQ(consts.Offset(8), zM42)
+	c.VPBROADCASTQ(consts.Offset(16), zPad)
+	c.Comment("The key words of r and r^2 in every lane.")
+	for j := 0; j < 2; j++ {
+		for w := 0; w < 5; w++ {
+			c.VPBROADCASTQ(mem(rKey, 8*(5*j+w)), zKey[j][w])
+		}
+	}
+	for k := 0; k < 3; k++ {
+		c.VMOVDQU64(mem(rH, 64*k), zH[k])
+	}
+	c.CMPQ(rN, operand.U32(2))
+	c.JB(operand.LabelRef("single44"))
+
+	c.Label("pair44")
+	g.zeroAcc44()
+	c.Comment("m2·r, independent of h.")
+	g.split44(16, func(i int) { g.madd44(zL, i, 0) })
+	c.Comment("h += m1; (h + m1)·r^2.")
+	g.split44(0, func(i int) { c.VPADDQ(zL, zH[i], zH[i]) })
+	for i := 0; i < 3; i++ {
+		g.madd44(zH[i], i, 1)
+	}
+	g.combine44()
+	c.ADDQ(operand.U32(32), rP)
+	c.ADDQ(operand.U32(32), rQ)
+	c.SUBQ(operand.U32(2), rN)
+	c.CMPQ(rN, operand.U32(2))
+	c.JAE(operand.LabelRef("pair44"))
+
+	c.Label("single44")
+	c.TESTQ(rN, rN)
+	c.JZ(operand.LabelRef("done44"))
+	c.Comment("One chunk left: h = (h + m)·r.")
+	g.zeroAcc44()
+	g.split44(0, func(i int) { c.VPADDQ(zL, zH[i], zH[i]) })
+	for i := 0; i < 3; i++ {
+		g.madd44(zH[i], i, 0)
+	}
+	g.combine44()
+
+	c.Label("done44")
+	for k := 0; k < 3; k++ {
+		c.VMOVDQU64(zH[k], mem(rH, 64*k))
+	}
+	c.VZEROUPPER()
+	c.RET()
+}

@@ -1,0 +1,187 @@
+//go:build !purego
+
+package poly1305
+
+import (
+	"runtime"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/difctl/difctl/kernels/internal/impl"
+	"github.com/difctl/difctl/kernels/internal/kerneltest"
+)
+
+// The generated offsets are those of laneKey.
+func TestLaneKeyLayout(t *testing.T) {
+	var k laneKey
+	if unsafe.Sizeof(k) != laneKeySize || laneKeyR != 0 || laneKeyS != 8*80 || laneKeyScalar != 8*160 {
+		t.Fatalf("laneKey: %d bytes, generator %d (R at %d, S at %d)", unsafe.Sizeof(k), laneKeySize, laneKeyR, laneKeyS)
+	}
+}
+
+// The AVX2 lane kernel against the pure-Go lane model, limb for limb (the
+// accumulators it leaves, not only the final tags).
+func TestLanesAVX2Model(t *testing.T) {
+	if !hasAVX2 {
+		t.Skip("no AVX2")
+	}
+	p := kerneltest.SeedBytes(4*4096 + 64)
+	k := newPolyKey(kerneltest.SeedBytes(16))
+	for chunks := 0; chunks <= 40; chunks++ {
+		for _, stride := range []int{16 * chunks, 16*chunks + 16, 4096} {
+			var got, want laneState
+			for i := range got {
+				got[i] = uint64(i) * 12345 % (1 << 26)
+			}
+			want = got
+			lanesAVX2Kernel(&got, p, stride, chunks, &k.lanes)
+			laneModel(&want, p, stride, chunks, &k.lanes)
+			if got != want {
+				t.Fatalf("chunks=%d stride=%d: kernel %x, model %x", chunks, stride, got, want)
+			}
+		}
+	}
+}
+
+// The lane kernel alone, four blocks of 4 KiB per call.
+func BenchmarkLanesAVX2(b *testing.B) {
+	if !hasAVX2 {
+		b.Skip("no AVX2")
+	}
+	p := kerneltest.SeedBytes(4 * 4096)
+	k := newPolyKey(kerneltest.SeedBytes(16))
+	var h laneState
+	b.SetBytes(int64(len(p)))
+	for b.Loop() {
+		lanesAVX2Kernel(&h, p, 4096, 256, &k.lanes)
+	}
+	sinkTag[0] = byte(h[0])
+}
+
+// The hybrid kernel alone, five blocks of 4 KiB per call.
+func BenchmarkLanesHybridAVX2(b *testing.B) {
+	if !hasAVX2 {
+		b.Skip("no AVX2")
+	}
+	p := kerneltest.SeedBytes(5 * 4096)
+	k := newPolyKey(kerneltest.SeedBytes(16))
+	var h laneBuf
+	b.SetBytes(int64(len(p)))
+	for b.Loop() {
+		lanesHybridAVX2((*[24]uint64)(&h), p, 4096, 256, (*[162]uint64)(&k.lanes))
+	}
+	sinkTag[0] = byte(h[0])
+}
+
+// The hybrid kernel's throughput over the AVX2 one's, alternating within
+// every iteration (thread CPU time): x-avx2 > 1 means the scalar lane pays.
+func BenchmarkHybridOverAVX2(b *testing.B) {
+	if !hasAVX2 {
+		b.Skip("no AVX2")
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	p := kerneltest.SeedBytes(5 * 4096)
+	k := newPolyKey(kerneltest.SeedBytes(16))
+	var h laneBuf
+	var tA, tH time.Duration
+	for b.Loop() {
+		t0 := threadCPU()
+		for range 5 {
+			lanesAVX2Kernel(laneState26(&h), p, 4096, 256, &k.lanes)
+		}
+		t1 := threadCPU()
+		for range 4 {
+			lanesHybridAVX2((*[24]uint64)(&h), p, 4096, 256, (*[162]uint64)(&k.lanes))
+		}
+		t2 := threadCPU()
+		tA += t1 - t0 // 20 blocks
+		tH += t2 - t1 // 20 blocks
+	}
+	sinkTag[0] = byte(h[0])
+	b.ReportMetric(float64(tA)/float64(tH), "x-avx2")
+}
+
+// The group planner never leaves more than three blocks to the generic
+// code, and splits the cases its comment names as it says.
+func TestHybridGroups(t *testing.T) {
+	for n := 0; n <= 200; n++ {
+		a := hybridGroups(n)
+		rem := n - 5*a
+		if a < 0 || rem < 0 || rem%4 > 3 {
+			t.Fatalf("n=%d: %d groups of five", n, a)
+		}
+	}
+	for _, c := range [][2]int{{16, 0}, {128, 24}, {5, 1}, {4, 0}, {20, 4}} {
+		if got := hybridGroups(c[0]); got != c[1] {
+			t.Errorf("hybridGroups(%d) = %d, want %d", c[0], got, c[1])
+		}
+	}
+}
+
+// Key.Blocks under the hybrid implementation over under avx2, alternating
+// within every iteration (thread CPU time), over 256 KiB of blocks:
+// x-avx2 > 1 means the hybrid one is the faster default.
+func BenchmarkHybridBlocks(b *testing.B) {
+	if !hasAVX2 {
+		b.Skip("no AVX2")
+	}
+	defer impl.Reset(pkgName)
+	k, err := NewKey(kerneltest.SeedBytes(16), kerneltest.SeedBytes(32)[16:])
+	if err != nil {
+		b.Fatal(err)
+	}
+	p := kerneltest.SeedBytes(256 << 10)
+	var nonce Nonce
+	for _, bl := range benchBlocks {
+		b.Run("block="+kerneltest.SizeName(bl), func(b *testing.B) {
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			dst := make([]Tag, len(p)/bl)
+			var tA, tH time.Duration
+			for i := 0; b.Loop(); i++ {
+				// Alternate which goes first, against order effects.
+				for _, name := range [2][2]string{{"avx2", "hybrid"}, {"hybrid", "avx2"}}[i%2] {
+					impl.Select(pkgName, name)
+					t0 := threadCPU()
+					k.Blocks(dst, &nonce, p, bl, bl)
+					if d := threadCPU() - t0; name == "avx2" {
+						tA += d
+					} else {
+						tH += d
+					}
+				}
+			}
+			b.ReportMetric(float64(tA)/float64(tH), "x-avx2")
+		})
+	}
+}
+
+// The hybrid kernel against the models, word for word: lanes 0..3 as the
+// lane model leaves them, lane 4 as the generic code leaves its state.
+func TestLanesHybridModel(t *testing.T) {
+	if !hasAVX2 {
+		t.Skip("no AVX2")
+	}
+	p := kerneltest.SeedBytes(5*4096 + 64)
+	k := newPolyKey(kerneltest.SeedBytes(16))
+	for chunks := 0; chunks <= 40; chunks++ {
+		for _, stride := range []int{16 * chunks, 16*chunks + 16, 4096} {
+			var got laneBuf
+			for i := range 20 {
+				got[i] = uint64(i) * 12345 % (1 << 26)
+			}
+			got[20], got[21], got[22] = 0x0123456789abcdef, 0xfedcba9876543210, 3
+			want := got
+			lanesHybridAVX2((*[24]uint64)(&got), p, stride, chunks, (*[162]uint64)(&k.lanes))
+			laneModel(laneState26(&want), p, stride, chunks, &k.lanes)
+			s := state{h0: want[20], h1: want[21], h2: want[22], r0: k.r0, r1: k.r1}
+			s.chunks(p[4*stride : 4*stride+16*chunks])
+			want[20], want[21], want[22] = s.h0, s.h1, s.h2
+			if got != want {
+				t.Fatalf("chunks=%d stride=%d: kernel %x, models %x", chunks, stride, got, want)
+			}
+		}
+	}
+}

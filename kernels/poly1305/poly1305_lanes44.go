@@ -1,0 +1,168 @@
+package poly1305
+
+import "math/bits"
+
+// The lane form of the AVX-512 IFMA kernel, in pure Go, as
+// poly1305_lanes.go is for the AVX2 one: eight blocks, one per 64-bit lane
+// of a ZMM register, in radix 2^44 with 52-bit multiplies
+// (VPMADD52LUQ/VPMADD52HUQ), written out one lane at a time with the same
+// limbs, products and carry order as the assembly.
+//
+// Radix 2^44: x = x0 + x1·2^44 + x2·2^88 with x0, x1 < 2^44 and x2 < 2^42
+// after a carry chain. A chunk lo + hi·2^64 (plus the pad bit 2^128) is
+//
+//	m0 = lo & M44, m1 = (lo>>44 | hi<<20) & M44, m2 = hi>>24 | 1<<40
+//
+// Product h·r: h_i·r_j has weight 2^(44(i+j)); for i+j >= 3 that is
+// 2^132·2^(44(i+j-3)) ≡ 20·2^(44(i+j-3)) (2^130 ≡ 5), so with s_j = 20·r_j
+// (< 2^49) the three output limbs are
+//
+//	d0 = h0·r0 + h1·s2 + h2·s1
+//	d1 = h0·r1 + h1·r0 + h2·s2
+//	d2 = h0·r2 + h1·r1 + h2·r0
+//
+// Each product of a limb (< 2^52) and a key word (< 2^52) is 104 bits;
+// VPMADD52LUQ adds its bits 0..51 to one accumulator (lo_k), VPMADD52HUQ its
+// bits 52..103 to another (hi_k). hi_k has weight 2^(44k+52) = 2^8·2^(44(k+1)),
+// so it joins limb k+1 shifted left by 8; hi_2 has weight 2^140 ≡ 5·2^10 =
+// 5120 and joins limb 0 times 5120 (hi·2^12 + hi·2^10):
+//
+//	d0 = lo0 + 5120·hi2, d1 = lo1 + hi0<<8, d2 = lo2 + hi1<<8
+//
+// Two chunks per step as in the AVX2 kernel, h' = (h + m1)·r^2 + m2·r:
+// every lo_k sums six terms below 2^52 (< 2^55), every hi_k six below 2^42,
+// so nothing overflows a 64-bit lane. Carry chain: d0→d1, d1→d2, d2→d0
+// (bits from 42 up, times 5: weight 2^130), d0→d1; afterwards d0, d2 below
+// 2^44 and 2^42 and d1 below 2^44 + 2^4.
+
+// lanes44 is the number of blocks of the IFMA kernel.
+const lanes44 = 8
+
+// ifmaKey is r and r^2 in radix 2^44 for the IFMA kernel: for r^(j+1) at
+// [5j:], the words r0, r1, r2, s1 = 20·r1, s2 = 20·r2 (the kernel broadcasts
+// each to the eight lanes).
+type ifmaKey [10]uint64
+
+// laneState44 is the accumulators of eight blocks: limb k of lane l at
+// [8k+l].
+type laneState44 [24]uint64
+
+const (
+	mask44 = 1<<44 - 1
+	mask42 = 1<<42 - 1
+)
+
+func limbs44(x0, x1, x2 uint64) [3]uint64 {
+	return [3]uint64{x0 & mask44, (x0>>44 | x1<<20) & mask44, x1>>24 | x2<<40}
+}
+
+func makeIFMAKey(r0, r1 uint64) ifmaKey {
+	q0, q1, q2 := mulReduce(r0, r1, 0, r0, r1)
+	q0, q1, q2 = reduceFull(q0, q1, q2)
+	var k ifmaKey
+	for j, l := range [2][3]uint64{limbs44(r0, r1, 0), limbs44(q0, q1, q2)} {
+		k[5*j], k[5*j+1], k[5*j+2], k[5*j+3], k[5*j+4] = l[0], l[1], l[2], 20*l[1], 20*l[2]
+	}
+	return k
+}
+
+// madd52 is VPMADD52LUQ and VPMADD52HUQ on one lane: the low and high 52
+// bits of the product of the low 52 bits of a and b.
+func madd52(a, b uint64) (lo, hi uint64) {
+	const m52 = 1<<52 - 1
+	h, l := bits.Mul64(a&m52, b&m52)
+	return l & m52, (h<<12 | l>>52) & m52
+}
+
+func chunkLimbs44(c []byte) [3]uint64 {
+	l := limbs44(le64(c[0:8]), le64(c[8:16]), 0)
+	l[2] |= 1 << 40
+	return l
+}
+
+// mulAdd44 adds x·r^(j+1) to the lo and hi accumulators of one lane.
+func mulAdd44(lo, hi *[3]uint64, x [3]uint64, key *ifmaKey, j int) {
+	kr := key[5*j:]
+	// The key words that multiply x_i into limb k (r_(k-i), or s_(k-i+3)
+	// for i > k, s1 at kr[3] and s2 at kr[4]).
+	words := [3][3]uint64{
+		{kr[0], kr[4], kr[3]}, // d0: x0·r0, x1·s2, x2·s1
+		{kr[1], kr[0], kr[4]}, // d1: x0·r1, x1·r0, x2·s2
+		{kr[2], kr[1], kr[0]}, // d2: x0·r2, x1·r1, x2·r0
+	}
+	for k := range 3 {
+		for i := range 3 {
+			l, h := madd52(x[i], words[k][i])
+			lo[k] += l
+			hi[k] += h
+		}
+	}
+}
+
+func combine44(lo, hi [3]uint64) [3]uint64 {
+	d := [3]uint64{lo[0] + hi[2]<<12 + hi[2]<<10, lo[1] + hi[0]<<8, lo[2] + hi[1]<<8}
+	c := d[0] >> 44
+	d[0] &= mask44
+	d[1] += c
+	c = d[1] >> 44
+	d[1] &= mask44
+	d[2] += c
+	c = d[2] >> 42
+	d[2] &= mask42
+	d[0] += c + c<<2
+	c = d[0] >> 44
+	d[0] &= mask44
+	d[1] += c
+	return d
+}
+
+// laneModel44 is the IFMA kernel's contract, lane by lane.
+func laneModel44(h *laneState44, p []byte, stride, chunks int, key *ifmaKey) {
+	for lane := range lanes44 {
+		x := [3]uint64{h[lane], h[8+lane], h[16+lane]}
+		b := p[lane*stride:]
+		c := 0
+		for ; c+2 <= chunks; c += 2 {
+			m1, m2 := chunkLimbs44(b[16*c:]), chunkLimbs44(b[16*c+16:])
+			var lo, hi [3]uint64
+			mulAdd44(&lo, &hi, m2, key, 0)
+			for k := range 3 {
+				x[k] += m1[k]
+			}
+			mulAdd44(&lo, &hi, x, key, 1)
+			x = combine44(lo, hi)
+		}
+		if c < chunks {
+			m := chunkLimbs44(b[16*c:])
+			var lo, hi [3]uint64
+			for k := range 3 {
+				x[k] += m[k]
+			}
+			mulAdd44(&lo, &hi, x, key, 0)
+			x = combine44(lo, hi)
+		}
+		h[lane], h[8+lane], h[16+lane] = x[0], x[1], x[2]
+	}
+}
+
+// laneToState44 returns lane l of h in the generic form.
+func laneToState44(h *laneState44, l int, r0, r1 uint64) state {
+	x := combine44([3]uint64{h[l], h[8+l], h[16+l]}, [3]uint64{})
+	return state{
+		h0: x[0] | x[1]<<44,
+		h1: x[1]>>20 | x[2]<<24,
+		h2: x[2] >> 40,
+		r0: r0, r1: r1,
+	}
+}
+
+func laneState44Of(h *laneBuf) *laneState44 { return (*laneState44)(h) }
+
+// modelKernel44 is the IFMA lane model as a laneKernel, for the tests.
+var modelKernel44 = laneKernel{
+	lanes: lanes44,
+	absorb: func(h *laneBuf, p []byte, stride, chunks int, k *polyKey) {
+		laneModel44(laneState44Of(h), p, stride, chunks, &k.ifma)
+	},
+	state: func(h *laneBuf, l int, r0, r1 uint64) state { return laneToState44(laneState44Of(h), l, r0, r1) },
+}
