@@ -7,9 +7,7 @@ replace github.com/difctl/difctl => ../..
 require (
 	github.com/difctl/difctl v0.0.0
 	github.com/minio/crc64nvme v1.1.1
+	golang.org/x/sys v0.50.0
 )
 
-require (
-	github.com/klauspost/cpuid/v2 v2.2.9 // indirect
-	golang.org/x/sys v0.50.0 // indirect
-)
+require github.com/klauspost/cpuid/v2 v2.2.9 // indirect

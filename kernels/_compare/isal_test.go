@@ -3,41 +3,123 @@
 package compare
 
 import (
+	"math/rand/v2"
 	"testing"
+	"time"
 
 	"github.com/difctl/difctl/kernels/crc32c"
+	"github.com/difctl/difctl/kernels/crc64nvme"
 	"github.com/difctl/difctl/kernels/crct10dif"
 )
 
 func init() {
-	impls16 = append(impls16, impl[uint16]{name: "isal", repeat: isalT10DIF, blocks: isalT10DIFBlocks})
-	impls32 = append(impls32, impl[uint32]{name: "isal", repeat: isalISCSI, blocks: isalISCSIBlocks})
-	// ISA-L has no CRC-64/NVME; crc64_ecma_refl is the same algorithm with
-	// another polynomial. It is benchmarked with the CRC-64/NVME kernels
-	// and checked against hash/crc64's ECMA table.
-	ecma := impl[uint64]{name: "isal-ecma", repeat: isalECMARefl, blocks: isalECMAReflBlocks, standIn: true}
-	impls64 = append(impls64, ecma)
-	implsECMA = append(implsECMA, ecma)
+	impls16 = append(impls16, impl[uint16]{name: "isal", repeat: isalRepeat[uint16](kindDispatch), blocks: isalBlocks[uint16](kindDispatch)})
+	impls32 = append(impls32, impl[uint32]{name: "isal", repeat: isalRepeat[uint32](kindDispatch), blocks: isalBlocks[uint32](kindDispatch)})
+	impls64 = append(impls64, impl[uint64]{name: "isal", repeat: isalRepeat[uint64](kindDispatch), blocks: isalBlocks[uint64](kindDispatch)})
+	if hasISALAVX2 {
+		impls16 = append(impls16, impl[uint16]{name: "isal-avx2", repeat: isalRepeat[uint16](kindAVX2), blocks: isalBlocks[uint16](kindAVX2)})
+		impls32 = append(impls32, impl[uint32]{name: "isal-avx2", repeat: isalRepeat[uint32](kindAVX2), blocks: isalBlocks[uint32](kindAVX2)})
+		impls64 = append(impls64, impl[uint64]{name: "isal-avx2", repeat: isalRepeat[uint64](kindAVX2), blocks: isalBlocks[uint64](kindAVX2)})
+	}
+	anchorPeer = anchorName()
+	anchorSetClock = isalSetClock
+	anchorT10DIF.isalBlocks = isalTimeBlocks[uint16]
+	anchorT10DIF.isalChecksum = sinkChecksum(isalTimeChecksum[uint16])
+	anchorCRC32C.isalBlocks = isalTimeBlocks[uint32]
+	anchorCRC32C.isalChecksum = sinkChecksum(isalTimeChecksum[uint32])
+	anchorCRC64.isalBlocks = isalTimeBlocks[uint64]
+	anchorCRC64.isalChecksum = sinkChecksum(isalTimeChecksum[uint64])
+	anchorT10DIFCopy = isalTimeT10DIFCopy
 }
 
-// TestISALConventions pins the calling conventions the wrappers assume:
-// crc16_t10dif continues a CRC-16/T10-DIF, and crc32_iscsi takes and
-// returns the CRC-32C register, so that CRC-32C = ^crc32_iscsi(p, ^0).
+// sinkChecksum adds the checksums of an ISA-L timer to sink.
+func sinkChecksum(f func([]byte, int) (time.Duration, uint64)) func([]byte, int) time.Duration {
+	return func(p []byte, reps int) time.Duration {
+		d, s := f(p, reps)
+		sink += s
+		return d
+	}
+}
+
+// TestISALConventions pins the calling conventions the wrappers assume, on
+// the check value "123456789": every kernel continues the standard CRC
+// value (crc32_iscsi's register is inverted by the wrapper), and
+// crc64_rocksoft_refl from 0 is CRC-64/NVME.
 func TestISALConventions(t *testing.T) {
 	check := []byte("123456789")
-	if got := isalT10DIF(0, check, 1); got != 0xD0DB {
-		t.Errorf("crc16_t10dif(0, 123456789) = %#x, want 0xd0db", got)
+	for _, kind := range []struct {
+		name string
+		k    isalKind
+	}{{"dispatch", kindDispatch}, {"avx2", kindAVX2}} {
+		if kind.k == kindAVX2 && !hasISALAVX2 {
+			t.Logf("ISA-L's AVX2 kernels not checked: the CPU lacks AVX2 or VPCLMULQDQ")
+			continue
+		}
+		if got := isalRepeat[uint16](kind.k)(0, check, 1); got != 0xD0DB {
+			t.Errorf("%s: crc16_t10dif(0, 123456789) = %#x, want 0xd0db", kind.name, got)
+		}
+		if got := isalRepeat[uint32](kind.k)(0, check, 1); got != 0xE3069283 {
+			t.Errorf("%s: ^crc32_iscsi(123456789, ^0) = %#x, want 0xe3069283", kind.name, got)
+		}
+		if got := isalRepeat[uint64](kind.k)(0, check, 1); got != 0xAE8B14860A799888 {
+			t.Errorf("%s: crc64_rocksoft_refl(0, 123456789) = %#x, want 0xae8b14860a799888", kind.name, got)
+		}
 	}
-	if got := isalISCSI(0, check, 1); got != 0xE3069283 {
-		t.Errorf("^crc32_iscsi(123456789, ^0) = %#x, want 0xe3069283", got)
+}
+
+// TestISALCopy checks crc16_t10dif_copy per block against difctl's
+// BlocksCopy: the same guards and the same bytes copied.
+func TestISALCopy(t *testing.T) {
+	for _, c := range [][2]int{{512, 512}, {512, 520}, {4096, 4096}, {4096, 4104}, {520, 520}} {
+		n := (len(buf) - c[0]) / c[1]
+		got, want := make([]uint16, n), make([]uint16, n)
+		q1, q2 := make([]byte, len(buf)), make([]byte, len(buf))
+		isalT10DIFCopy(got, q1, buf, c[0], c[1])
+		if err := crct10dif.BlocksCopy(want, q2, buf, c[0], c[1]); err != nil {
+			t.Fatal(err)
+		}
+		for i := range got {
+			b := q1[i*c[1]:][:c[0]]
+			if got[i] != want[i] || string(b) != string(buf[i*c[1]:][:c[0]]) || string(b) != string(q2[i*c[1]:][:c[0]]) {
+				t.Fatalf("block=%d stride=%d: block %d: crc16_t10dif_copy %#x, BlocksCopy %#x (or the copies differ)", c[0], c[1], i, got[i], want[i])
+			}
+		}
 	}
-	if got, want := isalISCSI(0, buf[:4096], 1), crc32c.Checksum(buf[:4096]); got != want {
-		t.Errorf("crc32_iscsi over 4 KiB: %#x, crc32c %#x", got, want)
+}
+
+// TestAnchorTimers checks that the C loops BenchmarkAnchor times compute
+// what difctl computes: the per-block guards of timeBlocks, the checksums
+// XORed into timeChecksum's sink.
+func TestAnchorTimers(t *testing.T) {
+	r := rand.New(rand.NewPCG(6, 7))
+	for _, c := range [][2]int{{512, 520}, {4096, 4112}} {
+		n := (len(buf) - c[0]) / c[1]
+		d16, d32, d64 := make([]uint16, n), make([]uint32, n), make([]uint64, n)
+		isalTimeBlocks(d16, buf, c[0], c[1], 1)
+		isalTimeBlocks(d32, buf, c[0], c[1], 1)
+		isalTimeBlocks(d64, buf, c[0], c[1], 1)
+		for i := range n {
+			b := buf[i*c[1]:][:c[0]]
+			if d16[i] != crct10dif.Checksum(b) || d32[i] != crc32c.Checksum(b) || d64[i] != crc64nvme.Checksum(b) {
+				t.Fatalf("block=%d stride=%d: block %d: ISA-L %#x %#x %#x, difctl %#x %#x %#x", c[0], c[1], i,
+					d16[i], d32[i], d64[i], crct10dif.Checksum(b), crc32c.Checksum(b), crc64nvme.Checksum(b))
+			}
+		}
 	}
-	if got := isalECMARefl(0, check, 1); got != 0x995DC9BBDF1939FA {
-		t.Errorf("crc64_ecma_refl(0, 123456789) = %#x, want 0x995dc9bbdf1939fa (CRC-64/XZ)", got)
-	}
-	if got, want := isalT10DIF(0, buf[:4096], 1), crct10dif.Checksum(buf[:4096]); got != want {
-		t.Errorf("crc16_t10dif over 4 KiB: %#x, crct10dif %#x", got, want)
+	for range 200 {
+		p := buf[:r.IntN(5000)]
+		if _, got := isalTimeChecksum[uint64](p, 1); got != crc64nvme.Checksum(p) {
+			t.Fatalf("len=%d: timeChecksum %#x, crc64nvme %#x", len(p), got, crc64nvme.Checksum(p))
+		}
+		if _, got := isalTimeChecksum[uint32](p, 1); got != uint64(crc32c.Checksum(p)) {
+			t.Fatalf("len=%d: timeChecksum %#x, crc32c %#x", len(p), got, crc32c.Checksum(p))
+		}
+		if _, got := isalTimeChecksum[uint16](p, 1); got != uint64(crct10dif.Checksum(p)) {
+			t.Fatalf("len=%d: timeChecksum %#x, crct10dif %#x", len(p), got, crct10dif.Checksum(p))
+		}
+		// Three checksums XOR to zero when two are equal.
+		if _, got := isalTimeChecksum[uint16](p, 3); got != uint64(crct10dif.Checksum(p)) {
+			t.Fatalf("len=%d: 3 reps: timeChecksum %#x, want one checksum %#x", len(p), got, crct10dif.Checksum(p))
+		}
 	}
 }

@@ -16,7 +16,7 @@ import "github.com/difctl/difctl/kernels/internal/impl"
 //     registers, 1.3 to 1.5 times hash/crc32 there;
 //
 // then generic (hash/crc32, itself three CRC32 streams). The plain fold
-// kernels avx2 and pclmul of crc32c_fold_amd64.go are not registered: on
+// kernels avx2, avx and pclmul of crc32c_fold_amd64.go are not registered: on
 // that EPYC they run at 1.0-1.2 and 0.5-0.6 times hash/crc32, below
 // hybrid128, which needs no more of the CPU than they do (they are tested
 // under the registry name crc32c-fold).

@@ -18,6 +18,7 @@ var foldTables = crcmath.NewRevFoldTable(&foldTable)
 // CPU features of the fold kernels in zfold_amd64.s, checked once.
 var (
 	hasFoldPCLMUL = cpu.X86.HasPCLMULQDQ && cpu.X86.HasSSSE3 && cpu.X86.HasSSE41
+	hasFoldAVX    = hasFoldPCLMUL && cpu.X86.HasAVX
 	hasFoldAVX2   = cpu.X86.HasAVX2 && cpu.X86.HasPCLMULQDQ && x86.HasVPCLMULQDQ
 	hasFoldAVX512 = hasFoldAVX2 && cpu.X86.HasAVX512F && cpu.X86.HasAVX512BW &&
 		cpu.X86.HasAVX512VPCLMULQDQ
@@ -29,6 +30,7 @@ var (
 // where and should measure this crossover.
 const (
 	foldMinPCLMUL = 64
+	foldMinAVX    = 64
 	foldMinAVX2   = 64
 	foldMinAVX512 = 64
 	// Blocks folds groups of blocks from foldMinBlockLen on; shorter blocks
@@ -46,6 +48,7 @@ const (
 func updatePCLMUL(crc uint32, p []byte) uint32 {
 	return updateFold(crc, p, foldMinPCLMUL, foldUpdatePCLMUL)
 }
+func updateAVX(crc uint32, p []byte) uint32  { return updateFold(crc, p, foldMinAVX, foldUpdateAVX) }
 func updateAVX2(crc uint32, p []byte) uint32 { return updateFold(crc, p, foldMinAVX2, foldUpdateAVX2) }
 func updateAVX512(crc uint32, p []byte) uint32 {
 	return updateFold(crc, p, foldMinAVX512, foldUpdateAVX512)
@@ -53,6 +56,10 @@ func updateAVX512(crc uint32, p []byte) uint32 {
 
 func blocksPCLMUL(dst []uint32, p []byte, blockLen, stride int) {
 	blocksFold(dst, p, blockLen, stride, foldVecPCLMUL, foldGroupPCLMUL, foldBlocksPCLMUL, updatePCLMUL)
+}
+
+func blocksAVX(dst []uint32, p []byte, blockLen, stride int) {
+	blocksFold(dst, p, blockLen, stride, foldVecAVX, foldGroupAVX, foldBlocksAVX, updateAVX)
 }
 
 func blocksAVX2(dst []uint32, p []byte, blockLen, stride int) {
@@ -65,6 +72,10 @@ func blocksAVX512(dst []uint32, p []byte, blockLen, stride int) {
 
 func blocksCopyPCLMUL(dst []uint32, q, p []byte, blockLen, stride int) {
 	blocksCopyFold(dst, q, p, blockLen, stride, foldVecPCLMUL, foldGroupPCLMUL, foldBlocksCopyPCLMUL, updatePCLMUL)
+}
+
+func blocksCopyAVX(dst []uint32, q, p []byte, blockLen, stride int) {
+	blocksCopyFold(dst, q, p, blockLen, stride, foldVecAVX, foldGroupAVX, foldBlocksCopyAVX, updateAVX)
 }
 
 func blocksCopyAVX2(dst []uint32, q, p []byte, blockLen, stride int) {

@@ -1158,3 +1158,46 @@ hybridBlocksPrefetch128_tail1:
 	DECQ groups+16(FP)
 	JNZ  hybridBlocksPrefetch128_group
 	RET
+
+// func hybridShort(reg uint32, p *byte, n int) uint32
+// Requires: SSE4.2
+TEXT ·hybridShort(SB), NOSPLIT, $0-28
+	MOVL reg+0(FP), AX
+	MOVQ p+8(FP), CX
+	MOVQ n+16(FP), DX
+
+short_loop:
+	CMPQ   DX, $0x10
+	JB     short_8
+	CRC32Q (CX), AX
+	CRC32Q 8(CX), AX
+	ADDQ   $0x10, CX
+	SUBQ   $0x10, DX
+	JMP    short_loop
+
+short_8:
+	TESTQ  $0x00000008, DX
+	JZ     short_4
+	CRC32Q (CX), AX
+	ADDQ   $0x08, CX
+
+short_4:
+	TESTQ  $0x00000004, DX
+	JZ     short_2
+	CRC32L (CX), AX
+	ADDQ   $0x04, CX
+
+short_2:
+	TESTQ  $0x00000002, DX
+	JZ     short_1
+	CRC32W (CX), AX
+	ADDQ   $0x02, CX
+
+short_1:
+	TESTQ  $0x00000001, DX
+	JZ     short_done
+	CRC32B (CX), AX
+
+short_done:
+	MOVL AX, ret+24(FP)
+	RET

@@ -75,3 +75,10 @@ func hybridBlocks128(dst *uint32, p *byte, groups int, blockLen int, stride int,
 //
 //go:noescape
 func hybridBlocksPrefetch128(dst *uint32, p *byte, groups int, blockLen int, stride int, fold *[2]uint64)
+
+// hybridShort returns the CRC-32C register (not finalised) after p[0:n],
+// given the register reg before it, with one CRC32 instruction stream;
+// needs SSE4.2.
+//
+//go:noescape
+func hybridShort(reg uint32, p *byte, n int) uint32

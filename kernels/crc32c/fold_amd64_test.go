@@ -28,6 +28,9 @@ func init() {
 	impl.Register(foldTestPkg, "avx2", hasFoldAVX2, func() {
 		foldTestUpdate, foldTestBlocks, foldTestBlocksCopy = updateAVX2, blocksAVX2, blocksCopyAVX2
 	})
+	impl.Register(foldTestPkg, "avx", hasFoldAVX, func() {
+		foldTestUpdate, foldTestBlocks, foldTestBlocksCopy = updateAVX, blocksAVX, blocksCopyAVX
+	})
 	impl.Register(foldTestPkg, "pclmul", hasFoldPCLMUL, func() {
 		foldTestUpdate, foldTestBlocks, foldTestBlocksCopy = updatePCLMUL, blocksPCLMUL, blocksCopyPCLMUL
 	})

@@ -22,6 +22,9 @@ const (
 	foldVecPCLMUL   = 16
 	foldAccsPCLMUL  = 8
 	foldGroupPCLMUL = 4
+	foldVecAVX      = 16
+	foldAccsAVX     = 8
+	foldGroupAVX    = 4
 	foldVecAVX2     = 32
 	foldAccsAVX2    = 8
 	foldGroupAVX2   = 4
@@ -64,6 +67,41 @@ func foldBlocksPCLMUL(dst []uint32, p []byte, blockLen, stride int, tab *crcmath
 //
 //go:noescape
 func foldBlocksCopyPCLMUL(dst []uint32, q, p []byte, blockLen, stride int, tab *crcmath.RevFoldTable)
+
+// foldUpdateAVX returns crc (finalised, as Update takes it) updated with p,
+// by carry-less folding with PCLMULQDQ on XMM registers (VEX encodings): 8
+// accumulators of 16 bytes while more than 8 vectors remain, then
+// every vector folded straight into the last 16-byte lane, the tail of
+// len(p)%16 bytes shifted in, and Barrett reduction (reflected).
+//
+// Preconditions: len(p) >= 16; tab is this CRC's fold table; the CPU has
+// AVX and PCLMULQDQ. It reads only p.
+//
+//go:noescape
+func foldUpdateAVX(crc uint32, p []byte, tab *crcmath.RevFoldTable) uint32
+
+// foldBlocksAVX sets dst[i] to the CRC (from the initial value) of
+// p[i*stride:][:blockLen] for every i, folding 4 blocks at once, each with its
+// own 16-byte accumulator, with PCLMULQDQ on XMM registers (VEX encodings).
+//
+// Preconditions: len(dst) is a positive multiple of 4; blockLen is a multiple of
+// 16 and at least 16; stride >= blockLen;
+// len(p) >= (len(dst)-1)*stride + blockLen; tab is this CRC's fold table;
+// the CPU has AVX and PCLMULQDQ.
+//
+//go:noescape
+func foldBlocksAVX(dst []uint32, p []byte, blockLen, stride int, tab *crcmath.RevFoldTable)
+
+// foldBlocksCopyAVX is foldBlocksAVX that also copies the blocks to q:
+// every vector it loads from p[i*stride:][:blockLen] it stores, as loaded, to
+// q at the same offset, and folds that register, so dst[i] is the CRC of
+// the bytes written to q. It writes nothing else of q.
+//
+// Preconditions: those of foldBlocksAVX, and the same for q as for p; the
+// blocks of q do not overlap those of p.
+//
+//go:noescape
+func foldBlocksCopyAVX(dst []uint32, q, p []byte, blockLen, stride int, tab *crcmath.RevFoldTable)
 
 // foldUpdateAVX2 returns crc (finalised, as Update takes it) updated with p,
 // by carry-less folding with VPCLMULQDQ on YMM registers (VEX encodings): 8

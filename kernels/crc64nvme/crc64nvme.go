@@ -8,9 +8,9 @@
 // guard is stored big-endian.
 //
 // Where the CPU allows, the package runs carry-less-multiply folding
-// (PCLMULQDQ and VPCLMULQDQ on amd64, PMULL on arm64), and slicing-by-8
-// tables elsewhere. Blocks computes one guard per block over many blocks in
-// one pass.
+// (PCLMULQDQ with SSE or VEX encodings and VPCLMULQDQ on amd64, PMULL on
+// arm64), and slicing-by-8 tables elsewhere. Blocks computes one guard per
+// block over many blocks in one pass.
 package crc64nvme
 
 import (

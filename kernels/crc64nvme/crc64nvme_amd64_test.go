@@ -86,7 +86,7 @@ func BenchmarkBlocksCopyPaths(b *testing.B) {
 	}
 }
 
-// subBlocksCopyWith is blocksCopySubPCLMUL with the kernel as a parameter
+// subBlocksCopyWith is blocksCopySub with the kernel as a parameter
 // (its scratch array then escapes), for the benchmark.
 func subBlocksCopyWith(kernel func([]uint64, []byte, []byte, int, int, *crcmath.RevFoldTable), dst []uint64, q, p []byte, blockLen int) {
 	const s = foldgo.SubBlockLen

@@ -20,6 +20,7 @@ var foldTables = crcmath.NewRevFoldTable(&foldTable)
 // CPU features of the fold kernels in zfold_amd64.s, checked once.
 var (
 	hasFoldPCLMUL = cpu.X86.HasPCLMULQDQ && cpu.X86.HasSSSE3 && cpu.X86.HasSSE41
+	hasFoldAVX    = hasFoldPCLMUL && cpu.X86.HasAVX
 	hasFoldAVX2   = cpu.X86.HasAVX2 && cpu.X86.HasPCLMULQDQ && x86.HasVPCLMULQDQ
 	hasFoldAVX512 = hasFoldAVX2 && cpu.X86.HasAVX512F && cpu.X86.HasAVX512BW &&
 		cpu.X86.HasAVX512VPCLMULQDQ
@@ -30,6 +31,7 @@ var (
 // the fold kernels beat the slicing-by-8 table from 16 bytes on.
 const (
 	foldMinPCLMUL = 16
+	foldMinAVX    = 16
 	foldMinAVX2   = 16
 	foldMinAVX512 = 16
 	// Blocks folds groups of blocks from foldMinBlockLen on; shorter blocks
@@ -47,6 +49,7 @@ const (
 func updatePCLMUL(crc uint64, p []byte) uint64 {
 	return updateFold(crc, p, foldMinPCLMUL, foldUpdatePCLMUL)
 }
+func updateAVX(crc uint64, p []byte) uint64  { return updateFold(crc, p, foldMinAVX, foldUpdateAVX) }
 func updateAVX2(crc uint64, p []byte) uint64 { return updateFold(crc, p, foldMinAVX2, foldUpdateAVX2) }
 func updateAVX512(crc uint64, p []byte) uint64 {
 	return updateFold(crc, p, foldMinAVX512, foldUpdateAVX512)
@@ -54,6 +57,10 @@ func updateAVX512(crc uint64, p []byte) uint64 {
 
 func blocksPCLMUL(dst []uint64, p []byte, blockLen, stride int) {
 	blocksFold(dst, p, blockLen, stride, foldVecPCLMUL, foldGroupPCLMUL, foldBlocksPCLMUL, updatePCLMUL)
+}
+
+func blocksAVX(dst []uint64, p []byte, blockLen, stride int) {
+	blocksFold(dst, p, blockLen, stride, foldVecAVX, foldGroupAVX, foldBlocksAVX, updateAVX)
 }
 
 func blocksAVX2(dst []uint64, p []byte, blockLen, stride int) {
@@ -66,10 +73,19 @@ func blocksAVX512(dst []uint64, p []byte, blockLen, stride int) {
 
 func blocksCopyPCLMUL(dst []uint64, q, p []byte, blockLen, stride int) {
 	if foldgo.UseSubBlocks(blockLen, stride) {
-		blocksCopySubPCLMUL(dst, q, p, blockLen)
+		blocksCopySub(false, dst, q, p, blockLen)
 		return
 	}
 	blocksCopyFold(dst, q, p, blockLen, stride, foldVecPCLMUL, foldGroupPCLMUL, foldBlocksCopyPCLMUL, updatePCLMUL)
+}
+
+// blocksCopyAVX takes the paths of blocksCopyPCLMUL, with the VEX kernel.
+func blocksCopyAVX(dst []uint64, q, p []byte, blockLen, stride int) {
+	if foldgo.UseSubBlocks(blockLen, stride) {
+		blocksCopySub(true, dst, q, p, blockLen)
+		return
+	}
+	blocksCopyFold(dst, q, p, blockLen, stride, foldVecAVX, foldGroupAVX, foldBlocksCopyAVX, updateAVX)
 }
 
 func blocksCopyAVX2(dst []uint64, q, p []byte, blockLen, stride int) {
@@ -110,13 +126,21 @@ func blocksCopyFold(dst []uint64, q, p []byte, blockLen, stride, vec, group int,
 // a quarter with both in memory. avx2 keeps the whole blocks: its kernel
 // streams them faster from memory (0.8 times with sub-blocks from a source
 // in memory, against 1.5 with both in cache); avx512 was not measured.
-func blocksCopySubPCLMUL(dst []uint64, q, p []byte, blockLen int) {
+//
+// avx picks the VEX kernel (the avx implementation); the kernels are called
+// by name, not through a parameter, so that the partial CRCs stay on the
+// stack.
+func blocksCopySub(avx bool, dst []uint64, q, p []byte, blockLen int) {
 	const s = foldgo.SubBlockLen
 	j := foldgo.NewJoiner(dst, blockLen/s, subShift())
 	var part [subChunk]uint64
 	for o, end := 0, len(dst)*blockLen; o < end; {
 		k := min(subChunk, (end-o)/s)
-		foldBlocksCopyPCLMUL(part[:k], q[o:], p[o:], s, s, foldTables)
+		if avx {
+			foldBlocksCopyAVX(part[:k], q[o:], p[o:], s, s, foldTables)
+		} else {
+			foldBlocksCopyPCLMUL(part[:k], q[o:], p[o:], s, s, foldTables)
+		}
 		j.Add(part[:k])
 		o += k * s
 	}

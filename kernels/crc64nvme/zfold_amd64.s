@@ -676,6 +676,520 @@ breducePCLMUL:
 	JNZ       bgroupPCLMUL
 	RET
 
+// func foldUpdateAVX(crc uint64, p []byte, tab *crcmath.RevFoldTable) (ret uint64)
+// Requires: AVX, PCLMULQDQ
+TEXT ·foldUpdateAVX(SB), NOSPLIT, $0-48
+	MOVQ tab+32(FP), DX
+	MOVQ p_base+8(FP), SI
+	MOVQ p_len+16(FP), CX
+	MOVQ crc+0(FP), AX
+
+	// The CRC register (xorout undone) goes into the first lane.
+	NOTQ  AX
+	VMOVQ AX, X10
+
+	// Tail length t, the last 16 bytes, whole lanes, the last whole lane.
+	MOVQ CX, R8
+	ANDQ $0x0000000f, R8
+	LEAQ -16(SI)(CX*1), R11
+	ANDQ $-16, CX
+	LEAQ -16(SI)(CX*1), R9
+
+	// 8 accumulators, 128 bytes per iteration, from 128 bytes on.
+	CMPQ    CX, $0x00000080
+	JB      directAVX
+	VMOVDQU (SI), X0
+	VMOVDQU 16(SI), X1
+	VMOVDQU 32(SI), X2
+	VMOVDQU 48(SI), X3
+	VMOVDQU 64(SI), X4
+	VMOVDQU 80(SI), X5
+	VMOVDQU 96(SI), X6
+	VMOVDQU 112(SI), X7
+	VPXOR   X10, X0, X0
+	ADDQ    $0x00000080, SI
+	SUBQ    $0x00000080, CX
+
+	// Fold[8]: forward by 128 bytes.
+	VMOVDQU 128(DX), X8
+
+	// The loop leaves the last lane to the direct folding (it is added as is
+	// there, which an accumulator's folded last lane could not be).
+	CMPQ CX, $0x00000090
+	JB   finishAVX
+
+loopAVX:
+	VPCLMULQDQ $0x00, X8, X0, X11
+	VPCLMULQDQ $0x11, X8, X0, X0
+	VPXOR      X11, X0, X0
+	VPXOR      (SI), X0, X0
+	VPCLMULQDQ $0x00, X8, X1, X11
+	VPCLMULQDQ $0x11, X8, X1, X1
+	VPXOR      X11, X1, X1
+	VPXOR      16(SI), X1, X1
+	VPCLMULQDQ $0x00, X8, X2, X11
+	VPCLMULQDQ $0x11, X8, X2, X2
+	VPXOR      X11, X2, X2
+	VPXOR      32(SI), X2, X2
+	VPCLMULQDQ $0x00, X8, X3, X11
+	VPCLMULQDQ $0x11, X8, X3, X3
+	VPXOR      X11, X3, X3
+	VPXOR      48(SI), X3, X3
+	VPCLMULQDQ $0x00, X8, X4, X11
+	VPCLMULQDQ $0x11, X8, X4, X4
+	VPXOR      X11, X4, X4
+	VPXOR      64(SI), X4, X4
+	VPCLMULQDQ $0x00, X8, X5, X11
+	VPCLMULQDQ $0x11, X8, X5, X5
+	VPXOR      X11, X5, X5
+	VPXOR      80(SI), X5, X5
+	VPCLMULQDQ $0x00, X8, X6, X11
+	VPCLMULQDQ $0x11, X8, X6, X6
+	VPXOR      X11, X6, X6
+	VPXOR      96(SI), X6, X6
+	VPCLMULQDQ $0x00, X8, X7, X11
+	VPCLMULQDQ $0x11, X8, X7, X7
+	VPXOR      X11, X7, X7
+	VPXOR      112(SI), X7, X7
+	ADDQ       $0x00000080, SI
+	SUBQ       $0x00000080, CX
+	CMPQ       CX, $0x00000090
+	JAE        loopAVX
+
+finishAVX:
+	LEAQ 2112(DX), R13
+	SUBQ CX, R13
+
+	// Accumulator j folds into the last lane: its lanes are followed by
+	// N-1-j vectors and the remaining lanes.
+	VPCLMULQDQ $0x00, -128(R13), X0, X11
+	VPCLMULQDQ $0x11, -128(R13), X0, X0
+	VPXOR      X11, X0, X0
+	VPCLMULQDQ $0x00, -112(R13), X1, X11
+	VPCLMULQDQ $0x11, -112(R13), X1, X1
+	VPXOR      X11, X1, X1
+	VPCLMULQDQ $0x00, -96(R13), X2, X11
+	VPCLMULQDQ $0x11, -96(R13), X2, X2
+	VPXOR      X11, X2, X2
+	VPCLMULQDQ $0x00, -80(R13), X3, X11
+	VPCLMULQDQ $0x11, -80(R13), X3, X3
+	VPXOR      X11, X3, X3
+	VPCLMULQDQ $0x00, -64(R13), X4, X11
+	VPCLMULQDQ $0x11, -64(R13), X4, X4
+	VPXOR      X11, X4, X4
+	VPCLMULQDQ $0x00, -48(R13), X5, X11
+	VPCLMULQDQ $0x11, -48(R13), X5, X5
+	VPXOR      X11, X5, X5
+	VPCLMULQDQ $0x00, -32(R13), X6, X11
+	VPCLMULQDQ $0x11, -32(R13), X6, X6
+	VPXOR      X11, X6, X6
+	VPCLMULQDQ $0x00, -16(R13), X7, X11
+	VPCLMULQDQ $0x11, -16(R13), X7, X7
+	VPXOR      X11, X7, X7
+	VPXOR      X1, X0, X0
+	VPXOR      X3, X2, X2
+	VPXOR      X5, X4, X4
+	VPXOR      X7, X6, X6
+	VPXOR      X2, X0, X0
+	VPXOR      X6, X4, X4
+	VPXOR      X4, X0, X0
+
+	// The CRC register is in accumulator 0 now.
+	VPXOR X10, X10, X10
+	JMP   stepsAVX
+
+directAVX:
+	LEAQ  2112(DX), R13
+	SUBQ  CX, R13
+	VPXOR X0, X0, X0
+	CMPQ  CX, $0x00000020
+	JB    singleAVX
+
+stepsAVX:
+	VPXOR X1, X1, X1
+
+	// 16-byte vectors while they fit.
+	CMPQ       CX, $0x00000020
+	JB         stepsdoneAVX
+	VMOVDQU    (SI), X12
+	VPXOR      X10, X12, X12
+	VPCLMULQDQ $0x00, (R13), X12, X11
+	VPCLMULQDQ $0x11, (R13), X12, X14
+	VPXOR      X14, X11, X11
+	VPXOR      X11, X1, X1
+	CMPQ       CX, $0x00000030
+	JB         stepsdoneAVX
+	VMOVDQU    16(R13), X8
+	VPCLMULQDQ $0x00, 16(SI), X8, X11
+	VPCLMULQDQ $0x11, 16(SI), X8, X14
+	VPXOR      X14, X11, X11
+	VPXOR      X11, X1, X1
+	CMPQ       CX, $0x00000040
+	JB         stepsdoneAVX
+	VMOVDQU    32(R13), X8
+	VPCLMULQDQ $0x00, 32(SI), X8, X11
+	VPCLMULQDQ $0x11, 32(SI), X8, X14
+	VPXOR      X14, X11, X11
+	VPXOR      X11, X1, X1
+	CMPQ       CX, $0x00000050
+	JB         stepsdoneAVX
+	VMOVDQU    48(R13), X8
+	VPCLMULQDQ $0x00, 48(SI), X8, X11
+	VPCLMULQDQ $0x11, 48(SI), X8, X14
+	VPXOR      X14, X11, X11
+	VPXOR      X11, X1, X1
+	CMPQ       CX, $0x00000060
+	JB         stepsdoneAVX
+	VMOVDQU    64(R13), X8
+	VPCLMULQDQ $0x00, 64(SI), X8, X11
+	VPCLMULQDQ $0x11, 64(SI), X8, X14
+	VPXOR      X14, X11, X11
+	VPXOR      X11, X1, X1
+	CMPQ       CX, $0x00000070
+	JB         stepsdoneAVX
+	VMOVDQU    80(R13), X8
+	VPCLMULQDQ $0x00, 80(SI), X8, X11
+	VPCLMULQDQ $0x11, 80(SI), X8, X14
+	VPXOR      X14, X11, X11
+	VPXOR      X11, X1, X1
+	CMPQ       CX, $0x00000080
+	JB         stepsdoneAVX
+	VMOVDQU    96(R13), X8
+	VPCLMULQDQ $0x00, 96(SI), X8, X11
+	VPCLMULQDQ $0x11, 96(SI), X8, X14
+	VPXOR      X14, X11, X11
+	VPXOR      X11, X1, X1
+	CMPQ       CX, $0x00000090
+	JB         stepsdoneAVX
+	VMOVDQU    112(R13), X8
+	VPCLMULQDQ $0x00, 112(SI), X8, X11
+	VPCLMULQDQ $0x11, 112(SI), X8, X14
+	VPXOR      X14, X11, X11
+	VPXOR      X11, X1, X1
+
+stepsdoneAVX:
+	VPXOR X1, X0, X0
+	JMP   rawAVX
+
+singleAVX:
+	// A single lane: the CRC register alone.
+	VMOVDQA X10, X0
+
+rawAVX:
+	// The last whole lane, as is.
+	VPXOR      (R9), X0, X0
+	TESTQ      R8, R8
+	JZ         notailAVX
+	LEAQ       tailShuf<>+0(SB), R10
+	MOVQ       R8, R12
+	NEGQ       R12
+	VMOVDQU    (R11), X12
+	VPAND      48(R10)(R8*1), X12, X12
+	VPSHUFB    (R10)(R8*1), X0, X14
+	VPSHUFB    16(R10)(R8*1), X0, X0
+	VPXOR      X12, X0, X0
+	VPCLMULQDQ $0x00, 16(DX), X14, X11
+	VPCLMULQDQ $0x11, 16(DX), X14, X14
+	VPXOR      X11, X0, X0
+	VPXOR      X14, X0, X0
+
+notailAVX:
+	VPCLMULQDQ $0x00, 1040(DX), X0, X11
+	VPSRLDQ    $0x08, X0, X12
+	VPXOR      X12, X11, X11
+	VPCLMULQDQ $0x00, 1056(DX), X11, X14
+	VPSLLQ     $0x01, X14, X14
+	VPXOR      X14, X11, X12
+	VPCLMULQDQ $0x10, 1056(DX), X12, X14
+	VPSLLQ     $0x01, X14, X12
+	VPSRLQ     $0x3f, X14, X14
+	VPSLLDQ    $0x08, X14, X14
+	VPXOR      X14, X12, X12
+	VPXOR      X12, X11, X11
+	VPEXTRQ    $0x01, X11, AX
+	NOTQ       AX
+	MOVQ       AX, ret+40(FP)
+	VZEROUPPER
+	RET
+
+// func foldBlocksAVX(dst []uint64, p []byte, blockLen int, stride int, tab *crcmath.RevFoldTable)
+// Requires: AVX, MMX+, PCLMULQDQ
+TEXT ·foldBlocksAVX(SB), NOSPLIT, $8-72
+	MOVQ tab+64(FP), DX
+	MOVQ dst_base+0(FP), DI
+	MOVQ dst_len+8(FP), R8
+	MOVQ R8, (SP)
+	MOVQ p_base+24(FP), SI
+	MOVQ blockLen+48(FP), BX
+	MOVQ stride+56(FP), R9
+
+	// Block j of a group starts at p + j*stride.
+	LEAQ (R9)(R9*2), R10
+
+	// Every block starts from the initial register, all ones.
+	MOVQ    $-1, AX
+	VMOVQ   AX, X10
+	VMOVDQU 16(DX), X13
+
+bgroupAVX:
+	MOVQ       SI, R13
+	MOVQ       BX, CX
+	LEAQ       (SI)(R9*8), R8
+	PREFETCHT0 (R8)
+	ADDQ       $0x00000040, R8
+	VMOVDQU    (R13), X0
+	VPXOR      X10, X0, X0
+	VMOVDQU    (R13)(R9*1), X1
+	VPXOR      X10, X1, X1
+	VMOVDQU    (R13)(R9*2), X2
+	VPXOR      X10, X2, X2
+	VMOVDQU    (R13)(R10*1), X3
+	VPXOR      X10, X3, X3
+	ADDQ       $0x00000010, R13
+	SUBQ       $0x00000010, CX
+	CMPQ       CX, $0x00000010
+	JB         breduceAVX
+
+btailloopAVX:
+	PREFETCHT0 (R8)
+	ADDQ       $0x00000040, R8
+	VPCLMULQDQ $0x00, X13, X0, X11
+	VPCLMULQDQ $0x11, X13, X0, X0
+	VPXOR      X11, X0, X0
+	VPXOR      (R13), X0, X0
+	VPCLMULQDQ $0x00, X13, X1, X11
+	VPCLMULQDQ $0x11, X13, X1, X1
+	VPXOR      X11, X1, X1
+	VPXOR      (R13)(R9*1), X1, X1
+	VPCLMULQDQ $0x00, X13, X2, X11
+	VPCLMULQDQ $0x11, X13, X2, X2
+	VPXOR      X11, X2, X2
+	VPXOR      (R13)(R9*2), X2, X2
+	VPCLMULQDQ $0x00, X13, X3, X11
+	VPCLMULQDQ $0x11, X13, X3, X3
+	VPXOR      X11, X3, X3
+	VPXOR      (R13)(R10*1), X3, X3
+	ADDQ       $0x00000010, R13
+	SUBQ       $0x00000010, CX
+	CMPQ       CX, $0x00000010
+	JAE        btailloopAVX
+
+breduceAVX:
+	VPCLMULQDQ $0x00, 1040(DX), X0, X11
+	VPSRLDQ    $0x08, X0, X12
+	VPXOR      X12, X11, X11
+	VPCLMULQDQ $0x00, 1056(DX), X11, X14
+	VPSLLQ     $0x01, X14, X14
+	VPXOR      X14, X11, X12
+	VPCLMULQDQ $0x10, 1056(DX), X12, X14
+	VPSLLQ     $0x01, X14, X12
+	VPSRLQ     $0x3f, X14, X14
+	VPSLLDQ    $0x08, X14, X14
+	VPXOR      X14, X12, X12
+	VPXOR      X12, X11, X11
+	VPEXTRQ    $0x01, X11, AX
+	NOTQ       AX
+	MOVQ       AX, (DI)
+	VPCLMULQDQ $0x00, 1040(DX), X1, X11
+	VPSRLDQ    $0x08, X1, X12
+	VPXOR      X12, X11, X11
+	VPCLMULQDQ $0x00, 1056(DX), X11, X14
+	VPSLLQ     $0x01, X14, X14
+	VPXOR      X14, X11, X12
+	VPCLMULQDQ $0x10, 1056(DX), X12, X14
+	VPSLLQ     $0x01, X14, X12
+	VPSRLQ     $0x3f, X14, X14
+	VPSLLDQ    $0x08, X14, X14
+	VPXOR      X14, X12, X12
+	VPXOR      X12, X11, X11
+	VPEXTRQ    $0x01, X11, AX
+	NOTQ       AX
+	MOVQ       AX, 8(DI)
+	VPCLMULQDQ $0x00, 1040(DX), X2, X11
+	VPSRLDQ    $0x08, X2, X12
+	VPXOR      X12, X11, X11
+	VPCLMULQDQ $0x00, 1056(DX), X11, X14
+	VPSLLQ     $0x01, X14, X14
+	VPXOR      X14, X11, X12
+	VPCLMULQDQ $0x10, 1056(DX), X12, X14
+	VPSLLQ     $0x01, X14, X12
+	VPSRLQ     $0x3f, X14, X14
+	VPSLLDQ    $0x08, X14, X14
+	VPXOR      X14, X12, X12
+	VPXOR      X12, X11, X11
+	VPEXTRQ    $0x01, X11, AX
+	NOTQ       AX
+	MOVQ       AX, 16(DI)
+	VPCLMULQDQ $0x00, 1040(DX), X3, X11
+	VPSRLDQ    $0x08, X3, X12
+	VPXOR      X12, X11, X11
+	VPCLMULQDQ $0x00, 1056(DX), X11, X14
+	VPSLLQ     $0x01, X14, X14
+	VPXOR      X14, X11, X12
+	VPCLMULQDQ $0x10, 1056(DX), X12, X14
+	VPSLLQ     $0x01, X14, X12
+	VPSRLQ     $0x3f, X14, X14
+	VPSLLDQ    $0x08, X14, X14
+	VPXOR      X14, X12, X12
+	VPXOR      X12, X11, X11
+	VPEXTRQ    $0x01, X11, AX
+	NOTQ       AX
+	MOVQ       AX, 24(DI)
+	ADDQ       $0x00000020, DI
+	LEAQ       (SI)(R9*4), SI
+	SUBQ       $0x00000004, (SP)
+	JNZ        bgroupAVX
+	VZEROUPPER
+	RET
+
+// func foldBlocksCopyAVX(dst []uint64, q []byte, p []byte, blockLen int, stride int, tab *crcmath.RevFoldTable)
+// Requires: AVX, MMX+, PCLMULQDQ
+TEXT ·foldBlocksCopyAVX(SB), NOSPLIT, $8-96
+	MOVQ tab+88(FP), DX
+	MOVQ dst_base+0(FP), DI
+	MOVQ dst_len+8(FP), R8
+	MOVQ R8, (SP)
+	MOVQ p_base+48(FP), SI
+	MOVQ blockLen+72(FP), BX
+	MOVQ stride+80(FP), R9
+
+	// q - p: the copy of a byte at x goes to x + (q - p).
+	MOVQ q_base+24(FP), R15
+	SUBQ SI, R15
+
+	// Block j of a group starts at p + j*stride.
+	LEAQ (R9)(R9*2), R10
+
+	// Every block starts from the initial register, all ones.
+	MOVQ    $-1, AX
+	VMOVQ   AX, X10
+	VMOVDQU 16(DX), X13
+
+bgroupAVX:
+	MOVQ       SI, R13
+	MOVQ       BX, CX
+	LEAQ       (SI)(R9*8), R8
+	PREFETCHT0 (R8)
+	ADDQ       $0x00000040, R8
+	LEAQ       (R13)(R15*1), R14
+	VMOVDQU    (R13), X0
+	VMOVDQU    X0, (R14)
+	VPXOR      X10, X0, X0
+	VMOVDQU    (R13)(R9*1), X1
+	VMOVDQU    X1, (R14)(R9*1)
+	VPXOR      X10, X1, X1
+	VMOVDQU    (R13)(R9*2), X2
+	VMOVDQU    X2, (R14)(R9*2)
+	VPXOR      X10, X2, X2
+	VMOVDQU    (R13)(R10*1), X3
+	VMOVDQU    X3, (R14)(R10*1)
+	VPXOR      X10, X3, X3
+	ADDQ       $0x00000010, R13
+	SUBQ       $0x00000010, CX
+	CMPQ       CX, $0x00000010
+	JB         breduceAVX
+
+btailloopAVX:
+	PREFETCHT0 (R8)
+	ADDQ       $0x00000040, R8
+	LEAQ       (R13)(R15*1), R14
+	VMOVDQU    (R13), X12
+	VMOVDQU    X12, (R14)
+	VPCLMULQDQ $0x00, X13, X0, X11
+	VPCLMULQDQ $0x11, X13, X0, X0
+	VPXOR      X11, X0, X0
+	VPXOR      X12, X0, X0
+	VMOVDQU    (R13)(R9*1), X12
+	VMOVDQU    X12, (R14)(R9*1)
+	VPCLMULQDQ $0x00, X13, X1, X11
+	VPCLMULQDQ $0x11, X13, X1, X1
+	VPXOR      X11, X1, X1
+	VPXOR      X12, X1, X1
+	VMOVDQU    (R13)(R9*2), X12
+	VMOVDQU    X12, (R14)(R9*2)
+	VPCLMULQDQ $0x00, X13, X2, X11
+	VPCLMULQDQ $0x11, X13, X2, X2
+	VPXOR      X11, X2, X2
+	VPXOR      X12, X2, X2
+	VMOVDQU    (R13)(R10*1), X12
+	VMOVDQU    X12, (R14)(R10*1)
+	VPCLMULQDQ $0x00, X13, X3, X11
+	VPCLMULQDQ $0x11, X13, X3, X3
+	VPXOR      X11, X3, X3
+	VPXOR      X12, X3, X3
+	ADDQ       $0x00000010, R13
+	SUBQ       $0x00000010, CX
+	CMPQ       CX, $0x00000010
+	JAE        btailloopAVX
+
+breduceAVX:
+	VPCLMULQDQ $0x00, 1040(DX), X0, X11
+	VPSRLDQ    $0x08, X0, X12
+	VPXOR      X12, X11, X11
+	VPCLMULQDQ $0x00, 1056(DX), X11, X14
+	VPSLLQ     $0x01, X14, X14
+	VPXOR      X14, X11, X12
+	VPCLMULQDQ $0x10, 1056(DX), X12, X14
+	VPSLLQ     $0x01, X14, X12
+	VPSRLQ     $0x3f, X14, X14
+	VPSLLDQ    $0x08, X14, X14
+	VPXOR      X14, X12, X12
+	VPXOR      X12, X11, X11
+	VPEXTRQ    $0x01, X11, AX
+	NOTQ       AX
+	MOVQ       AX, (DI)
+	VPCLMULQDQ $0x00, 1040(DX), X1, X11
+	VPSRLDQ    $0x08, X1, X12
+	VPXOR      X12, X11, X11
+	VPCLMULQDQ $0x00, 1056(DX), X11, X14
+	VPSLLQ     $0x01, X14, X14
+	VPXOR      X14, X11, X12
+	VPCLMULQDQ $0x10, 1056(DX), X12, X14
+	VPSLLQ     $0x01, X14, X12
+	VPSRLQ     $0x3f, X14, X14
+	VPSLLDQ    $0x08, X14, X14
+	VPXOR      X14, X12, X12
+	VPXOR      X12, X11, X11
+	VPEXTRQ    $0x01, X11, AX
+	NOTQ       AX
+	MOVQ       AX, 8(DI)
+	VPCLMULQDQ $0x00, 1040(DX), X2, X11
+	VPSRLDQ    $0x08, X2, X12
+	VPXOR      X12, X11, X11
+	VPCLMULQDQ $0x00, 1056(DX), X11, X14
+	VPSLLQ     $0x01, X14, X14
+	VPXOR      X14, X11, X12
+	VPCLMULQDQ $0x10, 1056(DX), X12, X14
+	VPSLLQ     $0x01, X14, X12
+	VPSRLQ     $0x3f, X14, X14
+	VPSLLDQ    $0x08, X14, X14
+	VPXOR      X14, X12, X12
+	VPXOR      X12, X11, X11
+	VPEXTRQ    $0x01, X11, AX
+	NOTQ       AX
+	MOVQ       AX, 16(DI)
+	VPCLMULQDQ $0x00, 1040(DX), X3, X11
+	VPSRLDQ    $0x08, X3, X12
+	VPXOR      X12, X11, X11
+	VPCLMULQDQ $0x00, 1056(DX), X11, X14
+	VPSLLQ     $0x01, X14, X14
+	VPXOR      X14, X11, X12
+	VPCLMULQDQ $0x10, 1056(DX), X12, X14
+	VPSLLQ     $0x01, X14, X12
+	VPSRLQ     $0x3f, X14, X14
+	VPSLLDQ    $0x08, X14, X14
+	VPXOR      X14, X12, X12
+	VPXOR      X12, X11, X11
+	VPEXTRQ    $0x01, X11, AX
+	NOTQ       AX
+	MOVQ       AX, 24(DI)
+	ADDQ       $0x00000020, DI
+	LEAQ       (SI)(R9*4), SI
+	SUBQ       $0x00000004, (SP)
+	JNZ        bgroupAVX
+	VZEROUPPER
+	RET
+
 // func foldUpdateAVX2(crc uint64, p []byte, tab *crcmath.RevFoldTable) (ret uint64)
 // Requires: AVX, AVX2, PCLMULQDQ, VPCLMULQDQ
 TEXT ·foldUpdateAVX2(SB), NOSPLIT, $0-48

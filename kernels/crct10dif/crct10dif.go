@@ -6,7 +6,7 @@
 // 0xD0DB. On media the guard is stored big-endian.
 //
 // The package computes it with carry-less-multiply folding where the CPU has
-// it (PCLMULQDQ and VPCLMULQDQ on amd64, PMULL on arm64, and on arm64 cores
+// it (PCLMULQDQ with SSE or VEX encodings and VPCLMULQDQ on amd64, PMULL on arm64, and on arm64 cores
 // without the Crypto Extensions a NEON 8x8 PMULL version) and with
 // slicing-by-16 tables elsewhere. Blocks computes one guard per block over
 // many blocks in one pass, which is what protection information needs.
@@ -94,12 +94,12 @@ func Blocks(dst []uint16, p []byte, blockLen, stride int) error {
 // it returns an error.
 //
 // This is what a protected block with a sector checksum needs. Where the
-// active implementation is avx2 or avx512 and the CPU has SSE4.2, both CRCs
-// are computed in one pass over the data, at about the cost of Blocks alone:
-// the guard by VPCLMULQDQ folding, the CRC-32C by CRC32 instructions, which
-// run on another execution unit. Elsewhere (the pclmul and generic
-// implementations, arm64, purego builds) it is Blocks followed by
-// crc32c.Blocks.
+// active implementation is avx2 or avx512 and the CPU has SSE4.2, or avx or
+// pclmul and the CPU has AVX and SSE4.2, both CRCs are computed in one pass
+// over the data, at about the cost of Blocks alone: the guard by
+// (V)PCLMULQDQ folding, the CRC-32C by CRC32 instructions, which run on
+// another execution unit. Elsewhere (the generic implementation, arm64,
+// purego builds) it is Blocks followed by crc32c.Blocks.
 func BlocksCRC32C(dst []uint16, sums []uint32, p []byte, blockLen, stride int) error {
 	if len(sums) != len(dst) {
 		return ErrLayout

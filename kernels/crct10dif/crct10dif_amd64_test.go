@@ -37,6 +37,7 @@ func BenchmarkBlocksCopyPaths(b *testing.B) {
 		upd   func(uint16, []byte) uint16
 	}{
 		{"pclmul", hasFoldPCLMUL, foldVecPCLMUL, foldGroupPCLMUL, foldBlocksCopyPCLMUL, updatePCLMUL},
+		{"avx", hasFoldAVX, foldVecAVX, foldGroupAVX, foldBlocksCopyAVX, updateAVX},
 		{"avx2", hasFoldAVX2, foldVecAVX2, foldGroupAVX2, foldBlocksCopyAVX2, updateAVX2},
 	} {
 		if !k.has {
@@ -59,7 +60,7 @@ func BenchmarkBlocksCopyPaths(b *testing.B) {
 	}
 }
 
-// subBlocksCopyWith is blocksCopySubPCLMUL with the kernel as a parameter
+// subBlocksCopyWith is blocksCopySub with the kernel as a parameter
 // (its scratch array then escapes), for the benchmark.
 func subBlocksCopyWith(kernel func([]uint16, []byte, []byte, int, int, *crcmath.RevFoldTable), dst []uint16, q, p []byte, blockLen int) {
 	const s = foldgo.SubBlockLen

@@ -34,17 +34,23 @@ func TestFusedTableOffsets(t *testing.T) {
 	}
 }
 
-// Each implementation dispatches BlocksCRC32C as documented: the fused
-// kernel under avx512 and avx2 when the CPU has SSE4.2, the two passes
-// otherwise. A CPU that can run the fused kernel must run it.
+// Each implementation dispatches BlocksCRC32C as documented: the YMM fused
+// kernel under avx512 and avx2 when the CPU has SSE4.2, the XMM one under
+// avx and pclmul when it also has AVX, the two passes otherwise. A CPU that can
+// run a fused kernel must run it.
 func TestBlocksCRC32CDispatch(t *testing.T) {
 	ptr := func(f any) uintptr { return reflect.ValueOf(f).Pointer() }
 	impl.ForEach(t, pkgName, func(t *testing.T) {
 		name := impl.Active(pkgName)
-		fused := ptr(blocksSums) == ptr(blocksSumsAVX2)
+		fused := ptr(blocksSums) == ptr(blocksSumsAVX2) && ptr(blocksSumsCopy) == ptr(blocksSumsCopyAVX2)
 		want := hasFusedAVX2 && (name == "avx2" || name == "avx512")
 		if fused != want {
-			t.Errorf("%s: fused kernel in use = %v, want %v", name, fused, want)
+			t.Errorf("%s: YMM fused kernel in use = %v, want %v", name, fused, want)
+		}
+		fused = ptr(blocksSums) == ptr(blocksSumsAVX) && ptr(blocksSumsCopy) == ptr(blocksSumsCopyAVX)
+		want = hasFusedAVX && (name == "pclmul" || name == "avx")
+		if fused != want {
+			t.Errorf("%s: XMM fused kernel in use = %v, want %v", name, fused, want)
 		}
 	})
 }
@@ -54,7 +60,7 @@ func TestBlocksCRC32CDispatch(t *testing.T) {
 // every kernel that runs them.
 func TestSubBlockGroups(t *testing.T) {
 	per := foldgo.SubBlockAlias / foldgo.SubBlockLen
-	for _, g := range []int{fusedGroupAVX2, foldGroupPCLMUL} {
+	for _, g := range []int{fusedGroup, foldGroupPCLMUL} {
 		if per%g != 0 || subChunk%g != 0 {
 			t.Errorf("group of %d blocks: %d sub-blocks a block, %d a call", g, per, subChunk)
 		}

@@ -3,6 +3,7 @@ package crct10dif
 import (
 	"bytes"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"testing"
 
@@ -112,13 +113,13 @@ func TestBlocksCRC32CGuardPage(t *testing.T) {
 func TestBlocksCRC32CLayout(t *testing.T) {
 	buf := make([]byte, 4096)
 	bad := []struct{ n, ns, plen, blockLen, stride int }{
-		{2, 2, 4096, 512, 256},   // stride < blockLen
-		{1, 1, 4096, 5000, 5000}, // block longer than the buffer
-		{9, 9, 4096, 512, 512},   // too many blocks
-		{2, 2, 4096, -1, 512},    // negative length
-		{3, 3, 4096, 512, 1 << 62},
-		{8, 7, 4096, 512, 512}, // sums shorter than dst
-		{4, 8, 4096, 512, 512}, // or longer
+		{2, 2, 4096, 512, 256},               // stride < blockLen
+		{1, 1, 4096, 5000, 5000},             // block longer than the buffer
+		{9, 9, 4096, 512, 512},               // too many blocks
+		{2, 2, 4096, -1, 512},                // negative length
+		{3, 3, 4096, 512, math.MaxInt/2 + 1}, // (n-1)*stride overflows int
+		{8, 7, 4096, 512, 512},               // sums shorter than dst
+		{4, 8, 4096, 512, 512},               // or longer
 	}
 	for _, c := range bad {
 		dst, sums := make([]uint16, c.n), make([]uint32, c.ns)

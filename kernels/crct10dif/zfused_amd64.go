@@ -6,7 +6,7 @@ package crct10dif
 
 import "github.com/difctl/difctl/kernels/internal/crcmath"
 
-// Byte offsets of the crcmath.RevFoldTable fields that fusedBlocksAVX2 reads.
+// Byte offsets of the crcmath.RevFoldTable fields that the fused kernels read.
 const (
 	fusedTableFold  = 0
 	fusedTableFinal = 1040
@@ -14,10 +14,10 @@ const (
 	fusedTablePoly  = 1064
 )
 
-// Shape of fusedBlocksAVX2: blocks per group, shortest block.
+// Shape of the fused kernels: blocks per group, shortest block.
 const (
-	fusedGroupAVX2  = 4
-	fusedMinLenAVX2 = 64
+	fusedGroup  = 4
+	fusedMinLen = 64
 )
 
 // fusedBlocksAVX2 sets dst[i] to the CRC-16/T10-DIF and sums[i] to the
@@ -45,3 +45,29 @@ func fusedBlocksAVX2(dst []uint16, sums []uint32, p []byte, blockLen, stride int
 //
 //go:noescape
 func fusedBlocksCopyAVX2(dst []uint16, sums []uint32, q, p []byte, blockLen, stride int, tab *crcmath.RevFoldTable)
+
+// fusedBlocksAVX sets dst[i] to the CRC-16/T10-DIF and sums[i] to the
+// CRC-32C (both from their initial values, finalised) of
+// p[i*stride:][:blockLen] for every i < len(dst), in one pass: 4 blocks at
+// once, each with a 16-byte PCLMULQDQ fold accumulator (XMM, VEX
+// encodings) and a CRC32Q stream over the same bytes.
+//
+// Preconditions: len(dst) is a positive multiple of 4; len(sums) >= len(dst);
+// blockLen is a multiple of 16 and at least 64; stride >= blockLen;
+// len(p) >= (len(dst)-1)*stride + blockLen; tab is the T10-DIF fold table;
+// the CPU has AVX, PCLMULQDQ and SSE4.2. It reads only the blocks.
+//
+//go:noescape
+func fusedBlocksAVX(dst []uint16, sums []uint32, p []byte, blockLen, stride int, tab *crcmath.RevFoldTable)
+
+// fusedBlocksCopyAVX is fusedBlocksAVX that also copies the blocks to q:
+// every vector it loads from p it stores, as loaded, to q at the same
+// offset, and folds that register; the CRC32Q streams read the bytes from
+// q. So dst[i] and sums[i] are both of the bytes written to q. It writes
+// nothing else of q.
+//
+// Preconditions: those of fusedBlocksAVX, and the same for q as for p; the
+// blocks of q do not overlap those of p.
+//
+//go:noescape
+func fusedBlocksCopyAVX(dst []uint16, sums []uint32, q, p []byte, blockLen, stride int, tab *crcmath.RevFoldTable)

@@ -29,7 +29,7 @@ TEXT ·fusedBlocksAVX2(SB), NOSPLIT, $8-96
 	VMOVDQU        1056(R13), X5
 	VBROADCASTI128 fusedBswap<>+0(SB), Y9
 
-group:
+groupAVX2:
 	MOVQ       SI, R13
 	MOVQ       blockLen+72(FP), CX
 	LEAQ       (SI)(R9*8), DX
@@ -73,7 +73,7 @@ group:
 	// Every step: fold each accumulator forward by 32 bytes onto the
 	// block's next 32 bytes, and run the same bytes through its CRC32Q stream.
 	// blockLen >= 64, so there is at least one step.
-loop:
+loopAVX2:
 	PREFETCHT0 (DX)
 	PREFETCHT0 64(DX)
 	ADDQ       $0x00000080, DX
@@ -120,7 +120,7 @@ loop:
 	ADDQ       $0x00000020, R13
 	SUBQ       $0x00000020, CX
 	CMPQ       CX, $0x00000020
-	JAE        loop
+	JAE        loopAVX2
 
 	// Collapse each accumulator's two lanes: lane 0 folded by Fold[1],
 	// lane 1 added as is.
@@ -147,7 +147,7 @@ loop:
 
 	// An odd 16-byte lane left: one more fold by Fold[1] and two CRC32Q.
 	TESTQ      CX, CX
-	JZ         reduce
+	JZ         reduceAVX2
 	VMOVDQU    (R13), X12
 	VPSHUFB    X9, X12, X12
 	VPCLMULQDQ $0x01, X13, X0, X11
@@ -181,7 +181,7 @@ loop:
 	CRC32Q     8(R13)(R9*2), R11
 	CRC32Q     8(R13)(R10*1), R12
 
-reduce:
+reduceAVX2:
 	// The guards (Barrett) and the finalised CRC-32C of the group.
 	VPCLMULQDQ $0x01, X4, X0, X11
 	VMOVQ      X0, X12
@@ -247,7 +247,7 @@ reduce:
 	ADDQ       $0x00000010, R8
 	LEAQ       (SI)(R9*4), SI
 	SUBQ       $0x00000004, (SP)
-	JNZ        group
+	JNZ        groupAVX2
 	VZEROUPPER
 	RET
 
@@ -276,7 +276,7 @@ TEXT ·fusedBlocksCopyAVX2(SB), NOSPLIT, $8-120
 	VMOVDQU        1056(R13), X5
 	VBROADCASTI128 fusedBswap<>+0(SB), Y9
 
-group:
+groupAVX2:
 	MOVQ       SI, R13
 	MOVQ       blockLen+96(FP), CX
 	LEAQ       (SI)(R9*8), DX
@@ -309,7 +309,7 @@ group:
 	// Every step: fold each accumulator forward by 32 bytes onto the
 	// block's next 32 bytes, and run the same bytes through its CRC32Q stream.
 	// blockLen >= 64, so there is at least one step.
-loop:
+loopAVX2:
 	PREFETCHT0 (DX)
 	PREFETCHT0 64(DX)
 	ADDQ       $0x00000080, DX
@@ -361,7 +361,7 @@ loop:
 	ADDQ       $0x00000020, R13
 	SUBQ       $0x00000020, CX
 	CMPQ       CX, $0x00000020
-	JAE        loop
+	JAE        loopAVX2
 
 	// The CRC32Q of the last step's vectors, still at rQ.
 	CRC32Q (R14), AX
@@ -406,7 +406,7 @@ loop:
 
 	// An odd 16-byte lane left: one more fold by Fold[1] and two CRC32Q.
 	TESTQ      CX, CX
-	JZ         reduce
+	JZ         reduceAVX2
 	LEAQ       (R13)(R15*1), R14
 	VMOVDQU    (R13), X12
 	VMOVDQU    X12, (R14)
@@ -445,7 +445,7 @@ loop:
 	CRC32Q     8(R14)(R9*2), R11
 	CRC32Q     8(R14)(R10*1), R12
 
-reduce:
+reduceAVX2:
 	// The guards (Barrett) and the finalised CRC-32C of the group.
 	VPCLMULQDQ $0x01, X4, X0, X11
 	VMOVQ      X0, X12
@@ -511,6 +511,350 @@ reduce:
 	ADDQ       $0x00000010, R8
 	LEAQ       (SI)(R9*4), SI
 	SUBQ       $0x00000004, (SP)
-	JNZ        group
+	JNZ        groupAVX2
+	VZEROUPPER
+	RET
+
+// func fusedBlocksAVX(dst []uint16, sums []uint32, p []byte, blockLen int, stride int, tab *crcmath.RevFoldTable)
+// Requires: AVX, MMX+, PCLMULQDQ, SSE4.2
+TEXT ·fusedBlocksAVX(SB), NOSPLIT, $8-96
+	MOVQ dst_base+0(FP), DI
+	MOVQ dst_len+8(FP), DX
+	MOVQ DX, (SP)
+	MOVQ sums_base+24(FP), R8
+	MOVQ p_base+48(FP), SI
+	MOVQ stride+80(FP), R9
+
+	// Block j of a group starts at p + j*stride.
+	LEAQ (R9)(R9*2), R10
+
+	// The constants, from the table.
+	MOVQ    tab+88(FP), R13
+	VMOVDQU 16(R13), X13
+	VMOVDQU 1040(R13), X4
+	VMOVDQU 1056(R13), X5
+	VMOVDQU fusedBswap<>+0(SB), X9
+
+groupAVX:
+	MOVQ       SI, R13
+	MOVQ       blockLen+72(FP), CX
+	LEAQ       (SI)(R9*8), DX
+	PREFETCHT0 (DX)
+	ADDQ       $0x00000040, DX
+
+	// The first 16 bytes of each block: the fold accumulators (T10-DIF
+	// starts from zero) and the CRC-32C registers, from all ones.
+	VMOVDQU (R13), X0
+	VPSHUFB X9, X0, X0
+	MOVL    $0xffffffff, AX
+	VMOVDQU (R13)(R9*1), X1
+	VPSHUFB X9, X1, X1
+	MOVL    $0xffffffff, BX
+	VMOVDQU (R13)(R9*2), X2
+	VPSHUFB X9, X2, X2
+	MOVL    $0xffffffff, R11
+	VMOVDQU (R13)(R10*1), X3
+	VPSHUFB X9, X3, X3
+	MOVL    $0xffffffff, R12
+	CRC32Q  (R13), AX
+	CRC32Q  (R13)(R9*1), BX
+	CRC32Q  (R13)(R9*2), R11
+	CRC32Q  (R13)(R10*1), R12
+	CRC32Q  8(R13), AX
+	CRC32Q  8(R13)(R9*1), BX
+	CRC32Q  8(R13)(R9*2), R11
+	CRC32Q  8(R13)(R10*1), R12
+	ADDQ    $0x00000010, R13
+	SUBQ    $0x00000010, CX
+
+	// Every step: fold each accumulator forward by 16 bytes onto the
+	// block's next 16 bytes, and run the same bytes through its CRC32Q stream.
+	// blockLen >= 64, so there is at least one step.
+loopAVX:
+	PREFETCHT0 (DX)
+	ADDQ       $0x00000040, DX
+	VMOVDQU    (R13), X12
+	VPSHUFB    X9, X12, X12
+	VPCLMULQDQ $0x01, X13, X0, X11
+	VPCLMULQDQ $0x10, X13, X0, X0
+	VPXOR      X11, X0, X0
+	VPXOR      X12, X0, X0
+	CRC32Q     (R13), AX
+	VMOVDQU    (R13)(R9*1), X12
+	VPSHUFB    X9, X12, X12
+	VPCLMULQDQ $0x01, X13, X1, X11
+	VPCLMULQDQ $0x10, X13, X1, X1
+	VPXOR      X11, X1, X1
+	VPXOR      X12, X1, X1
+	CRC32Q     (R13)(R9*1), BX
+	VMOVDQU    (R13)(R9*2), X12
+	VPSHUFB    X9, X12, X12
+	VPCLMULQDQ $0x01, X13, X2, X11
+	VPCLMULQDQ $0x10, X13, X2, X2
+	VPXOR      X11, X2, X2
+	VPXOR      X12, X2, X2
+	CRC32Q     (R13)(R9*2), R11
+	VMOVDQU    (R13)(R10*1), X12
+	VPSHUFB    X9, X12, X12
+	VPCLMULQDQ $0x01, X13, X3, X11
+	VPCLMULQDQ $0x10, X13, X3, X3
+	VPXOR      X11, X3, X3
+	VPXOR      X12, X3, X3
+	CRC32Q     (R13)(R10*1), R12
+	CRC32Q     8(R13), AX
+	CRC32Q     8(R13)(R9*1), BX
+	CRC32Q     8(R13)(R9*2), R11
+	CRC32Q     8(R13)(R10*1), R12
+	ADDQ       $0x00000010, R13
+	SUBQ       $0x00000010, CX
+	CMPQ       CX, $0x00000010
+	JAE        loopAVX
+
+	// The guards (Barrett) and the finalised CRC-32C of the group.
+	VPCLMULQDQ $0x01, X4, X0, X11
+	VMOVQ      X0, X12
+	VPSLLDQ    $0x02, X12, X12
+	VPXOR      X12, X11, X11
+	VPSRLDQ    $0x02, X11, X12
+	VPCLMULQDQ $0x00, X5, X12, X14
+	VPSRLDQ    $0x08, X14, X14
+	VPXOR      X14, X12, X12
+	VPCLMULQDQ $0x10, X5, X12, X14
+	VPXOR      X14, X11, X11
+	VMOVQ      X11, CX
+	MOVWQZX    CX, CX
+	MOVW       CX, (DI)
+	NOTL       AX
+	MOVL       AX, (R8)
+	VPCLMULQDQ $0x01, X4, X1, X11
+	VMOVQ      X1, X12
+	VPSLLDQ    $0x02, X12, X12
+	VPXOR      X12, X11, X11
+	VPSRLDQ    $0x02, X11, X12
+	VPCLMULQDQ $0x00, X5, X12, X14
+	VPSRLDQ    $0x08, X14, X14
+	VPXOR      X14, X12, X12
+	VPCLMULQDQ $0x10, X5, X12, X14
+	VPXOR      X14, X11, X11
+	VMOVQ      X11, CX
+	MOVWQZX    CX, CX
+	MOVW       CX, 2(DI)
+	NOTL       BX
+	MOVL       BX, 4(R8)
+	VPCLMULQDQ $0x01, X4, X2, X11
+	VMOVQ      X2, X12
+	VPSLLDQ    $0x02, X12, X12
+	VPXOR      X12, X11, X11
+	VPSRLDQ    $0x02, X11, X12
+	VPCLMULQDQ $0x00, X5, X12, X14
+	VPSRLDQ    $0x08, X14, X14
+	VPXOR      X14, X12, X12
+	VPCLMULQDQ $0x10, X5, X12, X14
+	VPXOR      X14, X11, X11
+	VMOVQ      X11, CX
+	MOVWQZX    CX, CX
+	MOVW       CX, 4(DI)
+	NOTL       R11
+	MOVL       R11, 8(R8)
+	VPCLMULQDQ $0x01, X4, X3, X11
+	VMOVQ      X3, X12
+	VPSLLDQ    $0x02, X12, X12
+	VPXOR      X12, X11, X11
+	VPSRLDQ    $0x02, X11, X12
+	VPCLMULQDQ $0x00, X5, X12, X14
+	VPSRLDQ    $0x08, X14, X14
+	VPXOR      X14, X12, X12
+	VPCLMULQDQ $0x10, X5, X12, X14
+	VPXOR      X14, X11, X11
+	VMOVQ      X11, CX
+	MOVWQZX    CX, CX
+	MOVW       CX, 6(DI)
+	NOTL       R12
+	MOVL       R12, 12(R8)
+	ADDQ       $0x00000008, DI
+	ADDQ       $0x00000010, R8
+	LEAQ       (SI)(R9*4), SI
+	SUBQ       $0x00000004, (SP)
+	JNZ        groupAVX
+	VZEROUPPER
+	RET
+
+// func fusedBlocksCopyAVX(dst []uint16, sums []uint32, q []byte, p []byte, blockLen int, stride int, tab *crcmath.RevFoldTable)
+// Requires: AVX, MMX+, PCLMULQDQ, SSE4.2
+TEXT ·fusedBlocksCopyAVX(SB), NOSPLIT, $8-120
+	MOVQ dst_base+0(FP), DI
+	MOVQ dst_len+8(FP), DX
+	MOVQ DX, (SP)
+	MOVQ sums_base+24(FP), R8
+	MOVQ p_base+72(FP), SI
+	MOVQ stride+104(FP), R9
+
+	// q - p: the copy of a byte at x goes to x + (q - p).
+	MOVQ q_base+48(FP), R15
+	SUBQ SI, R15
+
+	// Block j of a group starts at p + j*stride.
+	LEAQ (R9)(R9*2), R10
+
+	// The constants, from the table.
+	MOVQ    tab+112(FP), R13
+	VMOVDQU 16(R13), X13
+	VMOVDQU 1040(R13), X4
+	VMOVDQU 1056(R13), X5
+	VMOVDQU fusedBswap<>+0(SB), X9
+
+groupAVX:
+	MOVQ       SI, R13
+	MOVQ       blockLen+96(FP), CX
+	LEAQ       (SI)(R9*8), DX
+	PREFETCHT0 (DX)
+	ADDQ       $0x00000040, DX
+
+	// The first 16 bytes of each block: the fold accumulators (T10-DIF
+	// starts from zero) and the CRC-32C registers, from all ones.
+	LEAQ    (R13)(R15*1), R14
+	VMOVDQU (R13), X0
+	VMOVDQU X0, (R14)
+	VPSHUFB X9, X0, X0
+	MOVL    $0xffffffff, AX
+	VMOVDQU (R13)(R9*1), X1
+	VMOVDQU X1, (R14)(R9*1)
+	VPSHUFB X9, X1, X1
+	MOVL    $0xffffffff, BX
+	VMOVDQU (R13)(R9*2), X2
+	VMOVDQU X2, (R14)(R9*2)
+	VPSHUFB X9, X2, X2
+	MOVL    $0xffffffff, R11
+	VMOVDQU (R13)(R10*1), X3
+	VMOVDQU X3, (R14)(R10*1)
+	VPSHUFB X9, X3, X3
+	MOVL    $0xffffffff, R12
+	ADDQ    $0x00000010, R13
+	SUBQ    $0x00000010, CX
+
+	// Every step: fold each accumulator forward by 16 bytes onto the
+	// block's next 16 bytes, and run the same bytes through its CRC32Q stream.
+	// blockLen >= 64, so there is at least one step.
+loopAVX:
+	PREFETCHT0 (DX)
+	ADDQ       $0x00000040, DX
+	LEAQ       (R13)(R15*1), R14
+	VMOVDQU    (R13), X12
+	VMOVDQU    X12, (R14)
+	VPSHUFB    X9, X12, X12
+	VPCLMULQDQ $0x01, X13, X0, X11
+	VPCLMULQDQ $0x10, X13, X0, X0
+	VPXOR      X11, X0, X0
+	VPXOR      X12, X0, X0
+	CRC32Q     -16(R14), AX
+	VMOVDQU    (R13)(R9*1), X12
+	VMOVDQU    X12, (R14)(R9*1)
+	VPSHUFB    X9, X12, X12
+	VPCLMULQDQ $0x01, X13, X1, X11
+	VPCLMULQDQ $0x10, X13, X1, X1
+	VPXOR      X11, X1, X1
+	VPXOR      X12, X1, X1
+	CRC32Q     -16(R14)(R9*1), BX
+	VMOVDQU    (R13)(R9*2), X12
+	VMOVDQU    X12, (R14)(R9*2)
+	VPSHUFB    X9, X12, X12
+	VPCLMULQDQ $0x01, X13, X2, X11
+	VPCLMULQDQ $0x10, X13, X2, X2
+	VPXOR      X11, X2, X2
+	VPXOR      X12, X2, X2
+	CRC32Q     -16(R14)(R9*2), R11
+	VMOVDQU    (R13)(R10*1), X12
+	VMOVDQU    X12, (R14)(R10*1)
+	VPSHUFB    X9, X12, X12
+	VPCLMULQDQ $0x01, X13, X3, X11
+	VPCLMULQDQ $0x10, X13, X3, X3
+	VPXOR      X11, X3, X3
+	VPXOR      X12, X3, X3
+	CRC32Q     -16(R14)(R10*1), R12
+	CRC32Q     -8(R14), AX
+	CRC32Q     -8(R14)(R9*1), BX
+	CRC32Q     -8(R14)(R9*2), R11
+	CRC32Q     -8(R14)(R10*1), R12
+	ADDQ       $0x00000010, R13
+	SUBQ       $0x00000010, CX
+	CMPQ       CX, $0x00000010
+	JAE        loopAVX
+
+	// The CRC32Q of the last step's vectors, still at rQ.
+	CRC32Q (R14), AX
+	CRC32Q (R14)(R9*1), BX
+	CRC32Q (R14)(R9*2), R11
+	CRC32Q (R14)(R10*1), R12
+	CRC32Q 8(R14), AX
+	CRC32Q 8(R14)(R9*1), BX
+	CRC32Q 8(R14)(R9*2), R11
+	CRC32Q 8(R14)(R10*1), R12
+
+	// The guards (Barrett) and the finalised CRC-32C of the group.
+	VPCLMULQDQ $0x01, X4, X0, X11
+	VMOVQ      X0, X12
+	VPSLLDQ    $0x02, X12, X12
+	VPXOR      X12, X11, X11
+	VPSRLDQ    $0x02, X11, X12
+	VPCLMULQDQ $0x00, X5, X12, X14
+	VPSRLDQ    $0x08, X14, X14
+	VPXOR      X14, X12, X12
+	VPCLMULQDQ $0x10, X5, X12, X14
+	VPXOR      X14, X11, X11
+	VMOVQ      X11, CX
+	MOVWQZX    CX, CX
+	MOVW       CX, (DI)
+	NOTL       AX
+	MOVL       AX, (R8)
+	VPCLMULQDQ $0x01, X4, X1, X11
+	VMOVQ      X1, X12
+	VPSLLDQ    $0x02, X12, X12
+	VPXOR      X12, X11, X11
+	VPSRLDQ    $0x02, X11, X12
+	VPCLMULQDQ $0x00, X5, X12, X14
+	VPSRLDQ    $0x08, X14, X14
+	VPXOR      X14, X12, X12
+	VPCLMULQDQ $0x10, X5, X12, X14
+	VPXOR      X14, X11, X11
+	VMOVQ      X11, CX
+	MOVWQZX    CX, CX
+	MOVW       CX, 2(DI)
+	NOTL       BX
+	MOVL       BX, 4(R8)
+	VPCLMULQDQ $0x01, X4, X2, X11
+	VMOVQ      X2, X12
+	VPSLLDQ    $0x02, X12, X12
+	VPXOR      X12, X11, X11
+	VPSRLDQ    $0x02, X11, X12
+	VPCLMULQDQ $0x00, X5, X12, X14
+	VPSRLDQ    $0x08, X14, X14
+	VPXOR      X14, X12, X12
+	VPCLMULQDQ $0x10, X5, X12, X14
+	VPXOR      X14, X11, X11
+	VMOVQ      X11, CX
+	MOVWQZX    CX, CX
+	MOVW       CX, 4(DI)
+	NOTL       R11
+	MOVL       R11, 8(R8)
+	VPCLMULQDQ $0x01, X4, X3, X11
+	VMOVQ      X3, X12
+	VPSLLDQ    $0x02, X12, X12
+	VPXOR      X12, X11, X11
+	VPSRLDQ    $0x02, X11, X12
+	VPCLMULQDQ $0x00, X5, X12, X14
+	VPSRLDQ    $0x08, X14, X14
+	VPXOR      X14, X12, X12
+	VPCLMULQDQ $0x10, X5, X12, X14
+	VPXOR      X14, X11, X11
+	VMOVQ      X11, CX
+	MOVWQZX    CX, CX
+	MOVW       CX, 6(DI)
+	NOTL       R12
+	MOVL       R12, 12(R8)
+	ADDQ       $0x00000008, DI
+	ADDQ       $0x00000010, R8
+	LEAQ       (SI)(R9*4), SI
+	SUBQ       $0x00000004, (SP)
+	JNZ        groupAVX
 	VZEROUPPER
 	RET

@@ -84,10 +84,21 @@ const (
 // Kernel shape.
 const (
 	group  = 4  // blocks interleaved
-	vecLen = 32 // bytes per fold step (YMM)
 	width  = 16 // T10-DIF
 	minLen = 64 // documented minimum blockLen
 )
+
+// vecLen is the bytes per fold step of the kernel being generated: 32 in
+// the AVX2 kernels (YMM, VPCLMULQDQ), 16 in the AVX ones (VEX encodings on
+// XMM: PCLMULQDQ and AVX suffice, for CPUs without VPCLMULQDQ such as AMD
+// Zen 2, where the multiplier allows 4 bytes per cycle either way).
+var vecLen = 32
+
+// variants are the kernels' widths: name suffix and vecLen.
+var variants = []struct {
+	suffix string
+	vecLen int
+}{{"AVX2", 32}, {"AVX", 16}}
 
 func main() {
 	log.SetFlags(0)
@@ -121,8 +132,11 @@ func generate(out, stubs string) (asm, src []byte, err error) {
 	// source byte 15-i (bytes 0f 0e .. 00, little-endian words).
 	c.AddDatum(0, operand.U64(0x08090a0b0c0d0e0f))
 	c.AddDatum(8, operand.U64(0x0001020304050607))
-	blocksAVX2(c, mask, false)
-	blocksAVX2(c, mask, true)
+	for _, v := range variants {
+		vecLen = v.vecLen
+		blocks(c, mask, v.suffix, false)
+		blocks(c, mask, v.suffix, true)
+	}
 
 	f, err := c.Result()
 	if err != nil {
@@ -339,14 +353,25 @@ func reduce(c *build.Context, x reg.VecPhysical, out reg.GPPhysical) {
 	c.MOVWQZX(out.As16(), out)
 }
 
-// blocksAVX2 generates fusedBlocksAVX2, or with copy fusedBlocksCopyAVX2,
-// which stores every vector it loads, as loaded, to q at the same offset,
-// folds that register and runs the CRC32Q streams over the bytes in q.
-func blocksAVX2(c *build.Context, mask operand.Mem, copy bool) {
-	name := "fusedBlocksAVX2"
+// blocks generates fusedBlocksX, or with copy fusedBlocksCopyX, which
+// stores every vector it loads, as loaded, to q at the same offset, folds
+// that register and runs the CRC32Q streams over the bytes in q. X is the
+// suffix of the vecLen being generated.
+func blocks(c *build.Context, mask operand.Mem, suffix string, copy bool) {
+	name := "fusedBlocks" + suffix
 	if copy {
-		name = "fusedBlocksCopyAVX2"
+		name = "fusedBlocksCopy" + suffix
 	}
+	ymm := vecLen == 32
+	// The accumulators, the forward constant and the data register at the
+	// kernel's width.
+	accs := acc
+	k, data, t1 := yK2, yData, yT1
+	if !ymm {
+		accs = []reg.VecPhysical{xmm(acc[0]), xmm(acc[1]), xmm(acc[2]), xmm(acc[3])}
+		k, data, t1 = xK1, xmm(yData), xmm(yT1)
+	}
+	label := func(l string) string { return l + suffix }
 	c.Function(name)
 	c.Attributes(attr.NOSPLIT)
 	c.Signature(blocksSig(copy))
@@ -368,24 +393,30 @@ func blocksAVX2(c *build.Context, mask operand.Mem, copy bool) {
 	c.Comment("The constants, from the table.")
 	tab := rCur
 	c.Load(c.Param("tab"), tab)
-	c.VBROADCASTI128(mem(tab, tableFold+16*2), yK2)
+	if ymm {
+		c.VBROADCASTI128(mem(tab, tableFold+16*2), yK2)
+	}
 	c.VMOVDQU(mem(tab, tableFold+16*1), xK1)
 	c.VMOVDQU(mem(tab, tableFinal), xFin)
 	c.VMOVDQU(mem(tab, tableMu), xMuP)
-	c.VBROADCASTI128(mask, yMask)
+	if ymm {
+		c.VBROADCASTI128(mask, yMask)
+	} else {
+		c.VMOVDQU(mask, xmm(yMask))
+	}
 
-	c.Label("group")
+	c.Label(label("group"))
 	c.MOVQ(rP, rCur)
 	c.Load(c.Param("blockLen"), rN)
 	c.LEAQ(operand.Mem{Base: rP, Index: rS1, Scale: uint8(group * pfGroups), Disp: pfDisp}, rPf)
 	prefetch(c)
-	c.Comment("The first 32 bytes of each block: the fold accumulators (T10-DIF",
+	c.Comment(fmt.Sprintf("The first %d bytes of each block: the fold accumulators (T10-DIF", vecLen),
 		"starts from zero) and the CRC-32C registers, from all ones.")
 	if copy {
 		c.LEAQ(operand.Mem{Base: rCur, Index: rQd, Scale: 1}, rQ)
 	}
 	for j := 0; j < group; j++ {
-		loadBlock(c, j, acc[j], copy)
+		loadBlock(c, j, accs[j], copy)
 		c.MOVL(operand.U32(0xffffffff), rCRC[j].As32())
 	}
 	if !copy {
@@ -394,10 +425,10 @@ func blocksAVX2(c *build.Context, mask operand.Mem, copy bool) {
 	c.ADDQ(operand.U32(vecLen), rCur)
 	c.SUBQ(operand.U32(vecLen), rN)
 
-	c.Comment("Every step: fold each accumulator forward by 32 bytes onto the",
-		"block's next 32 bytes, and run the same bytes through its CRC32Q stream.",
+	c.Comment(fmt.Sprintf("Every step: fold each accumulator forward by %d bytes onto the", vecLen),
+		fmt.Sprintf("block's next %d bytes, and run the same bytes through its CRC32Q stream.", vecLen),
 		"blockLen >= 64, so there is at least one step.")
-	c.Label("loop")
+	c.Label(label("loop"))
 	step(c, copy)
 	// The copying kernel's CRC32Q streams run one step behind, over the
 	// vectors the previous step stored to q (see "Copy." above).
@@ -406,8 +437,8 @@ func blocksAVX2(c *build.Context, mask operand.Mem, copy bool) {
 		lag = -vecLen
 	}
 	for j := 0; j < group; j++ {
-		loadBlock(c, j, yData, copy)
-		foldInto(c, acc[j], yK2, yData, yT1)
+		loadBlock(c, j, data, copy)
+		foldInto(c, accs[j], k, data, t1)
 		c.CRC32Q(srcAddr(j, lag, copy), rCRC[j])
 	}
 	for i := 1; i < vecLen/8; i++ {
@@ -418,31 +449,33 @@ func blocksAVX2(c *build.Context, mask operand.Mem, copy bool) {
 	c.ADDQ(operand.U32(vecLen), rCur)
 	c.SUBQ(operand.U32(vecLen), rN)
 	c.CMPQ(rN, operand.U32(vecLen))
-	c.JAE(operand.LabelRef("loop"))
+	c.JAE(operand.LabelRef(label("loop")))
 	if copy {
 		c.Comment("The CRC32Q of the last step's vectors, still at rQ.")
 		crcSteps(c, 0, vecLen/8, true)
 	}
 
-	c.Comment("Collapse each accumulator's two lanes: lane 0 folded by Fold[1],",
-		"lane 1 added as is.")
-	for j := 0; j < group; j++ {
-		c.VEXTRACTI128(operand.U8(1), acc[j], xmm(yT3))
-		foldInto(c, xmm(acc[j]), xK1, xmm(yT3), xmm(yT1))
+	if ymm {
+		c.Comment("Collapse each accumulator's two lanes: lane 0 folded by Fold[1],",
+			"lane 1 added as is.")
+		for j := 0; j < group; j++ {
+			c.VEXTRACTI128(operand.U8(1), acc[j], xmm(yT3))
+			foldInto(c, xmm(acc[j]), xK1, xmm(yT3), xmm(yT1))
+		}
+		c.Comment("An odd 16-byte lane left: one more fold by Fold[1] and two CRC32Q.")
+		c.TESTQ(rN, rN)
+		c.JZ(operand.LabelRef(label("reduce")))
+		if copy {
+			c.LEAQ(operand.Mem{Base: rCur, Index: rQd, Scale: 1}, rQ)
+		}
+		for j := 0; j < group; j++ {
+			loadBlock(c, j, xmm(yData), copy)
+			foldInto(c, xmm(acc[j]), xK1, xmm(yData), xmm(yT1))
+		}
+		crcSteps(c, 0, 2, copy)
 	}
-	c.Comment("An odd 16-byte lane left: one more fold by Fold[1] and two CRC32Q.")
-	c.TESTQ(rN, rN)
-	c.JZ(operand.LabelRef("reduce"))
-	if copy {
-		c.LEAQ(operand.Mem{Base: rCur, Index: rQd, Scale: 1}, rQ)
-	}
-	for j := 0; j < group; j++ {
-		loadBlock(c, j, xmm(yData), copy)
-		foldInto(c, xmm(acc[j]), xK1, xmm(yData), xmm(yT1))
-	}
-	crcSteps(c, 0, 2, copy)
 
-	c.Label("reduce")
+	c.Label(label("reduce"))
 	c.Comment("The guards (Barrett) and the finalised CRC-32C of the group.")
 	for j := 0; j < group; j++ {
 		reduce(c, xmm(acc[j]), rN)
@@ -454,7 +487,7 @@ func blocksAVX2(c *build.Context, mask operand.Mem, copy bool) {
 	c.ADDQ(operand.U32(4*group), rSums)
 	c.LEAQ(operand.Mem{Base: rP, Index: rS1, Scale: group}, rP)
 	c.SUBQ(operand.U32(group), cnt)
-	c.JNZ(operand.LabelRef("group"))
+	c.JNZ(operand.LabelRef(label("group")))
 	c.VZEROUPPER()
 	c.RET()
 }
@@ -463,7 +496,7 @@ func writeStubs(warning string) ([]byte, error) {
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "// %s\n\n//go:build !purego\n\npackage crct10dif\n\n", warning)
 	fmt.Fprintf(&b, "import \"github.com/difctl/difctl/kernels/internal/crcmath\"\n\n")
-	fmt.Fprintf(&b, `// Byte offsets of the crcmath.RevFoldTable fields that fusedBlocksAVX2 reads.
+	fmt.Fprintf(&b, `// Byte offsets of the crcmath.RevFoldTable fields that the fused kernels read.
 const (
 	fusedTableFold  = %d
 	fusedTableFinal = %d
@@ -471,37 +504,44 @@ const (
 	fusedTablePoly  = %d
 )
 
-// Shape of fusedBlocksAVX2: blocks per group, shortest block.
+// Shape of the fused kernels: blocks per group, shortest block.
 const (
-	fusedGroupAVX2  = %d
-	fusedMinLenAVX2 = %d
+	fusedGroup  = %d
+	fusedMinLen = %d
 )
 
-// fusedBlocksAVX2 sets dst[i] to the CRC-16/T10-DIF and sums[i] to the
+`, tableFold, tableFinal, tableMu, tablePoly, group, minLen)
+	for _, v := range variants {
+		desc, cpu := "a 32-byte VPCLMULQDQ fold accumulator (YMM, VEX\n// encodings)", "AVX2, VPCLMULQDQ and SSE4.2"
+		if v.vecLen == 16 {
+			desc, cpu = "a 16-byte PCLMULQDQ fold accumulator (XMM, VEX\n// encodings)", "AVX, PCLMULQDQ and SSE4.2"
+		}
+		fmt.Fprintf(&b, `// fusedBlocks%[1]s sets dst[i] to the CRC-16/T10-DIF and sums[i] to the
 // CRC-32C (both from their initial values, finalised) of
-// p[i*stride:][:blockLen] for every i < len(dst), in one pass: %d blocks at
-// once, each with a 32-byte VPCLMULQDQ fold accumulator (YMM, VEX
-// encodings) and a CRC32Q stream over the same bytes.
+// p[i*stride:][:blockLen] for every i < len(dst), in one pass: %[2]d blocks at
+// once, each with %[3]s and a CRC32Q stream over the same bytes.
 //
-// Preconditions: len(dst) is a positive multiple of %d; len(sums) >= len(dst);
-// blockLen is a multiple of 16 and at least %d; stride >= blockLen;
+// Preconditions: len(dst) is a positive multiple of %[2]d; len(sums) >= len(dst);
+// blockLen is a multiple of 16 and at least %[4]d; stride >= blockLen;
 // len(p) >= (len(dst)-1)*stride + blockLen; tab is the T10-DIF fold table;
-// the CPU has AVX2, VPCLMULQDQ and SSE4.2. It reads only the blocks.
+// the CPU has %[5]s. It reads only the blocks.
 //
 //go:noescape
-func fusedBlocksAVX2(dst []uint16, sums []uint32, p []byte, blockLen, stride int, tab *crcmath.RevFoldTable)
+func fusedBlocks%[1]s(dst []uint16, sums []uint32, p []byte, blockLen, stride int, tab *crcmath.RevFoldTable)
 
-// fusedBlocksCopyAVX2 is fusedBlocksAVX2 that also copies the blocks to q:
+// fusedBlocksCopy%[1]s is fusedBlocks%[1]s that also copies the blocks to q:
 // every vector it loads from p it stores, as loaded, to q at the same
 // offset, and folds that register; the CRC32Q streams read the bytes from
 // q. So dst[i] and sums[i] are both of the bytes written to q. It writes
 // nothing else of q.
 //
-// Preconditions: those of fusedBlocksAVX2, and the same for q as for p; the
+// Preconditions: those of fusedBlocks%[1]s, and the same for q as for p; the
 // blocks of q do not overlap those of p.
 //
 //go:noescape
-func fusedBlocksCopyAVX2(dst []uint16, sums []uint32, q, p []byte, blockLen, stride int, tab *crcmath.RevFoldTable)
-`, tableFold, tableFinal, tableMu, tablePoly, group, minLen, group, group, minLen)
+func fusedBlocksCopy%[1]s(dst []uint16, sums []uint32, q, p []byte, blockLen, stride int, tab *crcmath.RevFoldTable)
+
+`, v.suffix, group, desc, minLen, cpu)
+	}
 	return format.Source(b.Bytes())
 }

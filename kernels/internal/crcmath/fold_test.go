@@ -1,7 +1,6 @@
 package crcmath
 
 import (
-	"fmt"
 	"math/rand/v2"
 	"testing"
 )
@@ -32,7 +31,7 @@ func TestFoldTableGolden(t *testing.T) {
 	// proves XPowMod); here we pin the table shape.
 	tab := NewFoldTable(T10DIF)
 	if tab.Fold[1][1] != XPowMod(T10DIF, 128) || tab.Fold[1][0] != XPowMod(T10DIF, 192) {
-		t.Fatal(fmt.Sprintf("Fold[1] = %#x", tab.Fold[1]))
+		t.Fatalf("Fold[1] = %#x", tab.Fold[1])
 	}
 	if tab.Fold[0] != [2]uint64{} {
 		t.Fatal("Fold[0] not zero")

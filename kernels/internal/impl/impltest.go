@@ -1,7 +1,11 @@
 package impl
 
 import (
+	"fmt"
 	"os"
+	"runtime"
+	"slices"
+	"strings"
 	"testing"
 )
 
@@ -9,8 +13,10 @@ import (
 // each as a subtest named "impl=NAME" with that implementation active, and
 // restores the default afterwards. Implementations the CPU cannot run are
 // reported as skipped subtests, except that on CI (CI=true) an implementation
-// named in mustRun fails the test when it is unavailable: a machine that
-// should exercise a path and silently does not is a defect.
+// in mustRun whose CPU features the kernel of the operating system reports
+// (the flags of /proc/cpuinfo on linux/amd64) fails the test when the
+// registry calls it unavailable: a machine that should exercise a path and
+// silently does not is a defect of the feature detection.
 //
 // ForEach must not be used from parallel tests of the same package: the
 // active implementation is global.
@@ -24,6 +30,9 @@ func ForEach(t *testing.T, pkg string, f func(t *testing.T)) {
 	for _, im := range list {
 		t.Run("impl="+im.Name, func(t *testing.T) {
 			if !im.Available {
+				if msg := mustRunFailure(pkg, im.Name); msg != "" && OnCI() {
+					t.Fatal(msg)
+				}
 				t.Skipf("%s/%s: not supported by this CPU", pkg, im.Name)
 			}
 			if err := Select(pkg, im.Name); err != nil {
@@ -54,3 +63,55 @@ func ForEachB(b *testing.B, pkg string, f func(b *testing.B)) {
 // OnCI reports whether the tests run under CI (the CI environment variable
 // is "true").
 func OnCI() bool { return os.Getenv("CI") == "true" }
+
+// mustRun lists, per "pkg/impl", the /proc/cpuinfo flags of everything the
+// implementation needs (ForEach). The AVX-512 kernels are left out: their
+// detection also needs the OS to enable the ZMM state, which the flags do
+// not say.
+var mustRun = map[string][]string{
+	"crct10dif/avx2":     {"avx2", "pclmulqdq", "vpclmulqdq"},
+	"crct10dif/avx":      {"pclmulqdq", "ssse3", "sse4_1", "avx"},
+	"crc64nvme/avx":      {"pclmulqdq", "ssse3", "sse4_1", "avx"},
+	"crc32c-fold/avx":    {"pclmulqdq", "ssse3", "sse4_1", "avx"},
+	"crct10dif/pclmul":   {"pclmulqdq", "ssse3", "sse4_1"},
+	"crc64nvme/avx2":     {"avx2", "pclmulqdq", "vpclmulqdq"},
+	"crc64nvme/pclmul":   {"pclmulqdq", "ssse3", "sse4_1"},
+	"crc32c/hybrid":      {"sse4_2", "sse4_1", "pclmulqdq", "avx2", "vpclmulqdq"},
+	"crc32c/hybrid128":   {"sse4_2", "sse4_1", "pclmulqdq"},
+	"crc32c-fold/avx2":   {"avx2", "pclmulqdq", "vpclmulqdq"},
+	"crc32c-fold/pclmul": {"pclmulqdq", "ssse3", "sse4_1"},
+}
+
+// mustRunFailure returns why pkg/name, unavailable, should have run: its
+// mustRun flags, all present in /proc/cpuinfo; "" if there is no reason.
+func mustRunFailure(pkg, name string) string {
+	flags, ok := mustRun[pkg+"/"+name]
+	if !ok || !hasCPUFlags(flags) {
+		return ""
+	}
+	return fmt.Sprintf("impl: %s/%s is unavailable, but the CPU has what it needs: %s (/proc/cpuinfo)", pkg, name, strings.Join(flags, " "))
+}
+
+// hasCPUFlags reports whether /proc/cpuinfo lists every flag, on
+// linux/amd64; elsewhere, or when it cannot be read, false.
+func hasCPUFlags(flags []string) bool {
+	if runtime.GOOS != "linux" || runtime.GOARCH != "amd64" {
+		return false
+	}
+	b, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		return false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if name, val, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(name) == "flags" {
+			have := strings.Fields(val)
+			for _, f := range flags {
+				if !slices.Contains(have, f) {
+					return false
+				}
+			}
+			return true
+		}
+	}
+	return false
+}

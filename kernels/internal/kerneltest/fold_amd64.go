@@ -29,6 +29,7 @@ func CheckFoldImplementations[T Word](t *testing.T, k Kernel[T]) {
 	}{
 		{"avx512", x.HasAVX512F && x.HasAVX512BW && x.HasAVX512VPCLMULQDQ && x.HasAVX2 && x.HasPCLMULQDQ},
 		{"avx2", x.HasAVX2 && x.HasPCLMULQDQ && vpclmul},
+		{"avx", x.HasAVX && x.HasPCLMULQDQ && x.HasSSSE3 && x.HasSSE41},
 		{"pclmul", x.HasPCLMULQDQ && x.HasSSSE3 && x.HasSSE41},
 	}
 	defer impl.Reset(k.Pkg)

@@ -9,6 +9,7 @@ import (
 	"bytes"
 	"fmt"
 	"hash"
+	"math"
 	"math/rand/v2"
 	"runtime"
 	"strings"
@@ -407,6 +408,18 @@ func testCopyLayoutErrors[T Word](t *testing.T, k Kernel[T]) {
 
 func testCombine[T Word](t *testing.T, k Kernel[T]) {
 	r := rand.New(rand.NewPCG(10, 11))
+	// Short second parts, a 1-byte one above all (one shift by x^8), and
+	// short or empty first parts, each checked here rather than left to
+	// the random lengths below.
+	for _, la := range []int{0, 1, 2, 7, 16, 100, 4096} {
+		for _, lb := range []int{0, 1, 2, 3, 8, 15, 16, 17} {
+			a, b := randBytes(r, la), randBytes(r, lb)
+			want := k.Checksum(append(append([]byte{}, a...), b...))
+			if got := k.Combine(k.Checksum(a), k.Checksum(b), lb); got != want {
+				t.Fatalf("Combine(len %d, %d) = %#x, want %#x", la, lb, got, want)
+			}
+		}
+	}
 	for range 300 {
 		a := randBytes(r, r.IntN(5000))
 		b := randBytes(r, r.IntN(5000))
@@ -444,11 +457,11 @@ func testLayoutErrors[T Word](t *testing.T, k Kernel[T]) {
 	bad := []struct {
 		n, plen, blockLen, stride int
 	}{
-		{2, 4096, 512, 256},   // stride < blockLen
-		{1, 4096, 5000, 5000}, // block longer than buffer
-		{9, 4096, 512, 512},   // too many blocks
-		{2, 4096, -1, 512},    // negative length
-		{3, 4096, 512, 1 << 62},
+		{2, 4096, 512, 256},               // stride < blockLen
+		{1, 4096, 5000, 5000},             // block longer than buffer
+		{9, 4096, 512, 512},               // too many blocks
+		{2, 4096, -1, 512},                // negative length
+		{3, 4096, 512, math.MaxInt/2 + 1}, // (n-1)*stride overflows int
 	}
 	for _, c := range bad {
 		dst := make([]T, c.n)

@@ -25,7 +25,7 @@ func TestValid(t *testing.T) {
 		{3, 4096, 0, 0, true},
 		{3, 4096, 512, math.MaxInt / 2, false},
 		{math.MaxInt, math.MaxInt, 1, 1, true},
-		{math.MaxInt, 1 << 40, 1, 2, false},
+		{math.MaxInt, math.MaxInt / 4, 1, 2, false},
 	} {
 		t.Run(fmt.Sprintf("n=%d/len=%d/block=%d/stride=%d", c.n, c.plen, c.blockLen, c.stride), func(t *testing.T) {
 			if got := Valid(c.n, c.plen, c.blockLen, c.stride); got != c.want {

@@ -1,0 +1,178 @@
+package main
+
+// The hybrid CRC-32C kernels in the interpreter of internal/emu: the
+// committed assembly (the CI leg "generated code is fresh" keeps it equal
+// to this generator's output), with the merge constants of the committed
+// zhybrid_consts_amd64.go (kernels/crc32c/internal/hybridgen), against
+// hash/crc32's Castagnoli. hybrid256 needs VPCLMULQDQ, which the machines
+// here may lack; hybrid128 runs on hardware too. Any instruction the
+// interpreter does not model fails the test, and so does a function of the
+// file left unchecked.
+
+import (
+	"encoding/binary"
+	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"hash/crc32"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"testing"
+
+	"github.com/difctl/difctl/kernels/_asm/internal/emu"
+)
+
+const (
+	asmFile    = "../../crc32c/crc32c_hybrid_amd64.s"
+	constsFile = "../../crc32c/zhybrid_consts_amd64.go"
+	segUnit    = 32 // hybridSegUnit
+	maxSeg     = 2048
+	bigSeg     = 8192
+)
+
+// mergeConsts reads the arrays name ([N][14]uint64) of constsFile.
+func mergeConsts(t *testing.T, name string) [][14]uint64 {
+	f, err := parser.ParseFile(token.NewFileSet(), constsFile, nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rows [][14]uint64
+	ast.Inspect(f, func(n ast.Node) bool {
+		vs, ok := n.(*ast.ValueSpec)
+		if !ok || len(vs.Names) != 1 || vs.Names[0].Name != name {
+			return true
+		}
+		for _, e := range vs.Values[0].(*ast.CompositeLit).Elts {
+			var row [14]uint64
+			for i, v := range e.(*ast.CompositeLit).Elts {
+				u, err := strconv.ParseUint(v.(*ast.BasicLit).Value, 0, 64)
+				if err != nil {
+					t.Fatal(err)
+				}
+				row[i] = u
+			}
+			rows = append(rows, row)
+		}
+		return false
+	})
+	if len(rows) == 0 {
+		t.Fatalf("%s: no %s", constsFile, name)
+	}
+	return rows
+}
+
+func TestEmulatedKernels(t *testing.T) {
+	src, err := os.ReadFile(asmFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prog, err := emu.Parse(string(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, kBig := mergeConsts(t, "hybridK"), mergeConsts(t, "hybridKBig")
+	tab := emu.FoldTable(emu.CRC32C, 64)
+	castagnoli := crc32.MakeTable(crc32.Castagnoli)
+	raw := func(reg uint32, p []byte) uint32 { return ^crc32.Update(^reg, castagnoli, p) }
+	r := rand.New(rand.NewPCG(5, 6))
+	const addrK = emu.AddrTable + 0x900 // after the fold table
+	for _, v := range []string{"128", "256"} {
+		t.Run("kernel=hybridChunk"+v, func(t *testing.T) {
+			type cs struct{ tail, s int }
+			var cases []cs
+			for _, s := range []int{segUnit, 2 * segUnit, 5 * segUnit, 512, maxSeg, bigSeg} {
+				for _, tail := range []int{0, 1, 7, 8, 9, 63, 6*segUnit - 1} {
+					cases = append(cases, cs{tail, s})
+				}
+			}
+			for _, c := range cases {
+				row := kBig[0]
+				if c.s != bigSeg {
+					row = k[c.s/segUnit-1]
+				}
+				data := make([]byte, c.tail+6*c.s)
+				for i := range data {
+					data[i] = byte(r.Uint32())
+				}
+				m, err := emu.New(prog, data)
+				if err != nil {
+					t.Fatal(err)
+				}
+				copy(m.Mem[emu.AddrTable:], tab)
+				for i, x := range row {
+					binary.LittleEndian.PutUint64(m.Mem[addrK+8*i:], x)
+				}
+				reg := r.Uint32()
+				for i, a := range []uint64{uint64(reg), emu.AddrData, uint64(c.tail), uint64(c.s), addrK, emu.AddrTable + 16} {
+					m.Put64(8*i, a)
+				}
+				if _, err := m.Run(prog, "hybridChunk"+v); err != nil {
+					t.Fatal(err)
+				}
+				if got, want := uint32(m.Get64(48)), raw(reg, data); got != want {
+					t.Fatalf("tail=%d s=%d: %#x, want %#x", c.tail, c.s, got, want)
+				}
+			}
+		})
+		for _, name := range []string{"hybridBlocks" + v, "hybridBlocksPrefetch" + v} {
+			for _, c := range [][3]int{{64, 64, 1}, {96, 104, 2}, {512, 512, 2}, {512, 520, 1}, {4096, 4112, 1}, {100, 100, 1}, {1000, 1008, 2}} {
+				blockLen, stride, groups := c[0], c[1], c[2]
+				t.Run(fmt.Sprintf("kernel=%s/block=%d/stride=%d", name, blockLen, stride), func(t *testing.T) {
+					n := 6 * groups
+					data := make([]byte, (n-1)*stride+blockLen)
+					for i := range data {
+						data[i] = byte(r.Uint32())
+					}
+					m, err := emu.New(prog, data)
+					if err != nil {
+						t.Fatal(err)
+					}
+					copy(m.Mem[emu.AddrTable:], tab)
+					for i, a := range []uint64{emu.AddrDst, emu.AddrData, uint64(groups), uint64(blockLen), uint64(stride), emu.AddrTable + 32} {
+						m.Put64(8*i, a)
+					}
+					m.Mem[emu.AddrDst+4*n] = 0x5a
+					if _, err := m.Run(prog, name); err != nil {
+						t.Fatal(err)
+					}
+					for i := 0; i < n; i++ {
+						got := binary.LittleEndian.Uint32(m.Mem[emu.AddrDst+4*i:])
+						if want := crc32.Checksum(data[i*stride:][:blockLen], castagnoli); got != want {
+							t.Fatalf("dst[%d] = %#x, want %#x", i, got, want)
+						}
+					}
+					if m.Mem[emu.AddrDst+4*n] != 0x5a {
+						t.Fatal("wrote past dst")
+					}
+				})
+			}
+		}
+	}
+	t.Run("kernel=hybridShort", func(t *testing.T) {
+		for n := 1; n <= 600; n++ {
+			data := make([]byte, n)
+			for i := range data {
+				data[i] = byte(r.Uint32())
+			}
+			m, err := emu.New(prog, data)
+			if err != nil {
+				t.Fatal(err)
+			}
+			reg := r.Uint32()
+			for i, a := range []uint64{uint64(reg), emu.AddrData, uint64(n)} {
+				m.Put64(8*i, a)
+			}
+			if _, err := m.Run(prog, "hybridShort"); err != nil {
+				t.Fatal(err)
+			}
+			if got, want := uint32(m.Get64(24)), raw(reg, data); got != want {
+				t.Fatalf("n=%d: %#x, want %#x", n, got, want)
+			}
+		}
+	})
+	if nr := prog.NotRun(); len(nr) > 0 {
+		t.Errorf("functions not checked in the emulator: %v", nr)
+	}
+}

@@ -1,0 +1,96 @@
+package main
+
+// The fused T10-DIF + CRC-32C kernels in the interpreter of internal/emu
+// (they need AVX2 and VPCLMULQDQ, which the machines here may lack): every
+// guard against a bitwise CRC-16/T10-DIF, every sum against hash/crc32's
+// Castagnoli, the copying kernel's bytes in q and nothing else of q
+// written. Any instruction the interpreter does not model fails the test,
+// and so does a generated function left unchecked.
+
+import (
+	"encoding/binary"
+	"fmt"
+	"hash/crc32"
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	"github.com/difctl/difctl/kernels/_asm/internal/emu"
+)
+
+const gapByte = 0xa5
+
+func TestEmulatedKernels(t *testing.T) {
+	asm, _, err := generate("x.s", "x.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	prog, err := emu.Parse(string(asm))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tab := emu.FoldTable(emu.T10DIF, 64)
+	castagnoli := crc32.MakeTable(crc32.Castagnoli)
+	r := rand.New(rand.NewPCG(3, 4))
+	// Sums go after the guards.
+	const addrSums = emu.AddrDst + 0x800
+	for _, c := range [][3]int{{64, 64, 4}, {80, 80, 4}, {96, 104, 8}, {512, 512, 8}, {512, 520, 12}, {4096, 4096, 4}, {4096, 4112, 4}, {1024 + 48, 1200, 4}} {
+		blockLen, stride, cnt := c[0], c[1], c[2]
+		for _, kn := range []string{"fusedBlocksAVX2", "fusedBlocksCopyAVX2", "fusedBlocksAVX", "fusedBlocksCopyAVX"} {
+			name, copy := kn, strings.Contains(kn, "Copy")
+			t.Run(fmt.Sprintf("kernel=%s/block=%d/stride=%d", name, blockLen, stride), func(t *testing.T) {
+				data := make([]byte, (cnt-1)*stride+blockLen)
+				for i := range data {
+					data[i] = byte(r.Uint32())
+				}
+				m, err := emu.New(prog, data)
+				if err != nil {
+					t.Fatal(err)
+				}
+				copyBytes(m.Mem[emu.AddrTable:], tab)
+				var q uint64
+				args := []uint64{emu.AddrDst, uint64(cnt), uint64(cnt), addrSums, uint64(cnt), uint64(cnt)}
+				if copy {
+					q = m.Append(len(data), gapByte)
+					args = append(args, q, uint64(len(data)), uint64(len(data)))
+				}
+				args = append(args, emu.AddrData, uint64(len(data)), uint64(len(data)), uint64(blockLen), uint64(stride), emu.AddrTable)
+				for i, a := range args {
+					m.Put64(8*i, a)
+				}
+				m.Mem[emu.AddrDst+2*cnt], m.Mem[addrSums+4*cnt] = 0x5a, 0x5a
+				if _, err := m.Run(prog, name); err != nil {
+					t.Fatal(err)
+				}
+				for i := 0; i < cnt; i++ {
+					b := data[i*stride:][:blockLen]
+					got := binary.LittleEndian.Uint16(m.Mem[emu.AddrDst+2*i:])
+					if want := uint16(emu.Bitwise(emu.T10DIF, 0, b)); got != want {
+						t.Fatalf("dst[%d] = %#x, want %#x", i, got, want)
+					}
+					sum := binary.LittleEndian.Uint32(m.Mem[addrSums+4*i:])
+					if want := crc32.Checksum(b, castagnoli); sum != want {
+						t.Fatalf("sums[%d] = %#x, want %#x", i, sum, want)
+					}
+				}
+				if m.Mem[emu.AddrDst+2*cnt] != 0x5a || m.Mem[addrSums+4*cnt] != 0x5a {
+					t.Fatal("wrote past dst or sums")
+				}
+				if copy {
+					qm := m.Mem[q:]
+					for i := range qm {
+						inBlock := i%stride < blockLen
+						if inBlock && qm[i] != data[i] || !inBlock && qm[i] != gapByte {
+							t.Fatalf("q[%d] = %#x, data %#x", i, qm[i], data[i])
+						}
+					}
+				}
+			})
+		}
+	}
+	if nr := prog.NotRun(); len(nr) > 0 {
+		t.Errorf("generated functions not checked in the emulator: %v", nr)
+	}
+}
+
+func copyBytes(dst, src []byte) { copy(dst, src) }
