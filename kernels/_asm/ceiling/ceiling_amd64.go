@@ -43,6 +43,12 @@ func crc32Q(n int)
 //go:noescape
 func clmulYCRC(n int)
 
+// clmulXCRC is clmulYCRC on XMM registers (VEX encodings: AVX and
+// PCLMULQDQ, no VPCLMULQDQ needed).
+//
+//go:noescape
+func clmulXCRC(n int)
+
 // stepClmul runs n iterations of the fold half of a step of the fused
 // T10-DIF and CRC-32C kernel (kernels/_asm/fused): four accumulator chains,
 // each folded by two VPCLMULQDQ on YMM and an XOR (8 multiplies, 128

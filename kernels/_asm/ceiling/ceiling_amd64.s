@@ -189,6 +189,35 @@ ycrc:
 	VZEROUPPER
 	RET
 
+// func clmulXCRC(n int): clmulYCRC on XMM registers with VEX encodings,
+// the mix of the fused XMM kernel (kernels/_asm/fused, fusedBlocksAVX).
+TEXT ·clmulXCRC(SB), NOSPLIT, $0-8
+	MOVQ  n+0(FP), CX
+	XORQ  AX, AX
+	VPXOR X8, X8, X8
+
+xcrc:
+	VPCLMULQDQ $0x00, X8, X0, X0
+	CRC32Q AX, R8
+	VPCLMULQDQ $0x00, X8, X1, X1
+	CRC32Q AX, R9
+	VPCLMULQDQ $0x00, X8, X2, X2
+	CRC32Q AX, R10
+	VPCLMULQDQ $0x00, X8, X3, X3
+	CRC32Q AX, R11
+	VPCLMULQDQ $0x11, X8, X4, X4
+	CRC32Q AX, R12
+	VPCLMULQDQ $0x11, X8, X5, X5
+	CRC32Q AX, R13
+	VPCLMULQDQ $0x11, X8, X6, X6
+	CRC32Q AX, DX
+	VPCLMULQDQ $0x11, X8, X7, X7
+	CRC32Q AX, BX
+	DECQ CX
+	JNZ  xcrc
+	VZEROUPPER
+	RET
+
 // func stepClmul(p *byte, n int)
 TEXT ·stepClmul(SB), NOSPLIT, $0-16
 	MOVQ  p+0(FP), SI

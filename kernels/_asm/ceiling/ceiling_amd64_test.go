@@ -60,10 +60,17 @@ func BenchmarkCeiling(b *testing.B) {
 		// 8 multiplies and 8 CRC32Q: 2 cycles per multiply if CRC32
 		// has a unit of its own, 3 if it shares the multiplier's.
 		{"insn=vpclmulqdq-ymm+crc32q/measure=throughput", true, 8, clmulYCRC},
+		// The same on XMM with VEX encodings (AVX and PCLMULQDQ, as on
+		// Zen 2): the mix of the fused XMM kernel.
+		{"insn=vpclmulqdq-xmm+crc32q/measure=throughput", false, 8, clmulXCRC},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			if !pclmul || c.ymm && !ymm {
 				b.Skip("the CPU lacks the instruction")
+			}
+			// VEX encodings on XMM need AVX (CPUID leaf 1, ECX bit 28).
+			if _, _, ecx1, _ := cpuid(1, 0); c.name == "insn=vpclmulqdq-xmm+crc32q/measure=throughput" && ecx1&(1<<28) == 0 {
+				b.Skip("the CPU lacks AVX")
 			}
 			bench(b, c.ops, c.f)
 		})
