@@ -135,6 +135,7 @@ func checkSet(l Limits, size, key, value int) error {
 //	pebble:PATH   Pebble database in directory PATH (created if missing)
 //	mem:          a new, empty in-memory store
 //	PATH          same as pebble:PATH when PATH has no scheme
+//	SCHEME:...    a backend registered with Register (etcd:// with store/etcd)
 //
 // Unknown schemes fail with an error matching ErrUnsupported.
 func Open(url string) (KV, error) {
@@ -155,6 +156,9 @@ func Open(url string) (KV, error) {
 		}
 		return NewMem(), nil
 	default:
+		if open, ok := registered(scheme); ok {
+			return open(url)
+		}
 		return nil, fmt.Errorf("%w: open %q: unknown scheme %q (want pebble: or mem:)", ErrUnsupported, url, scheme)
 	}
 }
