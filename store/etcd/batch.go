@@ -2,6 +2,7 @@ package etcd
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"sync"
@@ -227,11 +228,13 @@ func (k *kv) settle() error {
 // or bulk load that never reached its commit point). Run at Open and by
 // settle; never while a large commit or bulk Finish of this store runs.
 func (k *kv) recover() error {
-	ctx, cancel := k.opCtx()
-	resp, err := k.cli.Get(ctx, k.commitPrefix(), clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend))
-	cancel()
+	var resp *clientv3.GetResponse
+	err := k.retryRead("recover: list commits", func(ctx context.Context) (err error) {
+		resp, err = k.cli.Get(ctx, k.commitPrefix(), clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend))
+		return err
+	})
 	if err != nil {
-		return k.tr("recover: list commits", err)
+		return err
 	}
 	for _, c := range resp.Kvs {
 		txid := string(c.Key[len(k.commitPrefix()):])

@@ -1,6 +1,7 @@
 package etcd
 
 import (
+	"context"
 	"errors"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -65,15 +66,17 @@ func (s *stream) peek() (*mvccpb.KeyValue, bool) {
 		if s.limit == 0 {
 			s.limit = 64
 		}
-		ctx, cancel := s.k.opCtx()
 		opts := []clientv3.OpOption{clientv3.WithRange(s.end), clientv3.WithLimit(s.limit)}
 		if s.rev > 0 {
 			opts = append(opts, clientv3.WithRev(s.rev))
 		}
-		r, err := s.k.cli.Get(ctx, s.from, opts...)
-		cancel()
+		var r *clientv3.GetResponse
+		err := s.k.retryRead("iterate", func(ctx context.Context) (err error) {
+			r, err = s.k.cli.Get(ctx, s.from, opts...)
+			return err
+		})
 		if err != nil {
-			s.err = s.k.tr("iterate", err)
+			s.err = err
 			return nil, false
 		}
 		s.fill(r)
@@ -108,14 +111,16 @@ func (k *kv) NewIter(lo, hi []byte) (store.Iterator, error) {
 		it.done = true
 		return it, nil
 	}
-	ctx, cancel := k.opCtx()
-	resp, err := k.cli.Txn(ctx).Then(
-		clientv3.OpGet(dlo, clientv3.WithRange(dhi), clientv3.WithLimit(64)),
-		clientv3.OpGet(k.commitPrefix(), clientv3.WithPrefix(), clientv3.WithKeysOnly()),
-	).Commit()
-	cancel()
+	var resp *clientv3.TxnResponse
+	err := k.retryRead("iterate", func(ctx context.Context) (err error) {
+		resp, err = k.cli.Txn(ctx).Then(
+			clientv3.OpGet(dlo, clientv3.WithRange(dhi), clientv3.WithLimit(64)),
+			clientv3.OpGet(k.commitPrefix(), clientv3.WithPrefix(), clientv3.WithKeysOnly()),
+		).Commit()
+		return err
+	})
 	if err != nil {
-		return nil, k.tr("iterate", err)
+		return nil, err
 	}
 	rev := resp.Header.Revision
 	commits := resp.Responses[1].GetResponseRange().Kvs

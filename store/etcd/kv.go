@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -309,7 +310,8 @@ func (k *kv) tr(op string, err error) error {
 		return fmt.Errorf("%w: %s: %s: %s", ErrAuth, k.t, op, msg)
 	case errors.Is(err, context.DeadlineExceeded), code == codes.Unavailable, code == codes.DeadlineExceeded,
 		errors.Is(err, rpctypes.ErrNoLeader), errors.Is(err, rpctypes.ErrTimeout), errors.Is(err, rpctypes.ErrTimeoutDueToLeaderFail),
-		errors.Is(err, rpctypes.ErrTimeoutDueToConnectionLost), errors.Is(err, rpctypes.ErrLeaderChanged):
+		errors.Is(err, rpctypes.ErrTimeoutDueToConnectionLost), errors.Is(err, rpctypes.ErrLeaderChanged),
+		errors.Is(err, rpctypes.ErrStopped), strings.Contains(msg, "raft: stopped"):
 		return fmt.Errorf("%w: %s: %s: %s", ErrUnavailable, k.t, op, msg)
 	default:
 		return fmt.Errorf("store: etcd: %s: %s: %s", k.t, op, msg)
@@ -348,14 +350,16 @@ func (k *kv) get(key []byte) ([]byte, error) {
 	if k.closed.Load() {
 		return nil, store.ErrClosed
 	}
-	ctx, cancel := k.opCtx()
-	defer cancel()
-	resp, err := k.cli.Txn(ctx).Then(
-		clientv3.OpGet(k.dataKey(key)),
-		clientv3.OpGet(k.commitPrefix(), clientv3.WithPrefix(), clientv3.WithKeysOnly()),
-	).Commit()
+	var resp *clientv3.TxnResponse
+	err := k.retryRead("get", func(ctx context.Context) (err error) {
+		resp, err = k.cli.Txn(ctx).Then(
+			clientv3.OpGet(k.dataKey(key)),
+			clientv3.OpGet(k.commitPrefix(), clientv3.WithPrefix(), clientv3.WithKeysOnly()),
+		).Commit()
+		return err
+	})
 	if err != nil {
-		return nil, k.tr("get", err)
+		return nil, err
 	}
 	rev := resp.Header.Revision
 	commits := resp.Responses[1].GetResponseRange().Kvs
@@ -363,9 +367,13 @@ func (k *kv) get(key []byte) ([]byte, error) {
 	// its staged value, newest commit first, wins over the data key.
 	for i := len(commits) - 1; i >= 0; i-- {
 		txid := string(commits[i].Key[len(k.commitPrefix()):])
-		r, err := k.cli.Get(ctx, k.stageTxPrefix(txid)+string(key), clientv3.WithRev(rev))
+		var r *clientv3.GetResponse
+		err := k.retryRead("get", func(ctx context.Context) (err error) {
+			r, err = k.cli.Get(ctx, k.stageTxPrefix(txid)+string(key), clientv3.WithRev(rev))
+			return err
+		})
 		if err != nil {
-			return nil, k.tr("get", err)
+			return nil, err
 		}
 		if len(r.Kvs) > 0 {
 			v := r.Kvs[0].Value
@@ -449,4 +457,30 @@ func (k *kv) maybeCompact(rev int64) {
 		// connection) only delays the next compaction.
 		k.cli.Compact(ctx, target)
 	}()
+}
+
+// retryRead runs a read until it succeeds, fails with something other than
+// ErrUnavailable, or OpTimeout passes: reads are idempotent, so a member
+// stopping under one (a leader change, a restart) costs a retry on
+// another, not an error. Writes are never retried: a write that timed out
+// may still apply, and only a fresh Commit by the caller may follow it.
+func (k *kv) retryRead(op string, read func(ctx context.Context) error) error {
+	deadline := time.Now().Add(k.o.OpTimeout)
+	for wait := 20 * time.Millisecond; ; wait = min(2*wait, 500*time.Millisecond) {
+		ctx, cancel := context.WithDeadline(k.ctx, deadline)
+		err := read(ctx)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		err = k.tr(op, err)
+		if !errors.Is(err, ErrUnavailable) || time.Now().Add(wait).After(deadline) {
+			return err
+		}
+		select {
+		case <-time.After(wait):
+		case <-k.ctx.Done():
+			return store.ErrClosed
+		}
+	}
 }
