@@ -95,10 +95,11 @@ func (m *member) config(state string) *embed.Config {
 	cfg.InitialCluster = m.initial
 	cfg.InitialClusterToken = "difctl-test"
 	cfg.ClusterState = state
-	// Fast elections on loopback: 50 ms heartbeats, 500 ms election
-	// timeout (the minimum lease TTL becomes 750 ms).
-	cfg.TickMs = 50
-	cfg.ElectionMs = 500
+	// etcd's default 100 ms heartbeats and 1 s election timeout: faster
+	// ones make elections flap on this shared machine. The minimum lease
+	// TTL is 1.5 s.
+	cfg.TickMs = 100
+	cfg.ElectionMs = 1000
 	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
 	if m.quotaBytes > 0 {
 		cfg.QuotaBackendBytes = m.quotaBytes

@@ -18,7 +18,7 @@ import (
 
 // testOptions are short timeouts for tests on loopback.
 func testOptions() Options {
-	return Options{LeaseTTL: 2 * time.Second, OpTimeout: 5 * time.Second, DialTimeout: 5 * time.Second}
+	return Options{LeaseTTL: 3 * time.Second, OpTimeout: 5 * time.Second, DialTimeout: 5 * time.Second}
 }
 
 var prefixSeq atomic.Int64
