@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -21,7 +23,10 @@ var errCrash = errors.New("test: crashed here")
 func crashAfter(k *kv, n int) *[]string {
 	var kinds []string
 	count := 0
+	var mu sync.Mutex
 	k.hook = func(kind string) error {
+		mu.Lock()
+		defer mu.Unlock()
 		count++
 		if count > n {
 			return errCrash
@@ -198,10 +203,10 @@ func TestBulkCrashBetweenTransactions(t *testing.T) {
 		visible bool
 	}{{"commit-record", false}, {"apply", true}, {"retire", true}} {
 		t.Run("crash-before="+tc.stopAt, func(t *testing.T) {
-			seen := false
+			var seen atomic.Bool
 			k.hook = func(kind string) error {
-				if kind == tc.stopAt || seen && kind != "bulk-stage" {
-					seen = true
+				if kind == tc.stopAt || seen.Load() && kind != "bulk-stage" {
+					seen.Store(true)
 					return errCrash
 				}
 				return nil
@@ -230,6 +235,9 @@ func TestBulkCrashBetweenTransactions(t *testing.T) {
 }
 
 func TestLock(t *testing.T) {
+	if testing.Short() {
+		t.Skip("short: waits for lease expiry")
+	}
 	c := startCluster(t, members(), 0)
 	url := c.url(newPrefix(t))
 	o := testOptions()

@@ -335,6 +335,9 @@ func (p *proxy) close() {
 // within the request timeout, nothing after the cut is acknowledged, and
 // everything acknowledged before it is in the cluster.
 func TestVolumePartition(t *testing.T) {
+	if testing.Short() {
+		t.Skip("short: waits for lease expiry")
+	}
 	n := members()
 	c := startCluster(t, n, 0)
 	var proxies []*proxy
