@@ -2,6 +2,7 @@ package store
 
 import (
 	"fmt"
+	"strings"
 	"sync"
 )
 
@@ -40,4 +41,24 @@ func registered(scheme string) (Opener, bool) {
 	defer registry.mu.RUnlock()
 	o, ok := registry.openers[scheme]
 	return o, ok
+}
+
+// RedactURL returns url with the user information of its authority (the
+// "user:password@" of scheme://user:password@host/...) replaced by "***@",
+// for messages that show a store URL a user typed: backends refuse
+// credentials in URLs, and the refusal must not print them.
+func RedactURL(url string) string {
+	scheme, rest, ok := strings.Cut(url, "://")
+	if !ok {
+		return url
+	}
+	end := strings.IndexAny(rest, "/?#")
+	if end < 0 {
+		end = len(rest)
+	}
+	at := strings.LastIndex(rest[:end], "@")
+	if at < 0 {
+		return url
+	}
+	return scheme + "://***@" + rest[at+1:]
 }

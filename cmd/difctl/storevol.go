@@ -67,7 +67,7 @@ func openStore(image, url string, create bool) (store.KV, error) {
 	if err != nil {
 		cause := strings.TrimPrefix(storeCause(err), fmt.Sprintf("open %s: ", url))
 		cause = strings.TrimPrefix(cause, fmt.Sprintf("open %q: ", url))
-		return nil, fmt.Errorf("cannot open store %s: %s", url, cause)
+		return nil, fmt.Errorf("cannot open store %s: %s", store.RedactURL(url), cause)
 	}
 	return kv, nil
 }

@@ -139,3 +139,16 @@ func TestURL(t *testing.T) {
 		t.Fatalf("store.Open(etcd URL with credentials) = %v", err)
 	}
 }
+
+func TestRedactURL(t *testing.T) {
+	for in, want := range map[string]string{
+		"etcd://user:hunter2@a:1,b/p": "etcd://***@a:1,b/p",
+		"etcd://a/p@x":                "etcd://a/p@x",
+		"pebble:/a@b":                 "pebble:/a@b",
+		"etcd://u@a":                  "etcd://***@a",
+	} {
+		if got := store.RedactURL(in); got != want {
+			t.Errorf("RedactURL(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
