@@ -114,8 +114,8 @@
 // etcd keeps every revision of every key until compacted, and its quota
 // (--quota-backend-bytes, 2 GiB by default, 8 GiB the suggested maximum)
 // counts the database file, history and free pages included. The writer
-// compacts every Options.CompactEvery revisions, never past an open
-// iterator's snapshot; freed pages are reused by etcd but given back to the
+// compacts, keeping Options.CompactRetention (2 minutes) of history and
+// every open iterator's snapshot (compaction is cluster-wide); freed pages are reused by etcd but given back to the
 // file system only by defragmentation (etcdctl defrag). SIZING.md derives
 // the bytes per protected TiB of each format from the store's encodings,
 // the quota they imply, what to do beyond it, and the next engine (TiKV's

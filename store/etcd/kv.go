@@ -77,6 +77,11 @@ const (
 	reqSlack    = 8 << 10
 )
 
+type revAt struct {
+	rev int64
+	at  time.Time
+}
+
 // kv is the etcd backend.
 type kv struct {
 	cli     *clientv3.Client
@@ -100,8 +105,10 @@ type kv struct {
 	txSeq    atomic.Uint64 // numbers large commits and bulk loads
 	dirty    atomic.Bool   // a large commit's record may be left unapplied
 
-	lastCompact atomic.Int64
-	compacting  atomic.Bool
+	cmu         sync.Mutex // guards the compaction state below
+	revs        []revAt    // revisions seen, at most one a second
+	lastCompact int64
+	compacting  bool
 
 	// Test hooks: hook is called before every write transaction with its
 	// kind; an error stops the transaction (as a crash would). noLocalFence
@@ -218,7 +225,7 @@ func (k *kv) lock() error {
 		}
 		if resp.Succeeded {
 			k.sess, k.lockRev = sess, resp.Header.Revision
-			k.lastCompact.Store(resp.Header.Revision)
+			k.lastCompact = resp.Header.Revision
 			return nil
 		}
 		sess.Close()
@@ -430,27 +437,50 @@ func (k *kv) abandon() {
 	k.cli.Close()
 }
 
-// maybeCompact compacts etcd's history every Options.CompactEvery
-// revisions, keeping every open iterator's snapshot and the last
-// CompactEvery revisions (so a read that just took its revision is safe).
+// maybeCompact compacts etcd's history. Compaction is cluster-wide (it
+// drops old revisions of every store on the cluster), so it keeps
+// Options.CompactRetention of history, not a number of revisions, and never
+// passes an open iterator of this store: it compacts to the newest revision
+// seen at least CompactRetention ago, once that is CompactEvery revisions
+// past the last compaction.
 func (k *kv) maybeCompact(rev int64) {
 	every := int64(k.o.CompactEvery)
-	if every < 0 || rev-k.lastCompact.Load() < 2*every || !k.compacting.CompareAndSwap(false, true) {
+	if every < 0 {
 		return
 	}
-	target := rev - every
+	now := time.Now()
+	k.cmu.Lock()
+	if n := len(k.revs); n == 0 || now.Sub(k.revs[n-1].at) >= time.Second {
+		k.revs = append(k.revs, revAt{rev, now})
+	}
+	target := int64(0)
+	i := 0
+	for i < len(k.revs) && now.Sub(k.revs[i].at) >= k.o.CompactRetention {
+		target = k.revs[i].rev
+		i++
+	}
+	if target-k.lastCompact < every || k.compacting {
+		k.cmu.Unlock()
+		return
+	}
+	k.revs = k.revs[i:]
 	k.mu.Lock()
 	for _, r := range k.iters {
 		target = min(target, r)
 	}
 	k.mu.Unlock()
-	if target <= k.lastCompact.Load() {
-		k.compacting.Store(false)
+	if target <= k.lastCompact {
+		k.cmu.Unlock()
 		return
 	}
-	k.lastCompact.Store(target)
+	k.lastCompact, k.compacting = target, true
+	k.cmu.Unlock()
 	go func() {
-		defer k.compacting.Store(false)
+		defer func() {
+			k.cmu.Lock()
+			k.compacting = false
+			k.cmu.Unlock()
+		}()
 		ctx, cancel := k.opCtx()
 		defer cancel()
 		// An error (a server that compacted further by itself, a lost

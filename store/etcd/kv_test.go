@@ -11,6 +11,7 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 
 	"github.com/difctl/difctl/store"
 	"github.com/difctl/difctl/store/storetest"
@@ -45,7 +46,7 @@ func adminClient(t testing.TB, c *cluster) *clientv3.Client {
 	for _, m := range c.members {
 		eps = append(eps, "http://"+m.cli.Host)
 	}
-	cli, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second})
+	cli, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -26,14 +26,15 @@ const (
 
 // Defaults of Options.
 const (
-	DefaultDialTimeout     = 5 * time.Second
-	DefaultOpTimeout       = 10 * time.Second
-	DefaultLeaseTTL        = 10 * time.Second
-	DefaultMaxRequestBytes = 1536 << 10 // etcd's --max-request-bytes default, 1.5 MiB
-	DefaultMaxTxnOps       = 128        // etcd's --max-txn-ops default
-	DefaultMaxBatchBytes   = 64 << 20
-	DefaultInFlight        = 4
-	DefaultCompactEvery    = 1000
+	DefaultDialTimeout      = 5 * time.Second
+	DefaultOpTimeout        = 10 * time.Second
+	DefaultLeaseTTL         = 10 * time.Second
+	DefaultMaxRequestBytes  = 1536 << 10 // etcd's --max-request-bytes default, 1.5 MiB
+	DefaultMaxTxnOps        = 128        // etcd's --max-txn-ops default
+	DefaultMaxBatchBytes    = 64 << 20
+	DefaultInFlight         = 4
+	DefaultCompactEvery     = 1000
+	DefaultCompactRetention = 2 * time.Minute
 )
 
 // Options configure Open. The zero value of each field is its default.
@@ -75,11 +76,17 @@ type Options struct {
 	// InFlight is how many transactions a large commit or a bulk load keeps
 	// in flight at once. Default DefaultInFlight (4).
 	InFlight int
-	// CompactEvery is how many revisions the writer lets accumulate before
-	// it compacts etcd's history (never past an open iterator's snapshot).
-	// Negative disables compaction (leave it to the server's
-	// --auto-compaction-*). Default DefaultCompactEvery (1000).
-	CompactEvery int
+	// CompactEvery and CompactRetention pace the writer's compactions of
+	// etcd's history: it compacts to the newest revision at least
+	// CompactRetention old (never past one of its open iterators) once
+	// that is CompactEvery revisions beyond the last compaction. Compaction
+	// is cluster-wide: a read of any store on the cluster that holds a
+	// snapshot longer than the retention may fail with ErrCompacted.
+	// Negative CompactEvery disables compaction (leave it to the server's
+	// --auto-compaction-*). Defaults DefaultCompactEvery (1000) and
+	// DefaultCompactRetention (2 minutes).
+	CompactEvery     int
+	CompactRetention time.Duration
 	// Holder describes this opener in the lock, for the error a second
 	// opener gets. Default "host=HOSTNAME pid=PID".
 	Holder string
@@ -134,8 +141,9 @@ func (o *Options) normalize() error {
 	if o.CompactEvery == 0 {
 		o.CompactEvery = DefaultCompactEvery
 	}
+	def(&o.CompactRetention, DefaultCompactRetention)
 	switch {
-	case o.DialTimeout < 0 || o.OpTimeout < 0 || o.LockWait < 0:
+	case o.DialTimeout < 0 || o.OpTimeout < 0 || o.LockWait < 0 || o.CompactRetention < 0:
 		return fmt.Errorf("%w: etcd: negative timeout", store.ErrInvalid)
 	case o.LeaseTTL < time.Second:
 		return fmt.Errorf("%w: etcd: lease TTL %v below 1s", store.ErrInvalid, o.LeaseTTL)
