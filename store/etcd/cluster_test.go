@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 )
@@ -28,6 +29,7 @@ type member struct {
 	initial    string
 	e          *embed.Etcd // nil while stopped
 	quotaBytes int64
+	tls        *transport.TLSInfo // client TLS, nil for plain http
 }
 
 // freePorts reserves n loopback ports by listening and closing.
@@ -51,6 +53,16 @@ func freePorts(t testing.TB, n int) []int {
 // startCluster starts n members and waits until they serve.
 func startCluster(t testing.TB, n int, quotaBytes int64) *cluster {
 	t.Helper()
+	return startClusterTLS(t, n, quotaBytes, nil)
+}
+
+// startClusterTLS is startCluster with clients served over TLS.
+func startClusterTLS(t testing.TB, n int, quotaBytes int64, tls *transport.TLSInfo) *cluster {
+	t.Helper()
+	scheme := "http"
+	if tls != nil {
+		scheme = "https"
+	}
 	ports := freePorts(t, 2*n)
 	c := &cluster{t: t}
 	var initial []string
@@ -59,8 +71,9 @@ func startCluster(t testing.TB, n int, quotaBytes int64) *cluster {
 			name:       fmt.Sprintf("m%d", i),
 			dir:        t.TempDir(),
 			peer:       url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", ports[2*i])},
-			cli:        url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", ports[2*i+1])},
+			cli:        url.URL{Scheme: scheme, Host: fmt.Sprintf("127.0.0.1:%d", ports[2*i+1])},
 			quotaBytes: quotaBytes,
+			tls:        tls,
 		}
 		initial = append(initial, m.name+"="+m.peer.String())
 		c.members = append(c.members, m)
@@ -105,6 +118,9 @@ func (m *member) config(state string) *embed.Config {
 	// crashes those tests make are of client processes, which fsync does
 	// not change, and the full runs keep it for the member failures.
 	cfg.UnsafeNoFsync = testing.Short()
+	if m.tls != nil {
+		cfg.ClientTLSInfo = *m.tls
+	}
 	if m.quotaBytes > 0 {
 		cfg.QuotaBackendBytes = m.quotaBytes
 	}

@@ -165,7 +165,7 @@ func Open(url string, o Options) (store.KV, error) {
 		DialKeepAliveTimeout: 2 * time.Second,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("store: etcd: %s: connect: %v", t, err)
+		return nil, (&kv{t: t, ctx: context.Background()}).tr("connect", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	k := &kv{
@@ -207,10 +207,17 @@ func (k *kv) lock() error {
 	deadline := time.Now().Add(k.o.LockWait)
 	for {
 		ctx, cancel := context.WithTimeout(k.ctx, k.o.DialTimeout+k.o.OpTimeout)
-		sess, err := concurrency.NewSession(k.cli, concurrency.WithTTL(ttl), concurrency.WithContext(k.ctx))
+		// Grant the lease here, under the timeout (NewSession's own grant
+		// would wait as long as its context, the store's lifetime).
+		lease, err := k.cli.Grant(ctx, int64(ttl))
 		if err != nil {
 			cancel()
 			return k.tr("lock: grant lease", err)
+		}
+		sess, err := concurrency.NewSession(k.cli, concurrency.WithLease(lease.ID), concurrency.WithContext(k.ctx))
+		if err != nil {
+			cancel()
+			return k.tr("lock: keep the lease alive", err)
 		}
 		holder := fmt.Sprintf("%s lease=%x since=%s", k.o.Holder, int64(sess.Lease()), time.Now().UTC().Format(time.RFC3339))
 		resp, err := k.cli.Txn(ctx).
@@ -313,7 +320,8 @@ func (k *kv) tr(op string, err error) error {
 		return fmt.Errorf("%w: %s: %s: %s (the servers' --max-request-bytes or --max-txn-ops is below Options')", store.ErrTooLarge, k.t, op, msg)
 	case errors.Is(err, rpctypes.ErrCompacted):
 		return fmt.Errorf("%w: %s: %s", ErrCompacted, k.t, op)
-	case errors.Is(err, rpctypes.ErrAuthFailed), errors.Is(err, rpctypes.ErrPermissionDenied), code == codes.Unauthenticated, code == codes.PermissionDenied:
+	case errors.Is(err, rpctypes.ErrAuthFailed), errors.Is(err, rpctypes.ErrPermissionDenied), errors.Is(err, rpctypes.ErrUserEmpty),
+		errors.Is(err, rpctypes.ErrInvalidAuthToken), code == codes.Unauthenticated, code == codes.PermissionDenied:
 		return fmt.Errorf("%w: %s: %s: %s", ErrAuth, k.t, op, msg)
 	case errors.Is(err, context.DeadlineExceeded), code == codes.Unavailable, code == codes.DeadlineExceeded,
 		errors.Is(err, rpctypes.ErrNoLeader), errors.Is(err, rpctypes.ErrTimeout), errors.Is(err, rpctypes.ErrTimeoutDueToLeaderFail),
