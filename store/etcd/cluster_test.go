@@ -30,6 +30,7 @@ type member struct {
 	e          *embed.Etcd // nil while stopped
 	quotaBytes int64
 	tls        *transport.TLSInfo // client TLS, nil for plain http
+	noFsync    bool
 }
 
 // freePorts reserves n loopback ports by listening and closing.
@@ -59,6 +60,14 @@ func startCluster(t testing.TB, n int, quotaBytes int64) *cluster {
 // startClusterTLS is startCluster with clients served over TLS.
 func startClusterTLS(t testing.TB, n int, quotaBytes int64, tls *transport.TLSInfo) *cluster {
 	t.Helper()
+	return startClusterOpts(t, n, quotaBytes, tls, testing.Short())
+}
+
+// startClusterOpts is startCluster with every option; noFsync runs the
+// members without fsync, for tests whose crashes are of client processes,
+// which fsync does not change.
+func startClusterOpts(t testing.TB, n int, quotaBytes int64, tls *transport.TLSInfo, noFsync bool) *cluster {
+	t.Helper()
 	scheme := "http"
 	if tls != nil {
 		scheme = "https"
@@ -74,6 +83,7 @@ func startClusterTLS(t testing.TB, n int, quotaBytes int64, tls *transport.TLSIn
 			cli:        url.URL{Scheme: scheme, Host: fmt.Sprintf("127.0.0.1:%d", ports[2*i+1])},
 			quotaBytes: quotaBytes,
 			tls:        tls,
+			noFsync:    noFsync,
 		}
 		initial = append(initial, m.name+"="+m.peer.String())
 		c.members = append(c.members, m)
@@ -114,10 +124,10 @@ func (m *member) config(state string) *embed.Config {
 	cfg.TickMs = 100
 	cfg.ElectionMs = 1000
 	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
-	// Under -short (the -race leg of CI) the members skip fsync: the
-	// crashes those tests make are of client processes, which fsync does
-	// not change, and the full runs keep it for the member failures.
-	cfg.UnsafeNoFsync = testing.Short()
+	// Under -short (the -race leg of CI) the members skip fsync, and so do
+	// those of tests that ask (see startClusterOpts); the member failure
+	// tests keep it.
+	cfg.UnsafeNoFsync = m.noFsync
 	if m.tls != nil {
 		cfg.ClientTLSInfo = *m.tls
 	}

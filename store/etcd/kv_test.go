@@ -96,7 +96,7 @@ func TestConformanceSmallTxn(t *testing.T) {
 	if testing.Short() {
 		t.Skip("short: the default-size suite runs")
 	}
-	c := startCluster(t, 1, 0)
+	c := startClusterOpts(t, 1, 0, nil, true)
 	o := testOptions()
 	o.MaxTxnOps, o.MaxRequestBytes, o.InFlight = 8, 1<<20+100<<10, 3
 	storetest.RunConformance(t, storetest.Backend{
