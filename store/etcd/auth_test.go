@@ -48,6 +48,9 @@ func writeCert(t *testing.T, dir, name string, tmpl *x509.Certificate, parent *x
 // TestTLS serves the cluster's clients over mutual TLS: a store opens with
 // the CA and a client certificate, and fails without the certificate.
 func TestTLS(t *testing.T) {
+	if testing.Short() {
+		t.Skip("short: TLS handshakes")
+	}
 	dir := t.TempDir()
 	now := time.Now()
 	ca, caKey := writeCert(t, dir, "ca", &x509.Certificate{
@@ -94,6 +97,9 @@ func TestTLS(t *testing.T) {
 // TestAuth enables etcd's authentication: a store opens with the right
 // user and password, and fails with ErrAuth with a wrong one or none.
 func TestAuth(t *testing.T) {
+	if testing.Short() {
+		t.Skip("short: password hashing")
+	}
 	c := startCluster(t, 1, 0)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

@@ -128,6 +128,7 @@ func (m *member) config(state string) *embed.Config {
 	// those of tests that ask (see startClusterOpts); the member failure
 	// tests keep it.
 	cfg.UnsafeNoFsync = m.noFsync
+	cfg.BcryptCost = 4 // bcrypt.MinCost: password checks fast under -race
 	if m.tls != nil {
 		cfg.ClientTLSInfo = *m.tls
 	}

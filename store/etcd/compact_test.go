@@ -14,6 +14,9 @@ import (
 // TestCompaction checks that the writer compacts etcd's history as it
 // writes, but never past the snapshot of one of its open iterators.
 func TestCompaction(t *testing.T) {
+	if testing.Short() {
+		t.Skip("short: waits for revision samples")
+	}
 	c := startCluster(t, 1, 0)
 	o := testOptions()
 	o.CompactEvery, o.CompactRetention = 10, time.Nanosecond
