@@ -165,6 +165,7 @@ type OpenOptions struct {
 //	pebble:PATH   Pebble database in directory PATH
 //	mem:          a new, empty in-memory store
 //	PATH          same as pebble:PATH when PATH has no scheme
+//	SCHEME:...    a backend registered with Register (etcd:// with store/etcd)
 //
 // Unknown schemes fail with an error matching ErrUnsupported.
 func Open(url string) (KV, error) { return OpenWith(url, OpenOptions{Create: true}) }
@@ -196,6 +197,9 @@ func OpenWith(url string, o OpenOptions) (KV, error) {
 		}
 		return NewMem(), nil
 	default:
+		if open, ok := registered(scheme); ok {
+			return open(url)
+		}
 		return nil, fmt.Errorf("%w: open %q: unknown scheme %q (want pebble: or mem:)", ErrUnsupported, url, scheme)
 	}
 }

@@ -23,6 +23,8 @@ import (
 	"os"
 
 	"github.com/spf13/cobra"
+
+	_ "github.com/difctl/difctl/store/etcd" // etcd:// URLs for every --store flag
 )
 
 func main() { os.Exit(difctlMain()) }

@@ -154,6 +154,7 @@ func storeErr(url string, err error) error {
 
 // storeOpenError explains a store that does not open.
 func storeOpenError(image, url string, err error) error {
+	url = store.RedactURL(url) // never print credentials
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		return &notProtectedError{image: image, url: url}

@@ -1,0 +1,64 @@
+package store
+
+import (
+	"fmt"
+	"strings"
+	"sync"
+)
+
+// Opener opens a store by its full URL (scheme included), for Register.
+type Opener func(url string) (KV, error)
+
+var registry struct {
+	mu      sync.RWMutex
+	openers map[string]Opener
+}
+
+// Register makes Open accept URLs of scheme (without the colon), opened by
+// open. Backends in their own packages call it from an init function, so
+// that a program selects the engines it links by importing them (difctl
+// imports store/etcd) and this package imports none of them. Registering a
+// built-in scheme (pebble, mem), an empty scheme or one twice panics: it is
+// a programming error found at start-up, not bad input.
+func Register(scheme string, open Opener) {
+	registry.mu.Lock()
+	defer registry.mu.Unlock()
+	switch {
+	case scheme == "" || scheme == "pebble" || scheme == "mem" || open == nil:
+		panic(fmt.Sprintf("store: Register(%q): reserved scheme or nil opener", scheme))
+	case registry.openers[scheme] != nil:
+		panic(fmt.Sprintf("store: Register(%q): registered twice", scheme))
+	}
+	if registry.openers == nil {
+		registry.openers = make(map[string]Opener)
+	}
+	registry.openers[scheme] = open
+}
+
+// registered returns the opener of scheme, if a backend registered one.
+func registered(scheme string) (Opener, bool) {
+	registry.mu.RLock()
+	defer registry.mu.RUnlock()
+	o, ok := registry.openers[scheme]
+	return o, ok
+}
+
+// RedactURL returns url with the user information of its authority (the
+// "user:password@" of scheme://user:password@host/...) replaced by "***@",
+// for messages that show a store URL a user typed: backends refuse
+// credentials in URLs, and the refusal must not print them.
+func RedactURL(url string) string {
+	scheme, rest, ok := strings.Cut(url, "://")
+	if !ok {
+		return url
+	}
+	end := strings.IndexAny(rest, "/?#")
+	if end < 0 {
+		end = len(rest)
+	}
+	at := strings.LastIndex(rest[:end], "@")
+	if at < 0 {
+		return url
+	}
+	return scheme + "://***@" + rest[at+1:]
+}
