@@ -2,6 +2,8 @@ package store
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 )
@@ -41,6 +43,16 @@ func registered(scheme string) (Opener, bool) {
 	defer registry.mu.RUnlock()
 	o, ok := registry.openers[scheme]
 	return o, ok
+}
+
+// Schemes lists the URL schemes Open accepts, sorted: the built-in pebble
+// and mem, and those registered by the backends the program links.
+func Schemes() []string {
+	registry.mu.RLock()
+	defer registry.mu.RUnlock()
+	s := append([]string{"mem", "pebble"}, slices.Collect(maps.Keys(registry.openers))...)
+	slices.Sort(s)
+	return s
 }
 
 // RedactURL returns url with the user information of its authority (the

@@ -8,6 +8,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -33,8 +34,9 @@ func checkCommonFlags(cmd *cobra.Command) error {
 	return nil
 }
 
-// checkStoreURL accepts what store.Open accepts: pebble:PATH, mem: or a
-// plain path (store.Open's rule for telling a scheme from a path).
+// checkStoreURL accepts what store.Open accepts: pebble:PATH, mem:, the
+// schemes of the backends difctl links (etcd://...) or a plain path
+// (store.Open's rule for telling a scheme from a path).
 func checkStoreURL(url string) error {
 	if url == "" {
 		return usageErrorf("--store must not be empty")
@@ -43,11 +45,11 @@ func checkStoreURL(url string) error {
 	if !ok || strings.ContainsAny(scheme, `/\.`) || len(scheme) < 2 {
 		return nil // a plain path
 	}
-	switch scheme {
-	case "pebble", "mem":
+	schemes := store.Schemes()
+	if slices.Contains(schemes, scheme) {
 		return nil
 	}
-	return usageErrorf("--store %q: unknown scheme %q (want pebble:PATH or mem:)", url, scheme)
+	return usageErrorf("--store %q: unknown scheme %q (want one of %s)", store.RedactURL(url), scheme, strings.Join(schemes, ", "))
 }
 
 // checkImageFile refuses a path that is neither a regular file nor a block

@@ -102,7 +102,7 @@ or writes failed verification while serving).
 	f.StringVar(&o.ClientCA, "tls-client-ca", "", "require client certificates signed by the CAs in `FILE` (PEM)")
 	f.IntVar(&o.MaxConns, "max-connections", nbd.DefaultMaxConnections, "connections at once per export")
 	f.Var(tc, "tuple-cache", "decoded tuples kept in memory per volume, for random reads (`SIZE`, e.g. 64MiB)")
-	f.StringVar(&o.Store, "store", "", "store `URL` of a single IMAGE: pebble:PATH or mem: (default pebble:IMAGE.difdb)")
+	f.StringVar(&o.Store, "store", "", "store `URL` of a single IMAGE: pebble:PATH, mem: or etcd://HOST:PORT,.../PREFIX (default pebble:IMAGE.difdb)")
 	return cmd
 }
 

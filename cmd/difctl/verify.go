@@ -90,7 +90,7 @@ of about 1 MiB; memory does not grow with its size.
 	}
 	img.register(cmd, true)
 	pf.register(cmd, piFormat|piTags|piChecks|piRange)
-	cmd.Flags().StringVar(&store, "store", "", "store `URL` of a store-backed image: pebble:PATH or mem: (default pebble:IMAGE.difdb)")
+	cmd.Flags().StringVar(&store, "store", "", "store `URL` of a store-backed image: pebble:PATH, mem: or etcd://HOST:PORT,.../PREFIX (default pebble:IMAGE.difdb)")
 	return cmd
 }
 
