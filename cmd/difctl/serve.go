@@ -16,6 +16,7 @@ import (
 	"sync/atomic"
 	"syscall"
 
+	"github.com/difctl/difctl/blockdev"
 	"github.com/difctl/difctl/blockdev/nbd"
 	"github.com/spf13/cobra"
 )
@@ -44,6 +45,19 @@ type serveOptions struct {
 // of 512-byte blocks (21 GiB of 4 KiB blocks), so that random reads over
 // such volumes seldom read the store.
 const defaultServeTupleCache = 64 << 20
+
+// serveVolumeOptions are the volume options of a served image. Reads go
+// through the device's ReadAt (pread) rather than its mapping: for the
+// server's requests (nbdcopy's 256 KiB, each on a goroutine of its own)
+// the mapping's page faults and releases (a TLB flush each) cost more
+// than the kernel's copy, and its pages would count in the server's
+// resident set. Measured with nbdcopy of a page-cached 1 GiB 4096+8 image
+// over a unix socket: 0.70-0.80 s of server CPU per GiB with pread, 0.81-0.90
+// s with the mapping (qemu-nbd: 0.57-0.65 s), file-backed RSS 20 MiB
+// instead of 43 MiB.
+func serveVolumeOptions(readOnly bool) blockdev.Options {
+	return blockdev.Options{ReadOnly: readOnly, NoMap: true}
+}
 
 func newServeCmd(g *globalOptions) *cobra.Command {
 	var o serveOptions
@@ -201,7 +215,11 @@ func runServe(ctx context.Context, o serveOptions, _, stderr io.Writer) error {
 	}()
 	var exports []nbd.Export
 	for _, im := range o.Images {
-		v, err := openVolume(ctx, im, storeURL(im, o.Store), o.ReadOnly)
+		mode := storeWrite
+		if o.ReadOnly {
+			mode = storeRead
+		}
+		v, err := openVolumeWith(ctx, im, storeURL(im, o.Store), mode, serveVolumeOptions(o.ReadOnly))
 		if err != nil {
 			return err
 		}
