@@ -38,6 +38,10 @@ import (
 // data so that nothing is a hole:
 //
 //	go test ./blockdev/nbd -run '^$' -bench VsQemuNBD -benchtime 3x
+//
+// The server reads with pread, as difctl serve does; DIFCTL_NBD_TEST_MAP=1
+// reads through the mapping instead, and DIFCTL_NBD_TEST_CPUPROFILE=FILE
+// and DIFCTL_NBD_TEST_MEMPROFILE=FILE profile it (see serveProcess).
 func BenchmarkVsQemuNBD(b *testing.B) {
 	need(b, "qemu-nbd", "nbdcopy", "fio")
 	mib := 1024

@@ -10,6 +10,8 @@ import (
 	"os/exec"
 	"os/signal"
 	"regexp"
+	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"syscall"
@@ -34,6 +36,19 @@ func TestMain(m *testing.M) {
 
 func serveProcess(img string) int {
 	fail := func(err error) int { fmt.Fprintln(os.Stderr, "serve:", err); return 1 }
+	// DIFCTL_NBD_TEST_CPUPROFILE=FILE profiles the server until it stops
+	// (profiling the serve path under a real client).
+	if path := os.Getenv("DIFCTL_NBD_TEST_CPUPROFILE"); path != "" {
+		f, err := os.Create(path)
+		if err != nil {
+			return fail(err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fail(err)
+		}
+		defer f.Close()
+		defer pprof.StopCPUProfile()
+	}
 	dev, err := blockdev.OpenFile(img, blockdev.FileOptions{})
 	if err != nil {
 		return fail(err)
@@ -42,7 +57,9 @@ func serveProcess(img string) int {
 	if err != nil {
 		return fail(err)
 	}
-	vol, err := blockdev.Open(context.Background(), dev, kv, blockdev.Options{})
+	// As difctl serve opens its volumes (NoMap; DIFCTL_NBD_TEST_MAP=1
+	// reads through the mapping instead, to compare).
+	vol, err := blockdev.Open(context.Background(), dev, kv, blockdev.Options{NoMap: os.Getenv("DIFCTL_NBD_TEST_MAP") == ""})
 	if err != nil {
 		return fail(err)
 	}
@@ -60,6 +77,20 @@ func serveProcess(img string) int {
 	defer stop()
 	if err := srv.Serve(ctx, l); err != nil {
 		return fail(err)
+	}
+	// DIFCTL_NBD_TEST_MEMPROFILE=FILE writes a heap profile when the
+	// server stops (what the served volume and store hold).
+	if path := os.Getenv("DIFCTL_NBD_TEST_MEMPROFILE"); path != "" {
+		f, err := os.Create(path)
+		if err != nil {
+			return fail(err)
+		}
+		runtime.GC()
+		err = pprof.WriteHeapProfile(f)
+		f.Close()
+		if err != nil {
+			return fail(err)
+		}
 	}
 	if err := vol.Close(); err != nil {
 		return fail(err)

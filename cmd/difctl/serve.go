@@ -16,6 +16,7 @@ import (
 	"sync/atomic"
 	"syscall"
 
+	"github.com/difctl/difctl/blockdev"
 	"github.com/difctl/difctl/blockdev/nbd"
 	"github.com/spf13/cobra"
 )
@@ -44,6 +45,19 @@ type serveOptions struct {
 // of 512-byte blocks (21 GiB of 4 KiB blocks), so that random reads over
 // such volumes seldom read the store.
 const defaultServeTupleCache = 64 << 20
+
+// serveVolumeOptions are the volume options of a served image. Reads go
+// through the device's ReadAt (pread) rather than its mapping, so that the
+// mapping's pages (up to 32 MiB, released behind the reads) do not count
+// in the server's resident set: 20 MiB of file pages instead of 44 MiB
+// after nbdcopy of a 1 GiB image. For throughput it is a wash on this
+// 2-vCPU machine: interleaved nbdcopy runs of a page-cached 1 GiB 4096+8
+// image took 0.70-0.80 s of server CPU per GiB with pread against
+// 0.81-0.90 s through the mapping at load 4-5, and the same within the
+// noise at load 6-9 (qemu-nbd: 0.57-0.80 s).
+func serveVolumeOptions(readOnly bool) blockdev.Options {
+	return blockdev.Options{ReadOnly: readOnly, NoMap: true}
+}
 
 func newServeCmd(g *globalOptions) *cobra.Command {
 	var o serveOptions
@@ -201,7 +215,11 @@ func runServe(ctx context.Context, o serveOptions, _, stderr io.Writer) error {
 	}()
 	var exports []nbd.Export
 	for _, im := range o.Images {
-		v, err := openVolume(ctx, im, storeURL(im, o.Store), o.ReadOnly)
+		mode := storeWrite
+		if o.ReadOnly {
+			mode = storeRead
+		}
+		v, err := openVolumeWith(ctx, im, storeURL(im, o.Store), mode, serveVolumeOptions(o.ReadOnly))
 		if err != nil {
 			return err
 		}

@@ -204,3 +204,16 @@ func TestServeSignal(t *testing.T) {
 		})
 	}
 }
+
+// TestServeVolumeOptions: served volumes are read with pread, not through
+// the mapping (measured cheaper for the server's requests, and no file
+// pages in its resident set; see serveVolumeOptions), and --read-only
+// reaches the volume.
+func TestServeVolumeOptions(t *testing.T) {
+	for _, ro := range []bool{false, true} {
+		o := serveVolumeOptions(ro)
+		if !o.NoMap || o.ReadOnly != ro {
+			t.Errorf("serveVolumeOptions(%v) = %+v, want NoMap and ReadOnly %v", ro, o, ro)
+		}
+	}
+}

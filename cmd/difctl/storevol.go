@@ -202,6 +202,13 @@ func openVolume(ctx context.Context, image, url string, readOnly bool) (*volume,
 // openVolumeMode is openVolume with the store opened in mode: scrub reads
 // the image but writes its cursor and findings to the store.
 func openVolumeMode(ctx context.Context, image, url string, readOnly bool, mode storeMode) (*volume, error) {
+	return openVolumeWith(ctx, image, url, mode, blockdev.Options{ReadOnly: readOnly})
+}
+
+// openVolumeWith is openVolumeMode with the volume's options (serve's);
+// opts.ReadOnly opens the image read-only and DeviceID is set here.
+func openVolumeWith(ctx context.Context, image, url string, mode storeMode, opts blockdev.Options) (*volume, error) {
+	readOnly := opts.ReadOnly
 	if _, err := os.Stat(image); err != nil {
 		return nil, asOpenError(err)
 	}
@@ -233,7 +240,8 @@ func openVolumeMode(ctx context.Context, image, url string, readOnly bool, mode 
 	if err != nil {
 		return nil, err
 	}
-	v.vol, err = blockdev.Open(ctx, v.dev, kv, blockdev.Options{ReadOnly: readOnly, DeviceID: deviceID(image)})
+	opts.DeviceID = deviceID(image)
+	v.vol, err = blockdev.Open(ctx, v.dev, kv, opts)
 	if err != nil {
 		return nil, volumeError(image, url, err)
 	}
