@@ -5,7 +5,7 @@ import (
 	"slices"
 )
 
-// Write path and crash consistency (DESIGN.md section 5).
+// Write path and crash consistency (ARCHITECTURE.md, "The crash contract").
 //
 // A block's data and tuple are in different places, so each write goes
 // through three states:

@@ -14,7 +14,7 @@ import (
 	"github.com/difctl/difctl/store"
 )
 
-// The crash test of the volume (DESIGN.md section 5).
+// The crash test of the volume (ARCHITECTURE.md, "The crash contract").
 //
 // A seeded random workload of writes (aligned and not, from one byte to
 // more than a staging batch), syncs and discards runs on a volume over a

@@ -1,7 +1,7 @@
 package dif
 
 // The oracle: the simplest correct code, written from the tables of
-// DESIGN.md section 3, sharing nothing with the fast path. Bitwise CRCs,
+// README.md's "Formats", sharing nothing with the fast path. Bitwise CRCs,
 // math/big for the tag space, one byte at a time.
 
 import (

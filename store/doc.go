@@ -46,9 +46,9 @@
 // log cannot be told from a torn write, and Pebble then opens at the last
 // intact commit before it. Directories are created 0700 and files 0600.
 //
-// Crash consistency (DESIGN.md section 5): record the new tuples of a group
-// of writes as intents in one synced Txn, write the data, then fold the
-// intents into the committed pages. After a crash, AllIntents lists what
+// Crash consistency (ARCHITECTURE.md, "The crash contract"): record the
+// new tuples of a group of writes as intents in one synced Txn, write the
+// data, then fold the intents into the committed pages. After a crash, AllIntents lists what
 // recovery must resolve.
 //
 // Bulk loads: volume creation and protect write every tuple of an image

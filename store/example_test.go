@@ -55,7 +55,7 @@ func Example() {
 	// block 13: written=false tuple=ffffffffffffffff sum=0
 }
 
-// ExampleTxn_RecordIntent shows the write path of DESIGN.md section 5.
+// ExampleTxn_RecordIntent shows the write path of ARCHITECTURE.md, "The crash contract".
 func ExampleTxn_RecordIntent() {
 	kv := store.NewMem()
 	defer kv.Close()

@@ -8,7 +8,8 @@ import (
 	"github.com/difctl/difctl/kernels/crc32c"
 )
 
-// Intents implement the crash-consistency contract of DESIGN.md section 5.
+// Intents implement the crash-consistency contract (ARCHITECTURE.md, "The
+// crash contract").
 // Before a write's data may reach the device, the volume records the new
 // tuples as an intent, beside the committed page, and makes it durable (one
 // synced Txn for a whole group of writes). Once the data is durable the
