@@ -87,15 +87,15 @@ func BenchmarkHybridOverAVX2(b *testing.B) {
 	var h laneBuf
 	var tA, tH time.Duration
 	for b.Loop() {
-		t0 := threadCPU()
+		t0 := kerneltest.ThreadCPU()
 		for range 5 {
 			lanesAVX2Kernel(laneState26(&h), p, 4096, 256, &k.lanes)
 		}
-		t1 := threadCPU()
+		t1 := kerneltest.ThreadCPU()
 		for range 4 {
 			lanesHybridAVX2((*[24]uint64)(&h), p, 4096, 256, (*[162]uint64)(&k.lanes))
 		}
-		t2 := threadCPU()
+		t2 := kerneltest.ThreadCPU()
 		tA += t1 - t0 // 20 blocks
 		tH += t2 - t1 // 20 blocks
 	}
@@ -144,9 +144,9 @@ func BenchmarkHybridBlocks(b *testing.B) {
 				// Alternate which goes first, against order effects.
 				for _, name := range [2][2]string{{"avx2", "hybrid"}, {"hybrid", "avx2"}}[i%2] {
 					impl.Select(pkgName, name)
-					t0 := threadCPU()
+					t0 := kerneltest.ThreadCPU()
 					k.Blocks(dst, &nonce, p, bl, bl)
-					if d := threadCPU() - t0; name == "avx2" {
+					if d := kerneltest.ThreadCPU() - t0; name == "avx2" {
 						tA += d
 					} else {
 						tH += d

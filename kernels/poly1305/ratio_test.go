@@ -12,18 +12,7 @@ import (
 	"github.com/difctl/difctl/kernels/internal/kerneltest"
 	//lint:ignore SA1019 x/crypto's Poly1305 is the peer these tests check against
 	xpoly "golang.org/x/crypto/poly1305"
-	"golang.org/x/sys/unix"
 )
-
-// threadCPU returns the CPU time of the calling thread (0 if unavailable);
-// the goroutine must be locked to its thread.
-func threadCPU() time.Duration {
-	var ts unix.Timespec
-	if unix.ClockGettime(unix.CLOCK_THREAD_CPUTIME_ID, &ts) != nil {
-		return 0
-	}
-	return time.Duration(ts.Nano())
-}
 
 // BenchmarkRatio measures Key.Blocks (the active implementation, impl=NAME)
 // and its two peers alternately within every iteration, each over the same
@@ -57,11 +46,11 @@ func BenchmarkRatio(b *testing.B) {
 				var tOurs, tX, tH time.Duration
 				b.SetBytes(benchSpan)
 				for b.Loop() {
-					t0 := threadCPU()
+					t0 := kerneltest.ThreadCPU()
 					if err := k.Blocks(dst, &nonce, p, bl, bl); err != nil {
 						b.Fatal(err)
 					}
-					t1 := threadCPU()
+					t1 := kerneltest.ThreadCPU()
 					for i := range ref {
 						var key [KeySize]byte
 						copy(key[:16], r)
@@ -69,13 +58,13 @@ func BenchmarkRatio(b *testing.B) {
 						blk.Encrypt(key[16:], ni[:])
 						xpoly.Sum((*[16]byte)(&ref[i]), p[i*bl:(i+1)*bl], &key)
 					}
-					t2 := threadCPU()
+					t2 := kerneltest.ThreadCPU()
 					for i := range n {
 						h.Reset()
 						h.Write(p[i*bl : (i+1)*bl])
 						sum = h.Sum(sum[:0])
 					}
-					t3 := threadCPU()
+					t3 := kerneltest.ThreadCPU()
 					tOurs += t1 - t0
 					tX += t2 - t1
 					tH += t3 - t2

@@ -8,10 +8,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// threadCPU returns the CPU time of the calling thread, or 0 where the
+// ThreadCPU returns the CPU time of the calling thread, or 0 where the
 // clock is missing; the caller must have locked its goroutine to the
-// thread.
-func threadCPU() time.Duration {
+// thread (runtime.LockOSThread).
+func ThreadCPU() time.Duration {
 	var ts unix.Timespec
 	if unix.ClockGettime(unix.CLOCK_THREAD_CPUTIME_ID, &ts) != nil {
 		return 0

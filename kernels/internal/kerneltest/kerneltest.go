@@ -688,7 +688,7 @@ func BenchCopyPaths(b *testing.B, paths []CopyPath, blockLens []int) {
 					b.SetBytes(int64(n))
 					var sink uint64
 					i, j := 0, 0 // the MiB of src and of dst
-					cpu := threadCPU()
+					cpu := ThreadCPU()
 					for b.Loop() {
 						p, q := src[i*size:][:n], dst[j*size:][:n]
 						if mem != "cache" {
@@ -699,7 +699,7 @@ func BenchCopyPaths(b *testing.B, paths []CopyPath, blockLens []int) {
 						}
 						sink += path.Run(q, p, bl)
 					}
-					if cpu := threadCPU() - cpu; cpu > 0 {
+					if cpu := ThreadCPU() - cpu; cpu > 0 {
 						b.ReportMetric(float64(n)*float64(b.N)/cpu.Seconds()/1e6, "MB/cpu-s")
 					}
 					Sink += sink + uint64(dst[n-1])
