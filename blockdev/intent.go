@@ -3,6 +3,8 @@ package blockdev
 import (
 	"math/bits"
 	"slices"
+
+	"github.com/difctl/difctl/store"
 )
 
 // Write path and crash consistency (ARCHITECTURE.md, "The crash contract").
@@ -49,7 +51,8 @@ type batch struct {
 	data   []byte
 	tuples []byte
 	sums   []uint32
-	used   int // slots used
+	tags   []store.KeyedTag // keyed volumes
+	used   int              // slots used
 	cap    int // slots
 	ents   []stEnt
 	lo, hi int64 // LBA bounds of the entries
@@ -66,6 +69,9 @@ func (v *Volume) newBatch() *batch {
 	b := &batch{cap: c, data: make([]byte, c*v.bs), tuples: make([]byte, c*v.ts)}
 	if v.sums {
 		b.sums = make([]uint32, c)
+	}
+	if v.kd != nil {
+		b.tags = make([]store.KeyedTag, c)
 	}
 	return b
 }
@@ -87,7 +93,7 @@ func (v *Volume) batchBlocks() int { return v.opts.StagingBytes / 2 / v.bs }
 // the batch is full it becomes the flushing batch, written out by a
 // background goroutine while writers fill the next one; a writer waits only
 // when both are full. n is at most batchBlocks.
-func (v *Volume) stage(lba int64, n int, data, tuples []byte, sums []uint32) error {
+func (v *Volume) stage(lba int64, n int, data, tuples []byte, sums []uint32, tags []store.KeyedTag) error {
 	v.stMu.Lock()
 	defer v.stMu.Unlock()
 	for {
@@ -108,6 +114,9 @@ func (v *Volume) stage(lba int64, n int, data, tuples []byte, sums []uint32) err
 			copy(b.tuples[s*v.ts:], tuples[:n*v.ts])
 			if v.sums {
 				copy(b.sums[s:], sums[:n])
+			}
+			if v.kd != nil {
+				copy(b.tags[s:], tags[:n])
 			}
 			b.used += n
 			if k := len(b.ents) - 1; k >= 0 && b.ents[k].lba+int64(b.ents[k].n) == lba && b.ents[k].slot+b.ents[k].n == s {
@@ -196,6 +205,7 @@ func (v *Volume) flushLocked() error {
 // tuples to the overlay. Caller holds flushMu.
 func (v *Volume) writeBatch(b *batch) error {
 	x := v.tup.NewTxn()
+	first := len(v.pending)
 	for _, e := range b.ents {
 		var sums []uint32
 		if v.sums {
@@ -207,6 +217,12 @@ func (v *Volume) writeBatch(b *batch) error {
 			return err
 		}
 		v.pending = append(v.pending, id)
+	}
+	if v.kd != nil {
+		if err := v.keyedIntents(x, b, v.pending[first:]); err != nil {
+			x.Abort()
+			return err
+		}
 	}
 	if err := x.Commit(true); err != nil {
 		return err
@@ -226,6 +242,9 @@ func (v *Volume) writeBatch(b *batch) error {
 		v.ovBlocks += int64(e.n)
 	}
 	v.ovMu.Unlock()
+	if v.kd != nil {
+		v.keyedInsert(b)
+	}
 	return nil
 }
 
@@ -302,6 +321,12 @@ func (v *Volume) foldLocked() error {
 			i = j
 		}
 	}
+	if v.kd != nil {
+		if err := v.keyedFold(x, commit); err != nil {
+			x.Abort()
+			return err
+		}
+	}
 	// Committed tuples first, then the intents go: a crash in between
 	// leaves intents whose data matches the committed tuple.
 	if err := commit(true); err != nil {
@@ -326,6 +351,9 @@ func (v *Volume) foldLocked() error {
 		delete(v.overlay, p)
 	}
 	v.ovMu.Unlock()
+	if v.kd != nil {
+		v.keyedClear()
+	}
 	v.ovBlocks = 0
 	v.pending = v.pending[:0]
 	return nil

@@ -109,7 +109,13 @@ func Create(ctx context.Context, dev Device, kv store.KV, opts CreateOptions) (*
 	name := opts.Name
 	var next uint64
 	started := time.Now().UTC()
-	tup, err := store.CreateTuples(kv, name, m)
+	mk := m
+	if opts.Key != nil {
+		if err := opts.Key.keyManifest(&mk); err != nil {
+			return nil, err
+		}
+	}
+	tup, err := store.CreateTuples(kv, name, mk)
 	switch {
 	case errors.Is(err, store.ErrExists):
 		tup, err = store.OpenTuples(kv, name, &m)
@@ -137,6 +143,9 @@ func Create(ctx context.Context, dev Device, kv store.KV, opts CreateOptions) (*
 	}
 	v, err := newVolume(dev, tup, opts.Options)
 	if err != nil {
+		return nil, err
+	}
+	if err := v.keyedWritable("create"); err != nil {
 		return nil, err
 	}
 	// A crashed session of a volume being created has no intents, but a
@@ -262,6 +271,11 @@ func (v *Volume) protect(ctx context.Context, next int64, started time.Time, o *
 			}
 			if err := v.generate(data, pos, n, tuples, s); err != nil {
 				return err
+			}
+			if v.kd != nil {
+				if err := v.protectTags(pos, n, data); err != nil {
+					return err
+				}
 			}
 			if ld != nil && ld.Next() != uint64(pos) {
 				if err := finishLoader(); err != nil {

@@ -43,6 +43,7 @@ type scratch struct {
 	tail       []byte
 	reread     []byte
 	probs      []Problem
+	k          *keyedScratch // keyed volumes (keyed.go)
 	wg         sync.WaitGroup // parts of a split read (readClassify)
 	jobErr     atomic.Pointer[error]
 	partFailed atomic.Uint64 // parts whose read failed, redone serially
@@ -151,6 +152,9 @@ func (v *Volume) copyStaged(b *batch, lba int64, n int, data []byte, sc *scratch
 		copy(sc.ovTuples[i*ts:j*ts], b.tuples[slot*ts:])
 		if v.sums {
 			copy(sc.ovSums[i:j], b.sums[slot:])
+		}
+		if v.kd != nil {
+			v.copyStagedTags(b, i, j, slot, sc)
 		}
 		setBits(sc.ovMask, i, j-i)
 	}
@@ -557,11 +561,16 @@ func (v *Volume) readClassify(lba int64, n int, data []byte, sc *scratch, reread
 // on the range.
 func (v *Volume) verifyRun(lba int64, n int, data []byte, sc *scratch, rereads int, uncached, zero bool) (RunStats, error) {
 	sc.probs = sc.probs[:0]
+	if sc.k != nil {
+		clear(sc.k.staged)
+	}
 	loaded, err := v.loadRun(lba, n, data, sc, rereads, uncached)
 	if err != nil {
 		return RunStats{}, err
 	}
-	if !loaded && sc.unwritten {
+	if !loaded && sc.unwritten && v.kd == nil {
+		// (A keyed volume reads and checks them: their tags must say
+		// unwritten too, since the tuple pages carry no MAC.)
 		hole, err := v.isHole(lba, n)
 		if err != nil {
 			return RunStats{}, err
@@ -642,6 +651,11 @@ func (v *Volume) verifyRun(lba int64, n int, data []byte, sc *scratch, rereads i
 	if ioProbs > 0 {
 		// Merge the I/O problems (found first) into LBA order.
 		sortProblems(sc.probs)
+	}
+	if v.kd != nil {
+		if err := v.keyedCheck(lba, n, data, sc, &st, sc.inPlace && !loaded && v.mapper != nil); err != nil {
+			return RunStats{}, err
+		}
 	}
 	v.st.read.Add(int64(n))
 	v.st.transient.Add(st.Transient)
@@ -878,6 +892,9 @@ func (v *Volume) WriteAt(p []byte, off int64) (int, error) {
 	if v.opts.ReadOnly {
 		return 0, fmt.Errorf("blockdev: write to volume %q: %w", v.opts.Name, ErrReadOnly)
 	}
+	if err := v.keyedWritable("write"); err != nil {
+		return 0, err
+	}
 	if err := checkRange("write", off, int64(len(p)), v.Size()); err != nil {
 		return 0, err
 	}
@@ -907,11 +924,20 @@ func (v *Volume) WriteAt(p []byte, off int64) (int, error) {
 	}
 	tuples := sc.ovTuples // free for use: loadRun is done
 	sums := sc.ovSums
+	var tags []store.KeyedTag
+	if v.kd != nil {
+		tags = v.keyedScratchFor(sc).calc
+	}
 	stageOne := func(buf []byte, lba int64) error {
 		if err := v.generate(buf, lba, 1, tuples, sums); err != nil {
 			return err
 		}
-		return v.stage(lba, 1, buf, tuples, sums)
+		if v.kd != nil {
+			if err := v.stageTags(tags, lba, 1, buf); err != nil {
+				return err
+			}
+		}
+		return v.stage(lba, 1, buf, tuples, sums, tags)
 	}
 	i := 0 // bytes of p consumed
 	lba := b0
@@ -930,7 +956,12 @@ func (v *Volume) WriteAt(p []byte, off int64) (int, error) {
 		if err := v.generate(data, lba, n, tuples, sums); err != nil {
 			return i, err
 		}
-		if err := v.stage(lba, n, data, tuples, sums); err != nil {
+		if v.kd != nil {
+			if err := v.stageTags(tags, lba, n, data); err != nil {
+				return i, err
+			}
+		}
+		if err := v.stage(lba, n, data, tuples, sums, tags); err != nil {
 			return i, err
 		}
 		i += n * v.bs
@@ -968,6 +999,9 @@ func (v *Volume) Discard(off, n int64) error {
 	defer done()
 	if v.opts.ReadOnly {
 		return fmt.Errorf("blockdev: discard on volume %q: %w", v.opts.Name, ErrReadOnly)
+	}
+	if err := v.keyedWritable("discard"); err != nil {
+		return err
 	}
 	if err := checkRange("discard", off, n, v.Size()); err != nil {
 		return err
@@ -1034,6 +1068,12 @@ func (v *Volume) discardLocked(lba, n int64) error {
 				x.Abort()
 				return v.fail(err)
 			}
+			if v.kd != nil {
+				if err := v.keyedDiscardIntent(x, iid, b, int(k)); err != nil {
+					x.Abort()
+					return v.fail(err)
+				}
+			}
 			if err := x.Commit(true); err != nil {
 				return v.fail(err)
 			}
@@ -1046,6 +1086,9 @@ func (v *Volume) discardLocked(lba, n int64) error {
 		}
 		x := v.tup.NewTxn()
 		err = x.Discard(uint64(b), uint64(k))
+		if err == nil && v.kd != nil {
+			err = x.WriteTags(uint64(b), make([]store.KeyedTag, k))
+		}
 		if err == nil && cnt > 0 {
 			err = x.DropIntent(iid)
 		}
