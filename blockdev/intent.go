@@ -53,7 +53,7 @@ type batch struct {
 	sums   []uint32
 	tags   []store.KeyedTag // keyed volumes
 	used   int              // slots used
-	cap    int // slots
+	cap    int              // slots
 	ents   []stEnt
 	lo, hi int64 // LBA bounds of the entries
 }

@@ -43,7 +43,7 @@ type scratch struct {
 	tail       []byte
 	reread     []byte
 	probs      []Problem
-	k          *keyedScratch // keyed volumes (keyed.go)
+	k          *keyedScratch  // keyed volumes (keyed.go)
 	wg         sync.WaitGroup // parts of a split read (readClassify)
 	jobErr     atomic.Pointer[error]
 	partFailed atomic.Uint64 // parts whose read failed, redone serially
