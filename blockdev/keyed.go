@@ -177,15 +177,38 @@ func resumeGeneration(t *store.Tuples) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	j, err := rand.Int(rand.Reader, big.NewInt(1<<32))
+	j, err := genJump()
 	if err != nil {
 		return 0, err
 	}
-	next := g + 1 + j.Uint64()
+	next := g + 1 + j
 	if next < g {
 		return 0, errors.New("blockdev: keyed generations exhausted")
 	}
 	return next, nil
+}
+
+// genJump returns the random part of resumeGeneration's jump, in [0,
+// 2^32). Tests set it to return 0, to show that the reservation alone
+// keeps generations from repeating across crashes.
+var genJump = func() (uint64, error) {
+	j, err := rand.Int(rand.Reader, big.NewInt(1<<32))
+	if err != nil {
+		return 0, err
+	}
+	return j.Uint64(), nil
+}
+
+// testHookNewTags, if set, is called for every run of new tags the volume
+// computes (not for the checks): volume uid, generation, first LBA, count.
+var testHookNewTags func(uid [16]byte, gen uint64, lba int64, n int)
+
+// newTags computes new tags of n blocks at lba under gen (see tags).
+func (k *keyed) newTags(dst []store.KeyedTag, lba int64, gen uint64, data []byte, bs int) error {
+	if testHookNewTags != nil {
+		testHookNewTags(k.uid, gen, lba, len(dst))
+	}
+	return k.tags(dst, lba, gen, data, bs)
 }
 
 // newVolumeUID returns a fresh random volume identity, in hex.
@@ -270,7 +293,7 @@ func (k *keyed) fill(ad []byte, lba int64, gen uint64, n int) {
 // stageTags computes the tags of a write of n blocks at lba into the
 // batch's slots (see stage). Caller holds the write's range lock.
 func (v *Volume) stageTags(dst []store.KeyedTag, lba int64, n int, data []byte) error {
-	return v.kd.tags(dst[:n], lba, v.kd.takeGen(), data, v.bs)
+	return v.kd.newTags(dst[:n], lba, v.kd.takeGen(), data, v.bs)
 }
 
 // keyedIntents stages, in the transaction of a batch's intents, the tag
@@ -499,7 +522,7 @@ func (v *Volume) keyedDiscardIntent(x *store.Txn, id store.IntentID, lba int64, 
 	zb := max(1, len(zeroBuf)/v.bs)
 	for i := 0; i < n; i += zb {
 		j := min(n, i+zb)
-		if err := v.kd.tags(tags[i:j], lba+int64(i), gen, zeroBuf[:(j-i)*v.bs], v.bs); err != nil {
+		if err := v.kd.newTags(tags[i:j], lba+int64(i), gen, zeroBuf[:(j-i)*v.bs], v.bs); err != nil {
 			return err
 		}
 	}
@@ -604,7 +627,7 @@ func (k *Key) keyManifest(m *store.Manifest) error {
 // protected again (under a new generation) after an interruption.
 func (v *Volume) protectTags(lba int64, n int, data []byte) error {
 	tags := make([]store.KeyedTag, n)
-	if err := v.kd.tags(tags, lba, v.kd.takeGen(), data, v.bs); err != nil {
+	if err := v.kd.newTags(tags, lba, v.kd.takeGen(), data, v.bs); err != nil {
 		return err
 	}
 	x := v.tup.NewTxn()

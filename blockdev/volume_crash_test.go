@@ -43,6 +43,7 @@ type crashCfg struct {
 	sector int
 	seed   uint64
 	ops    int
+	key    *Key // keyed volume (keyed_test.go)
 }
 
 type crashOp struct {
@@ -135,6 +136,7 @@ func newCrashEnv(t *testing.T, cfg crashCfg, crashAt int64) *crashEnv {
 	e.kv = &countingKV{KV: kv}
 	opts := CreateOptions{Format: f, Options: crashOpts}
 	opts.StagingBytes = 8 * bs
+	opts.Key = cfg.key
 	if e.v, err = Create(context.Background(), e.fd, e.kv, opts); err != nil {
 		t.Fatal(err)
 	}
@@ -251,6 +253,7 @@ func (e *crashEnv) verifyOn(fd *FaultDevice, fs *vfs.MemFS) RecoveryStats {
 	defer kv.Close()
 	opts := crashOpts
 	opts.StagingBytes = 8 * e.bs
+	opts.Key = e.cfg.key
 	v, err := Open(context.Background(), fd, kv, opts)
 	if err != nil {
 		t.Fatalf("Open after the crash: %v", err)
