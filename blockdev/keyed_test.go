@@ -534,3 +534,47 @@ func TestKeyedNoncesNeverRepeat(t *testing.T) {
 	}
 	t.Logf("%d rounds, %d nonces, none repeated", rounds, len(used))
 }
+
+// TestKeyedRecoveryForgedIntent plants an intent, as an attacker without
+// the key would, whose tuple matches data the attacker wrote and whose
+// keyed tag is made up: recovery must not commit it (the block is reported
+// torn and fails its keyed check), where an unkeyed recovery would fold it.
+func TestKeyedRecoveryForgedIntent(t *testing.T) {
+	k := newKeyedVol(t, "4096+8", testKey(t, 1), nil, "")
+	bs := k.f.BlockSize()
+	const lba = 12
+	data := pattern(bs, 1234)
+	if _, err := k.dev.WriteAt(data, lba*int64(bs)); err != nil {
+		t.Fatal(err)
+	}
+	tp, err := store.OpenTuples(k.kv, DefaultVolumeName, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tp.SetPageMACKey(bytes.Repeat([]byte{1}, store.PageMACKeySize)); err != nil { // not the volume's
+		t.Fatal(err)
+	}
+	tuple := make([]byte, 8)
+	if err := k.f.WithLayout(dif.Separate).Generate(data, tuple, dif.Params{RefTag: lba, LBA: lba}); err != nil {
+		t.Fatal(err)
+	}
+	x := tp.NewTxn()
+	id, err := x.RecordIntent(lba, tuple, []uint32{crc32c.Checksum(data)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := x.RecordTagIntent(id, []store.KeyedTag{{Gen: 5, Tag: [16]byte{1, 2, 3}}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := x.Commit(true); err != nil {
+		t.Fatal(err)
+	}
+	v := k.mustOpen(k.key)
+	if rs := v.Stats().Recovery; rs.Torn != 1 || rs.Folded != 0 {
+		t.Fatalf("recovery of a forged intent: %+v, want it torn, not folded", rs)
+	}
+	buf := make([]byte, bs)
+	if _, err := v.ReadAt(buf, lba*int64(bs)); !errors.Is(err, dif.ErrIntegrity) {
+		t.Fatalf("block under a forged intent reads: %v", err)
+	}
+}
