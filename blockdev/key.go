@@ -182,3 +182,40 @@ func checkKey(name string, m *store.Manifest, k *Key) (volumeKeys, []byte, error
 	}
 	return vk, uid, nil
 }
+
+// VolumeKey is a Key checked against one keyed volume: the keys it gives
+// that volume. Tools that read the store directly (difctl inspect) use it
+// to check tags and page MACs without opening a Volume.
+type VolumeKey struct {
+	k *keyed
+}
+
+// ForVolume checks k against the keyed manifest m of volume name and
+// returns the volume's keys. It fails with ErrNotKeyed for an unkeyed
+// manifest and ErrWrongKey for another volume's key.
+func (k *Key) ForVolume(name string, m *store.Manifest) (*VolumeKey, error) {
+	if !m.Keyed() {
+		return nil, fmt.Errorf("%w: volume %q was created without a key", ErrNotKeyed, name)
+	}
+	vk, uid, err := checkKey(name, m, k)
+	if err != nil {
+		return nil, err
+	}
+	kd := &keyed{tk: vk.tag, page: vk.page}
+	copy(kd.uid[:], uid)
+	return &VolumeKey{k: kd}, nil
+}
+
+// PageKey returns the key of the volume's page MACs, for
+// store.Tuples.SetPageMACKey.
+func (vk *VolumeKey) PageKey() []byte { return append([]byte(nil), vk.k.page...) }
+
+// Tag returns the keyed tag of data (one block) as block lba written under
+// generation gen.
+func (vk *VolumeKey) Tag(lba int64, gen uint64, data []byte) ([16]byte, error) {
+	var t [1]store.KeyedTag
+	if err := vk.k.tags(t[:], lba, gen, data, len(data)); err != nil {
+		return [16]byte{}, err
+	}
+	return t[0].Tag, nil
+}

@@ -46,7 +46,7 @@ func runExport(ctx context.Context, opts convertOptions, stdout, stderr io.Write
 	if err := checkDistinct(opts.Inputs, opts.Outputs); err != nil {
 		return err
 	}
-	v, err := openVolume(ctx, image, url, true)
+	v, err := openVolume(ctx, image, url, true, opts.Key)
 	if err != nil {
 		return err
 	}

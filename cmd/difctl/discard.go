@@ -62,16 +62,20 @@ durable when discard returns.
 	f.Var(&lba, "lba", "first block to discard (required)")
 	f.Var(&count, "count", "number of blocks to discard (required)")
 	f.StringVar(&store, "store", "", "store `URL`: pebble:PATH, mem: or etcd://HOST:PORT,.../PREFIX (default pebble:IMAGE.difdb)")
+	addKeyFlags(cmd, &g.Key, "required to discard blocks of a keyed volume")
 	return cmd
 }
 
 func runDiscard(ctx context.Context, opts discardOptions, stdout, _ io.Writer) error {
 	url := storeURL(opts.Image, opts.Store)
-	v, err := openVolume(ctx, opts.Image, url, false)
+	v, err := openVolume(ctx, opts.Image, url, false, opts.Key)
 	if err != nil {
 		return err
 	}
 	defer v.Close()
+	if err := needKey(v); err != nil {
+		return err
+	}
 	if err := checkLBAs(opts.LBA, opts.Count, v.vol.Blocks()); err != nil {
 		return err
 	}

@@ -62,6 +62,7 @@ type tupleRecord struct {
 	Computed tupleValues `json:"computed"`          // guard computed from the data, tags expected from the flags
 	Failed   []string    `json:"failed"`            // kinds of the failed checks, empty when none
 	Written  *bool       `json:"written,omitempty"` // store-backed images: whether the block has a tuple
+	Keyed    *keyedBlock `json:"keyed,omitempty"`   // keyed volumes: the block's keyed tag
 }
 
 func (*tupleRecord) recordType() string { return "tuple" }
@@ -132,6 +133,7 @@ manifest). A "!" marks a stored value that fails its check.
 	f.Var(&lba, "lba", "first block to show")
 	f.Var(&count, "count", "number of blocks to show (default 1)")
 	f.StringVar(&store, "store", "", "store `URL` of a store-backed image (default pebble:IMAGE.difdb)")
+	addKeyFlags(cmd, &g.Key, "check the key against a keyed volume and, with --lba, each block's keyed tag")
 	return cmd
 }
 
@@ -285,6 +287,9 @@ func (t *tupleTable) row(rec *tupleRecord) error {
 		mark(rec.Stored.RefTag, blockdev.KindRefTag), rec.Computed.RefTag}
 	if t.f.StorageTagBits() > 0 {
 		cols = append(cols, mark(rec.Stored.StorageTag, blockdev.KindStorageTag), rec.Computed.StorageTag)
+	}
+	if rec.Keyed != nil {
+		cols = append(cols, keyedColumn(rec.Keyed))
 	}
 	_, err := fmt.Fprintln(t.tw, strings.Join(cols, "\t"))
 	return err

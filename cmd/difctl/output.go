@@ -19,6 +19,9 @@ type globalOptions struct {
 	// Args is the command line after "difctl", for the files that record
 	// it (mapfile headers).
 	Args []string
+	// Key is --key-file/--key-env of the commands on store-backed images
+	// (keyflags.go).
+	Key keyFlags
 }
 
 // header starts every JSON record. Records embed it first, so "schema"

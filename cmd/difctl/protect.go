@@ -45,6 +45,7 @@ type protectRecord struct {
 	AppMask   string  `json:"app_mask"`  // app tag bits checked, hex
 	Blocks    int64   `json:"blocks"`    // blocks of the image
 	Bytes     int64   `json:"bytes"`     // image size
+	Keyed     bool    `json:"keyed"`     // a keyed volume (--key-file/--key-env): Poly1305-AES tags beside the tuples
 	Resumed   bool    `json:"resumed"`   // an interrupted protect was continued
 	Protected bool    `json:"protected"` // false when the image was protected already and nothing was done
 	Seconds   float64 `json:"seconds"`
@@ -113,6 +114,7 @@ a persistent file system, e.g. --store pebble:/var/lib/difctl/sdb.
 	f.StringVar(&store, "store", "", "store `URL`: pebble:PATH, mem: or etcd://HOST:PORT,.../PREFIX (default pebble:IMAGE.difdb)")
 	f.Var(&rate, "rate", "limit the read rate, e.g. 100MiB/s (default unlimited)")
 	f.Var(&ckpt, "checkpoint", "save progress every `SIZE` of the image: what an interruption may cost")
+	addKeyFlags(cmd, &g.Key, "protect as a keyed volume, tamper-evident under the key (see README, Keyed volumes)")
 	f.BoolVar(&reprot, "reprotect", false, "delete the image's records in the store (tuples, findings, cursors) and protect the data as it is now; only for data known to be good")
 	return cmd
 }
@@ -177,6 +179,11 @@ func resolveProtect(opts protectOptions, m *store.Manifest) (protectSpec, error)
 
 func runProtect(ctx context.Context, opts protectOptions, stdout, stderr io.Writer) error {
 	url := storeURL(opts.Image, opts.Store)
+	// The key first: a bad key file must not leave an empty store either.
+	key, err := opts.Key.load()
+	if err != nil {
+		return err
+	}
 	// Open the image first: a missing image must not leave an empty store.
 	dev, err := openDevice(opts.Image, true)
 	if err != nil {
@@ -249,7 +256,7 @@ func runProtect(ctx context.Context, opts protectOptions, stdout, stderr io.Writ
 	var last int64
 	t0 := time.Now()
 	vol, err := blockdev.Create(ctx, dev2(ctx), kv, blockdev.CreateOptions{
-		Options:         blockdev.Options{DeviceID: deviceID(opts.Image)},
+		Options:         blockdev.Options{DeviceID: deviceID(opts.Image), Key: key},
 		Format:          spec.f,
 		InitialRefTag:   spec.refTag,
 		AppTag:          spec.appTag,
@@ -282,6 +289,7 @@ func runProtect(ctx context.Context, opts protectOptions, stdout, stderr io.Writ
 		AppMask: hexWidth(0, uint64(spec.appMask), 16),
 		Blocks:  dev.Size() / int64(spec.f.BlockSize()), Bytes: dev.Size(),
 		Resumed: existing && protected, Protected: protected, Seconds: time.Since(t0).Seconds(),
+		Keyed: key != nil || stored != nil && stored.Keyed(),
 	}
 	out := newOutput(stdout, opts.JSON)
 	if out.json {
@@ -293,7 +301,11 @@ func runProtect(ctx context.Context, opts protectOptions, stdout, stderr io.Writ
 	case rec.Resumed:
 		_, err = fmt.Fprintf(out.w, "%s: protected %d blocks (%s, resumed), tuples in %s\n", opts.Image, rec.Blocks, formatBytes(rec.Bytes), url)
 	default:
-		_, err = fmt.Fprintf(out.w, "%s: protected %d blocks (%s), format %s, tuples in %s\n", opts.Image, rec.Blocks, formatBytes(rec.Bytes), rec.Format, url)
+		what := "tuples"
+		if rec.Keyed {
+			what = "tuples and keyed tags"
+		}
+		_, err = fmt.Fprintf(out.w, "%s: protected %d blocks (%s), format %s, %s in %s\n", opts.Image, rec.Blocks, formatBytes(rec.Bytes), rec.Format, what, url)
 	}
 	return err
 }

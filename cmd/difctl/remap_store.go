@@ -83,7 +83,11 @@ func runRemapStore(ctx context.Context, opts remapOptions, stdout, stderr io.Wri
 	fw := newFindings(out, f)
 	bs := int64(f.BlockSize())
 	blocks := int64(m.Blocks())
-	ropts := blockdev.RemapOptions{OnProblem: fw.report, Options: blockdev.Options{Rereads: blockdev.DefaultRereads}}
+	key, err := opts.Key.load()
+	if err != nil {
+		return err
+	}
+	ropts := blockdev.RemapOptions{OnProblem: fw.report, Options: blockdev.Options{Rereads: blockdev.DefaultRereads, Key: key}}
 	prog := newProgress(stderr, opts.Quiet, blocks*bs, "verify "+opts.Image)
 	phase := "verify"
 	var last, next int64

@@ -168,6 +168,7 @@ cached copy.
 	f.StringVar(&opts.Badblocks, "badblocks", "", "write the failing blocks to `FILE` as a badblocks(8) list (for e2fsck -l, with --badblocks-block-size)")
 	f.Var(&badBS, "badblocks-block-size", "unit of the badblocks list's block numbers, as badblocks -b: the filesystem's block size for e2fsck -l (default: the image's block size); ranges are rounded outward")
 	f.StringVar(&opts.Mapfile, "mapfile", "", "write the failing blocks to `FILE` as a GNU ddrescue mapfile")
+	addKeyFlags(cmd, &g.Key, "check the keyed tags too (without it a keyed volume's tuples are checked and the keyed check skipped)")
 	return cmd
 }
 
@@ -179,6 +180,7 @@ func runScrub(ctx context.Context, opts scrubOptions, stdout, stderr io.Writer) 
 		f      dif.Format
 		name   = opts.Image
 		closer func() error
+		keyed  string // keyed_check of the summary
 	)
 	if opts.SelfContained {
 		im, err := openPIImage(opts.Image, opts.Meta, opts.Format, opts.Params, openRead)
@@ -197,12 +199,13 @@ func runScrub(ctx context.Context, opts scrubOptions, stdout, stderr io.Writer) 
 		}
 		src, f, name = im.src, im.f, im.name()
 	} else {
-		v, err := openVolumeMode(ctx, opts.Image, url, true, storeWrite) // cursor and findings
+		v, err := openVolumeMode(ctx, opts.Image, url, true, storeWrite, opts.Key) // cursor and findings
 		if err != nil {
 			return err
 		}
 		closer = v.Close
 		src, tup, f = v.vol, v.vol.Tuples(), v.format().WithLayout(dif.Interleaved)
+		keyed = keyedState(v.vol)
 	}
 	defer closer()
 
@@ -286,7 +289,7 @@ func runScrub(ctx context.Context, opts scrubOptions, stdout, stderr io.Writer) 
 		}
 		return storeFailure("scrub "+name, url, err)
 	}
-	srec := &summaryRecord{Command: "scrub", Image: opts.Image, Metadata: opts.Meta, Format: displayFormat(f.String()), Start: rep.From}
+	srec := &summaryRecord{Command: "scrub", Image: opts.Image, Metadata: opts.Meta, Format: displayFormat(f.String()), Start: rep.From, KeyedCheck: keyed}
 	if !opts.SelfContained {
 		srec.Store = url
 	}

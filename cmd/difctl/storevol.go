@@ -191,18 +191,22 @@ type volume struct {
 // readOnly (the store too, unless the volume has open intents, whose crash
 // recovery writes it). The image must be the one the store protects: its
 // size and name (the manifest's device id) are checked.
-func openVolume(ctx context.Context, image, url string, readOnly bool) (*volume, error) {
+func openVolume(ctx context.Context, image, url string, readOnly bool, key keyFlags) (*volume, error) {
 	mode := storeWrite
 	if readOnly {
 		mode = storeRead
 	}
-	return openVolumeMode(ctx, image, url, readOnly, mode)
+	return openVolumeMode(ctx, image, url, readOnly, mode, key)
 }
 
 // openVolumeMode is openVolume with the store opened in mode: scrub reads
 // the image but writes its cursor and findings to the store.
-func openVolumeMode(ctx context.Context, image, url string, readOnly bool, mode storeMode) (*volume, error) {
-	return openVolumeWith(ctx, image, url, mode, blockdev.Options{ReadOnly: readOnly})
+func openVolumeMode(ctx context.Context, image, url string, readOnly bool, mode storeMode, key keyFlags) (*volume, error) {
+	k, err := key.load()
+	if err != nil {
+		return nil, err
+	}
+	return openVolumeWith(ctx, image, url, mode, blockdev.Options{ReadOnly: readOnly, Key: k})
 }
 
 // openVolumeWith is openVolumeMode with the volume's options (serve's);
@@ -344,6 +348,9 @@ func unquote(s string) string {
 
 // volumeError explains the errors of opening a volume.
 func volumeError(image, url string, err error) error {
+	if kerr := keyError(image, err); kerr != nil {
+		return kerr
+	}
 	var mm *blockdev.MismatchError
 	switch {
 	case errors.As(err, &mm) && mm.Field == "device size":

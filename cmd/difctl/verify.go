@@ -91,6 +91,7 @@ of about 1 MiB; memory does not grow with its size.
 	img.register(cmd, true)
 	pf.register(cmd, piFormat|piTags|piChecks|piRange)
 	cmd.Flags().StringVar(&store, "store", "", "store `URL` of a store-backed image: pebble:PATH, mem: or etcd://HOST:PORT,.../PREFIX (default pebble:IMAGE.difdb)")
+	addKeyFlags(cmd, &g.Key, "check the keyed tags too (without it a keyed volume's tuples are checked and the keyed check skipped)")
 	return cmd
 }
 

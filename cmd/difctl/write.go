@@ -75,6 +75,7 @@ write replaces whole are closed: their failures went with the old data.
 	f := cmd.Flags()
 	f.Var(&offset, "offset", "byte offset in IMAGE to write at (required)")
 	f.StringVar(&store, "store", "", "store `URL`: pebble:PATH, mem: or etcd://HOST:PORT,.../PREFIX (default pebble:IMAGE.difdb)")
+	addKeyFlags(cmd, &g.Key, "required to write to a keyed volume")
 	return cmd
 }
 
@@ -93,11 +94,14 @@ func runWrite(ctx context.Context, opts writeOptions, stdout, stderr io.Writer) 
 		defer f.Close()
 		r, size = f, inputSize(f)
 	}
-	v, err := openVolume(ctx, opts.Image, url, false)
+	v, err := openVolume(ctx, opts.Image, url, false, opts.Key)
 	if err != nil {
 		return err
 	}
 	defer v.Close()
+	if err := needKey(v); err != nil {
+		return err
+	}
 	devSize := v.vol.Size()
 	if opts.Offset > devSize || size >= 0 && opts.Offset+size > devSize {
 		return usageErrorf("writing %d bytes at offset %d goes past the end of %s (%d bytes)", max(size, 0), opts.Offset, opts.Image, devSize)
