@@ -309,7 +309,9 @@ func TestKeyedTamper(t *testing.T) {
 				// And its tag page too: a page from another volume fails
 				// its MAC, so the block does either way.
 			}},
-			{"forged-tag", 3, "page-mac", func(k *keyedVol) {
+			// The forged tag fails against the data; its page's MAC fails
+			// too, reported on the page's first block.
+			{"forged-tag", 3, "mismatch", func(k *keyedVol) {
 				key := tagPageKey(DefaultVolumeName, 0)
 				v, err := k.kv.Get(key)
 				if err != nil {
@@ -354,16 +356,23 @@ func TestKeyedTamper(t *testing.T) {
 					t.Fatalf("keyed failure at block %d (%s), want %d (%s)", ke.LBA, ke.Reason, tc.lba, tc.reason)
 				}
 				probs := keyedFailures(t, v)
-				found := false
+				found, pageMAC := false, false
 				for _, p := range probs {
-					if p.Kind == KindKeyedTag && p.LBA == tc.lba {
+					var pe *KeyedTagError
+					switch {
+					case p.Kind == KindKeyedTag && p.LBA == tc.lba && errors.As(p.Err, &pe) && pe.Reason == tc.reason:
 						found = true
-					} else if tc.reason != "page-mac" {
+					case tc.name == "forged-tag" && p.LBA == 0 && errors.As(p.Err, &pe) && pe.Reason == "page-mac":
+						pageMAC = true
+					default:
 						t.Errorf("unexpected problem %+v", p)
 					}
 				}
 				if !found {
 					t.Fatalf("check found %v, want block %d as %s", probs, tc.lba, KindKeyedTag)
+				}
+				if tc.name == "forged-tag" && !pageMAC {
+					t.Fatalf("check found %v, want the page MAC failure on block 0", probs)
 				}
 			})
 		}

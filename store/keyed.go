@@ -94,8 +94,9 @@ var (
 // copied from another page or volume. It matches ErrPageMAC.
 type PageMACError struct {
 	Volume string
-	Record string // "tag page 3", "generation"
-	Page   uint64 // the tag page, for a tag page
+	Record string   // "tag page 3", "generation"
+	Page   uint64   // the (first) tag page, for tag pages
+	Pages  []uint64 // every tag page of the read that failed, ReadTags only
 }
 
 func (e *PageMACError) Error() string {
@@ -257,8 +258,11 @@ func (t *Tuples) checkTagPage(page uint64, v []byte, key []byte) error {
 
 // ReadTags reads the committed keyed tags of blocks [lba, lba+len(dst)).
 // With the page key (SetPageMACKey) every tag page read is checked against
-// its MAC, and one that fails gives a *PageMACError; without it only its
-// CRC-32C is checked. A block without a tag reads as Gen 0.
+// its MAC: if any fails, ReadTags still fills dst (the pages' CRC-32Cs
+// match) and returns a *PageMACError listing the pages that failed, so that
+// the caller can check each block's tag and tell which it cannot trust.
+// Without the key only the CRC-32C is checked. A block without a tag reads
+// as Gen 0.
 func (t *Tuples) ReadTags(lba uint64, dst []KeyedTag) error {
 	if err := t.needKeyed(false); err != nil {
 		return err
@@ -277,6 +281,7 @@ func (t *Tuples) ReadTags(lba uint64, dst []KeyedTag) error {
 	defer it.Close()
 	clear(dst)
 	plen := len(t.prefix) + 1
+	var macErr *PageMACError
 	for it.Next() {
 		k := it.Key()
 		if len(k) != plen+8 {
@@ -285,7 +290,14 @@ func (t *Tuples) ReadTags(lba uint64, dst []KeyedTag) error {
 		page := binary.BigEndian.Uint64(k[plen:])
 		v := it.Value()
 		if err := t.checkTagPage(page, v, key); err != nil {
-			return err
+			me, ok := err.(*PageMACError)
+			if !ok {
+				return err
+			}
+			if macErr == nil {
+				macErr = me
+			}
+			macErr.Pages = append(macErr.Pages, page)
 		}
 		pstart := page * P
 		s, e := max(pstart, lba), min(pstart+P, lba+n)
@@ -294,7 +306,13 @@ func (t *Tuples) ReadTags(lba uint64, dst []KeyedTag) error {
 		}
 		decodeTagRecords(dst[s-lba:e-lba], v[tagHeader+int(s-pstart)*TagRecordSize:])
 	}
-	return it.Err()
+	if err := it.Err(); err != nil {
+		return err
+	}
+	if macErr != nil {
+		return macErr
+	}
+	return nil
 }
 
 // WriteTags stages tags as the committed keyed tags of blocks [lba,

@@ -113,7 +113,7 @@ func keyedText(p blockdev.Problem) string {
 	case "mismatch":
 		return fmt.Sprintf(" mismatch: expected 0x%s, stored 0x%s (generation %d): the data is not what was written here", hexTag(kt.Expected), hexTag(kt.Actual), kt.Gen)
 	case "page-mac":
-		return " page fails its MAC: the stored tags of this block were forged or copied from elsewhere"
+		return " page fails its MAC: the tag page holding this block's tags was forged or copied from elsewhere (an older block put back in it cannot be ruled out)"
 	case "missing":
 		return " missing: the block is written but has no keyed tag"
 	case "unwritten":
@@ -128,10 +128,11 @@ const keyMatches = "key-matches"
 
 // keyedBlock is a block's keyed tag as inspect --lba shows it.
 type keyedBlock struct {
-	Generation uint64 `json:"generation"`         // write generation of its nonce, 0 when it has no tag
-	Stored     string `json:"stored,omitempty"`   // the stored tag, hex
-	Computed   string `json:"computed,omitempty"` // computed from the data with the key
-	Check      string `json:"check"`              // ok, mismatch, missing, unwritten, page-mac, or skipped (no key)
+	Generation uint64 `json:"generation"`                // write generation of its nonce, 0 when it has no tag
+	Stored     string `json:"stored,omitempty"`          // the stored tag, hex
+	Computed   string `json:"computed,omitempty"`        // computed from the data with the key
+	Check      string `json:"check"`                     // ok, mismatch, missing, unwritten, page-mac, or skipped (no key)
+	PageMAC    bool   `json:"page_mac_failed,omitempty"` // the tag page holding it fails its MAC (with the key)
 }
 
 // inspectKey returns the keys of inspect's keyed volume, nil without
@@ -161,7 +162,7 @@ func inspectKeyed(rec *tupleRecord, t *store.Tuples, vk *blockdev.VolumeKey, lba
 	err := t.ReadTags(uint64(lba), tags[:])
 	switch {
 	case errors.Is(err, store.ErrPageMAC):
-		kb.Check = "page-mac"
+		kb.PageMAC = true
 	case err != nil:
 		return err
 	}
@@ -170,7 +171,7 @@ func inspectKeyed(rec *tupleRecord, t *store.Tuples, vk *blockdev.VolumeKey, lba
 	if tg.Gen != 0 {
 		kb.Stored = hexTag(tg.Tag)
 	}
-	if vk != nil && kb.Check == "skipped" {
+	if vk != nil {
 		switch {
 		case written && tg.Gen == 0:
 			kb.Check = "missing"
@@ -189,6 +190,11 @@ func inspectKeyed(rec *tupleRecord, t *store.Tuples, vk *blockdev.VolumeKey, lba
 				kb.Check = "mismatch"
 			}
 		}
+	}
+	if kb.PageMAC && kb.Check == "ok" {
+		// The tag matches, but the page holding it is not the one the
+		// key sealed: an older block may have been put back.
+		kb.Check = "page-mac"
 	}
 	if kb.Check != "ok" && kb.Check != "skipped" {
 		rec.State = "failed"
