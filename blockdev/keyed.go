@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math/big"
+	"runtime"
 	"sync"
 
 	"github.com/difctl/difctl/dif"
@@ -130,6 +131,8 @@ type keyed struct {
 
 	pendMu sync.RWMutex
 	pend   map[int64]*kPage // tags of flushed, unfolded blocks (like the overlay)
+
+	cache tagCache
 }
 
 type kPage struct {
@@ -160,6 +163,7 @@ func (v *Volume) setupKeyed(key *Key) error {
 		return fmt.Errorf("blockdev: volume %q: %w", name, err)
 	}
 	k := &keyed{tk: vk.tag, page: vk.page, pend: make(map[int64]*kPage)}
+	k.cache.pages = make(map[uint64]*tagCachePage)
 	copy(k.uid[:], uid)
 	if k.next, err = resumeGeneration(v.tup); err != nil {
 		return fmt.Errorf("blockdev: volume %q: %w", name, err)
@@ -364,15 +368,33 @@ func (v *Volume) keyedClear() {
 
 // keyedScratch is the keyed part of a request's scratch.
 type keyedScratch struct {
-	tags   []store.KeyedTag // the run's current tags
-	staged []uint64         // blocks whose tag came from staging
-	calc   []store.KeyedTag
+	tags      []store.KeyedTag // the run's current tags
+	staged    []uint64         // blocks whose tag came from staging
+	calc      []store.KeyedTag // tags computed from the data
+	committed []store.KeyedTag
+	have      []uint64 // blocks whose tag came from memory (staging, pending)
+	failed    []uint64 // blocks with a keyed problem
+	transient []uint64 // blocks that passed a re-read
+	runs      []kRun
+	ad        []byte         // associated data of a run
+	ptags     []poly1305.Tag // its tags
+	ad2       []byte         // the same, for the second half (split)
+	ptags2    []poly1305.Tag
+}
+
+// kRun is a run of blocks [i, j) of one generation whose tags are computed
+// in one call.
+type kRun struct {
+	i, j int
+	gen  uint64
 }
 
 func (v *Volume) keyedScratchFor(sc *scratch) *keyedScratch {
 	if sc.k == nil {
-		w := (v.chunk + 63) / 64
-		sc.k = &keyedScratch{tags: make([]store.KeyedTag, v.chunk), staged: make([]uint64, w), calc: make([]store.KeyedTag, v.chunk)}
+		n, w := v.chunk, (v.chunk+63)/64
+		sc.k = &keyedScratch{tags: make([]store.KeyedTag, n), staged: make([]uint64, w), calc: make([]store.KeyedTag, n),
+			committed: make([]store.KeyedTag, n), have: make([]uint64, w), failed: make([]uint64, w), transient: make([]uint64, w),
+			ad: make([]byte, n*adLen), ptags: make([]poly1305.Tag, n), ad2: make([]byte, n*adLen), ptags2: make([]poly1305.Tag, n)}
 	}
 	return sc.k
 }
@@ -385,20 +407,116 @@ func (v *Volume) copyStagedTags(b *batch, i, j, slot int, sc *scratch) {
 	setBits(ks.staged, i, j-i)
 }
 
+// tagsInto is tags with the caller's buffers (ad: n*adLen bytes, pt: n
+// tags).
+func (k *keyed) tagsInto(dst []store.KeyedTag, lba int64, gen uint64, data []byte, bs int, ad []byte, pt []poly1305.Tag) error {
+	n := len(dst)
+	ad, pt = ad[:n*adLen], pt[:n]
+	k.fill(ad, lba, gen, n)
+	var nonce poly1305.Nonce
+	binary.BigEndian.PutUint64(nonce[:8], gen)
+	binary.BigEndian.PutUint64(nonce[8:], uint64(lba))
+	if err := k.tk.BlocksAD(pt, &nonce, ad, adLen, data, bs, bs); err != nil {
+		return fmt.Errorf("blockdev: keyed tags: %w", err)
+	}
+	for i := range dst {
+		dst[i] = store.KeyedTag{Gen: gen, Tag: pt[i]}
+	}
+	return nil
+}
+
+// tagCache keeps the committed tag pages that reads verified (their MAC
+// checked), so that a read costs a copy of its tags rather than a store
+// read and a page MAC. Entries are valid only while no tag page has been
+// written since they were read (store.Tuples.TagWriteSeq); the volume
+// writes tag pages at each fold and discard.
+type tagCache struct {
+	mu    sync.Mutex
+	pages map[uint64]*tagCachePage
+}
+
+type tagCachePage struct {
+	seq  uint64
+	tags []store.KeyedTag
+}
+
+// maxTagCachePages bounds the cache: 256 pages of 1,024 tags, 6 MiB.
+const maxTagCachePages = 256
+
+// readCommitted reads the committed tags of blocks [lba, lba+len(dst)),
+// from the cache where it can. It returns the store's *PageMACError, with
+// dst filled, as ReadTags does.
+func (v *Volume) readCommitted(lba int64, dst []store.KeyedTag) error {
+	k := v.kd
+	P := int64(v.man.PageTuples)
+	n := int64(len(dst))
+	var macErr *store.PageMACError
+	for page := lba / P; page*P < lba+n; page++ {
+		ps := page * P
+		s, e := max(ps, lba), min(ps+P, lba+n)
+		seq := v.tup.TagWriteSeq()
+		k.cache.mu.Lock()
+		cp := k.cache.pages[uint64(page)]
+		if cp != nil && cp.seq == seq && seq%2 == 0 {
+			copy(dst[s-lba:e-lba], cp.tags[s-ps:e-ps])
+			k.cache.mu.Unlock()
+			continue
+		}
+		k.cache.mu.Unlock()
+		pn := min(P, v.blocks-ps)
+		tags := make([]store.KeyedTag, pn)
+		err := v.tup.ReadTags(uint64(ps), tags)
+		var me *store.PageMACError
+		switch {
+		case errors.As(err, &me):
+			if macErr == nil {
+				macErr = me
+			} else {
+				macErr.Pages = append(macErr.Pages, me.Pages...)
+			}
+		case err != nil:
+			return err
+		default:
+			if seq%2 == 0 && v.tup.TagWriteSeq() == seq {
+				k.cache.mu.Lock()
+				if len(k.cache.pages) >= maxTagCachePages {
+					clear(k.cache.pages)
+				}
+				k.cache.pages[uint64(page)] = &tagCachePage{seq: seq, tags: tags}
+				k.cache.mu.Unlock()
+			}
+		}
+		copy(dst[s-lba:e-lba], tags[s-ps:e-ps])
+	}
+	if macErr != nil {
+		return macErr
+	}
+	return nil
+}
+
+// splitMinBlocks is the size from which keyedCheck computes the tags of a
+// run on two goroutines (one piece of at least 128 KiB each).
+const splitMinBytes = 256 << 10
+
 // keyedCheck verifies the keyed tags of the blocks of a verified run that
 // passed the other checks, appending a KindKeyedTag problem for each that
-// fails and moving it from st.OK to st.Failed. reread: the OK blocks are
-// not in data (a check verified them in the device's mapping) and are
-// read again. Tags come from staging (copyStagedTags), then the pending
-// tags, then the store, in that order (see intent.go on why a reader looks
-// at what the fold clears before what it commits).
+// fails and moving it from st.OK (or Unwritten, Escaped) to st.Failed.
+// reread: the OK blocks are not in data (a check verified them in the
+// device's mapping) and are read again. Tags come from staging
+// (copyStagedTags), then the pending tags, then the store, in that order
+// (see intent.go on why a reader looks at what the fold clears before what
+// it commits). A run of 256 KiB or more has its tags computed in two
+// halves at once, the second on another goroutine, when GOMAXPROCS allows.
 func (v *Volume) keyedCheck(lba int64, n int, data []byte, sc *scratch, st *RunStats, reread bool) error {
 	k := v.kd
 	ks := v.keyedScratchFor(sc)
 	defer clear(ks.staged)
 	tags := ks.tags[:n]
-	have := make([]uint64, (n+63)/64)
-	copy(have, ks.staged)
+	w := (n + 63) / 64
+	have, failed, transient := ks.have[:w], ks.failed[:w], ks.transient[:w]
+	copy(have, ks.staged[:w])
+	clear(failed)
+	clear(transient)
 	end := lba + int64(n)
 	k.pendMu.RLock()
 	if len(k.pend) > 0 {
@@ -418,9 +536,9 @@ func (v *Volume) keyedCheck(lba int64, n int, data []byte, sc *scratch, st *RunS
 		}
 	}
 	k.pendMu.RUnlock()
-	committed := make([]store.KeyedTag, n)
+	committed := ks.committed[:n]
 	var pageErr *store.PageMACError
-	err := v.tup.ReadTags(uint64(lba), committed)
+	err := v.readCommitted(lba, committed)
 	switch {
 	case errors.As(err, &pageErr):
 		// The tags are there (their CRC matches): each is still checked
@@ -439,7 +557,6 @@ func (v *Volume) keyedCheck(lba int64, n int, data []byte, sc *scratch, st *RunS
 		}
 	}
 	states := sc.states[:n]
-	failed := make([]uint64, (n+63)/64)
 	bad := func(i int, e *KeyedTagError) {
 		sc.probs = append(sc.probs, Problem{LBA: e.LBA, Kind: KindKeyedTag, Expected: tagWord(e.Expected), Actual: tagWord(e.Actual), Err: e})
 		if hasBit(failed, i) {
@@ -461,12 +578,15 @@ func (v *Volume) keyedCheck(lba int64, n int, data []byte, sc *scratch, st *RunS
 	failedBefore := len(sc.probs)
 	// A block that failed and passed a re-read holds the re-read data now,
 	// which must pass the keyed check too.
-	transient := make([]uint64, (n+63)/64)
 	for _, p := range sc.probs {
 		if p.Transient && p.LBA >= lba && p.LBA < end {
 			setBit(transient, int(p.LBA-lba))
 		}
 	}
+	// The runs of eligible written blocks of one generation, each one
+	// kernel call; the other blocks are decided here.
+	runs := ks.runs[:0]
+	blocks := 0
 	for i := 0; i < n; {
 		if !keyedEligible(states, sc, transient, i) {
 			i++
@@ -487,21 +607,24 @@ func (v *Volume) keyedCheck(lba int64, n int, data []byte, sc *scratch, st *RunS
 			i++
 			continue
 		}
-		// A run of eligible written blocks of one generation: one call.
 		j := i + 1
-		for j < n && keyedEligible(states, sc, transient, j) && sc.written.Has(j) && tags[j].Gen == tags[i].Gen &&
-			hasBit(have, j) == hasBit(have, i) {
+		for j < n && keyedEligible(states, sc, transient, j) && sc.written.Has(j) && tags[j].Gen == tags[i].Gen {
 			j++
 		}
-		if err := k.tags(calc[i:j], b, tags[i].Gen, data[i*v.bs:j*v.bs], v.bs); err != nil {
-			return err
-		}
-		for m := i; m < j; m++ {
+		runs = append(runs, kRun{i, j, tags[i].Gen})
+		blocks += j - i
+		i = j
+	}
+	ks.runs = runs
+	if err := v.keyedCompute(runs, blocks, lba, data, calc, ks); err != nil {
+		return err
+	}
+	for _, r := range runs {
+		for m := r.i; m < r.j; m++ {
 			if !poly1305.Equal(calc[m].Tag, tags[m].Tag) {
 				bad(m, &KeyedTagError{LBA: lba + int64(m), Gen: tags[m].Gen, Expected: calc[m].Tag, Actual: tags[m].Tag, Reason: "mismatch"})
 			}
 		}
-		i = j
 	}
 	if pageErr != nil {
 		// A page that fails its MAC may hold an older, authentic (data,
@@ -523,6 +646,46 @@ func (v *Volume) keyedCheck(lba int64, n int, data []byte, sc *scratch, st *RunS
 		sortProblems(sc.probs)
 	}
 	return nil
+}
+
+// keyedCompute computes the tags of runs (blocks blocks in all) into calc:
+// in two halves at once when they are large and a second CPU may take one.
+func (v *Volume) keyedCompute(runs []kRun, blocks int, lba int64, data []byte, calc []store.KeyedTag, ks *keyedScratch) error {
+	k, bs := v.kd, v.bs
+	do := func(rs []kRun, ad []byte, pt []poly1305.Tag) error {
+		for _, r := range rs {
+			if err := k.tagsInto(calc[r.i:r.j], lba+int64(r.i), r.gen, data[r.i*bs:r.j*bs], bs, ad, pt); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if blocks*bs < splitMinBytes || runtime.GOMAXPROCS(0) < 2 {
+		return do(runs, ks.ad, ks.ptags)
+	}
+	// Cut the runs at half the blocks, splitting the run that straddles it.
+	half, acc := blocks/2, 0
+	var first, second []kRun
+	for x, r := range runs {
+		if acc+(r.j-r.i) <= half {
+			acc += r.j - r.i
+			continue
+		}
+		cut := r.i + (half - acc)
+		first = append(append(first, runs[:x]...), kRun{r.i, cut, r.gen})
+		second = append(append(second, kRun{cut, r.j, r.gen}), runs[x+1:]...)
+		break
+	}
+	var err2 error
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		err2 = do(second, ks.ad2, ks.ptags2)
+	}()
+	err := do(first, ks.ad, ks.ptags)
+	wg.Wait()
+	return errors.Join(err, err2)
 }
 
 // keyedEligible reports whether block i of a verified run passed the other

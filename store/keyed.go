@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/difctl/difctl/kernels/crc32c"
 )
@@ -119,6 +120,18 @@ type keyed struct {
 	uid    [16]byte
 	mu     sync.RWMutex
 	macKey []byte // nil: records are read with their CRC checked only
+	wseq   atomic.Uint64
+}
+
+// TagWriteSeq is a sequence lock over the volume's tag page writes: odd
+// while a commit that writes tag pages runs, and changed by every such
+// commit. A reader that caches tags it read keeps them only while the
+// value it saw before reading (even) is still current.
+func (t *Tuples) TagWriteSeq() uint64 {
+	if t.k == nil {
+		return 0
+	}
+	return t.k.wseq.Load()
 }
 
 // initKeyed sets up t.k for a keyed manifest.
@@ -368,6 +381,9 @@ func (t *Tuples) commitTags(b Batch, ops []txnOp) error {
 			}
 			copy(recs[s-pstart:e-pstart], op.tags[s-op.lba:e-op.lba])
 		}
+	}
+	if len(order) > 0 {
+		t.k.wseq.Add(1) // odd: readers do not cache; even again after the commit (see Txn.Commit)
 	}
 	buf := make([]byte, 0, t.tagPageSize())
 	for _, page := range order {

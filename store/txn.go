@@ -186,8 +186,15 @@ func (x *Txn) Commit(sync bool) error {
 		}
 	}
 	if t.k != nil {
+		seq := t.k.wseq.Load()
 		if err := t.commitTags(b, ops); err != nil {
+			if t.k.wseq.Load() != seq {
+				t.k.wseq.Add(1)
+			}
 			return err
+		}
+		if t.k.wseq.Load() != seq {
+			defer t.k.wseq.Add(1) // after the batch is applied
 		}
 	}
 	slices.Sort(order)
