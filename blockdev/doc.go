@@ -108,4 +108,22 @@
 // of raw extended sectors, and [DIXPair] reads a data image together with a
 // separate metadata file. Both only do I/O and size checks ([*SizeError]);
 // [NewExtendedSource] and [NewDIXSource] verify them with package dif.
+//
+// # Keyed volumes
+//
+// A Volume created with a [Key] (Options.Key; [ReadKeyFile], [KeyFromEnv])
+// also keeps a Poly1305-AES tag per block over the volume's identity, the
+// LBA, the write generation and the data, under the nonce (generation,
+// LBA); a block that fails it is a [KindKeyedTag] problem (*[KeyedTagError],
+// matching dif.ErrIntegrity). Threat model, against an attacker who can
+// write the device and the store but has no key (details in keyed.go and
+// the README, point by point against dm-integrity's documented limits):
+// altered, moved, copied or fabricated data fails; forged tags and
+// generations fail (tag pages carry a MAC); putting back one older block
+// fails, but putting back a whole tag page (PageTuples blocks) with its
+// blocks' old data, or the device and the whole store together, is not
+// detected (dm-integrity does not detect replay of a single sector either).
+// Without the key a keyed volume is read and checked for its tuples only,
+// [Volume.KeyedChecked] reports false, and writes, discards and remaps fail
+// with [ErrKeyRequired]; a wrong key fails Open with [ErrWrongKey].
 package blockdev

@@ -44,7 +44,7 @@ type manifestRecord struct {
 	ScrubNext  *int64           `json:"scrub_next,omitempty"` // the scrub cursor, if a scrub ran
 	ScrubPass  *uint64          `json:"scrub_pass,omitempty"` // completed scrub passes
 	ScrubAt    string           `json:"scrub_updated,omitempty"`
-	Keyed      bool             `json:"keyed"`                 // a keyed volume
+	Keyed      bool             `json:"keyed,omitempty"`       // a keyed volume
 	KeyCheck   string           `json:"key_check,omitempty"`   // its key check value (the key is never stored)
 	KeyedCheck string           `json:"keyed_check,omitempty"` // key-matches with --key-file/--key-env, skipped without
 }

@@ -39,15 +39,15 @@ type protectRecord struct {
 	header
 	Image     string  `json:"image"`
 	Store     string  `json:"store"`
-	Format    string  `json:"format"`    // dif text form of the volume (layout dix: tuples apart from the data)
-	RefTag    string  `json:"ref_tag"`   // initial ref tag, hex
-	AppTag    string  `json:"app_tag"`   // app tag written, hex
-	AppMask   string  `json:"app_mask"`  // app tag bits checked, hex
-	Blocks    int64   `json:"blocks"`    // blocks of the image
-	Bytes     int64   `json:"bytes"`     // image size
-	Keyed     bool    `json:"keyed"`     // a keyed volume (--key-file/--key-env): Poly1305-AES tags beside the tuples
-	Resumed   bool    `json:"resumed"`   // an interrupted protect was continued
-	Protected bool    `json:"protected"` // false when the image was protected already and nothing was done
+	Format    string  `json:"format"`          // dif text form of the volume (layout dix: tuples apart from the data)
+	RefTag    string  `json:"ref_tag"`         // initial ref tag, hex
+	AppTag    string  `json:"app_tag"`         // app tag written, hex
+	AppMask   string  `json:"app_mask"`        // app tag bits checked, hex
+	Blocks    int64   `json:"blocks"`          // blocks of the image
+	Bytes     int64   `json:"bytes"`           // image size
+	Keyed     bool    `json:"keyed,omitempty"` // a keyed volume (--key-file/--key-env): Poly1305-AES tags beside the tuples
+	Resumed   bool    `json:"resumed"`         // an interrupted protect was continued
+	Protected bool    `json:"protected"`       // false when the image was protected already and nothing was done
 	Seconds   float64 `json:"seconds"`
 }
 
