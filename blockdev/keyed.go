@@ -126,8 +126,9 @@ type keyed struct {
 	uid  [16]byte
 	page []byte
 
-	genMu sync.Mutex
-	next  uint64 // next generation to hand out
+	genMu    sync.Mutex
+	next     uint64 // next generation to hand out
+	reserved uint64 // Create: generations reserved ahead, durably (protectTags)
 
 	pendMu sync.RWMutex
 	pend   map[int64]*kPage // tags of flushed, unfolded blocks (like the overlay)
@@ -806,22 +807,37 @@ func (k *Key) keyManifest(m *store.Manifest) error {
 	return nil
 }
 
+// protectAhead is how many generations Create reserves with one synced
+// commit: one per chunk, so 1,024 chunks (4 GiB of 4 MiB chunks) per sync.
+const protectAhead = 1024
+
 // protectTags commits the keyed tags of n blocks of data at lba for
-// Create, under one fresh generation, with its reservation. The commit is
-// not synced: the protect checkpoint's synced commit makes it durable
-// before the cursor covers the blocks, and blocks past the cursor are
-// protected again (under a new generation) after an interruption.
+// Create, under one fresh generation. Generations are reserved ahead, in
+// steps of protectAhead with a synced commit, before any tag under them
+// is committed; the tags' own commit is not synced (the protect
+// checkpoint's synced commit makes it durable before the cursor covers the
+// blocks). So blocks past the cursor, protected again after a crash, get
+// new generations, never ones a lost commit had used.
 func (v *Volume) protectTags(lba int64, n int, data []byte) error {
+	k := v.kd
+	gen := k.takeGen()
+	if gen > k.reserved {
+		x := v.tup.NewTxn()
+		if err := x.ReserveGeneration(gen + protectAhead - 1); err != nil {
+			x.Abort()
+			return err
+		}
+		if err := x.Commit(true); err != nil {
+			return err
+		}
+		k.reserved = gen + protectAhead - 1
+	}
 	tags := make([]store.KeyedTag, n)
-	if err := v.kd.newTags(tags, lba, v.kd.takeGen(), data, v.bs); err != nil {
+	if err := k.newTags(tags, lba, gen, data, v.bs); err != nil {
 		return err
 	}
 	x := v.tup.NewTxn()
 	if err := x.WriteTags(uint64(lba), tags); err != nil {
-		x.Abort()
-		return err
-	}
-	if err := x.ReserveGeneration(v.kd.handedOut()); err != nil {
 		x.Abort()
 		return err
 	}

@@ -515,7 +515,12 @@ func TestKeyedNoncesNeverRepeat(t *testing.T) {
 		}
 		fd.SetHook(func(Step) error { return step() })
 		ck.hook = func(bool) error { return step() }
-		for i := 0; i < 30 && !crashed; i++ {
+		isCrashed := func() bool {
+			crashMu.Lock()
+			defer crashMu.Unlock()
+			return crashed
+		}
+		for i := 0; i < 30 && !isCrashed(); i++ {
 			switch x := r.IntN(10); {
 			case x == 0:
 				v.Sync()
@@ -531,7 +536,7 @@ func TestKeyedNoncesNeverRepeat(t *testing.T) {
 		v.Close()
 		fd.SetHook(nil)
 		ckv.Close()
-		if crashed {
+		if isCrashed() {
 			if fd, err = fd.Reopen(); err != nil {
 				t.Fatal(err)
 			}
@@ -586,4 +591,81 @@ func TestKeyedRecoveryForgedIntent(t *testing.T) {
 	if _, err := v.ReadAt(buf, lba*int64(bs)); !errors.Is(err, dif.ErrIntegrity) {
 		t.Fatalf("block under a forged intent reads: %v", err)
 	}
+}
+
+// TestKeyedProtectInterrupted crashes Create of a keyed volume (the store
+// keeps what was synced and a random part of the rest) again and again,
+// resuming it each time, and records every nonce it tags under: none
+// repeats (with the random jump off), blocks past the last checkpoint are
+// protected again under new generations, and the volume verifies.
+func TestKeyedProtectInterrupted(t *testing.T) {
+	saved := genJump
+	genJump = func() (uint64, error) { return 0, nil }
+	defer func() { genJump = saved }()
+	type nonce struct {
+		gen uint64
+		lba int64
+	}
+	used := map[nonce]bool{}
+	var mu sync.Mutex
+	testHookNewTags = func(uid [16]byte, gen uint64, lba int64, n int) {
+		mu.Lock()
+		defer mu.Unlock()
+		for i := range n {
+			k := nonce{gen, lba + int64(i)}
+			if used[k] {
+				t.Errorf("nonce (generation %d, LBA %d) used twice", gen, k.lba)
+			}
+			used[k] = true
+		}
+	}
+	defer func() { testHookNewTags = nil }()
+	const bs, blocks = 512, 256
+	dev, err := NewMemDevice(blocks*bs, bs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dev.WriteAt(pattern(blocks*bs, 8), 0)
+	fs := vfs.NewCrashableMem()
+	key := testKey(t, 4)
+	tries := 0
+	for ; ; tries++ {
+		kv, err := store.OpenPebbleOnFS("db", fs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		chunks := 0
+		var clone *vfs.MemFS
+		opts := CreateOptions{Format: dif.MustFormat("512+8"), Options: Options{Key: key}, ChunkBytes: 8 * bs, CheckpointBytes: 24 * bs,
+			Progress: func(done, total int64) {
+				// Every other crash comes before the first checkpoint,
+				// so that the resumed Create starts over from block 0.
+				crashAt := 5 - 3*(tries%2)
+				if chunks++; chunks == crashAt && done < total {
+					clone = fs.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 50, RNG: rand.New(rand.NewPCG(uint64(tries), 3))})
+					cancel()
+				}
+			}}
+		v, err := Create(ctx, dev, kv, opts)
+		cancel()
+		if err == nil {
+			buf := make([]byte, blocks*bs)
+			if _, err := v.ReadAt(buf, 0); err != nil {
+				t.Fatal(err)
+			}
+			v.Close()
+			kv.Close()
+			break
+		}
+		kv.Close()
+		if !errors.Is(err, context.Canceled) || clone == nil || tries > 100 {
+			t.Fatalf("try %d: %v", tries, err)
+		}
+		fs = clone
+	}
+	if tries < 3 || len(used) <= blocks+16 {
+		t.Fatalf("%d tries, %d nonces for %d blocks: protect was not interrupted and redone", tries, len(used), blocks)
+	}
+	t.Logf("%d interruptions, %d nonces for %d blocks, none repeated", tries, len(used), blocks)
 }
