@@ -93,7 +93,7 @@ func runExport(ctx context.Context, opts convertOptions, stdout, stderr io.Write
 		committed = true
 	}
 	format := f.WithLayout(dif.Interleaved).String()
-	serr := fw.summary(&summaryRecord{Command: "convert", Image: image, Store: url, Format: format}, rep.RunStats, time.Since(t0))
+	serr := fw.summary(&summaryRecord{Command: "convert", Image: image, Store: url, Format: format, KeyedCheck: keyedState(v.vol)}, rep.RunStats, time.Since(t0))
 	if serr != nil && !errors.Is(serr, dif.ErrIntegrity) {
 		return serr
 	}
