@@ -488,4 +488,3 @@ func (v *Volume) readLocked(p []byte, off int64, sc *scratch) (int, error) {
 	}
 	return len(p), nil
 }
-

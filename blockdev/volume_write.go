@@ -269,4 +269,3 @@ func (v *Volume) zeroDevice(off, n int64) error {
 	}
 	return nil
 }
-
