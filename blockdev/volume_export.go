@@ -40,35 +40,6 @@ type ConvertReport struct {
 	Resumed bool
 }
 
-// problemList collects the problems of a conversion for its
-// *IntegrityError and passes them on.
-type problemList struct {
-	ie   *IntegrityError
-	last int64
-	fn   func(Problem)
-}
-
-func (l *problemList) add(op string, p Problem) {
-	if l.fn != nil {
-		l.fn(p)
-	}
-	if p.Transient {
-		return
-	}
-	if l.ie == nil {
-		l.ie = &IntegrityError{Op: op, LBA: p.LBA}
-		l.last = -1
-	}
-	if p.LBA != l.last {
-		l.ie.Failed++
-		l.last = p.LBA
-	}
-	l.ie.N = p.LBA - l.ie.LBA + 1
-	if len(l.ie.Problems) < MaxListedProblems {
-		l.ie.Problems = append(l.ie.Problems, p)
-	}
-}
-
 // runBlocksFor returns the blocks per run for a run size in bytes.
 func runBlocksFor(runBytes, bs int) int {
 	if runBytes <= 0 {

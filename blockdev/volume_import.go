@@ -195,6 +195,8 @@ func importBlocks(ctx context.Context, src *PISource, dev Device, tup *store.Tup
 	wrap := func(lba int64, err error) error {
 		return fmt.Errorf("blockdev: import into volume %q at block %d: %w", name, lba, err)
 	}
+	chk := blockCheck{f: f} // the image's PI alone: the sums are made here
+	var buf [5]Problem
 	pos := rep.Next
 	for pos < blocks {
 		l, err := tup.NewLoader(uint64(pos))
@@ -238,10 +240,9 @@ func importBlocks(ctx context.Context, src *PISource, dev Device, tup *store.Tup
 						continue
 					}
 					b := pos + int64(i)
-					f.VerifyFunc(d[i*bs:(i+1)*bs], m[i*ms:(i+1)*ms], src.params(b), func(ce *dif.CheckError) error {
-						report(Problem{LBA: b, Kind: KindOf(ce.Field), Expected: ce.Expected, Actual: ce.Actual, Err: ce})
-						return nil
-					})
+					for _, p := range chk.problems(buf[:0], b, d[i*bs:(i+1)*bs], m[i*ms:(i+1)*ms], src.params(b), true, 0) {
+						report(p)
+					}
 				}
 				if !opts.Force {
 					l.Abort()

@@ -298,13 +298,41 @@ func sortProblems(p []Problem) {
 	}
 }
 
+// problemList collects the problems of a conversion for its
+// *IntegrityError and passes them on.
+type problemList struct {
+	ie   *IntegrityError
+	last int64
+	fn   func(Problem)
+}
+
+func (l *problemList) add(op string, p Problem) {
+	if l.fn != nil {
+		l.fn(p)
+	}
+	if p.Transient {
+		return
+	}
+	if l.ie == nil {
+		l.ie = &IntegrityError{Op: op, LBA: p.LBA}
+		l.last = -1
+	}
+	if p.LBA != l.last {
+		l.ie.Failed++
+		l.last = p.LBA
+	}
+	l.ie.N = p.LBA - l.ie.LBA + 1
+	if len(l.ie.Problems) < MaxListedProblems {
+		l.ie.Problems = append(l.ie.Problems, p)
+	}
+}
+
 // runError turns the problems of a verified run into ReadAt's error: the
 // device's error for a block that could not be read, otherwise an
 // *IntegrityError, with the first bad block. It returns nil if every
 // problem was transient.
 func runError(op string, probs []Problem) (int64, error) {
-	var ie *IntegrityError
-	var last int64 = -1
+	var l problemList
 	for _, p := range probs {
 		if p.Transient {
 			continue
@@ -312,20 +340,10 @@ func runError(op string, probs []Problem) (int64, error) {
 		if p.Kind == KindIO {
 			return p.LBA, fmt.Errorf("blockdev: %s of block %d: %w", op, p.LBA, p.Err)
 		}
-		if ie == nil {
-			ie = &IntegrityError{Op: op, LBA: p.LBA}
-		}
-		if p.LBA != last {
-			ie.Failed++
-			last = p.LBA
-		}
-		ie.N = p.LBA - ie.LBA + 1
-		if len(ie.Problems) < MaxListedProblems {
-			ie.Problems = append(ie.Problems, p)
-		}
+		l.add(op, p)
 	}
-	if ie == nil {
+	if l.ie == nil {
 		return -1, nil
 	}
-	return ie.LBA, ie
+	return l.ie.LBA, l.ie
 }
