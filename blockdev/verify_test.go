@@ -166,3 +166,28 @@ func (w *writerAt) WriteAt(p []byte, off int64) (int, error) {
 	copy(w.b.Bytes()[off:], p)
 	return len(p), nil
 }
+
+// Export reads through the Volume's verifier, so it holds unwritten blocks
+// to their rule: data in a discarded block is reported (KindUnwrittenData)
+// and stops the export, instead of being exported as zeros under the
+// unwritten tuple as the separate export checker did.
+func TestExportUnwrittenData(t *testing.T) {
+	tv := newTestVol(t, "512+8:dix", 64, CreateOptions{})
+	if err := tv.v.Discard(8*512, 4*512); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tv.mem.WriteAt([]byte("not zeros"), 9*512+100); err != nil {
+		t.Fatal(err)
+	}
+	var kinds []Kind
+	var out bytes.Buffer
+	rep, err := ExportVolume(context.Background(), tv.v, ExportDest{Data: &writerAt{&out}},
+		ExportOptions{OnProblem: func(p Problem) { kinds = append(kinds, p.Kind) }})
+	var ie *IntegrityError
+	if !errors.As(err, &ie) || ie.LBA != 9 || ie.Failed != 1 || !errors.Is(err, ErrUnwrittenData) {
+		t.Fatalf("ExportVolume: %v, want an integrity error at block 9 matching ErrUnwrittenData", err)
+	}
+	if len(kinds) != 1 || kinds[0] != KindUnwrittenData || rep.Failed != 1 || rep.Next != 0 {
+		t.Fatalf("problems %v, report %+v; want one unwritten-data and nothing written", kinds, rep)
+	}
+}
