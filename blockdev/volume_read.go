@@ -35,7 +35,7 @@ type scratch struct {
 	tail       []byte
 	reread     []byte
 	probs      []Problem
-	wg         sync.WaitGroup // parts of a split read (readClassify)
+	wg         sync.WaitGroup // parts of a split read (readParallel)
 	jobErr     atomic.Pointer[error]
 	partFailed atomic.Uint64 // parts whose read failed, redone serially
 
@@ -372,16 +372,19 @@ func (v *Volume) readSerial(lba int64, i, k int, data []byte, sc *scratch) error
 	return nil
 }
 
-// readClassify reads the data of a loaded run and classifies it, split
-// across the verification workers when the run is large.
-func (v *Volume) readClassify(lba int64, n int, data []byte, sc *scratch) error {
-	parts := 1
-	if n*v.bs >= splitMin {
-		parts = min(1+v.startWorkers(), n*v.bs/(splitMin/2), 64)
+// splitParts returns into how many parts a run of n blocks is cut for the
+// verification workers: 1 (read serially) unless the run is large and
+// there are workers.
+func (v *Volume) splitParts(n int) int {
+	if n*v.bs < splitMin {
+		return 1
 	}
-	if parts <= 1 {
-		return v.readSerial(lba, 0, n, data, sc)
-	}
+	return min(1+v.startWorkers(), n*v.bs/(splitMin/2), 64)
+}
+
+// readParallel reads the data of a run of n blocks and classifies it in
+// parts, one on the caller's goroutine and one per worker.
+func (v *Volume) readParallel(lba int64, n, parts int, data []byte, sc *scratch) error {
 	sc.jobErr.Store(nil)
 	sc.partFailed.Store(0)
 	per := (n + parts - 1) / parts
@@ -427,7 +430,7 @@ func (v *Volume) readClassify(lba int64, n int, data []byte, sc *scratch) error 
 // As io.ReaderAt requires, a read reaching past the end returns the bytes
 // before the end and io.EOF (and 0, io.EOF at or past the end); a negative
 // offset fails with ErrOutOfRange.
-func (v *Volume) ReadAt(p []byte, off int64) (n int, err error) {
+func (v *Volume) ReadAt(p []byte, off int64) (int, error) {
 	done, err := v.enter()
 	if err != nil {
 		return 0, err
@@ -451,40 +454,36 @@ func (v *Volume) ReadAt(p []byte, off int64) (n int, err error) {
 	defer v.locks.unlock(id)
 	sc := v.getScratch()
 	defer v.putScratch(sc)
-	n, err = v.readLocked(p, off, sc)
-	if err != nil {
-		clear(p[n:])
-		return n, err
-	}
-	return n, eof
-}
-
-// readLocked is ReadAt with the range locked.
-func (v *Volume) readLocked(p []byte, off int64, sc *scratch) (int, error) {
-	bs := int64(v.bs)
 	req := v.request()
 	req.zero = true
 	for i := 0; i < len(p); {
 		pos := off + int64(i)
 		lba, inb := pos/bs, int(pos%bs)
 		if inb != 0 || len(p)-i < v.bs {
-			if _, err := v.verifyRun(lba, 1, sc.head, sc, req); err != nil {
-				return i, err
+			// A partial block: verified whole in sc.head.
+			_, err := v.verifyRun(lba, 1, sc.head, sc, req)
+			if err == nil {
+				_, err = runError("read", sc.probs)
 			}
-			if _, err := runError("read", sc.probs); err != nil {
+			if err != nil {
+				clear(p[i:])
 				return i, err
 			}
 			i += copy(p[i:], sc.head[inb:])
 			continue
 		}
-		n := min((len(p)-i)/v.bs, v.chunk)
-		if _, err := v.verifyRun(lba, n, p[i:i+n*v.bs], sc, req); err != nil {
+		k := min((len(p)-i)/v.bs, v.chunk)
+		bad := lba
+		_, err := v.verifyRun(lba, k, p[i:i+k*v.bs], sc, req)
+		if err == nil {
+			bad, err = runError("read", sc.probs)
+		}
+		if err != nil {
+			i += int(bad-lba) * v.bs
+			clear(p[i:])
 			return i, err
 		}
-		if bad, err := runError("read", sc.probs); err != nil {
-			return i + int(bad-lba)*v.bs, err
-		}
-		i += n * v.bs
+		i += k * v.bs
 	}
-	return len(p), nil
+	return len(p), eof
 }

@@ -142,7 +142,7 @@ func copyFailed(dst, src []byte, states []dif.State, bs int) {
 
 // verifyRun reads and verifies blocks [lba, lba+n) (n <= v.chunk) into
 // data as req says: it loads the run (loadRun), reads and classifies it
-// with dif (readClassify, classify), and hands every failing block to the
+// with dif (readSerial or readParallel, classify), and hands every failing block to the
 // package's block classifier and re-read loop (see verify.go). The
 // problems of blocks still failing, and of transient ones (Transient set),
 // are left in sc.probs in LBA order; sc.tuples and sc.written keep the
@@ -176,8 +176,10 @@ func (v *Volume) verifyRun(lba int64, n int, data []byte, sc *scratch, req readR
 	}
 	if loaded {
 		err = v.classify(lba, 0, n, data, nil, sc)
+	} else if parts := v.splitParts(n); parts > 1 {
+		err = v.readParallel(lba, n, parts, data, sc)
 	} else {
-		err = v.readClassify(lba, n, data, sc)
+		err = v.readSerial(lba, 0, n, data, sc)
 	}
 	if err != nil {
 		return RunStats{}, err
