@@ -305,8 +305,8 @@ type RecoveryStats struct {
 // over disjoint blocks run in parallel. Memory is bounded: two staging
 // batches of Options.StagingBytes/2, the new tuples of at most
 // Options.MaxUnsynced bytes of unsynced writes (the volume syncs by itself
-// beyond it), and per-request scratch of about 1 MiB. Committed tuples are
-// cached by the store's engine (Pebble's block cache), not by the volume.
+// beyond it), per-request scratch of about 1 MiB, and the decoded tuple
+// pages of Options.TupleCacheBytes (the store's page cache).
 type Volume struct {
 	dev    Device
 	tup    *store.Tuples
