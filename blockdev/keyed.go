@@ -134,6 +134,7 @@ type keyed struct {
 	pend   map[int64]*kPage // tags of flushed, unfolded blocks (like the overlay)
 
 	cache tagCache
+	chunk int // blocks per verified run: the scratch's size
 }
 
 type kPage struct {
@@ -165,11 +166,13 @@ func (v *Volume) setupKeyed(key *Key) error {
 	}
 	k := &keyed{tk: vk.tag, page: vk.page, pend: make(map[int64]*kPage)}
 	k.cache.pages = make(map[uint64]*tagCachePage)
+	k.chunk = v.chunk
 	copy(k.uid[:], uid)
 	if k.next, err = resumeGeneration(v.tup); err != nil {
 		return fmt.Errorf("blockdev: volume %q: %w", name, err)
 	}
 	v.kd = k
+	v.stg.kd = k
 	return nil
 }
 
@@ -301,21 +304,20 @@ func (v *Volume) stageTags(dst []store.KeyedTag, lba int64, n int, data []byte) 
 	return v.kd.newTags(dst[:n], lba, v.kd.takeGen(), data, v.bs)
 }
 
-// keyedIntents stages, in the transaction of a batch's intents, the tag
-// intents of its entries and the reservation of every generation they use.
-func (v *Volume) keyedIntents(x *store.Txn, b *batch, ids []store.IntentID) error {
-	for k, e := range b.ents {
-		if err := x.RecordTagIntent(ids[k], b.tags[e.slot:e.slot+e.n]); err != nil {
+// intents stages, in the transaction of a batch's intents, the tag intents
+// of its entries and the reservation of every generation they use.
+func (k *keyed) intents(x *store.Txn, b *batch, ids []store.IntentID) error {
+	for i, e := range b.ents {
+		if err := x.RecordTagIntent(ids[i], b.tags[e.slot:e.slot+e.n]); err != nil {
 			return err
 		}
 	}
-	return x.ReserveGeneration(v.kd.handedOut())
+	return x.ReserveGeneration(k.handedOut())
 }
 
-// keyedInsert puts a written batch's tags where readers find them until
-// the fold (like ovInsert). Caller holds flushMu.
-func (v *Volume) keyedInsert(b *batch) {
-	k := v.kd
+// insert puts a written batch's tags where readers find them until the
+// fold (like ovInsert). Caller holds flushMu.
+func (k *keyed) insert(b *batch) {
 	k.pendMu.Lock()
 	defer k.pendMu.Unlock()
 	for _, e := range b.ents {
@@ -333,10 +335,8 @@ func (v *Volume) keyedInsert(b *batch) {
 	}
 }
 
-// keyedFold stages the pending tags as committed in x. Caller holds
-// flushMu.
-func (v *Volume) keyedFold(x *store.Txn, commit func(bool) error) error {
-	k := v.kd
+// fold stages the pending tags as committed in x. Caller holds flushMu.
+func (k *keyed) fold(x *store.Txn, commit func(bool) error) error {
 	for p, pg := range k.pend {
 		for i := 0; i < ovP; {
 			if !hasBit(pg.mask[:], i) {
@@ -359,9 +359,8 @@ func (v *Volume) keyedFold(x *store.Txn, commit func(bool) error) error {
 	return nil
 }
 
-// keyedClear drops the pending tags after a fold. Caller holds flushMu.
-func (v *Volume) keyedClear() {
-	k := v.kd
+// clearPending drops the pending tags after a fold. Caller holds flushMu.
+func (k *keyed) clearPending() {
 	k.pendMu.Lock()
 	clear(k.pend)
 	k.pendMu.Unlock()
@@ -390,9 +389,9 @@ type kRun struct {
 	gen  uint64
 }
 
-func (v *Volume) keyedScratchFor(sc *scratch) *keyedScratch {
+func (k *keyed) scratchFor(sc *scratch) *keyedScratch {
 	if sc.k == nil {
-		n, w := v.chunk, (v.chunk+63)/64
+		n, w := k.chunk, (k.chunk+63)/64
 		sc.k = &keyedScratch{tags: make([]store.KeyedTag, n), staged: make([]uint64, w), calc: make([]store.KeyedTag, n),
 			committed: make([]store.KeyedTag, n), have: make([]uint64, w), failed: make([]uint64, w), transient: make([]uint64, w),
 			ad: make([]byte, n*adLen), ptags: make([]poly1305.Tag, n), ad2: make([]byte, n*adLen), ptags2: make([]poly1305.Tag, n)}
@@ -400,10 +399,10 @@ func (v *Volume) keyedScratchFor(sc *scratch) *keyedScratch {
 	return sc.k
 }
 
-// copyStagedTags records the tags of staged blocks [i, j) of a run, from
-// batch slot slot on (see copyStaged).
-func (v *Volume) copyStagedTags(b *batch, i, j, slot int, sc *scratch) {
-	ks := v.keyedScratchFor(sc)
+// copyStaged records the tags of staged blocks [i, j) of a run, from batch
+// slot slot on (see staging.copyStaged).
+func (k *keyed) copyStaged(b *batch, i, j, slot int, sc *scratch) {
+	ks := k.scratchFor(sc)
 	copy(ks.tags[i:j], b.tags[slot:])
 	setBits(ks.staged, i, j-i)
 }
@@ -510,7 +509,7 @@ const splitMinBytes = 256 << 10
 // halves at once, the second on another goroutine, when GOMAXPROCS allows.
 func (v *Volume) keyedCheck(lba int64, n int, data []byte, sc *scratch, st *RunStats, reread bool) error {
 	k := v.kd
-	ks := v.keyedScratchFor(sc)
+	ks := k.scratchFor(sc)
 	defer clear(ks.staged)
 	tags := ks.tags[:n]
 	w := (n + 63) / 64
