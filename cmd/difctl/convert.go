@@ -172,7 +172,7 @@ volume cannot be opened.
 	f.Var(&format, "format", "the input's format, if not given in --from")
 	f.BoolVar(&force, "force", false, "convert even if blocks fail verification (they are reported; exit 4)")
 	f.StringVar(&store, "store", "", "store `URL` of the store-backed side (default pebble:IMAGE.difdb)")
-	addKeyFlags(cmd, &g.Key, "check the keyed tags of a keyed volume while exporting it")
+	addKeyFlags(cmd, &g.Key, "check the keyed tags of a keyed volume while exporting it (an import creates no keyed volume)")
 	pf.register(cmd, piFormat|piTags|piChecks)
 	_ = cmd.MarkFlagRequired("to")
 	return cmd

@@ -22,6 +22,9 @@ func runConvertStore(ctx context.Context, opts convertOptions, stdout, stderr io
 	if opts.From == formStore {
 		return runExport(ctx, opts, stdout, stderr)
 	}
+	if opts.Key != (keyFlags{}) {
+		return usageErrorf("convert --to store does not create keyed volumes: import without a key, or protect the data with protect --key-file")
+	}
 	return runImport(ctx, opts, stdout, stderr)
 }
 
