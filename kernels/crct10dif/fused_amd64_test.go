@@ -40,7 +40,7 @@ func TestFusedTableOffsets(t *testing.T) {
 // run a fused kernel must run it.
 func TestBlocksCRC32CDispatch(t *testing.T) {
 	ptr := func(f any) uintptr { return reflect.ValueOf(f).Pointer() }
-	impl.ForEach(t, pkgName, func(t *testing.T) {
+	kerneltest.ForEach(t, pkgName, func(t *testing.T) {
 		name := impl.Active(pkgName)
 		fused := ptr(blocksSums) == ptr(blocksSumsAVX2) && ptr(blocksSumsCopy) == ptr(blocksSumsCopyAVX2)
 		want := hasFusedAVX2 && (name == "avx2" || name == "avx512")

@@ -56,7 +56,7 @@ func checkSums(t *testing.T, p []byte, n, blockLen, stride int, what string) {
 
 func TestBlocksCRC32C(t *testing.T) {
 	r := rand.New(rand.NewPCG(20, 21))
-	impl.ForEach(t, pkgName, func(t *testing.T) {
+	kerneltest.ForEach(t, pkgName, func(t *testing.T) {
 		for _, c := range kerneltest.BlockCases {
 			blockLen, stride := c[0], c[1]
 			for _, n := range []int{1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 33} {
@@ -79,7 +79,7 @@ func TestBlocksCRC32C(t *testing.T) {
 func TestBlocksCRC32CAlignLengths(t *testing.T) {
 	r := rand.New(rand.NewPCG(22, 23))
 	buf := randBuf(r, 64+8*600)
-	impl.ForEach(t, pkgName, func(t *testing.T) {
+	kerneltest.ForEach(t, pkgName, func(t *testing.T) {
 		for a := range 64 {
 			for _, c := range [][2]int{{512, 512}, {512, 520}, {64, 72}, {80, 80}, {100, 104}} {
 				checkSums(t, buf[a:a+7*c[1]+c[0]], 8, c[0], c[1], fmt.Sprintf("align=%d/block=%d/stride=%d", a, c[0], c[1]))
@@ -96,7 +96,7 @@ func TestBlocksCRC32CAlignLengths(t *testing.T) {
 // Blocks that end against an unmapped page: an over-read faults.
 func TestBlocksCRC32CGuardPage(t *testing.T) {
 	get := kerneltest.GuardedBuffer(t)
-	impl.ForEach(t, pkgName, func(t *testing.T) {
+	kerneltest.ForEach(t, pkgName, func(t *testing.T) {
 		for _, c := range kerneltest.BlockCases {
 			bl, st := c[0], c[1]
 			for _, n := range []int{1, 4, 5, 8, 9, 16} {
@@ -195,7 +195,7 @@ func FuzzBlocksCRC32C(f *testing.F) {
 // implementation.
 func BenchmarkBlocksCRC32C(b *testing.B) {
 	buf := randBuf(rand.New(rand.NewPCG(1, 1)), 1<<20)
-	impl.ForEachB(b, pkgName, func(b *testing.B) {
+	kerneltest.ForEachB(b, pkgName, func(b *testing.B) {
 		for _, bl := range []int{512, 4096} {
 			dst, sums := make([]uint16, len(buf)/bl), make([]uint32, len(buf)/bl)
 			b.Run(fmt.Sprintf("op=fused/block=%d", bl), func(b *testing.B) {
@@ -254,7 +254,7 @@ func checkSumsCopy(t *testing.T, q, p []byte, n, blockLen, stride int, gaps bool
 
 func TestBlocksCRC32CCopy(t *testing.T) {
 	r := rand.New(rand.NewPCG(24, 25))
-	impl.ForEach(t, pkgName, func(t *testing.T) {
+	kerneltest.ForEach(t, pkgName, func(t *testing.T) {
 		for _, c := range kerneltest.BlockCases {
 			blockLen, stride := c[0], c[1]
 			for _, n := range []int{1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 33} {
@@ -300,7 +300,7 @@ func TestBlocksCRC32CCopyContiguous(t *testing.T) {
 		p := randBuf(r, n*blockLen+5)[5:]
 		wg, ws := oracleSums(p, n, blockLen, blockLen)
 		t.Run(fmt.Sprintf("block=%d/n=%d", blockLen, n), func(t *testing.T) {
-			impl.ForEach(t, pkgName, func(t *testing.T) {
+			kerneltest.ForEach(t, pkgName, func(t *testing.T) {
 				q := kerneltest.NewCopyDest(n*blockLen, 33)
 				dst, sums := make([]uint16, n), make([]uint32, n)
 				if err := BlocksCRC32CCopy(dst, sums, q, p, blockLen, blockLen); err != nil {
@@ -323,7 +323,7 @@ func TestBlocksCRC32CCopyContiguous(t *testing.T) {
 // faults.
 func TestBlocksCRC32CCopyGuardPage(t *testing.T) {
 	getP, getQ := kerneltest.GuardedBuffer(t), kerneltest.GuardedBuffer(t)
-	impl.ForEach(t, pkgName, func(t *testing.T) {
+	kerneltest.ForEach(t, pkgName, func(t *testing.T) {
 		for _, c := range kerneltest.BlockCases {
 			bl, st := c[0], c[1]
 			for _, n := range []int{1, 4, 5, 8, 9, 16} {
@@ -380,7 +380,7 @@ func BenchmarkBlocksCRC32CDRAM(b *testing.B) {
 func benchSumsCopy(b *testing.B, size int, suffix string) {
 	buf := randBuf(rand.New(rand.NewPCG(1, 1)), size)
 	q := make([]byte, len(buf))
-	impl.ForEachB(b, pkgName, func(b *testing.B) {
+	kerneltest.ForEachB(b, pkgName, func(b *testing.B) {
 		for _, bl := range []int{512, 4096} {
 			dst, sums := make([]uint16, len(buf)/bl), make([]uint32, len(buf)/bl)
 			if suffix != "" {

@@ -56,21 +56,21 @@ func randBytes(r *rand.Rand, n int) []byte {
 // Run runs the whole correctness suite for every implementation.
 func Run[T Word](t *testing.T, k Kernel[T]) {
 	t.Run("check", func(t *testing.T) {
-		impl.ForEach(t, k.Pkg, func(t *testing.T) {
+		ForEach(t, k.Pkg, func(t *testing.T) {
 			if got := k.Checksum([]byte("123456789")); uint64(got) != k.Params.Check {
 				t.Fatalf("Checksum(123456789) = %#x, want %#x", got, k.Params.Check)
 			}
 		})
 	})
-	t.Run("lengths", func(t *testing.T) { impl.ForEach(t, k.Pkg, func(t *testing.T) { testLengths(t, k) }) })
-	t.Run("cutoffs", func(t *testing.T) { impl.ForEach(t, k.Pkg, func(t *testing.T) { testCutoffs(t, k) }) })
-	t.Run("align", func(t *testing.T) { impl.ForEach(t, k.Pkg, func(t *testing.T) { testAlign(t, k) }) })
-	t.Run("stream", func(t *testing.T) { impl.ForEach(t, k.Pkg, func(t *testing.T) { testStream(t, k) }) })
-	t.Run("blocks", func(t *testing.T) { impl.ForEach(t, k.Pkg, func(t *testing.T) { testBlocks(t, k) }) })
-	t.Run("blockscopy", func(t *testing.T) { impl.ForEach(t, k.Pkg, func(t *testing.T) { testBlocksCopy(t, k) }) })
+	t.Run("lengths", func(t *testing.T) { ForEach(t, k.Pkg, func(t *testing.T) { testLengths(t, k) }) })
+	t.Run("cutoffs", func(t *testing.T) { ForEach(t, k.Pkg, func(t *testing.T) { testCutoffs(t, k) }) })
+	t.Run("align", func(t *testing.T) { ForEach(t, k.Pkg, func(t *testing.T) { testAlign(t, k) }) })
+	t.Run("stream", func(t *testing.T) { ForEach(t, k.Pkg, func(t *testing.T) { testStream(t, k) }) })
+	t.Run("blocks", func(t *testing.T) { ForEach(t, k.Pkg, func(t *testing.T) { testBlocks(t, k) }) })
+	t.Run("blockscopy", func(t *testing.T) { ForEach(t, k.Pkg, func(t *testing.T) { testBlocksCopy(t, k) }) })
 	t.Run("blockscopy-contiguous", func(t *testing.T) { testBlocksCopyContiguous(t, k) })
-	t.Run("guardpage", func(t *testing.T) { impl.ForEach(t, k.Pkg, func(t *testing.T) { testGuardPage(t, k) }) })
-	t.Run("guardpage-copy", func(t *testing.T) { impl.ForEach(t, k.Pkg, func(t *testing.T) { testGuardPageCopy(t, k) }) })
+	t.Run("guardpage", func(t *testing.T) { ForEach(t, k.Pkg, func(t *testing.T) { testGuardPage(t, k) }) })
+	t.Run("guardpage-copy", func(t *testing.T) { ForEach(t, k.Pkg, func(t *testing.T) { testGuardPageCopy(t, k) }) })
 	t.Run("combine", func(t *testing.T) { testCombine(t, k) })
 	t.Run("hash", func(t *testing.T) { testHash(t, k) })
 	t.Run("layout", func(t *testing.T) { testLayoutErrors(t, k) })
@@ -303,7 +303,7 @@ func testBlocksCopyContiguous[T Word](t *testing.T, k Kernel[T]) {
 			want[i] = k.oracle(k.start(), p[i*blockLen:(i+1)*blockLen])
 		}
 		t.Run(fmt.Sprintf("block=%d/n=%d", blockLen, n), func(t *testing.T) {
-			impl.ForEach(t, k.Pkg, func(t *testing.T) {
+			ForEach(t, k.Pkg, func(t *testing.T) {
 				q := NewCopyDest(n*blockLen, 33)
 				dst := make([]T, n+1)
 				sentinel := T(uint64(0x5a5a5a5a5a5a5a5a) & k.Params.Mask())
@@ -571,7 +571,7 @@ func SizeName(n int) string {
 // impl=NAME/op=blocks/block=512, impl=NAME/op=blockscopy/block=512.
 func Bench[T Word](b *testing.B, k Kernel[T]) {
 	buf := randBytes(rand.New(rand.NewPCG(1, 1)), 1<<20)
-	impl.ForEachB(b, k.Pkg, func(b *testing.B) {
+	ForEachB(b, k.Pkg, func(b *testing.B) {
 		for _, n := range Sizes {
 			b.Run("op=update/size="+SizeName(n), func(b *testing.B) {
 				p := buf[:n]
@@ -623,7 +623,7 @@ func BenchDRAM[T Word](b *testing.B, k Kernel[T]) {
 	buf := randBytes(rand.New(rand.NewPCG(1, 1)), DRAMSize)
 	q := make([]byte, len(buf))
 	mem := "mem=" + SizeName(len(buf))
-	impl.ForEachB(b, k.Pkg, func(b *testing.B) {
+	ForEachB(b, k.Pkg, func(b *testing.B) {
 		b.Run("op=update/"+mem, func(b *testing.B) {
 			b.SetBytes(int64(len(buf)))
 			var crc T

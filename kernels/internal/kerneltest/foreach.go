@@ -1,4 +1,4 @@
-package impl
+package kerneltest
 
 import (
 	"fmt"
@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/difctl/difctl/kernels/internal/impl"
 )
 
 // ForEach runs f once for every implementation of pkg that the CPU can run,
@@ -22,11 +24,11 @@ import (
 // active implementation is global.
 func ForEach(t *testing.T, pkg string, f func(t *testing.T)) {
 	t.Helper()
-	list := List(pkg)
+	list := impl.List(pkg)
 	if len(list) == 0 {
-		t.Fatalf("impl: no implementations registered for %q", pkg)
+		t.Fatalf("kerneltest: no implementations registered for %q", pkg)
 	}
-	defer Reset(pkg)
+	defer impl.Reset(pkg)
 	for _, im := range list {
 		t.Run("impl="+im.Name, func(t *testing.T) {
 			if !im.Available {
@@ -35,7 +37,7 @@ func ForEach(t *testing.T, pkg string, f func(t *testing.T)) {
 				}
 				t.Skipf("%s/%s: not supported by this CPU", pkg, im.Name)
 			}
-			if err := Select(pkg, im.Name); err != nil {
+			if err := impl.Select(pkg, im.Name); err != nil {
 				t.Fatal(err)
 			}
 			f(t)
@@ -46,13 +48,13 @@ func ForEach(t *testing.T, pkg string, f func(t *testing.T)) {
 // ForEachB is ForEach for benchmarks.
 func ForEachB(b *testing.B, pkg string, f func(b *testing.B)) {
 	b.Helper()
-	defer Reset(pkg)
-	for _, im := range List(pkg) {
+	defer impl.Reset(pkg)
+	for _, im := range impl.List(pkg) {
 		if !im.Available {
 			continue
 		}
 		b.Run("impl="+im.Name, func(b *testing.B) {
-			if err := Select(pkg, im.Name); err != nil {
+			if err := impl.Select(pkg, im.Name); err != nil {
 				b.Fatal(err)
 			}
 			f(b)
@@ -89,7 +91,7 @@ func mustRunFailure(pkg, name string) string {
 	if !ok || !hasCPUFlags(flags) {
 		return ""
 	}
-	return fmt.Sprintf("impl: %s/%s is unavailable, but the CPU has what it needs: %s (/proc/cpuinfo)", pkg, name, strings.Join(flags, " "))
+	return fmt.Sprintf("kerneltest: %s/%s is unavailable, but the CPU has what it needs: %s (/proc/cpuinfo)", pkg, name, strings.Join(flags, " "))
 }
 
 // hasCPUFlags reports whether /proc/cpuinfo lists every flag, on
