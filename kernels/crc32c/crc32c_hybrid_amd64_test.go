@@ -23,11 +23,11 @@ func TestHybridAvailable(t *testing.T) {
 	for _, im := range impl.List(pkgName) {
 		avail[im.Name] = im.Available
 	}
-	if cpu.X86.HasSSE42 && cpu.X86.HasPCLMULQDQ && !avail["hybrid128"] {
-		t.Errorf("the CPU has SSE4.2 and PCLMULQDQ but hybrid128 is unavailable")
+	if cpu.X86.HasSSE42 && cpu.X86.HasPCLMULQDQ && !avail["pclmul"] {
+		t.Errorf("the CPU has SSE4.2 and PCLMULQDQ but pclmul is unavailable")
 	}
-	if cpu.X86.HasSSE42 && cpu.X86.HasAVX2 && x86.HasVPCLMULQDQ && !avail["hybrid"] {
-		t.Errorf("the CPU has SSE4.2, AVX2 and VPCLMULQDQ but hybrid is unavailable")
+	if cpu.X86.HasSSE42 && cpu.X86.HasAVX2 && x86.HasVPCLMULQDQ && !avail["avx2"] {
+		t.Errorf("the CPU has SSE4.2, AVX2 and VPCLMULQDQ but avx2 is unavailable")
 	}
 	if _, forced := impl.Forced(pkgName); forced {
 		return
@@ -36,10 +36,10 @@ func TestHybridAvailable(t *testing.T) {
 	switch {
 	case avail["avx512"]:
 		want = "avx512"
-	case avail["hybrid"]:
-		want = "hybrid"
-	case avail["hybrid128"]:
-		want = "hybrid128"
+	case avail["avx2"]:
+		want = "avx2"
+	case avail["pclmul"]:
+		want = "pclmul"
 	}
 	if got := impl.Active(pkgName); got != want {
 		t.Errorf("active implementation %q, want %q", got, want)
@@ -47,7 +47,7 @@ func TestHybridAvailable(t *testing.T) {
 }
 
 // TestHybridConsts checks the generated merge constants against their
-// definition (internal/hybridgen).
+// definition (kernels/_asm/crcgen).
 func TestHybridConsts(t *testing.T) {
 	c := func(k int) uint64 { return crcmath.C(Params, uint64(k)) }
 	row := func(s int) (r [14]uint64) {

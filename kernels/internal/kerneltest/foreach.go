@@ -71,17 +71,16 @@ func OnCI() bool { return os.Getenv("CI") == "true" }
 // detection also needs the OS to enable the ZMM state, which the flags do
 // not say.
 var mustRun = map[string][]string{
-	"crct10dif/avx2":     {"avx2", "pclmulqdq", "vpclmulqdq"},
-	"crct10dif/avx":      {"pclmulqdq", "ssse3", "sse4_1", "avx"},
-	"crc64nvme/avx":      {"pclmulqdq", "ssse3", "sse4_1", "avx"},
-	"crc32c-fold/avx":    {"pclmulqdq", "ssse3", "sse4_1", "avx"},
-	"crct10dif/pclmul":   {"pclmulqdq", "ssse3", "sse4_1"},
-	"crc64nvme/avx2":     {"avx2", "pclmulqdq", "vpclmulqdq"},
-	"crc64nvme/pclmul":   {"pclmulqdq", "ssse3", "sse4_1"},
-	"crc32c/hybrid":      {"sse4_2", "sse4_1", "pclmulqdq", "avx2", "vpclmulqdq"},
-	"crc32c/hybrid128":   {"sse4_2", "sse4_1", "pclmulqdq"},
-	"crc32c-fold/avx2":   {"avx2", "pclmulqdq", "vpclmulqdq"},
-	"crc32c-fold/pclmul": {"pclmulqdq", "ssse3", "sse4_1"},
+	"crct10dif/avx2":   {"avx2", "pclmulqdq", "vpclmulqdq"},
+	"crct10dif/avx":    {"pclmulqdq", "ssse3", "sse4_1", "avx"},
+	"crc64nvme/avx":    {"pclmulqdq", "ssse3", "sse4_1", "avx"},
+	"crct10dif/pclmul": {"pclmulqdq", "ssse3", "sse4_1"},
+	"crc64nvme/avx2":   {"avx2", "pclmulqdq", "vpclmulqdq"},
+	"crc64nvme/pclmul": {"pclmulqdq", "ssse3", "sse4_1"},
+	"crc32c/avx2":      {"sse4_2", "sse4_1", "pclmulqdq", "avx2", "vpclmulqdq"},
+	"crc32c/pclmul":    {"sse4_2", "sse4_1", "pclmulqdq"},
+	"t10crc32c/avx2":   {"avx2", "pclmulqdq", "vpclmulqdq", "sse4_2"},
+	"t10crc32c/avx":    {"avx", "pclmulqdq", "sse4_2"},
 }
 
 // mustRunFailure returns why pkg/name, unavailable, should have run: its

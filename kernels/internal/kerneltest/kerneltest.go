@@ -37,6 +37,9 @@ type Kernel[T Word] struct {
 	// widths, assembly minimums, batch thresholds); lengths around each and
 	// their multiples up to 64 KiB are tested.
 	Cutoffs []int
+	// FoldTable is the package's generated fold table (zfold_consts.go):
+	// Run checks it against crcmath and runs the pure-Go fold model with it.
+	FoldTable *crcmath.FoldTable
 }
 
 func (k Kernel[T]) oracle(crc T, p []byte) T {
@@ -75,6 +78,48 @@ func Run[T Word](t *testing.T, k Kernel[T]) {
 	t.Run("hash", func(t *testing.T) { testHash(t, k) })
 	t.Run("layout", func(t *testing.T) { testLayoutErrors(t, k) })
 	t.Run("layout-copy", func(t *testing.T) { testCopyLayoutErrors(t, k) })
+	t.Run("foldtable", func(t *testing.T) { testFoldTable(t, k) })
+}
+
+// The generated table equals what crcmath derives now (go generate is fresh
+// in spirit even where CI's regeneration check does not run), and the
+// pure-Go model of the fold, with it, agrees with the oracle.
+func testFoldTable[T Word](t *testing.T, k Kernel[T]) {
+	if k.FoldTable == nil {
+		t.Skip("no fold table")
+	}
+	if got := crcmath.NewFoldTable(k.Params); *got != *k.FoldTable {
+		t.Fatal("zfold_consts.go is stale: run go generate")
+	}
+	buf := make([]byte, 4096)
+	for i := range buf {
+		buf[i] = byte(i*7 + i>>8)
+	}
+	for _, n := range []int{1, 4, 8} {
+		for l := 16 * n; l <= len(buf); l += 16 {
+			want := k.oracle(0x1234, buf[:l])
+			if got := T(crcmath.FoldUpdate(k.Params, k.FoldTable, n, 0x1234, buf[:l])); got != want {
+				t.Fatalf("accumulators=%d len=%d: fold model %#x, oracle %#x", n, l, got, want)
+			}
+		}
+	}
+}
+
+// BenchUpdate benchmarks a baseline Update (another library's, a simpler
+// table) at the harness's sizes, as impl=NAME/op=update/size=N beside
+// Bench's own rows.
+func BenchUpdate[T Word](b *testing.B, name string, update func(T, []byte) T) {
+	buf := make([]byte, 1<<20)
+	for _, n := range Sizes {
+		b.Run("impl="+name+"/op=update/size="+SizeName(n), func(b *testing.B) {
+			b.SetBytes(int64(n))
+			var crc T
+			for b.Loop() {
+				crc = update(crc, buf[:n])
+			}
+			Sink += uint64(crc)
+		})
+	}
 }
 
 // All lengths 0..1024 with random initial CRCs.

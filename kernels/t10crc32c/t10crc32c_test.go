@@ -1,4 +1,4 @@
-package crct10dif
+package t10crc32c
 
 import (
 	"bytes"
@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/difctl/difctl/kernels/crc32c"
+	"github.com/difctl/difctl/kernels/crct10dif"
 	"github.com/difctl/difctl/kernels/internal/crcmath"
 	"github.com/difctl/difctl/kernels/internal/impl"
 	"github.com/difctl/difctl/kernels/internal/kerneltest"
@@ -40,7 +41,7 @@ func checkSums(t *testing.T, p []byte, n, blockLen, stride int, what string) {
 	t.Helper()
 	dst, sums := make([]uint16, n+1), make([]uint32, n+1)
 	dst[n], sums[n] = 0x5a5a, 0x5a5a5a5a
-	if err := BlocksCRC32C(dst[:n], sums[:n], p, blockLen, stride); err != nil {
+	if err := Blocks(dst[:n], sums[:n], p, blockLen, stride); err != nil {
 		t.Fatalf("%s: %v", what, err)
 	}
 	wg, ws := oracleSums(p, n, blockLen, stride)
@@ -54,7 +55,7 @@ func checkSums(t *testing.T, p []byte, n, blockLen, stride int, what string) {
 	}
 }
 
-func TestBlocksCRC32C(t *testing.T) {
+func TestBlocks(t *testing.T) {
 	r := rand.New(rand.NewPCG(20, 21))
 	kerneltest.ForEach(t, pkgName, func(t *testing.T) {
 		for _, c := range kerneltest.BlockCases {
@@ -126,8 +127,8 @@ func TestBlocksCRC32CLayout(t *testing.T) {
 		for i := range sums {
 			sums[i] = 7
 		}
-		if err := BlocksCRC32C(dst, sums, buf[:c.plen], c.blockLen, c.stride); err != ErrLayout {
-			t.Errorf("BlocksCRC32C(n=%d, sums=%d, len=%d, block=%d, stride=%d) = %v, want ErrLayout",
+		if err := Blocks(dst, sums, buf[:c.plen], c.blockLen, c.stride); err != ErrLayout {
+			t.Errorf("Blocks(n=%d, sums=%d, len=%d, block=%d, stride=%d) = %v, want ErrLayout",
 				c.n, c.ns, c.plen, c.blockLen, c.stride, err)
 		}
 		for i := range sums {
@@ -136,14 +137,14 @@ func TestBlocksCRC32CLayout(t *testing.T) {
 			}
 		}
 	}
-	if err := BlocksCRC32C(nil, nil, nil, 512, 512); err != nil {
+	if err := Blocks(nil, nil, nil, 512, 512); err != nil {
 		t.Errorf("BlocksCRC32C of zero blocks = %v", err)
 	}
 }
 
 // FuzzBlocksCRC32C compares BlocksCRC32C and BlocksCRC32CCopy of every
 // implementation with the oracles on fuzzed data and layouts.
-func FuzzBlocksCRC32C(f *testing.F) {
+func FuzzBlocks(f *testing.F) {
 	f.Add(make([]byte, 4*512), 512, 512)
 	f.Add([]byte("123456789"), 4, 5)
 	// Contiguous blocks of 4 KiB (the copying sub-block path) and 8 KiB.
@@ -163,7 +164,7 @@ func FuzzBlocksCRC32C(f *testing.F) {
 				t.Fatal(err)
 			}
 			dst, sums := make([]uint16, n), make([]uint32, n)
-			if err := BlocksCRC32C(dst, sums, data, blockLen, stride); err != nil {
+			if err := Blocks(dst, sums, data, blockLen, stride); err != nil {
 				t.Fatalf("%s: %v", im.Name, err)
 			}
 			for i := range n {
@@ -174,7 +175,7 @@ func FuzzBlocksCRC32C(f *testing.F) {
 			q := kerneltest.NewCopyDest((n-1)*stride+blockLen, len(data)%64)
 			clear(dst)
 			clear(sums)
-			if err := BlocksCRC32CCopy(dst, sums, q, data, blockLen, stride); err != nil {
+			if err := BlocksCopy(dst, sums, q, data, blockLen, stride); err != nil {
 				t.Fatalf("%s: copy: %v", im.Name, err)
 			}
 			for i := range n {
@@ -193,7 +194,7 @@ func FuzzBlocksCRC32C(f *testing.F) {
 // BenchmarkBlocksCRC32C: the fused call against Blocks then crc32c.Blocks
 // (op=twopass), over 1 MiB of 512 and 4096-byte blocks, for every
 // implementation.
-func BenchmarkBlocksCRC32C(b *testing.B) {
+func BenchmarkBlocks(b *testing.B) {
 	buf := randBuf(rand.New(rand.NewPCG(1, 1)), 1<<20)
 	kerneltest.ForEachB(b, pkgName, func(b *testing.B) {
 		for _, bl := range []int{512, 4096} {
@@ -201,7 +202,7 @@ func BenchmarkBlocksCRC32C(b *testing.B) {
 			b.Run(fmt.Sprintf("op=fused/block=%d", bl), func(b *testing.B) {
 				b.SetBytes(int64(len(buf)))
 				for b.Loop() {
-					if err := BlocksCRC32C(dst, sums, buf, bl, bl); err != nil {
+					if err := Blocks(dst, sums, buf, bl, bl); err != nil {
 						b.Fatal(err)
 					}
 				}
@@ -210,7 +211,7 @@ func BenchmarkBlocksCRC32C(b *testing.B) {
 			b.Run(fmt.Sprintf("op=twopass/block=%d", bl), func(b *testing.B) {
 				b.SetBytes(int64(len(buf)))
 				for b.Loop() {
-					if err := Blocks(dst, buf, bl, bl); err != nil {
+					if err := crct10dif.Blocks(dst, buf, bl, bl); err != nil {
 						b.Fatal(err)
 					}
 					if err := crc32c.Blocks(sums, buf, bl, bl); err != nil {
@@ -230,7 +231,7 @@ func checkSumsCopy(t *testing.T, q, p []byte, n, blockLen, stride int, gaps bool
 	t.Helper()
 	dst, sums := make([]uint16, n+1), make([]uint32, n+1)
 	dst[n], sums[n] = 0x5a5a, 0x5a5a5a5a
-	if err := BlocksCRC32CCopy(dst[:n], sums[:n], q, p, blockLen, stride); err != nil {
+	if err := BlocksCopy(dst[:n], sums[:n], q, p, blockLen, stride); err != nil {
 		t.Fatalf("%s: %v", what, err)
 	}
 	wg, ws := oracleSums(p, n, blockLen, stride)
@@ -252,7 +253,7 @@ func checkSumsCopy(t *testing.T, q, p []byte, n, blockLen, stride int, gaps bool
 	}
 }
 
-func TestBlocksCRC32CCopy(t *testing.T) {
+func TestBlocksCopy(t *testing.T) {
 	r := rand.New(rand.NewPCG(24, 25))
 	kerneltest.ForEach(t, pkgName, func(t *testing.T) {
 		for _, c := range kerneltest.BlockCases {
@@ -303,7 +304,7 @@ func TestBlocksCRC32CCopyContiguous(t *testing.T) {
 			kerneltest.ForEach(t, pkgName, func(t *testing.T) {
 				q := kerneltest.NewCopyDest(n*blockLen, 33)
 				dst, sums := make([]uint16, n), make([]uint32, n)
-				if err := BlocksCRC32CCopy(dst, sums, q, p, blockLen, blockLen); err != nil {
+				if err := BlocksCopy(dst, sums, q, p, blockLen, blockLen); err != nil {
 					t.Fatal(err)
 				}
 				for i := range n {
@@ -347,7 +348,7 @@ func TestBlocksCRC32CCopyLayout(t *testing.T) {
 			if c.Overlap {
 				want = ErrOverlap
 			}
-			if err := BlocksCRC32CCopy(dst, sums, q, p, c.BlockLen, c.Stride); err != want {
+			if err := BlocksCopy(dst, sums, q, p, c.BlockLen, c.Stride); err != want {
 				t.Fatalf("BlocksCRC32CCopy = %v, want %v", err, want)
 			}
 			for i := range dst {
@@ -358,10 +359,10 @@ func TestBlocksCRC32CCopyLayout(t *testing.T) {
 		})
 	}
 	q := make([]byte, 4096)
-	if err := BlocksCRC32CCopy(make([]uint16, 8), make([]uint32, 7), q, make([]byte, 4096), 512, 512); err != ErrLayout {
+	if err := BlocksCopy(make([]uint16, 8), make([]uint32, 7), q, make([]byte, 4096), 512, 512); err != ErrLayout {
 		t.Errorf("sums shorter than dst: %v, want ErrLayout", err)
 	}
-	if err := BlocksCRC32CCopy(nil, nil, nil, nil, 512, 512); err != nil {
+	if err := BlocksCopy(nil, nil, nil, nil, 512, 512); err != nil {
 		t.Errorf("BlocksCRC32CCopy of zero blocks = %v", err)
 	}
 }
@@ -369,7 +370,7 @@ func TestBlocksCRC32CCopyLayout(t *testing.T) {
 // BenchmarkBlocksCRC32CCopy: the copying call over 1 MiB of 512 and
 // 4096-byte blocks, for every implementation (compare with
 // BenchmarkBlocksCRC32C op=fused).
-func BenchmarkBlocksCRC32CCopy(b *testing.B) { benchSumsCopy(b, 1<<20, "") }
+func BenchmarkBlocksCopy(b *testing.B) { benchSumsCopy(b, 1<<20, "") }
 
 // BenchmarkBlocksCRC32CDRAM: BlocksCRC32C and BlocksCRC32CCopy over
 // kerneltest.DRAMSize bytes, beyond the caches.
@@ -387,7 +388,7 @@ func benchSumsCopy(b *testing.B, size int, suffix string) {
 				b.Run(fmt.Sprintf("op=fused/block=%d%s", bl, suffix), func(b *testing.B) {
 					b.SetBytes(int64(len(buf)))
 					for b.Loop() {
-						if err := BlocksCRC32C(dst, sums, buf, bl, bl); err != nil {
+						if err := Blocks(dst, sums, buf, bl, bl); err != nil {
 							b.Fatal(err)
 						}
 					}
@@ -397,7 +398,7 @@ func benchSumsCopy(b *testing.B, size int, suffix string) {
 			b.Run(fmt.Sprintf("op=fusedcopy/block=%d%s", bl, suffix), func(b *testing.B) {
 				b.SetBytes(int64(len(buf)))
 				for b.Loop() {
-					if err := BlocksCRC32CCopy(dst, sums, q, buf, bl, bl); err != nil {
+					if err := BlocksCopy(dst, sums, q, buf, bl, bl); err != nil {
 						b.Fatal(err)
 					}
 				}

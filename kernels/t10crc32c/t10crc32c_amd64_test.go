@@ -1,6 +1,6 @@
 //go:build !purego
 
-package crct10dif
+package t10crc32c
 
 import (
 	"reflect"
@@ -9,6 +9,7 @@ import (
 	"unsafe"
 
 	"github.com/difctl/difctl/kernels/crc32c"
+	"github.com/difctl/difctl/kernels/crct10dif"
 	"github.com/difctl/difctl/kernels/internal/crcmath"
 	"github.com/difctl/difctl/kernels/internal/foldgo"
 	"github.com/difctl/difctl/kernels/internal/impl"
@@ -34,25 +35,35 @@ func TestFusedTableOffsets(t *testing.T) {
 	}
 }
 
-// Each implementation dispatches BlocksCRC32C as documented: the YMM fused
-// kernel under avx512 and avx2 when the CPU has SSE4.2, the XMM one under
-// avx and pclmul when it also has AVX, the two passes otherwise. A CPU that can
-// run a fused kernel must run it.
-func TestBlocksCRC32CDispatch(t *testing.T) {
+// Each implementation dispatches as documented: avx2 the YMM fused kernel,
+// avx the XMM one, generic the two passes; and the best the CPU can run is
+// the default, so a CPU that can run a fused kernel runs it.
+func TestDispatch(t *testing.T) {
 	ptr := func(f any) uintptr { return reflect.ValueOf(f).Pointer() }
 	kerneltest.ForEach(t, pkgName, func(t *testing.T) {
 		name := impl.Active(pkgName)
-		fused := ptr(blocksSums) == ptr(blocksSumsAVX2) && ptr(blocksSumsCopy) == ptr(blocksSumsCopyAVX2)
-		want := hasFusedAVX2 && (name == "avx2" || name == "avx512")
-		if fused != want {
-			t.Errorf("%s: YMM fused kernel in use = %v, want %v", name, fused, want)
-		}
-		fused = ptr(blocksSums) == ptr(blocksSumsAVX) && ptr(blocksSumsCopy) == ptr(blocksSumsCopyAVX)
-		want = hasFusedAVX && (name == "pclmul" || name == "avx")
-		if fused != want {
-			t.Errorf("%s: XMM fused kernel in use = %v, want %v", name, fused, want)
+		want := map[string][2]any{
+			"avx2":    {blocksAVX2, blocksCopyAVX2},
+			"avx":     {blocksAVX, blocksCopyAVX},
+			"generic": {blocksPortable, blocksCopyPortable},
+		}[name]
+		if ptr(blocks) != ptr(want[0]) || ptr(blocksCopy) != ptr(want[1]) {
+			t.Errorf("%s: not its own kernels", name)
 		}
 	})
+	if _, forced := impl.Forced(pkgName); forced {
+		return
+	}
+	want := "generic"
+	switch {
+	case hasFusedAVX2:
+		want = "avx2"
+	case hasFusedAVX:
+		want = "avx"
+	}
+	if got := impl.Active(pkgName); got != want {
+		t.Errorf("active implementation %q, want %q", got, want)
+	}
 }
 
 // The sub-block paths hand the kernels whole groups: the sub-blocks of a
@@ -60,7 +71,7 @@ func TestBlocksCRC32CDispatch(t *testing.T) {
 // every kernel that runs them.
 func TestSubBlockGroups(t *testing.T) {
 	per := foldgo.SubBlockAlias / foldgo.SubBlockLen
-	for _, g := range []int{fusedGroup, foldGroupPCLMUL} {
+	for _, g := range []int{fusedGroup} {
 		if per%g != 0 || subChunk%g != 0 {
 			t.Errorf("group of %d blocks: %d sub-blocks a block, %d a call", g, per, subChunk)
 		}
@@ -72,13 +83,13 @@ func TestSubBlockAllocs(t *testing.T) {
 	defer impl.Reset(pkgName)
 	p, q := make([]byte, 1<<20), make([]byte, 1<<20)
 	dst, sums := make([]uint16, 256), make([]uint32, 256)
-	for _, name := range []string{"avx2", "pclmul"} {
+	for _, name := range []string{"avx2", "avx"} {
 		if err := impl.Select(pkgName, name); err != nil {
 			t.Logf("%s: %v", name, err)
 			continue
 		}
 		if n := testing.AllocsPerRun(10, func() {
-			if BlocksCopy(dst, q, p, 4096, 4096) != nil || BlocksCRC32CCopy(dst, sums, q, p, 4096, 4096) != nil {
+			if BlocksCopy(dst, sums, q, p, 4096, 4096) != nil {
 				t.Fatal("refused")
 			}
 		}); n != 0 {
@@ -147,14 +158,14 @@ func blocksSumsCopySplit(dst []uint16, sums []uint32, q, p []byte, blockLen, str
 	for i := 0; i < len(dst); i += copySplitBlocks {
 		k := min(copySplitBlocks, len(dst)-i)
 		o := i * stride
-		blocksCopy(dst[i:i+k], q[o:], p[o:], blockLen, stride)
-		if err := crc32c.Blocks(sums[i:i+k], q[o:], blockLen, stride); err != nil {
-			panic("crct10dif: crc32c.Blocks refused a checked layout: " + err.Error())
+		if crct10dif.BlocksCopy(dst[i:i+k], q[o:], p[o:], blockLen, stride) != nil ||
+			crc32c.Blocks(sums[i:i+k], q[o:], blockLen, stride) != nil {
+			panic("t10crc32c: a CRC package refused a checked layout")
 		}
 	}
 }
 
-// The sub-block path, measured and not taken (see blocksSumsCopyAVX2):
+// The sub-block path, measured and not taken (see blocksCopyFused):
 // the fused kernel over the blocks' 1 KiB sub-blocks, whose streams no
 // longer share L1 sets, and each block's partial guards and sums joined.
 // Against the two passes, 1 MiB a call (BenchmarkBlocksCRC32CCopyPaths,
@@ -190,6 +201,14 @@ func blocksSumsCopySub(dst []uint16, sums []uint32, q, p []byte, blockLen int) {
 	}
 }
 
+// subChunk is the number of sub-blocks per kernel call of blocksSumsCopySub.
+const subChunk = 64
+
+// guardShift is L_1024 of T10-DIF (foldgo.Shift), built on first use.
+var guardShift = sync.OnceValue(func() *foldgo.Shift[uint16] {
+	return foldgo.NewShift[uint16](crcmath.T10DIF, foldgo.SubBlockLen)
+})
+
 // sumShift is L_1024 of CRC-32C (foldgo.Shift), built on first use.
 var sumShift = sync.OnceValue(func() *foldgo.Shift[uint32] {
 	return foldgo.NewShift[uint32](crcmath.CRC32C, foldgo.SubBlockLen)
@@ -222,8 +241,8 @@ func TestBlocksSumsCopyPaths(t *testing.T) {
 		}
 		for i := range n {
 			b := p[i*bl : (i+1)*bl]
-			if dst[i] != Checksum(b) || sums[i] != crc32c.Checksum(b) {
-				t.Fatalf("%s: block %d: %04x %08x, want %04x %08x", path.name, i, dst[i], sums[i], Checksum(b), crc32c.Checksum(b))
+			if dst[i] != crct10dif.Checksum(b) || sums[i] != crc32c.Checksum(b) {
+				t.Fatalf("%s: block %d: %04x %08x, want %04x %08x", path.name, i, dst[i], sums[i], crct10dif.Checksum(b), crc32c.Checksum(b))
 			}
 		}
 	}
