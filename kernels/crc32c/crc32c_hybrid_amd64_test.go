@@ -11,39 +11,18 @@ import (
 	"golang.org/x/sys/cpu"
 
 	"github.com/difctl/difctl/kernels/internal/crcmath"
-	"github.com/difctl/difctl/kernels/internal/impl"
+	"github.com/difctl/difctl/kernels/internal/kerneltest"
 	"github.com/difctl/difctl/kernels/internal/x86"
 )
 
-// TestHybridAvailable fails, rather than skips, when the CPU can run a
-// hybrid kernel and the registry says it cannot, or when a better
-// implementation than the one this CPU should use is active.
+// The kernels that mix CRC32 streams with folds are registered and run
+// where the CPU allows, after avx512.
 func TestHybridAvailable(t *testing.T) {
-	avail := map[string]bool{}
-	for _, im := range impl.List(pkgName) {
-		avail[im.Name] = im.Available
-	}
-	if cpu.X86.HasSSE42 && cpu.X86.HasPCLMULQDQ && !avail["pclmul"] {
-		t.Errorf("the CPU has SSE4.2 and PCLMULQDQ but pclmul is unavailable")
-	}
-	if cpu.X86.HasSSE42 && cpu.X86.HasAVX2 && x86.HasVPCLMULQDQ && !avail["avx2"] {
-		t.Errorf("the CPU has SSE4.2, AVX2 and VPCLMULQDQ but avx2 is unavailable")
-	}
-	if _, forced := impl.Forced(pkgName); forced {
-		return
-	}
-	want := "generic"
-	switch {
-	case avail["avx512"]:
-		want = "avx512"
-	case avail["avx2"]:
-		want = "avx2"
-	case avail["pclmul"]:
-		want = "pclmul"
-	}
-	if got := impl.Active(pkgName); got != want {
-		t.Errorf("active implementation %q, want %q", got, want)
-	}
+	x := cpu.X86
+	kerneltest.CheckImplementations(t, pkgName, kerneltest.FoldWants()[0],
+		kerneltest.Want{Name: "avx2", Can: x.HasSSE42 && x.HasSSE41 && x.HasPCLMULQDQ && x.HasAVX2 && x86.HasVPCLMULQDQ},
+		kerneltest.Want{Name: "pclmul", Can: x.HasSSE42 && x.HasSSE41 && x.HasPCLMULQDQ},
+		kerneltest.Want{Name: "generic", Can: true})
 }
 
 // TestHybridConsts checks the generated merge constants against their

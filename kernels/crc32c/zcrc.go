@@ -45,6 +45,22 @@ func init() {
 	})
 }
 
+// blocksGeneric is Blocks by the portable implementation, block by block;
+// the layout was checked.
+func blocksGeneric(dst []uint32, p []byte, blockLen, stride int) {
+	for i := range dst {
+		off := i * stride
+		dst[i] = updateGeneric(0, p[off:off+blockLen])
+	}
+}
+
+// blocksCopyPortable is BlocksCopy as a copy of the blocks followed by the
+// active Blocks over q; the layout was checked.
+func blocksCopyPortable(dst []uint32, q, p []byte, blockLen, stride int) {
+	layout.Copy(q, p, len(dst), blockLen, stride)
+	blocks(dst, q, blockLen, stride)
+}
+
 // Update returns the result of adding the bytes in p to crc.
 func Update(crc uint32, p []byte) uint32 { return update(crc, p) }
 

@@ -16,7 +16,7 @@ import (
 // code); the assembly mirrors crcmath.FoldUpdate and crcmath.Reduce.
 func registerArch() {
 	impl.Register(pkgName, "pmull", cpu.ARM64.HasPMULL, func() {
-		update, blocks = updatePMULL, blocksPMULLGo
+		update, blocks = updatePMULL, blocksPMULL
 	})
 }
 
@@ -33,23 +33,23 @@ const (
 	blocksMin = 32
 )
 
-// foldPMULL returns crc (finalised) updated with p. Preconditions: len(p)
+// foldUpdatePMULL returns crc (finalised) updated with p. Preconditions: len(p)
 // is a positive multiple of 16; t is the package's foldTable.
 //
 //go:noescape
-func foldPMULL(crc uint64, p []byte, t *crcmath.FoldTable) uint64
+func foldUpdatePMULL(crc uint64, p []byte, t *crcmath.FoldTable) uint64
 
-// blocksPMULL stores in crc[j] the finalised CRC-64/NVME (from a start of 0)
+// foldBlocksPMULL stores in crc[j] the finalised CRC-64/NVME (from a start of 0)
 // of the 16·lanes bytes at p[j·stride:], j = 0..3. Preconditions: lanes >= 2;
 // len(p) >= 3·stride + 16·lanes; t is the package's foldTable.
 //
 //go:noescape
-func blocksPMULL(crc *[4]uint64, p []byte, lanes int, stride int, t *crcmath.FoldTable)
+func foldBlocksPMULL(crc *[4]uint64, p []byte, lanes int, stride int, t *crcmath.FoldTable)
 
 func updatePMULL(crc uint64, p []byte) uint64 {
 	if len(p) >= pmullMin {
 		n := len(p) &^ 15
-		crc = foldPMULL(crc, p[:n], &foldTable)
+		crc = foldUpdatePMULL(crc, p[:n], &foldTable)
 		p = p[n:]
 	}
 	if len(p) > 0 {
@@ -58,17 +58,17 @@ func updatePMULL(crc uint64, p []byte) uint64 {
 	return crc
 }
 
-// blocksPMULLGo runs the blocks four at a time through blocksPMULL, finishes
+// blocksPMULL runs the blocks four at a time through foldBlocksPMULL, finishes
 // each block's last blockLen%16 bytes with the table code, and the last
 // len(dst)%4 blocks (or all, when shorter than blocksMin) with updatePMULL.
-func blocksPMULLGo(dst []uint64, p []byte, blockLen, stride int) {
+func blocksPMULL(dst []uint64, p []byte, blockLen, stride int) {
 	i := 0
 	if blockLen >= blocksMin {
 		n := blockLen &^ 15
 		var r [4]uint64
 		for ; i+4 <= len(dst); i += 4 {
 			off := i * stride
-			blocksPMULL(&r, p[off:off+3*stride+blockLen], n/16, stride, &foldTable)
+			foldBlocksPMULL(&r, p[off:off+3*stride+blockLen], n/16, stride, &foldTable)
 			for j, c := range r {
 				if n < blockLen {
 					o := off + j*stride

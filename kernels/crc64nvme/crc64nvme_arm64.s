@@ -71,12 +71,12 @@
 	FMOVD	FOLD_POLY(tab), pl; \
 	VEOR	z.B16, z.B16, z.B16
 
-// func foldPMULL(crc uint64, p []byte, t *crcmath.FoldTable) uint64
+// func foldUpdatePMULL(crc uint64, p []byte, t *crcmath.FoldTable) uint64
 //
 // Eight accumulators (128 bytes per iteration) while 128 bytes remain, then
 // collapsed into one with Fold[1], Fold[2], Fold[4]; inputs shorter than 128 bytes
 // start with one accumulator. The remaining lanes fold one at a time.
-TEXT ·foldPMULL(SB), NOSPLIT, $0-48
+TEXT ·foldUpdatePMULL(SB), NOSPLIT, $0-48
 	MOVD	crc+0(FP), R0
 	MOVD	p_base+8(FP), R1
 	MOVD	p_len+16(FP), R2
@@ -161,14 +161,14 @@ reduce:
 	MOVD	R7, ret+40(FP)
 	RET
 
-// func blocksPMULL(crc *[4]uint64, p []byte, lanes int, stride int, t *crcmath.FoldTable)
+// func foldBlocksPMULL(crc *[4]uint64, p []byte, lanes int, stride int, t *crcmath.FoldTable)
 //
 // The finalised CRCs (from a start of 0) of the first 16·lanes bytes of the
 // four blocks p[0:], p[stride:], p[2·stride:], p[3·stride:], into crc[0..3].
 // Each block has two accumulators one lane apart, so eight independent
 // folds are in flight; they collapse with Fold[1], an odd last lane folds in
 // with Fold[1], and the four blocks are reduced one after the other.
-TEXT ·blocksPMULL(SB), NOSPLIT, $0-56
+TEXT ·foldBlocksPMULL(SB), NOSPLIT, $0-56
 	MOVD	crc+0(FP), R0
 	MOVD	p_base+8(FP), R1
 	MOVD	lanes+32(FP), R2

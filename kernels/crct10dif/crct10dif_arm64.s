@@ -134,8 +134,8 @@ GLOBL t10shuf<>(SB), RODATA|NOPTR, $112
 	MOVD	FT_MU(T), R11    \
 	FMOVD	R11, F27
 
-// func updatePMULL(crc uint16, p []byte, t *crcmath.FoldTable) uint16
-TEXT ·updatePMULL(SB), NOSPLIT, $0-42
+// func foldUpdatePMULL(crc uint16, p []byte, t *crcmath.FoldTable) uint16
+TEXT ·foldUpdatePMULL(SB), NOSPLIT, $0-42
 	MOVHU	crc+0(FP), R0
 	MOVD	p_base+8(FP), R1
 	MOVD	p_len+16(FP), R2
@@ -294,8 +294,8 @@ reduce:
 	MOVH	R0, ret+40(FP)
 	RET
 
-// func blocksPMULL(dst *uint16, p *byte, blockLen, stride int, t *crcmath.FoldTable)
-TEXT ·blocksPMULL(SB), NOSPLIT, $0-40
+// func foldBlocksPMULL(dst *uint16, p *byte, blockLen, stride int, t *crcmath.FoldTable)
+TEXT ·foldBlocksPMULL(SB), NOSPLIT, $0-40
 	MOVD	dst+0(FP), R0
 	MOVD	p+8(FP), R1
 	MOVD	blockLen+16(FP), R2
@@ -594,8 +594,8 @@ bloop:
 	EOR	R13, R11           \
 	LSR	$1, R12
 
-// func updatePMULL8(crc uint16, p []byte, k *pmull8Consts) uint16
-TEXT ·updatePMULL8(SB), NOSPLIT, $0-42
+// func foldUpdatePMULL8(crc uint16, p []byte, k *pmull8Consts) uint16
+TEXT ·foldUpdatePMULL8(SB), NOSPLIT, $0-42
 	MOVHU	crc+0(FP), R0
 	MOVD	p_base+8(FP), R1
 	MOVD	p_len+16(FP), R2
@@ -721,8 +721,8 @@ p8reduce:
 	MOVH	R11, ret+40(FP)
 	RET
 
-// func blocksPMULL8(dst *uint16, p *byte, blockLen, stride int, k *pmull8Consts)
-TEXT ·blocksPMULL8(SB), NOSPLIT, $0-40
+// func foldBlocksPMULL8(dst *uint16, p *byte, blockLen, stride int, k *pmull8Consts)
+TEXT ·foldBlocksPMULL8(SB), NOSPLIT, $0-40
 	MOVD	dst+0(FP), R0
 	MOVD	p+8(FP), R1
 	MOVD	blockLen+16(FP), R2

@@ -4,7 +4,7 @@
 //
 // Run by go generate in kernels/crc32c (crc32c_hybrid_amd64.go):
 //
-//	go run -C ../_asm ./crc32hybrid -out ../crc32c/crc32c_hybrid_amd64.s -stubs ../crc32c/crc32c_hybrid_stubs_amd64.go -pkg crc32c
+//	go run -C ../_asm ./crc32hybrid -out ../crc32c/zhybrid_amd64.s -stubs ../crc32c/zhybrid_amd64.go -pkg crc32c
 //
 // Why two kinds of stream. The CRC32 instruction and the carry-less
 // multiplier are separate execution units. On the AMD EPYC (Zen 3) this was
@@ -30,7 +30,7 @@
 // CRC register (two CRC32Q) is the register after the chunk: each CRC
 // register and each accumulator quadword is multiplied by x^D mod P for its
 // distance D from the end with one PCLMULQDQ (constants and proof in
-// kernels/crc32c/internal/hybridgen). hybridBlocks* reduces every block on
+// kernels/_asm/crcgen). hybridBlocks* reduces every block on
 // its own (four CRC32Q per accumulator), adds the block's last
 // blockLen mod 32 bytes and stores the finalised CRC.
 package main
@@ -325,7 +325,7 @@ func chunk(v variant) {
 	acc := lockstep(v, s, crcs, iter, kf, nil, nil, name)
 
 	Comment("Merge: build V with V·x^32 ≡ the register after the chunk (see",
-		"kernels/crc32c/internal/hybridgen), then two CRC32Q.")
+		"kernels/_asm/crcgen), then two CRC32Q.")
 	kp := Load(Param("k"), GP64())
 	var sum reg.VecVirtual
 	nfold := len(acc)

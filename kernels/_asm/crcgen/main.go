@@ -2,8 +2,9 @@
 // from the CRC's parameters, so that one place defines it:
 //
 //   - zcrc.go: the exported API (Size, Params, the errors, Update, Checksum,
-//     Blocks, BlocksCopy, Combine, New) and the dispatch variables that the
-//     registry sets to the active implementation;
+//     Blocks, BlocksCopy, Combine, New), the dispatch variables that the
+//     registry sets to the active implementation, and the portable Blocks
+//     and BlocksCopy around the package's updateGeneric;
 //   - zcrc_test.go: the shared harness (kerneltest) run on that API, the
 //     fold-table freshness check and the pure-Go fold model;
 //   - zfold_consts.go: the fold and Barrett constants (consts.go has the
@@ -148,6 +149,22 @@ func init() {
 	impl.Register(pkgName, "generic", true, func() {
 		update, blocks, blocksCopy = updateGeneric, blocksGeneric, blocksCopyPortable
 	})
+}
+
+// blocksGeneric is Blocks by the portable implementation, block by block;
+// the layout was checked.
+func blocksGeneric(dst []{{.Word}}, p []byte, blockLen, stride int) {
+	for i := range dst {
+		off := i * stride
+		dst[i] = updateGeneric(0, p[off:off+blockLen])
+	}
+}
+
+// blocksCopyPortable is BlocksCopy as a copy of the blocks followed by the
+// active Blocks over q; the layout was checked.
+func blocksCopyPortable(dst []{{.Word}}, q, p []byte, blockLen, stride int) {
+	layout.Copy(q, p, len(dst), blockLen, stride)
+	blocks(dst, q, blockLen, stride)
 }
 
 // Update returns the result of adding the bytes in p to crc.

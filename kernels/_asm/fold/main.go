@@ -249,16 +249,7 @@ func updateSig(w int) *gotypes.Signature {
 }
 
 func blocksSig(w int, copy bool) *gotypes.Signature {
-	params := []*types.Var{scaffold.Param("dst", types.NewSlice(scaffold.Word(w)))}
-	if copy {
-		params = append(params, scaffold.Param("q", scaffold.Bytes))
-	}
-	params = append(params,
-		scaffold.Param("p", scaffold.Bytes),
-		scaffold.Param("blockLen", scaffold.Int),
-		scaffold.Param("stride", scaffold.Int),
-		scaffold.Param("tab", scaffold.RevFoldTable))
-	return scaffold.Signature(params, nil)
+	return scaffold.BatchSig(copy, scaffold.Param("dst", types.NewSlice(scaffold.Word(w))))
 }
 
 // Register file.

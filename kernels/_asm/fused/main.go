@@ -132,19 +132,9 @@ func generate(cmd []string) (asm, src []byte, err error) {
 
 // blocksSig is the kernels' signature, for the frame argument names.
 func blocksSig(copy bool) *gotypes.Signature {
-	params := []*types.Var{
+	return scaffold.BatchSig(copy,
 		scaffold.Param("dst", types.NewSlice(scaffold.Word(16))),
-		scaffold.Param("sums", types.NewSlice(scaffold.Word(32))),
-	}
-	if copy {
-		params = append(params, scaffold.Param("q", scaffold.Bytes))
-	}
-	params = append(params,
-		scaffold.Param("p", scaffold.Bytes),
-		scaffold.Param("blockLen", scaffold.Int),
-		scaffold.Param("stride", scaffold.Int),
-		scaffold.Param("tab", scaffold.RevFoldTable))
-	return scaffold.Signature(params, nil)
+		scaffold.Param("sums", types.NewSlice(scaffold.Word(32))))
 }
 
 func mem(base reg.Register, disp int) operand.Mem { return operand.Mem{Base: base, Disp: disp} }

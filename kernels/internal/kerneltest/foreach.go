@@ -116,3 +116,44 @@ func hasCPUFlags(flags []string) bool {
 	}
 	return false
 }
+
+// Want is an implementation CheckImplementations expects, and whether the
+// CPU can run it by the test's own reading of the CPU features.
+type Want struct {
+	Name string
+	Can  bool
+}
+
+// CheckImplementations checks pkg's registry against want, best first:
+// each is registered, available exactly when the CPU can run it, and,
+// unless DIFCTL_KERNELS forces a choice, the first one the CPU can run is
+// the active one. A registration mistake fails here rather than falling
+// back silently to a slower path.
+func CheckImplementations(t *testing.T, pkg string, want ...Want) {
+	t.Helper()
+	list := impl.List(pkg)
+	for _, w := range want {
+		i := slices.IndexFunc(list, func(im impl.Impl) bool { return im.Name == w.Name })
+		switch {
+		case i < 0:
+			t.Errorf("%s/%s is not registered", pkg, w.Name)
+		case w.Can && !list[i].Available:
+			t.Errorf("the CPU has the features of %s/%s but it is not available", pkg, w.Name)
+		case !w.Can && list[i].Available:
+			t.Errorf("%s/%s is available but the CPU lacks its features", pkg, w.Name)
+		case !w.Can:
+			t.Logf("%s/%s: the CPU lacks its features; not run on this machine", pkg, w.Name)
+		}
+	}
+	if _, forced := impl.Forced(pkg); forced {
+		return
+	}
+	for _, w := range want {
+		if w.Can {
+			if a := impl.Active(pkg); a != w.Name {
+				t.Errorf("%s: active implementation %q, want %q", pkg, a, w.Name)
+			}
+			return
+		}
+	}
+}

@@ -180,3 +180,21 @@ func LookupCRC(flag string) (CRC, error) {
 	}
 	return c, nil
 }
+
+// BatchSig is the signature of every batch kernel: the outputs (one
+// guard slice, or a guard and a sum slice), then q (the copying kernels'
+// destination), p, blockLen, stride and the fold table:
+//
+//	func name(dst []W[, sums []uint32][, q], p []byte, blockLen, stride int, tab *crcmath.RevFoldTable)
+func BatchSig(copy bool, outs ...*types.Var) *gotypes.Signature {
+	params := outs
+	if copy {
+		params = append(params, Param("q", Bytes))
+	}
+	params = append(params,
+		Param("p", Bytes),
+		Param("blockLen", Int),
+		Param("stride", Int),
+		Param("tab", RevFoldTable))
+	return Signature(params, nil)
+}
