@@ -13,3 +13,4 @@
 package crc32c
 
 //go:generate go run -C ../_asm ./crcgen -crc crc32c -dir ../crc32c
+//go:generate go run -C ../_asm ./fold -crc crc32c -dir ../crc32c

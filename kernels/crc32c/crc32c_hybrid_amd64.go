@@ -30,19 +30,16 @@ var (
 
 const (
 	// hybridMin is the shortest input Update runs through the hybrid chunk
-	// kernel; below it one CRC32 stream (hybridShort) is faster. Measured
-	// on AMD EPYC (Zen 3) against hash/crc32: see cutoffs_amd64_test.go.
+	// kernel; below it one CRC32 stream (hybridShort) is faster (README,
+	// "Why the kernels are shaped as they are").
 	hybridMin = 512
 	// hybridBlocksMin is the shortest block Blocks runs six at a time;
 	// shorter blocks go one at a time through update.
 	hybridBlocksMin = 64
 	// hybridPrefetchMax is the longest block Blocks runs through the
 	// prefetching kernels (hybridBlocksPrefetch*), which load the next group
-	// of six blocks into L1 while they work on this one. From DRAM (64 MiB,
-	// BenchmarkKernelDRAM) that made 512-byte blocks 1.2-1.3 times faster on
-	// an AMD EPYC (Zen 3); 4096-byte blocks gained nothing there and lost a
-	// quarter from cache (1 MiB), where two groups, 48 KiB, no longer fit
-	// the 32 KiB L1. Up to 2048 bytes two groups fit.
+	// of six blocks into L1 while they work on this one: up to 2048 bytes
+	// two groups fit the 32 KiB L1 (README, as above).
 	hybridPrefetchMax = 2048
 )
 

@@ -14,3 +14,4 @@
 package crc64nvme
 
 //go:generate go run -C ../_asm ./crcgen -crc crc64nvme -dir ../crc64nvme
+//go:generate go run -C ../_asm ./fold -crc crc64nvme -dir ../crc64nvme

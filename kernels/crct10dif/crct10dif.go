@@ -13,3 +13,4 @@
 package crct10dif
 
 //go:generate go run -C ../_asm ./crcgen -crc t10dif -dir ../crct10dif
+//go:generate go run -C ../_asm ./fold -crc t10dif -dir ../crct10dif

@@ -2,7 +2,9 @@
 // the checksum kernels. Every kernel package runs Run, Fuzz and Bench on its
 // own API; Run and Bench repeat everything for every implementation the CPU
 // can run, selected through the impl registry, and compare each with the
-// bitwise oracle of crcmath.
+// bitwise oracle of crcmath. It also holds the registry's test helpers
+// (ForEach, CheckImplementations), so that programs linking the kernels do
+// not link package testing.
 package kerneltest
 
 import (
