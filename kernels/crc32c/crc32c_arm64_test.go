@@ -7,20 +7,8 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"golang.org/x/sys/cpu"
-
 	"github.com/difctl/difctl/kernels/internal/crcmath"
-	"github.com/difctl/difctl/kernels/internal/kerneltest"
 )
-
-// A CPU that has the extensions must run the implementations that need them.
-func TestArchImplementations(t *testing.T) {
-	t.Logf("cpu: crc32=%v pmull=%v", cpu.ARM64.HasCRC32, cpu.ARM64.HasPMULL)
-	kerneltest.CheckImplementations(t, pkgName,
-		kerneltest.Want{Name: "pmull4way", Can: cpu.ARM64.HasCRC32 && cpu.ARM64.HasPMULL},
-		kerneltest.Want{Name: "crc", Can: cpu.ARM64.HasCRC32},
-		kerneltest.Want{Name: "generic", Can: true})
-}
 
 func TestFourWayK(t *testing.T) {
 	for j := range fourWayK {

@@ -8,22 +8,8 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"golang.org/x/sys/cpu"
-
 	"github.com/difctl/difctl/kernels/internal/crcmath"
-	"github.com/difctl/difctl/kernels/internal/kerneltest"
-	"github.com/difctl/difctl/kernels/internal/x86"
 )
-
-// The kernels that mix CRC32 streams with folds are registered and run
-// where the CPU allows, after avx512.
-func TestHybridAvailable(t *testing.T) {
-	x := cpu.X86
-	kerneltest.CheckImplementations(t, pkgName, kerneltest.FoldWants()[0],
-		kerneltest.Want{Name: "avx2", Can: x.HasSSE42 && x.HasSSE41 && x.HasPCLMULQDQ && x.HasAVX2 && x86.HasVPCLMULQDQ},
-		kerneltest.Want{Name: "pclmul", Can: x.HasSSE42 && x.HasSSE41 && x.HasPCLMULQDQ},
-		kerneltest.Want{Name: "generic", Can: true})
-}
 
 // TestHybridConsts checks the generated merge constants against their
 // definition (kernels/_asm/crcgen).

@@ -20,6 +20,7 @@ var kernel = kerneltest.Kernel[uint32]{
 	New:        func() hash.Hash { return New() },
 	Cutoffs:    archCutoffs,
 	FoldTable:  &foldTable,
+	Wants:      archWants,
 }
 
 func TestKernel(t *testing.T) { kerneltest.Run(t, kernel) }

@@ -5,8 +5,9 @@
 package crc32c
 
 import (
-	"github.com/difctl/difctl/kernels/internal/kerneltest"
 	"testing"
+
+	"github.com/difctl/difctl/kernels/internal/kerneltest"
 )
 
 // The fold kernels are registered, available exactly where the CPU can run

@@ -9,16 +9,7 @@ import (
 	"golang.org/x/sys/cpu"
 
 	"github.com/difctl/difctl/kernels/internal/crcmath"
-	"github.com/difctl/difctl/kernels/internal/kerneltest"
 )
-
-// A CPU with PMULL must run the pmull implementation.
-func TestArchImplementations(t *testing.T) {
-	t.Logf("cpu: pmull=%v", cpu.ARM64.HasPMULL)
-	kerneltest.CheckImplementations(t, pkgName,
-		kerneltest.Want{Name: "pmull", Can: cpu.ARM64.HasPMULL},
-		kerneltest.Want{Name: "generic", Can: true})
-}
 
 // The assembly against the pure-Go fold model it mirrors, lane count by lane
 // count: eight accumulators from 128 bytes, one below.

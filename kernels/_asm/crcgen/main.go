@@ -263,6 +263,7 @@ var kernel = kerneltest.Kernel[{{.Word}}]{
 	New:        func() hash.Hash { return New() },
 	Cutoffs:    archCutoffs,
 	FoldTable:  &foldTable,
+	Wants:      archWants,
 }
 
 func TestKernel(t *testing.T) { kerneltest.Run(t, kernel) }

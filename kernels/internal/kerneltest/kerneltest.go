@@ -42,6 +42,9 @@ type Kernel[T Word] struct {
 	// FoldTable is the package's generated fold table (zfold_consts.go):
 	// Run checks it against crcmath and runs the pure-Go fold model with it.
 	FoldTable *crcmath.FoldTable
+	// Wants are the implementations this build registers, best first, and
+	// whether the CPU can run each (CheckImplementations).
+	Wants []Want
 }
 
 func (k Kernel[T]) oracle(crc T, p []byte) T {
@@ -82,6 +85,7 @@ func Run[T Word](t *testing.T, k Kernel[T]) {
 	t.Run("layout", func(t *testing.T) { testLayoutErrors(t, k) })
 	t.Run("layout-copy", func(t *testing.T) { testCopyLayoutErrors(t, k) })
 	t.Run("foldtable", func(t *testing.T) { testFoldTable(t, k) })
+	t.Run("registry", func(t *testing.T) { CheckImplementations(t, k.Pkg, k.Wants...) })
 }
 
 // The generated table equals what crcmath derives now (go generate is fresh
