@@ -84,6 +84,24 @@ func Asm(ctx *build.Context, cmd []string, pkg string) ([]byte, error) {
 	return printer.NewGoAsm(cfg).Print(f)
 }
 
+// AsmAndStubs is Asm that also returns avo's Go declarations of the
+// functions (for generators whose signatures are Go expressions).
+func AsmAndStubs(ctx *build.Context, cmd []string, pkg string) (asm, stubs []byte, err error) {
+	f, err := ctx.Result()
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := pass.Compile.Execute(f); err != nil {
+		return nil, nil, err
+	}
+	cfg := printer.Config{Name: cmd[2], Argv: cmd, Pkg: pkg}
+	if asm, err = printer.NewGoAsm(cfg).Print(f); err != nil {
+		return nil, nil, err
+	}
+	stubs, err = printer.NewStubs(cfg).Print(f)
+	return asm, stubs, err
+}
+
 // Go formats generated Go source.
 func Go(src []byte) ([]byte, error) {
 	out, err := format.Source(src)
