@@ -54,8 +54,13 @@ func registerFold() {
 	})
 }
 
+// updateAVX512 is Update by foldUpdateAVX512, or by updateGeneric below
+// foldMinAVX512 bytes, both called directly.
 func updateAVX512(crc uint32, p []byte) uint32 {
-	return foldgo.Update(crc, p, foldMinAVX512, foldTables, foldUpdateAVX512, updateGeneric)
+	if len(p) < foldMinAVX512 {
+		return updateGeneric(crc, p)
+	}
+	return foldUpdateAVX512(crc, p, foldTables)
 }
 
 func blocksAVX512(dst []uint32, p []byte, blockLen, stride int) {

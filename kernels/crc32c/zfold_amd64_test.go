@@ -5,9 +5,8 @@
 package crc32c
 
 import (
-	"testing"
-
 	"github.com/difctl/difctl/kernels/internal/kerneltest"
+	"testing"
 )
 
 // The fold kernels are registered, available exactly where the CPU can run

@@ -5,12 +5,11 @@
 package crc64nvme
 
 import (
-	"testing"
-
 	"github.com/difctl/difctl/kernels/internal/crcmath"
 	"github.com/difctl/difctl/kernels/internal/foldgo"
 	"github.com/difctl/difctl/kernels/internal/impl"
 	"github.com/difctl/difctl/kernels/internal/kerneltest"
+	"testing"
 )
 
 // The fold kernels are registered, available exactly where the CPU can run

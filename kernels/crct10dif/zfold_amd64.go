@@ -80,8 +80,13 @@ func registerFold() {
 	})
 }
 
+// updateAVX512 is Update by foldUpdateAVX512, or by updateGeneric below
+// foldMinAVX512 bytes, both called directly.
 func updateAVX512(crc uint16, p []byte) uint16 {
-	return foldgo.Update(crc, p, foldMinAVX512, foldTables, foldUpdateAVX512, updateGeneric)
+	if len(p) < foldMinAVX512 {
+		return updateGeneric(crc, p)
+	}
+	return foldUpdateAVX512(crc, p, foldTables)
 }
 
 func blocksAVX512(dst []uint16, p []byte, blockLen, stride int) {
@@ -94,8 +99,13 @@ func blocksCopyAVX512(dst []uint16, q, p []byte, blockLen, stride int) {
 		foldBlocksCopyAVX512, updateBytes, updateAVX512)
 }
 
+// updateAVX2 is Update by foldUpdateAVX2, or by updateGeneric below
+// foldMinAVX2 bytes, both called directly.
 func updateAVX2(crc uint16, p []byte) uint16 {
-	return foldgo.Update(crc, p, foldMinAVX2, foldTables, foldUpdateAVX2, updateGeneric)
+	if len(p) < foldMinAVX2 {
+		return updateGeneric(crc, p)
+	}
+	return foldUpdateAVX2(crc, p, foldTables)
 }
 
 func blocksAVX2(dst []uint16, p []byte, blockLen, stride int) {
@@ -108,8 +118,13 @@ func blocksCopyAVX2(dst []uint16, q, p []byte, blockLen, stride int) {
 		foldBlocksCopyAVX2, updateBytes, updateAVX2)
 }
 
+// updateAVX is Update by foldUpdateAVX, or by updateGeneric below
+// foldMinAVX bytes, both called directly.
 func updateAVX(crc uint16, p []byte) uint16 {
-	return foldgo.Update(crc, p, foldMinAVX, foldTables, foldUpdateAVX, updateGeneric)
+	if len(p) < foldMinAVX {
+		return updateGeneric(crc, p)
+	}
+	return foldUpdateAVX(crc, p, foldTables)
 }
 
 func blocksAVX(dst []uint16, p []byte, blockLen, stride int) {
@@ -144,8 +159,13 @@ func blocksCopySubAVX(dst []uint16, q, p []byte, blockLen int) {
 	}
 }
 
+// updatePCLMUL is Update by foldUpdatePCLMUL, or by updateGeneric below
+// foldMinPCLMUL bytes, both called directly.
 func updatePCLMUL(crc uint16, p []byte) uint16 {
-	return foldgo.Update(crc, p, foldMinPCLMUL, foldTables, foldUpdatePCLMUL, updateGeneric)
+	if len(p) < foldMinPCLMUL {
+		return updateGeneric(crc, p)
+	}
+	return foldUpdatePCLMUL(crc, p, foldTables)
 }
 
 func blocksPCLMUL(dst []uint16, p []byte, blockLen, stride int) {

@@ -141,8 +141,13 @@ func registerFold() {
 {{- end}}
 }
 {{range .Best}}
+// update{{.Name}} is Update by foldUpdate{{.Name}}, or by updateGeneric below
+// foldMin{{.Name}} bytes, both called directly.
 func update{{.Name}}(crc {{$.Word}}, p []byte) {{$.Word}} {
-	return foldgo.Update(crc, p, foldMin{{.Name}}, foldTables, foldUpdate{{.Name}}, updateGeneric)
+	if len(p) < foldMin{{.Name}} {
+		return updateGeneric(crc, p)
+	}
+	return foldUpdate{{.Name}}(crc, p, foldTables)
 }
 
 func blocks{{.Name}}(dst []{{$.Word}}, p []byte, blockLen, stride int) {

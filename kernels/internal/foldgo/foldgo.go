@@ -1,22 +1,12 @@
 // Package foldgo is the Go side of the fold kernels that is the same for
-// every CRC: the length dispatch of Update and the grouping and tails of
-// Blocks around the assembly of each kernel package.
+// every CRC: the grouping and tails of Blocks and BlocksCopy around the
+// assembly of each kernel package, and the sub-block path of BlocksCopy.
 package foldgo
 
 import "github.com/difctl/difctl/kernels/internal/crcmath"
 
 // Word is a guard type.
 type Word interface{ ~uint16 | ~uint32 | ~uint64 }
-
-// Update runs the fold kernel over p, or small (the table code) when p is
-// shorter than min, which is at least 16, the kernels' minimum.
-func Update[T Word](crc T, p []byte, min int, tab *crcmath.RevFoldTable,
-	fold func(T, []byte, *crcmath.RevFoldTable) T, small func(T, []byte) T) T {
-	if len(p) < min {
-		return small(crc, p)
-	}
-	return fold(crc, p, tab)
-}
 
 // Blocks runs a blocks kernel over groups of blocks: the kernel computes the
 // CRC of each block's whole 16-byte lanes, tail adds the rest of each block,
