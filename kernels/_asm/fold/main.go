@@ -1070,9 +1070,7 @@ func (g *gen) blocks(copy bool) {
 	c.Load(c.Param("blockLen"), blockLen)
 	c.Load(c.Param("stride"), s1)
 	if copy {
-		c.Comment("q - p: the copy of a byte at x goes to x + (q - p).")
-		c.Load(c.Param("q").Base(), rQd)
-		c.SUBQ(p, rQd)
+		scaffold.CopyOffset(c, p, rQd)
 	}
 	c.Comment("Block j of a group starts at p + j*stride.")
 	c.LEAQ(operand.Mem{Base: s1, Index: s1, Scale: 2}, s3)

@@ -326,9 +326,7 @@ func blocks(c *build.Context, mask operand.Mem, suffix string, copy bool) {
 	c.Load(c.Param("p").Base(), rP)
 	c.Load(c.Param("stride"), rS1)
 	if copy {
-		c.Comment("q - p: the copy of a byte at x goes to x + (q - p).")
-		c.Load(c.Param("q").Base(), rQd)
-		c.SUBQ(rP, rQd)
+		scaffold.CopyOffset(c, rP, rQd)
 	}
 	c.Comment("Block j of a group starts at p + j*stride.")
 	c.LEAQ(operand.Mem{Base: rS1, Index: rS1, Scale: 2}, rS3)

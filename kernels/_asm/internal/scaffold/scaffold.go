@@ -26,6 +26,7 @@ import (
 	"github.com/mmcloughlin/avo/gotypes"
 	"github.com/mmcloughlin/avo/pass"
 	"github.com/mmcloughlin/avo/printer"
+	"github.com/mmcloughlin/avo/reg"
 
 	"github.com/difctl/difctl/kernels/internal/crcmath"
 )
@@ -100,6 +101,14 @@ func AsmAndStubs(ctx *build.Context, cmd []string, pkg string) (asm, stubs []byt
 	}
 	stubs, err = printer.NewStubs(cfg).Print(f)
 	return asm, stubs, err
+}
+
+// CopyOffset loads q - p into qd, for a copying batch kernel whose p is in
+// register p: the copy of the byte at x goes to x + qd.
+func CopyOffset(c *build.Context, p, qd reg.Register) {
+	c.Comment("q - p: the copy of a byte at x goes to x + (q - p).")
+	c.Load(c.Param("q").Base(), qd)
+	c.SUBQ(p, qd)
 }
 
 // Go formats generated Go source.
