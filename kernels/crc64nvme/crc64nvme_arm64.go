@@ -39,12 +39,14 @@ const (
 //go:noescape
 func foldUpdatePMULL(crc uint64, p []byte, t *crcmath.FoldTable) uint64
 
-// foldBlocksPMULL stores in crc[j] the finalised CRC-64/NVME (from a start of 0)
-// of the 16·lanes bytes at p[j·stride:], j = 0..3. Preconditions: lanes >= 2;
-// len(p) >= 3·stride + 16·lanes; t is the package's foldTable.
+// foldBlocksPMULL sets dst[i] to the finalised CRC-64/NVME (from a start of
+// 0) of the blockLen bytes at p[i·stride:] for every i, four blocks at a
+// time. Preconditions: len(dst) is a positive multiple of 4; blockLen is a
+// multiple of 16 and at least 32; stride >= blockLen;
+// len(p) >= (len(dst)-1)·stride + blockLen; t is the package's foldTable.
 //
 //go:noescape
-func foldBlocksPMULL(crc *[4]uint64, p []byte, lanes int, stride int, t *crcmath.FoldTable)
+func foldBlocksPMULL(dst []uint64, p []byte, blockLen, stride int, t *crcmath.FoldTable)
 
 func updatePMULL(crc uint64, p []byte) uint64 {
 	if len(p) >= pmullMin {
@@ -62,23 +64,21 @@ func updatePMULL(crc uint64, p []byte) uint64 {
 // each block's last blockLen%16 bytes with the table code, and the last
 // len(dst)%4 blocks (or all, when shorter than blocksMin) with updatePMULL.
 func blocksPMULL(dst []uint64, p []byte, blockLen, stride int) {
-	i := 0
-	if blockLen >= blocksMin {
+	g := len(dst) &^ 3
+	if blockLen < blocksMin {
+		g = 0
+	}
+	if g > 0 {
 		n := blockLen &^ 15
-		var r [4]uint64
-		for ; i+4 <= len(dst); i += 4 {
-			off := i * stride
-			foldBlocksPMULL(&r, p[off:off+3*stride+blockLen], n/16, stride, &foldTable)
-			for j, c := range r {
-				if n < blockLen {
-					o := off + j*stride
-					c = updateGeneric(c, p[o+n:o+blockLen])
-				}
-				dst[i+j] = c
+		foldBlocksPMULL(dst[:g], p, n, stride, &foldTable)
+		if n < blockLen {
+			for i := range dst[:g] {
+				o := i * stride
+				dst[i] = updateGeneric(dst[i], p[o+n:o+blockLen])
 			}
 		}
 	}
-	for ; i < len(dst); i++ {
+	for i := g; i < len(dst); i++ {
 		off := i * stride
 		dst[i] = updatePMULL(0, p[off:off+blockLen])
 	}

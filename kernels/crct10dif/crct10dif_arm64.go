@@ -52,13 +52,15 @@ const (
 //go:noescape
 func foldUpdatePMULL(crc uint16, p []byte, t *crcmath.FoldTable) uint16
 
-// foldBlocksPMULL writes dst[0..7] = Checksum(p[i*stride:][:blockLen]) for
-// eight blocks, with PMULL 64x64.
-// Preconditions: blockLen >= 16, stride >= blockLen, the eight blocks lie
-// in one allocation, dst has eight elements, t is this package's foldTable.
+// foldBlocksPMULL sets dst[i] = Checksum(p[i*stride:][:blockLen]) for
+// every i, eight blocks at a time, with PMULL 64x64. It takes the
+// blockLen%16 bytes of each block's head itself.
+// Preconditions: len(dst) is a positive multiple of 8; blockLen >= 16;
+// stride >= blockLen; len(p) >= (len(dst)-1)*stride + blockLen; t is this
+// package's foldTable.
 //
 //go:noescape
-func foldBlocksPMULL(dst *uint16, p *byte, blockLen, stride int, t *crcmath.FoldTable)
+func foldBlocksPMULL(dst []uint16, p []byte, blockLen, stride int, t *crcmath.FoldTable)
 
 // foldUpdatePMULL8 returns the CRC of p continuing crc, with 8x8 PMULL only.
 // Preconditions: len(p) >= 16, k is p8.
@@ -66,13 +68,12 @@ func foldBlocksPMULL(dst *uint16, p *byte, blockLen, stride int, t *crcmath.Fold
 //go:noescape
 func foldUpdatePMULL8(crc uint16, p []byte, k *pmull8Consts) uint16
 
-// foldBlocksPMULL8 writes dst[0..3] = Checksum(p[i*stride:][:blockLen]) for
-// four blocks, with 8x8 PMULL only.
-// Preconditions: blockLen >= 16, stride >= blockLen, the four blocks lie in
-// one allocation, dst has four elements, k is p8.
+// foldBlocksPMULL8 is foldBlocksPMULL with 8x8 PMULL only, four blocks at a
+// time. Preconditions: those of foldBlocksPMULL with a multiple of 4 for
+// len(dst), and k is p8.
 //
 //go:noescape
-func foldBlocksPMULL8(dst *uint16, p *byte, blockLen, stride int, k *pmull8Consts)
+func foldBlocksPMULL8(dst []uint16, p []byte, blockLen, stride int, k *pmull8Consts)
 
 // pmull8Consts are the constants of the pmull8 kernel, derived at init from
 // foldTable and crcmath; the assembly reads them through a pointer at fixed
@@ -140,11 +141,11 @@ func blocksPMULL(dst []uint16, p []byte, blockLen, stride int) {
 		blocksGeneric(dst, p, blockLen, stride)
 		return
 	}
-	i := 0
-	for ; i+blocksPMULLWays <= len(dst); i += blocksPMULLWays {
-		foldBlocksPMULL(&dst[i], &p[i*stride], blockLen, stride, &foldTable)
+	g := len(dst) - len(dst)%blocksPMULLWays
+	if g > 0 {
+		foldBlocksPMULL(dst[:g], p, blockLen, stride, &foldTable)
 	}
-	for ; i < len(dst); i++ {
+	for i := g; i < len(dst); i++ {
 		dst[i] = foldUpdatePMULL(0, p[i*stride:i*stride+blockLen], &foldTable)
 	}
 }
@@ -154,11 +155,11 @@ func blocksPMULL8(dst []uint16, p []byte, blockLen, stride int) {
 		blocksGeneric(dst, p, blockLen, stride)
 		return
 	}
-	i := 0
-	for ; i+blocksPMULL8Ways <= len(dst); i += blocksPMULL8Ways {
-		foldBlocksPMULL8(&dst[i], &p[i*stride], blockLen, stride, p8)
+	g := len(dst) - len(dst)%blocksPMULL8Ways
+	if g > 0 {
+		foldBlocksPMULL8(dst[:g], p, blockLen, stride, p8)
 	}
-	for ; i < len(dst); i++ {
+	for i := g; i < len(dst); i++ {
 		dst[i] = foldUpdatePMULL8(0, p[i*stride:i*stride+blockLen], p8)
 	}
 }

@@ -294,13 +294,17 @@ reduce:
 	MOVH	R0, ret+40(FP)
 	RET
 
-// func foldBlocksPMULL(dst *uint16, p *byte, blockLen, stride int, t *crcmath.FoldTable)
-TEXT ·foldBlocksPMULL(SB), NOSPLIT, $0-40
-	MOVD	dst+0(FP), R0
-	MOVD	p+8(FP), R1
-	MOVD	blockLen+16(FP), R2
-	MOVD	stride+24(FP), R3
-	MOVD	t+32(FP), R4
+// func foldBlocksPMULL(dst []uint16, p []byte, blockLen, stride int, t *crcmath.FoldTable)
+TEXT ·foldBlocksPMULL(SB), NOSPLIT, $0-72
+	MOVD	dst_base+0(FP), R0
+	MOVD	dst_len+8(FP), R19
+	MOVD	p_base+24(FP), R1
+	MOVD	blockLen+48(FP), R2
+	MOVD	stride+56(FP), R3
+	MOVD	t+64(FP), R4
+
+	// One group of eight blocks a pass; R0 to R4 hold across passes.
+bgroup:
 	MOVD	$t10shuf<>(SB), R5
 	VLD1	(R5), [REV.B16]
 	VEOR	ZERO.B16, ZERO.B16, ZERO.B16
@@ -476,6 +480,10 @@ bloop:
 	MOVH	R16, 12(R0)
 	VMOV	V7.D[0], R16
 	MOVH	R16, 14(R0)
+	ADD	$16, R0
+	ADD	R3<<3, R1, R1
+	SUBS	$8, R19
+	BNE	bgroup
 	RET
 
 #undef KR
@@ -721,13 +729,17 @@ p8reduce:
 	MOVH	R11, ret+40(FP)
 	RET
 
-// func foldBlocksPMULL8(dst *uint16, p *byte, blockLen, stride int, k *pmull8Consts)
-TEXT ·foldBlocksPMULL8(SB), NOSPLIT, $0-40
-	MOVD	dst+0(FP), R0
-	MOVD	p+8(FP), R1
-	MOVD	blockLen+16(FP), R2
-	MOVD	stride+24(FP), R3
-	MOVD	k+32(FP), R4
+// func foldBlocksPMULL8(dst []uint16, p []byte, blockLen, stride int, k *pmull8Consts)
+TEXT ·foldBlocksPMULL8(SB), NOSPLIT, $0-72
+	MOVD	dst_base+0(FP), R0
+	MOVD	dst_len+8(FP), R19
+	MOVD	p_base+24(FP), R1
+	MOVD	blockLen+48(FP), R2
+	MOVD	stride+56(FP), R3
+	MOVD	k+64(FP), R4
+
+	// One group of four blocks a pass; R0 to R4 hold across passes.
+b8group:
 	MOVD	$t10shuf<>(SB), R5
 	LOAD_P8_SHUF(R5)
 	FMOVQ	16(R4), F4 // Fold[1]
@@ -814,4 +826,8 @@ b8loop:
 	MOVH	R11, 4(R0)
 	P8REDUCE(V3, R4)
 	MOVH	R11, 6(R0)
+	ADD	$8, R0
+	ADD	R3<<2, R1, R1
+	SUBS	$4, R19
+	BNE	b8group
 	RET
