@@ -6,6 +6,7 @@ import (
 	"golang.org/x/sys/cpu"
 
 	"github.com/difctl/difctl/kernels/internal/crcmath"
+	"github.com/difctl/difctl/kernels/internal/foldgo"
 	"github.com/difctl/difctl/kernels/internal/impl"
 )
 
@@ -60,26 +61,10 @@ func updatePMULL(crc uint64, p []byte) uint64 {
 	return crc
 }
 
-// blocksPMULL runs the blocks four at a time through foldBlocksPMULL, finishes
-// each block's last blockLen%16 bytes with the table code, and the last
-// len(dst)%4 blocks (or all, when shorter than blocksMin) with updatePMULL.
+// blocksPMULL runs the blocks four at a time through foldBlocksPMULL
+// (foldgo.Blocks): the table code finishes each block's last blockLen%16
+// bytes, and updatePMULL the last len(dst)%4 blocks, or all of them when
+// they are shorter than blocksMin.
 func blocksPMULL(dst []uint64, p []byte, blockLen, stride int) {
-	g := len(dst) &^ 3
-	if blockLen < blocksMin {
-		g = 0
-	}
-	if g > 0 {
-		n := blockLen &^ 15
-		foldBlocksPMULL(dst[:g], p, n, stride, &foldTable)
-		if n < blockLen {
-			for i := range dst[:g] {
-				o := i * stride
-				dst[i] = updateGeneric(dst[i], p[o+n:o+blockLen])
-			}
-		}
-	}
-	for i := g; i < len(dst); i++ {
-		off := i * stride
-		dst[i] = updatePMULL(0, p[off:off+blockLen])
-	}
+	foldgo.Blocks(dst, p, blockLen, stride, 16, 4, blocksMin, &foldTable, foldBlocksPMULL, updateGeneric, updatePMULL)
 }

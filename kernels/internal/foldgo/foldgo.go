@@ -11,10 +11,11 @@ type Word interface{ ~uint16 | ~uint32 | ~uint64 }
 // Blocks runs a blocks kernel over groups of blocks: the kernel computes the
 // CRC of each block's whole 16-byte lanes, tail adds the rest of each block,
 // and blocks that do not fill a group of group blocks, or blocks shorter
-// than a vector (vec) or minBlockLen, go through update one at a time. The
-// layout must have been checked.
-func Blocks[T Word](dst []T, p []byte, blockLen, stride, vec, group, minBlockLen int, tab *crcmath.RevFoldTable,
-	kernel func([]T, []byte, int, int, *crcmath.RevFoldTable), tail, update func(T, []byte) T) {
+// than a vector (vec) or minBlockLen, go through update one at a time. tab
+// is the kernel's constants (a *crcmath.RevFoldTable on amd64, a
+// *crcmath.FoldTable on arm64). The layout must have been checked.
+func Blocks[T Word, Tab any](dst []T, p []byte, blockLen, stride, vec, group, minBlockLen int, tab Tab,
+	kernel func([]T, []byte, int, int, Tab), tail, update func(T, []byte) T) {
 	g := len(dst) - len(dst)%group
 	if blockLen < max(vec, minBlockLen) {
 		g = 0
