@@ -60,7 +60,7 @@ crct10dif  updateGeneric      loop:2     1  crct10dif generic: bytewise tail (Go
 crc32c     crcHW.abi0                        loop:1    64  crc32c crc: one CRC32CX stream
 crc32c     crc4way.abi0                      loop:1   128  crc32c pmull4way: 4 CRC32CX streams
 crc32c     crc4way.abi0                      entry      0  crc32c pmull4way: set-up, first loads
-crc32c     crcBlocks4.abi0                   loop:1   128  crc32c Blocks: 4 blocks on 4 streams
+crc32c     crcBlocks.abi0                    loop:1   128  crc32c Blocks: 4 blocks on 4 streams
 crc32c     hash/crc32.castagnoliUpdate.abi0  loop:1    16  crc32c generic: hash/crc32 CRC32CX loop
 crc32c     hash/crc32.slicingUpdate          loop:1     8  crc32c generic without CRC32: slicing-by-8 (Go)
 crc64nvme  foldUpdatePMULL.abi0                    loop:1   128  crc64nvme pmull: 8 accumulators
