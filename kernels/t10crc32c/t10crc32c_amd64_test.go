@@ -6,7 +6,6 @@ import (
 	"reflect"
 	"sync"
 	"testing"
-	"unsafe"
 
 	"github.com/difctl/difctl/kernels/crc32c"
 	"github.com/difctl/difctl/kernels/crct10dif"
@@ -19,20 +18,10 @@ import (
 // The fused kernel reads crcmath.RevFoldTable at the offsets its generator
 // assumed (zfused_amd64.go).
 func TestFusedTableOffsets(t *testing.T) {
-	var tab crcmath.RevFoldTable
-	for _, c := range []struct {
-		name      string
-		got, want uintptr
-	}{
-		{"Fold", unsafe.Offsetof(tab.Fold), fusedTableFold},
-		{"Final", unsafe.Offsetof(tab.Final), fusedTableFinal},
-		{"Mu", unsafe.Offsetof(tab.Mu), fusedTableMu},
-		{"Poly", unsafe.Offsetof(tab.Poly), fusedTablePoly},
-	} {
-		if c.got != c.want {
-			t.Errorf("FoldTable.%s at %d, the fused kernel assumes %d", c.name, c.got, c.want)
-		}
-	}
+	kerneltest.CheckFoldOffsets(t, kerneltest.FoldOffsets{
+		Fold: fusedTableFold, Final: fusedTableFinal, Mu: fusedTableMu,
+		Poly: fusedTablePoly, Rev: fusedTableRev, Size: fusedTableSize,
+	})
 }
 
 // Each implementation dispatches as documented: avx2 the YMM fused kernel,

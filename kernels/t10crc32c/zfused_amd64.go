@@ -12,6 +12,8 @@ const (
 	fusedTableFinal = 1040
 	fusedTableMu    = 1056
 	fusedTablePoly  = 1064
+	fusedTableRev   = 1072
+	fusedTableSize  = 2112
 )
 
 // Shape of the fused kernels: blocks per group, shortest block.

@@ -442,6 +442,8 @@ const (
 	fusedTableFinal = %d
 	fusedTableMu    = %d
 	fusedTablePoly  = %d
+	fusedTableRev   = %d
+	fusedTableSize  = %d
 )
 
 // Shape of the fused kernels: blocks per group, shortest block.
@@ -450,7 +452,7 @@ const (
 	fusedMinLen = %d
 )
 
-`, tableFold, tableFinal, tableMu, tablePoly, group, minLen)
+`, tableFold, tableFinal, tableMu, tablePoly, scaffold.TableRev, scaffold.TableSize, group, minLen)
 	for _, v := range variants {
 		desc, cpu := "a 32-byte VPCLMULQDQ fold accumulator (YMM, VEX\n// encodings)", "AVX2, VPCLMULQDQ and SSE4.2"
 		if v.vecLen == 16 {
