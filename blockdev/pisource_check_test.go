@@ -9,6 +9,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/difctl/difctl/blockdev/faultdev"
 	"github.com/difctl/difctl/dif"
 )
 
@@ -308,9 +309,9 @@ func TestPISourceErrors(t *testing.T) {
 	}
 }
 
-// faultySource returns a PISource over x held in a FaultDevice, for
+// faultySource returns a PISource over x held in a faultdev.Device, for
 // transient and permanent read faults.
-func faultySource(t *testing.T, x *piFixture) (*PISource, *FaultDevice) {
+func faultySource(t *testing.T, x *piFixture) (*PISource, *faultdev.Device) {
 	t.Helper()
 	if x.f.Layout() != dif.Interleaved {
 		t.Fatal("faultySource: interleaved fixtures only")
@@ -322,7 +323,7 @@ func faultySource(t *testing.T, x *piFixture) (*PISource, *FaultDevice) {
 	if _, err := m.WriteAt(x.data, 0); err != nil {
 		t.Fatal(err)
 	}
-	fd, err := NewFaultDevice(m, FaultOptions{})
+	fd, err := faultdev.New(m, faultdev.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -342,22 +343,22 @@ func TestPISourceRereads(t *testing.T) {
 	ss := int64(520)
 	for _, c := range []struct {
 		name    string
-		fault   Fault
+		fault   faultdev.Fault
 		rereads int
 		want    []Problem // LBA, Kind, Transient
 		stats   RunStats
 	}{
-		{"fault=corrupt-once/rereads=0", Fault{Kind: CorruptRead, Bit: (9*ss + 100) * 8, Times: 1}, 0,
+		{"fault=corrupt-once/rereads=0", faultdev.Fault{Kind: faultdev.CorruptRead, Bit: (9*ss + 100) * 8, Times: 1}, 0,
 			[]Problem{{LBA: 9, Kind: KindGuard}}, RunStats{Blocks: blocks, OK: blocks - 1, Failed: 1}},
-		{"fault=corrupt-once/rereads=1", Fault{Kind: CorruptRead, Bit: (9*ss + 100) * 8, Times: 1}, 1,
+		{"fault=corrupt-once/rereads=1", faultdev.Fault{Kind: faultdev.CorruptRead, Bit: (9*ss + 100) * 8, Times: 1}, 1,
 			[]Problem{{LBA: 9, Kind: KindGuard, Transient: true}}, RunStats{Blocks: blocks, OK: blocks, Transient: 1}},
-		{"fault=corrupt-always/rereads=3", Fault{Kind: CorruptRead, Bit: (9*ss + 100) * 8}, 3,
+		{"fault=corrupt-always/rereads=3", faultdev.Fault{Kind: faultdev.CorruptRead, Bit: (9*ss + 100) * 8}, 3,
 			[]Problem{{LBA: 9, Kind: KindGuard}}, RunStats{Blocks: blocks, OK: blocks - 1, Failed: 1}},
-		{"fault=eio-once/rereads=0", Fault{Kind: FailRead, Off: 20 * ss, Len: 1, Times: 2}, 0,
+		{"fault=eio-once/rereads=0", faultdev.Fault{Kind: faultdev.FailRead, Off: 20 * ss, Len: 1, Times: 2}, 0,
 			[]Problem{{LBA: 20, Kind: KindIO}}, RunStats{Blocks: blocks, OK: blocks - 1, Failed: 1}},
-		{"fault=eio-twice/rereads=1", Fault{Kind: FailRead, Off: 20 * ss, Len: 1, Times: 2}, 1,
+		{"fault=eio-twice/rereads=1", faultdev.Fault{Kind: faultdev.FailRead, Off: 20 * ss, Len: 1, Times: 2}, 1,
 			[]Problem{{LBA: 20, Kind: KindIO, Transient: true}}, RunStats{Blocks: blocks, OK: blocks, Transient: 1}},
-		{"fault=eio-always/rereads=2", Fault{Kind: FailRead, Off: 20*ss + 7, Len: ss + 1}, 2,
+		{"fault=eio-always/rereads=2", faultdev.Fault{Kind: faultdev.FailRead, Off: 20*ss + 7, Len: ss + 1}, 2,
 			[]Problem{{LBA: 20, Kind: KindIO}, {LBA: 21, Kind: KindIO}}, RunStats{Blocks: blocks, OK: blocks - 2, Failed: 2}},
 	} {
 		t.Run(c.name, func(t *testing.T) {

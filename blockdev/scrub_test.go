@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/difctl/difctl/blockdev/faultdev"
 	"github.com/difctl/difctl/dif"
 	"github.com/difctl/difctl/store"
 )
@@ -200,10 +201,10 @@ func TestScrubErrors(t *testing.T) {
 func TestScrubTransient(t *testing.T) {
 	x := newFixture(t, "512+8", dif.Interleaved, 128, nil, []hit{{100, dif.FieldData, 9}})
 	s, fd := faultySource(t, x)
-	if _, err := fd.Inject(Fault{Kind: CorruptRead, Bit: (30*520 + 1) * 8, Times: 1}); err != nil {
+	if _, err := fd.Inject(faultdev.Fault{Kind: faultdev.CorruptRead, Bit: (30*520 + 1) * 8, Times: 1}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := fd.Inject(Fault{Kind: FailRead, Off: 70 * 520, Len: 1}); err != nil {
+	if _, err := fd.Inject(faultdev.Fault{Kind: faultdev.FailRead, Off: 70 * 520, Len: 1}); err != nil {
 		t.Fatal(err)
 	}
 	var got []Finding
