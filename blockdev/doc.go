@@ -1,6 +1,6 @@
-// Package blockdev provides the devices that difctl protects and verifies,
-// the protected [Volume] built on them, the sources of protection
-// information that need no store, and the scrub engine.
+// Package blockdev owns the devices that difctl protects and verifies, the
+// protected [Volume] built on them, and the sources of protection
+// information that need no store.
 //
 // # Volumes
 //
@@ -52,17 +52,12 @@
 // verification because of the crash; a block torn inside itself (4 KiB blocks
 // over 512-byte sectors) is reported as torn, never silently fixed.
 //
-// # Checking and scrubbing
+// # Checking
 //
 // A [CheckSource] is anything whose blocks can be verified in runs: a
 // Volume, or a [PISource] over an extended-LBA image ([NewExtendedSource]) or
-// a DIX pair ([NewDIXSource]). [Scrub] streams over a source with parallel
-// workers and bounded memory, honours a [RateLimiter] that can change while
-// it runs, persists its cursor and findings through a [ScrubState] (in the
-// store, [NewStoreScrubState], or in a file, [OpenFileScrubState]) so that a
-// killed scrub resumes where it stopped, rechecks only the open findings in
-// errors-only mode, and reports findings in LBA order. [WriteBadblocks] and
-// [WriteMapfile] turn them into a badblocks list or a GNU ddrescue mapfile.
+// a DIX pair ([NewDIXSource]). The scrub engine that streams over one, with
+// its state, findings and rate limiter, is package blockdev/scrub.
 //
 // # Devices
 //
@@ -85,14 +80,10 @@
 //     falling back to buffered I/O otherwise; see [File.DirectIO]); unaligned
 //     caller buffers then go through aligned bounce buffers ([AlignedBuffer]
 //     allocates buffers that need none). [CreateImage] makes a sparse image.
-//   - [NewMemDevice] is a sparse in-memory device.
-//   - [NewFaultDevice] wraps any device for tests: it flips bits, tears,
-//     drops and misdirects writes, fails chosen ranges with EIO transiently or
-//     permanently, counts steps, and simulates a crash that loses every write
-//     not covered by a completed Sync (optionally keeping a seeded random
-//     subset of unsynced sectors, which models page-cache writeback and torn
-//     writes). [FaultDevice.Reopen] then yields the device as found after the
-//     crash.
+//   - [NewMemDevice] is a sparse in-memory device. The fault-injecting
+//     device of the tests is package blockdev/faultdev; it builds on
+//     package blockdev/device, which holds the Device contract that this
+//     package re-exports.
 //
 // Optional capabilities are discovered by type assertion and kept small:
 // [Discarder], [DataFinder] (SEEK_DATA/SEEK_HOLE; see [DataExtents]),

@@ -74,16 +74,16 @@ func newFixture(t testing.TB, format string, layout dif.Layout, blocks int, unwr
 }
 
 // badSet returns the (LBA, Kind) pairs a scrub must report.
-func (x *piFixture) badSet() []Finding {
-	var out []Finding
+func (x *piFixture) badSet() []Problem {
+	var out []Problem
 	for _, h := range x.hits {
-		out = append(out, Finding{LBA: int64(h.lba), Kind: h.kind()})
+		out = append(out, Problem{LBA: int64(h.lba), Kind: h.kind()})
 	}
-	slices.SortFunc(out, cmpFinding)
-	return slices.CompactFunc(out, func(a, b Finding) bool { return cmpFinding(a, b) == 0 })
+	slices.SortFunc(out, cmpProblem)
+	return slices.CompactFunc(out, func(a, b Problem) bool { return cmpProblem(a, b) == 0 })
 }
 
-func cmpFinding(a, b Finding) int {
+func cmpProblem(a, b Problem) int {
 	if a.LBA != b.LBA {
 		if a.LBA < b.LBA {
 			return -1
@@ -97,15 +97,6 @@ func cmpFinding(a, b Finding) int {
 		return 1
 	}
 	return 0
-}
-
-// keys strips findings to (LBA, Kind), keeping their order.
-func keys(fs []Finding) []Finding {
-	out := make([]Finding, len(fs))
-	for i, f := range fs {
-		out[i] = Finding{LBA: f.LBA, Kind: f.Kind}
-	}
-	return out
 }
 
 // write stores the fixture in files under dir and returns its paths
@@ -186,7 +177,7 @@ func TestPISourceCheckRun(t *testing.T) {
 						t.Fatalf("geometry %d x %d", s.Blocks(), s.BlockSize())
 					}
 					scratch := make([]byte, s.ScratchSize(run))
-					var got []Finding
+					var got []Problem
 					var total RunStats
 					for lba := int64(0); lba < blocks; lba += int64(run) {
 						n := int(min(int64(run), blocks-lba))
@@ -194,7 +185,7 @@ func TestPISourceCheckRun(t *testing.T) {
 							if p.LBA < lba || p.LBA >= lba+int64(n) || p.Transient || p.Err == nil {
 								t.Errorf("problem %+v outside run %d+%d", p, lba, n)
 							}
-							got = append(got, Finding{LBA: p.LBA, Kind: p.Kind})
+							got = append(got, Problem{LBA: p.LBA, Kind: p.Kind})
 						})
 						if err != nil {
 							t.Fatal(err)

@@ -635,7 +635,7 @@ func TestVolumeTupleCache(t *testing.T) {
 			}
 			tv.check()
 			s2 := tv.v.Stats()
-			if _, err := Scrub(context.Background(), tv.v, ScrubOptions{}); err != nil {
+			if _, err := checkAll(context.Background(), tv.v, CheckOptions{}); err != nil {
 				t.Fatal(err)
 			}
 			if s3 := tv.v.Stats(); s3.TupleCacheHits != s2.TupleCacheHits || s3.TupleCacheMisses != s2.TupleCacheMisses {

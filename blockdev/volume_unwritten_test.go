@@ -215,7 +215,7 @@ func TestVolumeUnwrittenData(t *testing.T) {
 					}
 					// Zeros written behind the volume's back are fine.
 					poke(make([]byte, bs), blk*int64(bs))
-					if rep, err := Scrub(context.Background(), v, ScrubOptions{}); err != nil || rep.Failed != 0 {
+					if rep, err := checkAll(context.Background(), v, CheckOptions{}); err != nil || rep.Failed != 0 {
 						t.Fatalf("zeros in an unwritten block: %+v, %v", rep, err)
 					}
 					junk := pattern(bs, 3)
@@ -242,7 +242,7 @@ func TestVolumeUnwrittenData(t *testing.T) {
 					if err != nil || st.Failed != 1 || len(probs) != 1 || probs[0].LBA != blk || probs[0].Kind != KindUnwrittenData {
 						t.Fatalf("CheckRun: %+v %v %+v", st, err, probs)
 					}
-					rep, err := Scrub(context.Background(), v, ScrubOptions{Check: CheckOptions{Rereads: 1}})
+					rep, err := checkAll(context.Background(), v, CheckOptions{Rereads: 1})
 					if err != nil || rep.Failed != 1 || rep.Failures[KindUnwrittenData] != 1 {
 						t.Fatalf("Scrub: %+v, %v", rep, err)
 					}
@@ -295,7 +295,7 @@ func TestVolumeHolesNotRead(t *testing.T) {
 	}
 	defer v.Close()
 	rc.bytes.Store(0)
-	rep, err := Scrub(context.Background(), v, ScrubOptions{})
+	rep, err := checkAll(context.Background(), v, CheckOptions{})
 	if err != nil || rep.Failed != 0 || rep.OK != (1<<20)/bs || rep.Unwritten != (7<<20)/bs {
 		t.Fatalf("%+v, %v", rep, err)
 	}

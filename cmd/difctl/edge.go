@@ -12,7 +12,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/difctl/difctl/blockdev"
+	"github.com/difctl/difctl/blockdev/scrub"
 	"github.com/difctl/difctl/store"
 	"github.com/spf13/cobra"
 )
@@ -170,7 +170,7 @@ func closeOverwritten(tup *store.Tuples, lba, n int64) (int, error) {
 		}
 	}
 	for i, f := range open {
-		if _, err := tup.SetFindingState(f.LBA, f.Field, blockdev.FindingClosed, i == len(open)-1); err != nil {
+		if _, err := tup.SetFindingState(f.LBA, f.Field, scrub.FindingClosed, i == len(open)-1); err != nil {
 			return i, err
 		}
 	}

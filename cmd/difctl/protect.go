@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/difctl/difctl/blockdev"
+	"github.com/difctl/difctl/blockdev/scrub"
 	"github.com/difctl/difctl/dif"
 	"github.com/difctl/difctl/store"
 	"github.com/dustin/go-humanize"
@@ -346,7 +347,7 @@ func withRate(dev *blockdev.File, rate int64) (func(ctx context.Context) blockde
 	if rate <= 0 {
 		return func(context.Context) blockdev.Device { return dev }, nil
 	}
-	l := blockdev.NewRateLimiter(rate)
+	l := scrub.NewRateLimiter(rate)
 	return func(ctx context.Context) blockdev.Device { return &limitedDevice{File: dev, l: l, ctx: ctx} }, nil
 }
 
@@ -354,7 +355,7 @@ func withRate(dev *blockdev.File, rate int64) (func(ctx context.Context) blockde
 // that holes are still skipped.
 type limitedDevice struct {
 	*blockdev.File
-	l   *blockdev.RateLimiter
+	l   *scrub.RateLimiter
 	ctx context.Context
 }
 

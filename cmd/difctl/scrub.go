@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/difctl/difctl/blockdev"
+	"github.com/difctl/difctl/blockdev/scrub"
 	"github.com/difctl/difctl/dif"
 	"github.com/difctl/difctl/store"
 	"github.com/spf13/cobra"
@@ -126,8 +127,8 @@ cached copy.
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o := opts
 			o.globalOptions, o.Image, o.Range, o.Rate, o.Store = *g, args[0], pf.rng, rate.n, store
-			if o.Workers < 0 || o.Workers > blockdev.MaxScrubWorkers {
-				return usageErrorf("--workers must be 0 (the number of CPUs) to %d, not %d", blockdev.MaxScrubWorkers, o.Workers)
+			if o.Workers < 0 || o.Workers > scrub.MaxWorkers {
+				return usageErrorf("--workers must be 0 (the number of CPUs) to %d, not %d", scrub.MaxWorkers, o.Workers)
 			}
 			o.BadblocksBS = badBS.n
 			if badBS.n != 0 && o.Badblocks == "" {
@@ -211,13 +212,13 @@ func runScrub(ctx context.Context, opts scrubOptions, stdout, stderr io.Writer) 
 		return err
 	}
 	end := start + count
-	state, err := blockdev.NewStoreScrubState(tup, scrubName)
+	state, err := scrub.NewStoreState(tup, scrubName)
 	if err != nil {
 		return err
 	}
 	// The bad blocks of the pass: those a resumed pass found before it
 	// stopped come from the findings log, the rest as they are found.
-	var bad blockdev.BadRanges
+	var bad scrub.BadRanges
 	earlier := map[string]int64{} // failures by kind found before a resume
 	if !opts.Restart && !opts.ErrorsOnly {
 		if c, ok, err := state.LoadCursor(start, end); err == nil && ok && c.Next > start && c.Next < end {
@@ -243,14 +244,14 @@ func runScrub(ctx context.Context, opts scrubOptions, stdout, stderr io.Writer) 
 	bs := int64(src.BlockSize())
 	var prog progress = noProgress{}
 	var done int64
-	so := blockdev.ScrubOptions{
+	so := scrub.Options{
 		Start: start, End: end,
 		Workers:    opts.Workers,
 		Check:      blockdev.CheckOptions{Uncached: opts.Uncached, Rereads: opts.Rereads},
 		State:      state,
 		Resume:     !opts.Restart,
 		ErrorsOnly: opts.ErrorsOnly,
-		OnFinding: func(fd blockdev.Finding) error {
+		OnFinding: func(fd scrub.Finding) error {
 			if fd.Bad() {
 				bad.AddFinding(fd)
 			}
@@ -258,7 +259,7 @@ func runScrub(ctx context.Context, opts scrubOptions, stdout, stderr io.Writer) 
 			return fw.err
 		},
 		MaxFindings: -1,
-		Progress: func(p blockdev.ScrubProgress) {
+		Progress: func(p scrub.Progress) {
 			if _, ok := prog.(noProgress); ok && p.Total > 0 && !opts.Quiet && isTerminal(stderr) {
 				prog = newProgress(stderr, opts.Quiet, p.Total, "scrub "+opts.Image)
 			}
@@ -268,9 +269,9 @@ func runScrub(ctx context.Context, opts scrubOptions, stdout, stderr io.Writer) 
 		ProgressInterval: 200 * time.Millisecond,
 	}
 	if opts.Rate > 0 {
-		so.Limiter = blockdev.NewRateLimiter(opts.Rate)
+		so.Limiter = scrub.NewRateLimiter(opts.Rate)
 	}
-	rep, err := blockdev.Scrub(ctx, src, so)
+	rep, err := scrub.Run(ctx, src, so)
 	prog.Finish()
 	if rep == nil {
 		if err != nil && ctx.Err() != nil {
@@ -317,7 +318,7 @@ func runScrub(ctx context.Context, opts scrubOptions, stdout, stderr io.Writer) 
 	if rep.Complete || rep.ErrorsOnly {
 		if opts.Badblocks != "" {
 			if err := writeFileWith(opts.Badblocks, func(w io.Writer) error {
-				return blockdev.WriteBadblocks(w, bad.Ranges(), int(bs), listBS)
+				return scrub.WriteBadblocks(w, bad.Ranges(), int(bs), listBS)
 			}); err != nil {
 				return err
 			}
@@ -325,7 +326,7 @@ func runScrub(ctx context.Context, opts scrubOptions, stdout, stderr io.Writer) 
 		}
 		if opts.Mapfile != "" {
 			if err := writeFileWith(opts.Mapfile, func(w io.Writer) error {
-				return blockdev.WriteMapfile(w, bad.Ranges(), blockdev.MapfileOptions{
+				return scrub.WriteMapfile(w, bad.Ranges(), scrub.MapfileOptions{
 					BlockSize: int(bs), Blocks: src.Blocks(), Start: start, End: end,
 					Comments: []string{"Command line: " + commandLine(opts.Args), "Start time: " + time.Now().Add(-rep.Elapsed).Format("2006-01-02 15:04:05")},
 				})
@@ -382,8 +383,8 @@ func runScrub(ctx context.Context, opts scrubOptions, stdout, stderr io.Writer) 
 
 // reportFinding writes a scrub finding: failures as verify does, and
 // findings an errors-only scrub closed as resolved.
-func (fw *findings) reportFinding(fd blockdev.Finding) {
-	if fd.State == blockdev.FindingRecheckedOK && !fd.Transient {
+func (fw *findings) reportFinding(fd scrub.Finding) {
+	if fd.State == scrub.FindingRecheckedOK && !fd.Transient {
 		if fw.err != nil {
 			return
 		}

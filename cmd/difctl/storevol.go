@@ -173,7 +173,7 @@ func storeOpenError(image, url string, err error) error {
 // storeCause shortens a store error for a one-line message.
 func storeCause(err error) string {
 	s := oneLine(err.Error())
-	for _, p := range []string{"store: ", "blockdev: "} {
+	for _, p := range []string{"store: ", "blockdev: ", "scrub: "} {
 		s = strings.TrimPrefix(s, p)
 	}
 	return s
