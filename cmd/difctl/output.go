@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strings"
 )
 
 // schemaVersion is stamped on every JSON line; see SCHEMA.md. Adding a
@@ -85,3 +86,8 @@ func (o *output) itemError(stderr io.Writer, item string, err error) {
 		_ = o.emit(&errorRecord{File: item, Error: oneLine(err.Error())})
 	}
 }
+
+// displayFormat writes a volume's format without its layout: the tuples of
+// a store-backed image are kept apart from the data, which the user need
+// not be told in every message.
+func displayFormat(s string) string { return strings.TrimSuffix(s, ":dix") }

@@ -299,11 +299,6 @@ func runProtect(ctx context.Context, opts protectOptions, stdout, stderr io.Writ
 	return err
 }
 
-// displayFormat writes a volume's format without its layout: the tuples of
-// a store-backed image are kept apart from the data, which the user need
-// not be told in every message.
-func displayFormat(s string) string { return strings.TrimSuffix(s, ":dix") }
-
 // rateFlag is a rate in bytes per second: 100MiB/s, 1GB/s, 500M.
 type rateFlag struct{ n int64 }
 

@@ -197,9 +197,3 @@ func runRemap(ctx context.Context, opts remapOptions, stdout, stderr io.Writer) 
 		im.name(), blocks, rec.Format, rec.OldRefTag, rec.NewRefTag)
 	return err
 }
-
-// isIntegrity reports whether err is an integrity failure.
-func isIntegrity(err error) bool {
-	_, ok := err.(*integrityError)
-	return ok
-}

@@ -124,13 +124,3 @@ func runVerify(ctx context.Context, opts verifyOptions, stdout, stderr io.Writer
 		Command: "verify", Image: opts.Image, Metadata: opts.Meta, Format: im.f.String(), Start: start,
 	}, st, time.Since(t0))
 }
-
-// exactArgs is cobra.ExactArgs with a message naming the arguments.
-func exactArgs(n int, names string) cobra.PositionalArgs {
-	return func(cmd *cobra.Command, args []string) error {
-		if len(args) != n {
-			return usageErrorf("%s takes %s, got %d argument(s)", cmd.CommandPath(), names, len(args))
-		}
-		return nil
-	}
-}
