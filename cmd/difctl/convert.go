@@ -186,7 +186,7 @@ func parseForm(flag, s string) (form, format string, err error) {
 	}
 	if format != "" {
 		if _, err := dif.Parse(format); err != nil {
-			return "", "", usageErrorf("%s %s: %v", flag, s, err)
+			return "", "", usageErrorf("%s %s: %w", flag, s, err)
 		}
 	}
 	return form, format, nil

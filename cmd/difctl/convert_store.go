@@ -81,7 +81,7 @@ func runExport(ctx context.Context, opts convertOptions, stdout, stderr io.Write
 	case err != nil && ctx.Err() != nil:
 		return interrupted(ctx, rep.Failed)
 	case err != nil && !errors.As(err, &ie):
-		return fmt.Errorf("convert %s: %s", image, storeCause(err))
+		return fmt.Errorf("convert %s: %w", image, err)
 	}
 	keep := rep.Failed == 0 || opts.Force
 	if keep {
@@ -199,7 +199,7 @@ func runImport(ctx context.Context, opts convertOptions, stdout, stderr io.Write
 	case errors.Is(err, os.ErrNotExist):
 		dev, err = blockdev.CreateImage(outImg, size, blockdev.FileOptions{})
 		if err != nil {
-			err = fmt.Errorf("create %s: %s", outImg, storeCause(unwrapPath(err)))
+			err = fmt.Errorf("create %s: %w", outImg, unwrapPath(err))
 		}
 		created = err == nil
 	default:
@@ -273,10 +273,10 @@ func runImport(ctx context.Context, opts convertOptions, stdout, stderr io.Write
 		} else {
 			fmt.Fprintf(stderr, "difctl: %s: conversion stopped; run the same command again to resume\n", outImg)
 		}
-		return fmt.Errorf("convert %s: %s", im.name(), storeCause(err))
+		return fmt.Errorf("convert %s: %w", im.name(), err)
 	}
 	if err := vol.Close(); err != nil {
-		return fmt.Errorf("%s: %s", outImg, storeCause(err))
+		return fmt.Errorf("%s: %w", outImg, err)
 	}
 	format := f.WithLayout(dif.Interleaved).String()
 	serr := fw.summary(&summaryRecord{Command: "convert", Image: im.path, Metadata: im.meta, Format: format, Start: rep.Start}, rep.RunStats, time.Since(t0))

@@ -7,11 +7,22 @@ import (
 )
 
 // integrityError ends a command that found blocks failing verification and
-// left them as they are: exit 4. It matches dif.ErrIntegrity.
-type integrityError struct{ msg string }
+// left them as they are: exit 4. It matches dif.ErrIntegrity. err, if not
+// nil, is the library's failure, printed after msg and kept in the chain.
+type integrityError struct {
+	msg string
+	err error
+}
 
-func (e *integrityError) Error() string        { return e.msg }
+func (e *integrityError) Error() string {
+	if e.err != nil {
+		return e.msg + ": " + e.err.Error()
+	}
+	return e.msg
+}
+
 func (e *integrityError) Is(target error) bool { return target == dif.ErrIntegrity }
+func (e *integrityError) Unwrap() error        { return e.err }
 
 // isIntegrityErr reports whether err is an integrity failure of any kind,
 // the library's (a *dif.CheckError, a Volume's *IntegrityError) or a verdict.

@@ -80,10 +80,10 @@ func (o *output) emit(r record) error {
 // the next: a "difctl: <cause>" line on stderr and, with --json, an error
 // record on stdout naming the item.
 func (o *output) itemError(stderr io.Writer, item string, err error) {
-	fmt.Fprintf(stderr, "difctl: %s\n", oneLine(err.Error()))
+	fmt.Fprintf(stderr, "difctl: %s\n", shortMessage(err))
 	if o.json {
 		// A failed write to stdout shows up on the next result write.
-		_ = o.emit(&errorRecord{File: item, Error: oneLine(err.Error())})
+		_ = o.emit(&errorRecord{File: item, Error: shortMessage(err)})
 	}
 }
 

@@ -274,7 +274,7 @@ func runProtect(ctx context.Context, opts protectOptions, stdout, stderr io.Writ
 		return volumeError(opts.Image, url, err)
 	default:
 		if err := vol.Close(); err != nil {
-			return fmt.Errorf("%s: %s", opts.Image, storeCause(err))
+			return fmt.Errorf("%s: %w", opts.Image, err)
 		}
 	}
 	rec := &protectRecord{

@@ -20,23 +20,18 @@ import (
 type scrubOptions struct {
 	globalOptions
 	Image string
-	Meta  string // DIX metadata file
-	// SelfContained: the image carries its PI in Format, checked with
-	// Params; otherwise it is checked against its store.
-	SelfContained bool
-	Format        dif.Format
-	Params        dif.Params
-	Range         rangeFlag
-	Store         string // store URL; "" for pebble:IMAGE.difdb
-	Workers       int    // 0: GOMAXPROCS
-	Rate          int64  // bytes per second, 0 unlimited
-	Restart       bool   // start a new pass instead of resuming
-	ErrorsOnly    bool   // recheck only the open findings
-	Uncached      bool
-	Rereads       int
-	Badblocks     string // file for a badblocks(8) list
-	BadblocksBS   int    // block size of the list; 0: the image's
-	Mapfile       string // file for a GNU ddrescue mapfile
+	imageSpec
+	Range       rangeFlag
+	Store       string // store URL; "" for pebble:IMAGE.difdb
+	Workers     int    // 0: GOMAXPROCS
+	Rate        int64  // bytes per second, 0 unlimited
+	Restart     bool   // start a new pass instead of resuming
+	ErrorsOnly  bool   // recheck only the open findings
+	Uncached    bool
+	Rereads     int
+	Badblocks   string // file for a badblocks(8) list
+	BadblocksBS int    // block size of the list; 0: the image's
+	Mapfile     string // file for a GNU ddrescue mapfile
 }
 
 // scrubRecord closes a scrub, after its summary record.
@@ -140,18 +135,8 @@ cached copy.
 			if o.Restart && o.ErrorsOnly {
 				return usageErrorf("--restart and --errors-only exclude each other")
 			}
-			if img.selfContained() {
-				text, meta, err := img.spec()
-				if err != nil {
-					return err
-				}
-				if o.Format, err = pf.resolveFormat(text); err != nil {
-					return err
-				}
-				if o.Params, err = pf.params(o.Format); err != nil {
-					return err
-				}
-				o.SelfContained, o.Meta = true, meta
+			if err := o.resolve(&img, pf); err != nil {
+				return err
 			}
 			return runScrub(cmd.Context(), o, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
@@ -224,7 +209,7 @@ func runScrub(ctx context.Context, opts scrubOptions, stdout, stderr io.Writer) 
 		if c, ok, err := state.LoadCursor(start, end); err == nil && ok && c.Next > start && c.Next < end {
 			for fd, err := range state.OpenFindings(start, c.Next) {
 				if err != nil {
-					return fmt.Errorf("store %s: %s", url, storeCause(err))
+					return fmt.Errorf("store %s: %w", url, err)
 				}
 				if !fd.LastSeen.Before(c.Started) && fd.Bad() {
 					bad.AddFinding(fd)
@@ -408,7 +393,7 @@ func writeFileWith(path string, fn func(io.Writer) error) error {
 	o := outs[0]
 	if err := fn(o); err != nil {
 		o.discard()
-		return fmt.Errorf("write %s: %s", path, storeCause(err))
+		return fmt.Errorf("write %s: %w", path, err)
 	}
 	if err := o.commit(); err != nil {
 		return err

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/difctl/difctl/blockdev"
-	"github.com/difctl/difctl/dif"
 	"github.com/spf13/cobra"
 )
 
@@ -15,16 +14,9 @@ import (
 type verifyOptions struct {
 	globalOptions
 	Image string
-	// Meta is the metadata file of a DIX pair; "" for an interleaved image
-	// or a store-backed one.
-	Meta string
-	// SelfContained: the image carries its PI (interleaved or DIX) in
-	// Format, checked with Params. Otherwise it is checked against Store.
-	SelfContained bool
-	Format        dif.Format
-	Params        dif.Params
-	Range         rangeFlag
-	Store         string // store URL; "" for the default, IMAGE.difdb
+	imageSpec // a self-contained image; otherwise checked against Store
+	Range rangeFlag
+	Store string // store URL; "" for the default, IMAGE.difdb
 }
 
 func newVerifyCmd(g *globalOptions) *cobra.Command {
@@ -72,18 +64,8 @@ of about 1 MiB; memory does not grow with its size.
 		Args: exactArgs(1, "IMAGE"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts := verifyOptions{globalOptions: *g, Image: args[0], Range: pf.rng, Store: store}
-			if img.selfContained() {
-				text, meta, err := img.spec()
-				if err != nil {
-					return err
-				}
-				if opts.Format, err = pf.resolveFormat(text); err != nil {
-					return err
-				}
-				if opts.Params, err = pf.params(opts.Format); err != nil {
-					return err
-				}
-				opts.SelfContained, opts.Meta = true, meta
+			if err := opts.resolve(&img, pf); err != nil {
+				return err
 			}
 			return runVerify(cmd.Context(), opts, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
