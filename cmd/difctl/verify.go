@@ -13,10 +13,10 @@ import (
 // verifyOptions are the inputs of runVerify.
 type verifyOptions struct {
 	globalOptions
-	Image string
+	Image     string
 	imageSpec // a self-contained image; otherwise checked against Store
-	Range rangeFlag
-	Store string // store URL; "" for the default, IMAGE.difdb
+	Range     rangeFlag
+	Store     string // store URL; "" for the default, IMAGE.difdb
 }
 
 func newVerifyCmd(g *globalOptions) *cobra.Command {
