@@ -55,22 +55,15 @@ func runExport(ctx context.Context, opts convertOptions, stdout, stderr io.Write
 	if err != nil {
 		return err
 	}
-	committed := false
-	defer func() {
-		if !committed {
-			for _, o := range outs {
-				o.discard()
-			}
-		}
-	}()
+	defer outs.discard()
 	out := newOutput(stdout, opts.JSON)
 	f := v.format()
 	fw := newFindings(out, f)
 	prog := newProgress(stderr, opts.Quiet, v.vol.Size(), "convert "+image)
 	t0 := time.Now()
-	dst := blockdev.ExportDest{Data: outs[0]}
+	dst := blockdev.ExportDest{Data: outs.files[0]}
 	if opts.To == formDIX {
-		dst.Meta = outs[1]
+		dst.Meta = outs.files[1]
 	}
 	rep, err := blockdev.ExportVolume(ctx, v.vol, dst, blockdev.ExportOptions{
 		Force: opts.Force, OnProblem: fw.report, Progress: byteProgress(prog),
@@ -85,12 +78,9 @@ func runExport(ctx context.Context, opts convertOptions, stdout, stderr io.Write
 	}
 	keep := rep.Failed == 0 || opts.Force
 	if keep {
-		for _, o := range outs {
-			if err := o.commit(); err != nil {
-				return err
-			}
+		if err := outs.commit(); err != nil {
+			return err
 		}
-		committed = true
 	}
 	format := f.WithLayout(dif.Interleaved).String()
 	serr := fw.summary(&summaryRecord{Command: "convert", Image: image, Store: url, Format: format}, rep.RunStats, time.Since(t0))
@@ -98,17 +88,14 @@ func runExport(ctx context.Context, opts convertOptions, stdout, stderr io.Write
 		return serr
 	}
 	if !keep {
-		return &integrityError{msg: fmt.Sprintf("%s: %d of %d blocks failed verification: not converted, no output written (--force converts anyway)", image, rep.Failed, rep.Blocks)}
+		return notConverted(image, rep.RunStats)
 	}
 	rec := &convertRecord{From: opts.From, To: opts.To, Format: format, Inputs: opts.Inputs, Outputs: opts.Outputs,
 		Store: url, Blocks: rep.Blocks, Bytes: rep.Bytes}
 	if err := emitConvert(out, rec); err != nil {
 		return err
 	}
-	if rep.Failed > 0 {
-		return &integrityError{msg: fmt.Sprintf("%s: converted with %d of %d blocks failing verification (--force)", image, rep.Failed, rep.Blocks)}
-	}
-	return nil
+	return convertedFailing(image, rep.RunStats)
 }
 
 // emitConvert writes the convert record, or its line of text.
@@ -263,7 +250,7 @@ func runImport(ctx context.Context, opts convertOptions, stdout, stderr io.Write
 		if serr := fw.summary(&summaryRecord{Command: "convert", Image: im.path, Metadata: im.meta, Format: f.WithLayout(dif.Interleaved).String()}, rep.RunStats, time.Since(t0)); serr != nil && !errors.Is(serr, dif.ErrIntegrity) {
 			return serr
 		}
-		return &integrityError{msg: fmt.Sprintf("%s: %d of %d blocks failed verification: not converted, no output written (--force converts anyway)", im.name(), rep.Failed, rep.Blocks)}
+		return notConverted(im.name(), rep.RunStats)
 	case errors.As(err, &mm):
 		return fmt.Errorf("%s: the import in progress in %s has another %s (%s, not %s): give the same flags, or delete %s and %s to start again",
 			outImg, url, mm.Field, unquote(mm.Stored), unquote(mm.Given), outImg, url)
@@ -288,8 +275,5 @@ func runImport(ctx context.Context, opts convertOptions, stdout, stderr io.Write
 	if err := emitConvert(out, rec); err != nil {
 		return err
 	}
-	if rep.Failed > 0 {
-		return &integrityError{msg: fmt.Sprintf("%s: converted with %d of %d blocks failing verification (--force)", im.name(), rep.Failed, rep.Blocks)}
-	}
-	return nil
+	return convertedFailing(im.name(), rep.RunStats)
 }

@@ -390,13 +390,9 @@ func writeFileWith(path string, fn func(io.Writer) error) error {
 	if err != nil {
 		return err
 	}
-	o := outs[0]
-	if err := fn(o); err != nil {
-		o.discard()
+	defer outs.discard()
+	if err := fn(outs.files[0]); err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
-	if err := o.commit(); err != nil {
-		return err
-	}
-	return nil
+	return outs.commit()
 }
