@@ -12,7 +12,6 @@ import (
 
 	"github.com/difctl/difctl/blockdev"
 	"github.com/difctl/difctl/dif"
-	"github.com/difctl/difctl/store"
 )
 
 // runConvertStore converts to or from a store-backed image: an export of
@@ -114,6 +113,27 @@ func emitConvert(out *output, rec *convertRecord) error {
 	return err
 }
 
+// importTargetError explains why the output of an import cannot be
+// written.
+func importTargetError(outImg, url string, err error) error {
+	var te *blockdev.ImportTargetError
+	switch {
+	case errors.Is(err, blockdev.ErrVolumeExists):
+		return usageErrorf("%s holds a protected image already: convert to a new image, or use another --store", url)
+	case errors.Is(err, blockdev.ErrImportTargetExists):
+		return usageErrorf("%s exists: converting to a store creates a new image (remove it, or choose another name)", outImg)
+	case errors.Is(err, blockdev.ErrImportTargetGone):
+		return fmt.Errorf("%s: the import into it is in progress in %s, but the image is gone: %w (delete %s to start again)", outImg, url, unwrapPath(err), url)
+	case errors.As(err, &te) && te.Op == "store":
+		return volumeError(outImg, url, te.Err)
+	case errors.As(err, &te) && te.Op == "create":
+		return fmt.Errorf("create %s: %w", outImg, te.Err)
+	case errors.As(err, &te):
+		return te.Err
+	}
+	return err
+}
+
 // runImport creates a protected image from an interleaved image or a DIX
 // pair: the data goes to the new image, the tuples, as the input stores
 // them, to its store.
@@ -161,62 +181,22 @@ func runImport(ctx context.Context, opts convertOptions, stdout, stderr io.Write
 			kv.Close()
 		}
 	}()
-	resume := false
-	switch _, j, err := store.OpenJournaled(kv, blockdev.DefaultVolumeName, nil); {
-	case errors.Is(err, store.ErrNotFound):
-	case err != nil:
-		return volumeError(outImg, url, err)
-	case j != nil && j.Op == store.OpImport:
-		resume = true
-	default:
-		return usageErrorf("%s holds a protected image already: convert to a new image, or use another --store", url)
-	}
-
-	// The output image: new, or the one being imported into.
-	created := false
-	var dev *blockdev.File
-	fi, err := os.Stat(outImg)
-	switch {
-	case resume && err != nil:
-		return fmt.Errorf("%s: the import into it is in progress in %s, but the image is gone: %w (delete %s to start again)", outImg, url, unwrapPath(err), url)
-	case resume || err == nil && !fi.Mode().IsRegular() && !fi.IsDir():
-		dev, err = openDevice(outImg, false)
-	case err == nil:
-		return usageErrorf("%s exists: converting to a store creates a new image (remove it, or choose another name)", outImg)
-	case errors.Is(err, os.ErrNotExist):
-		dev, err = blockdev.CreateImage(outImg, size, blockdev.FileOptions{})
-		if err != nil {
-			err = fmt.Errorf("create %s: %w", outImg, unwrapPath(err))
-		}
-		created = err == nil
-	default:
-		return err
-	}
+	tgt, err := blockdev.OpenImportTarget(kv, outImg, size, blockdev.ImportTargetOptions{
+		OpenDevice: func(p string) (*blockdev.File, error) { return openDevice(p, false) },
+	})
 	if err != nil {
-		return err
+		return importTargetError(outImg, url, err)
 	}
-	devOpen := true
-	// discardAll removes what this command created, when it wrote nothing
-	// worth keeping.
-	discardAll := func() {
-		if devOpen {
-			dev.Close()
-			devOpen = false
-		}
-		if created {
-			os.Remove(outImg)
-		}
-		if !storeExisted && storeDir != "" {
+	defer tgt.Close()
+	resume := tgt.Resume
+	// discardStore removes a store created for an import that kept nothing.
+	discardStore := func() {
+		if tgt.Discarded() && !storeExisted && storeDir != "" {
 			kv.Close()
 			kvOpen = false
 			os.RemoveAll(storeDir)
 		}
 	}
-	defer func() {
-		if devOpen {
-			dev.Close()
-		}
-	}()
 
 	out := newOutput(stdout, opts.JSON)
 	fw := newFindings(out, f)
@@ -226,40 +206,36 @@ func runImport(ctx context.Context, opts convertOptions, stdout, stderr io.Write
 	}
 	prog := newProgress(stderr, opts.Quiet, total, "convert "+im.name())
 	t0 := time.Now()
-	vol, rep, err := blockdev.ImportImage(ctx, im.src, dev, kv, blockdev.ImportOptions{
+	vol, rep, err := tgt.Import(ctx, im.src, kv, blockdev.ImportOptions{
 		Options: blockdev.Options{DeviceID: filepath.Base(outImg)},
 		Force:   opts.Force, Tool: toolName, OnProblem: fw.report, Progress: byteProgress(prog),
 	})
 	prog.Finish()
+	discardStore()
 	var ie *blockdev.IntegrityError
 	var mm *blockdev.MismatchError
 	switch {
-	case err != nil && ctx.Err() != nil:
-		if rep != nil && rep.Next > 0 || resume {
+	case err != nil && !tgt.Discarded():
+		if !errors.As(err, &mm) {
 			fmt.Fprintf(stderr, "difctl: %s: conversion stopped; run the same command again to resume\n", outImg)
-		} else {
-			discardAll()
 		}
+	case errors.As(err, &ie) && ctx.Err() == nil:
+		if serr := fw.summary(&summaryRecord{Command: "convert", Image: im.path, Metadata: im.meta, Format: f.WithLayout(dif.Interleaved).String()}, rep.RunStats, time.Since(t0)); serr != nil && !errors.Is(serr, dif.ErrIntegrity) {
+			return serr
+		}
+		return notConverted(im.name(), rep.RunStats)
+	}
+	switch {
+	case err != nil && ctx.Err() != nil:
 		var failed int64
 		if rep != nil {
 			failed = rep.Failed
 		}
 		return interrupted(ctx, failed)
-	case errors.As(err, &ie) && !resume && (rep == nil || rep.Next == 0):
-		discardAll()
-		if serr := fw.summary(&summaryRecord{Command: "convert", Image: im.path, Metadata: im.meta, Format: f.WithLayout(dif.Interleaved).String()}, rep.RunStats, time.Since(t0)); serr != nil && !errors.Is(serr, dif.ErrIntegrity) {
-			return serr
-		}
-		return notConverted(im.name(), rep.RunStats)
 	case errors.As(err, &mm):
 		return fmt.Errorf("%s: the import in progress in %s has another %s (%s, not %s): give the same flags, or delete %s and %s to start again",
 			outImg, url, mm.Field, unquote(mm.Stored), unquote(mm.Given), outImg, url)
 	case err != nil:
-		if !resume && (rep == nil || rep.Next == 0) {
-			discardAll()
-		} else {
-			fmt.Fprintf(stderr, "difctl: %s: conversion stopped; run the same command again to resume\n", outImg)
-		}
 		return fmt.Errorf("convert %s: %w", im.name(), err)
 	}
 	if err := vol.Close(); err != nil {
