@@ -171,7 +171,7 @@ volume cannot be opened.
 	f.StringVar(&to, "to", "", "the output's `FORM`: store, interleaved or dix (required)")
 	f.Var(&format, "format", "the input's format, if not given in --from")
 	f.BoolVar(&force, "force", false, "convert even if blocks fail verification (they are reported; exit 4)")
-	f.StringVar(&store, "store", "", "store `URL` of the store-backed side (default pebble:IMAGE.difdb)")
+	storeFlag(cmd, &store, " of the store-backed side")
 	pf.register(cmd, piFormat|piTags|piChecks)
 	_ = cmd.MarkFlagRequired("to")
 	return cmd
@@ -192,22 +192,34 @@ func parseForm(flag, s string) (form, format string, err error) {
 	return form, format, nil
 }
 
-func runConvert(ctx context.Context, opts convertOptions, stdout, stderr io.Writer) error {
-	if opts.From == formStore || opts.To == formStore {
-		return runConvertStore(ctx, opts, stdout, stderr)
-	}
+// openConvertInput opens the self-contained input of a convert (an
+// interleaved image or a DIX pair), once it is sure that no output
+// overwrites an input.
+func openConvertInput(opts convertOptions) (*piImage, error) {
 	meta := ""
 	if opts.From == formDIX {
 		meta = opts.Inputs[1]
 	}
 	im, err := openPIImage(opts.Inputs[0], meta, opts.Format, opts.Params, openRead)
 	if err != nil {
+		return nil, err
+	}
+	if err := checkDistinct(opts.Inputs, opts.Outputs); err != nil {
+		im.Close()
+		return nil, err
+	}
+	return im, nil
+}
+
+func runConvert(ctx context.Context, opts convertOptions, stdout, stderr io.Writer) error {
+	if opts.From == formStore || opts.To == formStore {
+		return runConvertStore(ctx, opts, stdout, stderr)
+	}
+	im, err := openConvertInput(opts)
+	if err != nil {
 		return err
 	}
 	defer im.Close()
-	if err := checkDistinct(opts.Inputs, opts.Outputs); err != nil {
-		return err
-	}
 	outs, err := createOutputs(opts.Outputs)
 	if err != nil {
 		return err

@@ -140,18 +140,11 @@ func importTargetError(outImg, url string, err error) error {
 func runImport(ctx context.Context, opts convertOptions, stdout, stderr io.Writer) error {
 	outImg := opts.Outputs[0]
 	url := storeURL(outImg, opts.Store)
-	meta := ""
-	if opts.From == formDIX {
-		meta = opts.Inputs[1]
-	}
-	im, err := openPIImage(opts.Inputs[0], meta, opts.Format, opts.Params, openRead)
+	im, err := openConvertInput(opts)
 	if err != nil {
 		return err
 	}
 	defer im.Close()
-	if err := checkDistinct(opts.Inputs, opts.Outputs); err != nil {
-		return err
-	}
 	f := im.f
 	switch {
 	case f.Type() == dif.Type0:

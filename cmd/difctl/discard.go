@@ -61,7 +61,7 @@ durable when discard returns.
 	f := cmd.Flags()
 	f.Var(&lba, "lba", "first block to discard (required)")
 	f.Var(&count, "count", "number of blocks to discard (required)")
-	f.StringVar(&store, "store", "", "store `URL`: pebble:PATH, mem: or etcd://HOST:PORT,.../PREFIX (default pebble:IMAGE.difdb)")
+	storeFlag(cmd, &store, "")
 	return cmd
 }
 

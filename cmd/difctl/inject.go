@@ -110,7 +110,7 @@ the tuple kept in the store, behind the protected layer's back.
 	f.Var(&lba, "lba", "the block to corrupt (required)")
 	f.Var(&field, "field", "what to hit: data, metadata, guard, app, ref or storage")
 	f.IntVar(&bit, "bit", 0, "the bit to flip (see above)")
-	f.StringVar(&store, "store", "", "store `URL` of a store-backed image (default pebble:IMAGE.difdb)")
+	storeFlag(cmd, &store, " of a store-backed image")
 	return cmd
 }
 

@@ -118,7 +118,7 @@ manifest). A "!" marks a stored value that fails its check.
 	f := cmd.Flags()
 	f.Var(&lba, "lba", "first block to show")
 	f.Var(&count, "count", "number of blocks to show (default 1)")
-	f.StringVar(&store, "store", "", "store `URL` of a store-backed image (default pebble:IMAGE.difdb)")
+	storeFlag(cmd, &store, " of a store-backed image")
 	return cmd
 }
 

@@ -111,7 +111,7 @@ a persistent file system, e.g. --store pebble:/var/lib/difctl/sdb.
 	f := cmd.Flags()
 	f.Var(&format, "format", "the PI format in the text form (512+8, 4096+16:crc64, ...); the metadata must be the tuple (8 or 16 bytes)")
 	pf.register(cmd, piFormat|piTags)
-	f.StringVar(&store, "store", "", "store `URL`: pebble:PATH, mem: or etcd://HOST:PORT,.../PREFIX (default pebble:IMAGE.difdb)")
+	storeFlag(cmd, &store, "")
 	f.Var(&rate, "rate", "limit the read rate, e.g. 100MiB/s (default unlimited)")
 	f.Var(&ckpt, "checkpoint", "save progress every `SIZE` of the image: what an interruption may cost")
 	f.BoolVar(&reprot, "reprotect", false, "delete the image's records in the store (tuples, findings, cursors) and protect the data as it is now; only for data known to be good")

@@ -98,7 +98,7 @@ ref tags are not checked and there is nothing to rewrite.
 	img.register(cmd, true)
 	pf.register(cmd, piFormat|piTags|piChecks)
 	cmd.Flags().Var(&newRef, "new-ref-tag", "the new ref tag of block 0 (required)")
-	cmd.Flags().StringVar(&store, "store", "", "store `URL` of a store-backed image (default pebble:IMAGE.difdb)")
+	storeFlag(cmd, &store, " of a store-backed image")
 	return cmd
 }
 

@@ -144,7 +144,7 @@ cached copy.
 	img.register(cmd, true)
 	pf.register(cmd, piFormat|piTags|piChecks|piRange)
 	f := cmd.Flags()
-	f.StringVar(&store, "store", "", "store `URL` for the tuples and the scrub state: pebble:PATH, mem: or etcd://HOST:PORT,.../PREFIX (default pebble:IMAGE.difdb)")
+	storeFlag(cmd, &store, " for the tuples and the scrub state")
 	f.IntVar(&opts.Workers, "workers", 0, "runs checked in parallel (default: the number of CPUs)")
 	f.Var(&rate, "rate", "limit the read rate, e.g. 100MiB/s (default unlimited)")
 	f.BoolVar(&opts.Restart, "restart", false, "start a new pass instead of resuming a stopped one")

@@ -72,7 +72,7 @@ of about 1 MiB; memory does not grow with its size.
 	}
 	img.register(cmd, true)
 	pf.register(cmd, piFormat|piTags|piChecks|piRange)
-	cmd.Flags().StringVar(&store, "store", "", "store `URL` of a store-backed image: pebble:PATH, mem: or etcd://HOST:PORT,.../PREFIX (default pebble:IMAGE.difdb)")
+	storeFlag(cmd, &store, " of a store-backed image")
 	return cmd
 }
 

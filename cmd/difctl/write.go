@@ -74,7 +74,7 @@ write replaces whole are closed: their failures went with the old data.
 	}
 	f := cmd.Flags()
 	f.Var(&offset, "offset", "byte offset in IMAGE to write at (required)")
-	f.StringVar(&store, "store", "", "store `URL`: pebble:PATH, mem: or etcd://HOST:PORT,.../PREFIX (default pebble:IMAGE.difdb)")
+	storeFlag(cmd, &store, "")
 	return cmd
 }
 
