@@ -117,14 +117,12 @@ func (x *export) failure(op string, off, n int64, err error) {
 			if p.Transient {
 				continue
 			}
-			fs = append(fs, scrub.Finding{LBA: p.LBA, N: 1, Kind: p.Kind, Expected: p.Expected, Actual: p.Actual,
-				State: scrub.FindingOpen, LastSeen: now, Err: p.Err})
+			fs = append(fs, scrub.FindingOf(p, now))
 		}
 	case errors.As(err, &ioe) && !errors.Is(err, blockdev.ErrClosed) && !errors.Is(err, blockdev.ErrVolumeFailed):
 		// ReadAt stops at the block it could not read: off is its
 		// first byte (or inside it, for an unaligned request).
-		fs = append(fs, scrub.Finding{LBA: off / int64(x.bs), N: 1, Kind: blockdev.KindIO,
-			State: scrub.FindingOpen, LastSeen: now, Err: ioe})
+		fs = append(fs, scrub.FindingOf(blockdev.Problem{LBA: off / int64(x.bs), Kind: blockdev.KindIO, Err: ioe}, now))
 	}
 	if len(fs) > 0 {
 		x.findMu.Lock()

@@ -53,8 +53,9 @@ func (f Finding) Bad() bool { return f.State == FindingOpen && !f.Transient }
 // End returns LBA+N.
 func (f Finding) End() int64 { return f.LBA + max(f.N, 1) }
 
-// findingOf turns a Problem seen at time now into a Finding.
-func findingOf(p blockdev.Problem, now time.Time) Finding {
+// FindingOf turns a Problem seen at time now into the Finding that records
+// it: one block, open, or rechecked-ok if it was transient.
+func FindingOf(p blockdev.Problem, now time.Time) Finding {
 	f := Finding{
 		LBA: p.LBA, N: 1, Kind: p.Kind, Expected: p.Expected, Actual: p.Actual,
 		Transient: p.Transient, State: FindingOpen, LastSeen: now, Err: p.Err,
@@ -63,6 +64,11 @@ func findingOf(p blockdev.Problem, now time.Time) Finding {
 		f.State = FindingRecheckedOK
 	}
 	return f
+}
+
+// Problem returns the check result f records.
+func (f Finding) Problem() blockdev.Problem {
+	return blockdev.Problem{LBA: f.LBA, Kind: f.Kind, Expected: f.Expected, Actual: f.Actual, Transient: f.Transient, Err: f.Err}
 }
 
 // BadRanges collects bad blocks as sorted, merged ranges, for the badblocks

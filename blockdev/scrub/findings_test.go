@@ -430,3 +430,27 @@ func TestStoreScrubState(t *testing.T) {
 		t.Error("state of a missing finding")
 	}
 }
+
+// TestFindingOfProblem checks that a Finding records its Problem whole and
+// gives it back: the scrub engine, the NBD server and the CLI convert
+// through these two only.
+func TestFindingOfProblem(t *testing.T) {
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	cause := errors.New("cause")
+	for _, p := range []blockdev.Problem{
+		{LBA: 7, Kind: blockdev.KindGuard, Expected: 0x1234, Actual: 0x4321, Err: cause},
+		{LBA: 9, Kind: blockdev.KindIO, Transient: true, Err: cause},
+	} {
+		f := FindingOf(p, now)
+		want := FindingOpen
+		if p.Transient {
+			want = FindingRecheckedOK
+		}
+		if f.N != 1 || f.State != want || !f.LastSeen.Equal(now) || f.Bad() == p.Transient {
+			t.Errorf("FindingOf(%+v) = %+v", p, f)
+		}
+		if got := f.Problem(); got != p {
+			t.Errorf("FindingOf(%+v).Problem() = %+v", p, got)
+		}
+	}
+}

@@ -349,7 +349,7 @@ func (s *scrubber) commitScan(sl *scrubSlot) error {
 	now := time.Now()
 	s.reset()
 	for _, p := range sl.problems {
-		s.add(findingOf(p, now), false)
+		s.add(FindingOf(p, now), false)
 	}
 	if err := s.emit(); err != nil {
 		return err
@@ -485,7 +485,7 @@ func (s *scrubber) commitRecheck(sl *scrubSlot) error {
 		if matched && p.Transient {
 			continue // the finding passes on a re-read: settle closes it
 		}
-		s.add(findingOf(p, now), false)
+		s.add(FindingOf(p, now), false)
 	}
 	s.settle(sl.job.lba + int64(sl.job.n))
 	if err := s.emit(); err != nil {

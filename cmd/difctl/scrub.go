@@ -373,7 +373,7 @@ func (fw *findings) reportFinding(fd scrub.Finding) {
 		if fw.err != nil {
 			return
 		}
-		exp, act := fw.values(blockdev.Problem{LBA: fd.LBA, Kind: fd.Kind, Expected: fd.Expected, Actual: fd.Actual})
+		exp, act := fw.values(fd.Problem())
 		if fw.out.json {
 			fw.err = fw.out.emit(&findingRecord{LBA: fd.LBA, Kind: string(fd.Kind), Expected: exp, Actual: act, Resolved: true})
 			return
@@ -381,7 +381,7 @@ func (fw *findings) reportFinding(fd scrub.Finding) {
 		_, fw.err = fmt.Fprintf(fw.out.w, "LBA %d: %s: passes now, finding marked rechecked-ok\n", fd.LBA, kindName(fd.Kind))
 		return
 	}
-	fw.report(blockdev.Problem{LBA: fd.LBA, Kind: fd.Kind, Expected: fd.Expected, Actual: fd.Actual, Transient: fd.Transient, Err: fd.Err})
+	fw.report(fd.Problem())
 }
 
 // writeFileWith writes a file with fn, replacing it only once complete.
