@@ -52,13 +52,6 @@
 // verification because of the crash; a block torn inside itself (4 KiB blocks
 // over 512-byte sectors) is reported as torn, never silently fixed.
 //
-// # Checking
-//
-// A [CheckSource] is anything whose blocks can be verified in runs: a
-// Volume, or a [PISource] over an extended-LBA image ([NewExtendedSource]) or
-// a DIX pair ([NewDIXSource]). The scrub engine that streams over one, with
-// its state, findings and rate limiter, is package blockdev/scrub.
-//
 // # Devices
 //
 // A [Device] is a fixed-size array of bytes addressed like a disk: an
@@ -99,4 +92,9 @@
 // of raw extended sectors, and [DIXPair] reads a data image together with a
 // separate metadata file. Both only do I/O and size checks ([*SizeError]);
 // [NewExtendedSource] and [NewDIXSource] verify them with package dif.
+//
+// A [CheckSource] is anything whose blocks can be verified in runs: a
+// Volume, or a [PISource] over either kind of image. The scrub engine that
+// streams over one, with its state, findings and rate limiter, is package
+// blockdev/scrub.
 package blockdev
