@@ -12,6 +12,7 @@ import (
 
 	"github.com/difctl/difctl/blockdev"
 	"github.com/difctl/difctl/dif"
+	"github.com/difctl/difctl/store"
 )
 
 // runConvertStore converts to or from a store-backed image: an export of
@@ -134,6 +135,59 @@ func importTargetError(outImg, url string, err error) error {
 	return err
 }
 
+// importable checks that a store can keep the PI of format f with params p.
+func importable(f dif.Format, p dif.Params) error {
+	switch {
+	case f.Type() == dif.Type0:
+		return usageErrorf("format %s is type0: no protection information to import", f.WithLayout(dif.Interleaved))
+	case f.MetadataSize() != f.TupleSize():
+		return usageErrorf("format %s keeps %d bytes of metadata per block; a store keeps only the %d-byte tuple (convert to interleaved or dix instead)",
+			f.WithLayout(dif.Interleaved), f.MetadataSize(), f.TupleSize())
+	case p.AppTag == 0xffff:
+		return usageErrorf("--app-tag 0xffff is the escape value: blocks carrying it are never checked")
+	}
+	return nil
+}
+
+// newStore is a store opened, and created if need be, for a command that
+// may have to remove it again when it kept nothing.
+type newStore struct {
+	kv      store.KV
+	dir     string // the store's directory; "" for other backends
+	existed bool   // the directory was there before
+	open    bool
+}
+
+func openNewStore(image, url string) (*newStore, error) {
+	ns := &newStore{dir: storePath(url)}
+	if ns.dir != "" {
+		_, err := os.Stat(ns.dir)
+		ns.existed = err == nil
+	}
+	kv, err := openStore(image, url, storeCreate)
+	if err != nil {
+		return nil, err
+	}
+	ns.kv, ns.open = kv, true
+	return ns, nil
+}
+
+// remove closes the store and removes its directory if this command
+// created it.
+func (ns *newStore) remove() {
+	if !ns.existed && ns.dir != "" {
+		ns.close()
+		os.RemoveAll(ns.dir)
+	}
+}
+
+func (ns *newStore) close() {
+	if ns.open {
+		ns.kv.Close()
+		ns.open = false
+	}
+}
+
 // runImport creates a protected image from an interleaved image or a DIX
 // pair: the data goes to the new image, the tuples, as the input stores
 // them, to its store.
@@ -146,34 +200,18 @@ func runImport(ctx context.Context, opts convertOptions, stdout, stderr io.Write
 	}
 	defer im.Close()
 	f := im.f
-	switch {
-	case f.Type() == dif.Type0:
-		return usageErrorf("format %s is type0: no protection information to import", f.WithLayout(dif.Interleaved))
-	case f.MetadataSize() != f.TupleSize():
-		return usageErrorf("format %s keeps %d bytes of metadata per block; a store keeps only the %d-byte tuple (convert to interleaved or dix instead)",
-			f.WithLayout(dif.Interleaved), f.MetadataSize(), f.TupleSize())
-	case opts.Params.AppTag == 0xffff:
-		return usageErrorf("--app-tag 0xffff is the escape value: blocks carrying it are never checked")
+	if err := importable(f, opts.Params); err != nil {
+		return err
 	}
 	size := im.blocks() * int64(f.BlockSize())
 
 	// The store: new, or holding the import that this command continues.
-	storeDir := storePath(url)
-	storeExisted := false
-	if storeDir != "" {
-		_, serr := os.Stat(storeDir)
-		storeExisted = serr == nil
-	}
-	kv, err := openStore(outImg, url, storeCreate)
+	ns, err := openNewStore(outImg, url)
 	if err != nil {
 		return err
 	}
-	kvOpen := true
-	defer func() {
-		if kvOpen {
-			kv.Close()
-		}
-	}()
+	defer ns.close()
+	kv := ns.kv
 	tgt, err := blockdev.OpenImportTarget(kv, outImg, size, blockdev.ImportTargetOptions{
 		OpenDevice: func(p string) (*blockdev.File, error) { return openDevice(p, false) },
 	})
@@ -182,14 +220,6 @@ func runImport(ctx context.Context, opts convertOptions, stdout, stderr io.Write
 	}
 	defer tgt.Close()
 	resume := tgt.Resume
-	// discardStore removes a store created for an import that kept nothing.
-	discardStore := func() {
-		if tgt.Discarded() && !storeExisted && storeDir != "" {
-			kv.Close()
-			kvOpen = false
-			os.RemoveAll(storeDir)
-		}
-	}
 
 	out := newOutput(stdout, opts.JSON)
 	fw := newFindings(out, f)
@@ -204,7 +234,9 @@ func runImport(ctx context.Context, opts convertOptions, stdout, stderr io.Write
 		Force:   opts.Force, Tool: toolName, OnProblem: fw.report, Progress: byteProgress(prog),
 	})
 	prog.Finish()
-	discardStore()
+	if tgt.Discarded() {
+		ns.remove() // a store created for an import that kept nothing
+	}
 	var ie *blockdev.IntegrityError
 	var mm *blockdev.MismatchError
 	switch {
