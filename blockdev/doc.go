@@ -1,56 +1,57 @@
-// Package blockdev owns the devices that difctl protects and verifies, the
-// protected [Volume] built on them, and the sources of protection
-// information that need no store.
+// Package blockdev owns the protected [Volume]: a [Device] whose every
+// write stores protection information (a T10 DIF/NVMe PI tuple and, where
+// the manifest says so, a CRC-32C sector sum per block) in a store, whose
+// every read is verified against it, and which survives a crash at any
+// instant, with the devices it runs on and the images that carry their own
+// PI ([PISource]). The scrub engine is package blockdev/scrub, the
+// fault-injecting device of the tests blockdev/faultdev (built on
+// blockdev/device, the Device contract re-exported here).
 //
-// # Volumes
+// # The Volume
 //
-// A [Volume] wraps a [Device] and a store (package store; Pebble by default)
-// so that every write stores protection information and every read is
-// verified. [Create] protects an existing image (resumable, sparse-aware,
-// through the store's bulk loader) and [Open] checks the manifest against
-// the device and recovers from a crash. ReadAt verifies every block it
-// returns against its PI tuple and, where the manifest keeps them, its
-// CRC-32C sector checksum, re-reading a failing block around the page cache
-// before reporting it (*[IntegrityError], which matches dif.ErrIntegrity).
-// WriteAt generates tuples, refusing to read-modify-write a block that
-// already fails; Discard marks blocks unwritten; Sync makes data and tuples
-// durable together.
+// [Create] protects an existing image (resumable, sparse-aware, through the
+// store's bulk loader); [Open] checks the manifest against the device and
+// runs crash recovery. Files by job:
 //
-// Unwritten blocks (holes adopted by Create, discarded blocks) have no
-// tuple to check, so they are held to a rule: an unwritten block must read
-// back from the device as zeros, or lie in a hole. Anything else is a
-// finding of its own kind, [KindUnwrittenData] ([ErrUnwrittenData]),
-// reported by ReadAt, CheckRun and so by scrubs; crash recovery treats an
-// intent over an unwritten block like any other (data that is neither the
-// new version nor zeros is torn), and Discard zeroes the device under an
-// intent. Runs of unwritten blocks that the device reports as a hole
-// ([DataFinder]) are not read at all.
+//   - volume_read.go: [Volume.ReadAt] and the read path. A request
+//     (readReq) says how a run is read: re-reads, around the page cache or
+//     not, zeroing unwritten blocks, verifying a mapping in place, tuples
+//     from the store or its cache, the initial ref tag. Data comes from the
+//     device's read-only mapping of the page cache where it has one
+//     ([Mapper]; copied and verified in one pass, so what is verified is what
+//     is returned), otherwise from ReadAt; large runs are split across
+//     [Options.VerifyWorkers].
+//   - volume_verify.go: the one verifier of a run, verifyRun, used by
+//     ReadAt, [Volume.CheckRun], the edge blocks of [Volume.WriteAt],
+//     [ExportVolume] and [RemapVolume]. dif classifies the run in one pass
+//     (guards, tags and sector sums); a failing block goes to the package's
+//     block classifier and re-read loop (verify.go, shared with PISource),
+//     and a block that passes on a re-read is counted as transient. Failures
+//     are *[IntegrityError] (matching dif.ErrIntegrity).
+//   - volume_write.go: WriteAt generates tuples and refuses to
+//     read-modify-write a block that already fails; Discard marks blocks
+//     unwritten under an intent.
+//   - staging.go: the staging type the Volume owns. Writes are staged in a
+//     bounded batch (served to readers); a full batch or [Volume.Sync]
+//     records its tuples as intents in one synced store commit, then writes
+//     the data; Sync syncs the device and folds the intents into the
+//     committed tuples.
+//   - recover.go: recovery checks which tuple the data of each block under
+//     an intent matches: the new one is folded in, the old one kept, and a
+//     block matching neither is recorded as a torn finding and keeps failing
+//     verification. No tuple is ever recomputed from data that failed.
+//   - unwritten.go: the rule for blocks never written or discarded: they
+//     must read as zeros or lie in a hole ([DataFinder]); anything else is
+//     [KindUnwrittenData].
+//   - volume_export.go, volume_import.go, volume_remap.go: a volume to and
+//     from a self-contained PI image, and a change of its ref tags;
+//     import.go: where an import into a new image writes, and what it
+//     removes when it fails before keeping anything ([OpenImportTarget]).
 //
-// Reading from the page cache. When the device is a [Mapper] (a [File]
-// not opened with O_DIRECT maps itself read-only), ReadAt takes the blocks
-// from the mapping and copies and verifies them in one pass: the kernels'
-// BlocksCopy calls store every loaded vector to the caller's buffer and
-// fold the same register, so what is verified is exactly what is returned,
-// even if the page cache changes meanwhile, and the bytes are read once
-// instead of being copied by the kernel and then read again for the
-// checksums. A fault on the mapping (the image shrank, or the kernel could
-// not read a page: SIGBUS, recovered) sends that piece through ReadAt,
-// which reports the I/O error as usual; [Options.NoMap] turns the mapping
-// off. CheckRun, which returns no data, verifies the mapping in place and
-// copies only the failing blocks; so does [PISource] for extended images
-// and DIX pairs.
-//
-// Crash consistency: before any byte of a write can reach the device, its
-// new tuples are durable in the store as an intent beside the committed
-// ones; intents are group-committed, one store sync per staged batch of
-// writes. Sync flushes the batch, syncs the device and folds the intents.
-// Recovery checks which tuple the on-disk data of each block under an intent
-// matches: the new one is folded in, the old one kept, and a block matching
-// neither is recorded as a torn finding and keeps failing verification. No
-// tuple is ever recomputed from data that failed verification. When the
-// device writes blocks atomically, a crash therefore leaves no block failing
-// verification because of the crash; a block torn inside itself (4 KiB blocks
-// over 512-byte sectors) is reported as torn, never silently fixed.
+// One predicate decides which device errors fail a run as a whole rather
+// than the blocks read (a closed, crashed or cancelled device, or a read
+// out of range); every other read error is re-read, then reported as
+// [KindIO].
 //
 // # Devices
 //
@@ -73,10 +74,7 @@
 //     falling back to buffered I/O otherwise; see [File.DirectIO]); unaligned
 //     caller buffers then go through aligned bounce buffers ([AlignedBuffer]
 //     allocates buffers that need none). [CreateImage] makes a sparse image.
-//   - [NewMemDevice] is a sparse in-memory device. The fault-injecting
-//     device of the tests is package blockdev/faultdev; it builds on
-//     package blockdev/device, which holds the Device contract that this
-//     package re-exports.
+//   - [NewMemDevice] is a sparse in-memory device.
 //
 // Optional capabilities are discovered by type assertion and kept small:
 // [Discarder], [DataFinder] (SEEK_DATA/SEEK_HOLE; see [DataExtents]),
@@ -85,16 +83,11 @@
 // wrapping [errors.ErrUnsupported] when the medium cannot provide it (a block
 // device has no holes, tmpfs has no O_DIRECT).
 //
-// # Images that carry their own protection information
-//
-// [ExtendedImage] reads an extended-LBA dump (data and metadata interleaved
+// Images that carry their own protection information: [ExtendedImage] reads an extended-LBA dump (data and metadata interleaved
 // in sectors of dataSize+metaSize bytes, such as 520, 4104 or 4112) as runs
 // of raw extended sectors, and [DIXPair] reads a data image together with a
 // separate metadata file. Both only do I/O and size checks ([*SizeError]);
-// [NewExtendedSource] and [NewDIXSource] verify them with package dif.
-//
-// A [CheckSource] is anything whose blocks can be verified in runs: a
-// Volume, or a [PISource] over either kind of image. The scrub engine that
-// streams over one, with its state, findings and rate limiter, is package
-// blockdev/scrub.
+// [NewExtendedSource] and [NewDIXSource] verify them with package dif. A
+// Volume and a PISource are both a [CheckSource], what `difctl verify` and
+// the scrub engine (package blockdev/scrub) consume.
 package blockdev

@@ -205,13 +205,6 @@ func dropCached(r io.ReaderAt, off, n int64) {
 	}
 }
 
-// fatalRunError reports whether a read error ends the whole run rather than
-// marking blocks unreadable.
-func fatalRunError(err error) bool {
-	return errors.Is(err, ErrClosed) || errors.Is(err, os.ErrClosed) || errors.Is(err, ErrOutOfRange) ||
-		errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
-}
-
 // CheckRun implements [CheckSource].
 func (s *PISource) CheckRun(ctx context.Context, lba int64, n int, scratch []byte, opt CheckOptions, report func(Problem)) (RunStats, error) {
 	if err := ctx.Err(); err != nil {
@@ -242,7 +235,7 @@ func (s *PISource) CheckRun(ctx context.Context, lba int64, n int, scratch []byt
 	}
 	if !done {
 		if err := s.read(lba, n, r.data, r.md); err != nil {
-			if fatalRunError(err) {
+			if fatalReadError(err) {
 				return RunStats{}, err
 			}
 			return s.checkBlocks(ctx, lba, r, opt, report)
@@ -356,7 +349,7 @@ func (s *PISource) checkBlocks(ctx context.Context, lba int64, r piRun, opt Chec
 		data, md := s.block(r, i)
 		b := lba + int64(i)
 		if err := s.read(b, 1, data, md); err != nil {
-			if fatalRunError(err) {
+			if fatalReadError(err) {
 				return RunStats{}, err
 			}
 			if err := s.failed(ctx, b, r, i, err, opt, report, &st); err != nil {
@@ -401,77 +394,41 @@ func (s *PISource) classify(lba int64, r piRun, i int) (dif.State, error) {
 	return r.states[i], nil
 }
 
-// blockProblems holds the problems of one block: at most one per field
-// checked, or one I/O error.
-type blockProblems struct {
-	p [4]Problem
-	n int
-}
-
-// collect fills bp with the failed checks of block i of r, or with readErr.
-func (s *PISource) collect(bp *blockProblems, lba int64, r piRun, i int, readErr error) error {
-	bp.n = 0
-	if readErr != nil {
-		bp.p[0] = Problem{LBA: lba, Kind: KindIO, Err: readErr}
-		bp.n = 1
-		return nil
-	}
-	data, md := s.block(r, i)
-	_, err := s.f.VerifyFunc(data, md, s.params(lba), func(e *dif.CheckError) error {
-		if bp.n < len(bp.p) {
-			bp.p[bp.n] = Problem{LBA: lba, Kind: KindOf(e.Field), Expected: e.Expected, Actual: e.Actual, Err: e}
-			bp.n++
-		}
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("blockdev: %w", err)
-	}
-	return nil
-}
-
 // failed handles block i of r (block lba), which failed verification or,
-// with readErr, could not be read: it re-reads it opt.Rereads times and
-// reports it as transient if a re-read passes, as failed otherwise.
+// with readErr, could not be read, with the package's block classifier and
+// re-read loop (verify.go): its problems are those of the first read; it
+// is re-read opt.Rereads times and reported as transient if a re-read
+// passes, as failed otherwise.
 func (s *PISource) failed(ctx context.Context, lba int64, r piRun, i int, readErr error, opt CheckOptions, report func(Problem), st *RunStats) error {
-	var bp blockProblems
-	if err := s.collect(&bp, lba, r, i, readErr); err != nil {
+	data, md := s.block(r, i)
+	p := s.params(lba)
+	chk := blockCheck{f: s.f} // no store: no sector sums, every block written
+	var buf [5]Problem        // at most one per field and a sum: no allocation
+	probs := buf[:0]
+	if readErr != nil {
+		probs = append(probs, Problem{LBA: lba, Kind: KindIO, Err: readErr})
+	} else {
+		probs = chk.problems(probs, lba, data, md, p, true, 0)
+	}
+	passed, err := reread(ctx, opt.Rereads,
+		func() error {
+			s.dropCache(lba, 1)
+			return s.read(lba, 1, data, md)
+		},
+		func() bool { return chk.ok(data, md, p, true, 0) })
+	if err != nil {
 		return err
 	}
-	data, md := s.block(r, i)
-	for range opt.Rereads {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		s.dropCache(lba, 1)
-		err := s.read(lba, 1, data, md)
-		if err != nil && fatalRunError(err) {
-			return err
-		}
-		if err == nil {
-			state, err := s.classify(lba, r, i)
-			if err != nil {
-				return err
-			}
-			if state != dif.StateFailed {
-				for _, p := range bp.p[:bp.n] {
-					p.Transient = true
-					report(p)
-				}
-				st.OK++
-				st.Transient++
-				return nil
-			}
-		}
-		// Report what the last read found.
-		if err := s.collect(&bp, lba, r, i, err); err != nil {
-			return err
-		}
+	for _, pr := range probs {
+		pr.Transient = passed
+		report(pr)
 	}
-	for _, p := range bp.p[:bp.n] {
-		report(p)
+	if passed {
+		st.OK++
+		st.Transient++
+	} else {
+		st.Failed++
 	}
-	st.Failed++
 	return nil
 }
 

@@ -7,7 +7,6 @@ import (
 	"slices"
 	"sort"
 
-	"github.com/difctl/difctl/kernels/crc32c"
 	"github.com/difctl/difctl/store"
 )
 
@@ -130,7 +129,8 @@ func (v *Volume) recover(ctx context.Context) error {
 					if v.sums {
 						sum = in.Sums[j]
 					}
-					if v.matches(data[i*bs:(i+1)*bs], in.Tuples[j*ts:(j+1)*ts], sum, b) {
+					// An intent's tuple is a written block's.
+					if v.ok(data[i*bs:(i+1)*bs], in.Tuples[j*ts:(j+1)*ts], v.params(b), true, sum) {
 						copy(newT[i*ts:(i+1)*ts], in.Tuples[j*ts:])
 						if v.sums {
 							newS[i] = sum
@@ -163,7 +163,7 @@ func (v *Volume) recover(ctx context.Context) error {
 					rs.Folded += int64(j - i - 1)
 					rs.Blocks += int64(j - i - 1)
 					i = j - 1
-				case v.blockOK(data[i*bs:(i+1)*bs], i, b, sc):
+				case v.committedOK(data[i*bs:(i+1)*bs], i, b, sc):
 					// The committed tuple, or zeros for an unwritten block.
 					rs.Kept++
 				default:
@@ -200,12 +200,14 @@ func (v *Volume) recover(ctx context.Context) error {
 	return nil
 }
 
-// matches reports whether data verifies against tuple (and sum).
-func (v *Volume) matches(data, tuple []byte, sum uint32, lba int64) bool {
-	if v.f.Verify(data, tuple, v.params(lba)) != nil {
-		return false
+// committedOK reports whether block i (lba) of the chunk in sc passes
+// against its committed tuple and sum (zeros for an unwritten block).
+func (v *Volume) committedOK(data []byte, i int, lba int64, sc *scratch) bool {
+	var sum uint32
+	if v.sums {
+		sum = sc.sums[i]
 	}
-	return !v.sums || crc32c.Checksum(data) == sum
+	return v.ok(data, sc.tuples[i*v.ts:(i+1)*v.ts], v.params(lba), sc.written.Has(i), sum)
 }
 
 // tornFinding describes a torn block: expected is the guard computed from

@@ -305,43 +305,24 @@ type RecoveryStats struct {
 // over disjoint blocks run in parallel. Memory is bounded: two staging
 // batches of Options.StagingBytes/2, the new tuples of at most
 // Options.MaxUnsynced bytes of unsynced writes (the volume syncs by itself
-// beyond it), and per-request scratch of about 1 MiB. Committed tuples are
-// cached by the store's engine (Pebble's block cache), not by the volume.
+// beyond it), per-request scratch of about 1 MiB, and the decoded tuple
+// pages of Options.TupleCacheBytes (the store's page cache).
 type Volume struct {
 	dev    Device
 	tup    *store.Tuples
 	man    store.Manifest
-	f      dif.Format
 	opts   Options
-	bs     int
-	ts     int
 	blocks int64
-	sums   bool
 	chunk  int // blocks per verification chunk
 
-	refBase, refMask uint64
-	refConst         bool // Type 3: every block carries refBase
-	appTag, appMask  uint16
+	blockCheck // format, geometry and params: the block classifier
 
 	closeMu sync.RWMutex // held shared by every operation, exclusively by Close
 	closed  bool
-	failErr atomic.Pointer[error]
+	fails   failure
 
 	locks rangeLock
-
-	// Staging (see intent.go).
-	flushMu  sync.Mutex   // serializes flushes, syncs and folds
-	stMu     sync.RWMutex // guards active, flushing, spare
-	stCond   sync.Cond    // on stMu: the flushing batch was written (or failed)
-	active   *batch
-	flushing *batch
-	spare    *batch
-
-	ovMu     sync.RWMutex // guards overlay
-	overlay  map[int64]*ovPage
-	ovFree   []*ovPage
-	ovBlocks int64            // blocks inserted since the last fold; under flushMu
-	pending  []store.IntentID // intents to drop at the next fold; under flushMu
+	stg   *staging // staged writes, the overlay of flushed tuples, intents
 
 	mapper Mapper      // dev as a Mapper, unless Options.NoMap
 	noMap  atomic.Bool // the device refused to map: use ReadAt
@@ -352,12 +333,35 @@ type Volume struct {
 	workersOnce sync.Once
 	jobs        chan verifyJob
 
-	st struct {
-		read, written, rereads, transient, failed atomic.Int64
-		mapFaults                                 atomic.Int64
-		flushes, syncs, autoSyncs                 atomic.Int64
-	}
+	st       volStats
 	recovery RecoveryStats
+}
+
+// volStats are the counters behind Stats.
+type volStats struct {
+	read, written, rereads, transient, failed atomic.Int64
+	mapFaults                                 atomic.Int64
+	flushes, syncs, autoSyncs                 atomic.Int64
+}
+
+// failure is a volume's sticky failure: the first error of a write, a
+// device sync or a store commit, after which every operation fails.
+type failure struct{ p atomic.Pointer[error] }
+
+// err returns the failure, if any.
+func (f *failure) err() error {
+	if p := f.p.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// set records err as the failure (unless one is recorded) and returns it
+// wrapped in ErrVolumeFailed.
+func (f *failure) set(err error) error {
+	werr := fmt.Errorf("%w: %w", ErrVolumeFailed, err)
+	f.p.CompareAndSwap(nil, &werr)
+	return werr
 }
 
 // Open opens the volume of dev described in kv (see Options.Name), checks
@@ -437,35 +441,19 @@ func newVolume(dev Device, tup *store.Tuples, opts Options) (*Volume, error) {
 		return nil, err
 	}
 	v := &Volume{
-		dev: dev, tup: tup, man: m, f: f, opts: opts,
-		bs: f.BlockSize(), ts: f.TupleSize(), blocks: int64(m.DeviceSize) / int64(f.BlockSize()),
-		sums:    m.SectorSums,
-		refBase: m.InitialRefTag, refConst: f.Type() == dif.Type3,
-		appTag: m.AppTag, appMask: m.AppTagMask,
-		overlay: make(map[int64]*ovPage),
+		dev: dev, tup: tup, man: m, opts: opts,
+		blocks:     int64(m.DeviceSize) / int64(f.BlockSize()),
+		blockCheck: manifestCheck(f, m),
 	}
-	v.refMask = ^uint64(0)
-	if b := f.RefTagBits(); b < 64 {
-		v.refMask = 1<<b - 1
-	}
+	v.stg = newStaging(dev, tup, &v.blockCheck, &v.opts, &v.fails, &v.st)
 	v.chunk = max(1, (1<<20)/v.bs)
 	if m, ok := dev.(Mapper); ok && !opts.NoMap {
 		v.mapper = m
 	}
 	tup.SetPageCache(max(0, opts.TupleCacheBytes))
 	v.locks.init()
-	v.stCond.L = &v.stMu
 	v.scratch.New = func() any { return v.newScratch() }
 	return v, nil
-}
-
-// params returns the dif parameters of a run starting at block lba.
-func (v *Volume) params(lba int64) dif.Params {
-	ref := v.refBase
-	if !v.refConst {
-		ref += uint64(lba)
-	}
-	return dif.Params{RefTag: ref & v.refMask, AppTag: v.appTag, AppMask: v.appMask, LBA: uint64(lba)}
 }
 
 // enter starts an operation: it holds closeMu shared until the returned
@@ -484,19 +472,10 @@ func (v *Volume) enter() (func(), error) {
 }
 
 // failed returns the sticky failure, if any.
-func (v *Volume) failed() error {
-	if p := v.failErr.Load(); p != nil {
-		return *p
-	}
-	return nil
-}
+func (v *Volume) failed() error { return v.fails.err() }
 
 // fail records err as the volume's sticky failure and returns it wrapped.
-func (v *Volume) fail(err error) error {
-	werr := fmt.Errorf("%w: %w", ErrVolumeFailed, err)
-	v.failErr.CompareAndSwap(nil, &werr)
-	return werr
-}
+func (v *Volume) fail(err error) error { return v.fails.set(err) }
 
 // BlockSize returns the data bytes per block.
 func (v *Volume) BlockSize() int { return v.bs }
@@ -546,7 +525,21 @@ func (v *Volume) Close() error {
 	if err := v.failed(); err != nil {
 		return err
 	}
-	v.flushMu.Lock()
-	defer v.flushMu.Unlock()
-	return v.syncLocked()
+	v.stg.flushMu.Lock()
+	defer v.stg.flushMu.Unlock()
+	return v.stg.syncLocked()
+}
+
+// Sync makes every write completed before it durable together with its
+// tuples: it writes out the staged data (intents first), syncs the device,
+// then commits the new tuples.
+func (v *Volume) Sync() error {
+	done, err := v.enter()
+	if err != nil {
+		return err
+	}
+	defer done()
+	v.stg.flushMu.Lock()
+	defer v.stg.flushMu.Unlock()
+	return v.stg.syncLocked()
 }

@@ -501,7 +501,7 @@ func TestVolumeProcessCrashThenPowerLoss(t *testing.T) {
 			v.waitFlushed()
 			// Process crash: the volume is abandoned; the device keeps what
 			// was written (not synced), the store every commit.
-			v.failErr.Store(&errTestCrash)
+			v.fails.p.Store(&errTestCrash)
 			e.kv.Close()
 			kv, err := store.OpenPebbleOnFS("db", e.fs)
 			if err != nil {

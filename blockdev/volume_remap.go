@@ -125,11 +125,19 @@ func RemapVolume(ctx context.Context, dev Device, kv store.KV, newRefTag uint64,
 			return nil, wrap(fmt.Errorf("open intent over blocks [%d, %d) during a remap", in.LBA, in.LBA+in.N))
 		}
 	}
-	c, err := newTupleChecker(dev, tup, runBlocksFor(opts.RunBytes, m.BlockSize), rereadsFor(opts.Rereads))
+	// The verification reads through a Volume's verifier, on a volume
+	// built over tup without recovery (there are no intents: above) and
+	// never written through.
+	vo := opts.Options
+	vo.VerifyWorkers, vo.TupleCacheBytes, vo.Rereads = 0, -1, rereadsFor(opts.Rereads)
+	if vo.Rereads == 0 {
+		vo.Rereads = -1
+	}
+	v, err := newVolume(dev, tup, vo)
 	if err != nil {
 		return nil, err
 	}
-	f := c.f
+	f := v.f
 	if b := f.RefTagBits(); b < 64 && newRefTag>>b != 0 {
 		return nil, wrap(fmt.Errorf("new initial ref tag %#x does not fit %d bits", newRefTag, b))
 	}
@@ -146,7 +154,10 @@ func RemapVolume(ctx context.Context, dev Device, kv store.KV, newRefTag uint64,
 
 	// Verify: blocks before next carry the new ref tags already.
 	probs := problemList{fn: opts.OnProblem}
-	per := int64(len(c.states))
+	per := int64(min(runBlocksFor(opts.RunBytes, m.BlockSize), v.chunk))
+	data := AlignedBuffer(int(per) * v.bs)
+	sc := v.getScratch()
+	defer v.putScratch(sc)
 	for lba := int64(0); lba < rep.Blocks; {
 		if err := ctx.Err(); err != nil {
 			return rep, err
@@ -155,7 +166,11 @@ func RemapVolume(ctx context.Context, dev Device, kv store.KV, newRefTag uint64,
 		if lba < next {
 			n, ref = min(n, next-lba), rep.To
 		}
-		st, err := c.run(lba, int(n), ref, func(p Problem) { probs.add("remap", p) })
+		req := readReq{ctx: ctx, rereads: v.opts.Rereads, zero: true, storeTuples: true, ref: ref}
+		st, err := v.verifyCommitted(lba, int(n), data[:n*int64(v.bs)], sc, req)
+		for _, p := range sc.probs {
+			probs.add("remap", p)
+		}
 		if err != nil {
 			return rep, wrap(err)
 		}

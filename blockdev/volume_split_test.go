@@ -11,7 +11,7 @@ import (
 )
 
 // Large reads are cut into parts read and verified by the verification
-// workers (readClassify). Every part must be verified, failures in any part
+// workers (readParallel). Every part must be verified, failures in any part
 // reported at the right block, and a part whose device read fails redone
 // serially with the per-block retries.
 func TestVolumeSplitRead(t *testing.T) {

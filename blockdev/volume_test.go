@@ -49,11 +49,12 @@ func (b *countingBatch) Commit(sync bool) error {
 
 // waitFlushed waits for the background flush, if any.
 func (v *Volume) waitFlushed() {
-	v.stMu.Lock()
-	for v.flushing != nil && v.failed() == nil {
-		v.stCond.Wait()
+	s := v.stg
+	s.stMu.Lock()
+	for s.flushing != nil && v.failed() == nil {
+		s.stCond.Wait()
 	}
-	v.stMu.Unlock()
+	s.stMu.Unlock()
 }
 
 type testVol struct {

@@ -100,3 +100,28 @@ func (so sumOut) guards16(gs []uint16, r *run, base int) error {
 func (so sumOut) all(r *run) error {
 	return crc32c.Blocks(so.s, r.data, so.bs, r.dstride)
 }
+
+// SectorSum returns the sector checksum of one block's data: its CRC-32C
+// (Castagnoli, reflected, initial and final XOR 0xFFFFFFFF; the check value
+// of "123456789" is 0xE3069283), the sum GenerateSums and ClassifySums
+// compute for each block. Callers that keep sector sums beside PI tuples
+// (blockdev) compute them here, so that the choice of kernel stays in dif.
+func SectorSum(data []byte) uint32 { return crc32c.Checksum(data) }
+
+// SectorSums sets sums[i] to SectorSum of block i of data, blocks of bs
+// bytes one after the other: the sums of data that has no PI of its own
+// (an import's data, taken from an image whose tuples are stored as they
+// are). data must hold whole blocks and sums room for them.
+func SectorSums(sums []uint32, data []byte, bs int) error {
+	if bs <= 0 || len(data)%bs != 0 {
+		return bufErr("data of %d bytes is not whole blocks of %d bytes", len(data), bs)
+	}
+	n := len(data) / bs
+	if len(sums) < n {
+		return bufErr("sums has room for %d blocks, the data has %d", len(sums), n)
+	}
+	if n == 0 {
+		return nil
+	}
+	return crc32c.Blocks(sums[:n], data, bs, bs)
+}

@@ -1,6 +1,7 @@
 package dif
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -119,6 +120,39 @@ func TestSumsAllocs(t *testing.T) {
 		}
 		if a := testing.AllocsPerRun(20, func() { _, err = f.ClassifySums(states, sums, data, md, p) }); a != 0 || err != nil {
 			t.Errorf("%v: ClassifySums: %v allocations, err %v", f, a, err)
+		}
+	}
+}
+
+// SectorSum is the CRC-32C (check value 0xE3069283), and SectorSums is
+// SectorSum block by block, refusing partial blocks and short sums.
+func TestSectorSums(t *testing.T) {
+	if got := SectorSum([]byte("123456789")); got != 0xE3069283 {
+		t.Fatalf("SectorSum(123456789) = %#08x, want 0xe3069283", got)
+	}
+	for _, bs := range []int{512, 4096} {
+		data := make([]byte, 5*bs)
+		for i := range data {
+			data[i] = byte(i*7 + i/bs)
+		}
+		sums := make([]uint32, 6)
+		sums[5] = 0xdeadbeef
+		if err := SectorSums(sums, data, bs); err != nil {
+			t.Fatal(err)
+		}
+		for i := range 5 {
+			if want := SectorSum(data[i*bs : (i+1)*bs]); sums[i] != want {
+				t.Fatalf("bs=%d: block %d: sum %#08x, want %#08x", bs, i, sums[i], want)
+			}
+		}
+		if sums[5] != 0xdeadbeef {
+			t.Fatalf("bs=%d: entry past the blocks written", bs)
+		}
+		if err := SectorSums(sums, data[:bs+1], bs); !errors.Is(err, ErrBuffer) {
+			t.Fatalf("bs=%d: partial block: %v, want ErrBuffer", bs, err)
+		}
+		if err := SectorSums(sums[:4], data, bs); !errors.Is(err, ErrBuffer) {
+			t.Fatalf("bs=%d: short sums: %v, want ErrBuffer", bs, err)
 		}
 	}
 }

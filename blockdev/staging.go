@@ -1,0 +1,502 @@
+package blockdev
+
+import (
+	"math/bits"
+	"slices"
+	"sync"
+
+	"github.com/difctl/difctl/store"
+)
+
+// Write path and crash consistency (ARCHITECTURE.md, "The crash contract").
+//
+// A block's data and tuple are in different places, so each write goes
+// through three states:
+//
+//  1. staged: WriteAt copies the data, its new tuples and sums into the
+//     active batch (memory, bounded by Options.StagingBytes) and returns.
+//     Readers are served from the batch.
+//  2. flushed: when the batch is full (or at Sync) it is written out. Its
+//     new tuples are recorded as intents with ONE synced store commit for
+//     the whole batch, and only then is the data written to the device (a
+//     buffered write may reach the medium at any moment after pwrite, so the
+//     intent must already be durable). The new tuples move to the overlay,
+//     which readers consult before the committed pages.
+//  3. committed: Sync flushes the active batch, syncs the device, then folds
+//     the overlay into the committed pages and drops the intents.
+//
+// The fold commit is not synced: if it is lost in a crash, the intents are
+// still there and the data they cover is durable, so recovery folds them
+// again; and the next synced commit (the next batch's intents) makes it
+// durable with everything before it.
+//
+// Lock order: closeMu, range locks, flushMu, stMu, ovMu. Readers take stMu
+// shared and never wait for a range lock while holding it.
+//
+// Readers must see each block's data and tuple from the same state. For a
+// block not in a batch, the data on the device is stable while its range is
+// locked (a write to it would be staged first); only its tuple may move
+// from the overlay to the committed pages, and since a fold commits the
+// pages before it clears the overlay, a reader that looks at the overlay
+// first and the store second sees the new tuple in one or the other. A
+// flush writes the device and fills the overlay before it removes the
+// batch, so a block found in neither batch is on the device with its tuple
+// in the overlay or the store. A reader whose range overlaps a batch holds
+// stMu shared while it reads the device and copies the staged blocks, so
+// the batch cannot be recycled under it.
+
+// staging is the Volume's write-behind state: the two staging batches
+// (the active one that writers fill, the flushing one being written out,
+// and a spare), the overlay of flushed tuples not yet folded into the
+// committed pages, and the intents to drop at the next fold. It owns the
+// flush, sync and fold of the write path and serves reads the staged data
+// and the overlay's tuples (load). Its locks come after the Volume's range
+// locks (see the lock order above).
+type staging struct {
+	dev         Device
+	tup         *store.Tuples
+	bs, ts      int
+	sums        bool
+	batchCap    int   // blocks per batch
+	maxUnsynced int64 // bytes of flushed, unfolded data that trigger a sync
+	fails       *failure
+	st          *volStats
+
+	flushMu  sync.Mutex   // serializes flushes, syncs and folds
+	stMu     sync.RWMutex // guards active, flushing, spare
+	stCond   sync.Cond    // on stMu: the flushing batch was written (or failed)
+	active   *batch
+	flushing *batch
+	spare    *batch
+
+	ovMu     sync.RWMutex // guards overlay
+	overlay  map[int64]*ovPage
+	ovFree   []*ovPage
+	ovBlocks int64            // blocks inserted since the last fold; under flushMu
+	pending  []store.IntentID // intents to drop at the next fold; under flushMu
+}
+
+func newStaging(dev Device, tup *store.Tuples, c *blockCheck, opts *Options, fails *failure, st *volStats) *staging {
+	s := &staging{
+		dev: dev, tup: tup, bs: c.bs, ts: c.ts, sums: c.sums,
+		batchCap: opts.StagingBytes / 2 / c.bs, maxUnsynced: opts.MaxUnsynced,
+		fails: fails, st: st, overlay: make(map[int64]*ovPage),
+	}
+	s.stCond.L = &s.stMu
+	return s
+}
+
+// load puts into data and sc what staging holds for blocks [lba, lba+n)
+// of a read: the staged data and tuples of blocks in a batch (read from
+// the device first, under stMu, so that the rest of the run is consistent
+// with them; see above), and the overlay tuples of flushed blocks, in
+// sc.ovTuples and sc.ovSums, marked in sc.ovMask. loaded reports that data
+// was read (with devErr the device's error, for the unstaged blocks of
+// sc.staged); over that some tuple came from staging.
+func (s *staging) load(lba int64, n int, data []byte, sc *scratch, uncached bool) (loaded, over bool, devErr error) {
+	end := lba + int64(n)
+	w := (n + 63) / 64
+	mask := sc.ovMask[:w]
+	clear(mask)
+	s.stMu.RLock()
+	if s.flushing.overlaps(lba, end) || s.active.overlaps(lba, end) {
+		devErr = readDevice(s.dev, data[:n*s.bs], lba*int64(s.bs), uncached)
+		loaded, over = true, true
+		s.copyStaged(s.flushing, lba, n, data, sc)
+		s.copyStaged(s.active, lba, n, data, sc)
+	}
+	s.stMu.RUnlock()
+	copy(sc.staged[:w], mask)
+
+	s.ovMu.RLock()
+	if len(s.overlay) > 0 {
+		for p := lba >> ovShift; p <= (end-1)>>ovShift; p++ {
+			pg := s.overlay[p]
+			if pg == nil {
+				continue
+			}
+			a, t := max(p<<ovShift, lba), min((p+1)<<ovShift, end)
+			for b := a; b < t; b++ {
+				o, i := int(b&(ovP-1)), int(b-lba)
+				if !hasBit(pg.mask[:], o) || hasBit(mask, i) {
+					continue
+				}
+				copy(sc.ovTuples[i*s.ts:(i+1)*s.ts], pg.tuples[o*s.ts:])
+				if s.sums {
+					sc.ovSums[i] = pg.sums[o]
+				}
+				setBit(mask, i)
+				over = true
+			}
+		}
+	}
+	s.ovMu.RUnlock()
+	return loaded, over, devErr
+}
+
+// copyStaged copies the blocks of b inside [lba, lba+n) into data and the
+// override buffers. Caller holds stMu.
+func (s *staging) copyStaged(b *batch, lba int64, n int, data []byte, sc *scratch) {
+	if !b.overlaps(lba, lba+int64(n)) {
+		return
+	}
+	end := lba + int64(n)
+	bs, ts := s.bs, s.ts
+	for _, e := range b.ents {
+		a, t := max(e.lba, lba), min(e.lba+int64(e.n), end)
+		if a >= t {
+			continue
+		}
+		i, j := int(a-lba), int(t-lba)
+		slot := e.slot + int(a-e.lba)
+		copy(data[i*bs:j*bs], b.data[slot*bs:])
+		copy(sc.ovTuples[i*ts:j*ts], b.tuples[slot*ts:])
+		if s.sums {
+			copy(sc.ovSums[i:j], b.sums[slot:])
+		}
+		setBits(sc.ovMask, i, j-i)
+	}
+}
+
+// batch is a staging buffer: data, tuples and sums of staged blocks in
+// slots, and the entries that place runs of slots at LBAs, in the order they
+// were staged (later entries win where they overlap).
+type batch struct {
+	data   []byte
+	tuples []byte
+	sums   []uint32
+	used   int // slots used
+	cap    int // slots
+	ents   []stEnt
+	lo, hi int64 // LBA bounds of the entries
+}
+
+type stEnt struct {
+	lba  int64
+	n    int
+	slot int
+}
+
+func (s *staging) newBatch() *batch {
+	c := s.batchCap
+	b := &batch{cap: c, data: make([]byte, c*s.bs), tuples: make([]byte, c*s.ts)}
+	if s.sums {
+		b.sums = make([]uint32, c)
+	}
+	return b
+}
+
+func (b *batch) reset() {
+	b.used = 0
+	b.ents = b.ents[:0]
+	b.lo, b.hi = 0, 0
+}
+
+func (b *batch) overlaps(lba, end int64) bool {
+	return b != nil && b.used > 0 && b.lo < end && lba < b.hi
+}
+
+// stage copies n blocks (data, tuples, sums) into the active batch. When
+// the batch is full it becomes the flushing batch, written out by a
+// background goroutine while writers fill the next one; a writer waits only
+// when both are full. n is at most batchCap.
+func (s *staging) stage(lba int64, n int, data, tuples []byte, sums []uint32) error {
+	s.stMu.Lock()
+	defer s.stMu.Unlock()
+	for {
+		if err := s.fails.err(); err != nil {
+			return err
+		}
+		if s.active == nil {
+			if s.spare != nil {
+				s.active, s.spare = s.spare, nil
+			} else {
+				s.active = s.newBatch()
+			}
+		}
+		b := s.active
+		if b.cap-b.used >= n {
+			at := b.used
+			copy(b.data[at*s.bs:], data[:n*s.bs])
+			copy(b.tuples[at*s.ts:], tuples[:n*s.ts])
+			if s.sums {
+				copy(b.sums[at:], sums[:n])
+			}
+			b.used += n
+			if k := len(b.ents) - 1; k >= 0 && b.ents[k].lba+int64(b.ents[k].n) == lba && b.ents[k].slot+b.ents[k].n == at {
+				b.ents[k].n += n
+			} else {
+				b.ents = append(b.ents, stEnt{lba: lba, n: n, slot: at})
+			}
+			if len(b.ents) == 1 && b.ents[0].n == n {
+				b.lo, b.hi = lba, lba+int64(n)
+			} else {
+				b.lo, b.hi = min(b.lo, lba), max(b.hi, lba+int64(n))
+			}
+			return nil
+		}
+		if s.flushing == nil {
+			s.flushing, s.active = b, s.spare
+			s.spare = nil
+			go s.backgroundFlush()
+			continue
+		}
+		s.stCond.Wait() // for the flushing batch to be written
+	}
+}
+
+// backgroundFlush writes out the flushing batch, then syncs if the
+// unsynced data exceeds Options.MaxUnsynced.
+func (s *staging) backgroundFlush() {
+	s.flushMu.Lock()
+	defer s.flushMu.Unlock()
+	if s.writeFlushing() != nil {
+		return
+	}
+	if s.ovBlocks*int64(s.bs) >= s.maxUnsynced && s.fails.err() == nil {
+		s.st.autoSyncs.Add(1)
+		s.syncLocked()
+	}
+}
+
+// writeFlushing writes out the flushing batch, if any: intents (one synced
+// store commit), then data, then the overlay. On failure the batch stays in
+// place (readers keep seeing the staged data) and the volume fails. Caller
+// holds flushMu.
+func (s *staging) writeFlushing() error {
+	if err := s.fails.err(); err != nil {
+		return err
+	}
+	s.stMu.RLock()
+	b := s.flushing
+	s.stMu.RUnlock()
+	if b == nil {
+		return nil
+	}
+	if err := s.writeBatch(b); err != nil {
+		err = s.fails.set(err)
+		s.stMu.Lock()
+		s.stCond.Broadcast()
+		s.stMu.Unlock()
+		return err
+	}
+	s.stMu.Lock()
+	s.flushing = nil
+	b.reset()
+	s.spare = b
+	s.stCond.Broadcast()
+	s.stMu.Unlock()
+	s.st.flushes.Add(1)
+	return nil
+}
+
+// flushLocked writes out the flushing batch, then the active one. Caller
+// holds flushMu.
+func (s *staging) flushLocked() error {
+	if err := s.writeFlushing(); err != nil {
+		return err
+	}
+	s.stMu.Lock()
+	if b := s.active; b != nil && b.used > 0 {
+		s.flushing, s.active = b, s.spare
+		s.spare = nil
+	}
+	s.stMu.Unlock()
+	return s.writeFlushing()
+}
+
+// writeBatch makes b's intents durable, writes its data and moves its
+// tuples to the overlay. Caller holds flushMu.
+func (s *staging) writeBatch(b *batch) error {
+	x := s.tup.NewTxn()
+	for _, e := range b.ents {
+		var sums []uint32
+		if s.sums {
+			sums = b.sums[e.slot : e.slot+e.n]
+		}
+		id, err := x.RecordIntent(uint64(e.lba), b.tuples[e.slot*s.ts:(e.slot+e.n)*s.ts], sums)
+		if err != nil {
+			x.Abort()
+			return err
+		}
+		s.pending = append(s.pending, id)
+	}
+	if err := x.Commit(true); err != nil {
+		return err
+	}
+	for _, e := range b.ents {
+		if _, err := s.dev.WriteAt(b.data[e.slot*s.bs:(e.slot+e.n)*s.bs], e.lba*int64(s.bs)); err != nil {
+			return err
+		}
+	}
+	s.ovMu.Lock()
+	for _, e := range b.ents {
+		var sums []uint32
+		if s.sums {
+			sums = b.sums[e.slot : e.slot+e.n]
+		}
+		s.ovInsert(e.lba, e.n, b.tuples[e.slot*s.ts:], sums)
+		s.ovBlocks += int64(e.n)
+	}
+	s.ovMu.Unlock()
+	return nil
+}
+
+// syncLocked flushes the active batch, syncs the device and folds the
+// overlay into the committed pages. Caller holds flushMu.
+func (s *staging) syncLocked() error {
+	if err := s.flushLocked(); err != nil {
+		return err
+	}
+	if err := s.dev.Sync(); err != nil {
+		return s.fails.set(err)
+	}
+	if err := s.foldLocked(); err != nil {
+		return s.fails.set(err)
+	}
+	s.st.syncs.Add(1)
+	return nil
+}
+
+// foldTxnBytes is the size at which a fold commits a transaction and
+// starts the next.
+const foldTxnBytes = 4 << 20
+
+// foldLocked commits the overlay's tuples and drops the intents they came
+// from. The data is durable. Caller holds flushMu.
+func (s *staging) foldLocked() error {
+	if len(s.pending) == 0 && len(s.overlay) == 0 {
+		return nil
+	}
+	// The overlay changes only under flushMu, which we hold: read it
+	// without ovMu.
+	pages := make([]int64, 0, len(s.overlay))
+	for p := range s.overlay {
+		pages = append(pages, p)
+	}
+	slices.Sort(pages)
+	x := s.tup.NewTxn()
+	commit := func(force bool) error {
+		if !force && x.Len() < foldTxnBytes {
+			return nil
+		}
+		err := x.Commit(false)
+		x = s.tup.NewTxn()
+		return err
+	}
+	for _, p := range pages {
+		pg := s.overlay[p]
+		for i := 0; i < ovP; {
+			if pg.mask[i/64]>>(i%64)&1 == 0 {
+				// skip clear bits a word at a time
+				w := pg.mask[i/64] >> (i % 64)
+				if w == 0 {
+					i = (i/64 + 1) * 64
+				} else {
+					i += bits.TrailingZeros64(w)
+				}
+				continue
+			}
+			j := i + 1
+			for j < ovP && pg.mask[j/64]>>(j%64)&1 != 0 {
+				j++
+			}
+			var sums []uint32
+			if s.sums {
+				sums = pg.sums[i:j]
+			}
+			if err := x.WriteRange(uint64(p*ovP+int64(i)), pg.tuples[i*s.ts:j*s.ts], sums); err != nil {
+				x.Abort()
+				return err
+			}
+			if err := commit(false); err != nil {
+				return err
+			}
+			i = j
+		}
+	}
+	// Committed tuples first, then the intents go: a crash in between
+	// leaves intents whose data matches the committed tuple.
+	if err := commit(true); err != nil {
+		return err
+	}
+	for _, id := range s.pending {
+		if err := x.DropIntent(id); err != nil {
+			x.Abort()
+			return err
+		}
+		if err := commit(false); err != nil {
+			return err
+		}
+	}
+	if err := commit(true); err != nil {
+		return err
+	}
+	s.ovMu.Lock()
+	for p, pg := range s.overlay {
+		clear(pg.mask[:])
+		s.ovFree = append(s.ovFree, pg)
+		delete(s.overlay, p)
+	}
+	s.ovMu.Unlock()
+	s.ovBlocks = 0
+	s.pending = s.pending[:0]
+	return nil
+}
+
+// The overlay holds the tuples of flushed, not yet folded blocks in pages
+// of ovP blocks.
+const (
+	ovShift = 10
+	ovP     = 1 << ovShift
+)
+
+type ovPage struct {
+	mask   [ovP / 64]uint64
+	tuples []byte
+	sums   []uint32
+}
+
+// ovInsert sets the overlay tuples (and sums) of blocks [lba, lba+n).
+// Caller holds ovMu and flushMu.
+func (s *staging) ovInsert(lba int64, n int, tuples []byte, sums []uint32) {
+	for i := 0; i < n; {
+		b := lba + int64(i)
+		p, off := b>>ovShift, int(b&(ovP-1))
+		k := min(n-i, ovP-off)
+		pg := s.overlay[p]
+		if pg == nil {
+			if l := len(s.ovFree); l > 0 {
+				pg = s.ovFree[l-1]
+				s.ovFree = s.ovFree[:l-1]
+			} else {
+				pg = &ovPage{tuples: make([]byte, ovP*s.ts)}
+				if s.sums {
+					pg.sums = make([]uint32, ovP)
+				}
+			}
+			s.overlay[p] = pg
+		}
+		copy(pg.tuples[off*s.ts:(off+k)*s.ts], tuples[i*s.ts:])
+		if s.sums {
+			copy(pg.sums[off:off+k], sums[i:i+k])
+		}
+		setBits(pg.mask[:], off, k)
+		i += k
+	}
+}
+
+// setBits sets bits [off, off+n) of m.
+func setBits(m []uint64, off, n int) {
+	for n > 0 {
+		w, b := off/64, off%64
+		k := min(n, 64-b)
+		var mask uint64 = ^uint64(0)
+		if k < 64 {
+			mask = (1<<k - 1) << b
+		}
+		m[w] |= mask
+		off += k
+		n -= k
+	}
+}

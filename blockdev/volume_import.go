@@ -1,0 +1,324 @@
+package blockdev
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/difctl/difctl/dif"
+	"github.com/difctl/difctl/store"
+)
+
+// Import: an image carrying its own protection information becomes a
+// store-backed volume (see volume_export.go for the pair's contract).
+
+// importCheckpointDiscards bounds the unwritten ranges an import keeps in
+// memory before it ends a checkpoint early to apply them.
+const importCheckpointDiscards = 4096
+
+// ImportOptions configure ImportImage. The zero value of each field is its
+// default.
+type ImportOptions struct {
+	// Options name the volume (Name, DeviceID, stored in the manifest) and
+	// tune it once it is open.
+	Options
+	// Force imports blocks that fail verification with their tuples as they
+	// are, so that the volume keeps reporting them; each is reported.
+	// Default false: a source with a failing block is refused before
+	// anything is written (a first pass verifies it all), and a block
+	// failing during the import (the source changed) stops it.
+	Force bool
+	// SectorSums selects the volume's CRC-32C sector checksums, computed
+	// from the imported data (a block whose PI fails keeps failing by its
+	// tuple). Default SumsAuto.
+	SectorSums SumPolicy
+	// RunBytes is the data read per step. Default DefaultConvertRun.
+	RunBytes int
+	// CheckpointBytes is how much progress an interruption may lose: the
+	// device is synced, the tuples loaded and the journal advanced every
+	// CheckpointBytes of data. Default DefaultProtectCheckpoint (256 MiB).
+	CheckpointBytes int64
+	// Progress, if not nil, is called after every run with the data bytes
+	// covered so far (from block 0) and the total, for each pass (the
+	// verification pass, without Force, then the import).
+	Progress func(done, total int64)
+	// OnProblem, if not nil, receives every problem found, in LBA order.
+	OnProblem func(Problem)
+	// Tool names the program that creates the volume, for the manifest.
+	Tool string
+}
+
+// ImportImage creates the store-backed volume Options.Name in kv over dev
+// from src, an image with its own protection information: the data of
+// every block is copied to dev and its tuple, as stored in the image (never
+// regenerated), becomes the committed tuple after it verified with src's
+// format and params (see ImportOptions.Force). Blocks whose tags are all
+// ones (unwritten) stay unwritten, with zeros written for their data. The
+// volume's manifest takes src's format
+// (DIX layout), and its params' RefTag, AppTag and AppMask as the initial
+// ref tag and app tag policy. The format's metadata must be the tuple (8 or
+// 16 bytes), the storage tag (if any) zero, and dev the size of the image's
+// data. ImportImage returns the volume open.
+//
+// Tuples are loaded in bulk (store.Loader). The import is journaled
+// (store.Journal, OpImport): until it completes, every open of the volume
+// fails with a *store.InProgressError, and calling ImportImage again with
+// the same source and options resumes it from its last checkpoint. It
+// fails with an error matching store.ErrExists if the volume exists
+// otherwise. Memory is bounded by RunBytes whatever the image's size.
+func ImportImage(ctx context.Context, src *PISource, dev Device, kv store.KV, opts ImportOptions) (*Volume, *ConvertReport, error) {
+	if src == nil || dev == nil || kv == nil {
+		return nil, nil, errors.New("blockdev: import: nil source, device or store")
+	}
+	if opts.Name == "" {
+		opts.Name = DefaultVolumeName
+	}
+	name := opts.Name
+	f, p := src.Format(), src.Params()
+	fail := func(format string, args ...any) (*Volume, *ConvertReport, error) {
+		return nil, nil, fmt.Errorf("blockdev: import into volume %q: %s", name, fmt.Sprintf(format, args...))
+	}
+	switch {
+	case f.StorageTagBits() > 0 && p.StorageTag != 0:
+		return fail("storage tag %#x: a volume checks storage tags against zero", p.StorageTag)
+	case dev.Size() != src.Blocks()*int64(src.BlockSize()):
+		return fail("device of %d bytes, the image holds %d blocks of %d bytes", dev.Size(), src.Blocks(), src.BlockSize())
+	}
+	co := CreateOptions{Options: opts.Options, Format: f, InitialRefTag: p.RefTag, AppTag: p.AppTag, AppTagMask: p.AppMask,
+		SectorSums: opts.SectorSums, Tool: opts.Tool}
+	m, err := co.manifest(dev)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := opts.Options.normalize(m.BlockSize); err != nil {
+		return nil, nil, err
+	}
+	switch {
+	case opts.CheckpointBytes == 0:
+		opts.CheckpointBytes = DefaultProtectCheckpoint
+	case opts.CheckpointBytes < 0:
+		return fail("negative checkpoint interval %d", opts.CheckpointBytes)
+	}
+	per := runBlocksFor(opts.RunBytes, src.BlockSize())
+	rep := &ConvertReport{}
+	probs := problemList{fn: opts.OnProblem}
+	report := func(p Problem) { probs.add("import", p) }
+
+	tup, j, err := store.OpenJournaled(kv, name, &m)
+	var mm *store.ManifestMismatchError
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		if !opts.Force {
+			st, err := checkSource(ctx, src, per, opts.Progress, report)
+			rep.RunStats = st
+			if err != nil {
+				return nil, rep, err
+			}
+			if probs.ie != nil {
+				return nil, rep, probs.ie
+			}
+			rep.RunStats = RunStats{}
+		}
+		tup, err = store.CreateJournaled(kv, name, m, store.Journal{Op: store.OpImport})
+		if err != nil {
+			return nil, rep, fmt.Errorf("blockdev: import into volume %q: %w", name, err)
+		}
+	case errors.As(err, &mm):
+		return nil, nil, &MismatchError{Volume: name, Field: mm.Field, Stored: mm.Stored, Given: mm.Given}
+	case err != nil:
+		return nil, nil, fmt.Errorf("blockdev: import into volume %q: %w", name, err)
+	case j == nil:
+		return nil, nil, fmt.Errorf("blockdev: import into volume %q: %w", name, store.ErrExists)
+	case j.Op != store.OpImport:
+		return nil, nil, fmt.Errorf("blockdev: import into volume %q: %w", name, &store.InProgressError{Volume: name, Journal: *j})
+	default:
+		rep.Resumed, rep.Start, rep.Next = true, int64(j.Next), int64(j.Next)
+	}
+	if err := importBlocks(ctx, src, dev, tup, &opts, per, rep, report, &probs); err != nil {
+		return nil, rep, err
+	}
+	now := time.Now().UTC()
+	if err := tup.SetScrubCursor(protectCursor, store.ScrubCursor{Next: uint64(src.Blocks()), Pass: 1, Started: now, Updated: now}, true); err != nil {
+		return nil, rep, fmt.Errorf("blockdev: import into volume %q: %w", name, err)
+	}
+	if err := tup.EndJournal(); err != nil {
+		return nil, rep, fmt.Errorf("blockdev: import into volume %q: %w", name, err)
+	}
+	v, err := Open(ctx, dev, kv, opts.Options)
+	if err != nil {
+		return nil, rep, err
+	}
+	return v, rep, nil // with Force, failures are in the report
+}
+
+// checkSource verifies every block of src, as the first pass of an import.
+func checkSource(ctx context.Context, src *PISource, per int, progress func(done, total int64), report func(Problem)) (RunStats, error) {
+	scratch := make([]byte, src.ScratchSize(per))
+	var total RunStats
+	bs := int64(src.BlockSize())
+	for lba, end := int64(0), src.Blocks(); lba < end; {
+		n := int(min(int64(per), end-lba))
+		st, err := src.CheckRun(ctx, lba, n, scratch, CheckOptions{Rereads: DefaultRereads}, report)
+		if err != nil {
+			return total, fmt.Errorf("blockdev: import: verifying blocks [%d, %d): %w", lba, lba+int64(n), err)
+		}
+		total.Add(st)
+		lba += int64(n)
+		if progress != nil {
+			progress(lba*bs, end*bs)
+		}
+	}
+	return total, nil
+}
+
+// importBlocks copies blocks [rep.Next, end) of src to dev and tup, one
+// checkpoint at a time: data written and synced, tuples bulk-loaded,
+// unwritten blocks discarded, then the journal advanced.
+func importBlocks(ctx context.Context, src *PISource, dev Device, tup *store.Tuples, opts *ImportOptions, per int,
+	rep *ConvertReport, report func(Problem), probs *problemList) error {
+	f := src.f.WithLayout(dif.Separate)
+	bs, ms, ts := src.bs, src.ms, f.TupleSize()
+	blocks := src.Blocks()
+	sums := tup.Manifest().SectorSums
+	r := src.split(make([]byte, src.ScratchSize(per)), per)
+	var data, md []byte // the run in the DIX layout
+	if src.ext != nil {
+		data, md = AlignedBuffer(per*bs), make([]byte, per*ms)
+	}
+	var sumv []uint32
+	if sums {
+		sumv = make([]uint32, per)
+	}
+	ckpt := max(int64(per), opts.CheckpointBytes/int64(bs))
+	name := tup.Volume()
+	wrap := func(lba int64, err error) error {
+		return fmt.Errorf("blockdev: import into volume %q at block %d: %w", name, lba, err)
+	}
+	chk := blockCheck{f: f} // the image's PI alone: the sums are made here
+	var buf [5]Problem
+	pos := rep.Next
+	for pos < blocks {
+		l, err := tup.NewLoader(uint64(pos))
+		if err != nil {
+			return wrap(pos, err)
+		}
+		var holes []BlockRange
+		segEnd := min(blocks, pos+ckpt)
+		stopped := false
+		for pos < segEnd && len(holes) < importCheckpointDiscards {
+			if ctx.Err() != nil {
+				stopped = true
+				break
+			}
+			n := int(min(int64(per), segEnd-pos))
+			rd, rm := r.data[:n*(bs+ms)], []byte(nil)
+			if src.dix != nil {
+				rd, rm = r.data[:n*bs], r.md[:n*ms]
+			}
+			if err := src.read(pos, n, rd, rm); err != nil {
+				l.Abort()
+				return wrap(pos, err)
+			}
+			d, m := rd, rm
+			if src.ext != nil {
+				d, m = data[:n*bs], md[:n*ms]
+				if err := f.ToSeparate(d, m, rd); err != nil {
+					l.Abort()
+					return wrap(pos, err)
+				}
+			}
+			states := r.states[:n]
+			sum, err := f.Classify(states, d, m, src.params(pos))
+			if err != nil {
+				l.Abort()
+				return wrap(pos, err)
+			}
+			if sum.Failed > 0 {
+				for i, s := range states {
+					if s != dif.StateFailed {
+						continue
+					}
+					b := pos + int64(i)
+					for _, p := range chk.problems(buf[:0], b, d[i*bs:(i+1)*bs], m[i*ms:(i+1)*ms], src.params(b), true, 0) {
+						report(p)
+					}
+				}
+				if !opts.Force {
+					l.Abort()
+					return probs.ie
+				}
+			}
+			rep.RunStats.Add(RunStats{Blocks: int64(n), OK: int64(sum.OK), Escaped: int64(sum.Escaped),
+				Unwritten: int64(sum.Unwritten), Failed: int64(sum.Failed)})
+			if sum.Unwritten > 0 {
+				// An unwritten block must be zeros on the device (see
+				// ErrUnwrittenData): whatever the dump holds there is not
+				// data.
+				for i, st := range states {
+					if st == dif.StateUnwritten {
+						clear(d[i*bs : (i+1)*bs])
+					}
+				}
+			}
+			if _, err := dev.WriteAt(d, pos*int64(bs)); err != nil {
+				l.Abort()
+				return wrap(pos, err)
+			}
+			rep.Bytes += int64(len(d))
+			var s []uint32
+			if sums {
+				s = sumv[:n]
+				if err := dif.SectorSums(s, d, bs); err != nil {
+					l.Abort()
+					return wrap(pos, err)
+				}
+			}
+			for i, st := range states {
+				if st != dif.StateUnwritten {
+					continue
+				}
+				if s != nil {
+					s[i] = 0
+				}
+				b := pos + int64(i)
+				if k := len(holes) - 1; k >= 0 && holes[k].End() == b {
+					holes[k].N++
+				} else {
+					holes = append(holes, BlockRange{LBA: b, N: 1})
+				}
+			}
+			// The metadata is the tuple: the run's metadata is its tuples.
+			if err := l.Write(m[:n*ts], s); err != nil {
+				l.Abort()
+				return wrap(pos, err)
+			}
+			pos += int64(n)
+			if opts.Progress != nil {
+				opts.Progress(pos*int64(bs), blocks*int64(bs))
+			}
+		}
+		// Checkpoint: data durable, tuples loaded, holes unwritten, then
+		// the journal moves on.
+		if err := dev.Sync(); err != nil {
+			l.Abort()
+			return wrap(pos, err)
+		}
+		if err := l.Finish(true); err != nil {
+			return wrap(pos, err)
+		}
+		for i, h := range holes {
+			if err := tup.Discard(uint64(h.LBA), uint64(h.N), i == len(holes)-1); err != nil {
+				return wrap(h.LBA, err)
+			}
+		}
+		if err := tup.AdvanceJournal(uint64(pos), true); err != nil {
+			return wrap(pos, err)
+		}
+		rep.Next = pos
+		if stopped {
+			return ctx.Err()
+		}
+	}
+	return nil
+}
