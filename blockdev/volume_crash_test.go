@@ -289,11 +289,11 @@ func (e *crashEnv) verifyOn(fd *faultdev.Device, fs *vfs.MemFS) RecoveryStats {
 			t.Fatalf("block %d fails although its data is a version written to it: %v", b, err)
 		}
 		found := false
-		for f, ferr := range v.Tuples().Findings(store.FindingQuery{LBA: uint64(b), N: 1, State: store.FindingOpen}) {
+		for f, ferr := range v.Tuples().Findings(store.FindingQuery{LBA: int64(b), N: 1, State: store.FindingOpen}) {
 			if ferr != nil {
 				t.Fatal(ferr)
 			}
-			found = found || (f.Field == string(KindTorn) && f.LBA == uint64(b))
+			found = found || (f.Field == string(KindTorn) && f.LBA == int64(b))
 		}
 		if !found {
 			t.Fatalf("torn block %d has no open torn finding", b)

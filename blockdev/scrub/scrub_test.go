@@ -298,7 +298,7 @@ func logFindings(t *testing.T, st State) []Finding {
 			if err != nil {
 				t.Fatal(err)
 			}
-			out = append(out, Finding{LBA: int64(f.LBA), Kind: blockdev.Kind(f.Field), Count: f.Count, State: f.State})
+			out = append(out, Finding{LBA: f.LBA, Kind: blockdev.Kind(f.Field), Count: f.Count, State: f.State})
 		}
 		return out
 	}

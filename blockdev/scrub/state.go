@@ -113,10 +113,10 @@ func (s *StoreState) LoadCursor(start, end int64) (Cursor, bool, error) {
 	} else if err != nil {
 		return Cursor{}, false, fmt.Errorf("scrub: cursor: %w", err)
 	}
-	if c.Next > uint64(end) {
+	if c.Next > end {
 		return Cursor{}, false, fmt.Errorf("scrub: cursor at %d is beyond the range [%d, %d)", c.Next, start, end)
 	}
-	return Cursor{Start: start, End: end, Next: int64(c.Next), Pass: c.Pass, Started: c.Started, Updated: c.Updated}, true, nil
+	return Cursor{Start: start, End: end, Next: c.Next, Pass: c.Pass, Started: c.Started, Updated: c.Updated}, true, nil
 }
 
 // SaveCursor implements [State] with a synced store commit.
@@ -124,7 +124,7 @@ func (s *StoreState) SaveCursor(c Cursor) error {
 	if c.Next < 0 {
 		return fmt.Errorf("scrub: cursor at %d", c.Next)
 	}
-	sc := store.ScrubCursor{Next: uint64(c.Next), Pass: c.Pass, Started: c.Started, Updated: c.Updated}
+	sc := store.ScrubCursor{Next: c.Next, Pass: c.Pass, Started: c.Started, Updated: c.Updated}
 	if err := s.t.SetScrubCursor(s.cursorName(c.Start, c.End), sc, true); err != nil {
 		return fmt.Errorf("scrub: save scrub cursor: %w", err)
 	}
@@ -138,17 +138,17 @@ func (s *StoreState) RecordFinding(pass Cursor, f Finding) error {
 		return fmt.Errorf("scrub: finding at block %d", f.LBA)
 	}
 	if !pass.Started.IsZero() {
-		for old, err := range s.t.Findings(store.FindingQuery{LBA: uint64(f.LBA), N: 1}) {
+		for old, err := range s.t.Findings(store.FindingQuery{LBA: f.LBA, N: 1}) {
 			if err != nil {
 				return fmt.Errorf("scrub: findings: %w", err)
 			}
-			if old.LBA == uint64(f.LBA) && old.Field == string(f.Kind) && !old.LastSeen.Before(pass.Started) {
+			if old.LBA == f.LBA && old.Field == string(f.Kind) && !old.LastSeen.Before(pass.Started) {
 				return nil
 			}
 		}
 	}
 	sf := store.Finding{
-		LBA: uint64(f.LBA), N: uint64(max(f.N, 1)), Field: string(f.Kind),
+		LBA: f.LBA, N: max(f.N, 1), Field: string(f.Kind),
 		Expected: be64(f.Expected, f.Kind), Actual: be64(f.Actual, f.Kind),
 		LastSeen: f.LastSeen.UTC(), State: f.State,
 	}
@@ -183,14 +183,14 @@ func (s *StoreState) OpenFindings(start, end int64) iter.Seq2[Finding, error] {
 		if start < 0 || end <= start {
 			return
 		}
-		q := store.FindingQuery{LBA: uint64(start), N: uint64(end - start), State: store.FindingOpen}
+		q := store.FindingQuery{LBA: start, N: end - start, State: store.FindingOpen}
 		for sf, err := range s.t.Findings(q) {
 			if err != nil {
 				yield(Finding{}, fmt.Errorf("scrub: findings: %w", err))
 				return
 			}
 			f := Finding{
-				LBA: int64(sf.LBA), N: int64(sf.N), Kind: blockdev.Kind(sf.Field),
+				LBA: sf.LBA, N: sf.N, Kind: blockdev.Kind(sf.Field),
 				Expected: fromBE(sf.Expected), Actual: fromBE(sf.Actual),
 				State: sf.State, Count: sf.Count, FirstSeen: sf.FirstSeen, LastSeen: sf.LastSeen,
 			}
@@ -206,7 +206,7 @@ func (s *StoreState) SetFindingState(lba int64, kind blockdev.Kind, st FindingSt
 	if lba < 0 {
 		return fmt.Errorf("scrub: finding at block %d", lba)
 	}
-	if _, err := s.t.SetFindingState(uint64(lba), string(kind), st, false); err != nil {
+	if _, err := s.t.SetFindingState(lba, string(kind), st, false); err != nil {
 		return fmt.Errorf("scrub: set finding state: %w", err)
 	}
 	s.last.lba, s.last.kind, s.last.state, s.last.set = lba, kind, st, true
@@ -219,7 +219,7 @@ func (s *StoreState) Sync() error {
 	if !s.last.set {
 		return nil
 	}
-	if _, err := s.t.SetFindingState(uint64(s.last.lba), string(s.last.kind), s.last.state, true); err != nil {
+	if _, err := s.t.SetFindingState(s.last.lba, string(s.last.kind), s.last.state, true); err != nil {
 		return fmt.Errorf("scrub: sync findings: %w", err)
 	}
 	return nil

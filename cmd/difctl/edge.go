@@ -160,12 +160,12 @@ func closeOverwritten(tup *store.Tuples, lba, n int64) (int, error) {
 		return 0, nil
 	}
 	var open []store.Finding
-	for f, err := range tup.Findings(store.FindingQuery{LBA: uint64(lba), N: uint64(n), State: store.FindingOpen}) {
+	for f, err := range tup.Findings(store.FindingQuery{LBA: lba, N: n, State: store.FindingOpen}) {
 		if err != nil {
 			return 0, err
 		}
 		// Only findings wholly inside the rewritten blocks.
-		if int64(f.LBA) >= lba && int64(f.LBA+max(f.N, 1)) <= lba+n {
+		if f.LBA >= lba && f.LBA+max(f.N, 1) <= lba+n {
 			open = append(open, f)
 		}
 	}

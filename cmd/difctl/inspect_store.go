@@ -112,7 +112,7 @@ func runInspectStore(ctx context.Context, opts inspectOptions, stdout, stderr io
 		}
 	}
 	if c, err := t.ScrubCursor(scrubName); err == nil {
-		next, pass := int64(c.Next), c.Pass
+		next, pass := c.Next, c.Pass
 		rec.ScrubNext, rec.ScrubPass = &next, &pass
 		if !c.Updated.IsZero() {
 			rec.ScrubAt = c.Updated.UTC().Format(time.RFC3339)
