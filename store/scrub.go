@@ -11,12 +11,19 @@ import (
 	"time"
 )
 
-// ScrubCursor records how far a named scrub has got, so it can resume.
+// ScrubCursor records how far a named pass over the blocks [Start, End)
+// has got, so that it can resume: a scrub (package blockdev/scrub, which
+// keeps it here or in a file) or a protect (Start and End zero). LBAs are
+// int64 across the library, as blockdev counts them.
 type ScrubCursor struct {
-	// Next is the first block not yet scrubbed in the current pass. LBAs
-	// are int64 across the library, as blockdev counts them.
+	// Start and End are the blocks of the pass; zero (omitted) when the
+	// pass covers the whole volume and its name says so.
+	Start int64 `json:"start,omitempty"`
+	End   int64 `json:"end,omitempty"`
+	// Next is the first block not yet checked in the current pass: every
+	// block before it was checked and its findings recorded.
 	Next int64 `json:"next"`
-	// Pass counts completed passes over the volume.
+	// Pass counts completed passes.
 	Pass uint64 `json:"pass"`
 	// Started is when the current pass began; Updated when Next last moved.
 	Started time.Time `json:"started"`
@@ -59,7 +66,7 @@ func (t *Tuples) SetScrubCursor(name string, c ScrubCursor, sync bool) error {
 	if err := checkName("scrub name", name); err != nil {
 		return err
 	}
-	if c.Next < 0 || uint64(c.Next) > t.blocks {
+	if c.Next < 0 || c.Start < 0 || c.End < 0 || uint64(c.Next) > t.blocks || uint64(c.End) > t.blocks {
 		return fmt.Errorf("%w: scrub cursor at block %d beyond %d blocks", ErrOutOfRange, c.Next, t.blocks)
 	}
 	v, err := json.Marshal(c)

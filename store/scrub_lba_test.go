@@ -36,7 +36,17 @@ func TestScrubRecordsRefuseNegativeLBAs(t *testing.T) {
 	if !errors.Is(qerr, store.ErrInvalid) {
 		t.Errorf("Findings from -1: %v", qerr)
 	}
-	// In range, they work.
+	if err := tp.SetScrubCursor("s", store.ScrubCursor{Start: 10, End: 101, Next: 10}, false); !errors.Is(err, store.ErrOutOfRange) {
+		t.Errorf("SetScrubCursor of a range beyond the volume: %v", err)
+	}
+	// In range, they work, and a cursor keeps its range.
+	want := store.ScrubCursor{Start: 10, End: 20, Next: 15, Pass: 2}
+	if err := tp.SetScrubCursor("s", want, false); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := tp.ScrubCursor("s"); err != nil || got != want {
+		t.Errorf("ScrubCursor = %+v, %v; want %+v", got, err, want)
+	}
 	if _, err := tp.RecordFinding(store.Finding{LBA: 99, Field: "guard"}, false); err != nil {
 		t.Fatal(err)
 	}

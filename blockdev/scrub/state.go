@@ -21,19 +21,10 @@ import (
 	"github.com/difctl/difctl/store"
 )
 
-// Cursor records how far a scrub of the blocks [Start, End) has got.
-type Cursor struct {
-	Start int64 `json:"start"`
-	End   int64 `json:"end"`
-	// Next is the first block of the current pass not yet checked: every
-	// block before it was checked and its findings recorded.
-	Next int64 `json:"next"`
-	// Pass counts the completed passes over the range.
-	Pass uint64 `json:"pass"`
-	// Started is when the current pass began, Updated when Next last moved.
-	Started time.Time `json:"started"`
-	Updated time.Time `json:"updated"`
-}
+// Cursor records how far a scrub of the blocks [Start, End) has got: the
+// store's record, the one cursor type of the library, whichever State
+// keeps it.
+type Cursor = store.ScrubCursor
 
 // State persists a scrub's cursor and findings so that a scrub can
 // resume after a kill and an errors-only scrub can recheck what earlier ones
@@ -116,7 +107,8 @@ func (s *StoreState) LoadCursor(start, end int64) (Cursor, bool, error) {
 	if c.Next > end {
 		return Cursor{}, false, fmt.Errorf("scrub: cursor at %d is beyond the range [%d, %d)", c.Next, start, end)
 	}
-	return Cursor{Start: start, End: end, Next: c.Next, Pass: c.Pass, Started: c.Started, Updated: c.Updated}, true, nil
+	c.Start, c.End = start, end
+	return c, true, nil
 }
 
 // SaveCursor implements [State] with a synced store commit.
@@ -124,8 +116,7 @@ func (s *StoreState) SaveCursor(c Cursor) error {
 	if c.Next < 0 {
 		return fmt.Errorf("scrub: cursor at %d", c.Next)
 	}
-	sc := store.ScrubCursor{Next: c.Next, Pass: c.Pass, Started: c.Started, Updated: c.Updated}
-	if err := s.t.SetScrubCursor(s.cursorName(c.Start, c.End), sc, true); err != nil {
+	if err := s.t.SetScrubCursor(s.cursorName(c.Start, c.End), c, true); err != nil {
 		return fmt.Errorf("scrub: save scrub cursor: %w", err)
 	}
 	return nil
