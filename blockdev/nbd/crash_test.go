@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/difctl/difctl/blockdev"
+	"github.com/difctl/difctl/blockdev/scrub"
 	"github.com/difctl/difctl/store"
 )
 
@@ -221,7 +222,7 @@ func TestCrashSIGKILL(t *testing.T) {
 					round, r, buf[0], content[r], prev[r], maybe[r])
 			}
 		}
-		rep, err := blockdev.Scrub(t.Context(), tv.vol, blockdev.ScrubOptions{})
+		rep, err := scrub.Run(t.Context(), tv.vol, scrub.Options{})
 		if err != nil || rep.Failed != 0 {
 			t.Fatalf("round %d: scrub after the crash: %v, %d blocks failed", round, err, rep.Failed)
 		}

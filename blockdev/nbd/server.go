@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/difctl/difctl/blockdev"
+	"github.com/difctl/difctl/blockdev/scrub"
 )
 
 // Defaults of [Options].
@@ -56,7 +57,7 @@ type Export struct {
 	// request otherwise. Default 0: the volume's setting is kept.
 	TupleCacheBytes int
 	// FindingsName is the scrub name under which read failures are
-	// recorded in the volume's findings log (blockdev.NewStoreScrubState).
+	// recorded in the volume's findings log (scrub.NewStoreState).
 	// Default "nbd".
 	FindingsName string
 }
@@ -71,7 +72,7 @@ type Failure struct {
 	Length int64  // bytes of the request from Offset
 	// Findings are the findings recorded in the store for it (empty when
 	// the error was not tied to blocks, or recording failed: RecordErr).
-	Findings  []blockdev.Finding
+	Findings  []scrub.Finding
 	Err       error
 	RecordErr error
 }
