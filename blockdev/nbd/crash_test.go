@@ -63,7 +63,20 @@ func serveProcess(img string) int {
 	if err != nil {
 		return fail(err)
 	}
-	srv, err := NewServer([]Export{{Name: "disk", Volume: vol, TupleCacheBytes: 64 << 20}}, Options{})
+	// DIFCTL_NBD_TEST_INFLIGHT_BYTES=N sets Options.MaxInFlightBytes (to
+	// compare budgets).
+	var o Options
+	if s := os.Getenv("DIFCTL_NBD_TEST_INFLIGHT_BYTES"); s != "" {
+		if o.MaxInFlightBytes, err = strconv.Atoi(s); err != nil {
+			return fail(err)
+		}
+	}
+	if s := os.Getenv("DIFCTL_NBD_TEST_WORKERS"); s != "" {
+		if o.Workers, err = strconv.Atoi(s); err != nil {
+			return fail(err)
+		}
+	}
+	srv, err := NewServer([]Export{{Name: "disk", Volume: vol, TupleCacheBytes: 64 << 20}}, o)
 	if err != nil {
 		return fail(err)
 	}

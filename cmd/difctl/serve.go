@@ -18,6 +18,7 @@ import (
 
 	"github.com/difctl/difctl/blockdev"
 	"github.com/difctl/difctl/blockdev/nbd"
+	"github.com/difctl/difctl/store"
 	"github.com/spf13/cobra"
 )
 
@@ -36,6 +37,9 @@ type serveOptions struct {
 	MaxConns int
 	// TupleCache is the tuple page cache of each volume, in bytes.
 	TupleCache int64
+	// StoreCache and MemTable are the store engine's block cache and
+	// memtable size of each volume, in bytes.
+	StoreCache, MemTable int64
 	// Ready, if not nil, receives the listening address once clients can
 	// connect (tests).
 	Ready func(net.Addr)
@@ -45,6 +49,15 @@ type serveOptions struct {
 // of 512-byte blocks (21 GiB of 4 KiB blocks), so that random reads over
 // such volumes seldom read the store.
 const defaultServeTupleCache = 64 << 20
+
+// defaultServeStoreCache and defaultServeMemTable size the store engine of
+// a served volume. The other commands run briefly and take Pebble's large
+// settings (64 MiB each); a server runs for days, and its resident set
+// should not grow with what clients write and read.
+const (
+	defaultServeStoreCache = 8 << 20
+	defaultServeMemTable   = 8 << 20
+)
 
 // serveVolumeOptions are the volume options of a served image. Reads go
 // through the device's ReadAt (pread) rather than its mapping, so that the
@@ -62,6 +75,8 @@ func serveVolumeOptions(readOnly bool) blockdev.Options {
 func newServeCmd(g *globalOptions) *cobra.Command {
 	var o serveOptions
 	tc := &sizeFlag{n: defaultServeTupleCache}
+	sc := &sizeFlag{n: defaultServeStoreCache}
+	mt := &sizeFlag{n: defaultServeMemTable}
 	cmd := &cobra.Command{
 		Use:   "serve IMAGE...",
 		Short: "Serve protected images over NBD, every read verified",
@@ -103,6 +118,7 @@ or writes failed verification while serving).
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.globalOptions, o.Images, o.TupleCache = *g, args, int64(tc.n)
+			o.StoreCache, o.MemTable = int64(sc.n), int64(mt.n)
 			return runServe(cmd.Context(), o, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
@@ -116,6 +132,8 @@ or writes failed verification while serving).
 	f.StringVar(&o.ClientCA, "tls-client-ca", "", "require client certificates signed by the CAs in `FILE` (PEM)")
 	f.IntVar(&o.MaxConns, "max-connections", nbd.DefaultMaxConnections, "connections at once per export")
 	f.Var(tc, "tuple-cache", "decoded tuples kept in memory per volume, for random reads (`SIZE`, e.g. 64MiB)")
+	f.Var(sc, "store-cache", "the store's block cache per volume (`SIZE`; Pebble)")
+	f.Var(mt, "store-memtable", "the store's memtable per volume: unflushed store writes held in memory (`SIZE`, at least 1MiB; Pebble)")
 	f.StringVar(&o.Store, "store", "", "store `URL` of a single IMAGE: pebble:PATH, mem: or etcd://HOST:PORT,.../PREFIX (default pebble:IMAGE.difdb)")
 	return cmd
 }
@@ -135,6 +153,8 @@ func checkServe(o *serveOptions) error {
 		return usageErrorf("--listen without TLS sends the disk in clear text to anyone who connects: give --tls-cert and --tls-key, or --insecure")
 	case o.MaxConns < 1:
 		return usageErrorf("--max-connections must be at least 1")
+	case o.MemTable < 1<<20 || o.MemTable > 4<<30:
+		return usageErrorf("--store-memtable must be 1MiB to 4GiB")
 	}
 	seen := map[string]string{}
 	for _, im := range o.Images {
@@ -219,7 +239,8 @@ func runServe(ctx context.Context, o serveOptions, _, stderr io.Writer) error {
 		if o.ReadOnly {
 			mode = storeRead
 		}
-		v, err := openVolumeWith(ctx, im, storeURL(im, o.Store), mode, serveVolumeOptions(o.ReadOnly))
+		v, err := openVolumeWith(ctx, im, storeURL(im, o.Store), mode, serveVolumeOptions(o.ReadOnly),
+			store.OpenOptions{CacheBytes: max(o.StoreCache, 1), MemTableBytes: o.MemTable})
 		if err != nil {
 			return err
 		}
