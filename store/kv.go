@@ -165,7 +165,7 @@ type OpenOptions struct {
 	CacheBytes int64
 	// MemTableBytes, if positive, sizes Pebble's memtables (the writes not
 	// yet flushed to a table, held in memory until then) instead of the
-	// 64 MiB default, at least 1 MiB; other backends ignore it. The
+	// 64 MiB default, 1 MiB to less than 4 GiB; other backends ignore it. The
 	// resident set of a process that writes grows by up to this much
 	// (twice, while one memtable is flushed).
 	MemTableBytes int64

@@ -101,8 +101,8 @@ func openPebble(dir string, fs vfs.FS) (KV, error) {
 // openPebbleWith opens a Pebble store in dir with the options o (see
 // OpenWith). fs nil means the operating system's file system.
 func openPebbleWith(dir string, fs vfs.FS, o OpenOptions) (KV, error) {
-	if o.MemTableBytes > 0 && (o.MemTableBytes < 1<<20 || o.MemTableBytes > 4<<30) {
-		return nil, fmt.Errorf("%w: open %q: memtable size %d, want 1 MiB to 4 GiB", ErrInvalid, dir, o.MemTableBytes)
+	if o.MemTableBytes > 0 && (o.MemTableBytes < 1<<20 || o.MemTableBytes >= 4<<30) {
+		return nil, fmt.Errorf("%w: open %q: memtable size %d, want 1 MiB to less than 4 GiB", ErrInvalid, dir, o.MemTableBytes)
 	}
 	osFS := fs == nil
 	if osFS {

@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -58,6 +59,17 @@ const (
 	defaultServeStoreCache = 8 << 20
 	defaultServeMemTable   = 8 << 20
 )
+
+// serveGCPercent is the Go collector's GOGC while serving, unless the
+// environment sets GOGC. The server's live heap is mostly fixed buffers
+// (the volumes' write staging, the requests' buffers, the unsynced
+// tuples) and it makes little garbage, so the default 100 let the heap
+// grow to twice the live heap over a long run of writes (a 4096+8 image:
+// 65 MiB live, 130 MiB of heap after 16 GiB written, against 80 MiB after
+// 1 GiB), which looked like growth with the volume's size. At 25 the heap
+// stays within 1.25 times the live heap; the collector then runs about
+// once per 20 MiB of garbage (7 collections in a 16 GiB write at 100).
+const serveGCPercent = 25
 
 // serveVolumeOptions are the volume options of a served image. Reads go
 // through the device's ReadAt (pread) rather than its mapping, so that the
@@ -153,8 +165,8 @@ func checkServe(o *serveOptions) error {
 		return usageErrorf("--listen without TLS sends the disk in clear text to anyone who connects: give --tls-cert and --tls-key, or --insecure")
 	case o.MaxConns < 1:
 		return usageErrorf("--max-connections must be at least 1")
-	case o.MemTable < 1<<20 || o.MemTable > 4<<30:
-		return usageErrorf("--store-memtable must be 1MiB to 4GiB")
+	case o.MemTable < 1<<20 || o.MemTable >= 4<<30:
+		return usageErrorf("--store-memtable must be at least 1MiB and less than 4GiB")
 	}
 	seen := map[string]string{}
 	for _, im := range o.Images {
@@ -247,6 +259,9 @@ func runServe(ctx context.Context, o serveOptions, _, stderr io.Writer) error {
 		vols = append(vols, v)
 		exports = append(exports, nbd.Export{Name: filepath.Base(im), Volume: v.vol, ReadOnly: o.ReadOnly, TupleCacheBytes: int(o.TupleCache),
 			Description: fmt.Sprintf("difctl protected image %s (%s)", im, v.format())})
+	}
+	if _, set := os.LookupEnv("GOGC"); !set {
+		defer debug.SetGCPercent(debug.SetGCPercent(serveGCPercent))
 	}
 	var failed atomic.Int64
 	var errMu sync.Mutex
