@@ -84,6 +84,19 @@ func serveVolumeOptions(readOnly bool) blockdev.Options {
 	return blockdev.Options{ReadOnly: readOnly, NoMap: true}
 }
 
+// serveStoreOptions are the store engine's memory sizes of a served
+// volume (zero: serve's defaults).
+func serveStoreOptions(o *serveOptions) store.OpenOptions {
+	so := store.OpenOptions{CacheBytes: o.StoreCache, MemTableBytes: o.MemTable}
+	if so.CacheBytes <= 0 {
+		so.CacheBytes = defaultServeStoreCache
+	}
+	if so.MemTableBytes <= 0 {
+		so.MemTableBytes = defaultServeMemTable
+	}
+	return so
+}
+
 func newServeCmd(g *globalOptions) *cobra.Command {
 	var o serveOptions
 	tc := &sizeFlag{n: defaultServeTupleCache}
@@ -144,7 +157,7 @@ or writes failed verification while serving).
 	f.StringVar(&o.ClientCA, "tls-client-ca", "", "require client certificates signed by the CAs in `FILE` (PEM)")
 	f.IntVar(&o.MaxConns, "max-connections", nbd.DefaultMaxConnections, "connections at once per export")
 	f.Var(tc, "tuple-cache", "decoded tuples kept in memory per volume, for random reads (`SIZE`, e.g. 64MiB)")
-	f.Var(sc, "store-cache", "the store's block cache per volume (`SIZE`; Pebble)")
+	f.Var(sc, "store-cache", "the store's block cache per volume (`SIZE`; Pebble; 0: the default)")
 	f.Var(mt, "store-memtable", "the store's memtable per volume: unflushed store writes held in memory (`SIZE`, at least 1MiB; Pebble)")
 	f.StringVar(&o.Store, "store", "", "store `URL` of a single IMAGE: pebble:PATH, mem: or etcd://HOST:PORT,.../PREFIX (default pebble:IMAGE.difdb)")
 	return cmd
@@ -165,7 +178,7 @@ func checkServe(o *serveOptions) error {
 		return usageErrorf("--listen without TLS sends the disk in clear text to anyone who connects: give --tls-cert and --tls-key, or --insecure")
 	case o.MaxConns < 1:
 		return usageErrorf("--max-connections must be at least 1")
-	case o.MemTable < 1<<20 || o.MemTable >= 4<<30:
+	case o.MemTable != 0 && (o.MemTable < 1<<20 || o.MemTable >= 4<<30):
 		return usageErrorf("--store-memtable must be at least 1MiB and less than 4GiB")
 	}
 	seen := map[string]string{}
@@ -251,8 +264,7 @@ func runServe(ctx context.Context, o serveOptions, _, stderr io.Writer) error {
 		if o.ReadOnly {
 			mode = storeRead
 		}
-		v, err := openVolumeWith(ctx, im, storeURL(im, o.Store), mode, serveVolumeOptions(o.ReadOnly),
-			store.OpenOptions{CacheBytes: max(o.StoreCache, 1), MemTableBytes: o.MemTable})
+		v, err := openVolumeWith(ctx, im, storeURL(im, o.Store), mode, serveVolumeOptions(o.ReadOnly), serveStoreOptions(&o))
 		if err != nil {
 			return err
 		}
