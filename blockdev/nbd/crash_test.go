@@ -11,6 +11,7 @@ import (
 	"os/signal"
 	"regexp"
 	"runtime"
+	"runtime/debug"
 	"runtime/pprof"
 	"strconv"
 	"strings"
@@ -53,7 +54,13 @@ func serveProcess(img string) int {
 	if err != nil {
 		return fail(err)
 	}
-	kv, err := store.Open("pebble:" + img + ".difdb")
+	// The store's engine sized as difctl serve sizes it (its
+	// --store-cache and --store-memtable defaults, and GOGC 25 while
+	// serving), so that the benchmark's resident sets are serve's.
+	kv, err := store.OpenWith("pebble:"+img+".difdb", store.OpenOptions{Create: true, CacheBytes: 8 << 20, MemTableBytes: 8 << 20})
+	if _, set := os.LookupEnv("GOGC"); !set {
+		debug.SetGCPercent(25)
+	}
 	if err != nil {
 		return fail(err)
 	}
