@@ -66,7 +66,7 @@ func serveProcess(img string) int {
 	}
 	// As difctl serve opens its volumes (NoMap; DIFCTL_NBD_TEST_MAP=1
 	// reads through the mapping instead, to compare).
-	vol, err := blockdev.Open(context.Background(), dev, kv, blockdev.Options{NoMap: os.Getenv("DIFCTL_NBD_TEST_MAP") == ""})
+	vol, err := blockdev.Open(context.Background(), dev, kv, blockdev.Options{NoMap: os.Getenv("DIFCTL_NBD_TEST_MAP") == "", MaxUnsynced: 256 << 20})
 	if err != nil {
 		return fail(err)
 	}

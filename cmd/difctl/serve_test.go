@@ -213,8 +213,8 @@ func TestServeSignal(t *testing.T) {
 func TestServeVolumeOptions(t *testing.T) {
 	for _, ro := range []bool{false, true} {
 		o := serveVolumeOptions(ro)
-		if !o.NoMap || o.ReadOnly != ro {
-			t.Errorf("serveVolumeOptions(%v) = %+v, want NoMap and ReadOnly %v", ro, o, ro)
+		if !o.NoMap || o.ReadOnly != ro || o.MaxUnsynced != serveMaxUnsynced {
+			t.Errorf("serveVolumeOptions(%v) = %+v, want NoMap, ReadOnly %v and MaxUnsynced %d", ro, o, ro, serveMaxUnsynced)
 		}
 	}
 }
