@@ -75,10 +75,17 @@ const (
 // existing store is never reinitialised, and a directory that is not a
 // store is refused untouched.
 func openStore(image, url string, mode storeMode) (store.KV, error) {
+	return openStoreSized(image, url, mode, store.OpenOptions{})
+}
+
+// openStoreSized is openStore with the engine's memory sizes of sizes
+// (CacheBytes, MemTableBytes; difctl serve).
+func openStoreSized(image, url string, mode storeMode, sizes store.OpenOptions) (store.KV, error) {
 	var kv store.KV
 	var err error
 	if storePath(url) != "" {
-		kv, err = store.OpenWith(url, store.OpenOptions{Create: mode == storeCreate, ReadOnly: mode == storeRead})
+		sizes.Create, sizes.ReadOnly = mode == storeCreate, mode == storeRead
+		kv, err = store.OpenWith(url, sizes)
 	} else {
 		kv, err = store.Open(url) // other backends: as registered
 	}
@@ -208,17 +215,18 @@ func openVolume(ctx context.Context, image, url string, readOnly bool) (*volume,
 // openVolumeMode is openVolume with the store opened in mode: scrub reads
 // the image but writes its cursor and findings to the store.
 func openVolumeMode(ctx context.Context, image, url string, readOnly bool, mode storeMode) (*volume, error) {
-	return openVolumeWith(ctx, image, url, mode, blockdev.Options{ReadOnly: readOnly})
+	return openVolumeWith(ctx, image, url, mode, blockdev.Options{ReadOnly: readOnly}, store.OpenOptions{})
 }
 
 // openVolumeWith is openVolumeMode with the volume's options (serve's);
-// opts.ReadOnly opens the image read-only and DeviceID is set here.
-func openVolumeWith(ctx context.Context, image, url string, mode storeMode, opts blockdev.Options) (*volume, error) {
+// opts.ReadOnly opens the image read-only and DeviceID is set here; sizes
+// are the store engine's memory sizes (serve's), zero for the defaults.
+func openVolumeWith(ctx context.Context, image, url string, mode storeMode, opts blockdev.Options, sizes store.OpenOptions) (*volume, error) {
 	readOnly := opts.ReadOnly
 	if _, err := os.Stat(image); err != nil {
 		return nil, asOpenError(err)
 	}
-	kv, err := openStore(image, url, mode)
+	kv, err := openStoreSized(image, url, mode, sizes)
 	if err != nil {
 		return nil, err
 	}
@@ -226,7 +234,7 @@ func openVolumeWith(ctx context.Context, image, url string, mode storeMode, opts
 		recovery, err := needsRecovery(kv)
 		if err == nil && recovery {
 			kv.Close()
-			kv, err = openStore(image, url, storeWrite)
+			kv, err = openStoreSized(image, url, storeWrite, sizes)
 			if err != nil {
 				return nil, fmt.Errorf("%s: the store holds writes an interrupted session left open, which recovery must resolve in the store: %w", image, err)
 			}
