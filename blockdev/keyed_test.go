@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/difctl/difctl/blockdev/faultdev"
 	"github.com/difctl/difctl/dif"
 	"github.com/difctl/difctl/kernels/crc32c"
 	"github.com/difctl/difctl/store"
@@ -458,7 +459,7 @@ func TestKeyedNoncesNeverRepeat(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fd, err := NewFaultDevice(mem, FaultOptions{Sector: bs})
+	fd, err := faultdev.New(mem, faultdev.Options{Sector: bs})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -498,7 +499,7 @@ func TestKeyedNoncesNeverRepeat(t *testing.T) {
 			}
 			crashed = true
 			clone = fs.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 50, RNG: rand.New(rand.NewPCG(uint64(round), 1))})
-			if err := fd.Crash(CrashOptions{Keep: 0.5, Seed: uint64(round)}); err != nil {
+			if err := fd.Crash(faultdev.CrashOptions{Keep: 0.5, Seed: uint64(round)}); err != nil {
 				panic(err)
 			}
 			return errTestCrash
@@ -513,7 +514,7 @@ func TestKeyedNoncesNeverRepeat(t *testing.T) {
 		if _, err := v.ReadAt(buf, 0); err != nil {
 			t.Fatalf("round %d: read after recovery: %v", round, err)
 		}
-		fd.SetHook(func(Step) error { return step() })
+		fd.SetHook(func(faultdev.Step) error { return step() })
 		ck.hook = func(bool) error { return step() }
 		isCrashed := func() bool {
 			crashMu.Lock()

@@ -237,7 +237,7 @@ func (v *Volume) committedOK(data []byte, i int, lba int64, sc *scratch) bool {
 func (v *Volume) tornFinding(data, committed []byte, lba int64) store.Finding {
 	t := make([]byte, v.ts)
 	gw := v.f.Guard().Bits() / 8
-	f := store.Finding{LBA: uint64(lba), N: 1, Field: string(KindTorn), State: store.FindingOpen}
+	f := store.Finding{LBA: lba, N: 1, Field: string(KindTorn), State: store.FindingOpen}
 	if v.f.Generate(data, t, v.params(lba)) == nil {
 		f.Expected = t[:gw]
 	}

@@ -107,7 +107,7 @@ func Create(ctx context.Context, dev Device, kv store.KV, opts CreateOptions) (*
 	}
 
 	name := opts.Name
-	var next uint64
+	var next int64
 	started := time.Now().UTC()
 	mk := m
 	if opts.Key != nil {
@@ -153,7 +153,7 @@ func Create(ctx context.Context, dev Device, kv store.KV, opts CreateOptions) (*
 	if err := v.recover(ctx); err != nil {
 		return nil, err
 	}
-	if err := v.protect(ctx, int64(next), started, &opts); err != nil {
+	if err := v.protect(ctx, next, started, &opts); err != nil {
 		return nil, err
 	}
 	return v, nil
@@ -244,7 +244,7 @@ func (v *Volume) protect(ctx context.Context, next int64, started time.Time, o *
 			return err
 		}
 		now := time.Now().UTC()
-		if err := v.tup.SetScrubCursor(protectCursor, store.ScrubCursor{Next: uint64(pos), Started: started, Updated: now}, true); err != nil {
+		if err := v.tup.SetScrubCursor(protectCursor, store.ScrubCursor{Next: pos, Started: started, Updated: now}, true); err != nil {
 			return err
 		}
 		lastCkpt = pos * bs
@@ -333,7 +333,7 @@ func (v *Volume) protect(ctx context.Context, next int64, started time.Time, o *
 		return fail(err)
 	}
 	now := time.Now().UTC()
-	if err := v.tup.SetScrubCursor(protectCursor, store.ScrubCursor{Next: uint64(v.blocks), Pass: 1, Started: started, Updated: now}, true); err != nil {
+	if err := v.tup.SetScrubCursor(protectCursor, store.ScrubCursor{Next: v.blocks, Pass: 1, Started: started, Updated: now}, true); err != nil {
 		return fail(err)
 	}
 	return nil

@@ -3,13 +3,14 @@ package dif
 import (
 	"github.com/difctl/difctl/kernels/crc32c"
 	"github.com/difctl/difctl/kernels/crct10dif"
+	"github.com/difctl/difctl/kernels/t10crc32c"
 )
 
 // Sector checksums. A store that keeps a CRC-32C of every data block beside
 // its PI tuple (blockdev's sector sums) reads every block twice when it
 // computes the two separately. GenerateSums and ClassifySums compute the
 // CRC-32C of each block's data in the same pass as the guard where the
-// kernels allow it: for the 16-bit guard crct10dif.BlocksCRC32C folds the
+// kernels allow it: for the 16-bit guard t10crc32c.Blocks folds the
 // guard and runs the CRC32 instruction over the same loaded bytes, at about
 // the cost of the guard alone on amd64 with AVX2 and VPCLMULQDQ. For the
 // other guards, Type0 and a skipped guard check they run crc32c.Blocks after
@@ -66,7 +67,7 @@ type sumOut struct {
 
 // guards16 computes the guards of the len(gs) blocks from block base of r
 // over their data bytes (r.dcov of them, as crct10dif.Blocks does), and
-// with so.s set their sums in the same pass: crct10dif.BlocksCRC32C over the
+// with so.s set their sums in the same pass: t10crc32c.Blocks over the
 // bs data bytes, then the guard runs on over the rest of its coverage (the
 // metadata before the tuple of an interleaved PI-last layout).
 func (so sumOut) guards16(gs []uint16, r *run, base int) error {
@@ -80,9 +81,9 @@ func (so sumOut) guards16(gs []uint16, r *run, base int) error {
 	var err error
 	if r.src != nil {
 		// Separate layout only: the guard covers the bs data bytes.
-		err = crct10dif.BlocksCRC32CCopy(gs, so.s[base:base+len(gs)], p, r.src[base*r.dstride:], so.bs, r.dstride)
+		err = t10crc32c.BlocksCopy(gs, so.s[base:base+len(gs)], p, r.src[base*r.dstride:], so.bs, r.dstride)
 	} else {
-		err = crct10dif.BlocksCRC32C(gs, so.s[base:base+len(gs)], p, so.bs, r.dstride)
+		err = t10crc32c.Blocks(gs, so.s[base:base+len(gs)], p, so.bs, r.dstride)
 	}
 	if err != nil {
 		return err

@@ -1,6 +1,7 @@
 // Package kernels reports and selects the checksum kernel implementations
-// of difctl: CRC-16/T10-DIF (package crct10dif), CRC-32C (crc32c) and
-// CRC-64/NVME (crc64nvme).
+// of difctl: CRC-16/T10-DIF (package crct10dif), CRC-32C (crc32c),
+// CRC-64/NVME (crc64nvme) and the one-pass T10-DIF guard and CRC-32C of a
+// block (t10crc32c).
 //
 // Each kernel package picks the fastest implementation the CPU can run when
 // the program starts. The environment variable DIFCTL_KERNELS overrides that
@@ -18,14 +19,16 @@ import (
 	"github.com/difctl/difctl/kernels/crct10dif"
 	"github.com/difctl/difctl/kernels/internal/impl"
 	"github.com/difctl/difctl/kernels/internal/x86"
+	"github.com/difctl/difctl/kernels/t10crc32c"
 )
 
-// Packages are the kernel package names, in guard-width order.
-var Packages = []string{"crct10dif", "crc32c", "crc64nvme"}
+// Packages are the kernel package names, in guard-width order, then the
+// fused pass.
+var Packages = []string{"crct10dif", "crc32c", "crc64nvme", "t10crc32c"}
 
 // The kernel packages register their implementations in init; importing
 // them here guarantees List sees all of them.
-var _ = []any{crct10dif.Checksum, crc32c.Checksum, crc64nvme.Checksum}
+var _ = []any{crct10dif.Checksum, crc32c.Checksum, crc64nvme.Checksum, t10crc32c.Blocks}
 
 // Impl describes one implementation of one kernel.
 type Impl struct {

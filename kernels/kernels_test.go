@@ -1,8 +1,10 @@
 package kernels
 
 import (
+	"os/exec"
 	"runtime"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -50,5 +52,25 @@ func TestCPUFeatures(t *testing.T) {
 	f := CPUFeatures()
 	if runtime.GOARCH == "arm64" && !slices.Contains(f, "asimd") {
 		t.Errorf("arm64 without asimd: %v", f)
+	}
+}
+
+// The library's kernel packages must not link package testing into the
+// programs that import them (the registry's test helpers live in
+// internal/kerneltest, which only tests import).
+func TestNoTestingDependency(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs go list")
+	}
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go command:", err)
+	}
+	out, err := exec.Command(goTool, "list", "-deps", "-f", "{{.ImportPath}}", ".").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	if slices.Contains(strings.Fields(string(out)), "testing") {
+		t.Fatal("package kernels depends on package testing (go list -deps .)")
 	}
 }

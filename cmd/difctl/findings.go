@@ -51,16 +51,6 @@ type summaryRecord struct {
 
 func (*summaryRecord) recordType() string { return "summary" }
 
-// integrityError ends a command that found blocks failing verification and
-// left them as they are: exit 4. It matches dif.ErrIntegrity.
-type integrityError struct{ msg string }
-
-func (e *integrityError) Error() string        { return e.msg }
-func (e *integrityError) Is(target error) bool { return target == dif.ErrIntegrity }
-
-// isIntegrityErr reports whether err is an integrity failure of any kind.
-func isIntegrityErr(err error) bool { return errors.Is(err, dif.ErrIntegrity) }
-
 // kindNames are the human names of the kinds of failure.
 var kindNames = map[blockdev.Kind]string{
 	blockdev.KindGuard:      "guard",

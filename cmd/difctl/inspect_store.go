@@ -53,23 +53,12 @@ func (*manifestRecord) recordType() string { return "manifest" }
 
 func runInspectStore(ctx context.Context, opts inspectOptions, stdout, stderr io.Writer) error {
 	url := storeURL(opts.Image, opts.Store)
-	kv, err := openStore(opts.Image, url, storeRead)
+	st, err := openStoreTuples(opts.Image, url, storeRead, nil)
 	if err != nil {
 		return err
 	}
-	defer kv.Close()
-	if err := checkProtected(kv, opts.Image, url); err != nil {
-		return err
-	}
-	t, err := store.OpenTuples(kv, blockdev.DefaultVolumeName, nil)
-	if err != nil {
-		return volumeError(opts.Image, url, err)
-	}
-	m := t.Manifest()
-	f, err := dif.Parse(m.Format)
-	if err != nil {
-		return fmt.Errorf("store %s is corrupt: manifest format %q: %v", url, m.Format, err)
-	}
+	defer st.Close()
+	t, m, f := st.t, st.m, st.f
 	// The manifest must describe this image before anything is read by it.
 	fi, err := os.Stat(opts.Image)
 	if err != nil {
@@ -137,7 +126,7 @@ func runInspectStore(ctx context.Context, opts inspectOptions, stdout, stderr io
 		}
 	}
 	if c, err := t.ScrubCursor(scrubName); err == nil {
-		next, pass := int64(c.Next), c.Pass
+		next, pass := c.Next, c.Pass
 		rec.ScrubNext, rec.ScrubPass = &next, &pass
 		if !c.Updated.IsZero() {
 			rec.ScrubAt = c.Updated.UTC().Format(time.RFC3339)
@@ -226,7 +215,7 @@ func inspectStoreBlocks(ctx context.Context, opts inspectOptions, out *output, t
 			return context.Cause(ctx)
 		}
 		if _, err := dev.ReadAt(data, lba*int64(f.BlockSize())); err != nil {
-			return fmt.Errorf("read %s at LBA %d: %s", opts.Image, lba, storeCause(err))
+			return fmt.Errorf("read %s at LBA %d: %w", opts.Image, lba, err)
 		}
 		written.Clear(0)
 		if _, err := t.ReadRange(uint64(lba), md, nil, written); err != nil {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/difctl/difctl/blockdev"
+	"github.com/difctl/difctl/blockdev/scrub"
 	"github.com/difctl/difctl/dif"
 	"github.com/difctl/difctl/store"
 	"github.com/dustin/go-humanize"
@@ -111,7 +112,7 @@ a persistent file system, e.g. --store pebble:/var/lib/difctl/sdb.
 	f := cmd.Flags()
 	f.Var(&format, "format", "the PI format in the text form (512+8, 4096+16:crc64, ...); the metadata must be the tuple (8 or 16 bytes)")
 	pf.register(cmd, piFormat|piTags)
-	f.StringVar(&store, "store", "", "store `URL`: pebble:PATH, mem: or etcd://HOST:PORT,.../PREFIX (default pebble:IMAGE.difdb)")
+	storeFlag(cmd, &store, "")
 	f.Var(&rate, "rate", "limit the read rate, e.g. 100MiB/s (default unlimited)")
 	f.Var(&ckpt, "checkpoint", "save progress every `SIZE` of the image: what an interruption may cost")
 	addKeyFlags(cmd, &g.Key, "protect as a keyed volume, tamper-evident under the key (see README, Keyed volumes)")
@@ -280,7 +281,7 @@ func runProtect(ctx context.Context, opts protectOptions, stdout, stderr io.Writ
 		return volumeError(opts.Image, url, err)
 	default:
 		if err := vol.Close(); err != nil {
-			return fmt.Errorf("%s: %s", opts.Image, storeCause(err))
+			return fmt.Errorf("%s: %w", opts.Image, err)
 		}
 	}
 	rec := &protectRecord{
@@ -309,11 +310,6 @@ func runProtect(ctx context.Context, opts protectOptions, stdout, stderr io.Writ
 	}
 	return err
 }
-
-// displayFormat writes a volume's format without its layout: the tuples of
-// a store-backed image are kept apart from the data, which the user need
-// not be told in every message.
-func displayFormat(s string) string { return strings.TrimSuffix(s, ":dix") }
 
 // rateFlag is a rate in bytes per second: 100MiB/s, 1GB/s, 500M.
 type rateFlag struct{ n int64 }
@@ -358,7 +354,7 @@ func withRate(dev *blockdev.File, rate int64) (func(ctx context.Context) blockde
 	if rate <= 0 {
 		return func(context.Context) blockdev.Device { return dev }, nil
 	}
-	l := blockdev.NewRateLimiter(rate)
+	l := scrub.NewRateLimiter(rate)
 	return func(ctx context.Context) blockdev.Device { return &limitedDevice{File: dev, l: l, ctx: ctx} }, nil
 }
 
@@ -366,7 +362,7 @@ func withRate(dev *blockdev.File, rate int64) (func(ctx context.Context) blockde
 // that holes are still skipped.
 type limitedDevice struct {
 	*blockdev.File
-	l   *blockdev.RateLimiter
+	l   *scrub.RateLimiter
 	ctx context.Context
 }
 

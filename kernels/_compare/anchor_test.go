@@ -20,6 +20,7 @@ import (
 	"github.com/difctl/difctl/kernels/crc64nvme"
 	"github.com/difctl/difctl/kernels/crct10dif"
 	"github.com/difctl/difctl/kernels/internal/kerneltest"
+	"github.com/difctl/difctl/kernels/t10crc32c"
 )
 
 // BenchmarkAnchor measures difctl against the anchor, ISA-L 2.32.1's AVX2
@@ -46,7 +47,7 @@ import (
 //     call, in ns);
 //   - crc=t10dif/op=blockscopy/block=B: BlocksCopy against
 //     crc16_t10dif_copy per block, 1 MiB in cache;
-//   - op=mappedcopy/…: BlocksCopy and BlocksCRC32CCopy reading a 64 MiB
+//   - op=mappedcopy/…: BlocksCopy and t10crc32c.BlocksCopy reading a 64 MiB
 //     file through a read-only mapping of its page cache, 1 MiB at a time
 //     into one reused buffer, against Go's copy of the same bytes (the peer
 //     here is copy, not ISA-L; 64 MiB is twice the L3, so every pass
@@ -285,7 +286,7 @@ func mappedCases(b *testing.B) []anchorCase {
 			run  func(p []byte)
 		}{
 			{"crct10dif.BlocksCopy", func(p []byte) { must(crct10dif.BlocksCopy(d16, q, p, bl, bl)) }},
-			{"crct10dif.BlocksCRC32CCopy", func(p []byte) { must(crct10dif.BlocksCRC32CCopy(d16, sums, q, p, bl, bl)) }},
+			{"t10crc32c.BlocksCopy", func(p []byte) { must(t10crc32c.BlocksCopy(d16, sums, q, p, bl, bl)) }},
 			{"crc64nvme.BlocksCopy", func(p []byte) { must(crc64nvme.BlocksCopy(d64, q, p, bl, bl)) }},
 		} {
 			cs = append(cs, anchorCase{

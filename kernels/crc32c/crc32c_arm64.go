@@ -6,6 +6,7 @@ import (
 	"golang.org/x/sys/cpu"
 
 	"github.com/difctl/difctl/kernels/internal/crcmath"
+	"github.com/difctl/difctl/kernels/internal/foldgo"
 	"github.com/difctl/difctl/kernels/internal/impl"
 )
 
@@ -18,7 +19,7 @@ import (
 //     the CRC unit busy every cycle. Needs the CRC32 and PMULL extensions.
 //   - crc: one stream of CRC32C instructions, unrolled (crcHW). Needs CRC32.
 //
-// Both run Blocks four blocks at a time on four streams (crcBlocks4), where
+// Both run Blocks four blocks at a time on four streams (crcBlocks), where
 // no merge is needed.
 func registerArch() {
 	hasCRC := cpu.ARM64.HasCRC32
@@ -84,12 +85,14 @@ func crcHW(crc uint32, p []byte) uint32
 //go:noescape
 func crc4way(crc uint32, p []byte, stripe int, k *[4]uint64) uint32
 
-// crcBlocks4 advances the CRC registers crc[j] over the first n bytes of the
-// block at p[j·stride:], for j = 0..3. Preconditions: n is a positive
-// multiple of 16; len(p) >= 3·stride + n.
+// crcBlocks sets dst[i] to the CRC-32C of the blockLen bytes at
+// p[i·stride:] for every i, four blocks at a time on four CRC32C streams.
+// Preconditions: len(dst) is a positive multiple of 4; blockLen is a
+// multiple of 16 and at least 32; stride >= blockLen;
+// len(p) >= (len(dst)-1)·stride + blockLen.
 //
 //go:noescape
-func crcBlocks4(crc *[4]uint32, p []byte, n int, stride int)
+func crcBlocks(dst []uint32, p []byte, blockLen, stride int)
 
 func updateCRC(crc uint32, p []byte) uint32 { return ^crcHW(^crc, p) }
 
@@ -118,28 +121,15 @@ func blocksPMULL4way(dst []uint32, p []byte, blockLen, stride int) {
 	blocks4(dst, p, blockLen, stride, updatePMULL4way)
 }
 
-// blocks4 runs the blocks four at a time through crcBlocks4, finishes each
-// block's last blockLen%16 bytes with crcHW, and the last len(dst)%4 blocks
-// (or all of them when they are shorter than blocksMin) with upd.
+// blocks4 runs the blocks four at a time through crcBlocks (foldgo.Blocks,
+// which it shares with the fold kernels), finishes each block's last
+// blockLen%16 bytes with updateCRC, and the last len(dst)%4 blocks (or all
+// of them when they are shorter than blocksMin) with upd.
 func blocks4(dst []uint32, p []byte, blockLen, stride int, upd func(uint32, []byte) uint32) {
-	i := 0
-	if blockLen >= blocksMin {
-		n := blockLen &^ 15
-		for ; i+4 <= len(dst); i += 4 {
-			off := i * stride
-			r := [4]uint32{^uint32(0), ^uint32(0), ^uint32(0), ^uint32(0)} // CRC 0
-			crcBlocks4(&r, p[off:off+3*stride+blockLen], n, stride)
-			for j, c := range r {
-				if n < blockLen {
-					o := off + j*stride
-					c = crcHW(c, p[o+n:o+blockLen])
-				}
-				dst[i+j] = ^c
-			}
-		}
-	}
-	for ; i < len(dst); i++ {
-		off := i * stride
-		dst[i] = upd(0, p[off:off+blockLen])
-	}
+	foldgo.Blocks(dst, p, blockLen, stride, 16, 4, blocksMin, struct{}{}, crcBlocksGroup, updateCRC, upd)
+}
+
+// crcBlocksGroup is crcBlocks in foldgo.Blocks' kernel form (no table).
+func crcBlocksGroup(dst []uint32, p []byte, blockLen, stride int, _ struct{}) {
+	crcBlocks(dst, p, blockLen, stride)
 }

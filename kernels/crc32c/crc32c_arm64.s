@@ -10,7 +10,7 @@
 // register and data, so a stream of CRC32CX over 8-byte words is the CRC of
 // those bytes; CRC32CW/H/B do the same for 4, 2 and 1 bytes.
 
-// The four-stream kernels (crc4way, crcBlocks4) share one software-pipelined
+// The four-stream kernels (crc4way, crcBlocks) share one software-pipelined
 // loop. The registers are fixed: CRC registers R0, R8, R9, R10 for streams
 // 0..3, stream pointers R1, R5, R6, R7, the count of bytes per stream still
 // to load in R2; set A (R12:R13, R14:R15, R16:R17, R19:R20) and set B
@@ -211,29 +211,43 @@ TEXT ·crc4way(SB), NOSPLIT, $0-52
 	MOVW	R0, ret+48(FP)
 	RET
 
-// func crcBlocks4(crc *[4]uint32, p []byte, n int, stride int)
+// func crcBlocks(dst []uint32, p []byte, blockLen, stride int)
 //
-// Runs the first n bytes of the four blocks p[0:], p[stride:],
-// p[2·stride:], p[3·stride:] into the four registers crc[0..3], each block on
-// its own CRC32C stream: four independent dependency chains, no merge.
-TEXT ·crcBlocks4(SB), NOSPLIT, $0-48
-	MOVD	crc+0(FP), R4
-	MOVD	p_base+8(FP), R1
-	MOVD	n+32(FP), R2
-	MOVD	stride+40(FP), R3
-	MOVWU	0(R4), R0
-	MOVWU	4(R4), R8
-	MOVWU	8(R4), R9
-	MOVWU	12(R4), R10
+// Sets dst[i] to the CRC-32C of the blockLen bytes at p[i·stride:], four
+// blocks at a time, each block on its own CRC32C stream: four independent
+// dependency chains, no merge. PIPE takes every register up to R25, so the
+// arguments are reloaded for each group and R26 counts the blocks done.
+TEXT ·crcBlocks(SB), NOSPLIT, $0-64
+	MOVD	ZR, R26
+
+group:
+	MOVD	p_base+24(FP), R1
+	MOVD	blockLen+48(FP), R2
+	MOVD	stride+56(FP), R3
+	MUL	R26, R3, R11
+	ADD	R11, R1
+	MOVW	$-1, R0 // the register of CRC 0
+	MOVW	$-1, R8
+	MOVW	$-1, R9
+	MOVW	$-1, R10
 	ADD	R3, R1, R5
 	ADD	R3, R5, R6
 	ADD	R3, R6, R7
 
 	PIPE(blocks, blocksdrain, blocksdone)
 
-	MOVD	crc+0(FP), R4
+	MOVD	dst_base+0(FP), R4
+	ADD	R26<<2, R4, R4
+	MVNW	R0, R0
+	MVNW	R8, R8
+	MVNW	R9, R9
+	MVNW	R10, R10
 	MOVW	R0, 0(R4)
 	MOVW	R8, 4(R4)
 	MOVW	R9, 8(R4)
 	MOVW	R10, 12(R4)
+	ADD	$4, R26
+	MOVD	dst_len+8(FP), R11
+	CMP	R11, R26
+	BLT	group
 	RET

@@ -7,42 +7,8 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"golang.org/x/sys/cpu"
-
 	"github.com/difctl/difctl/kernels/internal/crcmath"
-	"github.com/difctl/difctl/kernels/internal/impl"
 )
-
-// A CPU that has the extensions must run the implementations that need them:
-// a registration mistake must fail here, not silently fall back.
-func TestArchImplementations(t *testing.T) {
-	want := map[string]bool{
-		"pmull4way": cpu.ARM64.HasCRC32 && cpu.ARM64.HasPMULL,
-		"crc":       cpu.ARM64.HasCRC32,
-	}
-	t.Logf("cpu: crc32=%v pmull=%v", cpu.ARM64.HasCRC32, cpu.ARM64.HasPMULL)
-	for _, im := range impl.List(pkgName) {
-		w, ok := want[im.Name]
-		if !ok {
-			continue
-		}
-		delete(want, im.Name)
-		if w && !im.Available {
-			t.Errorf("the CPU supports %s but it is not available", im.Name)
-		}
-		if !w && im.Available {
-			t.Errorf("%s is available on a CPU without its extensions", im.Name)
-		}
-	}
-	for name := range want {
-		t.Errorf("%s is not registered", name)
-	}
-	if _, forced := impl.Forced(pkgName); !forced && cpu.ARM64.HasCRC32 && cpu.ARM64.HasPMULL {
-		if got := impl.Active(pkgName); got != "pmull4way" {
-			t.Errorf("default implementation is %q, want pmull4way", got)
-		}
-	}
-}
 
 func TestFourWayK(t *testing.T) {
 	for j := range fourWayK {

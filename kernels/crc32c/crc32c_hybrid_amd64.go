@@ -7,19 +7,18 @@ import (
 	"golang.org/x/sys/cpu"
 )
 
-//go:generate go run ./internal/hybridgen -o zhybrid_consts_amd64.go
-//go:generate go run -C ../_asm ./crc32hybrid -out ../crc32c/crc32c_hybrid_amd64.s -stubs ../crc32c/crc32c_hybrid_stubs_amd64.go -pkg crc32c
+//go:generate go run -C ../_asm ./crc32hybrid -out ../crc32c/zhybrid_amd64.s -stubs ../crc32c/zhybrid_amd64.go -pkg crc32c
 
 // The hybrid kernels keep the CRC32 instruction unit and the carry-less
 // multiplier busy at once: a chunk of 6s bytes is cut into six segments of s
 // bytes that advance in lockstep, some as CRC32Q streams, the others folded
 // with (V)PCLMULQDQ, and the six parts are merged with PCLMULQDQ into one
-// 16-byte value and two CRC32Q (kernels/_asm/crc32hybrid, internal/hybridgen).
+// 16-byte value and two CRC32Q (kernels/_asm/crc32hybrid; the constants from kernels/_asm/crcgen).
 // Blocks runs six blocks at once the same way, where no merge is needed.
 //
-//   - hybrid: three CRC32 streams and three VPCLMULQDQ-on-YMM fold streams
-//     (SSE4.2, AVX2, VPCLMULQDQ);
-//   - hybrid128: four CRC32 streams and two PCLMULQDQ-on-XMM fold streams
+//   - the avx2 implementation: three CRC32 streams and three
+//     VPCLMULQDQ-on-YMM fold streams (SSE4.2, AVX2, VPCLMULQDQ);
+//   - the pclmul implementation: four CRC32 streams and two PCLMULQDQ-on-XMM fold streams
 //     (SSE4.2, PCLMULQDQ), for CPUs without VPCLMULQDQ.
 //
 // x/sys/cpu reports VPCLMULQDQ only with AVX-512; x86.HasVPCLMULQDQ
@@ -31,19 +30,16 @@ var (
 
 const (
 	// hybridMin is the shortest input Update runs through the hybrid chunk
-	// kernel; below it one CRC32 stream (hybridShort) is faster. Measured
-	// on AMD EPYC (Zen 3) against hash/crc32: see cutoffs_amd64_test.go.
+	// kernel; below it one CRC32 stream (hybridShort) is faster (README,
+	// "Why the kernels are shaped as they are").
 	hybridMin = 512
 	// hybridBlocksMin is the shortest block Blocks runs six at a time;
 	// shorter blocks go one at a time through update.
 	hybridBlocksMin = 64
 	// hybridPrefetchMax is the longest block Blocks runs through the
 	// prefetching kernels (hybridBlocksPrefetch*), which load the next group
-	// of six blocks into L1 while they work on this one. From DRAM (64 MiB,
-	// BenchmarkKernelDRAM) that made 512-byte blocks 1.2-1.3 times faster on
-	// an AMD EPYC (Zen 3); 4096-byte blocks gained nothing there and lost a
-	// quarter from cache (1 MiB), where two groups, 48 KiB, no longer fit
-	// the 32 KiB L1. Up to 2048 bytes two groups fit.
+	// of six blocks into L1 while they work on this one: up to 2048 bytes
+	// two groups fit the 32 KiB L1 (README, as above).
 	hybridPrefetchMax = 2048
 )
 

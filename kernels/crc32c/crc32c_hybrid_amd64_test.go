@@ -8,46 +8,11 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"golang.org/x/sys/cpu"
-
 	"github.com/difctl/difctl/kernels/internal/crcmath"
-	"github.com/difctl/difctl/kernels/internal/impl"
-	"github.com/difctl/difctl/kernels/internal/x86"
 )
 
-// TestHybridAvailable fails, rather than skips, when the CPU can run a
-// hybrid kernel and the registry says it cannot, or when a better
-// implementation than the one this CPU should use is active.
-func TestHybridAvailable(t *testing.T) {
-	avail := map[string]bool{}
-	for _, im := range impl.List(pkgName) {
-		avail[im.Name] = im.Available
-	}
-	if cpu.X86.HasSSE42 && cpu.X86.HasPCLMULQDQ && !avail["hybrid128"] {
-		t.Errorf("the CPU has SSE4.2 and PCLMULQDQ but hybrid128 is unavailable")
-	}
-	if cpu.X86.HasSSE42 && cpu.X86.HasAVX2 && x86.HasVPCLMULQDQ && !avail["hybrid"] {
-		t.Errorf("the CPU has SSE4.2, AVX2 and VPCLMULQDQ but hybrid is unavailable")
-	}
-	if _, forced := impl.Forced(pkgName); forced {
-		return
-	}
-	want := "generic"
-	switch {
-	case avail["avx512"]:
-		want = "avx512"
-	case avail["hybrid"]:
-		want = "hybrid"
-	case avail["hybrid128"]:
-		want = "hybrid128"
-	}
-	if got := impl.Active(pkgName); got != want {
-		t.Errorf("active implementation %q, want %q", got, want)
-	}
-}
-
 // TestHybridConsts checks the generated merge constants against their
-// definition (internal/hybridgen).
+// definition (kernels/_asm/crcgen).
 func TestHybridConsts(t *testing.T) {
 	c := func(k int) uint64 { return crcmath.C(Params, uint64(k)) }
 	row := func(s int) (r [14]uint64) {

@@ -6,6 +6,7 @@ import (
 	"golang.org/x/sys/cpu"
 
 	"github.com/difctl/difctl/kernels/internal/crcmath"
+	"github.com/difctl/difctl/kernels/internal/foldgo"
 	"github.com/difctl/difctl/kernels/internal/impl"
 )
 
@@ -16,7 +17,7 @@ import (
 // code); the assembly mirrors crcmath.FoldUpdate and crcmath.Reduce.
 func registerArch() {
 	impl.Register(pkgName, "pmull", cpu.ARM64.HasPMULL, func() {
-		update, blocks = updatePMULL, blocksPMULLGo
+		update, blocks = updatePMULL, blocksPMULL
 	})
 }
 
@@ -33,23 +34,25 @@ const (
 	blocksMin = 32
 )
 
-// foldPMULL returns crc (finalised) updated with p. Preconditions: len(p)
+// foldUpdatePMULL returns crc (finalised) updated with p. Preconditions: len(p)
 // is a positive multiple of 16; t is the package's foldTable.
 //
 //go:noescape
-func foldPMULL(crc uint64, p []byte, t *crcmath.FoldTable) uint64
+func foldUpdatePMULL(crc uint64, p []byte, t *crcmath.FoldTable) uint64
 
-// blocksPMULL stores in crc[j] the finalised CRC-64/NVME (from a start of 0)
-// of the 16·lanes bytes at p[j·stride:], j = 0..3. Preconditions: lanes >= 2;
-// len(p) >= 3·stride + 16·lanes; t is the package's foldTable.
+// foldBlocksPMULL sets dst[i] to the finalised CRC-64/NVME (from a start of
+// 0) of the blockLen bytes at p[i·stride:] for every i, four blocks at a
+// time. Preconditions: len(dst) is a positive multiple of 4; blockLen is a
+// multiple of 16 and at least 32; stride >= blockLen;
+// len(p) >= (len(dst)-1)·stride + blockLen; t is the package's foldTable.
 //
 //go:noescape
-func blocksPMULL(crc *[4]uint64, p []byte, lanes int, stride int, t *crcmath.FoldTable)
+func foldBlocksPMULL(dst []uint64, p []byte, blockLen, stride int, t *crcmath.FoldTable)
 
 func updatePMULL(crc uint64, p []byte) uint64 {
 	if len(p) >= pmullMin {
 		n := len(p) &^ 15
-		crc = foldPMULL(crc, p[:n], &foldTable)
+		crc = foldUpdatePMULL(crc, p[:n], &foldTable)
 		p = p[n:]
 	}
 	if len(p) > 0 {
@@ -58,28 +61,10 @@ func updatePMULL(crc uint64, p []byte) uint64 {
 	return crc
 }
 
-// blocksPMULLGo runs the blocks four at a time through blocksPMULL, finishes
-// each block's last blockLen%16 bytes with the table code, and the last
-// len(dst)%4 blocks (or all, when shorter than blocksMin) with updatePMULL.
-func blocksPMULLGo(dst []uint64, p []byte, blockLen, stride int) {
-	i := 0
-	if blockLen >= blocksMin {
-		n := blockLen &^ 15
-		var r [4]uint64
-		for ; i+4 <= len(dst); i += 4 {
-			off := i * stride
-			blocksPMULL(&r, p[off:off+3*stride+blockLen], n/16, stride, &foldTable)
-			for j, c := range r {
-				if n < blockLen {
-					o := off + j*stride
-					c = updateGeneric(c, p[o+n:o+blockLen])
-				}
-				dst[i+j] = c
-			}
-		}
-	}
-	for ; i < len(dst); i++ {
-		off := i * stride
-		dst[i] = updatePMULL(0, p[off:off+blockLen])
-	}
+// blocksPMULL runs the blocks four at a time through foldBlocksPMULL
+// (foldgo.Blocks): the table code finishes each block's last blockLen%16
+// bytes, and updatePMULL the last len(dst)%4 blocks, or all of them when
+// they are shorter than blocksMin.
+func blocksPMULL(dst []uint64, p []byte, blockLen, stride int) {
+	foldgo.Blocks(dst, p, blockLen, stride, 16, 4, blocksMin, &foldTable, foldBlocksPMULL, updateGeneric, updatePMULL)
 }

@@ -71,12 +71,12 @@
 	FMOVD	FOLD_POLY(tab), pl; \
 	VEOR	z.B16, z.B16, z.B16
 
-// func foldPMULL(crc uint64, p []byte, t *crcmath.FoldTable) uint64
+// func foldUpdatePMULL(crc uint64, p []byte, t *crcmath.FoldTable) uint64
 //
 // Eight accumulators (128 bytes per iteration) while 128 bytes remain, then
 // collapsed into one with Fold[1], Fold[2], Fold[4]; inputs shorter than 128 bytes
 // start with one accumulator. The remaining lanes fold one at a time.
-TEXT ·foldPMULL(SB), NOSPLIT, $0-48
+TEXT ·foldUpdatePMULL(SB), NOSPLIT, $0-48
 	MOVD	crc+0(FP), R0
 	MOVD	p_base+8(FP), R1
 	MOVD	p_len+16(FP), R2
@@ -161,19 +161,28 @@ reduce:
 	MOVD	R7, ret+40(FP)
 	RET
 
-// func blocksPMULL(crc *[4]uint64, p []byte, lanes int, stride int, t *crcmath.FoldTable)
+// func foldBlocksPMULL(dst []uint64, p []byte, blockLen, stride int, t *crcmath.FoldTable)
 //
-// The finalised CRCs (from a start of 0) of the first 16·lanes bytes of the
-// four blocks p[0:], p[stride:], p[2·stride:], p[3·stride:], into crc[0..3].
+// The finalised CRCs (from a start of 0) of the first 16·lanes bytes
+// (lanes = blockLen/16) of the blocks p[i·stride:], into dst[i], four
+// blocks at a time.
 // Each block has two accumulators one lane apart, so eight independent
 // folds are in flight; they collapse with Fold[1], an odd last lane folds in
 // with Fold[1], and the four blocks are reduced one after the other.
-TEXT ·blocksPMULL(SB), NOSPLIT, $0-56
-	MOVD	crc+0(FP), R0
-	MOVD	p_base+8(FP), R1
-	MOVD	lanes+32(FP), R2
-	MOVD	stride+40(FP), R3
-	MOVD	t+48(FP), R8
+TEXT ·foldBlocksPMULL(SB), NOSPLIT, $0-72
+	MOVD	dst_base+0(FP), R0
+	MOVD	dst_len+8(FP), R14
+	MOVD	p_base+24(FP), R7
+	MOVD	blockLen+48(FP), R15
+	MOVD	stride+56(FP), R3
+	MOVD	t+64(FP), R8
+	LSR	$4, R15, R15 // lanes
+
+	// One group of four blocks a pass, from R7; R0, R3, R7, R8, R14 and
+	// R15 hold across passes.
+bgroup:
+	MOVD	R7, R1
+	MOVD	R15, R2
 	ADD	R3, R1, R4
 	ADD	R3, R4, R5
 	ADD	R3, R5, R6
@@ -251,4 +260,8 @@ breduce:
 	MOVD	R11, 8(R0)
 	MOVD	R12, 16(R0)
 	MOVD	R13, 24(R0)
+	ADD	$32, R0
+	ADD	R3<<2, R7, R7
+	SUBS	$4, R14
+	BNE	bgroup
 	RET

@@ -2,8 +2,6 @@ package crc64nvme
 
 import (
 	"math/bits"
-
-	"github.com/difctl/difctl/kernels/internal/layout"
 )
 
 // Slicing-by-8 over the reflected polynomial. hash/crc64 computes the same
@@ -52,18 +50,4 @@ func updateGeneric(crc uint64, p []byte) uint64 {
 		crc = t[0][byte(crc)^b] ^ crc>>8
 	}
 	return ^crc
-}
-
-func blocksGeneric(dst []uint64, p []byte, blockLen, stride int) {
-	for i := range dst {
-		off := i * stride
-		dst[i] = updateGeneric(0, p[off:off+blockLen])
-	}
-}
-
-// blocksCopyPortable is BlocksCopy as a copy of the blocks followed by the
-// active Blocks over q; the layout was checked.
-func blocksCopyPortable(dst []uint64, q, p []byte, blockLen, stride int) {
-	layout.Copy(q, p, len(dst), blockLen, stride)
-	blocks(dst, q, blockLen, stride)
 }

@@ -46,33 +46,34 @@ const (
 	blocksPMULL8Ways = 4
 )
 
-// updatePMULL returns the CRC of p continuing crc, with PMULL 64x64.
+// foldUpdatePMULL returns the CRC of p continuing crc, with PMULL 64x64.
 // Preconditions: len(p) >= 16, t is this package's foldTable.
 //
 //go:noescape
-func updatePMULL(crc uint16, p []byte, t *crcmath.FoldTable) uint16
+func foldUpdatePMULL(crc uint16, p []byte, t *crcmath.FoldTable) uint16
 
-// blocksPMULL writes dst[0..7] = Checksum(p[i*stride:][:blockLen]) for
-// eight blocks, with PMULL 64x64.
-// Preconditions: blockLen >= 16, stride >= blockLen, the eight blocks lie
-// in one allocation, dst has eight elements, t is this package's foldTable.
+// foldBlocksPMULL sets dst[i] = Checksum(p[i*stride:][:blockLen]) for
+// every i, eight blocks at a time, with PMULL 64x64. It takes the
+// blockLen%16 bytes of each block's head itself.
+// Preconditions: len(dst) is a positive multiple of 8; blockLen >= 16;
+// stride >= blockLen; len(p) >= (len(dst)-1)*stride + blockLen; t is this
+// package's foldTable.
 //
 //go:noescape
-func blocksPMULL(dst *uint16, p *byte, blockLen, stride int, t *crcmath.FoldTable)
+func foldBlocksPMULL(dst []uint16, p []byte, blockLen, stride int, t *crcmath.FoldTable)
 
-// updatePMULL8 returns the CRC of p continuing crc, with 8x8 PMULL only.
+// foldUpdatePMULL8 returns the CRC of p continuing crc, with 8x8 PMULL only.
 // Preconditions: len(p) >= 16, k is p8.
 //
 //go:noescape
-func updatePMULL8(crc uint16, p []byte, k *pmull8Consts) uint16
+func foldUpdatePMULL8(crc uint16, p []byte, k *pmull8Consts) uint16
 
-// blocksPMULL8 writes dst[0..3] = Checksum(p[i*stride:][:blockLen]) for
-// four blocks, with 8x8 PMULL only.
-// Preconditions: blockLen >= 16, stride >= blockLen, the four blocks lie in
-// one allocation, dst has four elements, k is p8.
+// foldBlocksPMULL8 is foldBlocksPMULL with 8x8 PMULL only, four blocks at a
+// time. Preconditions: those of foldBlocksPMULL with a multiple of 4 for
+// len(dst), and k is p8.
 //
 //go:noescape
-func blocksPMULL8(dst *uint16, p *byte, blockLen, stride int, k *pmull8Consts)
+func foldBlocksPMULL8(dst []uint16, p []byte, blockLen, stride int, k *pmull8Consts)
 
 // pmull8Consts are the constants of the pmull8 kernel, derived at init from
 // foldTable and crcmath; the assembly reads them through a pointer at fixed
@@ -114,51 +115,51 @@ func newPMULL8Consts(t *crcmath.FoldTable) *pmull8Consts {
 
 func registerArch() {
 	impl.Register(pkgName, "pmull", cpu.ARM64.HasPMULL, func() {
-		update, blocks = updatePMULLGo, blocksPMULLGo
+		update, blocks = updatePMULL, blocksPMULL
 	})
 	impl.Register(pkgName, "pmull8", true, func() {
-		update, blocks = updatePMULL8Go, blocksPMULL8Go
+		update, blocks = updatePMULL8, blocksPMULL8
 	})
 }
 
-func updatePMULLGo(crc uint16, p []byte) uint16 {
+func updatePMULL(crc uint16, p []byte) uint16 {
 	if len(p) < minPMULL {
 		return updateGeneric(crc, p)
 	}
-	return updatePMULL(crc, p, &foldTable)
+	return foldUpdatePMULL(crc, p, &foldTable)
 }
 
-func updatePMULL8Go(crc uint16, p []byte) uint16 {
+func updatePMULL8(crc uint16, p []byte) uint16 {
 	if len(p) < minPMULL {
 		return updateGeneric(crc, p)
 	}
-	return updatePMULL8(crc, p, p8)
+	return foldUpdatePMULL8(crc, p, p8)
 }
 
-func blocksPMULLGo(dst []uint16, p []byte, blockLen, stride int) {
+func blocksPMULL(dst []uint16, p []byte, blockLen, stride int) {
 	if blockLen < minPMULL {
 		blocksGeneric(dst, p, blockLen, stride)
 		return
 	}
-	i := 0
-	for ; i+blocksPMULLWays <= len(dst); i += blocksPMULLWays {
-		blocksPMULL(&dst[i], &p[i*stride], blockLen, stride, &foldTable)
+	g := len(dst) - len(dst)%blocksPMULLWays
+	if g > 0 {
+		foldBlocksPMULL(dst[:g], p, blockLen, stride, &foldTable)
 	}
-	for ; i < len(dst); i++ {
-		dst[i] = updatePMULL(0, p[i*stride:i*stride+blockLen], &foldTable)
+	for i := g; i < len(dst); i++ {
+		dst[i] = foldUpdatePMULL(0, p[i*stride:i*stride+blockLen], &foldTable)
 	}
 }
 
-func blocksPMULL8Go(dst []uint16, p []byte, blockLen, stride int) {
+func blocksPMULL8(dst []uint16, p []byte, blockLen, stride int) {
 	if blockLen < minPMULL {
 		blocksGeneric(dst, p, blockLen, stride)
 		return
 	}
-	i := 0
-	for ; i+blocksPMULL8Ways <= len(dst); i += blocksPMULL8Ways {
-		blocksPMULL8(&dst[i], &p[i*stride], blockLen, stride, p8)
+	g := len(dst) - len(dst)%blocksPMULL8Ways
+	if g > 0 {
+		foldBlocksPMULL8(dst[:g], p, blockLen, stride, p8)
 	}
-	for ; i < len(dst); i++ {
-		dst[i] = updatePMULL8(0, p[i*stride:i*stride+blockLen], p8)
+	for i := g; i < len(dst); i++ {
+		dst[i] = foldUpdatePMULL8(0, p[i*stride:i*stride+blockLen], p8)
 	}
 }

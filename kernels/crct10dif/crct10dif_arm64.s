@@ -134,8 +134,8 @@ GLOBL t10shuf<>(SB), RODATA|NOPTR, $112
 	MOVD	FT_MU(T), R11    \
 	FMOVD	R11, F27
 
-// func updatePMULL(crc uint16, p []byte, t *crcmath.FoldTable) uint16
-TEXT ·updatePMULL(SB), NOSPLIT, $0-42
+// func foldUpdatePMULL(crc uint16, p []byte, t *crcmath.FoldTable) uint16
+TEXT ·foldUpdatePMULL(SB), NOSPLIT, $0-42
 	MOVHU	crc+0(FP), R0
 	MOVD	p_base+8(FP), R1
 	MOVD	p_len+16(FP), R2
@@ -294,13 +294,17 @@ reduce:
 	MOVH	R0, ret+40(FP)
 	RET
 
-// func blocksPMULL(dst *uint16, p *byte, blockLen, stride int, t *crcmath.FoldTable)
-TEXT ·blocksPMULL(SB), NOSPLIT, $0-40
-	MOVD	dst+0(FP), R0
-	MOVD	p+8(FP), R1
-	MOVD	blockLen+16(FP), R2
-	MOVD	stride+24(FP), R3
-	MOVD	t+32(FP), R4
+// func foldBlocksPMULL(dst []uint16, p []byte, blockLen, stride int, t *crcmath.FoldTable)
+TEXT ·foldBlocksPMULL(SB), NOSPLIT, $0-72
+	MOVD	dst_base+0(FP), R0
+	MOVD	dst_len+8(FP), R19
+	MOVD	p_base+24(FP), R1
+	MOVD	blockLen+48(FP), R2
+	MOVD	stride+56(FP), R3
+	MOVD	t+64(FP), R4
+
+	// One group of eight blocks a pass; R0 to R4 hold across passes.
+bgroup:
 	MOVD	$t10shuf<>(SB), R5
 	VLD1	(R5), [REV.B16]
 	VEOR	ZERO.B16, ZERO.B16, ZERO.B16
@@ -476,6 +480,10 @@ bloop:
 	MOVH	R16, 12(R0)
 	VMOV	V7.D[0], R16
 	MOVH	R16, 14(R0)
+	ADD	$16, R0
+	ADD	R3<<3, R1, R1
+	SUBS	$8, R19
+	BNE	bgroup
 	RET
 
 #undef KR
@@ -594,8 +602,8 @@ bloop:
 	EOR	R13, R11           \
 	LSR	$1, R12
 
-// func updatePMULL8(crc uint16, p []byte, k *pmull8Consts) uint16
-TEXT ·updatePMULL8(SB), NOSPLIT, $0-42
+// func foldUpdatePMULL8(crc uint16, p []byte, k *pmull8Consts) uint16
+TEXT ·foldUpdatePMULL8(SB), NOSPLIT, $0-42
 	MOVHU	crc+0(FP), R0
 	MOVD	p_base+8(FP), R1
 	MOVD	p_len+16(FP), R2
@@ -721,13 +729,17 @@ p8reduce:
 	MOVH	R11, ret+40(FP)
 	RET
 
-// func blocksPMULL8(dst *uint16, p *byte, blockLen, stride int, k *pmull8Consts)
-TEXT ·blocksPMULL8(SB), NOSPLIT, $0-40
-	MOVD	dst+0(FP), R0
-	MOVD	p+8(FP), R1
-	MOVD	blockLen+16(FP), R2
-	MOVD	stride+24(FP), R3
-	MOVD	k+32(FP), R4
+// func foldBlocksPMULL8(dst []uint16, p []byte, blockLen, stride int, k *pmull8Consts)
+TEXT ·foldBlocksPMULL8(SB), NOSPLIT, $0-72
+	MOVD	dst_base+0(FP), R0
+	MOVD	dst_len+8(FP), R19
+	MOVD	p_base+24(FP), R1
+	MOVD	blockLen+48(FP), R2
+	MOVD	stride+56(FP), R3
+	MOVD	k+64(FP), R4
+
+	// One group of four blocks a pass; R0 to R4 hold across passes.
+b8group:
 	MOVD	$t10shuf<>(SB), R5
 	LOAD_P8_SHUF(R5)
 	FMOVQ	16(R4), F4 // Fold[1]
@@ -814,4 +826,8 @@ b8loop:
 	MOVH	R11, 4(R0)
 	P8REDUCE(V3, R4)
 	MOVH	R11, 6(R0)
+	ADD	$8, R0
+	ADD	R3<<2, R1, R1
+	SUBS	$4, R19
+	BNE	b8group
 	RET

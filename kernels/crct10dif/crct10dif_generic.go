@@ -1,7 +1,5 @@
 package crct10dif
 
-import "github.com/difctl/difctl/kernels/internal/layout"
-
 // Slicing-by-16: table[k][b] is the CRC register contribution of byte b
 // followed by k zero bytes, so sixteen lookups advance the CRC by sixteen
 // bytes at once.
@@ -50,19 +48,4 @@ func updateBytes(crc uint16, p []byte) uint16 {
 		crc = crc<<8 ^ table[0][byte(crc>>8)^b]
 	}
 	return crc
-}
-
-// blocksGeneric computes guards block by block; the layout was checked.
-func blocksGeneric(dst []uint16, p []byte, blockLen, stride int) {
-	for i := range dst {
-		off := i * stride
-		dst[i] = updateGeneric(0, p[off:off+blockLen])
-	}
-}
-
-// blocksCopyPortable is BlocksCopy as a copy of the blocks followed by the
-// active Blocks over q; the layout was checked.
-func blocksCopyPortable(dst []uint16, q, p []byte, blockLen, stride int) {
-	layout.Copy(q, p, len(dst), blockLen, stride)
-	blocks(dst, q, blockLen, stride)
 }

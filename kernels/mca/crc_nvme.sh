@@ -41,13 +41,13 @@ table='
 crc32c     crcHW.abi0                        loop:1   64  crc32c crc: one CRC32CX stream
 crc32c     crc4way.abi0                      loop:1  128  crc32c pmull4way: 4 CRC32CX streams
 crc32c     crc4way.abi0                      target:3  0  crc32c pmull4way: PMULL merge per chunk
-crc32c     crcBlocks4.abi0                   loop:1  128  crc32c Blocks: 4 blocks on 4 streams
+crc32c     crcBlocks.abi0                    loop:1  128  crc32c Blocks: 4 blocks on 4 streams
 crc32c     hash/crc32.castagnoliUpdate.abi0  loop:1   16  crc32c generic: hash/crc32 (CRC32CX, 16 B/iter)
 crc32c     hash/crc32.slicingUpdate          loop:1    8  crc32c generic without CRC32: slicing-by-8 (Go)
-crc64nvme  foldPMULL.abi0                    loop:1  128  crc64nvme pmull: 8 accumulators
-crc64nvme  foldPMULL.abi0                    loop:2   16  crc64nvme pmull: 1 accumulator (short inputs)
-crc64nvme  foldPMULL.abi0                    after:2   0  crc64nvme pmull: Barrett reduction
-crc64nvme  blocksPMULL.abi0                  loop:1  128  crc64nvme Blocks: 4 blocks x 2 accumulators
+crc64nvme  foldUpdatePMULL.abi0                    loop:1  128  crc64nvme pmull: 8 accumulators
+crc64nvme  foldUpdatePMULL.abi0                    loop:2   16  crc64nvme pmull: 1 accumulator (short inputs)
+crc64nvme  foldUpdatePMULL.abi0                    after:2   0  crc64nvme pmull: Barrett reduction
+crc64nvme  foldBlocksPMULL.abi0                  loop:1  128  crc64nvme Blocks: 4 blocks x 2 accumulators
 crc64nvme  updateGeneric                     loop:1    8  crc64nvme generic: slicing-by-8 (Go)
 '
 

@@ -40,33 +40,33 @@ filter=${1:-}
 #          file     the whole reference file, iterated.
 # bytes:   bytes consumed by one iteration (0 for fixed costs).
 # To model another kernel add a row, e.g.
-#   crc64nvme  foldPMULL.abi0  loop:1  128  crc64nvme pmull: 8 accumulators
+#   crc64nvme  foldUpdatePMULL.abi0  loop:1  128  crc64nvme pmull: 8 accumulators
 table='
 -          ref_fold8.s        file     128  reference: plain fold-by-8 PMULL 64x64
-crct10dif  updatePMULL.abi0   loop:1   128  crct10dif pmull: 8 accumulators
-crct10dif  updatePMULL.abi0   loop:2    16  crct10dif pmull: 1 accumulator (tail)
-crct10dif  updatePMULL.abi0   entry      0  crct10dif pmull: set-up, head, lane 0
-crct10dif  updatePMULL.abi0   after:2    0  crct10dif pmull: Barrett reduction
-crct10dif  blocksPMULL.abi0   loop:1   128  crct10dif pmull Blocks: 8 blocks
-crct10dif  blocksPMULL.abi0   after:1    0  crct10dif pmull Blocks: 8 reductions
-crct10dif  updatePMULL8.abi0  loop:1    64  crct10dif pmull8: 4 accumulators
-crct10dif  updatePMULL8.abi0  loop:2    16  crct10dif pmull8: 1 accumulator (tail)
-crct10dif  updatePMULL8.abi0  entry      0  crct10dif pmull8: set-up, head, lane 0
-crct10dif  updatePMULL8.abi0  after:2    0  crct10dif pmull8: reduction
-crct10dif  blocksPMULL8.abi0  loop:1    64  crct10dif pmull8 Blocks: 4 blocks
-crct10dif  blocksPMULL8.abi0  after:1    0  crct10dif pmull8 Blocks: 4 reductions
+crct10dif  foldUpdatePMULL.abi0   loop:1   128  crct10dif pmull: 8 accumulators
+crct10dif  foldUpdatePMULL.abi0   loop:2    16  crct10dif pmull: 1 accumulator (tail)
+crct10dif  foldUpdatePMULL.abi0   entry      0  crct10dif pmull: set-up, head, lane 0
+crct10dif  foldUpdatePMULL.abi0   after:2    0  crct10dif pmull: Barrett reduction
+crct10dif  foldBlocksPMULL.abi0   loop:1   128  crct10dif pmull Blocks: 8 blocks
+crct10dif  foldBlocksPMULL.abi0   after:1    0  crct10dif pmull Blocks: 8 reductions
+crct10dif  foldUpdatePMULL8.abi0  loop:1    64  crct10dif pmull8: 4 accumulators
+crct10dif  foldUpdatePMULL8.abi0  loop:2    16  crct10dif pmull8: 1 accumulator (tail)
+crct10dif  foldUpdatePMULL8.abi0  entry      0  crct10dif pmull8: set-up, head, lane 0
+crct10dif  foldUpdatePMULL8.abi0  after:2    0  crct10dif pmull8: reduction
+crct10dif  foldBlocksPMULL8.abi0  loop:1    64  crct10dif pmull8 Blocks: 4 blocks
+crct10dif  foldBlocksPMULL8.abi0  after:1    0  crct10dif pmull8 Blocks: 4 reductions
 crct10dif  updateGeneric      loop:1    16  crct10dif generic: slicing-by-16 (Go)
 crct10dif  updateGeneric      loop:2     1  crct10dif generic: bytewise tail (Go)
 crc32c     crcHW.abi0                        loop:1    64  crc32c crc: one CRC32CX stream
 crc32c     crc4way.abi0                      loop:1   128  crc32c pmull4way: 4 CRC32CX streams
 crc32c     crc4way.abi0                      entry      0  crc32c pmull4way: set-up, first loads
-crc32c     crcBlocks4.abi0                   loop:1   128  crc32c Blocks: 4 blocks on 4 streams
+crc32c     crcBlocks.abi0                    loop:1   128  crc32c Blocks: 4 blocks on 4 streams
 crc32c     hash/crc32.castagnoliUpdate.abi0  loop:1    16  crc32c generic: hash/crc32 CRC32CX loop
 crc32c     hash/crc32.slicingUpdate          loop:1     8  crc32c generic without CRC32: slicing-by-8 (Go)
-crc64nvme  foldPMULL.abi0                    loop:1   128  crc64nvme pmull: 8 accumulators
-crc64nvme  foldPMULL.abi0                    loop:2    16  crc64nvme pmull: 1 accumulator
-crc64nvme  foldPMULL.abi0                    after:2    0  crc64nvme pmull: Barrett reduction
-crc64nvme  blocksPMULL.abi0                  loop:1   128  crc64nvme pmull Blocks: 4 blocks x 2 accumulators
+crc64nvme  foldUpdatePMULL.abi0                    loop:1   128  crc64nvme pmull: 8 accumulators
+crc64nvme  foldUpdatePMULL.abi0                    loop:2    16  crc64nvme pmull: 1 accumulator
+crc64nvme  foldUpdatePMULL.abi0                    after:2    0  crc64nvme pmull: Barrett reduction
+crc64nvme  foldBlocksPMULL.abi0                  loop:1   128  crc64nvme pmull Blocks: 4 blocks x 2 accumulators
 crc64nvme  updateGeneric                     loop:1     8  crc64nvme generic: slicing-by-8 (Go)
 '
 

@@ -7,7 +7,7 @@ import (
 	"golang.org/x/sys/cpu"
 )
 
-//go:generate sh -c "cd ../_asm && go run ./poly1305 -out ../poly1305/zblocks_amd64.s -stubs ../poly1305/zblocks_amd64.go"
+//go:generate go run -C ../_asm ./poly1305 -out ../poly1305/zblocks_amd64.s -stubs ../poly1305/zblocks_amd64.go
 
 var (
 	hasAVX2 = cpu.X86.HasAVX2

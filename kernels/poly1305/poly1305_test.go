@@ -12,6 +12,7 @@ import (
 
 	"github.com/difctl/difctl/kernels/internal/impl"
 	"github.com/difctl/difctl/kernels/internal/kerneltest"
+
 	//lint:ignore SA1019 x/crypto's Poly1305 is the peer these tests check against
 	xpoly "golang.org/x/crypto/poly1305"
 )
@@ -115,7 +116,7 @@ var aesVectors = []struct{ k, r, n, msg, tag string }{
 }
 
 func TestPoly1305AESVectors(t *testing.T) {
-	impl.ForEach(t, pkgName, func(t *testing.T) {
+	kerneltest.ForEach(t, pkgName, func(t *testing.T) {
 		for i, v := range aesVectors {
 			k, err := NewKey(unhex(v.k), unhex(v.r))
 			if err != nil {
@@ -309,7 +310,7 @@ var blockCases = [][2]int{
 }
 
 func TestBlocks(t *testing.T) {
-	impl.ForEach(t, pkgName, checkBlocks)
+	kerneltest.ForEach(t, pkgName, checkBlocks)
 }
 
 // TestBlocksLaneModels runs the Blocks cases through the batch glue over the
@@ -381,7 +382,7 @@ func checkBlocks(t *testing.T) {
 // Blocks of all-ones data under an all-ones r: the largest limbs and
 // carries the lane kernel can see.
 func TestBlocksExtremes(t *testing.T) {
-	impl.ForEach(t, pkgName, func(t *testing.T) {
+	kerneltest.ForEach(t, pkgName, func(t *testing.T) {
 		aesKey := bytes.Repeat([]byte{0xff}, 16)
 		rb := bytes.Repeat([]byte{0xff}, 16)
 		k, err := NewKey(aesKey, rb)
@@ -455,7 +456,7 @@ func TestGuardPage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	impl.ForEach(t, pkgName, func(t *testing.T) {
+	kerneltest.ForEach(t, pkgName, func(t *testing.T) {
 		for _, c := range blockCases {
 			bl, st := c[0], c[1]
 			for _, n := range []int{1, 3, 4, 5, 8, 9} {
@@ -663,7 +664,7 @@ func TestBlocksIgnoreGaps(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	impl.ForEach(t, pkgName, func(t *testing.T) {
+	kerneltest.ForEach(t, pkgName, func(t *testing.T) {
 		const bl, st, n = 512, 520, 17
 		p := randBytes(r, (n-1)*st+bl)
 		var nonce Nonce

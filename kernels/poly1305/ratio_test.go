@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/difctl/difctl/kernels/internal/impl"
 	"github.com/difctl/difctl/kernels/internal/kerneltest"
 	//lint:ignore SA1019 x/crypto's Poly1305 is the peer these tests check against
 	xpoly "golang.org/x/crypto/poly1305"
@@ -33,7 +32,7 @@ func BenchmarkRatio(b *testing.B) {
 	}
 	p := kerneltest.SeedBytes(benchSpan)
 	var nonce Nonce
-	impl.ForEachB(b, pkgName, func(b *testing.B) {
+	kerneltest.ForEachB(b, pkgName, func(b *testing.B) {
 		for _, bl := range benchBlocks {
 			b.Run("block="+kerneltest.SizeName(bl), func(b *testing.B) {
 				runtime.LockOSThread()

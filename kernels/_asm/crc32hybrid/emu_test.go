@@ -3,9 +3,9 @@ package main
 // The hybrid CRC-32C kernels in the interpreter of internal/emu: the
 // committed assembly (the CI leg "generated code is fresh" keeps it equal
 // to this generator's output), with the merge constants of the committed
-// zhybrid_consts_amd64.go (kernels/crc32c/internal/hybridgen), against
+// zhybrid_consts_amd64.go (kernels/_asm/crcgen), against
 // hash/crc32's Castagnoli. hybrid256 needs VPCLMULQDQ, which the machines
-// here may lack; hybrid128 runs on hardware too. Any instruction the
+// here may lack; the pclmul one (hybridChunk128) runs on hardware too. Any instruction the
 // interpreter does not model fails the test, and so does a function of the
 // file left unchecked.
 
@@ -25,7 +25,7 @@ import (
 )
 
 const (
-	asmFile    = "../../crc32c/crc32c_hybrid_amd64.s"
+	asmFile    = "../../crc32c/zhybrid_amd64.s"
 	constsFile = "../../crc32c/zhybrid_consts_amd64.go"
 	segUnit    = 32 // hybridSegUnit
 	maxSeg     = 2048

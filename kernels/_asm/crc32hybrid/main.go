@@ -4,7 +4,7 @@
 //
 // Run by go generate in kernels/crc32c (crc32c_hybrid_amd64.go):
 //
-//	go run -C ../_asm ./crc32hybrid -out ../crc32c/crc32c_hybrid_amd64.s -stubs ../crc32c/crc32c_hybrid_stubs_amd64.go -pkg crc32c
+//	go run -C ../_asm ./crc32hybrid -out ../crc32c/zhybrid_amd64.s -stubs ../crc32c/zhybrid_amd64.go -pkg crc32c
 //
 // Why two kinds of stream. The CRC32 instruction and the carry-less
 // multiplier are separate execution units. On the AMD EPYC (Zen 3) this was
@@ -30,17 +30,20 @@
 // CRC register (two CRC32Q) is the register after the chunk: each CRC
 // register and each accumulator quadword is multiplied by x^D mod P for its
 // distance D from the end with one PCLMULQDQ (constants and proof in
-// kernels/crc32c/internal/hybridgen). hybridBlocks* reduces every block on
+// kernels/_asm/crcgen). hybridBlocks* reduces every block on
 // its own (four CRC32Q per accumulator), adds the block's last
 // blockLen mod 32 bytes and stores the finalised CRC.
 package main
 
 import (
+	"flag"
 	"fmt"
 
-	. "github.com/mmcloughlin/avo/build"
-	. "github.com/mmcloughlin/avo/operand"
+	"github.com/mmcloughlin/avo/build"
+	"github.com/mmcloughlin/avo/operand"
 	"github.com/mmcloughlin/avo/reg"
+
+	"github.com/difctl/difctl/kernels/_asm/internal/scaffold"
 )
 
 // variant describes one kernel width.
@@ -61,14 +64,42 @@ var variants = []variant{
 }
 
 func main() {
-	ConstraintExpr("!purego")
+	var out, stubs, pkg string
+	scaffold.Main("crc32hybrid", func(fs *flag.FlagSet) {
+		fs.StringVar(&out, "out", "", "assembly output file")
+		fs.StringVar(&stubs, "stubs", "", "Go declarations output file")
+		fs.StringVar(&pkg, "pkg", "crc32c", "package name")
+	}, func(cmd []string) ([]scaffold.File, error) {
+		if out == "" || stubs == "" {
+			return nil, scaffold.Usage("crc32hybrid -out file.s -stubs file.go [-pkg crc32c]")
+		}
+		asm, src, err := generate(cmd, pkg)
+		return []scaffold.File{{Path: out, Data: asm}, {Path: stubs, Data: src}}, err
+	})
+}
+
+// ctx is the context the kernels are built in (generate sets it).
+var ctx *build.Context
+
+// generate returns the assembly and the Go declarations of the kernels,
+// made by cmd.
+func generate(cmd []string, pkg string) (asm, stubs []byte, err error) {
+	ctx = build.NewContext()
+	ctx.ConstraintExpr("!purego")
 	for _, v := range variants {
 		chunk(v)
 		blocks(v, false)
 		blocks(v, true)
 	}
 	short()
-	Generate()
+	return scaffold.AsmAndStubs(ctx, cmd, pkg)
+}
+
+// text starts a function: name, NOSPLIT and its Go signature.
+func text(name, signature string) {
+	ctx.Function(name)
+	ctx.Attributes(build.NOSPLIT)
+	ctx.SignatureExpr(signature)
 }
 
 // segs holds the addressing of the six segments.
@@ -78,12 +109,12 @@ type segs struct {
 
 // addr returns the address of segment k at offset disp from the current
 // position.
-func (s segs) addr(k, disp int) Mem {
+func (s segs) addr(k, disp int) operand.Mem {
 	base := s.si
 	if k >= 3 {
 		base = s.r8
 	}
-	m := Mem{Base: base, Disp: disp}
+	m := operand.Mem{Base: base, Disp: disp}
 	if k%3 != 0 {
 		m.Index = s.stride
 		m.Scale = uint8(k % 3)
@@ -107,43 +138,43 @@ func (s segs) addr(k, disp int) Mem {
 // Update without it. A prefetch past the end of the buffer does not fault.
 func lockstep(v variant, s segs, crcs []reg.GPVirtual, iter reg.Register, k reg.VecVirtual, init reg.VecVirtual, six reg.Register, name string) (acc [][]reg.VecVirtual) {
 	nfold := 6 - v.crcSegs
-	Comment("Load the first 32 bytes of each fold segment.")
+	ctx.Comment("Load the first 32 bytes of each fold segment.")
 	for f := 0; f < nfold; f++ {
 		seg := v.crcSegs + f
 		if v.ymm {
-			a := YMM()
-			VMOVDQU(s.addr(seg, 0), a)
+			a := ctx.YMM()
+			ctx.VMOVDQU(s.addr(seg, 0), a)
 			if init != nil {
-				VPXOR(init.AsY(), a, a)
+				ctx.VPXOR(init.AsY(), a, a)
 			}
 			acc = append(acc, []reg.VecVirtual{a})
 		} else {
-			lo, hi := XMM(), XMM()
-			MOVOU(s.addr(seg, 0), lo)
-			MOVOU(s.addr(seg, 16), hi)
+			lo, hi := ctx.XMM(), ctx.XMM()
+			ctx.MOVOU(s.addr(seg, 0), lo)
+			ctx.MOVOU(s.addr(seg, 16), hi)
 			if init != nil {
-				PXOR(init, lo)
+				ctx.PXOR(init, lo)
 			}
 			acc = append(acc, []reg.VecVirtual{lo, hi})
 		}
 	}
 	crcStep := func(q int) {
 		for c := 0; c < v.crcSegs; c++ {
-			CRC32Q(s.addr(c, 8*q), crcs[c])
+			ctx.CRC32Q(s.addr(c, 8*q), crcs[c])
 		}
 	}
-	Comment("Every step: 32 bytes of each CRC segment, and fold each fold",
+	ctx.Comment("Every step: 32 bytes of each CRC segment, and fold each fold",
 		"accumulator forward by 32 bytes onto the next 32 bytes of its segment.")
-	DECQ(iter)
-	JZ(LabelRef(name + "_last"))
-	Label(name + "_loop")
+	ctx.DECQ(iter)
+	ctx.JZ(operand.LabelRef(name + "_last"))
+	ctx.Label(name + "_loop")
 	if six != nil {
-		pf := GP64()
+		pf := ctx.GP64()
 		for _, base := range []reg.Register{s.si, s.r8} {
-			LEAQ(Mem{Base: base, Index: six, Scale: 1}, pf)
+			ctx.LEAQ(operand.Mem{Base: base, Index: six, Scale: 1}, pf)
 			ps := segs{si: pf, r8: pf, stride: s.stride}
 			for k := 0; k < 3; k++ {
-				PREFETCHT0(ps.addr(k, 0))
+				ctx.PREFETCHT0(ps.addr(k, 0))
 			}
 		}
 	}
@@ -155,34 +186,34 @@ func lockstep(v variant, s segs, crcs []reg.GPVirtual, iter reg.Register, k reg.
 		seg := v.crcSegs + q
 		if v.ymm {
 			a := acc[q][0]
-			t1, t2 := YMM(), YMM()
-			VPCLMULQDQ(U8(0x00), k.AsY(), a, t1) // Hi · C(320)
-			VPCLMULQDQ(U8(0x11), k.AsY(), a, t2) // Lo · C(256)
-			VPXOR(s.addr(seg, 32), t1, t1)
-			VPXOR(t2, t1, a)
+			t1, t2 := ctx.YMM(), ctx.YMM()
+			ctx.VPCLMULQDQ(operand.U8(0x00), k.AsY(), a, t1) // Hi · C(320)
+			ctx.VPCLMULQDQ(operand.U8(0x11), k.AsY(), a, t2) // Lo · C(256)
+			ctx.VPXOR(s.addr(seg, 32), t1, t1)
+			ctx.VPXOR(t2, t1, a)
 		} else {
 			for h, a := range acc[q] {
-				t1, t2 := XMM(), XMM()
-				MOVO(a, t1)
-				PCLMULQDQ(U8(0x00), k, a)  // Hi · C(320)
-				PCLMULQDQ(U8(0x11), k, t1) // Lo · C(256)
-				MOVOU(s.addr(seg, 32+16*h), t2)
-				PXOR(t1, a)
-				PXOR(t2, a)
+				t1, t2 := ctx.XMM(), ctx.XMM()
+				ctx.MOVO(a, t1)
+				ctx.PCLMULQDQ(operand.U8(0x00), k, a)  // Hi · C(320)
+				ctx.PCLMULQDQ(operand.U8(0x11), k, t1) // Lo · C(256)
+				ctx.MOVOU(s.addr(seg, 32+16*h), t2)
+				ctx.PXOR(t1, a)
+				ctx.PXOR(t2, a)
 			}
 		}
 	}
-	ADDQ(U8(32), s.si)
-	ADDQ(U8(32), s.r8)
-	DECQ(iter)
-	JNZ(LabelRef(name + "_loop"))
-	Label(name + "_last")
-	Comment("Last step: the CRC segments only.")
+	ctx.ADDQ(operand.U8(32), s.si)
+	ctx.ADDQ(operand.U8(32), s.r8)
+	ctx.DECQ(iter)
+	ctx.JNZ(operand.LabelRef(name + "_loop"))
+	ctx.Label(name + "_last")
+	ctx.Comment("Last step: the CRC segments only.")
 	for q := 0; q < 4; q++ {
 		crcStep(q)
 	}
-	ADDQ(U8(32), s.si)
-	ADDQ(U8(32), s.r8)
+	ctx.ADDQ(operand.U8(32), s.si)
+	ctx.ADDQ(operand.U8(32), s.r8)
 	return acc
 }
 
@@ -190,29 +221,29 @@ func lockstep(v variant, s segs, crcs []reg.GPVirtual, iter reg.Register, k reg.
 // 32-byte accumulator from a zero register: four CRC32Q.
 func reduceFold(v variant, acc [][]reg.VecVirtual) []reg.GPVirtual {
 	var out []reg.GPVirtual
-	Comment("Reduce each fold accumulator: CRC32Q over its 32 bytes from zero.")
+	ctx.Comment("Reduce each fold accumulator: CRC32Q over its 32 bytes from zero.")
 	for _, a := range acc {
-		r := GP64()
-		t := GP64()
-		XORL(r.As32(), r.As32())
+		r := ctx.GP64()
+		t := ctx.GP64()
+		ctx.XORL(r.As32(), r.As32())
 		if v.ymm {
 			x := a[0].AsX()
-			hi := XMM()
-			VEXTRACTI128(U8(1), a[0], hi)
-			VMOVQ(x, t)
-			CRC32Q(t, r)
-			VPEXTRQ(U8(1), x, t)
-			CRC32Q(t, r)
-			VMOVQ(hi, t)
-			CRC32Q(t, r)
-			VPEXTRQ(U8(1), hi, t)
-			CRC32Q(t, r)
+			hi := ctx.XMM()
+			ctx.VEXTRACTI128(operand.U8(1), a[0], hi)
+			ctx.VMOVQ(x, t)
+			ctx.CRC32Q(t, r)
+			ctx.VPEXTRQ(operand.U8(1), x, t)
+			ctx.CRC32Q(t, r)
+			ctx.VMOVQ(hi, t)
+			ctx.CRC32Q(t, r)
+			ctx.VPEXTRQ(operand.U8(1), hi, t)
+			ctx.CRC32Q(t, r)
 		} else {
 			for _, x := range a {
-				MOVQ(x, t)
-				CRC32Q(t, r)
-				PEXTRQ(U8(1), x, t)
-				CRC32Q(t, r)
+				ctx.MOVQ(x, t)
+				ctx.CRC32Q(t, r)
+				ctx.PEXTRQ(operand.U8(1), x, t)
+				ctx.CRC32Q(t, r)
 			}
 		}
 		out = append(out, r)
@@ -222,60 +253,60 @@ func reduceFold(v variant, acc [][]reg.VecVirtual) []reg.GPVirtual {
 
 // xorClmul XORs into *sum (or sets it, if nil) the carry-less products
 // x.lo·k.lo and, if both, x.hi·k.hi, with k the 16 bytes at m.
-func xorClmul(v variant, sum *reg.VecVirtual, x reg.Register, m Mem, both bool) {
+func xorClmul(v variant, sum *reg.VecVirtual, x reg.Register, m operand.Mem, both bool) {
 	if v.ymm {
-		t := XMM()
-		VPCLMULQDQ(U8(0x00), m, x, t)
+		t := ctx.XMM()
+		ctx.VPCLMULQDQ(operand.U8(0x00), m, x, t)
 		if both {
-			u := XMM()
-			VPCLMULQDQ(U8(0x11), m, x, u)
-			VPXOR(u, t, t)
+			u := ctx.XMM()
+			ctx.VPCLMULQDQ(operand.U8(0x11), m, x, u)
+			ctx.VPXOR(u, t, t)
 		}
 		if *sum == nil {
 			*sum = t
 			return
 		}
-		VPXOR(t, *sum, *sum)
+		ctx.VPXOR(t, *sum, *sum)
 		return
 	}
-	k, t := XMM(), XMM()
-	MOVOU(m, k)
-	MOVO(x, t)
-	PCLMULQDQ(U8(0x00), k, t)
+	k, t := ctx.XMM(), ctx.XMM()
+	ctx.MOVOU(m, k)
+	ctx.MOVO(x, t)
+	ctx.PCLMULQDQ(operand.U8(0x00), k, t)
 	if both {
-		PCLMULQDQ(U8(0x11), k, x)
-		PXOR(x, t)
+		ctx.PCLMULQDQ(operand.U8(0x11), k, x)
+		ctx.PXOR(x, t)
 	}
 	if *sum == nil {
 		*sum = t
 		return
 	}
-	PXOR(t, *sum)
+	ctx.PXOR(t, *sum)
 }
 
 // pair returns a vector holding the register a in its low quadword and b
 // (if not nil) in its high quadword.
 func pair(v variant, a, b reg.Register) reg.VecVirtual {
-	x := XMM()
+	x := ctx.XMM()
 	if v.ymm {
-		VMOVQ(a, x)
+		ctx.VMOVQ(a, x)
 		if b != nil {
-			VPINSRQ(U8(1), b, x, x)
+			ctx.VPINSRQ(operand.U8(1), b, x, x)
 		}
 		return x
 	}
-	MOVQ(a, x)
+	ctx.MOVQ(a, x)
 	if b != nil {
-		PINSRQ(U8(1), b, x)
+		ctx.PINSRQ(operand.U8(1), b, x)
 	}
 	return x
 }
 
 func chunk(v variant) {
 	name := "hybridChunk" + v.suffix
-	TEXT(name, NOSPLIT, "func(reg uint32, p *byte, tail, s int, k *[14]uint64, fold *[2][2]uint64) uint32")
-	Pragma("noescape")
-	Doc(append(append([]string{
+	text(name, "func(reg uint32, p *byte, tail, s int, k *[14]uint64, fold *[2][2]uint64) uint32")
+	ctx.Pragma("noescape")
+	ctx.Doc(append(append([]string{
 		name + " returns the CRC-32C register (not finalised) after",
 		"p[0:tail+6s], given the register reg before it. The tail p[0:tail] runs",
 		"as one CRC32 stream; the chunk p[tail:tail+6s] as six segments of s",
@@ -284,49 +315,49 @@ func chunk(v variant) {
 		"Preconditions: s is a multiple of 32 and at least 32; k = &hybridK[s/32-1];",
 		"fold = &foldTable.Fold[1] (Fold[1] and Fold[2]).",
 	)...)
-	Comment("The tail first: one CRC32 chain from reg, which overlaps the main loop",
+	ctx.Comment("The tail first: one CRC32 chain from reg, which overlaps the main loop",
 		"and enters the merge as the register before the chunk.")
-	si, tail, rt := GP64(), GP64(), GP64()
-	Load(Param("p"), si)
-	Load(Param("tail"), tail)
-	Load(Param("reg"), rt.As32())
-	CMPQ(tail, U8(8))
-	JB(LabelRef(name + "_tailb"))
-	Label(name + "_tailq")
-	CRC32Q(Mem{Base: si}, rt)
-	ADDQ(U8(8), si)
-	SUBQ(U8(8), tail)
-	CMPQ(tail, U8(8))
-	JAE(LabelRef(name + "_tailq"))
-	Label(name + "_tailb")
-	TESTQ(tail, tail)
-	JZ(LabelRef(name + "_chunk"))
-	CRC32B(Mem{Base: si}, rt.As32())
-	INCQ(si)
-	DECQ(tail)
-	JMP(LabelRef(name + "_tailb"))
-	Label(name + "_chunk")
+	si, tail, rt := ctx.GP64(), ctx.GP64(), ctx.GP64()
+	ctx.Load(ctx.Param("p"), si)
+	ctx.Load(ctx.Param("tail"), tail)
+	ctx.Load(ctx.Param("reg"), rt.As32())
+	ctx.CMPQ(tail, operand.U8(8))
+	ctx.JB(operand.LabelRef(name + "_tailb"))
+	ctx.Label(name + "_tailq")
+	ctx.CRC32Q(operand.Mem{Base: si}, rt)
+	ctx.ADDQ(operand.U8(8), si)
+	ctx.SUBQ(operand.U8(8), tail)
+	ctx.CMPQ(tail, operand.U8(8))
+	ctx.JAE(operand.LabelRef(name + "_tailq"))
+	ctx.Label(name + "_tailb")
+	ctx.TESTQ(tail, tail)
+	ctx.JZ(operand.LabelRef(name + "_chunk"))
+	ctx.CRC32B(operand.Mem{Base: si}, rt.As32())
+	ctx.INCQ(si)
+	ctx.DECQ(tail)
+	ctx.JMP(operand.LabelRef(name + "_tailb"))
+	ctx.Label(name + "_chunk")
 
-	stride, r8 := GP64(), GP64()
-	Load(Param("s"), stride)
-	LEAQ(Mem{Base: si, Index: stride, Scale: 2}, r8)
-	ADDQ(stride, r8)
+	stride, r8 := ctx.GP64(), ctx.GP64()
+	ctx.Load(ctx.Param("s"), stride)
+	ctx.LEAQ(operand.Mem{Base: si, Index: stride, Scale: 2}, r8)
+	ctx.ADDQ(stride, r8)
 	s := segs{si: si, r8: r8, stride: stride}
 	crcs := make([]reg.GPVirtual, v.crcSegs)
 	for c := range crcs {
-		crcs[c] = GP64()
-		XORL(crcs[c].As32(), crcs[c].As32())
+		crcs[c] = ctx.GP64()
+		ctx.XORL(crcs[c].As32(), crcs[c].As32())
 	}
-	fp := Load(Param("fold"), GP64())
-	kf := foldConst(v, Mem{Base: fp, Disp: 16})
-	iter := GP64()
-	MOVQ(stride, iter)
-	SHRQ(U8(5), iter)
+	fp := ctx.Load(ctx.Param("fold"), ctx.GP64())
+	kf := foldConst(v, operand.Mem{Base: fp, Disp: 16})
+	iter := ctx.GP64()
+	ctx.MOVQ(stride, iter)
+	ctx.SHRQ(operand.U8(5), iter)
 	acc := lockstep(v, s, crcs, iter, kf, nil, nil, name)
 
-	Comment("Merge: build V with V·x^32 ≡ the register after the chunk (see",
-		"kernels/crc32c/internal/hybridgen), then two CRC32Q.")
-	kp := Load(Param("k"), GP64())
+	ctx.Comment("Merge: build V with V·x^32 ≡ the register after the chunk (see",
+		"kernels/_asm/crcgen), then two CRC32Q.")
+	kp := ctx.Load(ctx.Param("k"), ctx.GP64())
 	var sum reg.VecVirtual
 	nfold := len(acc)
 	// Fold segments but the last, d segments before the end: the row's
@@ -335,34 +366,34 @@ func chunk(v variant) {
 		d := nfold - 1 - f
 		off := 48 + 32*(d-1)
 		if v.ymm {
-			t, u := YMM(), YMM()
-			VPCLMULQDQ(U8(0x00), Mem{Base: kp, Disp: off}, acc[f][0], t)
-			VPCLMULQDQ(U8(0x11), Mem{Base: kp, Disp: off}, acc[f][0], u)
-			VPXOR(u, t, t)
-			hi := XMM()
-			VEXTRACTI128(U8(1), t, hi)
-			VPXOR(hi, t.AsX(), hi)
+			t, u := ctx.YMM(), ctx.YMM()
+			ctx.VPCLMULQDQ(operand.U8(0x00), operand.Mem{Base: kp, Disp: off}, acc[f][0], t)
+			ctx.VPCLMULQDQ(operand.U8(0x11), operand.Mem{Base: kp, Disp: off}, acc[f][0], u)
+			ctx.VPXOR(u, t, t)
+			hi := ctx.XMM()
+			ctx.VEXTRACTI128(operand.U8(1), t, hi)
+			ctx.VPXOR(hi, t.AsX(), hi)
 			if sum == nil {
 				sum = hi
 			} else {
-				VPXOR(hi, sum, sum)
+				ctx.VPXOR(hi, sum, sum)
 			}
 		} else {
-			xorClmul(v, &sum, acc[f][0], Mem{Base: kp, Disp: off}, true)
-			xorClmul(v, &sum, acc[f][1], Mem{Base: kp, Disp: off + 16}, true)
+			xorClmul(v, &sum, acc[f][0], operand.Mem{Base: kp, Disp: off}, true)
+			xorClmul(v, &sum, acc[f][1], operand.Mem{Base: kp, Disp: off + 16}, true)
 		}
 	}
 	// The last segment: fold its first 16 bytes forward by 16 (Fold[1]) and
 	// add its last 16.
 	last := acc[nfold-1]
 	if v.ymm {
-		hi := XMM()
-		VEXTRACTI128(U8(1), last[0], hi)
-		xorClmul(v, &sum, last[0].AsX(), Mem{Base: fp}, true)
-		VPXOR(hi, sum, sum)
+		hi := ctx.XMM()
+		ctx.VEXTRACTI128(operand.U8(1), last[0], hi)
+		xorClmul(v, &sum, last[0].AsX(), operand.Mem{Base: fp}, true)
+		ctx.VPXOR(hi, sum, sum)
 	} else {
-		xorClmul(v, &sum, last[0], Mem{Base: fp}, true)
-		PXOR(last[1], sum)
+		xorClmul(v, &sum, last[0], operand.Mem{Base: fp}, true)
+		ctx.PXOR(last[1], sum)
 	}
 	// The registers: the one after the tail (six segments before the end),
 	// then the CRC segments, two per multiplication.
@@ -375,35 +406,35 @@ func chunk(v variant) {
 		if i+1 < len(regs) {
 			b = regs[i+1]
 		}
-		xorClmul(v, &sum, pair(v, regs[i], b), Mem{Base: kp, Disp: 8 * i}, b != nil)
+		xorClmul(v, &sum, pair(v, regs[i], b), operand.Mem{Base: kp, Disp: 8 * i}, b != nil)
 	}
-	out, t := GP64(), GP64()
-	XORL(out.As32(), out.As32())
+	out, t := ctx.GP64(), ctx.GP64()
+	ctx.XORL(out.As32(), out.As32())
 	if v.ymm {
-		VMOVQ(sum, t)
-		CRC32Q(t, out)
-		VPEXTRQ(U8(1), sum, t)
-		CRC32Q(t, out)
-		VZEROUPPER()
+		ctx.VMOVQ(sum, t)
+		ctx.CRC32Q(t, out)
+		ctx.VPEXTRQ(operand.U8(1), sum, t)
+		ctx.CRC32Q(t, out)
+		ctx.VZEROUPPER()
 	} else {
-		MOVQ(sum, t)
-		CRC32Q(t, out)
-		PEXTRQ(U8(1), sum, t)
-		CRC32Q(t, out)
+		ctx.MOVQ(sum, t)
+		ctx.CRC32Q(t, out)
+		ctx.PEXTRQ(operand.U8(1), sum, t)
+		ctx.CRC32Q(t, out)
 	}
-	Store(out.As32(), ReturnIndex(0))
-	RET()
+	ctx.Store(out.As32(), ctx.ReturnIndex(0))
+	ctx.RET()
 }
 
 // foldConst loads Fold[2] from m (into both 128-bit lanes for YMM).
-func foldConst(v variant, m Mem) reg.VecVirtual {
+func foldConst(v variant, m operand.Mem) reg.VecVirtual {
 	if v.ymm {
-		k := YMM()
-		VBROADCASTI128(m, k)
+		k := ctx.YMM()
+		ctx.VBROADCASTI128(m, k)
 		return k
 	}
-	k := XMM()
-	MOVOU(m, k)
+	k := ctx.XMM()
+	ctx.MOVOU(m, k)
 	return k
 }
 
@@ -421,94 +452,94 @@ func blocks(v variant, prefetch bool) {
 			name + " is hybridBlocks" + v.suffix + " that also prefetches, every",
 			"step, the lines of the next group of six blocks at the same position:"}
 	}
-	TEXT(name, NOSPLIT, "func(dst *uint32, p *byte, groups, blockLen, stride int, fold *[2]uint64)")
-	Pragma("noescape")
-	Doc(append(append(doc, v.what...),
+	text(name, "func(dst *uint32, p *byte, groups, blockLen, stride int, fold *[2]uint64)")
+	ctx.Pragma("noescape")
+	ctx.Doc(append(append(doc, v.what...),
 		"",
 		"Preconditions: groups >= 1, blockLen >= 32, stride >= blockLen;",
 		"fold = &foldTable.Fold[2].",
 	)...)
-	fp := Load(Param("fold"), GP64())
-	kf := foldConst(v, Mem{Base: fp})
-	Comment("The initial CRC register, 0xffffffff, in the first 32 bits of a vector.")
-	ones := GP32()
-	MOVL(U32(0xffffffff), ones)
-	init := XMM()
+	fp := ctx.Load(ctx.Param("fold"), ctx.GP64())
+	kf := foldConst(v, operand.Mem{Base: fp})
+	ctx.Comment("The initial CRC register, 0xffffffff, in the first 32 bits of a vector.")
+	ones := ctx.GP32()
+	ctx.MOVL(operand.U32(0xffffffff), ones)
+	init := ctx.XMM()
 	if v.ymm {
-		VMOVD(ones, init)
+		ctx.VMOVD(ones, init)
 	} else {
-		MOVQ(ones.As64(), init)
+		ctx.MOVQ(ones.As64(), init)
 	}
-	p, dst := GP64(), GP64()
-	Load(Param("p"), p)
-	Load(Param("dst"), dst)
-	Label(name + "_group")
-	si, stride, r8 := GP64(), GP64(), GP64()
-	Load(Param("stride"), stride)
-	MOVQ(p, si)
-	LEAQ(Mem{Base: si, Index: stride, Scale: 2}, r8)
-	ADDQ(stride, r8)
+	p, dst := ctx.GP64(), ctx.GP64()
+	ctx.Load(ctx.Param("p"), p)
+	ctx.Load(ctx.Param("dst"), dst)
+	ctx.Label(name + "_group")
+	si, stride, r8 := ctx.GP64(), ctx.GP64(), ctx.GP64()
+	ctx.Load(ctx.Param("stride"), stride)
+	ctx.MOVQ(p, si)
+	ctx.LEAQ(operand.Mem{Base: si, Index: stride, Scale: 2}, r8)
+	ctx.ADDQ(stride, r8)
 	s := segs{si: si, r8: r8, stride: stride}
 	crcs := make([]reg.GPVirtual, v.crcSegs)
 	for c := range crcs {
-		crcs[c] = GP64()
-		MOVL(U32(0xffffffff), crcs[c].As32())
+		crcs[c] = ctx.GP64()
+		ctx.MOVL(operand.U32(0xffffffff), crcs[c].As32())
 	}
-	iter := GP64()
-	Load(Param("blockLen"), iter)
-	SHRQ(U8(5), iter)
+	iter := ctx.GP64()
+	ctx.Load(ctx.Param("blockLen"), iter)
+	ctx.SHRQ(operand.U8(5), iter)
 	var six reg.Register
 	if prefetch {
-		six = GP64()
-		LEAQ(Mem{Base: stride, Index: stride, Scale: 2}, six)
-		ADDQ(six, six)
+		six = ctx.GP64()
+		ctx.LEAQ(operand.Mem{Base: stride, Index: stride, Scale: 2}, six)
+		ctx.ADDQ(six, six)
 	}
 	acc := lockstep(v, s, crcs, iter, kf, init, six, name)
 	regs := append(append([]reg.GPVirtual{}, crcs...), reduceFold(v, acc)...)
 
-	Comment("The last blockLen mod 32 bytes of every block.")
-	t := Load(Param("blockLen"), GP64())
+	ctx.Comment("The last blockLen mod 32 bytes of every block.")
+	t := ctx.Load(ctx.Param("blockLen"), ctx.GP64())
 	for _, w := range []int{16, 8, 4, 2, 1} {
 		skip := fmt.Sprintf("%s_tail%d", name, w)
-		TESTQ(U32(w), t)
-		JZ(LabelRef(skip))
+		ctx.TESTQ(operand.U32(w), t)
+		ctx.JZ(operand.LabelRef(skip))
 		for k, r := range regs {
 			switch w {
 			case 16:
-				CRC32Q(s.addr(k, 0), r)
-				CRC32Q(s.addr(k, 8), r)
+				ctx.CRC32Q(s.addr(k, 0), r)
+				ctx.CRC32Q(s.addr(k, 8), r)
 			case 8:
-				CRC32Q(s.addr(k, 0), r)
+				ctx.CRC32Q(s.addr(k, 0), r)
 			case 4:
-				CRC32L(s.addr(k, 0), r.As32())
+				ctx.CRC32L(s.addr(k, 0), r.As32())
 			case 2:
-				CRC32W(s.addr(k, 0), r.As32())
+				ctx.CRC32W(s.addr(k, 0), r.As32())
 			case 1:
-				CRC32B(s.addr(k, 0), r.As32())
+				ctx.CRC32B(s.addr(k, 0), r.As32())
 			}
 		}
-		ADDQ(U8(w), si)
-		ADDQ(U8(w), r8)
-		Label(skip)
+		ctx.ADDQ(operand.U8(w), si)
+		ctx.ADDQ(operand.U8(w), r8)
+		ctx.Label(skip)
 	}
 	for k, r := range regs {
-		NOTL(r.As32())
-		MOVL(r.As32(), Mem{Base: dst, Disp: 4 * k})
+		ctx.NOTL(r.As32())
+		ctx.MOVL(r.As32(), operand.Mem{Base: dst, Disp: 4 * k})
 	}
-	ADDQ(U8(24), dst)
-	st := Load(Param("stride"), GP64())
-	LEAQ(Mem{Base: st, Index: st, Scale: 2}, st)
-	LEAQ(Mem{Base: p, Index: st, Scale: 2}, p) // p += 6·stride
-	groups, err := Param("groups").Resolve()
+	ctx.ADDQ(operand.U8(24), dst)
+	st := ctx.Load(ctx.Param("stride"), ctx.GP64())
+	ctx.LEAQ(operand.Mem{Base: st, Index: st, Scale: 2}, st)
+	ctx.LEAQ(operand.Mem{Base: p, Index: st, Scale: 2}, p) // p += 6·stride
+	groups, err := ctx.Param("groups").Resolve()
 	if err != nil {
 		panic(err)
 	}
-	DECQ(groups.Addr)
-	JNZ(LabelRef(name + "_group"))
+	ctx.DECQ(groups.Addr)
+	ctx.JNZ(operand.LabelRef(name + "_group"))
 	if v.ymm {
-		VZEROUPPER()
+		ctx.VZEROUPPER()
 	}
-	RET()
+	ctx.RET()
 }
 
 // short generates hybridShort, the kernel of inputs too short for a chunk:
@@ -518,46 +549,46 @@ func blocks(v variant, prefetch bool) {
 // hash/crc32 at 16 bytes took 11-15 ns on an AMD EPYC (Zen 2), against 3 ns
 // for the two CRC32Q themselves.
 func short() {
-	TEXT("hybridShort", NOSPLIT, "func(reg uint32, p *byte, n int) uint32")
-	Pragma("noescape")
-	Doc("hybridShort returns the CRC-32C register (not finalised) after p[0:n],",
+	text("hybridShort", "func(reg uint32, p *byte, n int) uint32")
+	ctx.Pragma("noescape")
+	ctx.Doc("hybridShort returns the CRC-32C register (not finalised) after p[0:n],",
 		"given the register reg before it, with one CRC32 instruction stream;",
 		"needs SSE4.2.")
-	crc, p, n := GP64(), GP64(), GP64()
-	Load(Param("reg"), crc.As32())
-	Load(Param("p"), p)
-	Load(Param("n"), n)
-	Label("short_loop")
-	CMPQ(n, U8(16))
-	JB(LabelRef("short_8"))
-	CRC32Q(Mem{Base: p}, crc)
-	CRC32Q(Mem{Base: p, Disp: 8}, crc)
-	ADDQ(U8(16), p)
-	SUBQ(U8(16), n)
-	JMP(LabelRef("short_loop"))
+	crc, p, n := ctx.GP64(), ctx.GP64(), ctx.GP64()
+	ctx.Load(ctx.Param("reg"), crc.As32())
+	ctx.Load(ctx.Param("p"), p)
+	ctx.Load(ctx.Param("n"), n)
+	ctx.Label("short_loop")
+	ctx.CMPQ(n, operand.U8(16))
+	ctx.JB(operand.LabelRef("short_8"))
+	ctx.CRC32Q(operand.Mem{Base: p}, crc)
+	ctx.CRC32Q(operand.Mem{Base: p, Disp: 8}, crc)
+	ctx.ADDQ(operand.U8(16), p)
+	ctx.SUBQ(operand.U8(16), n)
+	ctx.JMP(operand.LabelRef("short_loop"))
 	for _, w := range []int{8, 4, 2, 1} {
-		Label(fmt.Sprintf("short_%d", w))
+		ctx.Label(fmt.Sprintf("short_%d", w))
 		next := "short_done"
 		if w > 1 {
 			next = fmt.Sprintf("short_%d", w/2)
 		}
-		TESTQ(U32(w), n)
-		JZ(LabelRef(next))
+		ctx.TESTQ(operand.U32(w), n)
+		ctx.JZ(operand.LabelRef(next))
 		switch w {
 		case 8:
-			CRC32Q(Mem{Base: p}, crc)
+			ctx.CRC32Q(operand.Mem{Base: p}, crc)
 		case 4:
-			CRC32L(Mem{Base: p}, crc.As32())
+			ctx.CRC32L(operand.Mem{Base: p}, crc.As32())
 		case 2:
-			CRC32W(Mem{Base: p}, crc.As32())
+			ctx.CRC32W(operand.Mem{Base: p}, crc.As32())
 		case 1:
-			CRC32B(Mem{Base: p}, crc.As32())
+			ctx.CRC32B(operand.Mem{Base: p}, crc.As32())
 		}
 		if w > 1 {
-			ADDQ(U8(w), p)
+			ctx.ADDQ(operand.U8(w), p)
 		}
 	}
-	Label("short_done")
-	Store(crc.As32(), ReturnIndex(0))
-	RET()
+	ctx.Label("short_done")
+	ctx.Store(crc.As32(), ctx.ReturnIndex(0))
+	ctx.RET()
 }

@@ -39,7 +39,7 @@ func TestEmulatedKernels(t *testing.T) {
 		if len(tab) != tableSize {
 			t.Fatalf("fold table of %d bytes, want %d", len(tab), tableSize)
 		}
-		asm, _, err := generate(s, "x.s", "x.go")
+		asm, err := generateAsm(s, []string{"go", "run", "./fold"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -56,7 +56,7 @@ func TestEmulatedKernels(t *testing.T) {
 			copy(m.Mem[emu.AddrTable:], tab)
 			return m
 		}
-		for _, v := range vecs {
+		for _, v := range s.kernels() {
 			t.Run(fmt.Sprintf("crc=%s/kernel=%s", s.flag, v.name), func(t *testing.T) {
 				var lens []int
 				for n := 16; n <= 1200; n++ {

@@ -1,9 +1,13 @@
 // Command fold generates the amd64 carry-less-multiply fold kernels of one
-// CRC: an assembly file and the Go declarations of its functions.
+// CRC and the Go layer around them: zfold_amd64.s, zfold_amd64.go (the
+// declarations of the assembly, the CPU feature checks, the Update, Blocks
+// and BlocksCopy wrappers of each kernel and the registration of the
+// implementations) and zfold_amd64_test.go (the checks of the table offsets,
+// of the registry and of the sub-block copy path).
 //
-// Run it from kernels/_asm (go generate in each kernel package does):
+// go generate in each kernel package runs it:
 //
-//	go run ./fold -crc t10dif -out ../crct10dif/zfold_amd64.s -stubs ../crct10dif/zfold_amd64.go
+//	go run -C ../_asm ./fold -crc t10dif -dir ../crct10dif
 //
 // One description of the algorithm, parameterised by CRC width, bit order
 // (reflected or not) and vector width, yields every kernel:
@@ -38,118 +42,161 @@
 package main
 
 import (
-	"bytes"
 	"encoding/binary"
 	"flag"
 	"fmt"
-	"go/format"
-	"go/token"
 	"go/types"
-	"log"
-	"os"
-	"strings"
+	"path/filepath"
+	"slices"
+	"text/template"
 
 	"github.com/mmcloughlin/avo/attr"
 	"github.com/mmcloughlin/avo/build"
 	"github.com/mmcloughlin/avo/gotypes"
 	"github.com/mmcloughlin/avo/operand"
-	"github.com/mmcloughlin/avo/pass"
-	"github.com/mmcloughlin/avo/printer"
 	"github.com/mmcloughlin/avo/reg"
+
+	"github.com/difctl/difctl/kernels/_asm/internal/scaffold"
 )
 
-// Byte offsets of the crcmath.FoldTable fields (its doc comment fixes them).
+// Byte offsets of the crcmath.RevFoldTable fields (scaffold's doc fixes them).
 const (
-	tableFold  = 0    // Fold[i] at 16*i: {C(128i+64), C(128i)}
-	tableFinal = 1040 // Final: {C(64+w), 0}
-	tableMu    = 1056 // Mu, followed by Poly
-	tablePoly  = 1064
-	tableRev   = 1072 // crcmath.RevFoldTable: Rev[i] = Fold[64-i] at 16*i
-	tableSize  = 2112
-	maxFold    = 64 // Fold has entries 0..64
+	tableFold  = scaffold.TableFold
+	tableFinal = scaffold.TableFinal
+	tableMu    = scaffold.TableMu
+	tablePoly  = scaffold.TablePoly
+	tableRev   = scaffold.TableRev
+	tableSize  = scaffold.TableSize
+	maxFold    = scaffold.MaxFold
 )
 
-// crcSpec is what the kernels need to know about a CRC; the constants come
-// from the table at run time.
+// crcSpec is what the kernels need to know about a CRC (the constants come
+// from the table at run time) and how its package uses them.
 type crcSpec struct {
-	flag      string // -crc value
+	flag      string
 	pkg       string
 	width     int  // w
 	reflected bool // RefIn = RefOut
 	onesXor   bool // init = xorout = all ones (else both zero)
+	// vecs are the kernels the package uses, by vecSpec.name.
+	// crc32c takes only AVX512: on CPUs without AVX-512 its kernels that run
+	// CRC32 streams beside the folds (crc32c_hybrid_amd64.go) are faster than
+	// plain folding, so the AVX2, AVX and PCLMUL fold kernels would be
+	// registered for the tests alone.
+	vecs []string
+	// min is the shortest input Update gives each kernel; below it the
+	// package's updateGeneric runs (README, "Why the kernels are shaped as they are").
+	min map[string]int
+	// tail is the package's function for the last blockLen%16 bytes of a
+	// block: its byte loop, or updateGeneric where that is the fastest.
+	tail string
+	// subBlocks: BlocksCopy of contiguous 4 KiB blocks under the XMM
+	// kernels runs the copying kernel over 1 KiB sub-blocks and joins the
+	// partial CRCs (foldgo.UseSubBlocks; README, "Why the kernels are shaped as they are").
+	subBlocks bool
 }
 
+var allVecs = []string{"AVX512", "AVX2", "AVX", "PCLMUL"}
+
 var crcs = []crcSpec{
-	{flag: "t10dif", pkg: "crct10dif", width: 16},
-	{flag: "crc32c", pkg: "crc32c", width: 32, reflected: true, onesXor: true},
-	{flag: "crc64nvme", pkg: "crc64nvme", width: 64, reflected: true, onesXor: true},
+	{flag: "t10dif", pkg: "crct10dif", width: 16, vecs: allVecs, tail: "updateBytes", subBlocks: true,
+		min: map[string]int{"PCLMUL": 16, "AVX": 16, "AVX2": 17, "AVX512": 17}},
+	{flag: "crc32c", pkg: "crc32c", width: 32, reflected: true, onesXor: true, vecs: []string{"AVX512"},
+		tail: "updateGeneric", min: map[string]int{"AVX512": 64}},
+	{flag: "crc64nvme", pkg: "crc64nvme", width: 64, reflected: true, onesXor: true, vecs: allVecs,
+		tail: "updateGeneric", subBlocks: true,
+		min: map[string]int{"PCLMUL": 16, "AVX": 16, "AVX2": 16, "AVX512": 16}},
 }
+
+// foldMinBlockLen: Blocks folds groups of blocks from this length on;
+// shorter blocks go one at a time through Update.
+const foldMinBlockLen = 64
 
 // vecSpec is one vector width.
 type vecSpec struct {
 	name  string // function name suffix
+	impl  string // registry name of the implementation
 	bytes int    // V: 16, 32 or 64
 	accs  int    // N: accumulators of the Update main loop
 	group int    // G: blocks interleaved by Blocks (4 or 8)
 	desc  string // for the doc comments
 	cpu   string // required features, for the doc comments
+	has   string // the Go expression of those features
 	// legacy: SSE encodings (two-operand forms, aligned memory operands).
 	legacy bool
 }
 
 var vecs = []vecSpec{
-	{name: "PCLMUL", bytes: 16, accs: 8, group: 4, legacy: true,
+	{name: "PCLMUL", impl: "pclmul", bytes: 16, accs: 8, group: 4, legacy: true,
 		desc: "PCLMULQDQ on XMM registers (SSE encodings)",
-		cpu:  "PCLMULQDQ, SSSE3 and SSE4.1"},
+		cpu:  "PCLMULQDQ, SSSE3 and SSE4.1",
+		has:  "cpu.X86.HasPCLMULQDQ && cpu.X86.HasSSSE3 && cpu.X86.HasSSE41"},
 	// AVX is PCLMUL with VEX encodings: three-operand forms and unaligned
 	// memory operands, so no register copies and fewer loads, for CPUs
 	// with AVX but without VPCLMULQDQ (AMD Zen 2, Intel before Ice Lake).
-	{name: "AVX", bytes: 16, accs: 8, group: 4,
+	{name: "AVX", impl: "avx", bytes: 16, accs: 8, group: 4,
 		desc: "PCLMULQDQ on XMM registers (VEX encodings)",
-		cpu:  "AVX and PCLMULQDQ"},
-	{name: "AVX2", bytes: 32, accs: 8, group: 4,
+		cpu:  "AVX and PCLMULQDQ",
+		has:  "cpu.X86.HasPCLMULQDQ && cpu.X86.HasSSSE3 && cpu.X86.HasSSE41 && cpu.X86.HasAVX"},
+	{name: "AVX2", impl: "avx2", bytes: 32, accs: 8, group: 4,
 		desc: "VPCLMULQDQ on YMM registers (VEX encodings)",
-		cpu:  "AVX2 and VPCLMULQDQ"},
-	{name: "AVX512", bytes: 64, accs: 8, group: 4,
+		cpu:  "AVX2 and VPCLMULQDQ",
+		has:  "cpu.X86.HasAVX2 && cpu.X86.HasPCLMULQDQ && x86.HasVPCLMULQDQ"},
+	{name: "AVX512", impl: "avx512", bytes: 64, accs: 8, group: 4,
 		desc: "VPCLMULQDQ on ZMM registers (EVEX encodings, VPTERNLOGD)",
-		cpu:  "AVX512F, AVX512BW, AVX2 and VPCLMULQDQ"},
+		cpu:  "AVX512F, AVX512BW, AVX2 and VPCLMULQDQ",
+		has: "cpu.X86.HasAVX2 && cpu.X86.HasPCLMULQDQ && x86.HasVPCLMULQDQ && cpu.X86.HasAVX512F && " +
+			"cpu.X86.HasAVX512BW && cpu.X86.HasAVX512VPCLMULQDQ"},
+}
+
+// kernels returns the vector kernels of spec in the order of vecs, which
+// is the order of the assembly (the registry takes them best first).
+func (spec crcSpec) kernels() []vecSpec {
+	var out []vecSpec
+	for _, v := range vecs {
+		if slices.Contains(spec.vecs, v.name) {
+			out = append(out, v)
+		}
+	}
+	return out
 }
 
 func main() {
-	log.SetFlags(0)
-	log.SetPrefix("fold: ")
-	// A flag set of our own: avo's build package registers its flags on
-	// the default one.
-	fs := flag.NewFlagSet("fold", flag.ExitOnError)
-	crcFlag := fs.String("crc", "", "t10dif, crc32c or crc64nvme")
-	out := fs.String("out", "", "assembly output file")
-	stubs := fs.String("stubs", "", "Go declarations output file")
-	fs.Parse(os.Args[1:])
-	var spec *crcSpec
-	for i := range crcs {
-		if crcs[i].flag == *crcFlag {
-			spec = &crcs[i]
+	var crcFlag, dir string
+	scaffold.Main("fold", func(fs *flag.FlagSet) {
+		fs.StringVar(&crcFlag, "crc", "", "t10dif, crc32c or crc64nvme")
+		fs.StringVar(&dir, "dir", "", "the kernel package's directory, relative to kernels/_asm")
+	}, func(cmd []string) ([]scaffold.File, error) {
+		i := slices.IndexFunc(crcs, func(c crcSpec) bool { return c.flag == crcFlag })
+		if i < 0 || dir == "" {
+			return nil, scaffold.Usage("fold -crc t10dif|crc32c|crc64nvme -dir DIR")
 		}
-	}
-	if spec == nil || *out == "" || *stubs == "" {
-		log.Fatal("usage: fold -crc t10dif|crc32c|crc64nvme -out file.s -stubs file.go")
-	}
-	asm, src, err := generate(*spec, *out, *stubs)
-	if err != nil {
-		log.Fatal(err)
-	}
-	if err := os.WriteFile(*out, asm, 0o644); err != nil {
-		log.Fatal(err)
-	}
-	if err := os.WriteFile(*stubs, src, 0o644); err != nil {
-		log.Fatal(err)
-	}
+		return generate(crcs[i], dir, cmd)
+	})
 }
 
-// generate returns the assembly and the Go declarations of spec's kernels;
-// out and stubs only name the files in the generated-code warning.
-func generate(spec crcSpec, out, stubs string) (asm, src []byte, err error) {
-	cmd := fmt.Sprintf("go run ./fold -crc %s -out %s -stubs %s", spec.flag, out, stubs)
+// generate returns the files of spec's kernels in dir, made by cmd.
+func generate(spec crcSpec, dir string, cmd []string) ([]scaffold.File, error) {
+	asm, err := generateAsm(spec, cmd)
+	if err != nil {
+		return nil, err
+	}
+	files := []scaffold.File{{Path: filepath.Join(dir, "zfold_amd64.s"), Data: asm}}
+	for _, t := range []struct {
+		name string
+		tmpl *template.Template
+	}{{"zfold_amd64.go", glueTemplate}, {"zfold_amd64_test.go", glueTestTemplate}} {
+		src, err := render(t.tmpl, spec, cmd)
+		if err != nil {
+			return nil, err
+		}
+		files = append(files, scaffold.File{Path: filepath.Join(dir, t.name), Data: src})
+	}
+	return files, nil
+}
+
+// generateAsm returns the assembly of spec's kernels.
+func generateAsm(spec crcSpec, cmd []string) ([]byte, error) {
 	ctx := build.NewContext()
 	ctx.ConstraintExpr("!purego")
 	var mask operand.Mem
@@ -166,27 +213,13 @@ func generate(spec crcSpec, out, stubs string) (asm, src []byte, err error) {
 	for i := 0; i < len(tailShufData); i += 8 {
 		ctx.AddDatum(i, operand.U64(binary.LittleEndian.Uint64(tailShufData[i:])))
 	}
-	for _, v := range vecs {
+	for _, v := range spec.kernels() {
 		g := &gen{c: ctx, crc: spec, v: v, mask: mask, tailShuf: tailShuf, sse: v.legacy}
 		g.update()
 		g.blocks(false)
 		g.blocks(true)
 	}
-
-	f, err := ctx.Result()
-	if err != nil {
-		return nil, nil, err
-	}
-	if err := pass.Compile.Execute(f); err != nil {
-		return nil, nil, err
-	}
-	cfg := printer.Config{Name: "fold", Argv: strings.Fields(cmd), Pkg: spec.pkg}
-	asm, err = printer.NewGoAsm(cfg).Print(f)
-	if err != nil {
-		return nil, nil, err
-	}
-	src, err = writeStubs(spec, cfg.GeneratedWarning())
-	return asm, src, err
+	return scaffold.Asm(ctx, cmd, spec.pkg)
 }
 
 // tailShufData is the table of the tail's byte shifts and mask (see
@@ -204,70 +237,19 @@ var tailShufData = func() []byte {
 	return b
 }()
 
-// Signatures. avo needs go/types signatures to name the frame arguments; the
-// table type is built by hand (this module cannot import crcmath), with the
-// field layout the offsets above describe.
-
-var (
-	crcmathPkg = types.NewPackage("github.com/difctl/difctl/kernels/internal/crcmath", "crcmath")
-	foldTable  = func() *types.Named {
-		u64 := types.Typ[types.Uint64]
-		pair := types.NewArray(u64, 2)
-		st := types.NewStruct([]*types.Var{
-			types.NewField(token.NoPos, crcmathPkg, "Fold", types.NewArray(pair, maxFold+1), false),
-			types.NewField(token.NoPos, crcmathPkg, "Final", pair, false),
-			types.NewField(token.NoPos, crcmathPkg, "Mu", u64, false),
-			types.NewField(token.NoPos, crcmathPkg, "Poly", u64, false),
-		}, nil)
-		ft := types.NewNamed(types.NewTypeName(token.NoPos, crcmathPkg, "FoldTable", nil), st, nil)
-		rst := types.NewStruct([]*types.Var{
-			types.NewField(token.NoPos, crcmathPkg, "FoldTable", ft, true),
-			types.NewField(token.NoPos, crcmathPkg, "Rev", types.NewArray(pair, maxFold+1), false),
-		}, nil)
-		return types.NewNamed(types.NewTypeName(token.NoPos, crcmathPkg, "RevFoldTable", nil), rst, nil)
-	}()
-)
-
-// byteType prints as "byte" in the generated comments.
-var byteType = types.Universe.Lookup("byte").Type()
-
-func wordType(w int) types.Type {
-	switch w {
-	case 16:
-		return types.Typ[types.Uint16]
-	case 32:
-		return types.Typ[types.Uint32]
-	}
-	return types.Typ[types.Uint64]
-}
-
-func param(name string, t types.Type) *types.Var { return types.NewParam(token.NoPos, nil, name, t) }
-
-func signature(params, results []*types.Var) *gotypes.Signature {
-	return gotypes.NewSignature(nil, types.NewSignatureType(nil, nil, nil,
-		types.NewTuple(params...), types.NewTuple(results...), false))
-}
+// Signatures, for avo's frame argument names.
 
 func updateSig(w int) *gotypes.Signature {
-	word := wordType(w)
-	return signature([]*types.Var{
-		param("crc", word),
-		param("p", types.NewSlice(byteType)),
-		param("tab", types.NewPointer(foldTable)),
-	}, []*types.Var{param("ret", word)})
+	word := scaffold.Word(w)
+	return scaffold.Signature([]*types.Var{
+		scaffold.Param("crc", word),
+		scaffold.Param("p", scaffold.Bytes),
+		scaffold.Param("tab", scaffold.RevFoldTable),
+	}, []*types.Var{scaffold.Param("ret", word)})
 }
 
 func blocksSig(w int, copy bool) *gotypes.Signature {
-	params := []*types.Var{param("dst", types.NewSlice(wordType(w)))}
-	if copy {
-		params = append(params, param("q", types.NewSlice(byteType)))
-	}
-	params = append(params,
-		param("p", types.NewSlice(byteType)),
-		param("blockLen", types.Typ[types.Int]),
-		param("stride", types.Typ[types.Int]),
-		param("tab", types.NewPointer(foldTable)))
-	return signature(params, nil)
+	return scaffold.BatchSig(copy, scaffold.Param("dst", types.NewSlice(scaffold.Word(w))))
 }
 
 // Register file.
@@ -1088,9 +1070,7 @@ func (g *gen) blocks(copy bool) {
 	c.Load(c.Param("blockLen"), blockLen)
 	c.Load(c.Param("stride"), s1)
 	if copy {
-		c.Comment("q - p: the copy of a byte at x goes to x + (q - p).")
-		c.Load(c.Param("q").Base(), rQd)
-		c.SUBQ(p, rQd)
+		scaffold.CopyOffset(c, p, rQd)
 	}
 	c.Comment("Block j of a group starts at p + j*stride.")
 	c.LEAQ(operand.Mem{Base: s1, Index: s1, Scale: 2}, s3)
@@ -1227,63 +1207,4 @@ func (g *gen) blocks(copy bool) {
 		c.VZEROUPPER()
 	}
 	c.RET()
-}
-
-// writeStubs renders the Go declarations of the generated functions.
-func writeStubs(spec crcSpec, warning string) ([]byte, error) {
-	var b bytes.Buffer
-	word := wordType(spec.width).String()
-	fmt.Fprintf(&b, "// %s\n\n//go:build !purego\n\npackage %s\n\n", warning, spec.pkg)
-	fmt.Fprintf(&b, "import \"github.com/difctl/difctl/kernels/internal/crcmath\"\n\n")
-	fmt.Fprintf(&b, "// Byte offsets of the crcmath.RevFoldTable fields that the kernels assume.\n")
-	fmt.Fprintf(&b, "const (\n\tfoldTableFold = %d\n\tfoldTableFinal = %d\n\tfoldTableMu = %d\n\tfoldTablePoly = %d\n\tfoldTableRev = %d\n\tfoldTableSize = %d\n)\n\n",
-		tableFold, tableFinal, tableMu, tablePoly, tableRev, tableSize)
-	fmt.Fprintf(&b, "// Shapes of the kernels: bytes per vector, Update accumulators, blocks\n// interleaved by Blocks.\nconst (\n")
-	for _, v := range vecs {
-		fmt.Fprintf(&b, "\tfoldVec%s = %d\n\tfoldAccs%s = %d\n\tfoldGroup%s = %d\n", v.name, v.bytes, v.name, v.accs, v.name, v.group)
-	}
-	fmt.Fprintf(&b, ")\n\n")
-	order := "reflected"
-	if !spec.reflected {
-		order = "unreflected, lanes loaded byte-reversed"
-	}
-	for _, v := range vecs {
-		fmt.Fprintf(&b, `// foldUpdate%[1]s returns crc (finalised, as Update takes it) updated with p,
-// by carry-less folding with %[2]s: %[3]d
-// accumulators of %[4]d bytes while more than %[3]d vectors remain, then
-// every vector folded straight into the last 16-byte lane, the tail of
-// len(p)%%16 bytes shifted in, and Barrett reduction (%[5]s).
-//
-// Preconditions: len(p) >= 16; tab is this CRC's fold table; the CPU has
-// %[6]s. It reads only p.
-//
-//go:noescape
-func foldUpdate%[1]s(crc %[7]s, p []byte, tab *crcmath.RevFoldTable) %[7]s
-
-// foldBlocks%[1]s sets dst[i] to the CRC (from the initial value) of
-// p[i*stride:][:blockLen] for every i, folding %[8]d blocks at once, each with its
-// own %[4]d-byte accumulator, with %[2]s.
-//
-// Preconditions: len(dst) is a positive multiple of %[8]d; blockLen is a multiple of
-// 16 and at least %[4]d; stride >= blockLen;
-// len(p) >= (len(dst)-1)*stride + blockLen; tab is this CRC's fold table;
-// the CPU has %[6]s.
-//
-//go:noescape
-func foldBlocks%[1]s(dst []%[7]s, p []byte, blockLen, stride int, tab *crcmath.RevFoldTable)
-
-// foldBlocksCopy%[1]s is foldBlocks%[1]s that also copies the blocks to q:
-// every vector it loads from p[i*stride:][:blockLen] it stores, as loaded, to
-// q at the same offset, and folds that register, so dst[i] is the CRC of
-// the bytes written to q. It writes nothing else of q.
-//
-// Preconditions: those of foldBlocks%[1]s, and the same for q as for p; the
-// blocks of q do not overlap those of p.
-//
-//go:noescape
-func foldBlocksCopy%[1]s(dst []%[7]s, q, p []byte, blockLen, stride int, tab *crcmath.RevFoldTable)
-
-`, v.name, v.desc, v.accs, v.bytes, order, v.cpu, word, v.group)
-	}
-	return format.Source(b.Bytes())
 }

@@ -21,7 +21,7 @@ import (
 const gapByte = 0xa5
 
 func TestEmulatedKernels(t *testing.T) {
-	asm, _, err := generate("x.s", "x.go")
+	asm, _, err := generate([]string{"go", "run", "./fused"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,10 +1,10 @@
-// Command fused generates the amd64 kernel of crct10dif.BlocksCRC32C: the
+// Command fused generates the amd64 kernels of package t10crc32c: the
 // CRC-16/T10-DIF guard and the CRC-32C sector checksum of every block, both
 // computed in one pass over the block's bytes.
 //
-// Run it from kernels/_asm (go generate in kernels/crct10dif does):
+// go generate in kernels/t10crc32c runs it:
 //
-//	go run ./fused -out ../crct10dif/zfused_amd64.s -stubs ../crct10dif/zfused_amd64.go
+//	go run -C ../_asm ./fused -out ../t10crc32c/zfused_amd64.s -stubs ../t10crc32c/zfused_amd64.go
 //
 // Why one pass costs about as much as the guard alone. The two CRCs run on
 // different execution units: T10-DIF by carry-less folding on the multiplier
@@ -26,7 +26,7 @@
 // cycles against its 5 (multiply and XOR). The multiplier stays the limit:
 // 2 multiplies per 32 bytes plus 7 per block at the end.
 //
-// Copy. fusedBlocksCopyAVX2 (crct10dif.BlocksCRC32CCopy) also stores every
+// Copy. fusedBlocksCopyAVX2 (t10crc32c.BlocksCopy) also stores every
 // vector it loads, as loaded, to q at the same offset, folds that register,
 // and runs the CRC32Q streams over the bytes in q, so the guard and the sum
 // are of the bytes the caller gets even if p changes meanwhile. Reading the
@@ -43,7 +43,7 @@
 //
 // The constants are never in the assembly: the kernel reads the
 // crcmath.RevFoldTable passed as its last argument (Fold[1], Fold[2],
-// Final, Mu and Poly at fixed offsets; a test in crct10dif checks them).
+// Final, Mu and Poly at fixed offsets; a test in t10crc32c checks them).
 // The only datum is the byte-reversal shuffle. The tail of blockLen mod 16
 // bytes and the blocks that do not fill a group are left to the Go code.
 //
@@ -54,31 +54,23 @@ import (
 	"bytes"
 	"flag"
 	"fmt"
-	"go/format"
-	"go/token"
 	"go/types"
-	"log"
-	"os"
-	"strings"
+
+	"github.com/difctl/difctl/kernels/_asm/internal/scaffold"
 
 	"github.com/mmcloughlin/avo/attr"
 	"github.com/mmcloughlin/avo/build"
 	"github.com/mmcloughlin/avo/gotypes"
 	"github.com/mmcloughlin/avo/operand"
-	"github.com/mmcloughlin/avo/pass"
-	"github.com/mmcloughlin/avo/printer"
 	"github.com/mmcloughlin/avo/reg"
 )
 
-// Byte offsets of the crcmath.FoldTable fields (its doc comment fixes them).
+// Byte offsets of the crcmath.RevFoldTable fields (scaffold's doc fixes them).
 const (
-	tableFold  = 0    // Fold[i] at 16*i: {C(128i+64), C(128i)}
-	tableFinal = 1040 // Final: {C(64+w), 0}
-	tableMu    = 1056 // Mu, followed by Poly
-	tablePoly  = 1064
-	tableRev   = 1072 // crcmath.RevFoldTable: Rev[i] = Fold[64-i]
-	tableSize  = 2112
-	maxFold    = 64
+	tableFold  = scaffold.TableFold
+	tableFinal = scaffold.TableFinal
+	tableMu    = scaffold.TableMu
+	tablePoly  = scaffold.TablePoly
 )
 
 // Kernel shape.
@@ -101,29 +93,22 @@ var variants = []struct {
 }{{"AVX2", 32}, {"AVX", 16}}
 
 func main() {
-	log.SetFlags(0)
-	log.SetPrefix("fused: ")
-	fs := flag.NewFlagSet("fused", flag.ExitOnError)
-	out := fs.String("out", "", "assembly output file")
-	stubs := fs.String("stubs", "", "Go declarations output file")
-	fs.Parse(os.Args[1:])
-	if *out == "" || *stubs == "" {
-		log.Fatal("usage: fused -out file.s -stubs file.go")
-	}
-	asm, src, err := generate(*out, *stubs)
-	if err != nil {
-		log.Fatal(err)
-	}
-	if err := os.WriteFile(*out, asm, 0o644); err != nil {
-		log.Fatal(err)
-	}
-	if err := os.WriteFile(*stubs, src, 0o644); err != nil {
-		log.Fatal(err)
-	}
+	var out, stubs string
+	scaffold.Main("fused", func(fs *flag.FlagSet) {
+		fs.StringVar(&out, "out", "", "assembly output file")
+		fs.StringVar(&stubs, "stubs", "", "Go declarations output file")
+	}, func(cmd []string) ([]scaffold.File, error) {
+		if out == "" || stubs == "" {
+			return nil, scaffold.Usage("fused -out file.s -stubs file.go")
+		}
+		asm, src, err := generate(cmd)
+		return []scaffold.File{{Path: out, Data: asm}, {Path: stubs, Data: src}}, err
+	})
 }
 
-func generate(out, stubs string) (asm, src []byte, err error) {
-	cmd := fmt.Sprintf("go run ./fused -out %s -stubs %s", out, stubs)
+// generate returns the assembly and the Go declarations of the kernels,
+// made by cmd.
+func generate(cmd []string) (asm, src []byte, err error) {
 	c := build.NewContext()
 	c.ConstraintExpr("!purego")
 	mask := c.StaticGlobal("fusedBswap")
@@ -138,61 +123,18 @@ func generate(out, stubs string) (asm, src []byte, err error) {
 		blocks(c, mask, v.suffix, true)
 	}
 
-	f, err := c.Result()
-	if err != nil {
+	if asm, err = scaffold.Asm(c, cmd, "t10crc32c"); err != nil {
 		return nil, nil, err
 	}
-	if err := pass.Compile.Execute(f); err != nil {
-		return nil, nil, err
-	}
-	cfg := printer.Config{Name: "fused", Argv: strings.Fields(cmd), Pkg: "crct10dif"}
-	asm, err = printer.NewGoAsm(cfg).Print(f)
-	if err != nil {
-		return nil, nil, err
-	}
-	src, err = writeStubs(cfg.GeneratedWarning())
+	src, err = writeStubs(scaffold.Warning(cmd))
 	return asm, src, err
 }
 
-// The signature, for the frame argument names. The table type is built by
-// hand (this module cannot import crcmath) with the layout above.
-var (
-	crcmathPkg = types.NewPackage("github.com/difctl/difctl/kernels/internal/crcmath", "crcmath")
-	revTable   = func() *types.Named {
-		u64 := types.Typ[types.Uint64]
-		pair := types.NewArray(u64, 2)
-		st := types.NewStruct([]*types.Var{
-			types.NewField(token.NoPos, crcmathPkg, "Fold", types.NewArray(pair, maxFold+1), false),
-			types.NewField(token.NoPos, crcmathPkg, "Final", pair, false),
-			types.NewField(token.NoPos, crcmathPkg, "Mu", u64, false),
-			types.NewField(token.NoPos, crcmathPkg, "Poly", u64, false),
-		}, nil)
-		ft := types.NewNamed(types.NewTypeName(token.NoPos, crcmathPkg, "FoldTable", nil), st, nil)
-		rst := types.NewStruct([]*types.Var{
-			types.NewField(token.NoPos, crcmathPkg, "FoldTable", ft, true),
-			types.NewField(token.NoPos, crcmathPkg, "Rev", types.NewArray(pair, maxFold+1), false),
-		}, nil)
-		return types.NewNamed(types.NewTypeName(token.NoPos, crcmathPkg, "RevFoldTable", nil), rst, nil)
-	}()
-	byteType = types.Universe.Lookup("byte").Type()
-)
-
-func param(name string, t types.Type) *types.Var { return types.NewParam(token.NoPos, nil, name, t) }
-
+// blocksSig is the kernels' signature, for the frame argument names.
 func blocksSig(copy bool) *gotypes.Signature {
-	params := []*types.Var{
-		param("dst", types.NewSlice(types.Typ[types.Uint16])),
-		param("sums", types.NewSlice(types.Typ[types.Uint32])),
-	}
-	if copy {
-		params = append(params, param("q", types.NewSlice(byteType)))
-	}
-	params = append(params,
-		param("p", types.NewSlice(byteType)),
-		param("blockLen", types.Typ[types.Int]),
-		param("stride", types.Typ[types.Int]),
-		param("tab", types.NewPointer(revTable)))
-	return gotypes.NewSignature(nil, types.NewSignatureType(nil, nil, nil, types.NewTuple(params...), nil, false))
+	return scaffold.BatchSig(copy,
+		scaffold.Param("dst", types.NewSlice(scaffold.Word(16))),
+		scaffold.Param("sums", types.NewSlice(scaffold.Word(32))))
 }
 
 func mem(base reg.Register, disp int) operand.Mem { return operand.Mem{Base: base, Disp: disp} }
@@ -384,9 +326,7 @@ func blocks(c *build.Context, mask operand.Mem, suffix string, copy bool) {
 	c.Load(c.Param("p").Base(), rP)
 	c.Load(c.Param("stride"), rS1)
 	if copy {
-		c.Comment("q - p: the copy of a byte at x goes to x + (q - p).")
-		c.Load(c.Param("q").Base(), rQd)
-		c.SUBQ(rP, rQd)
+		scaffold.CopyOffset(c, rP, rQd)
 	}
 	c.Comment("Block j of a group starts at p + j*stride.")
 	c.LEAQ(operand.Mem{Base: rS1, Index: rS1, Scale: 2}, rS3)
@@ -494,7 +434,7 @@ func blocks(c *build.Context, mask operand.Mem, suffix string, copy bool) {
 
 func writeStubs(warning string) ([]byte, error) {
 	var b bytes.Buffer
-	fmt.Fprintf(&b, "// %s\n\n//go:build !purego\n\npackage crct10dif\n\n", warning)
+	fmt.Fprintf(&b, "%s\n\n//go:build !purego\n\npackage t10crc32c\n\n", warning)
 	fmt.Fprintf(&b, "import \"github.com/difctl/difctl/kernels/internal/crcmath\"\n\n")
 	fmt.Fprintf(&b, `// Byte offsets of the crcmath.RevFoldTable fields that the fused kernels read.
 const (
@@ -502,6 +442,8 @@ const (
 	fusedTableFinal = %d
 	fusedTableMu    = %d
 	fusedTablePoly  = %d
+	fusedTableRev   = %d
+	fusedTableSize  = %d
 )
 
 // Shape of the fused kernels: blocks per group, shortest block.
@@ -510,7 +452,7 @@ const (
 	fusedMinLen = %d
 )
 
-`, tableFold, tableFinal, tableMu, tablePoly, group, minLen)
+`, tableFold, tableFinal, tableMu, tablePoly, scaffold.TableRev, scaffold.TableSize, group, minLen)
 	for _, v := range variants {
 		desc, cpu := "a 32-byte VPCLMULQDQ fold accumulator (YMM, VEX\n// encodings)", "AVX2, VPCLMULQDQ and SSE4.2"
 		if v.vecLen == 16 {
@@ -543,5 +485,5 @@ func fusedBlocksCopy%[1]s(dst []uint16, sums []uint32, q, p []byte, blockLen, st
 
 `, v.suffix, group, desc, minLen, cpu)
 	}
-	return format.Source(b.Bytes())
+	return scaffold.Go(b.Bytes())
 }

@@ -1,6 +1,6 @@
 // Package foldgo is the Go side of the fold kernels that is the same for
-// every CRC: the length dispatch of Update and the grouping and tails of
-// Blocks around the assembly of each kernel package.
+// every CRC: the grouping and tails of Blocks and BlocksCopy around the
+// assembly of each kernel package, and the sub-block path of BlocksCopy.
 package foldgo
 
 import "github.com/difctl/difctl/kernels/internal/crcmath"
@@ -8,23 +8,14 @@ import "github.com/difctl/difctl/kernels/internal/crcmath"
 // Word is a guard type.
 type Word interface{ ~uint16 | ~uint32 | ~uint64 }
 
-// Update runs the fold kernel over p, or small (the table code) when p is
-// shorter than min, which is at least 16, the kernels' minimum.
-func Update[T Word](crc T, p []byte, min int, tab *crcmath.RevFoldTable,
-	fold func(T, []byte, *crcmath.RevFoldTable) T, small func(T, []byte) T) T {
-	if len(p) < min {
-		return small(crc, p)
-	}
-	return fold(crc, p, tab)
-}
-
 // Blocks runs a blocks kernel over groups of blocks: the kernel computes the
 // CRC of each block's whole 16-byte lanes, tail adds the rest of each block,
 // and blocks that do not fill a group of group blocks, or blocks shorter
-// than a vector (vec) or minBlockLen, go through update one at a time. The
-// layout must have been checked.
-func Blocks[T Word](dst []T, p []byte, blockLen, stride, vec, group, minBlockLen int, tab *crcmath.RevFoldTable,
-	kernel func([]T, []byte, int, int, *crcmath.RevFoldTable), tail, update func(T, []byte) T) {
+// than a vector (vec) or minBlockLen, go through update one at a time. tab
+// is the kernel's constants (a *crcmath.RevFoldTable on amd64, a
+// *crcmath.FoldTable on arm64). The layout must have been checked.
+func Blocks[T Word, Tab any](dst []T, p []byte, blockLen, stride, vec, group, minBlockLen int, tab Tab,
+	kernel func([]T, []byte, int, int, Tab), tail, update func(T, []byte) T) {
 	g := len(dst) - len(dst)%group
 	if blockLen < max(vec, minBlockLen) {
 		g = 0

@@ -3,6 +3,7 @@
 package kerneltest
 
 import (
+	"slices"
 	"testing"
 	"unsafe"
 
@@ -14,59 +15,45 @@ import (
 )
 
 // CheckFoldImplementations checks the registry of a package built on the
-// amd64 fold kernels: an implementation the CPU can run must be registered
-// and available, and the best one active. A machine with AVX-512 that
-// silently runs a slower path is a defect, so this fails rather than skips.
-// The features are derived here, independently of the package's own checks.
-func CheckFoldImplementations[T Word](t *testing.T, k Kernel[T]) {
+// amd64 fold kernels, for the fold implementations it names
+// (CheckImplementations, with the features derived here, independently of
+// the package's own checks), and runs the check value through each one the
+// CPU can run. A machine with AVX-512 that silently runs a slower path is a
+// defect, so this fails rather than skips.
+func CheckFoldImplementations[T Word](t *testing.T, k Kernel[T], names ...string) {
 	t.Helper()
+	var want []Want
+	for _, w := range FoldWants() {
+		if slices.Contains(names, w.Name) {
+			want = append(want, w)
+		}
+	}
+	CheckImplementations(t, k.Pkg, want...)
+	defer impl.Reset(k.Pkg)
+	for _, w := range want {
+		if !w.Can {
+			continue
+		}
+		if err := impl.Select(k.Pkg, w.Name); err != nil {
+			t.Fatal(err)
+		}
+		if got := k.Checksum([]byte("123456789")); uint64(got) != k.Params.Check {
+			t.Errorf("%s: check value %#x, want %#x", w.Name, got, k.Params.Check)
+		}
+	}
+}
+
+// FoldWants are the amd64 fold implementations, best first, and whether
+// this CPU can run each, from CPUID.
+func FoldWants() []Want {
 	x := cpu.X86
 	_, _, ecx7, _ := x86.CPUID(7, 0)
 	vpclmul := ecx7&(1<<10) != 0
-	want := []struct {
-		name string
-		can  bool
-	}{
+	return []Want{
 		{"avx512", x.HasAVX512F && x.HasAVX512BW && x.HasAVX512VPCLMULQDQ && x.HasAVX2 && x.HasPCLMULQDQ},
 		{"avx2", x.HasAVX2 && x.HasPCLMULQDQ && vpclmul},
 		{"avx", x.HasAVX && x.HasPCLMULQDQ && x.HasSSSE3 && x.HasSSE41},
 		{"pclmul", x.HasPCLMULQDQ && x.HasSSSE3 && x.HasSSE41},
-	}
-	defer impl.Reset(k.Pkg)
-	list := impl.List(k.Pkg)
-	for _, w := range want {
-		var got *impl.Impl
-		for i := range list {
-			if list[i].Name == w.name {
-				got = &list[i]
-			}
-		}
-		switch {
-		case got == nil:
-			t.Errorf("%s is not registered", w.name)
-		case w.can && !got.Available:
-			t.Errorf("the CPU has the features of %s but it is not available", w.name)
-		case !w.can && got.Available:
-			t.Errorf("%s is available but the CPU lacks its features", w.name)
-		case !w.can:
-			t.Logf("%s: the CPU lacks its features; not run on this machine", w.name)
-		default:
-			if err := impl.Select(k.Pkg, w.name); err != nil {
-				t.Fatal(err)
-			}
-			if got := k.Checksum([]byte("123456789")); uint64(got) != k.Params.Check {
-				t.Errorf("%s: check value %#x, want %#x", w.name, got, k.Params.Check)
-			}
-		}
-	}
-	impl.Reset(k.Pkg)
-	for _, w := range want {
-		if w.can {
-			if a := impl.Active(k.Pkg); a != w.name {
-				t.Errorf("active implementation %q, want %q", a, w.name)
-			}
-			break
-		}
 	}
 }
 

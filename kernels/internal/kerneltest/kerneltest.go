@@ -2,7 +2,9 @@
 // the checksum kernels. Every kernel package runs Run, Fuzz and Bench on its
 // own API; Run and Bench repeat everything for every implementation the CPU
 // can run, selected through the impl registry, and compare each with the
-// bitwise oracle of crcmath.
+// bitwise oracle of crcmath. It also holds the registry's test helpers
+// (ForEach, CheckImplementations), so that programs linking the kernels do
+// not link package testing.
 package kerneltest
 
 import (
@@ -37,6 +39,12 @@ type Kernel[T Word] struct {
 	// widths, assembly minimums, batch thresholds); lengths around each and
 	// their multiples up to 64 KiB are tested.
 	Cutoffs []int
+	// FoldTable is the package's generated fold table (zfold_consts.go):
+	// Run checks it against crcmath and runs the pure-Go fold model with it.
+	FoldTable *crcmath.FoldTable
+	// Wants are the implementations this build registers, best first, and
+	// whether the CPU can run each (CheckImplementations).
+	Wants []Want
 }
 
 func (k Kernel[T]) oracle(crc T, p []byte) T {
@@ -45,7 +53,8 @@ func (k Kernel[T]) oracle(crc T, p []byte) T {
 
 func (k Kernel[T]) start() T { return T(crcmath.Start(k.Params)) }
 
-func randBytes(r *rand.Rand, n int) []byte {
+// RandBytes returns n random bytes from r.
+func RandBytes(r *rand.Rand, n int) []byte {
 	b := make([]byte, n)
 	for i := range b {
 		b[i] = byte(r.Uint32())
@@ -56,31 +65,74 @@ func randBytes(r *rand.Rand, n int) []byte {
 // Run runs the whole correctness suite for every implementation.
 func Run[T Word](t *testing.T, k Kernel[T]) {
 	t.Run("check", func(t *testing.T) {
-		impl.ForEach(t, k.Pkg, func(t *testing.T) {
+		ForEach(t, k.Pkg, func(t *testing.T) {
 			if got := k.Checksum([]byte("123456789")); uint64(got) != k.Params.Check {
 				t.Fatalf("Checksum(123456789) = %#x, want %#x", got, k.Params.Check)
 			}
 		})
 	})
-	t.Run("lengths", func(t *testing.T) { impl.ForEach(t, k.Pkg, func(t *testing.T) { testLengths(t, k) }) })
-	t.Run("cutoffs", func(t *testing.T) { impl.ForEach(t, k.Pkg, func(t *testing.T) { testCutoffs(t, k) }) })
-	t.Run("align", func(t *testing.T) { impl.ForEach(t, k.Pkg, func(t *testing.T) { testAlign(t, k) }) })
-	t.Run("stream", func(t *testing.T) { impl.ForEach(t, k.Pkg, func(t *testing.T) { testStream(t, k) }) })
-	t.Run("blocks", func(t *testing.T) { impl.ForEach(t, k.Pkg, func(t *testing.T) { testBlocks(t, k) }) })
-	t.Run("blockscopy", func(t *testing.T) { impl.ForEach(t, k.Pkg, func(t *testing.T) { testBlocksCopy(t, k) }) })
+	t.Run("lengths", func(t *testing.T) { ForEach(t, k.Pkg, func(t *testing.T) { testLengths(t, k) }) })
+	t.Run("cutoffs", func(t *testing.T) { ForEach(t, k.Pkg, func(t *testing.T) { testCutoffs(t, k) }) })
+	t.Run("align", func(t *testing.T) { ForEach(t, k.Pkg, func(t *testing.T) { testAlign(t, k) }) })
+	t.Run("stream", func(t *testing.T) { ForEach(t, k.Pkg, func(t *testing.T) { testStream(t, k) }) })
+	t.Run("blocks", func(t *testing.T) { ForEach(t, k.Pkg, func(t *testing.T) { testBlocks(t, k) }) })
+	t.Run("blockscopy", func(t *testing.T) { ForEach(t, k.Pkg, func(t *testing.T) { testBlocksCopy(t, k) }) })
 	t.Run("blockscopy-contiguous", func(t *testing.T) { testBlocksCopyContiguous(t, k) })
-	t.Run("guardpage", func(t *testing.T) { impl.ForEach(t, k.Pkg, func(t *testing.T) { testGuardPage(t, k) }) })
-	t.Run("guardpage-copy", func(t *testing.T) { impl.ForEach(t, k.Pkg, func(t *testing.T) { testGuardPageCopy(t, k) }) })
+	t.Run("guardpage", func(t *testing.T) { ForEach(t, k.Pkg, func(t *testing.T) { testGuardPage(t, k) }) })
+	t.Run("guardpage-copy", func(t *testing.T) { ForEach(t, k.Pkg, func(t *testing.T) { testGuardPageCopy(t, k) }) })
 	t.Run("combine", func(t *testing.T) { testCombine(t, k) })
 	t.Run("hash", func(t *testing.T) { testHash(t, k) })
 	t.Run("layout", func(t *testing.T) { testLayoutErrors(t, k) })
 	t.Run("layout-copy", func(t *testing.T) { testCopyLayoutErrors(t, k) })
+	t.Run("foldtable", func(t *testing.T) { testFoldTable(t, k) })
+	t.Run("registry", func(t *testing.T) { CheckImplementations(t, k.Pkg, k.Wants...) })
+}
+
+// The generated table equals what crcmath derives now (go generate is fresh
+// in spirit even where CI's regeneration check does not run), and the
+// pure-Go model of the fold, with it, agrees with the oracle.
+func testFoldTable[T Word](t *testing.T, k Kernel[T]) {
+	if k.FoldTable == nil {
+		t.Skip("no fold table")
+	}
+	if got := crcmath.NewFoldTable(k.Params); *got != *k.FoldTable {
+		t.Fatal("zfold_consts.go is stale: run go generate")
+	}
+	buf := make([]byte, 4096)
+	for i := range buf {
+		buf[i] = byte(i*7 + i>>8)
+	}
+	for _, n := range []int{1, 4, 8} {
+		for l := 16 * n; l <= len(buf); l += 16 {
+			want := k.oracle(0x1234, buf[:l])
+			if got := T(crcmath.FoldUpdate(k.Params, k.FoldTable, n, 0x1234, buf[:l])); got != want {
+				t.Fatalf("accumulators=%d len=%d: fold model %#x, oracle %#x", n, l, got, want)
+			}
+		}
+	}
+}
+
+// BenchUpdate benchmarks a baseline Update (another library's, a simpler
+// table) at the harness's sizes, as impl=NAME/op=update/size=N beside
+// Bench's own rows.
+func BenchUpdate[T Word](b *testing.B, name string, update func(T, []byte) T) {
+	buf := make([]byte, 1<<20)
+	for _, n := range Sizes {
+		b.Run("impl="+name+"/op=update/size="+SizeName(n), func(b *testing.B) {
+			b.SetBytes(int64(n))
+			var crc T
+			for b.Loop() {
+				crc = update(crc, buf[:n])
+			}
+			Sink += uint64(crc)
+		})
+	}
 }
 
 // All lengths 0..1024 with random initial CRCs.
 func testLengths[T Word](t *testing.T, k Kernel[T]) {
 	r := rand.New(rand.NewPCG(1, uint64(len(k.Pkg))))
-	buf := randBytes(r, 1024)
+	buf := RandBytes(r, 1024)
 	for n := 0; n <= 1024; n++ {
 		crc := T(r.Uint64()) & T(k.Params.Mask())
 		if got, want := k.Update(crc, buf[:n]), k.oracle(crc, buf[:n]); got != want {
@@ -93,7 +145,7 @@ func testLengths[T Word](t *testing.T, k Kernel[T]) {
 func testCutoffs[T Word](t *testing.T, k Kernel[T]) {
 	r := rand.New(rand.NewPCG(2, 3))
 	const max = 64 << 10
-	buf := randBytes(r, max+1)
+	buf := RandBytes(r, max+1)
 	seen := map[int]bool{}
 	cut := append([]int{16, 32, 64, 128, 256, 512, 1024, 4096}, k.Cutoffs...)
 	for _, c := range cut {
@@ -123,7 +175,7 @@ func testCutoffs[T Word](t *testing.T, k Kernel[T]) {
 // Every start alignment 0..63 at several lengths.
 func testAlign[T Word](t *testing.T, k Kernel[T]) {
 	r := rand.New(rand.NewPCG(4, 5))
-	buf := randBytes(r, 64+5000)
+	buf := RandBytes(r, 64+5000)
 	for a := 0; a < 64; a++ {
 		for _, n := range []int{1, 15, 16, 17, 63, 64, 65, 255, 256, 257, 511, 512, 520, 1000, 4096, 4104} {
 			p := buf[a : a+n]
@@ -137,7 +189,7 @@ func testAlign[T Word](t *testing.T, k Kernel[T]) {
 // Streamed splits: Update over pieces equals Update over the whole.
 func testStream[T Word](t *testing.T, k Kernel[T]) {
 	r := rand.New(rand.NewPCG(6, 7))
-	buf := randBytes(r, 9000)
+	buf := RandBytes(r, 9000)
 	want := k.oracle(k.start(), buf)
 	for range 300 {
 		crc := k.start()
@@ -166,36 +218,45 @@ var BlockCases = [][2]int{
 	{255, 256}, {513, 520}, {1000, 1000},
 }
 
-func testBlocks[T Word](t *testing.T, k Kernel[T]) {
-	r := rand.New(rand.NewPCG(8, 9))
+// BlockLayouts calls f for every layout of the batch tests: each of
+// BlockCases, each count of blocks n (of at most 1 MiB) and each alignment
+// in aligns, {source, destination}; p is random, at the source alignment.
+func BlockLayouts(r *rand.Rand, aligns [][2]int, f func(p []byte, n, blockLen, stride int, align [2]int)) {
 	for _, c := range BlockCases {
 		blockLen, stride := c[0], c[1]
 		for _, n := range []int{1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 33} {
 			if n*stride > 1<<20 {
 				continue
 			}
-			for _, align := range []int{0, 3} {
+			for _, align := range aligns {
 				size := (n-1)*stride + blockLen
-				buf := randBytes(r, size+align)[align:]
-				dst := make([]T, n+1)
-				sentinel := T(uint64(0x5a5a5a5a5a5a5a5a) & k.Params.Mask())
-				dst[n] = sentinel
-				if err := k.Blocks(dst[:n], buf, blockLen, stride); err != nil {
-					t.Fatalf("block=%d stride=%d n=%d: %v", blockLen, stride, n, err)
-				}
-				for i := 0; i < n; i++ {
-					want := k.oracle(k.start(), buf[i*stride:i*stride+blockLen])
-					if dst[i] != want {
-						t.Fatalf("block=%d stride=%d n=%d align=%d: dst[%d] = %#x, oracle %#x",
-							blockLen, stride, n, align, i, dst[i], want)
-					}
-				}
-				if dst[n] != sentinel {
-					t.Fatalf("block=%d stride=%d n=%d: wrote past dst", blockLen, stride, n)
-				}
+				f(RandBytes(r, size+align[0])[align[0]:], n, blockLen, stride, align)
 			}
 		}
 	}
+}
+
+// Blocks over BlockLayouts against the oracle; dst has a sentinel after it
+// that must survive.
+func testBlocks[T Word](t *testing.T, k Kernel[T]) {
+	BlockLayouts(rand.New(rand.NewPCG(8, 9)), [][2]int{{0, 0}, {3, 0}}, func(buf []byte, n, blockLen, stride int, align [2]int) {
+		dst := make([]T, n+1)
+		sentinel := T(uint64(0x5a5a5a5a5a5a5a5a) & k.Params.Mask())
+		dst[n] = sentinel
+		if err := k.Blocks(dst[:n], buf, blockLen, stride); err != nil {
+			t.Fatalf("block=%d stride=%d n=%d: %v", blockLen, stride, n, err)
+		}
+		for i := 0; i < n; i++ {
+			want := k.oracle(k.start(), buf[i*stride:i*stride+blockLen])
+			if dst[i] != want {
+				t.Fatalf("block=%d stride=%d n=%d align=%d: dst[%d] = %#x, oracle %#x",
+					blockLen, stride, n, align[0], i, dst[i], want)
+			}
+		}
+		if dst[n] != sentinel {
+			t.Fatalf("block=%d stride=%d n=%d: wrote past dst", blockLen, stride, n)
+		}
+	})
 }
 
 // GapByte fills the bytes of q that BlocksCopy must not write.
@@ -241,46 +302,38 @@ func NewCopyDest(size, align int) []byte {
 // different alignments: the CRCs against the oracle over p, the blocks of q
 // against p, the rest of q untouched.
 func testBlocksCopy[T Word](t *testing.T, k Kernel[T]) {
-	r := rand.New(rand.NewPCG(14, 15))
-	for _, c := range BlockCases {
-		blockLen, stride := c[0], c[1]
-		for _, n := range []int{1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 33} {
-			if n*stride > 1<<20 {
-				continue
-			}
-			for _, align := range [][2]int{{0, 0}, {3, 0}, {0, 5}, {7, 33}} {
-				size := (n-1)*stride + blockLen
-				p := randBytes(r, size+align[0])[align[0]:]
-				q := NewCopyDest(size, align[1])
-				dst := make([]T, n+1)
-				sentinel := T(uint64(0x5a5a5a5a5a5a5a5a) & k.Params.Mask())
-				dst[n] = sentinel
-				what := fmt.Sprintf("block=%d stride=%d n=%d align=%v", blockLen, stride, n, align)
-				if err := k.BlocksCopy(dst[:n], q, p, blockLen, stride); err != nil {
-					t.Fatalf("%s: %v", what, err)
-				}
-				for i := range n {
-					if want := k.oracle(k.start(), p[i*stride:i*stride+blockLen]); dst[i] != want {
-						t.Fatalf("%s: dst[%d] = %#x, oracle %#x", what, i, dst[i], want)
-					}
-				}
-				if dst[n] != sentinel {
-					t.Fatalf("%s: wrote past dst", what)
-				}
-				if d := CheckCopy(q, p, n, blockLen, stride); d != "" {
-					t.Fatalf("%s: %s", what, d)
-				}
+	BlockLayouts(rand.New(rand.NewPCG(14, 15)), CopyAligns, func(p []byte, n, blockLen, stride int, align [2]int) {
+		q := NewCopyDest((n-1)*stride+blockLen, align[1])
+		dst := make([]T, n+1)
+		sentinel := T(uint64(0x5a5a5a5a5a5a5a5a) & k.Params.Mask())
+		dst[n] = sentinel
+		what := fmt.Sprintf("block=%d stride=%d n=%d align=%v", blockLen, stride, n, align)
+		if err := k.BlocksCopy(dst[:n], q, p, blockLen, stride); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		for i := range n {
+			if want := k.oracle(k.start(), p[i*stride:i*stride+blockLen]); dst[i] != want {
+				t.Fatalf("%s: dst[%d] = %#x, oracle %#x", what, i, dst[i], want)
 			}
 		}
-	}
+		if dst[n] != sentinel {
+			t.Fatalf("%s: wrote past dst", what)
+		}
+		if d := CheckCopy(q, p, n, blockLen, stride); d != "" {
+			t.Fatalf("%s: %s", what, d)
+		}
+	})
 }
+
+// CopyAligns are the {source, destination} alignments of the copy tests.
+var CopyAligns = [][2]int{{0, 0}, {3, 0}, {0, 5}, {7, 33}}
 
 // ContiguousCases are contiguous layouts (stride == blockLen) of several
 // KiB with many blocks, as {blockLen, blocks}. For 4 KiB blocks the copying
 // calls' sub-block paths (kernels/internal/foldgo) run their kernel over 1
 // KiB sub-blocks, 64 to a call, and join each block's partial CRCs; the
 // counts are odd and 129 blocks span nine calls. The other lengths take
-// the other paths (the split of crct10dif.BlocksCRC32CCopy, whole blocks)
+// the other paths (whole blocks)
 // and are here as the neighbours of the rule.
 var ContiguousCases = [][2]int{
 	{2048, 257}, {3072, 171}, {4096, 1}, {4096, 3}, {4096, 129}, {8192, 65},
@@ -297,13 +350,13 @@ func testBlocksCopyContiguous[T Word](t *testing.T, k Kernel[T]) {
 		if testing.Short() && n*blockLen > 128<<10 {
 			n = max(1, (128<<10)/blockLen|1)
 		}
-		p := randBytes(r, n*blockLen+7)[7:]
+		p := RandBytes(r, n*blockLen+7)[7:]
 		want := make([]T, n)
 		for i := range want {
 			want[i] = k.oracle(k.start(), p[i*blockLen:(i+1)*blockLen])
 		}
 		t.Run(fmt.Sprintf("block=%d/n=%d", blockLen, n), func(t *testing.T) {
-			impl.ForEach(t, k.Pkg, func(t *testing.T) {
+			ForEach(t, k.Pkg, func(t *testing.T) {
 				q := NewCopyDest(n*blockLen, 33)
 				dst := make([]T, n+1)
 				sentinel := T(uint64(0x5a5a5a5a5a5a5a5a) & k.Params.Mask())
@@ -413,7 +466,7 @@ func testCombine[T Word](t *testing.T, k Kernel[T]) {
 	// the random lengths below.
 	for _, la := range []int{0, 1, 2, 7, 16, 100, 4096} {
 		for _, lb := range []int{0, 1, 2, 3, 8, 15, 16, 17} {
-			a, b := randBytes(r, la), randBytes(r, lb)
+			a, b := RandBytes(r, la), RandBytes(r, lb)
 			want := k.Checksum(append(append([]byte{}, a...), b...))
 			if got := k.Combine(k.Checksum(a), k.Checksum(b), lb); got != want {
 				t.Fatalf("Combine(len %d, %d) = %#x, want %#x", la, lb, got, want)
@@ -421,8 +474,8 @@ func testCombine[T Word](t *testing.T, k Kernel[T]) {
 		}
 	}
 	for range 300 {
-		a := randBytes(r, r.IntN(5000))
-		b := randBytes(r, r.IntN(5000))
+		a := RandBytes(r, r.IntN(5000))
+		b := RandBytes(r, r.IntN(5000))
 		ca, cb := k.Checksum(a), k.Checksum(b)
 		want := k.Checksum(append(append([]byte{}, a...), b...))
 		if got := k.Combine(ca, cb, len(b)); got != want {
@@ -546,7 +599,7 @@ func Fuzz[T Word](f *testing.F, k Kernel[T]) {
 }
 
 // SeedBytes returns n bytes of fixed pseudo-random data, for fuzz seeds.
-func SeedBytes(n int) []byte { return randBytes(rand.New(rand.NewPCG(18, 19)), n) }
+func SeedBytes(n int) []byte { return RandBytes(rand.New(rand.NewPCG(18, 19)), n) }
 
 // Sink keeps benchmark results alive.
 var Sink uint64
@@ -570,8 +623,8 @@ func SizeName(n int) string {
 // 512 and 4096-byte blocks. Names: impl=NAME/op=update/size=4KiB,
 // impl=NAME/op=blocks/block=512, impl=NAME/op=blockscopy/block=512.
 func Bench[T Word](b *testing.B, k Kernel[T]) {
-	buf := randBytes(rand.New(rand.NewPCG(1, 1)), 1<<20)
-	impl.ForEachB(b, k.Pkg, func(b *testing.B) {
+	buf := RandBytes(rand.New(rand.NewPCG(1, 1)), 1<<20)
+	ForEachB(b, k.Pkg, func(b *testing.B) {
 		for _, n := range Sizes {
 			b.Run("op=update/size="+SizeName(n), func(b *testing.B) {
 				p := buf[:n]
@@ -620,10 +673,10 @@ const DRAMSize = 64 << 20
 // that the data comes from DRAM rather than from a cache. Names:
 // impl=NAME/op=blocks/block=512/mem=64MiB, impl=NAME/op=update/mem=64MiB.
 func BenchDRAM[T Word](b *testing.B, k Kernel[T]) {
-	buf := randBytes(rand.New(rand.NewPCG(1, 1)), DRAMSize)
+	buf := RandBytes(rand.New(rand.NewPCG(1, 1)), DRAMSize)
 	q := make([]byte, len(buf))
 	mem := "mem=" + SizeName(len(buf))
-	impl.ForEachB(b, k.Pkg, func(b *testing.B) {
+	ForEachB(b, k.Pkg, func(b *testing.B) {
 		b.Run("op=update/"+mem, func(b *testing.B) {
 			b.SetBytes(int64(len(buf)))
 			var crc T
@@ -677,7 +730,7 @@ type CopyPath struct {
 func BenchCopyPaths(b *testing.B, paths []CopyPath, blockLens []int) {
 	const size = 1 << 20
 	r := rand.New(rand.NewPCG(1, 1))
-	src, dst := randBytes(r, DRAMSize), randBytes(r, DRAMSize)
+	src, dst := RandBytes(r, DRAMSize), RandBytes(r, DRAMSize)
 	for _, mem := range []string{"cache", "src", "both"} {
 		for _, bl := range blockLens {
 			n := size / bl &^ 3 * bl

@@ -27,6 +27,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/difctl/difctl/kernels/internal/crcmath"
 )
 
 type opKind int
@@ -369,17 +371,11 @@ func (m *Machine) setGPR(o operand, v uint64) {
 	m.gpr[o.reg] = v
 }
 
-// Clmul is the 64x64 carry-less product, low and high quadwords.
-func Clmul(a, b uint64) (lo, hi uint64) {
-	for i := uint(0); i < 64; i++ {
-		if b>>i&1 != 0 {
-			lo ^= a << i
-			if i > 0 {
-				hi ^= a >> (64 - i)
-			}
-		}
-	}
-	return
+// clmul is PCLMULQDQ's 64x64 carry-less product, low and high quadwords
+// (crcmath.Clmul returns them high first).
+func clmul(a, b uint64) (lo, hi uint64) {
+	hi, lo = crcmath.Clmul(a, b)
+	return lo, hi
 }
 
 func bytesOf(v [8]uint64) (b [64]byte) {
@@ -695,7 +691,7 @@ func (m *Machine) step(p *Program, fn string, in instr, pc *int) bool {
 		}
 		var r [8]uint64
 		for l := 0; l < w/16; l++ {
-			r[2*l], r[2*l+1] = Clmul(s1[2*l+int(imm&1)], s2[2*l+int(imm>>4&1)])
+			r[2*l], r[2*l+1] = clmul(s1[2*l+int(imm&1)], s2[2*l+int(imm>>4&1)])
 		}
 		if in.op == "PCLMULQDQ" {
 			m.setLegacy(last(), r)

@@ -1,0 +1,86 @@
+// The merge constants of the amd64 CRC-32C kernels that run CRC32 streams
+// beside folding (crc32c_hybrid_amd64.go; zhybrid_consts_amd64.go). The math. The hybrid kernels cut a chunk into six segments of s bytes and
+// run each from zero, independently: CRC32 instruction streams give a 32-bit
+// register r_k, carry-less folding gives a 32-byte accumulator A_k whose
+// polynomial is congruent to the segment's (the fold multiplies by
+// x^256 mod P). Appending n zero bytes multiplies a register by x^(8n), and
+// the CRC register is linear in the message, so the register of the chunk,
+// given the register r_in before it, is the sum of every part shifted to
+// the end of the chunk. The kernels build one 128-bit value V with
+// V·x^32 ≡ that register (mod P) and reduce it with two CRC32Q, which
+// compute exactly V·x^32 mod P for a 16-byte message V.
+//
+// Every shift is one carry-less multiplication by C(k) = Reflect(x^(k-1) mod P, 64),
+// the form of crcmath.FoldTable: for a 64-bit bit-reflected value q, the
+// 128-bit product of q and C(k), read bit-reflected, is q·x^k.
+//
+//   - A register r that ends D = 8·i·s bits before the end of the chunk
+//     contributes r·x^D. Held in the low 32 bits of a 64-bit lane it reads as
+//     r·x^32, so its V-part is the product with C(D-64): (r·x^32)·x^(D-64)·x^32
+//     = r·x^D. Entries [0..5] of a row are C(8·i·s - 64) for i = 6..1: the
+//     incoming register (i = 6) and the CRC segments, in pairs that one
+//     PCLMULQDQ pair multiplies.
+//   - An accumulator q_0..q_3 (q_0 first) ending D bits before the end is
+//     Σ q_j·x^(64(3-j)), so its V-part is Σ q_j·C(64(3-j) + D). Entries
+//     [6..9] hold C(64(3-j) + 8s), entries [10..13] C(64(3-j) + 16s), in the
+//     order VPCLMULQDQ pairs them with q_0..q_3.
+//   - The last segment (D = 0) needs no row: its first 16 bytes fold by
+//     foldTable.Fold[1] and its last 16 are V-parts as they are.
+
+package main
+
+import (
+	"bytes"
+	"fmt"
+
+	"github.com/difctl/difctl/kernels/_asm/internal/scaffold"
+	"github.com/difctl/difctl/kernels/internal/crcmath"
+)
+
+const (
+	segUnit = 32   // the segment length is a multiple of the lockstep step
+	maxSeg  = 2048 // the longest segment of the table hybridK
+	bigSeg  = 8192 // the segment of the whole chunks of long inputs
+)
+
+// hybridConsts is zhybrid_consts_amd64.go of crc32c.
+func hybridConsts(warning string) ([]byte, error) {
+	p := crcmath.CRC32C
+	c := func(k int) uint64 { return crcmath.C(p, uint64(k)) }
+
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "%s\n\n", warning)
+	fmt.Fprintf(&b, "//go:build !purego\n\npackage crc32c\n\n")
+	fmt.Fprintf(&b, "const (\n")
+	fmt.Fprintf(&b, "\t// hybridSegUnit is the granule of the segment length s.\n\thybridSegUnit = %d\n", segUnit)
+	fmt.Fprintf(&b, "\t// hybridMaxSeg is the longest segment of hybridK.\n\thybridMaxSeg = %d\n", maxSeg)
+	fmt.Fprintf(&b, "\t// hybridBigSeg is the segment of the whole chunks of long inputs (hybridKBig).\n\thybridBigSeg = %d\n", bigSeg)
+	fmt.Fprintf(&b, ")\n\n")
+	fmt.Fprintf(&b, "// hybridK[j] merges a chunk of six segments of s = %d·(j+1) bytes, with\n", segUnit)
+	fmt.Fprintf(&b, "// C(k) = Reflect(x^(k-1) mod P, 64) (see kernels/_asm/crcgen):\n")
+	fmt.Fprintf(&b, "// [0..5] C(8·i·s-64) for i = 6..1; [6..9] C(64·(3-j)+8s) and\n")
+	fmt.Fprintf(&b, "// [10..13] C(64·(3-j)+16s) for j = 0..3.\n")
+	row := func(s int) {
+		fmt.Fprintf(&b, "\t{ // s = %d\n\t\t", s)
+		for i := 6; i >= 1; i-- {
+			fmt.Fprintf(&b, "%#016x, ", c(8*i*s-64))
+		}
+		fmt.Fprintf(&b, "\n\t\t")
+		for _, d := range []int{8 * s, 16 * s} {
+			for q := 0; q < 4; q++ {
+				fmt.Fprintf(&b, "%#016x, ", c(64*(3-q)+d))
+			}
+		}
+		fmt.Fprintf(&b, "\n\t},\n")
+	}
+	fmt.Fprintf(&b, "var hybridK = [%d][14]uint64{\n", maxSeg/segUnit)
+	for j := 0; j < maxSeg/segUnit; j++ {
+		row(segUnit * (j + 1))
+	}
+	fmt.Fprintf(&b, "}\n\n")
+	fmt.Fprintf(&b, "// hybridKBig is the row of hybridK's form for s = hybridBigSeg.\n")
+	fmt.Fprintf(&b, "var hybridKBig = [1][14]uint64{\n")
+	row(bigSeg)
+	fmt.Fprintf(&b, "}\n")
+	return scaffold.Go(b.Bytes())
+}

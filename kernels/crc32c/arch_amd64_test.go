@@ -1,0 +1,31 @@
+//go:build !purego
+
+package crc32c
+
+import (
+	"golang.org/x/sys/cpu"
+
+	"github.com/difctl/difctl/kernels/internal/kerneltest"
+	"github.com/difctl/difctl/kernels/internal/x86"
+)
+
+// archCutoffs are the lengths where the amd64 implementations change
+// strategy; the harness tests around each: those of the avx512 fold kernel
+// and those of the kernels that mix CRC32 streams with folds (the chunk
+// kernels from hybridMin bytes, six blocks at once from hybridBlocksMin; the
+// README's "Kernel cutoffs" has the measurements behind them).
+var archCutoffs = append([]int{
+	hybridMin, hybridBlocksMin,
+	6 * hybridSegUnit,                      // the tail is under one step of all six segments
+	6 * hybridMaxSeg, 6*hybridMaxSeg + 192, // chunks of hybridMaxSeg segments
+	6 * hybridBigSeg, 6*hybridBigSeg + 192, // chunks of hybridBigSeg segments
+}, foldCutoffs...)
+
+// archWants are the amd64 implementations, best first: the avx512 fold
+// kernel, then the kernels that mix CRC32 streams with folds.
+var archWants = []kerneltest.Want{
+	kerneltest.FoldWants()[0],
+	{Name: "avx2", Can: cpu.X86.HasSSE42 && cpu.X86.HasSSE41 && cpu.X86.HasPCLMULQDQ && cpu.X86.HasAVX2 && x86.HasVPCLMULQDQ},
+	{Name: "pclmul", Can: cpu.X86.HasSSE42 && cpu.X86.HasSSE41 && cpu.X86.HasPCLMULQDQ},
+	{Name: "generic", Can: true},
+}

@@ -1,7 +1,0 @@
-//go:build (!amd64 && !arm64) || purego
-
-package crc64nvme
-
-// archCutoffs are the lengths where this architecture's implementations
-// change strategy; the harness tests around each.
-var archCutoffs []int
