@@ -224,8 +224,9 @@ type laneKernel struct {
 	state func(h *laneBuf, l int, r0, r1 uint64) state
 }
 
-// laneBuf holds the accumulators of either lane form (20 or 24 words).
-type laneBuf [24]uint64
+// laneBuf holds the accumulators of any lane kernel: 20 words (AVX2), 24
+// (IFMA) or 26 (hybrid).
+type laneBuf [26]uint64
 
 // blocksLanes is the batch call over a lane kernel: groups of kern.lanes
 // blocks through the kernel, the blocks left over and every block's final
