@@ -62,8 +62,8 @@ func splitBig(x *big.Int, bits uint, n int) []uint64 {
 // polyLayout describes one lane kernel to the test.
 type polyLayout struct {
 	fn     string
-	lanes  int  // vector lanes
-	scalar int  // blocks in general registers (h[20+3i:23+3i], the generic form)
+	lanes  int // vector lanes
+	scalar int // blocks in general registers (h[20+3i:23+3i], the generic form)
 	limbs  int
 	bits   uint // radix 2^bits
 	hWords int  // words of h
