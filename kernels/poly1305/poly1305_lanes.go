@@ -201,6 +201,12 @@ func laneToState(h *laneState, l int, r0, r1 uint64) state {
 	for k := range 5 {
 		x[k] = h[4*k+l]
 	}
+	return limbsToState(x, r0, r1)
+}
+
+// limbsToState returns x (five radix-2^26 limbs, each below 2^27) in the
+// generic form, below 2^130 + 2^26 and congruent to x, with r.
+func limbsToState(x [5]uint64, r0, r1 uint64) state {
 	for k := range 4 {
 		carry(&x, k, k+1, false)
 	}
