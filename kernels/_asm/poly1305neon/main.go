@@ -161,10 +161,13 @@ func (g *gen) mul(acc bool, k, i, w int) {
 	g.ins("WORD $0x%08x // %s V%d.2D, V%d.2S, V%d.S[%d]", encodeMulElem(acc, vD+k, vX+i, vKey+w/4, w%4), op, vD+k, vX+i, vKey+w/4, w%4)
 }
 
-// mulAdd adds x·r^(j+1) to d (x narrowed in V10..V14); first sets d.
+// mulAdd adds x·r^(j+1) to d (x narrowed in V10..V14); first sets d. The
+// products go limb of x by limb of x, so that consecutive multiplies feed
+// five different sums: an in-order core (Cortex-A53, A55) then issues one
+// per cycle instead of waiting on each accumulation.
 func (g *gen) mulAdd(j int, first bool) {
-	for k := 0; k < limbs; k++ {
-		for i := 0; i < limbs; i++ {
+	for i := 0; i < limbs; i++ {
+		for k := 0; k < limbs; k++ {
 			g.mul(!(first && i == 0), k, i, keyWord(j, i, k))
 		}
 	}
