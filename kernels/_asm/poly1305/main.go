@@ -1,7 +1,7 @@
 // Command poly1305 generates the amd64 lane kernels of kernels/poly1305:
 // the Poly1305 accumulators of several blocks evaluated side by side under
 // one shared r. lanesAVX2 puts four blocks in the 64-bit lanes of YMM
-// registers (radix 2^26, below); lanesHybridAVX2 adds a fifth block in
+// registers (radix 2^26, below); lanesHybridAVX2 adds two more blocks in
 // general registers (see lanesAVX2 and scalarChunk); lanesIFMA puts eight in
 // ZMM registers with 52-bit multiplies (radix 2^44, see lanesIFMA's
 // comment).

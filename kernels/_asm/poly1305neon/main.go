@@ -82,8 +82,7 @@ const (
 // Key layout (poly1305.neonKey, 20 32-bit words in V20..V24): for power j
 // (0: r, 1: r^2) at word 9j: R(j,0..4), the limbs of r^(j+1), then S(j,1..4)
 // = 5·R(j,1..4); words 18 and 19 are zero.
-const keyWords = 20
-
+//
 // keyWord is the word of the key table limb i of h multiplies for d_k
 // under r^(j+1): R(j, k-i) if i <= k, else S(j, k-i+5), because h_i·r_m
 // with i+m >= 5 carries weight 2^(26(i+m)) = 2^130·2^(26(i+m-5)) ≡
