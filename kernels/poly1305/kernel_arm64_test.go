@@ -24,7 +24,7 @@ func TestLanesNEONModel(t *testing.T) {
 				got[i] = uint64(i)*12345%(1<<26) + uint64(i%2)<<26
 			}
 			want = got
-			lanesNEON((*[10]uint64)(&got), p, stride, chunks, (*[10]uint64)(&k.neon))
+			lanesNEON((*[10]uint64)(&got), p, stride, chunks, (*[18]uint64)(&k.neon))
 			neonModel(&want, p, stride, chunks, &k.lanes)
 			if got != want {
 				t.Fatalf("chunks=%d stride=%d: kernel %x, model %x", chunks, stride, got, want)
@@ -41,7 +41,7 @@ func BenchmarkLanesNEON(b *testing.B) {
 	var h neonState
 	b.SetBytes(int64(len(p)))
 	for b.Loop() {
-		lanesNEON((*[10]uint64)(&h), p, 4096, 256, (*[10]uint64)(&k.neon))
+		lanesNEON((*[10]uint64)(&h), p, 4096, 256, (*[18]uint64)(&k.neon))
 	}
 	sinkTag[0] = byte(h[0])
 }

@@ -21,7 +21,7 @@ func registerArch() {
 // lanesNEON absorbs chunks 16-byte chunks of each of two blocks, block l at
 // p[l*stride:][:16*chunks], each chunk with the 2^128 pad bit, into the
 // accumulators h (neonState: limb k of block l at h[2k+l], radix 2^26):
-// what neonModel computes, two chunks per step under r^2 and r from key
+// what neonModel computes, four chunks per step under r^4..r from key
 // (neonKey).
 //
 // Preconditions: chunks >= 0; len(p) >= stride + 16*chunks; the limbs of
@@ -29,7 +29,7 @@ func registerArch() {
 // chunks.
 //
 //go:noescape
-func lanesNEON(h *[10]uint64, p []byte, stride, chunks int, key *[10]uint64)
+func lanesNEON(h *[10]uint64, p []byte, stride, chunks int, key *[18]uint64)
 
 func blocksNEON(k *polyKey, acc [][2]uint64, h *laneBuf, ad []byte, adLen int, p []byte, blockLen, stride int) {
 	blocksLanes(&kernelNEON, k, acc, h, ad, adLen, p, blockLen, stride)
@@ -38,7 +38,7 @@ func blocksNEON(k *polyKey, acc [][2]uint64, h *laneBuf, ad []byte, adLen int, p
 var kernelNEON = laneKernel{
 	lanes: neonLanes,
 	absorb: func(h *laneBuf, p []byte, stride, chunks int, k *polyKey) {
-		lanesNEON((*[10]uint64)(h[:10]), p, stride, chunks, (*[10]uint64)(&k.neon))
+		lanesNEON((*[10]uint64)(h[:10]), p, stride, chunks, (*[18]uint64)(&k.neon))
 	},
 	state: func(h *laneBuf, l int, r0, r1 uint64) state { return neonToState(neonStateOf(h), l, r0, r1) },
 }

@@ -91,8 +91,8 @@ func TestGeneratedWords(t *testing.T) {
 		}
 		n++
 	}
-	// Pair step 50 multiplies, single step 25.
-	if n != 75 {
-		t.Errorf("%d multiplies, want 75", n)
+	// Quad step 100 multiplies, pair step 50, single step 25.
+	if n != 175 {
+		t.Errorf("%d multiplies, want 175", n)
 	}
 }
