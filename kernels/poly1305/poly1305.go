@@ -61,9 +61,10 @@
 //     instructions interleaved by the generator, for CPUs whose vector
 //     multiplier is the bottleneck while the integer one idles: on the build
 //     machine (AMD EPYC, Zen 2) 6.1-6.5 cycles per 16-byte chunk of a block
-//     against avx2's 7.8, 1.17-1.22 times its speed (BenchmarkHybridOverAVX2),
-//     but no faster when the core's other hardware thread is busy, since
-//     then the two threads share the dispatch width the scalar lanes use.
+//     against avx2's 7.8, 1.14-1.26 times its speed (BenchmarkHybridOverAVX2),
+//     1.21-1.22 inside Blocks (BenchmarkHybridBlocks); under heavy load from
+//     other processes it measured 0.90-0.94, its scalar lanes costing
+//     dispatch slots (23.9 instructions per chunk of a block, avx2's 18.75).
 //   - avx2: the four YMM lanes alone.
 //   - neon (arm64): two blocks in the 64-bit lanes of the 128-bit vector
 //     registers, radix 2^26, UMULL/UMLAL by element. Go's arm64 assembler
