@@ -347,7 +347,7 @@ func (k *keyed) fold(x *store.Txn, commit func(bool) error) error {
 			for j < ovP && hasBit(pg.mask[:], j) {
 				j++
 			}
-			if err := x.WriteTags(uint64(p*ovP+int64(i)), pg.tags[i:j]); err != nil {
+			if err := x.WriteTags(p*ovP+int64(i), pg.tags[i:j]); err != nil {
 				return err
 			}
 			if err := commit(false); err != nil {
@@ -465,7 +465,7 @@ func (v *Volume) readCommitted(lba int64, dst []store.KeyedTag) error {
 		k.cache.mu.Unlock()
 		pn := min(P, v.blocks-ps)
 		tags := make([]store.KeyedTag, pn)
-		err := v.tup.ReadTags(uint64(ps), tags)
+		err := v.tup.ReadTags(ps, tags)
 		var me *store.PageMACError
 		switch {
 		case errors.As(err, &me):
@@ -748,7 +748,7 @@ func (v *Volume) newKeyedRecovery(ins []store.Intent) (*keyedRecovery, error) {
 // load reads the committed tags of the chunk of n blocks at c0.
 func (kr *keyedRecovery) load(c0 int64, n int) error {
 	kr.pageBad = false
-	err := kr.v.tup.ReadTags(uint64(c0), kr.committed[:n])
+	err := kr.v.tup.ReadTags(c0, kr.committed[:n])
 	if errors.Is(err, store.ErrPageMAC) {
 		kr.pageBad = true
 		return nil
@@ -836,7 +836,7 @@ func (v *Volume) protectTags(lba int64, n int, data []byte) error {
 		return err
 	}
 	x := v.tup.NewTxn()
-	if err := x.WriteTags(uint64(lba), tags); err != nil {
+	if err := x.WriteTags(lba, tags); err != nil {
 		x.Abort()
 		return err
 	}

@@ -239,7 +239,7 @@ func (k *keyedVol) attackerWrite(name string, lba int64, data []byte) {
 	if m.SectorSums {
 		sums = []uint32{crc32c.Checksum(data)}
 	}
-	if err := tp.WriteRange(uint64(lba), tuple, sums, true); err != nil {
+	if err := tp.WriteRange(lba, tuple, sums, true); err != nil {
 		t.Fatal(err)
 	}
 }

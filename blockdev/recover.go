@@ -60,7 +60,7 @@ func (v *Volume) recover(ctx context.Context) error {
 		return fmt.Errorf("blockdev: recovery of volume %q: %w", v.opts.Name, err)
 	}
 	slices.SortStableFunc(ins, func(a, b store.Intent) int { return cmp.Compare(a.LBA, b.LBA) })
-	var maxN uint64
+	var maxN int64
 	for _, in := range ins {
 		maxN = max(maxN, in.N)
 	}
@@ -98,7 +98,7 @@ func (v *Volume) recover(ctx context.Context) error {
 	// Walk the union of the intents' ranges in chunks.
 	next := int64(0) // first block not yet examined
 	for k := 0; k < len(ins); k++ {
-		lo, hi := max(int64(ins[k].LBA), next), int64(ins[k].LBA+ins[k].N)
+		lo, hi := max(ins[k].LBA, next), ins[k].LBA+ins[k].N
 		for c0 := lo; c0 < hi; {
 			if err := ctx.Err(); err != nil {
 				return fail(err)
@@ -112,7 +112,7 @@ func (v *Volume) recover(ctx context.Context) error {
 			if v.sums {
 				sums = sc.sums[:n]
 			}
-			if _, err := v.tup.ReadRange(uint64(c0), sc.tuples[:n*ts], sums, sc.written); err != nil {
+			if _, err := v.tup.ReadRange(c0, sc.tuples[:n*ts], sums, sc.written); err != nil {
 				return fail(err)
 			}
 			if kr != nil {
@@ -124,22 +124,22 @@ func (v *Volume) recover(ctx context.Context) error {
 			clear(resolved)
 			// Candidates: intents overlapping [c0, c1), newest first.
 			cand = cand[:0]
-			first := sort.Search(len(ins), func(i int) bool { return int64(ins[i].LBA+maxN) > c0 })
-			for i := first; i < len(ins) && int64(ins[i].LBA) < c1; i++ {
-				if int64(ins[i].LBA+ins[i].N) > c0 {
+			first := sort.Search(len(ins), func(i int) bool { return ins[i].LBA+maxN > c0 })
+			for i := first; i < len(ins) && ins[i].LBA < c1; i++ {
+				if ins[i].LBA+ins[i].N > c0 {
 					cand = append(cand, &ins[i])
 				}
 			}
 			slices.SortFunc(cand, func(a, b *store.Intent) int { return cmp.Compare(b.Seq, a.Seq) })
 			for _, in := range cand {
-				s, t := max(int64(in.LBA), c0), min(int64(in.LBA+in.N), c1)
+				s, t := max(in.LBA, c0), min(in.LBA+in.N, c1)
 				for b := s; b < t; b++ {
 					i := int(b - c0)
 					setBit(covered, i)
 					if hasBit(resolved, i) {
 						continue
 					}
-					j := int(b - int64(in.LBA))
+					j := int(b - in.LBA)
 					var sum uint32
 					if v.sums {
 						sum = in.Sums[j]
@@ -173,11 +173,11 @@ func (v *Volume) recover(ctx context.Context) error {
 					if v.sums {
 						s = newS[i:j]
 					}
-					if err := x.WriteRange(uint64(b), newT[i*ts:j*ts], s); err != nil {
+					if err := x.WriteRange(b, newT[i*ts:j*ts], s); err != nil {
 						return fail(err)
 					}
 					if kr != nil {
-						if err := x.WriteTags(uint64(b), kr.newTags[i:j]); err != nil {
+						if err := x.WriteTags(b, kr.newTags[i:j]); err != nil {
 							return fail(err)
 						}
 					}

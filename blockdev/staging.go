@@ -327,7 +327,7 @@ func (s *staging) writeBatch(b *batch) error {
 		if s.sums {
 			sums = b.sums[e.slot : e.slot+e.n]
 		}
-		id, err := x.RecordIntent(uint64(e.lba), b.tuples[e.slot*s.ts:(e.slot+e.n)*s.ts], sums)
+		id, err := x.RecordIntent(e.lba, b.tuples[e.slot*s.ts:(e.slot+e.n)*s.ts], sums)
 		if err != nil {
 			x.Abort()
 			return err
@@ -427,7 +427,7 @@ func (s *staging) foldLocked() error {
 			if s.sums {
 				sums = pg.sums[i:j]
 			}
-			if err := x.WriteRange(uint64(p*ovP+int64(i)), pg.tuples[i*s.ts:j*s.ts], sums); err != nil {
+			if err := x.WriteRange(p*ovP+int64(i), pg.tuples[i*s.ts:j*s.ts], sums); err != nil {
 				x.Abort()
 				return err
 			}

@@ -439,8 +439,8 @@ func newVolume(dev Device, tup *store.Tuples, opts Options) (*Volume, error) {
 		return nil, mismatch("block size", strconv.Itoa(m.BlockSize), strconv.Itoa(f.BlockSize())+" (format)")
 	case m.TupleSize != f.TupleSize():
 		return nil, mismatch("tuple size", strconv.Itoa(m.TupleSize), strconv.Itoa(f.TupleSize())+" (format)")
-	case m.DeviceSize != uint64(dev.Size()):
-		return nil, mismatch("device size", strconv.FormatUint(m.DeviceSize, 10), strconv.FormatInt(dev.Size(), 10))
+	case m.DeviceSize != dev.Size():
+		return nil, mismatch("device size", strconv.FormatInt(m.DeviceSize, 10), strconv.FormatInt(dev.Size(), 10))
 	case opts.DeviceID != "" && opts.DeviceID != m.DeviceID:
 		return nil, mismatch("device id", strconv.Quote(m.DeviceID), strconv.Quote(opts.DeviceID))
 	case f.BlockSize()%dev.LogicalBlockSize() != 0:
@@ -452,7 +452,7 @@ func newVolume(dev Device, tup *store.Tuples, opts Options) (*Volume, error) {
 	}
 	v := &Volume{
 		dev: dev, tup: tup, man: m, opts: opts,
-		blocks:     int64(m.DeviceSize) / int64(f.BlockSize()),
+		blocks:     m.Blocks(),
 		blockCheck: manifestCheck(f, m),
 	}
 	v.stg = newStaging(dev, tup, &v.blockCheck, &v.opts, &v.fails, &v.st)

@@ -186,7 +186,7 @@ func (o *CreateOptions) manifest(dev Device) (store.Manifest, error) {
 	case o.SectorSums > SumsOff:
 		return bad("unknown sector sum policy %d", o.SectorSums)
 	}
-	m := store.NewManifest(f.String(), bs, f.TupleSize(), uint64(dev.Size()), o.DeviceID)
+	m := store.NewManifest(f.String(), bs, f.TupleSize(), dev.Size(), o.DeviceID)
 	m.InitialRefTag = o.InitialRefTag
 	m.AppTag, m.AppTagMask = o.AppTag, o.AppTagMask
 	m.Tool = o.Tool
@@ -277,14 +277,14 @@ func (v *Volume) protect(ctx context.Context, next int64, started time.Time, o *
 					return err
 				}
 			}
-			if ld != nil && ld.Next() != uint64(pos) {
+			if ld != nil && ld.Next() != pos {
 				if err := finishLoader(); err != nil {
 					return err
 				}
 			}
 			if ld == nil {
 				var err error
-				if ld, err = v.tup.NewLoader(uint64(pos)); err != nil {
+				if ld, err = v.tup.NewLoader(pos); err != nil {
 					return err
 				}
 			}

@@ -133,7 +133,7 @@ func ImportImage(ctx context.Context, src *PISource, dev Device, kv store.KV, op
 	case j.Op != store.OpImport:
 		return nil, nil, fmt.Errorf("blockdev: import into volume %q: %w", name, &store.InProgressError{Volume: name, Journal: *j})
 	default:
-		rep.Resumed, rep.Start, rep.Next = true, int64(j.Next), int64(j.Next)
+		rep.Resumed, rep.Start, rep.Next = true, j.Next, j.Next
 	}
 	if err := importBlocks(ctx, src, dev, tup, &opts, per, rep, report, &probs); err != nil {
 		return nil, rep, err
@@ -199,7 +199,7 @@ func importBlocks(ctx context.Context, src *PISource, dev Device, tup *store.Tup
 	var buf [5]Problem
 	pos := rep.Next
 	for pos < blocks {
-		l, err := tup.NewLoader(uint64(pos))
+		l, err := tup.NewLoader(pos)
 		if err != nil {
 			return wrap(pos, err)
 		}
@@ -308,11 +308,11 @@ func importBlocks(ctx context.Context, src *PISource, dev Device, tup *store.Tup
 			return wrap(pos, err)
 		}
 		for i, h := range holes {
-			if err := tup.Discard(uint64(h.LBA), uint64(h.N), i == len(holes)-1); err != nil {
+			if err := tup.Discard(h.LBA, h.N, i == len(holes)-1); err != nil {
 				return wrap(h.LBA, err)
 			}
 		}
-		if err := tup.AdvanceJournal(uint64(pos), true); err != nil {
+		if err := tup.AdvanceJournal(pos, true); err != nil {
 			return wrap(pos, err)
 		}
 		rep.Next = pos

@@ -164,7 +164,7 @@ func (v *Volume) loadRun(lba int64, n int, data []byte, sc *scratch) (loaded boo
 	if sc.req.storeTuples {
 		read = v.tup.ReadRange
 	}
-	cnt, err := read(uint64(lba), tuples, sums, sc.written)
+	cnt, err := read(lba, tuples, sums, sc.written)
 	if err != nil {
 		return false, fmt.Errorf("blockdev: reading the tuples of blocks [%d, %d): %w", lba, lba+int64(n), err)
 	}

@@ -143,11 +143,11 @@ func RemapVolume(ctx context.Context, dev Device, kv store.KV, newRefTag uint64,
 	if b := f.RefTagBits(); b < 64 && newRefTag>>b != 0 {
 		return nil, wrap(fmt.Errorf("new initial ref tag %#x does not fit %d bits", newRefTag, b))
 	}
-	rep := &RemapReport{From: m.InitialRefTag, To: newRefTag, Blocks: int64(m.Blocks())}
+	rep := &RemapReport{From: m.InitialRefTag, To: newRefTag, Blocks: m.Blocks()}
 	next := int64(0)
 	switch {
 	case j != nil:
-		rep.Resumed, rep.ResumedAt, next = true, int64(j.Next), int64(j.Next)
+		rep.Resumed, rep.ResumedAt, next = true, j.Next, j.Next
 	case f.Type() == dif.Type3:
 		rep.Nothing = RemapNothingType3
 	case rep.From == rep.To:
@@ -236,7 +236,7 @@ func rewriteRefTags(ctx context.Context, f dif.Format, tup *store.Tuples, next i
 		}
 		n := int(min(int64(chunk), rep.Blocks-lba))
 		tu := tuples[:n*ts]
-		if _, err := tup.ReadRange(uint64(lba), tu, nil, written); err != nil {
+		if _, err := tup.ReadRange(lba, tu, nil, written); err != nil {
 			return fmt.Errorf("blockdev: remap of volume %q: %w", name, err)
 		}
 		for i := range n {
@@ -264,7 +264,7 @@ func rewriteRefTags(ctx context.Context, f dif.Format, tup *store.Tuples, next i
 			}
 			rep.Rewritten++
 		}
-		if err := tup.RemapRange(uint64(lba), tu, false); err != nil {
+		if err := tup.RemapRange(lba, tu, false); err != nil {
 			return fmt.Errorf("blockdev: remap of volume %q: %w", name, err)
 		}
 		lba += int64(n)

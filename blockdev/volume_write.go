@@ -221,7 +221,7 @@ func (v *Volume) discardLocked(lba, n int64) error {
 		if sums != nil {
 			ks = sums[:k]
 		}
-		cnt, err := v.tup.ReadRange(uint64(b), kt, ks, written)
+		cnt, err := v.tup.ReadRange(b, kt, ks, written)
 		if err != nil {
 			return v.fail(err)
 		}
@@ -239,7 +239,7 @@ func (v *Volume) discardLocked(lba, n int64) error {
 				}
 			}
 			x := v.tup.NewTxn()
-			if iid, err = x.RecordIntent(uint64(b), kt, ks); err != nil {
+			if iid, err = x.RecordIntent(b, kt, ks); err != nil {
 				x.Abort()
 				return v.fail(err)
 			}
@@ -260,9 +260,9 @@ func (v *Volume) discardLocked(lba, n int64) error {
 			return v.fail(err)
 		}
 		x := v.tup.NewTxn()
-		err = x.Discard(uint64(b), uint64(k))
+		err = x.Discard(b, k)
 		if err == nil && v.kd != nil {
-			err = x.WriteTags(uint64(b), make([]store.KeyedTag, k))
+			err = x.WriteTags(b, make([]store.KeyedTag, k))
 		}
 		if err == nil && cnt > 0 {
 			err = x.DropIntent(iid)

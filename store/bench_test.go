@@ -59,7 +59,7 @@ var benchFormats = []struct {
 }
 
 func benchVolume(b *testing.B, kv store.KV, block, tuple int, format string, n int) (*store.Tuples, []byte, []uint32) {
-	m := store.NewManifest(format, block, tuple, uint64(n)*uint64(block), "bench")
+	m := store.NewManifest(format, block, tuple, int64(n)*int64(block), "bench")
 	tp, err := store.CreateTuples(kv, "bench", m)
 	if err != nil {
 		b.Fatal(err)
@@ -182,7 +182,7 @@ func BenchmarkTuplesRead(b *testing.B) {
 				total := 0
 				for b.Loop() {
 					for lba := 0; lba < n; lba += chunk {
-						c, err := tp.ReadRange(uint64(lba), dst, dsums, written)
+						c, err := tp.ReadRange(int64(lba), dst, dsums, written)
 						if err != nil {
 							b.Fatal(err)
 						}

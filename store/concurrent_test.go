@@ -29,7 +29,7 @@ func TestTuplesConcurrent(t *testing.T) {
 				wg.Go(func() {
 					for b := w; b < blocks; b += writers {
 						tu := bytes.Repeat([]byte{byte(w + 1)}, 8)
-						if err := tp.WriteRange(uint64(b), tu, []uint32{uint32(b)}, false); err != nil {
+						if err := tp.WriteRange(int64(b), tu, []uint32{uint32(b)}, false); err != nil {
 							errc <- err
 							return
 						}

@@ -34,8 +34,8 @@ const (
 // number that orders intents recorded over the same blocks (a larger Seq is
 // newer).
 type IntentID struct {
-	LBA uint64
-	N   uint64
+	LBA int64
+	N   int64
 	Seq uint64
 }
 
@@ -50,16 +50,16 @@ type Intent struct {
 
 // Tuple returns the intended tuple of block lba, which must lie in the
 // intent.
-func (in *Intent) Tuple(lba uint64) []byte {
-	ts := uint64(len(in.Tuples)) / in.N
+func (in *Intent) Tuple(lba int64) []byte {
+	ts := int64(len(in.Tuples)) / in.N
 	i := lba - in.LBA
 	return in.Tuples[i*ts : (i+1)*ts]
 }
 
 // intentChunk is the most blocks one intent record holds.
-func (t *Tuples) intentChunk() uint64 { return 4 * uint64(t.l.p) }
+func (t *Tuples) intentChunk() int64 { return 4 * int64(t.l.p) }
 
-func (t *Tuples) intentKey(lba, seq uint64) []byte {
+func (t *Tuples) intentKey(lba int64, seq uint64) []byte {
 	return binary.BigEndian.AppendUint64(u64Key(t.prefix, recIntent, lba), seq)
 }
 
@@ -67,7 +67,7 @@ func (t *Tuples) intentKey(lba, seq uint64) []byte {
 // with the given new tuples and sums (required iff the volume keeps sector
 // checksums). The committed tuples are untouched. It returns the intent's
 // ID, for DropIntent.
-func (x *Txn) RecordIntent(lba uint64, tuples []byte, sums []uint32) (IntentID, error) {
+func (x *Txn) RecordIntent(lba int64, tuples []byte, sums []uint32) (IntentID, error) {
 	if err := x.usable(); err != nil {
 		return IntentID{}, err
 	}
@@ -79,7 +79,7 @@ func (x *Txn) RecordIntent(lba uint64, tuples []byte, sums []uint32) (IntentID, 
 	if n == 0 {
 		return IntentID{}, fmt.Errorf("%w: empty intent", ErrInvalid)
 	}
-	id := IntentID{LBA: lba, N: uint64(n), Seq: t.seq.Add(1)}
+	id := IntentID{LBA: lba, N: int64(n), Seq: t.seq.Add(1)}
 	ts := t.l.ts
 	chunk := int(t.intentChunk())
 	for off := 0; off < n; off += chunk {
@@ -94,7 +94,7 @@ func (x *Txn) RecordIntent(lba uint64, tuples []byte, sums []uint32) (IntentID, 
 			}
 		}
 		v = binary.BigEndian.AppendUint32(v, crc32c.Checksum(v))
-		x.ops = append(x.ops, txnOp{kind: opSet, key: t.intentKey(lba+uint64(off), id.Seq), value: v})
+		x.ops = append(x.ops, txnOp{kind: opSet, key: t.intentKey(lba+int64(off), id.Seq), value: v})
 		x.size += len(v) + 32
 	}
 	return id, nil
@@ -109,7 +109,7 @@ func (x *Txn) DropIntent(id IntentID) error {
 		return err
 	}
 	chunk := x.t.intentChunk()
-	for off := uint64(0); off < id.N || off == 0; off += chunk {
+	for off := int64(0); off < id.N || off == 0; off += chunk {
 		x.ops = append(x.ops, txnOp{kind: opDelete, key: x.t.intentKey(id.LBA+off, id.Seq)})
 		x.size += 32
 	}
@@ -130,7 +130,7 @@ func (x *Txn) FoldIntent(in Intent) error {
 
 // scanIntentKeys calls fn for every intent record whose first block lies in
 // [lba-intentChunk+1, lba+n), in (LBA, Seq) order.
-func (t *Tuples) scanIntentKeys(lba, n uint64, fn func(lba, seq uint64, v []byte) error) error {
+func (t *Tuples) scanIntentKeys(lba, n int64, fn func(lba int64, seq uint64, v []byte) error) error {
 	lo := lba - min(lba, t.intentChunk()-1)
 	hiKey := u64Key(t.prefix, recIntent, lba+n)
 	if lba+n < lba { // overflow: scan to the end of the intents
@@ -147,14 +147,18 @@ func (t *Tuples) scanIntentKeys(lba, n uint64, fn func(lba, seq uint64, v []byte
 		if len(k) != plen+16 {
 			return &CorruptError{Volume: t.volume, Record: fmt.Sprintf("intent key %x", k), Reason: "bad key length"}
 		}
-		if err := fn(binary.BigEndian.Uint64(k[plen:]), binary.BigEndian.Uint64(k[plen+8:]), it.Value()); err != nil {
+		klba := keyInt(k[plen:])
+		if klba < 0 {
+			return &CorruptError{Volume: t.volume, Record: fmt.Sprintf("intent key %x", k), Reason: "block number out of range"}
+		}
+		if err := fn(klba, binary.BigEndian.Uint64(k[plen+8:]), it.Value()); err != nil {
 			return err
 		}
 	}
 	return it.Err()
 }
 
-func (t *Tuples) decodeIntent(lba, seq uint64, v []byte) (Intent, error) {
+func (t *Tuples) decodeIntent(lba int64, seq uint64, v []byte) (Intent, error) {
 	corrupt := func(format string, args ...any) error {
 		return &CorruptError{Volume: t.volume, Record: fmt.Sprintf("intent lba=%d seq=%d", lba, seq), Reason: fmt.Sprintf(format, args...)}
 	}
@@ -164,12 +168,12 @@ func (t *Tuples) decodeIntent(lba, seq uint64, v []byte) (Intent, error) {
 	if v[0] != intentMagic || v[1] != intentVersion || v[2] != t.l.flags() || int(v[3]) != t.l.ts {
 		return Intent{}, corrupt("header %x does not match the manifest", v[:4])
 	}
-	n := uint64(binary.BigEndian.Uint32(v[4:]))
-	per := uint64(t.l.ts)
+	n := int64(binary.BigEndian.Uint32(v[4:]))
+	per := int64(t.l.ts)
 	if t.l.sums {
 		per += 4
 	}
-	if n == 0 || n > t.intentChunk() || uint64(len(v)) != intentHeader+n*per+4 {
+	if n == 0 || n > t.intentChunk() || int64(len(v)) != intentHeader+n*per+4 {
 		return Intent{}, corrupt("%d blocks in %d bytes", n, len(v))
 	}
 	crcOff := len(v) - 4
@@ -192,13 +196,18 @@ func (t *Tuples) decodeIntent(lba, seq uint64, v []byte) (Intent, error) {
 // Intents yields the open intent records overlapping blocks [lba, lba+n),
 // ordered by first LBA then sequence number, from one snapshot. Long intents
 // appear as several records (each at most 4*PageTuples blocks) sharing a
-// Seq. Iteration stops at the first error, which is yielded.
-func (t *Tuples) Intents(lba, n uint64) iter.Seq2[Intent, error] {
+// Seq. Iteration stops at the first error, which is yielded: an
+// ErrOutOfRange error first for a negative lba or n.
+func (t *Tuples) Intents(lba, n int64) iter.Seq2[Intent, error] {
+	if lba < 0 || n < 0 {
+		err := t.checkRange(lba, n)
+		return func(yield func(Intent, error) bool) { yield(Intent{}, err) }
+	}
 	lba = min(lba, t.blocks)
 	n = min(n, t.blocks-lba)
 	return func(yield func(Intent, error) bool) {
 		stop := fmt.Errorf("stop")
-		err := t.scanIntentKeys(lba, n, func(ilba, seq uint64, v []byte) error {
+		err := t.scanIntentKeys(lba, n, func(ilba int64, seq uint64, v []byte) error {
 			in, err := t.decodeIntent(ilba, seq, v)
 			if err != nil {
 				return err

@@ -95,9 +95,9 @@ var (
 // copied from another page or volume. It matches ErrPageMAC.
 type PageMACError struct {
 	Volume string
-	Record string   // "tag page 3", "generation"
-	Page   uint64   // the (first) tag page, for tag pages
-	Pages  []uint64 // every tag page of the read that failed, ReadTags only
+	Record string  // "tag page 3", "generation"
+	Page   int64   // the (first) tag page, for tag pages
+	Pages  []int64 // every tag page of the read that failed, ReadTags only
 }
 
 func (e *PageMACError) Error() string {
@@ -196,28 +196,28 @@ func (t *Tuples) needKeyed(write bool) error {
 	return nil
 }
 
-func (t *Tuples) tagPageKey(page uint64) []byte { return u64Key(t.prefix, recTagPage, page) }
+func (t *Tuples) tagPageKey(page int64) []byte { return u64Key(t.prefix, recTagPage, page) }
 
-func (t *Tuples) tagIntentKey(lba, seq uint64) []byte {
+func (t *Tuples) tagIntentKey(lba int64, seq uint64) []byte {
 	return binary.BigEndian.AppendUint64(u64Key(t.prefix, recTagIntent, lba), seq)
 }
 
 func (t *Tuples) tagPageSize() int { return tagHeader + t.l.p*TagRecordSize + pageMACLen + 4 }
 
 // pageMAC computes the MAC of a tag page's bytes before the MAC.
-func (t *Tuples) pageMAC(key []byte, page uint64, body []byte) []byte {
+func (t *Tuples) pageMAC(key []byte, page int64, body []byte) []byte {
 	h := hmac.New(sha256.New, key)
 	h.Write([]byte("difctl.store.tagpage.v1"))
 	h.Write(t.k.uid[:])
 	var pb [8]byte
-	binary.BigEndian.PutUint64(pb[:], page)
+	binary.BigEndian.PutUint64(pb[:], uint64(page)) // page >= 0: checked by the caller
 	h.Write(pb[:])
 	h.Write(body)
 	return h.Sum(nil)
 }
 
 // encodeTagPage appends the sealed value of a tag page to dst.
-func (t *Tuples) encodeTagPage(dst []byte, key []byte, page uint64, recs []KeyedTag) []byte {
+func (t *Tuples) encodeTagPage(dst []byte, key []byte, page int64, recs []KeyedTag) []byte {
 	start := len(dst)
 	dst = append(dst, tagPageMagic, tagPageVersion, 0, 0)
 	dst = binary.BigEndian.AppendUint32(dst, uint32(t.l.p))
@@ -244,7 +244,7 @@ func decodeTagRecords(dst []KeyedTag, src []byte) {
 
 // checkTagPage validates a stored tag page: length, header, CRC and, with
 // the page key, its MAC.
-func (t *Tuples) checkTagPage(page uint64, v []byte, key []byte) error {
+func (t *Tuples) checkTagPage(page int64, v []byte, key []byte) error {
 	rec := fmt.Sprintf("tag page %d", page)
 	corrupt := func(format string, args ...any) error {
 		return &CorruptError{Volume: t.volume, Record: rec, Reason: fmt.Sprintf(format, args...)}
@@ -276,16 +276,16 @@ func (t *Tuples) checkTagPage(page uint64, v []byte, key []byte) error {
 // the caller can check each block's tag and tell which it cannot trust.
 // Without the key only the CRC-32C is checked. A block without a tag reads
 // as Gen 0.
-func (t *Tuples) ReadTags(lba uint64, dst []KeyedTag) error {
+func (t *Tuples) ReadTags(lba int64, dst []KeyedTag) error {
 	if err := t.needKeyed(false); err != nil {
 		return err
 	}
-	n := uint64(len(dst))
+	n := int64(len(dst))
 	if err := t.checkRange(lba, n); err != nil || n == 0 {
 		return err
 	}
 	key := t.macKey()
-	P := uint64(t.l.p)
+	P := int64(t.l.p)
 	first, last := lba/P, (lba+n-1)/P
 	it, err := t.kv.NewIter(t.tagPageKey(first), t.tagPageKey(last+1))
 	if err != nil {
@@ -300,7 +300,7 @@ func (t *Tuples) ReadTags(lba uint64, dst []KeyedTag) error {
 		if len(k) != plen+8 {
 			return &CorruptError{Volume: t.volume, Record: fmt.Sprintf("tag page key %x", k), Reason: "bad key length"}
 		}
-		page := binary.BigEndian.Uint64(k[plen:])
+		page := keyInt(k[plen:])
 		v := it.Value()
 		if err := t.checkTagPage(page, v, key); err != nil {
 			me, ok := err.(*PageMACError)
@@ -332,17 +332,17 @@ func (t *Tuples) ReadTags(lba uint64, dst []KeyedTag) error {
 // lba+len(tags)). Tags with Gen 0 clear them (a discard). It needs the page
 // key. The tag pages are written in the transaction's KV batch, beside its
 // tuple pages.
-func (x *Txn) WriteTags(lba uint64, tags []KeyedTag) error {
+func (x *Txn) WriteTags(lba int64, tags []KeyedTag) error {
 	if err := x.usable(); err != nil {
 		return err
 	}
 	if err := x.t.needKeyed(true); err != nil {
 		return err
 	}
-	if err := x.t.checkRange(lba, uint64(len(tags))); err != nil || len(tags) == 0 {
+	if err := x.t.checkRange(lba, int64(len(tags))); err != nil || len(tags) == 0 {
 		return err
 	}
-	x.ops = append(x.ops, txnOp{kind: opTags, lba: lba, n: uint64(len(tags)), tags: append([]KeyedTag(nil), tags...)})
+	x.ops = append(x.ops, txnOp{kind: opTags, lba: lba, n: int64(len(tags)), tags: append([]KeyedTag(nil), tags...)})
 	x.size += len(tags) * TagRecordSize
 	return nil
 }
@@ -352,9 +352,9 @@ func (x *Txn) WriteTags(lba uint64, tags []KeyedTag) error {
 // Caller holds t.mu.
 func (t *Tuples) commitTags(b Batch, ops []txnOp) error {
 	var key []byte
-	P := uint64(t.l.p)
-	pages := make(map[uint64][]KeyedTag)
-	var order []uint64
+	P := int64(t.l.p)
+	pages := make(map[int64][]KeyedTag)
+	var order []int64
 	for _, op := range ops {
 		if op.kind != opTags {
 			continue
@@ -406,11 +406,11 @@ func (x *Txn) RecordTagIntent(id IntentID, tags []KeyedTag) error {
 	if err := t.needKeyed(true); err != nil {
 		return err
 	}
-	if uint64(len(tags)) != id.N || id.N == 0 {
+	if int64(len(tags)) != id.N || id.N == 0 {
 		return fmt.Errorf("%w: %d keyed tags for an intent of %d blocks", ErrInvalid, len(tags), id.N)
 	}
 	chunk := t.intentChunk()
-	for off := uint64(0); off < id.N; off += chunk {
+	for off := int64(0); off < id.N; off += chunk {
 		c := min(chunk, id.N-off)
 		v := make([]byte, 0, tagHeader+int(c)*TagRecordSize+4)
 		v = append(v, tagIntMagic, tagIntVersion, 0, 0)
@@ -426,7 +426,7 @@ func (x *Txn) RecordTagIntent(id IntentID, tags []KeyedTag) error {
 // dropTagIntent stages deleting the tag intent records of id.
 func (x *Txn) dropTagIntent(id IntentID) {
 	chunk := x.t.intentChunk()
-	for off := uint64(0); off < id.N || off == 0; off += chunk {
+	for off := int64(0); off < id.N || off == 0; off += chunk {
 		x.ops = append(x.ops, txnOp{kind: opDelete, key: x.t.tagIntentKey(id.LBA+off, id.Seq)})
 		x.size += 32
 	}
@@ -455,7 +455,7 @@ func (t *Tuples) TagIntent(in IntentID) ([]KeyedTag, error) {
 	if len(v) < tagHeader+4 || v[0] != tagIntMagic || v[1] != tagIntVersion {
 		return nil, corrupt("bad header")
 	}
-	n := uint64(binary.BigEndian.Uint32(v[4:]))
+	n := int64(binary.BigEndian.Uint32(v[4:]))
 	if n != in.N || len(v) != tagHeader+int(n)*TagRecordSize+4 {
 		return nil, corrupt("%d blocks in %d bytes, intent has %d", n, len(v), in.N)
 	}

@@ -16,7 +16,7 @@ const (
 )
 
 func keyedManifest(blocks int) store.Manifest {
-	m := store.NewManifest("512+8:crc16:type1:pi-last", 512, 8, uint64(blocks)*512, "dev")
+	m := store.NewManifest("512+8:crc16:type1:pi-last", 512, 8, int64(blocks)*512, "dev")
 	m.PageTuples = 64
 	m.KeyCheck, m.VolumeUID = testCheck, testUID
 	return m
@@ -49,7 +49,7 @@ func tagsFor(lba, n int, gen uint64) []store.KeyedTag {
 func writeTags(t *testing.T, tp *store.Tuples, lba int, tags []store.KeyedTag) {
 	t.Helper()
 	x := tp.NewTxn()
-	if err := x.WriteTags(uint64(lba), tags); err != nil {
+	if err := x.WriteTags(int64(lba), tags); err != nil {
 		t.Fatal(err)
 	}
 	if err := x.Commit(true); err != nil {
@@ -150,7 +150,7 @@ func TestKeyedTagsRoundTrip(t *testing.T) {
 			clear(want[20:23])
 			for _, r := range [][2]int{{0, 200}, {63, 2}, {199, 1}, {5, 100}} {
 				got := make([]store.KeyedTag, r[1])
-				if err := tp.ReadTags(uint64(r[0]), got); err != nil {
+				if err := tp.ReadTags(int64(r[0]), got); err != nil {
 					t.Fatal(err)
 				}
 				for i := range got {
@@ -209,7 +209,7 @@ func TestKeyedPageTamper(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		edit  func(t *testing.T, kv store.KV)
-		page  uint64
+		page  int64
 		isMAC bool
 	}{
 		{"forged-tag", func(t *testing.T, kv store.KV) {
@@ -316,8 +316,8 @@ func TestKeyedTagIntents(t *testing.T) {
 		}
 		off := in.LBA - 100
 		for i := range got {
-			if got[i] != tags[off+uint64(i)] {
-				t.Fatalf("intent block %d: %+v, want %+v", in.LBA+uint64(i), got[i], tags[off+uint64(i)])
+			if got[i] != tags[off+int64(i)] {
+				t.Fatalf("intent block %d: %+v, want %+v", in.LBA+int64(i), got[i], tags[off+int64(i)])
 			}
 		}
 		records++

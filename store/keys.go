@@ -51,9 +51,17 @@ func recKey(prefix []byte, typ byte, suffix ...byte) []byte {
 	return append(k, suffix...)
 }
 
-func u64Key(prefix []byte, typ byte, v uint64) []byte {
-	return binary.BigEndian.AppendUint64(recKey(prefix, typ), v)
+// u64Key returns prefix|typ|v with v (an LBA, a page number or a block count,
+// never negative) as a big-endian uint64: the one place where the store's
+// int64 block numbers meet their on-disk encoding. keyInt is its inverse.
+func u64Key(prefix []byte, typ byte, v int64) []byte {
+	return binary.BigEndian.AppendUint64(recKey(prefix, typ), uint64(v))
 }
+
+// keyInt decodes the big-endian block number u64Key wrote. A stored value
+// beyond math.MaxInt64 (only a damaged key) decodes as negative, and every
+// caller's range check refuses it.
+func keyInt(b []byte) int64 { return int64(binary.BigEndian.Uint64(b)) }
 
 // prefixEnd returns the smallest key greater than every key starting with p
 // (nil if there is none).

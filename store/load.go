@@ -31,11 +31,11 @@ import (
 type Loader struct {
 	t     *Tuples
 	bw    BulkWriter
-	start uint64 // first block of the range
-	next  uint64 // next block Write fills
+	start int64 // first block of the range
+	next  int64 // next block Write fills
 
 	pb     *pageBuf // page being filled
-	page   uint64   // its page number
+	page   int64    // its page number
 	lo, hi int      // its loaded slots [lo, hi); lo == hi when none
 	enc    *[]byte
 
@@ -50,7 +50,7 @@ type Loader struct {
 
 // NewLoader starts a bulk load of the committed tuples of blocks from lba
 // on. Call Write to add blocks, then Finish or Abort.
-func (t *Tuples) NewLoader(lba uint64) (*Loader, error) {
+func (t *Tuples) NewLoader(lba int64) (*Loader, error) {
 	if err := t.checkRange(lba, 0); err != nil {
 		return nil, err
 	}
@@ -66,7 +66,7 @@ func (t *Tuples) NewLoader(lba uint64) (*Loader, error) {
 // sector checksums) as the committed tuples of blocks
 // [lba, lba+len(tuples)/TupleSize), all or nothing: NewLoader, Write and
 // Finish in one call, with the rules of Loader.
-func (t *Tuples) LoadRange(lba uint64, tuples []byte, sums []uint32, sync bool) error {
+func (t *Tuples) LoadRange(lba int64, tuples []byte, sums []uint32, sync bool) error {
 	l, err := t.NewLoader(lba)
 	if err != nil {
 		return err
@@ -79,7 +79,7 @@ func (t *Tuples) LoadRange(lba uint64, tuples []byte, sums []uint32, sync bool) 
 }
 
 // Next returns the block the next Write starts at.
-func (l *Loader) Next() uint64 { return l.next }
+func (l *Loader) Next() int64 { return l.next }
 
 func (l *Loader) usable() error {
 	if l.done {
@@ -101,7 +101,7 @@ func (l *Loader) Write(tuples []byte, sums []uint32) error {
 	if err != nil {
 		return err
 	}
-	P := uint64(t.l.p)
+	P := int64(t.l.p)
 	ts := t.l.ts
 	for i := 0; i < n; {
 		page, ps := l.next/P, int(l.next%P)
@@ -116,7 +116,7 @@ func (l *Loader) Write(tuples []byte, sums []uint32) error {
 		}
 		fillBits(l.pb.bits, ps, c, true)
 		l.hi += c
-		l.next += uint64(c)
+		l.next += int64(c)
 		i += c
 		if l.hi == t.l.p {
 			if err := l.flushPage(false); err != nil {
@@ -208,7 +208,7 @@ func (l *Loader) finishLocked(sync bool) error {
 		}
 		if !bytes.Equal(v, l.headVal) {
 			return fmt.Errorf("%w: volume %q: bulk load of blocks [%d, %d): page %d was committed to during the load",
-				ErrConflict, t.volume, l.start, l.next, l.start/uint64(t.l.p))
+				ErrConflict, t.volume, l.start, l.next, l.start/int64(t.l.p))
 		}
 	}
 	if l.lo != l.hi {
@@ -221,9 +221,9 @@ func (l *Loader) finishLocked(sync bool) error {
 }
 
 // checkIntents refuses a load over blocks under an open intent.
-func (l *Loader) checkIntents(n uint64) error {
+func (l *Loader) checkIntents(n int64) error {
 	t := l.t
-	return t.scanIntentKeys(l.start, n, func(lba, seq uint64, v []byte) error {
+	return t.scanIntentKeys(l.start, n, func(lba int64, seq uint64, v []byte) error {
 		in, err := t.decodeIntent(lba, seq, v)
 		if err != nil {
 			return err

@@ -57,9 +57,9 @@ func allRecords(t *testing.T, kv store.KV) []string {
 func load(t *testing.T, rng *rand.Rand, tp *store.Tuples, lba int, tuples []byte, sums []uint32, sync bool) error {
 	t.Helper()
 	if rng.IntN(4) == 0 {
-		return tp.LoadRange(uint64(lba), tuples, sums, sync)
+		return tp.LoadRange(int64(lba), tuples, sums, sync)
 	}
-	l, err := tp.NewLoader(uint64(lba))
+	l, err := tp.NewLoader(int64(lba))
 	if err != nil {
 		return err
 	}
@@ -76,7 +76,7 @@ func load(t *testing.T, rng *rand.Rand, tp *store.Tuples, lba int, tuples []byte
 			return err
 		}
 		i += c
-		if l.Next() != uint64(lba+i) {
+		if l.Next() != int64(lba+i) {
 			t.Fatalf("Next = %d, want %d", l.Next(), lba+i)
 		}
 	}
@@ -120,16 +120,16 @@ func TestLoadMatchesWriteRange(t *testing.T) {
 					tu, su := randTuples(rng, n, tc.ts, tc.sums)
 					switch {
 					case r%5 == 4: // background churn through the normal path
-						if err := tp.Discard(uint64(lba), uint64(n), false); err != nil {
+						if err := tp.Discard(int64(lba), int64(n), false); err != nil {
 							t.Fatal(err)
 						}
-						if err := twin.Discard(uint64(lba), uint64(n), false); err != nil {
+						if err := twin.Discard(int64(lba), int64(n), false); err != nil {
 							t.Fatal(err)
 						}
 						m.discard(lba, n)
 					case r%5 == 3:
 						for _, v := range []*store.Tuples{tp, twin} {
-							if err := v.WriteRange(uint64(lba), tu, su, false); err != nil {
+							if err := v.WriteRange(int64(lba), tu, su, false); err != nil {
 								t.Fatal(err)
 							}
 						}
@@ -138,7 +138,7 @@ func TestLoadMatchesWriteRange(t *testing.T) {
 						if err := load(t, rng, tp, lba, tu, su, r%2 == 0); err != nil {
 							t.Fatalf("load [%d, +%d): %v", lba, n, err)
 						}
-						if err := twin.WriteRange(uint64(lba), tu, su, false); err != nil {
+						if err := twin.WriteRange(int64(lba), tu, su, false); err != nil {
 							t.Fatal(err)
 						}
 						m.write(lba, tu, su)

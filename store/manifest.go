@@ -65,7 +65,7 @@ type Manifest struct {
 	AppTag, AppTagMask uint16
 	// DeviceSize is the protected device's size in bytes, a multiple of
 	// BlockSize. Required.
-	DeviceSize uint64
+	DeviceSize int64
 	// DeviceID identifies the protected device (a serial, a WWN, a path).
 	DeviceID string
 
@@ -90,7 +90,7 @@ type Manifest struct {
 
 // NewManifest returns a manifest with the defaults filled in: sector
 // checksums on for 8-byte tuples, DefaultPageTuples per page.
-func NewManifest(format string, blockSize, tupleSize int, deviceSize uint64, deviceID string) Manifest {
+func NewManifest(format string, blockSize, tupleSize int, deviceSize int64, deviceID string) Manifest {
 	return Manifest{
 		Format:     format,
 		BlockSize:  blockSize,
@@ -103,7 +103,7 @@ func NewManifest(format string, blockSize, tupleSize int, deviceSize uint64, dev
 }
 
 // Blocks returns the number of blocks of the device.
-func (m *Manifest) Blocks() uint64 { return m.DeviceSize / uint64(m.BlockSize) }
+func (m *Manifest) Blocks() int64 { return m.DeviceSize / int64(m.BlockSize) }
 
 func (m *Manifest) normalize() {
 	if m.PageTuples == 0 {
@@ -125,7 +125,7 @@ func (m *Manifest) validate() error {
 		return bad("tuple size %d, want 8 or 16", m.TupleSize)
 	case m.PageTuples < 64 || m.PageTuples > 65536 || bits.OnesCount(uint(m.PageTuples)) != 1:
 		return bad("page tuples %d, want a power of two in 64..65536", m.PageTuples)
-	case m.DeviceSize == 0 || m.DeviceSize%uint64(m.BlockSize) != 0:
+	case m.DeviceSize <= 0 || m.DeviceSize%int64(m.BlockSize) != 0:
 		return bad("device size %d is not a positive multiple of block size %d", m.DeviceSize, m.BlockSize)
 	case len(m.DeviceID) > maxDeviceIDLen:
 		return bad("device id longer than %d bytes", maxDeviceIDLen)
@@ -153,7 +153,7 @@ type manifestJSON struct {
 	InitialRefTag uint64    `json:"initial_ref_tag"`
 	AppTag        uint16    `json:"app_tag"`
 	AppTagMask    uint16    `json:"app_tag_mask"`
-	DeviceSize    uint64    `json:"device_size"`
+	DeviceSize    int64     `json:"device_size"`
 	DeviceID      string    `json:"device_id"`
 	Created       time.Time `json:"created"`
 	Tool          string    `json:"tool,omitempty"`
@@ -213,6 +213,7 @@ func decodeManifest(volume string, b []byte) (Manifest, error) {
 // when the given manifest names them (they are chosen at creation).
 func (stored *Manifest) compare(volume string, given *Manifest) error {
 	u := func(v uint64) string { return strconv.FormatUint(v, 10) }
+	i := func(v int64) string { return strconv.FormatInt(v, 10) }
 	fields := []struct{ name, s, g string }{
 		{"format", strconv.Quote(stored.Format), strconv.Quote(given.Format)},
 		{"block_size", strconv.Itoa(stored.BlockSize), strconv.Itoa(given.BlockSize)},
@@ -222,7 +223,7 @@ func (stored *Manifest) compare(volume string, given *Manifest) error {
 		{"initial_ref_tag", u(stored.InitialRefTag), u(given.InitialRefTag)},
 		{"app_tag", fmt.Sprintf("%#04x", stored.AppTag), fmt.Sprintf("%#04x", given.AppTag)},
 		{"app_tag_mask", fmt.Sprintf("%#04x", stored.AppTagMask), fmt.Sprintf("%#04x", given.AppTagMask)},
-		{"device_size", u(stored.DeviceSize), u(given.DeviceSize)},
+		{"device_size", i(stored.DeviceSize), i(given.DeviceSize)},
 		{"device_id", strconv.Quote(stored.DeviceID), strconv.Quote(given.DeviceID)},
 	}
 	if given.KeyCheck != "" || given.VolumeUID != "" {

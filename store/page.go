@@ -150,7 +150,7 @@ func (l *layout) encode(dst []byte, pb *pageBuf) []byte {
 
 // checkAny validates a stored page record, a page value or an empty-page
 // record, and tells which it is.
-func (l *layout) checkAny(volume string, page uint64, v []byte) (empty bool, err error) {
+func (l *layout) checkAny(volume string, page int64, v []byte) (empty bool, err error) {
 	if len(v) > 0 && v[0] == emptyMagic && len(v) != l.size {
 		if string(v) != string(emptyPageValue) {
 			return false, &CorruptError{Volume: volume, Record: fmt.Sprintf("page %d", page), Reason: fmt.Sprintf("bad empty-page record %x", v)}
@@ -161,7 +161,7 @@ func (l *layout) checkAny(volume string, page uint64, v []byte) (empty bool, err
 }
 
 // check validates a stored page value: length, header and checksum.
-func (l *layout) check(volume string, page uint64, v []byte) error {
+func (l *layout) check(volume string, page int64, v []byte) error {
 	corrupt := func(format string, args ...any) error {
 		return &CorruptError{Volume: volume, Record: fmt.Sprintf("page %d", page), Reason: fmt.Sprintf(format, args...)}
 	}

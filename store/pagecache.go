@@ -25,7 +25,7 @@ type pageCache struct {
 	mu    sync.RWMutex
 	max   int // pages
 	gen   uint64
-	pages map[uint64]*cachedPage
+	pages map[int64]*cachedPage
 	ring  []*cachedPage // resident pages, in CLOCK order
 	hand  int
 	spare []*cachedPage // evicted pages, for the next misses
@@ -36,7 +36,7 @@ type pageCache struct {
 // cachedPage is one decoded page. An empty page (no stored value: every
 // block unwritten) does not use its arrays, which it may not have.
 type cachedPage struct {
-	page   uint64
+	page   int64
 	empty  bool
 	ref    atomic.Bool
 	slot   int
@@ -73,7 +73,7 @@ func (t *Tuples) SetPageCache(maxBytes int) {
 		t.cache.Store(nil)
 		return
 	}
-	c := &pageCache{max: n, pages: make(map[uint64]*cachedPage, n)}
+	c := &pageCache{max: n, pages: make(map[int64]*cachedPage, n)}
 	t.cache.Store(c)
 }
 
@@ -97,7 +97,7 @@ func (c *pageCache) generation() uint64 {
 }
 
 // invalidate drops the given pages, or with all every page.
-func (c *pageCache) invalidate(pages []uint64, all bool) {
+func (c *pageCache) invalidate(pages []int64, all bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.gen++
@@ -143,7 +143,7 @@ func (t *Tuples) beginWrite() {
 	}
 }
 
-func (t *Tuples) endWrite(pages []uint64, all bool) {
+func (t *Tuples) endWrite(pages []int64, all bool) {
 	if c := t.cache.Load(); c != nil {
 		c.invalidate(pages, all)
 	}

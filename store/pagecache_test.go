@@ -59,7 +59,7 @@ func TestPageCacheRandomOps(t *testing.T) {
 					n := 1 + rng.IntN(min(blocks-lba, []int{3, 70, 700, 3000}[rng.IntN(4)]))
 					switch rng.IntN(6) {
 					case 0:
-						if err := tp.Discard(uint64(lba), uint64(n), false); err != nil {
+						if err := tp.Discard(int64(lba), int64(n), false); err != nil {
 							t.Fatal(err)
 						}
 						m.discard(lba, n)
@@ -69,7 +69,7 @@ func TestPageCacheRandomOps(t *testing.T) {
 							l := rng.IntN(blocks)
 							c := 1 + rng.IntN(min(blocks-l, 300))
 							tu, su := randTuples(rng, c, tc.ts, tc.sums)
-							if err := x.WriteRange(uint64(l), tu, su); err != nil {
+							if err := x.WriteRange(int64(l), tu, su); err != nil {
 								t.Fatal(err)
 							}
 							m.write(l, tu, su)
@@ -79,13 +79,13 @@ func TestPageCacheRandomOps(t *testing.T) {
 						}
 					case 2:
 						tu, su := randTuples(rng, n, tc.ts, tc.sums)
-						if err := tp.LoadRange(uint64(lba), tu, su, false); err != nil {
+						if err := tp.LoadRange(int64(lba), tu, su, false); err != nil {
 							t.Fatal(err)
 						}
 						m.write(lba, tu, su)
 					default:
 						tu, su := randTuples(rng, n, tc.ts, tc.sums)
-						if err := tp.WriteRange(uint64(lba), tu, su, false); err != nil {
+						if err := tp.WriteRange(int64(lba), tu, su, false); err != nil {
 							t.Fatal(err)
 						}
 						m.write(lba, tu, su)
@@ -239,7 +239,7 @@ func TestPageCacheConcurrent(t *testing.T) {
 						}
 						lba := rng.IntN(blocks)
 						n := 1 + rng.IntN(min(blocks-lba, 200))
-						if _, err := tp.ReadRangeCached(uint64(lba), buf[:n*8], sums[:n], nil); err != nil {
+						if _, err := tp.ReadRangeCached(int64(lba), buf[:n*8], sums[:n], nil); err != nil {
 							t.Error(err)
 							return
 						}

@@ -45,7 +45,7 @@ type Journal struct {
 	To   uint64 `json:"to"`
 	// Next is the first block the operation has not yet done: every block
 	// before it is done and durable with the journal.
-	Next uint64 `json:"next"`
+	Next int64 `json:"next"`
 	// Started is when the operation began.
 	Started time.Time `json:"started"`
 }
@@ -103,6 +103,8 @@ func decodeJournal(volume string, b []byte) (Journal, error) {
 		return Journal{}, fmt.Errorf("%w: volume %q: journal schema version %d is newer than %d", ErrUnsupported, volume, j.Schema, SchemaVersion)
 	case j.Op != OpRemap && j.Op != OpImport:
 		return Journal{}, fmt.Errorf("%w: volume %q: journal of unknown operation %q", ErrUnsupported, volume, j.Op)
+	case j.Next < 0:
+		return Journal{}, corrupt(fmt.Sprintf("next block %d", j.Next))
 	}
 	return j.Journal, nil
 }
@@ -231,7 +233,7 @@ func checkJournal(m *Manifest, j *Journal) error {
 	switch {
 	case j.Op != OpRemap && j.Op != OpImport:
 		return fmt.Errorf("%w: journal of unknown operation %q", ErrInvalid, j.Op)
-	case j.Next > m.Blocks():
+	case j.Next < 0 || j.Next > m.Blocks():
 		return fmt.Errorf("%w: journal at block %d beyond %d blocks", ErrOutOfRange, j.Next, m.Blocks())
 	case j.Op == OpRemap && j.From != m.InitialRefTag:
 		return fmt.Errorf("%w: remap from initial ref tag %#x, the manifest has %#x", ErrInvalid, j.From, m.InitialRefTag)
@@ -290,7 +292,7 @@ func (t *Tuples) currentJournal(op string) (Journal, error) {
 
 // AdvanceJournal moves the journal's Next to next (not backwards) in a
 // commit of its own.
-func (t *Tuples) AdvanceJournal(next uint64, sync bool) error {
+func (t *Tuples) AdvanceJournal(next int64, sync bool) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	j, err := readJournal(t.kv, t.prefix, t.volume)
@@ -300,7 +302,7 @@ func (t *Tuples) AdvanceJournal(next uint64, sync bool) error {
 	if j == nil {
 		return fmt.Errorf("%w: volume %q: no journal", ErrNotFound, t.volume)
 	}
-	if next < j.Next || next > t.blocks {
+	if next < 0 || next < j.Next || next > t.blocks {
 		return fmt.Errorf("%w: journal from block %d to %d (%d blocks)", ErrInvalid, j.Next, next, t.blocks)
 	}
 	j.Next = next
@@ -335,7 +337,7 @@ func (t *Tuples) EndJournal() error {
 // Unwritten blocks stay unwritten (their slots in tuples are ignored) and
 // sector checksums are kept: a remap changes no data. lba must be the
 // journal's Next and the journal a remap's.
-func (t *Tuples) RemapRange(lba uint64, tuples []byte, sync bool) error {
+func (t *Tuples) RemapRange(lba int64, tuples []byte, sync bool) error {
 	n, err := t.checkBufs(lba, tuples, nil, false)
 	if err != nil {
 		return err
@@ -349,15 +351,15 @@ func (t *Tuples) RemapRange(lba uint64, tuples []byte, sync bool) error {
 	if lba != j.Next {
 		return fmt.Errorf("%w: remap step at block %d, the journal is at block %d", ErrInvalid, lba, j.Next)
 	}
-	j.Next = lba + uint64(n)
+	j.Next = lba + int64(n)
 	jv, err := encodeJournal(j)
 	if err != nil {
 		return fmt.Errorf("store: %v", err)
 	}
-	P := uint64(t.l.p)
+	P := int64(t.l.p)
 	ts := t.l.ts
-	end := lba + uint64(n)
-	b := newBatch(t.kv, int((uint64(n)+P-1)/P+1)*(t.l.size+len(t.prefix)+32)+len(jv)+64)
+	end := lba + int64(n)
+	b := newBatch(t.kv, int((int64(n)+P-1)/P+1)*(t.l.size+len(t.prefix)+32)+len(jv)+64)
 	defer b.Close()
 	pb := t.bufPool.Get().(*pageBuf)
 	defer t.bufPool.Put(pb)

@@ -98,7 +98,7 @@ func TestRemapJournal(t *testing.T) {
 			step := 0
 			for lba := 0; lba < blocks; lba += 150 {
 				n := min(150, blocks-lba)
-				if err := tp.RemapRange(uint64(lba), nu[lba*8:(lba+n)*8], false); err != nil {
+				if err := tp.RemapRange(int64(lba), nu[lba*8:(lba+n)*8], false); err != nil {
 					t.Fatal(err)
 				}
 				step++
@@ -110,7 +110,7 @@ func TestRemapJournal(t *testing.T) {
 						t.Fatal(err)
 					}
 					// Unsynced steps may be lost, always with their Next.
-					if j == nil || j.Op != store.OpRemap || j.Next%150 != 0 && j.Next != blocks || j.Next > uint64(lba+n) {
+					if j == nil || j.Op != store.OpRemap || j.Next%150 != 0 && j.Next != blocks || j.Next > int64(lba+n) {
 						t.Fatalf("journal after a crash: %+v", j)
 					}
 					lba = int(j.Next) - 150

@@ -66,7 +66,7 @@ func (t *Tuples) SetScrubCursor(name string, c ScrubCursor, sync bool) error {
 	if err := checkName("scrub name", name); err != nil {
 		return err
 	}
-	if c.Next < 0 || c.Start < 0 || c.End < 0 || uint64(c.Next) > t.blocks || uint64(c.End) > t.blocks {
+	if c.Next < 0 || c.Start < 0 || c.End < 0 || c.Next > t.blocks || c.End > t.blocks {
 		return fmt.Errorf("%w: scrub cursor at block %d beyond %d blocks", ErrOutOfRange, c.Next, t.blocks)
 	}
 	v, err := json.Marshal(c)
@@ -145,16 +145,11 @@ type Finding struct {
 
 // findingKey is the key of the finding (lba, field); lba is not negative.
 func (t *Tuples) findingKey(lba int64, field string) []byte {
-	return append(u64Key(t.prefix, recFinding, uint64(lba)), field...)
+	return append(u64Key(t.prefix, recFinding, lba), field...)
 }
 
 // checkLBAs validates the blocks [lba, lba+n) of a scrub record.
-func (t *Tuples) checkLBAs(lba, n int64) error {
-	if lba < 0 || n < 0 {
-		return fmt.Errorf("%w: volume %q: blocks [%d, +%d) beyond %d blocks", ErrOutOfRange, t.volume, lba, n, t.blocks)
-	}
-	return t.checkRange(uint64(lba), uint64(n))
-}
+func (t *Tuples) checkLBAs(lba, n int64) error { return t.checkRange(lba, n) }
 
 func (t *Tuples) maxFindingKey() []byte {
 	return append(recKey(t.prefix, recMeta), "max-finding-blocks"...)
@@ -215,7 +210,7 @@ func (t *Tuples) RecordFinding(f Finding, sync bool) (Finding, error) {
 	if err != nil {
 		return Finding{}, err
 	}
-	if uint64(f.N) > maxN {
+	if f.N > maxN {
 		if err := b.Set(t.maxFindingKey(), binary.BigEndian.AppendUint64(nil, uint64(f.N))); err != nil {
 			return Finding{}, err
 		}
@@ -275,7 +270,7 @@ func (t *Tuples) decodeFinding(lba int64, field string, v []byte) (Finding, erro
 
 // maxFindingBlocks returns the largest N ever recorded, which bounds how far
 // before a range a finding overlapping it can start.
-func (t *Tuples) maxFindingBlocks() (uint64, error) {
+func (t *Tuples) maxFindingBlocks() (int64, error) {
 	v, err := t.kv.Get(t.maxFindingKey())
 	if errors.Is(err, ErrNotFound) {
 		return 1, nil
@@ -285,7 +280,7 @@ func (t *Tuples) maxFindingBlocks() (uint64, error) {
 	if len(v) != 8 {
 		return 0, &CorruptError{Volume: t.volume, Record: "max-finding-blocks", Reason: fmt.Sprintf("length %d", len(v))}
 	}
-	return max(1, binary.BigEndian.Uint64(v)), nil
+	return max(1, keyInt(v)), nil
 }
 
 // FindingQuery selects findings. The zero value selects all.
@@ -306,10 +301,10 @@ func (t *Tuples) Findings(q FindingQuery) iter.Seq2[Finding, error] {
 			yield(Finding{}, fmt.Errorf("%w: findings of blocks [%d, +%d)", ErrInvalid, q.LBA, q.N))
 			return
 		}
-		lo := min(uint64(q.LBA), t.blocks)
+		lo := min(q.LBA, t.blocks)
 		hi := t.blocks
-		if q.N != 0 && uint64(q.N) < t.blocks-lo {
-			hi = lo + uint64(q.N)
+		if q.N != 0 && q.N < t.blocks-lo {
+			hi = lo + q.N
 		}
 		maxN, err := t.maxFindingBlocks()
 		if err != nil {
@@ -330,17 +325,17 @@ func (t *Tuples) Findings(q FindingQuery) iter.Seq2[Finding, error] {
 				yield(Finding{}, &CorruptError{Volume: t.volume, Record: fmt.Sprintf("finding key %x", k), Reason: "bad key length"})
 				return
 			}
-			klba := binary.BigEndian.Uint64(k[plen:])
-			if klba > math.MaxInt64 {
+			klba := keyInt(k[plen:])
+			if klba < 0 {
 				yield(Finding{}, &CorruptError{Volume: t.volume, Record: fmt.Sprintf("finding key %x", k), Reason: "block number out of range"})
 				return
 			}
-			f, err := t.decodeFinding(int64(klba), string(k[plen+8:]), it.Value())
+			f, err := t.decodeFinding(klba, string(k[plen+8:]), it.Value())
 			if err != nil {
 				yield(Finding{}, err)
 				return
 			}
-			if uint64(f.LBA+f.N) <= lo || uint64(f.LBA) >= hi || (q.State != 0 && f.State != q.State) {
+			if f.LBA+f.N <= lo || f.LBA >= hi || (q.State != 0 && f.State != q.State) {
 				continue
 			}
 			if !yield(f, nil) {

@@ -1,7 +1,6 @@
 package store
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"slices"
@@ -23,8 +22,8 @@ type Tuples struct {
 	prefix []byte
 	m      Manifest
 	l      layout
-	blocks uint64
-	pages  uint64 // pages of the volume
+	blocks int64
+	pages  int64  // pages of the volume
 	dense  bool   // every page has a record (schema 2 on)
 	k      *keyed // keyed volumes only (keyed.go)
 
@@ -108,14 +107,14 @@ func (t *Tuples) loadEmptyPages() error {
 func (t *Tuples) Dense() bool { return t.dense }
 
 // missingPage is the error of a page a dense volume has no record of.
-func (t *Tuples) missingPage(page uint64) error {
+func (t *Tuples) missingPage(page int64) error {
 	return &CorruptError{Volume: t.volume, Record: fmt.Sprintf("page %d", page), Reason: "missing: the store has no record of it (lost, not unwritten)"}
 }
 
 // getPage reads page's stored record: v is its raw value (nil when there is
 // none, which only a schema 1 volume may have), empty tells an empty page.
 // A page value is checked.
-func (t *Tuples) getPage(page uint64) (v []byte, empty bool, err error) {
+func (t *Tuples) getPage(page int64) (v []byte, empty bool, err error) {
 	v, err = t.kv.Get(t.pageKey(page))
 	switch {
 	case errors.Is(err, ErrNotFound) && t.dense:
@@ -165,7 +164,7 @@ func OpenTuples(kv KV, volume string, want *Manifest) (*Tuples, error) {
 
 func newTuples(kv KV, volume string, prefix []byte, m Manifest) (*Tuples, error) {
 	t := &Tuples{kv: kv, volume: volume, prefix: prefix, m: m, l: newLayout(&m), blocks: m.Blocks(), dense: m.Schema >= 2}
-	t.pages = (t.blocks + uint64(t.l.p) - 1) / uint64(t.l.p)
+	t.pages = (t.blocks + int64(t.l.p) - 1) / int64(t.l.p)
 	t.bufPool.New = func() any { return t.l.newPageBuf() }
 	t.encPool.New = func() any { b := make([]byte, 0, t.l.size); return &b }
 	if err := t.initKeyed(); err != nil {
@@ -173,7 +172,7 @@ func newTuples(kv KV, volume string, prefix []byte, m Manifest) (*Tuples, error)
 	}
 	// Resume intent sequence numbers after the highest one stored.
 	var maxSeq uint64
-	err := t.scanIntentKeys(0, t.blocks, func(lba, seq uint64, v []byte) error {
+	err := t.scanIntentKeys(0, t.blocks, func(lba int64, seq uint64, v []byte) error {
 		maxSeq = max(maxSeq, seq)
 		return nil
 	})
@@ -191,20 +190,22 @@ func (t *Tuples) Manifest() Manifest { return t.m }
 func (t *Tuples) Volume() string { return t.volume }
 
 // Blocks returns the number of blocks in the volume.
-func (t *Tuples) Blocks() uint64 { return t.blocks }
+func (t *Tuples) Blocks() int64 { return t.blocks }
 
 // TupleSize returns the bytes per tuple (8 or 16).
 func (t *Tuples) TupleSize() int { return t.l.ts }
 
-func (t *Tuples) checkRange(lba, n uint64) error {
-	if lba > t.blocks || n > t.blocks-lba {
+// checkRange refuses a negative lba or n and a range beyond the volume,
+// with an ErrOutOfRange error.
+func (t *Tuples) checkRange(lba, n int64) error {
+	if lba < 0 || n < 0 || lba > t.blocks || n > t.blocks-lba {
 		return fmt.Errorf("%w: volume %q: blocks [%d, +%d) beyond %d blocks", ErrOutOfRange, t.volume, lba, n, t.blocks)
 	}
 	return nil
 }
 
 // checkBufs validates tuple/sum buffers for a range and returns its length.
-func (t *Tuples) checkBufs(lba uint64, tuples []byte, sums []uint32, write bool) (int, error) {
+func (t *Tuples) checkBufs(lba int64, tuples []byte, sums []uint32, write bool) (int, error) {
 	if len(tuples)%t.l.ts != 0 {
 		return 0, fmt.Errorf("%w: tuple buffer of %d bytes is not a multiple of %d", ErrInvalid, len(tuples), t.l.ts)
 	}
@@ -217,10 +218,10 @@ func (t *Tuples) checkBufs(lba uint64, tuples []byte, sums []uint32, write bool)
 	case sums != nil && len(sums) < n:
 		return 0, fmt.Errorf("%w: %d sector checksums for %d blocks", ErrInvalid, len(sums), n)
 	}
-	return n, t.checkRange(lba, uint64(n))
+	return n, t.checkRange(lba, int64(n))
 }
 
-func (t *Tuples) pageKey(page uint64) []byte { return u64Key(t.prefix, recPage, page) }
+func (t *Tuples) pageKey(page int64) []byte { return u64Key(t.prefix, recPage, page) }
 
 // ReadRange reads the committed tuples of the blocks [lba, lba+n), where
 // n = len(tuples)/TupleSize, into tuples (n*TupleSize bytes), sums (n sector
@@ -234,13 +235,13 @@ func (t *Tuples) pageKey(page uint64) []byte { return u64Key(t.prefix, recPage, 
 //
 // ReadRange reads one consistent snapshot and allocates nothing per block or
 // page.
-func (t *Tuples) ReadRange(lba uint64, tuples []byte, sums []uint32, written Bitmap) (int, error) {
+func (t *Tuples) ReadRange(lba int64, tuples []byte, sums []uint32, written Bitmap) (int, error) {
 	n, err := t.checkRead(lba, tuples, sums, written)
 	if err != nil || n == 0 {
 		return 0, err
 	}
-	P := uint64(t.l.p)
-	first, last := lba/P, (lba+uint64(n)-1)/P
+	P := int64(t.l.p)
+	first, last := lba/P, (lba+int64(n)-1)/P
 	it, err := t.kv.NewIter(t.pageKey(first), t.pageKey(last+1))
 	if err != nil {
 		return 0, err
@@ -251,8 +252,8 @@ func (t *Tuples) ReadRange(lba uint64, tuples []byte, sums []uint32, written Bit
 	ts := t.l.ts
 	count := 0
 	next := lba // first block not yet filled
-	end := lba + uint64(n)
-	fillGap := func(to uint64) {
+	end := lba + int64(n)
+	fillGap := func(to int64) {
 		if to <= next {
 			return
 		}
@@ -321,7 +322,7 @@ func (t *Tuples) ReadRange(lba uint64, tuples []byte, sums []uint32, written Bit
 // against their stored checksums again either: a scrub of the store should
 // use ReadRange. The cache sees every write made through this Tuples, and
 // only those (see SetPageCache).
-func (t *Tuples) ReadRangeCached(lba uint64, tuples []byte, sums []uint32, written Bitmap) (int, error) {
+func (t *Tuples) ReadRangeCached(lba int64, tuples []byte, sums []uint32, written Bitmap) (int, error) {
 	c := t.cache.Load()
 	if c == nil {
 		return t.ReadRange(lba, tuples, sums, written)
@@ -330,8 +331,8 @@ func (t *Tuples) ReadRangeCached(lba uint64, tuples []byte, sums []uint32, writt
 	if err != nil || n == 0 {
 		return 0, err
 	}
-	P := uint64(t.l.p)
-	first, last := lba/P, (lba+uint64(n)-1)/P
+	P := int64(t.l.p)
+	first, last := lba/P, (lba+int64(n)-1)/P
 	if count, ok := t.readResident(c, lba, n, first, last, tuples, sums, written); ok {
 		c.hits.Add(int64(last - first + 1))
 		return count, nil
@@ -340,7 +341,7 @@ func (t *Tuples) ReadRangeCached(lba uint64, tuples []byte, sums []uint32, writt
 	gen := c.generation()
 	pages := make([]*cachedPage, 0, last-first+1)
 	spare := c.takeSpare(int(last - first + 1))
-	newPage := func(page uint64) *cachedPage {
+	newPage := func(page int64) *cachedPage {
 		var cp *cachedPage
 		if k := len(spare); k > 0 {
 			cp, spare = spare[k-1], spare[:k-1]
@@ -351,7 +352,7 @@ func (t *Tuples) ReadRangeCached(lba uint64, tuples []byte, sums []uint32, writt
 		return cp
 	}
 	next := first
-	empty := func(to uint64) {
+	empty := func(to int64) {
 		for ; next < to; next++ {
 			cp := newPage(next)
 			cp.empty = true
@@ -404,13 +405,13 @@ func (t *Tuples) ReadRangeCached(lba uint64, tuples []byte, sums []uint32, writt
 
 // checkedPage returns the page number and checked value at a page
 // iterator's position, and whether it is an empty-page record.
-func (t *Tuples) checkedPage(it Iterator) (uint64, []byte, bool, error) {
+func (t *Tuples) checkedPage(it Iterator) (int64, []byte, bool, error) {
 	plen := len(t.prefix) + 1
 	k := it.Key()
 	if len(k) != plen+8 {
 		return 0, nil, false, &CorruptError{Volume: t.volume, Record: fmt.Sprintf("page key %x", k), Reason: "bad key length"}
 	}
-	page := binary.BigEndian.Uint64(k[plen:])
+	page := keyInt(k[plen:])
 	v := it.Value()
 	if v == nil {
 		if err := it.Err(); err != nil {
@@ -421,14 +422,14 @@ func (t *Tuples) checkedPage(it Iterator) (uint64, []byte, bool, error) {
 	if err != nil {
 		return 0, nil, false, err
 	}
-	if page >= t.pages {
+	if page < 0 || page >= t.pages {
 		return 0, nil, false, &CorruptError{Volume: t.volume, Record: fmt.Sprintf("page %d", page), Reason: fmt.Sprintf("beyond the volume's %d pages", t.pages)}
 	}
 	return page, v, empty, nil
 }
 
 // checkRead validates ReadRange's arguments and returns the block count.
-func (t *Tuples) checkRead(lba uint64, tuples []byte, sums []uint32, written Bitmap) (int, error) {
+func (t *Tuples) checkRead(lba int64, tuples []byte, sums []uint32, written Bitmap) (int, error) {
 	n, err := t.checkBufs(lba, tuples, sums, false)
 	if err != nil {
 		return 0, err
@@ -441,7 +442,7 @@ func (t *Tuples) checkRead(lba uint64, tuples []byte, sums []uint32, written Bit
 
 // readResident copies the range from the cache if every page of it is
 // resident.
-func (t *Tuples) readResident(c *pageCache, lba uint64, n int, first, last uint64, tuples []byte, sums []uint32, written Bitmap) (int, bool) {
+func (t *Tuples) readResident(c *pageCache, lba int64, n int, first, last int64, tuples []byte, sums []uint32, written Bitmap) (int, bool) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	if t.writers.Load() > 0 {
@@ -464,11 +465,11 @@ func (t *Tuples) readResident(c *pageCache, lba uint64, n int, first, last uint6
 // copyPage copies the part of the decoded page cp within the range of n
 // blocks at lba into the range's buffers and returns how many of its
 // blocks are written.
-func (t *Tuples) copyPage(cp *cachedPage, lba uint64, n int, tuples []byte, sums []uint32, written Bitmap) int {
-	P := uint64(t.l.p)
+func (t *Tuples) copyPage(cp *cachedPage, lba int64, n int, tuples []byte, sums []uint32, written Bitmap) int {
+	P := int64(t.l.p)
 	ts := t.l.ts
 	pstart := cp.page * P
-	s, e := max(pstart, lba), min(pstart+P, lba+uint64(n))
+	s, e := max(pstart, lba), min(pstart+P, lba+int64(n))
 	i, j := int(s-lba), int(e-lba)
 	ps, pe := int(s-pstart), int(e-pstart)
 	if cp.empty {
@@ -505,7 +506,7 @@ func (b Bitmap) countRange(off, n int) int {
 // limits; only the last is synced when sync is set (which makes every
 // earlier one durable too). A crash part-way may leave a prefix of the range
 // written: callers that need all-or-nothing use a Txn or intents.
-func (t *Tuples) WriteRange(lba uint64, tuples []byte, sums []uint32, sync bool) error {
+func (t *Tuples) WriteRange(lba int64, tuples []byte, sums []uint32, sync bool) error {
 	n, err := t.checkBufs(lba, tuples, sums, true)
 	if err != nil {
 		return err
@@ -518,7 +519,7 @@ func (t *Tuples) WriteRange(lba uint64, tuples []byte, sums []uint32, sync bool)
 		if sums != nil {
 			s = sums[off : off+c]
 		}
-		x.ops = append(x.ops, txnOp{kind: opWrite, lba: lba + uint64(off), n: uint64(c), tuples: tuples[off*t.l.ts : (off+c)*t.l.ts], sums: s})
+		x.ops = append(x.ops, txnOp{kind: opWrite, lba: lba + int64(off), n: int64(c), tuples: tuples[off*t.l.ts : (off+c)*t.l.ts], sums: s})
 		if err := x.Commit(sync && off+c == n); err != nil {
 			return err
 		}
@@ -528,12 +529,12 @@ func (t *Tuples) WriteRange(lba uint64, tuples []byte, sums []uint32, sync bool)
 
 // Discard marks blocks [lba, lba+n) unwritten, committing in batches like
 // WriteRange.
-func (t *Tuples) Discard(lba, n uint64, sync bool) error {
+func (t *Tuples) Discard(lba, n int64, sync bool) error {
 	if err := t.checkRange(lba, n); err != nil {
 		return err
 	}
-	chunk := uint64(t.chunkBlocks()) * 16 // discards of whole pages write only tombstones
-	for off := uint64(0); off < n; off += chunk {
+	chunk := int64(t.chunkBlocks()) * 16 // discards of whole pages write only tombstones
+	for off := int64(0); off < n; off += chunk {
 		c := min(chunk, n-off)
 		x := t.NewTxn()
 		x.ops = append(x.ops, txnOp{kind: opDiscard, lba: lba + off, n: c})
@@ -660,7 +661,7 @@ func HasRecords(kv KV, volume string) (bool, error) {
 // not by the manifest's device size. On a dense volume a missing page is a
 // *CorruptError, as in ReadRange. stop, if not nil, is polled every 1,024
 // records; a non-nil error from it ends the scan with that error.
-func (t *Tuples) Coverage(stop func() error) (uint64, error) {
+func (t *Tuples) Coverage(stop func() error) (int64, error) {
 	lo, hi := t.pageKey(0), prefixEnd(recKey(t.prefix, recPage))
 	it, err := t.kv.NewIter(lo, hi)
 	if err != nil {
@@ -669,7 +670,7 @@ func (t *Tuples) Coverage(stop func() error) (uint64, error) {
 	defer it.Close()
 	var bitsBuf [65536 / 64]uint64
 	pbits := bitsBuf[:t.l.bitsLen]
-	var written, expect uint64
+	var written, expect int64
 	for n := 0; it.Next(); n++ {
 		if stop != nil && n%1024 == 0 {
 			if err := stop(); err != nil {
@@ -689,7 +690,7 @@ func (t *Tuples) Coverage(stop func() error) (uint64, error) {
 		}
 		t.l.pageBits(pbits, v)
 		// Bits of blocks past the device's end are never set.
-		written += uint64(Bitmap(pbits).countRange(0, t.l.p))
+		written += int64(Bitmap(pbits).countRange(0, t.l.p))
 	}
 	if err := it.Err(); err != nil {
 		return 0, err

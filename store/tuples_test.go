@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -90,7 +91,7 @@ func checkAgainst(t *testing.T, tp *store.Tuples, m *model, lba, n int) {
 }
 
 // checkRead is checkAgainst with read for ReadRange.
-func checkRead(t *testing.T, tp *store.Tuples, m *model, lba, n int, read func(uint64, []byte, []uint32, store.Bitmap) (int, error)) {
+func checkRead(t *testing.T, tp *store.Tuples, m *model, lba, n int, read func(int64, []byte, []uint32, store.Bitmap) (int, error)) {
 	t.Helper()
 	ts := tp.TupleSize()
 	tuples := make([]byte, n*ts)
@@ -108,7 +109,7 @@ func checkRead(t *testing.T, tp *store.Tuples, m *model, lba, n int, read func(u
 	for i := range written {
 		written[i] = 0xaaaaaaaaaaaaaaaa
 	}
-	count, err := read(uint64(lba), tuples, sums, written)
+	count, err := read(int64(lba), tuples, sums, written)
 	if err != nil {
 		t.Fatalf("ReadRange(%d, %d): %v", lba, n, err)
 	}
@@ -132,7 +133,7 @@ func checkRead(t *testing.T, tp *store.Tuples, m *model, lba, n int, read func(u
 		t.Fatalf("ReadRange(%d, %d) counted %d written, want %d", lba, n, count, want)
 	}
 	// The same read without the optional outputs counts the same.
-	if c2, err := read(uint64(lba), tuples, nil, nil); err != nil || c2 != want {
+	if c2, err := read(int64(lba), tuples, nil, nil); err != nil || c2 != want {
 		t.Fatalf("ReadRange without sums/bitmap = %d, %v; want %d", c2, err, want)
 	}
 }
@@ -165,7 +166,7 @@ func TestTuplesRandomOps(t *testing.T) {
 					n := 1 + rng.IntN(min(blocks-lba, []int{3, 70, 700, 3000}[rng.IntN(4)]))
 					switch rng.IntN(5) {
 					case 0:
-						if err := tp.Discard(uint64(lba), uint64(n), false); err != nil {
+						if err := tp.Discard(int64(lba), int64(n), false); err != nil {
 							t.Fatal(err)
 						}
 						m.discard(lba, n)
@@ -175,7 +176,7 @@ func TestTuplesRandomOps(t *testing.T) {
 							l := rng.IntN(blocks)
 							c := 1 + rng.IntN(min(blocks-l, 300))
 							tu, su := randTuples(rng, c, tc.ts, tc.sums)
-							if err := x.WriteRange(uint64(l), tu, su); err != nil {
+							if err := x.WriteRange(int64(l), tu, su); err != nil {
 								t.Fatal(err)
 							}
 							m.write(l, tu, su)
@@ -186,7 +187,7 @@ func TestTuplesRandomOps(t *testing.T) {
 						}
 					default:
 						tu, su := randTuples(rng, n, tc.ts, tc.sums)
-						if err := tp.WriteRange(uint64(lba), tu, su, false); err != nil {
+						if err := tp.WriteRange(int64(lba), tu, su, false); err != nil {
 							t.Fatal(err)
 						}
 						m.write(lba, tu, su)
@@ -223,7 +224,40 @@ func TestTuplesArgs(t *testing.T) {
 		fn   func() error
 	}{
 		{"op=read/range=past-end", store.ErrOutOfRange, func() error { _, err := tp.ReadRange(99, make([]byte, 16), make([]uint32, 2), nil); return err }},
-		{"op=read/range=huge-lba", store.ErrOutOfRange, func() error { _, err := tp.ReadRange(1<<63, make([]byte, 8), nil, nil); return err }},
+		{"op=read/range=huge-lba", store.ErrOutOfRange, func() error { _, err := tp.ReadRange(math.MaxInt64, make([]byte, 8), nil, nil); return err }},
+		// LBAs and block counts are int64: a negative one is refused.
+		{"op=read/lba=negative", store.ErrOutOfRange, func() error { _, err := tp.ReadRange(-1, make([]byte, 8), nil, nil); return err }},
+		{"op=read-cached/lba=negative", store.ErrOutOfRange, func() error {
+			_, err := tp16.ReadRangeCached(-1, make([]byte, 16), nil, nil)
+			return err
+		}},
+		{"op=write/lba=negative", store.ErrOutOfRange, func() error { return tp.WriteRange(-1, make([]byte, 8), make([]uint32, 1), false) }},
+		{"op=txn-write/lba=negative", store.ErrOutOfRange, func() error { return tp.NewTxn().WriteRange(-1, make([]byte, 8), make([]uint32, 1)) }},
+		{"op=discard/lba=negative", store.ErrOutOfRange, func() error { return tp.Discard(-1, 1, false) }},
+		{"op=discard/n=negative", store.ErrOutOfRange, func() error { return tp.Discard(1, -1, false) }},
+		{"op=txn-discard/lba=negative", store.ErrOutOfRange, func() error { return tp.NewTxn().Discard(-1, 1) }},
+		{"op=intent/lba=negative", store.ErrOutOfRange, func() error {
+			_, err := tp.NewTxn().RecordIntent(-1, make([]byte, 8), make([]uint32, 1))
+			return err
+		}},
+		{"op=intents/lba=negative", store.ErrOutOfRange, func() error {
+			for _, err := range tp.Intents(-1, 2) {
+				return err
+			}
+			return nil
+		}},
+		{"op=intents/n=negative", store.ErrOutOfRange, func() error {
+			for _, err := range tp.Intents(0, -1) {
+				return err
+			}
+			return nil
+		}},
+		{"op=loader/lba=negative", store.ErrOutOfRange, func() error { _, err := tp.NewLoader(-1); return err }},
+		{"op=load/lba=negative", store.ErrOutOfRange, func() error { return tp.LoadRange(-1, make([]byte, 8), make([]uint32, 1), false) }},
+		{"op=create/size=negative", store.ErrInvalid, func() error {
+			_, err := store.CreateTuples(kv, "x", store.NewManifest("f", 512, 8, -512, "d"))
+			return err
+		}},
 		{"op=read/tuples=ragged", store.ErrInvalid, func() error { _, err := tp.ReadRange(0, make([]byte, 9), nil, nil); return err }},
 		{"op=read/sums=short", store.ErrInvalid, func() error { _, err := tp.ReadRange(0, make([]byte, 16), make([]uint32, 1), nil); return err }},
 		{"op=read/bitmap=short", store.ErrInvalid, func() error { _, err := tp.ReadRange(0, make([]byte, 8*65), nil, store.NewBitmap(64)); return err }},
@@ -410,7 +444,7 @@ func TestIntents(t *testing.T) {
 			checkRead := func(lba int, want []byte) {
 				t.Helper()
 				buf := make([]byte, len(want))
-				if _, err := tp.ReadRange(uint64(lba), buf, nil, nil); err != nil {
+				if _, err := tp.ReadRange(int64(lba), buf, nil, nil); err != nil {
 					t.Fatal(err)
 				}
 				if !bytes.Equal(buf, want) {
@@ -445,11 +479,11 @@ func TestIntents(t *testing.T) {
 				}
 				all = append(all, in)
 			}
-			var starts []uint64
+			var starts []int64
 			for _, in := range all {
 				starts = append(starts, in.LBA)
 			}
-			if want := []uint64{100, 105, 200, 456, 712}; !slices.Equal(starts, want) {
+			if want := []int64{100, 105, 200, 456, 712}; !slices.Equal(starts, want) {
 				t.Fatalf("open intent records start at %v, want %v", starts, want)
 			}
 			x = tp.NewTxn()

@@ -17,7 +17,7 @@ const (
 
 type txnOp struct {
 	kind       opKind
-	lba, n     uint64
+	lba, n     int64
 	tuples     []byte
 	sums       []uint32
 	key, value []byte
@@ -56,7 +56,7 @@ func (x *Txn) usable() error {
 
 // WriteRange stages tuples (and sums, required iff the volume keeps sector
 // checksums) as the committed tuples of [lba, lba+len(tuples)/TupleSize).
-func (x *Txn) WriteRange(lba uint64, tuples []byte, sums []uint32) error {
+func (x *Txn) WriteRange(lba int64, tuples []byte, sums []uint32) error {
 	if err := x.usable(); err != nil {
 		return err
 	}
@@ -64,7 +64,7 @@ func (x *Txn) WriteRange(lba uint64, tuples []byte, sums []uint32) error {
 	if err != nil || n == 0 {
 		return err
 	}
-	op := txnOp{kind: opWrite, lba: lba, n: uint64(n), tuples: append([]byte(nil), tuples...)}
+	op := txnOp{kind: opWrite, lba: lba, n: int64(n), tuples: append([]byte(nil), tuples...)}
 	if sums != nil {
 		op.sums = append([]uint32(nil), sums[:n]...)
 	}
@@ -74,7 +74,7 @@ func (x *Txn) WriteRange(lba uint64, tuples []byte, sums []uint32) error {
 }
 
 // Discard stages marking [lba, lba+n) unwritten.
-func (x *Txn) Discard(lba, n uint64) error {
+func (x *Txn) Discard(lba, n int64) error {
 	if err := x.usable(); err != nil {
 		return err
 	}
@@ -105,16 +105,16 @@ func (x *Txn) Commit(sync bool) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 
-	P := uint64(t.l.p)
+	P := int64(t.l.p)
 	ts := t.l.ts
-	pages := make(map[uint64]*pageBuf)
-	var order []uint64
+	pages := make(map[int64]*pageBuf)
+	var order []int64
 	defer func() {
 		for _, pb := range pages {
 			t.bufPool.Put(pb)
 		}
 	}()
-	get := func(page uint64, whole bool) (*pageBuf, error) {
+	get := func(page int64, whole bool) (*pageBuf, error) {
 		if pb, ok := pages[page]; ok {
 			return pb, nil
 		}

@@ -179,7 +179,7 @@ func (x *export) status(off, n int64, one bool, scratch *statusScratch) ([]exten
 	t := x.Volume.Tuples()
 	ts := t.TupleSize()
 	scratch.grow(nb, ts)
-	if _, err := t.ReadRange(uint64(first), scratch.tuples[:nb*ts], nil, scratch.written); err != nil {
+	if _, err := t.ReadRange(first, scratch.tuples[:nb*ts], nil, scratch.written); err != nil {
 		return nil, err
 	}
 	end := min(off+n, last*bs)

@@ -250,7 +250,7 @@ func newStoreState(t *testing.T, blocks int) (*StoreState, *store.Tuples) {
 	t.Helper()
 	kv := store.NewMem()
 	t.Cleanup(func() { kv.Close() })
-	tu, err := store.CreateTuples(kv, "vol", store.NewManifest("512+8", 512, 8, uint64(blocks)*512, "test"))
+	tu, err := store.CreateTuples(kv, "vol", store.NewManifest("512+8", 512, 8, int64(blocks)*512, "test"))
 	if err != nil {
 		t.Fatal(err)
 	}

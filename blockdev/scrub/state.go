@@ -90,7 +90,7 @@ func NewStoreState(t *store.Tuples, name string) (*StoreState, error) {
 }
 
 func (s *StoreState) cursorName(start, end int64) string {
-	if start == 0 && end == int64(s.t.Blocks()) {
+	if start == 0 && end == s.t.Blocks() {
 		return s.name
 	}
 	return fmt.Sprintf("%s@%d-%d", s.name, start, end)

@@ -47,7 +47,7 @@ func runInjectStore(ctx context.Context, opts injectOptions, stdout, _ io.Writer
 	if m.SectorSums {
 		sums = make([]uint32, 1)
 	}
-	if _, err := t.ReadRange(uint64(opts.LBA), md, sums, written); err != nil {
+	if _, err := t.ReadRange(opts.LBA, md, sums, written); err != nil {
 		return storeErr(url, err)
 	}
 	if opts.Field != dif.FieldData && !written.Has(0) {
@@ -68,7 +68,7 @@ func runInjectStore(ctx context.Context, opts injectOptions, stdout, _ io.Writer
 		if err := dev.Sync(); err != nil {
 			return fmt.Errorf("sync %s: %w", opts.Image, err)
 		}
-	} else if err := t.WriteRange(uint64(opts.LBA), md, sums, true); err != nil {
+	} else if err := t.WriteRange(opts.LBA, md, sums, true); err != nil {
 		return storeErr(url, err)
 	}
 	rec := &injectRecord{Image: opts.Image, Store: url, Format: displayFormat(m.Format), LBA: opts.LBA,
@@ -78,4 +78,4 @@ func runInjectStore(ctx context.Context, opts injectOptions, stdout, _ io.Writer
 }
 
 // checkLNAsStore refuses an LBA beyond the volume.
-func checkLNAsStore(lba int64, t *store.Tuples) error { return checkLBAs(lba, 1, int64(t.Blocks())) }
+func checkLNAsStore(lba int64, t *store.Tuples) error { return checkLBAs(lba, 1, t.Blocks()) }

@@ -88,7 +88,7 @@ func runInspectStore(ctx context.Context, opts inspectOptions, stdout, stderr io
 	rec := &manifestRecord{Image: opts.Image, Store: url, Volume: t.Volume(), Format: displayFormat(m.Format),
 		BlockSize: m.BlockSize, TupleSize: m.TupleSize, SectorSums: m.SectorSums,
 		RefTag: hexWidth(0, m.InitialRefTag, f.RefTagBits()), AppTag: hexWidth(0, uint64(m.AppTag), 16), AppMask: hexWidth(0, uint64(m.AppTagMask), 16),
-		DeviceSize: int64(m.DeviceSize), DeviceID: m.DeviceID, Blocks: int64(t.Blocks()), Tool: m.Tool, Schema: m.Schema,
+		DeviceSize: m.DeviceSize, DeviceID: m.DeviceID, Blocks: t.Blocks(), Tool: m.Tool, Schema: m.Schema,
 		Findings: map[string]int64{}, OpenByKind: map[string]int64{},
 		Keyed: m.Keyed(), KeyCheck: m.KeyCheck}
 	if m.Keyed() {
@@ -194,7 +194,7 @@ func orDash(s string) string {
 // directly, not through the volume).
 func inspectStoreBlocks(ctx context.Context, opts inspectOptions, out *output, t *store.Tuples, f dif.Format, p dif.Params, vk *blockdev.VolumeKey) error {
 	start, count := opts.LBA, opts.Count
-	if err := checkLBAs(start, count, int64(t.Blocks())); err != nil {
+	if err := checkLBAs(start, count, t.Blocks()); err != nil {
 		return err
 	}
 	dev, err := openDevice(opts.Image, true)
@@ -218,7 +218,7 @@ func inspectStoreBlocks(ctx context.Context, opts inspectOptions, out *output, t
 			return fmt.Errorf("read %s at LBA %d: %w", opts.Image, lba, err)
 		}
 		written.Clear(0)
-		if _, err := t.ReadRange(uint64(lba), md, nil, written); err != nil {
+		if _, err := t.ReadRange(lba, md, nil, written); err != nil {
 			return storeErr(storeURL(opts.Image, opts.Store), err)
 		}
 		rec, err := inspectBlock(f, data, md, runParams(f, p, lba))

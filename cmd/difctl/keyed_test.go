@@ -82,7 +82,7 @@ func cmdAttack(ts *testscript.TestScript, neg bool, args []string) {
 		lba := num(args[2])
 		_, err := a.dev.WriteAt(make([]byte, a.f.BlockSize()), lba*int64(a.f.BlockSize()))
 		ts.Check(err)
-		ts.Check(a.t.Discard(uint64(lba), 1, true))
+		ts.Check(a.t.Discard(lba, 1, true))
 	default:
 		ts.Fatalf("attack: unknown %q", args[0])
 	}
@@ -133,5 +133,5 @@ func (a *attack) write(lba int64, data []byte) {
 	if m.SectorSums {
 		sums = []uint32{crc32c.Checksum(data)}
 	}
-	a.ts.Check(a.t.WriteRange(uint64(lba), tuple, sums, true))
+	a.ts.Check(a.t.WriteRange(lba, tuple, sums, true))
 }

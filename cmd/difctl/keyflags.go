@@ -159,7 +159,7 @@ func inspectKeyed(rec *tupleRecord, t *store.Tuples, vk *blockdev.VolumeKey, lba
 	var tags [1]store.KeyedTag
 	kb := &keyedBlock{Check: "skipped"}
 	rec.Keyed = kb
-	err := t.ReadTags(uint64(lba), tags[:])
+	err := t.ReadTags(lba, tags[:])
 	switch {
 	case errors.Is(err, store.ErrPageMAC):
 		kb.PageMAC = true

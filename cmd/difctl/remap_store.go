@@ -74,7 +74,7 @@ func runRemapStore(ctx context.Context, opts remapOptions, stdout, stderr io.Wri
 	out := newOutput(stdout, opts.JSON)
 	fw := newFindings(out, f)
 	bs := int64(f.BlockSize())
-	blocks := int64(m.Blocks())
+	blocks := m.Blocks()
 	key, err := opts.Key.load()
 	if err != nil {
 		return err

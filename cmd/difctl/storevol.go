@@ -285,7 +285,7 @@ func needsRecovery(kv store.KV) (bool, error) {
 // checkIdentity refuses a store whose manifest describes another device
 // than image: another size or another name. size < 0 skips the size.
 func checkIdentity(image, url string, m store.Manifest, size int64) error {
-	if size >= 0 && uint64(size) != m.DeviceSize {
+	if size >= 0 && size != m.DeviceSize {
 		return &identityError{fmt.Errorf("%s does not match its store %s: the store protects %d bytes, the image has %d (another image's store, or truncated or grown since protect?)",
 			image, url, m.DeviceSize, size)}
 	}
@@ -412,7 +412,7 @@ func piStateTuples(kv store.KV, url, image string, f dif.Format, blocks int64) (
 	if err != nil {
 		abs = image
 	}
-	m := store.NewManifest(f.String(), f.BlockSize(), f.TupleSize(), uint64(blocks)*uint64(f.BlockSize()), abs)
+	m := store.NewManifest(f.String(), f.BlockSize(), f.TupleSize(), blocks*int64(f.BlockSize()), abs)
 	m.Tool = toolName
 	t, err := store.OpenTuples(kv, piStateVolume, &m)
 	if errors.Is(err, store.ErrNotFound) {

@@ -92,7 +92,7 @@ func BenchmarkTuples(b *testing.B) {
 				b.Run(fmt.Sprintf("op=%s/block=%d/engine=%s", op, block, engine), func(b *testing.B) {
 					kv := benchStore(b, engine, c)
 					defer kv.Close()
-					m := store.NewManifest(format, block, 8, uint64(n)*uint64(block), "bench")
+					m := store.NewManifest(format, block, 8, int64(n)*int64(block), "bench")
 					tp, err := store.CreateTuples(kv, "bench", m)
 					if err != nil {
 						b.Fatal(err)
@@ -116,7 +116,7 @@ func BenchmarkTuples(b *testing.B) {
 							continue
 						}
 						for lba := 0; lba < n; lba += chunk {
-							k, err := tp.ReadRange(uint64(lba), dst, dsums, written)
+							k, err := tp.ReadRange(int64(lba), dst, dsums, written)
 							if err != nil {
 								b.Fatal(err)
 							}

@@ -69,7 +69,7 @@ func sizingTable(t *testing.T) string {
 		kv := &sizingKV{KV: store.NewMem(), writes: map[byte]*[2]int64{}}
 		P := store.DefaultPageTuples
 		blocks := 4 * P * 4 // four intent records' worth
-		m := store.NewManifest(f.format, f.block, f.tsz, uint64(blocks*f.block), "sizing")
+		m := store.NewManifest(f.format, f.block, f.tsz, int64(blocks*f.block), "sizing")
 		m.SectorSums = f.sums
 		tp, err := store.CreateTuples(kv, "v", m)
 		if err != nil {
