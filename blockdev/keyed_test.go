@@ -231,7 +231,7 @@ func (k *keyedVol) attackerWrite(name string, lba int64, data []byte) {
 	}
 	m := tp.Manifest()
 	tuple := make([]byte, k.f.TupleSize())
-	p := dif.Params{RefTag: m.InitialRefTag + uint64(lba), LBA: uint64(lba)}
+	p := dif.Params{RefTag: m.InitialRefTag + uint64(lba), LBA: lba}
 	if err := k.f.WithLayout(dif.Separate).Generate(data, tuple, p); err != nil {
 		t.Fatal(err)
 	}

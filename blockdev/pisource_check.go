@@ -134,7 +134,7 @@ func (s *PISource) ScratchSize(n int) int {
 // params returns the dif params of a run starting at lba.
 func (s *PISource) params(lba int64) dif.Params {
 	p := s.p
-	p.LBA = uint64(lba)
+	p.LBA = lba
 	if s.refMask != 0 {
 		p.RefTag = (p.RefTag + uint64(lba)) & s.refMask
 	}

@@ -57,7 +57,7 @@ func (c *blockCheck) paramsFrom(ref uint64, lba int64) dif.Params {
 	if !c.refConst {
 		ref += uint64(lba)
 	}
-	return dif.Params{RefTag: ref & c.refMask, AppTag: c.appTag, AppMask: c.appMask, LBA: uint64(lba)}
+	return dif.Params{RefTag: ref & c.refMask, AppTag: c.appTag, AppMask: c.appMask, LBA: lba}
 }
 
 // ok reports whether one block passes: its data against md (the tuple, or

@@ -75,7 +75,7 @@ func randParams(rng *rand.Rand, f Format) Params {
 		RefTag:     randBits(rng, f.RefTagBits()),
 		StorageTag: randBits(rng, f.StorageTagBits()),
 		AppTag:     uint16(rng.Uint32()),
-		LBA:        rng.Uint64() >> uint(rng.IntN(64)),
+		LBA:        int64(rng.Uint64() >> uint(1+rng.IntN(63))),
 	}
 	switch rng.IntN(4) {
 	case 0:
@@ -275,7 +275,7 @@ func TestChunkBoundaries(t *testing.T) {
 				}
 				continue
 			}
-			if len(got) != 2 || got[0].Block != 0 || got[1].Block != n-1 || got[1].LBA != 1000+uint64(n-1) {
+			if len(got) != 2 || got[0].Block != 0 || got[1].Block != n-1 || got[1].LBA != 1000+int64(n-1) {
 				t.Fatalf("%v n=%d: failures %+v", f, n, got)
 			}
 		}

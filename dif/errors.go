@@ -93,7 +93,7 @@ func (f Field) sentinel() error {
 // the sentinel of its field (ErrGuard, ErrAppTag, ErrRefTag, ErrStorageTag).
 type CheckError struct {
 	Block    int    // index of the block in the run
-	LBA      uint64 // Params.LBA + Block
+	LBA      int64  // Params.LBA + Block
 	Field    Field  // FieldGuard, FieldAppTag, FieldRefTag or FieldStorageTag
 	Expected uint64 // computed value (app tag: Params.AppTag, compared under Params.AppMask)
 	Actual   uint64 // stored value (whole field, unmasked)
@@ -107,7 +107,7 @@ func (e *CheckError) Error() string {
 	b.WriteString("dif: block ")
 	b.WriteString(strconv.Itoa(e.Block))
 	b.WriteString(" (LBA ")
-	b.WriteString(strconv.FormatUint(e.LBA, 10))
+	b.WriteString(strconv.FormatInt(e.LBA, 10))
 	b.WriteString("): ")
 	b.WriteString(e.Field.String())
 	b.WriteString(" mismatch: expected ")

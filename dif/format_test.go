@@ -222,6 +222,8 @@ func TestBufferErrors(t *testing.T) {
 		"read tuple block":  func() error { _, err := il.ReadTuple(make([]byte, 520), nil, -1); return err }(),
 		"write tuple block": il.WriteTuple(make([]byte, 520), nil, 1, Tuple{}),
 		"insert params":     il.Insert(make([]byte, 520), nil, make([]byte, 512), Params{RefTag: 1 << 40}),
+		"negative lba":      il.Verify(make([]byte, 520), nil, Params{LBA: -1}),
+		"negative lba gen":  il.Generate(make([]byte, 520), nil, Params{LBA: -1}),
 	} {
 		if !errors.Is(err, ErrParams) {
 			t.Errorf("%s: %v, want ErrParams", name, err)

@@ -37,7 +37,7 @@ func fitParams(f Format, ref, stor uint64, app uint16) Params {
 	if s := f.StorageTagBits(); s < 64 {
 		stor &= 1<<uint(s) - 1
 	}
-	return Params{RefTag: ref, StorageTag: stor, AppTag: app, AppMask: 0xFFFF, LBA: ref ^ stor}
+	return Params{RefTag: ref, StorageTag: stor, AppTag: app, AppMask: 0xFFFF, LBA: int64((ref ^ stor) >> 1)}
 }
 
 // expectedFlip returns the field a flip of bit `bit` of block b's extended
@@ -139,7 +139,7 @@ func FuzzRoundTrip(f *testing.F) {
 				t.Fatalf("%v: unchecked bit %d reported: %v", fm, bit, got)
 			}
 		default:
-			if len(got) != 1 || got[0].Block != blk || got[0].Field != field || got[0].LBA != p.LBA+uint64(blk) {
+			if len(got) != 1 || got[0].Block != blk || got[0].Field != field || got[0].LBA != p.LBA+int64(blk) {
 				t.Fatalf("%v %+v: flip of block %d bit %d: want one %v failure, got %+v", fm, p, blk, bit, field, got)
 			}
 		}

@@ -165,7 +165,7 @@ func oracleVerify(f Format, data, md []byte, p Params, n int) ([]State, []CheckE
 			continue
 		}
 		add := func(field Field, want, got *big.Int) {
-			ce := CheckError{Block: i, LBA: p.LBA + uint64(i), Field: field}
+			ce := CheckError{Block: i, LBA: p.LBA + int64(i), Field: field}
 			ce.ExpectedHigh, ce.Expected = splitBig(want)
 			ce.ActualHigh, ce.Actual = splitBig(got)
 			errs = append(errs, ce)

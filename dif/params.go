@@ -38,8 +38,9 @@ type Params struct {
 	// tag is not checked unless a mask is given (0xFFFF compares all bits).
 	AppMask uint16
 	// LBA is the logical block address of the run's first block. It only
-	// labels failures (CheckError.LBA = LBA + Block). Default 0.
-	LBA uint64
+	// labels failures (CheckError.LBA = LBA + Block); int64 like every LBA
+	// of the library, and not negative (ErrParams). Default 0.
+	LBA int64
 	// Skip lists checks Verify does not run. Default 0: run every check.
 	Skip Check
 }
@@ -105,7 +106,7 @@ type expect struct {
 	ref0     uint64
 	step     uint64 // 1 for Types 1 and 2, 0 for Type 3
 	app      uint16
-	lba      uint64
+	lba      int64
 
 	// Verify only.
 	guardOn   bool
@@ -118,6 +119,9 @@ type expect struct {
 func (f Format) expect(p *Params) (expect, error) {
 	if p.Skip&^CheckAll != 0 {
 		return expect{}, paramErr("unknown check bits %#x in Params.Skip", uint8(p.Skip&^CheckAll))
+	}
+	if p.LBA < 0 {
+		return expect{}, paramErr("negative LBA %d in Params.LBA", p.LBA)
 	}
 	rb, sb := f.RefTagBits(), int(f.sts)
 	if rb < 64 && p.RefTag>>uint(rb) != 0 {

@@ -487,7 +487,7 @@ func (v *verifier) setState(i int, s State) {
 func (v *verifier) report(i int, field Field, want, got u80) bool {
 	v.sum.Errors++
 	ce := &CheckError{
-		Block: i, LBA: v.lba + uint64(i), Field: field,
+		Block: i, LBA: v.lba + int64(i), Field: field,
 		Expected: want.lo, Actual: got.lo,
 		ExpectedHigh: uint16(want.hi), ActualHigh: uint16(got.hi),
 	}

@@ -128,7 +128,7 @@ func (a *attack) write(lba int64, data []byte) {
 	a.ts.Check(err)
 	m := a.t.Manifest()
 	tuple := make([]byte, a.f.TupleSize())
-	a.ts.Check(a.f.Generate(data, tuple, dif.Params{RefTag: m.InitialRefTag + uint64(lba), AppTag: m.AppTag, LBA: uint64(lba)}))
+	a.ts.Check(a.f.Generate(data, tuple, dif.Params{RefTag: m.InitialRefTag + uint64(lba), AppTag: m.AppTag, LBA: lba}))
 	var sums []uint32
 	if m.SectorSums {
 		sums = []uint32{crc32c.Checksum(data)}

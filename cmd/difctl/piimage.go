@@ -260,7 +260,7 @@ func (im *piImage) sync() error {
 // the ref tag of block 0 of the image and, for Types 1 and 2, advances with
 // the LBA (as blockdev.PISource does).
 func runParams(f dif.Format, p dif.Params, lba int64) dif.Params {
-	p.LBA = uint64(lba)
+	p.LBA = lba
 	if t := f.Type(); t == dif.Type1 || t == dif.Type2 {
 		p.RefTag += uint64(lba)
 		if b := f.RefTagBits(); b < 64 {
