@@ -29,8 +29,8 @@ func (*discardRecord) recordType() string { return "discard" }
 
 func newDiscardCmd(g *globalOptions) *cobra.Command {
 	var (
-		lba   = uintFlag{bits: 63}
-		count = uintFlag{bits: 63}
+		lba   = lbaFlag{}
+		count = lbaFlag{}
 		store string
 	)
 	cmd := &cobra.Command{
@@ -55,7 +55,7 @@ durable when discard returns.
 				return usageErrorf("--count must be at least 1")
 			}
 			return runDiscard(cmd.Context(), discardOptions{globalOptions: *g, Image: args[0], Store: store,
-				LBA: int64(lba.v), Count: int64(count.v)}, cmd.OutOrStdout(), cmd.ErrOrStderr())
+				LBA: lba.v, Count: count.v}, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
 	f := cmd.Flags()

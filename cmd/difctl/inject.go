@@ -65,7 +65,7 @@ func newInjectCmd(g *globalOptions) *cobra.Command {
 	var (
 		img   imageFlags
 		pf    = newPIFlags()
-		lba   = uintFlag{bits: 63}
+		lba   = lbaFlag{}
 		field = fieldFlag{name: "data", field: dif.FieldData}
 		bit   int
 		store string
@@ -97,7 +97,7 @@ the tuple kept in the store, behind the protected layer's back.
 			if bit < 0 {
 				return usageErrorf("--bit must not be negative, not %d", bit)
 			}
-			opts := injectOptions{globalOptions: *g, Image: args[0], LBA: int64(lba.v), Field: field.field, Bit: bit, Store: store}
+			opts := injectOptions{globalOptions: *g, Image: args[0], LBA: lba.v, Field: field.field, Bit: bit, Store: store}
 			if err := opts.resolve(&img, pf); err != nil {
 				return err
 			}

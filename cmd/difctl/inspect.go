@@ -68,8 +68,8 @@ func newInspectCmd(g *globalOptions) *cobra.Command {
 	var (
 		img   imageFlags
 		pf    = newPIFlags()
-		lba   = uintFlag{bits: 63}
-		count = uintFlag{bits: 63}
+		lba   = lbaFlag{}
+		count = lbaFlag{}
 		store string
 	)
 	cmd := &cobra.Command{
@@ -100,12 +100,12 @@ manifest). A "!" marks a stored value that fails its check.
 				return usageErrorf("--count needs --lba")
 			}
 			if lba.set {
-				opts.LBA, opts.Count = int64(lba.v), 1
+				opts.LBA, opts.Count = lba.v, 1
 				if count.set {
 					if count.v == 0 {
 						return usageErrorf("--count must be at least 1")
 					}
-					opts.Count = int64(count.v)
+					opts.Count = count.v
 				}
 			}
 			if err := opts.resolve(&img, pf); err != nil {
