@@ -1165,17 +1165,20 @@ TEXT ·hybridShort(SB), NOSPLIT, $0-28
 	MOVL reg+0(FP), AX
 	MOVQ p+8(FP), CX
 	MOVQ n+16(FP), DX
+	CMPQ DX, $0x10
+	JB   short_rest
 
 short_loop:
-	CMPQ   DX, $0x10
-	JB     short_8
 	CRC32Q (CX), AX
 	CRC32Q 8(CX), AX
 	ADDQ   $0x10, CX
 	SUBQ   $0x10, DX
-	JMP    short_loop
+	CMPQ   DX, $0x10
+	JAE    short_loop
 
-short_8:
+short_rest:
+	TESTQ  $0x0000000f, DX
+	JZ     short_done
 	TESTQ  $0x00000008, DX
 	JZ     short_4
 	CRC32Q (CX), AX
@@ -1210,17 +1213,20 @@ TEXT ·hybridShort3(SB), NOSPLIT, $0-44
 	MOVQ tail+16(FP), DX
 	MOVQ s+24(FP), BX
 	MOVQ k+32(FP), SI
+	CMPQ DX, $0x10
+	JB   short3_tail_rest
 
 short3_tail_loop:
-	CMPQ   DX, $0x10
-	JB     short3_tail_8
 	CRC32Q (CX), AX
 	CRC32Q 8(CX), AX
 	ADDQ   $0x10, CX
 	SUBQ   $0x10, DX
-	JMP    short3_tail_loop
+	CMPQ   DX, $0x10
+	JAE    short3_tail_loop
 
-short3_tail_8:
+short3_tail_rest:
+	TESTQ  $0x0000000f, DX
+	JZ     short3_tail_done
 	TESTQ  $0x00000008, DX
 	JZ     short3_tail_4
 	CRC32Q (CX), AX

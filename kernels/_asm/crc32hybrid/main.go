@@ -568,15 +568,26 @@ func short() {
 // stream, 16 bytes a step, then 8, 4, 2 and 1 by the bits of n; p ends
 // past them, or (with !whole) before the last odd byte. Labels start with
 // prefix.
+//
+// The loop is rotated (its test at the bottom) and a length that is a
+// multiple of 16 skips the four tests of the rest, so that a 16-byte
+// input takes one taken branch, not five: against ISA-L's crc32_iscsi in
+// one BenchmarkAnchor run on the loaded Zen 2, Checksum went from 0.40-0.43
+// to 0.48-0.49 of its speed at 16 bytes and from 0.63-0.65 to 0.79-0.81 at
+// 64.
 func stream(prefix string, crc, p, n reg.GPVirtual, whole bool) {
-	ctx.Label(prefix + "_loop")
 	ctx.CMPQ(n, operand.U8(16))
-	ctx.JB(operand.LabelRef(prefix + "_8"))
+	ctx.JB(operand.LabelRef(prefix + "_rest"))
+	ctx.Label(prefix + "_loop")
 	ctx.CRC32Q(operand.Mem{Base: p}, crc)
 	ctx.CRC32Q(operand.Mem{Base: p, Disp: 8}, crc)
 	ctx.ADDQ(operand.U8(16), p)
 	ctx.SUBQ(operand.U8(16), n)
-	ctx.JMP(operand.LabelRef(prefix + "_loop"))
+	ctx.CMPQ(n, operand.U8(16))
+	ctx.JAE(operand.LabelRef(prefix + "_loop"))
+	ctx.Label(prefix + "_rest")
+	ctx.TESTQ(operand.U32(15), n)
+	ctx.JZ(operand.LabelRef(prefix + "_done"))
 	for _, w := range []int{8, 4, 2, 1} {
 		ctx.Label(fmt.Sprintf("%s_%d", prefix, w))
 		next := prefix + "_done"
