@@ -107,29 +107,34 @@ func blocksHybrid(kernel, prefetch blocksFunc, update func(uint32, []byte) uint3
 	}
 }
 
-// updateShort is Update below hybridMin: from hybridShort3Min bytes on
-// hybridShort3, three CRC32 streams over segments of s bytes (a multiple
-// of hybridShortUnit) after a tail of under 3·hybridShortUnit bytes; below it
-// hybridShort, one CRC32 stream, called straight from here (hash/crc32,
-// which this replaced, took 11-15 ns at 16 bytes on an AMD EPYC Zen 2,
-// ISA-L 3; BenchmarkAnchor).
+// updateShort is Update below hybridShort3Min: hybridShort, one CRC32
+// stream, called straight from here (hash/crc32, which this replaced, took
+// 11-15 ns at 16 bytes on an AMD EPYC Zen 2, ISA-L 3; BenchmarkAnchor). It
+// is small enough to be inlined into the Update wrappers, so that a short
+// input makes one Go call before the kernel.
 func updateShort(crc uint32, p []byte) uint32 {
-	if len(p) >= hybridShort3Min {
-		s := len(p) / (3 * hybridShortUnit) * hybridShortUnit
-		return ^hybridShort3(^crc, &p[0], len(p)-3*s, s, &hybridK3[s/hybridShortUnit-2])
-	}
 	if len(p) == 0 {
 		return crc
 	}
 	return ^hybridShort(^crc, &p[0], len(p))
 }
 
+// medium is the segment length s of hybridShort3 for an input of n bytes
+// (hybridShort3Min <= n < hybridMin): a multiple of hybridShortUnit, with
+// a tail n-3s of under 3·hybridShortUnit bytes.
+func medium(n int) int { return n / (3 * hybridShortUnit) * hybridShortUnit }
+
 // updateHybrid256 and updateHybrid128 are Update: updateShort below
-// hybridMin, checked here so that a short input makes one Go call before
-// the kernel.
+// hybridShort3Min and hybridShort3 (three CRC32 streams) below hybridMin,
+// checked here, shortest first, so that an input below hybridMin makes one
+// Go call before the kernel.
 func updateHybrid256(crc uint32, p []byte) uint32 {
-	if len(p) < hybridMin {
+	if len(p) < hybridShort3Min {
 		return updateShort(crc, p)
+	}
+	if len(p) < hybridMin {
+		s := medium(len(p))
+		return ^hybridShort3(^crc, &p[0], len(p)-3*s, s, &hybridK3[s/hybridShortUnit-2])
 	}
 	return updateHybrid(hybridChunk256, crc, p)
 }
@@ -139,8 +144,12 @@ func blocksHybrid256(dst []uint32, p []byte, blockLen, stride int) {
 }
 
 func updateHybrid128(crc uint32, p []byte) uint32 {
-	if len(p) < hybridMin {
+	if len(p) < hybridShort3Min {
 		return updateShort(crc, p)
+	}
+	if len(p) < hybridMin {
+		s := medium(len(p))
+		return ^hybridShort3(^crc, &p[0], len(p)-3*s, s, &hybridK3[s/hybridShortUnit-2])
 	}
 	return updateHybrid(hybridChunk128, crc, p)
 }

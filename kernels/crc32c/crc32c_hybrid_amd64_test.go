@@ -41,7 +41,7 @@ func TestHybridConsts(t *testing.T) {
 		}
 	}
 	// updateShort's segment for the longest input it gets has a row.
-	if s := (hybridMin - 1) / (3 * hybridShortUnit) * hybridShortUnit; s/hybridShortUnit-2 >= len(hybridK3) || s > hybridShortMaxSeg {
+	if s := medium(hybridMin - 1); s/hybridShortUnit-2 >= len(hybridK3) || s > hybridShortMaxSeg {
 		t.Fatalf("hybridK3 ends at s = %d; updateShort needs s = %d", hybridShortMaxSeg, s)
 	}
 }
@@ -53,7 +53,7 @@ func BenchmarkShort3(b *testing.B) {
 	var sink uint32
 	for _, n := range []int{64, 96, 128, 192, 256, 384, 511, 1024, 2047} {
 		p := make([]byte, n)
-		s := n / (3 * hybridShortUnit) * hybridShortUnit
+		s := medium(n)
 		b.Run(fmt.Sprintf("size=%d/kernel=one", n), func(b *testing.B) {
 			b.SetBytes(int64(n))
 			for b.Loop() {
