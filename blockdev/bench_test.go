@@ -134,3 +134,31 @@ func benchMem(b *testing.B) {
 		off = (off + benchReq) % m.Size()
 	}
 }
+
+// preadPass returns a function that reads the file at path from start to
+// end in 1 MiB requests (benchReq), as a plain sequential reader would.
+func preadPass(b *testing.B, path string) func() {
+	fh, err := os.Open(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { fh.Close() })
+	st, err := fh.Stat()
+	if err != nil {
+		b.Fatal(err)
+	}
+	buf := AlignedBuffer(benchReq)
+	return func() {
+		sum := 0
+		for off := int64(0); off < st.Size(); off += benchReq {
+			n, err := fh.ReadAt(buf[:min(benchReq, st.Size()-off)], off)
+			if err != nil {
+				b.Fatal(err)
+			}
+			sum += int(buf[n-1])
+		}
+		if sum < 0 {
+			b.Fatal("unreachable")
+		}
+	}
+}

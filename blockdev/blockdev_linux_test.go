@@ -120,7 +120,7 @@ func TestBlockDevice(t *testing.T) {
 					}
 				}
 				// A block device is data throughout.
-				if e, err := d.NextData(4096); err != nil || e != (Extent{4096, size - 4096}) {
+				if e, err := d.NextData(4096); err != nil || e != (Extent{Off: 4096, Len: size - 4096}) {
 					t.Fatalf("NextData: %v, %v", e, err)
 				}
 				// The backing image holds the data (loop devices write through

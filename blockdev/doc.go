@@ -2,9 +2,10 @@
 // write stores protection information (a T10 DIF/NVMe PI tuple and, where
 // the manifest says so, a CRC-32C sector sum per block) in a store, whose
 // every read is verified against it, and which survives a crash at any
-// instant. The devices it runs on, the images that carry their own PI
-// ([PISource]), and, until they move to their own packages, the scrub
-// engine and the fault-injecting device live here too.
+// instant, with the devices it runs on and the images that carry their own
+// PI ([PISource]). The scrub engine is package blockdev/scrub, the
+// fault-injecting device of the tests blockdev/faultdev (built on
+// blockdev/device, the Device contract re-exported here).
 //
 // # The Volume
 //
@@ -43,7 +44,9 @@
 //     must read as zeros or lie in a hole ([DataFinder]); anything else is
 //     [KindUnwrittenData].
 //   - volume_export.go, volume_import.go, volume_remap.go: a volume to and
-//     from a self-contained PI image, and a change of its ref tags.
+//     from a self-contained PI image, and a change of its ref tags;
+//     import.go: where an import into a new image writes, and what it
+//     removes when it fails before keeping anything ([OpenImportTarget]).
 //
 // One predicate decides which device errors fail a run as a whole rather
 // than the blocks read (a closed, crashed or cancelled device, or a read
@@ -72,13 +75,6 @@
 //     caller buffers then go through aligned bounce buffers ([AlignedBuffer]
 //     allocates buffers that need none). [CreateImage] makes a sparse image.
 //   - [NewMemDevice] is a sparse in-memory device.
-//   - [NewFaultDevice] wraps any device for tests: it flips bits, tears,
-//     drops and misdirects writes, fails chosen ranges with EIO transiently or
-//     permanently, counts steps, and simulates a crash that loses every write
-//     not covered by a completed Sync (optionally keeping a seeded random
-//     subset of unsynced sectors, which models page-cache writeback and torn
-//     writes). [FaultDevice.Reopen] then yields the device as found after the
-//     crash.
 //
 // Optional capabilities are discovered by type assertion and kept small:
 // [Discarder], [DataFinder] (SEEK_DATA/SEEK_HOLE; see [DataExtents]),
@@ -93,5 +89,21 @@
 // separate metadata file. Both only do I/O and size checks ([*SizeError]);
 // [NewExtendedSource] and [NewDIXSource] verify them with package dif. A
 // Volume and a PISource are both a [CheckSource], what `difctl verify` and
-// the scrub engine ([Scrub]) consume.
+// the scrub engine (package blockdev/scrub) consume.
+//
+// Keyed volumes: a Volume created with a [Key] (Options.Key; [ReadKeyFile], [KeyFromEnv])
+// also keeps a Poly1305-AES tag per block over the volume's identity, the
+// LBA, the write generation and the data, under the nonce (generation,
+// LBA); a block that fails it is a [KindKeyedTag] problem (*[KeyedTagError],
+// matching dif.ErrIntegrity). Threat model, against an attacker who can
+// write the device and the store but has no key (details in keyed.go and
+// the README, point by point against dm-integrity's documented limits):
+// altered, moved, copied or fabricated data fails; forged tags and
+// generations fail (tag pages carry a MAC); putting back one older block
+// fails, but putting back a whole tag page (PageTuples blocks) with its
+// blocks' old data, or the device and the whole store together, is not
+// detected (dm-integrity does not detect replay of a single sector either).
+// Without the key a keyed volume is read and checked for its tuples only,
+// [Volume.KeyedChecked] reports false, and writes, discards and remaps fail
+// with [ErrKeyRequired]; a wrong key fails Open with [ErrWrongKey].
 package blockdev

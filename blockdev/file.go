@@ -373,12 +373,12 @@ func (d *File) NextData(off int64) (Extent, error) {
 		return Extent{}, io.EOF
 	}
 	if d.blockDev {
-		return Extent{off, d.size - off}, nil
+		return Extent{Off: off, Len: d.size - off}, nil
 	}
 	e, err := seekData(d.f, off)
 	switch {
 	case errors.Is(err, errors.ErrUnsupported):
-		return Extent{off, d.size - off}, nil
+		return Extent{Off: off, Len: d.size - off}, nil
 	case err == io.EOF:
 		return Extent{}, io.EOF
 	case err != nil:

@@ -368,7 +368,7 @@ func TestFileSparse(t *testing.T) {
 		}
 		clipped = append(clipped, e)
 	}
-	if len(clipped) != 1 || clipped[0] != (Extent{3<<20 + 100, 100}) {
+	if len(clipped) != 1 || clipped[0] != (Extent{Off: 3<<20 + 100, Len: 100}) {
 		t.Errorf("clipped extents %v", clipped)
 	}
 	// Punching the holes back leaves zeros and no data.

@@ -172,7 +172,7 @@ func (m *MemDevice) NextData(off int64) (Extent, error) {
 	}
 	start := max(first*memChunk, off)
 	end := min((last+1)*memChunk, m.size)
-	return Extent{start, end - start}, nil
+	return Extent{Off: start, Len: end - start}, nil
 }
 
 // Sync implements [Device]; memory needs no syncing.

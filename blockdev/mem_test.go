@@ -71,7 +71,7 @@ func TestMemDeviceSparse(t *testing.T) {
 		}
 		got = append(got, e)
 	}
-	want := []Extent{{3 * memChunk, 2 * memChunk}, {1 << 30, memChunk}, {size - memChunk, memChunk}}
+	want := []Extent{{Off: 3 * memChunk, Len: 2 * memChunk}, {Off: 1 << 30, Len: memChunk}, {Off: size - memChunk, Len: memChunk}}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("extents %v, want %v", got, want)
 	}
@@ -86,7 +86,7 @@ func TestMemDeviceSparse(t *testing.T) {
 	if _, err := m.ReadAt(b, 4*memChunk); err != nil || b[0] != 0 {
 		t.Fatalf("discarded byte reads %d, %v", b[0], err)
 	}
-	if e, err := m.NextData(0); err != nil || e != (Extent{4 * memChunk, memChunk}) {
+	if e, err := m.NextData(0); err != nil || e != (Extent{Off: 4 * memChunk, Len: memChunk}) {
 		t.Fatalf("NextData after discard: %v, %v", e, err)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/difctl/difctl/blockdev/faultdev"
 	"github.com/difctl/difctl/dif"
 )
 
@@ -73,16 +74,16 @@ func newFixture(t testing.TB, format string, layout dif.Layout, blocks int, unwr
 }
 
 // badSet returns the (LBA, Kind) pairs a scrub must report.
-func (x *piFixture) badSet() []Finding {
-	var out []Finding
+func (x *piFixture) badSet() []Problem {
+	var out []Problem
 	for _, h := range x.hits {
-		out = append(out, Finding{LBA: int64(h.lba), Kind: h.kind()})
+		out = append(out, Problem{LBA: int64(h.lba), Kind: h.kind()})
 	}
-	slices.SortFunc(out, cmpFinding)
-	return slices.CompactFunc(out, func(a, b Finding) bool { return cmpFinding(a, b) == 0 })
+	slices.SortFunc(out, cmpProblem)
+	return slices.CompactFunc(out, func(a, b Problem) bool { return cmpProblem(a, b) == 0 })
 }
 
-func cmpFinding(a, b Finding) int {
+func cmpProblem(a, b Problem) int {
 	if a.LBA != b.LBA {
 		if a.LBA < b.LBA {
 			return -1
@@ -96,15 +97,6 @@ func cmpFinding(a, b Finding) int {
 		return 1
 	}
 	return 0
-}
-
-// keys strips findings to (LBA, Kind), keeping their order.
-func keys(fs []Finding) []Finding {
-	out := make([]Finding, len(fs))
-	for i, f := range fs {
-		out[i] = Finding{LBA: f.LBA, Kind: f.Kind}
-	}
-	return out
 }
 
 // write stores the fixture in files under dir and returns its paths
@@ -185,7 +177,7 @@ func TestPISourceCheckRun(t *testing.T) {
 						t.Fatalf("geometry %d x %d", s.Blocks(), s.BlockSize())
 					}
 					scratch := make([]byte, s.ScratchSize(run))
-					var got []Finding
+					var got []Problem
 					var total RunStats
 					for lba := int64(0); lba < blocks; lba += int64(run) {
 						n := int(min(int64(run), blocks-lba))
@@ -193,7 +185,7 @@ func TestPISourceCheckRun(t *testing.T) {
 							if p.LBA < lba || p.LBA >= lba+int64(n) || p.Transient || p.Err == nil {
 								t.Errorf("problem %+v outside run %d+%d", p, lba, n)
 							}
-							got = append(got, Finding{LBA: p.LBA, Kind: p.Kind})
+							got = append(got, Problem{LBA: p.LBA, Kind: p.Kind})
 						})
 						if err != nil {
 							t.Fatal(err)
@@ -308,9 +300,9 @@ func TestPISourceErrors(t *testing.T) {
 	}
 }
 
-// faultySource returns a PISource over x held in a FaultDevice, for
+// faultySource returns a PISource over x held in a faultdev.Device, for
 // transient and permanent read faults.
-func faultySource(t *testing.T, x *piFixture) (*PISource, *FaultDevice) {
+func faultySource(t *testing.T, x *piFixture) (*PISource, *faultdev.Device) {
 	t.Helper()
 	if x.f.Layout() != dif.Interleaved {
 		t.Fatal("faultySource: interleaved fixtures only")
@@ -322,7 +314,7 @@ func faultySource(t *testing.T, x *piFixture) (*PISource, *FaultDevice) {
 	if _, err := m.WriteAt(x.data, 0); err != nil {
 		t.Fatal(err)
 	}
-	fd, err := NewFaultDevice(m, FaultOptions{})
+	fd, err := faultdev.New(m, faultdev.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -342,22 +334,22 @@ func TestPISourceRereads(t *testing.T) {
 	ss := int64(520)
 	for _, c := range []struct {
 		name    string
-		fault   Fault
+		fault   faultdev.Fault
 		rereads int
 		want    []Problem // LBA, Kind, Transient
 		stats   RunStats
 	}{
-		{"fault=corrupt-once/rereads=0", Fault{Kind: CorruptRead, Bit: (9*ss + 100) * 8, Times: 1}, 0,
+		{"fault=corrupt-once/rereads=0", faultdev.Fault{Kind: faultdev.CorruptRead, Bit: (9*ss + 100) * 8, Times: 1}, 0,
 			[]Problem{{LBA: 9, Kind: KindGuard}}, RunStats{Blocks: blocks, OK: blocks - 1, Failed: 1}},
-		{"fault=corrupt-once/rereads=1", Fault{Kind: CorruptRead, Bit: (9*ss + 100) * 8, Times: 1}, 1,
+		{"fault=corrupt-once/rereads=1", faultdev.Fault{Kind: faultdev.CorruptRead, Bit: (9*ss + 100) * 8, Times: 1}, 1,
 			[]Problem{{LBA: 9, Kind: KindGuard, Transient: true}}, RunStats{Blocks: blocks, OK: blocks, Transient: 1}},
-		{"fault=corrupt-always/rereads=3", Fault{Kind: CorruptRead, Bit: (9*ss + 100) * 8}, 3,
+		{"fault=corrupt-always/rereads=3", faultdev.Fault{Kind: faultdev.CorruptRead, Bit: (9*ss + 100) * 8}, 3,
 			[]Problem{{LBA: 9, Kind: KindGuard}}, RunStats{Blocks: blocks, OK: blocks - 1, Failed: 1}},
-		{"fault=eio-once/rereads=0", Fault{Kind: FailRead, Off: 20 * ss, Len: 1, Times: 2}, 0,
+		{"fault=eio-once/rereads=0", faultdev.Fault{Kind: faultdev.FailRead, Off: 20 * ss, Len: 1, Times: 2}, 0,
 			[]Problem{{LBA: 20, Kind: KindIO}}, RunStats{Blocks: blocks, OK: blocks - 1, Failed: 1}},
-		{"fault=eio-twice/rereads=1", Fault{Kind: FailRead, Off: 20 * ss, Len: 1, Times: 2}, 1,
+		{"fault=eio-twice/rereads=1", faultdev.Fault{Kind: faultdev.FailRead, Off: 20 * ss, Len: 1, Times: 2}, 1,
 			[]Problem{{LBA: 20, Kind: KindIO, Transient: true}}, RunStats{Blocks: blocks, OK: blocks, Transient: 1}},
-		{"fault=eio-always/rereads=2", Fault{Kind: FailRead, Off: 20*ss + 7, Len: ss + 1}, 2,
+		{"fault=eio-always/rereads=2", faultdev.Fault{Kind: faultdev.FailRead, Off: 20*ss + 7, Len: ss + 1}, 2,
 			[]Problem{{LBA: 20, Kind: KindIO}, {LBA: 21, Kind: KindIO}}, RunStats{Blocks: blocks, OK: blocks - 2, Failed: 2}},
 	} {
 		t.Run(c.name, func(t *testing.T) {

@@ -46,6 +46,16 @@ func (v *Volume) recover(ctx context.Context) error {
 	if len(ins) == 0 {
 		return nil
 	}
+	if v.keyedNoKey {
+		return fmt.Errorf("blockdev: recovery of volume %q: %d open intents: %w", v.opts.Name, len(ins), ErrKeyRequired)
+	}
+	var kr *keyedRecovery
+	if v.kd != nil {
+		var err error
+		if kr, err = v.newKeyedRecovery(ins); err != nil {
+			return fmt.Errorf("blockdev: recovery of volume %q: %w", v.opts.Name, err)
+		}
+	}
 	if err := v.dev.Sync(); err != nil {
 		return fmt.Errorf("blockdev: recovery of volume %q: %w", v.opts.Name, err)
 	}
@@ -105,6 +115,11 @@ func (v *Volume) recover(ctx context.Context) error {
 			if _, err := v.tup.ReadRange(uint64(c0), sc.tuples[:n*ts], sums, sc.written); err != nil {
 				return fail(err)
 			}
+			if kr != nil {
+				if err := kr.load(c0, n); err != nil {
+					return fail(err)
+				}
+			}
 			clear(covered)
 			clear(resolved)
 			// Candidates: intents overlapping [c0, c1), newest first.
@@ -130,7 +145,8 @@ func (v *Volume) recover(ctx context.Context) error {
 						sum = in.Sums[j]
 					}
 					// An intent's tuple is a written block's.
-					if v.ok(data[i*bs:(i+1)*bs], in.Tuples[j*ts:(j+1)*ts], v.params(b), true, sum) {
+					if v.ok(data[i*bs:(i+1)*bs], in.Tuples[j*ts:(j+1)*ts], v.params(b), true, sum) &&
+						(kr == nil || kr.matches(in, j, i, data[i*bs:(i+1)*bs], b)) {
 						copy(newT[i*ts:(i+1)*ts], in.Tuples[j*ts:])
 						if v.sums {
 							newS[i] = sum
@@ -160,10 +176,16 @@ func (v *Volume) recover(ctx context.Context) error {
 					if err := x.WriteRange(uint64(b), newT[i*ts:j*ts], s); err != nil {
 						return fail(err)
 					}
+					if kr != nil {
+						if err := x.WriteTags(uint64(b), kr.newTags[i:j]); err != nil {
+							return fail(err)
+						}
+					}
 					rs.Folded += int64(j - i - 1)
 					rs.Blocks += int64(j - i - 1)
 					i = j - 1
-				case v.committedOK(data[i*bs:(i+1)*bs], i, b, sc):
+				case v.committedOK(data[i*bs:(i+1)*bs], i, b, sc) &&
+					(kr == nil || kr.committedOK(i, data[i*bs:(i+1)*bs], b, sc.written.Has(i))):
 					// The committed tuple, or zeros for an unwritten block.
 					rs.Kept++
 				default:
@@ -215,7 +237,7 @@ func (v *Volume) committedOK(data []byte, i int, lba int64, sc *scratch) bool {
 func (v *Volume) tornFinding(data, committed []byte, lba int64) store.Finding {
 	t := make([]byte, v.ts)
 	gw := v.f.Guard().Bits() / 8
-	f := store.Finding{LBA: uint64(lba), N: 1, Field: string(KindTorn), State: store.FindingOpen}
+	f := store.Finding{LBA: lba, N: 1, Field: string(KindTorn), State: store.FindingOpen}
 	if v.f.Generate(data, t, v.params(lba)) == nil {
 		f.Expected = t[:gw]
 	}

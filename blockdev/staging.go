@@ -74,6 +74,8 @@ type staging struct {
 	ovFree   []*ovPage
 	ovBlocks int64            // blocks inserted since the last fold; under flushMu
 	pending  []store.IntentID // intents to drop at the next fold; under flushMu
+
+	kd *keyed // keyed volume opened with its key (keyed.go); set by setupKeyed
 }
 
 func newStaging(dev Device, tup *store.Tuples, c *blockCheck, opts *Options, fails *failure, st *volStats) *staging {
@@ -154,6 +156,9 @@ func (s *staging) copyStaged(b *batch, lba int64, n int, data []byte, sc *scratc
 		if s.sums {
 			copy(sc.ovSums[i:j], b.sums[slot:])
 		}
+		if s.kd != nil {
+			s.kd.copyStaged(b, i, j, slot, sc)
+		}
 		setBits(sc.ovMask, i, j-i)
 	}
 }
@@ -165,8 +170,9 @@ type batch struct {
 	data   []byte
 	tuples []byte
 	sums   []uint32
-	used   int // slots used
-	cap    int // slots
+	tags   []store.KeyedTag // keyed volumes
+	used   int              // slots used
+	cap    int              // slots
 	ents   []stEnt
 	lo, hi int64 // LBA bounds of the entries
 }
@@ -182,6 +188,9 @@ func (s *staging) newBatch() *batch {
 	b := &batch{cap: c, data: make([]byte, c*s.bs), tuples: make([]byte, c*s.ts)}
 	if s.sums {
 		b.sums = make([]uint32, c)
+	}
+	if s.kd != nil {
+		b.tags = make([]store.KeyedTag, c)
 	}
 	return b
 }
@@ -200,7 +209,7 @@ func (b *batch) overlaps(lba, end int64) bool {
 // the batch is full it becomes the flushing batch, written out by a
 // background goroutine while writers fill the next one; a writer waits only
 // when both are full. n is at most batchCap.
-func (s *staging) stage(lba int64, n int, data, tuples []byte, sums []uint32) error {
+func (s *staging) stage(lba int64, n int, data, tuples []byte, sums []uint32, tags []store.KeyedTag) error {
 	s.stMu.Lock()
 	defer s.stMu.Unlock()
 	for {
@@ -221,6 +230,9 @@ func (s *staging) stage(lba int64, n int, data, tuples []byte, sums []uint32) er
 			copy(b.tuples[at*s.ts:], tuples[:n*s.ts])
 			if s.sums {
 				copy(b.sums[at:], sums[:n])
+			}
+			if s.kd != nil {
+				copy(b.tags[at:], tags[:n])
 			}
 			b.used += n
 			if k := len(b.ents) - 1; k >= 0 && b.ents[k].lba+int64(b.ents[k].n) == lba && b.ents[k].slot+b.ents[k].n == at {
@@ -309,6 +321,7 @@ func (s *staging) flushLocked() error {
 // tuples to the overlay. Caller holds flushMu.
 func (s *staging) writeBatch(b *batch) error {
 	x := s.tup.NewTxn()
+	first := len(s.pending)
 	for _, e := range b.ents {
 		var sums []uint32
 		if s.sums {
@@ -320,6 +333,12 @@ func (s *staging) writeBatch(b *batch) error {
 			return err
 		}
 		s.pending = append(s.pending, id)
+	}
+	if s.kd != nil {
+		if err := s.kd.intents(x, b, s.pending[first:]); err != nil {
+			x.Abort()
+			return err
+		}
 	}
 	if err := x.Commit(true); err != nil {
 		return err
@@ -339,6 +358,9 @@ func (s *staging) writeBatch(b *batch) error {
 		s.ovBlocks += int64(e.n)
 	}
 	s.ovMu.Unlock()
+	if s.kd != nil {
+		s.kd.insert(b)
+	}
 	return nil
 }
 
@@ -415,6 +437,12 @@ func (s *staging) foldLocked() error {
 			i = j
 		}
 	}
+	if s.kd != nil {
+		if err := s.kd.fold(x, commit); err != nil {
+			x.Abort()
+			return err
+		}
+	}
 	// Committed tuples first, then the intents go: a crash in between
 	// leaves intents whose data matches the committed tuple.
 	if err := commit(true); err != nil {
@@ -439,6 +467,9 @@ func (s *staging) foldLocked() error {
 		delete(s.overlay, p)
 	}
 	s.ovMu.Unlock()
+	if s.kd != nil {
+		s.kd.clearPending()
+	}
 	s.ovBlocks = 0
 	s.pending = s.pending[:0]
 	return nil

@@ -126,7 +126,7 @@ func seekData(f *os.File, off int64) (Extent, error) {
 		if err != nil {
 			return err
 		}
-		e = Extent{data, hole - data}
+		e = Extent{Off: data, Len: hole - data}
 		return nil
 	})
 	switch {

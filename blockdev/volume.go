@@ -182,6 +182,13 @@ type Options struct {
 	// that shrank) falls back to ReadAt for that piece, which reports it
 	// as usual.
 	NoMap bool
+	// Key is the key of a keyed volume (see keyed.go and CreateOptions.Key).
+	// With it, reads and checks verify every block's keyed tag too; a
+	// wrong key fails Open with ErrWrongKey. Without it a keyed volume
+	// opens for reads and checks of its tuples only, and refuses writes,
+	// discards and remaps with ErrKeyRequired. A key for a volume that is
+	// not keyed fails with ErrNotKeyed. Default nil.
+	Key *Key
 }
 
 func (o *Options) normalize(bs int) error {
@@ -335,6 +342,9 @@ type Volume struct {
 
 	st       volStats
 	recovery RecoveryStats
+
+	kd         *keyed // keyed volume opened with its key (keyed.go)
+	keyedNoKey bool   // keyed volume opened without it
 }
 
 // volStats are the counters behind Stats.
@@ -453,6 +463,9 @@ func newVolume(dev Device, tup *store.Tuples, opts Options) (*Volume, error) {
 	tup.SetPageCache(max(0, opts.TupleCacheBytes))
 	v.locks.init()
 	v.scratch.New = func() any { return v.newScratch() }
+	if err := v.setupKeyed(opts.Key); err != nil {
+		return nil, err
+	}
 	return v, nil
 }
 

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/difctl/difctl/blockdev/faultdev"
 	"github.com/difctl/difctl/dif"
 	"github.com/difctl/difctl/store"
 )
@@ -18,7 +19,7 @@ import (
 //
 // A seeded random workload of writes (aligned and not, from one byte to
 // more than a staging batch), syncs and discards runs on a volume over a
-// FaultDevice and a Pebble store on a crashable in-memory file system. Every
+// faultdev.Device and a Pebble store on a crashable in-memory file system. Every
 // state-changing step of either side is numbered: each device write, sync
 // and discard, and each store batch commit. The workload is replayed from
 // scratch once per step, crashing instead of that step: the device loses
@@ -43,6 +44,7 @@ type crashCfg struct {
 	sector int
 	seed   uint64
 	ops    int
+	key    *Key // keyed volume (keyed_test.go)
 }
 
 type crashOp struct {
@@ -96,7 +98,7 @@ type crashEnv struct {
 	bs       int
 	blocks   int // blocks the workload writes; two more are corrupted
 	mem      *MemDevice
-	fd       *FaultDevice
+	fd       *faultdev.Device
 	fs       *vfs.MemFS
 	kv       *countingKV
 	v        *Volume
@@ -124,7 +126,7 @@ func newCrashEnv(t *testing.T, cfg crashCfg, crashAt int64) *crashEnv {
 	}
 	init := pattern(size, cfg.seed)
 	e.mem.WriteAt(init, 0)
-	if e.fd, err = NewFaultDevice(e.mem, FaultOptions{Sector: cfg.sector}); err != nil {
+	if e.fd, err = faultdev.New(e.mem, faultdev.Options{Sector: cfg.sector}); err != nil {
 		t.Fatal(err)
 	}
 	e.fs = vfs.NewCrashableMem()
@@ -135,6 +137,7 @@ func newCrashEnv(t *testing.T, cfg crashCfg, crashAt int64) *crashEnv {
 	e.kv = &countingKV{KV: kv}
 	opts := CreateOptions{Format: f, Options: crashOpts}
 	opts.StagingBytes = 8 * bs
+	opts.Key = cfg.key
 	if e.v, err = Create(context.Background(), e.fd, e.kv, opts); err != nil {
 		t.Fatal(err)
 	}
@@ -144,7 +147,7 @@ func newCrashEnv(t *testing.T, cfg crashCfg, crashAt int64) *crashEnv {
 	}
 	e.model = init[:e.blocks*bs]
 	e.synced = bytes.Clone(e.model)
-	e.fd.SetHook(func(Step) error { return e.step() })
+	e.fd.SetHook(func(faultdev.Step) error { return e.step() })
 	e.kv.hook = func(bool) error { return e.step() }
 	return e
 }
@@ -165,7 +168,7 @@ func (e *crashEnv) step() error {
 	}
 	seed := e.cfg.seed + uint64(n)
 	e.clone = e.fs.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 50, RNG: rand.New(rand.NewPCG(seed, 1))})
-	if err := e.fd.Crash(CrashOptions{Keep: 0.5, Seed: seed}); err != nil {
+	if err := e.fd.Crash(faultdev.CrashOptions{Keep: 0.5, Seed: seed}); err != nil {
 		panic(err)
 	}
 	e.crashed = true
@@ -242,7 +245,7 @@ func (e *crashEnv) verify() RecoveryStats {
 
 // verifyOn opens the volume on fd and the store on fs, as a crash left
 // them, and checks every block.
-func (e *crashEnv) verifyOn(fd *FaultDevice, fs *vfs.MemFS) RecoveryStats {
+func (e *crashEnv) verifyOn(fd *faultdev.Device, fs *vfs.MemFS) RecoveryStats {
 	t := e.t
 	kv, err := store.OpenPebbleOnFS("db", fs)
 	if err != nil {
@@ -251,6 +254,7 @@ func (e *crashEnv) verifyOn(fd *FaultDevice, fs *vfs.MemFS) RecoveryStats {
 	defer kv.Close()
 	opts := crashOpts
 	opts.StagingBytes = 8 * e.bs
+	opts.Key = e.cfg.key
 	v, err := Open(context.Background(), fd, kv, opts)
 	if err != nil {
 		t.Fatalf("Open after the crash: %v", err)
@@ -288,11 +292,11 @@ func (e *crashEnv) verifyOn(fd *FaultDevice, fs *vfs.MemFS) RecoveryStats {
 			t.Fatalf("block %d fails although its data is a version written to it: %v", b, err)
 		}
 		found := false
-		for f, ferr := range v.Tuples().Findings(store.FindingQuery{LBA: uint64(b), N: 1, State: store.FindingOpen}) {
+		for f, ferr := range v.Tuples().Findings(store.FindingQuery{LBA: int64(b), N: 1, State: store.FindingOpen}) {
 			if ferr != nil {
 				t.Fatal(ferr)
 			}
-			found = found || (f.Field == string(KindTorn) && f.LBA == uint64(b))
+			found = found || (f.Field == string(KindTorn) && f.LBA == int64(b))
 		}
 		if !found {
 			t.Fatalf("torn block %d has no open torn finding", b)
@@ -366,7 +370,7 @@ func TestVolumeCrash(t *testing.T) {
 // device and store crash instead of recovery step r (r < 0: no crash). It
 // returns the number of steps recovery took and, after a crash, the device
 // and store as it left them.
-func (e *crashEnv) recoveryCrash(r int64) (steps int64, fd *FaultDevice, fs *vfs.MemFS) {
+func (e *crashEnv) recoveryCrash(r int64) (steps int64, fd *faultdev.Device, fs *vfs.MemFS) {
 	t := e.t
 	fd, err := e.fd.Reopen()
 	if err != nil {
@@ -390,13 +394,13 @@ func (e *crashEnv) recoveryCrash(r int64) (steps int64, fd *FaultDevice, fs *vfs
 		}
 		seed := e.cfg.seed + 1000 + uint64(n)
 		fs = e.clone.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 50, RNG: rand.New(rand.NewPCG(seed, 2))})
-		if err := fd.Crash(CrashOptions{Keep: 0.5, Seed: seed}); err != nil {
+		if err := fd.Crash(faultdev.CrashOptions{Keep: 0.5, Seed: seed}); err != nil {
 			panic(err)
 		}
 		crashed = true
 		return errTestCrash
 	}
-	fd.SetHook(func(Step) error { return step() })
+	fd.SetHook(func(faultdev.Step) error { return step() })
 	kv.hook = func(bool) error { return step() }
 	opts := crashOpts
 	opts.StagingBytes = 8 * e.bs
@@ -561,7 +565,7 @@ func TestVolumeCorruptUnderOpenIntent(t *testing.T) {
 				// Power loss that keeps every write (the data reached the
 				// medium), then the block rots.
 				clone := e.fs.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 0, RNG: rand.New(rand.NewPCG(1, 1))})
-				if err := e.fd.Crash(CrashOptions{Keep: 1}); err != nil {
+				if err := e.fd.Crash(faultdev.CrashOptions{Keep: 1}); err != nil {
 					t.Fatal(err)
 				}
 				fd, err := e.fd.Reopen()
@@ -626,7 +630,7 @@ func TestVolumeRecoveryChecksSectorSums(t *testing.T) {
 	}
 	v.waitFlushed()
 	clone := e.fs.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 0, RNG: rand.New(rand.NewPCG(1, 1))})
-	if err := e.fd.Crash(CrashOptions{Keep: 1}); err != nil {
+	if err := e.fd.Crash(faultdev.CrashOptions{Keep: 1}); err != nil {
 		t.Fatal(err)
 	}
 	fd, err := e.fd.Reopen()
@@ -675,7 +679,7 @@ func TestVolumeRecoveryChecksSectorSums(t *testing.T) {
 }
 
 // flipByte XORs the byte at off with x on the medium (FlipBit per bit).
-func flipByte(fd *FaultDevice, off int64, x byte) error {
+func flipByte(fd *faultdev.Device, off int64, x byte) error {
 	for bit := uint(0); bit < 8; bit++ {
 		if x>>bit&1 != 0 {
 			if err := fd.FlipBit(off, bit); err != nil {

@@ -107,9 +107,15 @@ func Create(ctx context.Context, dev Device, kv store.KV, opts CreateOptions) (*
 	}
 
 	name := opts.Name
-	var next uint64
+	var next int64
 	started := time.Now().UTC()
-	tup, err := store.CreateTuples(kv, name, m)
+	mk := m
+	if opts.Key != nil {
+		if err := opts.Key.keyManifest(&mk); err != nil {
+			return nil, err
+		}
+	}
+	tup, err := store.CreateTuples(kv, name, mk)
 	switch {
 	case errors.Is(err, store.ErrExists):
 		tup, err = store.OpenTuples(kv, name, &m)
@@ -139,12 +145,15 @@ func Create(ctx context.Context, dev Device, kv store.KV, opts CreateOptions) (*
 	if err != nil {
 		return nil, err
 	}
+	if err := v.keyedWritable("create"); err != nil {
+		return nil, err
+	}
 	// A crashed session of a volume being created has no intents, but a
 	// volume is only ever opened through recovery.
 	if err := v.recover(ctx); err != nil {
 		return nil, err
 	}
-	if err := v.protect(ctx, int64(next), started, &opts); err != nil {
+	if err := v.protect(ctx, next, started, &opts); err != nil {
 		return nil, err
 	}
 	return v, nil
@@ -235,7 +244,7 @@ func (v *Volume) protect(ctx context.Context, next int64, started time.Time, o *
 			return err
 		}
 		now := time.Now().UTC()
-		if err := v.tup.SetScrubCursor(protectCursor, store.ScrubCursor{Next: uint64(pos), Started: started, Updated: now}, true); err != nil {
+		if err := v.tup.SetScrubCursor(protectCursor, store.ScrubCursor{Next: pos, Started: started, Updated: now}, true); err != nil {
 			return err
 		}
 		lastCkpt = pos * bs
@@ -262,6 +271,11 @@ func (v *Volume) protect(ctx context.Context, next int64, started time.Time, o *
 			}
 			if err := v.generate(data, pos, n, tuples, s); err != nil {
 				return err
+			}
+			if v.kd != nil {
+				if err := v.protectTags(pos, n, data); err != nil {
+					return err
+				}
 			}
 			if ld != nil && ld.Next() != uint64(pos) {
 				if err := finishLoader(); err != nil {
@@ -319,7 +333,7 @@ func (v *Volume) protect(ctx context.Context, next int64, started time.Time, o *
 		return fail(err)
 	}
 	now := time.Now().UTC()
-	if err := v.tup.SetScrubCursor(protectCursor, store.ScrubCursor{Next: uint64(v.blocks), Pass: 1, Started: started, Updated: now}, true); err != nil {
+	if err := v.tup.SetScrubCursor(protectCursor, store.ScrubCursor{Next: v.blocks, Pass: 1, Started: started, Updated: now}, true); err != nil {
 		return fail(err)
 	}
 	return nil

@@ -139,7 +139,7 @@ func ImportImage(ctx context.Context, src *PISource, dev Device, kv store.KV, op
 		return nil, rep, err
 	}
 	now := time.Now().UTC()
-	if err := tup.SetScrubCursor(protectCursor, store.ScrubCursor{Next: uint64(src.Blocks()), Pass: 1, Started: now, Updated: now}, true); err != nil {
+	if err := tup.SetScrubCursor(protectCursor, store.ScrubCursor{Next: src.Blocks(), Pass: 1, Started: now, Updated: now}, true); err != nil {
 		return nil, rep, fmt.Errorf("blockdev: import into volume %q: %w", name, err)
 	}
 	if err := tup.EndJournal(); err != nil {

@@ -35,6 +35,7 @@ type scratch struct {
 	tail       []byte
 	reread     []byte
 	probs      []Problem
+	k          *keyedScratch  // keyed volumes (keyed.go)
 	wg         sync.WaitGroup // parts of a split read (readParallel)
 	jobErr     atomic.Pointer[error]
 	partFailed atomic.Uint64 // parts whose read failed, redone serially

@@ -104,6 +104,8 @@ func RemapVolume(ctx context.Context, dev Device, kv store.KV, newRefTag uint64,
 	case j != nil && j.To != newRefTag:
 		return nil, fmt.Errorf("blockdev: remap of volume %q: a remap to initial ref tag %#x is in progress, not to %#x: run it again with %#x to finish it first",
 			name, j.To, newRefTag, j.To)
+	case m.Keyed() && opts.Key == nil:
+		return nil, wrap(ErrKeyRequired) // keyed tags do not cover ref tags, but an unkeyed caller may not change the volume
 	case opts.DeviceID != "" && opts.DeviceID != m.DeviceID:
 		return nil, &MismatchError{Volume: name, Field: "device id", Stored: strconv.Quote(m.DeviceID), Given: strconv.Quote(opts.DeviceID)}
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/difctl/difctl/blockdev/faultdev"
 	"github.com/difctl/difctl/dif"
 )
 
@@ -25,9 +26,9 @@ func TestVolumeSplitRead(t *testing.T) {
 				bad := int64(blocks*3/4 + 5) // in the last part whatever the split
 				switch c {
 				case "transient-io":
-					tv.fault.Inject(Fault{Kind: FailRead, Off: bad * 4096, Len: 1, Times: 1})
+					tv.fault.Inject(faultdev.Fault{Kind: faultdev.FailRead, Off: bad * 4096, Len: 1, Times: 1})
 				case "permanent-io":
-					tv.fault.Inject(Fault{Kind: FailRead, Off: bad * 4096, Len: 1})
+					tv.fault.Inject(faultdev.Fault{Kind: faultdev.FailRead, Off: bad * 4096, Len: 1})
 				case "corrupt":
 					tv.fault.FlipBit(bad*4096+100, 3)
 				}

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/difctl/difctl/blockdev/faultdev"
 	"github.com/difctl/difctl/dif"
 	"github.com/difctl/difctl/store"
 )
@@ -59,7 +60,7 @@ func (v *Volume) waitFlushed() {
 type testVol struct {
 	t     testing.TB
 	mem   *MemDevice
-	fault *FaultDevice
+	fault *faultdev.Device
 	kv    *countingKV
 	v     *Volume
 	model []byte
@@ -78,7 +79,7 @@ func newTestVol(t testing.TB, format string, blocks int, opts CreateOptions) *te
 	if _, err := mem.WriteAt(model, 0); err != nil {
 		t.Fatal(err)
 	}
-	fd, err := NewFaultDevice(mem, FaultOptions{})
+	fd, err := faultdev.New(mem, faultdev.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -264,7 +265,7 @@ func TestVolumeCorruption(t *testing.T) {
 
 func TestVolumeTransient(t *testing.T) {
 	tv := newTestVol(t, "4096+8", 16, CreateOptions{})
-	id, err := tv.fault.Inject(Fault{Kind: CorruptRead, Bit: 5*4096*8 + 17, Times: 1})
+	id, err := tv.fault.Inject(faultdev.Fault{Kind: faultdev.CorruptRead, Bit: 5*4096*8 + 17, Times: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -273,7 +274,7 @@ func TestVolumeTransient(t *testing.T) {
 		t.Errorf("stats %+v, want one transient failure", s)
 	}
 	// Without rereads the failure is reported.
-	tv.fault.Inject(Fault{Kind: CorruptRead, Bit: 5*4096*8 + 17, Times: 1})
+	tv.fault.Inject(faultdev.Fault{Kind: faultdev.CorruptRead, Bit: 5*4096*8 + 17, Times: 1})
 	var probs []Problem
 	st, err := tv.v.CheckRun(context.Background(), 0, 16, make([]byte, tv.v.ScratchSize(16)), CheckOptions{Rereads: 1}, func(p Problem) { probs = append(probs, p) })
 	if err != nil || st.Transient != 1 || st.Failed != 0 || len(probs) == 0 || !probs[0].Transient {
@@ -283,7 +284,7 @@ func TestVolumeTransient(t *testing.T) {
 
 func TestVolumeIOError(t *testing.T) {
 	tv := newTestVol(t, "4096+8", 16, CreateOptions{})
-	tv.fault.Inject(Fault{Kind: FailRead, Off: 7 * 4096, Len: 1})
+	tv.fault.Inject(faultdev.Fault{Kind: faultdev.FailRead, Off: 7 * 4096, Len: 1})
 	buf := make([]byte, 16*4096)
 	n, err := tv.v.ReadAt(buf, 0)
 	var ioe *IOError
@@ -635,7 +636,7 @@ func TestVolumeTupleCache(t *testing.T) {
 			}
 			tv.check()
 			s2 := tv.v.Stats()
-			if _, err := Scrub(context.Background(), tv.v, ScrubOptions{}); err != nil {
+			if _, err := checkAll(context.Background(), tv.v, CheckOptions{}); err != nil {
 				t.Fatal(err)
 			}
 			if s3 := tv.v.Stats(); s3.TupleCacheHits != s2.TupleCacheHits || s3.TupleCacheMisses != s2.TupleCacheMisses {

@@ -12,18 +12,19 @@ import (
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/difctl/difctl/blockdev/faultdev"
 	"github.com/difctl/difctl/dif"
 	"github.com/difctl/difctl/store"
 )
 
-// powerLossEnv is a volume over a FaultDevice over a MemDevice, with a
+// powerLossEnv is a volume over a faultdev.Device over a MemDevice, with a
 // Pebble store on a crashable in-memory file system, for tests that lose
 // power at a chosen moment.
 type powerLossEnv struct {
 	t   *testing.T
 	f   dif.Format
 	mem *MemDevice
-	fd  *FaultDevice
+	fd  *faultdev.Device
 	fs  *vfs.MemFS
 	kv  store.KV
 	v   *Volume
@@ -41,7 +42,7 @@ func newPowerLossEnv(t *testing.T, format string, blocks int) *powerLossEnv {
 	if _, err := e.mem.WriteAt(pattern(blocks*bs, 5), 0); err != nil {
 		t.Fatal(err)
 	}
-	if e.fd, err = NewFaultDevice(e.mem, FaultOptions{}); err != nil {
+	if e.fd, err = faultdev.New(e.mem, faultdev.Options{}); err != nil {
 		t.Fatal(err)
 	}
 	e.fs = vfs.NewCrashableMem()
@@ -57,10 +58,10 @@ func newPowerLossEnv(t *testing.T, format string, blocks int) *powerLossEnv {
 // powerLoss crashes the device (losing what was not synced) and the store
 // (losing every commit that was not synced), and returns the devices as
 // found afterwards. The volume is abandoned, as a power loss leaves it.
-func (e *powerLossEnv) powerLoss() (*FaultDevice, *vfs.MemFS) {
+func (e *powerLossEnv) powerLoss() (*faultdev.Device, *vfs.MemFS) {
 	e.t.Helper()
 	clone := e.fs.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 0, RNG: rand.New(rand.NewPCG(1, 1))})
-	if err := e.fd.Crash(CrashOptions{}); err != nil {
+	if err := e.fd.Crash(faultdev.CrashOptions{}); err != nil {
 		e.t.Fatal(err)
 	}
 	fd, err := e.fd.Reopen()
@@ -214,7 +215,7 @@ func TestVolumeUnwrittenData(t *testing.T) {
 					}
 					// Zeros written behind the volume's back are fine.
 					poke(make([]byte, bs), blk*int64(bs))
-					if rep, err := Scrub(context.Background(), v, ScrubOptions{}); err != nil || rep.Failed != 0 {
+					if rep, err := checkAll(context.Background(), v, CheckOptions{}); err != nil || rep.Failed != 0 {
 						t.Fatalf("zeros in an unwritten block: %+v, %v", rep, err)
 					}
 					junk := pattern(bs, 3)
@@ -241,7 +242,7 @@ func TestVolumeUnwrittenData(t *testing.T) {
 					if err != nil || st.Failed != 1 || len(probs) != 1 || probs[0].LBA != blk || probs[0].Kind != KindUnwrittenData {
 						t.Fatalf("CheckRun: %+v %v %+v", st, err, probs)
 					}
-					rep, err := Scrub(context.Background(), v, ScrubOptions{Check: CheckOptions{Rereads: 1}})
+					rep, err := checkAll(context.Background(), v, CheckOptions{Rereads: 1})
 					if err != nil || rep.Failed != 1 || rep.Failures[KindUnwrittenData] != 1 {
 						t.Fatalf("Scrub: %+v, %v", rep, err)
 					}
@@ -294,7 +295,7 @@ func TestVolumeHolesNotRead(t *testing.T) {
 	}
 	defer v.Close()
 	rc.bytes.Store(0)
-	rep, err := Scrub(context.Background(), v, ScrubOptions{})
+	rep, err := checkAll(context.Background(), v, CheckOptions{})
 	if err != nil || rep.Failed != 0 || rep.OK != (1<<20)/bs || rep.Unwritten != (7<<20)/bs {
 		t.Fatalf("%+v, %v", rep, err)
 	}

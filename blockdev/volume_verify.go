@@ -151,6 +151,9 @@ func copyFailed(dst, src []byte, states []dif.State, bs int) {
 // range.
 func (v *Volume) verifyRun(lba int64, n int, data []byte, sc *scratch, req readReq) (RunStats, error) {
 	sc.probs = sc.probs[:0]
+	if sc.k != nil {
+		clear(sc.k.staged)
+	}
 	sc.req = req
 	if req.ctx == nil {
 		sc.req.ctx = context.Background()
@@ -159,7 +162,9 @@ func (v *Volume) verifyRun(lba int64, n int, data []byte, sc *scratch, req readR
 	if err != nil {
 		return RunStats{}, err
 	}
-	if !loaded && sc.unwritten {
+	if !loaded && sc.unwritten && v.kd == nil {
+		// (A keyed volume reads and checks them: their tags must say
+		// unwritten too, since the tuple pages carry no MAC.)
 		hole, err := v.isHole(lba, n)
 		if err != nil {
 			return RunStats{}, err
@@ -231,6 +236,11 @@ func (v *Volume) verifyRun(lba int64, n int, data []byte, sc *scratch, req readR
 	if ioProbs > 0 {
 		// Merge the I/O problems (found first) into LBA order.
 		sortProblems(sc.probs)
+	}
+	if v.kd != nil {
+		if err := v.keyedCheck(lba, n, data, sc, &st, req.inPlace && !loaded && v.mapper != nil); err != nil {
+			return RunStats{}, err
+		}
 	}
 	v.st.read.Add(int64(n))
 	v.st.transient.Add(st.Transient)

@@ -67,6 +67,9 @@ func (v *Volume) WriteAt(p []byte, off int64) (int, error) {
 	if v.opts.ReadOnly {
 		return 0, fmt.Errorf("blockdev: write to volume %q: %w", v.opts.Name, ErrReadOnly)
 	}
+	if err := v.keyedWritable("write"); err != nil {
+		return 0, err
+	}
 	if err := checkRange("write", off, int64(len(p)), v.Size()); err != nil {
 		return 0, err
 	}
@@ -96,11 +99,20 @@ func (v *Volume) WriteAt(p []byte, off int64) (int, error) {
 	}
 	tuples := sc.ovTuples // free for use: loadRun is done
 	sums := sc.ovSums
+	var tags []store.KeyedTag
+	if v.kd != nil {
+		tags = v.kd.scratchFor(sc).calc
+	}
 	stageOne := func(buf []byte, lba int64) error {
 		if err := v.generate(buf, lba, 1, tuples, sums); err != nil {
 			return err
 		}
-		return v.stg.stage(lba, 1, buf, tuples, sums)
+		if v.kd != nil {
+			if err := v.stageTags(tags, lba, 1, buf); err != nil {
+				return err
+			}
+		}
+		return v.stg.stage(lba, 1, buf, tuples, sums, tags)
 	}
 	i := 0 // bytes of p consumed
 	lba := b0
@@ -119,7 +131,12 @@ func (v *Volume) WriteAt(p []byte, off int64) (int, error) {
 		if err := v.generate(data, lba, n, tuples, sums); err != nil {
 			return i, err
 		}
-		if err := v.stg.stage(lba, n, data, tuples, sums); err != nil {
+		if v.kd != nil {
+			if err := v.stageTags(tags, lba, n, data); err != nil {
+				return i, err
+			}
+		}
+		if err := v.stg.stage(lba, n, data, tuples, sums, tags); err != nil {
 			return i, err
 		}
 		i += n * v.bs
@@ -157,6 +174,9 @@ func (v *Volume) Discard(off, n int64) error {
 	defer done()
 	if v.opts.ReadOnly {
 		return fmt.Errorf("blockdev: discard on volume %q: %w", v.opts.Name, ErrReadOnly)
+	}
+	if err := v.keyedWritable("discard"); err != nil {
+		return err
 	}
 	if err := checkRange("discard", off, n, v.Size()); err != nil {
 		return err
@@ -223,6 +243,12 @@ func (v *Volume) discardLocked(lba, n int64) error {
 				x.Abort()
 				return v.fail(err)
 			}
+			if v.kd != nil {
+				if err := v.keyedDiscardIntent(x, iid, b, int(k)); err != nil {
+					x.Abort()
+					return v.fail(err)
+				}
+			}
 			if err := x.Commit(true); err != nil {
 				return v.fail(err)
 			}
@@ -235,6 +261,9 @@ func (v *Volume) discardLocked(lba, n int64) error {
 		}
 		x := v.tup.NewTxn()
 		err = x.Discard(uint64(b), uint64(k))
+		if err == nil && v.kd != nil {
+			err = x.WriteTags(uint64(b), make([]store.KeyedTag, k))
+		}
 		if err == nil && cnt > 0 {
 			err = x.DropIntent(iid)
 		}

@@ -113,6 +113,9 @@ func (x *Txn) DropIntent(id IntentID) error {
 		x.ops = append(x.ops, txnOp{kind: opDelete, key: x.t.intentKey(id.LBA+off, id.Seq)})
 		x.size += 32
 	}
+	if x.t.k != nil {
+		x.dropTagIntent(id)
+	}
 	return nil
 }
 

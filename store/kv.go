@@ -157,6 +157,18 @@ type OpenOptions struct {
 	// together, and a user who may only read the store's files can open
 	// it; a writer excludes them (ErrBusy). Default false.
 	ReadOnly bool
+	// CacheBytes, if positive, sizes Pebble's block cache (the store's
+	// pages as read from its tables) instead of the 64 MiB default; other
+	// backends ignore it. A long-running server that should stay small
+	// (difctl serve) gives a few MiB: the operating system's page cache
+	// still holds the tables.
+	CacheBytes int64
+	// MemTableBytes, if positive, sizes Pebble's memtables (the writes not
+	// yet flushed to a table, held in memory until then) instead of the
+	// 64 MiB default, 1 MiB to less than 4 GiB; other backends ignore it. The
+	// resident set of a process that writes grows by up to this much
+	// (twice, while one memtable is flushed).
+	MemTableBytes int64
 }
 
 // Open opens a store by URL, creating it if it does not exist (OpenWith

@@ -17,6 +17,14 @@ import (
 // in their own way (Tuples.Dense reports false for them).
 const SchemaVersion = 2
 
+// KeyedSchemaVersion is the schema version of keyed volumes (those whose
+// manifest has a KeyCheck): version 2 plus the keyed tag pages, tag intents
+// and generation record of keyed.go. Unkeyed volumes keep SchemaVersion, so
+// that older programs still open them; a program that knows only version 2
+// refuses a keyed volume (ErrUnsupported) instead of writing it without
+// tags.
+const KeyedSchemaVersion = 3
+
 // DefaultPageTuples is the number of tuples per page value unless the
 // manifest says otherwise.
 const DefaultPageTuples = 1024
@@ -60,6 +68,17 @@ type Manifest struct {
 	DeviceSize uint64
 	// DeviceID identifies the protected device (a serial, a WWN, a path).
 	DeviceID string
+
+	// KeyCheck is the key check value of a keyed volume, 32 hex digits:
+	// a one-way function of the volume's key (see blockdev) that tells a
+	// wrong key at open. Empty means the volume is not keyed. The key itself
+	// is never stored.
+	KeyCheck string
+	// VolumeUID is a keyed volume's identity, 32 hex digits chosen at
+	// random when it is created: every keyed tag and page MAC covers it, so
+	// that a block or page copied from another volume under the same key
+	// fails. Required with KeyCheck, empty without it.
+	VolumeUID string
 
 	// Schema is the store schema version, set when the volume is created.
 	Schema int
@@ -112,6 +131,12 @@ func (m *Manifest) validate() error {
 		return bad("device id longer than %d bytes", maxDeviceIDLen)
 	case len(m.Tool) > maxDeviceIDLen:
 		return bad("tool longer than %d bytes", maxDeviceIDLen)
+	case (m.KeyCheck == "") != (m.VolumeUID == ""):
+		return bad("key check and volume uid must be given together")
+	case m.KeyCheck != "" && !isHex128(m.KeyCheck):
+		return bad("key check %q is not 32 hex digits", m.KeyCheck)
+	case m.VolumeUID != "" && !isHex128(m.VolumeUID):
+		return bad("volume uid %q is not 32 hex digits", m.VolumeUID)
 	}
 	return nil
 }
@@ -132,6 +157,8 @@ type manifestJSON struct {
 	DeviceID      string    `json:"device_id"`
 	Created       time.Time `json:"created"`
 	Tool          string    `json:"tool,omitempty"`
+	KeyCheck      string    `json:"key_check,omitempty"`
+	VolumeUID     string    `json:"volume_uid,omitempty"`
 }
 
 func encodeManifest(m Manifest) ([]byte, error) {
@@ -140,6 +167,7 @@ func encodeManifest(m Manifest) ([]byte, error) {
 		TupleSize: m.TupleSize, SectorSums: m.SectorSums, PageTuples: m.PageTuples,
 		InitialRefTag: m.InitialRefTag, AppTag: m.AppTag, AppTagMask: m.AppTagMask,
 		DeviceSize: m.DeviceSize, DeviceID: m.DeviceID, Created: m.Created, Tool: m.Tool,
+		KeyCheck: m.KeyCheck, VolumeUID: m.VolumeUID,
 	})
 }
 
@@ -158,8 +186,8 @@ func decodeManifest(volume string, b []byte) (Manifest, error) {
 	if j.Kind != manifestKind {
 		return Manifest{}, corrupt(fmt.Sprintf("kind %q, want %q", j.Kind, manifestKind))
 	}
-	if j.Schema > SchemaVersion {
-		return Manifest{}, fmt.Errorf("%w: volume %q: schema version %d is newer than %d", ErrUnsupported, volume, j.Schema, SchemaVersion)
+	if j.Schema > KeyedSchemaVersion {
+		return Manifest{}, fmt.Errorf("%w: volume %q: schema version %d is newer than %d", ErrUnsupported, volume, j.Schema, KeyedSchemaVersion)
 	}
 	if j.Schema < 1 {
 		return Manifest{}, corrupt(fmt.Sprintf("schema version %d", j.Schema))
@@ -168,16 +196,21 @@ func decodeManifest(volume string, b []byte) (Manifest, error) {
 		Format: j.Format, BlockSize: j.BlockSize, TupleSize: j.TupleSize, SectorSums: j.SectorSums,
 		PageTuples: j.PageTuples, InitialRefTag: j.InitialRefTag, AppTag: j.AppTag, AppTagMask: j.AppTagMask,
 		DeviceSize: j.DeviceSize, DeviceID: j.DeviceID, Schema: j.Schema, Created: j.Created, Tool: j.Tool,
+		KeyCheck: j.KeyCheck, VolumeUID: j.VolumeUID,
 	}
 	if err := m.validate(); err != nil {
 		return Manifest{}, corrupt(err.Error())
+	}
+	if (m.KeyCheck != "") != (m.Schema >= KeyedSchemaVersion) {
+		return Manifest{}, corrupt(fmt.Sprintf("schema version %d with key check %q: keyed volumes are version %d", m.Schema, m.KeyCheck, KeyedSchemaVersion))
 	}
 	return m, nil
 }
 
 // compare returns a *ManifestMismatchError for the first field in which the
 // stored manifest differs from the given one. Schema, Created and Tool are
-// history, not identity, and are not compared.
+// history, not identity, and are not compared; KeyCheck and VolumeUID only
+// when the given manifest names them (they are chosen at creation).
 func (stored *Manifest) compare(volume string, given *Manifest) error {
 	u := func(v uint64) string { return strconv.FormatUint(v, 10) }
 	fields := []struct{ name, s, g string }{
@@ -192,10 +225,39 @@ func (stored *Manifest) compare(volume string, given *Manifest) error {
 		{"device_size", u(stored.DeviceSize), u(given.DeviceSize)},
 		{"device_id", strconv.Quote(stored.DeviceID), strconv.Quote(given.DeviceID)},
 	}
+	if given.KeyCheck != "" || given.VolumeUID != "" {
+		fields = append(fields,
+			struct{ name, s, g string }{"key_check", strconv.Quote(stored.KeyCheck), strconv.Quote(given.KeyCheck)},
+			struct{ name, s, g string }{"volume_uid", strconv.Quote(stored.VolumeUID), strconv.Quote(given.VolumeUID)})
+	}
 	for _, f := range fields {
 		if f.s != f.g {
 			return &ManifestMismatchError{Volume: volume, Field: f.name, Stored: f.s, Given: f.g}
 		}
 	}
 	return nil
+}
+
+// schema returns the schema version a volume with manifest m is written
+// with.
+func (m *Manifest) schema() int {
+	if m.KeyCheck != "" {
+		return KeyedSchemaVersion
+	}
+	return SchemaVersion
+}
+
+// Keyed reports whether the manifest describes a keyed volume.
+func (m *Manifest) Keyed() bool { return m.KeyCheck != "" }
+
+func isHex128(s string) bool {
+	if len(s) != 32 {
+		return false
+	}
+	for _, c := range []byte(s) {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
 }

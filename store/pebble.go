@@ -101,6 +101,9 @@ func openPebble(dir string, fs vfs.FS) (KV, error) {
 // openPebbleWith opens a Pebble store in dir with the options o (see
 // OpenWith). fs nil means the operating system's file system.
 func openPebbleWith(dir string, fs vfs.FS, o OpenOptions) (KV, error) {
+	if o.MemTableBytes > 0 && (o.MemTableBytes < 1<<20 || o.MemTableBytes >= 4<<30) {
+		return nil, fmt.Errorf("%w: open %q: memtable size %d, want 1 MiB to less than 4 GiB", ErrInvalid, dir, o.MemTableBytes)
+	}
 	osFS := fs == nil
 	if osFS {
 		fs = storeFS{FS: vfs.Default, dir: dir, readOnly: o.ReadOnly}
@@ -116,6 +119,12 @@ func openPebbleWith(dir string, fs vfs.FS, o OpenOptions) (KV, error) {
 	}
 	fault := &pebbleFault{dir: dir}
 	opts := pebbleOptions(fs)
+	if o.CacheBytes > 0 {
+		opts.CacheSize = o.CacheBytes
+	}
+	if o.MemTableBytes > 0 {
+		opts.MemTableSize = uint64(o.MemTableBytes)
+	}
 	opts.Logger = fault
 	opts.EventListener = fault.listener()
 	opts.ErrorIfNotExists = exists

@@ -187,7 +187,7 @@ func CreateJournaled(kv KV, volume string, m Manifest, j Journal) (*Tuples, erro
 	if err := checkJournal(&m, &j); err != nil {
 		return nil, err
 	}
-	m.Schema = SchemaVersion
+	m.Schema = m.schema()
 	if m.Created.IsZero() {
 		m.Created = time.Now().UTC()
 	}

@@ -7,14 +7,23 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"math"
 	"time"
 )
 
-// ScrubCursor records how far a named scrub has got, so it can resume.
+// ScrubCursor records how far a named pass over the blocks [Start, End)
+// has got, so that it can resume: a scrub (package blockdev/scrub, which
+// keeps it here or in a file) or a protect (Start and End zero). LBAs are
+// int64 across the library, as blockdev counts them.
 type ScrubCursor struct {
-	// Next is the first block not yet scrubbed in the current pass.
-	Next uint64 `json:"next"`
-	// Pass counts completed passes over the volume.
+	// Start and End are the blocks of the pass; zero (omitted) when the
+	// pass covers the whole volume and its name says so.
+	Start int64 `json:"start,omitempty"`
+	End   int64 `json:"end,omitempty"`
+	// Next is the first block not yet checked in the current pass: every
+	// block before it was checked and its findings recorded.
+	Next int64 `json:"next"`
+	// Pass counts completed passes.
 	Pass uint64 `json:"pass"`
 	// Started is when the current pass began; Updated when Next last moved.
 	Started time.Time `json:"started"`
@@ -57,7 +66,7 @@ func (t *Tuples) SetScrubCursor(name string, c ScrubCursor, sync bool) error {
 	if err := checkName("scrub name", name); err != nil {
 		return err
 	}
-	if c.Next > t.blocks {
+	if c.Next < 0 || c.Start < 0 || c.End < 0 || uint64(c.Next) > t.blocks || uint64(c.End) > t.blocks {
 		return fmt.Errorf("%w: scrub cursor at block %d beyond %d blocks", ErrOutOfRange, c.Next, t.blocks)
 	}
 	v, err := json.Marshal(c)
@@ -123,8 +132,8 @@ func (s *FindingState) UnmarshalText(b []byte) error {
 // "torn"), with expected (computed) and actual (stored) values as bytes.
 // A finding is identified by (LBA, Field); recording it again updates it.
 type Finding struct {
-	LBA       uint64       `json:"lba"`
-	N         uint64       `json:"n"`
+	LBA       int64        `json:"lba"`
+	N         int64        `json:"n"`
 	Field     string       `json:"field"`
 	Expected  []byte       `json:"expected,omitempty"`
 	Actual    []byte       `json:"actual,omitempty"`
@@ -134,8 +143,17 @@ type Finding struct {
 	Count     uint64       `json:"count"` // times seen
 }
 
-func (t *Tuples) findingKey(lba uint64, field string) []byte {
-	return append(u64Key(t.prefix, recFinding, lba), field...)
+// findingKey is the key of the finding (lba, field); lba is not negative.
+func (t *Tuples) findingKey(lba int64, field string) []byte {
+	return append(u64Key(t.prefix, recFinding, uint64(lba)), field...)
+}
+
+// checkLBAs validates the blocks [lba, lba+n) of a scrub record.
+func (t *Tuples) checkLBAs(lba, n int64) error {
+	if lba < 0 || n < 0 {
+		return fmt.Errorf("%w: volume %q: blocks [%d, +%d) beyond %d blocks", ErrOutOfRange, t.volume, lba, n, t.blocks)
+	}
+	return t.checkRange(uint64(lba), uint64(n))
 }
 
 func (t *Tuples) maxFindingKey() []byte {
@@ -153,7 +171,7 @@ func (t *Tuples) RecordFinding(f Finding, sync bool) (Finding, error) {
 	if f.N == 0 {
 		f.N = 1
 	}
-	if err := t.checkRange(f.LBA, f.N); err != nil {
+	if err := t.checkLBAs(f.LBA, f.N); err != nil {
 		return Finding{}, err
 	}
 	if f.State == 0 {
@@ -197,8 +215,8 @@ func (t *Tuples) RecordFinding(f Finding, sync bool) (Finding, error) {
 	if err != nil {
 		return Finding{}, err
 	}
-	if f.N > maxN {
-		if err := b.Set(t.maxFindingKey(), binary.BigEndian.AppendUint64(nil, f.N)); err != nil {
+	if uint64(f.N) > maxN {
+		if err := b.Set(t.maxFindingKey(), binary.BigEndian.AppendUint64(nil, uint64(f.N))); err != nil {
 			return Finding{}, err
 		}
 	}
@@ -206,9 +224,12 @@ func (t *Tuples) RecordFinding(f Finding, sync bool) (Finding, error) {
 }
 
 // SetFindingState changes the state of the finding (lba, field).
-func (t *Tuples) SetFindingState(lba uint64, field string, s FindingState, sync bool) (Finding, error) {
+func (t *Tuples) SetFindingState(lba int64, field string, s FindingState, sync bool) (Finding, error) {
 	if !s.valid() {
 		return Finding{}, fmt.Errorf("%w: finding state %d", ErrInvalid, s)
+	}
+	if lba < 0 {
+		return Finding{}, fmt.Errorf("%w: volume %q: finding at block %d", ErrOutOfRange, t.volume, lba)
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -230,7 +251,7 @@ func (t *Tuples) SetFindingState(lba uint64, field string, s FindingState, sync 
 	return f, b.Commit(sync)
 }
 
-func (t *Tuples) getFinding(key []byte, lba uint64, field string) (Finding, error) {
+func (t *Tuples) getFinding(key []byte, lba int64, field string) (Finding, error) {
 	v, err := t.kv.Get(key)
 	if errors.Is(err, ErrNotFound) {
 		return Finding{}, fmt.Errorf("%w: volume %q: finding lba=%d field=%q", ErrNotFound, t.volume, lba, field)
@@ -240,10 +261,10 @@ func (t *Tuples) getFinding(key []byte, lba uint64, field string) (Finding, erro
 	return t.decodeFinding(lba, field, v)
 }
 
-func (t *Tuples) decodeFinding(lba uint64, field string, v []byte) (Finding, error) {
+func (t *Tuples) decodeFinding(lba int64, field string, v []byte) (Finding, error) {
 	var f Finding
 	err := decodeJSON(v, &f)
-	if err == nil && (f.LBA != lba || f.Field != field || !f.State.valid() || f.N == 0) {
+	if err == nil && (f.LBA != lba || f.Field != field || !f.State.valid() || f.N <= 0 || f.N > math.MaxInt64-f.LBA) {
 		err = fmt.Errorf("record says lba=%d field=%q state=%d n=%d", f.LBA, f.Field, f.State, f.N)
 	}
 	if err != nil {
@@ -271,7 +292,7 @@ func (t *Tuples) maxFindingBlocks() (uint64, error) {
 type FindingQuery struct {
 	// LBA and N select findings overlapping blocks [LBA, LBA+N); N == 0
 	// means to the end of the volume.
-	LBA, N uint64
+	LBA, N int64
 	// State, if not zero, selects findings in that state.
 	State FindingState
 }
@@ -281,10 +302,14 @@ type FindingQuery struct {
 // Selecting by state alone scans the whole log.
 func (t *Tuples) Findings(q FindingQuery) iter.Seq2[Finding, error] {
 	return func(yield func(Finding, error) bool) {
-		lo := min(q.LBA, t.blocks)
+		if q.LBA < 0 || q.N < 0 {
+			yield(Finding{}, fmt.Errorf("%w: findings of blocks [%d, +%d)", ErrInvalid, q.LBA, q.N))
+			return
+		}
+		lo := min(uint64(q.LBA), t.blocks)
 		hi := t.blocks
-		if q.N != 0 && q.N < t.blocks-lo {
-			hi = lo + q.N
+		if q.N != 0 && uint64(q.N) < t.blocks-lo {
+			hi = lo + uint64(q.N)
 		}
 		maxN, err := t.maxFindingBlocks()
 		if err != nil {
@@ -305,12 +330,17 @@ func (t *Tuples) Findings(q FindingQuery) iter.Seq2[Finding, error] {
 				yield(Finding{}, &CorruptError{Volume: t.volume, Record: fmt.Sprintf("finding key %x", k), Reason: "bad key length"})
 				return
 			}
-			f, err := t.decodeFinding(binary.BigEndian.Uint64(k[plen:]), string(k[plen+8:]), it.Value())
+			klba := binary.BigEndian.Uint64(k[plen:])
+			if klba > math.MaxInt64 {
+				yield(Finding{}, &CorruptError{Volume: t.volume, Record: fmt.Sprintf("finding key %x", k), Reason: "block number out of range"})
+				return
+			}
+			f, err := t.decodeFinding(int64(klba), string(k[plen+8:]), it.Value())
 			if err != nil {
 				yield(Finding{}, err)
 				return
 			}
-			if f.LBA+f.N <= lo || f.LBA >= hi || (q.State != 0 && f.State != q.State) {
+			if uint64(f.LBA+f.N) <= lo || uint64(f.LBA) >= hi || (q.State != 0 && f.State != q.State) {
 				continue
 			}
 			if !yield(f, nil) {

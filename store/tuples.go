@@ -26,6 +26,7 @@ type Tuples struct {
 	blocks uint64
 	pages  uint64 // pages of the volume
 	dense  bool   // every page has a record (schema 2 on)
+	k      *keyed // keyed volumes only (keyed.go)
 
 	mu  sync.Mutex // serializes commits
 	seq atomic.Uint64
@@ -50,7 +51,7 @@ func CreateTuples(kv KV, volume string, m Manifest) (*Tuples, error) {
 	if err := m.validate(); err != nil {
 		return nil, fmt.Errorf("store: create volume %q: %w", volume, err)
 	}
-	m.Schema = SchemaVersion
+	m.Schema = m.schema()
 	if m.Created.IsZero() {
 		m.Created = time.Now().UTC()
 	}
@@ -167,6 +168,9 @@ func newTuples(kv KV, volume string, prefix []byte, m Manifest) (*Tuples, error)
 	t.pages = (t.blocks + uint64(t.l.p) - 1) / uint64(t.l.p)
 	t.bufPool.New = func() any { return t.l.newPageBuf() }
 	t.encPool.New = func() any { b := make([]byte, 0, t.l.size); return &b }
+	if err := t.initKeyed(); err != nil {
+		return nil, err
+	}
 	// Resume intent sequence numbers after the highest one stored.
 	var maxSeq uint64
 	err := t.scanIntentKeys(0, t.blocks, func(lba, seq uint64, v []byte) error {

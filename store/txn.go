@@ -12,6 +12,7 @@ const (
 	opDiscard
 	opSet
 	opDelete
+	opTags // keyed tags (keyed.go)
 )
 
 type txnOp struct {
@@ -20,6 +21,7 @@ type txnOp struct {
 	tuples     []byte
 	sums       []uint32
 	key, value []byte
+	tags       []KeyedTag
 }
 
 // Txn stages changes to one volume and commits them atomically in one KV
@@ -155,6 +157,8 @@ func (x *Txn) Commit(sync bool) error {
 				return err
 			}
 			continue
+		case opTags:
+			continue // after the loop: commitTags
 		}
 		end := op.lba + op.n
 		for page := op.lba / P; page*P < end; page++ {
@@ -179,6 +183,18 @@ func (x *Txn) Commit(sync bool) error {
 				copy(pb.sums[ps:pe], op.sums[i:j])
 			}
 			fillBits(pb.bits, ps, pe-ps, true)
+		}
+	}
+	if t.k != nil {
+		seq := t.k.wseq.Load()
+		if err := t.commitTags(b, ops); err != nil {
+			if t.k.wseq.Load() != seq {
+				t.k.wseq.Add(1)
+			}
+			return err
+		}
+		if t.k.wseq.Load() != seq {
+			defer t.k.wseq.Add(1) // after the batch is applied
 		}
 	}
 	slices.Sort(order)

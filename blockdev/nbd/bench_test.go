@@ -31,7 +31,9 @@ import (
 //     (qemu-nbd writes a copy of the image, difctl the protected volume).
 //
 // Metrics: difctl's and qemu-nbd's figures, x_qemu (difctl's speed over
-// qemu-nbd's: above 1 is faster), and the peak resident set of this
+// qemu-nbd's: above 1 is faster), for seqread each server's CPU time per
+// copy (difctl_cpu_s, qemu_cpu_s: what the machine's load does not
+// blur), and the peak resident set of this
 // server process (a child running the library server, volume mappings
 // included) and of qemu-nbd.
 // The image is 1 GiB (DIFCTL_NBD_BENCH_MIB overrides), filled with random
@@ -39,8 +41,10 @@ import (
 //
 //	go test ./blockdev/nbd -run '^$' -bench VsQemuNBD -benchtime 3x
 //
-// The server reads with pread, as difctl serve does; DIFCTL_NBD_TEST_MAP=1
-// reads through the mapping instead, and DIFCTL_NBD_TEST_CPUPROFILE=FILE
+// The server reads with pread and sizes its store as difctl serve does;
+// DIFCTL_NBD_TEST_MAP=1 reads through the mapping instead,
+// DIFCTL_NBD_TEST_WORKERS=N and DIFCTL_NBD_TEST_INFLIGHT_BYTES=N set
+// Options.Workers and MaxInFlightBytes, and DIFCTL_NBD_TEST_CPUPROFILE=FILE
 // and DIFCTL_NBD_TEST_MEMPROFILE=FILE profile it (see serveProcess).
 func BenchmarkVsQemuNBD(b *testing.B) {
 	need(b, "qemu-nbd", "nbdcopy", "fio")
@@ -72,14 +76,20 @@ func BenchmarkVsQemuNBD(b *testing.B) {
 			for _, conns := range []int{1, 4} {
 				b.Run(fmt.Sprintf("op=seqread/conns=%d", conns), func(b *testing.B) {
 					b.SetBytes(size)
-					var td, tq time.Duration
+					var td, tq, cd, cq time.Duration
 					for b.Loop() {
+						d0 := cpuTime(b, dpid)
 						td += timed(b, "nbdcopy", fmt.Sprintf("--connections=%d", conns), dif, "null:")
+						cd += cpuTime(b, dpid) - d0
+						q0 := cpuTime(b, qpid)
 						tq += timed(b, "nbdcopy", fmt.Sprintf("--connections=%d", conns), qemu, "null:")
+						cq += cpuTime(b, qpid) - q0
 					}
 					n := float64(b.N)
 					b.ReportMetric(td.Seconds()/n, "difctl_s")
 					b.ReportMetric(tq.Seconds()/n, "qemu_s")
+					b.ReportMetric(cd.Seconds()/n, "difctl_cpu_s")
+					b.ReportMetric(cq.Seconds()/n, "qemu_cpu_s")
 					b.ReportMetric(tq.Seconds()/td.Seconds(), "x_qemu")
 				})
 			}
@@ -245,6 +255,24 @@ func fioBW(b testing.TB, uri string, args ...string) float64 {
 		}
 	}
 	return bytes / (1 << 20) / (ms / 1000)
+}
+
+// cpuTime returns the user and system CPU time a process has used so far
+// (/proc/PID/stat, in clock ticks of 10 ms).
+func cpuTime(b testing.TB, pid int) time.Duration {
+	s, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	// The command name, in parentheses, may hold spaces: fields count
+	// from the last ')'.
+	f := strings.Fields(string(s[strings.LastIndexByte(string(s), ')')+1:]))
+	if len(f) < 13 {
+		b.Fatalf("/proc/%d/stat: %q", pid, s)
+	}
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(ut+st) * 10 * time.Millisecond
 }
 
 // peakRSS returns a process's peak resident set (VmHWM) in bytes.

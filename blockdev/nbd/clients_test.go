@@ -10,7 +10,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/difctl/difctl/blockdev"
+	"github.com/difctl/difctl/blockdev/scrub"
 )
 
 // failures collects Options.OnFailure calls.
@@ -90,7 +90,7 @@ func TestQemuIO(t *testing.T) {
 			run(t, "qemu-io", "-f", "raw", "-c", "read -P 0xab 512k 64k", "-c", "read -P 0xab 640k 64k", u)
 			bad := int64(600<<10+5) / int64(tv.vol.BlockSize())
 			fs := tv.findings(t)
-			if len(fs) == 0 || int64(fs[0].LBA) != bad || fs[0].State != blockdev.FindingOpen {
+			if len(fs) == 0 || int64(fs[0].LBA) != bad || fs[0].State != scrub.FindingOpen {
 				t.Fatalf("findings %+v, want an open finding at block %d", fs, bad)
 			}
 			if got := fl.get(); len(got) == 0 || got[0].Op != "read" || len(got[0].Findings) == 0 {
@@ -149,7 +149,7 @@ func TestQemuImgAndNbdcopy(t *testing.T) {
 	run(t, "qemu-img", "compare", "-f", "raw", "-F", "raw", src2, back2)
 	run(t, "nbdcopy", u, "null:")
 	// Everything written verifies.
-	rep, err := blockdev.Scrub(t.Context(), tv.vol, blockdev.ScrubOptions{})
+	rep, err := scrub.Run(t.Context(), tv.vol, scrub.Options{})
 	if err != nil || rep.Failed != 0 {
 		t.Fatalf("scrub after the copies: %v, %d failed", err, rep.Failed)
 	}

@@ -11,6 +11,7 @@ import (
 	"os/signal"
 	"regexp"
 	"runtime"
+	"runtime/debug"
 	"runtime/pprof"
 	"strconv"
 	"strings"
@@ -19,6 +20,7 @@ import (
 	"time"
 
 	"github.com/difctl/difctl/blockdev"
+	"github.com/difctl/difctl/blockdev/scrub"
 	"github.com/difctl/difctl/store"
 )
 
@@ -53,17 +55,36 @@ func serveProcess(img string) int {
 	if err != nil {
 		return fail(err)
 	}
-	kv, err := store.Open("pebble:" + img + ".difdb")
+	// The store's engine sized as difctl serve sizes it (its
+	// --store-cache and --store-memtable defaults, and GOGC 25 while
+	// serving), so that the benchmark's resident sets are serve's.
+	kv, err := store.OpenWith("pebble:"+img+".difdb", store.OpenOptions{Create: true, CacheBytes: 8 << 20, MemTableBytes: 8 << 20})
+	if _, set := os.LookupEnv("GOGC"); !set {
+		debug.SetGCPercent(25)
+	}
 	if err != nil {
 		return fail(err)
 	}
 	// As difctl serve opens its volumes (NoMap; DIFCTL_NBD_TEST_MAP=1
 	// reads through the mapping instead, to compare).
-	vol, err := blockdev.Open(context.Background(), dev, kv, blockdev.Options{NoMap: os.Getenv("DIFCTL_NBD_TEST_MAP") == ""})
+	vol, err := blockdev.Open(context.Background(), dev, kv, blockdev.Options{NoMap: os.Getenv("DIFCTL_NBD_TEST_MAP") == "", MaxUnsynced: 256 << 20})
 	if err != nil {
 		return fail(err)
 	}
-	srv, err := NewServer([]Export{{Name: "disk", Volume: vol, TupleCacheBytes: 64 << 20}}, Options{})
+	// DIFCTL_NBD_TEST_INFLIGHT_BYTES=N sets Options.MaxInFlightBytes (to
+	// compare budgets).
+	var o Options
+	if s := os.Getenv("DIFCTL_NBD_TEST_INFLIGHT_BYTES"); s != "" {
+		if o.MaxInFlightBytes, err = strconv.Atoi(s); err != nil {
+			return fail(err)
+		}
+	}
+	if s := os.Getenv("DIFCTL_NBD_TEST_WORKERS"); s != "" {
+		if o.Workers, err = strconv.Atoi(s); err != nil {
+			return fail(err)
+		}
+	}
+	srv, err := NewServer([]Export{{Name: "disk", Volume: vol, TupleCacheBytes: 64 << 20}}, o)
 	if err != nil {
 		return fail(err)
 	}
@@ -221,7 +242,7 @@ func TestCrashSIGKILL(t *testing.T) {
 					round, r, buf[0], content[r], prev[r], maybe[r])
 			}
 		}
-		rep, err := blockdev.Scrub(t.Context(), tv.vol, blockdev.ScrubOptions{})
+		rep, err := scrub.Run(t.Context(), tv.vol, scrub.Options{})
 		if err != nil || rep.Failed != 0 {
 			t.Fatalf("round %d: scrub after the crash: %v, %d blocks failed", round, err, rep.Failed)
 		}

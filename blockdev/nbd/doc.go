@@ -28,8 +28,10 @@
 //     preferred the volume's protection interval (whole blocks need no
 //     read-modify-write), maximum [Options.MaxPayload] (32 MiB).
 //   - READ, WRITE (FUA), FLUSH, TRIM, WRITE_ZEROES (NO_HOLE, FAST_ZERO),
-//     BLOCK_STATUS and DISC, with many requests in flight per connection,
-//     served by a pool of worker goroutines and answered as each completes.
+//     BLOCK_STATUS and DISC, with many requests in flight per connection
+//     ([Options.MaxInFlight]), at most [Options.Workers] of them executing
+//     at once on the connection's worker goroutines (the rest wait their
+//     turn), answered as each completes.
 //   - Transmission flags HAS_FLAGS, SEND_FLUSH, SEND_FUA, SEND_TRIM,
 //     SEND_WRITE_ZEROES, SEND_FAST_ZERO, READ_ONLY for read-only exports,
 //     and CAN_MULTI_CONN: every connection to an export shares one Volume,
@@ -67,7 +69,9 @@
 // and in buffer bytes (the reader stops reading until one completes),
 // connections per export and negotiations at once are bounded, and the
 // negotiation (TLS included) has a deadline. Memory is therefore bounded
-// by the limits, whatever the size of the volumes.
+// by the limits, whatever the size of the volumes: per connection, the
+// payloads of the WRITEs in flight (MaxInFlightBytes, or one payload of up
+// to MaxPayload running alone) and the buffers of the Workers executing.
 //
 // With [Options.TLS] set, TLS is mandatory (the protocol's FORCEDTLS mode):
 // options before NBD_OPT_STARTTLS are refused with NBD_REP_ERR_TLS_REQD.

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/difctl/difctl/blockdev"
+	"github.com/difctl/difctl/blockdev/scrub"
 	"github.com/difctl/difctl/dif"
 	"github.com/difctl/difctl/store"
 )
@@ -30,7 +31,7 @@ type export struct {
 	writeGen, syncedGen atomic.Int64
 
 	findMu   sync.Mutex
-	findings *blockdev.StoreScrubState
+	findings *scrub.StoreState
 	onFail   func(Failure)
 }
 
@@ -39,7 +40,7 @@ func newExport(e Export, o *Options) (*export, error) {
 	if e.FindingsName == "" {
 		e.FindingsName = "nbd"
 	}
-	st, err := blockdev.NewStoreScrubState(v.Tuples(), e.FindingsName)
+	st, err := scrub.NewStoreState(v.Tuples(), e.FindingsName)
 	if err != nil {
 		return nil, fmt.Errorf("nbd: export %q: %w", e.Name, err)
 	}
@@ -106,7 +107,7 @@ func (x *export) wrote() { x.writeGen.Add(1) }
 // tells Options.OnFailure.
 func (x *export) failure(op string, off, n int64, err error) {
 	f := Failure{Export: x.Name, Op: op, Offset: off, Length: n, Err: err}
-	var fs []blockdev.Finding
+	var fs []scrub.Finding
 	var ie *blockdev.IntegrityError
 	var ioe *blockdev.IOError
 	now := time.Now().UTC()
@@ -116,20 +117,18 @@ func (x *export) failure(op string, off, n int64, err error) {
 			if p.Transient {
 				continue
 			}
-			fs = append(fs, blockdev.Finding{LBA: p.LBA, N: 1, Kind: p.Kind, Expected: p.Expected, Actual: p.Actual,
-				State: blockdev.FindingOpen, LastSeen: now, Err: p.Err})
+			fs = append(fs, scrub.FindingOf(p, now))
 		}
 	case errors.As(err, &ioe) && !errors.Is(err, blockdev.ErrClosed) && !errors.Is(err, blockdev.ErrVolumeFailed):
 		// ReadAt stops at the block it could not read: off is its
 		// first byte (or inside it, for an unaligned request).
-		fs = append(fs, blockdev.Finding{LBA: off / int64(x.bs), N: 1, Kind: blockdev.KindIO,
-			State: blockdev.FindingOpen, LastSeen: now, Err: ioe})
+		fs = append(fs, scrub.FindingOf(blockdev.Problem{LBA: off / int64(x.bs), Kind: blockdev.KindIO, Err: ioe}, now))
 	}
 	if len(fs) > 0 {
 		x.findMu.Lock()
 		var errs []error
 		for _, fd := range fs {
-			errs = append(errs, x.findings.RecordFinding(blockdev.ScrubCursor{}, fd))
+			errs = append(errs, x.findings.RecordFinding(scrub.Cursor{}, fd))
 		}
 		errs = append(errs, x.findings.Sync())
 		x.findMu.Unlock()

@@ -47,6 +47,10 @@ type conn struct {
 }
 
 func newConn(s *Server, nc net.Conn) *conn {
+	if uc, ok := nc.(*net.UnixConn); ok && s.opts.SendBuffer > 0 {
+		// Best effort: a smaller buffer costs only more writes.
+		_ = uc.SetWriteBuffer(s.opts.SendBuffer)
+	}
 	return &conn{s: s, raw: nc, nc: nc, br: bufio.NewReaderSize(nc, 64<<10), bw: bufio.NewWriterSize(nc, 4<<10)}
 }
 

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/difctl/difctl/blockdev"
+	"github.com/difctl/difctl/blockdev/faultdev"
 	"github.com/difctl/difctl/dif"
 	"github.com/difctl/difctl/store"
 )
@@ -443,7 +444,7 @@ func equalExtents(a, b [][2]uint32) bool {
 }
 
 // TestFlushDurable: over a device that loses every write not covered by a
-// completed sync when it crashes (blockdev.FaultDevice), what a FLUSH or a
+// completed sync when it crashes (blockdev/faultdev), what a FLUSH or a
 // FUA write acknowledged survives the crash and verifies; an unflushed
 // write may be lost but leaves no failing block.
 func TestFlushDurable(t *testing.T) {
@@ -453,7 +454,7 @@ func TestFlushDurable(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			fd, err := blockdev.NewFaultDevice(mem, blockdev.FaultOptions{})
+			fd, err := faultdev.New(mem, faultdev.Options{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -486,7 +487,7 @@ func TestFlushDurable(t *testing.T) {
 			}
 			rc.request(cmdWrite, 0, 3, 65536, 4096, bytes.Repeat([]byte{0xb2}, 4096))
 			rc.readReply(0)
-			if err := fd.Crash(blockdev.CrashOptions{}); err != nil {
+			if err := fd.Crash(faultdev.CrashOptions{}); err != nil {
 				t.Fatal(err)
 			}
 			ts.stop(t)

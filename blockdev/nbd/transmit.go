@@ -9,6 +9,7 @@ import (
 	"math/bits"
 	"net"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -24,8 +25,51 @@ type request struct {
 	length uint32
 }
 
-// tokenBytes is the unit of the in-flight byte budget.
-const tokenBytes = 64 << 10
+// budget bounds a connection's requests in flight: their number and the
+// bytes of their buffers. Only the connection's reader acquires (one
+// waiter), the requests' workers release.
+type budget struct {
+	mu             sync.Mutex
+	n, bytes       int // in flight
+	maxN, maxBytes int
+	wake           chan struct{} // a release since the reader last looked
+}
+
+func newBudget(maxN, maxBytes int) *budget {
+	return &budget{maxN: maxN, maxBytes: maxBytes, wake: make(chan struct{}, 1)}
+}
+
+// acquire waits until a request of size bytes fits, false when ctx ends
+// first. A request larger than the whole byte budget (up to MaxPayload)
+// runs alone: it waits for every other request to complete.
+func (b *budget) acquire(ctx context.Context, size int) bool {
+	for {
+		b.mu.Lock()
+		if b.n < b.maxN && (b.n == 0 || b.bytes+size <= b.maxBytes) {
+			b.n++
+			b.bytes += size
+			b.mu.Unlock()
+			return true
+		}
+		b.mu.Unlock()
+		select {
+		case <-b.wake:
+		case <-ctx.Done():
+			return false
+		}
+	}
+}
+
+func (b *budget) release(size int) {
+	b.mu.Lock()
+	b.n--
+	b.bytes -= size
+	b.mu.Unlock()
+	select {
+	case b.wake <- struct{}{}:
+	default:
+	}
+}
 
 // transmit runs the transmission phase: one reader (this goroutine) takes
 // requests off the wire, in order, and hands each to a worker goroutine,
@@ -34,43 +78,28 @@ const tokenBytes = 64 << 10
 // its whole payload has been read.
 func (c *conn) transmit(ctx context.Context, x *export) error {
 	o := &c.s.opts
-	slots := make(chan struct{}, o.MaxInFlight)
-	tokens := make(chan struct{}, o.MaxInFlightBytes/tokenBytes)
+	bud := newBudget(o.MaxInFlight, o.MaxInFlightBytes)
 	var wg sync.WaitGroup
 	var rerr error
 	clean := false
-	acquire := func(n int) bool {
-		select {
-		case slots <- struct{}{}:
-		case <-ctx.Done():
-			return false
-		}
-		for range (n + tokenBytes - 1) / tokenBytes {
-			select {
-			case tokens <- struct{}{}:
-			case <-ctx.Done():
-				return false
-			}
-		}
-		return true
-	}
-	release := func(n int) {
-		for range (n + tokenBytes - 1) / tokenBytes {
-			<-tokens
-		}
-		<-slots
-	}
+	acquire := func(n int) bool { return bud.acquire(ctx, n) }
+	release := bud.release
 	// Requests run on workers that live as long as the connection, so
 	// that their stacks, grown once by the volume's read path, are reused
 	// rather than grown again for every request. A worker is added when
-	// none is idle; the slots keep them at most MaxInFlight.
+	// none is idle, up to Options.Workers; beyond that requests wait in
+	// order (the budget bounds them). Few workers keep few buffers in use
+	// at once, still in the CPU's caches between the volume's read and
+	// the socket write, and few threads blocked in system calls.
 	type job struct {
 		r    request
 		buf  []byte
 		need int
 	}
-	jobs := make(chan job)
+	jobs := make(chan job, o.MaxInFlight)
 	defer close(jobs)
+	var idle atomic.Int32
+	workers := 0
 	work := func(j job) {
 		defer wg.Done()
 		defer release(j.need)
@@ -91,8 +120,11 @@ func (c *conn) transmit(ctx context.Context, x *export) error {
 	worker := func(j job) {
 		for {
 			work(j)
+			idle.Add(1)
 			var ok bool
-			if j, ok = <-jobs; !ok {
+			j, ok = <-jobs
+			idle.Add(-1)
+			if !ok {
 				return
 			}
 		}
@@ -150,10 +182,11 @@ func (c *conn) transmit(ctx context.Context, x *export) error {
 			}
 		}
 		wg.Add(1)
-		select {
-		case jobs <- job{r, buf, need}:
-		default:
+		if idle.Load() == 0 && workers < o.Workers {
+			workers++
 			go worker(job{r, buf, need})
+		} else {
+			jobs <- job{r, buf, need} // never blocks: the budget holds at most MaxInFlight
 		}
 	}
 	// Let the requests in flight finish and reply, within the drain time.

@@ -171,7 +171,8 @@ volume cannot be opened.
 	f.StringVar(&to, "to", "", "the output's `FORM`: store, interleaved or dix (required)")
 	f.Var(&format, "format", "the input's format, if not given in --from")
 	f.BoolVar(&force, "force", false, "convert even if blocks fail verification (they are reported; exit 4)")
-	f.StringVar(&store, "store", "", "store `URL` of the store-backed side (default pebble:IMAGE.difdb)")
+	storeFlag(cmd, &store, " of the store-backed side")
+	addKeyFlags(cmd, &g.Key, "check the keyed tags of a keyed volume while exporting it (an import creates no keyed volume)")
 	pf.register(cmd, piFormat|piTags|piChecks)
 	_ = cmd.MarkFlagRequired("to")
 	return cmd
@@ -186,40 +187,45 @@ func parseForm(flag, s string) (form, format string, err error) {
 	}
 	if format != "" {
 		if _, err := dif.Parse(format); err != nil {
-			return "", "", usageErrorf("%s %s: %v", flag, s, err)
+			return "", "", usageErrorf("%s %s: %w", flag, s, err)
 		}
 	}
 	return form, format, nil
 }
 
-func runConvert(ctx context.Context, opts convertOptions, stdout, stderr io.Writer) error {
-	if opts.From == formStore || opts.To == formStore {
-		return runConvertStore(ctx, opts, stdout, stderr)
-	}
+// openConvertInput opens the self-contained input of a convert (an
+// interleaved image or a DIX pair), once it is sure that no output
+// overwrites an input.
+func openConvertInput(opts convertOptions) (*piImage, error) {
 	meta := ""
 	if opts.From == formDIX {
 		meta = opts.Inputs[1]
 	}
 	im, err := openPIImage(opts.Inputs[0], meta, opts.Format, opts.Params, openRead)
 	if err != nil {
+		return nil, err
+	}
+	if err := checkDistinct(opts.Inputs, opts.Outputs); err != nil {
+		im.Close()
+		return nil, err
+	}
+	return im, nil
+}
+
+func runConvert(ctx context.Context, opts convertOptions, stdout, stderr io.Writer) error {
+	if opts.From == formStore || opts.To == formStore {
+		return runConvertStore(ctx, opts, stdout, stderr)
+	}
+	im, err := openConvertInput(opts)
+	if err != nil {
 		return err
 	}
 	defer im.Close()
-	if err := checkDistinct(opts.Inputs, opts.Outputs); err != nil {
-		return err
-	}
 	outs, err := createOutputs(opts.Outputs)
 	if err != nil {
 		return err
 	}
-	committed := false
-	defer func() {
-		if !committed {
-			for _, o := range outs {
-				o.discard()
-			}
-		}
-	}()
+	defer outs.discard()
 
 	out := newOutput(stdout, opts.JSON)
 	fw := newFindings(out, im.f)
@@ -254,7 +260,7 @@ func runConvert(ctx context.Context, opts convertOptions, stdout, stderr io.Writ
 		st.Add(blockdev.RunStats{Blocks: int64(sum.Blocks), OK: int64(sum.OK), Escaped: int64(sum.Escaped),
 			Unwritten: int64(sum.Unwritten), Failed: int64(sum.Failed)})
 		if st.Failed == 0 || opts.Force {
-			w, err := writeConverted(im.f, opts.To, outs, lba, d, m, conv[:n*int(ext)])
+			w, err := writeConverted(im.f, opts.To, outs.files, lba, d, m, conv[:n*int(ext)])
 			written += w
 			if err != nil {
 				prog.Finish()
@@ -267,19 +273,16 @@ func runConvert(ctx context.Context, opts convertOptions, stdout, stderr io.Writ
 	prog.Finish()
 	keep := st.Failed == 0 || opts.Force
 	if keep {
-		for _, o := range outs {
-			if err := o.commit(); err != nil {
-				return err
-			}
+		if err := outs.commit(); err != nil {
+			return err
 		}
-		committed = true
 	}
 	serr := fw.summary(&summaryRecord{Command: "convert", Image: im.path, Metadata: im.meta, Format: im.f.String()}, st, time.Since(t0))
 	if serr != nil && !errors.Is(serr, dif.ErrIntegrity) {
 		return serr
 	}
 	if !keep {
-		return &integrityError{msg: fmt.Sprintf("%s: %d of %d blocks failed verification: not converted, no output written (--force converts anyway)", im.name(), st.Failed, st.Blocks)}
+		return notConverted(im.name(), st)
 	}
 	rec := &convertRecord{From: opts.From, To: opts.To, Format: opts.Format.WithLayout(dif.Interleaved).String(),
 		Inputs: opts.Inputs, Outputs: opts.Outputs, Blocks: blocks, Bytes: written}
@@ -291,10 +294,7 @@ func runConvert(ctx context.Context, opts convertOptions, stdout, stderr io.Writ
 		blocks, rec.Format, opts.From, strings.Join(opts.Inputs, " + "), opts.To, strings.Join(opts.Outputs, " + ")); err != nil {
 		return err
 	}
-	if st.Failed > 0 {
-		return &integrityError{msg: fmt.Sprintf("%s: converted with %d of %d blocks failing verification (--force)", im.name(), st.Failed, st.Blocks)}
-	}
-	return nil
+	return convertedFailing(im.name(), st)
 }
 
 // writeConverted writes a run read in f's layout to the outputs in form to,
@@ -358,14 +358,39 @@ type outFile struct {
 	tmp  bool   // File is a temporary file, renamed to path on commit
 }
 
+// outFiles are the outputs of a command, all put in place by commit or
+// none: discard, deferred, removes them unless they were committed.
+type outFiles struct {
+	files     []*outFile
+	committed bool
+}
+
+// commit makes every output durable and puts it in place.
+func (o *outFiles) commit() error {
+	for _, f := range o.files {
+		if err := f.commit(); err != nil {
+			return err
+		}
+	}
+	o.committed = true
+	return nil
+}
+
+// discard closes and removes the outputs, unless they were committed.
+func (o *outFiles) discard() {
+	if !o.committed {
+		for _, f := range o.files {
+			f.discard()
+		}
+	}
+}
+
 // createOutputs opens the output files, checking first that each target
 // can be written.
-func createOutputs(paths []string) ([]*outFile, error) {
-	var outs []*outFile
-	fail := func(err error) ([]*outFile, error) {
-		for _, o := range outs {
-			o.discard()
-		}
+func createOutputs(paths []string) (*outFiles, error) {
+	outs := &outFiles{}
+	fail := func(err error) (*outFiles, error) {
+		outs.discard()
 		return nil, err
 	}
 	for _, p := range paths {
@@ -378,7 +403,7 @@ func createOutputs(paths []string) ([]*outFile, error) {
 			if err != nil {
 				return fail(err)
 			}
-			outs = append(outs, &outFile{File: f, path: p})
+			outs.files = append(outs.files, &outFile{File: f, path: p})
 			continue
 		case err == nil:
 			// The target exists: it must be writable, as it will be replaced.
@@ -394,7 +419,7 @@ func createOutputs(paths []string) ([]*outFile, error) {
 		if err != nil {
 			return fail(fmt.Errorf("create %s: %w", p, unwrapPath(err)))
 		}
-		outs = append(outs, &outFile{File: f, path: p, tmp: true})
+		outs.files = append(outs.files, &outFile{File: f, path: p, tmp: true})
 	}
 	return outs, nil
 }
@@ -435,6 +460,21 @@ func (o *outFile) discard() {
 	if o.tmp {
 		os.Remove(o.Name())
 	}
+}
+
+// notConverted is the verdict of a convert that found failing blocks and
+// so wrote nothing.
+func notConverted(image string, st blockdev.RunStats) error {
+	return &integrityError{msg: fmt.Sprintf("%s: %d of %d blocks failed verification: not converted, no output written (--force converts anyway)", image, st.Failed, st.Blocks)}
+}
+
+// convertedFailing is the verdict of a convert that wrote its outputs:
+// nil, or with --force the blocks that failed verification.
+func convertedFailing(image string, st blockdev.RunStats) error {
+	if st.Failed == 0 {
+		return nil
+	}
+	return &integrityError{msg: fmt.Sprintf("%s: converted with %d of %d blocks failing verification (--force)", image, st.Failed, st.Blocks)}
 }
 
 // unwrapPath returns the cause of a *fs.PathError, or err.

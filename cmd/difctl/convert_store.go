@@ -22,6 +22,9 @@ func runConvertStore(ctx context.Context, opts convertOptions, stdout, stderr io
 	if opts.From == formStore {
 		return runExport(ctx, opts, stdout, stderr)
 	}
+	if opts.Key != (keyFlags{}) {
+		return usageErrorf("convert --to store does not create keyed volumes: import without a key, or protect the data with protect --key-file")
+	}
 	return runImport(ctx, opts, stdout, stderr)
 }
 
@@ -46,7 +49,7 @@ func runExport(ctx context.Context, opts convertOptions, stdout, stderr io.Write
 	if err := checkDistinct(opts.Inputs, opts.Outputs); err != nil {
 		return err
 	}
-	v, err := openVolume(ctx, image, url, true)
+	v, err := openVolume(ctx, image, url, true, opts.Key)
 	if err != nil {
 		return err
 	}
@@ -55,22 +58,15 @@ func runExport(ctx context.Context, opts convertOptions, stdout, stderr io.Write
 	if err != nil {
 		return err
 	}
-	committed := false
-	defer func() {
-		if !committed {
-			for _, o := range outs {
-				o.discard()
-			}
-		}
-	}()
+	defer outs.discard()
 	out := newOutput(stdout, opts.JSON)
 	f := v.format()
 	fw := newFindings(out, f)
 	prog := newProgress(stderr, opts.Quiet, v.vol.Size(), "convert "+image)
 	t0 := time.Now()
-	dst := blockdev.ExportDest{Data: outs[0]}
+	dst := blockdev.ExportDest{Data: outs.files[0]}
 	if opts.To == formDIX {
-		dst.Meta = outs[1]
+		dst.Meta = outs.files[1]
 	}
 	rep, err := blockdev.ExportVolume(ctx, v.vol, dst, blockdev.ExportOptions{
 		Force: opts.Force, OnProblem: fw.report, Progress: byteProgress(prog),
@@ -81,34 +77,28 @@ func runExport(ctx context.Context, opts convertOptions, stdout, stderr io.Write
 	case err != nil && ctx.Err() != nil:
 		return interrupted(ctx, rep.Failed)
 	case err != nil && !errors.As(err, &ie):
-		return fmt.Errorf("convert %s: %s", image, storeCause(err))
+		return fmt.Errorf("convert %s: %w", image, err)
 	}
 	keep := rep.Failed == 0 || opts.Force
 	if keep {
-		for _, o := range outs {
-			if err := o.commit(); err != nil {
-				return err
-			}
+		if err := outs.commit(); err != nil {
+			return err
 		}
-		committed = true
 	}
 	format := f.WithLayout(dif.Interleaved).String()
-	serr := fw.summary(&summaryRecord{Command: "convert", Image: image, Store: url, Format: format}, rep.RunStats, time.Since(t0))
+	serr := fw.summary(&summaryRecord{Command: "convert", Image: image, Store: url, Format: format, KeyedCheck: keyedState(v.vol)}, rep.RunStats, time.Since(t0))
 	if serr != nil && !errors.Is(serr, dif.ErrIntegrity) {
 		return serr
 	}
 	if !keep {
-		return &integrityError{msg: fmt.Sprintf("%s: %d of %d blocks failed verification: not converted, no output written (--force converts anyway)", image, rep.Failed, rep.Blocks)}
+		return notConverted(image, rep.RunStats)
 	}
 	rec := &convertRecord{From: opts.From, To: opts.To, Format: format, Inputs: opts.Inputs, Outputs: opts.Outputs,
 		Store: url, Blocks: rep.Blocks, Bytes: rep.Bytes}
 	if err := emitConvert(out, rec); err != nil {
 		return err
 	}
-	if rep.Failed > 0 {
-		return &integrityError{msg: fmt.Sprintf("%s: converted with %d of %d blocks failing verification (--force)", image, rep.Failed, rep.Blocks)}
-	}
-	return nil
+	return convertedFailing(image, rep.RunStats)
 }
 
 // emitConvert writes the convert record, or its line of text.
@@ -127,109 +117,112 @@ func emitConvert(out *output, rec *convertRecord) error {
 	return err
 }
 
-// runImport creates a protected image from an interleaved image or a DIX
-// pair: the data goes to the new image, the tuples, as the input stores
-// them, to its store.
-func runImport(ctx context.Context, opts convertOptions, stdout, stderr io.Writer) error {
-	outImg := opts.Outputs[0]
-	url := storeURL(outImg, opts.Store)
-	meta := ""
-	if opts.From == formDIX {
-		meta = opts.Inputs[1]
+// importTargetError explains why the output of an import cannot be
+// written.
+func importTargetError(outImg, url string, err error) error {
+	var te *blockdev.ImportTargetError
+	switch {
+	case errors.Is(err, blockdev.ErrVolumeExists):
+		return usageErrorf("%s holds a protected image already: convert to a new image, or use another --store", url)
+	case errors.Is(err, blockdev.ErrImportTargetExists):
+		return usageErrorf("%s exists: converting to a store creates a new image (remove it, or choose another name)", outImg)
+	case errors.Is(err, blockdev.ErrImportTargetGone):
+		return fmt.Errorf("%s: the import into it is in progress in %s, but the image is gone: %w (delete %s to start again)", outImg, url, unwrapPath(err), url)
+	case errors.As(err, &te) && te.Op == "store":
+		return volumeError(outImg, url, te.Err)
+	case errors.As(err, &te) && te.Op == "create":
+		return fmt.Errorf("create %s: %w", outImg, te.Err)
+	case errors.As(err, &te):
+		return te.Err
 	}
-	im, err := openPIImage(opts.Inputs[0], meta, opts.Format, opts.Params, openRead)
-	if err != nil {
-		return err
-	}
-	defer im.Close()
-	if err := checkDistinct(opts.Inputs, opts.Outputs); err != nil {
-		return err
-	}
-	f := im.f
+	return err
+}
+
+// importable checks that a store can keep the PI of format f with params p.
+func importable(f dif.Format, p dif.Params) error {
 	switch {
 	case f.Type() == dif.Type0:
 		return usageErrorf("format %s is type0: no protection information to import", f.WithLayout(dif.Interleaved))
 	case f.MetadataSize() != f.TupleSize():
 		return usageErrorf("format %s keeps %d bytes of metadata per block; a store keeps only the %d-byte tuple (convert to interleaved or dix instead)",
 			f.WithLayout(dif.Interleaved), f.MetadataSize(), f.TupleSize())
-	case opts.Params.AppTag == 0xffff:
+	case p.AppTag == 0xffff:
 		return usageErrorf("--app-tag 0xffff is the escape value: blocks carrying it are never checked")
+	}
+	return nil
+}
+
+// newStore is a store opened, and created if need be, for a command that
+// may have to remove it again when it kept nothing.
+type newStore struct {
+	kv      store.KV
+	dir     string // the store's directory; "" for other backends
+	existed bool   // the directory was there before
+	open    bool
+}
+
+func openNewStore(image, url string) (*newStore, error) {
+	ns := &newStore{dir: storePath(url)}
+	if ns.dir != "" {
+		_, err := os.Stat(ns.dir)
+		ns.existed = err == nil
+	}
+	kv, err := openStore(image, url, storeCreate)
+	if err != nil {
+		return nil, err
+	}
+	ns.kv, ns.open = kv, true
+	return ns, nil
+}
+
+// remove closes the store and removes its directory if this command
+// created it.
+func (ns *newStore) remove() {
+	if !ns.existed && ns.dir != "" {
+		ns.close()
+		os.RemoveAll(ns.dir)
+	}
+}
+
+func (ns *newStore) close() {
+	if ns.open {
+		ns.kv.Close()
+		ns.open = false
+	}
+}
+
+// runImport creates a protected image from an interleaved image or a DIX
+// pair: the data goes to the new image, the tuples, as the input stores
+// them, to its store.
+func runImport(ctx context.Context, opts convertOptions, stdout, stderr io.Writer) error {
+	outImg := opts.Outputs[0]
+	url := storeURL(outImg, opts.Store)
+	im, err := openConvertInput(opts)
+	if err != nil {
+		return err
+	}
+	defer im.Close()
+	f := im.f
+	if err := importable(f, opts.Params); err != nil {
+		return err
 	}
 	size := im.blocks() * int64(f.BlockSize())
 
 	// The store: new, or holding the import that this command continues.
-	storeDir := storePath(url)
-	storeExisted := false
-	if storeDir != "" {
-		_, serr := os.Stat(storeDir)
-		storeExisted = serr == nil
-	}
-	kv, err := openStore(outImg, url, storeCreate)
+	ns, err := openNewStore(outImg, url)
 	if err != nil {
 		return err
 	}
-	kvOpen := true
-	defer func() {
-		if kvOpen {
-			kv.Close()
-		}
-	}()
-	resume := false
-	switch _, j, err := store.OpenJournaled(kv, blockdev.DefaultVolumeName, nil); {
-	case errors.Is(err, store.ErrNotFound):
-	case err != nil:
-		return volumeError(outImg, url, err)
-	case j != nil && j.Op == store.OpImport:
-		resume = true
-	default:
-		return usageErrorf("%s holds a protected image already: convert to a new image, or use another --store", url)
-	}
-
-	// The output image: new, or the one being imported into.
-	created := false
-	var dev *blockdev.File
-	fi, err := os.Stat(outImg)
-	switch {
-	case resume && err != nil:
-		return fmt.Errorf("%s: the import into it is in progress in %s, but the image is gone: %w (delete %s to start again)", outImg, url, unwrapPath(err), url)
-	case resume || err == nil && !fi.Mode().IsRegular() && !fi.IsDir():
-		dev, err = openDevice(outImg, false)
-	case err == nil:
-		return usageErrorf("%s exists: converting to a store creates a new image (remove it, or choose another name)", outImg)
-	case errors.Is(err, os.ErrNotExist):
-		dev, err = blockdev.CreateImage(outImg, size, blockdev.FileOptions{})
-		if err != nil {
-			err = fmt.Errorf("create %s: %s", outImg, storeCause(unwrapPath(err)))
-		}
-		created = err == nil
-	default:
-		return err
-	}
+	defer ns.close()
+	kv := ns.kv
+	tgt, err := blockdev.OpenImportTarget(kv, outImg, size, blockdev.ImportTargetOptions{
+		OpenDevice: func(p string) (*blockdev.File, error) { return openDevice(p, false) },
+	})
 	if err != nil {
-		return err
+		return importTargetError(outImg, url, err)
 	}
-	devOpen := true
-	// discardAll removes what this command created, when it wrote nothing
-	// worth keeping.
-	discardAll := func() {
-		if devOpen {
-			dev.Close()
-			devOpen = false
-		}
-		if created {
-			os.Remove(outImg)
-		}
-		if !storeExisted && storeDir != "" {
-			kv.Close()
-			kvOpen = false
-			os.RemoveAll(storeDir)
-		}
-	}
-	defer func() {
-		if devOpen {
-			dev.Close()
-		}
-	}()
+	defer tgt.Close()
+	resume := tgt.Resume
 
 	out := newOutput(stdout, opts.JSON)
 	fw := newFindings(out, f)
@@ -239,44 +232,42 @@ func runImport(ctx context.Context, opts convertOptions, stdout, stderr io.Write
 	}
 	prog := newProgress(stderr, opts.Quiet, total, "convert "+im.name())
 	t0 := time.Now()
-	vol, rep, err := blockdev.ImportImage(ctx, im.src, dev, kv, blockdev.ImportOptions{
+	vol, rep, err := tgt.Import(ctx, im.src, kv, blockdev.ImportOptions{
 		Options: blockdev.Options{DeviceID: filepath.Base(outImg)},
 		Force:   opts.Force, Tool: toolName, OnProblem: fw.report, Progress: byteProgress(prog),
 	})
 	prog.Finish()
+	if tgt.Discarded() {
+		ns.remove() // a store created for an import that kept nothing
+	}
 	var ie *blockdev.IntegrityError
 	var mm *blockdev.MismatchError
 	switch {
-	case err != nil && ctx.Err() != nil:
-		if rep != nil && rep.Next > 0 || resume {
+	case err != nil && !tgt.Discarded():
+		if !errors.As(err, &mm) {
 			fmt.Fprintf(stderr, "difctl: %s: conversion stopped; run the same command again to resume\n", outImg)
-		} else {
-			discardAll()
 		}
+	case errors.As(err, &ie) && ctx.Err() == nil:
+		if serr := fw.summary(&summaryRecord{Command: "convert", Image: im.path, Metadata: im.meta, Format: f.WithLayout(dif.Interleaved).String()}, rep.RunStats, time.Since(t0)); serr != nil && !errors.Is(serr, dif.ErrIntegrity) {
+			return serr
+		}
+		return notConverted(im.name(), rep.RunStats)
+	}
+	switch {
+	case err != nil && ctx.Err() != nil:
 		var failed int64
 		if rep != nil {
 			failed = rep.Failed
 		}
 		return interrupted(ctx, failed)
-	case errors.As(err, &ie) && !resume && (rep == nil || rep.Next == 0):
-		discardAll()
-		if serr := fw.summary(&summaryRecord{Command: "convert", Image: im.path, Metadata: im.meta, Format: f.WithLayout(dif.Interleaved).String()}, rep.RunStats, time.Since(t0)); serr != nil && !errors.Is(serr, dif.ErrIntegrity) {
-			return serr
-		}
-		return &integrityError{msg: fmt.Sprintf("%s: %d of %d blocks failed verification: not converted, no output written (--force converts anyway)", im.name(), rep.Failed, rep.Blocks)}
 	case errors.As(err, &mm):
 		return fmt.Errorf("%s: the import in progress in %s has another %s (%s, not %s): give the same flags, or delete %s and %s to start again",
 			outImg, url, mm.Field, unquote(mm.Stored), unquote(mm.Given), outImg, url)
 	case err != nil:
-		if !resume && (rep == nil || rep.Next == 0) {
-			discardAll()
-		} else {
-			fmt.Fprintf(stderr, "difctl: %s: conversion stopped; run the same command again to resume\n", outImg)
-		}
-		return fmt.Errorf("convert %s: %s", im.name(), storeCause(err))
+		return fmt.Errorf("convert %s: %w", im.name(), err)
 	}
 	if err := vol.Close(); err != nil {
-		return fmt.Errorf("%s: %s", outImg, storeCause(err))
+		return fmt.Errorf("%s: %w", outImg, err)
 	}
 	format := f.WithLayout(dif.Interleaved).String()
 	serr := fw.summary(&summaryRecord{Command: "convert", Image: im.path, Metadata: im.meta, Format: format, Start: rep.Start}, rep.RunStats, time.Since(t0))
@@ -288,8 +279,5 @@ func runImport(ctx context.Context, opts convertOptions, stdout, stderr io.Write
 	if err := emitConvert(out, rec); err != nil {
 		return err
 	}
-	if rep.Failed > 0 {
-		return &integrityError{msg: fmt.Sprintf("%s: converted with %d of %d blocks failing verification (--force)", im.name(), rep.Failed, rep.Blocks)}
-	}
-	return nil
+	return convertedFailing(im.name(), rep.RunStats)
 }

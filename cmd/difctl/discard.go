@@ -61,33 +61,37 @@ durable when discard returns.
 	f := cmd.Flags()
 	f.Var(&lba, "lba", "first block to discard (required)")
 	f.Var(&count, "count", "number of blocks to discard (required)")
-	f.StringVar(&store, "store", "", "store `URL`: pebble:PATH, mem: or etcd://HOST:PORT,.../PREFIX (default pebble:IMAGE.difdb)")
+	storeFlag(cmd, &store, "")
+	addKeyFlags(cmd, &g.Key, "required to discard blocks of a keyed volume")
 	return cmd
 }
 
 func runDiscard(ctx context.Context, opts discardOptions, stdout, _ io.Writer) error {
 	url := storeURL(opts.Image, opts.Store)
-	v, err := openVolume(ctx, opts.Image, url, false)
+	v, err := openVolume(ctx, opts.Image, url, false, opts.Key)
 	if err != nil {
 		return err
 	}
 	defer v.Close()
+	if err := needKey(v); err != nil {
+		return err
+	}
 	if err := checkLBAs(opts.LBA, opts.Count, v.vol.Blocks()); err != nil {
 		return err
 	}
 	bs := int64(v.vol.BlockSize())
 	if err := v.vol.Discard(opts.LBA*bs, opts.Count*bs); err != nil {
-		return fmt.Errorf("discard %s: %s", opts.Image, storeCause(err))
+		return fmt.Errorf("discard %s: %w", opts.Image, err)
 	}
 	if err := v.vol.Sync(); err != nil {
-		return fmt.Errorf("sync %s: %s", opts.Image, storeCause(err))
+		return fmt.Errorf("sync %s: %w", opts.Image, err)
 	}
 	// The discarded blocks' old findings went with their contents.
 	if _, err := closeOverwritten(v.vol.Tuples(), opts.LBA, opts.Count); err != nil {
-		return fmt.Errorf("%s: closing the findings of the discarded blocks: %s", opts.Image, storeCause(err))
+		return fmt.Errorf("%s: closing the findings of the discarded blocks: %w", opts.Image, err)
 	}
 	if err := v.Close(); err != nil {
-		return fmt.Errorf("%s: %s", opts.Image, storeCause(err))
+		return fmt.Errorf("%s: %w", opts.Image, err)
 	}
 	out := newOutput(stdout, opts.JSON)
 	rec := &discardRecord{Image: opts.Image, Store: url, LBA: opts.LBA, Count: opts.Count}

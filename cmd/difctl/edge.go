@@ -12,7 +12,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/difctl/difctl/blockdev"
+	"github.com/difctl/difctl/blockdev/scrub"
 	"github.com/difctl/difctl/store"
 	"github.com/spf13/cobra"
 )
@@ -160,17 +160,17 @@ func closeOverwritten(tup *store.Tuples, lba, n int64) (int, error) {
 		return 0, nil
 	}
 	var open []store.Finding
-	for f, err := range tup.Findings(store.FindingQuery{LBA: uint64(lba), N: uint64(n), State: store.FindingOpen}) {
+	for f, err := range tup.Findings(store.FindingQuery{LBA: lba, N: n, State: store.FindingOpen}) {
 		if err != nil {
 			return 0, err
 		}
 		// Only findings wholly inside the rewritten blocks.
-		if int64(f.LBA) >= lba && int64(f.LBA+max(f.N, 1)) <= lba+n {
+		if f.LBA >= lba && f.LBA+max(f.N, 1) <= lba+n {
 			open = append(open, f)
 		}
 	}
 	for i, f := range open {
-		if _, err := tup.SetFindingState(f.LBA, f.Field, blockdev.FindingClosed, i == len(open)-1); err != nil {
+		if _, err := tup.SetFindingState(f.LBA, f.Field, scrub.FindingClosed, i == len(open)-1); err != nil {
 			return i, err
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
 	"strings"
 
 	"github.com/difctl/difctl/dif"
@@ -136,7 +137,27 @@ func errorLine(ctx context.Context, err error) string {
 	if err == nil || errors.As(err, &ee) && ee.err == nil {
 		return ""
 	}
-	return oneLine(err.Error())
+	return shortMessage(err)
+}
+
+// libraryPrefix matches the package prefix of a library error at the start
+// of a message or of a cause within it.
+var libraryPrefix = regexp.MustCompile(`(^|: )(?:store|blockdev|scrub): `)
+
+// shortMessage is err's message as difctl prints it: on one line, and
+// without the package prefixes ("store: ", "blockdev: ", "scrub: ") that
+// the library's errors carry, since the command's own words say where the
+// failure happened. Errors are wrapped whole (%w) and shortened only here,
+// when printed, so that errors.Is and errors.As see the whole chain.
+func shortMessage(err error) string {
+	s := oneLine(err.Error())
+	for {
+		t := libraryPrefix.ReplaceAllString(s, "$1")
+		if t == s {
+			return s
+		}
+		s = t
+	}
 }
 
 // oneLine folds a message onto one line: cobra and wrapped errors may

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/difctl/difctl/store"
 )
 
 func TestExitCode(t *testing.T) {
@@ -60,7 +62,11 @@ func TestErrorLine(t *testing.T) {
 	}{
 		{"nil", bg, nil, ""},
 		{"reported", bg, fmt.Errorf("w: %w", &exitError{code: exitOperational}), ""},
-		{"cause", bg, &exitError{code: exitOperational, err: errors.New("store: corrupt")}, "store: corrupt"},
+		{"cause", bg, &exitError{code: exitOperational, err: errors.New("store: corrupt")}, "corrupt"},
+		// Library errors are wrapped whole and lose their package prefixes
+		// only when printed, at every level of the chain.
+		{"chain", bg, fmt.Errorf("sync a.img: %w", fmt.Errorf("blockdev: volume: %w", fmt.Errorf("store: commit: %w", errors.New("scrub: x")))), "sync a.img: volume: commit: x"},
+		{"inner-words", bg, errors.New("a.img: the store: kept"), "a.img: the store: kept"},
 		{"multiline", bg, errors.New("unknown command \"x\"\n\nDid you mean this?\n\tcrc\n"), `unknown command "x" Did you mean this? crc`},
 		{"interrupted", interrupted, errors.New("read: interrupted system call"), "cancelled by the user (SIGTERM)"},
 	}
@@ -109,5 +115,35 @@ func TestSignalContextStop(t *testing.T) {
 	<-ctx.Done()
 	if errors.Is(context.Cause(ctx), errInterrupted) {
 		t.Error("stop alone must not look like a user interrupt")
+	}
+}
+
+// TestErrorsKeepTheirChain checks that the errors commands return for a
+// failing store or device still match the library's sentinels and types:
+// a message shortened as it was built (the old storeCause, %s) loses them.
+func TestErrorsKeepTheirChain(t *testing.T) {
+	cause := &store.CorruptFileError{Path: "x/000001.sst", Reason: "bad block"}
+	for _, tt := range []struct {
+		name string
+		err  error
+	}{
+		{"storeFailure", storeFailure("sync a.img", "pebble:a", fmt.Errorf("blockdev: fold: %w", store.ErrFailed))},
+		{"storeErr", storeErr("pebble:a", fmt.Errorf("store: read: %w", store.ErrFailed))},
+		{"storeOpenError", storeOpenError("a.img", "pebble:a", fmt.Errorf("store: open pebble:a: %w", store.ErrFailed))},
+		{"busy", storeOpenError("a.img", "pebble:a", fmt.Errorf("store: open pebble:a: %w: pid 1", store.ErrBusy))},
+	} {
+		t.Run("case="+tt.name, func(t *testing.T) {
+			if !errors.Is(tt.err, store.ErrFailed) && !errors.Is(tt.err, store.ErrBusy) {
+				t.Errorf("%v: the store's sentinel is lost", tt.err)
+			}
+			if m := shortMessage(tt.err); strings.Contains(m, "store: ") {
+				t.Errorf("printed %q: the package prefix is kept", m)
+			}
+		})
+	}
+	d := storeErr("pebble:a", fmt.Errorf("store: read: %w", cause))
+	var cf *store.CorruptFileError
+	if !errors.As(d, &cf) || cf.Path != cause.Path {
+		t.Errorf("%v: the damaged file is lost", d)
 	}
 }

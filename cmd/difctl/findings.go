@@ -32,13 +32,14 @@ func (*findingRecord) recordType() string { return "finding" }
 // summaryRecord closes a check of a range of blocks.
 type summaryRecord struct {
 	header
-	Command       string           `json:"command"`            // verify, scrub, convert, remap
-	Image         string           `json:"image"`              // the image (data file of a DIX pair)
-	Metadata      string           `json:"metadata,omitempty"` // the metadata file of a DIX pair
-	Store         string           `json:"store,omitempty"`    // the store, for store-backed images
-	Format        string           `json:"format"`             // dif text form
-	Start         int64            `json:"start"`              // first LBA checked
-	Blocks        int64            `json:"blocks"`             // blocks checked
+	Command       string           `json:"command"`               // verify, scrub, convert, remap
+	Image         string           `json:"image"`                 // the image (data file of a DIX pair)
+	Metadata      string           `json:"metadata,omitempty"`    // the metadata file of a DIX pair
+	Store         string           `json:"store,omitempty"`       // the store, for store-backed images
+	KeyedCheck    string           `json:"keyed_check,omitempty"` // keyed volumes: checked, or skipped (no key given)
+	Format        string           `json:"format"`                // dif text form
+	Start         int64            `json:"start"`                 // first LBA checked
+	Blocks        int64            `json:"blocks"`                // blocks checked
 	OK            int64            `json:"ok"`
 	Failed        int64            `json:"failed"`          // blocks failing at least one check
 	Unwritten     int64            `json:"unwritten"`       // all-ones tags: never written or discarded
@@ -49,16 +50,6 @@ type summaryRecord struct {
 }
 
 func (*summaryRecord) recordType() string { return "summary" }
-
-// integrityError ends a command that found blocks failing verification and
-// left them as they are: exit 4. It matches dif.ErrIntegrity.
-type integrityError struct{ msg string }
-
-func (e *integrityError) Error() string        { return e.msg }
-func (e *integrityError) Is(target error) bool { return target == dif.ErrIntegrity }
-
-// isIntegrityErr reports whether err is an integrity failure of any kind.
-func isIntegrityErr(err error) bool { return errors.Is(err, dif.ErrIntegrity) }
 
 // kindNames are the human names of the kinds of failure.
 var kindNames = map[blockdev.Kind]string{
@@ -71,6 +62,7 @@ var kindNames = map[blockdev.Kind]string{
 	blockdev.KindIO:         "unreadable",
 	// data in an unwritten block
 	blockdev.KindUnwrittenData: "data in unwritten block",
+	blockdev.KindKeyedTag:      "keyed tag",
 }
 
 func kindName(k blockdev.Kind) string {
@@ -120,6 +112,9 @@ func (fw *findings) values(p blockdev.Problem) (expected, actual string) {
 	if p.Kind == blockdev.KindIO {
 		return "", ""
 	}
+	if kt := (*blockdev.KeyedTagError)(nil); errors.As(p.Err, &kt) {
+		return keyedValues(kt)
+	}
 	var hiE, hiA uint16
 	var ce *dif.CheckError
 	if errors.As(p.Err, &ce) {
@@ -139,7 +134,7 @@ func (fw *findings) report(p blockdev.Problem) {
 	exp, act := fw.values(p)
 	if fw.out.json {
 		r := &findingRecord{LBA: p.LBA, Kind: string(p.Kind), Expected: exp, Actual: act, Transient: p.Transient}
-		if p.Kind == blockdev.KindIO && p.Err != nil {
+		if (p.Kind == blockdev.KindIO || p.Kind == blockdev.KindKeyedTag) && p.Err != nil {
 			r.Error = oneLine(p.Err.Error())
 		}
 		fw.err = fw.out.emit(r)
@@ -153,7 +148,7 @@ func (fw *findings) report(p blockdev.Problem) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "LBA %d: %s", p.LBA, kindName(p.Kind))
 	switch p.Kind {
-	case blockdev.KindIO, blockdev.KindTorn, blockdev.KindUnwrittenData:
+	case blockdev.KindIO, blockdev.KindTorn, blockdev.KindUnwrittenData, blockdev.KindKeyedTag:
 	default:
 		b.WriteString(" mismatch")
 	}
@@ -167,6 +162,8 @@ func (fw *findings) report(p blockdev.Problem) {
 		}
 	case blockdev.KindUnwrittenData:
 		b.WriteString(": unwritten (discarded or never written) but not zeros on the device")
+	case blockdev.KindKeyedTag:
+		b.WriteString(keyedText(p))
 	default:
 		fmt.Fprintf(&b, ": expected 0x%s, stored 0x%s", exp, act)
 	}
@@ -210,7 +207,13 @@ func (fw *findings) summary(rec *summaryRecord, st blockdev.RunStats, elapsed ti
 		if st.Transient > 0 {
 			fmt.Fprintf(&b, ", %d transient", st.Transient)
 		}
+		if rec.KeyedCheck == keyedChecked {
+			b.WriteString(", keyed tags checked")
+		}
 		b.WriteByte('\n')
+		if rec.KeyedCheck == keyedSkipped {
+			b.WriteString(keyedSkippedNote)
+		}
 		if fw.hidden > 0 {
 			fmt.Fprintf(&b, "%d more findings not listed after the first %d; %s\n", fw.hidden, maxTextFindings, fw.more)
 		}

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/dustin/go-humanize"
+	"github.com/spf13/cobra"
 )
 
 // Flag value types. They validate in Set, so a bad value is a flag error
@@ -162,4 +163,11 @@ func formatSize(n int) string {
 		return fmt.Sprintf("%d KiB", n>>10)
 	}
 	return fmt.Sprintf("%d B", n)
+}
+
+// storeFlag registers --store, the store URL of a command's image; of says
+// what the store holds, if the command's help needs it (" of a
+// store-backed image").
+func storeFlag(cmd *cobra.Command, p *string, of string) {
+	cmd.Flags().StringVar(p, "store", "", "store `URL`"+of+": pebble:PATH, mem: or etcd://HOST:PORT,.../PREFIX (default pebble:IMAGE.difdb)")
 }

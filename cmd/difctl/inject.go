@@ -14,14 +14,12 @@ import (
 // injectOptions are the inputs of runInject.
 type injectOptions struct {
 	globalOptions
-	Image         string
-	Meta          string
-	SelfContained bool
-	Format        dif.Format
-	LBA           int64
-	Field         dif.Field
-	Bit           int
-	Store         string
+	Image string
+	imageSpec
+	LBA   int64
+	Field dif.Field
+	Bit   int
+	Store string
 }
 
 // injectRecord is the --json result of an injection.
@@ -100,15 +98,8 @@ the tuple kept in the store, behind the protected layer's back.
 				return usageErrorf("--bit must not be negative, not %d", bit)
 			}
 			opts := injectOptions{globalOptions: *g, Image: args[0], LBA: int64(lba.v), Field: field.field, Bit: bit, Store: store}
-			if img.selfContained() {
-				text, meta, err := img.spec()
-				if err != nil {
-					return err
-				}
-				if opts.Format, err = pf.resolveFormat(text); err != nil {
-					return err
-				}
-				opts.SelfContained, opts.Meta = true, meta
+			if err := opts.resolve(&img, pf); err != nil {
+				return err
 			}
 			return runInject(cmd.Context(), opts, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
@@ -119,7 +110,7 @@ the tuple kept in the store, behind the protected layer's back.
 	f.Var(&lba, "lba", "the block to corrupt (required)")
 	f.Var(&field, "field", "what to hit: data, metadata, guard, app, ref or storage")
 	f.IntVar(&bit, "bit", 0, "the bit to flip (see above)")
-	f.StringVar(&store, "store", "", "store `URL` of a store-backed image (default pebble:IMAGE.difdb)")
+	storeFlag(cmd, &store, " of a store-backed image")
 	return cmd
 }
 
@@ -147,7 +138,7 @@ func runInject(ctx context.Context, opts injectOptions, stdout, stderr io.Writer
 	before, _ := im.f.ReadTuple(data, md, 0)
 	if err := im.f.Inject(data, md, 0, opts.Field, opts.Bit); err != nil {
 		if errors.Is(err, dif.ErrParams) {
-			return usageErrorf("--field %s --bit %d: %s", fieldName(opts.Field), opts.Bit, difCause(err))
+			return usageErrorf("--field %s --bit %d: %w", fieldName(opts.Field), opts.Bit, &restatedError{msg: difCause(err), err: err})
 		}
 		return err
 	}

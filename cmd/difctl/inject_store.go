@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/difctl/difctl/blockdev"
 	"github.com/difctl/difctl/dif"
 	"github.com/difctl/difctl/store"
 )
@@ -19,23 +18,12 @@ func runInjectStore(ctx context.Context, opts injectOptions, stdout, _ io.Writer
 		return usageErrorf("--field metadata: a store-backed image keeps only the tuple; use data, guard, app, ref or storage")
 	}
 	url := storeURL(opts.Image, opts.Store)
-	kv, err := openStore(opts.Image, url, storeWrite)
+	st, err := openStoreTuples(opts.Image, url, storeWrite, nil)
 	if err != nil {
 		return err
 	}
-	defer kv.Close()
-	if err := checkProtected(kv, opts.Image, url); err != nil {
-		return err
-	}
-	t, err := store.OpenTuples(kv, blockdev.DefaultVolumeName, nil)
-	if err != nil {
-		return volumeError(opts.Image, url, err)
-	}
-	m := t.Manifest()
-	f, err := dif.Parse(m.Format)
-	if err != nil {
-		return fmt.Errorf("store %s is corrupt: manifest format %q: %v", url, m.Format, err)
-	}
+	defer st.Close()
+	t, m, f := st.t, st.m, st.f
 	f = f.WithLayout(dif.Separate)
 	if err := checkLNAsStore(opts.LBA, t); err != nil {
 		return err
@@ -53,7 +41,7 @@ func runInjectStore(ctx context.Context, opts injectOptions, stdout, _ io.Writer
 	md := make([]byte, f.MetadataSize())
 	written := store.NewBitmap(1)
 	if _, err := dev.ReadAt(data, opts.LBA*bs); err != nil {
-		return fmt.Errorf("read %s: %s", opts.Image, storeCause(err))
+		return fmt.Errorf("read %s: %w", opts.Image, err)
 	}
 	var sums []uint32
 	if m.SectorSums {
@@ -68,17 +56,17 @@ func runInjectStore(ctx context.Context, opts injectOptions, stdout, _ io.Writer
 	before, _ := f.ReadTuple(data, md, 0)
 	if err := f.Inject(data, md, 0, opts.Field, opts.Bit); err != nil {
 		if errors.Is(err, dif.ErrParams) {
-			return usageErrorf("--field %s --bit %d: %s", fieldName(opts.Field), opts.Bit, difCause(err))
+			return usageErrorf("--field %s --bit %d: %w", fieldName(opts.Field), opts.Bit, &restatedError{msg: difCause(err), err: err})
 		}
 		return err
 	}
 	after, _ := f.ReadTuple(data, md, 0)
 	if opts.Field == dif.FieldData {
 		if _, err := dev.WriteAt(data, opts.LBA*bs); err != nil {
-			return fmt.Errorf("write %s: %s", opts.Image, storeCause(err))
+			return fmt.Errorf("write %s: %w", opts.Image, err)
 		}
 		if err := dev.Sync(); err != nil {
-			return fmt.Errorf("sync %s: %s", opts.Image, storeCause(err))
+			return fmt.Errorf("sync %s: %w", opts.Image, err)
 		}
 	} else if err := t.WriteRange(uint64(opts.LBA), md, sums, true); err != nil {
 		return storeErr(url, err)

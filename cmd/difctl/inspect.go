@@ -16,14 +16,11 @@ import (
 // inspectOptions are the inputs of runInspect.
 type inspectOptions struct {
 	globalOptions
-	Image         string
-	Meta          string
-	SelfContained bool
-	Format        dif.Format
-	Params        dif.Params
-	LBA           int64 // first block to show; -1: no blocks, the overview
-	Count         int64 // blocks to show
-	Store         string
+	Image string
+	imageSpec
+	LBA   int64 // first block to show; -1: no blocks, the overview
+	Count int64 // blocks to show
+	Store string
 }
 
 // imageRecord describes an image with its own PI (inspect without --lba).
@@ -62,6 +59,7 @@ type tupleRecord struct {
 	Computed tupleValues `json:"computed"`          // guard computed from the data, tags expected from the flags
 	Failed   []string    `json:"failed"`            // kinds of the failed checks, empty when none
 	Written  *bool       `json:"written,omitempty"` // store-backed images: whether the block has a tuple
+	Keyed    *keyedBlock `json:"keyed,omitempty"`   // keyed volumes: the block's keyed tag
 }
 
 func (*tupleRecord) recordType() string { return "tuple" }
@@ -110,18 +108,8 @@ manifest). A "!" marks a stored value that fails its check.
 					opts.Count = int64(count.v)
 				}
 			}
-			if img.selfContained() {
-				text, meta, err := img.spec()
-				if err != nil {
-					return err
-				}
-				if opts.Format, err = pf.resolveFormat(text); err != nil {
-					return err
-				}
-				if opts.Params, err = pf.params(opts.Format); err != nil {
-					return err
-				}
-				opts.SelfContained, opts.Meta = true, meta
+			if err := opts.resolve(&img, pf); err != nil {
+				return err
 			}
 			return runInspect(cmd.Context(), opts, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
@@ -131,7 +119,8 @@ manifest). A "!" marks a stored value that fails its check.
 	f := cmd.Flags()
 	f.Var(&lba, "lba", "first block to show")
 	f.Var(&count, "count", "number of blocks to show (default 1)")
-	f.StringVar(&store, "store", "", "store `URL` of a store-backed image (default pebble:IMAGE.difdb)")
+	storeFlag(cmd, &store, " of a store-backed image")
+	addKeyFlags(cmd, &g.Key, "check the key against a keyed volume and, with --lba, each block's keyed tag")
 	return cmd
 }
 
@@ -285,6 +274,9 @@ func (t *tupleTable) row(rec *tupleRecord) error {
 		mark(rec.Stored.RefTag, blockdev.KindRefTag), rec.Computed.RefTag}
 	if t.f.StorageTagBits() > 0 {
 		cols = append(cols, mark(rec.Stored.StorageTag, blockdev.KindStorageTag), rec.Computed.StorageTag)
+	}
+	if rec.Keyed != nil {
+		cols = append(cols, keyedColumn(rec.Keyed))
 	}
 	_, err := fmt.Fprintln(t.tw, strings.Join(cols, "\t"))
 	return err

@@ -44,29 +44,21 @@ type manifestRecord struct {
 	ScrubNext  *int64           `json:"scrub_next,omitempty"` // the scrub cursor, if a scrub ran
 	ScrubPass  *uint64          `json:"scrub_pass,omitempty"` // completed scrub passes
 	ScrubAt    string           `json:"scrub_updated,omitempty"`
+	Keyed      bool             `json:"keyed,omitempty"`       // a keyed volume
+	KeyCheck   string           `json:"key_check,omitempty"`   // its key check value (the key is never stored)
+	KeyedCheck string           `json:"keyed_check,omitempty"` // key-matches with --key-file/--key-env, skipped without
 }
 
 func (*manifestRecord) recordType() string { return "manifest" }
 
 func runInspectStore(ctx context.Context, opts inspectOptions, stdout, stderr io.Writer) error {
 	url := storeURL(opts.Image, opts.Store)
-	kv, err := openStore(opts.Image, url, storeRead)
+	st, err := openStoreTuples(opts.Image, url, storeRead, nil)
 	if err != nil {
 		return err
 	}
-	defer kv.Close()
-	if err := checkProtected(kv, opts.Image, url); err != nil {
-		return err
-	}
-	t, err := store.OpenTuples(kv, blockdev.DefaultVolumeName, nil)
-	if err != nil {
-		return volumeError(opts.Image, url, err)
-	}
-	m := t.Manifest()
-	f, err := dif.Parse(m.Format)
-	if err != nil {
-		return fmt.Errorf("store %s is corrupt: manifest format %q: %v", url, m.Format, err)
-	}
+	defer st.Close()
+	t, m, f := st.t, st.m, st.f
 	// The manifest must describe this image before anything is read by it.
 	fi, err := os.Stat(opts.Image)
 	if err != nil {
@@ -86,14 +78,25 @@ func runInspectStore(ctx context.Context, opts inspectOptions, stdout, stderr io
 	}
 	p := dif.Params{RefTag: m.InitialRefTag, AppTag: m.AppTag, AppMask: m.AppTagMask}
 	out := newOutput(stdout, opts.JSON)
+	vk, err := inspectKey(opts, t)
+	if err != nil {
+		return err
+	}
 	if opts.LBA >= 0 {
-		return inspectStoreBlocks(ctx, opts, out, t, f, p)
+		return inspectStoreBlocks(ctx, opts, out, t, f, p, vk)
 	}
 	rec := &manifestRecord{Image: opts.Image, Store: url, Volume: t.Volume(), Format: displayFormat(m.Format),
 		BlockSize: m.BlockSize, TupleSize: m.TupleSize, SectorSums: m.SectorSums,
 		RefTag: hexWidth(0, m.InitialRefTag, f.RefTagBits()), AppTag: hexWidth(0, uint64(m.AppTag), 16), AppMask: hexWidth(0, uint64(m.AppTagMask), 16),
 		DeviceSize: int64(m.DeviceSize), DeviceID: m.DeviceID, Blocks: int64(t.Blocks()), Tool: m.Tool, Schema: m.Schema,
-		Findings: map[string]int64{}, OpenByKind: map[string]int64{}}
+		Findings: map[string]int64{}, OpenByKind: map[string]int64{},
+		Keyed: m.Keyed(), KeyCheck: m.KeyCheck}
+	if m.Keyed() {
+		rec.KeyedCheck = keyedSkipped
+		if vk != nil {
+			rec.KeyedCheck = keyMatches
+		}
+	}
 	if !m.Created.IsZero() {
 		rec.Created = m.Created.UTC().Format(time.RFC3339)
 	}
@@ -123,7 +126,7 @@ func runInspectStore(ctx context.Context, opts inspectOptions, stdout, stderr io
 		}
 	}
 	if c, err := t.ScrubCursor(scrubName); err == nil {
-		next, pass := int64(c.Next), c.Pass
+		next, pass := c.Next, c.Pass
 		rec.ScrubNext, rec.ScrubPass = &next, &pass
 		if !c.Updated.IsZero() {
 			rec.ScrubAt = c.Updated.UTC().Format(time.RFC3339)
@@ -142,6 +145,9 @@ func runInspectStore(ctx context.Context, opts inspectOptions, stdout, stderr io
 		sumText = "yes (CRC-32C per block)"
 	}
 	fmt.Fprintf(tw, "sector sums:\t%s\n", sumText)
+	if rec.Keyed {
+		fmt.Fprintf(tw, "keyed:\t%s\n", keyedManifestText(rec))
+	}
 	fmt.Fprintf(tw, "device:\t%s (%d bytes)%s\n", formatBytes(rec.DeviceSize), rec.DeviceSize, map[bool]string{true: ", id " + printable(rec.DeviceID), false: ""}[rec.DeviceID != ""])
 	pct := 0.0
 	if rec.Blocks > 0 {
@@ -186,7 +192,7 @@ func orDash(s string) string {
 // inspectStoreBlocks shows blocks of a store-backed image: the tuple in
 // the store beside the one computed from the data on the image (read
 // directly, not through the volume).
-func inspectStoreBlocks(ctx context.Context, opts inspectOptions, out *output, t *store.Tuples, f dif.Format, p dif.Params) error {
+func inspectStoreBlocks(ctx context.Context, opts inspectOptions, out *output, t *store.Tuples, f dif.Format, p dif.Params, vk *blockdev.VolumeKey) error {
 	start, count := opts.LBA, opts.Count
 	if err := checkLBAs(start, count, int64(t.Blocks())); err != nil {
 		return err
@@ -209,7 +215,7 @@ func inspectStoreBlocks(ctx context.Context, opts inspectOptions, out *output, t
 			return context.Cause(ctx)
 		}
 		if _, err := dev.ReadAt(data, lba*int64(f.BlockSize())); err != nil {
-			return fmt.Errorf("read %s at LBA %d: %s", opts.Image, lba, storeCause(err))
+			return fmt.Errorf("read %s at LBA %d: %w", opts.Image, lba, err)
 		}
 		written.Clear(0)
 		if _, err := t.ReadRange(uint64(lba), md, nil, written); err != nil {
@@ -229,6 +235,11 @@ func inspectStoreBlocks(ctx context.Context, opts inspectOptions, out *output, t
 				// An unwritten block must be zeros on the device.
 				rec.State = "failed"
 				rec.Failed = []string{string(blockdev.KindUnwrittenData)}
+			}
+		}
+		if t.Keyed() {
+			if err := inspectKeyed(rec, t, vk, lba, data, w); err != nil {
+				return storeErr(storeURL(opts.Image, opts.Store), err)
 			}
 		}
 		if err := tt.row(rec); err != nil {

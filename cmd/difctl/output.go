@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strings"
 )
 
 // schemaVersion is stamped on every JSON line; see SCHEMA.md. Adding a
@@ -19,6 +20,9 @@ type globalOptions struct {
 	// Args is the command line after "difctl", for the files that record
 	// it (mapfile headers).
 	Args []string
+	// Key is --key-file/--key-env of the commands on store-backed images
+	// (keyflags.go).
+	Key keyFlags
 }
 
 // header starts every JSON record. Records embed it first, so "schema"
@@ -79,9 +83,14 @@ func (o *output) emit(r record) error {
 // the next: a "difctl: <cause>" line on stderr and, with --json, an error
 // record on stdout naming the item.
 func (o *output) itemError(stderr io.Writer, item string, err error) {
-	fmt.Fprintf(stderr, "difctl: %s\n", oneLine(err.Error()))
+	fmt.Fprintf(stderr, "difctl: %s\n", shortMessage(err))
 	if o.json {
 		// A failed write to stdout shows up on the next result write.
-		_ = o.emit(&errorRecord{File: item, Error: oneLine(err.Error())})
+		_ = o.emit(&errorRecord{File: item, Error: shortMessage(err)})
 	}
 }
+
+// displayFormat writes a volume's format without its layout: the tuples of
+// a store-backed image are kept apart from the data, which the user need
+// not be told in every message.
+func displayFormat(s string) string { return strings.TrimSuffix(s, ":dix") }

@@ -116,7 +116,7 @@ func (pf *piFlags) resolveFormat(text string) (dif.Format, error) {
 	f, err := dif.NewFormat(o)
 	if err != nil {
 		if text != "" {
-			return dif.Format{}, usageErrorf("format %s with the flags given: %v", text, err)
+			return dif.Format{}, usageErrorf("format %s with the flags given: %w", text, err)
 		}
 		return dif.Format{}, &usageError{err: err}
 	}

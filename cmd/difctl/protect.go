@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/difctl/difctl/blockdev"
+	"github.com/difctl/difctl/blockdev/scrub"
 	"github.com/difctl/difctl/dif"
 	"github.com/difctl/difctl/store"
 	"github.com/dustin/go-humanize"
@@ -39,14 +40,15 @@ type protectRecord struct {
 	header
 	Image     string  `json:"image"`
 	Store     string  `json:"store"`
-	Format    string  `json:"format"`    // dif text form of the volume (layout dix: tuples apart from the data)
-	RefTag    string  `json:"ref_tag"`   // initial ref tag, hex
-	AppTag    string  `json:"app_tag"`   // app tag written, hex
-	AppMask   string  `json:"app_mask"`  // app tag bits checked, hex
-	Blocks    int64   `json:"blocks"`    // blocks of the image
-	Bytes     int64   `json:"bytes"`     // image size
-	Resumed   bool    `json:"resumed"`   // an interrupted protect was continued
-	Protected bool    `json:"protected"` // false when the image was protected already and nothing was done
+	Format    string  `json:"format"`          // dif text form of the volume (layout dix: tuples apart from the data)
+	RefTag    string  `json:"ref_tag"`         // initial ref tag, hex
+	AppTag    string  `json:"app_tag"`         // app tag written, hex
+	AppMask   string  `json:"app_mask"`        // app tag bits checked, hex
+	Blocks    int64   `json:"blocks"`          // blocks of the image
+	Bytes     int64   `json:"bytes"`           // image size
+	Keyed     bool    `json:"keyed,omitempty"` // a keyed volume (--key-file/--key-env): Poly1305-AES tags beside the tuples
+	Resumed   bool    `json:"resumed"`         // an interrupted protect was continued
+	Protected bool    `json:"protected"`       // false when the image was protected already and nothing was done
 	Seconds   float64 `json:"seconds"`
 }
 
@@ -110,9 +112,10 @@ a persistent file system, e.g. --store pebble:/var/lib/difctl/sdb.
 	f := cmd.Flags()
 	f.Var(&format, "format", "the PI format in the text form (512+8, 4096+16:crc64, ...); the metadata must be the tuple (8 or 16 bytes)")
 	pf.register(cmd, piFormat|piTags)
-	f.StringVar(&store, "store", "", "store `URL`: pebble:PATH, mem: or etcd://HOST:PORT,.../PREFIX (default pebble:IMAGE.difdb)")
+	storeFlag(cmd, &store, "")
 	f.Var(&rate, "rate", "limit the read rate, e.g. 100MiB/s (default unlimited)")
 	f.Var(&ckpt, "checkpoint", "save progress every `SIZE` of the image: what an interruption may cost")
+	addKeyFlags(cmd, &g.Key, "protect as a keyed volume, tamper-evident under the key (see README, Keyed volumes)")
 	f.BoolVar(&reprot, "reprotect", false, "delete the image's records in the store (tuples, findings, cursors) and protect the data as it is now; only for data known to be good")
 	return cmd
 }
@@ -177,6 +180,11 @@ func resolveProtect(opts protectOptions, m *store.Manifest) (protectSpec, error)
 
 func runProtect(ctx context.Context, opts protectOptions, stdout, stderr io.Writer) error {
 	url := storeURL(opts.Image, opts.Store)
+	// The key first: a bad key file must not leave an empty store either.
+	key, err := opts.Key.load()
+	if err != nil {
+		return err
+	}
 	// Open the image first: a missing image must not leave an empty store.
 	dev, err := openDevice(opts.Image, true)
 	if err != nil {
@@ -249,7 +257,7 @@ func runProtect(ctx context.Context, opts protectOptions, stdout, stderr io.Writ
 	var last int64
 	t0 := time.Now()
 	vol, err := blockdev.Create(ctx, dev2(ctx), kv, blockdev.CreateOptions{
-		Options:         blockdev.Options{DeviceID: deviceID(opts.Image)},
+		Options:         blockdev.Options{DeviceID: deviceID(opts.Image), Key: key},
 		Format:          spec.f,
 		InitialRefTag:   spec.refTag,
 		AppTag:          spec.appTag,
@@ -273,7 +281,7 @@ func runProtect(ctx context.Context, opts protectOptions, stdout, stderr io.Writ
 		return volumeError(opts.Image, url, err)
 	default:
 		if err := vol.Close(); err != nil {
-			return fmt.Errorf("%s: %s", opts.Image, storeCause(err))
+			return fmt.Errorf("%s: %w", opts.Image, err)
 		}
 	}
 	rec := &protectRecord{
@@ -282,6 +290,7 @@ func runProtect(ctx context.Context, opts protectOptions, stdout, stderr io.Writ
 		AppMask: hexWidth(0, uint64(spec.appMask), 16),
 		Blocks:  dev.Size() / int64(spec.f.BlockSize()), Bytes: dev.Size(),
 		Resumed: existing && protected, Protected: protected, Seconds: time.Since(t0).Seconds(),
+		Keyed: key != nil || stored != nil && stored.Keyed(),
 	}
 	out := newOutput(stdout, opts.JSON)
 	if out.json {
@@ -293,15 +302,14 @@ func runProtect(ctx context.Context, opts protectOptions, stdout, stderr io.Writ
 	case rec.Resumed:
 		_, err = fmt.Fprintf(out.w, "%s: protected %d blocks (%s, resumed), tuples in %s\n", opts.Image, rec.Blocks, formatBytes(rec.Bytes), url)
 	default:
-		_, err = fmt.Fprintf(out.w, "%s: protected %d blocks (%s), format %s, tuples in %s\n", opts.Image, rec.Blocks, formatBytes(rec.Bytes), rec.Format, url)
+		what := "tuples"
+		if rec.Keyed {
+			what = "tuples and keyed tags"
+		}
+		_, err = fmt.Fprintf(out.w, "%s: protected %d blocks (%s), format %s, %s in %s\n", opts.Image, rec.Blocks, formatBytes(rec.Bytes), rec.Format, what, url)
 	}
 	return err
 }
-
-// displayFormat writes a volume's format without its layout: the tuples of
-// a store-backed image are kept apart from the data, which the user need
-// not be told in every message.
-func displayFormat(s string) string { return strings.TrimSuffix(s, ":dix") }
 
 // rateFlag is a rate in bytes per second: 100MiB/s, 1GB/s, 500M.
 type rateFlag struct{ n int64 }
@@ -346,7 +354,7 @@ func withRate(dev *blockdev.File, rate int64) (func(ctx context.Context) blockde
 	if rate <= 0 {
 		return func(context.Context) blockdev.Device { return dev }, nil
 	}
-	l := blockdev.NewRateLimiter(rate)
+	l := scrub.NewRateLimiter(rate)
 	return func(ctx context.Context) blockdev.Device { return &limitedDevice{File: dev, l: l, ctx: ctx} }, nil
 }
 
@@ -354,7 +362,7 @@ func withRate(dev *blockdev.File, rate int64) (func(ctx context.Context) blockde
 // that holes are still skipped.
 type limitedDevice struct {
 	*blockdev.File
-	l   *blockdev.RateLimiter
+	l   *scrub.RateLimiter
 	ctx context.Context
 }
 

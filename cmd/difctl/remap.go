@@ -15,14 +15,10 @@ import (
 type remapOptions struct {
 	globalOptions
 	Image string
-	Meta  string // DIX metadata file, "" for interleaved
-	// SelfContained: the image carries its PI; otherwise it is store-backed.
-	SelfContained bool
-	Format        dif.Format
-	Params        dif.Params // Params.RefTag: the current ref tag of block 0
-	RefTagSet     bool       // --ref-tag was given (a store-backed image checks it against its manifest)
-	NewRefTag     uint64     // the new ref tag of block 0
-	Store         string
+	imageSpec
+	RefTagSet bool   // --ref-tag was given (a store-backed image checks it against its manifest)
+	NewRefTag uint64 // the new ref tag of block 0
+	Store     string
 }
 
 // remapRecord is the --json result of a remap.
@@ -93,24 +89,17 @@ ref tags are not checked and there is nothing to rewrite.
 			if store != "" {
 				return usageErrorf("--store goes with a protected image, not with --interleaved or --dix")
 			}
-			text, meta, err := img.spec()
-			if err != nil {
+			if err := opts.resolve(&img, pf); err != nil {
 				return err
 			}
-			if opts.Format, err = pf.resolveFormat(text); err != nil {
-				return err
-			}
-			if opts.Params, err = pf.params(opts.Format); err != nil {
-				return err
-			}
-			opts.SelfContained, opts.Meta = true, meta
 			return runRemap(cmd.Context(), opts, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
 	img.register(cmd, true)
 	pf.register(cmd, piFormat|piTags|piChecks)
 	cmd.Flags().Var(&newRef, "new-ref-tag", "the new ref tag of block 0 (required)")
-	cmd.Flags().StringVar(&store, "store", "", "store `URL` of a store-backed image (default pebble:IMAGE.difdb)")
+	storeFlag(cmd, &store, " of a store-backed image")
+	addKeyFlags(cmd, &g.Key, "required to remap a keyed volume")
 	return cmd
 }
 
@@ -196,10 +185,4 @@ func runRemap(ctx context.Context, opts remapOptions, stdout, stderr io.Writer) 
 	_, err = fmt.Fprintf(out.w, "%s: remapped the ref tags of %d blocks (%s): block 0 from 0x%s to 0x%s\n",
 		im.name(), blocks, rec.Format, rec.OldRefTag, rec.NewRefTag)
 	return err
-}
-
-// isIntegrity reports whether err is an integrity failure.
-func isIntegrity(err error) bool {
-	_, ok := err.(*integrityError)
-	return ok
 }

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/difctl/difctl/blockdev"
-	"github.com/difctl/difctl/dif"
 	"github.com/difctl/difctl/store"
 )
 
@@ -43,30 +42,23 @@ func runRemapStore(ctx context.Context, opts remapOptions, stdout, stderr io.Wri
 	if _, err := os.Stat(opts.Image); err != nil {
 		return asOpenError(err)
 	}
-	kv, err := openStore(opts.Image, url, storeWrite)
+	var j *store.Journal
+	st, err := openStoreTuples(opts.Image, url, storeWrite, func(kv store.KV) (t *store.Tuples, err error) {
+		t, j, err = store.OpenJournaled(kv, blockdev.DefaultVolumeName, nil)
+		return t, err
+	})
 	if err != nil {
 		return err
 	}
-	defer kv.Close()
-	if err := checkProtected(kv, opts.Image, url); err != nil {
-		return err
-	}
+	defer st.Close()
+	kv, m, f := st.kv, st.m, st.f
 	dev, err := openDevice(opts.Image, true)
 	if err != nil {
 		return err
 	}
 	defer dev.Close()
-	tup, j, err := store.OpenJournaled(kv, blockdev.DefaultVolumeName, nil)
-	if err != nil {
-		return volumeError(opts.Image, url, err)
-	}
-	m := tup.Manifest()
 	if err := checkIdentity(opts.Image, url, m, dev.Size()); err != nil {
 		return err
-	}
-	f, err := dif.Parse(m.Format)
-	if err != nil {
-		return fmt.Errorf("store %s is corrupt: manifest format %q: %v", url, m.Format, err)
 	}
 	bits := f.RefTagBits()
 	switch {
@@ -83,7 +75,11 @@ func runRemapStore(ctx context.Context, opts remapOptions, stdout, stderr io.Wri
 	fw := newFindings(out, f)
 	bs := int64(f.BlockSize())
 	blocks := int64(m.Blocks())
-	ropts := blockdev.RemapOptions{OnProblem: fw.report, Options: blockdev.Options{Rereads: blockdev.DefaultRereads}}
+	key, err := opts.Key.load()
+	if err != nil {
+		return err
+	}
+	ropts := blockdev.RemapOptions{OnProblem: fw.report, Options: blockdev.Options{Rereads: blockdev.DefaultRereads, Key: key}}
 	prog := newProgress(stderr, opts.Quiet, blocks*bs, "verify "+opts.Image)
 	phase := "verify"
 	var last, next int64

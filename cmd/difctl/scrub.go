@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/difctl/difctl/blockdev"
+	"github.com/difctl/difctl/blockdev/scrub"
 	"github.com/difctl/difctl/dif"
 	"github.com/difctl/difctl/store"
 	"github.com/spf13/cobra"
@@ -19,23 +20,18 @@ import (
 type scrubOptions struct {
 	globalOptions
 	Image string
-	Meta  string // DIX metadata file
-	// SelfContained: the image carries its PI in Format, checked with
-	// Params; otherwise it is checked against its store.
-	SelfContained bool
-	Format        dif.Format
-	Params        dif.Params
-	Range         rangeFlag
-	Store         string // store URL; "" for pebble:IMAGE.difdb
-	Workers       int    // 0: GOMAXPROCS
-	Rate          int64  // bytes per second, 0 unlimited
-	Restart       bool   // start a new pass instead of resuming
-	ErrorsOnly    bool   // recheck only the open findings
-	Uncached      bool
-	Rereads       int
-	Badblocks     string // file for a badblocks(8) list
-	BadblocksBS   int    // block size of the list; 0: the image's
-	Mapfile       string // file for a GNU ddrescue mapfile
+	imageSpec
+	Range       rangeFlag
+	Store       string // store URL; "" for pebble:IMAGE.difdb
+	Workers     int    // 0: GOMAXPROCS
+	Rate        int64  // bytes per second, 0 unlimited
+	Restart     bool   // start a new pass instead of resuming
+	ErrorsOnly  bool   // recheck only the open findings
+	Uncached    bool
+	Rereads     int
+	Badblocks   string // file for a badblocks(8) list
+	BadblocksBS int    // block size of the list; 0: the image's
+	Mapfile     string // file for a GNU ddrescue mapfile
 }
 
 // scrubRecord closes a scrub, after its summary record.
@@ -126,8 +122,8 @@ cached copy.
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o := opts
 			o.globalOptions, o.Image, o.Range, o.Rate, o.Store = *g, args[0], pf.rng, rate.n, store
-			if o.Workers < 0 || o.Workers > blockdev.MaxScrubWorkers {
-				return usageErrorf("--workers must be 0 (the number of CPUs) to %d, not %d", blockdev.MaxScrubWorkers, o.Workers)
+			if o.Workers < 0 || o.Workers > scrub.MaxWorkers {
+				return usageErrorf("--workers must be 0 (the number of CPUs) to %d, not %d", scrub.MaxWorkers, o.Workers)
 			}
 			o.BadblocksBS = badBS.n
 			if badBS.n != 0 && o.Badblocks == "" {
@@ -139,18 +135,8 @@ cached copy.
 			if o.Restart && o.ErrorsOnly {
 				return usageErrorf("--restart and --errors-only exclude each other")
 			}
-			if img.selfContained() {
-				text, meta, err := img.spec()
-				if err != nil {
-					return err
-				}
-				if o.Format, err = pf.resolveFormat(text); err != nil {
-					return err
-				}
-				if o.Params, err = pf.params(o.Format); err != nil {
-					return err
-				}
-				o.SelfContained, o.Meta = true, meta
+			if err := o.resolve(&img, pf); err != nil {
+				return err
 			}
 			return runScrub(cmd.Context(), o, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
@@ -158,7 +144,7 @@ cached copy.
 	img.register(cmd, true)
 	pf.register(cmd, piFormat|piTags|piChecks|piRange)
 	f := cmd.Flags()
-	f.StringVar(&store, "store", "", "store `URL` for the tuples and the scrub state: pebble:PATH, mem: or etcd://HOST:PORT,.../PREFIX (default pebble:IMAGE.difdb)")
+	storeFlag(cmd, &store, " for the tuples and the scrub state")
 	f.IntVar(&opts.Workers, "workers", 0, "runs checked in parallel (default: the number of CPUs)")
 	f.Var(&rate, "rate", "limit the read rate, e.g. 100MiB/s (default unlimited)")
 	f.BoolVar(&opts.Restart, "restart", false, "start a new pass instead of resuming a stopped one")
@@ -168,6 +154,7 @@ cached copy.
 	f.StringVar(&opts.Badblocks, "badblocks", "", "write the failing blocks to `FILE` as a badblocks(8) list (for e2fsck -l, with --badblocks-block-size)")
 	f.Var(&badBS, "badblocks-block-size", "unit of the badblocks list's block numbers, as badblocks -b: the filesystem's block size for e2fsck -l (default: the image's block size); ranges are rounded outward")
 	f.StringVar(&opts.Mapfile, "mapfile", "", "write the failing blocks to `FILE` as a GNU ddrescue mapfile")
+	addKeyFlags(cmd, &g.Key, "check the keyed tags too (without it a keyed volume's tuples are checked and the keyed check skipped)")
 	return cmd
 }
 
@@ -179,6 +166,7 @@ func runScrub(ctx context.Context, opts scrubOptions, stdout, stderr io.Writer) 
 		f      dif.Format
 		name   = opts.Image
 		closer func() error
+		keyed  string // keyed_check of the summary
 	)
 	if opts.SelfContained {
 		im, err := openPIImage(opts.Image, opts.Meta, opts.Format, opts.Params, openRead)
@@ -197,12 +185,13 @@ func runScrub(ctx context.Context, opts scrubOptions, stdout, stderr io.Writer) 
 		}
 		src, f, name = im.src, im.f, im.name()
 	} else {
-		v, err := openVolumeMode(ctx, opts.Image, url, true, storeWrite) // cursor and findings
+		v, err := openVolumeMode(ctx, opts.Image, url, true, storeWrite, opts.Key) // cursor and findings
 		if err != nil {
 			return err
 		}
 		closer = v.Close
 		src, tup, f = v.vol, v.vol.Tuples(), v.format().WithLayout(dif.Interleaved)
+		keyed = keyedState(v.vol)
 	}
 	defer closer()
 
@@ -211,19 +200,19 @@ func runScrub(ctx context.Context, opts scrubOptions, stdout, stderr io.Writer) 
 		return err
 	}
 	end := start + count
-	state, err := blockdev.NewStoreScrubState(tup, scrubName)
+	state, err := scrub.NewStoreState(tup, scrubName)
 	if err != nil {
 		return err
 	}
 	// The bad blocks of the pass: those a resumed pass found before it
 	// stopped come from the findings log, the rest as they are found.
-	var bad blockdev.BadRanges
+	var bad scrub.BadRanges
 	earlier := map[string]int64{} // failures by kind found before a resume
 	if !opts.Restart && !opts.ErrorsOnly {
 		if c, ok, err := state.LoadCursor(start, end); err == nil && ok && c.Next > start && c.Next < end {
 			for fd, err := range state.OpenFindings(start, c.Next) {
 				if err != nil {
-					return fmt.Errorf("store %s: %s", url, storeCause(err))
+					return fmt.Errorf("store %s: %w", url, err)
 				}
 				if !fd.LastSeen.Before(c.Started) && fd.Bad() {
 					bad.AddFinding(fd)
@@ -243,14 +232,14 @@ func runScrub(ctx context.Context, opts scrubOptions, stdout, stderr io.Writer) 
 	bs := int64(src.BlockSize())
 	var prog progress = noProgress{}
 	var done int64
-	so := blockdev.ScrubOptions{
+	so := scrub.Options{
 		Start: start, End: end,
 		Workers:    opts.Workers,
 		Check:      blockdev.CheckOptions{Uncached: opts.Uncached, Rereads: opts.Rereads},
 		State:      state,
 		Resume:     !opts.Restart,
 		ErrorsOnly: opts.ErrorsOnly,
-		OnFinding: func(fd blockdev.Finding) error {
+		OnFinding: func(fd scrub.Finding) error {
 			if fd.Bad() {
 				bad.AddFinding(fd)
 			}
@@ -258,7 +247,7 @@ func runScrub(ctx context.Context, opts scrubOptions, stdout, stderr io.Writer) 
 			return fw.err
 		},
 		MaxFindings: -1,
-		Progress: func(p blockdev.ScrubProgress) {
+		Progress: func(p scrub.Progress) {
 			if _, ok := prog.(noProgress); ok && p.Total > 0 && !opts.Quiet && isTerminal(stderr) {
 				prog = newProgress(stderr, opts.Quiet, p.Total, "scrub "+opts.Image)
 			}
@@ -268,9 +257,9 @@ func runScrub(ctx context.Context, opts scrubOptions, stdout, stderr io.Writer) 
 		ProgressInterval: 200 * time.Millisecond,
 	}
 	if opts.Rate > 0 {
-		so.Limiter = blockdev.NewRateLimiter(opts.Rate)
+		so.Limiter = scrub.NewRateLimiter(opts.Rate)
 	}
-	rep, err := blockdev.Scrub(ctx, src, so)
+	rep, err := scrub.Run(ctx, src, so)
 	prog.Finish()
 	if rep == nil {
 		if err != nil && ctx.Err() != nil {
@@ -286,7 +275,7 @@ func runScrub(ctx context.Context, opts scrubOptions, stdout, stderr io.Writer) 
 		}
 		return storeFailure("scrub "+name, url, err)
 	}
-	srec := &summaryRecord{Command: "scrub", Image: opts.Image, Metadata: opts.Meta, Format: displayFormat(f.String()), Start: rep.From}
+	srec := &summaryRecord{Command: "scrub", Image: opts.Image, Metadata: opts.Meta, Format: displayFormat(f.String()), Start: rep.From, KeyedCheck: keyed}
 	if !opts.SelfContained {
 		srec.Store = url
 	}
@@ -317,7 +306,7 @@ func runScrub(ctx context.Context, opts scrubOptions, stdout, stderr io.Writer) 
 	if rep.Complete || rep.ErrorsOnly {
 		if opts.Badblocks != "" {
 			if err := writeFileWith(opts.Badblocks, func(w io.Writer) error {
-				return blockdev.WriteBadblocks(w, bad.Ranges(), int(bs), listBS)
+				return scrub.WriteBadblocks(w, bad.Ranges(), int(bs), listBS)
 			}); err != nil {
 				return err
 			}
@@ -325,7 +314,7 @@ func runScrub(ctx context.Context, opts scrubOptions, stdout, stderr io.Writer) 
 		}
 		if opts.Mapfile != "" {
 			if err := writeFileWith(opts.Mapfile, func(w io.Writer) error {
-				return blockdev.WriteMapfile(w, bad.Ranges(), blockdev.MapfileOptions{
+				return scrub.WriteMapfile(w, bad.Ranges(), scrub.MapfileOptions{
 					BlockSize: int(bs), Blocks: src.Blocks(), Start: start, End: end,
 					Comments: []string{"Command line: " + commandLine(opts.Args), "Start time: " + time.Now().Add(-rep.Elapsed).Format("2006-01-02 15:04:05")},
 				})
@@ -382,12 +371,12 @@ func runScrub(ctx context.Context, opts scrubOptions, stdout, stderr io.Writer) 
 
 // reportFinding writes a scrub finding: failures as verify does, and
 // findings an errors-only scrub closed as resolved.
-func (fw *findings) reportFinding(fd blockdev.Finding) {
-	if fd.State == blockdev.FindingRecheckedOK && !fd.Transient {
+func (fw *findings) reportFinding(fd scrub.Finding) {
+	if fd.State == scrub.FindingRecheckedOK && !fd.Transient {
 		if fw.err != nil {
 			return
 		}
-		exp, act := fw.values(blockdev.Problem{LBA: fd.LBA, Kind: fd.Kind, Expected: fd.Expected, Actual: fd.Actual})
+		exp, act := fw.values(fd.Problem())
 		if fw.out.json {
 			fw.err = fw.out.emit(&findingRecord{LBA: fd.LBA, Kind: string(fd.Kind), Expected: exp, Actual: act, Resolved: true})
 			return
@@ -395,7 +384,7 @@ func (fw *findings) reportFinding(fd blockdev.Finding) {
 		_, fw.err = fmt.Fprintf(fw.out.w, "LBA %d: %s: passes now, finding marked rechecked-ok\n", fd.LBA, kindName(fd.Kind))
 		return
 	}
-	fw.report(blockdev.Problem{LBA: fd.LBA, Kind: fd.Kind, Expected: fd.Expected, Actual: fd.Actual, Transient: fd.Transient, Err: fd.Err})
+	fw.report(fd.Problem())
 }
 
 // writeFileWith writes a file with fn, replacing it only once complete.
@@ -404,13 +393,9 @@ func writeFileWith(path string, fn func(io.Writer) error) error {
 	if err != nil {
 		return err
 	}
-	o := outs[0]
-	if err := fn(o); err != nil {
-		o.discard()
-		return fmt.Errorf("write %s: %s", path, storeCause(err))
+	defer outs.discard()
+	if err := fn(outs.files[0]); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
 	}
-	if err := o.commit(); err != nil {
-		return err
-	}
-	return nil
+	return outs.commit()
 }

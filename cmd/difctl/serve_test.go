@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"syscall"
@@ -212,8 +213,52 @@ func TestServeSignal(t *testing.T) {
 func TestServeVolumeOptions(t *testing.T) {
 	for _, ro := range []bool{false, true} {
 		o := serveVolumeOptions(ro)
-		if !o.NoMap || o.ReadOnly != ro {
-			t.Errorf("serveVolumeOptions(%v) = %+v, want NoMap and ReadOnly %v", ro, o, ro)
+		if !o.NoMap || o.ReadOnly != ro || o.MaxUnsynced != serveMaxUnsynced {
+			t.Errorf("serveVolumeOptions(%v) = %+v, want NoMap, ReadOnly %v and MaxUnsynced %d", ro, o, ro, serveMaxUnsynced)
 		}
+	}
+}
+
+// TestServeMemory: a served volume's store gets serve's small engine
+// sizes (the flags, or the defaults), and the collector runs at
+// serveGCPercent while serving and as before afterwards.
+func TestServeMemory(t *testing.T) {
+	if so := serveStoreOptions(&serveOptions{}); so.CacheBytes != defaultServeStoreCache || so.MemTableBytes != defaultServeMemTable {
+		t.Errorf("default store sizes %+v, want cache %d and memtable %d", so, defaultServeStoreCache, defaultServeMemTable)
+	}
+	if so := serveStoreOptions(&serveOptions{StoreCache: 3 << 20, MemTable: 5 << 20}); so.CacheBytes != 3<<20 || so.MemTableBytes != 5<<20 {
+		t.Errorf("store sizes %+v, want the flags' 3 MiB and 5 MiB", so)
+	}
+	if _, set := os.LookupEnv("GOGC"); set {
+		t.Skip("GOGC is set: serve keeps it")
+	}
+	dir := t.TempDir()
+	img := filepath.Join(dir, "a.img")
+	if err := os.WriteFile(img, make([]byte, 1<<20), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	if code := run(context.Background(), []string{"protect", img}, nil, &out, &errb); code != 0 {
+		t.Fatalf("protect: %d %s", code, errb.String())
+	}
+	before := debug.SetGCPercent(100)
+	defer debug.SetGCPercent(before)
+	ctx, cancel := context.WithCancel(context.Background())
+	gc := make(chan int, 1)
+	var stderr syncBuffer
+	err := runServe(ctx, serveOptions{Images: []string{img}, MaxConns: 1, Ready: func(net.Addr) {
+		p := debug.SetGCPercent(-1)
+		debug.SetGCPercent(p)
+		gc <- p
+		cancel()
+	}}, nil, &stderr)
+	if err != nil && !errors.Is(err, context.Canceled) {
+		t.Fatalf("serve: %v %s", err, stderr.String())
+	}
+	if p := <-gc; p != serveGCPercent {
+		t.Errorf("GOGC while serving %d, want %d", p, serveGCPercent)
+	}
+	if p := debug.SetGCPercent(100); p != 100 {
+		t.Errorf("GOGC after serving %d, want 100 again", p)
 	}
 }

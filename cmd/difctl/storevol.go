@@ -75,10 +75,17 @@ const (
 // existing store is never reinitialised, and a directory that is not a
 // store is refused untouched.
 func openStore(image, url string, mode storeMode) (store.KV, error) {
+	return openStoreSized(image, url, mode, store.OpenOptions{})
+}
+
+// openStoreSized is openStore with the engine's memory sizes of sizes
+// (CacheBytes, MemTableBytes; difctl serve).
+func openStoreSized(image, url string, mode storeMode, sizes store.OpenOptions) (store.KV, error) {
 	var kv store.KV
 	var err error
 	if storePath(url) != "" {
-		kv, err = store.OpenWith(url, store.OpenOptions{Create: mode == storeCreate, ReadOnly: mode == storeRead})
+		sizes.Create, sizes.ReadOnly = mode == storeCreate, mode == storeRead
+		kv, err = store.OpenWith(url, sizes)
 	} else {
 		kv, err = store.Open(url) // other backends: as registered
 	}
@@ -106,14 +113,14 @@ func (e *storeDamageError) Error() string {
 		hint = "restore the store from a backup, or move it away and protect again on data known to be good"
 	}
 	// The store's own error says what is damaged, whatever wrapped it.
-	cause := storeCause(e.err)
+	var cause error = e.err
 	var cf *store.CorruptFileError
 	var ce *store.CorruptError
 	switch {
 	case errors.As(e.err, &cf):
-		cause = storeCause(cf)
+		cause = cf
 	case errors.As(e.err, &ce):
-		cause = storeCause(ce)
+		cause = ce
 	}
 	op := ""
 	if e.op != "" {
@@ -129,7 +136,7 @@ func storeFailure(op, url string, err error) error {
 	if errors.Is(err, store.ErrCorrupt) {
 		return &storeDamageError{op: op, url: url, err: err}
 	}
-	return fmt.Errorf("%s: %s", op, storeCause(err))
+	return fmt.Errorf("%s: %w", op, err)
 }
 
 func (e *storeDamageError) Unwrap() error { return e.err }
@@ -149,7 +156,7 @@ func storeErr(url string, err error) error {
 	if errors.Is(err, store.ErrCorrupt) {
 		return &storeDamageError{url: url, err: err}
 	}
-	return fmt.Errorf("store %s: %s", url, storeCause(err))
+	return fmt.Errorf("store %s: %w", url, err)
 }
 
 // storeOpenError explains a store that does not open.
@@ -161,23 +168,29 @@ func storeOpenError(image, url string, err error) error {
 	case errors.Is(err, store.ErrCorrupt):
 		return &storeDamageError{url: url, err: err, noOpen: true}
 	case errors.Is(err, store.ErrBusy):
-		return fmt.Errorf("store %s is busy: %s; wait for it to finish", url, strings.TrimPrefix(storeCause(err), "open "+url+": "))
+		return &restatedError{msg: fmt.Sprintf("store %s is busy: %s; wait for it to finish", url, strings.TrimPrefix(shortMessage(err), "open "+url+": ")), err: err}
 	case errors.Is(err, store.ErrNotStore):
-		return fmt.Errorf("cannot open store %s: %s (difctl leaves it untouched)", url, storeCause(err))
+		return fmt.Errorf("cannot open store %s: %w (difctl leaves it untouched)", url, err)
 	}
-	cause := strings.TrimPrefix(storeCause(err), fmt.Sprintf("open %s: ", url))
+	cause := strings.TrimPrefix(shortMessage(err), fmt.Sprintf("open %s: ", url))
 	cause = strings.TrimPrefix(cause, fmt.Sprintf("open %q: ", url))
-	return fmt.Errorf("cannot open store %s: %s", url, cause)
+	return &restatedError{msg: fmt.Sprintf("cannot open store %s: %s", url, cause), err: err}
 }
 
-// storeCause shortens a store error for a one-line message.
-func storeCause(err error) string {
-	s := oneLine(err.Error())
-	for _, p := range []string{"store: ", "blockdev: "} {
-		s = strings.TrimPrefix(s, p)
-	}
-	return s
+// storeCause is err's message as difctl prints it (see shortMessage), for
+// lines printed as they happen rather than returned.
+func storeCause(err error) string { return shortMessage(err) }
+
+// A restatedError is an error whose message says its cause again in
+// shorter words (the store's "open URL: " dropped where the message names
+// the store already); the cause stays in the chain for errors.Is and As.
+type restatedError struct {
+	msg string
+	err error
 }
+
+func (e *restatedError) Error() string { return e.msg }
+func (e *restatedError) Unwrap() error { return e.err }
 
 // volume is a store-backed image opened for a command.
 type volume struct {
@@ -191,28 +204,33 @@ type volume struct {
 // readOnly (the store too, unless the volume has open intents, whose crash
 // recovery writes it). The image must be the one the store protects: its
 // size and name (the manifest's device id) are checked.
-func openVolume(ctx context.Context, image, url string, readOnly bool) (*volume, error) {
+func openVolume(ctx context.Context, image, url string, readOnly bool, key keyFlags) (*volume, error) {
 	mode := storeWrite
 	if readOnly {
 		mode = storeRead
 	}
-	return openVolumeMode(ctx, image, url, readOnly, mode)
+	return openVolumeMode(ctx, image, url, readOnly, mode, key)
 }
 
 // openVolumeMode is openVolume with the store opened in mode: scrub reads
 // the image but writes its cursor and findings to the store.
-func openVolumeMode(ctx context.Context, image, url string, readOnly bool, mode storeMode) (*volume, error) {
-	return openVolumeWith(ctx, image, url, mode, blockdev.Options{ReadOnly: readOnly})
+func openVolumeMode(ctx context.Context, image, url string, readOnly bool, mode storeMode, key keyFlags) (*volume, error) {
+	k, err := key.load()
+	if err != nil {
+		return nil, err
+	}
+	return openVolumeWith(ctx, image, url, mode, blockdev.Options{ReadOnly: readOnly, Key: k}, store.OpenOptions{})
 }
 
 // openVolumeWith is openVolumeMode with the volume's options (serve's);
-// opts.ReadOnly opens the image read-only and DeviceID is set here.
-func openVolumeWith(ctx context.Context, image, url string, mode storeMode, opts blockdev.Options) (*volume, error) {
+// opts.ReadOnly opens the image read-only and DeviceID is set here; sizes
+// are the store engine's memory sizes (serve's), zero for the defaults.
+func openVolumeWith(ctx context.Context, image, url string, mode storeMode, opts blockdev.Options, sizes store.OpenOptions) (*volume, error) {
 	readOnly := opts.ReadOnly
 	if _, err := os.Stat(image); err != nil {
 		return nil, asOpenError(err)
 	}
-	kv, err := openStore(image, url, mode)
+	kv, err := openStoreSized(image, url, mode, sizes)
 	if err != nil {
 		return nil, err
 	}
@@ -220,7 +238,7 @@ func openVolumeWith(ctx context.Context, image, url string, mode storeMode, opts
 		recovery, err := needsRecovery(kv)
 		if err == nil && recovery {
 			kv.Close()
-			kv, err = openStore(image, url, storeWrite)
+			kv, err = openStoreSized(image, url, storeWrite, sizes)
 			if err != nil {
 				return nil, fmt.Errorf("%s: the store holds writes an interrupted session left open, which recovery must resolve in the store: %w", image, err)
 			}
@@ -319,7 +337,7 @@ func openDevice(image string, readOnly bool) (*blockdev.File, error) {
 		if fi, serr := os.Stat(image); serr == nil && fi.Mode().IsRegular() && fi.Size()%512 != 0 {
 			return nil, fmt.Errorf("%s: size %d is not a multiple of 512 bytes (truncated?)", image, fi.Size())
 		}
-		return nil, fmt.Errorf("%s: %s", image, storeCause(err))
+		return nil, fmt.Errorf("%s: %w", image, err)
 	}
 	return dev, nil
 }
@@ -344,6 +362,9 @@ func unquote(s string) string {
 
 // volumeError explains the errors of opening a volume.
 func volumeError(image, url string, err error) error {
+	if kerr := keyError(image, err); kerr != nil {
+		return kerr
+	}
 	var mm *blockdev.MismatchError
 	switch {
 	case errors.As(err, &mm) && mm.Field == "device size":
@@ -354,13 +375,13 @@ func volumeError(image, url string, err error) error {
 	case errors.As(err, &mm):
 		return fmt.Errorf("%s does not match its store %s: %s is %s in the store, %s here", image, url, mm.Field, unquote(mm.Stored), unquote(mm.Given))
 	case errors.Is(err, blockdev.ErrIncomplete):
-		return fmt.Errorf("%s: protection incomplete (%s): run difctl protect %s to resume", image, strings.TrimPrefix(storeCause(err), "volume protection incomplete: "), image)
+		return &restatedError{msg: fmt.Sprintf("%s: protection incomplete (%s): run difctl protect %s to resume", image, strings.TrimPrefix(shortMessage(err), "volume protection incomplete: "), image), err: err}
 	case errors.Is(err, store.ErrCorrupt):
 		return &storeDamageError{url: url, err: err}
 	case errors.Is(err, store.ErrBusy), errors.Is(err, store.ErrReadOnly):
 		return storeErr(url, err)
 	}
-	return fmt.Errorf("%s: %s", image, storeCause(err))
+	return fmt.Errorf("%s: %w", image, err)
 }
 
 // Close closes the volume, the store and the device.

@@ -7,24 +7,16 @@ import (
 	"time"
 
 	"github.com/difctl/difctl/blockdev"
-	"github.com/difctl/difctl/dif"
 	"github.com/spf13/cobra"
 )
 
 // verifyOptions are the inputs of runVerify.
 type verifyOptions struct {
 	globalOptions
-	Image string
-	// Meta is the metadata file of a DIX pair; "" for an interleaved image
-	// or a store-backed one.
-	Meta string
-	// SelfContained: the image carries its PI (interleaved or DIX) in
-	// Format, checked with Params. Otherwise it is checked against Store.
-	SelfContained bool
-	Format        dif.Format
-	Params        dif.Params
-	Range         rangeFlag
-	Store         string // store URL; "" for the default, IMAGE.difdb
+	Image     string
+	imageSpec // a self-contained image; otherwise checked against Store
+	Range     rangeFlag
+	Store     string // store URL; "" for the default, IMAGE.difdb
 }
 
 func newVerifyCmd(g *globalOptions) *cobra.Command {
@@ -72,25 +64,16 @@ of about 1 MiB; memory does not grow with its size.
 		Args: exactArgs(1, "IMAGE"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts := verifyOptions{globalOptions: *g, Image: args[0], Range: pf.rng, Store: store}
-			if img.selfContained() {
-				text, meta, err := img.spec()
-				if err != nil {
-					return err
-				}
-				if opts.Format, err = pf.resolveFormat(text); err != nil {
-					return err
-				}
-				if opts.Params, err = pf.params(opts.Format); err != nil {
-					return err
-				}
-				opts.SelfContained, opts.Meta = true, meta
+			if err := opts.resolve(&img, pf); err != nil {
+				return err
 			}
 			return runVerify(cmd.Context(), opts, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
 	img.register(cmd, true)
 	pf.register(cmd, piFormat|piTags|piChecks|piRange)
-	cmd.Flags().StringVar(&store, "store", "", "store `URL` of a store-backed image: pebble:PATH, mem: or etcd://HOST:PORT,.../PREFIX (default pebble:IMAGE.difdb)")
+	storeFlag(cmd, &store, " of a store-backed image")
+	addKeyFlags(cmd, &g.Key, "check the keyed tags too (without it a keyed volume's tuples are checked and the keyed check skipped)")
 	return cmd
 }
 
@@ -123,14 +106,4 @@ func runVerify(ctx context.Context, opts verifyOptions, stdout, stderr io.Writer
 	return fw.summary(&summaryRecord{
 		Command: "verify", Image: opts.Image, Metadata: opts.Meta, Format: im.f.String(), Start: start,
 	}, st, time.Since(t0))
-}
-
-// exactArgs is cobra.ExactArgs with a message naming the arguments.
-func exactArgs(n int, names string) cobra.PositionalArgs {
-	return func(cmd *cobra.Command, args []string) error {
-		if len(args) != n {
-			return usageErrorf("%s takes %s, got %d argument(s)", cmd.CommandPath(), names, len(args))
-		}
-		return nil
-	}
 }

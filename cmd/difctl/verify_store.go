@@ -11,7 +11,7 @@ import (
 // runVerifyStore verifies a store-backed image against its stored tuples.
 func runVerifyStore(ctx context.Context, opts verifyOptions, stdout, stderr io.Writer) error {
 	url := storeURL(opts.Image, opts.Store)
-	v, err := openVolume(ctx, opts.Image, url, true)
+	v, err := openVolume(ctx, opts.Image, url, true, opts.Key)
 	if err != nil {
 		return err
 	}
@@ -34,6 +34,6 @@ func runVerifyStore(ctx context.Context, opts verifyOptions, stdout, stderr io.W
 		return storeFailure("verify "+opts.Image, url, err)
 	}
 	return fw.summary(&summaryRecord{
-		Command: "verify", Image: opts.Image, Store: url, Format: displayFormat(v.format().String()), Start: start,
+		Command: "verify", Image: opts.Image, Store: url, Format: displayFormat(v.format().String()), Start: start, KeyedCheck: keyedState(v.vol),
 	}, st, time.Since(t0))
 }

@@ -74,7 +74,8 @@ write replaces whole are closed: their failures went with the old data.
 	}
 	f := cmd.Flags()
 	f.Var(&offset, "offset", "byte offset in IMAGE to write at (required)")
-	f.StringVar(&store, "store", "", "store `URL`: pebble:PATH, mem: or etcd://HOST:PORT,.../PREFIX (default pebble:IMAGE.difdb)")
+	storeFlag(cmd, &store, "")
+	addKeyFlags(cmd, &g.Key, "required to write to a keyed volume")
 	return cmd
 }
 
@@ -93,11 +94,14 @@ func runWrite(ctx context.Context, opts writeOptions, stdout, stderr io.Writer) 
 		defer f.Close()
 		r, size = f, inputSize(f)
 	}
-	v, err := openVolume(ctx, opts.Image, url, false)
+	v, err := openVolume(ctx, opts.Image, url, false, opts.Key)
 	if err != nil {
 		return err
 	}
 	defer v.Close()
+	if err := needKey(v); err != nil {
+		return err
+	}
 	devSize := v.vol.Size()
 	if opts.Offset > devSize || size >= 0 && opts.Offset+size > devSize {
 		return usageErrorf("writing %d bytes at offset %d goes past the end of %s (%d bytes)", max(size, 0), opts.Offset, opts.Image, devSize)
@@ -140,26 +144,26 @@ func runWrite(ctx context.Context, opts writeOptions, stdout, stderr io.Writer) 
 			return context.Cause(ctx)
 		}
 		if isIntegrityErr(werr) {
-			return &integrityError{msg: fmt.Sprintf("write %s: %s", opts.Image, storeCause(werr))}
+			return &integrityError{msg: "write " + opts.Image, err: werr}
 		}
 		var ue *usageError
 		if errors.As(werr, &ue) {
-			return usageErrorf("write %s: %s", opts.Image, ue.err)
+			return usageErrorf("write %s: %w", opts.Image, ue.err)
 		}
-		return fmt.Errorf("write %s: %s", opts.Image, storeCause(werr))
+		return fmt.Errorf("write %s: %w", opts.Image, werr)
 	}
 	if serr != nil {
-		return fmt.Errorf("sync %s: %s", opts.Image, storeCause(serr))
+		return fmt.Errorf("sync %s: %w", opts.Image, serr)
 	}
 	// Blocks replaced whole: their old findings are resolved (closed).
 	bs := int64(v.vol.BlockSize())
 	first, end := (opts.Offset+bs-1)/bs, off/bs
 	closed, err := closeOverwritten(v.vol.Tuples(), first, end-first)
 	if err != nil {
-		return fmt.Errorf("%s: closing the findings of the rewritten blocks: %s", opts.Image, storeCause(err))
+		return fmt.Errorf("%s: closing the findings of the rewritten blocks: %w", opts.Image, err)
 	}
 	if err := v.Close(); err != nil {
-		return fmt.Errorf("%s: %s", opts.Image, storeCause(err))
+		return fmt.Errorf("%s: %w", opts.Image, err)
 	}
 	out := newOutput(stdout, opts.JSON)
 	rec := &writeRecord{Image: opts.Image, Store: url, Input: opts.Input, Offset: opts.Offset, Bytes: off - opts.Offset, ClosedFindings: closed}

@@ -68,6 +68,8 @@ crc64nvme  foldUpdatePMULL.abi0                    loop:2    16  crc64nvme pmull
 crc64nvme  foldUpdatePMULL.abi0                    after:2    0  crc64nvme pmull: Barrett reduction
 crc64nvme  foldBlocksPMULL.abi0                  loop:1   128  crc64nvme pmull Blocks: 4 blocks x 2 accumulators
 crc64nvme  updateGeneric                     loop:1     8  crc64nvme generic: slicing-by-8 (Go)
+poly1305   lanesNEON.abi0                    loop:1   128  poly1305 neon: 2 blocks x 4 chunks, quad step
+poly1305   (*state).chunks                   loop:1    16  poly1305 generic: one chunk, bits.Mul64 (Go)
 '
 
 work=$(mktemp -d)

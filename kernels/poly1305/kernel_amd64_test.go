@@ -59,45 +59,45 @@ func BenchmarkLanesAVX2(b *testing.B) {
 	sinkTag[0] = byte(h[0])
 }
 
-// The hybrid kernel alone, five blocks of 4 KiB per call.
+// The hybrid kernel alone, six blocks of 4 KiB per call.
 func BenchmarkLanesHybridAVX2(b *testing.B) {
-	if !hasAVX2 {
-		b.Skip("no AVX2")
+	if !hasHybrid {
+		b.Skip("no AVX2 and BMI2")
 	}
-	p := kerneltest.SeedBytes(5 * 4096)
+	p := kerneltest.SeedBytes(6 * 4096)
 	k := newPolyKey(kerneltest.SeedBytes(16))
 	var h laneBuf
 	b.SetBytes(int64(len(p)))
 	for b.Loop() {
-		lanesHybridAVX2((*[24]uint64)(&h), p, 4096, 256, (*[162]uint64)(&k.lanes))
+		lanesHybridAVX2((*[26]uint64)(&h), p, 4096, 256, (*[162]uint64)(&k.lanes))
 	}
 	sinkTag[0] = byte(h[0])
 }
 
 // The hybrid kernel's throughput over the AVX2 one's, alternating within
-// every iteration (thread CPU time): x-avx2 > 1 means the scalar lane pays.
+// every iteration (thread CPU time): x-avx2 > 1 means the scalar lanes pay.
 func BenchmarkHybridOverAVX2(b *testing.B) {
-	if !hasAVX2 {
-		b.Skip("no AVX2")
+	if !hasHybrid {
+		b.Skip("no AVX2 and BMI2")
 	}
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	p := kerneltest.SeedBytes(5 * 4096)
+	p := kerneltest.SeedBytes(6 * 4096)
 	k := newPolyKey(kerneltest.SeedBytes(16))
 	var h laneBuf
 	var tA, tH time.Duration
 	for b.Loop() {
 		t0 := kerneltest.ThreadCPU()
-		for range 5 {
+		for range 3 {
 			lanesAVX2Kernel(laneState26(&h), p, 4096, 256, &k.lanes)
 		}
 		t1 := kerneltest.ThreadCPU()
-		for range 4 {
-			lanesHybridAVX2((*[24]uint64)(&h), p, 4096, 256, (*[162]uint64)(&k.lanes))
+		for range 2 {
+			lanesHybridAVX2((*[26]uint64)(&h), p, 4096, 256, (*[162]uint64)(&k.lanes))
 		}
 		t2 := kerneltest.ThreadCPU()
-		tA += t1 - t0 // 20 blocks
-		tH += t2 - t1 // 20 blocks
+		tA += t1 - t0 // 12 blocks
+		tH += t2 - t1 // 12 blocks
 	}
 	sinkTag[0] = byte(h[0])
 	b.ReportMetric(float64(tA)/float64(tH), "x-avx2")
@@ -108,12 +108,12 @@ func BenchmarkHybridOverAVX2(b *testing.B) {
 func TestHybridGroups(t *testing.T) {
 	for n := 0; n <= 200; n++ {
 		a := hybridGroups(n)
-		rem := n - 5*a
-		if a < 0 || rem < 0 || rem%4 > 3 {
-			t.Fatalf("n=%d: %d groups of five", n, a)
+		rem := n - hybridBlocks*a
+		if a < 0 || rem < 0 || n >= 4 && rem%4 > 3 || n >= 8 && rem%4 != 0 && n%2 == 0 {
+			t.Fatalf("n=%d: %d groups of six", n, a)
 		}
 	}
-	for _, c := range [][2]int{{16, 0}, {128, 24}, {5, 1}, {4, 0}, {20, 4}} {
+	for _, c := range [][2]int{{64, 10}, {16, 2}, {8, 0}, {6, 1}, {4, 0}, {128, 20}} {
 		if got := hybridGroups(c[0]); got != c[1] {
 			t.Errorf("hybridGroups(%d) = %d, want %d", c[0], got, c[1])
 		}
@@ -159,12 +159,13 @@ func BenchmarkHybridBlocks(b *testing.B) {
 }
 
 // The hybrid kernel against the models, word for word: lanes 0..3 as the
-// lane model leaves them, lane 4 as the generic code leaves its state.
+// lane model leaves them, lanes 4 and 5 as the generic code leaves its
+// state.
 func TestLanesHybridModel(t *testing.T) {
-	if !hasAVX2 {
-		t.Skip("no AVX2")
+	if !hasHybrid {
+		t.Skip("no AVX2 and BMI2")
 	}
-	p := kerneltest.SeedBytes(5*4096 + 64)
+	p := kerneltest.SeedBytes(6*4096 + 64)
 	k := newPolyKey(kerneltest.SeedBytes(16))
 	for chunks := 0; chunks <= 40; chunks++ {
 		for _, stride := range []int{16 * chunks, 16*chunks + 16, 4096} {
@@ -173,12 +174,16 @@ func TestLanesHybridModel(t *testing.T) {
 				got[i] = uint64(i) * 12345 % (1 << 26)
 			}
 			got[20], got[21], got[22] = 0x0123456789abcdef, 0xfedcba9876543210, 3
+			got[23], got[24], got[25] = 0xffffffffffffffff, 0xfffffffffffffffe, 4
 			want := got
-			lanesHybridAVX2((*[24]uint64)(&got), p, stride, chunks, (*[162]uint64)(&k.lanes))
+			lanesHybridAVX2((*[26]uint64)(&got), p, stride, chunks, (*[162]uint64)(&k.lanes))
 			laneModel(laneState26(&want), p, stride, chunks, &k.lanes)
-			s := state{h0: want[20], h1: want[21], h2: want[22], r0: k.r0, r1: k.r1}
-			s.chunks(p[4*stride : 4*stride+16*chunks])
-			want[20], want[21], want[22] = s.h0, s.h1, s.h2
+			for l := range 2 {
+				w := 20 + 3*l
+				s := state{h0: want[w], h1: want[w+1], h2: want[w+2], r0: k.r0, r1: k.r1}
+				s.chunks(p[(4+l)*stride : (4+l)*stride+16*chunks])
+				want[w], want[w+1], want[w+2] = s.h0, s.h1, s.h2
+			}
 			if got != want {
 				t.Fatalf("chunks=%d stride=%d: kernel %x, models %x", chunks, stride, got, want)
 			}

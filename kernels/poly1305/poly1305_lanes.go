@@ -201,6 +201,12 @@ func laneToState(h *laneState, l int, r0, r1 uint64) state {
 	for k := range 5 {
 		x[k] = h[4*k+l]
 	}
+	return limbsToState(x, r0, r1)
+}
+
+// limbsToState returns x (five radix-2^26 limbs, each below 2^27) in the
+// generic form, below 2^130 + 2^26 and congruent to x, with r.
+func limbsToState(x [5]uint64, r0, r1 uint64) state {
 	for k := range 4 {
 		carry(&x, k, k+1, false)
 	}
@@ -224,8 +230,9 @@ type laneKernel struct {
 	state func(h *laneBuf, l int, r0, r1 uint64) state
 }
 
-// laneBuf holds the accumulators of either lane form (20 or 24 words).
-type laneBuf [24]uint64
+// laneBuf holds the accumulators of any lane kernel: 20 words (AVX2), 24
+// (IFMA) or 26 (hybrid).
+type laneBuf [26]uint64
 
 // blocksLanes is the batch call over a lane kernel: groups of kern.lanes
 // blocks through the kernel, the blocks left over and every block's final

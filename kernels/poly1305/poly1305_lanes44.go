@@ -156,7 +156,7 @@ func laneToState44(h *laneState44, l int, r0, r1 uint64) state {
 	}
 }
 
-func laneState44Of(h *laneBuf) *laneState44 { return (*laneState44)(h) }
+func laneState44Of(h *laneBuf) *laneState44 { return (*laneState44)(h[:24]) }
 
 // modelKernel44 is the IFMA lane model as a laneKernel, for the tests.
 var modelKernel44 = laneKernel{

@@ -314,13 +314,14 @@ func TestBlocks(t *testing.T) {
 }
 
 // TestBlocksLaneModels runs the Blocks cases through the batch glue over the
-// pure-Go lane models (of the AVX2 and the IFMA kernels), on any machine.
+// pure-Go lane models (of the AVX2, the IFMA and the NEON kernels), on any
+// machine.
 func TestBlocksLaneModels(t *testing.T) {
 	defer impl.Reset(pkgName)
 	for _, m := range []struct {
 		name string
 		kern *laneKernel
-	}{{"lanes26", &modelKernel26}, {"lanes44", &modelKernel44}} {
+	}{{"lanes26", &modelKernel26}, {"lanes44", &modelKernel44}, {"neon", &modelKernelNEON}} {
 		t.Run("model="+m.name, func(t *testing.T) {
 			blocks = func(k *polyKey, acc [][2]uint64, h *laneBuf, ad []byte, adLen int, p []byte, blockLen, stride int) {
 				blocksLanes(m.kern, k, acc, h, ad, adLen, p, blockLen, stride)
@@ -522,6 +523,57 @@ func TestLaneModel(t *testing.T) {
 			w0, w1 := reduce(ws.h0, ws.h1, ws.h2)
 			if g0 != w0 || g1 != w1 {
 				t.Fatalf("trial %d chunks=%d lane %d: model %x%x, generic %x%x", trial, chunks, l, g1, g0, w1, w0)
+			}
+		}
+	}
+}
+
+// The pure-Go NEON lane model against the generic code, every chunk count
+// (every remainder mod 4: the quad, pair and single steps), largest limbs
+// included.
+func TestNeonModel(t *testing.T) {
+	r := rand.New(rand.NewPCG(15, 16))
+	for trial := range 200 {
+		var rb, p []byte
+		chunks := trial % 37
+		stride := 16*chunks + 16*(trial%3)
+		if trial%5 == 0 {
+			rb = bytes.Repeat([]byte{0xff}, 16)
+			p = bytes.Repeat([]byte{0xff}, stride+16*chunks)
+		} else {
+			rb = randBytes(r, 16)
+			p = randBytes(r, stride+16*chunks)
+		}
+		k := newPolyKey(rb)
+		var h neonState
+		neonModel(&h, p, stride, chunks, &k.lanes)
+		for l := range neonLanes {
+			s := neonToState(&h, l, k.r0, k.r1)
+			g0, g1 := reduce(s.h0, s.h1, s.h2)
+			ws := state{r0: k.r0, r1: k.r1}
+			ws.chunks(p[l*stride : l*stride+16*chunks])
+			w0, w1 := reduce(ws.h0, ws.h1, ws.h2)
+			if g0 != w0 || g1 != w1 {
+				t.Fatalf("trial %d chunks=%d lane %d: model %x%x, generic %x%x", trial, chunks, l, g1, g0, w1, w0)
+			}
+		}
+	}
+}
+
+// neonKey packs the laneKey's limbs of r..r^4 where the generator's keyWord
+// looks for them.
+func TestNeonKeyLayout(t *testing.T) {
+	k := newPolyKey(kerneltest.SeedBytes(16))
+	word := func(w int) uint64 { return k.neon[w/2] >> (32 * (w % 2)) & 0xffffffff }
+	for j := range 4 {
+		for i := range 5 {
+			if got, want := word(9*j+i), k.lanes[4*(5*j+i)]; got != want {
+				t.Errorf("R(%d,%d) = %#x, want %#x", j, i, got, want)
+			}
+			if i > 0 {
+				if got, want := word(9*j+4+i), 5*k.lanes[4*(5*j+i)]; got != want {
+					t.Errorf("S(%d,%d) = %#x, want %#x", j, i, got, want)
+				}
 			}
 		}
 	}

@@ -25,15 +25,17 @@ const (
 //go:noescape
 func lanesAVX2(h *[20]uint64, p []byte, stride, chunks int, key *[162]uint64)
 
-// lanesHybridAVX2 is lanesAVX2 with a fifth block, p[4*stride:], in general
-// registers: h[20:23] is that block's accumulator h0 + h1·2^64 + h2·2^128
-// (the generic form, h2 <= 4 between calls), absorbed by 64-bit MULQ
-// multiplies with r from key[160:162] while the vector lanes run.
+// lanesHybridAVX2 is lanesAVX2 with two more blocks, p[4*stride:] and
+// p[5*stride:], in general registers: h[20+3i:23+3i] is block 4+i's
+// accumulator h0 + h1·2^64 + h2·2^128 (the generic form, h2 <= 4 between
+// calls), absorbed by 64-bit MULX multiplies with r from key[160:162] while
+// the vector lanes run.
 //
-// Preconditions: those of lanesAVX2, with len(p) >= 4*stride + 16*chunks.
+// Preconditions: those of lanesAVX2, with len(p) >= 5*stride + 16*chunks;
+// the CPU has BMI2.
 //
 //go:noescape
-func lanesHybridAVX2(h *[24]uint64, p []byte, stride, chunks int, key *[162]uint64)
+func lanesHybridAVX2(h *[26]uint64, p []byte, stride, chunks int, key *[162]uint64)
 
 // lanesIFMA is lanesAVX2 for eight blocks in radix 2^44, with 52-bit
 // multiplies: it absorbs chunks chunks of each of eight blocks, block l at

@@ -28,8 +28,9 @@ TEXT ·lanesAVX2(SB), NOSPLIT, $0-56
 	MOVQ chunks+40(FP), CX
 	MOVQ key+48(FP), DI
 
-	// Block j starts at p + j*stride.
+	// Block j starts at p + j*stride, blocks 3.. from p + 3*stride.
 	LEAQ    (R8)(R8*2), R9
+	ADDQ    SI, R9
 	VMOVDQU polyConsts<>+0(SB), Y14
 	VMOVDQU (DX), Y0
 	VMOVDQU 32(DX), Y1
@@ -41,11 +42,12 @@ TEXT ·lanesAVX2(SB), NOSPLIT, $0-56
 
 lanesAVX2quad:
 	// Four chunks: h' = (h + m1)·r^4 + m2·r^3 + m3·r^2 + m4·r, one
-	// carry chain. First d = m4·r + m3·r^2 + m2·r^3, independent of h.
+	// carry chain. First d = m4·r + m3·r^2 + m2·r^3, independent of h;
+	// then h += m1; d += h·r^4; h = d, carried.
 	VMOVDQU     48(SI), X10
 	VINSERTI128 $0x01, 48(SI)(R8*2), Y10, Y10
 	VMOVDQU     48(SI)(R8*1), X11
-	VINSERTI128 $0x01, 48(SI)(R9*1), Y11, Y11
+	VINSERTI128 $0x01, 48(R9), Y11, Y11
 	VPUNPCKHQDQ Y11, Y10, Y15
 	VPUNPCKLQDQ Y11, Y10, Y10
 	VPAND       Y14, Y10, Y12
@@ -107,7 +109,7 @@ lanesAVX2quad:
 	VMOVDQU     32(SI), X10
 	VINSERTI128 $0x01, 32(SI)(R8*2), Y10, Y10
 	VMOVDQU     32(SI)(R8*1), X11
-	VINSERTI128 $0x01, 32(SI)(R9*1), Y11, Y11
+	VINSERTI128 $0x01, 32(R9), Y11, Y11
 	VPUNPCKHQDQ Y11, Y10, Y15
 	VPUNPCKLQDQ Y11, Y10, Y10
 	VPAND       Y14, Y10, Y12
@@ -174,7 +176,7 @@ lanesAVX2quad:
 	VMOVDQU     16(SI), X10
 	VINSERTI128 $0x01, 16(SI)(R8*2), Y10, Y10
 	VMOVDQU     16(SI)(R8*1), X11
-	VINSERTI128 $0x01, 16(SI)(R9*1), Y11, Y11
+	VINSERTI128 $0x01, 16(R9), Y11, Y11
 	VPUNPCKHQDQ Y11, Y10, Y15
 	VPUNPCKLQDQ Y11, Y10, Y10
 	VPAND       Y14, Y10, Y12
@@ -238,12 +240,10 @@ lanesAVX2quad:
 	VPADDQ      Y13, Y8, Y8
 	VPMULUDQ    320(DI), Y12, Y13
 	VPADDQ      Y13, Y9, Y9
-
-	// h += m1; d += h·r^4.
 	VMOVDQU     (SI), X10
 	VINSERTI128 $0x01, (SI)(R8*2), Y10, Y10
 	VMOVDQU     (SI)(R8*1), X11
-	VINSERTI128 $0x01, (SI)(R9*1), Y11, Y11
+	VINSERTI128 $0x01, (R9), Y11, Y11
 	VPUNPCKHQDQ Y11, Y10, Y15
 	VPUNPCKLQDQ Y11, Y10, Y10
 	VPAND       Y14, Y10, Y12
@@ -312,40 +312,39 @@ lanesAVX2quad:
 	VPADDQ      Y13, Y8, Y8
 	VPMULUDQ    480(DI), Y4, Y13
 	VPADDQ      Y13, Y9, Y9
-
-	// h = d, carried.
-	VPSRLQ  $0x1a, Y5, Y10
-	VPAND   Y14, Y5, Y5
-	VPADDQ  Y10, Y6, Y6
-	VPSRLQ  $0x1a, Y8, Y11
-	VPAND   Y14, Y8, Y8
-	VPADDQ  Y11, Y9, Y9
-	VPSRLQ  $0x1a, Y6, Y10
-	VPAND   Y14, Y6, Y6
-	VPADDQ  Y10, Y7, Y7
-	VPSRLQ  $0x1a, Y9, Y11
-	VPAND   Y14, Y9, Y9
-	VPSLLQ  $0x02, Y11, Y13
-	VPADDQ  Y13, Y11, Y11
-	VPADDQ  Y11, Y5, Y5
-	VPSRLQ  $0x1a, Y7, Y10
-	VPAND   Y14, Y7, Y7
-	VPADDQ  Y10, Y8, Y8
-	VPSRLQ  $0x1a, Y5, Y11
-	VPAND   Y14, Y5, Y5
-	VPADDQ  Y11, Y6, Y6
-	VPSRLQ  $0x1a, Y8, Y10
-	VPAND   Y14, Y8, Y8
-	VPADDQ  Y10, Y9, Y9
-	VMOVDQA Y5, Y0
-	VMOVDQA Y6, Y1
-	VMOVDQA Y7, Y2
-	VMOVDQA Y8, Y3
-	VMOVDQA Y9, Y4
-	ADDQ    $0x00000040, SI
-	SUBQ    $0x00000004, CX
-	CMPQ    CX, $0x00000004
-	JAE     lanesAVX2quad
+	VPSRLQ      $0x1a, Y5, Y10
+	VPAND       Y14, Y5, Y5
+	VPADDQ      Y10, Y6, Y6
+	VPSRLQ      $0x1a, Y8, Y11
+	VPAND       Y14, Y8, Y8
+	VPADDQ      Y11, Y9, Y9
+	VPSRLQ      $0x1a, Y6, Y10
+	VPAND       Y14, Y6, Y6
+	VPADDQ      Y10, Y7, Y7
+	VPSRLQ      $0x1a, Y9, Y11
+	VPAND       Y14, Y9, Y9
+	VPSLLQ      $0x02, Y11, Y13
+	VPADDQ      Y13, Y11, Y11
+	VPADDQ      Y11, Y5, Y5
+	VPSRLQ      $0x1a, Y7, Y10
+	VPAND       Y14, Y7, Y7
+	VPADDQ      Y10, Y8, Y8
+	VPSRLQ      $0x1a, Y5, Y11
+	VPAND       Y14, Y5, Y5
+	VPADDQ      Y11, Y6, Y6
+	VPSRLQ      $0x1a, Y8, Y10
+	VPAND       Y14, Y8, Y8
+	VPADDQ      Y10, Y9, Y9
+	VMOVDQA     Y5, Y0
+	VMOVDQA     Y6, Y1
+	VMOVDQA     Y7, Y2
+	VMOVDQA     Y8, Y3
+	VMOVDQA     Y9, Y4
+	ADDQ        $0x00000040, SI
+	ADDQ        $0x00000040, R9
+	SUBQ        $0x00000004, CX
+	CMPQ        CX, $0x00000004
+	JAE         lanesAVX2quad
 
 lanesAVX2pair:
 	CMPQ CX, $0x00000002
@@ -355,7 +354,7 @@ lanesAVX2pair:
 	VMOVDQU     16(SI), X10
 	VINSERTI128 $0x01, 16(SI)(R8*2), Y10, Y10
 	VMOVDQU     16(SI)(R8*1), X11
-	VINSERTI128 $0x01, 16(SI)(R9*1), Y11, Y11
+	VINSERTI128 $0x01, 16(R9), Y11, Y11
 	VPUNPCKHQDQ Y11, Y10, Y15
 	VPUNPCKLQDQ Y11, Y10, Y10
 	VPAND       Y14, Y10, Y12
@@ -417,7 +416,7 @@ lanesAVX2pair:
 	VMOVDQU     (SI), X10
 	VINSERTI128 $0x01, (SI)(R8*2), Y10, Y10
 	VMOVDQU     (SI)(R8*1), X11
-	VINSERTI128 $0x01, (SI)(R9*1), Y11, Y11
+	VINSERTI128 $0x01, (R9), Y11, Y11
 	VPUNPCKHQDQ Y11, Y10, Y15
 	VPUNPCKLQDQ Y11, Y10, Y10
 	VPAND       Y14, Y10, Y12
@@ -515,17 +514,18 @@ lanesAVX2pair:
 	VMOVDQA     Y8, Y3
 	VMOVDQA     Y9, Y4
 	ADDQ        $0x00000020, SI
+	ADDQ        $0x00000020, R9
 	SUBQ        $0x00000002, CX
 
 lanesAVX2single:
-	TESTQ CX, CX
-	JZ    lanesAVX2done
+	CMPQ CX, $0x00000000
+	JZ   lanesAVX2done
 
 	// One chunk left: h = (h + m)·r, carried.
 	VMOVDQU     (SI), X10
 	VINSERTI128 $0x01, (SI)(R8*2), Y10, Y10
 	VMOVDQU     (SI)(R8*1), X11
-	VINSERTI128 $0x01, (SI)(R9*1), Y11, Y11
+	VINSERTI128 $0x01, (R9), Y11, Y11
 	VPUNPCKHQDQ Y11, Y10, Y15
 	VPUNPCKLQDQ Y11, Y10, Y10
 	VPAND       Y14, Y10, Y12
@@ -627,17 +627,17 @@ lanesAVX2done:
 	VZEROUPPER
 	RET
 
-// func lanesHybridAVX2(h *[24]uint64, p []byte, stride int, chunks int, key *[162]uint64)
-// Requires: AVX, AVX2
+// func lanesHybridAVX2(h *[26]uint64, p []byte, stride int, chunks int, key *[162]uint64)
+// Requires: AVX, AVX2, BMI2
 TEXT ·lanesHybridAVX2(SB), NOSPLIT, $0-56
 	MOVQ h+0(FP), DX
 	MOVQ p_base+8(FP), SI
 	MOVQ stride+32(FP), R8
-	MOVQ chunks+40(FP), CX
 	MOVQ key+48(FP), DI
 
-	// Block j starts at p + j*stride.
+	// Block j starts at p + j*stride, blocks 3.. from p + 3*stride.
 	LEAQ    (R8)(R8*2), R9
+	ADDQ    SI, R9
 	VMOVDQU polyConsts<>+0(SB), Y14
 	VMOVDQU (DX), Y0
 	VMOVDQU 32(DX), Y1
@@ -645,933 +645,1078 @@ TEXT ·lanesHybridAVX2(SB), NOSPLIT, $0-56
 	VMOVDQU 96(DX), Y3
 	VMOVDQU 128(DX), Y4
 
-	// The scalar lane's accumulator h0 + h1·2^64 + h2·2^128.
+	// The scalar lanes' accumulators h0 + h1·2^64 + h2·2^128.
 	MOVQ 160(DX), R10
 	MOVQ 168(DX), R11
 	MOVQ 176(DX), R12
-	CMPQ CX, $0x00000004
+	MOVQ 184(DX), R13
+	MOVQ 192(DX), R14
+	MOVQ 200(DX), R15
+	CMPQ chunks+40(FP), $0x00000004
 	JB   lanesHybridAVX2pair
 
 lanesHybridAVX2quad:
 	// Four chunks: h' = (h + m1)·r^4 + m2·r^3 + m3·r^2 + m4·r, one
-	// carry chain. First d = m4·r + m3·r^2 + m2·r^3, independent of h.
+	// carry chain. First d = m4·r + m3·r^2 + m2·r^3, independent of h;
+	// then h += m1; d += h·r^4; h = d, carried.
 	VMOVDQU     48(SI), X10
 	VINSERTI128 $0x01, 48(SI)(R8*2), Y10, Y10
+	ADDQ        (R9)(R8*1), R10
 	VMOVDQU     48(SI)(R8*1), X11
-	VINSERTI128 $0x01, 48(SI)(R9*1), Y11, Y11
+	ADCQ        8(R9)(R8*1), R11
+	VINSERTI128 $0x01, 48(R9), Y11, Y11
+	ADCQ        $0x00000001, R12
 	VPUNPCKHQDQ Y11, Y10, Y15
+	MOVQ        R10, DX
 	VPUNPCKLQDQ Y11, Y10, Y10
+	MULXQ       1280(DI), BX, CX
 	VPAND       Y14, Y10, Y12
+	MULXQ       1288(DI), AX, R10
 	VPMULUDQ    (DI), Y12, Y5
+	ADDQ        AX, CX
 	VPMULUDQ    32(DI), Y12, Y6
+	ADCQ        $0x00000000, R10
 	VPMULUDQ    64(DI), Y12, Y7
+	MOVQ        R11, DX
 	VPMULUDQ    96(DI), Y12, Y8
+	MULXQ       1288(DI), AX, R11
 	VPMULUDQ    128(DI), Y12, Y9
+	ADDQ        AX, R10
 	VPSRLQ      $0x1a, Y10, Y12
 	VPAND       Y14, Y12, Y12
+	ADCQ        $0x00000000, R11
 	VPMULUDQ    768(DI), Y12, Y13
+	MULXQ       1280(DI), AX, DX
 	VPADDQ      Y13, Y5, Y5
+	ADDQ        AX, CX
 	VPMULUDQ    (DI), Y12, Y13
+	ADCQ        DX, R10
 	VPADDQ      Y13, Y6, Y6
+	ADCQ        $0x00000000, R11
 	VPMULUDQ    32(DI), Y12, Y13
+	MOVQ        1280(DI), AX
 	VPADDQ      Y13, Y7, Y7
+	IMULQ       R12, AX
 	VPMULUDQ    64(DI), Y12, Y13
+	IMULQ       1288(DI), R12
 	VPADDQ      Y13, Y8, Y8
+	ADDQ        AX, R10
 	VPMULUDQ    96(DI), Y12, Y13
+	ADCQ        R12, R11
 	VPADDQ      Y13, Y9, Y9
+	MOVQ        R10, R12
 	VPSRLQ      $0x34, Y10, Y12
 	VPSLLQ      $0x0c, Y15, Y11
+	ANDQ        $0x00000003, R12
 	VPOR        Y11, Y12, Y12
+	ANDQ        $-4, R10
 	VPAND       Y14, Y12, Y12
+	ADDQ        R10, BX
 	VPMULUDQ    736(DI), Y12, Y13
+	ADCQ        R11, CX
 	VPADDQ      Y13, Y5, Y5
+	ADCQ        $0x00000000, R12
 	VPMULUDQ    768(DI), Y12, Y13
+	SHRQ        $0x02, R11, R10
 	VPADDQ      Y13, Y6, Y6
+	SHRQ        $0x02, R11
 	VPMULUDQ    (DI), Y12, Y13
+	ADDQ        R10, BX
 	VPADDQ      Y13, Y7, Y7
+	ADCQ        R11, CX
 	VPMULUDQ    32(DI), Y12, Y13
+	ADCQ        $0x00000000, R12
 	VPADDQ      Y13, Y8, Y8
+	MOVQ        BX, R10
 	VPMULUDQ    64(DI), Y12, Y13
+	MOVQ        CX, R11
 	VPADDQ      Y13, Y9, Y9
 	VPSRLQ      $0x0e, Y15, Y12
+	ADDQ        (R9)(R8*2), R13
 	VPAND       Y14, Y12, Y12
+	ADCQ        8(R9)(R8*2), R14
 	VPMULUDQ    704(DI), Y12, Y13
+	ADCQ        $0x00000001, R15
 	VPADDQ      Y13, Y5, Y5
+	MOVQ        R13, DX
 	VPMULUDQ    736(DI), Y12, Y13
+	MULXQ       1280(DI), BX, CX
 	VPADDQ      Y13, Y6, Y6
+	MULXQ       1288(DI), AX, R13
 	VPMULUDQ    768(DI), Y12, Y13
+	ADDQ        AX, CX
 	VPADDQ      Y13, Y7, Y7
+	ADCQ        $0x00000000, R13
 	VPMULUDQ    (DI), Y12, Y13
+	MOVQ        R14, DX
 	VPADDQ      Y13, Y8, Y8
+	MULXQ       1288(DI), AX, R14
 	VPMULUDQ    32(DI), Y12, Y13
+	ADDQ        AX, R13
 	VPADDQ      Y13, Y9, Y9
 	VPSRLQ      $0x28, Y15, Y12
+	ADCQ        $0x00000000, R14
 	VPOR        polyConsts<>+32(SB), Y12, Y12
+	MULXQ       1280(DI), AX, DX
 	VPMULUDQ    672(DI), Y12, Y13
+	ADDQ        AX, CX
 	VPADDQ      Y13, Y5, Y5
+	ADCQ        DX, R13
 	VPMULUDQ    704(DI), Y12, Y13
+	ADCQ        $0x00000000, R14
 	VPADDQ      Y13, Y6, Y6
+	MOVQ        1280(DI), AX
 	VPMULUDQ    736(DI), Y12, Y13
+	IMULQ       R15, AX
 	VPADDQ      Y13, Y7, Y7
+	IMULQ       1288(DI), R15
 	VPMULUDQ    768(DI), Y12, Y13
+	ADDQ        AX, R13
 	VPADDQ      Y13, Y8, Y8
+	ADCQ        R15, R14
 	VPMULUDQ    (DI), Y12, Y13
+	MOVQ        R13, R15
 	VPADDQ      Y13, Y9, Y9
-
-	// Scalar lane: h += chunk + 2^128.
-	ADDQ (SI)(R8*4), R10
-	ADCQ 8(SI)(R8*4), R11
-	ADCQ $0x00000001, R12
-
-	// t = h·r.
-	MOVQ  1280(DI), AX
-	MULQ  R10
-	MOVQ  AX, R13
-	MOVQ  DX, R14
-	MOVQ  1288(DI), AX
-	MULQ  R10
-	ADDQ  AX, R14
-	ADCQ  $0x00000000, DX
-	MOVQ  DX, R15
-	XORQ  BX, BX
-	MOVQ  1280(DI), AX
-	MULQ  R11
-	ADDQ  AX, R14
-	ADCQ  DX, R15
-	ADCQ  $0x00000000, BX
-	MOVQ  1288(DI), AX
-	MULQ  R11
-	ADDQ  AX, R15
-	ADCQ  DX, BX
-	MOVQ  1280(DI), AX
-	IMULQ R12, AX
-	ADDQ  AX, R15
-	ADCQ  $0x00000000, BX
-	MOVQ  1288(DI), AX
-	IMULQ R12, AX
-	ADDQ  AX, BX
-
-	// h = t mod 2^130 + 4H + H.
-	MOVQ        R13, R10
-	MOVQ        R14, R11
-	MOVQ        R15, R12
-	ANDQ        $0x00000003, R12
-	ANDQ        $-4, R15
-	ADDQ        R15, R10
-	ADCQ        BX, R11
-	ADCQ        $0x00000000, R12
-	SHRQ        $0x02, BX, R15
-	SHRQ        $0x02, BX
-	ADDQ        R15, R10
-	ADCQ        BX, R11
-	ADCQ        $0x00000000, R12
 	VMOVDQU     32(SI), X10
+	ANDQ        $0x00000003, R15
 	VINSERTI128 $0x01, 32(SI)(R8*2), Y10, Y10
+	ANDQ        $-4, R13
 	VMOVDQU     32(SI)(R8*1), X11
-	VINSERTI128 $0x01, 32(SI)(R9*1), Y11, Y11
+	ADDQ        R13, BX
+	VINSERTI128 $0x01, 32(R9), Y11, Y11
+	ADCQ        R14, CX
 	VPUNPCKHQDQ Y11, Y10, Y15
+	ADCQ        $0x00000000, R15
 	VPUNPCKLQDQ Y11, Y10, Y10
+	SHRQ        $0x02, R14, R13
 	VPAND       Y14, Y10, Y12
+	SHRQ        $0x02, R14
 	VPMULUDQ    160(DI), Y12, Y13
+	ADDQ        R13, BX
 	VPADDQ      Y13, Y5, Y5
+	ADCQ        R14, CX
 	VPMULUDQ    192(DI), Y12, Y13
+	ADCQ        $0x00000000, R15
 	VPADDQ      Y13, Y6, Y6
+	MOVQ        BX, R13
 	VPMULUDQ    224(DI), Y12, Y13
+	MOVQ        CX, R14
 	VPADDQ      Y13, Y7, Y7
 	VPMULUDQ    256(DI), Y12, Y13
+	ADDQ        16(R9)(R8*1), R10
 	VPADDQ      Y13, Y8, Y8
+	ADCQ        24(R9)(R8*1), R11
 	VPMULUDQ    288(DI), Y12, Y13
+	ADCQ        $0x00000001, R12
 	VPADDQ      Y13, Y9, Y9
+	MOVQ        R10, DX
 	VPSRLQ      $0x1a, Y10, Y12
+	MULXQ       1280(DI), BX, CX
 	VPAND       Y14, Y12, Y12
+	MULXQ       1288(DI), AX, R10
 	VPMULUDQ    928(DI), Y12, Y13
+	ADDQ        AX, CX
 	VPADDQ      Y13, Y5, Y5
+	ADCQ        $0x00000000, R10
 	VPMULUDQ    160(DI), Y12, Y13
+	MOVQ        R11, DX
 	VPADDQ      Y13, Y6, Y6
+	MULXQ       1288(DI), AX, R11
 	VPMULUDQ    192(DI), Y12, Y13
+	ADDQ        AX, R10
 	VPADDQ      Y13, Y7, Y7
 	VPMULUDQ    224(DI), Y12, Y13
+	ADCQ        $0x00000000, R11
 	VPADDQ      Y13, Y8, Y8
+	MULXQ       1280(DI), AX, DX
 	VPMULUDQ    256(DI), Y12, Y13
+	ADDQ        AX, CX
 	VPADDQ      Y13, Y9, Y9
+	ADCQ        DX, R10
 	VPSRLQ      $0x34, Y10, Y12
+	ADCQ        $0x00000000, R11
 	VPSLLQ      $0x0c, Y15, Y11
+	MOVQ        1280(DI), AX
 	VPOR        Y11, Y12, Y12
+	IMULQ       R12, AX
 	VPAND       Y14, Y12, Y12
+	IMULQ       1288(DI), R12
 	VPMULUDQ    896(DI), Y12, Y13
+	ADDQ        AX, R10
 	VPADDQ      Y13, Y5, Y5
+	ADCQ        R12, R11
 	VPMULUDQ    928(DI), Y12, Y13
+	MOVQ        R10, R12
 	VPADDQ      Y13, Y6, Y6
 	VPMULUDQ    160(DI), Y12, Y13
-	VPADDQ      Y13, Y7, Y7
-	VPMULUDQ    192(DI), Y12, Y13
-	VPADDQ      Y13, Y8, Y8
-	VPMULUDQ    224(DI), Y12, Y13
-	VPADDQ      Y13, Y9, Y9
-	VPSRLQ      $0x0e, Y15, Y12
-	VPAND       Y14, Y12, Y12
-	VPMULUDQ    864(DI), Y12, Y13
-	VPADDQ      Y13, Y5, Y5
-	VPMULUDQ    896(DI), Y12, Y13
-	VPADDQ      Y13, Y6, Y6
-	VPMULUDQ    928(DI), Y12, Y13
-	VPADDQ      Y13, Y7, Y7
-	VPMULUDQ    160(DI), Y12, Y13
-	VPADDQ      Y13, Y8, Y8
-	VPMULUDQ    192(DI), Y12, Y13
-	VPADDQ      Y13, Y9, Y9
-	VPSRLQ      $0x28, Y15, Y12
-	VPOR        polyConsts<>+32(SB), Y12, Y12
-	VPMULUDQ    832(DI), Y12, Y13
-	VPADDQ      Y13, Y5, Y5
-	VPMULUDQ    864(DI), Y12, Y13
-	VPADDQ      Y13, Y6, Y6
-	VPMULUDQ    896(DI), Y12, Y13
-	VPADDQ      Y13, Y7, Y7
-	VPMULUDQ    928(DI), Y12, Y13
-	VPADDQ      Y13, Y8, Y8
-	VPMULUDQ    160(DI), Y12, Y13
-	VPADDQ      Y13, Y9, Y9
-
-	// Scalar lane: h += chunk + 2^128.
-	ADDQ 16(SI)(R8*4), R10
-	ADCQ 24(SI)(R8*4), R11
-	ADCQ $0x00000001, R12
-
-	// t = h·r.
-	MOVQ  1280(DI), AX
-	MULQ  R10
-	MOVQ  AX, R13
-	MOVQ  DX, R14
-	MOVQ  1288(DI), AX
-	MULQ  R10
-	ADDQ  AX, R14
-	ADCQ  $0x00000000, DX
-	MOVQ  DX, R15
-	XORQ  BX, BX
-	MOVQ  1280(DI), AX
-	MULQ  R11
-	ADDQ  AX, R14
-	ADCQ  DX, R15
-	ADCQ  $0x00000000, BX
-	MOVQ  1288(DI), AX
-	MULQ  R11
-	ADDQ  AX, R15
-	ADCQ  DX, BX
-	MOVQ  1280(DI), AX
-	IMULQ R12, AX
-	ADDQ  AX, R15
-	ADCQ  $0x00000000, BX
-	MOVQ  1288(DI), AX
-	IMULQ R12, AX
-	ADDQ  AX, BX
-
-	// h = t mod 2^130 + 4H + H.
-	MOVQ        R13, R10
-	MOVQ        R14, R11
-	MOVQ        R15, R12
 	ANDQ        $0x00000003, R12
-	ANDQ        $-4, R15
-	ADDQ        R15, R10
-	ADCQ        BX, R11
+	VPADDQ      Y13, Y7, Y7
+	ANDQ        $-4, R10
+	VPMULUDQ    192(DI), Y12, Y13
+	ADDQ        R10, BX
+	VPADDQ      Y13, Y8, Y8
+	ADCQ        R11, CX
+	VPMULUDQ    224(DI), Y12, Y13
 	ADCQ        $0x00000000, R12
-	SHRQ        $0x02, BX, R15
-	SHRQ        $0x02, BX
-	ADDQ        R15, R10
-	ADCQ        BX, R11
+	VPADDQ      Y13, Y9, Y9
+	SHRQ        $0x02, R11, R10
+	VPSRLQ      $0x0e, Y15, Y12
+	SHRQ        $0x02, R11
+	VPAND       Y14, Y12, Y12
+	ADDQ        R10, BX
+	VPMULUDQ    864(DI), Y12, Y13
+	ADCQ        R11, CX
+	VPADDQ      Y13, Y5, Y5
 	ADCQ        $0x00000000, R12
+	VPMULUDQ    896(DI), Y12, Y13
+	MOVQ        BX, R10
+	VPADDQ      Y13, Y6, Y6
+	MOVQ        CX, R11
+	VPMULUDQ    928(DI), Y12, Y13
+	VPADDQ      Y13, Y7, Y7
+	ADDQ        16(R9)(R8*2), R13
+	VPMULUDQ    160(DI), Y12, Y13
+	ADCQ        24(R9)(R8*2), R14
+	VPADDQ      Y13, Y8, Y8
+	ADCQ        $0x00000001, R15
+	VPMULUDQ    192(DI), Y12, Y13
+	MOVQ        R13, DX
+	VPADDQ      Y13, Y9, Y9
+	MULXQ       1280(DI), BX, CX
+	VPSRLQ      $0x28, Y15, Y12
+	MULXQ       1288(DI), AX, R13
+	VPOR        polyConsts<>+32(SB), Y12, Y12
+	ADDQ        AX, CX
+	VPMULUDQ    832(DI), Y12, Y13
+	ADCQ        $0x00000000, R13
+	VPADDQ      Y13, Y5, Y5
+	MOVQ        R14, DX
+	VPMULUDQ    864(DI), Y12, Y13
+	MULXQ       1288(DI), AX, R14
+	VPADDQ      Y13, Y6, Y6
+	ADDQ        AX, R13
+	VPMULUDQ    896(DI), Y12, Y13
+	VPADDQ      Y13, Y7, Y7
+	ADCQ        $0x00000000, R14
+	VPMULUDQ    928(DI), Y12, Y13
+	MULXQ       1280(DI), AX, DX
+	VPADDQ      Y13, Y8, Y8
+	ADDQ        AX, CX
+	VPMULUDQ    160(DI), Y12, Y13
+	ADCQ        DX, R13
+	VPADDQ      Y13, Y9, Y9
+	ADCQ        $0x00000000, R14
 	VMOVDQU     16(SI), X10
+	MOVQ        1280(DI), AX
 	VINSERTI128 $0x01, 16(SI)(R8*2), Y10, Y10
+	IMULQ       R15, AX
 	VMOVDQU     16(SI)(R8*1), X11
-	VINSERTI128 $0x01, 16(SI)(R9*1), Y11, Y11
+	IMULQ       1288(DI), R15
+	VINSERTI128 $0x01, 16(R9), Y11, Y11
+	ADDQ        AX, R13
 	VPUNPCKHQDQ Y11, Y10, Y15
+	ADCQ        R15, R14
 	VPUNPCKLQDQ Y11, Y10, Y10
+	MOVQ        R13, R15
 	VPAND       Y14, Y10, Y12
 	VPMULUDQ    320(DI), Y12, Y13
+	ANDQ        $0x00000003, R15
 	VPADDQ      Y13, Y5, Y5
+	ANDQ        $-4, R13
 	VPMULUDQ    352(DI), Y12, Y13
+	ADDQ        R13, BX
 	VPADDQ      Y13, Y6, Y6
+	ADCQ        R14, CX
 	VPMULUDQ    384(DI), Y12, Y13
+	ADCQ        $0x00000000, R15
 	VPADDQ      Y13, Y7, Y7
+	SHRQ        $0x02, R14, R13
 	VPMULUDQ    416(DI), Y12, Y13
+	SHRQ        $0x02, R14
 	VPADDQ      Y13, Y8, Y8
+	ADDQ        R13, BX
 	VPMULUDQ    448(DI), Y12, Y13
+	ADCQ        R14, CX
 	VPADDQ      Y13, Y9, Y9
+	ADCQ        $0x00000000, R15
 	VPSRLQ      $0x1a, Y10, Y12
+	MOVQ        BX, R13
 	VPAND       Y14, Y12, Y12
+	MOVQ        CX, R14
 	VPMULUDQ    1088(DI), Y12, Y13
 	VPADDQ      Y13, Y5, Y5
+	ADDQ        32(R9)(R8*1), R10
 	VPMULUDQ    320(DI), Y12, Y13
+	ADCQ        40(R9)(R8*1), R11
 	VPADDQ      Y13, Y6, Y6
+	ADCQ        $0x00000001, R12
 	VPMULUDQ    352(DI), Y12, Y13
+	MOVQ        R10, DX
 	VPADDQ      Y13, Y7, Y7
+	MULXQ       1280(DI), BX, CX
 	VPMULUDQ    384(DI), Y12, Y13
+	MULXQ       1288(DI), AX, R10
 	VPADDQ      Y13, Y8, Y8
+	ADDQ        AX, CX
 	VPMULUDQ    416(DI), Y12, Y13
+	ADCQ        $0x00000000, R10
 	VPADDQ      Y13, Y9, Y9
+	MOVQ        R11, DX
 	VPSRLQ      $0x34, Y10, Y12
+	MULXQ       1288(DI), AX, R11
 	VPSLLQ      $0x0c, Y15, Y11
+	ADDQ        AX, R10
 	VPOR        Y11, Y12, Y12
 	VPAND       Y14, Y12, Y12
+	ADCQ        $0x00000000, R11
 	VPMULUDQ    1056(DI), Y12, Y13
+	MULXQ       1280(DI), AX, DX
 	VPADDQ      Y13, Y5, Y5
+	ADDQ        AX, CX
 	VPMULUDQ    1088(DI), Y12, Y13
+	ADCQ        DX, R10
 	VPADDQ      Y13, Y6, Y6
+	ADCQ        $0x00000000, R11
 	VPMULUDQ    320(DI), Y12, Y13
+	MOVQ        1280(DI), AX
 	VPADDQ      Y13, Y7, Y7
+	IMULQ       R12, AX
 	VPMULUDQ    352(DI), Y12, Y13
+	IMULQ       1288(DI), R12
 	VPADDQ      Y13, Y8, Y8
+	ADDQ        AX, R10
 	VPMULUDQ    384(DI), Y12, Y13
+	ADCQ        R12, R11
 	VPADDQ      Y13, Y9, Y9
+	MOVQ        R10, R12
 	VPSRLQ      $0x0e, Y15, Y12
 	VPAND       Y14, Y12, Y12
+	ANDQ        $0x00000003, R12
 	VPMULUDQ    1024(DI), Y12, Y13
+	ANDQ        $-4, R10
 	VPADDQ      Y13, Y5, Y5
+	ADDQ        R10, BX
 	VPMULUDQ    1056(DI), Y12, Y13
+	ADCQ        R11, CX
 	VPADDQ      Y13, Y6, Y6
+	ADCQ        $0x00000000, R12
 	VPMULUDQ    1088(DI), Y12, Y13
+	SHRQ        $0x02, R11, R10
 	VPADDQ      Y13, Y7, Y7
+	SHRQ        $0x02, R11
 	VPMULUDQ    320(DI), Y12, Y13
+	ADDQ        R10, BX
 	VPADDQ      Y13, Y8, Y8
+	ADCQ        R11, CX
 	VPMULUDQ    352(DI), Y12, Y13
+	ADCQ        $0x00000000, R12
 	VPADDQ      Y13, Y9, Y9
+	MOVQ        BX, R10
 	VPSRLQ      $0x28, Y15, Y12
+	MOVQ        CX, R11
 	VPOR        polyConsts<>+32(SB), Y12, Y12
 	VPMULUDQ    992(DI), Y12, Y13
+	ADDQ        32(R9)(R8*2), R13
 	VPADDQ      Y13, Y5, Y5
+	ADCQ        40(R9)(R8*2), R14
 	VPMULUDQ    1024(DI), Y12, Y13
+	ADCQ        $0x00000001, R15
 	VPADDQ      Y13, Y6, Y6
+	MOVQ        R13, DX
 	VPMULUDQ    1056(DI), Y12, Y13
+	MULXQ       1280(DI), BX, CX
 	VPADDQ      Y13, Y7, Y7
+	MULXQ       1288(DI), AX, R13
 	VPMULUDQ    1088(DI), Y12, Y13
+	ADDQ        AX, CX
 	VPADDQ      Y13, Y8, Y8
+	ADCQ        $0x00000000, R13
 	VPMULUDQ    320(DI), Y12, Y13
+	MOVQ        R14, DX
 	VPADDQ      Y13, Y9, Y9
-
-	// h += m1; d += h·r^4.
+	MULXQ       1288(DI), AX, R14
 	VMOVDQU     (SI), X10
+	ADDQ        AX, R13
 	VINSERTI128 $0x01, (SI)(R8*2), Y10, Y10
 	VMOVDQU     (SI)(R8*1), X11
-	VINSERTI128 $0x01, (SI)(R9*1), Y11, Y11
+	ADCQ        $0x00000000, R14
+	VINSERTI128 $0x01, (R9), Y11, Y11
+	MULXQ       1280(DI), AX, DX
 	VPUNPCKHQDQ Y11, Y10, Y15
+	ADDQ        AX, CX
 	VPUNPCKLQDQ Y11, Y10, Y10
+	ADCQ        DX, R13
 	VPAND       Y14, Y10, Y12
+	ADCQ        $0x00000000, R14
 	VPADDQ      Y12, Y0, Y0
+	MOVQ        1280(DI), AX
 	VPSRLQ      $0x1a, Y10, Y12
+	IMULQ       R15, AX
 	VPAND       Y14, Y12, Y12
+	IMULQ       1288(DI), R15
 	VPADDQ      Y12, Y1, Y1
+	ADDQ        AX, R13
 	VPSRLQ      $0x34, Y10, Y12
+	ADCQ        R15, R14
 	VPSLLQ      $0x0c, Y15, Y11
+	MOVQ        R13, R15
 	VPOR        Y11, Y12, Y12
 	VPAND       Y14, Y12, Y12
+	ANDQ        $0x00000003, R15
 	VPADDQ      Y12, Y2, Y2
+	ANDQ        $-4, R13
 	VPSRLQ      $0x0e, Y15, Y12
+	ADDQ        R13, BX
 	VPAND       Y14, Y12, Y12
+	ADCQ        R14, CX
 	VPADDQ      Y12, Y3, Y3
+	ADCQ        $0x00000000, R15
 	VPSRLQ      $0x28, Y15, Y12
+	SHRQ        $0x02, R14, R13
 	VPOR        polyConsts<>+32(SB), Y12, Y12
+	SHRQ        $0x02, R14
 	VPADDQ      Y12, Y4, Y4
+	ADDQ        R13, BX
 	VPMULUDQ    480(DI), Y0, Y13
+	ADCQ        R14, CX
 	VPADDQ      Y13, Y5, Y5
+	ADCQ        $0x00000000, R15
 	VPMULUDQ    512(DI), Y0, Y13
+	MOVQ        BX, R13
 	VPADDQ      Y13, Y6, Y6
+	MOVQ        CX, R14
 	VPMULUDQ    544(DI), Y0, Y13
 	VPADDQ      Y13, Y7, Y7
+	ADDQ        48(R9)(R8*1), R10
 	VPMULUDQ    576(DI), Y0, Y13
+	ADCQ        56(R9)(R8*1), R11
 	VPADDQ      Y13, Y8, Y8
+	ADCQ        $0x00000001, R12
 	VPMULUDQ    608(DI), Y0, Y13
+	MOVQ        R10, DX
 	VPADDQ      Y13, Y9, Y9
+	MULXQ       1280(DI), BX, CX
 	VPMULUDQ    1248(DI), Y1, Y13
+	MULXQ       1288(DI), AX, R10
 	VPADDQ      Y13, Y5, Y5
+	ADDQ        AX, CX
 	VPMULUDQ    480(DI), Y1, Y13
+	ADCQ        $0x00000000, R10
 	VPADDQ      Y13, Y6, Y6
+	MOVQ        R11, DX
 	VPMULUDQ    512(DI), Y1, Y13
+	MULXQ       1288(DI), AX, R11
 	VPADDQ      Y13, Y7, Y7
+	ADDQ        AX, R10
 	VPMULUDQ    544(DI), Y1, Y13
 	VPADDQ      Y13, Y8, Y8
+	ADCQ        $0x00000000, R11
 	VPMULUDQ    576(DI), Y1, Y13
+	MULXQ       1280(DI), AX, DX
 	VPADDQ      Y13, Y9, Y9
+	ADDQ        AX, CX
 	VPMULUDQ    1216(DI), Y2, Y13
+	ADCQ        DX, R10
 	VPADDQ      Y13, Y5, Y5
+	ADCQ        $0x00000000, R11
 	VPMULUDQ    1248(DI), Y2, Y13
+	MOVQ        1280(DI), AX
 	VPADDQ      Y13, Y6, Y6
+	IMULQ       R12, AX
 	VPMULUDQ    480(DI), Y2, Y13
+	IMULQ       1288(DI), R12
 	VPADDQ      Y13, Y7, Y7
+	ADDQ        AX, R10
 	VPMULUDQ    512(DI), Y2, Y13
+	ADCQ        R12, R11
 	VPADDQ      Y13, Y8, Y8
+	MOVQ        R10, R12
 	VPMULUDQ    544(DI), Y2, Y13
 	VPADDQ      Y13, Y9, Y9
+	ANDQ        $0x00000003, R12
 	VPMULUDQ    1184(DI), Y3, Y13
+	ANDQ        $-4, R10
 	VPADDQ      Y13, Y5, Y5
+	ADDQ        R10, BX
 	VPMULUDQ    1216(DI), Y3, Y13
+	ADCQ        R11, CX
 	VPADDQ      Y13, Y6, Y6
+	ADCQ        $0x00000000, R12
 	VPMULUDQ    1248(DI), Y3, Y13
+	SHRQ        $0x02, R11, R10
 	VPADDQ      Y13, Y7, Y7
+	SHRQ        $0x02, R11
 	VPMULUDQ    480(DI), Y3, Y13
+	ADDQ        R10, BX
 	VPADDQ      Y13, Y8, Y8
+	ADCQ        R11, CX
 	VPMULUDQ    512(DI), Y3, Y13
+	ADCQ        $0x00000000, R12
 	VPADDQ      Y13, Y9, Y9
+	MOVQ        BX, R10
 	VPMULUDQ    1152(DI), Y4, Y13
+	MOVQ        CX, R11
 	VPADDQ      Y13, Y5, Y5
 	VPMULUDQ    1184(DI), Y4, Y13
+	ADDQ        48(R9)(R8*2), R13
 	VPADDQ      Y13, Y6, Y6
+	ADCQ        56(R9)(R8*2), R14
 	VPMULUDQ    1216(DI), Y4, Y13
+	ADCQ        $0x00000001, R15
 	VPADDQ      Y13, Y7, Y7
+	MOVQ        R13, DX
 	VPMULUDQ    1248(DI), Y4, Y13
+	MULXQ       1280(DI), BX, CX
 	VPADDQ      Y13, Y8, Y8
+	MULXQ       1288(DI), AX, R13
 	VPMULUDQ    480(DI), Y4, Y13
+	ADDQ        AX, CX
 	VPADDQ      Y13, Y9, Y9
-
-	// Scalar lane: h += chunk + 2^128.
-	ADDQ 32(SI)(R8*4), R10
-	ADCQ 40(SI)(R8*4), R11
-	ADCQ $0x00000001, R12
-
-	// t = h·r.
-	MOVQ  1280(DI), AX
-	MULQ  R10
-	MOVQ  AX, R13
-	MOVQ  DX, R14
-	MOVQ  1288(DI), AX
-	MULQ  R10
-	ADDQ  AX, R14
-	ADCQ  $0x00000000, DX
-	MOVQ  DX, R15
-	XORQ  BX, BX
-	MOVQ  1280(DI), AX
-	MULQ  R11
-	ADDQ  AX, R14
-	ADCQ  DX, R15
-	ADCQ  $0x00000000, BX
-	MOVQ  1288(DI), AX
-	MULQ  R11
-	ADDQ  AX, R15
-	ADCQ  DX, BX
-	MOVQ  1280(DI), AX
-	IMULQ R12, AX
-	ADDQ  AX, R15
-	ADCQ  $0x00000000, BX
-	MOVQ  1288(DI), AX
-	IMULQ R12, AX
-	ADDQ  AX, BX
-
-	// h = t mod 2^130 + 4H + H.
-	MOVQ R13, R10
-	MOVQ R14, R11
-	MOVQ R15, R12
-	ANDQ $0x00000003, R12
-	ANDQ $-4, R15
-	ADDQ R15, R10
-	ADCQ BX, R11
-	ADCQ $0x00000000, R12
-	SHRQ $0x02, BX, R15
-	SHRQ $0x02, BX
-	ADDQ R15, R10
-	ADCQ BX, R11
-	ADCQ $0x00000000, R12
-
-	// Scalar lane: h += chunk + 2^128.
-	ADDQ 48(SI)(R8*4), R10
-	ADCQ 56(SI)(R8*4), R11
-	ADCQ $0x00000001, R12
-
-	// t = h·r.
-	MOVQ  1280(DI), AX
-	MULQ  R10
-	MOVQ  AX, R13
-	MOVQ  DX, R14
-	MOVQ  1288(DI), AX
-	MULQ  R10
-	ADDQ  AX, R14
-	ADCQ  $0x00000000, DX
-	MOVQ  DX, R15
-	XORQ  BX, BX
-	MOVQ  1280(DI), AX
-	MULQ  R11
-	ADDQ  AX, R14
-	ADCQ  DX, R15
-	ADCQ  $0x00000000, BX
-	MOVQ  1288(DI), AX
-	MULQ  R11
-	ADDQ  AX, R15
-	ADCQ  DX, BX
-	MOVQ  1280(DI), AX
-	IMULQ R12, AX
-	ADDQ  AX, R15
-	ADCQ  $0x00000000, BX
-	MOVQ  1288(DI), AX
-	IMULQ R12, AX
-	ADDQ  AX, BX
-
-	// h = t mod 2^130 + 4H + H.
-	MOVQ R13, R10
-	MOVQ R14, R11
-	MOVQ R15, R12
-	ANDQ $0x00000003, R12
-	ANDQ $-4, R15
-	ADDQ R15, R10
-	ADCQ BX, R11
-	ADCQ $0x00000000, R12
-	SHRQ $0x02, BX, R15
-	SHRQ $0x02, BX
-	ADDQ R15, R10
-	ADCQ BX, R11
-	ADCQ $0x00000000, R12
-
-	// h = d, carried.
-	VPSRLQ  $0x1a, Y5, Y10
-	VPAND   Y14, Y5, Y5
-	VPADDQ  Y10, Y6, Y6
-	VPSRLQ  $0x1a, Y8, Y11
-	VPAND   Y14, Y8, Y8
-	VPADDQ  Y11, Y9, Y9
-	VPSRLQ  $0x1a, Y6, Y10
-	VPAND   Y14, Y6, Y6
-	VPADDQ  Y10, Y7, Y7
-	VPSRLQ  $0x1a, Y9, Y11
-	VPAND   Y14, Y9, Y9
-	VPSLLQ  $0x02, Y11, Y13
-	VPADDQ  Y13, Y11, Y11
-	VPADDQ  Y11, Y5, Y5
-	VPSRLQ  $0x1a, Y7, Y10
-	VPAND   Y14, Y7, Y7
-	VPADDQ  Y10, Y8, Y8
-	VPSRLQ  $0x1a, Y5, Y11
-	VPAND   Y14, Y5, Y5
-	VPADDQ  Y11, Y6, Y6
-	VPSRLQ  $0x1a, Y8, Y10
-	VPAND   Y14, Y8, Y8
-	VPADDQ  Y10, Y9, Y9
-	VMOVDQA Y5, Y0
-	VMOVDQA Y6, Y1
-	VMOVDQA Y7, Y2
-	VMOVDQA Y8, Y3
-	VMOVDQA Y9, Y4
-	ADDQ    $0x00000040, SI
-	SUBQ    $0x00000004, CX
-	CMPQ    CX, $0x00000004
-	JAE     lanesHybridAVX2quad
+	ADCQ        $0x00000000, R13
+	VPSRLQ      $0x1a, Y5, Y10
+	MOVQ        R14, DX
+	VPAND       Y14, Y5, Y5
+	MULXQ       1288(DI), AX, R14
+	VPADDQ      Y10, Y6, Y6
+	ADDQ        AX, R13
+	VPSRLQ      $0x1a, Y8, Y11
+	VPAND       Y14, Y8, Y8
+	ADCQ        $0x00000000, R14
+	VPADDQ      Y11, Y9, Y9
+	MULXQ       1280(DI), AX, DX
+	VPSRLQ      $0x1a, Y6, Y10
+	ADDQ        AX, CX
+	VPAND       Y14, Y6, Y6
+	ADCQ        DX, R13
+	VPADDQ      Y10, Y7, Y7
+	ADCQ        $0x00000000, R14
+	VPSRLQ      $0x1a, Y9, Y11
+	MOVQ        1280(DI), AX
+	VPAND       Y14, Y9, Y9
+	IMULQ       R15, AX
+	VPSLLQ      $0x02, Y11, Y13
+	IMULQ       1288(DI), R15
+	VPADDQ      Y13, Y11, Y11
+	ADDQ        AX, R13
+	VPADDQ      Y11, Y5, Y5
+	ADCQ        R15, R14
+	VPSRLQ      $0x1a, Y7, Y10
+	MOVQ        R13, R15
+	VPAND       Y14, Y7, Y7
+	VPADDQ      Y10, Y8, Y8
+	ANDQ        $0x00000003, R15
+	VPSRLQ      $0x1a, Y5, Y11
+	ANDQ        $-4, R13
+	VPAND       Y14, Y5, Y5
+	ADDQ        R13, BX
+	VPADDQ      Y11, Y6, Y6
+	ADCQ        R14, CX
+	VPSRLQ      $0x1a, Y8, Y10
+	ADCQ        $0x00000000, R15
+	VPAND       Y14, Y8, Y8
+	SHRQ        $0x02, R14, R13
+	VPADDQ      Y10, Y9, Y9
+	SHRQ        $0x02, R14
+	VMOVDQA     Y5, Y0
+	ADDQ        R13, BX
+	VMOVDQA     Y6, Y1
+	ADCQ        R14, CX
+	VMOVDQA     Y7, Y2
+	ADCQ        $0x00000000, R15
+	VMOVDQA     Y8, Y3
+	MOVQ        BX, R13
+	VMOVDQA     Y9, Y4
+	MOVQ        CX, R14
+	ADDQ        $0x00000040, SI
+	ADDQ        $0x00000040, R9
+	SUBQ        $0x00000004, chunks+40(FP)
+	CMPQ        chunks+40(FP), $0x00000004
+	JAE         lanesHybridAVX2quad
 
 lanesHybridAVX2pair:
-	CMPQ CX, $0x00000002
+	CMPQ chunks+40(FP), $0x00000002
 	JB   lanesHybridAVX2single
 
 	// Two chunks: d = m2·r, then h += m1; d += h·r^2.
 	VMOVDQU     16(SI), X10
 	VINSERTI128 $0x01, 16(SI)(R8*2), Y10, Y10
+	ADDQ        (R9)(R8*1), R10
 	VMOVDQU     16(SI)(R8*1), X11
-	VINSERTI128 $0x01, 16(SI)(R9*1), Y11, Y11
+	ADCQ        8(R9)(R8*1), R11
+	VINSERTI128 $0x01, 16(R9), Y11, Y11
+	ADCQ        $0x00000001, R12
 	VPUNPCKHQDQ Y11, Y10, Y15
+	MOVQ        R10, DX
 	VPUNPCKLQDQ Y11, Y10, Y10
+	MULXQ       1280(DI), BX, CX
 	VPAND       Y14, Y10, Y12
 	VPMULUDQ    (DI), Y12, Y5
+	MULXQ       1288(DI), AX, R10
 	VPMULUDQ    32(DI), Y12, Y6
+	ADDQ        AX, CX
 	VPMULUDQ    64(DI), Y12, Y7
+	ADCQ        $0x00000000, R10
 	VPMULUDQ    96(DI), Y12, Y8
+	MOVQ        R11, DX
 	VPMULUDQ    128(DI), Y12, Y9
+	MULXQ       1288(DI), AX, R11
 	VPSRLQ      $0x1a, Y10, Y12
 	VPAND       Y14, Y12, Y12
+	ADDQ        AX, R10
 	VPMULUDQ    768(DI), Y12, Y13
+	ADCQ        $0x00000000, R11
 	VPADDQ      Y13, Y5, Y5
+	MULXQ       1280(DI), AX, DX
 	VPMULUDQ    (DI), Y12, Y13
+	ADDQ        AX, CX
 	VPADDQ      Y13, Y6, Y6
+	ADCQ        DX, R10
 	VPMULUDQ    32(DI), Y12, Y13
 	VPADDQ      Y13, Y7, Y7
+	ADCQ        $0x00000000, R11
 	VPMULUDQ    64(DI), Y12, Y13
+	MOVQ        1280(DI), AX
 	VPADDQ      Y13, Y8, Y8
+	IMULQ       R12, AX
 	VPMULUDQ    96(DI), Y12, Y13
+	IMULQ       1288(DI), R12
 	VPADDQ      Y13, Y9, Y9
+	ADDQ        AX, R10
 	VPSRLQ      $0x34, Y10, Y12
 	VPSLLQ      $0x0c, Y15, Y11
+	ADCQ        R12, R11
 	VPOR        Y11, Y12, Y12
+	MOVQ        R10, R12
 	VPAND       Y14, Y12, Y12
+	ANDQ        $0x00000003, R12
 	VPMULUDQ    736(DI), Y12, Y13
+	ANDQ        $-4, R10
 	VPADDQ      Y13, Y5, Y5
+	ADDQ        R10, BX
 	VPMULUDQ    768(DI), Y12, Y13
+	ADCQ        R11, CX
 	VPADDQ      Y13, Y6, Y6
 	VPMULUDQ    (DI), Y12, Y13
+	ADCQ        $0x00000000, R12
 	VPADDQ      Y13, Y7, Y7
+	SHRQ        $0x02, R11, R10
 	VPMULUDQ    32(DI), Y12, Y13
+	SHRQ        $0x02, R11
 	VPADDQ      Y13, Y8, Y8
+	ADDQ        R10, BX
 	VPMULUDQ    64(DI), Y12, Y13
+	ADCQ        R11, CX
 	VPADDQ      Y13, Y9, Y9
 	VPSRLQ      $0x0e, Y15, Y12
+	ADCQ        $0x00000000, R12
 	VPAND       Y14, Y12, Y12
+	MOVQ        BX, R10
 	VPMULUDQ    704(DI), Y12, Y13
+	MOVQ        CX, R11
 	VPADDQ      Y13, Y5, Y5
+	ADDQ        (R9)(R8*2), R13
 	VPMULUDQ    736(DI), Y12, Y13
+	ADCQ        8(R9)(R8*2), R14
 	VPADDQ      Y13, Y6, Y6
 	VPMULUDQ    768(DI), Y12, Y13
+	ADCQ        $0x00000001, R15
 	VPADDQ      Y13, Y7, Y7
+	MOVQ        R13, DX
 	VPMULUDQ    (DI), Y12, Y13
+	MULXQ       1280(DI), BX, CX
 	VPADDQ      Y13, Y8, Y8
+	MULXQ       1288(DI), AX, R13
 	VPMULUDQ    32(DI), Y12, Y13
+	ADDQ        AX, CX
 	VPADDQ      Y13, Y9, Y9
 	VPSRLQ      $0x28, Y15, Y12
+	ADCQ        $0x00000000, R13
 	VPOR        polyConsts<>+32(SB), Y12, Y12
+	MOVQ        R14, DX
 	VPMULUDQ    672(DI), Y12, Y13
+	MULXQ       1288(DI), AX, R14
 	VPADDQ      Y13, Y5, Y5
+	ADDQ        AX, R13
 	VPMULUDQ    704(DI), Y12, Y13
+	ADCQ        $0x00000000, R14
 	VPADDQ      Y13, Y6, Y6
+	MULXQ       1280(DI), AX, DX
 	VPMULUDQ    736(DI), Y12, Y13
 	VPADDQ      Y13, Y7, Y7
+	ADDQ        AX, CX
 	VPMULUDQ    768(DI), Y12, Y13
+	ADCQ        DX, R13
 	VPADDQ      Y13, Y8, Y8
+	ADCQ        $0x00000000, R14
 	VPMULUDQ    (DI), Y12, Y13
+	MOVQ        1280(DI), AX
 	VPADDQ      Y13, Y9, Y9
-
-	// Scalar lane: h += chunk + 2^128.
-	ADDQ (SI)(R8*4), R10
-	ADCQ 8(SI)(R8*4), R11
-	ADCQ $0x00000001, R12
-
-	// t = h·r.
-	MOVQ  1280(DI), AX
-	MULQ  R10
-	MOVQ  AX, R13
-	MOVQ  DX, R14
-	MOVQ  1288(DI), AX
-	MULQ  R10
-	ADDQ  AX, R14
-	ADCQ  $0x00000000, DX
-	MOVQ  DX, R15
-	XORQ  BX, BX
-	MOVQ  1280(DI), AX
-	MULQ  R11
-	ADDQ  AX, R14
-	ADCQ  DX, R15
-	ADCQ  $0x00000000, BX
-	MOVQ  1288(DI), AX
-	MULQ  R11
-	ADDQ  AX, R15
-	ADCQ  DX, BX
-	MOVQ  1280(DI), AX
-	IMULQ R12, AX
-	ADDQ  AX, R15
-	ADCQ  $0x00000000, BX
-	MOVQ  1288(DI), AX
-	IMULQ R12, AX
-	ADDQ  AX, BX
-
-	// h = t mod 2^130 + 4H + H.
-	MOVQ        R13, R10
-	MOVQ        R14, R11
-	MOVQ        R15, R12
-	ANDQ        $0x00000003, R12
-	ANDQ        $-4, R15
-	ADDQ        R15, R10
-	ADCQ        BX, R11
-	ADCQ        $0x00000000, R12
-	SHRQ        $0x02, BX, R15
-	SHRQ        $0x02, BX
-	ADDQ        R15, R10
-	ADCQ        BX, R11
-	ADCQ        $0x00000000, R12
+	IMULQ       R15, AX
 	VMOVDQU     (SI), X10
 	VINSERTI128 $0x01, (SI)(R8*2), Y10, Y10
+	IMULQ       1288(DI), R15
 	VMOVDQU     (SI)(R8*1), X11
-	VINSERTI128 $0x01, (SI)(R9*1), Y11, Y11
+	ADDQ        AX, R13
+	VINSERTI128 $0x01, (R9), Y11, Y11
+	ADCQ        R15, R14
 	VPUNPCKHQDQ Y11, Y10, Y15
+	MOVQ        R13, R15
 	VPUNPCKLQDQ Y11, Y10, Y10
+	ANDQ        $0x00000003, R15
 	VPAND       Y14, Y10, Y12
 	VPADDQ      Y12, Y0, Y0
+	ANDQ        $-4, R13
 	VPSRLQ      $0x1a, Y10, Y12
+	ADDQ        R13, BX
 	VPAND       Y14, Y12, Y12
+	ADCQ        R14, CX
 	VPADDQ      Y12, Y1, Y1
+	ADCQ        $0x00000000, R15
 	VPSRLQ      $0x34, Y10, Y12
+	SHRQ        $0x02, R14, R13
 	VPSLLQ      $0x0c, Y15, Y11
 	VPOR        Y11, Y12, Y12
+	SHRQ        $0x02, R14
 	VPAND       Y14, Y12, Y12
+	ADDQ        R13, BX
 	VPADDQ      Y12, Y2, Y2
+	ADCQ        R14, CX
 	VPSRLQ      $0x0e, Y15, Y12
+	ADCQ        $0x00000000, R15
 	VPAND       Y14, Y12, Y12
+	MOVQ        BX, R13
 	VPADDQ      Y12, Y3, Y3
+	MOVQ        CX, R14
 	VPSRLQ      $0x28, Y15, Y12
 	VPOR        polyConsts<>+32(SB), Y12, Y12
+	ADDQ        16(R9)(R8*1), R10
 	VPADDQ      Y12, Y4, Y4
+	ADCQ        24(R9)(R8*1), R11
 	VPMULUDQ    160(DI), Y0, Y13
+	ADCQ        $0x00000001, R12
 	VPADDQ      Y13, Y5, Y5
+	MOVQ        R10, DX
 	VPMULUDQ    192(DI), Y0, Y13
+	MULXQ       1280(DI), BX, CX
 	VPADDQ      Y13, Y6, Y6
 	VPMULUDQ    224(DI), Y0, Y13
+	MULXQ       1288(DI), AX, R10
 	VPADDQ      Y13, Y7, Y7
+	ADDQ        AX, CX
 	VPMULUDQ    256(DI), Y0, Y13
+	ADCQ        $0x00000000, R10
 	VPADDQ      Y13, Y8, Y8
+	MOVQ        R11, DX
 	VPMULUDQ    288(DI), Y0, Y13
+	MULXQ       1288(DI), AX, R11
 	VPADDQ      Y13, Y9, Y9
 	VPMULUDQ    928(DI), Y1, Y13
+	ADDQ        AX, R10
 	VPADDQ      Y13, Y5, Y5
+	ADCQ        $0x00000000, R11
 	VPMULUDQ    160(DI), Y1, Y13
+	MULXQ       1280(DI), AX, DX
 	VPADDQ      Y13, Y6, Y6
+	ADDQ        AX, CX
 	VPMULUDQ    192(DI), Y1, Y13
+	ADCQ        DX, R10
 	VPADDQ      Y13, Y7, Y7
 	VPMULUDQ    224(DI), Y1, Y13
+	ADCQ        $0x00000000, R11
 	VPADDQ      Y13, Y8, Y8
+	MOVQ        1280(DI), AX
 	VPMULUDQ    256(DI), Y1, Y13
+	IMULQ       R12, AX
 	VPADDQ      Y13, Y9, Y9
+	IMULQ       1288(DI), R12
 	VPMULUDQ    896(DI), Y2, Y13
+	ADDQ        AX, R10
 	VPADDQ      Y13, Y5, Y5
 	VPMULUDQ    928(DI), Y2, Y13
+	ADCQ        R12, R11
 	VPADDQ      Y13, Y6, Y6
+	MOVQ        R10, R12
 	VPMULUDQ    160(DI), Y2, Y13
+	ANDQ        $0x00000003, R12
 	VPADDQ      Y13, Y7, Y7
+	ANDQ        $-4, R10
 	VPMULUDQ    192(DI), Y2, Y13
+	ADDQ        R10, BX
 	VPADDQ      Y13, Y8, Y8
+	ADCQ        R11, CX
 	VPMULUDQ    224(DI), Y2, Y13
 	VPADDQ      Y13, Y9, Y9
+	ADCQ        $0x00000000, R12
 	VPMULUDQ    864(DI), Y3, Y13
+	SHRQ        $0x02, R11, R10
 	VPADDQ      Y13, Y5, Y5
+	SHRQ        $0x02, R11
 	VPMULUDQ    896(DI), Y3, Y13
+	ADDQ        R10, BX
 	VPADDQ      Y13, Y6, Y6
+	ADCQ        R11, CX
 	VPMULUDQ    928(DI), Y3, Y13
 	VPADDQ      Y13, Y7, Y7
+	ADCQ        $0x00000000, R12
 	VPMULUDQ    160(DI), Y3, Y13
+	MOVQ        BX, R10
 	VPADDQ      Y13, Y8, Y8
+	MOVQ        CX, R11
 	VPMULUDQ    192(DI), Y3, Y13
+	ADDQ        16(R9)(R8*2), R13
 	VPADDQ      Y13, Y9, Y9
+	ADCQ        24(R9)(R8*2), R14
 	VPMULUDQ    832(DI), Y4, Y13
 	VPADDQ      Y13, Y5, Y5
+	ADCQ        $0x00000001, R15
 	VPMULUDQ    864(DI), Y4, Y13
+	MOVQ        R13, DX
 	VPADDQ      Y13, Y6, Y6
+	MULXQ       1280(DI), BX, CX
 	VPMULUDQ    896(DI), Y4, Y13
+	MULXQ       1288(DI), AX, R13
 	VPADDQ      Y13, Y7, Y7
+	ADDQ        AX, CX
 	VPMULUDQ    928(DI), Y4, Y13
 	VPADDQ      Y13, Y8, Y8
+	ADCQ        $0x00000000, R13
 	VPMULUDQ    160(DI), Y4, Y13
+	MOVQ        R14, DX
 	VPADDQ      Y13, Y9, Y9
-
-	// Scalar lane: h += chunk + 2^128.
-	ADDQ 16(SI)(R8*4), R10
-	ADCQ 24(SI)(R8*4), R11
-	ADCQ $0x00000001, R12
-
-	// t = h·r.
-	MOVQ  1280(DI), AX
-	MULQ  R10
-	MOVQ  AX, R13
-	MOVQ  DX, R14
-	MOVQ  1288(DI), AX
-	MULQ  R10
-	ADDQ  AX, R14
-	ADCQ  $0x00000000, DX
-	MOVQ  DX, R15
-	XORQ  BX, BX
-	MOVQ  1280(DI), AX
-	MULQ  R11
-	ADDQ  AX, R14
-	ADCQ  DX, R15
-	ADCQ  $0x00000000, BX
-	MOVQ  1288(DI), AX
-	MULQ  R11
-	ADDQ  AX, R15
-	ADCQ  DX, BX
-	MOVQ  1280(DI), AX
-	IMULQ R12, AX
-	ADDQ  AX, R15
-	ADCQ  $0x00000000, BX
-	MOVQ  1288(DI), AX
-	IMULQ R12, AX
-	ADDQ  AX, BX
-
-	// h = t mod 2^130 + 4H + H.
-	MOVQ    R13, R10
-	MOVQ    R14, R11
-	MOVQ    R15, R12
-	ANDQ    $0x00000003, R12
-	ANDQ    $-4, R15
-	ADDQ    R15, R10
-	ADCQ    BX, R11
-	ADCQ    $0x00000000, R12
-	SHRQ    $0x02, BX, R15
-	SHRQ    $0x02, BX
-	ADDQ    R15, R10
-	ADCQ    BX, R11
-	ADCQ    $0x00000000, R12
-	VPSRLQ  $0x1a, Y5, Y10
-	VPAND   Y14, Y5, Y5
-	VPADDQ  Y10, Y6, Y6
-	VPSRLQ  $0x1a, Y8, Y11
-	VPAND   Y14, Y8, Y8
-	VPADDQ  Y11, Y9, Y9
-	VPSRLQ  $0x1a, Y6, Y10
-	VPAND   Y14, Y6, Y6
-	VPADDQ  Y10, Y7, Y7
-	VPSRLQ  $0x1a, Y9, Y11
-	VPAND   Y14, Y9, Y9
-	VPSLLQ  $0x02, Y11, Y13
-	VPADDQ  Y13, Y11, Y11
-	VPADDQ  Y11, Y5, Y5
-	VPSRLQ  $0x1a, Y7, Y10
-	VPAND   Y14, Y7, Y7
-	VPADDQ  Y10, Y8, Y8
-	VPSRLQ  $0x1a, Y5, Y11
-	VPAND   Y14, Y5, Y5
-	VPADDQ  Y11, Y6, Y6
-	VPSRLQ  $0x1a, Y8, Y10
-	VPAND   Y14, Y8, Y8
-	VPADDQ  Y10, Y9, Y9
-	VMOVDQA Y5, Y0
-	VMOVDQA Y6, Y1
-	VMOVDQA Y7, Y2
-	VMOVDQA Y8, Y3
-	VMOVDQA Y9, Y4
-	ADDQ    $0x00000020, SI
-	SUBQ    $0x00000002, CX
+	MULXQ       1288(DI), AX, R14
+	VPSRLQ      $0x1a, Y5, Y10
+	ADDQ        AX, R13
+	VPAND       Y14, Y5, Y5
+	ADCQ        $0x00000000, R14
+	VPADDQ      Y10, Y6, Y6
+	MULXQ       1280(DI), AX, DX
+	VPSRLQ      $0x1a, Y8, Y11
+	VPAND       Y14, Y8, Y8
+	ADDQ        AX, CX
+	VPADDQ      Y11, Y9, Y9
+	ADCQ        DX, R13
+	VPSRLQ      $0x1a, Y6, Y10
+	ADCQ        $0x00000000, R14
+	VPAND       Y14, Y6, Y6
+	MOVQ        1280(DI), AX
+	VPADDQ      Y10, Y7, Y7
+	IMULQ       R15, AX
+	VPSRLQ      $0x1a, Y9, Y11
+	VPAND       Y14, Y9, Y9
+	IMULQ       1288(DI), R15
+	VPSLLQ      $0x02, Y11, Y13
+	ADDQ        AX, R13
+	VPADDQ      Y13, Y11, Y11
+	ADCQ        R15, R14
+	VPADDQ      Y11, Y5, Y5
+	MOVQ        R13, R15
+	VPSRLQ      $0x1a, Y7, Y10
+	ANDQ        $0x00000003, R15
+	VPAND       Y14, Y7, Y7
+	VPADDQ      Y10, Y8, Y8
+	ANDQ        $-4, R13
+	VPSRLQ      $0x1a, Y5, Y11
+	ADDQ        R13, BX
+	VPAND       Y14, Y5, Y5
+	ADCQ        R14, CX
+	VPADDQ      Y11, Y6, Y6
+	ADCQ        $0x00000000, R15
+	VPSRLQ      $0x1a, Y8, Y10
+	SHRQ        $0x02, R14, R13
+	VPAND       Y14, Y8, Y8
+	VPADDQ      Y10, Y9, Y9
+	SHRQ        $0x02, R14
+	VMOVDQA     Y5, Y0
+	ADDQ        R13, BX
+	VMOVDQA     Y6, Y1
+	ADCQ        R14, CX
+	VMOVDQA     Y7, Y2
+	ADCQ        $0x00000000, R15
+	VMOVDQA     Y8, Y3
+	MOVQ        BX, R13
+	VMOVDQA     Y9, Y4
+	MOVQ        CX, R14
+	ADDQ        $0x00000020, SI
+	ADDQ        $0x00000020, R9
+	SUBQ        $0x00000002, chunks+40(FP)
 
 lanesHybridAVX2single:
-	TESTQ CX, CX
-	JZ    lanesHybridAVX2done
+	CMPQ chunks+40(FP), $0x00000000
+	JZ   lanesHybridAVX2done
 
 	// One chunk left: h = (h + m)·r, carried.
 	VMOVDQU     (SI), X10
 	VINSERTI128 $0x01, (SI)(R8*2), Y10, Y10
+	ADDQ        (R9)(R8*1), R10
 	VMOVDQU     (SI)(R8*1), X11
-	VINSERTI128 $0x01, (SI)(R9*1), Y11, Y11
+	ADCQ        8(R9)(R8*1), R11
+	VINSERTI128 $0x01, (R9), Y11, Y11
 	VPUNPCKHQDQ Y11, Y10, Y15
+	ADCQ        $0x00000001, R12
 	VPUNPCKLQDQ Y11, Y10, Y10
+	MOVQ        R10, DX
 	VPAND       Y14, Y10, Y12
+	MULXQ       1280(DI), BX, CX
 	VPADDQ      Y12, Y0, Y0
 	VPSRLQ      $0x1a, Y10, Y12
+	MULXQ       1288(DI), AX, R10
 	VPAND       Y14, Y12, Y12
+	ADDQ        AX, CX
 	VPADDQ      Y12, Y1, Y1
 	VPSRLQ      $0x34, Y10, Y12
+	ADCQ        $0x00000000, R10
 	VPSLLQ      $0x0c, Y15, Y11
+	MOVQ        R11, DX
 	VPOR        Y11, Y12, Y12
+	MULXQ       1288(DI), AX, R11
 	VPAND       Y14, Y12, Y12
 	VPADDQ      Y12, Y2, Y2
+	ADDQ        AX, R10
 	VPSRLQ      $0x0e, Y15, Y12
+	ADCQ        $0x00000000, R11
 	VPAND       Y14, Y12, Y12
 	VPADDQ      Y12, Y3, Y3
+	MULXQ       1280(DI), AX, DX
 	VPSRLQ      $0x28, Y15, Y12
+	ADDQ        AX, CX
 	VPOR        polyConsts<>+32(SB), Y12, Y12
+	ADCQ        DX, R10
 	VPADDQ      Y12, Y4, Y4
 	VPMULUDQ    (DI), Y0, Y5
+	ADCQ        $0x00000000, R11
 	VPMULUDQ    32(DI), Y0, Y6
+	MOVQ        1280(DI), AX
 	VPMULUDQ    64(DI), Y0, Y7
 	VPMULUDQ    96(DI), Y0, Y8
+	IMULQ       R12, AX
 	VPMULUDQ    128(DI), Y0, Y9
+	IMULQ       1288(DI), R12
 	VPMULUDQ    768(DI), Y1, Y13
+	ADDQ        AX, R10
 	VPADDQ      Y13, Y5, Y5
 	VPMULUDQ    (DI), Y1, Y13
+	ADCQ        R12, R11
 	VPADDQ      Y13, Y6, Y6
+	MOVQ        R10, R12
 	VPMULUDQ    32(DI), Y1, Y13
 	VPADDQ      Y13, Y7, Y7
+	ANDQ        $0x00000003, R12
 	VPMULUDQ    64(DI), Y1, Y13
+	ANDQ        $-4, R10
 	VPADDQ      Y13, Y8, Y8
+	ADDQ        R10, BX
 	VPMULUDQ    96(DI), Y1, Y13
 	VPADDQ      Y13, Y9, Y9
+	ADCQ        R11, CX
 	VPMULUDQ    736(DI), Y2, Y13
+	ADCQ        $0x00000000, R12
 	VPADDQ      Y13, Y5, Y5
 	VPMULUDQ    768(DI), Y2, Y13
+	SHRQ        $0x02, R11, R10
 	VPADDQ      Y13, Y6, Y6
+	SHRQ        $0x02, R11
 	VPMULUDQ    (DI), Y2, Y13
+	ADDQ        R10, BX
 	VPADDQ      Y13, Y7, Y7
 	VPMULUDQ    32(DI), Y2, Y13
+	ADCQ        R11, CX
 	VPADDQ      Y13, Y8, Y8
+	ADCQ        $0x00000000, R12
 	VPMULUDQ    64(DI), Y2, Y13
 	VPADDQ      Y13, Y9, Y9
+	MOVQ        BX, R10
 	VPMULUDQ    704(DI), Y3, Y13
+	MOVQ        CX, R11
 	VPADDQ      Y13, Y5, Y5
+	ADDQ        (R9)(R8*2), R13
 	VPMULUDQ    736(DI), Y3, Y13
 	VPADDQ      Y13, Y6, Y6
+	ADCQ        8(R9)(R8*2), R14
 	VPMULUDQ    768(DI), Y3, Y13
+	ADCQ        $0x00000001, R15
 	VPADDQ      Y13, Y7, Y7
 	VPMULUDQ    (DI), Y3, Y13
+	MOVQ        R13, DX
 	VPADDQ      Y13, Y8, Y8
+	MULXQ       1280(DI), BX, CX
 	VPMULUDQ    32(DI), Y3, Y13
+	MULXQ       1288(DI), AX, R13
 	VPADDQ      Y13, Y9, Y9
 	VPMULUDQ    672(DI), Y4, Y13
+	ADDQ        AX, CX
 	VPADDQ      Y13, Y5, Y5
+	ADCQ        $0x00000000, R13
 	VPMULUDQ    704(DI), Y4, Y13
 	VPADDQ      Y13, Y6, Y6
+	MOVQ        R14, DX
 	VPMULUDQ    736(DI), Y4, Y13
+	MULXQ       1288(DI), AX, R14
 	VPADDQ      Y13, Y7, Y7
+	ADDQ        AX, R13
 	VPMULUDQ    768(DI), Y4, Y13
 	VPADDQ      Y13, Y8, Y8
+	ADCQ        $0x00000000, R14
 	VPMULUDQ    (DI), Y4, Y13
+	MULXQ       1280(DI), AX, DX
 	VPADDQ      Y13, Y9, Y9
-
-	// Scalar lane: h += chunk + 2^128.
-	ADDQ (SI)(R8*4), R10
-	ADCQ 8(SI)(R8*4), R11
-	ADCQ $0x00000001, R12
-
-	// t = h·r.
-	MOVQ  1280(DI), AX
-	MULQ  R10
-	MOVQ  AX, R13
-	MOVQ  DX, R14
-	MOVQ  1288(DI), AX
-	MULQ  R10
-	ADDQ  AX, R14
-	ADCQ  $0x00000000, DX
-	MOVQ  DX, R15
-	XORQ  BX, BX
-	MOVQ  1280(DI), AX
-	MULQ  R11
-	ADDQ  AX, R14
-	ADCQ  DX, R15
-	ADCQ  $0x00000000, BX
-	MOVQ  1288(DI), AX
-	MULQ  R11
-	ADDQ  AX, R15
-	ADCQ  DX, BX
-	MOVQ  1280(DI), AX
-	IMULQ R12, AX
-	ADDQ  AX, R15
-	ADCQ  $0x00000000, BX
-	MOVQ  1288(DI), AX
-	IMULQ R12, AX
-	ADDQ  AX, BX
-
-	// h = t mod 2^130 + 4H + H.
-	MOVQ    R13, R10
-	MOVQ    R14, R11
-	MOVQ    R15, R12
-	ANDQ    $0x00000003, R12
-	ANDQ    $-4, R15
-	ADDQ    R15, R10
-	ADCQ    BX, R11
-	ADCQ    $0x00000000, R12
-	SHRQ    $0x02, BX, R15
-	SHRQ    $0x02, BX
-	ADDQ    R15, R10
-	ADCQ    BX, R11
-	ADCQ    $0x00000000, R12
-	VPSRLQ  $0x1a, Y5, Y10
-	VPAND   Y14, Y5, Y5
-	VPADDQ  Y10, Y6, Y6
-	VPSRLQ  $0x1a, Y8, Y11
-	VPAND   Y14, Y8, Y8
-	VPADDQ  Y11, Y9, Y9
-	VPSRLQ  $0x1a, Y6, Y10
-	VPAND   Y14, Y6, Y6
-	VPADDQ  Y10, Y7, Y7
-	VPSRLQ  $0x1a, Y9, Y11
-	VPAND   Y14, Y9, Y9
-	VPSLLQ  $0x02, Y11, Y13
-	VPADDQ  Y13, Y11, Y11
-	VPADDQ  Y11, Y5, Y5
-	VPSRLQ  $0x1a, Y7, Y10
-	VPAND   Y14, Y7, Y7
-	VPADDQ  Y10, Y8, Y8
-	VPSRLQ  $0x1a, Y5, Y11
-	VPAND   Y14, Y5, Y5
-	VPADDQ  Y11, Y6, Y6
-	VPSRLQ  $0x1a, Y8, Y10
-	VPAND   Y14, Y8, Y8
-	VPADDQ  Y10, Y9, Y9
-	VMOVDQA Y5, Y0
-	VMOVDQA Y6, Y1
-	VMOVDQA Y7, Y2
-	VMOVDQA Y8, Y3
-	VMOVDQA Y9, Y4
+	VPSRLQ      $0x1a, Y5, Y10
+	ADDQ        AX, CX
+	VPAND       Y14, Y5, Y5
+	ADCQ        DX, R13
+	VPADDQ      Y10, Y6, Y6
+	ADCQ        $0x00000000, R14
+	VPSRLQ      $0x1a, Y8, Y11
+	VPAND       Y14, Y8, Y8
+	MOVQ        1280(DI), AX
+	VPADDQ      Y11, Y9, Y9
+	IMULQ       R15, AX
+	VPSRLQ      $0x1a, Y6, Y10
+	VPAND       Y14, Y6, Y6
+	IMULQ       1288(DI), R15
+	VPADDQ      Y10, Y7, Y7
+	ADDQ        AX, R13
+	VPSRLQ      $0x1a, Y9, Y11
+	ADCQ        R15, R14
+	VPAND       Y14, Y9, Y9
+	VPSLLQ      $0x02, Y11, Y13
+	MOVQ        R13, R15
+	VPADDQ      Y13, Y11, Y11
+	ANDQ        $0x00000003, R15
+	VPADDQ      Y11, Y5, Y5
+	VPSRLQ      $0x1a, Y7, Y10
+	ANDQ        $-4, R13
+	VPAND       Y14, Y7, Y7
+	ADDQ        R13, BX
+	VPADDQ      Y10, Y8, Y8
+	ADCQ        R14, CX
+	VPSRLQ      $0x1a, Y5, Y11
+	VPAND       Y14, Y5, Y5
+	ADCQ        $0x00000000, R15
+	VPADDQ      Y11, Y6, Y6
+	SHRQ        $0x02, R14, R13
+	VPSRLQ      $0x1a, Y8, Y10
+	VPAND       Y14, Y8, Y8
+	SHRQ        $0x02, R14
+	VPADDQ      Y10, Y9, Y9
+	ADDQ        R13, BX
+	VMOVDQA     Y5, Y0
+	ADCQ        R14, CX
+	VMOVDQA     Y6, Y1
+	VMOVDQA     Y7, Y2
+	ADCQ        $0x00000000, R15
+	VMOVDQA     Y8, Y3
+	MOVQ        BX, R13
+	VMOVDQA     Y9, Y4
+	MOVQ        CX, R14
 
 lanesHybridAVX2done:
 	MOVQ    h+0(FP), DX
 	MOVQ    R10, 160(DX)
 	MOVQ    R11, 168(DX)
 	MOVQ    R12, 176(DX)
+	MOVQ    R13, 184(DX)
+	MOVQ    R14, 192(DX)
+	MOVQ    R15, 200(DX)
 	VMOVDQU Y0, (DX)
 	VMOVDQU Y1, 32(DX)
 	VMOVDQU Y2, 64(DX)
@@ -1589,8 +1734,10 @@ TEXT ·lanesIFMA(SB), NOSPLIT, $0-56
 	MOVQ chunks+40(FP), CX
 	MOVQ key+48(FP), DI
 
-	// Block j starts at p + j*stride; blocks 4..7 from p + 4*stride.
+	// Block j starts at p + j*stride; blocks 3 and 7 from p + 3*stride,
+	// 4..6 from p + 4*stride.
 	LEAQ         (R8)(R8*2), R9
+	ADDQ         SI, R9
 	LEAQ         (SI)(R8*4), R10
 	VPBROADCASTQ polyConsts44<>+0(SB), Z25
 	VPBROADCASTQ polyConsts44<>+8(SB), Z26
@@ -1625,11 +1772,11 @@ pair44:
 	VMOVDQU      16(SI), X0
 	VMOVDQU      16(SI)(R8*1), X1
 	VINSERTI32X4 $0x01, 16(SI)(R8*2), Z0, Z0
-	VINSERTI32X4 $0x01, 16(SI)(R9*1), Z1, Z1
+	VINSERTI32X4 $0x01, 16(R9), Z1, Z1
 	VINSERTI32X4 $0x02, 16(R10), Z0, Z0
 	VINSERTI32X4 $0x02, 16(R10)(R8*1), Z1, Z1
 	VINSERTI32X4 $0x03, 16(R10)(R8*2), Z0, Z0
-	VINSERTI32X4 $0x03, 16(R10)(R9*1), Z1, Z1
+	VINSERTI32X4 $0x03, 16(R9)(R8*4), Z1, Z1
 	VPUNPCKHQDQ  Z1, Z0, Z3
 	VPUNPCKLQDQ  Z1, Z0, Z2
 	VPANDQ       Z25, Z2, Z4
@@ -1662,11 +1809,11 @@ pair44:
 	VMOVDQU      (SI), X0
 	VMOVDQU      (SI)(R8*1), X1
 	VINSERTI32X4 $0x01, (SI)(R8*2), Z0, Z0
-	VINSERTI32X4 $0x01, (SI)(R9*1), Z1, Z1
+	VINSERTI32X4 $0x01, (R9), Z1, Z1
 	VINSERTI32X4 $0x02, (R10), Z0, Z0
 	VINSERTI32X4 $0x02, (R10)(R8*1), Z1, Z1
 	VINSERTI32X4 $0x03, (R10)(R8*2), Z0, Z0
-	VINSERTI32X4 $0x03, (R10)(R9*1), Z1, Z1
+	VINSERTI32X4 $0x03, (R9)(R8*4), Z1, Z1
 	VPUNPCKHQDQ  Z1, Z0, Z3
 	VPUNPCKLQDQ  Z1, Z0, Z2
 	VPANDQ       Z25, Z2, Z4
@@ -1724,6 +1871,7 @@ pair44:
 	VMOVDQA64    Z11, Z8
 	ADDQ         $0x00000020, SI
 	ADDQ         $0x00000020, R10
+	ADDQ         $0x00000020, R9
 	SUBQ         $0x00000002, CX
 	CMPQ         CX, $0x00000002
 	JAE          pair44
@@ -1742,11 +1890,11 @@ single44:
 	VMOVDQU      (SI), X0
 	VMOVDQU      (SI)(R8*1), X1
 	VINSERTI32X4 $0x01, (SI)(R8*2), Z0, Z0
-	VINSERTI32X4 $0x01, (SI)(R9*1), Z1, Z1
+	VINSERTI32X4 $0x01, (R9), Z1, Z1
 	VINSERTI32X4 $0x02, (R10), Z0, Z0
 	VINSERTI32X4 $0x02, (R10)(R8*1), Z1, Z1
 	VINSERTI32X4 $0x03, (R10)(R8*2), Z0, Z0
-	VINSERTI32X4 $0x03, (R10)(R9*1), Z1, Z1
+	VINSERTI32X4 $0x03, (R9)(R8*4), Z1, Z1
 	VPUNPCKHQDQ  Z1, Z0, Z3
 	VPUNPCKLQDQ  Z1, Z0, Z2
 	VPANDQ       Z25, Z2, Z4

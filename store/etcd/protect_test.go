@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/difctl/difctl/blockdev"
+	"github.com/difctl/difctl/blockdev/scrub"
 	"github.com/difctl/difctl/dif"
 	"github.com/difctl/difctl/store"
 )
@@ -71,7 +72,7 @@ func TestProtectResume(t *testing.T) {
 	if first < int64(len(data))/4 {
 		t.Errorf("resumed protect reported %d bytes first: it did not resume from its checkpoint", first)
 	}
-	rep, err := blockdev.Scrub(context.Background(), v, blockdev.ScrubOptions{})
+	rep, err := scrub.Run(context.Background(), v, scrub.Options{})
 	if err != nil || rep.OK != blocks || rep.Failed != 0 {
 		t.Fatalf("scrub after the resumed protect: %d ok, %d failed of %d, %v", rep.OK, rep.Failed, blocks, err)
 	}

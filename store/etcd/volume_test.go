@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/difctl/difctl/blockdev"
+	"github.com/difctl/difctl/blockdev/scrub"
 	"github.com/difctl/difctl/dif"
 )
 
@@ -125,7 +126,7 @@ func checkVolume(t testing.TB, v *blockdev.Volume, l *ledger) {
 			t.Fatalf("block %d holds neither its acknowledged generation %d nor a later one tried %v", lba, l.acked[lba], l.tried[lba])
 		}
 	}
-	rep, err := blockdev.Scrub(context.Background(), v, blockdev.ScrubOptions{})
+	rep, err := scrub.Run(context.Background(), v, scrub.Options{})
 	if err != nil {
 		t.Fatalf("scrub: %v", err)
 	}

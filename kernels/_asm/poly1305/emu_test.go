@@ -62,8 +62,8 @@ func splitBig(x *big.Int, bits uint, n int) []uint64 {
 // polyLayout describes one lane kernel to the test.
 type polyLayout struct {
 	fn     string
-	lanes  int  // vector lanes
-	scalar bool // a fifth block in general registers (h[20:23], the generic form)
+	lanes  int // vector lanes
+	scalar int // blocks in general registers (h[20+3i:23+3i], the generic form)
 	limbs  int
 	bits   uint // radix 2^bits
 	hWords int  // words of h
@@ -74,17 +74,12 @@ type polyLayout struct {
 
 var polyLayouts = []polyLayout{
 	{fn: "lanesAVX2", lanes: lanes, limbs: limbs, bits: limbBits, hWords: limbs * lanes, wrap: 5},
-	{fn: "lanesHybridAVX2", lanes: lanes, scalar: true, limbs: limbs, bits: limbBits, hWords: limbs*lanes + 4, wrap: 5},
+	{fn: "lanesHybridAVX2", lanes: lanes, scalar: scalarLanes, limbs: limbs, bits: limbBits, hWords: hybridWords, wrap: 5},
 	{fn: "lanesIFMA", lanes: lanes44, limbs: 3, bits: 44, hWords: 3 * lanes44, wrap: 20},
 }
 
 // blocks is the number of blocks a kernel absorbs.
-func (l polyLayout) blocks() int {
-	if l.scalar {
-		return l.lanes + 1
-	}
-	return l.lanes
-}
+func (l polyLayout) blocks() int { return l.lanes + l.scalar }
 
 // keyTable builds the key table of layout l for r (clamped), with the
 // powers of r from math/big. laneKey (the AVX2 kernels): R(j,k), limb k of
@@ -158,14 +153,9 @@ func runKernel(t *testing.T, prog *emu.Program, l polyLayout, key, h0 []uint64, 
 	for i := range h {
 		h[i] = binary.LittleEndian.Uint64(m.Mem[addrH+8*i:])
 	}
-	// What must be unchanged: all of it but the h words (h[23] of the
-	// hybrid kernel included, which it does not use).
+	// What must be unchanged: all of it but the h words.
 	after := bytes.Clone(m.Mem[addrKey:])
-	used := l.hWords
-	if l.scalar {
-		used = limbs*lanes + 3
-	}
-	copy(after[addrH-addrKey:], before[addrH-addrKey:][:8*used])
+	copy(after[addrH-addrKey:], before[addrH-addrKey:][:8*l.hWords])
 	if !bytes.Equal(after, before) {
 		for i := range after {
 			if after[i] != before[i] {
@@ -241,12 +231,10 @@ func TestEmulatedPoly1305(t *testing.T) {
 					for i := range l.lanes * l.limbs {
 						h0[i] = rnd.Uint64() >> (64 - top)
 					}
-					if l.scalar {
-						h0[20], h0[21], h0[22] = rnd.Uint64(), rnd.Uint64(), rnd.Uint64N(5)
+					for i := range l.scalar {
+						w := l.lanes*l.limbs + 3*i
+						h0[w], h0[w+1], h0[w+2] = rnd.Uint64(), rnd.Uint64(), rnd.Uint64N(5)
 					}
-				}
-				if l.scalar {
-					h0[23] = 0x0123456789abcdef // unused: must survive
 				}
 				h, n := runKernel(t, prog, l, l.keyTable(r), h0, data, stride, chunks)
 				if chunks == 256 {
@@ -264,11 +252,12 @@ func TestEmulatedPoly1305(t *testing.T) {
 						}
 						got = limbsBig(limbs, l.bits)
 					} else {
-						want = limbsBig(h0[20:23], 64)
-						if h[22] > 4 {
-							t.Fatalf("trial %d scalar lane: h2 = %d, above 4", trial, h[22])
+						w := l.lanes*l.limbs + 3*(b-l.lanes)
+						want = limbsBig(h0[w:w+3], 64)
+						if h[w+2] > 4 {
+							t.Fatalf("trial %d scalar block %d: h2 = %d, above 4", trial, b, h[w+2])
 						}
-						got = limbsBig(h[20:23], 64)
+						got = limbsBig(h[w:w+3], 64)
 					}
 					want.Mod(want, polyP)
 					for c := 0; c < chunks; c++ {

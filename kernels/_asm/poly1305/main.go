@@ -1,7 +1,7 @@
 // Command poly1305 generates the amd64 lane kernels of kernels/poly1305:
 // the Poly1305 accumulators of several blocks evaluated side by side under
 // one shared r. lanesAVX2 puts four blocks in the 64-bit lanes of YMM
-// registers (radix 2^26, below); lanesHybridAVX2 adds a fifth block in
+// registers (radix 2^26, below); lanesHybridAVX2 adds two more blocks in
 // general registers (see lanesAVX2 and scalarChunk); lanesIFMA puts eight in
 // ZMM registers with 52-bit multiplies (radix 2^44, see lanesIFMA's
 // comment).
@@ -77,6 +77,7 @@ import (
 	"github.com/mmcloughlin/avo/attr"
 	"github.com/mmcloughlin/avo/build"
 	"github.com/mmcloughlin/avo/gotypes"
+	"github.com/mmcloughlin/avo/ir"
 	"github.com/mmcloughlin/avo/operand"
 	"github.com/mmcloughlin/avo/pass"
 	"github.com/mmcloughlin/avo/printer"
@@ -163,6 +164,9 @@ func generate(out, stubs string) (asm, src []byte, err error) {
 	g.lanesIFMA(consts44)
 
 	f, err := c.Result()
+	if err == nil {
+		err = g.err
+	}
 	if err != nil {
 		return nil, nil, err
 	}
@@ -215,8 +219,9 @@ func mem(base reg.Register, disp int) operand.Mem { return operand.Mem{Base: bas
 var (
 	rH, rKey = reg.RDX, reg.RDI
 	rP       = reg.RSI // block 0 at the current chunk
-	rS, rS3  = reg.R8, reg.R9
-	rN       = reg.RCX // chunks left
+	rS       = reg.R8  // stride
+	rP3      = reg.R9  // block 3 at the current chunk: p + 3·stride
+	rN       = reg.RCX // chunks left (lanesAVX2; the hybrid kernel counts in its frame)
 
 	yH    = []reg.VecPhysical{reg.Y0, reg.Y1, reg.Y2, reg.Y3, reg.Y4}
 	yD    = []reg.VecPhysical{reg.Y5, reg.Y6, reg.Y7, reg.Y8, reg.Y9}
@@ -231,11 +236,19 @@ var (
 type gen struct {
 	c         *build.Context
 	mask, pad operand.Mem
+	err       error // the first error outside c's own
+}
+
+func (g *gen) fail(err error) {
+	if g.err == nil {
+		g.err = err
+	}
 }
 
 func xmm(y reg.VecPhysical) reg.VecPhysical { return y.AsX().(reg.VecPhysical) }
 
-// block is byte disp of block j at the current chunk: p + j·stride + disp.
+// block is byte disp of block j (0..5) at the current chunk: p + j·stride +
+// disp, blocks 3..5 from the second pointer p + 3·stride.
 func block(j, disp int) operand.Mem {
 	switch j {
 	case 0:
@@ -244,8 +257,12 @@ func block(j, disp int) operand.Mem {
 		return operand.Mem{Base: rP, Index: rS, Scale: 1, Disp: disp}
 	case 2:
 		return operand.Mem{Base: rP, Index: rS, Scale: 2, Disp: disp}
+	case 3:
+		return mem(rP3, disp)
+	case 4:
+		return operand.Mem{Base: rP3, Index: rS, Scale: 1, Disp: disp}
 	}
-	return operand.Mem{Base: rP, Index: rS3, Scale: 1, Disp: disp}
+	return operand.Mem{Base: rP3, Index: rS, Scale: 2, Disp: disp}
 }
 
 func keyRMem(j, k int) operand.Mem { return mem(rKey, keyR+32*(limbs*j+k)) }
@@ -327,15 +344,22 @@ func (g *gen) carryChain() {
 	}
 }
 
+// scalarLanes is the number of blocks the hybrid kernel evaluates in
+// general registers beside the four vector lanes.
+const scalarLanes = 2
+
 // lanesAVX2 emits lanesAVX2, or with hybrid lanesHybridAVX2: the same four
-// vector lanes plus a fifth block, p + 4·stride, in general registers with
-// 64-bit multiplies (the generic code's mulReduce, step for step), so that
-// the integer multiplier works while the vector one is the bottleneck.
+// vector lanes plus two more blocks, p + 4·stride and p + 5·stride, in
+// general registers with 64-bit MULX multiplies (the generic code's
+// mulReduce, step for step), so that the integer multiplier works while the
+// vector one is the bottleneck. The scalar instructions of a step are
+// spread evenly among the vector ones (interleave), so that the
+// out-of-order window always holds work for both multipliers.
 func (g *gen) lanesAVX2(hybrid bool) {
 	c := g.c
 	name, sig := "lanesAVX2", lanesSig(limbs*lanes)
 	if hybrid {
-		name, sig = "lanesHybridAVX2", lanesSig(limbs*lanes+4)
+		name, sig = "lanesHybridAVX2", lanesSig(hybridWords)
 	}
 	c.Function(name)
 	c.Attributes(attr.NOSPLIT)
@@ -343,88 +367,109 @@ func (g *gen) lanesAVX2(hybrid bool) {
 	c.Load(c.Param("h"), rH)
 	c.Load(c.Param("p").Base(), rP)
 	c.Load(c.Param("stride"), rS)
-	c.Load(c.Param("chunks"), rN)
+	if !hybrid {
+		c.Load(c.Param("chunks"), rN)
+	}
 	c.Load(c.Param("key"), rKey)
-	c.Comment("Block j starts at p + j*stride.")
-	c.LEAQ(operand.Mem{Base: rS, Index: rS, Scale: 2}, rS3)
+	c.Comment("Block j starts at p + j*stride, blocks 3.. from p + 3*stride.")
+	c.LEAQ(operand.Mem{Base: rS, Index: rS, Scale: 2}, rP3)
+	c.ADDQ(rP, rP3)
 	c.VMOVDQU(g.mask, yMask)
 	for k := 0; k < limbs; k++ {
 		c.VMOVDQU(mem(rH, 32*k), yH[k])
 	}
+	// The chunk count: CX, or in the hybrid kernel (every general register
+	// in use) the frame word of the chunks argument.
+	var n operand.Op = rN
 	if hybrid {
-		c.Comment("The scalar lane's accumulator h0 + h1·2^64 + h2·2^128.")
-		for i, r := range sH {
-			c.MOVQ(mem(rH, 8*(limbs*lanes+i)), r)
+		c.Comment("The scalar lanes' accumulators h0 + h1·2^64 + h2·2^128.")
+		for l := range scalarLanes {
+			for i, r := range sH[l] {
+				c.MOVQ(mem(rH, 8*(limbs*lanes+3*l+i)), r)
+			}
 		}
+		b, err := c.Param("chunks").Resolve()
+		if err != nil {
+			g.fail(err)
+			return
+		}
+		n = b.Addr
 	}
-	c.CMPQ(rN, operand.U32(4))
+	// step emits the vector code vec and, in the hybrid kernel, chunks
+	// chunks of each scalar lane, interleaved.
+	step := func(chunks int, vec func()) {
+		if !hybrid {
+			vec()
+			return
+		}
+		v := g.record(vec)
+		s := g.record(func() {
+			for i := range chunks {
+				for l := range scalarLanes {
+					g.scalarChunk(l, 16*i)
+				}
+			}
+		})
+		g.interleave(v, s)
+	}
+	c.CMPQ(n, operand.U32(4))
 	c.JB(operand.LabelRef(name + "pair"))
 
 	c.Label(name + "quad")
 	c.Comment("Four chunks: h' = (h + m1)·r^4 + m2·r^3 + m3·r^2 + m4·r, one")
-	c.Comment("carry chain. First d = m4·r + m3·r^2 + m2·r^3, independent of h.")
-	g.split(48, func(i int) { g.mulAdd(yL, i, 0, i == 0) })
-	if hybrid {
-		g.scalarChunk(0)
-	}
-	g.split(32, func(i int) { g.mulAdd(yL, i, 1, false) })
-	if hybrid {
-		g.scalarChunk(16)
-	}
-	g.split(16, func(i int) { g.mulAdd(yL, i, 2, false) })
-	c.Comment("h += m1; d += h·r^4.")
-	g.split(0, func(i int) { c.VPADDQ(yL, yH[i], yH[i]) })
-	for i := 0; i < limbs; i++ {
-		g.mulAdd(yH[i], i, 3, false)
-	}
-	if hybrid {
-		g.scalarChunk(32)
-		g.scalarChunk(48)
-	}
-	c.Comment("h = d, carried.")
-	g.carryChain()
+	c.Comment("carry chain. First d = m4·r + m3·r^2 + m2·r^3, independent of h;")
+	c.Comment("then h += m1; d += h·r^4; h = d, carried.")
+	step(4, func() {
+		g.split(48, func(i int) { g.mulAdd(yL, i, 0, i == 0) })
+		g.split(32, func(i int) { g.mulAdd(yL, i, 1, false) })
+		g.split(16, func(i int) { g.mulAdd(yL, i, 2, false) })
+		g.split(0, func(i int) { g.c.VPADDQ(yL, yH[i], yH[i]) })
+		for i := 0; i < limbs; i++ {
+			g.mulAdd(yH[i], i, 3, false)
+		}
+		g.carryChain()
+	})
 	c.ADDQ(operand.U32(64), rP)
-	c.SUBQ(operand.U32(4), rN)
-	c.CMPQ(rN, operand.U32(4))
+	c.ADDQ(operand.U32(64), rP3)
+	c.SUBQ(operand.U32(4), n)
+	c.CMPQ(n, operand.U32(4))
 	c.JAE(operand.LabelRef(name + "quad"))
 
 	c.Label(name + "pair")
-	c.CMPQ(rN, operand.U32(2))
+	c.CMPQ(n, operand.U32(2))
 	c.JB(operand.LabelRef(name + "single"))
 	c.Comment("Two chunks: d = m2·r, then h += m1; d += h·r^2.")
-	g.split(16, func(i int) { g.mulAdd(yL, i, 0, i == 0) })
-	if hybrid {
-		g.scalarChunk(0)
-	}
-	g.split(0, func(i int) { c.VPADDQ(yL, yH[i], yH[i]) })
-	for i := 0; i < limbs; i++ {
-		g.mulAdd(yH[i], i, 1, false)
-	}
-	if hybrid {
-		g.scalarChunk(16)
-	}
-	g.carryChain()
+	step(2, func() {
+		g.split(16, func(i int) { g.mulAdd(yL, i, 0, i == 0) })
+		g.split(0, func(i int) { g.c.VPADDQ(yL, yH[i], yH[i]) })
+		for i := 0; i < limbs; i++ {
+			g.mulAdd(yH[i], i, 1, false)
+		}
+		g.carryChain()
+	})
 	c.ADDQ(operand.U32(32), rP)
-	c.SUBQ(operand.U32(2), rN)
+	c.ADDQ(operand.U32(32), rP3)
+	c.SUBQ(operand.U32(2), n)
 
 	c.Label(name + "single")
-	c.TESTQ(rN, rN)
+	c.CMPQ(n, operand.U32(0))
 	c.JZ(operand.LabelRef(name + "done"))
 	c.Comment("One chunk left: h = (h + m)·r, carried.")
-	g.split(0, func(i int) { c.VPADDQ(yL, yH[i], yH[i]) })
-	for i := 0; i < limbs; i++ {
-		g.mulAdd(yH[i], i, 0, i == 0)
-	}
-	if hybrid {
-		g.scalarChunk(0)
-	}
-	g.carryChain()
+	step(1, func() {
+		g.split(0, func(i int) { g.c.VPADDQ(yL, yH[i], yH[i]) })
+		for i := 0; i < limbs; i++ {
+			g.mulAdd(yH[i], i, 0, i == 0)
+		}
+		g.carryChain()
+	})
 
 	c.Label(name + "done")
 	if hybrid {
 		c.Load(c.Param("h"), rH) // DX went to the multiplies
-		for i, r := range sH {
-			c.MOVQ(r, mem(rH, 8*(limbs*lanes+i)))
+		for l := range scalarLanes {
+			for i, r := range sH[l] {
+				c.MOVQ(r, mem(rH, 8*(limbs*lanes+3*l+i)))
+			}
 		}
 	}
 	for k := 0; k < limbs; k++ {
@@ -434,75 +479,109 @@ func (g *gen) lanesAVX2(hybrid bool) {
 	c.RET()
 }
 
-// The scalar lane of the hybrid kernel: h in sH, the products' words in
-// sT, AX and DX for MULQ. Every general register is in use.
+// hybridWords is the size of the hybrid kernel's h: the vector lanes' 20
+// words, then h0, h1, h2 of each scalar lane.
+const hybridWords = limbs*lanes + 3*scalarLanes
+
+// record returns the instructions emit adds, emitted into a scratch
+// context instead of the function being built (comments dropped), for
+// interleave.
+func (g *gen) record(emit func()) []*ir.Instruction {
+	saved := g.c
+	defer func() { g.c = saved }()
+	sc := build.NewContext()
+	sc.Function("scratch")
+	g.c = sc
+	emit()
+	f, err := sc.Result()
+	if err != nil {
+		g.fail(err)
+		return nil
+	}
+	return f.Functions()[0].Instructions()
+}
+
+// interleave emits a and b merged, b spread evenly: after the i-th of a,
+// the ones of b up to the (i+1)/len(a) fraction. The two streams must be
+// independent but for their order within each: a is vector code (it does
+// not touch the flags), b the scalar lanes (their carries in the flags).
+func (g *gen) interleave(a, b []*ir.Instruction) {
+	j := 0
+	for i, in := range a {
+		g.c.Instruction(in)
+		for ; j < (i+1)*len(b)/len(a); j++ {
+			g.c.Instruction(b[j])
+		}
+	}
+	for ; j < len(b); j++ {
+		g.c.Instruction(b[j])
+	}
+}
+
+// The scalar lanes of the hybrid kernel: lane l's h in sH[l]; the products'
+// low words in sT; DX the implicit MULX source, AX a temporary. With the
+// vector kernel's SI, DI, R8 and R9 every general register but SP and BP is
+// in use.
 var (
-	sH = []reg.GPPhysical{reg.R10, reg.R11, reg.R12}
-	sT = []reg.GPPhysical{reg.R13, reg.R14, reg.R15, reg.RBX}
+	sH = [scalarLanes][]reg.GPPhysical{{reg.R10, reg.R11, reg.R12}, {reg.R13, reg.R14, reg.R15}}
+	sT = []reg.GPPhysical{reg.RBX, reg.RCX}
 )
 
-// scalarChunk absorbs the chunk at disp of block 4 into the scalar lane:
+// scalarChunk absorbs the chunk at disp of block 4+l into scalar lane l:
 // h += chunk + 2^128, then h = h·r partially reduced, as the generic
 // chunks and mulReduce do (kernels/poly1305/poly1305_generic.go has the
 // bounds: r0, r1 < 2^60, h2 <= 7 before the multiply, so h2·r0 and h2·r1
-// fit in 64 bits):
+// fit in 64 bits and no word below overflows):
 //
 //	h·r = t0 + t1·2^64 + t2·2^128 + t3·2^192
 //	h   = t0 + t1·2^64 + (t2&3)·2^128 + (t2&^3 + t3·2^64)·(1 + 1/4)
 //
-// the last term being 5·floor(h·r / 2^130) as 4H + H, since 2^130 ≡ 5.
-func (g *gen) scalarChunk(disp int) {
+// the last term being 5·floor(h·r / 2^130) as 4H + H, since 2^130 ≡ 5. t2
+// and t3 are built in the registers of h0 and h1 once those are read; MULX
+// (BMI2) leaves the flags alone, so the carries chain across it.
+func (g *gen) scalarChunk(l, disp int) {
 	c := g.c
-	h0, h1, h2 := sH[0], sH[1], sH[2]
-	t0, t1, t2, t3 := sT[0], sT[1], sT[2], sT[3]
+	h0, h1, h2 := sH[l][0], sH[l][1], sH[l][2]
+	t0, t1 := sT[0], sT[1]
+	t2, t3 := h0, h1
 	r0, r1 := mem(rKey, keyScalar), mem(rKey, keyScalar+8)
-	blk := operand.Mem{Base: rP, Index: rS, Scale: 4, Disp: disp}
-	c.Comment("Scalar lane: h += chunk + 2^128.")
-	c.ADDQ(blk, h0)
+	blk := block(4+l, disp)
+	c.ADDQ(blk, h0) // h += chunk + 2^128
 	blk.Disp += 8
 	c.ADCQ(blk, h1)
 	c.ADCQ(operand.U32(1), h2)
-	c.Comment("t = h·r.")
-	c.MOVQ(r0, reg.RAX)
-	c.MULQ(h0)
-	c.MOVQ(reg.RAX, t0)
-	c.MOVQ(reg.RDX, t1)
-	c.MOVQ(r1, reg.RAX)
-	c.MULQ(h0)
+	c.MOVQ(h0, reg.RDX)
+	c.MULXQ(r0, t0, t1)      // t1:t0 = h0·r0
+	c.MULXQ(r1, reg.RAX, t2) // t2:AX = h0·r1
 	c.ADDQ(reg.RAX, t1)
-	c.ADCQ(operand.U32(0), reg.RDX)
-	c.MOVQ(reg.RDX, t2)
-	c.XORQ(t3, t3) // before the MULQ: the carry below must survive
-	c.MOVQ(r0, reg.RAX)
-	c.MULQ(h1)
+	c.ADCQ(operand.U32(0), t2)
+	c.MOVQ(h1, reg.RDX)
+	c.MULXQ(r1, reg.RAX, t3) // t3:AX = h1·r1
+	c.ADDQ(reg.RAX, t2)
+	c.ADCQ(operand.U32(0), t3)
+	c.MULXQ(r0, reg.RAX, reg.RDX) // DX:AX = h1·r0
 	c.ADDQ(reg.RAX, t1)
 	c.ADCQ(reg.RDX, t2)
 	c.ADCQ(operand.U32(0), t3)
-	c.MOVQ(r1, reg.RAX)
-	c.MULQ(h1)
-	c.ADDQ(reg.RAX, t2)
-	c.ADCQ(reg.RDX, t3)
 	c.MOVQ(r0, reg.RAX)
-	c.IMULQ(h2, reg.RAX)
+	c.IMULQ(h2, reg.RAX) // h2·r0
+	c.IMULQ(r1, h2)      // h2·r1
 	c.ADDQ(reg.RAX, t2)
-	c.ADCQ(operand.U32(0), t3)
-	c.MOVQ(r1, reg.RAX)
-	c.IMULQ(h2, reg.RAX)
-	c.ADDQ(reg.RAX, t3)
-	c.Comment("h = t mod 2^130 + 4H + H.")
-	c.MOVQ(t0, h0)
-	c.MOVQ(t1, h1)
+	c.ADCQ(h2, t3)
+	// h = t mod 2^130 + 4H + H.
 	c.MOVQ(t2, h2)
 	c.ANDQ(operand.U32(3), h2)
 	c.ANDQ(operand.I32(-4), t2)
-	c.ADDQ(t2, h0)
-	c.ADCQ(t3, h1)
+	c.ADDQ(t2, t0)
+	c.ADCQ(t3, t1)
 	c.ADCQ(operand.U32(0), h2)
 	c.SHRQ(operand.U8(2), t3, t2)
 	c.SHRQ(operand.U8(2), t3)
-	c.ADDQ(t2, h0)
-	c.ADCQ(t3, h1)
+	c.ADDQ(t2, t0)
+	c.ADCQ(t3, t1)
 	c.ADCQ(operand.U32(0), h2)
+	c.MOVQ(t0, h0)
+	c.MOVQ(t1, h1)
 }
 
 func writeStubs(warning string) ([]byte, error) {
@@ -529,12 +608,14 @@ const (
 //go:noescape
 func lanesAVX2(h *[%d]uint64, p []byte, stride, chunks int, key *[%d]uint64)
 
-// lanesHybridAVX2 is lanesAVX2 with a fifth block, p[4*stride:], in general
-// registers: h[20:23] is that block's accumulator h0 + h1·2^64 + h2·2^128
-// (the generic form, h2 <= 4 between calls), absorbed by 64-bit MULQ
-// multiplies with r from key[160:162] while the vector lanes run.
+// lanesHybridAVX2 is lanesAVX2 with two more blocks, p[4*stride:] and
+// p[5*stride:], in general registers: h[20+3i:23+3i] is block 4+i's
+// accumulator h0 + h1·2^64 + h2·2^128 (the generic form, h2 <= 4 between
+// calls), absorbed by 64-bit MULX multiplies with r from key[160:162] while
+// the vector lanes run.
 //
-// Preconditions: those of lanesAVX2, with len(p) >= 4*stride + 16*chunks.
+// Preconditions: those of lanesAVX2, with len(p) >= 5*stride + 16*chunks;
+// the CPU has BMI2.
 //
 //go:noescape
 func lanesHybridAVX2(h *[%d]uint64, p []byte, stride, chunks int, key *[%d]uint64)
@@ -551,7 +632,7 @@ func lanesHybridAVX2(h *[%d]uint64, p []byte, stride, chunks int, key *[%d]uint6
 //
 //go:noescape
 func lanesIFMA(h *[%d]uint64, p []byte, stride, chunks int, key *[%d]uint64)
-`, keyR, keyS, keyScalar, keySize, limbs*lanes, keySize/8, limbs*lanes+4, keySize/8, 3*lanes44, key44)
+`, keyR, keyS, keyScalar, keySize, limbs*lanes, keySize/8, hybridWords, keySize/8, 3*lanes44, key44)
 	return format.Source(b.Bytes())
 }
 
@@ -588,8 +669,11 @@ var words44 = [3][3]int{{0, 4, 3}, {1, 0, 4}, {2, 1, 0}}
 
 // block8 is byte disp of block j of eight at the current chunk.
 func block8(j, disp int) operand.Mem {
-	if j < 4 {
+	switch {
+	case j < 4:
 		return block(j, disp)
+	case j == 7:
+		return operand.Mem{Base: rP3, Index: rS, Scale: 4, Disp: disp}
 	}
 	m := block(j-4, disp)
 	m.Base = rQ
@@ -678,8 +762,10 @@ func (g *gen) lanesIFMA(consts operand.Mem) {
 	c.Load(c.Param("stride"), rS)
 	c.Load(c.Param("chunks"), rN)
 	c.Load(c.Param("key"), rKey)
-	c.Comment("Block j starts at p + j*stride; blocks 4..7 from p + 4*stride.")
-	c.LEAQ(operand.Mem{Base: rS, Index: rS, Scale: 2}, rS3)
+	c.Comment("Block j starts at p + j*stride; blocks 3 and 7 from p + 3*stride,")
+	c.Comment("4..6 from p + 4*stride.")
+	c.LEAQ(operand.Mem{Base: rS, Index: rS, Scale: 2}, rP3)
+	c.ADDQ(rP, rP3)
 	c.LEAQ(operand.Mem{Base: rP, Index: rS, Scale: 4}, rQ)
 	c.VPBROADCASTQ(consts, zM44)
 	c.VPBROADCASTQ(consts.Offset(8), zM42)
@@ -708,6 +794,7 @@ func (g *gen) lanesIFMA(consts operand.Mem) {
 	g.combine44()
 	c.ADDQ(operand.U32(32), rP)
 	c.ADDQ(operand.U32(32), rQ)
+	c.ADDQ(operand.U32(32), rP3)
 	c.SUBQ(operand.U32(2), rN)
 	c.CMPQ(rN, operand.U32(2))
 	c.JAE(operand.LabelRef("pair44"))

@@ -6,7 +6,7 @@ package emu
 // 2^44 radix lanes (VPADDQ, VPMULUDQ, VPMADD52LUQ/HUQ, VPOR, VPORQ, VPANDQ),
 // the gathers (VINSERTI128, VINSERTI32X4, VPUNPCKLQDQ/HQDQ, VPBROADCASTQ,
 // VMOVDQA64), and the 64-bit multiply-and-carry of the hybrid kernel's
-// scalar lane (ADCQ, MULQ, IMULQ, the double-precision SHRQ). step reaches
+// scalar lanes (ADCQ, MULQ, MULXQ, IMULQ, the double-precision SHRQ). step reaches
 // them from its default case; an instruction or operand form neither knows
 // is still an error. Masked EVEX forms (a K operand) are not modelled: the
 // operand count rejects them.
@@ -144,6 +144,16 @@ func (m *Machine) stepPoly(in instr, w int) bool {
 		hi, lo := bits.Mul64(m.gpr["AX"], m.gval(a[0]))
 		m.gpr["AX"], m.gpr["DX"] = lo, hi
 		m.cf = hi != 0
+	case "MULXQ":
+		// BMI2 MULX: hi:lo = RDX · r/m64, unsigned; flags unchanged. Go:
+		// src, lo, hi. The SDM leaves hi = lo undefined: a fault here.
+		nargs(a, 3)
+		if a[1].kind == opGPR && a[2].kind == opGPR && a[1].reg == a[2].reg {
+			panic(fault("MULXQ with the same register for both halves"))
+		}
+		hi, lo := bits.Mul64(m.gpr["DX"], m.gval(a[0]))
+		m.setGPR(a[1], lo)
+		m.setGPR(a[2], hi)
 	case "IMULQ":
 		// The two-operand form: dst = the low 64 bits of the signed
 		// product dst · r/m64; CF = OF = (the product does not fit in 64

@@ -1,4 +1,4 @@
-package blockdev
+package scrub
 
 import (
 	"bufio"
@@ -17,27 +17,19 @@ import (
 	"sync"
 	"time"
 
+	"github.com/difctl/difctl/blockdev"
 	"github.com/difctl/difctl/store"
 )
 
-// ScrubCursor records how far a scrub of the blocks [Start, End) has got.
-type ScrubCursor struct {
-	Start int64 `json:"start"`
-	End   int64 `json:"end"`
-	// Next is the first block of the current pass not yet checked: every
-	// block before it was checked and its findings recorded.
-	Next int64 `json:"next"`
-	// Pass counts the completed passes over the range.
-	Pass uint64 `json:"pass"`
-	// Started is when the current pass began, Updated when Next last moved.
-	Started time.Time `json:"started"`
-	Updated time.Time `json:"updated"`
-}
+// Cursor records how far a scrub of the blocks [Start, End) has got: the
+// store's record, the one cursor type of the library, whichever State
+// keeps it.
+type Cursor = store.ScrubCursor
 
-// ScrubState persists a scrub's cursor and findings so that a scrub can
+// State persists a scrub's cursor and findings so that a scrub can
 // resume after a kill and an errors-only scrub can recheck what earlier ones
 // found. Scrub calls it from one goroutine. Implementations:
-// [NewStoreScrubState] (a volume's store) and [OpenFileScrubState] (a file
+// [NewStoreState] (a volume's store) and [OpenFileState] (a file
 // beside a self-contained image).
 //
 // The contract that gives exactly-once findings across a resume: findings
@@ -45,114 +37,114 @@ type ScrubCursor struct {
 // those returns; a state reopened after a crash may have lost them, or may
 // still hold them, in which case RecordFinding of the same pass must not
 // count them twice.
-type ScrubState interface {
+type State interface {
 	// LoadCursor returns the saved cursor of a scrub of [start, end), and
 	// false if there is none.
-	LoadCursor(start, end int64) (ScrubCursor, bool, error)
+	LoadCursor(start, end int64) (Cursor, bool, error)
 	// SaveCursor saves c durably, together with every finding recorded and
 	// every state set before it.
-	SaveCursor(c ScrubCursor) error
+	SaveCursor(c Cursor) error
 	// RecordFinding adds f to the findings log or updates the finding with
 	// the same (LBA, Kind) (counting one more sighting and taking f.State),
 	// unless the pass described by pass (its Started time) already recorded
 	// it. A zero pass.Started records unconditionally.
-	RecordFinding(pass ScrubCursor, f Finding) error
+	RecordFinding(pass Cursor, f Finding) error
 	// OpenFindings yields the findings in state FindingOpen that overlap
 	// blocks [start, end), ordered by LBA then Kind.
 	OpenFindings(start, end int64) iter.Seq2[Finding, error]
 	// SetFindingState changes the state of the finding (lba, kind).
-	SetFindingState(lba int64, kind Kind, s FindingState) error
+	SetFindingState(lba int64, kind blockdev.Kind, s FindingState) error
 	// Sync makes the findings recorded and states set so far durable.
 	Sync() error
 }
 
-// StoreScrubState keeps the cursor and findings of a scrub in a volume's
+// StoreState keeps the cursor and findings of a scrub in a volume's
 // store: the store's scrub cursor named after the scrub, and its findings
 // log, where a finding's Field is its Kind and Expected and Actual are
 // 8-byte big-endian values. Transient findings are recorded in state
 // rechecked-ok.
-type StoreScrubState struct {
+type StoreState struct {
 	t    *store.Tuples
 	name string
 	// last is the last finding written, rewritten with a sync by Sync.
 	last struct {
 		lba   int64
-		kind  Kind
+		kind  blockdev.Kind
 		state FindingState
 		set   bool
 	}
 }
 
-// NewStoreScrubState returns the state of the scrub called name (for
+// NewStoreState returns the state of the scrub called name (for
 // example "default") over the volume t. A scrub of the whole volume uses the
 // cursor name; a scrub of a range [start, end) uses "name@start-end", so
 // that resuming a range scrub continues that range.
-func NewStoreScrubState(t *store.Tuples, name string) (*StoreScrubState, error) {
+func NewStoreState(t *store.Tuples, name string) (*StoreState, error) {
 	if t == nil {
-		return nil, errors.New("blockdev: nil store")
+		return nil, errors.New("scrub: nil store")
 	}
 	if name == "" || strings.ContainsRune(name, '@') {
-		return nil, fmt.Errorf("blockdev: scrub name %q must be non-empty and without '@'", name)
+		return nil, fmt.Errorf("scrub: scrub name %q must be non-empty and without '@'", name)
 	}
-	return &StoreScrubState{t: t, name: name}, nil
+	return &StoreState{t: t, name: name}, nil
 }
 
-func (s *StoreScrubState) cursorName(start, end int64) string {
+func (s *StoreState) cursorName(start, end int64) string {
 	if start == 0 && end == int64(s.t.Blocks()) {
 		return s.name
 	}
 	return fmt.Sprintf("%s@%d-%d", s.name, start, end)
 }
 
-// LoadCursor implements [ScrubState].
-func (s *StoreScrubState) LoadCursor(start, end int64) (ScrubCursor, bool, error) {
+// LoadCursor implements [State].
+func (s *StoreState) LoadCursor(start, end int64) (Cursor, bool, error) {
 	c, err := s.t.ScrubCursor(s.cursorName(start, end))
 	if errors.Is(err, store.ErrNotFound) {
-		return ScrubCursor{}, false, nil
+		return Cursor{}, false, nil
 	} else if err != nil {
-		return ScrubCursor{}, false, fmt.Errorf("blockdev: scrub cursor: %w", err)
+		return Cursor{}, false, fmt.Errorf("scrub: cursor: %w", err)
 	}
-	if c.Next > uint64(end) {
-		return ScrubCursor{}, false, fmt.Errorf("blockdev: scrub cursor at %d is beyond the range [%d, %d)", c.Next, start, end)
+	if c.Next > end {
+		return Cursor{}, false, fmt.Errorf("scrub: cursor at %d is beyond the range [%d, %d)", c.Next, start, end)
 	}
-	return ScrubCursor{Start: start, End: end, Next: int64(c.Next), Pass: c.Pass, Started: c.Started, Updated: c.Updated}, true, nil
+	c.Start, c.End = start, end
+	return c, true, nil
 }
 
-// SaveCursor implements [ScrubState] with a synced store commit.
-func (s *StoreScrubState) SaveCursor(c ScrubCursor) error {
+// SaveCursor implements [State] with a synced store commit.
+func (s *StoreState) SaveCursor(c Cursor) error {
 	if c.Next < 0 {
-		return fmt.Errorf("blockdev: scrub cursor at %d", c.Next)
+		return fmt.Errorf("scrub: cursor at %d", c.Next)
 	}
-	sc := store.ScrubCursor{Next: uint64(c.Next), Pass: c.Pass, Started: c.Started, Updated: c.Updated}
-	if err := s.t.SetScrubCursor(s.cursorName(c.Start, c.End), sc, true); err != nil {
-		return fmt.Errorf("blockdev: save scrub cursor: %w", err)
+	if err := s.t.SetScrubCursor(s.cursorName(c.Start, c.End), c, true); err != nil {
+		return fmt.Errorf("scrub: save scrub cursor: %w", err)
 	}
 	return nil
 }
 
-// RecordFinding implements [ScrubState]: a finding whose LastSeen is not
+// RecordFinding implements [State]: a finding whose LastSeen is not
 // before pass.Started was recorded by this pass and is left alone.
-func (s *StoreScrubState) RecordFinding(pass ScrubCursor, f Finding) error {
+func (s *StoreState) RecordFinding(pass Cursor, f Finding) error {
 	if f.LBA < 0 {
-		return fmt.Errorf("blockdev: finding at block %d", f.LBA)
+		return fmt.Errorf("scrub: finding at block %d", f.LBA)
 	}
 	if !pass.Started.IsZero() {
-		for old, err := range s.t.Findings(store.FindingQuery{LBA: uint64(f.LBA), N: 1}) {
+		for old, err := range s.t.Findings(store.FindingQuery{LBA: f.LBA, N: 1}) {
 			if err != nil {
-				return fmt.Errorf("blockdev: findings: %w", err)
+				return fmt.Errorf("scrub: findings: %w", err)
 			}
-			if old.LBA == uint64(f.LBA) && old.Field == string(f.Kind) && !old.LastSeen.Before(pass.Started) {
+			if old.LBA == f.LBA && old.Field == string(f.Kind) && !old.LastSeen.Before(pass.Started) {
 				return nil
 			}
 		}
 	}
 	sf := store.Finding{
-		LBA: uint64(f.LBA), N: uint64(max(f.N, 1)), Field: string(f.Kind),
+		LBA: f.LBA, N: max(f.N, 1), Field: string(f.Kind),
 		Expected: be64(f.Expected, f.Kind), Actual: be64(f.Actual, f.Kind),
 		LastSeen: f.LastSeen.UTC(), State: f.State,
 	}
 	if _, err := s.t.RecordFinding(sf, false); err != nil {
-		return fmt.Errorf("blockdev: record finding: %w", err)
+		return fmt.Errorf("scrub: record finding: %w", err)
 	}
 	s.last.lba, s.last.kind, s.last.state, s.last.set = f.LBA, f.Kind, f.State, true
 	if f.State == 0 {
@@ -161,8 +153,8 @@ func (s *StoreScrubState) RecordFinding(pass ScrubCursor, f Finding) error {
 	return nil
 }
 
-func be64(v uint64, k Kind) []byte {
-	if k == KindIO {
+func be64(v uint64, k blockdev.Kind) []byte {
+	if k == blockdev.KindIO {
 		return nil
 	}
 	return binary.BigEndian.AppendUint64(nil, v)
@@ -176,20 +168,20 @@ func fromBE(b []byte) uint64 {
 	return v
 }
 
-// OpenFindings implements [ScrubState].
-func (s *StoreScrubState) OpenFindings(start, end int64) iter.Seq2[Finding, error] {
+// OpenFindings implements [State].
+func (s *StoreState) OpenFindings(start, end int64) iter.Seq2[Finding, error] {
 	return func(yield func(Finding, error) bool) {
 		if start < 0 || end <= start {
 			return
 		}
-		q := store.FindingQuery{LBA: uint64(start), N: uint64(end - start), State: store.FindingOpen}
+		q := store.FindingQuery{LBA: start, N: end - start, State: store.FindingOpen}
 		for sf, err := range s.t.Findings(q) {
 			if err != nil {
-				yield(Finding{}, fmt.Errorf("blockdev: findings: %w", err))
+				yield(Finding{}, fmt.Errorf("scrub: findings: %w", err))
 				return
 			}
 			f := Finding{
-				LBA: int64(sf.LBA), N: int64(sf.N), Kind: Kind(sf.Field),
+				LBA: sf.LBA, N: sf.N, Kind: blockdev.Kind(sf.Field),
 				Expected: fromBE(sf.Expected), Actual: fromBE(sf.Actual),
 				State: sf.State, Count: sf.Count, FirstSeen: sf.FirstSeen, LastSeen: sf.LastSeen,
 			}
@@ -200,31 +192,31 @@ func (s *StoreScrubState) OpenFindings(start, end int64) iter.Seq2[Finding, erro
 	}
 }
 
-// SetFindingState implements [ScrubState].
-func (s *StoreScrubState) SetFindingState(lba int64, kind Kind, st FindingState) error {
+// SetFindingState implements [State].
+func (s *StoreState) SetFindingState(lba int64, kind blockdev.Kind, st FindingState) error {
 	if lba < 0 {
-		return fmt.Errorf("blockdev: finding at block %d", lba)
+		return fmt.Errorf("scrub: finding at block %d", lba)
 	}
-	if _, err := s.t.SetFindingState(uint64(lba), string(kind), st, false); err != nil {
-		return fmt.Errorf("blockdev: set finding state: %w", err)
+	if _, err := s.t.SetFindingState(lba, string(kind), st, false); err != nil {
+		return fmt.Errorf("scrub: set finding state: %w", err)
 	}
 	s.last.lba, s.last.kind, s.last.state, s.last.set = lba, kind, st, true
 	return nil
 }
 
-// Sync implements [ScrubState]: it rewrites the last finding changed with a
+// Sync implements [State]: it rewrites the last finding changed with a
 // synced commit, which makes every earlier commit durable too.
-func (s *StoreScrubState) Sync() error {
+func (s *StoreState) Sync() error {
 	if !s.last.set {
 		return nil
 	}
-	if _, err := s.t.SetFindingState(uint64(s.last.lba), string(s.last.kind), s.last.state, true); err != nil {
-		return fmt.Errorf("blockdev: sync findings: %w", err)
+	if _, err := s.t.SetFindingState(s.last.lba, string(s.last.kind), s.last.state, true); err != nil {
+		return fmt.Errorf("scrub: sync findings: %w", err)
 	}
 	return nil
 }
 
-// FileScrubState keeps the cursor and findings of a scrub of a
+// FileState keeps the cursor and findings of a scrub of a
 // self-contained image (extended-LBA or DIX) in two files: a small JSON
 // state file at path, replaced atomically (write, fsync, rename, fsync of
 // the directory), and an append-only JSON Lines findings log at
@@ -235,22 +227,22 @@ func (s *StoreScrubState) Sync() error {
 //
 // OpenFindings replays the whole log (memory grows with the number of
 // distinct findings). One process at a time may use a state file.
-type FileScrubState struct {
+type FileState struct {
 	mu      sync.Mutex
 	path    string
 	log     *os.File
 	w       *bufio.Writer
 	size    int64 // bytes in the log, buffered included
-	cur     *ScrubCursor
+	cur     *Cursor
 	closed  bool
 	failure error // a failed write makes the state unusable
 }
 
 // fileState is the JSON state file.
 type fileState struct {
-	Version int          `json:"version"`
-	Cursor  *ScrubCursor `json:"cursor,omitempty"`
-	LogSize int64        `json:"log_size"`
+	Version int     `json:"version"`
+	Cursor  *Cursor `json:"cursor,omitempty"`
+	LogSize int64   `json:"log_size"`
 }
 
 const fileStateVersion = 1
@@ -262,14 +254,14 @@ type logRecord struct {
 	Finding
 }
 
-// OpenFileScrubState opens (creating if needed) the scrub state at path and
+// OpenFileState opens (creating if needed) the scrub state at path and
 // its findings log at path+".findings". Close it after use.
 //
 // Neither file is opened through a symbolic link, nor the temporary file
 // path+".tmp" that replaces the state: a link there fails with
 // ErrStateFile, so a scrub never truncates or overwrites a file someone
 // pointed it at. New files are created with mode 0600.
-func OpenFileScrubState(path string) (*FileScrubState, error) {
+func OpenFileState(path string) (*FileState, error) {
 	var st fileState
 	for _, p := range []string{path, path + ".findings", path + ".tmp"} {
 		if err := refuseLink(p); err != nil {
@@ -281,31 +273,31 @@ func OpenFileScrubState(path string) (*FileScrubState, error) {
 	case errors.Is(err, fs.ErrNotExist):
 		st.Version = fileStateVersion
 	case err != nil:
-		return nil, fmt.Errorf("blockdev: scrub state: %w", err)
+		return nil, fmt.Errorf("scrub: state: %w", err)
 	default:
 		d := json.NewDecoder(bytes.NewReader(b))
 		d.DisallowUnknownFields()
 		if err := d.Decode(&st); err != nil {
-			return nil, fmt.Errorf("blockdev: scrub state %s: %w", path, err)
+			return nil, fmt.Errorf("scrub: state %s: %w", path, err)
 		}
 		if st.Version != fileStateVersion {
-			return nil, fmt.Errorf("blockdev: scrub state %s: version %d, want %d", path, st.Version, fileStateVersion)
+			return nil, fmt.Errorf("scrub: state %s: version %d, want %d", path, st.Version, fileStateVersion)
 		}
 		if c := st.Cursor; c != nil && (c.Start < 0 || c.Start > c.End || c.Next < c.Start || c.Next > c.End) {
-			return nil, fmt.Errorf("blockdev: scrub state %s: bad cursor %+v", path, *c)
+			return nil, fmt.Errorf("scrub: state %s: bad cursor %+v", path, *c)
 		}
 		if st.LogSize < 0 {
-			return nil, fmt.Errorf("blockdev: scrub state %s: log size %d", path, st.LogSize)
+			return nil, fmt.Errorf("scrub: state %s: log size %d", path, st.LogSize)
 		}
 	}
 	log, err := os.OpenFile(path+".findings", os.O_RDWR|os.O_CREATE|oNoFollow, 0o600)
 	if err != nil {
-		return nil, fmt.Errorf("blockdev: scrub state: %w", err)
+		return nil, fmt.Errorf("scrub: state: %w", err)
 	}
 	fi, err := log.Stat()
 	if err != nil {
 		log.Close()
-		return nil, fmt.Errorf("blockdev: scrub state: %w", err)
+		return nil, fmt.Errorf("scrub: state: %w", err)
 	}
 	if !fi.Mode().IsRegular() {
 		log.Close()
@@ -313,49 +305,49 @@ func OpenFileScrubState(path string) (*FileScrubState, error) {
 	}
 	if fi.Size() < st.LogSize {
 		log.Close()
-		return nil, fmt.Errorf("blockdev: scrub state %s: findings log has %d bytes, the state accounts for %d", path, fi.Size(), st.LogSize)
+		return nil, fmt.Errorf("scrub: state %s: findings log has %d bytes, the state accounts for %d", path, fi.Size(), st.LogSize)
 	}
 	if fi.Size() > st.LogSize {
 		if err := log.Truncate(st.LogSize); err != nil {
 			log.Close()
-			return nil, fmt.Errorf("blockdev: scrub state: %w", err)
+			return nil, fmt.Errorf("scrub: state: %w", err)
 		}
 	}
 	if _, err := log.Seek(st.LogSize, io.SeekStart); err != nil {
 		log.Close()
-		return nil, fmt.Errorf("blockdev: scrub state: %w", err)
+		return nil, fmt.Errorf("scrub: state: %w", err)
 	}
-	return &FileScrubState{path: path, log: log, w: bufio.NewWriter(log), size: st.LogSize, cur: st.Cursor}, nil
+	return &FileState{path: path, log: log, w: bufio.NewWriter(log), size: st.LogSize, cur: st.Cursor}, nil
 }
 
 // Path returns the state file's path.
-func (s *FileScrubState) Path() string { return s.path }
+func (s *FileState) Path() string { return s.path }
 
-func (s *FileScrubState) usable() error {
+func (s *FileState) usable() error {
 	if s.closed {
-		return fmt.Errorf("blockdev: scrub state %s: %w", s.path, os.ErrClosed)
+		return fmt.Errorf("scrub: state %s: %w", s.path, os.ErrClosed)
 	}
 	return s.failure
 }
 
-// LoadCursor implements [ScrubState]. The file holds one cursor: that of
+// LoadCursor implements [State]. The file holds one cursor: that of
 // the last range saved.
-func (s *FileScrubState) LoadCursor(start, end int64) (ScrubCursor, bool, error) {
+func (s *FileState) LoadCursor(start, end int64) (Cursor, bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.usable(); err != nil {
-		return ScrubCursor{}, false, err
+		return Cursor{}, false, err
 	}
 	if s.cur == nil || s.cur.Start != start || s.cur.End != end {
-		return ScrubCursor{}, false, nil
+		return Cursor{}, false, nil
 	}
 	return *s.cur, true, nil
 }
 
-// SaveCursor implements [ScrubState].
-func (s *FileScrubState) SaveCursor(c ScrubCursor) error {
+// SaveCursor implements [State].
+func (s *FileState) SaveCursor(c Cursor) error {
 	if c.Start < 0 || c.Start > c.End || c.Next < c.Start || c.Next > c.End {
-		return fmt.Errorf("blockdev: bad scrub cursor %+v", c)
+		return fmt.Errorf("scrub: bad scrub cursor %+v", c)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -365,8 +357,8 @@ func (s *FileScrubState) SaveCursor(c ScrubCursor) error {
 	return s.commit(&c)
 }
 
-// Sync implements [ScrubState].
-func (s *FileScrubState) Sync() error {
+// Sync implements [State].
+func (s *FileState) Sync() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.usable(); err != nil {
@@ -376,7 +368,7 @@ func (s *FileScrubState) Sync() error {
 }
 
 // commit makes the log durable, then replaces the state file. s.mu is held.
-func (s *FileScrubState) commit(c *ScrubCursor) error {
+func (s *FileState) commit(c *Cursor) error {
 	if err := s.w.Flush(); err != nil {
 		return s.fail(err)
 	}
@@ -385,17 +377,17 @@ func (s *FileScrubState) commit(c *ScrubCursor) error {
 	}
 	b, err := json.Marshal(fileState{Version: fileStateVersion, Cursor: c, LogSize: s.size})
 	if err != nil {
-		return fmt.Errorf("blockdev: scrub state: %w", err)
+		return fmt.Errorf("scrub: state: %w", err)
 	}
 	if err := writeFileAtomic(s.path, append(b, '\n')); err != nil {
-		return fmt.Errorf("blockdev: scrub state: %w", err)
+		return fmt.Errorf("scrub: state: %w", err)
 	}
 	s.cur = c
 	return nil
 }
 
-func (s *FileScrubState) fail(err error) error {
-	s.failure = fmt.Errorf("blockdev: scrub state %s: findings log: %w", s.path, err)
+func (s *FileState) fail(err error) error {
+	s.failure = fmt.Errorf("scrub: state %s: findings log: %w", s.path, err)
 	return s.failure
 }
 
@@ -439,13 +431,13 @@ func writeFileAtomic(path string, b []byte) error {
 	return nil
 }
 
-func (s *FileScrubState) append(r logRecord) error {
+func (s *FileState) append(r logRecord) error {
 	if err := s.usable(); err != nil {
 		return err
 	}
 	b, err := json.Marshal(r)
 	if err != nil {
-		return fmt.Errorf("blockdev: scrub state: %w", err)
+		return fmt.Errorf("scrub: state: %w", err)
 	}
 	b = append(b, '\n')
 	if _, err := s.w.Write(b); err != nil {
@@ -455,9 +447,9 @@ func (s *FileScrubState) append(r logRecord) error {
 	return nil
 }
 
-// RecordFinding implements [ScrubState]. Exactly-once per pass comes from
+// RecordFinding implements [State]. Exactly-once per pass comes from
 // the truncation at open, so pass is not consulted.
-func (s *FileScrubState) RecordFinding(pass ScrubCursor, f Finding) error {
+func (s *FileState) RecordFinding(pass Cursor, f Finding) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if f.State == 0 {
@@ -472,11 +464,11 @@ func (s *FileScrubState) RecordFinding(pass ScrubCursor, f Finding) error {
 	return s.append(logRecord{Op: "seen", Finding: f})
 }
 
-// SetFindingState implements [ScrubState]. Setting the state of a finding
+// SetFindingState implements [State]. Setting the state of a finding
 // the log does not hold is an error.
-func (s *FileScrubState) SetFindingState(lba int64, kind Kind, st FindingState) error {
+func (s *FileState) SetFindingState(lba int64, kind blockdev.Kind, st FindingState) error {
 	if st < FindingOpen || st > FindingClosed {
-		return fmt.Errorf("blockdev: invalid finding state %d", uint8(st))
+		return fmt.Errorf("scrub: invalid finding state %d", uint8(st))
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -485,11 +477,11 @@ func (s *FileScrubState) SetFindingState(lba int64, kind Kind, st FindingState) 
 
 type findingKey struct {
 	lba  int64
-	kind Kind
+	kind blockdev.Kind
 }
 
 // replay reads the log and returns the current findings. s.mu is held.
-func (s *FileScrubState) replay() (map[findingKey]Finding, error) {
+func (s *FileState) replay() (map[findingKey]Finding, error) {
 	if err := s.w.Flush(); err != nil {
 		return nil, s.fail(err)
 	}
@@ -503,7 +495,7 @@ func (s *FileScrubState) replay() (map[findingKey]Finding, error) {
 		d := json.NewDecoder(bytes.NewReader(sc.Bytes()))
 		d.DisallowUnknownFields()
 		if err := d.Decode(&r); err != nil {
-			return nil, fmt.Errorf("blockdev: scrub state %s: findings log line %d: %w", s.path, line, err)
+			return nil, fmt.Errorf("scrub: state %s: findings log line %d: %w", s.path, line, err)
 		}
 		k := findingKey{r.LBA, r.Kind}
 		switch r.Op {
@@ -523,18 +515,18 @@ func (s *FileScrubState) replay() (map[findingKey]Finding, error) {
 				m[k] = f
 			}
 		default:
-			return nil, fmt.Errorf("blockdev: scrub state %s: findings log line %d: unknown op %q", s.path, line, r.Op)
+			return nil, fmt.Errorf("scrub: state %s: findings log line %d: unknown op %q", s.path, line, r.Op)
 		}
 	}
 	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("blockdev: scrub state %s: findings log: %w", s.path, err)
+		return nil, fmt.Errorf("scrub: state %s: findings log: %w", s.path, err)
 	}
 	return m, nil
 }
 
 // Findings returns every finding of the log in its current state, ordered
 // by LBA then Kind.
-func (s *FileScrubState) Findings() ([]Finding, error) {
+func (s *FileState) Findings() ([]Finding, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.usable(); err != nil {
@@ -560,8 +552,8 @@ func (s *FileScrubState) Findings() ([]Finding, error) {
 	return out, nil
 }
 
-// OpenFindings implements [ScrubState].
-func (s *FileScrubState) OpenFindings(start, end int64) iter.Seq2[Finding, error] {
+// OpenFindings implements [State].
+func (s *FileState) OpenFindings(start, end int64) iter.Seq2[Finding, error] {
 	return func(yield func(Finding, error) bool) {
 		all, err := s.Findings()
 		if err != nil {
@@ -581,7 +573,7 @@ func (s *FileScrubState) OpenFindings(start, end int64) iter.Seq2[Finding, error
 
 // Close closes the findings log. Findings recorded since the last
 // SaveCursor or Sync are not kept.
-func (s *FileScrubState) Close() error {
+func (s *FileState) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -589,19 +581,19 @@ func (s *FileScrubState) Close() error {
 	}
 	s.closed = true
 	if err := s.log.Close(); err != nil {
-		return fmt.Errorf("blockdev: scrub state: %w", err)
+		return fmt.Errorf("scrub: state: %w", err)
 	}
 	return nil
 }
 
 var (
-	_ ScrubState = (*StoreScrubState)(nil)
-	_ ScrubState = (*FileScrubState)(nil)
+	_ State = (*StoreState)(nil)
+	_ State = (*FileState)(nil)
 )
 
 // ErrStateFile reports a scrub state file that is a symbolic link or not a
-// regular file: OpenFileScrubState refuses it rather than write through it.
-var ErrStateFile = errors.New("blockdev: scrub state file refused")
+// regular file: OpenFileState refuses it rather than write through it.
+var ErrStateFile = errors.New("scrub: state file refused")
 
 // refuseLink fails with ErrStateFile if p exists and is a symbolic link or
 // not a regular file.
@@ -611,7 +603,7 @@ func refuseLink(p string) error {
 	case errors.Is(err, fs.ErrNotExist):
 		return nil
 	case err != nil:
-		return fmt.Errorf("blockdev: scrub state: %w", err)
+		return fmt.Errorf("scrub: state: %w", err)
 	case fi.Mode()&fs.ModeSymlink != 0:
 		return fmt.Errorf("%w: %s is a symbolic link", ErrStateFile, p)
 	case !fi.Mode().IsRegular():

@@ -1,9 +1,11 @@
-package blockdev
+package scrub
 
 import (
-	"github.com/difctl/difctl/store"
 	"slices"
 	"time"
+
+	"github.com/difctl/difctl/blockdev"
+	"github.com/difctl/difctl/store"
 )
 
 // FindingState is the life cycle of a finding: store.FindingState, whose
@@ -24,11 +26,11 @@ const (
 // A Finding is a Problem as recorded in a findings log: blocks [LBA, LBA+N)
 // failed the check Kind. It is identified by (LBA, Kind).
 type Finding struct {
-	LBA      int64  `json:"lba"`
-	N        int64  `json:"n"` // blocks; scrubs record 1
-	Kind     Kind   `json:"kind"`
-	Expected uint64 `json:"expected"` // computed value (0 for KindIO)
-	Actual   uint64 `json:"actual"`   // stored value (0 for KindIO)
+	LBA      int64         `json:"lba"`
+	N        int64         `json:"n"` // blocks; scrubs record 1
+	Kind     blockdev.Kind `json:"kind"`
+	Expected uint64        `json:"expected"` // computed value (0 for blockdev.KindIO)
+	Actual   uint64        `json:"actual"`   // stored value (0 for blockdev.KindIO)
 	// Transient: the block failed at first and passed on a re-read; such a
 	// finding is recorded with State FindingRecheckedOK.
 	Transient bool         `json:"transient,omitempty"`
@@ -51,8 +53,9 @@ func (f Finding) Bad() bool { return f.State == FindingOpen && !f.Transient }
 // End returns LBA+N.
 func (f Finding) End() int64 { return f.LBA + max(f.N, 1) }
 
-// findingOf turns a Problem seen at time now into a Finding.
-func findingOf(p Problem, now time.Time) Finding {
+// FindingOf turns a Problem seen at time now into the Finding that records
+// it: one block, open, or rechecked-ok if it was transient.
+func FindingOf(p blockdev.Problem, now time.Time) Finding {
 	f := Finding{
 		LBA: p.LBA, N: 1, Kind: p.Kind, Expected: p.Expected, Actual: p.Actual,
 		Transient: p.Transient, State: FindingOpen, LastSeen: now, Err: p.Err,
@@ -63,20 +66,17 @@ func findingOf(p Problem, now time.Time) Finding {
 	return f
 }
 
-// A BlockRange is the blocks [LBA, LBA+N).
-type BlockRange struct {
-	LBA, N int64
+// Problem returns the check result f records.
+func (f Finding) Problem() blockdev.Problem {
+	return blockdev.Problem{LBA: f.LBA, Kind: f.Kind, Expected: f.Expected, Actual: f.Actual, Transient: f.Transient, Err: f.Err}
 }
-
-// End returns LBA+N.
-func (r BlockRange) End() int64 { return r.LBA + r.N }
 
 // BadRanges collects bad blocks as sorted, merged ranges, for the badblocks
 // and mapfile writers. Adding in LBA order (as a scrub delivers findings)
 // costs O(1) per block and memory per range, not per block. The zero value
 // is ready to use.
 type BadRanges struct {
-	r      []BlockRange
+	r      []blockdev.BlockRange
 	sorted bool // r may need sorting and merging
 }
 
@@ -102,14 +102,14 @@ func (b *BadRanges) Add(lba, n int64) {
 			b.sorted = true
 		}
 	}
-	b.r = append(b.r, BlockRange{LBA: lba, N: n})
+	b.r = append(b.r, blockdev.BlockRange{LBA: lba, N: n})
 }
 
 // Ranges returns the bad ranges, sorted by LBA, non-overlapping and not
 // adjacent. The slice belongs to b until the next Add.
-func (b *BadRanges) Ranges() []BlockRange {
+func (b *BadRanges) Ranges() []blockdev.BlockRange {
 	if b.sorted {
-		slices.SortFunc(b.r, func(x, y BlockRange) int {
+		slices.SortFunc(b.r, func(x, y blockdev.BlockRange) int {
 			switch {
 			case x.LBA < y.LBA:
 				return -1

@@ -1,6 +1,6 @@
 //go:build unix
 
-package blockdev
+package scrub
 
 import "syscall"
 

@@ -1,19 +1,23 @@
-package blockdev
+package faultdev
 
 import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"syscall"
 	"testing"
+
+	"github.com/difctl/difctl/blockdev"
+	"github.com/difctl/difctl/blockdev/device"
 )
 
 // newFault returns a fault device over a memory device of size bytes and
 // block size bs, filled with pattern(size, 0) and synced.
-func newFault(t testing.TB, size int64, bs, sector int) (*FaultDevice, *MemDevice, []byte) {
+func newFault(t testing.TB, size int64, bs, sector int) (*Device, *blockdev.MemDevice, []byte) {
 	t.Helper()
-	m, err := NewMemDevice(size, bs)
+	m, err := blockdev.NewMemDevice(size, bs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -21,14 +25,14 @@ func newFault(t testing.TB, size int64, bs, sector int) (*FaultDevice, *MemDevic
 	if _, err := m.WriteAt(init, 0); err != nil {
 		t.Fatal(err)
 	}
-	d, err := NewFaultDevice(m, FaultOptions{Sector: sector})
+	d, err := New(m, Options{Sector: sector})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return d, m, init
 }
 
-func mustRead(t testing.TB, d Device, off int64, n int) []byte {
+func mustRead(t testing.TB, d device.Device, off int64, n int) []byte {
 	t.Helper()
 	b := make([]byte, n)
 	if _, err := d.ReadAt(b, off); err != nil {
@@ -37,7 +41,7 @@ func mustRead(t testing.TB, d Device, off int64, n int) []byte {
 	return b
 }
 
-func mustInject(t testing.TB, d *FaultDevice, f Fault) int {
+func mustInject(t testing.TB, d *Device, f Fault) int {
 	t.Helper()
 	id, err := d.Inject(f)
 	if err != nil {
@@ -47,7 +51,7 @@ func mustInject(t testing.TB, d *FaultDevice, f Fault) int {
 }
 
 func isEIO(err error) bool {
-	var ioe *IOError
+	var ioe *device.IOError
 	return errors.As(err, &ioe) && errors.Is(err, syscall.EIO)
 }
 
@@ -78,7 +82,7 @@ func TestFaultFailRead(t *testing.T) {
 				if fail {
 					hits++
 					if !isEIO(err) {
-						t.Fatalf("read %d: %v, want *IOError wrapping EIO", i, err)
+						t.Fatalf("read %d: %v, want *device.IOError wrapping EIO", i, err)
 					}
 				} else if !bytes.Equal(b, init[3584+(i%2)*512:][:1024]) {
 					t.Fatalf("read %d returned wrong data", i)
@@ -226,9 +230,9 @@ func TestFaultInjectErrors(t *testing.T) {
 		}
 	}
 	for _, s := range []int{256, 768, 8192} {
-		m, _ := NewMemDevice(4096, 4096)
-		if _, err := NewFaultDevice(m, FaultOptions{Sector: s}); err == nil {
-			t.Errorf("NewFaultDevice(sector=%d) succeeded", s)
+		m, _ := blockdev.NewMemDevice(4096, 4096)
+		if _, err := New(m, Options{Sector: s}); err == nil {
+			t.Errorf("New(sector=%d) succeeded", s)
 		}
 	}
 }
@@ -281,9 +285,9 @@ func TestFaultConcurrent(t *testing.T) {
 	}
 }
 
-func ExampleFaultDevice() {
-	m, _ := NewMemDevice(1<<20, 4096)
-	d, _ := NewFaultDevice(m, FaultOptions{})
+func ExampleDevice() {
+	m, _ := blockdev.NewMemDevice(1<<20, 4096)
+	d, _ := New(m, Options{})
 	d.WriteAt(bytes.Repeat([]byte("A"), 4096), 0)
 	d.Sync()
 	d.WriteAt(bytes.Repeat([]byte("B"), 4096), 0)
@@ -293,4 +297,14 @@ func ExampleFaultDevice() {
 	d.ReadAt(b, 0)
 	fmt.Println(string(b))
 	// Output: A
+}
+
+// pattern returns n deterministic pseudo-random bytes.
+func pattern(n int, seed uint64) []byte {
+	r := rand.New(rand.NewPCG(seed, 1))
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(r.Uint32())
+	}
+	return b
 }

@@ -1,4 +1,4 @@
-package blockdev
+package scrub
 
 import (
 	"bufio"
@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/difctl/difctl/blockdev"
 	"github.com/difctl/difctl/dif"
 )
 
@@ -22,11 +23,11 @@ func TestBadRanges(t *testing.T) {
 	for _, c := range []struct {
 		name string
 		add  [][2]int64
-		want []BlockRange
+		want []blockdev.BlockRange
 	}{
-		{"order=sorted", [][2]int64{{1, 1}, {2, 1}, {3, 2}, {7, 1}, {7, 1}, {8, 3}}, []BlockRange{{1, 4}, {7, 4}}},
-		{"order=overlap", [][2]int64{{1, 10}, {3, 2}, {11, 1}}, []BlockRange{{1, 11}}},
-		{"order=reverse", [][2]int64{{9, 1}, {5, 1}, {1, 1}, {6, 3}, {0, 1}}, []BlockRange{{0, 2}, {5, 5}}},
+		{"order=sorted", [][2]int64{{1, 1}, {2, 1}, {3, 2}, {7, 1}, {7, 1}, {8, 3}}, []blockdev.BlockRange{{LBA: 1, N: 4}, {LBA: 7, N: 4}}},
+		{"order=overlap", [][2]int64{{1, 10}, {3, 2}, {11, 1}}, []blockdev.BlockRange{{LBA: 1, N: 11}}},
+		{"order=reverse", [][2]int64{{9, 1}, {5, 1}, {1, 1}, {6, 3}, {0, 1}}, []blockdev.BlockRange{{LBA: 0, N: 2}, {LBA: 5, N: 5}}},
 		{"order=empty", [][2]int64{{4, 0}, {-1, 3}}, nil},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -44,13 +45,13 @@ func TestBadRanges(t *testing.T) {
 	b.AddFinding(Finding{LBA: 4, N: 1, State: FindingOpen, Transient: true})
 	b.AddFinding(Finding{LBA: 5, N: 1, State: FindingRecheckedOK})
 	b.AddFinding(Finding{LBA: 6, N: 2, State: FindingOpen})
-	if got := b.Ranges(); !slices.Equal(got, []BlockRange{{3, 1}, {6, 2}}) || b.Blocks() != 3 {
+	if got := b.Ranges(); !slices.Equal(got, []blockdev.BlockRange{{LBA: 3, N: 1}, {LBA: 6, N: 2}}) || b.Blocks() != 3 {
 		t.Errorf("from findings: %v", got)
 	}
 }
 
 func TestWriteBadblocks(t *testing.T) {
-	bad := []BlockRange{{0, 1}, {5, 3}, {9, 1}, {17, 2}}
+	bad := []blockdev.BlockRange{{LBA: 0, N: 1}, {LBA: 5, N: 3}, {LBA: 9, N: 1}, {LBA: 17, N: 2}}
 	for _, c := range []struct {
 		bs, out int
 		want    string
@@ -76,15 +77,15 @@ func TestWriteBadblocks(t *testing.T) {
 		t.Errorf("no bad blocks: %q %v", w.String(), err)
 	}
 	for _, c := range []struct {
-		bad     []BlockRange
+		bad     []blockdev.BlockRange
 		bs, out int
 	}{
 		{bad, 0, 512}, {bad, 512, -1},
-		{[]BlockRange{{5, 1}, {2, 1}}, 512, 512},
-		{[]BlockRange{{5, 2}, {6, 1}}, 512, 512},
-		{[]BlockRange{{5, 0}}, 512, 512},
+		{[]blockdev.BlockRange{{LBA: 5, N: 1}, {LBA: 2, N: 1}}, 512, 512},
+		{[]blockdev.BlockRange{{LBA: 5, N: 2}, {LBA: 6, N: 1}}, 512, 512},
+		{[]blockdev.BlockRange{{LBA: 5, N: 0}}, 512, 512},
 	} {
-		if err := WriteBadblocks(&w, c.bad, c.bs, c.out); err == nil || !strings.HasPrefix(err.Error(), "blockdev: ") {
+		if err := WriteBadblocks(&w, c.bad, c.bs, c.out); err == nil || !strings.HasPrefix(err.Error(), "scrub: ") {
 			t.Errorf("WriteBadblocks(%v, %d, %d): %v", c.bad, c.bs, c.out, err)
 		}
 	}
@@ -93,11 +94,11 @@ func TestWriteBadblocks(t *testing.T) {
 func TestWriteMapfile(t *testing.T) {
 	for _, c := range []struct {
 		name string
-		bad  []BlockRange
+		bad  []blockdev.BlockRange
 		o    MapfileOptions
 		want string
 	}{
-		{"range=all", []BlockRange{{0, 1}, {5, 3}, {15, 1}}, MapfileOptions{BlockSize: 512, Blocks: 16}, `# Mapfile. Created by difctl
+		{"range=all", []blockdev.BlockRange{{LBA: 0, N: 1}, {LBA: 5, N: 3}, {LBA: 15, N: 1}}, MapfileOptions{BlockSize: 512, Blocks: 16}, `# Mapfile. Created by difctl
 # current_pos  current_status  current_pass
 0x00000000     +               1
 #      pos        size  status
@@ -107,7 +108,7 @@ func TestWriteMapfile(t *testing.T) {
 0x00001000  0x00000E00  +
 0x00001E00  0x00000200  -
 `},
-		{"range=part/comments=2", []BlockRange{{6, 1}}, MapfileOptions{BlockSize: 4096, Blocks: 1 << 20, Start: 4, End: 12, Comments: []string{"Command line: difctl scrub disk.img", "Start time:   2025-01-02 03:04:05"}}, `# Mapfile. Created by difctl
+		{"range=part/comments=2", []blockdev.BlockRange{{LBA: 6, N: 1}}, MapfileOptions{BlockSize: 4096, Blocks: 1 << 20, Start: 4, End: 12, Comments: []string{"Command line: difctl scrub disk.img", "Start time:   2025-01-02 03:04:05"}}, `# Mapfile. Created by difctl
 # Command line: difctl scrub disk.img
 # Start time:   2025-01-02 03:04:05
 # current_pos  current_status  current_pass
@@ -143,18 +144,18 @@ func TestWriteMapfile(t *testing.T) {
 		})
 	}
 	for _, c := range []struct {
-		bad []BlockRange
+		bad []blockdev.BlockRange
 		o   MapfileOptions
 	}{
 		{nil, MapfileOptions{Blocks: 4}},
 		{nil, MapfileOptions{BlockSize: 512, Blocks: -1}},
 		{nil, MapfileOptions{BlockSize: 512, Blocks: 4, Start: 5}},
 		{nil, MapfileOptions{BlockSize: 512, Blocks: 4, End: 5}},
-		{[]BlockRange{{3, 2}}, MapfileOptions{BlockSize: 512, Blocks: 4}},
-		{[]BlockRange{{0, 1}}, MapfileOptions{BlockSize: 512, Blocks: 4, Start: 1}},
-		{[]BlockRange{{2, 1}, {1, 1}}, MapfileOptions{BlockSize: 512, Blocks: 4}},
+		{[]blockdev.BlockRange{{LBA: 3, N: 2}}, MapfileOptions{BlockSize: 512, Blocks: 4}},
+		{[]blockdev.BlockRange{{LBA: 0, N: 1}}, MapfileOptions{BlockSize: 512, Blocks: 4, Start: 1}},
+		{[]blockdev.BlockRange{{LBA: 2, N: 1}, {LBA: 1, N: 1}}, MapfileOptions{BlockSize: 512, Blocks: 4}},
 	} {
-		if err := WriteMapfile(&bytes.Buffer{}, c.bad, c.o); err == nil || !strings.HasPrefix(err.Error(), "blockdev: ") {
+		if err := WriteMapfile(&bytes.Buffer{}, c.bad, c.o); err == nil || !strings.HasPrefix(err.Error(), "scrub: ") {
 			t.Errorf("WriteMapfile(%v, %+v): %v", c.bad, c.o, err)
 		}
 	}
@@ -205,7 +206,7 @@ func TestScrubToBadblocksAndMapfile(t *testing.T) {
 	x := newFixture(t, "512+8", dif.Interleaved, 64, []int{50}, hits)
 	s := x.source(t, t.TempDir())
 	var bad BadRanges
-	if _, err := Scrub(context.Background(), s, ScrubOptions{RunBlocks: 4, OnFinding: func(f Finding) error { bad.AddFinding(f); return nil }}); err != nil {
+	if _, err := Run(context.Background(), s, Options{RunBlocks: 4, OnFinding: func(f Finding) error { bad.AddFinding(f); return nil }}); err != nil {
 		t.Fatal(err)
 	}
 	var bb, mf bytes.Buffer
@@ -242,7 +243,7 @@ func TestFindingStateText(t *testing.T) {
 	if err := s.UnmarshalText([]byte("fixed")); err == nil {
 		t.Error("unknown state parsed")
 	}
-	b, err := json.Marshal(Finding{LBA: 7, N: 1, Kind: KindGuard, Expected: 1, Actual: 2, State: FindingOpen, Err: errors.New("x")})
+	b, err := json.Marshal(Finding{LBA: 7, N: 1, Kind: blockdev.KindGuard, Expected: 1, Actual: 2, State: FindingOpen, Err: errors.New("x")})
 	if err != nil || string(b) != `{"lba":7,"n":1,"kind":"guard","expected":1,"actual":2,"state":"open"}` {
 		t.Errorf("JSON %s %v", b, err)
 	}
@@ -256,11 +257,11 @@ func TestFileScrubState(t *testing.T) {
 		t.Fatalf("empty state: %v %v", ok, err)
 	}
 	now := time.Now()
-	pass := ScrubCursor{Start: 0, End: 100, Next: 0, Started: now}
+	pass := Cursor{Start: 0, End: 100, Next: 0, Started: now}
 	if err := st.SaveCursor(pass); err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range []Finding{{LBA: 5, Kind: KindGuard, Expected: 1, Actual: 2}, {LBA: 9, Kind: KindIO}, {LBA: 5, Kind: KindAppTag}} {
+	for _, f := range []Finding{{LBA: 5, Kind: blockdev.KindGuard, Expected: 1, Actual: 2}, {LBA: 9, Kind: blockdev.KindIO}, {LBA: 5, Kind: blockdev.KindAppTag}} {
 		if err := st.RecordFinding(pass, f); err != nil {
 			t.Fatal(err)
 		}
@@ -270,16 +271,16 @@ func TestFileScrubState(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Recorded after the last save: lost when the process dies.
-	if err := st.RecordFinding(pass, Finding{LBA: 60, Kind: KindGuard}); err != nil {
+	if err := st.RecordFinding(pass, Finding{LBA: 60, Kind: blockdev.KindGuard}); err != nil {
 		t.Fatal(err)
 	}
-	if err := st.SetFindingState(9, KindIO, FindingRecheckedOK); err != nil {
+	if err := st.SetFindingState(9, blockdev.KindIO, FindingRecheckedOK); err != nil {
 		t.Fatal(err)
 	}
-	if err := st.SetFindingState(9, KindIO, 0); err == nil {
+	if err := st.SetFindingState(9, blockdev.KindIO, 0); err == nil {
 		t.Error("state 0 accepted")
 	}
-	if err := st.SaveCursor(ScrubCursor{Start: 5, End: 4}); err == nil {
+	if err := st.SaveCursor(Cursor{Start: 5, End: 4}); err == nil {
 		t.Error("bad cursor accepted")
 	}
 	st.Close()
@@ -299,7 +300,7 @@ func TestFileScrubState(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []Finding{{LBA: 5, Kind: KindAppTag}, {LBA: 5, Kind: KindGuard}, {LBA: 9, Kind: KindIO}}
+	want := []Finding{{LBA: 5, Kind: blockdev.KindAppTag}, {LBA: 5, Kind: blockdev.KindGuard}, {LBA: 9, Kind: blockdev.KindIO}}
 	if !slices.Equal(keys(all), want) {
 		t.Fatalf("findings %v, want %v", keys(all), want)
 	}
@@ -307,10 +308,10 @@ func TestFileScrubState(t *testing.T) {
 		t.Errorf("guard finding %+v", g)
 	}
 	// Sightings accumulate; a state change is durable after Sync.
-	if err := st.RecordFinding(ScrubCursor{}, Finding{LBA: 5, Kind: KindGuard, Expected: 1, Actual: 3}); err != nil {
+	if err := st.RecordFinding(Cursor{}, Finding{LBA: 5, Kind: blockdev.KindGuard, Expected: 1, Actual: 3}); err != nil {
 		t.Fatal(err)
 	}
-	if err := st.SetFindingState(5, KindAppTag, FindingClosed); err != nil {
+	if err := st.SetFindingState(5, blockdev.KindAppTag, FindingClosed); err != nil {
 		t.Fatal(err)
 	}
 	if err := st.Sync(); err != nil {
@@ -325,7 +326,7 @@ func TestFileScrubState(t *testing.T) {
 		}
 		open = append(open, f)
 	}
-	if len(open) != 1 || open[0].Kind != KindGuard || open[0].Count != 2 || open[0].Actual != 3 {
+	if len(open) != 1 || open[0].Kind != blockdev.KindGuard || open[0].Count != 2 || open[0].Actual != 3 {
 		t.Errorf("open findings %+v", open)
 	}
 	st.Close()
@@ -344,7 +345,7 @@ func TestFileScrubState(t *testing.T) {
 			p := filepath.Join(t.TempDir(), "s")
 			os.WriteFile(p, []byte(c.state), 0o644)
 			os.WriteFile(p+".findings", []byte(c.log), 0o644)
-			if st, err := OpenFileScrubState(p); err == nil || !strings.HasPrefix(err.Error(), "blockdev: ") {
+			if st, err := OpenFileState(p); err == nil || !strings.HasPrefix(err.Error(), "scrub: ") {
 				t.Errorf("opened: %v", err)
 				if st != nil {
 					st.Close()
@@ -365,11 +366,11 @@ func TestFileScrubState(t *testing.T) {
 
 func TestStoreScrubState(t *testing.T) {
 	st, tu := newStoreState(t, 100)
-	if _, err := NewStoreScrubState(nil, "x"); err == nil {
+	if _, err := NewStoreState(nil, "x"); err == nil {
 		t.Error("nil store")
 	}
 	for _, name := range []string{"", "a@b"} {
-		if _, err := NewStoreScrubState(tu, name); err == nil {
+		if _, err := NewStoreState(tu, name); err == nil {
 			t.Errorf("name %q accepted", name)
 		}
 	}
@@ -377,9 +378,9 @@ func TestStoreScrubState(t *testing.T) {
 		t.Fatalf("no cursor: %v %v", ok, err)
 	}
 	now := time.Now()
-	full := ScrubCursor{Start: 0, End: 100, Next: 40, Pass: 3, Started: now}
-	part := ScrubCursor{Start: 10, End: 20, Next: 15, Started: now}
-	for _, c := range []ScrubCursor{full, part} {
+	full := Cursor{Start: 0, End: 100, Next: 40, Pass: 3, Started: now}
+	part := Cursor{Start: 10, End: 20, Next: 15, Started: now}
+	for _, c := range []Cursor{full, part} {
 		if err := st.SaveCursor(c); err != nil {
 			t.Fatal(err)
 		}
@@ -394,7 +395,7 @@ func TestStoreScrubState(t *testing.T) {
 		t.Errorf("range cursor name: %v", err)
 	}
 	// Exactly once per pass; again in a later pass.
-	f := Finding{LBA: 7, N: 1, Kind: KindRefTag, Expected: 107, Actual: 3, State: FindingOpen, LastSeen: now.Add(time.Millisecond)}
+	f := Finding{LBA: 7, N: 1, Kind: blockdev.KindRefTag, Expected: 107, Actual: 3, State: FindingOpen, LastSeen: now.Add(time.Millisecond)}
 	for range 2 {
 		if err := st.RecordFinding(full, f); err != nil {
 			t.Fatal(err)
@@ -413,10 +414,10 @@ func TestStoreScrubState(t *testing.T) {
 		}
 		got = append(got, f)
 	}
-	if len(got) != 1 || got[0].Count != 2 || got[0].Expected != 107 || got[0].Actual != 3 || got[0].Kind != KindRefTag {
+	if len(got) != 1 || got[0].Count != 2 || got[0].Expected != 107 || got[0].Actual != 3 || got[0].Kind != blockdev.KindRefTag {
 		t.Errorf("findings %+v", got)
 	}
-	if err := st.SetFindingState(7, KindRefTag, FindingClosed); err != nil {
+	if err := st.SetFindingState(7, blockdev.KindRefTag, FindingClosed); err != nil {
 		t.Fatal(err)
 	}
 	if err := st.Sync(); err != nil {
@@ -425,7 +426,31 @@ func TestStoreScrubState(t *testing.T) {
 	for range st.OpenFindings(0, 100) {
 		t.Error("closed finding still open")
 	}
-	if err := st.SetFindingState(8, KindGuard, FindingClosed); err == nil {
+	if err := st.SetFindingState(8, blockdev.KindGuard, FindingClosed); err == nil {
 		t.Error("state of a missing finding")
+	}
+}
+
+// TestFindingOfProblem checks that a Finding records its Problem whole and
+// gives it back: the scrub engine, the NBD server and the CLI convert
+// through these two only.
+func TestFindingOfProblem(t *testing.T) {
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	cause := errors.New("cause")
+	for _, p := range []blockdev.Problem{
+		{LBA: 7, Kind: blockdev.KindGuard, Expected: 0x1234, Actual: 0x4321, Err: cause},
+		{LBA: 9, Kind: blockdev.KindIO, Transient: true, Err: cause},
+	} {
+		f := FindingOf(p, now)
+		want := FindingOpen
+		if p.Transient {
+			want = FindingRecheckedOK
+		}
+		if f.N != 1 || f.State != want || !f.LastSeen.Equal(now) || f.Bad() == p.Transient {
+			t.Errorf("FindingOf(%+v) = %+v", p, f)
+		}
+		if got := f.Problem(); got != p {
+			t.Errorf("FindingOf(%+v).Problem() = %+v", p, got)
+		}
 	}
 }

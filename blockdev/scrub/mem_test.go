@@ -1,4 +1,4 @@
-package blockdev
+package scrub
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/difctl/difctl/blockdev"
 	"github.com/difctl/difctl/dif"
 	"github.com/difctl/difctl/store"
 )
@@ -78,7 +79,7 @@ func TestScrubMemoryBounded(t *testing.T) {
 		t.Run(fmt.Sprintf("source=%s/size=%dGiB", src, gib), func(t *testing.T) {
 			dir := t.TempDir()
 			path := filepath.Join(dir, "sparse.img")
-			var s CheckSource
+			var s blockdev.CheckSource
 			switch src {
 			case "dix":
 				// Zeros (holes) with all-ones metadata: every block is
@@ -91,15 +92,15 @@ func TestScrubMemoryBounded(t *testing.T) {
 				if err := f.Truncate(size); err != nil {
 					t.Fatal(err)
 				}
-				pair, err := NewDIXPair(f, size, onesReader{}, size/4096*8, 4096, 8)
+				pair, err := blockdev.NewDIXPair(f, size, onesReader{}, size/4096*8, 4096, 8)
 				if err != nil {
 					t.Fatal(err)
 				}
-				if s, err = NewDIXSource(pair, dif.MustFormat("4096+8"), dif.Params{}); err != nil {
+				if s, err = blockdev.NewDIXSource(pair, dif.MustFormat("4096+8"), dif.Params{}); err != nil {
 					t.Fatal(err)
 				}
 			case "volume":
-				dev, err := CreateImage(path, size, FileOptions{BlockSize: 4096})
+				dev, err := blockdev.CreateImage(path, size, blockdev.FileOptions{BlockSize: 4096})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -108,7 +109,7 @@ func TestScrubMemoryBounded(t *testing.T) {
 					t.Fatal(err)
 				}
 				defer kv.Close()
-				v, err := Create(context.Background(), dev, kv, CreateOptions{Format: dif.MustFormat("4096+8")})
+				v, err := blockdev.Create(context.Background(), dev, kv, blockdev.CreateOptions{Format: dif.MustFormat("4096+8")})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -117,7 +118,7 @@ func TestScrubMemoryBounded(t *testing.T) {
 			}
 			runtime.GC()
 			stop := memPeak()
-			rep, err := Scrub(context.Background(), s, ScrubOptions{})
+			rep, err := Run(context.Background(), s, Options{})
 			peak := stop()
 			if err != nil {
 				t.Fatal(err)

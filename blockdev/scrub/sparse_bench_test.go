@@ -1,4 +1,4 @@
-package blockdev
+package scrub
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/difctl/difctl/blockdev"
 	"github.com/difctl/difctl/dif"
 	"github.com/difctl/difctl/store"
 )
@@ -32,10 +33,10 @@ func BenchmarkScrubSparse(b *testing.B) {
 }
 
 // noSeekData is a File whose SEEK_DATA is unsupported.
-type noSeekData struct{ *File }
+type noSeekData struct{ *blockdev.File }
 
-func (noSeekData) NextData(int64) (Extent, error) {
-	return Extent{}, fmt.Errorf("blockdev: seek data: %w", errors.ErrUnsupported)
+func (noSeekData) NextData(int64) (blockdev.Extent, error) {
+	return blockdev.Extent{}, fmt.Errorf("blockdev: seek data: %w", errors.ErrUnsupported)
 }
 
 func benchScrubSparse(b *testing.B, format, holes string) {
@@ -45,7 +46,7 @@ func benchScrubSparse(b *testing.B, format, holes string) {
 	}
 	f := dif.MustFormat(format)
 	dir := b.TempDir()
-	dev, err := CreateImage(filepath.Join(dir, "image"), size, FileOptions{BlockSize: f.BlockSize()})
+	dev, err := blockdev.CreateImage(filepath.Join(dir, "image"), size, blockdev.FileOptions{BlockSize: f.BlockSize()})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -60,7 +61,7 @@ func benchScrubSparse(b *testing.B, format, holes string) {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { kv.Close() })
-	v, err := Create(context.Background(), dev, kv, CreateOptions{Format: f})
+	v, err := blockdev.Create(context.Background(), dev, kv, blockdev.CreateOptions{Format: f})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -68,14 +69,14 @@ func benchScrubSparse(b *testing.B, format, holes string) {
 		if err := v.Close(); err != nil {
 			b.Fatal(err)
 		}
-		if v, err = Open(context.Background(), noSeekData{dev}, kv, Options{}); err != nil {
+		if v, err = blockdev.Open(context.Background(), noSeekData{dev}, kv, blockdev.Options{}); err != nil {
 			b.Fatal(err)
 		}
 	}
 	b.Cleanup(func() { v.Close() })
 	b.SetBytes(size)
 	for b.Loop() {
-		rep, err := Scrub(context.Background(), v, ScrubOptions{})
+		rep, err := Run(context.Background(), v, Options{})
 		if err != nil || rep.Failed != 0 || rep.Unwritten != (size-size/8)/int64(f.BlockSize()) {
 			b.Fatalf("%+v %v", rep, err)
 		}

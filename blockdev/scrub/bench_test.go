@@ -1,4 +1,4 @@
-package blockdev
+package scrub
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/difctl/difctl/blockdev"
 	"github.com/difctl/difctl/dif"
 	"github.com/difctl/difctl/store"
 )
@@ -40,7 +41,7 @@ func benchScrub(b *testing.B, format, source string) {
 	blocks := int(size) / f.BlockSize()
 	dir := b.TempDir()
 	var path string
-	var src CheckSource
+	var src blockdev.CheckSource
 	switch source {
 	case "pread", "extended":
 		x := newFixture(b, format, dif.Interleaved, blocks, nil, nil)
@@ -57,7 +58,7 @@ func benchScrub(b *testing.B, format, source string) {
 			b.Fatal(err)
 		}
 		if source == "volume" {
-			dev, err := OpenFile(path, FileOptions{BlockSize: f.BlockSize()})
+			dev, err := blockdev.OpenFile(path, blockdev.FileOptions{BlockSize: f.BlockSize()})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -66,7 +67,7 @@ func benchScrub(b *testing.B, format, source string) {
 				b.Fatal(err)
 			}
 			b.Cleanup(func() { kv.Close() })
-			v, err := Create(context.Background(), dev, kv, CreateOptions{Format: f})
+			v, err := blockdev.Create(context.Background(), dev, kv, blockdev.CreateOptions{Format: f})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -83,7 +84,7 @@ func benchScrub(b *testing.B, format, source string) {
 		return
 	}
 	// Warm the page cache and check the image.
-	rep, err := Scrub(context.Background(), src, ScrubOptions{})
+	rep, err := Run(context.Background(), src, Options{})
 	if err != nil || rep.OK != int64(blocks) {
 		b.Fatalf("%+v %v", rep, err)
 	}
@@ -93,7 +94,7 @@ func benchScrub(b *testing.B, format, source string) {
 	passes := 0
 	var checked int64
 	for b.Loop() {
-		rep, err := Scrub(context.Background(), src, ScrubOptions{})
+		rep, err := Run(context.Background(), src, Options{})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -127,7 +128,7 @@ func preadPass(b *testing.B, path string) func() {
 	if err != nil {
 		b.Fatal(err)
 	}
-	buf := AlignedBuffer(benchReq)
+	buf := blockdev.AlignedBuffer(benchReq)
 	return func() {
 		sum := 0
 		for off := int64(0); off < st.Size(); off += benchReq {

@@ -1,4 +1,4 @@
-package blockdev
+package faultdev
 
 import (
 	"bytes"
@@ -7,6 +7,9 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
+
+	"github.com/difctl/difctl/blockdev"
+	"github.com/difctl/difctl/blockdev/device"
 )
 
 // crashOracle follows a workload on a flat copy of the device and knows,
@@ -51,7 +54,7 @@ func (o *crashOracle) check(t *testing.T, got []byte) {
 
 // randomWorkload runs n random writes (unaligned offsets and lengths) with
 // an occasional Sync on d and the oracle. It stops at the first error.
-func randomWorkload(d Device, o *crashOracle, seed uint64, n int) error {
+func randomWorkload(d device.Device, o *crashOracle, seed uint64, n int) error {
 	r := rand.New(rand.NewPCG(seed, 7))
 	size := int(d.Size())
 	for i := range n {
@@ -177,7 +180,7 @@ func TestCrashKeepFunc(t *testing.T) {
 // used.
 func TestCrashAtEveryStep(t *testing.T) {
 	const size = 32 << 10
-	workload := func(d Device) (synced [][2]int, err error) {
+	workload := func(d device.Device) (synced [][2]int, err error) {
 		// returns the writes ([off, value]) covered by a completed sync
 		var pending [][2]int
 		for i := range 12 {
@@ -211,13 +214,13 @@ func TestCrashAtEveryStep(t *testing.T) {
 				}
 				return
 			}
-			if !errors.Is(err, ErrCrashed) {
-				t.Fatalf("workload failed with %v, want ErrCrashed", err)
+			if !errors.Is(err, device.ErrCrashed) {
+				t.Fatalf("workload failed with %v, want device.ErrCrashed", err)
 			}
 			if d.Steps() != step+1 {
 				t.Fatalf("crashed after %d steps, armed at %d", d.Steps(), step)
 			}
-			if _, err := d.ReadAt(make([]byte, 1), 0); !errors.Is(err, ErrCrashed) {
+			if _, err := d.ReadAt(make([]byte, 1), 0); !errors.Is(err, device.ErrCrashed) {
 				t.Fatalf("read after crash: %v", err)
 			}
 			want := bytes.Clone(init)
@@ -263,7 +266,7 @@ func TestCrashHookAndReopen(t *testing.T) {
 	if _, err := d.WriteAt(make([]byte, 4096), 4096); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := d.WriteAt(make([]byte, 4096), 8192); !errors.Is(err, ErrCrashed) {
+	if _, err := d.WriteAt(make([]byte, 4096), 8192); !errors.Is(err, device.ErrCrashed) {
 		t.Fatalf("write that the hook crashes: %v", err)
 	}
 	wantSteps := []Step{{0, "write", 0, 4096}, {1, "sync", 0, 0}, {2, "write", 4096, 4096}, {3, "write", 8192, 4096}}
@@ -275,10 +278,10 @@ func TestCrashHookAndReopen(t *testing.T) {
 	if got := mustRead(t, m, 0, 16<<10); !bytes.Equal(got, want) {
 		t.Fatal("state after the hook's crash")
 	}
-	if err := d.Sync(); !errors.Is(err, ErrCrashed) {
+	if err := d.Sync(); !errors.Is(err, device.ErrCrashed) {
 		t.Fatalf("Sync after crash: %v", err)
 	}
-	if err := d.CrashAt(10, CrashOptions{}); !errors.Is(err, ErrCrashed) {
+	if err := d.CrashAt(10, CrashOptions{}); !errors.Is(err, device.ErrCrashed) {
 		t.Fatalf("CrashAt after crash: %v", err)
 	}
 	// A clean Close keeps unsynced writes.
@@ -292,7 +295,7 @@ func TestCrashHookAndReopen(t *testing.T) {
 	if err := r.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if err := r.Close(); !errors.Is(err, ErrClosed) {
+	if err := r.Close(); !errors.Is(err, device.ErrClosed) {
 		t.Fatalf("second Close: %v", err)
 	}
 	r2, err := r.Reopen()
@@ -326,12 +329,12 @@ func TestCrashDiscard(t *testing.T) {
 
 // TestCrashOverFile runs the crash machinery over an image file.
 func TestCrashOverFile(t *testing.T) {
-	f, err := CreateImage(t.TempDir()+"/img", 64<<10, FileOptions{BlockSize: 4096})
+	f, err := blockdev.CreateImage(t.TempDir()+"/img", 64<<10, blockdev.FileOptions{BlockSize: 4096})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	d, err := NewFaultDevice(f, FaultOptions{Sector: 512})
+	d, err := New(f, Options{Sector: 512})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package blockdev
+package scrub
 
 import (
 	"context"
@@ -7,29 +7,31 @@ import (
 	"runtime"
 	"sync"
 	"time"
+
+	"github.com/difctl/difctl/blockdev"
 )
 
 const (
 	// DefaultRunBytes is the data size of a scrub run unless
-	// ScrubOptions.RunBlocks says otherwise.
+	// Options.RunBlocks says otherwise.
 	DefaultRunBytes = 1 << 20
-	// MaxRunBytes bounds the data of a scrub run, MaxScrubWorkers the
+	// MaxRunBytes bounds the data of a scrub run, MaxWorkers the
 	// workers: together they bound a scrub's memory.
-	MaxRunBytes     = 64 << 20
-	MaxScrubWorkers = 256
-	// DefaultMaxFindings bounds ScrubReport.Findings unless
-	// ScrubOptions.MaxFindings says otherwise.
+	MaxRunBytes = 64 << 20
+	MaxWorkers  = 256
+	// DefaultMaxFindings bounds Report.Findings unless
+	// Options.MaxFindings says otherwise.
 	DefaultMaxFindings = 1000
 )
 
-// ScrubOptions tune a Scrub. The zero value scrubs the whole source with
+// Options tune a Scrub. The zero value scrubs the whole source with
 // GOMAXPROCS workers, unlimited, without persistence.
-type ScrubOptions struct {
+type Options struct {
 	// Start and End select the blocks [Start, End). Default: 0 and, for
 	// End 0, the source's Blocks().
 	Start, End int64
 	// Workers is the number of runs checked in parallel, at most
-	// MaxScrubWorkers. Default (0): GOMAXPROCS.
+	// MaxWorkers. Default (0): GOMAXPROCS.
 	Workers int
 	// RunBlocks is the number of blocks per CheckRun, at most MaxRunBytes
 	// of data. Default (0): DefaultRunBytes of data, at least one block.
@@ -41,10 +43,10 @@ type ScrubOptions struct {
 	// Check is passed to every CheckRun: Uncached to read around the page
 	// cache, Rereads to re-read failing blocks and tell transient failures
 	// apart. Default: cached, no re-reads.
-	Check CheckOptions
+	Check blockdev.CheckOptions
 	// State persists the cursor and the findings. Default nil: nothing is
 	// persisted, Resume and ErrorsOnly are not available.
-	State ScrubState
+	State State
 	// Resume continues the pass over [Start, End) that State's cursor says
 	// was stopped, from its first unchecked block. Without a stopped pass
 	// (or without Resume) a new pass starts at Start. Default false.
@@ -60,13 +62,13 @@ type ScrubOptions struct {
 	// stops the scrub and is returned; the findings of that run are then
 	// not recorded and the cursor stays before it.
 	OnFinding func(Finding) error
-	// MaxFindings bounds the findings kept in ScrubReport.Findings (the
+	// MaxFindings bounds the findings kept in Report.Findings (the
 	// counts are always complete). Default (0): DefaultMaxFindings;
 	// negative: none are kept.
 	MaxFindings int
 	// Progress, if not nil, is called from the Scrub goroutine every
 	// ProgressInterval and once when the scrub ends.
-	Progress func(ScrubProgress)
+	Progress func(Progress)
 	// ProgressInterval defaults to one second.
 	ProgressInterval time.Duration
 	// CheckpointInterval is how often the cursor is saved (each save syncs
@@ -75,7 +77,7 @@ type ScrubOptions struct {
 	CheckpointInterval time.Duration
 }
 
-// ScrubProgress reports a running scrub.
+// Progress reports a running scrub.
 //
 // Active time is the wall-clock time since Scrub began minus the time the
 // Limiter spent paused; time spent waiting for the rate limit is active.
@@ -83,7 +85,7 @@ type ScrubOptions struct {
 // capped by the Limiter's current rate; ETA is the remaining bytes at that
 // rate (-1 while the rate is unknown). A paused scrub's ETA does not count
 // down, and after a resume its Rate is not diluted by the pause.
-type ScrubProgress struct {
+type Progress struct {
 	// Done and Total are data bytes of the range: checked (including what
 	// a resumed pass had checked before) and in all. For an errors-only
 	// scrub, of the blocks to recheck.
@@ -98,8 +100,8 @@ type ScrubProgress struct {
 	Paused          bool
 }
 
-// ScrubReport is the outcome of a Scrub: everything a summary needs.
-type ScrubReport struct {
+// Report is the outcome of a Scrub: everything a summary needs.
+type Report struct {
 	// Start and End are the range; From is the first block this call
 	// checked (after Start when Resumed); Next the first block it did not
 	// (End when Complete).
@@ -112,13 +114,13 @@ type ScrubReport struct {
 	Pass      uint64
 	BlockSize int
 	// RunStats counts the blocks this call checked by outcome.
-	RunStats
+	blockdev.RunStats
 	// Bytes is the data checked by this call.
 	Bytes int64
 	// Failures counts failed checks by Kind (a block failing two checks
 	// counts in both), not counting transient ones; TransientFailures
 	// counts those.
-	Failures, TransientFailures map[Kind]int64
+	Failures, TransientFailures map[blockdev.Kind]int64
 	// Findings holds the first MaxFindings findings, in LBA order;
 	// FindingsTotal counts them all.
 	Findings      []Finding
@@ -127,12 +129,12 @@ type ScrubReport struct {
 	// (set to rechecked-ok) and those still failing.
 	Rechecked, Resolved, StillOpen int64
 	// Active is the elapsed time minus the time spent paused (see
-	// ScrubProgress).
+	// Progress).
 	Active, Elapsed time.Duration
 }
 
 // Scrub checks the blocks of src in runs, in parallel, and reports every
-// block that is not clean (see ScrubOptions). Memory is bounded whatever
+// block that is not clean (see Options). Memory is bounded whatever
 // the size of src: Workers scratch buffers of ScratchSize(RunBlocks) bytes,
 // the problems of at most 2*Workers runs waiting to be delivered in order,
 // and MaxFindings findings (an errors-only scrub also holds the open
@@ -147,7 +149,7 @@ type ScrubReport struct {
 // checked. The error is non-nil if the scrub stopped early: ctx cancelled
 // (matching context.Canceled), a run failed as a whole, State or OnFinding
 // failed. Integrity failures are not errors: they are in the report.
-func Scrub(ctx context.Context, src CheckSource, opts ScrubOptions) (*ScrubReport, error) {
+func Run(ctx context.Context, src blockdev.CheckSource, opts Options) (*Report, error) {
 	s, err := newScrubber(src, opts)
 	if err != nil {
 		return nil, err
@@ -174,24 +176,24 @@ type scrubJob struct {
 // scrubSlot holds a dispatched run until it is committed in order.
 type scrubSlot struct {
 	job      scrubJob
-	stats    RunStats
-	problems []Problem
+	stats    blockdev.RunStats
+	problems []blockdev.Problem
 	err      error
 }
 
 type scrubber struct {
-	src     CheckSource
-	o       ScrubOptions
+	src     blockdev.CheckSource
+	o       Options
 	bs      int64
 	window  int64
-	rep     *ScrubReport
+	rep     *Report
 	t0      time.Time
 	paused0 time.Duration
 	total   int64 // bytes of the work, for progress
 	done    int64 // bytes of the range done before this call (resume)
 
 	// scan
-	pass     ScrubCursor
+	pass     Cursor
 	lastSave time.Time
 
 	batch  []Finding // findings of the run being committed
@@ -203,22 +205,22 @@ type scrubber struct {
 	lo      int
 }
 
-func newScrubber(src CheckSource, o ScrubOptions) (*scrubber, error) {
+func newScrubber(src blockdev.CheckSource, o Options) (*scrubber, error) {
 	if src == nil {
-		return nil, errors.New("blockdev: scrub: nil source")
+		return nil, errors.New("scrub: nil source")
 	}
 	blocks, bs := src.Blocks(), src.BlockSize()
 	if blocks < 0 || bs <= 0 {
-		return nil, fmt.Errorf("blockdev: scrub: source of %d blocks of %d bytes", blocks, bs)
+		return nil, fmt.Errorf("scrub: source of %d blocks of %d bytes", blocks, bs)
 	}
 	if o.End == 0 {
 		o.End = blocks
 	}
 	if o.Start < 0 || o.Start > o.End || o.End > blocks {
-		return nil, fmt.Errorf("blockdev: scrub range [%d, %d) of %d blocks: %w", o.Start, o.End, blocks, ErrOutOfRange)
+		return nil, fmt.Errorf("scrub: range [%d, %d) of %d blocks: %w", o.Start, o.End, blocks, blockdev.ErrOutOfRange)
 	}
-	if o.Workers < 0 || o.Workers > MaxScrubWorkers || o.RunBlocks < 0 || int64(o.RunBlocks)*int64(bs) > MaxRunBytes {
-		return nil, fmt.Errorf("blockdev: scrub: %d workers (at most %d), %d blocks of %d bytes per run (at most %d bytes)", o.Workers, MaxScrubWorkers, o.RunBlocks, bs, MaxRunBytes)
+	if o.Workers < 0 || o.Workers > MaxWorkers || o.RunBlocks < 0 || int64(o.RunBlocks)*int64(bs) > MaxRunBytes {
+		return nil, fmt.Errorf("scrub: %d workers (at most %d), %d blocks of %d bytes per run (at most %d bytes)", o.Workers, MaxWorkers, o.RunBlocks, bs, MaxRunBytes)
 	}
 	if o.Workers == 0 {
 		o.Workers = runtime.GOMAXPROCS(0)
@@ -227,13 +229,13 @@ func newScrubber(src CheckSource, o ScrubOptions) (*scrubber, error) {
 		o.RunBlocks = max(1, DefaultRunBytes/bs)
 	}
 	if n := src.ScratchSize(o.RunBlocks); n < 0 || n > 2*MaxRunBytes+o.RunBlocks {
-		return nil, fmt.Errorf("blockdev: scrub: the source wants %d bytes of scratch for %d blocks", n, o.RunBlocks)
+		return nil, fmt.Errorf("scrub: the source wants %d bytes of scratch for %d blocks", n, o.RunBlocks)
 	}
 	if o.Check.Rereads < 0 {
-		return nil, fmt.Errorf("blockdev: scrub: %d re-reads", o.Check.Rereads)
+		return nil, fmt.Errorf("scrub: %d re-reads", o.Check.Rereads)
 	}
 	if o.ErrorsOnly && o.State == nil {
-		return nil, errors.New("blockdev: scrub: errors-only needs a ScrubState")
+		return nil, errors.New("scrub: errors-only needs a State")
 	}
 	if o.MaxFindings == 0 {
 		o.MaxFindings = DefaultMaxFindings
@@ -246,9 +248,9 @@ func newScrubber(src CheckSource, o ScrubOptions) (*scrubber, error) {
 	}
 	s := &scrubber{
 		src: src, o: o, bs: int64(bs), window: int64(2 * o.Workers),
-		rep: &ScrubReport{
+		rep: &Report{
 			Start: o.Start, End: o.End, From: o.Start, Next: o.Start, ErrorsOnly: o.ErrorsOnly, BlockSize: bs,
-			Failures: map[Kind]int64{}, TransientFailures: map[Kind]int64{},
+			Failures: map[blockdev.Kind]int64{}, TransientFailures: map[blockdev.Kind]int64{},
 		},
 		t0: time.Now(),
 	}
@@ -265,9 +267,9 @@ func (s *scrubber) active(elapsed time.Duration) time.Duration {
 	return max(0, elapsed-(s.o.Limiter.PausedTime()-s.paused0))
 }
 
-func (s *scrubber) progress() ScrubProgress {
+func (s *scrubber) progress() Progress {
 	el := time.Since(s.t0)
-	p := ScrubProgress{
+	p := Progress{
 		Done: s.done + s.rep.Bytes, Total: s.total, Bytes: s.rep.Bytes, Blocks: s.rep.Blocks,
 		Findings: s.rep.FindingsTotal, Elapsed: el, Active: s.active(el), ETA: -1,
 	}
@@ -290,7 +292,7 @@ func (s *scrubber) progress() ScrubProgress {
 func (s *scrubber) scan(ctx context.Context) error {
 	o := s.o
 	now := time.Now()
-	s.pass = ScrubCursor{Start: o.Start, End: o.End, Next: o.Start, Started: now, Updated: now}
+	s.pass = Cursor{Start: o.Start, End: o.End, Next: o.Start, Started: now, Updated: now}
 	if o.State != nil {
 		c, ok, err := o.State.LoadCursor(o.Start, o.End)
 		if err != nil {
@@ -335,7 +337,7 @@ func (s *scrubber) scan(ctx context.Context) error {
 	if err == nil {
 		// The pass is complete: the next one starts at Start.
 		s.rep.Complete = true
-		c = ScrubCursor{Start: o.Start, End: o.End, Next: o.Start, Pass: s.pass.Pass + 1, Updated: now}
+		c = Cursor{Start: o.Start, End: o.End, Next: o.Start, Pass: s.pass.Pass + 1, Updated: now}
 	}
 	if serr := o.State.SaveCursor(c); serr != nil {
 		return errors.Join(err, serr)
@@ -347,7 +349,7 @@ func (s *scrubber) commitScan(sl *scrubSlot) error {
 	now := time.Now()
 	s.reset()
 	for _, p := range sl.problems {
-		s.add(findingOf(p, now), false)
+		s.add(FindingOf(p, now), false)
 	}
 	if err := s.emit(); err != nil {
 		return err
@@ -483,7 +485,7 @@ func (s *scrubber) commitRecheck(sl *scrubSlot) error {
 		if matched && p.Transient {
 			continue // the finding passes on a re-read: settle closes it
 		}
-		s.add(findingOf(p, now), false)
+		s.add(FindingOf(p, now), false)
 	}
 	s.settle(sl.job.lba + int64(sl.job.n))
 	if err := s.emit(); err != nil {
@@ -563,7 +565,7 @@ func (s *scrubber) run(ctx context.Context, njobs int64, job func(int64) scrubJo
 			sl := &slots[committed%window]
 			done[committed%window] = false
 			if sl.err != nil {
-				stop = fmt.Errorf("blockdev: scrub stopped at block %d: %w", sl.job.lba, sl.err)
+				stop = fmt.Errorf("scrub: stopped at block %d: %w", sl.job.lba, sl.err)
 			} else if err := commit(sl); err != nil {
 				stop = err
 			} else {
@@ -579,7 +581,7 @@ func (s *scrubber) worker(ctx context.Context, slots []scrubSlot, jobs <-chan in
 	defer wg.Done()
 	scratch := make([]byte, s.src.ScratchSize(s.o.RunBlocks))
 	var cur *scrubSlot
-	report := func(p Problem) { cur.problems = append(cur.problems, p) }
+	report := func(p blockdev.Problem) { cur.problems = append(cur.problems, p) }
 	w := int64(len(slots))
 	for i := range jobs {
 		cur = &slots[i%w]

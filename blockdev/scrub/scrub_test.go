@@ -1,4 +1,4 @@
-package blockdev
+package scrub
 
 import (
 	"context"
@@ -7,10 +7,13 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/difctl/difctl/blockdev"
+	"github.com/difctl/difctl/blockdev/faultdev"
 	"github.com/difctl/difctl/dif"
 	"github.com/difctl/difctl/store"
 )
@@ -64,7 +67,7 @@ func TestScrubFindsEachOnce(t *testing.T) {
 						x := newFixture(t, format, layout, blocks, []int{2, 3, blocks / 2}, scatter(blocks, 7))
 						s := x.source(t, t.TempDir())
 						var got []Finding
-						rep, err := Scrub(context.Background(), s, ScrubOptions{Workers: workers, RunBlocks: run, OnFinding: collect(t, &got)})
+						rep, err := Run(context.Background(), s, Options{Workers: workers, RunBlocks: run, OnFinding: collect(t, &got)})
 						if err != nil {
 							t.Fatal(err)
 						}
@@ -85,7 +88,7 @@ func TestScrubFindsEachOnce(t *testing.T) {
 						for _, n := range rep.Failures {
 							byKind += n
 						}
-						if byKind != int64(len(want)) || rep.Failures[KindRefTag] == 0 || rep.Failures[KindAppTag] == 0 || rep.Failures[KindGuard] == 0 {
+						if byKind != int64(len(want)) || rep.Failures[blockdev.KindRefTag] == 0 || rep.Failures[blockdev.KindAppTag] == 0 || rep.Failures[blockdev.KindGuard] == 0 {
 							t.Errorf("failures by kind %v", rep.Failures)
 						}
 						if !slices.Equal(keys(rep.Findings), keys(got)) {
@@ -107,7 +110,7 @@ func TestScrubRangeAndLimits(t *testing.T) {
 	x := newFixture(t, "512+8", dif.Interleaved, 300, nil, scatter(300, 10))
 	s := x.source(t, t.TempDir())
 	var got []Finding
-	rep, err := Scrub(context.Background(), s, ScrubOptions{Start: 95, End: 211, RunBlocks: 8, MaxFindings: 3, OnFinding: collect(t, &got)})
+	rep, err := Run(context.Background(), s, Options{Start: 95, End: 211, RunBlocks: 8, MaxFindings: 3, OnFinding: collect(t, &got)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,11 +126,11 @@ func TestScrubRangeAndLimits(t *testing.T) {
 	if rep.Blocks != 211-95 || rep.From != 95 || rep.Next != 211 || len(rep.Findings) != 3 || rep.FindingsTotal != int64(len(want)) {
 		t.Errorf("report %+v", rep)
 	}
-	rep, err = Scrub(context.Background(), s, ScrubOptions{Start: 7, End: 7})
+	rep, err = Run(context.Background(), s, Options{Start: 7, End: 7})
 	if err != nil || !rep.Complete || rep.Blocks != 0 {
 		t.Errorf("empty range: %+v %v", rep, err)
 	}
-	if rep, _ := Scrub(context.Background(), s, ScrubOptions{MaxFindings: -1}); len(rep.Findings) != 0 || rep.FindingsTotal == 0 {
+	if rep, _ := Run(context.Background(), s, Options{MaxFindings: -1}); len(rep.Findings) != 0 || rep.FindingsTotal == 0 {
 		t.Errorf("MaxFindings -1 kept %d of %d", len(rep.Findings), rep.FindingsTotal)
 	}
 }
@@ -138,32 +141,32 @@ func TestScrubErrors(t *testing.T) {
 	ctx := context.Background()
 	for _, c := range []struct {
 		name string
-		o    ScrubOptions
+		o    Options
 	}{
-		{"start=-1", ScrubOptions{Start: -1}},
-		{"end=65", ScrubOptions{End: 65}},
-		{"start>end", ScrubOptions{Start: 10, End: 5}},
-		{"workers=-1", ScrubOptions{Workers: -1}},
-		{"run=-1", ScrubOptions{RunBlocks: -1}},
-		{"run=huge", ScrubOptions{RunBlocks: 1 << 40}},
-		{"workers=huge", ScrubOptions{Workers: 1 << 20}},
-		{"rereads=-1", ScrubOptions{Check: CheckOptions{Rereads: -1}}},
-		{"errors-only=nostate", ScrubOptions{ErrorsOnly: true}},
+		{"start=-1", Options{Start: -1}},
+		{"end=65", Options{End: 65}},
+		{"start>end", Options{Start: 10, End: 5}},
+		{"workers=-1", Options{Workers: -1}},
+		{"run=-1", Options{RunBlocks: -1}},
+		{"run=huge", Options{RunBlocks: 1 << 40}},
+		{"workers=huge", Options{Workers: 1 << 20}},
+		{"rereads=-1", Options{Check: blockdev.CheckOptions{Rereads: -1}}},
+		{"errors-only=nostate", Options{ErrorsOnly: true}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			if rep, err := Scrub(ctx, s, c.o); err == nil || rep != nil || err.Error()[:10] != "blockdev: " {
+			if rep, err := Run(ctx, s, c.o); err == nil || rep != nil || !strings.HasPrefix(err.Error(), "scrub: ") {
 				t.Errorf("Scrub: %v, %v", rep, err)
 			}
 		})
 	}
-	if _, err := Scrub(ctx, nil, ScrubOptions{}); err == nil {
+	if _, err := Run(ctx, nil, Options{}); err == nil {
 		t.Error("nil source accepted")
 	}
 	t.Run("sink=fails", func(t *testing.T) {
 		st := openFileState(t, filepath.Join(t.TempDir(), "state"))
 		boom := errors.New("boom")
 		n := 0
-		rep, err := Scrub(ctx, s, ScrubOptions{RunBlocks: 4, State: st, OnFinding: func(Finding) error {
+		rep, err := Run(ctx, s, Options{RunBlocks: 4, State: st, OnFinding: func(Finding) error {
 			if n++; n == 2 {
 				return boom
 			}
@@ -181,16 +184,16 @@ func TestScrubErrors(t *testing.T) {
 	t.Run("source=closed", func(t *testing.T) {
 		y := newFixture(t, "512+8", dif.Interleaved, 64, nil, nil)
 		dp, _ := y.write(t, t.TempDir())
-		img, err := OpenExtendedImage(dp, 512, 8)
+		img, err := blockdev.OpenExtendedImage(dp, 512, 8)
 		if err != nil {
 			t.Fatal(err)
 		}
-		src, err := NewExtendedSource(img, y.f, y.p)
+		src, err := blockdev.NewExtendedSource(img, y.f, y.p)
 		if err != nil {
 			t.Fatal(err)
 		}
 		img.Close()
-		rep, err := Scrub(ctx, src, ScrubOptions{})
+		rep, err := Run(ctx, src, Options{})
 		if err == nil || rep == nil || rep.Complete || rep.Blocks != 0 {
 			t.Errorf("closed: %+v %v", rep, err)
 		}
@@ -200,21 +203,21 @@ func TestScrubErrors(t *testing.T) {
 func TestScrubTransient(t *testing.T) {
 	x := newFixture(t, "512+8", dif.Interleaved, 128, nil, []hit{{100, dif.FieldData, 9}})
 	s, fd := faultySource(t, x)
-	if _, err := fd.Inject(Fault{Kind: CorruptRead, Bit: (30*520 + 1) * 8, Times: 1}); err != nil {
+	if _, err := fd.Inject(faultdev.Fault{Kind: faultdev.CorruptRead, Bit: (30*520 + 1) * 8, Times: 1}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := fd.Inject(Fault{Kind: FailRead, Off: 70 * 520, Len: 1}); err != nil {
+	if _, err := fd.Inject(faultdev.Fault{Kind: faultdev.FailRead, Off: 70 * 520, Len: 1}); err != nil {
 		t.Fatal(err)
 	}
 	var got []Finding
-	rep, err := Scrub(context.Background(), s, ScrubOptions{RunBlocks: 16, Workers: 2, Check: CheckOptions{Rereads: 2}, OnFinding: collect(t, &got)})
+	rep, err := Run(context.Background(), s, Options{RunBlocks: 16, Workers: 2, Check: blockdev.CheckOptions{Rereads: 2}, OnFinding: collect(t, &got)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := []Finding{
-		{LBA: 30, Kind: KindGuard, Transient: true, State: FindingRecheckedOK},
-		{LBA: 70, Kind: KindIO, State: FindingOpen},
-		{LBA: 100, Kind: KindGuard, State: FindingOpen},
+		{LBA: 30, Kind: blockdev.KindGuard, Transient: true, State: FindingRecheckedOK},
+		{LBA: 70, Kind: blockdev.KindIO, State: FindingOpen},
+		{LBA: 100, Kind: blockdev.KindGuard, State: FindingOpen},
 	}
 	if len(got) != len(want) {
 		t.Fatalf("findings %+v", got)
@@ -225,15 +228,15 @@ func TestScrubTransient(t *testing.T) {
 			t.Errorf("finding %+v, want %+v", f, w)
 		}
 	}
-	if rep.Transient != 1 || rep.Failed != 2 || rep.TransientFailures[KindGuard] != 1 || rep.Failures[KindIO] != 1 || rep.Failures[KindGuard] != 1 {
+	if rep.Transient != 1 || rep.Failed != 2 || rep.TransientFailures[blockdev.KindGuard] != 1 || rep.Failures[blockdev.KindIO] != 1 || rep.Failures[blockdev.KindGuard] != 1 {
 		t.Errorf("report %+v", rep)
 	}
 }
 
-// openFileState opens a FileScrubState closed at the end of the test.
-func openFileState(t *testing.T, path string) *FileScrubState {
+// openFileState opens a FileState closed at the end of the test.
+func openFileState(t *testing.T, path string) *FileState {
 	t.Helper()
-	st, err := OpenFileScrubState(path)
+	st, err := OpenFileState(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -241,9 +244,9 @@ func openFileState(t *testing.T, path string) *FileScrubState {
 	return st
 }
 
-// newStoreState returns a StoreScrubState over a fresh in-memory volume of
+// newStoreState returns a StoreState over a fresh in-memory volume of
 // blocks blocks.
-func newStoreState(t *testing.T, blocks int) (*StoreScrubState, *store.Tuples) {
+func newStoreState(t *testing.T, blocks int) (*StoreState, *store.Tuples) {
 	t.Helper()
 	kv := store.NewMem()
 	t.Cleanup(func() { kv.Close() })
@@ -251,7 +254,7 @@ func newStoreState(t *testing.T, blocks int) (*StoreScrubState, *store.Tuples) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := NewStoreScrubState(tu, "default")
+	st, err := NewStoreState(tu, "default")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -261,41 +264,41 @@ func newStoreState(t *testing.T, blocks int) (*StoreScrubState, *store.Tuples) {
 // killable drops every save once killed, as if the process had died at
 // that moment: what it recorded since its last save is not durable.
 type killable struct {
-	ScrubState
+	State
 	killed atomic.Bool
 }
 
-func (k *killable) SaveCursor(c ScrubCursor) error {
+func (k *killable) SaveCursor(c Cursor) error {
 	if k.killed.Load() {
 		return nil
 	}
-	return k.ScrubState.SaveCursor(c)
+	return k.State.SaveCursor(c)
 }
 
 func (k *killable) Sync() error {
 	if k.killed.Load() {
 		return nil
 	}
-	return k.ScrubState.Sync()
+	return k.State.Sync()
 }
 
 // logFindings returns every finding of a state's log.
-func logFindings(t *testing.T, st ScrubState) []Finding {
+func logFindings(t *testing.T, st State) []Finding {
 	t.Helper()
 	switch st := st.(type) {
-	case *FileScrubState:
+	case *FileState:
 		fs, err := st.Findings()
 		if err != nil {
 			t.Fatal(err)
 		}
 		return fs
-	case *StoreScrubState:
+	case *StoreState:
 		var out []Finding
 		for f, err := range st.t.Findings(store.FindingQuery{}) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			out = append(out, Finding{LBA: int64(f.LBA), Kind: Kind(f.Field), Count: f.Count, State: f.State})
+			out = append(out, Finding{LBA: f.LBA, Kind: blockdev.Kind(f.Field), Count: f.Count, State: f.State})
 		}
 		return out
 	}
@@ -314,18 +317,18 @@ func TestScrubResume(t *testing.T) {
 						dir := t.TempDir()
 						s := x.source(t, dir)
 						statePath := filepath.Join(dir, "image.scrub")
-						var st ScrubState
+						var st State
 						if kind == "file" {
 							st = openFileState(t, statePath)
 						} else {
 							st, _ = newStoreState(t, blocks)
 						}
-						k := &killable{ScrubState: st}
+						k := &killable{State: st}
 						ctx, cancel := context.WithCancel(context.Background())
 						defer cancel()
 						var first, second []Finding
 						n := 0
-						o := ScrubOptions{Workers: 3, RunBlocks: run, State: k, CheckpointInterval: checkpoint}
+						o := Options{Workers: 3, RunBlocks: run, State: k, CheckpointInterval: checkpoint}
 						o.OnFinding = func(f Finding) error {
 							first = append(first, f)
 							if n++; n == after {
@@ -336,17 +339,17 @@ func TestScrubResume(t *testing.T) {
 							}
 							return nil
 						}
-						rep1, err := Scrub(ctx, s, o)
+						rep1, err := Run(ctx, s, o)
 						if !errors.Is(err, context.Canceled) || rep1 == nil || rep1.Complete {
 							t.Fatalf("first scrub: %+v, %v", rep1, err)
 						}
 						if kind == "file" {
 							// A new process: the state as found on disk.
-							st.(*FileScrubState).Close()
+							st.(*FileState).Close()
 							st = openFileState(t, statePath)
 						}
-						o = ScrubOptions{Workers: 2, RunBlocks: run, State: st, Resume: true, CheckpointInterval: checkpoint, OnFinding: collect(t, &second)}
-						rep2, err := Scrub(context.Background(), s, o)
+						o = Options{Workers: 2, RunBlocks: run, State: st, Resume: true, CheckpointInterval: checkpoint, OnFinding: collect(t, &second)}
+						rep2, err := Run(context.Background(), s, o)
 						if err != nil || !rep2.Complete || !rep2.Resumed || rep2.Pass != 1 {
 							t.Fatalf("second scrub: %+v, %v", rep2, err)
 						}
@@ -372,7 +375,7 @@ func TestScrubResume(t *testing.T) {
 							}
 						}
 						// The pass is complete: the next scrub starts a new one.
-						rep3, err := Scrub(context.Background(), s, ScrubOptions{RunBlocks: run, State: st, Resume: true})
+						rep3, err := Run(context.Background(), s, Options{RunBlocks: run, State: st, Resume: true})
 						if err != nil || rep3.Resumed || rep3.From != 0 || rep3.Pass != 2 || rep3.FindingsTotal != int64(len(want)) {
 							t.Fatalf("third scrub: %+v, %v", rep3, err)
 						}
@@ -424,14 +427,14 @@ func TestScrubErrorsOnly(t *testing.T) {
 				dir := t.TempDir()
 				dp, mp := x.write(t, dir)
 				s := openSource(t, x.f, x.p, dp, mp)
-				var st ScrubState
+				var st State
 				if kind == "file" {
 					st = openFileState(t, filepath.Join(dir, "state"))
 				} else {
 					st, _ = newStoreState(t, blocks)
 				}
 				ctx := context.Background()
-				if _, err := Scrub(ctx, s, ScrubOptions{RunBlocks: 32, State: st}); err != nil {
+				if _, err := Run(ctx, s, Options{RunBlocks: 32, State: st}); err != nil {
 					t.Fatal(err)
 				}
 				// Repair blocks 3 and 51; block 50 turns bad in another
@@ -439,7 +442,7 @@ func TestScrubErrorsOnly(t *testing.T) {
 				repair(t, x, clean, dp, mp, 3)
 				repair(t, x, clean, dp, mp, 51)
 				var got []Finding
-				rep, err := Scrub(ctx, s, ScrubOptions{RunBlocks: 32, State: st, ErrorsOnly: true, OnFinding: collect(t, &got)})
+				rep, err := Run(ctx, s, Options{RunBlocks: 32, State: st, ErrorsOnly: true, OnFinding: collect(t, &got)})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -454,10 +457,10 @@ func TestScrubErrorsOnly(t *testing.T) {
 						open = append(open, f)
 					}
 				}
-				if want := []Finding{{LBA: 3, Kind: KindGuard}, {LBA: 3, Kind: KindAppTag}, {LBA: 51, Kind: KindRefTag}}; !slices.Equal(sorted(closed), sorted(want)) {
+				if want := []Finding{{LBA: 3, Kind: blockdev.KindGuard}, {LBA: 3, Kind: blockdev.KindAppTag}, {LBA: 51, Kind: blockdev.KindRefTag}}; !slices.Equal(sorted(closed), sorted(want)) {
 					t.Errorf("closed %v, want %v", closed, want)
 				}
-				if want := []Finding{{LBA: 50, Kind: KindGuard}, {LBA: 52, Kind: KindGuard}, {LBA: 399, Kind: KindAppTag}}; !slices.Equal(sorted(open), want) {
+				if want := []Finding{{LBA: 50, Kind: blockdev.KindGuard}, {LBA: 52, Kind: blockdev.KindGuard}, {LBA: 399, Kind: blockdev.KindAppTag}}; !slices.Equal(sorted(open), want) {
 					t.Errorf("still open %v, want %v", open, want)
 				}
 				var left []Finding
@@ -471,7 +474,7 @@ func TestScrubErrorsOnly(t *testing.T) {
 					t.Errorf("open findings after recheck %v", left)
 				}
 				// A range selects the findings to recheck.
-				rep, err = Scrub(ctx, s, ScrubOptions{State: st, ErrorsOnly: true, Start: 100})
+				rep, err = Run(ctx, s, Options{State: st, ErrorsOnly: true, Start: 100})
 				if err != nil || rep.Rechecked != 1 || rep.StillOpen != 1 || rep.Resolved != 0 {
 					t.Errorf("ranged recheck %+v %v", rep, err)
 				}
@@ -490,7 +493,7 @@ func TestScrubRateLimit(t *testing.T) {
 	const rate = 4 << 20
 	l := NewRateLimiter(rate)
 	start := time.Now()
-	rep, err := Scrub(context.Background(), s, ScrubOptions{RunBlocks: 64, Limiter: l})
+	rep, err := Run(context.Background(), s, Options{RunBlocks: 64, Limiter: l})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -501,7 +504,7 @@ func TestScrubRateLimit(t *testing.T) {
 	}
 	l.SetRate(1) // would take weeks
 	var lifted atomic.Bool
-	rep, err = Scrub(context.Background(), s, ScrubOptions{RunBlocks: 64, Limiter: l, ProgressInterval: 10 * time.Millisecond, Progress: func(p ScrubProgress) {
+	rep, err = Run(context.Background(), s, Options{RunBlocks: 64, Limiter: l, ProgressInterval: 10 * time.Millisecond, Progress: func(p Progress) {
 		if !lifted.Swap(true) {
 			l.SetRate(0)
 		}
@@ -520,8 +523,8 @@ func TestScrubPauseAndProgress(t *testing.T) {
 		time.Sleep(300 * time.Millisecond)
 		l.Resume()
 	}()
-	var ps []ScrubProgress
-	rep, err := Scrub(context.Background(), s, ScrubOptions{RunBlocks: 16, Limiter: l, ProgressInterval: 50 * time.Millisecond, Progress: func(p ScrubProgress) { ps = append(ps, p) }})
+	var ps []Progress
+	rep, err := Run(context.Background(), s, Options{RunBlocks: 16, Limiter: l, ProgressInterval: 50 * time.Millisecond, Progress: func(p Progress) { ps = append(ps, p) }})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,18 @@
-package blockdev
+// Package faultdev owns the fault-injecting device that difctl's tests put
+// under a Volume, a store or a server: a [Device] wraps any
+// [device.Device] and flips bits, tears, drops and misdirects writes, fails
+// chosen ranges with EIO transiently or permanently, numbers every
+// state-changing request, and simulates a crash that loses every write not
+// covered by a completed Sync (optionally keeping a seeded random subset of
+// unsynced sectors, which models page-cache writeback and torn writes).
+// [Device.Reopen] then yields the device as found after the crash.
+//
+// Like Pebble's vfs/errorfs, it is a package of its own so that production
+// code never links it. It builds on package blockdev/device (the Device
+// contract that blockdev re-exports), not on blockdev itself, so that
+// blockdev's internal tests can import it without an import cycle; any
+// blockdev.Device can be wrapped, and the result is a blockdev.Device.
+package faultdev
 
 import (
 	"errors"
@@ -7,19 +21,21 @@ import (
 	"slices"
 	"sync"
 	"syscall"
+
+	"github.com/difctl/difctl/blockdev/device"
 )
 
-// FaultKind selects what a [Fault] does.
-type FaultKind int
+// Kind selects what a [Fault] does.
+type Kind int
 
 const (
-	// FailRead makes matching reads fail with an *IOError (EIO by
+	// FailRead makes matching reads fail with an *[device.IOError] (EIO by
 	// default); nothing is returned.
-	FailRead FaultKind = iota + 1
-	// FailWrite makes matching writes and discards fail with an *IOError
+	FailRead Kind = iota + 1
+	// FailWrite makes matching writes and discards fail with an *[device.IOError]
 	// (EIO by default); nothing reaches the device.
 	FailWrite
-	// FailSync makes Sync fail with an *IOError (EIO by default); unsynced
+	// FailSync makes Sync fail with an *[device.IOError] (EIO by default); unsynced
 	// writes stay unsynced.
 	FailSync
 	// DropWrite silently loses matching writes: they report success and
@@ -36,22 +52,22 @@ const (
 	CorruptRead
 )
 
-var faultNames = [...]string{"", "fail-read", "fail-write", "fail-sync", "drop-write", "tear-write", "misdirect-write", "corrupt-read"}
+var kindNames = [...]string{"", "fail-read", "fail-write", "fail-sync", "drop-write", "tear-write", "misdirect-write", "corrupt-read"}
 
-func (k FaultKind) String() string {
-	if k > 0 && int(k) < len(faultNames) {
-		return faultNames[k]
+func (k Kind) String() string {
+	if k > 0 && int(k) < len(kindNames) {
+		return kindNames[k]
 	}
-	return fmt.Sprintf("FaultKind(%d)", int(k))
+	return fmt.Sprintf("Kind(%d)", int(k))
 }
 
-func (k FaultKind) isWrite() bool {
+func (k Kind) isWrite() bool {
 	return k == FailWrite || k == DropWrite || k == TearWrite || k == MisdirectWrite
 }
 
-// A Fault is a scripted misbehaviour of a [FaultDevice].
+// A Fault is a scripted misbehaviour of a [Device].
 type Fault struct {
-	Kind FaultKind
+	Kind Kind
 	// Off and Len select the requests the fault applies to: those that
 	// overlap [Off, Off+Len). Len 0 means the whole device. FailSync and
 	// CorruptRead ignore them.
@@ -62,7 +78,7 @@ type Fault struct {
 	// every one (a permanent fault).
 	Times int
 	// Err is the cause reported by FailRead, FailWrite and FailSync inside
-	// an *IOError. Default: syscall.EIO.
+	// an *[device.IOError]. Default: syscall.EIO.
 	Err error
 	// Keep is, for TearWrite, the number of leading bytes of the write that
 	// reach the device: a multiple of 512, so that tearing happens at
@@ -97,8 +113,8 @@ func (r *faultRule) matches(off, n int64) bool {
 	return off < r.Off+r.Len && r.Off < off+n
 }
 
-// FaultOptions configures a [FaultDevice].
-type FaultOptions struct {
+// Options configures a [Device].
+type Options struct {
 	// Sector is the unit in which unsynced data survives or is lost in a
 	// simulated crash: a power of two of at least 512 that divides the
 	// logical block size. Smaller than the block size, it models sub-block
@@ -107,7 +123,7 @@ type FaultOptions struct {
 }
 
 // A Step is a state-changing request (write, sync or discard) about to be
-// performed by a [FaultDevice], numbered from 0 in the order they start.
+// performed by a [Device], numbered from 0 in the order they start.
 type Step struct {
 	N   int64
 	Op  string // "write", "sync" or "discard"
@@ -136,22 +152,22 @@ type CrashOptions struct {
 	KeepFunc func(write int, off int64) bool
 }
 
-// FaultDevice wraps a [Device] for tests: it injects scripted faults and
+// Device wraps a [device.Device] for tests: it injects scripted faults and
 // simulates crashes. It is deterministic: the same requests in the same
 // order give the same results.
 //
 // It records every write since the last completed Sync together with the
-// synced contents it overwrote; [FaultDevice.Crash] rolls the wrapped device
+// synced contents it overwrote; [Device.Crash] rolls the wrapped device
 // back accordingly (memory use is proportional to unsynced data). Requests
 // that change state (writes, syncs, discards) are numbered [Step]s, so a
-// test can crash at every step with [FaultDevice.CrashAt]. State-changing
+// test can crash at every step with [Device.CrashAt]. State-changing
 // requests are serialized; reads run concurrently.
 //
-// Closing a FaultDevice does not close the wrapped device, which belongs to
-// the caller; [FaultDevice.Reopen] returns a fresh FaultDevice over it after
+// Closing a Device does not close the wrapped device, which belongs to
+// the caller; [Device.Reopen] returns a fresh Device over it after
 // a crash or a close.
-type FaultDevice struct {
-	dev    Device
+type Device struct {
+	dev    device.Device
 	sector int
 
 	mu       sync.Mutex
@@ -172,49 +188,49 @@ type pending struct {
 }
 
 var (
-	_ Device       = (*FaultDevice)(nil)
-	_ Discarder    = (*FaultDevice)(nil)
-	_ DataFinder   = (*FaultDevice)(nil)
-	_ CacheDropper = (*FaultDevice)(nil)
+	_ device.Device       = (*Device)(nil)
+	_ device.Discarder    = (*Device)(nil)
+	_ device.DataFinder   = (*Device)(nil)
+	_ device.CacheDropper = (*Device)(nil)
 )
 
-// NewFaultDevice wraps dev.
-func NewFaultDevice(dev Device, opts FaultOptions) (*FaultDevice, error) {
+// New wraps dev.
+func New(dev device.Device, opts Options) (*Device, error) {
 	lbs := dev.LogicalBlockSize()
 	s := opts.Sector
 	if s == 0 {
 		s = lbs
 	}
 	if s < 512 || s&(s-1) != 0 || lbs%s != 0 {
-		return nil, fmt.Errorf("blockdev: fault device sector size %d does not divide the %d-byte block size", s, lbs)
+		return nil, fmt.Errorf("faultdev: fault device sector size %d does not divide the %d-byte block size", s, lbs)
 	}
-	return &FaultDevice{dev: dev, sector: s, crashAt: -1, base: make(map[int64][]byte)}, nil
+	return &Device{dev: dev, sector: s, crashAt: -1, base: make(map[int64][]byte)}, nil
 }
 
-// Size implements [Device].
-func (d *FaultDevice) Size() int64 { return d.dev.Size() }
+// Size implements [device.Device].
+func (d *Device) Size() int64 { return d.dev.Size() }
 
-// LogicalBlockSize implements [Device].
-func (d *FaultDevice) LogicalBlockSize() int { return d.dev.LogicalBlockSize() }
+// LogicalBlockSize implements [device.Device].
+func (d *Device) LogicalBlockSize() int { return d.dev.LogicalBlockSize() }
 
-// PhysicalBlockSize implements [Device].
-func (d *FaultDevice) PhysicalBlockSize() int { return d.dev.PhysicalBlockSize() }
+// PhysicalBlockSize implements [device.Device].
+func (d *Device) PhysicalBlockSize() int { return d.dev.PhysicalBlockSize() }
 
-// Inject adds a fault and returns its id for [FaultDevice.Hits]. When
+// Inject adds a fault and returns its id for [Device.Hits]. When
 // several faults match a request, the first one injected that fires
 // applies; every matching fault counts the request towards its After.
-func (d *FaultDevice) Inject(f Fault) (int, error) {
+func (d *Device) Inject(f Fault) (int, error) {
 	switch {
 	case f.Kind < FailRead || f.Kind > CorruptRead:
-		return 0, fmt.Errorf("blockdev: unknown fault kind %d", int(f.Kind))
+		return 0, fmt.Errorf("faultdev: unknown fault kind %d", int(f.Kind))
 	case f.Off < 0 || f.Len < 0 || f.After < 0 || f.Times < 0:
-		return 0, fmt.Errorf("blockdev: fault %v: negative offset, length or count", f.Kind)
+		return 0, fmt.Errorf("faultdev: fault %v: negative offset, length or count", f.Kind)
 	case f.Kind == TearWrite && (f.Keep < 0 || f.Keep%512 != 0):
-		return 0, fmt.Errorf("blockdev: torn write keeps %d bytes, not a multiple of 512", f.Keep)
+		return 0, fmt.Errorf("faultdev: torn write keeps %d bytes, not a multiple of 512", f.Keep)
 	case f.Kind == MisdirectWrite && (f.Target < 0 || f.Target >= d.Size()):
-		return 0, fmt.Errorf("blockdev: misdirected write target %d: %w", f.Target, ErrOutOfRange)
+		return 0, fmt.Errorf("faultdev: misdirected write target %d: %w", f.Target, device.ErrOutOfRange)
 	case f.Kind == CorruptRead && (f.Bit < 0 || f.Bit/8 >= d.Size()):
-		return 0, fmt.Errorf("blockdev: corrupt bit %d: %w", f.Bit, ErrOutOfRange)
+		return 0, fmt.Errorf("faultdev: corrupt bit %d: %w", f.Bit, device.ErrOutOfRange)
 	}
 	if f.Err == nil {
 		f.Err = syscall.EIO
@@ -226,7 +242,7 @@ func (d *FaultDevice) Inject(f Fault) (int, error) {
 }
 
 // Hits returns how many requests the fault with the given id has affected.
-func (d *FaultDevice) Hits(id int) int {
+func (d *Device) Hits(id int) int {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if id < 0 || id >= len(d.rules) {
@@ -236,7 +252,7 @@ func (d *FaultDevice) Hits(id int) int {
 }
 
 // ClearFaults removes every injected fault (ids are not reused).
-func (d *FaultDevice) ClearFaults() {
+func (d *Device) ClearFaults() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for _, r := range d.rules {
@@ -246,7 +262,7 @@ func (d *FaultDevice) ClearFaults() {
 
 // fire returns the fault that applies to a request of the given kind class,
 // or nil. Caller holds d.mu.
-func (d *FaultDevice) fire(class func(FaultKind) bool, off, n int64) *faultRule {
+func (d *Device) fire(class func(Kind) bool, off, n int64) *faultRule {
 	var hit *faultRule
 	for _, r := range d.rules {
 		if r.removed || !class(r.Kind) || !r.matches(off, n) {
@@ -265,16 +281,16 @@ func (d *FaultDevice) fire(class func(FaultKind) bool, off, n int64) *faultRule 
 // the medium, as bit rot would: the flip bypasses faults and is not undone
 // by a crash. It does not alter the data of writes not yet synced, which, if
 // a crash keeps them, overwrite it.
-func (d *FaultDevice) FlipBit(off int64, bit uint) error {
+func (d *Device) FlipBit(off int64, bit uint) error {
 	if bit > 7 {
-		return fmt.Errorf("blockdev: bit %d is not in 0..7", bit)
+		return fmt.Errorf("faultdev: bit %d is not in 0..7", bit)
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if err := d.usable(); err != nil {
 		return err
 	}
-	if err := checkRange("flip bit", off, 1, d.Size()); err != nil {
+	if err := device.CheckRange("flip bit", off, 1, d.Size()); err != nil {
 		return err
 	}
 	var b [1]byte
@@ -293,12 +309,12 @@ func (d *FaultDevice) FlipBit(off int64, bit uint) error {
 
 // usable returns the error for a request on a crashed or closed device.
 // Caller holds d.mu.
-func (d *FaultDevice) usable() error {
+func (d *Device) usable() error {
 	if d.closed {
-		return ErrClosed
+		return device.ErrClosed
 	}
 	if d.crashed {
-		return ErrCrashed
+		return device.ErrCrashed
 	}
 	return nil
 }
@@ -306,7 +322,7 @@ func (d *FaultDevice) usable() error {
 // step numbers a state-changing request, crashing instead if it is the
 // armed step and calling the hook. It returns with d.mu held if and only if
 // err is nil.
-func (d *FaultDevice) step(op string, off, n int64) error {
+func (d *Device) step(op string, off, n int64) error {
 	d.mu.Lock()
 	if err := d.usable(); err != nil {
 		d.mu.Unlock()
@@ -317,7 +333,7 @@ func (d *FaultDevice) step(op string, off, n int64) error {
 	if d.crashAt == s.N {
 		err := d.crashLocked(d.crashOpt)
 		d.mu.Unlock()
-		return errors.Join(ErrCrashed, err)
+		return errors.Join(device.ErrCrashed, err)
 	}
 	hook := d.hook
 	if hook == nil {
@@ -335,10 +351,10 @@ func (d *FaultDevice) step(op string, off, n int64) error {
 	return nil
 }
 
-// ReadAt implements [Device], applying FailRead and CorruptRead faults.
-func (d *FaultDevice) ReadAt(p []byte, off int64) (int, error) {
+// ReadAt implements [device.Device], applying FailRead and CorruptRead faults.
+func (d *Device) ReadAt(p []byte, off int64) (int, error) {
 	n := int64(len(p))
-	if err := checkRange("read", off, n, d.Size()); err != nil {
+	if err := device.CheckRange("read", off, n, d.Size()); err != nil {
 		return 0, err
 	}
 	d.mu.Lock()
@@ -346,14 +362,14 @@ func (d *FaultDevice) ReadAt(p []byte, off int64) (int, error) {
 		d.mu.Unlock()
 		return 0, err
 	}
-	fail := d.fire(func(k FaultKind) bool { return k == FailRead }, off, n)
+	fail := d.fire(func(k Kind) bool { return k == FailRead }, off, n)
 	var flip *faultRule
 	if fail == nil {
-		flip = d.fire(func(k FaultKind) bool { return k == CorruptRead }, off, n)
+		flip = d.fire(func(k Kind) bool { return k == CorruptRead }, off, n)
 	}
 	d.mu.Unlock()
 	if fail != nil {
-		return 0, &IOError{Op: "read", Off: off, Len: n, Err: fail.Err}
+		return 0, &device.IOError{Op: "read", Off: off, Len: n, Err: fail.Err}
 	}
 	m, err := d.dev.ReadAt(p, off)
 	if err == nil && flip != nil {
@@ -362,23 +378,23 @@ func (d *FaultDevice) ReadAt(p []byte, off int64) (int, error) {
 	return m, err
 }
 
-// WriteAt implements [Device], applying FailWrite, DropWrite, TearWrite and
+// WriteAt implements [device.Device], applying FailWrite, DropWrite, TearWrite and
 // MisdirectWrite faults.
-func (d *FaultDevice) WriteAt(p []byte, off int64) (int, error) {
+func (d *Device) WriteAt(p []byte, off int64) (int, error) {
 	n := int64(len(p))
-	if err := checkRange("write", off, n, d.Size()); err != nil {
+	if err := device.CheckRange("write", off, n, d.Size()); err != nil {
 		return 0, err
 	}
 	if err := d.step("write", off, n); err != nil {
 		return 0, err
 	}
 	defer d.mu.Unlock()
-	r := d.fire(FaultKind.isWrite, off, n)
+	r := d.fire(Kind.isWrite, off, n)
 	at, data := off, p
 	if r != nil {
 		switch r.Kind {
 		case FailWrite:
-			return 0, &IOError{Op: "write", Off: off, Len: n, Err: r.Err}
+			return 0, &device.IOError{Op: "write", Off: off, Len: n, Err: r.Err}
 		case DropWrite:
 			return len(p), nil
 		case TearWrite:
@@ -403,7 +419,7 @@ func (d *FaultDevice) WriteAt(p []byte, off int64) (int, error) {
 // wrapped device and logs what it left there. Caller holds d.mu.
 // data is what op writes, or nil when op writes something else (a
 // discard) over n bytes.
-func (d *FaultDevice) apply(off, n int64, data []byte, op func() error) error {
+func (d *Device) apply(off, n int64, data []byte, op func() error) error {
 	g := int64(d.sector)
 	first, end := off/g, (off+n+g-1)/g
 	// Capture the synced version of sectors not yet tracked, reading
@@ -440,26 +456,26 @@ func (d *FaultDevice) apply(off, n int64, data []byte, op func() error) error {
 	return err
 }
 
-// Discard implements [Discarder] when the wrapped device does, applying
+// Discard implements [device.Discarder] when the wrapped device does, applying
 // FailWrite faults. A discard is tracked for crashes as a write of what the
 // wrapped device reads back afterwards.
-func (d *FaultDevice) Discard(off, n int64) error {
-	ds, ok := d.dev.(Discarder)
+func (d *Device) Discard(off, n int64) error {
+	ds, ok := d.dev.(device.Discarder)
 	if !ok {
-		return fmt.Errorf("blockdev: discard: %w", errors.ErrUnsupported)
+		return fmt.Errorf("faultdev: discard: %w", errors.ErrUnsupported)
 	}
-	if err := checkRange("discard", off, n, d.Size()); err != nil {
+	if err := device.CheckRange("discard", off, n, d.Size()); err != nil {
 		return err
 	}
-	if err := checkAligned("discard", off, n, d.LogicalBlockSize()); err != nil {
+	if err := device.CheckAligned("discard", off, n, d.LogicalBlockSize()); err != nil {
 		return err
 	}
 	if err := d.step("discard", off, n); err != nil {
 		return err
 	}
 	defer d.mu.Unlock()
-	if r := d.fire(func(k FaultKind) bool { return k == FailWrite }, off, n); r != nil {
-		return &IOError{Op: "discard", Off: off, Len: n, Err: r.Err}
+	if r := d.fire(func(k Kind) bool { return k == FailWrite }, off, n); r != nil {
+		return &device.IOError{Op: "discard", Off: off, Len: n, Err: r.Err}
 	}
 	if n == 0 {
 		return nil
@@ -467,15 +483,15 @@ func (d *FaultDevice) Discard(off, n int64) error {
 	return d.apply(off, n, nil, func() error { return ds.Discard(off, n) })
 }
 
-// Sync implements [Device], applying FailSync faults. When the wrapped
+// Sync implements [device.Device], applying FailSync faults. When the wrapped
 // device's Sync succeeds, every write so far is durable.
-func (d *FaultDevice) Sync() error {
+func (d *Device) Sync() error {
 	if err := d.step("sync", 0, 0); err != nil {
 		return err
 	}
 	defer d.mu.Unlock()
-	if r := d.fire(func(k FaultKind) bool { return k == FailSync }, 0, 0); r != nil {
-		return &IOError{Op: "sync", Off: 0, Len: d.Size(), Err: r.Err}
+	if r := d.fire(func(k Kind) bool { return k == FailSync }, 0, 0); r != nil {
+		return &device.IOError{Op: "sync", Off: 0, Len: d.Size(), Err: r.Err}
 	}
 	if err := d.dev.Sync(); err != nil {
 		return err
@@ -485,31 +501,31 @@ func (d *FaultDevice) Sync() error {
 	return nil
 }
 
-// NextData implements [DataFinder] by asking the wrapped device; it reports
-// errors.ErrUnsupported if that is not a DataFinder.
-func (d *FaultDevice) NextData(off int64) (Extent, error) {
+// NextData implements [device.DataFinder] by asking the wrapped device; it reports
+// errors.ErrUnsupported if that is not a device.DataFinder.
+func (d *Device) NextData(off int64) (device.Extent, error) {
 	d.mu.Lock()
 	err := d.usable()
 	d.mu.Unlock()
 	if err != nil {
-		return Extent{}, err
+		return device.Extent{}, err
 	}
-	if f, ok := d.dev.(DataFinder); ok {
+	if f, ok := d.dev.(device.DataFinder); ok {
 		return f.NextData(off)
 	}
-	return Extent{}, fmt.Errorf("blockdev: seek data: %w", errors.ErrUnsupported)
+	return device.Extent{}, fmt.Errorf("faultdev: seek data: %w", errors.ErrUnsupported)
 }
 
-// DropCache implements [CacheDropper] by asking the wrapped device, if it
-// is a CacheDropper.
-func (d *FaultDevice) DropCache(off, n int64) error {
+// DropCache implements [device.CacheDropper] by asking the wrapped device, if it
+// is a device.CacheDropper.
+func (d *Device) DropCache(off, n int64) error {
 	d.mu.Lock()
 	err := d.usable()
 	d.mu.Unlock()
 	if err != nil {
 		return err
 	}
-	if c, ok := d.dev.(CacheDropper); ok {
+	if c, ok := d.dev.(device.CacheDropper); ok {
 		return c.DropCache(off, n)
 	}
 	return nil
@@ -517,14 +533,14 @@ func (d *FaultDevice) DropCache(off, n int64) error {
 
 // Steps returns the number of steps (writes, syncs, discards) started so
 // far.
-func (d *FaultDevice) Steps() int64 {
+func (d *Device) Steps() int64 {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.steps
 }
 
 // Unsynced returns the number of writes since the last completed Sync.
-func (d *FaultDevice) Unsynced() int {
+func (d *Device) Unsynced() int {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return len(d.log)
@@ -533,24 +549,24 @@ func (d *FaultDevice) Unsynced() int {
 // SetHook sets a function called before every step, without locks held,
 // so that it may call Crash. If it returns an error the step fails with it
 // and does not happen. nil removes the hook.
-func (d *FaultDevice) SetHook(hook func(Step) error) {
+func (d *Device) SetHook(hook func(Step) error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.hook = hook
 }
 
 // CrashAt arms a crash that happens instead of step n: that step fails with
-// ErrCrashed, as does every request after it. Crashing at every step of a
+// [device.ErrCrashed], as does every request after it. Crashing at every step of a
 // workload in turn (n = 0, 1, ... until the workload completes) explores
 // every crash point.
-func (d *FaultDevice) CrashAt(n int64, opts CrashOptions) error {
+func (d *Device) CrashAt(n int64, opts CrashOptions) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if err := d.usable(); err != nil {
 		return err
 	}
 	if n < d.steps {
-		return fmt.Errorf("blockdev: crash at step %d: already at step %d", n, d.steps)
+		return fmt.Errorf("faultdev: crash at step %d: already at step %d", n, d.steps)
 	}
 	d.crashAt, d.crashOpt = n, opts
 	return nil
@@ -558,9 +574,9 @@ func (d *FaultDevice) CrashAt(n int64, opts CrashOptions) error {
 
 // Crash simulates a crash now: writes not covered by a completed Sync are
 // lost except as opts keeps them, and every later request fails with
-// ErrCrashed. Use [FaultDevice.Reopen] to carry on with the device as the
+// [device.ErrCrashed]. Use [Device.Reopen] to carry on with the device as the
 // crash left it.
-func (d *FaultDevice) Crash(opts CrashOptions) error {
+func (d *Device) Crash(opts CrashOptions) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if err := d.usable(); err != nil {
@@ -571,7 +587,7 @@ func (d *FaultDevice) Crash(opts CrashOptions) error {
 
 // crashLocked rolls the wrapped device back to the durable state chosen by
 // opts. Caller holds d.mu.
-func (d *FaultDevice) crashLocked(opts CrashOptions) error {
+func (d *Device) crashLocked(opts CrashOptions) error {
 	d.crashed = true
 	d.crashAt = -1
 	keep := opts.KeepFunc
@@ -613,7 +629,7 @@ func (d *FaultDevice) crashLocked(opts CrashOptions) error {
 			buf = append(buf, durable[s]...)
 		}
 		if _, werr := d.dev.WriteAt(buf, sectors[i]*g); werr != nil && err == nil {
-			err = fmt.Errorf("blockdev: restoring the state after a crash: %w", werr)
+			err = fmt.Errorf("faultdev: restoring the state after a crash: %w", werr)
 		}
 		i = j
 	}
@@ -622,14 +638,14 @@ func (d *FaultDevice) crashLocked(opts CrashOptions) error {
 	return err
 }
 
-// Close implements [Device]. It does not close the wrapped device. Closing
+// Close implements [device.Device]. It does not close the wrapped device. Closing
 // without a crash loses nothing: unsynced writes stay on the wrapped device
 // as the page cache would eventually write them.
-func (d *FaultDevice) Close() error {
+func (d *Device) Close() error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.closed {
-		return ErrClosed
+		return device.ErrClosed
 	}
 	d.closed = true
 	d.base = make(map[int64][]byte)
@@ -637,15 +653,15 @@ func (d *FaultDevice) Close() error {
 	return nil
 }
 
-// Reopen returns a new FaultDevice, without faults, over the wrapped device
+// Reopen returns a new Device, without faults, over the wrapped device
 // as a crash or Close left it, and closes d. It fails while d is open and
 // has not crashed.
-func (d *FaultDevice) Reopen() (*FaultDevice, error) {
+func (d *Device) Reopen() (*Device, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if !d.crashed && !d.closed {
-		return nil, errors.New("blockdev: reopen of a fault device that is open and has not crashed")
+		return nil, errors.New("faultdev: reopen of a fault device that is open and has not crashed")
 	}
 	d.closed = true
-	return NewFaultDevice(d.dev, FaultOptions{Sector: d.sector})
+	return New(d.dev, Options{Sector: d.sector})
 }

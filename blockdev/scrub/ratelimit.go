@@ -1,4 +1,4 @@
-package blockdev
+package scrub
 
 import (
 	"context"
@@ -9,7 +9,7 @@ import (
 
 // RateLimiter is a token bucket that limits a flow of bytes to a rate that
 // can be changed, or paused, while the flow runs. A scrub's workers share
-// one (ScrubOptions.Limiter); the caller keeps it to call SetRate, Pause and
+// one (Options.Limiter); the caller keeps it to call SetRate, Pause and
 // Resume from another goroutine. It is safe for concurrent use.
 //
 // The bucket fills at Rate bytes per second up to a burst of a tenth of a

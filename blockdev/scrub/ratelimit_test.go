@@ -1,4 +1,4 @@
-package blockdev
+package scrub
 
 import (
 	"context"

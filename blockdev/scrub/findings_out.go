@@ -1,4 +1,4 @@
-package blockdev
+package scrub
 
 import (
 	"bufio"
@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+
+	"github.com/difctl/difctl/blockdev"
 )
 
 // WriteBadblocks writes bad block ranges as a badblocks(8) list: one
@@ -14,9 +16,9 @@ import (
 // ranges are in blocks of blockSize bytes, sorted and non-overlapping
 // (BadRanges.Ranges); an output block that holds any bad byte is listed,
 // once.
-func WriteBadblocks(w io.Writer, bad []BlockRange, blockSize, outBlock int) error {
+func WriteBadblocks(w io.Writer, bad []blockdev.BlockRange, blockSize, outBlock int) error {
 	if blockSize <= 0 || outBlock <= 0 {
-		return fmt.Errorf("blockdev: badblocks: block sizes %d and %d must be positive", blockSize, outBlock)
+		return fmt.Errorf("scrub: badblocks: block sizes %d and %d must be positive", blockSize, outBlock)
 	}
 	if err := checkRanges(bad); err != nil {
 		return err
@@ -32,13 +34,13 @@ func WriteBadblocks(w io.Writer, bad []BlockRange, blockSize, outBlock int) erro
 			num = strconv.AppendInt(num[:0], b, 10)
 			num = append(num, '\n')
 			if _, err := bw.Write(num); err != nil {
-				return fmt.Errorf("blockdev: badblocks: %w", err)
+				return fmt.Errorf("scrub: badblocks: %w", err)
 			}
 		}
 		next = max(next, last+1)
 	}
 	if err := bw.Flush(); err != nil {
-		return fmt.Errorf("blockdev: badblocks: %w", err)
+		return fmt.Errorf("scrub: badblocks: %w", err)
 	}
 	return nil
 }
@@ -70,22 +72,22 @@ type MapfileOptions struct {
 // sorted and non-overlapping (BadRanges.Ranges) and lie in [Start, End).
 // ddrescue, ddrescuelog and ddrescueview read it; for example
 // `ddrescuelog -l- -b 512 map` lists the bad sectors.
-func WriteMapfile(w io.Writer, bad []BlockRange, o MapfileOptions) error {
+func WriteMapfile(w io.Writer, bad []blockdev.BlockRange, o MapfileOptions) error {
 	if o.BlockSize <= 0 || o.Blocks < 0 {
-		return fmt.Errorf("blockdev: mapfile: block size %d and device size %d blocks", o.BlockSize, o.Blocks)
+		return fmt.Errorf("scrub: mapfile: block size %d and device size %d blocks", o.BlockSize, o.Blocks)
 	}
 	end := o.End
 	if end == 0 {
 		end = o.Blocks
 	}
 	if o.Start < 0 || o.Start > end || end > o.Blocks {
-		return fmt.Errorf("blockdev: mapfile: checked range [%d, %d) of %d blocks: %w", o.Start, end, o.Blocks, ErrOutOfRange)
+		return fmt.Errorf("scrub: mapfile: checked range [%d, %d) of %d blocks: %w", o.Start, end, o.Blocks, blockdev.ErrOutOfRange)
 	}
 	if err := checkRanges(bad); err != nil {
 		return err
 	}
 	if k := len(bad); k > 0 && (bad[0].LBA < o.Start || bad[k-1].End() > end) {
-		return fmt.Errorf("blockdev: mapfile: bad blocks outside the checked range [%d, %d): %w", o.Start, end, ErrOutOfRange)
+		return fmt.Errorf("scrub: mapfile: bad blocks outside the checked range [%d, %d): %w", o.Start, end, blockdev.ErrOutOfRange)
 	}
 	bs := int64(o.BlockSize)
 	bw := bufio.NewWriter(w)
@@ -111,18 +113,18 @@ func WriteMapfile(w io.Writer, bad []BlockRange, o MapfileOptions) error {
 	line(pos, end, '+')
 	line(end, o.Blocks, '?')
 	if err := bw.Flush(); err != nil {
-		return fmt.Errorf("blockdev: mapfile: %w", err)
+		return fmt.Errorf("scrub: mapfile: %w", err)
 	}
 	return nil
 }
 
 // checkRanges checks that ranges are sorted, non-empty, non-negative and
 // non-overlapping.
-func checkRanges(bad []BlockRange) error {
+func checkRanges(bad []blockdev.BlockRange) error {
 	prev := int64(0)
 	for _, r := range bad {
 		if r.LBA < 0 || r.N <= 0 || r.LBA < prev || r.End() < r.LBA {
-			return errors.New("blockdev: bad block ranges must be sorted, non-empty and non-overlapping (use BadRanges)")
+			return errors.New("scrub: bad block ranges must be sorted, non-empty and non-overlapping (use BadRanges)")
 		}
 		prev = r.End()
 	}

@@ -1,6 +1,6 @@
 //go:build !unix
 
-package blockdev
+package scrub
 
 // oNoFollow is not available here; scrub state files are checked with
 // Lstat instead.

@@ -1,4 +1,4 @@
-package blockdev_test
+package scrub_test
 
 import (
 	"errors"
@@ -6,7 +6,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/difctl/difctl/blockdev"
+	"github.com/difctl/difctl/blockdev/scrub"
 )
 
 // A scrub state whose files are symbolic links is refused, and the links'
@@ -23,12 +23,12 @@ func TestFileScrubStateRefusesLinks(t *testing.T) {
 			if err := os.Symlink(target, state+suffix); err != nil {
 				t.Fatal(err)
 			}
-			s, err := blockdev.OpenFileScrubState(state)
+			s, err := scrub.OpenFileState(state)
 			if err == nil {
 				s.Close()
-				t.Fatal("OpenFileScrubState followed a symbolic link")
+				t.Fatal("OpenFileState followed a symbolic link")
 			}
-			if !errors.Is(err, blockdev.ErrStateFile) {
+			if !errors.Is(err, scrub.ErrStateFile) {
 				t.Errorf("error %v, want ErrStateFile", err)
 			}
 			if b, _ := os.ReadFile(target); string(b) != "keep me" {
@@ -41,7 +41,7 @@ func TestFileScrubStateRefusesLinks(t *testing.T) {
 // New state files are 0600 whatever the umask.
 func TestFileScrubStateMode(t *testing.T) {
 	state := filepath.Join(t.TempDir(), "state")
-	s, err := blockdev.OpenFileScrubState(state)
+	s, err := scrub.OpenFileState(state)
 	if err != nil {
 		t.Fatal(err)
 	}

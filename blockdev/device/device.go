@@ -1,0 +1,157 @@
+// Package device defines the contract of a block device: the [Device]
+// interface, its optional capabilities, the [Extent] they speak in and the
+// errors every implementation reports.
+//
+// It sits below package blockdev, which re-exports every name here with a
+// type alias or the same variable, so that callers only ever write
+// blockdev.Device. The split exists for device wrappers that blockdev's own
+// tests use, such as the fault-injecting device in blockdev/faultdev: they
+// build on this package, not on blockdev, and so blockdev's internal tests
+// can import them without an import cycle (the arrangement of Pebble's vfs
+// and vfs/errorfs). Messages keep the "blockdev: " prefix, since these are
+// blockdev's errors.
+package device
+
+import (
+	"errors"
+	"fmt"
+	"io"
+)
+
+// Device is a fixed-size, block-addressed medium.
+//
+// ReadAt and WriteAt transfer all of p or fail: a request that extends
+// beyond Size fails with an error matching [ErrOutOfRange] and transfers
+// nothing, and a short transfer inside the device is an *[IOError]. Devices
+// are safe for concurrent use; the outcome of concurrent overlapping writes
+// is unspecified, as on a disk. After Close every method fails with an error
+// matching [ErrClosed].
+type Device interface {
+	io.ReaderAt
+	io.WriterAt
+	// Size is the device size in bytes, a multiple of LogicalBlockSize.
+	Size() int64
+	// LogicalBlockSize is the smallest unit the medium addresses (512 or
+	// 4096 on most disks), a power of two.
+	LogicalBlockSize() int
+	// PhysicalBlockSize is the unit the medium writes natively, a power of
+	// two and a multiple of LogicalBlockSize.
+	PhysicalBlockSize() int
+	// Sync makes every completed write durable.
+	Sync() error
+	// Close releases the device.
+	Close() error
+}
+
+// Discarder is implemented by devices that can deallocate a range
+// (fallocate PUNCH_HOLE on images and block devices, BLKZEROOUT on block
+// devices that cannot unmap). off and n must be multiples of the logical
+// block size. A discarded range reads as zeros afterwards: a Volume relies
+// on it (an unwritten block must be zeros, see ErrUnwrittenData).
+type Discarder interface {
+	Discard(off, n int64) error
+}
+
+// An Extent is the byte range [Off, Off+Len).
+type Extent struct {
+	Off, Len int64
+}
+
+// End returns Off+Len.
+func (e Extent) End() int64 { return e.Off + e.Len }
+
+// DataFinder is implemented by devices that know where their data is
+// (SEEK_DATA/SEEK_HOLE on sparse images).
+type DataFinder interface {
+	// NextData returns the first data extent that ends after off, with its
+	// start clamped to off, or io.EOF when only holes follow. Extents may be
+	// conservative (a hole may be reported as data), never the reverse.
+	NextData(off int64) (Extent, error)
+}
+
+// CacheDropper is implemented by devices that can drop cached copies of a
+// range, so that the next read comes from the medium (posix_fadvise
+// DONTNEED). n == 0 means up to the end of the device.
+type CacheDropper interface {
+	DropCache(off, n int64) error
+}
+
+// A Mapper is implemented by devices that can lend their contents in
+// place, from a read-only shared mapping of the page cache, so that a
+// reader can verify and copy blocks in one pass instead of having the
+// kernel copy them first (see blockdev.Volume.ReadAt).
+type Mapper interface {
+	// ReadMapped calls fn with the device's bytes [off, off+n) as they are
+	// in memory and returns fn's error. The slice is valid only while fn
+	// runs and may change under it (the page cache is shared): fn must
+	// copy what it keeps and check the copy, never the mapping. A memory
+	// fault while fn runs (the file shrank, or the kernel could not read a
+	// page, which is how a mapping reports an I/O error) ends fn and
+	// returns an *IOError wrapping ErrMapFault. ReadMapped returns an
+	// error wrapping errors.ErrUnsupported when the device cannot be
+	// mapped (opened with O_DIRECT, or the system refused the mapping);
+	// the caller then uses ReadAt.
+	//
+	// Pages read through a mapping count in the process's resident set;
+	// an implementation bounds what it leaves mapped (a File: the last
+	// 32 MiB read) and releases the rest, which stays in the page cache.
+	ReadMapped(off int64, n int, fn func(m []byte) error) error
+}
+
+// DirectReader is implemented by devices that can read a range bypassing
+// the page cache (O_DIRECT), whatever the mode the device was opened in. It
+// has ReadAt's contract.
+type DirectReader interface {
+	ReadAtDirect(p []byte, off int64) (int, error)
+}
+
+var (
+	// ErrOutOfRange reports I/O that does not fit inside the device.
+	ErrOutOfRange = errors.New("blockdev: out of range")
+	// ErrReadOnly reports a write to a device opened read-only.
+	ErrReadOnly = errors.New("blockdev: read-only device")
+	// ErrClosed reports use of a closed device.
+	ErrClosed = errors.New("blockdev: device closed")
+	// ErrUnaligned reports a request that must be, and is not, aligned to
+	// the logical block size (discards, and writes in O_DIRECT mode).
+	ErrUnaligned = errors.New("blockdev: unaligned request")
+	// ErrMapFault reports a memory fault while reading a device's mapping
+	// (see [Mapper]).
+	ErrMapFault = errors.New("blockdev: fault reading the mapped device")
+	// ErrCrashed reports use of a fault-injecting device (package blockdev/faultdev) after a simulated crash.
+	ErrCrashed = errors.New("blockdev: device crashed (simulated)")
+)
+
+// An IOError is a failed transfer: Op ("read", "write", "sync", "discard",
+// ...) of Len bytes at Off. Err is the cause: the operating system's error
+// (for example unix.EIO), or io.ErrUnexpectedEOF for a short transfer.
+type IOError struct {
+	Op  string
+	Off int64
+	Len int64
+	Err error
+}
+
+func (e *IOError) Error() string {
+	return fmt.Sprintf("blockdev: %s of %d bytes at offset %d: %v", e.Op, e.Len, e.Off, e.Err)
+}
+
+func (e *IOError) Unwrap() error { return e.Err }
+
+// CheckRange validates a request of n bytes at off on a device of size,
+// for implementations of Device: the error wraps [ErrOutOfRange].
+func CheckRange(op string, off, n, size int64) error {
+	if off < 0 || n < 0 || off > size || n > size-off {
+		return fmt.Errorf("blockdev: %s of %d bytes at offset %d on a device of %d bytes: %w", op, n, off, size, ErrOutOfRange)
+	}
+	return nil
+}
+
+// CheckAligned validates that off and n are multiples of bs, for
+// implementations of Device: the error wraps [ErrUnaligned].
+func CheckAligned(op string, off, n int64, bs int) error {
+	if off%int64(bs) != 0 || n%int64(bs) != 0 {
+		return fmt.Errorf("blockdev: %s of %d bytes at offset %d: not a multiple of the %d-byte block size: %w", op, n, off, bs, ErrUnaligned)
+	}
+	return nil
+}

@@ -1,0 +1,852 @@
+package blockdev
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math/big"
+	"runtime"
+	"sync"
+
+	"github.com/difctl/difctl/dif"
+	"github.com/difctl/difctl/kernels/poly1305"
+	"github.com/difctl/difctl/store"
+)
+
+// Keyed volumes (ARCHITECTURE.md; README "Keyed volumes").
+//
+// A volume created with CreateOptions.Key keeps, beside every block's PI
+// tuple and sector checksum, a keyed tag: Poly1305-AES (Bernstein 2005)
+// under keys derived from the Key and the volume's random identity uid,
+//
+//	tag = Poly1305_r(uid | LBA | generation | data) + AES-256_k(generation | LBA)
+//
+// (uid 16 bytes, LBA and generation 8 bytes each, big-endian; the nonce is
+// the 128-bit generation | LBA). The generation is a volume-wide write
+// counter: every write (every staged piece of a WriteAt, every discard
+// piece, every chunk of Create) takes the next one, and it is stored with
+// the tag. So one nonce is never used for two messages: two writes of one
+// LBA differ in generation, two blocks of one write differ in LBA, and two
+// volumes under one Key differ in their derived keys. The generation is
+// reserved durably (store.Txn.ReserveGeneration) in the same synced commit
+// as the intents of the writes that use it, before their data can reach
+// the device, and Open resumes above the reserved value plus a random
+// jump of up to 2^32 (see resumeGeneration). Blocks of one write have
+// consecutive nonces, so the masks of a run come from one AES-CTR
+// keystream (poly1305.Key.BlocksAD).
+//
+// The store keeps tags in tag pages that carry a page MAC (see
+// store/keyed.go), so a forged tag or generation, or a page copied from
+// another page or volume, fails when it is read with the key.
+//
+// Threat model. An attacker who can write the device and the store, but
+// has no key:
+//
+//   - cannot make altered, moved (another LBA) or fabricated data verify:
+//     the tag covers the data, the LBA and the volume, and forging one is
+//     as hard as forging Poly1305-AES (about 2^-106 per try for 4 KiB
+//     blocks, Bernstein's bound; the CRC can be recomputed, the tag not);
+//   - cannot make a forged tag or generation verify: the tag page's MAC
+//     (HMAC-SHA256) covers every tag and generation in it, the volume uid
+//     and the page number;
+//   - can replay an older version of a whole tag page together with the
+//     data of its blocks (up to PageTuples blocks at once): a page MAC
+//     proves where a page belongs, not that it is the newest; and can roll
+//     back the device and the whole store together to any earlier state.
+//     Neither is detectable without a counter kept somewhere the attacker
+//     cannot write (a TPM, a remote service). After such a rollback the
+//     random jump of resumeGeneration keeps the volume's later writes from
+//     reusing the rolled-back generations, except with probability about
+//     2^-32 per reopening.
+//   - can delete or damage anything: that is detected (missing tags and
+//     pages are integrity failures), not prevented.
+//
+// dm-integrity's keyed mode (internal_hash:hmac(sha256)) documents the
+// same first two points for its per-sector tags, and says that it does
+// not protect against replay: an attacker can put back an older sector
+// with its older tag (its journal and tags carry no version), and against
+// rollback of the whole device. difctl's generation moves that boundary a
+// little: a single old block (data and tag) fails against the tag page
+// that holds its newer tag, so replay needs the whole tag page of
+// PageTuples blocks, and rollback of everything stays out of reach as for
+// dm-integrity. dm-integrity also authenticates its journal only with
+// journal_mac; difctl's intents carry no MAC because recovery commits an
+// intent's tag only after checking it against the data on the device
+// under the key.
+//
+// Without the key a keyed volume opens for reads and checks: the tuples
+// and sector checksums are verified and the keyed check is skipped
+// (Volume.KeyedChecked reports false); writes, discards and remaps are
+// refused with ErrKeyRequired, and so is the crash recovery of a volume
+// that has intents to resolve.
+
+var (
+	// ErrKeyedTag matches every *KeyedTagError. It also matches
+	// dif.ErrIntegrity: a keyed-tag failure is an integrity failure.
+	ErrKeyedTag error = &integritySentinel{"blockdev: keyed tag mismatch"}
+)
+
+// KindKeyedTag is the Problem kind of a block that fails the keyed check.
+const KindKeyedTag Kind = "keyed-tag"
+
+// KeyedTagError is a block that failed the keyed check: its data does not
+// match its keyed tag (Reason "mismatch"), it has no tag while its tuple
+// says it is written ("missing"), it has one while unwritten
+// ("unwritten"), or its tag page failed its MAC ("page-mac"). It matches
+// ErrKeyedTag and dif.ErrIntegrity.
+type KeyedTagError struct {
+	LBA      int64
+	Gen      uint64   // the stored generation
+	Expected [16]byte // tag computed from the data
+	Actual   [16]byte // stored tag
+	Reason   string
+}
+
+func (e *KeyedTagError) Error() string {
+	switch e.Reason {
+	case "mismatch":
+		return fmt.Sprintf("blockdev: block %d: keyed tag %x, stored %x (generation %d)", e.LBA, e.Expected, e.Actual, e.Gen)
+	case "page-mac":
+		return fmt.Sprintf("blockdev: block %d: keyed tag page fails its MAC (forged or copied tags)", e.LBA)
+	case "missing":
+		return fmt.Sprintf("blockdev: block %d: written but has no keyed tag", e.LBA)
+	}
+	return fmt.Sprintf("blockdev: block %d: keyed tag: %s", e.LBA, e.Reason)
+}
+
+func (e *KeyedTagError) Unwrap() error { return ErrKeyedTag }
+
+func tagWord(t [16]byte) uint64 { return binary.BigEndian.Uint64(t[:8]) }
+
+// keyed is the keyed state of a volume opened with its key.
+type keyed struct {
+	tk   *poly1305.Key
+	uid  [16]byte
+	page []byte
+
+	genMu    sync.Mutex
+	next     uint64 // next generation to hand out
+	reserved uint64 // Create: generations reserved ahead, durably (protectTags)
+
+	pendMu sync.RWMutex
+	pend   map[int64]*kPage // tags of flushed, unfolded blocks (like the overlay)
+
+	cache tagCache
+	chunk int // blocks per verified run: the scratch's size
+}
+
+type kPage struct {
+	mask [ovP / 64]uint64
+	tags [ovP]store.KeyedTag
+}
+
+// newKeyed sets up the keyed state of v from its manifest and key. A keyed
+// volume without a key opens for reads only (see the package doc above);
+// a key for an unkeyed volume is refused.
+func (v *Volume) setupKeyed(key *Key) error {
+	m := &v.man
+	name := v.opts.Name
+	switch {
+	case !m.Keyed() && key == nil:
+		return nil
+	case !m.Keyed():
+		return fmt.Errorf("%w: volume %q was created without a key", ErrNotKeyed, name)
+	case key == nil:
+		v.keyedNoKey = true
+		return nil
+	}
+	vk, uid, err := checkKey(name, m, key)
+	if err != nil {
+		return err
+	}
+	if err := v.tup.SetPageMACKey(vk.page); err != nil {
+		return fmt.Errorf("blockdev: volume %q: %w", name, err)
+	}
+	k := &keyed{tk: vk.tag, page: vk.page, pend: make(map[int64]*kPage)}
+	k.cache.pages = make(map[uint64]*tagCachePage)
+	k.chunk = v.chunk
+	copy(k.uid[:], uid)
+	if k.next, err = resumeGeneration(v.tup); err != nil {
+		return fmt.Errorf("blockdev: volume %q: %w", name, err)
+	}
+	v.kd = k
+	v.stg.kd = k
+	return nil
+}
+
+// resumeGeneration returns the first generation a session may use: above
+// the highest reserved, by a random jump in [1, 2^32], so that a session
+// after a rollback of the store (which also rolls back the reservation)
+// does not reuse the generations of the sessions rolled back.
+func resumeGeneration(t *store.Tuples) (uint64, error) {
+	g, err := t.ReservedGeneration()
+	if err != nil {
+		return 0, err
+	}
+	j, err := genJump()
+	if err != nil {
+		return 0, err
+	}
+	next := g + 1 + j
+	if next < g {
+		return 0, errors.New("blockdev: keyed generations exhausted")
+	}
+	return next, nil
+}
+
+// genJump returns the random part of resumeGeneration's jump, in [0,
+// 2^32). Tests set it to return 0, to show that the reservation alone
+// keeps generations from repeating across crashes.
+var genJump = func() (uint64, error) {
+	j, err := rand.Int(rand.Reader, big.NewInt(1<<32))
+	if err != nil {
+		return 0, err
+	}
+	return j.Uint64(), nil
+}
+
+// testHookNewTags, if set, is called for every run of new tags the volume
+// computes (not for the checks): volume uid, generation, first LBA, count.
+var testHookNewTags func(uid [16]byte, gen uint64, lba int64, n int)
+
+// newTags computes new tags of n blocks at lba under gen (see tags).
+func (k *keyed) newTags(dst []store.KeyedTag, lba int64, gen uint64, data []byte, bs int) error {
+	if testHookNewTags != nil {
+		testHookNewTags(k.uid, gen, lba, len(dst))
+	}
+	return k.tags(dst, lba, gen, data, bs)
+}
+
+// newVolumeUID returns a fresh random volume identity, in hex.
+func newVolumeUID() (string, error) {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("blockdev: volume uid: %w", err)
+	}
+	return hex.EncodeToString(b[:]), nil
+}
+
+// Keyed reports whether the volume is keyed.
+func (v *Volume) Keyed() bool { return v.man.Keyed() }
+
+// KeyedChecked reports whether reads and checks verify the keyed tags: the
+// volume is keyed and was opened with its key. A keyed volume opened
+// without it verifies tuples and sector checksums only.
+func (v *Volume) KeyedChecked() bool { return v.kd != nil }
+
+// keyedWritable refuses changes to a keyed volume opened without its key.
+func (v *Volume) keyedWritable(op string) error {
+	if v.keyedNoKey {
+		return fmt.Errorf("blockdev: %s on volume %q: %w", op, v.opts.Name, ErrKeyRequired)
+	}
+	return nil
+}
+
+// takeGen hands out the generation of one write. A write may use it only
+// once it is reserved (see keyedIntents); until then its tags stay in
+// memory.
+func (k *keyed) takeGen() uint64 {
+	k.genMu.Lock()
+	defer k.genMu.Unlock()
+	g := k.next
+	k.next++
+	return g
+}
+
+// handedOut returns the highest generation handed out so far: what a
+// commit reserves, so that the reservation covers every generation in
+// use, staged or not, and never goes down.
+func (k *keyed) handedOut() uint64 {
+	k.genMu.Lock()
+	defer k.genMu.Unlock()
+	return k.next - 1
+}
+
+// adLen is the associated data before each block: uid | LBA | generation.
+const adLen = 32
+
+// tags computes the keyed tags of n blocks of data at lba under generation
+// gen into dst.
+func (k *keyed) tags(dst []store.KeyedTag, lba int64, gen uint64, data []byte, bs int) error {
+	n := len(dst)
+	if n == 0 {
+		return nil
+	}
+	ad := make([]byte, n*adLen)
+	tags := make([]poly1305.Tag, n)
+	k.fill(ad, lba, gen, n)
+	var nonce poly1305.Nonce
+	binary.BigEndian.PutUint64(nonce[:8], gen)
+	binary.BigEndian.PutUint64(nonce[8:], uint64(lba))
+	if err := k.tk.BlocksAD(tags, &nonce, ad, adLen, data, bs, bs); err != nil {
+		return fmt.Errorf("blockdev: keyed tags: %w", err)
+	}
+	for i := range dst {
+		dst[i] = store.KeyedTag{Gen: gen, Tag: tags[i]}
+	}
+	return nil
+}
+
+func (k *keyed) fill(ad []byte, lba int64, gen uint64, n int) {
+	for i := range n {
+		a := ad[i*adLen:]
+		copy(a, k.uid[:])
+		binary.BigEndian.PutUint64(a[16:], uint64(lba)+uint64(i))
+		binary.BigEndian.PutUint64(a[24:], gen)
+	}
+}
+
+// stageTags computes the tags of a write of n blocks at lba into the
+// batch's slots (see stage). Caller holds the write's range lock.
+func (v *Volume) stageTags(dst []store.KeyedTag, lba int64, n int, data []byte) error {
+	return v.kd.newTags(dst[:n], lba, v.kd.takeGen(), data, v.bs)
+}
+
+// intents stages, in the transaction of a batch's intents, the tag intents
+// of its entries and the reservation of every generation they use.
+func (k *keyed) intents(x *store.Txn, b *batch, ids []store.IntentID) error {
+	for i, e := range b.ents {
+		if err := x.RecordTagIntent(ids[i], b.tags[e.slot:e.slot+e.n]); err != nil {
+			return err
+		}
+	}
+	return x.ReserveGeneration(k.handedOut())
+}
+
+// insert puts a written batch's tags where readers find them until the
+// fold (like ovInsert). Caller holds flushMu.
+func (k *keyed) insert(b *batch) {
+	k.pendMu.Lock()
+	defer k.pendMu.Unlock()
+	for _, e := range b.ents {
+		for i := range e.n {
+			lba := e.lba + int64(i)
+			p, off := lba>>ovShift, int(lba&(ovP-1))
+			pg := k.pend[p]
+			if pg == nil {
+				pg = new(kPage)
+				k.pend[p] = pg
+			}
+			pg.tags[off] = b.tags[e.slot+i]
+			setBit(pg.mask[:], off)
+		}
+	}
+}
+
+// fold stages the pending tags as committed in x. Caller holds flushMu.
+func (k *keyed) fold(x *store.Txn, commit func(bool) error) error {
+	for p, pg := range k.pend {
+		for i := 0; i < ovP; {
+			if !hasBit(pg.mask[:], i) {
+				i++
+				continue
+			}
+			j := i + 1
+			for j < ovP && hasBit(pg.mask[:], j) {
+				j++
+			}
+			if err := x.WriteTags(uint64(p*ovP+int64(i)), pg.tags[i:j]); err != nil {
+				return err
+			}
+			if err := commit(false); err != nil {
+				return err
+			}
+			i = j
+		}
+	}
+	return nil
+}
+
+// clearPending drops the pending tags after a fold. Caller holds flushMu.
+func (k *keyed) clearPending() {
+	k.pendMu.Lock()
+	clear(k.pend)
+	k.pendMu.Unlock()
+}
+
+// keyedScratch is the keyed part of a request's scratch.
+type keyedScratch struct {
+	tags      []store.KeyedTag // the run's current tags
+	staged    []uint64         // blocks whose tag came from staging
+	calc      []store.KeyedTag // tags computed from the data
+	committed []store.KeyedTag
+	have      []uint64 // blocks whose tag came from memory (staging, pending)
+	failed    []uint64 // blocks with a keyed problem
+	transient []uint64 // blocks that passed a re-read
+	runs      []kRun
+	ad        []byte         // associated data of a run
+	ptags     []poly1305.Tag // its tags
+	ad2       []byte         // the same, for the second half (split)
+	ptags2    []poly1305.Tag
+}
+
+// kRun is a run of blocks [i, j) of one generation whose tags are computed
+// in one call.
+type kRun struct {
+	i, j int
+	gen  uint64
+}
+
+func (k *keyed) scratchFor(sc *scratch) *keyedScratch {
+	if sc.k == nil {
+		n, w := k.chunk, (k.chunk+63)/64
+		sc.k = &keyedScratch{tags: make([]store.KeyedTag, n), staged: make([]uint64, w), calc: make([]store.KeyedTag, n),
+			committed: make([]store.KeyedTag, n), have: make([]uint64, w), failed: make([]uint64, w), transient: make([]uint64, w),
+			ad: make([]byte, n*adLen), ptags: make([]poly1305.Tag, n), ad2: make([]byte, n*adLen), ptags2: make([]poly1305.Tag, n)}
+	}
+	return sc.k
+}
+
+// copyStaged records the tags of staged blocks [i, j) of a run, from batch
+// slot slot on (see staging.copyStaged).
+func (k *keyed) copyStaged(b *batch, i, j, slot int, sc *scratch) {
+	ks := k.scratchFor(sc)
+	copy(ks.tags[i:j], b.tags[slot:])
+	setBits(ks.staged, i, j-i)
+}
+
+// tagsInto is tags with the caller's buffers (ad: n*adLen bytes, pt: n
+// tags).
+func (k *keyed) tagsInto(dst []store.KeyedTag, lba int64, gen uint64, data []byte, bs int, ad []byte, pt []poly1305.Tag) error {
+	n := len(dst)
+	ad, pt = ad[:n*adLen], pt[:n]
+	k.fill(ad, lba, gen, n)
+	var nonce poly1305.Nonce
+	binary.BigEndian.PutUint64(nonce[:8], gen)
+	binary.BigEndian.PutUint64(nonce[8:], uint64(lba))
+	if err := k.tk.BlocksAD(pt, &nonce, ad, adLen, data, bs, bs); err != nil {
+		return fmt.Errorf("blockdev: keyed tags: %w", err)
+	}
+	for i := range dst {
+		dst[i] = store.KeyedTag{Gen: gen, Tag: pt[i]}
+	}
+	return nil
+}
+
+// tagCache keeps the committed tag pages that reads verified (their MAC
+// checked), so that a read costs a copy of its tags rather than a store
+// read and a page MAC. Entries are valid only while no tag page has been
+// written since they were read (store.Tuples.TagWriteSeq); the volume
+// writes tag pages at each fold and discard.
+type tagCache struct {
+	mu    sync.Mutex
+	pages map[uint64]*tagCachePage
+}
+
+type tagCachePage struct {
+	seq  uint64
+	tags []store.KeyedTag
+}
+
+// maxTagCachePages bounds the cache: 256 pages of 1,024 tags, 6 MiB.
+const maxTagCachePages = 256
+
+// readCommitted reads the committed tags of blocks [lba, lba+len(dst)),
+// from the cache where it can. It returns the store's *PageMACError, with
+// dst filled, as ReadTags does.
+func (v *Volume) readCommitted(lba int64, dst []store.KeyedTag) error {
+	k := v.kd
+	P := int64(v.man.PageTuples)
+	n := int64(len(dst))
+	var macErr *store.PageMACError
+	for page := lba / P; page*P < lba+n; page++ {
+		ps := page * P
+		s, e := max(ps, lba), min(ps+P, lba+n)
+		seq := v.tup.TagWriteSeq()
+		k.cache.mu.Lock()
+		cp := k.cache.pages[uint64(page)]
+		if cp != nil && cp.seq == seq && seq%2 == 0 {
+			copy(dst[s-lba:e-lba], cp.tags[s-ps:e-ps])
+			k.cache.mu.Unlock()
+			continue
+		}
+		k.cache.mu.Unlock()
+		pn := min(P, v.blocks-ps)
+		tags := make([]store.KeyedTag, pn)
+		err := v.tup.ReadTags(uint64(ps), tags)
+		var me *store.PageMACError
+		switch {
+		case errors.As(err, &me):
+			if macErr == nil {
+				macErr = me
+			} else {
+				macErr.Pages = append(macErr.Pages, me.Pages...)
+			}
+		case err != nil:
+			return err
+		default:
+			if seq%2 == 0 && v.tup.TagWriteSeq() == seq {
+				k.cache.mu.Lock()
+				if len(k.cache.pages) >= maxTagCachePages {
+					clear(k.cache.pages)
+				}
+				k.cache.pages[uint64(page)] = &tagCachePage{seq: seq, tags: tags}
+				k.cache.mu.Unlock()
+			}
+		}
+		copy(dst[s-lba:e-lba], tags[s-ps:e-ps])
+	}
+	if macErr != nil {
+		return macErr
+	}
+	return nil
+}
+
+// splitMinBlocks is the size from which keyedCheck computes the tags of a
+// run on two goroutines (one piece of at least 128 KiB each).
+const splitMinBytes = 256 << 10
+
+// keyedCheck verifies the keyed tags of the blocks of a verified run that
+// passed the other checks, appending a KindKeyedTag problem for each that
+// fails and moving it from st.OK (or Unwritten, Escaped) to st.Failed.
+// reread: the OK blocks are not in data (a check verified them in the
+// device's mapping) and are read again. Tags come from staging
+// (copyStagedTags), then the pending tags, then the store, in that order
+// (see intent.go on why a reader looks at what the fold clears before what
+// it commits). A run of 256 KiB or more has its tags computed in two
+// halves at once, the second on another goroutine, when GOMAXPROCS allows.
+func (v *Volume) keyedCheck(lba int64, n int, data []byte, sc *scratch, st *RunStats, reread bool) error {
+	k := v.kd
+	ks := k.scratchFor(sc)
+	defer clear(ks.staged)
+	tags := ks.tags[:n]
+	w := (n + 63) / 64
+	have, failed, transient := ks.have[:w], ks.failed[:w], ks.transient[:w]
+	copy(have, ks.staged[:w])
+	clear(failed)
+	clear(transient)
+	end := lba + int64(n)
+	k.pendMu.RLock()
+	if len(k.pend) > 0 {
+		for p := lba >> ovShift; p <= (end-1)>>ovShift; p++ {
+			pg := k.pend[p]
+			if pg == nil {
+				continue
+			}
+			s, t := max(p<<ovShift, lba), min((p+1)<<ovShift, end)
+			for b := s; b < t; b++ {
+				o, i := int(b&(ovP-1)), int(b-lba)
+				if hasBit(pg.mask[:], o) && !hasBit(have, i) {
+					tags[i] = pg.tags[o]
+					setBit(have, i)
+				}
+			}
+		}
+	}
+	k.pendMu.RUnlock()
+	committed := ks.committed[:n]
+	var pageErr *store.PageMACError
+	err := v.readCommitted(lba, committed)
+	switch {
+	case errors.As(err, &pageErr):
+		// The tags are there (their CRC matches): each is still checked
+		// against its data, and each failed page is reported once below.
+	case err != nil:
+		return fmt.Errorf("blockdev: reading the keyed tags of blocks [%d, %d): %w", lba, end, err)
+	}
+	for i := range n {
+		if !hasBit(have, i) {
+			tags[i] = committed[i]
+		}
+	}
+	if reread {
+		if err := v.readDev(data[:n*v.bs], lba, false); err != nil {
+			return err
+		}
+	}
+	states := sc.states[:n]
+	bad := func(i int, e *KeyedTagError) {
+		sc.probs = append(sc.probs, Problem{LBA: e.LBA, Kind: KindKeyedTag, Expected: tagWord(e.Expected), Actual: tagWord(e.Actual), Err: e})
+		if hasBit(failed, i) {
+			return
+		}
+		setBit(failed, i)
+		switch {
+		case states[i] == dif.StateUnwritten && !hasBit(sc.ioBad, i):
+			st.Unwritten--
+		case states[i] == dif.StateEscaped:
+			st.Escaped--
+		default:
+			st.OK--
+		}
+		st.Failed++
+		v.st.failed.Add(1)
+	}
+	calc := ks.calc[:n]
+	failedBefore := len(sc.probs)
+	// A block that failed and passed a re-read holds the re-read data now,
+	// which must pass the keyed check too.
+	for _, p := range sc.probs {
+		if p.Transient && p.LBA >= lba && p.LBA < end {
+			setBit(transient, int(p.LBA-lba))
+		}
+	}
+	// The runs of eligible written blocks of one generation, each one
+	// kernel call; the other blocks are decided here.
+	runs := ks.runs[:0]
+	blocks := 0
+	for i := 0; i < n; {
+		if !keyedEligible(states, sc, transient, i) {
+			i++
+			continue
+		}
+		b := lba + int64(i)
+		written := sc.written.Has(i)
+		switch {
+		case written && tags[i].Gen == 0:
+			bad(i, &KeyedTagError{LBA: b, Reason: "missing"})
+			i++
+			continue
+		case !written && tags[i].Gen != 0:
+			bad(i, &KeyedTagError{LBA: b, Gen: tags[i].Gen, Actual: tags[i].Tag, Reason: "unwritten"})
+			i++
+			continue
+		case !written:
+			i++
+			continue
+		}
+		j := i + 1
+		for j < n && keyedEligible(states, sc, transient, j) && sc.written.Has(j) && tags[j].Gen == tags[i].Gen {
+			j++
+		}
+		runs = append(runs, kRun{i, j, tags[i].Gen})
+		blocks += j - i
+		i = j
+	}
+	ks.runs = runs
+	if err := v.keyedCompute(runs, blocks, lba, data, calc, ks); err != nil {
+		return err
+	}
+	for _, r := range runs {
+		for m := r.i; m < r.j; m++ {
+			if !tagEqual(&calc[m].Tag, &tags[m].Tag) {
+				bad(m, &KeyedTagError{LBA: lba + int64(m), Gen: tags[m].Gen, Expected: calc[m].Tag, Actual: tags[m].Tag, Reason: "mismatch"})
+			}
+		}
+	}
+	if pageErr != nil {
+		// A page that fails its MAC may hold an older, authentic (data,
+		// tag) pair put back by an attacker, which the tag check cannot
+		// see: its first block in the run reports the page.
+		P := int64(v.man.PageTuples)
+		for _, page := range pageErr.Pages {
+			for b := max(int64(page)*P, lba); b < min(int64(page+1)*P, end); b++ {
+				i := int(b - lba)
+				if hasBit(have, i) || !keyedEligible(states, sc, transient, i) {
+					continue
+				}
+				bad(i, &KeyedTagError{LBA: b, Gen: tags[i].Gen, Actual: tags[i].Tag, Reason: "page-mac"})
+				break
+			}
+		}
+	}
+	if len(sc.probs) > failedBefore {
+		sortProblems(sc.probs)
+	}
+	return nil
+}
+
+// keyedCompute computes the tags of runs (blocks blocks in all) into calc:
+// in two halves at once when they are large and a second CPU may take one.
+func (v *Volume) keyedCompute(runs []kRun, blocks int, lba int64, data []byte, calc []store.KeyedTag, ks *keyedScratch) error {
+	k, bs := v.kd, v.bs
+	do := func(rs []kRun, ad []byte, pt []poly1305.Tag) error {
+		for _, r := range rs {
+			if err := k.tagsInto(calc[r.i:r.j], lba+int64(r.i), r.gen, data[r.i*bs:r.j*bs], bs, ad, pt); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if blocks*bs < splitMinBytes || runtime.GOMAXPROCS(0) < 2 {
+		return do(runs, ks.ad, ks.ptags)
+	}
+	// Cut the runs at half the blocks, splitting the run that straddles it.
+	half, acc := blocks/2, 0
+	var first, second []kRun
+	for x, r := range runs {
+		if acc+(r.j-r.i) <= half {
+			acc += r.j - r.i
+			continue
+		}
+		cut := r.i + (half - acc)
+		first = append(append(first, runs[:x]...), kRun{r.i, cut, r.gen})
+		second = append(append(second, kRun{cut, r.j, r.gen}), runs[x+1:]...)
+		break
+	}
+	var err2 error
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		err2 = do(second, ks.ad2, ks.ptags2)
+	}()
+	err := do(first, ks.ad, ks.ptags)
+	wg.Wait()
+	return errors.Join(err, err2)
+}
+
+// keyedEligible reports whether block i of a verified run passed the other
+// checks, at once or on a re-read (transient): only those get the keyed
+// check, the others are failures already.
+func keyedEligible(states []dif.State, sc *scratch, transient []uint64, i int) bool {
+	if hasBit(sc.ioBad, i) {
+		return false
+	}
+	return states[i] != dif.StateFailed || hasBit(transient, i)
+}
+
+// keyedDiscardIntent stages the tag intent of a discard piece of n blocks
+// at lba: the tags of zero blocks under a fresh generation (recovery
+// commits them if the zeros reached the device but the discard did not),
+// and its reservation.
+func (v *Volume) keyedDiscardIntent(x *store.Txn, id store.IntentID, lba int64, n int) error {
+	gen := v.kd.takeGen()
+	tags := make([]store.KeyedTag, n)
+	zb := max(1, len(zeroBuf)/v.bs)
+	for i := 0; i < n; i += zb {
+		j := min(n, i+zb)
+		if err := v.kd.newTags(tags[i:j], lba+int64(i), gen, zeroBuf[:(j-i)*v.bs], v.bs); err != nil {
+			return err
+		}
+	}
+	if err := x.RecordTagIntent(id, tags); err != nil {
+		return err
+	}
+	return x.ReserveGeneration(v.kd.handedOut())
+}
+
+// keyedRecovery is the keyed part of crash recovery: the tags of the open
+// intents, and the committed tags of the chunk being resolved. A block
+// under an intent takes the intent's tuple only if its data matches the
+// intent's keyed tag too, and keeps its committed tuple only if it matches
+// its committed tag (or is unwritten, zeros, without a tag).
+type keyedRecovery struct {
+	v         *Volume
+	intents   map[store.IntentID][]store.KeyedTag
+	committed []store.KeyedTag
+	pageBad   bool // the chunk's committed tags failed their page MAC
+	newTags   []store.KeyedTag
+	calc      [1]store.KeyedTag
+}
+
+func (v *Volume) newKeyedRecovery(ins []store.Intent) (*keyedRecovery, error) {
+	kr := &keyedRecovery{v: v, intents: make(map[store.IntentID][]store.KeyedTag, len(ins)),
+		committed: make([]store.KeyedTag, v.chunk), newTags: make([]store.KeyedTag, v.chunk)}
+	for _, in := range ins {
+		tags, err := v.tup.TagIntent(in.IntentID)
+		if err != nil {
+			return nil, err
+		}
+		kr.intents[in.IntentID] = tags
+	}
+	return kr, nil
+}
+
+// load reads the committed tags of the chunk of n blocks at c0.
+func (kr *keyedRecovery) load(c0 int64, n int) error {
+	kr.pageBad = false
+	err := kr.v.tup.ReadTags(uint64(c0), kr.committed[:n])
+	if errors.Is(err, store.ErrPageMAC) {
+		kr.pageBad = true
+		return nil
+	}
+	return err
+}
+
+// check reports whether data verifies against tag as block lba.
+func (kr *keyedRecovery) check(data []byte, lba int64, t store.KeyedTag) bool {
+	if kr.v.kd.tags(kr.calc[:], lba, t.Gen, data, kr.v.bs) != nil {
+		return false
+	}
+	return poly1305.Equal(kr.calc[0].Tag, t.Tag)
+}
+
+// matches reports whether data (block lba, index i of the chunk, index j
+// of intent in) matches the intent's keyed tag, and if so keeps it as the
+// block's new tag.
+func (kr *keyedRecovery) matches(in *store.Intent, j, i int, data []byte, lba int64) bool {
+	t := kr.intents[in.IntentID][j]
+	if t.Gen == 0 || !kr.check(data, lba, t) {
+		return false
+	}
+	kr.newTags[i] = t
+	return true
+}
+
+// committedOK reports whether block i of the chunk (lba) matches its
+// committed keyed tag: written with a matching tag, or unwritten without
+// one.
+func (kr *keyedRecovery) committedOK(i int, data []byte, lba int64, written bool) bool {
+	if kr.pageBad {
+		return false
+	}
+	t := kr.committed[i]
+	if !written {
+		return t.Gen == 0
+	}
+	return t.Gen != 0 && kr.check(data, lba, t)
+}
+
+// keyManifest makes m the manifest of a new keyed volume under k: a fresh
+// volume uid and the key check value.
+func (k *Key) keyManifest(m *store.Manifest) error {
+	uid, err := newVolumeUID()
+	if err != nil {
+		return err
+	}
+	b, _ := hex.DecodeString(uid)
+	vk, err := k.derive(b)
+	if err != nil {
+		return err
+	}
+	m.KeyCheck, m.VolumeUID = vk.check, uid
+	return nil
+}
+
+// protectAhead is how many generations Create reserves with one synced
+// commit: one per chunk, so 1,024 chunks (4 GiB of 4 MiB chunks) per sync.
+const protectAhead = 1024
+
+// protectTags commits the keyed tags of n blocks of data at lba for
+// Create, under one fresh generation. Generations are reserved ahead, in
+// steps of protectAhead with a synced commit, before any tag under them
+// is committed; the tags' own commit is not synced (the protect
+// checkpoint's synced commit makes it durable before the cursor covers the
+// blocks). So blocks past the cursor, protected again after a crash, get
+// new generations, never ones a lost commit had used.
+func (v *Volume) protectTags(lba int64, n int, data []byte) error {
+	k := v.kd
+	gen := k.takeGen()
+	if gen > k.reserved {
+		x := v.tup.NewTxn()
+		if err := x.ReserveGeneration(gen + protectAhead - 1); err != nil {
+			x.Abort()
+			return err
+		}
+		if err := x.Commit(true); err != nil {
+			return err
+		}
+		k.reserved = gen + protectAhead - 1
+	}
+	tags := make([]store.KeyedTag, n)
+	if err := k.newTags(tags, lba, gen, data, v.bs); err != nil {
+		return err
+	}
+	x := v.tup.NewTxn()
+	if err := x.WriteTags(uint64(lba), tags); err != nil {
+		x.Abort()
+		return err
+	}
+	return x.Commit(false)
+}
+
+// tagEqual compares two tags in constant time: two 64-bit XORs, without the
+// per-call cost of crypto/subtle on slices (10% of a 512-byte block's check).
+func tagEqual(a, b *[16]byte) bool {
+	x := binary.LittleEndian.Uint64(a[:8]) ^ binary.LittleEndian.Uint64(b[:8])
+	y := binary.LittleEndian.Uint64(a[8:]) ^ binary.LittleEndian.Uint64(b[8:])
+	return x|y == 0
+}

@@ -1,0 +1,672 @@
+package blockdev
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/difctl/difctl/blockdev/faultdev"
+	"github.com/difctl/difctl/dif"
+	"github.com/difctl/difctl/kernels/crc32c"
+	"github.com/difctl/difctl/store"
+)
+
+func testKey(t testing.TB, seed byte) *Key {
+	t.Helper()
+	k, err := ParseKey(bytes.Repeat([]byte{seed, seed ^ 0x5a}, KeySize/2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+func TestKeyFiles(t *testing.T) {
+	dir := t.TempDir()
+	raw := bytes.Repeat([]byte{0xab}, KeySize)
+	hexKey := []byte(fmt.Sprintf("%x\n", raw))
+	write := func(name string, b []byte, mode os.FileMode) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(p, mode); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	for _, tc := range []struct {
+		name string
+		b    []byte
+		mode os.FileMode
+		ok   bool
+	}{
+		{"raw-0600", raw, 0o600, true},
+		{"hex-0400", hexKey, 0o400, true},
+		{"group-readable", raw, 0o640, false},
+		{"world-readable", hexKey, 0o604, false},
+		{"group-writable", raw, 0o620, false},
+		{"short", raw[:31], 0o600, false},
+		{"bad-hex", append(bytes.Repeat([]byte("zz"), 32), '\n'), 0o600, false},
+	} {
+		t.Run("file="+tc.name, func(t *testing.T) {
+			k, err := ReadKeyFile(write(tc.name, tc.b, tc.mode))
+			if tc.ok {
+				if err != nil || k.b != [KeySize]byte(raw) {
+					t.Fatalf("got %v, %v", k, err)
+				}
+				return
+			}
+			var ke *KeyError
+			if !errors.As(err, &ke) || !errors.Is(err, ErrKey) {
+				t.Fatalf("got %v, want a *KeyError", err)
+			}
+		})
+	}
+	if _, err := ReadKeyFile(filepath.Join(dir, "missing")); !errors.Is(err, ErrKey) || !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("missing file: %v", err)
+	}
+	if _, err := ReadKeyFile(dir); !errors.Is(err, ErrKey) {
+		t.Fatalf("directory: %v", err)
+	}
+	t.Setenv("DIFCTL_TEST_KEY", string(hexKey[:64]))
+	if k, err := KeyFromEnv("DIFCTL_TEST_KEY"); err != nil || k.b != [KeySize]byte(raw) {
+		t.Fatalf("from the environment: %v", err)
+	}
+	if _, err := KeyFromEnv("DIFCTL_TEST_KEY_UNSET"); !errors.Is(err, ErrKey) {
+		t.Fatalf("unset variable: %v", err)
+	}
+}
+
+// keyedVol is a keyed volume on a memory device and a mem store, closed
+// and reopened as the tests need.
+type keyedVol struct {
+	t   *testing.T
+	f   dif.Format
+	dev *MemDevice
+	kv  store.KV
+	key *Key
+}
+
+const keyedBlocks = 64
+
+func newKeyedVol(t *testing.T, format string, key *Key, kv store.KV, name string) *keyedVol {
+	t.Helper()
+	f := dif.MustFormat(format)
+	bs := f.BlockSize()
+	dev, err := NewMemDevice(int64(keyedBlocks*bs), 512)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if kv == nil {
+		kv = store.NewMem()
+		t.Cleanup(func() { kv.Close() })
+	}
+	dev.WriteAt(pattern(keyedBlocks*bs, 3), 0)
+	v, err := Create(context.Background(), dev, kv, CreateOptions{Format: f, Options: Options{Key: key, Name: name}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !v.Keyed() || !v.KeyedChecked() {
+		t.Fatalf("created with a key: keyed %v checked %v", v.Keyed(), v.KeyedChecked())
+	}
+	// Writes of every kind: whole blocks, a partial block, a discard.
+	if _, err := v.WriteAt(pattern(8*bs, 4), int64(4*bs)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := v.WriteAt([]byte("partial"), int64(20*bs+5)); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.Discard(int64(30*bs), int64(2*bs)); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return &keyedVol{t: t, f: f, dev: dev, kv: kv, key: key}
+}
+
+func (k *keyedVol) open(key *Key, name string) (*Volume, error) {
+	return Open(context.Background(), k.dev, k.kv, Options{Key: key, Name: name, Rereads: -1})
+}
+
+func (k *keyedVol) mustOpen(key *Key) *Volume {
+	k.t.Helper()
+	v, err := k.open(key, "")
+	if err != nil {
+		k.t.Fatal(err)
+	}
+	k.t.Cleanup(func() { v.Close() })
+	return v
+}
+
+// keyedFailure reads the whole volume and returns the keyed-tag failures
+// found by a check (CheckRun), and the error of a ReadAt of block lba.
+func keyedFailures(t *testing.T, v *Volume) []Problem {
+	t.Helper()
+	var probs []Problem
+	scratch := make([]byte, v.ScratchSize(int(v.Blocks())))
+	if _, err := v.CheckRun(context.Background(), 0, int(v.Blocks()), scratch, CheckOptions{}, func(p Problem) { probs = append(probs, p) }); err != nil {
+		t.Fatal(err)
+	}
+	return probs
+}
+
+func TestKeyedVolumeOpen(t *testing.T) {
+	kv := newKeyedVol(t, "4096+8", testKey(t, 1), nil, "")
+	bs := kv.f.BlockSize()
+	v := kv.mustOpen(kv.key)
+	if probs := keyedFailures(t, v); len(probs) != 0 {
+		t.Fatalf("clean keyed volume: %v", probs)
+	}
+	buf := make([]byte, keyedBlocks*bs)
+	if _, err := v.ReadAt(buf, 0); err != nil {
+		t.Fatal(err)
+	}
+	v.Close()
+	// A wrong key is refused at open, not reported block by block.
+	if _, err := kv.open(testKey(t, 2), ""); !errors.Is(err, ErrWrongKey) {
+		t.Fatalf("wrong key: %v", err)
+	}
+	// Without the key: reads and checks of the tuples, no changes.
+	v2 := kv.mustOpen(nil)
+	if !v2.Keyed() || v2.KeyedChecked() {
+		t.Fatalf("without key: keyed %v checked %v", v2.Keyed(), v2.KeyedChecked())
+	}
+	if _, err := v2.ReadAt(buf, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := v2.WriteAt(buf[:bs], 0); !errors.Is(err, ErrKeyRequired) {
+		t.Fatalf("write without the key: %v", err)
+	}
+	if err := v2.Discard(0, int64(bs)); !errors.Is(err, ErrKeyRequired) {
+		t.Fatalf("discard without the key: %v", err)
+	}
+	v2.Close()
+	if _, err := RemapVolume(context.Background(), kv.dev, kv.kv, 99, RemapOptions{}); !errors.Is(err, ErrKeyRequired) {
+		t.Fatalf("remap without the key: %v", err)
+	}
+	// A key for an unkeyed volume.
+	plain := newKeyedVolPlain(t)
+	if _, err := Open(context.Background(), plain.dev, plain.kv, Options{Key: testKey(t, 1)}); !errors.Is(err, ErrNotKeyed) {
+		t.Fatalf("key for an unkeyed volume: %v", err)
+	}
+}
+
+func newKeyedVolPlain(t *testing.T) *keyedVol {
+	f := dif.MustFormat("512+8")
+	dev, _ := NewMemDevice(8*512, 512)
+	kv := store.NewMem()
+	t.Cleanup(func() { kv.Close() })
+	v, err := Create(context.Background(), dev, kv, CreateOptions{Format: f})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v.Close()
+	return &keyedVol{t: t, f: f, dev: dev, kv: kv}
+}
+
+// attackerWrite writes data at block lba of the device and recomputes the
+// block's tuple and sector checksum in the store, as someone who can write
+// both but has no key would.
+func (k *keyedVol) attackerWrite(name string, lba int64, data []byte) {
+	t := k.t
+	bs := k.f.BlockSize()
+	if _, err := k.dev.WriteAt(data, lba*int64(bs)); err != nil {
+		t.Fatal(err)
+	}
+	if name == "" {
+		name = DefaultVolumeName
+	}
+	tp, err := store.OpenTuples(k.kv, name, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := tp.Manifest()
+	tuple := make([]byte, k.f.TupleSize())
+	p := dif.Params{RefTag: m.InitialRefTag + uint64(lba), LBA: uint64(lba)}
+	if err := k.f.WithLayout(dif.Separate).Generate(data, tuple, p); err != nil {
+		t.Fatal(err)
+	}
+	var sums []uint32
+	if m.SectorSums {
+		sums = []uint32{crc32c.Checksum(data)}
+	}
+	if err := tp.WriteRange(uint64(lba), tuple, sums, true); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// tagPageKey is the store key of a tag page of the default volume.
+func tagPageKey(name string, page uint64) []byte {
+	k := append([]byte{'T', byte(len(name))}, name...)
+	k = append(k, 'K')
+	return binary.BigEndian.AppendUint64(k, page)
+}
+
+func kvSet(t *testing.T, kv store.KV, k, v []byte) {
+	b := kv.NewBatch()
+	if err := b.Set(k, v); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Commit(true); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func resealCRC(v []byte) []byte {
+	v = bytes.Clone(v)
+	binary.BigEndian.PutUint32(v[len(v)-4:], crc32c.Checksum(v[:len(v)-4]))
+	return v
+}
+
+// TestKeyedTamper edits a keyed volume as an attacker with write access to
+// the device and the store but no key: each edit passes the CRC checks
+// (without the key the volume reads clean) and fails the keyed check with
+// the block's LBA and the keyed-tag kind.
+func TestKeyedTamper(t *testing.T) {
+	for _, format := range []string{"4096+8", "512+16:crc32"} {
+		for _, tc := range []struct {
+			name   string
+			lba    int64
+			reason string
+			edit   func(k *keyedVol)
+		}{
+			{"flipped-bit-crc-recomputed", 6, "mismatch", func(k *keyedVol) {
+				bs := k.f.BlockSize()
+				b := make([]byte, bs)
+				k.dev.ReadAt(b, 6*int64(bs))
+				b[100] ^= 0x10
+				k.attackerWrite("", 6, b)
+			}},
+			{"copied-from-other-lba", 9, "mismatch", func(k *keyedVol) {
+				bs := k.f.BlockSize()
+				b := make([]byte, bs)
+				k.dev.ReadAt(b, 5*int64(bs))
+				k.attackerWrite("", 9, b)
+			}},
+			{"copied-from-other-volume", 7, "mismatch", func(k *keyedVol) {
+				// Another volume, same key, same LBA, other data.
+				other := newKeyedVol(t, k.f.String(), k.key, k.kv, "other")
+				bs := k.f.BlockSize()
+				ov, err := other.open(k.key, "other")
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := ov.WriteAt(pattern(bs, 99), 7*int64(bs)); err != nil {
+					t.Fatal(err)
+				}
+				ov.Close()
+				b := make([]byte, bs)
+				other.dev.ReadAt(b, 7*int64(bs))
+				k.attackerWrite("", 7, b)
+				// And its tag page too: a page from another volume fails
+				// its MAC, so the block does either way.
+			}},
+			// The forged tag fails against the data; its page's MAC fails
+			// too, reported on the page's first block.
+			{"forged-tag", 3, "mismatch", func(k *keyedVol) {
+				key := tagPageKey(DefaultVolumeName, 0)
+				v, err := k.kv.Get(key)
+				if err != nil {
+					t.Fatal(err)
+				}
+				v = bytes.Clone(v)
+				v[8+3*24+8] ^= 1 // block 3's tag
+				kvSet(t, k.kv, key, resealCRC(v))
+			}},
+			{"edited-tuple-page-unwritten", 10, "unwritten", func(k *keyedVol) {
+				// Mark a written block unwritten and zero its data: without
+				// the key it reads as zeros, cleanly.
+				bs := k.f.BlockSize()
+				k.dev.WriteAt(make([]byte, bs), 10*int64(bs))
+				tp, err := store.OpenTuples(k.kv, DefaultVolumeName, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := tp.Discard(10, 1, true); err != nil {
+					t.Fatal(err)
+				}
+			}},
+		} {
+			t.Run(fmt.Sprintf("format=%s/tamper=%s", format, tc.name), func(t *testing.T) {
+				k := newKeyedVol(t, format, testKey(t, 1), nil, "")
+				tc.edit(k)
+				bs := k.f.BlockSize()
+				// Without the key the CRC checks pass.
+				nv := k.mustOpen(nil)
+				buf := make([]byte, bs)
+				if _, err := nv.ReadAt(buf, tc.lba*int64(bs)); err != nil {
+					t.Fatalf("without the key, block %d: %v", tc.lba, err)
+				}
+				nv.Close()
+				v := k.mustOpen(k.key)
+				_, err := v.ReadAt(buf, tc.lba*int64(bs))
+				var ke *KeyedTagError
+				if !errors.As(err, &ke) || !errors.Is(err, dif.ErrIntegrity) || !errors.Is(err, ErrKeyedTag) {
+					t.Fatalf("read of block %d: %v, want a keyed-tag failure", tc.lba, err)
+				}
+				if ke.LBA != tc.lba || ke.Reason != tc.reason {
+					t.Fatalf("keyed failure at block %d (%s), want %d (%s)", ke.LBA, ke.Reason, tc.lba, tc.reason)
+				}
+				probs := keyedFailures(t, v)
+				found, pageMAC := false, false
+				for _, p := range probs {
+					var pe *KeyedTagError
+					switch {
+					case p.Kind == KindKeyedTag && p.LBA == tc.lba && errors.As(p.Err, &pe) && pe.Reason == tc.reason:
+						found = true
+					case tc.name == "forged-tag" && p.LBA == 0 && errors.As(p.Err, &pe) && pe.Reason == "page-mac":
+						pageMAC = true
+					default:
+						t.Errorf("unexpected problem %+v", p)
+					}
+				}
+				if !found {
+					t.Fatalf("check found %v, want block %d as %s", probs, tc.lba, KindKeyedTag)
+				}
+				if tc.name == "forged-tag" && !pageMAC {
+					t.Fatalf("check found %v, want the page MAC failure on block 0", probs)
+				}
+			})
+		}
+	}
+}
+
+// TestVolumeCrashKeyed runs the crash suite (volume_crash_test.go) on
+// keyed volumes: every crash point, then recovery with the key, then every
+// block read back with its keyed tag checked.
+func TestVolumeCrashKeyed(t *testing.T) {
+	key := testKey(t, 7)
+	cfgs := []crashCfg{
+		{format: "512+8", sector: 512, seed: 11, ops: 40, key: key},
+		{format: "4096+8", sector: 512, seed: 12, ops: 30, key: key},
+	}
+	if testing.Short() {
+		cfgs = cfgs[:1]
+		cfgs[0].ops = 12
+	}
+	for _, cfg := range cfgs {
+		t.Run(fmt.Sprintf("format=%s/sector=%d/seed=%d", cfg.format, cfg.sector, cfg.seed), func(t *testing.T) {
+			bs := dif.MustFormat(cfg.format).BlockSize()
+			ops := crashWorkload(cfg, bs, 24)
+			e := newCrashEnv(t, cfg, -1)
+			if e.run(ops) {
+				t.Fatal("crashed without a crash point")
+			}
+			total := e.steps
+			e.v.Close()
+			e.kv.Close()
+			var torn, folded int64
+			for k := int64(0); k < total; k++ {
+				e := newCrashEnv(t, cfg, k)
+				if !e.run(ops) {
+					t.Fatalf("crash point %d of %d not reached", k, total)
+				}
+				rs := e.verify()
+				torn += rs.Torn
+				folded += rs.Folded
+			}
+			t.Logf("%d crash points; recovery folded %d blocks, reported %d torn", total, folded, torn)
+		})
+	}
+}
+
+// TestKeyedNoncesNeverRepeat crashes one keyed volume again and again
+// (device and store, at a random step of a random workload), reopening it
+// after each crash, and records every (generation, LBA) the volume tags
+// data under: none may repeat. The random jump of resumeGeneration is off,
+// so the durable reservation alone must keep them apart.
+func TestKeyedNoncesNeverRepeat(t *testing.T) {
+	rounds := 60
+	if testing.Short() {
+		rounds = 15
+	}
+	saved := genJump
+	genJump = func() (uint64, error) { return 0, nil }
+	defer func() { genJump = saved }()
+	type nonce struct {
+		uid [16]byte
+		gen uint64
+		lba int64
+	}
+	var mu sync.Mutex
+	used := map[nonce]int{}
+	round := 0
+	testHookNewTags = func(uid [16]byte, gen uint64, lba int64, n int) {
+		mu.Lock()
+		defer mu.Unlock()
+		for i := range n {
+			k := nonce{uid, gen, lba + int64(i)}
+			if r, ok := used[k]; ok {
+				t.Errorf("nonce (generation %d, LBA %d) used in round %d and again in round %d", gen, lba+int64(i), r, round)
+			}
+			used[k] = round
+		}
+	}
+	defer func() { testHookNewTags = nil }()
+
+	const bs, blocks = 512, 32
+	f := dif.MustFormat("512+8")
+	mem, err := NewMemDevice(blocks*bs, bs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fd, err := faultdev.New(mem, faultdev.Options{Sector: bs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs := vfs.NewCrashableMem()
+	key := testKey(t, 9)
+	opts := Options{Key: key, StagingBytes: 4 * bs, Rereads: -1}
+	kv, err := store.OpenPebbleOnFS("db", fs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := Create(context.Background(), fd, kv, CreateOptions{Format: f, Options: opts})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v.Close()
+	kv.Close()
+	r := rand.New(rand.NewPCG(5, 5))
+	var crashMu sync.Mutex
+	for round = 1; round <= rounds; round++ {
+		ckv, err := store.OpenPebbleOnFS("db", fs)
+		if err != nil {
+			t.Fatalf("round %d: store: %v", round, err)
+		}
+		var clone *vfs.MemFS
+		crashAt := r.IntN(40)
+		steps := 0
+		crashed := false
+		step := func() error {
+			crashMu.Lock()
+			defer crashMu.Unlock()
+			if crashed {
+				return errTestCrash
+			}
+			steps++
+			if steps != crashAt {
+				return nil
+			}
+			crashed = true
+			clone = fs.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 50, RNG: rand.New(rand.NewPCG(uint64(round), 1))})
+			if err := fd.Crash(faultdev.CrashOptions{Keep: 0.5, Seed: uint64(round)}); err != nil {
+				panic(err)
+			}
+			return errTestCrash
+		}
+		ck := &countingKV{KV: ckv}
+		v, err := Open(context.Background(), fd, ck, opts)
+		if err != nil {
+			t.Fatalf("round %d: open: %v", round, err)
+		}
+		// Every block reads back (keyed check on) after the last crash.
+		buf := make([]byte, blocks*bs)
+		if _, err := v.ReadAt(buf, 0); err != nil {
+			t.Fatalf("round %d: read after recovery: %v", round, err)
+		}
+		fd.SetHook(func(faultdev.Step) error { return step() })
+		ck.hook = func(bool) error { return step() }
+		isCrashed := func() bool {
+			crashMu.Lock()
+			defer crashMu.Unlock()
+			return crashed
+		}
+		for i := 0; i < 30 && !isCrashed(); i++ {
+			switch x := r.IntN(10); {
+			case x == 0:
+				v.Sync()
+			case x == 1:
+				b := r.Int64N(blocks - 2)
+				v.Discard(b*bs, bs)
+			default:
+				n := 1 + r.IntN(5*bs)
+				off := r.Int64N(blocks*bs - int64(n))
+				v.WriteAt(pattern(n, uint64(round*100+i)), off)
+			}
+		}
+		v.Close()
+		fd.SetHook(nil)
+		ckv.Close()
+		if isCrashed() {
+			if fd, err = fd.Reopen(); err != nil {
+				t.Fatal(err)
+			}
+			fs = clone
+		}
+	}
+	if len(used) < 100 {
+		t.Fatalf("only %d nonces used", len(used))
+	}
+	t.Logf("%d rounds, %d nonces, none repeated", rounds, len(used))
+}
+
+// TestKeyedRecoveryForgedIntent plants an intent, as an attacker without
+// the key would, whose tuple matches data the attacker wrote and whose
+// keyed tag is made up: recovery must not commit it (the block is reported
+// torn and fails its keyed check), where an unkeyed recovery would fold it.
+func TestKeyedRecoveryForgedIntent(t *testing.T) {
+	k := newKeyedVol(t, "4096+8", testKey(t, 1), nil, "")
+	bs := k.f.BlockSize()
+	const lba = 12
+	data := pattern(bs, 1234)
+	if _, err := k.dev.WriteAt(data, lba*int64(bs)); err != nil {
+		t.Fatal(err)
+	}
+	tp, err := store.OpenTuples(k.kv, DefaultVolumeName, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tp.SetPageMACKey(bytes.Repeat([]byte{1}, store.PageMACKeySize)); err != nil { // not the volume's
+		t.Fatal(err)
+	}
+	tuple := make([]byte, 8)
+	if err := k.f.WithLayout(dif.Separate).Generate(data, tuple, dif.Params{RefTag: lba, LBA: lba}); err != nil {
+		t.Fatal(err)
+	}
+	x := tp.NewTxn()
+	id, err := x.RecordIntent(lba, tuple, []uint32{crc32c.Checksum(data)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := x.RecordTagIntent(id, []store.KeyedTag{{Gen: 5, Tag: [16]byte{1, 2, 3}}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := x.Commit(true); err != nil {
+		t.Fatal(err)
+	}
+	v := k.mustOpen(k.key)
+	if rs := v.Stats().Recovery; rs.Torn != 1 || rs.Folded != 0 {
+		t.Fatalf("recovery of a forged intent: %+v, want it torn, not folded", rs)
+	}
+	buf := make([]byte, bs)
+	if _, err := v.ReadAt(buf, lba*int64(bs)); !errors.Is(err, dif.ErrIntegrity) {
+		t.Fatalf("block under a forged intent reads: %v", err)
+	}
+}
+
+// TestKeyedProtectInterrupted crashes Create of a keyed volume (the store
+// keeps what was synced and a random part of the rest) again and again,
+// resuming it each time, and records every nonce it tags under: none
+// repeats (with the random jump off), blocks past the last checkpoint are
+// protected again under new generations, and the volume verifies.
+func TestKeyedProtectInterrupted(t *testing.T) {
+	saved := genJump
+	genJump = func() (uint64, error) { return 0, nil }
+	defer func() { genJump = saved }()
+	type nonce struct {
+		gen uint64
+		lba int64
+	}
+	used := map[nonce]bool{}
+	var mu sync.Mutex
+	testHookNewTags = func(uid [16]byte, gen uint64, lba int64, n int) {
+		mu.Lock()
+		defer mu.Unlock()
+		for i := range n {
+			k := nonce{gen, lba + int64(i)}
+			if used[k] {
+				t.Errorf("nonce (generation %d, LBA %d) used twice", gen, k.lba)
+			}
+			used[k] = true
+		}
+	}
+	defer func() { testHookNewTags = nil }()
+	const bs, blocks = 512, 256
+	dev, err := NewMemDevice(blocks*bs, bs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dev.WriteAt(pattern(blocks*bs, 8), 0)
+	fs := vfs.NewCrashableMem()
+	key := testKey(t, 4)
+	tries := 0
+	for ; ; tries++ {
+		kv, err := store.OpenPebbleOnFS("db", fs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		chunks := 0
+		var clone *vfs.MemFS
+		opts := CreateOptions{Format: dif.MustFormat("512+8"), Options: Options{Key: key}, ChunkBytes: 8 * bs, CheckpointBytes: 24 * bs,
+			Progress: func(done, total int64) {
+				// Every other crash comes before the first checkpoint,
+				// so that the resumed Create starts over from block 0.
+				crashAt := 5 - 3*(tries%2)
+				if chunks++; chunks == crashAt && done < total {
+					clone = fs.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 50, RNG: rand.New(rand.NewPCG(uint64(tries), 3))})
+					cancel()
+				}
+			}}
+		v, err := Create(ctx, dev, kv, opts)
+		cancel()
+		if err == nil {
+			buf := make([]byte, blocks*bs)
+			if _, err := v.ReadAt(buf, 0); err != nil {
+				t.Fatal(err)
+			}
+			v.Close()
+			kv.Close()
+			break
+		}
+		kv.Close()
+		if !errors.Is(err, context.Canceled) || clone == nil || tries > 100 {
+			t.Fatalf("try %d: %v", tries, err)
+		}
+		fs = clone
+	}
+	if tries < 3 || len(used) <= blocks+16 {
+		t.Fatalf("%d tries, %d nonces for %d blocks: protect was not interrupted and redone", tries, len(used), blocks)
+	}
+	t.Logf("%d interruptions, %d nonces for %d blocks, none repeated", tries, len(used), blocks)
+}

@@ -1,0 +1,137 @@
+package main
+
+import (
+	"bytes"
+	"encoding/binary"
+	"math/rand/v2"
+	"os"
+	"strconv"
+
+	"github.com/rogpeppe/go-internal/testscript"
+
+	"github.com/difctl/difctl/blockdev"
+	"github.com/difctl/difctl/dif"
+	"github.com/difctl/difctl/kernels/crc32c"
+	"github.com/difctl/difctl/store"
+)
+
+// cmdAttack is the testscript command "attack", an attacker who can write
+// a protected image and its Pebble store but has no key (keyed.txtar):
+//
+//	attack fill IMAGE SIZE SEED        write SIZE bytes of seeded random data
+//	attack flip IMAGE LBA              flip a data bit and recompute the tuple and sector sum
+//	attack copy IMAGE FROM TO          copy block FROM over block TO, with a tuple made for TO
+//	attack copyvol OTHER IMAGE LBA     copy block LBA of image OTHER (its own store) over IMAGE's
+//	attack tag IMAGE LBA               flip a bit of the block's stored keyed tag, CRC recomputed
+//	attack unwritten IMAGE LBA         zero the block and mark it unwritten in the tuple page
+func cmdAttack(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) < 3 {
+		ts.Fatalf("usage: attack fill|flip|copy|copyvol|tag|unwritten ...")
+	}
+	num := func(s string) int64 {
+		n, err := strconv.ParseInt(s, 0, 64)
+		ts.Check(err)
+		return n
+	}
+	switch args[0] {
+	case "fill":
+		b := make([]byte, num(args[2]))
+		r := rand.New(rand.NewPCG(uint64(num(args[3])), 1))
+		for i := range b {
+			b[i] = byte(r.Uint32())
+		}
+		ts.Check(os.WriteFile(ts.MkAbs(args[1]), b, 0o644))
+	case "flip":
+		a := openAttack(ts, args[1])
+		defer a.close()
+		lba := num(args[2])
+		b := a.read(lba)
+		b[100] ^= 0x04
+		a.write(lba, b)
+	case "copy":
+		a := openAttack(ts, args[1])
+		defer a.close()
+		a.write(num(args[3]), a.read(num(args[2])))
+	case "copyvol":
+		o := openAttack(ts, args[1])
+		lba := num(args[3])
+		b := o.read(lba)
+		o.close()
+		a := openAttack(ts, args[2])
+		defer a.close()
+		a.write(lba, b)
+	case "tag":
+		a := openAttack(ts, args[1])
+		defer a.close()
+		lba := uint64(num(args[2]))
+		p := uint64(a.t.Manifest().PageTuples)
+		name := blockdev.DefaultVolumeName
+		key := append([]byte{'T', byte(len(name))}, name...)
+		key = binary.BigEndian.AppendUint64(append(key, 'K'), lba/p)
+		v, err := a.kv.Get(key)
+		ts.Check(err)
+		v = bytes.Clone(v)
+		v[8+int(lba%p)*store.TagRecordSize+8] ^= 1
+		binary.BigEndian.PutUint32(v[len(v)-4:], crc32c.Checksum(v[:len(v)-4]))
+		bt := a.kv.NewBatch()
+		ts.Check(bt.Set(key, v))
+		ts.Check(bt.Commit(true))
+	case "unwritten":
+		a := openAttack(ts, args[1])
+		defer a.close()
+		lba := num(args[2])
+		_, err := a.dev.WriteAt(make([]byte, a.f.BlockSize()), lba*int64(a.f.BlockSize()))
+		ts.Check(err)
+		ts.Check(a.t.Discard(uint64(lba), 1, true))
+	default:
+		ts.Fatalf("attack: unknown %q", args[0])
+	}
+}
+
+type attack struct {
+	ts  *testscript.TestScript
+	dev *os.File
+	kv  store.KV
+	t   *store.Tuples
+	f   dif.Format
+}
+
+func openAttack(ts *testscript.TestScript, image string) *attack {
+	path := ts.MkAbs(image)
+	dev, err := os.OpenFile(path, os.O_RDWR, 0)
+	ts.Check(err)
+	kv, err := store.OpenWith("pebble:"+path+storeSuffix, store.OpenOptions{})
+	ts.Check(err)
+	t, err := store.OpenTuples(kv, blockdev.DefaultVolumeName, nil)
+	ts.Check(err)
+	f, err := dif.Parse(t.Manifest().Format)
+	ts.Check(err)
+	return &attack{ts: ts, dev: dev, kv: kv, t: t, f: f.WithLayout(dif.Separate)}
+}
+
+func (a *attack) close() {
+	a.ts.Check(a.kv.Close())
+	a.ts.Check(a.dev.Close())
+}
+
+func (a *attack) read(lba int64) []byte {
+	b := make([]byte, a.f.BlockSize())
+	_, err := a.dev.ReadAt(b, lba*int64(len(b)))
+	a.ts.Check(err)
+	return b
+}
+
+// write puts data at block lba and stores the tuple and sum that make it
+// pass the CRC checks there.
+func (a *attack) write(lba int64, data []byte) {
+	_, err := a.dev.WriteAt(data, lba*int64(len(data)))
+	a.ts.Check(err)
+	m := a.t.Manifest()
+	tuple := make([]byte, a.f.TupleSize())
+	a.ts.Check(a.f.Generate(data, tuple, dif.Params{RefTag: m.InitialRefTag + uint64(lba), AppTag: m.AppTag, LBA: uint64(lba)}))
+	var sums []uint32
+	if m.SectorSums {
+		sums = []uint32{crc32c.Checksum(data)}
+	}
+	a.ts.Check(a.t.WriteRange(uint64(lba), tuple, sums, true))
+}

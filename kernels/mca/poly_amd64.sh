@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# poly_amd64.sh models the hot loops of the amd64 Poly1305 lane kernels and
+# of their peer, x/crypto's Poly1305 (golang.org/x/crypto/internal/poly1305
+# update, MULQ, one chunk per iteration), with llvm-mca on the code the Go
+# toolchain emits: it builds kernels/poly1305's amd64 test binary,
+# disassembles each symbol with objdump, cuts out the body of its N-th
+# backward branch, and runs llvm-mca on it for every CPU in $CPUS. It prints
+# cycles per iteration and per byte, and bytes per iteration count every
+# block of the iteration (AVX2: 4 blocks x 4 chunks; hybrid: 6 x 4; IFMA:
+# 8 x 2; x/crypto: one chunk).
+#
+# znver2 is the build machine (AMD EPYC, Zen 2), where the figures can be
+# set beside measurements; icelake-server has AVX-512 IFMA, which no
+# machine here has, so that column is the IFMA kernel's case on paper, as
+# TestEmulatedPoly1305's instruction counts are (kernels/_asm/poly1305).
+#
+# Usage: kernels/mca/poly_amd64.sh
+# Environment: CPUS (default "znver2 icelake-server"), ITER (300), MCA
+# (llvm-mca-14), OBJDUMP (objdump).
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+cd "$here/../.."
+CPUS=${CPUS:-"znver2 icelake-server"}
+ITER=${ITER:-300}
+MCA=${MCA:-llvm-mca-14}
+OBJDUMP=${OBJDUMP:-objdump}
+
+#   symbol                                        loop  bytes  label
+table='
+golang.org/x/crypto/internal/poly1305.update.abi0   1    16   x/crypto: MULQ, 1 block x 1 chunk
+github.com/difctl/difctl/kernels/poly1305.lanesAVX2.abi0        1   256   avx2: 4 blocks x 4 chunks
+github.com/difctl/difctl/kernels/poly1305.lanesHybridAVX2.abi0  1   384   hybrid: 6 blocks x 4 chunks
+github.com/difctl/difctl/kernels/poly1305.lanesIFMA.abi0        1   256   avx512ifma: 8 blocks x 2 chunks
+'
+
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+GOARCH=amd64 go test -c -o "$tmp/poly.test" ./kernels/poly1305
+"$OBJDUMP" -d --no-show-raw-insn "$tmp/poly.test" >"$tmp/all.dis"
+
+printf '%-36s %5s' "loop" "B/it"
+for cpu in $CPUS; do printf ' %-24s' "$cpu"; done
+printf '\n'
+while read -r sym n bytes label; do
+  [ -z "$sym" ] && continue
+  awk -v s="<$sym>:" '$2 == s { f = 1; next } f && /^$/ { exit } f' "$tmp/all.dis" >"$tmp/sym.dis"
+  if [ ! -s "$tmp/sym.dis" ]; then printf '%-36s not found\n' "$label"; continue; fi
+  # The n-th backward branch: a jump whose target address is below its own
+  # (addresses of one binary are hex strings of one width: compared as
+  # strings, padded, they order as numbers).
+  read -r from to < <(awk -v n="$n" '
+    { addr = sprintf("%16s", substr($1, 1, length($1) - 1)) }
+    $2 ~ /^j/ && $3 ~ /^[0-9a-f]+$/ { t = sprintf("%16s", $3); if (t "" < addr "" && ++k == n) { print $3, substr($1, 1, length($1) - 1); exit } }
+  ' "$tmp/sym.dis")
+  awk -v from="$from" -v to="$to" '
+    { a = substr($1, 1, length($1) - 1) }
+    a == from { on = 1 }
+    on { $1 = ""; sub(/<.*>/, ""); print }
+    a == to { exit }
+  ' "$tmp/sym.dis" | sed -E '$ s/^ *(j[a-z]+) .*/\1 loop/' | (echo 'loop:'; cat) >"$tmp/piece.s"
+  printf '%-36s %5d' "$label" "$bytes"
+  for cpu in $CPUS; do
+    # A CPU without the instructions (AVX-512 on znver2) makes llvm-mca
+    # fail: "n/a".
+    c=$("$MCA" -mcpu="$cpu" -iterations="$ITER" "$tmp/piece.s" 2>/dev/null | awk '/^Total Cycles:/ { print $3 }' || true)
+    if [ -z "$c" ]; then printf ' %-24s' "n/a"; continue; fi
+    awk -v c="$c" -v it="$ITER" -v b="$bytes" 'BEGIN { printf " %7.1f c/it %6.3f c/B  ", c / it, c / it / b }'
+  done
+  printf '\n'
+done <<<"$table"

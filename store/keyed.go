@@ -1,0 +1,530 @@
+package store
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/difctl/difctl/kernels/crc32c"
+)
+
+// Keyed volumes (Manifest.KeyCheck set, schema version 3) keep, beside the
+// tuple and sector checksum of every block, a keyed tag: a 16-byte
+// Poly1305-AES tag computed by blockdev over the volume's identity, the
+// block's address and its data, under the nonce (write generation, LBA).
+// The store keeps the tag and its generation opaque, like a tuple, in three
+// record types of their own:
+//
+//	'K' tag page    | page number (8, big-endian)
+//	'J' tag intent  | first LBA (8) | sequence (8), beside the 'I' intent
+//	'G' generation  (the highest write generation reserved)
+//
+// Tag page value, version 1 (big-endian), PageTuples records per page:
+//
+//	0  'K' magic
+//	1  version (1)
+//	2  0, 0
+//	4  tuples per page P (uint32)
+//	8  P records of 24 bytes: generation (8) | tag (16); generation 0
+//	   means the block has no tag (never written, or discarded)
+//	   page MAC (32): HMAC-SHA256 under the page key of
+//	   "difctl.store.tagpage.v1" | volume uid (16) | page number (8) |
+//	   bytes 0 .. the MAC
+//	   CRC-32C of everything before it (4)
+//
+// The CRC tells accidental damage (a *CorruptError) from a page that is
+// intact but not the one the key sealed (a *PageMACError): a tag or
+// generation forged, a page copied from another page number or another
+// volume. A page that is missing reads as generation 0 throughout, which
+// the volume reports for every block its tuple page says is written.
+//
+// Tag pages are records of their own rather than a section of the tuple
+// page so that a reader without the key (difctl verify without --key-file)
+// reads tuple pages exactly as for an unkeyed volume, and a reader with it
+// pays for one more page read per PageTuples blocks. Both kinds of page
+// are written in the same KV batch by a Txn, so a commit changes both or
+// neither.
+//
+// Tag intent value, version 1: 'J', version (1), 0, 0, block count n
+// (uint32), n records of 24 bytes as above, CRC-32C (4). One per intent
+// record, under the same LBA and sequence number; DropIntent deletes both.
+//
+// Generation value, version 1: 'G', version (1), 0, 0, generation (8),
+// HMAC-SHA256 under the page key of "difctl.store.gen.v1" | volume uid |
+// generation (32), CRC-32C (4). The volume reserves every generation it
+// uses in this record, in the same synced commit as the intents of the
+// writes that use it, before any of their data reaches the device.
+const (
+	recTagPage   = 'K'
+	recTagIntent = 'J'
+	recGen       = 'G'
+
+	tagPageMagic   = 'K'
+	tagPageVersion = 1
+	tagIntMagic    = 'J'
+	tagIntVersion  = 1
+	genMagic       = 'G'
+	genVersion     = 1
+
+	// TagRecordSize is the stored size of one block's KeyedTag.
+	TagRecordSize = 24
+	// PageMACKeySize is the size of the key SetPageMACKey takes.
+	PageMACKeySize = 32
+
+	tagHeader  = 8
+	pageMACLen = sha256.Size
+)
+
+var (
+	// ErrKeyed matches the errors of keyed-volume operations given to a
+	// volume that is not keyed, or asked of a keyed volume without the
+	// page key: writing tags needs it.
+	ErrKeyed = errors.New("store: keyed volume")
+	// ErrPageMAC is matched by every *PageMACError.
+	ErrPageMAC = errors.New("store: keyed page authentication failed")
+)
+
+// PageMACError reports a keyed record that is intact (its CRC-32C matches)
+// but whose MAC does not: it was not written under this volume's key at
+// this place, so a tag or generation in it was forged, or the record was
+// copied from another page or volume. It matches ErrPageMAC.
+type PageMACError struct {
+	Volume string
+	Record string   // "tag page 3", "generation"
+	Page   uint64   // the (first) tag page, for tag pages
+	Pages  []uint64 // every tag page of the read that failed, ReadTags only
+}
+
+func (e *PageMACError) Error() string {
+	return fmt.Sprintf("store: volume %q: %s: MAC does not match (forged, or copied from elsewhere)", e.Volume, e.Record)
+}
+
+// Unwrap makes errors.Is(err, ErrPageMAC) true.
+func (e *PageMACError) Unwrap() error { return ErrPageMAC }
+
+// KeyedTag is one block's keyed tag and the write generation of its nonce.
+// Gen 0 means the block has no tag.
+type KeyedTag struct {
+	Gen uint64
+	Tag [16]byte
+}
+
+// keyed is the keyed state of a Tuples: the volume uid and, once
+// SetPageMACKey gave it, the page key.
+type keyed struct {
+	uid    [16]byte
+	mu     sync.RWMutex
+	macKey []byte // nil: records are read with their CRC checked only
+	wseq   atomic.Uint64
+}
+
+// TagWriteSeq is a sequence lock over the volume's tag page writes: odd
+// while a commit that writes tag pages runs, and changed by every such
+// commit. A reader that caches tags it read keeps them only while the
+// value it saw before reading (even) is still current.
+func (t *Tuples) TagWriteSeq() uint64 {
+	if t.k == nil {
+		return 0
+	}
+	return t.k.wseq.Load()
+}
+
+// initKeyed sets up t.k for a keyed manifest.
+func (t *Tuples) initKeyed() error {
+	if !t.m.Keyed() {
+		return nil
+	}
+	uid, err := hex.DecodeString(t.m.VolumeUID)
+	if err != nil || len(uid) != 16 {
+		return &CorruptError{Volume: t.volume, Record: "manifest", Reason: "bad volume uid"}
+	}
+	t.k = &keyed{}
+	copy(t.k.uid[:], uid)
+	return nil
+}
+
+// Keyed reports whether the volume is keyed.
+func (t *Tuples) Keyed() bool { return t.k != nil }
+
+// SetPageMACKey gives a keyed volume the key of its page MACs
+// (PageMACKeySize bytes, derived by the caller from the volume's key):
+// from then on tag pages and the generation record are checked against
+// their MAC when read, and WriteTags and ReserveGeneration may be used.
+// Without it they are read with their CRC-32C checked only. The key is
+// kept in memory only.
+func (t *Tuples) SetPageMACKey(key []byte) error {
+	if t.k == nil {
+		return fmt.Errorf("%w: volume %q is not keyed", ErrKeyed, t.volume)
+	}
+	if len(key) != PageMACKeySize {
+		return fmt.Errorf("%w: page key of %d bytes, want %d", ErrInvalid, len(key), PageMACKeySize)
+	}
+	t.k.mu.Lock()
+	t.k.macKey = append([]byte(nil), key...)
+	t.k.mu.Unlock()
+	return nil
+}
+
+// HasPageMACKey reports whether SetPageMACKey gave the volume its key.
+func (t *Tuples) HasPageMACKey() bool {
+	if t.k == nil {
+		return false
+	}
+	t.k.mu.RLock()
+	defer t.k.mu.RUnlock()
+	return t.k.macKey != nil
+}
+
+func (t *Tuples) macKey() []byte {
+	t.k.mu.RLock()
+	defer t.k.mu.RUnlock()
+	return t.k.macKey
+}
+
+func (t *Tuples) needKeyed(write bool) error {
+	switch {
+	case t.k == nil:
+		return fmt.Errorf("%w: volume %q is not keyed", ErrKeyed, t.volume)
+	case write && t.macKey() == nil:
+		return fmt.Errorf("%w: volume %q: writing keyed tags needs the volume's key", ErrKeyed, t.volume)
+	}
+	return nil
+}
+
+func (t *Tuples) tagPageKey(page uint64) []byte { return u64Key(t.prefix, recTagPage, page) }
+
+func (t *Tuples) tagIntentKey(lba, seq uint64) []byte {
+	return binary.BigEndian.AppendUint64(u64Key(t.prefix, recTagIntent, lba), seq)
+}
+
+func (t *Tuples) tagPageSize() int { return tagHeader + t.l.p*TagRecordSize + pageMACLen + 4 }
+
+// pageMAC computes the MAC of a tag page's bytes before the MAC.
+func (t *Tuples) pageMAC(key []byte, page uint64, body []byte) []byte {
+	h := hmac.New(sha256.New, key)
+	h.Write([]byte("difctl.store.tagpage.v1"))
+	h.Write(t.k.uid[:])
+	var pb [8]byte
+	binary.BigEndian.PutUint64(pb[:], page)
+	h.Write(pb[:])
+	h.Write(body)
+	return h.Sum(nil)
+}
+
+// encodeTagPage appends the sealed value of a tag page to dst.
+func (t *Tuples) encodeTagPage(dst []byte, key []byte, page uint64, recs []KeyedTag) []byte {
+	start := len(dst)
+	dst = append(dst, tagPageMagic, tagPageVersion, 0, 0)
+	dst = binary.BigEndian.AppendUint32(dst, uint32(t.l.p))
+	dst = appendTagRecords(dst, recs)
+	dst = append(dst, t.pageMAC(key, page, dst[start:])...)
+	return binary.BigEndian.AppendUint32(dst, crc32c.Checksum(dst[start:]))
+}
+
+func appendTagRecords(dst []byte, recs []KeyedTag) []byte {
+	for i := range recs {
+		dst = binary.BigEndian.AppendUint64(dst, recs[i].Gen)
+		dst = append(dst, recs[i].Tag[:]...)
+	}
+	return dst
+}
+
+func decodeTagRecords(dst []KeyedTag, src []byte) {
+	for i := range dst {
+		r := src[i*TagRecordSize:]
+		dst[i].Gen = binary.BigEndian.Uint64(r)
+		copy(dst[i].Tag[:], r[8:TagRecordSize])
+	}
+}
+
+// checkTagPage validates a stored tag page: length, header, CRC and, with
+// the page key, its MAC.
+func (t *Tuples) checkTagPage(page uint64, v []byte, key []byte) error {
+	rec := fmt.Sprintf("tag page %d", page)
+	corrupt := func(format string, args ...any) error {
+		return &CorruptError{Volume: t.volume, Record: rec, Reason: fmt.Sprintf(format, args...)}
+	}
+	size := t.tagPageSize()
+	if len(v) != size {
+		return corrupt("length %d, want %d", len(v), size)
+	}
+	if v[0] != tagPageMagic || v[1] != tagPageVersion || binary.BigEndian.Uint32(v[4:]) != uint32(t.l.p) {
+		return corrupt("header %x does not match the manifest", v[:tagHeader])
+	}
+	crcOff := size - 4
+	if got, want := crc32c.Checksum(v[:crcOff]), binary.BigEndian.Uint32(v[crcOff:]); got != want {
+		return corrupt("checksum %08x, stored %08x", got, want)
+	}
+	if key != nil {
+		macOff := crcOff - pageMACLen
+		if !hmac.Equal(t.pageMAC(key, page, v[:macOff]), v[macOff:crcOff]) {
+			return &PageMACError{Volume: t.volume, Record: rec, Page: page}
+		}
+	}
+	return nil
+}
+
+// ReadTags reads the committed keyed tags of blocks [lba, lba+len(dst)).
+// With the page key (SetPageMACKey) every tag page read is checked against
+// its MAC: if any fails, ReadTags still fills dst (the pages' CRC-32Cs
+// match) and returns a *PageMACError listing the pages that failed, so that
+// the caller can check each block's tag and tell which it cannot trust.
+// Without the key only the CRC-32C is checked. A block without a tag reads
+// as Gen 0.
+func (t *Tuples) ReadTags(lba uint64, dst []KeyedTag) error {
+	if err := t.needKeyed(false); err != nil {
+		return err
+	}
+	n := uint64(len(dst))
+	if err := t.checkRange(lba, n); err != nil || n == 0 {
+		return err
+	}
+	key := t.macKey()
+	P := uint64(t.l.p)
+	first, last := lba/P, (lba+n-1)/P
+	it, err := t.kv.NewIter(t.tagPageKey(first), t.tagPageKey(last+1))
+	if err != nil {
+		return err
+	}
+	defer it.Close()
+	clear(dst)
+	plen := len(t.prefix) + 1
+	var macErr *PageMACError
+	for it.Next() {
+		k := it.Key()
+		if len(k) != plen+8 {
+			return &CorruptError{Volume: t.volume, Record: fmt.Sprintf("tag page key %x", k), Reason: "bad key length"}
+		}
+		page := binary.BigEndian.Uint64(k[plen:])
+		v := it.Value()
+		if err := t.checkTagPage(page, v, key); err != nil {
+			me, ok := err.(*PageMACError)
+			if !ok {
+				return err
+			}
+			if macErr == nil {
+				macErr = me
+			}
+			macErr.Pages = append(macErr.Pages, page)
+		}
+		pstart := page * P
+		s, e := max(pstart, lba), min(pstart+P, lba+n)
+		if s >= e {
+			continue
+		}
+		decodeTagRecords(dst[s-lba:e-lba], v[tagHeader+int(s-pstart)*TagRecordSize:])
+	}
+	if err := it.Err(); err != nil {
+		return err
+	}
+	if macErr != nil {
+		return macErr
+	}
+	return nil
+}
+
+// WriteTags stages tags as the committed keyed tags of blocks [lba,
+// lba+len(tags)). Tags with Gen 0 clear them (a discard). It needs the page
+// key. The tag pages are written in the transaction's KV batch, beside its
+// tuple pages.
+func (x *Txn) WriteTags(lba uint64, tags []KeyedTag) error {
+	if err := x.usable(); err != nil {
+		return err
+	}
+	if err := x.t.needKeyed(true); err != nil {
+		return err
+	}
+	if err := x.t.checkRange(lba, uint64(len(tags))); err != nil || len(tags) == 0 {
+		return err
+	}
+	x.ops = append(x.ops, txnOp{kind: opTags, lba: lba, n: uint64(len(tags)), tags: append([]KeyedTag(nil), tags...)})
+	x.size += len(tags) * TagRecordSize
+	return nil
+}
+
+// commitTags applies the transaction's tag writes to b: every tag page
+// they touch is read (checked against its MAC), modified and sealed again.
+// Caller holds t.mu.
+func (t *Tuples) commitTags(b Batch, ops []txnOp) error {
+	var key []byte
+	P := uint64(t.l.p)
+	pages := make(map[uint64][]KeyedTag)
+	var order []uint64
+	for _, op := range ops {
+		if op.kind != opTags {
+			continue
+		}
+		if key == nil {
+			key = t.macKey()
+		}
+		end := op.lba + op.n
+		for page := op.lba / P; page*P < end; page++ {
+			pstart := page * P
+			s, e := max(pstart, op.lba), min(pstart+P, end)
+			recs, ok := pages[page]
+			if !ok {
+				recs = make([]KeyedTag, P)
+				// A page written whole is not read: a forged page can be
+				// replaced by rewriting its blocks.
+				if s > pstart || e < min(pstart+P, t.blocks) {
+					if err := t.ReadTags(pstart, recs[:min(P, t.blocks-pstart)]); err != nil {
+						return err
+					}
+				}
+				pages[page] = recs
+				order = append(order, page)
+			}
+			copy(recs[s-pstart:e-pstart], op.tags[s-op.lba:e-op.lba])
+		}
+	}
+	if len(order) > 0 {
+		t.k.wseq.Add(1) // odd: readers do not cache; even again after the commit (see Txn.Commit)
+	}
+	buf := make([]byte, 0, t.tagPageSize())
+	for _, page := range order {
+		buf = t.encodeTagPage(buf[:0], key, page, pages[page])
+		if err := b.Set(t.tagPageKey(page), buf); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// RecordTagIntent stages the keyed tags intended for the blocks of the
+// intent id (from RecordIntent in the same transaction), len(tags) = id.N.
+// DropIntent deletes them with the intent.
+func (x *Txn) RecordTagIntent(id IntentID, tags []KeyedTag) error {
+	if err := x.usable(); err != nil {
+		return err
+	}
+	t := x.t
+	if err := t.needKeyed(true); err != nil {
+		return err
+	}
+	if uint64(len(tags)) != id.N || id.N == 0 {
+		return fmt.Errorf("%w: %d keyed tags for an intent of %d blocks", ErrInvalid, len(tags), id.N)
+	}
+	chunk := t.intentChunk()
+	for off := uint64(0); off < id.N; off += chunk {
+		c := min(chunk, id.N-off)
+		v := make([]byte, 0, tagHeader+int(c)*TagRecordSize+4)
+		v = append(v, tagIntMagic, tagIntVersion, 0, 0)
+		v = binary.BigEndian.AppendUint32(v, uint32(c))
+		v = appendTagRecords(v, tags[off:off+c])
+		v = binary.BigEndian.AppendUint32(v, crc32c.Checksum(v))
+		x.ops = append(x.ops, txnOp{kind: opSet, key: t.tagIntentKey(id.LBA+off, id.Seq), value: v})
+		x.size += len(v) + 32
+	}
+	return nil
+}
+
+// dropTagIntent stages deleting the tag intent records of id.
+func (x *Txn) dropTagIntent(id IntentID) {
+	chunk := x.t.intentChunk()
+	for off := uint64(0); off < id.N || off == 0; off += chunk {
+		x.ops = append(x.ops, txnOp{kind: opDelete, key: x.t.tagIntentKey(id.LBA+off, id.Seq)})
+		x.size += 32
+	}
+}
+
+// TagIntent returns the keyed tags recorded for the intent record in (one
+// record as Intents yields it). A keyed intent without them is a
+// *CorruptError: RecordTagIntent writes them in the intent's own commit.
+// The records are intents, not committed state; recovery checks each
+// candidate tag against the data before it commits it, so they carry no
+// MAC.
+func (t *Tuples) TagIntent(in IntentID) ([]KeyedTag, error) {
+	if err := t.needKeyed(false); err != nil {
+		return nil, err
+	}
+	rec := fmt.Sprintf("tag intent lba=%d seq=%d", in.LBA, in.Seq)
+	corrupt := func(format string, args ...any) error {
+		return &CorruptError{Volume: t.volume, Record: rec, Reason: fmt.Sprintf(format, args...)}
+	}
+	v, err := t.kv.Get(t.tagIntentKey(in.LBA, in.Seq))
+	if errors.Is(err, ErrNotFound) {
+		return nil, corrupt("missing beside its intent")
+	} else if err != nil {
+		return nil, err
+	}
+	if len(v) < tagHeader+4 || v[0] != tagIntMagic || v[1] != tagIntVersion {
+		return nil, corrupt("bad header")
+	}
+	n := uint64(binary.BigEndian.Uint32(v[4:]))
+	if n != in.N || len(v) != tagHeader+int(n)*TagRecordSize+4 {
+		return nil, corrupt("%d blocks in %d bytes, intent has %d", n, len(v), in.N)
+	}
+	crcOff := len(v) - 4
+	if got, want := crc32c.Checksum(v[:crcOff]), binary.BigEndian.Uint32(v[crcOff:]); got != want {
+		return nil, corrupt("checksum %08x, stored %08x", got, want)
+	}
+	tags := make([]KeyedTag, n)
+	decodeTagRecords(tags, v[tagHeader:])
+	return tags, nil
+}
+
+func (t *Tuples) genMAC(key []byte, gen uint64) []byte {
+	h := hmac.New(sha256.New, key)
+	h.Write([]byte("difctl.store.gen.v1"))
+	h.Write(t.k.uid[:])
+	var b [8]byte
+	binary.BigEndian.PutUint64(b[:], gen)
+	h.Write(b[:])
+	return h.Sum(nil)
+}
+
+// ReserveGeneration stages recording gen as the highest write generation
+// the volume has reserved. The caller commits it (synced) before any tag
+// under a generation up to gen can reach the medium, and after a restart
+// resumes above ReservedGeneration, so that no nonce is used twice.
+func (x *Txn) ReserveGeneration(gen uint64) error {
+	if err := x.usable(); err != nil {
+		return err
+	}
+	t := x.t
+	if err := t.needKeyed(true); err != nil {
+		return err
+	}
+	v := make([]byte, 0, 12+pageMACLen+4)
+	v = append(v, genMagic, genVersion, 0, 0)
+	v = binary.BigEndian.AppendUint64(v, gen)
+	v = append(v, t.genMAC(t.macKey(), gen)...)
+	v = binary.BigEndian.AppendUint32(v, crc32c.Checksum(v))
+	x.ops = append(x.ops, txnOp{kind: opSet, key: recKey(t.prefix, recGen), value: v})
+	x.size += len(v) + 32
+	return nil
+}
+
+// ReservedGeneration returns the highest write generation reserved (0 if
+// none). With the page key its MAC is checked (*PageMACError).
+func (t *Tuples) ReservedGeneration() (uint64, error) {
+	if err := t.needKeyed(false); err != nil {
+		return 0, err
+	}
+	v, err := t.kv.Get(recKey(t.prefix, recGen))
+	if errors.Is(err, ErrNotFound) {
+		return 0, nil
+	} else if err != nil {
+		return 0, err
+	}
+	corrupt := func(reason string) error {
+		return &CorruptError{Volume: t.volume, Record: "generation", Reason: reason}
+	}
+	if len(v) != 12+pageMACLen+4 || v[0] != genMagic || v[1] != genVersion {
+		return 0, corrupt(fmt.Sprintf("bad record of %d bytes", len(v)))
+	}
+	crcOff := len(v) - 4
+	if got, want := crc32c.Checksum(v[:crcOff]), binary.BigEndian.Uint32(v[crcOff:]); got != want {
+		return 0, corrupt(fmt.Sprintf("checksum %08x, stored %08x", got, want))
+	}
+	gen := binary.BigEndian.Uint64(v[4:])
+	if key := t.macKey(); key != nil && !hmac.Equal(t.genMAC(key, gen), v[12:crcOff]) {
+		return 0, &PageMACError{Volume: t.volume, Record: "generation"}
+	}
+	return gen, nil
+}

@@ -1,0 +1,379 @@
+package store_test
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"testing"
+
+	"github.com/difctl/difctl/kernels/crc32c"
+	"github.com/difctl/difctl/store"
+)
+
+const (
+	testUID   = "00112233445566778899aabbccddeeff"
+	testCheck = "0123456789abcdef0123456789abcdef"
+)
+
+func keyedManifest(blocks int) store.Manifest {
+	m := store.NewManifest("512+8:crc16:type1:pi-last", 512, 8, uint64(blocks)*512, "dev")
+	m.PageTuples = 64
+	m.KeyCheck, m.VolumeUID = testCheck, testUID
+	return m
+}
+
+var macKey = bytes.Repeat([]byte{7}, store.PageMACKeySize)
+
+func newKeyed(t *testing.T, kv store.KV, name string, m store.Manifest) *store.Tuples {
+	t.Helper()
+	tp, err := store.CreateTuples(kv, name, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tp.SetPageMACKey(macKey); err != nil {
+		t.Fatal(err)
+	}
+	return tp
+}
+
+func tagsFor(lba, n int, gen uint64) []store.KeyedTag {
+	tags := make([]store.KeyedTag, n)
+	for i := range tags {
+		tags[i].Gen = gen
+		binary.BigEndian.PutUint64(tags[i].Tag[:], uint64(lba+i))
+		binary.BigEndian.PutUint64(tags[i].Tag[8:], gen)
+	}
+	return tags
+}
+
+func writeTags(t *testing.T, tp *store.Tuples, lba int, tags []store.KeyedTag) {
+	t.Helper()
+	x := tp.NewTxn()
+	if err := x.WriteTags(uint64(lba), tags); err != nil {
+		t.Fatal(err)
+	}
+	if err := x.Commit(true); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// resealCRC recomputes the trailing CRC-32C of a stored value, as an
+// attacker who edits the store would.
+func resealCRC(v []byte) []byte {
+	v = bytes.Clone(v)
+	binary.BigEndian.PutUint32(v[len(v)-4:], crc32c.Checksum(v[:len(v)-4]))
+	return v
+}
+
+// rawKey finds the key of the stored record of volume name whose record
+// type is typ and whose suffix is suffix.
+func volKey(name string, typ byte, suffix ...byte) []byte {
+	k := append([]byte{'T', byte(len(name))}, name...)
+	k = append(k, typ)
+	return append(k, suffix...)
+}
+
+func u64(v uint64) []byte { return binary.BigEndian.AppendUint64(nil, v) }
+
+func set(t *testing.T, kv store.KV, k, v []byte) {
+	t.Helper()
+	b := kv.NewBatch()
+	if err := b.Set(k, v); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Commit(true); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestKeyedManifest(t *testing.T) {
+	kv := store.NewMem()
+	defer kv.Close()
+	tp := newKeyed(t, kv, "v", keyedManifest(200))
+	if got := tp.Manifest().Schema; got != store.KeyedSchemaVersion {
+		t.Fatalf("schema %d, want %d", got, store.KeyedSchemaVersion)
+	}
+	tp2, err := store.OpenTuples(kv, "v", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := tp2.Manifest(); !tp2.Keyed() || m.KeyCheck != testCheck || m.VolumeUID != testUID {
+		t.Fatalf("reopened: keyed %v, %q %q", tp2.Keyed(), m.KeyCheck, m.VolumeUID)
+	}
+	for _, tc := range []struct{ name, check, uid string }{
+		{"check-only", testCheck, ""},
+		{"uid-only", "", testUID},
+		{"short", testCheck[:30], testUID},
+		{"upper", "0123456789ABCDEF0123456789ABCDEF", testUID},
+	} {
+		t.Run("bad="+tc.name, func(t *testing.T) {
+			m := keyedManifest(200)
+			m.KeyCheck, m.VolumeUID = tc.check, tc.uid
+			if _, err := store.CreateTuples(store.NewMem(), "v", m); !errors.Is(err, store.ErrInvalid) {
+				t.Fatalf("got %v, want ErrInvalid", err)
+			}
+		})
+	}
+	plain := store.NewManifest("512+8:crc16:type1:pi-last", 512, 8, 512*10, "d")
+	tu, err := store.CreateTuples(kv, "plain", plain)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tu.Keyed() || tu.Manifest().Schema != store.SchemaVersion {
+		t.Fatalf("unkeyed volume: keyed %v schema %d", tu.Keyed(), tu.Manifest().Schema)
+	}
+	if err := tu.SetPageMACKey(macKey); !errors.Is(err, store.ErrKeyed) {
+		t.Fatalf("SetPageMACKey on an unkeyed volume: %v", err)
+	}
+	if err := tu.ReadTags(0, make([]store.KeyedTag, 1)); !errors.Is(err, store.ErrKeyed) {
+		t.Fatalf("ReadTags on an unkeyed volume: %v", err)
+	}
+}
+
+func TestKeyedTagsRoundTrip(t *testing.T) {
+	for _, be := range kvBackends() {
+		t.Run("kv="+be.name, func(t *testing.T) {
+			kv := be.open(t)
+			const blocks = 200 // 3 full pages of 64 and a partial one
+			tp := newKeyed(t, kv, "v", keyedManifest(blocks))
+			want := make([]store.KeyedTag, blocks)
+			for _, w := range []struct {
+				lba, n int
+				gen    uint64
+			}{{0, 200, 1}, {10, 5, 2}, {60, 70, 3}, {199, 1, 4}, {64, 64, 5}} {
+				tags := tagsFor(w.lba, w.n, w.gen)
+				writeTags(t, tp, w.lba, tags)
+				copy(want[w.lba:], tags)
+			}
+			// A discard: generation 0.
+			writeTags(t, tp, 20, make([]store.KeyedTag, 3))
+			clear(want[20:23])
+			for _, r := range [][2]int{{0, 200}, {63, 2}, {199, 1}, {5, 100}} {
+				got := make([]store.KeyedTag, r[1])
+				if err := tp.ReadTags(uint64(r[0]), got); err != nil {
+					t.Fatal(err)
+				}
+				for i := range got {
+					if got[i] != want[r[0]+i] {
+						t.Fatalf("block %d: %+v, want %+v", r[0]+i, got[i], want[r[0]+i])
+					}
+				}
+			}
+			if err := tp.ReadTags(199, make([]store.KeyedTag, 2)); !errors.Is(err, store.ErrOutOfRange) {
+				t.Fatalf("read past the end: %v", err)
+			}
+			// Without the page key: the same tags, CRC checked only; no writes.
+			ro, err := store.OpenTuples(kv, "v", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := make([]store.KeyedTag, blocks)
+			if err := ro.ReadTags(0, got); err != nil {
+				t.Fatal(err)
+			}
+			if got[150] != want[150] {
+				t.Fatalf("without key: %+v, want %+v", got[150], want[150])
+			}
+			x := ro.NewTxn()
+			if err := x.WriteTags(0, tagsFor(0, 1, 9)); !errors.Is(err, store.ErrKeyed) {
+				t.Fatalf("WriteTags without the key: %v", err)
+			}
+			if err := x.ReserveGeneration(9); !errors.Is(err, store.ErrKeyed) {
+				t.Fatalf("ReserveGeneration without the key: %v", err)
+			}
+		})
+	}
+}
+
+// TestKeyedPageTamper edits the store as an attacker without the key
+// would: every edit keeps the record's CRC-32C valid, and each must be
+// reported as a *PageMACError naming the page, with the key, while a
+// damaged CRC is a *CorruptError.
+func TestKeyedPageTamper(t *testing.T) {
+	const blocks = 256
+	setup := func(t *testing.T) (store.KV, *store.Tuples) {
+		kv := store.NewMem()
+		t.Cleanup(func() { kv.Close() })
+		tp := newKeyed(t, kv, "v", keyedManifest(blocks))
+		writeTags(t, tp, 0, tagsFor(0, blocks, 1))
+		return kv, tp
+	}
+	get := func(t *testing.T, kv store.KV, k []byte) []byte {
+		v, err := kv.Get(k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return bytes.Clone(v)
+	}
+	const recOff = 8 // first block record in a tag page
+	for _, tc := range []struct {
+		name  string
+		edit  func(t *testing.T, kv store.KV)
+		page  uint64
+		isMAC bool
+	}{
+		{"forged-tag", func(t *testing.T, kv store.KV) {
+			k := volKey("v", 'K', u64(1)...)
+			v := get(t, kv, k)
+			v[recOff+5*24+8] ^= 1
+			set(t, kv, k, resealCRC(v))
+		}, 1, true},
+		{"forged-generation", func(t *testing.T, kv store.KV) {
+			k := volKey("v", 'K', u64(2)...)
+			v := get(t, kv, k)
+			binary.BigEndian.PutUint64(v[recOff:], 77)
+			set(t, kv, k, resealCRC(v))
+		}, 2, true},
+		{"page-swapped", func(t *testing.T, kv store.KV) {
+			set(t, kv, volKey("v", 'K', u64(3)...), get(t, kv, volKey("v", 'K', u64(0)...)))
+		}, 3, true},
+		{"page-from-other-volume", func(t *testing.T, kv store.KV) {
+			m := keyedManifest(blocks)
+			m.VolumeUID = "ffeeddccbbaa99887766554433221100"
+			other := newKeyed(t, kv, "w", m)
+			writeTags(t, other, 0, tagsFor(0, blocks, 1))
+			set(t, kv, volKey("v", 'K', u64(0)...), get(t, kv, volKey("w", 'K', u64(0)...)))
+		}, 0, true},
+		{"crc-damage", func(t *testing.T, kv store.KV) {
+			k := volKey("v", 'K', u64(1)...)
+			v := get(t, kv, k)
+			v[recOff+3] ^= 0x80
+			set(t, kv, k, v)
+		}, 1, false},
+	} {
+		t.Run("edit="+tc.name, func(t *testing.T) {
+			kv, tp := setup(t)
+			tc.edit(t, kv)
+			err := tp.ReadTags(0, make([]store.KeyedTag, blocks))
+			var me *store.PageMACError
+			switch {
+			case tc.isMAC && !errors.As(err, &me):
+				t.Fatalf("got %v, want a *PageMACError", err)
+			case tc.isMAC && (me.Page != tc.page || !errors.Is(err, store.ErrPageMAC)):
+				t.Fatalf("got %v (page %d), want page %d", err, me.Page, tc.page)
+			case !tc.isMAC && !errors.Is(err, store.ErrCorrupt):
+				t.Fatalf("got %v, want ErrCorrupt", err)
+			}
+			if !tc.isMAC {
+				return
+			}
+			// Without the key the edit is invisible to the store: the
+			// volume's tag check is what catches it then.
+			ro, err := store.OpenTuples(kv, "v", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := ro.ReadTags(0, make([]store.KeyedTag, blocks)); err != nil {
+				t.Fatalf("without the key: %v", err)
+			}
+			// A write of part of the page refuses to reseal it; a write
+			// of the whole page replaces it.
+			x := tp.NewTxn()
+			if err := x.WriteTags(tc.page*64, tagsFor(int(tc.page*64), 1, 5)); err != nil {
+				t.Fatal(err)
+			}
+			if err := x.Commit(true); !errors.Is(err, store.ErrPageMAC) {
+				t.Fatalf("partial write over a forged page: %v", err)
+			}
+			writeTags(t, tp, int(tc.page*64), tagsFor(int(tc.page*64), 64, 6))
+			if err := tp.ReadTags(0, make([]store.KeyedTag, blocks)); err != nil {
+				t.Fatalf("after rewriting the page: %v", err)
+			}
+		})
+	}
+}
+
+func TestKeyedTagIntents(t *testing.T) {
+	kv := store.NewMem()
+	defer kv.Close()
+	const blocks = 1000
+	tp := newKeyed(t, kv, "v", keyedManifest(blocks))
+	x := tp.NewTxn()
+	tuples := bytes.Repeat([]byte{1}, 8*600) // 600 blocks: 3 records of 256 blocks at most
+	sums := make([]uint32, 600)
+	id, err := x.RecordIntent(100, tuples, sums)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tags := tagsFor(100, 600, 3)
+	if err := x.RecordTagIntent(id, tags); err != nil {
+		t.Fatal(err)
+	}
+	if err := x.RecordTagIntent(id, tags[:5]); !errors.Is(err, store.ErrInvalid) {
+		t.Fatalf("short tag intent: %v", err)
+	}
+	if err := x.Commit(true); err != nil {
+		t.Fatal(err)
+	}
+	records := 0
+	for in, err := range tp.AllIntents() {
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := tp.TagIntent(in.IntentID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		off := in.LBA - 100
+		for i := range got {
+			if got[i] != tags[off+uint64(i)] {
+				t.Fatalf("intent block %d: %+v, want %+v", in.LBA+uint64(i), got[i], tags[off+uint64(i)])
+			}
+		}
+		records++
+	}
+	if records != 3 {
+		t.Fatalf("%d intent records, want 3", records)
+	}
+	x = tp.NewTxn()
+	if err := x.DropIntent(id); err != nil {
+		t.Fatal(err)
+	}
+	if err := x.Commit(true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tp.TagIntent(store.IntentID{LBA: 100, N: 256, Seq: id.Seq}); !errors.Is(err, store.ErrCorrupt) {
+		t.Fatalf("tag intent after DropIntent: %v, want it gone (corrupt: missing)", err)
+	}
+	it, err := kv.NewIter(volKey("v", 'J'), volKey("v", 'K'))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer it.Close()
+	if it.Next() {
+		t.Fatalf("DropIntent left tag intent record %x", it.Key())
+	}
+}
+
+func TestKeyedGeneration(t *testing.T) {
+	kv := store.NewMem()
+	defer kv.Close()
+	tp := newKeyed(t, kv, "v", keyedManifest(100))
+	if g, err := tp.ReservedGeneration(); err != nil || g != 0 {
+		t.Fatalf("fresh volume: %d, %v", g, err)
+	}
+	for _, g := range []uint64{5, 1 << 40, 1<<40 + 1} {
+		x := tp.NewTxn()
+		if err := x.ReserveGeneration(g); err != nil {
+			t.Fatal(err)
+		}
+		if err := x.Commit(true); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := tp.ReservedGeneration(); err != nil || got != g {
+			t.Fatalf("reserved %d: got %d, %v", g, got, err)
+		}
+	}
+	// Rolled back by an attacker (CRC recomputed): the MAC catches it.
+	k := volKey("v", 'G')
+	v, err := kv.Get(k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v = bytes.Clone(v)
+	binary.BigEndian.PutUint64(v[4:], 5)
+	set(t, kv, k, resealCRC(v))
+	if _, err := tp.ReservedGeneration(); !errors.Is(err, store.ErrPageMAC) {
+		t.Fatalf("edited generation: %v", err)
+	}
+}

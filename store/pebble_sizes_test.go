@@ -1,0 +1,51 @@
+package store
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// TestOpenSizes: OpenOptions.CacheBytes and MemTableBytes reach Pebble's
+// options (the defaults otherwise), and a memtable size out of range is
+// refused before anything is created.
+func TestOpenSizes(t *testing.T) {
+	for _, tc := range []struct {
+		name            string
+		o               OpenOptions
+		cache, memtable int64
+	}{
+		{"default", OpenOptions{}, 64 << 20, 64 << 20},
+		{"small", OpenOptions{CacheBytes: 8 << 20, MemTableBytes: 4 << 20}, 8 << 20, 4 << 20},
+	} {
+		t.Run("sizes="+tc.name, func(t *testing.T) {
+			tc.o.Create = true
+			kv, err := OpenWith("pebble:"+filepath.Join(t.TempDir(), "db"), tc.o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer kv.Close()
+			p := kv.(*pebbleKV)
+			if got := p.opts.CacheSize; got != tc.cache {
+				t.Errorf("block cache %d, want %d", got, tc.cache)
+			}
+			if got := int64(p.opts.MemTableSize); got != tc.memtable {
+				t.Errorf("memtable %d, want %d", got, tc.memtable)
+			}
+			if got := p.db.Metrics().BlockCache.Size; got > tc.cache {
+				t.Errorf("the open cache holds %d bytes, above %d", got, tc.cache)
+			}
+		})
+	}
+	for _, bad := range []int64{1<<20 - 1, 4 << 30} {
+		dir := filepath.Join(t.TempDir(), "db")
+		_, err := OpenWith("pebble:"+dir, OpenOptions{Create: true, MemTableBytes: bad})
+		if !errors.Is(err, ErrInvalid) {
+			t.Errorf("memtable of %d bytes: %v, want ErrInvalid", bad, err)
+		}
+		if _, serr := os.Stat(dir); !os.IsNotExist(serr) {
+			t.Errorf("memtable of %d bytes refused, yet %s exists (%v)", bad, dir, serr)
+		}
+	}
+}
