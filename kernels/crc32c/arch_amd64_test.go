@@ -12,10 +12,12 @@ import (
 // archCutoffs are the lengths where the amd64 implementations change
 // strategy; the harness tests around each: those of the avx512 fold kernel
 // and those of the kernels that mix CRC32 streams with folds (the chunk
-// kernels from hybridMin bytes, six blocks at once from hybridBlocksMin; the
+// kernels from hybridMin bytes, three CRC32 streams from hybridShort3Min,
+// six blocks at once from hybridBlocksMin; the
 // README's "Kernel cutoffs" has the measurements behind them).
 var archCutoffs = append([]int{
 	hybridMin, hybridBlocksMin,
+	hybridShort3Min,                        // three CRC32 streams up to hybridMin-1, the longest segment of hybridK3
 	6 * hybridSegUnit,                      // the tail is under one step of all six segments
 	6 * hybridMaxSeg, 6*hybridMaxSeg + 192, // chunks of hybridMaxSeg segments
 	6 * hybridBigSeg, 6*hybridBigSeg + 192, // chunks of hybridBigSeg segments

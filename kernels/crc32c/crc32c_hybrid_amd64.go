@@ -30,9 +30,17 @@ var (
 
 const (
 	// hybridMin is the shortest input Update runs through the hybrid chunk
-	// kernel; below it one CRC32 stream (hybridShort) is faster (README,
-	// "Why the kernels are shaped as they are").
-	hybridMin = 512
+	// kernel; below it three CRC32 streams (hybridShort3) are faster, as
+	// the chunk's merge costs about 100 cycles: on the Zen 2, 28-31 ns
+	// against 43 at 512 bytes, 54-63 against 85-91 at 1024, 74-89 against
+	// 107 at 1536, a tie at 2040 (independent calls, loaded machine).
+	hybridMin = 2048
+	// hybridShort3Min is the shortest input updateShort runs through
+	// hybridShort3 (at least 3·16 bytes, the shortest segment of
+	// hybridK3); below it one stream is as fast: 11.2 against 11.9 ns at
+	// 128 bytes, 10.3 against 9.5 at 64 (BenchmarkShort3 in
+	// crc32c_hybrid_amd64_test.go, Zen 2).
+	hybridShort3Min = 128
 	// hybridBlocksMin is the shortest block Blocks runs six at a time;
 	// shorter blocks go one at a time through update.
 	hybridBlocksMin = 64
@@ -99,9 +107,11 @@ func blocksHybrid(kernel, prefetch blocksFunc, update func(uint32, []byte) uint3
 	}
 }
 
-// updateShort is Update below hybridMin: hybridShort, one CRC32 stream
-// called straight from here (hash/crc32, which this replaced, took 11-15
-// ns at 16 bytes on an AMD EPYC Zen 2, ISA-L 3; BenchmarkAnchor).
+// updateShort is Update below hybridShort3Min: hybridShort, one CRC32
+// stream, called straight from here (hash/crc32, which this replaced, took
+// 11-15 ns at 16 bytes on an AMD EPYC Zen 2, ISA-L 3; BenchmarkAnchor). It
+// is small enough to be inlined into the Update wrappers, so that a short
+// input makes one Go call before the kernel.
 func updateShort(crc uint32, p []byte) uint32 {
 	if len(p) == 0 {
 		return crc
@@ -109,12 +119,22 @@ func updateShort(crc uint32, p []byte) uint32 {
 	return ^hybridShort(^crc, &p[0], len(p))
 }
 
+// medium is the segment length s of hybridShort3 for an input of n bytes
+// (hybridShort3Min <= n < hybridMin): a multiple of hybridShortUnit, with
+// a tail n-3s of under 3·hybridShortUnit bytes.
+func medium(n int) int { return n / (3 * hybridShortUnit) * hybridShortUnit }
+
 // updateHybrid256 and updateHybrid128 are Update: updateShort below
-// hybridMin, checked here so that a short input makes one Go call before
-// the kernel.
+// hybridShort3Min and hybridShort3 (three CRC32 streams) below hybridMin,
+// checked here, shortest first, so that an input below hybridMin makes one
+// Go call before the kernel.
 func updateHybrid256(crc uint32, p []byte) uint32 {
-	if len(p) < hybridMin {
+	if len(p) < hybridShort3Min {
 		return updateShort(crc, p)
+	}
+	if len(p) < hybridMin {
+		s := medium(len(p))
+		return ^hybridShort3(^crc, &p[0], len(p)-3*s, s, &hybridK3[s/hybridShortUnit-2])
 	}
 	return updateHybrid(hybridChunk256, crc, p)
 }
@@ -124,8 +144,12 @@ func blocksHybrid256(dst []uint32, p []byte, blockLen, stride int) {
 }
 
 func updateHybrid128(crc uint32, p []byte) uint32 {
-	if len(p) < hybridMin {
+	if len(p) < hybridShort3Min {
 		return updateShort(crc, p)
+	}
+	if len(p) < hybridMin {
+		s := medium(len(p))
+		return ^hybridShort3(^crc, &p[0], len(p)-3*s, s, &hybridK3[s/hybridShortUnit-2])
 	}
 	return updateHybrid(hybridChunk128, crc, p)
 }

@@ -4,6 +4,7 @@ package crc32c
 
 import (
 	"encoding/binary"
+	"fmt"
 	"hash/crc32"
 	"math/rand/v2"
 	"testing"
@@ -33,6 +34,40 @@ func TestHybridConsts(t *testing.T) {
 	if hybridKBig[0] != row(hybridBigSeg) {
 		t.Fatal("hybridKBig is stale: run go generate")
 	}
+	for j := range hybridK3 {
+		s := hybridShortUnit * (j + 2)
+		if hybridK3[j] != [2]uint64{c(16*s - 64), c(8*s - 64)} {
+			t.Fatalf("hybridK3[%d] is stale: run go generate", j)
+		}
+	}
+	// updateShort's segment for the longest input it gets has a row.
+	if s := medium(hybridMin - 1); s/hybridShortUnit-2 >= len(hybridK3) || s > hybridShortMaxSeg {
+		t.Fatalf("hybridK3 ends at s = %d; updateShort needs s = %d", hybridShortMaxSeg, s)
+	}
+}
+
+// BenchmarkShort3 is the measurement behind hybridShort3Min: one CRC32
+// stream (hybridShort) against three (hybridShort3) at the sizes around
+// it, independent calls.
+func BenchmarkShort3(b *testing.B) {
+	var sink uint32
+	for _, n := range []int{64, 96, 128, 192, 256, 384, 511, 1024, 2047} {
+		p := make([]byte, n)
+		s := medium(n)
+		b.Run(fmt.Sprintf("size=%d/kernel=one", n), func(b *testing.B) {
+			b.SetBytes(int64(n))
+			for b.Loop() {
+				sink ^= hybridShort(0, &p[0], n)
+			}
+		})
+		b.Run(fmt.Sprintf("size=%d/kernel=three", n), func(b *testing.B) {
+			b.SetBytes(int64(n))
+			for b.Loop() {
+				sink ^= hybridShort3(0, &p[0], n-3*s, s, &hybridK3[s/hybridShortUnit-2])
+			}
+		})
+	}
+	_ = sink
 }
 
 // TestHybridMergeModel proves the merge of the chunk kernels in Go, step by

@@ -82,3 +82,14 @@ func hybridBlocksPrefetch128(dst *uint32, p *byte, groups int, blockLen int, str
 //
 //go:noescape
 func hybridShort(reg uint32, p *byte, n int) uint32
+
+// hybridShort3 returns the CRC-32C register (not finalised) after
+// p[0:tail+3s], given the register reg before it: the tail p[0:tail] as
+// one CRC32 stream, then three CRC32 streams over three segments of s
+// bytes, merged with PCLMULQDQ (kernels/_asm/crc32hybrid, short3);
+// needs SSE4.2, SSE4.1 and PCLMULQDQ.
+//
+// Preconditions: s is a multiple of 8 and at least 16; k = &hybridK3[s/8-2].
+//
+//go:noescape
+func hybridShort3(reg uint32, p *byte, tail int, s int, k *[2]uint64) uint32

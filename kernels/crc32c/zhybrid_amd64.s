@@ -1165,17 +1165,20 @@ TEXT ·hybridShort(SB), NOSPLIT, $0-28
 	MOVL reg+0(FP), AX
 	MOVQ p+8(FP), CX
 	MOVQ n+16(FP), DX
+	CMPQ DX, $0x10
+	JB   short_rest
 
 short_loop:
-	CMPQ   DX, $0x10
-	JB     short_8
 	CRC32Q (CX), AX
 	CRC32Q 8(CX), AX
 	ADDQ   $0x10, CX
 	SUBQ   $0x10, DX
-	JMP    short_loop
+	CMPQ   DX, $0x10
+	JAE    short_loop
 
-short_8:
+short_rest:
+	TESTQ  $0x0000000f, DX
+	JZ     short_done
 	TESTQ  $0x00000008, DX
 	JZ     short_4
 	CRC32Q (CX), AX
@@ -1200,4 +1203,80 @@ short_1:
 
 short_done:
 	MOVL AX, ret+24(FP)
+	RET
+
+// func hybridShort3(reg uint32, p *byte, tail int, s int, k *[2]uint64) uint32
+// Requires: PCLMULQDQ, SSE2, SSE4.1, SSE4.2
+TEXT ·hybridShort3(SB), NOSPLIT, $0-44
+	MOVL reg+0(FP), AX
+	MOVQ p+8(FP), CX
+	MOVQ tail+16(FP), DX
+	MOVQ s+24(FP), BX
+	MOVQ k+32(FP), SI
+	CMPQ DX, $0x10
+	JB   short3_tail_rest
+
+short3_tail_loop:
+	CRC32Q (CX), AX
+	CRC32Q 8(CX), AX
+	ADDQ   $0x10, CX
+	SUBQ   $0x10, DX
+	CMPQ   DX, $0x10
+	JAE    short3_tail_loop
+
+short3_tail_rest:
+	TESTQ  $0x0000000f, DX
+	JZ     short3_tail_done
+	TESTQ  $0x00000008, DX
+	JZ     short3_tail_4
+	CRC32Q (CX), AX
+	ADDQ   $0x08, CX
+
+short3_tail_4:
+	TESTQ  $0x00000004, DX
+	JZ     short3_tail_2
+	CRC32L (CX), AX
+	ADDQ   $0x04, CX
+
+short3_tail_2:
+	TESTQ  $0x00000002, DX
+	JZ     short3_tail_1
+	CRC32W (CX), AX
+	ADDQ   $0x02, CX
+
+short3_tail_1:
+	TESTQ  $0x00000001, DX
+	JZ     short3_tail_done
+	CRC32B (CX), AX
+	ADDQ   $0x01, CX
+
+short3_tail_done:
+	XORL DI, DI
+	XORL R8, R8
+	MOVQ BX, DX
+
+	// Three streams, 8 bytes of each a step.
+short3_loop:
+	CRC32Q (CX), AX
+	CRC32Q (CX)(BX*1), DI
+	CRC32Q (CX)(BX*2), R8
+	ADDQ   $0x08, CX
+	SUBQ   $0x08, DX
+	JNZ    short3_loop
+
+	// V = r_A·C(16s-64) ⊕ r_B·C(8s-64); the register is V·x^32 mod P ⊕ r_C.
+	MOVQ      AX, X0
+	PINSRQ    $0x01, DI, X0
+	MOVOU     (SI), X1
+	MOVO      X0, X2
+	PCLMULQDQ $0x00, X1, X2
+	PCLMULQDQ $0x11, X1, X0
+	PXOR      X0, X2
+	XORL      AX, AX
+	MOVQ      X2, CX
+	CRC32Q    CX, AX
+	PEXTRQ    $0x01, X2, CX
+	CRC32Q    CX, AX
+	XORL      R8, AX
+	MOVL      AX, ret+40(FP)
 	RET

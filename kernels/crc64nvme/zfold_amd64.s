@@ -909,7 +909,6 @@ notailAVX:
 	VPEXTRQ    $0x01, X11, AX
 	NOTQ       AX
 	MOVQ       AX, ret+40(FP)
-	VZEROUPPER
 	RET
 
 // func foldBlocksAVX(dst []uint64, p []byte, blockLen int, stride int, tab *crcmath.RevFoldTable)
@@ -1039,7 +1038,6 @@ breduceAVX:
 	LEAQ       (SI)(R9*4), SI
 	SUBQ       $0x00000004, (SP)
 	JNZ        bgroupAVX
-	VZEROUPPER
 	RET
 
 // func foldBlocksCopyAVX(dst []uint64, q []byte, p []byte, blockLen int, stride int, tab *crcmath.RevFoldTable)
@@ -1187,7 +1185,6 @@ breduceAVX:
 	LEAQ       (SI)(R9*4), SI
 	SUBQ       $0x00000004, (SP)
 	JNZ        bgroupAVX
-	VZEROUPPER
 	RET
 
 // func foldUpdateAVX2(crc uint64, p []byte, tab *crcmath.RevFoldTable) (ret uint64)

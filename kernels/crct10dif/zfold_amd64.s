@@ -942,7 +942,6 @@ notailAVX:
 	VMOVQ      X11, AX
 	MOVWQZX    AX, AX
 	MOVW       AX, ret+40(FP)
-	VZEROUPPER
 	RET
 
 // func foldBlocksAVX(dst []uint16, p []byte, blockLen int, stride int, tab *crcmath.RevFoldTable)
@@ -1069,7 +1068,6 @@ breduceAVX:
 	LEAQ       (SI)(R9*4), SI
 	SUBQ       $0x00000004, (SP)
 	JNZ        bgroupAVX
-	VZEROUPPER
 	RET
 
 // func foldBlocksCopyAVX(dst []uint16, q []byte, p []byte, blockLen int, stride int, tab *crcmath.RevFoldTable)
@@ -1210,7 +1208,6 @@ breduceAVX:
 	LEAQ       (SI)(R9*4), SI
 	SUBQ       $0x00000004, (SP)
 	JNZ        bgroupAVX
-	VZEROUPPER
 	RET
 
 // func foldUpdateAVX2(crc uint16, p []byte, tab *crcmath.RevFoldTable) (ret uint16)

@@ -146,10 +146,20 @@ func carryChain(d *[5]uint64) {
 // laneModel absorbs chunks 16-byte chunks of each of four blocks, block l at
 // p[l*stride:], into h: the lane kernel's contract.
 func laneModel(h *laneState, p []byte, stride, chunks int, key *laneKey) {
-	for lane := range lanes {
+	modelLanes(h[:], lanes, p, stride, chunks, key)
+}
+
+// modelLanes is the limb-for-limb model of every radix-2^26 lane kernel:
+// it absorbs chunks 16-byte chunks of each of n blocks, block l at
+// p[l*stride:], into h, whose limb k of lane l is h[n*k+l]. Four chunks
+// at a time it multiplies by r^4..r^1 (key rows 3..0), then two (r^2,
+// r^1), then one; the products of one step are summed before one carry
+// chain, as the kernels do (the order of the sums does not matter).
+func modelLanes(h []uint64, n int, p []byte, stride, chunks int, key *laneKey) {
+	for lane := range n {
 		var x [5]uint64
 		for k := range 5 {
-			x[k] = h[4*k+lane]
+			x[k] = h[n*k+lane]
 		}
 		b := p[lane*stride:]
 		c := 0
@@ -189,7 +199,7 @@ func laneModel(h *laneState, p []byte, stride, chunks int, key *laneKey) {
 			x = d
 		}
 		for k := range 5 {
-			h[4*k+lane] = x[k]
+			h[n*k+lane] = x[k]
 		}
 	}
 }

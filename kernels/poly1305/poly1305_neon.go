@@ -48,52 +48,7 @@ func makeNeonKey(lk *laneKey) neonKey {
 // p[l*stride:], into h: what lanesNEON computes, limb for limb, with the
 // key's powers of r from the laneKey it was made from.
 func neonModel(h *neonState, p []byte, stride, chunks int, key *laneKey) {
-	for lane := range neonLanes {
-		var x [5]uint64
-		for k := range 5 {
-			x[k] = h[2*k+lane]
-		}
-		b := p[lane*stride:]
-		c := 0
-		for ; c+4 <= chunks; c += 4 {
-			var d [5]uint64
-			laneMulAdd(&d, chunkLimbs(b[16*c+16:]), key, 2, lane)
-			laneMulAdd(&d, chunkLimbs(b[16*c+32:]), key, 1, lane)
-			laneMulAdd(&d, chunkLimbs(b[16*c+48:]), key, 0, lane)
-			m1 := chunkLimbs(b[16*c:])
-			for k := range 5 {
-				x[k] += m1[k]
-			}
-			laneMulAdd(&d, x, key, 3, lane)
-			carryChain(&d)
-			x = d
-		}
-		if c+2 <= chunks {
-			m1, m2 := chunkLimbs(b[16*c:]), chunkLimbs(b[16*c+16:])
-			var d [5]uint64
-			laneMulAdd(&d, m2, key, 0, lane)
-			for k := range 5 {
-				x[k] += m1[k]
-			}
-			laneMulAdd(&d, x, key, 1, lane)
-			carryChain(&d)
-			x = d
-			c += 2
-		}
-		if c < chunks {
-			m := chunkLimbs(b[16*c:])
-			var d [5]uint64
-			for k := range 5 {
-				x[k] += m[k]
-			}
-			laneMulAdd(&d, x, key, 0, lane)
-			carryChain(&d)
-			x = d
-		}
-		for k := range 5 {
-			h[2*k+lane] = x[k]
-		}
-	}
+	modelLanes(h[:], neonLanes, p, stride, chunks, key)
 }
 
 // neonStateOf views the first 10 words of a laneBuf as a neonState.

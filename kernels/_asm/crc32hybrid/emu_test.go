@@ -63,6 +63,37 @@ func mergeConsts(t *testing.T, name string) [][14]uint64 {
 	return rows
 }
 
+// mergeConsts2 reads the array name ([N][2]uint64) of constsFile.
+func mergeConsts2(t *testing.T, name string) [][2]uint64 {
+	f, err := parser.ParseFile(token.NewFileSet(), constsFile, nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rows [][2]uint64
+	ast.Inspect(f, func(n ast.Node) bool {
+		vs, ok := n.(*ast.ValueSpec)
+		if !ok || len(vs.Names) != 1 || vs.Names[0].Name != name {
+			return true
+		}
+		for _, e := range vs.Values[0].(*ast.CompositeLit).Elts {
+			var row [2]uint64
+			for i, v := range e.(*ast.CompositeLit).Elts {
+				u, err := strconv.ParseUint(v.(*ast.BasicLit).Value, 0, 64)
+				if err != nil {
+					t.Fatal(err)
+				}
+				row[i] = u
+			}
+			rows = append(rows, row)
+		}
+		return false
+	})
+	if len(rows) == 0 {
+		t.Fatalf("%s: no %s", constsFile, name)
+	}
+	return rows
+}
+
 func TestEmulatedKernels(t *testing.T) {
 	src, err := os.ReadFile(asmFile)
 	if err != nil {
@@ -169,6 +200,34 @@ func TestEmulatedKernels(t *testing.T) {
 			}
 			if got, want := uint32(m.Get64(24)), raw(reg, data); got != want {
 				t.Fatalf("n=%d: %#x, want %#x", n, got, want)
+			}
+		}
+	})
+	t.Run("kernel=hybridShort3", func(t *testing.T) {
+		k3 := mergeConsts2(t, "hybridK3")
+		for s := 16; s <= 8*len(k3)+8; s += 8 {
+			for _, tail := range []int{0, 1, 2, 3, 4, 7, 8, 15, 16, 17, 23} {
+				data := make([]byte, tail+3*s)
+				for i := range data {
+					data[i] = byte(r.Uint32())
+				}
+				m, err := emu.New(prog, data)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for i, x := range k3[s/8-2] {
+					binary.LittleEndian.PutUint64(m.Mem[addrK+8*i:], x)
+				}
+				reg := r.Uint32()
+				for i, a := range []uint64{uint64(reg), emu.AddrData, uint64(tail), uint64(s), addrK} {
+					m.Put64(8*i, a)
+				}
+				if _, err := m.Run(prog, "hybridShort3"); err != nil {
+					t.Fatal(err)
+				}
+				if got, want := uint32(m.Get64(40)), raw(reg, data); got != want {
+					t.Fatalf("tail=%d s=%d: %#x, want %#x", tail, s, got, want)
+				}
 			}
 		}
 	})

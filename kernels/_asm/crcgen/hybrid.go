@@ -41,6 +41,12 @@ const (
 	segUnit = 32   // the segment length is a multiple of the lockstep step
 	maxSeg  = 2048 // the longest segment of the table hybridK
 	bigSeg  = 8192 // the segment of the whole chunks of long inputs
+
+	// The three-stream kernel of inputs under hybridMin = 2048 bytes
+	// (crc32c_hybrid_amd64.go): segments of s = 8·k bytes,
+	// 16 <= s <= 8·floor(2047/24) = 680.
+	shortUnit   = 8
+	shortMaxSeg = 680
 )
 
 // hybridConsts is zhybrid_consts_amd64.go of crc32c.
@@ -55,6 +61,8 @@ func hybridConsts(warning string) ([]byte, error) {
 	fmt.Fprintf(&b, "\t// hybridSegUnit is the granule of the segment length s.\n\thybridSegUnit = %d\n", segUnit)
 	fmt.Fprintf(&b, "\t// hybridMaxSeg is the longest segment of hybridK.\n\thybridMaxSeg = %d\n", maxSeg)
 	fmt.Fprintf(&b, "\t// hybridBigSeg is the segment of the whole chunks of long inputs (hybridKBig).\n\thybridBigSeg = %d\n", bigSeg)
+	fmt.Fprintf(&b, "\t// hybridShortUnit is the granule of hybridShort3's segment length.\n\thybridShortUnit = %d\n", shortUnit)
+	fmt.Fprintf(&b, "\t// hybridShortMaxSeg is the longest segment of hybridK3.\n\thybridShortMaxSeg = %d\n", shortMaxSeg)
 	fmt.Fprintf(&b, ")\n\n")
 	fmt.Fprintf(&b, "// hybridK[j] merges a chunk of six segments of s = %d·(j+1) bytes, with\n", segUnit)
 	fmt.Fprintf(&b, "// C(k) = Reflect(x^(k-1) mod P, 64) (see kernels/_asm/crcgen):\n")
@@ -81,6 +89,16 @@ func hybridConsts(warning string) ([]byte, error) {
 	fmt.Fprintf(&b, "// hybridKBig is the row of hybridK's form for s = hybridBigSeg.\n")
 	fmt.Fprintf(&b, "var hybridKBig = [1][14]uint64{\n")
 	row(bigSeg)
+	fmt.Fprintf(&b, "}\n\n")
+	// The three-stream kernel (crc32hybrid, short3): segments A, B, C of s
+	// bytes; r_A ends D = 8·2s bits before the end, r_B D = 8s, so their V-parts are the products with C(16s-64) and C(8s-64),
+	// as the registers of hybridK's rows. s >= 16 keeps 8s-64 >= 64 > 0.
+	fmt.Fprintf(&b, "// hybridK3[j] merges the three segments of s = %d·(j+2) bytes of\n", shortUnit)
+	fmt.Fprintf(&b, "// hybridShort3: C(16s-64) and C(8s-64), with C as for hybridK.\n")
+	fmt.Fprintf(&b, "var hybridK3 = [%d][2]uint64{\n", shortMaxSeg/shortUnit-1)
+	for s := 2 * shortUnit; s <= shortMaxSeg; s += shortUnit {
+		fmt.Fprintf(&b, "\t{%#016x, %#016x}, // s = %d\n", c(16*s-64), c(8*s-64), s)
+	}
 	fmt.Fprintf(&b, "}\n")
 	return scaffold.Go(b.Bytes())
 }

@@ -773,10 +773,18 @@ func (g *gen) update() {
 	default:
 		c.Store(reg.RAX, c.ReturnIndex(0))
 	}
-	if !g.sse {
-		c.VZEROUPPER()
-	}
+	g.vzeroupper()
 	c.RET()
+}
+
+// vzeroupper ends a kernel that used YMM or ZMM registers. The XMM kernels
+// (the SSE and the VEX.128 encodings) leave no upper state dirty, as VEX.128
+// instructions zero the upper bits of their destinations, so they skip it:
+// on Zen 2 it cost about 1.2 ns of the 8 of a 16-byte Update.
+func (g *gen) vzeroupper() {
+	if g.v.bytes > 16 {
+		g.c.VZEROUPPER()
+	}
 }
 
 // revPtr points at the constants of the next vector of the direct folding in
@@ -1203,8 +1211,6 @@ func (g *gen) blocks(copy bool) {
 	c.LEAQ(operand.Mem{Base: p, Index: s1, Scale: uint8(G)}, p)
 	c.SUBQ(operand.U32(G), cnt)
 	c.JNZ(operand.LabelRef(lGroup))
-	if !g.sse {
-		c.VZEROUPPER()
-	}
+	g.vzeroupper()
 	c.RET()
 }

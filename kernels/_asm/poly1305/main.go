@@ -67,21 +67,16 @@ import (
 	"bytes"
 	"flag"
 	"fmt"
-	"go/format"
-	"go/token"
 	"go/types"
-	"log"
-	"os"
-	"strings"
 
 	"github.com/mmcloughlin/avo/attr"
 	"github.com/mmcloughlin/avo/build"
 	"github.com/mmcloughlin/avo/gotypes"
 	"github.com/mmcloughlin/avo/ir"
 	"github.com/mmcloughlin/avo/operand"
-	"github.com/mmcloughlin/avo/pass"
-	"github.com/mmcloughlin/avo/printer"
 	"github.com/mmcloughlin/avo/reg"
+
+	"github.com/difctl/difctl/kernels/_asm/internal/scaffold"
 )
 
 // Layout of poly1305.laneKey (its doc comment fixes it): R(j,k), limb k of
@@ -114,29 +109,22 @@ const (
 )
 
 func main() {
-	log.SetFlags(0)
-	log.SetPrefix("poly1305: ")
-	fs := flag.NewFlagSet("poly1305", flag.ExitOnError)
-	out := fs.String("out", "", "assembly output file")
-	stubs := fs.String("stubs", "", "Go declarations output file")
-	fs.Parse(os.Args[1:])
-	if *out == "" || *stubs == "" {
-		log.Fatal("usage: poly1305 -out file.s -stubs file.go")
-	}
-	asm, src, err := generate(*out, *stubs)
-	if err != nil {
-		log.Fatal(err)
-	}
-	if err := os.WriteFile(*out, asm, 0o644); err != nil {
-		log.Fatal(err)
-	}
-	if err := os.WriteFile(*stubs, src, 0o644); err != nil {
-		log.Fatal(err)
-	}
+	var out, stubs string
+	scaffold.Main("poly1305", func(fs *flag.FlagSet) {
+		fs.StringVar(&out, "out", "", "assembly output file")
+		fs.StringVar(&stubs, "stubs", "", "Go declarations output file")
+	}, func(cmd []string) ([]scaffold.File, error) {
+		if out == "" || stubs == "" {
+			return nil, scaffold.Usage("poly1305 -out file.s -stubs file.go")
+		}
+		asm, src, err := generate(cmd)
+		return []scaffold.File{{Path: out, Data: asm}, {Path: stubs, Data: src}}, err
+	})
 }
 
-func generate(out, stubs string) (asm, src []byte, err error) {
-	cmd := fmt.Sprintf("go run ./poly1305 -out %s -stubs %s", out, stubs)
+// generate returns the assembly and the Go declarations of the kernels,
+// made by cmd.
+func generate(cmd []string) (asm, src []byte, err error) {
 	c := build.NewContext()
 	c.ConstraintExpr("!purego")
 	consts := c.StaticGlobal("polyConsts")
@@ -162,40 +150,27 @@ func generate(out, stubs string) (asm, src []byte, err error) {
 	g.lanesAVX2(false)
 	g.lanesAVX2(true)
 	g.lanesIFMA(consts44)
-
-	f, err := c.Result()
-	if err == nil {
-		err = g.err
+	if g.err != nil {
+		return nil, nil, g.err
 	}
-	if err != nil {
+	if asm, err = scaffold.Asm(c, cmd, "poly1305"); err != nil {
 		return nil, nil, err
 	}
-	if err := pass.Compile.Execute(f); err != nil {
-		return nil, nil, err
-	}
-	cfg := printer.Config{Name: "poly1305", Argv: strings.Fields(cmd), Pkg: "poly1305"}
-	asm, err = printer.NewGoAsm(cfg).Print(f)
-	if err != nil {
-		return nil, nil, err
-	}
-	src, err = writeStubs(cfg.GeneratedWarning())
+	src, err = writeStubs(scaffold.Warning(cmd))
 	return asm, src, err
 }
-
-func param(name string, t types.Type) *types.Var { return types.NewParam(token.NoPos, nil, name, t) }
 
 // The signature: lanesAVX2(h *[20]uint64, p []byte, stride, chunks int,
 // key *[80]uint64), the arrays being poly1305.laneState and laneKey.
 func lanesSig(hWords int) *gotypes.Signature {
 	u64 := types.Typ[types.Uint64]
-	params := []*types.Var{
-		param("h", types.NewPointer(types.NewArray(u64, int64(hWords)))),
-		param("p", types.NewSlice(types.Universe.Lookup("byte").Type())),
-		param("stride", types.Typ[types.Int]),
-		param("chunks", types.Typ[types.Int]),
-		param("key", types.NewPointer(types.NewArray(u64, keySize/8))),
-	}
-	return gotypes.NewSignature(nil, types.NewSignatureType(nil, nil, nil, types.NewTuple(params...), nil, false))
+	return scaffold.Signature([]*types.Var{
+		scaffold.Param("h", types.NewPointer(types.NewArray(u64, int64(hWords)))),
+		scaffold.Param("p", scaffold.Bytes),
+		scaffold.Param("stride", scaffold.Int),
+		scaffold.Param("chunks", scaffold.Int),
+		scaffold.Param("key", types.NewPointer(types.NewArray(u64, keySize/8))),
+	}, nil)
 }
 
 // The IFMA kernel's signature: lanesIFMA(h *[24]uint64, p []byte, stride,
@@ -203,14 +178,13 @@ func lanesSig(hWords int) *gotypes.Signature {
 // ifmaKey.
 func lanesIFMASig() *gotypes.Signature {
 	u64 := types.Typ[types.Uint64]
-	params := []*types.Var{
-		param("h", types.NewPointer(types.NewArray(u64, 3*lanes44))),
-		param("p", types.NewSlice(types.Universe.Lookup("byte").Type())),
-		param("stride", types.Typ[types.Int]),
-		param("chunks", types.Typ[types.Int]),
-		param("key", types.NewPointer(types.NewArray(u64, key44))),
-	}
-	return gotypes.NewSignature(nil, types.NewSignatureType(nil, nil, nil, types.NewTuple(params...), nil, false))
+	return scaffold.Signature([]*types.Var{
+		scaffold.Param("h", types.NewPointer(types.NewArray(u64, 3*lanes44))),
+		scaffold.Param("p", scaffold.Bytes),
+		scaffold.Param("stride", scaffold.Int),
+		scaffold.Param("chunks", scaffold.Int),
+		scaffold.Param("key", types.NewPointer(types.NewArray(u64, key44))),
+	}, nil)
 }
 
 func mem(base reg.Register, disp int) operand.Mem { return operand.Mem{Base: base, Disp: disp} }
@@ -586,7 +560,7 @@ func (g *gen) scalarChunk(l, disp int) {
 
 func writeStubs(warning string) ([]byte, error) {
 	var b bytes.Buffer
-	fmt.Fprintf(&b, "// %s\n\n//go:build !purego\n\npackage poly1305\n\n", warning)
+	fmt.Fprintf(&b, "%s\n\n//go:build !purego\n\npackage poly1305\n\n", warning)
 	fmt.Fprintf(&b, `// Byte offsets of the laneKey fields the kernels read, and its size.
 const (
 	laneKeyR      = %d
@@ -633,7 +607,7 @@ func lanesHybridAVX2(h *[%d]uint64, p []byte, stride, chunks int, key *[%d]uint6
 //go:noescape
 func lanesIFMA(h *[%d]uint64, p []byte, stride, chunks int, key *[%d]uint64)
 `, keyR, keyS, keyScalar, keySize, limbs*lanes, keySize/8, hybridWords, keySize/8, 3*lanes44, key44)
-	return format.Source(b.Bytes())
+	return scaffold.Go(b.Bytes())
 }
 
 // The IFMA kernel (see poly1305_lanes44.go in kernels/poly1305 for the
