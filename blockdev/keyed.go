@@ -165,7 +165,7 @@ func (v *Volume) setupKeyed(key *Key) error {
 		return fmt.Errorf("blockdev: volume %q: %w", name, err)
 	}
 	k := &keyed{tk: vk.tag, page: vk.page, pend: make(map[int64]*kPage)}
-	k.cache.pages = make(map[uint64]*tagCachePage)
+	k.cache.pages = make(map[int64]*tagCachePage)
 	k.chunk = v.chunk
 	copy(k.uid[:], uid)
 	if k.next, err = resumeGeneration(v.tup); err != nil {
@@ -432,7 +432,7 @@ func (k *keyed) tagsInto(dst []store.KeyedTag, lba int64, gen uint64, data []byt
 // writes tag pages at each fold and discard.
 type tagCache struct {
 	mu    sync.Mutex
-	pages map[uint64]*tagCachePage
+	pages map[int64]*tagCachePage
 }
 
 type tagCachePage struct {
@@ -456,7 +456,7 @@ func (v *Volume) readCommitted(lba int64, dst []store.KeyedTag) error {
 		s, e := max(ps, lba), min(ps+P, lba+n)
 		seq := v.tup.TagWriteSeq()
 		k.cache.mu.Lock()
-		cp := k.cache.pages[uint64(page)]
+		cp := k.cache.pages[page]
 		if cp != nil && cp.seq == seq && seq%2 == 0 {
 			copy(dst[s-lba:e-lba], cp.tags[s-ps:e-ps])
 			k.cache.mu.Unlock()
@@ -482,7 +482,7 @@ func (v *Volume) readCommitted(lba int64, dst []store.KeyedTag) error {
 				if len(k.cache.pages) >= maxTagCachePages {
 					clear(k.cache.pages)
 				}
-				k.cache.pages[uint64(page)] = &tagCachePage{seq: seq, tags: tags}
+				k.cache.pages[page] = &tagCachePage{seq: seq, tags: tags}
 				k.cache.mu.Unlock()
 			}
 		}
@@ -632,7 +632,7 @@ func (v *Volume) keyedCheck(lba int64, n int, data []byte, sc *scratch, st *RunS
 		// see: its first block in the run reports the page.
 		P := int64(v.man.PageTuples)
 		for _, page := range pageErr.Pages {
-			for b := max(int64(page)*P, lba); b < min(int64(page+1)*P, end); b++ {
+			for b := max(page*P, lba); b < min((page+1)*P, end); b++ {
 				i := int(b - lba)
 				if hasBit(have, i) || !keyedEligible(states, sc, transient, i) {
 					continue
