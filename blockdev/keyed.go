@@ -816,8 +816,10 @@ const protectAhead = 1024
 // is committed; the tags' own commit is not synced (the protect
 // checkpoint's synced commit makes it durable before the cursor covers the
 // blocks). So blocks past the cursor, protected again after a crash, get
-// new generations, never ones a lost commit had used.
-func (v *Volume) protectTags(lba int64, n int, data []byte) error {
+// new generations, never ones a lost commit had used. The blocks' tuples
+// and sums are committed in the same batch (not through the bulk loader),
+// since the tag page's MAC seals the tuple page as stored.
+func (v *Volume) protectTags(lba int64, n int, data, tuples []byte, sums []uint32) error {
 	k := v.kd
 	gen := k.takeGen()
 	if gen > k.reserved {
@@ -836,6 +838,10 @@ func (v *Volume) protectTags(lba int64, n int, data []byte) error {
 		return err
 	}
 	x := v.tup.NewTxn()
+	if err := x.WriteRange(uint64(lba), tuples, sums); err != nil {
+		x.Abort()
+		return err
+	}
 	if err := x.WriteTags(uint64(lba), tags); err != nil {
 		x.Abort()
 		return err
