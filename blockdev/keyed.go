@@ -109,7 +109,7 @@ func (e *KeyedTagError) Error() string {
 	case "mismatch":
 		return fmt.Sprintf("blockdev: block %d: keyed tag %x, stored %x (generation %d)", e.LBA, e.Expected, e.Actual, e.Gen)
 	case "page-mac":
-		return fmt.Sprintf("blockdev: block %d: keyed tag page fails its MAC (forged or copied tags)", e.LBA)
+		return fmt.Sprintf("blockdev: block %d: keyed tag page fails its MAC (forged or copied tags, or an edited tuple page)", e.LBA)
 	case "missing":
 		return fmt.Sprintf("blockdev: block %d: written but has no keyed tag", e.LBA)
 	}
