@@ -38,8 +38,10 @@ import (
 // keystream (poly1305.Key.BlocksAD).
 //
 // The store keeps tags in tag pages that carry a page MAC (see
-// store/keyed.go), so a forged tag or generation, or a page copied from
-// another page or volume, fails when it is read with the key.
+// store/keyed.go) which also seals the tuple page of the same blocks, so
+// a forged tag or generation, a page copied from another page or volume,
+// or any edit of a tuple page (guard, app tag, ref tag, sector sum,
+// written bit) fails when it is read with the key (reason "page-mac").
 //
 // Threat model. An attacker who can write the device and the store, but
 // has no key:
