@@ -38,8 +38,10 @@ import (
 // keystream (poly1305.Key.BlocksAD).
 //
 // The store keeps tags in tag pages that carry a page MAC (see
-// store/keyed.go), so a forged tag or generation, or a page copied from
-// another page or volume, fails when it is read with the key.
+// store/keyed.go) which also seals the tuple page of the same blocks, so
+// a forged tag or generation, a page copied from another page or volume,
+// or any edit of a tuple page (guard, app tag, ref tag, sector sum,
+// written bit) fails when it is read with the key (reason "page-mac").
 //
 // Threat model. An attacker who can write the device and the store, but
 // has no key:
@@ -109,7 +111,7 @@ func (e *KeyedTagError) Error() string {
 	case "mismatch":
 		return fmt.Sprintf("blockdev: block %d: keyed tag %x, stored %x (generation %d)", e.LBA, e.Expected, e.Actual, e.Gen)
 	case "page-mac":
-		return fmt.Sprintf("blockdev: block %d: keyed tag page fails its MAC (forged or copied tags)", e.LBA)
+		return fmt.Sprintf("blockdev: block %d: keyed tag page fails its MAC (forged or copied tags, or an edited tuple page)", e.LBA)
 	case "missing":
 		return fmt.Sprintf("blockdev: block %d: written but has no keyed tag", e.LBA)
 	}
@@ -816,8 +818,10 @@ const protectAhead = 1024
 // is committed; the tags' own commit is not synced (the protect
 // checkpoint's synced commit makes it durable before the cursor covers the
 // blocks). So blocks past the cursor, protected again after a crash, get
-// new generations, never ones a lost commit had used.
-func (v *Volume) protectTags(lba int64, n int, data []byte) error {
+// new generations, never ones a lost commit had used. The blocks' tuples
+// and sums are committed in the same batch (not through the bulk loader),
+// since the tag page's MAC seals the tuple page as stored.
+func (v *Volume) protectTags(lba int64, n int, data, tuples []byte, sums []uint32) error {
 	k := v.kd
 	gen := k.takeGen()
 	if gen > k.reserved {
@@ -836,6 +840,10 @@ func (v *Volume) protectTags(lba int64, n int, data []byte) error {
 		return err
 	}
 	x := v.tup.NewTxn()
+	if err := x.WriteRange(lba, tuples, sums); err != nil {
+		x.Abort()
+		return err
+	}
 	if err := x.WriteTags(lba, tags); err != nil {
 		x.Abort()
 		return err

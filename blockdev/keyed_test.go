@@ -363,7 +363,9 @@ func TestKeyedTamper(t *testing.T) {
 					switch {
 					case p.Kind == KindKeyedTag && p.LBA == tc.lba && errors.As(p.Err, &pe) && pe.Reason == tc.reason:
 						found = true
-					case tc.name == "forged-tag" && p.LBA == 0 && errors.As(p.Err, &pe) && pe.Reason == "page-mac":
+					case p.LBA == 0 && errors.As(p.Err, &pe) && pe.Reason == "page-mac":
+						// Every edit of the store changes tag page 0 or the
+						// tuple page its MAC seals: reported on its first block.
 						pageMAC = true
 					default:
 						t.Errorf("unexpected problem %+v", p)
@@ -372,7 +374,7 @@ func TestKeyedTamper(t *testing.T) {
 				if !found {
 					t.Fatalf("check found %v, want block %d as %s", probs, tc.lba, KindKeyedTag)
 				}
-				if tc.name == "forged-tag" && !pageMAC {
+				if !pageMAC {
 					t.Fatalf("check found %v, want the page MAC failure on block 0", probs)
 				}
 			})
@@ -669,4 +671,84 @@ func TestKeyedProtectInterrupted(t *testing.T) {
 		t.Fatalf("%d tries, %d nonces for %d blocks: protect was not interrupted and redone", tries, len(used), blocks)
 	}
 	t.Logf("%d interruptions, %d nonces for %d blocks, none repeated", tries, len(used), blocks)
+}
+
+// TestKeyedTupleEdits edits single fields of one block's tuple in the
+// store without the key (guard, app tag, ref tag, sector sum), leaving its
+// data alone: the tag page's MAC seals the tuple page, so every edit is a
+// keyed-tag failure with reason page-mac on the page, even the app tag
+// edit that no other check sees (the volume has no app tag mask).
+func TestKeyedTupleEdits(t *testing.T) {
+	for _, format := range []string{"512+8", "4096+16:crc64"} {
+		for _, field := range []string{"guard", "app", "ref", "sum"} {
+			t.Run(fmt.Sprintf("format=%s/field=%s", format, field), func(t *testing.T) {
+				k := newKeyedVol(t, format, testKey(t, 1), nil, "")
+				tp, err := store.OpenTuples(k.kv, DefaultVolumeName, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				const blk = 5
+				ts := tp.TupleSize()
+				tuple := make([]byte, ts)
+				sums := make([]uint32, 1)
+				if !tp.Manifest().SectorSums {
+					if field == "sum" {
+						t.Skip("no sector sums at " + format)
+					}
+					sums = nil
+				}
+				if _, err := tp.ReadRange(blk, tuple, sums, nil); err != nil {
+					t.Fatal(err)
+				}
+				switch field {
+				case "guard":
+					tuple[0] ^= 1
+				case "app":
+					// After the guard: 2 bytes (8-byte tuples), 8 (16-byte).
+					if ts == 8 {
+						tuple[2] ^= 1
+					} else {
+						tuple[8] ^= 1
+					}
+				case "ref":
+					tuple[ts-1] ^= 1
+				case "sum":
+					sums[0] ^= 1
+				}
+				if err := tp.WriteRange(blk, tuple, sums, true); err != nil {
+					t.Fatal(err)
+				}
+				v := k.mustOpen(k.key)
+				probs := keyedFailures(t, v)
+				pageMAC := false
+				for _, p := range probs {
+					var pe *KeyedTagError
+					switch {
+					case p.Kind == KindKeyedTag && errors.As(p.Err, &pe) && pe.Reason == "page-mac" && p.LBA == 0:
+						pageMAC = true
+					case p.Kind == KindKeyedTag:
+						t.Errorf("unexpected keyed problem %+v", p)
+					case field == "app":
+						t.Errorf("an app tag edit is seen by another check: %+v", p)
+					case p.LBA != blk:
+						t.Errorf("unexpected problem %+v", p)
+					}
+				}
+				if !pageMAC {
+					t.Fatalf("check found %v, want a keyed-tag page-mac failure on the page", probs)
+				}
+				// A write of the whole page with the key seals it again.
+				bs := k.f.BlockSize()
+				if _, err := v.WriteAt(pattern(keyedBlocks*bs, 8), 0); err != nil {
+					t.Fatal(err)
+				}
+				if err := v.Sync(); err != nil {
+					t.Fatal(err)
+				}
+				if probs := keyedFailures(t, v); len(probs) != 0 {
+					t.Fatalf("after rewriting every block: %v", probs)
+				}
+			})
+		}
+	}
 }

@@ -404,6 +404,7 @@ func (e *crashEnv) recoveryCrash(r int64) (steps int64, fd *faultdev.Device, fs 
 	kv.hook = func(bool) error { return step() }
 	opts := crashOpts
 	opts.StagingBytes = 8 * e.bs
+	opts.Key = e.cfg.key
 	v, err := Open(context.Background(), fd, kv, opts)
 	if !crashed {
 		fd.SetHook(nil)
@@ -435,13 +436,19 @@ func TestVolumeCrashDuringRecovery(t *testing.T) {
 	cfgs := []crashCfg{
 		{format: "512+8", sector: 512, seed: 5, ops: 30},
 		{format: "4096+8", sector: 512, seed: 6, ops: 20},
+		// Keyed (keyed.go): recovery also checks the intents' keyed tags
+		// and commits tag pages, and a crash between its steps must leave
+		// every block's tag matching the version it holds.
+		{format: "512+8", sector: 512, seed: 13, ops: 24, key: testKey(t, 9)},
 	}
 	every := int64(2)
 	if testing.Short() {
-		cfgs, every = cfgs[:1], 5
+		// One unkeyed and a small keyed sample.
+		cfgs, every = []crashCfg{cfgs[0], cfgs[2]}, 5
+		cfgs[1].ops = 10
 	}
 	for _, cfg := range cfgs {
-		t.Run(fmt.Sprintf("format=%s/sector=%d/seed=%d", cfg.format, cfg.sector, cfg.seed), func(t *testing.T) {
+		t.Run(fmt.Sprintf("format=%s/sector=%d/seed=%d/keyed=%v", cfg.format, cfg.sector, cfg.seed, cfg.key != nil), func(t *testing.T) {
 			bs := dif.MustFormat(cfg.format).BlockSize()
 			ops := crashWorkload(cfg, bs, 24)
 			e := newCrashEnv(t, cfg, -1)

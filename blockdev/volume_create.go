@@ -273,9 +273,19 @@ func (v *Volume) protect(ctx context.Context, next int64, started time.Time, o *
 				return err
 			}
 			if v.kd != nil {
-				if err := v.protectTags(pos, n, data); err != nil {
+				// A keyed volume commits the tuples with their tags, in
+				// one batch: the tag page's MAC seals the tuple page.
+				if err := v.protectTags(pos, n, data, tuples[:n*ts], s); err != nil {
 					return err
 				}
+				pos += int64(n)
+				if err := checkpoint(false); err != nil {
+					return err
+				}
+				if o.Progress != nil {
+					o.Progress(pos*bs, total)
+				}
+				continue
 			}
 			if ld != nil && ld.Next() != pos {
 				if err := finishLoader(); err != nil {

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -24,18 +25,32 @@ import (
 //	'J' tag intent  | first LBA (8) | sequence (8), beside the 'I' intent
 //	'G' generation  (the highest write generation reserved)
 //
-// Tag page value, version 1 (big-endian), PageTuples records per page:
+// Tag page value, version 2 (big-endian), PageTuples records per page:
 //
 //	0  'K' magic
-//	1  version (1)
+//	1  version (2)
 //	2  0, 0
 //	4  tuples per page P (uint32)
 //	8  P records of 24 bytes: generation (8) | tag (16); generation 0
 //	   means the block has no tag (never written, or discarded)
 //	   page MAC (32): HMAC-SHA256 under the page key of
-//	   "difctl.store.tagpage.v1" | volume uid (16) | page number (8) |
-//	   bytes 0 .. the MAC
+//	   "difctl.store.tagpage.v2" | volume uid (16) | page number (8) |
+//	   bytes 0 .. the MAC | length of the tuple page record of the same
+//	   page number (8) | that record's value as stored
 //	   CRC-32C of everything before it (4)
+//
+// So the MAC of a tag page also seals its tuple page, byte for byte: any
+// edit of a tuple page in the store (a guard, app tag, ref tag, sector sum
+// or written bit, even one made consistent with altered data) fails the
+// MAC of its tag page when read with the key, as a *PageMACError. Every
+// commit of a keyed volume that writes a tuple page (Txn.Commit with the
+// page key) seals its tag page again in the same KV batch, whatever else
+// the transaction holds. A tag page that is missing is accepted only
+// beside an empty tuple page (every block unwritten: a volume created over
+// holes has none there); beside any other it fails as a *PageMACError.
+// Version 1 tag pages (schema 3 stores of the build before, which sealed
+// the tags only; never released) are refused as damaged: protect such a
+// volume again with --reprotect.
 //
 // The CRC tells accidental damage (a *CorruptError) from a page that is
 // intact but not the one the key sealed (a *PageMACError): a tag or
@@ -65,7 +80,7 @@ const (
 	recGen       = 'G'
 
 	tagPageMagic   = 'K'
-	tagPageVersion = 1
+	tagPageVersion = 2
 	tagIntMagic    = 'J'
 	tagIntVersion  = 1
 	genMagic       = 'G'
@@ -204,25 +219,40 @@ func (t *Tuples) tagIntentKey(lba int64, seq uint64) []byte {
 
 func (t *Tuples) tagPageSize() int { return tagHeader + t.l.p*TagRecordSize + pageMACLen + 4 }
 
-// pageMAC computes the MAC of a tag page's bytes before the MAC.
-func (t *Tuples) pageMAC(key []byte, page int64, body []byte) []byte {
+// pageMAC computes the MAC of a tag page's bytes before the MAC, bound to
+// tup, the stored value of the tuple page of the same number (nil: none).
+func (t *Tuples) pageMAC(key []byte, page int64, body, tup []byte) []byte {
 	h := hmac.New(sha256.New, key)
-	h.Write([]byte("difctl.store.tagpage.v1"))
+	h.Write([]byte("difctl.store.tagpage.v2"))
 	h.Write(t.k.uid[:])
 	var pb [8]byte
 	binary.BigEndian.PutUint64(pb[:], uint64(page)) // page >= 0: checked by the caller
 	h.Write(pb[:])
 	h.Write(body)
+	binary.BigEndian.PutUint64(pb[:], uint64(len(tup)))
+	h.Write(pb[:])
+	h.Write(tup)
 	return h.Sum(nil)
 }
 
-// encodeTagPage appends the sealed value of a tag page to dst.
-func (t *Tuples) encodeTagPage(dst []byte, key []byte, page int64, recs []KeyedTag) []byte {
+// rawTuplePage returns the stored value of tuple page page, nil if there
+// is none.
+func (t *Tuples) rawTuplePage(page int64) ([]byte, error) {
+	v, err := t.kv.Get(t.pageKey(page))
+	if errors.Is(err, ErrNotFound) {
+		return nil, nil
+	}
+	return v, err
+}
+
+// encodeTagPage appends the sealed value of a tag page to dst, bound to
+// tup (see pageMAC).
+func (t *Tuples) encodeTagPage(dst []byte, key []byte, page int64, recs []KeyedTag, tup []byte) []byte {
 	start := len(dst)
 	dst = append(dst, tagPageMagic, tagPageVersion, 0, 0)
 	dst = binary.BigEndian.AppendUint32(dst, uint32(t.l.p))
 	dst = appendTagRecords(dst, recs)
-	dst = append(dst, t.pageMAC(key, page, dst[start:])...)
+	dst = append(dst, t.pageMAC(key, page, dst[start:], tup)...)
 	return binary.BigEndian.AppendUint32(dst, crc32c.Checksum(dst[start:]))
 }
 
@@ -243,8 +273,8 @@ func decodeTagRecords(dst []KeyedTag, src []byte) {
 }
 
 // checkTagPage validates a stored tag page: length, header, CRC and, with
-// the page key, its MAC.
-func (t *Tuples) checkTagPage(page int64, v []byte, key []byte) error {
+// the page key, its MAC, bound to tup (the stored tuple page).
+func (t *Tuples) checkTagPage(page int64, v []byte, key, tup []byte) error {
 	rec := fmt.Sprintf("tag page %d", page)
 	corrupt := func(format string, args ...any) error {
 		return &CorruptError{Volume: t.volume, Record: rec, Reason: fmt.Sprintf(format, args...)}
@@ -262,7 +292,7 @@ func (t *Tuples) checkTagPage(page int64, v []byte, key []byte) error {
 	}
 	if key != nil {
 		macOff := crcOff - pageMACLen
-		if !hmac.Equal(t.pageMAC(key, page, v[:macOff]), v[macOff:crcOff]) {
+		if !hmac.Equal(t.pageMAC(key, page, v[:macOff], tup), v[macOff:crcOff]) {
 			return &PageMACError{Volume: t.volume, Record: rec, Page: page}
 		}
 	}
@@ -295,14 +325,45 @@ func (t *Tuples) ReadTags(lba int64, dst []KeyedTag) error {
 	clear(dst)
 	plen := len(t.prefix) + 1
 	var macErr *PageMACError
+	macFail := func(page int64) {
+		if macErr == nil {
+			macErr = &PageMACError{Volume: t.volume, Record: fmt.Sprintf("tag page %d", page), Page: page}
+		}
+		macErr.Pages = append(macErr.Pages, page)
+	}
+	// missing checks, with the key, the pages [expect, page) that have no
+	// tag page: only an empty tuple page may lack one.
+	expect := first
+	missing := func(page int64) error {
+		for ; key != nil && expect < page; expect++ {
+			tup, err := t.rawTuplePage(expect)
+			if err != nil {
+				return err
+			}
+			if tup != nil && string(tup) != string(emptyPageValue) {
+				macFail(expect)
+			}
+		}
+		expect = page + 1
+		return nil
+	}
 	for it.Next() {
 		k := it.Key()
 		if len(k) != plen+8 {
 			return &CorruptError{Volume: t.volume, Record: fmt.Sprintf("tag page key %x", k), Reason: "bad key length"}
 		}
 		page := keyInt(k[plen:])
+		if err := missing(page); err != nil {
+			return err
+		}
 		v := it.Value()
-		if err := t.checkTagPage(page, v, key); err != nil {
+		var tup []byte
+		if key != nil {
+			if tup, err = t.rawTuplePage(page); err != nil {
+				return err
+			}
+		}
+		if err := t.checkTagPage(page, v, key, tup); err != nil {
 			me, ok := err.(*PageMACError)
 			if !ok {
 				return err
@@ -322,7 +383,11 @@ func (t *Tuples) ReadTags(lba int64, dst []KeyedTag) error {
 	if err := it.Err(); err != nil {
 		return err
 	}
+	if err := missing(last + 1); err != nil {
+		return err
+	}
 	if macErr != nil {
+		slices.Sort(macErr.Pages)
 		return macErr
 	}
 	return nil
@@ -348,19 +413,21 @@ func (x *Txn) WriteTags(lba int64, tags []KeyedTag) error {
 }
 
 // commitTags applies the transaction's tag writes to b: every tag page
-// they touch is read (checked against its MAC), modified and sealed again.
+// they touch is read (checked against its MAC), modified and sealed again,
+// and so is the tag page of every tuple page the batch writes (tuples:
+// page number to its new stored value, nil for a deleted record), bound
+// to the new tuple page. Without the page key the tuple pages are written
+// alone (only an attacker's tools do that: the volume refuses changes
+// without the key), and their tag pages fail at the next read with it.
 // Caller holds t.mu.
-func (t *Tuples) commitTags(b Batch, ops []txnOp) error {
-	var key []byte
+func (t *Tuples) commitTags(b Batch, ops []txnOp, tuples map[int64][]byte) error {
+	key := t.macKey()
 	P := int64(t.l.p)
 	pages := make(map[int64][]KeyedTag)
 	var order []int64
 	for _, op := range ops {
 		if op.kind != opTags {
 			continue
-		}
-		if key == nil {
-			key = t.macKey()
 		}
 		end := op.lba + op.n
 		for page := op.lba / P; page*P < end; page++ {
@@ -382,12 +449,33 @@ func (t *Tuples) commitTags(b Batch, ops []txnOp) error {
 			copy(recs[s-pstart:e-pstart], op.tags[s-op.lba:e-op.lba])
 		}
 	}
+	if key != nil {
+		for page := range tuples {
+			if _, ok := pages[page]; ok {
+				continue
+			}
+			pstart := page * P
+			recs := make([]KeyedTag, P)
+			if err := t.ReadTags(pstart, recs[:min(P, t.blocks-pstart)]); err != nil {
+				return err
+			}
+			pages[page] = recs
+			order = append(order, page)
+		}
+	}
 	if len(order) > 0 {
 		t.k.wseq.Add(1) // odd: readers do not cache; even again after the commit (see Txn.Commit)
 	}
 	buf := make([]byte, 0, t.tagPageSize())
 	for _, page := range order {
-		buf = t.encodeTagPage(buf[:0], key, page, pages[page])
+		tup, ok := tuples[page]
+		if !ok {
+			var err error
+			if tup, err = t.rawTuplePage(page); err != nil {
+				return err
+			}
+		}
+		buf = t.encodeTagPage(buf[:0], key, page, pages[page], tup)
 		if err := b.Set(t.tagPageKey(page), buf); err != nil {
 			return err
 		}

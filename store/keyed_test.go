@@ -377,3 +377,97 @@ func TestKeyedGeneration(t *testing.T) {
 		t.Fatalf("edited generation: %v", err)
 	}
 }
+
+// TestKeyedTuplePageSealed: the MAC of a tag page seals the tuple page of
+// the same number. An edit of the tuple page made without the page key
+// (one tuple's guard, app tag or sector sum, or a block marked unwritten)
+// fails ReadTags with a *PageMACError naming that page only; a tuple-only
+// commit with the key seals the tag page again, so the volume's own
+// writes stay clean; a tag page missing beside a written tuple page fails
+// too, beside an empty one it does not.
+func TestKeyedTuplePageSealed(t *testing.T) {
+	const blocks = 256 // 4 pages of 64
+	tuple := func(lba int, b byte) []byte { return bytes.Repeat([]byte{b, byte(lba)}, 4) }
+	for _, edit := range []string{"guard", "app", "sum", "unwritten", "tag-page-missing"} {
+		t.Run("edit="+edit, func(t *testing.T) {
+			kv := store.NewMem()
+			defer kv.Close()
+			m := keyedManifest(blocks)
+			m.SectorSums = true
+			tp := newKeyed(t, kv, "v", m)
+			// Pages 0-2 written with tuples and tags in one commit; page 3
+			// stays empty, without a tag page.
+			var tup []byte
+			sums := make([]uint32, 192)
+			for i := range 192 {
+				tup = append(tup, tuple(i, 1)...)
+				sums[i] = uint32(i)
+			}
+			x := tp.NewTxn()
+			if err := x.WriteRange(0, tup, sums); err != nil {
+				t.Fatal(err)
+			}
+			if err := x.WriteTags(0, tagsFor(0, 192, 5)); err != nil {
+				t.Fatal(err)
+			}
+			if err := x.Commit(true); err != nil {
+				t.Fatal(err)
+			}
+			// A tuple-only commit with the key (page 1) reseals its tag page.
+			if err := tp.WriteRange(70, tuple(70, 2), []uint32{9}, true); err != nil {
+				t.Fatal(err)
+			}
+			got := make([]store.KeyedTag, blocks)
+			if err := tp.ReadTags(0, got); err != nil {
+				t.Fatalf("clean volume: %v", err)
+			}
+			// The attacker: no page key.
+			at, err := store.OpenTuples(kv, "v", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			const lba = 130 // page 2
+			tb := make([]byte, 8)
+			sb := make([]uint32, 1)
+			if _, err := at.ReadRange(lba, tb, sb, nil); err != nil {
+				t.Fatal(err)
+			}
+			switch edit {
+			case "guard":
+				tb[0] ^= 1
+				err = at.WriteRange(lba, tb, sb, true)
+			case "app":
+				tb[2] ^= 1
+				err = at.WriteRange(lba, tb, sb, true)
+			case "sum":
+				sb[0] ^= 1
+				err = at.WriteRange(lba, tb, sb, true)
+			case "unwritten":
+				err = at.Discard(lba, 1, true)
+			case "tag-page-missing":
+				b := kv.NewBatch()
+				if err = b.Delete(volKey("v", 'K', u64(2)...)); err == nil {
+					err = b.Commit(true)
+				}
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = tp.ReadTags(0, got)
+			var pe *store.PageMACError
+			if !errors.As(err, &pe) || !errors.Is(err, store.ErrPageMAC) {
+				t.Fatalf("ReadTags after the %s edit: %v, want a *PageMACError", edit, err)
+			}
+			if len(pe.Pages) != 1 || pe.Pages[0] != 2 {
+				t.Fatalf("pages failing: %v, want [2]", pe.Pages)
+			}
+			if edit != "tag-page-missing" && got[lba] != tagsFor(lba, 1, 5)[0] {
+				t.Errorf("tags still read: %+v", got[lba])
+			}
+			// Without the key the CRCs alone are checked.
+			if err := at.ReadTags(0, got); err != nil {
+				t.Errorf("without the key: %v", err)
+			}
+		})
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -365,6 +366,10 @@ func (t *Tuples) RemapRange(lba int64, tuples []byte, sync bool) error {
 	defer t.bufPool.Put(pb)
 	encp := t.encPool.Get().(*[]byte)
 	defer t.encPool.Put(encp)
+	var written map[int64][]byte // keyed: the new tuple pages, for their tag pages' MAC
+	if t.k != nil {
+		written = make(map[int64][]byte)
+	}
 	for page := lba / P; n > 0 && page*P < end; page++ {
 		key := t.pageKey(page)
 		v, empty, err := t.getPage(page)
@@ -387,9 +392,25 @@ func (t *Tuples) RemapRange(lba int64, tuples []byte, sync bool) error {
 		if err := b.Set(key, *encp); err != nil {
 			return err
 		}
+		if written != nil {
+			written[page] = slices.Clone(*encp)
+		}
 	}
 	if err := b.Set(journalKey(t.prefix), jv); err != nil {
 		return err
+	}
+	if t.k != nil {
+		// The tag pages' MAC seals the tuple pages (keyed.go).
+		seq := t.k.wseq.Load()
+		if err := t.commitTags(b, nil, written); err != nil {
+			if t.k.wseq.Load() != seq {
+				t.k.wseq.Add(1)
+			}
+			return err
+		}
+		if t.k.wseq.Load() != seq {
+			defer t.k.wseq.Add(1) // after the batch is applied
+		}
 	}
 	t.beginWrite()
 	defer t.endWrite(nil, true)

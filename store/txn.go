@@ -185,9 +185,38 @@ func (x *Txn) Commit(sync bool) error {
 			fillBits(pb.bits, ps, pe-ps, true)
 		}
 	}
+	slices.Sort(order)
+	encp := t.encPool.Get().(*[]byte)
+	defer t.encPool.Put(encp)
+	var written map[int64][]byte // keyed: the new tuple pages, for their tag pages' MAC
+	if t.k != nil {
+		written = make(map[int64][]byte, len(order))
+	}
+	for _, page := range order {
+		pb := pages[page]
+		var err error
+		var val []byte
+		switch {
+		case pb.empty() && t.dense:
+			val = emptyPageValue
+			err = b.Set(t.pageKey(page), val)
+		case pb.empty():
+			err = b.Delete(t.pageKey(page))
+		default:
+			*encp = t.l.encode((*encp)[:0], pb)
+			val = *encp
+			err = b.Set(t.pageKey(page), val)
+		}
+		if err != nil {
+			return err
+		}
+		if written != nil {
+			written[page] = slices.Clone(val)
+		}
+	}
 	if t.k != nil {
 		seq := t.k.wseq.Load()
-		if err := t.commitTags(b, ops); err != nil {
+		if err := t.commitTags(b, ops, written); err != nil {
 			if t.k.wseq.Load() != seq {
 				t.k.wseq.Add(1)
 			}
@@ -195,25 +224,6 @@ func (x *Txn) Commit(sync bool) error {
 		}
 		if t.k.wseq.Load() != seq {
 			defer t.k.wseq.Add(1) // after the batch is applied
-		}
-	}
-	slices.Sort(order)
-	encp := t.encPool.Get().(*[]byte)
-	defer t.encPool.Put(encp)
-	for _, page := range order {
-		pb := pages[page]
-		var err error
-		switch {
-		case pb.empty() && t.dense:
-			err = b.Set(t.pageKey(page), emptyPageValue)
-		case pb.empty():
-			err = b.Delete(t.pageKey(page))
-		default:
-			*encp = t.l.encode((*encp)[:0], pb)
-			err = b.Set(t.pageKey(page), *encp)
-		}
-		if err != nil {
-			return err
 		}
 	}
 	// The page cache is bypassed while a batch that writes pages is

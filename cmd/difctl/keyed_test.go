@@ -24,9 +24,11 @@ import (
 //	attack copyvol OTHER IMAGE LBA     copy block LBA of image OTHER (its own store) over IMAGE's
 //	attack tag IMAGE LBA               flip a bit of the block's stored keyed tag, CRC recomputed
 //	attack unwritten IMAGE LBA         zero the block and mark it unwritten in the tuple page
+//	attack tuple IMAGE LBA FIELD       flip a bit of the block's guard, app tag or sector sum
+//	                                   (FIELD guard|app|sum) in its tuple page, data untouched
 func cmdAttack(ts *testscript.TestScript, neg bool, args []string) {
 	if neg || len(args) < 3 {
-		ts.Fatalf("usage: attack fill|flip|copy|copyvol|tag|unwritten ...")
+		ts.Fatalf("usage: attack fill|flip|copy|copyvol|tag|unwritten|tuple ...")
 	}
 	num := func(s string) int64 {
 		n, err := strconv.ParseInt(s, 0, 64)
@@ -83,6 +85,35 @@ func cmdAttack(ts *testscript.TestScript, neg bool, args []string) {
 		_, err := a.dev.WriteAt(make([]byte, a.f.BlockSize()), lba*int64(a.f.BlockSize()))
 		ts.Check(err)
 		ts.Check(a.t.Discard(lba, 1, true))
+	case "tuple":
+		a := openAttack(ts, args[1])
+		defer a.close()
+		lba := num(args[2])
+		tuple := make([]byte, a.f.TupleSize())
+		var sums []uint32
+		if a.t.Manifest().SectorSums {
+			sums = make([]uint32, 1)
+		}
+		_, err := a.t.ReadRange(lba, tuple, sums, nil)
+		ts.Check(err)
+		switch args[3] {
+		case "guard":
+			tuple[0] ^= 1
+		case "app": // after the guard: 2 bytes in an 8-byte tuple, 8 in a 16-byte one
+			if a.f.TupleSize() == 8 {
+				tuple[2] ^= 1
+			} else {
+				tuple[8] ^= 1
+			}
+		case "sum":
+			if sums == nil {
+				ts.Fatalf("attack tuple: the volume keeps no sector sums")
+			}
+			sums[0] ^= 1
+		default:
+			ts.Fatalf("attack tuple: unknown field %q", args[3])
+		}
+		ts.Check(a.t.WriteRange(lba, tuple, sums, true))
 	default:
 		ts.Fatalf("attack: unknown %q", args[0])
 	}

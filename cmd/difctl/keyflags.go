@@ -113,7 +113,7 @@ func keyedText(p blockdev.Problem) string {
 	case "mismatch":
 		return fmt.Sprintf(" mismatch: expected 0x%s, stored 0x%s (generation %d): the data is not what was written here", hexTag(kt.Expected), hexTag(kt.Actual), kt.Gen)
 	case "page-mac":
-		return " page fails its MAC: the tag page holding this block's tags was forged or copied from elsewhere (an older block put back in it cannot be ruled out)"
+		return " page fails its MAC: the tag page holding this block's tags, or the tuple page it seals, was edited, forged or copied from elsewhere (an older block put back in it cannot be ruled out)"
 	case "missing":
 		return " missing: the block is written but has no keyed tag"
 	case "unwritten":

@@ -140,6 +140,14 @@ SIGINT or SIGTERM stops accepting connections, lets the requests in flight
 finish, syncs every volume and closes the stores (exit 32, plus 4 if reads
 or writes failed verification while serving).
 
+A keyed volume (protect --key-file) is served with its key (--key-file or
+--key-env): every read checks the blocks' keyed tags too, and writes,
+trims and write-zeroes produce new ones. Without the key it is served
+read-only (writes fail with EPERM) with the keyed check skipped, as
+difctl verify does without the key, and a line on standard error says so.
+The key given is that of every IMAGE; an IMAGE that is not keyed is then
+refused.
+
 ` + exitCodesHelp(exitOK, exitUncorrected, exitOperational, exitUsage, exitCancelled),
 		Example: `  difctl serve disk.img                      # nbd+unix:///disk.img?socket=disk.img.sock
   nbdfuse mnt/disk --unix disk.img.sock &     # then: losetup, mkfs.ext4, mount
@@ -169,6 +177,7 @@ or writes failed verification while serving).
 	f.Var(tc, "tuple-cache", "decoded tuples kept in memory per volume, for random reads (`SIZE`, e.g. 64MiB)")
 	f.Var(sc, "store-cache", "the store's block cache per volume (`SIZE`; Pebble; 0: the default)")
 	f.Var(mt, "store-memtable", "the store's memtable per volume: unflushed store writes held in memory (`SIZE`, at least 1MiB; Pebble)")
+	addKeyFlags(cmd, &g.Key, "check the keyed tags on reads and produce them on writes (without it a keyed volume is served read-only, its keyed check skipped)")
 	f.StringVar(&o.Store, "store", "", "store `URL` of a single IMAGE: pebble:PATH, mem: or etcd://HOST:PORT,.../PREFIX (default pebble:IMAGE.difdb)")
 	return cmd
 }
@@ -268,18 +277,30 @@ func runServe(ctx context.Context, o serveOptions, _, stderr io.Writer) error {
 			v.Close()
 		}
 	}()
+	key, err := o.Key.load()
+	if err != nil {
+		return err
+	}
 	var exports []nbd.Export
 	for _, im := range o.Images {
 		mode := storeWrite
 		if o.ReadOnly {
 			mode = storeRead
 		}
-		v, err := openVolumeWith(ctx, im, storeURL(im, o.Store), mode, serveVolumeOptions(o.ReadOnly), serveStoreOptions(&o))
+		vo := serveVolumeOptions(o.ReadOnly)
+		vo.Key = key
+		v, err := openVolumeWith(ctx, im, storeURL(im, o.Store), mode, vo, serveStoreOptions(&o))
 		if err != nil {
 			return err
 		}
 		vols = append(vols, v)
-		exports = append(exports, nbd.Export{Name: filepath.Base(im), Volume: v.vol, ReadOnly: o.ReadOnly, TupleCacheBytes: int(o.TupleCache),
+		// A keyed volume without its key could not produce valid tags:
+		// it is served read-only (the volume refuses changes anyway).
+		ro := o.ReadOnly || servedWithoutKey(v.vol)
+		if servedWithoutKey(v.vol) {
+			fmt.Fprintf(stderr, "difctl: %s is a keyed volume and no key was given (--key-file or --key-env): serving it read-only, with its keyed check skipped (tuples and sector checksums are verified)\n", im)
+		}
+		exports = append(exports, nbd.Export{Name: filepath.Base(im), Volume: v.vol, ReadOnly: ro, TupleCacheBytes: int(o.TupleCache),
 			Description: fmt.Sprintf("difctl protected image %s (%s)", im, v.format())})
 	}
 	if _, set := os.LookupEnv("GOGC"); !set {
@@ -349,6 +370,10 @@ func runServe(ctx context.Context, o serveOptions, _, stderr io.Writer) error {
 	}
 	return nil
 }
+
+// servedWithoutKey reports whether v is a keyed volume opened without its
+// key, which serve exports read-only.
+func servedWithoutKey(v *blockdev.Volume) bool { return v.Keyed() && !v.KeyedChecked() }
 
 // exportURI is the NBD URI of an export (the syntax of the NBD URI
 // standard that qemu and libnbd accept).

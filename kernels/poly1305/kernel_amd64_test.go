@@ -3,6 +3,7 @@
 package poly1305
 
 import (
+	"bytes"
 	"runtime"
 	"testing"
 	"time"
@@ -186,6 +187,80 @@ func TestLanesHybridModel(t *testing.T) {
 			}
 			if got != want {
 				t.Fatalf("chunks=%d stride=%d: kernel %x, models %x", chunks, stride, got, want)
+			}
+		}
+	}
+}
+
+// The AVX2 and hybrid kernels on extreme inputs: all-ones data, all-ones r
+// and the r of the corpus entry FuzzBlocks/1cfde75b9e6d160e (whose
+// accumulators end with limbs of exactly 2^26-1 and 2^26-5), accumulators
+// starting at zero or at the largest limbs a carry chain leaves. The
+// kernels must match the models limb for limb, and every lane, converted
+// to the generic form as blocksLanes converts it (kern.state), must reduce
+// to what the generic code computes: the limb comparison alone passed while
+// the conversion of such limbs lost a carry of 2^52.
+func TestLanesExtremes(t *testing.T) {
+	if !hasHybrid {
+		t.Skip("no AVX2 and BMI2")
+	}
+	keys := [][]byte{
+		bytes.Repeat([]byte{0xff}, 16),
+		[]byte("\x00\x00\x00\x00\x00\x00\x00\x12\xff\xff\xff\xff\x00\x00\x00\x00"),
+	}
+	// The largest limbs after a carry chain: d0, d2, d3 < 2^26, d1, d4 <
+	// 2^26 + 2^12; the scalar lanes' h2 <= 4.
+	var maxH laneBuf
+	for k := range 5 {
+		for l := range lanes {
+			maxH[4*k+l] = 1<<26 - 1
+			if k == 1 || k == 4 {
+				maxH[4*k+l] = 1<<26 + 1<<12 - 1
+			}
+		}
+	}
+	maxH[20], maxH[21], maxH[22] = ^uint64(0), ^uint64(0), 3
+	maxH[23], maxH[24], maxH[25] = ^uint64(0), ^uint64(0), 3
+	for _, rb := range keys {
+		k := newPolyKey(rb)
+		for chunks := 0; chunks <= 9; chunks++ {
+			for _, stride := range []int{16 * chunks, 16*chunks + 16} {
+				p := bytes.Repeat([]byte{0xff}, 5*stride+16*chunks)
+				for _, start := range []laneBuf{{}, maxH} {
+					for _, kern := range []struct {
+						name string
+						k    *laneKernel
+					}{{"avx2", &kernelAVX2}, {"hybrid", &kernelHybrid}} {
+						got, want := start, start
+						kern.k.absorb(&got, p, stride, chunks, &k)
+						laneModel(laneState26(&want), p, stride, chunks, &k.lanes)
+						for l := range 2 {
+							w := 20 + 3*l
+							s := state{h0: want[w], h1: want[w+1], h2: want[w+2], r0: k.r0, r1: k.r1}
+							s.chunks(p[(4+l)*stride : (4+l)*stride+16*chunks])
+							want[w], want[w+1], want[w+2] = s.h0, s.h1, s.h2
+						}
+						if kern.name == "avx2" {
+							copy(want[20:], start[20:])
+						}
+						if got != want {
+							t.Fatalf("%s r=%x chunks=%d stride=%d: kernel %x, models %x", kern.name, rb, chunks, stride, got, want)
+						}
+						if start != (laneBuf{}) {
+							continue
+						}
+						for l := range kern.k.lanes {
+							s := kern.k.state(&got, l, k.r0, k.r1)
+							g0, g1 := reduce(s.h0, s.h1, s.h2)
+							ws := state{r0: k.r0, r1: k.r1}
+							ws.chunks(p[l*stride : l*stride+16*chunks])
+							w0, w1 := reduce(ws.h0, ws.h1, ws.h2)
+							if g0 != w0 || g1 != w1 {
+								t.Fatalf("%s r=%x chunks=%d stride=%d lane %d: %016x%016x, generic %016x%016x", kern.name, rb, chunks, stride, l, g1, g0, w1, w0)
+							}
+						}
+					}
+				}
 			}
 		}
 	}

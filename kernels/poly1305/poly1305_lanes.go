@@ -216,12 +216,22 @@ func laneToState(h *laneState, l int, r0, r1 uint64) state {
 
 // limbsToState returns x (five radix-2^26 limbs, each below 2^27) in the
 // generic form, below 2^130 + 2^26 and congruent to x, with r.
+//
+// The limbs are packed with OR, so every limb below limb 4 must be below
+// 2^26 first: one pass carries 0→1..3→4 and folds limb 4's carry into limb
+// 0 (times 5), and then a second full pass 0→1..3→4 is needed, because the
+// fold can make limb 0 reach 2^26 and its carry ripple through limbs that
+// are 2^26-1 (limb 0 at 2^26-5, carry 1: limb 1 becomes exactly 2^26, whose
+// bit 26 an OR into h0 would drop, a tag off by 2^52). Afterwards limbs
+// 0..3 are below 2^26 and limb 4 at most 2^26, so h2 <= 4.
 func limbsToState(x [5]uint64, r0, r1 uint64) state {
 	for k := range 4 {
 		carry(&x, k, k+1, false)
 	}
 	carry(&x, 4, 0, true)
-	carry(&x, 0, 1, false)
+	for k := range 4 {
+		carry(&x, k, k+1, false)
+	}
 	return state{
 		h0: x[0] | x[1]<<26 | x[2]<<52,
 		h1: x[2]>>12 | x[3]<<14 | x[4]<<40,

@@ -145,9 +145,16 @@ func laneModel44(h *laneState44, p []byte, stride, chunks int, key *ifmaKey) {
 	}
 }
 
-// laneToState44 returns lane l of h in the generic form.
+// laneToState44 returns lane l of h in the generic form. combine44's chain
+// ends with d0→d1, which can leave limb 1 at exactly 2^44; the OR below
+// would drop that bit (of weight 2^88) wherever limb 2 is odd, so limb 1 is
+// carried into limb 2 once more first. Within the kernel's bounds (limb 2
+// below 2^42) the fold never coincides with an odd limb 2, but the
+// conversion is exact for any limbs combine44 accepts.
 func laneToState44(h *laneState44, l int, r0, r1 uint64) state {
 	x := combine44([3]uint64{h[l], h[8+l], h[16+l]}, [3]uint64{})
+	x[2] += x[1] >> 44
+	x[1] &= mask44
 	return state{
 		h0: x[0] | x[1]<<44,
 		h1: x[1]>>20 | x[2]<<24,
