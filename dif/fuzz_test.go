@@ -3,6 +3,7 @@ package dif
 import (
 	"bytes"
 	"errors"
+	"math"
 	"math/rand/v2"
 	"testing"
 
@@ -152,7 +153,7 @@ func FuzzRoundTrip(f *testing.F) {
 func FuzzMalformed(f *testing.F) {
 	f.Add(512, 8, uint8(0), uint8(1), uint8(0), 0, uint8(0), 520, 0, 512, uint64(0), uint64(0), 0, 0)
 	f.Add(4096, 16, uint8(2), uint8(3), uint8(1), 47, uint8(1), 4096, 15, 100, ^uint64(0), uint64(1), 3, -1)
-	f.Add(0, -1, uint8(9), uint8(9), uint8(9), -5, uint8(9), -1, -1, -1, uint64(0), uint64(0), -1, 1<<40)
+	f.Add(0, -1, uint8(9), uint8(9), uint8(9), -5, uint8(9), -1, -1, -1, uint64(0), uint64(0), -1, math.MaxInt)
 	f.Fuzz(func(t *testing.T, bs, ms int, g, typ, pos uint8, sts int, layout uint8, dlen, mlen, slen int, ref, stor uint64, block, bit int) {
 		fm, err := NewFormat(Options{BlockSize: bs, MetadataSize: ms, Guard: Guard(g), Type: Type(typ), Position: Position(pos), StorageTagBits: sts, Layout: Layout(layout)})
 		if err != nil {

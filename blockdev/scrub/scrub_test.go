@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -148,7 +149,7 @@ func TestScrubErrors(t *testing.T) {
 		{"start>end", Options{Start: 10, End: 5}},
 		{"workers=-1", Options{Workers: -1}},
 		{"run=-1", Options{RunBlocks: -1}},
-		{"run=huge", Options{RunBlocks: 1 << 40}},
+		{"run=huge", Options{RunBlocks: math.MaxInt}},
 		{"workers=huge", Options{Workers: 1 << 20}},
 		{"rereads=-1", Options{Check: blockdev.CheckOptions{Rereads: -1}}},
 		{"errors-only=nostate", Options{ErrorsOnly: true}},

@@ -50,13 +50,13 @@ func TestParseSize(t *testing.T) {
 func TestFormatSize(t *testing.T) {
 	for n, want := range map[int]string{
 		1: "1 B", 512: "512 B", 1000: "1000 B", 1024: "1 KiB", 4096: "4 KiB",
-		1536: "1536 B", 64 << 10: "64 KiB", 1 << 20: "1 MiB", 3 << 30: "3 GiB",
+		1536: "1536 B", 64 << 10: "64 KiB", 1 << 20: "1 MiB", 3 << 20: "3 MiB", 1 << 30: "1 GiB",
 	} {
 		if got := formatSize(n); got != want {
 			t.Errorf("formatSize(%d) = %q, want %q", n, got, want)
 		}
 		// What formatSize writes, parseSize reads back.
-		if back, err := parseSize(formatSize(n)); n < 1<<31 && (err != nil || back != n) {
+		if back, err := parseSize(formatSize(n)); int64(n) < 1<<31 && (err != nil || back != n) {
 			t.Errorf("parseSize(formatSize(%d)) = %d, %v", n, back, err)
 		}
 	}

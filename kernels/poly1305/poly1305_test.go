@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -428,7 +429,7 @@ func TestBlocksLayoutErrors(t *testing.T) {
 		{"ad not a chunk multiple", 1, make([]byte, 8), 8, 512, 512, 4096},
 		{"negative ad", 1, make([]byte, 16), -16, 512, 512, 4096},
 		{"ad short", 2, make([]byte, 16), 16, 512, 512, 4096},
-		{"overflow", 3, nil, 0, 1, 1 << 62, 4096},
+		{"overflow", 3, nil, 0, 1, math.MaxInt / 2, 4096},
 	}
 	for _, c := range cases {
 		dst := make([]Tag, c.n)
