@@ -96,8 +96,10 @@ const KindKeyedTag Kind = "keyed-tag"
 // KeyedTagError is a block that failed the keyed check: its data does not
 // match its keyed tag (Reason "mismatch"), it has no tag while its tuple
 // says it is written ("missing"), it has one while unwritten
-// ("unwritten"), or its tag page failed its MAC ("page-mac"). It matches
-// ErrKeyedTag and dif.ErrIntegrity.
+// ("unwritten"), its tag page failed its MAC ("page-mac"), or its tag page
+// is missing from the store ("page-missing"). Every block of a tag page
+// that fails its MAC or is missing fails. It matches ErrKeyedTag and
+// dif.ErrIntegrity.
 type KeyedTagError struct {
 	LBA      int64
 	Gen      uint64   // the stored generation
@@ -114,6 +116,8 @@ func (e *KeyedTagError) Error() string {
 		return fmt.Sprintf("blockdev: block %d: keyed tag page fails its MAC (forged or copied tags, or an edited tuple page)", e.LBA)
 	case "missing":
 		return fmt.Sprintf("blockdev: block %d: written but has no keyed tag", e.LBA)
+	case "page-missing":
+		return fmt.Sprintf("blockdev: block %d: keyed tag page missing (deleted from the store: every tag page of a keyed volume exists from its creation on)", e.LBA)
 	}
 	return fmt.Sprintf("blockdev: block %d: keyed tag: %s", e.LBA, e.Reason)
 }
@@ -475,6 +479,7 @@ func (v *Volume) readCommitted(lba int64, dst []store.KeyedTag) error {
 				macErr = me
 			} else {
 				macErr.Pages = append(macErr.Pages, me.Pages...)
+				macErr.Missing = append(macErr.Missing, me.Missing...)
 			}
 		case err != nil:
 			return err
@@ -587,6 +592,20 @@ func (v *Volume) keyedCheck(lba int64, n int, data []byte, sc *scratch, st *RunS
 	}
 	// The runs of eligible written blocks of one generation, each one
 	// kernel call; the other blocks are decided here.
+	// Blocks of tag pages that are missing (deleted: every tag page exists
+	// from Create on) have no tags to check: each is a failure.
+	var gone []uint64
+	if pageErr != nil && len(pageErr.Missing) > 0 {
+		gone = make([]uint64, w)
+		P := int64(v.man.PageTuples)
+		for _, page := range pageErr.Missing {
+			for b := max(page*P, lba); b < min((page+1)*P, end); b++ {
+				if i := int(b - lba); !hasBit(have, i) {
+					setBit(gone, i)
+				}
+			}
+		}
+	}
 	runs := ks.runs[:0]
 	blocks := 0
 	for i := 0; i < n; {
@@ -597,6 +616,10 @@ func (v *Volume) keyedCheck(lba int64, n int, data []byte, sc *scratch, st *RunS
 		b := lba + int64(i)
 		written := sc.written.Has(i)
 		switch {
+		case gone != nil && hasBit(gone, i):
+			bad(i, &KeyedTagError{LBA: b, Reason: "page-missing"})
+			i++
+			continue
 		case written && tags[i].Gen == 0:
 			bad(i, &KeyedTagError{LBA: b, Reason: "missing"})
 			i++
@@ -610,7 +633,7 @@ func (v *Volume) keyedCheck(lba int64, n int, data []byte, sc *scratch, st *RunS
 			continue
 		}
 		j := i + 1
-		for j < n && keyedEligible(states, sc, transient, j) && sc.written.Has(j) && tags[j].Gen == tags[i].Gen {
+		for j < n && keyedEligible(states, sc, transient, j) && sc.written.Has(j) && tags[j].Gen == tags[i].Gen && (gone == nil || !hasBit(gone, j)) {
 			j++
 		}
 		runs = append(runs, kRun{i, j, tags[i].Gen})
@@ -631,16 +654,19 @@ func (v *Volume) keyedCheck(lba int64, n int, data []byte, sc *scratch, st *RunS
 	if pageErr != nil {
 		// A page that fails its MAC may hold an older, authentic (data,
 		// tag) pair put back by an attacker, which the tag check cannot
-		// see: its first block in the run reports the page.
+		// see, or say unwritten of blocks that were written: every block
+		// of it not failed already fails.
 		P := int64(v.man.PageTuples)
 		for _, page := range pageErr.Pages {
+			if pageErr.IsMissing(page) {
+				continue
+			}
 			for b := max(page*P, lba); b < min((page+1)*P, end); b++ {
 				i := int(b - lba)
-				if hasBit(have, i) || !keyedEligible(states, sc, transient, i) {
+				if hasBit(have, i) || hasBit(failed, i) || !keyedEligible(states, sc, transient, i) {
 					continue
 				}
 				bad(i, &KeyedTagError{LBA: b, Gen: tags[i].Gen, Actual: tags[i].Tag, Reason: "page-mac"})
-				break
 			}
 		}
 	}
@@ -793,19 +819,20 @@ func (kr *keyedRecovery) committedOK(i int, data []byte, lba int64, written bool
 }
 
 // keyManifest makes m the manifest of a new keyed volume under k: a fresh
-// volume uid and the key check value.
-func (k *Key) keyManifest(m *store.Manifest) error {
+// volume uid and the key check value. It returns the volume's page key,
+// with which store.CreateKeyedTuples seals every tag page.
+func (k *Key) keyManifest(m *store.Manifest) ([]byte, error) {
 	uid, err := newVolumeUID()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	b, _ := hex.DecodeString(uid)
 	vk, err := k.derive(b)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	m.KeyCheck, m.VolumeUID = vk.check, uid
-	return nil
+	return vk.page, nil
 }
 
 // protectAhead is how many generations Create reserves with one synced

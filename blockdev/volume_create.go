@@ -110,12 +110,17 @@ func Create(ctx context.Context, dev Device, kv store.KV, opts CreateOptions) (*
 	var next int64
 	started := time.Now().UTC()
 	mk := m
+	var tup *store.Tuples
 	if opts.Key != nil {
-		if err := opts.Key.keyManifest(&mk); err != nil {
+		// Every tag page is sealed (empty) at creation (store/keyed.go).
+		pk, err := opts.Key.keyManifest(&mk)
+		if err != nil {
 			return nil, err
 		}
+		tup, err = store.CreateKeyedTuples(kv, name, mk, pk)
+	} else {
+		tup, err = store.CreateTuples(kv, name, mk)
 	}
-	tup, err := store.CreateTuples(kv, name, mk)
 	switch {
 	case errors.Is(err, store.ErrExists):
 		tup, err = store.OpenTuples(kv, name, &m)
