@@ -113,9 +113,9 @@ func Create(ctx context.Context, dev Device, kv store.KV, opts CreateOptions) (*
 	var tup *store.Tuples
 	if opts.Key != nil {
 		// Every tag page is sealed (empty) at creation (store/keyed.go).
-		pk, err := opts.Key.keyManifest(&mk)
-		if err != nil {
-			return nil, err
+		pk, kerr := opts.Key.keyManifest(&mk)
+		if kerr != nil {
+			return nil, kerr
 		}
 		tup, err = store.CreateKeyedTuples(kv, name, mk, pk)
 	} else {
