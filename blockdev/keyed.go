@@ -41,7 +41,14 @@ import (
 // store/keyed.go) which also seals the tuple page of the same blocks, so
 // a forged tag or generation, a page copied from another page or volume,
 // or any edit of a tuple page (guard, app tag, ref tag, sector sum,
-// written bit) fails when it is read with the key (reason "page-mac").
+// written bit) fails when it is read with the key: every block of the page
+// fails (reason "page-mac"). Every tag page exists from Create on (sealed
+// empty by store.CreateKeyedTuples; a discard of a whole page seals it
+// empty again, never deletes it), so a tag page that is missing was
+// deleted, and every block of it fails (reason "page-missing"): an
+// attacker cannot zero a page of blocks, put the empty record in place of
+// its tuple page, delete its tag page and have the blocks read as
+// unwritten zeros.
 //
 // Threat model. An attacker who can write the device and the store, but
 // has no key:
@@ -63,7 +70,8 @@ import (
 //     reusing the rolled-back generations, except with probability about
 //     2^-32 per reopening.
 //   - can delete or damage anything: that is detected (missing tags and
-//     pages are integrity failures), not prevented.
+//     tag pages are keyed-tag failures of their blocks, a missing tuple
+//     page a damaged store), not prevented.
 //
 // dm-integrity's keyed mode (internal_hash:hmac(sha256)) documents the
 // same first two points for its per-sector tags, and says that it does

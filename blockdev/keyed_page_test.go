@@ -1,6 +1,7 @@
 package blockdev
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -178,5 +179,31 @@ func TestKeyedPagesAfterCreateAndDiscard(t *testing.T) {
 	probs := keyedFailures(t, v)
 	if len(probs) != store.DefaultPageTuples {
 		t.Fatalf("%d problems after deleting the discarded page's tag page, want %d", len(probs), store.DefaultPageTuples)
+	}
+}
+
+// TestKeyedImportRefused: an import creates no keyed volume (its tag pages
+// would not be sealed from creation on): a key is refused before anything
+// is written.
+func TestKeyedImportRefused(t *testing.T) {
+	f := dif.MustFormat("512+8")
+	img := pattern(64*f.ExtendedBlockSize(), 5)
+	if err := f.Generate(img, nil, dif.Params{}); err != nil {
+		t.Fatal(err)
+	}
+	x, _ := NewExtendedImage(bytes.NewReader(img), int64(len(img)), 512, 8)
+	src, err := NewExtendedSource(x, f, dif.Params{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mem, _ := NewMemDevice(64*512, 512)
+	kv := store.NewMem()
+	defer kv.Close()
+	_, _, err = ImportImage(context.Background(), src, mem, kv, ImportOptions{Options: Options{Key: testKey(t, 1)}})
+	if !errors.Is(err, ErrNotKeyed) {
+		t.Fatalf("keyed import: %v, want ErrNotKeyed", err)
+	}
+	if vols, _ := store.Volumes(kv); len(vols) != 0 || mem.Allocated() != 0 {
+		t.Fatalf("refused import left volumes %v and %d bytes of data", vols, mem.Allocated())
 	}
 }
