@@ -62,7 +62,12 @@ import (
 //     and the page number;
 //   - can replay an older version of a whole tag page together with the
 //     data of its blocks (up to PageTuples blocks at once): a page MAC
-//     proves where a page belongs, not that it is the newest; and can roll
+//     proves where a page belongs, not that it is the newest. That
+//     includes a page's state from before its blocks were written (for a
+//     hole, the empty page sealed at Create), put back with its tuple page
+//     and zeroed blocks by an attacker who kept a copy of those records:
+//     deleting the page, or emptying it without such a copy, is detected
+//     (page-missing, page-mac), but a kept copy is a replay. And can roll
 //     back the device and the whole store together to any earlier state.
 //     Neither is detectable without a counter kept somewhere the attacker
 //     cannot write (a TPM, a remote service). After such a rollback the
