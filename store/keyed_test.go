@@ -635,6 +635,19 @@ func TestKeyedCreateNeedsPageKey(t *testing.T) {
 	}
 	newKeyed(t, kv, "v", keyedManifest(100))
 	mk := volKey("v", 'M')
+	// A creation interrupted before its manifest leaves only empty pages,
+	// tag pages included: nothing that stops a new protect.
+	newKeyed(t, kv, "w", keyedManifest(1000))
+	b := kv.NewBatch()
+	if err := b.Delete(volKey("w", 'M')); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Commit(true); err != nil {
+		t.Fatal(err)
+	}
+	if has, err := store.HasRecords(kv, "w"); err != nil || has {
+		t.Fatalf("HasRecords of a keyed volume without its manifest: %v, %v; want only empty pages", has, err)
+	}
 	v, err := kv.Get(mk)
 	if err != nil {
 		t.Fatal(err)
