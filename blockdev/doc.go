@@ -99,7 +99,9 @@
 // write the device and the store but has no key (details in keyed.go and
 // the README, point by point against dm-integrity's documented limits):
 // altered, moved, copied or fabricated data fails; forged tags and
-// generations fail (tag pages carry a MAC); putting back one older block
+// generations fail (tag pages carry a MAC, and every tag page exists from
+// Create on, so a deleted one fails every block of it: "page-missing");
+// putting back one older block
 // fails, but putting back a whole tag page (PageTuples blocks) with its
 // blocks' old data, or the device and the whole store together, is not
 // detected (dm-integrity does not detect replay of a single sector either).

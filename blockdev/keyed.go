@@ -41,7 +41,14 @@ import (
 // store/keyed.go) which also seals the tuple page of the same blocks, so
 // a forged tag or generation, a page copied from another page or volume,
 // or any edit of a tuple page (guard, app tag, ref tag, sector sum,
-// written bit) fails when it is read with the key (reason "page-mac").
+// written bit) fails when it is read with the key: every block of the page
+// fails (reason "page-mac"). Every tag page exists from Create on (sealed
+// empty by store.CreateKeyedTuples; a discard of a whole page seals it
+// empty again, never deletes it), so a tag page that is missing was
+// deleted, and every block of it fails (reason "page-missing"): an
+// attacker cannot zero a page of blocks, put the empty record in place of
+// its tuple page, delete its tag page and have the blocks read as
+// unwritten zeros.
 //
 // Threat model. An attacker who can write the device and the store, but
 // has no key:
@@ -55,7 +62,12 @@ import (
 //     and the page number;
 //   - can replay an older version of a whole tag page together with the
 //     data of its blocks (up to PageTuples blocks at once): a page MAC
-//     proves where a page belongs, not that it is the newest; and can roll
+//     proves where a page belongs, not that it is the newest. That
+//     includes a page's state from before its blocks were written (for a
+//     hole, the empty page sealed at Create), put back with its tuple page
+//     and zeroed blocks by an attacker who kept a copy of those records:
+//     deleting the page, or emptying it without such a copy, is detected
+//     (page-missing, page-mac), but a kept copy is a replay. And can roll
 //     back the device and the whole store together to any earlier state.
 //     Neither is detectable without a counter kept somewhere the attacker
 //     cannot write (a TPM, a remote service). After such a rollback the
@@ -63,7 +75,8 @@ import (
 //     reusing the rolled-back generations, except with probability about
 //     2^-32 per reopening.
 //   - can delete or damage anything: that is detected (missing tags and
-//     pages are integrity failures), not prevented.
+//     tag pages are keyed-tag failures of their blocks, a missing tuple
+//     page a damaged store), not prevented.
 //
 // dm-integrity's keyed mode (internal_hash:hmac(sha256)) documents the
 // same first two points for its per-sector tags, and says that it does
@@ -96,8 +109,10 @@ const KindKeyedTag Kind = "keyed-tag"
 // KeyedTagError is a block that failed the keyed check: its data does not
 // match its keyed tag (Reason "mismatch"), it has no tag while its tuple
 // says it is written ("missing"), it has one while unwritten
-// ("unwritten"), or its tag page failed its MAC ("page-mac"). It matches
-// ErrKeyedTag and dif.ErrIntegrity.
+// ("unwritten"), its tag page failed its MAC ("page-mac"), or its tag page
+// is missing from the store ("page-missing"). Every block of a tag page
+// that fails its MAC or is missing fails. It matches ErrKeyedTag and
+// dif.ErrIntegrity.
 type KeyedTagError struct {
 	LBA      int64
 	Gen      uint64   // the stored generation
@@ -114,6 +129,8 @@ func (e *KeyedTagError) Error() string {
 		return fmt.Sprintf("blockdev: block %d: keyed tag page fails its MAC (forged or copied tags, or an edited tuple page)", e.LBA)
 	case "missing":
 		return fmt.Sprintf("blockdev: block %d: written but has no keyed tag", e.LBA)
+	case "page-missing":
+		return fmt.Sprintf("blockdev: block %d: keyed tag page missing (deleted from the store: every tag page of a keyed volume exists from its creation on)", e.LBA)
 	}
 	return fmt.Sprintf("blockdev: block %d: keyed tag: %s", e.LBA, e.Reason)
 }
@@ -475,6 +492,7 @@ func (v *Volume) readCommitted(lba int64, dst []store.KeyedTag) error {
 				macErr = me
 			} else {
 				macErr.Pages = append(macErr.Pages, me.Pages...)
+				macErr.Missing = append(macErr.Missing, me.Missing...)
 			}
 		case err != nil:
 			return err
@@ -587,6 +605,20 @@ func (v *Volume) keyedCheck(lba int64, n int, data []byte, sc *scratch, st *RunS
 	}
 	// The runs of eligible written blocks of one generation, each one
 	// kernel call; the other blocks are decided here.
+	// Blocks of tag pages that are missing (deleted: every tag page exists
+	// from Create on) have no tags to check: each is a failure.
+	var gone []uint64
+	if pageErr != nil && len(pageErr.Missing) > 0 {
+		gone = make([]uint64, w)
+		P := int64(v.man.PageTuples)
+		for _, page := range pageErr.Missing {
+			for b := max(page*P, lba); b < min((page+1)*P, end); b++ {
+				if i := int(b - lba); !hasBit(have, i) {
+					setBit(gone, i)
+				}
+			}
+		}
+	}
 	runs := ks.runs[:0]
 	blocks := 0
 	for i := 0; i < n; {
@@ -597,6 +629,10 @@ func (v *Volume) keyedCheck(lba int64, n int, data []byte, sc *scratch, st *RunS
 		b := lba + int64(i)
 		written := sc.written.Has(i)
 		switch {
+		case gone != nil && hasBit(gone, i):
+			bad(i, &KeyedTagError{LBA: b, Reason: "page-missing"})
+			i++
+			continue
 		case written && tags[i].Gen == 0:
 			bad(i, &KeyedTagError{LBA: b, Reason: "missing"})
 			i++
@@ -610,7 +646,7 @@ func (v *Volume) keyedCheck(lba int64, n int, data []byte, sc *scratch, st *RunS
 			continue
 		}
 		j := i + 1
-		for j < n && keyedEligible(states, sc, transient, j) && sc.written.Has(j) && tags[j].Gen == tags[i].Gen {
+		for j < n && keyedEligible(states, sc, transient, j) && sc.written.Has(j) && tags[j].Gen == tags[i].Gen && (gone == nil || !hasBit(gone, j)) {
 			j++
 		}
 		runs = append(runs, kRun{i, j, tags[i].Gen})
@@ -631,16 +667,19 @@ func (v *Volume) keyedCheck(lba int64, n int, data []byte, sc *scratch, st *RunS
 	if pageErr != nil {
 		// A page that fails its MAC may hold an older, authentic (data,
 		// tag) pair put back by an attacker, which the tag check cannot
-		// see: its first block in the run reports the page.
+		// see, or say unwritten of blocks that were written: every block
+		// of it not failed already fails.
 		P := int64(v.man.PageTuples)
 		for _, page := range pageErr.Pages {
+			if pageErr.IsMissing(page) {
+				continue
+			}
 			for b := max(page*P, lba); b < min((page+1)*P, end); b++ {
 				i := int(b - lba)
-				if hasBit(have, i) || !keyedEligible(states, sc, transient, i) {
+				if hasBit(have, i) || hasBit(failed, i) || !keyedEligible(states, sc, transient, i) {
 					continue
 				}
 				bad(i, &KeyedTagError{LBA: b, Gen: tags[i].Gen, Actual: tags[i].Tag, Reason: "page-mac"})
-				break
 			}
 		}
 	}
@@ -793,19 +832,20 @@ func (kr *keyedRecovery) committedOK(i int, data []byte, lba int64, written bool
 }
 
 // keyManifest makes m the manifest of a new keyed volume under k: a fresh
-// volume uid and the key check value.
-func (k *Key) keyManifest(m *store.Manifest) error {
+// volume uid and the key check value. It returns the volume's page key,
+// with which store.CreateKeyedTuples seals every tag page.
+func (k *Key) keyManifest(m *store.Manifest) ([]byte, error) {
 	uid, err := newVolumeUID()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	b, _ := hex.DecodeString(uid)
 	vk, err := k.derive(b)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	m.KeyCheck, m.VolumeUID = vk.check, uid
-	return nil
+	return vk.page, nil
 }
 
 // protectAhead is how many generations Create reserves with one synced
@@ -821,7 +861,12 @@ const protectAhead = 1024
 // new generations, never ones a lost commit had used. The blocks' tuples
 // and sums are committed in the same batch (not through the bulk loader),
 // since the tag page's MAC seals the tuple page as stored.
-func (v *Volume) protectTags(lba int64, n int, data, tuples []byte, sums []uint32) error {
+//
+// A chunk of splitMinBytes or more has its tags computed in two halves at
+// once (the second on another goroutine, when GOMAXPROCS allows), as
+// keyedCheck does for reads: Poly1305 was most of a keyed protect's CPU
+// time (BenchmarkProtect). ps keeps the buffers from chunk to chunk.
+func (v *Volume) protectTags(lba int64, n int, data, tuples []byte, sums []uint32, ps *protectScratch) error {
 	k := v.kd
 	gen := k.takeGen()
 	if gen > k.reserved {
@@ -835,8 +880,8 @@ func (v *Volume) protectTags(lba int64, n int, data, tuples []byte, sums []uint3
 		}
 		k.reserved = gen + protectAhead - 1
 	}
-	tags := make([]store.KeyedTag, n)
-	if err := k.newTags(tags, lba, gen, data, v.bs); err != nil {
+	tags := ps.grow(n)
+	if err := k.protectCompute(tags, lba, gen, data, v.bs, ps); err != nil {
 		return err
 	}
 	x := v.tup.NewTxn()
@@ -849,6 +894,50 @@ func (v *Volume) protectTags(lba int64, n int, data, tuples []byte, sums []uint3
 		return err
 	}
 	return x.Commit(false)
+}
+
+// protectScratch holds protectTags' buffers: the tags of a chunk and, per
+// half, the associated data and kernel tags.
+type protectScratch struct {
+	tags []store.KeyedTag
+	ad   [2][]byte
+	pt   [2][]poly1305.Tag
+}
+
+func (ps *protectScratch) grow(n int) []store.KeyedTag {
+	if cap(ps.tags) < n {
+		ps.tags = make([]store.KeyedTag, n)
+		for i := range ps.ad {
+			ps.ad[i] = make([]byte, n*adLen)
+			ps.pt[i] = make([]poly1305.Tag, n)
+		}
+	}
+	return ps.tags[:n]
+}
+
+// protectCompute computes the new tags of the n = len(dst) blocks of data
+// at lba under gen: in two halves at once from splitMinBytes on. The
+// halves' nonces are those of one run (gen, lba+i), so the tags are the
+// same either way.
+func (k *keyed) protectCompute(dst []store.KeyedTag, lba int64, gen uint64, data []byte, bs int, ps *protectScratch) error {
+	n := len(dst)
+	if testHookNewTags != nil {
+		testHookNewTags(k.uid, gen, lba, n)
+	}
+	if n*bs < splitMinBytes || runtime.GOMAXPROCS(0) < 2 {
+		return k.tagsInto(dst, lba, gen, data, bs, ps.ad[0], ps.pt[0])
+	}
+	h := n / 2
+	var err2 error
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		err2 = k.tagsInto(dst[h:], lba+int64(h), gen, data[h*bs:n*bs], bs, ps.ad[1], ps.pt[1])
+	}()
+	err := k.tagsInto(dst[:h], lba, gen, data[:h*bs], bs, ps.ad[0], ps.pt[0])
+	wg.Wait()
+	return errors.Join(err, err2)
 }
 
 // tagEqual compares two tags in constant time: two 64-bit XORs, without the

@@ -12,6 +12,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/difctl/difctl/blockdev/faultdev"
 	"github.com/difctl/difctl/dif"
+	"github.com/difctl/difctl/kernels/crc32c"
 	"github.com/difctl/difctl/store"
 )
 
@@ -482,206 +483,347 @@ func TestVolumeCrashDuringRecovery(t *testing.T) {
 	}
 }
 
+// crashKeyModes are the key=off/on subtests of the crash tests below: the
+// same scenario on an unkeyed volume and on a keyed one (opened with its
+// key throughout, so recovery checks the intents' keyed tags too).
+func crashKeyModes(t *testing.T) []struct {
+	name string
+	key  *Key
+} {
+	return []struct {
+		name string
+		key  *Key
+	}{{"key=off", nil}, {"key=on", testKey(t, 9)}}
+}
+
+// newPowerLossEnvWith is newPowerLossEnv with a key (nil: unkeyed) and a
+// sector sum policy.
+func newPowerLossEnvWith(t *testing.T, format string, blocks int, key *Key, sums SumPolicy) *powerLossEnv {
+	t.Helper()
+	if key == nil && sums == SumsAuto {
+		return newPowerLossEnv(t, format, blocks)
+	}
+	f := dif.MustFormat(format)
+	bs := f.BlockSize()
+	e := &powerLossEnv{t: t, f: f}
+	var err error
+	if e.mem, err = NewMemDevice(int64(blocks*bs), min(bs, 4096)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.mem.WriteAt(pattern(blocks*bs, 5), 0); err != nil {
+		t.Fatal(err)
+	}
+	if e.fd, err = faultdev.New(e.mem, faultdev.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	e.fs = vfs.NewCrashableMem()
+	if e.kv, err = store.OpenPebbleOnFS("db", e.fs); err != nil {
+		t.Fatal(err)
+	}
+	co := CreateOptions{Format: f, SectorSums: sums, Options: Options{Rereads: -1, Key: key}}
+	if e.v, err = Create(context.Background(), e.fd, e.kv, co); err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+// wantKeyed checks that v is keyed and checks its tags exactly when key is
+// given.
+func wantKeyed(t *testing.T, v *Volume, key *Key) {
+	t.Helper()
+	if v.KeyedChecked() != (key != nil) {
+		t.Fatalf("volume keyed check %v, want %v", v.KeyedChecked(), key != nil)
+	}
+}
+
 // TestVolumeProcessCrashThenPowerLoss: a process crash keeps the page cache
 // (unsynced data and every store commit survive), so recovery finds the new
 // data and folds its tuples; a power loss after recovery must not then lose
 // that data under the folded tuples. It fails if recovery folds before the
-// data it trusts is durable (recovery's first device sync).
+// data it trusts is durable (recovery's first device sync). Keyed, the
+// folded tags must be durable with the tuples and match the data.
 func TestVolumeProcessCrashThenPowerLoss(t *testing.T) {
-	for _, format := range []string{"512+8", "4096+16:crc64"} {
-		t.Run("format="+format, func(t *testing.T) {
-			e := newPowerLossEnv(t, format, 32)
-			bs := e.f.BlockSize()
-			if err := e.v.Sync(); err != nil {
-				t.Fatal(err)
+	formats := []string{"512+8", "4096+16:crc64"}
+	for _, km := range crashKeyModes(t) {
+		for i, format := range formats {
+			if testing.Short() && km.key != nil && i > 0 {
+				continue // -short: one keyed format
 			}
-			// More than a staging batch: flushed (intents durable, data in
-			// the page cache), never synced.
-			data := pattern(20*bs, 8)
-			e.v.opts.StagingBytes = 8 * bs
-			v := e.v
-			v.Close() // the volume was created with the default staging
-			var err error
-			if v, err = Open(context.Background(), e.fd, e.kv, Options{Rereads: -1, StagingBytes: 8 * bs}); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := v.WriteAt(data, 4*int64(bs)); err != nil {
-				t.Fatal(err)
-			}
-			v.waitFlushed()
-			// Process crash: the volume is abandoned; the device keeps what
-			// was written (not synced), the store every commit.
-			v.fails.p.Store(&errTestCrash)
-			e.kv.Close()
-			kv, err := store.OpenPebbleOnFS("db", e.fs)
-			if err != nil {
-				t.Fatal(err)
-			}
-			e.kv = kv
-			v2, err := Open(context.Background(), e.fd, kv, Options{Rereads: -1})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if rs := v2.Stats().Recovery; rs.Folded == 0 {
-				t.Fatalf("recovery folded nothing (%+v): the test does not reach its case", rs)
-			}
-			// Power loss right after recovery.
-			fd, clone := e.powerLoss()
-			kv2, err := store.OpenPebbleOnFS("db", clone)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer kv2.Close()
-			v3, err := Open(context.Background(), fd, kv2, Options{Rereads: -1})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer v3.Close()
-			got := make([]byte, v3.Size())
-			if _, err := v3.ReadAt(got, 0); err != nil {
-				t.Fatalf("after a process crash, recovery and a power loss: %v", err)
-			}
-		})
-	}
-}
-
-// TestVolumeCorruptUnderOpenIntent: a block whose write is an open intent
-// (flushed, not synced) is damaged before recovery; recovery must report it
-// torn, whether the block held data or was unwritten, and never accept it.
-func TestVolumeCorruptUnderOpenIntent(t *testing.T) {
-	for _, format := range []string{"512+8", "4096+16:crc64"} {
-		for _, unwritten := range []bool{false, true} {
-			t.Run(fmt.Sprintf("format=%s/unwritten=%v", format, unwritten), func(t *testing.T) {
-				e := newPowerLossEnv(t, format, 32)
+			t.Run(km.name+"/format="+format, func(t *testing.T) {
+				key := km.key
+				e := newPowerLossEnvWith(t, format, 32, key, SumsAuto)
 				bs := e.f.BlockSize()
-				const blk = 6
-				if unwritten {
-					if err := e.v.Discard(0, 16*int64(bs)); err != nil {
-						t.Fatal(err)
-					}
-				}
-				e.v.Close()
-				v, err := Open(context.Background(), e.fd, e.kv, Options{Rereads: -1, StagingBytes: 8 * bs})
-				if err != nil {
+				if err := e.v.Sync(); err != nil {
 					t.Fatal(err)
 				}
-				if _, err := v.WriteAt(pattern(12*bs, 9), 0); err != nil {
+				// More than a staging batch: flushed (intents durable, data in
+				// the page cache), never synced.
+				data := pattern(20*bs, 8)
+				e.v.opts.StagingBytes = 8 * bs
+				v := e.v
+				v.Close() // the volume was created with the default staging
+				var err error
+				if v, err = Open(context.Background(), e.fd, e.kv, Options{Rereads: -1, StagingBytes: 8 * bs, Key: key}); err != nil {
+					t.Fatal(err)
+				}
+				wantKeyed(t, v, key)
+				if _, err := v.WriteAt(data, 4*int64(bs)); err != nil {
 					t.Fatal(err)
 				}
 				v.waitFlushed()
-				// Power loss that keeps every write (the data reached the
-				// medium), then the block rots.
-				clone := e.fs.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 0, RNG: rand.New(rand.NewPCG(1, 1))})
-				if err := e.fd.Crash(faultdev.CrashOptions{Keep: 1}); err != nil {
-					t.Fatal(err)
-				}
-				fd, err := e.fd.Reopen()
-				if err != nil {
-					t.Fatal(err)
-				}
+				// Process crash: the volume is abandoned; the device keeps what
+				// was written (not synced), the store every commit.
+				v.fails.p.Store(&errTestCrash)
 				e.kv.Close()
-				if err := fd.FlipBit(blk*int64(bs)+9, 1); err != nil {
-					t.Fatal(err)
-				}
-				kv, err := store.OpenPebbleOnFS("db", clone)
+				kv, err := store.OpenPebbleOnFS("db", e.fs)
 				if err != nil {
 					t.Fatal(err)
 				}
-				defer kv.Close()
-				v2, err := Open(context.Background(), fd, kv, Options{Rereads: -1})
+				e.kv = kv
+				v2, err := Open(context.Background(), e.fd, kv, Options{Rereads: -1, Key: key})
 				if err != nil {
 					t.Fatal(err)
 				}
-				defer v2.Close()
-				rs := v2.Stats().Recovery
-				if rs.Intents == 0 || rs.Torn != 1 {
-					t.Fatalf("recovery: %+v; want the one damaged block torn", rs)
+				if rs := v2.Stats().Recovery; rs.Folded == 0 {
+					t.Fatalf("recovery folded nothing (%+v): the test does not reach its case", rs)
 				}
-				buf := make([]byte, bs)
-				if _, err := v2.ReadAt(buf, blk*int64(bs)); !errors.Is(err, dif.ErrIntegrity) {
-					t.Fatalf("damaged block under an open intent reads: %v", err)
+				// Power loss right after recovery.
+				fd, clone := e.powerLoss()
+				kv2, err := store.OpenPebbleOnFS("db", clone)
+				if err != nil {
+					t.Fatal(err)
 				}
-				for b := int64(0); b < 12; b++ {
-					if b == blk {
-						continue
-					}
-					if _, err := v2.ReadAt(buf, b*int64(bs)); err != nil {
-						t.Fatalf("block %d: %v", b, err)
-					}
+				defer kv2.Close()
+				v3, err := Open(context.Background(), fd, kv2, Options{Rereads: -1, Key: key})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer v3.Close()
+				wantKeyed(t, v3, key)
+				got := make([]byte, v3.Size())
+				if _, err := v3.ReadAt(got, 0); err != nil {
+					t.Fatalf("after a process crash, recovery and a power loss: %v", err)
 				}
 			})
 		}
 	}
 }
 
+// TestVolumeCorruptUnderOpenIntent: a block whose write is an open intent
+// (flushed, not synced) is damaged before recovery; recovery must report it
+// torn, whether the block held data or was unwritten, and never accept it.
+// Keyed (key=on), recovery also checks each block against the intent's
+// keyed tag, and the damaged block must be a failure there too, never
+// laundered into a tag that matches it.
+func TestVolumeCorruptUnderOpenIntent(t *testing.T) {
+	for _, km := range crashKeyModes(t) {
+		for i, format := range []string{"512+8", "4096+16:crc64"} {
+			for _, unwritten := range []bool{false, true} {
+				if testing.Short() && km.key != nil && i > 0 {
+					continue
+				}
+				t.Run(fmt.Sprintf("%s/format=%s/unwritten=%v", km.name, format, unwritten), func(t *testing.T) {
+					key := km.key
+					e := newPowerLossEnvWith(t, format, 32, key, SumsAuto)
+					bs := e.f.BlockSize()
+					const blk = 6
+					if unwritten {
+						if err := e.v.Discard(0, 16*int64(bs)); err != nil {
+							t.Fatal(err)
+						}
+					}
+					e.v.Close()
+					v, err := Open(context.Background(), e.fd, e.kv, Options{Rereads: -1, StagingBytes: 8 * bs, Key: key})
+					if err != nil {
+						t.Fatal(err)
+					}
+					if _, err := v.WriteAt(pattern(12*bs, 9), 0); err != nil {
+						t.Fatal(err)
+					}
+					v.waitFlushed()
+					// Power loss that keeps every write (the data reached the
+					// medium), then the block rots.
+					clone := e.fs.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 0, RNG: rand.New(rand.NewPCG(1, 1))})
+					if err := e.fd.Crash(faultdev.CrashOptions{Keep: 1}); err != nil {
+						t.Fatal(err)
+					}
+					fd, err := e.fd.Reopen()
+					if err != nil {
+						t.Fatal(err)
+					}
+					e.kv.Close()
+					if err := fd.FlipBit(blk*int64(bs)+9, 1); err != nil {
+						t.Fatal(err)
+					}
+					kv, err := store.OpenPebbleOnFS("db", clone)
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer kv.Close()
+					v2, err := Open(context.Background(), fd, kv, Options{Rereads: -1, Key: key})
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer v2.Close()
+					wantKeyed(t, v2, key)
+					rs := v2.Stats().Recovery
+					if rs.Intents == 0 || rs.Torn != 1 {
+						t.Fatalf("recovery: %+v; want the one damaged block torn", rs)
+					}
+					buf := make([]byte, bs)
+					if _, err := v2.ReadAt(buf, blk*int64(bs)); !errors.Is(err, dif.ErrIntegrity) {
+						t.Fatalf("damaged block under an open intent reads: %v", err)
+					}
+					for b := int64(0); b < 12; b++ {
+						if b == blk {
+							continue
+						}
+						if _, err := v2.ReadAt(buf, b*int64(bs)); err != nil {
+							t.Fatalf("block %d: %v", b, err)
+						}
+					}
+					if key == nil {
+						return
+					}
+					// The damaged block keeps no tag that matches it: a check
+					// fails it again after the tuples are repaired by hand
+					// (as an attacker who recomputes CRCs would), by its
+					// keyed tag.
+					v2.Close()
+					kv.Close()
+					kv, err = store.OpenPebbleOnFS("db", clone)
+					if err != nil {
+						t.Fatal(err)
+					}
+					tp, err := store.OpenTuples(kv, DefaultVolumeName, nil)
+					if err != nil {
+						t.Fatal(err)
+					}
+					got := make([]byte, bs)
+					if _, err := fd.ReadAt(got, blk*int64(bs)); err != nil {
+						t.Fatal(err)
+					}
+					fixTuple(t, tp, e.f, blk, got)
+					v3, err := Open(context.Background(), fd, kv, Options{Rereads: -1, Key: key})
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer v3.Close()
+					_, err = v3.ReadAt(buf, blk*int64(bs))
+					var ke *KeyedTagError
+					if !errors.As(err, &ke) || ke.LBA != blk {
+						t.Fatalf("damaged block with its CRCs recomputed reads: %v, want a keyed-tag failure", err)
+					}
+				})
+			}
+		}
+	}
+}
+
+// fixTuple stores the tuple and sector sum that make data pass the CRC
+// checks as block lba, without the key (as an attacker would).
+func fixTuple(t *testing.T, tp *store.Tuples, f dif.Format, lba int64, data []byte) {
+	t.Helper()
+	m := tp.Manifest()
+	f = f.WithLayout(dif.Separate)
+	tuple := make([]byte, f.TupleSize())
+	if err := f.Generate(data, tuple, dif.Params{RefTag: m.InitialRefTag + uint64(lba), AppTag: m.AppTag, LBA: lba}); err != nil {
+		t.Fatal(err)
+	}
+	var sums []uint32
+	if m.SectorSums {
+		sums = []uint32{crc32c.Checksum(data)}
+	}
+	if err := tp.WriteRange(lba, tuple, sums, true); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestVolumeRecoveryChecksSectorSums: data that matches an intent's PI
 // tuple but not its CRC-32C sector checksum (a T10-DIF guard collision,
 // made by adding the CRC polynomial to the data) is not the intended write:
-// recovery must report it torn, not fold it.
+// recovery must report it torn, not fold it. Keyed, the intent's keyed tag
+// catches it too: with sector sums off (sums=off) the keyed tag is the
+// only check that tells the colliding data from the intended write.
 func TestVolumeRecoveryChecksSectorSums(t *testing.T) {
-	e := newPowerLossEnv(t, "512+8", 32) // 16-bit guard: sector sums kept
-	bs := e.f.BlockSize()
-	if !e.v.Manifest().SectorSums {
-		t.Fatal("the volume keeps no sector checksums")
+	modes := crashKeyModes(t)
+	type mode struct {
+		name string
+		key  *Key
+		sums SumPolicy
 	}
-	f := e.v.Format()
-	e.v.Close()
-	v, err := Open(context.Background(), e.fd, e.kv, Options{Rereads: -1, StagingBytes: 8 * bs})
-	if err != nil {
-		t.Fatal(err)
-	}
-	const blk = 2
-	data := pattern(12*bs, 10)
-	if _, err := v.WriteAt(data, 0); err != nil {
-		t.Fatal(err)
-	}
-	v.waitFlushed()
-	clone := e.fs.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 0, RNG: rand.New(rand.NewPCG(1, 1))})
-	if err := e.fd.Crash(faultdev.CrashOptions{Keep: 1}); err != nil {
-		t.Fatal(err)
-	}
-	fd, err := e.fd.Reopen()
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.kv.Close()
-	// x^16 + 0x8BB7 (0x18BB7), shifted left by 7 to fill three bytes: the
-	// data plus a multiple of the polynomial has the same CRC-16/T10-DIF.
-	poly := []byte{0xC5, 0xDB, 0x80}
-	at := blk*bs + 100
-	for i, p := range poly {
-		if err := flipByte(fd, int64(at+i), p); err != nil {
-			t.Fatal(err)
-		}
-	}
-	// Check the collision: same tuple, different data.
-	got := make([]byte, bs)
-	if _, err := fd.ReadAt(got, blk*int64(bs)); err != nil {
-		t.Fatal(err)
-	}
-	t1, t2 := make([]byte, 8), make([]byte, 8)
-	p := dif.Params{RefTag: blk, LBA: blk}
-	if err := f.Generate(data[blk*bs:(blk+1)*bs], t1, p); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Generate(got, t2, p); err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(t1, t2) || bytes.Equal(got, data[blk*bs:(blk+1)*bs]) {
-		t.Fatalf("no guard collision: %x %x", t1, t2)
-	}
-	kv, err := store.OpenPebbleOnFS("db", clone)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer kv.Close()
-	v2, err := Open(context.Background(), fd, kv, Options{Rereads: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer v2.Close()
-	if rs := v2.Stats().Recovery; rs.Torn != 1 || rs.Folded != rs.Blocks-1 || rs.Blocks < 4 {
-		t.Fatalf("recovery: %+v; want the colliding block torn and the others folded", rs)
+	ms := []mode{{modes[0].name, nil, SumsAuto}, {modes[1].name, modes[1].key, SumsAuto}, {modes[1].name + "/sums=off", modes[1].key, SumsOff}}
+	for _, md := range ms {
+		t.Run(md.name, func(t *testing.T) {
+			e := newPowerLossEnvWith(t, "512+8", 32, md.key, md.sums) // 16-bit guard: sector sums kept (auto)
+			bs := e.f.BlockSize()
+			if e.v.Manifest().SectorSums != (md.sums == SumsAuto) {
+				t.Fatalf("the volume keeps sector checksums: %v", e.v.Manifest().SectorSums)
+			}
+			f := e.v.Format()
+			e.v.Close()
+			v, err := Open(context.Background(), e.fd, e.kv, Options{Rereads: -1, StagingBytes: 8 * bs, Key: md.key})
+			if err != nil {
+				t.Fatal(err)
+			}
+			const blk = 2
+			data := pattern(12*bs, 10)
+			if _, err := v.WriteAt(data, 0); err != nil {
+				t.Fatal(err)
+			}
+			v.waitFlushed()
+			clone := e.fs.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 0, RNG: rand.New(rand.NewPCG(1, 1))})
+			if err := e.fd.Crash(faultdev.CrashOptions{Keep: 1}); err != nil {
+				t.Fatal(err)
+			}
+			fd, err := e.fd.Reopen()
+			if err != nil {
+				t.Fatal(err)
+			}
+			e.kv.Close()
+			// x^16 + 0x8BB7 (0x18BB7), shifted left by 7 to fill three bytes: the
+			// data plus a multiple of the polynomial has the same CRC-16/T10-DIF.
+			poly := []byte{0xC5, 0xDB, 0x80}
+			at := blk*bs + 100
+			for i, p := range poly {
+				if err := flipByte(fd, int64(at+i), p); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// Check the collision: same tuple, different data.
+			got := make([]byte, bs)
+			if _, err := fd.ReadAt(got, blk*int64(bs)); err != nil {
+				t.Fatal(err)
+			}
+			t1, t2 := make([]byte, 8), make([]byte, 8)
+			p := dif.Params{RefTag: blk, LBA: blk}
+			if err := f.Generate(data[blk*bs:(blk+1)*bs], t1, p); err != nil {
+				t.Fatal(err)
+			}
+			if err := f.Generate(got, t2, p); err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(t1, t2) || bytes.Equal(got, data[blk*bs:(blk+1)*bs]) {
+				t.Fatalf("no guard collision: %x %x", t1, t2)
+			}
+			kv, err := store.OpenPebbleOnFS("db", clone)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer kv.Close()
+			v2, err := Open(context.Background(), fd, kv, Options{Rereads: -1, Key: md.key})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer v2.Close()
+			wantKeyed(t, v2, md.key)
+			if rs := v2.Stats().Recovery; rs.Torn != 1 || rs.Folded != rs.Blocks-1 || rs.Blocks < 4 {
+				t.Fatalf("recovery: %+v; want the colliding block torn and the others folded", rs)
+			}
+			if _, err := v2.ReadAt(got, blk*int64(bs)); !errors.Is(err, dif.ErrIntegrity) {
+				t.Fatalf("the colliding block reads: %v", err)
+			}
+		})
 	}
 }
 

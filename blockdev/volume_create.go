@@ -110,12 +110,17 @@ func Create(ctx context.Context, dev Device, kv store.KV, opts CreateOptions) (*
 	var next int64
 	started := time.Now().UTC()
 	mk := m
+	var tup *store.Tuples
 	if opts.Key != nil {
-		if err := opts.Key.keyManifest(&mk); err != nil {
-			return nil, err
+		// Every tag page is sealed (empty) at creation (store/keyed.go).
+		pk, kerr := opts.Key.keyManifest(&mk)
+		if kerr != nil {
+			return nil, kerr
 		}
+		tup, err = store.CreateKeyedTuples(kv, name, mk, pk)
+	} else {
+		tup, err = store.CreateTuples(kv, name, mk)
 	}
-	tup, err := store.CreateTuples(kv, name, mk)
 	switch {
 	case errors.Is(err, store.ErrExists):
 		tup, err = store.OpenTuples(kv, name, &m)
@@ -216,6 +221,7 @@ func (v *Volume) protect(ctx context.Context, next int64, started time.Time, o *
 	fail := func(err error) error {
 		return fmt.Errorf("blockdev: create volume %q: protecting block %d: %w", v.opts.Name, pos, err)
 	}
+	var ps protectScratch // keyed volumes: protectTags' buffers
 	// Tuples go to the store through its bulk loader (sorted tables
 	// ingested whole, skipping the write-ahead log), one loader per
 	// contiguous run of blocks. A loader's tuples become visible and durable
@@ -275,7 +281,7 @@ func (v *Volume) protect(ctx context.Context, next int64, started time.Time, o *
 			if v.kd != nil {
 				// A keyed volume commits the tuples with their tags, in
 				// one batch: the tag page's MAC seals the tuple page.
-				if err := v.protectTags(pos, n, data, tuples[:n*ts], s); err != nil {
+				if err := v.protectTags(pos, n, data, tuples[:n*ts], s, &ps); err != nil {
 					return err
 				}
 				pos += int64(n)

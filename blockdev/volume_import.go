@@ -80,6 +80,9 @@ func ImportImage(ctx context.Context, src *PISource, dev Device, kv store.KV, op
 		return nil, nil, fmt.Errorf("blockdev: import into volume %q: %s", name, fmt.Sprintf(format, args...))
 	}
 	switch {
+	case opts.Key != nil:
+		// Its tag pages would have to be sealed from creation on (keyed.go).
+		return nil, nil, fmt.Errorf("blockdev: import into volume %q: %w: import creates no keyed volumes (protect the data with Create and a key)", name, ErrNotKeyed)
 	case f.StorageTagBits() > 0 && p.StorageTag != 0:
 		return fail("storage tag %#x: a volume checks storage tags against zero", p.StorageTag)
 	case dev.Size() != src.Blocks()*int64(src.BlockSize()):

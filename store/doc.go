@@ -67,13 +67,15 @@
 // assumes the Tuples is the volume's only writer, as a blockdev.Volume is;
 // ReadRange always reads the KV (a scrub of the store should use it).
 //
-// Keyed volumes (Manifest.KeyCheck set, schema version 3) also keep a
+// Keyed volumes (Manifest.KeyCheck set, schema version 4, created with
+// CreateKeyedTuples, which seals every tag page) also keep a
 // keyed tag and write generation per block, opaque to the store like a
 // tuple, in tag pages sealed with a page MAC (Tuples.SetPageMACKey,
 // ReadTags, Txn.WriteTags), tag intents beside the intents
 // (Txn.RecordTagIntent, TagIntent) and the reserved generation
-// (Txn.ReserveGeneration); see keyed.go. A page whose MAC fails gives a
-// *PageMACError (ErrPageMAC).
+// (Txn.ReserveGeneration); see keyed.go. A page whose MAC fails, or a tag
+// page that is missing (PageMACError.Missing), gives a *PageMACError
+// (ErrPageMAC).
 //
 // Errors are prefixed "store: " and match the sentinels (ErrNotFound,
 // ErrClosed, ErrCorrupt, ...) with errors.Is. A damaged stored value gives a

@@ -14,7 +14,7 @@ import (
 	"github.com/difctl/difctl/kernels/crc32c"
 )
 
-// Keyed volumes (Manifest.KeyCheck set, schema version 3) keep, beside the
+// Keyed volumes (Manifest.KeyCheck set, schema version 4) keep, beside the
 // tuple and sector checksum of every block, a keyed tag: a 16-byte
 // Poly1305-AES tag computed by blockdev over the volume's identity, the
 // block's address and its data, under the nonce (write generation, LBA).
@@ -25,19 +25,32 @@ import (
 //	'J' tag intent  | first LBA (8) | sequence (8), beside the 'I' intent
 //	'G' generation  (the highest write generation reserved)
 //
-// Tag page value, version 2 (big-endian), PageTuples records per page:
+// Tag page value, version 3 (big-endian), PageTuples records per page:
 //
 //	0  'K' magic
-//	1  version (2)
-//	2  0, 0
+//	1  version (3)
+//	2  flags: 1 = empty (no records follow: every block has no tag)
+//	3  0
 //	4  tuples per page P (uint32)
-//	8  P records of 24 bytes: generation (8) | tag (16); generation 0
-//	   means the block has no tag (never written, or discarded)
+//	8  P records of 24 bytes, unless empty: generation (8) | tag (16);
+//	   generation 0 means the block has no tag (never written, or
+//	   discarded)
 //	   page MAC (32): HMAC-SHA256 under the page key of
-//	   "difctl.store.tagpage.v2" | volume uid (16) | page number (8) |
+//	   "difctl.store.tagpage.v3" | volume uid (16) | page number (8) |
 //	   bytes 0 .. the MAC | length of the tuple page record of the same
 //	   page number (8) | that record's value as stored
 //	   CRC-32C of everything before it (4)
+//
+// Every tag page of a keyed volume exists from creation on:
+// CreateKeyedTuples seals every page empty (44 bytes each, bound to the
+// empty tuple page record), in the same bulk load as the empty tuple
+// pages and before the manifest, and no operation deletes one (a discard
+// of a whole page seals it empty again). So a tag page that is missing was
+// deleted: ReadTags reports it as a *PageMACError listing it in Missing,
+// and the volume fails every block of it (reason "page-missing"), with or
+// without the key. Without that rule an attacker could zero a page of
+// blocks on the device, put the empty record in place of its tuple page
+// and delete the tag page, and the blocks would read as unwritten zeros.
 //
 // So the MAC of a tag page also seals its tuple page, byte for byte: any
 // edit of a tuple page in the store (a guard, app tag, ref tag, sector sum
@@ -45,18 +58,15 @@ import (
 // MAC of its tag page when read with the key, as a *PageMACError. Every
 // commit of a keyed volume that writes a tuple page (Txn.Commit with the
 // page key) seals its tag page again in the same KV batch, whatever else
-// the transaction holds. A tag page that is missing is accepted only
-// beside an empty tuple page (every block unwritten: a volume created over
-// holes has none there); beside any other it fails as a *PageMACError.
-// Version 1 tag pages (schema 3 stores of the build before, which sealed
-// the tags only; never released) are refused as damaged: protect such a
-// volume again with --reprotect.
+// the transaction holds. Keyed stores of schema version 3 (development
+// builds, never released: tag pages version 1 or 2, missing where no block
+// had been written) are refused at open with ErrUnsupported: protect such
+// a volume again with --reprotect.
 //
 // The CRC tells accidental damage (a *CorruptError) from a page that is
 // intact but not the one the key sealed (a *PageMACError): a tag or
 // generation forged, a page copied from another page number or another
-// volume. A page that is missing reads as generation 0 throughout, which
-// the volume reports for every block its tuple page says is written.
+// volume.
 //
 // Tag pages are records of their own rather than a section of the tuple
 // page so that a reader without the key (difctl verify without --key-file)
@@ -80,7 +90,8 @@ const (
 	recGen       = 'G'
 
 	tagPageMagic   = 'K'
-	tagPageVersion = 2
+	tagPageVersion = 3
+	tagFlagEmpty   = 1
 	tagIntMagic    = 'J'
 	tagIntVersion  = 1
 	genMagic       = 'G'
@@ -107,16 +118,29 @@ var (
 // PageMACError reports a keyed record that is intact (its CRC-32C matches)
 // but whose MAC does not: it was not written under this volume's key at
 // this place, so a tag or generation in it was forged, or the record was
-// copied from another page or volume. It matches ErrPageMAC.
+// copied from another page or volume. It also reports tag pages that are
+// missing (Missing): every tag page of a keyed volume exists from its
+// creation on, so a missing one was deleted. It matches ErrPageMAC.
 type PageMACError struct {
 	Volume string
 	Record string  // "tag page 3", "generation"
 	Page   int64   // the (first) tag page, for tag pages
-	Pages  []int64 // every tag page of the read that failed, ReadTags only
+	Pages  []int64 // every tag page of the read that failed, missing ones included, ReadTags only
+	// Missing lists the tag pages of Pages that have no record (sorted).
+	Missing []int64
 }
 
 func (e *PageMACError) Error() string {
+	if _, missing := slices.BinarySearch(e.Missing, e.Page); missing && e.Record != "generation" {
+		return fmt.Sprintf("store: volume %q: %s: missing (deleted: every tag page of a keyed volume is sealed from its creation on)", e.Volume, e.Record)
+	}
 	return fmt.Sprintf("store: volume %q: %s: MAC does not match (forged, or copied from elsewhere)", e.Volume, e.Record)
+}
+
+// IsMissing reports whether tag page page is one of e.Missing.
+func (e *PageMACError) IsMissing(page int64) bool {
+	_, ok := slices.BinarySearch(e.Missing, page)
+	return ok
 }
 
 // Unwrap makes errors.Is(err, ErrPageMAC) true.
@@ -219,11 +243,49 @@ func (t *Tuples) tagIntentKey(lba int64, seq uint64) []byte {
 
 func (t *Tuples) tagPageSize() int { return tagHeader + t.l.p*TagRecordSize + pageMACLen + 4 }
 
+// emptyTagPageSize is the size of a tag page sealed empty (flag 1).
+const emptyTagPageSize = tagHeader + pageMACLen + 4
+
+// isEmptyTagPage reports whether v has the form of a tag page sealed
+// empty (its MAC not checked).
+func isEmptyTagPage(v []byte) bool {
+	return len(v) == emptyTagPageSize && v[0] == tagPageMagic && v[1] == tagPageVersion && v[2] == tagFlagEmpty
+}
+
+// CreateKeyedTuples creates the keyed volume of manifest m (KeyCheck and
+// VolumeUID set) like CreateTuples, with pageKey (PageMACKeySize bytes, as
+// SetPageMACKey takes) set, and every tag page sealed empty before the
+// manifest is written: from then on a missing tag page is one that was
+// deleted.
+func CreateKeyedTuples(kv KV, volume string, m Manifest, pageKey []byte) (*Tuples, error) {
+	if !m.Keyed() && m.VolumeUID == "" { // one without the other: ErrInvalid (validate)
+		return nil, fmt.Errorf("%w: create volume %q: the manifest has no key check value", ErrKeyed, volume)
+	}
+	if len(pageKey) != PageMACKeySize {
+		return nil, fmt.Errorf("%w: page key of %d bytes, want %d", ErrInvalid, len(pageKey), PageMACKeySize)
+	}
+	return createTuples(kv, volume, m, pageKey)
+}
+
+// loadEmptyTagPages adds every tag page of the volume, sealed empty, to bw
+// (keys ascending). Caller checked the page key is set.
+func (t *Tuples) loadEmptyTagPages(bw BulkWriter) error {
+	key := t.macKey()
+	buf := make([]byte, 0, emptyTagPageSize)
+	for page := range t.pages {
+		buf = t.encodeTagPage(buf[:0], key, page, nil, emptyPageValue)
+		if err := bw.Set(t.tagPageKey(page), buf); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // pageMAC computes the MAC of a tag page's bytes before the MAC, bound to
 // tup, the stored value of the tuple page of the same number (nil: none).
 func (t *Tuples) pageMAC(key []byte, page int64, body, tup []byte) []byte {
 	h := hmac.New(sha256.New, key)
-	h.Write([]byte("difctl.store.tagpage.v2"))
+	h.Write([]byte("difctl.store.tagpage.v3"))
 	h.Write(t.k.uid[:])
 	var pb [8]byte
 	binary.BigEndian.PutUint64(pb[:], uint64(page)) // page >= 0: checked by the caller
@@ -246,12 +308,24 @@ func (t *Tuples) rawTuplePage(page int64) ([]byte, error) {
 }
 
 // encodeTagPage appends the sealed value of a tag page to dst, bound to
-// tup (see pageMAC).
+// tup (see pageMAC). A page whose records are all zero (no tags: nil
+// recs) is sealed in the empty form.
 func (t *Tuples) encodeTagPage(dst []byte, key []byte, page int64, recs []KeyedTag, tup []byte) []byte {
 	start := len(dst)
-	dst = append(dst, tagPageMagic, tagPageVersion, 0, 0)
+	empty := !slices.ContainsFunc(recs, func(r KeyedTag) bool { return r != KeyedTag{} })
+	var flags byte
+	if empty {
+		flags = tagFlagEmpty
+	}
+	dst = append(dst, tagPageMagic, tagPageVersion, flags, 0)
 	dst = binary.BigEndian.AppendUint32(dst, uint32(t.l.p))
-	dst = appendTagRecords(dst, recs)
+	if !empty {
+		dst = appendTagRecords(dst, recs)
+		// A page shorter than P records (the volume's last) is padded.
+		for range t.l.p - len(recs) {
+			dst = appendTagRecords(dst, []KeyedTag{{}})
+		}
+	}
 	dst = append(dst, t.pageMAC(key, page, dst[start:], tup)...)
 	return binary.BigEndian.AppendUint32(dst, crc32c.Checksum(dst[start:]))
 }
@@ -273,30 +347,36 @@ func decodeTagRecords(dst []KeyedTag, src []byte) {
 }
 
 // checkTagPage validates a stored tag page: length, header, CRC and, with
-// the page key, its MAC, bound to tup (the stored tuple page).
-func (t *Tuples) checkTagPage(page int64, v []byte, key, tup []byte) error {
+// the page key, its MAC, bound to tup (the stored tuple page). It reports
+// whether the page is sealed empty (it holds no records).
+func (t *Tuples) checkTagPage(page int64, v []byte, key, tup []byte) (empty bool, err error) {
 	rec := fmt.Sprintf("tag page %d", page)
 	corrupt := func(format string, args ...any) error {
 		return &CorruptError{Volume: t.volume, Record: rec, Reason: fmt.Sprintf(format, args...)}
 	}
-	size := t.tagPageSize()
-	if len(v) != size {
-		return corrupt("length %d, want %d", len(v), size)
+	if len(v) < tagHeader || v[0] != tagPageMagic || v[1] != tagPageVersion || v[2]&^tagFlagEmpty != 0 || v[3] != 0 ||
+		binary.BigEndian.Uint32(v[4:]) != uint32(t.l.p) {
+		return false, corrupt("header %x does not match the manifest", v[:min(len(v), tagHeader)])
 	}
-	if v[0] != tagPageMagic || v[1] != tagPageVersion || binary.BigEndian.Uint32(v[4:]) != uint32(t.l.p) {
-		return corrupt("header %x does not match the manifest", v[:tagHeader])
+	empty = v[2] == tagFlagEmpty
+	size := t.tagPageSize()
+	if empty {
+		size = emptyTagPageSize
+	}
+	if len(v) != size {
+		return false, corrupt("length %d, want %d", len(v), size)
 	}
 	crcOff := size - 4
 	if got, want := crc32c.Checksum(v[:crcOff]), binary.BigEndian.Uint32(v[crcOff:]); got != want {
-		return corrupt("checksum %08x, stored %08x", got, want)
+		return false, corrupt("checksum %08x, stored %08x", got, want)
 	}
 	if key != nil {
 		macOff := crcOff - pageMACLen
 		if !hmac.Equal(t.pageMAC(key, page, v[:macOff], tup), v[macOff:crcOff]) {
-			return &PageMACError{Volume: t.volume, Record: rec, Page: page}
+			return empty, &PageMACError{Volume: t.volume, Record: rec, Page: page}
 		}
 	}
-	return nil
+	return empty, nil
 }
 
 // ReadTags reads the committed keyed tags of blocks [lba, lba+len(dst)).
@@ -305,7 +385,9 @@ func (t *Tuples) checkTagPage(page int64, v []byte, key, tup []byte) error {
 // match) and returns a *PageMACError listing the pages that failed, so that
 // the caller can check each block's tag and tell which it cannot trust.
 // Without the key only the CRC-32C is checked. A block without a tag reads
-// as Gen 0.
+// as Gen 0. A tag page that is missing (deleted: every tag page exists
+// from the volume's creation on) is reported, with or without the key, in
+// the *PageMACError's Missing and Pages; its blocks read as Gen 0.
 func (t *Tuples) ReadTags(lba int64, dst []KeyedTag) error {
 	if err := t.needKeyed(false); err != nil {
 		return err
@@ -331,21 +413,14 @@ func (t *Tuples) ReadTags(lba int64, dst []KeyedTag) error {
 		}
 		macErr.Pages = append(macErr.Pages, page)
 	}
-	// missing checks, with the key, the pages [expect, page) that have no
-	// tag page: only an empty tuple page may lack one.
+	// missing records the pages [expect, page) that have no tag page.
 	expect := first
-	missing := func(page int64) error {
-		for ; key != nil && expect < page; expect++ {
-			tup, err := t.rawTuplePage(expect)
-			if err != nil {
-				return err
-			}
-			if tup != nil && string(tup) != string(emptyPageValue) {
-				macFail(expect)
-			}
+	missing := func(page int64) {
+		for ; expect < page; expect++ {
+			macFail(expect)
+			macErr.Missing = append(macErr.Missing, expect)
 		}
 		expect = page + 1
-		return nil
 	}
 	for it.Next() {
 		k := it.Key()
@@ -353,9 +428,7 @@ func (t *Tuples) ReadTags(lba int64, dst []KeyedTag) error {
 			return &CorruptError{Volume: t.volume, Record: fmt.Sprintf("tag page key %x", k), Reason: "bad key length"}
 		}
 		page := keyInt(k[plen:])
-		if err := missing(page); err != nil {
-			return err
-		}
+		missing(page)
 		v := it.Value()
 		var tup []byte
 		if key != nil {
@@ -363,19 +436,16 @@ func (t *Tuples) ReadTags(lba int64, dst []KeyedTag) error {
 				return err
 			}
 		}
-		if err := t.checkTagPage(page, v, key, tup); err != nil {
-			me, ok := err.(*PageMACError)
-			if !ok {
+		empty, err := t.checkTagPage(page, v, key, tup)
+		if err != nil {
+			if _, ok := err.(*PageMACError); !ok {
 				return err
 			}
-			if macErr == nil {
-				macErr = me
-			}
-			macErr.Pages = append(macErr.Pages, page)
+			macFail(page)
 		}
 		pstart := page * P
 		s, e := max(pstart, lba), min(pstart+P, lba+n)
-		if s >= e {
+		if s >= e || empty {
 			continue
 		}
 		decodeTagRecords(dst[s-lba:e-lba], v[tagHeader+int(s-pstart)*TagRecordSize:])
@@ -383,11 +453,12 @@ func (t *Tuples) ReadTags(lba int64, dst []KeyedTag) error {
 	if err := it.Err(); err != nil {
 		return err
 	}
-	if err := missing(last + 1); err != nil {
-		return err
-	}
+	missing(last + 1)
 	if macErr != nil {
 		slices.Sort(macErr.Pages)
+		slices.Sort(macErr.Missing)
+		macErr.Page = macErr.Pages[0]
+		macErr.Record = fmt.Sprintf("tag page %d", macErr.Page)
 		return macErr
 	}
 	return nil

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/difctl/difctl/kernels/crc32c"
@@ -26,11 +28,8 @@ var macKey = bytes.Repeat([]byte{7}, store.PageMACKeySize)
 
 func newKeyed(t *testing.T, kv store.KV, name string, m store.Manifest) *store.Tuples {
 	t.Helper()
-	tp, err := store.CreateTuples(kv, name, m)
+	tp, err := store.CreateKeyedTuples(kv, name, m, macKey)
 	if err != nil {
-		t.Fatal(err)
-	}
-	if err := tp.SetPageMACKey(macKey); err != nil {
 		t.Fatal(err)
 	}
 	return tp
@@ -109,7 +108,7 @@ func TestKeyedManifest(t *testing.T) {
 		t.Run("bad="+tc.name, func(t *testing.T) {
 			m := keyedManifest(200)
 			m.KeyCheck, m.VolumeUID = tc.check, tc.uid
-			if _, err := store.CreateTuples(store.NewMem(), "v", m); !errors.Is(err, store.ErrInvalid) {
+			if _, err := store.CreateKeyedTuples(store.NewMem(), "v", m, macKey); !errors.Is(err, store.ErrInvalid) {
 				t.Fatalf("got %v, want ErrInvalid", err)
 			}
 		})
@@ -384,7 +383,7 @@ func TestKeyedGeneration(t *testing.T) {
 // fails ReadTags with a *PageMACError naming that page only; a tuple-only
 // commit with the key seals the tag page again, so the volume's own
 // writes stay clean; a tag page missing beside a written tuple page fails
-// too, beside an empty one it does not.
+// too.
 func TestKeyedTuplePageSealed(t *testing.T) {
 	const blocks = 256 // 4 pages of 64
 	tuple := func(lba int, b byte) []byte { return bytes.Repeat([]byte{b, byte(lba)}, 4) }
@@ -396,7 +395,7 @@ func TestKeyedTuplePageSealed(t *testing.T) {
 			m.SectorSums = true
 			tp := newKeyed(t, kv, "v", m)
 			// Pages 0-2 written with tuples and tags in one commit; page 3
-			// stays empty, without a tag page.
+			// stays empty, its tag page sealed empty at creation.
 			var tup []byte
 			sums := make([]uint32, 192)
 			for i := range 192 {
@@ -461,13 +460,205 @@ func TestKeyedTuplePageSealed(t *testing.T) {
 			if len(pe.Pages) != 1 || pe.Pages[0] != 2 {
 				t.Fatalf("pages failing: %v, want [2]", pe.Pages)
 			}
+			if missing := edit == "tag-page-missing"; pe.IsMissing(2) != missing || len(pe.Missing) != map[bool]int{true: 1}[missing] {
+				t.Fatalf("missing pages %v, want page 2 missing: %v", pe.Missing, missing)
+			}
 			if edit != "tag-page-missing" && got[lba] != tagsFor(lba, 1, 5)[0] {
 				t.Errorf("tags still read: %+v", got[lba])
 			}
-			// Without the key the CRCs alone are checked.
-			if err := at.ReadTags(0, got); err != nil {
+			// Without the key the CRCs alone are checked; a missing page
+			// is seen all the same.
+			err = at.ReadTags(0, got)
+			if edit == "tag-page-missing" {
+				if !errors.As(err, &pe) || !pe.IsMissing(2) {
+					t.Errorf("without the key: %v, want tag page 2 missing", err)
+				}
+			} else if err != nil {
 				t.Errorf("without the key: %v", err)
 			}
 		})
+	}
+}
+
+// TestKeyedTagPagesSealedFromCreate: every tag page of a keyed volume
+// exists from CreateKeyedTuples on, sealed empty, and none is ever
+// deleted (a discard of a whole page seals it empty again), so that the
+// attack of an attacker without the key who empties a tuple page and
+// deletes its tag page (the blocks would read as unwritten zeros) fails
+// ReadTags with the page in Missing, as does deleting any one tag page.
+func TestKeyedTagPagesSealedFromCreate(t *testing.T) {
+	const blocks, P = 250, 64 // 4 pages, the last short
+	tagPages := func(t *testing.T, kv store.KV) (n int) {
+		t.Helper()
+		it, err := kv.NewIter(volKey("v", 'K'), volKey("v", 'L'))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer it.Close()
+		for it.Next() {
+			n++
+		}
+		return n
+	}
+	setup := func(t *testing.T) (store.KV, *store.Tuples) {
+		kv := store.NewMem()
+		t.Cleanup(func() { kv.Close() })
+		tp := newKeyed(t, kv, "v", keyedManifest(blocks))
+		if n := tagPages(t, kv); n != 4 {
+			t.Fatalf("%d tag pages after create, want 4", n)
+		}
+		if err := tp.ReadTags(0, make([]store.KeyedTag, blocks)); err != nil {
+			t.Fatalf("new volume: %v", err)
+		}
+		x := tp.NewTxn()
+		if err := x.WriteRange(0, bytes.Repeat([]byte{1}, blocks*8), make([]uint32, blocks)); err != nil {
+			t.Fatal(err)
+		}
+		if err := x.WriteTags(0, tagsFor(0, blocks, 3)); err != nil {
+			t.Fatal(err)
+		}
+		if err := x.Commit(true); err != nil {
+			t.Fatal(err)
+		}
+		return kv, tp
+	}
+	del := func(t *testing.T, kv store.KV, k []byte) {
+		t.Helper()
+		b := kv.NewBatch()
+		if err := b.Delete(k); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Commit(true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wantMissing := func(t *testing.T, tp *store.Tuples, page int64) {
+		t.Helper()
+		got := make([]store.KeyedTag, blocks)
+		err := tp.ReadTags(0, got)
+		var pe *store.PageMACError
+		if !errors.As(err, &pe) || !pe.IsMissing(page) || len(pe.Pages) != 1 || pe.Page != page {
+			t.Fatalf("ReadTags: %v, want tag page %d missing (and only it)", err, page)
+		}
+		for i := page * P; i < min((page+1)*P, blocks); i++ {
+			if got[i] != (store.KeyedTag{}) {
+				t.Fatalf("block %d of the missing page reads tag %+v", i, got[i])
+			}
+		}
+	}
+	t.Run("attack=empty-tuple-page-and-delete-tag-page", func(t *testing.T) {
+		kv, tp := setup(t)
+		at, err := store.OpenTuples(kv, "v", nil) // no page key
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := at.Discard(64, 64, true); err != nil { // page 1: the empty record
+			t.Fatal(err)
+		}
+		del(t, kv, volKey("v", 'K', u64(1)...))
+		wantMissing(t, tp, 1)
+		wantMissing(t, at, 1)
+	})
+	for page := range int64(4) {
+		t.Run(fmt.Sprintf("attack=delete-tag-page/page=%d", page), func(t *testing.T) {
+			kv, tp := setup(t)
+			del(t, kv, volKey("v", 'K', u64(uint64(page))...))
+			wantMissing(t, tp, page)
+		})
+	}
+	t.Run("attack=empty-page-from-another-page", func(t *testing.T) {
+		kv := store.NewMem()
+		defer kv.Close()
+		tp := newKeyed(t, kv, "v", keyedManifest(blocks))
+		writeTags(t, tp, 64, tagsFor(64, 64, 3))
+		// Page 0 is sealed empty; put it in place of page 1 and empty
+		// page 1's tuple page.
+		v, err := kv.Get(volKey("v", 'K', u64(0)...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		set(t, kv, volKey("v", 'K', u64(1)...), bytes.Clone(v))
+		err = tp.ReadTags(0, make([]store.KeyedTag, blocks))
+		var pe *store.PageMACError
+		if !errors.As(err, &pe) || pe.Page != 1 || len(pe.Missing) != 0 {
+			t.Fatalf("ReadTags: %v, want tag page 1 failing its MAC", err)
+		}
+	})
+	t.Run("op=discard-whole-pages", func(t *testing.T) {
+		kv, tp := setup(t)
+		x := tp.NewTxn()
+		if err := x.Discard(0, blocks); err != nil {
+			t.Fatal(err)
+		}
+		if err := x.WriteTags(0, make([]store.KeyedTag, blocks)); err != nil {
+			t.Fatal(err)
+		}
+		if err := x.Commit(true); err != nil {
+			t.Fatal(err)
+		}
+		if n := tagPages(t, kv); n != 4 {
+			t.Fatalf("%d tag pages after discarding everything, want 4", n)
+		}
+		got := make([]store.KeyedTag, blocks)
+		if err := tp.ReadTags(0, got); err != nil {
+			t.Fatalf("after the discard: %v", err)
+		}
+		for i, g := range got {
+			if g != (store.KeyedTag{}) {
+				t.Fatalf("block %d: tag %+v after the discard", i, g)
+			}
+		}
+		if v, err := kv.Get(volKey("v", 'K', u64(2)...)); err != nil || len(v) != 44 {
+			t.Fatalf("discarded page: %d bytes (%v), want the 44-byte empty form", len(v), err)
+		}
+	})
+}
+
+// TestKeyedCreateNeedsPageKey: a keyed volume is created only with its page
+// key (CreateTuples and CreateJournaled refuse it: its tag pages could not
+// be sealed), and a keyed store of schema 3 (tag pages missing where
+// nothing was written) is refused at open with a clear error.
+func TestKeyedCreateNeedsPageKey(t *testing.T) {
+	kv := store.NewMem()
+	defer kv.Close()
+	if _, err := store.CreateTuples(kv, "v", keyedManifest(100)); !errors.Is(err, store.ErrKeyed) {
+		t.Fatalf("CreateTuples of a keyed manifest: %v, want ErrKeyed", err)
+	}
+	if _, err := store.CreateJournaled(kv, "v", keyedManifest(100), store.Journal{Op: store.OpImport}); !errors.Is(err, store.ErrKeyed) {
+		t.Fatalf("CreateJournaled of a keyed manifest: %v, want ErrKeyed", err)
+	}
+	if _, err := store.CreateKeyedTuples(kv, "v", keyedManifest(100), macKey[:5]); !errors.Is(err, store.ErrInvalid) {
+		t.Fatalf("short page key: %v, want ErrInvalid", err)
+	}
+	if _, err := store.CreateKeyedTuples(kv, "v", store.NewManifest("f", 512, 8, 512*10, "d"), macKey); !errors.Is(err, store.ErrKeyed) {
+		t.Fatalf("CreateKeyedTuples of an unkeyed manifest: %v, want ErrKeyed", err)
+	}
+	newKeyed(t, kv, "v", keyedManifest(100))
+	mk := volKey("v", 'M')
+	// A creation interrupted before its manifest leaves only empty pages,
+	// tag pages included: nothing that stops a new protect.
+	newKeyed(t, kv, "w", keyedManifest(1000))
+	b := kv.NewBatch()
+	if err := b.Delete(volKey("w", 'M')); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Commit(true); err != nil {
+		t.Fatal(err)
+	}
+	if has, err := store.HasRecords(kv, "w"); err != nil || has {
+		t.Fatalf("HasRecords of a keyed volume without its manifest: %v, %v; want only empty pages", has, err)
+	}
+	v, err := kv.Get(mk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := bytes.Replace(bytes.Clone(v), []byte(`"schema":4`), []byte(`"schema":3`), 1)
+	if bytes.Equal(old, v) {
+		t.Fatalf("manifest %s has no schema 4", v)
+	}
+	set(t, kv, mk, old)
+	_, err = store.OpenTuples(kv, "v", nil)
+	if !errors.Is(err, store.ErrUnsupported) || !strings.Contains(err.Error(), "--reprotect") {
+		t.Fatalf("schema 3 keyed store: %v, want ErrUnsupported saying --reprotect", err)
 	}
 }

@@ -23,7 +23,17 @@ const SchemaVersion = 2
 // that older programs still open them; a program that knows only version 2
 // refuses a keyed volume (ErrUnsupported) instead of writing it without
 // tags.
-const KeyedSchemaVersion = 3
+//
+// Version 4 seals every tag page from creation on (keyed.go), so that a
+// missing one is detected. Keyed stores of version 3, written by
+// development builds that left the tag pages of unwritten blocks out
+// (never released), are refused with ErrUnsupported: their missing pages
+// cannot be told from deleted ones. Protect such a volume again
+// (difctl protect --reprotect).
+const KeyedSchemaVersion = 4
+
+// oldKeyedSchema is the keyed schema refused since version 4.
+const oldKeyedSchema = 3
 
 // DefaultPageTuples is the number of tuples per page value unless the
 // manifest says otherwise.
@@ -188,6 +198,9 @@ func decodeManifest(volume string, b []byte) (Manifest, error) {
 	}
 	if j.Schema > KeyedSchemaVersion {
 		return Manifest{}, fmt.Errorf("%w: volume %q: schema version %d is newer than %d", ErrUnsupported, volume, j.Schema, KeyedSchemaVersion)
+	}
+	if j.Schema == oldKeyedSchema {
+		return Manifest{}, fmt.Errorf("%w: volume %q: keyed volume of schema version %d, written by a development build that did not seal the tag pages of unwritten blocks (a deleted tag page could not be detected); protect it again with its key (difctl protect --reprotect)", ErrUnsupported, volume, j.Schema)
 	}
 	if j.Schema < 1 {
 		return Manifest{}, corrupt(fmt.Sprintf("schema version %d", j.Schema))

@@ -41,7 +41,17 @@ type Tuples struct {
 // CreateTuples creates volume on kv with manifest m and returns it. It fails
 // with ErrExists if the volume already has a manifest. The manifest is
 // written with a synced commit.
+//
+// A keyed manifest (KeyCheck set) is refused with ErrKeyed: a keyed volume
+// is created with CreateKeyedTuples, which seals its tag pages.
 func CreateTuples(kv KV, volume string, m Manifest) (*Tuples, error) {
+	if m.Keyed() {
+		return nil, fmt.Errorf("%w: create volume %q: a keyed volume is created with its page key (CreateKeyedTuples)", ErrKeyed, volume)
+	}
+	return createTuples(kv, volume, m, nil)
+}
+
+func createTuples(kv KV, volume string, m Manifest, pageKey []byte) (*Tuples, error) {
 	prefix, err := volumePrefix(volume)
 	if err != nil {
 		return nil, err
@@ -68,6 +78,11 @@ func CreateTuples(kv KV, volume string, m Manifest) (*Tuples, error) {
 	if err != nil {
 		return nil, err
 	}
+	if pageKey != nil {
+		if err := t.SetPageMACKey(pageKey); err != nil {
+			return nil, err
+		}
+	}
 	// Every page starts with an empty-page record, loaded in bulk (keys
 	// ascending) and made durable before the manifest that says the volume
 	// exists: a volume with a manifest has a record for every page.
@@ -86,10 +101,22 @@ func CreateTuples(kv KV, volume string, m Manifest) (*Tuples, error) {
 }
 
 // loadEmptyPages writes an empty-page record for every page of the volume.
+// A keyed volume's tag pages come first (their keys sort before the tuple
+// pages'), each sealed empty (see keyed.go), so that every tag page exists
+// from creation on; that needs the page key.
 func (t *Tuples) loadEmptyPages() error {
+	if t.k != nil && t.macKey() == nil {
+		return fmt.Errorf("%w: volume %q: creating a keyed volume needs its page key", ErrKeyed, t.volume)
+	}
 	bw, err := NewBulkWriter(t.kv)
 	if err != nil {
 		return err
+	}
+	if t.k != nil {
+		if err := t.loadEmptyTagPages(bw); err != nil {
+			bw.Abort()
+			return err
+		}
 	}
 	for page := range t.pages {
 		if err := bw.Set(t.pageKey(page), emptyPageValue); err != nil {
@@ -630,7 +657,7 @@ func DeleteVolume(kv KV, volume string) error {
 }
 
 // HasRecords reports whether volume has any record on kv other than
-// empty-page records: a manifest, a tuple page, an intent, a cursor, a
+// empty-page records (and a keyed volume's empty tag pages): a manifest, a tuple page, an intent, a cursor, a
 // finding. A volume whose creation was interrupted holds at most empty-page
 // records (CreateTuples writes them before the manifest); one that has
 // none of the others but lost its manifest cannot be told from it. It
@@ -649,6 +676,9 @@ func HasRecords(kv KV, volume string) (bool, error) {
 	for it.Next() {
 		k := it.Key()
 		if len(k) == pageRec && k[len(prefix)] == recPage && string(it.Value()) == string(emptyPageValue) {
+			continue
+		}
+		if len(k) == pageRec && k[len(prefix)] == recTagPage && isEmptyTagPage(it.Value()) {
 			continue
 		}
 		return true, nil

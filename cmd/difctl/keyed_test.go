@@ -26,9 +26,13 @@ import (
 //	attack unwritten IMAGE LBA         zero the block and mark it unwritten in the tuple page
 //	attack tuple IMAGE LBA FIELD       flip a bit of the block's guard, app tag or sector sum
 //	                                   (FIELD guard|app|sum) in its tuple page, data untouched
+//	attack emptypage IMAGE LBA         zero every block of LBA's tag page on the device, put the
+//	                                   empty record in place of its tuple page, delete its tag page
+//	attack deltag IMAGE PAGE           delete tag page PAGE
+//	attack deltuple IMAGE PAGE         delete tuple page PAGE (no record at all)
 func cmdAttack(ts *testscript.TestScript, neg bool, args []string) {
 	if neg || len(args) < 3 {
-		ts.Fatalf("usage: attack fill|flip|copy|copyvol|tag|unwritten|tuple ...")
+		ts.Fatalf("usage: attack fill|flip|copy|copyvol|tag|unwritten|tuple|emptypage|deltag|deltuple ...")
 	}
 	num := func(s string) int64 {
 		n, err := strconv.ParseInt(s, 0, 64)
@@ -114,9 +118,42 @@ func cmdAttack(ts *testscript.TestScript, neg bool, args []string) {
 			ts.Fatalf("attack tuple: unknown field %q", args[3])
 		}
 		ts.Check(a.t.WriteRange(lba, tuple, sums, true))
+	case "emptypage":
+		a := openAttack(ts, args[1])
+		defer a.close()
+		p := int64(a.t.Manifest().PageTuples)
+		first := num(args[2]) / p * p
+		n := min(p, a.t.Blocks()-first)
+		bs := int64(a.f.BlockSize())
+		_, err := a.dev.WriteAt(make([]byte, n*bs), first*bs)
+		ts.Check(err)
+		ts.Check(a.t.Discard(first, n, true))
+		a.delete('K', first/p)
+	case "deltag":
+		a := openAttack(ts, args[1])
+		defer a.close()
+		a.delete('K', num(args[2]))
+	case "deltuple":
+		a := openAttack(ts, args[1])
+		defer a.close()
+		a.delete('P', num(args[2]))
 	default:
 		ts.Fatalf("attack: unknown %q", args[0])
 	}
+}
+
+// delete deletes the record of type typ ('K' tag page, 'P' tuple page) of
+// page page of the volume.
+func (a *attack) delete(typ byte, page int64) {
+	name := blockdev.DefaultVolumeName
+	key := append([]byte{'T', byte(len(name))}, name...)
+	key = binary.BigEndian.AppendUint64(append(key, typ), uint64(page))
+	if _, err := a.kv.Get(key); err != nil {
+		a.ts.Fatalf("attack: no record %x: %v", key, err)
+	}
+	b := a.kv.NewBatch()
+	a.ts.Check(b.Delete(key))
+	a.ts.Check(b.Commit(true))
 }
 
 type attack struct {

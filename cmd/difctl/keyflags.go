@@ -116,6 +116,8 @@ func keyedText(p blockdev.Problem) string {
 		return " page fails its MAC: the tag page holding this block's tags, or the tuple page it seals, was edited, forged or copied from elsewhere (an older block put back in it cannot be ruled out)"
 	case "missing":
 		return " missing: the block is written but has no keyed tag"
+	case "page-missing":
+		return " page missing: the tag page holding this block's tags was deleted from the store (every tag page of a keyed volume exists from protect on)"
 	case "unwritten":
 		return " on an unwritten block: the store says unwritten, the keyed tags say written"
 	}
@@ -131,8 +133,9 @@ type keyedBlock struct {
 	Generation uint64 `json:"generation"`                // write generation of its nonce, 0 when it has no tag
 	Stored     string `json:"stored,omitempty"`          // the stored tag, hex
 	Computed   string `json:"computed,omitempty"`        // computed from the data with the key
-	Check      string `json:"check"`                     // ok, mismatch, missing, unwritten, page-mac, or skipped (no key)
+	Check      string `json:"check"`                     // ok, mismatch, missing, unwritten, page-mac, page-missing, or skipped (no key)
 	PageMAC    bool   `json:"page_mac_failed,omitempty"` // the tag page holding it fails its MAC (with the key)
+	PageGone   bool   `json:"page_missing,omitempty"`    // the tag page holding it is missing from the store
 }
 
 // inspectKey returns the keys of inspect's keyed volume, nil without
@@ -160,7 +163,10 @@ func inspectKeyed(rec *tupleRecord, t *store.Tuples, vk *blockdev.VolumeKey, lba
 	kb := &keyedBlock{Check: "skipped"}
 	rec.Keyed = kb
 	err := t.ReadTags(lba, tags[:])
+	var me *store.PageMACError
 	switch {
+	case errors.As(err, &me) && me.IsMissing(lba/int64(t.Manifest().PageTuples)):
+		kb.PageGone = true
 	case errors.Is(err, store.ErrPageMAC):
 		kb.PageMAC = true
 	case err != nil:
@@ -195,6 +201,10 @@ func inspectKeyed(rec *tupleRecord, t *store.Tuples, vk *blockdev.VolumeKey, lba
 		// The tag matches, but the page holding it is not the one the
 		// key sealed: an older block may have been put back.
 		kb.Check = "page-mac"
+	}
+	if kb.PageGone {
+		// Detected with or without the key: the page was deleted.
+		kb.Check = "page-missing"
 	}
 	if kb.Check != "ok" && kb.Check != "skipped" {
 		rec.State = "failed"
