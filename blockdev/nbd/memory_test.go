@@ -14,7 +14,7 @@ import "testing"
 func TestTupleCacheFlatWithVolumeSize(t *testing.T) {
 	sizes := []int64{2 << 30, 8 << 30}
 	if testing.Short() {
-		sizes = []int64{2 << 30, 4 << 30}
+		sizes = []int64{5 << 28, 5 << 29} // 1.25 and 2.5 GiB
 	}
 	var pages []int
 	for _, size := range sizes {
@@ -29,7 +29,7 @@ func TestTupleCacheFlatWithVolumeSize(t *testing.T) {
 		pageBytes := int64(m.PageTuples * m.BlockSize)
 		per := pageCacheBytes(tv.vol)
 		if size/pageBytes*int64(per) <= DefaultTupleCacheBytes {
-			t.Fatalf("%d GiB: its %d tuple pages fit DefaultTupleCacheBytes: the test needs larger volumes", size>>30, size/pageBytes)
+			t.Fatalf("%d MiB: its %d tuple pages fit DefaultTupleCacheBytes: the test needs larger volumes", size>>20, size/pageBytes)
 		}
 		block := make([]byte, m.BlockSize)
 		for off := int64(0); off < size; off += pageBytes {
@@ -50,14 +50,14 @@ func TestTupleCacheFlatWithVolumeSize(t *testing.T) {
 			}
 		}
 		cs := tv.vol.Tuples().PageCacheStats()
-		t.Logf("%d GiB: %d tuple pages, %d cached (%d bytes), %d misses", size>>30, size/pageBytes, cs.Pages, cs.Pages*per, cs.Misses)
+		t.Logf("%d MiB: %d tuple pages, %d cached (%d bytes), %d misses", size>>20, size/pageBytes, cs.Pages, cs.Pages*per, cs.Misses)
 		if cs.Pages*per > DefaultTupleCacheBytes {
-			t.Errorf("%d GiB: %d cached pages of %d bytes exceed the budget of %d bytes", size>>30, cs.Pages, per, DefaultTupleCacheBytes)
+			t.Errorf("%d MiB: %d cached pages of %d bytes exceed the budget of %d bytes", size>>20, cs.Pages, per, DefaultTupleCacheBytes)
 		}
 		pages = append(pages, cs.Pages)
 		tv.close()
 	}
 	if pages[0] != pages[1] {
-		t.Errorf("cached tuple pages grow with the volume: %d at %d GiB, %d at %d GiB", pages[0], sizes[0]>>30, pages[1], sizes[1]>>30)
+		t.Errorf("cached tuple pages grow with the volume: %d at %d MiB, %d at %d MiB", pages[0], sizes[0]>>20, pages[1], sizes[1]>>20)
 	}
 }
