@@ -23,7 +23,9 @@ import (
 //
 //	go test ./blockdev/nbd -run '^$' -bench ServeRSS -benchtime 1x
 //
-// DIFCTL_NBD_TEST_TUPLE_CACHE=N serves with Export.TupleCacheBytes N (for
+// DIFCTL_NBD_RSS_FILL=1 fills the image with random data before protecting
+// it, so that the writes overwrite written blocks (as in
+// BenchmarkVsQemuNBD). DIFCTL_NBD_TEST_TUPLE_CACHE=N serves with Export.TupleCacheBytes N (for
 // instance 67108864, the 64 MiB that difctl serve used to take).
 func BenchmarkServeRSS(b *testing.B) {
 	need(b, "nbdcopy", "fio")
@@ -47,11 +49,15 @@ func BenchmarkServeRSS(b *testing.B) {
 				for b.Loop() {
 					dir := b.TempDir()
 					img := filepath.Join(dir, "disk.img")
-					if err := os.WriteFile(img, nil, 0o644); err != nil {
-						b.Fatal(err)
-					}
-					if err := os.Truncate(img, size); err != nil {
-						b.Fatal(err)
+					if os.Getenv("DIFCTL_NBD_RSS_FILL") != "" {
+						writeRandom(b, img, size) // every block written: the writes overwrite
+					} else {
+						if err := os.WriteFile(img, nil, 0o644); err != nil {
+							b.Fatal(err)
+						}
+						if err := os.Truncate(img, size); err != nil {
+							b.Fatal(err)
+						}
 					}
 					protectImage(b, img, format)
 					statsFile := filepath.Join(dir, "stats.json")
