@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -153,26 +154,37 @@ func protectImage(b testing.TB, path, format string) {
 // startServeProcess serves the protected image at path from a child
 // process on path.sock and returns its pid; it is stopped with SIGTERM
 // when the benchmark ends.
-func startServeProcess(b testing.TB, path string) int {
+func startServeProcess(b testing.TB, path string, env ...string) int {
+	pid, stop := startServeProcessStop(b, path, env...)
+	b.Cleanup(stop)
+	return pid
+}
+
+// startServeProcessStop is startServeProcess with the environment
+// variables env (NAME=VALUE) added, returning a function that stops the
+// server with SIGTERM and waits for it to exit (safe to call twice).
+func startServeProcessStop(b testing.TB, path string, env ...string) (int, func()) {
 	exe, err := os.Executable()
 	if err != nil {
 		b.Fatal(err)
 	}
 	cmd := exec.Command(exe)
-	cmd.Env = append(os.Environ(), serveEnv+"="+path)
+	cmd.Env = append(append(os.Environ(), serveEnv+"="+path), env...)
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)
 	}
-	b.Cleanup(func() { cmd.Process.Signal(syscall.SIGTERM); cmd.Wait() })
+	var once sync.Once
+	stop := func() { once.Do(func() { cmd.Process.Signal(syscall.SIGTERM); cmd.Wait() }) }
 	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 		if c, err := net.Dial("unix", path+".sock"); err == nil {
 			c.Close()
-			return cmd.Process.Pid
+			return cmd.Process.Pid, stop
 		}
 	}
+	stop()
 	b.Fatal("the server process did not start")
-	return 0
+	return 0, nil
 }
 
 // writeRandom writes size bytes of random data to path, 4 MiB at a time.

@@ -3,6 +3,7 @@ package nbd
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -58,7 +59,17 @@ func serveProcess(img string) int {
 	// The store's engine sized as difctl serve sizes it (its
 	// --store-cache and --store-memtable defaults, and GOGC 25 while
 	// serving), so that the benchmark's resident sets are serve's.
-	kv, err := store.OpenWith("pebble:"+img+".difdb", store.OpenOptions{Create: true, CacheBytes: 8 << 20, MemTableBytes: 8 << 20})
+	// DIFCTL_NBD_TEST_STORE_CACHE=N and DIFCTL_NBD_TEST_MEMTABLE=N size
+	// them otherwise (to compare).
+	so := store.OpenOptions{Create: true, CacheBytes: 8 << 20, MemTableBytes: 8 << 20}
+	for env, p := range map[string]*int64{"DIFCTL_NBD_TEST_STORE_CACHE": &so.CacheBytes, "DIFCTL_NBD_TEST_MEMTABLE": &so.MemTableBytes} {
+		if s := os.Getenv(env); s != "" {
+			if *p, err = strconv.ParseInt(s, 10, 64); err != nil {
+				return fail(err)
+			}
+		}
+	}
+	kv, err := store.OpenWith("pebble:"+img+".difdb", so)
 	if _, set := os.LookupEnv("GOGC"); !set {
 		debug.SetGCPercent(25)
 	}
@@ -84,7 +95,15 @@ func serveProcess(img string) int {
 			return fail(err)
 		}
 	}
-	srv, err := NewServer([]Export{{Name: "disk", Volume: vol, TupleCacheBytes: 64 << 20}}, o)
+	// DIFCTL_NBD_TEST_TUPLE_CACHE=N sets Export.TupleCacheBytes (to
+	// compare cache sizes; default the server's).
+	var tc int
+	if s := os.Getenv("DIFCTL_NBD_TEST_TUPLE_CACHE"); s != "" {
+		if tc, err = strconv.Atoi(s); err != nil {
+			return fail(err)
+		}
+	}
+	srv, err := NewServer([]Export{{Name: "disk", Volume: vol, TupleCacheBytes: tc}}, o)
 	if err != nil {
 		return fail(err)
 	}
@@ -113,10 +132,49 @@ func serveProcess(img string) int {
 			return fail(err)
 		}
 	}
+	// DIFCTL_NBD_TEST_STATS=FILE writes what the volume holds in memory
+	// when the server stops (serveStats, read by the benchmarks).
+	if path := os.Getenv("DIFCTL_NBD_TEST_STATS"); path != "" {
+		if err := writeServeStats(path, vol); err != nil {
+			return fail(err)
+		}
+	}
 	if err := vol.Close(); err != nil {
 		return fail(err)
 	}
 	return 0
+}
+
+// serveStats is what a server process reports when it stops: the volume's
+// tuple cache (resident pages and their bytes) and hits, and the Go heap.
+type serveStats struct {
+	CachePages, CacheBytes int
+	Hits, Misses           int64
+	HeapInuse, HeapSys     uint64
+}
+
+func writeServeStats(path string, vol *blockdev.Volume) error {
+	cs := vol.Tuples().PageCacheStats()
+	st := vol.Stats()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	js, err := json.Marshal(serveStats{CachePages: cs.Pages, CacheBytes: cs.Pages * pageCacheBytes(vol),
+		Hits: st.TupleCacheHits, Misses: st.TupleCacheMisses, HeapInuse: ms.HeapInuse, HeapSys: ms.HeapSys})
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, js, 0o644)
+}
+
+// pageCacheBytes is what the tuple page cache counts for one page of vol
+// (store.Tuples.SetPageCache): its tuples, sector checksums and bitmap.
+func pageCacheBytes(vol *blockdev.Volume) int {
+	m := vol.Manifest()
+	per := m.PageTuples*m.TupleSize + m.PageTuples/8
+	if m.SectorSums {
+		per += 4 * m.PageTuples
+	}
+	return per
 }
 
 var wroteRE = regexp.MustCompile(`^wrote \d+/\d+ bytes at offset (\d+)`)

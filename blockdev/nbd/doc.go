@@ -71,7 +71,11 @@
 // negotiation (TLS included) has a deadline. Memory is therefore bounded
 // by the limits, whatever the size of the volumes: per connection, the
 // payloads of the WRITEs in flight (MaxInFlightBytes, or one payload of up
-// to MaxPayload running alone) and the buffers of the Workers executing.
+// to MaxPayload running alone) and the buffers of the Workers executing;
+// per export, the volume's tuple page cache, which the server sets to a
+// fixed budget ([DefaultTupleCacheBytes], 24 MiB, unless
+// [Export.TupleCacheBytes] says otherwise) rather than to anything that
+// scales with the volume.
 //
 // With [Options.TLS] set, TLS is mandatory (the protocol's FORCEDTLS mode):
 // options before NBD_OPT_STARTTLS are refused with NBD_REP_ERR_TLS_REQD.

@@ -44,7 +44,10 @@ func newExport(e Export, o *Options) (*export, error) {
 	if err != nil {
 		return nil, fmt.Errorf("nbd: export %q: %w", e.Name, err)
 	}
-	if e.TupleCacheBytes > 0 {
+	switch {
+	case e.TupleCacheBytes == 0:
+		v.Tuples().SetPageCache(DefaultTupleCacheBytes)
+	case e.TupleCacheBytes > 0:
 		v.Tuples().SetPageCache(e.TupleCacheBytes)
 	}
 	lbs := v.Device().LogicalBlockSize()

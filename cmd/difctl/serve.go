@@ -46,10 +46,12 @@ type serveOptions struct {
 	Ready func(net.Addr)
 }
 
-// defaultServeTupleCache holds the tuples and sector sums of about 2.7 GiB
-// of 512-byte blocks (21 GiB of 4 KiB blocks), so that random reads over
-// such volumes seldom read the store.
-const defaultServeTupleCache = 64 << 20
+// defaultServeTupleCache is the server's fixed budget of decoded tuples per
+// volume (nbd.DefaultTupleCacheBytes, 24 MiB: the tuples and sector sums
+// of 1 GiB of 512-byte blocks, 8 GiB of 4 KiB blocks). It used to be
+// 64 MiB, which a 512+8 volume fills only from 2.7 GiB up, so that the
+// resident set grew with the volume (123 MiB at 1 GiB, 168 MiB at 4 GiB).
+const defaultServeTupleCache = nbd.DefaultTupleCacheBytes
 
 // defaultServeStoreCache and defaultServeMemTable size the store engine of
 // a served volume. The other commands run briefly and take Pebble's large
@@ -174,7 +176,7 @@ refused.
 	f.StringVar(&o.TLSKey, "tls-key", "", "server private key `FILE` (PEM)")
 	f.StringVar(&o.ClientCA, "tls-client-ca", "", "require client certificates signed by the CAs in `FILE` (PEM)")
 	f.IntVar(&o.MaxConns, "max-connections", nbd.DefaultMaxConnections, "connections at once per export")
-	f.Var(tc, "tuple-cache", "decoded tuples kept in memory per volume, for random reads (`SIZE`, e.g. 64MiB)")
+	f.Var(tc, "tuple-cache", "decoded tuples kept in memory per volume, for random reads: a fixed budget, whatever the volume's size (`SIZE`, 12 bytes per block; 0: the default)")
 	f.Var(sc, "store-cache", "the store's block cache per volume (`SIZE`; Pebble; 0: the default)")
 	f.Var(mt, "store-memtable", "the store's memtable per volume: unflushed store writes held in memory (`SIZE`, at least 1MiB; Pebble)")
 	addKeyFlags(cmd, &g.Key, "check the keyed tags on reads and produce them on writes (without it a keyed volume is served read-only, its keyed check skipped)")
