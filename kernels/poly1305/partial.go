@@ -73,12 +73,12 @@ func (k *Key) TagsFromPartials(dst []Tag, nonce *Nonce, ad []byte, adLen int, pa
 	if adLen < 0 || adLen%16 != 0 || adLen > 0 && n > len(ad)/adLen {
 		return fmt.Errorf("%w: %d bytes of associated data for %d blocks of %d", ErrLayout, len(ad), n, adLen)
 	}
+	var or uint64
 	for _, p := range parts[:n] {
-		for _, l := range p {
-			if l >= 1<<27 {
-				return fmt.Errorf("%w: a partial limb %#x is not below 2^27", ErrLayout, l)
-			}
-		}
+		or |= p[0] | p[1] | p[2] | p[3] | p[4]
+	}
+	if or >= 1<<27 {
+		return fmt.Errorf("%w: a partial has a limb not below 2^27", ErrLayout)
 	}
 	if n == 0 {
 		return nil
@@ -97,19 +97,16 @@ func (k *Key) TagsFromPartials(dst []Tag, nonce *Nonce, ad []byte, adLen int, pa
 		m := min(run, n-i)
 		ctr.XORKeyStream(mask[:16*m], zeros[:16*m])
 		for j := range m {
-			x := parts[i+j]
+			x := &parts[i+j]
+			var h0, h1, h2 uint64
 			if adLen > 0 {
-				s := state{r0: k.poly.r0, r1: k.poly.r1}
-				s.chunks(ad[(i+j)*adLen : (i+j+1)*adLen])
-				d := mulLimbs(limbs26(s.h0, s.h1, s.h2), &rD, &rD5)
-				for l := range d {
-					d[l] += x[l]
-				}
-				carryChain(&d)
-				x = d
+				st := state{r0: k.poly.r0, r1: k.poly.r1}
+				st.chunks(ad[(i+j)*adLen : (i+j+1)*adLen])
+				h0, h1, h2 = combine(st.h0, st.h1, st.h2, &rD, &rD5, x)
+			} else {
+				h0, h1, h2 = pack(x[0], x[1], x[2], x[3], x[4])
 			}
-			st := limbsToState(x, k.poly.r0, k.poly.r1)
-			h0, h1 := reduce(st.h0, st.h1, st.h2)
+			h0, h1 = reduce(h0, h1, h2)
 			addMask(dst[i+j][:], h0, h1, binary.LittleEndian.Uint64(mask[16*j:]), binary.LittleEndian.Uint64(mask[16*j+8:]))
 		}
 	}
@@ -117,18 +114,17 @@ func (k *Key) TagsFromPartials(dst []Tag, nonce *Nonce, ad []byte, adLen int, pa
 }
 
 // mulLimbs returns x·y mod 2^130-5, carried (every limb below 2^26 + 2^12):
-// x's limbs below 2^27, y's below 2^26 + 2^12 and y5 = 5·y, so every product
-// fits in 32x32 bits and each sum of five is below 2^27·5·2^27 ·5 < 2^62.
+// d_k = Σ_{i<=k} x_i·y_{k-i} + Σ_{i>k} x_i·5y_{k-i+5}, laneMulAdd written
+// out. x's limbs are below 2^27, y's below 2^26 + 2^12 and y5 = 5·y below
+// 2^29, so every operand fits in 32 bits, every product in 2^56 and each
+// sum of five in 2^59.
 func mulLimbs(x [5]uint64, y, y5 *[5]uint64) [5]uint64 {
-	var d [5]uint64
-	for k := range 5 {
-		for i := range 5 {
-			if i <= k {
-				d[k] += mul32(x[i], y[k-i])
-			} else {
-				d[k] += mul32(x[i], y5[k-i+5])
-			}
-		}
+	d := [5]uint64{
+		x[0]*y[0] + x[1]*y5[4] + x[2]*y5[3] + x[3]*y5[2] + x[4]*y5[1],
+		x[0]*y[1] + x[1]*y[0] + x[2]*y5[4] + x[3]*y5[3] + x[4]*y5[2],
+		x[0]*y[2] + x[1]*y[1] + x[2]*y[0] + x[3]*y5[4] + x[4]*y5[3],
+		x[0]*y[3] + x[1]*y[2] + x[2]*y[1] + x[3]*y[0] + x[4]*y5[4],
+		x[0]*y[4] + x[1]*y[3] + x[2]*y[2] + x[3]*y[1] + x[4]*y[0],
 	}
 	carryChain(&d)
 	return d
@@ -150,4 +146,63 @@ func powLimbs(r [5]uint64, e int) [5]uint64 {
 		base = mulLimbs(base, &base, &b5)
 	}
 	return acc
+}
+
+// combine returns a·y + x mod 2^130-5 in the generic form (below 2^130 +
+// 2^26): a in the generic form (below 2^131), y = r^D and y5 = 5·y in limbs
+// below 2^26 + 2^12, x a Partial. It is limbs26, mulLimbs, the addition,
+// carryChain and limbsToState written out on scalars: the array forms keep
+// their limbs in memory, and each carry then waits on a store.
+func combine(a0, a1, a2 uint64, y, y5 *[5]uint64, x *Partial) (uint64, uint64, uint64) {
+	const m = limbMask
+	x0, x1, x2, x3, x4 := a0&m, a0>>26&m, (a0>>52|a1<<12)&m, a1>>14&m, a1>>40|a2<<24
+	d0 := x0*y[0] + x1*y5[4] + x2*y5[3] + x3*y5[2] + x4*y5[1] + x[0]
+	d1 := x0*y[1] + x1*y[0] + x2*y5[4] + x3*y5[3] + x4*y5[2] + x[1]
+	d2 := x0*y[2] + x1*y[1] + x2*y[0] + x3*y5[4] + x4*y5[3] + x[2]
+	d3 := x0*y[3] + x1*y[2] + x2*y[1] + x3*y[0] + x4*y5[4] + x[3]
+	d4 := x0*y[4] + x1*y[3] + x2*y[2] + x3*y[1] + x4*y[0] + x[4]
+	// carryChain.
+	d1 += d0 >> 26
+	d0 &= m
+	d4 += d3 >> 26
+	d3 &= m
+	d2 += d1 >> 26
+	d1 &= m
+	c := d4 >> 26
+	d4 &= m
+	d0 += c + c<<2
+	d3 += d2 >> 26
+	d2 &= m
+	d1 += d0 >> 26
+	d0 &= m
+	d4 += d3 >> 26
+	d3 &= m
+	return pack(d0, d1, d2, d3, d4)
+}
+
+// pack is limbsToState on scalars: a carry pass 0→1..3→4, limb 4's carry
+// folded into limb 0 (times 5), a second pass, then the limbs packed into
+// h0 + h1·2^64 + h2·2^128; without branches, so in constant time.
+func pack(d0, d1, d2, d3, d4 uint64) (uint64, uint64, uint64) {
+	const m = limbMask
+	d1 += d0 >> 26
+	d0 &= m
+	d2 += d1 >> 26
+	d1 &= m
+	d3 += d2 >> 26
+	d2 &= m
+	d4 += d3 >> 26
+	d3 &= m
+	c := d4 >> 26
+	d4 &= m
+	d0 += c + c<<2
+	d1 += d0 >> 26
+	d0 &= m
+	d2 += d1 >> 26
+	d1 &= m
+	d3 += d2 >> 26
+	d2 &= m
+	d4 += d3 >> 26
+	d3 &= m
+	return d0 | d1<<26 | d2<<52, d2>>12 | d3<<14 | d4<<40, d4 >> 24
 }
