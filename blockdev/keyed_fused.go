@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"runtime"
+	"sync/atomic"
 
 	"github.com/difctl/difctl/dif"
 	"github.com/difctl/difctl/kernels/keyedcopy"
@@ -56,6 +57,7 @@ func (v *Volume) classifySumsCopy(states []dif.State, crcs []uint32, blocks, fro
 	}
 	sum, ok, err := v.f.ClassifySumsCopyKeyed(states, crcs, kp.parts[i:i+k], v.kd.tk, blocks, from, tuples, p)
 	if err == nil && ok {
+		fusedRuns.Add(1)
 		for j := i; j < i+k; j++ {
 			kp.ok[j] = true
 		}
@@ -124,3 +126,7 @@ func (v *Volume) keyedHelpers() int {
 	}
 	return 1
 }
+
+// fusedRuns counts the pieces whose keyed tags classify prepared in the
+// fused copy (for the tests: that a read took that path).
+var fusedRuns atomic.Int64
