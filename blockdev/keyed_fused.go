@@ -57,7 +57,6 @@ func (v *Volume) classifySumsCopy(states []dif.State, crcs []uint32, blocks, fro
 	}
 	sum, ok, err := v.f.ClassifySumsCopyKeyed(states, crcs, kp.parts[i:i+k], v.kd.tk, blocks, from, tuples, p)
 	if err == nil && ok {
-		fusedRuns.Add(1)
 		for j := i; j < i+k; j++ {
 			kp.ok[j] = true
 		}
@@ -85,6 +84,7 @@ func (v *Volume) runTags(dst []store.KeyedTag, r kRun, lba int64, data []byte, a
 		}
 		var err error
 		if ok {
+			fusedRuns.Add(1)
 			err = k.tagsFromParts(dst[i-r.i:j-r.i], lba+int64(i), r.gen, kp.parts[i:j], bs, ad, pt)
 		} else {
 			err = k.tagsInto(dst[i-r.i:j-r.i], lba+int64(i), r.gen, data[i*bs:j*bs], bs, ad, pt)
@@ -127,6 +127,7 @@ func (v *Volume) keyedHelpers() int {
 	return 1
 }
 
-// fusedRuns counts the pieces whose keyed tags classify prepared in the
-// fused copy (for the tests: that a read took that path).
+// fusedRuns counts the pieces of runs whose keyed tags were computed from
+// the partials of the fused copy (for the tests: that a read took that
+// path).
 var fusedRuns atomic.Int64

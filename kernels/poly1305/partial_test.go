@@ -1,0 +1,130 @@
+package poly1305
+
+import (
+	"bytes"
+	"errors"
+	"math/rand/v2"
+	"testing"
+)
+
+// TagsFromPartials of Partials is BlocksAD, bit for bit: block lengths with
+// and without a partial last chunk, and zero; associated data of 0, 1, 2
+// and 3 chunks; random keys, the all-ones r and all-ones data (the largest
+// limbs); counts across the keystream's runs. And the lane kernels' own
+// accumulators, as a lane kernel leaves them (limbs up to 2^26 + 2^12), are
+// valid partials: converted here from the lane model's state.
+func TestTagsFromPartials(t *testing.T) {
+	r := rand.New(rand.NewPCG(21, 22))
+	rnd := func(n int) []byte {
+		b := make([]byte, n)
+		for i := range b {
+			b[i] = byte(r.Uint32())
+		}
+		return b
+	}
+	keys := []*Key{}
+	for _, rb := range [][]byte{rnd(16), bytes.Repeat([]byte{0xff}, 16)} {
+		k, err := NewKey(rnd(32), rb)
+		if err != nil {
+			t.Fatal(err)
+		}
+		keys = append(keys, k)
+	}
+	for ki, k := range keys {
+		for _, bl := range []int{0, 1, 15, 16, 17, 64, 100, 512, 4096} {
+			for _, adLen := range []int{0, 16, 32, 48} {
+				for _, n := range []int{1, 5, 65} {
+					stride := bl + 3
+					p := rnd(n * stride)
+					ad := rnd(n * adLen)
+					if ki == 1 {
+						for i := range p {
+							p[i] = 0xff
+						}
+					}
+					var nonce Nonce
+					copy(nonce[:], rnd(16))
+					parts := make([]Partial, n)
+					if err := k.Partials(parts, p, bl, stride); err != nil {
+						t.Fatal(err)
+					}
+					got, want := make([]Tag, n), make([]Tag, n)
+					if err := k.TagsFromPartials(got, &nonce, ad, adLen, parts, bl); err != nil {
+						t.Fatal(err)
+					}
+					if err := k.BlocksAD(want, &nonce, ad, adLen, p, bl, stride); err != nil {
+						t.Fatal(err)
+					}
+					for i := range got {
+						if got[i] != want[i] {
+							t.Fatalf("key %d blockLen=%d adLen=%d n=%d: tag %d = %x, want %x", ki, bl, adLen, n, i, got[i], want[i])
+						}
+					}
+					// The lane model's accumulators as partials.
+					if bl%16 != 0 || n < lanes {
+						continue
+					}
+					var h laneState
+					laneModel(&h, p, stride, bl/16, &k.poly.lanes)
+					lp := make([]Partial, lanes)
+					for l := range lanes {
+						for kk := range 5 {
+							lp[l][kk] = h[lanes*kk+l]
+						}
+					}
+					lt := make([]Tag, lanes)
+					if err := k.TagsFromPartials(lt, &nonce, ad, adLen, lp, bl); err != nil {
+						t.Fatal(err)
+					}
+					for i := range lt {
+						if lt[i] != want[i] {
+							t.Fatalf("key %d blockLen=%d adLen=%d: lane %d tag %x, want %x", ki, bl, adLen, i, lt[i], want[i])
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+// Bad arguments are refused with ErrLayout, and nothing is written.
+func TestTagsFromPartialsErrors(t *testing.T) {
+	k, err := NewKey(make([]byte, 16), make([]byte, 16))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var nonce Nonce
+	dst := make([]Tag, 2)
+	parts := make([]Partial, 2)
+	big := []Partial{{}, {0, 0, 1 << 27}}
+	for _, c := range []struct {
+		name string
+		call func() error
+	}{
+		{"short parts", func() error { return k.TagsFromPartials(dst, &nonce, nil, 0, parts[:1], 16) }},
+		{"negative length", func() error { return k.TagsFromPartials(dst, &nonce, nil, 0, parts, -1) }},
+		{"ad not chunks", func() error { return k.TagsFromPartials(dst, &nonce, make([]byte, 20), 10, parts, 16) }},
+		{"short ad", func() error { return k.TagsFromPartials(dst, &nonce, make([]byte, 16), 16, parts, 16) }},
+		{"limb too large", func() error { return k.TagsFromPartials(dst, &nonce, nil, 0, big, 16) }},
+		{"partials layout", func() error { return k.Partials(parts, make([]byte, 31), 16, 16) }},
+	} {
+		dst[0][0] = 0x77
+		if err := c.call(); !errors.Is(err, ErrLayout) {
+			t.Errorf("%s: %v, want ErrLayout", c.name, err)
+		}
+		if dst[0][0] != 0x77 {
+			t.Errorf("%s: wrote on error", c.name)
+		}
+	}
+}
+
+// The lane key handed out is the one the lane kernels use.
+func TestLaneKey(t *testing.T) {
+	k, err := NewKey(make([]byte, 16), []byte("0123456789abcdef"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lk := k.LaneKey(); *lk != [LaneKeyWords]uint64(k.poly.lanes) || lk[160] != k.poly.r0 {
+		t.Fatal("LaneKey differs from the key's lane table")
+	}
+}
