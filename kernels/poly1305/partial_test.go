@@ -3,6 +3,7 @@ package poly1305
 import (
 	"bytes"
 	"errors"
+	"math/big"
 	"math/rand/v2"
 	"testing"
 )
@@ -126,5 +127,62 @@ func TestLaneKey(t *testing.T) {
 	}
 	if lk := k.LaneKey(); *lk != [LaneKeyWords]uint64(k.poly.lanes) || lk[160] != k.poly.r0 {
 		t.Fatal("LaneKey differs from the key's lane table")
+	}
+}
+
+// Partials that are congruent mod 2^130-5 give the same tags: every
+// combination of edge limbs (0, 1, 2^26-5, 2^26-1, 2^26, 2^27-1: the carries
+// that ripple through limbs of 2^26-1 after limb 4's fold into limb 0)
+// against the canonical limbs of its value, computed with math/big.
+func TestPartialCarries(t *testing.T) {
+	k, err := NewKey(make([]byte, 16), bytes.Repeat([]byte{0xff}, 16))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := new(big.Int).Sub(new(big.Int).Lsh(big.NewInt(1), 130), big.NewInt(5))
+	edges := []uint64{0, 1, 1<<26 - 5, 1<<26 - 1, 1 << 26, 1<<27 - 1}
+	var parts, canon []Partial
+	var x [5]int
+	for {
+		var pt Partial
+		v := new(big.Int)
+		for l := 4; l >= 0; l-- {
+			pt[l] = edges[x[l]]
+			v.Lsh(v, 26)
+			v.Add(v, new(big.Int).SetUint64(pt[l]))
+		}
+		v.Mod(v, p)
+		var c Partial
+		for l := range c {
+			c[l] = new(big.Int).And(v, big.NewInt(1<<26-1)).Uint64()
+			v.Rsh(v, 26)
+		}
+		parts, canon = append(parts, pt), append(canon, c)
+		l := 0
+		for ; l < 5; l++ {
+			if x[l]++; x[l] < len(edges) {
+				break
+			}
+			x[l] = 0
+		}
+		if l == 5 {
+			break
+		}
+	}
+	ad := make([]byte, 16*len(parts))
+	for _, adLen := range []int{0, 16} {
+		var nonce Nonce
+		got, want := make([]Tag, len(parts)), make([]Tag, len(parts))
+		if err := k.TagsFromPartials(got, &nonce, ad, adLen, parts, 64); err != nil {
+			t.Fatal(err)
+		}
+		if err := k.TagsFromPartials(want, &nonce, ad, adLen, canon, 64); err != nil {
+			t.Fatal(err)
+		}
+		for i := range got {
+			if got[i] != want[i] {
+				t.Fatalf("adLen=%d: partial %x: tag %x, its canonical form's %x", adLen, parts[i], got[i], want[i])
+			}
+		}
 	}
 }
