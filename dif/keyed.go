@@ -20,19 +20,14 @@ var ErrNoKey = errors.New("dif: no key for the keyed partials")
 
 // keyedOut is where the guard loops put the partials of a run.
 type keyedOut struct {
-	parts  []poly1305.Partial
-	key    *poly1305.Key
-	filled int // blocks whose partial was computed
+	parts []poly1305.Partial
+	key   *poly1305.Key
 }
 
 // blocksCopy is t10crc32c.BlocksCopy with the partials of the blocks from
 // block base of the run.
-func (k *keyedOut) blocksCopy(gs []uint16, sums []uint32, q, p []byte, bs, stride, base int) error {
-	if err := keyedcopy.BlocksCopy(gs, sums, k.parts[base:base+len(gs)], q, p, bs, stride, k.key); err != nil {
-		return err
-	}
-	k.filled += len(gs)
-	return nil
+func (k keyedOut) blocksCopy(gs []uint16, sums []uint32, q, p []byte, bs, stride, base int) error {
+	return keyedcopy.BlocksCopy(gs, sums, k.parts[base:base+len(gs)], q, p, bs, stride, k.key)
 }
 
 // ClassifySumsCopyKeyed is ClassifySumsCopy that also sets parts[i] to the
@@ -40,7 +35,8 @@ func (k *keyedOut) blocksCopy(gs []uint16, sums []uint32, q, p []byte, bs, strid
 // reports whether it did for every block of the run. It does where
 // ClassifyCopy verifies in a single pass (the separate layout with the
 // 16-bit guard checked, not Type0); otherwise it reports false, parts is
-// left as it is, and the caller computes the tags from data. parts must
+// left as it is, and the caller computes the tags from data (an empty run
+// reports false). parts must
 // have room for the run's blocks. It does not allocate.
 func (f Format) ClassifySumsCopyKeyed(states []State, sums []uint32, parts []poly1305.Partial, key *poly1305.Key, data, src, md []byte, p Params) (Summary, bool, error) {
 	if key == nil {
@@ -62,15 +58,17 @@ func (f Format) ClassifySumsCopyKeyed(states []State, sums []uint32, parts []pol
 	if len(parts) < r.n {
 		return Summary{}, false, bufErr("parts has room for %d blocks, the run has %d", len(parts), r.n)
 	}
-	kp := keyedOut{parts: parts[:r.n], key: key}
-	so := sumOut{s: sums[:r.n], bs: int(f.bs), kp: &kp}
+	so := sumOut{s: sums[:r.n], bs: int(f.bs), kp: keyedOut{parts: parts[:r.n], key: key}}
 	clear(states[:r.n])
 	v, err := f.verify(data, src, md, &p, func(*CheckError) error { return nil }, states, so)
 	if err != nil || r.n == 0 {
-		return v.sum, err == nil, err
+		return v.sum, false, err
 	}
-	if f.typ == Type0 || f.guard != Guard16 || !v.guardOn {
+	// ver16 ran the copying guard loop over every block, so the partials
+	// are there, exactly when ClassifyCopy is one pass (verify set r.src).
+	single := f.layout == Separate && f.typ != Type0 && f.guard == Guard16 && v.guardOn
+	if !single {
 		err = so.all(&r)
 	}
-	return v.sum, err == nil && kp.filled == r.n, err
+	return v.sum, single && err == nil, err
 }
