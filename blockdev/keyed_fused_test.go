@@ -9,8 +9,8 @@ import (
 	"testing"
 
 	"github.com/difctl/difctl/dif"
-	"github.com/difctl/difctl/kernels/crc32c"
 	"github.com/difctl/difctl/kernels"
+	"github.com/difctl/difctl/kernels/crc32c"
 	"github.com/difctl/difctl/kernels/keyedcopy"
 	"github.com/difctl/difctl/store"
 )
