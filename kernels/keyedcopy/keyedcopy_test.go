@@ -1,6 +1,7 @@
 package keyedcopy
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -252,7 +253,14 @@ func BenchmarkBlocksCopy(b *testing.B) {
 		p, q := kerneltest.SeedBytes(size), make([]byte, size)
 		d, s, pt := make([]uint16, n), make([]uint32, n), make([]poly1305.Partial, n)
 		tags := make([]poly1305.Tag, n)
+		// The associated data of a keyed volume (blockdev): a volume
+		// identity, the same in every block, then the LBA and generation.
 		ad := make([]byte, n*adLen)
+		for i := range n {
+			copy(ad[i*adLen:], "volume-identity!")
+			binary.BigEndian.PutUint64(ad[i*adLen+16:], uint64(1000+i))
+			binary.BigEndian.PutUint64(ad[i*adLen+24:], 77)
+		}
 		var nonce poly1305.Nonce
 		paths := []struct {
 			name string

@@ -83,12 +83,19 @@ func (k *Key) TagsFromPartials(dst []Tag, nonce *Nonce, ad []byte, adLen int, pa
 	if n == 0 {
 		return nil
 	}
-	// r^D, D the chunks of a block, and 5·r^D, in limbs below 2^26.
+	// r^D, D the chunks of a block, and 5·r^D, in limbs below 2^26 + 2^12;
+	// for short associated data also the powers of each of its chunks.
 	var rD, rD5 [5]uint64
+	var ac *adChunks
+	var acs adChunks
 	if adLen > 0 {
 		rD = powLimbs(limbs26(k.poly.r0, k.poly.r1, 0), (blockLen+15)/16)
 		for l := range rD {
 			rD5[l] = 5 * rD[l]
+		}
+		if adLen/16 <= maxADChunks {
+			ac = &acs
+			ac.init(adLen/16, rD, limbs26(k.poly.r0, k.poly.r1, 0))
 		}
 	}
 	ctr := cipher.NewCTR(k.block, nonce[:])
@@ -99,11 +106,14 @@ func (k *Key) TagsFromPartials(dst []Tag, nonce *Nonce, ad []byte, adLen int, pa
 		for j := range m {
 			x := &parts[i+j]
 			var h0, h1, h2 uint64
-			if adLen > 0 {
+			switch {
+			case ac != nil:
+				h0, h1, h2 = ac.combine(ad[(i+j)*adLen:(i+j+1)*adLen], x)
+			case adLen > 0:
 				st := state{r0: k.poly.r0, r1: k.poly.r1}
 				st.chunks(ad[(i+j)*adLen : (i+j+1)*adLen])
 				h0, h1, h2 = combine(st.h0, st.h1, st.h2, &rD, &rD5, x)
-			} else {
+			default:
 				h0, h1, h2 = pack(x[0], x[1], x[2], x[3], x[4])
 			}
 			h0, h1 = reduce(h0, h1, h2)
@@ -205,4 +215,92 @@ func pack(d0, d1, d2, d3, d4 uint64) (uint64, uint64, uint64) {
 	d4 += d3 >> 26
 	d3 &= m
 	return d0 | d1<<26 | d2<<52, d2>>12 | d3<<14 | d4<<40, d4 >> 24
+}
+
+// maxADChunks is the longest associated data, in chunks, that adChunks
+// takes: eight terms of below 2^59 and a partial stay below 2^64 - 2^62.
+const maxADChunks = 8
+
+// adChunks evaluates the associated data of the blocks of one call chunk by
+// chunk: with m chunks a_0..a_{m-1} before a block of D chunks,
+//
+//	Poly_r(ad || m) = Σ_c (a_c + 2^128)·r^(D+m-c) + Poly_r(m)
+//
+// (each chunk of ad is multiplied once per chunk after it, its own
+// included). A term whose chunk is the same as the previous block's is
+// taken from that block: a volume's identity, the same in every block's
+// associated data, costs one multiply per call rather than per block. The
+// associated data is not secret, so the comparison may branch.
+type adChunks struct {
+	m       int
+	pw, pw5 [maxADChunks][5]uint64 // r^(D+m-c) and 5 times it
+	prev    [maxADChunks][16]byte  // the chunk of the last block
+	term    [maxADChunks][5]uint64 // its term, limbs below 2^59
+	have    [maxADChunks]bool
+}
+
+func (a *adChunks) init(m int, rD, r [5]uint64) {
+	a.m = m
+	var r5 [5]uint64
+	for l := range r {
+		r5[l] = 5 * r[l]
+	}
+	p := rD
+	for c := m - 1; c >= 0; c-- {
+		p = mulLimbs(p, &r, &r5) // r^(D+m-c)
+		a.pw[c] = p
+		for l := range p {
+			a.pw5[c][l] = 5 * p[l]
+		}
+	}
+}
+
+// combine returns Poly_r(ad || block) in the generic form (below 2^130 +
+// 2^26), ad being m chunks and x the block's Partial (limbs below 2^27).
+func (a *adChunks) combine(ad []byte, x *Partial) (uint64, uint64, uint64) {
+	d0, d1, d2, d3, d4 := x[0], x[1], x[2], x[3], x[4]
+	for c := range a.m {
+		ch := ad[16*c : 16*c+16]
+		if !a.have[c] || string(ch) != string(a.prev[c][:]) {
+			copy(a.prev[c][:], ch)
+			a.have[c] = true
+			a.term[c] = mulNoCarry(chunkLimbs(ch), &a.pw[c], &a.pw5[c])
+		}
+		t := &a.term[c]
+		d0 += t[0]
+		d1 += t[1]
+		d2 += t[2]
+		d3 += t[3]
+		d4 += t[4]
+	}
+	const m = limbMask
+	// carryChain: from limbs below 2^62 to below 2^26 + 2^13.
+	d1 += d0 >> 26
+	d0 &= m
+	d4 += d3 >> 26
+	d3 &= m
+	d2 += d1 >> 26
+	d1 &= m
+	c := d4 >> 26
+	d4 &= m
+	d0 += c + c<<2
+	d3 += d2 >> 26
+	d2 &= m
+	d1 += d0 >> 26
+	d0 &= m
+	d4 += d3 >> 26
+	d3 &= m
+	return pack(d0, d1, d2, d3, d4)
+}
+
+// mulNoCarry is mulLimbs without the carry chain: x's limbs below 2^27, y's
+// below 2^26 + 2^12, each of the five sums below 2^59.
+func mulNoCarry(x [5]uint64, y, y5 *[5]uint64) [5]uint64 {
+	return [5]uint64{
+		x[0]*y[0] + x[1]*y5[4] + x[2]*y5[3] + x[3]*y5[2] + x[4]*y5[1],
+		x[0]*y[1] + x[1]*y[0] + x[2]*y5[4] + x[3]*y5[3] + x[4]*y5[2],
+		x[0]*y[2] + x[1]*y[1] + x[2]*y[0] + x[3]*y5[4] + x[4]*y5[3],
+		x[0]*y[3] + x[1]*y[2] + x[2]*y[1] + x[3]*y[0] + x[4]*y5[4],
+		x[0]*y[4] + x[1]*y[3] + x[2]*y[2] + x[3]*y[1] + x[4]*y[0],
+	}
 }
