@@ -264,7 +264,8 @@ func (a *adChunks) combine(ad []byte, x *Partial) (uint64, uint64, uint64) {
 		if !a.have[c] || string(ch) != string(a.prev[c][:]) {
 			copy(a.prev[c][:], ch)
 			a.have[c] = true
-			a.term[c] = mulNoCarry(chunkLimbs(ch), &a.pw[c], &a.pw5[c])
+			t0, t1, t2, t3, t4 := mulChunk(ch, &a.pw[c], &a.pw5[c])
+			a.term[c] = [5]uint64{t0, t1, t2, t3, t4}
 		}
 		t := &a.term[c]
 		d0 += t[0]
@@ -293,14 +294,18 @@ func (a *adChunks) combine(ad []byte, x *Partial) (uint64, uint64, uint64) {
 	return pack(d0, d1, d2, d3, d4)
 }
 
-// mulNoCarry is mulLimbs without the carry chain: x's limbs below 2^27, y's
-// below 2^26 + 2^12, each of the five sums below 2^59.
-func mulNoCarry(x [5]uint64, y, y5 *[5]uint64) [5]uint64 {
-	return [5]uint64{
-		x[0]*y[0] + x[1]*y5[4] + x[2]*y5[3] + x[3]*y5[2] + x[4]*y5[1],
-		x[0]*y[1] + x[1]*y[0] + x[2]*y5[4] + x[3]*y5[3] + x[4]*y5[2],
-		x[0]*y[2] + x[1]*y[1] + x[2]*y[0] + x[3]*y5[4] + x[4]*y5[3],
-		x[0]*y[3] + x[1]*y[2] + x[2]*y[1] + x[3]*y[0] + x[4]*y5[4],
-		x[0]*y[4] + x[1]*y[3] + x[2]*y[2] + x[3]*y[1] + x[4]*y[0],
-	}
+// mulChunk returns (chunk + 2^128)·y mod 2^130-5 without the carry chain,
+// as five limbs: the chunk split as chunkLimbs splits it (limbs below 2^26,
+// the top one below 2^25 with the pad bit), y's limbs below 2^26 + 2^12 and
+// y5 = 5·y, each of the five sums below 2^59. Scalars throughout: the array
+// form kept the limbs in memory.
+func mulChunk(ch []byte, y, y5 *[5]uint64) (uint64, uint64, uint64, uint64, uint64) {
+	const m = limbMask
+	lo, hi := binary.LittleEndian.Uint64(ch[0:8]), binary.LittleEndian.Uint64(ch[8:16])
+	x0, x1, x2, x3, x4 := lo&m, lo>>26&m, (lo>>52|hi<<12)&m, hi>>14&m, hi>>40|1<<24
+	return x0*y[0] + x1*y5[4] + x2*y5[3] + x3*y5[2] + x4*y5[1],
+		x0*y[1] + x1*y[0] + x2*y5[4] + x3*y5[3] + x4*y5[2],
+		x0*y[2] + x1*y[1] + x2*y[0] + x3*y5[4] + x4*y5[3],
+		x0*y[3] + x1*y[2] + x2*y[1] + x3*y[0] + x4*y5[4],
+		x0*y[4] + x1*y[3] + x2*y[2] + x3*y[1] + x4*y[0]
 }
