@@ -234,7 +234,7 @@ const maxADChunks = 8
 type adChunks struct {
 	m       int
 	pw, pw5 [maxADChunks][5]uint64 // r^(D+m-c) and 5 times it
-	prev    [maxADChunks][16]byte  // the chunk of the last block
+	prev    [maxADChunks][2]uint64 // the chunk of the last block, lo and hi
 	term    [maxADChunks][5]uint64 // its term, limbs below 2^59
 	have    [maxADChunks]bool
 }
@@ -260,14 +260,13 @@ func (a *adChunks) init(m int, rD, r [5]uint64) {
 func (a *adChunks) combine(ad []byte, x *Partial) (uint64, uint64, uint64) {
 	d0, d1, d2, d3, d4 := x[0], x[1], x[2], x[3], x[4]
 	for c := range a.m {
-		ch := ad[16*c : 16*c+16]
-		if !a.have[c] || string(ch) != string(a.prev[c][:]) {
-			copy(a.prev[c][:], ch)
-			a.have[c] = true
-			t0, t1, t2, t3, t4 := mulChunk(ch, &a.pw[c], &a.pw5[c])
-			a.term[c] = [5]uint64{t0, t1, t2, t3, t4}
-		}
+		lo, hi := binary.LittleEndian.Uint64(ad[16*c:]), binary.LittleEndian.Uint64(ad[16*c+8:])
 		t := &a.term[c]
+		if !a.have[c] || lo != a.prev[c][0] || hi != a.prev[c][1] {
+			a.prev[c] = [2]uint64{lo, hi}
+			a.have[c] = true
+			t[0], t[1], t[2], t[3], t[4] = mulChunk(lo, hi, &a.pw[c], &a.pw5[c])
+		}
 		d0 += t[0]
 		d1 += t[1]
 		d2 += t[2]
@@ -294,14 +293,13 @@ func (a *adChunks) combine(ad []byte, x *Partial) (uint64, uint64, uint64) {
 	return pack(d0, d1, d2, d3, d4)
 }
 
-// mulChunk returns (chunk + 2^128)·y mod 2^130-5 without the carry chain,
+// mulChunk returns (chunk + 2^128)·y mod 2^130-5, the chunk lo + hi·2^64, without the carry chain,
 // as five limbs: the chunk split as chunkLimbs splits it (limbs below 2^26,
 // the top one below 2^25 with the pad bit), y's limbs below 2^26 + 2^12 and
 // y5 = 5·y, each of the five sums below 2^59. Scalars throughout: the array
 // form kept the limbs in memory.
-func mulChunk(ch []byte, y, y5 *[5]uint64) (uint64, uint64, uint64, uint64, uint64) {
+func mulChunk(lo, hi uint64, y, y5 *[5]uint64) (uint64, uint64, uint64, uint64, uint64) {
 	const m = limbMask
-	lo, hi := binary.LittleEndian.Uint64(ch[0:8]), binary.LittleEndian.Uint64(ch[8:16])
 	x0, x1, x2, x3, x4 := lo&m, lo>>26&m, (lo>>52|hi<<12)&m, hi>>14&m, hi>>40|1<<24
 	return x0*y[0] + x1*y5[4] + x2*y5[3] + x3*y5[2] + x4*y5[1],
 		x0*y[1] + x1*y[0] + x2*y5[4] + x3*y5[3] + x4*y5[2],
