@@ -50,11 +50,22 @@
 //
 // Registers. Sixteen YMM registers are all taken: X0..X3 the fold
 // accumulators, X4, X5 the fold's data and product, Y6..Y10 the five limbs
-// of the product sums d, Y11..Y15 the gather, limb, product and temporary
-// registers of the lanes. So the constants are memory operands: the byte
-// reversal and the lanes' limb mask and pad bit (DATA), Fold[1] (copied to
-// the frame from the table), the key powers (the key table the Go side
-// passes, poly1305's laneKey layout). The lane accumulators h live in the
+// of the product sums d, Y11..Y14 the gather, limb and product registers of
+// the lanes (the product register doubles as the gather's and the split's
+// temporary, the hi-word one as a carry temporary), X15 Fold[1]. So the
+// other constants are memory operands: the byte reversal and the lanes'
+// limb mask and pad bit (DATA), the key powers (the key table the Go side
+// passes, poly1305's laneKey layout).
+//
+// Loads, not the multipliers, are what bound this kernel on AMD Zen 2 (two
+// loads per cycle): per step 100 key operands of VPMULUDQ, 32 CRC32Q, 16
+// vector loads and 16 gathers, the byte-reversal and mask operands, h.
+// With Fold[1] a memory operand too (32 more loads a step, before X15 held
+// it), the kernel ran at 0.94 times the two passes at 4 KiB blocks and 1.05
+// at 512 bytes (BenchmarkFusedRatio in kernels/keyedcopy, thread CPU time);
+// with X15, 1.04 and 1.12-1.13. Without its CRC32Q streams (wrong, for
+// timing) it ran about 1.1 times as fast, without the Poly1305 lanes 2.3
+// times, without the folds 1.2 times. The lane accumulators h live in the
 // frame between steps (five 32-byte words: added to m1 as a memory
 // operand, stored after the carry chain). The general registers are those
 // of fused, but the guard and sum pointers live in the frame and DI holds
@@ -197,14 +208,14 @@ var (
 	yLo   = reg.Y11 // the chunks' low quadwords; a carry temporary
 	yHi   = reg.Y12 // the chunks' high quadwords
 	yL    = reg.Y13 // the limb being split off
-	yP    = reg.Y14 // a product
-	yT    = reg.Y15 // temporary
+	yP    = reg.Y14 // a product; the gather's and the split's temporary
+	xK1   = reg.X15 // Fold[1]
 )
 
 type gen struct {
 	c                *build.Context
 	bswap, mask, pad operand.Mem
-	k1, hmem         operand.Mem // frame: Fold[1]; the lane accumulators
+	hmem             operand.Mem // frame: the lane accumulators
 	err              error
 }
 
@@ -259,8 +270,8 @@ func (g *gen) foldStep(first bool) {
 			// acc = Hi(acc)·Fold[1][0] ⊕ Lo(acc)·Fold[1][1] ⊕ data (the
 			// lanes byte-reversed: immediate 0x01 takes the high quadword
 			// of acc and the low one of the constant, 0x10 the opposite).
-			c.VPCLMULQDQ(operand.U8(0x01), g.k1, acc[j], xT)
-			c.VPCLMULQDQ(operand.U8(0x10), g.k1, acc[j], acc[j])
+			c.VPCLMULQDQ(operand.U8(0x01), xK1, acc[j], xT)
+			c.VPCLMULQDQ(operand.U8(0x10), xK1, acc[j], acc[j])
 			c.VPXOR(xT, acc[j], acc[j])
 			c.VPXOR(r, acc[j], acc[j])
 		}
@@ -295,18 +306,18 @@ func (g *gen) split(disp int, use func(i int)) {
 	c := g.c
 	c.VMOVDQU(addrAt(rQ, 0, disp), xmm(yLo))
 	c.VINSERTI128(operand.U8(1), addrAt(rQ, 2, disp), yLo, yLo)
-	c.VMOVDQU(addrAt(rQ, 1, disp), xmm(yT))
-	c.VINSERTI128(operand.U8(1), addrAt(rQ, 3, disp), yT, yT)
-	c.VPUNPCKHQDQ(yT, yLo, yHi) // hi words of blocks 0..3
-	c.VPUNPCKLQDQ(yT, yLo, yLo) // lo words
+	c.VMOVDQU(addrAt(rQ, 1, disp), xmm(yP))
+	c.VINSERTI128(operand.U8(1), addrAt(rQ, 3, disp), yP, yP)
+	c.VPUNPCKHQDQ(yP, yLo, yHi) // hi words of blocks 0..3
+	c.VPUNPCKLQDQ(yP, yLo, yLo) // lo words
 	c.VPAND(g.mask, yLo, yL)
 	use(0)
 	c.VPSRLQ(operand.U8(26), yLo, yL)
 	c.VPAND(g.mask, yL, yL)
 	use(1)
 	c.VPSRLQ(operand.U8(52), yLo, yL)
-	c.VPSLLQ(operand.U8(12), yHi, yT)
-	c.VPOR(yT, yL, yL)
+	c.VPSLLQ(operand.U8(12), yHi, yP)
+	c.VPOR(yP, yL, yL)
 	c.VPAND(g.mask, yL, yL)
 	use(2)
 	c.VPSRLQ(operand.U8(14), yHi, yL)
@@ -345,11 +356,11 @@ func (g *gen) carry(from, to int, times5 bool, t reg.VecPhysical) {
 // (times 5); d2→d3, d0→d1; d3→d4.
 func (g *gen) carryChain() {
 	g.carry(0, 1, false, yLo)
-	g.carry(3, 4, false, yT)
+	g.carry(3, 4, false, yHi)
 	g.carry(1, 2, false, yLo)
-	g.carry(4, 0, true, yT)
+	g.carry(4, 0, true, yHi)
 	g.carry(2, 3, false, yLo)
-	g.carry(0, 1, false, yT)
+	g.carry(0, 1, false, yHi)
 	g.carry(3, 4, false, yLo)
 }
 
@@ -426,7 +437,6 @@ func (g *gen) kernel() {
 	cnt := c.AllocLocal(8)
 	dstPtr := c.AllocLocal(8)
 	sumsPtr := c.AllocLocal(8)
-	g.k1 = c.AllocLocal(16)
 	g.hmem = c.AllocLocal(32 * limbs)
 
 	c.Load(c.Param("dst").Base(), rPf)
@@ -442,19 +452,18 @@ func (g *gen) kernel() {
 	scaffold.CopyOffset(c, rP, rQd)
 	c.Comment("Block j of a group starts at p + j*stride.")
 	c.LEAQ(operand.Mem{Base: rS1, Index: rS1, Scale: 2}, rS3)
-	c.Comment("Fold[1] to the frame (every vector register is taken in the loop).")
+	c.Comment("Fold[1], kept in X15.")
 	c.Load(c.Param("tab"), rCur)
-	c.VMOVDQU(mem(rCur, tableFold+16*1), xT)
-	c.VMOVDQU(xT, g.k1)
+	c.VMOVDQU(mem(rCur, tableFold+16*1), xK1)
 
 	c.Label("group")
 	c.MOVQ(rP, rCur)
 	c.Load(c.Param("blockLen"), rN)
 	c.LEAQ(operand.Mem{Base: rP, Index: rS1, Scale: uint8(group * pfGroups)}, rPf)
 	c.Comment("The lanes start from zero, the CRC-32C registers from all ones.")
-	c.VPXOR(yT, yT, yT)
+	c.VPXOR(yP, yP, yP)
 	for k := 0; k < limbs; k++ {
-		c.VMOVDQU(yT, g.hmem.Offset(32*k))
+		c.VMOVDQU(yP, g.hmem.Offset(32*k))
 	}
 	for j := 0; j < group; j++ {
 		c.MOVL(operand.U32(0xffffffff), rCRC[j].As32())
@@ -486,7 +495,7 @@ func (g *gen) kernel() {
 	g.lagStep(0, func(k int) operand.Mem { return mem(rH, 32*k) })
 
 	c.Comment("The guards (Barrett) and the finalised CRC-32C of the group.")
-	xFin, xMuP := xmm(yP), xmm(yT)
+	xFin, xMuP := xmm(yD[0]), xmm(yD[1]) // the lanes are stored
 	c.Load(c.Param("tab"), rN)
 	c.VMOVDQU(mem(rN, tableFinal), xFin)
 	c.VMOVDQU(mem(rN, tableMu), xMuP)
