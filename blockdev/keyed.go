@@ -651,7 +651,9 @@ func (v *Volume) keyedCheck(lba int64, n int, data []byte, sc *scratch, st *RunS
 }
 
 // keyedCompute computes the tags of runs (blocks blocks in all) into calc:
-// in two halves at once when they are large and a second CPU may take one.
+// in two halves at once when they are large and a second CPU may take one;
+// from the partials of the fused copy where classify computed them (kp,
+// keyed_fused.go), from data otherwise.
 func (v *Volume) keyedCompute(runs []kRun, blocks int, lba int64, data []byte, calc []store.KeyedTag, ks *keyedScratch, kp *keyedParts) error {
 	bs := v.bs
 	do := func(rs []kRun, ad []byte, pt []poly1305.Tag) error {
