@@ -654,7 +654,7 @@ func (v *Volume) keyedCheck(lba int64, n int, data []byte, sc *scratch, st *RunS
 		i = j
 	}
 	ks.runs = runs
-	if err := v.keyedCompute(runs, blocks, lba, data, calc, ks); err != nil {
+	if err := v.keyedCompute(runs, blocks, lba, data, calc, ks, sc.kp); err != nil {
 		return err
 	}
 	for _, r := range runs {
@@ -690,12 +690,14 @@ func (v *Volume) keyedCheck(lba int64, n int, data []byte, sc *scratch, st *RunS
 }
 
 // keyedCompute computes the tags of runs (blocks blocks in all) into calc:
-// in two halves at once when they are large and a second CPU may take one.
-func (v *Volume) keyedCompute(runs []kRun, blocks int, lba int64, data []byte, calc []store.KeyedTag, ks *keyedScratch) error {
-	k, bs := v.kd, v.bs
+// in two halves at once when they are large and a second CPU may take one;
+// from the partials of the fused copy where classify computed them (kp,
+// keyed_fused.go), from data otherwise.
+func (v *Volume) keyedCompute(runs []kRun, blocks int, lba int64, data []byte, calc []store.KeyedTag, ks *keyedScratch, kp *keyedParts) error {
+	bs := v.bs
 	do := func(rs []kRun, ad []byte, pt []poly1305.Tag) error {
 		for _, r := range rs {
-			if err := k.tagsInto(calc[r.i:r.j], lba+int64(r.i), r.gen, data[r.i*bs:r.j*bs], bs, ad, pt); err != nil {
+			if err := v.runTags(calc[r.i:r.j], r, lba, data, ad, pt, ks.transient, kp); err != nil {
 				return err
 			}
 		}

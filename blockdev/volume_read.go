@@ -36,6 +36,7 @@ type scratch struct {
 	reread     []byte
 	probs      []Problem
 	k          *keyedScratch  // keyed volumes (keyed.go)
+	kp         *keyedParts    // their partials (keyed_fused.go)
 	wg         sync.WaitGroup // parts of a split read (readParallel)
 	jobErr     atomic.Pointer[error]
 	partFailed atomic.Uint64 // parts whose read failed, redone serially
@@ -76,6 +77,7 @@ func (v *Volume) newScratch() any {
 		sc.sums = make([]uint32, n)
 		sc.ovSums = make([]uint32, n)
 	}
+	sc.kp = v.newKeyedParts(n)
 	sc.mapFn = func(src []byte) error { return v.classify(sc.mapLBA, sc.mapI, sc.mapK, sc.mapData, src, sc) }
 	return sc
 }
@@ -380,7 +382,7 @@ func (v *Volume) splitParts(n int) int {
 	if n*v.bs < splitMin {
 		return 1
 	}
-	return min(1+v.startWorkers(), n*v.bs/(splitMin/2), 64)
+	return min(1+max(v.startWorkers(), v.keyedHelpers()), n*v.bs/(splitMin/2), 64)
 }
 
 // readParallel reads the data of a run of n blocks and classifies it in
@@ -392,7 +394,12 @@ func (v *Volume) readParallel(lba int64, n, parts int, data []byte, sc *scratch)
 	sc.wg.Add(parts)
 	for p := 1; p < parts; p++ {
 		i := min(p*per, n)
-		v.jobs <- verifyJob{lba: lba, i: i, k: min(per, n-i), part: p, data: data, sc: sc}
+		j := verifyJob{lba: lba, i: i, k: min(per, n-i), part: p, data: data, sc: sc}
+		if v.jobs == nil {
+			go v.runPart(j) // keyedHelpers
+			continue
+		}
+		v.jobs <- j
 	}
 	v.runPart(verifyJob{lba: lba, i: 0, k: min(per, n), part: 0, data: data, sc: sc})
 	sc.wg.Wait()

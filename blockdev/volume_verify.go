@@ -64,6 +64,7 @@ func (v *Volume) classify(lba int64, i, k int, data, src []byte, sc *scratch) er
 	first := i
 	for end := i + k; i < end; i += sub {
 		k := min(sub, end-i)
+		sc.clearKeyedParts(i, k)
 		states, blocks, tuples := sc.states[i:i+k], data[i*bs:(i+k)*bs], sc.tuples[i*ts:(i+k)*ts]
 		var from, keep []byte
 		if src != nil {
@@ -88,7 +89,7 @@ func (v *Volume) classify(lba int64, i, k int, data, src []byte, sc *scratch) er
 		} else {
 			crcs := sc.crcs[i : i+k]
 			if from != nil {
-				sum, err = v.f.ClassifySumsCopy(states, crcs, blocks, from, tuples, p)
+				sum, err = v.classifySumsCopy(states, crcs, blocks, from, tuples, p, sc, i, k)
 			} else {
 				sum, err = v.f.ClassifySums(states, crcs, blocks, tuples, p)
 			}

@@ -63,6 +63,7 @@ func (f Format) ClassifySums(states []State, sums []uint32, data, md []byte, p P
 type sumOut struct {
 	s  []uint32
 	bs int
+	kp keyedOut // ClassifySumsCopyKeyed: the Poly1305 partials too (keyed.go)
 }
 
 // guards16 computes the guards of the len(gs) blocks from block base of r
@@ -81,7 +82,11 @@ func (so sumOut) guards16(gs []uint16, r *run, base int) error {
 	var err error
 	if r.src != nil {
 		// Separate layout only: the guard covers the bs data bytes.
-		err = t10crc32c.BlocksCopy(gs, so.s[base:base+len(gs)], p, r.src[base*r.dstride:], so.bs, r.dstride)
+		if so.kp.key != nil {
+			err = so.kp.blocksCopy(gs, so.s[base:base+len(gs)], p, r.src[base*r.dstride:], so.bs, r.dstride, base)
+		} else {
+			err = t10crc32c.BlocksCopy(gs, so.s[base:base+len(gs)], p, r.src[base*r.dstride:], so.bs, r.dstride)
+		}
 	} else {
 		err = t10crc32c.Blocks(gs, so.s[base:base+len(gs)], p, so.bs, r.dstride)
 	}

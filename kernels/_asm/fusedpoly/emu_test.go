@@ -1,0 +1,199 @@
+package main
+
+// The fused copy + T10-DIF + CRC-32C + Poly1305 kernel in the interpreter of
+// internal/emu: every guard against a bitwise CRC-16/T10-DIF, every sum
+// against hash/crc32's Castagnoli, every lane accumulator against Poly1305
+// of the block's chunks evaluated with math/big (from h = 0), the bytes in
+// q against p and nothing else of q, dst, sums or h written. Any
+// instruction the interpreter does not model fails the test, and so does a
+// generated function left unchecked. The package tests of kernels/keyedcopy
+// run the same kernel on the hardware against t10crc32c and poly1305.
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"hash/crc32"
+	"math/big"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/difctl/difctl/kernels/_asm/internal/emu"
+)
+
+const gapByte = 0xa5
+
+var polyP = new(big.Int).Sub(new(big.Int).Lsh(big.NewInt(1), 130), big.NewInt(5))
+
+// leBig is b as a little-endian number.
+func leBig(b []byte) *big.Int {
+	be := make([]byte, len(b))
+	for i := range b {
+		be[len(b)-1-i] = b[i]
+	}
+	return new(big.Int).SetBytes(be)
+}
+
+// splitBig returns n limbs of x of bits bits each.
+func splitBig(x *big.Int, bits uint, n int) []uint64 {
+	out := make([]uint64, n)
+	mask := new(big.Int).Sub(new(big.Int).Lsh(big.NewInt(1), bits), big.NewInt(1))
+	y := new(big.Int).Set(x)
+	for k := range out {
+		out[k] = new(big.Int).And(y, mask).Uint64()
+		y.Rsh(y, bits)
+	}
+	return out
+}
+
+// keyTable is poly1305's laneKey for r: limb k of r^(j+1) at word
+// 4(5j+k) (four lanes), five times it at 80+4(5j+k), r as two words at 160.
+func keyTable(r *big.Int) []uint64 {
+	k := make([]uint64, keyWords)
+	pw := new(big.Int).Set(r)
+	for j := 0; j < powers; j++ {
+		for i, x := range splitBig(pw, limbBits, limbs) {
+			for ln := 0; ln < lanes; ln++ {
+				k[keyR/8+4*(limbs*j+i)+ln] = x
+				k[keyS/8+4*(limbs*j+i)+ln] = 5 * x
+			}
+		}
+		pw.Mul(pw, r)
+		pw.Mod(pw, polyP)
+	}
+	rw := splitBig(r, 64, 2)
+	k[2*keyS/8], k[2*keyS/8+1] = rw[0], rw[1]
+	return k
+}
+
+// Where the outputs and the key go (the blocks are at emu.AddrData, q after
+// them, ending the memory).
+const (
+	addrSums = emu.AddrDst + 0x200
+	addrH    = emu.AddrDst + 0x400
+	addrKey  = emu.AddrDst + 0x1000
+)
+
+func TestEmulatedKernel(t *testing.T) {
+	asm, _, err := generate([]string{"go", "run", "./fusedpoly"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	prog, err := emu.Parse(string(asm))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tab := emu.FoldTable(emu.T10DIF, 64)
+	castagnoli := crc32.MakeTable(crc32.Castagnoli)
+	rnd := rand.New(rand.NewPCG(5, 6))
+	var perByte float64
+	for trial, c := range [][3]int{{64, 64, 4}, {64, 80, 8}, {128, 128, 4}, {192, 208, 8}, {512, 512, 8}, {512, 520, 12}, {4096, 4096, 4}, {4096, 4160, 4}, {1024 + 64, 1200, 4}} {
+		blockLen, stride, cnt := c[0], c[1], c[2]
+		t.Run(fmt.Sprintf("block=%d/stride=%d/count=%d", blockLen, stride, cnt), func(t *testing.T) {
+			// All ones (data and r: the largest limbs and products) in
+			// one trial of three, random bytes in the others.
+			allOnes := trial%3 == 0
+			data := make([]byte, (cnt-1)*stride+blockLen)
+			for i := range data {
+				data[i] = byte(rnd.Uint32())
+				if allOnes {
+					data[i] = 0xff
+				}
+			}
+			var rb [16]byte
+			for i := range rb {
+				rb[i] = byte(rnd.Uint32())
+				if allOnes {
+					rb[i] = 0xff
+				}
+			}
+			for _, i := range []int{3, 7, 11, 15} {
+				rb[i] &= 15
+			}
+			for _, i := range []int{4, 8, 12} {
+				rb[i] &= 252
+			}
+			r := leBig(rb[:])
+			m, err := emu.New(prog, data)
+			if err != nil {
+				t.Fatal(err)
+			}
+			copy(m.Mem[emu.AddrTable:], tab)
+			for i := emu.AddrDst; i < emu.AddrData; i++ {
+				m.Mem[i] = 0x5a
+			}
+			for i, v := range keyTable(r) {
+				binary.LittleEndian.PutUint64(m.Mem[addrKey+8*i:], v)
+			}
+			before := bytes.Clone(m.Mem[emu.AddrDst:emu.AddrData])
+			q := m.Append(len(data), gapByte)
+			groups := cnt / group
+			n := uint64(len(data))
+			args := []uint64{
+				emu.AddrDst, uint64(cnt), uint64(cnt),
+				addrSums, uint64(cnt), uint64(cnt),
+				addrH, uint64(hWords * groups), uint64(hWords * groups),
+				q, n, n,
+				emu.AddrData, n, n,
+				uint64(blockLen), uint64(stride), emu.AddrTable, addrKey,
+			}
+			for i, a := range args {
+				m.Put64(8*i, a)
+			}
+			steps, err := m.Run(prog, "fusedPolyCopyAVX")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if blockLen == 4096 {
+				perByte = float64(steps) / float64(len(data))
+			}
+			for i := 0; i < cnt; i++ {
+				b := data[i*stride:][:blockLen]
+				if got, want := binary.LittleEndian.Uint16(m.Mem[emu.AddrDst+2*i:]), uint16(emu.Bitwise(emu.T10DIF, 0, b)); got != want {
+					t.Fatalf("dst[%d] = %#x, want %#x", i, got, want)
+				}
+				if got, want := binary.LittleEndian.Uint32(m.Mem[addrSums+4*i:]), crc32.Checksum(b, castagnoli); got != want {
+					t.Fatalf("sums[%d] = %#x, want %#x", i, got, want)
+				}
+				want := new(big.Int)
+				for c := 0; c < blockLen; c += 16 {
+					want.Add(want, leBig(append(bytes.Clone(b[c:c+16]), 1)))
+					want.Mul(want, r)
+					want.Mod(want, polyP)
+				}
+				g, l := i/group, i%group
+				got := new(big.Int)
+				for k := limbs - 1; k >= 0; k-- {
+					v := binary.LittleEndian.Uint64(m.Mem[addrH+8*(hWords*g+lanes*k+l):])
+					if v >= 1<<(limbBits+1) {
+						t.Fatalf("block %d: limb %d = %#x, not below 2^27", i, k, v)
+					}
+					got.Lsh(got, limbBits)
+					got.Add(got, new(big.Int).SetUint64(v))
+				}
+				if got.Mod(got, polyP).Cmp(want) != 0 {
+					t.Fatalf("block %d: Poly1305 %x, want %x", i, got, want)
+				}
+			}
+			// Nothing written outside dst, sums and h.
+			after := bytes.Clone(m.Mem[emu.AddrDst:emu.AddrData])
+			copy(after, before[:2*cnt])
+			copy(after[addrSums-emu.AddrDst:], before[addrSums-emu.AddrDst:][:4*cnt])
+			copy(after[addrH-emu.AddrDst:], before[addrH-emu.AddrDst:][:8*hWords*groups])
+			if !bytes.Equal(after, before) {
+				t.Fatal("wrote outside dst, sums and h")
+			}
+			qm := m.Mem[q:]
+			for i := range qm {
+				inBlock := i%stride < blockLen && i < len(data)
+				if inBlock && qm[i] != data[i] || !inBlock && qm[i] != gapByte {
+					t.Fatalf("q[%d] = %#x, data %#x", i, qm[i], data[i])
+				}
+			}
+		})
+	}
+	t.Logf("instructions per byte over 4 KiB blocks: %.4f", perByte)
+	if nr := prog.NotRun(); len(nr) > 0 {
+		t.Errorf("generated functions not checked in the emulator: %v", nr)
+	}
+}
