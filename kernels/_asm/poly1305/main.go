@@ -551,11 +551,10 @@ func (g *gen) scalarChunk(l, disp int) {
 	c.ADCQ(operand.U32(0), h2)
 	c.SHRQ(operand.U8(2), t3, t2)
 	c.SHRQ(operand.U8(2), t3)
-	c.ADDQ(t2, t0)
-	c.ADCQ(t3, t1)
+	// The last sum goes into t2, t3, which are h0, h1: no moves.
+	c.ADDQ(t0, t2)
+	c.ADCQ(t1, t3)
 	c.ADCQ(operand.U32(0), h2)
-	c.MOVQ(t0, h0)
-	c.MOVQ(t1, h1)
 }
 
 func writeStubs(warning string) ([]byte, error) {
