@@ -241,15 +241,17 @@ func (m *MAC) Verify(mac []byte) bool {
 // polyKey is r in the forms the implementations use.
 type polyKey struct {
 	r0, r1 uint64
-	lanes  laneKey // radix 2^26, for the AVX2 kernels
-	ifma   ifmaKey // radix 2^44, for the AVX-512 IFMA kernel
-	neon   neonKey // radix 2^26, r and r^2, for the NEON kernel
+	lanes  laneKey  // radix 2^26, for the AVX2 kernels
+	lanes8 laneKey8 // radix 2^26, r..r^8, for the eight-chunk AVX2 kernels
+	ifma   ifmaKey  // radix 2^44, for the AVX-512 IFMA kernel
+	neon   neonKey  // radix 2^26, r and r^2, for the NEON kernel
 }
 
 func newPolyKey(r []byte) polyKey {
 	k := polyKey{}
 	k.r0, k.r1 = clampR(r)
 	k.lanes = makeLaneKey(k.r0, k.r1)
+	k.lanes8 = makeLaneKey8(k.r0, k.r1)
 	k.ifma = makeIFMAKey(k.r0, k.r1)
 	k.neon = makeNeonKey(&k.lanes)
 	return k

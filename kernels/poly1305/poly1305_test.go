@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -322,7 +323,7 @@ func TestBlocksLaneModels(t *testing.T) {
 	for _, m := range []struct {
 		name string
 		kern *laneKernel
-	}{{"lanes26", &modelKernel26}, {"lanes44", &modelKernel44}, {"neon", &modelKernelNEON}} {
+	}{{"lanes26", &modelKernel26}, {"lanes26x8", &modelKernel8}, {"lanes44", &modelKernel44}, {"neon", &modelKernelNEON}} {
 		t.Run("model="+m.name, func(t *testing.T) {
 			blocks = func(k *polyKey, acc [][2]uint64, h *laneBuf, ad []byte, adLen int, p []byte, blockLen, stride int) {
 				blocksLanes(m.kern, k, acc, h, ad, adLen, p, blockLen, stride)
@@ -496,10 +497,19 @@ func TestGuardPage(t *testing.T) {
 	}
 }
 
-// The pure-Go lane model against the generic code: the radix-2^26 math and
-// its bounds (32-bit multiply operands, no 64-bit overflow), with random and
-// all-ones data.
+// The pure-Go lane models (four and eight chunks per step) against the
+// generic code: the radix-2^26 math and its bounds (32-bit multiply
+// operands, no 64-bit overflow: the model flags laneBoundsBroken), with
+// random and all-ones data, every remainder of the chunk count mod 8.
 func TestLaneModel(t *testing.T) {
+	for _, pw := range []int{4, 8} {
+		t.Run("powers="+strconv.Itoa(pw), func(t *testing.T) { testLaneModel(t, pw) })
+	}
+}
+
+func testLaneModel(t *testing.T, pw int) {
+	laneBoundsBroken = false
+	defer func() { laneBoundsBroken = false }()
 	r := rand.New(rand.NewPCG(5, 6))
 	for trial := range 200 {
 		var rb []byte
@@ -515,7 +525,14 @@ func TestLaneModel(t *testing.T) {
 		}
 		k := newPolyKey(rb)
 		var h laneState
-		laneModel(&h, p, stride, chunks, &k.lanes)
+		if pw == 8 {
+			laneModel8(&h, p, stride, chunks, &k.lanes8)
+		} else {
+			laneModel(&h, p, stride, chunks, &k.lanes)
+		}
+		if laneBoundsBroken {
+			t.Fatalf("trial %d chunks=%d: a multiply operand or a sum out of bounds", trial, chunks)
+		}
 		for l := range lanes {
 			s := laneToState(&h, l, k.r0, k.r1)
 			g0, g1 := reduce(s.h0, s.h1, s.h2)
