@@ -7,7 +7,6 @@ import (
 	"crypto/sha256"
 	"runtime"
 	"slices"
-	"strconv"
 	"testing"
 	"time"
 
@@ -25,17 +24,35 @@ import (
 // the ratios reported are the medians of the per-iteration ratios, so that
 // the iterations another process disturbed (its time slices on this core,
 // the caches it leaves cold) do not move them, and they hold up on a shared
-// machine better than ns/op do. MB/cpu-s is over all iterations.
+// machine better than ns/op do. MB/cpu-s is over all iterations. Two modes:
 //
-// rounds=N is how many times each side runs back to back in an iteration.
-// With rounds=1 the three alternate every 256 KiB, and on the build machine
-// (AMD EPYC, Zen 2) the vector kernels then run about 1.3 times slower than
-// alone: after SHA-NI code (HMAC-SHA256's SHA256RNDS2) the next tens of
-// microseconds of AVX2 code run slowly, while integer code and the clock do
-// not change (measured with a dependent IMUL chain), and a plain SSE loop
-// has no such effect. rounds=32 (about 1.3 ms of Blocks, 6 ms of HMAC)
-// leaves each side mostly in its own steady state, as a volume that uses
-// one method would be.
+//   - mode=interleaved: the three sides run one after the other, 256 KiB
+//     each, in a fixed order, with nothing else between: each side starts
+//     right after the others' code. This is the cold figure, what a
+//     process that alternates the three methods every 256 KiB would see.
+//   - mode=steady: before each timed side, the same side runs untimed for
+//     at least ratioWarmup of thread CPU time, then four runs of 256 KiB
+//     are timed; the order of the sides rotates every iteration. This is
+//     each side in its steady state, as a volume that uses one method sees
+//     it.
+//
+// Why the modes differ, on the build machine (AMD EPYC, Zen 2; BenchmarkWarmup
+// is the experiment, the figures under "Warm-up" below): 256-bit vector code
+// (VPMULUDQ on YMM registers) that starts after a millisecond or more
+// without any runs slowly, and its speed ramps up over the next 1-2 ms of
+// its own running. In mode=interleaved the HMAC side alone runs about 190
+// us per 256 KiB at 4 KiB and x/crypto 115 us, neither with YMM code, so
+// Blocks starts every iteration after about 0.3 ms without YMM code and
+// runs for only 35-40 us: never long enough to ramp.
+//
+// # Warm-up
+//
+// BenchmarkWarmup, 25 iterations per case, idle sibling vCPU:
+//
+// # WARMUP-RESULTS
+//
+// Commands: go test ./kernels/poly1305 -run '^$' -bench 'Keyed|Ratio'
+// (both modes), and -bench Warmup -benchtime 25x for the experiment.
 func BenchmarkRatio(b *testing.B) {
 	aesKey, r := kerneltest.SeedBytes(16), kerneltest.SeedBytes(32)[16:]
 	k, err := NewKey(aesKey, r)
@@ -50,18 +67,23 @@ func BenchmarkRatio(b *testing.B) {
 	var nonce Nonce
 	kerneltest.ForEachB(b, pkgName, func(b *testing.B) {
 		for _, bl := range benchBlocks {
-			for _, rounds := range []int{1, 32} {
-				b.Run("block="+kerneltest.SizeName(bl)+"/rounds="+strconv.Itoa(rounds), func(b *testing.B) {
-					ratioRun(b, k, blk, aesKey, r, &nonce, p, bl, rounds)
+			for _, mode := range []string{"interleaved", "steady"} {
+				b.Run("block="+kerneltest.SizeName(bl)+"/mode="+mode, func(b *testing.B) {
+					ratioRun(b, k, blk, aesKey, r, &nonce, p, bl, mode == "steady")
 				})
 			}
 		}
 	})
 }
 
-// ratioRun is one BenchmarkRatio case: blocks of bl bytes over p, each
-// side run rounds times back to back per iteration.
-func ratioRun(b *testing.B, k *Key, blk cipher.Block, aesKey, r []byte, nonce *Nonce, p []byte, bl, rounds int) {
+// ratioWarmup is the untimed run of a side before it is timed in
+// mode=steady: longer than the ramp BenchmarkWarmup measures (1.4-1.8 ms
+// after a gap of 2 ms or more).
+const ratioWarmup = 3 * time.Millisecond
+
+// ratioRun is one BenchmarkRatio case: blocks of bl bytes over p, the
+// sides interleaved or each in its steady state.
+func ratioRun(b *testing.B, k *Key, blk cipher.Block, aesKey, r []byte, nonce *Nonce, p []byte, bl int, steady bool) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	n := benchSpan / bl
@@ -69,18 +91,13 @@ func ratioRun(b *testing.B, k *Key, blk cipher.Block, aesKey, r []byte, nonce *N
 	ref := make([]Tag, n)
 	h := hmac.New(sha256.New, aesKey)
 	var sum []byte
-	var tOurs time.Duration
-	var rX, rH []float64
-	b.SetBytes(int64(benchSpan * rounds))
-	for b.Loop() {
-		t0 := kerneltest.ThreadCPU()
-		for range rounds {
+	sides := [3]func(){
+		func() {
 			if err := k.Blocks(dst, nonce, p, bl, bl); err != nil {
 				b.Fatal(err)
 			}
-		}
-		t1 := kerneltest.ThreadCPU()
-		for range rounds {
+		},
+		func() {
 			for i := range ref {
 				var key [KeySize]byte
 				copy(key[:16], r)
@@ -88,20 +105,42 @@ func ratioRun(b *testing.B, k *Key, blk cipher.Block, aesKey, r []byte, nonce *N
 				blk.Encrypt(key[16:], ni[:])
 				xpoly.Sum((*[16]byte)(&ref[i]), p[i*bl:(i+1)*bl], &key)
 			}
-		}
-		t2 := kerneltest.ThreadCPU()
-		for range rounds {
+		},
+		func() {
 			for i := range n {
 				h.Reset()
 				h.Write(p[i*bl : (i+1)*bl])
 				sum = h.Sum(sum[:0])
 			}
+		},
+	}
+	runs := 1
+	if steady {
+		runs = 4
+	}
+	var tOurs time.Duration
+	var rX, rH []float64
+	b.SetBytes(int64(benchSpan * runs))
+	for it := 0; b.Loop(); it++ {
+		var t [3]time.Duration
+		for j := range 3 {
+			s := j
+			if steady {
+				s = (j + it) % 3
+				for t0 := kerneltest.ThreadCPU(); kerneltest.ThreadCPU()-t0 < ratioWarmup; {
+					sides[s]()
+				}
+			}
+			t0 := kerneltest.ThreadCPU()
+			for range runs {
+				sides[s]()
+			}
+			t[s] = kerneltest.ThreadCPU() - t0
 		}
-		t3 := kerneltest.ThreadCPU()
-		tOurs += t1 - t0
-		if t1 > t0 {
-			rX = append(rX, float64(t2-t1)/float64(t1-t0))
-			rH = append(rH, float64(t3-t2)/float64(t1-t0))
+		tOurs += t[0]
+		if t[0] > 0 {
+			rX = append(rX, float64(t[1])/float64(t[0]))
+			rH = append(rH, float64(t[2])/float64(t[0]))
 		}
 	}
 	if dst[n-1] != ref[n-1] {
@@ -111,7 +150,7 @@ func ratioRun(b *testing.B, k *Key, blk cipher.Block, aesKey, r []byte, nonce *N
 	if tOurs > 0 && len(rX) > 0 {
 		b.ReportMetric(median(rX), "x-xcrypto")
 		b.ReportMetric(median(rH), "x-hmac")
-		b.ReportMetric(float64(benchSpan*rounds)*float64(b.N)/tOurs.Seconds()/1e6, "MB/cpu-s")
+		b.ReportMetric(float64(benchSpan*runs)*float64(b.N)/tOurs.Seconds()/1e6, "MB/cpu-s")
 	}
 }
 
