@@ -304,3 +304,55 @@ func TestLanesExtremes(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkEightChunk compares the eight-chunk kernels with the four-chunk
+// ones inside Blocks, alternating within every iteration (thread CPU time,
+// each side after four untimed calls of its own): pair=hybrid8 is
+// lanesHybridR8 (for every block size, not only from hybrid8Min) over
+// lanesHybridAVX2, pair=avx2r8 lanesAVX2R8 over lanesAVX2. x-four > 1
+// means the eight-chunk kernel is faster.
+func BenchmarkEightChunk(b *testing.B) {
+	if !hasHybrid {
+		b.Skip("no AVX2 and BMI2")
+	}
+	defer impl.Reset(pkgName)
+	k, err := NewKey(kerneltest.SeedBytes(16), kerneltest.SeedBytes(32)[16:])
+	if err != nil {
+		b.Fatal(err)
+	}
+	p := kerneltest.SeedBytes(256 << 10)
+	var nonce Nonce
+	hybridR8 := func(k *polyKey, acc [][2]uint64, h *laneBuf, ad []byte, adLen int, p []byte, blockLen, stride int) {
+		m := hybridBlocks * hybridGroups(len(acc))
+		blocksLanes(&kernelHybrid8, k, acc[:m], h, ad, adLen, p, blockLen, stride)
+		blocksAVX2R8(k, acc[m:], h, ad[m*adLen:], adLen, p[m*stride:], blockLen, stride)
+	}
+	type blocksFunc = func(*polyKey, [][2]uint64, *laneBuf, []byte, int, []byte, int, int)
+	for _, pair := range []struct {
+		name        string
+		four, eight blocksFunc
+	}{{"hybrid8", blocksHybrid, hybridR8}, {"avx2r8", blocksAVX2, blocksAVX2R8}} {
+		for _, bl := range []int{512, 1024, 2048, 4096} {
+			b.Run("pair="+pair.name+"/block="+kerneltest.SizeName(bl), func(b *testing.B) {
+				runtime.LockOSThread()
+				defer runtime.UnlockOSThread()
+				dst := make([]Tag, len(p)/bl)
+				var t [2]time.Duration
+				for i := 0; b.Loop(); i++ {
+					for _, w := range [2][2]int{{0, 1}, {1, 0}}[i%2] {
+						blocks = [2]blocksFunc{pair.four, pair.eight}[w]
+						for range 4 {
+							k.Blocks(dst, &nonce, p, bl, bl)
+						}
+						t0 := kerneltest.ThreadCPU()
+						for range 4 {
+							k.Blocks(dst, &nonce, p, bl, bl)
+						}
+						t[w] += kerneltest.ThreadCPU() - t0
+					}
+				}
+				b.ReportMetric(float64(t[0])/float64(t[1]), "x-four")
+			})
+		}
+	}
+}

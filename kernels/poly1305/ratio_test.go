@@ -36,23 +36,64 @@ import (
 //     each side in its steady state, as a volume that uses one method sees
 //     it.
 //
-// Why the modes differ, on the build machine (AMD EPYC, Zen 2; BenchmarkWarmup
-// is the experiment, the figures under "Warm-up" below): 256-bit vector code
-// (VPMULUDQ on YMM registers) that starts after a millisecond or more
-// without any runs slowly, and its speed ramps up over the next 1-2 ms of
-// its own running. In mode=interleaved the HMAC side alone runs about 190
-// us per 256 KiB at 4 KiB and x/crypto 115 us, neither with YMM code, so
-// Blocks starts every iteration after about 0.3 ms without YMM code and
-// runs for only 35-40 us: never long enough to ramp.
+// Why the modes differ, on the build machine (AMD EPYC, Zen 2; the
+// experiments are BenchmarkWarmup and BenchmarkDutyCycle, figures below):
+// 256-bit vector code (VPMULUDQ on YMM registers) that starts after 2 ms or
+// more without any runs slowly, and ramps back to full speed over the
+// next 1.2-2 ms of its own running; short bursts of it between other work
+// never ramp. In mode=interleaved Blocks runs 35-40 us per iteration at
+// 4 KiB (60-70 us at 512 B) between about 0.3 ms of x/crypto and HMAC, a
+// duty cycle of about 10% in bursts of four calls of the kernel's size:
+// the case where BenchmarkDutyCycle measures the kernels 1.2-1.6 times
+// slower than in a long run. A volume that tags continuously sees
+// mode=steady; one that tags a 256 KiB batch now and then, between other
+// work, sees something near mode=interleaved for its tags (HMAC-SHA256 and
+// x/crypto, scalar and SHA-NI code, do not slow down).
 //
 // # Warm-up
 //
-// BenchmarkWarmup, 25 iterations per case, idle sibling vCPU:
+// BenchmarkWarmup, 25 iterations per case, load average 3-4 (the sibling
+// vCPU partly busy with other engineers' work). first-x is the first call
+// after the gap over the steady call, u16-x the mean of the first 16
+// calls (about 150 us), ramp the probe's own running time until its calls
+// came within 5% of steady and stayed there:
 //
-// # WARMUP-RESULTS
+//	probe   gap    gap length:  200 us      1 ms        2 ms               5 ms
+//	ymm     sha    first-x      1.00        1.02        1.15 (ramp 1.2 ms) 1.45 (ramp 1.7 ms)
+//	ymm     spin   first-x      1.01        1.00        1.35 (1.5 ms)      1.59 (1.1 ms)
+//	ymm8    sha    first-x      1.00        1.00        1.33 (1.4 ms)      1.84 (1.3 ms)
+//	ymm8    spin   first-x      1.01        1.01        1.22 (1.6 ms)      1.64 (1.3 ms)
+//	hybrid  sha    first-x      1.01        1.23 (1.6)  1.71 (1.8 ms)      2.36 (2.1 ms)
+//	hybrid  spin   first-x      1.00        1.02        1.55 (1.8 ms)      2.07 (2.0 ms)
+//	scalar  any    first-x      within 5% at every gap length, no ramp
+//	xmm     sha    first-x      1.05        1.00        1.57 (15 us)       1.60 (14 us)
+//	xmm     spin   first-x      1.00        1.00        1.01               1.03
+//
+// (u16-x: ymm8 after 2 ms of SHA-256 1.25, after 5 ms 1.46; hybrid 1.52 and
+// 1.92.) So: the slow state is entered after 1-2 ms without YMM code,
+// whatever runs instead (SHA-NI or a plain integer loop alike), and costs
+// up to 2 ms of slow running to leave; the hybrid kernel, whose scalar MULX
+// lanes wait on the same instruction stream, suffers most; scalar code
+// (the generic Go Poly1305: MULQ, ADC) is unaffected; 128-bit PCLMULQDQ
+// code pays only its first call or two (about 15 us), no ramp. After
+// sleeping rather than computing, the YMM kernels' first call is 1.1-1.5x
+// and the ramp mostly shorter (under 0.1 ms, once 1 ms).
+//
+// BenchmarkDutyCycle, the periodic case (two runs of 3 and 7 iterations,
+// load average 5 and 7, so single figures are noisy): ymm8 with SHA-256
+// gaps, in bursts of 4 calls (about 40 us): 1.05-1.36 with 30 us gaps,
+// 1.13-1.21 with 100 us, 1.37-1.41 with 300 us, 1.48-1.50 with 1 ms; in
+// bursts of 16 calls (150 us) 0.92-1.06 up to 300 us gaps and 1.35 with 1
+// ms; in bursts of 64 calls 0.99-1.06 in the quieter run (1.1-1.9 in the
+// other). The hybrid kernel in bursts of 4: 1.07-1.25 with 30 us gaps,
+// 1.44-1.48 with 100 us, 1.57-1.64 with 300 us, 1.76-1.86 with 1 ms. With
+// the integer loop as the gap instead of SHA-256 the ymm8 bursts of 4 ran
+// 0.96-1.21 (one outlier): short gaps of SHA-NI code cost more than short
+// gaps of integer code, long gaps of either cost the same.
 //
 // Commands: go test ./kernels/poly1305 -run '^$' -bench 'Keyed|Ratio'
-// (both modes), and -bench Warmup -benchtime 25x for the experiment.
+// (both modes); -bench Warmup -benchtime 25x and -bench DutyCycle
+// -benchtime 7x for the experiments.
 func BenchmarkRatio(b *testing.B) {
 	aesKey, r := kerneltest.SeedBytes(16), kerneltest.SeedBytes(32)[16:]
 	k, err := NewKey(aesKey, r)

@@ -2,9 +2,10 @@
 // the Poly1305 accumulators of several blocks evaluated side by side under
 // one shared r. lanesAVX2 puts four blocks in the 64-bit lanes of YMM
 // registers (radix 2^26, below); lanesHybridAVX2 adds two more blocks in
-// general registers (see lanesAVX2 and scalarChunk); lanesIFMA puts eight in
-// ZMM registers with 52-bit multiplies (radix 2^44, see lanesIFMA's
-// comment).
+// general registers (see lanesAVX2 and scalarChunk); lanesAVX2R8 and
+// lanesHybridR8 are those two with eight chunks per carry chain (key
+// laneKey8, r..r^8); lanesIFMA puts eight in ZMM registers with 52-bit
+// multiplies (radix 2^44, see lanesIFMA's comment).
 //
 // Run it from kernels/_asm (go generate in kernels/poly1305 does):
 //
