@@ -356,3 +356,10 @@ func BenchmarkEightChunk(b *testing.B) {
 		}
 	}
 }
+
+// state returns lane l of h in the generic form, with r: the lane kernels'
+// pack, for the tests.
+func (kern *laneKernel) state(h *laneBuf, l int, r0, r1 uint64) state {
+	h0, h1, h2 := kern.pack(h, l)
+	return state{h0: h0, h1: h1, h2: h2, r0: r0, r1: r1}
+}

@@ -313,12 +313,6 @@ type laneKernel struct {
 	pack func(h *laneBuf, l int) (h0, h1, h2 uint64)
 }
 
-// state returns lane l of h in the generic form, with r.
-func (kern *laneKernel) state(h *laneBuf, l int, r0, r1 uint64) state {
-	h0, h1, h2 := kern.pack(h, l)
-	return state{h0: h0, h1: h1, h2: h2, r0: r0, r1: r1}
-}
-
 // pack26 is the pack of the radix-2^26 lanes at h[0:20].
 func pack26(h *laneBuf, l int) (h0, h1, h2 uint64) {
 	_ = h[16+l]
