@@ -67,10 +67,10 @@
 //   - hybrid8 (the default here): hybrid with eight chunks per carry chain,
 //     h' = (h + m1)·r^8 + m2·r^7 + ... + m8·r under the powers r..r^8
 //     (laneKey8; the bounds are in poly1305_lanes.go), for blocks of 2 KiB
-//     or more, and hybrid itself below: 3-4% faster than hybrid over 4 KiB
-//     blocks on the build machine with the sibling vCPU idle, level with
-//     it busy or at 2 KiB, and 2-3% slower at 512 B and 1 KiB
-//     (BenchmarkEightChunk, alternating the two).
+//     or more, and hybrid itself below: on the build machine 2-4% faster
+//     than hybrid over 4 KiB blocks (level in one run under heavy load),
+//     level at 1-2 KiB, 2-3% slower at 512 B (BenchmarkEightChunk,
+//     alternating the two).
 //   - hybrid: four blocks in YMM registers (radix 2^26, VPMULUDQ) and two
 //     more in general registers with MULX (AVX2 and BMI2), their
 //     instructions interleaved by the generator, for CPUs whose vector

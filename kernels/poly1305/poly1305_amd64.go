@@ -32,10 +32,10 @@ func registerArch() {
 
 // blocksHybrid8 is blocksHybrid with the eight-chunk kernels for blocks
 // of hybrid8Min bytes or more, and blocksHybrid itself below: on the build
-// machine the eight-chunk kernels ran 3-4% faster than the four-chunk ones
-// over 4 KiB blocks (with the sibling vCPU idle; level with it busy), level
-// at 2 KiB, and 2-3% slower at 512 B and 1 KiB, where each call runs the
-// longer loop only a few times.
+// machine the eight-chunk kernels ran 2-4% faster than the four-chunk ones
+// over 4 KiB blocks (level in one run under heavy load), level at 1-2 KiB,
+// and 2-3% slower at 512 B, where each call runs the longer loop only four
+// times (BenchmarkEightChunk).
 func blocksHybrid8(k *polyKey, acc [][2]uint64, h *laneBuf, ad []byte, adLen int, p []byte, blockLen, stride int) {
 	if blockLen < hybrid8Min {
 		blocksHybrid(k, acc, h, ad, adLen, p, blockLen, stride)
