@@ -308,9 +308,8 @@ func TestLanesExtremes(t *testing.T) {
 // BenchmarkEightChunk compares the eight-chunk kernels with the four-chunk
 // ones inside Blocks, alternating within every iteration (thread CPU time,
 // each side after four untimed calls of its own): pair=hybrid8 is
-// lanesHybridR8 (for every block size, not only from hybrid8Min) over
-// lanesHybridAVX2, pair=avx2r8 lanesAVX2R8 over lanesAVX2. x-four > 1
-// means the eight-chunk kernel is faster.
+// lanesHybridR8 over lanesHybridAVX2, pair=avx2r8 lanesAVX2R8 over
+// lanesAVX2. x-four > 1 means the eight-chunk kernel is faster.
 func BenchmarkEightChunk(b *testing.B) {
 	if !hasHybrid {
 		b.Skip("no AVX2 and BMI2")
@@ -322,16 +321,11 @@ func BenchmarkEightChunk(b *testing.B) {
 	}
 	p := kerneltest.SeedBytes(256 << 10)
 	var nonce Nonce
-	hybridR8 := func(k *polyKey, acc [][2]uint64, h *laneBuf, ad []byte, adLen int, p []byte, blockLen, stride int) {
-		m := hybridBlocks * hybridGroups(len(acc))
-		blocksLanes(&kernelHybrid8, k, acc[:m], h, ad, adLen, p, blockLen, stride)
-		blocksAVX2R8(k, acc[m:], h, ad[m*adLen:], adLen, p[m*stride:], blockLen, stride)
-	}
 	type blocksFunc = func(*polyKey, [][2]uint64, *laneBuf, []byte, int, []byte, int, int)
 	for _, pair := range []struct {
 		name        string
 		four, eight blocksFunc
-	}{{"hybrid8", blocksHybrid, hybridR8}, {"avx2r8", blocksAVX2, blocksAVX2R8}} {
+	}{{"hybrid8", blocksHybrid, blocksHybrid8}, {"avx2r8", blocksAVX2, blocksAVX2R8}} {
 		for _, bl := range []int{512, 1024, 2048, 4096} {
 			b.Run("pair="+pair.name+"/block="+kerneltest.SizeName(bl), func(b *testing.B) {
 				runtime.LockOSThread()

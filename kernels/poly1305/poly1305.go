@@ -66,11 +66,10 @@
 //     kernel's model from its measurement, about 6.7x.
 //   - hybrid8 (the default here): hybrid with eight chunks per carry chain,
 //     h' = (h + m1)·r^8 + m2·r^7 + ... + m8·r under the powers r..r^8
-//     (laneKey8; the bounds are in poly1305_lanes.go), for blocks of 2 KiB
-//     or more, and hybrid itself below: on the build machine 2-4% faster
-//     than hybrid over 4 KiB blocks (level in one run under heavy load),
-//     level at 1-2 KiB, 2-3% slower at 512 B (BenchmarkEightChunk,
-//     alternating the two).
+//     (laneKey8; the bounds are in poly1305_lanes.go), and each product's
+//     add two multiplies behind it: on the build machine 1-4% faster than
+//     hybrid at every block size from 512 B to 4 KiB (BenchmarkEightChunk,
+//     alternating the two, under load).
 //   - hybrid: four blocks in YMM registers (radix 2^26, VPMULUDQ) and two
 //     more in general registers with MULX (AVX2 and BMI2), their
 //     instructions interleaved by the generator, for CPUs whose vector
@@ -80,8 +79,8 @@
 //     1.21-1.22 inside Blocks (BenchmarkHybridBlocks); under heavy load from
 //     other processes it measured 0.90-0.94, its scalar lanes costing
 //     dispatch slots (23.9 instructions per chunk of a block, avx2's 18.75).
-//   - avx2r8: the four YMM lanes alone, eight chunks per carry chain: 1.10
-//     times avx2's speed over 4 KiB blocks, 1.04-1.06 at 512 B.
+//   - avx2r8: the four YMM lanes alone, eight chunks per carry chain: 1.08-1.12
+//     times avx2's speed from 512 B to 4 KiB blocks.
 //   - avx2: the four YMM lanes alone, four chunks per carry chain.
 //   - neon (arm64): two blocks in the 64-bit lanes of the 128-bit vector
 //     registers, radix 2^26, UMULL/UMLAL by element. Go's arm64 assembler

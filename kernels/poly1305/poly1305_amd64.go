@@ -30,27 +30,14 @@ func registerArch() {
 	impl.Register(pkgName, "avx2", hasAVX2, func() { blocks = blocksAVX2 })
 }
 
-// blocksHybrid8 is blocksHybrid with the eight-chunk kernels for blocks
-// of hybrid8Min bytes or more, and blocksHybrid itself below: on the build
-// machine the eight-chunk kernels ran 2-4% faster than the four-chunk ones
-// over 4 KiB blocks (level in one run under heavy load), level at 1-2 KiB,
-// and 2-3% slower at 512 B, where each call runs the longer loop only four
-// times (BenchmarkEightChunk).
+// blocksHybrid8 is blocksHybrid with the eight-chunk kernels.
 func blocksHybrid8(k *polyKey, acc [][2]uint64, h *laneBuf, ad []byte, adLen int, p []byte, blockLen, stride int) {
-	if blockLen < hybrid8Min {
-		blocksHybrid(k, acc, h, ad, adLen, p, blockLen, stride)
-		return
-	}
 	m := hybridBlocks * hybridGroups(len(acc))
 	blocksLanes(&kernelHybrid8, k, acc[:m], h, ad, adLen, p, blockLen, stride)
 	if m < len(acc) {
 		blocksAVX2R8(k, acc[m:], h, ad[m*adLen:], adLen, p[m*stride:], blockLen, stride)
 	}
 }
-
-// hybrid8Min is the smallest block for which blocksHybrid8 takes the
-// eight-chunk kernels.
-const hybrid8Min = 2048
 
 // kernelHybrid8 is kernelHybrid with eight chunks per step.
 var kernelHybrid8 = laneKernel{

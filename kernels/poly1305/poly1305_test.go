@@ -303,10 +303,10 @@ func wantTags(t testing.TB, aesKey, r []byte, nonce Nonce, ad []byte, adLen int,
 }
 
 // blockCases are (blockLen, stride) pairs around every cutoff: empty, partial
-// and odd chunk counts, the pair step of the lane kernel, hybrid8Min and
-// every step of the eight-chunk kernels after it (2048 + 16·7 + 5: an oct
-// loop, then the four, two and one steps and a partial chunk), and the
-// sizes of real sectors with extended-LBA gaps.
+// and odd chunk counts, the pair step of the lane kernel, every step of the
+// eight-chunk kernels (2048 + 16·7 + 5: the eight-chunk loop, then the
+// four, two and one steps and a partial chunk), and the sizes of real
+// sectors with extended-LBA gaps.
 var blockCases = [][2]int{
 	{0, 0}, {0, 8}, {1, 1}, {15, 15}, {16, 16}, {17, 17}, {31, 40}, {32, 32}, {33, 33}, {48, 48},
 	{63, 64}, {64, 64}, {65, 80}, {80, 96}, {96, 96}, {100, 128}, {512, 512}, {512, 520},
