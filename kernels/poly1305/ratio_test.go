@@ -38,14 +38,17 @@ import (
 //
 // Why the modes differ, on the build machine (AMD EPYC, Zen 2; the
 // experiments are BenchmarkWarmup and BenchmarkDutyCycle, figures below):
-// 256-bit vector code (VPMULUDQ on YMM registers) that starts after 2 ms or
-// more without any runs slowly, and ramps back to full speed over the
-// next 1.2-2 ms of its own running; short bursts of it between other work
-// never ramp. In mode=interleaved Blocks runs 35-40 us per iteration at
-// 4 KiB (60-70 us at 512 B) between about 0.3 ms of x/crypto and HMAC, a
-// duty cycle of about 10% in bursts of four calls of the kernel's size:
-// the case where BenchmarkDutyCycle measures the kernels 1.2-1.6 times
-// slower than in a long run. A volume that tags continuously sees
+// 256-bit vector code (VPMULUDQ on YMM registers) that starts after 1-2 ms
+// without any runs slowly (the hybrid kernel from 1 ms, the pure YMM ones
+// from 2 ms), and ramps back to full speed over the next 1.2-2 ms of its
+// own running; short bursts of it between other work never ramp. In
+// mode=interleaved Blocks runs 35-40 us per iteration at 4 KiB (60-70 us
+// at 512 B) between about 0.3 ms of x/crypto and HMAC, a duty cycle of
+// about 10% in bursts of four calls of the kernel's size: the case where
+// BenchmarkDutyCycle measures the kernels 1.4-1.6 times slower than in a
+// long run. (So at 4 KiB the interleaved ratios barely moved with this
+// branch's faster kernels, 2.9-3.0 before and after, while the steady
+// ones did.) A volume that tags continuously sees
 // mode=steady; one that tags a 256 KiB batch now and then, between other
 // work, sees something near mode=interleaved for its tags (HMAC-SHA256 and
 // x/crypto, scalar and SHA-NI code, do not slow down).
@@ -74,7 +77,8 @@ import (
 // whatever runs instead (SHA-NI or a plain integer loop alike), and costs
 // up to 2 ms of slow running to leave; the hybrid kernel, whose scalar MULX
 // lanes wait on the same instruction stream, suffers most; scalar code
-// (the generic Go Poly1305: MULQ, ADC) is unaffected; 128-bit PCLMULQDQ
+// (the generic Go Poly1305: MULQ, ADC; MULX alone has no probe here, it
+// runs only inside the hybrid kernel) is unaffected; 128-bit PCLMULQDQ
 // code pays only its first call or two (about 15 us), no ramp. After
 // sleeping rather than computing, the YMM kernels' first call is 1.1-1.5x
 // and the ramp mostly shorter (under 0.1 ms, once 1 ms).
