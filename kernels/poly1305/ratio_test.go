@@ -47,8 +47,7 @@ import (
 // about 10% in bursts of four calls of the kernel's size: the case where
 // BenchmarkDutyCycle measures the kernels 1.4-1.6 times slower than in a
 // long run. (So at 4 KiB the interleaved ratios barely moved with this
-// branch's faster kernels, 2.9-3.0 before and after, while the steady
-// ones did.) A volume that tags continuously sees
+// branch's faster kernels: 2.9-3.0 before and after.) A volume that tags continuously sees
 // mode=steady; one that tags a 256 KiB batch now and then, between other
 // work, sees something near mode=interleaved for its tags (HMAC-SHA256 and
 // x/crypto, scalar and SHA-NI code, do not slow down).
