@@ -67,9 +67,12 @@
 //   - hybrid8 (the default here): hybrid with eight chunks per carry chain,
 //     h' = (h + m1)·r^8 + m2·r^7 + ... + m8·r under the powers r..r^8
 //     (laneKey8; the bounds are in poly1305_lanes.go), and each product's
-//     add two multiplies behind it: on the build machine 1-4% faster than
-//     hybrid at every block size from 512 B to 4 KiB (BenchmarkEightChunk,
-//     alternating the two, under load).
+//     add two multiplies behind it. On the build machine, quiet, 1.4%
+//     faster than hybrid at 4 KiB, 0.5-1% slower at 512 B and 1 KiB; under
+//     heavy load 1-4% faster at every size (BenchmarkEightChunk,
+//     alternating the two). Blocks under it, quiet: 8.1-8.3 GB/s at 4 KiB,
+//     5.4-5.5 times HMAC-SHA256 run alone (BenchmarkKeyed), 5.0-5.3 times
+//     in BenchmarkRatio's steady mode.
 //   - hybrid: four blocks in YMM registers (radix 2^26, VPMULUDQ) and two
 //     more in general registers with MULX (AVX2 and BMI2), their
 //     instructions interleaved by the generator, for CPUs whose vector
@@ -79,8 +82,8 @@
 //     1.21-1.22 inside Blocks (BenchmarkHybridBlocks); under heavy load from
 //     other processes it measured 0.90-0.94, its scalar lanes costing
 //     dispatch slots (23.9 instructions per chunk of a block, avx2's 18.75).
-//   - avx2r8: the four YMM lanes alone, eight chunks per carry chain: 1.08-1.12
-//     times avx2's speed from 512 B to 4 KiB blocks.
+//   - avx2r8: the four YMM lanes alone, eight chunks per carry chain: 1.07-1.11
+//     times avx2's speed from 512 B to 4 KiB blocks (quiet machine).
 //   - avx2: the four YMM lanes alone, four chunks per carry chain.
 //   - neon (arm64): two blocks in the 64-bit lanes of the 128-bit vector
 //     registers, radix 2^26, UMULL/UMLAL by element. Go's arm64 assembler

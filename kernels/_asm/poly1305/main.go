@@ -382,9 +382,10 @@ const scalarLanes = 2
 // instructions compete with the multiplies for the one port (FP0 on Zen 2)
 // that runs VPMULUDQ. Those kernels also keep the limb mask in memory and
 // use Y14 as a third product register, so that each VPADDQ comes two
-// multiplies after its own (mulAdd): with the add right behind its multiply
-// the hybrid kernel ran 2-3% slower than the four-chunk one at 512 B, with
-// the stagger 3-4% faster (BenchmarkEightChunk in kernels/poly1305).
+// multiplies after its own (mulAdd): under load, with the add right behind
+// its multiply the hybrid kernel ran 2-3% slower than the four-chunk one at
+// 512 B, with the stagger 3-4% faster (BenchmarkEightChunk in
+// kernels/poly1305; on a quiet machine level, and 1.4% faster at 4 KiB).
 func (g *gen) lanesAVX2(name string, hybrid bool, pw int) {
 	c := g.c
 	g.powers = pw
