@@ -38,49 +38,54 @@ import (
 //
 // Why the modes differ, on the build machine (AMD EPYC, Zen 2; the
 // experiments are BenchmarkWarmup and BenchmarkDutyCycle, figures below):
-// 256-bit vector code (VPMULUDQ on YMM registers) that starts after 1-2 ms
-// without any runs slowly (the hybrid kernel from 1 ms, the pure YMM ones
-// from 2 ms), and ramps back to full speed over the next 1.2-2 ms of its
-// own running; short bursts of it between other work never ramp. In
-// mode=interleaved Blocks runs 35-40 us per iteration at 4 KiB (60-70 us
-// at 512 B) between about 0.3 ms of x/crypto and HMAC, a duty cycle of
-// about 10% in bursts of four calls of the kernel's size: the case where
-// BenchmarkDutyCycle measures the kernels 1.4-1.6 times slower than in a
-// long run. (So at 4 KiB the interleaved ratios barely moved with this
-// branch's faster kernels: 2.9-3.0 before and after.) A volume that tags continuously sees
-// mode=steady; one that tags a 256 KiB batch now and then, between other
-// work, sees something near mode=interleaved for its tags (HMAC-SHA256 and
-// x/crypto, scalar and SHA-NI code, do not slow down).
+// 256-bit vector code (VPMULUDQ on YMM registers) that runs after about
+// 2 ms without any runs slowly, and ramps back to full speed over the
+// next 1.3-2.1 ms of its own running; short bursts of it between other
+// work never ramp. In mode=interleaved Blocks runs 35-40 us per iteration
+// at 4 KiB (60-70 us at 512 B) between about 0.3 ms of x/crypto and HMAC,
+// a duty cycle of about 10% in bursts of four calls of the kernel's size:
+// the case where BenchmarkDutyCycle measures the kernels 1.4-1.6 times
+// slower than in a long run. (So at 4 KiB the interleaved ratios barely
+// moved with this branch's faster kernels: 2.8-3.0 before and after.) A
+// volume that tags continuously sees mode=steady; one that tags a 256 KiB
+// batch now and then, between other work, sees something near
+// mode=interleaved for its tags (HMAC-SHA256 and x/crypto, scalar and
+// SHA-NI code, do not slow down).
 //
 // # Warm-up
 //
-// BenchmarkWarmup, 25 iterations per case, load average 3-4 (the sibling
-// vCPU partly busy with other engineers' work). first-x is the first call
-// after the gap over the steady call, u16-x the mean of the first 16
-// calls (about 150 us), ramp the probe's own running time until its calls
-// came within 5% of steady and stayed there:
+// BenchmarkWarmup, 25 iterations per case, quiet machine (load average
+// 0.4). Per gap length: first-x (the first call after the gap over the
+// steady call) / u64-x (the mean of the first 64 calls, about 0.6 ms),
+// and the ramp (the probe's own running time until its calls came within
+// 5% of steady and stayed there) where there was one:
 //
-//	probe   gap    gap length:  200 us      1 ms        2 ms               5 ms
-//	ymm     sha    first-x      1.00        1.02        1.15 (ramp 1.2 ms) 1.45 (ramp 1.7 ms)
-//	ymm     spin   first-x      1.01        1.00        1.35 (1.5 ms)      1.59 (1.1 ms)
-//	ymm8    sha    first-x      1.00        1.00        1.33 (1.4 ms)      1.84 (1.3 ms)
-//	ymm8    spin   first-x      1.01        1.01        1.22 (1.6 ms)      1.64 (1.3 ms)
-//	hybrid  sha    first-x      1.01        1.23 (1.6)  1.71 (1.8 ms)      2.36 (2.1 ms)
-//	hybrid  spin   first-x      1.00        1.02        1.55 (1.8 ms)      2.07 (2.0 ms)
-//	scalar  any    first-x      within 5% at every gap length, no ramp
-//	xmm     sha    first-x      1.05        1.00        1.57 (15 us)       1.60 (14 us)
-//	xmm     spin   first-x      1.00        1.00        1.01               1.03
+//	probe   gap    200 us      1 ms              2 ms                   5 ms
+//	ymm     sha    1.00/1.00   1.00/1.01         1.28/1.31 ramp 1.6 ms  1.34/1.33 ramp 1.5 ms
+//	ymm     spin   1.00/1.00   1.00/1.01         1.18/1.21 ramp 1.5 ms  1.35/1.26 ramp 1.4 ms
+//	ymm8    sha    1.00/1.00   1.00/1.00         1.04/1.19 ramp 1.3 ms  1.49/1.42 ramp 1.5 ms
+//	ymm8    spin   1.00/1.00   1.00/1.00         1.01/1.13              1.60/1.39 ramp 1.6 ms
+//	hybrid  sha    1.01/1.00   1.22/1.01 (20 us) 1.09/1.51 ramp 1.9 ms  1.95/1.88 ramp 2.1 ms
+//	hybrid  spin   1.01/1.00   1.33/1.02 (20 us) 1.06/1.44 ramp 1.8 ms  1.81/1.70 ramp 2.1 ms
+//	scalar  either 1.00/1.00   1.00/1.00         1.01/1.00              1.03/1.00
+//	xmm     sha    1.00/1.00   1.16/0.92 (10 us) 1.72/1.02 (18 us)      1.36/1.01 (12 us)
+//	xmm     spin   1.00/1.00   1.00/1.00         1.55/1.01 (13 us)      1.27/1.00 (6 us)
 //
-// (u16-x: ymm8 after 2 ms of SHA-256 1.25, after 5 ms 1.46; hybrid 1.52 and
-// 1.92.) So: the slow state is entered after 1-2 ms without YMM code,
-// whatever runs instead (SHA-NI or a plain integer loop alike), and costs
-// up to 2 ms of slow running to leave; the hybrid kernel, whose scalar MULX
-// lanes wait on the same instruction stream, suffers most; scalar code
-// (the generic Go Poly1305: MULQ, ADC; MULX alone has no probe here, it
-// runs only inside the hybrid kernel) is unaffected; 128-bit PCLMULQDQ
-// code pays only its first call or two (about 15 us), no ramp. After
-// sleeping rather than computing, the YMM kernels' first call is 1.1-1.5x
-// and the ramp mostly shorter (under 0.1 ms, once 1 ms).
+// (An earlier run at load average 3-4 agreed: ymm8 after 5 ms of SHA-256
+// 1.84 on its first call, the hybrid kernel 2.36, ramps of 1.1-2.1 ms.) So:
+// the slow state is entered after 1-2 ms without YMM code, whatever runs
+// instead (SHA-NI or a plain integer loop alike), and costs 1.3-2.1 ms of
+// slow running to leave; after a gap of about 2 ms the first calls are
+// still fast and the slowdown comes a few hundred microseconds into the
+// burst (u64-x above first-x): the switch is decided by a timer of about
+// 2 ms, not by the next instruction. The hybrid kernel, whose scalar MULX
+// lanes wait on the same instruction stream, suffers most (its 1 ms
+// figure is a short wake-up only); scalar code (the generic Go Poly1305:
+// MULQ, ADC; MULX alone has no probe here, it runs only inside the hybrid
+// kernel) is unaffected; 128-bit PCLMULQDQ code pays only its first call
+// or two (6-18 us), no ramp. After sleeping rather than computing (load 3-4
+// run), the YMM kernels' first call was 1.1-1.5x and the ramp mostly
+// shorter (under 0.1 ms, once 1 ms).
 //
 // BenchmarkDutyCycle, the periodic case (two runs of 3 and 7 iterations,
 // load average 5 and 7, so single figures are noisy): ymm8 with SHA-256
