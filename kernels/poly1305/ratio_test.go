@@ -87,21 +87,27 @@ import (
 // run), the YMM kernels' first call was 1.1-1.5x and the ramp mostly
 // shorter (under 0.1 ms, once 1 ms).
 //
-// BenchmarkDutyCycle, the periodic case (two runs of 3 and 7 iterations,
-// load average 5 and 7, so single figures are noisy): ymm8 with SHA-256
-// gaps, in bursts of 4 calls (about 40 us): 1.05-1.36 with 30 us gaps,
-// 1.13-1.21 with 100 us, 1.37-1.41 with 300 us, 1.48-1.50 with 1 ms; in
-// bursts of 16 calls (150 us) 0.92-1.06 up to 300 us gaps and 1.35 with 1
-// ms; in bursts of 64 calls 0.99-1.06 in the quieter run (1.1-1.9 in the
-// other). The hybrid kernel in bursts of 4: 1.07-1.25 with 30 us gaps,
-// 1.44-1.48 with 100 us, 1.57-1.64 with 300 us, 1.76-1.86 with 1 ms. With
-// the integer loop as the gap instead of SHA-256 the ymm8 bursts of 4 ran
-// 0.96-1.21 (one outlier): short gaps of SHA-NI code cost more than short
-// gaps of integer code, long gaps of either cost the same.
+// BenchmarkDutyCycle, the periodic case, quiet machine (5 iterations):
+// slow-x, the probe's mean call over its steady call, for bursts of 4, 16
+// and 64 calls (about 40, 150 and 600 us) and gaps of 30, 100, 300 and
+// 1000 us:
+//
+//	probe   gap    4 calls: 30  100   300   1000   16: 30  100   300   1000   64: 30  100   300   1000
+//	ymm8    sha        1.03 1.12  1.47  1.59       0.98 1.02  1.11  1.42       1.02 1.01  1.00  1.08
+//	ymm8    spin       1.02 1.03  1.20  1.32       1.00 1.01  1.01  1.22       1.02 0.99  1.00  1.06
+//	hybrid  sha        0.97 1.42  1.73  1.72       0.99 1.04  1.34  1.55       1.00 0.99  1.00  1.17
+//	hybrid  spin       1.05 1.40  1.40  1.64       1.00 1.02  1.31  1.50       0.99 1.00  1.02  1.14
+//
+// So the kernels keep their speed while YMM code holds about a third or
+// more of the time in bursts of 150 us or more; in short bursts a few
+// hundred microseconds apart they run 1.4-1.7 times slower, the hybrid
+// kernel most, and SHA-NI gaps cost more than integer ones at the same
+// length. (Two earlier runs at load average 5-7 agreed within their
+// noise.)
 //
 // Commands: go test ./kernels/poly1305 -run '^$' -bench 'Keyed|Ratio'
 // (both modes); -bench Warmup -benchtime 25x and -bench DutyCycle
-// -benchtime 7x for the experiments.
+// -benchtime 5x for the experiments.
 func BenchmarkRatio(b *testing.B) {
 	aesKey, r := kerneltest.SeedBytes(16), kerneltest.SeedBytes(32)[16:]
 	k, err := NewKey(aesKey, r)
