@@ -98,11 +98,12 @@ import (
 //	hybrid  sha        0.97 1.42  1.73  1.72       0.99 1.04  1.34  1.55       1.00 0.99  1.00  1.17
 //	hybrid  spin       1.05 1.40  1.40  1.64       1.00 1.02  1.31  1.50       0.99 1.00  1.02  1.14
 //
-// So the kernels keep their speed while YMM code holds about a third or
-// more of the time in bursts of 150 us or more; in short bursts a few
-// hundred microseconds apart they run 1.4-1.7 times slower, the hybrid
-// kernel most, and SHA-NI gaps cost more than integer ones at the same
-// length. (Two earlier runs at load average 5-7 agreed within their
+// So the kernels keep their speed while YMM code holds more than about
+// half of the time (bursts of 150 us with 100 us gaps, or of 600 us with
+// 300 us gaps); at a third (150 us bursts, 300 us gaps) they run 1.1-1.3
+// times slower, and in 40 us bursts a few hundred microseconds apart
+// 1.2-1.7 times, the hybrid kernel most; SHA-NI gaps cost more than
+// integer ones of the same length. (Two earlier runs at load average 5-7 agreed within their
 // noise.)
 //
 // Commands: go test ./kernels/poly1305 -run '^$' -bench 'Keyed|Ratio'
