@@ -19,9 +19,9 @@ var (
 // eight blocks in the 64-bit lanes of ZMM registers with 52-bit multiplies
 // (avx512ifma); four in YMM registers plus two in general registers
 // (hybrid: the vector multiplier is the bottleneck of the YMM lanes, and the
-// integer one is idle), with eight chunks per carry chain for long blocks
-// (hybrid8) or four (hybrid); four in YMM registers alone, eight chunks per
-// carry chain (avx2r8) or four (avx2).
+// integer one is idle), with eight chunks per carry chain (hybrid8) or four
+// (hybrid); four in YMM registers alone, eight chunks per carry chain
+// (avx2r8) or four (avx2).
 func registerArch() {
 	impl.Register(pkgName, "avx512ifma", hasIFMA, func() { blocks = blocksIFMA })
 	impl.Register(pkgName, "hybrid8", hasHybrid, func() { blocks = blocksHybrid8 })

@@ -35,7 +35,7 @@ package poly1305
 // its first round are below 2^34, so d0 after the times-5 fold is below
 // 2^26 + 2^36.4, whose carry into d1 is below 2^10.4 + 1; d3 gets a carry
 // below 2^34.1 from d2 and passes below 2^8.1 on to d4. Afterwards d0, d2,
-// d3 < 2^26 and d1, d4 < 2^26 + 2^12, as for four chunks (TestLaneModel8
+// d3 < 2^26 and d1, d4 < 2^26 + 2^12, as for four chunks (TestLaneModel
 // checks the model's every multiply operand and sum on all-ones input).
 //
 // Carry chain (two interleaved chains, as the assembly does it):
