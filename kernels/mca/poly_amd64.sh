@@ -6,8 +6,8 @@
 # disassembles each symbol with objdump, cuts out the body of its N-th
 # backward branch, and runs llvm-mca on it for every CPU in $CPUS. It prints
 # cycles per iteration and per byte, and bytes per iteration count every
-# block of the iteration (AVX2: 4 blocks x 4 chunks; hybrid: 6 x 4; IFMA:
-# 8 x 2; x/crypto: one chunk).
+# block of the iteration (AVX2: 4 blocks x 4 chunks; hybrid: 6 x 4; the
+# eight-chunk kernels 4 x 8 and 6 x 8; IFMA: 8 x 2; x/crypto: one chunk).
 #
 # znver2 is the build machine (AMD EPYC, Zen 2), where the figures can be
 # set beside measurements; icelake-server has AVX-512 IFMA, which no
@@ -31,6 +31,8 @@ table='
 golang.org/x/crypto/internal/poly1305.update.abi0   1    16   x/crypto: MULQ, 1 block x 1 chunk
 github.com/difctl/difctl/kernels/poly1305.lanesAVX2.abi0        1   256   avx2: 4 blocks x 4 chunks
 github.com/difctl/difctl/kernels/poly1305.lanesHybridAVX2.abi0  1   384   hybrid: 6 blocks x 4 chunks
+github.com/difctl/difctl/kernels/poly1305.lanesAVX2R8.abi0      1   512   avx2r8: 4 blocks x 8 chunks
+github.com/difctl/difctl/kernels/poly1305.lanesHybridR8.abi0    1   768   hybrid8: 6 blocks x 8 chunks
 github.com/difctl/difctl/kernels/poly1305.lanesIFMA.abi0        1   256   avx512ifma: 8 blocks x 2 chunks
 '
 

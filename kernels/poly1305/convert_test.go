@@ -141,7 +141,7 @@ func TestBlocksCarryEdges(t *testing.T) {
 	for _, m := range []struct {
 		name string
 		kern *laneKernel
-	}{{"lanes26", &modelKernel26}, {"lanes44", &modelKernel44}, {"neon", &modelKernelNEON}} {
+	}{{"lanes26", &modelKernel26}, {"lanes26x8", &modelKernel8}, {"lanes44", &modelKernel44}, {"neon", &modelKernelNEON}} {
 		t.Run("model="+m.name, func(t *testing.T) {
 			defer impl.Reset(pkgName)
 			blocks = func(k *polyKey, acc [][2]uint64, h *laneBuf, ad []byte, adLen int, p []byte, blockLen, stride int) {

@@ -5,6 +5,7 @@ package poly1305
 import (
 	"bytes"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 	"unsafe"
@@ -19,6 +20,25 @@ func TestLaneKeyLayout(t *testing.T) {
 	if unsafe.Sizeof(k) != laneKeySize || laneKeyR != 0 || laneKeyS != 8*80 || laneKeyScalar != 8*160 {
 		t.Fatalf("laneKey: %d bytes, generator %d (R at %d, S at %d)", unsafe.Sizeof(k), laneKeySize, laneKeyR, laneKeyS)
 	}
+	var k8 laneKey8
+	if unsafe.Sizeof(k8) != laneKey8Size || laneKey8S != 8*160 || laneKey8Scalar != 8*320 {
+		t.Fatalf("laneKey8: %d bytes, generator %d (S at %d, r at %d)", unsafe.Sizeof(k8), laneKey8Size, laneKey8S, laneKey8Scalar)
+	}
+	// laneKey8 starts with laneKey's powers r..r^4, its S part with theirs.
+	pk := newPolyKey(kerneltest.SeedBytes(16))
+	for w := range 80 {
+		if pk.lanes8[w] != pk.lanes[w] || pk.lanes8[160+w] != pk.lanes[80+w] {
+			t.Fatalf("laneKey8 word %d differs from laneKey", w)
+		}
+	}
+	if pk.lanes8[320] != pk.r0 || pk.lanes8[321] != pk.r1 {
+		t.Fatal("laneKey8: r0, r1 not at [320:322]")
+	}
+}
+
+// lanesAVX2R8Kernel is lanesAVX2R8 with the package's types.
+func lanesAVX2R8Kernel(h *laneState, p []byte, stride, chunks int, key *laneKey8) {
+	lanesAVX2R8((*[20]uint64)(h), p, stride, chunks, (*[322]uint64)(key))
 }
 
 // The AVX2 lane kernel against the pure-Go lane model, limb for limb (the
@@ -35,11 +55,18 @@ func TestLanesAVX2Model(t *testing.T) {
 			for i := range got {
 				got[i] = uint64(i) * 12345 % (1 << 26)
 			}
+			start := got
 			want = got
 			lanesAVX2Kernel(&got, p, stride, chunks, &k.lanes)
 			laneModel(&want, p, stride, chunks, &k.lanes)
 			if got != want {
 				t.Fatalf("chunks=%d stride=%d: kernel %x, model %x", chunks, stride, got, want)
+			}
+			got8, want8 := start, start
+			lanesAVX2R8Kernel(&got8, p, stride, chunks, &k.lanes8)
+			laneModel8(&want8, p, stride, chunks, &k.lanes8)
+			if got8 != want8 {
+				t.Fatalf("R8 chunks=%d stride=%d: kernel %x, model %x", chunks, stride, got8, want8)
 			}
 		}
 	}
@@ -176,17 +203,25 @@ func TestLanesHybridModel(t *testing.T) {
 			}
 			got[20], got[21], got[22] = 0x0123456789abcdef, 0xfedcba9876543210, 3
 			got[23], got[24], got[25] = 0xffffffffffffffff, 0xfffffffffffffffe, 4
-			want := got
-			lanesHybridAVX2((*[26]uint64)(&got), p, stride, chunks, (*[162]uint64)(&k.lanes))
-			laneModel(laneState26(&want), p, stride, chunks, &k.lanes)
-			for l := range 2 {
-				w := 20 + 3*l
-				s := state{h0: want[w], h1: want[w+1], h2: want[w+2], r0: k.r0, r1: k.r1}
-				s.chunks(p[(4+l)*stride : (4+l)*stride+16*chunks])
-				want[w], want[w+1], want[w+2] = s.h0, s.h1, s.h2
-			}
-			if got != want {
-				t.Fatalf("chunks=%d stride=%d: kernel %x, models %x", chunks, stride, got, want)
+			start := got
+			for _, r8 := range []bool{false, true} {
+				got, want := start, start
+				if r8 {
+					lanesHybridR8((*[26]uint64)(&got), p, stride, chunks, (*[322]uint64)(&k.lanes8))
+					laneModel8(laneState26(&want), p, stride, chunks, &k.lanes8)
+				} else {
+					lanesHybridAVX2((*[26]uint64)(&got), p, stride, chunks, (*[162]uint64)(&k.lanes))
+					laneModel(laneState26(&want), p, stride, chunks, &k.lanes)
+				}
+				for l := range 2 {
+					w := 20 + 3*l
+					s := state{h0: want[w], h1: want[w+1], h2: want[w+2], r0: k.r0, r1: k.r1}
+					s.chunks(p[(4+l)*stride : (4+l)*stride+16*chunks])
+					want[w], want[w+1], want[w+2] = s.h0, s.h1, s.h2
+				}
+				if got != want {
+					t.Fatalf("r8=%v chunks=%d stride=%d: kernel %x, models %x", r8, chunks, stride, got, want)
+				}
 			}
 		}
 	}
@@ -223,24 +258,28 @@ func TestLanesExtremes(t *testing.T) {
 	maxH[23], maxH[24], maxH[25] = ^uint64(0), ^uint64(0), 3
 	for _, rb := range keys {
 		k := newPolyKey(rb)
-		for chunks := 0; chunks <= 9; chunks++ {
+		for chunks := 0; chunks <= 17; chunks++ {
 			for _, stride := range []int{16 * chunks, 16*chunks + 16} {
 				p := bytes.Repeat([]byte{0xff}, 5*stride+16*chunks)
 				for _, start := range []laneBuf{{}, maxH} {
 					for _, kern := range []struct {
 						name string
 						k    *laneKernel
-					}{{"avx2", &kernelAVX2}, {"hybrid", &kernelHybrid}} {
+					}{{"avx2", &kernelAVX2}, {"hybrid", &kernelHybrid}, {"avx2r8", &kernelAVX2R8}, {"hybrid8", &kernelHybrid8}} {
 						got, want := start, start
 						kern.k.absorb(&got, p, stride, chunks, &k)
-						laneModel(laneState26(&want), p, stride, chunks, &k.lanes)
+						if strings.HasSuffix(kern.name, "8") {
+							laneModel8(laneState26(&want), p, stride, chunks, &k.lanes8)
+						} else {
+							laneModel(laneState26(&want), p, stride, chunks, &k.lanes)
+						}
 						for l := range 2 {
 							w := 20 + 3*l
 							s := state{h0: want[w], h1: want[w+1], h2: want[w+2], r0: k.r0, r1: k.r1}
 							s.chunks(p[(4+l)*stride : (4+l)*stride+16*chunks])
 							want[w], want[w+1], want[w+2] = s.h0, s.h1, s.h2
 						}
-						if kern.name == "avx2" {
+						if kern.k.lanes == lanes {
 							copy(want[20:], start[20:])
 						}
 						if got != want {
@@ -264,4 +303,57 @@ func TestLanesExtremes(t *testing.T) {
 			}
 		}
 	}
+}
+
+// BenchmarkEightChunk compares the eight-chunk kernels with the four-chunk
+// ones inside Blocks, alternating within every iteration (thread CPU time,
+// each side after four untimed calls of its own): pair=hybrid8 is
+// lanesHybridR8 over lanesHybridAVX2, pair=avx2r8 lanesAVX2R8 over
+// lanesAVX2. x-four > 1 means the eight-chunk kernel is faster.
+func BenchmarkEightChunk(b *testing.B) {
+	if !hasHybrid {
+		b.Skip("no AVX2 and BMI2")
+	}
+	defer impl.Reset(pkgName)
+	k, err := NewKey(kerneltest.SeedBytes(16), kerneltest.SeedBytes(32)[16:])
+	if err != nil {
+		b.Fatal(err)
+	}
+	p := kerneltest.SeedBytes(256 << 10)
+	var nonce Nonce
+	type blocksFunc = func(*polyKey, [][2]uint64, *laneBuf, []byte, int, []byte, int, int)
+	for _, pair := range []struct {
+		name        string
+		four, eight blocksFunc
+	}{{"hybrid8", blocksHybrid, blocksHybrid8}, {"avx2r8", blocksAVX2, blocksAVX2R8}} {
+		for _, bl := range []int{512, 1024, 2048, 4096} {
+			b.Run("pair="+pair.name+"/block="+kerneltest.SizeName(bl), func(b *testing.B) {
+				runtime.LockOSThread()
+				defer runtime.UnlockOSThread()
+				dst := make([]Tag, len(p)/bl)
+				var t [2]time.Duration
+				for i := 0; b.Loop(); i++ {
+					for _, w := range [2][2]int{{0, 1}, {1, 0}}[i%2] {
+						blocks = [2]blocksFunc{pair.four, pair.eight}[w]
+						for range 4 {
+							k.Blocks(dst, &nonce, p, bl, bl)
+						}
+						t0 := kerneltest.ThreadCPU()
+						for range 4 {
+							k.Blocks(dst, &nonce, p, bl, bl)
+						}
+						t[w] += kerneltest.ThreadCPU() - t0
+					}
+				}
+				b.ReportMetric(float64(t[0])/float64(t[1]), "x-four")
+			})
+		}
+	}
+}
+
+// state returns lane l of h in the generic form, with r: the lane kernels'
+// pack, for the tests.
+func (kern *laneKernel) state(h *laneBuf, l int, r0, r1 uint64) state {
+	h0, h1, h2 := kern.pack(h, l)
+	return state{h0: h0, h1: h1, h2: h2, r0: r0, r1: r1}
 }

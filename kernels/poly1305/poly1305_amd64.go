@@ -19,11 +19,45 @@ var (
 // eight blocks in the 64-bit lanes of ZMM registers with 52-bit multiplies
 // (avx512ifma); four in YMM registers plus two in general registers
 // (hybrid: the vector multiplier is the bottleneck of the YMM lanes, and the
-// integer one is idle); four in YMM registers alone (avx2).
+// integer one is idle), with eight chunks per carry chain (hybrid8) or four
+// (hybrid); four in YMM registers alone, eight chunks per carry chain
+// (avx2r8) or four (avx2).
 func registerArch() {
 	impl.Register(pkgName, "avx512ifma", hasIFMA, func() { blocks = blocksIFMA })
+	impl.Register(pkgName, "hybrid8", hasHybrid, func() { blocks = blocksHybrid8 })
 	impl.Register(pkgName, "hybrid", hasHybrid, func() { blocks = blocksHybrid })
+	impl.Register(pkgName, "avx2r8", hasAVX2, func() { blocks = blocksAVX2R8 })
 	impl.Register(pkgName, "avx2", hasAVX2, func() { blocks = blocksAVX2 })
+}
+
+// blocksHybrid8 is blocksHybrid with the eight-chunk kernels.
+func blocksHybrid8(k *polyKey, acc [][2]uint64, h *laneBuf, ad []byte, adLen int, p []byte, blockLen, stride int) {
+	m := hybridBlocks * hybridGroups(len(acc))
+	blocksLanes(&kernelHybrid8, k, acc[:m], h, ad, adLen, p, blockLen, stride)
+	if m < len(acc) {
+		blocksAVX2R8(k, acc[m:], h, ad[m*adLen:], adLen, p[m*stride:], blockLen, stride)
+	}
+}
+
+// kernelHybrid8 is kernelHybrid with eight chunks per step.
+var kernelHybrid8 = laneKernel{
+	lanes: hybridBlocks,
+	absorb: func(h *laneBuf, p []byte, stride, chunks int, k *polyKey) {
+		lanesHybridR8((*[26]uint64)(h), p, stride, chunks, (*[322]uint64)(&k.lanes8))
+	},
+	pack: kernelHybrid.pack,
+}
+
+func blocksAVX2R8(k *polyKey, acc [][2]uint64, h *laneBuf, ad []byte, adLen int, p []byte, blockLen, stride int) {
+	blocksLanes(&kernelAVX2R8, k, acc, h, ad, adLen, p, blockLen, stride)
+}
+
+var kernelAVX2R8 = laneKernel{
+	lanes: lanes,
+	absorb: func(h *laneBuf, p []byte, stride, chunks int, k *polyKey) {
+		lanesAVX2R8((*[20]uint64)(h[:20]), p, stride, chunks, (*[322]uint64)(&k.lanes8))
+	},
+	pack: pack26,
 }
 
 // blocksHybrid runs groups of six blocks through the hybrid kernel and
@@ -69,12 +103,12 @@ var kernelHybrid = laneKernel{
 	absorb: func(h *laneBuf, p []byte, stride, chunks int, k *polyKey) {
 		lanesHybridAVX2((*[26]uint64)(h), p, stride, chunks, (*[162]uint64)(&k.lanes))
 	},
-	state: func(h *laneBuf, l int, r0, r1 uint64) state {
+	pack: func(h *laneBuf, l int) (h0, h1, h2 uint64) {
 		if l >= lanes {
 			w := 20 + 3*(l-lanes)
-			return state{h0: h[w], h1: h[w+1], h2: h[w+2], r0: r0, r1: r1}
+			return h[w], h[w+1], h[w+2]
 		}
-		return laneToState(laneState26(h), l, r0, r1)
+		return pack26(h, l)
 	},
 }
 
@@ -87,7 +121,7 @@ var kernelIFMA = laneKernel{
 	absorb: func(h *laneBuf, p []byte, stride, chunks int, k *polyKey) {
 		lanesIFMA((*[24]uint64)(h[:24]), p, stride, chunks, (*[10]uint64)(&k.ifma))
 	},
-	state: func(h *laneBuf, l int, r0, r1 uint64) state { return laneToState44(laneState44Of(h), l, r0, r1) },
+	pack: pack44,
 }
 
 func blocksAVX2(k *polyKey, acc [][2]uint64, h *laneBuf, ad []byte, adLen int, p []byte, blockLen, stride int) {
@@ -99,7 +133,7 @@ var kernelAVX2 = laneKernel{
 	absorb: func(h *laneBuf, p []byte, stride, chunks int, k *polyKey) {
 		lanesAVX2Kernel(laneState26(h), p, stride, chunks, &k.lanes)
 	},
-	state: func(h *laneBuf, l int, r0, r1 uint64) state { return laneToState(laneState26(h), l, r0, r1) },
+	pack: pack26,
 }
 
 // lanesAVX2Kernel is lanesAVX2 with the package's types.

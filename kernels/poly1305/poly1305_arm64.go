@@ -40,5 +40,5 @@ var kernelNEON = laneKernel{
 	absorb: func(h *laneBuf, p []byte, stride, chunks int, k *polyKey) {
 		lanesNEON((*[10]uint64)(h[:10]), p, stride, chunks, (*[18]uint64)(&k.neon))
 	},
-	state: func(h *laneBuf, l int, r0, r1 uint64) state { return neonToState(neonStateOf(h), l, r0, r1) },
+	pack: packNEON,
 }

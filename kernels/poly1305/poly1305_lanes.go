@@ -26,6 +26,18 @@ package poly1305
 // m2..m4, below 2^58.4 + 2^59.3 < 2^64, and the operands of every multiply
 // fit in 32 bits.
 //
+// Eight chunks per step (the kernels with laneKey8: lanesAVX2R8,
+// lanesHybridR8): h' = (h + m1)·r^8 + m2·r^7 + ... + m8·r, then at most one
+// step each of four, two and one. Bounds: the h part is as above, below
+// 5·2^27·5·2^26 = 2^57.7; m2..m8 add 35 products below 2^26·5·2^26, below
+// 2^59.5; so every d_k is below 2^60. The carry chain below takes any d_k
+// below 2^60 to the same limbs as for 2^59: the carries out of d0..d4 in
+// its first round are below 2^34, so d0 after the times-5 fold is below
+// 2^26 + 2^36.4, whose carry into d1 is below 2^10.4 + 1; d3 gets a carry
+// below 2^34.1 from d2 and passes below 2^8.1 on to d4. Afterwards d0, d2,
+// d3 < 2^26 and d1, d4 < 2^26 + 2^12, as for four chunks (TestLaneModel
+// checks the model's every multiply operand and sum on all-ones input).
+//
 // Carry chain (two interleaved chains, as the assembly does it):
 //
 //	d0→d1, d3→d4;  d1→d2, d4→d0 (times 5);  d2→d3, d0→d1;  d3→d4
@@ -43,6 +55,11 @@ const lanes = 4
 // The generator's offsets (kernels/_asm/poly1305: keyR, keyS, keyScalar) are
 // these times 8.
 type laneKey [162]uint64
+
+// laneKey8 is laneKey with r^1..r^8: R(j,k) at [4(5j+k)] for j = 0..7,
+// S(j,k) at [160+4(5j+k)], r0, r1 at [320:322] (the generator's key8S and
+// key8Scalar are these times 8). The eight-chunk kernels read it.
+type laneKey8 [322]uint64
 
 // laneState is the accumulators of four blocks: limb k of lane l at [4k+l].
 type laneState [20]uint64
@@ -62,11 +79,24 @@ func limbs26(x0, x1, x2 uint64) [5]uint64 {
 
 func makeLaneKey(r0, r1 uint64) laneKey {
 	var k laneKey
-	k[160], k[161] = r0, r1
+	fillLaneKey(k[:], 4, r0, r1)
+	return k
+}
+
+func makeLaneKey8(r0, r1 uint64) laneKey8 {
+	var k laneKey8
+	fillLaneKey(k[:], 8, r0, r1)
+	return k
+}
+
+// fillLaneKey writes the lane key of n powers of r to k: R(j,k) at
+// [4(5j+k)], S(j,k) at [20n+4(5j+k)], r0, r1 at [40n:40n+2].
+func fillLaneKey(k []uint64, n int, r0, r1 uint64) {
+	k[40*n], k[40*n+1] = r0, r1
 	// r^(j+1) mod p, fully reduced below p so that its top limb is below
 	// 2^26.
 	q0, q1, q2 := r0, r1, uint64(0)
-	for j := range 4 {
+	for j := range n {
 		if j > 0 {
 			q0, q1, q2 = mulReduce(q0, q1, q2, r0, r1)
 			q0, q1, q2 = reduceFull(q0, q1, q2)
@@ -75,11 +105,10 @@ func makeLaneKey(r0, r1 uint64) laneKey {
 		for l := range 5 {
 			for i := range lanes {
 				k[4*(5*j+l)+i] = pow[l]
-				k[80+4*(5*j+l)+i] = 5 * pow[l]
+				k[20*n+4*(5*j+l)+i] = 5 * pow[l]
 			}
 		}
 	}
-	return k
 }
 
 // reduceFull is reduce keeping all 130 bits: h mod 2^130-5 for h < 2p.
@@ -95,17 +124,32 @@ func reduceFull(h0, h1, h2 uint64) (uint64, uint64, uint64) {
 // mul32 is VPMULUDQ on one lane: the low 32 bits of each operand.
 func mul32(a, b uint64) uint64 { return uint64(uint32(a)) * uint64(uint32(b)) }
 
-// laneMulAdd adds h·R(j) (with the 5·R wrap) to d, for one lane.
-func laneMulAdd(d *[5]uint64, h [5]uint64, key *laneKey, j, lane int) {
+// laneBoundsBroken is set by the model when a multiply operand is 2^32 or
+// more (VPMULUDQ would drop its top bits) or a sum wraps 2^64: the bounds
+// the kernels rely on, checked by the model tests.
+var laneBoundsBroken bool
+
+// laneMulAdd adds h·R(j) (with the 5·R wrap) to d, for one lane, from a
+// lane key of n powers (S at word 20n).
+func laneMulAdd(d *[5]uint64, h [5]uint64, key []uint64, n, j, lane int) {
 	R := func(k int) uint64 { return key[4*(5*j+k)+lane] }
-	S := func(k int) uint64 { return key[80+4*(5*j+k)+lane] }
+	S := func(k int) uint64 { return key[20*n+4*(5*j+k)+lane] }
 	for k := range 5 {
 		for i := range 5 {
+			var w uint64
 			if i <= k {
-				d[k] += mul32(h[i], R(k-i))
+				w = R(k - i)
 			} else {
-				d[k] += mul32(h[i], S(k-i+5))
+				w = S(k - i + 5)
 			}
+			if h[i]>>32 != 0 || w>>32 != 0 {
+				laneBoundsBroken = true
+			}
+			s := d[k] + mul32(h[i], w)
+			if s < d[k] {
+				laneBoundsBroken = true
+			}
+			d[k] = s
 		}
 	}
 }
@@ -149,13 +193,25 @@ func laneModel(h *laneState, p []byte, stride, chunks int, key *laneKey) {
 	modelLanes(h[:], lanes, p, stride, chunks, key)
 }
 
-// modelLanes is the limb-for-limb model of every radix-2^26 lane kernel:
-// it absorbs chunks 16-byte chunks of each of n blocks, block l at
-// p[l*stride:], into h, whose limb k of lane l is h[n*k+l]. Four chunks
-// at a time it multiplies by r^4..r^1 (key rows 3..0), then two (r^2,
-// r^1), then one; the products of one step are summed before one carry
-// chain, as the kernels do (the order of the sums does not matter).
+// laneModel8 is the contract of the eight-chunk kernels (lanesAVX2R8, and
+// the vector lanes of lanesHybridR8).
+func laneModel8(h *laneState, p []byte, stride, chunks int, key *laneKey8) {
+	modelLanesKey(h[:], lanes, p, stride, chunks, key[:], 8)
+}
+
+// modelLanes is the limb-for-limb model of every radix-2^26 lane kernel
+// with a laneKey: modelLanesKey with four powers.
 func modelLanes(h []uint64, n int, p []byte, stride, chunks int, key *laneKey) {
+	modelLanesKey(h, n, p, stride, chunks, key[:], 4)
+}
+
+// modelLanesKey absorbs chunks 16-byte chunks of each of n blocks, block l
+// at p[l*stride:], into h, whose limb k of lane l is h[n*k+l], with a lane
+// key of pw powers (4 or 8). pw chunks at a time it multiplies by r^pw..r^1
+// (key rows pw-1..0), then one step each of the smaller powers of two
+// that fit (4, 2, 1); the products of one step are summed before one
+// carry chain, as the kernels do (the order of the sums does not matter).
+func modelLanesKey(h []uint64, n int, p []byte, stride, chunks int, key []uint64, pw int) {
 	for lane := range n {
 		var x [5]uint64
 		for k := range 5 {
@@ -163,40 +219,29 @@ func modelLanes(h []uint64, n int, p []byte, stride, chunks int, key *laneKey) {
 		}
 		b := p[lane*stride:]
 		c := 0
-		for ; c+4 <= chunks; c += 4 {
+		// step absorbs s chunks from chunk c: d = m_s·r + ... +
+		// m_2·r^(s-1), then h + m_1 times r^s.
+		step := func(s int) {
 			var d [5]uint64
-			laneMulAdd(&d, chunkLimbs(b[16*c+48:]), key, 0, lane)
-			laneMulAdd(&d, chunkLimbs(b[16*c+32:]), key, 1, lane)
-			laneMulAdd(&d, chunkLimbs(b[16*c+16:]), key, 2, lane)
+			for i := 1; i < s; i++ {
+				laneMulAdd(&d, chunkLimbs(b[16*(c+s-i):]), key, pw, i-1, lane)
+			}
 			m1 := chunkLimbs(b[16*c:])
 			for k := range 5 {
 				x[k] += m1[k]
 			}
-			laneMulAdd(&d, x, key, 3, lane)
+			laneMulAdd(&d, x, key, pw, s-1, lane)
 			carryChain(&d)
 			x = d
+			c += s
 		}
-		if c+2 <= chunks {
-			m1, m2 := chunkLimbs(b[16*c:]), chunkLimbs(b[16*c+16:])
-			var d [5]uint64
-			laneMulAdd(&d, m2, key, 0, lane)
-			for k := range 5 {
-				x[k] += m1[k]
-			}
-			laneMulAdd(&d, x, key, 1, lane)
-			carryChain(&d)
-			x = d
-			c += 2
+		for c+pw <= chunks {
+			step(pw)
 		}
-		if c < chunks {
-			m := chunkLimbs(b[16*c:])
-			var d [5]uint64
-			for k := range 5 {
-				x[k] += m[k]
+		for s := pw / 2; s >= 1; s /= 2 {
+			if c+s <= chunks {
+				step(s)
 			}
-			laneMulAdd(&d, x, key, 0, lane)
-			carryChain(&d)
-			x = d
 		}
 		for k := range 5 {
 			h[n*k+lane] = x[k]
@@ -207,11 +252,9 @@ func modelLanes(h []uint64, n int, p []byte, stride, chunks int, key *laneKey) {
 // laneToState returns lane l of h in the generic form, below 2^130 + 2^26
 // and congruent to the lane's accumulator, with r from key.
 func laneToState(h *laneState, l int, r0, r1 uint64) state {
-	var x [5]uint64
-	for k := range 5 {
-		x[k] = h[4*k+l]
-	}
-	return limbsToState(x, r0, r1)
+	_ = h[16+l]
+	h0, h1, h2 := packLimbs(h[l], h[4+l], h[8+l], h[12+l], h[16+l])
+	return state{h0: h0, h1: h1, h2: h2, r0: r0, r1: r1}
 }
 
 // limbsToState returns x (five radix-2^26 limbs, each below 2^27) in the
@@ -225,19 +268,37 @@ func laneToState(h *laneState, l int, r0, r1 uint64) state {
 // bit 26 an OR into h0 would drop, a tag off by 2^52). Afterwards limbs
 // 0..3 are below 2^26 and limb 4 at most 2^26, so h2 <= 4.
 func limbsToState(x [5]uint64, r0, r1 uint64) state {
-	for k := range 4 {
-		carry(&x, k, k+1, false)
-	}
-	carry(&x, 4, 0, true)
-	for k := range 4 {
-		carry(&x, k, k+1, false)
-	}
-	return state{
-		h0: x[0] | x[1]<<26 | x[2]<<52,
-		h1: x[2]>>12 | x[3]<<14 | x[4]<<40,
-		h2: x[4] >> 24,
-		r0: r0, r1: r1,
-	}
+	h0, h1, h2 := packLimbs(x[0], x[1], x[2], x[3], x[4])
+	return state{h0: h0, h1: h1, h2: h2, r0: r0, r1: r1}
+}
+
+// packLimbs is limbsToState's arithmetic, straight-line on scalars: it
+// runs once per block between kernel calls, and the form with arrays and
+// a carry helper cost several times as much (the compiler copied the
+// limbs through the stack in pieces whose loads missed store forwarding:
+// 581 ns for the six lanes of a hybrid group on the build machine, 187
+// with this function, 52 with pack returning words instead of a state).
+func packLimbs(x0, x1, x2, x3, x4 uint64) (h0, h1, h2 uint64) {
+	x1 += x0 >> 26
+	x0 &= limbMask
+	x2 += x1 >> 26
+	x1 &= limbMask
+	x3 += x2 >> 26
+	x2 &= limbMask
+	x4 += x3 >> 26
+	x3 &= limbMask
+	c := x4 >> 26
+	x4 &= limbMask
+	x0 += c + c<<2
+	x1 += x0 >> 26
+	x0 &= limbMask
+	x2 += x1 >> 26
+	x1 &= limbMask
+	x3 += x2 >> 26
+	x2 &= limbMask
+	x4 += x3 >> 26
+	x3 &= limbMask
+	return x0 | x1<<26 | x2<<52, x2>>12 | x3<<14 | x4<<40, x4 >> 24
 }
 
 // laneKernel is a lane kernel and the form of its accumulators.
@@ -246,8 +307,17 @@ type laneKernel struct {
 	// absorb adds chunks 16-byte chunks of each of lanes blocks, block l
 	// at p[l*stride:], to the accumulators in h.
 	absorb func(h *laneBuf, p []byte, stride, chunks int, k *polyKey)
-	// state returns lane l of h in the generic form.
-	state func(h *laneBuf, l int, r0, r1 uint64) state
+	// pack returns lane l of h in the generic form h0 + h1·2^64 +
+	// h2·2^128. Three words, not a state: the compiler moves a returned
+	// state through the stack in pieces whose loads miss store forwarding
+	// (about 22 ns a lane on the build machine; see packLimbs).
+	pack func(h *laneBuf, l int) (h0, h1, h2 uint64)
+}
+
+// pack26 is the pack of the radix-2^26 lanes at h[0:20].
+func pack26(h *laneBuf, l int) (h0, h1, h2 uint64) {
+	_ = h[16+l]
+	return packLimbs(h[l], h[4+l], h[8+l], h[12+l], h[16+l])
 }
 
 // laneBuf holds the accumulators of any lane kernel: 20 words (AVX2), 24
@@ -270,16 +340,28 @@ func blocksLanes(kern *laneKernel, k *polyKey, acc [][2]uint64, h *laneBuf, ad [
 			kern.absorb(h, p[g*stride:], stride, full/16, k)
 		}
 		for l := range L {
-			s := kern.state(h, l, k.r0, k.r1)
+			h0, h1, h2 := kern.pack(h, l)
 			if full < blockLen {
+				s := state{h0: h0, h1: h1, h2: h2, r0: k.r0, r1: k.r1}
 				s.last(p[(g+l)*stride+full : (g+l)*stride+blockLen])
+				h0, h1, h2 = s.h0, s.h1, s.h2
 			}
-			acc[g+l][0], acc[g+l][1] = reduce(s.h0, s.h1, s.h2)
+			acc[g+l][0], acc[g+l][1] = reduce(h0, h1, h2)
 		}
 	}
 	if n < len(acc) {
 		blocksGeneric(k, acc[n:], nil, ad[n*adLen:], adLen, p[n*stride:], blockLen, stride)
 	}
+}
+
+// modelKernel8 is the eight-chunk lane model as a laneKernel, for the
+// tests.
+var modelKernel8 = laneKernel{
+	lanes: lanes,
+	absorb: func(h *laneBuf, p []byte, stride, chunks int, k *polyKey) {
+		laneModel8(laneState26(h), p, stride, chunks, &k.lanes8)
+	},
+	pack: pack26,
 }
 
 // laneState26 views the first 20 words of a laneBuf as a laneState.
@@ -291,5 +373,5 @@ var modelKernel26 = laneKernel{
 	absorb: func(h *laneBuf, p []byte, stride, chunks int, k *polyKey) {
 		laneModel(laneState26(h), p, stride, chunks, &k.lanes)
 	},
-	state: func(h *laneBuf, l int, r0, r1 uint64) state { return laneToState(laneState26(h), l, r0, r1) },
+	pack: pack26,
 }

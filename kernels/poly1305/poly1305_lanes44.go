@@ -163,6 +163,12 @@ func laneToState44(h *laneState44, l int, r0, r1 uint64) state {
 	}
 }
 
+// pack44 is the pack of the IFMA kernel's lanes.
+func pack44(h *laneBuf, l int) (h0, h1, h2 uint64) {
+	s := laneToState44(laneState44Of(h), l, 0, 0)
+	return s.h0, s.h1, s.h2
+}
+
 func laneState44Of(h *laneBuf) *laneState44 { return (*laneState44)(h[:24]) }
 
 // modelKernel44 is the IFMA lane model as a laneKernel, for the tests.
@@ -171,5 +177,5 @@ var modelKernel44 = laneKernel{
 	absorb: func(h *laneBuf, p []byte, stride, chunks int, k *polyKey) {
 		laneModel44(laneState44Of(h), p, stride, chunks, &k.ifma)
 	},
-	state: func(h *laneBuf, l int, r0, r1 uint64) state { return laneToState44(laneState44Of(h), l, r0, r1) },
+	pack: pack44,
 }

@@ -63,11 +63,17 @@ func neonToState(h *neonState, l int, r0, r1 uint64) state {
 	return limbsToState(x, r0, r1)
 }
 
+// packNEON is the pack of the NEON kernel's lanes.
+func packNEON(h *laneBuf, l int) (h0, h1, h2 uint64) {
+	_ = h[8+l]
+	return packLimbs(h[l], h[2+l], h[4+l], h[6+l], h[8+l])
+}
+
 // modelKernelNEON is the NEON model as a laneKernel, for the tests.
 var modelKernelNEON = laneKernel{
 	lanes: neonLanes,
 	absorb: func(h *laneBuf, p []byte, stride, chunks int, k *polyKey) {
 		neonModel(neonStateOf(h), p, stride, chunks, &k.lanes)
 	},
-	state: func(h *laneBuf, l int, r0, r1 uint64) state { return neonToState(neonStateOf(h), l, r0, r1) },
+	pack: packNEON,
 }

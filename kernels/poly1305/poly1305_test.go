@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -302,12 +303,15 @@ func wantTags(t testing.TB, aesKey, r []byte, nonce Nonce, ad []byte, adLen int,
 }
 
 // blockCases are (blockLen, stride) pairs around every cutoff: empty, partial
-// and odd chunk counts, the pair step of the lane kernel, and the sizes of
-// real sectors with extended-LBA gaps.
+// and odd chunk counts, the pair step of the lane kernel, every step of the
+// eight-chunk kernels (2048 + 16·7 + 5: the eight-chunk loop, then the
+// four, two and one steps and a partial chunk), and the sizes of real
+// sectors with extended-LBA gaps.
 var blockCases = [][2]int{
 	{0, 0}, {0, 8}, {1, 1}, {15, 15}, {16, 16}, {17, 17}, {31, 40}, {32, 32}, {33, 33}, {48, 48},
 	{63, 64}, {64, 64}, {65, 80}, {80, 96}, {96, 96}, {100, 128}, {512, 512}, {512, 520},
-	{520, 520}, {1024, 1024}, {4095, 4096}, {4096, 4096}, {4096, 4104}, {4096 + 15, 4096 + 64},
+	{520, 520}, {1024, 1024}, {2047, 2047}, {2048, 2056}, {2048 + 16*7 + 5, 2048 + 16*8},
+	{4095, 4096}, {4096, 4096}, {4096, 4104}, {4096 + 15, 4096 + 64},
 }
 
 func TestBlocks(t *testing.T) {
@@ -322,7 +326,7 @@ func TestBlocksLaneModels(t *testing.T) {
 	for _, m := range []struct {
 		name string
 		kern *laneKernel
-	}{{"lanes26", &modelKernel26}, {"lanes44", &modelKernel44}, {"neon", &modelKernelNEON}} {
+	}{{"lanes26", &modelKernel26}, {"lanes26x8", &modelKernel8}, {"lanes44", &modelKernel44}, {"neon", &modelKernelNEON}} {
 		t.Run("model="+m.name, func(t *testing.T) {
 			blocks = func(k *polyKey, acc [][2]uint64, h *laneBuf, ad []byte, adLen int, p []byte, blockLen, stride int) {
 				blocksLanes(m.kern, k, acc, h, ad, adLen, p, blockLen, stride)
@@ -496,10 +500,19 @@ func TestGuardPage(t *testing.T) {
 	}
 }
 
-// The pure-Go lane model against the generic code: the radix-2^26 math and
-// its bounds (32-bit multiply operands, no 64-bit overflow), with random and
-// all-ones data.
+// The pure-Go lane models (four and eight chunks per step) against the
+// generic code: the radix-2^26 math and its bounds (32-bit multiply
+// operands, no 64-bit overflow: the model flags laneBoundsBroken), with
+// random and all-ones data, every remainder of the chunk count mod 8.
 func TestLaneModel(t *testing.T) {
+	for _, pw := range []int{4, 8} {
+		t.Run("powers="+strconv.Itoa(pw), func(t *testing.T) { testLaneModel(t, pw) })
+	}
+}
+
+func testLaneModel(t *testing.T, pw int) {
+	laneBoundsBroken = false
+	defer func() { laneBoundsBroken = false }()
 	r := rand.New(rand.NewPCG(5, 6))
 	for trial := range 200 {
 		var rb []byte
@@ -515,7 +528,14 @@ func TestLaneModel(t *testing.T) {
 		}
 		k := newPolyKey(rb)
 		var h laneState
-		laneModel(&h, p, stride, chunks, &k.lanes)
+		if pw == 8 {
+			laneModel8(&h, p, stride, chunks, &k.lanes8)
+		} else {
+			laneModel(&h, p, stride, chunks, &k.lanes)
+		}
+		if laneBoundsBroken {
+			t.Fatalf("trial %d chunks=%d: a multiply operand or a sum out of bounds", trial, chunks)
+		}
 		for l := range lanes {
 			s := laneToState(&h, l, k.r0, k.r1)
 			g0, g1 := reduce(s.h0, s.h1, s.h2)

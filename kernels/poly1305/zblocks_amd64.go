@@ -12,11 +12,20 @@ const (
 	laneKeySize   = 1296
 )
 
+// Byte offsets of the laneKey8 fields the eight-chunk kernels read, and its
+// size.
+const (
+	laneKey8S      = 1280
+	laneKey8Scalar = 2560
+	laneKey8Size   = 2576
+)
+
 // lanesAVX2 absorbs chunks 16-byte chunks of each of four blocks into the
 // accumulators h (laneState: limb k of block l at h[4k+l], radix 2^26),
 // block l's chunks at p[l*stride:][:16*chunks], each chunk with the 2^128
 // pad bit: what laneModel computes, four lanes of YMM registers at once,
-// two chunks per step under r^2 and r from key (laneKey).
+// four chunks per step under r^4..r from key (laneKey), then at most one
+// step of two and one of one.
 //
 // Preconditions: chunks >= 0; len(p) >= 3*stride + 16*chunks; the limbs of
 // h below 2^27 (zero, or left by an earlier call); the CPU has AVX2. It
@@ -36,6 +45,23 @@ func lanesAVX2(h *[20]uint64, p []byte, stride, chunks int, key *[162]uint64)
 //
 //go:noescape
 func lanesHybridAVX2(h *[26]uint64, p []byte, stride, chunks int, key *[162]uint64)
+
+// lanesAVX2R8 is lanesAVX2 with eight chunks per step under r^8..r from
+// key (laneKey8): one carry chain per eight chunks (then at most one step
+// of four, two and one), what modelLanesKey computes with eight powers.
+//
+// Preconditions: those of lanesAVX2.
+//
+//go:noescape
+func lanesAVX2R8(h *[20]uint64, p []byte, stride, chunks int, key *[322]uint64)
+
+// lanesHybridR8 is lanesHybridAVX2 with the vector lanes of lanesAVX2R8,
+// r for the scalar lanes from key[320:322].
+//
+// Preconditions: those of lanesHybridAVX2.
+//
+//go:noescape
+func lanesHybridR8(h *[26]uint64, p []byte, stride, chunks int, key *[322]uint64)
 
 // lanesIFMA is lanesAVX2 for eight blocks in radix 2^44, with 52-bit
 // multiplies: it absorbs chunks chunks of each of eight blocks, block l at

@@ -673,63 +673,61 @@ lanesHybridAVX2quad:
 	VPAND       Y14, Y10, Y12
 	MULXQ       1288(DI), AX, R10
 	VPMULUDQ    (DI), Y12, Y5
-	ADDQ        AX, CX
 	VPMULUDQ    32(DI), Y12, Y6
-	ADCQ        $0x00000000, R10
-	VPMULUDQ    64(DI), Y12, Y7
-	MOVQ        R11, DX
-	VPMULUDQ    96(DI), Y12, Y8
-	MULXQ       1288(DI), AX, R11
-	VPMULUDQ    128(DI), Y12, Y9
-	ADDQ        AX, R10
-	VPSRLQ      $0x1a, Y10, Y12
-	VPAND       Y14, Y12, Y12
-	ADCQ        $0x00000000, R11
-	VPMULUDQ    768(DI), Y12, Y13
-	MULXQ       1280(DI), AX, DX
-	VPADDQ      Y13, Y5, Y5
 	ADDQ        AX, CX
-	VPMULUDQ    (DI), Y12, Y13
-	ADCQ        DX, R10
-	VPADDQ      Y13, Y6, Y6
-	ADCQ        $0x00000000, R11
-	VPMULUDQ    32(DI), Y12, Y13
-	MOVQ        1280(DI), AX
-	VPADDQ      Y13, Y7, Y7
-	IMULQ       R12, AX
-	VPMULUDQ    64(DI), Y12, Y13
-	IMULQ       1288(DI), R12
-	VPADDQ      Y13, Y8, Y8
+	VPMULUDQ    64(DI), Y12, Y7
+	ADCQ        $0x00000000, R10
+	VPMULUDQ    96(DI), Y12, Y8
+	MOVQ        R11, DX
+	VPMULUDQ    128(DI), Y12, Y9
+	MULXQ       1288(DI), AX, R11
+	VPSRLQ      $0x1a, Y10, Y12
 	ADDQ        AX, R10
-	VPMULUDQ    96(DI), Y12, Y13
-	ADCQ        R12, R11
-	VPADDQ      Y13, Y9, Y9
-	MOVQ        R10, R12
-	VPSRLQ      $0x34, Y10, Y12
-	VPSLLQ      $0x0c, Y15, Y11
-	ANDQ        $0x00000003, R12
-	VPOR        Y11, Y12, Y12
-	ANDQ        $-4, R10
 	VPAND       Y14, Y12, Y12
-	ADDQ        R10, BX
-	VPMULUDQ    736(DI), Y12, Y13
-	ADCQ        R11, CX
-	VPADDQ      Y13, Y5, Y5
-	ADCQ        $0x00000000, R12
+	ADCQ        $0x00000000, R11
 	VPMULUDQ    768(DI), Y12, Y13
-	SHRQ        $0x02, R11, R10
-	VPADDQ      Y13, Y6, Y6
-	SHRQ        $0x02, R11
+	VPADDQ      Y13, Y5, Y5
+	MULXQ       1280(DI), AX, DX
 	VPMULUDQ    (DI), Y12, Y13
-	ADDQ        R10, BX
-	VPADDQ      Y13, Y7, Y7
-	ADCQ        R11, CX
+	ADDQ        AX, CX
+	VPADDQ      Y13, Y6, Y6
+	ADCQ        DX, R10
 	VPMULUDQ    32(DI), Y12, Y13
-	ADCQ        $0x00000000, R12
-	VPADDQ      Y13, Y8, Y8
-	MOVQ        BX, R10
+	ADCQ        $0x00000000, R11
+	VPADDQ      Y13, Y7, Y7
+	MOVQ        1280(DI), AX
 	VPMULUDQ    64(DI), Y12, Y13
-	MOVQ        CX, R11
+	IMULQ       R12, AX
+	VPADDQ      Y13, Y8, Y8
+	IMULQ       1288(DI), R12
+	VPMULUDQ    96(DI), Y12, Y13
+	VPADDQ      Y13, Y9, Y9
+	ADDQ        AX, R10
+	VPSRLQ      $0x34, Y10, Y12
+	ADCQ        R12, R11
+	VPSLLQ      $0x0c, Y15, Y11
+	MOVQ        R10, R12
+	VPOR        Y11, Y12, Y12
+	ANDQ        $0x00000003, R12
+	VPAND       Y14, Y12, Y12
+	ANDQ        $-4, R10
+	VPMULUDQ    736(DI), Y12, Y13
+	ADDQ        R10, BX
+	VPADDQ      Y13, Y5, Y5
+	VPMULUDQ    768(DI), Y12, Y13
+	ADCQ        R11, CX
+	VPADDQ      Y13, Y6, Y6
+	ADCQ        $0x00000000, R12
+	VPMULUDQ    (DI), Y12, Y13
+	SHRQ        $0x02, R11, R10
+	VPADDQ      Y13, Y7, Y7
+	SHRQ        $0x02, R11
+	VPMULUDQ    32(DI), Y12, Y13
+	ADDQ        BX, R10
+	VPADDQ      Y13, Y8, Y8
+	ADCQ        CX, R11
+	VPMULUDQ    64(DI), Y12, Y13
+	ADCQ        $0x00000000, R12
 	VPADDQ      Y13, Y9, Y9
 	VPSRLQ      $0x0e, Y15, Y12
 	ADDQ        (R9)(R8*2), R13
@@ -744,63 +742,61 @@ lanesHybridAVX2quad:
 	VPADDQ      Y13, Y6, Y6
 	MULXQ       1288(DI), AX, R13
 	VPMULUDQ    768(DI), Y12, Y13
-	ADDQ        AX, CX
 	VPADDQ      Y13, Y7, Y7
-	ADCQ        $0x00000000, R13
+	ADDQ        AX, CX
 	VPMULUDQ    (DI), Y12, Y13
-	MOVQ        R14, DX
+	ADCQ        $0x00000000, R13
 	VPADDQ      Y13, Y8, Y8
-	MULXQ       1288(DI), AX, R14
+	MOVQ        R14, DX
 	VPMULUDQ    32(DI), Y12, Y13
-	ADDQ        AX, R13
+	MULXQ       1288(DI), AX, R14
 	VPADDQ      Y13, Y9, Y9
+	ADDQ        AX, R13
 	VPSRLQ      $0x28, Y15, Y12
 	ADCQ        $0x00000000, R14
 	VPOR        polyConsts<>+32(SB), Y12, Y12
-	MULXQ       1280(DI), AX, DX
 	VPMULUDQ    672(DI), Y12, Y13
+	MULXQ       1280(DI), AX, DX
+	VPADDQ      Y13, Y5, Y5
 	ADDQ        AX, CX
-	VPADDQ      Y13, Y5, Y5
-	ADCQ        DX, R13
 	VPMULUDQ    704(DI), Y12, Y13
+	ADCQ        DX, R13
+	VPADDQ      Y13, Y6, Y6
 	ADCQ        $0x00000000, R14
-	VPADDQ      Y13, Y6, Y6
-	MOVQ        1280(DI), AX
 	VPMULUDQ    736(DI), Y12, Y13
-	IMULQ       R15, AX
+	MOVQ        1280(DI), AX
 	VPADDQ      Y13, Y7, Y7
-	IMULQ       1288(DI), R15
+	IMULQ       R15, AX
 	VPMULUDQ    768(DI), Y12, Y13
-	ADDQ        AX, R13
+	IMULQ       1288(DI), R15
 	VPADDQ      Y13, Y8, Y8
-	ADCQ        R15, R14
 	VPMULUDQ    (DI), Y12, Y13
-	MOVQ        R13, R15
+	ADDQ        AX, R13
 	VPADDQ      Y13, Y9, Y9
+	ADCQ        R15, R14
 	VMOVDQU     32(SI), X10
-	ANDQ        $0x00000003, R15
+	MOVQ        R13, R15
 	VINSERTI128 $0x01, 32(SI)(R8*2), Y10, Y10
-	ANDQ        $-4, R13
+	ANDQ        $0x00000003, R15
 	VMOVDQU     32(SI)(R8*1), X11
-	ADDQ        R13, BX
+	ANDQ        $-4, R13
 	VINSERTI128 $0x01, 32(R9), Y11, Y11
-	ADCQ        R14, CX
-	VPUNPCKHQDQ Y11, Y10, Y15
-	ADCQ        $0x00000000, R15
-	VPUNPCKLQDQ Y11, Y10, Y10
-	SHRQ        $0x02, R14, R13
-	VPAND       Y14, Y10, Y12
-	SHRQ        $0x02, R14
-	VPMULUDQ    160(DI), Y12, Y13
 	ADDQ        R13, BX
-	VPADDQ      Y13, Y5, Y5
+	VPUNPCKHQDQ Y11, Y10, Y15
+	VPUNPCKLQDQ Y11, Y10, Y10
 	ADCQ        R14, CX
-	VPMULUDQ    192(DI), Y12, Y13
+	VPAND       Y14, Y10, Y12
 	ADCQ        $0x00000000, R15
+	VPMULUDQ    160(DI), Y12, Y13
+	SHRQ        $0x02, R14, R13
+	VPADDQ      Y13, Y5, Y5
+	SHRQ        $0x02, R14
+	VPMULUDQ    192(DI), Y12, Y13
+	ADDQ        BX, R13
 	VPADDQ      Y13, Y6, Y6
-	MOVQ        BX, R13
+	ADCQ        CX, R14
 	VPMULUDQ    224(DI), Y12, Y13
-	MOVQ        CX, R14
+	ADCQ        $0x00000000, R15
 	VPADDQ      Y13, Y7, Y7
 	VPMULUDQ    256(DI), Y12, Y13
 	ADDQ        16(R9)(R8*1), R10
@@ -815,63 +811,61 @@ lanesHybridAVX2quad:
 	VPAND       Y14, Y12, Y12
 	MULXQ       1288(DI), AX, R10
 	VPMULUDQ    928(DI), Y12, Y13
-	ADDQ        AX, CX
 	VPADDQ      Y13, Y5, Y5
+	ADDQ        AX, CX
+	VPMULUDQ    160(DI), Y12, Y13
 	ADCQ        $0x00000000, R10
-	VPMULUDQ    160(DI), Y12, Y13
+	VPADDQ      Y13, Y6, Y6
 	MOVQ        R11, DX
-	VPADDQ      Y13, Y6, Y6
+	VPMULUDQ    192(DI), Y12, Y13
 	MULXQ       1288(DI), AX, R11
-	VPMULUDQ    192(DI), Y12, Y13
-	ADDQ        AX, R10
 	VPADDQ      Y13, Y7, Y7
+	ADDQ        AX, R10
 	VPMULUDQ    224(DI), Y12, Y13
 	ADCQ        $0x00000000, R11
 	VPADDQ      Y13, Y8, Y8
-	MULXQ       1280(DI), AX, DX
 	VPMULUDQ    256(DI), Y12, Y13
+	MULXQ       1280(DI), AX, DX
+	VPADDQ      Y13, Y9, Y9
 	ADDQ        AX, CX
-	VPADDQ      Y13, Y9, Y9
-	ADCQ        DX, R10
 	VPSRLQ      $0x34, Y10, Y12
-	ADCQ        $0x00000000, R11
+	ADCQ        DX, R10
 	VPSLLQ      $0x0c, Y15, Y11
-	MOVQ        1280(DI), AX
+	ADCQ        $0x00000000, R11
 	VPOR        Y11, Y12, Y12
+	MOVQ        1280(DI), AX
+	VPAND       Y14, Y12, Y12
 	IMULQ       R12, AX
-	VPAND       Y14, Y12, Y12
+	VPMULUDQ    896(DI), Y12, Y13
 	IMULQ       1288(DI), R12
-	VPMULUDQ    896(DI), Y12, Y13
-	ADDQ        AX, R10
 	VPADDQ      Y13, Y5, Y5
-	ADCQ        R12, R11
 	VPMULUDQ    928(DI), Y12, Y13
-	MOVQ        R10, R12
+	ADDQ        AX, R10
 	VPADDQ      Y13, Y6, Y6
+	ADCQ        R12, R11
 	VPMULUDQ    160(DI), Y12, Y13
-	ANDQ        $0x00000003, R12
+	MOVQ        R10, R12
 	VPADDQ      Y13, Y7, Y7
-	ANDQ        $-4, R10
+	ANDQ        $0x00000003, R12
 	VPMULUDQ    192(DI), Y12, Y13
-	ADDQ        R10, BX
+	ANDQ        $-4, R10
 	VPADDQ      Y13, Y8, Y8
-	ADCQ        R11, CX
-	VPMULUDQ    224(DI), Y12, Y13
-	ADCQ        $0x00000000, R12
-	VPADDQ      Y13, Y9, Y9
-	SHRQ        $0x02, R11, R10
-	VPSRLQ      $0x0e, Y15, Y12
-	SHRQ        $0x02, R11
-	VPAND       Y14, Y12, Y12
 	ADDQ        R10, BX
-	VPMULUDQ    864(DI), Y12, Y13
+	VPMULUDQ    224(DI), Y12, Y13
+	VPADDQ      Y13, Y9, Y9
 	ADCQ        R11, CX
-	VPADDQ      Y13, Y5, Y5
+	VPSRLQ      $0x0e, Y15, Y12
 	ADCQ        $0x00000000, R12
+	VPAND       Y14, Y12, Y12
+	SHRQ        $0x02, R11, R10
+	VPMULUDQ    864(DI), Y12, Y13
+	SHRQ        $0x02, R11
+	VPADDQ      Y13, Y5, Y5
+	ADDQ        BX, R10
 	VPMULUDQ    896(DI), Y12, Y13
-	MOVQ        BX, R10
+	ADCQ        CX, R11
 	VPADDQ      Y13, Y6, Y6
-	MOVQ        CX, R11
+	ADCQ        $0x00000000, R12
 	VPMULUDQ    928(DI), Y12, Y13
 	VPADDQ      Y13, Y7, Y7
 	ADDQ        16(R9)(R8*2), R13
@@ -886,63 +880,61 @@ lanesHybridAVX2quad:
 	VPSRLQ      $0x28, Y15, Y12
 	MULXQ       1288(DI), AX, R13
 	VPOR        polyConsts<>+32(SB), Y12, Y12
-	ADDQ        AX, CX
 	VPMULUDQ    832(DI), Y12, Y13
-	ADCQ        $0x00000000, R13
+	ADDQ        AX, CX
 	VPADDQ      Y13, Y5, Y5
-	MOVQ        R14, DX
+	ADCQ        $0x00000000, R13
 	VPMULUDQ    864(DI), Y12, Y13
-	MULXQ       1288(DI), AX, R14
+	MOVQ        R14, DX
 	VPADDQ      Y13, Y6, Y6
-	ADDQ        AX, R13
+	MULXQ       1288(DI), AX, R14
 	VPMULUDQ    896(DI), Y12, Y13
+	ADDQ        AX, R13
 	VPADDQ      Y13, Y7, Y7
 	ADCQ        $0x00000000, R14
 	VPMULUDQ    928(DI), Y12, Y13
+	VPADDQ      Y13, Y8, Y8
 	MULXQ       1280(DI), AX, DX
-	VPADDQ      Y13, Y8, Y8
-	ADDQ        AX, CX
 	VPMULUDQ    160(DI), Y12, Y13
+	ADDQ        AX, CX
+	VPADDQ      Y13, Y9, Y9
 	ADCQ        DX, R13
-	VPADDQ      Y13, Y9, Y9
-	ADCQ        $0x00000000, R14
 	VMOVDQU     16(SI), X10
-	MOVQ        1280(DI), AX
+	ADCQ        $0x00000000, R14
 	VINSERTI128 $0x01, 16(SI)(R8*2), Y10, Y10
-	IMULQ       R15, AX
+	MOVQ        1280(DI), AX
 	VMOVDQU     16(SI)(R8*1), X11
-	IMULQ       1288(DI), R15
+	IMULQ       R15, AX
 	VINSERTI128 $0x01, 16(R9), Y11, Y11
-	ADDQ        AX, R13
+	IMULQ       1288(DI), R15
 	VPUNPCKHQDQ Y11, Y10, Y15
-	ADCQ        R15, R14
 	VPUNPCKLQDQ Y11, Y10, Y10
-	MOVQ        R13, R15
+	ADDQ        AX, R13
 	VPAND       Y14, Y10, Y12
+	ADCQ        R15, R14
 	VPMULUDQ    320(DI), Y12, Y13
-	ANDQ        $0x00000003, R15
+	MOVQ        R13, R15
 	VPADDQ      Y13, Y5, Y5
-	ANDQ        $-4, R13
+	ANDQ        $0x00000003, R15
 	VPMULUDQ    352(DI), Y12, Y13
-	ADDQ        R13, BX
+	ANDQ        $-4, R13
 	VPADDQ      Y13, Y6, Y6
-	ADCQ        R14, CX
-	VPMULUDQ    384(DI), Y12, Y13
-	ADCQ        $0x00000000, R15
-	VPADDQ      Y13, Y7, Y7
-	SHRQ        $0x02, R14, R13
-	VPMULUDQ    416(DI), Y12, Y13
-	SHRQ        $0x02, R14
-	VPADDQ      Y13, Y8, Y8
 	ADDQ        R13, BX
-	VPMULUDQ    448(DI), Y12, Y13
+	VPMULUDQ    384(DI), Y12, Y13
+	VPADDQ      Y13, Y7, Y7
 	ADCQ        R14, CX
-	VPADDQ      Y13, Y9, Y9
+	VPMULUDQ    416(DI), Y12, Y13
 	ADCQ        $0x00000000, R15
+	VPADDQ      Y13, Y8, Y8
+	SHRQ        $0x02, R14, R13
+	VPMULUDQ    448(DI), Y12, Y13
+	SHRQ        $0x02, R14
+	VPADDQ      Y13, Y9, Y9
+	ADDQ        BX, R13
 	VPSRLQ      $0x1a, Y10, Y12
-	MOVQ        BX, R13
+	ADCQ        CX, R14
 	VPAND       Y14, Y12, Y12
-	MOVQ        CX, R14
+	ADCQ        $0x00000000, R15
 	VPMULUDQ    1088(DI), Y12, Y13
 	VPADDQ      Y13, Y5, Y5
 	ADDQ        32(R9)(R8*1), R10
@@ -957,63 +949,61 @@ lanesHybridAVX2quad:
 	VPMULUDQ    384(DI), Y12, Y13
 	MULXQ       1288(DI), AX, R10
 	VPADDQ      Y13, Y8, Y8
-	ADDQ        AX, CX
 	VPMULUDQ    416(DI), Y12, Y13
-	ADCQ        $0x00000000, R10
-	VPADDQ      Y13, Y9, Y9
-	MOVQ        R11, DX
-	VPSRLQ      $0x34, Y10, Y12
-	MULXQ       1288(DI), AX, R11
-	VPSLLQ      $0x0c, Y15, Y11
-	ADDQ        AX, R10
-	VPOR        Y11, Y12, Y12
-	VPAND       Y14, Y12, Y12
-	ADCQ        $0x00000000, R11
-	VPMULUDQ    1056(DI), Y12, Y13
-	MULXQ       1280(DI), AX, DX
-	VPADDQ      Y13, Y5, Y5
 	ADDQ        AX, CX
-	VPMULUDQ    1088(DI), Y12, Y13
-	ADCQ        DX, R10
-	VPADDQ      Y13, Y6, Y6
-	ADCQ        $0x00000000, R11
-	VPMULUDQ    320(DI), Y12, Y13
-	MOVQ        1280(DI), AX
-	VPADDQ      Y13, Y7, Y7
-	IMULQ       R12, AX
-	VPMULUDQ    352(DI), Y12, Y13
-	IMULQ       1288(DI), R12
-	VPADDQ      Y13, Y8, Y8
+	VPADDQ      Y13, Y9, Y9
+	ADCQ        $0x00000000, R10
+	VPSRLQ      $0x34, Y10, Y12
+	MOVQ        R11, DX
+	VPSLLQ      $0x0c, Y15, Y11
+	MULXQ       1288(DI), AX, R11
+	VPOR        Y11, Y12, Y12
 	ADDQ        AX, R10
-	VPMULUDQ    384(DI), Y12, Y13
-	ADCQ        R12, R11
-	VPADDQ      Y13, Y9, Y9
-	MOVQ        R10, R12
-	VPSRLQ      $0x0e, Y15, Y12
 	VPAND       Y14, Y12, Y12
-	ANDQ        $0x00000003, R12
-	VPMULUDQ    1024(DI), Y12, Y13
-	ANDQ        $-4, R10
-	VPADDQ      Y13, Y5, Y5
-	ADDQ        R10, BX
+	ADCQ        $0x00000000, R11
 	VPMULUDQ    1056(DI), Y12, Y13
-	ADCQ        R11, CX
-	VPADDQ      Y13, Y6, Y6
-	ADCQ        $0x00000000, R12
+	VPADDQ      Y13, Y5, Y5
+	MULXQ       1280(DI), AX, DX
 	VPMULUDQ    1088(DI), Y12, Y13
-	SHRQ        $0x02, R11, R10
-	VPADDQ      Y13, Y7, Y7
-	SHRQ        $0x02, R11
+	ADDQ        AX, CX
+	VPADDQ      Y13, Y6, Y6
+	ADCQ        DX, R10
 	VPMULUDQ    320(DI), Y12, Y13
-	ADDQ        R10, BX
-	VPADDQ      Y13, Y8, Y8
-	ADCQ        R11, CX
+	ADCQ        $0x00000000, R11
+	VPADDQ      Y13, Y7, Y7
+	MOVQ        1280(DI), AX
 	VPMULUDQ    352(DI), Y12, Y13
-	ADCQ        $0x00000000, R12
+	IMULQ       R12, AX
+	VPADDQ      Y13, Y8, Y8
+	IMULQ       1288(DI), R12
+	VPMULUDQ    384(DI), Y12, Y13
 	VPADDQ      Y13, Y9, Y9
-	MOVQ        BX, R10
+	ADDQ        AX, R10
+	VPSRLQ      $0x0e, Y15, Y12
+	ADCQ        R12, R11
+	VPAND       Y14, Y12, Y12
+	MOVQ        R10, R12
+	VPMULUDQ    1024(DI), Y12, Y13
+	ANDQ        $0x00000003, R12
+	VPADDQ      Y13, Y5, Y5
+	ANDQ        $-4, R10
+	VPMULUDQ    1056(DI), Y12, Y13
+	ADDQ        R10, BX
+	VPADDQ      Y13, Y6, Y6
+	VPMULUDQ    1088(DI), Y12, Y13
+	ADCQ        R11, CX
+	VPADDQ      Y13, Y7, Y7
+	ADCQ        $0x00000000, R12
+	VPMULUDQ    320(DI), Y12, Y13
+	SHRQ        $0x02, R11, R10
+	VPADDQ      Y13, Y8, Y8
+	SHRQ        $0x02, R11
+	VPMULUDQ    352(DI), Y12, Y13
+	ADDQ        BX, R10
+	VPADDQ      Y13, Y9, Y9
+	ADCQ        CX, R11
 	VPSRLQ      $0x28, Y15, Y12
-	MOVQ        CX, R11
+	ADCQ        $0x00000000, R12
 	VPOR        polyConsts<>+32(SB), Y12, Y12
 	VPMULUDQ    992(DI), Y12, Y13
 	ADDQ        32(R9)(R8*2), R13
@@ -1028,63 +1018,61 @@ lanesHybridAVX2quad:
 	VPADDQ      Y13, Y7, Y7
 	MULXQ       1288(DI), AX, R13
 	VPMULUDQ    1088(DI), Y12, Y13
-	ADDQ        AX, CX
 	VPADDQ      Y13, Y8, Y8
-	ADCQ        $0x00000000, R13
+	ADDQ        AX, CX
 	VPMULUDQ    320(DI), Y12, Y13
-	MOVQ        R14, DX
+	ADCQ        $0x00000000, R13
 	VPADDQ      Y13, Y9, Y9
-	MULXQ       1288(DI), AX, R14
+	MOVQ        R14, DX
 	VMOVDQU     (SI), X10
-	ADDQ        AX, R13
+	MULXQ       1288(DI), AX, R14
 	VINSERTI128 $0x01, (SI)(R8*2), Y10, Y10
+	ADDQ        AX, R13
 	VMOVDQU     (SI)(R8*1), X11
 	ADCQ        $0x00000000, R14
 	VINSERTI128 $0x01, (R9), Y11, Y11
-	MULXQ       1280(DI), AX, DX
 	VPUNPCKHQDQ Y11, Y10, Y15
-	ADDQ        AX, CX
+	MULXQ       1280(DI), AX, DX
 	VPUNPCKLQDQ Y11, Y10, Y10
-	ADCQ        DX, R13
+	ADDQ        AX, CX
 	VPAND       Y14, Y10, Y12
-	ADCQ        $0x00000000, R14
+	ADCQ        DX, R13
 	VPADDQ      Y12, Y0, Y0
-	MOVQ        1280(DI), AX
+	ADCQ        $0x00000000, R14
 	VPSRLQ      $0x1a, Y10, Y12
+	MOVQ        1280(DI), AX
+	VPAND       Y14, Y12, Y12
 	IMULQ       R15, AX
-	VPAND       Y14, Y12, Y12
-	IMULQ       1288(DI), R15
 	VPADDQ      Y12, Y1, Y1
-	ADDQ        AX, R13
+	IMULQ       1288(DI), R15
 	VPSRLQ      $0x34, Y10, Y12
-	ADCQ        R15, R14
 	VPSLLQ      $0x0c, Y15, Y11
-	MOVQ        R13, R15
+	ADDQ        AX, R13
 	VPOR        Y11, Y12, Y12
+	ADCQ        R15, R14
 	VPAND       Y14, Y12, Y12
-	ANDQ        $0x00000003, R15
+	MOVQ        R13, R15
 	VPADDQ      Y12, Y2, Y2
-	ANDQ        $-4, R13
+	ANDQ        $0x00000003, R15
 	VPSRLQ      $0x0e, Y15, Y12
-	ADDQ        R13, BX
+	ANDQ        $-4, R13
 	VPAND       Y14, Y12, Y12
-	ADCQ        R14, CX
-	VPADDQ      Y12, Y3, Y3
-	ADCQ        $0x00000000, R15
-	VPSRLQ      $0x28, Y15, Y12
-	SHRQ        $0x02, R14, R13
-	VPOR        polyConsts<>+32(SB), Y12, Y12
-	SHRQ        $0x02, R14
-	VPADDQ      Y12, Y4, Y4
 	ADDQ        R13, BX
-	VPMULUDQ    480(DI), Y0, Y13
+	VPADDQ      Y12, Y3, Y3
+	VPSRLQ      $0x28, Y15, Y12
 	ADCQ        R14, CX
-	VPADDQ      Y13, Y5, Y5
+	VPOR        polyConsts<>+32(SB), Y12, Y12
 	ADCQ        $0x00000000, R15
+	VPADDQ      Y12, Y4, Y4
+	SHRQ        $0x02, R14, R13
+	VPMULUDQ    480(DI), Y0, Y13
+	SHRQ        $0x02, R14
+	VPADDQ      Y13, Y5, Y5
+	ADDQ        BX, R13
 	VPMULUDQ    512(DI), Y0, Y13
-	MOVQ        BX, R13
+	ADCQ        CX, R14
 	VPADDQ      Y13, Y6, Y6
-	MOVQ        CX, R14
+	ADCQ        $0x00000000, R15
 	VPMULUDQ    544(DI), Y0, Y13
 	VPADDQ      Y13, Y7, Y7
 	ADDQ        48(R9)(R8*1), R10
@@ -1099,63 +1087,61 @@ lanesHybridAVX2quad:
 	VPMULUDQ    1248(DI), Y1, Y13
 	MULXQ       1288(DI), AX, R10
 	VPADDQ      Y13, Y5, Y5
-	ADDQ        AX, CX
 	VPMULUDQ    480(DI), Y1, Y13
-	ADCQ        $0x00000000, R10
+	ADDQ        AX, CX
 	VPADDQ      Y13, Y6, Y6
-	MOVQ        R11, DX
+	ADCQ        $0x00000000, R10
 	VPMULUDQ    512(DI), Y1, Y13
-	MULXQ       1288(DI), AX, R11
+	MOVQ        R11, DX
 	VPADDQ      Y13, Y7, Y7
-	ADDQ        AX, R10
+	MULXQ       1288(DI), AX, R11
 	VPMULUDQ    544(DI), Y1, Y13
+	ADDQ        AX, R10
 	VPADDQ      Y13, Y8, Y8
 	ADCQ        $0x00000000, R11
 	VPMULUDQ    576(DI), Y1, Y13
+	VPADDQ      Y13, Y9, Y9
 	MULXQ       1280(DI), AX, DX
-	VPADDQ      Y13, Y9, Y9
-	ADDQ        AX, CX
 	VPMULUDQ    1216(DI), Y2, Y13
+	ADDQ        AX, CX
+	VPADDQ      Y13, Y5, Y5
 	ADCQ        DX, R10
-	VPADDQ      Y13, Y5, Y5
-	ADCQ        $0x00000000, R11
 	VPMULUDQ    1248(DI), Y2, Y13
+	ADCQ        $0x00000000, R11
+	VPADDQ      Y13, Y6, Y6
 	MOVQ        1280(DI), AX
-	VPADDQ      Y13, Y6, Y6
-	IMULQ       R12, AX
 	VPMULUDQ    480(DI), Y2, Y13
+	IMULQ       R12, AX
+	VPADDQ      Y13, Y7, Y7
 	IMULQ       1288(DI), R12
-	VPADDQ      Y13, Y7, Y7
-	ADDQ        AX, R10
 	VPMULUDQ    512(DI), Y2, Y13
-	ADCQ        R12, R11
 	VPADDQ      Y13, Y8, Y8
-	MOVQ        R10, R12
+	ADDQ        AX, R10
 	VPMULUDQ    544(DI), Y2, Y13
+	ADCQ        R12, R11
 	VPADDQ      Y13, Y9, Y9
-	ANDQ        $0x00000003, R12
+	MOVQ        R10, R12
 	VPMULUDQ    1184(DI), Y3, Y13
-	ANDQ        $-4, R10
+	ANDQ        $0x00000003, R12
 	VPADDQ      Y13, Y5, Y5
-	ADDQ        R10, BX
+	ANDQ        $-4, R10
 	VPMULUDQ    1216(DI), Y3, Y13
-	ADCQ        R11, CX
-	VPADDQ      Y13, Y6, Y6
-	ADCQ        $0x00000000, R12
-	VPMULUDQ    1248(DI), Y3, Y13
-	SHRQ        $0x02, R11, R10
-	VPADDQ      Y13, Y7, Y7
-	SHRQ        $0x02, R11
-	VPMULUDQ    480(DI), Y3, Y13
 	ADDQ        R10, BX
-	VPADDQ      Y13, Y8, Y8
+	VPADDQ      Y13, Y6, Y6
+	VPMULUDQ    1248(DI), Y3, Y13
 	ADCQ        R11, CX
-	VPMULUDQ    512(DI), Y3, Y13
+	VPADDQ      Y13, Y7, Y7
 	ADCQ        $0x00000000, R12
+	VPMULUDQ    480(DI), Y3, Y13
+	SHRQ        $0x02, R11, R10
+	VPADDQ      Y13, Y8, Y8
+	SHRQ        $0x02, R11
+	VPMULUDQ    512(DI), Y3, Y13
+	ADDQ        BX, R10
 	VPADDQ      Y13, Y9, Y9
-	MOVQ        BX, R10
+	ADCQ        CX, R11
 	VPMULUDQ    1152(DI), Y4, Y13
-	MOVQ        CX, R11
+	ADCQ        $0x00000000, R12
 	VPADDQ      Y13, Y5, Y5
 	VPMULUDQ    1184(DI), Y4, Y13
 	ADDQ        48(R9)(R8*2), R13
@@ -1170,63 +1156,61 @@ lanesHybridAVX2quad:
 	VPADDQ      Y13, Y8, Y8
 	MULXQ       1288(DI), AX, R13
 	VPMULUDQ    480(DI), Y4, Y13
-	ADDQ        AX, CX
 	VPADDQ      Y13, Y9, Y9
-	ADCQ        $0x00000000, R13
+	ADDQ        AX, CX
 	VPSRLQ      $0x1a, Y5, Y10
-	MOVQ        R14, DX
+	ADCQ        $0x00000000, R13
 	VPAND       Y14, Y5, Y5
-	MULXQ       1288(DI), AX, R14
+	MOVQ        R14, DX
 	VPADDQ      Y10, Y6, Y6
-	ADDQ        AX, R13
+	MULXQ       1288(DI), AX, R14
 	VPSRLQ      $0x1a, Y8, Y11
+	ADDQ        AX, R13
 	VPAND       Y14, Y8, Y8
 	ADCQ        $0x00000000, R14
 	VPADDQ      Y11, Y9, Y9
-	MULXQ       1280(DI), AX, DX
 	VPSRLQ      $0x1a, Y6, Y10
-	ADDQ        AX, CX
+	MULXQ       1280(DI), AX, DX
 	VPAND       Y14, Y6, Y6
-	ADCQ        DX, R13
+	ADDQ        AX, CX
 	VPADDQ      Y10, Y7, Y7
-	ADCQ        $0x00000000, R14
+	ADCQ        DX, R13
 	VPSRLQ      $0x1a, Y9, Y11
-	MOVQ        1280(DI), AX
+	ADCQ        $0x00000000, R14
 	VPAND       Y14, Y9, Y9
-	IMULQ       R15, AX
+	MOVQ        1280(DI), AX
 	VPSLLQ      $0x02, Y11, Y13
-	IMULQ       1288(DI), R15
+	IMULQ       R15, AX
 	VPADDQ      Y13, Y11, Y11
-	ADDQ        AX, R13
+	IMULQ       1288(DI), R15
 	VPADDQ      Y11, Y5, Y5
-	ADCQ        R15, R14
 	VPSRLQ      $0x1a, Y7, Y10
-	MOVQ        R13, R15
+	ADDQ        AX, R13
 	VPAND       Y14, Y7, Y7
+	ADCQ        R15, R14
 	VPADDQ      Y10, Y8, Y8
-	ANDQ        $0x00000003, R15
+	MOVQ        R13, R15
 	VPSRLQ      $0x1a, Y5, Y11
-	ANDQ        $-4, R13
+	ANDQ        $0x00000003, R15
 	VPAND       Y14, Y5, Y5
-	ADDQ        R13, BX
+	ANDQ        $-4, R13
 	VPADDQ      Y11, Y6, Y6
-	ADCQ        R14, CX
-	VPSRLQ      $0x1a, Y8, Y10
-	ADCQ        $0x00000000, R15
-	VPAND       Y14, Y8, Y8
-	SHRQ        $0x02, R14, R13
-	VPADDQ      Y10, Y9, Y9
-	SHRQ        $0x02, R14
-	VMOVDQA     Y5, Y0
 	ADDQ        R13, BX
-	VMOVDQA     Y6, Y1
+	VPSRLQ      $0x1a, Y8, Y10
+	VPAND       Y14, Y8, Y8
 	ADCQ        R14, CX
-	VMOVDQA     Y7, Y2
+	VPADDQ      Y10, Y9, Y9
 	ADCQ        $0x00000000, R15
+	VMOVDQA     Y5, Y0
+	SHRQ        $0x02, R14, R13
+	VMOVDQA     Y6, Y1
+	SHRQ        $0x02, R14
+	VMOVDQA     Y7, Y2
+	ADDQ        BX, R13
 	VMOVDQA     Y8, Y3
-	MOVQ        BX, R13
+	ADCQ        CX, R14
 	VMOVDQA     Y9, Y4
-	MOVQ        CX, R14
+	ADCQ        $0x00000000, R15
 	ADDQ        $0x00000040, SI
 	ADDQ        $0x00000040, R9
 	SUBQ        $0x00000004, chunks+40(FP)
@@ -1246,78 +1230,76 @@ lanesHybridAVX2pair:
 	VINSERTI128 $0x01, 16(R9), Y11, Y11
 	ADCQ        $0x00000001, R12
 	VPUNPCKHQDQ Y11, Y10, Y15
-	MOVQ        R10, DX
 	VPUNPCKLQDQ Y11, Y10, Y10
-	MULXQ       1280(DI), BX, CX
+	MOVQ        R10, DX
 	VPAND       Y14, Y10, Y12
+	MULXQ       1280(DI), BX, CX
 	VPMULUDQ    (DI), Y12, Y5
 	MULXQ       1288(DI), AX, R10
 	VPMULUDQ    32(DI), Y12, Y6
 	ADDQ        AX, CX
 	VPMULUDQ    64(DI), Y12, Y7
-	ADCQ        $0x00000000, R10
 	VPMULUDQ    96(DI), Y12, Y8
-	MOVQ        R11, DX
+	ADCQ        $0x00000000, R10
 	VPMULUDQ    128(DI), Y12, Y9
-	MULXQ       1288(DI), AX, R11
+	MOVQ        R11, DX
 	VPSRLQ      $0x1a, Y10, Y12
+	MULXQ       1288(DI), AX, R11
 	VPAND       Y14, Y12, Y12
 	ADDQ        AX, R10
 	VPMULUDQ    768(DI), Y12, Y13
-	ADCQ        $0x00000000, R11
 	VPADDQ      Y13, Y5, Y5
+	ADCQ        $0x00000000, R11
+	VPMULUDQ    (DI), Y12, Y13
 	MULXQ       1280(DI), AX, DX
-	VPMULUDQ    (DI), Y12, Y13
+	VPADDQ      Y13, Y6, Y6
 	ADDQ        AX, CX
-	VPADDQ      Y13, Y6, Y6
+	VPMULUDQ    32(DI), Y12, Y13
 	ADCQ        DX, R10
-	VPMULUDQ    32(DI), Y12, Y13
 	VPADDQ      Y13, Y7, Y7
+	VPMULUDQ    64(DI), Y12, Y13
 	ADCQ        $0x00000000, R11
-	VPMULUDQ    64(DI), Y12, Y13
+	VPADDQ      Y13, Y8, Y8
 	MOVQ        1280(DI), AX
-	VPADDQ      Y13, Y8, Y8
-	IMULQ       R12, AX
 	VPMULUDQ    96(DI), Y12, Y13
-	IMULQ       1288(DI), R12
+	IMULQ       R12, AX
 	VPADDQ      Y13, Y9, Y9
-	ADDQ        AX, R10
 	VPSRLQ      $0x34, Y10, Y12
+	IMULQ       1288(DI), R12
 	VPSLLQ      $0x0c, Y15, Y11
-	ADCQ        R12, R11
+	ADDQ        AX, R10
 	VPOR        Y11, Y12, Y12
+	ADCQ        R12, R11
+	VPAND       Y14, Y12, Y12
 	MOVQ        R10, R12
-	VPAND       Y14, Y12, Y12
-	ANDQ        $0x00000003, R12
 	VPMULUDQ    736(DI), Y12, Y13
-	ANDQ        $-4, R10
 	VPADDQ      Y13, Y5, Y5
-	ADDQ        R10, BX
+	ANDQ        $0x00000003, R12
 	VPMULUDQ    768(DI), Y12, Y13
-	ADCQ        R11, CX
+	ANDQ        $-4, R10
 	VPADDQ      Y13, Y6, Y6
-	VPMULUDQ    (DI), Y12, Y13
-	ADCQ        $0x00000000, R12
-	VPADDQ      Y13, Y7, Y7
-	SHRQ        $0x02, R11, R10
-	VPMULUDQ    32(DI), Y12, Y13
-	SHRQ        $0x02, R11
-	VPADDQ      Y13, Y8, Y8
 	ADDQ        R10, BX
-	VPMULUDQ    64(DI), Y12, Y13
+	VPMULUDQ    (DI), Y12, Y13
 	ADCQ        R11, CX
-	VPADDQ      Y13, Y9, Y9
-	VPSRLQ      $0x0e, Y15, Y12
+	VPADDQ      Y13, Y7, Y7
+	VPMULUDQ    32(DI), Y12, Y13
 	ADCQ        $0x00000000, R12
+	VPADDQ      Y13, Y8, Y8
+	SHRQ        $0x02, R11, R10
+	VPMULUDQ    64(DI), Y12, Y13
+	SHRQ        $0x02, R11
+	VPADDQ      Y13, Y9, Y9
+	ADDQ        BX, R10
+	VPSRLQ      $0x0e, Y15, Y12
 	VPAND       Y14, Y12, Y12
-	MOVQ        BX, R10
+	ADCQ        CX, R11
 	VPMULUDQ    704(DI), Y12, Y13
-	MOVQ        CX, R11
+	ADCQ        $0x00000000, R12
 	VPADDQ      Y13, Y5, Y5
 	ADDQ        (R9)(R8*2), R13
 	VPMULUDQ    736(DI), Y12, Y13
-	ADCQ        8(R9)(R8*2), R14
 	VPADDQ      Y13, Y6, Y6
+	ADCQ        8(R9)(R8*2), R14
 	VPMULUDQ    768(DI), Y12, Y13
 	ADCQ        $0x00000001, R15
 	VPADDQ      Y13, Y7, Y7
@@ -1325,68 +1307,66 @@ lanesHybridAVX2pair:
 	VPMULUDQ    (DI), Y12, Y13
 	MULXQ       1280(DI), BX, CX
 	VPADDQ      Y13, Y8, Y8
-	MULXQ       1288(DI), AX, R13
 	VPMULUDQ    32(DI), Y12, Y13
-	ADDQ        AX, CX
+	MULXQ       1288(DI), AX, R13
 	VPADDQ      Y13, Y9, Y9
+	ADDQ        AX, CX
 	VPSRLQ      $0x28, Y15, Y12
 	ADCQ        $0x00000000, R13
 	VPOR        polyConsts<>+32(SB), Y12, Y12
 	MOVQ        R14, DX
 	VPMULUDQ    672(DI), Y12, Y13
-	MULXQ       1288(DI), AX, R14
 	VPADDQ      Y13, Y5, Y5
-	ADDQ        AX, R13
+	MULXQ       1288(DI), AX, R14
 	VPMULUDQ    704(DI), Y12, Y13
-	ADCQ        $0x00000000, R14
-	VPADDQ      Y13, Y6, Y6
-	MULXQ       1280(DI), AX, DX
-	VPMULUDQ    736(DI), Y12, Y13
-	VPADDQ      Y13, Y7, Y7
-	ADDQ        AX, CX
-	VPMULUDQ    768(DI), Y12, Y13
-	ADCQ        DX, R13
-	VPADDQ      Y13, Y8, Y8
-	ADCQ        $0x00000000, R14
-	VPMULUDQ    (DI), Y12, Y13
-	MOVQ        1280(DI), AX
-	VPADDQ      Y13, Y9, Y9
-	IMULQ       R15, AX
-	VMOVDQU     (SI), X10
-	VINSERTI128 $0x01, (SI)(R8*2), Y10, Y10
-	IMULQ       1288(DI), R15
-	VMOVDQU     (SI)(R8*1), X11
 	ADDQ        AX, R13
+	VPADDQ      Y13, Y6, Y6
+	ADCQ        $0x00000000, R14
+	VPMULUDQ    736(DI), Y12, Y13
+	MULXQ       1280(DI), AX, DX
+	VPADDQ      Y13, Y7, Y7
+	VPMULUDQ    768(DI), Y12, Y13
+	ADDQ        AX, CX
+	VPADDQ      Y13, Y8, Y8
+	ADCQ        DX, R13
+	VPMULUDQ    (DI), Y12, Y13
+	ADCQ        $0x00000000, R14
+	VPADDQ      Y13, Y9, Y9
+	VMOVDQU     (SI), X10
+	MOVQ        1280(DI), AX
+	VINSERTI128 $0x01, (SI)(R8*2), Y10, Y10
+	IMULQ       R15, AX
+	VMOVDQU     (SI)(R8*1), X11
+	IMULQ       1288(DI), R15
 	VINSERTI128 $0x01, (R9), Y11, Y11
-	ADCQ        R15, R14
+	ADDQ        AX, R13
 	VPUNPCKHQDQ Y11, Y10, Y15
-	MOVQ        R13, R15
 	VPUNPCKLQDQ Y11, Y10, Y10
-	ANDQ        $0x00000003, R15
+	ADCQ        R15, R14
 	VPAND       Y14, Y10, Y12
+	MOVQ        R13, R15
 	VPADDQ      Y12, Y0, Y0
-	ANDQ        $-4, R13
+	ANDQ        $0x00000003, R15
 	VPSRLQ      $0x1a, Y10, Y12
-	ADDQ        R13, BX
+	ANDQ        $-4, R13
 	VPAND       Y14, Y12, Y12
-	ADCQ        R14, CX
 	VPADDQ      Y12, Y1, Y1
-	ADCQ        $0x00000000, R15
-	VPSRLQ      $0x34, Y10, Y12
-	SHRQ        $0x02, R14, R13
-	VPSLLQ      $0x0c, Y15, Y11
-	VPOR        Y11, Y12, Y12
-	SHRQ        $0x02, R14
-	VPAND       Y14, Y12, Y12
 	ADDQ        R13, BX
-	VPADDQ      Y12, Y2, Y2
+	VPSRLQ      $0x34, Y10, Y12
 	ADCQ        R14, CX
-	VPSRLQ      $0x0e, Y15, Y12
+	VPSLLQ      $0x0c, Y15, Y11
 	ADCQ        $0x00000000, R15
+	VPOR        Y11, Y12, Y12
+	SHRQ        $0x02, R14, R13
 	VPAND       Y14, Y12, Y12
-	MOVQ        BX, R13
+	VPADDQ      Y12, Y2, Y2
+	SHRQ        $0x02, R14
+	VPSRLQ      $0x0e, Y15, Y12
+	ADDQ        BX, R13
+	VPAND       Y14, Y12, Y12
+	ADCQ        CX, R14
 	VPADDQ      Y12, Y3, Y3
-	MOVQ        CX, R14
+	ADCQ        $0x00000000, R15
 	VPSRLQ      $0x28, Y15, Y12
 	VPOR        polyConsts<>+32(SB), Y12, Y12
 	ADDQ        16(R9)(R8*1), R10
@@ -1395,78 +1375,76 @@ lanesHybridAVX2pair:
 	VPMULUDQ    160(DI), Y0, Y13
 	ADCQ        $0x00000001, R12
 	VPADDQ      Y13, Y5, Y5
-	MOVQ        R10, DX
 	VPMULUDQ    192(DI), Y0, Y13
-	MULXQ       1280(DI), BX, CX
+	MOVQ        R10, DX
 	VPADDQ      Y13, Y6, Y6
+	MULXQ       1280(DI), BX, CX
 	VPMULUDQ    224(DI), Y0, Y13
 	MULXQ       1288(DI), AX, R10
 	VPADDQ      Y13, Y7, Y7
 	ADDQ        AX, CX
 	VPMULUDQ    256(DI), Y0, Y13
-	ADCQ        $0x00000000, R10
 	VPADDQ      Y13, Y8, Y8
-	MOVQ        R11, DX
+	ADCQ        $0x00000000, R10
 	VPMULUDQ    288(DI), Y0, Y13
-	MULXQ       1288(DI), AX, R11
+	MOVQ        R11, DX
 	VPADDQ      Y13, Y9, Y9
+	MULXQ       1288(DI), AX, R11
 	VPMULUDQ    928(DI), Y1, Y13
 	ADDQ        AX, R10
 	VPADDQ      Y13, Y5, Y5
-	ADCQ        $0x00000000, R11
 	VPMULUDQ    160(DI), Y1, Y13
-	MULXQ       1280(DI), AX, DX
-	VPADDQ      Y13, Y6, Y6
-	ADDQ        AX, CX
-	VPMULUDQ    192(DI), Y1, Y13
-	ADCQ        DX, R10
-	VPADDQ      Y13, Y7, Y7
-	VPMULUDQ    224(DI), Y1, Y13
 	ADCQ        $0x00000000, R11
+	VPADDQ      Y13, Y6, Y6
+	MULXQ       1280(DI), AX, DX
+	VPMULUDQ    192(DI), Y1, Y13
+	ADDQ        AX, CX
+	VPADDQ      Y13, Y7, Y7
+	ADCQ        DX, R10
+	VPMULUDQ    224(DI), Y1, Y13
 	VPADDQ      Y13, Y8, Y8
-	MOVQ        1280(DI), AX
+	ADCQ        $0x00000000, R11
 	VPMULUDQ    256(DI), Y1, Y13
+	MOVQ        1280(DI), AX
+	VPADDQ      Y13, Y9, Y9
 	IMULQ       R12, AX
-	VPADDQ      Y13, Y9, Y9
-	IMULQ       1288(DI), R12
 	VPMULUDQ    896(DI), Y2, Y13
-	ADDQ        AX, R10
 	VPADDQ      Y13, Y5, Y5
+	IMULQ       1288(DI), R12
 	VPMULUDQ    928(DI), Y2, Y13
+	ADDQ        AX, R10
+	VPADDQ      Y13, Y6, Y6
 	ADCQ        R12, R11
-	VPADDQ      Y13, Y6, Y6
-	MOVQ        R10, R12
 	VPMULUDQ    160(DI), Y2, Y13
-	ANDQ        $0x00000003, R12
+	MOVQ        R10, R12
 	VPADDQ      Y13, Y7, Y7
-	ANDQ        $-4, R10
 	VPMULUDQ    192(DI), Y2, Y13
-	ADDQ        R10, BX
+	ANDQ        $0x00000003, R12
 	VPADDQ      Y13, Y8, Y8
-	ADCQ        R11, CX
+	ANDQ        $-4, R10
 	VPMULUDQ    224(DI), Y2, Y13
-	VPADDQ      Y13, Y9, Y9
-	ADCQ        $0x00000000, R12
-	VPMULUDQ    864(DI), Y3, Y13
-	SHRQ        $0x02, R11, R10
-	VPADDQ      Y13, Y5, Y5
-	SHRQ        $0x02, R11
-	VPMULUDQ    896(DI), Y3, Y13
 	ADDQ        R10, BX
-	VPADDQ      Y13, Y6, Y6
+	VPADDQ      Y13, Y9, Y9
 	ADCQ        R11, CX
-	VPMULUDQ    928(DI), Y3, Y13
-	VPADDQ      Y13, Y7, Y7
+	VPMULUDQ    864(DI), Y3, Y13
+	VPADDQ      Y13, Y5, Y5
 	ADCQ        $0x00000000, R12
+	VPMULUDQ    896(DI), Y3, Y13
+	SHRQ        $0x02, R11, R10
+	VPADDQ      Y13, Y6, Y6
+	SHRQ        $0x02, R11
+	VPMULUDQ    928(DI), Y3, Y13
+	ADDQ        BX, R10
+	VPADDQ      Y13, Y7, Y7
 	VPMULUDQ    160(DI), Y3, Y13
-	MOVQ        BX, R10
+	ADCQ        CX, R11
 	VPADDQ      Y13, Y8, Y8
-	MOVQ        CX, R11
+	ADCQ        $0x00000000, R12
 	VPMULUDQ    192(DI), Y3, Y13
 	ADDQ        16(R9)(R8*2), R13
 	VPADDQ      Y13, Y9, Y9
-	ADCQ        24(R9)(R8*2), R14
 	VPMULUDQ    832(DI), Y4, Y13
+	ADCQ        24(R9)(R8*2), R14
 	VPADDQ      Y13, Y5, Y5
 	ADCQ        $0x00000001, R15
 	VPMULUDQ    864(DI), Y4, Y13
@@ -1474,68 +1452,66 @@ lanesHybridAVX2pair:
 	VPADDQ      Y13, Y6, Y6
 	MULXQ       1280(DI), BX, CX
 	VPMULUDQ    896(DI), Y4, Y13
-	MULXQ       1288(DI), AX, R13
 	VPADDQ      Y13, Y7, Y7
-	ADDQ        AX, CX
+	MULXQ       1288(DI), AX, R13
 	VPMULUDQ    928(DI), Y4, Y13
+	ADDQ        AX, CX
 	VPADDQ      Y13, Y8, Y8
 	ADCQ        $0x00000000, R13
 	VPMULUDQ    160(DI), Y4, Y13
 	MOVQ        R14, DX
 	VPADDQ      Y13, Y9, Y9
-	MULXQ       1288(DI), AX, R14
 	VPSRLQ      $0x1a, Y5, Y10
-	ADDQ        AX, R13
+	MULXQ       1288(DI), AX, R14
 	VPAND       Y14, Y5, Y5
-	ADCQ        $0x00000000, R14
+	ADDQ        AX, R13
 	VPADDQ      Y10, Y6, Y6
-	MULXQ       1280(DI), AX, DX
-	VPSRLQ      $0x1a, Y8, Y11
-	VPAND       Y14, Y8, Y8
-	ADDQ        AX, CX
-	VPADDQ      Y11, Y9, Y9
-	ADCQ        DX, R13
-	VPSRLQ      $0x1a, Y6, Y10
 	ADCQ        $0x00000000, R14
-	VPAND       Y14, Y6, Y6
-	MOVQ        1280(DI), AX
-	VPADDQ      Y10, Y7, Y7
-	IMULQ       R15, AX
-	VPSRLQ      $0x1a, Y9, Y11
-	VPAND       Y14, Y9, Y9
-	IMULQ       1288(DI), R15
-	VPSLLQ      $0x02, Y11, Y13
-	ADDQ        AX, R13
-	VPADDQ      Y13, Y11, Y11
-	ADCQ        R15, R14
-	VPADDQ      Y11, Y5, Y5
-	MOVQ        R13, R15
-	VPSRLQ      $0x1a, Y7, Y10
-	ANDQ        $0x00000003, R15
-	VPAND       Y14, Y7, Y7
-	VPADDQ      Y10, Y8, Y8
-	ANDQ        $-4, R13
-	VPSRLQ      $0x1a, Y5, Y11
-	ADDQ        R13, BX
-	VPAND       Y14, Y5, Y5
-	ADCQ        R14, CX
-	VPADDQ      Y11, Y6, Y6
-	ADCQ        $0x00000000, R15
-	VPSRLQ      $0x1a, Y8, Y10
-	SHRQ        $0x02, R14, R13
+	VPSRLQ      $0x1a, Y8, Y11
+	MULXQ       1280(DI), AX, DX
 	VPAND       Y14, Y8, Y8
-	VPADDQ      Y10, Y9, Y9
-	SHRQ        $0x02, R14
-	VMOVDQA     Y5, Y0
+	VPADDQ      Y11, Y9, Y9
+	ADDQ        AX, CX
+	VPSRLQ      $0x1a, Y6, Y10
+	ADCQ        DX, R13
+	VPAND       Y14, Y6, Y6
+	ADCQ        $0x00000000, R14
+	VPADDQ      Y10, Y7, Y7
+	VPSRLQ      $0x1a, Y9, Y11
+	MOVQ        1280(DI), AX
+	VPAND       Y14, Y9, Y9
+	IMULQ       R15, AX
+	VPSLLQ      $0x02, Y11, Y13
+	IMULQ       1288(DI), R15
+	VPADDQ      Y13, Y11, Y11
+	ADDQ        AX, R13
+	VPADDQ      Y11, Y5, Y5
+	VPSRLQ      $0x1a, Y7, Y10
+	ADCQ        R15, R14
+	VPAND       Y14, Y7, Y7
+	MOVQ        R13, R15
+	VPADDQ      Y10, Y8, Y8
+	ANDQ        $0x00000003, R15
+	VPSRLQ      $0x1a, Y5, Y11
+	ANDQ        $-4, R13
+	VPAND       Y14, Y5, Y5
+	VPADDQ      Y11, Y6, Y6
 	ADDQ        R13, BX
-	VMOVDQA     Y6, Y1
+	VPSRLQ      $0x1a, Y8, Y10
 	ADCQ        R14, CX
-	VMOVDQA     Y7, Y2
+	VPAND       Y14, Y8, Y8
 	ADCQ        $0x00000000, R15
+	VPADDQ      Y10, Y9, Y9
+	SHRQ        $0x02, R14, R13
+	VMOVDQA     Y5, Y0
+	VMOVDQA     Y6, Y1
+	SHRQ        $0x02, R14
+	VMOVDQA     Y7, Y2
+	ADDQ        BX, R13
 	VMOVDQA     Y8, Y3
-	MOVQ        BX, R13
+	ADCQ        CX, R14
 	VMOVDQA     Y9, Y4
-	MOVQ        CX, R14
+	ADCQ        $0x00000000, R15
 	ADDQ        $0x00000020, SI
 	ADDQ        $0x00000020, R9
 	SUBQ        $0x00000002, chunks+40(FP)
@@ -1556,77 +1532,75 @@ lanesHybridAVX2single:
 	VPUNPCKLQDQ Y11, Y10, Y10
 	MOVQ        R10, DX
 	VPAND       Y14, Y10, Y12
-	MULXQ       1280(DI), BX, CX
 	VPADDQ      Y12, Y0, Y0
+	MULXQ       1280(DI), BX, CX
 	VPSRLQ      $0x1a, Y10, Y12
 	MULXQ       1288(DI), AX, R10
 	VPAND       Y14, Y12, Y12
-	ADDQ        AX, CX
 	VPADDQ      Y12, Y1, Y1
+	ADDQ        AX, CX
 	VPSRLQ      $0x34, Y10, Y12
 	ADCQ        $0x00000000, R10
 	VPSLLQ      $0x0c, Y15, Y11
-	MOVQ        R11, DX
 	VPOR        Y11, Y12, Y12
+	MOVQ        R11, DX
+	VPAND       Y14, Y12, Y12
 	MULXQ       1288(DI), AX, R11
-	VPAND       Y14, Y12, Y12
 	VPADDQ      Y12, Y2, Y2
-	ADDQ        AX, R10
 	VPSRLQ      $0x0e, Y15, Y12
-	ADCQ        $0x00000000, R11
+	ADDQ        AX, R10
 	VPAND       Y14, Y12, Y12
+	ADCQ        $0x00000000, R11
 	VPADDQ      Y12, Y3, Y3
-	MULXQ       1280(DI), AX, DX
 	VPSRLQ      $0x28, Y15, Y12
-	ADDQ        AX, CX
+	MULXQ       1280(DI), AX, DX
 	VPOR        polyConsts<>+32(SB), Y12, Y12
-	ADCQ        DX, R10
+	ADDQ        AX, CX
 	VPADDQ      Y12, Y4, Y4
 	VPMULUDQ    (DI), Y0, Y5
-	ADCQ        $0x00000000, R11
+	ADCQ        DX, R10
 	VPMULUDQ    32(DI), Y0, Y6
-	MOVQ        1280(DI), AX
+	ADCQ        $0x00000000, R11
 	VPMULUDQ    64(DI), Y0, Y7
 	VPMULUDQ    96(DI), Y0, Y8
-	IMULQ       R12, AX
+	MOVQ        1280(DI), AX
 	VPMULUDQ    128(DI), Y0, Y9
-	IMULQ       1288(DI), R12
+	IMULQ       R12, AX
 	VPMULUDQ    768(DI), Y1, Y13
-	ADDQ        AX, R10
 	VPADDQ      Y13, Y5, Y5
+	IMULQ       1288(DI), R12
 	VPMULUDQ    (DI), Y1, Y13
-	ADCQ        R12, R11
+	ADDQ        AX, R10
 	VPADDQ      Y13, Y6, Y6
-	MOVQ        R10, R12
 	VPMULUDQ    32(DI), Y1, Y13
+	ADCQ        R12, R11
 	VPADDQ      Y13, Y7, Y7
-	ANDQ        $0x00000003, R12
+	MOVQ        R10, R12
 	VPMULUDQ    64(DI), Y1, Y13
-	ANDQ        $-4, R10
 	VPADDQ      Y13, Y8, Y8
-	ADDQ        R10, BX
+	ANDQ        $0x00000003, R12
 	VPMULUDQ    96(DI), Y1, Y13
+	ANDQ        $-4, R10
 	VPADDQ      Y13, Y9, Y9
-	ADCQ        R11, CX
 	VPMULUDQ    736(DI), Y2, Y13
-	ADCQ        $0x00000000, R12
-	VPADDQ      Y13, Y5, Y5
-	VPMULUDQ    768(DI), Y2, Y13
-	SHRQ        $0x02, R11, R10
-	VPADDQ      Y13, Y6, Y6
-	SHRQ        $0x02, R11
-	VPMULUDQ    (DI), Y2, Y13
 	ADDQ        R10, BX
+	VPADDQ      Y13, Y5, Y5
+	ADCQ        R11, CX
+	VPMULUDQ    768(DI), Y2, Y13
+	VPADDQ      Y13, Y6, Y6
+	ADCQ        $0x00000000, R12
+	VPMULUDQ    (DI), Y2, Y13
+	SHRQ        $0x02, R11, R10
 	VPADDQ      Y13, Y7, Y7
 	VPMULUDQ    32(DI), Y2, Y13
-	ADCQ        R11, CX
+	SHRQ        $0x02, R11
 	VPADDQ      Y13, Y8, Y8
-	ADCQ        $0x00000000, R12
+	ADDQ        BX, R10
 	VPMULUDQ    64(DI), Y2, Y13
 	VPADDQ      Y13, Y9, Y9
-	MOVQ        BX, R10
+	ADCQ        CX, R11
 	VPMULUDQ    704(DI), Y3, Y13
-	MOVQ        CX, R11
+	ADCQ        $0x00000000, R12
 	VPADDQ      Y13, Y5, Y5
 	ADDQ        (R9)(R8*2), R13
 	VPMULUDQ    736(DI), Y3, Y13
@@ -1640,76 +1614,3406 @@ lanesHybridAVX2single:
 	VPADDQ      Y13, Y8, Y8
 	MULXQ       1280(DI), BX, CX
 	VPMULUDQ    32(DI), Y3, Y13
-	MULXQ       1288(DI), AX, R13
 	VPADDQ      Y13, Y9, Y9
+	MULXQ       1288(DI), AX, R13
 	VPMULUDQ    672(DI), Y4, Y13
 	ADDQ        AX, CX
 	VPADDQ      Y13, Y5, Y5
-	ADCQ        $0x00000000, R13
 	VPMULUDQ    704(DI), Y4, Y13
+	ADCQ        $0x00000000, R13
 	VPADDQ      Y13, Y6, Y6
 	MOVQ        R14, DX
 	VPMULUDQ    736(DI), Y4, Y13
-	MULXQ       1288(DI), AX, R14
 	VPADDQ      Y13, Y7, Y7
-	ADDQ        AX, R13
+	MULXQ       1288(DI), AX, R14
 	VPMULUDQ    768(DI), Y4, Y13
+	ADDQ        AX, R13
+	VPADDQ      Y13, Y8, Y8
+	VPMULUDQ    (DI), Y4, Y13
+	ADCQ        $0x00000000, R14
+	VPADDQ      Y13, Y9, Y9
+	MULXQ       1280(DI), AX, DX
+	VPSRLQ      $0x1a, Y5, Y10
+	VPAND       Y14, Y5, Y5
+	ADDQ        AX, CX
+	VPADDQ      Y10, Y6, Y6
+	ADCQ        DX, R13
+	VPSRLQ      $0x1a, Y8, Y11
+	VPAND       Y14, Y8, Y8
+	ADCQ        $0x00000000, R14
+	VPADDQ      Y11, Y9, Y9
+	MOVQ        1280(DI), AX
+	VPSRLQ      $0x1a, Y6, Y10
+	VPAND       Y14, Y6, Y6
+	IMULQ       R15, AX
+	VPADDQ      Y10, Y7, Y7
+	IMULQ       1288(DI), R15
+	VPSRLQ      $0x1a, Y9, Y11
+	VPAND       Y14, Y9, Y9
+	ADDQ        AX, R13
+	VPSLLQ      $0x02, Y11, Y13
+	ADCQ        R15, R14
+	VPADDQ      Y13, Y11, Y11
+	VPADDQ      Y11, Y5, Y5
+	MOVQ        R13, R15
+	VPSRLQ      $0x1a, Y7, Y10
+	ANDQ        $0x00000003, R15
+	VPAND       Y14, Y7, Y7
+	VPADDQ      Y10, Y8, Y8
+	ANDQ        $-4, R13
+	VPSRLQ      $0x1a, Y5, Y11
+	ADDQ        R13, BX
+	VPAND       Y14, Y5, Y5
+	VPADDQ      Y11, Y6, Y6
+	ADCQ        R14, CX
+	VPSRLQ      $0x1a, Y8, Y10
+	ADCQ        $0x00000000, R15
+	VPAND       Y14, Y8, Y8
+	VPADDQ      Y10, Y9, Y9
+	SHRQ        $0x02, R14, R13
+	VMOVDQA     Y5, Y0
+	SHRQ        $0x02, R14
+	VMOVDQA     Y6, Y1
+	VMOVDQA     Y7, Y2
+	ADDQ        BX, R13
+	VMOVDQA     Y8, Y3
+	ADCQ        CX, R14
+	VMOVDQA     Y9, Y4
+	ADCQ        $0x00000000, R15
+
+lanesHybridAVX2done:
+	MOVQ    h+0(FP), DX
+	MOVQ    R10, 160(DX)
+	MOVQ    R11, 168(DX)
+	MOVQ    R12, 176(DX)
+	MOVQ    R13, 184(DX)
+	MOVQ    R14, 192(DX)
+	MOVQ    R15, 200(DX)
+	VMOVDQU Y0, (DX)
+	VMOVDQU Y1, 32(DX)
+	VMOVDQU Y2, 64(DX)
+	VMOVDQU Y3, 96(DX)
+	VMOVDQU Y4, 128(DX)
+	VZEROUPPER
+	RET
+
+// func lanesAVX2R8(h *[20]uint64, p []byte, stride int, chunks int, key *[322]uint64)
+// Requires: AVX, AVX2
+TEXT ·lanesAVX2R8(SB), NOSPLIT, $0-56
+	MOVQ h+0(FP), DX
+	MOVQ p_base+8(FP), SI
+	MOVQ stride+32(FP), R8
+	MOVQ chunks+40(FP), CX
+	MOVQ key+48(FP), DI
+
+	// Block j starts at p + j*stride, blocks 3.. from p + 3*stride.
+	LEAQ    (R8)(R8*2), R9
+	ADDQ    SI, R9
+	VMOVDQU (DX), Y0
+	VMOVDQU 32(DX), Y1
+	VMOVDQU 64(DX), Y2
+	VMOVDQU 96(DX), Y3
+	VMOVDQU 128(DX), Y4
+	CMPQ    CX, $0x00000008
+	JB      lanesAVX2R8quad
+
+lanesAVX2R8oct:
+	// Eight chunks: h' = (h + m1)·r^8 + m2·r^7 + ... + m8·r, one
+	// carry chain (poly1305_lanes.go has the bounds: every d_k below 2^60).
+	VMOVDQU     112(SI), X10
+	VINSERTI128 $0x01, 112(SI)(R8*2), Y10, Y10
+	VMOVDQU     112(SI)(R8*1), X11
+	VINSERTI128 $0x01, 112(R9), Y11, Y11
+	VPUNPCKHQDQ Y11, Y10, Y15
+	VPUNPCKLQDQ Y11, Y10, Y10
+	VPAND       polyConsts<>+0(SB), Y10, Y12
+	VPMULUDQ    (DI), Y12, Y5
+	VPMULUDQ    32(DI), Y12, Y6
+	VPMULUDQ    64(DI), Y12, Y7
+	VPMULUDQ    96(DI), Y12, Y8
+	VPMULUDQ    128(DI), Y12, Y9
+	VPSRLQ      $0x1a, Y10, Y12
+	VPAND       polyConsts<>+0(SB), Y12, Y12
+	VPMULUDQ    1408(DI), Y12, Y13
+	VPMULUDQ    (DI), Y12, Y11
+	VPMULUDQ    32(DI), Y12, Y14
+	VPADDQ      Y13, Y5, Y5
+	VPMULUDQ    64(DI), Y12, Y13
+	VPADDQ      Y11, Y6, Y6
+	VPMULUDQ    96(DI), Y12, Y11
+	VPADDQ      Y14, Y7, Y7
+	VPADDQ      Y13, Y8, Y8
+	VPADDQ      Y11, Y9, Y9
+	VPSRLQ      $0x34, Y10, Y12
+	VPSLLQ      $0x0c, Y15, Y11
+	VPOR        Y11, Y12, Y12
+	VPAND       polyConsts<>+0(SB), Y12, Y12
+	VPMULUDQ    1376(DI), Y12, Y13
+	VPMULUDQ    1408(DI), Y12, Y11
+	VPMULUDQ    (DI), Y12, Y14
+	VPADDQ      Y13, Y5, Y5
+	VPMULUDQ    32(DI), Y12, Y13
+	VPADDQ      Y11, Y6, Y6
+	VPMULUDQ    64(DI), Y12, Y11
+	VPADDQ      Y14, Y7, Y7
+	VPADDQ      Y13, Y8, Y8
+	VPADDQ      Y11, Y9, Y9
+	VPSRLQ      $0x0e, Y15, Y12
+	VPAND       polyConsts<>+0(SB), Y12, Y12
+	VPMULUDQ    1344(DI), Y12, Y13
+	VPMULUDQ    1376(DI), Y12, Y11
+	VPMULUDQ    1408(DI), Y12, Y14
+	VPADDQ      Y13, Y5, Y5
+	VPMULUDQ    (DI), Y12, Y13
+	VPADDQ      Y11, Y6, Y6
+	VPMULUDQ    32(DI), Y12, Y11
+	VPADDQ      Y14, Y7, Y7
+	VPADDQ      Y13, Y8, Y8
+	VPADDQ      Y11, Y9, Y9
+	VPSRLQ      $0x28, Y15, Y12
+	VPOR        polyConsts<>+32(SB), Y12, Y12
+	VPMULUDQ    1312(DI), Y12, Y13
+	VPMULUDQ    1344(DI), Y12, Y11
+	VPMULUDQ    1376(DI), Y12, Y14
+	VPADDQ      Y13, Y5, Y5
+	VPMULUDQ    1408(DI), Y12, Y13
+	VPADDQ      Y11, Y6, Y6
+	VPMULUDQ    (DI), Y12, Y11
+	VPADDQ      Y14, Y7, Y7
+	VPADDQ      Y13, Y8, Y8
+	VPADDQ      Y11, Y9, Y9
+	VMOVDQU     96(SI), X10
+	VINSERTI128 $0x01, 96(SI)(R8*2), Y10, Y10
+	VMOVDQU     96(SI)(R8*1), X11
+	VINSERTI128 $0x01, 96(R9), Y11, Y11
+	VPUNPCKHQDQ Y11, Y10, Y15
+	VPUNPCKLQDQ Y11, Y10, Y10
+	VPAND       polyConsts<>+0(SB), Y10, Y12
+	VPMULUDQ    160(DI), Y12, Y13
+	VPMULUDQ    192(DI), Y12, Y11
+	VPMULUDQ    224(DI), Y12, Y14
+	VPADDQ      Y13, Y5, Y5
+	VPMULUDQ    256(DI), Y12, Y13
+	VPADDQ      Y11, Y6, Y6
+	VPMULUDQ    288(DI), Y12, Y11
+	VPADDQ      Y14, Y7, Y7
+	VPADDQ      Y13, Y8, Y8
+	VPADDQ      Y11, Y9, Y9
+	VPSRLQ      $0x1a, Y10, Y12
+	VPAND       polyConsts<>+0(SB), Y12, Y12
+	VPMULUDQ    1568(DI), Y12, Y13
+	VPMULUDQ    160(DI), Y12, Y11
+	VPMULUDQ    192(DI), Y12, Y14
+	VPADDQ      Y13, Y5, Y5
+	VPMULUDQ    224(DI), Y12, Y13
+	VPADDQ      Y11, Y6, Y6
+	VPMULUDQ    256(DI), Y12, Y11
+	VPADDQ      Y14, Y7, Y7
+	VPADDQ      Y13, Y8, Y8
+	VPADDQ      Y11, Y9, Y9
+	VPSRLQ      $0x34, Y10, Y12
+	VPSLLQ      $0x0c, Y15, Y11
+	VPOR        Y11, Y12, Y12
+	VPAND       polyConsts<>+0(SB), Y12, Y12
+	VPMULUDQ    1536(DI), Y12, Y13
+	VPMULUDQ    1568(DI), Y12, Y11
+	VPMULUDQ    160(DI), Y12, Y14
+	VPADDQ      Y13, Y5, Y5
+	VPMULUDQ    192(DI), Y12, Y13
+	VPADDQ      Y11, Y6, Y6
+	VPMULUDQ    224(DI), Y12, Y11
+	VPADDQ      Y14, Y7, Y7
+	VPADDQ      Y13, Y8, Y8
+	VPADDQ      Y11, Y9, Y9
+	VPSRLQ      $0x0e, Y15, Y12
+	VPAND       polyConsts<>+0(SB), Y12, Y12
+	VPMULUDQ    1504(DI), Y12, Y13
+	VPMULUDQ    1536(DI), Y12, Y11
+	VPMULUDQ    1568(DI), Y12, Y14
+	VPADDQ      Y13, Y5, Y5
+	VPMULUDQ    160(DI), Y12, Y13
+	VPADDQ      Y11, Y6, Y6
+	VPMULUDQ    192(DI), Y12, Y11
+	VPADDQ      Y14, Y7, Y7
+	VPADDQ      Y13, Y8, Y8
+	VPADDQ      Y11, Y9, Y9
+	VPSRLQ      $0x28, Y15, Y12
+	VPOR        polyConsts<>+32(SB), Y12, Y12
+	VPMULUDQ    1472(DI), Y12, Y13
+	VPMULUDQ    1504(DI), Y12, Y11
+	VPMULUDQ    1536(DI), Y12, Y14
+	VPADDQ      Y13, Y5, Y5
+	VPMULUDQ    1568(DI), Y12, Y13
+	VPADDQ      Y11, Y6, Y6
+	VPMULUDQ    160(DI), Y12, Y11
+	VPADDQ      Y14, Y7, Y7
+	VPADDQ      Y13, Y8, Y8
+	VPADDQ      Y11, Y9, Y9
+	VMOVDQU     80(SI), X10
+	VINSERTI128 $0x01, 80(SI)(R8*2), Y10, Y10
+	VMOVDQU     80(SI)(R8*1), X11
+	VINSERTI128 $0x01, 80(R9), Y11, Y11
+	VPUNPCKHQDQ Y11, Y10, Y15
+	VPUNPCKLQDQ Y11, Y10, Y10
+	VPAND       polyConsts<>+0(SB), Y10, Y12
+	VPMULUDQ    320(DI), Y12, Y13
+	VPMULUDQ    352(DI), Y12, Y11
+	VPMULUDQ    384(DI), Y12, Y14
+	VPADDQ      Y13, Y5, Y5
+	VPMULUDQ    416(DI), Y12, Y13
+	VPADDQ      Y11, Y6, Y6
+	VPMULUDQ    448(DI), Y12, Y11
+	VPADDQ      Y14, Y7, Y7
+	VPADDQ      Y13, Y8, Y8
+	VPADDQ      Y11, Y9, Y9
+	VPSRLQ      $0x1a, Y10, Y12
+	VPAND       polyConsts<>+0(SB), Y12, Y12
+	VPMULUDQ    1728(DI), Y12, Y13
+	VPMULUDQ    320(DI), Y12, Y11
+	VPMULUDQ    352(DI), Y12, Y14
+	VPADDQ      Y13, Y5, Y5
+	VPMULUDQ    384(DI), Y12, Y13
+	VPADDQ      Y11, Y6, Y6
+	VPMULUDQ    416(DI), Y12, Y11
+	VPADDQ      Y14, Y7, Y7
+	VPADDQ      Y13, Y8, Y8
+	VPADDQ      Y11, Y9, Y9
+	VPSRLQ      $0x34, Y10, Y12
+	VPSLLQ      $0x0c, Y15, Y11
+	VPOR        Y11, Y12, Y12
+	VPAND       polyConsts<>+0(SB), Y12, Y12
+	VPMULUDQ    1696(DI), Y12, Y13
+	VPMULUDQ    1728(DI), Y12, Y11
+	VPMULUDQ    320(DI), Y12, Y14
+	VPADDQ      Y13, Y5, Y5
+	VPMULUDQ    352(DI), Y12, Y13
+	VPADDQ      Y11, Y6, Y6
+	VPMULUDQ    384(DI), Y12, Y11
+	VPADDQ      Y14, Y7, Y7
+	VPADDQ      Y13, Y8, Y8
+	VPADDQ      Y11, Y9, Y9
+	VPSRLQ      $0x0e, Y15, Y12
+	VPAND       polyConsts<>+0(SB), Y12, Y12
+	VPMULUDQ    1664(DI), Y12, Y13
+	VPMULUDQ    1696(DI), Y12, Y11
+	VPMULUDQ    1728(DI), Y12, Y14
+	VPADDQ      Y13, Y5, Y5
+	VPMULUDQ    320(DI), Y12, Y13
+	VPADDQ      Y11, Y6, Y6
+	VPMULUDQ    352(DI), Y12, Y11
+	VPADDQ      Y14, Y7, Y7
+	VPADDQ      Y13, Y8, Y8
+	VPADDQ      Y11, Y9, Y9
+	VPSRLQ      $0x28, Y15, Y12
+	VPOR        polyConsts<>+32(SB), Y12, Y12
+	VPMULUDQ    1632(DI), Y12, Y13
+	VPMULUDQ    1664(DI), Y12, Y11
+	VPMULUDQ    1696(DI), Y12, Y14
+	VPADDQ      Y13, Y5, Y5
+	VPMULUDQ    1728(DI), Y12, Y13
+	VPADDQ      Y11, Y6, Y6
+	VPMULUDQ    320(DI), Y12, Y11
+	VPADDQ      Y14, Y7, Y7
+	VPADDQ      Y13, Y8, Y8
+	VPADDQ      Y11, Y9, Y9
+	VMOVDQU     64(SI), X10
+	VINSERTI128 $0x01, 64(SI)(R8*2), Y10, Y10
+	VMOVDQU     64(SI)(R8*1), X11
+	VINSERTI128 $0x01, 64(R9), Y11, Y11
+	VPUNPCKHQDQ Y11, Y10, Y15
+	VPUNPCKLQDQ Y11, Y10, Y10
+	VPAND       polyConsts<>+0(SB), Y10, Y12
+	VPMULUDQ    480(DI), Y12, Y13
+	VPMULUDQ    512(DI), Y12, Y11
+	VPMULUDQ    544(DI), Y12, Y14
+	VPADDQ      Y13, Y5, Y5
+	VPMULUDQ    576(DI), Y12, Y13
+	VPADDQ      Y11, Y6, Y6
+	VPMULUDQ    608(DI), Y12, Y11
+	VPADDQ      Y14, Y7, Y7
+	VPADDQ      Y13, Y8, Y8
+	VPADDQ      Y11, Y9, Y9
+	VPSRLQ      $0x1a, Y10, Y12
+	VPAND       polyConsts<>+0(SB), Y12, Y12
+	VPMULUDQ    1888(DI), Y12, Y13
+	VPMULUDQ    480(DI), Y12, Y11
+	VPMULUDQ    512(DI), Y12, Y14
+	VPADDQ      Y13, Y5, Y5
+	VPMULUDQ    544(DI), Y12, Y13
+	VPADDQ      Y11, Y6, Y6
+	VPMULUDQ    576(DI), Y12, Y11
+	VPADDQ      Y14, Y7, Y7
+	VPADDQ      Y13, Y8, Y8
+	VPADDQ      Y11, Y9, Y9
+	VPSRLQ      $0x34, Y10, Y12
+	VPSLLQ      $0x0c, Y15, Y11
+	VPOR        Y11, Y12, Y12
+	VPAND       polyConsts<>+0(SB), Y12, Y12
+	VPMULUDQ    1856(DI), Y12, Y13
+	VPMULUDQ    1888(DI), Y12, Y11
+	VPMULUDQ    480(DI), Y12, Y14
+	VPADDQ      Y13, Y5, Y5
+	VPMULUDQ    512(DI), Y12, Y13
+	VPADDQ      Y11, Y6, Y6
+	VPMULUDQ    544(DI), Y12, Y11
+	VPADDQ      Y14, Y7, Y7
+	VPADDQ      Y13, Y8, Y8
+	VPADDQ      Y11, Y9, Y9
+	VPSRLQ      $0x0e, Y15, Y12
+	VPAND       polyConsts<>+0(SB), Y12, Y12
+	VPMULUDQ    1824(DI), Y12, Y13
+	VPMULUDQ    1856(DI), Y12, Y11
+	VPMULUDQ    1888(DI), Y12, Y14
+	VPADDQ      Y13, Y5, Y5
+	VPMULUDQ    480(DI), Y12, Y13
+	VPADDQ      Y11, Y6, Y6
+	VPMULUDQ    512(DI), Y12, Y11
+	VPADDQ      Y14, Y7, Y7
+	VPADDQ      Y13, Y8, Y8
+	VPADDQ      Y11, Y9, Y9
+	VPSRLQ      $0x28, Y15, Y12
+	VPOR        polyConsts<>+32(SB), Y12, Y12
+	VPMULUDQ    1792(DI), Y12, Y13
+	VPMULUDQ    1824(DI), Y12, Y11
+	VPMULUDQ    1856(DI), Y12, Y14
+	VPADDQ      Y13, Y5, Y5
+	VPMULUDQ    1888(DI), Y12, Y13
+	VPADDQ      Y11, Y6, Y6
+	VPMULUDQ    480(DI), Y12, Y11
+	VPADDQ      Y14, Y7, Y7
+	VPADDQ      Y13, Y8, Y8
+	VPADDQ      Y11, Y9, Y9
+	VMOVDQU     48(SI), X10
+	VINSERTI128 $0x01, 48(SI)(R8*2), Y10, Y10
+	VMOVDQU     48(SI)(R8*1), X11
+	VINSERTI128 $0x01, 48(R9), Y11, Y11
+	VPUNPCKHQDQ Y11, Y10, Y15
+	VPUNPCKLQDQ Y11, Y10, Y10
+	VPAND       polyConsts<>+0(SB), Y10, Y12
+	VPMULUDQ    640(DI), Y12, Y13
+	VPMULUDQ    672(DI), Y12, Y11
+	VPMULUDQ    704(DI), Y12, Y14
+	VPADDQ      Y13, Y5, Y5
+	VPMULUDQ    736(DI), Y12, Y13
+	VPADDQ      Y11, Y6, Y6
+	VPMULUDQ    768(DI), Y12, Y11
+	VPADDQ      Y14, Y7, Y7
+	VPADDQ      Y13, Y8, Y8
+	VPADDQ      Y11, Y9, Y9
+	VPSRLQ      $0x1a, Y10, Y12
+	VPAND       polyConsts<>+0(SB), Y12, Y12
+	VPMULUDQ    2048(DI), Y12, Y13
+	VPMULUDQ    640(DI), Y12, Y11
+	VPMULUDQ    672(DI), Y12, Y14
+	VPADDQ      Y13, Y5, Y5
+	VPMULUDQ    704(DI), Y12, Y13
+	VPADDQ      Y11, Y6, Y6
+	VPMULUDQ    736(DI), Y12, Y11
+	VPADDQ      Y14, Y7, Y7
+	VPADDQ      Y13, Y8, Y8
+	VPADDQ      Y11, Y9, Y9
+	VPSRLQ      $0x34, Y10, Y12
+	VPSLLQ      $0x0c, Y15, Y11
+	VPOR        Y11, Y12, Y12
+	VPAND       polyConsts<>+0(SB), Y12, Y12
+	VPMULUDQ    2016(DI), Y12, Y13
+	VPMULUDQ    2048(DI), Y12, Y11
+	VPMULUDQ    640(DI), Y12, Y14
+	VPADDQ      Y13, Y5, Y5
+	VPMULUDQ    672(DI), Y12, Y13
+	VPADDQ      Y11, Y6, Y6
+	VPMULUDQ    704(DI), Y12, Y11
+	VPADDQ      Y14, Y7, Y7
+	VPADDQ      Y13, Y8, Y8
+	VPADDQ      Y11, Y9, Y9
+	VPSRLQ      $0x0e, Y15, Y12
+	VPAND       polyConsts<>+0(SB), Y12, Y12
+	VPMULUDQ    1984(DI), Y12, Y13
+	VPMULUDQ    2016(DI), Y12, Y11
+	VPMULUDQ    2048(DI), Y12, Y14
+	VPADDQ      Y13, Y5, Y5
+	VPMULUDQ    640(DI), Y12, Y13
+	VPADDQ      Y11, Y6, Y6
+	VPMULUDQ    672(DI), Y12, Y11
+	VPADDQ      Y14, Y7, Y7
+	VPADDQ      Y13, Y8, Y8
+	VPADDQ      Y11, Y9, Y9
+	VPSRLQ      $0x28, Y15, Y12
+	VPOR        polyConsts<>+32(SB), Y12, Y12
+	VPMULUDQ    1952(DI), Y12, Y13
+	VPMULUDQ    1984(DI), Y12, Y11
+	VPMULUDQ    2016(DI), Y12, Y14
+	VPADDQ      Y13, Y5, Y5
+	VPMULUDQ    2048(DI), Y12, Y13
+	VPADDQ      Y11, Y6, Y6
+	VPMULUDQ    640(DI), Y12, Y11
+	VPADDQ      Y14, Y7, Y7
+	VPADDQ      Y13, Y8, Y8
+	VPADDQ      Y11, Y9, Y9
+	VMOVDQU     32(SI), X10
+	VINSERTI128 $0x01, 32(SI)(R8*2), Y10, Y10
+	VMOVDQU     32(SI)(R8*1), X11
+	VINSERTI128 $0x01, 32(R9), Y11, Y11
+	VPUNPCKHQDQ Y11, Y10, Y15
+	VPUNPCKLQDQ Y11, Y10, Y10
+	VPAND       polyConsts<>+0(SB), Y10, Y12
+	VPMULUDQ    800(DI), Y12, Y13
+	VPMULUDQ    832(DI), Y12, Y11
+	VPMULUDQ    864(DI), Y12, Y14
+	VPADDQ      Y13, Y5, Y5
+	VPMULUDQ    896(DI), Y12, Y13
+	VPADDQ      Y11, Y6, Y6
+	VPMULUDQ    928(DI), Y12, Y11
+	VPADDQ      Y14, Y7, Y7
+	VPADDQ      Y13, Y8, Y8
+	VPADDQ      Y11, Y9, Y9
+	VPSRLQ      $0x1a, Y10, Y12
+	VPAND       polyConsts<>+0(SB), Y12, Y12
+	VPMULUDQ    2208(DI), Y12, Y13
+	VPMULUDQ    800(DI), Y12, Y11
+	VPMULUDQ    832(DI), Y12, Y14
+	VPADDQ      Y13, Y5, Y5
+	VPMULUDQ    864(DI), Y12, Y13
+	VPADDQ      Y11, Y6, Y6
+	VPMULUDQ    896(DI), Y12, Y11
+	VPADDQ      Y14, Y7, Y7
+	VPADDQ      Y13, Y8, Y8
+	VPADDQ      Y11, Y9, Y9
+	VPSRLQ      $0x34, Y10, Y12
+	VPSLLQ      $0x0c, Y15, Y11
+	VPOR        Y11, Y12, Y12
+	VPAND       polyConsts<>+0(SB), Y12, Y12
+	VPMULUDQ    2176(DI), Y12, Y13
+	VPMULUDQ    2208(DI), Y12, Y11
+	VPMULUDQ    800(DI), Y12, Y14
+	VPADDQ      Y13, Y5, Y5
+	VPMULUDQ    832(DI), Y12, Y13
+	VPADDQ      Y11, Y6, Y6
+	VPMULUDQ    864(DI), Y12, Y11
+	VPADDQ      Y14, Y7, Y7
+	VPADDQ      Y13, Y8, Y8
+	VPADDQ      Y11, Y9, Y9
+	VPSRLQ      $0x0e, Y15, Y12
+	VPAND       polyConsts<>+0(SB), Y12, Y12
+	VPMULUDQ    2144(DI), Y12, Y13
+	VPMULUDQ    2176(DI), Y12, Y11
+	VPMULUDQ    2208(DI), Y12, Y14
+	VPADDQ      Y13, Y5, Y5
+	VPMULUDQ    800(DI), Y12, Y13
+	VPADDQ      Y11, Y6, Y6
+	VPMULUDQ    832(DI), Y12, Y11
+	VPADDQ      Y14, Y7, Y7
+	VPADDQ      Y13, Y8, Y8
+	VPADDQ      Y11, Y9, Y9
+	VPSRLQ      $0x28, Y15, Y12
+	VPOR        polyConsts<>+32(SB), Y12, Y12
+	VPMULUDQ    2112(DI), Y12, Y13
+	VPMULUDQ    2144(DI), Y12, Y11
+	VPMULUDQ    2176(DI), Y12, Y14
+	VPADDQ      Y13, Y5, Y5
+	VPMULUDQ    2208(DI), Y12, Y13
+	VPADDQ      Y11, Y6, Y6
+	VPMULUDQ    800(DI), Y12, Y11
+	VPADDQ      Y14, Y7, Y7
+	VPADDQ      Y13, Y8, Y8
+	VPADDQ      Y11, Y9, Y9
+	VMOVDQU     16(SI), X10
+	VINSERTI128 $0x01, 16(SI)(R8*2), Y10, Y10
+	VMOVDQU     16(SI)(R8*1), X11
+	VINSERTI128 $0x01, 16(R9), Y11, Y11
+	VPUNPCKHQDQ Y11, Y10, Y15
+	VPUNPCKLQDQ Y11, Y10, Y10
+	VPAND       polyConsts<>+0(SB), Y10, Y12
+	VPMULUDQ    960(DI), Y12, Y13
+	VPMULUDQ    992(DI), Y12, Y11
+	VPMULUDQ    1024(DI), Y12, Y14
+	VPADDQ      Y13, Y5, Y5
+	VPMULUDQ    1056(DI), Y12, Y13
+	VPADDQ      Y11, Y6, Y6
+	VPMULUDQ    1088(DI), Y12, Y11
+	VPADDQ      Y14, Y7, Y7
+	VPADDQ      Y13, Y8, Y8
+	VPADDQ      Y11, Y9, Y9
+	VPSRLQ      $0x1a, Y10, Y12
+	VPAND       polyConsts<>+0(SB), Y12, Y12
+	VPMULUDQ    2368(DI), Y12, Y13
+	VPMULUDQ    960(DI), Y12, Y11
+	VPMULUDQ    992(DI), Y12, Y14
+	VPADDQ      Y13, Y5, Y5
+	VPMULUDQ    1024(DI), Y12, Y13
+	VPADDQ      Y11, Y6, Y6
+	VPMULUDQ    1056(DI), Y12, Y11
+	VPADDQ      Y14, Y7, Y7
+	VPADDQ      Y13, Y8, Y8
+	VPADDQ      Y11, Y9, Y9
+	VPSRLQ      $0x34, Y10, Y12
+	VPSLLQ      $0x0c, Y15, Y11
+	VPOR        Y11, Y12, Y12
+	VPAND       polyConsts<>+0(SB), Y12, Y12
+	VPMULUDQ    2336(DI), Y12, Y13
+	VPMULUDQ    2368(DI), Y12, Y11
+	VPMULUDQ    960(DI), Y12, Y14
+	VPADDQ      Y13, Y5, Y5
+	VPMULUDQ    992(DI), Y12, Y13
+	VPADDQ      Y11, Y6, Y6
+	VPMULUDQ    1024(DI), Y12, Y11
+	VPADDQ      Y14, Y7, Y7
+	VPADDQ      Y13, Y8, Y8
+	VPADDQ      Y11, Y9, Y9
+	VPSRLQ      $0x0e, Y15, Y12
+	VPAND       polyConsts<>+0(SB), Y12, Y12
+	VPMULUDQ    2304(DI), Y12, Y13
+	VPMULUDQ    2336(DI), Y12, Y11
+	VPMULUDQ    2368(DI), Y12, Y14
+	VPADDQ      Y13, Y5, Y5
+	VPMULUDQ    960(DI), Y12, Y13
+	VPADDQ      Y11, Y6, Y6
+	VPMULUDQ    992(DI), Y12, Y11
+	VPADDQ      Y14, Y7, Y7
+	VPADDQ      Y13, Y8, Y8
+	VPADDQ      Y11, Y9, Y9
+	VPSRLQ      $0x28, Y15, Y12
+	VPOR        polyConsts<>+32(SB), Y12, Y12
+	VPMULUDQ    2272(DI), Y12, Y13
+	VPMULUDQ    2304(DI), Y12, Y11
+	VPMULUDQ    2336(DI), Y12, Y14
+	VPADDQ      Y13, Y5, Y5
+	VPMULUDQ    2368(DI), Y12, Y13
+	VPADDQ      Y11, Y6, Y6
+	VPMULUDQ    960(DI), Y12, Y11
+	VPADDQ      Y14, Y7, Y7
+	VPADDQ      Y13, Y8, Y8
+	VPADDQ      Y11, Y9, Y9
+	VMOVDQU     (SI), X10
+	VINSERTI128 $0x01, (SI)(R8*2), Y10, Y10
+	VMOVDQU     (SI)(R8*1), X11
+	VINSERTI128 $0x01, (R9), Y11, Y11
+	VPUNPCKHQDQ Y11, Y10, Y15
+	VPUNPCKLQDQ Y11, Y10, Y10
+	VPAND       polyConsts<>+0(SB), Y10, Y12
+	VPADDQ      Y12, Y0, Y0
+	VPSRLQ      $0x1a, Y10, Y12
+	VPAND       polyConsts<>+0(SB), Y12, Y12
+	VPADDQ      Y12, Y1, Y1
+	VPSRLQ      $0x34, Y10, Y12
+	VPSLLQ      $0x0c, Y15, Y11
+	VPOR        Y11, Y12, Y12
+	VPAND       polyConsts<>+0(SB), Y12, Y12
+	VPADDQ      Y12, Y2, Y2
+	VPSRLQ      $0x0e, Y15, Y12
+	VPAND       polyConsts<>+0(SB), Y12, Y12
+	VPADDQ      Y12, Y3, Y3
+	VPSRLQ      $0x28, Y15, Y12
+	VPOR        polyConsts<>+32(SB), Y12, Y12
+	VPADDQ      Y12, Y4, Y4
+	VPMULUDQ    1120(DI), Y0, Y13
+	VPMULUDQ    1152(DI), Y0, Y11
+	VPMULUDQ    1184(DI), Y0, Y14
+	VPADDQ      Y13, Y5, Y5
+	VPMULUDQ    1216(DI), Y0, Y13
+	VPADDQ      Y11, Y6, Y6
+	VPMULUDQ    1248(DI), Y0, Y11
+	VPADDQ      Y14, Y7, Y7
+	VPADDQ      Y13, Y8, Y8
+	VPADDQ      Y11, Y9, Y9
+	VPMULUDQ    2528(DI), Y1, Y13
+	VPMULUDQ    1120(DI), Y1, Y11
+	VPMULUDQ    1152(DI), Y1, Y14
+	VPADDQ      Y13, Y5, Y5
+	VPMULUDQ    1184(DI), Y1, Y13
+	VPADDQ      Y11, Y6, Y6
+	VPMULUDQ    1216(DI), Y1, Y11
+	VPADDQ      Y14, Y7, Y7
+	VPADDQ      Y13, Y8, Y8
+	VPADDQ      Y11, Y9, Y9
+	VPMULUDQ    2496(DI), Y2, Y13
+	VPMULUDQ    2528(DI), Y2, Y11
+	VPMULUDQ    1120(DI), Y2, Y14
+	VPADDQ      Y13, Y5, Y5
+	VPMULUDQ    1152(DI), Y2, Y13
+	VPADDQ      Y11, Y6, Y6
+	VPMULUDQ    1184(DI), Y2, Y11
+	VPADDQ      Y14, Y7, Y7
+	VPADDQ      Y13, Y8, Y8
+	VPADDQ      Y11, Y9, Y9
+	VPMULUDQ    2464(DI), Y3, Y13
+	VPMULUDQ    2496(DI), Y3, Y11
+	VPMULUDQ    2528(DI), Y3, Y14
+	VPADDQ      Y13, Y5, Y5
+	VPMULUDQ    1120(DI), Y3, Y13
+	VPADDQ      Y11, Y6, Y6
+	VPMULUDQ    1152(DI), Y3, Y11
+	VPADDQ      Y14, Y7, Y7
+	VPADDQ      Y13, Y8, Y8
+	VPADDQ      Y11, Y9, Y9
+	VPMULUDQ    2432(DI), Y4, Y13
+	VPMULUDQ    2464(DI), Y4, Y11
+	VPMULUDQ    2496(DI), Y4, Y14
+	VPADDQ      Y13, Y5, Y5
+	VPMULUDQ    2528(DI), Y4, Y13
+	VPADDQ      Y11, Y6, Y6
+	VPMULUDQ    1120(DI), Y4, Y11
+	VPADDQ      Y14, Y7, Y7
+	VPADDQ      Y13, Y8, Y8
+	VPADDQ      Y11, Y9, Y9
+	VPSRLQ      $0x1a, Y5, Y10
+	VPAND       polyConsts<>+0(SB), Y5, Y5
+	VPADDQ      Y10, Y6, Y6
+	VPSRLQ      $0x1a, Y8, Y11
+	VPAND       polyConsts<>+0(SB), Y8, Y8
+	VPADDQ      Y11, Y9, Y9
+	VPSRLQ      $0x1a, Y6, Y10
+	VPAND       polyConsts<>+0(SB), Y6, Y6
+	VPADDQ      Y10, Y7, Y7
+	VPSRLQ      $0x1a, Y9, Y11
+	VPAND       polyConsts<>+0(SB), Y9, Y9
+	VPSLLQ      $0x02, Y11, Y13
+	VPADDQ      Y13, Y11, Y11
+	VPADDQ      Y11, Y5, Y5
+	VPSRLQ      $0x1a, Y7, Y10
+	VPAND       polyConsts<>+0(SB), Y7, Y7
+	VPADDQ      Y10, Y8, Y8
+	VPSRLQ      $0x1a, Y5, Y11
+	VPAND       polyConsts<>+0(SB), Y5, Y5
+	VPADDQ      Y11, Y6, Y6
+	VPSRLQ      $0x1a, Y8, Y10
+	VPAND       polyConsts<>+0(SB), Y8, Y8
+	VPADDQ      Y10, Y9, Y9
+	VMOVDQA     Y5, Y0
+	VMOVDQA     Y6, Y1
+	VMOVDQA     Y7, Y2
+	VMOVDQA     Y8, Y3
+	VMOVDQA     Y9, Y4
+	ADDQ        $0x00000080, SI
+	ADDQ        $0x00000080, R9
+	SUBQ        $0x00000008, CX
+	CMPQ        CX, $0x00000008
+	JAE         lanesAVX2R8oct
+
+lanesAVX2R8quad:
+	CMPQ CX, $0x00000004
+	JB   lanesAVX2R8pair
+
+	// Four chunks: h' = (h + m1)·r^4 + m2·r^3 + m3·r^2 + m4·r.
+	VMOVDQU     48(SI), X10
+	VINSERTI128 $0x01, 48(SI)(R8*2), Y10, Y10
+	VMOVDQU     48(SI)(R8*1), X11
+	VINSERTI128 $0x01, 48(R9), Y11, Y11
+	VPUNPCKHQDQ Y11, Y10, Y15
+	VPUNPCKLQDQ Y11, Y10, Y10
+	VPAND       polyConsts<>+0(SB), Y10, Y12
+	VPMULUDQ    (DI), Y12, Y5
+	VPMULUDQ    32(DI), Y12, Y6
+	VPMULUDQ    64(DI), Y12, Y7
+	VPMULUDQ    96(DI), Y12, Y8
+	VPMULUDQ    128(DI), Y12, Y9
+	VPSRLQ      $0x1a, Y10, Y12
+	VPAND       polyConsts<>+0(SB), Y12, Y12
+	VPMULUDQ    1408(DI), Y12, Y13
+	VPMULUDQ    (DI), Y12, Y11
+	VPMULUDQ    32(DI), Y12, Y14
+	VPADDQ      Y13, Y5, Y5
+	VPMULUDQ    64(DI), Y12, Y13
+	VPADDQ      Y11, Y6, Y6
+	VPMULUDQ    96(DI), Y12, Y11
+	VPADDQ      Y14, Y7, Y7
+	VPADDQ      Y13, Y8, Y8
+	VPADDQ      Y11, Y9, Y9
+	VPSRLQ      $0x34, Y10, Y12
+	VPSLLQ      $0x0c, Y15, Y11
+	VPOR        Y11, Y12, Y12
+	VPAND       polyConsts<>+0(SB), Y12, Y12
+	VPMULUDQ    1376(DI), Y12, Y13
+	VPMULUDQ    1408(DI), Y12, Y11
+	VPMULUDQ    (DI), Y12, Y14
+	VPADDQ      Y13, Y5, Y5
+	VPMULUDQ    32(DI), Y12, Y13
+	VPADDQ      Y11, Y6, Y6
+	VPMULUDQ    64(DI), Y12, Y11
+	VPADDQ      Y14, Y7, Y7
+	VPADDQ      Y13, Y8, Y8
+	VPADDQ      Y11, Y9, Y9
+	VPSRLQ      $0x0e, Y15, Y12
+	VPAND       polyConsts<>+0(SB), Y12, Y12
+	VPMULUDQ    1344(DI), Y12, Y13
+	VPMULUDQ    1376(DI), Y12, Y11
+	VPMULUDQ    1408(DI), Y12, Y14
+	VPADDQ      Y13, Y5, Y5
+	VPMULUDQ    (DI), Y12, Y13
+	VPADDQ      Y11, Y6, Y6
+	VPMULUDQ    32(DI), Y12, Y11
+	VPADDQ      Y14, Y7, Y7
+	VPADDQ      Y13, Y8, Y8
+	VPADDQ      Y11, Y9, Y9
+	VPSRLQ      $0x28, Y15, Y12
+	VPOR        polyConsts<>+32(SB), Y12, Y12
+	VPMULUDQ    1312(DI), Y12, Y13
+	VPMULUDQ    1344(DI), Y12, Y11
+	VPMULUDQ    1376(DI), Y12, Y14
+	VPADDQ      Y13, Y5, Y5
+	VPMULUDQ    1408(DI), Y12, Y13
+	VPADDQ      Y11, Y6, Y6
+	VPMULUDQ    (DI), Y12, Y11
+	VPADDQ      Y14, Y7, Y7
+	VPADDQ      Y13, Y8, Y8
+	VPADDQ      Y11, Y9, Y9
+	VMOVDQU     32(SI), X10
+	VINSERTI128 $0x01, 32(SI)(R8*2), Y10, Y10
+	VMOVDQU     32(SI)(R8*1), X11
+	VINSERTI128 $0x01, 32(R9), Y11, Y11
+	VPUNPCKHQDQ Y11, Y10, Y15
+	VPUNPCKLQDQ Y11, Y10, Y10
+	VPAND       polyConsts<>+0(SB), Y10, Y12
+	VPMULUDQ    160(DI), Y12, Y13
+	VPMULUDQ    192(DI), Y12, Y11
+	VPMULUDQ    224(DI), Y12, Y14
+	VPADDQ      Y13, Y5, Y5
+	VPMULUDQ    256(DI), Y12, Y13
+	VPADDQ      Y11, Y6, Y6
+	VPMULUDQ    288(DI), Y12, Y11
+	VPADDQ      Y14, Y7, Y7
+	VPADDQ      Y13, Y8, Y8
+	VPADDQ      Y11, Y9, Y9
+	VPSRLQ      $0x1a, Y10, Y12
+	VPAND       polyConsts<>+0(SB), Y12, Y12
+	VPMULUDQ    1568(DI), Y12, Y13
+	VPMULUDQ    160(DI), Y12, Y11
+	VPMULUDQ    192(DI), Y12, Y14
+	VPADDQ      Y13, Y5, Y5
+	VPMULUDQ    224(DI), Y12, Y13
+	VPADDQ      Y11, Y6, Y6
+	VPMULUDQ    256(DI), Y12, Y11
+	VPADDQ      Y14, Y7, Y7
+	VPADDQ      Y13, Y8, Y8
+	VPADDQ      Y11, Y9, Y9
+	VPSRLQ      $0x34, Y10, Y12
+	VPSLLQ      $0x0c, Y15, Y11
+	VPOR        Y11, Y12, Y12
+	VPAND       polyConsts<>+0(SB), Y12, Y12
+	VPMULUDQ    1536(DI), Y12, Y13
+	VPMULUDQ    1568(DI), Y12, Y11
+	VPMULUDQ    160(DI), Y12, Y14
+	VPADDQ      Y13, Y5, Y5
+	VPMULUDQ    192(DI), Y12, Y13
+	VPADDQ      Y11, Y6, Y6
+	VPMULUDQ    224(DI), Y12, Y11
+	VPADDQ      Y14, Y7, Y7
+	VPADDQ      Y13, Y8, Y8
+	VPADDQ      Y11, Y9, Y9
+	VPSRLQ      $0x0e, Y15, Y12
+	VPAND       polyConsts<>+0(SB), Y12, Y12
+	VPMULUDQ    1504(DI), Y12, Y13
+	VPMULUDQ    1536(DI), Y12, Y11
+	VPMULUDQ    1568(DI), Y12, Y14
+	VPADDQ      Y13, Y5, Y5
+	VPMULUDQ    160(DI), Y12, Y13
+	VPADDQ      Y11, Y6, Y6
+	VPMULUDQ    192(DI), Y12, Y11
+	VPADDQ      Y14, Y7, Y7
+	VPADDQ      Y13, Y8, Y8
+	VPADDQ      Y11, Y9, Y9
+	VPSRLQ      $0x28, Y15, Y12
+	VPOR        polyConsts<>+32(SB), Y12, Y12
+	VPMULUDQ    1472(DI), Y12, Y13
+	VPMULUDQ    1504(DI), Y12, Y11
+	VPMULUDQ    1536(DI), Y12, Y14
+	VPADDQ      Y13, Y5, Y5
+	VPMULUDQ    1568(DI), Y12, Y13
+	VPADDQ      Y11, Y6, Y6
+	VPMULUDQ    160(DI), Y12, Y11
+	VPADDQ      Y14, Y7, Y7
+	VPADDQ      Y13, Y8, Y8
+	VPADDQ      Y11, Y9, Y9
+	VMOVDQU     16(SI), X10
+	VINSERTI128 $0x01, 16(SI)(R8*2), Y10, Y10
+	VMOVDQU     16(SI)(R8*1), X11
+	VINSERTI128 $0x01, 16(R9), Y11, Y11
+	VPUNPCKHQDQ Y11, Y10, Y15
+	VPUNPCKLQDQ Y11, Y10, Y10
+	VPAND       polyConsts<>+0(SB), Y10, Y12
+	VPMULUDQ    320(DI), Y12, Y13
+	VPMULUDQ    352(DI), Y12, Y11
+	VPMULUDQ    384(DI), Y12, Y14
+	VPADDQ      Y13, Y5, Y5
+	VPMULUDQ    416(DI), Y12, Y13
+	VPADDQ      Y11, Y6, Y6
+	VPMULUDQ    448(DI), Y12, Y11
+	VPADDQ      Y14, Y7, Y7
+	VPADDQ      Y13, Y8, Y8
+	VPADDQ      Y11, Y9, Y9
+	VPSRLQ      $0x1a, Y10, Y12
+	VPAND       polyConsts<>+0(SB), Y12, Y12
+	VPMULUDQ    1728(DI), Y12, Y13
+	VPMULUDQ    320(DI), Y12, Y11
+	VPMULUDQ    352(DI), Y12, Y14
+	VPADDQ      Y13, Y5, Y5
+	VPMULUDQ    384(DI), Y12, Y13
+	VPADDQ      Y11, Y6, Y6
+	VPMULUDQ    416(DI), Y12, Y11
+	VPADDQ      Y14, Y7, Y7
+	VPADDQ      Y13, Y8, Y8
+	VPADDQ      Y11, Y9, Y9
+	VPSRLQ      $0x34, Y10, Y12
+	VPSLLQ      $0x0c, Y15, Y11
+	VPOR        Y11, Y12, Y12
+	VPAND       polyConsts<>+0(SB), Y12, Y12
+	VPMULUDQ    1696(DI), Y12, Y13
+	VPMULUDQ    1728(DI), Y12, Y11
+	VPMULUDQ    320(DI), Y12, Y14
+	VPADDQ      Y13, Y5, Y5
+	VPMULUDQ    352(DI), Y12, Y13
+	VPADDQ      Y11, Y6, Y6
+	VPMULUDQ    384(DI), Y12, Y11
+	VPADDQ      Y14, Y7, Y7
+	VPADDQ      Y13, Y8, Y8
+	VPADDQ      Y11, Y9, Y9
+	VPSRLQ      $0x0e, Y15, Y12
+	VPAND       polyConsts<>+0(SB), Y12, Y12
+	VPMULUDQ    1664(DI), Y12, Y13
+	VPMULUDQ    1696(DI), Y12, Y11
+	VPMULUDQ    1728(DI), Y12, Y14
+	VPADDQ      Y13, Y5, Y5
+	VPMULUDQ    320(DI), Y12, Y13
+	VPADDQ      Y11, Y6, Y6
+	VPMULUDQ    352(DI), Y12, Y11
+	VPADDQ      Y14, Y7, Y7
+	VPADDQ      Y13, Y8, Y8
+	VPADDQ      Y11, Y9, Y9
+	VPSRLQ      $0x28, Y15, Y12
+	VPOR        polyConsts<>+32(SB), Y12, Y12
+	VPMULUDQ    1632(DI), Y12, Y13
+	VPMULUDQ    1664(DI), Y12, Y11
+	VPMULUDQ    1696(DI), Y12, Y14
+	VPADDQ      Y13, Y5, Y5
+	VPMULUDQ    1728(DI), Y12, Y13
+	VPADDQ      Y11, Y6, Y6
+	VPMULUDQ    320(DI), Y12, Y11
+	VPADDQ      Y14, Y7, Y7
+	VPADDQ      Y13, Y8, Y8
+	VPADDQ      Y11, Y9, Y9
+	VMOVDQU     (SI), X10
+	VINSERTI128 $0x01, (SI)(R8*2), Y10, Y10
+	VMOVDQU     (SI)(R8*1), X11
+	VINSERTI128 $0x01, (R9), Y11, Y11
+	VPUNPCKHQDQ Y11, Y10, Y15
+	VPUNPCKLQDQ Y11, Y10, Y10
+	VPAND       polyConsts<>+0(SB), Y10, Y12
+	VPADDQ      Y12, Y0, Y0
+	VPSRLQ      $0x1a, Y10, Y12
+	VPAND       polyConsts<>+0(SB), Y12, Y12
+	VPADDQ      Y12, Y1, Y1
+	VPSRLQ      $0x34, Y10, Y12
+	VPSLLQ      $0x0c, Y15, Y11
+	VPOR        Y11, Y12, Y12
+	VPAND       polyConsts<>+0(SB), Y12, Y12
+	VPADDQ      Y12, Y2, Y2
+	VPSRLQ      $0x0e, Y15, Y12
+	VPAND       polyConsts<>+0(SB), Y12, Y12
+	VPADDQ      Y12, Y3, Y3
+	VPSRLQ      $0x28, Y15, Y12
+	VPOR        polyConsts<>+32(SB), Y12, Y12
+	VPADDQ      Y12, Y4, Y4
+	VPMULUDQ    480(DI), Y0, Y13
+	VPMULUDQ    512(DI), Y0, Y11
+	VPMULUDQ    544(DI), Y0, Y14
+	VPADDQ      Y13, Y5, Y5
+	VPMULUDQ    576(DI), Y0, Y13
+	VPADDQ      Y11, Y6, Y6
+	VPMULUDQ    608(DI), Y0, Y11
+	VPADDQ      Y14, Y7, Y7
+	VPADDQ      Y13, Y8, Y8
+	VPADDQ      Y11, Y9, Y9
+	VPMULUDQ    1888(DI), Y1, Y13
+	VPMULUDQ    480(DI), Y1, Y11
+	VPMULUDQ    512(DI), Y1, Y14
+	VPADDQ      Y13, Y5, Y5
+	VPMULUDQ    544(DI), Y1, Y13
+	VPADDQ      Y11, Y6, Y6
+	VPMULUDQ    576(DI), Y1, Y11
+	VPADDQ      Y14, Y7, Y7
+	VPADDQ      Y13, Y8, Y8
+	VPADDQ      Y11, Y9, Y9
+	VPMULUDQ    1856(DI), Y2, Y13
+	VPMULUDQ    1888(DI), Y2, Y11
+	VPMULUDQ    480(DI), Y2, Y14
+	VPADDQ      Y13, Y5, Y5
+	VPMULUDQ    512(DI), Y2, Y13
+	VPADDQ      Y11, Y6, Y6
+	VPMULUDQ    544(DI), Y2, Y11
+	VPADDQ      Y14, Y7, Y7
+	VPADDQ      Y13, Y8, Y8
+	VPADDQ      Y11, Y9, Y9
+	VPMULUDQ    1824(DI), Y3, Y13
+	VPMULUDQ    1856(DI), Y3, Y11
+	VPMULUDQ    1888(DI), Y3, Y14
+	VPADDQ      Y13, Y5, Y5
+	VPMULUDQ    480(DI), Y3, Y13
+	VPADDQ      Y11, Y6, Y6
+	VPMULUDQ    512(DI), Y3, Y11
+	VPADDQ      Y14, Y7, Y7
+	VPADDQ      Y13, Y8, Y8
+	VPADDQ      Y11, Y9, Y9
+	VPMULUDQ    1792(DI), Y4, Y13
+	VPMULUDQ    1824(DI), Y4, Y11
+	VPMULUDQ    1856(DI), Y4, Y14
+	VPADDQ      Y13, Y5, Y5
+	VPMULUDQ    1888(DI), Y4, Y13
+	VPADDQ      Y11, Y6, Y6
+	VPMULUDQ    480(DI), Y4, Y11
+	VPADDQ      Y14, Y7, Y7
+	VPADDQ      Y13, Y8, Y8
+	VPADDQ      Y11, Y9, Y9
+	VPSRLQ      $0x1a, Y5, Y10
+	VPAND       polyConsts<>+0(SB), Y5, Y5
+	VPADDQ      Y10, Y6, Y6
+	VPSRLQ      $0x1a, Y8, Y11
+	VPAND       polyConsts<>+0(SB), Y8, Y8
+	VPADDQ      Y11, Y9, Y9
+	VPSRLQ      $0x1a, Y6, Y10
+	VPAND       polyConsts<>+0(SB), Y6, Y6
+	VPADDQ      Y10, Y7, Y7
+	VPSRLQ      $0x1a, Y9, Y11
+	VPAND       polyConsts<>+0(SB), Y9, Y9
+	VPSLLQ      $0x02, Y11, Y13
+	VPADDQ      Y13, Y11, Y11
+	VPADDQ      Y11, Y5, Y5
+	VPSRLQ      $0x1a, Y7, Y10
+	VPAND       polyConsts<>+0(SB), Y7, Y7
+	VPADDQ      Y10, Y8, Y8
+	VPSRLQ      $0x1a, Y5, Y11
+	VPAND       polyConsts<>+0(SB), Y5, Y5
+	VPADDQ      Y11, Y6, Y6
+	VPSRLQ      $0x1a, Y8, Y10
+	VPAND       polyConsts<>+0(SB), Y8, Y8
+	VPADDQ      Y10, Y9, Y9
+	VMOVDQA     Y5, Y0
+	VMOVDQA     Y6, Y1
+	VMOVDQA     Y7, Y2
+	VMOVDQA     Y8, Y3
+	VMOVDQA     Y9, Y4
+	ADDQ        $0x00000040, SI
+	ADDQ        $0x00000040, R9
+	SUBQ        $0x00000004, CX
+
+lanesAVX2R8pair:
+	CMPQ CX, $0x00000002
+	JB   lanesAVX2R8single
+
+	// Two chunks: d = m2·r, then h += m1; d += h·r^2.
+	VMOVDQU     16(SI), X10
+	VINSERTI128 $0x01, 16(SI)(R8*2), Y10, Y10
+	VMOVDQU     16(SI)(R8*1), X11
+	VINSERTI128 $0x01, 16(R9), Y11, Y11
+	VPUNPCKHQDQ Y11, Y10, Y15
+	VPUNPCKLQDQ Y11, Y10, Y10
+	VPAND       polyConsts<>+0(SB), Y10, Y12
+	VPMULUDQ    (DI), Y12, Y5
+	VPMULUDQ    32(DI), Y12, Y6
+	VPMULUDQ    64(DI), Y12, Y7
+	VPMULUDQ    96(DI), Y12, Y8
+	VPMULUDQ    128(DI), Y12, Y9
+	VPSRLQ      $0x1a, Y10, Y12
+	VPAND       polyConsts<>+0(SB), Y12, Y12
+	VPMULUDQ    1408(DI), Y12, Y13
+	VPMULUDQ    (DI), Y12, Y11
+	VPMULUDQ    32(DI), Y12, Y14
+	VPADDQ      Y13, Y5, Y5
+	VPMULUDQ    64(DI), Y12, Y13
+	VPADDQ      Y11, Y6, Y6
+	VPMULUDQ    96(DI), Y12, Y11
+	VPADDQ      Y14, Y7, Y7
+	VPADDQ      Y13, Y8, Y8
+	VPADDQ      Y11, Y9, Y9
+	VPSRLQ      $0x34, Y10, Y12
+	VPSLLQ      $0x0c, Y15, Y11
+	VPOR        Y11, Y12, Y12
+	VPAND       polyConsts<>+0(SB), Y12, Y12
+	VPMULUDQ    1376(DI), Y12, Y13
+	VPMULUDQ    1408(DI), Y12, Y11
+	VPMULUDQ    (DI), Y12, Y14
+	VPADDQ      Y13, Y5, Y5
+	VPMULUDQ    32(DI), Y12, Y13
+	VPADDQ      Y11, Y6, Y6
+	VPMULUDQ    64(DI), Y12, Y11
+	VPADDQ      Y14, Y7, Y7
+	VPADDQ      Y13, Y8, Y8
+	VPADDQ      Y11, Y9, Y9
+	VPSRLQ      $0x0e, Y15, Y12
+	VPAND       polyConsts<>+0(SB), Y12, Y12
+	VPMULUDQ    1344(DI), Y12, Y13
+	VPMULUDQ    1376(DI), Y12, Y11
+	VPMULUDQ    1408(DI), Y12, Y14
+	VPADDQ      Y13, Y5, Y5
+	VPMULUDQ    (DI), Y12, Y13
+	VPADDQ      Y11, Y6, Y6
+	VPMULUDQ    32(DI), Y12, Y11
+	VPADDQ      Y14, Y7, Y7
+	VPADDQ      Y13, Y8, Y8
+	VPADDQ      Y11, Y9, Y9
+	VPSRLQ      $0x28, Y15, Y12
+	VPOR        polyConsts<>+32(SB), Y12, Y12
+	VPMULUDQ    1312(DI), Y12, Y13
+	VPMULUDQ    1344(DI), Y12, Y11
+	VPMULUDQ    1376(DI), Y12, Y14
+	VPADDQ      Y13, Y5, Y5
+	VPMULUDQ    1408(DI), Y12, Y13
+	VPADDQ      Y11, Y6, Y6
+	VPMULUDQ    (DI), Y12, Y11
+	VPADDQ      Y14, Y7, Y7
+	VPADDQ      Y13, Y8, Y8
+	VPADDQ      Y11, Y9, Y9
+	VMOVDQU     (SI), X10
+	VINSERTI128 $0x01, (SI)(R8*2), Y10, Y10
+	VMOVDQU     (SI)(R8*1), X11
+	VINSERTI128 $0x01, (R9), Y11, Y11
+	VPUNPCKHQDQ Y11, Y10, Y15
+	VPUNPCKLQDQ Y11, Y10, Y10
+	VPAND       polyConsts<>+0(SB), Y10, Y12
+	VPADDQ      Y12, Y0, Y0
+	VPSRLQ      $0x1a, Y10, Y12
+	VPAND       polyConsts<>+0(SB), Y12, Y12
+	VPADDQ      Y12, Y1, Y1
+	VPSRLQ      $0x34, Y10, Y12
+	VPSLLQ      $0x0c, Y15, Y11
+	VPOR        Y11, Y12, Y12
+	VPAND       polyConsts<>+0(SB), Y12, Y12
+	VPADDQ      Y12, Y2, Y2
+	VPSRLQ      $0x0e, Y15, Y12
+	VPAND       polyConsts<>+0(SB), Y12, Y12
+	VPADDQ      Y12, Y3, Y3
+	VPSRLQ      $0x28, Y15, Y12
+	VPOR        polyConsts<>+32(SB), Y12, Y12
+	VPADDQ      Y12, Y4, Y4
+	VPMULUDQ    160(DI), Y0, Y13
+	VPMULUDQ    192(DI), Y0, Y11
+	VPMULUDQ    224(DI), Y0, Y14
+	VPADDQ      Y13, Y5, Y5
+	VPMULUDQ    256(DI), Y0, Y13
+	VPADDQ      Y11, Y6, Y6
+	VPMULUDQ    288(DI), Y0, Y11
+	VPADDQ      Y14, Y7, Y7
+	VPADDQ      Y13, Y8, Y8
+	VPADDQ      Y11, Y9, Y9
+	VPMULUDQ    1568(DI), Y1, Y13
+	VPMULUDQ    160(DI), Y1, Y11
+	VPMULUDQ    192(DI), Y1, Y14
+	VPADDQ      Y13, Y5, Y5
+	VPMULUDQ    224(DI), Y1, Y13
+	VPADDQ      Y11, Y6, Y6
+	VPMULUDQ    256(DI), Y1, Y11
+	VPADDQ      Y14, Y7, Y7
+	VPADDQ      Y13, Y8, Y8
+	VPADDQ      Y11, Y9, Y9
+	VPMULUDQ    1536(DI), Y2, Y13
+	VPMULUDQ    1568(DI), Y2, Y11
+	VPMULUDQ    160(DI), Y2, Y14
+	VPADDQ      Y13, Y5, Y5
+	VPMULUDQ    192(DI), Y2, Y13
+	VPADDQ      Y11, Y6, Y6
+	VPMULUDQ    224(DI), Y2, Y11
+	VPADDQ      Y14, Y7, Y7
+	VPADDQ      Y13, Y8, Y8
+	VPADDQ      Y11, Y9, Y9
+	VPMULUDQ    1504(DI), Y3, Y13
+	VPMULUDQ    1536(DI), Y3, Y11
+	VPMULUDQ    1568(DI), Y3, Y14
+	VPADDQ      Y13, Y5, Y5
+	VPMULUDQ    160(DI), Y3, Y13
+	VPADDQ      Y11, Y6, Y6
+	VPMULUDQ    192(DI), Y3, Y11
+	VPADDQ      Y14, Y7, Y7
+	VPADDQ      Y13, Y8, Y8
+	VPADDQ      Y11, Y9, Y9
+	VPMULUDQ    1472(DI), Y4, Y13
+	VPMULUDQ    1504(DI), Y4, Y11
+	VPMULUDQ    1536(DI), Y4, Y14
+	VPADDQ      Y13, Y5, Y5
+	VPMULUDQ    1568(DI), Y4, Y13
+	VPADDQ      Y11, Y6, Y6
+	VPMULUDQ    160(DI), Y4, Y11
+	VPADDQ      Y14, Y7, Y7
+	VPADDQ      Y13, Y8, Y8
+	VPADDQ      Y11, Y9, Y9
+	VPSRLQ      $0x1a, Y5, Y10
+	VPAND       polyConsts<>+0(SB), Y5, Y5
+	VPADDQ      Y10, Y6, Y6
+	VPSRLQ      $0x1a, Y8, Y11
+	VPAND       polyConsts<>+0(SB), Y8, Y8
+	VPADDQ      Y11, Y9, Y9
+	VPSRLQ      $0x1a, Y6, Y10
+	VPAND       polyConsts<>+0(SB), Y6, Y6
+	VPADDQ      Y10, Y7, Y7
+	VPSRLQ      $0x1a, Y9, Y11
+	VPAND       polyConsts<>+0(SB), Y9, Y9
+	VPSLLQ      $0x02, Y11, Y13
+	VPADDQ      Y13, Y11, Y11
+	VPADDQ      Y11, Y5, Y5
+	VPSRLQ      $0x1a, Y7, Y10
+	VPAND       polyConsts<>+0(SB), Y7, Y7
+	VPADDQ      Y10, Y8, Y8
+	VPSRLQ      $0x1a, Y5, Y11
+	VPAND       polyConsts<>+0(SB), Y5, Y5
+	VPADDQ      Y11, Y6, Y6
+	VPSRLQ      $0x1a, Y8, Y10
+	VPAND       polyConsts<>+0(SB), Y8, Y8
+	VPADDQ      Y10, Y9, Y9
+	VMOVDQA     Y5, Y0
+	VMOVDQA     Y6, Y1
+	VMOVDQA     Y7, Y2
+	VMOVDQA     Y8, Y3
+	VMOVDQA     Y9, Y4
+	ADDQ        $0x00000020, SI
+	ADDQ        $0x00000020, R9
+	SUBQ        $0x00000002, CX
+
+lanesAVX2R8single:
+	CMPQ CX, $0x00000000
+	JZ   lanesAVX2R8done
+
+	// One chunk left: h = (h + m)·r, carried.
+	VMOVDQU     (SI), X10
+	VINSERTI128 $0x01, (SI)(R8*2), Y10, Y10
+	VMOVDQU     (SI)(R8*1), X11
+	VINSERTI128 $0x01, (R9), Y11, Y11
+	VPUNPCKHQDQ Y11, Y10, Y15
+	VPUNPCKLQDQ Y11, Y10, Y10
+	VPAND       polyConsts<>+0(SB), Y10, Y12
+	VPADDQ      Y12, Y0, Y0
+	VPSRLQ      $0x1a, Y10, Y12
+	VPAND       polyConsts<>+0(SB), Y12, Y12
+	VPADDQ      Y12, Y1, Y1
+	VPSRLQ      $0x34, Y10, Y12
+	VPSLLQ      $0x0c, Y15, Y11
+	VPOR        Y11, Y12, Y12
+	VPAND       polyConsts<>+0(SB), Y12, Y12
+	VPADDQ      Y12, Y2, Y2
+	VPSRLQ      $0x0e, Y15, Y12
+	VPAND       polyConsts<>+0(SB), Y12, Y12
+	VPADDQ      Y12, Y3, Y3
+	VPSRLQ      $0x28, Y15, Y12
+	VPOR        polyConsts<>+32(SB), Y12, Y12
+	VPADDQ      Y12, Y4, Y4
+	VPMULUDQ    (DI), Y0, Y5
+	VPMULUDQ    32(DI), Y0, Y6
+	VPMULUDQ    64(DI), Y0, Y7
+	VPMULUDQ    96(DI), Y0, Y8
+	VPMULUDQ    128(DI), Y0, Y9
+	VPMULUDQ    1408(DI), Y1, Y13
+	VPMULUDQ    (DI), Y1, Y11
+	VPMULUDQ    32(DI), Y1, Y14
+	VPADDQ      Y13, Y5, Y5
+	VPMULUDQ    64(DI), Y1, Y13
+	VPADDQ      Y11, Y6, Y6
+	VPMULUDQ    96(DI), Y1, Y11
+	VPADDQ      Y14, Y7, Y7
+	VPADDQ      Y13, Y8, Y8
+	VPADDQ      Y11, Y9, Y9
+	VPMULUDQ    1376(DI), Y2, Y13
+	VPMULUDQ    1408(DI), Y2, Y11
+	VPMULUDQ    (DI), Y2, Y14
+	VPADDQ      Y13, Y5, Y5
+	VPMULUDQ    32(DI), Y2, Y13
+	VPADDQ      Y11, Y6, Y6
+	VPMULUDQ    64(DI), Y2, Y11
+	VPADDQ      Y14, Y7, Y7
+	VPADDQ      Y13, Y8, Y8
+	VPADDQ      Y11, Y9, Y9
+	VPMULUDQ    1344(DI), Y3, Y13
+	VPMULUDQ    1376(DI), Y3, Y11
+	VPMULUDQ    1408(DI), Y3, Y14
+	VPADDQ      Y13, Y5, Y5
+	VPMULUDQ    (DI), Y3, Y13
+	VPADDQ      Y11, Y6, Y6
+	VPMULUDQ    32(DI), Y3, Y11
+	VPADDQ      Y14, Y7, Y7
+	VPADDQ      Y13, Y8, Y8
+	VPADDQ      Y11, Y9, Y9
+	VPMULUDQ    1312(DI), Y4, Y13
+	VPMULUDQ    1344(DI), Y4, Y11
+	VPMULUDQ    1376(DI), Y4, Y14
+	VPADDQ      Y13, Y5, Y5
+	VPMULUDQ    1408(DI), Y4, Y13
+	VPADDQ      Y11, Y6, Y6
+	VPMULUDQ    (DI), Y4, Y11
+	VPADDQ      Y14, Y7, Y7
+	VPADDQ      Y13, Y8, Y8
+	VPADDQ      Y11, Y9, Y9
+	VPSRLQ      $0x1a, Y5, Y10
+	VPAND       polyConsts<>+0(SB), Y5, Y5
+	VPADDQ      Y10, Y6, Y6
+	VPSRLQ      $0x1a, Y8, Y11
+	VPAND       polyConsts<>+0(SB), Y8, Y8
+	VPADDQ      Y11, Y9, Y9
+	VPSRLQ      $0x1a, Y6, Y10
+	VPAND       polyConsts<>+0(SB), Y6, Y6
+	VPADDQ      Y10, Y7, Y7
+	VPSRLQ      $0x1a, Y9, Y11
+	VPAND       polyConsts<>+0(SB), Y9, Y9
+	VPSLLQ      $0x02, Y11, Y13
+	VPADDQ      Y13, Y11, Y11
+	VPADDQ      Y11, Y5, Y5
+	VPSRLQ      $0x1a, Y7, Y10
+	VPAND       polyConsts<>+0(SB), Y7, Y7
+	VPADDQ      Y10, Y8, Y8
+	VPSRLQ      $0x1a, Y5, Y11
+	VPAND       polyConsts<>+0(SB), Y5, Y5
+	VPADDQ      Y11, Y6, Y6
+	VPSRLQ      $0x1a, Y8, Y10
+	VPAND       polyConsts<>+0(SB), Y8, Y8
+	VPADDQ      Y10, Y9, Y9
+	VMOVDQA     Y5, Y0
+	VMOVDQA     Y6, Y1
+	VMOVDQA     Y7, Y2
+	VMOVDQA     Y8, Y3
+	VMOVDQA     Y9, Y4
+
+lanesAVX2R8done:
+	VMOVDQU Y0, (DX)
+	VMOVDQU Y1, 32(DX)
+	VMOVDQU Y2, 64(DX)
+	VMOVDQU Y3, 96(DX)
+	VMOVDQU Y4, 128(DX)
+	VZEROUPPER
+	RET
+
+// func lanesHybridR8(h *[26]uint64, p []byte, stride int, chunks int, key *[322]uint64)
+// Requires: AVX, AVX2, BMI2
+TEXT ·lanesHybridR8(SB), NOSPLIT, $0-56
+	MOVQ h+0(FP), DX
+	MOVQ p_base+8(FP), SI
+	MOVQ stride+32(FP), R8
+	MOVQ key+48(FP), DI
+
+	// Block j starts at p + j*stride, blocks 3.. from p + 3*stride.
+	LEAQ    (R8)(R8*2), R9
+	ADDQ    SI, R9
+	VMOVDQU (DX), Y0
+	VMOVDQU 32(DX), Y1
+	VMOVDQU 64(DX), Y2
+	VMOVDQU 96(DX), Y3
+	VMOVDQU 128(DX), Y4
+
+	// The scalar lanes' accumulators h0 + h1·2^64 + h2·2^128.
+	MOVQ 160(DX), R10
+	MOVQ 168(DX), R11
+	MOVQ 176(DX), R12
+	MOVQ 184(DX), R13
+	MOVQ 192(DX), R14
+	MOVQ 200(DX), R15
+	CMPQ chunks+40(FP), $0x00000008
+	JB   lanesHybridR8quad
+
+lanesHybridR8oct:
+	// Eight chunks: h' = (h + m1)·r^8 + m2·r^7 + ... + m8·r, one
+	// carry chain (poly1305_lanes.go has the bounds: every d_k below 2^60).
+	VMOVDQU     112(SI), X10
+	VINSERTI128 $0x01, 112(SI)(R8*2), Y10, Y10
+	ADDQ        (R9)(R8*1), R10
+	VMOVDQU     112(SI)(R8*1), X11
+	ADCQ        8(R9)(R8*1), R11
+	VINSERTI128 $0x01, 112(R9), Y11, Y11
+	ADCQ        $0x00000001, R12
+	VPUNPCKHQDQ Y11, Y10, Y15
+	MOVQ        R10, DX
+	VPUNPCKLQDQ Y11, Y10, Y10
+	MULXQ       2560(DI), BX, CX
+	VPAND       polyConsts<>+0(SB), Y10, Y12
+	MULXQ       2568(DI), AX, R10
+	VPMULUDQ    (DI), Y12, Y5
+	ADDQ        AX, CX
+	VPMULUDQ    32(DI), Y12, Y6
+	ADCQ        $0x00000000, R10
+	VPMULUDQ    64(DI), Y12, Y7
+	MOVQ        R11, DX
+	VPMULUDQ    96(DI), Y12, Y8
+	VPMULUDQ    128(DI), Y12, Y9
+	MULXQ       2568(DI), AX, R11
+	VPSRLQ      $0x1a, Y10, Y12
+	ADDQ        AX, R10
+	VPAND       polyConsts<>+0(SB), Y12, Y12
+	ADCQ        $0x00000000, R11
+	VPMULUDQ    1408(DI), Y12, Y13
+	MULXQ       2560(DI), AX, DX
+	VPMULUDQ    (DI), Y12, Y11
+	ADDQ        AX, CX
+	VPMULUDQ    32(DI), Y12, Y14
+	ADCQ        DX, R10
+	VPADDQ      Y13, Y5, Y5
+	ADCQ        $0x00000000, R11
+	VPMULUDQ    64(DI), Y12, Y13
+	MOVQ        2560(DI), AX
+	VPADDQ      Y11, Y6, Y6
+	IMULQ       R12, AX
+	VPMULUDQ    96(DI), Y12, Y11
+	IMULQ       2568(DI), R12
+	VPADDQ      Y14, Y7, Y7
+	VPADDQ      Y13, Y8, Y8
+	ADDQ        AX, R10
+	VPADDQ      Y11, Y9, Y9
+	ADCQ        R12, R11
+	VPSRLQ      $0x34, Y10, Y12
+	MOVQ        R10, R12
+	VPSLLQ      $0x0c, Y15, Y11
+	ANDQ        $0x00000003, R12
+	VPOR        Y11, Y12, Y12
+	ANDQ        $-4, R10
+	VPAND       polyConsts<>+0(SB), Y12, Y12
+	ADDQ        R10, BX
+	VPMULUDQ    1376(DI), Y12, Y13
+	ADCQ        R11, CX
+	VPMULUDQ    1408(DI), Y12, Y11
+	ADCQ        $0x00000000, R12
+	VPMULUDQ    (DI), Y12, Y14
+	SHRQ        $0x02, R11, R10
+	VPADDQ      Y13, Y5, Y5
+	SHRQ        $0x02, R11
+	VPMULUDQ    32(DI), Y12, Y13
+	VPADDQ      Y11, Y6, Y6
+	ADDQ        BX, R10
+	VPMULUDQ    64(DI), Y12, Y11
+	ADCQ        CX, R11
+	VPADDQ      Y14, Y7, Y7
+	ADCQ        $0x00000000, R12
+	VPADDQ      Y13, Y8, Y8
+	ADDQ        (R9)(R8*2), R13
+	VPADDQ      Y11, Y9, Y9
+	ADCQ        8(R9)(R8*2), R14
+	VPSRLQ      $0x0e, Y15, Y12
+	ADCQ        $0x00000001, R15
+	VPAND       polyConsts<>+0(SB), Y12, Y12
+	MOVQ        R13, DX
+	VPMULUDQ    1344(DI), Y12, Y13
+	MULXQ       2560(DI), BX, CX
+	VPMULUDQ    1376(DI), Y12, Y11
+	MULXQ       2568(DI), AX, R13
+	VPMULUDQ    1408(DI), Y12, Y14
+	ADDQ        AX, CX
+	VPADDQ      Y13, Y5, Y5
+	VPMULUDQ    (DI), Y12, Y13
+	ADCQ        $0x00000000, R13
+	VPADDQ      Y11, Y6, Y6
+	MOVQ        R14, DX
+	VPMULUDQ    32(DI), Y12, Y11
+	MULXQ       2568(DI), AX, R14
+	VPADDQ      Y14, Y7, Y7
+	ADDQ        AX, R13
 	VPADDQ      Y13, Y8, Y8
 	ADCQ        $0x00000000, R14
-	VPMULUDQ    (DI), Y4, Y13
-	MULXQ       1280(DI), AX, DX
-	VPADDQ      Y13, Y9, Y9
+	VPADDQ      Y11, Y9, Y9
+	MULXQ       2560(DI), AX, DX
+	VPSRLQ      $0x28, Y15, Y12
+	ADDQ        AX, CX
+	VPOR        polyConsts<>+32(SB), Y12, Y12
+	ADCQ        DX, R13
+	VPMULUDQ    1312(DI), Y12, Y13
+	ADCQ        $0x00000000, R14
+	VPMULUDQ    1344(DI), Y12, Y11
+	MOVQ        2560(DI), AX
+	VPMULUDQ    1376(DI), Y12, Y14
+	VPADDQ      Y13, Y5, Y5
+	IMULQ       R15, AX
+	VPMULUDQ    1408(DI), Y12, Y13
+	IMULQ       2568(DI), R15
+	VPADDQ      Y11, Y6, Y6
+	ADDQ        AX, R13
+	VPMULUDQ    (DI), Y12, Y11
+	ADCQ        R15, R14
+	VPADDQ      Y14, Y7, Y7
+	MOVQ        R13, R15
+	VPADDQ      Y13, Y8, Y8
+	ANDQ        $0x00000003, R15
+	VPADDQ      Y11, Y9, Y9
+	ANDQ        $-4, R13
+	VMOVDQU     96(SI), X10
+	ADDQ        R13, BX
+	VINSERTI128 $0x01, 96(SI)(R8*2), Y10, Y10
+	ADCQ        R14, CX
+	VMOVDQU     96(SI)(R8*1), X11
+	ADCQ        $0x00000000, R15
+	VINSERTI128 $0x01, 96(R9), Y11, Y11
+	VPUNPCKHQDQ Y11, Y10, Y15
+	SHRQ        $0x02, R14, R13
+	VPUNPCKLQDQ Y11, Y10, Y10
+	SHRQ        $0x02, R14
+	VPAND       polyConsts<>+0(SB), Y10, Y12
+	ADDQ        BX, R13
+	VPMULUDQ    160(DI), Y12, Y13
+	ADCQ        CX, R14
+	VPMULUDQ    192(DI), Y12, Y11
+	ADCQ        $0x00000000, R15
+	VPMULUDQ    224(DI), Y12, Y14
+	ADDQ        16(R9)(R8*1), R10
+	VPADDQ      Y13, Y5, Y5
+	ADCQ        24(R9)(R8*1), R11
+	VPMULUDQ    256(DI), Y12, Y13
+	ADCQ        $0x00000001, R12
+	VPADDQ      Y11, Y6, Y6
+	MOVQ        R10, DX
+	VPMULUDQ    288(DI), Y12, Y11
+	VPADDQ      Y14, Y7, Y7
+	MULXQ       2560(DI), BX, CX
+	VPADDQ      Y13, Y8, Y8
+	MULXQ       2568(DI), AX, R10
+	VPADDQ      Y11, Y9, Y9
+	ADDQ        AX, CX
+	VPSRLQ      $0x1a, Y10, Y12
+	ADCQ        $0x00000000, R10
+	VPAND       polyConsts<>+0(SB), Y12, Y12
+	MOVQ        R11, DX
+	VPMULUDQ    1568(DI), Y12, Y13
+	MULXQ       2568(DI), AX, R11
+	VPMULUDQ    160(DI), Y12, Y11
+	ADDQ        AX, R10
+	VPMULUDQ    192(DI), Y12, Y14
+	ADCQ        $0x00000000, R11
+	VPADDQ      Y13, Y5, Y5
+	MULXQ       2560(DI), AX, DX
+	VPMULUDQ    224(DI), Y12, Y13
+	ADDQ        AX, CX
+	VPADDQ      Y11, Y6, Y6
+	VPMULUDQ    256(DI), Y12, Y11
+	ADCQ        DX, R10
+	VPADDQ      Y14, Y7, Y7
+	ADCQ        $0x00000000, R11
+	VPADDQ      Y13, Y8, Y8
+	MOVQ        2560(DI), AX
+	VPADDQ      Y11, Y9, Y9
+	IMULQ       R12, AX
+	VPSRLQ      $0x34, Y10, Y12
+	IMULQ       2568(DI), R12
+	VPSLLQ      $0x0c, Y15, Y11
+	ADDQ        AX, R10
+	VPOR        Y11, Y12, Y12
+	ADCQ        R12, R11
+	VPAND       polyConsts<>+0(SB), Y12, Y12
+	MOVQ        R10, R12
+	VPMULUDQ    1536(DI), Y12, Y13
+	ANDQ        $0x00000003, R12
+	VPMULUDQ    1568(DI), Y12, Y11
+	ANDQ        $-4, R10
+	VPMULUDQ    160(DI), Y12, Y14
+	VPADDQ      Y13, Y5, Y5
+	ADDQ        R10, BX
+	VPMULUDQ    192(DI), Y12, Y13
+	ADCQ        R11, CX
+	VPADDQ      Y11, Y6, Y6
+	ADCQ        $0x00000000, R12
+	VPMULUDQ    224(DI), Y12, Y11
+	SHRQ        $0x02, R11, R10
+	VPADDQ      Y14, Y7, Y7
+	SHRQ        $0x02, R11
+	VPADDQ      Y13, Y8, Y8
+	ADDQ        BX, R10
+	VPADDQ      Y11, Y9, Y9
+	ADCQ        CX, R11
+	VPSRLQ      $0x0e, Y15, Y12
+	ADCQ        $0x00000000, R12
+	VPAND       polyConsts<>+0(SB), Y12, Y12
+	ADDQ        16(R9)(R8*2), R13
+	VPMULUDQ    1504(DI), Y12, Y13
+	ADCQ        24(R9)(R8*2), R14
+	VPMULUDQ    1536(DI), Y12, Y11
+	VPMULUDQ    1568(DI), Y12, Y14
+	ADCQ        $0x00000001, R15
+	VPADDQ      Y13, Y5, Y5
+	MOVQ        R13, DX
+	VPMULUDQ    160(DI), Y12, Y13
+	MULXQ       2560(DI), BX, CX
+	VPADDQ      Y11, Y6, Y6
+	MULXQ       2568(DI), AX, R13
+	VPMULUDQ    192(DI), Y12, Y11
+	ADDQ        AX, CX
+	VPADDQ      Y14, Y7, Y7
+	ADCQ        $0x00000000, R13
+	VPADDQ      Y13, Y8, Y8
+	MOVQ        R14, DX
+	VPADDQ      Y11, Y9, Y9
+	MULXQ       2568(DI), AX, R14
+	VPSRLQ      $0x28, Y15, Y12
+	ADDQ        AX, R13
+	VPOR        polyConsts<>+32(SB), Y12, Y12
+	ADCQ        $0x00000000, R14
+	VPMULUDQ    1472(DI), Y12, Y13
+	VPMULUDQ    1504(DI), Y12, Y11
+	MULXQ       2560(DI), AX, DX
+	VPMULUDQ    1536(DI), Y12, Y14
+	ADDQ        AX, CX
+	VPADDQ      Y13, Y5, Y5
+	ADCQ        DX, R13
+	VPMULUDQ    1568(DI), Y12, Y13
+	ADCQ        $0x00000000, R14
+	VPADDQ      Y11, Y6, Y6
+	MOVQ        2560(DI), AX
+	VPMULUDQ    160(DI), Y12, Y11
+	IMULQ       R15, AX
+	VPADDQ      Y14, Y7, Y7
+	IMULQ       2568(DI), R15
+	VPADDQ      Y13, Y8, Y8
+	ADDQ        AX, R13
+	VPADDQ      Y11, Y9, Y9
+	ADCQ        R15, R14
+	VMOVDQU     80(SI), X10
+	MOVQ        R13, R15
+	VINSERTI128 $0x01, 80(SI)(R8*2), Y10, Y10
+	VMOVDQU     80(SI)(R8*1), X11
+	ANDQ        $0x00000003, R15
+	VINSERTI128 $0x01, 80(R9), Y11, Y11
+	ANDQ        $-4, R13
+	VPUNPCKHQDQ Y11, Y10, Y15
+	ADDQ        R13, BX
+	VPUNPCKLQDQ Y11, Y10, Y10
+	ADCQ        R14, CX
+	VPAND       polyConsts<>+0(SB), Y10, Y12
+	ADCQ        $0x00000000, R15
+	VPMULUDQ    320(DI), Y12, Y13
+	SHRQ        $0x02, R14, R13
+	VPMULUDQ    352(DI), Y12, Y11
+	SHRQ        $0x02, R14
+	VPMULUDQ    384(DI), Y12, Y14
+	ADDQ        BX, R13
+	VPADDQ      Y13, Y5, Y5
+	ADCQ        CX, R14
+	VPMULUDQ    416(DI), Y12, Y13
+	ADCQ        $0x00000000, R15
+	VPADDQ      Y11, Y6, Y6
+	VPMULUDQ    448(DI), Y12, Y11
+	ADDQ        32(R9)(R8*1), R10
+	VPADDQ      Y14, Y7, Y7
+	ADCQ        40(R9)(R8*1), R11
+	VPADDQ      Y13, Y8, Y8
+	ADCQ        $0x00000001, R12
+	VPADDQ      Y11, Y9, Y9
+	MOVQ        R10, DX
+	VPSRLQ      $0x1a, Y10, Y12
+	MULXQ       2560(DI), BX, CX
+	VPAND       polyConsts<>+0(SB), Y12, Y12
+	MULXQ       2568(DI), AX, R10
+	VPMULUDQ    1728(DI), Y12, Y13
+	ADDQ        AX, CX
+	VPMULUDQ    320(DI), Y12, Y11
+	ADCQ        $0x00000000, R10
+	VPMULUDQ    352(DI), Y12, Y14
+	MOVQ        R11, DX
+	VPADDQ      Y13, Y5, Y5
+	VPMULUDQ    384(DI), Y12, Y13
+	MULXQ       2568(DI), AX, R11
+	VPADDQ      Y11, Y6, Y6
+	ADDQ        AX, R10
+	VPMULUDQ    416(DI), Y12, Y11
+	ADCQ        $0x00000000, R11
+	VPADDQ      Y14, Y7, Y7
+	MULXQ       2560(DI), AX, DX
+	VPADDQ      Y13, Y8, Y8
+	ADDQ        AX, CX
+	VPADDQ      Y11, Y9, Y9
+	ADCQ        DX, R10
+	VPSRLQ      $0x34, Y10, Y12
+	ADCQ        $0x00000000, R11
+	VPSLLQ      $0x0c, Y15, Y11
+	MOVQ        2560(DI), AX
+	VPOR        Y11, Y12, Y12
+	IMULQ       R12, AX
+	VPAND       polyConsts<>+0(SB), Y12, Y12
+	IMULQ       2568(DI), R12
+	VPMULUDQ    1696(DI), Y12, Y13
+	VPMULUDQ    1728(DI), Y12, Y11
+	ADDQ        AX, R10
+	VPMULUDQ    320(DI), Y12, Y14
+	ADCQ        R12, R11
+	VPADDQ      Y13, Y5, Y5
+	MOVQ        R10, R12
+	VPMULUDQ    352(DI), Y12, Y13
+	ANDQ        $0x00000003, R12
+	VPADDQ      Y11, Y6, Y6
+	ANDQ        $-4, R10
+	VPMULUDQ    384(DI), Y12, Y11
+	ADDQ        R10, BX
+	VPADDQ      Y14, Y7, Y7
+	ADCQ        R11, CX
+	VPADDQ      Y13, Y8, Y8
+	ADCQ        $0x00000000, R12
+	VPADDQ      Y11, Y9, Y9
+	SHRQ        $0x02, R11, R10
+	VPSRLQ      $0x0e, Y15, Y12
+	SHRQ        $0x02, R11
+	VPAND       polyConsts<>+0(SB), Y12, Y12
+	VPMULUDQ    1664(DI), Y12, Y13
+	ADDQ        BX, R10
+	VPMULUDQ    1696(DI), Y12, Y11
+	ADCQ        CX, R11
+	VPMULUDQ    1728(DI), Y12, Y14
+	ADCQ        $0x00000000, R12
+	VPADDQ      Y13, Y5, Y5
+	ADDQ        32(R9)(R8*2), R13
+	VPMULUDQ    320(DI), Y12, Y13
+	ADCQ        40(R9)(R8*2), R14
+	VPADDQ      Y11, Y6, Y6
+	ADCQ        $0x00000001, R15
+	VPMULUDQ    352(DI), Y12, Y11
+	MOVQ        R13, DX
+	VPADDQ      Y14, Y7, Y7
+	MULXQ       2560(DI), BX, CX
+	VPADDQ      Y13, Y8, Y8
+	MULXQ       2568(DI), AX, R13
+	VPADDQ      Y11, Y9, Y9
+	ADDQ        AX, CX
+	VPSRLQ      $0x28, Y15, Y12
+	VPOR        polyConsts<>+32(SB), Y12, Y12
+	ADCQ        $0x00000000, R13
+	VPMULUDQ    1632(DI), Y12, Y13
+	MOVQ        R14, DX
+	VPMULUDQ    1664(DI), Y12, Y11
+	MULXQ       2568(DI), AX, R14
+	VPMULUDQ    1696(DI), Y12, Y14
+	ADDQ        AX, R13
+	VPADDQ      Y13, Y5, Y5
+	ADCQ        $0x00000000, R14
+	VPMULUDQ    1728(DI), Y12, Y13
+	MULXQ       2560(DI), AX, DX
+	VPADDQ      Y11, Y6, Y6
+	ADDQ        AX, CX
+	VPMULUDQ    320(DI), Y12, Y11
+	ADCQ        DX, R13
+	VPADDQ      Y14, Y7, Y7
+	ADCQ        $0x00000000, R14
+	VPADDQ      Y13, Y8, Y8
+	MOVQ        2560(DI), AX
+	VPADDQ      Y11, Y9, Y9
+	VMOVDQU     64(SI), X10
+	IMULQ       R15, AX
+	VINSERTI128 $0x01, 64(SI)(R8*2), Y10, Y10
+	IMULQ       2568(DI), R15
+	VMOVDQU     64(SI)(R8*1), X11
+	ADDQ        AX, R13
+	VINSERTI128 $0x01, 64(R9), Y11, Y11
+	ADCQ        R15, R14
+	VPUNPCKHQDQ Y11, Y10, Y15
+	MOVQ        R13, R15
+	VPUNPCKLQDQ Y11, Y10, Y10
+	ANDQ        $0x00000003, R15
+	VPAND       polyConsts<>+0(SB), Y10, Y12
+	ANDQ        $-4, R13
+	VPMULUDQ    480(DI), Y12, Y13
+	ADDQ        R13, BX
+	VPMULUDQ    512(DI), Y12, Y11
+	ADCQ        R14, CX
+	VPMULUDQ    544(DI), Y12, Y14
+	ADCQ        $0x00000000, R15
+	VPADDQ      Y13, Y5, Y5
+	VPMULUDQ    576(DI), Y12, Y13
+	SHRQ        $0x02, R14, R13
+	VPADDQ      Y11, Y6, Y6
+	SHRQ        $0x02, R14
+	VPMULUDQ    608(DI), Y12, Y11
+	ADDQ        BX, R13
+	VPADDQ      Y14, Y7, Y7
+	ADCQ        CX, R14
+	VPADDQ      Y13, Y8, Y8
+	ADCQ        $0x00000000, R15
+	VPADDQ      Y11, Y9, Y9
+	ADDQ        48(R9)(R8*1), R10
+	VPSRLQ      $0x1a, Y10, Y12
+	ADCQ        56(R9)(R8*1), R11
+	VPAND       polyConsts<>+0(SB), Y12, Y12
+	ADCQ        $0x00000001, R12
+	VPMULUDQ    1888(DI), Y12, Y13
+	MOVQ        R10, DX
+	VPMULUDQ    480(DI), Y12, Y11
+	VPMULUDQ    512(DI), Y12, Y14
+	MULXQ       2560(DI), BX, CX
+	VPADDQ      Y13, Y5, Y5
+	MULXQ       2568(DI), AX, R10
+	VPMULUDQ    544(DI), Y12, Y13
+	ADDQ        AX, CX
+	VPADDQ      Y11, Y6, Y6
+	ADCQ        $0x00000000, R10
+	VPMULUDQ    576(DI), Y12, Y11
+	MOVQ        R11, DX
+	VPADDQ      Y14, Y7, Y7
+	MULXQ       2568(DI), AX, R11
+	VPADDQ      Y13, Y8, Y8
+	ADDQ        AX, R10
+	VPADDQ      Y11, Y9, Y9
+	ADCQ        $0x00000000, R11
+	VPSRLQ      $0x34, Y10, Y12
+	MULXQ       2560(DI), AX, DX
+	VPSLLQ      $0x0c, Y15, Y11
+	ADDQ        AX, CX
+	VPOR        Y11, Y12, Y12
+	VPAND       polyConsts<>+0(SB), Y12, Y12
+	ADCQ        DX, R10
+	VPMULUDQ    1856(DI), Y12, Y13
+	ADCQ        $0x00000000, R11
+	VPMULUDQ    1888(DI), Y12, Y11
+	MOVQ        2560(DI), AX
+	VPMULUDQ    480(DI), Y12, Y14
+	IMULQ       R12, AX
+	VPADDQ      Y13, Y5, Y5
+	IMULQ       2568(DI), R12
+	VPMULUDQ    512(DI), Y12, Y13
+	ADDQ        AX, R10
+	VPADDQ      Y11, Y6, Y6
+	ADCQ        R12, R11
+	VPMULUDQ    544(DI), Y12, Y11
+	MOVQ        R10, R12
+	VPADDQ      Y14, Y7, Y7
+	ANDQ        $0x00000003, R12
+	VPADDQ      Y13, Y8, Y8
+	ANDQ        $-4, R10
+	VPADDQ      Y11, Y9, Y9
+	VPSRLQ      $0x0e, Y15, Y12
+	ADDQ        R10, BX
+	VPAND       polyConsts<>+0(SB), Y12, Y12
+	ADCQ        R11, CX
+	VPMULUDQ    1824(DI), Y12, Y13
+	ADCQ        $0x00000000, R12
+	VPMULUDQ    1856(DI), Y12, Y11
+	SHRQ        $0x02, R11, R10
+	VPMULUDQ    1888(DI), Y12, Y14
+	SHRQ        $0x02, R11
+	VPADDQ      Y13, Y5, Y5
+	ADDQ        BX, R10
+	VPMULUDQ    480(DI), Y12, Y13
+	ADCQ        CX, R11
+	VPADDQ      Y11, Y6, Y6
+	ADCQ        $0x00000000, R12
+	VPMULUDQ    512(DI), Y12, Y11
+	ADDQ        48(R9)(R8*2), R13
+	VPADDQ      Y14, Y7, Y7
+	ADCQ        56(R9)(R8*2), R14
+	VPADDQ      Y13, Y8, Y8
+	VPADDQ      Y11, Y9, Y9
+	ADCQ        $0x00000001, R15
+	VPSRLQ      $0x28, Y15, Y12
+	MOVQ        R13, DX
+	VPOR        polyConsts<>+32(SB), Y12, Y12
+	MULXQ       2560(DI), BX, CX
+	VPMULUDQ    1792(DI), Y12, Y13
+	MULXQ       2568(DI), AX, R13
+	VPMULUDQ    1824(DI), Y12, Y11
+	ADDQ        AX, CX
+	VPMULUDQ    1856(DI), Y12, Y14
+	ADCQ        $0x00000000, R13
+	VPADDQ      Y13, Y5, Y5
+	MOVQ        R14, DX
+	VPMULUDQ    1888(DI), Y12, Y13
+	MULXQ       2568(DI), AX, R14
+	VPADDQ      Y11, Y6, Y6
+	ADDQ        AX, R13
+	VPMULUDQ    480(DI), Y12, Y11
+	ADCQ        $0x00000000, R14
+	VPADDQ      Y14, Y7, Y7
+	VPADDQ      Y13, Y8, Y8
+	MULXQ       2560(DI), AX, DX
+	VPADDQ      Y11, Y9, Y9
+	ADDQ        AX, CX
+	VMOVDQU     48(SI), X10
+	ADCQ        DX, R13
+	VINSERTI128 $0x01, 48(SI)(R8*2), Y10, Y10
+	ADCQ        $0x00000000, R14
+	VMOVDQU     48(SI)(R8*1), X11
+	MOVQ        2560(DI), AX
+	VINSERTI128 $0x01, 48(R9), Y11, Y11
+	IMULQ       R15, AX
+	VPUNPCKHQDQ Y11, Y10, Y15
+	IMULQ       2568(DI), R15
+	VPUNPCKLQDQ Y11, Y10, Y10
+	ADDQ        AX, R13
+	VPAND       polyConsts<>+0(SB), Y10, Y12
+	ADCQ        R15, R14
+	VPMULUDQ    640(DI), Y12, Y13
+	MOVQ        R13, R15
+	VPMULUDQ    672(DI), Y12, Y11
+	VPMULUDQ    704(DI), Y12, Y14
+	ANDQ        $0x00000003, R15
+	VPADDQ      Y13, Y5, Y5
+	ANDQ        $-4, R13
+	VPMULUDQ    736(DI), Y12, Y13
+	ADDQ        R13, BX
+	VPADDQ      Y11, Y6, Y6
+	ADCQ        R14, CX
+	VPMULUDQ    768(DI), Y12, Y11
+	ADCQ        $0x00000000, R15
+	VPADDQ      Y14, Y7, Y7
+	SHRQ        $0x02, R14, R13
+	VPADDQ      Y13, Y8, Y8
+	SHRQ        $0x02, R14
+	VPADDQ      Y11, Y9, Y9
+	ADDQ        BX, R13
+	VPSRLQ      $0x1a, Y10, Y12
+	ADCQ        CX, R14
+	VPAND       polyConsts<>+0(SB), Y12, Y12
+	ADCQ        $0x00000000, R15
+	VPMULUDQ    2048(DI), Y12, Y13
+	VPMULUDQ    640(DI), Y12, Y11
+	ADDQ        64(R9)(R8*1), R10
+	VPMULUDQ    672(DI), Y12, Y14
+	ADCQ        72(R9)(R8*1), R11
+	VPADDQ      Y13, Y5, Y5
+	ADCQ        $0x00000001, R12
+	VPMULUDQ    704(DI), Y12, Y13
+	MOVQ        R10, DX
+	VPADDQ      Y11, Y6, Y6
+	MULXQ       2560(DI), BX, CX
+	VPMULUDQ    736(DI), Y12, Y11
+	MULXQ       2568(DI), AX, R10
+	VPADDQ      Y14, Y7, Y7
+	ADDQ        AX, CX
+	VPADDQ      Y13, Y8, Y8
+	ADCQ        $0x00000000, R10
+	VPADDQ      Y11, Y9, Y9
+	MOVQ        R11, DX
+	VPSRLQ      $0x34, Y10, Y12
+	VPSLLQ      $0x0c, Y15, Y11
+	MULXQ       2568(DI), AX, R11
+	VPOR        Y11, Y12, Y12
+	ADDQ        AX, R10
+	VPAND       polyConsts<>+0(SB), Y12, Y12
+	ADCQ        $0x00000000, R11
+	VPMULUDQ    2016(DI), Y12, Y13
+	MULXQ       2560(DI), AX, DX
+	VPMULUDQ    2048(DI), Y12, Y11
+	ADDQ        AX, CX
+	VPMULUDQ    640(DI), Y12, Y14
+	ADCQ        DX, R10
+	VPADDQ      Y13, Y5, Y5
+	ADCQ        $0x00000000, R11
+	VPMULUDQ    672(DI), Y12, Y13
+	MOVQ        2560(DI), AX
+	VPADDQ      Y11, Y6, Y6
+	IMULQ       R12, AX
+	VPMULUDQ    704(DI), Y12, Y11
+	IMULQ       2568(DI), R12
+	VPADDQ      Y14, Y7, Y7
+	VPADDQ      Y13, Y8, Y8
+	ADDQ        AX, R10
+	VPADDQ      Y11, Y9, Y9
+	ADCQ        R12, R11
+	VPSRLQ      $0x0e, Y15, Y12
+	MOVQ        R10, R12
+	VPAND       polyConsts<>+0(SB), Y12, Y12
+	ANDQ        $0x00000003, R12
+	VPMULUDQ    1984(DI), Y12, Y13
+	ANDQ        $-4, R10
+	VPMULUDQ    2016(DI), Y12, Y11
+	ADDQ        R10, BX
+	VPMULUDQ    2048(DI), Y12, Y14
+	ADCQ        R11, CX
+	VPADDQ      Y13, Y5, Y5
+	ADCQ        $0x00000000, R12
+	VPMULUDQ    640(DI), Y12, Y13
+	SHRQ        $0x02, R11, R10
+	VPADDQ      Y11, Y6, Y6
+	SHRQ        $0x02, R11
+	VPMULUDQ    672(DI), Y12, Y11
+	VPADDQ      Y14, Y7, Y7
+	ADDQ        BX, R10
+	VPADDQ      Y13, Y8, Y8
+	ADCQ        CX, R11
+	VPADDQ      Y11, Y9, Y9
+	ADCQ        $0x00000000, R12
+	VPSRLQ      $0x28, Y15, Y12
+	ADDQ        64(R9)(R8*2), R13
+	VPOR        polyConsts<>+32(SB), Y12, Y12
+	ADCQ        72(R9)(R8*2), R14
+	VPMULUDQ    1952(DI), Y12, Y13
+	ADCQ        $0x00000001, R15
+	VPMULUDQ    1984(DI), Y12, Y11
+	MOVQ        R13, DX
+	VPMULUDQ    2016(DI), Y12, Y14
+	MULXQ       2560(DI), BX, CX
+	VPADDQ      Y13, Y5, Y5
+	MULXQ       2568(DI), AX, R13
+	VPMULUDQ    2048(DI), Y12, Y13
+	ADDQ        AX, CX
+	VPADDQ      Y11, Y6, Y6
+	VPMULUDQ    640(DI), Y12, Y11
+	ADCQ        $0x00000000, R13
+	VPADDQ      Y14, Y7, Y7
+	MOVQ        R14, DX
+	VPADDQ      Y13, Y8, Y8
+	MULXQ       2568(DI), AX, R14
+	VPADDQ      Y11, Y9, Y9
+	ADDQ        AX, R13
+	VMOVDQU     32(SI), X10
+	ADCQ        $0x00000000, R14
+	VINSERTI128 $0x01, 32(SI)(R8*2), Y10, Y10
+	MULXQ       2560(DI), AX, DX
+	VMOVDQU     32(SI)(R8*1), X11
+	ADDQ        AX, CX
+	VINSERTI128 $0x01, 32(R9), Y11, Y11
+	ADCQ        DX, R13
+	VPUNPCKHQDQ Y11, Y10, Y15
+	ADCQ        $0x00000000, R14
+	VPUNPCKLQDQ Y11, Y10, Y10
+	MOVQ        2560(DI), AX
+	VPAND       polyConsts<>+0(SB), Y10, Y12
+	VPMULUDQ    800(DI), Y12, Y13
+	IMULQ       R15, AX
+	VPMULUDQ    832(DI), Y12, Y11
+	IMULQ       2568(DI), R15
+	VPMULUDQ    864(DI), Y12, Y14
+	ADDQ        AX, R13
+	VPADDQ      Y13, Y5, Y5
+	ADCQ        R15, R14
+	VPMULUDQ    896(DI), Y12, Y13
+	MOVQ        R13, R15
+	VPADDQ      Y11, Y6, Y6
+	ANDQ        $0x00000003, R15
+	VPMULUDQ    928(DI), Y12, Y11
+	ANDQ        $-4, R13
+	VPADDQ      Y14, Y7, Y7
+	ADDQ        R13, BX
+	VPADDQ      Y13, Y8, Y8
+	ADCQ        R14, CX
+	VPADDQ      Y11, Y9, Y9
+	ADCQ        $0x00000000, R15
+	VPSRLQ      $0x1a, Y10, Y12
+	VPAND       polyConsts<>+0(SB), Y12, Y12
+	SHRQ        $0x02, R14, R13
+	VPMULUDQ    2208(DI), Y12, Y13
+	SHRQ        $0x02, R14
+	VPMULUDQ    800(DI), Y12, Y11
+	ADDQ        BX, R13
+	VPMULUDQ    832(DI), Y12, Y14
+	ADCQ        CX, R14
+	VPADDQ      Y13, Y5, Y5
+	ADCQ        $0x00000000, R15
+	VPMULUDQ    864(DI), Y12, Y13
+	ADDQ        80(R9)(R8*1), R10
+	VPADDQ      Y11, Y6, Y6
+	ADCQ        88(R9)(R8*1), R11
+	VPMULUDQ    896(DI), Y12, Y11
+	ADCQ        $0x00000001, R12
+	VPADDQ      Y14, Y7, Y7
+	MOVQ        R10, DX
+	VPADDQ      Y13, Y8, Y8
+	VPADDQ      Y11, Y9, Y9
+	MULXQ       2560(DI), BX, CX
+	VPSRLQ      $0x34, Y10, Y12
+	MULXQ       2568(DI), AX, R10
+	VPSLLQ      $0x0c, Y15, Y11
+	ADDQ        AX, CX
+	VPOR        Y11, Y12, Y12
+	ADCQ        $0x00000000, R10
+	VPAND       polyConsts<>+0(SB), Y12, Y12
+	MOVQ        R11, DX
+	VPMULUDQ    2176(DI), Y12, Y13
+	MULXQ       2568(DI), AX, R11
+	VPMULUDQ    2208(DI), Y12, Y11
+	ADDQ        AX, R10
+	VPMULUDQ    800(DI), Y12, Y14
+	ADCQ        $0x00000000, R11
+	VPADDQ      Y13, Y5, Y5
+	MULXQ       2560(DI), AX, DX
+	VPMULUDQ    832(DI), Y12, Y13
+	ADDQ        AX, CX
+	VPADDQ      Y11, Y6, Y6
+	VPMULUDQ    864(DI), Y12, Y11
+	ADCQ        DX, R10
+	VPADDQ      Y14, Y7, Y7
+	ADCQ        $0x00000000, R11
+	VPADDQ      Y13, Y8, Y8
+	MOVQ        2560(DI), AX
+	VPADDQ      Y11, Y9, Y9
+	IMULQ       R12, AX
+	VPSRLQ      $0x0e, Y15, Y12
+	IMULQ       2568(DI), R12
+	VPAND       polyConsts<>+0(SB), Y12, Y12
+	ADDQ        AX, R10
+	VPMULUDQ    2144(DI), Y12, Y13
+	ADCQ        R12, R11
+	VPMULUDQ    2176(DI), Y12, Y11
+	MOVQ        R10, R12
+	VPMULUDQ    2208(DI), Y12, Y14
+	ANDQ        $0x00000003, R12
+	VPADDQ      Y13, Y5, Y5
+	ANDQ        $-4, R10
+	VPMULUDQ    800(DI), Y12, Y13
+	VPADDQ      Y11, Y6, Y6
+	ADDQ        R10, BX
+	VPMULUDQ    832(DI), Y12, Y11
+	ADCQ        R11, CX
+	VPADDQ      Y14, Y7, Y7
+	ADCQ        $0x00000000, R12
+	VPADDQ      Y13, Y8, Y8
+	SHRQ        $0x02, R11, R10
+	VPADDQ      Y11, Y9, Y9
+	SHRQ        $0x02, R11
+	VPSRLQ      $0x28, Y15, Y12
+	ADDQ        BX, R10
+	VPOR        polyConsts<>+32(SB), Y12, Y12
+	ADCQ        CX, R11
+	VPMULUDQ    2112(DI), Y12, Y13
+	ADCQ        $0x00000000, R12
+	VPMULUDQ    2144(DI), Y12, Y11
+	ADDQ        80(R9)(R8*2), R13
+	VPMULUDQ    2176(DI), Y12, Y14
+	ADCQ        88(R9)(R8*2), R14
+	VPADDQ      Y13, Y5, Y5
+	VPMULUDQ    2208(DI), Y12, Y13
+	ADCQ        $0x00000001, R15
+	VPADDQ      Y11, Y6, Y6
+	MOVQ        R13, DX
+	VPMULUDQ    800(DI), Y12, Y11
+	MULXQ       2560(DI), BX, CX
+	VPADDQ      Y14, Y7, Y7
+	MULXQ       2568(DI), AX, R13
+	VPADDQ      Y13, Y8, Y8
+	ADDQ        AX, CX
+	VPADDQ      Y11, Y9, Y9
+	ADCQ        $0x00000000, R13
+	VMOVDQU     16(SI), X10
+	MOVQ        R14, DX
+	VINSERTI128 $0x01, 16(SI)(R8*2), Y10, Y10
+	MULXQ       2568(DI), AX, R14
+	VMOVDQU     16(SI)(R8*1), X11
+	ADDQ        AX, R13
+	VINSERTI128 $0x01, 16(R9), Y11, Y11
+	ADCQ        $0x00000000, R14
+	VPUNPCKHQDQ Y11, Y10, Y15
+	VPUNPCKLQDQ Y11, Y10, Y10
+	MULXQ       2560(DI), AX, DX
+	VPAND       polyConsts<>+0(SB), Y10, Y12
+	ADDQ        AX, CX
+	VPMULUDQ    960(DI), Y12, Y13
+	ADCQ        DX, R13
+	VPMULUDQ    992(DI), Y12, Y11
+	ADCQ        $0x00000000, R14
+	VPMULUDQ    1024(DI), Y12, Y14
+	MOVQ        2560(DI), AX
+	VPADDQ      Y13, Y5, Y5
+	IMULQ       R15, AX
+	VPMULUDQ    1056(DI), Y12, Y13
+	IMULQ       2568(DI), R15
+	VPADDQ      Y11, Y6, Y6
+	ADDQ        AX, R13
+	VPMULUDQ    1088(DI), Y12, Y11
+	ADCQ        R15, R14
+	VPADDQ      Y14, Y7, Y7
+	MOVQ        R13, R15
+	VPADDQ      Y13, Y8, Y8
+	VPADDQ      Y11, Y9, Y9
+	ANDQ        $0x00000003, R15
+	VPSRLQ      $0x1a, Y10, Y12
+	ANDQ        $-4, R13
+	VPAND       polyConsts<>+0(SB), Y12, Y12
+	ADDQ        R13, BX
+	VPMULUDQ    2368(DI), Y12, Y13
+	ADCQ        R14, CX
+	VPMULUDQ    960(DI), Y12, Y11
+	ADCQ        $0x00000000, R15
+	VPMULUDQ    992(DI), Y12, Y14
+	SHRQ        $0x02, R14, R13
+	VPADDQ      Y13, Y5, Y5
+	SHRQ        $0x02, R14
+	VPMULUDQ    1024(DI), Y12, Y13
+	ADDQ        BX, R13
+	VPADDQ      Y11, Y6, Y6
+	ADCQ        CX, R14
+	VPMULUDQ    1056(DI), Y12, Y11
+	ADCQ        $0x00000000, R15
+	VPADDQ      Y14, Y7, Y7
+	VPADDQ      Y13, Y8, Y8
+	ADDQ        96(R9)(R8*1), R10
+	VPADDQ      Y11, Y9, Y9
+	ADCQ        104(R9)(R8*1), R11
+	VPSRLQ      $0x34, Y10, Y12
+	ADCQ        $0x00000001, R12
+	VPSLLQ      $0x0c, Y15, Y11
+	MOVQ        R10, DX
+	VPOR        Y11, Y12, Y12
+	MULXQ       2560(DI), BX, CX
+	VPAND       polyConsts<>+0(SB), Y12, Y12
+	MULXQ       2568(DI), AX, R10
+	VPMULUDQ    2336(DI), Y12, Y13
+	ADDQ        AX, CX
+	VPMULUDQ    2368(DI), Y12, Y11
+	ADCQ        $0x00000000, R10
+	VPMULUDQ    960(DI), Y12, Y14
+	MOVQ        R11, DX
+	VPADDQ      Y13, Y5, Y5
+	VPMULUDQ    992(DI), Y12, Y13
+	MULXQ       2568(DI), AX, R11
+	VPADDQ      Y11, Y6, Y6
+	ADDQ        AX, R10
+	VPMULUDQ    1024(DI), Y12, Y11
+	ADCQ        $0x00000000, R11
+	VPADDQ      Y14, Y7, Y7
+	MULXQ       2560(DI), AX, DX
+	VPADDQ      Y13, Y8, Y8
+	ADDQ        AX, CX
+	VPADDQ      Y11, Y9, Y9
+	ADCQ        DX, R10
+	VPSRLQ      $0x0e, Y15, Y12
+	ADCQ        $0x00000000, R11
+	VPAND       polyConsts<>+0(SB), Y12, Y12
+	MOVQ        2560(DI), AX
+	VPMULUDQ    2304(DI), Y12, Y13
+	IMULQ       R12, AX
+	VPMULUDQ    2336(DI), Y12, Y11
+	IMULQ       2568(DI), R12
+	VPMULUDQ    2368(DI), Y12, Y14
+	VPADDQ      Y13, Y5, Y5
+	ADDQ        AX, R10
+	VPMULUDQ    960(DI), Y12, Y13
+	ADCQ        R12, R11
+	VPADDQ      Y11, Y6, Y6
+	MOVQ        R10, R12
+	VPMULUDQ    992(DI), Y12, Y11
+	ANDQ        $0x00000003, R12
+	VPADDQ      Y14, Y7, Y7
+	ANDQ        $-4, R10
+	VPADDQ      Y13, Y8, Y8
+	ADDQ        R10, BX
+	VPADDQ      Y11, Y9, Y9
+	ADCQ        R11, CX
+	VPSRLQ      $0x28, Y15, Y12
+	ADCQ        $0x00000000, R12
+	VPOR        polyConsts<>+32(SB), Y12, Y12
+	SHRQ        $0x02, R11, R10
+	VPMULUDQ    2272(DI), Y12, Y13
+	SHRQ        $0x02, R11
+	VPMULUDQ    2304(DI), Y12, Y11
+	VPMULUDQ    2336(DI), Y12, Y14
+	ADDQ        BX, R10
+	VPADDQ      Y13, Y5, Y5
+	ADCQ        CX, R11
+	VPMULUDQ    2368(DI), Y12, Y13
+	ADCQ        $0x00000000, R12
+	VPADDQ      Y11, Y6, Y6
+	ADDQ        96(R9)(R8*2), R13
+	VPMULUDQ    960(DI), Y12, Y11
+	ADCQ        104(R9)(R8*2), R14
+	VPADDQ      Y14, Y7, Y7
+	ADCQ        $0x00000001, R15
+	VPADDQ      Y13, Y8, Y8
+	MOVQ        R13, DX
+	VPADDQ      Y11, Y9, Y9
+	MULXQ       2560(DI), BX, CX
+	VMOVDQU     (SI), X10
+	MULXQ       2568(DI), AX, R13
+	VINSERTI128 $0x01, (SI)(R8*2), Y10, Y10
+	ADDQ        AX, CX
+	VMOVDQU     (SI)(R8*1), X11
+	VINSERTI128 $0x01, (R9), Y11, Y11
+	ADCQ        $0x00000000, R13
+	VPUNPCKHQDQ Y11, Y10, Y15
+	MOVQ        R14, DX
+	VPUNPCKLQDQ Y11, Y10, Y10
+	MULXQ       2568(DI), AX, R14
+	VPAND       polyConsts<>+0(SB), Y10, Y12
+	ADDQ        AX, R13
+	VPADDQ      Y12, Y0, Y0
+	ADCQ        $0x00000000, R14
+	VPSRLQ      $0x1a, Y10, Y12
+	MULXQ       2560(DI), AX, DX
+	VPAND       polyConsts<>+0(SB), Y12, Y12
+	ADDQ        AX, CX
+	VPADDQ      Y12, Y1, Y1
+	ADCQ        DX, R13
+	VPSRLQ      $0x34, Y10, Y12
+	ADCQ        $0x00000000, R14
+	VPSLLQ      $0x0c, Y15, Y11
+	MOVQ        2560(DI), AX
+	VPOR        Y11, Y12, Y12
+	VPAND       polyConsts<>+0(SB), Y12, Y12
+	IMULQ       R15, AX
+	VPADDQ      Y12, Y2, Y2
+	IMULQ       2568(DI), R15
+	VPSRLQ      $0x0e, Y15, Y12
+	ADDQ        AX, R13
+	VPAND       polyConsts<>+0(SB), Y12, Y12
+	ADCQ        R15, R14
+	VPADDQ      Y12, Y3, Y3
+	MOVQ        R13, R15
+	VPSRLQ      $0x28, Y15, Y12
+	ANDQ        $0x00000003, R15
+	VPOR        polyConsts<>+32(SB), Y12, Y12
+	ANDQ        $-4, R13
+	VPADDQ      Y12, Y4, Y4
+	ADDQ        R13, BX
+	VPMULUDQ    1120(DI), Y0, Y13
+	ADCQ        R14, CX
+	VPMULUDQ    1152(DI), Y0, Y11
+	ADCQ        $0x00000000, R15
+	VPMULUDQ    1184(DI), Y0, Y14
+	VPADDQ      Y13, Y5, Y5
+	SHRQ        $0x02, R14, R13
+	VPMULUDQ    1216(DI), Y0, Y13
+	SHRQ        $0x02, R14
+	VPADDQ      Y11, Y6, Y6
+	ADDQ        BX, R13
+	VPMULUDQ    1248(DI), Y0, Y11
+	ADCQ        CX, R14
+	VPADDQ      Y14, Y7, Y7
+	ADCQ        $0x00000000, R15
+	VPADDQ      Y13, Y8, Y8
+	ADDQ        112(R9)(R8*1), R10
+	VPADDQ      Y11, Y9, Y9
+	ADCQ        120(R9)(R8*1), R11
+	VPMULUDQ    2528(DI), Y1, Y13
+	ADCQ        $0x00000001, R12
+	VPMULUDQ    1120(DI), Y1, Y11
+	MOVQ        R10, DX
+	VPMULUDQ    1152(DI), Y1, Y14
+	VPADDQ      Y13, Y5, Y5
+	MULXQ       2560(DI), BX, CX
+	VPMULUDQ    1184(DI), Y1, Y13
+	MULXQ       2568(DI), AX, R10
+	VPADDQ      Y11, Y6, Y6
+	ADDQ        AX, CX
+	VPMULUDQ    1216(DI), Y1, Y11
+	ADCQ        $0x00000000, R10
+	VPADDQ      Y14, Y7, Y7
+	MOVQ        R11, DX
+	VPADDQ      Y13, Y8, Y8
+	MULXQ       2568(DI), AX, R11
+	VPADDQ      Y11, Y9, Y9
+	ADDQ        AX, R10
+	VPMULUDQ    2496(DI), Y2, Y13
+	ADCQ        $0x00000000, R11
+	VPMULUDQ    2528(DI), Y2, Y11
+	MULXQ       2560(DI), AX, DX
+	VPMULUDQ    1120(DI), Y2, Y14
+	ADDQ        AX, CX
+	VPADDQ      Y13, Y5, Y5
+	VPMULUDQ    1152(DI), Y2, Y13
+	ADCQ        DX, R10
+	VPADDQ      Y11, Y6, Y6
+	ADCQ        $0x00000000, R11
+	VPMULUDQ    1184(DI), Y2, Y11
+	MOVQ        2560(DI), AX
+	VPADDQ      Y14, Y7, Y7
+	IMULQ       R12, AX
+	VPADDQ      Y13, Y8, Y8
+	IMULQ       2568(DI), R12
+	VPADDQ      Y11, Y9, Y9
+	ADDQ        AX, R10
+	VPMULUDQ    2464(DI), Y3, Y13
+	ADCQ        R12, R11
+	VPMULUDQ    2496(DI), Y3, Y11
+	MOVQ        R10, R12
+	VPMULUDQ    2528(DI), Y3, Y14
+	ANDQ        $0x00000003, R12
+	VPADDQ      Y13, Y5, Y5
+	ANDQ        $-4, R10
+	VPMULUDQ    1120(DI), Y3, Y13
+	VPADDQ      Y11, Y6, Y6
+	ADDQ        R10, BX
+	VPMULUDQ    1152(DI), Y3, Y11
+	ADCQ        R11, CX
+	VPADDQ      Y14, Y7, Y7
+	ADCQ        $0x00000000, R12
+	VPADDQ      Y13, Y8, Y8
+	SHRQ        $0x02, R11, R10
+	VPADDQ      Y11, Y9, Y9
+	SHRQ        $0x02, R11
+	VPMULUDQ    2432(DI), Y4, Y13
+	ADDQ        BX, R10
+	VPMULUDQ    2464(DI), Y4, Y11
+	ADCQ        CX, R11
+	VPMULUDQ    2496(DI), Y4, Y14
+	ADCQ        $0x00000000, R12
+	VPADDQ      Y13, Y5, Y5
+	ADDQ        112(R9)(R8*2), R13
+	VPMULUDQ    2528(DI), Y4, Y13
+	ADCQ        120(R9)(R8*2), R14
+	VPADDQ      Y11, Y6, Y6
+	VPMULUDQ    1120(DI), Y4, Y11
+	ADCQ        $0x00000001, R15
+	VPADDQ      Y14, Y7, Y7
+	MOVQ        R13, DX
+	VPADDQ      Y13, Y8, Y8
+	MULXQ       2560(DI), BX, CX
+	VPADDQ      Y11, Y9, Y9
+	MULXQ       2568(DI), AX, R13
 	VPSRLQ      $0x1a, Y5, Y10
 	ADDQ        AX, CX
-	VPAND       Y14, Y5, Y5
+	VPAND       polyConsts<>+0(SB), Y5, Y5
+	ADCQ        $0x00000000, R13
+	VPADDQ      Y10, Y6, Y6
+	MOVQ        R14, DX
+	VPSRLQ      $0x1a, Y8, Y11
+	MULXQ       2568(DI), AX, R14
+	VPAND       polyConsts<>+0(SB), Y8, Y8
+	ADDQ        AX, R13
+	VPADDQ      Y11, Y9, Y9
+	ADCQ        $0x00000000, R14
+	VPSRLQ      $0x1a, Y6, Y10
+	VPAND       polyConsts<>+0(SB), Y6, Y6
+	MULXQ       2560(DI), AX, DX
+	VPADDQ      Y10, Y7, Y7
+	ADDQ        AX, CX
+	VPSRLQ      $0x1a, Y9, Y11
 	ADCQ        DX, R13
+	VPAND       polyConsts<>+0(SB), Y9, Y9
+	ADCQ        $0x00000000, R14
+	VPSLLQ      $0x02, Y11, Y13
+	MOVQ        2560(DI), AX
+	VPADDQ      Y13, Y11, Y11
+	IMULQ       R15, AX
+	VPADDQ      Y11, Y5, Y5
+	IMULQ       2568(DI), R15
+	VPSRLQ      $0x1a, Y7, Y10
+	ADDQ        AX, R13
+	VPAND       polyConsts<>+0(SB), Y7, Y7
+	ADCQ        R15, R14
+	VPADDQ      Y10, Y8, Y8
+	MOVQ        R13, R15
+	VPSRLQ      $0x1a, Y5, Y11
+	VPAND       polyConsts<>+0(SB), Y5, Y5
+	ANDQ        $0x00000003, R15
+	VPADDQ      Y11, Y6, Y6
+	ANDQ        $-4, R13
+	VPSRLQ      $0x1a, Y8, Y10
+	ADDQ        R13, BX
+	VPAND       polyConsts<>+0(SB), Y8, Y8
+	ADCQ        R14, CX
+	VPADDQ      Y10, Y9, Y9
+	ADCQ        $0x00000000, R15
+	VMOVDQA     Y5, Y0
+	SHRQ        $0x02, R14, R13
+	VMOVDQA     Y6, Y1
+	SHRQ        $0x02, R14
+	VMOVDQA     Y7, Y2
+	ADDQ        BX, R13
+	VMOVDQA     Y8, Y3
+	ADCQ        CX, R14
+	VMOVDQA     Y9, Y4
+	ADCQ        $0x00000000, R15
+	ADDQ        $0x00000080, SI
+	ADDQ        $0x00000080, R9
+	SUBQ        $0x00000008, chunks+40(FP)
+	CMPQ        chunks+40(FP), $0x00000008
+	JAE         lanesHybridR8oct
+
+lanesHybridR8quad:
+	CMPQ chunks+40(FP), $0x00000004
+	JB   lanesHybridR8pair
+
+	// Four chunks: h' = (h + m1)·r^4 + m2·r^3 + m3·r^2 + m4·r.
+	VMOVDQU     48(SI), X10
+	VINSERTI128 $0x01, 48(SI)(R8*2), Y10, Y10
+	ADDQ        (R9)(R8*1), R10
+	VMOVDQU     48(SI)(R8*1), X11
+	ADCQ        8(R9)(R8*1), R11
+	VINSERTI128 $0x01, 48(R9), Y11, Y11
+	ADCQ        $0x00000001, R12
+	VPUNPCKHQDQ Y11, Y10, Y15
+	MOVQ        R10, DX
+	VPUNPCKLQDQ Y11, Y10, Y10
+	MULXQ       2560(DI), BX, CX
+	VPAND       polyConsts<>+0(SB), Y10, Y12
+	MULXQ       2568(DI), AX, R10
+	VPMULUDQ    (DI), Y12, Y5
+	VPMULUDQ    32(DI), Y12, Y6
+	ADDQ        AX, CX
+	VPMULUDQ    64(DI), Y12, Y7
+	ADCQ        $0x00000000, R10
+	VPMULUDQ    96(DI), Y12, Y8
+	MOVQ        R11, DX
+	VPMULUDQ    128(DI), Y12, Y9
+	MULXQ       2568(DI), AX, R11
+	VPSRLQ      $0x1a, Y10, Y12
+	ADDQ        AX, R10
+	VPAND       polyConsts<>+0(SB), Y12, Y12
+	ADCQ        $0x00000000, R11
+	VPMULUDQ    1408(DI), Y12, Y13
+	VPMULUDQ    (DI), Y12, Y11
+	MULXQ       2560(DI), AX, DX
+	VPMULUDQ    32(DI), Y12, Y14
+	ADDQ        AX, CX
+	VPADDQ      Y13, Y5, Y5
+	ADCQ        DX, R10
+	VPMULUDQ    64(DI), Y12, Y13
+	ADCQ        $0x00000000, R11
+	VPADDQ      Y11, Y6, Y6
+	MOVQ        2560(DI), AX
+	VPMULUDQ    96(DI), Y12, Y11
+	IMULQ       R12, AX
+	VPADDQ      Y14, Y7, Y7
+	IMULQ       2568(DI), R12
+	VPADDQ      Y13, Y8, Y8
+	VPADDQ      Y11, Y9, Y9
+	ADDQ        AX, R10
+	VPSRLQ      $0x34, Y10, Y12
+	ADCQ        R12, R11
+	VPSLLQ      $0x0c, Y15, Y11
+	MOVQ        R10, R12
+	VPOR        Y11, Y12, Y12
+	ANDQ        $0x00000003, R12
+	VPAND       polyConsts<>+0(SB), Y12, Y12
+	ANDQ        $-4, R10
+	VPMULUDQ    1376(DI), Y12, Y13
+	ADDQ        R10, BX
+	VPMULUDQ    1408(DI), Y12, Y11
+	VPMULUDQ    (DI), Y12, Y14
+	ADCQ        R11, CX
+	VPADDQ      Y13, Y5, Y5
+	ADCQ        $0x00000000, R12
+	VPMULUDQ    32(DI), Y12, Y13
+	SHRQ        $0x02, R11, R10
+	VPADDQ      Y11, Y6, Y6
+	SHRQ        $0x02, R11
+	VPMULUDQ    64(DI), Y12, Y11
+	ADDQ        BX, R10
+	VPADDQ      Y14, Y7, Y7
+	ADCQ        CX, R11
+	VPADDQ      Y13, Y8, Y8
+	ADCQ        $0x00000000, R12
+	VPADDQ      Y11, Y9, Y9
+	VPSRLQ      $0x0e, Y15, Y12
+	ADDQ        (R9)(R8*2), R13
+	VPAND       polyConsts<>+0(SB), Y12, Y12
+	ADCQ        8(R9)(R8*2), R14
+	VPMULUDQ    1344(DI), Y12, Y13
+	ADCQ        $0x00000001, R15
+	VPMULUDQ    1376(DI), Y12, Y11
+	MOVQ        R13, DX
+	VPMULUDQ    1408(DI), Y12, Y14
+	MULXQ       2560(DI), BX, CX
+	VPADDQ      Y13, Y5, Y5
+	MULXQ       2568(DI), AX, R13
+	VPMULUDQ    (DI), Y12, Y13
+	VPADDQ      Y11, Y6, Y6
+	ADDQ        AX, CX
+	VPMULUDQ    32(DI), Y12, Y11
+	ADCQ        $0x00000000, R13
+	VPADDQ      Y14, Y7, Y7
+	MOVQ        R14, DX
+	VPADDQ      Y13, Y8, Y8
+	MULXQ       2568(DI), AX, R14
+	VPADDQ      Y11, Y9, Y9
+	ADDQ        AX, R13
+	VPSRLQ      $0x28, Y15, Y12
+	ADCQ        $0x00000000, R14
+	VPOR        polyConsts<>+32(SB), Y12, Y12
+	VPMULUDQ    1312(DI), Y12, Y13
+	MULXQ       2560(DI), AX, DX
+	VPMULUDQ    1344(DI), Y12, Y11
+	ADDQ        AX, CX
+	VPMULUDQ    1376(DI), Y12, Y14
+	ADCQ        DX, R13
+	VPADDQ      Y13, Y5, Y5
+	ADCQ        $0x00000000, R14
+	VPMULUDQ    1408(DI), Y12, Y13
+	MOVQ        2560(DI), AX
+	VPADDQ      Y11, Y6, Y6
+	IMULQ       R15, AX
+	VPMULUDQ    (DI), Y12, Y11
+	IMULQ       2568(DI), R15
+	VPADDQ      Y14, Y7, Y7
+	VPADDQ      Y13, Y8, Y8
+	ADDQ        AX, R13
+	VPADDQ      Y11, Y9, Y9
+	ADCQ        R15, R14
+	VMOVDQU     32(SI), X10
+	MOVQ        R13, R15
+	VINSERTI128 $0x01, 32(SI)(R8*2), Y10, Y10
+	ANDQ        $0x00000003, R15
+	VMOVDQU     32(SI)(R8*1), X11
+	ANDQ        $-4, R13
+	VINSERTI128 $0x01, 32(R9), Y11, Y11
+	ADDQ        R13, BX
+	VPUNPCKHQDQ Y11, Y10, Y15
+	VPUNPCKLQDQ Y11, Y10, Y10
+	ADCQ        R14, CX
+	VPAND       polyConsts<>+0(SB), Y10, Y12
+	ADCQ        $0x00000000, R15
+	VPMULUDQ    160(DI), Y12, Y13
+	SHRQ        $0x02, R14, R13
+	VPMULUDQ    192(DI), Y12, Y11
+	SHRQ        $0x02, R14
+	VPMULUDQ    224(DI), Y12, Y14
+	ADDQ        BX, R13
+	VPADDQ      Y13, Y5, Y5
+	ADCQ        CX, R14
+	VPMULUDQ    256(DI), Y12, Y13
+	ADCQ        $0x00000000, R15
+	VPADDQ      Y11, Y6, Y6
+	VPMULUDQ    288(DI), Y12, Y11
+	ADDQ        16(R9)(R8*1), R10
+	VPADDQ      Y14, Y7, Y7
+	ADCQ        24(R9)(R8*1), R11
+	VPADDQ      Y13, Y8, Y8
+	ADCQ        $0x00000001, R12
+	VPADDQ      Y11, Y9, Y9
+	MOVQ        R10, DX
+	VPSRLQ      $0x1a, Y10, Y12
+	MULXQ       2560(DI), BX, CX
+	VPAND       polyConsts<>+0(SB), Y12, Y12
+	MULXQ       2568(DI), AX, R10
+	VPMULUDQ    1568(DI), Y12, Y13
+	VPMULUDQ    160(DI), Y12, Y11
+	ADDQ        AX, CX
+	VPMULUDQ    192(DI), Y12, Y14
+	ADCQ        $0x00000000, R10
+	VPADDQ      Y13, Y5, Y5
+	MOVQ        R11, DX
+	VPMULUDQ    224(DI), Y12, Y13
+	MULXQ       2568(DI), AX, R11
+	VPADDQ      Y11, Y6, Y6
+	ADDQ        AX, R10
+	VPMULUDQ    256(DI), Y12, Y11
+	ADCQ        $0x00000000, R11
+	VPADDQ      Y14, Y7, Y7
+	VPADDQ      Y13, Y8, Y8
+	MULXQ       2560(DI), AX, DX
+	VPADDQ      Y11, Y9, Y9
+	ADDQ        AX, CX
+	VPSRLQ      $0x34, Y10, Y12
+	ADCQ        DX, R10
+	VPSLLQ      $0x0c, Y15, Y11
+	ADCQ        $0x00000000, R11
+	VPOR        Y11, Y12, Y12
+	MOVQ        2560(DI), AX
+	VPAND       polyConsts<>+0(SB), Y12, Y12
+	IMULQ       R12, AX
+	VPMULUDQ    1536(DI), Y12, Y13
+	IMULQ       2568(DI), R12
+	VPMULUDQ    1568(DI), Y12, Y11
+	VPMULUDQ    160(DI), Y12, Y14
+	ADDQ        AX, R10
+	VPADDQ      Y13, Y5, Y5
+	ADCQ        R12, R11
+	VPMULUDQ    192(DI), Y12, Y13
+	MOVQ        R10, R12
+	VPADDQ      Y11, Y6, Y6
+	ANDQ        $0x00000003, R12
+	VPMULUDQ    224(DI), Y12, Y11
+	ANDQ        $-4, R10
+	VPADDQ      Y14, Y7, Y7
+	ADDQ        R10, BX
+	VPADDQ      Y13, Y8, Y8
+	VPADDQ      Y11, Y9, Y9
+	ADCQ        R11, CX
+	VPSRLQ      $0x0e, Y15, Y12
+	ADCQ        $0x00000000, R12
+	VPAND       polyConsts<>+0(SB), Y12, Y12
+	SHRQ        $0x02, R11, R10
+	VPMULUDQ    1504(DI), Y12, Y13
+	SHRQ        $0x02, R11
+	VPMULUDQ    1536(DI), Y12, Y11
+	ADDQ        BX, R10
+	VPMULUDQ    1568(DI), Y12, Y14
+	ADCQ        CX, R11
+	VPADDQ      Y13, Y5, Y5
+	ADCQ        $0x00000000, R12
+	VPMULUDQ    160(DI), Y12, Y13
+	VPADDQ      Y11, Y6, Y6
+	ADDQ        16(R9)(R8*2), R13
+	VPMULUDQ    192(DI), Y12, Y11
+	ADCQ        24(R9)(R8*2), R14
+	VPADDQ      Y14, Y7, Y7
+	ADCQ        $0x00000001, R15
+	VPADDQ      Y13, Y8, Y8
+	MOVQ        R13, DX
+	VPADDQ      Y11, Y9, Y9
+	MULXQ       2560(DI), BX, CX
+	VPSRLQ      $0x28, Y15, Y12
+	MULXQ       2568(DI), AX, R13
+	VPOR        polyConsts<>+32(SB), Y12, Y12
+	VPMULUDQ    1472(DI), Y12, Y13
+	ADDQ        AX, CX
+	VPMULUDQ    1504(DI), Y12, Y11
+	ADCQ        $0x00000000, R13
+	VPMULUDQ    1536(DI), Y12, Y14
+	MOVQ        R14, DX
+	VPADDQ      Y13, Y5, Y5
+	MULXQ       2568(DI), AX, R14
+	VPMULUDQ    1568(DI), Y12, Y13
+	ADDQ        AX, R13
+	VPADDQ      Y11, Y6, Y6
+	ADCQ        $0x00000000, R14
+	VPMULUDQ    160(DI), Y12, Y11
+	VPADDQ      Y14, Y7, Y7
+	MULXQ       2560(DI), AX, DX
+	VPADDQ      Y13, Y8, Y8
+	ADDQ        AX, CX
+	VPADDQ      Y11, Y9, Y9
+	ADCQ        DX, R13
+	VMOVDQU     16(SI), X10
+	ADCQ        $0x00000000, R14
+	VINSERTI128 $0x01, 16(SI)(R8*2), Y10, Y10
+	MOVQ        2560(DI), AX
+	VMOVDQU     16(SI)(R8*1), X11
+	IMULQ       R15, AX
+	VINSERTI128 $0x01, 16(R9), Y11, Y11
+	IMULQ       2568(DI), R15
+	VPUNPCKHQDQ Y11, Y10, Y15
+	VPUNPCKLQDQ Y11, Y10, Y10
+	ADDQ        AX, R13
+	VPAND       polyConsts<>+0(SB), Y10, Y12
+	ADCQ        R15, R14
+	VPMULUDQ    320(DI), Y12, Y13
+	MOVQ        R13, R15
+	VPMULUDQ    352(DI), Y12, Y11
+	ANDQ        $0x00000003, R15
+	VPMULUDQ    384(DI), Y12, Y14
+	ANDQ        $-4, R13
+	VPADDQ      Y13, Y5, Y5
+	ADDQ        R13, BX
+	VPMULUDQ    416(DI), Y12, Y13
+	VPADDQ      Y11, Y6, Y6
+	ADCQ        R14, CX
+	VPMULUDQ    448(DI), Y12, Y11
+	ADCQ        $0x00000000, R15
+	VPADDQ      Y14, Y7, Y7
+	SHRQ        $0x02, R14, R13
+	VPADDQ      Y13, Y8, Y8
+	SHRQ        $0x02, R14
+	VPADDQ      Y11, Y9, Y9
+	ADDQ        BX, R13
+	VPSRLQ      $0x1a, Y10, Y12
+	ADCQ        CX, R14
+	VPAND       polyConsts<>+0(SB), Y12, Y12
+	ADCQ        $0x00000000, R15
+	VPMULUDQ    1728(DI), Y12, Y13
+	VPMULUDQ    320(DI), Y12, Y11
+	ADDQ        32(R9)(R8*1), R10
+	VPMULUDQ    352(DI), Y12, Y14
+	ADCQ        40(R9)(R8*1), R11
+	VPADDQ      Y13, Y5, Y5
+	ADCQ        $0x00000001, R12
+	VPMULUDQ    384(DI), Y12, Y13
+	MOVQ        R10, DX
+	VPADDQ      Y11, Y6, Y6
+	MULXQ       2560(DI), BX, CX
+	VPMULUDQ    416(DI), Y12, Y11
+	MULXQ       2568(DI), AX, R10
+	VPADDQ      Y14, Y7, Y7
+	VPADDQ      Y13, Y8, Y8
+	ADDQ        AX, CX
+	VPADDQ      Y11, Y9, Y9
+	ADCQ        $0x00000000, R10
+	VPSRLQ      $0x34, Y10, Y12
+	MOVQ        R11, DX
+	VPSLLQ      $0x0c, Y15, Y11
+	MULXQ       2568(DI), AX, R11
+	VPOR        Y11, Y12, Y12
+	ADDQ        AX, R10
+	VPAND       polyConsts<>+0(SB), Y12, Y12
+	ADCQ        $0x00000000, R11
+	VPMULUDQ    1696(DI), Y12, Y13
+	VPMULUDQ    1728(DI), Y12, Y11
+	MULXQ       2560(DI), AX, DX
+	VPMULUDQ    320(DI), Y12, Y14
+	ADDQ        AX, CX
+	VPADDQ      Y13, Y5, Y5
+	ADCQ        DX, R10
+	VPMULUDQ    352(DI), Y12, Y13
+	ADCQ        $0x00000000, R11
+	VPADDQ      Y11, Y6, Y6
+	MOVQ        2560(DI), AX
+	VPMULUDQ    384(DI), Y12, Y11
+	IMULQ       R12, AX
+	VPADDQ      Y14, Y7, Y7
+	IMULQ       2568(DI), R12
+	VPADDQ      Y13, Y8, Y8
+	VPADDQ      Y11, Y9, Y9
+	ADDQ        AX, R10
+	VPSRLQ      $0x0e, Y15, Y12
+	ADCQ        R12, R11
+	VPAND       polyConsts<>+0(SB), Y12, Y12
+	MOVQ        R10, R12
+	VPMULUDQ    1664(DI), Y12, Y13
+	ANDQ        $0x00000003, R12
+	VPMULUDQ    1696(DI), Y12, Y11
+	ANDQ        $-4, R10
+	VPMULUDQ    1728(DI), Y12, Y14
+	ADDQ        R10, BX
+	VPADDQ      Y13, Y5, Y5
+	VPMULUDQ    320(DI), Y12, Y13
+	ADCQ        R11, CX
+	VPADDQ      Y11, Y6, Y6
+	ADCQ        $0x00000000, R12
+	VPMULUDQ    352(DI), Y12, Y11
+	SHRQ        $0x02, R11, R10
+	VPADDQ      Y14, Y7, Y7
+	SHRQ        $0x02, R11
+	VPADDQ      Y13, Y8, Y8
+	ADDQ        BX, R10
+	VPADDQ      Y11, Y9, Y9
+	ADCQ        CX, R11
+	VPSRLQ      $0x28, Y15, Y12
+	ADCQ        $0x00000000, R12
+	VPOR        polyConsts<>+32(SB), Y12, Y12
+	VPMULUDQ    1632(DI), Y12, Y13
+	ADDQ        32(R9)(R8*2), R13
+	VPMULUDQ    1664(DI), Y12, Y11
+	ADCQ        40(R9)(R8*2), R14
+	VPMULUDQ    1696(DI), Y12, Y14
+	ADCQ        $0x00000001, R15
+	VPADDQ      Y13, Y5, Y5
+	MOVQ        R13, DX
+	VPMULUDQ    1728(DI), Y12, Y13
+	MULXQ       2560(DI), BX, CX
+	VPADDQ      Y11, Y6, Y6
+	MULXQ       2568(DI), AX, R13
+	VPMULUDQ    320(DI), Y12, Y11
+	VPADDQ      Y14, Y7, Y7
+	ADDQ        AX, CX
+	VPADDQ      Y13, Y8, Y8
+	ADCQ        $0x00000000, R13
+	VPADDQ      Y11, Y9, Y9
+	MOVQ        R14, DX
+	VMOVDQU     (SI), X10
+	MULXQ       2568(DI), AX, R14
+	VINSERTI128 $0x01, (SI)(R8*2), Y10, Y10
+	ADDQ        AX, R13
+	VMOVDQU     (SI)(R8*1), X11
+	ADCQ        $0x00000000, R14
+	VINSERTI128 $0x01, (R9), Y11, Y11
+	VPUNPCKHQDQ Y11, Y10, Y15
+	MULXQ       2560(DI), AX, DX
+	VPUNPCKLQDQ Y11, Y10, Y10
+	ADDQ        AX, CX
+	VPAND       polyConsts<>+0(SB), Y10, Y12
+	ADCQ        DX, R13
+	VPADDQ      Y12, Y0, Y0
+	ADCQ        $0x00000000, R14
+	VPSRLQ      $0x1a, Y10, Y12
+	MOVQ        2560(DI), AX
+	VPAND       polyConsts<>+0(SB), Y12, Y12
+	IMULQ       R15, AX
+	VPADDQ      Y12, Y1, Y1
+	IMULQ       2568(DI), R15
+	VPSRLQ      $0x34, Y10, Y12
+	VPSLLQ      $0x0c, Y15, Y11
+	ADDQ        AX, R13
+	VPOR        Y11, Y12, Y12
+	ADCQ        R15, R14
+	VPAND       polyConsts<>+0(SB), Y12, Y12
+	MOVQ        R13, R15
+	VPADDQ      Y12, Y2, Y2
+	ANDQ        $0x00000003, R15
+	VPSRLQ      $0x0e, Y15, Y12
+	ANDQ        $-4, R13
+	VPAND       polyConsts<>+0(SB), Y12, Y12
+	ADDQ        R13, BX
+	VPADDQ      Y12, Y3, Y3
+	VPSRLQ      $0x28, Y15, Y12
+	ADCQ        R14, CX
+	VPOR        polyConsts<>+32(SB), Y12, Y12
+	ADCQ        $0x00000000, R15
+	VPADDQ      Y12, Y4, Y4
+	SHRQ        $0x02, R14, R13
+	VPMULUDQ    480(DI), Y0, Y13
+	SHRQ        $0x02, R14
+	VPMULUDQ    512(DI), Y0, Y11
+	ADDQ        BX, R13
+	VPMULUDQ    544(DI), Y0, Y14
+	ADCQ        CX, R14
+	VPADDQ      Y13, Y5, Y5
+	ADCQ        $0x00000000, R15
+	VPMULUDQ    576(DI), Y0, Y13
+	VPADDQ      Y11, Y6, Y6
+	ADDQ        48(R9)(R8*1), R10
+	VPMULUDQ    608(DI), Y0, Y11
+	ADCQ        56(R9)(R8*1), R11
+	VPADDQ      Y14, Y7, Y7
+	ADCQ        $0x00000001, R12
+	VPADDQ      Y13, Y8, Y8
+	MOVQ        R10, DX
+	VPADDQ      Y11, Y9, Y9
+	MULXQ       2560(DI), BX, CX
+	VPMULUDQ    1888(DI), Y1, Y13
+	MULXQ       2568(DI), AX, R10
+	VPMULUDQ    480(DI), Y1, Y11
+	VPMULUDQ    512(DI), Y1, Y14
+	ADDQ        AX, CX
+	VPADDQ      Y13, Y5, Y5
+	ADCQ        $0x00000000, R10
+	VPMULUDQ    544(DI), Y1, Y13
+	MOVQ        R11, DX
+	VPADDQ      Y11, Y6, Y6
+	MULXQ       2568(DI), AX, R11
+	VPMULUDQ    576(DI), Y1, Y11
+	ADDQ        AX, R10
+	VPADDQ      Y14, Y7, Y7
+	ADCQ        $0x00000000, R11
+	VPADDQ      Y13, Y8, Y8
+	VPADDQ      Y11, Y9, Y9
+	MULXQ       2560(DI), AX, DX
+	VPMULUDQ    1856(DI), Y2, Y13
+	ADDQ        AX, CX
+	VPMULUDQ    1888(DI), Y2, Y11
+	ADCQ        DX, R10
+	VPMULUDQ    480(DI), Y2, Y14
+	ADCQ        $0x00000000, R11
+	VPADDQ      Y13, Y5, Y5
+	MOVQ        2560(DI), AX
+	VPMULUDQ    512(DI), Y2, Y13
+	IMULQ       R12, AX
+	VPADDQ      Y11, Y6, Y6
+	IMULQ       2568(DI), R12
+	VPMULUDQ    544(DI), Y2, Y11
+	VPADDQ      Y14, Y7, Y7
+	ADDQ        AX, R10
+	VPADDQ      Y13, Y8, Y8
+	ADCQ        R12, R11
+	VPADDQ      Y11, Y9, Y9
+	MOVQ        R10, R12
+	VPMULUDQ    1824(DI), Y3, Y13
+	ANDQ        $0x00000003, R12
+	VPMULUDQ    1856(DI), Y3, Y11
+	ANDQ        $-4, R10
+	VPMULUDQ    1888(DI), Y3, Y14
+	ADDQ        R10, BX
+	VPADDQ      Y13, Y5, Y5
+	VPMULUDQ    480(DI), Y3, Y13
+	ADCQ        R11, CX
+	VPADDQ      Y11, Y6, Y6
+	ADCQ        $0x00000000, R12
+	VPMULUDQ    512(DI), Y3, Y11
+	SHRQ        $0x02, R11, R10
+	VPADDQ      Y14, Y7, Y7
+	SHRQ        $0x02, R11
+	VPADDQ      Y13, Y8, Y8
+	ADDQ        BX, R10
+	VPADDQ      Y11, Y9, Y9
+	ADCQ        CX, R11
+	VPMULUDQ    1792(DI), Y4, Y13
+	ADCQ        $0x00000000, R12
+	VPMULUDQ    1824(DI), Y4, Y11
+	VPMULUDQ    1856(DI), Y4, Y14
+	ADDQ        48(R9)(R8*2), R13
+	VPADDQ      Y13, Y5, Y5
+	ADCQ        56(R9)(R8*2), R14
+	VPMULUDQ    1888(DI), Y4, Y13
+	ADCQ        $0x00000001, R15
+	VPADDQ      Y11, Y6, Y6
+	MOVQ        R13, DX
+	VPMULUDQ    480(DI), Y4, Y11
+	MULXQ       2560(DI), BX, CX
+	VPADDQ      Y14, Y7, Y7
+	MULXQ       2568(DI), AX, R13
+	VPADDQ      Y13, Y8, Y8
+	VPADDQ      Y11, Y9, Y9
+	ADDQ        AX, CX
+	VPSRLQ      $0x1a, Y5, Y10
+	ADCQ        $0x00000000, R13
+	VPAND       polyConsts<>+0(SB), Y5, Y5
+	MOVQ        R14, DX
+	VPADDQ      Y10, Y6, Y6
+	MULXQ       2568(DI), AX, R14
+	VPSRLQ      $0x1a, Y8, Y11
+	ADDQ        AX, R13
+	VPAND       polyConsts<>+0(SB), Y8, Y8
+	ADCQ        $0x00000000, R14
+	VPADDQ      Y11, Y9, Y9
+	VPSRLQ      $0x1a, Y6, Y10
+	MULXQ       2560(DI), AX, DX
+	VPAND       polyConsts<>+0(SB), Y6, Y6
+	ADDQ        AX, CX
+	VPADDQ      Y10, Y7, Y7
+	ADCQ        DX, R13
+	VPSRLQ      $0x1a, Y9, Y11
+	ADCQ        $0x00000000, R14
+	VPAND       polyConsts<>+0(SB), Y9, Y9
+	MOVQ        2560(DI), AX
+	VPSLLQ      $0x02, Y11, Y13
+	IMULQ       R15, AX
+	VPADDQ      Y13, Y11, Y11
+	IMULQ       2568(DI), R15
+	VPADDQ      Y11, Y5, Y5
+	VPSRLQ      $0x1a, Y7, Y10
+	ADDQ        AX, R13
+	VPAND       polyConsts<>+0(SB), Y7, Y7
+	ADCQ        R15, R14
+	VPADDQ      Y10, Y8, Y8
+	MOVQ        R13, R15
+	VPSRLQ      $0x1a, Y5, Y11
+	ANDQ        $0x00000003, R15
+	VPAND       polyConsts<>+0(SB), Y5, Y5
+	ANDQ        $-4, R13
+	VPADDQ      Y11, Y6, Y6
+	ADDQ        R13, BX
+	VPSRLQ      $0x1a, Y8, Y10
+	VPAND       polyConsts<>+0(SB), Y8, Y8
+	ADCQ        R14, CX
+	VPADDQ      Y10, Y9, Y9
+	ADCQ        $0x00000000, R15
+	VMOVDQA     Y5, Y0
+	SHRQ        $0x02, R14, R13
+	VMOVDQA     Y6, Y1
+	SHRQ        $0x02, R14
+	VMOVDQA     Y7, Y2
+	ADDQ        BX, R13
+	VMOVDQA     Y8, Y3
+	ADCQ        CX, R14
+	VMOVDQA     Y9, Y4
+	ADCQ        $0x00000000, R15
+	ADDQ        $0x00000040, SI
+	ADDQ        $0x00000040, R9
+	SUBQ        $0x00000004, chunks+40(FP)
+
+lanesHybridR8pair:
+	CMPQ chunks+40(FP), $0x00000002
+	JB   lanesHybridR8single
+
+	// Two chunks: d = m2·r, then h += m1; d += h·r^2.
+	VMOVDQU     16(SI), X10
+	VINSERTI128 $0x01, 16(SI)(R8*2), Y10, Y10
+	ADDQ        (R9)(R8*1), R10
+	VMOVDQU     16(SI)(R8*1), X11
+	ADCQ        8(R9)(R8*1), R11
+	VINSERTI128 $0x01, 16(R9), Y11, Y11
+	ADCQ        $0x00000001, R12
+	VPUNPCKHQDQ Y11, Y10, Y15
+	VPUNPCKLQDQ Y11, Y10, Y10
+	MOVQ        R10, DX
+	VPAND       polyConsts<>+0(SB), Y10, Y12
+	MULXQ       2560(DI), BX, CX
+	VPMULUDQ    (DI), Y12, Y5
+	MULXQ       2568(DI), AX, R10
+	VPMULUDQ    32(DI), Y12, Y6
+	ADDQ        AX, CX
+	VPMULUDQ    64(DI), Y12, Y7
+	VPMULUDQ    96(DI), Y12, Y8
+	ADCQ        $0x00000000, R10
+	VPMULUDQ    128(DI), Y12, Y9
+	MOVQ        R11, DX
+	VPSRLQ      $0x1a, Y10, Y12
+	MULXQ       2568(DI), AX, R11
+	VPAND       polyConsts<>+0(SB), Y12, Y12
+	ADDQ        AX, R10
+	VPMULUDQ    1408(DI), Y12, Y13
+	VPMULUDQ    (DI), Y12, Y11
+	ADCQ        $0x00000000, R11
+	VPMULUDQ    32(DI), Y12, Y14
+	MULXQ       2560(DI), AX, DX
+	VPADDQ      Y13, Y5, Y5
+	ADDQ        AX, CX
+	VPMULUDQ    64(DI), Y12, Y13
+	ADCQ        DX, R10
+	VPADDQ      Y11, Y6, Y6
+	VPMULUDQ    96(DI), Y12, Y11
+	ADCQ        $0x00000000, R11
+	VPADDQ      Y14, Y7, Y7
+	MOVQ        2560(DI), AX
+	VPADDQ      Y13, Y8, Y8
+	IMULQ       R12, AX
+	VPADDQ      Y11, Y9, Y9
+	VPSRLQ      $0x34, Y10, Y12
+	IMULQ       2568(DI), R12
+	VPSLLQ      $0x0c, Y15, Y11
+	ADDQ        AX, R10
+	VPOR        Y11, Y12, Y12
+	ADCQ        R12, R11
+	VPAND       polyConsts<>+0(SB), Y12, Y12
+	MOVQ        R10, R12
+	VPMULUDQ    1376(DI), Y12, Y13
+	VPMULUDQ    1408(DI), Y12, Y11
+	ANDQ        $0x00000003, R12
+	VPMULUDQ    (DI), Y12, Y14
+	ANDQ        $-4, R10
+	VPADDQ      Y13, Y5, Y5
+	ADDQ        R10, BX
+	VPMULUDQ    32(DI), Y12, Y13
+	ADCQ        R11, CX
+	VPADDQ      Y11, Y6, Y6
+	VPMULUDQ    64(DI), Y12, Y11
+	ADCQ        $0x00000000, R12
+	VPADDQ      Y14, Y7, Y7
+	SHRQ        $0x02, R11, R10
+	VPADDQ      Y13, Y8, Y8
+	SHRQ        $0x02, R11
+	VPADDQ      Y11, Y9, Y9
+	ADDQ        BX, R10
+	VPSRLQ      $0x0e, Y15, Y12
+	VPAND       polyConsts<>+0(SB), Y12, Y12
+	ADCQ        CX, R11
+	VPMULUDQ    1344(DI), Y12, Y13
+	ADCQ        $0x00000000, R12
+	VPMULUDQ    1376(DI), Y12, Y11
+	ADDQ        (R9)(R8*2), R13
+	VPMULUDQ    1408(DI), Y12, Y14
+	VPADDQ      Y13, Y5, Y5
+	ADCQ        8(R9)(R8*2), R14
+	VPMULUDQ    (DI), Y12, Y13
+	ADCQ        $0x00000001, R15
+	VPADDQ      Y11, Y6, Y6
+	MOVQ        R13, DX
+	VPMULUDQ    32(DI), Y12, Y11
+	MULXQ       2560(DI), BX, CX
+	VPADDQ      Y14, Y7, Y7
+	VPADDQ      Y13, Y8, Y8
+	MULXQ       2568(DI), AX, R13
+	VPADDQ      Y11, Y9, Y9
+	ADDQ        AX, CX
+	VPSRLQ      $0x28, Y15, Y12
+	ADCQ        $0x00000000, R13
+	VPOR        polyConsts<>+32(SB), Y12, Y12
+	MOVQ        R14, DX
+	VPMULUDQ    1312(DI), Y12, Y13
+	VPMULUDQ    1344(DI), Y12, Y11
+	MULXQ       2568(DI), AX, R14
+	VPMULUDQ    1376(DI), Y12, Y14
+	ADDQ        AX, R13
+	VPADDQ      Y13, Y5, Y5
+	ADCQ        $0x00000000, R14
+	VPMULUDQ    1408(DI), Y12, Y13
+	MULXQ       2560(DI), AX, DX
+	VPADDQ      Y11, Y6, Y6
+	VPMULUDQ    (DI), Y12, Y11
+	ADDQ        AX, CX
+	VPADDQ      Y14, Y7, Y7
+	ADCQ        DX, R13
+	VPADDQ      Y13, Y8, Y8
+	ADCQ        $0x00000000, R14
+	VPADDQ      Y11, Y9, Y9
+	VMOVDQU     (SI), X10
+	MOVQ        2560(DI), AX
+	VINSERTI128 $0x01, (SI)(R8*2), Y10, Y10
+	IMULQ       R15, AX
+	VMOVDQU     (SI)(R8*1), X11
+	IMULQ       2568(DI), R15
+	VINSERTI128 $0x01, (R9), Y11, Y11
+	ADDQ        AX, R13
+	VPUNPCKHQDQ Y11, Y10, Y15
+	VPUNPCKLQDQ Y11, Y10, Y10
+	ADCQ        R15, R14
+	VPAND       polyConsts<>+0(SB), Y10, Y12
+	MOVQ        R13, R15
+	VPADDQ      Y12, Y0, Y0
+	ANDQ        $0x00000003, R15
+	VPSRLQ      $0x1a, Y10, Y12
+	ANDQ        $-4, R13
+	VPAND       polyConsts<>+0(SB), Y12, Y12
+	VPADDQ      Y12, Y1, Y1
+	ADDQ        R13, BX
+	VPSRLQ      $0x34, Y10, Y12
+	ADCQ        R14, CX
+	VPSLLQ      $0x0c, Y15, Y11
+	ADCQ        $0x00000000, R15
+	VPOR        Y11, Y12, Y12
+	SHRQ        $0x02, R14, R13
+	VPAND       polyConsts<>+0(SB), Y12, Y12
+	VPADDQ      Y12, Y2, Y2
+	SHRQ        $0x02, R14
+	VPSRLQ      $0x0e, Y15, Y12
+	ADDQ        BX, R13
+	VPAND       polyConsts<>+0(SB), Y12, Y12
+	ADCQ        CX, R14
+	VPADDQ      Y12, Y3, Y3
+	ADCQ        $0x00000000, R15
+	VPSRLQ      $0x28, Y15, Y12
+	VPOR        polyConsts<>+32(SB), Y12, Y12
+	ADDQ        16(R9)(R8*1), R10
+	VPADDQ      Y12, Y4, Y4
+	ADCQ        24(R9)(R8*1), R11
+	VPMULUDQ    160(DI), Y0, Y13
+	ADCQ        $0x00000001, R12
+	VPMULUDQ    192(DI), Y0, Y11
+	VPMULUDQ    224(DI), Y0, Y14
+	MOVQ        R10, DX
+	VPADDQ      Y13, Y5, Y5
+	MULXQ       2560(DI), BX, CX
+	VPMULUDQ    256(DI), Y0, Y13
+	MULXQ       2568(DI), AX, R10
+	VPADDQ      Y11, Y6, Y6
+	ADDQ        AX, CX
+	VPMULUDQ    288(DI), Y0, Y11
+	VPADDQ      Y14, Y7, Y7
+	ADCQ        $0x00000000, R10
+	VPADDQ      Y13, Y8, Y8
+	MOVQ        R11, DX
+	VPADDQ      Y11, Y9, Y9
+	MULXQ       2568(DI), AX, R11
+	VPMULUDQ    1568(DI), Y1, Y13
+	ADDQ        AX, R10
+	VPMULUDQ    160(DI), Y1, Y11
+	VPMULUDQ    192(DI), Y1, Y14
+	ADCQ        $0x00000000, R11
+	VPADDQ      Y13, Y5, Y5
+	MULXQ       2560(DI), AX, DX
+	VPMULUDQ    224(DI), Y1, Y13
+	ADDQ        AX, CX
+	VPADDQ      Y11, Y6, Y6
+	ADCQ        DX, R10
+	VPMULUDQ    256(DI), Y1, Y11
+	VPADDQ      Y14, Y7, Y7
+	ADCQ        $0x00000000, R11
+	VPADDQ      Y13, Y8, Y8
+	MOVQ        2560(DI), AX
+	VPADDQ      Y11, Y9, Y9
+	IMULQ       R12, AX
+	VPMULUDQ    1536(DI), Y2, Y13
+	VPMULUDQ    1568(DI), Y2, Y11
+	IMULQ       2568(DI), R12
+	VPMULUDQ    160(DI), Y2, Y14
+	ADDQ        AX, R10
+	VPADDQ      Y13, Y5, Y5
+	ADCQ        R12, R11
+	VPMULUDQ    192(DI), Y2, Y13
+	MOVQ        R10, R12
+	VPADDQ      Y11, Y6, Y6
+	VPMULUDQ    224(DI), Y2, Y11
+	ANDQ        $0x00000003, R12
+	VPADDQ      Y14, Y7, Y7
+	ANDQ        $-4, R10
+	VPADDQ      Y13, Y8, Y8
+	ADDQ        R10, BX
+	VPADDQ      Y11, Y9, Y9
+	ADCQ        R11, CX
+	VPMULUDQ    1504(DI), Y3, Y13
+	VPMULUDQ    1536(DI), Y3, Y11
+	ADCQ        $0x00000000, R12
+	VPMULUDQ    1568(DI), Y3, Y14
+	SHRQ        $0x02, R11, R10
+	VPADDQ      Y13, Y5, Y5
+	SHRQ        $0x02, R11
+	VPMULUDQ    160(DI), Y3, Y13
+	ADDQ        BX, R10
+	VPADDQ      Y11, Y6, Y6
+	VPMULUDQ    192(DI), Y3, Y11
+	ADCQ        CX, R11
+	VPADDQ      Y14, Y7, Y7
+	ADCQ        $0x00000000, R12
+	VPADDQ      Y13, Y8, Y8
+	ADDQ        16(R9)(R8*2), R13
+	VPADDQ      Y11, Y9, Y9
+	VPMULUDQ    1472(DI), Y4, Y13
+	ADCQ        24(R9)(R8*2), R14
+	VPMULUDQ    1504(DI), Y4, Y11
+	ADCQ        $0x00000001, R15
+	VPMULUDQ    1536(DI), Y4, Y14
+	MOVQ        R13, DX
+	VPADDQ      Y13, Y5, Y5
+	MULXQ       2560(DI), BX, CX
+	VPMULUDQ    1568(DI), Y4, Y13
+	VPADDQ      Y11, Y6, Y6
+	MULXQ       2568(DI), AX, R13
+	VPMULUDQ    160(DI), Y4, Y11
+	ADDQ        AX, CX
+	VPADDQ      Y14, Y7, Y7
+	ADCQ        $0x00000000, R13
+	VPADDQ      Y13, Y8, Y8
+	MOVQ        R14, DX
+	VPADDQ      Y11, Y9, Y9
+	VPSRLQ      $0x1a, Y5, Y10
+	MULXQ       2568(DI), AX, R14
+	VPAND       polyConsts<>+0(SB), Y5, Y5
+	ADDQ        AX, R13
 	VPADDQ      Y10, Y6, Y6
 	ADCQ        $0x00000000, R14
 	VPSRLQ      $0x1a, Y8, Y11
-	VPAND       Y14, Y8, Y8
-	MOVQ        1280(DI), AX
+	MULXQ       2560(DI), AX, DX
+	VPAND       polyConsts<>+0(SB), Y8, Y8
 	VPADDQ      Y11, Y9, Y9
-	IMULQ       R15, AX
+	ADDQ        AX, CX
 	VPSRLQ      $0x1a, Y6, Y10
-	VPAND       Y14, Y6, Y6
-	IMULQ       1288(DI), R15
+	ADCQ        DX, R13
+	VPAND       polyConsts<>+0(SB), Y6, Y6
+	ADCQ        $0x00000000, R14
 	VPADDQ      Y10, Y7, Y7
-	ADDQ        AX, R13
 	VPSRLQ      $0x1a, Y9, Y11
-	ADCQ        R15, R14
-	VPAND       Y14, Y9, Y9
+	MOVQ        2560(DI), AX
+	VPAND       polyConsts<>+0(SB), Y9, Y9
+	IMULQ       R15, AX
 	VPSLLQ      $0x02, Y11, Y13
-	MOVQ        R13, R15
+	IMULQ       2568(DI), R15
 	VPADDQ      Y13, Y11, Y11
-	ANDQ        $0x00000003, R15
+	ADDQ        AX, R13
 	VPADDQ      Y11, Y5, Y5
 	VPSRLQ      $0x1a, Y7, Y10
-	ANDQ        $-4, R13
-	VPAND       Y14, Y7, Y7
-	ADDQ        R13, BX
+	ADCQ        R15, R14
+	VPAND       polyConsts<>+0(SB), Y7, Y7
+	MOVQ        R13, R15
 	VPADDQ      Y10, Y8, Y8
-	ADCQ        R14, CX
+	ANDQ        $0x00000003, R15
 	VPSRLQ      $0x1a, Y5, Y11
-	VPAND       Y14, Y5, Y5
-	ADCQ        $0x00000000, R15
+	ANDQ        $-4, R13
+	VPAND       polyConsts<>+0(SB), Y5, Y5
 	VPADDQ      Y11, Y6, Y6
-	SHRQ        $0x02, R14, R13
-	VPSRLQ      $0x1a, Y8, Y10
-	VPAND       Y14, Y8, Y8
-	SHRQ        $0x02, R14
-	VPADDQ      Y10, Y9, Y9
 	ADDQ        R13, BX
-	VMOVDQA     Y5, Y0
+	VPSRLQ      $0x1a, Y8, Y10
 	ADCQ        R14, CX
+	VPAND       polyConsts<>+0(SB), Y8, Y8
+	ADCQ        $0x00000000, R15
+	VPADDQ      Y10, Y9, Y9
+	SHRQ        $0x02, R14, R13
+	VMOVDQA     Y5, Y0
+	VMOVDQA     Y6, Y1
+	SHRQ        $0x02, R14
+	VMOVDQA     Y7, Y2
+	ADDQ        BX, R13
+	VMOVDQA     Y8, Y3
+	ADCQ        CX, R14
+	VMOVDQA     Y9, Y4
+	ADCQ        $0x00000000, R15
+	ADDQ        $0x00000020, SI
+	ADDQ        $0x00000020, R9
+	SUBQ        $0x00000002, chunks+40(FP)
+
+lanesHybridR8single:
+	CMPQ chunks+40(FP), $0x00000000
+	JZ   lanesHybridR8done
+
+	// One chunk left: h = (h + m)·r, carried.
+	VMOVDQU     (SI), X10
+	VINSERTI128 $0x01, (SI)(R8*2), Y10, Y10
+	ADDQ        (R9)(R8*1), R10
+	VMOVDQU     (SI)(R8*1), X11
+	ADCQ        8(R9)(R8*1), R11
+	VINSERTI128 $0x01, (R9), Y11, Y11
+	VPUNPCKHQDQ Y11, Y10, Y15
+	ADCQ        $0x00000001, R12
+	VPUNPCKLQDQ Y11, Y10, Y10
+	MOVQ        R10, DX
+	VPAND       polyConsts<>+0(SB), Y10, Y12
+	VPADDQ      Y12, Y0, Y0
+	MULXQ       2560(DI), BX, CX
+	VPSRLQ      $0x1a, Y10, Y12
+	MULXQ       2568(DI), AX, R10
+	VPAND       polyConsts<>+0(SB), Y12, Y12
+	VPADDQ      Y12, Y1, Y1
+	ADDQ        AX, CX
+	VPSRLQ      $0x34, Y10, Y12
+	ADCQ        $0x00000000, R10
+	VPSLLQ      $0x0c, Y15, Y11
+	VPOR        Y11, Y12, Y12
+	MOVQ        R11, DX
+	VPAND       polyConsts<>+0(SB), Y12, Y12
+	MULXQ       2568(DI), AX, R11
+	VPADDQ      Y12, Y2, Y2
+	VPSRLQ      $0x0e, Y15, Y12
+	ADDQ        AX, R10
+	VPAND       polyConsts<>+0(SB), Y12, Y12
+	ADCQ        $0x00000000, R11
+	VPADDQ      Y12, Y3, Y3
+	VPSRLQ      $0x28, Y15, Y12
+	MULXQ       2560(DI), AX, DX
+	VPOR        polyConsts<>+32(SB), Y12, Y12
+	ADDQ        AX, CX
+	VPADDQ      Y12, Y4, Y4
+	VPMULUDQ    (DI), Y0, Y5
+	ADCQ        DX, R10
+	VPMULUDQ    32(DI), Y0, Y6
+	ADCQ        $0x00000000, R11
+	VPMULUDQ    64(DI), Y0, Y7
+	VPMULUDQ    96(DI), Y0, Y8
+	MOVQ        2560(DI), AX
+	VPMULUDQ    128(DI), Y0, Y9
+	IMULQ       R12, AX
+	VPMULUDQ    1408(DI), Y1, Y13
+	VPMULUDQ    (DI), Y1, Y11
+	IMULQ       2568(DI), R12
+	VPMULUDQ    32(DI), Y1, Y14
+	ADDQ        AX, R10
+	VPADDQ      Y13, Y5, Y5
+	VPMULUDQ    64(DI), Y1, Y13
+	ADCQ        R12, R11
+	VPADDQ      Y11, Y6, Y6
+	MOVQ        R10, R12
+	VPMULUDQ    96(DI), Y1, Y11
+	VPADDQ      Y14, Y7, Y7
+	ANDQ        $0x00000003, R12
+	VPADDQ      Y13, Y8, Y8
+	ANDQ        $-4, R10
+	VPADDQ      Y11, Y9, Y9
+	VPMULUDQ    1376(DI), Y2, Y13
+	ADDQ        R10, BX
+	VPMULUDQ    1408(DI), Y2, Y11
+	ADCQ        R11, CX
+	VPMULUDQ    (DI), Y2, Y14
+	VPADDQ      Y13, Y5, Y5
+	ADCQ        $0x00000000, R12
+	VPMULUDQ    32(DI), Y2, Y13
+	SHRQ        $0x02, R11, R10
+	VPADDQ      Y11, Y6, Y6
+	VPMULUDQ    64(DI), Y2, Y11
+	SHRQ        $0x02, R11
+	VPADDQ      Y14, Y7, Y7
+	ADDQ        BX, R10
+	VPADDQ      Y13, Y8, Y8
+	VPADDQ      Y11, Y9, Y9
+	ADCQ        CX, R11
+	VPMULUDQ    1344(DI), Y3, Y13
+	ADCQ        $0x00000000, R12
+	VPMULUDQ    1376(DI), Y3, Y11
+	ADDQ        (R9)(R8*2), R13
+	VPMULUDQ    1408(DI), Y3, Y14
+	VPADDQ      Y13, Y5, Y5
+	ADCQ        8(R9)(R8*2), R14
+	VPMULUDQ    (DI), Y3, Y13
+	ADCQ        $0x00000001, R15
+	VPADDQ      Y11, Y6, Y6
+	VPMULUDQ    32(DI), Y3, Y11
+	MOVQ        R13, DX
+	VPADDQ      Y14, Y7, Y7
+	MULXQ       2560(DI), BX, CX
+	VPADDQ      Y13, Y8, Y8
+	VPADDQ      Y11, Y9, Y9
+	MULXQ       2568(DI), AX, R13
+	VPMULUDQ    1312(DI), Y4, Y13
+	ADDQ        AX, CX
+	VPMULUDQ    1344(DI), Y4, Y11
+	VPMULUDQ    1376(DI), Y4, Y14
+	ADCQ        $0x00000000, R13
+	VPADDQ      Y13, Y5, Y5
+	MOVQ        R14, DX
+	VPMULUDQ    1408(DI), Y4, Y13
+	VPADDQ      Y11, Y6, Y6
+	MULXQ       2568(DI), AX, R14
+	VPMULUDQ    (DI), Y4, Y11
+	ADDQ        AX, R13
+	VPADDQ      Y14, Y7, Y7
+	VPADDQ      Y13, Y8, Y8
+	ADCQ        $0x00000000, R14
+	VPADDQ      Y11, Y9, Y9
+	MULXQ       2560(DI), AX, DX
+	VPSRLQ      $0x1a, Y5, Y10
+	VPAND       polyConsts<>+0(SB), Y5, Y5
+	ADDQ        AX, CX
+	VPADDQ      Y10, Y6, Y6
+	ADCQ        DX, R13
+	VPSRLQ      $0x1a, Y8, Y11
+	VPAND       polyConsts<>+0(SB), Y8, Y8
+	ADCQ        $0x00000000, R14
+	VPADDQ      Y11, Y9, Y9
+	MOVQ        2560(DI), AX
+	VPSRLQ      $0x1a, Y6, Y10
+	VPAND       polyConsts<>+0(SB), Y6, Y6
+	IMULQ       R15, AX
+	VPADDQ      Y10, Y7, Y7
+	IMULQ       2568(DI), R15
+	VPSRLQ      $0x1a, Y9, Y11
+	VPAND       polyConsts<>+0(SB), Y9, Y9
+	ADDQ        AX, R13
+	VPSLLQ      $0x02, Y11, Y13
+	ADCQ        R15, R14
+	VPADDQ      Y13, Y11, Y11
+	VPADDQ      Y11, Y5, Y5
+	MOVQ        R13, R15
+	VPSRLQ      $0x1a, Y7, Y10
+	ANDQ        $0x00000003, R15
+	VPAND       polyConsts<>+0(SB), Y7, Y7
+	VPADDQ      Y10, Y8, Y8
+	ANDQ        $-4, R13
+	VPSRLQ      $0x1a, Y5, Y11
+	ADDQ        R13, BX
+	VPAND       polyConsts<>+0(SB), Y5, Y5
+	VPADDQ      Y11, Y6, Y6
+	ADCQ        R14, CX
+	VPSRLQ      $0x1a, Y8, Y10
+	ADCQ        $0x00000000, R15
+	VPAND       polyConsts<>+0(SB), Y8, Y8
+	VPADDQ      Y10, Y9, Y9
+	SHRQ        $0x02, R14, R13
+	VMOVDQA     Y5, Y0
+	SHRQ        $0x02, R14
 	VMOVDQA     Y6, Y1
 	VMOVDQA     Y7, Y2
-	ADCQ        $0x00000000, R15
+	ADDQ        BX, R13
 	VMOVDQA     Y8, Y3
-	MOVQ        BX, R13
+	ADCQ        CX, R14
 	VMOVDQA     Y9, Y4
-	MOVQ        CX, R14
+	ADCQ        $0x00000000, R15
 
-lanesHybridAVX2done:
+lanesHybridR8done:
 	MOVQ    h+0(FP), DX
 	MOVQ    R10, 160(DX)
 	MOVQ    R11, 168(DX)

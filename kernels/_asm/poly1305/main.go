@@ -2,9 +2,10 @@
 // the Poly1305 accumulators of several blocks evaluated side by side under
 // one shared r. lanesAVX2 puts four blocks in the 64-bit lanes of YMM
 // registers (radix 2^26, below); lanesHybridAVX2 adds two more blocks in
-// general registers (see lanesAVX2 and scalarChunk); lanesIFMA puts eight in
-// ZMM registers with 52-bit multiplies (radix 2^44, see lanesIFMA's
-// comment).
+// general registers (see lanesAVX2 and scalarChunk); lanesAVX2R8 and
+// lanesHybridR8 are those two with eight chunks per carry chain (key
+// laneKey8, r..r^8); lanesIFMA puts eight in ZMM registers with 52-bit
+// multiplies (radix 2^44, see lanesIFMA's comment).
 //
 // Run it from kernels/_asm (go generate in kernels/poly1305 does):
 //
@@ -94,6 +95,21 @@ const (
 	lanes     = 4
 )
 
+// Layout of poly1305.laneKey8, the key of the eight-chunk kernels
+// (lanesAVX2R8, lanesHybridR8): laneKey's with r^1..r^8, R(j,k) for j =
+// 0..7 at keyR + 32(5j+k), S(j,k) at key8S + 32(5j+k), r0, r1 at
+// key8Scalar.
+const (
+	powers8    = 8
+	key8S      = 32 * limbs * powers8
+	key8Scalar = 2 * key8S
+	key8Size   = key8Scalar + 16
+)
+
+// keyS and keyScalar of a key of n powers.
+func keySOf(n int) int      { return 32 * limbs * n }
+func keyScalarOf(n int) int { return 2 * keySOf(n) }
+
 const (
 	mask44   = 1<<44 - 1
 	mask42   = 1<<42 - 1
@@ -147,8 +163,10 @@ func generate(cmd []string) (asm, src []byte, err error) {
 	c.AddDatum(8, operand.U64(mask42))
 	c.AddDatum(16, operand.U64(padBit44))
 	g := &gen{c: c, mask: consts, pad: consts.Offset(32)}
-	g.lanesAVX2(false)
-	g.lanesAVX2(true)
+	g.lanesAVX2("lanesAVX2", false, powers)
+	g.lanesAVX2("lanesHybridAVX2", true, powers)
+	g.lanesAVX2("lanesAVX2R8", false, powers8)
+	g.lanesAVX2("lanesHybridR8", true, powers8)
 	g.lanesIFMA(consts44)
 	if g.err != nil {
 		return nil, nil, g.err
@@ -161,15 +179,16 @@ func generate(cmd []string) (asm, src []byte, err error) {
 }
 
 // The signature: lanesAVX2(h *[20]uint64, p []byte, stride, chunks int,
-// key *[80]uint64), the arrays being poly1305.laneState and laneKey.
-func lanesSig(hWords int) *gotypes.Signature {
+// key *[162]uint64), the arrays being poly1305.laneState and laneKey
+// (laneKey8, [322]uint64, for the eight-chunk kernels).
+func lanesSig(hWords, keyWords int) *gotypes.Signature {
 	u64 := types.Typ[types.Uint64]
 	return scaffold.Signature([]*types.Var{
 		scaffold.Param("h", types.NewPointer(types.NewArray(u64, int64(hWords)))),
 		scaffold.Param("p", scaffold.Bytes),
 		scaffold.Param("stride", scaffold.Int),
 		scaffold.Param("chunks", scaffold.Int),
-		scaffold.Param("key", types.NewPointer(types.NewArray(u64, keySize/8))),
+		scaffold.Param("key", types.NewPointer(types.NewArray(u64, int64(keyWords)))),
 	}, nil)
 }
 
@@ -210,6 +229,7 @@ var (
 type gen struct {
 	c         *build.Context
 	mask, pad operand.Mem
+	powers    int   // of r in the key of the kernel being built: 4 or 8
 	err       error // the first error outside c's own
 }
 
@@ -239,16 +259,18 @@ func block(j, disp int) operand.Mem {
 	return operand.Mem{Base: rP3, Index: rS, Scale: 2, Disp: disp}
 }
 
-func keyRMem(j, k int) operand.Mem { return mem(rKey, keyR+32*(limbs*j+k)) }
-func keySMem(j, k int) operand.Mem { return mem(rKey, keyS+32*(limbs*j+k)) }
+func (g *gen) keyRMem(j, k int) operand.Mem { return mem(rKey, keyR+32*(limbs*j+k)) }
+func (g *gen) keySMem(j, k int) operand.Mem {
+	return mem(rKey, keySOf(g.powers)+32*(limbs*j+k))
+}
 
 // keyFor is the key vector limb i of h multiplies for d_k under r^(j+1):
 // r_{k-i} if i <= k, else 5·r_{k-i+5}.
-func keyFor(j, i, k int) operand.Mem {
+func (g *gen) keyFor(j, i, k int) operand.Mem {
 	if i <= k {
-		return keyRMem(j, k-i)
+		return g.keyRMem(j, k-i)
 	}
-	return keySMem(j, k-i+limbs)
+	return g.keySMem(j, k-i+limbs)
 }
 
 // split loads the chunk at disp of the four blocks and calls use with each
@@ -261,33 +283,57 @@ func (g *gen) split(disp int, use func(i int)) {
 	c.VINSERTI128(operand.U8(1), block(3, disp), yT, yT)
 	c.VPUNPCKHQDQ(yT, yLo, yHi) // hi words of blocks 0..3
 	c.VPUNPCKLQDQ(yT, yLo, yLo) // lo words
-	c.VPAND(yMask, yLo, yL)
+	c.VPAND(g.maskOp(), yLo, yL)
 	use(0)
 	c.VPSRLQ(operand.U8(26), yLo, yL)
-	c.VPAND(yMask, yL, yL)
+	c.VPAND(g.maskOp(), yL, yL)
 	use(1)
 	c.VPSRLQ(operand.U8(52), yLo, yL)
 	c.VPSLLQ(operand.U8(12), yHi, yT)
 	c.VPOR(yT, yL, yL)
-	c.VPAND(yMask, yL, yL)
+	c.VPAND(g.maskOp(), yL, yL)
 	use(2)
 	c.VPSRLQ(operand.U8(14), yHi, yL)
-	c.VPAND(yMask, yL, yL)
+	c.VPAND(g.maskOp(), yL, yL)
 	use(3)
 	c.VPSRLQ(operand.U8(40), yHi, yL)
 	c.VPOR(g.pad, yL, yL)
 	use(4)
 }
 
+// maskOp is the limb mask M: yMask, or in the eight-chunk kernels (whose
+// products take Y14 as a third temporary) the constant in memory.
+func (g *gen) maskOp() operand.Op {
+	if g.powers == powers8 {
+		return g.mask
+	}
+	return yMask
+}
+
 // mulAdd adds x·r^(j+1) to the d registers (x one limb, i its index);
 // first sets them instead of adding.
 func (g *gen) mulAdd(x reg.VecPhysical, i, j int, first bool) {
+	if g.powers == powers8 && !first {
+		// Three product temporaries, each add two multiplies after its
+		// own, so that the multiplies stay ahead of the adds in the
+		// scheduler (the port that multiplies also adds).
+		tmp := [3]reg.VecPhysical{yP, yT, yMask}
+		for k := 0; k < limbs+2; k++ {
+			if k < limbs {
+				g.c.VPMULUDQ(g.keyFor(j, i, k), x, tmp[k%3])
+			}
+			if k >= 2 {
+				g.c.VPADDQ(tmp[(k-2)%3], yD[k-2], yD[k-2])
+			}
+		}
+		return
+	}
 	for k := 0; k < limbs; k++ {
 		if first {
-			g.c.VPMULUDQ(keyFor(j, i, k), x, yD[k])
+			g.c.VPMULUDQ(g.keyFor(j, i, k), x, yD[k])
 			continue
 		}
-		g.c.VPMULUDQ(keyFor(j, i, k), x, yP)
+		g.c.VPMULUDQ(g.keyFor(j, i, k), x, yP)
 		g.c.VPADDQ(yP, yD[k], yD[k])
 	}
 }
@@ -296,7 +342,7 @@ func (g *gen) mulAdd(x reg.VecPhysical, i, j int, first bool) {
 func (g *gen) carry(from, to int, times5 bool, t reg.VecPhysical) {
 	c := g.c
 	c.VPSRLQ(operand.U8(26), yD[from], t)
-	c.VPAND(yMask, yD[from], yD[from])
+	c.VPAND(g.maskOp(), yD[from], yD[from])
 	if times5 {
 		c.VPSLLQ(operand.U8(2), t, yP)
 		c.VPADDQ(yP, t, t)
@@ -329,11 +375,24 @@ const scalarLanes = 2
 // vector one is the bottleneck. The scalar instructions of a step are
 // spread evenly among the vector ones (interleave), so that the
 // out-of-order window always holds work for both multipliers.
-func (g *gen) lanesAVX2(hybrid bool) {
+//
+// With pw = 8 (lanesAVX2R8, lanesHybridR8, key laneKey8) the main loop takes
+// eight chunks per step under r^8..r, one carry chain per eight chunks: 28
+// vector instructions fewer per eight chunks of four blocks, and the vector
+// instructions compete with the multiplies for the one port (FP0 on Zen 2)
+// that runs VPMULUDQ. Those kernels also keep the limb mask in memory and
+// use Y14 as a third product register, so that each VPADDQ comes two
+// multiplies after its own (mulAdd): under load, with the add right behind
+// its multiply the hybrid kernel ran 2-3% slower than the four-chunk one at
+// 512 B, with the stagger 3-4% faster (BenchmarkEightChunk in
+// kernels/poly1305; on a quiet machine level, and 1.4% faster at 4 KiB).
+func (g *gen) lanesAVX2(name string, hybrid bool, pw int) {
 	c := g.c
-	name, sig := "lanesAVX2", lanesSig(limbs*lanes)
+	g.powers = pw
+	keyWords := keyScalarOf(pw)/8 + 2
+	sig := lanesSig(limbs*lanes, keyWords)
 	if hybrid {
-		name, sig = "lanesHybridAVX2", lanesSig(hybridWords)
+		sig = lanesSig(hybridWords, keyWords)
 	}
 	c.Function(name)
 	c.Attributes(attr.NOSPLIT)
@@ -348,7 +407,9 @@ func (g *gen) lanesAVX2(hybrid bool) {
 	c.Comment("Block j starts at p + j*stride, blocks 3.. from p + 3*stride.")
 	c.LEAQ(operand.Mem{Base: rS, Index: rS, Scale: 2}, rP3)
 	c.ADDQ(rP, rP3)
-	c.VMOVDQU(g.mask, yMask)
+	if g.powers != powers8 {
+		c.VMOVDQU(g.mask, yMask)
+	}
 	for k := 0; k < limbs; k++ {
 		c.VMOVDQU(mem(rH, 32*k), yH[k])
 	}
@@ -386,41 +447,65 @@ func (g *gen) lanesAVX2(hybrid bool) {
 		})
 		g.interleave(v, s)
 	}
-	c.CMPQ(n, operand.U32(4))
-	c.JB(operand.LabelRef(name + "pair"))
-
-	c.Label(name + "quad")
-	c.Comment("Four chunks: h' = (h + m1)·r^4 + m2·r^3 + m3·r^2 + m4·r, one")
-	c.Comment("carry chain. First d = m4·r + m3·r^2 + m2·r^3, independent of h;")
-	c.Comment("then h += m1; d += h·r^4; h = d, carried.")
-	step(4, func() {
-		g.split(48, func(i int) { g.mulAdd(yL, i, 0, i == 0) })
-		g.split(32, func(i int) { g.mulAdd(yL, i, 1, false) })
-		g.split(16, func(i int) { g.mulAdd(yL, i, 2, false) })
-		g.split(0, func(i int) { g.c.VPADDQ(yL, yH[i], yH[i]) })
-		for i := 0; i < limbs; i++ {
-			g.mulAdd(yH[i], i, 3, false)
+	// vecStep is the vector code of a step of s chunks (1, 2, 4 or 8):
+	// d = m_s·r + m_(s-1)·r^2 + ... + m_2·r^(s-1), independent of h; then
+	// h += m_1; d += h·r^s; h = d, carried.
+	vecStep := func(s int) func() {
+		return func() {
+			for i := 1; i < s; i++ {
+				j := i - 1
+				g.split(16*(s-i), func(l int) { g.mulAdd(yL, l, j, j == 0 && l == 0) })
+			}
+			g.split(0, func(l int) { g.c.VPADDQ(yL, yH[l], yH[l]) })
+			for l := 0; l < limbs; l++ {
+				g.mulAdd(yH[l], l, s-1, s == 1 && l == 0)
+			}
+			g.carryChain()
 		}
-		g.carryChain()
-	})
-	c.ADDQ(operand.U32(64), rP)
-	c.ADDQ(operand.U32(64), rP3)
-	c.SUBQ(operand.U32(4), n)
-	c.CMPQ(n, operand.U32(4))
-	c.JAE(operand.LabelRef(name + "quad"))
+	}
+	if g.powers == powers8 {
+		c.CMPQ(n, operand.U32(8))
+		c.JB(operand.LabelRef(name + "quad"))
+
+		c.Label(name + "oct")
+		c.Comment("Eight chunks: h' = (h + m1)·r^8 + m2·r^7 + ... + m8·r, one")
+		c.Comment("carry chain (poly1305_lanes.go has the bounds: every d_k below 2^60).")
+		step(8, vecStep(8))
+		c.ADDQ(operand.U32(128), rP)
+		c.ADDQ(operand.U32(128), rP3)
+		c.SUBQ(operand.U32(8), n)
+		c.CMPQ(n, operand.U32(8))
+		c.JAE(operand.LabelRef(name + "oct"))
+
+		c.Label(name + "quad")
+		c.CMPQ(n, operand.U32(4))
+		c.JB(operand.LabelRef(name + "pair"))
+		c.Comment("Four chunks: h' = (h + m1)·r^4 + m2·r^3 + m3·r^2 + m4·r.")
+		step(4, vecStep(4))
+		c.ADDQ(operand.U32(64), rP)
+		c.ADDQ(operand.U32(64), rP3)
+		c.SUBQ(operand.U32(4), n)
+	} else {
+		c.CMPQ(n, operand.U32(4))
+		c.JB(operand.LabelRef(name + "pair"))
+
+		c.Label(name + "quad")
+		c.Comment("Four chunks: h' = (h + m1)·r^4 + m2·r^3 + m3·r^2 + m4·r, one")
+		c.Comment("carry chain. First d = m4·r + m3·r^2 + m2·r^3, independent of h;")
+		c.Comment("then h += m1; d += h·r^4; h = d, carried.")
+		step(4, vecStep(4))
+		c.ADDQ(operand.U32(64), rP)
+		c.ADDQ(operand.U32(64), rP3)
+		c.SUBQ(operand.U32(4), n)
+		c.CMPQ(n, operand.U32(4))
+		c.JAE(operand.LabelRef(name + "quad"))
+	}
 
 	c.Label(name + "pair")
 	c.CMPQ(n, operand.U32(2))
 	c.JB(operand.LabelRef(name + "single"))
 	c.Comment("Two chunks: d = m2·r, then h += m1; d += h·r^2.")
-	step(2, func() {
-		g.split(16, func(i int) { g.mulAdd(yL, i, 0, i == 0) })
-		g.split(0, func(i int) { g.c.VPADDQ(yL, yH[i], yH[i]) })
-		for i := 0; i < limbs; i++ {
-			g.mulAdd(yH[i], i, 1, false)
-		}
-		g.carryChain()
-	})
+	step(2, vecStep(2))
 	c.ADDQ(operand.U32(32), rP)
 	c.ADDQ(operand.U32(32), rP3)
 	c.SUBQ(operand.U32(2), n)
@@ -429,13 +514,7 @@ func (g *gen) lanesAVX2(hybrid bool) {
 	c.CMPQ(n, operand.U32(0))
 	c.JZ(operand.LabelRef(name + "done"))
 	c.Comment("One chunk left: h = (h + m)·r, carried.")
-	step(1, func() {
-		g.split(0, func(i int) { g.c.VPADDQ(yL, yH[i], yH[i]) })
-		for i := 0; i < limbs; i++ {
-			g.mulAdd(yH[i], i, 0, i == 0)
-		}
-		g.carryChain()
-	})
+	step(1, vecStep(1))
 
 	c.Label(name + "done")
 	if hybrid {
@@ -518,7 +597,7 @@ func (g *gen) scalarChunk(l, disp int) {
 	h0, h1, h2 := sH[l][0], sH[l][1], sH[l][2]
 	t0, t1 := sT[0], sT[1]
 	t2, t3 := h0, h1
-	r0, r1 := mem(rKey, keyScalar), mem(rKey, keyScalar+8)
+	r0, r1 := mem(rKey, keyScalarOf(g.powers)), mem(rKey, keyScalarOf(g.powers)+8)
 	blk := block(4+l, disp)
 	c.ADDQ(blk, h0) // h += chunk + 2^128
 	blk.Disp += 8
@@ -551,11 +630,10 @@ func (g *gen) scalarChunk(l, disp int) {
 	c.ADCQ(operand.U32(0), h2)
 	c.SHRQ(operand.U8(2), t3, t2)
 	c.SHRQ(operand.U8(2), t3)
-	c.ADDQ(t2, t0)
-	c.ADCQ(t3, t1)
+	// The last sum goes into t2, t3, which are h0, h1: no moves.
+	c.ADDQ(t0, t2)
+	c.ADCQ(t1, t3)
 	c.ADCQ(operand.U32(0), h2)
-	c.MOVQ(t0, h0)
-	c.MOVQ(t1, h1)
 }
 
 func writeStubs(warning string) ([]byte, error) {
@@ -569,11 +647,20 @@ const (
 	laneKeySize   = %d
 )
 
+// Byte offsets of the laneKey8 fields the eight-chunk kernels read, and its
+// size.
+const (
+	laneKey8S      = %d
+	laneKey8Scalar = %d
+	laneKey8Size   = %d
+)
+
 // lanesAVX2 absorbs chunks 16-byte chunks of each of four blocks into the
 // accumulators h (laneState: limb k of block l at h[4k+l], radix 2^26),
 // block l's chunks at p[l*stride:][:16*chunks], each chunk with the 2^128
 // pad bit: what laneModel computes, four lanes of YMM registers at once,
-// two chunks per step under r^2 and r from key (laneKey).
+// four chunks per step under r^4..r from key (laneKey), then at most one
+// step of two and one of one.
 //
 // Preconditions: chunks >= 0; len(p) >= 3*stride + 16*chunks; the limbs of
 // h below 2^27 (zero, or left by an earlier call); the CPU has AVX2. It
@@ -594,6 +681,23 @@ func lanesAVX2(h *[%d]uint64, p []byte, stride, chunks int, key *[%d]uint64)
 //go:noescape
 func lanesHybridAVX2(h *[%d]uint64, p []byte, stride, chunks int, key *[%d]uint64)
 
+// lanesAVX2R8 is lanesAVX2 with eight chunks per step under r^8..r from
+// key (laneKey8): one carry chain per eight chunks (then at most one step
+// of four, two and one), what modelLanesKey computes with eight powers.
+//
+// Preconditions: those of lanesAVX2.
+//
+//go:noescape
+func lanesAVX2R8(h *[%d]uint64, p []byte, stride, chunks int, key *[%d]uint64)
+
+// lanesHybridR8 is lanesHybridAVX2 with the vector lanes of lanesAVX2R8,
+// r for the scalar lanes from key[320:322].
+//
+// Preconditions: those of lanesHybridAVX2.
+//
+//go:noescape
+func lanesHybridR8(h *[%d]uint64, p []byte, stride, chunks int, key *[%d]uint64)
+
 // lanesIFMA is lanesAVX2 for eight blocks in radix 2^44, with 52-bit
 // multiplies: it absorbs chunks chunks of each of eight blocks, block l at
 // p[l*stride:], into h (laneState44: limb k of block l at h[8k+l]), two
@@ -606,7 +710,9 @@ func lanesHybridAVX2(h *[%d]uint64, p []byte, stride, chunks int, key *[%d]uint6
 //
 //go:noescape
 func lanesIFMA(h *[%d]uint64, p []byte, stride, chunks int, key *[%d]uint64)
-`, keyR, keyS, keyScalar, keySize, limbs*lanes, keySize/8, hybridWords, keySize/8, 3*lanes44, key44)
+`, keyR, keyS, keyScalar, keySize, key8S, key8Scalar, key8Size,
+		limbs*lanes, keySize/8, hybridWords, keySize/8,
+		limbs*lanes, key8Size/8, hybridWords, key8Size/8, 3*lanes44, key44)
 	return scaffold.Go(b.Bytes())
 }
 
