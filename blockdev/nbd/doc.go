@@ -73,7 +73,7 @@
 // payloads of the WRITEs in flight (MaxInFlightBytes, or one payload of up
 // to MaxPayload running alone) and the buffers of the Workers executing;
 // per export, the volume's tuple page cache, which the server sets to a
-// fixed budget ([DefaultTupleCacheBytes], 24 MiB, unless
+// fixed budget ([DefaultTupleCacheBytes], 32 MiB, unless
 // [Export.TupleCacheBytes] says otherwise) rather than to anything that
 // scales with the volume.
 //

@@ -14,7 +14,7 @@ import "testing"
 func TestTupleCacheFlatWithVolumeSize(t *testing.T) {
 	sizes := []int64{2 << 30, 8 << 30}
 	if testing.Short() {
-		sizes = []int64{5 << 28, 5 << 29} // 1.25 and 2.5 GiB
+		sizes = []int64{3 << 29, 3 << 30} // 1.5 and 3 GiB
 	}
 	var pages []int
 	for _, size := range sizes {

@@ -33,22 +33,23 @@ const (
 // stops growing once the volume's tuples exceed it.
 //
 // A decoded page costs 12 bytes per block (an 8-byte tuple and a 4-byte
-// sector checksum), so 24 MiB holds the tuples of 2 Mi blocks: 1 GiB of
-// 512-byte blocks, 8 GiB of 4 KiB blocks. Random reads over a volume up to
-// that size read no tuple page from the store once warm; over a larger
-// one, a read hits the cache in proportion (24 MiB over the volume's
-// tuples), and a miss reads its page from the store (a Pebble data block,
-// mostly from the kernel's page cache) and decodes it. A miss costs: fio
-// random 4 KiB reads at queue depth 16 over a 1 GiB 512+8 volume (24 MiB
-// of tuples) made 53k IOPS with a 64 MiB cache against 21k with 4 MiB and
-// 26k with 16 MiB, in one run each on this 2-vCPU machine (other builds
-// running), and the same with 24 MiB (41k against 41k). Sequential reads
-// pay when the tuples just exceed the cache: CLOCK keeps none of a cyclic
-// scan, so nbdcopy of that volume (24.25 MiB of tuples) was 0.82x as fast
-// with 24 MiB as with 64 MiB, which held them all. The in-flight
-// limits do not size it: a request's pages are decoded into its own
-// scratch space whether or not the cache keeps them.
-const DefaultTupleCacheBytes = 24 << 20
+// sector checksum), so 32 MiB holds the tuples of 2.67 Mi blocks: 1.33 GiB
+// of 512-byte blocks, 10.7 GiB of 4 KiB blocks. Random reads over a volume
+// up to that size read no tuple page from the store once warm; over a
+// larger one, a read hits the cache in proportion (32 MiB over the
+// volume's tuples), and a miss reads its page from the store (a Pebble
+// data block, mostly from the kernel's page cache) and decodes it. A miss
+// costs: fio random 4 KiB reads at queue depth 16 over a 1 GiB 512+8
+// volume (24.25 MiB of tuples) made 53k IOPS with a 64 MiB cache against
+// 21k with 4 MiB and 26k with 16 MiB, in one run each on this 2-vCPU
+// machine (other builds running). Sequential reads pay when the tuples
+// just exceed the cache: CLOCK keeps none of a cyclic scan, so nbdcopy of
+// that volume was 0.82x as fast with a 24 MiB cache as with 64 MiB, which
+// held them all; 32 MiB holds all of a 1 GiB 512+8 volume's tuples with a
+// third to spare. The in-flight limits do not size it: a request's pages
+// are decoded into its own scratch space whether or not the cache keeps
+// them.
+const DefaultTupleCacheBytes = 32 << 20
 
 var (
 	// ErrClosed is returned by Serve when it is called on a server that

@@ -47,8 +47,8 @@ type serveOptions struct {
 }
 
 // defaultServeTupleCache is the server's fixed budget of decoded tuples per
-// volume (nbd.DefaultTupleCacheBytes, 24 MiB: the tuples and sector sums
-// of 1 GiB of 512-byte blocks, 8 GiB of 4 KiB blocks). It used to be
+// volume (nbd.DefaultTupleCacheBytes, 32 MiB: the tuples and sector sums
+// of 1.33 GiB of 512-byte blocks, 10.7 GiB of 4 KiB blocks). It used to be
 // 64 MiB, which a 512+8 volume fills only from 2.7 GiB up, so that the
 // resident set grew with the volume (123 MiB at 1 GiB, 168 MiB at 4 GiB).
 const defaultServeTupleCache = nbd.DefaultTupleCacheBytes
