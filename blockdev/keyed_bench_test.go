@@ -26,19 +26,22 @@ func BenchmarkVolumeReadKeyed(b *testing.B) {
 	}
 }
 
-func benchReadKeyed(b *testing.B, format string) {
+// keyedBenchVolumes protects the page-cached benchmark image of format
+// with a key and opens it twice, read-only, with the key and without it;
+// the volumes, the device and the store close when b ends.
+func keyedBenchVolumes(b *testing.B, format string) (keyed, plain *Volume, size int64) {
 	p, size := volBenchImage(b)
 	f := dif.MustFormat(format)
 	dev, err := OpenFile(p, FileOptions{BlockSize: f.BlockSize()})
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer dev.Close()
+	b.Cleanup(func() { dev.Close() })
 	kv, err := store.Open("pebble:" + filepath.Join(b.TempDir(), "store"))
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer kv.Close()
+	b.Cleanup(func() { kv.Close() })
 	key := testKey(b, 3)
 	v, err := Create(context.Background(), dev, kv, CreateOptions{Format: f, Options: Options{Key: key}})
 	if err != nil {
@@ -52,14 +55,18 @@ func benchReadKeyed(b *testing.B, format string) {
 		if err != nil {
 			b.Fatal(err)
 		}
+		b.Cleanup(func() { v.Close() })
 		return v
 	}
-	keyed, plain := open(key), open(nil)
-	defer keyed.Close()
-	defer plain.Close()
+	keyed, plain = open(key), open(nil)
 	if !keyed.KeyedChecked() || plain.KeyedChecked() {
 		b.Fatal("keyed check not as set up")
 	}
+	return keyed, plain, size
+}
+
+func benchReadKeyed(b *testing.B, format string) {
+	keyed, plain, size := keyedBenchVolumes(b, format)
 	buf := AlignedBuffer(benchReq)
 	sum := 0
 	var plainTime time.Duration

@@ -3,16 +3,11 @@
 package blockdev
 
 import (
-	"context"
-	"path/filepath"
 	"slices"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/difctl/difctl/dif"
-	"github.com/difctl/difctl/store"
 )
 
 // processCPU is the CPU time of every thread of the process so far.
@@ -38,36 +33,7 @@ func processCPU(tb testing.TB) time.Duration {
 func BenchmarkVolumeReadKeyedCPU(b *testing.B) {
 	for _, format := range benchFormats {
 		b.Run(benchName(format), func(b *testing.B) {
-			p, size := volBenchImage(b)
-			f := dif.MustFormat(format)
-			dev, err := OpenFile(p, FileOptions{BlockSize: f.BlockSize()})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer dev.Close()
-			kv, err := store.Open("pebble:" + filepath.Join(b.TempDir(), "store"))
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer kv.Close()
-			key := testKey(b, 3)
-			v, err := Create(context.Background(), dev, kv, CreateOptions{Format: f, Options: Options{Key: key}})
-			if err != nil {
-				b.Fatal(err)
-			}
-			if err := v.Close(); err != nil {
-				b.Fatal(err)
-			}
-			open := func(k *Key) *Volume {
-				v, err := Open(context.Background(), dev, kv, Options{Key: k, ReadOnly: true})
-				if err != nil {
-					b.Fatal(err)
-				}
-				return v
-			}
-			keyed, plain := open(key), open(nil)
-			defer keyed.Close()
-			defer plain.Close()
+			keyed, plain, size := keyedBenchVolumes(b, format)
 			buf := AlignedBuffer(benchReq)
 			var ratios []float64
 			var off int64
