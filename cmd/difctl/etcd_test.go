@@ -106,4 +106,14 @@ func TestEtcdStoreURL(t *testing.T) {
 	if code != exitUsage || !strings.Contains(out, "etcd, mem, pebble") {
 		t.Fatalf("bogus scheme: exit %d, want %d, naming etcd, mem, pebble:\n%s", code, exitUsage, out)
 	}
+	// So are credentials in the URL (refused, and never printed) and a
+	// URL without a key prefix.
+	code, out = cli("", "verify", "--store", "etcd://alice:s3cret@"+strings.TrimPrefix(store, "etcd://"), img)
+	if code != exitUsage || !strings.Contains(out, "credentials in the URL are refused") || strings.Contains(out, "s3cret") {
+		t.Fatalf("credentials in the URL: exit %d, want %d, refused without the password:\n%s", code, exitUsage, out)
+	}
+	code, out = cli("", "verify", "--store", "etcd://127.0.0.1:1", img)
+	if code != exitUsage || !strings.Contains(out, "names no key prefix") {
+		t.Fatalf("no key prefix: exit %d, want %d:\n%s", code, exitUsage, out)
+	}
 }

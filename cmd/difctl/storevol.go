@@ -174,7 +174,14 @@ func storeOpenError(image, url string, err error) error {
 	}
 	cause := strings.TrimPrefix(shortMessage(err), fmt.Sprintf("open %s: ", url))
 	cause = strings.TrimPrefix(cause, fmt.Sprintf("open %q: ", url))
-	return &restatedError{msg: fmt.Sprintf("cannot open store %s: %s", url, cause), err: err}
+	re := &restatedError{msg: fmt.Sprintf("cannot open store %s: %s", url, cause), err: err}
+	if errors.Is(err, store.ErrInvalid) {
+		// The --store URL or the backend's settings are wrong (credentials
+		// in the URL, no key prefix, a bad DIFCTL_ETCD_* value): the
+		// user's argument, not the store, so a usage error.
+		return &usageError{err: re}
+	}
+	return re
 }
 
 // storeCause is err's message as difctl prints it (see shortMessage), for
