@@ -281,23 +281,28 @@ func (g *gen) foldStep(first bool) {
 // lagStep emits the CRC32Q streams and the Poly1305 step over the 64 bytes
 // per block at rQ + disp, leaving the lane accumulators in out.
 func (g *gen) lagStep(disp int, out func(k int) operand.Mem) {
-	c := g.c
-	for i := 0; i < stepLen/8; i++ {
-		for j := 0; j < group; j++ {
-			c.CRC32Q(addrAt(rQ, j, disp+8*i), rCRC[j])
+	crc := g.record(func() {
+		for i := 0; i < stepLen/8; i++ {
+			for j := 0; j < group; j++ {
+				g.c.CRC32Q(addrAt(rQ, j, disp+8*i), rCRC[j])
+			}
 		}
-	}
-	g.split(disp+48, func(i int) { g.mulAdd(yL, i, 0, i == 0) })
-	g.split(disp+32, func(i int) { g.mulAdd(yL, i, 1, false) })
-	g.split(disp+16, func(i int) { g.mulAdd(yL, i, 2, false) })
-	g.split(disp, func(i int) {
-		c.VPADDQ(g.hmem.Offset(32*i), yL, yL) // h + m1
-		g.mulAdd(yL, i, 3, false)
 	})
-	g.carryChain()
-	for k := 0; k < limbs; k++ {
-		c.VMOVDQU(yD[k], out(k))
-	}
+	lanes := g.record(func() {
+		c := g.c
+		g.split(disp+48, func(i int) { g.mulAdd(yL, i, 0, i == 0) })
+		g.split(disp+32, func(i int) { g.mulAdd(yL, i, 1, false) })
+		g.split(disp+16, func(i int) { g.mulAdd(yL, i, 2, false) })
+		g.split(disp, func(i int) {
+			c.VPADDQ(g.hmem.Offset(32*i), yL, yL) // h + m1
+			g.mulAdd(yL, i, 3, false)
+		})
+		g.carryChain()
+		for k := 0; k < limbs; k++ {
+			c.VMOVDQU(yD[k], out(k))
+		}
+	})
+	g.interleave(lanes, crc)
 }
 
 // split gathers the chunk at rQ + disp of the four blocks and calls use
