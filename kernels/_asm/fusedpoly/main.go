@@ -37,9 +37,30 @@
 // kernels/poly1305/poly1305_lanes.go's: limbs below 2^26 + 2^12 after a
 // carry chain, below 2^27 after adding a chunk, every sum of products below
 // 2^64). The fold instructions and the lagging ones are emitted interleaved
-// (evenly spread), so the out-of-order window holds work for the
-// carry-less unit, the vector multiplier and the CRC ALU at once. A last
-// lagging step after the loop covers the last 64 bytes.
+// (evenly spread), and within the lagging ones the 32 CRC32Q are spread
+// evenly among the lane instructions, so the out-of-order window holds work
+// for the carry-less unit, the vector multiplier and the CRC ALU at once.
+// (With the CRC32Q all at the head of the lagging step, as before, the
+// kernel ran 6-8% slower at 512 B and at 4 KiB: 3.50-3.72 against
+// 3.83-3.98 GB/cpu-s at 512 B, 3.93-4.09 against 4.16-4.38 at 4 KiB,
+// BenchmarkFusedRatio's MB/cpu-s-kernel, old and new binaries alternated,
+// quiet machine.) A last lagging step after the loop covers the last 64
+// bytes.
+//
+// What did not help (measured the same way, each within the ±3% noise of
+// the runs, so not kept): cutting the limbs out with shift pairs instead of
+// the mask (16 loads a step fewer); hmac5's staggered adds (each VPADDQ up
+// to two multiplies behind its VPMULUDQ, with yLo and yHi as product
+// registers once the split is done with them); running the last lagging
+// step of a group interleaved with the first fold step of the next (the
+// per-group fixed cost at 512 B). Ablations (wrong results, timing only)
+// show where the time is not: with every key operand a register instead of
+// a load the kernel ran 3-5% faster, with every VPMULUDQ a VPADDQ 2-4%,
+// with every VPCLMULQDQ a VPXOR 5-10%. So neither the loads, nor the vector
+// multiplier, nor the carry-less unit bound it alone; it is bound by the
+// sheer number of instructions a step (about 440, of which about 400 vector
+// ones on the four FP pipes), and only fewer instructions will make it
+// faster.
 //
 // The lanes start from h = 0 and see only the block's bytes: the kernel
 // leaves, per group, the four accumulators Poly1305_r(block) in the
@@ -57,8 +78,9 @@
 // limb mask and pad bit (DATA), the key powers (the key table the Go side
 // passes, poly1305's laneKey layout).
 //
-// Loads, not the multipliers, are what bound this kernel on AMD Zen 2 (two
-// loads per cycle): per step 100 key operands of VPMULUDQ, 32 CRC32Q, 16
+// Loads were taken to bound this kernel on AMD Zen 2 (two loads per cycle;
+// but see the ablations above: without the key loads it ran only 3-5%
+// faster): per step 100 key operands of VPMULUDQ, 32 CRC32Q, 16
 // vector loads and 16 gathers, the byte-reversal and mask operands, h.
 // With Fold[1] a memory operand too (32 more loads a step, before X15 held
 // it), the kernel ran at 0.94 times the two passes at 4 KiB blocks and 1.05
@@ -281,23 +303,28 @@ func (g *gen) foldStep(first bool) {
 // lagStep emits the CRC32Q streams and the Poly1305 step over the 64 bytes
 // per block at rQ + disp, leaving the lane accumulators in out.
 func (g *gen) lagStep(disp int, out func(k int) operand.Mem) {
-	c := g.c
-	for i := 0; i < stepLen/8; i++ {
-		for j := 0; j < group; j++ {
-			c.CRC32Q(addrAt(rQ, j, disp+8*i), rCRC[j])
+	crc := g.record(func() {
+		for i := 0; i < stepLen/8; i++ {
+			for j := 0; j < group; j++ {
+				g.c.CRC32Q(addrAt(rQ, j, disp+8*i), rCRC[j])
+			}
 		}
-	}
-	g.split(disp+48, func(i int) { g.mulAdd(yL, i, 0, i == 0) })
-	g.split(disp+32, func(i int) { g.mulAdd(yL, i, 1, false) })
-	g.split(disp+16, func(i int) { g.mulAdd(yL, i, 2, false) })
-	g.split(disp, func(i int) {
-		c.VPADDQ(g.hmem.Offset(32*i), yL, yL) // h + m1
-		g.mulAdd(yL, i, 3, false)
 	})
-	g.carryChain()
-	for k := 0; k < limbs; k++ {
-		c.VMOVDQU(yD[k], out(k))
-	}
+	lanes := g.record(func() {
+		c := g.c
+		g.split(disp+48, func(i int) { g.mulAdd(yL, i, 0, i == 0) })
+		g.split(disp+32, func(i int) { g.mulAdd(yL, i, 1, false) })
+		g.split(disp+16, func(i int) { g.mulAdd(yL, i, 2, false) })
+		g.split(disp, func(i int) {
+			c.VPADDQ(g.hmem.Offset(32*i), yL, yL) // h + m1
+			g.mulAdd(yL, i, 3, false)
+		})
+		g.carryChain()
+		for k := 0; k < limbs; k++ {
+			c.VMOVDQU(yD[k], out(k))
+		}
+	})
+	g.interleave(lanes, crc)
 }
 
 // split gathers the chunk at rQ + disp of the four blocks and calls use
