@@ -429,13 +429,22 @@ func (k *keyed) copyStaged(b *batch, i, j, slot int, sc *scratch) {
 // tagsInto is tags with the caller's buffers (ad: n*adLen bytes, pt: n
 // tags).
 func (k *keyed) tagsInto(dst []store.KeyedTag, lba int64, gen uint64, data []byte, bs int, ad []byte, pt []poly1305.Tag) error {
+	return k.tagsWith(dst, lba, gen, ad, pt, func(nonce *poly1305.Nonce, ad []byte, pt []poly1305.Tag) error {
+		return k.tk.BlocksAD(pt, nonce, ad, adLen, data, bs, bs)
+	})
+}
+
+// tagsWith is the frame of tagsInto and tagsFromParts: the associated data
+// and nonce of the len(dst) blocks at lba under gen, the Poly1305-AES tags
+// that compute puts in pt, and dst set from them.
+func (k *keyed) tagsWith(dst []store.KeyedTag, lba int64, gen uint64, ad []byte, pt []poly1305.Tag, compute func(*poly1305.Nonce, []byte, []poly1305.Tag) error) error {
 	n := len(dst)
 	ad, pt = ad[:n*adLen], pt[:n]
 	k.fill(ad, lba, gen, n)
 	var nonce poly1305.Nonce
 	binary.BigEndian.PutUint64(nonce[:8], gen)
 	binary.BigEndian.PutUint64(nonce[8:], uint64(lba))
-	if err := k.tk.BlocksAD(pt, &nonce, ad, adLen, data, bs, bs); err != nil {
+	if err := compute(&nonce, ad, pt); err != nil {
 		return fmt.Errorf("blockdev: keyed tags: %w", err)
 	}
 	for i := range dst {

@@ -1,8 +1,6 @@
 package blockdev
 
 import (
-	"encoding/binary"
-	"fmt"
 	"runtime"
 	"sync/atomic"
 
@@ -99,19 +97,9 @@ func (v *Volume) runTags(dst []store.KeyedTag, r kRun, lba int64, data []byte, a
 
 // tagsFromParts is tagsInto from the blocks' partials.
 func (k *keyed) tagsFromParts(dst []store.KeyedTag, lba int64, gen uint64, parts []poly1305.Partial, bs int, ad []byte, pt []poly1305.Tag) error {
-	n := len(dst)
-	ad, pt = ad[:n*adLen], pt[:n]
-	k.fill(ad, lba, gen, n)
-	var nonce poly1305.Nonce
-	binary.BigEndian.PutUint64(nonce[:8], gen)
-	binary.BigEndian.PutUint64(nonce[8:], uint64(lba))
-	if err := k.tk.TagsFromPartials(pt, &nonce, ad, adLen, parts, bs); err != nil {
-		return fmt.Errorf("blockdev: keyed tags: %w", err)
-	}
-	for i := range dst {
-		dst[i] = store.KeyedTag{Gen: gen, Tag: pt[i]}
-	}
-	return nil
+	return k.tagsWith(dst, lba, gen, ad, pt, func(nonce *poly1305.Nonce, ad []byte, pt []poly1305.Tag) error {
+		return k.tk.TagsFromPartials(pt, nonce, ad, adLen, parts, bs)
+	})
 }
 
 // keyedHelpers is the number of goroutines besides the caller's that a

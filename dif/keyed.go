@@ -45,30 +45,8 @@ func (f Format) ClassifySumsCopyKeyed(states []State, sums []uint32, parts []pol
 	if err := checkCopy(data, src); err != nil {
 		return Summary{}, false, err
 	}
-	r, err := f.run(data, md)
-	if err != nil {
-		return Summary{}, false, err
+	if sums == nil {
+		sums = []uint32{}
 	}
-	if len(states) < r.n {
-		return Summary{}, false, bufErr("states has room for %d blocks, the run has %d", len(states), r.n)
-	}
-	if len(sums) < r.n {
-		return Summary{}, false, bufErr("sums has room for %d blocks, the run has %d", len(sums), r.n)
-	}
-	if len(parts) < r.n {
-		return Summary{}, false, bufErr("parts has room for %d blocks, the run has %d", len(parts), r.n)
-	}
-	so := sumOut{s: sums[:r.n], bs: int(f.bs), kp: keyedOut{parts: parts[:r.n], key: key}}
-	clear(states[:r.n])
-	v, err := f.verify(data, src, md, &p, func(*CheckError) error { return nil }, states, so)
-	if err != nil || r.n == 0 {
-		return v.sum, false, err
-	}
-	// ver16 ran the copying guard loop over every block, so the partials
-	// are there, exactly when ClassifyCopy is one pass (verify set r.src).
-	single := f.layout == Separate && f.typ != Type0 && f.guard == Guard16 && v.guardOn
-	if !single {
-		err = so.all(&r)
-	}
-	return v.sum, single && err == nil, err
+	return f.classifyWith(states, sums, keyedOut{parts: parts, key: key}, data, src, md, p)
 }

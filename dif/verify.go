@@ -84,30 +84,48 @@ func (f Format) Classify(states []State, data, md []byte, p Params) (Summary, er
 // classify is Classify, and with sums ClassifySums, of the run in data
 // and md; with src, of the blocks in src, copied to data (ClassifyCopy).
 func (f Format) classify(states []State, sums []uint32, data, src, md []byte, p Params) (Summary, error) {
+	sum, _, err := f.classifyWith(states, sums, keyedOut{}, data, src, md, p)
+	return sum, err
+}
+
+// classifyWith is classify with, for a keyed run (kp.key set; sums too),
+// the Poly1305 partials of the blocks as copied: it reports whether the
+// copying guard loop computed them (and the sums) for every block.
+func (f Format) classifyWith(states []State, sums []uint32, kp keyedOut, data, src, md []byte, p Params) (Summary, bool, error) {
 	r, err := f.run(data, md)
 	if err != nil {
-		return Summary{}, err
+		return Summary{}, false, err
 	}
 	if len(states) < r.n {
-		return Summary{}, bufErr("states has room for %d blocks, the run has %d", len(states), r.n)
+		return Summary{}, false, bufErr("states has room for %d blocks, the run has %d", len(states), r.n)
 	}
 	var so sumOut
 	if sums != nil {
 		if len(sums) < r.n {
-			return Summary{}, bufErr("sums has room for %d blocks, the run has %d", len(sums), r.n)
+			return Summary{}, false, bufErr("sums has room for %d blocks, the run has %d", len(sums), r.n)
 		}
 		so = sumOut{s: sums[:r.n], bs: int(f.bs)}
+	}
+	if kp.key != nil {
+		if len(kp.parts) < r.n {
+			return Summary{}, false, bufErr("parts has room for %d blocks, the run has %d", len(kp.parts), r.n)
+		}
+		so.kp = keyedOut{parts: kp.parts[:r.n], key: kp.key}
 	}
 	clear(states[:r.n])
 	v, err := f.verify(data, src, md, &p, func(*CheckError) error { return nil }, states, so)
 	if err != nil || r.n == 0 || sums == nil {
-		return v.sum, err
+		return v.sum, false, err
 	}
-	// ver16 filled the sums with the guards unless it computed none.
-	if f.typ == Type0 || f.guard != Guard16 || !v.guardOn {
+	// ver16 filled the sums with the guards unless it computed none; the
+	// partials too where it copied (the separate layout: ClassifyCopy's
+	// single pass, verify set r.src).
+	filled := f.typ != Type0 && f.guard == Guard16 && v.guardOn
+	single := filled && (kp.key == nil || f.layout == Separate)
+	if !single {
 		err = so.all(&r)
 	}
-	return v.sum, err
+	return v.sum, single && err == nil, err
 }
 
 // verifier accumulates the outcome of a verification.
