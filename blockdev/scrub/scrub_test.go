@@ -520,8 +520,10 @@ func TestScrubPauseAndProgress(t *testing.T) {
 	s := x.source(t, t.TempDir())
 	l := NewRateLimiter(0)
 	l.Pause()
+	// Resumed 350 ms after this point, so at least 300 ms into Run, which
+	// starts within the 50 ms left (its clock starts after the goroutine's).
 	go func() {
-		time.Sleep(300 * time.Millisecond)
+		time.Sleep(350 * time.Millisecond)
 		l.Resume()
 	}()
 	var ps []Progress
