@@ -52,7 +52,7 @@ func TestKeyedFusedRead(t *testing.T) {
 				t.Fatal(err)
 			}
 			open := func() *Volume {
-				v, err := Open(context.Background(), dev, kv, Options{Key: key, Rereads: -1})
+				v, err := Open(context.Background(), dev, kv, Options{Key: key, Rereads: -1, KeyedCRC: true})
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -189,6 +189,16 @@ type Options struct {
 	// discards and remaps with ErrKeyRequired. A key for a volume that is
 	// not keyed fails with ErrNotKeyed. Default nil.
 	Key *Key
+	// KeyedCRC makes the verified reads of a keyed volume opened with its
+	// key compute every block's CRC guard and sector checksum too. By
+	// default a read whose blocks all verify their keyed tags, with their
+	// tag pages' MACs, takes the keyed read path (keyed_read.go): it checks
+	// the app and ref tags and the keyed tags, and the guards and sector
+	// checksums only of runs where anything fails or is unusual, since a
+	// verified tag and page MAC prove that the block and its stored tuple
+	// are those written together, with the guard computed from that data.
+	// Checks (CheckRun, difctl verify and scrub) always compute both.
+	KeyedCRC bool
 }
 
 func (o *Options) normalize(bs int) error {

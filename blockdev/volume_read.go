@@ -34,6 +34,7 @@ type scratch struct {
 	head       []byte // partial blocks of reads and writes
 	tail       []byte
 	reread     []byte
+	wcopy      []byte // a keyed write's piece (keyedWriteCopy)
 	probs      []Problem
 	k          *keyedScratch  // keyed volumes (keyed.go)
 	kp         *keyedParts    // their partials (keyed_fused.go)

@@ -159,6 +159,23 @@ func (v *Volume) verifyRun(lba int64, n int, data []byte, sc *scratch, req readR
 	if req.ctx == nil {
 		sc.req.ctx = context.Background()
 	}
+	if v.keyedReadable(req) {
+		st, ok, err := v.verifyRunKeyed(lba, n, data, sc)
+		if err != nil {
+			return RunStats{}, err
+		}
+		if ok {
+			keyedReadRuns.Add(1)
+			v.st.read.Add(int64(n))
+			return st, nil
+		}
+		// The ordinary path, from the start.
+		keyedReadFallbacks.Add(1)
+		sc.probs = sc.probs[:0]
+		if sc.k != nil {
+			clear(sc.k.staged)
+		}
+	}
 	loaded, err := v.loadRun(lba, n, data, sc)
 	if err != nil {
 		return RunStats{}, err

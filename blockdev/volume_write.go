@@ -125,13 +125,24 @@ func (v *Volume) WriteAt(p []byte, off int64) (int, error) {
 		lba++
 	}
 	piece := min(v.chunk, v.stg.batchCap)
+	if v.kd != nil {
+		piece = min(piece, max(1, keyedWritePiece/v.bs))
+	}
 	for len(p)-i >= v.bs {
 		n := min((len(p)-i)/v.bs, piece)
 		data := p[i : i+n*v.bs]
+		if v.kd != nil {
+			// The tuples and tags of a keyed volume are computed from one
+			// private copy, staged as it is (see keyed_read.go).
+			data = sc.keyedWriteCopy(data)
+		}
 		if err := v.generate(data, lba, n, tuples, sums); err != nil {
 			return i, err
 		}
 		if v.kd != nil {
+			if testHookKeyedWrite != nil {
+				testHookKeyedWrite(p[i : i+n*v.bs])
+			}
 			if err := v.stageTags(tags, lba, n, data); err != nil {
 				return i, err
 			}

@@ -1,0 +1,253 @@
+package blockdev
+
+import (
+	"encoding/binary"
+	"errors"
+	"runtime"
+	"sync"
+	"sync/atomic"
+
+	"github.com/difctl/difctl/dif"
+	"github.com/difctl/difctl/kernels/poly1305"
+)
+
+// The keyed read path. A verified read of a keyed volume opened with its
+// key checks, for every block, the guard and sector checksum against its
+// stored tuple and sum, and the keyed tag against the data. When the tag
+// verifies and the block's tag page passes its MAC, the guard and sum
+// checks cannot fail unless the volume itself wrote an inconsistent
+// tuple:
+//
+//   - the tag verifies, so the data is, bit for bit, the data the volume
+//     tagged under that generation (forging it is forging Poly1305-AES);
+//   - the tag page's MAC seals the tuple page of the same blocks byte for
+//     byte (store/keyed.go), so the stored guard, app tag, ref tag, sector
+//     sum and written bit are those the volume committed with that tag;
+//   - and the volume computes every tag and tuple it commits from one
+//     private copy of the bytes it writes (WriteAt copies the caller's
+//     buffer first, Create reads the device into its own buffer, recovery
+//     takes an intent's tuple and tag together or neither, and a discarded
+//     block is unwritten, which this path does not take).
+//
+// So the guard is then the CRC of that data, and the sum its CRC-32C:
+// computing them again proves nothing the tag has not. The keyed read path
+// (verifyRunKeyed) does what remains: it reads the run's tags and checks
+// their pages, copies the blocks from the device's mapping while
+// computing their tags (poly1305.Key.BlocksADCopy: each tag of the bytes
+// the caller gets), checks every app and ref tag (dif.Classify with the
+// guard skipped) and compares the tags. Anything else sends the whole run
+// to the ordinary path, which computes everything and reports each
+// failure exactly as before: a tag that does not match, a tag page that
+// fails its MAC or is missing, a block without a tag, an unwritten,
+// escaped or staged block, a tuple that fails, a read or mapping error.
+// The fallback reads the run again; no result of the keyed path is kept.
+//
+// What this gives up: a bug of the volume's own that committed a tag with
+// a tuple computed from other bytes would not be seen by reads (it would
+// be, by every check: CheckRun, difctl verify and scrub compute guards,
+// sums and tags). Options.KeyedCRC makes reads compute them too.
+
+// keyedReadRuns and keyedReadFallbacks count the runs the keyed read path
+// served and those it passed to the ordinary path (for the tests).
+var (
+	keyedReadRuns      atomic.Int64
+	keyedReadFallbacks atomic.Int64
+)
+
+// blocksADCopy is poly1305.Key.BlocksADCopy (a variable for the tests).
+var blocksADCopy = func(k *poly1305.Key, dst []poly1305.Tag, nonce *poly1305.Nonce, ad []byte, adLen int, q, p []byte, blockLen, stride int) error {
+	copy(q, p[:len(q)])
+	return k.BlocksAD(dst, nonce, ad, adLen, q, blockLen, stride)
+}
+
+// keyedWritePiece bounds the bytes of one piece of a keyed WriteAt: the
+// piece is copied to the scratch's buffer of this size, and its tuples,
+// sums and tags are computed from the copy, which is staged. So they
+// describe the same bytes even if the caller's buffer changes during the
+// call (a caller's data race, which would otherwise leave a tuple of one
+// version of the bytes beside a tag of another).
+const keyedWritePiece = 256 << 10
+
+// testHookKeyedWrite, if set, runs in a keyed WriteAt between the tuples
+// and the tags of a piece, with the caller's bytes of the piece.
+var testHookKeyedWrite func(p []byte)
+
+// keyedWriteCopy copies p (a piece: keyedWritePiece bytes or one block) to the scratch's
+// write buffer and returns the copy.
+func (sc *scratch) keyedWriteCopy(p []byte) []byte {
+	if len(sc.wcopy) < len(p) {
+		sc.wcopy = AlignedBuffer(max(keyedWritePiece, len(p)))
+	}
+	return sc.wcopy[:copy(sc.wcopy, p)]
+}
+
+// keyedReadable reports whether a run read with req may take the keyed
+// read path.
+func (v *Volume) keyedReadable(req readReq) bool {
+	return v.kd != nil && !v.opts.KeyedCRC && !req.inPlace
+}
+
+// verifyRunKeyed is verifyRun's keyed read path (see above) for the run of
+// n blocks at lba: ok reports whether it served the run; if not, the
+// caller verifies it the ordinary way. err is a failure of the store,
+// which the ordinary path would return too.
+func (v *Volume) verifyRunKeyed(lba int64, n int, data []byte, sc *scratch) (st RunStats, ok bool, err error) {
+	loaded, err := v.loadRun(lba, n, data, sc)
+	if err != nil || loaded || sc.unwritten {
+		return RunStats{}, false, err
+	}
+	w := (n + 63) / 64
+	for x, m := range sc.ovMask[:w] {
+		if m&lastWordMask(n, x) != 0 {
+			return RunStats{}, false, nil
+		}
+	}
+	if sc.written.Count(n) != n {
+		return RunStats{}, false, nil
+	}
+	ks := v.kd.scratchFor(sc)
+	tags := ks.committed[:n]
+	if v.kd.pendingIn(lba, n) || v.readCommitted(lba, tags) != nil {
+		return RunStats{}, false, nil
+	}
+	for _, t := range tags {
+		if t.Gen == 0 {
+			return RunStats{}, false, nil
+		}
+	}
+	// The app and ref tags: the tuples' checks without the guard.
+	p := v.paramsFrom(sc.req.ref, lba)
+	p.Skip |= dif.CheckGuard
+	sum, err := v.f.Classify(sc.states[:n], data[:n*v.bs], sc.tuples[:n*v.ts], p)
+	if err != nil || sum.OK != n {
+		return RunStats{}, false, nil
+	}
+	if !v.keyedReadTags(lba, n, data, ks, sc.req.uncached) {
+		return RunStats{}, false, nil
+	}
+	calc := ks.ptags[:n]
+	for i := range tags {
+		if !tagEqual((*[16]byte)(&calc[i]), (*[16]byte)(&tags[i].Tag)) {
+			return RunStats{}, false, nil
+		}
+	}
+	return RunStats{Blocks: int64(n), OK: int64(n)}, true, nil
+}
+
+// lastWordMask is the mask of word x of a bitmap of n bits: all ones but
+// for the last word's bits past n.
+func lastWordMask(n, x int) uint64 {
+	if r := n - 64*x; r < 64 {
+		return 1<<r - 1
+	}
+	return ^uint64(0)
+}
+
+// pendingIn reports whether any block of [lba, lba+n) has a pending tag
+// (flushed to the device, not yet committed).
+func (k *keyed) pendingIn(lba int64, n int) bool {
+	k.pendMu.RLock()
+	defer k.pendMu.RUnlock()
+	if len(k.pend) == 0 {
+		return false
+	}
+	end := lba + int64(n)
+	for p := lba >> ovShift; p <= (end-1)>>ovShift; p++ {
+		pg := k.pend[p]
+		if pg == nil {
+			continue
+		}
+		s, t := max(p<<ovShift, lba), min((p+1)<<ovShift, end)
+		for b := s; b < t; b++ {
+			if hasBit(pg.mask[:], int(b&(ovP-1))) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// keyedReadTags reads the n blocks at lba into data and computes their
+// keyed tags into ks.ptags, under the generations in ks.committed, from
+// the bytes written to data: from the device's mapping in pieces (each a
+// BlocksADCopy), or read into data first. Large runs are done in two
+// halves at once when a second CPU may take one, as keyedCompute does. It
+// reports false if a piece could not be read (the ordinary path reads
+// and reports it).
+func (v *Volume) keyedReadTags(lba int64, n int, data []byte, ks *keyedScratch, uncached bool) bool {
+	if n*v.bs < splitMinBytes || runtime.GOMAXPROCS(0) < 2 {
+		return v.keyedReadPart(lba, 0, n, data, ks.ad, ks, uncached)
+	}
+	h := n / 2
+	var ok2 bool
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		ok2 = v.keyedReadPart(lba, h, n, data, ks.ad2, ks, uncached)
+	}()
+	ok := v.keyedReadPart(lba, 0, h, data, ks.ad, ks, uncached)
+	wg.Wait()
+	return ok && ok2
+}
+
+// keyedReadPart is keyedReadTags of blocks [i, j) of the run, with ad as
+// the associated data buffer (at least (j-i)*adLen bytes).
+func (v *Volume) keyedReadPart(lba int64, i, j int, data, ad []byte, ks *keyedScratch, uncached bool) bool {
+	bs := v.bs
+	mapped := v.mapper != nil && !uncached && !v.noMap.Load()
+	piece := max(1, pipePiece/bs)
+	for a := i; a < j; a += piece {
+		b := min(j, a+piece)
+		q := data[a*bs : b*bs]
+		var err error
+		if mapped {
+			err = v.mapper.ReadMapped((lba+int64(a))*int64(bs), (b-a)*bs, func(src []byte) error {
+				return v.keyedTagsOf(lba, a, b, q, src, ad, ks)
+			})
+		} else {
+			if err = v.readDev(q, lba+int64(a), uncached); err == nil {
+				err = v.keyedTagsOf(lba, a, b, q, nil, ad, ks)
+			}
+		}
+		if err != nil {
+			if errors.Is(err, errors.ErrUnsupported) {
+				v.noMap.Store(true)
+			}
+			return false
+		}
+	}
+	return true
+}
+
+// keyedTagsOf computes the tags of blocks [a, b) of the run, whose bytes
+// are q (copied from src first when src is not nil), into ks.ptags: one
+// kernel call per generation.
+func (v *Volume) keyedTagsOf(lba int64, a, b int, q, src, ad []byte, ks *keyedScratch) error {
+	k, bs := v.kd, v.bs
+	gens := ks.committed
+	for x := a; x < b; {
+		y := x + 1
+		for y < b && gens[y].Gen == gens[x].Gen {
+			y++
+		}
+		gen := gens[x].Gen
+		m := y - x
+		k.fill(ad[:m*adLen], lba+int64(x), gen, m)
+		var nonce poly1305.Nonce
+		binary.BigEndian.PutUint64(nonce[:8], gen)
+		binary.BigEndian.PutUint64(nonce[8:], uint64(lba+int64(x)))
+		dst := q[(x-a)*bs : (y-a)*bs]
+		var err error
+		if src != nil {
+			err = blocksADCopy(k.tk, ks.ptags[x:y], &nonce, ad, adLen, dst, src[(x-a)*bs:(y-a)*bs], bs, bs)
+		} else {
+			err = k.tk.BlocksAD(ks.ptags[x:y], &nonce, ad, adLen, dst, bs, bs)
+		}
+		if err != nil {
+			return err
+		}
+		x = y
+	}
+	return nil
+}
