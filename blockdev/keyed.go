@@ -308,6 +308,17 @@ func (k *keyed) tags(dst []store.KeyedTag, lba int64, gen uint64, data []byte, b
 	return nil
 }
 
+// fillAddr is fill of a buffer whose uid parts fill set before: the LBA
+// and generation of each block only.
+func fillAddr(ad []byte, lba int64, gen uint64, n int) {
+	ad = ad[:n*adLen]
+	for i := 0; i+adLen <= len(ad); i += adLen {
+		binary.BigEndian.PutUint64(ad[i+16:], uint64(lba))
+		binary.BigEndian.PutUint64(ad[i+24:], gen)
+		lba++
+	}
+}
+
 func (k *keyed) fill(ad []byte, lba int64, gen uint64, n int) {
 	for i := range n {
 		a := ad[i*adLen:]
@@ -414,6 +425,9 @@ func (k *keyed) scratchFor(sc *scratch) *keyedScratch {
 		sc.k = &keyedScratch{tags: make([]store.KeyedTag, n), staged: make([]uint64, w), calc: make([]store.KeyedTag, n),
 			committed: make([]store.KeyedTag, n), have: make([]uint64, w), failed: make([]uint64, w), transient: make([]uint64, w),
 			ad: make([]byte, n*adLen), ptags: make([]poly1305.Tag, n), ad2: make([]byte, n*adLen), ptags2: make([]poly1305.Tag, n)}
+		// The uid part of every block's associated data, once (fillAddr).
+		k.fill(sc.k.ad, 0, 0, n)
+		k.fill(sc.k.ad2, 0, 0, n)
 	}
 	return sc.k
 }

@@ -233,7 +233,7 @@ func (v *Volume) keyedTagsOf(lba int64, a, b int, q, src, ad []byte, ks *keyedSc
 		}
 		gen := gens[x].Gen
 		m := y - x
-		k.fill(ad[:m*adLen], lba+int64(x), gen, m)
+		fillAddr(ad, lba+int64(x), gen, m) // the uids are there (scratchFor)
 		var nonce poly1305.Nonce
 		binary.BigEndian.PutUint64(nonce[:8], gen)
 		binary.BigEndian.PutUint64(nonce[8:], uint64(lba+int64(x)))
