@@ -36,6 +36,9 @@ type serveOptions struct {
 	TLSKey   string
 	ClientCA string // verify client certificates against these CAs
 	MaxConns int
+	// KeyedCRC computes the guards and sector sums of a keyed volume's
+	// reads too (blockdev.Options.KeyedCRC).
+	KeyedCRC bool
 	// TupleCache is the tuple page cache of each volume, in bytes.
 	TupleCache int64
 	// StoreCache and MemTable are the store engine's block cache and
@@ -148,7 +151,10 @@ trims and write-zeroes produce new ones. Without the key it is served
 read-only (writes fail with EPERM) with the keyed check skipped, as
 difctl verify does without the key, and a line on standard error says so.
 The key given is that of every IMAGE; an IMAGE that is not keyed is then
-refused.
+refused. A read whose blocks all verify their keyed tags (and their tag
+pages' MACs) does not recompute their CRC guards and sector sums, which the
+tags prove; only reads where anything fails do, to report each failure as
+before. --keyed-crc computes them on every read.
 
 ` + exitCodesHelp(exitOK, exitUncorrected, exitOperational, exitUsage, exitCancelled),
 		Example: `  difctl serve disk.img                      # nbd+unix:///disk.img?socket=disk.img.sock
@@ -180,6 +186,7 @@ refused.
 	f.Var(sc, "store-cache", "the store's block cache per volume (`SIZE`; Pebble; 0: the default)")
 	f.Var(mt, "store-memtable", "the store's memtable per volume: unflushed store writes held in memory (`SIZE`, at least 1MiB; Pebble)")
 	addKeyFlags(cmd, &g.Key, "check the keyed tags on reads and produce them on writes (without it a keyed volume is served read-only, its keyed check skipped)")
+	f.BoolVar(&o.KeyedCRC, "keyed-crc", false, "with the key: compute every read block's CRC guard and sector sum too, not only where a keyed tag fails")
 	f.StringVar(&o.Store, "store", "", "store `URL` of a single IMAGE: pebble:PATH, mem: or etcd://HOST:PORT,.../PREFIX (default pebble:IMAGE.difdb)")
 	return cmd
 }
@@ -197,6 +204,8 @@ func checkServe(o *serveOptions) error {
 		return usageErrorf("--tls-client-ca needs --tls-cert and --tls-key")
 	case o.Listen != "" && o.TLSCert == "" && !o.Insecure:
 		return usageErrorf("--listen without TLS sends the disk in clear text to anyone who connects: give --tls-cert and --tls-key, or --insecure")
+	case o.KeyedCRC && o.Key.File == "" && o.Key.Env == "":
+		return usageErrorf("--keyed-crc needs the key (--key-file or --key-env)")
 	case o.MaxConns < 1:
 		return usageErrorf("--max-connections must be at least 1")
 	case o.MemTable != 0 && (o.MemTable < 1<<20 || o.MemTable >= 4<<30):
@@ -290,7 +299,7 @@ func runServe(ctx context.Context, o serveOptions, _, stderr io.Writer) error {
 			mode = storeRead
 		}
 		vo := serveVolumeOptions(o.ReadOnly)
-		vo.Key = key
+		vo.Key, vo.KeyedCRC = key, o.KeyedCRC
 		v, err := openVolumeWith(ctx, im, storeURL(im, o.Store), mode, vo, serveStoreOptions(&o))
 		if err != nil {
 			return err

@@ -262,3 +262,13 @@ func TestServeMemory(t *testing.T) {
 		t.Errorf("GOGC after serving %d, want 100 again", p)
 	}
 }
+
+// --keyed-crc without the key is a usage error (exit 16), before anything
+// is opened.
+func TestServeKeyedCRCNeedsKey(t *testing.T) {
+	var out, errb bytes.Buffer
+	img := filepath.Join(t.TempDir(), "none.img")
+	if code := run(context.Background(), []string{"serve", "--keyed-crc", img}, nil, &out, &errb); code != exitUsage || !strings.Contains(errb.String(), "--keyed-crc needs the key") {
+		t.Fatalf("serve --keyed-crc without a key: exit %d, stderr %q; want %d and the reason", code, errb.String(), exitUsage)
+	}
+}
