@@ -480,6 +480,10 @@ type tagCache struct {
 type tagCachePage struct {
 	seq  uint64
 	tags []store.KeyedTag
+	// reads is store.Tuples.TupleReads before the page was read and its
+	// MAC checked: every tuple page read before then was read before the
+	// check (see readCommitted).
+	reads uint64
 }
 
 // maxTagCachePages bounds the cache: 256 pages of 1,024 tags, 6 MiB.
@@ -488,7 +492,18 @@ const maxTagCachePages = 256
 // readCommitted reads the committed tags of blocks [lba, lba+len(dst)),
 // from the cache where it can. It returns the store's *PageMACError, with
 // dst filled, as ReadTags does.
-func (v *Volume) readCommitted(lba int64, dst []store.KeyedTag) error {
+//
+// A cached page serves only a caller whose tuples were read from the
+// store before the page's MAC was checked: minReads is the
+// store.Tuples.TupleReads value the caller saw after reading its tuples,
+// and a page cached with a smaller count is read and checked again. The
+// keyed read path (keyed_read.go) needs this: it trusts the tuples it read
+// because the MAC sealed them, and a tuple page read from the store after
+// the check might not be the one the MAC sealed (edited in the store files
+// under a running volume, and reloaded by the tuple cache). The ordinary
+// path (keyedCheck) follows the same rule, so that such a page fails its
+// MAC there too (every block of it) rather than only the guards edited.
+func (v *Volume) readCommitted(lba int64, dst []store.KeyedTag, minReads uint64) error {
 	k := v.kd
 	P := int64(v.man.PageTuples)
 	n := int64(len(dst))
@@ -499,7 +514,7 @@ func (v *Volume) readCommitted(lba int64, dst []store.KeyedTag) error {
 		seq := v.tup.TagWriteSeq()
 		k.cache.mu.Lock()
 		cp := k.cache.pages[page]
-		if cp != nil && cp.seq == seq && seq%2 == 0 {
+		if cp != nil && cp.seq == seq && seq%2 == 0 && cp.reads >= minReads {
 			copy(dst[s-lba:e-lba], cp.tags[s-ps:e-ps])
 			k.cache.mu.Unlock()
 			continue
@@ -507,6 +522,7 @@ func (v *Volume) readCommitted(lba int64, dst []store.KeyedTag) error {
 		k.cache.mu.Unlock()
 		pn := min(P, v.blocks-ps)
 		tags := make([]store.KeyedTag, pn)
+		reads := v.tup.TupleReads()
 		err := v.tup.ReadTags(ps, tags)
 		var me *store.PageMACError
 		switch {
@@ -525,7 +541,7 @@ func (v *Volume) readCommitted(lba int64, dst []store.KeyedTag) error {
 				if len(k.cache.pages) >= maxTagCachePages {
 					clear(k.cache.pages)
 				}
-				k.cache.pages[page] = &tagCachePage{seq: seq, tags: tags}
+				k.cache.pages[page] = &tagCachePage{seq: seq, tags: tags, reads: reads}
 				k.cache.mu.Unlock()
 			}
 		}
@@ -581,7 +597,7 @@ func (v *Volume) keyedCheck(lba int64, n int, data []byte, sc *scratch, st *RunS
 	k.pendMu.RUnlock()
 	committed := ks.committed[:n]
 	var pageErr *store.PageMACError
-	err := v.readCommitted(lba, committed)
+	err := v.readCommitted(lba, committed, v.tup.TupleReads())
 	switch {
 	case errors.As(err, &pageErr):
 		// The tags are there (their CRC matches): each is still checked

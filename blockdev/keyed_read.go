@@ -29,6 +29,11 @@ import (
 //     takes an intent's tuple and tag together or neither, and a discarded
 //     block is unwritten, which this path does not take).
 //
+// (The tuples it uses must be the ones the MAC sealed: a tag page cached
+// after its MAC check serves it only if the tuples were read from the
+// store before that check, else the page is read and checked again; see
+// readCommitted.)
+//
 // So the guard is then the CRC of that data, and the sum its CRC-32C:
 // computing them again proves nothing the tag has not. The keyed read path
 // (verifyRunKeyed) does what remains: it reads the run's tags and checks
@@ -107,7 +112,8 @@ func (v *Volume) verifyRunKeyed(lba int64, n int, data []byte, sc *scratch) (st 
 	}
 	ks := v.kd.scratchFor(sc)
 	tags := ks.committed[:n]
-	if v.kd.pendingIn(lba, n) || v.readCommitted(lba, tags) != nil {
+	// The tag pages, checked after the tuples were read (readCommitted).
+	if v.kd.pendingIn(lba, n) || v.readCommitted(lba, tags, v.tup.TupleReads()) != nil {
 		return RunStats{}, false, nil
 	}
 	for _, t := range tags {

@@ -291,3 +291,65 @@ func TestKeyedWriteCopiesFirst(t *testing.T) {
 		t.Fatal("read back other bytes than the buffer's when WriteAt copied it")
 	}
 }
+
+// A tuple page edited in the store while a volume is open, after the
+// volume cached the tag page that seals it, and then read again by the
+// volume (here: no tuple cache, so every read reads the store), is not
+// trusted by the keyed read path on the strength of the cached check: the
+// tag page is checked again against the tuple page as read, its MAC
+// fails, and the read reports it.
+func TestKeyedReadPathRechecksRereadTuples(t *testing.T) {
+	f := dif.MustFormat("4096+8")
+	bs := f.BlockSize()
+	path := filepath.Join(t.TempDir(), "img")
+	if err := os.WriteFile(path, pattern(64*bs, 5), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dev, err := OpenFile(path, FileOptions{BlockSize: bs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	kv := store.NewMem()
+	defer kv.Close()
+	key := testKey(t, 4)
+	v, err := Create(context.Background(), dev, kv, CreateOptions{Format: f, Options: Options{Key: key}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := v.Close(); err != nil {
+		t.Fatal(err)
+	}
+	v, err = Open(context.Background(), dev, kv, Options{Key: key, Rereads: -1, ReadOnly: true, TupleCacheBytes: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer v.Close()
+	buf := AlignedBuffer(16 * bs)
+	runs := keyedReadRuns.Load()
+	if _, err := v.ReadAt(buf, 0); err != nil {
+		t.Fatal(err)
+	}
+	if keyedReadRuns.Load() == runs {
+		t.Fatal("the clean read did not take the keyed read path")
+	}
+	// The attacker edits block 5's guard in the store (data untouched).
+	tp, err := store.OpenTuples(kv, DefaultVolumeName, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tuple := make([]byte, f.TupleSize())
+	sums := make([]uint32, 1)
+	if _, err := tp.ReadRange(5, tuple, sums, store.NewBitmap(1)); err != nil {
+		t.Fatal(err)
+	}
+	tuple[0] ^= 0x40
+	if err := tp.WriteRange(5, tuple, sums, true); err != nil {
+		t.Fatal(err)
+	}
+	_, err = v.ReadAt(buf, 0)
+	var ke *KeyedTagError
+	if !errors.As(err, &ke) || ke.Reason != "page-mac" {
+		t.Fatalf("read after the tuple page was edited: %v, want a page-mac keyed-tag failure", err)
+	}
+}

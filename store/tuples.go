@@ -36,6 +36,8 @@ type Tuples struct {
 	cmu     sync.Mutex // serializes SetPageCache
 	cache   atomic.Pointer[pageCache]
 	writers atomic.Int32 // page writes running (see beginWrite)
+	// tupleReads counts ReadRangeCached's reads of the KV (TupleReads).
+	tupleReads atomic.Uint64
 }
 
 // CreateTuples creates volume on kv with manifest m and returns it. It fails
@@ -340,6 +342,15 @@ func (t *Tuples) ReadRange(lba int64, tuples []byte, sums []uint32, written Bitm
 	return count, nil
 }
 
+// TupleReads counts the reads of tuple pages from the KV store that
+// ReadRangeCached served (into its page cache, or directly without one).
+// Each is counted after its read of the store completes, so a value read
+// after a ReadRangeCached call returned is at least the count of the read
+// that produced its tuples, resident or not: a keyed reader that checks a
+// tag page's MAC (which seals the tuple page as stored) after reading this
+// counter knows the tuple pages it got were read before that check.
+func (t *Tuples) TupleReads() uint64 { return t.tupleReads.Load() }
+
 // ReadRangeCached is ReadRange served from the page cache where
 // SetPageCache gave it one: a range whose pages are all resident is copied
 // from their decoded form; otherwise its pages are read from the KV as
@@ -352,7 +363,9 @@ func (t *Tuples) ReadRange(lba int64, tuples []byte, sums []uint32, written Bitm
 func (t *Tuples) ReadRangeCached(lba int64, tuples []byte, sums []uint32, written Bitmap) (int, error) {
 	c := t.cache.Load()
 	if c == nil {
-		return t.ReadRange(lba, tuples, sums, written)
+		cnt, err := t.ReadRange(lba, tuples, sums, written)
+		t.tupleReads.Add(1)
+		return cnt, err
 	}
 	n, err := t.checkRead(lba, tuples, sums, written)
 	if err != nil || n == 0 {
@@ -419,6 +432,7 @@ func (t *Tuples) ReadRangeCached(lba int64, tuples []byte, sums []uint32, writte
 		return 0, t.missingPage(next)
 	}
 	empty(last + 1)
+	t.tupleReads.Add(1)
 	if testHookCacheMiss != nil {
 		testHookCacheMiss()
 	}
