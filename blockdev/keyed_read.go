@@ -202,12 +202,12 @@ func (v *Volume) keyedReadTags(lba int64, n int, data []byte, ks *keyedScratch, 
 func (v *Volume) keyedReadPart(lba int64, i, j int, data, ad []byte, ks *keyedScratch, uncached bool) bool {
 	bs := v.bs
 	mapped := v.mapper != nil && !uncached && !v.noMap.Load()
-	// Pieces of a multiple of six blocks where they can be: the default
-	// Poly1305 kernel on amd64 takes blocks six at a time, and the blocks
+	// Pieces of a multiple of twelve blocks where they can be: the amd64
+	// Poly1305 kernels take blocks four or six at a time, and the blocks
 	// left over from a call take a slower one.
 	piece := max(1, pipePiece/bs)
-	if piece >= 12 {
-		piece -= piece % 6
+	if piece >= 24 {
+		piece -= piece % 12
 	}
 	for a := i; a < j; a += piece {
 		b := min(j, a+piece)
