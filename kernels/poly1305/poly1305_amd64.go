@@ -23,11 +23,28 @@ var (
 // (hybrid); four in YMM registers alone, eight chunks per carry chain
 // (avx2r8) or four (avx2).
 func registerArch() {
-	impl.Register(pkgName, "avx512ifma", hasIFMA, func() { blocks = blocksIFMA })
-	impl.Register(pkgName, "hybrid8", hasHybrid, func() { blocks = blocksHybrid8 })
-	impl.Register(pkgName, "hybrid", hasHybrid, func() { blocks = blocksHybrid })
-	impl.Register(pkgName, "avx2r8", hasAVX2, func() { blocks = blocksAVX2R8 })
-	impl.Register(pkgName, "avx2", hasAVX2, func() { blocks = blocksAVX2 })
+	impl.Register(pkgName, "avx512ifma", hasIFMA, func() { blocks, blocksCopy = blocksIFMA, copyThenBlocks })
+	impl.Register(pkgName, "hybrid8", hasHybrid, func() { blocks, blocksCopy = blocksHybrid8, blocksHybrid8Copy })
+	impl.Register(pkgName, "hybrid", hasHybrid, func() { blocks, blocksCopy = blocksHybrid, copyThenBlocks })
+	impl.Register(pkgName, "avx2r8", hasAVX2, func() { blocks, blocksCopy = blocksAVX2R8, blocksAVX2R8Copy })
+	impl.Register(pkgName, "avx2", hasAVX2, func() { blocks, blocksCopy = blocksAVX2, copyThenBlocks })
+}
+
+// blocksHybrid8Copy is blocksHybrid8 with the one-pass copying kernels
+// (lanesHybridR8Copy, then lanesAVX2R8Copy for the groups of four left
+// over): BlocksADCopy under hybrid8.
+func blocksHybrid8Copy(k *polyKey, acc [][2]uint64, h *laneBuf, ad []byte, adLen int, q, p []byte, blockLen, stride int) {
+	m := hybridBlocks * hybridGroups(len(acc))
+	blocksLanesCopy(&kernelHybrid8, k, acc[:m], h, ad, adLen, q, p, blockLen, stride, copyGeneric)
+	if m < len(acc) {
+		blocksAVX2R8Copy(k, acc[m:], h, ad[m*adLen:], adLen, q[m*stride:], p[m*stride:], blockLen, stride)
+	}
+}
+
+// blocksAVX2R8Copy is BlocksADCopy under avx2r8: groups of four through
+// lanesAVX2R8Copy, the rest copied and hashed by the generic code.
+func blocksAVX2R8Copy(k *polyKey, acc [][2]uint64, h *laneBuf, ad []byte, adLen int, q, p []byte, blockLen, stride int) {
+	blocksLanesCopy(&kernelAVX2R8, k, acc, h, ad, adLen, q, p, blockLen, stride, copyGeneric)
 }
 
 // blocksHybrid8 is blocksHybrid with the eight-chunk kernels.
@@ -45,6 +62,9 @@ var kernelHybrid8 = laneKernel{
 	absorb: func(h *laneBuf, p []byte, stride, chunks int, k *polyKey) {
 		lanesHybridR8((*[26]uint64)(h), p, stride, chunks, (*[322]uint64)(&k.lanes8))
 	},
+	absorbCopy: func(h *laneBuf, q, p []byte, stride, chunks int, k *polyKey) {
+		lanesHybridR8Copy((*[26]uint64)(h), q, p, stride, chunks, (*[322]uint64)(&k.lanes8))
+	},
 	pack: kernelHybrid.pack,
 }
 
@@ -56,6 +76,9 @@ var kernelAVX2R8 = laneKernel{
 	lanes: lanes,
 	absorb: func(h *laneBuf, p []byte, stride, chunks int, k *polyKey) {
 		lanesAVX2R8((*[20]uint64)(h[:20]), p, stride, chunks, (*[322]uint64)(&k.lanes8))
+	},
+	absorbCopy: func(h *laneBuf, q, p []byte, stride, chunks int, k *polyKey) {
+		lanesAVX2R8Copy((*[20]uint64)(h[:20]), q, p, stride, chunks, (*[322]uint64)(&k.lanes8))
 	},
 	pack: pack26,
 }

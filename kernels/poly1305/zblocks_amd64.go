@@ -63,6 +63,27 @@ func lanesAVX2R8(h *[20]uint64, p []byte, stride, chunks int, key *[322]uint64)
 //go:noescape
 func lanesHybridR8(h *[26]uint64, p []byte, stride, chunks int, key *[322]uint64)
 
+// lanesAVX2R8Copy is lanesAVX2R8 that also copies the chunks it absorbs:
+// block l's chunks p[l*stride:][:16*chunks] go to q[l*stride:][:16*chunks],
+// and are absorbed from q after the kernel's own stores to it (never from
+// a second load of p, which may change under the call). It writes nothing
+// else of q.
+//
+// Preconditions: those of lanesAVX2R8, for q as for p; q's chunks do not
+// overlap p's.
+//
+//go:noescape
+func lanesAVX2R8Copy(h *[20]uint64, q, p []byte, stride, chunks int, key *[322]uint64)
+
+// lanesHybridR8Copy is lanesHybridR8 that copies as lanesAVX2R8Copy does,
+// six blocks.
+//
+// Preconditions: those of lanesHybridR8, for q as for p; q's chunks do
+// not overlap p's.
+//
+//go:noescape
+func lanesHybridR8Copy(h *[26]uint64, q, p []byte, stride, chunks int, key *[322]uint64)
+
 // lanesIFMA is lanesAVX2 for eight blocks in radix 2^44, with 52-bit
 // multiplies: it absorbs chunks chunks of each of eight blocks, block l at
 // p[l*stride:], into h (laneState44: limb k of block l at h[8k+l]), two

@@ -167,6 +167,8 @@ func generate(cmd []string) (asm, src []byte, err error) {
 	g.lanesAVX2("lanesHybridAVX2", true, powers)
 	g.lanesAVX2("lanesAVX2R8", false, powers8)
 	g.lanesAVX2("lanesHybridR8", true, powers8)
+	g.lanesAVX2Copy("lanesAVX2R8Copy", false)
+	g.lanesAVX2Copy("lanesHybridR8Copy", true)
 	g.lanesIFMA(consts44)
 	if g.err != nil {
 		return nil, nil, g.err
@@ -185,6 +187,20 @@ func lanesSig(hWords, keyWords int) *gotypes.Signature {
 	u64 := types.Typ[types.Uint64]
 	return scaffold.Signature([]*types.Var{
 		scaffold.Param("h", types.NewPointer(types.NewArray(u64, int64(hWords)))),
+		scaffold.Param("p", scaffold.Bytes),
+		scaffold.Param("stride", scaffold.Int),
+		scaffold.Param("chunks", scaffold.Int),
+		scaffold.Param("key", types.NewPointer(types.NewArray(u64, int64(keyWords)))),
+	}, nil)
+}
+
+// The copying kernels' signature: lanesAVX2R8Copy(h *[20]uint64, q, p
+// []byte, stride, chunks int, key *[322]uint64).
+func lanesCopySig(hWords, keyWords int) *gotypes.Signature {
+	u64 := types.Typ[types.Uint64]
+	return scaffold.Signature([]*types.Var{
+		scaffold.Param("h", types.NewPointer(types.NewArray(u64, int64(hWords)))),
+		scaffold.Param("q", scaffold.Bytes),
 		scaffold.Param("p", scaffold.Bytes),
 		scaffold.Param("stride", scaffold.Int),
 		scaffold.Param("chunks", scaffold.Int),
@@ -229,8 +245,11 @@ var (
 type gen struct {
 	c         *build.Context
 	mask, pad operand.Mem
-	powers    int   // of r in the key of the kernel being built: 4 or 8
-	err       error // the first error outside c's own
+	powers    int            // of r in the key of the kernel being built: 4 or 8
+	cp        bool           // the kernel being built copies p to q (lanesAVX2Copy)
+	rX, rX3   reg.GPPhysical // its pointers into p (copyPointers)
+	h2m       operand.Mem    // the frame words of its scalar lanes' h2
+	err       error          // the first error outside c's own
 }
 
 func (g *gen) fail(err error) {
@@ -387,24 +406,146 @@ const scalarLanes = 2
 // 512 B, with the stagger 3-4% faster (BenchmarkEightChunk in
 // kernels/poly1305; on a quiet machine level, and 1.4% faster at 4 KiB).
 func (g *gen) lanesAVX2(name string, hybrid bool, pw int) {
+	g.lanesKernel(name, hybrid, pw, false)
+}
+
+// lanesAVX2Copy emits lanesAVX2R8Copy, or with hybrid lanesHybridR8Copy:
+// lanesAVX2R8 (lanesHybridR8) that also copies the chunks it absorbs from
+// p to q, block j from p + j·stride to q + j·stride, and absorbs them from
+// q, after its own stores: the bytes hashed are those written to q, never
+// a second load of p (p may be a shared mapping that changes during the
+// call; q is the caller's). One pass over the data:
+//
+//   - the prologue copies the first eight chunks of every block (when
+//     there are eight);
+//   - each eight-chunk step but the last copies the next step's 128 bytes
+//     of every block with 32-byte loads and stores (YMM; 16 or 24 of each
+//     pair a step, three or two after each chunk's split, where the
+//     split's temporaries are free) while the lanes absorb the current
+//     step from q, stored a step earlier, so that no load of a chunk waits
+//     on a store just issued;
+//   - the last eight-chunk step only absorbs;
+//   - the steps of four, two and one chunk left copy their chunks first
+//     (64, 32 or 16 bytes of each block) and then absorb them.
+//
+// The vector registers are all in use by the eight-chunk step, so the
+// copies use yLo and yHi between splits. In the hybrid kernel every general
+// register is in use too; the copy needs two more pointers (p + offset and
+// p + 3·stride + offset), so the scalar lanes keep their h2 in the frame
+// (scalarChunk with h2 in memory): two more loads and stores per chunk of
+// a scalar lane, off the vector lanes' path.
+func (g *gen) lanesAVX2Copy(name string, hybrid bool) {
+	g.lanesKernel(name, hybrid, powers8, true)
+}
+
+// The copying kernels' pointers into p (block 0 and block 3 at the current
+// chunk), beside rP and rP3, which point into q: in lanesAVX2R8Copy two of
+// the registers the scalar lanes would use, in lanesHybridR8Copy those of
+// the scalar lanes' h2 (which go to the frame).
+func copyPointers(hybrid bool) (x, x3 reg.GPPhysical) {
+	if hybrid {
+		return sH[0][2], sH[1][2]
+	}
+	return reg.R10, reg.R11
+}
+
+// pblock is block(j, disp) in p, for the copying kernels.
+func (g *gen) pblock(j, disp int) operand.Mem {
+	m := block(j, disp)
+	switch m.Base {
+	case rP:
+		m.Base = g.rX
+	case rP3:
+		m.Base = g.rX3
+	}
+	return m
+}
+
+// copyMove copies width (16 or 32) bytes of block j at disp from p to q
+// through t.
+func (g *gen) copyMove(j, disp, width int, t reg.VecPhysical) {
+	if width == 16 {
+		t = xmm(t)
+	}
+	g.c.VMOVDQU(g.pblock(j, disp), t)
+	g.c.VMOVDQU(t, block(j, disp))
+}
+
+// copyMoves returns the moves that copy bytes bytes (a multiple of 32, or
+// 16) of each of nb blocks from disp, block by block, and emits them with
+// emit(i) for the i-th.
+type move struct{ j, disp, width int }
+
+func copyMoves(nb, disp, bytes int) []move {
+	var out []move
+	for j := range nb {
+		if bytes == 16 {
+			out = append(out, move{j, disp, 16})
+			continue
+		}
+		for o := 0; o < bytes; o += 32 {
+			out = append(out, move{j, disp + o, 32})
+		}
+	}
+	return out
+}
+
+// emitMoves emits moves, alternating the temporaries yLo and yHi.
+func (g *gen) emitMoves(ms []move) {
+	for i, m := range ms {
+		t := yLo
+		if i%2 == 1 {
+			t = yHi
+		}
+		g.copyMove(m.j, m.disp, m.width, t)
+	}
+}
+
+// lanesKernel emits the radix-2^26 lane kernels: lanesAVX2, lanesHybridAVX2
+// and (pw = 8) lanesAVX2R8 and lanesHybridR8; with cp, the copying
+// lanesAVX2R8Copy and lanesHybridR8Copy (see lanesAVX2Copy).
+func (g *gen) lanesKernel(name string, hybrid bool, pw int, cp bool) {
 	c := g.c
 	g.powers = pw
+	g.cp = cp
+	defer func() { g.cp = false }()
 	keyWords := keyScalarOf(pw)/8 + 2
-	sig := lanesSig(limbs*lanes, keyWords)
+	hWords := limbs * lanes
 	if hybrid {
-		sig = lanesSig(hybridWords, keyWords)
+		hWords = hybridWords
+	}
+	sig := lanesSig(hWords, keyWords)
+	if cp {
+		sig = lanesCopySig(hWords, keyWords)
+	}
+	nb := lanes // blocks of the kernel
+	if hybrid {
+		nb += scalarLanes
 	}
 	c.Function(name)
 	c.Attributes(attr.NOSPLIT)
 	c.Signature(sig)
 	c.Load(c.Param("h"), rH)
-	c.Load(c.Param("p").Base(), rP)
+	if cp {
+		g.rX, g.rX3 = copyPointers(hybrid)
+		c.Load(c.Param("q").Base(), rP)
+		c.Load(c.Param("p").Base(), g.rX)
+	} else {
+		c.Load(c.Param("p").Base(), rP)
+	}
 	c.Load(c.Param("stride"), rS)
 	if !hybrid {
 		c.Load(c.Param("chunks"), rN)
 	}
 	c.Load(c.Param("key"), rKey)
-	c.Comment("Block j starts at p + j*stride, blocks 3.. from p + 3*stride.")
+	if cp {
+		c.Comment("Block j is absorbed from q + j*stride (rP, and rP3 for blocks 3..)")
+		c.Comment("and copied there from p + j*stride (the same from rX and rX3).")
+		c.LEAQ(operand.Mem{Base: rS, Index: rS, Scale: 2}, g.rX3)
+		c.ADDQ(g.rX, g.rX3)
+	} else {
+		c.Comment("Block j starts at p + j*stride, blocks 3.. from p + 3*stride.")
+	}
 	c.LEAQ(operand.Mem{Base: rS, Index: rS, Scale: 2}, rP3)
 	c.ADDQ(rP, rP3)
 	if g.powers != powers8 {
@@ -417,10 +558,19 @@ func (g *gen) lanesAVX2(name string, hybrid bool, pw int) {
 	// in use) the frame word of the chunks argument.
 	var n operand.Op = rN
 	if hybrid {
+		if cp {
+			g.h2m = c.AllocLocal(8 * scalarLanes)
+		}
 		c.Comment("The scalar lanes' accumulators h0 + h1·2^64 + h2·2^128.")
 		for l := range scalarLanes {
 			for i, r := range sH[l] {
-				c.MOVQ(mem(rH, 8*(limbs*lanes+3*l+i)), r)
+				src := mem(rH, 8*(limbs*lanes+3*l+i))
+				if cp && i == 2 {
+					c.MOVQ(src, reg.RAX)
+					c.MOVQ(reg.RAX, g.h2Mem(l))
+					continue
+				}
+				c.MOVQ(src, r)
 			}
 		}
 		b, err := c.Param("chunks").Resolve()
@@ -449,30 +599,85 @@ func (g *gen) lanesAVX2(name string, hybrid bool, pw int) {
 	}
 	// vecStep is the vector code of a step of s chunks (1, 2, 4 or 8):
 	// d = m_s·r + m_(s-1)·r^2 + ... + m_2·r^(s-1), independent of h; then
-	// h += m_1; d += h·r^s; h = d, carried.
-	vecStep := func(s int) func() {
+	// h += m_1; d += h·r^s; h = d, carried. The copying kernels' moves ms
+	// go after the splits, len(ms)/s after each (the split's temporaries
+	// are free there).
+	vecStep := func(s int, ms []move) func() {
 		return func() {
+			split := 0
+			after := func() {
+				g.emitMoves(ms[split*len(ms)/s : (split+1)*len(ms)/s])
+				split++
+			}
 			for i := 1; i < s; i++ {
 				j := i - 1
 				g.split(16*(s-i), func(l int) { g.mulAdd(yL, l, j, j == 0 && l == 0) })
+				after()
 			}
 			g.split(0, func(l int) { g.c.VPADDQ(yL, yH[l], yH[l]) })
+			after()
 			for l := 0; l < limbs; l++ {
 				g.mulAdd(yH[l], l, s-1, s == 1 && l == 0)
 			}
 			g.carryChain()
 		}
 	}
-	if g.powers == powers8 {
+	// advance moves the pointers on by bytes.
+	advance := func(bytes int) {
+		c.ADDQ(operand.U32(bytes), rP)
+		c.ADDQ(operand.U32(bytes), rP3)
+		if cp {
+			c.ADDQ(operand.U32(bytes), g.rX)
+			c.ADDQ(operand.U32(bytes), g.rX3)
+		}
+	}
+	// tail emits a step of s < 8 chunks: in the copying kernels the copy of
+	// its chunks first.
+	tail := func(s int) {
+		if cp {
+			c.Comment("Copy the step's chunks, then absorb them from q.")
+			g.emitMoves(copyMoves(nb, 0, 16*s))
+		}
+		step(s, vecStep(s, nil))
+	}
+	if g.powers == powers8 && cp {
+		c.CMPQ(n, operand.U32(8))
+		c.JB(operand.LabelRef(name + "quad"))
+		c.Comment("Copy the first eight chunks of every block.")
+		g.emitMoves(copyMoves(nb, 0, 128))
+
+		c.Label(name + "oct")
+		c.CMPQ(n, operand.U32(16))
+		c.JB(operand.LabelRef(name + "octlast"))
+		c.Comment("Eight chunks, absorbed from q, while the next eight of every")
+		c.Comment("block are copied from p to q.")
+		step(8, vecStep(8, copyMoves(nb, 128, 128)))
+		advance(128)
+		c.SUBQ(operand.U32(8), n)
+		c.JMP(operand.LabelRef(name + "oct"))
+
+		c.Label(name + "octlast")
+		c.Comment("The last eight chunks, copied by the step before.")
+		step(8, vecStep(8, nil))
+		advance(128)
+		c.SUBQ(operand.U32(8), n)
+
+		c.Label(name + "quad")
+		c.CMPQ(n, operand.U32(4))
+		c.JB(operand.LabelRef(name + "pair"))
+		c.Comment("Four chunks: h' = (h + m1)·r^4 + m2·r^3 + m3·r^2 + m4·r.")
+		tail(4)
+		advance(64)
+		c.SUBQ(operand.U32(4), n)
+	} else if g.powers == powers8 {
 		c.CMPQ(n, operand.U32(8))
 		c.JB(operand.LabelRef(name + "quad"))
 
 		c.Label(name + "oct")
 		c.Comment("Eight chunks: h' = (h + m1)·r^8 + m2·r^7 + ... + m8·r, one")
 		c.Comment("carry chain (poly1305_lanes.go has the bounds: every d_k below 2^60).")
-		step(8, vecStep(8))
-		c.ADDQ(operand.U32(128), rP)
-		c.ADDQ(operand.U32(128), rP3)
+		step(8, vecStep(8, nil))
+		advance(128)
 		c.SUBQ(operand.U32(8), n)
 		c.CMPQ(n, operand.U32(8))
 		c.JAE(operand.LabelRef(name + "oct"))
@@ -481,9 +686,8 @@ func (g *gen) lanesAVX2(name string, hybrid bool, pw int) {
 		c.CMPQ(n, operand.U32(4))
 		c.JB(operand.LabelRef(name + "pair"))
 		c.Comment("Four chunks: h' = (h + m1)·r^4 + m2·r^3 + m3·r^2 + m4·r.")
-		step(4, vecStep(4))
-		c.ADDQ(operand.U32(64), rP)
-		c.ADDQ(operand.U32(64), rP3)
+		tail(4)
+		advance(64)
 		c.SUBQ(operand.U32(4), n)
 	} else {
 		c.CMPQ(n, operand.U32(4))
@@ -493,9 +697,8 @@ func (g *gen) lanesAVX2(name string, hybrid bool, pw int) {
 		c.Comment("Four chunks: h' = (h + m1)·r^4 + m2·r^3 + m3·r^2 + m4·r, one")
 		c.Comment("carry chain. First d = m4·r + m3·r^2 + m2·r^3, independent of h;")
 		c.Comment("then h += m1; d += h·r^4; h = d, carried.")
-		step(4, vecStep(4))
-		c.ADDQ(operand.U32(64), rP)
-		c.ADDQ(operand.U32(64), rP3)
+		tail(4)
+		advance(64)
 		c.SUBQ(operand.U32(4), n)
 		c.CMPQ(n, operand.U32(4))
 		c.JAE(operand.LabelRef(name + "quad"))
@@ -505,23 +708,28 @@ func (g *gen) lanesAVX2(name string, hybrid bool, pw int) {
 	c.CMPQ(n, operand.U32(2))
 	c.JB(operand.LabelRef(name + "single"))
 	c.Comment("Two chunks: d = m2·r, then h += m1; d += h·r^2.")
-	step(2, vecStep(2))
-	c.ADDQ(operand.U32(32), rP)
-	c.ADDQ(operand.U32(32), rP3)
+	tail(2)
+	advance(32)
 	c.SUBQ(operand.U32(2), n)
 
 	c.Label(name + "single")
 	c.CMPQ(n, operand.U32(0))
 	c.JZ(operand.LabelRef(name + "done"))
 	c.Comment("One chunk left: h = (h + m)·r, carried.")
-	step(1, vecStep(1))
+	tail(1)
 
 	c.Label(name + "done")
 	if hybrid {
 		c.Load(c.Param("h"), rH) // DX went to the multiplies
 		for l := range scalarLanes {
 			for i, r := range sH[l] {
-				c.MOVQ(r, mem(rH, 8*(limbs*lanes+3*l+i)))
+				dst := mem(rH, 8*(limbs*lanes+3*l+i))
+				if cp && i == 2 {
+					c.MOVQ(g.h2Mem(l), reg.RAX)
+					c.MOVQ(reg.RAX, dst)
+					continue
+				}
+				c.MOVQ(r, dst)
 			}
 		}
 	}
@@ -531,6 +739,9 @@ func (g *gen) lanesAVX2(name string, hybrid bool, pw int) {
 	c.VZEROUPPER()
 	c.RET()
 }
+
+// h2Mem is the frame word of scalar lane l's h2 in lanesHybridR8Copy.
+func (g *gen) h2Mem(l int) operand.Mem { return g.h2m.Offset(8 * l) }
 
 // hybridWords is the size of the hybrid kernel's h: the vector lanes' 20
 // words, then h0, h1, h2 of each scalar lane.
@@ -598,11 +809,22 @@ func (g *gen) scalarChunk(l, disp int) {
 	t0, t1 := sT[0], sT[1]
 	t2, t3 := h0, h1
 	r0, r1 := mem(rKey, keyScalarOf(g.powers)), mem(rKey, keyScalarOf(g.powers)+8)
+	// In lanesHybridR8Copy h2 lives in the frame (lanesAVX2Copy), and is
+	// taken into AX or DX where each is free: AX before the multiplies,
+	// DX after the last MULX.
+	inMem := g.cp
 	blk := block(4+l, disp)
+	if inMem {
+		c.MOVQ(g.h2Mem(l), reg.RAX)
+		h2 = reg.RAX
+	}
 	c.ADDQ(blk, h0) // h += chunk + 2^128
 	blk.Disp += 8
 	c.ADCQ(blk, h1)
 	c.ADCQ(operand.U32(1), h2)
+	if inMem {
+		c.MOVQ(h2, g.h2Mem(l))
+	}
 	c.MOVQ(h0, reg.RDX)
 	c.MULXQ(r0, t0, t1)      // t1:t0 = h0·r0
 	c.MULXQ(r1, reg.RAX, t2) // t2:AX = h0·r1
@@ -616,6 +838,10 @@ func (g *gen) scalarChunk(l, disp int) {
 	c.ADDQ(reg.RAX, t1)
 	c.ADCQ(reg.RDX, t2)
 	c.ADCQ(operand.U32(0), t3)
+	if inMem {
+		c.MOVQ(g.h2Mem(l), reg.RDX)
+		h2 = reg.RDX
+	}
 	c.MOVQ(r0, reg.RAX)
 	c.IMULQ(h2, reg.RAX) // h2·r0
 	c.IMULQ(r1, h2)      // h2·r1
@@ -634,6 +860,9 @@ func (g *gen) scalarChunk(l, disp int) {
 	c.ADDQ(t0, t2)
 	c.ADCQ(t1, t3)
 	c.ADCQ(operand.U32(0), h2)
+	if inMem {
+		c.MOVQ(h2, g.h2Mem(l))
+	}
 }
 
 func writeStubs(warning string) ([]byte, error) {
@@ -698,6 +927,27 @@ func lanesAVX2R8(h *[%d]uint64, p []byte, stride, chunks int, key *[%d]uint64)
 //go:noescape
 func lanesHybridR8(h *[%d]uint64, p []byte, stride, chunks int, key *[%d]uint64)
 
+// lanesAVX2R8Copy is lanesAVX2R8 that also copies the chunks it absorbs:
+// block l's chunks p[l*stride:][:16*chunks] go to q[l*stride:][:16*chunks],
+// and are absorbed from q after the kernel's own stores to it (never from
+// a second load of p, which may change under the call). It writes nothing
+// else of q.
+//
+// Preconditions: those of lanesAVX2R8, for q as for p; q's chunks do not
+// overlap p's.
+//
+//go:noescape
+func lanesAVX2R8Copy(h *[%d]uint64, q, p []byte, stride, chunks int, key *[%d]uint64)
+
+// lanesHybridR8Copy is lanesHybridR8 that copies as lanesAVX2R8Copy does,
+// six blocks.
+//
+// Preconditions: those of lanesHybridR8, for q as for p; q's chunks do
+// not overlap p's.
+//
+//go:noescape
+func lanesHybridR8Copy(h *[%d]uint64, q, p []byte, stride, chunks int, key *[%d]uint64)
+
 // lanesIFMA is lanesAVX2 for eight blocks in radix 2^44, with 52-bit
 // multiplies: it absorbs chunks chunks of each of eight blocks, block l at
 // p[l*stride:], into h (laneState44: limb k of block l at h[8k+l]), two
@@ -712,6 +962,7 @@ func lanesHybridR8(h *[%d]uint64, p []byte, stride, chunks int, key *[%d]uint64)
 func lanesIFMA(h *[%d]uint64, p []byte, stride, chunks int, key *[%d]uint64)
 `, keyR, keyS, keyScalar, keySize, key8S, key8Scalar, key8Size,
 		limbs*lanes, keySize/8, hybridWords, keySize/8,
+		limbs*lanes, key8Size/8, hybridWords, key8Size/8,
 		limbs*lanes, key8Size/8, hybridWords, key8Size/8, 3*lanes44, key44)
 	return scaffold.Go(b.Bytes())
 }
