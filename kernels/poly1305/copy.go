@@ -36,11 +36,12 @@ func copyThenBlocks(k *polyKey, acc [][2]uint64, h *laneBuf, ad []byte, adLen in
 // Each tag describes exactly the bytes written to q, even if p changes
 // during the call: p may be a mapping shared with a writer the caller does
 // not trust, and a tag that verified bytes other than the ones the caller
-// got would be a time-of-check/time-of-use hole. So the one-pass kernels
-// (amd64: hybrid8, avx2r8) hash the bytes from q after their own stores to
-// it, and the others copy first and then hash q; no implementation hashes a
-// second load of p. If p changes under the call, q holds some mix of its
-// old and new bytes and the tags are those of q.
+// got would be a time-of-check/time-of-use hole. So the one-pass kernel
+// (amd64, lanesAVX2R8Copy, under hybrid8 and avx2r8) hashes the bytes from
+// q after its own stores to it, and the other implementations copy first
+// and then hash q; none hashes a second load of p. If p changes under the
+// call, q holds some mix of its old and new bytes and the tags are those of
+// q.
 //
 // The layout rules for p are those of BlocksAD, and q must be as long as
 // the blocks' span in p, (len(dst)-1)*stride + blockLen; otherwise, or for

@@ -24,25 +24,18 @@ var (
 // (avx2r8) or four (avx2).
 func registerArch() {
 	impl.Register(pkgName, "avx512ifma", hasIFMA, func() { blocks, blocksCopy = blocksIFMA, copyThenBlocks })
-	impl.Register(pkgName, "hybrid8", hasHybrid, func() { blocks, blocksCopy = blocksHybrid8, blocksHybrid8Copy })
+	impl.Register(pkgName, "hybrid8", hasHybrid, func() { blocks, blocksCopy = blocksHybrid8, blocksAVX2R8Copy })
 	impl.Register(pkgName, "hybrid", hasHybrid, func() { blocks, blocksCopy = blocksHybrid, copyThenBlocks })
 	impl.Register(pkgName, "avx2r8", hasAVX2, func() { blocks, blocksCopy = blocksAVX2R8, blocksAVX2R8Copy })
 	impl.Register(pkgName, "avx2", hasAVX2, func() { blocks, blocksCopy = blocksAVX2, copyThenBlocks })
 }
 
-// blocksHybrid8Copy is blocksHybrid8 with the one-pass copying kernels
-// (lanesHybridR8Copy, then lanesAVX2R8Copy for the groups of four left
-// over): BlocksADCopy under hybrid8.
-func blocksHybrid8Copy(k *polyKey, acc [][2]uint64, h *laneBuf, ad []byte, adLen int, q, p []byte, blockLen, stride int) {
-	m := hybridBlocks * hybridGroups(len(acc))
-	blocksLanesCopy(&kernelHybrid8, k, acc[:m], h, ad, adLen, q, p, blockLen, stride, copyGeneric)
-	if m < len(acc) {
-		blocksAVX2R8Copy(k, acc[m:], h, ad[m*adLen:], adLen, q[m*stride:], p[m*stride:], blockLen, stride)
-	}
-}
-
-// blocksAVX2R8Copy is BlocksADCopy under avx2r8: groups of four through
-// lanesAVX2R8Copy, the rest copied and hashed by the generic code.
+// blocksAVX2R8Copy is BlocksADCopy under avx2r8 and hybrid8: groups of
+// four through lanesAVX2R8Copy, the rest copied and hashed by the generic
+// code. hybrid8 has no copying kernel of its own (kernels/_asm/poly1305,
+// lanesAVX2Copy, says why): with source and copy in the cache this runs
+// level with copy-then-BlocksAD under hybrid8, and over a source in memory
+// faster (BenchmarkBlocksADCopy).
 func blocksAVX2R8Copy(k *polyKey, acc [][2]uint64, h *laneBuf, ad []byte, adLen int, q, p []byte, blockLen, stride int) {
 	blocksLanesCopy(&kernelAVX2R8, k, acc, h, ad, adLen, q, p, blockLen, stride, copyGeneric)
 }
@@ -62,9 +55,6 @@ var kernelHybrid8 = laneKernel{
 	absorb: func(h *laneBuf, p []byte, stride, chunks int, k *polyKey) {
 		lanesHybridR8((*[26]uint64)(h), p, stride, chunks, (*[322]uint64)(&k.lanes8))
 	},
-	absorbCopy: func(h *laneBuf, q, p []byte, stride, chunks int, k *polyKey) {
-		lanesHybridR8Copy((*[26]uint64)(h), q, p, stride, chunks, (*[322]uint64)(&k.lanes8))
-	},
 	pack: kernelHybrid.pack,
 }
 
@@ -78,7 +68,7 @@ var kernelAVX2R8 = laneKernel{
 		lanesAVX2R8((*[20]uint64)(h[:20]), p, stride, chunks, (*[322]uint64)(&k.lanes8))
 	},
 	absorbCopy: func(h *laneBuf, q, p []byte, stride, chunks int, k *polyKey) {
-		lanesAVX2R8Copy((*[20]uint64)(h[:20]), q, p, stride, chunks, (*[322]uint64)(&k.lanes8))
+		lanesAVX2R8Copy((*[20]uint64)(h[:20]), q, p, stride, chunks, prefetchAhead(len(p), lanes, stride, chunks), (*[322]uint64)(&k.lanes8))
 	},
 	pack: pack26,
 }
@@ -162,4 +152,22 @@ var kernelAVX2 = laneKernel{
 // lanesAVX2Kernel is lanesAVX2 with the package's types.
 func lanesAVX2Kernel(h *laneState, p []byte, stride, chunks int, key *laneKey) {
 	lanesAVX2((*[20]uint64)(h), p, stride, chunks, (*[162]uint64)(key))
+}
+
+// prefetchAhead is how far on in p lanesAVX2R8Copy prefetches, for a
+// group of n blocks in the len(p) bytes from the group's start: the next
+// group's blocks, or (for groups under 4 KiB) the first group at least 4
+// KiB on, so that the lines come from memory in the time of a group or
+// more; 0 (the group itself: no prefetch beyond it) where that group is
+// not in p.
+func prefetchAhead(plen, n, stride, chunks int) int {
+	g := n * stride
+	if g == 0 {
+		return 0
+	}
+	a := g * max(1, 4096/g)
+	if a+(n-1)*stride+16*chunks > plen {
+		return 0
+	}
+	return a
 }

@@ -69,20 +69,16 @@ func lanesHybridR8(h *[26]uint64, p []byte, stride, chunks int, key *[322]uint64
 // a second load of p, which may change under the call). It writes nothing
 // else of q.
 //
+// While it works on a step of the blocks it prefetches the same step of
+// the blocks ahead bytes on in p, block l at p[ahead+l*stride:] (the group
+// the caller will pass next, or the one after); ahead = 0 prefetches the
+// blocks themselves.
+//
 // Preconditions: those of lanesAVX2R8, for q as for p; q's chunks do not
-// overlap p's.
+// overlap p's; len(p) >= ahead + 3*stride + 16*chunks, ahead >= 0.
 //
 //go:noescape
-func lanesAVX2R8Copy(h *[20]uint64, q, p []byte, stride, chunks int, key *[322]uint64)
-
-// lanesHybridR8Copy is lanesHybridR8 that copies as lanesAVX2R8Copy does,
-// six blocks.
-//
-// Preconditions: those of lanesHybridR8, for q as for p; q's chunks do
-// not overlap p's.
-//
-//go:noescape
-func lanesHybridR8Copy(h *[26]uint64, q, p []byte, stride, chunks int, key *[322]uint64)
+func lanesAVX2R8Copy(h *[20]uint64, q, p []byte, stride, chunks, ahead int, key *[322]uint64)
 
 // lanesIFMA is lanesAVX2 for eight blocks in radix 2^44, with 52-bit
 // multiplies: it absorbs chunks chunks of each of eight blocks, block l at

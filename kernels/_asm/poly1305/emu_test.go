@@ -69,7 +69,7 @@ type polyLayout struct {
 	hWords int  // words of h
 	wrap   uint64
 	powers int  // of r in a radix-2^26 key: 4 (laneKey) or 8 (laneKey8)
-	copy   bool // the kernel copies p to q (lanesAVX2Copy) and absorbs q
+	copy   bool // the kernel copies p to q and absorbs q (lanesAVX2R8Copy)
 	// wrap multiplies the key's wrap words: 5 (2^130 ≡ 5) for radix 2^26,
 	// 20 (2^132 ≡ 20) for radix 2^44.
 }
@@ -80,7 +80,6 @@ var polyLayouts = []polyLayout{
 	{fn: "lanesAVX2R8", lanes: lanes, limbs: limbs, bits: limbBits, hWords: limbs * lanes, wrap: 5, powers: powers8},
 	{fn: "lanesHybridR8", lanes: lanes, scalar: scalarLanes, limbs: limbs, bits: limbBits, hWords: hybridWords, wrap: 5, powers: powers8},
 	{fn: "lanesAVX2R8Copy", lanes: lanes, limbs: limbs, bits: limbBits, hWords: limbs * lanes, wrap: 5, powers: powers8, copy: true},
-	{fn: "lanesHybridR8Copy", lanes: lanes, scalar: scalarLanes, limbs: limbs, bits: limbBits, hWords: hybridWords, wrap: 5, powers: powers8, copy: true},
 	{fn: "lanesIFMA", lanes: lanes44, limbs: 3, bits: 44, hWords: 3 * lanes44, wrap: 20},
 }
 
@@ -165,7 +164,9 @@ func runKernel(t *testing.T, prog *emu.Program, l polyLayout, key, h0 []uint64, 
 	dn := uint64(len(data))
 	args := []uint64{addrH, emu.AddrData, dn, dn, uint64(stride), uint64(chunks), addrKey}
 	if l.copy {
-		args = []uint64{addrH, emu.AddrData, dn, dn, addrP, dn, dn, uint64(stride), uint64(chunks), addrKey}
+		// The prefetch distance 0 (the blocks themselves; a prefetch has
+		// no effect here), before the key.
+		args = []uint64{addrH, emu.AddrData, dn, dn, addrP, dn, dn, uint64(stride), uint64(chunks), 0, addrKey}
 	}
 	for i, v := range args {
 		m.Put64(8*i, v)
@@ -312,9 +313,9 @@ func TestEmulatedPoly1305(t *testing.T) {
 			}
 		})
 	}
-	t.Logf("instructions per byte over 4 KiB blocks: AVX2 %.4f, hybrid AVX2 %.4f, AVX2 R8 %.4f, hybrid R8 %.4f, AVX2 R8 copy %.4f, hybrid R8 copy %.4f, AVX-512 IFMA %.4f (%.2fx fewer than AVX2)",
+	t.Logf("instructions per byte over 4 KiB blocks: AVX2 %.4f, hybrid AVX2 %.4f, AVX2 R8 %.4f, hybrid R8 %.4f, AVX2 R8 copy %.4f, AVX-512 IFMA %.4f (%.2fx fewer than AVX2)",
 		perByte["lanesAVX2"], perByte["lanesHybridAVX2"], perByte["lanesAVX2R8"], perByte["lanesHybridR8"],
-		perByte["lanesAVX2R8Copy"], perByte["lanesHybridR8Copy"], perByte["lanesIFMA"], perByte["lanesAVX2"]/perByte["lanesIFMA"])
+		perByte["lanesAVX2R8Copy"], perByte["lanesIFMA"], perByte["lanesAVX2"]/perByte["lanesIFMA"])
 	if nr := prog.NotRun(); len(nr) > 0 {
 		t.Errorf("functions not checked in the emulator: %v", nr)
 	}

@@ -167,8 +167,7 @@ func generate(cmd []string) (asm, src []byte, err error) {
 	g.lanesAVX2("lanesHybridAVX2", true, powers)
 	g.lanesAVX2("lanesAVX2R8", false, powers8)
 	g.lanesAVX2("lanesHybridR8", true, powers8)
-	g.lanesAVX2Copy("lanesAVX2R8Copy", false)
-	g.lanesAVX2Copy("lanesHybridR8Copy", true)
+	g.lanesAVX2Copy("lanesAVX2R8Copy")
 	g.lanesIFMA(consts44)
 	if g.err != nil {
 		return nil, nil, g.err
@@ -194,8 +193,8 @@ func lanesSig(hWords, keyWords int) *gotypes.Signature {
 	}, nil)
 }
 
-// The copying kernels' signature: lanesAVX2R8Copy(h *[20]uint64, q, p
-// []byte, stride, chunks int, key *[322]uint64).
+// The copying kernel's signature: lanesAVX2R8Copy(h *[20]uint64, q, p
+// []byte, stride, chunks, ahead int, key *[322]uint64).
 func lanesCopySig(hWords, keyWords int) *gotypes.Signature {
 	u64 := types.Typ[types.Uint64]
 	return scaffold.Signature([]*types.Var{
@@ -204,6 +203,7 @@ func lanesCopySig(hWords, keyWords int) *gotypes.Signature {
 		scaffold.Param("p", scaffold.Bytes),
 		scaffold.Param("stride", scaffold.Int),
 		scaffold.Param("chunks", scaffold.Int),
+		scaffold.Param("ahead", scaffold.Int),
 		scaffold.Param("key", types.NewPointer(types.NewArray(u64, int64(keyWords)))),
 	}, nil)
 }
@@ -245,11 +245,9 @@ var (
 type gen struct {
 	c         *build.Context
 	mask, pad operand.Mem
-	powers    int            // of r in the key of the kernel being built: 4 or 8
-	cp        bool           // the kernel being built copies p to q (lanesAVX2Copy)
-	rX, rX3   reg.GPPhysical // its pointers into p (copyPointers)
-	h2m       operand.Mem    // the frame words of its scalar lanes' h2
-	err       error          // the first error outside c's own
+	powers    int   // of r in the key of the kernel being built: 4 or 8
+	cp        bool  // the kernel being built copies p to q (lanesAVX2Copy)
+	err       error // the first error outside c's own
 }
 
 func (g *gen) fail(err error) {
@@ -409,54 +407,53 @@ func (g *gen) lanesAVX2(name string, hybrid bool, pw int) {
 	g.lanesKernel(name, hybrid, pw, false)
 }
 
-// lanesAVX2Copy emits lanesAVX2R8Copy, or with hybrid lanesHybridR8Copy:
-// lanesAVX2R8 (lanesHybridR8) that also copies the chunks it absorbs from
-// p to q, block j from p + j·stride to q + j·stride, and absorbs them from
-// q, after its own stores: the bytes hashed are those written to q, never
-// a second load of p (p may be a shared mapping that changes during the
-// call; q is the caller's). One pass over the data:
+// lanesAVX2Copy emits lanesAVX2R8Copy: lanesAVX2R8 that also copies the
+// chunks it absorbs from p to q, block j from p + j·stride to q + j·stride,
+// and absorbs them from q, after its own stores: the bytes hashed are those
+// written to q, never a second load of p (p may be a shared mapping that
+// changes during the call; q is the caller's). One pass over the data:
 //
 //   - the prologue copies the first eight chunks of every block (when
 //     there are eight);
 //   - each eight-chunk step but the last copies the next step's 128 bytes
-//     of every block with 32-byte loads and stores (YMM; 16 or 24 of each
-//     pair a step, three or two after each chunk's split, where the
-//     split's temporaries are free) while the lanes absorb the current
-//     step from q, stored a step earlier, so that no load of a chunk waits
-//     on a store just issued;
+//     of every block with 32-byte loads and stores (YMM, two pairs after
+//     each chunk's split, where the split's temporaries yLo and yHi are
+//     free: every other vector register is in use) while the lanes absorb
+//     the current step from q, stored a step earlier, so that no load of a
+//     chunk waits on a store just issued;
 //   - the last eight-chunk step only absorbs;
 //   - the steps of four, two and one chunk left copy their chunks first
-//     (64, 32 or 16 bytes of each block) and then absorb them.
+//     (64, 32 or 16 bytes of each block) and then absorb them;
+//   - every eight-chunk step and the prologue also prefetch the same step
+//     of the blocks ahead bytes on (withPrefetch).
 //
-// The vector registers are all in use by the eight-chunk step, so the
-// copies use yLo and yHi between splits. In the hybrid kernel every general
-// register is in use too; the copy needs two more pointers (p + offset and
-// p + 3·stride + offset), so the scalar lanes keep their h2 in the frame
-// (scalarChunk with h2 in memory): two more loads and stores per chunk of
-// a scalar lane, off the vector lanes' path.
-func (g *gen) lanesAVX2Copy(name string, hybrid bool) {
-	g.lanesKernel(name, hybrid, powers8, true)
+// The copy costs 1-4% over lanesAVX2R8 with source and copy in the cache
+// (alternating the two; 512 B and 4 KiB blocks). There is no hybrid form:
+// lanesHybridR8 uses every general register, and the two the copy needs
+// for its pointers into p cost more than the scalar lanes gain. Measured
+// on the build machine, under load, alternating with lanesHybridR8: with
+// the scalar lanes' h2 in the frame (two registers free, moves spread as
+// here) 1.11-1.21 times its time at 4 KiB and 1.33-1.41 at 512 B, slower
+// per byte than this kernel at 512 B; with the moves in one bundle before
+// each step, where the scalar temporaries are free, 1.27-1.80; and it
+// cannot prefetch (no register for the pointer), which over a source in
+// memory is what decides at 512-byte blocks (BenchmarkBlocksADCopy).
+func (g *gen) lanesAVX2Copy(name string) {
+	g.lanesKernel(name, false, powers8, true)
 }
 
-// The copying kernels' pointers into p (block 0 and block 3 at the current
-// chunk), beside rP and rP3, which point into q: in lanesAVX2R8Copy two of
-// the registers the scalar lanes would use, in lanesHybridR8Copy those of
-// the scalar lanes' h2 (which go to the frame).
-func copyPointers(hybrid bool) (x, x3 reg.GPPhysical) {
-	if hybrid {
-		return sH[0][2], sH[1][2]
-	}
-	return reg.R10, reg.R11
-}
+// The copying kernel's pointers into p (block 0 and block 3 at the current
+// chunk), beside rP and rP3, which point into q.
+var rX, rX3 = reg.R10, reg.R11
 
 // pblock is block(j, disp) in p, for the copying kernels.
 func (g *gen) pblock(j, disp int) operand.Mem {
 	m := block(j, disp)
 	switch m.Base {
 	case rP:
-		m.Base = g.rX
+		m.Base = rX
 	case rP3:
-		m.Base = g.rX3
+		m.Base = rX3
 	}
 	return m
 }
@@ -490,15 +487,65 @@ func copyMoves(nb, disp, bytes int) []move {
 	return out
 }
 
-// emitMoves emits moves, alternating the temporaries yLo and yHi.
+// emitMoves emits moves, alternating the temporaries yLo and yHi; a move
+// of width 0 is a prefetch (see withPrefetch).
 func (g *gen) emitMoves(ms []move) {
 	for i, m := range ms {
+		if m.width == 0 {
+			g.c.PREFETCHT0(g.nblock(m.j, m.disp))
+			continue
+		}
 		t := yLo
 		if i%2 == 1 {
 			t = yHi
 		}
 		g.copyMove(m.j, m.disp, m.width, t)
 	}
+}
+
+// The prefetch pointers of lanesAVX2R8Copy: block 0 and block 3 at the
+// current chunk in the blocks ahead bytes on, p + ahead and p + ahead +
+// 3·stride.
+var rN1, rN3 = reg.R12, reg.R13
+
+// nblock is block(j, disp) in the blocks ahead bytes on in p.
+func (g *gen) nblock(j, disp int) operand.Mem {
+	m := block(j, disp)
+	switch m.Base {
+	case rP:
+		m.Base = rN1
+	case rP3:
+		m.Base = rN3
+	}
+	return m
+}
+
+// withPrefetch returns ms with, in lanesAVX2R8Copy, the prefetches of the
+// two cache lines at disp of each of nb blocks ahead bytes on merged in,
+// spread evenly: a step's lines in the group of blocks the glue calls
+// next (or two on), so that a source in memory, a page cache mapping, is
+// in the cache by the time the next call copies it. Six or more streams of
+// short blocks (512 bytes: eight lines each) are more than the hardware
+// prefetchers follow; without the prefetches the kernel over a source
+// larger than the L3 cache ran at 0.65-0.75 times copy-then-BlocksAD at
+// 512-byte blocks.
+func (g *gen) withPrefetch(ms []move, nb, disp int) []move {
+	if !g.cp {
+		return ms
+	}
+	var pf []move
+	for j := range nb {
+		pf = append(pf, move{j, disp, 0}, move{j, disp + 64, 0})
+	}
+	if len(ms) == 0 {
+		return pf
+	}
+	var out []move
+	for i, p := range pf {
+		out = append(out, ms[i*len(ms)/len(pf):(i+1)*len(ms)/len(pf)]...)
+		out = append(out, p)
+	}
+	return out
 }
 
 // lanesKernel emits the radix-2^26 lane kernels: lanesAVX2, lanesHybridAVX2
@@ -516,6 +563,10 @@ func (g *gen) lanesKernel(name string, hybrid bool, pw int, cp bool) {
 	}
 	sig := lanesSig(hWords, keyWords)
 	if cp {
+		if hybrid {
+			g.fail(fmt.Errorf("%s: no hybrid copying kernel", name))
+			return
+		}
 		sig = lanesCopySig(hWords, keyWords)
 	}
 	nb := lanes // blocks of the kernel
@@ -527,9 +578,8 @@ func (g *gen) lanesKernel(name string, hybrid bool, pw int, cp bool) {
 	c.Signature(sig)
 	c.Load(c.Param("h"), rH)
 	if cp {
-		g.rX, g.rX3 = copyPointers(hybrid)
 		c.Load(c.Param("q").Base(), rP)
-		c.Load(c.Param("p").Base(), g.rX)
+		c.Load(c.Param("p").Base(), rX)
 	} else {
 		c.Load(c.Param("p").Base(), rP)
 	}
@@ -541,8 +591,13 @@ func (g *gen) lanesKernel(name string, hybrid bool, pw int, cp bool) {
 	if cp {
 		c.Comment("Block j is absorbed from q + j*stride (rP, and rP3 for blocks 3..)")
 		c.Comment("and copied there from p + j*stride (the same from rX and rX3).")
-		c.LEAQ(operand.Mem{Base: rS, Index: rS, Scale: 2}, g.rX3)
-		c.ADDQ(g.rX, g.rX3)
+		c.LEAQ(operand.Mem{Base: rS, Index: rS, Scale: 2}, rX3)
+		c.ADDQ(rX, rX3)
+		c.Comment("The prefetches: block j at p + ahead + j*stride (rN1, rN3).")
+		c.Load(c.Param("ahead"), rN1)
+		c.ADDQ(rX, rN1)
+		c.LEAQ(operand.Mem{Base: rS, Index: rS, Scale: 2}, rN3)
+		c.ADDQ(rN1, rN3)
 	} else {
 		c.Comment("Block j starts at p + j*stride, blocks 3.. from p + 3*stride.")
 	}
@@ -558,19 +613,10 @@ func (g *gen) lanesKernel(name string, hybrid bool, pw int, cp bool) {
 	// in use) the frame word of the chunks argument.
 	var n operand.Op = rN
 	if hybrid {
-		if cp {
-			g.h2m = c.AllocLocal(8 * scalarLanes)
-		}
 		c.Comment("The scalar lanes' accumulators h0 + h1·2^64 + h2·2^128.")
 		for l := range scalarLanes {
 			for i, r := range sH[l] {
-				src := mem(rH, 8*(limbs*lanes+3*l+i))
-				if cp && i == 2 {
-					c.MOVQ(src, reg.RAX)
-					c.MOVQ(reg.RAX, g.h2Mem(l))
-					continue
-				}
-				c.MOVQ(src, r)
+				c.MOVQ(mem(rH, 8*(limbs*lanes+3*l+i)), r)
 			}
 		}
 		b, err := c.Param("chunks").Resolve()
@@ -627,8 +673,10 @@ func (g *gen) lanesKernel(name string, hybrid bool, pw int, cp bool) {
 		c.ADDQ(operand.U32(bytes), rP)
 		c.ADDQ(operand.U32(bytes), rP3)
 		if cp {
-			c.ADDQ(operand.U32(bytes), g.rX)
-			c.ADDQ(operand.U32(bytes), g.rX3)
+			c.ADDQ(operand.U32(bytes), rX)
+			c.ADDQ(operand.U32(bytes), rX3)
+			c.ADDQ(operand.U32(bytes), rN1)
+			c.ADDQ(operand.U32(bytes), rN3)
 		}
 	}
 	// tail emits a step of s < 8 chunks: in the copying kernels the copy of
@@ -644,21 +692,21 @@ func (g *gen) lanesKernel(name string, hybrid bool, pw int, cp bool) {
 		c.CMPQ(n, operand.U32(8))
 		c.JB(operand.LabelRef(name + "quad"))
 		c.Comment("Copy the first eight chunks of every block.")
-		g.emitMoves(copyMoves(nb, 0, 128))
+		g.emitMoves(g.withPrefetch(copyMoves(nb, 0, 128), nb, 0))
 
 		c.Label(name + "oct")
 		c.CMPQ(n, operand.U32(16))
 		c.JB(operand.LabelRef(name + "octlast"))
 		c.Comment("Eight chunks, absorbed from q, while the next eight of every")
 		c.Comment("block are copied from p to q.")
-		step(8, vecStep(8, copyMoves(nb, 128, 128)))
+		step(8, vecStep(8, g.withPrefetch(copyMoves(nb, 128, 128), nb, 0)))
 		advance(128)
 		c.SUBQ(operand.U32(8), n)
 		c.JMP(operand.LabelRef(name + "oct"))
 
 		c.Label(name + "octlast")
 		c.Comment("The last eight chunks, copied by the step before.")
-		step(8, vecStep(8, nil))
+		step(8, vecStep(8, g.withPrefetch(nil, nb, 0)))
 		advance(128)
 		c.SUBQ(operand.U32(8), n)
 
@@ -723,13 +771,7 @@ func (g *gen) lanesKernel(name string, hybrid bool, pw int, cp bool) {
 		c.Load(c.Param("h"), rH) // DX went to the multiplies
 		for l := range scalarLanes {
 			for i, r := range sH[l] {
-				dst := mem(rH, 8*(limbs*lanes+3*l+i))
-				if cp && i == 2 {
-					c.MOVQ(g.h2Mem(l), reg.RAX)
-					c.MOVQ(reg.RAX, dst)
-					continue
-				}
-				c.MOVQ(r, dst)
+				c.MOVQ(r, mem(rH, 8*(limbs*lanes+3*l+i)))
 			}
 		}
 	}
@@ -739,9 +781,6 @@ func (g *gen) lanesKernel(name string, hybrid bool, pw int, cp bool) {
 	c.VZEROUPPER()
 	c.RET()
 }
-
-// h2Mem is the frame word of scalar lane l's h2 in lanesHybridR8Copy.
-func (g *gen) h2Mem(l int) operand.Mem { return g.h2m.Offset(8 * l) }
 
 // hybridWords is the size of the hybrid kernel's h: the vector lanes' 20
 // words, then h0, h1, h2 of each scalar lane.
@@ -809,22 +848,11 @@ func (g *gen) scalarChunk(l, disp int) {
 	t0, t1 := sT[0], sT[1]
 	t2, t3 := h0, h1
 	r0, r1 := mem(rKey, keyScalarOf(g.powers)), mem(rKey, keyScalarOf(g.powers)+8)
-	// In lanesHybridR8Copy h2 lives in the frame (lanesAVX2Copy), and is
-	// taken into AX or DX where each is free: AX before the multiplies,
-	// DX after the last MULX.
-	inMem := g.cp
 	blk := block(4+l, disp)
-	if inMem {
-		c.MOVQ(g.h2Mem(l), reg.RAX)
-		h2 = reg.RAX
-	}
 	c.ADDQ(blk, h0) // h += chunk + 2^128
 	blk.Disp += 8
 	c.ADCQ(blk, h1)
 	c.ADCQ(operand.U32(1), h2)
-	if inMem {
-		c.MOVQ(h2, g.h2Mem(l))
-	}
 	c.MOVQ(h0, reg.RDX)
 	c.MULXQ(r0, t0, t1)      // t1:t0 = h0·r0
 	c.MULXQ(r1, reg.RAX, t2) // t2:AX = h0·r1
@@ -838,10 +866,6 @@ func (g *gen) scalarChunk(l, disp int) {
 	c.ADDQ(reg.RAX, t1)
 	c.ADCQ(reg.RDX, t2)
 	c.ADCQ(operand.U32(0), t3)
-	if inMem {
-		c.MOVQ(g.h2Mem(l), reg.RDX)
-		h2 = reg.RDX
-	}
 	c.MOVQ(r0, reg.RAX)
 	c.IMULQ(h2, reg.RAX) // h2·r0
 	c.IMULQ(r1, h2)      // h2·r1
@@ -860,9 +884,6 @@ func (g *gen) scalarChunk(l, disp int) {
 	c.ADDQ(t0, t2)
 	c.ADCQ(t1, t3)
 	c.ADCQ(operand.U32(0), h2)
-	if inMem {
-		c.MOVQ(h2, g.h2Mem(l))
-	}
 }
 
 func writeStubs(warning string) ([]byte, error) {
@@ -933,20 +954,16 @@ func lanesHybridR8(h *[%d]uint64, p []byte, stride, chunks int, key *[%d]uint64)
 // a second load of p, which may change under the call). It writes nothing
 // else of q.
 //
+// While it works on a step of the blocks it prefetches the same step of
+// the blocks ahead bytes on in p, block l at p[ahead+l*stride:] (the group
+// the caller will pass next, or the one after); ahead = 0 prefetches the
+// blocks themselves.
+//
 // Preconditions: those of lanesAVX2R8, for q as for p; q's chunks do not
-// overlap p's.
+// overlap p's; len(p) >= ahead + 3*stride + 16*chunks, ahead >= 0.
 //
 //go:noescape
-func lanesAVX2R8Copy(h *[%d]uint64, q, p []byte, stride, chunks int, key *[%d]uint64)
-
-// lanesHybridR8Copy is lanesHybridR8 that copies as lanesAVX2R8Copy does,
-// six blocks.
-//
-// Preconditions: those of lanesHybridR8, for q as for p; q's chunks do
-// not overlap p's.
-//
-//go:noescape
-func lanesHybridR8Copy(h *[%d]uint64, q, p []byte, stride, chunks int, key *[%d]uint64)
+func lanesAVX2R8Copy(h *[%d]uint64, q, p []byte, stride, chunks, ahead int, key *[%d]uint64)
 
 // lanesIFMA is lanesAVX2 for eight blocks in radix 2^44, with 52-bit
 // multiplies: it absorbs chunks chunks of each of eight blocks, block l at
@@ -963,7 +980,7 @@ func lanesIFMA(h *[%d]uint64, p []byte, stride, chunks int, key *[%d]uint64)
 `, keyR, keyS, keyScalar, keySize, key8S, key8Scalar, key8Size,
 		limbs*lanes, keySize/8, hybridWords, keySize/8,
 		limbs*lanes, key8Size/8, hybridWords, key8Size/8,
-		limbs*lanes, key8Size/8, hybridWords, key8Size/8, 3*lanes44, key44)
+		limbs*lanes, key8Size/8, 3*lanes44, key44)
 	return scaffold.Go(b.Bytes())
 }
 
