@@ -165,7 +165,7 @@ func prefetchAhead(plen, n, stride, chunks int) int {
 	if g == 0 {
 		return 0
 	}
-	a := g * max(1, 4096/g)
+	a := g * max(1, (4096+g-1)/g)
 	if a+(n-1)*stride+16*chunks > plen {
 		return 0
 	}
