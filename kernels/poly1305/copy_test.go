@@ -320,61 +320,63 @@ func FuzzBlocksADCopy(f *testing.F) {
 	f.Add(bytes.Repeat([]byte{1}, 32), []byte("nonce-0123456789"), kerneltest.SeedBytes(4096), uint16(512), uint16(512), uint8(2), uint8(0))
 	f.Add(bytes.Repeat([]byte{0xff}, 32), bytes.Repeat([]byte{0xff}, 16), bytes.Repeat([]byte{0xff}, 3000), uint16(100), uint16(112), uint8(1), uint8(5))
 	f.Add(kerneltest.SeedBytes(32), kerneltest.SeedBytes(16), kerneltest.SeedBytes(9000), uint16(1029), uint16(1040), uint8(0), uint8(33))
-	f.Fuzz(func(t *testing.T, keys, nonceB, data []byte, blockLen, stride uint16, adChunks, qAlign uint8) {
-		if len(keys) < 32 || len(nonceB) < 16 {
-			return
+	f.Fuzz(fuzzBlocksADCopy)
+}
+
+func fuzzBlocksADCopy(t *testing.T, keys, nonceB, data []byte, blockLen, stride uint16, adChunks, qAlign uint8) {
+	if len(keys) < 32 || len(nonceB) < 16 {
+		return
+	}
+	bl, st, adLen := int(blockLen)%1100, int(stride)%1200, 16*int(adChunks%3)
+	if st < bl {
+		st = bl
+	}
+	var n int
+	if bl <= len(data) {
+		n = 1
+		if st > 0 {
+			n += (len(data) - bl) / st
 		}
-		bl, st, adLen := int(blockLen)%1100, int(stride)%1200, 16*int(adChunks%3)
-		if st < bl {
-			st = bl
+	}
+	n = min(n, 24)
+	span := 0
+	if n > 0 {
+		span = (n-1)*st + bl
+	}
+	ad := make([]byte, n*adLen)
+	copy(ad, keys)
+	var nonce Nonce
+	copy(nonce[:], nonceB)
+	k, err := NewKey(keys[:16], keys[16:32])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rk [16]byte
+	copy(rk[:], keys[16:32])
+	defer impl.Reset(pkgName)
+	for _, im := range impl.List(pkgName) {
+		if !im.Available {
+			continue
 		}
-		var n int
-		if bl <= len(data) {
-			n = 1
-			if st > 0 {
-				n += (len(data) - bl) / st
-			}
-		}
-		n = min(n, 24)
-		span := 0
-		if n > 0 {
-			span = (n-1)*st + bl
-		}
-		ad := make([]byte, n*adLen)
-		copy(ad, keys)
-		var nonce Nonce
-		copy(nonce[:], nonceB)
-		k, err := NewKey(keys[:16], keys[16:32])
-		if err != nil {
+		if err := impl.Select(pkgName, im.Name); err != nil {
 			t.Fatal(err)
 		}
-		var rk [16]byte
-		copy(rk[:], keys[16:32])
-		defer impl.Reset(pkgName)
-		for _, im := range impl.List(pkgName) {
-			if !im.Available {
-				continue
-			}
-			if err := impl.Select(pkgName, im.Name); err != nil {
-				t.Fatal(err)
-			}
-			q := kerneltest.NewCopyDest(span, int(qAlign%64))
-			dst := make([]Tag, n)
-			if err := k.BlocksADCopy(dst, &nonce, ad, adLen, q, data, bl, st); err != nil {
-				t.Fatalf("impl=%s: %v", im.Name, err)
-			}
-			for i := range dst {
-				ni := nonce.Add(uint64(i))
-				var s [16]byte
-				k.block.Encrypt(s[:], ni[:])
-				msg := append(append([]byte(nil), ad[i*adLen:(i+1)*adLen]...), data[i*st:i*st+bl]...)
-				if want := refTag(&rk, &s, msg); dst[i] != Tag(want) {
-					t.Fatalf("impl=%s block=%d stride=%d ad=%d: dst[%d] = %x, reference %x", im.Name, bl, st, adLen, i, dst[i], want)
-				}
-			}
-			if d := kerneltest.CheckCopy(q, data, n, bl, st); d != "" {
-				t.Fatalf("impl=%s block=%d stride=%d n=%d: %s", im.Name, bl, st, n, d)
+		q := kerneltest.NewCopyDest(span, int(qAlign%64))
+		dst := make([]Tag, n)
+		if err := k.BlocksADCopy(dst, &nonce, ad, adLen, q, data, bl, st); err != nil {
+			t.Fatalf("impl=%s: %v", im.Name, err)
+		}
+		for i := range dst {
+			ni := nonce.Add(uint64(i))
+			var s [16]byte
+			k.block.Encrypt(s[:], ni[:])
+			msg := append(append([]byte(nil), ad[i*adLen:(i+1)*adLen]...), data[i*st:i*st+bl]...)
+			if want := refTag(&rk, &s, msg); dst[i] != Tag(want) {
+				t.Fatalf("impl=%s block=%d stride=%d ad=%d: dst[%d] = %x, reference %x", im.Name, bl, st, adLen, i, dst[i], want)
 			}
 		}
-	})
+		if d := kerneltest.CheckCopy(q, data, n, bl, st); d != "" {
+			t.Fatalf("impl=%s block=%d stride=%d n=%d: %s", im.Name, bl, st, n, d)
+		}
+	}
 }
