@@ -4,8 +4,10 @@
 // registers (radix 2^26, below); lanesHybridAVX2 adds two more blocks in
 // general registers (see lanesAVX2 and scalarChunk); lanesAVX2R8 and
 // lanesHybridR8 are those two with eight chunks per carry chain (key
-// laneKey8, r..r^8); lanesIFMA puts eight in ZMM registers with 52-bit
-// multiplies (radix 2^44, see lanesIFMA's comment).
+// laneKey8, r..r^8); lanesAVX2R8Copy is lanesAVX2R8 copying its blocks to
+// a second buffer and absorbing them from there (see lanesAVX2Copy);
+// lanesIFMA puts eight in ZMM registers with 52-bit multiplies (radix
+// 2^44, see lanesIFMA's comment).
 //
 // Run it from kernels/_asm (go generate in kernels/poly1305 does):
 //
