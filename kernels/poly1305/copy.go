@@ -85,12 +85,16 @@ func blocksLanesCopy(kern *laneKernel, k *polyKey, acc [][2]uint64, h *laneBuf, 
 	L := kern.lanes
 	n := len(acc) - len(acc)%L
 	for g := 0; g < n; g += L {
-		*h = laneBuf{}
-		if adLen > 0 {
-			kern.absorb(h, ad[g*adLen:], adLen, adLen/16, k)
-		}
-		if full > 0 {
-			kern.absorbCopy(h, q[g*stride:], p[g*stride:], stride, full/16, k)
+		if kern.absorbCopyAD != nil {
+			kern.absorbCopyAD(h, q[g*stride:], p[g*stride:], stride, full/16, ad[g*adLen:], adLen, k)
+		} else {
+			*h = laneBuf{}
+			if adLen > 0 {
+				kern.absorb(h, ad[g*adLen:], adLen, adLen/16, k)
+			}
+			if full > 0 {
+				kern.absorbCopy(h, q[g*stride:], p[g*stride:], stride, full/16, k)
+			}
 		}
 		for l := range L {
 			h0, h1, h2 := kern.pack(h, l)

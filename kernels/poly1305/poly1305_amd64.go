@@ -67,8 +67,8 @@ var kernelAVX2R8 = laneKernel{
 	absorb: func(h *laneBuf, p []byte, stride, chunks int, k *polyKey) {
 		lanesAVX2R8((*[20]uint64)(h[:20]), p, stride, chunks, (*[322]uint64)(&k.lanes8))
 	},
-	absorbCopy: func(h *laneBuf, q, p []byte, stride, chunks int, k *polyKey) {
-		lanesAVX2R8Copy((*[20]uint64)(h[:20]), q, p, stride, chunks, prefetchAhead(len(p), lanes, stride, chunks), (*[322]uint64)(&k.lanes8))
+	absorbCopyAD: func(h *laneBuf, q, p []byte, stride, chunks int, ad []byte, adLen int, k *polyKey) {
+		lanesAVX2R8Copy((*[20]uint64)(h[:20]), q, p, stride, chunks, prefetchAhead(len(p), lanes, stride, chunks), ad, adLen, (*[322]uint64)(&k.lanes8))
 	},
 	pack: pack26,
 }

@@ -134,7 +134,7 @@ const (
 // chunks in q, or those not equal to data's. A copying kernel's q is at
 // emu.AddrData, filled with gapByte, and p (data) after it, ending the
 // memory.
-func runKernel(t *testing.T, prog *emu.Program, l polyLayout, key, h0 []uint64, data []byte, stride, chunks int) ([]uint64, int) {
+func runKernel(t *testing.T, prog *emu.Program, l polyLayout, key, h0 []uint64, data []byte, stride, chunks int, ad []byte, adLen int) ([]uint64, int) {
 	t.Helper()
 	init := data
 	if l.copy {
@@ -144,8 +144,10 @@ func runKernel(t *testing.T, prog *emu.Program, l polyLayout, key, h0 []uint64, 
 	if err != nil {
 		t.Fatal(err)
 	}
-	addrP := uint64(emu.AddrData)
+	addrP, addrAD := uint64(emu.AddrData), uint64(0)
 	if l.copy {
+		addrAD = m.Append(len(ad), 0)
+		copy(m.Mem[addrAD:], ad)
 		addrP = m.Append(len(data), 0)
 		copy(m.Mem[addrP:], data)
 	}
@@ -165,8 +167,9 @@ func runKernel(t *testing.T, prog *emu.Program, l polyLayout, key, h0 []uint64, 
 	args := []uint64{addrH, emu.AddrData, dn, dn, uint64(stride), uint64(chunks), addrKey}
 	if l.copy {
 		// The prefetch distance 0 (the blocks themselves; a prefetch has
-		// no effect here), before the key.
-		args = []uint64{addrH, emu.AddrData, dn, dn, addrP, dn, dn, uint64(stride), uint64(chunks), 0, addrKey}
+		// no effect here), then the associated data.
+		an := uint64(len(ad))
+		args = []uint64{addrH, emu.AddrData, dn, dn, addrP, dn, dn, uint64(stride), uint64(chunks), 0, addrAD, an, an, uint64(adLen), addrKey}
 	}
 	for i, v := range args {
 		m.Put64(8*i, v)
@@ -275,7 +278,22 @@ func TestEmulatedPoly1305(t *testing.T) {
 						h0[w], h0[w+1], h0[w+2] = rnd.Uint64(), rnd.Uint64(), rnd.Uint64N(5)
 					}
 				}
-				h, n := runKernel(t, prog, l, l.keyTable(r), h0, data, stride, chunks)
+				// The copying kernel's associated data: 0 to 10 chunks a
+				// block (every step of eight, four, two and one), and it
+				// starts from zero accumulators whatever h holds.
+				adLen := 0
+				var ad []byte
+				if l.copy {
+					adLen = 16 * (trial % 11)
+					ad = make([]byte, l.blocks()*adLen)
+					for i := range ad {
+						ad[i] = byte(rnd.Uint32())
+						if allOnes {
+							ad[i] = 0xff
+						}
+					}
+				}
+				h, n := runKernel(t, prog, l, l.keyTable(r), h0, data, stride, chunks, ad, adLen)
 				if chunks == 256 {
 					perByte[l.fn] = float64(n) / float64(l.blocks()*16*chunks)
 				}
@@ -299,8 +317,14 @@ func TestEmulatedPoly1305(t *testing.T) {
 						got = limbsBig(h[w:w+3], 64)
 					}
 					want.Mod(want, polyP)
-					for c := 0; c < chunks; c++ {
-						chunk := data[b*stride+16*c:][:16]
+					var msg []byte
+					if l.copy {
+						want.SetInt64(0)
+						msg = append(msg, ad[b*adLen:(b+1)*adLen]...)
+					}
+					msg = append(msg, data[b*stride:][:16*chunks]...)
+					for c := 0; c < len(msg)/16; c++ {
+						chunk := msg[16*c:][:16]
 						want.Add(want, leBig(append(bytes.Clone(chunk), 1)))
 						want.Mul(want, r)
 						want.Mod(want, polyP)
