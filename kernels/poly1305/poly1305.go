@@ -112,9 +112,10 @@
 // implementations copy a run of blocks and then hash the copy. On the build
 // machine, under load from other processes, 64 KiB calls with 32 bytes of
 // associated data per block against the builtin copy followed by BlocksAD
-// (BenchmarkBlocksADCopy, hybrid8): 0.96-0.98 times its speed at 4 KiB
-// blocks and 1.07-1.08 at 512 B with source and copy in the L2 cache,
-// 1.24-1.30 at either size from a source larger than the L3 cache. The
+// (BenchmarkBlocksADCopy, hybrid8, several runs): 0.96-0.98 times its
+// speed at 4 KiB blocks and 1.03-1.08 at 512 B with source and copy in the
+// L2 cache, 1.23-1.30 at either size from a source larger than the L3
+// cache. The
 // kernel also absorbs the blocks' associated data, which at 512 B saves
 // 3-4% over a separate call for it (alternating binaries of the two).
 //
