@@ -23,11 +23,21 @@ var (
 // (hybrid); four in YMM registers alone, eight chunks per carry chain
 // (avx2r8) or four (avx2).
 func registerArch() {
-	impl.Register(pkgName, "avx512ifma", hasIFMA, func() { blocks = blocksIFMA })
-	impl.Register(pkgName, "hybrid8", hasHybrid, func() { blocks = blocksHybrid8 })
-	impl.Register(pkgName, "hybrid", hasHybrid, func() { blocks = blocksHybrid })
-	impl.Register(pkgName, "avx2r8", hasAVX2, func() { blocks = blocksAVX2R8 })
-	impl.Register(pkgName, "avx2", hasAVX2, func() { blocks = blocksAVX2 })
+	impl.Register(pkgName, "avx512ifma", hasIFMA, func() { blocks, blocksCopy = blocksIFMA, copyThenBlocks })
+	impl.Register(pkgName, "hybrid8", hasHybrid, func() { blocks, blocksCopy = blocksHybrid8, blocksAVX2R8Copy })
+	impl.Register(pkgName, "hybrid", hasHybrid, func() { blocks, blocksCopy = blocksHybrid, copyThenBlocks })
+	impl.Register(pkgName, "avx2r8", hasAVX2, func() { blocks, blocksCopy = blocksAVX2R8, blocksAVX2R8Copy })
+	impl.Register(pkgName, "avx2", hasAVX2, func() { blocks, blocksCopy = blocksAVX2, copyThenBlocks })
+}
+
+// blocksAVX2R8Copy is BlocksADCopy under avx2r8 and hybrid8: groups of
+// four through lanesAVX2R8Copy, the rest copied and hashed by the generic
+// code. hybrid8 has no copying kernel of its own (kernels/_asm/poly1305,
+// lanesAVX2Copy, says why): with source and copy in the cache this runs
+// level with copy-then-BlocksAD under hybrid8, and over a source in memory
+// faster (BenchmarkBlocksADCopy).
+func blocksAVX2R8Copy(k *polyKey, acc [][2]uint64, h *laneBuf, ad []byte, adLen int, q, p []byte, blockLen, stride int) {
+	blocksLanesCopy(&kernelAVX2R8, k, acc, h, ad, adLen, q, p, blockLen, stride, copyGeneric)
 }
 
 // blocksHybrid8 is blocksHybrid with the eight-chunk kernels.
@@ -56,6 +66,9 @@ var kernelAVX2R8 = laneKernel{
 	lanes: lanes,
 	absorb: func(h *laneBuf, p []byte, stride, chunks int, k *polyKey) {
 		lanesAVX2R8((*[20]uint64)(h[:20]), p, stride, chunks, (*[322]uint64)(&k.lanes8))
+	},
+	absorbCopyAD: func(h *laneBuf, q, p []byte, stride, chunks int, ad []byte, adLen int, k *polyKey) {
+		lanesAVX2R8Copy((*[20]uint64)(h[:20]), q, p, stride, chunks, prefetchAhead(len(p), lanes, stride, chunks), ad, adLen, (*[322]uint64)(&k.lanes8))
 	},
 	pack: pack26,
 }
@@ -139,4 +152,22 @@ var kernelAVX2 = laneKernel{
 // lanesAVX2Kernel is lanesAVX2 with the package's types.
 func lanesAVX2Kernel(h *laneState, p []byte, stride, chunks int, key *laneKey) {
 	lanesAVX2((*[20]uint64)(h), p, stride, chunks, (*[162]uint64)(key))
+}
+
+// prefetchAhead is how far on in p lanesAVX2R8Copy prefetches, for a
+// group of n blocks in the len(p) bytes from the group's start: the next
+// group's blocks, or (for groups under 4 KiB) the first group at least 4
+// KiB on, so that the lines come from memory in the time of a group or
+// more; 0 (the group itself: no prefetch beyond it) where that group is
+// not in p.
+func prefetchAhead(plen, n, stride, chunks int) int {
+	g := n * stride
+	if g == 0 {
+		return 0
+	}
+	a := g * max(1, (4096+g-1)/g)
+	if a+(n-1)*stride+16*chunks > plen {
+		return 0
+	}
+	return a
 }

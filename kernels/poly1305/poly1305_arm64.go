@@ -15,7 +15,7 @@ var hasNEON = cpu.ARM64.HasASIMD
 // blocks in the 64-bit lanes of the vector registers, radix 2^26,
 // UMULL/UMLAL by element.
 func registerArch() {
-	impl.Register(pkgName, "neon", hasNEON, func() { blocks = blocksNEON })
+	impl.Register(pkgName, "neon", hasNEON, func() { blocks, blocksCopy = blocksNEON, copyThenBlocks })
 }
 
 // lanesNEON absorbs chunks 16-byte chunks of each of two blocks, block l at

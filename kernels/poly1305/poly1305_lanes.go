@@ -307,6 +307,17 @@ type laneKernel struct {
 	// absorb adds chunks 16-byte chunks of each of lanes blocks, block l
 	// at p[l*stride:], to the accumulators in h.
 	absorb func(h *laneBuf, p []byte, stride, chunks int, k *polyKey)
+	// absorbCopy, for the kernels that copy (blocksLanesCopy), copies
+	// chunks 16-byte chunks of each of lanes blocks from p[l*stride:] to
+	// q[l*stride:] and absorbs them as absorb would from q, hashing the
+	// bytes it wrote to q.
+	absorbCopy func(h *laneBuf, q, p []byte, stride, chunks int, k *polyKey)
+	// absorbCopyAD, where set, is absorbCopy starting from zero
+	// accumulators (it writes all of the lanes' h, reading none) and
+	// absorbing adLen/16 chunks of each block's associated data, block l's
+	// at ad[l*adLen:], first: blocksLanesCopy's absorb and absorbCopy of a
+	// group in one call.
+	absorbCopyAD func(h *laneBuf, q, p []byte, stride, chunks int, ad []byte, adLen int, k *polyKey)
 	// pack returns lane l of h in the generic form h0 + h1·2^64 +
 	// h2·2^128. Three words, not a state: the compiler moves a returned
 	// state through the stack in pieces whose loads miss store forwarding

@@ -63,6 +63,30 @@ func lanesAVX2R8(h *[20]uint64, p []byte, stride, chunks int, key *[322]uint64)
 //go:noescape
 func lanesHybridR8(h *[26]uint64, p []byte, stride, chunks int, key *[322]uint64)
 
+// lanesAVX2R8Copy is lanesAVX2R8 that also copies the chunks it absorbs:
+// block l's chunks p[l*stride:][:16*chunks] go to q[l*stride:][:16*chunks],
+// and are absorbed from q after the kernel's own stores to it (never from
+// a second load of p, which may change under the call). It writes nothing
+// else of q.
+//
+// While it works on a step of the blocks it prefetches the same step of
+// the blocks ahead bytes on in p, block l at p[ahead+l*stride:] (the group
+// the caller will pass next, or the one after); ahead = 0 prefetches the
+// blocks themselves.
+//
+// Unlike lanesAVX2R8 it starts from zero accumulators (it does not read h)
+// and first absorbs the adLen/16 chunks of associated data of each block,
+// block l's at ad[l*adLen:]: h = Poly1305_r(ad_l || chunks of block l)
+// without the final reduction, lanesAVX2R8's from zero over the two in
+// turn.
+//
+// Preconditions: those of lanesAVX2R8, for q as for p; q's chunks do not
+// overlap p's; len(p) >= ahead + 3*stride + 16*chunks, ahead >= 0; adLen a
+// multiple of 16, len(ad) >= 4*adLen.
+//
+//go:noescape
+func lanesAVX2R8Copy(h *[20]uint64, q, p []byte, stride, chunks, ahead int, ad []byte, adLen int, key *[322]uint64)
+
 // lanesIFMA is lanesAVX2 for eight blocks in radix 2^44, with 52-bit
 // multiplies: it absorbs chunks chunks of each of eight blocks, block l at
 // p[l*stride:], into h (laneState44: limb k of block l at h[8k+l]), two

@@ -1,0 +1,65 @@
+//go:build !purego
+
+package poly1305
+
+import (
+	"reflect"
+	"testing"
+
+	"github.com/difctl/difctl/kernels/internal/impl"
+)
+
+// TestBlocksCopyRegistry checks which copying kernel each implementation
+// selects: the one-pass lanesAVX2R8Copy glue under hybrid8 and avx2r8,
+// copy-then-blocks under the others. A registration that left the
+// one-pass kernel out (or left it active after switching away) would
+// still give the right tags, so only this test sees it.
+func TestBlocksCopyRegistry(t *testing.T) {
+	defer impl.Reset(pkgName)
+	want := map[string]any{
+		"hybrid8": blocksAVX2R8Copy, "avx2r8": blocksAVX2R8Copy,
+		"hybrid": copyThenBlocks, "avx2": copyThenBlocks, "avx512ifma": copyThenBlocks, "generic": copyThenBlocks,
+	}
+	// Twice over the list, so that every implementation is selected after
+	// one that sets another copying kernel.
+	for range 2 {
+		for _, im := range impl.List(pkgName) {
+			if !im.Available {
+				continue
+			}
+			if err := impl.Select(pkgName, im.Name); err != nil {
+				t.Fatal(err)
+			}
+			w, ok := want[im.Name]
+			if !ok {
+				t.Fatalf("no expectation for %s", im.Name)
+			}
+			if reflect.ValueOf(blocksCopy).Pointer() != reflect.ValueOf(w).Pointer() {
+				t.Errorf("impl=%s: the copying kernel is not the expected one", im.Name)
+			}
+		}
+	}
+}
+
+// TestPrefetchAhead checks lanesAVX2R8Copy's prefetch distance: the next
+// group, or the first one at least 4 KiB on, and never beyond p.
+func TestPrefetchAhead(t *testing.T) {
+	for _, c := range []struct{ plen, stride, chunks, want int }{
+		{64 << 10, 512, 32, 4096},       // 512-byte blocks: two groups on
+		{64 << 10, 4096, 256, 16 << 10}, // 4 KiB blocks: the next group
+		{64 << 10, 1024, 64, 4096},      // exactly one group of 4 KiB
+		{64 << 10, 520, 32, 2080 * 2},   // the first multiple of 2080 >= 4096
+		{6 << 10, 512, 32, 4096},        // the group 4 KiB on ends p exactly
+		{6<<10 - 1, 512, 32, 0},         // and one byte less: no prefetch ahead
+		{16 << 10, 4096, 256, 0},        // no next group
+		{0, 0, 0, 0},                    // empty blocks
+	} {
+		got := prefetchAhead(c.plen, lanes, c.stride, c.chunks)
+		if got != c.want {
+			t.Errorf("prefetchAhead(%d, %d, %d, %d) = %d, want %d", c.plen, lanes, c.stride, c.chunks, got, c.want)
+		}
+		if got+3*c.stride+16*c.chunks > c.plen && got != 0 {
+			t.Errorf("prefetchAhead(%d, ...) = %d reaches beyond p", c.plen, got)
+		}
+	}
+}
