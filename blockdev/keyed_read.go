@@ -59,12 +59,6 @@ var (
 	keyedReadFallbacks atomic.Int64
 )
 
-// blocksADCopy is poly1305.Key.BlocksADCopy (a variable for the tests).
-var blocksADCopy = func(k *poly1305.Key, dst []poly1305.Tag, nonce *poly1305.Nonce, ad []byte, adLen int, q, p []byte, blockLen, stride int) error {
-	copy(q, p[:len(q)])
-	return k.BlocksAD(dst, nonce, ad, adLen, q, blockLen, stride)
-}
-
 // keyedWritePiece bounds the bytes of one piece of a keyed WriteAt: the
 // piece is copied to the scratch's buffer of this size, and its tuples,
 // sums and tags are computed from the copy, which is staged. So they
@@ -252,7 +246,7 @@ func (v *Volume) keyedTagsOf(lba int64, a, b int, q, src, ad []byte, ks *keyedSc
 		dst := q[(x-a)*bs : (y-a)*bs]
 		var err error
 		if src != nil {
-			err = blocksADCopy(k.tk, ks.ptags[x:y], &nonce, ad, adLen, dst, src[(x-a)*bs:(y-a)*bs], bs, bs)
+			err = k.tk.BlocksADCopy(ks.ptags[x:y], &nonce, ad, adLen, dst, src[(x-a)*bs:(y-a)*bs], bs, bs)
 		} else {
 			err = k.tk.BlocksAD(ks.ptags[x:y], &nonce, ad, adLen, dst, bs, bs)
 		}
