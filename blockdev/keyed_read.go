@@ -105,33 +105,69 @@ func (v *Volume) verifyRunKeyed(lba int64, n int, data []byte, sc *scratch) (st 
 		return RunStats{}, false, nil
 	}
 	ks := v.kd.scratchFor(sc)
-	tags := ks.committed[:n]
-	// The tag pages, checked after the tuples were read (readCommitted).
-	if v.kd.pendingIn(lba, n) || v.readCommitted(lba, tags, v.tup.TupleReads()) != nil {
+	if v.kd.pendingIn(lba, n) {
 		return RunStats{}, false, nil
+	}
+	// The tag pages are checked after the tuples were read (readCommitted).
+	reads := v.tup.TupleReads()
+	part := func(i, j int, ad []byte) bool { return v.keyedReadPart(lba, i, j, data, ad, ks, sc, reads) }
+	if n*v.bs < splitMinBytes || runtime.GOMAXPROCS(0) < 2 {
+		ok = part(0, n, ks.ad)
+	} else {
+		// Two halves at once, as keyedCompute does: the second CPU
+		// (often an SMT sibling) takes one.
+		h := n / 2
+		var ok2 bool
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ok2 = part(h, n, ks.ad2)
+		}()
+		ok = part(0, h, ks.ad)
+		wg.Wait()
+		ok = ok && ok2
+	}
+	if !ok {
+		return RunStats{}, false, nil
+	}
+	return RunStats{Blocks: int64(n), OK: int64(n)}, true, nil
+}
+
+// keyedReadPart is the keyed read path's work on blocks [i, j) of the run
+// at lba, whose tuples sc holds (loadRun): their committed tags (tag pages
+// checked after the tuple reads counted by reads), every block tagged, the
+// tuples' checks without the guard (app and ref tags), the blocks read
+// into data with their tags computed (keyedReadData), and the tags
+// compared. ad is the part's associated data buffer. It reports whether
+// every block passed.
+func (v *Volume) keyedReadPart(lba int64, i, j int, data, ad []byte, ks *keyedScratch, sc *scratch, reads uint64) bool {
+	tags := ks.committed[i:j]
+	if v.readCommitted(lba+int64(i), tags, reads) != nil {
+		return false
 	}
 	for _, t := range tags {
 		if t.Gen == 0 {
-			return RunStats{}, false, nil
+			return false
 		}
 	}
-	// The app and ref tags: the tuples' checks without the guard.
-	p := v.paramsFrom(sc.req.ref, lba)
+	p := v.paramsFrom(sc.req.ref, lba+int64(i))
 	p.Skip |= dif.CheckGuard
-	sum, err := v.f.Classify(sc.states[:n], data[:n*v.bs], sc.tuples[:n*v.ts], p)
-	if err != nil || sum.OK != n {
-		return RunStats{}, false, nil
+	bs, ts := v.bs, v.ts
+	sum, err := v.f.Classify(sc.states[i:j], data[i*bs:j*bs], sc.tuples[i*ts:j*ts], p)
+	if err != nil || sum.OK != j-i {
+		return false
 	}
-	if !v.keyedReadTags(lba, n, data, ks, sc.req.uncached) {
-		return RunStats{}, false, nil
+	if !v.keyedReadData(lba, i, j, data, ad, ks, sc.req.uncached) {
+		return false
 	}
-	calc := ks.ptags[:n]
-	for i := range tags {
-		if !tagEqual((*[16]byte)(&calc[i]), (*[16]byte)(&tags[i].Tag)) {
-			return RunStats{}, false, nil
+	calc := ks.ptags[i:j]
+	for x := range tags {
+		if !tagEqual((*[16]byte)(&calc[x]), (*[16]byte)(&tags[x].Tag)) {
+			return false
 		}
 	}
-	return RunStats{Blocks: int64(n), OK: int64(n)}, true, nil
+	return true
 }
 
 // lastWordMask is the mask of word x of a bitmap of n bits: all ones but
@@ -167,33 +203,14 @@ func (k *keyed) pendingIn(lba int64, n int) bool {
 	return false
 }
 
-// keyedReadTags reads the n blocks at lba into data and computes their
-// keyed tags into ks.ptags, under the generations in ks.committed, from
-// the bytes written to data: from the device's mapping in pieces (each a
-// BlocksADCopy), or read into data first. Large runs are done in two
-// halves at once when a second CPU may take one, as keyedCompute does. It
-// reports false if a piece could not be read (the ordinary path reads
-// and reports it).
-func (v *Volume) keyedReadTags(lba int64, n int, data []byte, ks *keyedScratch, uncached bool) bool {
-	if n*v.bs < splitMinBytes || runtime.GOMAXPROCS(0) < 2 {
-		return v.keyedReadPart(lba, 0, n, data, ks.ad, ks, uncached)
-	}
-	h := n / 2
-	var ok2 bool
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		ok2 = v.keyedReadPart(lba, h, n, data, ks.ad2, ks, uncached)
-	}()
-	ok := v.keyedReadPart(lba, 0, h, data, ks.ad, ks, uncached)
-	wg.Wait()
-	return ok && ok2
-}
-
-// keyedReadPart is keyedReadTags of blocks [i, j) of the run, with ad as
-// the associated data buffer (at least (j-i)*adLen bytes).
-func (v *Volume) keyedReadPart(lba int64, i, j int, data, ad []byte, ks *keyedScratch, uncached bool) bool {
+// keyedReadData reads blocks [i, j) of the run at lba into data and
+// computes their keyed tags into ks.ptags, under the generations in
+// ks.committed, from the bytes written to data: from the device's mapping
+// in pieces, each copied and tagged in one pass (keyedTagsOf), or read
+// into data first. It reports false if a piece could not be read (the
+// ordinary path reads and reports it). ad is the associated data buffer,
+// of at least (j-i)*adLen bytes.
+func (v *Volume) keyedReadData(lba int64, i, j int, data, ad []byte, ks *keyedScratch, uncached bool) bool {
 	bs := v.bs
 	mapped := v.mapper != nil && !uncached && !v.noMap.Load()
 	// Pieces of a multiple of twelve blocks where they can be: the amd64
