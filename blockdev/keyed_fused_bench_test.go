@@ -33,7 +33,7 @@ func processCPU(tb testing.TB) time.Duration {
 func BenchmarkVolumeReadKeyedCPU(b *testing.B) {
 	for _, format := range benchFormats {
 		b.Run(benchName(format), func(b *testing.B) {
-			keyed, plain, size := keyedBenchVolumes(b, format)
+			keyed, plain, size := keyedBenchVolumes(b, format, false)
 			buf := AlignedBuffer(benchReq)
 			var ratios []float64
 			var off int64
