@@ -105,7 +105,11 @@
 // fails, but putting back a whole tag page (PageTuples blocks) with its
 // blocks' old data, or the device and the whole store together, is not
 // detected (dm-integrity does not detect replay of a single sector either).
-// Without the key a keyed volume is read and checked for its tuples only,
+// With the key, a verified read whose blocks all pass their keyed tags and
+// tag page MACs does not recompute their guards and sector sums, which the
+// tags prove (keyed_read.go; Options.KeyedCRC computes them anyway); any
+// failure sends the read through the full check, which reports it as an
+// unkeyed volume would, plus the keyed-tag problems. Without the key a keyed volume is read and checked for its tuples only,
 // [Volume.KeyedChecked] reports false, and writes, discards and remaps fail
 // with [ErrKeyRequired]; a wrong key fails Open with [ErrWrongKey].
 package blockdev
