@@ -58,10 +58,14 @@ func blocksAVX2R8CopyWhole(k *polyKey, acc [][2]uint64, h *laneBuf, ad []byte, a
 	key := (*[322]uint64)(&k.lanes8)
 	hh := (*[20]uint64)(h[:20])
 	n := len(acc) &^ (lanes - 1)
+	// prefetchAhead's distance, its division once per call; per group
+	// only its check that the blocks ahead are in p.
+	ahead := prefetchAhead(len(p), lanes, stride, chunks)
+	span := (lanes-1)*stride + blockLen
 	for g := 0; g < n; g += lanes {
 		pg := p[g*stride:]
-		lanesAVX2R8Copy(hh, q[g*stride:], pg, stride, chunks, prefetchAhead(len(pg), lanes, stride, chunks), ad[g*adLen:], adLen, key)
-		a := acc[g : g+lanes : g+lanes]
+		lanesAVX2R8Copy(hh, q[g*stride:], pg, stride, chunks, groupAhead(ahead, span, len(pg)), ad[g*adLen:], adLen, key)
+		t := acc[g : g+lanes : g+lanes]
 		for l := range lanes {
 			// packLimbs, then reduce: h = x0 + x1·2^26 + ... + x4·2^104
 			// with limbs of up to 2^32 or so, carried to 26 bits a limb
@@ -87,7 +91,7 @@ func blocksAVX2R8CopyWhole(k *polyKey, acc [][2]uint64, h *laneBuf, ad []byte, a
 			x2 &= limbMask
 			x4 += x3 >> 26
 			x3 &= limbMask
-			a[l][0], a[l][1] = reduce(x0|x1<<26|x2<<52, x2>>12|x3<<14|x4<<40, x4>>24)
+			t[l][0], t[l][1] = reduce(x0|x1<<26|x2<<52, x2>>12|x3<<14|x4<<40, x4>>24)
 		}
 	}
 	if n < len(acc) {
@@ -207,6 +211,17 @@ var kernelAVX2 = laneKernel{
 // lanesAVX2Kernel is lanesAVX2 with the package's types.
 func lanesAVX2Kernel(h *laneState, p []byte, stride, chunks int, key *laneKey) {
 	lanesAVX2((*[20]uint64)(h), p, stride, chunks, (*[162]uint64)(key))
+}
+
+// groupAhead is prefetchAhead(plen, lanes, stride, chunks) for a group
+// plen bytes from the end of p, given ahead, prefetchAhead for the first
+// group of the call, and span, the bytes of a group's blocks: the same
+// distance while the blocks ahead are in p, then 0.
+func groupAhead(ahead, span, plen int) int {
+	if ahead+span > plen {
+		return 0
+	}
+	return ahead
 }
 
 // prefetchAhead is how far on in p lanesAVX2R8Copy prefetches, for a
