@@ -49,8 +49,9 @@ func blocksAVX2R8Copy(k *polyKey, acc [][2]uint64, h *laneBuf, ad []byte, adLen 
 
 // blocksAVX2R8CopyWhole is blocksLanesCopy over kernelAVX2R8 for blocks
 // of whole chunks, without its per-lane generic code: lanesAVX2R8Copy
-// called directly (no closure), and the four lanes' pack (packLimbs) and
-// reduce written out in one loop over the accumulators, with no calls. At
+// called directly (no closure), and the four lanes' pack and reduce
+// written out in one loop over the accumulators, with no calls; the pack
+// without packLimbs's carries, which the kernel did (fullCarry). At
 // 512-byte blocks that code runs once per 512 bytes, between kernel calls
 // of about 100 ns, so its few ns a lane count (BenchmarkBlocksADCopy).
 func blocksAVX2R8CopyWhole(k *polyKey, acc [][2]uint64, h *laneBuf, ad []byte, adLen int, q, p []byte, blockLen, stride int) {
@@ -67,30 +68,10 @@ func blocksAVX2R8CopyWhole(k *polyKey, acc [][2]uint64, h *laneBuf, ad []byte, a
 		lanesAVX2R8Copy(hh, q[g*stride:], pg, stride, chunks, groupAhead(ahead, span, len(pg)), ad[g*adLen:], adLen, key)
 		t := acc[g : g+lanes : g+lanes]
 		for l := range lanes {
-			// packLimbs, then reduce: h = x0 + x1·2^26 + ... + x4·2^104
-			// with limbs of up to 2^32 or so, carried to 26 bits a limb
-			// (the top carry times 5 into x0: 2^130 = 5), twice, packed
-			// into three words, and reduced mod 2^130-5.
+			// The kernel carried the limbs as packLimbs would
+			// (fullCarry in kernels/_asm/poly1305): the pack is its
+			// shifts and ors, then reduce mod 2^130-5.
 			x0, x1, x2, x3, x4 := hh[l], hh[4+l], hh[8+l], hh[12+l], hh[16+l]
-			x1 += x0 >> 26
-			x0 &= limbMask
-			x2 += x1 >> 26
-			x1 &= limbMask
-			x3 += x2 >> 26
-			x2 &= limbMask
-			x4 += x3 >> 26
-			x3 &= limbMask
-			c := x4 >> 26
-			x4 &= limbMask
-			x0 += c + c<<2
-			x1 += x0 >> 26
-			x0 &= limbMask
-			x2 += x1 >> 26
-			x1 &= limbMask
-			x3 += x2 >> 26
-			x2 &= limbMask
-			x4 += x3 >> 26
-			x3 &= limbMask
 			t[l][0], t[l][1] = reduce(x0|x1<<26|x2<<52, x2>>12|x3<<14|x4<<40, x4>>24)
 		}
 	}

@@ -307,6 +307,15 @@ func TestEmulatedPoly1305(t *testing.T) {
 								t.Fatalf("trial %d block %d: limb %d = %#x, not below 2^%d", trial, b, k, v, l.bits+1)
 							}
 						}
+						if l.copy {
+							// The copying kernel carries its output fully
+							// (fullCarry; blocksAVX2R8CopyWhole relies on it).
+							for k, v := range limbs {
+								if bound := uint64(1) << l.bits; v >= bound && (k < len(limbs)-1 || v >= bound+1<<10) {
+									t.Fatalf("trial %d block %d: limb %d = %#x, not carried", trial, b, k, v)
+								}
+							}
+						}
 						got = limbsBig(limbs, l.bits)
 					} else {
 						w := l.lanes*l.limbs + 3*(b-l.lanes)
