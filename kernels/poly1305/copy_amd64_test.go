@@ -3,10 +3,14 @@
 package poly1305
 
 import (
+	"encoding/binary"
+	"math/rand/v2"
+	"os"
 	"reflect"
 	"testing"
 
 	"github.com/difctl/difctl/kernels/internal/impl"
+	"github.com/difctl/difctl/kernels/internal/kerneltest"
 )
 
 // TestBlocksCopyRegistry checks which copying kernel each implementation
@@ -62,4 +66,115 @@ func TestPrefetchAhead(t *testing.T) {
 			t.Errorf("prefetchAhead(%d, ...) = %d reaches beyond p", c.plen, got)
 		}
 	}
+}
+
+// TestGroupAhead checks that blocksAVX2R8CopyWhole's per-group distance,
+// groupAhead from the call's first prefetchAhead, is prefetchAhead of each
+// group's own rest of p.
+func TestGroupAhead(t *testing.T) {
+	for _, stride := range []int{0, 16, 512, 520, 1024, 4096} {
+		for _, chunks := range []int{1, 32, 256} {
+			if 16*chunks > stride && stride != 0 {
+				continue
+			}
+			span := 3*stride + 16*chunks
+			for _, plen := range []int{span, 4<<10 + span, 6<<10 - 1, 6 << 10, 64 << 10, 64<<10 + 100} {
+				ahead := prefetchAhead(plen, lanes, stride, chunks)
+				for off := 0; off+span <= plen; off += lanes * max(stride, 1) {
+					got := groupAhead(ahead, span, plen-off)
+					if want := prefetchAhead(plen-off, lanes, stride, chunks); got != want {
+						t.Fatalf("stride %d chunks %d plen %d, group at %d: groupAhead = %d, prefetchAhead = %d", stride, chunks, plen, off, got, want)
+					}
+					if stride == 0 {
+						break
+					}
+				}
+			}
+		}
+	}
+}
+
+// carryKey is TestBlocksADCopyCarry's key: every bit of r the clamp
+// allows, so that the products, and the carries out of limb 0, are large.
+func carryKey(t *testing.T) *Key {
+	rb := []byte{0xff, 0xff, 0xff, 0x0f, 0xfc, 0xff, 0xff, 0x0f, 0xfc, 0xff, 0xff, 0x0f, 0xfc, 0xff, 0xff, 0x0f}
+	k, err := NewKey(kerneltest.SeedBytes(16), rb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+// carryGroup returns group i of TestBlocksADCopyCarry's search: four
+// one-chunk blocks from a PCG seeded with i, and whether a lane of them
+// leaves the lane kernel's carry chain (laneModel8, limb for limb the
+// kernel's) with limb 1 at 2^26 or more.
+func carryGroup(k *Key, i uint64) ([]byte, bool) {
+	rng := rand.New(rand.NewPCG(1, i))
+	g := make([]byte, lanes*16)
+	for j := 0; j < len(g); j += 8 {
+		binary.LittleEndian.PutUint64(g[j:], rng.Uint64())
+	}
+	var h laneState
+	laneModel8(&h, g, 16, 1, &k.poly.lanes8)
+	for l := range lanes {
+		if h[4+l] >= 1<<26 {
+			return g, true
+		}
+	}
+	return g, false
+}
+
+// carryGroups are the first groups of carryGroup with a lane over (about
+// one group in 2^21), found by TestCarryGroupsSearch.
+var carryGroups = []uint64{1499464, 4262384, 4701203, 9035494, 12223896, 12771034, 15069144, 16730411}
+
+// TestBlocksADCopyCarry checks BlocksADCopy on blocks whose accumulators
+// leave the lane kernel's carry chain with limb 1 at 2^26 or more: the
+// pack of blocksAVX2R8CopyWhole (shifts and ors, no carries) relies on the
+// copying kernel's fullCarry for them. The tags of the groups of
+// carryGroups (each checked to have such a lane), under every
+// implementation, must be those of Key.Tag.
+func TestBlocksADCopyCarry(t *testing.T) {
+	k := carryKey(t)
+	var p []byte
+	for _, i := range carryGroups {
+		g, over := carryGroup(k, i)
+		if !over {
+			t.Fatalf("group %d has no lane with limb 1 over 2^26", i)
+		}
+		p = append(p, g...)
+	}
+	kerneltest.ForEach(t, pkgName, func(t *testing.T) {
+		n := len(p) / 16
+		tags := make([]Tag, n)
+		q := make([]byte, len(p))
+		var nonce Nonce
+		if err := k.BlocksADCopy(tags, &nonce, nil, 0, q, p, 16, 16); err != nil {
+			t.Fatal(err)
+		}
+		for i := range n {
+			nn := nonce.Add(uint64(i))
+			if w := k.Tag(&nn, p[16*i:][:16]); tags[i] != w {
+				t.Fatalf("block %d: tag %x, want %x", i, tags[i], w)
+			}
+		}
+	})
+}
+
+// TestCarryGroupsSearch redoes the search for carryGroups (about 12 s, so
+// only with POLY1305_CARRY_SEARCH=1 in the environment): it logs the first
+// eight.
+func TestCarryGroupsSearch(t *testing.T) {
+	if os.Getenv("POLY1305_CARRY_SEARCH") != "1" {
+		t.Skip("the search for carryGroups: set POLY1305_CARRY_SEARCH=1")
+	}
+	k := carryKey(t)
+	var found []uint64
+	for i := uint64(0); len(found) < 8; i++ {
+		if _, over := carryGroup(k, i); over {
+			found = append(found, i)
+		}
+	}
+	t.Logf("carryGroups = %v", found)
 }

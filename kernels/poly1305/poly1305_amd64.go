@@ -36,8 +36,48 @@ func registerArch() {
 // lanesAVX2Copy, says why): with source and copy in the cache this runs
 // level with copy-then-BlocksAD under hybrid8, and over a source in memory
 // faster (BenchmarkBlocksADCopy).
+//
+// Blocks of whole chunks (512 bytes, 4 KiB: blockdev's) take a loop of
+// their own, blocksAVX2R8CopyWhole; the others blocksLanesCopy.
 func blocksAVX2R8Copy(k *polyKey, acc [][2]uint64, h *laneBuf, ad []byte, adLen int, q, p []byte, blockLen, stride int) {
+	if blockLen > 0 && blockLen%16 == 0 {
+		blocksAVX2R8CopyWhole(k, acc, h, ad, adLen, q, p, blockLen, stride)
+		return
+	}
 	blocksLanesCopy(&kernelAVX2R8, k, acc, h, ad, adLen, q, p, blockLen, stride, copyGeneric)
+}
+
+// blocksAVX2R8CopyWhole is blocksLanesCopy over kernelAVX2R8 for blocks
+// of whole chunks, without its per-lane generic code: lanesAVX2R8Copy
+// called directly (no closure), and the four lanes' pack and reduce
+// written out in one loop over the accumulators, with no calls; the pack
+// without packLimbs's carries, which the kernel did (fullCarry). At
+// 512-byte blocks that code runs once per 512 bytes, between kernel calls
+// of about 100 ns, so its few ns a lane count (BenchmarkBlocksADCopy).
+func blocksAVX2R8CopyWhole(k *polyKey, acc [][2]uint64, h *laneBuf, ad []byte, adLen int, q, p []byte, blockLen, stride int) {
+	chunks := blockLen / 16
+	key := (*[322]uint64)(&k.lanes8)
+	hh := (*[20]uint64)(h[:20])
+	n := len(acc) &^ (lanes - 1)
+	// prefetchAhead's distance, its division once per call; per group
+	// only its check that the blocks ahead are in p.
+	ahead := prefetchAhead(len(p), lanes, stride, chunks)
+	span := (lanes-1)*stride + blockLen
+	for g := 0; g < n; g += lanes {
+		pg := p[g*stride:]
+		lanesAVX2R8Copy(hh, q[g*stride:], pg, stride, chunks, groupAhead(ahead, span, len(pg)), ad[g*adLen:], adLen, key)
+		t := acc[g : g+lanes : g+lanes]
+		for l := range lanes {
+			// The kernel carried the limbs as packLimbs would
+			// (fullCarry in kernels/_asm/poly1305): the pack is its
+			// shifts and ors, then reduce mod 2^130-5.
+			x0, x1, x2, x3, x4 := hh[l], hh[4+l], hh[8+l], hh[12+l], hh[16+l]
+			t[l][0], t[l][1] = reduce(x0|x1<<26|x2<<52, x2>>12|x3<<14|x4<<40, x4>>24)
+		}
+	}
+	if n < len(acc) {
+		copyGeneric(k, acc[n:], h, ad[n*adLen:], adLen, q[n*stride:], p[n*stride:], blockLen, stride)
+	}
 }
 
 // blocksHybrid8 is blocksHybrid with the eight-chunk kernels.
@@ -152,6 +192,17 @@ var kernelAVX2 = laneKernel{
 // lanesAVX2Kernel is lanesAVX2 with the package's types.
 func lanesAVX2Kernel(h *laneState, p []byte, stride, chunks int, key *laneKey) {
 	lanesAVX2((*[20]uint64)(h), p, stride, chunks, (*[162]uint64)(key))
+}
+
+// groupAhead is prefetchAhead(plen, lanes, stride, chunks) for a group
+// plen bytes from the end of p, given ahead, prefetchAhead for the first
+// group of the call, and span, the bytes of a group's blocks: the same
+// distance while the blocks ahead are in p, then 0.
+func groupAhead(ahead, span, plen int) int {
+	if ahead+span > plen {
+		return 0
+	}
+	return ahead
 }
 
 // prefetchAhead is how far on in p lanesAVX2R8Copy prefetches, for a

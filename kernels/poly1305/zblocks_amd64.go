@@ -78,7 +78,8 @@ func lanesHybridR8(h *[26]uint64, p []byte, stride, chunks int, key *[322]uint64
 // and first absorbs the adLen/16 chunks of associated data of each block,
 // block l's at ad[l*adLen:]: h = Poly1305_r(ad_l || chunks of block l)
 // without the final reduction, lanesAVX2R8's from zero over the two in
-// turn.
+// turn, and carried: limbs 0..3 below 2^26, limb 4 below 2^26 + 2^10,
+// so that h0 + h1·2^64 + h2·2^128 is the limbs' shifts and ors alone.
 //
 // Preconditions: those of lanesAVX2R8, for q as for p; q's chunks do not
 // overlap p's; len(p) >= ahead + 3*stride + 16*chunks, ahead >= 0; adLen a

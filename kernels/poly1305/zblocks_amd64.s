@@ -8077,6 +8077,16 @@ lanesAVX2R8Copysingle:
 	VMOVDQA     Y9, Y4
 
 lanesAVX2R8Copydone:
+	// Carry limbs 1..3 below 2^26 (limb 4 stays below 2^26 + 2^10).
+	VPSRLQ  $0x1a, Y1, Y11
+	VPAND   polyConsts<>+0(SB), Y1, Y1
+	VPADDQ  Y11, Y2, Y2
+	VPSRLQ  $0x1a, Y2, Y11
+	VPAND   polyConsts<>+0(SB), Y2, Y2
+	VPADDQ  Y11, Y3, Y3
+	VPSRLQ  $0x1a, Y3, Y11
+	VPAND   polyConsts<>+0(SB), Y3, Y3
+	VPADDQ  Y11, Y4, Y4
 	VMOVDQU Y0, (DX)
 	VMOVDQU Y1, 32(DX)
 	VMOVDQU Y2, 64(DX)

@@ -230,20 +230,41 @@ func TestEmulatedPoly1305(t *testing.T) {
 	perByte := map[string]float64{}
 	for _, l := range polyLayouts {
 		t.Run("kernel="+l.fn, func(t *testing.T) {
-			for trial := 0; trial < 60; trial++ {
+			for trial := 0; trial < 61; trial++ {
+				// Trial 60, the copying kernel's alone: the four one-chunk
+				// blocks of kernels/poly1305's TestBlocksADCopyCarry
+				// (carryGroup 1499464, under the r of all ones), whose
+				// lane leaves carryChain with limb 1 at 2^26: fullCarry
+				// must carry it.
+				carryTrial := trial == 60
+				if carryTrial && !l.copy {
+					continue
+				}
 				chunks := trial % 23 // every remainder mod 8, 4 and 2, and 0
 				if trial == 59 {
 					chunks = 256 // a 4 KiB block
 				}
+				if carryTrial {
+					chunks = 1
+				}
 				stride := 16*chunks + 16*(trial%3) // gaps of 0, 16, 32 bytes
+				if carryTrial {
+					stride = 16
+				}
 				data := make([]byte, (l.blocks()-1)*stride+16*chunks)
 				// All ones (data and r, the largest limbs and products)
 				// in one trial of seven, random bytes in the others.
-				allOnes := trial%7 == 0
+				allOnes := trial%7 == 0 || carryTrial
 				for i := range data {
 					data[i] = byte(rnd.Uint32())
 					if allOnes {
 						data[i] = 0xff
+					}
+				}
+				if carryTrial {
+					crng := rand.New(rand.NewPCG(1, 1499464))
+					for i := 0; i < len(data); i += 8 {
+						binary.LittleEndian.PutUint64(data[i:], crng.Uint64())
 					}
 				}
 				var rb [16]byte
@@ -265,7 +286,7 @@ func TestEmulatedPoly1305(t *testing.T) {
 				// (the kernels' precondition); the scalar lane h0, h1
 				// random and h2 <= 4 (the generic form between calls).
 				h0 := make([]uint64, l.hWords)
-				if trial%2 == 1 {
+				if trial%2 == 1 && !carryTrial {
 					top := l.bits
 					if trial%4 == 3 {
 						top++
@@ -285,6 +306,9 @@ func TestEmulatedPoly1305(t *testing.T) {
 				var ad []byte
 				if l.copy {
 					adLen = 16 * (trial % 11)
+					if carryTrial {
+						adLen = 0
+					}
 					ad = make([]byte, l.blocks()*adLen)
 					for i := range ad {
 						ad[i] = byte(rnd.Uint32())
@@ -305,6 +329,15 @@ func TestEmulatedPoly1305(t *testing.T) {
 						for k, v := range limbs {
 							if v >= 1<<(l.bits+1) {
 								t.Fatalf("trial %d block %d: limb %d = %#x, not below 2^%d", trial, b, k, v, l.bits+1)
+							}
+						}
+						if l.copy {
+							// The copying kernel carries its output fully
+							// (fullCarry; blocksAVX2R8CopyWhole relies on it).
+							for k, v := range limbs {
+								if bound := uint64(1) << l.bits; v >= bound && (k < len(limbs)-1 || v >= bound+1<<10) {
+									t.Fatalf("trial %d block %d: limb %d = %#x, not carried", trial, b, k, v)
+								}
 							}
 						}
 						got = limbsBig(limbs, l.bits)

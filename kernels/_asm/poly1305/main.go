@@ -386,6 +386,26 @@ func (g *gen) carryChain() {
 	}
 }
 
+// fullCarry carries h (yH) to limbs 0..3 below 2^26 and limb 4 below
+// 2^26 + 2^10, so that the caller packs the limbs into words with shifts
+// and ors alone (blocksAVX2R8CopyWhole in kernels/poly1305), the carries
+// of four lanes in one vector chain instead of packLimbs's four scalar
+// ones. After carryChain (0->1, 3->4, 1->2, 4->0, 2->3, 0->1, 3->4) limbs
+// 0, 2 and 3 are masked last and below 2^26; limb 1 is below 2^26 plus
+// the last carry out of limb 0 (below 2^12: limb 0 is below 2^26 + 5·2^34
+// before it), rarely 2^26 or more; limb 4 below 2^26 + 2^9. So 1->2,
+// 2->3, 3->4: each carry out is at most 1 but the first's, and limb 4
+// gains at most 1.
+func (g *gen) fullCarry() {
+	c := g.c
+	c.Comment("Carry limbs 1..3 below 2^26 (limb 4 stays below 2^26 + 2^10).")
+	for k := 1; k < limbs-1; k++ {
+		c.VPSRLQ(operand.U8(26), yH[k], yT)
+		c.VPAND(g.maskOp(), yH[k], yH[k])
+		c.VPADDQ(yT, yH[k+1], yH[k+1])
+	}
+}
+
 // scalarLanes is the number of blocks the hybrid kernel evaluates in
 // general registers beside the four vector lanes.
 const scalarLanes = 2
@@ -784,6 +804,9 @@ func (g *gen) lanesKernel(name string, hybrid bool, pw int, cp bool) {
 	tail(1)
 
 	c.Label(name + "done")
+	if cp {
+		g.fullCarry()
+	}
 	if hybrid {
 		c.Load(c.Param("h"), rH) // DX went to the multiplies
 		for l := range scalarLanes {
@@ -1037,7 +1060,8 @@ func lanesHybridR8(h *[%d]uint64, p []byte, stride, chunks int, key *[%d]uint64)
 // and first absorbs the adLen/16 chunks of associated data of each block,
 // block l's at ad[l*adLen:]: h = Poly1305_r(ad_l || chunks of block l)
 // without the final reduction, lanesAVX2R8's from zero over the two in
-// turn.
+// turn, and carried: limbs 0..3 below 2^26, limb 4 below 2^26 + 2^10,
+// so that h0 + h1·2^64 + h2·2^128 is the limbs' shifts and ors alone.
 //
 // Preconditions: those of lanesAVX2R8, for q as for p; q's chunks do not
 // overlap p's; len(p) >= ahead + 3*stride + 16*chunks, ahead >= 0; adLen a
