@@ -467,6 +467,38 @@ func (g *gen) lanesAVX2(name string, hybrid bool, pw int) {
 // the copy's pointers and a prefetch walking the next groups' span, ran
 // BlocksADCopy at 0.93-0.97 times this kernel's speed at 4 KiB (in the
 // cache and from memory) and level at 512 B.
+//
+// Branch hcopy tried the prefetch without a pointer register, and lost too.
+// Its six-block kernels: (a) pcopy's form (h2 in the frame, the stride an
+// argument) with PREFETCHT0 at a constant displacement (6144) from the
+// copy's own block addresses; (b) kernels for a fixed stride of 512 and of
+// 4096 bytes (blocks side by side, stride = blockLen, blockdev's case),
+// every block address a displacement from one pointer, which frees the
+// stride's register and both second pointers: h2 back in registers, the
+// prefetch 6144 (512 B) or 24576 (4 KiB) bytes on, and the prologue's copy
+// of the scalar lanes' blocks (absorbed right after) through AX, 8-byte
+// stores their 8-byte loads are forwarded from; (c) (b) taking all the
+// groups of a call in one call, the last step of each group copying the
+// next group's first 128 bytes of every block; (d) (c) with blockdev's 32
+// bytes of associated data absorbed in the kernel. All passed the package's
+// BlocksADCopy tests (which reach the fixed-stride path), (a) and (b) the
+// emulator test too. Their BlocksADCopy under hybrid8 against this
+// kernel's, alternating test binaries, three rounds each, machine shared
+// (x-twoPass, the ratio to copy-then-BlocksAD; this kernel's figures in
+// brackets), 64 MiB source: (a) 512 B 1.11-1.14 (1.42-1.44), 4 KiB
+// 1.11-1.16 (1.24-1.26); (b) 1.16-1.20 (1.43-1.44), 1.21-1.24 (1.26); (c)
+// 1.28-1.30 (1.41-1.43), 1.23-1.25 (1.24-1.26); (c) with r0 of the scalar
+// lanes in a register and the count in the frame 1.33-1.35 (1.41-1.45),
+// 1.25-1.28 (1.25-1.28); (d) 1.22-1.26 (1.39-1.44), 1.22-1.24 (1.22-1.26);
+// in the cache (256 KiB) (d) 1.02-1.03 (1.17-1.18) at 512 B and 1.00-1.03
+// (0.98-0.99) at 4 KiB. The prefetch was not what it lacked: over 64 KiB in
+// the cache the kernel of (c) took 1.2-1.35 times lanesHybridR8's time per
+// byte at 512 B and 1.15-1.2 at 4 KiB, where the copy costs this kernel's
+// four lanes 1-4%; the same without its prefetches; level with
+// lanesHybridR8 without the copy's loads and stores, and nearly as slow as
+// with both without either alone. So it is the moves themselves (24 loads
+// and 24 stores per step of six blocks' 128 bytes, beside some 1,100
+// instructions) that cost what the scalar lanes gain.
 func (g *gen) lanesAVX2Copy(name string) {
 	g.lanesKernel(name, false, powers8, true)
 }
