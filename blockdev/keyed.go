@@ -577,24 +577,13 @@ func (v *Volume) keyedCheck(lba int64, n int, data []byte, sc *scratch, st *RunS
 	clear(failed)
 	clear(transient)
 	end := lba + int64(n)
-	k.pendMu.RLock()
-	if len(k.pend) > 0 {
-		for p := lba >> ovShift; p <= (end-1)>>ovShift; p++ {
-			pg := k.pend[p]
-			if pg == nil {
-				continue
-			}
-			s, t := max(p<<ovShift, lba), min((p+1)<<ovShift, end)
-			for b := s; b < t; b++ {
-				o, i := int(b&(ovP-1)), int(b-lba)
-				if hasBit(pg.mask[:], o) && !hasBit(have, i) {
-					tags[i] = pg.tags[o]
-					setBit(have, i)
-				}
-			}
+	k.eachPending(lba, n, func(i int, t *store.KeyedTag) bool {
+		if !hasBit(have, i) {
+			tags[i] = *t
+			setBit(have, i)
 		}
-	}
-	k.pendMu.RUnlock()
+		return true
+	})
 	committed := ks.committed[:n]
 	var pageErr *store.PageMACError
 	err := v.readCommitted(lba, committed, v.tup.TupleReads())

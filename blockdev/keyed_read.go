@@ -9,6 +9,7 @@ import (
 
 	"github.com/difctl/difctl/dif"
 	"github.com/difctl/difctl/kernels/poly1305"
+	"github.com/difctl/difctl/store"
 )
 
 // The keyed read path. A verified read of a keyed volume opened with its
@@ -182,10 +183,22 @@ func lastWordMask(n, x int) uint64 {
 // pendingIn reports whether any block of [lba, lba+n) has a pending tag
 // (flushed to the device, not yet committed).
 func (k *keyed) pendingIn(lba int64, n int) bool {
+	found := false
+	k.eachPending(lba, n, func(int, *store.KeyedTag) bool {
+		found = true
+		return false
+	})
+	return found
+}
+
+// eachPending calls fn with the index i in [0, n) and the pending tag of
+// every block lba+i that has one, in order, under pendMu, until fn
+// returns false.
+func (k *keyed) eachPending(lba int64, n int, fn func(i int, t *store.KeyedTag) bool) {
 	k.pendMu.RLock()
 	defer k.pendMu.RUnlock()
 	if len(k.pend) == 0 {
-		return false
+		return
 	}
 	end := lba + int64(n)
 	for p := lba >> ovShift; p <= (end-1)>>ovShift; p++ {
@@ -195,12 +208,11 @@ func (k *keyed) pendingIn(lba int64, n int) bool {
 		}
 		s, t := max(p<<ovShift, lba), min((p+1)<<ovShift, end)
 		for b := s; b < t; b++ {
-			if hasBit(pg.mask[:], int(b&(ovP-1))) {
-				return true
+			if o := int(b & (ovP - 1)); hasBit(pg.mask[:], o) && !fn(int(b-lba), &pg.tags[o]) {
+				return
 			}
 		}
 	}
-	return false
 }
 
 // keyedReadData reads blocks [i, j) of the run at lba into data and
