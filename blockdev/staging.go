@@ -302,14 +302,26 @@ func (s *staging) writeFlushing() error {
 	return nil
 }
 
+// testHookFlushGap, if set, runs in flushLocked between writing out the
+// flushing batch and taking the active one (where a writer may hand over
+// a full batch).
+var testHookFlushGap func()
+
 // flushLocked writes out the flushing batch, then the active one. Caller
 // holds flushMu.
 func (s *staging) flushLocked() error {
 	if err := s.writeFlushing(); err != nil {
 		return err
 	}
+	if testHookFlushGap != nil {
+		testHookFlushGap()
+	}
 	s.stMu.Lock()
-	if b := s.active; b != nil && b.used > 0 {
+	// A writer may have made the active batch, full, the flushing one since
+	// writeFlushing returned (stage): it holds every write staged before, and
+	// is written next. Only otherwise does the active batch move; taking it
+	// over a flushing batch would drop that batch, writes and all.
+	if b := s.active; s.flushing == nil && b != nil && b.used > 0 {
 		s.flushing, s.active = b, s.spare
 		s.spare = nil
 	}
