@@ -9,19 +9,33 @@
 # block of the iteration (AVX2: 4 blocks x 4 chunks; hybrid: 6 x 4; the
 # eight-chunk kernels 4 x 8 and 6 x 8; IFMA: 8 x 2; x/crypto: one chunk).
 #
-# znver2 is the build machine (AMD EPYC, Zen 2), where the figures can be
-# set beside measurements; icelake-server has AVX-512 IFMA, which no
-# machine here has, so that column is the IFMA kernel's case on paper, as
-# TestEmulatedPoly1305's instruction counts are (kernels/_asm/poly1305).
+# znver2 and znver3 are the machines sessions have run on (AMD EPYC Zen 2,
+# family 23, and Zen 3, family 25: /proc/cpuinfo says which), where the
+# figures can be set beside measurements; icelake-server has AVX-512 IFMA,
+# which no machine here has, so that column is the IFMA kernel's case on
+# paper, as TestEmulatedPoly1305's instruction counts are
+# (kernels/_asm/poly1305).
+#
+# On znver3 (two VPMULUDQ pipes, FP0 and FP3) the eight-chunk loops are not
+# bound by the multiplier: the avx2r8 loop (512 bytes, 200 VPMULUDQ and
+# about 340 other vector instructions) models at 226 cycles against a
+# resource bound of 140, with the 64-entry FP scheduler full in 97% of the
+# cycles (llvm-mca -scheduler-stats -dispatch-stats) and dispatch stalled
+# on it: every VPMULUDQ waits for its key power, a memory operand, and
+# every add for its multiply, and in-order dispatch then holds back the
+# hybrid kernels' scalar lanes too (hybrid8 gains 3% per byte over avx2r8
+# on znver3, 13% on znver2). A scratch model of the same step with the
+# nine key vectors of each power loaded once into a register, h kept in
+# memory to free the registers, came to 193 cycles.
 #
 # Usage: kernels/mca/poly_amd64.sh
-# Environment: CPUS (default "znver2 icelake-server"), ITER (300), MCA
+# Environment: CPUS (default "znver2 znver3 icelake-server"), ITER (300), MCA
 # (llvm-mca-14), OBJDUMP (objdump).
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 cd "$here/../.."
-CPUS=${CPUS:-"znver2 icelake-server"}
+CPUS=${CPUS:-"znver2 znver3 icelake-server"}
 ITER=${ITER:-300}
 MCA=${MCA:-llvm-mca-14}
 OBJDUMP=${OBJDUMP:-objdump}
