@@ -252,6 +252,7 @@ type gen struct {
 	mask, pad operand.Mem
 	powers    int   // of r in the key of the kernel being built: 4 or 8
 	cp        bool  // the kernel being built copies p to q (lanesAVX2Copy)
+	ks        bool  // its steps hold the key vectors in a register (vecStepKS)
 	err       error // the first error outside c's own
 }
 
@@ -326,6 +327,9 @@ func (g *gen) split(disp int, use func(i int)) {
 // maskOp is the limb mask M: yMask, or in the eight-chunk kernels (whose
 // products take Y14 as a third temporary) the constant in memory.
 func (g *gen) maskOp() operand.Op {
+	if g.ks {
+		return ksMask
+	}
 	if g.powers == powers8 {
 		return g.mask
 	}
@@ -382,6 +386,11 @@ func (g *gen) carryChain() {
 	g.carry(0, 1, false, yT)
 	g.carry(3, 4, false, yLo)
 	for k := 0; k < limbs; k++ {
+		if g.ks {
+			// h lives in memory (vecStepKS).
+			g.c.VMOVDQU(yD[k], mem(rH, 32*k))
+			continue
+		}
 		g.c.VMOVDQA(yD[k], yH[k])
 	}
 }
@@ -442,18 +451,30 @@ func (g *gen) lanesAVX2(name string, hybrid bool, pw int) {
 //     there are eight);
 //   - each eight-chunk step but the last copies the next step's 128 bytes
 //     of every block with 32-byte loads and stores (YMM, two pairs after
-//     each chunk's split, where the split's temporaries yLo and yHi are
-//     free: every other vector register is in use) while the lanes absorb
-//     the current step from q, stored a step earlier, so that no load of a
-//     chunk waits on a store just issued;
+//     each chunk's split, through the split's temporaries, free then) while
+//     the lanes absorb the current step from q, stored a step earlier, so
+//     that no load of a chunk waits on a store just issued;
 //   - the last eight-chunk step only absorbs;
 //   - the steps of four, two and one chunk left copy their chunks first
 //     (64, 32 or 16 bytes of each block) and then absorb them;
 //   - every eight-chunk step and the prologue also prefetch the same step
 //     of the blocks ahead bytes on (withPrefetch).
 //
+// Its steps are vecStepKS's (each key vector loaded once per chunk into a
+// register, h in memory), not the other kernels': on Zen 3 that made
+// BlocksADCopy 7-11% faster against the unchanged copy-then-BlocksAD in the
+// same runs (x-twoPass of BenchmarkBlocksADCopy, 512 B and 4 KiB blocks, in
+// the cache and from memory, three rounds of the old and new test binaries
+// alternating: avx2r8 1.07-1.14 to 1.20-1.23 at 512 B in the cache, 1.29-
+// 1.32 to 1.38-1.42 from memory, 1.01-1.04 to 1.11-1.16 and 1.20-1.23 to
+// 1.31-1.34 at 4 KiB), and llvm-mca's znver3 model of its main loop went
+// from 226 to 165 cycles (znver2: 228 to 225). Staggering the adds two or
+// three multiplies behind their own, through the split's temporaries, gained
+// nothing measurable there.
+//
 // The copy costs 1-4% over lanesAVX2R8 with source and copy in the cache
-// (alternating the two; 512 B and 4 KiB blocks). There is no hybrid form:
+// (alternating the two; 512 B and 4 KiB blocks; measured before
+// vecStepKS, on Zen 2). There is no hybrid form:
 // lanesHybridR8 uses every general register, and the two the copy needs
 // for its pointers into p cost more than the scalar lanes gain. Measured
 // on the build machine, under load, alternating with lanesHybridR8: with
@@ -501,6 +522,115 @@ func (g *gen) lanesAVX2(name string, hybrid bool, pw int) {
 // instructions) that cost what the scalar lanes gain.
 func (g *gen) lanesAVX2Copy(name string) {
 	g.lanesKernel(name, false, powers8, true)
+}
+
+// The registers of vecStepKS: the five limbs of a chunk in yH (h itself is
+// in memory), the products' sums in yD, the key vector in ksKey, a product
+// in ksProd, the split's temporaries ksLo, ksHi and ksT (the copy's moves
+// use the first two), the limb mask in ksMask.
+var (
+	ksKey  = reg.Y10
+	ksProd = reg.Y11
+	ksLo   = reg.Y12
+	ksHi   = reg.Y13
+	ksT    = reg.Y14
+	ksMask = reg.Y15
+)
+
+// vecStepKS is the vector code of a step of s chunks in lanesAVX2R8Copy,
+// the same sums as the other kernels' steps in another order: each chunk
+// is split into all five limbs first (yH), then each of the nine key
+// vectors of its power (r_0..r_4, 5r_1..5r_4) is loaded once into ksKey and
+// multiplied with every limb it pairs with (keyFor), instead of being a
+// memory operand of each of its 25 multiplies; the two used once stay
+// memory operands. The limbs take the registers of h, so h is kept in
+// memory at h (the kernel's argument) between steps: the last chunk's limbs
+// (at disp 0) get h added from there, and the carried d is stored back.
+// The copy's moves ms go after each chunk's split, len(ms)/s after each,
+// through ksLo and ksHi. On Zen 3 (two VPMULUDQ pipes) the other form keeps
+// the 64-entry FP scheduler full, each multiply waiting on its key load
+// (kernels/mca/README.md); this one loads 7 key vectors per chunk instead
+// of 25.
+func (g *gen) vecStepKS(s int, ms []move) {
+	c := g.c
+	first := [limbs]bool{true, true, true, true, true}
+	for i := 1; i <= s; i++ {
+		j := i - 1 // the power r^(j+1)
+		g.splitKS(16 * (s - i))
+		if i == s {
+			for l := 0; l < limbs; l++ {
+				c.VPADDQ(mem(rH, 32*l), yH[l], yH[l])
+			}
+		}
+		g.emitMoves(ms[(i-1)*len(ms)/s : i*len(ms)/s])
+		g.keyLoop(j, &first)
+	}
+	g.carryChain()
+}
+
+// keyLoop adds the products of the limbs in yH with the key vectors of
+// r^(j+1) to yD (setting those first is true for, and clearing it), one
+// key vector at a time.
+func (g *gen) keyLoop(j int, first *[limbs]bool) {
+	c := g.c
+	type pair struct{ l, k int }
+	for x := 0; x < 2*limbs-1; x++ {
+		var key operand.Mem
+		var ps []pair
+		for l := 0; l < limbs; l++ {
+			for k := 0; k < limbs; k++ {
+				if (l <= k && x == k-l) || (l > k && x == limbs-1+k-l+limbs) {
+					ps = append(ps, pair{l, k})
+				}
+			}
+		}
+		if x < limbs {
+			key = g.keyRMem(j, x)
+		} else {
+			key = g.keySMem(j, x-limbs+1)
+		}
+		var kop operand.Op = key
+		if len(ps) > 1 {
+			c.VMOVDQU(key, ksKey)
+			kop = ksKey
+		}
+		for _, p := range ps {
+			if g.keyFor(j, p.l, p.k) != key {
+				g.fail(fmt.Errorf("keyLoop: key %d of r^%d is not limb %d's for d_%d", x, j+1, p.l, p.k))
+			}
+			if first[p.k] {
+				c.VPMULUDQ(kop, yH[p.l], yD[p.k])
+				first[p.k] = false
+				continue
+			}
+			c.VPMULUDQ(kop, yH[p.l], ksProd)
+			c.VPADDQ(ksProd, yD[p.k], yD[p.k])
+		}
+	}
+}
+
+// splitKS loads the chunk at disp of the four blocks and splits it into
+// its five limbs in yH (see split).
+func (g *gen) splitKS(disp int) {
+	c := g.c
+	c.VMOVDQU(block(0, disp), xmm(ksLo))
+	c.VINSERTI128(operand.U8(1), block(2, disp), ksLo, ksLo)
+	c.VMOVDQU(block(1, disp), xmm(ksT))
+	c.VINSERTI128(operand.U8(1), block(3, disp), ksT, ksT)
+	c.VPUNPCKHQDQ(ksT, ksLo, ksHi) // hi words of blocks 0..3
+	c.VPUNPCKLQDQ(ksT, ksLo, ksLo) // lo words
+	m := yH
+	c.VPAND(ksMask, ksLo, m[0])
+	c.VPSRLQ(operand.U8(26), ksLo, m[1])
+	c.VPAND(ksMask, m[1], m[1])
+	c.VPSRLQ(operand.U8(52), ksLo, m[2])
+	c.VPSLLQ(operand.U8(12), ksHi, ksT)
+	c.VPOR(ksT, m[2], m[2])
+	c.VPAND(ksMask, m[2], m[2])
+	c.VPSRLQ(operand.U8(14), ksHi, m[3])
+	c.VPAND(ksMask, m[3], m[3])
+	c.VPSRLQ(operand.U8(40), ksHi, m[4])
+	c.VPOR(g.pad, m[4], m[4])
 }
 
 // The copying kernel's pointers into p (block 0 and block 3 at the current
@@ -560,6 +690,12 @@ func (g *gen) emitMoves(ms []move) {
 		if i%2 == 1 {
 			t = yHi
 		}
+		if g.ks {
+			t = ksLo
+			if i%2 == 1 {
+				t = ksHi
+			}
+		}
 		g.copyMove(m.j, m.disp, m.width, t)
 	}
 }
@@ -616,7 +752,8 @@ func (g *gen) lanesKernel(name string, hybrid bool, pw int, cp bool) {
 	c := g.c
 	g.powers = pw
 	g.cp = cp
-	defer func() { g.cp = false }()
+	g.ks = cp && pw == powers8
+	defer func() { g.cp, g.ks = false, false }()
 	keyWords := keyScalarOf(pw)/8 + 2
 	hWords := limbs * lanes
 	if hybrid {
@@ -667,7 +804,15 @@ func (g *gen) lanesKernel(name string, hybrid bool, pw int, cp bool) {
 	if g.powers != powers8 {
 		c.VMOVDQU(g.mask, yMask)
 	}
-	for k := 0; k < limbs; k++ {
+	if g.ks {
+		c.Comment("h lives at h (vecStepKS), from zero; the limb mask in Y15.")
+		c.VMOVDQU(g.mask, ksMask)
+		c.VPXOR(yH[0], yH[0], yH[0])
+		for k := 0; k < limbs; k++ {
+			c.VMOVDQU(yH[0], mem(rH, 32*k))
+		}
+	}
+	for k := 0; k < limbs && !g.ks; k++ {
 		if cp {
 			// The copying kernel starts from zero: h is only written.
 			c.VPXOR(yH[k], yH[k], yH[k])
@@ -715,6 +860,9 @@ func (g *gen) lanesKernel(name string, hybrid bool, pw int, cp bool) {
 	// go after the splits, len(ms)/s after each (the split's temporaries
 	// are free there).
 	vecStep := func(s int, ms []move) func() {
+		if g.ks {
+			return func() { g.vecStepKS(s, ms) }
+		}
 		return func() {
 			split := 0
 			after := func() {
@@ -836,6 +984,11 @@ func (g *gen) lanesKernel(name string, hybrid bool, pw int, cp bool) {
 	tail(1)
 
 	c.Label(name + "done")
+	if g.ks {
+		for k := 0; k < limbs; k++ {
+			c.VMOVDQU(mem(rH, 32*k), yH[k])
+		}
+	}
 	if cp {
 		g.fullCarry()
 	}
