@@ -26,7 +26,8 @@
 # hybrid kernels' scalar lanes too (hybrid8 gains 3% per byte over avx2r8
 # on znver3, 13% on znver2). A scratch model of the same step with the
 # nine key vectors of each power loaded once into a register, h kept in
-# memory to free the registers, came to 193 cycles.
+# memory to free the registers, came to 193 cycles (ref_poly_r8_keyreg.s);
+# lanesAVX2R8Copy now has that form (vecStepKS), 165 cycles per main loop.
 #
 # Usage: kernels/mca/poly_amd64.sh
 # Environment: CPUS (default "znver2 znver3 icelake-server"), ITER (300), MCA
