@@ -300,12 +300,7 @@ func (g *gen) keyFor(j, i, k int) operand.Mem {
 // limb in yL, in order 0..4.
 func (g *gen) split(disp int, use func(i int)) {
 	c := g.c
-	c.VMOVDQU(block(0, disp), xmm(yLo))
-	c.VINSERTI128(operand.U8(1), block(2, disp), yLo, yLo)
-	c.VMOVDQU(block(1, disp), xmm(yT))
-	c.VINSERTI128(operand.U8(1), block(3, disp), yT, yT)
-	c.VPUNPCKHQDQ(yT, yLo, yHi) // hi words of blocks 0..3
-	c.VPUNPCKLQDQ(yT, yLo, yLo) // lo words
+	g.gather(disp, yLo, yHi, yT)
 	c.VPAND(g.maskOp(), yLo, yL)
 	use(0)
 	c.VPSRLQ(operand.U8(26), yLo, yL)
@@ -322,6 +317,20 @@ func (g *gen) split(disp int, use func(i int)) {
 	c.VPSRLQ(operand.U8(40), yHi, yL)
 	c.VPOR(g.pad, yL, yL)
 	use(4)
+}
+
+// gather loads the chunk at disp of the four blocks into lo (their low
+// quadwords, lanes 0..3) and hi (the high ones), through t: two 16-byte
+// loads and two VINSERTI128 make [b0 | b2] and [b1 | b3], and VPUNPCKLQDQ
+// and VPUNPCKHQDQ of those the lo and hi words.
+func (g *gen) gather(disp int, lo, hi, t reg.VecPhysical) {
+	c := g.c
+	c.VMOVDQU(block(0, disp), xmm(lo))
+	c.VINSERTI128(operand.U8(1), block(2, disp), lo, lo)
+	c.VMOVDQU(block(1, disp), xmm(t))
+	c.VINSERTI128(operand.U8(1), block(3, disp), t, t)
+	c.VPUNPCKHQDQ(t, lo, hi) // hi words of blocks 0..3
+	c.VPUNPCKLQDQ(t, lo, lo) // lo words
 }
 
 // maskOp is the limb mask M: yMask, or in the eight-chunk kernels (whose
@@ -613,12 +622,7 @@ func (g *gen) keyLoop(j int, first *[limbs]bool) {
 // its five limbs in yH (see split).
 func (g *gen) splitKS(disp int) {
 	c := g.c
-	c.VMOVDQU(block(0, disp), xmm(ksLo))
-	c.VINSERTI128(operand.U8(1), block(2, disp), ksLo, ksLo)
-	c.VMOVDQU(block(1, disp), xmm(ksT))
-	c.VINSERTI128(operand.U8(1), block(3, disp), ksT, ksT)
-	c.VPUNPCKHQDQ(ksT, ksLo, ksHi) // hi words of blocks 0..3
-	c.VPUNPCKLQDQ(ksT, ksLo, ksLo) // lo words
+	g.gather(disp, ksLo, ksHi, ksT)
 	m := yH
 	c.VPAND(ksMask, ksLo, m[0])
 	c.VPSRLQ(operand.U8(26), ksLo, m[1])
