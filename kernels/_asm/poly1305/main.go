@@ -578,25 +578,27 @@ func (g *gen) vecStepKS(s int, ms []move) {
 }
 
 // keyLoop adds the products of the limbs in yH with the key vectors of
-// r^(j+1) to yD (setting those first is true for, and clearing it), one
-// key vector at a time.
+// r^(j+1) to yD, one key vector at a time, each product paired with its
+// key by keyFor; a d_k whose first[k] is set is set by its first product
+// instead, and first[k] cleared.
 func (g *gen) keyLoop(j int, first *[limbs]bool) {
 	c := g.c
 	type pair struct{ l, k int }
-	for x := 0; x < 2*limbs-1; x++ {
-		var key operand.Mem
+	keys := make([]operand.Mem, 0, 2*limbs-1) // r_0..r_4, then 5r_1..5r_4
+	for x := 0; x < limbs; x++ {
+		keys = append(keys, g.keyRMem(j, x))
+	}
+	for x := 1; x < limbs; x++ {
+		keys = append(keys, g.keySMem(j, x))
+	}
+	for _, key := range keys {
 		var ps []pair
 		for l := 0; l < limbs; l++ {
 			for k := 0; k < limbs; k++ {
-				if (l <= k && x == k-l) || (l > k && x == limbs-1+k-l+limbs) {
+				if g.keyFor(j, l, k) == key {
 					ps = append(ps, pair{l, k})
 				}
 			}
-		}
-		if x < limbs {
-			key = g.keyRMem(j, x)
-		} else {
-			key = g.keySMem(j, x-limbs+1)
 		}
 		var kop operand.Op = key
 		if len(ps) > 1 {
@@ -604,9 +606,6 @@ func (g *gen) keyLoop(j int, first *[limbs]bool) {
 			kop = ksKey
 		}
 		for _, p := range ps {
-			if g.keyFor(j, p.l, p.k) != key {
-				g.fail(fmt.Errorf("keyLoop: key %d of r^%d is not limb %d's for d_%d", x, j+1, p.l, p.k))
-			}
 			if first[p.k] {
 				c.VPMULUDQ(kop, yH[p.l], yD[p.k])
 				first[p.k] = false
@@ -682,25 +681,19 @@ func copyMoves(nb, disp, bytes int) []move {
 	return out
 }
 
-// emitMoves emits moves, alternating the temporaries yLo and yHi; a move
-// of width 0 is a prefetch (see withPrefetch).
+// emitMoves emits moves, alternating the temporaries yLo and yHi (ksLo and
+// ksHi under vecStepKS); a move of width 0 is a prefetch (see withPrefetch).
 func (g *gen) emitMoves(ms []move) {
 	for i, m := range ms {
 		if m.width == 0 {
 			g.c.PREFETCHT0(g.nblock(m.j, m.disp))
 			continue
 		}
-		t := yLo
-		if i%2 == 1 {
-			t = yHi
-		}
+		t := [2]reg.VecPhysical{yLo, yHi}
 		if g.ks {
-			t = ksLo
-			if i%2 == 1 {
-				t = ksHi
-			}
+			t = [2]reg.VecPhysical{ksLo, ksHi}
 		}
-		g.copyMove(m.j, m.disp, m.width, t)
+		g.copyMove(m.j, m.disp, m.width, t[i%2])
 	}
 }
 
