@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"math/big"
-	"runtime"
 	"sync"
 
 	"github.com/difctl/difctl/dif"
@@ -408,7 +407,7 @@ type keyedScratch struct {
 	runs      []kRun
 	ad        []byte         // associated data of a run
 	ptags     []poly1305.Tag // its tags
-	ad2       []byte         // the same, for the second half (split)
+	ad2       []byte         // the same, for the split helper (splitWork's worker 1)
 	ptags2    []poly1305.Tag
 }
 
@@ -553,10 +552,6 @@ func (v *Volume) readCommitted(lba int64, dst []store.KeyedTag, minReads uint64)
 	return nil
 }
 
-// splitMinBlocks is the size from which keyedCheck computes the tags of a
-// run on two goroutines (one piece of at least 128 KiB each).
-const splitMinBytes = 256 << 10
-
 // keyedCheck verifies the keyed tags of the blocks of a verified run that
 // passed the other checks, appending a KindKeyedTag problem for each that
 // fails and moving it from st.OK (or Unwritten, Escaped) to st.Failed.
@@ -564,8 +559,8 @@ const splitMinBytes = 256 << 10
 // device's mapping) and are read again. Tags come from staging
 // (copyStagedTags), then the pending tags, then the store, in that order
 // (see intent.go on why a reader looks at what the fold clears before what
-// it commits). A run of 256 KiB or more has its tags computed in two
-// halves at once, the second on another goroutine, when GOMAXPROCS allows.
+// it commits). A run of splitMinBytes or more has its tags computed in
+// pieces that the caller and the split helper take in turn (splitWork).
 func (v *Volume) keyedCheck(lba int64, n int, data []byte, sc *scratch, st *RunStats, reread bool) error {
 	k := v.kd
 	ks := k.scratchFor(sc)
@@ -718,45 +713,35 @@ func (v *Volume) keyedCheck(lba int64, n int, data []byte, sc *scratch, st *RunS
 }
 
 // keyedCompute computes the tags of runs (blocks blocks in all) into calc:
-// in two halves at once when they are large and a second CPU may take one;
-// from the partials of the fused copy where classify computed them (kp,
-// keyed_fused.go), from data otherwise.
+// in pieces that a second CPU may share (splitWork); from the partials of
+// the fused copy where classify computed them (kp, keyed_fused.go), from
+// data otherwise.
 func (v *Volume) keyedCompute(runs []kRun, blocks int, lba int64, data []byte, calc []store.KeyedTag, ks *keyedScratch, kp *keyedParts) error {
-	bs := v.bs
-	do := func(rs []kRun, ad []byte, pt []poly1305.Tag) error {
-		for _, r := range rs {
-			if err := v.runTags(calc[r.i:r.j], r, lba, data, ad, pt, ks.transient, kp); err != nil {
+	if blocks*v.bs < splitMinBytes {
+		for _, r := range runs {
+			if err := v.runTags(calc[r.i:r.j], r, lba, data, ks.ad, ks.ptags, ks.transient, kp); err != nil {
 				return err
 			}
 		}
 		return nil
 	}
-	if blocks*bs < splitMinBytes || runtime.GOMAXPROCS(0) < 2 {
-		return do(runs, ks.ad, ks.ptags)
-	}
-	// Cut the runs at half the blocks, splitting the run that straddles it.
-	half, acc := blocks/2, 0
-	var first, second []kRun
-	for x, r := range runs {
-		if acc+(r.j-r.i) <= half {
-			acc += r.j - r.i
-			continue
+	// The runs cut into pieces of at most per blocks.
+	per := splitPieceBlocks(v.bs)
+	var pieces []kRun
+	for _, r := range runs {
+		for i := r.i; i < r.j; i += per {
+			pieces = append(pieces, kRun{i, min(r.j, i+per), r.gen})
 		}
-		cut := r.i + (half - acc)
-		first = append(append(first, runs[:x]...), kRun{r.i, cut, r.gen})
-		second = append(append(second, kRun{cut, r.j, r.gen}), runs[x+1:]...)
-		break
 	}
-	var err2 error
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		err2 = do(second, ks.ad2, ks.ptags2)
-	}()
-	err := do(first, ks.ad, ks.ptags)
-	wg.Wait()
-	return errors.Join(err, err2)
+	ads := [2][]byte{ks.ad, ks.ad2}
+	pts := [2][]poly1305.Tag{ks.ptags, ks.ptags2}
+	var errs [2]error
+	splitWork(len(pieces), func(w, p int) bool {
+		r := pieces[p]
+		errs[w] = v.runTags(calc[r.i:r.j], r, lba, data, ads[w], pts[w], ks.transient, kp)
+		return errs[w] == nil
+	})
+	return errors.Join(errs[0], errs[1])
 }
 
 // keyedEligible reports whether block i of a verified run passed the other
@@ -892,10 +877,10 @@ const protectAhead = 1024
 // and sums are committed in the same batch (not through the bulk loader),
 // since the tag page's MAC seals the tuple page as stored.
 //
-// A chunk of splitMinBytes or more has its tags computed in two halves at
-// once (the second on another goroutine, when GOMAXPROCS allows), as
-// keyedCheck does for reads: Poly1305 was most of a keyed protect's CPU
-// time (BenchmarkProtect). ps keeps the buffers from chunk to chunk.
+// A chunk of splitMinBytes or more has its tags computed in pieces that a
+// second CPU may share (splitWork, split.go), as keyed reads do: Poly1305
+// was most of a keyed protect's CPU time (BenchmarkProtect). ps keeps the
+// buffers from chunk to chunk.
 func (v *Volume) protectTags(lba int64, n int, data, tuples []byte, sums []uint32, ps *protectScratch) error {
 	k := v.kd
 	gen := k.takeGen()
@@ -927,7 +912,7 @@ func (v *Volume) protectTags(lba int64, n int, data, tuples []byte, sums []uint3
 }
 
 // protectScratch holds protectTags' buffers: the tags of a chunk and, per
-// half, the associated data and kernel tags.
+// splitWork worker, the associated data and kernel tags.
 type protectScratch struct {
 	tags []store.KeyedTag
 	ad   [2][]byte
@@ -946,28 +931,26 @@ func (ps *protectScratch) grow(n int) []store.KeyedTag {
 }
 
 // protectCompute computes the new tags of the n = len(dst) blocks of data
-// at lba under gen: in two halves at once from splitMinBytes on. The
-// halves' nonces are those of one run (gen, lba+i), so the tags are the
-// same either way.
+// at lba under gen: in pieces that a second CPU may share (splitWork) from
+// splitMinBytes on. The pieces' nonces are those of one run (gen, lba+i),
+// so the tags are the same either way.
 func (k *keyed) protectCompute(dst []store.KeyedTag, lba int64, gen uint64, data []byte, bs int, ps *protectScratch) error {
 	n := len(dst)
 	if testHookNewTags != nil {
 		testHookNewTags(k.uid, gen, lba, n)
 	}
-	if n*bs < splitMinBytes || runtime.GOMAXPROCS(0) < 2 {
+	if n*bs < splitMinBytes {
 		return k.tagsInto(dst, lba, gen, data, bs, ps.ad[0], ps.pt[0])
 	}
-	h := n / 2
-	var err2 error
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		err2 = k.tagsInto(dst[h:], lba+int64(h), gen, data[h*bs:n*bs], bs, ps.ad[1], ps.pt[1])
-	}()
-	err := k.tagsInto(dst[:h], lba, gen, data[:h*bs], bs, ps.ad[0], ps.pt[0])
-	wg.Wait()
-	return errors.Join(err, err2)
+	per := splitPieceBlocks(bs)
+	var errs [2]error
+	splitWork((n+per-1)/per, func(w, p int) bool {
+		i := p * per
+		j := min(n, i+per)
+		errs[w] = k.tagsInto(dst[i:j], lba+int64(i), gen, data[i*bs:j*bs], bs, ps.ad[w], ps.pt[w])
+		return errs[w] == nil
+	})
+	return errors.Join(errs[0], errs[1])
 }
 
 // tagEqual compares two tags in constant time: two 64-bit XORs, without the

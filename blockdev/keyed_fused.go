@@ -105,9 +105,9 @@ func (k *keyed) tagsFromParts(dst []store.KeyedTag, lba int64, gen uint64, parts
 // keyedHelpers is the number of goroutines besides the caller's that a
 // large verified read of a keyed volume is split over when the volume has
 // no verification workers (Options.VerifyWorkers): one when the fused
-// kernel computes the partials and a second CPU may run it, as the keyed
-// check before it computed its tags in two halves at once (keyedCompute).
-// A goroutine is started per part (see readParallel).
+// kernel computes the partials and a second CPU may run it: the run's
+// parts are then pieces that the caller and the split helper take in turn
+// (readParallel, splitWork).
 func (v *Volume) keyedHelpers() int {
 	if v.kd == nil || !v.sums || !keyedcopy.Fused() || runtime.GOMAXPROCS(0) < 2 {
 		return 0

@@ -3,8 +3,6 @@ package blockdev
 import (
 	"encoding/binary"
 	"errors"
-	"runtime"
-	"sync"
 	"sync/atomic"
 
 	"github.com/difctl/difctl/dif"
@@ -111,24 +109,12 @@ func (v *Volume) verifyRunKeyed(lba int64, n int, data []byte, sc *scratch) (st 
 	}
 	// The tag pages are checked after the tuples were read (readCommitted).
 	reads := v.tup.TupleReads()
-	part := func(i, j int, ad []byte) bool { return v.keyedReadPart(lba, i, j, data, ad, ks, sc, reads) }
-	if n*v.bs < splitMinBytes || runtime.GOMAXPROCS(0) < 2 {
-		ok = part(0, n, ks.ad)
-	} else {
-		// Two halves at once, as keyedCompute does: the second CPU
-		// (often an SMT sibling) takes one.
-		h := n / 2
-		var ok2 bool
-		var wg sync.WaitGroup
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			ok2 = part(h, n, ks.ad2)
-		}()
-		ok = part(0, h, ks.ad)
-		wg.Wait()
-		ok = ok && ok2
-	}
+	ads := [2][]byte{ks.ad, ks.ad2}
+	per := splitPieceBlocks(v.bs)
+	ok = splitWork((n+per-1)/per, func(w, p int) bool {
+		i := p * per
+		return v.keyedReadPart(lba, i, min(n, i+per), data, ads[w], ks, sc, reads)
+	})
 	if !ok {
 		return RunStats{}, false, nil
 	}

@@ -383,7 +383,12 @@ func (v *Volume) splitParts(n int) int {
 	if n*v.bs < splitMin {
 		return 1
 	}
-	return min(1+max(v.startWorkers(), v.keyedHelpers()), n*v.bs/(splitMin/2), 64)
+	if w := v.startWorkers(); w > 0 || v.keyedHelpers() == 0 {
+		return min(1+w, n*v.bs/(splitMin/2), 64)
+	}
+	// No workers, but a keyed volume's read is worth a second CPU: pieces
+	// that the caller and the split helper take in turn (split.go).
+	return min(n*v.bs/splitPiece, 64)
 }
 
 // readParallel reads the data of a run of n blocks and classifies it in
@@ -393,16 +398,20 @@ func (v *Volume) readParallel(lba int64, n, parts int, data []byte, sc *scratch)
 	sc.partFailed.Store(0)
 	per := (n + parts - 1) / parts
 	sc.wg.Add(parts)
-	for p := 1; p < parts; p++ {
-		i := min(p*per, n)
-		j := verifyJob{lba: lba, i: i, k: min(per, n-i), part: p, data: data, sc: sc}
-		if v.jobs == nil {
-			go v.runPart(j) // keyedHelpers
-			continue
+	if v.jobs == nil {
+		// keyedHelpers: the parts are pieces for splitWork.
+		splitWork(parts, func(_, p int) bool {
+			i := min(p*per, n)
+			v.runPart(verifyJob{lba: lba, i: i, k: min(per, n-i), part: p, data: data, sc: sc})
+			return true
+		})
+	} else {
+		for p := 1; p < parts; p++ {
+			i := min(p*per, n)
+			v.jobs <- verifyJob{lba: lba, i: i, k: min(per, n-i), part: p, data: data, sc: sc}
 		}
-		v.jobs <- j
+		v.runPart(verifyJob{lba: lba, i: 0, k: min(per, n), part: 0, data: data, sc: sc})
 	}
-	v.runPart(verifyJob{lba: lba, i: 0, k: min(per, n), part: 0, data: data, sc: sc})
 	sc.wg.Wait()
 	if p := sc.jobErr.Load(); p != nil {
 		return *p

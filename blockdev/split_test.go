@@ -1,0 +1,174 @@
+package blockdev
+
+import (
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// spinFor busies the CPU for d (a piece of work that neither sleeps nor
+// parks, as a kernel call does not).
+func spinFor(d time.Duration) {
+	for t := time.Now(); time.Since(t) < d; {
+	}
+}
+
+// waitHelperExit waits for the split helper to exit, as it should within
+// helperSpin of its last piece.
+func waitHelperExit(t *testing.T) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for splitHelper.alive.Load() {
+		if time.Now().After(deadline) {
+			t.Fatal("the split helper still runs 5 s after the last job")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestSplitWorkOnce: every piece runs exactly once, on the caller or the
+// helper, with several callers at once (each newer job displaces the one
+// the helper polls), and the helper takes part.
+func TestSplitWorkOnce(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2))
+	calls, n := 100, 40
+	if testing.Short() {
+		calls = 30
+	}
+	var byHelper atomic.Int64
+	var wg sync.WaitGroup
+	for g := range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for c := range calls {
+				runs := make([]atomic.Int32, n)
+				ok := splitWork(n, func(w, i int) bool {
+					runs[i].Add(1)
+					if w == 1 {
+						byHelper.Add(1)
+					} else if w != 0 {
+						t.Errorf("worker %d", w)
+					}
+					spinFor(10 * time.Microsecond)
+					return true
+				})
+				if !ok {
+					t.Errorf("caller %d, call %d: splitWork returned false with no piece failing", g, c)
+				}
+				for i := range runs {
+					if r := runs[i].Load(); r != 1 {
+						t.Errorf("caller %d, call %d: piece %d ran %d times", g, c, i, r)
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if byHelper.Load() == 0 {
+		t.Errorf("the helper ran none of %d pieces", 3*calls*n)
+	}
+}
+
+// TestSplitWorkDone: splitWork returns only when every piece has finished,
+// including the helper's, and calls fn no more after it returned; the
+// helper exits after helperSpin without work, and the next call starts
+// another.
+func TestSplitWorkDone(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2))
+	var active, late atomic.Int32
+	var returned atomic.Bool
+	for range 200 {
+		returned.Store(false)
+		splitWork(8, func(w, i int) bool {
+			if returned.Load() {
+				late.Add(1)
+			}
+			active.Add(1)
+			spinFor(20 * time.Microsecond)
+			active.Add(-1)
+			return true
+		})
+		returned.Store(true)
+		if a := active.Load(); a != 0 {
+			t.Fatalf("splitWork returned with %d pieces running", a)
+		}
+	}
+	waitHelperExit(t)
+	if l := late.Load(); l != 0 {
+		t.Errorf("fn called %d times after splitWork returned", l)
+	}
+	before := splitHelper.started.Load()
+	splitWork(4, func(w, i int) bool { return true })
+	if splitHelper.started.Load() != before+1 {
+		t.Errorf("a call after the helper exited started %d helpers, want 1", splitHelper.started.Load()-before)
+	}
+}
+
+// TestSplitWorkFailure: a piece that fails makes splitWork return false and
+// the pieces not yet started be skipped.
+func TestSplitWorkFailure(t *testing.T) {
+	for _, procs := range []int{1, 2} {
+		func() {
+			defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(procs))
+			const n = 1000
+			var called atomic.Int32
+			ok := splitWork(n, func(w, i int) bool {
+				called.Add(1)
+				if i == 0 {
+					return false
+				}
+				spinFor(20 * time.Microsecond)
+				return true
+			})
+			if ok {
+				t.Errorf("GOMAXPROCS %d: splitWork returned true with piece 0 failing", procs)
+			}
+			c := called.Load()
+			if procs == 1 && c != 1 {
+				t.Errorf("GOMAXPROCS 1: %d pieces called, want 1 (the failing one)", c)
+			}
+			if c > n/2 {
+				t.Errorf("GOMAXPROCS %d: %d of %d pieces called after piece 0 failed", procs, c, n)
+			}
+		}()
+	}
+}
+
+// TestSplitWorkInline: with GOMAXPROCS 1, or a single piece, everything
+// runs on the caller, in order, and no helper is started.
+func TestSplitWorkInline(t *testing.T) {
+	for _, c := range []struct{ procs, n int }{{1, 50}, {2, 1}, {2, 0}} {
+		func() {
+			defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(c.procs))
+			waitHelperExit(t)
+			before := splitHelper.started.Load()
+			next := 0
+			ok := splitWork(c.n, func(w, i int) bool {
+				if w != 0 || i != next {
+					t.Errorf("GOMAXPROCS %d, %d pieces: piece %d on worker %d, want piece %d on the caller", c.procs, c.n, i, w, next)
+				}
+				next++
+				return true
+			})
+			if !ok || next != c.n {
+				t.Errorf("GOMAXPROCS %d, %d pieces: ok %v after %d pieces", c.procs, c.n, ok, next)
+			}
+			if s := splitHelper.started.Load() - before; s != 0 {
+				t.Errorf("GOMAXPROCS %d, %d pieces: %d helpers started", c.procs, c.n, s)
+			}
+		}()
+	}
+}
+
+// TestSplitPieceBlocks: pieces are about splitPiece bytes, a multiple of
+// twelve blocks from 24 on.
+func TestSplitPieceBlocks(t *testing.T) {
+	for _, c := range []struct{ bs, want int }{{512, 120}, {520, 120}, {4096, 16}, {4160, 15}, {65536, 1}, {1 << 20, 1}} {
+		if got := splitPieceBlocks(c.bs); got != c.want {
+			t.Errorf("splitPieceBlocks(%d) = %d, want %d", c.bs, got, c.want)
+		}
+	}
+}
