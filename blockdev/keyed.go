@@ -472,8 +472,8 @@ func (k *keyed) tagsWith(dst []store.KeyedTag, lba int64, gen uint64, ad []byte,
 // written since they were read (store.Tuples.TagWriteSeq); the volume
 // writes tag pages at each fold and discard.
 type tagCache struct {
-	mu    sync.Mutex
-	pages map[int64]*tagCachePage
+	mu    sync.RWMutex
+	pages map[int64]*tagCachePage // never changed once cached
 }
 
 type tagCachePage struct {
@@ -487,6 +487,36 @@ type tagCachePage struct {
 
 // maxTagCachePages bounds the cache: 256 pages of 1,024 tags, 6 MiB.
 const maxTagCachePages = 256
+
+// cachedTags returns the cached tag page page if it serves a caller whose
+// tuple reads were counted by minReads (see readCommitted), else nil. The
+// page is shared: its tags must not be changed.
+func (v *Volume) cachedTags(page int64, minReads uint64) *tagCachePage {
+	k := v.kd
+	seq := v.tup.TagWriteSeq()
+	k.cache.mu.RLock()
+	cp := k.cache.pages[page]
+	k.cache.mu.RUnlock()
+	if cp != nil && cp.seq == seq && seq%2 == 0 && cp.reads >= minReads {
+		return cp
+	}
+	return nil
+}
+
+// committedView is readCommitted without the copy where it can: the
+// committed tags of blocks [lba, lba+n), a slice of the cached page when
+// they lie in one (which the caller must not change), otherwise read into
+// buf (of n tags at least), as readCommitted reads them.
+func (v *Volume) committedView(lba int64, n int, buf []store.KeyedTag, minReads uint64) ([]store.KeyedTag, error) {
+	P := int64(v.man.PageTuples)
+	if page := lba / P; (lba+int64(n)-1)/P == page {
+		if cp := v.cachedTags(page, minReads); cp != nil {
+			s := lba - page*P
+			return cp.tags[s : s+int64(n) : s+int64(n)], nil
+		}
+	}
+	return buf[:n], v.readCommitted(lba, buf[:n], minReads)
+}
 
 // readCommitted reads the committed tags of blocks [lba, lba+len(dst)),
 // from the cache where it can. It returns the store's *PageMACError, with
@@ -510,15 +540,11 @@ func (v *Volume) readCommitted(lba int64, dst []store.KeyedTag, minReads uint64)
 	for page := lba / P; page*P < lba+n; page++ {
 		ps := page * P
 		s, e := max(ps, lba), min(ps+P, lba+n)
-		seq := v.tup.TagWriteSeq()
-		k.cache.mu.Lock()
-		cp := k.cache.pages[page]
-		if cp != nil && cp.seq == seq && seq%2 == 0 && cp.reads >= minReads {
+		if cp := v.cachedTags(page, minReads); cp != nil {
 			copy(dst[s-lba:e-lba], cp.tags[s-ps:e-ps])
-			k.cache.mu.Unlock()
 			continue
 		}
-		k.cache.mu.Unlock()
+		seq := v.tup.TagWriteSeq()
 		pn := min(P, v.blocks-ps)
 		tags := make([]store.KeyedTag, pn)
 		reads := v.tup.TupleReads()
@@ -725,12 +751,13 @@ func (v *Volume) keyedCompute(runs []kRun, blocks int, lba int64, data []byte, c
 		}
 		return nil
 	}
-	// The runs cut into pieces of at most per blocks.
-	per := splitPieceBlocks(v.bs)
+	// Each run cut into pieces as blockPieces cuts it.
 	var pieces []kRun
 	for _, r := range runs {
-		for i := r.i; i < r.j; i += per {
-			pieces = append(pieces, kRun{i, min(r.j, i+per), r.gen})
+		bp := newBlockPieces(r.j-r.i, v.bs)
+		for p := range bp.pieces {
+			i, j := bp.at(p)
+			pieces = append(pieces, kRun{r.i + i, r.i + j, r.gen})
 		}
 	}
 	ads := [2][]byte{ks.ad, ks.ad2}
@@ -942,11 +969,8 @@ func (k *keyed) protectCompute(dst []store.KeyedTag, lba int64, gen uint64, data
 	if n*bs < splitMinBytes {
 		return k.tagsInto(dst, lba, gen, data, bs, ps.ad[0], ps.pt[0])
 	}
-	per := splitPieceBlocks(bs)
 	var errs [2]error
-	splitWork((n+per-1)/per, func(w, p int) bool {
-		i := p * per
-		j := min(n, i+per)
+	splitBlocks(n, bs, func(w, i, j int) bool {
 		errs[w] = k.tagsInto(dst[i:j], lba+int64(i), gen, data[i*bs:j*bs], bs, ps.ad[w], ps.pt[w])
 		return errs[w] == nil
 	})

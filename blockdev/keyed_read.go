@@ -110,10 +110,8 @@ func (v *Volume) verifyRunKeyed(lba int64, n int, data []byte, sc *scratch) (st 
 	// The tag pages are checked after the tuples were read (readCommitted).
 	reads := v.tup.TupleReads()
 	ads := [2][]byte{ks.ad, ks.ad2}
-	per := splitPieceBlocks(v.bs)
-	ok = splitWork((n+per-1)/per, func(w, p int) bool {
-		i := p * per
-		return v.keyedReadPart(lba, i, min(n, i+per), data, ads[w], ks, sc, reads)
+	ok = splitBlocks(n, v.bs, func(w, i, j int) bool {
+		return v.keyedReadPart(lba, i, j, data, ads[w], ks, sc, reads)
 	})
 	if !ok {
 		return RunStats{}, false, nil
@@ -129,8 +127,8 @@ func (v *Volume) verifyRunKeyed(lba int64, n int, data []byte, sc *scratch) (st 
 // compared. ad is the part's associated data buffer. It reports whether
 // every block passed.
 func (v *Volume) keyedReadPart(lba int64, i, j int, data, ad []byte, ks *keyedScratch, sc *scratch, reads uint64) bool {
-	tags := ks.committed[i:j]
-	if v.readCommitted(lba+int64(i), tags, reads) != nil {
+	tags, err := v.committedView(lba+int64(i), j-i, ks.committed[i:j], reads)
+	if err != nil {
 		return false
 	}
 	for _, t := range tags {
@@ -145,7 +143,7 @@ func (v *Volume) keyedReadPart(lba int64, i, j int, data, ad []byte, ks *keyedSc
 	if err != nil || sum.OK != j-i {
 		return false
 	}
-	if !v.keyedReadData(lba, i, j, data, ad, ks, sc.req.uncached) {
+	if !v.keyedReadData(lba, i, j, data, ad, tags, ks, sc.req.uncached) {
 		return false
 	}
 	calc := ks.ptags[i:j]
@@ -202,13 +200,13 @@ func (k *keyed) eachPending(lba int64, n int, fn func(i int, t *store.KeyedTag) 
 }
 
 // keyedReadData reads blocks [i, j) of the run at lba into data and
-// computes their keyed tags into ks.ptags, under the generations in
-// ks.committed, from the bytes written to data: from the device's mapping
+// computes their keyed tags into ks.ptags, under the generations of their
+// committed tags (tags[0] is block i's), from the bytes written to data: from the device's mapping
 // in pieces, each copied and tagged in one pass (keyedTagsOf), or read
 // into data first. It reports false if a piece could not be read (the
 // ordinary path reads and reports it). ad is the associated data buffer,
 // of at least (j-i)*adLen bytes.
-func (v *Volume) keyedReadData(lba int64, i, j int, data, ad []byte, ks *keyedScratch, uncached bool) bool {
+func (v *Volume) keyedReadData(lba int64, i, j int, data, ad []byte, tags []store.KeyedTag, ks *keyedScratch, uncached bool) bool {
 	bs := v.bs
 	mapped := v.mapper != nil && !uncached && !v.noMap.Load()
 	// Pieces of a multiple of twelve blocks where they can be: the amd64
@@ -224,11 +222,11 @@ func (v *Volume) keyedReadData(lba int64, i, j int, data, ad []byte, ks *keyedSc
 		var err error
 		if mapped {
 			err = v.mapper.ReadMapped((lba+int64(a))*int64(bs), (b-a)*bs, func(src []byte) error {
-				return v.keyedTagsOf(lba, a, b, q, src, ad, ks)
+				return v.keyedTagsOf(lba, a, b, q, src, ad, tags[a-i:], ks)
 			})
 		} else {
 			if err = v.readDev(q, lba+int64(a), uncached); err == nil {
-				err = v.keyedTagsOf(lba, a, b, q, nil, ad, ks)
+				err = v.keyedTagsOf(lba, a, b, q, nil, ad, tags[a-i:], ks)
 			}
 		}
 		if err != nil {
@@ -242,17 +240,18 @@ func (v *Volume) keyedReadData(lba int64, i, j int, data, ad []byte, ks *keyedSc
 }
 
 // keyedTagsOf computes the tags of blocks [a, b) of the run, whose bytes
-// are q (copied from src first when src is not nil), into ks.ptags: one
-// kernel call per generation.
-func (v *Volume) keyedTagsOf(lba int64, a, b int, q, src, ad []byte, ks *keyedScratch) error {
+// are q (copied from src first when src is not nil), into ks.ptags, under
+// the generations of the committed tags (tags[0] is block a's): one kernel
+// call per generation.
+func (v *Volume) keyedTagsOf(lba int64, a, b int, q, src, ad []byte, tags []store.KeyedTag, ks *keyedScratch) error {
 	k, bs := v.kd, v.bs
-	gens := ks.committed
+	tags = tags[:b-a]
 	for x := a; x < b; {
+		gen := tags[x-a].Gen
 		y := x + 1
-		for y < b && gens[y].Gen == gens[x].Gen {
+		for y < b && tags[y-a].Gen == gen {
 			y++
 		}
-		gen := gens[x].Gen
 		m := y - x
 		fillAddr(ad, lba+int64(x), gen, m) // the uids are there (scratchFor)
 		var nonce poly1305.Nonce

@@ -166,9 +166,50 @@ func TestSplitWorkInline(t *testing.T) {
 // TestSplitPieceBlocks: pieces are about splitPiece bytes, a multiple of
 // twelve blocks from 24 on.
 func TestSplitPieceBlocks(t *testing.T) {
-	for _, c := range []struct{ bs, want int }{{512, 120}, {520, 120}, {4096, 16}, {4160, 15}, {65536, 1}, {1 << 20, 1}} {
+	for _, c := range []struct{ bs, want int }{{512, 252}, {520, 252}, {4096, 24}, {4160, 24}, {16384, 8}, {65536, 2}, {1 << 20, 1}} {
 		if got := splitPieceBlocks(c.bs); got != c.want {
 			t.Errorf("splitPieceBlocks(%d) = %d, want %d", c.bs, got, c.want)
 		}
+	}
+}
+
+// TestBlockPieces: the pieces cover [0, n) in order, none empty; the head's
+// are splitPieceBlocks long, and the last two pieces' worth of blocks come
+// in pieces of at most a quarter of that (rounded as splitPieceBlocks
+// rounds), so that a 1 MiB run's last piece is small.
+func TestBlockPieces(t *testing.T) {
+	for _, bs := range []int{512, 520, 4096, 65536, 1 << 20} {
+		per := splitPieceBlocks(bs)
+		for _, n := range []int{1, 2, 3, per - 1, per, per + 1, 2 * per, 2*per + 1, 3 * per, 3*per + 7, 1 << 20 / bs, 8 << 20 / bs} {
+			if n < 1 {
+				continue
+			}
+			bp := newBlockPieces(n, bs)
+			next, big := 0, 0
+			for p := range bp.pieces {
+				i, j := bp.at(p)
+				if i != next || j <= i || j > n {
+					t.Fatalf("bs %d, n %d: piece %d is [%d, %d), after %d", bs, n, p, i, j, next)
+				}
+				if j-i > per {
+					t.Errorf("bs %d, n %d: piece %d has %d blocks, more than %d", bs, n, p, j-i, per)
+				}
+				if j-i == per && j > n-2*per {
+					big++
+				}
+				next = j
+			}
+			if next != n {
+				t.Errorf("bs %d, n %d: the pieces end at %d", bs, n, next)
+			}
+			if tail := max(1, per/4); per >= 4 && n >= 2*per && big > 0 {
+				t.Errorf("bs %d, n %d: %d pieces of %d blocks in the last %d blocks, want pieces of about %d", bs, n, big, per, 2*per, tail)
+			}
+		}
+	}
+	// A 1 MiB run of 512-byte blocks: the last piece is 60 blocks.
+	bp := newBlockPieces(2048, 512)
+	if i, j := bp.at(bp.pieces - 1); j != 2048 || j-i > 60 {
+		t.Errorf("last piece of 2048 blocks is [%d, %d)", i, j)
 	}
 }

@@ -1,7 +1,6 @@
 package poly1305
 
 import (
-	"crypto/cipher"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -59,9 +58,9 @@ func (k *Key) BlocksADCopy(dst []Tag, nonce *Nonce, ad []byte, adLen int, q, p [
 	if n == 0 {
 		return nil
 	}
-	ctr := cipher.NewCTR(k.block, nonce[:])
 	sc := scratchPool.Get().(*scratch)
 	defer scratchPool.Put(sc)
+	ctr := k.maskStream(nonce, sc)
 	for i := 0; i < n; i += run {
 		m := min(run, n-i)
 		blocksCopy(&k.poly, sc.acc[:m], &sc.h, ad[i*adLen:], adLen, q[i*stride:], p[i*stride:], blockLen, stride)

@@ -1,7 +1,6 @@
 package poly1305
 
 import (
-	"crypto/cipher"
 	"encoding/binary"
 	"fmt"
 
@@ -98,8 +97,10 @@ func (k *Key) TagsFromPartials(dst []Tag, nonce *Nonce, ad []byte, adLen int, pa
 			ac.init(adLen/16, rD, limbs26(k.poly.r0, k.poly.r1, 0))
 		}
 	}
-	ctr := cipher.NewCTR(k.block, nonce[:])
-	var mask [run * 16]byte
+	sc := scratchPool.Get().(*scratch)
+	defer scratchPool.Put(sc)
+	ctr := k.maskStream(nonce, sc)
+	mask := &sc.mask
 	for i := 0; i < n; i += run {
 		m := min(run, n-i)
 		ctr.XORKeyStream(mask[:16*m], zeros[:16*m])

@@ -373,9 +373,9 @@ func (k *Key) BlocksAD(dst []Tag, nonce *Nonce, ad []byte, adLen int, p []byte, 
 	if n == 0 {
 		return nil
 	}
-	ctr := cipher.NewCTR(k.block, nonce[:])
 	sc := scratchPool.Get().(*scratch)
 	defer scratchPool.Put(sc)
+	ctr := k.maskStream(nonce, sc)
 	for i := 0; i < n; i += run {
 		m := min(run, n-i)
 		blocks(&k.poly, sc.acc[:m], &sc.h, ad[i*adLen:], adLen, p[i*stride:], blockLen, stride)
@@ -395,6 +395,16 @@ type scratch struct {
 	acc  [run][2]uint64
 	mask [run * 16]byte
 	h    laneBuf
+	iv   [16]byte // the keystream's first counter block
+}
+
+// maskStream returns the AES-CTR keystream of the masks from nonce on,
+// its counter block in sc: so the caller's nonce does not escape to the
+// heap (the stream keeps its IV slice), which cost a keyed read an
+// allocation per call.
+func (k *Key) maskStream(nonce *Nonce, sc *scratch) cipher.Stream {
+	sc.iv = *nonce
+	return cipher.NewCTR(k.block, sc.iv[:])
 }
 
 var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
