@@ -90,44 +90,54 @@ func (v *Volume) keyedReadable(req readReq) bool {
 // caller verifies it the ordinary way. err is a failure of the store,
 // which the ordinary path would return too.
 func (v *Volume) verifyRunKeyed(lba int64, n int, data []byte, sc *scratch) (st RunStats, ok bool, err error) {
-	loaded, err := v.loadRun(lba, n, data, sc)
-	if err != nil || loaded || sc.unwritten {
-		return RunStats{}, false, err
-	}
 	w := (n + 63) / 64
-	for x, m := range sc.ovMask[:w] {
-		if m&lastWordMask(n, x) != 0 {
-			return RunStats{}, false, nil
-		}
-	}
-	if sc.written.Count(n) != n {
+	clear(sc.ioBad[:w])
+	// Staged blocks, and tuples flushed but not folded (the overlay), are
+	// the ordinary path's; so are pending tags.
+	loaded, over, _ := v.stg.load(lba, n, data, sc, sc.req.uncached)
+	if loaded || over {
 		return RunStats{}, false, nil
 	}
 	ks := v.kd.scratchFor(sc)
 	if v.kd.pendingIn(lba, n) {
 		return RunStats{}, false, nil
 	}
-	// The tag pages are checked after the tuples were read (readCommitted).
-	reads := v.tup.TupleReads()
 	ads := [2][]byte{ks.ad, ks.ad2}
 	ok = splitBlocks(n, v.bs, func(w, i, j int) bool {
-		return v.keyedReadPart(lba, i, j, data, ads[w], ks, sc, reads)
+		return v.keyedReadPart(lba, i, j, data, ads[w], ks, sc)
 	})
 	if !ok {
 		return RunStats{}, false, nil
+	}
+	// What loadRun leaves for the caller (verifyRun's contract): the
+	// tuples (read by the parts) and the written bits, all set.
+	sc.unwritten = false
+	for x := range w {
+		sc.written[x] = lastWordMask(n, x)
 	}
 	return RunStats{Blocks: int64(n), OK: int64(n)}, true, nil
 }
 
 // keyedReadPart is the keyed read path's work on blocks [i, j) of the run
-// at lba, whose tuples sc holds (loadRun): their committed tags (tag pages
-// checked after the tuple reads counted by reads), every block tagged, the
-// tuples' checks without the guard (app and ref tags), the blocks read
-// into data with their tags computed (keyedReadData), and the tags
-// compared. ad is the part's associated data buffer. It reports whether
-// every block passed.
-func (v *Volume) keyedReadPart(lba int64, i, j int, data, ad []byte, ks *keyedScratch, sc *scratch, reads uint64) bool {
-	tags, err := v.committedView(lba+int64(i), j-i, ks.committed[i:j], reads)
+// at lba: their tuples into sc.tuples (as loadRun reads them; every block
+// written), their committed tags (tag pages checked after the tuples were
+// read, see readCommitted), every block tagged, the tuples' checks without
+// the guard (app and ref tags), the blocks read into data with their tags
+// computed (keyedReadData), and the tags compared. ad is the part's
+// associated data buffer. It reports whether every block passed; a store
+// error is false too (the ordinary path reads the tuples again and returns
+// it). The parts read their own tuples so that the run's are not read
+// before the split, on one CPU.
+func (v *Volume) keyedReadPart(lba int64, i, j int, data, ad []byte, ks *keyedScratch, sc *scratch) bool {
+	bs, ts := v.bs, v.ts
+	read := v.tup.ReadRangeCached
+	if sc.req.storeTuples {
+		read = v.tup.ReadRange
+	}
+	if cnt, err := read(lba+int64(i), sc.tuples[i*ts:j*ts], nil, nil); err != nil || cnt != j-i {
+		return false
+	}
+	tags, err := v.committedView(lba+int64(i), j-i, ks.committed[i:j], v.tup.TupleReads())
 	if err != nil {
 		return false
 	}
@@ -138,7 +148,6 @@ func (v *Volume) keyedReadPart(lba int64, i, j int, data, ad []byte, ks *keyedSc
 	}
 	p := v.paramsFrom(sc.req.ref, lba+int64(i))
 	p.Skip |= dif.CheckGuard
-	bs, ts := v.bs, v.ts
 	sum, err := v.f.Classify(sc.states[i:j], data[i*bs:j*bs], sc.tuples[i*ts:j*ts], p)
 	if err != nil || sum.OK != j-i {
 		return false
