@@ -28,11 +28,19 @@ func waitHelperExit(t *testing.T) {
 	}
 }
 
+// forceSplit keeps the split on (splitGate) while t runs: the tests of
+// splitWork itself need the helper whatever the machine's load.
+func forceSplit(t *testing.T) {
+	splitGate.forced.Store(true)
+	t.Cleanup(func() { splitGate.forced.Store(false); splitGate.reset() })
+}
+
 // TestSplitWorkOnce: every piece runs exactly once, on the caller or the
 // helper, with several callers at once (each newer job displaces the one
 // the helper polls), and the helper takes part.
 func TestSplitWorkOnce(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2))
+	forceSplit(t)
 	calls, n := 100, 40
 	if testing.Short() {
 		calls = 30
@@ -78,6 +86,7 @@ func TestSplitWorkOnce(t *testing.T) {
 // another.
 func TestSplitWorkDone(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2))
+	forceSplit(t)
 	var active, late atomic.Int32
 	var returned atomic.Bool
 	for range 200 {
@@ -110,6 +119,7 @@ func TestSplitWorkDone(t *testing.T) {
 // TestSplitWorkFailure: a piece that fails makes splitWork return false and
 // the pieces not yet started be skipped.
 func TestSplitWorkFailure(t *testing.T) {
+	forceSplit(t)
 	for _, procs := range []int{1, 2} {
 		func() {
 			defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(procs))
@@ -160,6 +170,102 @@ func TestSplitWorkInline(t *testing.T) {
 				t.Errorf("GOMAXPROCS %d, %d pieces: %d helpers started", c.procs, c.n, s)
 			}
 		}()
+	}
+}
+
+// TestSplitGateRecord: a job misses when it took more than splitMissRatio
+// of its caller's pace times its pieces; splitMisses misses in a row turn
+// the split off for splitBackoffMin, the next run of them for twice that,
+// up to splitBackoffMax, and a job that paid starts the count and the
+// backoff again.
+func TestSplitGateRecord(t *testing.T) {
+	var g gate
+	ms := time.Millisecond
+	pay := func() { g.record(16, 8, 8*ms, 9*ms) }     // alone 16 ms, took 9
+	miss := func() { g.record(16, 12, 12*ms, 17*ms) } // alone 16 ms, took 17
+	until := func() time.Duration { return time.Until(time.Unix(0, g.until.Load())) }
+	for range splitMisses - 1 {
+		miss()
+	}
+	pay()
+	for range splitMisses - 1 {
+		miss()
+	}
+	if !g.open() || g.offs.Load() != 0 {
+		t.Fatalf("off after %d misses, a paying job and %d misses", splitMisses-1, splitMisses-1)
+	}
+	miss()
+	if g.open() || g.offs.Load() != 1 {
+		t.Fatalf("still on after %d misses in a row", splitMisses)
+	}
+	if u := until(); u > splitBackoffMin || u < splitBackoffMin/2 {
+		t.Fatalf("off for %v, want %v", u, splitBackoffMin)
+	}
+	want := splitBackoffMin
+	for range 10 {
+		for range splitMisses {
+			miss()
+		}
+		want = min(2*want, splitBackoffMax)
+		if u := until(); u > want || u < want-want/4 {
+			t.Fatalf("off for %v after another run of misses, want %v", u, want)
+		}
+	}
+	g.until.Store(0)
+	pay()
+	for range splitMisses {
+		miss()
+	}
+	if u := until(); u > splitBackoffMin {
+		t.Fatalf("off for %v after a paying job and a run of misses, want %v", u, splitBackoffMin)
+	}
+	if g.record(16, 16, 16*ms, 16*ms); g.misses.Load() != 1 {
+		t.Fatal("a job that the helper did not help did not miss")
+	}
+}
+
+// TestSplitGate: a helper that holds the caller (here it sleeps in its
+// pieces, as one descheduled by the system would) turns the split off
+// after splitMisses jobs: the next jobs run on the caller alone; after the
+// backoff the split is tried again.
+func TestSplitGate(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2))
+	splitGate.reset()
+	t.Cleanup(splitGate.reset)
+	offs := splitGate.offs.Load()
+	var helped atomic.Int32
+	stall := func(w, i int) bool {
+		if w == 1 {
+			helped.Add(1)
+			time.Sleep(3 * time.Millisecond)
+		} else {
+			spinFor(20 * time.Microsecond)
+		}
+		return true
+	}
+	for k := 0; splitGate.open(); k++ {
+		if k == 200 {
+			t.Fatalf("the split is still on after %d jobs with a stalling helper (it took %d pieces)", k, helped.Load())
+		}
+		splitWork(16, stall)
+	}
+	if splitGate.offs.Load() != offs+1 {
+		t.Fatalf("turned off %d times", splitGate.offs.Load()-offs)
+	}
+	helped.Store(0)
+	waitHelperExit(t)
+	splitWork(16, stall)
+	if h := helped.Load(); h != 0 || splitHelper.alive.Load() {
+		t.Fatalf("with the split off the helper took %d pieces (alive %v)", h, splitHelper.alive.Load())
+	}
+	time.Sleep(splitBackoffMin)
+	if !splitGate.open() {
+		t.Fatal("still off after the backoff")
+	}
+	before := splitHelper.started.Load()
+	splitWork(16, stall)
+	if splitHelper.started.Load() == before {
+		t.Fatal("no helper started after the backoff")
 	}
 }
 
