@@ -88,8 +88,12 @@ func splitWork(n int, fn func(w, i int) bool) bool {
 	for j.done.Load() != j.n {
 		runtime.Gosched()
 	}
+	if j.failed.Load() {
+		// (Its pieces were skipped: its times say nothing of the split.)
+		return false
+	}
 	splitGate.record(n, mine, t1.Sub(t0), time.Since(t0))
-	return !j.failed.Load()
+	return true
 }
 
 // work takes and runs pieces of j as worker w until there are none left,

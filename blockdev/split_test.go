@@ -269,6 +269,24 @@ func TestSplitGate(t *testing.T) {
 	}
 }
 
+// TestSplitGateFailedJobs: a job whose piece failed (the rest skipped)
+// does not count for the gate, whatever its times.
+func TestSplitGateFailedJobs(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2))
+	splitGate.reset()
+	t.Cleanup(splitGate.reset)
+	offs := splitGate.offs.Load()
+	for range 3 * splitMisses {
+		waitHelperExit(t)
+		if splitWork(16, func(w, i int) bool { return false }) {
+			t.Fatal("a failing job returned true")
+		}
+	}
+	if !splitGate.open() || splitGate.offs.Load() != offs || splitGate.misses.Load() != 0 {
+		t.Fatalf("after failing jobs: open %v, turned off %d times, %d misses", splitGate.open(), splitGate.offs.Load()-offs, splitGate.misses.Load())
+	}
+}
+
 // TestSplitPieceBlocks: pieces are about splitPiece bytes, a multiple of
 // twelve blocks from 24 on.
 func TestSplitPieceBlocks(t *testing.T) {
