@@ -110,7 +110,7 @@
 // tags prove (keyed_read.go; Options.KeyedCRC computes them anyway); any
 // failure sends the read through the full check, which reports it as an
 // unkeyed volume would, plus the keyed-tag problems. The Poly1305 of a
-// large keyed read, write or protect is cut into pieces that the caller
+// large keyed read or protect is cut into pieces that the caller
 // and one lingering helper goroutine take in turn (split.go: a goroutine
 // started per request begins too late on the machines measured to share
 // the work). Without the key a keyed volume is read and checked for its
