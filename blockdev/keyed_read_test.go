@@ -121,6 +121,17 @@ func TestKeyedReadPath(t *testing.T) {
 					val[20] ^= 1
 					kvSet(t, kv, tagPageKey(DefaultVolumeName, 0), val)
 				}, false},
+				{"tuple-page-damaged", func(t *testing.T, dev *File, kv store.KV, v *Volume) {
+					// A damaged store: the part's own tuple read fails,
+					// and the ordinary path reports the corruption.
+					val, err := kv.Get(tuplePageKey(DefaultVolumeName, 0))
+					if err != nil {
+						t.Fatal(err)
+					}
+					val = bytes.Clone(val)
+					val[len(val)/2] ^= 1
+					kvSet(t, kv, tuplePageKey(DefaultVolumeName, 0), val)
+				}, false},
 				{"discarded", func(t *testing.T, dev *File, kv store.KV, v *Volume) {
 					if err := v.Discard(64*int64(bs), 16*int64(bs)); err != nil {
 						t.Fatal(err)
@@ -155,6 +166,9 @@ func TestKeyedReadPath(t *testing.T) {
 						want := readOutcome(slow, buf[:r[1]*bs], int64(r[0]*bs))
 						if keyedReadRuns.Load() != runs {
 							t.Fatal("a KeyedCRC volume took the keyed read path")
+						}
+						if c.name == "tuple-page-damaged" && r[0] < int(fast.Manifest().PageTuples) && !strings.Contains(want, "corrupt") {
+							t.Fatalf("read [%d,+%d) over a damaged tuple page: %s, want a store corruption error", r[0], r[1], want)
 						}
 						if got != want {
 							t.Fatalf("read [%d,+%d):\nkeyed path: %s\nordinary:   %s", r[0], r[1], got, want)

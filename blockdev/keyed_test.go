@@ -244,10 +244,16 @@ func (k *keyedVol) attackerWrite(name string, lba int64, data []byte) {
 	}
 }
 
-// tagPageKey is the store key of a tag page of the default volume.
-func tagPageKey(name string, page uint64) []byte {
+// tagPageKey is the store key of tag page page of volume name.
+func tagPageKey(name string, page uint64) []byte { return pageRecKey(name, 'K', page) }
+
+// tuplePageKey is the store key of tuple page page of volume name.
+func tuplePageKey(name string, page uint64) []byte { return pageRecKey(name, 'P', page) }
+
+// pageRecKey is the store key of a per-page record of type typ (store/keys.go).
+func pageRecKey(name string, typ byte, page uint64) []byte {
 	k := append([]byte{'T', byte(len(name))}, name...)
-	k = append(k, 'K')
+	k = append(k, typ)
 	return binary.BigEndian.AppendUint64(k, page)
 }
 

@@ -222,6 +222,19 @@ func TestSplitGateRecord(t *testing.T) {
 	if g.record(16, 16, 16*ms, 16*ms); g.misses.Load() != 1 {
 		t.Fatal("a job that the helper did not help did not miss")
 	}
+	if g.record(16, 0, 0, 16*ms); g.misses.Load() != 0 {
+		t.Fatal("a job whose every piece the helper took missed")
+	}
+}
+
+// freshGate turns the split gate on with no misses, with GOMAXPROCS 2,
+// for a test of the gate (and again when it ends), and returns how many
+// times the gate has turned the split off so far.
+func freshGate(t *testing.T) int64 {
+	prev := runtime.GOMAXPROCS(2)
+	splitGate.reset()
+	t.Cleanup(func() { runtime.GOMAXPROCS(prev); splitGate.reset() })
+	return splitGate.offs.Load()
 }
 
 // TestSplitGate: a helper that holds the caller (here it sleeps in its
@@ -229,10 +242,7 @@ func TestSplitGateRecord(t *testing.T) {
 // after splitMisses jobs: the next jobs run on the caller alone; after the
 // backoff the split is tried again.
 func TestSplitGate(t *testing.T) {
-	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2))
-	splitGate.reset()
-	t.Cleanup(splitGate.reset)
-	offs := splitGate.offs.Load()
+	offs := freshGate(t)
 	var helped atomic.Int32
 	stall := func(w, i int) bool {
 		if w == 1 {
@@ -272,10 +282,7 @@ func TestSplitGate(t *testing.T) {
 // TestSplitGateFailedJobs: a job whose piece failed (the rest skipped)
 // does not count for the gate, whatever its times.
 func TestSplitGateFailedJobs(t *testing.T) {
-	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2))
-	splitGate.reset()
-	t.Cleanup(splitGate.reset)
-	offs := splitGate.offs.Load()
+	offs := freshGate(t)
 	for range 3 * splitMisses {
 		waitHelperExit(t)
 		if splitWork(16, func(w, i int) bool { return false }) {
