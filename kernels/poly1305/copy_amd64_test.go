@@ -3,6 +3,7 @@
 package poly1305
 
 import (
+	"bytes"
 	"encoding/binary"
 	"math/rand/v2"
 	"os"
@@ -22,7 +23,7 @@ func TestBlocksCopyRegistry(t *testing.T) {
 	defer impl.Reset(pkgName)
 	want := map[string]any{
 		"hybrid8": blocksAVX2R8Copy, "avx2r8": blocksAVX2R8Copy,
-		"hybrid": copyThenBlocks, "avx2": copyThenBlocks, "avx512ifma": copyThenBlocks, "generic": copyThenBlocks,
+		"avx512ifma": copyThenBlocks, "hybrid": copyThenBlocks, "avx2": copyThenBlocks, "generic": copyThenBlocks,
 	}
 	// Twice over the list, so that every implementation is selected after
 	// one that sets another copying kernel.
@@ -68,25 +69,28 @@ func TestPrefetchAhead(t *testing.T) {
 	}
 }
 
-// TestGroupAhead checks that blocksAVX2R8CopyWhole's per-group distance,
+// TestGroupAhead checks that the per-group distance of
+// blocksAVX2R8CopyWhole (groups of four, and of any other size),
 // groupAhead from the call's first prefetchAhead, is prefetchAhead of each
 // group's own rest of p.
 func TestGroupAhead(t *testing.T) {
-	for _, stride := range []int{0, 16, 512, 520, 1024, 4096} {
-		for _, chunks := range []int{1, 32, 256} {
-			if 16*chunks > stride && stride != 0 {
-				continue
-			}
-			span := 3*stride + 16*chunks
-			for _, plen := range []int{span, 4<<10 + span, 6<<10 - 1, 6 << 10, 64 << 10, 64<<10 + 100} {
-				ahead := prefetchAhead(plen, lanes, stride, chunks)
-				for off := 0; off+span <= plen; off += lanes * max(stride, 1) {
-					got := groupAhead(ahead, span, plen-off)
-					if want := prefetchAhead(plen-off, lanes, stride, chunks); got != want {
-						t.Fatalf("stride %d chunks %d plen %d, group at %d: groupAhead = %d, prefetchAhead = %d", stride, chunks, plen, off, got, want)
-					}
-					if stride == 0 {
-						break
+	for _, nb := range []int{lanes, lanes44} {
+		for _, stride := range []int{0, 16, 512, 520, 1024, 4096} {
+			for _, chunks := range []int{1, 32, 256} {
+				if 16*chunks > stride && stride != 0 {
+					continue
+				}
+				span := (nb-1)*stride + 16*chunks
+				for _, plen := range []int{span, 4<<10 + span, 6<<10 - 1, 6 << 10, 64 << 10, 64<<10 + 100} {
+					ahead := prefetchAhead(plen, nb, stride, chunks)
+					for off := 0; off+span <= plen; off += nb * max(stride, 1) {
+						got := groupAhead(ahead, span, plen-off)
+						if want := prefetchAhead(plen-off, nb, stride, chunks); got != want {
+							t.Fatalf("%d blocks, stride %d chunks %d plen %d, group at %d: groupAhead = %d, prefetchAhead = %d", nb, stride, chunks, plen, off, got, want)
+						}
+						if stride == 0 {
+							break
+						}
 					}
 				}
 			}
@@ -157,6 +161,63 @@ func TestBlocksADCopyCarry(t *testing.T) {
 			nn := nonce.Add(uint64(i))
 			if w := k.Tag(&nn, p[16*i:][:16]); tags[i] != w {
 				t.Fatalf("block %d: tag %x, want %x", i, tags[i], w)
+			}
+		}
+	})
+}
+
+// ifmaCarryBlock is three chunks that leave the IFMA kernels' last carry
+// chain with limb 1 at exactly 2^44 and limb 2 odd, under r = 1 (so r^2 =
+// 1 and every product is the limb itself): the pair step gives limbs
+// 2^44-1, 0 and 3.5·2^40 (chunks 1 and 2 added); the single step adds
+// chunk 3's 2^44-1, 2^44-2 and 2^40+1, and its carries take limb 1 to
+// 2^44.
+func ifmaCarryBlock() []byte {
+	// chunk is the chunk whose limbs are a0, a1 and a2 + 2^40 (the pad).
+	chunk := func(a0, a1, a2 uint64) []byte {
+		b := binary.LittleEndian.AppendUint64(nil, a0|a1<<44)
+		return binary.LittleEndian.AppendUint64(b, a1>>20|a2<<24)
+	}
+	b := chunk(1<<44-1, 0, 1<<39|1<<38)
+	b = append(b, chunk(0, 0, 1<<39|1<<38)...)
+	return append(b, chunk(1<<44-1, 1<<44-2, 1)...)
+}
+
+// TestBlocksCarry44 checks BlocksAD and BlocksADCopy, under every
+// implementation, on eight blocks of ifmaCarryBlock under r = 1, whose
+// lanes (laneModel44 says, limb for limb the IFMA kernel's) leave the
+// kernel with limb 1 at 2^44 and limb 2 odd: the pack of packReduce44
+// (shifts and ors) is exact only after its carry of limb 1.
+func TestBlocksCarry44(t *testing.T) {
+	k, err := NewKey(kerneltest.SeedBytes(16), []byte{1, 15: 0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	blk := ifmaCarryBlock()
+	p := bytes.Repeat(blk, lanes44)
+	var h laneState44
+	laneModel44(&h, p, len(blk), len(blk)/16, &k.poly.ifma)
+	if h[lanes44] != 1<<44 || h[2*lanes44]&1 == 0 {
+		t.Fatalf("the model leaves limb 1 at %#x, limb 2 at %#x: not the edge", h[lanes44], h[2*lanes44])
+	}
+	var nonce Nonce
+	kerneltest.ForEach(t, pkgName, func(t *testing.T) {
+		for _, cp := range []bool{false, true} {
+			tags := make([]Tag, lanes44)
+			q := make([]byte, len(p))
+			if cp {
+				err = k.BlocksADCopy(tags, &nonce, nil, 0, q, p, len(blk), len(blk))
+			} else {
+				err = k.BlocksAD(tags, &nonce, nil, 0, p, len(blk), len(blk))
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range tags {
+				nn := nonce.Add(uint64(i))
+				if w := k.Tag(&nn, blk); tags[i] != w {
+					t.Fatalf("copy=%v block %d: tag %x, want %x", cp, i, tags[i], w)
+				}
 			}
 		}
 	})

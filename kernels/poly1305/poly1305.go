@@ -61,9 +61,20 @@
 // and DIFCTL_KERNELS=poly1305=NAME picks one:
 //
 //   - avx512ifma: eight blocks in the 64-bit lanes of ZMM registers, radix
-//     2^44, VPMADD52LUQ/VPMADD52HUQ (AVX512F and AVX512IFMA). Checked in
-//     kernels/_asm's emulator, since the build machine has no AVX-512.
-//     The issue's 3x over x/crypto (plus the AES mask) rests on two counts,
+//     2^44, VPMADD52LUQ/VPMADD52HUQ (AVX512F and AVX512IFMA), the default
+//     where the CPU has them. Checked in kernels/_asm's emulator, and run
+//     natively by the package tests on the AMD EPYC Zen 4 guest of 3
+//     December 2026 (the first machine here with AVX-512), where Blocks
+//     ran at 4.6-5.0 times x/crypto (plus the AES mask) at 512-byte blocks
+//     and 3.8-4.2 at 4 KiB, 9.2-11.1 and 7.2-8.7 times HMAC-SHA256
+//     (BenchmarkRatio, both modes, two runs). BlocksADCopy copies and
+//     then hashes under it: a one-pass IFMA copying kernel (lanesAVX2Copy's
+//     form, eight blocks) was built and measured there, and did not beat
+//     the two passes over a source in memory (0.91-1.02 times, four runs
+//     of BenchmarkBlocksADCopy at 512 bytes) and lost at 4 KiB in the
+//     cache (0.56-0.60; likely because eight blocks 4 KiB apart share one
+//     set of the 8-way L1, and so do their copies), so it was not kept.
+//     Before that machine, the issue's 3x over x/crypto rested on two counts,
 //     both written down in kernels/mca/README.md: the emulator executes
 //     0.43 instructions per byte of lanesIFMA over 4 KiB blocks (logged by
 //     `cd kernels/_asm && go test -v -run TestEmulatedPoly1305
@@ -73,7 +84,7 @@
 //     (kernels/mca/poly_amd64.sh) puts the loop at 8.4 times x/crypto's
 //     cycles per byte. Discounted by the 0.8 that separates the AVX2
 //     kernel's model from its measurement, about 6.7x.
-//   - hybrid8 (the default here): hybrid with eight chunks per carry chain,
+//   - hybrid8 (the default without AVX-512 IFMA): hybrid with eight chunks per carry chain,
 //     h' = (h + m1)·r^8 + m2·r^7 + ... + m8·r under the powers r..r^8
 //     (laneKey8; the bounds are in poly1305_lanes.go), and each product's
 //     add two multiplies behind it. On the build machine, quiet, 1.4%

@@ -165,14 +165,59 @@ var kernelHybrid = laneKernel{
 	},
 }
 
+// blocksIFMA is Blocks and BlocksAD under avx512ifma: groups of eight
+// through lanesIFMA, the rest through the generic code. Blocks of whole
+// chunks (512 bytes, 4 KiB: blockdev's) take a loop of their own, with
+// the pack and reduce of the eight lanes written out (packReduce44)
+// rather than blocksLanes's calls through kernelIFMA.pack: on the Zen 4
+// build machine those took about three quarters of the kernel's own time
+// at 512-byte blocks (a CPU profile of BenchmarkBlocksADCopy). Their last
+// one to seven blocks go through blocksAVX2R8 (groups of four).
 func blocksIFMA(k *polyKey, acc [][2]uint64, h *laneBuf, ad []byte, adLen int, p []byte, blockLen, stride int) {
-	blocksLanes(&kernelIFMA, k, acc, h, ad, adLen, p, blockLen, stride)
+	if blockLen%16 != 0 {
+		blocksLanes(&kernelIFMA, k, acc, h, ad, adLen, p, blockLen, stride)
+		return
+	}
+	chunks := blockLen / 16
+	key := (*[key44Words]uint64)(&k.ifma)
+	hh := (*[3 * lanes44]uint64)(h[:3*lanes44])
+	n := len(acc) &^ (lanes44 - 1)
+	for g := 0; g < n; g += lanes44 {
+		*hh = [3 * lanes44]uint64{}
+		if adLen > 0 {
+			lanesIFMA(hh, ad[g*adLen:], adLen, adLen/16, key)
+		}
+		if chunks > 0 {
+			lanesIFMA(hh, p[g*stride:], stride, chunks, key)
+		}
+		packReduce44(hh, acc[g:g+lanes44:g+lanes44])
+	}
+	if n < len(acc) && hasAVX2 {
+		blocksAVX2R8(k, acc[n:], h, ad[n*adLen:], adLen, p[n*stride:], blockLen, stride)
+	} else if n < len(acc) {
+		blocksGeneric(k, acc[n:], nil, ad[n*adLen:], adLen, p[n*stride:], blockLen, stride)
+	}
+}
+
+// packReduce44 sets t[l] to the reduced accumulator of lane l of the IFMA
+// kernels' h. Their last carry chain (combine44) leaves limbs 0 and 2
+// below 2^44 and 2^42 and limb 1 below 2^44 + 2^4: one carry of limb 1
+// into limb 2 makes the pack its shifts and ors, exactly (limb 1 at 2^44
+// with limb 2 odd would lose a bit otherwise: laneToState44).
+func packReduce44(hh *[3 * lanes44]uint64, t [][2]uint64) {
+	t = t[:lanes44]
+	for l := range lanes44 {
+		x0, x1, x2 := hh[l], hh[lanes44+l], hh[2*lanes44+l]
+		x2 += x1 >> 44
+		x1 &= mask44
+		t[l][0], t[l][1] = reduce(x0|x1<<44, x1>>20|x2<<24, x2>>40)
+	}
 }
 
 var kernelIFMA = laneKernel{
 	lanes: lanes44,
 	absorb: func(h *laneBuf, p []byte, stride, chunks int, k *polyKey) {
-		lanesIFMA((*[24]uint64)(h[:24]), p, stride, chunks, (*[10]uint64)(&k.ifma))
+		lanesIFMA((*[24]uint64)(h[:24]), p, stride, chunks, (*[key44Words]uint64)(&k.ifma))
 	},
 	pack: pack44,
 }

@@ -41,7 +41,10 @@ const lanes44 = 8
 // ifmaKey is r and r^2 in radix 2^44 for the IFMA kernel: for r^(j+1) at
 // [5j:], the words r0, r1, r2, s1 = 20·r1, s2 = 20·r2 (the kernel broadcasts
 // each to the eight lanes).
-type ifmaKey [10]uint64
+type ifmaKey [key44Words]uint64
+
+// key44Words is the length of ifmaKey.
+const key44Words = 10
 
 // laneState44 is the accumulators of eight blocks: limb k of lane l at
 // [8k+l].
