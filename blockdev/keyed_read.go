@@ -218,13 +218,8 @@ func (k *keyed) eachPending(lba int64, n int, fn func(i int, t *store.KeyedTag) 
 func (v *Volume) keyedReadData(lba int64, i, j int, data, ad []byte, tags []store.KeyedTag, ks *keyedScratch, uncached bool) bool {
 	bs := v.bs
 	mapped := v.mapper != nil && !uncached && !v.noMap.Load()
-	// Pieces of a multiple of twelve blocks where they can be: the amd64
-	// Poly1305 kernels take blocks four or six at a time, and the blocks
-	// left over from a call take a slower one.
-	piece := max(1, pipePiece/bs)
-	if piece >= 24 {
-		piece -= piece % 12
-	}
+	// Pieces of a multiple of kernelGroup blocks where they can be.
+	piece := kernelBlocks(pipePiece / bs)
 	for a := i; a < j; a += piece {
 		b := min(j, a+piece)
 		q := data[a*bs : b*bs]

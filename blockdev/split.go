@@ -232,26 +232,34 @@ const splitPiece = 128 << 10
 const splitMinBytes = 128 << 10
 
 // splitPieceBlocks is the blocks of a piece of splitPiece bytes of blocks
-// of bs bytes: a multiple of twelve from 24 blocks on (the amd64 Poly1305
-// kernels take blocks four or six at a time; see keyedReadData).
+// of bs bytes: a multiple of kernelGroup from that many blocks on
+// (kernelBlocks).
 func splitPieceBlocks(bs int) int {
 	return kernelBlocks(splitPiece / bs)
 }
 
-// kernelBlocks rounds a piece of n blocks down to a multiple of twelve
-// from 24 blocks on, and up to one block.
+// kernelGroup is the blocks the amd64 Poly1305 kernels take at a time, in
+// all their forms: four (avx2, avx2r8), six (hybrid, hybrid8) or eight
+// (avx512ifma); the blocks left over from a call take a slower one. With
+// pieces of a multiple of twelve, as at first, every 512-byte piece left
+// four blocks to the AVX2 kernel under avx512ifma, a tenth of the
+// kernels' time in a keyed read on the Zen 4 build machine (CPU profile).
+const kernelGroup = 24
+
+// kernelBlocks rounds a piece of n blocks down to a multiple of
+// kernelGroup from that many blocks on, and up to one block.
 func kernelBlocks(n int) int {
 	n = max(1, n)
-	if n >= 24 {
-		n -= n % 12
+	if n >= kernelGroup {
+		n -= n % kernelGroup
 	}
 	return n
 }
 
 // blockPieces cuts n blocks into the pieces of a splitWork call: pieces
 // of per blocks (splitPieceBlocks), then the last two to three pieces' worth of
-// blocks in pieces of a quarter of that (at least a block, a multiple of
-// twelve from 24 on). The last piece is the one a goroutine finishes while
+// blocks in pieces of a quarter of that (at least a block, rounded by
+// kernelBlocks). The last piece is the one a goroutine finishes while
 // the other waits or idles, so the smaller the last pieces the less of a
 // request runs on one CPU, while small pieces throughout would multiply a
 // piece's fixed costs.

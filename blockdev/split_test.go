@@ -295,9 +295,9 @@ func TestSplitGateFailedJobs(t *testing.T) {
 }
 
 // TestSplitPieceBlocks: pieces are about splitPiece bytes, a multiple of
-// twelve blocks from 24 on.
+// 24 blocks (kernelGroup: of the kernels' four, six and eight) from 24 on.
 func TestSplitPieceBlocks(t *testing.T) {
-	for _, c := range []struct{ bs, want int }{{512, 252}, {520, 252}, {4096, 24}, {4160, 24}, {16384, 8}, {65536, 2}, {1 << 20, 1}} {
+	for _, c := range []struct{ bs, want int }{{512, 240}, {520, 240}, {4096, 24}, {4160, 24}, {16384, 8}, {65536, 2}, {1 << 20, 1}} {
 		if got := splitPieceBlocks(c.bs); got != c.want {
 			t.Errorf("splitPieceBlocks(%d) = %d, want %d", c.bs, got, c.want)
 		}

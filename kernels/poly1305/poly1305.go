@@ -55,7 +55,8 @@
 // The batch calls evaluate many blocks side by side under one r, sharing
 // its powers: the AVX2 and NEON kernels take four chunks per step, h' = (h +
 // m1)·r^4 + m2·r^3 + m3·r^2 + m4·r (the eight-chunk AVX2 kernels eight,
-// under r^8..r), the IFMA kernel two, (h + m1)·r^2 + m2·r, so that one
+// under r^8..r), the IFMA kernel four too (r^3 and r^4 as memory
+// operands), so that one
 // carry chain serves several chunks and most products do not wait for h. The registry (kernels/internal/impl, package name
 // "poly1305") lists them best first, lets tests and benchmarks force each,
 // and DIFCTL_KERNELS=poly1305=NAME picks one:
@@ -65,9 +66,9 @@
 //     where the CPU has them. Checked in kernels/_asm's emulator, and run
 //     natively by the package tests on the AMD EPYC Zen 4 guest of 3
 //     December 2026 (the first machine here with AVX-512), where Blocks
-//     ran at 4.6-5.0 times x/crypto (plus the AES mask) at 512-byte blocks
-//     and 3.8-4.2 at 4 KiB, 9.2-11.1 and 7.2-8.7 times HMAC-SHA256
-//     (BenchmarkRatio, both modes, two runs). BlocksADCopy copies and
+//     ran at 5.0-5.6 times x/crypto (plus the AES mask) at 512-byte blocks
+//     and 3.8-4.7 at 4 KiB, 9.4-10.5 and 6.8-9.8 times HMAC-SHA256
+//     (BenchmarkRatio, both modes, three runs). BlocksADCopy copies and
 //     then hashes under it: a one-pass IFMA copying kernel (lanesAVX2Copy's
 //     form, eight blocks) was built and measured there, and did not beat
 //     the two passes over a source in memory (0.91-1.02 times, four runs
@@ -75,8 +76,10 @@
 //     cache (0.56-0.60; likely because eight blocks 4 KiB apart share one
 //     set of the 8-way L1, and so do their copies), so it was not kept.
 //     Before that machine, the issue's 3x over x/crypto rested on two counts,
-//     both written down in kernels/mca/README.md: the emulator executes
-//     0.43 instructions per byte of lanesIFMA over 4 KiB blocks (logged by
+//     both written down in kernels/mca/README.md (the figures here are
+//     those of the two-chunk step it had then; four chunks per step take
+//     0.35 instructions per byte and 0.137 modelled cycles): the emulator
+//     executes 0.43 instructions per byte of lanesIFMA over 4 KiB blocks (logged by
 //     `cd kernels/_asm && go test -v -run TestEmulatedPoly1305
 //     ./poly1305`), where x/crypto's loop is 55 instructions per 16 bytes,
 //     3.44 per byte (its disassembly, as kernels/mca/poly_amd64.sh cuts

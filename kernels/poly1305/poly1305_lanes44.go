@@ -29,22 +29,33 @@ import "math/bits"
 //
 //	d0 = lo0 + 5120·hi2, d1 = lo1 + hi0<<8, d2 = lo2 + hi1<<8
 //
-// Two chunks per step as in the AVX2 kernel, h' = (h + m1)·r^2 + m2·r:
-// every lo_k sums six terms below 2^52 (< 2^55), every hi_k six below 2^42,
-// so nothing overflows a 64-bit lane. Carry chain: d0→d1, d1→d2, d2→d0
-// (bits from 42 up, times 5: weight 2^130), d0→d1; afterwards d0, d2 below
-// 2^44 and 2^42 and d1 below 2^44 + 2^4.
+// Four chunks per step as in the AVX2 kernel, h' = (h + m1)·r^4 + m2·r^3 +
+// m3·r^2 + m4·r, then two, (h + m1)·r^2 + m2·r, and one, (h + m)·r, for
+// the chunks left: every lo_k sums at most twelve terms below 2^52 (<
+// 2^56), every hi_k twelve below 2^46 (a limb below 2^45 times a key word
+// below 2^49, shifted down by 52), so d0 = lo0 + 5120·hi2 < 2^60 and
+// nothing overflows a 64-bit lane. Carry chain: d0→d1, d1→d2, d2→d0 (bits
+// from 42 up, times 5: weight 2^130; under 2^18 after the first two), d0→d1;
+// afterwards d0, d2 below 2^44 and 2^42 and d1 at most 2^44 (below 2^44 +
+// 2^4 in the bound the pack relies on), so the next step's h + m has limbs
+// below 2^45, inside the multiplier's 52 bits.
 
 // lanes44 is the number of blocks of the IFMA kernel.
 const lanes44 = 8
 
-// ifmaKey is r and r^2 in radix 2^44 for the IFMA kernel: for r^(j+1) at
-// [5j:], the words r0, r1, r2, s1 = 20·r1, s2 = 20·r2 (the kernel broadcasts
-// each to the eight lanes).
+// ifmaKey is r..r^4 in radix 2^44 for the IFMA kernel: for r^(j+1) at
+// [5j:], j = 0..3, the words r0, r1, r2, s1 = 20·r1, s2 = 20·r2 (the kernel
+// broadcasts those of r and r^2 to the eight lanes of ten registers);
+// then, from key44Vec, those of r^3 and r^4 again as eight-lane vectors,
+// word w of r^(j+1) at key44Vec + 40(j-2) + 8w (the kernel's memory
+// operands).
 type ifmaKey [key44Words]uint64
 
-// key44Words is the length of ifmaKey.
-const key44Words = 10
+// key44Words is the length of ifmaKey, key44Vec where its vectors start.
+const (
+	key44Words = key44Vec + 2*5*lanes44
+	key44Vec   = 4 * 5
+)
 
 // laneState44 is the accumulators of eight blocks: limb k of lane l at
 // [8k+l].
@@ -60,11 +71,21 @@ func limbs44(x0, x1, x2 uint64) [3]uint64 {
 }
 
 func makeIFMAKey(r0, r1 uint64) ifmaKey {
-	q0, q1, q2 := mulReduce(r0, r1, 0, r0, r1)
-	q0, q1, q2 = reduceFull(q0, q1, q2)
 	var k ifmaKey
-	for j, l := range [2][3]uint64{limbs44(r0, r1, 0), limbs44(q0, q1, q2)} {
-		k[5*j], k[5*j+1], k[5*j+2], k[5*j+3], k[5*j+4] = l[0], l[1], l[2], 20*l[1], 20*l[2]
+	q0, q1, q2 := r0, r1, uint64(0)
+	for j := range 4 {
+		if j > 0 {
+			q0, q1, q2 = mulReduce(q0, q1, q2, r0, r1)
+			q0, q1, q2 = reduceFull(q0, q1, q2)
+		}
+		l := limbs44(q0, q1, q2)
+		words := [5]uint64{l[0], l[1], l[2], 20 * l[1], 20 * l[2]}
+		copy(k[5*j:], words[:])
+		for w, v := range words {
+			for ln := 0; j >= 2 && ln < lanes44; ln++ {
+				k[key44Vec+40*(j-2)+8*w+ln] = v
+			}
+		}
 	}
 	return k
 }
@@ -125,7 +146,19 @@ func laneModel44(h *laneState44, p []byte, stride, chunks int, key *ifmaKey) {
 		x := [3]uint64{h[lane], h[8+lane], h[16+lane]}
 		b := p[lane*stride:]
 		c := 0
-		for ; c+2 <= chunks; c += 2 {
+		for ; c+4 <= chunks; c += 4 {
+			var lo, hi [3]uint64
+			for j := 3; j >= 1; j-- {
+				mulAdd44(&lo, &hi, chunkLimbs44(b[16*(c+j):]), key, 3-j)
+			}
+			m1 := chunkLimbs44(b[16*c:])
+			for k := range 3 {
+				x[k] += m1[k]
+			}
+			mulAdd44(&lo, &hi, x, key, 3)
+			x = combine44(lo, hi)
+		}
+		if c+2 <= chunks {
 			m1, m2 := chunkLimbs44(b[16*c:]), chunkLimbs44(b[16*c+16:])
 			var lo, hi [3]uint64
 			mulAdd44(&lo, &hi, m2, key, 0)
@@ -134,6 +167,7 @@ func laneModel44(h *laneState44, p []byte, stride, chunks int, key *ifmaKey) {
 			}
 			mulAdd44(&lo, &hi, x, key, 1)
 			x = combine44(lo, hi)
+			c += 2
 		}
 		if c < chunks {
 			m := chunkLimbs44(b[16*c:])

@@ -90,13 +90,13 @@ func lanesAVX2R8Copy(h *[20]uint64, q, p []byte, stride, chunks, ahead int, ad [
 
 // lanesIFMA is lanesAVX2 for eight blocks in radix 2^44, with 52-bit
 // multiplies: it absorbs chunks chunks of each of eight blocks, block l at
-// p[l*stride:], into h (laneState44: limb k of block l at h[8k+l]), two
-// chunks per step under r^2 and r from key (ifmaKey): what laneModel44
-// computes, in the 64-bit lanes of ZMM registers.
+// p[l*stride:], into h (laneState44: limb k of block l at h[8k+l]), four
+// chunks per step under r^4..r from key (ifmaKey), then two and one:
+// what laneModel44 computes, in the 64-bit lanes of ZMM registers.
 //
 // Preconditions: chunks >= 0; len(p) >= 7*stride + 16*chunks; the limbs of
 // h below 2^45 (zero, or left by an earlier call); the CPU has AVX512F and
 // AVX512IFMA. It reads only the chunks.
 //
 //go:noescape
-func lanesIFMA(h *[24]uint64, p []byte, stride, chunks int, key *[10]uint64)
+func lanesIFMA(h *[24]uint64, p []byte, stride, chunks int, key *[100]uint64)

@@ -91,14 +91,23 @@ func (l polyLayout) blocks() int { return l.lanes + l.scalar }
 // r^(j+1), at word 4(5j+k), S = 5R at 80+4(5j+k), four lanes each, j =
 // 0..3, then r itself as two words at 160 (laneKey8: j = 0..7, S at 160, r
 // at 320). ifmaKey: r0 r1 r2 20·r1 20·r2 of
-// r at word 0, of r^2 at 5.
+// r^(j+1) at word 5j, j = 0..3, and those of r^3 and r^4 again as
+// eight-lane vectors from word key44Vec.
 func (l polyLayout) keyTable(r *big.Int) []uint64 {
 	if l.lanes == lanes44 {
-		var k []uint64
-		r2 := new(big.Int).Mul(r, r)
-		for _, pw := range []*big.Int{r, r2.Mod(r2, polyP)} {
+		k := make([]uint64, key44)
+		pw := new(big.Int).Set(r)
+		for j := range 4 {
 			x := splitBig(pw, l.bits, l.limbs)
-			k = append(k, x[0], x[1], x[2], l.wrap*x[1], l.wrap*x[2])
+			words := []uint64{x[0], x[1], x[2], l.wrap * x[1], l.wrap * x[2]}
+			copy(k[5*j:], words)
+			for w, v := range words {
+				for ln := 0; j >= 2 && ln < lanes44; ln++ {
+					k[key44Vec+40*(j-2)+8*w+ln] = v
+				}
+			}
+			pw.Mul(pw, r)
+			pw.Mod(pw, polyP)
 		}
 		return k
 	}
