@@ -84,8 +84,10 @@ func splitWork(n int, fn func(w, i int) bool) bool {
 	splitHelper.job.CompareAndSwap(j, nil)
 	// The helper is in its last piece, if any: wait for it without
 	// parking (a parked caller would be woken on the helper's CPU, and
-	// share it with the helper while its own CPU sleeps).
-	for j.done.Load() != j.n {
+	// share it with the helper while its own CPU sleeps). (Below n, not
+	// unequal to it: a take that ran a piece twice, a bug, must not hang
+	// the caller; TestSplitWorkContended reports it.)
+	for j.done.Load() < j.n {
 		runtime.Gosched()
 	}
 	if j.failed.Load() {

@@ -80,6 +80,55 @@ func TestSplitWorkOnce(t *testing.T) {
 	}
 }
 
+// TestSplitWorkContended: pieces that do nothing, so that the caller and
+// the helper spend their time taking pieces, each from the other's heels:
+// every piece still runs exactly once, and in some calls both workers
+// took pieces. A take that read the counter and wrote it back in two steps
+// (rather than one atomic add) ran a piece twice within the 1,000 calls in
+// five runs of five (within 60 in four of them), and within the 200 calls
+// of -short in four runs of five, on the Zen 4 guest; TestSplitWorkOnce's
+// pieces of 10 µs leave that window nearly shut.
+func TestSplitWorkContended(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2))
+	forceSplit(t)
+	calls, n := 1000, 1<<16
+	switch {
+	case raceEnabled:
+		// 100 calls took 12 s; the detector's slower atomics keep the two
+		// workers on each other's heels in every call.
+		calls, n = 20, 1<<14
+	case testing.Short():
+		calls = 200
+	}
+	runs := make([]atomic.Int32, n)
+	both := 0
+	for c := range calls {
+		for i := range runs {
+			runs[i].Store(0)
+		}
+		var took [2]atomic.Int32
+		if !splitWork(n, func(w, i int) bool {
+			runs[i].Add(1)
+			took[w].Add(1)
+			return true
+		}) {
+			t.Fatalf("call %d: splitWork returned false with no piece failing", c)
+		}
+		for i := range runs {
+			if r := runs[i].Load(); r != 1 {
+				t.Fatalf("call %d: piece %d ran %d times", c, i, r)
+			}
+		}
+		if took[0].Load() > 0 && took[1].Load() > 0 {
+			both++
+		}
+	}
+	if both == 0 {
+		t.Errorf("in none of %d calls did both workers take pieces", calls)
+	}
+	t.Logf("both workers took pieces in %d of %d calls", both, calls)
+}
+
 // TestSplitWorkDone: splitWork returns only when every piece has finished,
 // including the helper's, and calls fn no more after it returned; the
 // helper exits after helperSpin without work, and the next call starts
