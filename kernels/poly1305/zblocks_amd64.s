@@ -8414,7 +8414,7 @@ quad44:
 	VPXORQ Z11, Z11, Z11
 	VPXORQ Z14, Z14, Z14
 
-	// m4·r, m3·r^2, m2·r^3: independent of h.
+	// m2..m4 times r^3..r: independent of h.
 	VMOVDQU      48(SI), X0
 	VMOVDQU      48(SI)(R8*1), X1
 	VINSERTI32X4 $0x01, 48(SI)(R8*2), Z0, Z0
@@ -8604,7 +8604,7 @@ pair44:
 	VPXORQ Z11, Z11, Z11
 	VPXORQ Z14, Z14, Z14
 
-	// m2·r, independent of h.
+	// m2..m2 times r^1..r: independent of h.
 	VMOVDQU      16(SI), X0
 	VMOVDQU      16(SI)(R8*1), X1
 	VINSERTI32X4 $0x01, 16(SI)(R8*2), Z0, Z0
@@ -8714,13 +8714,15 @@ single44:
 	TESTQ CX, CX
 	JZ    done44
 
-	// One chunk left: h = (h + m)·r.
-	VPXORQ       Z9, Z9, Z9
-	VPXORQ       Z12, Z12, Z12
-	VPXORQ       Z10, Z10, Z10
-	VPXORQ       Z13, Z13, Z13
-	VPXORQ       Z11, Z11, Z11
-	VPXORQ       Z14, Z14, Z14
+	// One chunk left.
+	VPXORQ Z9, Z9, Z9
+	VPXORQ Z12, Z12, Z12
+	VPXORQ Z10, Z10, Z10
+	VPXORQ Z13, Z13, Z13
+	VPXORQ Z11, Z11, Z11
+	VPXORQ Z14, Z14, Z14
+
+	// h += m1; (h + m1)·r^1.
 	VMOVDQU      (SI), X0
 	VMOVDQU      (SI)(R8*1), X1
 	VINSERTI32X4 $0x01, (SI)(R8*2), Z0, Z0
@@ -8784,6 +8786,10 @@ single44:
 	VMOVDQA64    Z9, Z6
 	VMOVDQA64    Z10, Z7
 	VMOVDQA64    Z11, Z8
+	ADDQ         $0x00000010, SI
+	ADDQ         $0x00000010, R10
+	ADDQ         $0x00000010, R9
+	SUBQ         $0x00000001, CX
 
 done44:
 	VMOVDQU64 Z6, (DX)

@@ -1404,6 +1404,31 @@ func (g *gen) combine44() {
 	}
 }
 
+// step44 emits one step over the next k (4, 2 or 1) chunks of the eight
+// blocks, m1..mk: h = (h + m1)·r^k + m2·r^(k-1) + ... + mk·r, the products
+// of m2..mk first (they do not depend on h), then the carry chain; then it
+// moves the block pointers on by 16k bytes and counts k chunks off rN.
+func (g *gen) step44(k int) {
+	c := g.c
+	g.zeroAcc44()
+	if k > 1 {
+		c.Comment(fmt.Sprintf("m2..m%d times r^%d..r: independent of h.", k, k-1))
+	}
+	for m := k - 1; m >= 1; m-- {
+		g.split44(16*m, func(i int) { g.madd44(zL, i, k-1-m) })
+	}
+	c.Comment(fmt.Sprintf("h += m1; (h + m1)·r^%d.", k))
+	g.split44(0, func(i int) { c.VPADDQ(zL, zH[i], zH[i]) })
+	for i := 0; i < 3; i++ {
+		g.madd44(zH[i], i, k-1)
+	}
+	g.combine44()
+	for _, r := range []reg.Register{rP, rQ, rP3} {
+		c.ADDQ(operand.U32(16*k), r)
+	}
+	c.SUBQ(operand.U32(k), rN)
+}
+
 func (g *gen) lanesIFMA(consts operand.Mem) {
 	c := g.c
 	c.Function("lanesIFMA")
@@ -1435,21 +1460,7 @@ func (g *gen) lanesIFMA(consts operand.Mem) {
 	c.JB(operand.LabelRef("pair44"))
 
 	c.Label("quad44")
-	g.zeroAcc44()
-	c.Comment("m4·r, m3·r^2, m2·r^3: independent of h.")
-	g.split44(48, func(i int) { g.madd44(zL, i, 0) })
-	g.split44(32, func(i int) { g.madd44(zL, i, 1) })
-	g.split44(16, func(i int) { g.madd44(zL, i, 2) })
-	c.Comment("h += m1; (h + m1)·r^4.")
-	g.split44(0, func(i int) { c.VPADDQ(zL, zH[i], zH[i]) })
-	for i := 0; i < 3; i++ {
-		g.madd44(zH[i], i, 3)
-	}
-	g.combine44()
-	c.ADDQ(operand.U32(64), rP)
-	c.ADDQ(operand.U32(64), rQ)
-	c.ADDQ(operand.U32(64), rP3)
-	c.SUBQ(operand.U32(4), rN)
+	g.step44(4)
 	c.CMPQ(rN, operand.U32(4))
 	c.JAE(operand.LabelRef("quad44"))
 
@@ -1457,30 +1468,13 @@ func (g *gen) lanesIFMA(consts operand.Mem) {
 	c.CMPQ(rN, operand.U32(2))
 	c.JB(operand.LabelRef("single44"))
 	c.Comment("Two or three chunks left.")
-	g.zeroAcc44()
-	c.Comment("m2·r, independent of h.")
-	g.split44(16, func(i int) { g.madd44(zL, i, 0) })
-	c.Comment("h += m1; (h + m1)·r^2.")
-	g.split44(0, func(i int) { c.VPADDQ(zL, zH[i], zH[i]) })
-	for i := 0; i < 3; i++ {
-		g.madd44(zH[i], i, 1)
-	}
-	g.combine44()
-	c.ADDQ(operand.U32(32), rP)
-	c.ADDQ(operand.U32(32), rQ)
-	c.ADDQ(operand.U32(32), rP3)
-	c.SUBQ(operand.U32(2), rN)
+	g.step44(2)
 
 	c.Label("single44")
 	c.TESTQ(rN, rN)
 	c.JZ(operand.LabelRef("done44"))
-	c.Comment("One chunk left: h = (h + m)·r.")
-	g.zeroAcc44()
-	g.split44(0, func(i int) { c.VPADDQ(zL, zH[i], zH[i]) })
-	for i := 0; i < 3; i++ {
-		g.madd44(zH[i], i, 0)
-	}
-	g.combine44()
+	c.Comment("One chunk left.")
+	g.step44(1)
 
 	c.Label("done44")
 	for k := 0; k < 3; k++ {
