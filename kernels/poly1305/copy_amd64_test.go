@@ -23,7 +23,7 @@ func TestBlocksCopyRegistry(t *testing.T) {
 	defer impl.Reset(pkgName)
 	want := map[string]any{
 		"hybrid8": blocksAVX2R8Copy, "avx2r8": blocksAVX2R8Copy,
-		"avx512ifma": copyThenBlocks, "hybrid": copyThenBlocks, "avx2": copyThenBlocks, "generic": copyThenBlocks,
+		"hybrid": copyThenBlocks, "avx2": copyThenBlocks, "avx512ifma": copyThenBlocks, "generic": copyThenBlocks,
 	}
 	// Twice over the list, so that every implementation is selected after
 	// one that sets another copying kernel.
@@ -69,28 +69,25 @@ func TestPrefetchAhead(t *testing.T) {
 	}
 }
 
-// TestGroupAhead checks that the per-group distance of
-// blocksAVX2R8CopyWhole (groups of four, and of any other size),
+// TestGroupAhead checks that blocksAVX2R8CopyWhole's per-group distance,
 // groupAhead from the call's first prefetchAhead, is prefetchAhead of each
 // group's own rest of p.
 func TestGroupAhead(t *testing.T) {
-	for _, nb := range []int{lanes, lanes44} {
-		for _, stride := range []int{0, 16, 512, 520, 1024, 4096} {
-			for _, chunks := range []int{1, 32, 256} {
-				if 16*chunks > stride && stride != 0 {
-					continue
-				}
-				span := (nb-1)*stride + 16*chunks
-				for _, plen := range []int{span, 4<<10 + span, 6<<10 - 1, 6 << 10, 64 << 10, 64<<10 + 100} {
-					ahead := prefetchAhead(plen, nb, stride, chunks)
-					for off := 0; off+span <= plen; off += nb * max(stride, 1) {
-						got := groupAhead(ahead, span, plen-off)
-						if want := prefetchAhead(plen-off, nb, stride, chunks); got != want {
-							t.Fatalf("%d blocks, stride %d chunks %d plen %d, group at %d: groupAhead = %d, prefetchAhead = %d", nb, stride, chunks, plen, off, got, want)
-						}
-						if stride == 0 {
-							break
-						}
+	for _, stride := range []int{0, 16, 512, 520, 1024, 4096} {
+		for _, chunks := range []int{1, 32, 256} {
+			if 16*chunks > stride && stride != 0 {
+				continue
+			}
+			span := 3*stride + 16*chunks
+			for _, plen := range []int{span, 4<<10 + span, 6<<10 - 1, 6 << 10, 64 << 10, 64<<10 + 100} {
+				ahead := prefetchAhead(plen, lanes, stride, chunks)
+				for off := 0; off+span <= plen; off += lanes * max(stride, 1) {
+					got := groupAhead(ahead, span, plen-off)
+					if want := prefetchAhead(plen-off, lanes, stride, chunks); got != want {
+						t.Fatalf("stride %d chunks %d plen %d, group at %d: groupAhead = %d, prefetchAhead = %d", stride, chunks, plen, off, got, want)
+					}
+					if stride == 0 {
+						break
 					}
 				}
 			}

@@ -166,13 +166,14 @@ var kernelHybrid = laneKernel{
 }
 
 // blocksIFMA is Blocks and BlocksAD under avx512ifma: groups of eight
-// through lanesIFMA, the rest through the generic code. Blocks of whole
+// through lanesIFMA. Blocks of whole
 // chunks (512 bytes, 4 KiB: blockdev's) take a loop of their own, with
 // the pack and reduce of the eight lanes written out (packReduce44)
 // rather than blocksLanes's calls through kernelIFMA.pack: on the Zen 4
 // build machine those took about three quarters of the kernel's own time
 // at 512-byte blocks (a CPU profile of BenchmarkBlocksADCopy). Their last
-// one to seven blocks go through blocksAVX2R8 (groups of four).
+// one to seven blocks go through blocksAVX2R8 (groups of four, then the
+// generic code); other blocks through blocksLanes (the rest generic).
 func blocksIFMA(k *polyKey, acc [][2]uint64, h *laneBuf, ad []byte, adLen int, p []byte, blockLen, stride int) {
 	if blockLen%16 != 0 {
 		blocksLanes(&kernelIFMA, k, acc, h, ad, adLen, p, blockLen, stride)

@@ -146,37 +146,29 @@ func laneModel44(h *laneState44, p []byte, stride, chunks int, key *ifmaKey) {
 		x := [3]uint64{h[lane], h[8+lane], h[16+lane]}
 		b := p[lane*stride:]
 		c := 0
-		for ; c+4 <= chunks; c += 4 {
+		// step is the kernel's step44 over the next k chunks m1..mk:
+		// h = (h + m1)·r^k + m2·r^(k-1) + ... + mk·r.
+		step := func(k int) {
 			var lo, hi [3]uint64
-			for j := 3; j >= 1; j-- {
-				mulAdd44(&lo, &hi, chunkLimbs44(b[16*(c+j):]), key, 3-j)
+			for m := k - 1; m >= 1; m-- {
+				mulAdd44(&lo, &hi, chunkLimbs44(b[16*(c+m):]), key, k-1-m)
 			}
 			m1 := chunkLimbs44(b[16*c:])
-			for k := range 3 {
-				x[k] += m1[k]
+			for i := range 3 {
+				x[i] += m1[i]
 			}
-			mulAdd44(&lo, &hi, x, key, 3)
+			mulAdd44(&lo, &hi, x, key, k-1)
 			x = combine44(lo, hi)
+			c += k
+		}
+		for c+4 <= chunks {
+			step(4)
 		}
 		if c+2 <= chunks {
-			m1, m2 := chunkLimbs44(b[16*c:]), chunkLimbs44(b[16*c+16:])
-			var lo, hi [3]uint64
-			mulAdd44(&lo, &hi, m2, key, 0)
-			for k := range 3 {
-				x[k] += m1[k]
-			}
-			mulAdd44(&lo, &hi, x, key, 1)
-			x = combine44(lo, hi)
-			c += 2
+			step(2)
 		}
 		if c < chunks {
-			m := chunkLimbs44(b[16*c:])
-			var lo, hi [3]uint64
-			for k := range 3 {
-				x[k] += m[k]
-			}
-			mulAdd44(&lo, &hi, x, key, 0)
-			x = combine44(lo, hi)
+			step(1)
 		}
 		h[lane], h[8+lane], h[16+lane] = x[0], x[1], x[2]
 	}
