@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io/fs"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -131,6 +132,14 @@ func copyDir(t *testing.T, src, dst string) {
 			continue
 		}
 		b, err := os.ReadFile(filepath.Join(src, e.Name()))
+		if errors.Is(err, fs.ErrNotExist) {
+			// Copying an open store (state=open): Pebble removed the
+			// file, obsolete, since the directory was listed (a
+			// compaction's input; this failed the test once). The
+			// files are copied in name order, the MANIFEST after the
+			// tables, so the copied MANIFEST no longer lists it.
+			continue
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
