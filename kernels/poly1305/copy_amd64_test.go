@@ -23,7 +23,7 @@ func TestBlocksCopyRegistry(t *testing.T) {
 	defer impl.Reset(pkgName)
 	want := map[string]any{
 		"hybrid8": blocksAVX2R8Copy, "avx2r8": blocksAVX2R8Copy,
-		"hybrid": copyThenBlocks, "avx2": copyThenBlocks, "avx512ifma": copyThenBlocks, "generic": copyThenBlocks,
+		"hybrid": copyThenBlocks, "avx2": copyThenBlocks, "avx512ifma": blocksIFMACopy, "generic": copyThenBlocks,
 	}
 	// Twice over the list, so that every implementation is selected after
 	// one that sets another copying kernel.

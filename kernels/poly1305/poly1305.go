@@ -68,13 +68,24 @@
 //     December 2026 (the first machine here with AVX-512), where Blocks
 //     ran at 5.0-5.6 times x/crypto (plus the AES mask) at 512-byte blocks
 //     and 3.8-4.7 at 4 KiB, 9.4-10.5 and 6.8-9.8 times HMAC-SHA256
-//     (BenchmarkRatio, both modes, three runs). BlocksADCopy copies and
-//     then hashes under it: a one-pass IFMA copying kernel (lanesAVX2Copy's
-//     form, eight blocks) was built and measured there, and did not beat
-//     the two passes over a source in memory (0.91-1.02 times, four runs
-//     of BenchmarkBlocksADCopy at 512 bytes) and lost at 4 KiB in the
-//     cache (0.56-0.60; likely because eight blocks 4 KiB apart share one
-//     set of the 8-way L1, and so do their copies), so it was not kept.
+//     (BenchmarkRatio, both modes, three runs). BlocksADCopy under it
+//     (blocksIFMACopy) copies a group of eight blocks, then hashes the
+//     copy with lanesIFMAPrefetch, which prefetches the source as one
+//     sequential stream 8 KiB or one group ahead, whichever is more
+//     (PREFETCHT1, 512 bytes a step): the copies read p from the L2
+//     cache, and the hash's arithmetic overlaps the memory's latency.
+//     From a source larger than the L3 cache (BenchmarkBlocksADCopy,
+//     src=64MiB, x-twoPass, two runs each) that ran 1.48-1.51 times the
+//     copy then BlocksAD at 512-byte blocks and 1.40-1.49 at 4 KiB; with
+//     PREFETCHT0 1.42-1.50 and 1.19-1.26 (the 4 KiB groups, 32 KiB, fill
+//     the L1); 4, 16 and 64 KiB ahead 1.29-1.45 at 512 bytes. In the
+//     cache it runs level with the two passes. A one-pass IFMA copying
+//     kernel (lanesAVX2Copy's form, eight blocks, prefetching a line per
+//     block) was built and measured there before, and did not beat the two
+//     passes over a source in memory (0.91-1.02 times at 512 bytes) and
+//     lost at 4 KiB in the cache (0.56-0.60; likely because eight blocks
+//     4 KiB apart share one set of the 8-way L1, and so do their copies),
+//     so it was not kept.
 //     Before that machine, the 3x over x/crypto rested on two counts,
 //     both written down in kernels/mca/README.md (the figures here are
 //     those of the two-chunk step it had then; four chunks per step take
@@ -122,8 +133,10 @@
 // BlocksADCopy runs one kernel of its own on amd64, lanesAVX2R8Copy
 // (avx2r8's lanes, copying each step's next 128 bytes of four blocks while
 // it absorbs the current step from the copy, and prefetching the group it
-// will be called for next), under both hybrid8 and avx2r8; the other
-// implementations copy a run of blocks and then hash the copy. On the build
+// will be called for next), under both hybrid8 and avx2r8; avx512ifma
+// copies and hashes a group of eight blocks at a time, prefetching ahead
+// (above); the other implementations copy a run of blocks and then hash
+// the copy. On the build
 // machine, under load from other processes, 64 KiB calls with 32 bytes of
 // associated data per block against the builtin copy followed by BlocksAD
 // (BenchmarkBlocksADCopy, hybrid8, several runs): 0.98-0.99 times its

@@ -3,7 +3,10 @@
 package poly1305
 
 import (
+	"unsafe"
+
 	"github.com/difctl/difctl/kernels/internal/impl"
+	"github.com/difctl/difctl/kernels/internal/layout"
 	"golang.org/x/sys/cpu"
 )
 
@@ -23,7 +26,7 @@ var (
 // (hybrid); four in YMM registers alone, eight chunks per carry chain
 // (avx2r8) or four (avx2).
 func registerArch() {
-	impl.Register(pkgName, "avx512ifma", hasIFMA, func() { blocks, blocksCopy = blocksIFMA, copyThenBlocks })
+	impl.Register(pkgName, "avx512ifma", hasIFMA, func() { blocks, blocksCopy = blocksIFMA, blocksIFMACopy })
 	impl.Register(pkgName, "hybrid8", hasHybrid, func() { blocks, blocksCopy = blocksHybrid8, blocksAVX2R8Copy })
 	impl.Register(pkgName, "hybrid", hasHybrid, func() { blocks, blocksCopy = blocksHybrid, copyThenBlocks })
 	impl.Register(pkgName, "avx2r8", hasAVX2, func() { blocks, blocksCopy = blocksAVX2R8, blocksAVX2R8Copy })
@@ -199,6 +202,45 @@ func blocksIFMA(k *polyKey, acc [][2]uint64, h *laneBuf, ad []byte, adLen int, p
 		blocksGeneric(k, acc[n:], nil, ad[n*adLen:], adLen, p[n*stride:], blockLen, stride)
 	}
 }
+
+// blocksIFMACopy is BlocksADCopy under avx512ifma: copy, then hash, a
+// group of eight blocks at a time, with the hash of each group
+// prefetching p's bytes ifmaAhead bytes on (lanesIFMAPrefetch), so that
+// the copies after it read p from the cache.
+func blocksIFMACopy(k *polyKey, acc [][2]uint64, h *laneBuf, ad []byte, adLen int, q, p []byte, blockLen, stride int) {
+	if blockLen%16 != 0 {
+		copyThenBlocks(k, acc, h, ad, adLen, q, p, blockLen, stride)
+		return
+	}
+	chunks := blockLen / 16
+	key := (*[key44Words]uint64)(&k.ifma)
+	hh := (*[3 * lanes44]uint64)(h[:3*lanes44])
+	n := len(acc) &^ (lanes44 - 1)
+	ahead := ifmaAhead
+	if span := lanes44 * stride; span > 0 {
+		ahead = (ifmaAhead + span - 1) / span * span
+	}
+	// (Addresses only: prefetches never fault, and those past p are hints.)
+	pf := uintptr(unsafe.Pointer(unsafe.SliceData(p))) + uintptr(ahead)
+	for g := 0; g < n; g += lanes44 {
+		qg := q[g*stride:]
+		layout.Copy(qg, p[g*stride:], lanes44, blockLen, stride)
+		*hh = [3 * lanes44]uint64{}
+		if adLen > 0 {
+			lanesIFMA(hh, ad[g*adLen:], adLen, adLen/16, key)
+		}
+		lanesIFMAPrefetch(hh, qg, stride, chunks, key, pf+uintptr(g*stride))
+		packReduce44(hh, acc[g:g+lanes44:g+lanes44])
+	}
+	if n < len(acc) {
+		layout.Copy(q[n*stride:], p[n*stride:], len(acc)-n, blockLen, stride)
+		blocksIFMA(k, acc[n:], h, ad[n*adLen:], adLen, q[n*stride:], blockLen, stride)
+	}
+}
+
+// ifmaAhead is how far ahead blocksIFMACopy prefetches, at least: whole
+// groups.
+const ifmaAhead = 8 << 10
 
 // packReduce44 sets t[l] to the reduced accumulator of lane l of the IFMA
 // kernels' h. Their last carry chain (combine44) leaves limbs 0 and 2

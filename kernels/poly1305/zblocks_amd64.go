@@ -100,3 +100,11 @@ func lanesAVX2R8Copy(h *[20]uint64, q, p []byte, stride, chunks, ahead int, ad [
 //
 //go:noescape
 func lanesIFMA(h *[24]uint64, p []byte, stride, chunks int, key *[100]uint64)
+
+// lanesIFMAPrefetch is lanesIFMA prefetching, at every four-chunk step,
+// the next 512 bytes (PREFETCHT0 of each line) of a sequential stream
+// starting at pf: as many bytes as the step absorbs. A prefetch never
+// faults; pf may be any address.
+//
+//go:noescape
+func lanesIFMAPrefetch(h *[24]uint64, p []byte, stride, chunks int, key *[100]uint64, pf uintptr)

@@ -70,6 +70,7 @@ type polyLayout struct {
 	wrap   uint64
 	powers int  // of r in a radix-2^26 key: 4 (laneKey) or 8 (laneKey8)
 	copy   bool // the kernel copies p to q and absorbs q (lanesAVX2R8Copy)
+	pf     bool // the kernel takes a prefetch address last (lanesIFMAPrefetch)
 	// wrap multiplies the key's wrap words: 5 (2^130 ≡ 5) for radix 2^26,
 	// 20 (2^132 ≡ 20) for radix 2^44.
 }
@@ -81,6 +82,7 @@ var polyLayouts = []polyLayout{
 	{fn: "lanesHybridR8", lanes: lanes, scalar: scalarLanes, limbs: limbs, bits: limbBits, hWords: hybridWords, wrap: 5, powers: powers8},
 	{fn: "lanesAVX2R8Copy", lanes: lanes, limbs: limbs, bits: limbBits, hWords: limbs * lanes, wrap: 5, powers: powers8, copy: true},
 	{fn: "lanesIFMA", lanes: lanes44, limbs: 3, bits: 44, hWords: 3 * lanes44, wrap: 20},
+	{fn: "lanesIFMAPrefetch", lanes: lanes44, limbs: 3, bits: 44, hWords: 3 * lanes44, wrap: 20, pf: true},
 }
 
 // blocks is the number of blocks a kernel absorbs.
@@ -174,6 +176,11 @@ func runKernel(t *testing.T, prog *emu.Program, l polyLayout, key, h0 []uint64, 
 	before := bytes.Clone(m.Mem[addrKey:])
 	dn := uint64(len(data))
 	args := []uint64{addrH, emu.AddrData, dn, dn, uint64(stride), uint64(chunks), addrKey}
+	if l.pf {
+		// An address outside the emulator's memory: a prefetch reads
+		// nothing and never faults.
+		args = append(args, 1<<62)
+	}
 	if l.copy {
 		// The prefetch distance 0 (the blocks themselves; a prefetch has
 		// no effect here), then the associated data.

@@ -7,7 +7,8 @@
 // laneKey8, r..r^8); lanesAVX2R8Copy is lanesAVX2R8 copying its blocks to
 // a second buffer and absorbing them from there (see lanesAVX2Copy);
 // lanesIFMA puts eight in ZMM registers with 52-bit multiplies (radix
-// 2^44, see lanesIFMA's comment).
+// 2^44, see lanesIFMA's comment), and lanesIFMAPrefetch is lanesIFMA
+// prefetching a sequential stream as it goes (see prefetch44).
 //
 // Run it from kernels/_asm (go generate in kernels/poly1305 does):
 //
@@ -174,7 +175,8 @@ func generate(cmd []string) (asm, src []byte, err error) {
 	g.lanesAVX2("lanesAVX2R8", false, powers8)
 	g.lanesAVX2("lanesHybridR8", true, powers8)
 	g.lanesAVX2Copy("lanesAVX2R8Copy")
-	g.lanesIFMA(consts44)
+	g.lanesIFMA("lanesIFMA", consts44, false)
+	g.lanesIFMA("lanesIFMAPrefetch", consts44, true)
 	if g.err != nil {
 		return nil, nil, g.err
 	}
@@ -220,15 +222,19 @@ func lanesCopySig(hWords, keyWords int) *gotypes.Signature {
 // The IFMA kernel's signature: lanesIFMA(h *[24]uint64, p []byte, stride,
 // chunks int, key *[10]uint64), the arrays being poly1305.laneState44 and
 // ifmaKey.
-func lanesIFMASig() *gotypes.Signature {
+func lanesIFMASig(pf bool) *gotypes.Signature {
 	u64 := types.Typ[types.Uint64]
-	return scaffold.Signature([]*types.Var{
+	params := []*types.Var{
 		scaffold.Param("h", types.NewPointer(types.NewArray(u64, 3*lanes44))),
 		scaffold.Param("p", scaffold.Bytes),
 		scaffold.Param("stride", scaffold.Int),
 		scaffold.Param("chunks", scaffold.Int),
 		scaffold.Param("key", types.NewPointer(types.NewArray(u64, key44))),
-	}, nil)
+	}
+	if pf {
+		params = append(params, scaffold.Param("pf", types.Typ[types.Uintptr]))
+	}
+	return scaffold.Signature(params, nil)
 }
 
 func mem(base reg.Register, disp int) operand.Mem { return operand.Mem{Base: base, Disp: disp} }
@@ -257,6 +263,7 @@ type gen struct {
 	powers    int   // of r in the key of the kernel being built: 4 or 8
 	cp        bool  // the kernel being built copies p to q (lanesAVX2Copy)
 	ks        bool  // its steps hold the key vectors in a register (vecStepKS)
+	pf        bool  // the IFMA kernel being built prefetches (lanesIFMAPrefetch)
 	err       error // the first error outside c's own
 }
 
@@ -1268,10 +1275,18 @@ func lanesAVX2R8Copy(h *[%d]uint64, q, p []byte, stride, chunks, ahead int, ad [
 //
 //go:noescape
 func lanesIFMA(h *[%d]uint64, p []byte, stride, chunks int, key *[%d]uint64)
+
+// lanesIFMAPrefetch is lanesIFMA prefetching, at every four-chunk step,
+// the next 512 bytes (PREFETCHT0 of each line) of a sequential stream
+// starting at pf: as many bytes as the step absorbs. A prefetch never
+// faults; pf may be any address.
+//
+//go:noescape
+func lanesIFMAPrefetch(h *[%d]uint64, p []byte, stride, chunks int, key *[%d]uint64, pf uintptr)
 `, keyR, keyS, keyScalar, keySize, key8S, key8Scalar, key8Size,
 		limbs*lanes, keySize/8, hybridWords, keySize/8,
 		limbs*lanes, key8Size/8, hybridWords, key8Size/8,
-		limbs*lanes, key8Size/8, 3*lanes44, key44)
+		limbs*lanes, key8Size/8, 3*lanes44, key44, 3*lanes44, key44)
 	return scaffold.Go(b.Bytes())
 }
 
@@ -1416,9 +1431,11 @@ func (g *gen) step44(k int) {
 	}
 	for m := k - 1; m >= 1; m-- {
 		g.split44(16*m, func(i int) { g.madd44(zL, i, k-1-m) })
+		g.prefetch44(k, k-1-m)
 	}
 	c.Comment(fmt.Sprintf("h += m1; (h + m1)·r^%d.", k))
 	g.split44(0, func(i int) { c.VPADDQ(zL, zH[i], zH[i]) })
+	g.prefetch44(k, k-1)
 	for i := 0; i < 3; i++ {
 		g.madd44(zH[i], i, k-1)
 	}
@@ -1426,14 +1443,49 @@ func (g *gen) step44(k int) {
 	for _, r := range []reg.Register{rP, rQ, rP3} {
 		c.ADDQ(operand.U32(16*k), r)
 	}
+	if g.pf && k == 4 {
+		c.ADDQ(operand.U32(pfStep44), rPf44)
+	}
 	c.SUBQ(operand.U32(k), rN)
 }
 
-func (g *gen) lanesIFMA(consts operand.Mem) {
+// prefetch44 emits, in lanesIFMAPrefetch's four-chunk steps, the
+// prefetches of the step's quarter q of its pfStep44 bytes: after each of
+// the step's four gathers, two PREFETCHT1, and the stream's pointer moved
+// on at the step's end. A stream as long as the chunks of the eight
+// blocks, one sequential run where the blocks lie side by side
+// (blockdev's data), so the hardware prefetcher need not follow eight
+// interleaved streams. poly1305.blocksIFMACopy points it at the source of
+// the copies it will make next, so that the hash's arithmetic covers the
+// memory's latency; PREFETCHT1 rather than T0 because at 4 KiB blocks a
+// group ahead is 32 KiB, the L1 cache (see the poly1305 package doc for
+// the measurements). Shorter steps do not prefetch: at most three chunks
+// of a call.
+func (g *gen) prefetch44(k, q int) {
+	if !g.pf || k != 4 {
+		return
+	}
+	for off := q * pfStep44 / 4; off < (q+1)*pfStep44/4; off += 64 {
+		g.c.PREFETCHT1(mem(rPf44, off))
+	}
+}
+
+// pfStep44 is the bytes lanesIFMAPrefetch prefetches per four-chunk step:
+// those the step absorbs, 64 of each of eight blocks.
+const pfStep44 = 64 * lanes44
+
+var rPf44 = reg.R11
+
+func (g *gen) lanesIFMA(name string, consts operand.Mem, pf bool) {
 	c := g.c
-	c.Function("lanesIFMA")
+	g.pf = pf
+	defer func() { g.pf = false }()
+	c.Function(name)
 	c.Attributes(attr.NOSPLIT)
-	c.Signature(lanesIFMASig())
+	c.Signature(lanesIFMASig(pf))
+	if pf {
+		c.Load(c.Param("pf"), rPf44)
+	}
 	c.Load(c.Param("h"), rH)
 	c.Load(c.Param("p").Base(), rP)
 	c.Load(c.Param("stride"), rS)

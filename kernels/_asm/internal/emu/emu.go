@@ -588,7 +588,7 @@ func (m *Machine) step(p *Program, fn string, in instr, pc *int) bool {
 			b = buf[:n]
 		}
 		m.setGPR(a[1], uint64(crc32Raw(uint32(m.gval(a[1])), b)))
-	case "PREFETCHT0":
+	case "PREFETCHT0", "PREFETCHT1":
 		// A hint: no architectural effect, and it never faults.
 	case "VZEROUPPER":
 		for i := 0; i < 16; i++ {
