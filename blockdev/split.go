@@ -51,6 +51,9 @@ type splitJob struct {
 var splitHelper struct {
 	job   atomic.Pointer[splitJob]
 	alive atomic.Bool
+	// awake is set while a helper goroutine runs its loop: from when it
+	// first runs, not from when it is started.
+	awake atomic.Bool
 	// started counts the helper goroutines started (for the tests).
 	started atomic.Int64
 }
@@ -79,6 +82,7 @@ func splitWork(n int, fn func(w, i int) bool) bool {
 		splitHelper.started.Add(1)
 		go splitHelperLoop()
 	}
+	awake := splitHelper.awake.Load()
 	mine := j.work(0)
 	t1 := time.Now()
 	splitHelper.job.CompareAndSwap(j, nil)
@@ -94,7 +98,12 @@ func splitWork(n int, fn func(w, i int) bool) bool {
 		// (Its pieces were skipped: its times say nothing of the split.)
 		return false
 	}
-	splitGate.record(n, mine, t1.Sub(t0), time.Since(t0))
+	if awake {
+		// (A job posted while the helper was still waking up, the first
+		// of a stream or after a pause, says nothing of the split: see
+		// splitGate.)
+		splitGate.record(n, mine, t1.Sub(t0), time.Since(t0))
+	}
 	return true
 }
 
@@ -128,8 +137,17 @@ func (j *splitJob) work(w int) int {
 // A job misses when it took more than splitMissRatio of the time its
 // caller's own pace says it would have taken alone (its time per piece,
 // times the pieces): the helper took few pieces, or held the caller at the
-// end. After splitMisses misses in a row the split is off for a backoff
-// that starts at splitBackoffMin and doubles, up to splitBackoffMax, at
+// end. Only the jobs posted while the helper goroutine is running its loop
+// count: those posted after the caller started it, and before it first
+// ran (90-300 µs on the two-vCPU guests), miss for a reason that is gone
+// once it runs. On the Zen 4 guest they had made about half the misses of
+// BenchmarkVolumeReadKeyed (whose unkeyed pass between the keyed ones lets
+// the helper exit), and 9-16 of its gate closings per 5,120 reads at 512
+// bytes; with them left out, 6-10 (instrumented runs). Garbage collections
+// make most of the others (with the collector off, GOGC=off, the misses
+// of the old rule halved): the helper's Gosched lets the collector's
+// fractional worker take its P. After splitMisses misses in a row the
+// split is off for a backoff that starts at splitBackoffMin and doubles, up to splitBackoffMax, at
 // each run of misses after another; a job that pays resets it. A helper
 // that arrives late to a stream's first job misses once (it then stays,
 // helperSpin), and concurrent callers on both CPUs miss (only the newest
@@ -193,6 +211,7 @@ func (g *gate) reset() {
 // splitHelperLoop is the helper goroutine: it works on the posted jobs and
 // polls for new ones until none came for helperSpin.
 func splitHelperLoop() {
+	splitHelper.awake.Store(true)
 	for {
 		idle := time.Now()
 		// The clock is read every spinCheck polls: reading it at each
@@ -209,11 +228,13 @@ func splitHelperLoop() {
 			}
 			runtime.Gosched()
 		}
+		splitHelper.awake.Store(false)
 		splitHelper.alive.Store(false)
 		// A job posted after the last look, whose caller saw alive still
 		// set and started no helper: take it back, unless another
 		// helper was started since.
 		if j := splitHelper.job.Load(); j != nil && j.next.Load() < j.n && splitHelper.alive.CompareAndSwap(false, true) {
+			splitHelper.awake.Store(true)
 			continue
 		}
 		return

@@ -328,6 +328,36 @@ func TestSplitGate(t *testing.T) {
 	}
 }
 
+// TestSplitGateHelperWaking: a job posted before the helper goroutine
+// first runs (here each job starts one and is over within microseconds,
+// while a new goroutine takes at least that to be stolen by the other P)
+// does not count for the gate, though the helper took none of its pieces;
+// once the helper runs, such a job misses.
+func TestSplitGateHelperWaking(t *testing.T) {
+	freshGate(t)
+	nop := func(w, i int) bool { return true }
+	for k := range 2 * splitMisses {
+		waitHelperExit(t)
+		splitWork(2, nop)
+		if m := splitGate.misses.Load(); m != 0 || !splitGate.open() {
+			t.Fatalf("job %d, posted as the helper started: %d misses (split on: %v)", k, m, splitGate.open())
+		}
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for !splitHelper.awake.Load() {
+		if time.Now().After(deadline) {
+			t.Fatal("the helper has not run 5 s after its start")
+		}
+		splitWork(2, nop)
+	}
+	for splitGate.misses.Load() == 0 && splitGate.open() {
+		if time.Now().After(deadline) {
+			t.Fatal("jobs the running helper did not help do not miss")
+		}
+		splitWork(2, nop)
+	}
+}
+
 // TestSplitGateFailedJobs: a job whose piece failed (the rest skipped)
 // does not count for the gate, whatever its times.
 func TestSplitGateFailedJobs(t *testing.T) {
