@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math/big"
+	"math/bits"
 	"sync"
 
 	"github.com/difctl/difctl/dif"
@@ -308,12 +309,17 @@ func (k *keyed) tags(dst []store.KeyedTag, lba int64, gen uint64, data []byte, b
 }
 
 // fillAddr is fill of a buffer whose uid parts fill set before: the LBA
-// and generation of each block only.
+// and generation of each block only. (One slice per block, the
+// generation's bytes swapped once: with a bounds check per store, as at
+// first, it took 2.5-2.7 ns a block, 1.1 so, on the Zen 4 build machine,
+// a scratch benchmark of 240 blocks.)
 func fillAddr(ad []byte, lba int64, gen uint64, n int) {
 	ad = ad[:n*adLen]
+	g := bits.ReverseBytes64(gen) // big-endian, stored little-endian
 	for i := 0; i+adLen <= len(ad); i += adLen {
-		binary.BigEndian.PutUint64(ad[i+16:], uint64(lba))
-		binary.BigEndian.PutUint64(ad[i+24:], gen)
+		a := ad[i+16 : i+32 : i+32]
+		binary.BigEndian.PutUint64(a[:8], uint64(lba))
+		binary.LittleEndian.PutUint64(a[8:], g)
 		lba++
 	}
 }
@@ -409,6 +415,7 @@ type keyedScratch struct {
 	ptags     []poly1305.Tag // its tags
 	ad2       []byte         // the same, for the split helper (splitWork's worker 1)
 	ptags2    []poly1305.Tag
+	maps      [2]*mappedTags // the keyed read path's mapped reads, per worker
 }
 
 // kRun is a run of blocks [i, j) of one generation whose tags are computed
@@ -427,8 +434,22 @@ func (k *keyed) scratchFor(sc *scratch) *keyedScratch {
 		// The uid part of every block's associated data, once (fillAddr).
 		k.fill(sc.k.ad, 0, 0, n)
 		k.fill(sc.k.ad2, 0, 0, n)
+		for w := range sc.k.maps {
+			m := &mappedTags{ks: sc.k}
+			m.fn = m.call
+			sc.k.maps[w] = m
+		}
 	}
 	return sc.k
+}
+
+// workerAD is worker w's associated data buffer (splitWork's worker: 0 the
+// caller, 1 the helper).
+func (ks *keyedScratch) workerAD(w int) []byte {
+	if w == 0 {
+		return ks.ad
+	}
+	return ks.ad2
 }
 
 // copyStaged records the tags of staged blocks [i, j) of a run, from batch
