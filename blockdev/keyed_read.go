@@ -120,7 +120,8 @@ func (v *Volume) verifyRunKeyed(lba int64, n int, data []byte, sc *scratch) (st 
 // keyedReadPart is the keyed read path's work on blocks [i, j) of the run
 // at lba: their tuples into sc.tuples (as loadRun reads them; every block
 // written), their committed tags (tag pages checked after the tuples were
-// read, see readCommitted), every block tagged, the tuples' checks without
+// read, see readCommitted), every block tagged (checked by keyedTagsOf),
+// the tuples' checks without
 // the guard (app and ref tags), the blocks read into data with their tags
 // computed (keyedReadData), and the tags compared. w is the splitWork
 // worker running the part. It reports whether every block passed; a store
@@ -140,11 +141,9 @@ func (v *Volume) keyedReadPart(lba int64, i, j int, data []byte, w int, ks *keye
 	if err != nil {
 		return false
 	}
-	for _, t := range tags {
-		if t.Gen == 0 {
-			return false
-		}
-	}
+	// (A block without a tag, generation 0, is found by keyedTagsOf: one
+	// pass over the tags, which are not in the cache. A separate pass here
+	// took 5% of the keyed CPU at 512-byte blocks, its cache misses.)
 	p := v.paramsFrom(sc.req.ref, lba+int64(i))
 	p.Skip |= dif.CheckGuard
 	sum, err := v.f.Classify(sc.states[i:j], data[i*bs:j*bs], sc.tuples[i*ts:j*ts], p)
@@ -265,15 +264,22 @@ func (m *mappedTags) call(src []byte) error {
 	return m.v.keyedTagsOf(m.lba, m.a, m.b, m.q, src, m.ad, m.tags, m.ks)
 }
 
+// errUntagged is keyedTagsOf's report of a block without a committed tag.
+var errUntagged = errors.New("blockdev: a block without a keyed tag")
+
 // keyedTagsOf computes the tags of blocks [a, b) of the run, whose bytes
 // are q (copied from src first when src is not nil), into ks.ptags, under
 // the generations of the committed tags (tags[0] is block a's): one kernel
-// call per generation.
+// call per generation. A block whose tag has generation 0 (it has none)
+// stops it with errUntagged, the blocks before it copied.
 func (v *Volume) keyedTagsOf(lba int64, a, b int, q, src, ad []byte, tags []store.KeyedTag, ks *keyedScratch) error {
 	k, bs := v.kd, v.bs
 	tags = tags[:b-a]
 	for x := a; x < b; {
 		gen := tags[x-a].Gen
+		if gen == 0 {
+			return errUntagged
+		}
 		y := x + 1
 		for y < b && tags[y-a].Gen == gen {
 			y++
