@@ -1342,6 +1342,18 @@ func block8(j, disp int) operand.Mem {
 
 // split44 gathers the chunk at disp of the eight blocks and calls use with
 // each radix-2^44 limb in zL, in order 0..2.
+//
+// The gathers are a large part of the kernel's time: with their inserts
+// left out (wrong, for timing only) Blocks ran 20% faster at 512-byte
+// blocks and 33% at 4 KiB on the Zen 4 build machine (BenchmarkKeyed). A
+// four-chunk step that loaded 64 bytes of each block into a register and
+// transposed the 8x8 quadwords (VPUNPCKLQDQ/HQDQ of each pair of blocks,
+// then two rounds of VSHUFI64X2: 24 shuffles for four chunks against 32
+// here, and 8 loads against 24; nine registers, with M42 and the pad bit
+// taken from memory) passed the emulator and the package tests and ran
+// level with this one (BenchmarkKeyed, three alternating runs: 512 bytes
+// 9.7-11.6 GB/s against 10.1-11.1, 4 KiB 13.1-13.3 against 13.2-13.9), so
+// it was not kept.
 func (g *gen) split44(disp int, use func(i int)) {
 	c := g.c
 	c.VMOVDQU(block8(0, disp), xmm(zA))
