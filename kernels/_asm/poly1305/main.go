@@ -1353,7 +1353,15 @@ func block8(j, disp int) operand.Mem {
 // taken from memory) passed the emulator and the package tests and ran
 // level with this one (BenchmarkKeyed, three alternating runs: 512 bytes
 // 9.7-11.6 GB/s against 10.1-11.1, 4 KiB 13.1-13.3 against 13.2-13.9), so
-// it was not kept.
+// it was not kept. Nor was a copying kernel built on it (lanesIFMACopy:
+// each row stored to q as loaded, and absorbed from the register, for
+// poly1305.blocksIFMACopy): it passed the emulator and the package tests,
+// and against the group copy then lanesIFMAPrefetch it ran 1.12 times as
+// fast with the source in the L2 cache at 512-byte blocks but level from
+// memory (x-twoPass 1.48-1.51 for both, BenchmarkBlocksADCopy), level in
+// blockdev's keyed read (its stall moved from memmove into the kernel),
+// and slower at 4 KiB (0.69-0.74 in the cache: eight rows 4 KiB apart and
+// their copies share an L1 set).
 func (g *gen) split44(disp int, use func(i int)) {
 	c := g.c
 	c.VMOVDQU(block8(0, disp), xmm(zA))
