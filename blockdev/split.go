@@ -142,8 +142,8 @@ func (j *splitJob) work(w int) int {
 // ran (90-300 µs on the two-vCPU guests), miss for a reason that is gone
 // once it runs. On the Zen 4 guest they had made about half the misses of
 // BenchmarkVolumeReadKeyed (whose unkeyed pass between the keyed ones lets
-// the helper exit), and 9-16 of its gate closings per 5,120 reads at 512
-// bytes; with them left out, 6-10 (instrumented runs). Garbage collections
+// the helper exit): per 5,120 reads at 512 bytes, 85-131 misses and 6-16
+// gate closings; with them left out, 59-89 and 6-10 (instrumented runs). Garbage collections
 // make most of the others (with the collector off, GOGC=off, the misses
 // of the old rule halved): the helper's Gosched lets the collector's
 // fractional worker take its P. After splitMisses misses in a row the
