@@ -186,13 +186,14 @@ func blocksIFMA(k *polyKey, acc [][2]uint64, h *laneBuf, ad []byte, adLen int, p
 	key := (*[key44Words]uint64)(&k.ifma)
 	hh := (*[3 * lanes44]uint64)(h[:3*lanes44])
 	n := len(acc) &^ (lanes44 - 1)
+	pf := ifmaPrefetch(p, stride)
 	for g := 0; g < n; g += lanes44 {
 		*hh = [3 * lanes44]uint64{}
 		if adLen > 0 {
-			lanesIFMA(hh, ad[g*adLen:], adLen, adLen/16, key)
+			lanesIFMA(hh, ad[g*adLen:], adLen, adLen/16, key, pf)
 		}
 		if chunks > 0 {
-			lanesIFMA(hh, p[g*stride:], stride, chunks, key)
+			lanesIFMA(hh, p[g*stride:], stride, chunks, key, pf+uintptr(g*stride))
 		}
 		packReduce44(hh, acc[g:g+lanes44:g+lanes44])
 	}
@@ -205,7 +206,7 @@ func blocksIFMA(k *polyKey, acc [][2]uint64, h *laneBuf, ad []byte, adLen int, p
 
 // blocksIFMACopy is BlocksADCopy under avx512ifma: copy, then hash, a
 // group of eight blocks at a time, with the hash of each group
-// prefetching p's bytes ifmaAhead bytes on (lanesIFMAPrefetch), so that
+// prefetching p's bytes ifmaAhead bytes on (lanesIFMA's stream), so that
 // the copies after it read p from the cache.
 func blocksIFMACopy(k *polyKey, acc [][2]uint64, h *laneBuf, ad []byte, adLen int, q, p []byte, blockLen, stride int) {
 	if blockLen%16 != 0 {
@@ -216,20 +217,15 @@ func blocksIFMACopy(k *polyKey, acc [][2]uint64, h *laneBuf, ad []byte, adLen in
 	key := (*[key44Words]uint64)(&k.ifma)
 	hh := (*[3 * lanes44]uint64)(h[:3*lanes44])
 	n := len(acc) &^ (lanes44 - 1)
-	ahead := ifmaAhead
-	if span := lanes44 * stride; span > 0 {
-		ahead = (ifmaAhead + span - 1) / span * span
-	}
-	// (Addresses only: prefetches never fault, and those past p are hints.)
-	pf := uintptr(unsafe.Pointer(unsafe.SliceData(p))) + uintptr(ahead)
+	pf := ifmaPrefetch(p, stride)
 	for g := 0; g < n; g += lanes44 {
 		qg := q[g*stride:]
 		layout.Copy(qg, p[g*stride:], lanes44, blockLen, stride)
 		*hh = [3 * lanes44]uint64{}
 		if adLen > 0 {
-			lanesIFMA(hh, ad[g*adLen:], adLen, adLen/16, key)
+			lanesIFMA(hh, ad[g*adLen:], adLen, adLen/16, key, pf)
 		}
-		lanesIFMAPrefetch(hh, qg, stride, chunks, key, pf+uintptr(g*stride))
+		lanesIFMA(hh, qg, stride, chunks, key, pf+uintptr(g*stride))
 		packReduce44(hh, acc[g:g+lanes44:g+lanes44])
 	}
 	if n < len(acc) {
@@ -238,9 +234,22 @@ func blocksIFMACopy(k *polyKey, acc [][2]uint64, h *laneBuf, ad []byte, adLen in
 	}
 }
 
-// ifmaAhead is how far ahead blocksIFMACopy prefetches, at least: whole
-// groups.
+// ifmaAhead is how far ahead blocksIFMA and blocksIFMACopy prefetch, at
+// least: whole groups.
 const ifmaAhead = 8 << 10
+
+// ifmaPrefetch is the start of lanesIFMA's prefetch stream for the first
+// group of blocks stride bytes apart at p: ifmaAhead bytes on, rounded up
+// to whole groups of eight blocks (the stream of group g starts g*stride
+// bytes further). The associated data's calls, of two chunks, issue none.
+// (Addresses only: prefetches never fault, and those past p are hints.)
+func ifmaPrefetch(p []byte, stride int) uintptr {
+	ahead := ifmaAhead
+	if span := lanes44 * stride; span > 0 {
+		ahead = (ifmaAhead + span - 1) / span * span
+	}
+	return uintptr(unsafe.Pointer(unsafe.SliceData(p))) + uintptr(ahead)
+}
 
 // packReduce44 sets t[l] to the reduced accumulator of lane l of the IFMA
 // kernels' h. Their last carry chain (combine44) leaves limbs 0 and 2
@@ -260,7 +269,7 @@ func packReduce44(hh *[3 * lanes44]uint64, t [][2]uint64) {
 var kernelIFMA = laneKernel{
 	lanes: lanes44,
 	absorb: func(h *laneBuf, p []byte, stride, chunks int, k *polyKey) {
-		lanesIFMA((*[24]uint64)(h[:24]), p, stride, chunks, (*[key44Words]uint64)(&k.ifma))
+		lanesIFMA((*[24]uint64)(h[:24]), p, stride, chunks, (*[key44Words]uint64)(&k.ifma), ifmaPrefetch(p, stride))
 	},
 	pack: pack44,
 }

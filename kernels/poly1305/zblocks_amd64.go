@@ -92,19 +92,14 @@ func lanesAVX2R8Copy(h *[20]uint64, q, p []byte, stride, chunks, ahead int, ad [
 // multiplies: it absorbs chunks chunks of each of eight blocks, block l at
 // p[l*stride:], into h (laneState44: limb k of block l at h[8k+l]), four
 // chunks per step under r^4..r from key (ifmaKey), then two and one:
-// what laneModel44 computes, in the 64-bit lanes of ZMM registers.
+// what laneModel44 computes, in the 64-bit lanes of ZMM registers. Each
+// four-chunk step also prefetches (PREFETCHT1 of each line) the next 512
+// bytes of a sequential stream starting at pf: as many bytes as the step
+// absorbs. A prefetch never faults; pf may be any address.
 //
 // Preconditions: chunks >= 0; len(p) >= 7*stride + 16*chunks; the limbs of
 // h below 2^45 (zero, or left by an earlier call); the CPU has AVX512F and
 // AVX512IFMA. It reads only the chunks.
 //
 //go:noescape
-func lanesIFMA(h *[24]uint64, p []byte, stride, chunks int, key *[100]uint64)
-
-// lanesIFMAPrefetch is lanesIFMA prefetching, at every four-chunk step,
-// the next 512 bytes (PREFETCHT0 of each line) of a sequential stream
-// starting at pf: as many bytes as the step absorbs. A prefetch never
-// faults; pf may be any address.
-//
-//go:noescape
-func lanesIFMAPrefetch(h *[24]uint64, p []byte, stride, chunks int, key *[100]uint64, pf uintptr)
+func lanesIFMA(h *[24]uint64, p []byte, stride, chunks int, key *[100]uint64, pf uintptr)

@@ -70,7 +70,7 @@ type polyLayout struct {
 	wrap   uint64
 	powers int  // of r in a radix-2^26 key: 4 (laneKey) or 8 (laneKey8)
 	copy   bool // the kernel copies p to q and absorbs q (lanesAVX2R8Copy)
-	pf     bool // the kernel takes a prefetch address last (lanesIFMAPrefetch)
+	pf     bool // the kernel takes a prefetch address last (lanesIFMA)
 	// wrap multiplies the key's wrap words: 5 (2^130 ≡ 5) for radix 2^26,
 	// 20 (2^132 ≡ 20) for radix 2^44.
 }
@@ -81,8 +81,7 @@ var polyLayouts = []polyLayout{
 	{fn: "lanesAVX2R8", lanes: lanes, limbs: limbs, bits: limbBits, hWords: limbs * lanes, wrap: 5, powers: powers8},
 	{fn: "lanesHybridR8", lanes: lanes, scalar: scalarLanes, limbs: limbs, bits: limbBits, hWords: hybridWords, wrap: 5, powers: powers8},
 	{fn: "lanesAVX2R8Copy", lanes: lanes, limbs: limbs, bits: limbBits, hWords: limbs * lanes, wrap: 5, powers: powers8, copy: true},
-	{fn: "lanesIFMA", lanes: lanes44, limbs: 3, bits: 44, hWords: 3 * lanes44, wrap: 20},
-	{fn: "lanesIFMAPrefetch", lanes: lanes44, limbs: 3, bits: 44, hWords: 3 * lanes44, wrap: 20, pf: true},
+	{fn: "lanesIFMA", lanes: lanes44, limbs: 3, bits: 44, hWords: 3 * lanes44, wrap: 20, pf: true},
 }
 
 // blocks is the number of blocks a kernel absorbs.

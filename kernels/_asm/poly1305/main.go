@@ -7,8 +7,8 @@
 // laneKey8, r..r^8); lanesAVX2R8Copy is lanesAVX2R8 copying its blocks to
 // a second buffer and absorbing them from there (see lanesAVX2Copy);
 // lanesIFMA puts eight in ZMM registers with 52-bit multiplies (radix
-// 2^44, see lanesIFMA's comment), and lanesIFMAPrefetch is lanesIFMA
-// prefetching a sequential stream as it goes (see prefetch44).
+// 2^44, see lanesIFMA's comment), prefetching a sequential stream as it
+// goes (see prefetch44).
 //
 // Run it from kernels/_asm (go generate in kernels/poly1305 does):
 //
@@ -175,8 +175,7 @@ func generate(cmd []string) (asm, src []byte, err error) {
 	g.lanesAVX2("lanesAVX2R8", false, powers8)
 	g.lanesAVX2("lanesHybridR8", true, powers8)
 	g.lanesAVX2Copy("lanesAVX2R8Copy")
-	g.lanesIFMA("lanesIFMA", consts44, false)
-	g.lanesIFMA("lanesIFMAPrefetch", consts44, true)
+	g.lanesIFMA(consts44)
 	if g.err != nil {
 		return nil, nil, g.err
 	}
@@ -222,19 +221,16 @@ func lanesCopySig(hWords, keyWords int) *gotypes.Signature {
 // The IFMA kernel's signature: lanesIFMA(h *[24]uint64, p []byte, stride,
 // chunks int, key *[10]uint64), the arrays being poly1305.laneState44 and
 // ifmaKey.
-func lanesIFMASig(pf bool) *gotypes.Signature {
+func lanesIFMASig() *gotypes.Signature {
 	u64 := types.Typ[types.Uint64]
-	params := []*types.Var{
+	return scaffold.Signature([]*types.Var{
 		scaffold.Param("h", types.NewPointer(types.NewArray(u64, 3*lanes44))),
 		scaffold.Param("p", scaffold.Bytes),
 		scaffold.Param("stride", scaffold.Int),
 		scaffold.Param("chunks", scaffold.Int),
 		scaffold.Param("key", types.NewPointer(types.NewArray(u64, key44))),
-	}
-	if pf {
-		params = append(params, scaffold.Param("pf", types.Typ[types.Uintptr]))
-	}
-	return scaffold.Signature(params, nil)
+		scaffold.Param("pf", types.Typ[types.Uintptr]),
+	}, nil)
 }
 
 func mem(base reg.Register, disp int) operand.Mem { return operand.Mem{Base: base, Disp: disp} }
@@ -263,7 +259,7 @@ type gen struct {
 	powers    int   // of r in the key of the kernel being built: 4 or 8
 	cp        bool  // the kernel being built copies p to q (lanesAVX2Copy)
 	ks        bool  // its steps hold the key vectors in a register (vecStepKS)
-	pf        bool  // the IFMA kernel being built prefetches (lanesIFMAPrefetch)
+	pf        bool  // the kernel being built prefetches (lanesIFMA)
 	err       error // the first error outside c's own
 }
 
@@ -1267,26 +1263,21 @@ func lanesAVX2R8Copy(h *[%d]uint64, q, p []byte, stride, chunks, ahead int, ad [
 // multiplies: it absorbs chunks chunks of each of eight blocks, block l at
 // p[l*stride:], into h (laneState44: limb k of block l at h[8k+l]), four
 // chunks per step under r^4..r from key (ifmaKey), then two and one:
-// what laneModel44 computes, in the 64-bit lanes of ZMM registers.
+// what laneModel44 computes, in the 64-bit lanes of ZMM registers. Each
+// four-chunk step also prefetches (PREFETCHT1 of each line) the next 512
+// bytes of a sequential stream starting at pf: as many bytes as the step
+// absorbs. A prefetch never faults; pf may be any address.
 //
 // Preconditions: chunks >= 0; len(p) >= 7*stride + 16*chunks; the limbs of
 // h below 2^45 (zero, or left by an earlier call); the CPU has AVX512F and
 // AVX512IFMA. It reads only the chunks.
 //
 //go:noescape
-func lanesIFMA(h *[%d]uint64, p []byte, stride, chunks int, key *[%d]uint64)
-
-// lanesIFMAPrefetch is lanesIFMA prefetching, at every four-chunk step,
-// the next 512 bytes (PREFETCHT0 of each line) of a sequential stream
-// starting at pf: as many bytes as the step absorbs. A prefetch never
-// faults; pf may be any address.
-//
-//go:noescape
-func lanesIFMAPrefetch(h *[%d]uint64, p []byte, stride, chunks int, key *[%d]uint64, pf uintptr)
+func lanesIFMA(h *[%d]uint64, p []byte, stride, chunks int, key *[%d]uint64, pf uintptr)
 `, keyR, keyS, keyScalar, keySize, key8S, key8Scalar, key8Size,
 		limbs*lanes, keySize/8, hybridWords, keySize/8,
 		limbs*lanes, key8Size/8, hybridWords, key8Size/8,
-		limbs*lanes, key8Size/8, 3*lanes44, key44, 3*lanes44, key44)
+		limbs*lanes, key8Size/8, 3*lanes44, key44)
 	return scaffold.Go(b.Bytes())
 }
 
@@ -1356,7 +1347,7 @@ func block8(j, disp int) operand.Mem {
 // it was not kept. Nor was a copying kernel built on it (lanesIFMACopy:
 // each row stored to q as loaded, and absorbed from the register, for
 // poly1305.blocksIFMACopy): it passed the emulator and the package tests,
-// and against the group copy then lanesIFMAPrefetch it ran 1.12 times as
+// and against the group copy then lanesIFMA it ran 1.12 times as
 // fast with the source in the L2 cache at 512-byte blocks but level from
 // memory (x-twoPass 1.48-1.51 for both, BenchmarkBlocksADCopy), level in
 // blockdev's keyed read (its stall moved from memmove into the kernel),
@@ -1469,7 +1460,7 @@ func (g *gen) step44(k int) {
 	c.SUBQ(operand.U32(k), rN)
 }
 
-// prefetch44 emits, in lanesIFMAPrefetch's four-chunk steps, the
+// prefetch44 emits, in lanesIFMA's four-chunk steps, the
 // prefetches of the step's quarter q of its pfStep44 bytes: after each of
 // the step's four gathers, two PREFETCHT1, and the stream's pointer moved
 // on at the step's end. A stream as long as the chunks of the eight
@@ -1490,22 +1481,20 @@ func (g *gen) prefetch44(k, q int) {
 	}
 }
 
-// pfStep44 is the bytes lanesIFMAPrefetch prefetches per four-chunk step:
+// pfStep44 is the bytes lanesIFMA prefetches per four-chunk step:
 // those the step absorbs, 64 of each of eight blocks.
 const pfStep44 = 64 * lanes44
 
 var rPf44 = reg.R11
 
-func (g *gen) lanesIFMA(name string, consts operand.Mem, pf bool) {
+func (g *gen) lanesIFMA(consts operand.Mem) {
 	c := g.c
-	g.pf = pf
+	g.pf = true
 	defer func() { g.pf = false }()
-	c.Function(name)
+	c.Function("lanesIFMA")
 	c.Attributes(attr.NOSPLIT)
-	c.Signature(lanesIFMASig(pf))
-	if pf {
-		c.Load(c.Param("pf"), rPf44)
-	}
+	c.Signature(lanesIFMASig())
+	c.Load(c.Param("pf"), rPf44)
 	c.Load(c.Param("h"), rH)
 	c.Load(c.Param("p").Base(), rP)
 	c.Load(c.Param("stride"), rS)
