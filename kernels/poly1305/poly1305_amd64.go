@@ -182,21 +182,7 @@ func blocksIFMA(k *polyKey, acc [][2]uint64, h *laneBuf, ad []byte, adLen int, p
 		blocksLanes(&kernelIFMA, k, acc, h, ad, adLen, p, blockLen, stride)
 		return
 	}
-	chunks := blockLen / 16
-	key := (*[key44Words]uint64)(&k.ifma)
-	hh := (*[3 * lanes44]uint64)(h[:3*lanes44])
-	n := len(acc) &^ (lanes44 - 1)
-	pf := ifmaPrefetch(p, stride)
-	for g := 0; g < n; g += lanes44 {
-		*hh = [3 * lanes44]uint64{}
-		if adLen > 0 {
-			lanesIFMA(hh, ad[g*adLen:], adLen, adLen/16, key, pf)
-		}
-		if chunks > 0 {
-			lanesIFMA(hh, p[g*stride:], stride, chunks, key, pf+uintptr(g*stride))
-		}
-		packReduce44(hh, acc[g:g+lanes44:g+lanes44])
-	}
+	n := groupsIFMA(k, acc, h, ad, adLen, nil, p, blockLen, stride)
 	if n < len(acc) && hasAVX2 {
 		blocksAVX2R8(k, acc[n:], h, ad[n*adLen:], adLen, p[n*stride:], blockLen, stride)
 	} else if n < len(acc) {
@@ -213,25 +199,41 @@ func blocksIFMACopy(k *polyKey, acc [][2]uint64, h *laneBuf, ad []byte, adLen in
 		copyThenBlocks(k, acc, h, ad, adLen, q, p, blockLen, stride)
 		return
 	}
+	n := groupsIFMA(k, acc, h, ad, adLen, q, p, blockLen, stride)
+	if n < len(acc) {
+		layout.Copy(q[n*stride:], p[n*stride:], len(acc)-n, blockLen, stride)
+		blocksIFMA(k, acc[n:], h, ad[n*adLen:], adLen, q[n*stride:], blockLen, stride)
+	}
+}
+
+// groupsIFMA is blocksIFMA's and blocksIFMACopy's loop over the whole
+// groups of eight of len(acc) blocks of whole chunks: each group's
+// associated data and blocks through lanesIFMA, the blocks hashed from p,
+// or, when q is not nil, copied from p to q and hashed from q, and its
+// eight lanes packed and reduced into acc. It returns how many blocks it
+// took.
+func groupsIFMA(k *polyKey, acc [][2]uint64, h *laneBuf, ad []byte, adLen int, q, p []byte, blockLen, stride int) int {
 	chunks := blockLen / 16
 	key := (*[key44Words]uint64)(&k.ifma)
 	hh := (*[3 * lanes44]uint64)(h[:3*lanes44])
 	n := len(acc) &^ (lanes44 - 1)
 	pf := ifmaPrefetch(p, stride)
 	for g := 0; g < n; g += lanes44 {
-		qg := q[g*stride:]
-		layout.Copy(qg, p[g*stride:], lanes44, blockLen, stride)
+		src := p[g*stride:]
+		if q != nil {
+			layout.Copy(q[g*stride:], src, lanes44, blockLen, stride)
+			src = q[g*stride:]
+		}
 		*hh = [3 * lanes44]uint64{}
 		if adLen > 0 {
 			lanesIFMA(hh, ad[g*adLen:], adLen, adLen/16, key, pf)
 		}
-		lanesIFMA(hh, qg, stride, chunks, key, pf+uintptr(g*stride))
+		if chunks > 0 {
+			lanesIFMA(hh, src, stride, chunks, key, pf+uintptr(g*stride))
+		}
 		packReduce44(hh, acc[g:g+lanes44:g+lanes44])
 	}
-	if n < len(acc) {
-		layout.Copy(q[n*stride:], p[n*stride:], len(acc)-n, blockLen, stride)
-		blocksIFMA(k, acc[n:], h, ad[n*adLen:], adLen, q[n*stride:], blockLen, stride)
-	}
+	return n
 }
 
 // ifmaAhead is how far ahead blocksIFMA and blocksIFMACopy prefetch, at
