@@ -138,20 +138,21 @@ func (j *splitJob) work(w int) int {
 // caller's own pace says it would have taken alone (its time per piece,
 // times the pieces): the helper took few pieces, or held the caller at the
 // end. Only the jobs posted while the helper goroutine is running its loop
-// count: those posted after the caller started it, and before it first
-// ran (90-300 µs on the two-vCPU guests), miss for a reason that is gone
-// once it runs. On the Zen 4 guest they had made about half the misses of
+// count: those posted after the caller started it, and before it first ran
+// (90-300 µs on the two-vCPU guests), miss for a reason that is gone once
+// it runs. On the Zen 4 guest they had made about half the misses of
 // BenchmarkVolumeReadKeyed (whose unkeyed pass between the keyed ones lets
 // the helper exit): per 5,120 reads at 512 bytes, 85-131 misses and 6-16
-// gate closings; with them left out, 59-89 and 6-10 (instrumented runs). Garbage collections
-// make most of the others (with the collector off, GOGC=off, the misses
-// of the old rule halved): the helper's Gosched lets the collector's
-// fractional worker take its P. After splitMisses misses in a row the
-// split is off for a backoff that starts at splitBackoffMin and doubles, up to splitBackoffMax, at
-// each run of misses after another; a job that pays resets it. A helper
-// that arrives late to a stream's first job misses once (it then stays,
-// helperSpin), and concurrent callers on both CPUs miss (only the newest
-// job is helped), which is right: the CPUs are busy.
+// gate closings; with them left out, 59-89 and 6-10 (instrumented runs).
+// Garbage collections make most of the others (with the collector off,
+// GOGC=off, the misses of the old rule halved): the helper's Gosched lets
+// the collector's fractional worker take its P. After splitMisses misses in
+// a row the split is off for a backoff that starts at splitBackoffMin and
+// doubles, up to splitBackoffMax, at each run of misses after another; a
+// job that pays resets it. A helper that arrives late to a stream's first
+// job costs no miss (above; it then stays, helperSpin), and concurrent
+// callers on both CPUs miss (only the newest job is helped), which is
+// right: the CPUs are busy.
 var splitGate gate
 
 const (
