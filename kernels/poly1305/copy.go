@@ -38,8 +38,9 @@ func copyThenBlocks(k *polyKey, acc [][2]uint64, h *laneBuf, ad []byte, adLen in
 // got would be a time-of-check/time-of-use hole. So the one-pass kernel
 // (amd64, lanesAVX2R8Copy, under hybrid8 and avx2r8) hashes the bytes from
 // q after its own stores to it, and the other implementations copy first
-// and then hash q (avx512ifma a group of eight blocks at a time); none
-// hashes a second load of p. If p changes under the
+// and then hash q (avx512ifma a group of eight blocks at a time, each
+// group's copy made before its hash starts, by the hash of the group
+// before it or by a copy); none hashes a second load of p. If p changes under the
 // call, q holds some mix of its old and new bytes and the tags are those of
 // q.
 //

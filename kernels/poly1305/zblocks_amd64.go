@@ -103,3 +103,15 @@ func lanesAVX2R8Copy(h *[20]uint64, q, p []byte, stride, chunks, ahead int, ad [
 //
 //go:noescape
 func lanesIFMA(h *[24]uint64, p []byte, stride, chunks int, key *[100]uint64, pf uintptr)
+
+// lanesIFMANext is lanesIFMA that also copies, in each of its first steps
+// four-chunk steps, the next 512 bytes from src to q (the next group's
+// blocks, which the hash of this group does not read): 512·steps bytes in
+// all, in order, with 64-byte loads and stores.
+//
+// Preconditions: those of lanesIFMA; 0 <= steps <= chunks/4; the
+// 512·steps bytes at src and at q readable and writable, neither
+// overlapping the other nor the blocks at p.
+//
+//go:noescape
+func lanesIFMANext(h *[24]uint64, p []byte, stride, chunks int, key *[100]uint64, pf uintptr, q, src *byte, steps int)

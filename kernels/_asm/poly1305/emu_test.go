@@ -71,6 +71,7 @@ type polyLayout struct {
 	powers int  // of r in a radix-2^26 key: 4 (laneKey) or 8 (laneKey8)
 	copy   bool // the kernel copies p to q and absorbs q (lanesAVX2R8Copy)
 	pf     bool // the kernel takes a prefetch address last (lanesIFMA)
+	next   bool // and then q, src and steps, copying 512·steps bytes (lanesIFMANext)
 	// wrap multiplies the key's wrap words: 5 (2^130 ≡ 5) for radix 2^26,
 	// 20 (2^132 ≡ 20) for radix 2^44.
 }
@@ -82,6 +83,7 @@ var polyLayouts = []polyLayout{
 	{fn: "lanesHybridR8", lanes: lanes, scalar: scalarLanes, limbs: limbs, bits: limbBits, hWords: hybridWords, wrap: 5, powers: powers8},
 	{fn: "lanesAVX2R8Copy", lanes: lanes, limbs: limbs, bits: limbBits, hWords: limbs * lanes, wrap: 5, powers: powers8, copy: true},
 	{fn: "lanesIFMA", lanes: lanes44, limbs: 3, bits: 44, hWords: 3 * lanes44, wrap: 20, pf: true},
+	{fn: "lanesIFMANext", lanes: lanes44, limbs: 3, bits: 44, hWords: 3 * lanes44, wrap: 20, pf: true, next: true},
 }
 
 // blocks is the number of blocks a kernel absorbs.
@@ -143,18 +145,37 @@ const (
 // anything but h, or for a copying kernel anything but h and the blocks'
 // chunks in q, or those not equal to data's. A copying kernel's q is at
 // emu.AddrData, filled with gapByte, and p (data) after it, ending the
-// memory.
-func runKernel(t *testing.T, prog *emu.Program, l polyLayout, key, h0 []uint64, data []byte, stride, chunks int, ad []byte, adLen int) ([]uint64, int) {
+// memory. A kernel that copies the next group (l.next) copies nextSteps·512
+// bytes of random ones to a q filled with gapByte at emu.AddrData, 64
+// bytes longer than that; the random bytes follow q, and data follows
+// them, ending the memory; it fails t unless q then holds them, and
+// gapByte after them.
+func runKernel(t *testing.T, prog *emu.Program, l polyLayout, key, h0 []uint64, data []byte, stride, chunks int, ad []byte, adLen int, nextSteps int) ([]uint64, int) {
 	t.Helper()
 	init := data
 	if l.copy {
 		init = bytes.Repeat([]byte{gapByte}, len(data))
 	}
+	var nextSrc []byte
+	if l.next {
+		init = bytes.Repeat([]byte{gapByte}, 512*nextSteps+64)
+		nextSrc = make([]byte, 512*nextSteps)
+		rnd := rand.New(rand.NewPCG(uint64(nextSteps), 13))
+		for i := range nextSrc {
+			nextSrc[i] = byte(rnd.Uint32())
+		}
+	}
 	m, err := emu.New(prog, init)
 	if err != nil {
 		t.Fatal(err)
 	}
-	addrP, addrAD := uint64(emu.AddrData), uint64(0)
+	addrP, addrAD, addrSrc := uint64(emu.AddrData), uint64(0), uint64(0)
+	if l.next {
+		addrSrc = m.Append(len(nextSrc), 0)
+		copy(m.Mem[addrSrc:], nextSrc)
+		addrP = m.Append(len(data), 0)
+		copy(m.Mem[addrP:], data)
+	}
 	if l.copy {
 		addrAD = m.Append(len(ad), 0)
 		copy(m.Mem[addrAD:], ad)
@@ -174,11 +195,14 @@ func runKernel(t *testing.T, prog *emu.Program, l polyLayout, key, h0 []uint64, 
 	}
 	before := bytes.Clone(m.Mem[addrKey:])
 	dn := uint64(len(data))
-	args := []uint64{addrH, emu.AddrData, dn, dn, uint64(stride), uint64(chunks), addrKey}
+	args := []uint64{addrH, addrP, dn, dn, uint64(stride), uint64(chunks), addrKey}
 	if l.pf {
 		// An address outside the emulator's memory: a prefetch reads
 		// nothing and never faults.
 		args = append(args, 1<<62)
+	}
+	if l.next {
+		args = append(args, emu.AddrData, addrSrc, uint64(nextSteps))
 	}
 	if l.copy {
 		// The prefetch distance 0 (the blocks themselves; a prefetch has
@@ -200,6 +224,13 @@ func runKernel(t *testing.T, prog *emu.Program, l polyLayout, key, h0 []uint64, 
 	// What must be unchanged: all of it but the h words (and the copy).
 	after := bytes.Clone(m.Mem[addrKey:])
 	copy(after[addrH-addrKey:], before[addrH-addrKey:][:8*l.hWords])
+	if l.next {
+		q := after[emu.AddrData-addrKey:][:len(nextSrc)+64]
+		if !bytes.Equal(q[:len(nextSrc)], nextSrc) {
+			t.Fatalf("%s: q is not src's %d bytes", l.fn, len(nextSrc))
+		}
+		copy(q, before[emu.AddrData-addrKey:][:len(q)])
+	}
 	if l.copy {
 		q := after[emu.AddrData-addrKey:][:len(data)]
 		for b := range l.blocks() {
@@ -332,7 +363,13 @@ func TestEmulatedPoly1305(t *testing.T) {
 						}
 					}
 				}
-				h, n := runKernel(t, prog, l, l.keyTable(r), h0, data, stride, chunks, ad, adLen)
+				// The copying kernel copies in all its four-chunk steps
+				// (groupsIFMA's use), in none, or in one of them.
+				steps := 0
+				if l.next {
+					steps = []int{chunks / 4, 0, min(1, chunks/4)}[trial/3%3]
+				}
+				h, n := runKernel(t, prog, l, l.keyTable(r), h0, data, stride, chunks, ad, adLen, steps)
 				if chunks == 256 {
 					perByte[l.fn] = float64(n) / float64(l.blocks()*16*chunks)
 				}
