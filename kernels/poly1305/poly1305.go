@@ -79,11 +79,12 @@
 //     the one before it (lanesIFMANext: eight 64-byte loads and stores a
 //     step, beside the multiplies, and the stream two groups ahead). On
 //     the Intel Sapphire Rapids guest of 4 December 2026 that made
-//     BlocksADCopy 1.11-1.17 times as fast with the source in the cache
-//     and 1.12-1.18 from 64 MiB (fused-MB/s of BenchmarkBlocksADCopy,
+//     BlocksADCopy 1.11-1.16 times as fast with the source in the cache
+//     and 1.10-1.20 from 64 MiB (fused-MB/s of BenchmarkBlocksADCopy,
 //     two runs alternating with the group copy between the hashes), and
-//     keyed reads of 1 MiB at 512-byte blocks 60-64% of the unkeyed read
-//     on one CPU, from 52-57% (BenchmarkVolumeReadKeyed, -cpu 1).
+//     keyed reads of 1 MiB at 512-byte blocks 60.1-63.6% of the unkeyed
+//     read on one CPU, against 41.5-56.7% (BenchmarkVolumeReadKeyed,
+//     -cpu 1, two runs alternating).
 //     Blocks and BlocksAD prefetch the same way ahead of the blocks they
 //     hash: from memory (BenchmarkKeyedDRAM, three alternating runs)
 //     5.2-5.3 GB/s became 10.3-11.8 at 512-byte blocks and 12.5-13.0

@@ -221,8 +221,8 @@ func blocksIFMACopy(k *polyKey, acc [][2]uint64, h *laneBuf, ad []byte, adLen in
 // reads q after the copy's stores, as it must. On the Sapphire Rapids
 // guest, keyed reads of 1 MiB in 512-byte blocks ran at 65-71% of the
 // unkeyed read with no copy at all (wrong, for timing only) against
-// 52-58% with the copies between the hashes (BenchmarkVolumeReadKeyed,
-// -cpu 1).
+// 41-58% with the copies between the hashes (BenchmarkVolumeReadKeyed,
+// -cpu 1, two runs alternating), and at 60-64% with lanesIFMANext.
 func groupsIFMA(k *polyKey, acc [][2]uint64, h *laneBuf, ad []byte, adLen int, q, p []byte, blockLen, stride int) int {
 	chunks := blockLen / 16
 	key := (*[key44Words]uint64)(&k.ifma)
