@@ -220,38 +220,25 @@ func lanesCopySig(hWords, keyWords int) *gotypes.Signature {
 	}, nil)
 }
 
-// The IFMA kernel's signature: lanesIFMA(h *[24]uint64, p []byte, stride,
-// chunks int, key *[10]uint64), the arrays being poly1305.laneState44 and
-// ifmaKey.
-func lanesIFMASig() *gotypes.Signature {
+// The IFMA kernels' signatures: lanesIFMA(h *[24]uint64, p []byte,
+// stride, chunks int, key *[100]uint64, pf uintptr), the arrays being
+// poly1305.laneState44 and ifmaKey; with next, lanesIFMANext's, which
+// adds q, src *byte, steps int.
+func lanesIFMASig(next bool) *gotypes.Signature {
 	u64 := types.Typ[types.Uint64]
-	return scaffold.Signature([]*types.Var{
+	params := []*types.Var{
 		scaffold.Param("h", types.NewPointer(types.NewArray(u64, 3*lanes44))),
 		scaffold.Param("p", scaffold.Bytes),
 		scaffold.Param("stride", scaffold.Int),
 		scaffold.Param("chunks", scaffold.Int),
 		scaffold.Param("key", types.NewPointer(types.NewArray(u64, key44))),
 		scaffold.Param("pf", types.Typ[types.Uintptr]),
-	}, nil)
-}
-
-// The copying IFMA kernel's signature: lanesIFMANext(h *[24]uint64, p
-// []byte, stride, chunks int, key *[100]uint64, pf uintptr, q, src *byte,
-// steps int).
-func lanesIFMANextSig() *gotypes.Signature {
-	u64 := types.Typ[types.Uint64]
-	bp := types.NewPointer(types.Typ[types.Byte])
-	return scaffold.Signature([]*types.Var{
-		scaffold.Param("h", types.NewPointer(types.NewArray(u64, 3*lanes44))),
-		scaffold.Param("p", scaffold.Bytes),
-		scaffold.Param("stride", scaffold.Int),
-		scaffold.Param("chunks", scaffold.Int),
-		scaffold.Param("key", types.NewPointer(types.NewArray(u64, key44))),
-		scaffold.Param("pf", types.Typ[types.Uintptr]),
-		scaffold.Param("q", bp),
-		scaffold.Param("src", bp),
-		scaffold.Param("steps", scaffold.Int),
-	}, nil)
+	}
+	if next {
+		bp := types.NewPointer(types.Typ[types.Byte])
+		params = append(params, scaffold.Param("q", bp), scaffold.Param("src", bp), scaffold.Param("steps", scaffold.Int))
+	}
+	return scaffold.Signature(params, nil)
 }
 
 func mem(base reg.Register, disp int) operand.Mem { return operand.Mem{Base: base, Disp: disp} }
@@ -1559,13 +1546,11 @@ func (g *gen) lanesIFMA(name string, consts operand.Mem, next bool) {
 	defer func() { g.pf = false }()
 	c.Function(name)
 	c.Attributes(attr.NOSPLIT)
+	c.Signature(lanesIFMASig(next))
 	if next {
-		c.Signature(lanesIFMANextSig())
 		c.Load(c.Param("q"), rCq)
 		c.Load(c.Param("src"), rCp)
 		c.Load(c.Param("steps"), rCn)
-	} else {
-		c.Signature(lanesIFMASig())
 	}
 	c.Load(c.Param("pf"), rPf44)
 	c.Load(c.Param("h"), rH)
