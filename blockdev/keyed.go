@@ -415,7 +415,8 @@ type keyedScratch struct {
 	ptags     []poly1305.Tag // its tags
 	ad2       []byte         // the same, for the split helper (splitWork's worker 1)
 	ptags2    []poly1305.Tag
-	maps      [2]*mappedTags // the keyed read path's mapped reads, per worker
+	maps      [2]*mappedTags          // the keyed read path's mapped reads, per worker
+	streams   [2]*poly1305.MaskStream // the keyed read path's mask streams, per worker
 }
 
 // kRun is a run of blocks [i, j) of one generation whose tags are computed
@@ -430,7 +431,8 @@ func (k *keyed) scratchFor(sc *scratch) *keyedScratch {
 		n, w := k.chunk, (k.chunk+63)/64
 		sc.k = &keyedScratch{tags: make([]store.KeyedTag, n), staged: make([]uint64, w), calc: make([]store.KeyedTag, n),
 			committed: make([]store.KeyedTag, n), have: make([]uint64, w), failed: make([]uint64, w), transient: make([]uint64, w),
-			ad: make([]byte, n*adLen), ptags: make([]poly1305.Tag, n), ad2: make([]byte, n*adLen), ptags2: make([]poly1305.Tag, n)}
+			ad: make([]byte, n*adLen), ptags: make([]poly1305.Tag, n), ad2: make([]byte, n*adLen), ptags2: make([]poly1305.Tag, n),
+			streams: [2]*poly1305.MaskStream{k.tk.MaskStream(), k.tk.MaskStream()}}
 		// The uid part of every block's associated data, once (fillAddr).
 		k.fill(sc.k.ad, 0, 0, n)
 		k.fill(sc.k.ad2, 0, 0, n)
@@ -461,9 +463,12 @@ func (k *keyed) copyStaged(b *batch, i, j, slot int, sc *scratch) {
 }
 
 // tagsInto is tags with the caller's buffers (ad: n*adLen bytes, pt: n
-// tags).
-func (k *keyed) tagsInto(dst []store.KeyedTag, lba int64, gen uint64, data []byte, bs int, ad []byte, pt []poly1305.Tag) error {
+// tags), and the masks from ms if it is not nil.
+func (k *keyed) tagsInto(dst []store.KeyedTag, lba int64, gen uint64, data []byte, bs int, ad []byte, pt []poly1305.Tag, ms *poly1305.MaskStream) error {
 	return k.tagsWith(dst, lba, gen, ad, pt, func(nonce *poly1305.Nonce, ad []byte, pt []poly1305.Tag) error {
+		if ms != nil {
+			return ms.BlocksAD(pt, nonce, ad, adLen, data, bs, bs)
+		}
 		return k.tk.BlocksAD(pt, nonce, ad, adLen, data, bs, bs)
 	})
 }
@@ -960,11 +965,13 @@ func (v *Volume) protectTags(lba int64, n int, data, tuples []byte, sums []uint3
 }
 
 // protectScratch holds protectTags' buffers: the tags of a chunk and, per
-// splitWork worker, the associated data and kernel tags.
+// splitWork worker, the associated data, kernel tags and mask stream (the
+// pieces a worker takes in a row continue its keystream).
 type protectScratch struct {
 	tags []store.KeyedTag
 	ad   [2][]byte
 	pt   [2][]poly1305.Tag
+	ms   [2]*poly1305.MaskStream
 }
 
 func (ps *protectScratch) grow(n int) []store.KeyedTag {
@@ -987,12 +994,15 @@ func (k *keyed) protectCompute(dst []store.KeyedTag, lba int64, gen uint64, data
 	if testHookNewTags != nil {
 		testHookNewTags(k.uid, gen, lba, n)
 	}
+	if ps.ms[0] == nil {
+		ps.ms = [2]*poly1305.MaskStream{k.tk.MaskStream(), k.tk.MaskStream()}
+	}
 	if n*bs < splitMinBytes {
-		return k.tagsInto(dst, lba, gen, data, bs, ps.ad[0], ps.pt[0])
+		return k.tagsInto(dst, lba, gen, data, bs, ps.ad[0], ps.pt[0], ps.ms[0])
 	}
 	var errs [2]error
 	splitBlocks(n, bs, func(w, i, j int) bool {
-		errs[w] = k.tagsInto(dst[i:j], lba+int64(i), gen, data[i*bs:j*bs], bs, ps.ad[w], ps.pt[w])
+		errs[w] = k.tagsInto(dst[i:j], lba+int64(i), gen, data[i*bs:j*bs], bs, ps.ad[w], ps.pt[w], ps.ms[w])
 		return errs[w] == nil
 	})
 	return errors.Join(errs[0], errs[1])

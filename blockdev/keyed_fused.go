@@ -85,7 +85,7 @@ func (v *Volume) runTags(dst []store.KeyedTag, r kRun, lba int64, data []byte, a
 			fusedRuns.Add(1)
 			err = k.tagsFromParts(dst[i-r.i:j-r.i], lba+int64(i), r.gen, kp.parts[i:j], bs, ad, pt)
 		} else {
-			err = k.tagsInto(dst[i-r.i:j-r.i], lba+int64(i), r.gen, data[i*bs:j*bs], bs, ad, pt)
+			err = k.tagsInto(dst[i-r.i:j-r.i], lba+int64(i), r.gen, data[i*bs:j*bs], bs, ad, pt, nil)
 		}
 		if err != nil {
 			return err

@@ -215,7 +215,7 @@ func (k *keyed) eachPending(lba int64, n int, fn func(i int, t *store.KeyedTag) 
 // it, whose associated data buffer and mapped read callback it uses.
 func (v *Volume) keyedReadData(lba int64, i, j int, data []byte, w int, tags []store.KeyedTag, ks *keyedScratch, uncached bool) bool {
 	bs := v.bs
-	ad, m := ks.workerAD(w), ks.maps[w]
+	m := ks.maps[w]
 	mapped := v.mapper != nil && !uncached && !v.noMap.Load()
 	// Pieces of a multiple of kernelGroup blocks where they can be.
 	piece := kernelBlocks(pipePiece / bs)
@@ -224,12 +224,12 @@ func (v *Volume) keyedReadData(lba int64, i, j int, data []byte, w int, tags []s
 		q := data[a*bs : b*bs]
 		var err error
 		if mapped {
-			*m = mappedTags{v: v, lba: lba, a: a, b: b, q: q, ad: ad, tags: tags[a-i:], ks: ks, fn: m.fn}
+			*m = mappedTags{v: v, lba: lba, a: a, b: b, q: q, w: w, tags: tags[a-i:], ks: ks, fn: m.fn}
 			err = v.mapper.ReadMapped((lba+int64(a))*int64(bs), (b-a)*bs, m.fn)
-			*m = mappedTags{ks: ks, fn: m.fn} // (not keeping the caller's buffer)
+			*m = mappedTags{ks: ks, w: w, fn: m.fn} // (not keeping the caller's buffer)
 		} else {
 			if err = v.readDev(q, lba+int64(a), uncached); err == nil {
-				err = v.keyedTagsOf(lba, a, b, q, nil, ad, tags[a-i:], ks)
+				err = v.keyedTagsOf(lba, a, b, q, nil, w, tags[a-i:], ks)
 			}
 		}
 		if err != nil {
@@ -251,17 +251,18 @@ func (v *Volume) keyedReadData(lba int64, i, j int, data []byte, w int, tags []s
 // allocations mean fewer garbage collections, which stall the split
 // helper (splitGate).
 type mappedTags struct {
-	v     *Volume
-	lba   int64
-	a, b  int
-	q, ad []byte
-	tags  []store.KeyedTag
-	ks    *keyedScratch
-	fn    func(src []byte) error
+	v    *Volume
+	lba  int64
+	a, b int
+	q    []byte
+	w    int // the worker
+	tags []store.KeyedTag
+	ks   *keyedScratch
+	fn   func(src []byte) error
 }
 
 func (m *mappedTags) call(src []byte) error {
-	return m.v.keyedTagsOf(m.lba, m.a, m.b, m.q, src, m.ad, m.tags, m.ks)
+	return m.v.keyedTagsOf(m.lba, m.a, m.b, m.q, src, m.w, m.tags, m.ks)
 }
 
 // errUntagged is keyedTagsOf's report of a block without a committed tag.
@@ -270,10 +271,14 @@ var errUntagged = errors.New("blockdev: a block without a keyed tag")
 // keyedTagsOf computes the tags of blocks [a, b) of the run, whose bytes
 // are q (copied from src first when src is not nil), into ks.ptags, under
 // the generations of the committed tags (tags[0] is block a's): one kernel
-// call per generation. A block whose tag has generation 0 (it has none)
+// call per generation, with worker w's associated data buffer and mask
+// stream (the keystream continued from the worker's call before when the
+// nonces follow on: within a run, when the worker takes consecutive
+// pieces). A block whose tag has generation 0 (it has none)
 // stops it with errUntagged, the blocks before it copied.
-func (v *Volume) keyedTagsOf(lba int64, a, b int, q, src, ad []byte, tags []store.KeyedTag, ks *keyedScratch) error {
-	k, bs := v.kd, v.bs
+func (v *Volume) keyedTagsOf(lba int64, a, b int, q, src []byte, w int, tags []store.KeyedTag, ks *keyedScratch) error {
+	bs := v.bs
+	ad, ms := ks.workerAD(w), ks.streams[w]
 	tags = tags[:b-a]
 	for x := a; x < b; {
 		gen := tags[x-a].Gen
@@ -292,9 +297,9 @@ func (v *Volume) keyedTagsOf(lba int64, a, b int, q, src, ad []byte, tags []stor
 		dst := q[(x-a)*bs : (y-a)*bs]
 		var err error
 		if src != nil {
-			err = k.tk.BlocksADCopy(ks.ptags[x:y], &nonce, ad, adLen, dst, src[(x-a)*bs:(y-a)*bs], bs, bs)
+			err = ms.BlocksADCopy(ks.ptags[x:y], &nonce, ad, adLen, dst, src[(x-a)*bs:(y-a)*bs], bs, bs)
 		} else {
-			err = k.tk.BlocksAD(ks.ptags[x:y], &nonce, ad, adLen, dst, bs, bs)
+			err = ms.BlocksAD(ks.ptags[x:y], &nonce, ad, adLen, dst, bs, bs)
 		}
 		if err != nil {
 			return err

@@ -50,6 +50,10 @@ func copyThenBlocks(k *polyKey, acc [][2]uint64, h *laneBuf, ad []byte, adLen in
 // of the blocks in q and p share memory it returns ErrOverlap. On error it
 // writes nothing, neither dst nor q.
 func (k *Key) BlocksADCopy(dst []Tag, nonce *Nonce, ad []byte, adLen int, q, p []byte, blockLen, stride int) error {
+	return k.blocksADCopy(nil, dst, nonce, ad, adLen, q, p, blockLen, stride)
+}
+
+func (k *Key) blocksADCopy(ms *MaskStream, dst []Tag, nonce *Nonce, ad []byte, adLen int, q, p []byte, blockLen, stride int) error {
 	n := len(dst)
 	if err := layout.CheckCopy(n, q, p, blockLen, stride, ErrLayout, ErrOverlap); err != nil {
 		return fmt.Errorf("%w: %d blocks of %d bytes, stride %d, in %d bytes of p and %d of q", err, n, blockLen, stride, len(p), len(q))
@@ -62,7 +66,7 @@ func (k *Key) BlocksADCopy(dst []Tag, nonce *Nonce, ad []byte, adLen int, q, p [
 	}
 	sc := scratchPool.Get().(*scratch)
 	defer scratchPool.Put(sc)
-	ctr := k.maskStream(nonce, sc)
+	ctr := k.masks(ms, nonce, n, sc)
 	for i := 0; i < n; i += run {
 		m := min(run, n-i)
 		blocksCopy(&k.poly, sc.acc[:m], &sc.h, ad[i*adLen:], adLen, q[i*stride:], p[i*stride:], blockLen, stride)

@@ -65,6 +65,10 @@ func (k *Key) Partials(parts []Partial, p []byte, blockLen, stride int) error {
 // len(parts) >= len(dst) and every limb of parts below 2^27, blockLen >= 0;
 // it returns ErrLayout, and writes nothing, otherwise.
 func (k *Key) TagsFromPartials(dst []Tag, nonce *Nonce, ad []byte, adLen int, parts []Partial, blockLen int) error {
+	return k.tagsFromPartials(nil, dst, nonce, ad, adLen, parts, blockLen)
+}
+
+func (k *Key) tagsFromPartials(ms *MaskStream, dst []Tag, nonce *Nonce, ad []byte, adLen int, parts []Partial, blockLen int) error {
 	n := len(dst)
 	if blockLen < 0 || len(parts) < n {
 		return fmt.Errorf("%w: %d partials for %d blocks of %d bytes", ErrLayout, len(parts), n, blockLen)
@@ -99,7 +103,7 @@ func (k *Key) TagsFromPartials(dst []Tag, nonce *Nonce, ad []byte, adLen int, pa
 	}
 	sc := scratchPool.Get().(*scratch)
 	defer scratchPool.Put(sc)
-	ctr := k.maskStream(nonce, sc)
+	ctr := k.masks(ms, nonce, n, sc)
 	mask := &sc.mask
 	for i := 0; i < n; i += run {
 		m := min(run, n-i)

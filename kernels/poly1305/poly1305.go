@@ -406,6 +406,12 @@ func (k *Key) Blocks(dst []Tag, nonce *Nonce, p []byte, blockLen, stride int) er
 // unambiguous: put what the tag must bind (a volume identity, the block's
 // address and write generation) in ad.
 func (k *Key) BlocksAD(dst []Tag, nonce *Nonce, ad []byte, adLen int, p []byte, blockLen, stride int) error {
+	return k.blocksAD(nil, dst, nonce, ad, adLen, p, blockLen, stride)
+}
+
+// blocksAD is BlocksAD with the masks from ms, or from a keystream of its
+// own if ms is nil (and so are blocksADCopy and tagsFromPartials).
+func (k *Key) blocksAD(ms *MaskStream, dst []Tag, nonce *Nonce, ad []byte, adLen int, p []byte, blockLen, stride int) error {
 	n := len(dst)
 	if !layout.Valid(n, len(p), blockLen, stride) {
 		return ErrLayout
@@ -418,7 +424,7 @@ func (k *Key) BlocksAD(dst []Tag, nonce *Nonce, ad []byte, adLen int, p []byte, 
 	}
 	sc := scratchPool.Get().(*scratch)
 	defer scratchPool.Put(sc)
-	ctr := k.maskStream(nonce, sc)
+	ctr := k.masks(ms, nonce, n, sc)
 	for i := 0; i < n; i += run {
 		m := min(run, n-i)
 		blocks(&k.poly, sc.acc[:m], &sc.h, ad[i*adLen:], adLen, p[i*stride:], blockLen, stride)
@@ -448,6 +454,16 @@ type scratch struct {
 func (k *Key) maskStream(nonce *Nonce, sc *scratch) cipher.Stream {
 	sc.iv = *nonce
 	return cipher.NewCTR(k.block, sc.iv[:])
+}
+
+// masks returns the keystream of the masks of n blocks from nonce on: ms's
+// (MaskStream.from), or a new one if ms is nil. The caller takes exactly
+// 16*n bytes of it, in pieces of whole masks.
+func (k *Key) masks(ms *MaskStream, nonce *Nonce, n int, sc *scratch) cipher.Stream {
+	if ms == nil {
+		return k.maskStream(nonce, sc)
+	}
+	return ms.from(nonce, n)
 }
 
 var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
