@@ -91,6 +91,7 @@ func benchReadKeyed(b *testing.B, format string, crc bool) {
 	pass()
 	var off int64
 	b.SetBytes(benchReq)
+	starts, offs := splitHelper.started.Load(), splitGate.offs.Load()
 	for b.Loop() {
 		n, err := keyed.ReadAt(buf, off)
 		if err != nil {
@@ -112,6 +113,10 @@ func benchReadKeyed(b *testing.B, format string, crc bool) {
 		u := float64(plainBytes) / plainTime.Seconds()
 		b.ReportMetric(100*k/u, "%unkeyed")
 	}
+	// The split's helper starts and gate closings (split.go) per 1,000
+	// reads: with the other CPU busy, the gate should keep them near zero.
+	b.ReportMetric(1000*float64(splitHelper.started.Load()-starts)/float64(b.N), "helpers/kread")
+	b.ReportMetric(1000*float64(splitGate.offs.Load()-offs)/float64(b.N), "gateoffs/kread")
 }
 
 // BenchmarkProtect times Create (what difctl protect runs) of a page-cached

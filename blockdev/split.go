@@ -1,6 +1,7 @@
 package blockdev
 
 import (
+	"math"
 	"runtime"
 	"sync/atomic"
 	"time"
@@ -42,6 +43,9 @@ type splitJob struct {
 	next   atomic.Int32 // the next piece to take
 	done   atomic.Int32 // the pieces finished or skipped
 	failed atomic.Bool  // a piece returned false: the rest are skipped
+	// theirs is the helper's time from the start of its first piece to
+	// the end of its last (so far), in ns.
+	theirs atomic.Int64
 }
 
 // splitHelper is the one helper goroutine: job is the newest job posted
@@ -102,7 +106,7 @@ func splitWork(n int, fn func(w, i int) bool) bool {
 		// (A job posted while the helper was still waking up, the first
 		// of a stream or after a pause, says nothing of the split: see
 		// splitGate.)
-		splitGate.record(n, mine, t1.Sub(t0), time.Since(t0))
+		splitGate.record(n, mine, t1.Sub(t0), time.Duration(j.theirs.Load()), time.Since(t0))
 	}
 	return true
 }
@@ -111,14 +115,22 @@ func splitWork(n int, fn func(w, i int) bool) bool {
 // and returns how many it took.
 func (j *splitJob) work(w int) int {
 	took := 0
+	var start time.Time
 	for {
 		i := j.next.Add(1) - 1
 		if i >= j.n {
 			return took
 		}
+		if took == 0 && w == 1 {
+			start = time.Now()
+		}
 		took++
 		if !j.failed.Load() && !j.fn(w, int(i)) {
 			j.failed.Store(true)
+		}
+		if w == 1 {
+			// (Before done: the caller reads it once every piece is.)
+			j.theirs.Store(int64(time.Since(start)))
 		}
 		j.done.Add(1)
 	}
@@ -134,38 +146,49 @@ func (j *splitJob) work(w int) int {
 // their 445, and 512-byte reads ran at 24-32% of the unkeyed read's speed
 // against 34-38% with the split off (the benchmark pinned to one CPU).
 //
-// A job misses when it took more than splitMissRatio of the time its
-// caller's own pace says it would have taken alone (its time per piece,
-// times the pieces): the helper took few pieces, or held the caller at the
-// end. Only the jobs posted while the helper goroutine is running its loop
+// So the gate keeps a balance of the time the split saved: each job adds
+// what it saved, the time its pieces would have taken on one CPU (at the
+// faster of the two workers' paces: a worker descheduled during its pieces
+// is slow for a reason the other's pace does not share) less the time it
+// took, which is negative when the helper held the caller. The balance is
+// capped at splitCredit, so savings long past do not pay for a stall now;
+// when it falls below zero, the split is off for a backoff, and starts
+// again from a zero balance. Under contention the split saves a little on
+// most jobs and loses a time slice on a few (the Sapphire Rapids guest,
+// another process busy on the other vCPU: 168-443 helper starts and 9-18
+// gate closings per 2,560 keyed reads of 1 MiB in 512-byte blocks under
+// the rule before this one, which counted misses in a row and forgot them
+// at a job that paid; those reads ran at 47.6-52.2% of the unkeyed read,
+// against 58.6-59.2% with the split off). A balance sees both. The backoff
+// starts at splitBackoffMin and doubles, up to splitBackoffMax, at each
+// closing that comes within splitSettled of the split being turned on
+// again; once the split has stayed on that long, the next closing starts
+// from splitBackoffMin. Under steady contention the split is then on for
+// one short probe a second.
+//
+// Only the jobs posted while the helper goroutine is running its loop
 // count: those posted after the caller started it, and before it first ran
-// (90-300 µs on the two-vCPU guests), miss for a reason that is gone once
-// it runs. On the Zen 4 guest they had made about half the misses of
+// (90-300 µs on the two-vCPU guests), lose time for a reason that is gone
+// once it runs. On the Zen 4 guest they had made about half the misses of
 // BenchmarkVolumeReadKeyed (whose unkeyed pass between the keyed ones lets
-// the helper exit): per 5,120 reads at 512 bytes, 85-131 misses and 6-16
-// gate closings; with them left out, 59-89 and 6-10 (instrumented runs).
-// Garbage collections make most of the others (with the collector off,
-// GOGC=off, the misses of the old rule halved): the helper's Gosched lets
-// the collector's fractional worker take its P. After splitMisses misses in
-// a row the split is off for a backoff that starts at splitBackoffMin and
-// doubles, up to splitBackoffMax, at each run of misses after another; a
-// job that pays resets it. A helper that arrives late to a stream's first
-// job costs no miss (above; it then stays, helperSpin), and concurrent
-// callers on both CPUs miss (only the newest job is helped), which is
-// right: the CPUs are busy.
+// the helper exit). Garbage collections stall the helper too (its Gosched
+// lets the collector's fractional worker take its P): short losses, which
+// the credit absorbs. Concurrent callers on both CPUs save nothing (only
+// the newest job is helped) and lose a little each, which turns the split
+// off in time, which is right: the CPUs are busy.
 var splitGate gate
 
 const (
-	splitMisses     = 4
-	splitMissRatio  = 0.9
+	splitCredit     = time.Millisecond
 	splitBackoffMin = 10 * time.Millisecond
 	splitBackoffMax = time.Second
+	splitSettled    = time.Second
 )
 
 type gate struct {
 	until   atomic.Int64 // time.Now().UnixNano() before which the split is off
-	backoff atomic.Int64 // the next backoff
-	misses  atomic.Int32 // jobs in a row that missed
+	backoff atomic.Int64 // the last backoff
+	balance atomic.Int64 // the time saved, in ns, since the split was turned on; at most splitCredit
 	// offs counts the times the split was turned off (for the tests).
 	offs atomic.Int64
 	// forced keeps the split on (for the tests of splitWork itself).
@@ -181,32 +204,47 @@ func (g *gate) open() bool {
 	return u == 0 || time.Now().UnixNano() >= u
 }
 
-// record notes a job of n pieces whose caller ran mine of them in own and
-// which took total in all. A job whose every piece the helper took (mine
-// 0) paid.
-func (g *gate) record(n, mine int, own, total time.Duration) {
-	alone := float64(own) / float64(max(mine, 1)) * float64(n)
-	if mine == 0 || float64(total) <= splitMissRatio*alone {
-		g.misses.Store(0)
-		g.backoff.Store(0)
-		return
+// record notes a job of n pieces whose caller ran mine of them in own, the
+// helper the others in theirs, and which took total in all.
+func (g *gate) record(n, mine int, own, theirs, total time.Duration) {
+	per := time.Duration(math.MaxInt64)
+	if mine > 0 {
+		per = own / time.Duration(mine)
 	}
-	if g.misses.Add(1) < splitMisses {
-		return
+	if mine < n {
+		per = min(per, theirs/time.Duration(n-mine))
 	}
-	g.misses.Store(0)
+	saved := int64(per)*int64(n) - int64(total)
+	for {
+		b := g.balance.Load()
+		nb := min(b+saved, int64(splitCredit))
+		if nb >= 0 {
+			if g.balance.CompareAndSwap(b, nb) {
+				return
+			}
+			continue
+		}
+		if g.balance.CompareAndSwap(b, 0) {
+			break
+		}
+	}
+	now := time.Now().UnixNano()
 	b := time.Duration(g.backoff.Load())
+	if on := g.until.Load(); on == 0 || now-on >= int64(splitSettled) {
+		b = 0
+	}
 	b = min(max(2*b, splitBackoffMin), splitBackoffMax)
 	g.backoff.Store(int64(b))
-	g.until.Store(time.Now().Add(b).UnixNano())
+	g.until.Store(now + int64(b))
 	g.offs.Add(1)
 }
 
-// reset turns the split on and forgets the misses (for the tests).
+// reset turns the split on and forgets the balance and backoff (for the
+// tests).
 func (g *gate) reset() {
 	g.until.Store(0)
 	g.backoff.Store(0)
-	g.misses.Store(0)
+	g.balance.Store(0)
 }
 
 // splitHelperLoop is the helper goroutine: it works on the posted jobs and

@@ -222,61 +222,61 @@ func TestSplitWorkInline(t *testing.T) {
 	}
 }
 
-// TestSplitGateRecord: a job misses when it took more than splitMissRatio
-// of its caller's pace times its pieces; splitMisses misses in a row turn
-// the split off for splitBackoffMin, the next run of them for twice that,
-// up to splitBackoffMax, and a job that paid starts the count and the
-// backoff again.
+// TestSplitGateRecord: a job adds what it saved (its pieces at the faster
+// worker's pace, less its time) to the balance, which is capped at
+// splitCredit; a balance below zero turns the split off for
+// splitBackoffMin, a closing soon after the split is on again for twice
+// the backoff before, up to splitBackoffMax, and a closing after the split
+// stayed on for splitSettled for splitBackoffMin again.
 func TestSplitGateRecord(t *testing.T) {
 	var g gate
 	ms := time.Millisecond
-	pay := func() { g.record(16, 8, 8*ms, 9*ms) }     // alone 16 ms, took 9
-	miss := func() { g.record(16, 12, 12*ms, 17*ms) } // alone 16 ms, took 17
 	until := func() time.Duration { return time.Until(time.Unix(0, g.until.Load())) }
-	for range splitMisses - 1 {
-		miss()
+	// 16 pieces of 1 ms: 8 by each worker in 8 ms, taking 9: 7 saved.
+	g.record(16, 8, 8*ms, 8*ms, 9*ms)
+	if got := time.Duration(g.balance.Load()); got != splitCredit {
+		t.Fatalf("balance %v after saving 7 ms, want the cap %v", got, splitCredit)
 	}
-	pay()
-	for range splitMisses - 1 {
-		miss()
+	// The faster pace counts: a helper 10 times slower (descheduled)
+	// does not make the job a loss; the caller's slower pace does not
+	// make it a saving.
+	g.balance.Store(0)
+	g.record(16, 12, 12*ms, 40*ms, 14*ms) // alone 16 ms
+	if got := time.Duration(g.balance.Load()); got != splitCredit {
+		t.Fatalf("balance %v after a job with a slow helper that saved 2 ms, want %v", got, splitCredit)
 	}
-	if !g.open() || g.offs.Load() != 0 {
-		t.Fatalf("off after %d misses, a paying job and %d misses", splitMisses-1, splitMisses-1)
+	g.record(16, 4, 40*ms, 12*ms, 16*ms+splitCredit/2) // alone 16 ms
+	if got := time.Duration(g.balance.Load()); got != splitCredit/2 || !g.open() {
+		t.Fatalf("balance %v (split on: %v) after losing half the credit, want %v", got, g.open(), splitCredit/2)
 	}
-	miss()
-	if g.open() || g.offs.Load() != 1 {
-		t.Fatalf("still on after %d misses in a row", splitMisses)
+	g.record(16, 8, 8*ms, 8*ms, 16*ms+splitCredit) // lost the credit
+	if g.open() || g.offs.Load() != 1 || g.balance.Load() != 0 {
+		t.Fatalf("split on %v, %d closings, balance %v after the balance fell below zero", g.open(), g.offs.Load(), g.balance.Load())
 	}
 	if u := until(); u > splitBackoffMin || u < splitBackoffMin/2 {
 		t.Fatalf("off for %v, want %v", u, splitBackoffMin)
 	}
 	want := splitBackoffMin
 	for range 10 {
-		for range splitMisses {
-			miss()
-		}
+		g.until.Store(time.Now().UnixNano()) // on again now
+		g.record(16, 16, 16*ms, 0, 16*ms+time.Microsecond)
 		want = min(2*want, splitBackoffMax)
 		if u := until(); u > want || u < want-want/4 {
-			t.Fatalf("off for %v after another run of misses, want %v", u, want)
+			t.Fatalf("off for %v after closing again at once, want %v", u, want)
 		}
 	}
-	g.until.Store(0)
-	pay()
-	for range splitMisses {
-		miss()
+	g.until.Store(time.Now().Add(-splitSettled).UnixNano())
+	g.record(16, 16, 16*ms, 0, 16*ms+time.Microsecond)
+	if u := until(); u > splitBackoffMin || u < splitBackoffMin/2 {
+		t.Fatalf("off for %v after the split stayed on for %v, want %v", u, splitSettled, splitBackoffMin)
 	}
-	if u := until(); u > splitBackoffMin {
-		t.Fatalf("off for %v after a paying job and a run of misses, want %v", u, splitBackoffMin)
-	}
-	if g.record(16, 16, 16*ms, 16*ms); g.misses.Load() != 1 {
-		t.Fatal("a job that the helper did not help did not miss")
-	}
-	if g.record(16, 0, 0, 16*ms); g.misses.Load() != 0 {
-		t.Fatal("a job whose every piece the helper took missed")
+	g.reset()
+	if g.record(16, 0, 0, 16*ms, 16*ms); !g.open() {
+		t.Fatal("a job whose every piece the helper took, as fast as alone, turned the split off")
 	}
 }
 
-// freshGate turns the split gate on with no misses, with GOMAXPROCS 2,
+// freshGate turns the split gate on with a zero balance, with GOMAXPROCS 2,
 // for a test of the gate (and again when it ends), and returns how many
 // times the gate has turned the split off so far.
 func freshGate(t *testing.T) int64 {
@@ -287,9 +287,9 @@ func freshGate(t *testing.T) int64 {
 }
 
 // TestSplitGate: a helper that holds the caller (here it sleeps in its
-// pieces, as one descheduled by the system would) turns the split off
-// after splitMisses jobs: the next jobs run on the caller alone; after the
-// backoff the split is tried again.
+// pieces, as one descheduled by the system would) turns the split off:
+// the next jobs run on the caller alone; after the backoff the split is
+// tried again.
 func TestSplitGate(t *testing.T) {
 	offs := freshGate(t)
 	var helped atomic.Int32
@@ -332,15 +332,17 @@ func TestSplitGate(t *testing.T) {
 // first runs (here each job starts one and is over within microseconds,
 // while a new goroutine takes at least that to be stolen by the other P)
 // does not count for the gate, though the helper took none of its pieces;
-// once the helper runs, such a job misses.
+// once the helper runs, such jobs (which lose the time of posting them)
+// turn the split off.
 func TestSplitGateHelperWaking(t *testing.T) {
 	freshGate(t)
+	splitGate.balance.Store(0)
 	nop := func(w, i int) bool { return true }
-	for k := range 2 * splitMisses {
+	for k := range 8 {
 		waitHelperExit(t)
 		splitWork(2, nop)
-		if m := splitGate.misses.Load(); m != 0 || !splitGate.open() {
-			t.Fatalf("job %d, posted as the helper started: %d misses (split on: %v)", k, m, splitGate.open())
+		if b := splitGate.balance.Load(); b != 0 || !splitGate.open() {
+			t.Fatalf("job %d, posted as the helper started: balance %v (split on: %v)", k, time.Duration(b), splitGate.open())
 		}
 	}
 	deadline := time.Now().Add(5 * time.Second)
@@ -350,26 +352,47 @@ func TestSplitGateHelperWaking(t *testing.T) {
 		}
 		splitWork(2, nop)
 	}
-	for splitGate.misses.Load() == 0 && splitGate.open() {
+	for splitGate.open() {
 		if time.Now().After(deadline) {
-			t.Fatal("jobs the running helper did not help do not miss")
+			t.Fatal("jobs the running helper did not help do not turn the split off")
 		}
 		splitWork(2, nop)
 	}
 }
 
 // TestSplitGateFailedJobs: a job whose piece failed (the rest skipped)
-// does not count for the gate, whatever its times.
+// does not count for the gate, whatever its times: here, with the helper
+// running, its piece stalls the caller for 2 ms before it fails, which in
+// a job that did not fail would turn the split off.
 func TestSplitGateFailedJobs(t *testing.T) {
 	offs := freshGate(t)
-	for range 3 * splitMisses {
-		waitHelperExit(t)
-		if splitWork(16, func(w, i int) bool { return false }) {
+	deadline := time.Now().Add(5 * time.Second)
+	for !splitHelper.awake.Load() {
+		if time.Now().After(deadline) {
+			t.Fatal("the helper has not run 5 s after its start")
+		}
+		splitWork(2, func(w, i int) bool { return true })
+	}
+	splitGate.reset()
+	var helped atomic.Int32
+	for range 5 {
+		if splitWork(16, func(w, i int) bool {
+			if w == 1 {
+				helped.Add(1)
+				time.Sleep(2 * time.Millisecond)
+			} else {
+				spinFor(20 * time.Microsecond)
+			}
+			return i != 15
+		}) {
 			t.Fatal("a failing job returned true")
 		}
 	}
-	if !splitGate.open() || splitGate.offs.Load() != offs || splitGate.misses.Load() != 0 {
-		t.Fatalf("after failing jobs: open %v, turned off %d times, %d misses", splitGate.open(), splitGate.offs.Load()-offs, splitGate.misses.Load())
+	if helped.Load() == 0 {
+		t.Skip("the helper took no piece (the machine is busy)")
+	}
+	if !splitGate.open() || splitGate.offs.Load() != offs || splitGate.balance.Load() != 0 {
+		t.Fatalf("after failing jobs: open %v, turned off %d times, balance %v", splitGate.open(), splitGate.offs.Load()-offs, time.Duration(splitGate.balance.Load()))
 	}
 }
 
