@@ -174,7 +174,8 @@
 // is tested against its model word for word. The one-message calls Sum,
 // New and Key.Tag use the generic code everywhere. The masks of a run of
 // blocks come from one AES-CTR keystream (AES-NI or the ARMv8 AES
-// instructions in the standard library).
+// instructions in the standard library); a MaskStream keeps it across
+// calls, for a caller that tags a run in pieces.
 package poly1305
 
 import (
