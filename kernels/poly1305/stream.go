@@ -18,8 +18,7 @@ import "crypto/cipher"
 type MaskStream struct {
 	k     *Key
 	ctr   cipher.Stream
-	next  Nonce // the nonce ctr's next mask is for
-	valid bool  // ctr is set
+	next  Nonce // the nonce ctr's next mask is for, if ctr is set
 	iv    [16]byte
 }
 
@@ -30,10 +29,9 @@ func (k *Key) MaskStream() *MaskStream { return &MaskStream{k: k} }
 // notes that the caller takes all 16*n bytes of it: s's keystream if it is
 // at nonce, else a new one.
 func (s *MaskStream) from(nonce *Nonce, n int) cipher.Stream {
-	if !s.valid || s.next != *nonce {
+	if s.ctr == nil || s.next != *nonce {
 		s.iv = *nonce
 		s.ctr = cipher.NewCTR(s.k.block, s.iv[:])
-		s.valid = true
 	}
 	s.next = nonce.Add(uint64(n))
 	return s.ctr
