@@ -16,10 +16,10 @@ import "crypto/cipher"
 // A MaskStream is not safe for concurrent use; keep one per goroutine. A
 // call that returns an error leaves it as it was.
 type MaskStream struct {
-	k     *Key
-	ctr   cipher.Stream
-	next  Nonce // the nonce ctr's next mask is for, if ctr is set
-	iv    [16]byte
+	k    *Key
+	ctr  cipher.Stream
+	next Nonce // the nonce ctr's next mask is for, if ctr is set
+	iv   [16]byte
 }
 
 // MaskStream returns a new MaskStream of k.
