@@ -1374,6 +1374,21 @@ func block8(j, disp int) operand.Mem {
 // blockdev's keyed read (its stall moved from memmove into the kernel),
 // and slower at 4 KiB (0.69-0.74 in the cache: eight rows 4 KiB apart and
 // their copies share an L1 set).
+//
+// On the Sapphire Rapids guest (5 December) the inserts cost 10-15%:
+// with them left out (wrong, for timing only) BenchmarkKeyed under
+// avx512ifma at 512 bytes ran at 13.6-15.1 GB/s against 11.5-13.6 (two
+// alternating runs of -count 3). A layout without them, not built yet:
+// eight lanes as two blocks times four interleaved chunk streams (lane
+// 2s+b holding chunks s, s+4, s+8, ... of block b), so that VPUNPCKL/HQDQ
+// of one 64-byte load of each block give the lo and hi words of a
+// chunk-vector (eight loads and eight shuffles a four-chunk step, against
+// eight loads, 24 inserts and eight shuffles here); every step
+// multiplies by r^16, r^12, r^8, r^4 but the last, which takes per-lane
+// powers r^(16-s) .. r^(4-s), and the four streams of a block are summed
+// (fully carried) before packing; the associated data's accumulator
+// seeds stream 0 of its block. Each row can be stored to q as loaded and
+// absorbed from the register (the bytes hashed are the bytes copied).
 func (g *gen) split44(disp int, use func(i int)) {
 	c := g.c
 	c.VMOVDQU(block8(0, disp), xmm(zA))
