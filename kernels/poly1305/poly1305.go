@@ -74,10 +74,17 @@
 //     sequential stream 8 KiB or one group ahead, whichever is more
 //     (PREFETCHT1, 512 bytes a step): the copies read p from the L2
 //     cache, and the hash's arithmetic overlaps the memory's latency.
-//     Where the blocks lie side by side in whole four-chunk steps
-//     (blockdev's), each group but the first is copied by the hash of
-//     the one before it (lanesIFMANext: eight 64-byte loads and stores a
-//     step, beside the multiplies, and the stream two groups ahead). On
+//     Blocks of whole 64-byte rows (512 bytes, 4 KiB: blockdev's) now go
+//     through the stream kernels instead (lanesIFMAS, and for
+//     BlocksADCopy lanesIFMASCopy, which stores each row to the copy as
+//     it loads it): a pair of blocks at a time, four chunk streams
+//     each, with no gathers; 0.297 instructions a byte over 4 KiB blocks
+//     in the emulator against lanesIFMA's 0.370 (groupsIFMA has the
+//     measurements). Before them, where the blocks lay side by side in
+//     whole four-chunk steps, each group but the first was copied by the
+//     hash of the one before it (lanesIFMANext: eight 64-byte loads and
+//     stores a step, beside the multiplies, and the stream two groups
+//     ahead). On
 //     the Intel Sapphire Rapids guest of 4 December 2026 that made
 //     BlocksADCopy 1.11-1.16 times as fast with the source in the cache
 //     and 1.10-1.20 from 64 MiB (fused-MB/s of BenchmarkBlocksADCopy,

@@ -190,10 +190,8 @@ func blocksIFMA(k *polyKey, acc [][2]uint64, h *laneBuf, ad []byte, adLen int, p
 	}
 }
 
-// blocksIFMACopy is BlocksADCopy under avx512ifma: each group of eight
-// blocks copied to q, then hashed from q (groupsIFMA), with the hash of
-// each group prefetching p's bytes ifmaAhead bytes on (lanesIFMA's
-// stream), so that the copies after it read p from the cache.
+// blocksIFMACopy is BlocksADCopy under avx512ifma: the groups of eight
+// blocks through groupsIFMA, which copies them to q as it hashes them.
 func blocksIFMACopy(k *polyKey, acc [][2]uint64, h *laneBuf, ad []byte, adLen int, q, p []byte, blockLen, stride int) {
 	if blockLen%16 != 0 {
 		copyThenBlocks(k, acc, h, ad, adLen, q, p, blockLen, stride)
@@ -208,50 +206,52 @@ func blocksIFMACopy(k *polyKey, acc [][2]uint64, h *laneBuf, ad []byte, adLen in
 
 // groupsIFMA is blocksIFMA's and blocksIFMACopy's loop over the whole
 // groups of eight of len(acc) blocks of whole chunks: each group's
-// associated data and blocks through lanesIFMA, the blocks hashed from p,
-// or, when q is not nil, copied from p to q and hashed from q, and its
-// eight lanes packed and reduced into acc. It returns how many blocks it
-// took.
+// associated data through lanesIFMA, its blocks through lanesIFMAS
+// (hashed from p) or, when q is not nil, lanesIFMASCopy (copied from p to
+// q as they are hashed, each row loaded once), and its eight lanes packed
+// and reduced into acc. It returns how many blocks it took. Blocks of
+// whole chunks but not of whole 64-byte rows go through lanesIFMA, from p
+// or from a copy made first.
 //
-// Where the blocks lie side by side in whole four-chunk steps (stride ==
-// blockLen, a multiple of 64: blockdev's blocks), a group's copy is made
-// by the hash of the group before it (lanesIFMANext), and only the
-// first group's by layout.Copy: so the loads and stores of the copy run
-// beside the multiplies, not between the groups' hashes. The hash still
-// reads q after the copy's stores, as it must. On the Sapphire Rapids
-// guest, keyed reads of 1 MiB in 512-byte blocks ran at 65-71% of the
-// unkeyed read with no copy at all (wrong, for timing only) against
-// 41-58% with the copies between the hashes (BenchmarkVolumeReadKeyed,
-// -cpu 1, two runs alternating), and at 60-64% with lanesIFMANext.
+// The stream kernels (blocks of whole rows: 512 bytes, 4 KiB) replaced
+// lanesIFMA there, and lanesIFMANext, which copied the next group of
+// blocks while it hashed this one from q. On the Sapphire Rapids guest (5
+// December, three runs alternating with the build before): Blocks
+// (BenchmarkKeyed) 13.1 GB/s against 11.7-12.8 at 512 bytes, 18.1-18.4
+// against 15.5-15.8 at 4 KiB; BlocksADCopy (fused-MB/s) from the L2
+// cache 10.1-11.4 against 10.1-10.6 at 512 bytes and 15.5-16.6 against
+// 12.0-12.3 at 4 KiB, but from memory 6.4-7.1 against 7.8-8.6 at 512
+// bytes (8.0-9.5 against 8.2-9.7 at 4 KiB): the loads feed the
+// multiplies directly, where lanesIFMANext's copies were off their path.
+// 8, 16 and 32 KiB of prefetch distance ran level in blockdev's keyed
+// read, whose 512-byte figures did not move (62.9-64.9% of the unkeyed
+// read on one CPU in two of three runs, 58.8% in one, against
+// 60.1-63.1%) and whose 4 KiB ones rose from 71-73% to 81-87%
+// (BenchmarkVolumeReadKeyed, -cpu 1). A variant that hashed from q and
+// copied the next group as it went, as lanesIFMANext did, was no faster
+// in either (not kept).
 func groupsIFMA(k *polyKey, acc [][2]uint64, h *laneBuf, ad []byte, adLen int, q, p []byte, blockLen, stride int) int {
 	chunks := blockLen / 16
 	key := (*[key44Words]uint64)(&k.ifma)
 	hh := (*[3 * lanes44]uint64)(h[:3*lanes44])
 	n := len(acc) &^ (lanes44 - 1)
-	span := lanes44 * stride
-	next := q != nil && stride == blockLen && chunks > 0 && chunks%4 == 0
-	pf := ifmaPrefetch(p, stride, next)
-	copied := false // the group's blocks are in q
+	stream := chunks > 0 && chunks%4 == 0
+	pf := ifmaPrefetch(p, stride)
 	for g := 0; g < n; g += lanes44 {
 		src := p[g*stride:]
-		if q != nil {
-			if !copied {
-				layout.Copy(q[g*stride:], src, lanes44, blockLen, stride)
-			}
-			src = q[g*stride:]
-		}
 		*hh = [3 * lanes44]uint64{}
 		if adLen > 0 {
 			lanesIFMA(hh, ad[g*adLen:], adLen, adLen/16, key, pf)
 		}
-		copied = false
 		gpf := pf + uintptr(g*stride)
 		switch {
-		case next && g+2*lanes44 <= n:
-			o := (g + lanes44) * stride
-			qn, pn := q[o:o+span], p[o:o+span]
-			lanesIFMANext(hh, src, stride, chunks, key, gpf, &qn[0], &pn[0], chunks/4)
-			copied = true
+		case stream && q != nil:
+			lanesIFMASCopy(hh, src, stride, chunks, key, gpf, &q[g*stride])
+		case stream:
+			lanesIFMAS(hh, src, stride, chunks, key, gpf)
+		case q != nil:
+			layout.Copy(q[g*stride:], src, lanes44, blockLen, stride)
+			lanesIFMA(hh, q[g*stride:], stride, chunks, key, gpf)
 		case chunks > 0:
 			lanesIFMA(hh, src, stride, chunks, key, gpf)
 		}
@@ -260,24 +260,20 @@ func groupsIFMA(k *polyKey, acc [][2]uint64, h *laneBuf, ad []byte, adLen int, q
 	return n
 }
 
-// ifmaAhead is how far ahead blocksIFMA and blocksIFMACopy prefetch, at
-// least: whole groups.
+// ifmaAhead is how far ahead groupsIFMA prefetches, at least: whole
+// groups.
 const ifmaAhead = 8 << 10
 
-// ifmaPrefetch is the start of lanesIFMA's prefetch stream for the first
-// group of blocks stride bytes apart at p: ifmaAhead bytes on, rounded up
-// to whole groups of eight blocks (the stream of group g starts g*stride
-// bytes further), and with next (the hash of a group copies the next
-// one: groupsIFMA) two groups at least, the group after the one being
-// copied. The associated data's calls, of two chunks, issue none.
-// (Addresses only: prefetches never fault, and those past p are hints.)
-func ifmaPrefetch(p []byte, stride int, next bool) uintptr {
+// ifmaPrefetch is the start of the IFMA kernels' prefetch stream for the
+// first group of blocks stride bytes apart at p: ifmaAhead bytes on,
+// rounded up to whole groups of eight blocks (the stream of group g
+// starts g*stride bytes further). The associated data's calls, of two
+// chunks, issue none. (Addresses only: prefetches never fault, and those
+// past p are hints.)
+func ifmaPrefetch(p []byte, stride int) uintptr {
 	ahead := ifmaAhead
 	if span := lanes44 * stride; span > 0 {
 		ahead = (ifmaAhead + span - 1) / span * span
-		if next {
-			ahead = max(ahead, 2*span)
-		}
 	}
 	return uintptr(unsafe.Pointer(unsafe.SliceData(p))) + uintptr(ahead)
 }
@@ -300,7 +296,7 @@ func packReduce44(hh *[3 * lanes44]uint64, t [][2]uint64) {
 var kernelIFMA = laneKernel{
 	lanes: lanes44,
 	absorb: func(h *laneBuf, p []byte, stride, chunks int, k *polyKey) {
-		lanesIFMA((*[24]uint64)(h[:24]), p, stride, chunks, (*[key44Words]uint64)(&k.ifma), ifmaPrefetch(p, stride, false))
+		lanesIFMA((*[24]uint64)(h[:24]), p, stride, chunks, (*[key44Words]uint64)(&k.ifma), ifmaPrefetch(p, stride))
 	},
 	pack: pack44,
 }

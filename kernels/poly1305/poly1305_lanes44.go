@@ -48,13 +48,27 @@ const lanes44 = 8
 // broadcasts those of r and r^2 to the eight lanes of ten registers);
 // then, from key44Vec, those of r^3 and r^4 again as eight-lane vectors,
 // word w of r^(j+1) at key44Vec + 40(j-2) + 8w (the kernel's memory
-// operands).
+// operands). The stream kernels' vectors follow (lanesIFMAS): from
+// key44S, word w of r^(4(P+1)), P = 0..3, in eight lanes at key44S + 40P
+// + 8w; from key44L, the last step's per-lane powers L_j, j = 1..4, word
+// w at key44L + 40(j-1) + 8w, lane 2s+b holding that of r^(4j-s) (lane
+// 2s+b holds chunk stream s of block b of a pair); from key44K, the pad
+// bits' part of a stream kernel's step, which it adds to its accumulators
+// in place of a pad bit in every chunk: the radix-2^44 limbs of c =
+// 2^128·Σ r^e mod 2^130-5 over the powers e of the step's chunk-vectors,
+// limb k in eight lanes at key44K + 24V + 8k, V = 0 for an ordinary step
+// (e = 4, 8, 12, 16), V = R = 1..4 for a last step of R rows (lane 2s+b:
+// e = 4j-s, j = 1..R).
 type ifmaKey [key44Words]uint64
 
-// key44Words is the length of ifmaKey, key44Vec where its vectors start.
+// key44Words is the length of ifmaKey, key44Vec where its vectors start,
+// key44S, key44L and key44K where the stream kernels' start.
 const (
-	key44Words = key44Vec + 2*5*lanes44
+	key44Words = key44K + 5*3*lanes44
 	key44Vec   = 4 * 5
+	key44S     = key44Vec + 2*5*lanes44
+	key44L     = key44S + 4*5*lanes44
+	key44K     = key44L + 4*5*lanes44
 )
 
 // laneState44 is the accumulators of eight blocks: limb k of lane l at
@@ -72,22 +86,70 @@ func limbs44(x0, x1, x2 uint64) [3]uint64 {
 
 func makeIFMAKey(r0, r1 uint64) ifmaKey {
 	var k ifmaKey
+	// words[n-1] is the key words of r^n, n = 1..16.
+	var words [16][5]uint64
 	q0, q1, q2 := r0, r1, uint64(0)
-	for j := range 4 {
-		if j > 0 {
+	for n := range words {
+		if n > 0 {
 			q0, q1, q2 = mulReduce(q0, q1, q2, r0, r1)
 			q0, q1, q2 = reduceFull(q0, q1, q2)
 		}
 		l := limbs44(q0, q1, q2)
-		words := [5]uint64{l[0], l[1], l[2], 20 * l[1], 20 * l[2]}
-		copy(k[5*j:], words[:])
-		for w, v := range words {
-			for ln := 0; j >= 2 && ln < lanes44; ln++ {
-				k[key44Vec+40*(j-2)+8*w+ln] = v
+		words[n] = [5]uint64{l[0], l[1], l[2], 20 * l[1], 20 * l[2]}
+	}
+	for j := range 4 {
+		copy(k[5*j:], words[j][:])
+	}
+	// pads[n-1] is 2^128·r^n, n = 1..16, fully reduced.
+	var pads [16][3]uint64
+	t0, t1, t2 := uint64(0), uint64(0), uint64(1)
+	for n := range pads {
+		t0, t1, t2 = mulReduce(t0, t1, t2, r0, r1)
+		t0, t1, t2 = reduceFull(t0, t1, t2)
+		pads[n] = [3]uint64{t0, t1, t2}
+	}
+	for v := range 5 {
+		for ln := range lanes44 {
+			var c [3]uint64
+			for j := 1; j <= 4; j++ {
+				switch {
+				case v == 0:
+					c = addReduce(c, pads[4*j-1])
+				case j <= v:
+					c = addReduce(c, pads[4*j-ln/2-1])
+				}
+			}
+			for i, l := range limbs44(c[0], c[1], c[2]) {
+				k[key44K+24*v+8*i+ln] = l
+			}
+		}
+	}
+	for w := range 5 {
+		for ln := range lanes44 {
+			for j := 2; j < 4; j++ {
+				k[key44Vec+40*(j-2)+8*w+ln] = words[j][w]
+			}
+			for pw := range 4 {
+				k[key44S+40*pw+8*w+ln] = words[4*(pw+1)-1][w]
+				// L_(pw+1), lane 2s+b: r^(4(pw+1)-s).
+				k[key44L+40*pw+8*w+ln] = words[4*(pw+1)-ln/2-1][w]
 			}
 		}
 	}
 	return k
+}
+
+// addReduce is a + b mod 2^130-5, fully reduced, for a and b below 2^130.
+func addReduce(a, b [3]uint64) [3]uint64 {
+	s0, c := bits.Add64(a[0], b[0], 0)
+	s1, c := bits.Add64(a[1], b[1], c)
+	s2 := a[2] + b[2] + c
+	// Bits 130 up times 5 (2^130 ≡ 5); s2 below 8, so one fold.
+	s0, c = bits.Add64(s0, 5*(s2>>2), 0)
+	s1, c = bits.Add64(s1, 0, c)
+	s2 = s2&3 + c
+	h0, h1, h2 := reduceFull(s0, s1, s2)
+	return [3]uint64{h0, h1, h2}
 }
 
 // madd52 is VPMADD52LUQ and VPMADD52HUQ on one lane: the low and high 52

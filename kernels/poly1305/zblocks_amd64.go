@@ -102,16 +102,30 @@ func lanesAVX2R8Copy(h *[20]uint64, q, p []byte, stride, chunks, ahead int, ad [
 // AVX512IFMA. It reads only the chunks.
 //
 //go:noescape
-func lanesIFMA(h *[24]uint64, p []byte, stride, chunks int, key *[100]uint64, pf uintptr)
+func lanesIFMA(h *[24]uint64, p []byte, stride, chunks int, key *[540]uint64, pf uintptr)
 
-// lanesIFMANext is lanesIFMA that also copies, in each of its first steps
-// four-chunk steps, the next 512 bytes from src to q (the next group's
-// blocks, which the hash of this group does not read): 512·steps bytes in
-// all, in order, with 64-byte loads and stores.
+// lanesIFMAS is lanesIFMA, the same h before and after, for blocks of
+// whole rows (chunks a multiple of 4) without its gathers: the eight
+// blocks as four pairs in turn, each pair's two blocks in the eight lanes
+// as four interleaved chunk streams, the streams summed at the end (see
+// kernels/_asm/poly1305, lanesIFMAS). Its h limbs end below 2^44, 2^44 +
+// 1 and 2^42, as combine44 leaves them. It prefetches as lanesIFMA does,
+// 128 bytes of the stream at pf for each row of a pair it absorbs.
 //
-// Preconditions: those of lanesIFMA; 0 <= steps <= chunks/4; the
-// 512·steps bytes at src and at q readable and writable, neither
-// overlapping the other nor the blocks at p.
+// Preconditions: those of lanesIFMA, with chunks a multiple of 4 (chunks
+// = 0 returns at once, h unchanged). It reads only the chunks.
 //
 //go:noescape
-func lanesIFMANext(h *[24]uint64, p []byte, stride, chunks int, key *[100]uint64, pf uintptr, q, src *byte, steps int)
+func lanesIFMAS(h *[24]uint64, p []byte, stride, chunks int, key *[540]uint64, pf uintptr)
+
+// lanesIFMASCopy is lanesIFMAS that also copies the chunks it absorbs:
+// block l's p[l*stride:][:16*chunks] to q[l*stride:][:16*chunks], each
+// 64-byte row stored as it is loaded and absorbed from the register
+// (never from a second load of p, which may change under the call). It
+// writes nothing else at q.
+//
+// Preconditions: those of lanesIFMAS; the blocks at q writable and not
+// overlapping p's.
+//
+//go:noescape
+func lanesIFMASCopy(h *[24]uint64, p []byte, stride, chunks int, key *[540]uint64, pf uintptr, q *byte)

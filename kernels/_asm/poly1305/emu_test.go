@@ -6,10 +6,11 @@ package main
 // kernel against Poly1305 evaluated with math/big on that lane's chunks.
 // lanesAVX2 and lanesHybridAVX2 also run on this machine's hardware (the
 // package tests of kernels/poly1305), so their agreement here checks the
-// interpreter's semantics of what the kernels share; lanesIFMA (AVX-512
-// IFMA, which no machine here has) is checked only here. The instruction
-// counts per byte of the kernels are logged: the IFMA kernel's claim to
-// speed on a CPU this machine is not. Any instruction the interpreter does
+// interpreter's semantics of what the kernels share; the IFMA kernels
+// (lanesIFMA, lanesIFMAS, lanesIFMASCopy) run natively only where the CPU
+// has AVX-512 IFMA (some machines here do, CI's may not), so they are
+// checked here on every machine. The instruction counts per byte of the
+// kernels are logged. Any instruction the interpreter does
 // not model fails the test, and so does a function of the file left
 // unchecked.
 
@@ -71,7 +72,8 @@ type polyLayout struct {
 	powers int  // of r in a radix-2^26 key: 4 (laneKey) or 8 (laneKey8)
 	copy   bool // the kernel copies p to q and absorbs q (lanesAVX2R8Copy)
 	pf     bool // the kernel takes a prefetch address last (lanesIFMA)
-	next   bool // and then q, src and steps, copying 512·steps bytes (lanesIFMANext)
+	stream bool // chunks a multiple of 4 (lanesIFMAS)
+	scopy  bool // and then q, the blocks copied there (lanesIFMASCopy)
 	// wrap multiplies the key's wrap words: 5 (2^130 ≡ 5) for radix 2^26,
 	// 20 (2^132 ≡ 20) for radix 2^44.
 }
@@ -83,7 +85,8 @@ var polyLayouts = []polyLayout{
 	{fn: "lanesHybridR8", lanes: lanes, scalar: scalarLanes, limbs: limbs, bits: limbBits, hWords: hybridWords, wrap: 5, powers: powers8},
 	{fn: "lanesAVX2R8Copy", lanes: lanes, limbs: limbs, bits: limbBits, hWords: limbs * lanes, wrap: 5, powers: powers8, copy: true},
 	{fn: "lanesIFMA", lanes: lanes44, limbs: 3, bits: 44, hWords: 3 * lanes44, wrap: 20, pf: true},
-	{fn: "lanesIFMANext", lanes: lanes44, limbs: 3, bits: 44, hWords: 3 * lanes44, wrap: 20, pf: true, next: true},
+	{fn: "lanesIFMAS", lanes: lanes44, limbs: 3, bits: 44, hWords: 3 * lanes44, wrap: 20, pf: true, stream: true},
+	{fn: "lanesIFMASCopy", lanes: lanes44, limbs: 3, bits: 44, hWords: 3 * lanes44, wrap: 20, pf: true, stream: true, scopy: true},
 }
 
 // blocks is the number of blocks a kernel absorbs.
@@ -95,22 +98,57 @@ func (l polyLayout) blocks() int { return l.lanes + l.scalar }
 // 0..3, then r itself as two words at 160 (laneKey8: j = 0..7, S at 160, r
 // at 320). ifmaKey: r0 r1 r2 20·r1 20·r2 of
 // r^(j+1) at word 5j, j = 0..3, and those of r^3 and r^4 again as
-// eight-lane vectors from word key44Vec.
+// eight-lane vectors from word key44Vec; those of r^4, r^8, r^12, r^16
+// as eight-lane vectors from key44S; the per-lane L_1..L_4 from key44L,
+// lane 2s+b of L_j holding r^(4j-s).
 func (l polyLayout) keyTable(r *big.Int) []uint64 {
 	if l.lanes == lanes44 {
 		k := make([]uint64, key44)
 		pw := new(big.Int).Set(r)
-		for j := range 4 {
+		var words [17][]uint64 // words[n]: those of r^n
+		for n := 1; n <= 16; n++ {
 			x := splitBig(pw, l.bits, l.limbs)
-			words := []uint64{x[0], x[1], x[2], l.wrap * x[1], l.wrap * x[2]}
-			copy(k[5*j:], words)
-			for w, v := range words {
+			words[n] = []uint64{x[0], x[1], x[2], l.wrap * x[1], l.wrap * x[2]}
+			pw.Mul(pw, r)
+			pw.Mod(pw, polyP)
+		}
+		for j := range 4 {
+			copy(k[5*j:], words[j+1])
+			for w, v := range words[j+1] {
 				for ln := 0; j >= 2 && ln < lanes44; ln++ {
 					k[key44Vec+40*(j-2)+8*w+ln] = v
 				}
 			}
-			pw.Mul(pw, r)
-			pw.Mod(pw, polyP)
+		}
+		for j := 1; j <= 4; j++ {
+			for w := range 5 {
+				for ln := range lanes44 {
+					k[key44S+40*(j-1)+8*w+ln] = words[4*j][w]
+					k[key44L+40*(j-1)+8*w+ln] = words[4*j-ln/2][w]
+				}
+			}
+		}
+		// The pad bits' part of each step: 2^128·Σ r^e over its powers.
+		pad := func(e int) *big.Int {
+			x := new(big.Int).Exp(r, big.NewInt(int64(e)), polyP)
+			return x.Lsh(x, 128)
+		}
+		for v := range 5 {
+			for ln := range lanes44 {
+				c := new(big.Int)
+				for j := 1; j <= 4; j++ {
+					switch {
+					case v == 0:
+						c.Add(c, pad(4*j))
+					case j <= v:
+						c.Add(c, pad(4*j-ln/2))
+					}
+				}
+				c.Mod(c, polyP)
+				for i, l := range splitBig(c, l.bits, l.limbs) {
+					k[key44K+24*v+8*i+ln] = l
+				}
+			}
 		}
 		return k
 	}
@@ -134,9 +172,10 @@ func (l polyLayout) keyTable(r *big.Int) []uint64 {
 
 // Where the key table and h go; the blocks are at emu.AddrData, ending the
 // memory, so an over-read fails.
+// ifmaKey (4320 bytes) runs past emu.AddrDst, so h is 4 KiB further on.
 const (
 	addrKey = emu.AddrTable
-	addrH   = emu.AddrDst
+	addrH   = emu.AddrDst + 0x1000
 )
 
 // runKernel runs kernel l over chunks chunks of each block in data (block j
@@ -144,35 +183,20 @@ const (
 // the number of instructions executed. It fails t if the kernel wrote
 // anything but h, or for a copying kernel anything but h and the blocks'
 // chunks in q, or those not equal to data's. A copying kernel's q is at
-// emu.AddrData, filled with gapByte, and p (data) after it, ending the
-// memory. A kernel that copies the next group (l.next) copies nextSteps·512
-// bytes of random ones to a q filled with gapByte at emu.AddrData, 64
-// bytes longer than that; the random bytes follow q, and data follows
-// them, ending the memory; it fails t unless q then holds them, and
-// gapByte after them.
-func runKernel(t *testing.T, prog *emu.Program, l polyLayout, key, h0 []uint64, data []byte, stride, chunks int, ad []byte, adLen int, nextSteps int) ([]uint64, int) {
+// emu.AddrData, filled with gapByte, and p (data) after it (after the
+// associated data for lanesAVX2R8Copy), ending the memory.
+func runKernel(t *testing.T, prog *emu.Program, l polyLayout, key, h0 []uint64, data []byte, stride, chunks int, ad []byte, adLen int) ([]uint64, int) {
 	t.Helper()
 	init := data
-	if l.copy {
+	if l.copy || l.scopy {
 		init = bytes.Repeat([]byte{gapByte}, len(data))
-	}
-	var nextSrc []byte
-	if l.next {
-		init = bytes.Repeat([]byte{gapByte}, 512*nextSteps+64)
-		nextSrc = make([]byte, 512*nextSteps)
-		rnd := rand.New(rand.NewPCG(uint64(nextSteps), 13))
-		for i := range nextSrc {
-			nextSrc[i] = byte(rnd.Uint32())
-		}
 	}
 	m, err := emu.New(prog, init)
 	if err != nil {
 		t.Fatal(err)
 	}
-	addrP, addrAD, addrSrc := uint64(emu.AddrData), uint64(0), uint64(0)
-	if l.next {
-		addrSrc = m.Append(len(nextSrc), 0)
-		copy(m.Mem[addrSrc:], nextSrc)
+	addrP, addrAD := uint64(emu.AddrData), uint64(0)
+	if l.scopy {
 		addrP = m.Append(len(data), 0)
 		copy(m.Mem[addrP:], data)
 	}
@@ -186,6 +210,9 @@ func runKernel(t *testing.T, prog *emu.Program, l polyLayout, key, h0 []uint64, 
 	// and h.
 	for i := addrKey; i < emu.AddrData; i++ {
 		m.Mem[i] = 0x5a
+	}
+	if addrKey+8*len(key) > addrH {
+		t.Fatalf("%s: the key table (%d words) overlaps h", l.fn, len(key))
 	}
 	for i, v := range key {
 		binary.LittleEndian.PutUint64(m.Mem[addrKey+8*i:], v)
@@ -201,8 +228,8 @@ func runKernel(t *testing.T, prog *emu.Program, l polyLayout, key, h0 []uint64, 
 		// nothing and never faults.
 		args = append(args, 1<<62)
 	}
-	if l.next {
-		args = append(args, emu.AddrData, addrSrc, uint64(nextSteps))
+	if l.scopy {
+		args = append(args, emu.AddrData)
 	}
 	if l.copy {
 		// The prefetch distance 0 (the blocks themselves; a prefetch has
@@ -224,14 +251,7 @@ func runKernel(t *testing.T, prog *emu.Program, l polyLayout, key, h0 []uint64, 
 	// What must be unchanged: all of it but the h words (and the copy).
 	after := bytes.Clone(m.Mem[addrKey:])
 	copy(after[addrH-addrKey:], before[addrH-addrKey:][:8*l.hWords])
-	if l.next {
-		q := after[emu.AddrData-addrKey:][:len(nextSrc)+64]
-		if !bytes.Equal(q[:len(nextSrc)], nextSrc) {
-			t.Fatalf("%s: q is not src's %d bytes", l.fn, len(nextSrc))
-		}
-		copy(q, before[emu.AddrData-addrKey:][:len(q)])
-	}
-	if l.copy {
+	if l.copy || l.scopy {
 		q := after[emu.AddrData-addrKey:][:len(data)]
 		for b := range l.blocks() {
 			off := b * stride
@@ -287,6 +307,12 @@ func TestEmulatedPoly1305(t *testing.T) {
 					continue
 				}
 				chunks := trial % 23 // every remainder mod 8, 4 and 2, and 0
+				if l.stream {
+					// Rows of four chunks: 0 (h unchanged), then 1..9,
+					// the last step of every length 1..4 alone and after
+					// one or two ordinary steps.
+					chunks = 4 * (trial % 10)
+				}
 				if trial == 59 {
 					chunks = 256 // a 4 KiB block
 				}
@@ -363,13 +389,7 @@ func TestEmulatedPoly1305(t *testing.T) {
 						}
 					}
 				}
-				// The copying kernel copies in all its four-chunk steps
-				// (groupsIFMA's use), in none, or in one of them.
-				steps := 0
-				if l.next {
-					steps = []int{chunks / 4, 0, min(1, chunks/4)}[trial/3%3]
-				}
-				h, n := runKernel(t, prog, l, l.keyTable(r), h0, data, stride, chunks, ad, adLen, steps)
+				h, n := runKernel(t, prog, l, l.keyTable(r), h0, data, stride, chunks, ad, adLen)
 				if chunks == 256 {
 					perByte[l.fn] = float64(n) / float64(l.blocks()*16*chunks)
 				}
@@ -389,6 +409,16 @@ func TestEmulatedPoly1305(t *testing.T) {
 							for k, v := range limbs {
 								if bound := uint64(1) << l.bits; v >= bound && (k < len(limbs)-1 || v >= bound+1<<10) {
 									t.Fatalf("trial %d block %d: limb %d = %#x, not carried", trial, b, k, v)
+								}
+							}
+						}
+						if l.stream && chunks > 0 {
+							// The stream kernels carry the streams' sum to
+							// combine44's bounds (packReduce44 relies on
+							// them): 2^44, 2^44 + 1, 2^42.
+							for k, bound := range []uint64{1 << 44, 1<<44 + 1, 1 << 42} {
+								if limbs[k] >= bound {
+									t.Fatalf("trial %d block %d: limb %d = %#x, not below %#x", trial, b, k, limbs[k], bound)
 								}
 							}
 						}
@@ -422,9 +452,10 @@ func TestEmulatedPoly1305(t *testing.T) {
 			}
 		})
 	}
-	t.Logf("instructions per byte over 4 KiB blocks: AVX2 %.4f, hybrid AVX2 %.4f, AVX2 R8 %.4f, hybrid R8 %.4f, AVX2 R8 copy %.4f, AVX-512 IFMA %.4f (%.2fx fewer than AVX2)",
+	t.Logf("instructions per byte over 4 KiB blocks: AVX2 %.4f, hybrid AVX2 %.4f, AVX2 R8 %.4f, hybrid R8 %.4f, AVX2 R8 copy %.4f, AVX-512 IFMA %.4f (%.2fx fewer than AVX2), IFMA streams %.4f, IFMA streams copying %.4f",
 		perByte["lanesAVX2"], perByte["lanesHybridAVX2"], perByte["lanesAVX2R8"], perByte["lanesHybridR8"],
-		perByte["lanesAVX2R8Copy"], perByte["lanesIFMA"], perByte["lanesAVX2"]/perByte["lanesIFMA"])
+		perByte["lanesAVX2R8Copy"], perByte["lanesIFMA"], perByte["lanesAVX2"]/perByte["lanesIFMA"],
+		perByte["lanesIFMAS"], perByte["lanesIFMASCopy"])
 	if nr := prog.NotRun(); len(nr) > 0 {
 		t.Errorf("functions not checked in the emulator: %v", nr)
 	}

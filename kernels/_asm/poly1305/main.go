@@ -8,8 +8,10 @@
 // a second buffer and absorbing them from there (see lanesAVX2Copy);
 // lanesIFMA puts eight in ZMM registers with 52-bit multiplies (radix
 // 2^44, see lanesIFMA's comment), prefetching a sequential stream as it
-// goes (see prefetch44); lanesIFMANext is lanesIFMA copying the next
-// group's blocks as it goes.
+// goes (see prefetch44); lanesIFMAS and lanesIFMASCopy are its
+// arithmetic for blocks of whole 64-byte rows without gathers, a pair of
+// blocks at a time as four chunk streams each (see lanesIFMAS), the
+// second copying each row as it loads it.
 //
 // Run it from kernels/_asm (go generate in kernels/poly1305 does):
 //
@@ -119,11 +121,23 @@ const (
 	mask42   = 1<<42 - 1
 	padBit44 = 1 << (128 - 88)
 	lanes44  = 8
-	key44    = 100 // words of poly1305.ifmaKey
+	key44    = key44K + 5*3*lanes44 // words of poly1305.ifmaKey
 	// Where in it the eight-lane vectors of r^3 and r^4 start: word w
 	// (r0 r1 r2 s1 s2) of r^(j+1), j = 2, 3, at word key44Vec + 40(j-2) +
 	// 8w, in eight lanes.
 	key44Vec = 20
+	// The stream kernels' vectors (lanesIFMAS): word w of r^(4(P+1)), P
+	// = 0..3 (r^4, r^8, r^12, r^16), in eight lanes at key44S + 40P + 8w;
+	// then the last step's per-lane powers L_j, j = 1..4, word w at
+	// key44L + 40(j-1) + 8w, lane 2s+b holding that of r^(4j-s).
+	// From key44K, the pad bits' part of a step, the limbs of c =
+	// 2^128·Σ r^e over the powers e the step's chunk-vectors take (mod
+	// 2^130-5, radix 2^44), limb k in eight lanes at key44K + 24V + 8k:
+	// V = 0 an ordinary step's (e = 4, 8, 12, 16), V = R the last step's
+	// of R rows (lane 2s+b: e = 4j-s, j = 1..R).
+	key44S = key44Vec + 2*5*lanes44
+	key44L = key44S + 4*5*lanes44
+	key44K = key44L + 4*5*lanes44
 )
 
 const (
@@ -176,8 +190,9 @@ func generate(cmd []string) (asm, src []byte, err error) {
 	g.lanesAVX2("lanesAVX2R8", false, powers8)
 	g.lanesAVX2("lanesHybridR8", true, powers8)
 	g.lanesAVX2Copy("lanesAVX2R8Copy")
-	g.lanesIFMA("lanesIFMA", consts44, false)
-	g.lanesIFMA("lanesIFMANext", consts44, true)
+	g.lanesIFMA("lanesIFMA", consts44)
+	g.lanesIFMAS("lanesIFMAS", consts44, false)
+	g.lanesIFMAS("lanesIFMASCopy", consts44, true)
 	if g.err != nil {
 		return nil, nil, g.err
 	}
@@ -221,12 +236,16 @@ func lanesCopySig(hWords, keyWords int) *gotypes.Signature {
 }
 
 // The IFMA kernels' signatures: lanesIFMA(h *[24]uint64, p []byte,
-// stride, chunks int, key *[100]uint64, pf uintptr), the arrays being
-// poly1305.laneState44 and ifmaKey; with next, lanesIFMANext's, which
-// adds q, src *byte, steps int.
-func lanesIFMASig(next bool) *gotypes.Signature {
+// stride, chunks int, key *[420]uint64, pf uintptr), the arrays being
+// poly1305.laneState44 and ifmaKey.
+func lanesIFMASig() *gotypes.Signature {
+	return scaffold.Signature(lanesIFMAParams(), nil)
+}
+
+// lanesIFMAParams is lanesIFMA's parameters.
+func lanesIFMAParams() []*types.Var {
 	u64 := types.Typ[types.Uint64]
-	params := []*types.Var{
+	return []*types.Var{
 		scaffold.Param("h", types.NewPointer(types.NewArray(u64, 3*lanes44))),
 		scaffold.Param("p", scaffold.Bytes),
 		scaffold.Param("stride", scaffold.Int),
@@ -234,11 +253,15 @@ func lanesIFMASig(next bool) *gotypes.Signature {
 		scaffold.Param("key", types.NewPointer(types.NewArray(u64, key44))),
 		scaffold.Param("pf", types.Typ[types.Uintptr]),
 	}
-	if next {
-		bp := types.NewPointer(types.Typ[types.Byte])
-		params = append(params, scaffold.Param("q", bp), scaffold.Param("src", bp), scaffold.Param("steps", scaffold.Int))
+}
+
+// The stream kernels' signatures: lanesIFMAS is lanesIFMA's;
+// lanesIFMASCopy adds q *byte.
+func lanesIFMASSig(cp bool) *gotypes.Signature {
+	if cp {
+		return scaffold.Signature(append(lanesIFMAParams(), scaffold.Param("q", types.NewPointer(types.Typ[types.Byte]))), nil)
 	}
-	return scaffold.Signature(params, nil)
+	return lanesIFMASig()
 }
 
 func mem(base reg.Register, disp int) operand.Mem { return operand.Mem{Base: base, Disp: disp} }
@@ -268,7 +291,7 @@ type gen struct {
 	cp        bool  // the kernel being built copies p to q (lanesAVX2Copy)
 	ks        bool  // its steps hold the key vectors in a register (vecStepKS)
 	pf        bool  // the kernel being built prefetches (lanesIFMA)
-	copying   bool  // the steps being built copy the next group (lanesIFMANext)
+	copying   bool  // the steps being built store their rows to q (lanesIFMASCopy)
 	err       error // the first error outside c's own
 }
 
@@ -1284,21 +1307,36 @@ func lanesAVX2R8Copy(h *[%d]uint64, q, p []byte, stride, chunks, ahead int, ad [
 //go:noescape
 func lanesIFMA(h *[%d]uint64, p []byte, stride, chunks int, key *[%d]uint64, pf uintptr)
 
-// lanesIFMANext is lanesIFMA that also copies, in each of its first steps
-// four-chunk steps, the next 512 bytes from src to q (the next group's
-// blocks, which the hash of this group does not read): 512·steps bytes in
-// all, in order, with 64-byte loads and stores.
+// lanesIFMAS is lanesIFMA, the same h before and after, for blocks of
+// whole rows (chunks a multiple of 4) without its gathers: the eight
+// blocks as four pairs in turn, each pair's two blocks in the eight lanes
+// as four interleaved chunk streams, the streams summed at the end (see
+// kernels/_asm/poly1305, lanesIFMAS). Its h limbs end below 2^44, 2^44 +
+// 1 and 2^42, as combine44 leaves them. It prefetches as lanesIFMA does,
+// 128 bytes of the stream at pf for each row of a pair it absorbs.
 //
-// Preconditions: those of lanesIFMA; 0 <= steps <= chunks/4; the
-// 512·steps bytes at src and at q readable and writable, neither
-// overlapping the other nor the blocks at p.
+// Preconditions: those of lanesIFMA, with chunks a multiple of 4 (chunks
+// = 0 returns at once, h unchanged). It reads only the chunks.
 //
 //go:noescape
-func lanesIFMANext(h *[%d]uint64, p []byte, stride, chunks int, key *[%d]uint64, pf uintptr, q, src *byte, steps int)
+func lanesIFMAS(h *[%d]uint64, p []byte, stride, chunks int, key *[%d]uint64, pf uintptr)
+
+// lanesIFMASCopy is lanesIFMAS that also copies the chunks it absorbs:
+// block l's p[l*stride:][:16*chunks] to q[l*stride:][:16*chunks], each
+// 64-byte row stored as it is loaded and absorbed from the register
+// (never from a second load of p, which may change under the call). It
+// writes nothing else at q.
+//
+// Preconditions: those of lanesIFMAS; the blocks at q writable and not
+// overlapping p's.
+//
+//go:noescape
+func lanesIFMASCopy(h *[%d]uint64, p []byte, stride, chunks int, key *[%d]uint64, pf uintptr, q *byte)
 `, keyR, keyS, keyScalar, keySize, key8S, key8Scalar, key8Size,
 		limbs*lanes, keySize/8, hybridWords, keySize/8,
 		limbs*lanes, key8Size/8, hybridWords, key8Size/8,
-		limbs*lanes, key8Size/8, 3*lanes44, key44, 3*lanes44, key44)
+		limbs*lanes, key8Size/8, 3*lanes44, key44,
+		3*lanes44, key44, 3*lanes44, key44)
 	return scaffold.Go(b.Bytes())
 }
 
@@ -1378,17 +1416,9 @@ func block8(j, disp int) operand.Mem {
 // On the Sapphire Rapids guest (5 December) the inserts cost 10-15%:
 // with them left out (wrong, for timing only) BenchmarkKeyed under
 // avx512ifma at 512 bytes ran at 13.6-15.1 GB/s against 11.5-13.6 (two
-// alternating runs of -count 3). A layout without them, not built yet:
-// eight lanes as two blocks times four interleaved chunk streams (lane
-// 2s+b holding chunks s, s+4, s+8, ... of block b), so that VPUNPCKL/HQDQ
-// of one 64-byte load of each block give the lo and hi words of a
-// chunk-vector (eight loads and eight shuffles a four-chunk step, against
-// eight loads, 24 inserts and eight shuffles here); every step
-// multiplies by r^16, r^12, r^8, r^4 but the last, which takes per-lane
-// powers r^(16-s) .. r^(4-s), and the four streams of a block are summed
-// (fully carried) before packing; the associated data's accumulator
-// seeds stream 0 of its block. Each row can be stored to q as loaded and
-// absorbed from the register (the bytes hashed are the bytes copied).
+// alternating runs of -count 3). The stream kernels (lanesIFMAS) are the
+// layout without them, for blocks of whole 64-byte rows; this one is
+// left for the associated data and blocks of other lengths.
 func (g *gen) split44(disp int, use func(i int)) {
 	c := g.c
 	c.VMOVDQU(block8(0, disp), xmm(zA))
@@ -1491,10 +1521,6 @@ func (g *gen) step44(k int) {
 	c.Comment(fmt.Sprintf("h += m1; (h + m1)·r^%d.", k))
 	g.split44(0, func(i int) { c.VPADDQ(zL, zH[i], zH[i]) })
 	g.prefetch44(k, k-1)
-	if g.copying {
-		c.ADDQ(operand.U32(pfStep44), rCp)
-		c.ADDQ(operand.U32(pfStep44), rCq)
-	}
 	for i := 0; i < 3; i++ {
 		g.madd44(zH[i], i, k-1)
 	}
@@ -1514,9 +1540,9 @@ func (g *gen) step44(k int) {
 // on at the step's end. A stream as long as the chunks of the eight
 // blocks, one sequential run where the blocks lie side by side
 // (blockdev's data), so the hardware prefetcher need not follow eight
-// interleaved streams. poly1305.blocksIFMACopy points it at the source of
-// the copies it will make next, so that the hash's arithmetic covers the
-// memory's latency; PREFETCHT1 rather than T0 because at 4 KiB blocks a
+// interleaved streams. poly1305.groupsIFMA points it at the blocks it will
+// pass next, so that the hash's arithmetic covers the memory's latency;
+// PREFETCHT1 rather than T0 because at 4 KiB blocks a
 // group ahead is 32 KiB, the L1 cache (see the poly1305 package doc for
 // the measurements). Shorter steps do not prefetch: at most three chunks
 // of a call.
@@ -1526,28 +1552,11 @@ func (g *gen) prefetch44(k, q int) {
 	}
 	for off := q * pfStep44 / 4; off < (q+1)*pfStep44/4; off += 64 {
 		g.c.PREFETCHT1(mem(rPf44, off))
-		if g.copying {
-			z := zCopy[off/64%len(zCopy)]
-			g.c.VMOVDQU64(mem(rCp, off), z)
-			g.c.VMOVDQU64(z, mem(rCq, off))
-		}
 	}
 }
 
-// lanesIFMANext is lanesIFMA copying, in its first steps four-chunk
-// steps, pfStep44 bytes a step from src to q: the next group's blocks,
-// in blockdev's keyed read (poly1305.blocksIFMACopy), while the
-// multiplies of this group run. Eight 64-byte loads and stores a step
-// take none of the two vector ports the multiplies and shuffles fill (on
-// Intel cores; the loads and stores have ports of their own), so the
-// copy, which as a memmove of each group before its hash took about 15%
-// of a keyed read's time at 512-byte blocks, runs in their shadow. The
-// copies are in the prefetches' places, one after each of the eight
-// lines a step prefetches.
-var (
-	rCq, rCp, rCn = reg.R12, reg.R13, reg.RBX
-	zCopy         = []reg.VecPhysical{reg.Z28, reg.Z29, reg.Z30, reg.Z31}
-)
+// rCq is lanesIFMASCopy's pointer to block 0 of its pair's row in q.
+var rCq = reg.R12
 
 // pfStep44 is the bytes lanesIFMA prefetches per four-chunk step:
 // those the step absorbs, 64 of each of eight blocks.
@@ -1555,18 +1564,13 @@ const pfStep44 = 64 * lanes44
 
 var rPf44 = reg.R11
 
-func (g *gen) lanesIFMA(name string, consts operand.Mem, next bool) {
+func (g *gen) lanesIFMA(name string, consts operand.Mem) {
 	c := g.c
 	g.pf = true
 	defer func() { g.pf = false }()
 	c.Function(name)
 	c.Attributes(attr.NOSPLIT)
-	c.Signature(lanesIFMASig(next))
-	if next {
-		c.Load(c.Param("q"), rCq)
-		c.Load(c.Param("src"), rCp)
-		c.Load(c.Param("steps"), rCn)
-	}
+	c.Signature(lanesIFMASig())
 	c.Load(c.Param("pf"), rPf44)
 	c.Load(c.Param("h"), rH)
 	c.Load(c.Param("p").Base(), rP)
@@ -1592,22 +1596,6 @@ func (g *gen) lanesIFMA(name string, consts operand.Mem, next bool) {
 	}
 	c.CMPQ(rN, operand.U32(4))
 	c.JB(operand.LabelRef("pair44"))
-	if next {
-		c.TESTQ(rCn, rCn)
-		c.JZ(operand.LabelRef("quad44"))
-		c.Label("quadnext44")
-		g.copying = true
-		g.step44(4)
-		g.copying = false
-		c.DECQ(rCn)
-		c.JZ(operand.LabelRef("copied44"))
-		c.CMPQ(rN, operand.U32(4))
-		c.JAE(operand.LabelRef("quadnext44"))
-		c.JMP(operand.LabelRef("pair44"))
-		c.Label("copied44")
-		c.CMPQ(rN, operand.U32(4))
-		c.JB(operand.LabelRef("pair44"))
-	}
 
 	c.Label("quad44")
 	g.step44(4)
@@ -1631,5 +1619,270 @@ func (g *gen) lanesIFMA(name string, consts operand.Mem, next bool) {
 		c.VMOVDQU64(zH[k], mem(rH, 64*k))
 	}
 	c.VZEROUPPER()
+	c.RET()
+}
+
+// The stream kernels, lanesIFMAS and lanesIFMASCopy: lanesIFMA's
+// arithmetic (radix 2^44, madd44's products) in a layout that needs no
+// gathers. The eight blocks go as four pairs, one after the other; a pair
+// fills the eight lanes as two blocks times four chunk streams, lane 2s+b
+// holding chunks s, s+4, s+8, ... of block b. One 64-byte load of each
+// block (a row: chunks 4u..4u+3) and VPUNPCKLQDQ/HQDQ of the two give the
+// lo and hi words of chunk-vector u, lane 2s+b holding chunk 4u+s of
+// block b: two loads and two shuffles per chunk-vector, against
+// lanesIFMA's eight loads (six of them VINSERTI32X4, a shuffle each) and
+// two shuffles.
+//
+// Each stream is a Horner evaluation in r^4, one row a term, four rows a
+// step: h' = (h + v1)·r^16 + v2·r^12 + v3·r^8 + v4·r^4. The last step,
+// of the R = 1..4 rows left, multiplies stream s by r^-s more, so that
+// chunk 4u+s of a block of n = 4U chunks ends with r^(n-4u-s), as
+// Poly1305 has it: chunk-vector t of that step takes L_(R-t), lane 2s+b
+// holding r^(4(R-t)-s) (memory vectors in the key). The accumulator h
+// (h[8k+l], limb k of block l, from the associated data or zero) seeds
+// stream 0 of its block, which the r^16 and the last r^(4R) multiply by
+// r^n in all.
+//
+// Three vector operations a chunk-vector fewer than lanesIFMA's split and
+// carries, where every one counts (the multiplies and the shuffles share
+// two ports, and on the Sapphire Rapids guest independent ZMM VPMADD52LUQ
+// ran two a cycle):
+//   - No pad bit is ORed into the chunks: each step's accumulators start
+//     from its pad bits' part instead, c = 2^128·Σ r^e over the step's
+//     powers e (by linearity; key44K), a load in place of a zeroing.
+//   - Limb 1 is (lo>>44 | hi<<20) & M44 in one VPTERNLOGD for the OR and
+//     the AND.
+//   - The carry chain (combineS44) leaves out combine44's last d0→d1.
+//
+// Then the four streams of each block are summed (two VSHUFI64X2 and
+// VPADDQ a limb) and carried: each stream left combineS44 below 2^44 +
+// 5·2^22, 2^44 and 2^42, so the sum is below 2^46 + 2^25, 2^46 and 2^44,
+// and after the chain d0→d1, d1→d2, d2→d0 (times 5), d0→d1 its limbs are
+// below 2^44, 2^44 + 1 and 2^42, combine44's bounds (packReduce44 relies
+// on them).
+//
+// lanesIFMASCopy stores each row to q as it loads it (q's block l at
+// q + l·stride, as p's) and absorbs the row from the register: the bytes
+// hashed are the bytes copied, read once.
+//
+// The key words of r^16 and r^12 stay in ten registers; those of r^8,
+// r^4 and the L_j are memory operands. Each step prefetches, as
+// lanesIFMA's do, as many bytes of the stream at pf as it absorbs (128
+// a row), in order.
+var (
+	rSBase, rSQBase = reg.R10, reg.R13 // the pair's block 0 in p and q
+	rSPairs, rSRows = reg.R9, reg.RAX  // pairs left; rows of a block
+	zKS             = [2][5]reg.VecPhysical{
+		{reg.Z15, reg.Z16, reg.Z17, reg.Z18, reg.Z19}, // r^16
+		{reg.Z20, reg.Z21, reg.Z22, reg.Z23, reg.Z24}, // r^12
+	}
+)
+
+// keyS44 is the key operand of word w for a chunk-vector: in an ordinary
+// step that of r^(4(P+1)), P = 3 - t, registers for r^16 and r^12; in the
+// last step (last) that of L_j, j = R - t.
+func (g *gen) keyS44(last bool, pj, w int) operand.Op {
+	switch {
+	case last:
+		return mem(rKey, 8*(key44L+40*(pj-1)+8*w))
+	case pj >= 2:
+		return zKS[3-pj][w]
+	}
+	return mem(rKey, 8*(key44S+40*pj+8*w))
+}
+
+// maddS44 is madd44 with the stream kernels' key operands.
+func (g *gen) maddS44(x reg.VecPhysical, i int, last bool, pj int) {
+	for k := 0; k < 3; k++ {
+		w := g.keyS44(last, pj, words44[k][i])
+		g.c.VPMADD52LUQ(w, x, zDLo[k])
+		g.c.VPMADD52HUQ(w, x, zDHi[k])
+	}
+}
+
+// rowS44 loads row t of the pair's two blocks (and with copying stores
+// them to q), prefetches its 128 bytes of the stream, and calls use with
+// each limb of chunk-vector t in zL, as split44 does.
+func (g *gen) rowS44(t int, use func(i int)) {
+	c := g.c
+	c.VMOVDQU64(mem(rP, 64*t), zA)
+	c.VMOVDQU64(operand.Mem{Base: rP, Index: rS, Scale: 1, Disp: 64 * t}, zB)
+	if g.copying {
+		c.VMOVDQU64(zA, mem(rCq, 64*t))
+		c.VMOVDQU64(zB, operand.Mem{Base: rCq, Index: rS, Scale: 1, Disp: 64 * t})
+	}
+	c.PREFETCHT1(mem(rPf44, 128*t))
+	c.PREFETCHT1(mem(rPf44, 128*t+64))
+	c.VPUNPCKHQDQ(zB, zA, zHi) // hi words: lane 2s+b chunk s of the row of block b
+	c.VPUNPCKLQDQ(zB, zA, zLo) // lo words
+	c.VPANDQ(zM44, zLo, zL)
+	use(0)
+	c.VPSRLQ(operand.U8(44), zLo, zL)
+	c.VPSLLQ(operand.U8(20), zHi, zT)
+	c.VPTERNLOGD(operand.U8(0xa8), zM44, zT, zL) // (zL | zT) & M44
+	use(1)
+	c.VPSRLQ(operand.U8(24), zHi, zL) // without the pad bit (stepS44)
+	use(2)
+}
+
+// stepS44 emits a step over the next R rows of the pair: ordinary (R =
+// 4, powers r^16..r^4) or the last (powers L_R..L_1), the products of
+// rows 1..R-1 first, then h + row 0 times its power and the carry chain;
+// then it moves the pointers on.
+func (g *gen) stepS44(rows int, last bool) {
+	c := g.c
+	pow := func(t int) int {
+		if last {
+			return rows - t
+		}
+		return 3 - t
+	}
+	v := 0
+	if last {
+		v = rows
+	}
+	for k := 0; k < 3; k++ {
+		c.VMOVDQU64(mem(rKey, 8*(key44K+24*v+8*k)), zDLo[k])
+		c.VPXORQ(zDHi[k], zDHi[k], zDHi[k])
+	}
+	for t := rows - 1; t >= 1; t-- {
+		g.rowS44(t, func(i int) { g.maddS44(zL, i, last, pow(t)) })
+	}
+	g.rowS44(0, func(i int) { c.VPADDQ(zL, zH[i], zH[i]) })
+	for i := 0; i < 3; i++ {
+		g.maddS44(zH[i], i, last, pow(0))
+	}
+	g.combineS44()
+	c.ADDQ(operand.U32(64*rows), rP)
+	if g.copying {
+		c.ADDQ(operand.U32(64*rows), rCq)
+	}
+	c.ADDQ(operand.U32(128*rows), rPf44)
+}
+
+// combineS44 is combine44 without its last carry, d0→d1: it leaves limb
+// 0 below 2^44 + 5·2^22 (d2 below 2^64 carries under 2^22 from bit 42),
+// limb 1 below 2^44 and limb 2 below 2^42, so that h + row 0 has limbs
+// below 2^46, inside the multiplier's 52 bits. sumS44 carries fully.
+func (g *gen) combineS44() {
+	c := g.c
+	c.VPSLLQ(operand.U8(12), zDHi[2], zT)
+	c.VPADDQ(zT, zDLo[0], zDLo[0])
+	c.VPSLLQ(operand.U8(10), zDHi[2], zT)
+	c.VPADDQ(zT, zDLo[0], zDLo[0])
+	c.VPSLLQ(operand.U8(8), zDHi[0], zT)
+	c.VPADDQ(zT, zDLo[1], zDLo[1])
+	c.VPSLLQ(operand.U8(8), zDHi[1], zT)
+	c.VPADDQ(zT, zDLo[2], zDLo[2])
+	// The carries d0→d1, d1→d2, d2→d0 (times 5), each masked limb
+	// written to h (no moves).
+	c.VPSRLQ(operand.U8(44), zDLo[0], zT)
+	c.VPANDQ(zM44, zDLo[0], zH[0])
+	c.VPADDQ(zT, zDLo[1], zDLo[1])
+	c.VPSRLQ(operand.U8(44), zDLo[1], zT)
+	c.VPANDQ(zM44, zDLo[1], zH[1])
+	c.VPADDQ(zT, zDLo[2], zDLo[2])
+	c.VPSRLQ(operand.U8(42), zDLo[2], zT)
+	c.VPANDQ(zM42, zDLo[2], zH[2])
+	c.VPSLLQ(operand.U8(2), zT, zA)
+	c.VPADDQ(zA, zT, zT)
+	c.VPADDQ(zT, zH[0], zH[0])
+}
+
+// sumS44 sums the four streams of each block of the pair into lanes 0
+// and 1, carries them, and stores them to h's words of the pair.
+func (g *gen) sumS44() {
+	c := g.c
+	c.Comment("Sum the four streams of each block (lanes b, 2+b, 4+b, 6+b), carry.")
+	for k := 0; k < 3; k++ {
+		c.VSHUFI64X2(operand.U8(0x4e), zH[k], zH[k], zT) // units 2, 3, 0, 1
+		c.VPADDQ(zT, zH[k], zDLo[k])
+		c.VSHUFI64X2(operand.U8(0xb1), zDLo[k], zDLo[k], zT) // units 1, 0, 3, 2
+		c.VPADDQ(zT, zDLo[k], zDLo[k])
+	}
+	g.carry44(0, 1, 44, zM44, false)
+	g.carry44(1, 2, 44, zM44, false)
+	g.carry44(2, 0, 42, zM42, true)
+	g.carry44(0, 1, 44, zM44, false)
+	for k := 0; k < 3; k++ {
+		c.VMOVDQU(xmm(zDLo[k]), mem(rH, 64*k))
+	}
+}
+
+func (g *gen) lanesIFMAS(name string, consts operand.Mem, cp bool) {
+	c := g.c
+	c.Function(name)
+	c.Attributes(attr.NOSPLIT)
+	c.Signature(lanesIFMASSig(cp))
+	if cp {
+		c.Load(c.Param("q"), rSQBase)
+	}
+	c.Load(c.Param("pf"), rPf44)
+	c.Load(c.Param("h"), rH)
+	c.Load(c.Param("p").Base(), rSBase)
+	c.Load(c.Param("stride"), rS)
+	c.Load(c.Param("chunks"), rSRows)
+	c.Load(c.Param("key"), rKey)
+	c.SHRQ(operand.U8(2), rSRows)
+	c.JZ(operand.LabelRef("doneS"))
+	c.VPBROADCASTQ(consts, zM44)
+	c.VPBROADCASTQ(consts.Offset(8), zM42)
+	c.Comment("The key words of r^16 and r^12, eight-lane vectors.")
+	for j, pw := range []int{3, 2} {
+		for w := 0; w < 5; w++ {
+			c.VMOVDQU64(mem(rKey, 8*(key44S+40*pw+8*w)), zKS[j][w])
+		}
+	}
+	c.MOVQ(operand.U32(lanes44/2), rSPairs)
+
+	c.Label("pairS")
+	c.Comment("A pair: blocks b = 0, 1 at p + b*stride; h seeds stream 0.")
+	c.MOVQ(rSBase, rP)
+	if cp {
+		c.MOVQ(rSQBase, rCq)
+	}
+	c.MOVQ(rSRows, rN)
+	for k := 0; k < 3; k++ {
+		c.VMOVDQU(mem(rH, 64*k), xmm(zH[k]))
+	}
+	c.CMPQ(rN, operand.U32(5))
+	c.JB(operand.LabelRef("lastS"))
+	c.Label("quadS")
+	g.copying = cp
+	g.stepS44(4, false)
+	c.SUBQ(operand.U32(4), rN)
+	c.CMPQ(rN, operand.U32(5))
+	c.JAE(operand.LabelRef("quadS"))
+
+	c.Label("lastS")
+	c.Comment("The last 1..4 rows, stream s times r^-s more.")
+	c.CMPQ(rN, operand.U32(2))
+	c.JB(operand.LabelRef("last1S"))
+	c.JZ(operand.LabelRef("last2S"))
+	c.CMPQ(rN, operand.U32(3))
+	c.JZ(operand.LabelRef("last3S"))
+	for rows := 4; rows >= 1; rows-- {
+		if rows < 4 {
+			c.Label(fmt.Sprintf("last%dS", rows))
+		}
+		g.stepS44(rows, true)
+		if rows > 1 {
+			c.JMP(operand.LabelRef("sumS"))
+		}
+	}
+	g.copying = false
+
+	c.Label("sumS")
+	g.sumS44()
+	c.ADDQ(operand.U32(16), rH)
+	c.LEAQ(operand.Mem{Base: rSBase, Index: rS, Scale: 2}, rSBase)
+	if cp {
+		c.LEAQ(operand.Mem{Base: rSQBase, Index: rS, Scale: 2}, rSQBase)
+	}
+	c.DECQ(rSPairs)
+	c.JNZ(operand.LabelRef("pairS"))
+	c.VZEROUPPER()
+
+	c.Label("doneS")
 	c.RET()
 }
