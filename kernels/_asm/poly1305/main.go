@@ -1475,9 +1475,9 @@ func (g *gen) carry44(from, to, bits int, mask reg.VecPhysical, times5 bool) {
 	c.VPADDQ(zT, zDLo[to], zDLo[to])
 }
 
-// combine44 joins the hi sums to the limbs above (hi2 times 5120 = 2^12 +
-// 2^10) and carries into h.
-func (g *gen) combine44() {
+// joinHi44 joins the hi sums to the limbs above (hi2 times 5120 = 2^12 +
+// 2^10).
+func (g *gen) joinHi44() {
 	c := g.c
 	c.VPSLLQ(operand.U8(12), zDHi[2], zT)
 	c.VPADDQ(zT, zDLo[0], zDLo[0])
@@ -1487,6 +1487,13 @@ func (g *gen) combine44() {
 	c.VPADDQ(zT, zDLo[1], zDLo[1])
 	c.VPSLLQ(operand.U8(8), zDHi[1], zT)
 	c.VPADDQ(zT, zDLo[2], zDLo[2])
+}
+
+// combine44 joins the hi sums to the limbs above (joinHi44) and carries
+// into h.
+func (g *gen) combine44() {
+	c := g.c
+	g.joinHi44()
 	g.carry44(0, 1, 44, zM44, false)
 	g.carry44(1, 2, 44, zM44, false)
 	g.carry44(2, 0, 42, zM42, true)
@@ -1766,14 +1773,7 @@ func (g *gen) stepS44(rows int, last bool) {
 // below 2^46, inside the multiplier's 52 bits. sumS44 carries fully.
 func (g *gen) combineS44() {
 	c := g.c
-	c.VPSLLQ(operand.U8(12), zDHi[2], zT)
-	c.VPADDQ(zT, zDLo[0], zDLo[0])
-	c.VPSLLQ(operand.U8(10), zDHi[2], zT)
-	c.VPADDQ(zT, zDLo[0], zDLo[0])
-	c.VPSLLQ(operand.U8(8), zDHi[0], zT)
-	c.VPADDQ(zT, zDLo[1], zDLo[1])
-	c.VPSLLQ(operand.U8(8), zDHi[1], zT)
-	c.VPADDQ(zT, zDLo[2], zDLo[2])
+	g.joinHi44()
 	// The carries d0→d1, d1→d2, d2→d0 (times 5), each masked limb
 	// written to h (no moves).
 	c.VPSRLQ(operand.U8(44), zDLo[0], zT)
