@@ -78,9 +78,10 @@
 //     through the stream kernels instead (lanesIFMAS, and for
 //     BlocksADCopy lanesIFMASCopy, which stores each row to the copy as
 //     it loads it): a pair of blocks at a time, four chunk streams
-//     each, with no gathers; 0.297 instructions a byte over 4 KiB blocks
-//     in the emulator against lanesIFMA's 0.370 (groupsIFMA has the
-//     measurements). Before them, where the blocks lay side by side in
+//     each, with no gathers; 0.3005 instructions a byte over 4 KiB
+//     blocks in the emulator (0.3184 copying) against lanesIFMA's 0.370,
+//     and no 512-bit memory operands on the multiplies (groupsIFMA has
+//     the measurements, kernels/_asm/poly1305 the design). Before them, where the blocks lay side by side in
 //     whole four-chunk steps, each group but the first was copied by the
 //     hash of the one before it (lanesIFMANext: eight 64-byte loads and
 //     stores a step, beside the multiplies, and the stream two groups

@@ -230,6 +230,17 @@ func blocksIFMACopy(k *polyKey, acc [][2]uint64, h *laneBuf, ad []byte, adLen in
 // (BenchmarkVolumeReadKeyed, -cpu 1). A variant that hashed from q and
 // copied the next group as it went, as lanesIFMANext did, was no faster
 // in either (not kept).
+//
+// Their key operands then moved out of memory: the words of r^8 and r^4
+// as broadcast quadwords, the last step's per-lane powers replaced by a
+// bracket and one factor in registers (kernels/_asm/poly1305). On the
+// Sapphire Rapids guest (6 December, two runs alternating with the build
+// before) Blocks (BenchmarkKeyed) ran at 14.7-15.1 GB/s against
+// 11.1-11.5 at 512 bytes and 19.9-21.8 against 16.1-16.3 at 4 KiB, but
+// blockdev's keyed read of 512-byte blocks did not move (65.4-68.2% of
+// the unkeyed read on one CPU against 65.4-67.8%): its kernel's time
+// there is the source's, read from the page cache, more than the
+// multiplies'.
 func groupsIFMA(k *polyKey, acc [][2]uint64, h *laneBuf, ad []byte, adLen int, q, p []byte, blockLen, stride int) int {
 	chunks := blockLen / 16
 	key := (*[key44Words]uint64)(&k.ifma)

@@ -48,27 +48,27 @@ const lanes44 = 8
 // broadcasts those of r and r^2 to the eight lanes of ten registers);
 // then, from key44Vec, those of r^3 and r^4 again as eight-lane vectors,
 // word w of r^(j+1) at key44Vec + 40(j-2) + 8w (the kernel's memory
-// operands). The stream kernels' vectors follow (lanesIFMAS): from
-// key44S, word w of r^(4(P+1)), P = 0..3, in eight lanes at key44S + 40P
-// + 8w; from key44L, the last step's per-lane powers L_j, j = 1..4, word
-// w at key44L + 40(j-1) + 8w, lane 2s+b holding that of r^(4j-s) (lane
+// operands). The stream kernels' words follow (lanesIFMAS): from key44B,
+// word w of r^(4(P+1)), P = 0..3, at key44B + 5P + w (their broadcast
+// operands); from key44F, the last step's per-lane factor F, word w at
+// key44F + 8w in eight lanes, lane 2s+b holding that of r^(4-s) (lane
 // 2s+b holds chunk stream s of block b of a pair); from key44K, the pad
 // bits' part of a stream kernel's step, which it adds to its accumulators
 // in place of a pad bit in every chunk: the radix-2^44 limbs of c =
 // 2^128·Σ r^e mod 2^130-5 over the powers e of the step's chunk-vectors,
 // limb k in eight lanes at key44K + 24V + 8k, V = 0 for an ordinary step
-// (e = 4, 8, 12, 16), V = R = 1..4 for a last step of R rows (lane 2s+b:
-// e = 4j-s, j = 1..R).
+// (e = 4, 8, 12, 16), V = R = 1..4 for the bracket of a last step of R
+// rows (e = 0, 4, ..., 4(R-1)).
 type ifmaKey [key44Words]uint64
 
 // key44Words is the length of ifmaKey, key44Vec where its vectors start,
-// key44S, key44L and key44K where the stream kernels' start.
+// key44B, key44F and key44K where the stream kernels' start.
 const (
 	key44Words = key44K + 5*3*lanes44
 	key44Vec   = 4 * 5
-	key44S     = key44Vec + 2*5*lanes44
-	key44L     = key44S + 4*5*lanes44
-	key44K     = key44L + 4*5*lanes44
+	key44B     = key44Vec + 2*5*lanes44
+	key44F     = key44B + 4*5
+	key44K     = key44F + 5*lanes44
 )
 
 // laneState44 is the accumulators of eight blocks: limb k of lane l at
@@ -109,31 +109,33 @@ func makeIFMAKey(r0, r1 uint64) ifmaKey {
 		pads[n] = [3]uint64{t0, t1, t2}
 	}
 	for v := range 5 {
-		for ln := range lanes44 {
-			var c [3]uint64
-			for j := 1; j <= 4; j++ {
-				switch {
-				case v == 0:
-					c = addReduce(c, pads[4*j-1])
-				case j <= v:
-					c = addReduce(c, pads[4*j-ln/2-1])
-				}
+		var c [3]uint64
+		for j := 1; j <= 4; j++ {
+			switch {
+			case v == 0:
+				c = addReduce(c, pads[4*j-1])
+			case j == 1 && v > 0:
+				c = addReduce(c, [3]uint64{0, 0, 1}) // 2^128·r^0
+			case j <= v:
+				c = addReduce(c, pads[4*(j-1)-1])
 			}
-			for i, l := range limbs44(c[0], c[1], c[2]) {
+		}
+		for i, l := range limbs44(c[0], c[1], c[2]) {
+			for ln := range lanes44 {
 				k[key44K+24*v+8*i+ln] = l
 			}
 		}
 	}
 	for w := range 5 {
+		for pw := range 4 {
+			k[key44B+5*pw+w] = words[4*(pw+1)-1][w]
+		}
 		for ln := range lanes44 {
 			for j := 2; j < 4; j++ {
 				k[key44Vec+40*(j-2)+8*w+ln] = words[j][w]
 			}
-			for pw := range 4 {
-				k[key44S+40*pw+8*w+ln] = words[4*(pw+1)-1][w]
-				// L_(pw+1), lane 2s+b: r^(4(pw+1)-s).
-				k[key44L+40*pw+8*w+ln] = words[4*(pw+1)-ln/2-1][w]
-			}
+			// F, lane 2s+b: r^(4-s).
+			k[key44F+8*w+ln] = words[4-ln/2-1][w]
 		}
 	}
 	return k

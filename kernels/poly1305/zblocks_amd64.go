@@ -102,7 +102,7 @@ func lanesAVX2R8Copy(h *[20]uint64, q, p []byte, stride, chunks, ahead int, ad [
 // AVX512IFMA. It reads only the chunks.
 //
 //go:noescape
-func lanesIFMA(h *[24]uint64, p []byte, stride, chunks int, key *[540]uint64, pf uintptr)
+func lanesIFMA(h *[24]uint64, p []byte, stride, chunks int, key *[280]uint64, pf uintptr)
 
 // lanesIFMAS is lanesIFMA, the same h before and after, for blocks of
 // whole rows (chunks a multiple of 4) without its gathers: the eight
@@ -116,7 +116,7 @@ func lanesIFMA(h *[24]uint64, p []byte, stride, chunks int, key *[540]uint64, pf
 // = 0 returns at once, h unchanged). It reads only the chunks.
 //
 //go:noescape
-func lanesIFMAS(h *[24]uint64, p []byte, stride, chunks int, key *[540]uint64, pf uintptr)
+func lanesIFMAS(h *[24]uint64, p []byte, stride, chunks int, key *[280]uint64, pf uintptr)
 
 // lanesIFMASCopy is lanesIFMAS that also copies the chunks it absorbs:
 // block l's p[l*stride:][:16*chunks] to q[l*stride:][:16*chunks], each
@@ -128,4 +128,4 @@ func lanesIFMAS(h *[24]uint64, p []byte, stride, chunks int, key *[540]uint64, p
 // overlapping p's.
 //
 //go:noescape
-func lanesIFMASCopy(h *[24]uint64, p []byte, stride, chunks int, key *[540]uint64, pf uintptr, q *byte)
+func lanesIFMASCopy(h *[24]uint64, p []byte, stride, chunks int, key *[280]uint64, pf uintptr, q *byte)

@@ -99,8 +99,8 @@ func (l polyLayout) blocks() int { return l.lanes + l.scalar }
 // at 320). ifmaKey: r0 r1 r2 20·r1 20·r2 of
 // r^(j+1) at word 5j, j = 0..3, and those of r^3 and r^4 again as
 // eight-lane vectors from word key44Vec; those of r^4, r^8, r^12, r^16
-// as eight-lane vectors from key44S; the per-lane L_1..L_4 from key44L,
-// lane 2s+b of L_j holding r^(4j-s).
+// from key44B, five words each; the per-lane F from key44F, lane 2s+b
+// holding r^(4-s); the pad terms from key44K.
 func (l polyLayout) keyTable(r *big.Int) []uint64 {
 	if l.lanes == lanes44 {
 		k := make([]uint64, key44)
@@ -122,9 +122,9 @@ func (l polyLayout) keyTable(r *big.Int) []uint64 {
 		}
 		for j := 1; j <= 4; j++ {
 			for w := range 5 {
+				k[key44B+5*(j-1)+w] = words[4*j][w]
 				for ln := range lanes44 {
-					k[key44S+40*(j-1)+8*w+ln] = words[4*j][w]
-					k[key44L+40*(j-1)+8*w+ln] = words[4*j-ln/2][w]
+					k[key44F+8*w+ln] = words[4-ln/2][w]
 				}
 			}
 		}
@@ -141,7 +141,7 @@ func (l polyLayout) keyTable(r *big.Int) []uint64 {
 					case v == 0:
 						c.Add(c, pad(4*j))
 					case j <= v:
-						c.Add(c, pad(4*j-ln/2))
+						c.Add(c, pad(4*(j-1)))
 					}
 				}
 				c.Mod(c, polyP)

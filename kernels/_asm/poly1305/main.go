@@ -126,18 +126,18 @@ const (
 	// (r0 r1 r2 s1 s2) of r^(j+1), j = 2, 3, at word key44Vec + 40(j-2) +
 	// 8w, in eight lanes.
 	key44Vec = 20
-	// The stream kernels' vectors (lanesIFMAS): word w of r^(4(P+1)), P
-	// = 0..3 (r^4, r^8, r^12, r^16), in eight lanes at key44S + 40P + 8w;
-	// then the last step's per-lane powers L_j, j = 1..4, word w at
-	// key44L + 40(j-1) + 8w, lane 2s+b holding that of r^(4j-s).
-	// From key44K, the pad bits' part of a step, the limbs of c =
-	// 2^128·Σ r^e over the powers e the step's chunk-vectors take (mod
-	// 2^130-5, radix 2^44), limb k in eight lanes at key44K + 24V + 8k:
-	// V = 0 an ordinary step's (e = 4, 8, 12, 16), V = R the last step's
-	// of R rows (lane 2s+b: e = 4j-s, j = 1..R).
-	key44S = key44Vec + 2*5*lanes44
-	key44L = key44S + 4*5*lanes44
-	key44K = key44L + 4*5*lanes44
+	// The stream kernels' words (lanesIFMAS): from key44B, word w of
+	// r^(4(P+1)), P = 0..3 (r^4, r^8, r^12, r^16), at key44B + 5P + w
+	// (broadcast operands); from key44F, the last step's per-lane factor
+	// F, word w at key44F + 8w in eight lanes, lane 2s+b holding that of
+	// r^(4-s). From key44K, the pad bits' part of a step, the limbs of c
+	// = 2^128·Σ r^e over the powers e the step's chunk-vectors take (mod
+	// 2^130-5, radix 2^44), limb k in eight lanes at key44K + 24V + 8k: V
+	// = 0 an ordinary step's (e = 4, 8, 12, 16), V = R the bracket's of a
+	// last step of R rows (e = 0, 4, ..., 4(R-1)).
+	key44B = key44Vec + 2*5*lanes44
+	key44F = key44B + 4*5
+	key44K = key44F + 5*lanes44
 )
 
 const (
@@ -1642,13 +1642,12 @@ func (g *gen) lanesIFMA(name string, consts operand.Mem) {
 //
 // Each stream is a Horner evaluation in r^4, one row a term, four rows a
 // step: h' = (h + v1)·r^16 + v2·r^12 + v3·r^8 + v4·r^4. The last step,
-// of the R = 1..4 rows left, multiplies stream s by r^-s more, so that
-// chunk 4u+s of a block of n = 4U chunks ends with r^(n-4u-s), as
-// Poly1305 has it: chunk-vector t of that step takes L_(R-t), lane 2s+b
-// holding r^(4(R-t)-s) (memory vectors in the key). The accumulator h
+// of the R = 1..4 rows left, takes the bracket B = (h + v1)·r^(4(R-1)) +
+// ... + vR (vR added, not multiplied), carries it, and multiplies it by
+// F, lane 2s+b holding r^(4-s), so that chunk 4u+s of a block of n = 4U
+// chunks ends with r^(n-4u-s), as Poly1305 has it. The accumulator h
 // (h[8k+l], limb k of block l, from the associated data or zero) seeds
-// stream 0 of its block, which the r^16 and the last r^(4R) multiply by
-// r^n in all.
+// stream 0 of its block, which the steps multiply by r^n in all.
 //
 // Three vector operations a chunk-vector fewer than lanesIFMA's split and
 // carries, where every one counts (the multiplies and the shuffles share
@@ -1672,10 +1671,26 @@ func (g *gen) lanesIFMA(name string, consts operand.Mem) {
 // q + l·stride, as p's) and absorbs the row from the register: the bytes
 // hashed are the bytes copied, read once.
 //
-// The key words of r^16 and r^12 stay in ten registers; those of r^8,
-// r^4 and the L_j are memory operands. Each step prefetches, as
-// lanesIFMA's do, as many bytes of the stream at pf as it absorbs (128
-// a row), in order.
+// The key words of r^16 and r^12 stay in ten registers and F's in five;
+// those of r^8 and r^4 are broadcast quadword operands ({1to8}) of the
+// multiplies. Full 512-bit memory operands were the cost: the first
+// stream kernels took every key word but r^16's and r^12's that way, and
+// the last step's eight-lane L_j (r^(4j-s) a lane, j = R-t) for every
+// row; on the Sapphire Rapids guest (5 December, BenchmarkKeyed under
+// avx512ifma, -benchtime 2000x) moving r^8 to registers took 4 KiB from
+// 19.5 to 22.3 GB/s, and the broadcast form for r^4 with the bracket and
+// F in place of the L_j to 25.4 (512 bytes 12.8-13.4 -> 16.6-17.3). The
+// emulator counts more instructions for it (0.3005 a byte over 4 KiB
+// blocks, 0.3184 copying; it was 0.297): the gain is in the operands,
+// not the count. Eight-row steps (h' = (h + v1)·r^32 + ... + v8·r^4,
+// 0.264 instructions a byte) ran slower: with one set of accumulators
+// each takes a chain of 24 dependent multiplies, and with two the key
+// no longer fits the registers (4 KiB 16.8 GB/s against 19.7); they were
+// not kept.
+//
+// Each step prefetches, as lanesIFMA's do, as many bytes of the stream at
+// pf as it absorbs (128 a row), in order, into all cache levels
+// (PREFETCHT0; PREFETCHT1 measured the same).
 var (
 	rSBase, rSQBase = reg.R10, reg.R13 // the pair's block 0 in p and q
 	rSPairs, rSRows = reg.R9, reg.RAX  // pairs left; rows of a block
@@ -1683,27 +1698,37 @@ var (
 		{reg.Z15, reg.Z16, reg.Z17, reg.Z18, reg.Z19}, // r^16
 		{reg.Z20, reg.Z21, reg.Z22, reg.Z23, reg.Z24}, // r^12
 	}
+	zF = [5]reg.VecPhysical{reg.Z27, reg.Z28, reg.Z29, reg.Z30, reg.Z31} // F
 )
 
-// keyS44 is the key operand of word w for a chunk-vector: in an ordinary
-// step that of r^(4(P+1)), P = 3 - t, registers for r^16 and r^12; in the
-// last step (last) that of L_j, j = R - t.
-func (g *gen) keyS44(last bool, pj, w int) operand.Op {
-	switch {
-	case last:
-		return mem(rKey, 8*(key44L+40*(pj-1)+8*w))
-	case pj >= 2:
-		return zKS[3-pj][w]
+// keyS44 is the key operand of word w of r^(4e), e = 1..4: registers for
+// r^16 and r^12, broadcast quadwords of the key for r^8 and r^4.
+func (g *gen) keyS44(e, w int) operand.Op {
+	if e >= 3 {
+		return zKS[4-e][w]
 	}
-	return mem(rKey, 8*(key44S+40*pj+8*w))
+	return mem(rKey, 8*(key44B+5*(e-1)+w))
 }
 
-// maddS44 is madd44 with the stream kernels' key operands.
-func (g *gen) maddS44(x reg.VecPhysical, i int, last bool, pj int) {
+// maddS44 adds x (limb i of a chunk-vector) times r^(4e) to the
+// accumulators, e = 1..4, or times the last step's factor F (e = 0, its
+// registers).
+func (g *gen) maddS44(x reg.VecPhysical, i, e int) {
+	c := g.c
 	for k := 0; k < 3; k++ {
-		w := g.keyS44(last, pj, words44[k][i])
-		g.c.VPMADD52LUQ(w, x, zDLo[k])
-		g.c.VPMADD52HUQ(w, x, zDHi[k])
+		if e == 0 {
+			c.VPMADD52LUQ(zF[words44[k][i]], x, zDLo[k])
+			c.VPMADD52HUQ(zF[words44[k][i]], x, zDHi[k])
+			continue
+		}
+		switch w := g.keyS44(e, words44[k][i]); w.(type) {
+		case operand.Mem:
+			c.VPMADD52LUQ_BCST(w, x, zDLo[k])
+			c.VPMADD52HUQ_BCST(w, x, zDHi[k])
+		default:
+			c.VPMADD52LUQ(w, x, zDLo[k])
+			c.VPMADD52HUQ(w, x, zDHi[k])
+		}
 	}
 }
 
@@ -1718,8 +1743,8 @@ func (g *gen) rowS44(t int, use func(i int)) {
 		c.VMOVDQU64(zA, mem(rCq, 64*t))
 		c.VMOVDQU64(zB, operand.Mem{Base: rCq, Index: rS, Scale: 1, Disp: 64 * t})
 	}
-	c.PREFETCHT1(mem(rPf44, 128*t))
-	c.PREFETCHT1(mem(rPf44, 128*t+64))
+	c.PREFETCHT0(mem(rPf44, 128*t))
+	c.PREFETCHT0(mem(rPf44, 128*t+64))
 	c.VPUNPCKHQDQ(zB, zA, zHi) // hi words: lane 2s+b chunk s of the row of block b
 	c.VPUNPCKLQDQ(zB, zA, zLo) // lo words
 	c.VPANDQ(zM44, zLo, zL)
@@ -1732,17 +1757,20 @@ func (g *gen) rowS44(t int, use func(i int)) {
 	use(2)
 }
 
-// stepS44 emits a step over the next R rows of the pair: ordinary (R =
-// 4, powers r^16..r^4) or the last (powers L_R..L_1), the products of
-// rows 1..R-1 first, then h + row 0 times its power and the carry chain;
-// then it moves the pointers on.
+// stepS44 emits a step over the next R rows of the pair. An ordinary
+// step (R = 4) takes row t times r^(4(4-t)). The last (last, R = 1..4)
+// takes the bracket, row t times r^(4(R-1-t)) (row R-1 added, times 1),
+// carries it and multiplies it by F, lane 2s+b r^(4-s), and carries again.
+// Each starts its accumulators from its pad bits' part and takes the
+// products of rows 1..R-1 first, then h + row 0; then it moves the
+// pointers on.
 func (g *gen) stepS44(rows int, last bool) {
 	c := g.c
 	pow := func(t int) int {
 		if last {
-			return rows - t
+			return rows - 1 - t
 		}
-		return 3 - t
+		return 4 - t
 	}
 	v := 0
 	if last {
@@ -1753,13 +1781,32 @@ func (g *gen) stepS44(rows int, last bool) {
 		c.VPXORQ(zDHi[k], zDHi[k], zDHi[k])
 	}
 	for t := rows - 1; t >= 1; t-- {
-		g.rowS44(t, func(i int) { g.maddS44(zL, i, last, pow(t)) })
+		if pow(t) == 0 {
+			g.rowS44(t, func(i int) { c.VPADDQ(zL, zDLo[i], zDLo[i]) })
+			continue
+		}
+		g.rowS44(t, func(i int) { g.maddS44(zL, i, pow(t)) })
 	}
 	g.rowS44(0, func(i int) { c.VPADDQ(zL, zH[i], zH[i]) })
 	for i := 0; i < 3; i++ {
-		g.maddS44(zH[i], i, last, pow(0))
+		if pow(0) == 0 {
+			c.VPADDQ(zH[i], zDLo[i], zDLo[i])
+			continue
+		}
+		g.maddS44(zH[i], i, pow(0))
 	}
 	g.combineS44()
+	if last {
+		c.Comment("Times F: stream s times r^(4-s).")
+		for k := 0; k < 3; k++ {
+			c.VPXORQ(zDLo[k], zDLo[k], zDLo[k])
+			c.VPXORQ(zDHi[k], zDHi[k], zDHi[k])
+		}
+		for i := 0; i < 3; i++ {
+			g.maddS44(zH[i], i, 0)
+		}
+		g.combineS44()
+	}
 	c.ADDQ(operand.U32(64*rows), rP)
 	if g.copying {
 		c.ADDQ(operand.U32(64*rows), rCq)
@@ -1827,11 +1874,14 @@ func (g *gen) lanesIFMAS(name string, consts operand.Mem, cp bool) {
 	c.JZ(operand.LabelRef("doneS"))
 	c.VPBROADCASTQ(consts, zM44)
 	c.VPBROADCASTQ(consts.Offset(8), zM42)
-	c.Comment("The key words of r^16 and r^12, eight-lane vectors.")
+	c.Comment("The key words of r^16 and r^12, broadcast, and of F.")
 	for j, pw := range []int{3, 2} {
 		for w := 0; w < 5; w++ {
-			c.VMOVDQU64(mem(rKey, 8*(key44S+40*pw+8*w)), zKS[j][w])
+			c.VPBROADCASTQ(mem(rKey, 8*(key44B+5*pw+w)), zKS[j][w])
 		}
+	}
+	for w := 0; w < 5; w++ {
+		c.VMOVDQU64(mem(rKey, 8*(key44F+8*w)), zF[w])
 	}
 	c.MOVQ(operand.U32(lanes44/2), rSPairs)
 
@@ -1855,7 +1905,7 @@ func (g *gen) lanesIFMAS(name string, consts operand.Mem, cp bool) {
 	c.JAE(operand.LabelRef("quadS"))
 
 	c.Label("lastS")
-	c.Comment("The last 1..4 rows, stream s times r^-s more.")
+	c.Comment("The last 1..4 rows, then stream s times r^(4-s).")
 	c.CMPQ(rN, operand.U32(2))
 	c.JB(operand.LabelRef("last1S"))
 	c.JZ(operand.LabelRef("last2S"))
