@@ -30,10 +30,40 @@ import (
 // spin costs at most helperSpin of one CPU per request: bounded, and
 // spent only while requests arrive closer than that. And when the second
 // CPU does not help (busy with other work, or the helper descheduled in
-// the middle of a piece), splitGate turns the split off for a while.
+// the middle of a piece), splitGate turns the split off for a while; so
+// does a helper that finds itself descheduled between its polls
+// (helperGap).
 
 // helperSpin is how long the helper polls for more pieces after its last.
 const helperSpin = 250 * time.Microsecond
+
+// helperGap is the time between two of the helper's looks at the clock
+// (spinCheck polls, a microsecond or two on a CPU of its own) from which
+// it takes the other CPU to be busy: it was descheduled, or its P ran
+// other goroutines, for that long. It then turns the split off
+// (splitGate.close, the gate's backoff) and exits. The gate's balance
+// alone missed this case: under contention the helper, sharing its CPU
+// with another process, came back from a time slice away to find
+// helperSpin over and exited, so the next request started another, and
+// the jobs posted before a new helper runs do not count (splitGate). On
+// the Sapphire Rapids guest with a spinner pinned to the other vCPU,
+// 38-148 helper starts per 1,000 keyed reads of 1 MiB in 512-byte blocks
+// kept the split on, and the reads ran at 48.4-55.6% of the unkeyed read
+// against 61.8-63.4% with GOMAXPROCS 1 (three runs each, alternating).
+// With the detector, 60.1-64.2% against 56.1-59.6% (three runs each,
+// alternating, the same day). The other vCPU need not run anything of
+// ours to be busy: on 6 December the hypervisor took vCPU 1 away for 1-5
+// ms at a time, about half of its time in some minutes (a 2 s scratch
+// loop reading the clock: 282 gaps of 1-5 ms and 8 longer on vCPU 1,
+// against 7 of 1-5 ms on vCPU 0), when BenchmarkKeyed ran at half speed
+// there and the split forced on took keyed reads of 512-byte blocks to
+// 42.7-45.8% of the unkeyed read. Gaps of this size on a vCPU left alone
+// are rarer (those 7 in 2 s): a false alarm costs splitBackoffMin of
+// split, and does not escalate unless it recurs within splitSettled.
+const helperGap = time.Millisecond
+
+// testHookHelperPoll, if set, runs at each poll of the helper loop.
+var testHookHelperPoll func()
 
 // splitJob is one call of splitWork: n pieces, fn(w, i) piece i run by
 // worker w (0 the caller, 1 the helper).
@@ -231,6 +261,13 @@ func (g *gate) record(n, mine int, own, theirs, total time.Duration) {
 			break
 		}
 	}
+	g.close()
+}
+
+// close turns the split off for a backoff (see splitGate); the balance
+// starts again from zero when it comes back on.
+func (g *gate) close() {
+	g.balance.Store(0)
 	now := time.Now().UnixNano()
 	b := time.Duration(g.backoff.Load())
 	if on := g.until.Load(); on == 0 || now-on >= int64(splitSettled) {
@@ -256,17 +293,32 @@ func splitHelperLoop() {
 	splitHelper.awake.Store(true)
 	for {
 		idle := time.Now()
+		last := idle // the clock's last reading
 		// The clock is read every spinCheck polls: reading it at each
 		// took 1% of a keyed read's CPU time.
 		const spinCheck = 16
 		for polls := 1; ; polls++ {
+			if testHookHelperPoll != nil {
+				testHookHelperPoll()
+			}
 			if j := splitHelper.job.Load(); j != nil && j.next.Load() < j.n {
 				j.work(1)
 				idle, polls = time.Now(), 0
+				last = idle
 				continue
 			}
-			if polls%spinCheck == 0 && time.Since(idle) >= helperSpin {
-				break
+			if polls%spinCheck == 0 {
+				now := time.Now()
+				if now.Sub(last) >= helperGap {
+					// Descheduled between two looks: the CPU it runs
+					// on is busy with other work (see helperGap).
+					splitGate.close()
+					break
+				}
+				last = now
+				if now.Sub(idle) >= helperSpin || !splitGate.open() {
+					break
+				}
 			}
 			runtime.Gosched()
 		}
