@@ -45,6 +45,8 @@ package poly1305
 // where dk→dl is c = dk>>26, dk &= M, dl += c. Afterwards d0, d2, d3 < 2^26
 // and d1, d4 < 2^26 + 2^12.
 
+import "math/bits"
+
 // lanes is the number of blocks a lane kernel evaluates side by side.
 const lanes = 4
 
@@ -111,14 +113,16 @@ func fillLaneKey(k []uint64, n int, r0, r1 uint64) {
 	}
 }
 
-// reduceFull is reduce keeping all 130 bits: h mod 2^130-5 for h < 2p.
+// reduceFull returns h mod 2^130-5, all 130 bits, for h < 2(2^130-5):
+// h - p if h + 5 reaches 2^130, else h (as reduce, without dropping the
+// top bits). (It took the top as 0 after a subtraction before, which
+// h - p in [2^128, 2^128 + 5) would have made wrong.)
 func reduceFull(h0, h1, h2 uint64) (uint64, uint64, uint64) {
-	g0, g1 := reduce(h0, h1, h2)
-	// reduce subtracted p iff it changed the value; recompute the top.
-	if g0 == h0 && g1 == h1 {
-		return h0, h1, h2
-	}
-	return g0, g1, 0
+	g0, c := bits.Add64(h0, 5, 0)
+	g1, c := bits.Add64(h1, 0, c)
+	g2 := h2 + c
+	sel := -(g2 >> 2 & 1) // all ones: take g - 2^130
+	return h0 ^ (h0^g0)&sel, h1 ^ (h1^g1)&sel, h2 ^ (h2^(g2&3))&sel
 }
 
 // mul32 is VPMULUDQ on one lane: the low 32 bits of each operand.

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/big"
 	"math/rand/v2"
 	"strconv"
 	"strings"
@@ -797,6 +798,34 @@ func TestConcurrentBlocks(t *testing.T) {
 	for range 4 {
 		if err := <-errs; err != nil {
 			t.Fatal(err)
+		}
+	}
+}
+
+// TestReduceFull: h mod 2^130-5 with all 130 bits, for h < 2p, at the
+// edges: below p, p itself, and h - p at and past 2^128 (where a top
+// taken as 0 after the subtraction, as reduceFull did at first, is wrong).
+func TestReduceFull(t *testing.T) {
+	p := new(big.Int).Sub(new(big.Int).Lsh(big.NewInt(1), 130), big.NewInt(5))
+	two128 := new(big.Int).Lsh(big.NewInt(1), 128)
+	cases := []*big.Int{
+		big.NewInt(0),
+		new(big.Int).Sub(p, big.NewInt(1)),
+		new(big.Int).Set(p),
+		new(big.Int).Add(p, big.NewInt(4)),
+		new(big.Int).Add(p, two128),
+		new(big.Int).Add(new(big.Int).Add(p, two128), big.NewInt(3)),
+		new(big.Int).Sub(new(big.Int).Lsh(p, 1), big.NewInt(1)),
+	}
+	mask := new(big.Int).Sub(new(big.Int).Lsh(big.NewInt(1), 64), big.NewInt(1))
+	word := func(x *big.Int, i uint) uint64 { return new(big.Int).And(new(big.Int).Rsh(x, 64*i), mask).Uint64() }
+	for _, h := range cases {
+		g0, g1, g2 := reduceFull(word(h, 0), word(h, 1), word(h, 2))
+		got := new(big.Int).SetUint64(g2)
+		got.Lsh(got, 64).Or(got, new(big.Int).SetUint64(g1))
+		got.Lsh(got, 64).Or(got, new(big.Int).SetUint64(g0))
+		if want := new(big.Int).Mod(h, p); got.Cmp(want) != 0 {
+			t.Errorf("reduceFull(%#x) = %#x, want %#x", h, got, want)
 		}
 	}
 }
