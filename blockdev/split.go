@@ -132,10 +132,10 @@ func splitWork(n int, fn func(w, i int) bool) bool {
 		// (Its pieces were skipped: its times say nothing of the split.)
 		return false
 	}
-	if awake {
+	if awake || mine < n {
 		// (A job posted while the helper was still waking up, the first
-		// of a stream or after a pause, says nothing of the split: see
-		// splitGate.)
+		// of a stream or after a pause, says nothing of the split unless
+		// the helper took a piece of it: see splitGate.)
 		splitGate.record(n, mine, t1.Sub(t0), time.Duration(j.theirs.Load()), time.Since(t0))
 	}
 	return true
@@ -183,7 +183,10 @@ func (j *splitJob) work(w int) int {
 // took, which is negative when the helper held the caller. The balance is
 // capped at splitCredit, so savings long past do not pay for a stall now;
 // when it falls below zero, the split is off for a backoff, and starts
-// again from a zero balance. Under contention the split saves a little on
+// again from a balance of splitRestart (a quarter of the credit: one slow
+// job just after the split comes back on, a cold cache or a helper still
+// waking, does not turn it off again at once, and a helper that stalls
+// for a time slice does). Under contention the split saves a little on
 // most jobs and loses a time slice on a few (the Sapphire Rapids guest,
 // another process busy on the other vCPU: 168-443 helper starts and 9-18
 // gate closings per 2,560 keyed reads of 1 MiB in 512-byte blocks under
@@ -199,20 +202,35 @@ func (j *splitJob) work(w int) int {
 // 4.7-5.9 closings and 46.1-61.0% (mean 52.4%) under the rule before (four
 // runs each); idle, 72.0-81.3% against 67.0-82.5%.
 //
-// Only the jobs posted while the helper goroutine is running its loop
-// count: those posted after the caller started it, and before it first ran
-// (90-300 µs on the two-vCPU guests), lose time for a reason that is gone
-// once it runs. On the Zen 4 guest they had made about half the misses of
-// BenchmarkVolumeReadKeyed (whose unkeyed pass between the keyed ones lets
-// the helper exit). Garbage collections stall the helper too (its Gosched
-// lets the collector's fractional worker take its P): short losses, which
-// the credit absorbs. Concurrent callers on both CPUs save nothing (only
-// the newest job is helped) and lose a little each, which turns the split
-// off in time, which is right: the CPUs are busy.
+// A job counts if the helper goroutine was running its loop when the job
+// was posted, or if the helper took a piece of it. A job posted after the
+// caller started the helper, and finished before the helper first ran
+// (90-300 µs on the two-vCPU guests), says nothing of the split: its loss
+// is gone once the helper runs. On the Zen 4 guest such jobs had made
+// about half the misses of BenchmarkVolumeReadKeyed (whose unkeyed pass
+// between the keyed ones lets the helper exit). But a helper that took a
+// piece and held the caller did cost that time, and would again: on the
+// Sapphire Rapids guest, while the hypervisor took vCPU 1 away for 1-5 ms
+// at a time (282 such gaps in 2 s of a clock-reading loop there, 7 on vCPU
+// 0), the helper's gap detector (helperGap) ended it, the next job started
+// it again, and the rule before this one, which counted only jobs posted
+// to a running helper, never saw the late ones: 42-54 helper starts per
+// 1,000 keyed reads of 1 MiB in 512-byte blocks and 57.4-60.2% of the
+// unkeyed read, against 1.6-2.0 starts and 65.2-66.5% with them counted
+// (three runs each; with a spinner on the other vCPU, 54.1-58.2% against
+// 60.5-62.2%). With vCPU 1 healthy the two rules measured the same idle,
+// 66.1-71.5% and 68.4-72.2%, and busy 50.5-57.2% against 62.2-63.0%.
+//
+// Garbage collections stall the helper too (its Gosched lets the
+// collector's fractional worker take its P): short losses, which the
+// credit absorbs. Concurrent callers on both CPUs save nothing (only the
+// newest job is helped) and lose a little each, which turns the split off
+// in time, which is right: the CPUs are busy.
 var splitGate gate
 
 const (
 	splitCredit     = time.Millisecond
+	splitRestart    = splitCredit / 4
 	splitBackoffMin = 10 * time.Millisecond
 	splitBackoffMax = time.Second
 	splitSettled    = time.Second
@@ -265,10 +283,15 @@ func (g *gate) record(n, mine int, own, theirs, total time.Duration) {
 }
 
 // close turns the split off for a backoff (see splitGate); the balance
-// starts again from zero when it comes back on.
+// starts again from splitRestart when it comes back on.
 func (g *gate) close() {
-	g.balance.Store(0)
+	g.balance.Store(int64(splitRestart))
 	now := time.Now().UnixNano()
+	if now < g.until.Load() {
+		// Already off: a helper still in its loop when the split went
+		// off (a gap in its last polls) does not add a backoff.
+		return
+	}
 	b := time.Duration(g.backoff.Load())
 	if on := g.until.Load(); on == 0 || now-on >= int64(splitSettled) {
 		b = 0
