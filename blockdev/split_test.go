@@ -256,6 +256,12 @@ func TestSplitGateRecord(t *testing.T) {
 	if u := until(); u > splitBackoffMin || u < splitBackoffMin/2 {
 		t.Fatalf("off for %v, want %v", u, splitBackoffMin)
 	}
+	// Closed again while off (a helper's gap detector after the gate
+	// closed): no closing counted, no longer backoff.
+	u0 := g.until.Load()
+	if g.close(); g.offs.Load() != 1 || g.until.Load() != u0 {
+		t.Fatalf("closing the split while off: %d closings, off until moved by %v", g.offs.Load(), time.Duration(g.until.Load()-u0))
+	}
 	// On again, a loss within splitRestart keeps it on.
 	g.until.Store(time.Now().UnixNano())
 	if g.record(16, 15, 15*ms, ms, 16*ms+splitRestart/2); !g.open() {
@@ -396,9 +402,10 @@ func TestSplitHelperGap(t *testing.T) {
 // TestSplitGateLateHelper: a job posted before the helper runs counts
 // once the helper takes a piece of it: here that piece holds the caller 5
 // ms (a helper on a vCPU the hypervisor takes away), against the 2.4 ms
-// the job's pieces take on one CPU, which turns the split off. (Not counting such jobs, as at first, let a helper on a vCPU the
-// hypervisor kept taking away be started again for most reads, the split
-// never turned off.)
+// the job's pieces take on one CPU, which turns the split off. (Not
+// counting such jobs, as at first, let a helper on a vCPU the hypervisor
+// kept taking away be started again for most reads, the split never
+// turned off.)
 func TestSplitGateLateHelper(t *testing.T) {
 	offs := freshGate(t)
 	var helped atomic.Bool
