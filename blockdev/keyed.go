@@ -29,11 +29,14 @@ import (
 // piece, every chunk of Create) takes the next one, and it is stored with
 // the tag. So one nonce is never used for two messages: two writes of one
 // LBA differ in generation, two blocks of one write differ in LBA, and two
-// volumes under one Key differ in their derived keys. The generation is
-// reserved durably (store.Txn.ReserveGeneration) in the same synced commit
-// as the intents of the writes that use it, before their data can reach
-// the device, and Open resumes above the reserved value plus a random
-// jump of up to 2^32 (see resumeGeneration). Blocks of one write have
+// volumes under one Key differ in their derived keys. Generations are
+// reserved durably ahead of use (store.Txn.ReserveGeneration, genAhead at
+// a time, see takeGen): no generation is handed out, and so no tag
+// computed under it, before a synced commit has recorded a reservation
+// that covers it. Open resumes above the reserved value plus a random
+// jump of up to 2^32 (see resumeGeneration), so a crash at any point
+// leaves every generation ever handed out at or below the value Open
+// reads. Blocks of one write have
 // consecutive nonces, so the masks of a run come from one AES-CTR
 // keystream (poly1305.Key.BlocksAD).
 //
@@ -145,9 +148,10 @@ type keyed struct {
 	uid  [16]byte
 	page []byte
 
+	tup      *store.Tuples // where takeGen commits its reservations
 	genMu    sync.Mutex
 	next     uint64 // next generation to hand out
-	reserved uint64 // Create: generations reserved ahead, durably (protectTags)
+	reserved uint64 // highest generation durably reserved; next <= reserved+1 unless exhausted
 
 	pendMu sync.RWMutex
 	pend   map[int64]*kPage // tags of flushed, unfolded blocks (like the overlay)
@@ -183,11 +187,11 @@ func (v *Volume) setupKeyed(key *Key) error {
 	if err := v.tup.SetPageMACKey(vk.page); err != nil {
 		return fmt.Errorf("blockdev: volume %q: %w", name, err)
 	}
-	k := &keyed{tk: vk.tag, page: vk.page, pend: make(map[int64]*kPage)}
+	k := &keyed{tk: vk.tag, page: vk.page, tup: v.tup, pend: make(map[int64]*kPage)}
 	k.cache.pages = make(map[int64]*tagCachePage)
 	k.chunk = v.chunk
 	copy(k.uid[:], uid)
-	if k.next, err = resumeGeneration(v.tup); err != nil {
+	if k.next, k.reserved, err = resumeGeneration(v.tup); err != nil {
 		return fmt.Errorf("blockdev: volume %q: %w", name, err)
 	}
 	v.kd = k
@@ -195,25 +199,30 @@ func (v *Volume) setupKeyed(key *Key) error {
 	return nil
 }
 
-// resumeGeneration returns the first generation a session may use: above
-// the highest reserved, by a random jump in [1, 2^32], so that a session
-// after a rollback of the store (which also rolls back the reservation)
-// does not reuse the generations of the sessions rolled back.
-func resumeGeneration(t *store.Tuples) (uint64, error) {
+// resumeGeneration returns the first generation a session may use and the
+// highest one reserved in the store. The first is above the second by a
+// random jump in [1, 2^32]: the reservation alone keeps a session from
+// reusing the generations of the sessions before it (takeGen), and the
+// jump, as defence in depth, keeps a session after a rollback of the
+// store (which also rolls back the reservation) from reusing the
+// generations of the sessions rolled back.
+func resumeGeneration(t *store.Tuples) (next, reserved uint64, err error) {
 	g, err := t.ReservedGeneration()
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	j, err := genJump()
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	next := g + 1 + j
-	if next < g {
-		return 0, errors.New("blockdev: keyed generations exhausted")
+	next = g + 1 + j
+	if next <= g {
+		return 0, 0, errGensExhausted
 	}
-	return next, nil
+	return next, g, nil
 }
+
+var errGensExhausted = errors.New("blockdev: keyed generations exhausted")
 
 // genJump returns the random part of resumeGeneration's jump, in [0,
 // 2^32). Tests set it to return 0, to show that the reservation alone
@@ -263,25 +272,58 @@ func (v *Volume) keyedWritable(op string) error {
 	return nil
 }
 
-// takeGen hands out the generation of one write. A write may use it only
-// once it is reserved (see keyedIntents); until then its tags stay in
-// memory.
-func (k *keyed) takeGen() uint64 {
+// genAhead is how many generations one reservation commit covers. Each
+// staged piece of a write, each discard piece and each Create chunk takes
+// one, so a volume makes one extra synced commit per genAhead of them; a
+// crash wastes at most genAhead generations of the 2^64, against the
+// 2^32 that every Open's jump skips anyway.
+const genAhead = 1 << 16
+
+// takeGen hands out the generation of one write (or discard piece, or
+// Create chunk). A generation is handed out only once it is durably
+// reserved: when next passes the reservation, takeGen first commits,
+// synced, a reservation of the next genAhead generations, and hands out
+// none while that commit runs or after it failed. So whatever the timing
+// of a crash, every generation any session handed out (and any tag
+// computed under it, whether or not it reached the store or the device)
+// is at or below the reservation the next Open reads. The reservation is
+// committed here only, under genMu, so it never goes down.
+//
+// Lock order: range locks and flushMu (a discard) come before genMu,
+// and genMu before the store's own lock; a writer holds genMu across the
+// reservation's commit, once per genAhead generations.
+func (k *keyed) takeGen() (uint64, error) {
 	k.genMu.Lock()
 	defer k.genMu.Unlock()
 	g := k.next
+	if g == 0 { // wrapped: every generation was handed out
+		return 0, errGensExhausted
+	}
+	if g > k.reserved {
+		r := g + genAhead - 1
+		if r < g {
+			r = ^uint64(0)
+		}
+		x := k.tup.NewTxn()
+		if err := x.ReserveGeneration(r); err != nil {
+			x.Abort()
+			return 0, err
+		}
+		if testHookReserve != nil {
+			testHookReserve(r)
+		}
+		if err := x.Commit(true); err != nil {
+			return 0, fmt.Errorf("blockdev: reserving keyed generations: %w", err)
+		}
+		k.reserved = r
+	}
 	k.next++
-	return g
+	return g, nil
 }
 
-// handedOut returns the highest generation handed out so far: what a
-// commit reserves, so that the reservation covers every generation in
-// use, staged or not, and never goes down.
-func (k *keyed) handedOut() uint64 {
-	k.genMu.Lock()
-	defer k.genMu.Unlock()
-	return k.next - 1
-}
+// testHookReserve, if set, is called before each reservation commit with
+// the generation it reserves up to.
+var testHookReserve func(upTo uint64)
 
 // adLen is the associated data before each block: uid | LBA | generation.
 const adLen = 32
@@ -336,18 +378,23 @@ func (k *keyed) fill(ad []byte, lba int64, gen uint64, n int) {
 // stageTags computes the tags of a write of n blocks at lba into the
 // batch's slots (see stage). Caller holds the write's range lock.
 func (v *Volume) stageTags(dst []store.KeyedTag, lba int64, n int, data []byte) error {
-	return v.kd.newTags(dst[:n], lba, v.kd.takeGen(), data, v.bs)
+	gen, err := v.kd.takeGen()
+	if err != nil {
+		return v.fail(err)
+	}
+	return v.kd.newTags(dst[:n], lba, gen, data, v.bs)
 }
 
 // intents stages, in the transaction of a batch's intents, the tag intents
-// of its entries and the reservation of every generation they use.
+// of its entries. Their generations were reserved before they were handed
+// out (takeGen).
 func (k *keyed) intents(x *store.Txn, b *batch, ids []store.IntentID) error {
 	for i, e := range b.ents {
 		if err := x.RecordTagIntent(ids[i], b.tags[e.slot:e.slot+e.n]); err != nil {
 			return err
 		}
 	}
-	return x.ReserveGeneration(k.handedOut())
+	return nil
 }
 
 // insert puts a written batch's tags where readers find them until the
@@ -809,10 +856,13 @@ func keyedEligible(states []dif.State, sc *scratch, transient []uint64, i int) b
 
 // keyedDiscardIntent stages the tag intent of a discard piece of n blocks
 // at lba: the tags of zero blocks under a fresh generation (recovery
-// commits them if the zeros reached the device but the discard did not),
-// and its reservation.
+// commits them if the zeros reached the device but the discard did not).
+// The generation is reserved (takeGen) in a commit of its own before x.
 func (v *Volume) keyedDiscardIntent(x *store.Txn, id store.IntentID, lba int64, n int) error {
-	gen := v.kd.takeGen()
+	gen, err := v.kd.takeGen()
+	if err != nil {
+		return err
+	}
 	tags := make([]store.KeyedTag, n)
 	zb := max(1, len(zeroBuf)/v.bs)
 	for i := 0; i < n; i += zb {
@@ -821,10 +871,7 @@ func (v *Volume) keyedDiscardIntent(x *store.Txn, id store.IntentID, lba int64, 
 			return err
 		}
 	}
-	if err := x.RecordTagIntent(id, tags); err != nil {
-		return err
-	}
-	return x.ReserveGeneration(v.kd.handedOut())
+	return x.RecordTagIntent(id, tags)
 }
 
 // keyedRecovery is the keyed part of crash recovery: the tags of the open
@@ -916,14 +963,10 @@ func (k *Key) keyManifest(m *store.Manifest) ([]byte, error) {
 	return vk.page, nil
 }
 
-// protectAhead is how many generations Create reserves with one synced
-// commit: one per chunk, so 1,024 chunks (4 GiB of 4 MiB chunks) per sync.
-const protectAhead = 1024
-
 // protectTags commits the keyed tags of n blocks of data at lba for
-// Create, under one fresh generation. Generations are reserved ahead, in
-// steps of protectAhead with a synced commit, before any tag under them
-// is committed; the tags' own commit is not synced (the protect
+// Create, under one fresh generation. Generations are reserved ahead
+// (takeGen: a synced commit per genAhead chunks) before any tag under
+// them is computed; the tags' own commit is not synced (the protect
 // checkpoint's synced commit makes it durable before the cursor covers the
 // blocks). So blocks past the cursor, protected again after a crash, get
 // new generations, never ones a lost commit had used. The blocks' tuples
@@ -936,17 +979,9 @@ const protectAhead = 1024
 // buffers from chunk to chunk.
 func (v *Volume) protectTags(lba int64, n int, data, tuples []byte, sums []uint32, ps *protectScratch) error {
 	k := v.kd
-	gen := k.takeGen()
-	if gen > k.reserved {
-		x := v.tup.NewTxn()
-		if err := x.ReserveGeneration(gen + protectAhead - 1); err != nil {
-			x.Abort()
-			return err
-		}
-		if err := x.Commit(true); err != nil {
-			return err
-		}
-		k.reserved = gen + protectAhead - 1
+	gen, err := k.takeGen()
+	if err != nil {
+		return err
 	}
 	tags := ps.grow(n)
 	if err := k.protectCompute(tags, lba, gen, data, v.bs, ps); err != nil {

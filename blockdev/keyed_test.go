@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 
@@ -557,7 +558,163 @@ func TestKeyedNoncesNeverRepeat(t *testing.T) {
 	if len(used) < 100 {
 		t.Fatalf("only %d nonces used", len(used))
 	}
-	t.Logf("%d rounds, %d nonces, none repeated", rounds, len(used))
+	if !t.Failed() {
+		t.Logf("%d rounds, %d nonces, none repeated", rounds, len(used))
+	}
+}
+
+// TestKeyedNoncesCrashAtEveryStep crashes a keyed session at each step of
+// a fixed workload in turn (every store commit and device write; no
+// background flush, so the steps come in one order), reopens the volume
+// with no random jump and runs the same workload again: no (generation,
+// LBA) nonce may be computed twice, whatever the step of the crash. It is
+// the deterministic form of TestKeyedNoncesNeverRepeat. When a batch's
+// intent commit carried the reservation of the generations its writes
+// had taken, a crash at that commit left them handed out (their tags
+// computed) and not reserved, and the next session handed them out again
+// to the same LBAs.
+func TestKeyedNoncesCrashAtEveryStep(t *testing.T) {
+	saved := genJump
+	genJump = func() (uint64, error) { return 0, nil }
+	defer func() { genJump = saved }()
+	type nonce struct {
+		gen uint64
+		lba int64
+	}
+	const bs, blocks = 512, 32
+	f := dif.MustFormat("512+8")
+	key := testKey(t, 11)
+	opts := Options{Key: key, StagingBytes: 2 * blocks * bs, Rereads: -1}
+	workload := func(v *Volume, session int) error {
+		for i, lba := range []int64{0, 1, 2, 7, 8} {
+			if _, err := v.WriteAt(pattern(bs, uint64(session*100+i)), lba*bs); err != nil {
+				return err
+			}
+		}
+		if err := v.Sync(); err != nil {
+			return err
+		}
+		if _, err := v.WriteAt(pattern(3*bs, uint64(session*100+10)), 20*bs); err != nil {
+			return err
+		}
+		if err := v.Discard(1*bs, bs); err != nil {
+			return err
+		}
+		if _, err := v.WriteAt(pattern(bs, uint64(session*100+11)), 0); err != nil {
+			return err
+		}
+		return v.Sync()
+	}
+	// run protects a fresh volume, runs the workload in a session that
+	// crashes at step crashAt (never if 0) and again in a second session,
+	// and returns the steps the first session took and the nonces used
+	// twice.
+	run := func(crashAt int) (steps int, repeats []string) {
+		mem, err := NewMemDevice(blocks*bs, bs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fd, err := faultdev.New(mem, faultdev.Options{Sector: bs})
+		if err != nil {
+			t.Fatal(err)
+		}
+		fs := vfs.NewCrashableMem()
+		kv, err := store.OpenPebbleOnFS("db", fs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, err := Create(context.Background(), fd, kv, CreateOptions{Format: f, Options: opts})
+		if err != nil {
+			t.Fatal(err)
+		}
+		v.Close()
+		kv.Close()
+
+		used := map[nonce]int{}
+		session := 0
+		testHookNewTags = func(_ [16]byte, gen uint64, lba int64, n int) {
+			for i := range n {
+				k := nonce{gen, lba + int64(i)}
+				if s, ok := used[k]; ok {
+					repeats = append(repeats, fmt.Sprintf("(generation %d, LBA %d) in sessions %d and %d", gen, k.lba, s, session))
+				}
+				used[k] = session
+			}
+		}
+		defer func() { testHookNewTags = nil }()
+
+		for session = 1; session <= 2; session++ {
+			kv, err := store.OpenPebbleOnFS("db", fs)
+			if err != nil {
+				t.Fatalf("crash at %d, session %d: store: %v", crashAt, session, err)
+			}
+			ck := &countingKV{KV: kv}
+			v, err := Open(context.Background(), fd, ck, opts)
+			if err != nil {
+				t.Fatalf("crash at %d, session %d: open: %v", crashAt, session, err)
+			}
+			var clone *vfs.MemFS
+			if session == 1 {
+				crashed := false
+				step := func() error {
+					if crashed {
+						return errTestCrash
+					}
+					steps++
+					if steps != crashAt {
+						return nil
+					}
+					crashed = true
+					clone = fs.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 0})
+					if err := fd.Crash(faultdev.CrashOptions{}); err != nil {
+						t.Fatal(err)
+					}
+					return errTestCrash
+				}
+				fd.SetHook(func(faultdev.Step) error { return step() })
+				ck.hook = func(bool) error { return step() }
+			}
+			err = workload(v, session)
+			v.Close()
+			fd.SetHook(nil)
+			kv.Close()
+			if clone != nil {
+				if fd, err = fd.Reopen(); err != nil {
+					t.Fatal(err)
+				}
+				fs = clone
+			} else if err != nil {
+				t.Fatalf("crash at %d, session %d: %v", crashAt, session, err)
+			}
+		}
+		// Both sessions' writes read back under the keyed check.
+		kv, err = store.OpenPebbleOnFS("db", fs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer kv.Close()
+		v, err = Open(context.Background(), fd, kv, opts)
+		if err != nil {
+			t.Fatalf("crash at %d: final open: %v", crashAt, err)
+		}
+		defer v.Close()
+		if _, err := v.ReadAt(make([]byte, blocks*bs), 0); err != nil {
+			t.Fatalf("crash at %d: read: %v", crashAt, err)
+		}
+		return steps, repeats
+	}
+	total, repeats := run(0)
+	if len(repeats) > 0 {
+		t.Fatalf("no crash: nonces used twice: %v", repeats)
+	}
+	if total < 10 {
+		t.Fatalf("the workload took %d steps", total)
+	}
+	for at := 1; at <= total; at++ {
+		if _, repeats := run(at); len(repeats) > 0 {
+			t.Errorf("crash at step %d of %d: nonces used twice: %s", at, total, strings.Join(repeats, "; "))
+		}
+	}
 }
 
 // TestKeyedRecoveryForgedIntent plants an intent, as an attacker without

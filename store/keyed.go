@@ -81,9 +81,10 @@ import (
 //
 // Generation value, version 1: 'G', version (1), 0, 0, generation (8),
 // HMAC-SHA256 under the page key of "difctl.store.gen.v1" | volume uid |
-// generation (32), CRC-32C (4). The volume reserves every generation it
-// uses in this record, in the same synced commit as the intents of the
-// writes that use it, before any of their data reaches the device.
+// generation (32), CRC-32C (4). The volume reserves generations in this
+// record ahead of use, with a synced commit made before it hands any of
+// them out, so that no tag is computed under a generation not yet
+// reserved.
 const (
 	recTagPage   = 'K'
 	recTagIntent = 'J'
@@ -638,8 +639,8 @@ func (t *Tuples) genMAC(key []byte, gen uint64) []byte {
 }
 
 // ReserveGeneration stages recording gen as the highest write generation
-// the volume has reserved. The caller commits it (synced) before any tag
-// under a generation up to gen can reach the medium, and after a restart
+// the volume has reserved. The caller commits it (synced) before it hands
+// out any generation up to gen, and after a restart
 // resumes above ReservedGeneration, so that no nonce is used twice.
 func (x *Txn) ReserveGeneration(gen uint64) error {
 	if err := x.usable(); err != nil {
