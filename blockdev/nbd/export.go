@@ -18,13 +18,16 @@ import (
 // share.
 type export struct {
 	Export
-	size     int64
-	bs       int // the volume's protection interval
-	lbs      int // the device's logical block size
-	maxPay   int
-	flags    uint16
-	conns    atomic.Int64
-	maxConns int64
+	size        int64
+	bs          int // the volume's protection interval
+	lbs         int // the device's logical block size
+	maxPay      int
+	flags       uint16
+	maxConns    int64
+	idleTimeout time.Duration // Options.IdleTimeout; <= 0: never evict for idleness
+
+	mu     sync.Mutex         // guards active
+	active map[*conn]struct{} // connections holding a transmission slot (limits.go)
 
 	// Writes since the last Sync (BLOCK_STATUS reads the committed
 	// tuples, so it syncs first when writes are pending).
@@ -55,7 +58,8 @@ func newExport(e Export, o *Options) (*export, error) {
 		return nil, fmt.Errorf("nbd: export %q: logical block size %d is not a power of two up to 64 KiB", e.Name, lbs)
 	}
 	x := &export{Export: e, size: v.Size(), bs: v.BlockSize(), lbs: lbs, maxPay: o.MaxPayload,
-		maxConns: int64(o.MaxConnections), findings: st, onFail: o.OnFailure}
+		maxConns: int64(o.MaxConnections), idleTimeout: o.IdleTimeout, active: make(map[*conn]struct{}),
+		findings: st, onFail: o.OnFailure}
 	// One Volume serves every connection of the export, and its Sync
 	// makes every write through it durable, whichever connection made
 	// it: so FLUSH and FUA on one connection cover all of them, which is
@@ -77,18 +81,6 @@ func (x *export) blockSizes() (minimum, preferred, maximum uint32) {
 	pref := max(x.bs, x.lbs, 512)
 	return uint32(x.lbs), uint32(pref), uint32(x.maxPay)
 }
-
-// acquire counts a connection entering transmission; false when the export
-// has MaxConnections already.
-func (x *export) acquire() bool {
-	if x.conns.Add(1) > x.maxConns {
-		x.conns.Add(-1)
-		return false
-	}
-	return true
-}
-
-func (x *export) release() { x.conns.Add(-1) }
 
 // sync makes every completed write durable (FLUSH, FUA).
 func (x *export) sync() error {

@@ -38,6 +38,7 @@ type conn struct {
 	metaExport string // for this export name
 
 	handshakeDone sync.Once
+	act           activity // the limits' view of the connection (limits.go)
 
 	// Transmission phase.
 	x    *export
@@ -51,7 +52,9 @@ func newConn(s *Server, nc net.Conn) *conn {
 		// Best effort: a smaller buffer costs only more writes.
 		_ = uc.SetWriteBuffer(s.opts.SendBuffer)
 	}
-	return &conn{s: s, raw: nc, nc: nc, br: bufio.NewReaderSize(nc, 64<<10), bw: bufio.NewWriterSize(nc, 4<<10)}
+	c := &conn{s: s, raw: nc, nc: nc, br: bufio.NewReaderSize(nc, 64<<10), bw: bufio.NewWriterSize(nc, 4<<10)}
+	c.act.closeFn = func() { c.raw.Close() }
+	return c
 }
 
 // protoErr reports a protocol violation by the client.
@@ -59,7 +62,7 @@ func protoErr(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrProtocol, fmt.Sprintf(format, args...))
 }
 
-func (c *conn) endHandshake() { c.handshakeDone.Do(func() { c.s.handshakes.Add(-1) }) }
+func (c *conn) endHandshake() { c.handshakeDone.Do(func() { c.s.hs.release(c) }) }
 
 // serve runs the connection to its end. It returns nil for an orderly end
 // (NBD_OPT_ABORT, NBD_CMD_DISC, the client hanging up between requests,
@@ -85,14 +88,21 @@ func (c *conn) serve(ctx context.Context) (err error) {
 		if ctx.Err() != nil {
 			return nil
 		}
+		if err != nil && c.act.wasEvicted() {
+			return fmt.Errorf("%w: still negotiating when another client needed the slot", ErrEvicted)
+		}
 		return err
 	}
-	defer x.release()
+	defer x.release(c)
 	c.raw.SetDeadline(time.Time{})
 	if ctx.Err() != nil {
 		return nil
 	}
-	return c.transmit(ctx, x)
+	err = c.transmit(ctx, x)
+	if err != nil && c.act.wasEvicted() && ctx.Err() == nil {
+		return fmt.Errorf("%w: idle (export %q)", ErrEvicted, x.Name)
+	}
+	return err
 }
 
 // optReply sends one option reply and flushes it.
@@ -199,7 +209,7 @@ func (c *conn) option(opt uint32, data []byte) (x *export, done bool, err error)
 		if x == nil {
 			return nil, true, protoErr("unknown export %q (NBD_OPT_EXPORT_NAME)", data)
 		}
-		if !x.acquire() {
+		if !x.acquire(c) {
 			return nil, true, fmt.Errorf("nbd: export %q: too many connections", x.Name)
 		}
 		var r [10 + 124]byte
@@ -211,7 +221,7 @@ func (c *conn) option(opt uint32, data []byte) (x *export, done bool, err error)
 		}
 		c.bw.Write(out)
 		if err := c.bw.Flush(); err != nil {
-			x.release()
+			x.release(c)
 			return nil, true, err
 		}
 		c.enter(x, string(data))
@@ -339,11 +349,11 @@ func (c *conn) infoGo(opt uint32, data []byte) (*export, bool, error) {
 	if opt == optInfo {
 		return nil, false, c.optReply(opt, repAck)
 	}
-	if !x.acquire() {
-		return nil, false, c.optError(opt, repErrPolicy, "export %q has its maximum of %d connections", x.Name, x.maxConns)
+	if !x.acquire(c) {
+		return nil, false, c.optError(opt, repErrPolicy, "export %q has its maximum of %d connections, none idle for the idle timeout", x.Name, x.maxConns)
 	}
 	if err := c.optReply(opt, repAck); err != nil {
-		x.release()
+		x.release(c)
 		return nil, true, err
 	}
 	c.enter(x, name)

@@ -208,6 +208,12 @@ func dialRaw(t testing.TB, sock string) *rawClient {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return greet(t, c)
+}
+
+// greet reads the server's greeting on c and returns a raw client of it.
+func greet(t testing.TB, c net.Conn) *rawClient {
+	t.Helper()
 	c.SetDeadline(time.Now().Add(20 * time.Second))
 	t.Cleanup(func() { c.Close() })
 	rc := &rawClient{t: t, c: c}

@@ -8,6 +8,7 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/difctl/difctl/blockdev"
@@ -16,15 +17,17 @@ import (
 
 // Defaults of [Options].
 const (
-	DefaultMaxPayload       = 32 << 20
-	DefaultMaxInFlight      = 64
-	DefaultMaxInFlightBytes = 32 << 20
-	DefaultWorkers          = 4
-	DefaultSendBuffer       = 1 << 20
-	DefaultMaxConnections   = 16
-	DefaultMaxHandshakes    = 64
-	DefaultHandshakeTimeout = 10 * time.Second
-	DefaultDrainTimeout     = 30 * time.Second
+	DefaultMaxPayload           = 32 << 20
+	DefaultMaxInFlight          = 64
+	DefaultMaxInFlightBytes     = 32 << 20
+	DefaultWorkers              = 4
+	DefaultSendBuffer           = 1 << 20
+	DefaultMaxConnections       = 16
+	DefaultMaxHandshakes        = 64
+	DefaultMaxHandshakesPerPeer = 16
+	DefaultHandshakeTimeout     = 10 * time.Second
+	DefaultIdleTimeout          = 30 * time.Second
+	DefaultDrainTimeout         = 30 * time.Second
 )
 
 // DefaultTupleCacheBytes is the tuple page cache an export gives its volume
@@ -55,6 +58,10 @@ var (
 	// ErrClosed is returned by Serve when it is called on a server that
 	// already served.
 	ErrClosed = errors.New("nbd: server already used")
+	// ErrRefused matches the error reported (Options.OnConnError) for a
+	// connection closed at once because the handshake limits were reached
+	// (see Options.MaxHandshakes).
+	ErrRefused = errors.New("nbd: connection refused by the server's limits")
 	// ErrProtocol matches every violation of the protocol by a client
 	// (reported through Options.OnConnError, never returned by Serve).
 	ErrProtocol = errors.New("nbd: protocol violation")
@@ -141,13 +148,33 @@ type Options struct {
 	// connections keep the kernel's autotuning). Negative keeps the
 	// system's default. Default DefaultSendBuffer (1 MiB).
 	SendBuffer int
-	// MaxConnections bounds the connections in transmission per export;
-	// a client beyond it is refused (NBD_REP_ERR_POLICY, or the connection
-	// closed after NBD_OPT_EXPORT_NAME). Default DefaultMaxConnections (16).
+	// MaxConnections bounds the connections in transmission per export. A
+	// client beyond it takes the slot of a connection idle for
+	// IdleTimeout, if there is one, and is refused otherwise
+	// (NBD_REP_ERR_POLICY, or the connection closed after
+	// NBD_OPT_EXPORT_NAME). Default DefaultMaxConnections (16).
 	MaxConnections int
-	// MaxHandshakes bounds the connections negotiating at once; beyond it
-	// new connections are closed at once. Default DefaultMaxHandshakes.
-	MaxHandshakes int
+	// IdleTimeout is how long a connection in transmission must have had
+	// no request (none being read or served) before a client refused by
+	// MaxConnections may take its slot; it is closed then, never while a
+	// request is in flight. Default DefaultIdleTimeout (30 s); negative:
+	// idle connections keep their slots.
+	IdleTimeout time.Duration
+	// MaxIdle, if positive, closes every connection in transmission that
+	// has had no request for that long, whatever the load. Default 0:
+	// idle connections are closed only to make room (IdleTimeout), so a
+	// kernel client of an idle filesystem keeps its connection.
+	MaxIdle time.Duration
+	// MaxHandshakes bounds the connections negotiating at once, and
+	// MaxHandshakesPerPeer those of one peer (an IP address, an IPv6 /64,
+	// the user of a unix-socket client). A new connection over either
+	// limit takes the slot of the one negotiating longest (of its own
+	// peer if that is the limit, else of the peer holding most), if that
+	// one has negotiated for a tenth of HandshakeTimeout; otherwise it is
+	// closed at once. Defaults DefaultMaxHandshakes (64) and
+	// DefaultMaxHandshakesPerPeer (16).
+	MaxHandshakes        int
+	MaxHandshakesPerPeer int
 	// HandshakeTimeout bounds the whole negotiation phase of a connection
 	// (including a TLS handshake). Default DefaultHandshakeTimeout (10 s).
 	HandshakeTimeout time.Duration
@@ -206,6 +233,18 @@ func (o *Options) normalize() error {
 	if o.MaxHandshakes < 1 {
 		return fmt.Errorf("nbd: %d handshakes at once", o.MaxHandshakes)
 	}
+	if o.MaxHandshakesPerPeer == 0 {
+		o.MaxHandshakesPerPeer = min(DefaultMaxHandshakesPerPeer, o.MaxHandshakes)
+	}
+	if o.MaxHandshakesPerPeer < 1 || o.MaxHandshakesPerPeer > o.MaxHandshakes {
+		return fmt.Errorf("nbd: %d handshakes per peer, want 1 to MaxHandshakes (%d)", o.MaxHandshakesPerPeer, o.MaxHandshakes)
+	}
+	if o.IdleTimeout == 0 {
+		o.IdleTimeout = DefaultIdleTimeout
+	}
+	if o.MaxIdle < 0 {
+		return errors.New("nbd: negative MaxIdle")
+	}
 	if o.HandshakeTimeout == 0 {
 		o.HandshakeTimeout = DefaultHandshakeTimeout
 	}
@@ -229,7 +268,7 @@ type Server struct {
 	byName  map[string]*export
 	used    atomic.Bool
 
-	handshakes atomic.Int64
+	hs *handshakes // the connections negotiating (limits.go)
 }
 
 // NewServer checks the exports and options and returns a server.
@@ -241,6 +280,7 @@ func NewServer(exports []Export, opts Options) (*Server, error) {
 		return nil, errors.New("nbd: no export")
 	}
 	s := &Server{opts: opts, byName: make(map[string]*export, len(exports))}
+	s.hs = newHandshakes(&s.opts)
 	for i, e := range exports {
 		if e.Volume == nil {
 			return nil, fmt.Errorf("nbd: export %q: nil volume", e.Name)
@@ -284,13 +324,23 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 	var wg sync.WaitGroup
 	stop := context.AfterFunc(ctx, func() { l.Close() })
 	defer stop()
+	if s.opts.MaxIdle > 0 {
+		done := make(chan struct{})
+		defer close(done)
+		go s.reaper(done, s.opts.MaxIdle)
+	}
 	var err error
 	for {
 		nc, aerr := l.Accept()
 		if aerr != nil {
 			if ctx.Err() == nil {
+				// Out of descriptors (a flood of connections, ours or
+				// another process's) or a connection aborted before it
+				// was accepted: wait and accept again, as net/http does,
+				// rather than stop serving everyone.
 				var ne net.Error
-				if errors.As(aerr, &ne) && ne.Timeout() {
+				if errors.As(aerr, &ne) && ne.Timeout() || errors.Is(aerr, syscall.EMFILE) ||
+					errors.Is(aerr, syscall.ENFILE) || errors.Is(aerr, syscall.ECONNABORTED) {
 					time.Sleep(10 * time.Millisecond)
 					continue
 				}
@@ -298,15 +348,17 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 			}
 			break
 		}
-		if s.handshakes.Add(1) > int64(s.opts.MaxHandshakes) {
-			s.handshakes.Add(-1)
+		c := newConn(s, nc)
+		if peer := peerOf(nc); !s.hs.admit(c, peer, time.Now()) {
 			nc.Close()
+			if s.opts.OnConnError != nil {
+				s.opts.OnConnError(nc.RemoteAddr().String(), fmt.Errorf("%w: %s has every handshake slot it may hold, none negotiating long enough to be closed", ErrRefused, peer))
+			}
 			continue
 		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c := newConn(s, nc)
 			if cerr := c.serve(ctx); cerr != nil && s.opts.OnConnError != nil {
 				s.opts.OnConnError(nc.RemoteAddr().String(), cerr)
 			}

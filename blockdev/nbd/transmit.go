@@ -102,6 +102,7 @@ func (c *conn) transmit(ctx context.Context, x *export) error {
 	workers := 0
 	work := func(j job) {
 		defer wg.Done()
+		defer c.act.end()
 		defer release(j.need)
 		defer func() {
 			if p := recover(); p != nil {
@@ -151,11 +152,19 @@ func (c *conn) transmit(ctx context.Context, x *export) error {
 			clean = true
 			break
 		}
+		// From here the request counts as in flight for the idle rules
+		// (limits.go) until its reply is sent: a connection reading a
+		// write's payload is not idle.
+		if !c.act.begin() {
+			rerr = net.ErrClosed // evicted as idle just as the request came
+			break
+		}
 		need := 0
 		if (r.typ == cmdRead || r.typ == cmdWrite) && int64(r.length) <= int64(x.maxPay) {
 			need = int(r.length)
 		}
 		if !acquire(need) {
+			c.act.end()
 			rerr = ctx.Err()
 			break
 		}
@@ -166,17 +175,20 @@ func (c *conn) transmit(ctx context.Context, x *export) error {
 				// read and dropped in small pieces.
 				if _, err := io.CopyN(io.Discard, c.br, int64(r.length)); err != nil {
 					release(need)
+					c.act.end()
 					rerr = err
 					break
 				}
 				c.replyError(r, errInval, 0, false, "write of %d bytes, above the maximum of %d", r.length, x.maxPay)
 				release(need)
+				c.act.end()
 				continue
 			}
 			buf = getBuf(need)
 			if _, err := io.ReadFull(c.br, buf); err != nil {
 				putBuf(buf)
 				release(need)
+				c.act.end()
 				rerr = err // a partial write is never executed
 				break
 			}

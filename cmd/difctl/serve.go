@@ -16,6 +16,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/difctl/difctl/blockdev"
 	"github.com/difctl/difctl/blockdev/nbd"
@@ -36,6 +37,11 @@ type serveOptions struct {
 	TLSKey   string
 	ClientCA string // verify client certificates against these CAs
 	MaxConns int
+	// The server's limits against clients that hold slots doing nothing
+	// (nbd.Options): zero values are nbd's defaults, except IdleTimeout,
+	// where a negative value keeps idle connections.
+	IdleTimeout, MaxIdle, HandshakeTimeout time.Duration
+	MaxHandshakes, MaxHandshakesPerPeer    int
 	// KeyedCRC computes the guards and sector sums of a keyed volume's
 	// reads too (blockdev.Options.KeyedCRC).
 	KeyedCRC bool
@@ -182,6 +188,11 @@ before. --keyed-crc computes them on every read.
 	f.StringVar(&o.TLSKey, "tls-key", "", "server private key `FILE` (PEM)")
 	f.StringVar(&o.ClientCA, "tls-client-ca", "", "require client certificates signed by the CAs in `FILE` (PEM)")
 	f.IntVar(&o.MaxConns, "max-connections", nbd.DefaultMaxConnections, "connections at once per export")
+	f.DurationVar(&o.IdleTimeout, "idle-timeout", nbd.DefaultIdleTimeout, "when an export is full, a new client takes the slot of a connection idle this long (0: never)")
+	f.DurationVar(&o.MaxIdle, "max-idle", 0, "close any connection idle this long, whatever the load (0: never)")
+	f.IntVar(&o.MaxHandshakes, "max-handshakes", nbd.DefaultMaxHandshakes, "connections negotiating at once")
+	f.IntVar(&o.MaxHandshakesPerPeer, "max-handshakes-per-peer", nbd.DefaultMaxHandshakesPerPeer, "connections negotiating at once from one peer (IP address, IPv6 /64, or unix-socket user)")
+	f.DurationVar(&o.HandshakeTimeout, "handshake-timeout", nbd.DefaultHandshakeTimeout, "time a connection may take to negotiate")
 	f.Var(tc, "tuple-cache", "decoded tuples kept in memory per volume, for random reads: a fixed budget, whatever the volume's size (`SIZE`, 12 bytes per block; 0: the default)")
 	f.Var(sc, "store-cache", "the store's block cache per volume (`SIZE`; Pebble; 0: the default)")
 	f.Var(mt, "store-memtable", "the store's memtable per volume: unflushed store writes held in memory (`SIZE`, at least 1MiB; Pebble)")
@@ -208,6 +219,10 @@ func checkServe(o *serveOptions) error {
 		return usageErrorf("--keyed-crc needs the key (--key-file or --key-env)")
 	case o.MaxConns < 1:
 		return usageErrorf("--max-connections must be at least 1")
+	case o.IdleTimeout < 0 || o.MaxIdle < 0 || o.HandshakeTimeout < 0:
+		return usageErrorf("--idle-timeout, --max-idle and --handshake-timeout cannot be negative")
+	case o.MaxHandshakes < 0 || o.MaxHandshakesPerPeer < 0:
+		return usageErrorf("--max-handshakes and --max-handshakes-per-peer cannot be negative")
 	case o.MemTable != 0 && (o.MemTable < 1<<20 || o.MemTable >= 4<<30):
 		return usageErrorf("--store-memtable must be at least 1MiB and less than 4GiB")
 	}
@@ -321,6 +336,8 @@ func runServe(ctx context.Context, o serveOptions, _, stderr io.Writer) error {
 	var errMu sync.Mutex
 	srv, err := nbd.NewServer(exports, nbd.Options{
 		TLS: tcfg, MaxConnections: o.MaxConns,
+		IdleTimeout: idleTimeout(o.IdleTimeout), MaxIdle: o.MaxIdle, HandshakeTimeout: o.HandshakeTimeout,
+		MaxHandshakes: o.MaxHandshakes, MaxHandshakesPerPeer: min(o.MaxHandshakesPerPeer, o.MaxHandshakes),
 		OnFailure: func(f nbd.Failure) {
 			failed.Add(1)
 			errMu.Lock()
@@ -416,4 +433,13 @@ func queryEscape(s string) string {
 		}
 	}
 	return s
+}
+
+// idleTimeout maps --idle-timeout to nbd.Options.IdleTimeout: 0 there is
+// the default, and "never" is negative.
+func idleTimeout(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
 }
