@@ -437,12 +437,21 @@ func newVolume(dev Device, tup *store.Tuples, opts Options) (*Volume, error) {
 	mismatch := func(field, stored, given string) error {
 		return &MismatchError{Volume: name, Field: field, Stored: stored, Given: given}
 	}
+	// The store keeps the manifest's format and tags without interpreting
+	// them; one that no volume could have written is a damaged store
+	// (store.ErrCorrupt), not a reason to fail every block.
+	corrupt := func(format string, args ...any) error {
+		return &store.CorruptError{Volume: name, Record: "manifest", Reason: fmt.Sprintf(format, args...)}
+	}
 	f, err := dif.Parse(m.Format)
 	if err != nil {
-		return nil, fmt.Errorf("blockdev: volume %q: manifest format %q: %w", name, m.Format, err)
+		return nil, corrupt("format %q: %v", m.Format, err)
 	}
 	if f.Layout() != dif.Separate || f.MetadataSize() != f.TupleSize() || f.Type() == dif.Type0 {
-		return nil, fmt.Errorf("blockdev: volume %q: manifest format %q is not a DIX format with metadata = tuple", name, m.Format)
+		return nil, corrupt("format %q is not a DIX format with metadata = tuple", m.Format)
+	}
+	if b := f.RefTagBits(); b < 64 && m.InitialRefTag>>b != 0 {
+		return nil, corrupt("initial ref tag %#x does not fit the format's %d-bit ref tag", m.InitialRefTag, b)
 	}
 	switch {
 	case m.BlockSize != f.BlockSize():
