@@ -45,6 +45,15 @@ const (
 	maxFormatLen     = 256
 	maxDeviceIDLen   = 4096
 	maxBlockSize     = 1 << 20
+	// MaxPages is the most tuple pages a volume may have. A volume keeps
+	// a record of every page from its creation on (so that a lost record
+	// is found as corruption, never read as unwritten blocks), and
+	// creation writes them all, about half a microsecond a page: 2^28
+	// pages take a few minutes and address 2^38 blocks with the default
+	// PageTuples (128 TiB of 512-byte blocks, 1 PiB of 4 KiB blocks), or
+	// up to 2^44 with 65,536 tuples a page. A larger device is refused at
+	// once rather than after hours of work.
+	MaxPages = 1 << 28
 )
 
 // Manifest describes a volume. It is stored as versioned, self-describing
@@ -137,6 +146,10 @@ func (m *Manifest) validate() error {
 		return bad("page tuples %d, want a power of two in 64..65536", m.PageTuples)
 	case m.DeviceSize <= 0 || m.DeviceSize%int64(m.BlockSize) != 0:
 		return bad("device size %d is not a positive multiple of block size %d", m.DeviceSize, m.BlockSize)
+	case m.Blocks() > MaxPages*int64(m.PageTuples):
+		return bad("device size %d: %d blocks need %d pages of %d tuples; a volume may have at most %d pages (%d blocks)",
+			m.DeviceSize, m.Blocks(), (m.Blocks()+int64(m.PageTuples)-1)/int64(m.PageTuples), m.PageTuples,
+			MaxPages, MaxPages*int64(m.PageTuples))
 	case len(m.DeviceID) > maxDeviceIDLen:
 		return bad("device id longer than %d bytes", maxDeviceIDLen)
 	case len(m.Tool) > maxDeviceIDLen:

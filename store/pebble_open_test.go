@@ -197,14 +197,23 @@ func TestMissingPage(t *testing.T) {
 	}
 }
 
-// Coverage reads each stored page record once: a hostile manifest's device
-// size (2^62 bytes) costs nothing more.
+// A hostile manifest's device size (2^62 bytes: 2^43 pages, past
+// store.MaxPages) is refused at open, at no cost; below the limit,
+// Coverage reads each stored page record once and finds the missing ones.
 func TestCoverageHostileManifest(t *testing.T) {
 	for _, schema := range []int{1, 2} {
 		kv := store.NewMem()
 		key := []byte{'T', 1, 'v', 'M'}
 		b := kv.NewBatch()
 		b.Set(key, fmt.Appendf(nil, `{"kind":"difctl.store.manifest","schema":%d,"format":"f","block_size":512,"tuple_size":16,"page_tuples":1024,"device_size":%d,"device_id":"d","created":"2026-01-01T00:00:00Z"}`, schema, uint64(1)<<62))
+		if err := b.Commit(true); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := store.OpenTuples(kv, "v", nil); !errors.Is(err, store.ErrCorrupt) || !strings.Contains(err.Error(), "pages") {
+			t.Errorf("schema %d: open with a device of 2^62 bytes: %v, want ErrCorrupt", schema, err)
+		}
+		b = kv.NewBatch()
+		b.Set(key, fmt.Appendf(nil, `{"kind":"difctl.store.manifest","schema":%d,"format":"f","block_size":512,"tuple_size":16,"page_tuples":1024,"device_size":%d,"device_id":"d","created":"2026-01-01T00:00:00Z"}`, schema, store.MaxPages*1024*512))
 		if err := b.Commit(true); err != nil {
 			t.Fatal(err)
 		}

@@ -110,7 +110,7 @@ func (t *Tuples) loadEmptyPages() error {
 	if t.k != nil && t.macKey() == nil {
 		return fmt.Errorf("%w: volume %q: creating a keyed volume needs its page key", ErrKeyed, t.volume)
 	}
-	bw, err := NewBulkWriter(t.kv)
+	bw, err := newPageLoader(t.kv)
 	if err != nil {
 		return err
 	}
@@ -127,6 +127,73 @@ func (t *Tuples) loadEmptyPages() error {
 		}
 	}
 	return bw.Finish(true)
+}
+
+// newPageLoader returns the writer of a new volume's empty pages: the
+// backend's bulk writer, or else one that commits ordinary batches as
+// they fill, so that its memory stays bounded whatever the volume's size
+// (the emulated bulk writer stages every key until Finish). Its records
+// are visible as they are committed, which is harmless here: nothing
+// reads a volume's pages before its manifest, committed after them.
+func newPageLoader(kv KV) (BulkWriter, error) {
+	if _, ok := kv.(BulkLoader); ok {
+		return NewBulkWriter(kv)
+	}
+	if _, err := kv.Get(nil); err != nil && !errors.Is(err, ErrNotFound) {
+		return nil, err
+	}
+	return &chunkWriter{kv: kv, budget: kv.Limits().MaxBatchBytes / 2}, nil
+}
+
+// chunkWriter is newPageLoader's writer for backends without bulk loads.
+type chunkWriter struct {
+	kv     KV
+	budget int
+	b      Batch
+	done   bool
+}
+
+func (w *chunkWriter) Set(key, value []byte) error {
+	if w.done {
+		return ErrClosed
+	}
+	if w.b != nil && w.b.Len()+len(key)+len(value)+batchOverhead > w.budget {
+		if err := w.b.Commit(false); err != nil {
+			w.b = nil
+			return err
+		}
+		w.b = nil
+	}
+	if w.b == nil {
+		w.b = w.kv.NewBatch()
+	}
+	return w.b.Set(key, value)
+}
+
+func (w *chunkWriter) Finish(sync bool) error {
+	if w.done {
+		return ErrClosed
+	}
+	w.done = true
+	if w.b == nil {
+		if sync {
+			b := w.kv.NewBatch()
+			return b.Commit(true) // make the earlier commits durable
+		}
+		return nil
+	}
+	err := w.b.Commit(sync)
+	w.b = nil
+	return err
+}
+
+func (w *chunkWriter) Abort() error {
+	if w.b != nil {
+		w.b.Close()
+		w.b = nil
+	}
+	w.done = true
+	return nil
 }
 
 // Dense reports whether every page of the volume has a record (schema

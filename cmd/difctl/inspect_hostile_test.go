@@ -45,7 +45,8 @@ func TestInspectHostileManifest(t *testing.T) {
 	for _, tc := range []struct {
 		name, size, id, want string
 	}{
-		{"device_size=2^62", fmt.Sprint(uint64(1) << 62), "img", "the store protects 4611686018427387904 bytes, the image has 65536"},
+		{"device_size=2^62", fmt.Sprint(uint64(1) << 62), "img", "a volume may have at most 268435456 pages"},
+		{"device_size=2^40", fmt.Sprint(uint64(1) << 40), "img", "the store protects 1099511627776 bytes, the image has 65536"},
 		{"device_id=control", fmt.Sprint(64 << 10), "img\x1b[2J\x07", `the store protects "img\x1b[2J\a", not "img"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
