@@ -1,7 +1,9 @@
 // Package kernels reports and selects the checksum kernel implementations
 // of difctl: CRC-16/T10-DIF (package crct10dif), CRC-32C (crc32c),
-// CRC-64/NVME (crc64nvme) and the one-pass T10-DIF guard and CRC-32C of a
-// block (t10crc32c).
+// CRC-64/NVME (crc64nvme), the one-pass T10-DIF guard and CRC-32C of a
+// block (t10crc32c), Poly1305 and Poly1305-AES (poly1305), and the keyed
+// read's one pass that copies blocks and computes their guard, CRC-32C and
+// Poly1305 partial (keyedcopy).
 //
 // Each kernel package picks the fastest implementation the CPU can run when
 // the program starts. The environment variable DIFCTL_KERNELS overrides that
@@ -19,16 +21,19 @@ import (
 	"github.com/difctl/difctl/kernels/crct10dif"
 	"github.com/difctl/difctl/kernels/internal/impl"
 	"github.com/difctl/difctl/kernels/internal/x86"
+	"github.com/difctl/difctl/kernels/keyedcopy"
+	"github.com/difctl/difctl/kernels/poly1305"
 	"github.com/difctl/difctl/kernels/t10crc32c"
 )
 
-// Packages are the kernel package names, in guard-width order, then the
-// fused pass.
-var Packages = []string{"crct10dif", "crc32c", "crc64nvme", "t10crc32c"}
+// Packages are the kernel package names as the registry knows them: the
+// CRCs in guard-width order, the fused CRC pass, then Poly1305 and the
+// keyed read's fused pass.
+var Packages = []string{"crct10dif", "crc32c", "crc64nvme", "t10crc32c", "poly1305", "keyedcopy"}
 
 // The kernel packages register their implementations in init; importing
 // them here guarantees List sees all of them.
-var _ = []any{crct10dif.Checksum, crc32c.Checksum, crc64nvme.Checksum, t10crc32c.Blocks}
+var _ = []any{crct10dif.Checksum, crc32c.Checksum, crc64nvme.Checksum, t10crc32c.Blocks, poly1305.Sum, keyedcopy.BlocksCopy}
 
 // Impl describes one implementation of one kernel.
 type Impl struct {

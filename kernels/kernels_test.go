@@ -1,11 +1,14 @@
 package kernels
 
 import (
+	"maps"
 	"os/exec"
 	"runtime"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/difctl/difctl/kernels/internal/impl"
 )
 
 func TestList(t *testing.T) {
@@ -32,6 +35,21 @@ func TestList(t *testing.T) {
 		if active != 1 || generic != 1 {
 			t.Errorf("%s: %d active, %d generic implementations; want 1 and 1", p, active, generic)
 		}
+	}
+}
+
+// Every package that registers implementations is in Packages, so that
+// List and `difctl kernels` show it: every name the sources pass to
+// impl.Register (for every GOARCH), and every name registered in this
+// binary.
+func TestPackages(t *testing.T) {
+	got := slices.Sorted(slices.Values(Packages))
+	want := slices.Sorted(maps.Keys(registeredPackages(t, parseKernelSources(t))))
+	if !slices.Equal(got, want) {
+		t.Errorf("Packages (sorted) = %v; the sources register %v", got, want)
+	}
+	if want := impl.Packages(); !slices.Equal(got, want) {
+		t.Errorf("Packages (sorted) = %v; the registry has %v", got, want)
 	}
 }
 
