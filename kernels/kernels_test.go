@@ -1,6 +1,7 @@
 package kernels
 
 import (
+	"cmp"
 	"maps"
 	"os/exec"
 	"runtime"
@@ -71,6 +72,32 @@ func TestCPUFeatures(t *testing.T) {
 	if runtime.GOARCH == "arm64" && !slices.Contains(f, "asimd") {
 		t.Errorf("arm64 without asimd: %v", f)
 	}
+}
+
+// CPUFeatures names every CPU feature a kernel dispatches on, for every
+// GOARCH, and nothing else: the feature tests in the kernel sources and the
+// entries of archFeatures are the same set.
+func TestCPUFeaturesMatchDispatch(t *testing.T) {
+	uses := dispatchFeatureTests(parseKernelSources(t))
+	listed := tableFeatureTests(t)
+	for _, ft := range slices.SortedFunc(maps.Keys(uses), cmpFeatureTest) {
+		if ft.arch == "" {
+			t.Errorf("%s tests %s, an architecture CPUFeatures has no table for", uses[ft][0], ft.expr)
+			continue
+		}
+		if _, ok := listed[ft]; !ok {
+			t.Errorf("%s (and %d more) tests %s, which archFeatures[%q] lacks", uses[ft][0], len(uses[ft])-1, ft.expr, ft.arch)
+		}
+	}
+	for _, ft := range slices.SortedFunc(maps.Keys(listed), cmpFeatureTest) {
+		if _, ok := uses[ft]; !ok {
+			t.Errorf("archFeatures[%q] lists %s (%q), which no kernel tests", ft.arch, ft.expr, listed[ft])
+		}
+	}
+}
+
+func cmpFeatureTest(a, b featureTest) int {
+	return cmp.Or(cmp.Compare(a.arch, b.arch), cmp.Compare(a.expr, b.expr))
 }
 
 // The library's kernel packages must not link package testing into the

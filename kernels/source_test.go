@@ -148,3 +148,102 @@ func isSelector(e ast.Expr, x, sel string) bool {
 	id, ok := s.X.(*ast.Ident)
 	return ok && id.Name == x
 }
+
+const (
+	cpuPath = "golang.org/x/sys/cpu"
+	x86Path = "github.com/difctl/difctl/kernels/internal/x86"
+)
+
+// featureTest names a CPU feature test in the source: the GOARCH it
+// belongs to and the expression with the import names made canonical,
+// such as "cpu.X86.HasAVX2" or "x86.HasVPCLMULQDQ".
+type featureTest struct{ arch, expr string }
+
+// cpuArch is the GOARCH of each x/sys/cpu feature variable the kernels
+// may test.
+var cpuArch = map[string]string{"X86": "amd64", "ARM64": "arm64"}
+
+// asFeatureTest reports whether e tests a CPU feature, given the names f
+// imports x/sys/cpu and internal/x86 by; ok with an empty arch means a
+// feature variable of an architecture without a feature table.
+func asFeatureTest(e ast.Expr, cpuName, x86Name string) (ft featureTest, ok bool) {
+	s, isSel := e.(*ast.SelectorExpr)
+	if !isSel || !strings.HasPrefix(s.Sel.Name, "Has") {
+		return ft, false
+	}
+	switch x := s.X.(type) {
+	case *ast.Ident:
+		if x86Name != "" && x.Name == x86Name {
+			return featureTest{"amd64", "x86." + s.Sel.Name}, true
+		}
+	case *ast.SelectorExpr:
+		if id, isID := x.X.(*ast.Ident); isID && cpuName != "" && id.Name == cpuName {
+			return featureTest{cpuArch[x.Sel.Name], "cpu." + x.Sel.Name + "." + s.Sel.Name}, true
+		}
+	}
+	return ft, false
+}
+
+// dispatchFeatureTests returns every CPU feature test in the kernel
+// sources, with where each is made.
+func dispatchFeatureTests(files []sourceFile) map[featureTest][]string {
+	out := map[featureTest][]string{}
+	for _, sf := range files {
+		cpuName, x86Name := importName(sf.file, cpuPath), importName(sf.file, x86Path)
+		if cpuName == "" && x86Name == "" {
+			continue
+		}
+		ast.Inspect(sf.file, func(n ast.Node) bool {
+			e, ok := n.(ast.Expr)
+			if !ok {
+				return true
+			}
+			if ft, ok := asFeatureTest(e, cpuName, x86Name); ok {
+				out[ft] = append(out[ft], sf.fset.Position(e.Pos()).String())
+				return false
+			}
+			return true
+		})
+	}
+	return out
+}
+
+// tableFeatureTests returns the feature tests archFeatures in kernels.go
+// lists, each with its name.
+func tableFeatureTests(t *testing.T) map[featureTest]string {
+	t.Helper()
+	fset := token.NewFileSet()
+	f, err := parser.ParseFile(fset, "kernels.go", nil, parser.SkipObjectResolution)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cpuName, x86Name := importName(f, cpuPath), importName(f, x86Path)
+	out := map[featureTest]string{}
+	var found bool
+	ast.Inspect(f, func(n ast.Node) bool {
+		vs, ok := n.(*ast.ValueSpec)
+		if !ok || len(vs.Names) != 1 || vs.Names[0].Name != "archFeatures" {
+			return true
+		}
+		found = true
+		for _, kv := range vs.Values[0].(*ast.CompositeLit).Elts {
+			kv := kv.(*ast.KeyValueExpr)
+			arch, _ := strconv.Unquote(kv.Key.(*ast.BasicLit).Value)
+			for _, el := range kv.Value.(*ast.CompositeLit).Elts {
+				el := el.(*ast.CompositeLit)
+				name, _ := strconv.Unquote(el.Elts[0].(*ast.BasicLit).Value)
+				ft, ok := asFeatureTest(el.Elts[1], cpuName, x86Name)
+				if !ok || ft.arch != arch {
+					t.Errorf("%s: archFeatures[%q] entry %q is not a feature test of %s", fset.Position(el.Pos()), arch, name, arch)
+					continue
+				}
+				out[ft] = name
+			}
+		}
+		return false
+	})
+	if !found {
+		t.Fatal("kernels.go declares no archFeatures")
+	}
+	return out
+}
