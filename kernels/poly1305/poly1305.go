@@ -111,15 +111,15 @@
 //     4 KiB apart share one set of the 8-way L1, and so do their copies),
 //     so it was not kept.
 //     Before that machine, the issue's 3x over x/crypto rested on two counts,
-//     both written down in kernels/mca/README.md (the figures here are
+//     both written down in kernels/_mca/README.md (the figures here are
 //     those of the two-chunk step it had then; four chunks per step take
 //     0.35 instructions per byte and 0.137 modelled cycles): the emulator
 //     executes 0.43 instructions per byte of lanesIFMA over 4 KiB blocks (logged by
 //     `cd kernels/_asm && go test -v -run TestEmulatedPoly1305
 //     ./poly1305`), where x/crypto's loop is 55 instructions per 16 bytes,
-//     3.44 per byte (its disassembly, as kernels/mca/poly_amd64.sh cuts
+//     3.44 per byte (its disassembly, as kernels/_mca/poly_amd64.sh cuts
 //     it out): 8x fewer; and llvm-mca's Ice Lake model
-//     (kernels/mca/poly_amd64.sh) puts the loop at 8.4 times x/crypto's
+//     (kernels/_mca/poly_amd64.sh) puts the loop at 8.4 times x/crypto's
 //     cycles per byte. Discounted by the 0.8 that separates the AVX2
 //     kernel's model from its measurement, about 6.7x.
 //   - hybrid8 (the default without AVX-512 IFMA): hybrid with eight chunks per carry chain,
@@ -150,7 +150,7 @@
 //     encoded from the architecture's field layout (and checks them against
 //     llvm-mc). Tested under qemu-aarch64; llvm-mca models its loop at 1.65
 //     times the generic code on Cortex-A72 and Neoverse N1, 2.9 times on
-//     Apple M1, and level with it on the in-order Cortex-A53 (kernels/mca).
+//     Apple M1, and level with it on the in-order Cortex-A53 (kernels/_mca).
 //   - generic: 64-bit limbs with bits.Mul64, one block at a time; every
 //     other architecture and purego builds.
 //

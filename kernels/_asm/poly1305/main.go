@@ -597,7 +597,7 @@ var (
 // The copy's moves ms go after each chunk's split, len(ms)/s after each,
 // through ksLo and ksHi. On Zen 3 (two VPMULUDQ pipes) the other form keeps
 // the 64-entry FP scheduler full, each multiply waiting on its key load
-// (kernels/mca/README.md); this one loads 7 key vectors per chunk instead
+// (kernels/_mca/README.md); this one loads 7 key vectors per chunk instead
 // of 25.
 func (g *gen) vecStepKS(s int, ms []move) {
 	c := g.c

@@ -30,7 +30,7 @@
 # memory to free the registers, came to 193 cycles (ref_poly_r8_keyreg.s);
 # lanesAVX2R8Copy now has that form (vecStepKS), 165 cycles per main loop.
 #
-# Usage: kernels/mca/poly_amd64.sh
+# Usage: kernels/_mca/poly_amd64.sh
 # Environment: CPUS (default "znver2 znver3 icelake-server"), ITER (300), MCA
 # (llvm-mca-14), OBJDUMP (objdump).
 set -euo pipefail
