@@ -44,10 +44,10 @@ import (
 // chain per four chunks is on the critical path, and one carry chain serves
 // four chunks: 100 VPMULUDQ per step for four blocks (64 bytes of each).
 // The multiplier (one VPMULUDQ per cycle on AMD Zen 2) is the bound, but
-// not the only cost: a kernel without carry chains (wrong, for timing only)
-// ran 1.21 times as fast as the two-chunk step, so halving them pays. Two
-// chunks left take one step (h + m1)·r^2 + m2·r, an odd last one h' =
-// (h + m)·r.
+// not the only cost: the carry chains cost enough that halving them pays
+// (measured against a two-chunk step, see
+// docs/perf/poly1305-generator.md). Two chunks left take one step (h +
+// m1)·r^2 + m2·r, an odd last one h' = (h + m)·r.
 //
 // A chunk, 16 bytes lo + hi·2^64 of each block, splits into limbs
 //
@@ -289,10 +289,10 @@ func (g *gen) carryChain() {
 // instructions compete with the multiplies for the one port (FP0 on Zen 2)
 // that runs VPMULUDQ. Those kernels also keep the limb mask in memory and
 // use Y14 as a third product register, so that each VPADDQ comes two
-// multiplies after its own (mulAdd): under load, with the add right behind
-// its multiply the hybrid kernel ran 2-3% slower than the four-chunk one at
-// 512 B, with the stagger 3-4% faster (BenchmarkEightChunk in
-// kernels/poly1305; on a quiet machine level, and 1.4% faster at 4 KiB).
+// multiplies after its own (mulAdd): with the add right behind its multiply
+// the eight-chunk hybrid kernel measured slower than the four-chunk one
+// under load, with the stagger faster (BenchmarkEightChunk in
+// kernels/poly1305; docs/perf/poly1305-generator.md has the figures).
 func (g *gen) lanesAVX2(name string, hybrid bool, pw int) {
 	g.lanesKernel(name, hybrid, pw, false)
 }

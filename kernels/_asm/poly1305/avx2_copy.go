@@ -68,65 +68,27 @@ func (g *gen) fullCarry() {
 //     of the blocks ahead bytes on (withPrefetch).
 //
 // Its steps are vecStepKS's (each key vector loaded once per chunk into a
-// register, h in memory), not the other kernels': on Zen 3 that made
-// BlocksADCopy 7-11% faster against the unchanged copy-then-BlocksAD in the
-// same runs (x-twoPass of BenchmarkBlocksADCopy, 512 B and 4 KiB blocks, in
-// the cache and from memory, three rounds of the old and new test binaries
-// alternating: avx2r8 1.07-1.14 to 1.20-1.23 at 512 B in the cache, 1.29-
-// 1.32 to 1.38-1.42 from memory, 1.01-1.04 to 1.11-1.16 and 1.20-1.23 to
-// 1.31-1.34 at 4 KiB), and llvm-mca's znver3 model of its main loop went
-// from 226 to 165 cycles (znver2: 228 to 225). Staggering the adds two or
-// three multiplies behind their own, through the split's temporaries, gained
-// nothing measurable there.
+// register, h in memory), not the other kernels': on Zen 3 that form made
+// BlocksADCopy faster, as llvm-mca's znver3 model of the main loop
+// predicts; staggering the adds behind their multiplies, through the
+// split's temporaries, gained nothing there.
 //
-// The copy costs 1-4% over lanesAVX2R8 with source and copy in the cache
-// (alternating the two; 512 B and 4 KiB blocks; measured before
-// vecStepKS, on Zen 2). There is no hybrid form:
-// lanesHybridR8 uses every general register, and the two the copy needs
-// for its pointers into p cost more than the scalar lanes gain. Measured
-// on the build machine, under load, alternating with lanesHybridR8: with
-// the scalar lanes' h2 in the frame (two registers free, moves spread as
-// here) 1.11-1.21 times its time at 4 KiB and 1.33-1.41 at 512 B, slower
-// per byte than this kernel at 512 B; with the moves in one bundle before
-// each step, where the scalar temporaries are free, 1.27-1.80; and it
-// cannot prefetch (no register for the pointer), which over a source in
-// memory is what decides at 512-byte blocks (BenchmarkBlocksADCopy). A
-// third form, one scalar lane (five blocks), which leaves registers for
-// the copy's pointers and a prefetch walking the next groups' span, ran
-// BlocksADCopy at 0.93-0.97 times this kernel's speed at 4 KiB (in the
-// cache and from memory) and level at 512 B.
-//
-// Branch hcopy tried the prefetch without a pointer register, and lost too.
-// Its six-block kernels: (a) pcopy's form (h2 in the frame, the stride an
-// argument) with PREFETCHT0 at a constant displacement (6144) from the
-// copy's own block addresses; (b) kernels for a fixed stride of 512 and of
-// 4096 bytes (blocks side by side, stride = blockLen, blockdev's case),
-// every block address a displacement from one pointer, which frees the
-// stride's register and both second pointers: h2 back in registers, the
-// prefetch 6144 (512 B) or 24576 (4 KiB) bytes on, and the prologue's copy
-// of the scalar lanes' blocks (absorbed right after) through AX, 8-byte
-// stores their 8-byte loads are forwarded from; (c) (b) taking all the
-// groups of a call in one call, the last step of each group copying the
-// next group's first 128 bytes of every block; (d) (c) with blockdev's 32
-// bytes of associated data absorbed in the kernel. All passed the package's
-// BlocksADCopy tests (which reach the fixed-stride path), (a) and (b) the
-// emulator test too. Their BlocksADCopy under hybrid8 against this
-// kernel's, alternating test binaries, three rounds each, machine shared
-// (x-twoPass, the ratio to copy-then-BlocksAD; this kernel's figures in
-// brackets), 64 MiB source: (a) 512 B 1.11-1.14 (1.42-1.44), 4 KiB
-// 1.11-1.16 (1.24-1.26); (b) 1.16-1.20 (1.43-1.44), 1.21-1.24 (1.26); (c)
-// 1.28-1.30 (1.41-1.43), 1.23-1.25 (1.24-1.26); (c) with r0 of the scalar
-// lanes in a register and the count in the frame 1.33-1.35 (1.41-1.45),
-// 1.25-1.28 (1.25-1.28); (d) 1.22-1.26 (1.39-1.44), 1.22-1.24 (1.22-1.26);
-// in the cache (256 KiB) (d) 1.02-1.03 (1.17-1.18) at 512 B and 1.00-1.03
-// (0.98-0.99) at 4 KiB. The prefetch was not what it lacked: over 64 KiB in
-// the cache the kernel of (c) took 1.2-1.35 times lanesHybridR8's time per
-// byte at 512 B and 1.15-1.2 at 4 KiB, where the copy costs this kernel's
-// four lanes 1-4%; the same without its prefetches; level with
-// lanesHybridR8 without the copy's loads and stores, and nearly as slow as
-// with both without either alone. So it is the moves themselves (24 loads
-// and 24 stores per step of six blocks' 128 bytes, beside some 1,100
-// instructions) that cost what the scalar lanes gain.
+// There is no hybrid form. lanesHybridR8 uses every general register: the
+// two the copy needs for its pointers into p cost more than the scalar
+// lanes gain, and there is none left for a prefetch pointer, which over a
+// source in memory is what decides at 512-byte blocks. Every form tried
+// measured slower than this kernel over a source in memory: the scalar
+// lanes' h2 in the frame; the moves bundled where the scalar temporaries
+// are free; one scalar lane (five blocks), which leaves registers for the
+// pointers; and six-block kernels that prefetch without a pointer register
+// (at a constant displacement from the copy's addresses, or for a fixed
+// stride of 512 or 4096 bytes with every block address a displacement
+// from one pointer, all groups in one call, the associated data in the
+// kernel). The prefetch was not what they lacked: it is the moves
+// themselves (24 loads and 24 stores per step of six blocks' 128 bytes,
+// beside some 1,100 instructions) that cost what the scalar lanes gain,
+// while the copy costs this kernel's four lanes little.
+// docs/perf/poly1305-generator.md has the measurements of each.
 func (g *gen) lanesAVX2Copy(name string) {
 	g.lanesKernel(name, false, powers8, true)
 }
@@ -319,8 +281,8 @@ func (g *gen) nblock(j, disp int) operand.Mem {
 // in the cache by the time the next call copies it. Six or more streams of
 // short blocks (512 bytes: eight lines each) are more than the hardware
 // prefetchers follow; without the prefetches the kernel over a source
-// larger than the L3 cache ran at 0.65-0.75 times copy-then-BlocksAD at
-// 512-byte blocks.
+// larger than the L3 cache ran well behind copy-then-BlocksAD at 512-byte
+// blocks (docs/perf/poly1305-generator.md).
 func (g *gen) withPrefetch(ms []move, nb, disp int) []move {
 	if !g.cp {
 		return ms
@@ -345,13 +307,11 @@ func (g *gen) withPrefetch(ms []move, nb, disp int) []move {
 // the zero accumulators before the blocks, as the eight-chunk kernel would
 // absorb them (steps of eight, then at most one each of four, two and
 // one). It saves the separate kernel call per group for the associated
-// data, and the caller's clearing of h: BlocksADCopy at 512-byte blocks
-// with 32 bytes of associated data, source in the cache, went from
-// 1.03-1.05 to 1.07-1.08 times copy-then-BlocksAD (level at 4 KiB and from
-// memory; alternating test binaries of the two). The steps are those of the data,
-// emitted with the block pointers rP, rP3 and the stride rS rebound to
-// AX, BX and R14 (registers the copying kernel leaves free), the count in
-// R15.
+// data, and the caller's clearing of h, which shows at 512-byte blocks
+// with the source in the cache (docs/perf/poly1305-generator.md). The
+// steps are those of the data, emitted with the block pointers rP, rP3 and
+// the stride rS rebound to AX, BX and R14 (registers the copying kernel
+// leaves free), the count in R15.
 func (g *gen) absorbAD(name string, step func(int, func()), vecStep func(int, []move) func()) {
 	c := g.c
 	saveP, saveP3, saveS := rP, rP3, rS

@@ -63,8 +63,8 @@ func lanesIFMAParams() []*types.Var {
 // hi sums join the next limb up shifted left by 8 (weight 2^52 = 2^8·2^44),
 // the top one limb 0 times 5120 (2^140 ≡ 5·2^10 mod 2^130-5). Four chunks
 // per step, h' = (h + m1)·r^4 + m2·r^3 + m3·r^2 + m4·r, so that one carry
-// chain serves four chunks (with two per step, as at first, the kernel ran
-// 12-23% slower on the Zen 4 build machine: BenchmarkKeyed, alternating);
+// chain serves four chunks (two per step measured slower, see
+// docs/perf/poly1305-generator.md);
 // two or three chunks left take one step (h + m1)·r^2 + m2·r, an odd last
 // one (h + m)·r. The key words r0, r1, r2, 20·r1, 20·r2 of r and r^2 stay
 // in ten registers, broadcast once; those of r^3 and r^4 are memory
@@ -109,32 +109,21 @@ func block8(j, disp int) operand.Mem {
 // split44 gathers the chunk at disp of the eight blocks and calls use with
 // each radix-2^44 limb in zL, in order 0..2.
 //
-// The gathers are a large part of the kernel's time: with their inserts
-// left out (wrong, for timing only) Blocks ran 20% faster at 512-byte
-// blocks and 33% at 4 KiB on the Zen 4 build machine (BenchmarkKeyed). A
-// four-chunk step that loaded 64 bytes of each block into a register and
-// transposed the 8x8 quadwords (VPUNPCKLQDQ/HQDQ of each pair of blocks,
-// then two rounds of VSHUFI64X2: 24 shuffles for four chunks against 32
-// here, and 8 loads against 24; nine registers, with M42 and the pad bit
-// taken from memory) passed the emulator and the package tests and ran
-// level with this one (BenchmarkKeyed, three alternating runs: 512 bytes
-// 9.7-11.6 GB/s against 10.1-11.1, 4 KiB 13.1-13.3 against 13.2-13.9), so
-// it was not kept. Nor was a copying kernel built on it (lanesIFMACopy:
-// each row stored to q as loaded, and absorbed from the register, for
-// poly1305.blocksIFMACopy): it passed the emulator and the package tests,
-// and against the group copy then lanesIFMA it ran 1.12 times as
-// fast with the source in the L2 cache at 512-byte blocks but level from
-// memory (x-twoPass 1.48-1.51 for both, BenchmarkBlocksADCopy), level in
-// blockdev's keyed read (its stall moved from memmove into the kernel),
-// and slower at 4 KiB (0.69-0.74 in the cache: eight rows 4 KiB apart and
-// their copies share an L1 set).
-//
-// On the Sapphire Rapids guest (5 December) the inserts cost 10-15%:
-// with them left out (wrong, for timing only) BenchmarkKeyed under
-// avx512ifma at 512 bytes ran at 13.6-15.1 GB/s against 11.5-13.6 (two
-// alternating runs of -count 3). The stream kernels (lanesIFMAS) are the
-// layout without them, for blocks of whole 64-byte rows; this one is
+// The gathers are a large part of the kernel's time (with their inserts
+// left out, wrong, for timing only, Blocks ran markedly faster). Two
+// alternatives passed the emulator and the package tests and were not
+// kept: a four-chunk step that loaded 64 bytes of each block into a
+// register and transposed the 8x8 quadwords (VPUNPCKLQDQ/HQDQ of each pair
+// of blocks, then two rounds of VSHUFI64X2: 24 shuffles for four chunks
+// against 32 here, and 8 loads against 24; nine registers, with M42 and
+// the pad bit taken from memory) ran level with this one; a copying
+// kernel built on it (lanesIFMACopy: each row stored to q as loaded, and
+// absorbed from the register) gained only with the source in the L2 cache
+// at 512-byte blocks, and lost at 4 KiB, where eight rows 4 KiB apart and
+// their copies share an L1 set. The stream kernels (lanesIFMAS) are the
+// layout without gathers, for blocks of whole 64-byte rows; this one is
 // left for the associated data and blocks of other lengths.
+// docs/perf/poly1305-generator.md has the figures.
 func (g *gen) split44(disp int, use func(i int)) {
 	c := g.c
 	c.VMOVDQU(block8(0, disp), xmm(zA))
@@ -227,10 +216,9 @@ func (g *gen) combine44() {
 // Each accumulator takes twelve dependent VPMADD52s a four-chunk step
 // (four cycles each on Intel cores). Two sets of accumulators, m4·r and
 // (h + m1)·r^4 in one and m3·r^2 and m2·r^3 in the other, added before the
-// carries (r^2 taken from memory, for the registers), halved those chains;
-// it passed the emulator and the package tests and ran about 10% slower
-// on the Sapphire Rapids guest (BenchmarkKeyed, 11.9-12.0 against
-// 13.0-13.3 GB/s at 512 bytes, three alternating runs), so it was not kept.
+// carries (r^2 taken from memory, for the registers), halve those chains,
+// but measured slower (docs/perf/poly1305-generator.md), so
+// there is one set.
 func (g *gen) step44(k int) {
 	c := g.c
 	g.zeroAcc44()
@@ -266,9 +254,9 @@ func (g *gen) step44(k int) {
 // interleaved streams. poly1305.groupsIFMA points it at the blocks it will
 // pass next, so that the hash's arithmetic covers the memory's latency;
 // PREFETCHT1 rather than T0 because at 4 KiB blocks a
-// group ahead is 32 KiB, the L1 cache (see the poly1305 package doc for
-// the measurements). Shorter steps do not prefetch: at most three chunks
-// of a call.
+// group ahead is 32 KiB, the L1 cache (T0 measured slower there, see
+// docs/perf/poly1305-generator.md). Shorter steps do not prefetch: at
+// most three chunks of a call.
 func (g *gen) prefetch44(k, q int) {
 	if !g.pf || k != 4 {
 		return

@@ -46,8 +46,8 @@ var rCq = reg.R12
 //
 // Three vector operations a chunk-vector fewer than lanesIFMA's split and
 // carries, where every one counts (the multiplies and the shuffles share
-// two ports, and on the Sapphire Rapids guest independent ZMM VPMADD52LUQ
-// ran two a cycle):
+// two ports, and on Sapphire Rapids independent ZMM VPMADD52LUQ issue two
+// a cycle):
 //   - No pad bit is ORed into the chunks: each step's accumulators start
 //     from its pad bits' part instead, c = 2^128·Σ r^e over the step's
 //     powers e (by linearity; key44K), a load in place of a zeroing.
@@ -71,17 +71,12 @@ var rCq = reg.R12
 // multiplies. Full 512-bit memory operands were the cost: the first
 // stream kernels took every key word but r^16's and r^12's that way, and
 // the last step's eight-lane L_j (r^(4j-s) a lane, j = R-t) for every
-// row; on the Sapphire Rapids guest (5 December, BenchmarkKeyed under
-// avx512ifma, -benchtime 2000x) moving r^8 to registers took 4 KiB from
-// 19.5 to 22.3 GB/s, and the broadcast form for r^4 with the bracket and
-// F in place of the L_j to 25.4 (512 bytes 12.8-13.4 -> 16.6-17.3). The
-// emulator counts more instructions for it (0.3005 a byte over 4 KiB
-// blocks, 0.3184 copying; it was 0.297): the gain is in the operands,
-// not the count. Eight-row steps (h' = (h + v1)·r^32 + ... + v8·r^4,
-// 0.264 instructions a byte) ran slower: with one set of accumulators
-// each takes a chain of 24 dependent multiplies, and with two the key
-// no longer fits the registers (4 KiB 16.8 GB/s against 19.7); they were
-// not kept.
+// row, and ran markedly slower, though the emulator counts a few more
+// instructions a byte for this form: the gain is in the operands, not
+// the count. Eight-row steps (h' = (h + v1)·r^32 + ... + v8·r^4), fewer
+// instructions a byte, ran slower: with one set of accumulators each
+// takes a chain of 24 dependent multiplies, and with two the key no
+// longer fits the registers. docs/perf/poly1305-generator.md has the figures.
 //
 // Each step prefetches, as lanesIFMA's do, as many bytes of the stream at
 // pf as it absorbs (128 a row), in order, into all cache levels
