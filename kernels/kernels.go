@@ -1,7 +1,9 @@
 // Package kernels reports and selects the checksum kernel implementations
 // of difctl: CRC-16/T10-DIF (package crct10dif), CRC-32C (crc32c),
-// CRC-64/NVME (crc64nvme) and the one-pass T10-DIF guard and CRC-32C of a
-// block (t10crc32c).
+// CRC-64/NVME (crc64nvme), the one-pass T10-DIF guard and CRC-32C of a
+// block (t10crc32c), Poly1305 and Poly1305-AES (poly1305), and the keyed
+// read's one pass that copies blocks and computes their guard, CRC-32C and
+// Poly1305 partial (keyedcopy).
 //
 // Each kernel package picks the fastest implementation the CPU can run when
 // the program starts. The environment variable DIFCTL_KERNELS overrides that
@@ -11,6 +13,7 @@ package kernels
 
 import (
 	"runtime"
+	"slices"
 
 	"golang.org/x/sys/cpu"
 
@@ -19,16 +22,19 @@ import (
 	"github.com/difctl/difctl/kernels/crct10dif"
 	"github.com/difctl/difctl/kernels/internal/impl"
 	"github.com/difctl/difctl/kernels/internal/x86"
+	"github.com/difctl/difctl/kernels/keyedcopy"
+	"github.com/difctl/difctl/kernels/poly1305"
 	"github.com/difctl/difctl/kernels/t10crc32c"
 )
 
-// Packages are the kernel package names, in guard-width order, then the
-// fused pass.
-var Packages = []string{"crct10dif", "crc32c", "crc64nvme", "t10crc32c"}
+// Packages are the kernel package names as the registry knows them: the
+// CRCs in guard-width order, the fused CRC pass, then Poly1305 and the
+// keyed read's fused pass.
+var Packages = []string{"crct10dif", "crc32c", "crc64nvme", "t10crc32c", "poly1305", "keyedcopy"}
 
 // The kernel packages register their implementations in init; importing
 // them here guarantees List sees all of them.
-var _ = []any{crct10dif.Checksum, crc32c.Checksum, crc64nvme.Checksum, t10crc32c.Blocks}
+var _ = []any{crct10dif.Checksum, crc32c.Checksum, crc64nvme.Checksum, t10crc32c.Blocks, poly1305.Sum, keyedcopy.BlocksCopy}
 
 // Impl describes one implementation of one kernel.
 type Impl struct {
@@ -61,29 +67,51 @@ func Select(pkg, name string) error { return impl.Select(pkg, name) }
 // Reset restores the default implementation of pkg.
 func Reset(pkg string) { impl.Reset(pkg) }
 
-// CPUFeatures lists the CPU features the kernels use that this CPU has.
+// A feature is one CPU feature a kernel's dispatch tests, under the name
+// CPUFeatures reports.
+type feature struct {
+	name string
+	has  bool
+}
+
+// archFeatures are, per GOARCH, the CPU features the kernels dispatch on,
+// in the order CPUFeatures reports them. Every feature test in the kernel
+// packages (x/sys/cpu's cpu.X86.Has* and cpu.ARM64.Has*, internal/x86's
+// Has*) has an entry here, and every entry is such a test:
+// TestCPUFeaturesMatchDispatch parses the kernel sources, for every GOARCH,
+// to hold both. Two tests of the same feature share its name.
+var archFeatures = map[string][]feature{
+	"amd64": {
+		{"ssse3", cpu.X86.HasSSSE3},
+		{"sse4.1", cpu.X86.HasSSE41},
+		{"sse4.2", cpu.X86.HasSSE42},
+		{"pclmulqdq", cpu.X86.HasPCLMULQDQ},
+		{"avx", cpu.X86.HasAVX},
+		{"avx2", cpu.X86.HasAVX2},
+		{"bmi2", cpu.X86.HasBMI2},
+		{"avx512f", cpu.X86.HasAVX512F},
+		{"avx512bw", cpu.X86.HasAVX512BW},
+		{"avx512ifma", cpu.X86.HasAVX512IFMA},
+		// x/sys/cpu sets its bit only with AVX-512; the VEX form on YMM
+		// needs only the CPUID bit, which internal/x86 reads.
+		{"vpclmulqdq", x86.HasVPCLMULQDQ},
+		{"vpclmulqdq", cpu.X86.HasAVX512VPCLMULQDQ},
+	},
+	"arm64": {
+		{"asimd", cpu.ARM64.HasASIMD},
+		{"crc32", cpu.ARM64.HasCRC32},
+		{"pmull", cpu.ARM64.HasPMULL},
+	},
+}
+
+// CPUFeatures lists the CPU features the kernels dispatch on that this CPU
+// has.
 func CPUFeatures() []string {
 	var f []string
-	add := func(has bool, name string) {
-		if has {
-			f = append(f, name)
+	for _, ft := range archFeatures[runtime.GOARCH] {
+		if ft.has && !slices.Contains(f, ft.name) {
+			f = append(f, ft.name)
 		}
-	}
-	switch runtime.GOARCH {
-	case "amd64":
-		add(cpu.X86.HasSSE41, "sse4.1")
-		add(cpu.X86.HasSSE42, "sse4.2")
-		add(cpu.X86.HasPCLMULQDQ, "pclmulqdq")
-		add(cpu.X86.HasAVX2, "avx2")
-		add(cpu.X86.HasAVX512F, "avx512f")
-		add(cpu.X86.HasAVX512VL, "avx512vl")
-		add(cpu.X86.HasAVX512BW, "avx512bw")
-		add(x86.HasVPCLMULQDQ, "vpclmulqdq")
-	case "arm64":
-		add(cpu.ARM64.HasASIMD, "asimd")
-		add(cpu.ARM64.HasCRC32, "crc32")
-		add(cpu.ARM64.HasPMULL, "pmull")
-		add(cpu.ARM64.HasAES, "aes")
 	}
 	return f
 }

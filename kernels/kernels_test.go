@@ -1,11 +1,15 @@
 package kernels
 
 import (
+	"cmp"
+	"maps"
 	"os/exec"
 	"runtime"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/difctl/difctl/kernels/internal/impl"
 )
 
 func TestList(t *testing.T) {
@@ -35,6 +39,21 @@ func TestList(t *testing.T) {
 	}
 }
 
+// Every package that registers implementations is in Packages, so that
+// List and `difctl kernels` show it: every name the sources pass to
+// impl.Register (for every GOARCH), and every name registered in this
+// binary.
+func TestPackages(t *testing.T) {
+	got := slices.Sorted(slices.Values(Packages))
+	want := slices.Sorted(maps.Keys(registeredPackages(t, parseKernelSources(t))))
+	if !slices.Equal(got, want) {
+		t.Errorf("Packages (sorted) = %v; the sources register %v", got, want)
+	}
+	if want := impl.Packages(); !slices.Equal(got, want) {
+		t.Errorf("Packages (sorted) = %v; the registry has %v", got, want)
+	}
+}
+
 func TestSelect(t *testing.T) {
 	defer Reset("crct10dif")
 	if err := Select("crct10dif", "generic"); err != nil {
@@ -53,6 +72,32 @@ func TestCPUFeatures(t *testing.T) {
 	if runtime.GOARCH == "arm64" && !slices.Contains(f, "asimd") {
 		t.Errorf("arm64 without asimd: %v", f)
 	}
+}
+
+// CPUFeatures names every CPU feature a kernel dispatches on, for every
+// GOARCH, and nothing else: the feature tests in the kernel sources and the
+// entries of archFeatures are the same set.
+func TestCPUFeaturesMatchDispatch(t *testing.T) {
+	uses := dispatchFeatureTests(parseKernelSources(t))
+	listed := tableFeatureTests(t)
+	for _, ft := range slices.SortedFunc(maps.Keys(uses), cmpFeatureTest) {
+		if ft.arch == "" {
+			t.Errorf("%s tests %s, an architecture CPUFeatures has no table for", uses[ft][0], ft.expr)
+			continue
+		}
+		if _, ok := listed[ft]; !ok {
+			t.Errorf("%s (and %d more) tests %s, which archFeatures[%q] lacks", uses[ft][0], len(uses[ft])-1, ft.expr, ft.arch)
+		}
+	}
+	for _, ft := range slices.SortedFunc(maps.Keys(listed), cmpFeatureTest) {
+		if _, ok := uses[ft]; !ok {
+			t.Errorf("archFeatures[%q] lists %s (%q), which no kernel tests", ft.arch, ft.expr, listed[ft])
+		}
+	}
+}
+
+func cmpFeatureTest(a, b featureTest) int {
+	return cmp.Or(cmp.Compare(a.arch, b.arch), cmp.Compare(a.expr, b.expr))
 }
 
 // The library's kernel packages must not link package testing into the

@@ -22,7 +22,7 @@ type kernelsOptions struct {
 // kernelRecord is the --json line for one implementation of one kernel.
 type kernelRecord struct {
 	header
-	Kernel    string `json:"kernel"`    // kernel package: crct10dif, crc32c, crc64nvme
+	Kernel    string `json:"kernel"`    // kernel package: one of kernels.Packages
 	Impl      string `json:"impl"`      // implementation name
 	Available bool   `json:"available"` // the CPU can run it
 	Active    bool   `json:"active"`    // it is in use

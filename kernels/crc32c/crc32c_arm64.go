@@ -34,7 +34,7 @@ func registerArch() {
 const (
 	// fourWayMin is the smallest input, and the smallest chunk, taken by the
 	// 4-way path; it is also the smallest chunk stripes of stripeUnit allow.
-	// Modelled with llvm-mca (kernels/mca/crc_nvme.sh), one stream costs
+	// Modelled with llvm-mca (kernels/_mca/crc_nvme.sh), one stream costs
 	// 0.38 c/B on Cortex-A53 and A72 and 0.25 on Apple M1; four streams 0.19,
 	// 0.13 and 0.13 c/B plus about 50, 38 and 38 cycles of pipeline fill and
 	// merge per chunk: the break-even is near 270, 150 and 300 bytes.

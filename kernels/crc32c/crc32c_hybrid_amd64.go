@@ -31,14 +31,12 @@ var (
 const (
 	// hybridMin is the shortest input Update runs through the hybrid chunk
 	// kernel; below it three CRC32 streams (hybridShort3) are faster, as
-	// the chunk's merge costs about 100 cycles: on the Zen 2, 28-31 ns
-	// against 43 at 512 bytes, 54-63 against 85-91 at 1024, 74-89 against
-	// 107 at 1536, a tie at 2040 (independent calls, loaded machine).
+	// the chunk's merge costs about 100 cycles (measured on Zen 2, a tie
+	// at 2040 bytes; docs/perf/poly1305-generator.md).
 	hybridMin = 2048
 	// hybridShort3Min is the shortest input updateShort runs through
 	// hybridShort3 (at least 3·16 bytes, the shortest segment of
-	// hybridK3); below it one stream is as fast: 11.2 against 11.9 ns at
-	// 128 bytes, 10.3 against 9.5 at 64 (BenchmarkShort3 in
+	// hybridK3); below it one stream is as fast (BenchmarkShort3 in
 	// crc32c_hybrid_amd64_test.go, Zen 2).
 	hybridShort3Min = 128
 	// hybridBlocksMin is the shortest block Blocks runs six at a time;
@@ -108,10 +106,11 @@ func blocksHybrid(kernel, prefetch blocksFunc, update func(uint32, []byte) uint3
 }
 
 // updateShort is Update below hybridShort3Min: hybridShort, one CRC32
-// stream, called straight from here (hash/crc32, which this replaced, took
-// 11-15 ns at 16 bytes on an AMD EPYC Zen 2, ISA-L 3; BenchmarkAnchor). It
-// is small enough to be inlined into the Update wrappers, so that a short
-// input makes one Go call before the kernel.
+// stream, called straight from here (hash/crc32, which this replaced,
+// spent several times the CRC32Q's own time on a 16-byte input:
+// BenchmarkAnchor; docs/perf/poly1305-generator.md). It is small enough
+// to be inlined into the Update wrappers, so that a short input makes one
+// Go call before the kernel.
 func updateShort(crc uint32, p []byte) uint32 {
 	if len(p) == 0 {
 		return crc

@@ -25,7 +25,7 @@ const (
 	// pmullMin is the smallest input folded. The fixed cost of the fold is
 	// the reduction, three dependent PMULLs: 43 cycles on a Cortex-A72, 78
 	// on a Cortex-A53, 39 on an Apple M1 as modelled by llvm-mca
-	// (kernels/mca/crc_nvme.sh), against 23, 67 and 28 cycles per 8 bytes of
+	// (kernels/_mca/crc_nvme.sh), against 23, 67 and 28 cycles per 8 bytes of
 	// the table code: one lane is already about even on the A72 and a win
 	// on the others.
 	pmullMin = 16

@@ -39,7 +39,7 @@ import (
 const (
 	// minPMULL is the shortest input the assembly accepts (one lane); the
 	// crossover with the table code is below it in the llvm-mca model
-	// (kernels/mca), so shorter inputs are the only ones left to the tables.
+	// (kernels/_mca), so shorter inputs are the only ones left to the tables.
 	minPMULL = 16
 	// blocksPMULLWays and blocksPMULL8Ways are the blocks per assembly pass.
 	blocksPMULLWays  = 8

@@ -241,7 +241,7 @@ func FuzzBlocksCopy(f *testing.F) {
 // BenchmarkBlocksCopy compares the fused kernel with t10crc32c.BlocksCopy
 // alone (the CRCs and the copy, no Poly1305) and with the two passes of the
 // keyed read before it (t10crc32c.BlocksCopy, then poly1305.Key.BlocksAD
-// over the copy), over 1 MiB of blocks in the L2 cache's reach... in the
+// over the copy), over 256 KiB of blocks, in the L2 cache's reach, in the
 // same run, alternating:
 //
 //	go test -run '^$' -bench BlocksCopy ./kernels/keyedcopy

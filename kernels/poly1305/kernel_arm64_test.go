@@ -34,7 +34,7 @@ func TestLanesNEONModel(t *testing.T) {
 }
 
 // The NEON kernel alone, two blocks of 4 KiB per call (under qemu this
-// measures the emulator, not a CPU: kernels/mca models the loop).
+// measures the emulator, not a CPU: kernels/_mca models the loop).
 func BenchmarkLanesNEON(b *testing.B) {
 	p := kerneltest.SeedBytes(2 * 4096)
 	k := newPolyKey(kerneltest.SeedBytes(16))

@@ -55,93 +55,41 @@
 // The batch calls evaluate many blocks side by side under one r, sharing
 // its powers: the AVX2 and NEON kernels take four chunks per step, h' = (h +
 // m1)·r^4 + m2·r^3 + m3·r^2 + m4·r (the eight-chunk AVX2 kernels eight,
-// under r^8..r), the IFMA kernel four too (r^3 and r^4 as memory
-// operands), so that one
-// carry chain serves several chunks and most products do not wait for h. The registry (kernels/internal/impl, package name
-// "poly1305") lists them best first, lets tests and benchmarks force each,
-// and DIFCTL_KERNELS=poly1305=NAME picks one:
+// under r^8..r), lanesIFMA four too, so that one carry chain serves
+// several chunks and most products do not wait for h. The registry
+// (kernels/internal/impl, package name "poly1305") lists them best first,
+// lets tests and benchmarks force each, and DIFCTL_KERNELS=poly1305=NAME
+// picks one:
 //
 //   - avx512ifma: eight blocks in the 64-bit lanes of ZMM registers, radix
 //     2^44, VPMADD52LUQ/VPMADD52HUQ (AVX512F and AVX512IFMA), the default
-//     where the CPU has them. Checked in kernels/_asm's emulator, and run
-//     natively by the package tests on the AMD EPYC Zen 4 guest of 3
-//     December 2026 (the first machine here with AVX-512), where Blocks
-//     ran at 5.0-5.6 times x/crypto (plus the AES mask) at 512-byte blocks
-//     and 3.8-4.7 at 4 KiB, 9.4-10.5 and 6.8-9.8 times HMAC-SHA256
-//     (BenchmarkRatio, both modes, three runs). BlocksADCopy under it
-//     (blocksIFMACopy) copies a group of eight blocks, then hashes the
-//     copy with lanesIFMA, which prefetches the source as one
-//     sequential stream 8 KiB or one group ahead, whichever is more
-//     (PREFETCHT1, 512 bytes a step): the copies read p from the L2
-//     cache, and the hash's arithmetic overlaps the memory's latency.
-//     Blocks of whole 64-byte rows (512 bytes, 4 KiB: blockdev's) now go
-//     through the stream kernels instead (lanesIFMAS, and for
-//     BlocksADCopy lanesIFMASCopy, which stores each row to the copy as
-//     it loads it): a pair of blocks at a time, four chunk streams
-//     each, with no gathers; 0.3005 instructions a byte over 4 KiB
-//     blocks in the emulator (0.3184 copying) against lanesIFMA's 0.370,
-//     and no 512-bit memory operands on the multiplies (groupsIFMA has
-//     the measurements, kernels/_asm/poly1305 the design). Before them, where the blocks lay side by side in
-//     whole four-chunk steps, each group but the first was copied by the
-//     hash of the one before it (lanesIFMANext: eight 64-byte loads and
-//     stores a step, beside the multiplies, and the stream two groups
-//     ahead). On
-//     the Intel Sapphire Rapids guest of 4 December 2026 that made
-//     BlocksADCopy 1.11-1.16 times as fast with the source in the cache
-//     and 1.10-1.20 from 64 MiB (fused-MB/s of BenchmarkBlocksADCopy,
-//     two runs alternating with the group copy between the hashes), and
-//     keyed reads of 1 MiB at 512-byte blocks 60.1-63.6% of the unkeyed
-//     read on one CPU, against 41.5-56.7% (BenchmarkVolumeReadKeyed,
-//     -cpu 1, two runs alternating).
-//     Blocks and BlocksAD prefetch the same way ahead of the blocks they
-//     hash: from memory (BenchmarkKeyedDRAM, three alternating runs)
-//     5.2-5.3 GB/s became 10.3-11.8 at 512-byte blocks and 12.5-13.0
-//     became 12.8-15.1 at 4 KiB, and in the cache (BenchmarkKeyed) they
-//     ran as before, 14.4-14.5 and 17.5-17.9.
-//     From a source larger than the L3 cache (BenchmarkBlocksADCopy,
-//     src=64MiB, x-twoPass, two runs each) that ran 1.48-1.51 times the
-//     copy then BlocksAD at 512-byte blocks and 1.40-1.49 at 4 KiB; with
-//     PREFETCHT0 1.42-1.50 and 1.19-1.26 (the 4 KiB groups, 32 KiB, fill
-//     the L1); 4, 16 and 64 KiB ahead 1.29-1.45 at 512 bytes. In the
-//     cache it runs level with the two passes. A one-pass IFMA copying
-//     kernel (lanesAVX2Copy's form, eight blocks, prefetching a line per
-//     block) was built and measured there before, and did not beat the two
-//     passes over a source in memory (0.91-1.02 times at 512 bytes) and
-//     lost at 4 KiB in the cache (0.56-0.60; likely because eight blocks
-//     4 KiB apart share one set of the 8-way L1, and so do their copies),
-//     so it was not kept.
-//     Before that machine, the issue's 3x over x/crypto rested on two counts,
-//     both written down in kernels/mca/README.md (the figures here are
-//     those of the two-chunk step it had then; four chunks per step take
-//     0.35 instructions per byte and 0.137 modelled cycles): the emulator
-//     executes 0.43 instructions per byte of lanesIFMA over 4 KiB blocks (logged by
-//     `cd kernels/_asm && go test -v -run TestEmulatedPoly1305
-//     ./poly1305`), where x/crypto's loop is 55 instructions per 16 bytes,
-//     3.44 per byte (its disassembly, as kernels/mca/poly_amd64.sh cuts
-//     it out): 8x fewer; and llvm-mca's Ice Lake model
-//     (kernels/mca/poly_amd64.sh) puts the loop at 8.4 times x/crypto's
-//     cycles per byte. Discounted by the 0.8 that separates the AVX2
-//     kernel's model from its measurement, about 6.7x.
-//   - hybrid8 (the default without AVX-512 IFMA): hybrid with eight chunks per carry chain,
-//     h' = (h + m1)·r^8 + m2·r^7 + ... + m8·r under the powers r..r^8
-//     (laneKey8; the bounds are in poly1305_lanes.go), and each product's
-//     add two multiplies behind it. On the build machine, quiet, 1.4%
-//     faster than hybrid at 4 KiB, 0.5-1% slower at 512 B and 1 KiB; under
-//     heavy load 1-4% faster at every size (BenchmarkEightChunk,
-//     alternating the two). Blocks under it, quiet: 8.1-8.3 GB/s at 4 KiB,
-//     5.4-5.5 times HMAC-SHA256 run alone (BenchmarkKeyed), 5.0-5.3 times
-//     in BenchmarkRatio's steady mode.
+//     where the CPU has them; checked in kernels/_asm's emulator, and run
+//     natively by the package tests on such a CPU. Blocks of whole 64-byte
+//     rows (512 bytes, 4 KiB: blockdev's) go through the stream kernels
+//     (lanesIFMAS, and for BlocksADCopy lanesIFMASCopy, which stores each
+//     row to the copy as it loads it): a pair of blocks at a time, four
+//     chunk streams each, with no gathers and no 512-bit memory operands
+//     on the multiplies (kernels/_asm/poly1305 has the design). Other
+//     blocks, and the associated data, go through lanesIFMA, which gathers
+//     a chunk of each of eight blocks; BlocksADCopy of such blocks copies a
+//     group of eight and then hashes the copy, a one-pass form of
+//     lanesIFMA having lost to the two passes (eight blocks 4 KiB apart
+//     share one set of the 8-way L1, and so do their copies). Both kernels
+//     prefetch the blocks as one sequential stream at least 8 KiB ahead,
+//     whole groups (groupsIFMA), so that the hash's arithmetic overlaps the
+//     memory's latency and a copy reads the source from the cache.
+//   - hybrid8 (the default without AVX-512 IFMA): hybrid with eight chunks
+//     per carry chain, h' = (h + m1)·r^8 + m2·r^7 + ... + m8·r under the
+//     powers r..r^8 (laneKey8; the bounds are in poly1305_lanes.go), and
+//     each product's add two multiplies behind it.
 //   - hybrid: four blocks in YMM registers (radix 2^26, VPMULUDQ) and two
 //     more in general registers with MULX (AVX2 and BMI2), their
 //     instructions interleaved by the generator, for CPUs whose vector
-//     multiplier is the bottleneck while the integer one idles: on the build
-//     machine (AMD EPYC, Zen 2) 6.1-6.5 cycles per 16-byte chunk of a block
-//     against avx2's 7.8, 1.14-1.26 times its speed (BenchmarkHybridOverAVX2),
-//     1.21-1.22 inside Blocks (BenchmarkHybridBlocks); under heavy load from
-//     other processes it measured 0.90-0.94, its scalar lanes costing
-//     dispatch slots (23.9 instructions per chunk of a block, avx2's 18.75).
-//   - avx2r8: the four YMM lanes alone, eight chunks per carry chain: 1.07-1.11
-//     times avx2's speed from 512 B to 4 KiB blocks (quiet machine).
+//     multiplier is the bottleneck while the integer one idles (AMD Zen 2).
+//     Its scalar lanes cost dispatch slots (23.9 instructions per chunk of
+//     a block, avx2's 18.75), so under heavy load from other processes it
+//     can fall behind avx2.
+//   - avx2r8: the four YMM lanes alone, eight chunks per carry chain.
 //   - avx2: the four YMM lanes alone, four chunks per carry chain.
 //   - neon (arm64): two blocks in the 64-bit lanes of the 128-bit vector
 //     registers, radix 2^26, UMULL/UMLAL by element. Go's arm64 assembler
@@ -150,30 +98,23 @@
 //     encoded from the architecture's field layout (and checks them against
 //     llvm-mc). Tested under qemu-aarch64; llvm-mca models its loop at 1.65
 //     times the generic code on Cortex-A72 and Neoverse N1, 2.9 times on
-//     Apple M1, and level with it on the in-order Cortex-A53 (kernels/mca).
+//     Apple M1, and level with it on the in-order Cortex-A53 (kernels/_mca).
 //   - generic: 64-bit limbs with bits.Mul64, one block at a time; every
 //     other architecture and purego builds.
 //
-// BlocksADCopy runs one kernel of its own on amd64, lanesAVX2R8Copy
+// BlocksADCopy runs copying kernels of its own on amd64: lanesAVX2R8Copy
 // (avx2r8's lanes, copying each step's next 128 bytes of four blocks while
 // it absorbs the current step from the copy, and prefetching the group it
-// will be called for next), under both hybrid8 and avx2r8; avx512ifma
-// copies and hashes a group of eight blocks at a time, prefetching ahead,
-// and copies the next group while it hashes one (above); the other implementations copy a run of blocks and then hash
-// the copy. On the build
-// machine, under load from other processes, 64 KiB calls with 32 bytes of
-// associated data per block against the builtin copy followed by BlocksAD
-// (BenchmarkBlocksADCopy, hybrid8, several runs): 0.98-0.99 times its
-// speed at 4 KiB blocks and 1.16-1.18 at 512 B with source and copy in the
-// L2 cache; from a source larger than the L3 cache 1.23-1.26 at 4 KiB and
-// 1.41-1.46 at 512 B. The kernel also absorbs the blocks' associated data,
-// which at 512 B saves 3-4% over a separate call for it, and ends with the
-// carries that leave its limbs ready to pack; for blocks of whole chunks
-// the Go side of each group of four is one loop without calls
-// (blocksAVX2R8CopyWhole). Those two took 512 B from 1.04 to 1.17-1.18 in
-// the L2 cache and from 1.27-1.28 to 1.41-1.46 from memory, 4 KiB from
-// 0.96-0.98 to 0.98-0.99 and 1.22-1.25 to 1.23-1.26 (alternating binaries
-// of the two in one run, under load).
+// will be called for next) under both hybrid8 and avx2r8, and
+// lanesIFMASCopy under avx512ifma (above); the other implementations copy
+// a run of blocks and then hash the copy. lanesAVX2R8Copy also absorbs the
+// blocks' associated data and ends with the carries that leave its limbs
+// ready to pack; for blocks of whole chunks the Go side of each group of
+// four is one loop without calls (blocksAVX2R8CopyWhole).
+//
+// docs/perf/poly1305-generator.md has the measurements behind these
+// choices: each kernel against the others, x/crypto and HMAC-SHA256, and
+// the forms tried and not kept.
 //
 // The assembly is generated by kernels/_asm/poly1305 (amd64, avo) and
 // kernels/_asm/poly1305neon (arm64); the math of each lane kernel is also

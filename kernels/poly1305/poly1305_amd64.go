@@ -134,10 +134,10 @@ const hybridBlocks = lanes + 2
 // hybridGroups returns how many groups of six of n blocks go to the hybrid
 // kernel: the a that minimises the cost of 6a blocks there, then groups of
 // four through the AVX2 kernel and the rest through the generic code, at
-// relative costs per block of 65, 78 and 160: the kernels' cycles per
-// 16-byte chunk of a block on the build machine (AMD EPYC, Zen 2), 6.5 and
-// 7.8, measured alternating with a loop of VPMULUDQ as the clock; the
-// generic code runs at about half the AVX2 speed. So 64 blocks go as ten
+// relative costs per block of 65, 78 and 160: the hybrid and AVX2 kernels'
+// cycles per 16-byte chunk of a block, in tenths, as measured on AMD Zen 2
+// (the CPU the hybrid kernel is for; docs/perf/poly1305-generator.md), and
+// the generic code at about half the AVX2 speed. So 64 blocks go as ten
 // groups of six and one of four, 16 as two of six and one of four, 8 as two
 // of four.
 func hybridGroups(n int) int {
@@ -172,9 +172,9 @@ var kernelHybrid = laneKernel{
 // through lanesIFMA. Blocks of whole
 // chunks (512 bytes, 4 KiB: blockdev's) take a loop of their own, with
 // the pack and reduce of the eight lanes written out (packReduce44)
-// rather than blocksLanes's calls through kernelIFMA.pack: on the Zen 4
-// build machine those took about three quarters of the kernel's own time
-// at 512-byte blocks (a CPU profile of BenchmarkBlocksADCopy). Their last
+// rather than blocksLanes's calls through kernelIFMA.pack, which cost a
+// large share of the kernel's own time at 512-byte blocks (a CPU profile of
+// BenchmarkBlocksADCopy; docs/perf/poly1305-generator.md). Their last
 // one to seven blocks go through blocksAVX2R8 (groups of four, then the
 // generic code); other blocks through blocksLanes (the rest generic).
 func blocksIFMA(k *polyKey, acc [][2]uint64, h *laneBuf, ad []byte, adLen int, p []byte, blockLen, stride int) {
@@ -215,41 +215,23 @@ func blocksIFMACopy(k *polyKey, acc [][2]uint64, h *laneBuf, ad []byte, adLen in
 //
 // The stream kernels (blocks of whole rows: 512 bytes, 4 KiB) replaced
 // lanesIFMA there, and lanesIFMANext, which copied the next group of
-// blocks while it hashed this one from q. On the Sapphire Rapids guest (5
-// December, three runs alternating with the build before): Blocks
-// (BenchmarkKeyed) 13.1 GB/s against 11.7-12.8 at 512 bytes, 18.1-18.4
-// against 15.5-15.8 at 4 KiB; BlocksADCopy (fused-MB/s) from the L2
-// cache 10.1-11.4 against 10.1-10.6 at 512 bytes and 15.5-16.6 against
-// 12.0-12.3 at 4 KiB, but from memory 6.4-7.1 against 7.8-8.6 at 512
-// bytes (8.0-9.5 against 8.2-9.7 at 4 KiB): the loads feed the
-// multiplies directly, where lanesIFMANext's copies were off their path.
-// 8, 16 and 32 KiB of prefetch distance ran level in blockdev's keyed
-// read, whose 512-byte figures did not move (62.9-64.9% of the unkeyed
-// read on one CPU in two of three runs, 58.8% in one, against
-// 60.1-63.1%) and whose 4 KiB ones rose from 71-73% to 81-87%
-// (BenchmarkVolumeReadKeyed, -cpu 1). A variant that hashed from q and
-// copied the next group as it went, as lanesIFMANext did, was no faster
-// in either (not kept).
+// blocks while it hashed this one from q: the stream kernels' loads feed
+// the multiplies directly, where lanesIFMANext's copies were off their
+// path. Over a source in memory BlocksADCopy at 512 bytes measured
+// slower than with lanesIFMANext, but blockdev's keyed read did not: its
+// 512-byte figures stayed level and its 4 KiB ones rose. Prefetch
+// distances of 8 to 32 KiB run level there. Two variants were measured
+// and not kept: hashing from q while copying the next group, as
+// lanesIFMANext did (no faster), and absorbing associated data whose
+// chunks but the last are the same in every block (blockdev's uid, then
+// LBA and generation) once per call, each lane seeded with their Horner
+// value (checking the prefixes and the seed cost what it saved).
 //
-// Nor was absorbing associated data whose chunks but the last are the
-// same in every block (blockdev's: the uid, then LBA and generation) once
-// per call, each lane seeded with their Horner value and only the last
-// chunk absorbed per block: the AD's kernel time in a keyed read fell
-// from 4.3% to 2.4% of the CPU, but checking the prefixes (two loads and
-// compares a block) and the seed per call of 64 blocks took 3.3%
-// (BenchmarkVolumeReadKeyed, 512-byte blocks, -cpu 1, CPU profiles, 6
-// December).
-//
-// Their key operands then moved out of memory: the words of r^8 and r^4
-// as broadcast quadwords, the last step's per-lane powers replaced by a
-// bracket and one factor in registers (kernels/_asm/poly1305). On the
-// Sapphire Rapids guest (6 December, two runs alternating with the build
-// before) Blocks (BenchmarkKeyed) ran at 14.7-15.1 GB/s against
-// 11.1-11.5 at 512 bytes and 19.9-21.8 against 16.1-16.3 at 4 KiB, but
-// blockdev's keyed read of 512-byte blocks did not move (65.4-68.2% of
-// the unkeyed read on one CPU against 65.4-67.8%): its kernel's time
-// there is the source's, read from the page cache, more than the
-// multiplies'.
+// The stream kernels' key operands are broadcasts and registers, not
+// memory vectors (kernels/_asm/poly1305): that made Blocks faster, but not
+// blockdev's keyed read of 512-byte blocks, whose kernel time there is
+// the source's, read from the page cache, more than the multiplies'.
+// docs/perf/poly1305-generator.md has the figures.
 func groupsIFMA(k *polyKey, acc [][2]uint64, h *laneBuf, ad []byte, adLen int, q, p []byte, blockLen, stride int) int {
 	chunks := blockLen / 16
 	key := (*[key44Words]uint64)(&k.ifma)

@@ -32,10 +32,9 @@ func clampR(r []byte) (r0, r1 uint64) {
 // chunks absorbs len(p)/16 full chunks, each with the 2^128 pad bit. The
 // loop body is mulReduce written out: the compiler does not inline
 // mulReduce (cost 186, budget 80), and without the call per chunk the loop
-// is one straight block, which kernels/mca models on arm64 beside the NEON
-// kernel (on amd64 the difference is within the noise of a shared machine:
-// BenchmarkRatio impl=generic, 4 KiB, 0.89-1.05x x/crypto before, 0.94-1.01x
-// after).
+// is one straight block, which kernels/_mca models on arm64 beside the NEON
+// kernel (on amd64 the difference is within the noise of a shared machine,
+// docs/perf/poly1305-generator.md).
 func (s *state) chunks(p []byte) {
 	h0, h1, h2, r0, r1 := s.h0, s.h1, s.h2, s.r0, s.r1
 	for len(p) >= 16 {

@@ -279,9 +279,8 @@ func limbsToState(x [5]uint64, r0, r1 uint64) state {
 // packLimbs is limbsToState's arithmetic, straight-line on scalars: it
 // runs once per block between kernel calls, and the form with arrays and
 // a carry helper cost several times as much (the compiler copied the
-// limbs through the stack in pieces whose loads missed store forwarding:
-// 581 ns for the six lanes of a hybrid group on the build machine, 187
-// with this function, 52 with pack returning words instead of a state).
+// limbs through the stack in pieces whose loads missed store forwarding;
+// docs/perf/poly1305-generator.md has the figures).
 func packLimbs(x0, x1, x2, x3, x4 uint64) (h0, h1, h2 uint64) {
 	x1 += x0 >> 26
 	x0 &= limbMask
@@ -325,7 +324,7 @@ type laneKernel struct {
 	// pack returns lane l of h in the generic form h0 + h1·2^64 +
 	// h2·2^128. Three words, not a state: the compiler moves a returned
 	// state through the stack in pieces whose loads miss store forwarding
-	// (about 22 ns a lane on the build machine; see packLimbs).
+	// (see packLimbs).
 	pack func(h *laneBuf, l int) (h0, h1, h2 uint64)
 }
 

@@ -36,75 +36,18 @@ import (
 //     each side in its steady state, as a volume that uses one method sees
 //     it.
 //
-// Why the modes differ, on the build machine (AMD EPYC, Zen 2; the
-// experiments are BenchmarkWarmup and BenchmarkDutyCycle, figures below):
-// 256-bit vector code (VPMULUDQ on YMM registers) that runs after about
-// 2 ms without any runs slowly, and ramps back to full speed over the
-// next 1.3-2.1 ms of its own running; short bursts of it between other
-// work never ramp. In mode=interleaved Blocks runs 35-40 us per iteration
-// at 4 KiB (60-70 us at 512 B) between about 0.3 ms of x/crypto and HMAC,
-// a duty cycle of about 10% in bursts of four calls of the kernel's size:
-// the case where BenchmarkDutyCycle measures the kernels 1.4-1.6 times
-// slower than in a long run. (So at 4 KiB the interleaved ratios barely
-// moved with this branch's faster kernels: 2.8-3.0 before and after.) A
-// volume that tags continuously sees mode=steady; one that tags a 256 KiB
-// batch now and then, between other work, sees something near
-// mode=interleaved for its tags (HMAC-SHA256 and x/crypto, scalar and
-// SHA-NI code, do not slow down).
-//
-// # Warm-up
-//
-// BenchmarkWarmup, 25 iterations per case, quiet machine (load average
-// 0.4). Per gap length: first-x (the first call after the gap over the
-// steady call) / u64-x (the mean of the first 64 calls, about 0.6 ms),
-// and the ramp (the probe's own running time until its calls came within
-// 5% of steady and stayed there) where there was one:
-//
-//	probe   gap    200 us      1 ms              2 ms                   5 ms
-//	ymm     sha    1.00/1.00   1.00/1.01         1.28/1.31 ramp 1.6 ms  1.34/1.33 ramp 1.5 ms
-//	ymm     spin   1.00/1.00   1.00/1.01         1.18/1.21 ramp 1.5 ms  1.35/1.26 ramp 1.4 ms
-//	ymm8    sha    1.00/1.00   1.00/1.00         1.04/1.19 ramp 1.3 ms  1.49/1.42 ramp 1.5 ms
-//	ymm8    spin   1.00/1.00   1.00/1.00         1.01/1.13              1.60/1.39 ramp 1.6 ms
-//	hybrid  sha    1.01/1.00   1.22/1.01 (20 us) 1.09/1.51 ramp 1.9 ms  1.95/1.88 ramp 2.1 ms
-//	hybrid  spin   1.01/1.00   1.33/1.02 (20 us) 1.06/1.44 ramp 1.8 ms  1.81/1.70 ramp 2.1 ms
-//	scalar  either 1.00/1.00   1.00/1.00         1.01/1.00              1.03/1.00
-//	xmm     sha    1.00/1.00   1.16/0.92 (10 us) 1.72/1.02 (18 us)      1.36/1.01 (12 us)
-//	xmm     spin   1.00/1.00   1.00/1.00         1.55/1.01 (13 us)      1.27/1.00 (6 us)
-//
-// (An earlier run at load average 3-4 agreed: ymm8 after 5 ms of SHA-256
-// 1.84 on its first call, the hybrid kernel 2.36, ramps of 1.1-2.1 ms.) So:
-// the slow state is entered after 1-2 ms without YMM code, whatever runs
-// instead (SHA-NI or a plain integer loop alike), and costs 1.3-2.1 ms of
-// slow running to leave; after a gap of about 2 ms the first calls are
-// still fast and the slowdown comes a few hundred microseconds into the
-// burst (u64-x above first-x): the switch is decided by a timer of about
-// 2 ms, not by the next instruction. The hybrid kernel, whose scalar MULX
-// lanes wait on the same instruction stream, suffers most (its 1 ms
-// figure is a short wake-up only); scalar code (the generic Go Poly1305:
-// MULQ, ADC; MULX alone has no probe here, it runs only inside the hybrid
-// kernel) is unaffected; 128-bit PCLMULQDQ code pays only its first call
-// or two (6-18 us), no ramp. After sleeping rather than computing (load 3-4
-// run), the YMM kernels' first call was 1.1-1.5x and the ramp mostly
-// shorter (under 0.1 ms, once 1 ms).
-//
-// BenchmarkDutyCycle, the periodic case, quiet machine (5 iterations):
-// slow-x, the probe's mean call over its steady call, for bursts of 4, 16
-// and 64 calls (about 40, 150 and 600 us) and gaps of 30, 100, 300 and
-// 1000 us:
-//
-//	probe   gap    4 calls: 30  100   300   1000   16: 30  100   300   1000   64: 30  100   300   1000
-//	ymm8    sha        1.03 1.12  1.47  1.59       0.98 1.02  1.11  1.42       1.02 1.01  1.00  1.08
-//	ymm8    spin       1.02 1.03  1.20  1.32       1.00 1.01  1.01  1.22       1.02 0.99  1.00  1.06
-//	hybrid  sha        0.97 1.42  1.73  1.72       0.99 1.04  1.34  1.55       1.00 0.99  1.00  1.17
-//	hybrid  spin       1.05 1.40  1.40  1.64       1.00 1.02  1.31  1.50       0.99 1.00  1.02  1.14
-//
-// So the kernels keep their speed while YMM code holds more than about
-// half of the time (bursts of 150 us with 100 us gaps, or of 600 us with
-// 300 us gaps); at a third (150 us bursts, 300 us gaps) they run 1.1-1.3
-// times slower, and in 40 us bursts a few hundred microseconds apart
-// 1.2-1.7 times, the hybrid kernel most; SHA-NI gaps cost more than
-// integer ones of the same length. (Two earlier runs at load average 5-7 agreed within their
-// noise.)
+// Why the modes differ: on some CPUs (AMD Zen 2, where BenchmarkWarmup
+// and BenchmarkDutyCycle measured it) 256-bit vector code (VPMULUDQ on YMM
+// registers) that runs after about 2 ms without any runs slowly, and ramps
+// back to full speed over the next 2 ms or so of its own running; short
+// bursts of it between other work never ramp. In mode=interleaved Blocks
+// runs in short bursts between x/crypto and HMAC, a duty cycle of about
+// 10%, where the kernels run markedly slower than in a long run. A volume
+// that tags continuously sees mode=steady; one that tags a 256 KiB batch
+// now and then, between other work, sees something near mode=interleaved
+// for its tags (HMAC-SHA256 and x/crypto, scalar and SHA-NI code, do not
+// slow down). docs/perf/poly1305-generator.md has the two experiments'
+// figures.
 //
 // Commands: go test ./kernels/poly1305 -run '^$' -bench 'Keyed|Ratio'
 // (both modes); -bench Warmup -benchtime 25x and -bench DutyCycle
@@ -133,8 +76,8 @@ func BenchmarkRatio(b *testing.B) {
 }
 
 // ratioWarmup is the untimed run of a side before it is timed in
-// mode=steady: longer than the ramp BenchmarkWarmup measures (1.4-1.8 ms
-// after a gap of 2 ms or more).
+// mode=steady: longer than every ramp BenchmarkWarmup measured (up to
+// 2.1 ms after a gap of 2 ms or more; docs/perf/poly1305-generator.md).
 const ratioWarmup = 3 * time.Millisecond
 
 // ratioRun is one BenchmarkRatio case: blocks of bl bytes over p, the

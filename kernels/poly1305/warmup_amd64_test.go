@@ -14,8 +14,8 @@ import (
 	"github.com/difctl/difctl/kernels/internal/kerneltest"
 )
 
-// BenchmarkWarmup is the experiment behind BenchmarkRatio's two modes (its
-// doc has the results): how fast a kernel runs right after other work, as
+// BenchmarkWarmup is the experiment behind BenchmarkRatio's two modes
+// (docs/perf/poly1305-generator.md has the results): how fast a kernel runs right after other work, as
 // a function of how long it has been running. Each iteration runs the gap
 // work for gapus microseconds, then the probe for warmupUnits calls of
 // 64 KiB (72 KiB for the hybrid kernel), timing each call with the

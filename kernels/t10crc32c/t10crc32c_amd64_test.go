@@ -130,17 +130,12 @@ func BenchmarkBlocksCRC32CCopyPaths(b *testing.B) {
 // reason was that the four blocks of a group, and their copies in q, are 2
 // or 4 KiB apart, at the same offset in every page, so the fused kernel's
 // eight streams (and, then, its per-block prefetches) competed for the same
-// L1 sets: over a 64 MiB mapping 4096-byte blocks ran at 6.9-7.1 GB/s
-// fused against 8.3 in two passes. With the sequential prefetch
-// (kernels/_asm/fused), on the same AMD EPYC (Zen 3), medians of two runs,
-// per CPU-second: from a source in memory into a destination in cache
-// (mem=src, the case of a verified read into a reused buffer) fused
-// 10.7-11.7 GB/s against split 8.5-9.8 at 4 KiB, 13.1-13.3 against 9.3-9.4
-// at 2 KiB; with neither in cache (mem=both) about the same (5.2-5.5
-// against 5.2-6.0 at 4 KiB); both in cache, split 7.0-7.4 against 6.8
-// (the sub-block path below does 11-12 there). blockdev's
-// BenchmarkVolumeRead of 4096-byte blocks with guard and sums went from
-// 60-66% of pread to 72-77% with the fused kernel (alternating runs).
+// L1 sets, and the two passes were faster. With the sequential prefetch
+// (kernels/_asm/fused) the fused kernel is faster from a source in memory
+// into a destination in cache (mem=src, the case of a verified read into a
+// reused buffer), level with neither in cache (mem=both), and a little
+// slower with both in cache. docs/perf/poly1305-generator.md ("The CRC
+// kernels") has the figures.
 const copySplitBlocks = 16
 
 func blocksSumsCopySplit(dst []uint16, sums []uint32, q, p []byte, blockLen, stride int) {
@@ -157,20 +152,17 @@ func blocksSumsCopySplit(dst []uint16, sums []uint32, q, p []byte, blockLen, str
 // The sub-block path, measured and not taken (see blocksCopyFused):
 // the fused kernel over the blocks' 1 KiB sub-blocks, whose streams no
 // longer share L1 sets, and each block's partial guards and sums joined.
-// Against the two passes, 1 MiB a call (BenchmarkBlocksCRC32CCopyPaths,
-// AMD EPYC Zen 3, medians of alternating runs, per CPU-second), that ran
-// 1.06 to 1.14 times as fast from a source in memory into a destination in
-// cache (mem=src: a page-cache mapping read into a reused buffer, as
-// blockdev's runs of the default size are) and 1.15 to 1.37 times with
-// both in cache, but 0.6 times where the destination is not in cache
-// either (mem=both; likely because the fused kernel reads back from q what
-// it has just stored, while the split's first pass only stores; the fused
-// kernel over whole blocks lost there too). BenchmarkBlocksCRC32CDRAM, 64
-// MiB into 64 MiB in one call, is such a case: 5.4 GB/s before, 3.3 with
-// the sub-blocks. 8 to 64 KiB blocks gained 0 to 10% from memory and lost
-// half with q not in cache; 2 and 3 KiB blocks, whose streams do not all
-// alias, lost 8 to 15% with both in cache. The avx512 implementation
-// shares this dispatch (the fused kernel is YMM code) and was not measured.
+// Against the two passes it gained with the destination in cache (mem=src:
+// a page-cache mapping read into a reused buffer, as blockdev's runs of
+// the default size are; and with both in cache), but lost heavily where
+// the destination is not in cache either (mem=both; likely because the
+// fused kernel reads back from q what it has just stored, while the
+// split's first pass only stores), as BenchmarkBlocksCRC32CDRAM, 64 MiB
+// into 64 MiB in one call, is. Larger blocks gained little from memory and
+// lost with q not in cache; 2 and 3 KiB blocks, whose streams do not all
+// alias, lost with both in cache. The avx512 implementation shares this
+// dispatch (the fused kernel is YMM code) and was not measured.
+// docs/perf/poly1305-generator.md ("The CRC kernels") has the figures.
 //
 // blocksSumsCopySub runs fusedBlocksCopyAVX2 over the 1 KiB sub-blocks of
 // contiguous 4 KiB blocks, and joins each block's partial guards and sums

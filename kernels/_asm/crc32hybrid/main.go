@@ -134,9 +134,9 @@ func (s segs) addr(k, disp int) operand.Mem {
 // the line of each segment six blocks further at the step's position: the
 // next group of hybridBlocks. Six streams that each advance by 32 bytes a
 // step, stride bytes apart, do not train the hardware prefetchers as one
-// sequential stream does; from DRAM (a 64 MiB buffer, beyond the 32 MiB L3
-// of an AMD EPYC, Zen 3), 512-byte blocks ran at about half the speed of
-// Update without it. A prefetch past the end of the buffer does not fault.
+// sequential stream does; from DRAM (a buffer beyond the L3 cache),
+// 512-byte blocks ran at about half the speed of Update without it. A
+// prefetch past the end of the buffer does not fault.
 func lockstep(v variant, s segs, crcs []reg.GPVirtual, iter reg.Register, k reg.VecVirtual, init reg.VecVirtual, six reg.Register, name string) (acc [][]reg.VecVirtual) {
 	nfold := 6 - v.crcSegs
 	ctx.Comment("Load the first 32 bytes of each fold segment.")
@@ -546,9 +546,9 @@ func blocks(v variant, prefetch bool) {
 // short generates hybridShort, the kernel of inputs too short for a chunk:
 // one CRC32 stream, 16 bytes a loop step (two CRC32Q), then 8, 4, 2 and 1
 // as the length has them. It is latency-bound (3 cycles per CRC32Q on Zen 2
-// and Zen 3, 2.7 bytes a cycle); what it saves is the fixed cost of a call:
-// hash/crc32 at 16 bytes took 11-15 ns on an AMD EPYC (Zen 2), against 3 ns
-// for the two CRC32Q themselves.
+// and Zen 3, 2.7 bytes a cycle); what it saves is the fixed cost of a call,
+// which in hash/crc32 took several times the two CRC32Q of a 16-byte input
+// (docs/perf/poly1305-generator.md).
 func short() {
 	text("hybridShort", "func(reg uint32, p *byte, n int) uint32")
 	ctx.Pragma("noescape")
@@ -571,10 +571,8 @@ func short() {
 //
 // The loop is rotated (its test at the bottom) and a length that is a
 // multiple of 16 skips the four tests of the rest, so that a 16-byte
-// input takes one taken branch, not five: against ISA-L's crc32_iscsi in
-// one BenchmarkAnchor run on the loaded Zen 2, Checksum went from 0.40-0.43
-// to 0.48-0.49 of its speed at 16 bytes and from 0.63-0.65 to 0.79-0.81 at
-// 64.
+// input takes one taken branch, not five, which measured faster at 16 and
+// 64 bytes (BenchmarkAnchor; docs/perf/poly1305-generator.md).
 func stream(prefix string, crc, p, n reg.GPVirtual, whole bool) {
 	ctx.CMPQ(n, operand.U8(16))
 	ctx.JB(operand.LabelRef(prefix + "_rest"))

@@ -780,7 +780,8 @@ func (g *gen) update() {
 // vzeroupper ends a kernel that used YMM or ZMM registers. The XMM kernels
 // (the SSE and the VEX.128 encodings) leave no upper state dirty, as VEX.128
 // instructions zero the upper bits of their destinations, so they skip it:
-// on Zen 2 it cost about 1.2 ns of the 8 of a 16-byte Update.
+// it costs a measurable share of a short Update
+// (docs/perf/poly1305-generator.md).
 func (g *gen) vzeroupper() {
 	if g.v.bytes > 16 {
 		g.c.VZEROUPPER()
@@ -1026,20 +1027,13 @@ func (g *gen) store(r reg.GPPhysical, m operand.Mem) {
 //
 // The first form prefetched, per block, the line one group ahead at the
 // same position (G prefetches per step, half of them to a line already
-// asked for at V = 32). The sequential form, on an AMD EPYC (Zen 3),
-// avx2, BenchmarkKernelDRAM (64 MiB), two alternating runs each:
-//   - 512-byte blocks: crct10dif Blocks 7.5-10.9 GB/s before, 13.0-14.3
-//     after; BlocksCopy 4.7-5.6 against 5.2-6.0; crc64nvme Blocks
-//     9.9-11.4 against 13.5-15.4.
-//   - 4096-byte blocks: BlocksCopy 5.2-7.5 against 6.8-7.6 (crct10dif),
-//     6.1-6.2 against 6.3-7.5 (crc64nvme); Blocks, which read in place,
-//     lost: 14.2-16.9 against 11.8-14.5.
-//   - blockdev's BenchmarkVolumeRead, 512-byte blocks with the 64-bit
-//     guard (crc64nvme BlocksCopy): 57-59% of pread before, 79-81% after.
-//
-// One group ahead plus 2 KiB did the same within the noise; the sequential
-// prefetch a fixed 4 KiB ahead lost more at 4096-byte blocks, where that
-// lands inside the group being read.
+// asked for at V = 32). On Zen 3 the sequential form is faster from memory
+// at 512-byte blocks (Blocks and BlocksCopy, and blockdev's verified read
+// markedly) and for BlocksCopy at 4096-byte blocks, and slower for Blocks
+// at 4096-byte blocks, which read in place. One group ahead plus 2 KiB ran
+// the same; a fixed 4 KiB ahead lost more at 4096-byte blocks, where that
+// lands inside the group being read. docs/perf/poly1305-generator.md has the
+// figures.
 const (
 	pfGroups = 2
 	pfDisp   = 0

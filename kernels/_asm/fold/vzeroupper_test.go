@@ -10,8 +10,8 @@ import (
 // kernel: a kernel that names a YMM or ZMM register executes VZEROUPPER
 // before each RET (else the SSE code that follows it pays the transition
 // penalty of a dirty upper state, or worse, on Intel), and an XMM kernel has
-// none (it would cost about 1.2 ns of a 16-byte Update on Zen 2 for
-// nothing: VEX.128 instructions zero the upper bits they write).
+// none (it would cost a measurable share of a 16-byte Update for nothing:
+// VEX.128 instructions zero the upper bits they write).
 func TestVZEROUPPER(t *testing.T) {
 	wide := regexp.MustCompile(`\b[YZ]([0-9]|[12][0-9]|3[01])\b`)
 	for _, s := range crcs {

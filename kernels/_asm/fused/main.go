@@ -30,16 +30,14 @@
 // vector it loads, as loaded, to q at the same offset, folds that register,
 // and runs the CRC32Q streams over the bytes in q, so the guard and the sum
 // are of the bytes the caller gets even if p changes meanwhile. Reading the
-// sums from q was faster than taking them from the loaded register (VMOVQ,
-// VPEXTRQ, VEXTRACTI128 into a GPR): over 1 MiB of 512-byte blocks, 0.87
-// against 0.79 times the speed of the plain fused kernel in the same run.
-// The CRC32Q streams run one step behind the loads: each step reads the
-// vectors the step before stored, which have left the store queue, rather
-// than loading 8-byte pieces of a 32-byte store just issued (store-to-load
-// forwarding). With the sequential prefetch below, a verified
-// blockdev.Volume read of 512-byte blocks went from 59-68% to 64-71% of
-// pread (alternating runs); reading the sums from p instead did the same,
-// but would let a p that changes meanwhile give a sum of other bytes.
+// sums from q measured faster than taking them from the loaded register
+// (VMOVQ, VPEXTRQ, VEXTRACTI128 into a GPR). The CRC32Q streams run one
+// step behind the loads: each step reads the vectors the step before
+// stored, which have left the store queue, rather than loading 8-byte
+// pieces of a 32-byte store just issued (store-to-load forwarding).
+// Reading the sums from p instead ran as fast, but would let a p that
+// changes meanwhile give a sum of other bytes. docs/perf/poly1305-generator.md
+// ("The CRC kernels") has the figures.
 //
 // The constants are never in the assembly: the kernel reads the
 // crcmath.RevFoldTable passed as its last argument (Fold[1], Fold[2],
@@ -241,17 +239,13 @@ func loadBlock(c *build.Context, j int, r reg.VecPhysical, copy bool) {
 // that follow frame pointers (perf). kernels/_asm/fold does the same (see
 // its pfGroups).
 //
-// Before, every step prefetched, per block, the line one group ahead at the
-// same position. Measured on an AMD EPYC (Zen 3), copying 1 MiB of 512-byte
-// blocks out of 256 MiB (a scratch harness, alternating): 93-100 µs per MiB
-// with the sequential prefetch 4 KiB ahead against 114 with the per-block
-// one; the per-block loop's loads and stores alone, without arithmetic,
-// took 116-140, and a plain sequential copy 73-76. BlocksCRC32CDRAM
-// fusedcopy at 512-byte blocks went from 2.8-2.9 GB/s to 4.2-4.9, and
-// blockdev's BenchmarkVolumeRead (512-byte blocks, guard and sums) from
-// 53-58% to 62-68% of pread. 2, 4, 8 and 16 KiB ahead, and PREFETCHT1, did
-// the same within the noise at 512-byte blocks; a fixed distance loses at
-// 4096-byte blocks, where 4 KiB ahead is inside the group being read.
+// The sequential prefetch replaced one that prefetched, per block, the
+// line one group ahead at the same position, which measured slower on Zen
+// 3 (the per-block loop's loads and stores alone, without arithmetic, took
+// longer than the whole kernel with the sequential prefetch). Distances of
+// 2 to 16 KiB, and PREFETCHT1, ran the same at 512-byte blocks; a fixed
+// distance loses at 4096-byte blocks, where 4 KiB ahead is inside the
+// group being read. docs/perf/poly1305-generator.md has the figures.
 const (
 	pfGroups = 2
 	pfDisp   = 0

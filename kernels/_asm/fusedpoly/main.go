@@ -12,9 +12,9 @@
 // Why fuse. A keyed verified read needs, for every block, the guard
 // (PCLMULQDQ folds on the vector multiplier's carry-less unit), the sector
 // sum (CRC32Q on an integer ALU) and the Poly1305 polynomial (VPMULUDQ).
-// On AMD Zen 2 PCLMULQDQ and VPMULUDQ do not share a pipe (4 PCLMULQDQ took
-// 2.61 ns, 4 VPMULUDQ ymm 1.31 ns, all 8 interleaved 2.63 ns), so the three
-// can overlap; run as two passes (t10crc32c.BlocksCopy, then
+// On AMD Zen 2 PCLMULQDQ and VPMULUDQ do not share a pipe (interleaved
+// they take the time of the PCLMULQDQ alone; docs/perf/poly1305-generator.md),
+// so the three can overlap; run as two passes (t10crc32c.BlocksCopy, then
 // poly1305.Key.BlocksAD over the copy) their times add, and the data is
 // loaded twice.
 //
@@ -39,28 +39,23 @@
 // 2^64). The fold instructions and the lagging ones are emitted interleaved
 // (evenly spread), and within the lagging ones the 32 CRC32Q are spread
 // evenly among the lane instructions, so the out-of-order window holds work
-// for the carry-less unit, the vector multiplier and the CRC ALU at once.
-// (With the CRC32Q all at the head of the lagging step, as before, the
-// kernel ran 6-8% slower at 512 B and at 4 KiB: 3.50-3.72 against
-// 3.83-3.98 GB/cpu-s at 512 B, 3.93-4.09 against 4.16-4.38 at 4 KiB,
-// BenchmarkFusedRatio's MB/cpu-s-kernel, old and new binaries alternated,
-// quiet machine.) A last lagging step after the loop covers the last 64
-// bytes.
+// for the carry-less unit, the vector multiplier and the CRC ALU at once
+// (with the CRC32Q all at the head of the lagging step the kernel measured
+// slower). A last lagging step after the loop covers the last 64 bytes.
 //
-// What did not help (measured the same way, each within the ±3% noise of
-// the runs, so not kept): cutting the limbs out with shift pairs instead of
-// the mask (16 loads a step fewer); hmac5's staggered adds (each VPADDQ up
-// to two multiplies behind its VPMULUDQ, with yLo and yHi as product
-// registers once the split is done with them); running the last lagging
-// step of a group interleaved with the first fold step of the next (the
-// per-group fixed cost at 512 B). Ablations (wrong results, timing only)
-// show where the time is not: with every key operand a register instead of
-// a load the kernel ran 3-5% faster, with every VPMULUDQ a VPADDQ 2-4%,
-// with every VPCLMULQDQ a VPXOR 5-10%. So neither the loads, nor the vector
-// multiplier, nor the carry-less unit bound it alone; it is bound by the
-// sheer number of instructions a step (about 440, of which about 400 vector
-// ones on the four FP pipes), and only fewer instructions will make it
-// faster.
+// What did not help (each within the noise of the runs, so not kept):
+// cutting the limbs out with shift pairs instead of the mask (16 loads a
+// step fewer); hmac5's staggered adds (each VPADDQ up to two multiplies
+// behind its VPMULUDQ, with yLo and yHi as product registers once the
+// split is done with them); running the last lagging step of a group
+// interleaved with the first fold step of the next (the per-group fixed
+// cost at 512 B). Ablations (wrong results, timing only: every key operand
+// a register, every VPMULUDQ a VPADDQ, every VPCLMULQDQ a VPXOR) each
+// gained little, so neither the loads, nor the vector multiplier, nor the
+// carry-less unit bound it alone; it is bound by the sheer number of
+// instructions a step (about 440, of which about 400 vector ones on the
+// four FP pipes), and only fewer instructions will make it faster.
+// docs/perf/poly1305-generator.md has the figures.
 //
 // The lanes start from h = 0 and see only the block's bytes: the kernel
 // leaves, per group, the four accumulators Poly1305_r(block) in the
@@ -79,15 +74,14 @@
 // passes, poly1305's laneKey layout).
 //
 // Loads were taken to bound this kernel on AMD Zen 2 (two loads per cycle;
-// but see the ablations above: without the key loads it ran only 3-5%
+// but see the ablations above: without the key loads it ran only a little
 // faster): per step 100 key operands of VPMULUDQ, 32 CRC32Q, 16
 // vector loads and 16 gathers, the byte-reversal and mask operands, h.
-// With Fold[1] a memory operand too (32 more loads a step, before X15 held
-// it), the kernel ran at 0.94 times the two passes at 4 KiB blocks and 1.05
-// at 512 bytes (BenchmarkFusedRatio in kernels/keyedcopy, thread CPU time);
-// with X15, 1.04 and 1.12-1.13. Without its CRC32Q streams (wrong, for
-// timing) it ran about 1.1 times as fast, without the Poly1305 lanes 2.3
-// times, without the folds 1.2 times. The lane accumulators h live in the
+// Fold[1] is in X15 rather than a memory operand (32 more loads a step),
+// which took the kernel from behind the two passes at 4 KiB blocks to
+// ahead of them (BenchmarkFusedRatio in kernels/keyedcopy). Of the three
+// computations the Poly1305 lanes cost the most (ablations, in
+// docs/perf/poly1305-generator.md). The lane accumulators h live in the
 // frame between steps (five 32-byte words: added to m1 as a memory
 // operand, stored after the carry chain). The general registers are those
 // of fused, but the guard and sum pointers live in the frame and DI holds

@@ -9,11 +9,10 @@
 # block of the iteration (AVX2: 4 blocks x 4 chunks; hybrid: 6 x 4; the
 # eight-chunk kernels 4 x 8 and 6 x 8; IFMA: 8 x 4; x/crypto: one chunk).
 #
-# znver2 and znver3 are the machines sessions have run on (AMD EPYC Zen 2,
-# family 23, and Zen 3, family 25: /proc/cpuinfo says which), where the
-# figures can be set beside measurements; icelake-server has AVX-512 IFMA
-# (llvm-mca 14 has no Zen 4 model; a Zen 4 guest, family 25 model 17, ran
-# the kernel natively on 3 December 2026), so that column is the IFMA
+# znver2 and znver3 model the AMD EPYC Zen 2 (family 23) and Zen 3 (family
+# 25) machines the kernels were tuned on (/proc/cpuinfo says which), where
+# the figures can be set beside measurements; icelake-server has AVX-512
+# IFMA (llvm-mca 14 has no Zen 4 model), so that column is the IFMA
 # kernel's case on paper, as TestEmulatedPoly1305's instruction counts are
 # (kernels/_asm/poly1305).
 #
@@ -30,7 +29,7 @@
 # memory to free the registers, came to 193 cycles (ref_poly_r8_keyreg.s);
 # lanesAVX2R8Copy now has that form (vecStepKS), 165 cycles per main loop.
 #
-# Usage: kernels/mca/poly_amd64.sh
+# Usage: kernels/_mca/poly_amd64.sh
 # Environment: CPUS (default "znver2 znver3 icelake-server"), ITER (300), MCA
 # (llvm-mca-14), OBJDUMP (objdump).
 set -euo pipefail

@@ -8,10 +8,10 @@
 # of being a memory operand of each of its 25 multiplies; h is kept in
 # memory at (%rdx), added to the last chunk's limbs, so that the registers
 # suffice. The limb mask and pad bit are read from 0x100(%rcx) and
-# 0x120(%rcx). Compare with the generated loop (kernels/mca/poly_amd64.sh,
+# 0x120(%rcx). Compare with the generated loop (kernels/_mca/poly_amd64.sh,
 # avx2r8 row):
 #
-#	llvm-mca-14 -mcpu=znver3 -iterations=300 kernels/mca/ref_poly_r8_keyreg.s
+#	llvm-mca-14 -mcpu=znver3 -iterations=300 kernels/_mca/ref_poly_r8_keyreg.s
 #
 # models 193 cycles per step (0.377 c/B) against the generated loop's 226
 # (0.442 c/B) on znver3; both are held by the FP scheduler rather than by

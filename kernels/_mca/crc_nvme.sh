@@ -17,7 +17,7 @@
 #	         in cycles.
 #	target:N the same from the target of the N-th branch (any direction).
 #
-# Usage: kernels/mca/crc_nvme.sh [-v]    (-v prints each extracted piece)
+# Usage: kernels/_mca/crc_nvme.sh [-v]    (-v prints each extracted piece)
 #
 # The models are llvm's: the Cortex-A72 one is the A57 model, apple-m1 is the
 # Cyclone model (one PMULL per cycle, CRC32CX latency 2), so read the numbers

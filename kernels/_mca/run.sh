@@ -6,7 +6,7 @@
 # local label, and runs llvm-mca-14 on it for every CPU in $CPUS. See
 # README.md in this folder.
 #
-# Usage: kernels/mca/run.sh [-v] [filter]
+# Usage: kernels/_mca/run.sh [-v] [filter]
 #   -v      print every extracted piece before its numbers
 #   filter  only rows whose package or label contains this string
 # Environment: CPUS (default "cortex-a53 cortex-a72 apple-m1"), ITER (300),

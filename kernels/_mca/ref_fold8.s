@@ -1,4 +1,4 @@
-// A plain fold-by-8 PMULL 64x64 loop, for modelling only (kernels/mca/run.sh):
+// A plain fold-by-8 PMULL 64x64 loop, for modelling only (kernels/_mca/run.sh):
 // eight accumulators v0..v7, fold constant in v24, 128 bytes per iteration,
 // each lane loaded, byte-reversed with REV64+EXT and folded in turn, in the
 // order one would first write it. It is the yardstick the issue sets for
