@@ -110,7 +110,7 @@ func TestGolden(t *testing.T) {
 			gf.Guards = append(gf.Guards, goldenVector{Guard: g.String(), Input: in.name, Value: hexGuard(g, fast)})
 		}
 	}
-	// The check values of README.md's "Formats" table.
+	// The check values of docs/formats.md's "Formats" table.
 	for _, v := range gf.Guards {
 		want := map[string]string{"crc16": "0xd0db", "crc32": "0xe3069283", "crc64": "0xae8b14860a799888"}[v.Guard]
 		if v.Input == "check" && v.Value != want {

@@ -1,7 +1,7 @@
 package dif
 
 // The oracle: the simplest correct code, written from the tables of
-// README.md's "Formats", sharing nothing with the fast path. Bitwise CRCs,
+// docs/formats.md, "Formats", sharing nothing with the fast path. Bitwise CRCs,
 // math/big for the tag space, one byte at a time.
 
 import (

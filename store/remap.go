@@ -11,7 +11,7 @@ import (
 // Offline operations: a remap of the ref tags, an import of an image.
 //
 // Some operations rewrite a whole volume in many commits and must never be
-// seen half done: a remap moves every tuple's ref tag (README.md, "Formats"),
+// seen half done: a remap moves every tuple's ref tag (docs/formats.md),
 // an import loads a volume's data and tuples from an image with its own PI.
 // Such an operation first records a journal, durably, under the volume's
 // metadata key "X"|"journal"; each step it takes and the advance of the

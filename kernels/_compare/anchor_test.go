@@ -32,7 +32,7 @@ import (
 //
 //	go test -tags isal -run '^$' -bench Anchor -benchtime 9x
 //
-// It prints the table of the README's performance section when it ends.
+// It prints the comparison table of docs/performance.md when it ends.
 // Each side of a round runs for about -anchor.ms milliseconds, timed by the
 // thread's CPU time (-anchor.clock=cpu, the default: a shared machine's
 // preemptions are left out) or the wall clock (-anchor.clock=wall). The

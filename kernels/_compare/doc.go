@@ -4,5 +4,5 @@
 // kernels called by name where the CPU has VPCLMULQDQ), and
 // github.com/minio/crc64nvme and the standard library. It is its own module
 // so that none of them becomes a dependency of difctl. See README.md for the
-// commands; BenchmarkAnchor prints the README's comparison table.
+// commands; BenchmarkAnchor prints the comparison table of docs/performance.md.
 package compare

@@ -14,7 +14,7 @@ import (
 // and those of the kernels that mix CRC32 streams with folds (the chunk
 // kernels from hybridMin bytes, three CRC32 streams from hybridShort3Min,
 // six blocks at once from hybridBlocksMin; the
-// README's "Kernel cutoffs" has the measurements behind them).
+// docs/performance.md, "Why the kernels are shaped as they are", has the measurements behind them).
 var archCutoffs = append([]int{
 	hybridMin, hybridBlocksMin,
 	hybridShort3Min,                        // three CRC32 streams up to hybridMin-1, the longest segment of hybridK3

@@ -15,7 +15,7 @@ import "github.com/difctl/difctl/kernels/internal/impl"
 //
 // then generic (hash/crc32, itself three CRC32 streams). Plain folding on
 // YMM or XMM registers runs below the kernels that mix in CRC32 streams
-// (README, "Why the kernels are shaped as they are"), so it is not generated for crc32c.
+// (docs/performance.md, "Why the kernels are shaped as they are"), so it is not generated for crc32c.
 //
 // BlocksCopy: avx512 runs the copying fold kernel; avx2 and pclmul have no
 // copying variant (their generator, kernels/_asm/crc32hybrid, mixes CRC32Q

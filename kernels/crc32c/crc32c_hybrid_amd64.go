@@ -45,7 +45,7 @@ const (
 	// hybridPrefetchMax is the longest block Blocks runs through the
 	// prefetching kernels (hybridBlocksPrefetch*), which load the next group
 	// of six blocks into L1 while they work on this one: up to 2048 bytes
-	// two groups fit the 32 KiB L1 (README, as above).
+	// two groups fit the 32 KiB L1 (docs/performance.md, as above).
 	hybridPrefetchMax = 2048
 )
 

@@ -31,7 +31,7 @@ const (
 )
 
 // Below foldMinX bytes Update runs updateGeneric rather than kernel X
-// (README, "Why the kernels are shaped as they are"). Blocks folds groups of blocks from
+// (docs/performance.md, "Why the kernels are shaped as they are"). Blocks folds groups of blocks from
 // foldMinBlockLen bytes on; shorter blocks go one at a time through Update.
 const (
 	foldMinAVX512   = 64

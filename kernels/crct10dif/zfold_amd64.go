@@ -42,7 +42,7 @@ const (
 )
 
 // Below foldMinX bytes Update runs updateGeneric rather than kernel X
-// (README, "Why the kernels are shaped as they are"). Blocks folds groups of blocks from
+// (docs/performance.md, "Why the kernels are shaped as they are"). Blocks folds groups of blocks from
 // foldMinBlockLen bytes on; shorter blocks go one at a time through Update.
 const (
 	foldMinPCLMUL   = 16
@@ -144,7 +144,7 @@ func blocksCopyAVX(dst []uint16, q, p []byte, blockLen, stride int) {
 // blocksCopySubAVX is BlocksCopy over contiguous 4 KiB blocks (the
 // sub-block path of foldgo.UseSubBlocks): foldBlocksCopyAVX over the
 // blocks' 1 KiB sub-blocks, whose streams do not share L1 sets, and each
-// block's partial CRCs joined (README, "Why the kernels are shaped as they are"). The kernel is
+// block's partial CRCs joined (docs/performance.md, "Why the kernels are shaped as they are"). The kernel is
 // called by name, not through a parameter, so that the partial CRCs stay
 // on the stack.
 func blocksCopySubAVX(dst []uint16, q, p []byte, blockLen int) {
@@ -185,7 +185,7 @@ func blocksCopyPCLMUL(dst []uint16, q, p []byte, blockLen, stride int) {
 // blocksCopySubPCLMUL is BlocksCopy over contiguous 4 KiB blocks (the
 // sub-block path of foldgo.UseSubBlocks): foldBlocksCopyPCLMUL over the
 // blocks' 1 KiB sub-blocks, whose streams do not share L1 sets, and each
-// block's partial CRCs joined (README, "Why the kernels are shaped as they are"). The kernel is
+// block's partial CRCs joined (docs/performance.md, "Why the kernels are shaped as they are"). The kernel is
 // called by name, not through a parameter, so that the partial CRCs stay
 // on the stack.
 func blocksCopySubPCLMUL(dst []uint16, q, p []byte, blockLen int) {

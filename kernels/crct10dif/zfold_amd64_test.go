@@ -73,7 +73,7 @@ func TestSubBlockAllocs(t *testing.T) {
 // kernels over whole blocks (path=whole) and over 1 KiB sub-blocks with the
 // partial CRCs joined (path=sub), side by side (benchstat -col /path). The
 // XMM kernels take path=sub for 4 KiB blocks, the others path=whole, which
-// streams faster from memory (README, "Why the kernels are shaped as they are").
+// streams faster from memory (docs/performance.md, "Why the kernels are shaped as they are").
 func BenchmarkBlocksCopyPaths(b *testing.B) {
 	dst := make([]uint16, 1<<10)
 	for _, k := range []struct {

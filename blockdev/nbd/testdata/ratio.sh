@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The NBD ratio table (README, "Serve over NBD"): BenchmarkVsQemuNBD, difctl's
+# The NBD ratio table (docs/performance.md): BenchmarkVsQemuNBD, difctl's
 # server against qemu-nbd on the same page-cached 1 GiB image, the two
 # alternating in every iteration, in two runs:
 #   idle: everything (the test binary, its server process, qemu-nbd, nbdcopy,

@@ -112,7 +112,7 @@ const (
 )
 
 // Below foldMinX bytes Update runs updateGeneric rather than kernel X
-// (README, "Why the kernels are shaped as they are"). Blocks folds groups of blocks from
+// (docs/performance.md, "Why the kernels are shaped as they are"). Blocks folds groups of blocks from
 // foldMinBlockLen bytes on; shorter blocks go one at a time through Update.
 const (
 {{- range .Kernels}}
@@ -169,7 +169,7 @@ func blocksCopy{{.Name}}(dst []{{$.Word}}, q, p []byte, blockLen, stride int) {
 // blocksCopySub{{.Name}} is BlocksCopy over contiguous 4 KiB blocks (the
 // sub-block path of foldgo.UseSubBlocks): foldBlocksCopy{{.Name}} over the
 // blocks' 1 KiB sub-blocks, whose streams do not share L1 sets, and each
-// block's partial CRCs joined (README, "Why the kernels are shaped as they are"). The kernel is
+// block's partial CRCs joined (docs/performance.md, "Why the kernels are shaped as they are"). The kernel is
 // called by name, not through a parameter, so that the partial CRCs stay
 // on the stack.
 func blocksCopySub{{.Name}}(dst []{{$.Word}}, q, p []byte, blockLen int) {
@@ -311,7 +311,7 @@ func TestSubBlockAllocs(t *testing.T) {
 // kernels over whole blocks (path=whole) and over 1 KiB sub-blocks with the
 // partial CRCs joined (path=sub), side by side (benchstat -col /path). The
 // XMM kernels take path=sub for 4 KiB blocks, the others path=whole, which
-// streams faster from memory (README, "Why the kernels are shaped as they are").
+// streams faster from memory (docs/performance.md, "Why the kernels are shaped as they are").
 func BenchmarkBlocksCopyPaths(b *testing.B) {
 	dst := make([]{{.Word}}, 1<<10)
 	for _, k := range []struct {

@@ -85,14 +85,14 @@ type crcSpec struct {
 	// registered for the tests alone.
 	vecs []string
 	// min is the shortest input Update gives each kernel; below it the
-	// package's updateGeneric runs (README, "Why the kernels are shaped as they are").
+	// package's updateGeneric runs (docs/performance.md, "Why the kernels are shaped as they are").
 	min map[string]int
 	// tail is the package's function for the last blockLen%16 bytes of a
 	// block: its byte loop, or updateGeneric where that is the fastest.
 	tail string
 	// subBlocks: BlocksCopy of contiguous 4 KiB blocks under the XMM
 	// kernels runs the copying kernel over 1 KiB sub-blocks and joins the
-	// partial CRCs (foldgo.UseSubBlocks; README, "Why the kernels are shaped as they are").
+	// partial CRCs (foldgo.UseSubBlocks; docs/performance.md, "Why the kernels are shaped as they are").
 	subBlocks bool
 }
 
