@@ -1,19 +1,18 @@
-package store_test
+package pebble_test
 
 import (
 	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/difctl/difctl/store"
+	"github.com/difctl/difctl/store/pebble"
 )
 
-func TestOpenWithRefuses(t *testing.T) {
+func TestOpenRefuses(t *testing.T) {
 	dir := t.TempDir()
 	file := filepath.Join(dir, "file")
 	if err := os.WriteFile(file, []byte("x"), 0o644); err != nil {
@@ -36,7 +35,7 @@ func TestOpenWithRefuses(t *testing.T) {
 		{"symlink", link, store.OpenOptions{Create: true}, store.ErrNotStore},
 	} {
 		t.Run("case="+tc.name, func(t *testing.T) {
-			kv, err := store.OpenWith("pebble:"+tc.path, tc.o)
+			kv, err := pebble.Open(tc.path, tc.o)
 			if err == nil {
 				kv.Close()
 				t.Fatal("opened")
@@ -69,7 +68,7 @@ func TestOpenMissingMarker(t *testing.T) {
 	os.Remove(markers[0])
 	before, _ := os.ReadDir(dir)
 	for _, o := range []store.OpenOptions{{}, {Create: true}, {ReadOnly: true}} {
-		kv, err := store.OpenWith("pebble:"+dir, o)
+		kv, err := pebble.Open(dir, o)
 		if err == nil {
 			kv.Close()
 			t.Fatalf("OpenWith(%+v) opened a store without its manifest marker", o)
@@ -91,7 +90,7 @@ func TestOpenMissingMarker(t *testing.T) {
 
 func TestOpenReadOnly(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "db")
-	kv, err := store.Open("pebble:" + dir)
+	kv, err := pebble.Open(dir, store.OpenOptions{Create: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,16 +100,16 @@ func TestOpenReadOnly(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A writer excludes readers and names itself.
-	if _, err := store.OpenWith("pebble:"+dir, store.OpenOptions{ReadOnly: true}); !errors.Is(err, store.ErrBusy) {
+	if _, err := pebble.Open(dir, store.OpenOptions{ReadOnly: true}); !errors.Is(err, store.ErrBusy) {
 		t.Errorf("read-only open beside a writer: %v, want ErrBusy", err)
 	}
 	kv.Close()
-	r1, err := store.OpenWith("pebble:"+dir, store.OpenOptions{ReadOnly: true})
+	r1, err := pebble.Open(dir, store.OpenOptions{ReadOnly: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer r1.Close()
-	r2, err := store.OpenWith("pebble:"+dir, store.OpenOptions{ReadOnly: true})
+	r2, err := pebble.Open(dir, store.OpenOptions{ReadOnly: true})
 	if err != nil {
 		t.Fatalf("second reader: %v", err)
 	}
@@ -124,7 +123,7 @@ func TestOpenReadOnly(t *testing.T) {
 		t.Errorf("commit to a read-only store: %v, want ErrReadOnly", err)
 	}
 	// Readers exclude a writer.
-	if _, err := store.OpenWith("pebble:"+dir, store.OpenOptions{}); !errors.Is(err, store.ErrBusy) {
+	if _, err := pebble.Open(dir, store.OpenOptions{}); !errors.Is(err, store.ErrBusy) {
 		t.Errorf("writer beside readers: %v, want ErrBusy", err)
 	}
 }
@@ -155,119 +154,6 @@ func TestOpenModes(t *testing.T) {
 	}
 }
 
-// A page a dense volume has no record of is corruption, not unwritten
-// blocks; a schema 1 volume's absent pages stay unwritten.
-func TestMissingPage(t *testing.T) {
-	kv := store.NewMem()
-	man := store.NewManifest("f", 512, 16, 4096*512, "d")
-	tp, err := store.CreateTuples(kv, "v", man)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !tp.Dense() {
-		t.Fatal("a new volume is not dense")
-	}
-	tuples := make([]byte, 4096*16)
-	written := store.NewBitmap(4096)
-	if n, err := tp.ReadRange(0, tuples, nil, written); err != nil || n != 0 {
-		t.Fatalf("fresh volume: %d written, %v", n, err)
-	}
-	// Delete page 2's record behind the store's back.
-	key := append([]byte{'T', 1, 'v', 'P'}, 0, 0, 0, 0, 0, 0, 0, 2)
-	b := kv.NewBatch()
-	b.Delete(key)
-	if err := b.Commit(true); err != nil {
-		t.Fatal(err)
-	}
-	var ce *store.CorruptError
-	if _, err := tp.ReadRange(0, tuples, nil, written); !errors.As(err, &ce) || !strings.Contains(err.Error(), "page 2") {
-		t.Errorf("ReadRange over a lost page: %v, want a *CorruptError for page 2", err)
-	}
-	if _, err := tp.ReadRangeCached(2048, tuples[:1024*16], nil, written); !errors.Is(err, store.ErrCorrupt) {
-		t.Errorf("ReadRangeCached over a lost page: %v", err)
-	}
-	if _, err := tp.Coverage(nil); !errors.Is(err, store.ErrCorrupt) {
-		t.Errorf("Coverage with a lost page: %v", err)
-	}
-	if err := tp.WriteRange(2050, tuples[:16], nil, true); !errors.Is(err, store.ErrCorrupt) {
-		t.Errorf("a partial write into a lost page: %v", err)
-	}
-	if has, err := store.HasRecords(kv, "v"); err != nil || !has {
-		t.Errorf("HasRecords = %v, %v", has, err)
-	}
-}
-
-// Coverage reads each stored page record once: a hostile manifest's device
-// size (2^62 bytes) costs nothing more.
-func TestCoverageHostileManifest(t *testing.T) {
-	for _, schema := range []int{1, 2} {
-		kv := store.NewMem()
-		key := []byte{'T', 1, 'v', 'M'}
-		b := kv.NewBatch()
-		b.Set(key, fmt.Appendf(nil, `{"kind":"difctl.store.manifest","schema":%d,"format":"f","block_size":512,"tuple_size":16,"page_tuples":1024,"device_size":%d,"device_id":"d","created":"2026-01-01T00:00:00Z"}`, schema, uint64(1)<<62))
-		if err := b.Commit(true); err != nil {
-			t.Fatal(err)
-		}
-		tp, err := store.OpenTuples(kv, "v", nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t0 := time.Now()
-		n, err := tp.Coverage(nil)
-		switch {
-		case schema == 1 && (err != nil || n != 0):
-			t.Errorf("schema 1: Coverage = %d, %v", n, err)
-		case schema == 2 && !errors.Is(err, store.ErrCorrupt):
-			t.Errorf("schema 2: Coverage = %d, %v, want a missing page", n, err)
-		}
-		if d := time.Since(t0); d > time.Second {
-			t.Errorf("schema %d: Coverage took %v", schema, d)
-		}
-	}
-}
-
-// Volumes of schema 1 (made before empty-page records) record empty pages
-// by their absence, and keep working that way.
-func TestSchema1Volume(t *testing.T) {
-	kv := store.NewMem()
-	b := kv.NewBatch()
-	b.Set([]byte{'T', 1, 'v', 'M'}, []byte(`{"kind":"difctl.store.manifest","schema":1,"format":"f","block_size":512,"tuple_size":16,"page_tuples":1024,"device_size":2097152,"device_id":"d","created":"2026-01-01T00:00:00Z"}`))
-	if err := b.Commit(true); err != nil {
-		t.Fatal(err)
-	}
-	tp, err := store.OpenTuples(kv, "v", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if tp.Dense() {
-		t.Fatal("a schema 1 volume reads as dense")
-	}
-	tuples := make([]byte, 4096*16)
-	if n, err := tp.ReadRange(0, tuples, nil, nil); err != nil || n != 0 {
-		t.Fatalf("ReadRange = %d, %v", n, err)
-	}
-	one := make([]byte, 10*16)
-	if err := tp.WriteRange(1030, one, nil, true); err != nil {
-		t.Fatal(err)
-	}
-	if n, err := tp.ReadRange(0, tuples, nil, nil); err != nil || n != 10 {
-		t.Fatalf("after a write: ReadRange = %d, %v", n, err)
-	}
-	if n, err := tp.Coverage(nil); err != nil || n != 10 {
-		t.Fatalf("Coverage = %d, %v", n, err)
-	}
-	if err := tp.Discard(1030, 10, true); err != nil {
-		t.Fatal(err)
-	}
-	pageKey := []byte{'T', 1, 'v', 'P', 0, 0, 0, 0, 0, 0, 0, 1}
-	if _, err := kv.Get(pageKey); !errors.Is(err, store.ErrNotFound) {
-		t.Errorf("a schema 1 volume's empty page is stored: %v", err)
-	}
-	if has, err := store.HasRecords(kv, "v"); err != nil || !has {
-		t.Errorf("HasRecords = %v, %v (the manifest is a record)", has, err)
-	}
-}
-
 // A creation interrupted before Pebble wrote its manifest marker (no
 // table, no logged commit) is created again; the same directory with a
 // logged commit is refused as damaged.
@@ -278,7 +164,7 @@ func TestOpenInterruptedCreation(t *testing.T) {
 		os.WriteFile(filepath.Join(dir, "LOCK"), nil, 0o600)
 		os.WriteFile(filepath.Join(dir, "MANIFEST-000001"), []byte("partial"), 0o600)
 		os.WriteFile(filepath.Join(dir, "000002.log"), make([]byte, logSize), 0o600)
-		kv, err := store.OpenWith("pebble:"+dir, store.OpenOptions{Create: true})
+		kv, err := pebble.Open(dir, store.OpenOptions{Create: true})
 		switch {
 		case logSize == 0 && err != nil:
 			t.Errorf("interrupted creation: %v", err)
