@@ -5,7 +5,9 @@
 // instant, with the devices it runs on and the images that carry their own
 // PI ([PISource]). The scrub engine is package blockdev/scrub, the
 // fault-injecting device of the tests blockdev/faultdev (built on
-// blockdev/device, the Device contract re-exported here).
+// blockdev/device, the Device contract re-exported here). Importing it
+// links the embedded Pebble store (store/pebble), so that store.Open opens
+// a store by path, its default, in every program that uses volumes.
 //
 // # The Volume
 //

@@ -18,6 +18,7 @@ import (
 	"github.com/difctl/difctl/dif"
 	"github.com/difctl/difctl/kernels/crc32c"
 	"github.com/difctl/difctl/store"
+	"github.com/difctl/difctl/store/pebble"
 )
 
 func testKey(t testing.TB, seed byte) *Key {
@@ -477,7 +478,7 @@ func TestKeyedNoncesNeverRepeat(t *testing.T) {
 	fs := vfs.NewCrashableMem()
 	key := testKey(t, 9)
 	opts := Options{Key: key, StagingBytes: 4 * bs, Rereads: -1}
-	kv, err := store.OpenPebbleOnFS("db", fs)
+	kv, err := pebble.OpenOnFS("db", fs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -490,7 +491,7 @@ func TestKeyedNoncesNeverRepeat(t *testing.T) {
 	r := rand.New(rand.NewPCG(5, 5))
 	var crashMu sync.Mutex
 	for round = 1; round <= rounds; round++ {
-		ckv, err := store.OpenPebbleOnFS("db", fs)
+		ckv, err := pebble.OpenOnFS("db", fs)
 		if err != nil {
 			t.Fatalf("round %d: store: %v", round, err)
 		}
@@ -619,7 +620,7 @@ func TestKeyedNoncesCrashAtEveryStep(t *testing.T) {
 			t.Fatal(err)
 		}
 		fs := vfs.NewCrashableMem()
-		kv, err := store.OpenPebbleOnFS("db", fs)
+		kv, err := pebble.OpenOnFS("db", fs)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -644,7 +645,7 @@ func TestKeyedNoncesCrashAtEveryStep(t *testing.T) {
 		defer func() { testHookNewTags = nil }()
 
 		for session = 1; session <= 2; session++ {
-			kv, err := store.OpenPebbleOnFS("db", fs)
+			kv, err := pebble.OpenOnFS("db", fs)
 			if err != nil {
 				t.Fatalf("crash at %d, session %d: store: %v", crashAt, session, err)
 			}
@@ -688,7 +689,7 @@ func TestKeyedNoncesCrashAtEveryStep(t *testing.T) {
 			}
 		}
 		// Both sessions' writes read back under the keyed check.
-		kv, err = store.OpenPebbleOnFS("db", fs)
+		kv, err = pebble.OpenOnFS("db", fs)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -798,7 +799,7 @@ func TestKeyedProtectInterrupted(t *testing.T) {
 	key := testKey(t, 4)
 	tries := 0
 	for ; ; tries++ {
-		kv, err := store.OpenPebbleOnFS("db", fs)
+		kv, err := pebble.OpenOnFS("db", fs)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -14,6 +14,7 @@ import (
 	"github.com/difctl/difctl/dif"
 	"github.com/difctl/difctl/kernels/crc32c"
 	"github.com/difctl/difctl/store"
+	"github.com/difctl/difctl/store/pebble"
 )
 
 // The crash test of the volume (ARCHITECTURE.md, "The crash contract").
@@ -131,7 +132,7 @@ func newCrashEnv(t *testing.T, cfg crashCfg, crashAt int64) *crashEnv {
 		t.Fatal(err)
 	}
 	e.fs = vfs.NewCrashableMem()
-	kv, err := store.OpenPebbleOnFS("db", e.fs)
+	kv, err := pebble.OpenOnFS("db", e.fs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -248,7 +249,7 @@ func (e *crashEnv) verify() RecoveryStats {
 // them, and checks every block.
 func (e *crashEnv) verifyOn(fd *faultdev.Device, fs *vfs.MemFS) RecoveryStats {
 	t := e.t
-	kv, err := store.OpenPebbleOnFS("db", fs)
+	kv, err := pebble.OpenOnFS("db", fs)
 	if err != nil {
 		t.Fatalf("reopening the store after the crash: %v", err)
 	}
@@ -378,7 +379,7 @@ func (e *crashEnv) recoveryCrash(r int64) (steps int64, fd *faultdev.Device, fs 
 		t.Fatal(err)
 	}
 	e.kv.Close()
-	pkv, err := store.OpenPebbleOnFS("db", e.clone)
+	pkv, err := pebble.OpenOnFS("db", e.clone)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -517,7 +518,7 @@ func newPowerLossEnvWith(t *testing.T, format string, blocks int, key *Key, sums
 		t.Fatal(err)
 	}
 	e.fs = vfs.NewCrashableMem()
-	if e.kv, err = store.OpenPebbleOnFS("db", e.fs); err != nil {
+	if e.kv, err = pebble.OpenOnFS("db", e.fs); err != nil {
 		t.Fatal(err)
 	}
 	co := CreateOptions{Format: f, SectorSums: sums, Options: Options{Rereads: -1, Key: key}}
@@ -575,7 +576,7 @@ func TestVolumeProcessCrashThenPowerLoss(t *testing.T) {
 				// was written (not synced), the store every commit.
 				v.fails.p.Store(&errTestCrash)
 				e.kv.Close()
-				kv, err := store.OpenPebbleOnFS("db", e.fs)
+				kv, err := pebble.OpenOnFS("db", e.fs)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -589,7 +590,7 @@ func TestVolumeProcessCrashThenPowerLoss(t *testing.T) {
 				}
 				// Power loss right after recovery.
 				fd, clone := e.powerLoss()
-				kv2, err := store.OpenPebbleOnFS("db", clone)
+				kv2, err := pebble.OpenOnFS("db", clone)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -655,7 +656,7 @@ func TestVolumeCorruptUnderOpenIntent(t *testing.T) {
 					if err := fd.FlipBit(blk*int64(bs)+9, 1); err != nil {
 						t.Fatal(err)
 					}
-					kv, err := store.OpenPebbleOnFS("db", clone)
+					kv, err := pebble.OpenOnFS("db", clone)
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -691,7 +692,7 @@ func TestVolumeCorruptUnderOpenIntent(t *testing.T) {
 					// keyed tag.
 					v2.Close()
 					kv.Close()
-					kv, err = store.OpenPebbleOnFS("db", clone)
+					kv, err = pebble.OpenOnFS("db", clone)
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -806,7 +807,7 @@ func TestVolumeRecoveryChecksSectorSums(t *testing.T) {
 			if !bytes.Equal(t1, t2) || bytes.Equal(got, data[blk*bs:(blk+1)*bs]) {
 				t.Fatalf("no guard collision: %x %x", t1, t2)
 			}
-			kv, err := store.OpenPebbleOnFS("db", clone)
+			kv, err := pebble.OpenOnFS("db", clone)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -11,6 +11,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/difctl/difctl/dif"
 	"github.com/difctl/difctl/store"
+	"github.com/difctl/difctl/store/pebble"
 )
 
 // checkRemapped opens the volume and checks that it has initial ref tag to,
@@ -170,7 +171,7 @@ func TestRemapCrash(t *testing.T) {
 			}
 			setup := func(crashAt int) *env {
 				e := &env{crashAt: crashAt, fs: vfs.NewCrashableMem()}
-				kv, err := store.OpenPebbleOnFS("db", e.fs)
+				kv, err := pebble.OpenOnFS("db", e.fs)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -229,7 +230,7 @@ func TestRemapCrash(t *testing.T) {
 					t.Fatalf("crash at commit %d: remap returned %v", k, err)
 				}
 				e.kv.Close()
-				kv, err := store.OpenPebbleOnFS("db", e.clone)
+				kv, err := pebble.OpenOnFS("db", e.clone)
 				if err != nil {
 					t.Fatalf("reopening the store after a crash at commit %d: %v", k, err)
 				}

@@ -15,6 +15,7 @@ import (
 	"github.com/difctl/difctl/blockdev/faultdev"
 	"github.com/difctl/difctl/dif"
 	"github.com/difctl/difctl/store"
+	"github.com/difctl/difctl/store/pebble"
 )
 
 // powerLossEnv is a volume over a faultdev.Device over a MemDevice, with a
@@ -46,7 +47,7 @@ func newPowerLossEnv(t *testing.T, format string, blocks int) *powerLossEnv {
 		t.Fatal(err)
 	}
 	e.fs = vfs.NewCrashableMem()
-	if e.kv, err = store.OpenPebbleOnFS("db", e.fs); err != nil {
+	if e.kv, err = pebble.OpenOnFS("db", e.fs); err != nil {
 		t.Fatal(err)
 	}
 	if e.v, err = Create(context.Background(), e.fd, e.kv, CreateOptions{Format: f, Options: Options{Rereads: -1}}); err != nil {
@@ -101,7 +102,7 @@ func TestVolumeAckedWriteOverUnwrittenLost(t *testing.T) {
 				if err := fd.FlipBit(blk*int64(bs)+17, 4); err != nil {
 					t.Fatal(err)
 				}
-				kv, err := store.OpenPebbleOnFS("db", clone)
+				kv, err := pebble.OpenOnFS("db", clone)
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/difctl/difctl/store"
+	"github.com/difctl/difctl/store/pebble"
 )
 
 // benchBlocks is the range each benchmark iteration covers: 8 Mi blocks
@@ -28,9 +29,9 @@ type benchBackend struct {
 func benchBackends() []benchBackend {
 	return []benchBackend{
 		{"pebble", func(b *testing.B) (store.KV, func(store.KV) store.KV) {
-			url := "pebble:" + b.TempDir()
+			dir := b.TempDir()
 			open := func() store.KV {
-				kv, err := store.Open(url)
+				kv, err := pebble.Open(dir, store.OpenOptions{Create: true})
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -8,9 +8,9 @@ import (
 
 // BulkLoader is an optional capability of a KV: loading a large run of
 // ascending keys without the write-ahead log and memtable of the normal
-// write path. Pebble implements it by building sstables and ingesting them.
-// Callers use NewBulkWriter, which falls back to batched commits for
-// backends without it.
+// write path. Pebble (store/pebble) implements it by building sstables
+// and ingesting them. Callers use NewBulkWriter, which falls back to
+// batched commits for backends without it.
 type BulkLoader interface {
 	NewBulkWriter() (BulkWriter, error)
 }
@@ -54,8 +54,12 @@ func NewBulkWriter(kv KV) (BulkWriter, error) {
 	return &batchBulkWriter{kv: kv, limits: kv.Limits()}, nil
 }
 
-// bulkOrder checks that key sorts after last and is within limits.
-func bulkOrder(l Limits, last, key, value []byte, first bool) error {
+// CheckBulkSet returns the error of a BulkWriter's Set of key and value
+// after the key last (none when first): one matching ErrInvalid unless key
+// sorts after last, one matching ErrTooLarge for a key or value beyond l,
+// nil otherwise. NewBulkWriter's batched emulation and store/pebble's bulk
+// writer check every Set with it.
+func (l Limits) CheckBulkSet(last, key, value []byte, first bool) error {
 	if !first && bytes.Compare(key, last) <= 0 {
 		return fmt.Errorf("%w: bulk key %x not after %x", ErrInvalid, key, last)
 	}
@@ -85,7 +89,7 @@ func (w *batchBulkWriter) Set(key, value []byte) error {
 	if w.err != nil {
 		return w.err
 	}
-	if err := bulkOrder(w.limits, w.last, key, value, len(w.ops) == 0); err != nil {
+	if err := w.limits.CheckBulkSet(w.last, key, value, len(w.ops) == 0); err != nil {
 		w.err = err
 		return err
 	}

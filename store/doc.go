@@ -5,9 +5,12 @@
 //
 //   - KV is a deliberately small key-value interface (Get, ordered snapshot
 //     iteration, atomic batches committed with or without sync, Close) that
-//     any engine can implement. Open selects one by URL: "pebble:PATH" (the
-//     default, github.com/cockroachdb/pebble/v2) or "mem:". The storetest
-//     package is the conformance suite every backend runs.
+//     any engine can implement. Open selects one by URL: "mem:", built in,
+//     or the scheme of a backend package the program links, which registers
+//     it (Register): "pebble:PATH" or a plain path, the default, with
+//     store/pebble (embedded Pebble; package blockdev links it), and
+//     "etcd://..." with store/etcd. The storetest package is the
+//     conformance suite every backend runs.
 //
 //   - Tuples is one volume on a KV: a versioned manifest that Open checks
 //     against the caller's (refusing a different format or device with a
@@ -27,24 +30,13 @@
 // *CorruptError. Volumes of schema version 1 recorded empty pages by their
 // absence and are still read and written that way (Tuples.Dense).
 //
-// The store's own files (Pebble's tables, logs, manifest, options and
-// markers) are held to the same standard. OpenWith opens an existing store
-// without creating one unless asked (OpenOptions.Create), read-only if
-// asked (writes fail with ErrReadOnly; readers share the store, a writer
-// holds it alone, and a *BusyError names the holder's pid and command), and
-// refuses, untouched, a path that is not a store (ErrNotStore: a regular
-// file, a symbolic link, a directory of other files) or a store directory
-// whose manifest marker is gone (Pebble would reinitialise it and delete its
-// tables). Damage Pebble detects comes back as a *CorruptFileError naming
-// the file; Pebble's fatal errors are recorded as the store's failure
-// (ErrFailed), never exit the process. Commits and bulk loads are counted,
-// and the counts kept in a state file beside Pebble's at every clean Close
-// and bulk load, so that commits Pebble drops as if torn by a crash (a
-// damaged last record of its manifest or log) are detected, and the log of
-// a store killed while open is read first for a damaged record that a later
-// intact one proves was synced. Damage to the very last records of such a
-// log cannot be told from a torn write, and Pebble then opens at the last
-// intact commit before it. Directories are created 0700 and files 0600.
+// A backend with files of its own holds them to the same standard and
+// says how in its package documentation (store/pebble): damage to them
+// gives a *CorruptFileError naming the file, an engine's fatal failure
+// ErrFailed, never an exit of the process. OpenWith hands the backend its
+// OpenOptions: create a store only when asked, open it read-only (writes
+// fail with ErrReadOnly; a *BusyError names another holder), the engine's
+// memory sizes; mem: and etcd:// ignore them.
 //
 // Crash consistency (ARCHITECTURE.md, "The crash contract"): record the
 // new tuples of a group of writes as intents in one synced Txn, write the
@@ -53,11 +45,11 @@
 //
 // Bulk loads: volume creation and protect write every tuple of an image
 // once. Tuples.NewLoader (or LoadRange) streams pages to the backend's
-// BulkWriter (see BulkLoader and NewBulkWriter; Pebble builds sstables and
-// ingests them, skipping the write-ahead log and the memtable flush) and
-// makes the whole range visible at Finish, all or nothing. It must not race
-// with intents or other writes on its range; Finish refuses with
-// ErrConflict when it detects that.
+// BulkWriter (see BulkLoader and NewBulkWriter; store/pebble builds
+// sstables and ingests them, skipping the write-ahead log and the memtable
+// flush) and makes the whole range visible at Finish, all or nothing. It
+// must not race with intents or other writes on its range; Finish refuses
+// with ErrConflict when it detects that.
 //
 // Page cache: Tuples.SetPageCache gives ReadRangeCached a bounded cache of
 // decoded pages, so re-reading a range costs a copy instead of a KV
@@ -81,7 +73,7 @@
 // ErrClosed, ErrCorrupt, ...) with errors.Is. A damaged stored value gives a
 // *CorruptError, a damaged store file a *CorruptFileError, never a panic.
 //
-// A short example:
+// A short example (with store/pebble imported, or package blockdev):
 //
 //	kv, err := store.Open("pebble:/var/lib/difctl/meta")
 //	if err != nil { ... }

@@ -36,9 +36,10 @@ func (e *ManifestMismatchError) Error() string {
 // Unwrap makes errors.Is(err, ErrMismatch) true.
 func (e *ManifestMismatchError) Unwrap() error { return ErrMismatch }
 
-// CorruptFileError reports a damaged or missing file of the store itself: an
-// sstable, log, manifest, options or marker file of the Pebble engine that
-// fails its checksum or cannot be found. It matches ErrCorrupt.
+// CorruptFileError reports a damaged or missing file of the store itself,
+// such as an sstable, log, manifest, options or marker file of a Pebble
+// store (store/pebble) that fails its checksum or cannot be found. It
+// matches ErrCorrupt.
 type CorruptFileError struct {
 	Path   string // the file, or the store directory when the engine did not say
 	Reason string
@@ -51,9 +52,9 @@ func (e *CorruptFileError) Error() string {
 // Unwrap makes errors.Is(err, ErrCorrupt) true.
 func (e *CorruptFileError) Unwrap() error { return ErrCorrupt }
 
-// BusyError reports a store held by another process (or by another open in
-// this one). PID and Command name the holder where the system tells (PID 0
-// when it does not). It matches ErrBusy.
+// BusyError reports a Pebble store (store/pebble) held by another process
+// (or by another open in this one). PID and Command name the holder where
+// the system tells (PID 0 when it does not). It matches ErrBusy.
 type BusyError struct {
 	Path    string // the store's directory
 	PID     int

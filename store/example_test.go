@@ -9,7 +9,7 @@ import (
 )
 
 func Example() {
-	kv, err := store.Open("mem:") // "pebble:/path/to/dir" for a durable store
+	kv, err := store.Open("mem:") // "pebble:/path/to/dir" (store/pebble) for a durable store
 	if err != nil {
 		log.Fatal(err)
 	}

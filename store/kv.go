@@ -106,48 +106,55 @@ type Limits struct {
 	MaxBatchBytes int // largest Batch.Len at Commit
 }
 
-// batchSizer is implemented by backends that can preallocate a batch.
-type batchSizer interface {
-	newBatchSize(size int) Batch
+// BatchSizer is an optional capability of a KV: a batch with room for
+// about size bytes, sparing the repeated growth (and copying) of a large
+// batch's buffer. Tuples uses it where it knows a commit's size.
+type BatchSizer interface {
+	NewBatchWithSize(size int) Batch
 }
 
 func newBatch(kv KV, size int) Batch {
-	if s, ok := kv.(batchSizer); ok {
-		return s.newBatchSize(size)
+	if s, ok := kv.(BatchSizer); ok {
+		return s.NewBatchWithSize(size)
 	}
 	return kv.NewBatch()
 }
 
-// Default limits shared by the built-in backends. Pebble's hard limit is
-// 4 GiB per batch; staying far below it bounds memory.
+// Limits of the mem backend.
 const (
-	defaultMaxKey   = 64 << 10
-	defaultMaxValue = 64 << 20
-	defaultMaxBatch = 1 << 30
+	memMaxKey   = 64 << 10
+	memMaxValue = 64 << 20
+	memMaxBatch = 1 << 30
 )
 
 // batchOverhead approximates the per-operation encoding cost in a batch.
 const batchOverhead = 16
 
-func checkSet(l Limits, size, key, value int) error {
+// AddOp returns the Len of a batch of Len size after a Set of a key and a
+// value of these lengths (value 0 for a Delete): size, both lengths and a
+// per-operation overhead of 16 bytes. An operation beyond l (its key, its
+// value, or the batch with it) is refused with an error matching
+// ErrTooLarge. It is the accounting of the mem and pebble backends.
+func (l Limits) AddOp(size, key, value int) (int, error) {
 	if key > l.MaxKeyBytes {
-		return fmt.Errorf("%w: key of %d bytes exceeds %d", ErrTooLarge, key, l.MaxKeyBytes)
+		return size, fmt.Errorf("%w: key of %d bytes exceeds %d", ErrTooLarge, key, l.MaxKeyBytes)
 	}
 	if value > l.MaxValueBytes {
-		return fmt.Errorf("%w: value of %d bytes exceeds %d", ErrTooLarge, value, l.MaxValueBytes)
+		return size, fmt.Errorf("%w: value of %d bytes exceeds %d", ErrTooLarge, value, l.MaxValueBytes)
 	}
 	if size+key+value+batchOverhead > l.MaxBatchBytes {
-		return fmt.Errorf("%w: batch would exceed %d bytes", ErrTooLarge, l.MaxBatchBytes)
+		return size, fmt.Errorf("%w: batch would exceed %d bytes", ErrTooLarge, l.MaxBatchBytes)
 	}
-	return nil
+	return size + key + value + batchOverhead, nil
 }
 
 // OpenOptions say how OpenWith treats a store that does not exist yet and
-// whether it may write.
+// whether it may write. Each backend documents what it makes of them; mem:
+// and etcd:// ignore them.
 type OpenOptions struct {
-	// Create makes a new, empty store where there is none: a missing
-	// directory (created with mode 0700; its files get 0600) or an empty
-	// one. Without it a missing store fails with an error matching
+	// Create makes a new, empty store where there is none: for pebble, a
+	// missing directory (created with mode 0700; its files get 0600) or an
+	// empty one. Without it a missing store fails with an error matching
 	// ErrNotFound and nothing is created. Default false. (mem: always
 	// creates.)
 	Create bool
@@ -171,47 +178,44 @@ type OpenOptions struct {
 	MemTableBytes int64
 }
 
+// defaultScheme is the scheme of a URL that has none: a plain path is a
+// Pebble store, opened by the backend store/pebble registers.
+const defaultScheme = "pebble"
+
 // Open opens a store by URL, creating it if it does not exist (OpenWith
 // with Create):
 //
-//	pebble:PATH   Pebble database in directory PATH
+//	pebble:PATH   Pebble database in directory PATH (store/pebble)
 //	mem:          a new, empty in-memory store
 //	PATH          same as pebble:PATH when PATH has no scheme
 //	SCHEME:...    a backend registered with Register (etcd:// with store/etcd)
 //
-// Unknown schemes fail with an error matching ErrUnsupported.
+// The pebble backend is in package store/pebble, which registers it when a
+// program imports it (package blockdev does, so every program that uses
+// volumes has it). Without it, pebble: URLs and plain paths fail with an
+// error matching ErrUnsupported, as unknown schemes do.
 func Open(url string) (KV, error) { return OpenWith(url, OpenOptions{Create: true}) }
 
-// OpenWith opens a store by URL (see Open) with the options o.
-//
-// A Pebble store is refused, and left exactly as it is, when PATH is not a
-// store: a regular file, a symbolic link (to a directory or not) or a
-// directory holding other files (ErrNotStore); or when it is a damaged one,
-// such as a directory of Pebble tables and logs whose manifest marker is
-// gone (a *CorruptFileError matching ErrCorrupt). Pebble would take the
-// latter for an empty directory, create a new database and delete the old
-// tables; OpenWith never reinitialises an existing directory.
+// OpenWith opens a store by URL (see Open) with the options o. The backend
+// of the URL's scheme gets the URL as given (a plain path, for pebble) and
+// o.
 func OpenWith(url string, o OpenOptions) (KV, error) {
 	scheme, rest, ok := strings.Cut(url, ":")
 	if !ok || strings.ContainsAny(scheme, `/\.`) || len(scheme) < 2 {
 		// No scheme (or a Windows drive letter): a plain path.
-		scheme, rest = "pebble", url
+		scheme, rest = defaultScheme, url
 	}
-	switch scheme {
-	case "pebble":
-		if rest == "" {
-			return nil, fmt.Errorf("%w: open %q: empty pebble path", ErrInvalid, url)
-		}
-		return openPebbleWith(rest, nil, o)
-	case "mem":
+	if scheme == "mem" {
 		if rest != "" {
 			return nil, fmt.Errorf("%w: open %q: mem: takes no path", ErrInvalid, url)
 		}
 		return NewMem(), nil
-	default:
-		if open, ok := registered(scheme); ok {
-			return open(url)
-		}
-		return nil, fmt.Errorf("%w: open %q: unknown scheme %q (want pebble: or mem:)", ErrUnsupported, url, scheme)
 	}
+	if open, ok := registered(scheme); ok {
+		return open(url, o)
+	}
+	if scheme == defaultScheme {
+		return nil, fmt.Errorf("%w: open %q: the pebble backend is not linked (import github.com/difctl/difctl/store/pebble)", ErrUnsupported, url)
+	}
+	return nil, fmt.Errorf("%w: open %q: unknown scheme %q (want pebble: or mem:)", ErrUnsupported, url, scheme)
 }

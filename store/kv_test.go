@@ -4,12 +4,12 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
-	"sync"
 	"testing"
 
-	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/difctl/difctl/store"
+	_ "github.com/difctl/difctl/store/pebble" // pebble:PATH and plain paths
 	"github.com/difctl/difctl/store/storetest"
 )
 
@@ -19,46 +19,9 @@ func TestConformance(t *testing.T) {
 			Open: func(t *testing.T) store.KV { return store.NewMem() },
 		})
 	})
-	t.Run("backend=pebble", func(t *testing.T) {
-		storetest.RunConformance(t, storetest.Backend{
-			Open: func(t *testing.T) store.KV {
-				kv, err := store.Open("pebble:" + t.TempDir())
-				if err != nil {
-					t.Fatal(err)
-				}
-				return kv
-			},
-		})
-	})
-	t.Run("backend=pebble-crashable", func(t *testing.T) {
-		var mu sync.Mutex
-		fss := map[store.KV]*vfs.MemFS{}
-		openOn := func(t *testing.T, fs *vfs.MemFS) store.KV {
-			kv, err := store.OpenPebbleOnFS("db", fs)
-			if err != nil {
-				t.Fatal(err)
-			}
-			store.SetBulkFileBytes(kv, 1<<20) // bulk loads of several tables
-			mu.Lock()
-			fss[kv] = fs
-			mu.Unlock()
-			return kv
-		}
-		storetest.RunConformance(t, storetest.Backend{
-			Open: func(t *testing.T) store.KV { return openOn(t, vfs.NewCrashableMem()) },
-			Crash: func(t *testing.T, kv store.KV) store.KV {
-				mu.Lock()
-				fs := fss[kv]
-				mu.Unlock()
-				// Keep exactly what was synced: the strictest crash.
-				clone := fs.CrashClone(vfs.CrashCloneCfg{})
-				kv.Close()
-				return openOn(t, clone)
-			},
-		})
-	})
 }
 
+// TestOpenURL: Open by URL, with the default backend (store/pebble) linked.
 func TestOpenURL(t *testing.T) {
 	dir := t.TempDir()
 	file := filepath.Join(dir, "file")
@@ -74,7 +37,8 @@ func TestOpenURL(t *testing.T) {
 		{name: "scheme=pebble", url: "pebble:" + filepath.Join(dir, "db1")},
 		{name: "scheme=none", url: filepath.Join(dir, "db2")},
 		{name: "scheme=unknown", url: "redis://localhost", wantErr: store.ErrUnsupported, wantText: `unknown scheme "redis"`},
-		{name: "scheme=pebble/path=empty", url: "pebble:", wantErr: store.ErrInvalid, wantText: "empty pebble path"},
+		{name: "scheme=pebble/path=empty", url: "pebble:", wantErr: store.ErrInvalid, wantText: `open "pebble:": empty pebble path`},
+		{name: "scheme=none/path=empty", url: "", wantErr: store.ErrInvalid, wantText: `open "": empty pebble path`},
 		{name: "scheme=mem/path=given", url: "mem:foo", wantErr: store.ErrInvalid, wantText: "mem: takes no path"},
 		{name: "scheme=pebble/path=under-file", url: "pebble:" + filepath.Join(file, "db"), wantText: "store: open pebble:"},
 	} {
@@ -101,19 +65,13 @@ func TestOpenURL(t *testing.T) {
 			}
 		})
 	}
-}
-
-func TestPebbleLocked(t *testing.T) {
-	dir := t.TempDir()
-	kv, err := store.Open("pebble:" + dir)
+	// A plain path names the store pebble:PATH names.
+	kv, err := store.OpenWith(filepath.Join(dir, "db1"), store.OpenOptions{})
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("plain path of an existing store: %v", err)
 	}
-	defer kv.Close()
-	if kv2, err := store.Open("pebble:" + dir); err == nil {
-		kv2.Close()
-		t.Fatal("second Open of a locked store succeeded")
-	} else if !strings.HasPrefix(err.Error(), "store: open pebble:") {
-		t.Errorf("error %q lacks the store prefix", err)
+	kv.Close()
+	if s := store.Schemes(); !slices.Contains(s, "pebble") || !slices.Contains(s, "mem") {
+		t.Errorf("Schemes() = %v, want mem and pebble", s)
 	}
 }

@@ -5,12 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"os"
-	"path/filepath"
 	"slices"
 	"testing"
-
-	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/difctl/difctl/store"
 )
@@ -100,7 +96,6 @@ func TestLoadMatchesWriteRange(t *testing.T) {
 			name := fmt.Sprintf("backend=%s/tuple=%d/page=%d/sums=%v", be.name, tc.ts, tc.pageTuples, tc.sums)
 			t.Run(name, func(t *testing.T) {
 				kv := be.open(t)
-				store.SetBulkFileBytes(kv, 64<<10) // several tables per load
 				const blocks = 6000
 				man := store.NewManifest("test", 512, tc.ts, blocks*512, "dev")
 				man.SectorSums, man.PageTuples = tc.sums, tc.pageTuples
@@ -295,140 +290,4 @@ func TestLoadConflict(t *testing.T) {
 			}
 		})
 	}
-}
-
-// TestLoadAbort: an aborted or failed load leaves no record and no file.
-func TestLoadAbort(t *testing.T) {
-	dir := t.TempDir()
-	kv, err := store.Open("pebble:" + dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer kv.Close()
-	store.SetBulkFileBytes(kv, 64<<10)
-	man := store.NewManifest("f", 512, 8, 100000*512, "d")
-	tp, err := store.CreateTuples(kv, "v", man)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rng := rand.New(rand.NewPCG(8, 9))
-	tu, su := randTuples(rng, 50000, 8, true)
-	if err := tp.WriteRange(3, tu[:8*5000], su[:5000], true); err != nil {
-		t.Fatal(err)
-	}
-	before := allRecords(t, kv)
-	tmp := filepath.Join(dir, store.BulkTempDir)
-	noTemp := func(when string) {
-		t.Helper()
-		ents, err := os.ReadDir(tmp)
-		if err != nil && !errors.Is(err, os.ErrNotExist) {
-			t.Fatal(err)
-		}
-		if len(ents) != 0 {
-			t.Fatalf("%s: %d entries left in %s", when, len(ents), tmp)
-		}
-	}
-	l, err := tp.NewLoader(1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := l.Write(tu, su); err != nil {
-		t.Fatal(err)
-	}
-	if ents, _ := os.ReadDir(tmp); len(ents) == 0 {
-		t.Fatal("no temporary tables while loading")
-	}
-	if err := l.Abort(); err != nil {
-		t.Fatal(err)
-	}
-	if !slices.Equal(allRecords(t, kv), before) {
-		t.Fatal("aborted load changed the store")
-	}
-	noTemp("after Abort")
-	// A refused Finish cleans up too.
-	x := tp.NewTxn()
-	x.RecordIntent(40000, tu[:8], su[:1])
-	if err := x.Commit(true); err != nil {
-		t.Fatal(err)
-	}
-	before = allRecords(t, kv)
-	if err := tp.LoadRange(1, tu, su, true); !errors.Is(err, store.ErrConflict) {
-		t.Fatalf("LoadRange over an intent = %v", err)
-	}
-	if !slices.Equal(allRecords(t, kv), before) {
-		t.Fatal("refused load changed the store")
-	}
-	noTemp("after a refused Finish")
-	if err := tp.LoadRange(1, tu[:8*30000], su[:30000], true); err != nil {
-		t.Fatal(err)
-	}
-	noTemp("after Finish")
-}
-
-// TestLoadCrash crashes a Pebble store on a crashable file system before a
-// load's Finish (the volume is as before, no temporary file survives the
-// reopen) and after Finish(true) (the load is durable).
-func TestLoadCrash(t *testing.T) {
-	fs := vfs.NewCrashableMem()
-	open := func(fs *vfs.MemFS) store.KV {
-		kv, err := store.OpenPebbleOnFS("db", fs)
-		if err != nil {
-			t.Fatal(err)
-		}
-		store.SetBulkFileBytes(kv, 64<<10)
-		return kv
-	}
-	crash := func(kv store.KV) (store.KV, *vfs.MemFS) {
-		clone := fs.CrashClone(vfs.CrashCloneCfg{})
-		kv.Close()
-		fs = clone
-		return open(clone), clone
-	}
-	kv := open(fs)
-	defer func() { kv.Close() }()
-	const blocks = 40000
-	man := store.NewManifest("f", 512, 16, blocks*512, "d")
-	man.PageTuples, man.SectorSums = 256, true
-	tp, err := store.CreateTuples(kv, "v", man)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := newModel(blocks, 16)
-	rng := rand.New(rand.NewPCG(10, 11))
-	tu, su := randTuples(rng, 10000, 16, true)
-	if err := tp.WriteRange(5000, tu, su, true); err != nil {
-		t.Fatal(err)
-	}
-	m.write(5000, tu, su)
-
-	tu, su = randTuples(rng, 30000, 16, true)
-	l, err := tp.NewLoader(1234)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := l.Write(tu, su); err != nil {
-		t.Fatal(err)
-	}
-	// The load's directory: CreateTuples's own load of empty pages took 1.
-	if ents, _ := fs.List("db/" + store.BulkTempDir + "/2"); len(ents) < 2 {
-		t.Fatalf("%d temporary tables, want several", len(ents))
-	}
-	kv, fs = crash(kv)
-	if ents, err := fs.List("db/" + store.BulkTempDir); err == nil && len(ents) > 0 {
-		t.Fatalf("temporary tables survive the reopen: %v", ents)
-	}
-	if tp, err = store.OpenTuples(kv, "v", &man); err != nil {
-		t.Fatal(err)
-	}
-	checkAgainst(t, tp, m, 0, blocks)
-
-	if err := load(t, rng, tp, 1234, tu, su, true); err != nil {
-		t.Fatal(err)
-	}
-	m.write(1234, tu, su)
-	kv, _ = crash(kv)
-	if tp, err = store.OpenTuples(kv, "v", &man); err != nil {
-		t.Fatal(err)
-	}
-	checkAgainst(t, tp, m, 0, blocks)
 }

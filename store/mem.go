@@ -25,7 +25,7 @@ type memEntry struct {
 // nothing across processes; an iterator's snapshot costs memory proportional
 // to the number of keys in its range.
 func NewMem() KV {
-	return &memKV{limits: Limits{MaxKeyBytes: defaultMaxKey, MaxValueBytes: defaultMaxValue, MaxBatchBytes: defaultMaxBatch}}
+	return &memKV{limits: Limits{MaxKeyBytes: memMaxKey, MaxValueBytes: memMaxValue, MaxBatchBytes: memMaxBatch}}
 }
 
 func (m *memKV) search(key []byte) (int, bool) {
@@ -167,11 +167,12 @@ func (b *memBatch) Set(key, value []byte) error {
 	if b.done {
 		return ErrClosed
 	}
-	if err := checkSet(b.kv.limits, b.size, len(key), len(value)); err != nil {
+	size, err := b.kv.limits.AddOp(b.size, len(key), len(value))
+	if err != nil {
 		return err
 	}
 	b.ops = append(b.ops, memOp{key: bytes.Clone(key), value: append([]byte{}, value...)})
-	b.size += len(key) + len(value) + batchOverhead
+	b.size = size
 	return nil
 }
 
@@ -179,11 +180,12 @@ func (b *memBatch) Delete(key []byte) error {
 	if b.done {
 		return ErrClosed
 	}
-	if err := checkSet(b.kv.limits, b.size, len(key), 0); err != nil {
+	size, err := b.kv.limits.AddOp(b.size, len(key), 0)
+	if err != nil {
 		return err
 	}
 	b.ops = append(b.ops, memOp{key: bytes.Clone(key), del: true})
-	b.size += len(key) + batchOverhead
+	b.size = size
 	return nil
 }
 

@@ -8,8 +8,10 @@ import (
 	"sync"
 )
 
-// Opener opens a store by its full URL (scheme included), for Register.
-type Opener func(url string) (KV, error)
+// Opener opens a store for Open and OpenWith: url as the caller gave it
+// (scheme included; a plain path for the default scheme, pebble) with the
+// caller's options, of which a backend ignores those it has no use for.
+type Opener func(url string, o OpenOptions) (KV, error)
 
 var registry struct {
 	mu      sync.RWMutex
@@ -18,15 +20,16 @@ var registry struct {
 
 // Register makes Open accept URLs of scheme (without the colon), opened by
 // open. Backends in their own packages call it from an init function, so
-// that a program selects the engines it links by importing them (difctl
-// imports store/etcd) and this package imports none of them. Registering a
-// built-in scheme (pebble, mem), an empty scheme or one twice panics: it is
-// a programming error found at start-up, not bad input.
+// that a program selects the engines it links by importing them (blockdev
+// imports store/pebble, the default; difctl imports store/etcd) and this
+// package imports none of them. Registering the built-in scheme mem, an
+// empty scheme or one twice panics: it is a programming error found at
+// start-up, not bad input.
 func Register(scheme string, open Opener) {
 	registry.mu.Lock()
 	defer registry.mu.Unlock()
 	switch {
-	case scheme == "" || scheme == "pebble" || scheme == "mem" || open == nil:
+	case scheme == "" || scheme == "mem" || open == nil:
 		panic(fmt.Sprintf("store: Register(%q): reserved scheme or nil opener", scheme))
 	case registry.openers[scheme] != nil:
 		panic(fmt.Sprintf("store: Register(%q): registered twice", scheme))
@@ -45,12 +48,12 @@ func registered(scheme string) (Opener, bool) {
 	return o, ok
 }
 
-// Schemes lists the URL schemes Open accepts, sorted: the built-in pebble
-// and mem, and those registered by the backends the program links.
+// Schemes lists the URL schemes Open accepts, sorted: the built-in mem,
+// and those registered by the backends the program links (pebble, etcd).
 func Schemes() []string {
 	registry.mu.RLock()
 	defer registry.mu.RUnlock()
-	s := append([]string{"mem", "pebble"}, slices.Collect(maps.Keys(registry.openers))...)
+	s := append([]string{"mem"}, slices.Collect(maps.Keys(registry.openers))...)
 	slices.Sort(s)
 	return s
 }

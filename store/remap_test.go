@@ -8,6 +8,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/difctl/difctl/store"
+	"github.com/difctl/difctl/store/pebble"
 )
 
 // journalBackends returns a fresh store of each kind, and a function that
@@ -17,7 +18,7 @@ func journalBackends(t *testing.T) map[string]func() (store.KV, func(store.KV) s
 		"mem": func() (store.KV, func(store.KV) store.KV) { return store.NewMem(), nil },
 		"pebble": func() (store.KV, func(store.KV) store.KV) {
 			fs := vfs.NewCrashableMem()
-			kv, err := store.OpenPebbleOnFS("db", fs)
+			kv, err := pebble.OpenOnFS("db", fs)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -25,7 +26,7 @@ func journalBackends(t *testing.T) map[string]func() (store.KV, func(store.KV) s
 				clone := fs.CrashClone(vfs.CrashCloneCfg{})
 				kv.Close()
 				fs = clone
-				kv2, err := store.OpenPebbleOnFS("db", clone)
+				kv2, err := pebble.OpenOnFS("db", clone)
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -14,6 +14,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/difctl/difctl/store"
+	"github.com/difctl/difctl/store/pebble"
 )
 
 func kvBackends() []struct {
@@ -26,7 +27,7 @@ func kvBackends() []struct {
 	}{
 		{"mem", func(t *testing.T) store.KV { kv := store.NewMem(); t.Cleanup(func() { kv.Close() }); return kv }},
 		{"pebble", func(t *testing.T) store.KV {
-			kv, err := store.Open("pebble:" + t.TempDir())
+			kv, err := pebble.Open(t.TempDir(), store.OpenOptions{Create: true})
 			if err != nil {
 				t.Fatal(err)
 			}

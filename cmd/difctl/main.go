@@ -24,7 +24,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	_ "github.com/difctl/difctl/store/etcd" // etcd:// URLs for every --store flag
+	_ "github.com/difctl/difctl/store/etcd"   // etcd:// URLs for every --store flag
+	_ "github.com/difctl/difctl/store/pebble" // pebble:PATH and plain paths, the default (blockdev links it too)
 )
 
 func main() { os.Exit(difctlMain()) }

@@ -17,6 +17,7 @@ import (
 	"github.com/difctl/difctl/blockdev"
 	"github.com/difctl/difctl/dif"
 	"github.com/difctl/difctl/store"
+	"github.com/difctl/difctl/store/pebble"
 )
 
 var (
@@ -38,7 +39,7 @@ func benchStore(b *testing.B, engine string, c *cluster) store.KV {
 	var kv store.KV
 	var err error
 	if engine == "pebble" {
-		kv, err = store.Open("pebble:" + b.TempDir())
+		kv, err = pebble.Open(b.TempDir(), store.OpenOptions{Create: true})
 	} else {
 		// The default lease TTL (10 s): a loaded machine can delay
 		// keep-alives past a test's short one.

@@ -118,7 +118,9 @@ type kv struct {
 }
 
 func init() {
-	store.Register("etcd", func(url string) (store.KV, error) {
+	// Options come from the environment (OptionsFromEnv); the
+	// store.OpenOptions of store.OpenWith are ignored.
+	store.Register("etcd", func(url string, _ store.OpenOptions) (store.KV, error) {
 		o, err := OptionsFromEnv()
 		if err != nil {
 			return nil, err

@@ -1,32 +1,34 @@
-package store
+package pebble
 
 import (
 	"errors"
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/difctl/difctl/store"
 )
 
 // TestOpenSizes: OpenOptions.CacheBytes and MemTableBytes reach Pebble's
-// options (the defaults otherwise), and a memtable size out of range is
-// refused before anything is created.
+// options through store.OpenWith (the defaults otherwise), and a memtable
+// size out of range is refused before anything is created.
 func TestOpenSizes(t *testing.T) {
 	for _, tc := range []struct {
 		name            string
-		o               OpenOptions
+		o               store.OpenOptions
 		cache, memtable int64
 	}{
-		{"default", OpenOptions{}, 64 << 20, 64 << 20},
-		{"small", OpenOptions{CacheBytes: 8 << 20, MemTableBytes: 4 << 20}, 8 << 20, 4 << 20},
+		{"default", store.OpenOptions{}, 64 << 20, 64 << 20},
+		{"small", store.OpenOptions{CacheBytes: 8 << 20, MemTableBytes: 4 << 20}, 8 << 20, 4 << 20},
 	} {
 		t.Run("sizes="+tc.name, func(t *testing.T) {
 			tc.o.Create = true
-			kv, err := OpenWith("pebble:"+filepath.Join(t.TempDir(), "db"), tc.o)
+			s, err := store.OpenWith("pebble:"+filepath.Join(t.TempDir(), "db"), tc.o)
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer kv.Close()
-			p := kv.(*pebbleKV)
+			defer s.Close()
+			p := s.(*kv)
 			if got := p.opts.CacheSize; got != tc.cache {
 				t.Errorf("block cache %d, want %d", got, tc.cache)
 			}
@@ -40,8 +42,8 @@ func TestOpenSizes(t *testing.T) {
 	}
 	for _, bad := range []int64{1<<20 - 1, 4 << 30} {
 		dir := filepath.Join(t.TempDir(), "db")
-		_, err := OpenWith("pebble:"+dir, OpenOptions{Create: true, MemTableBytes: bad})
-		if !errors.Is(err, ErrInvalid) {
+		_, err := Open(dir, store.OpenOptions{Create: true, MemTableBytes: bad})
+		if !errors.Is(err, store.ErrInvalid) {
 			t.Errorf("memtable of %d bytes: %v, want ErrInvalid", bad, err)
 		}
 		if _, serr := os.Stat(dir); !os.IsNotExist(serr) {

@@ -1,4 +1,4 @@
-package store
+package pebble
 
 import (
 	"bytes"
@@ -13,7 +13,9 @@ import (
 	"syscall"
 
 	"github.com/cockroachdb/pebble/v2"
+
 	"github.com/difctl/difctl/kernels/crc32c"
+	"github.com/difctl/difctl/store"
 )
 
 // Lost commits. Pebble's manifest and write-ahead log are record logs, and
@@ -29,9 +31,9 @@ import (
 // clean; a read-write open marks it open again before anything is
 // committed. An open that finds the file clean and another value under
 // genKey has lost commits since that Close, and fails with a
-// *CorruptFileError. A store killed while open (the file is not clean) is
-// not checked this way: losses in the log it was writing cannot be told
-// from a torn write (see the package documentation).
+// *store.CorruptFileError. A store killed while open (the file is not
+// clean) is not checked this way: losses in the log it was writing cannot
+// be told from a torn write (see the package documentation).
 const (
 	stateFile = "difctl-state"
 	stateTemp = "difctl-state.tmp"
@@ -93,7 +95,7 @@ func readState(dir string) (s storeState, ok bool, err error) {
 	n, _ := f.Read(b)
 	s, err = decodeState(b[:n])
 	if err != nil {
-		return s, false, &CorruptFileError{Path: filepath.Join(dir, stateFile), Reason: err.Error()}
+		return s, false, &store.CorruptFileError{Path: filepath.Join(dir, stateFile), Reason: err.Error()}
 	}
 	return s, true, nil
 }
@@ -149,7 +151,7 @@ func readCounter(db *pebble.DB, key []byte) (uint64, error) {
 
 // checkState compares the commit counter of a store just opened with the
 // one its last clean Close recorded.
-func (p *pebbleKV) checkState() error {
+func (p *kv) checkState() error {
 	if !p.osFS {
 		return nil
 	}
@@ -168,13 +170,13 @@ func (p *pebbleKV) checkState() error {
 		return err
 	}
 	if ok && l < s.load {
-		return &CorruptFileError{Path: p.path, Reason: fmt.Sprintf("bulk loads lost: the store had ingested load %d and holds load %d (a damaged manifest record was dropped as if torn)", s.load, l)}
+		return &store.CorruptFileError{Path: p.path, Reason: fmt.Sprintf("bulk loads lost: the store had ingested load %d and holds load %d (a damaged manifest record was dropped as if torn)", s.load, l)}
 	}
 	if ok && s.clean && s.gen != g {
-		return &CorruptFileError{Path: p.path, Reason: fmt.Sprintf("commits lost since the store was last closed: it closed after commit %d and holds commit %d (a damaged manifest or log record was dropped as if torn)", s.gen, g)}
+		return &store.CorruptFileError{Path: p.path, Reason: fmt.Sprintf("commits lost since the store was last closed: it closed after commit %d and holds commit %d (a damaged manifest or log record was dropped as if torn)", s.gen, g)}
 	}
 	if ok && !s.clean && g < s.gen {
-		return &CorruptFileError{Path: p.path, Reason: fmt.Sprintf("commits lost: the store had reached commit %d (a bulk load) and holds commit %d (a damaged manifest or log record was dropped as if torn)", s.gen, g)}
+		return &store.CorruptFileError{Path: p.path, Reason: fmt.Sprintf("commits lost: the store had reached commit %d (a bulk load) and holds commit %d (a damaged manifest or log record was dropped as if torn)", s.gen, g)}
 	}
 	if p.readOnly {
 		return nil
@@ -185,7 +187,7 @@ func (p *pebbleKV) checkState() error {
 // ingested records, after a bulk load, the counter the store has reached:
 // a manifest that later loses the load's record is then detected even
 // after a crash. The caller holds commitMu.
-func (p *pebbleKV) ingested(g, load uint64) error {
+func (p *kv) ingested(g, load uint64) error {
 	if !p.osFS {
 		return nil
 	}
@@ -193,7 +195,7 @@ func (p *pebbleKV) ingested(g, load uint64) error {
 }
 
 // closeState records a clean close after everything is flushed.
-func (p *pebbleKV) closeState() error {
+func (p *kv) closeState() error {
 	if !p.osFS || p.readOnly {
 		return nil
 	}
@@ -206,4 +208,4 @@ func (p *pebbleKV) closeState() error {
 
 // genValue is the next commit counter value, as stored. The caller holds
 // commitMu, so the stored counter only grows.
-func (p *pebbleKV) genValue() []byte { return strconv.AppendUint(nil, p.gen.Add(1), 10) }
+func (p *kv) genValue() []byte { return strconv.AppendUint(nil, p.gen.Add(1), 10) }

@@ -1,6 +1,6 @@
 //go:build unix
 
-package store_test
+package pebble_test
 
 import (
 	"errors"
@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/difctl/difctl/store"
+	"github.com/difctl/difctl/store/pebble"
 )
 
 // A user who may only read a store's files can open it read-only (the lock
@@ -18,7 +19,7 @@ import (
 // cleanly. Run as root, the test re-runs itself as nobody.
 func TestReadOnlyUser(t *testing.T) {
 	if dir := os.Getenv("DIFCTL_RO_STORE"); dir != "" {
-		kv, err := store.OpenWith("pebble:"+dir, store.OpenOptions{ReadOnly: true})
+		kv, err := pebble.Open(dir, store.OpenOptions{ReadOnly: true})
 		if err != nil {
 			t.Fatalf("read-only open as uid %d: %v", os.Getuid(), err)
 		}
@@ -26,7 +27,7 @@ func TestReadOnlyUser(t *testing.T) {
 			t.Errorf("Get = %q, %v", v, err)
 		}
 		kv.Close()
-		if kv, err := store.OpenWith("pebble:"+dir, store.OpenOptions{}); err == nil {
+		if kv, err := pebble.Open(dir, store.OpenOptions{}); err == nil {
 			kv.Close()
 			t.Error("read-write open succeeded for a user who may only read")
 		} else if !errors.Is(err, os.ErrPermission) {
@@ -43,7 +44,7 @@ func TestReadOnlyUser(t *testing.T) {
 	}
 	defer os.RemoveAll(base)
 	dir := filepath.Join(base, "db")
-	kv, err := store.Open("pebble:" + dir)
+	kv, err := pebble.Open(dir, store.OpenOptions{Create: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +77,7 @@ func TestReadOnlyUser(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	exe := filepath.Join(base, "store.test") // where nobody may run it
+	exe := filepath.Join(base, "pebble.test") // where nobody may run it
 	if err := os.WriteFile(exe, bin, 0o755); err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package store
+package pebble
 
 import (
 	"errors"
@@ -12,6 +12,8 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/difctl/difctl/store"
 )
 
 // Opening a Pebble store safely.
@@ -20,29 +22,29 @@ import (
 // database: it creates one and deletes every file with a Pebble name that
 // the new database does not refer to (the old tables and logs). Its default
 // logger exits the process on a fatal error, and its default event listener
-// turns detected corruption into such a fatal error. openPebbleWith checks
-// the directory before Pebble sees it, opens existing stores with
+// turns detected corruption into such a fatal error. open checks the
+// directory before Pebble sees it, opens existing stores with
 // ErrorIfNotExists, and gives Pebble a logger and listener that record the
-// failure (see pebbleFault) so that it comes back as an error.
+// failure (see faultLog) so that it comes back as an error.
 
-// pebbleFault is the first fatal or corruption event of one Pebble
-// instance: what its logger's Fatalf and its DataCorruption and
-// BackgroundError events report.
-type pebbleFault struct {
+// faultLog is the first fatal or corruption event of one Pebble instance:
+// what its logger's Fatalf and its DataCorruption and BackgroundError
+// events report.
+type faultLog struct {
 	dir  string
 	mu   sync.Mutex
 	err  error  // sticky: set by Fatalf; every later call returns it
 	path string // the file of the last corruption event
 }
 
-func (f *pebbleFault) fatal() error {
+func (f *faultLog) fatal() error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.err
 }
 
 // setFatal records err as the sticky failure unless one is recorded.
-func (f *pebbleFault) setFatal(err error) {
+func (f *faultLog) setFatal(err error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.err == nil {
@@ -50,7 +52,7 @@ func (f *pebbleFault) setFatal(err error) {
 	}
 }
 
-func (f *pebbleFault) corruptPath() string {
+func (f *faultLog) corruptPath() string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.path == "" {
@@ -61,16 +63,16 @@ func (f *pebbleFault) corruptPath() string {
 
 // Infof drops Pebble's informational chatter (it would otherwise reach a
 // CLI's stderr).
-func (f *pebbleFault) Infof(string, ...any) {}
+func (f *faultLog) Infof(string, ...any) {}
 
 // Errorf drops Pebble's error reports too: each reaches the caller as an
 // error, which is what a library should give.
-func (f *pebbleFault) Errorf(string, ...any) {}
+func (f *faultLog) Errorf(string, ...any) {}
 
 // Fatalf records the failure instead of exiting: the call that triggered it
 // and every later call on the store returns it. (Pebble's own test logger
 // returns from Fatalf as well; its callers return an error after it.)
-func (f *pebbleFault) Fatalf(format string, args ...any) {
+func (f *faultLog) Fatalf(format string, args ...any) {
 	msg := oneLineText(fmt.Sprintf(format, args...))
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -83,13 +85,13 @@ func (f *pebbleFault) Fatalf(format string, args ...any) {
 		if p == "" {
 			p = f.dir
 		}
-		f.err = &CorruptFileError{Path: p, Reason: msg}
+		f.err = &store.CorruptFileError{Path: p, Reason: msg}
 	default:
-		f.err = fmt.Errorf("%w: pebble:%s: %s", ErrFailed, f.dir, msg)
+		f.err = fmt.Errorf("%w: pebble:%s: %s", store.ErrFailed, f.dir, msg)
 	}
 }
 
-func (f *pebbleFault) listener() *pebble.EventListener {
+func (f *faultLog) listener() *pebble.EventListener {
 	return &pebble.EventListener{
 		DataCorruption: func(info pebble.DataCorruptionInfo) {
 			f.mu.Lock()
@@ -102,9 +104,9 @@ func (f *pebbleFault) listener() *pebble.EventListener {
 
 func oneLineText(s string) string { return strings.Join(strings.Fields(s), " ") }
 
-// pebbleText is a Pebble error's message on one line, without the
+// engineText is a Pebble error's message on one line, without the
 // "<corruption detail carrier>" its error library appends.
-func pebbleText(err error) string {
+func engineText(err error) string {
 	return oneLineText(strings.ReplaceAll(err.Error(), "<corruption detail carrier>", ""))
 }
 
@@ -146,9 +148,9 @@ func (s storeFS) MkdirAll(dir string, _ os.FileMode) error { return s.FS.MkdirAl
 
 func (s storeFS) Lock(name string) (io.Closer, error) { return lockStore(s.dir, name, s.readOnly) }
 
-// pebbleFileKind tells whether name is one of the files a Pebble store
+// isStoreFile tells whether name is one of the files a Pebble store
 // keeps in its directory.
-func pebbleFileKind(name string) bool {
+func isStoreFile(name string) bool {
 	switch {
 	case name == "LOCK", name == bulkTempDir, name == "CURRENT", name == stateFile, name == stateTemp:
 		return true
@@ -164,17 +166,17 @@ func pebbleFileKind(name string) bool {
 
 // checkStoreDir looks at dir before Pebble opens it and says whether a
 // store exists there. It refuses what Pebble would reinitialise or follow.
-func checkStoreDir(fsys vfs.FS, osFS bool, dir string, o OpenOptions) (exists bool, err error) {
+func checkStoreDir(fsys vfs.FS, osFS bool, dir string, o store.OpenOptions) (exists bool, err error) {
 	where := "pebble:" + dir
 	if osFS {
 		fi, err := os.Lstat(dir)
 		switch {
 		case errors.Is(err, fs.ErrNotExist):
 			if !o.Create {
-				return false, fmt.Errorf("%w: no store at %s", ErrNotFound, where)
+				return false, fmt.Errorf("%w: no store at %s", store.ErrNotFound, where)
 			}
 			if o.ReadOnly {
-				return false, fmt.Errorf("%w: no store at %s (a read-only open creates none)", ErrNotFound, where)
+				return false, fmt.Errorf("%w: no store at %s (a read-only open creates none)", store.ErrNotFound, where)
 			}
 			if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
 				return false, fmt.Errorf("store: create %s: %v", where, err)
@@ -186,16 +188,16 @@ func checkStoreDir(fsys vfs.FS, osFS bool, dir string, o OpenOptions) (exists bo
 		case err != nil:
 			return false, fmt.Errorf("store: open %s: %v", where, err)
 		case fi.Mode()&fs.ModeSymlink != 0:
-			return false, fmt.Errorf("%w: %s is a symbolic link (name the store's real directory)", ErrNotStore, dir)
+			return false, fmt.Errorf("%w: %s is a symbolic link (name the store's real directory)", store.ErrNotStore, dir)
 		case !fi.IsDir():
-			return false, fmt.Errorf("%w: %s is not a directory", ErrNotStore, dir)
+			return false, fmt.Errorf("%w: %s is not a directory", store.ErrNotStore, dir)
 		}
 	}
 	names, err := fsys.List(dir)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) && !osFS {
 			if !o.Create || o.ReadOnly {
-				return false, fmt.Errorf("%w: no store at %s", ErrNotFound, where)
+				return false, fmt.Errorf("%w: no store at %s", store.ErrNotFound, where)
 			}
 			return false, nil
 		}
@@ -207,7 +209,7 @@ func checkStoreDir(fsys vfs.FS, osFS bool, dir string, o OpenOptions) (exists bo
 		switch {
 		case strings.HasPrefix(n, "marker.manifest."):
 			marker = true
-		case pebbleFileKind(n):
+		case isStoreFile(n):
 			pebbleFiles = pebbleFiles || n != "LOCK" && n != stateFile && n != stateTemp
 			// What only a store that held data has: tables, a log with
 			// records, the state file of a store once closed or loaded.
@@ -224,7 +226,7 @@ func checkStoreDir(fsys vfs.FS, osFS bool, dir string, o OpenOptions) (exists bo
 		}
 		if osFS && n != bulkTempDir {
 			if fi, err := os.Lstat(filepath.Join(dir, n)); err == nil && fi.Mode()&fs.ModeSymlink != 0 {
-				return false, fmt.Errorf("%w: %s: %s is a symbolic link", ErrNotStore, where, n)
+				return false, fmt.Errorf("%w: %s: %s is a symbolic link", store.ErrNotStore, where, n)
 			}
 		}
 	}
@@ -236,40 +238,40 @@ func checkStoreDir(fsys vfs.FS, osFS bool, dir string, o OpenOptions) (exists bo
 		// no table, no logged commit, nothing to lose. Create it again.
 		return false, nil
 	case pebbleFiles:
-		return false, &CorruptFileError{Path: filepath.Join(dir, "marker.manifest.*"),
+		return false, &store.CorruptFileError{Path: filepath.Join(dir, "marker.manifest.*"),
 			Reason: "missing: the directory holds a store's tables and logs but not the marker naming its manifest (nothing was changed)"}
 	case len(foreign) > 0:
-		return false, fmt.Errorf("%w: %s holds files no store made (%s)", ErrNotStore, dir, strings.Join(foreign[:min(3, len(foreign))], ", "))
+		return false, fmt.Errorf("%w: %s holds files no store made (%s)", store.ErrNotStore, dir, strings.Join(foreign[:min(3, len(foreign))], ", "))
 	case !o.Create || o.ReadOnly:
-		return false, fmt.Errorf("%w: no store at %s (empty directory)", ErrNotFound, where)
+		return false, fmt.Errorf("%w: no store at %s (empty directory)", store.ErrNotFound, where)
 	}
 	return false, nil
 }
 
 // openError turns an error of pebble.Open into one of ours.
-func openError(dir string, fault *pebbleFault, err error) error {
+func openError(dir string, fault *faultLog, err error) error {
 	if ferr := fault.fatal(); ferr != nil {
 		return ferr
 	}
 	switch {
 	case pebble.IsCorruptionError(err):
-		return &CorruptFileError{Path: fault.corruptPath(), Reason: pebbleText(err)}
+		return &store.CorruptFileError{Path: fault.corruptPath(), Reason: engineText(err)}
 	case errors.Is(err, fs.ErrNotExist):
 		// A file the manifest names is gone.
-		return &CorruptFileError{Path: dir, Reason: "missing file: " + oneLineText(err.Error())}
+		return &store.CorruptFileError{Path: dir, Reason: "missing file: " + oneLineText(err.Error())}
 	case errors.Is(err, pebble.ErrDBDoesNotExist):
-		return &CorruptFileError{Path: dir, Reason: "no manifest: " + oneLineText(err.Error())}
+		return &store.CorruptFileError{Path: dir, Reason: "no manifest: " + oneLineText(err.Error())}
 	case errors.Is(err, pebble.ErrDBNotPristine):
 		// The format-version marker is gone while tables remain.
-		return &CorruptFileError{Path: filepath.Join(dir, "marker.format-version.*"), Reason: "missing: " + oneLineText(err.Error())}
+		return &store.CorruptFileError{Path: filepath.Join(dir, "marker.format-version.*"), Reason: "missing: " + oneLineText(err.Error())}
 	case strings.Contains(err.Error(), "size mismatch"):
-		return &CorruptFileError{Path: fault.corruptPath(), Reason: "a table's size differs from the manifest's record (truncated?): " + oneLineText(err.Error())}
+		return &store.CorruptFileError{Path: fault.corruptPath(), Reason: "a table's size differs from the manifest's record (truncated?): " + oneLineText(err.Error())}
 	}
-	var be *BusyError
+	var be *store.BusyError
 	if errors.As(err, &be) {
 		return be
 	}
-	if errors.Is(err, ErrNotStore) {
+	if errors.Is(err, store.ErrNotStore) {
 		return err
 	}
 	if errors.Is(err, fs.ErrPermission) {

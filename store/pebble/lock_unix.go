@@ -1,6 +1,6 @@
 //go:build unix
 
-package store
+package pebble
 
 import (
 	"bytes"
@@ -14,6 +14,8 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"golang.org/x/sys/unix"
+
+	"github.com/difctl/difctl/store"
 )
 
 // Store locks. Pebble locks its directory with an exclusive fcntl lock on
@@ -62,7 +64,7 @@ func lockStore(dir, name string, readOnly bool) (io.Closer, error) {
 		heldLocks.m = map[string]int{}
 	}
 	if n := heldLocks.m[name]; n < 0 || n > 0 && !readOnly {
-		return nil, &BusyError{Path: dir, PID: os.Getpid(), Self: true}
+		return nil, &store.BusyError{Path: dir, PID: os.Getpid(), Self: true}
 	}
 	flags, typ := os.O_RDWR|os.O_CREATE, int16(unix.F_WRLCK)
 	if readOnly {
@@ -78,7 +80,7 @@ func lockStore(dir, name string, readOnly bool) (io.Closer, error) {
 	}
 	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
 		f.Close()
-		return nil, fmt.Errorf("%w: lock file %s is not a regular file", ErrNotStore, name)
+		return nil, fmt.Errorf("%w: lock file %s is not a regular file", store.ErrNotStore, name)
 	}
 	spec := unix.Flock_t{Type: typ, Whence: io.SeekStart}
 	if err := unix.FcntlFlock(f.Fd(), unix.F_SETLK, &spec); err != nil {
@@ -86,9 +88,9 @@ func lockStore(dir, name string, readOnly bool) (io.Closer, error) {
 		if errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EACCES) {
 			q := unix.Flock_t{Type: typ, Whence: io.SeekStart}
 			if unix.FcntlFlock(f.Fd(), unix.F_GETLK, &q) == nil && q.Type != unix.F_UNLCK && q.Pid > 0 {
-				return nil, &BusyError{Path: dir, PID: int(q.Pid), Command: processCommand(int(q.Pid))}
+				return nil, &store.BusyError{Path: dir, PID: int(q.Pid), Command: processCommand(int(q.Pid))}
 			}
-			return nil, &BusyError{Path: dir}
+			return nil, &store.BusyError{Path: dir}
 		}
 		return nil, err
 	}

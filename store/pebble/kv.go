@@ -1,4 +1,4 @@
-package store
+package pebble
 
 import (
 	"bytes"
@@ -12,39 +12,76 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/difctl/difctl/store"
 )
 
-// pebbleKV is the default backend (github.com/cockroachdb/pebble/v2).
+func init() {
+	store.Register("pebble", func(url string, o store.OpenOptions) (store.KV, error) {
+		// url is "pebble:DIR", or DIR itself: a plain path, store.Open's
+		// default (a plain path never starts with "pebble:", which is the
+		// scheme).
+		dir, _ := strings.CutPrefix(url, "pebble:")
+		if dir == "" {
+			return nil, fmt.Errorf("%w: open %q: empty pebble path", store.ErrInvalid, url)
+		}
+		return Open(dir, o)
+	})
+}
+
+// Open opens the store in the directory dir with the options o, as
+// store.OpenWith("pebble:"+dir, o) does. See the package documentation for
+// what it refuses.
+func Open(dir string, o store.OpenOptions) (store.KV, error) { return open(dir, nil, o) }
+
+// OpenOnFS opens (creating if needed) a store in dir on the file system fs,
+// with the options of store.Open("pebble:"+dir).
+//
+// It is meant for crash tests, in this package and in the packages built on
+// it: on a vfs.NewCrashableMem file system, fs.CrashClone yields the state a
+// crash would leave (only synced data, or a chosen fraction of the rest),
+// and a store opened on the clone shows what survived. On such a file
+// system the store keeps no state file (lost commits are not detected) and
+// takes no lock beyond Pebble's own. Programs use Open.
+func OpenOnFS(dir string, fs vfs.FS) (store.KV, error) {
+	return open(dir, fs, store.OpenOptions{Create: true})
+}
+
+// limits are a Pebble store's. Pebble's hard limit is 4 GiB per batch;
+// staying far below it bounds memory.
+var limits = store.Limits{MaxKeyBytes: 64 << 10, MaxValueBytes: 64 << 20, MaxBatchBytes: 1 << 30}
+
+// kv is a store.KV on Pebble.
 //
 // mu guards the handle against Close: every operation holds it for reading,
 // Close for writing, so Pebble (which panics on use after close) is never
 // reached once closed.
-type pebbleKV struct {
+type kv struct {
 	mu     sync.RWMutex
 	db     *pebble.DB
 	path   string
 	closed bool
-	iters  map[*pebbleIter]struct{}
-	limits Limits
+	iters  map[*iter]struct{}
+	limits store.Limits
 
 	fs       vfs.FS
 	opts     *pebble.Options // as opened, defaults filled in: sstable writer options
 	bulkSeq  atomic.Uint64   // names bulk-load temporary directories
 	bulkSize int64           // bytes of keys and values per bulk-load sstable
 
-	fault    *pebbleFault // Pebble's fatal and corruption reports
+	fault    *faultLog // Pebble's fatal and corruption reports
 	readOnly bool
 	osFS     bool          // on the operating system's file system: keeps stateFile
-	gen      atomic.Uint64 // the commit counter (see pebble_state.go)
-	loads    atomic.Uint64 // numbers bulk loads (see pebble_state.go)
+	gen      atomic.Uint64 // the commit counter (see state.go)
+	loads    atomic.Uint64 // numbers bulk loads (see state.go)
 	commitMu sync.Mutex    // orders the counter's values as their commits
 }
 
-// pebbleOptions returns the options used for every Pebble store. The
+// engineOptions returns the options used for every Pebble store. The
 // workload is unusual for an LSM: values are whole tuple pages of 8-20 KiB
 // (1,024 tuples plus sector checksums), keys are few and written in
 // ascending runs, and reads are dominated by long range scans.
-func pebbleOptions(fs vfs.FS) *pebble.Options {
+func engineOptions(fs vfs.FS) *pebble.Options {
 	o := &pebble.Options{
 		FS: fs,
 		// Newest on-disk format: columnar blocks, best scan speed.
@@ -92,17 +129,12 @@ func pebbleOptions(fs vfs.FS) *pebble.Options {
 	return o
 }
 
-// openPebble opens (creating if needed) a Pebble store in dir. fs nil means
-// the operating system's file system; tests pass a crashable vfs.MemFS.
-func openPebble(dir string, fs vfs.FS) (KV, error) {
-	return openPebbleWith(dir, fs, OpenOptions{Create: true})
-}
-
-// openPebbleWith opens a Pebble store in dir with the options o (see
-// OpenWith). fs nil means the operating system's file system.
-func openPebbleWith(dir string, fs vfs.FS, o OpenOptions) (KV, error) {
+// open opens a Pebble store in dir with the options o (see Open). fs nil
+// means the operating system's file system; tests pass a crashable
+// vfs.MemFS.
+func open(dir string, fs vfs.FS, o store.OpenOptions) (store.KV, error) {
 	if o.MemTableBytes > 0 && (o.MemTableBytes < 1<<20 || o.MemTableBytes >= 4<<30) {
-		return nil, fmt.Errorf("%w: open %q: memtable size %d, want 1 MiB to less than 4 GiB", ErrInvalid, dir, o.MemTableBytes)
+		return nil, fmt.Errorf("%w: open %q: memtable size %d, want 1 MiB to less than 4 GiB", store.ErrInvalid, dir, o.MemTableBytes)
 	}
 	osFS := fs == nil
 	if osFS {
@@ -117,8 +149,8 @@ func openPebbleWith(dir string, fs vfs.FS, o OpenOptions) (KV, error) {
 			return nil, err
 		}
 	}
-	fault := &pebbleFault{dir: dir}
-	opts := pebbleOptions(fs)
+	fault := &faultLog{dir: dir}
+	opts := engineOptions(fs)
 	if o.CacheBytes > 0 {
 		opts.CacheSize = o.CacheBytes
 	}
@@ -135,11 +167,11 @@ func openPebbleWith(dir string, fs vfs.FS, o OpenOptions) (KV, error) {
 	}
 	opts = opts.Clone()
 	opts.EnsureDefaults()
-	p := &pebbleKV{
+	p := &kv{
 		db:       db,
 		path:     dir,
-		iters:    make(map[*pebbleIter]struct{}),
-		limits:   Limits{MaxKeyBytes: defaultMaxKey, MaxValueBytes: defaultMaxValue, MaxBatchBytes: defaultMaxBatch},
+		iters:    make(map[*iter]struct{}),
+		limits:   limits,
 		fs:       fs,
 		opts:     opts,
 		bulkSize: bulkFileBytes,
@@ -206,7 +238,7 @@ func allDigits(s string) bool {
 // translate turns a Pebble error into one of ours, never wrapping Pebble's.
 // A fatal error Pebble reported meanwhile wins: it is returned even when the
 // call itself seemed to succeed (Pebble goes on after its logger's Fatalf).
-func (p *pebbleKV) translate(op string, err error) error {
+func (p *kv) translate(op string, err error) error {
 	if ferr := p.fault.fatal(); ferr != nil {
 		return ferr
 	}
@@ -214,15 +246,15 @@ func (p *pebbleKV) translate(op string, err error) error {
 	case err == nil:
 		return nil
 	case errors.Is(err, pebble.ErrNotFound):
-		return ErrNotFound
+		return store.ErrNotFound
 	case errors.Is(err, pebble.ErrClosed):
-		return ErrClosed
+		return store.ErrClosed
 	case errors.Is(err, pebble.ErrReadOnly):
-		return fmt.Errorf("%w: pebble:%s: %s", ErrReadOnly, p.path, op)
+		return fmt.Errorf("%w: pebble:%s: %s", store.ErrReadOnly, p.path, op)
 	case pebble.IsCorruptionError(err):
-		return &CorruptFileError{Path: p.fault.corruptPath(), Reason: op + ": " + pebbleText(err)}
+		return &store.CorruptFileError{Path: p.fault.corruptPath(), Reason: op + ": " + engineText(err)}
 	case errors.Is(err, fs.ErrNotExist):
-		return &CorruptFileError{Path: p.fault.corruptPath(), Reason: op + ": missing file: " + oneLineText(err.Error())}
+		return &store.CorruptFileError{Path: p.fault.corruptPath(), Reason: op + ": missing file: " + oneLineText(err.Error())}
 	default:
 		return fmt.Errorf("store: pebble:%s: %s: %s", p.path, op, err.Error())
 	}
@@ -231,24 +263,24 @@ func (p *pebbleKV) translate(op string, err error) error {
 // recoverPanic turns a panic of Pebble's inside a call into the store's
 // sticky failure, returned in *err: a damaged file can reach code that
 // panics, and a library must return an error instead.
-func (p *pebbleKV) recoverPanic(op string, err *error) {
+func (p *kv) recoverPanic(op string, err *error) {
 	if r := recover(); r != nil {
-		p.fault.setFatal(&CorruptFileError{Path: p.fault.corruptPath(), Reason: fmt.Sprintf("%s: engine panic: %v", op, r)})
+		p.fault.setFatal(&store.CorruptFileError{Path: p.fault.corruptPath(), Reason: fmt.Sprintf("%s: engine panic: %v", op, r)})
 		*err = p.fault.fatal()
 	}
 }
 
-func (p *pebbleKV) Get(key []byte) (_ []byte, err error) {
+func (p *kv) Get(key []byte) (_ []byte, err error) {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
 	if p.closed {
-		return nil, ErrClosed
+		return nil, store.ErrClosed
 	}
 	if err := p.fault.fatal(); err != nil {
 		return nil, err
 	}
 	if reserved(key) {
-		return nil, ErrNotFound
+		return nil, store.ErrNotFound
 	}
 	defer p.recoverPanic("get", &err)
 	v, closer, err := p.db.Get(key)
@@ -262,11 +294,11 @@ func (p *pebbleKV) Get(key []byte) (_ []byte, err error) {
 	return out, p.translate("get", closer.Close())
 }
 
-func (p *pebbleKV) NewIter(lo, hi []byte) (_ Iterator, err error) {
+func (p *kv) NewIter(lo, hi []byte) (_ store.Iterator, err error) {
 	p.mu.Lock() // exclusive: registers the iterator
 	defer p.mu.Unlock()
 	if p.closed {
-		return nil, ErrClosed
+		return nil, store.ErrClosed
 	}
 	if err := p.fault.fatal(); err != nil {
 		return nil, err
@@ -276,31 +308,32 @@ func (p *pebbleKV) NewIter(lo, hi []byte) (_ Iterator, err error) {
 	if err != nil {
 		return nil, p.translate("iterate", err)
 	}
-	pi := &pebbleIter{kv: p, it: it}
+	pi := &iter{kv: p, it: it}
 	p.iters[pi] = struct{}{}
 	return pi, nil
 }
 
-func (p *pebbleKV) NewBatch() Batch { return p.newBatchSize(0) }
+func (p *kv) NewBatch() store.Batch { return p.NewBatchWithSize(0) }
 
-// newBatchSize returns a batch with room for about size bytes, sparing the
-// repeated growth (and copying) of a large batch's buffer.
-func (p *pebbleKV) newBatchSize(size int) Batch {
+// NewBatchWithSize implements store.BatchSizer: a batch with room for
+// about size bytes, sparing the repeated growth (and copying) of a large
+// batch's buffer.
+func (p *kv) NewBatchWithSize(size int) store.Batch {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
 	if p.closed {
-		return &pebbleBatch{kv: p}
+		return &batch{kv: p}
 	}
-	return &pebbleBatch{kv: p, b: p.db.NewBatchWithSize(min(size, p.limits.MaxBatchBytes))}
+	return &batch{kv: p, b: p.db.NewBatchWithSize(min(size, p.limits.MaxBatchBytes))}
 }
 
-func (p *pebbleKV) Limits() Limits { return p.limits }
+func (p *kv) Limits() store.Limits { return p.limits }
 
-func (p *pebbleKV) Close() error {
+func (p *kv) Close() error {
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
-		return ErrClosed
+		return store.ErrClosed
 	}
 	p.closed = true
 	iters := p.iters
@@ -314,7 +347,7 @@ func (p *pebbleKV) Close() error {
 	// flush whose first key is the empty key trips a false assertion in a
 	// background goroutine; difctl's own keys are never empty, and a store
 	// holding one keeps it in the log there.)
-	if !p.readOnly && p.fault.fatal() == nil && !(pebbleInvariants && p.hasEmptyKey()) {
+	if !p.readOnly && p.fault.fatal() == nil && !(invariants && p.hasEmptyKey()) {
 		// Leave nothing in the write-ahead log: Pebble cannot tell a damaged
 		// last record of its log from a write torn by a crash and drops it
 		// silently, whereas a table's blocks are checksummed and its size is
@@ -331,7 +364,7 @@ func (p *pebbleKV) Close() error {
 	return err
 }
 
-func (p *pebbleKV) hasEmptyKey() bool {
+func (p *kv) hasEmptyKey() bool {
 	_, closer, err := p.db.Get([]byte{})
 	if err == nil {
 		closer.Close()
@@ -339,26 +372,26 @@ func (p *pebbleKV) hasEmptyKey() bool {
 	return err == nil
 }
 
-func (p *pebbleKV) flush() (err error) {
+func (p *kv) flush() (err error) {
 	defer p.recoverPanic("flush", &err)
 	return p.db.Flush()
 }
 
-func (p *pebbleKV) closeDB() (err error) {
+func (p *kv) closeDB() (err error) {
 	defer p.recoverPanic("close", &err)
 	return p.translate("close", p.db.Close())
 }
 
-type pebbleIter struct {
+type iter struct {
 	mu      sync.Mutex // against a concurrent store Close
-	kv      *pebbleKV
+	kv      *kv
 	it      *pebble.Iterator
 	started bool
 	valid   bool
 	err     error
 }
 
-func (it *pebbleIter) Next() (ok bool) {
+func (it *iter) Next() (ok bool) {
 	it.mu.Lock()
 	defer it.mu.Unlock()
 	defer func() {
@@ -370,7 +403,7 @@ func (it *pebbleIter) Next() (ok bool) {
 	}()
 	if it.it == nil {
 		if it.err == nil {
-			it.err = ErrClosed
+			it.err = store.ErrClosed
 		}
 		it.valid = false
 		return false
@@ -389,14 +422,14 @@ func (it *pebbleIter) Next() (ok bool) {
 	return it.valid
 }
 
-func (it *pebbleIter) Key() []byte {
+func (it *iter) Key() []byte {
 	if !it.valid {
 		return nil
 	}
 	return it.it.Key()
 }
 
-func (it *pebbleIter) Value() (v []byte) {
+func (it *iter) Value() (v []byte) {
 	if !it.valid {
 		return nil
 	}
@@ -415,18 +448,18 @@ func (it *pebbleIter) Value() (v []byte) {
 	return v
 }
 
-func (it *pebbleIter) Err() error {
+func (it *iter) Err() error {
 	it.mu.Lock()
 	defer it.mu.Unlock()
 	return it.err
 }
 
 // Close closes the iterator; closing twice is harmless.
-func (it *pebbleIter) Close() error {
+func (it *iter) Close() error {
 	return it.closeLocked(true)
 }
 
-func (it *pebbleIter) closeLocked(unregister bool) error {
+func (it *iter) closeLocked(unregister bool) error {
 	it.mu.Lock()
 	defer it.mu.Unlock()
 	if it.it == nil {
@@ -437,7 +470,7 @@ func (it *pebbleIter) closeLocked(unregister bool) error {
 	if !unregister {
 		// The store is closing underneath us.
 		if it.err == nil {
-			it.err = ErrClosed
+			it.err = store.ErrClosed
 		}
 		return nil
 	}
@@ -447,52 +480,54 @@ func (it *pebbleIter) closeLocked(unregister bool) error {
 	return it.kv.translate("close iterator", err)
 }
 
-type pebbleBatch struct {
-	kv   *pebbleKV
+type batch struct {
+	kv   *kv
 	b    *pebble.Batch // nil once committed or closed
 	size int
 }
 
-func (b *pebbleBatch) Set(key, value []byte) error {
+func (b *batch) Set(key, value []byte) error {
 	if b.b == nil {
-		return ErrClosed
+		return store.ErrClosed
 	}
-	if err := checkSet(b.kv.limits, b.size, len(key), len(value)); err != nil {
+	size, err := b.kv.limits.AddOp(b.size, len(key), len(value))
+	if err != nil {
 		return err
 	}
 	if reserved(key) {
-		return fmt.Errorf("%w: key %q is reserved by the store", ErrInvalid, key)
+		return fmt.Errorf("%w: key %q is reserved by the store", store.ErrInvalid, key)
 	}
-	b.size += len(key) + len(value) + batchOverhead
+	b.size = size
 	return b.kv.translate("batch set", b.b.Set(key, value, nil))
 }
 
-func (b *pebbleBatch) Delete(key []byte) error {
+func (b *batch) Delete(key []byte) error {
 	if b.b == nil {
-		return ErrClosed
+		return store.ErrClosed
 	}
-	if err := checkSet(b.kv.limits, b.size, len(key), 0); err != nil {
+	size, err := b.kv.limits.AddOp(b.size, len(key), 0)
+	if err != nil {
 		return err
 	}
 	if reserved(key) {
-		return fmt.Errorf("%w: key %q is reserved by the store", ErrInvalid, key)
+		return fmt.Errorf("%w: key %q is reserved by the store", store.ErrInvalid, key)
 	}
-	b.size += len(key) + batchOverhead
+	b.size = size
 	return b.kv.translate("batch delete", b.b.Delete(key, nil))
 }
 
-func (b *pebbleBatch) Len() int { return b.size }
+func (b *batch) Len() int { return b.size }
 
-func (b *pebbleBatch) Count() int {
+func (b *batch) Count() int {
 	if b.b == nil {
 		return 0
 	}
 	return int(b.b.Count())
 }
 
-func (b *pebbleBatch) Commit(sync bool) (err error) {
+func (b *batch) Commit(sync bool) (err error) {
 	if b.b == nil {
-		return ErrClosed
+		return store.ErrClosed
 	}
 	raw := b.b
 	b.b = nil
@@ -500,11 +535,11 @@ func (b *pebbleBatch) Commit(sync bool) (err error) {
 	defer b.kv.mu.RUnlock()
 	if b.kv.closed {
 		raw.Close()
-		return ErrClosed
+		return store.ErrClosed
 	}
 	if b.kv.readOnly {
 		raw.Close()
-		return fmt.Errorf("%w: pebble:%s: commit", ErrReadOnly, b.kv.path)
+		return fmt.Errorf("%w: pebble:%s: commit", store.ErrReadOnly, b.kv.path)
 	}
 	if err := b.kv.fault.fatal(); err != nil {
 		raw.Close()
@@ -526,7 +561,7 @@ func (b *pebbleBatch) Commit(sync bool) (err error) {
 	return b.kv.translate("commit", err)
 }
 
-func (b *pebbleBatch) Close() error {
+func (b *batch) Close() error {
 	if b.b == nil {
 		return nil
 	}

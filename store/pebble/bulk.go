@@ -1,4 +1,4 @@
-package store
+package pebble
 
 import (
 	"context"
@@ -9,6 +9,8 @@ import (
 	"github.com/cockroachdb/pebble/v2/objstorage/objstorageprovider"
 	"github.com/cockroachdb/pebble/v2/sstable"
 	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/difctl/difctl/store"
 )
 
 // Bulk loading on Pebble: Set streams the keys into sstables in a temporary
@@ -38,15 +40,15 @@ const (
 // makes them smaller, and protect needs the CPU for its guards.
 var bulkCompression = sstable.NoCompression
 
-// NewBulkWriter implements BulkLoader.
-func (p *pebbleKV) NewBulkWriter() (BulkWriter, error) {
+// NewBulkWriter implements store.BulkLoader.
+func (p *kv) NewBulkWriter() (store.BulkWriter, error) {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
 	if p.closed {
-		return nil, ErrClosed
+		return nil, store.ErrClosed
 	}
 	if p.readOnly {
-		return nil, fmt.Errorf("%w: pebble:%s: bulk load", ErrReadOnly, p.path)
+		return nil, fmt.Errorf("%w: pebble:%s: bulk load", store.ErrReadOnly, p.path)
 	}
 	if err := p.fault.fatal(); err != nil {
 		return nil, err
@@ -57,11 +59,11 @@ func (p *pebbleKV) NewBulkWriter() (BulkWriter, error) {
 	}
 	wo := p.opts.MakeWriterOptions(0, p.db.TableFormat())
 	wo.Compression = bulkCompression
-	return &pebbleBulk{kv: p, dir: dir, wo: wo}, nil
+	return &bulkWriter{kv: p, dir: dir, wo: wo}, nil
 }
 
-type pebbleBulk struct {
-	kv    *pebbleKV
+type bulkWriter struct {
+	kv    *kv
 	dir   string
 	wo    sstable.WriterOptions
 	w     *sstable.Writer // current table, nil between tables
@@ -74,26 +76,26 @@ type pebbleBulk struct {
 	done  bool
 }
 
-func (b *pebbleBulk) fail(op string, err error) error {
+func (b *bulkWriter) fail(op string, err error) error {
 	if b.err == nil {
 		b.err = fmt.Errorf("store: pebble:%s: bulk load: %s: %v", b.kv.path, op, err)
 	}
 	return b.err
 }
 
-func (b *pebbleBulk) Set(key, value []byte) error {
+func (b *bulkWriter) Set(key, value []byte) error {
 	if b.done {
-		return ErrClosed
+		return store.ErrClosed
 	}
 	if b.err != nil {
 		return b.err
 	}
-	if err := bulkOrder(b.kv.limits, b.last, key, value, b.count == 0); err != nil {
+	if err := b.kv.limits.CheckBulkSet(b.last, key, value, b.count == 0); err != nil {
 		b.err = err
 		return err
 	}
 	if reserved(key) {
-		b.err = fmt.Errorf("%w: key %q is reserved by the store", ErrInvalid, key)
+		b.err = fmt.Errorf("%w: key %q is reserved by the store", store.ErrInvalid, key)
 		return b.err
 	}
 	if err := b.openTable(); err != nil {
@@ -112,7 +114,7 @@ func (b *pebbleBulk) Set(key, value []byte) error {
 }
 
 // openTable starts a new table unless one is open.
-func (b *pebbleBulk) openTable() error {
+func (b *bulkWriter) openTable() error {
 	if b.w != nil {
 		return nil
 	}
@@ -128,7 +130,7 @@ func (b *pebbleBulk) openTable() error {
 }
 
 // closeTable finishes and syncs the current table.
-func (b *pebbleBulk) closeTable() error {
+func (b *bulkWriter) closeTable() error {
 	w := b.w
 	b.w = nil
 	if w == nil {
@@ -140,9 +142,9 @@ func (b *pebbleBulk) closeTable() error {
 	return nil
 }
 
-func (b *pebbleBulk) Finish(sync bool) error {
+func (b *bulkWriter) Finish(sync bool) error {
 	if b.done {
-		return ErrClosed
+		return store.ErrClosed
 	}
 	if err := b.err; err != nil {
 		b.Abort()
@@ -151,7 +153,7 @@ func (b *pebbleBulk) Finish(sync bool) error {
 	var err error
 	if len(b.files) > 0 {
 		// The load's last key: its number, in the load's own table, so a
-		// manifest that loses the load is detected (see pebble_state.go).
+		// manifest that loses the load is detected (see state.go).
 		b.load = b.kv.loads.Add(1)
 		if err = b.openTable(); err == nil {
 			if err = b.w.Set(loadKey, strconv.AppendUint(nil, b.load, 10)); err != nil {
@@ -175,12 +177,12 @@ func (b *pebbleBulk) Finish(sync bool) error {
 	return nil
 }
 
-func (b *pebbleBulk) ingest() error {
+func (b *bulkWriter) ingest() error {
 	p := b.kv
 	p.mu.RLock()
 	defer p.mu.RUnlock()
 	if p.closed {
-		return ErrClosed
+		return store.ErrClosed
 	}
 	// Make every earlier commit durable first (one WAL sync), so a crash
 	// never keeps the load but loses a commit made before it.
@@ -193,7 +195,7 @@ func (b *pebbleBulk) ingest() error {
 		return b.fail("ingest", err)
 	}
 	// Count the load as a commit, and record that the store reached it
-	// (see pebble_state.go).
+	// (see state.go).
 	p.commitMu.Lock()
 	defer p.commitMu.Unlock()
 	if err := p.db.Set(genKey, p.genValue(), pebble.Sync); err != nil {
@@ -209,7 +211,7 @@ func (b *pebbleBulk) ingest() error {
 	return nil
 }
 
-func (b *pebbleBulk) Abort() error {
+func (b *bulkWriter) Abort() error {
 	if b.done {
 		return nil
 	}
@@ -222,7 +224,7 @@ func (b *pebbleBulk) Abort() error {
 
 // cleanup ends the writer and removes its temporary directory (ingested
 // tables live on as hard links or copies in the store).
-func (b *pebbleBulk) cleanup() error {
+func (b *bulkWriter) cleanup() error {
 	b.done = true
 	b.files = nil
 	if err := b.kv.fs.RemoveAll(b.dir); err != nil {

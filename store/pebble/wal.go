@@ -1,4 +1,4 @@
-package store
+package pebble
 
 import (
 	"encoding/binary"
@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/difctl/difctl/kernels/crc32c"
+	"github.com/difctl/difctl/store"
 )
 
 // Damage in the write-ahead log of a store that was not closed cleanly.
@@ -100,9 +101,9 @@ func newestLog(names []string) (string, uint64, bool) {
 	return best, num, found
 }
 
-// checkLogTail reports a *CorruptFileError if the newest log of dir stops
-// at a damaged chunk that a later intact chunk proves was synced. It reads
-// the log one 32 KiB block at a time.
+// checkLogTail reports a *store.CorruptFileError if the newest log of dir
+// stops at a damaged chunk that a later intact chunk proves was synced. It
+// reads the log one 32 KiB block at a time.
 func checkLogTail(dir string) error {
 	ents, err := os.ReadDir(dir)
 	if err != nil {
@@ -158,7 +159,7 @@ func checkLogTail(dir string) error {
 				continue
 			}
 			if synced := binary.LittleEndian.Uint64(b[off+11:]); synced > uint64(bad) {
-				return &CorruptFileError{Path: path, Reason: fmt.Sprintf(
+				return &store.CorruptFileError{Path: path, Reason: fmt.Sprintf(
 					"the log's record at offset %d fails its checksum, and an intact record at offset %d says the log was synced to offset %d: the record was durable and is damaged, not torn by a crash (Pebble would drop it and every later commit)",
 					bad, base+int64(off), synced)}
 			}

@@ -1,11 +1,10 @@
-package store_test
+package pebble_test
 
 import (
 	"bytes"
 	"errors"
 	"fmt"
 	"io/fs"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
@@ -13,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/difctl/difctl/store"
+	"github.com/difctl/difctl/store/pebble"
 )
 
 // The Pebble store's own files, damaged or removed one at a time: every
@@ -38,11 +38,11 @@ import (
 // intent to recovery.)
 
 // damageVolume builds a store with a dense volume: a bulk load (ingested
-// tables), commits (the log, flushed at Close), a discard. It returns the
-// model of what was committed, and the models after each commit.
-func damageVolume(t *testing.T, dir string) (*model, store.Manifest, store.KV, []*model) {
+// tables), commits (the log, flushed at Close), a discard. It returns what
+// the volume read back at the end and after each commit.
+func damageVolume(t *testing.T, dir string) (volumeState, store.Manifest, store.KV, []volumeState) {
 	t.Helper()
-	kv, err := store.Open("pebble:" + dir)
+	kv, err := pebble.Open(dir, store.OpenOptions{Create: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,47 +53,41 @@ func damageVolume(t *testing.T, dir string) (*model, store.Manifest, store.KV, [
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := newModel(blocks, 8)
-	var history []*model
+	var history []volumeState
 	snap := func() {
-		c := &model{ts: 8, sums: slices.Clone(m.sums), written: slices.Clone(m.written)}
-		for _, tu := range m.tuples {
-			c.tuples = append(c.tuples, slices.Clone(tu))
+		t.Helper()
+		s, err := readVolume(tp)
+		if err != nil {
+			t.Fatal(err)
 		}
-		history = append(history, c)
+		history = append(history, s)
 	}
 	snap()
-	rng := rand.New(rand.NewPCG(1, 2))
-	tu, su := randTuples(rng, 4096, 8, true)
-	if err := tp.LoadRange(0, tu, su, true); err != nil {
-		t.Fatal(err)
+	tu1, su1 := randomTuples(1, 4096, 8)
+	tu2, su2 := randomTuples(2, 2000, 8)
+	tu, su := randomTuples(3, 10, 8)
+	for _, commit := range []func() error{
+		func() error { return tp.LoadRange(0, tu1, su1, true) },
+		func() error { return tp.WriteRange(5000, tu2, su2, true) },
+		func() error { return tp.Discard(1024, 512, true) },
+		func() error { return tp.WriteRange(8000, tu, su, true) },
+	} {
+		if err := commit(); err != nil {
+			t.Fatal(err)
+		}
+		snap()
 	}
-	m.write(0, tu, su)
-	snap()
-	tu, su = randTuples(rng, 2000, 8, true)
-	if err := tp.WriteRange(5000, tu, su, true); err != nil {
-		t.Fatal(err)
+	last := history[len(history)-1]
+	if !bytes.Equal(last.tuples[8000*8:8010*8], tu) || !last.written.Has(8009) || last.written.Has(1024) {
+		t.Fatal("the volume does not read back its last write and discard")
 	}
-	m.write(5000, tu, su)
-	snap()
-	if err := tp.Discard(1024, 512, true); err != nil {
-		t.Fatal(err)
-	}
-	m.discard(1024, 512)
-	snap()
-	tu, su = randTuples(rng, 10, 8, true)
-	if err := tp.WriteRange(8000, tu, su, true); err != nil {
-		t.Fatal(err)
-	}
-	m.write(8000, tu, su)
-	snap()
-	return m, man, kv, history
+	return last, man, kv, history
 }
 
 // readAll opens the store at dir and reads the whole volume: it returns
-// an error, or whether everything matches the model.
-func readAll(dir string, m *model, man store.Manifest) (bool, error) {
-	kv, err := store.OpenWith("pebble:"+dir, store.OpenOptions{ReadOnly: true})
+// an error, or whether everything matches want.
+func readAll(dir string, want volumeState, man store.Manifest) (bool, error) {
+	kv, err := pebble.Open(dir, store.OpenOptions{ReadOnly: true})
 	if err != nil {
 		return false, err
 	}
@@ -102,19 +96,11 @@ func readAll(dir string, m *model, man store.Manifest) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	n := len(m.tuples)
-	tuples := make([]byte, n*8)
-	sums := make([]uint32, n)
-	written := store.NewBitmap(n)
-	if _, err := tp.ReadRange(0, tuples, sums, written); err != nil {
+	got, err := readVolume(tp)
+	if err != nil {
 		return false, err
 	}
-	for i := range n {
-		if !bytes.Equal(tuples[i*8:(i+1)*8], m.tuples[i]) || sums[i] != m.sums[i] || written.Has(i) != m.written[i] {
-			return false, nil
-		}
-	}
-	return true, nil
+	return got.equal(want), nil
 }
 
 func copyDir(t *testing.T, src, dst string) {
@@ -205,7 +191,7 @@ func damages(size int64, short bool) []damage {
 }
 
 // outcome classifies one damaged store.
-func outcome(t *testing.T, dir string, m *model, man store.Manifest) string {
+func outcome(t *testing.T, dir string, m volumeState, man store.Manifest) string {
 	t.Helper()
 	ok, err := readAll(dir, m, man)
 	switch {
@@ -231,7 +217,7 @@ func outcome(t *testing.T, dir string, m *model, man store.Manifest) string {
 	return "error: " + err.Error()
 }
 
-func TestPebbleFileDamage(t *testing.T) {
+func TestFileDamage(t *testing.T) {
 	for _, variant := range []string{"closed", "open"} {
 		t.Run("state="+variant, func(t *testing.T) {
 			base := filepath.Join(t.TempDir(), "base")

@@ -1,8 +1,0 @@
-//go:build race || invariants
-
-package store
-
-// pebbleInvariants tells that Pebble was built with its invariant checks
-// (the race detector turns them on). One of them misfires when a flushed
-// table's first key is the empty key: see pebbleKV.Close.
-const pebbleInvariants = true
