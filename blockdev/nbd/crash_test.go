@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"regexp"
 	"runtime"
 	"runtime/debug"
@@ -306,5 +308,86 @@ func TestCrashSIGKILL(t *testing.T) {
 		}
 		t.Logf("round %d: %d writes completed, %d acknowledged; recovery %+v", round, len(done), acked, tv.vol.Stats().Recovery)
 		tv.close()
+	}
+}
+
+// TestLostLogAfterSIGKILL: the server writes and flushes, is killed, and
+// the store's write-ahead log is then deleted, or truncated: the store
+// lost synced commits that described the data on the device. Opening it
+// must fail as a damaged store naming the log (store.ErrCorrupt, exit 8
+// in the CLI), never open and blame the data for blocks whose tuples it
+// forgot.
+func TestLostLogAfterSIGKILL(t *testing.T) {
+	need(t, "qemu-io")
+	for _, damage := range []string{"delete", "truncate"} {
+		t.Run(damage, func(t *testing.T) {
+			dir := t.TempDir()
+			tv := newTestVolume(t, dir, 1<<20, "4096+8")
+			tv.close()
+			exe, err := os.Executable()
+			if err != nil {
+				t.Fatal(err)
+			}
+			srv := exec.Command(exe)
+			srv.Env = append(os.Environ(), serveEnv+"="+tv.path)
+			var srvErr bytes.Buffer
+			srv.Stderr = &srvErr
+			if err := srv.Start(); err != nil {
+				t.Fatal(err)
+			}
+			sock := tv.path + ".sock"
+			for deadline := time.Now().Add(20 * time.Second); ; {
+				if c, err := net.Dial("unix", sock); err == nil {
+					c.Close()
+					break
+				}
+				if time.Now().After(deadline) {
+					srv.Process.Kill()
+					t.Fatalf("server did not start: %s", srvErr.String())
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			out, err := exec.Command("qemu-io", "-f", "raw", "-c", "write -P 0x5a 0 32k", "-c", "flush",
+				fmt.Sprintf("nbd+unix:///disk?socket=%s", sock)).CombinedOutput()
+			if err != nil {
+				srv.Process.Kill()
+				t.Fatalf("qemu-io: %v: %s", err, out)
+			}
+			time.Sleep(600 * time.Millisecond) // the store records the synced watermark in the background
+			srv.Process.Kill()
+			srv.Wait()
+			db := tv.path + ".difdb"
+			logs, _ := filepath.Glob(filepath.Join(db, "*.log"))
+			if len(logs) == 0 {
+				t.Fatal("no write-ahead log in the store after the kill")
+			}
+			for _, l := range logs {
+				fi, err := os.Stat(l)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if damage == "delete" {
+					err = os.Remove(l)
+				} else {
+					err = os.Truncate(l, fi.Size()/2)
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			kv, err := store.Open("pebble:" + db)
+			if err == nil {
+				kv.Close()
+				t.Fatal("the store opened after losing synced commits")
+			}
+			var cf *store.CorruptFileError
+			if !errors.As(err, &cf) || !errors.Is(err, store.ErrCorrupt) || !strings.Contains(err.Error(), "synced commits lost") {
+				t.Fatalf("open: %v, want a *store.CorruptFileError for the lost commits", err)
+			}
+			if damage == "truncate" && !strings.HasSuffix(cf.Path, ".log") {
+				t.Errorf("the error names %s, want the log", cf.Path)
+			}
+			t.Log(err)
+		})
 	}
 }

@@ -73,9 +73,14 @@
 // *store.CorruptFileError. Close flushes, so that nothing rests in the
 // write-ahead log, whose records only their checksum protects. The log of a
 // store killed while open is read first for a damaged record that a later
-// intact one proves was synced. Damage to the very last records of such a
-// log cannot be told from a torn write, and Pebble then opens at the last
-// intact commit before it.
+// intact one proves was synced. While the store is open, the state file
+// also follows, in the background, the count of the last synced commit
+// (state.go, "The synced watermark"), so an open after an unclean stop
+// that finds fewer commits than that (a deleted, truncated or damaged
+// log) fails, naming the log. Damage to the records of the last moments
+// before the stop, which the file had not caught up with, cannot be told
+// from a torn write, and Pebble then opens at the last intact commit
+// before it.
 //
 // Errors are package store's: prefixed "store: ", naming the store as
 // pebble:DIR, matching store's sentinels with errors.Is; none wraps a

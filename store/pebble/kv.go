@@ -75,6 +75,10 @@ type kv struct {
 	gen      atomic.Uint64 // the commit counter (see state.go)
 	loads    atomic.Uint64 // numbers bulk loads (see state.go)
 	commitMu sync.Mutex    // orders the counter's values as their commits
+	// state records the synced watermark (state.go); nil for read-only
+	// stores and those not on the operating system's file system.
+	state      *stateWriter
+	logsAtOpen []logFile // the newest write-ahead log before Pebble opened the store
 }
 
 // engineOptions returns the options used for every Pebble store. The
@@ -144,10 +148,12 @@ func open(dir string, fs vfs.FS, o store.OpenOptions) (store.KV, error) {
 	if err != nil {
 		return nil, err
 	}
+	var logs []logFile
 	if osFS && exists {
 		if err := checkLogTail(dir); err != nil {
 			return nil, err
 		}
+		logs = newestLogFile(dir)
 	}
 	fault := &faultLog{dir: dir}
 	opts := engineOptions(fs)
@@ -178,6 +184,8 @@ func open(dir string, fs vfs.FS, o store.OpenOptions) (store.KV, error) {
 		fault:    fault,
 		readOnly: o.ReadOnly,
 		osFS:     osFS,
+
+		logsAtOpen: logs,
 	}
 	if err := p.checkState(); err != nil {
 		p.closeDB()
@@ -356,6 +364,9 @@ func (p *kv) Close() error {
 		if flushErr == nil {
 			flushErr = p.closeState()
 		}
+	}
+	if p.state != nil {
+		p.state.stop() // after a failed flush: the store stays marked open
 	}
 	err := p.closeDB()
 	if flushErr != nil {
@@ -552,12 +563,16 @@ func (b *batch) Commit(sync bool) (err error) {
 		raw.Close()
 		return b.kv.translate("commit", err)
 	}
+	g := b.kv.gen.Load()
 	wo := pebble.NoSync
 	if sync {
 		wo = pebble.Sync
 	}
 	err = raw.Commit(wo)
 	raw.Close()
+	if err == nil && sync && b.kv.state != nil {
+		b.kv.state.note(g)
+	}
 	return b.kv.translate("commit", err)
 }
 

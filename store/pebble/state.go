@@ -10,7 +10,9 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 
@@ -176,34 +178,152 @@ func (p *kv) checkState() error {
 		return &store.CorruptFileError{Path: p.path, Reason: fmt.Sprintf("commits lost since the store was last closed: it closed after commit %d and holds commit %d (a damaged manifest or log record was dropped as if torn)", s.gen, g)}
 	}
 	if ok && !s.clean && g < s.gen {
-		return &store.CorruptFileError{Path: p.path, Reason: fmt.Sprintf("commits lost: the store had reached commit %d (a bulk load) and holds commit %d (a damaged manifest or log record was dropped as if torn)", s.gen, g)}
+		path, what := p.logEvidence()
+		return &store.CorruptFileError{Path: path, Reason: fmt.Sprintf("synced commits lost after an unclean stop: the store had durably reached commit %d and holds commit %d (%s)", s.gen, g, what)}
 	}
 	if p.readOnly {
 		return nil
 	}
-	return writeState(p.path, storeState{clean: false, gen: g, load: l})
+	if err := writeState(p.path, storeState{clean: false, gen: g, load: l}); err != nil {
+		return err
+	}
+	p.state = newStateWriter(p, g)
+	return nil
+}
+
+// logEvidence names what an open after an unclean stop found of the
+// write-ahead log the lost commits were in (the logs as they were before
+// Pebble opened the store): the file to name and what is wrong with it.
+func (p *kv) logEvidence() (path, what string) {
+	if len(p.logsAtOpen) == 0 {
+		return p.path, "its write-ahead log is missing: the store holds no *.log file"
+	}
+	l := p.logsAtOpen[len(p.logsAtOpen)-1]
+	return filepath.Join(p.path, l.name), fmt.Sprintf("the newest write-ahead log, %s, holds %d bytes and ends before those commits: truncated, or damaged where nothing later vouches for it", l.name, l.size)
 }
 
 // ingested records, after a bulk load, the counter the store has reached:
 // a manifest that later loses the load's record is then detected even
 // after a crash. The caller holds commitMu.
 func (p *kv) ingested(g, load uint64) error {
-	if !p.osFS {
+	if p.state == nil {
 		return nil
 	}
-	return writeState(p.path, storeState{clean: false, gen: g, load: load})
+	return p.state.write(g, load)
 }
 
 // closeState records a clean close after everything is flushed.
 func (p *kv) closeState() error {
-	if !p.osFS || p.readOnly {
+	if p.state == nil {
 		return nil
+	}
+	if err := p.state.stop(); err != nil {
+		return err
 	}
 	g, err := readGen(p.db)
 	if err != nil {
 		return p.translate("read commit counter", err)
 	}
 	return writeState(p.path, storeState{clean: true, gen: g, load: p.loads.Load()})
+}
+
+// The synced watermark. Between a clean open and a clean close the state
+// file also records, as its gen, a commit counter value that is known to
+// be durable: after a synced commit returns, stateWriter records its value
+// in the background, at most every stateInterval (the first after a quiet
+// spell at once), so that commits are never slowed by it. The file's gen
+// is therefore always at or below the durable counter, and an open after
+// an unclean stop that finds the counter below it has lost synced,
+// acknowledged commits (its write-ahead log deleted, truncated, or damaged
+// where nothing later vouches for it): a *CorruptFileError naming the log,
+// never a store that quietly forgets what it said was durable. Commits
+// acknowledged in the last stateInterval (plus one state write) before an
+// unclean stop are not covered: their loss cannot be told from a crash.
+const stateInterval = 200 * time.Millisecond
+
+// stateWriter records the synced watermark (see above).
+type stateWriter struct {
+	p       *kv
+	mu      sync.Mutex // guards synced, written, stopped; the state file's writes
+	cond    sync.Cond  // on mu: synced advanced, or stop
+	synced  uint64     // the highest counter value of a synced commit
+	written uint64     // the gen the state file holds (open state)
+	last    time.Time  // when it was written
+	stopped bool
+	err     error // the first failure to write it (the next Close reports it)
+	done    chan struct{}
+}
+
+func newStateWriter(p *kv, g uint64) *stateWriter {
+	w := &stateWriter{p: p, synced: g, written: g, done: make(chan struct{})}
+	w.cond.L = &w.mu
+	go w.run()
+	return w
+}
+
+// note records that the commit of counter value g was synced.
+func (w *stateWriter) note(g uint64) {
+	w.mu.Lock()
+	if g > w.synced {
+		w.synced = g
+		w.cond.Signal()
+	}
+	w.mu.Unlock()
+}
+
+func (w *stateWriter) run() {
+	defer close(w.done)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for {
+		for !w.stopped && w.synced <= w.written {
+			w.cond.Wait()
+		}
+		if w.stopped {
+			return
+		}
+		if d := stateInterval - time.Since(w.last); d > 0 {
+			w.mu.Unlock()
+			time.Sleep(d)
+			w.mu.Lock()
+			if w.stopped {
+				return
+			}
+		}
+		g := w.synced
+		err := writeState(w.p.path, storeState{clean: false, gen: g, load: w.p.loads.Load()})
+		w.last = time.Now()
+		if err != nil {
+			if w.err == nil {
+				w.err = err
+			}
+			continue
+		}
+		w.written = g
+	}
+}
+
+// write records an open state of counter g at once (a bulk load's), under
+// the writer's lock so that it and the background writes do not interleave.
+func (w *stateWriter) write(g, load uint64) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	g = max(g, w.written)
+	if err := writeState(w.p.path, storeState{clean: false, gen: g, load: load}); err != nil {
+		return err
+	}
+	w.written, w.last = g, time.Now()
+	return nil
+}
+
+// stop ends the background writes and returns the first that failed.
+func (w *stateWriter) stop() error {
+	w.mu.Lock()
+	w.stopped = true
+	w.cond.Signal()
+	w.mu.Unlock()
+	<-w.done
+	return w.err
 }
 
 // genValue is the next commit counter value, as stored. The caller holds

@@ -101,6 +101,34 @@ func newestLog(names []string) (string, uint64, bool) {
 	return best, num, found
 }
 
+// logFile is a write-ahead log found in a store's directory.
+type logFile struct {
+	name string
+	size int64
+}
+
+// newestLogFile returns dir's newest write-ahead log, if it has one (for
+// the message of commits lost with it, see logEvidence).
+func newestLogFile(dir string) []logFile {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil
+	}
+	names := make([]string, 0, len(ents))
+	for _, e := range ents {
+		names = append(names, e.Name())
+	}
+	name, _, ok := newestLog(names)
+	if !ok {
+		return nil
+	}
+	fi, err := os.Stat(filepath.Join(dir, name))
+	if err != nil {
+		return nil
+	}
+	return []logFile{{name, fi.Size()}}
+}
+
 // checkLogTail reports a *store.CorruptFileError if the newest log of dir
 // stops at a damaged chunk that a later intact chunk proves was synced. It
 // reads the log one 32 KiB block at a time.
