@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -255,7 +256,14 @@ func openError(dir string, fault *faultLog, err error) error {
 	}
 	switch {
 	case pebble.IsCorruptionError(err):
-		return &store.CorruptFileError{Path: fault.corruptPath(), Reason: engineText(err)}
+		path := fault.corruptPath()
+		if path == dir {
+			// Pebble names no file for a damaged OPTIONS file: find it.
+			if opt := badOptionsFile(dir); opt != "" {
+				path = opt
+			}
+		}
+		return &store.CorruptFileError{Path: path, Reason: engineText(err)}
 	case errors.Is(err, fs.ErrNotExist):
 		// A file the manifest names is gone.
 		return &store.CorruptFileError{Path: dir, Reason: "missing file: " + oneLineText(err.Error())}
@@ -278,4 +286,37 @@ func openError(dir string, fault *faultLog, err error) error {
 		return fmt.Errorf("store: open pebble:%s: %s", dir, oneLineText(err.Error()))
 	}
 	return fmt.Errorf("store: open pebble:%s: %s", dir, oneLineText(err.Error()))
+}
+
+// badOptionsFile returns the path of dir's newest OPTIONS file (the one
+// Pebble reads) if it does not parse, else "".
+func badOptionsFile(dir string) string {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return ""
+	}
+	var newest string
+	var num uint64
+	for _, e := range ents {
+		s, ok := strings.CutPrefix(e.Name(), "OPTIONS-")
+		if !ok {
+			continue
+		}
+		if v, err := strconv.ParseUint(s, 10, 64); err == nil && (newest == "" || v > num) {
+			newest, num = e.Name(), v
+		}
+	}
+	if newest == "" {
+		return ""
+	}
+	path := filepath.Join(dir, newest)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	var o pebble.Options
+	if o.Parse(string(b), nil) != nil {
+		return path
+	}
+	return ""
 }

@@ -176,3 +176,34 @@ func TestOpenInterruptedCreation(t *testing.T) {
 		}
 	}
 }
+
+// TestOpenDamagedOptions: an OPTIONS file cut short is a damaged store
+// naming that file (Pebble's own error names no file).
+func TestOpenDamagedOptions(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "db")
+	kv, err := pebble.Open(dir, store.OpenOptions{Create: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := kv.Close(); err != nil {
+		t.Fatal(err)
+	}
+	opts, _ := filepath.Glob(filepath.Join(dir, "OPTIONS-*"))
+	if len(opts) == 0 {
+		t.Fatal("no OPTIONS file")
+	}
+	for _, p := range opts {
+		fi, err := os.Stat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Truncate(p, fi.Size()/2); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err = pebble.Open(dir, store.OpenOptions{})
+	var cf *store.CorruptFileError
+	if !errors.As(err, &cf) || !strings.HasPrefix(filepath.Base(cf.Path), "OPTIONS-") {
+		t.Fatalf("open: %v, want a *store.CorruptFileError naming the OPTIONS file", err)
+	}
+}
