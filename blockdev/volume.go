@@ -418,13 +418,13 @@ func Open(ctx context.Context, dev Device, kv store.KV, opts Options) (*Volume, 
 func (v *Volume) checkComplete() error {
 	c, err := v.tup.ScrubCursor(protectCursor)
 	if errors.Is(err, store.ErrNotFound) {
-		return fmt.Errorf("%w: volume %q: never completed; run Create again to resume", ErrIncomplete, v.opts.Name)
+		return fmt.Errorf("%w: volume %q: never completed", ErrIncomplete, v.opts.Name)
 	}
 	if err != nil {
 		return fmt.Errorf("blockdev: open volume %q: %w", v.opts.Name, err)
 	}
 	if c.Pass < 1 {
-		return fmt.Errorf("%w: volume %q: protected up to block %d of %d; run Create again to resume", ErrIncomplete, v.opts.Name, c.Next, v.blocks)
+		return fmt.Errorf("%w: volume %q: protected up to block %d of %d", ErrIncomplete, v.opts.Name, c.Next, v.blocks)
 	}
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -184,6 +185,15 @@ func runProtect(ctx context.Context, opts protectOptions, stdout, stderr io.Writ
 	key, err := opts.Key.load()
 	if err != nil {
 		return err
+	}
+	// An image that cannot hold whole blocks of the format asked for is
+	// named with that block size, not the smallest one openDevice checks.
+	if opts.FormatText != "" && opts.PI != nil {
+		if f, ferr := opts.PI.resolveFormat(opts.FormatText); ferr == nil {
+			if fi, serr := os.Stat(opts.Image); serr == nil && fi.Mode().IsRegular() && fi.Size()%int64(f.BlockSize()) != 0 {
+				return fmt.Errorf("%s: size %d is not a multiple of the %d-byte blocks of format %s (truncated?)", opts.Image, fi.Size(), f.BlockSize(), opts.FormatText)
+			}
+		}
 	}
 	// Open the image first: a missing image must not leave an empty store.
 	dev, err := openDevice(opts.Image, true)

@@ -39,7 +39,13 @@ errors, like grep -q: no progress and no text results, only the exit status
 				}
 				return usageErrorf("unknown command %q%s", args[0], hint)
 			}
-			return cmd.Help()
+			// No command: the usage, on standard error, and the usage
+			// error's exit status (difctl --help is the way to ask).
+			cmd.SetOut(cmd.ErrOrStderr())
+			if err := cmd.Help(); err != nil {
+				return err
+			}
+			return usageErrorf("no command given")
 		},
 		SilenceErrors: true, // main prints errors, as one line
 		SilenceUsage:  true, // a usage error is not worth a screen of help

@@ -49,9 +49,22 @@ func storePath(url string) string {
 }
 
 // errNotProtected reports an image without a store.
-type notProtectedError struct{ image, url string }
+type notProtectedError struct {
+	image, url string
+	dir        bool // the image is a directory
+}
+
+// notProtected returns the error of an image without a store (or of a
+// directory named as an image).
+func notProtected(image, url string) error {
+	fi, err := os.Stat(image)
+	return &notProtectedError{image: image, url: url, dir: err == nil && fi.IsDir()}
+}
 
 func (e *notProtectedError) Error() string {
+	if e.dir {
+		return fmt.Sprintf("%s is a directory, not an image or a block device", e.image)
+	}
 	return fmt.Sprintf("%s is not protected: no store at %s (run difctl protect %s first, or name the store with --store)", e.image, e.url, e.image)
 }
 
@@ -191,7 +204,7 @@ func storeOpenError(image, url string, err error) error {
 	url = store.RedactURL(url) // never print credentials
 	switch {
 	case errors.Is(err, store.ErrNotFound):
-		return &notProtectedError{image: image, url: url}
+		return notProtected(image, url)
 	case errors.Is(err, store.ErrCorrupt):
 		return &storeDamageError{url: url, err: err, noOpen: true}
 	case errors.Is(err, store.ErrBusy):
@@ -357,7 +370,7 @@ func checkProtected(kv store.KV, image, url string) error {
 				url, image, f, strings.TrimSuffix(f, ":dix"))
 		}
 	}
-	return &notProtectedError{image: image, url: url}
+	return notProtected(image, url)
 }
 
 // openDevice opens an image or block device for a volume.
