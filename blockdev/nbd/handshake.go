@@ -261,7 +261,7 @@ func (c *conn) option(opt uint32, data []byte) (x *export, done bool, err error)
 		}
 		tc := tls.Server(c.raw, c.s.opts.TLS)
 		if err := tc.Handshake(); err != nil {
-			return nil, true, fmt.Errorf("nbd: TLS handshake: %w", err)
+			return nil, true, fmt.Errorf("%w: %w", ErrTLSHandshake, err)
 		}
 		c.nc, c.tlsDone = tc, true
 		c.br = bufio.NewReaderSize(tc, 64<<10)

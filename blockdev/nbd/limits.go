@@ -57,6 +57,15 @@ func peerOf(nc net.Conn) string {
 	return nc.RemoteAddr().Network()
 }
 
+// remoteOf names the client of nc in Options.OnConnError: its address, or
+// for a unix socket (whose client address is empty) its peer (peerOf).
+func remoteOf(nc net.Conn, peer string) string {
+	if _, ok := nc.(*net.UnixConn); ok {
+		return peer
+	}
+	return nc.RemoteAddr().String()
+}
+
 // handshakes is the table of connections negotiating.
 type handshakes struct {
 	mu      sync.Mutex

@@ -118,7 +118,13 @@ type Options struct {
 	// NBD_REP_ERR_TLS_REQD until the client has started TLS with this
 	// configuration (a certificate; ClientAuth and ClientCAs to verify
 	// client certificates). Default nil: no TLS, NBD_OPT_STARTTLS is
-	// refused with NBD_REP_ERR_POLICY.
+	// refused with NBD_REP_ERR_POLICY. Client certificates are verified
+	// against ClientCAs as crypto/tls does, but the CAs are not named in
+	// the certificate request, so that GnuTLS clients (qemu, libnbd) send
+	// RSA certificates too (not in FIPS 140-3 mode); VerifyPeerCertificate
+	// and VerifyConnection still get the verified chains. A failed
+	// handshake is reported through OnConnError with an error matching
+	// ErrTLSHandshake.
 	TLS *tls.Config
 	// MaxPayload is the largest READ or WRITE accepted, advertised as the
 	// maximum block size; at least 1 MiB and at most 256 MiB. A longer
@@ -188,8 +194,9 @@ type Options struct {
 	OnFailure func(Failure)
 	// OnConnError, if not nil, is called when a connection ends because
 	// of an error (a protocol violation matching ErrProtocol, a TLS
-	// failure, an I/O error, a timeout). It must be safe for concurrent
-	// use.
+	// handshake matching ErrTLSHandshake, an I/O error, a timeout), with
+	// the client's address, or uid:N for a unix-socket client on Linux
+	// (its user). It must be safe for concurrent use.
 	OnConnError func(remote string, err error)
 }
 
@@ -257,6 +264,7 @@ func (o *Options) normalize() error {
 	if o.TLS != nil && len(o.TLS.Certificates) == 0 && o.TLS.GetCertificate == nil && o.TLS.GetConfigForClient == nil {
 		return errors.New("nbd: TLS configuration without a certificate")
 	}
+	o.TLS = serverTLS(o.TLS)
 	return nil
 }
 
@@ -349,10 +357,12 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 			break
 		}
 		c := newConn(s, nc)
-		if peer := peerOf(nc); !s.hs.admit(c, peer, time.Now()) {
+		peer := peerOf(nc)
+		remote := remoteOf(nc, peer)
+		if !s.hs.admit(c, peer, time.Now()) {
 			nc.Close()
 			if s.opts.OnConnError != nil {
-				s.opts.OnConnError(nc.RemoteAddr().String(), fmt.Errorf("%w: %s has every handshake slot it may hold, none negotiating long enough to be closed", ErrRefused, peer))
+				s.opts.OnConnError(remote, fmt.Errorf("%w: %s has every handshake slot it may hold, none negotiating long enough to be closed", ErrRefused, peer))
 			}
 			continue
 		}
@@ -360,7 +370,7 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 		go func() {
 			defer wg.Done()
 			if cerr := c.serve(ctx); cerr != nil && s.opts.OnConnError != nil {
-				s.opts.OnConnError(nc.RemoteAddr().String(), cerr)
+				s.opts.OnConnError(remote, cerr)
 			}
 		}()
 	}

@@ -145,7 +145,9 @@ By default the server listens on the unix socket IMAGE.sock (of the first
 IMAGE), created with mode 0600. --listen HOST:PORT listens on TCP instead,
 which needs TLS (--tls-cert and --tls-key; --tls-client-ca to require and
 verify client certificates) or an explicit --insecure. A line on standard
-error says where to connect (an nbd+unix:// or nbd:// URI).
+error says where to connect (an nbd+unix:// or nbd:// URI). A client whose
+TLS handshake fails (a certificate of another CA, none, ...) gets a line
+on standard error with the reason, at most 10 lines a minute.
 
 SIGINT or SIGTERM stops accepting connections, lets the requests in flight
 finish, syncs every volume and closes the stores (exit 32, plus 4 if reads
@@ -334,8 +336,10 @@ func runServe(ctx context.Context, o serveOptions, _, stderr io.Writer) error {
 	}
 	var failed atomic.Int64
 	var errMu sync.Mutex
+	hl := newHandshakeLog(stderr)
+	defer hl.flush()
 	srv, err := nbd.NewServer(exports, nbd.Options{
-		TLS: tcfg, MaxConnections: o.MaxConns,
+		TLS: tcfg, MaxConnections: o.MaxConns, OnConnError: hl.connError,
 		IdleTimeout: idleTimeout(o.IdleTimeout), MaxIdle: o.MaxIdle, HandshakeTimeout: o.HandshakeTimeout,
 		MaxHandshakes: o.MaxHandshakes, MaxHandshakesPerPeer: min(o.MaxHandshakesPerPeer, o.MaxHandshakes),
 		OnFailure: func(f nbd.Failure) {
