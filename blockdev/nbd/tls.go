@@ -66,6 +66,10 @@ func verifyClientCAs(cfg *tls.Config) *tls.Config {
 	c := cfg.Clone()
 	roots := c.ClientCAs
 	c.ClientCAs = nil
+	// crypto/tls checks a resumed session's client certificate for
+	// verified chains only under the verifying modes, which c no longer
+	// uses: every connection makes a full handshake, verified here.
+	c.SessionTicketsDisabled = true
 	switch c.ClientAuth {
 	case tls.VerifyClientCertIfGiven:
 		c.ClientAuth = tls.RequestClientCert
