@@ -32,8 +32,12 @@ type protectOptions struct {
 	Rate       int64 // bytes per second, 0 for unlimited
 	Checkpoint int64 // bytes of progress an interruption may lose
 	// Reprotect deletes the volume's records in the store and protects the
-	// data as it is now.
+	// data as it is now, with the volume's format, tags and keyed state
+	// unless flags change them.
 	Reprotect bool
+	// DropKey, with Reprotect and the volume's key, protects a keyed
+	// volume again without a key.
+	DropKey bool
 }
 
 // protectRecord is the --json result of protect.
@@ -57,12 +61,13 @@ func (*protectRecord) recordType() string { return "protect" }
 
 func newProtectCmd(g *globalOptions) *cobra.Command {
 	var (
-		pf     = newPIFlags()
-		format formatFlag
-		store  string
-		rate   rateFlag
-		ckpt   = sizeFlag{n: 64 << 20}
-		reprot bool
+		pf      = newPIFlags()
+		format  formatFlag
+		store   string
+		rate    rateFlag
+		ckpt    = sizeFlag{n: 64 << 20}
+		reprot  bool
+		dropKey bool
 	)
 	cmd := &cobra.Command{
 		Use:   "protect IMAGE [flags]",
@@ -106,7 +111,7 @@ a persistent file system, e.g. --store pebble:/var/lib/difctl/sdb.
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runProtect(cmd.Context(), protectOptions{
 				globalOptions: *g, Image: args[0], Store: store, FormatText: format.text, PI: pf, Rate: rate.n, Checkpoint: int64(ckpt.n),
-				Reprotect: reprot,
+				Reprotect: reprot, DropKey: dropKey,
 			}, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
@@ -117,7 +122,8 @@ a persistent file system, e.g. --store pebble:/var/lib/difctl/sdb.
 	f.Var(&rate, "rate", "limit the read rate, e.g. 100MiB/s (default unlimited)")
 	f.Var(&ckpt, "checkpoint", "save progress every `SIZE` of the image: what an interruption may cost")
 	addKeyFlags(cmd, &g.Key, "protect as a keyed volume, tamper-evident under the key (see README, Keyed volumes)")
-	f.BoolVar(&reprot, "reprotect", false, "delete the image's records in the store (tuples, findings, cursors) and protect the data as it is now; only for data known to be good")
+	f.BoolVar(&reprot, "reprotect", false, "delete the image's records in the store (tuples, findings, cursors) and protect the data as it is now, keeping its format, tags and key unless flags change them; only for data known to be good")
+	f.BoolVar(&dropKey, "drop-key", false, "with --reprotect and the volume's key: protect a keyed volume again without a key")
 	return cmd
 }
 
@@ -211,11 +217,21 @@ func runProtect(ctx context.Context, opts protectOptions, stdout, stderr io.Writ
 	}
 	defer kv.Close()
 
-	var stored *store.Manifest
+	var stored, prev *store.Manifest
 	existing := false
 	t, err := store.OpenTuples(kv, blockdev.DefaultVolumeName, nil)
 	switch {
 	case err == nil && opts.Reprotect:
+		// Start over with what the volume was (format, tags, key) unless
+		// flags change it; everything is checked before anything goes.
+		m := t.Manifest()
+		if err := checkIdentity(opts.Image, url, m, -1); err != nil {
+			return err
+		}
+		if key, err = reprotectKey(opts, &m, key); err != nil {
+			return err
+		}
+		prev = &m
 		if err := store.DeleteVolume(kv, blockdev.DefaultVolumeName); err != nil {
 			return storeErr(url, err)
 		}
@@ -245,7 +261,15 @@ func runProtect(ctx context.Context, opts protectOptions, stdout, stderr io.Writ
 	default:
 		return volumeError(opts.Image, url, err)
 	}
-	spec, err := resolveProtect(opts, stored)
+	if opts.DropKey && prev == nil {
+		return usageErrorf("--drop-key goes with --reprotect of a keyed volume")
+	}
+	var spec protectSpec
+	if prev != nil {
+		spec, err = resolveReprotect(opts, prev)
+	} else {
+		spec, err = resolveProtect(opts, stored)
+	}
 	if err != nil {
 		return err
 	}
@@ -319,6 +343,53 @@ func runProtect(ctx context.Context, opts protectOptions, stdout, stderr io.Writ
 		_, err = fmt.Fprintf(out.w, "%s: protected %d blocks (%s), format %s, %s in %s\n", opts.Image, rec.Blocks, formatBytes(rec.Bytes), rec.Format, what, url)
 	}
 	return err
+}
+
+// reprotectKey decides the key a --reprotect of volume m protects with: a
+// keyed volume stays keyed, with its own key (checked, so that a wrong
+// key fails before anything is deleted); dropping the key takes
+// --drop-key and the key itself, as proof of ownership. An unkeyed volume
+// becomes keyed only with a key given.
+func reprotectKey(opts protectOptions, m *store.Manifest, key *blockdev.Key) (*blockdev.Key, error) {
+	if !m.Keyed() {
+		if opts.DropKey {
+			return nil, usageErrorf("--drop-key: %s is not keyed", opts.Image)
+		}
+		return key, nil
+	}
+	if key == nil {
+		return nil, usageErrorf("%s is a keyed volume: --reprotect keeps it keyed and needs its key (--key-file or --key-env); to protect it again without a key, add --drop-key with the key", opts.Image)
+	}
+	if _, err := key.ForVolume(blockdev.DefaultVolumeName, m); err != nil {
+		return nil, fmt.Errorf("%s: --reprotect with a key that is not the volume's: %w", opts.Image, err)
+	}
+	if opts.DropKey {
+		return nil, nil
+	}
+	return key, nil
+}
+
+// resolveReprotect is resolveProtect for --reprotect of the volume that
+// was m: its format and tags, but for those the flags change.
+func resolveReprotect(opts protectOptions, m *store.Manifest) (protectSpec, error) {
+	if opts.FormatText == "" {
+		opts.FormatText = m.Format
+	}
+	s, err := resolveProtect(opts, nil)
+	if err != nil {
+		return s, err
+	}
+	pf := opts.PI
+	if !pf.refTag.set {
+		s.refTag = m.InitialRefTag
+	}
+	if !pf.appTag.set {
+		s.appTag = m.AppTag
+	}
+	if !pf.appTag.set && !pf.appMask.set {
+		s.appMask = m.AppTagMask
+	}
+	return s, nil
 }
 
 // rateFlag is a rate in bytes per second: 100MiB/s, 1GB/s, 500M.

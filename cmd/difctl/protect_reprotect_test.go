@@ -58,3 +58,63 @@ func TestProtectRefusesLostManifest(t *testing.T) {
 		t.Fatalf("verify after --reprotect: exit %d: %s", code, out)
 	}
 }
+
+// --reprotect keeps what the volume was: its format and tags, and a keyed
+// volume stays keyed under its own key. Without the key, or with another
+// volume's, it is refused before anything is deleted (the verify of a cron
+// job must not turn into "volume is not keyed"). Dropping the key takes
+// --drop-key and the key.
+func TestReprotectKeepsFormatAndKey(t *testing.T) {
+	dir := t.TempDir()
+	img := filepath.Join(dir, "img")
+	if err := os.WriteFile(img, make([]byte, 256<<10), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	keyFile := func(name string) string {
+		b := make([]byte, 32)
+		rand.Read(b)
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	key, other := keyFile("key"), keyFile("other")
+	difctl := func(args ...string) (int, string) {
+		var stdout, stderr bytes.Buffer
+		code := run(context.Background(), args, nil, &stdout, &stderr)
+		return code, stdout.String() + stderr.String()
+	}
+	if code, out := difctl("protect", "--format", "4096+8", "--app-tag", "0x1234", "--key-file", key, img); code != exitOK {
+		t.Fatalf("protect: %d %s", code, out)
+	}
+	if code, out := difctl("protect", "--reprotect", img); code != exitUsage || !strings.Contains(out, "keyed volume") {
+		t.Errorf("--reprotect without the key: exit %d: %s", code, out)
+	}
+	if code, out := difctl("protect", "--reprotect", "--key-file", other, img); code != exitOperational || !strings.Contains(out, "wrong key") {
+		t.Errorf("--reprotect with another key: exit %d: %s", code, out)
+	}
+	// Still the keyed 4096+8 volume it was.
+	if code, out := difctl("verify", "--key-file", key, img); code != exitOK || !strings.Contains(out, "4096+8") || !strings.Contains(out, "keyed tags checked") {
+		t.Fatalf("verify after the refused reprotects: exit %d: %s", code, out)
+	}
+	if code, out := difctl("protect", "--reprotect", "--key-file", key, img); code != exitOK {
+		t.Fatalf("--reprotect with the key: exit %d: %s", code, out)
+	}
+	code, out := difctl("inspect", img)
+	if code != exitOK || !strings.Contains(out, "4096+8") || !strings.Contains(out, "app tag 0x1234") {
+		t.Errorf("after --reprotect: format and tags changed: %s", out)
+	}
+	if code, out := difctl("verify", "--key-file", key, img); code != exitOK || !strings.Contains(out, "keyed tags checked") {
+		t.Fatalf("verify after --reprotect: exit %d: %s", code, out)
+	}
+	if code, out := difctl("protect", "--reprotect", "--drop-key", img); code != exitUsage {
+		t.Errorf("--drop-key without the key: exit %d: %s", code, out)
+	}
+	if code, out := difctl("protect", "--reprotect", "--drop-key", "--key-file", key, img); code != exitOK {
+		t.Fatalf("--drop-key with the key: exit %d: %s", code, out)
+	}
+	if code, out := difctl("verify", img); code != exitOK || strings.Contains(out, "keyed") || !strings.Contains(out, "4096+8") {
+		t.Errorf("verify after --drop-key: exit %d: %s", code, out)
+	}
+}
