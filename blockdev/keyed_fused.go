@@ -14,14 +14,15 @@ import (
 // device's mapping copies every block, checks its guard and sector sum, and
 // checks its keyed tag. Done apart, the tag is a second pass over the copy
 // (poly1305.Key.BlocksAD), whose time adds to the first. Where
-// kernels/keyedcopy has its fused kernel, classify asks dif for the
-// Poly1305 polynomial of each block's data in the copying pass itself
-// (dif.ClassifySumsCopyKeyed): the partial, Poly_r(data), of exactly the
-// bytes the caller gets. The associated data (uid, LBA, generation) is not
-// known then, since the generation comes with the stored tag that the keyed
-// check reads afterwards; Poly1305 is linear, so keyedCompute adds it
-// later, with the mask (poly1305.Key.TagsFromPartials): the tags are bit
-// for bit those BlocksAD gives.
+// kernels/keyedcopy has its fused kernel, classify passes dif a copy hook
+// (dif.Classification.Copy) that computes the Poly1305 polynomial of each
+// block's data in the copying pass itself: the partial, Poly_r(data), of
+// exactly the bytes the caller gets. The associated data (uid, LBA,
+// generation) is not known then, since the generation comes with the
+// stored tag that the keyed check reads afterwards; Poly1305 is linear, so
+// keyedCompute adds it later, with the mask
+// (poly1305.Key.TagsFromPartials): the tags are bit for bit those BlocksAD
+// gives.
 //
 // A partial is used only while it describes the block's bytes in the run's
 // buffer: classify marks the blocks it computed partials for and unmarks
@@ -33,33 +34,65 @@ import (
 type keyedParts struct {
 	parts []poly1305.Partial
 	ok    []bool // parts[i] is of block i's bytes in the run's buffer
+	key   *poly1305.Key
+	// hooks are the copy hooks of the workers that classify parts of one
+	// run at once (classify's w), made once with the scratch: a hook made
+	// per call would be allocated per call (dif keeps it with the
+	// buffers it passes to the kernels).
+	hooks []partsHook
+}
+
+// partsHook is worker w's copy hook: the fused kernel, placing the
+// partials of the blocks of the dif call that starts at block base of the
+// run.
+type partsHook struct {
+	kp   *keyedParts
+	base int
+	fn   dif.CopyFunc
+}
+
+func (h *partsHook) blocksCopy(gs []uint16, sums []uint32, dst, src []byte, bs, stride, first int) error {
+	i := h.base + first
+	return keyedcopy.BlocksCopy(gs, sums, h.kp.parts[i:i+len(gs)], dst, src, bs, stride, h.kp.key)
 }
 
 // newKeyedParts returns the partials of a scratch of n blocks, for a keyed
 // volume opened with its key whose guard and sums the fused copy computes
-// (the sector sums kept); nil otherwise.
+// (the sector sums kept), with a hook for each worker that may classify
+// part of a run (the request's goroutine and the verification workers, or
+// the split helper); nil otherwise.
 func (v *Volume) newKeyedParts(n int) *keyedParts {
 	if v.kd == nil || !v.sums {
 		return nil
 	}
-	return &keyedParts{parts: make([]poly1305.Partial, n), ok: make([]bool, n)}
+	kp := &keyedParts{parts: make([]poly1305.Partial, n), ok: make([]bool, n), key: v.kd.tk}
+	kp.hooks = make([]partsHook, 1+max(1, v.opts.VerifyWorkers))
+	for w := range kp.hooks {
+		h := &kp.hooks[w]
+		h.kp = kp
+		h.fn = h.blocksCopy
+	}
+	return kp
 }
 
-// classifySumsCopy is ClassifySumsCopy of blocks [i, i+k) of the run, with
-// the partials where they can be had in the same pass. The caller cleared
-// their marks.
-func (v *Volume) classifySumsCopy(states []dif.State, crcs []uint32, blocks, from, tuples []byte, p dif.Params, sc *scratch, i, k int) (dif.Summary, error) {
-	kp := sc.kp
+// hook returns worker w's copy hook for the dif call of the blocks from
+// block base of the run, or nil when the partials cannot be had in the
+// copying pass (no partials kept, or no fused kernel).
+func (kp *keyedParts) hook(w, base int) dif.CopyFunc {
 	if kp == nil || !keyedcopy.Fused() {
-		return v.f.ClassifySumsCopy(states, crcs, blocks, from, tuples, p)
+		return nil
 	}
-	sum, ok, err := v.f.ClassifySumsCopyKeyed(states, crcs, kp.parts[i:i+k], v.kd.tk, blocks, from, tuples, p)
-	if err == nil && ok {
-		for j := i; j < i+k; j++ {
-			kp.ok[j] = true
-		}
+	h := &kp.hooks[w]
+	h.base = base
+	return h.fn
+}
+
+// mark records that blocks [i, i+k) of the run have their partials. The
+// caller cleared their marks before classifying them.
+func (kp *keyedParts) mark(i, k int) {
+	for j := i; j < i+k; j++ {
+		kp.ok[j] = true
 	}
-	return sum, err
 }
 
 // clearKeyedParts unmarks blocks [i, i+k) of the run.

@@ -38,7 +38,7 @@ import (
 // (verifyRunKeyed) does what remains: it reads the run's tags and checks
 // their pages, copies the blocks from the device's mapping while
 // computing their tags (poly1305.Key.BlocksADCopy: each tag of the bytes
-// the caller gets), checks every app and ref tag (dif.Classify with the
+// the caller gets), checks every app and ref tag (dif.Format.Classify with the
 // guard skipped) and compares the tags. Anything else sends the whole run
 // to the ordinary path, which computes everything and reports each
 // failure exactly as before: a tag that does not match, a tag page that
@@ -146,7 +146,7 @@ func (v *Volume) keyedReadPart(lba int64, i, j int, data []byte, w int, ks *keye
 	// took 5% of the keyed CPU at 512-byte blocks, its cache misses.)
 	p := v.paramsFrom(sc.req.ref, lba+int64(i))
 	p.Skip |= dif.CheckGuard
-	sum, err := v.f.Classify(sc.states[i:j], data[i*bs:j*bs], sc.tuples[i*ts:j*ts], p)
+	sum, err := v.f.Classify(&dif.Classification{States: sc.states[i:j]}, data[i*bs:j*bs], sc.tuples[i*ts:j*ts], p)
 	if err != nil || sum.OK != j-i {
 		return false
 	}

@@ -79,7 +79,7 @@ func (v *Volume) newScratch() any {
 		sc.ovSums = make([]uint32, n)
 	}
 	sc.kp = v.newKeyedParts(n)
-	sc.mapFn = func(src []byte) error { return v.classify(sc.mapLBA, sc.mapI, sc.mapK, sc.mapData, src, sc) }
+	sc.mapFn = func(src []byte) error { return v.classify(sc.mapLBA, sc.mapI, sc.mapK, sc.mapData, src, sc, 0) }
 	return sc
 }
 
@@ -235,21 +235,22 @@ func (v *Volume) readFallback(lba int64, from, to int, data []byte, sc *scratch,
 // the kernel's copy and then the checksums. done is false when the piece
 // must be read the ordinary way: the device has no mapping, or reading it
 // faulted (ReadAt then reports the I/O error properly).
-// The serial path passes sc.mapFn, made once per scratch so that a read
-// allocates nothing; parts of one run classified concurrently share sc and
-// pass a callback of their own (fn nil).
-func (v *Volume) readMapped(lba int64, i, k int, data []byte, sc *scratch, fn func([]byte) error) (done bool, err error) {
+// The serial path (w 0) classifies through sc.mapFn, made once per scratch
+// so that a read allocates nothing; parts of one run classified
+// concurrently share sc and pass a callback of their own, with their
+// worker w.
+func (v *Volume) readMapped(lba int64, i, k int, data []byte, sc *scratch, w int) (done bool, err error) {
 	if v.mapper == nil || v.noMap.Load() {
 		return false, nil
 	}
 	off := (lba + int64(i)) * int64(v.bs)
-	if fn == nil {
+	if w != 0 {
 		err = v.mapper.ReadMapped(off, k*v.bs, func(src []byte) error {
-			return v.classify(lba, i, k, data, src, sc)
+			return v.classify(lba, i, k, data, src, sc, w)
 		})
 	} else {
 		sc.mapLBA, sc.mapI, sc.mapK, sc.mapData = lba, i, k, data
-		err = v.mapper.ReadMapped(off, k*v.bs, fn)
+		err = v.mapper.ReadMapped(off, k*v.bs, sc.mapFn)
 		sc.mapData = nil
 	}
 	switch {
@@ -294,12 +295,12 @@ func (v *Volume) startWorkers() int {
 			return
 		}
 		v.jobs = make(chan verifyJob, n)
-		for range n {
-			go func(jobs <-chan verifyJob) {
+		for w := range n {
+			go func(jobs <-chan verifyJob, w int) {
 				for j := range jobs {
-					v.runPart(j)
+					v.runPart(j, w)
 				}
-			}(v.jobs)
+			}(v.jobs, w+1)
 		}
 	})
 	if v.jobs == nil {
@@ -316,16 +317,17 @@ func (v *Volume) stopWorkers() {
 	}
 }
 
-// runPart reads and classifies part j of a split run, recording a failed
-// read in sc.partFailed (the part is redone serially) and any other error
-// in sc.jobErr.
-func (v *Volume) runPart(j verifyJob) {
+// runPart reads and classifies part j of a split run as worker w (0 the
+// request's goroutine, 1 on the verification workers or the split helper),
+// recording a failed read in sc.partFailed (the part is redone serially)
+// and any other error in sc.jobErr.
+func (v *Volume) runPart(j verifyJob, w int) {
 	defer j.sc.wg.Done()
 	piece := max(1, pipePiece/v.bs)
 	for i, end := j.i, j.i+j.k; i < end; i += piece {
 		k := min(piece, end-i)
 		if !j.sc.req.uncached {
-			done, err := v.readMapped(j.lba, i, k, j.data, j.sc, nil)
+			done, err := v.readMapped(j.lba, i, k, j.data, j.sc, w)
 			if err != nil {
 				j.sc.jobErr.CompareAndSwap(nil, &err)
 				return
@@ -338,7 +340,7 @@ func (v *Volume) runPart(j verifyJob) {
 			j.sc.partFailed.Or(1 << j.part)
 			return
 		}
-		if err := v.classify(j.lba, i, k, j.data, nil, j.sc); err != nil {
+		if err := v.classify(j.lba, i, k, j.data, nil, j.sc, w); err != nil {
 			j.sc.jobErr.CompareAndSwap(nil, &err)
 			return
 		}
@@ -358,7 +360,7 @@ func (v *Volume) readSerial(lba int64, i, k int, data []byte, sc *scratch) error
 	for end := i + k; i < end; i += piece {
 		k := min(piece, end-i)
 		if !uncached {
-			done, err := v.readMapped(lba, i, k, data, sc, sc.mapFn)
+			done, err := v.readMapped(lba, i, k, data, sc, 0)
 			if err != nil {
 				return err
 			}
@@ -369,7 +371,7 @@ func (v *Volume) readSerial(lba int64, i, k int, data []byte, sc *scratch) error
 		if err := v.readData(lba, i, i+k, data, sc); err != nil {
 			return err
 		}
-		if err := v.classify(lba, i, k, data, nil, sc); err != nil {
+		if err := v.classify(lba, i, k, data, nil, sc, 0); err != nil {
 			return err
 		}
 	}
@@ -400,9 +402,9 @@ func (v *Volume) readParallel(lba int64, n, parts int, data []byte, sc *scratch)
 	sc.wg.Add(parts)
 	if v.jobs == nil {
 		// keyedHelpers: the parts are pieces for splitWork.
-		splitWork(parts, func(_, p int) bool {
+		splitWork(parts, func(w, p int) bool {
 			i := min(p*per, n)
-			v.runPart(verifyJob{lba: lba, i: i, k: min(per, n-i), part: p, data: data, sc: sc})
+			v.runPart(verifyJob{lba: lba, i: i, k: min(per, n-i), part: p, data: data, sc: sc}, w)
 			return true
 		})
 	} else {
@@ -410,7 +412,7 @@ func (v *Volume) readParallel(lba int64, n, parts int, data []byte, sc *scratch)
 			i := min(p*per, n)
 			v.jobs <- verifyJob{lba: lba, i: i, k: min(per, n-i), part: p, data: data, sc: sc}
 		}
-		v.runPart(verifyJob{lba: lba, i: 0, k: min(per, n), part: 0, data: data, sc: sc})
+		v.runPart(verifyJob{lba: lba, i: 0, k: min(per, n), part: 0, data: data, sc: sc}, 0)
 	}
 	sc.wg.Wait()
 	if p := sc.jobErr.Load(); p != nil {

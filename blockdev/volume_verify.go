@@ -51,14 +51,16 @@ func u32Bytes(s []uint32) []byte {
 }
 
 // classify verifies blocks [i, i+k) of the loaded run at lba, one
-// sub-chunk after the other, leaving each block's state in sc.states. With
-// sector checksums, dif's ClassifySums computes them in the same pass as
-// the PI guards (one pass over the data for 16-bit guards). With src (the
-// k blocks in a device mapping, see readMapped), the blocks are copied from
-// src to data in that same pass and the copy is what is verified; with
-// sc.req.inPlace, src itself is verified and only its failing blocks copied.
-// Disjoint ranges of one run may be classified concurrently.
-func (v *Volume) classify(lba int64, i, k int, data, src []byte, sc *scratch) error {
+// sub-chunk after the other, leaving each block's state in sc.states, with
+// one dif call per sub-chunk: with sector checksums, dif computes them in
+// the same pass as the PI guards (one pass over the data for 16-bit
+// guards). With src (the k blocks in a device mapping, see readMapped), the
+// blocks are copied from src to data in that same pass and the copy is
+// what is verified; with sc.req.inPlace, src itself is verified and only
+// its failing blocks copied. Disjoint ranges of one run may be classified
+// concurrently, each by its own worker w (0 the request's goroutine; see
+// keyedParts.hook).
+func (v *Volume) classify(lba int64, i, k int, data, src []byte, sc *scratch, w int) error {
 	bs, ts := v.bs, v.ts
 	sub := max(1, subChunk/bs)
 	first := i
@@ -74,29 +76,23 @@ func (v *Volume) classify(lba int64, i, k int, data, src []byte, sc *scratch) er
 				keep, blocks, from = blocks, from, nil
 			}
 		}
-		p := v.paramsFrom(sc.req.ref, lba+int64(i))
-		var sum dif.Summary
-		var err error
-		if !v.sums {
+		c := dif.Classification{States: states, Src: from}
+		if v.sums {
+			c.Sums = sc.crcs[i : i+k]
 			if from != nil {
-				sum, err = v.f.ClassifyCopy(states, blocks, from, tuples, p)
-			} else {
-				sum, err = v.f.Classify(states, blocks, tuples, p)
+				// The keyed partials in the copying pass (keyed_fused.go).
+				c.Copy = sc.kp.hook(w, i)
 			}
-			if err != nil {
-				return fmt.Errorf("blockdev: verify: %w", err)
-			}
-		} else {
-			crcs := sc.crcs[i : i+k]
-			if from != nil {
-				sum, err = v.classifySumsCopy(states, crcs, blocks, from, tuples, p, sc, i, k)
-			} else {
-				sum, err = v.f.ClassifySums(states, crcs, blocks, tuples, p)
-			}
-			if err != nil {
-				return fmt.Errorf("blockdev: verify: %w", err)
-			}
-			sums := sc.sums[i : i+k]
+		}
+		sum, err := v.f.Classify(&c, blocks, tuples, v.paramsFrom(sc.req.ref, lba+int64(i)))
+		if err != nil {
+			return fmt.Errorf("blockdev: verify: %w", err)
+		}
+		if c.Copy != nil && c.Single {
+			sc.kp.mark(i, k)
+		}
+		if v.sums {
+			crcs, sums := c.Sums, sc.sums[i:i+k]
 			if !bytes.Equal(u32Bytes(crcs), u32Bytes(sums)) {
 				for j := range crcs {
 					if crcs[j] != sums[j] && sc.written.Has(i+j) {
@@ -198,7 +194,7 @@ func (v *Volume) verifyRun(lba int64, n int, data []byte, sc *scratch, req readR
 		}
 	}
 	if loaded {
-		err = v.classify(lba, 0, n, data, nil, sc)
+		err = v.classify(lba, 0, n, data, nil, sc, 0)
 	} else if parts := v.splitParts(n); parts > 1 {
 		err = v.readParallel(lba, n, parts, data, sc)
 	} else {
