@@ -91,13 +91,14 @@
 // Volume and a PISource are both a [CheckSource], what `difctl verify` and
 // the scrub engine (package blockdev/scrub) consume.
 //
-// Keyed volumes: a Volume created with a [Key] (Options.Key; [ReadKeyFile], [KeyFromEnv])
+// Keyed volumes: a Volume created with a [Key] (Options.Key; [ParseKey])
 // also keeps a Poly1305-AES tag per block over the volume's identity, the
 // LBA, the write generation and the data, under the nonce (generation,
 // LBA); a block that fails it is a [KindKeyedTag] problem (*[KeyedTagError],
 // matching dif.ErrIntegrity). Threat model, against an attacker who can
-// write the device and the store but has no key (details in keyed.go and
-// the README, point by point against dm-integrity's documented limits):
+// write the device and the store but has no key (details in the package
+// documentation of blockdev/internal/keyed, the tag engine, and the README,
+// point by point against dm-integrity's documented limits):
 // altered, moved, copied or fabricated data fails; forged tags and
 // generations fail (tag pages carry a MAC, and every tag page exists from
 // Create on, so a deleted one fails every block of it: "page-missing");
@@ -111,9 +112,9 @@
 // failure sends the read through the full check, which reports it as an
 // unkeyed volume would, plus the keyed-tag problems. The Poly1305 of a
 // large keyed read or protect is cut into pieces that the caller
-// and one lingering helper goroutine take in turn (split.go: a goroutine
-// started per request begins too late on the machines measured to share
-// the work). Without the key a keyed volume is read and checked for its
+// and one lingering helper goroutine take in turn (blockdev/internal/split:
+// a goroutine started per request begins too late on the machines measured
+// to share the work). Without the key a keyed volume is read and checked for its
 // tuples only, [Volume.KeyedChecked] reports false, and writes, discards and remaps fail
 // with [ErrKeyRequired]; a wrong key fails Open with [ErrWrongKey].
 package blockdev

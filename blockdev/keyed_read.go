@@ -1,12 +1,12 @@
 package blockdev
 
 import (
-	"encoding/binary"
 	"errors"
 	"sync/atomic"
 
+	"github.com/difctl/difctl/blockdev/internal/keyed"
+	"github.com/difctl/difctl/blockdev/internal/split"
 	"github.com/difctl/difctl/dif"
-	"github.com/difctl/difctl/kernels/poly1305"
 	"github.com/difctl/difctl/store"
 )
 
@@ -31,15 +31,15 @@ import (
 // (The tuples it uses must be the ones the MAC sealed: a tag page cached
 // after its MAC check serves it only if the tuples were read from the
 // store before that check, else the page is read and checked again; see
-// readCommitted.)
+// keyed.Scratch.Committed.)
 //
 // So the guard is then the CRC of that data, and the sum its CRC-32C:
 // computing them again proves nothing the tag has not. The keyed read path
 // (verifyRunKeyed) does what remains: it reads the run's tags and checks
 // their pages, copies the blocks from the device's mapping while
 // computing their tags (poly1305.Key.BlocksADCopy: each tag of the bytes
-// the caller gets), checks every app and ref tag (dif.Format.Classify with the
-// guard skipped) and compares the tags. Anything else sends the whole run
+// the caller gets), checks every app and ref tag (dif.Format.Classify with
+// the guard skipped) and compares the tags. Anything else sends the whole run
 // to the ordinary path, which computes everything and reports each
 // failure exactly as before: a tag that does not match, a tag page that
 // fails its MAC or is missing, a block without a tag, an unwritten,
@@ -82,7 +82,7 @@ func (sc *scratch) keyedWriteCopy(p []byte) []byte {
 // keyedReadable reports whether a run read with req may take the keyed
 // read path.
 func (v *Volume) keyedReadable(req readReq) bool {
-	return v.kd != nil && !v.opts.KeyedCRC && !req.inPlace
+	return v.tags != nil && !v.opts.KeyedCRC && !req.inPlace
 }
 
 // verifyRunKeyed is verifyRun's keyed read path (see above) for the run of
@@ -92,18 +92,14 @@ func (v *Volume) keyedReadable(req readReq) bool {
 func (v *Volume) verifyRunKeyed(lba int64, n int, data []byte, sc *scratch) (st RunStats, ok bool, err error) {
 	w := (n + 63) / 64
 	clear(sc.ioBad[:w])
-	// Staged blocks, and tuples flushed but not folded (the overlay), are
-	// the ordinary path's; so are pending tags.
+	// Staged blocks, and tuples and tags flushed but not folded (the
+	// overlay), are the ordinary path's.
 	loaded, over, _ := v.stg.load(lba, n, data, sc, sc.req.uncached)
 	if loaded || over {
 		return RunStats{}, false, nil
 	}
-	ks := v.kd.scratchFor(sc)
-	if v.kd.pendingIn(lba, n) {
-		return RunStats{}, false, nil
-	}
-	ok = splitBlocks(n, v.bs, func(w, i, j int) bool {
-		return v.keyedReadPart(lba, i, j, data, w, ks, sc)
+	ok = split.Blocks(n, v.bs, func(w, i, j int) bool {
+		return v.keyedReadPart(lba, i, j, data, w, sc)
 	})
 	if !ok {
 		return RunStats{}, false, nil
@@ -120,15 +116,15 @@ func (v *Volume) verifyRunKeyed(lba int64, n int, data []byte, sc *scratch) (st 
 // keyedReadPart is the keyed read path's work on blocks [i, j) of the run
 // at lba: their tuples into sc.tuples (as loadRun reads them; every block
 // written), their committed tags (tag pages checked after the tuples were
-// read, see readCommitted), every block tagged (checked by keyedTagsOf),
-// the tuples' checks without
-// the guard (app and ref tags), the blocks read into data with their tags
-// computed (keyedReadData), and the tags compared. w is the splitWork
-// worker running the part. It reports whether every block passed; a store
-// error is false too (the ordinary path reads the tuples again and returns
-// it). The parts read their own tuples so that the run's are not read
-// before the split, on one CPU.
-func (v *Volume) keyedReadPart(lba int64, i, j int, data []byte, w int, ks *keyedScratch, sc *scratch) bool {
+// read, see keyed.Scratch.Committed), every block tagged (checked by
+// keyed.Scratch.TagsOf), the tuples' checks without the guard (app and ref
+// tags), the blocks read into data with their tags computed
+// (keyedReadData), and the tags compared. w is the split worker running
+// the part. It reports whether every block passed; a store error is false
+// too (the ordinary path reads the tuples again and returns it). The parts
+// read their own tuples so that the run's are not read before the split,
+// on one CPU.
+func (v *Volume) keyedReadPart(lba int64, i, j int, data []byte, w int, sc *scratch) bool {
 	bs, ts := v.bs, v.ts
 	read := v.tup.ReadRangeCached
 	if sc.req.storeTuples {
@@ -137,12 +133,12 @@ func (v *Volume) keyedReadPart(lba int64, i, j int, data []byte, w int, ks *keye
 	if cnt, err := read(lba+int64(i), sc.tuples[i*ts:j*ts], nil, nil); err != nil || cnt != j-i {
 		return false
 	}
-	tags, err := v.committedView(lba+int64(i), j-i, ks.committed[i:j], v.tup.TupleReads())
+	tags, err := sc.tags.Committed(lba, i, j, v.tup.TupleReads())
 	if err != nil {
 		return false
 	}
-	// (A block without a tag, generation 0, is found by keyedTagsOf: one
-	// pass over the tags, which are not in the cache. A separate pass here
+	// (A block without a tag, generation 0, is found by TagsOf: one pass
+	// over the tags, which are not in the cache. A separate pass here
 	// took 5% of the keyed CPU at 512-byte blocks, its cache misses.)
 	p := v.paramsFrom(sc.req.ref, lba+int64(i))
 	p.Skip |= dif.CheckGuard
@@ -150,16 +146,10 @@ func (v *Volume) keyedReadPart(lba int64, i, j int, data []byte, w int, ks *keye
 	if err != nil || sum.OK != j-i {
 		return false
 	}
-	if !v.keyedReadData(lba, i, j, data, w, tags, ks, sc.req.uncached) {
+	if !v.keyedReadData(lba, i, j, data, w, tags, sc) {
 		return false
 	}
-	calc := ks.ptags[i:j]
-	for x := range tags {
-		if !tagEqual((*[16]byte)(&calc[x]), (*[16]byte)(&tags[x].Tag)) {
-			return false
-		}
-	}
-	return true
+	return sc.tags.Matches(i, tags)
 }
 
 // lastWordMask is the mask of word x of a bitmap of n bits: all ones but
@@ -171,65 +161,30 @@ func lastWordMask(n, x int) uint64 {
 	return ^uint64(0)
 }
 
-// pendingIn reports whether any block of [lba, lba+n) has a pending tag
-// (flushed to the device, not yet committed).
-func (k *keyed) pendingIn(lba int64, n int) bool {
-	found := false
-	k.eachPending(lba, n, func(int, *store.KeyedTag) bool {
-		found = true
-		return false
-	})
-	return found
-}
-
-// eachPending calls fn with the index i in [0, n) and the pending tag of
-// every block lba+i that has one, in order, under pendMu, until fn
-// returns false.
-func (k *keyed) eachPending(lba int64, n int, fn func(i int, t *store.KeyedTag) bool) {
-	k.pendMu.RLock()
-	defer k.pendMu.RUnlock()
-	if len(k.pend) == 0 {
-		return
-	}
-	end := lba + int64(n)
-	for p := lba >> ovShift; p <= (end-1)>>ovShift; p++ {
-		pg := k.pend[p]
-		if pg == nil {
-			continue
-		}
-		s, t := max(p<<ovShift, lba), min((p+1)<<ovShift, end)
-		for b := s; b < t; b++ {
-			if o := int(b & (ovP - 1)); hasBit(pg.mask[:], o) && !fn(int(b-lba), &pg.tags[o]) {
-				return
-			}
-		}
-	}
-}
-
 // keyedReadData reads blocks [i, j) of the run at lba into data and
-// computes their keyed tags into ks.ptags, under the generations of their
-// committed tags (tags[0] is block i's), from the bytes written to data: from the device's mapping
-// in pieces, each copied and tagged in one pass (keyedTagsOf), or read
-// into data first. It reports false if a piece could not be read (the
-// ordinary path reads and reports it). w is the splitWork worker calling
-// it, whose associated data buffer and mapped read callback it uses.
-func (v *Volume) keyedReadData(lba int64, i, j int, data []byte, w int, tags []store.KeyedTag, ks *keyedScratch, uncached bool) bool {
+// computes their keyed tags (keyed.Scratch.TagsOf), under the generations
+// of their committed tags (tags[0] is block i's), from the bytes written
+// to data: from the device's mapping in pieces, each copied and tagged in
+// one pass, or read into data first. It reports false if a piece could
+// not be read (the ordinary path reads and reports it). w is the split
+// worker calling it, whose mapped read callback and keyed buffers it uses.
+func (v *Volume) keyedReadData(lba int64, i, j int, data []byte, w int, tags []store.KeyedTag, sc *scratch) bool {
 	bs := v.bs
-	m := ks.maps[w]
-	mapped := v.mapper != nil && !uncached && !v.noMap.Load()
-	// Pieces of a multiple of kernelGroup blocks where they can be.
-	piece := kernelBlocks(pipePiece / bs)
+	m := sc.tagMaps[w]
+	mapped := v.mapper != nil && !sc.req.uncached && !v.noMap.Load()
+	// Pieces of a multiple of the kernels' group of blocks where they can be.
+	piece := split.KernelBlocks(pipePiece / bs)
 	for a := i; a < j; a += piece {
 		b := min(j, a+piece)
 		q := data[a*bs : b*bs]
 		var err error
 		if mapped {
-			*m = mappedTags{v: v, lba: lba, a: a, b: b, q: q, w: w, tags: tags[a-i:], ks: ks, fn: m.fn}
+			*m = mappedTags{lba: lba, a: a, b: b, q: q, w: w, tags: tags[a-i:], ks: sc.tags, fn: m.fn}
 			err = v.mapper.ReadMapped((lba+int64(a))*int64(bs), (b-a)*bs, m.fn)
-			*m = mappedTags{ks: ks, w: w, fn: m.fn} // (not keeping the caller's buffer)
+			*m = mappedTags{ks: sc.tags, w: w, fn: m.fn} // (not keeping the caller's buffer)
 		} else {
-			if err = v.readDev(q, lba+int64(a), uncached); err == nil {
-				err = v.keyedTagsOf(lba, a, b, q, nil, w, tags[a-i:], ks)
+			if err = v.readDev(q, lba+int64(a), sc.req.uncached); err == nil {
+				err = sc.tags.TagsOf(w, lba, a, b, q, nil, tags[a-i:])
 			}
 		}
 		if err != nil {
@@ -249,62 +204,23 @@ func (v *Volume) keyedReadData(lba int64, i, j int, data []byte, w int, tags []s
 // 2.3 KB per keyed read of 1 MiB in 512-byte blocks, a fifth of what it
 // allocated (the rest is the AES-CTR streams, about 500 bytes each). Fewer
 // allocations mean fewer garbage collections, which stall the split
-// helper (splitGate).
+// helper.
 type mappedTags struct {
-	v    *Volume
 	lba  int64
 	a, b int
 	q    []byte
 	w    int // the worker
 	tags []store.KeyedTag
-	ks   *keyedScratch
+	ks   *keyed.Scratch
 	fn   func(src []byte) error
 }
 
-func (m *mappedTags) call(src []byte) error {
-	return m.v.keyedTagsOf(m.lba, m.a, m.b, m.q, src, m.w, m.tags, m.ks)
+func newMappedTags(ks *keyed.Scratch, w int) *mappedTags {
+	m := &mappedTags{ks: ks, w: w}
+	m.fn = m.call
+	return m
 }
 
-// errUntagged is keyedTagsOf's report of a block without a committed tag.
-var errUntagged = errors.New("blockdev: a block without a keyed tag")
-
-// keyedTagsOf computes the tags of blocks [a, b) of the run, whose bytes
-// are q (copied from src first when src is not nil), into ks.ptags, under
-// the generations of the committed tags (tags[0] is block a's): one kernel
-// call per generation, with worker w's associated data buffer and mask
-// stream (the keystream continued from the worker's call before when the
-// nonces follow on: within a run, when the worker takes consecutive
-// pieces). A block whose tag has generation 0 (it has none)
-// stops it with errUntagged, the blocks before it copied.
-func (v *Volume) keyedTagsOf(lba int64, a, b int, q, src []byte, w int, tags []store.KeyedTag, ks *keyedScratch) error {
-	bs := v.bs
-	ad, ms := ks.workerAD(w), ks.streams[w]
-	tags = tags[:b-a]
-	for x := a; x < b; {
-		gen := tags[x-a].Gen
-		if gen == 0 {
-			return errUntagged
-		}
-		y := x + 1
-		for y < b && tags[y-a].Gen == gen {
-			y++
-		}
-		m := y - x
-		fillAddr(ad, lba+int64(x), gen, m) // the uids are there (scratchFor)
-		var nonce poly1305.Nonce
-		binary.BigEndian.PutUint64(nonce[:8], gen)
-		binary.BigEndian.PutUint64(nonce[8:], uint64(lba+int64(x)))
-		dst := q[(x-a)*bs : (y-a)*bs]
-		var err error
-		if src != nil {
-			err = ms.BlocksADCopy(ks.ptags[x:y], &nonce, ad, adLen, dst, src[(x-a)*bs:(y-a)*bs], bs, bs)
-		} else {
-			err = ms.BlocksAD(ks.ptags[x:y], &nonce, ad, adLen, dst, bs, bs)
-		}
-		if err != nil {
-			return err
-		}
-		x = y
-	}
-	return nil
+func (m *mappedTags) call(src []byte) error {
+	return m.ks.TagsOf(m.w, m.lba, m.a, m.b, m.q, src, m.tags)
 }

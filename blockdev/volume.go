@@ -353,8 +353,8 @@ type Volume struct {
 	st       volStats
 	recovery RecoveryStats
 
-	kd         *keyed // keyed volume opened with its key (keyed.go)
-	keyedNoKey bool   // keyed volume opened without it
+	tags       tagEngine // keyed volume opened with its key (keyed.go)
+	keyedNoKey bool      // keyed volume opened without it
 }
 
 // volStats are the counters behind Stats.

@@ -5,9 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"runtime"
 	"sync"
 	"sync/atomic"
 
+	"github.com/difctl/difctl/blockdev/internal/keyed"
+	"github.com/difctl/difctl/blockdev/internal/split"
 	"github.com/difctl/difctl/dif"
 	"github.com/difctl/difctl/store"
 )
@@ -21,23 +24,27 @@ import (
 // scratch is the per-request working memory of the read and write paths,
 // sized for one chunk (v.chunk blocks) and pooled.
 type scratch struct {
-	tuples     []byte
-	sums       []uint32
-	crcs       []uint32
-	written    store.Bitmap
-	ovMask     []uint64 // blocks whose tuple comes from staging or the overlay
-	ovTuples   []byte
-	ovSums     []uint32
-	staged     []uint64 // blocks whose data comes from staging
-	ioBad      []uint64 // blocks that could not be read
-	states     []dif.State
-	head       []byte // partial blocks of reads and writes
-	tail       []byte
-	reread     []byte
-	wcopy      []byte // a keyed write's piece (keyedWriteCopy)
-	probs      []Problem
-	k          *keyedScratch  // keyed volumes (keyed.go)
-	kp         *keyedParts    // their partials (keyed_fused.go)
+	tuples   []byte
+	sums     []uint32
+	crcs     []uint32
+	written  store.Bitmap
+	ovMask   []uint64 // blocks whose tuple comes from staging or the overlay
+	ovTuples []byte
+	ovSums   []uint32
+	staged   []uint64 // blocks whose data comes from staging
+	ioBad    []uint64 // blocks that could not be read
+	states   []dif.State
+	head     []byte // partial blocks of reads and writes
+	tail     []byte
+	reread   []byte
+	wcopy    []byte // a keyed write's piece (keyedWriteCopy)
+	probs    []Problem
+	// A keyed volume opened with its key: the tags of staged and overlay
+	// blocks (as ovTuples), the keyed scratch, and the keyed read path's
+	// mapped read callbacks, per split worker.
+	ovTags     []store.KeyedTag
+	tags       *keyed.Scratch
+	tagMaps    [2]*mappedTags
 	wg         sync.WaitGroup // parts of a split read (readParallel)
 	jobErr     atomic.Pointer[error]
 	partFailed atomic.Uint64 // parts whose read failed, redone serially
@@ -78,7 +85,16 @@ func (v *Volume) newScratch() any {
 		sc.sums = make([]uint32, n)
 		sc.ovSums = make([]uint32, n)
 	}
-	sc.kp = v.newKeyedParts(n)
+	if v.tags != nil {
+		// With sector sums, the partials of the fused copy, for each
+		// worker that may classify part of a run at once: the request's
+		// goroutine and the verification workers, or the split helper.
+		sc.ovTags = make([]store.KeyedTag, n)
+		sc.tags = v.tags.NewScratch(1+max(1, v.opts.VerifyWorkers), v.sums)
+		for w := range sc.tagMaps {
+			sc.tagMaps[w] = newMappedTags(sc.tags, w)
+		}
+	}
 	sc.mapFn = func(src []byte) error { return v.classify(sc.mapLBA, sc.mapI, sc.mapK, sc.mapData, src, sc, 0) }
 	return sc
 }
@@ -385,12 +401,22 @@ func (v *Volume) splitParts(n int) int {
 	if n*v.bs < splitMin {
 		return 1
 	}
-	if w := v.startWorkers(); w > 0 || v.keyedHelpers() == 0 {
+	if w := v.startWorkers(); w > 0 || !v.keyedHelper() {
 		return min(1+w, n*v.bs/(splitMin/2), 64)
 	}
 	// No workers, but a keyed volume's read is worth a second CPU: pieces
-	// that the caller and the split helper take in turn (split.go).
-	return min(n*v.bs/splitPiece, 64)
+	// that the caller and the split helper take in turn (split.Work).
+	return min(n*v.bs/split.Piece, 64)
+}
+
+// keyedHelper reports whether a large verified read of a keyed volume
+// without verification workers (Options.VerifyWorkers) is split over the
+// caller and the split helper: when the fused kernel computes the
+// partials and a second CPU may run it. The run's parts are then pieces
+// that the caller and the split helper take in turn (readParallel,
+// split.Work).
+func (v *Volume) keyedHelper() bool {
+	return v.tags != nil && v.sums && keyed.Fused() && runtime.GOMAXPROCS(0) >= 2
 }
 
 // readParallel reads the data of a run of n blocks and classifies it in
@@ -401,8 +427,8 @@ func (v *Volume) readParallel(lba int64, n, parts int, data []byte, sc *scratch)
 	per := (n + parts - 1) / parts
 	sc.wg.Add(parts)
 	if v.jobs == nil {
-		// keyedHelpers: the parts are pieces for splitWork.
-		splitWork(parts, func(w, p int) bool {
+		// keyedHelper: the parts are pieces for split.Work.
+		split.Work(parts, func(w, p int) bool {
 			i := min(p*per, n)
 			v.runPart(verifyJob{lba: lba, i: i, k: min(per, n-i), part: p, data: data, sc: sc}, w)
 			return true

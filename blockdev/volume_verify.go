@@ -59,14 +59,14 @@ func u32Bytes(s []uint32) []byte {
 // what is verified; with sc.req.inPlace, src itself is verified and only
 // its failing blocks copied. Disjoint ranges of one run may be classified
 // concurrently, each by its own worker w (0 the request's goroutine; see
-// keyedParts.hook).
+// keyed.Scratch.Hook).
 func (v *Volume) classify(lba int64, i, k int, data, src []byte, sc *scratch, w int) error {
 	bs, ts := v.bs, v.ts
 	sub := max(1, subChunk/bs)
 	first := i
 	for end := i + k; i < end; i += sub {
 		k := min(sub, end-i)
-		sc.clearKeyedParts(i, k)
+		sc.tags.Unmark(i, k)
 		states, blocks, tuples := sc.states[i:i+k], data[i*bs:(i+k)*bs], sc.tuples[i*ts:(i+k)*ts]
 		var from, keep []byte
 		if src != nil {
@@ -80,8 +80,8 @@ func (v *Volume) classify(lba int64, i, k int, data, src []byte, sc *scratch, w 
 		if v.sums {
 			c.Sums = sc.crcs[i : i+k]
 			if from != nil {
-				// The keyed partials in the copying pass (keyed_fused.go).
-				c.Copy = sc.kp.hook(w, i)
+				// The keyed partials in the copying pass (keyed.Scratch.Hook).
+				c.Copy = sc.tags.Hook(w, i)
 			}
 		}
 		sum, err := v.f.Classify(&c, blocks, tuples, v.paramsFrom(sc.req.ref, lba+int64(i)))
@@ -89,7 +89,7 @@ func (v *Volume) classify(lba int64, i, k int, data, src []byte, sc *scratch, w 
 			return fmt.Errorf("blockdev: verify: %w", err)
 		}
 		if c.Copy != nil && c.Single {
-			sc.kp.mark(i, k)
+			sc.tags.Mark(i, k)
 		}
 		if v.sums {
 			crcs, sums := c.Sums, sc.sums[i:i+k]
@@ -148,9 +148,6 @@ func copyFailed(dst, src []byte, states []dif.State, bs int) {
 // range.
 func (v *Volume) verifyRun(lba int64, n int, data []byte, sc *scratch, req readReq) (RunStats, error) {
 	sc.probs = sc.probs[:0]
-	if sc.k != nil {
-		clear(sc.k.staged)
-	}
 	sc.req = req
 	if req.ctx == nil {
 		sc.req.ctx = context.Background()
@@ -168,15 +165,12 @@ func (v *Volume) verifyRun(lba int64, n int, data []byte, sc *scratch, req readR
 		// The ordinary path, from the start.
 		keyedReadFallbacks.Add(1)
 		sc.probs = sc.probs[:0]
-		if sc.k != nil {
-			clear(sc.k.staged)
-		}
 	}
 	loaded, err := v.loadRun(lba, n, data, sc)
 	if err != nil {
 		return RunStats{}, err
 	}
-	if !loaded && sc.unwritten && v.kd == nil {
+	if !loaded && sc.unwritten && v.tags == nil {
 		// (A keyed volume reads and checks them: their tags must say
 		// unwritten too, since the tuple pages carry no MAC.)
 		hole, err := v.isHole(lba, n)
@@ -251,8 +245,8 @@ func (v *Volume) verifyRun(lba int64, n int, data []byte, sc *scratch, req readR
 		// Merge the I/O problems (found first) into LBA order.
 		sortProblems(sc.probs)
 	}
-	if v.kd != nil {
-		if err := v.keyedCheck(lba, n, data, sc, &st, req.inPlace && !loaded && v.mapper != nil); err != nil {
+	if v.tags != nil {
+		if err := v.checkTags(lba, n, data, sc, &st, req.inPlace && !loaded && v.mapper != nil); err != nil {
 			return RunStats{}, err
 		}
 	}
