@@ -6,7 +6,6 @@ import (
 	"fmt"
 
 	"github.com/difctl/difctl/blockdev/internal/keyed"
-	"github.com/difctl/difctl/dif"
 	"github.com/difctl/difctl/store"
 )
 
@@ -200,58 +199,23 @@ func (v *Volume) protectTags(lba int64, n int, data, tuples []byte, sums []uint3
 	return x.Commit(false)
 }
 
-// checkTags verifies the keyed tags of the blocks of a verified run that
-// passed the other checks, appending a KindKeyedTag problem for each that
-// fails and moving it from st.OK (or Unwritten, Escaped) to st.Failed.
-// reread: the OK blocks are not in data (a check verified them in the
-// device's mapping) and are read again, after the tags. Tags come from
-// staging (the batches, then the overlay: sc.ovTags), then the store, in
-// that order (see staging.go on why a reader looks at what the fold
-// clears before what it commits). A run of split.MinBytes or more has its
-// tags computed in pieces that the caller and the split helper take in
-// turn.
-func (v *Volume) checkTags(lba int64, n int, data []byte, sc *scratch, st *RunStats, reread bool) error {
-	ks := sc.tags
-	r := keyed.Run{LBA: lba, N: n, Data: data, States: sc.states[:n], Written: sc.written,
-		IOBad: sc.ioBad, Have: sc.ovMask, Tags: sc.ovTags}
-	if err := ks.LoadTags(&r); err != nil {
-		return err
+// keyedWritePiece bounds the bytes of one piece of a keyed WriteAt: the
+// piece is copied to the scratch's buffer of this size, and its tuples,
+// sums and tags are computed from the copy, which is staged. So they
+// describe the same bytes even if the caller's buffer changes during the
+// call (a caller's data race, which would otherwise leave a tuple of one
+// version of the bytes beside a tag of another).
+const keyedWritePiece = 256 << 10
+
+// testHookKeyedWrite, if set, runs in a keyed WriteAt between the tuples
+// and the tags of a piece, with the caller's bytes of the piece.
+var testHookKeyedWrite func(p []byte)
+
+// keyedWriteCopy copies p (a piece: keyedWritePiece bytes or one block) to the scratch's
+// write buffer and returns the copy.
+func (sc *scratch) keyedWriteCopy(p []byte) []byte {
+	if len(sc.wcopy) < len(p) {
+		sc.wcopy = AlignedBuffer(max(keyedWritePiece, len(p)))
 	}
-	if reread {
-		if err := v.readDev(data[:n*v.bs], lba, false); err != nil {
-			return err
-		}
-	}
-	// A block that failed and passed a re-read holds the re-read data now,
-	// which must pass the keyed check too.
-	r.Transient = ks.Transient(n)
-	end := lba + int64(n)
-	for _, p := range sc.probs {
-		if p.Transient && p.LBA >= lba && p.LBA < end {
-			setBit(r.Transient, int(p.LBA-lba))
-		}
-	}
-	fails, err := ks.Check(&r)
-	if err != nil {
-		return err
-	}
-	for _, f := range fails {
-		i := f.I
-		e := &KeyedTagError{LBA: lba + int64(i), Gen: f.Gen, Expected: f.Expected, Actual: f.Actual, Reason: f.Reason}
-		sc.probs = append(sc.probs, Problem{LBA: e.LBA, Kind: KindKeyedTag, Expected: tagWord(e.Expected), Actual: tagWord(e.Actual), Err: e})
-		switch {
-		case r.States[i] == dif.StateUnwritten && !hasBit(sc.ioBad, i):
-			st.Unwritten--
-		case r.States[i] == dif.StateEscaped:
-			st.Escaped--
-		default:
-			st.OK--
-		}
-		st.Failed++
-		v.st.failed.Add(1)
-	}
-	if len(fails) > 0 {
-		sortProblems(sc.probs)
-	}
-	return nil
+	return sc.wcopy[:copy(sc.wcopy, p)]
 }

@@ -19,7 +19,7 @@ import (
 // the same volume opened without the key, outside the timer; the metric
 // %unkeyed is the keyed throughput as a percentage of the unkeyed one in
 // the same run (issue 17's target: at least 60). path=keyed is the
-// default volume (the keyed read path, keyed_read.go), path=crc one opened
+// default volume (the keyed read path, read_keyed.go), path=crc one opened
 // with Options.KeyedCRC (guards and sums computed too):
 //
 //	go test -run '^$' -bench VolumeReadKeyed ./blockdev

@@ -139,7 +139,7 @@ func (v *Volume) stagePiece(data, caller []byte, lba int64, n int, sc *scratch) 
 	tuples, sums, tags := sc.ovTuples, sc.ovSums, sc.ovTags
 	if v.tags != nil && caller != nil {
 		// The tuples and tags of a keyed volume are computed from one
-		// private copy, staged as it is (see keyed_read.go).
+		// private copy, staged as it is (see read_keyed.go).
 		data = sc.keyedWriteCopy(data)
 	}
 	if err := v.generate(data, lba, n, tuples, sums); err != nil {

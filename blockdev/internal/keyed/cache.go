@@ -66,7 +66,7 @@ func (e *Engine) committedView(lba int64, n int, buf []store.KeyedTag, minReads 
 // store before the page's MAC was checked: minReads is the
 // store.Tuples.TupleReads value the caller saw after reading its tuples,
 // and a page cached with a smaller count is read and checked again. The
-// keyed read path (blockdev's keyed_read.go) needs this: it trusts the
+// keyed read path (blockdev's read_keyed.go) needs this: it trusts the
 // tuples it read because the MAC sealed them, and a tuple page read from
 // the store after the check might not be the one the MAC sealed (edited in
 // the store files under a running volume, and reloaded by the tuple

@@ -286,7 +286,7 @@ func (ks *Scratch) runTags(dst []store.KeyedTag, r kRun, lba int64, data []byte,
 	return nil
 }
 
-// The keyed read path (blockdev's keyed_read.go) checks a run whose blocks
+// The keyed read path (blockdev's read_keyed.go) checks a run whose blocks
 // all verify with their tags through these: the committed tags of a part
 // of the run, the tags of its blocks computed as they are read or copied
 // from the device, and the comparison.
