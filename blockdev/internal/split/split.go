@@ -338,10 +338,10 @@ const Piece = 128 << 10
 // Pieces): a smaller request is done on the caller.
 const MinBytes = 128 << 10
 
-// PieceBlocks is the blocks of a piece of Piece bytes of blocks of bs
+// pieceBlocks is the blocks of a piece of Piece bytes of blocks of bs
 // bytes: a multiple of kernelGroup from that many blocks on
 // (KernelBlocks).
-func PieceBlocks(bs int) int {
+func pieceBlocks(bs int) int {
 	return KernelBlocks(Piece / bs)
 }
 
@@ -363,7 +363,7 @@ func KernelBlocks(n int) int {
 }
 
 // Pieces cuts n blocks into the pieces of a Work call: pieces of per
-// blocks (PieceBlocks), then the last two to three pieces' worth of blocks
+// blocks (pieceBlocks), then the last two to three pieces' worth of blocks
 // in pieces of a quarter of that (at least a block, rounded by
 // KernelBlocks). The last piece is the one a goroutine finishes while the
 // other waits or idles, so the smaller the last pieces the less of a
@@ -377,7 +377,7 @@ type Pieces struct {
 
 // NewPieces returns the pieces of n blocks of bs bytes.
 func NewPieces(n, bs int) Pieces {
-	per := PieceBlocks(bs)
+	per := pieceBlocks(bs)
 	tail := min(per, KernelBlocks(Piece/4/bs))
 	head := max(0, n-2*per) / per
 	rest := n - head*per

@@ -477,19 +477,19 @@ func TestGateFailedJobs(t *testing.T) {
 // 24 blocks (kernelGroup: of the kernels' four, six and eight) from 24 on.
 func TestPieceBlocks(t *testing.T) {
 	for _, c := range []struct{ bs, want int }{{512, 240}, {520, 240}, {4096, 24}, {4160, 24}, {16384, 8}, {65536, 2}, {1 << 20, 1}} {
-		if got := PieceBlocks(c.bs); got != c.want {
-			t.Errorf("PieceBlocks(%d) = %d, want %d", c.bs, got, c.want)
+		if got := pieceBlocks(c.bs); got != c.want {
+			t.Errorf("pieceBlocks(%d) = %d, want %d", c.bs, got, c.want)
 		}
 	}
 }
 
 // TestPieces: the pieces cover [0, n) in order, none empty; the head's
-// are PieceBlocks long, and the last two pieces' worth of blocks come
-// in pieces of at most a quarter of that (rounded as PieceBlocks
+// are pieceBlocks long, and the last two pieces' worth of blocks come
+// in pieces of at most a quarter of that (rounded as pieceBlocks
 // rounds), so that a 1 MiB run's last piece is small.
 func TestPieces(t *testing.T) {
 	for _, bs := range []int{512, 520, 4096, 65536, 1 << 20} {
-		per := PieceBlocks(bs)
+		per := pieceBlocks(bs)
 		for _, n := range []int{1, 2, 3, per - 1, per, per + 1, 2 * per, 2*per + 1, 3 * per, 3*per + 7, 1 << 20 / bs, 8 << 20 / bs} {
 			if n < 1 {
 				continue
