@@ -15,21 +15,24 @@
 // store's bulk loader); [Open] checks the manifest against the device and
 // runs crash recovery. Files by job:
 //
-//   - volume_read.go: [Volume.ReadAt] and the read path. A request
+//   - volume_read.go: [Volume.ReadAt] and verifyRun, the one verifier of
+//     a run, used by ReadAt, [Volume.CheckRun], the edge blocks of
+//     [Volume.WriteAt], [ExportVolume] and [RemapVolume]. A request
 //     (readReq) says how a run is read: re-reads, around the page cache or
 //     not, zeroing unwritten blocks, verifying a mapping in place, tuples
-//     from the store or its cache, the initial ref tag. Data comes from the
-//     device's read-only mapping of the page cache where it has one
-//     ([Mapper]; copied and verified in one pass, so what is verified is what
-//     is returned), otherwise from ReadAt; large runs are split across
-//     [Options.VerifyWorkers].
-//   - volume_verify.go: the one verifier of a run, verifyRun, used by
-//     ReadAt, [Volume.CheckRun], the edge blocks of [Volume.WriteAt],
-//     [ExportVolume] and [RemapVolume]. dif classifies the run in one pass
-//     (guards, tags and sector sums); a failing block goes to the package's
-//     block classifier and re-read loop (verify.go, shared with PISource),
-//     and a block that passes on a re-read is counted as transient. Failures
-//     are *[IntegrityError] (matching dif.ErrIntegrity).
+//     from the store or its cache, the initial ref tag. verifyRun takes the
+//     run through its stages, a file each: load (read_load.go: tuples from
+//     staging and the store), read (read_device.go: from the device's
+//     read-only mapping of the page cache where it has one, [Mapper],
+//     copied and verified in one pass, so what is verified is what is
+//     returned, otherwise from ReadAt; large runs split across
+//     [Options.VerifyWorkers]), classify (read_classify.go: dif classifies
+//     each piece in one pass, guards, tags and sector sums), recheck
+//     (read_recheck.go: a failing block goes to the package's block
+//     classifier and re-read loop, verify.go, shared with PISource, and a
+//     block that passes on a re-read is counted as transient) and, keyed,
+//     the keyed check (read_keyed.go). Failures are *[IntegrityError]
+//     (matching dif.ErrIntegrity).
 //   - volume_write.go: WriteAt generates tuples and refuses to
 //     read-modify-write a block that already fails; Discard marks blocks
 //     unwritten under an intent.
@@ -93,13 +96,14 @@
 // Volume and a PISource are both a [CheckSource], what `difctl verify` and
 // the scrub engine (package blockdev/scrub) consume.
 //
-// Keyed volumes: a Volume created with a [Key] (Options.Key; [ReadKeyFile], [KeyFromEnv])
+// Keyed volumes: a Volume created with a [Key] (Options.Key; [ParseKey])
 // also keeps a Poly1305-AES tag per block over the volume's identity, the
 // LBA, the write generation and the data, under the nonce (generation,
 // LBA); a block that fails it is a [KindKeyedTag] problem (*[KeyedTagError],
 // matching dif.ErrIntegrity). Threat model, against an attacker who can
-// write the device and the store but has no key (details in keyed.go and
-// the README, point by point against dm-integrity's documented limits):
+// write the device and the store but has no key (details in the package
+// documentation of blockdev/internal/keyed, the tag engine, and the README,
+// point by point against dm-integrity's documented limits):
 // altered, moved, copied or fabricated data fails; forged tags and
 // generations fail (tag pages carry a MAC, and every tag page exists from
 // Create on, so a deleted one fails every block of it: "page-missing");
@@ -109,13 +113,13 @@
 // detected (dm-integrity does not detect replay of a single sector either).
 // With the key, a verified read whose blocks all pass their keyed tags and
 // tag page MACs does not recompute their guards and sector sums, which the
-// tags prove (keyed_read.go; Options.KeyedCRC computes them anyway); any
+// tags prove (read_keyed.go; Options.KeyedCRC computes them anyway); any
 // failure sends the read through the full check, which reports it as an
 // unkeyed volume would, plus the keyed-tag problems. The Poly1305 of a
 // large keyed read or protect is cut into pieces that the caller
-// and one lingering helper goroutine take in turn (split.go: a goroutine
-// started per request begins too late on the machines measured to share
-// the work). Without the key a keyed volume is read and checked for its
+// and one lingering helper goroutine take in turn (blockdev/internal/split:
+// a goroutine started per request begins too late on the machines measured
+// to share the work). Without the key a keyed volume is read and checked for its
 // tuples only, [Volume.KeyedChecked] reports false, and writes, discards and remaps fail
 // with [ErrKeyRequired]; a wrong key fails Open with [ErrWrongKey].
 package blockdev

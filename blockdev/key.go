@@ -2,17 +2,13 @@ package blockdev
 
 import (
 	"bytes"
-	"crypto/hkdf"
-	"crypto/sha256"
+	"crypto/rand"
 	"crypto/subtle"
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
-	"os"
-	"syscall"
 
-	"github.com/difctl/difctl/kernels/poly1305"
+	"github.com/difctl/difctl/blockdev/internal/keyed"
 	"github.com/difctl/difctl/store"
 )
 
@@ -36,8 +32,8 @@ var (
 )
 
 // KeyError reports a key that could not be used: Source names where it
-// came from ("file /etc/difctl/key", "environment variable DIFCTL_KEY").
-// It matches ErrKey.
+// came from ("bytes" for ParseKey; a program that reads keys from files or
+// the environment, as difctl does, names those). It matches ErrKey.
 type KeyError struct {
 	Source string
 	Reason string
@@ -68,10 +64,9 @@ type Key struct{ b [KeySize]byte }
 
 // ParseKey returns the key in b: KeySize raw bytes, or 2*KeySize hex
 // digits (either case), optionally followed by one newline. Anything else
-// is a *KeyError.
-func ParseKey(b []byte) (*Key, error) { return parseKey("bytes", b) }
-
-func parseKey(src string, b []byte) (*Key, error) {
+// is a *KeyError whose Source is "bytes".
+func ParseKey(b []byte) (*Key, error) {
+	const src = "bytes"
 	var k Key
 	if len(b) == KeySize {
 		copy(k.b[:], b)
@@ -86,108 +81,54 @@ func parseKey(src string, b []byte) (*Key, error) {
 	return nil, &KeyError{Source: src, Reason: fmt.Sprintf("%d bytes: want %d raw bytes or %d hex digits", len(b), KeySize, 2*KeySize)}
 }
 
-// maxKeyFile bounds what ReadKeyFile reads.
-const maxKeyFile = 4096
-
-// ReadKeyFile reads a key (see ParseKey) from the file at path. The file
-// must be a regular file that neither its group nor others may read or
-// write (mode 0600 or 0400, as ssh requires of private keys): any other
-// mode is refused with a *KeyError saying so, before the key is read.
-func ReadKeyFile(path string) (*Key, error) {
-	src := "file " + path
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
-	if err != nil {
-		return nil, &KeyError{Source: src, Reason: "cannot open", Err: err}
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, &KeyError{Source: src, Reason: "cannot stat", Err: err}
-	}
-	if !fi.Mode().IsRegular() {
-		return nil, &KeyError{Source: src, Reason: fmt.Sprintf("not a regular file (%s)", fi.Mode().Type())}
-	}
-	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
-		return nil, &KeyError{Source: src, Reason: fmt.Sprintf("mode %04o lets group or others at it; make it 0600 (chmod 600 %s)", perm, path)}
-	}
-	b, err := io.ReadAll(io.LimitReader(f, maxKeyFile+1))
-	if err != nil {
-		return nil, &KeyError{Source: src, Reason: "cannot read", Err: err}
-	}
-	if len(b) > maxKeyFile {
-		return nil, &KeyError{Source: src, Reason: fmt.Sprintf("larger than %d bytes", maxKeyFile)}
-	}
-	return parseKey(src, b)
-}
-
-// KeyFromEnv reads a key (2*KeySize hex digits) from the environment
-// variable name. An unset or empty variable is a *KeyError.
-func KeyFromEnv(name string) (*Key, error) {
-	src := "environment variable " + name
-	s, ok := os.LookupEnv(name)
-	if !ok || s == "" {
-		return nil, &KeyError{Source: src, Reason: "not set"}
-	}
-	return parseKey(src, []byte(s))
-}
-
-// volumeKeys are the keys a Key gives one volume.
-type volumeKeys struct {
-	tag   *poly1305.Key // Poly1305-AES: AES-256 key and r
-	page  []byte        // the store's page MAC key
-	check string        // the key check value, 32 hex digits
-}
-
-// HKDF info strings: one per derived key, so that no two are related.
-const (
-	infoTag   = "difctl.blockdev.keyed.v1 tag"
-	infoPage  = "difctl.blockdev.keyed.v1 page"
-	infoCheck = "difctl.blockdev.keyed.v1 check"
-)
-
-// derive returns the keys of the volume whose identity is uid.
-func (k *Key) derive(uid []byte) (volumeKeys, error) {
-	var vk volumeKeys
-	tk, err := hkdf.Key(sha256.New, k.b[:], uid, infoTag, 32+poly1305.RSize)
-	if err != nil {
-		return vk, fmt.Errorf("blockdev: deriving keys: %w", err)
-	}
-	if vk.tag, err = poly1305.NewKey(tk[:32], tk[32:]); err != nil {
-		return vk, fmt.Errorf("blockdev: deriving keys: %w", err)
-	}
-	if vk.page, err = hkdf.Key(sha256.New, k.b[:], uid, infoPage, store.PageMACKeySize); err != nil {
-		return vk, fmt.Errorf("blockdev: deriving keys: %w", err)
-	}
-	c, err := hkdf.Key(sha256.New, k.b[:], uid, infoCheck, 16)
-	if err != nil {
-		return vk, fmt.Errorf("blockdev: deriving keys: %w", err)
-	}
-	vk.check = hex.EncodeToString(c)
-	return vk, nil
-}
-
 // checkKey derives the keys of the keyed manifest m from k and refuses a
 // key whose check value is not m's.
-func checkKey(name string, m *store.Manifest, k *Key) (volumeKeys, []byte, error) {
+func checkKey(name string, m *store.Manifest, k *Key) (*keyed.Keys, error) {
 	uid, err := hex.DecodeString(m.VolumeUID)
 	if err != nil || len(uid) != 16 {
-		return volumeKeys{}, nil, fmt.Errorf("blockdev: volume %q: manifest volume uid %q", name, m.VolumeUID)
+		return nil, fmt.Errorf("blockdev: volume %q: manifest volume uid %q", name, m.VolumeUID)
 	}
-	vk, err := k.derive(uid)
+	keys, err := keyed.Derive(k.b[:], uid)
 	if err != nil {
-		return volumeKeys{}, nil, err
+		return nil, err
 	}
-	if subtle.ConstantTimeCompare([]byte(vk.check), []byte(m.KeyCheck)) != 1 {
-		return volumeKeys{}, nil, fmt.Errorf("%w: volume %q: the key does not match the manifest's key check value %s", ErrWrongKey, name, m.KeyCheck)
+	if subtle.ConstantTimeCompare([]byte(keys.Check()), []byte(m.KeyCheck)) != 1 {
+		return nil, fmt.Errorf("%w: volume %q: the key does not match the manifest's key check value %s", ErrWrongKey, name, m.KeyCheck)
 	}
-	return vk, uid, nil
+	return keys, nil
+}
+
+// keyManifest makes m the manifest of a new keyed volume under k: a fresh
+// volume uid and the key check value. It returns the volume's page key,
+// with which store.CreateKeyedTuples seals every tag page.
+func (k *Key) keyManifest(m *store.Manifest) ([]byte, error) {
+	uid, err := newVolumeUID()
+	if err != nil {
+		return nil, err
+	}
+	b, _ := hex.DecodeString(uid)
+	keys, err := keyed.Derive(k.b[:], b)
+	if err != nil {
+		return nil, err
+	}
+	m.KeyCheck, m.VolumeUID = keys.Check(), uid
+	return keys.PageKey(), nil
+}
+
+// newVolumeUID returns a fresh random volume identity, in hex.
+func newVolumeUID() (string, error) {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("blockdev: volume uid: %w", err)
+	}
+	return hex.EncodeToString(b[:]), nil
 }
 
 // VolumeKey is a Key checked against one keyed volume: the keys it gives
 // that volume. Tools that read the store directly (difctl inspect) use it
 // to check tags and page MACs without opening a Volume.
 type VolumeKey struct {
-	k *keyed
+	k *keyed.Keys
 }
 
 // ForVolume checks k against the keyed manifest m of volume name and
@@ -197,24 +138,22 @@ func (k *Key) ForVolume(name string, m *store.Manifest) (*VolumeKey, error) {
 	if !m.Keyed() {
 		return nil, fmt.Errorf("%w: volume %q was created without a key", ErrNotKeyed, name)
 	}
-	vk, uid, err := checkKey(name, m, k)
+	keys, err := checkKey(name, m, k)
 	if err != nil {
 		return nil, err
 	}
-	kd := &keyed{tk: vk.tag, page: vk.page}
-	copy(kd.uid[:], uid)
-	return &VolumeKey{k: kd}, nil
+	return &VolumeKey{k: keys}, nil
 }
 
 // PageKey returns the key of the volume's page MACs, for
 // store.Tuples.SetPageMACKey.
-func (vk *VolumeKey) PageKey() []byte { return append([]byte(nil), vk.k.page...) }
+func (vk *VolumeKey) PageKey() []byte { return append([]byte(nil), vk.k.PageKey()...) }
 
 // Tag returns the keyed tag of data (one block) as block lba written under
 // generation gen.
 func (vk *VolumeKey) Tag(lba int64, gen uint64, data []byte) ([16]byte, error) {
 	var t [1]store.KeyedTag
-	if err := vk.k.tags(t[:], lba, gen, data, len(data)); err != nil {
+	if err := vk.k.Tags(t[:], lba, gen, data, len(data)); err != nil {
 		return [16]byte{}, err
 	}
 	return t[0].Tag, nil

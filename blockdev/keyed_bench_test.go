@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/difctl/difctl/blockdev/internal/split"
 	"github.com/difctl/difctl/dif"
 	"github.com/difctl/difctl/store"
 )
@@ -18,7 +19,7 @@ import (
 // the same volume opened without the key, outside the timer; the metric
 // %unkeyed is the keyed throughput as a percentage of the unkeyed one in
 // the same run (issue 17's target: at least 60). path=keyed is the
-// default volume (the keyed read path, keyed_read.go), path=crc one opened
+// default volume (the keyed read path, read_keyed.go), path=crc one opened
 // with Options.KeyedCRC (guards and sums computed too):
 //
 //	go test -run '^$' -bench VolumeReadKeyed ./blockdev
@@ -91,7 +92,7 @@ func benchReadKeyed(b *testing.B, format string, crc bool) {
 	pass()
 	var off int64
 	b.SetBytes(benchReq)
-	starts, offs := splitHelper.started.Load(), splitGate.offs.Load()
+	before := split.ReadStats()
 	for b.Loop() {
 		n, err := keyed.ReadAt(buf, off)
 		if err != nil {
@@ -113,10 +114,12 @@ func benchReadKeyed(b *testing.B, format string, crc bool) {
 		u := float64(plainBytes) / plainTime.Seconds()
 		b.ReportMetric(100*k/u, "%unkeyed")
 	}
-	// The split's helper starts and gate closings (split.go) per 1,000
-	// reads: with the other CPU busy, the gate should keep them near zero.
-	b.ReportMetric(1000*float64(splitHelper.started.Load()-starts)/float64(b.N), "helpers/kread")
-	b.ReportMetric(1000*float64(splitGate.offs.Load()-offs)/float64(b.N), "gateoffs/kread")
+	// The split's helper starts and gate closings (internal/split) per
+	// 1,000 reads: with the other CPU busy, the gate should keep them near
+	// zero.
+	after := split.ReadStats()
+	b.ReportMetric(1000*float64(after.HelperStarts-before.HelperStarts)/float64(b.N), "helpers/kread")
+	b.ReportMetric(1000*float64(after.GateClosings-before.GateClosings)/float64(b.N), "gateoffs/kread")
 }
 
 // BenchmarkProtect times Create (what difctl protect runs) of a page-cached

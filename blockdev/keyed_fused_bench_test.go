@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/difctl/difctl/blockdev/internal/split"
 	"golang.org/x/sys/unix"
 )
 
@@ -51,7 +52,7 @@ func BenchmarkVolumeReadKeyedCPU(b *testing.B) {
 				}
 				off = 0
 				b.StopTimer()
-				for splitHelper.alive.Load() {
+				for split.HelperAlive() {
 					time.Sleep(20 * time.Microsecond)
 				}
 				t1 := processCPU(b)

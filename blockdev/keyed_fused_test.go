@@ -8,6 +8,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/difctl/difctl/blockdev/internal/keyed"
 	"github.com/difctl/difctl/dif"
 	"github.com/difctl/difctl/kernels"
 	"github.com/difctl/difctl/kernels/crc32c"
@@ -16,7 +17,7 @@ import (
 )
 
 // Keyed reads from a file's mapping, where the keyed tags are computed from
-// the partials of the fused copy (keyed_fused.go), with every keyedcopy
+// the partials of the fused copy (internal/keyed's fused.go), with every keyedcopy
 // implementation: a clean volume reads clean, in reads large enough to be
 // split over two goroutines and in small ones; a block altered by an
 // attacker who recomputed its tuple and sector sum, and a block copied from
@@ -62,14 +63,14 @@ func TestKeyedFusedRead(t *testing.T) {
 			kerneltestForEach(t, func(t *testing.T, fused bool) {
 				v := open()
 				defer v.Close()
-				before := fusedRuns.Load()
+				before := keyed.FusedRuns()
 				if _, err := v.ReadAt(buf, 0); err != nil {
 					t.Fatalf("clean volume: %v", err)
 				}
 				if _, err := v.ReadAt(buf[:8*bs], 98*int64(bs)); err != nil {
 					t.Fatalf("clean volume, small read: %v", err)
 				}
-				if got := fusedRuns.Load() > before; got != fused {
+				if got := keyed.FusedRuns() > before; got != fused {
 					t.Fatalf("fused path taken: %v, want %v", got, fused)
 				}
 			})

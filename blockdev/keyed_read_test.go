@@ -71,7 +71,7 @@ func openKeyedRO(t *testing.T, dev *File, kv store.KV, key *Key, crc bool) *Volu
 	return v
 }
 
-// The keyed read path (keyed_read.go) against the ordinary one
+// The keyed read path (read_keyed.go) against the ordinary one
 // (Options.KeyedCRC): on a clean volume reads take the keyed path and give
 // the same data; after each kind of damage or attack, and on unwritten
 // blocks, every read gives exactly what the ordinary path gives (the same

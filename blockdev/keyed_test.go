@@ -7,14 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/difctl/difctl/blockdev/faultdev"
+	"github.com/difctl/difctl/blockdev/internal/keyed"
 	"github.com/difctl/difctl/dif"
 	"github.com/difctl/difctl/kernels/crc32c"
 	"github.com/difctl/difctl/store"
@@ -28,63 +27,6 @@ func testKey(t testing.TB, seed byte) *Key {
 		t.Fatal(err)
 	}
 	return k
-}
-
-func TestKeyFiles(t *testing.T) {
-	dir := t.TempDir()
-	raw := bytes.Repeat([]byte{0xab}, KeySize)
-	hexKey := []byte(fmt.Sprintf("%x\n", raw))
-	write := func(name string, b []byte, mode os.FileMode) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, b, 0o600); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Chmod(p, mode); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	for _, tc := range []struct {
-		name string
-		b    []byte
-		mode os.FileMode
-		ok   bool
-	}{
-		{"raw-0600", raw, 0o600, true},
-		{"hex-0400", hexKey, 0o400, true},
-		{"group-readable", raw, 0o640, false},
-		{"world-readable", hexKey, 0o604, false},
-		{"group-writable", raw, 0o620, false},
-		{"short", raw[:31], 0o600, false},
-		{"bad-hex", append(bytes.Repeat([]byte("zz"), 32), '\n'), 0o600, false},
-	} {
-		t.Run("file="+tc.name, func(t *testing.T) {
-			k, err := ReadKeyFile(write(tc.name, tc.b, tc.mode))
-			if tc.ok {
-				if err != nil || k.b != [KeySize]byte(raw) {
-					t.Fatalf("got %v, %v", k, err)
-				}
-				return
-			}
-			var ke *KeyError
-			if !errors.As(err, &ke) || !errors.Is(err, ErrKey) {
-				t.Fatalf("got %v, want a *KeyError", err)
-			}
-		})
-	}
-	if _, err := ReadKeyFile(filepath.Join(dir, "missing")); !errors.Is(err, ErrKey) || !errors.Is(err, os.ErrNotExist) {
-		t.Fatalf("missing file: %v", err)
-	}
-	if _, err := ReadKeyFile(dir); !errors.Is(err, ErrKey) {
-		t.Fatalf("directory: %v", err)
-	}
-	t.Setenv("DIFCTL_TEST_KEY", string(hexKey[:64]))
-	if k, err := KeyFromEnv("DIFCTL_TEST_KEY"); err != nil || k.b != [KeySize]byte(raw) {
-		t.Fatalf("from the environment: %v", err)
-	}
-	if _, err := KeyFromEnv("DIFCTL_TEST_KEY_UNSET"); !errors.Is(err, ErrKey) {
-		t.Fatalf("unset variable: %v", err)
-	}
 }
 
 // keyedVol is a keyed volume on a memory device and a mem store, closed
@@ -434,16 +376,16 @@ func TestVolumeCrashKeyed(t *testing.T) {
 // TestKeyedNoncesNeverRepeat crashes one keyed volume again and again
 // (device and store, at a random step of a random workload), reopening it
 // after each crash, and records every (generation, LBA) the volume tags
-// data under: none may repeat. The random jump of resumeGeneration is off,
+// data under: none may repeat. The random jump of keyed's resumeGeneration is off,
 // so the durable reservation alone must keep them apart.
 func TestKeyedNoncesNeverRepeat(t *testing.T) {
 	rounds := 60
 	if testing.Short() {
 		rounds = 15
 	}
-	saved := genJump
-	genJump = func() (uint64, error) { return 0, nil }
-	defer func() { genJump = saved }()
+	saved := keyed.GenJump
+	keyed.GenJump = func() (uint64, error) { return 0, nil }
+	defer func() { keyed.GenJump = saved }()
 	type nonce struct {
 		uid [16]byte
 		gen uint64
@@ -452,7 +394,7 @@ func TestKeyedNoncesNeverRepeat(t *testing.T) {
 	var mu sync.Mutex
 	used := map[nonce]int{}
 	round := 0
-	testHookNewTags = func(uid [16]byte, gen uint64, lba int64, n int) {
+	keyed.TestHookNewTags = func(uid [16]byte, gen uint64, lba int64, n int) {
 		mu.Lock()
 		defer mu.Unlock()
 		for i := range n {
@@ -463,7 +405,7 @@ func TestKeyedNoncesNeverRepeat(t *testing.T) {
 			used[k] = round
 		}
 	}
-	defer func() { testHookNewTags = nil }()
+	defer func() { keyed.TestHookNewTags = nil }()
 
 	const bs, blocks = 512, 32
 	f := dif.MustFormat("512+8")
@@ -575,9 +517,9 @@ func TestKeyedNoncesNeverRepeat(t *testing.T) {
 // computed) and not reserved, and the next session handed them out again
 // to the same LBAs.
 func TestKeyedNoncesCrashAtEveryStep(t *testing.T) {
-	saved := genJump
-	genJump = func() (uint64, error) { return 0, nil }
-	defer func() { genJump = saved }()
+	saved := keyed.GenJump
+	keyed.GenJump = func() (uint64, error) { return 0, nil }
+	defer func() { keyed.GenJump = saved }()
 	type nonce struct {
 		gen uint64
 		lba int64
@@ -633,7 +575,7 @@ func TestKeyedNoncesCrashAtEveryStep(t *testing.T) {
 
 		used := map[nonce]int{}
 		session := 0
-		testHookNewTags = func(_ [16]byte, gen uint64, lba int64, n int) {
+		keyed.TestHookNewTags = func(_ [16]byte, gen uint64, lba int64, n int) {
 			for i := range n {
 				k := nonce{gen, lba + int64(i)}
 				if s, ok := used[k]; ok {
@@ -642,7 +584,7 @@ func TestKeyedNoncesCrashAtEveryStep(t *testing.T) {
 				used[k] = session
 			}
 		}
-		defer func() { testHookNewTags = nil }()
+		defer func() { keyed.TestHookNewTags = nil }()
 
 		for session = 1; session <= 2; session++ {
 			kv, err := pebble.OpenOnFS("db", fs)
@@ -768,16 +710,16 @@ func TestKeyedRecoveryForgedIntent(t *testing.T) {
 // repeats (with the random jump off), blocks past the last checkpoint are
 // protected again under new generations, and the volume verifies.
 func TestKeyedProtectInterrupted(t *testing.T) {
-	saved := genJump
-	genJump = func() (uint64, error) { return 0, nil }
-	defer func() { genJump = saved }()
+	saved := keyed.GenJump
+	keyed.GenJump = func() (uint64, error) { return 0, nil }
+	defer func() { keyed.GenJump = saved }()
 	type nonce struct {
 		gen uint64
 		lba int64
 	}
 	used := map[nonce]bool{}
 	var mu sync.Mutex
-	testHookNewTags = func(uid [16]byte, gen uint64, lba int64, n int) {
+	keyed.TestHookNewTags = func(uid [16]byte, gen uint64, lba int64, n int) {
 		mu.Lock()
 		defer mu.Unlock()
 		for i := range n {
@@ -788,7 +730,7 @@ func TestKeyedProtectInterrupted(t *testing.T) {
 			used[k] = true
 		}
 	}
-	defer func() { testHookNewTags = nil }()
+	defer func() { keyed.TestHookNewTags = nil }()
 	const bs, blocks = 512, 256
 	dev, err := NewMemDevice(blocks*bs, bs)
 	if err != nil {

@@ -241,7 +241,7 @@ func (s *PISource) CheckRun(ctx context.Context, lba int64, n int, scratch []byt
 			return s.checkBlocks(ctx, lba, r, opt, report)
 		}
 		var err error
-		if sum, err = s.f.Classify(r.states, r.data, r.md, s.params(lba)); err != nil {
+		if sum, err = s.f.Classify(&dif.Classification{States: r.states}, r.data, r.md, s.params(lba)); err != nil {
 			return RunStats{}, fmt.Errorf("blockdev: %w", err)
 		}
 	}
@@ -325,7 +325,7 @@ func (v *mapVisit) visitInner(md []byte) error { return v.classify(v.data, md) }
 
 func (v *mapVisit) classify(data, md []byte) error {
 	var err error
-	if v.sum, err = v.s.f.Classify(v.r.states, data, md, v.p); err != nil {
+	if v.sum, err = v.s.f.Classify(&dif.Classification{States: v.r.states}, data, md, v.p); err != nil {
 		return fmt.Errorf("blockdev: %w", err)
 	}
 	for i := 0; v.sum.Failed > 0 && i < v.n; i++ {
@@ -388,7 +388,7 @@ func (st *RunStats) count(state dif.State) {
 // classify checks block i of r (block lba of the image) alone.
 func (s *PISource) classify(lba int64, r piRun, i int) (dif.State, error) {
 	data, md := s.block(r, i)
-	if _, err := s.f.Classify(r.states[i:i+1], data, md, s.params(lba)); err != nil {
+	if _, err := s.f.Classify(&dif.Classification{States: r.states[i : i+1]}, data, md, s.params(lba)); err != nil {
 		return 0, fmt.Errorf("blockdev: %w", err)
 	}
 	return r.states[i], nil

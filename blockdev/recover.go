@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sort"
 
+	"github.com/difctl/difctl/blockdev/internal/keyed"
 	"github.com/difctl/difctl/store"
 )
 
@@ -49,10 +50,10 @@ func (v *Volume) recover(ctx context.Context) error {
 	if v.keyedNoKey {
 		return fmt.Errorf("blockdev: recovery of volume %q: %d open intents: %w", v.opts.Name, len(ins), ErrKeyRequired)
 	}
-	var kr *keyedRecovery
-	if v.kd != nil {
+	var kr *keyed.Recovery
+	if v.tags != nil {
 		var err error
-		if kr, err = v.newKeyedRecovery(ins); err != nil {
+		if kr, err = v.tags.Recover(ins); err != nil {
 			return fmt.Errorf("blockdev: recovery of volume %q: %w", v.opts.Name, err)
 		}
 	}
@@ -116,7 +117,7 @@ func (v *Volume) recover(ctx context.Context) error {
 				return fail(err)
 			}
 			if kr != nil {
-				if err := kr.load(c0, n); err != nil {
+				if err := kr.Load(c0, n); err != nil {
 					return fail(err)
 				}
 			}
@@ -146,7 +147,7 @@ func (v *Volume) recover(ctx context.Context) error {
 					}
 					// An intent's tuple is a written block's.
 					if v.ok(data[i*bs:(i+1)*bs], in.Tuples[j*ts:(j+1)*ts], v.params(b), true, sum) &&
-						(kr == nil || kr.matches(in, j, i, data[i*bs:(i+1)*bs], b)) {
+						(kr == nil || kr.Matches(in, j, i, data[i*bs:(i+1)*bs], b)) {
 						copy(newT[i*ts:(i+1)*ts], in.Tuples[j*ts:])
 						if v.sums {
 							newS[i] = sum
@@ -177,7 +178,7 @@ func (v *Volume) recover(ctx context.Context) error {
 						return fail(err)
 					}
 					if kr != nil {
-						if err := x.WriteTags(b, kr.newTags[i:j]); err != nil {
+						if err := x.WriteTags(b, kr.NewTags(i, j)); err != nil {
 							return fail(err)
 						}
 					}
@@ -185,7 +186,7 @@ func (v *Volume) recover(ctx context.Context) error {
 					rs.Blocks += int64(j - i - 1)
 					i = j - 1
 				case v.committedOK(data[i*bs:(i+1)*bs], i, b, sc) &&
-					(kr == nil || kr.committedOK(i, data[i*bs:(i+1)*bs], b, sc.written.Has(i))):
+					(kr == nil || kr.CommittedOK(i, data[i*bs:(i+1)*bs], b, sc.written.Has(i))):
 					// The committed tuple, or zeros for an unwritten block.
 					rs.Kept++
 				default:

@@ -1,6 +1,7 @@
 package blockdev
 
 import (
+	"iter"
 	"math/bits"
 	"slices"
 	"sync"
@@ -75,7 +76,10 @@ type staging struct {
 	ovBlocks int64            // blocks inserted since the last fold; under flushMu
 	pending  []store.IntentID // intents to drop at the next fold; under flushMu
 
-	kd *keyed // keyed volume opened with its key (keyed.go); set by setupKeyed
+	// tagged: the batches and the overlay keep each block's keyed tag
+	// too, a column like the sums (a keyed volume opened with its key; set
+	// by setupKeyed). Their tags are computed before they are staged.
+	tagged bool
 }
 
 func newStaging(dev Device, tup *store.Tuples, c *blockCheck, opts *Options, fails *failure, st *volStats) *staging {
@@ -92,7 +96,7 @@ func newStaging(dev Device, tup *store.Tuples, c *blockCheck, opts *Options, fai
 // of a read: the staged data and tuples of blocks in a batch (read from
 // the device first, under stMu, so that the rest of the run is consistent
 // with them; see above), and the overlay tuples of flushed blocks, in
-// sc.ovTuples and sc.ovSums, marked in sc.ovMask. loaded reports that data
+// sc.ovTuples, sc.ovSums and (tagged) sc.ovTags, marked in sc.ovMask. loaded reports that data
 // was read (with devErr the device's error, for the unstaged blocks of
 // sc.staged); over that some tuple came from staging.
 func (s *staging) load(lba int64, n int, data []byte, sc *scratch, uncached bool) (loaded, over bool, devErr error) {
@@ -127,6 +131,9 @@ func (s *staging) load(lba int64, n int, data []byte, sc *scratch, uncached bool
 				if s.sums {
 					sc.ovSums[i] = pg.sums[o]
 				}
+				if s.tagged {
+					sc.ovTags[i] = pg.tags[o]
+				}
 				setBit(mask, i)
 				over = true
 			}
@@ -156,8 +163,8 @@ func (s *staging) copyStaged(b *batch, lba int64, n int, data []byte, sc *scratc
 		if s.sums {
 			copy(sc.ovSums[i:j], b.sums[slot:])
 		}
-		if s.kd != nil {
-			s.kd.copyStaged(b, i, j, slot, sc)
+		if s.tagged {
+			copy(sc.ovTags[i:j], b.tags[slot:])
 		}
 		setBits(sc.ovMask, i, j-i)
 	}
@@ -170,7 +177,7 @@ type batch struct {
 	data   []byte
 	tuples []byte
 	sums   []uint32
-	tags   []store.KeyedTag // keyed volumes
+	tags   []store.KeyedTag // tagged
 	used   int              // slots used
 	cap    int              // slots
 	ents   []stEnt
@@ -189,7 +196,7 @@ func (s *staging) newBatch() *batch {
 	if s.sums {
 		b.sums = make([]uint32, c)
 	}
-	if s.kd != nil {
+	if s.tagged {
 		b.tags = make([]store.KeyedTag, c)
 	}
 	return b
@@ -205,7 +212,7 @@ func (b *batch) overlaps(lba, end int64) bool {
 	return b != nil && b.used > 0 && b.lo < end && lba < b.hi
 }
 
-// stage copies n blocks (data, tuples, sums) into the active batch. When
+// stage copies n blocks (data, tuples, sums, tags) into the active batch. When
 // the batch is full it becomes the flushing batch, written out by a
 // background goroutine while writers fill the next one; a writer waits only
 // when both are full. n is at most batchCap.
@@ -231,7 +238,7 @@ func (s *staging) stage(lba int64, n int, data, tuples []byte, sums []uint32, ta
 			if s.sums {
 				copy(b.sums[at:], sums[:n])
 			}
-			if s.kd != nil {
+			if s.tagged {
 				copy(b.tags[at:], tags[:n])
 			}
 			b.used += n
@@ -346,10 +353,14 @@ func (s *staging) writeBatch(b *batch) error {
 		}
 		s.pending = append(s.pending, id)
 	}
-	if s.kd != nil {
-		if err := s.kd.intents(x, b, s.pending[first:]); err != nil {
-			x.Abort()
-			return err
+	if s.tagged {
+		// The tag intents, in the same commit. Their generations were
+		// reserved before they were handed out (keyed.Engine.Stage).
+		for i, e := range b.ents {
+			if err := x.RecordTagIntent(s.pending[first+i], b.tags[e.slot:e.slot+e.n]); err != nil {
+				x.Abort()
+				return err
+			}
 		}
 	}
 	if err := x.Commit(true); err != nil {
@@ -366,13 +377,14 @@ func (s *staging) writeBatch(b *batch) error {
 		if s.sums {
 			sums = b.sums[e.slot : e.slot+e.n]
 		}
-		s.ovInsert(e.lba, e.n, b.tuples[e.slot*s.ts:], sums)
+		var tags []store.KeyedTag
+		if s.tagged {
+			tags = b.tags[e.slot : e.slot+e.n]
+		}
+		s.ovInsert(e.lba, e.n, b.tuples[e.slot*s.ts:], sums, tags)
 		s.ovBlocks += int64(e.n)
 	}
 	s.ovMu.Unlock()
-	if s.kd != nil {
-		s.kd.insert(b)
-	}
 	return nil
 }
 
@@ -420,21 +432,7 @@ func (s *staging) foldLocked() error {
 	}
 	for _, p := range pages {
 		pg := s.overlay[p]
-		for i := 0; i < ovP; {
-			if pg.mask[i/64]>>(i%64)&1 == 0 {
-				// skip clear bits a word at a time
-				w := pg.mask[i/64] >> (i % 64)
-				if w == 0 {
-					i = (i/64 + 1) * 64
-				} else {
-					i += bits.TrailingZeros64(w)
-				}
-				continue
-			}
-			j := i + 1
-			for j < ovP && pg.mask[j/64]>>(j%64)&1 != 0 {
-				j++
-			}
+		for i, j := range pg.runs() {
 			var sums []uint32
 			if s.sums {
 				sums = pg.sums[i:j]
@@ -446,13 +444,22 @@ func (s *staging) foldLocked() error {
 			if err := commit(false); err != nil {
 				return err
 			}
-			i = j
 		}
 	}
-	if s.kd != nil {
-		if err := s.kd.fold(x, commit); err != nil {
-			x.Abort()
-			return err
+	if s.tagged {
+		// The tags after all the tuples (the tag page's MAC seals the
+		// tuple page as stored: each commit reseals it).
+		for _, p := range pages {
+			pg := s.overlay[p]
+			for i, j := range pg.runs() {
+				if err := x.WriteTags(p*ovP+int64(i), pg.tags[i:j]); err != nil {
+					x.Abort()
+					return err
+				}
+				if err := commit(false); err != nil {
+					return err
+				}
+			}
 		}
 	}
 	// Committed tuples first, then the intents go: a crash in between
@@ -479,9 +486,6 @@ func (s *staging) foldLocked() error {
 		delete(s.overlay, p)
 	}
 	s.ovMu.Unlock()
-	if s.kd != nil {
-		s.kd.clearPending()
-	}
 	s.ovBlocks = 0
 	s.pending = s.pending[:0]
 	return nil
@@ -498,11 +502,38 @@ type ovPage struct {
 	mask   [ovP / 64]uint64
 	tuples []byte
 	sums   []uint32
+	tags   []store.KeyedTag // tagged
 }
 
-// ovInsert sets the overlay tuples (and sums) of blocks [lba, lba+n).
-// Caller holds ovMu and flushMu.
-func (s *staging) ovInsert(lba int64, n int, tuples []byte, sums []uint32) {
+// runs yields the runs [i, j) of the blocks set in the page, in order.
+func (pg *ovPage) runs() iter.Seq2[int, int] {
+	return func(yield func(int, int) bool) {
+		for i := 0; i < ovP; {
+			if pg.mask[i/64]>>(i%64)&1 == 0 {
+				// skip clear bits a word at a time
+				w := pg.mask[i/64] >> (i % 64)
+				if w == 0 {
+					i = (i/64 + 1) * 64
+				} else {
+					i += bits.TrailingZeros64(w)
+				}
+				continue
+			}
+			j := i + 1
+			for j < ovP && pg.mask[j/64]>>(j%64)&1 != 0 {
+				j++
+			}
+			if !yield(i, j) {
+				return
+			}
+			i = j
+		}
+	}
+}
+
+// ovInsert sets the overlay tuples (and sums, and tags) of blocks [lba,
+// lba+n). Caller holds ovMu and flushMu.
+func (s *staging) ovInsert(lba int64, n int, tuples []byte, sums []uint32, tags []store.KeyedTag) {
 	for i := 0; i < n; {
 		b := lba + int64(i)
 		p, off := b>>ovShift, int(b&(ovP-1))
@@ -517,12 +548,18 @@ func (s *staging) ovInsert(lba int64, n int, tuples []byte, sums []uint32) {
 				if s.sums {
 					pg.sums = make([]uint32, ovP)
 				}
+				if s.tagged {
+					pg.tags = make([]store.KeyedTag, ovP)
+				}
 			}
 			s.overlay[p] = pg
 		}
 		copy(pg.tuples[off*s.ts:(off+k)*s.ts], tuples[i*s.ts:])
 		if s.sums {
 			copy(pg.sums[off:off+k], sums[i:i+k])
+		}
+		if s.tagged {
+			copy(pg.tags[off:off+k], tags[i:i+k])
 		}
 		setBits(pg.mask[:], off, k)
 		i += k

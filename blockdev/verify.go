@@ -11,7 +11,7 @@ import (
 
 // The pieces every verifier of the package shares: the Volume's runs
 // (ReadAt, CheckRun, the edges of a write, export and remap, see
-// volume_verify.go) and PISource's (pisource_check.go) classify whole runs
+// volume_read.go) and PISource's (pisource_check.go) classify whole runs
 // with dif, then hand each failing block to the same three things:
 //
 //   - blockCheck.ok and blockCheck.problems, the one block classifier:

@@ -192,7 +192,7 @@ type Options struct {
 	// KeyedCRC makes the verified reads of a keyed volume opened with its
 	// key compute every block's CRC guard and sector checksum too. By
 	// default a read whose blocks all verify their keyed tags, with their
-	// tag pages' MACs, takes the keyed read path (keyed_read.go): it checks
+	// tag pages' MACs, takes the keyed read path (read_keyed.go): it checks
 	// the app and ref tags and the keyed tags, and the guards and sector
 	// checksums only of runs where anything fails or is unusual, since a
 	// verified tag and page MAC prove that the block and its stored tuple
@@ -353,8 +353,8 @@ type Volume struct {
 	st       volStats
 	recovery RecoveryStats
 
-	kd         *keyed // keyed volume opened with its key (keyed.go)
-	keyedNoKey bool   // keyed volume opened without it
+	tags       tagEngine // keyed volume opened with its key (keyed.go)
+	keyedNoKey bool      // keyed volume opened without it
 }
 
 // volStats are the counters behind Stats.

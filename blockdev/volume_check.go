@@ -5,6 +5,8 @@ import (
 	"fmt"
 )
 
+var _ CheckSource = (*Volume)(nil)
+
 // ScratchSize implements CheckSource: CheckRun works in chunks of at most
 // 1 MiB (or one block), so it needs at most that much.
 func (v *Volume) ScratchSize(n int) int { return min(max(n, 0), v.chunk) * v.bs }

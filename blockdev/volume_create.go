@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/difctl/difctl/blockdev/internal/keyed"
 	"github.com/difctl/difctl/dif"
 	"github.com/difctl/difctl/store"
 )
@@ -221,7 +222,7 @@ func (v *Volume) protect(ctx context.Context, next int64, started time.Time, o *
 	fail := func(err error) error {
 		return fmt.Errorf("blockdev: create volume %q: protecting block %d: %w", v.opts.Name, pos, err)
 	}
-	var ps protectScratch // keyed volumes: protectTags' buffers
+	var ps keyed.ProtectScratch // keyed volumes: protectTags' buffers
 	// Tuples go to the store through its bulk loader (sorted tables
 	// ingested whole, skipping the write-ahead log), one loader per
 	// contiguous run of blocks. A loader's tuples become visible and durable
@@ -278,7 +279,7 @@ func (v *Volume) protect(ctx context.Context, next int64, started time.Time, o *
 			if err := v.generate(data, pos, n, tuples, s); err != nil {
 				return err
 			}
-			if v.kd != nil {
+			if v.tags != nil {
 				// A keyed volume commits the tuples with their tags, in
 				// one batch: the tag page's MAC seals the tuple page.
 				if err := v.protectTags(pos, n, data, tuples[:n*ts], s, &ps); err != nil {

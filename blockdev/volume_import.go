@@ -232,7 +232,7 @@ func importBlocks(ctx context.Context, src *PISource, dev Device, tup *store.Tup
 				}
 			}
 			states := r.states[:n]
-			sum, err := f.Classify(states, d, m, src.params(pos))
+			sum, err := f.Classify(&dif.Classification{States: states}, d, m, src.params(pos))
 			if err != nil {
 				l.Abort()
 				return wrap(pos, err)

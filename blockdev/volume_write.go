@@ -97,57 +97,23 @@ func (v *Volume) WriteAt(p []byte, off int64) (int, error) {
 			return 0, err
 		}
 	}
-	tuples := sc.ovTuples // free for use: loadRun is done
-	sums := sc.ovSums
-	var tags []store.KeyedTag
-	if v.kd != nil {
-		tags = v.kd.scratchFor(sc).calc
-	}
-	stageOne := func(buf []byte, lba int64) error {
-		if err := v.generate(buf, lba, 1, tuples, sums); err != nil {
-			return err
-		}
-		if v.kd != nil {
-			if err := v.stageTags(tags, lba, 1, buf); err != nil {
-				return err
-			}
-		}
-		return v.stg.stage(lba, 1, buf, tuples, sums, tags)
-	}
 	i := 0 // bytes of p consumed
 	lba := b0
 	if headPartial {
 		inb := int(off % bs)
 		i = copy(sc.head[inb:], p)
-		if err := stageOne(sc.head, lba); err != nil {
+		if err := v.stagePiece(sc.head, nil, lba, 1, sc); err != nil {
 			return 0, err
 		}
 		lba++
 	}
 	piece := min(v.chunk, v.stg.batchCap)
-	if v.kd != nil {
+	if v.tags != nil {
 		piece = min(piece, max(1, keyedWritePiece/v.bs))
 	}
 	for len(p)-i >= v.bs {
 		n := min((len(p)-i)/v.bs, piece)
-		data := p[i : i+n*v.bs]
-		if v.kd != nil {
-			// The tuples and tags of a keyed volume are computed from one
-			// private copy, staged as it is (see keyed_read.go).
-			data = sc.keyedWriteCopy(data)
-		}
-		if err := v.generate(data, lba, n, tuples, sums); err != nil {
-			return i, err
-		}
-		if v.kd != nil {
-			if testHookKeyedWrite != nil {
-				testHookKeyedWrite(p[i : i+n*v.bs])
-			}
-			if err := v.stageTags(tags, lba, n, data); err != nil {
-				return i, err
-			}
-		}
-		if err := v.stg.stage(lba, n, data, tuples, sums, tags); err != nil {
+		if err := v.stagePiece(p[i:i+n*v.bs], p[i:i+n*v.bs], lba, n, sc); err != nil {
 			return i, err
 		}
 		i += n * v.bs
@@ -155,12 +121,39 @@ func (v *Volume) WriteAt(p []byte, off int64) (int, error) {
 	}
 	if i < len(p) {
 		copy(sc.tail, p[i:])
-		if err := stageOne(sc.tail, lba); err != nil {
+		if err := v.stagePiece(sc.tail, nil, lba, 1, sc); err != nil {
 			return i, err
 		}
 	}
 	v.st.written.Add(b1 - b0)
 	return len(p), nil
+}
+
+// stagePiece generates the tuples and sums of the n blocks of data at lba,
+// and a keyed volume's tags, and stages them. caller is data when it is
+// the caller's buffer (nil for a partial block, read and merged in the
+// scratch): a keyed volume then computes all of them from one private copy
+// (keyedWriteCopy), staged as it is. Caller holds the write's range lock;
+// the scratch's overlay buffers are free (loadRun is done).
+func (v *Volume) stagePiece(data, caller []byte, lba int64, n int, sc *scratch) error {
+	tuples, sums, tags := sc.ovTuples, sc.ovSums, sc.ovTags
+	if v.tags != nil && caller != nil {
+		// The tuples and tags of a keyed volume are computed from one
+		// private copy, staged as it is (see read_keyed.go).
+		data = sc.keyedWriteCopy(data)
+	}
+	if err := v.generate(data, lba, n, tuples, sums); err != nil {
+		return err
+	}
+	if v.tags != nil {
+		if testHookKeyedWrite != nil && caller != nil {
+			testHookKeyedWrite(caller)
+		}
+		if err := v.stageTags(tags, lba, n, data); err != nil {
+			return err
+		}
+	}
+	return v.stg.stage(lba, n, data, tuples, sums, tags)
 }
 
 // Discard marks the blocks of [off, off+n) discarded: they read as zeros
@@ -254,8 +247,8 @@ func (v *Volume) discardLocked(lba, n int64) error {
 				x.Abort()
 				return v.fail(err)
 			}
-			if v.kd != nil {
-				if err := v.keyedDiscardIntent(x, iid, b, int(k)); err != nil {
+			if v.tags != nil {
+				if err := v.discardIntent(x, iid, b, int(k)); err != nil {
 					x.Abort()
 					return v.fail(err)
 				}
@@ -272,7 +265,7 @@ func (v *Volume) discardLocked(lba, n int64) error {
 		}
 		x := v.tup.NewTxn()
 		err = x.Discard(b, k)
-		if err == nil && v.kd != nil {
+		if err == nil && v.tags != nil {
 			err = x.WriteTags(b, make([]store.KeyedTag, k))
 		}
 		if err == nil && cnt > 0 {

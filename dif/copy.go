@@ -7,37 +7,16 @@ import "unsafe"
 // it hands on, not the bytes it happened to read first: another process, or
 // the kernel re-reading an evicted page from a failing disk, may change the
 // source between a check and a copy. Copying first and verifying the copy
-// is safe but reads every byte twice. ClassifyCopy and ClassifySumsCopy do
-// both in one pass where the kernels allow it: the kernels' BlocksCopy calls
-// store every loaded vector to data and fold the same register, so the
-// guards (and sums) are those of exactly the bytes left in data.
+// is safe but reads every byte twice. Classify with Classification.Src
+// does both in one pass where the kernels allow it: the kernels' BlocksCopy
+// calls store every loaded vector to data and fold the same register, so
+// the guards (and sums) are those of exactly the bytes left in data.
 //
 // The single pass applies to the separate layout with the guard checked.
 // For the interleaved layout, Type0, or a skipped guard check, src is copied
-// to data first and the copy is verified.
-
-// ClassifyCopy is Classify of the blocks in src, which are copied to data
-// (len(data) == len(src), not overlapping): states and the summary describe
-// the bytes of data when it returns, whatever src holds by then. Nothing is
-// copied if an error is returned. It does not allocate.
-func (f Format) ClassifyCopy(states []State, data, src, md []byte, p Params) (Summary, error) {
-	if err := checkCopy(data, src); err != nil {
-		return Summary{}, err
-	}
-	return f.classify(states, nil, data, src, md, p)
-}
-
-// ClassifySumsCopy is ClassifySums of the blocks in src, which are copied
-// to data as ClassifyCopy does; the sums are those of the bytes of data.
-func (f Format) ClassifySumsCopy(states []State, sums []uint32, data, src, md []byte, p Params) (Summary, error) {
-	if err := checkCopy(data, src); err != nil {
-		return Summary{}, err
-	}
-	if sums == nil {
-		sums = []uint32{}
-	}
-	return f.classify(states, sums, data, src, md, p)
-}
+// to data first and the copy is verified. With the 16-bit guard and sums,
+// Classification.Copy may replace the copying kernel by a fused one of the
+// caller's (see CopyFunc).
 
 // checkCopy checks the buffers of a copying call: same length, disjoint.
 func checkCopy(data, src []byte) error {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -203,12 +204,21 @@ func TestOracleAgainstFastPath(t *testing.T) {
 			t.Fatalf("it=%d %v %+v: failures differ from the oracle (-want +got):\n%s", it, f, p, diff)
 		}
 		states := make([]State, n)
-		sum2, err := f.Classify(states, data, md, p)
+		sum2, err := f.Classify(&Classification{States: states}, data, md, p)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if diff := cmp.Diff(wantStates, states); diff != "" {
 			t.Fatalf("it=%d %v %+v: states differ from the oracle (-want +got):\n%s", it, f, p, diff)
+		}
+		// With sums and a source: the same states, the oracle's sums, a copy.
+		cs, sums, dst := make([]State, n), make([]uint32, n), make([]byte, len(data))
+		sum3, err := f.Classify(&Classification{States: cs, Sums: sums, Src: data}, dst, md, p)
+		if err != nil || sum3 != sum2 || !slices.Equal(cs, states) || !bytes.Equal(dst, data) {
+			t.Fatalf("it=%d %v %+v: Classify with sums and a source: %+v %v, in place %+v", it, f, p, sum3, err, sum2)
+		}
+		if diff := cmp.Diff(oracleSums(f, data, md, n), sums); diff != "" {
+			t.Fatalf("it=%d %v: sums differ from the oracle (-want +got):\n%s", it, f, diff)
 		}
 		want := Summary{Blocks: n, Errors: len(wantErrs)}
 		for _, s := range wantStates {
@@ -295,8 +305,8 @@ func TestAllocs(t *testing.T) {
 		if a := testing.AllocsPerRun(20, func() { err = f.Verify(data, md, p) }); a != 0 || err != nil {
 			t.Errorf("%v: Verify: %v allocations, err %v", f, a, err)
 		}
-		states := make([]State, 300)
-		if a := testing.AllocsPerRun(20, func() { _, err = f.Classify(states, data, md, p) }); a != 0 || err != nil {
+		c := Classification{States: make([]State, 300)}
+		if a := testing.AllocsPerRun(20, func() { _, err = f.Classify(&c, data, md, p) }); a != 0 || err != nil {
 			t.Errorf("%v: Classify: %v allocations, err %v", f, a, err)
 		}
 	}

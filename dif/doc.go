@@ -49,6 +49,19 @@
 // format's layout; ToSeparate and ToInterleaved convert between the two.
 // UnwrittenTuple is the tuple to store for a discarded block.
 //
+// # Classifying
+//
+// Classify is the one call that verifies a run for a caller that acts on
+// each block: it fills a Classification with every block's State and, on
+// request, each block's sector checksum (Sums: the CRC-32C of its data,
+// SectorSum) and a copy of the run (Src: the blocks are read from a buffer
+// the caller does not own and copied to data in the checking pass, so that
+// what is verified is what is handed on). A caller may pass a fused kernel
+// (Copy, a CopyFunc) that replaces the copying loop of the separate layout
+// with the 16-bit guard and computes something of its own of each block in
+// the same pass; Classification.Single reports whether that single pass
+// covered every block.
+//
 // # Errors
 //
 // Verify reports every failing block: a *VerifyError lists the first
@@ -58,5 +71,6 @@
 // a *FormatError, bad buffers errors wrapping ErrBuffer, bad parameters
 // errors wrapping ErrParams; no input makes the package panic.
 //
-// Generate and Verify do not allocate on clean runs.
+// Generate and Verify do not allocate on clean runs; Classify does not
+// allocate.
 package dif

@@ -203,7 +203,7 @@ func oneBlock(f Format) (data, md []byte) {
 func checkOne(t *testing.T, f Format, data, md []byte, p Params, state State, fields []Field) {
 	t.Helper()
 	var states [1]State
-	if _, err := f.Classify(states[:], data, md, p); err != nil {
+	if _, err := f.Classify(&Classification{States: states[:]}, data, md, p); err != nil {
 		t.Fatal(err)
 	}
 	if states[0] != state {

@@ -79,3 +79,26 @@ func ExampleFormat_VerifyFunc() {
 	// block 4: guard expected 0x1de60e2868a782e9 stored 0x9de60e2868a782e9
 	// {Blocks:6 OK:3 Escaped:0 Unwritten:1 Failed:2 Errors:2} <nil>
 }
+
+// Classify the blocks of a run while copying them out of a buffer the
+// caller does not own, with their sector checksums.
+func ExampleFormat_Classify() {
+	f := dif.MustFormat("512+8:dix")
+	n := 4
+	src, md := make([]byte, n*f.BlockSize()), make([]byte, n*f.MetadataSize())
+	p := dif.Params{RefTag: 7}
+	f.Generate(src, md, p)
+	f.WriteTuple(src, md, 2, f.UnwrittenTuple()) // a discarded block
+	f.Inject(src, md, 3, dif.FieldData, 0)
+
+	data := make([]byte, len(src))
+	c := dif.Classification{States: make([]dif.State, n), Sums: make([]uint32, n), Src: src}
+	sum, err := f.Classify(&c, data, md, p)
+	fmt.Printf("%+v %v\n", sum, err)
+	fmt.Println(c.States, c.Single)
+	fmt.Printf("%#x %v\n", c.Sums[0], c.Sums[0] == dif.SectorSum(data[:f.BlockSize()]))
+	// Output:
+	// {Blocks:4 OK:2 Escaped:0 Unwritten:1 Failed:1 Errors:1} <nil>
+	// [ok ok unwritten failed] true
+	// 0x30fcedc0 true
+}

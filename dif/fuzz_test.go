@@ -125,6 +125,17 @@ func FuzzRoundTrip(f *testing.F) {
 		if diff := cmp.Diff(wantErrs, got); diff != "" {
 			t.Fatalf("%v %+v block %d bit %d: (-oracle +fast)\n%s", fm, p, blk, bit, diff)
 		}
+		// Classify of a copy: the oracle's states and sums, and the copy.
+		states, sums, dst := make([]State, n), make([]uint32, n), make([]byte, len(data))
+		if _, err := fm.Classify(&Classification{States: states, Sums: sums, Src: data}, dst, md, p); err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(wantStates, states); diff != "" || !bytes.Equal(dst, data) {
+			t.Fatalf("%v %+v block %d bit %d: Classify: states (-oracle +fast)\n%s (copy equal %v)", fm, p, blk, bit, diff, bytes.Equal(dst, data))
+		}
+		if diff := cmp.Diff(oracleSums(fm, data, md, n), sums); diff != "" {
+			t.Fatalf("%v block %d bit %d: Classify: sums (-oracle +fast)\n%s", fm, blk, bit, diff)
+		}
 		// The property from the tables alone.
 		field := expectedFlip(fm, bit)
 		switch {
@@ -182,7 +193,13 @@ func FuzzMalformed(f *testing.F) {
 		errs = append(errs, e)
 		_, e = fm.ReadTuple(data, md, block)
 		errs = append(errs, e)
-		_, e = fm.Classify(make([]State, n), data, md, p)
+		_, e = fm.Classify(&Classification{States: make([]State, n)}, data, md, p)
+		errs = append(errs, e)
+		// With sums, and with a source of any size (copied to data only
+		// when it fits).
+		_, e = fm.Classify(&Classification{States: make([]State, n), Sums: make([]uint32, n)}, data, md, p)
+		errs = append(errs, e)
+		_, e = fm.Classify(&Classification{States: make([]State, n), Sums: make([]uint32, n), Src: src}, data, md, p)
 		errs = append(errs, e)
 		if berr != nil || !fm.Valid() {
 			for i, e := range errs[:4] {

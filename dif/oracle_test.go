@@ -194,3 +194,14 @@ func oracleVerify(f Format, data, md []byte, p Params, n int) ([]State, []CheckE
 	}
 	return states, errs
 }
+
+// oracleSums is the sector sum of every block: the bitwise CRC-32C of its
+// BlockSize data bytes.
+func oracleSums(f Format, data, md []byte, n int) []uint32 {
+	sums := make([]uint32, n)
+	for i := range n {
+		d, _ := oracleBlock(f, data, md, i)
+		sums[i] = uint32(bitwiseCRC32C(d[:f.BlockSize()]))
+	}
+	return sums
+}

@@ -8,13 +8,13 @@ import (
 
 // Sector checksums. A store that keeps a CRC-32C of every data block beside
 // its PI tuple (blockdev's sector sums) reads every block twice when it
-// computes the two separately. GenerateSums and ClassifySums compute the
-// CRC-32C of each block's data in the same pass as the guard where the
-// kernels allow it: for the 16-bit guard t10crc32c.Blocks folds the
-// guard and runs the CRC32 instruction over the same loaded bytes, at about
-// the cost of the guard alone on amd64 with AVX2 and VPCLMULQDQ. For the
-// other guards, Type0 and a skipped guard check they run crc32c.Blocks after
-// the guard.
+// computes the two separately. GenerateSums and Classify (with
+// Classification.Sums) compute the CRC-32C of each block's data in the
+// same pass as the guard where the kernels allow it: for the 16-bit guard
+// t10crc32c.Blocks folds the guard and runs the CRC32 instruction over the
+// same loaded bytes, at about the cost of the guard alone on amd64 with
+// AVX2 and VPCLMULQDQ. For the other guards, Type0 and a skipped guard
+// check they run crc32c.Blocks after the guard.
 
 // GenerateSums is Generate that also sets sums[i] to the CRC-32C
 // (crc32c.Checksum) of the data of block i: its BlockSize data bytes, not
@@ -46,24 +46,13 @@ func (f Format) GenerateSums(data, md []byte, sums []uint32, p Params) error {
 	return so.all(&r)
 }
 
-// ClassifySums is Classify that also sets sums[i] to the CRC-32C
-// (crc32c.Checksum) of the data of block i, as GenerateSums does, whatever
-// the block's state: the caller compares them with its stored sums. sums
-// must have room for the run's blocks. Like Classify it does not allocate.
-func (f Format) ClassifySums(states []State, sums []uint32, data, md []byte, p Params) (Summary, error) {
-	if sums == nil {
-		sums = []uint32{}
-	}
-	return f.classify(states, sums, data, nil, md, p)
-}
-
 // sumOut is where the guard loops put the sector checksums of a run: s[i]
 // for block i, over the first bs bytes of the block. The zero sumOut asks
 // for none.
 type sumOut struct {
-	s  []uint32
-	bs int
-	kp keyedOut // ClassifySumsCopyKeyed: the Poly1305 partials too (keyed.go)
+	s    []uint32
+	bs   int
+	copy CopyFunc // Classification.Copy: the copying loop of the separate layout
 }
 
 // guards16 computes the guards of the len(gs) blocks from block base of r
@@ -82,8 +71,8 @@ func (so sumOut) guards16(gs []uint16, r *run, base int) error {
 	var err error
 	if r.src != nil {
 		// Separate layout only: the guard covers the bs data bytes.
-		if so.kp.key != nil {
-			err = so.kp.blocksCopy(gs, so.s[base:base+len(gs)], p, r.src[base*r.dstride:], so.bs, r.dstride, base)
+		if so.copy != nil {
+			err = so.copy(gs, so.s[base:base+len(gs)], p, r.src[base*r.dstride:], so.bs, r.dstride, base)
 		} else {
 			err = t10crc32c.BlocksCopy(gs, so.s[base:base+len(gs)], p, r.src[base*r.dstride:], so.bs, r.dstride)
 		}
@@ -109,7 +98,7 @@ func (so sumOut) all(r *run) error {
 
 // SectorSum returns the sector checksum of one block's data: its CRC-32C
 // (Castagnoli, reflected, initial and final XOR 0xFFFFFFFF; the check value
-// of "123456789" is 0xE3069283), the sum GenerateSums and ClassifySums
+// of "123456789" is 0xE3069283), the sum GenerateSums and Classify
 // compute for each block. Callers that keep sector sums beside PI tuples
 // (blockdev) compute them here, so that the choice of kernel stays in dif.
 func SectorSum(data []byte) uint32 { return crc32c.Checksum(data) }

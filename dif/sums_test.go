@@ -31,7 +31,7 @@ func wantSums(t *testing.T, f Format, data []byte, n int) []uint32 {
 }
 
 // GenerateSums writes what Generate writes and the CRC-32C of every data
-// block; ClassifySums returns what Classify returns and the same sums, on
+// block; Classify with sums returns what it returns without and the same sums, on
 // clean, corrupted, escaped and unwritten blocks, with and without the
 // guard check.
 func TestSums(t *testing.T) {
@@ -70,18 +70,18 @@ func TestSums(t *testing.T) {
 					p := p
 					p.Skip = skip
 					states, ws := make([]State, n), make([]State, n)
-					wsum, werr := f.Classify(ws, data, md, p)
+					wsum, werr := f.Classify(&Classification{States: ws}, data, md, p)
 					for i := range sums {
 						sums[i] = 0
 					}
 					sums[n] = 0xdeadbeef
-					sum, err := f.ClassifySums(states, sums, data, md, p)
+					sum, err := f.Classify(&Classification{States: states, Sums: sums}, data, md, p)
 					if err != werr || sum != wsum || !slices.Equal(states, ws) {
-						t.Fatalf("skip=%v: ClassifySums %+v %v, Classify %+v %v", skip, sum, err, wsum, werr)
+						t.Fatalf("skip=%v: Classify with sums %+v %v, without %+v %v", skip, sum, err, wsum, werr)
 					}
 					want := wantSums(t, f, data, n)
 					if !slices.Equal(sums[:n], want) || sums[n] != 0xdeadbeef {
-						t.Fatalf("skip=%v: ClassifySums: sums differ from crc32c.Blocks", skip)
+						t.Fatalf("skip=%v: Classify: sums differ from crc32c.Blocks", skip)
 					}
 				}
 			})
@@ -96,11 +96,11 @@ func TestSumsErrors(t *testing.T) {
 	if err := f.GenerateSums(data, md, sums, Params{}); err == nil {
 		t.Error("GenerateSums with a short sums: no error")
 	}
-	if _, err := f.ClassifySums(make([]State, 4), sums, data, md, Params{}); err == nil {
-		t.Error("ClassifySums with a short sums: no error")
+	if _, err := f.Classify(&Classification{States: make([]State, 4), Sums: sums}, data, md, Params{}); err == nil {
+		t.Error("Classify with a short sums: no error")
 	}
-	if _, err := f.ClassifySums(make([]State, 3), make([]uint32, 4), data, md, Params{}); err == nil {
-		t.Error("ClassifySums with a short states: no error")
+	if _, err := f.Classify(&Classification{States: make([]State, 3), Sums: make([]uint32, 4)}, data, md, Params{}); err == nil {
+		t.Error("Classify with sums and a short states: no error")
 	}
 	if !slices.Equal(sums, []uint32{1, 2, 3}) || !slices.Equal(md, make([]byte, 32)) {
 		t.Error("an error wrote")
@@ -118,8 +118,9 @@ func TestSumsAllocs(t *testing.T) {
 		if a := testing.AllocsPerRun(20, func() { err = f.GenerateSums(data, md, sums, p) }); a != 0 || err != nil {
 			t.Errorf("%v: GenerateSums: %v allocations, err %v", f, a, err)
 		}
-		if a := testing.AllocsPerRun(20, func() { _, err = f.ClassifySums(states, sums, data, md, p) }); a != 0 || err != nil {
-			t.Errorf("%v: ClassifySums: %v allocations, err %v", f, a, err)
+		c := Classification{States: states, Sums: sums}
+		if a := testing.AllocsPerRun(20, func() { _, err = f.Classify(&c, data, md, p) }); a != 0 || err != nil {
+			t.Errorf("%v: Classify with sums: %v allocations, err %v", f, a, err)
 		}
 	}
 }

@@ -74,58 +74,100 @@ func (f Format) VerifyFunc(data, md []byte, p Params, fn func(*CheckError) error
 	return v.sum, err
 }
 
+// Classification is what Classify fills in for a run of blocks, and what
+// it reads them from. States is required; the other inputs are optional.
+// A caller that classifies run after run keeps one Classification and
+// sets its slices for each.
+type Classification struct {
+	// States receives the state of each block of the run; it must have
+	// room for the run's blocks (see Blocks).
+	States []State
+
+	// Sums, if not nil, receives the CRC-32C (SectorSum) of the data of
+	// each block, as GenerateSums computes it, whatever the block's state:
+	// the caller compares them with its stored sums. It must have room for
+	// the run's blocks; entries past them are left as they are.
+	Sums []uint32
+
+	// Src, if not nil, holds the blocks to classify, which Classify copies
+	// to data (len(Src) == len(data), not overlapping): the states and sums
+	// describe the bytes of data when Classify returns, whatever Src holds
+	// by then. Nothing is copied if an error is returned. See copy.go,
+	// "Verifying a copy", for when the copy and the checks are one pass.
+	Src []byte
+
+	// Copy, if not nil, replaces the loop that copies a chunk of blocks
+	// from Src to data and computes their guards and sums in one pass:
+	// the separate layout with the 16-bit guard checked (not Type0). The
+	// caller passes a fused kernel that computes something of its own of
+	// each block in the same pass (see CopyFunc). Copy needs Src and Sums.
+	Copy CopyFunc
+
+	// Single is set by Classify: whether one pass over each block of the
+	// run computed its guard, with Sums its sum, and with Src its copy
+	// (through Copy where it is set), for every block of the run. That is
+	// the 16-bit guard checked (not Type0) and, with Src, the separate
+	// layout. It is false for an empty run and after an error.
+	Single bool
+}
+
+// CopyFunc is a fused kernel that Classify calls, through
+// Classification.Copy, for each chunk of a run whose blocks it copies in
+// the guards' pass: it must copy the len(guards) blocks of bs bytes, stride
+// bytes apart, from src to dst, and set guards[j] to the CRC-16/T10-DIF and
+// sums[j] to the CRC-32C of the bs bytes of block j as copied (the
+// contract of t10crc32c.BlocksCopy). first is the index, in the run, of
+// the chunk's first block, so that the kernel can place what it computes
+// for each block. An error ends the classification and is returned.
+type CopyFunc func(guards []uint16, sums []uint32, dst, src []byte, bs, stride, first int) error
+
 // Classify checks every block of a run like Verify and stores each block's
-// state in states, which must have room for the run's blocks (see Blocks).
-// Failures are only counted; use VerifyFunc for the details.
-func (f Format) Classify(states []State, data, md []byte, p Params) (Summary, error) {
-	return f.classify(states, nil, data, nil, md, p)
-}
-
-// classify is Classify, and with sums ClassifySums, of the run in data
-// and md; with src, of the blocks in src, copied to data (ClassifyCopy).
-func (f Format) classify(states []State, sums []uint32, data, src, md []byte, p Params) (Summary, error) {
-	sum, _, err := f.classifyWith(states, sums, keyedOut{}, data, src, md, p)
-	return sum, err
-}
-
-// classifyWith is classify with, for a keyed run (kp.key set; sums too),
-// the Poly1305 partials of the blocks as copied: it reports whether the
-// copying guard loop computed them (and the sums) for every block.
-func (f Format) classifyWith(states []State, sums []uint32, kp keyedOut, data, src, md []byte, p Params) (Summary, bool, error) {
+// state in c.States; with c.Sums it also computes each block's sector sum,
+// and with c.Src it classifies the blocks of c.Src while copying them to
+// data (see Classification). Failures are only counted; use VerifyFunc for
+// the details. It does not allocate.
+func (f Format) Classify(c *Classification, data, md []byte, p Params) (Summary, error) {
+	if c == nil {
+		return Summary{}, bufErr("no Classification to fill")
+	}
+	c.Single = false
+	if c.Src != nil {
+		if err := checkCopy(data, c.Src); err != nil {
+			return Summary{}, err
+		}
+	}
+	if c.Copy != nil && (c.Src == nil || c.Sums == nil) {
+		return Summary{}, paramErr("a copy hook without a source and sums")
+	}
 	r, err := f.run(data, md)
 	if err != nil {
-		return Summary{}, false, err
+		return Summary{}, err
 	}
-	if len(states) < r.n {
-		return Summary{}, false, bufErr("states has room for %d blocks, the run has %d", len(states), r.n)
+	if len(c.States) < r.n {
+		return Summary{}, bufErr("states has room for %d blocks, the run has %d", len(c.States), r.n)
 	}
 	var so sumOut
-	if sums != nil {
-		if len(sums) < r.n {
-			return Summary{}, false, bufErr("sums has room for %d blocks, the run has %d", len(sums), r.n)
+	if c.Sums != nil {
+		if len(c.Sums) < r.n {
+			return Summary{}, bufErr("sums has room for %d blocks, the run has %d", len(c.Sums), r.n)
 		}
-		so = sumOut{s: sums[:r.n], bs: int(f.bs)}
+		so = sumOut{s: c.Sums[:r.n], bs: int(f.bs), copy: c.Copy}
 	}
-	if kp.key != nil {
-		if len(kp.parts) < r.n {
-			return Summary{}, false, bufErr("parts has room for %d blocks, the run has %d", len(kp.parts), r.n)
-		}
-		so.kp = keyedOut{parts: kp.parts[:r.n], key: kp.key}
+	clear(c.States[:r.n])
+	v, err := f.verify(data, c.Src, md, &p, func(*CheckError) error { return nil }, c.States, so)
+	if err != nil || r.n == 0 {
+		return v.sum, err
 	}
-	clear(states[:r.n])
-	v, err := f.verify(data, src, md, &p, func(*CheckError) error { return nil }, states, so)
-	if err != nil || r.n == 0 || sums == nil {
-		return v.sum, false, err
-	}
-	// ver16 filled the sums with the guards unless it computed none; the
-	// partials too where it copied (the separate layout: ClassifyCopy's
-	// single pass, verify set r.src).
+	// ver16 computed every guard, and the sums with them; with a source,
+	// in the copying pass where verify gave it one (the separate layout).
 	filled := f.typ != Type0 && f.guard == Guard16 && v.guardOn
-	single := filled && (kp.key == nil || f.layout == Separate)
-	if !single {
-		err = so.all(&r)
+	if c.Sums != nil && !filled {
+		if err := so.all(&r); err != nil {
+			return v.sum, err
+		}
 	}
-	return v.sum, single && err == nil, err
+	c.Single = filled && (c.Src == nil || f.layout == Separate)
+	return v.sum, nil
 }
 
 // verifier accumulates the outcome of a verification.
@@ -134,7 +176,7 @@ type verifier struct {
 	fn      func(*CheckError) error // nil: collect into list
 	list    []*CheckError
 	states  []State
-	sums    sumOut // ClassifySums: the sector checksums, with the guards
+	sums    sumOut // Classification.Sums: the sector checksums, with the guards
 	sum     Summary
 	err     error // from fn
 	stopped int   // blocks visited when fn stopped the run
@@ -142,8 +184,8 @@ type verifier struct {
 
 // verify checks the run of data and md. With src (as long as data), the
 // run's blocks are read from src and copied to data: by the guard loops in
-// the same pass as the guards where they can (see ClassifyCopy), else all
-// at once first.
+// the same pass as the guards where they can (see copy.go), else all at
+// once first.
 func (f Format) verify(data, src, md []byte, p *Params, fn func(*CheckError) error, states []State, so sumOut) (verifier, error) {
 	r, err := f.run(data, md)
 	if err != nil {

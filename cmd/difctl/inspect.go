@@ -202,7 +202,7 @@ func inspectBlock(f dif.Format, data, md []byte, p dif.Params) (*tupleRecord, er
 		return nil, err
 	}
 	var states [1]dif.State
-	if _, err := f.Classify(states[:], data, md, p); err != nil {
+	if _, err := f.Classify(&dif.Classification{States: states[:]}, data, md, p); err != nil {
 		return nil, err
 	}
 	rec := &tupleRecord{State: states[0].String(), Stored: tupleOf(f, stored), Computed: tupleOf(f, computed), Failed: []string{}}

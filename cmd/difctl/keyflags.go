@@ -4,6 +4,9 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
+	"os"
+	"syscall"
 
 	"github.com/difctl/difctl/blockdev"
 	"github.com/difctl/difctl/store"
@@ -34,11 +37,69 @@ func (k keyFlags) load() (*blockdev.Key, error) {
 	case k.File != "" && k.Env != "":
 		return nil, usageErrorf("--key-file and --key-env are exclusive: give the key once")
 	case k.File != "":
-		return blockdev.ReadKeyFile(k.File)
+		return readKeyFile(k.File)
 	case k.Env != "":
-		return blockdev.KeyFromEnv(k.Env)
+		return keyFromEnv(k.Env)
 	}
 	return nil, nil
+}
+
+// maxKeyFile bounds what readKeyFile reads.
+const maxKeyFile = 4096
+
+// readKeyFile reads a key (see blockdev.ParseKey) from the file at path.
+// The file must be a regular file that neither its group nor others may
+// read or write (mode 0600 or 0400, as ssh requires of private keys): any
+// other mode is refused with a *blockdev.KeyError saying so, before the
+// key is read.
+func readKeyFile(path string) (*blockdev.Key, error) {
+	src := "file " + path
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, &blockdev.KeyError{Source: src, Reason: "cannot open", Err: err}
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, &blockdev.KeyError{Source: src, Reason: "cannot stat", Err: err}
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, &blockdev.KeyError{Source: src, Reason: fmt.Sprintf("not a regular file (%s)", fi.Mode().Type())}
+	}
+	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
+		return nil, &blockdev.KeyError{Source: src, Reason: fmt.Sprintf("mode %04o lets group or others at it; make it 0600 (chmod 600 %s)", perm, path)}
+	}
+	b, err := io.ReadAll(io.LimitReader(f, maxKeyFile+1))
+	if err != nil {
+		return nil, &blockdev.KeyError{Source: src, Reason: "cannot read", Err: err}
+	}
+	if len(b) > maxKeyFile {
+		return nil, &blockdev.KeyError{Source: src, Reason: fmt.Sprintf("larger than %d bytes", maxKeyFile)}
+	}
+	return parseKey(src, b)
+}
+
+// keyFromEnv reads a key (2*blockdev.KeySize hex digits) from the
+// environment variable name. An unset or empty variable is a
+// *blockdev.KeyError.
+func keyFromEnv(name string) (*blockdev.Key, error) {
+	src := "environment variable " + name
+	s, ok := os.LookupEnv(name)
+	if !ok || s == "" {
+		return nil, &blockdev.KeyError{Source: src, Reason: "not set"}
+	}
+	return parseKey(src, []byte(s))
+}
+
+// parseKey is blockdev.ParseKey of b, whose *blockdev.KeyError names src
+// as where the key came from.
+func parseKey(src string, b []byte) (*blockdev.Key, error) {
+	k, err := blockdev.ParseKey(b)
+	var ke *blockdev.KeyError
+	if errors.As(err, &ke) {
+		ke.Source = src
+	}
+	return k, err
 }
 
 // Values of the keyed_check field of summary and manifest records.

@@ -1,4 +1,4 @@
-package blockdev
+package split
 
 import (
 	"runtime"
@@ -20,7 +20,7 @@ func spinFor(d time.Duration) {
 func waitHelperExit(t *testing.T) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
-	for splitHelper.alive.Load() {
+	for helper.alive.Load() {
 		if time.Now().After(deadline) {
 			t.Fatal("the split helper still runs 5 s after the last job")
 		}
@@ -28,17 +28,17 @@ func waitHelperExit(t *testing.T) {
 	}
 }
 
-// forceSplit keeps the split on (splitGate) while t runs: the tests of
-// splitWork itself need the helper whatever the machine's load.
+// forceSplit keeps the split on (gate) while t runs: the tests of
+// Work itself need the helper whatever the machine's load.
 func forceSplit(t *testing.T) {
-	splitGate.forced.Store(true)
-	t.Cleanup(func() { splitGate.forced.Store(false); splitGate.reset() })
+	gate.forced.Store(true)
+	t.Cleanup(func() { gate.forced.Store(false); gate.reset() })
 }
 
-// TestSplitWorkOnce: every piece runs exactly once, on the caller or the
+// TestWorkOnce: every piece runs exactly once, on the caller or the
 // helper, with several callers at once (each newer job displaces the one
 // the helper polls), and the helper takes part.
-func TestSplitWorkOnce(t *testing.T) {
+func TestWorkOnce(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2))
 	forceSplit(t)
 	calls, n := 100, 40
@@ -53,7 +53,7 @@ func TestSplitWorkOnce(t *testing.T) {
 			defer wg.Done()
 			for c := range calls {
 				runs := make([]atomic.Int32, n)
-				ok := splitWork(n, func(w, i int) bool {
+				ok := Work(n, func(w, i int) bool {
 					runs[i].Add(1)
 					if w == 1 {
 						byHelper.Add(1)
@@ -64,7 +64,7 @@ func TestSplitWorkOnce(t *testing.T) {
 					return true
 				})
 				if !ok {
-					t.Errorf("caller %d, call %d: splitWork returned false with no piece failing", g, c)
+					t.Errorf("caller %d, call %d: Work returned false with no piece failing", g, c)
 				}
 				for i := range runs {
 					if r := runs[i].Load(); r != 1 {
@@ -80,15 +80,14 @@ func TestSplitWorkOnce(t *testing.T) {
 	}
 }
 
-// TestSplitWorkContended: pieces that do nothing, so that the caller and
+// TestWorkContended: pieces that do nothing, so that the caller and
 // the helper spend their time taking pieces, each from the other's heels:
 // every piece still runs exactly once, and in some calls both workers
 // took pieces. A take that read the counter and wrote it back in two steps
-// (rather than one atomic add) ran a piece twice within the 1,000 calls in
-// five runs of five (within 60 in four of them), and within the 200 calls
-// of -short in four runs of five, on the Zen 4 guest; TestSplitWorkOnce's
-// pieces of 10 µs leave that window nearly shut.
-func TestSplitWorkContended(t *testing.T) {
+// (rather than one atomic add) runs a piece twice within these calls in
+// most runs (docs/perf/split-gate.md); TestWorkOnce's pieces of 10 µs
+// leave that window nearly shut.
+func TestWorkContended(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2))
 	forceSplit(t)
 	calls, n := 1000, 1<<16
@@ -107,12 +106,12 @@ func TestSplitWorkContended(t *testing.T) {
 			runs[i].Store(0)
 		}
 		var took [2]atomic.Int32
-		if !splitWork(n, func(w, i int) bool {
+		if !Work(n, func(w, i int) bool {
 			runs[i].Add(1)
 			took[w].Add(1)
 			return true
 		}) {
-			t.Fatalf("call %d: splitWork returned false with no piece failing", c)
+			t.Fatalf("call %d: Work returned false with no piece failing", c)
 		}
 		for i := range runs {
 			if r := runs[i].Load(); r != 1 {
@@ -129,18 +128,18 @@ func TestSplitWorkContended(t *testing.T) {
 	t.Logf("both workers took pieces in %d of %d calls", both, calls)
 }
 
-// TestSplitWorkDone: splitWork returns only when every piece has finished,
+// TestWorkDone: Work returns only when every piece has finished,
 // including the helper's, and calls fn no more after it returned; the
 // helper exits after helperSpin without work, and the next call starts
 // another.
-func TestSplitWorkDone(t *testing.T) {
+func TestWorkDone(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2))
 	forceSplit(t)
 	var active, late atomic.Int32
 	var returned atomic.Bool
 	for range 200 {
 		returned.Store(false)
-		splitWork(8, func(w, i int) bool {
+		Work(8, func(w, i int) bool {
 			if returned.Load() {
 				late.Add(1)
 			}
@@ -151,30 +150,30 @@ func TestSplitWorkDone(t *testing.T) {
 		})
 		returned.Store(true)
 		if a := active.Load(); a != 0 {
-			t.Fatalf("splitWork returned with %d pieces running", a)
+			t.Fatalf("Work returned with %d pieces running", a)
 		}
 	}
 	waitHelperExit(t)
 	if l := late.Load(); l != 0 {
-		t.Errorf("fn called %d times after splitWork returned", l)
+		t.Errorf("fn called %d times after Work returned", l)
 	}
-	before := splitHelper.started.Load()
-	splitWork(4, func(w, i int) bool { return true })
-	if splitHelper.started.Load() != before+1 {
-		t.Errorf("a call after the helper exited started %d helpers, want 1", splitHelper.started.Load()-before)
+	before := helper.started.Load()
+	Work(4, func(w, i int) bool { return true })
+	if helper.started.Load() != before+1 {
+		t.Errorf("a call after the helper exited started %d helpers, want 1", helper.started.Load()-before)
 	}
 }
 
-// TestSplitWorkFailure: a piece that fails makes splitWork return false and
+// TestWorkFailure: a piece that fails makes Work return false and
 // the pieces not yet started be skipped.
-func TestSplitWorkFailure(t *testing.T) {
+func TestWorkFailure(t *testing.T) {
 	forceSplit(t)
 	for _, procs := range []int{1, 2} {
 		func() {
 			defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(procs))
 			const n = 1000
 			var called atomic.Int32
-			ok := splitWork(n, func(w, i int) bool {
+			ok := Work(n, func(w, i int) bool {
 				called.Add(1)
 				if i == 0 {
 					return false
@@ -183,7 +182,7 @@ func TestSplitWorkFailure(t *testing.T) {
 				return true
 			})
 			if ok {
-				t.Errorf("GOMAXPROCS %d: splitWork returned true with piece 0 failing", procs)
+				t.Errorf("GOMAXPROCS %d: Work returned true with piece 0 failing", procs)
 			}
 			c := called.Load()
 			if procs == 1 && c != 1 {
@@ -196,16 +195,16 @@ func TestSplitWorkFailure(t *testing.T) {
 	}
 }
 
-// TestSplitWorkInline: with GOMAXPROCS 1, or a single piece, everything
+// TestWorkInline: with GOMAXPROCS 1, or a single piece, everything
 // runs on the caller, in order, and no helper is started.
-func TestSplitWorkInline(t *testing.T) {
+func TestWorkInline(t *testing.T) {
 	for _, c := range []struct{ procs, n int }{{1, 50}, {2, 1}, {2, 0}} {
 		func() {
 			defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(c.procs))
 			waitHelperExit(t)
-			before := splitHelper.started.Load()
+			before := helper.started.Load()
 			next := 0
-			ok := splitWork(c.n, func(w, i int) bool {
+			ok := Work(c.n, func(w, i int) bool {
 				if w != 0 || i != next {
 					t.Errorf("GOMAXPROCS %d, %d pieces: piece %d on worker %d, want piece %d on the caller", c.procs, c.n, i, w, next)
 				}
@@ -215,46 +214,46 @@ func TestSplitWorkInline(t *testing.T) {
 			if !ok || next != c.n {
 				t.Errorf("GOMAXPROCS %d, %d pieces: ok %v after %d pieces", c.procs, c.n, ok, next)
 			}
-			if s := splitHelper.started.Load() - before; s != 0 {
+			if s := helper.started.Load() - before; s != 0 {
 				t.Errorf("GOMAXPROCS %d, %d pieces: %d helpers started", c.procs, c.n, s)
 			}
 		}()
 	}
 }
 
-// TestSplitGateRecord: a job adds what it saved (its pieces at the faster
+// TestGateRecord: a job adds what it saved (its pieces at the faster
 // worker's pace, less its time) to the balance, which is capped at
-// splitCredit; a balance below zero turns the split off for
-// splitBackoffMin, a closing soon after the split is on again for twice
-// the backoff before, up to splitBackoffMax, and a closing after the split
-// stayed on for splitSettled for splitBackoffMin again.
-func TestSplitGateRecord(t *testing.T) {
-	var g gate
+// credit; a balance below zero turns the split off for
+// backoffMin, a closing soon after the split is on again for twice
+// the backoff before, up to backoffMax, and a closing after the split
+// stayed on for settled for backoffMin again.
+func TestGateRecord(t *testing.T) {
+	var g gateState
 	ms := time.Millisecond
 	until := func() time.Duration { return time.Until(time.Unix(0, g.until.Load())) }
 	// 16 pieces of 1 ms: 8 by each worker in 8 ms, taking 9: 7 saved.
 	g.record(16, 8, 8*ms, 8*ms, 9*ms)
-	if got := time.Duration(g.balance.Load()); got != splitCredit {
-		t.Fatalf("balance %v after saving 7 ms, want the cap %v", got, splitCredit)
+	if got := time.Duration(g.balance.Load()); got != credit {
+		t.Fatalf("balance %v after saving 7 ms, want the cap %v", got, credit)
 	}
 	// The faster pace counts: a helper 10 times slower (descheduled)
 	// does not make the job a loss; the caller's slower pace does not
 	// make it a saving.
 	g.balance.Store(0)
 	g.record(16, 12, 12*ms, 40*ms, 14*ms) // alone 16 ms
-	if got := time.Duration(g.balance.Load()); got != splitCredit {
-		t.Fatalf("balance %v after a job with a slow helper that saved 2 ms, want %v", got, splitCredit)
+	if got := time.Duration(g.balance.Load()); got != credit {
+		t.Fatalf("balance %v after a job with a slow helper that saved 2 ms, want %v", got, credit)
 	}
-	g.record(16, 4, 40*ms, 12*ms, 16*ms+splitCredit/2) // alone 16 ms
-	if got := time.Duration(g.balance.Load()); got != splitCredit/2 || !g.open() {
-		t.Fatalf("balance %v (split on: %v) after losing half the credit, want %v", got, g.open(), splitCredit/2)
+	g.record(16, 4, 40*ms, 12*ms, 16*ms+credit/2) // alone 16 ms
+	if got := time.Duration(g.balance.Load()); got != credit/2 || !g.open() {
+		t.Fatalf("balance %v (split on: %v) after losing half the credit, want %v", got, g.open(), credit/2)
 	}
-	g.record(16, 8, 8*ms, 8*ms, 16*ms+splitCredit) // lost the credit
-	if g.open() || g.offs.Load() != 1 || time.Duration(g.balance.Load()) != splitRestart {
-		t.Fatalf("split on %v, %d closings, balance %v after the balance fell below zero, want %v", g.open(), g.offs.Load(), time.Duration(g.balance.Load()), splitRestart)
+	g.record(16, 8, 8*ms, 8*ms, 16*ms+credit) // lost the credit
+	if g.open() || g.offs.Load() != 1 || time.Duration(g.balance.Load()) != restart {
+		t.Fatalf("split on %v, %d closings, balance %v after the balance fell below zero, want %v", g.open(), g.offs.Load(), time.Duration(g.balance.Load()), restart)
 	}
-	if u := until(); u > splitBackoffMin || u < splitBackoffMin/2 {
-		t.Fatalf("off for %v, want %v", u, splitBackoffMin)
+	if u := until(); u > backoffMin || u < backoffMin/2 {
+		t.Fatalf("off for %v, want %v", u, backoffMin)
 	}
 	// Closed again while off (a helper's gap detector after the gate
 	// closed): no closing counted, no longer backoff.
@@ -262,24 +261,24 @@ func TestSplitGateRecord(t *testing.T) {
 	if g.close(); g.offs.Load() != 1 || g.until.Load() != u0 {
 		t.Fatalf("closing the split while off: %d closings, off until moved by %v", g.offs.Load(), time.Duration(g.until.Load()-u0))
 	}
-	// On again, a loss within splitRestart keeps it on.
+	// On again, a loss within restart keeps it on.
 	g.until.Store(time.Now().UnixNano())
-	if g.record(16, 15, 15*ms, ms, 16*ms+splitRestart/2); !g.open() {
-		t.Fatalf("a loss of %v just after the split came on again turned it off (restart credit %v)", splitRestart/2, splitRestart)
+	if g.record(16, 15, 15*ms, ms, 16*ms+restart/2); !g.open() {
+		t.Fatalf("a loss of %v just after the split came on again turned it off (restart credit %v)", restart/2, restart)
 	}
-	want := splitBackoffMin
+	want := backoffMin
 	for range 10 {
 		g.until.Store(time.Now().UnixNano()) // on again now
-		g.record(16, 16, 16*ms, 0, 16*ms+splitRestart+time.Microsecond)
-		want = min(2*want, splitBackoffMax)
+		g.record(16, 16, 16*ms, 0, 16*ms+restart+time.Microsecond)
+		want = min(2*want, backoffMax)
 		if u := until(); u > want || u < want-want/4 {
 			t.Fatalf("off for %v after closing again at once, want %v", u, want)
 		}
 	}
-	g.until.Store(time.Now().Add(-splitSettled).UnixNano())
-	g.record(16, 16, 16*ms, 0, 16*ms+splitRestart+time.Microsecond)
-	if u := until(); u > splitBackoffMin || u < splitBackoffMin/2 {
-		t.Fatalf("off for %v after the split stayed on for %v, want %v", u, splitSettled, splitBackoffMin)
+	g.until.Store(time.Now().Add(-settled).UnixNano())
+	g.record(16, 16, 16*ms, 0, 16*ms+restart+time.Microsecond)
+	if u := until(); u > backoffMin || u < backoffMin/2 {
+		t.Fatalf("off for %v after the split stayed on for %v, want %v", u, settled, backoffMin)
 	}
 	g.reset()
 	if g.record(16, 0, 0, 16*ms, 16*ms); !g.open() {
@@ -292,16 +291,16 @@ func TestSplitGateRecord(t *testing.T) {
 // times the gate has turned the split off so far.
 func freshGate(t *testing.T) int64 {
 	prev := runtime.GOMAXPROCS(2)
-	splitGate.reset()
-	t.Cleanup(func() { runtime.GOMAXPROCS(prev); splitGate.reset() })
-	return splitGate.offs.Load()
+	gate.reset()
+	t.Cleanup(func() { runtime.GOMAXPROCS(prev); gate.reset() })
+	return gate.offs.Load()
 }
 
-// TestSplitGate: a helper that holds the caller (here it sleeps in its
+// TestGate: a helper that holds the caller (here it sleeps in its
 // pieces, as one descheduled by the system would) turns the split off:
 // the next jobs run on the caller alone; after the backoff the split is
 // tried again.
-func TestSplitGate(t *testing.T) {
+func TestGate(t *testing.T) {
 	offs := freshGate(t)
 	var helped atomic.Int32
 	stall := func(w, i int) bool {
@@ -313,41 +312,41 @@ func TestSplitGate(t *testing.T) {
 		}
 		return true
 	}
-	for k := 0; splitGate.open(); k++ {
+	for k := 0; gate.open(); k++ {
 		if k == 200 {
 			t.Fatalf("the split is still on after %d jobs with a stalling helper (it took %d pieces)", k, helped.Load())
 		}
-		splitWork(16, stall)
+		Work(16, stall)
 	}
-	if splitGate.offs.Load() != offs+1 {
-		t.Fatalf("turned off %d times", splitGate.offs.Load()-offs)
+	if gate.offs.Load() != offs+1 {
+		t.Fatalf("turned off %d times", gate.offs.Load()-offs)
 	}
 	helped.Store(0)
 	waitHelperExit(t)
-	splitWork(16, stall)
-	if h := helped.Load(); h != 0 || splitHelper.alive.Load() {
-		t.Fatalf("with the split off the helper took %d pieces (alive %v)", h, splitHelper.alive.Load())
+	Work(16, stall)
+	if h := helped.Load(); h != 0 || helper.alive.Load() {
+		t.Fatalf("with the split off the helper took %d pieces (alive %v)", h, helper.alive.Load())
 	}
-	time.Sleep(splitBackoffMin)
-	if !splitGate.open() {
+	time.Sleep(backoffMin)
+	if !gate.open() {
 		t.Fatal("still off after the backoff")
 	}
-	before := splitHelper.started.Load()
-	splitWork(16, stall)
-	if splitHelper.started.Load() == before {
+	before := helper.started.Load()
+	Work(16, stall)
+	if helper.started.Load() == before {
 		t.Fatal("no helper started after the backoff")
 	}
 }
 
-// TestSplitGateHelperWaking: a job posted before the helper goroutine
+// TestGateHelperWaking: a job posted before the helper goroutine
 // first runs (here each job starts one and is over within microseconds,
 // while a new goroutine takes at least that to be stolen by the other P)
 // does not count for the gate, though the helper took none of its pieces;
 // once the helper runs, such jobs (which lose the time of posting them)
 // turn the split off.
-func TestSplitGateHelperWaking(t *testing.T) {
+func TestGateHelperWaking(t *testing.T) {
 	freshGate(t)
-	splitGate.balance.Store(0)
+	gate.balance.Store(0)
 	nop := func(w, i int) bool { return true }
 	var helped atomic.Bool
 	noted := func(w, i int) bool {
@@ -358,63 +357,63 @@ func TestSplitGateHelperWaking(t *testing.T) {
 	}
 	for k := range 8 {
 		waitHelperExit(t)
-		splitGate.reset()
+		gate.reset()
 		helped.Store(false)
-		splitWork(2, noted)
-		if b := splitGate.balance.Load(); !helped.Load() && (b != 0 || !splitGate.open()) {
-			t.Fatalf("job %d, posted as the helper started, which took none of it: balance %v (split on: %v)", k, time.Duration(b), splitGate.open())
+		Work(2, noted)
+		if b := gate.balance.Load(); !helped.Load() && (b != 0 || !gate.open()) {
+			t.Fatalf("job %d, posted as the helper started, which took none of it: balance %v (split on: %v)", k, time.Duration(b), gate.open())
 		}
 	}
 	deadline := time.Now().Add(5 * time.Second)
-	for !splitHelper.awake.Load() {
+	for !helper.awake.Load() {
 		if time.Now().After(deadline) {
 			t.Fatal("the helper has not run 5 s after its start")
 		}
-		splitWork(2, nop)
+		Work(2, nop)
 	}
-	for splitGate.open() {
+	for gate.open() {
 		if time.Now().After(deadline) {
 			t.Fatal("jobs the running helper did not help do not turn the split off")
 		}
-		splitWork(2, nop)
+		Work(2, nop)
 	}
 }
 
-// TestSplitHelperGap: a helper that finds a gap of helperGap or more
+// TestHelperGap: a helper that finds a gap of helperGap or more
 // between two looks at the clock (here it sleeps at its first poll, as
 // one descheduled by the system would be away) turns the split off and
 // exits, with no job posted: the gate's balance, which counts only the
 // jobs of a running helper, would not have seen it.
-func TestSplitHelperGap(t *testing.T) {
+func TestHelperGap(t *testing.T) {
 	waitHelperExit(t)
 	offs := freshGate(t)
 	var once sync.Once
 	testHookHelperPoll = func() { once.Do(func() { time.Sleep(2 * helperGap) }) }
 	t.Cleanup(func() { testHookHelperPoll = nil })
-	splitHelper.alive.Store(true)
-	go splitHelperLoop()
+	helper.alive.Store(true)
+	go helperLoop()
 	waitHelperExit(t)
-	if splitGate.open() || splitGate.offs.Load() != offs+1 {
-		t.Fatalf("after a gap of %v in the helper's polls: split on %v, turned off %d times", 2*helperGap, splitGate.open(), splitGate.offs.Load()-offs)
+	if gate.open() || gate.offs.Load() != offs+1 {
+		t.Fatalf("after a gap of %v in the helper's polls: split on %v, turned off %d times", 2*helperGap, gate.open(), gate.offs.Load()-offs)
 	}
 }
 
-// TestSplitGateLateHelper: a job posted before the helper runs counts
+// TestGateLateHelper: a job posted before the helper runs counts
 // once the helper takes a piece of it: here that piece holds the caller 5
 // ms (a helper on a vCPU the hypervisor takes away), against the 2.4 ms
 // the job's pieces take on one CPU, which turns the split off. (Not
 // counting such jobs, as at first, let a helper on a vCPU the hypervisor
 // kept taking away be started again for most reads, the split never
 // turned off.)
-func TestSplitGateLateHelper(t *testing.T) {
+func TestGateLateHelper(t *testing.T) {
 	offs := freshGate(t)
 	var helped atomic.Bool
 	// (Tried a few times: in about one run in five the helper had not
 	// started before the caller finished.)
 	for range 5 {
 		waitHelperExit(t)
-		splitGate.reset()
-		splitWork(48, func(w, i int) bool {
+		gate.reset()
+		Work(48, func(w, i int) bool {
 			if w == 1 {
 				helped.Store(true)
 				time.Sleep(5 * time.Millisecond)
@@ -430,31 +429,31 @@ func TestSplitGateLateHelper(t *testing.T) {
 	if !helped.Load() {
 		t.Skip("the helper took no piece in five jobs (the machine is busy)")
 	}
-	if splitGate.open() || splitGate.offs.Load() != offs+1 {
-		t.Fatalf("a late helper that held the caller 5 ms: split on %v, turned off %d times", splitGate.open(), splitGate.offs.Load()-offs)
+	if gate.open() || gate.offs.Load() != offs+1 {
+		t.Fatalf("a late helper that held the caller 5 ms: split on %v, turned off %d times", gate.open(), gate.offs.Load()-offs)
 	}
 }
 
-// TestSplitGateFailedJobs: a job whose piece failed (the rest skipped)
+// TestGateFailedJobs: a job whose piece failed (the rest skipped)
 // does not count for the gate, whatever its times: here, with the helper
 // running, its piece stalls the caller for 2 ms before it fails, which in
 // a job that did not fail would turn the split off.
-func TestSplitGateFailedJobs(t *testing.T) {
+func TestGateFailedJobs(t *testing.T) {
 	freshGate(t)
 	deadline := time.Now().Add(5 * time.Second)
-	for !splitHelper.awake.Load() {
+	for !helper.awake.Load() {
 		if time.Now().After(deadline) {
 			t.Fatal("the helper has not run 5 s after its start")
 		}
-		splitWork(2, func(w, i int) bool { return true })
+		Work(2, func(w, i int) bool { return true })
 	}
 	// (The jobs that woke the helper may have turned the split off: a job
 	// posted while it ran and that it did not help loses a little.)
-	splitGate.reset()
-	offs := splitGate.offs.Load()
+	gate.reset()
+	offs := gate.offs.Load()
 	var helped atomic.Int32
 	for range 5 {
-		if splitWork(16, func(w, i int) bool {
+		if Work(16, func(w, i int) bool {
 			if w == 1 {
 				helped.Add(1)
 				time.Sleep(2 * time.Millisecond)
@@ -469,36 +468,36 @@ func TestSplitGateFailedJobs(t *testing.T) {
 	if helped.Load() == 0 {
 		t.Skip("the helper took no piece (the machine is busy)")
 	}
-	if !splitGate.open() || splitGate.offs.Load() != offs || splitGate.balance.Load() != 0 {
-		t.Fatalf("after failing jobs: open %v, turned off %d times, balance %v", splitGate.open(), splitGate.offs.Load()-offs, time.Duration(splitGate.balance.Load()))
+	if !gate.open() || gate.offs.Load() != offs || gate.balance.Load() != 0 {
+		t.Fatalf("after failing jobs: open %v, turned off %d times, balance %v", gate.open(), gate.offs.Load()-offs, time.Duration(gate.balance.Load()))
 	}
 }
 
-// TestSplitPieceBlocks: pieces are about splitPiece bytes, a multiple of
+// TestPieceBlocks: pieces are about Piece bytes, a multiple of
 // 24 blocks (kernelGroup: of the kernels' four, six and eight) from 24 on.
-func TestSplitPieceBlocks(t *testing.T) {
+func TestPieceBlocks(t *testing.T) {
 	for _, c := range []struct{ bs, want int }{{512, 240}, {520, 240}, {4096, 24}, {4160, 24}, {16384, 8}, {65536, 2}, {1 << 20, 1}} {
-		if got := splitPieceBlocks(c.bs); got != c.want {
-			t.Errorf("splitPieceBlocks(%d) = %d, want %d", c.bs, got, c.want)
+		if got := pieceBlocks(c.bs); got != c.want {
+			t.Errorf("pieceBlocks(%d) = %d, want %d", c.bs, got, c.want)
 		}
 	}
 }
 
-// TestBlockPieces: the pieces cover [0, n) in order, none empty; the head's
-// are splitPieceBlocks long, and the last two pieces' worth of blocks come
-// in pieces of at most a quarter of that (rounded as splitPieceBlocks
+// TestPieces: the pieces cover [0, n) in order, none empty; the head's
+// are pieceBlocks long, and the last two pieces' worth of blocks come
+// in pieces of at most a quarter of that (rounded as pieceBlocks
 // rounds), so that a 1 MiB run's last piece is small.
-func TestBlockPieces(t *testing.T) {
+func TestPieces(t *testing.T) {
 	for _, bs := range []int{512, 520, 4096, 65536, 1 << 20} {
-		per := splitPieceBlocks(bs)
+		per := pieceBlocks(bs)
 		for _, n := range []int{1, 2, 3, per - 1, per, per + 1, 2 * per, 2*per + 1, 3 * per, 3*per + 7, 1 << 20 / bs, 8 << 20 / bs} {
 			if n < 1 {
 				continue
 			}
-			bp := newBlockPieces(n, bs)
+			bp := NewPieces(n, bs)
 			next, big := 0, 0
-			for p := range bp.pieces {
-				i, j := bp.at(p)
+			for p := range bp.Len() {
+				i, j := bp.At(p)
 				if i != next || j <= i || j > n {
 					t.Fatalf("bs %d, n %d: piece %d is [%d, %d), after %d", bs, n, p, i, j, next)
 				}
@@ -519,8 +518,8 @@ func TestBlockPieces(t *testing.T) {
 		}
 	}
 	// A 1 MiB run of 512-byte blocks: the last piece is 60 blocks.
-	bp := newBlockPieces(2048, 512)
-	if i, j := bp.at(bp.pieces - 1); j != 2048 || j-i > 60 {
+	bp := NewPieces(2048, 512)
+	if i, j := bp.At(bp.Len() - 1); j != 2048 || j-i > 60 {
 		t.Errorf("last piece of 2048 blocks is [%d, %d)", i, j)
 	}
 }

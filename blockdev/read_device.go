@@ -1,0 +1,312 @@
+package blockdev
+
+import (
+	"errors"
+	"runtime"
+
+	"github.com/difctl/difctl/blockdev/internal/keyed"
+	"github.com/difctl/difctl/blockdev/internal/split"
+)
+
+// Stage 2 of a verified read (verifyRun): read. The run's data comes from
+// the device's read-only mapping of the page cache where it has one
+// (readMapped: stage 3 classifies each piece straight from the mapping,
+// copying it to the caller's buffer in the verifying pass), otherwise with
+// the device's ReadAt, and a large run is split across the verification
+// workers (or, for a keyed volume, the split helper). Each piece is
+// classified (stage 3, read_classify.go) as soon as it is read, while the
+// CPU cache still holds it. A read that fails is retried block by block;
+// blocks that still cannot be read are marked in sc.ioBad and reported.
+
+// readDevice reads p at off from dev, around the page cache if uncached.
+func readDevice(dev Device, p []byte, off int64, uncached bool) error {
+	var err error
+	if uncached {
+		_, err = ReadUncached(dev, p, off)
+	} else {
+		_, err = dev.ReadAt(p, off)
+	}
+	return err
+}
+
+// readDev reads whole blocks from the device.
+func (v *Volume) readDev(p []byte, lba int64, uncached bool) error {
+	return readDevice(v.dev, p, lba*int64(v.bs), uncached)
+}
+
+// readRun reads blocks [0, n) of the loaded run at lba into data and
+// classifies them, piece by piece: serially on the caller's goroutine, or
+// in parts across the verification workers (or the split helper) when the
+// run is large. loaded: the load stage read the run already (staging
+// serves staged blocks with the rest of the run read under its lock), so
+// it is only classified.
+func (v *Volume) readRun(lba int64, n int, data []byte, sc *scratch, loaded bool) error {
+	if loaded {
+		return v.classify(lba, 0, n, data, nil, sc, 0)
+	}
+	if parts := v.splitParts(n); parts > 1 {
+		return v.readParallel(lba, n, parts, data, sc)
+	}
+	return v.readSerial(lba, 0, n, data, sc)
+}
+
+// readSerial reads and classifies blocks [i, i+k) of a run piece by piece
+// on the caller's goroutine, retrying failing reads block by block.
+func (v *Volume) readSerial(lba int64, i, k int, data []byte, sc *scratch) error {
+	piece := max(1, pipePiece/v.bs)
+	uncached := sc.req.uncached
+	if sc.req.inPlace && !uncached && v.mapper != nil {
+		// Nothing is copied, so nothing to keep in the cache: the mapping
+		// is read in one go.
+		piece = k
+	}
+	for end := i + k; i < end; i += piece {
+		k := min(piece, end-i)
+		if !uncached {
+			done, err := v.readMapped(lba, i, k, data, sc, 0)
+			if err != nil {
+				return err
+			}
+			if done {
+				continue
+			}
+		}
+		if err := v.readData(lba, i, i+k, data, sc); err != nil {
+			return err
+		}
+		if err := v.classify(lba, i, k, data, nil, sc, 0); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// readData reads blocks [from, to) of the run at lba into data.
+func (v *Volume) readData(lba int64, from, to int, data []byte, sc *scratch) error {
+	err := v.readDev(data[from*v.bs:to*v.bs], lba+int64(from), sc.req.uncached)
+	if err == nil {
+		return nil
+	}
+	return v.readFallback(lba, from, to, data, sc, err, nil)
+}
+
+// readFallback reads block by block the blocks [from, to) of a run whose
+// read failed with err, re-reading each up to sc.req.rereads times; blocks
+// that still cannot be read are zeroed, marked in sc.ioBad and reported.
+// Blocks marked in skip (served from staging) are left alone. An error
+// that fatalReadError accepts fails the run.
+func (v *Volume) readFallback(lba int64, from, to int, data []byte, sc *scratch, err error, skip []uint64) error {
+	if fatalReadError(err) {
+		return err
+	}
+	for i := from; i < to; i++ {
+		if skip != nil && hasBit(skip, i) {
+			continue
+		}
+		blk := data[i*v.bs : (i+1)*v.bs]
+		var err error
+		for r := 0; r <= sc.req.rereads; r++ {
+			if err = v.readDev(blk, lba+int64(i), r > 0 || sc.req.uncached); err == nil || fatalReadError(err) {
+				break
+			}
+		}
+		if err != nil && fatalReadError(err) {
+			return err
+		}
+		if err != nil {
+			clear(blk)
+			setBit(sc.ioBad, i)
+			sc.probs = append(sc.probs, Problem{LBA: lba + int64(i), Kind: KindIO, Err: err})
+		}
+	}
+	return nil
+}
+
+// readMapped verifies blocks [i, i+k) of the run at lba straight from the
+// device's mapping of the page cache when it has one (see Mapper), copying
+// them to data in the verifying pass: one pass over the bytes instead of
+// the kernel's copy and then the checksums. done is false when the piece
+// must be read the ordinary way: the device has no mapping, or reading it
+// faulted (ReadAt then reports the I/O error properly).
+// The serial path (w 0) classifies through sc.mapFn, made once per scratch
+// so that a read allocates nothing; parts of one run classified
+// concurrently share sc and pass a callback of their own, with their
+// worker w.
+func (v *Volume) readMapped(lba int64, i, k int, data []byte, sc *scratch, w int) (done bool, err error) {
+	if v.mapper == nil || v.noMap.Load() {
+		return false, nil
+	}
+	off := (lba + int64(i)) * int64(v.bs)
+	if w != 0 {
+		err = v.mapper.ReadMapped(off, k*v.bs, func(src []byte) error {
+			return v.classify(lba, i, k, data, src, sc, w)
+		})
+	} else {
+		sc.mapLBA, sc.mapI, sc.mapK, sc.mapData = lba, i, k, data
+		err = v.mapper.ReadMapped(off, k*v.bs, sc.mapFn)
+		sc.mapData = nil
+	}
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, errors.ErrUnsupported):
+		v.noMap.Store(true)
+		return false, nil
+	case errors.Is(err, ErrMapFault):
+		v.st.mapFaults.Add(1)
+		return false, nil
+	}
+	return false, err
+}
+
+// serialClassify returns the serial path's mapped read callback of sc,
+// which classifies the piece readMapped set in sc.mapLBA, mapI, mapK and
+// mapData straight from the mapping: made once per scratch, so that a
+// read allocates nothing.
+func (v *Volume) serialClassify(sc *scratch) func([]byte) error {
+	return func(src []byte) error { return v.classify(sc.mapLBA, sc.mapI, sc.mapK, sc.mapData, src, sc, 0) }
+}
+
+// Parallel reads: a run of at least splitMin bytes is cut into parts, one
+// for the caller's goroutine and one for each verification worker, and
+// every goroutine reads and verifies its own part piece by piece (pieces of
+// pipePiece bytes, verified while the CPU cache still holds them). A large
+// request thus costs one hand-off per part, not per piece, and its reads and
+// checksums proceed on every core. A part whose read fails is done again
+// serially, where failing reads are retried block by block.
+const (
+	splitMin  = 256 << 10
+	pipePiece = 128 << 10
+)
+
+type verifyJob struct {
+	lba  int64
+	i, k int
+	part int
+	data []byte
+	sc   *scratch // with the run's request
+}
+
+// startWorkers starts the verification workers once and returns how many
+// there are.
+func (v *Volume) startWorkers() int {
+	v.workersOnce.Do(func() {
+		n := v.opts.VerifyWorkers
+		if n < 1 {
+			return
+		}
+		v.jobs = make(chan verifyJob, n)
+		for w := range n {
+			go func(jobs <-chan verifyJob, w int) {
+				for j := range jobs {
+					v.runPart(j, w)
+				}
+			}(v.jobs, w+1)
+		}
+	})
+	if v.jobs == nil {
+		return 0
+	}
+	return v.opts.VerifyWorkers
+}
+
+// stopWorkers ends the workers. Caller holds closeMu exclusively.
+func (v *Volume) stopWorkers() {
+	v.workersOnce.Do(func() {})
+	if v.jobs != nil {
+		close(v.jobs)
+	}
+}
+
+// runPart reads and classifies part j of a split run as worker w (0 the
+// request's goroutine, 1 on the verification workers or the split helper),
+// recording a failed read in sc.partFailed (the part is redone serially)
+// and any other error in sc.jobErr.
+func (v *Volume) runPart(j verifyJob, w int) {
+	defer j.sc.wg.Done()
+	piece := max(1, pipePiece/v.bs)
+	for i, end := j.i, j.i+j.k; i < end; i += piece {
+		k := min(piece, end-i)
+		if !j.sc.req.uncached {
+			done, err := v.readMapped(j.lba, i, k, j.data, j.sc, w)
+			if err != nil {
+				j.sc.jobErr.CompareAndSwap(nil, &err)
+				return
+			}
+			if done {
+				continue
+			}
+		}
+		if err := v.readDev(j.data[i*v.bs:(i+k)*v.bs], j.lba+int64(i), j.sc.req.uncached); err != nil {
+			j.sc.partFailed.Or(1 << j.part)
+			return
+		}
+		if err := v.classify(j.lba, i, k, j.data, nil, j.sc, w); err != nil {
+			j.sc.jobErr.CompareAndSwap(nil, &err)
+			return
+		}
+	}
+}
+
+// splitParts returns into how many parts a run of n blocks is cut for the
+// verification workers: 1 (read serially) unless the run is large and
+// there are workers.
+func (v *Volume) splitParts(n int) int {
+	if n*v.bs < splitMin {
+		return 1
+	}
+	if w := v.startWorkers(); w > 0 || !v.keyedHelper() {
+		return min(1+w, n*v.bs/(splitMin/2), 64)
+	}
+	// No workers, but a keyed volume's read is worth a second CPU: pieces
+	// that the caller and the split helper take in turn (split.Work).
+	return min(n*v.bs/split.Piece, 64)
+}
+
+// keyedHelper reports whether a large verified read of a keyed volume
+// without verification workers (Options.VerifyWorkers) is split over the
+// caller and the split helper: when the fused kernel computes the
+// partials and a second CPU may run it. The run's parts are then pieces
+// that the caller and the split helper take in turn (readParallel,
+// split.Work).
+func (v *Volume) keyedHelper() bool {
+	return v.tags != nil && v.sums && keyed.Fused() && runtime.GOMAXPROCS(0) >= 2
+}
+
+// readParallel reads the data of a run of n blocks and classifies it in
+// parts, one on the caller's goroutine and one per worker.
+func (v *Volume) readParallel(lba int64, n, parts int, data []byte, sc *scratch) error {
+	sc.jobErr.Store(nil)
+	sc.partFailed.Store(0)
+	per := (n + parts - 1) / parts
+	sc.wg.Add(parts)
+	if v.jobs == nil {
+		// keyedHelper: the parts are pieces for split.Work.
+		split.Work(parts, func(w, p int) bool {
+			i := min(p*per, n)
+			v.runPart(verifyJob{lba: lba, i: i, k: min(per, n-i), part: p, data: data, sc: sc}, w)
+			return true
+		})
+	} else {
+		for p := 1; p < parts; p++ {
+			i := min(p*per, n)
+			v.jobs <- verifyJob{lba: lba, i: i, k: min(per, n-i), part: p, data: data, sc: sc}
+		}
+		v.runPart(verifyJob{lba: lba, i: 0, k: min(per, n), part: 0, data: data, sc: sc}, 0)
+	}
+	sc.wg.Wait()
+	if p := sc.jobErr.Load(); p != nil {
+		return *p
+	}
+	failed := sc.partFailed.Load()
+	for p := 0; failed != 0 && p < parts; p++ {
+		if failed&(1<<p) == 0 {
+			continue
+		}
+		i := min(p*per, n)
+		if err := v.readSerial(lba, i, min(per, n-i), data, sc); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,99 @@
+package blockdev
+
+import (
+	"sync"
+	"sync/atomic"
+
+	"github.com/difctl/difctl/blockdev/internal/keyed"
+	"github.com/difctl/difctl/dif"
+	"github.com/difctl/difctl/store"
+)
+
+// scratch is the per-request working memory of the read and write paths,
+// sized for one chunk (v.chunk blocks) and pooled.
+type scratch struct {
+	tuples   []byte
+	sums     []uint32
+	crcs     []uint32
+	written  store.Bitmap
+	ovMask   []uint64 // blocks whose tuple comes from staging or the overlay
+	ovTuples []byte
+	ovSums   []uint32
+	staged   []uint64 // blocks whose data comes from staging
+	ioBad    []uint64 // blocks that could not be read
+	states   []dif.State
+	head     []byte // partial blocks of reads and writes
+	tail     []byte
+	reread   []byte
+	wcopy    []byte // a keyed write's piece (keyedWriteCopy)
+	probs    []Problem
+	// A keyed volume opened with its key: the tags of staged and overlay
+	// blocks (as ovTuples), the keyed scratch, and the keyed read path's
+	// mapped read callbacks, per split worker.
+	ovTags     []store.KeyedTag
+	tags       *keyed.Scratch
+	tagMaps    [2]*mappedTags
+	wg         sync.WaitGroup // parts of a split read (readParallel)
+	jobErr     atomic.Pointer[error]
+	partFailed atomic.Uint64 // parts whose read failed, redone serially
+
+	// req is the request of the run being read (see verifyRun).
+	req readReq
+
+	// unwritten: every block of the loaded run is unwritten (see
+	// verifyRun's hole check).
+	unwritten bool
+
+	// The serial mapped read's callback (see readMapped), made once so
+	// that a read allocates nothing, and its arguments.
+	mapFn   func([]byte) error
+	mapLBA  int64
+	mapI    int
+	mapK    int
+	mapData []byte
+}
+
+func (v *Volume) newScratch() any {
+	n := v.chunk
+	w := (n + 63) / 64
+	sc := &scratch{
+		tuples:   make([]byte, n*v.ts),
+		crcs:     make([]uint32, n),
+		written:  store.NewBitmap(n),
+		ovMask:   make([]uint64, w),
+		staged:   make([]uint64, w),
+		ovTuples: make([]byte, n*v.ts),
+		ioBad:    make([]uint64, w),
+		states:   make([]dif.State, n),
+		head:     AlignedBuffer(v.bs),
+		tail:     AlignedBuffer(v.bs),
+		reread:   AlignedBuffer(v.bs),
+	}
+	if v.sums {
+		sc.sums = make([]uint32, n)
+		sc.ovSums = make([]uint32, n)
+	}
+	if v.tags != nil {
+		// With sector sums, the partials of the fused copy, for each
+		// worker that may classify part of a run at once: the request's
+		// goroutine and the verification workers, or the split helper.
+		sc.ovTags = make([]store.KeyedTag, n)
+		sc.tags = v.tags.NewScratch(1+max(1, v.opts.VerifyWorkers), v.sums)
+		for w := range sc.tagMaps {
+			sc.tagMaps[w] = newMappedTags(sc.tags, w)
+		}
+	}
+	sc.mapFn = v.serialClassify(sc)
+	return sc
+}
+
+func (v *Volume) getScratch() *scratch { return v.scratch.Get().(*scratch) }
+
+func (v *Volume) putScratch(sc *scratch) {
+	clear(sc.probs) // drop references to errors
+	sc.probs = sc.probs[:0]
+	v.scratch.Put(sc)
+}
+
+func hasBit(m []uint64, i int) bool { return m[i/64]>>(i%64)&1 != 0 }
+func setBit(m []uint64, i int)      { m[i/64] |= 1 << (i % 64) }
