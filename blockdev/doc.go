@@ -102,7 +102,7 @@
 // LBA); a block that fails it is a [KindKeyedTag] problem (*[KeyedTagError],
 // matching dif.ErrIntegrity). Threat model, against an attacker who can
 // write the device and the store but has no key (details in the package
-// documentation of blockdev/internal/keyed, the tag engine, and the README,
+// documentation of blockdev/internal/keyed, the tag engine, and docs/keyed.md,
 // point by point against dm-integrity's documented limits):
 // altered, moved, copied or fabricated data fails; forged tags and
 // generations fail (tag pages carry a MAC, and every tag page exists from

@@ -9,7 +9,7 @@ import (
 	"github.com/difctl/difctl/store"
 )
 
-// Keyed volumes (ARCHITECTURE.md; README "Keyed volumes"). A volume
+// Keyed volumes (ARCHITECTURE.md; docs/keyed.md). A volume
 // created with CreateOptions.Key keeps a Poly1305-AES tag and its write
 // generation per block beside the tuple. This file holds their public API
 // and the Volume's side of them; the tag engine (the keys a Key gives a

@@ -10,7 +10,7 @@ import (
 	"github.com/difctl/difctl/store"
 )
 
-// Remap of a volume's reference tags (README.md, "Formats"): the volume was
+// Remap of a volume's reference tags (docs/formats.md): the volume was
 // copied to a new offset, or its initial ref tag must change, so every
 // stored tuple's ref tag moves from From+i to To+i. Data, guards, app and
 // storage tags do not change, and nothing is recomputed from the data.

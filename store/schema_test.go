@@ -68,7 +68,7 @@ func TestCoverageHostileManifest(t *testing.T) {
 			t.Errorf("schema %d: open with a device of 2^62 bytes: %v, want ErrCorrupt", schema, err)
 		}
 		b = kv.NewBatch()
-		b.Set(key, fmt.Appendf(nil, `{"kind":"difctl.store.manifest","schema":%d,"format":"f","block_size":512,"tuple_size":16,"page_tuples":1024,"device_size":%d,"device_id":"d","created":"2026-01-01T00:00:00Z"}`, schema, store.MaxPages*1024*512))
+		b.Set(key, fmt.Appendf(nil, `{"kind":"difctl.store.manifest","schema":%d,"format":"f","block_size":512,"tuple_size":16,"page_tuples":1024,"device_size":%d,"device_id":"d","created":"2026-01-01T00:00:00Z"}`, schema, int64(store.MaxPages)*1024*512))
 		if err := b.Commit(true); err != nil {
 			t.Fatal(err)
 		}

@@ -14,7 +14,7 @@ import (
 )
 
 // keyFlags are --key-file and --key-env, the key of a keyed volume
-// (README, "Keyed volumes"). Every command on a store-backed image takes
+// (docs/keyed.md). Every command on a store-backed image takes
 // them: protect creates a keyed volume with the key; verify, scrub and
 // inspect check the keyed tags with it and, without it, check the tuples
 // and say the keyed check was skipped; write, discard and remap refuse a

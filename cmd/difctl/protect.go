@@ -121,7 +121,7 @@ a persistent file system, e.g. --store pebble:/var/lib/difctl/sdb.
 	storeFlag(cmd, &store, "")
 	f.Var(&rate, "rate", "limit the read rate, e.g. 100MiB/s (default unlimited)")
 	f.Var(&ckpt, "checkpoint", "save progress every `SIZE` of the image: what an interruption may cost")
-	addKeyFlags(cmd, &g.Key, "protect as a keyed volume, tamper-evident under the key (see README, Keyed volumes)")
+	addKeyFlags(cmd, &g.Key, "protect as a keyed volume, tamper-evident under the key (see docs/keyed.md)")
 	f.BoolVar(&reprot, "reprotect", false, "delete the image's records in the store (tuples, findings, cursors) and protect the data as it is now, keeping its format, tags and key unless flags change them; only for data known to be good")
 	f.BoolVar(&dropKey, "drop-key", false, "with --reprotect and the volume's key: protect a keyed volume again without a key")
 	return cmd
@@ -223,11 +223,10 @@ func runProtect(ctx context.Context, opts protectOptions, stdout, stderr io.Writ
 	switch {
 	case err == nil && opts.Reprotect:
 		// Start over with what the volume was (format, tags, key) unless
-		// flags change it; everything is checked before anything goes.
+		// flags change it (another image's store included: --reprotect
+		// is the explicit way to take it over); the key is checked before
+		// anything goes.
 		m := t.Manifest()
-		if err := checkIdentity(opts.Image, url, m, -1); err != nil {
-			return err
-		}
 		if key, err = reprotectKey(opts, &m, key); err != nil {
 			return err
 		}

@@ -1,5 +1,5 @@
 // Package keyed is the tag engine of blockdev's keyed volumes
-// (ARCHITECTURE.md; README "Keyed volumes"): the keys a volume derives from
+// (ARCHITECTURE.md; docs/keyed.md): the keys a volume derives from
 // its Key, the generations of its writes and their durable reservation,
 // the tags of writes, protects and discards, the cache of verified tag
 // pages, the keyed check of a verified run (with the Poly1305 partials of
