@@ -169,6 +169,9 @@ type OpenOptions struct {
 	// resident set of a process that writes grows by up to this much
 	// (twice, while one memtable is flushed).
 	MemTableBytes int64
+	// OnCommit, if not nil, is called after every batch commit of the
+	// store, whatever its backend (see ObserveCommits). Default nil.
+	OnCommit func(CommitEvent)
 }
 
 // Open opens a store by URL, creating it if it does not exist (OpenWith
@@ -192,6 +195,14 @@ func Open(url string) (KV, error) { return OpenWith(url, OpenOptions{Create: tru
 // latter for an empty directory, create a new database and delete the old
 // tables; OpenWith never reinitialises an existing directory.
 func OpenWith(url string, o OpenOptions) (KV, error) {
+	kv, err := openWith(url, o)
+	if err != nil || o.OnCommit == nil {
+		return kv, err
+	}
+	return ObserveCommits(kv, o.OnCommit), nil
+}
+
+func openWith(url string, o OpenOptions) (KV, error) {
 	scheme, rest, ok := strings.Cut(url, ":")
 	if !ok || strings.ContainsAny(scheme, `/\.`) || len(scheme) < 2 {
 		// No scheme (or a Windows drive letter): a plain path.
