@@ -176,6 +176,9 @@ type OpenOptions struct {
 	// resident set of a process that writes grows by up to this much
 	// (twice, while one memtable is flushed).
 	MemTableBytes int64
+	// OnCommit, if not nil, is called after every batch commit of the
+	// store, whatever its backend (see ObserveCommits). Default nil.
+	OnCommit func(CommitEvent)
 }
 
 // defaultScheme is the scheme of a URL that has none: a plain path is a
@@ -200,6 +203,14 @@ func Open(url string) (KV, error) { return OpenWith(url, OpenOptions{Create: tru
 // of the URL's scheme gets the URL as given (a plain path, for pebble) and
 // o.
 func OpenWith(url string, o OpenOptions) (KV, error) {
+	kv, err := openWith(url, o)
+	if err != nil || o.OnCommit == nil {
+		return kv, err
+	}
+	return ObserveCommits(kv, o.OnCommit), nil
+}
+
+func openWith(url string, o OpenOptions) (KV, error) {
 	scheme, rest, ok := strings.Cut(url, ":")
 	if !ok || strings.ContainsAny(scheme, `/\.`) || len(scheme) < 2 {
 		// No scheme (or a Windows drive letter): a plain path.

@@ -80,6 +80,16 @@
 // With [Options.TLS] set, TLS is mandatory (the protocol's FORCEDTLS mode):
 // options before NBD_OPT_STARTTLS are refused with NBD_REP_ERR_TLS_REQD.
 //
+// # Monitoring
+//
+// [Options.OnRequest] gets a [RequestEvent] for every request once it is
+// answered (export, command, range, duration, error: [ErrBadRequest] for
+// a request refused unexecuted), [Options.OnConn] a [ConnEvent] when a
+// connection enters or leaves an export's transmission phase or is refused
+// by a full export; with OnFailure and OnConnError they are what package
+// metrics (difctl serve --metrics-listen) counts. Unset, they cost a nil
+// check.
+//
 // # Use
 //
 //	srv, err := nbd.NewServer([]nbd.Export{{Name: "disk", Volume: vol}}, nbd.Options{})

@@ -94,6 +94,10 @@ func (c *conn) serve(ctx context.Context) (err error) {
 		return err
 	}
 	defer x.release(c)
+	if c.s.opts.OnConn != nil {
+		c.connEvent(x, ConnEnter)
+		defer c.connEvent(x, ConnLeave)
+	}
 	c.raw.SetDeadline(time.Time{})
 	if ctx.Err() != nil {
 		return nil
@@ -210,7 +214,8 @@ func (c *conn) option(opt uint32, data []byte) (x *export, done bool, err error)
 			return nil, true, protoErr("unknown export %q (NBD_OPT_EXPORT_NAME)", data)
 		}
 		if !x.acquire(c) {
-			return nil, true, fmt.Errorf("nbd: export %q: too many connections", x.Name)
+			c.connEvent(x, ConnFull)
+			return nil, true, fmt.Errorf("%w: export %q has its maximum of %d connections, none idle for the idle timeout", ErrRefused, x.Name, x.maxConns)
 		}
 		var r [10 + 124]byte
 		binary.BigEndian.PutUint64(r[0:], uint64(x.size))
@@ -350,6 +355,7 @@ func (c *conn) infoGo(opt uint32, data []byte) (*export, bool, error) {
 		return nil, false, c.optReply(opt, repAck)
 	}
 	if !x.acquire(c) {
+		c.connEvent(x, ConnFull)
 		return nil, false, c.optError(opt, repErrPolicy, "export %q has its maximum of %d connections, none idle for the idle timeout", x.Name, x.maxConns)
 	}
 	if err := c.optReply(opt, repAck); err != nil {

@@ -265,13 +265,6 @@ func (x *export) release(c *conn) {
 	x.mu.Unlock()
 }
 
-// connections returns the number of connections holding a slot.
-func (x *export) connections() int {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	return len(x.active)
-}
-
 // reapIdle closes every connection of x idle for maxIdle or longer.
 func (x *export) reapIdle(maxIdle time.Duration) {
 	now := time.Now()

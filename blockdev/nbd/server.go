@@ -60,7 +60,8 @@ var (
 	ErrClosed = errors.New("nbd: server already used")
 	// ErrRefused matches the error reported (Options.OnConnError) for a
 	// connection closed at once because the handshake limits were reached
-	// (see Options.MaxHandshakes).
+	// (see Options.MaxHandshakes), or closed after NBD_OPT_EXPORT_NAME
+	// because that export was full (Options.MaxConnections).
 	ErrRefused = errors.New("nbd: connection refused by the server's limits")
 	// ErrProtocol matches every violation of the protocol by a client
 	// (reported through Options.OnConnError, never returned by Serve).
@@ -198,6 +199,14 @@ type Options struct {
 	// the client's address, or uid:N for a unix-socket client on Linux
 	// (its user). It must be safe for concurrent use.
 	OnConnError func(remote string, err error)
+	// OnRequest, if not nil, is called for every request of the
+	// transmission phase once its reply is sent (see RequestEvent), and
+	// OnConn when a connection enters or leaves an export's transmission
+	// phase or is refused because the export is full (see ConnEvent):
+	// for metrics. They must be quick and safe for concurrent use. Unset,
+	// they cost nothing.
+	OnRequest func(RequestEvent)
+	OnConn    func(ConnEvent)
 }
 
 func (o *Options) normalize() error {

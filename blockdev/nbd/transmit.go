@@ -92,9 +92,10 @@ func (c *conn) transmit(ctx context.Context, x *export) error {
 	// at once, still in the CPU's caches between the volume's read and
 	// the socket write, and few threads blocked in system calls.
 	type job struct {
-		r    request
-		buf  []byte
-		need int
+		r     request
+		buf   []byte
+		need  int
+		start time.Time // when the request was read whole, if Options.OnRequest is set
 	}
 	jobs := make(chan job, o.MaxInFlight)
 	defer close(jobs)
@@ -116,7 +117,10 @@ func (c *conn) transmit(ctx context.Context, x *export) error {
 				c.nc.Close()
 			}
 		}()
-		c.handle(x, j.r, j.buf)
+		err := c.handle(x, j.r, j.buf)
+		if on := o.OnRequest; on != nil {
+			on(requestEvent(x, j.r, j.start, err))
+		}
 	}
 	worker := func(j job) {
 		for {
@@ -179,7 +183,14 @@ func (c *conn) transmit(ctx context.Context, x *export) error {
 					rerr = err
 					break
 				}
-				c.replyError(r, errInval, 0, false, "write of %d bytes, above the maximum of %d", r.length, x.maxPay)
+				var start time.Time
+				if o.OnRequest != nil {
+					start = time.Now()
+				}
+				err := c.refuse(r, errInval, "write of %d bytes, above the maximum of %d", r.length, x.maxPay)
+				if on := o.OnRequest; on != nil {
+					on(requestEvent(x, r, start, err))
+				}
 				release(need)
 				c.act.end()
 				continue
@@ -193,12 +204,16 @@ func (c *conn) transmit(ctx context.Context, x *export) error {
 				break
 			}
 		}
+		j := job{r: r, buf: buf, need: need}
+		if o.OnRequest != nil {
+			j.start = time.Now()
+		}
 		wg.Add(1)
 		if idle.Load() == 0 && workers < o.Workers {
 			workers++
-			go worker(job{r, buf, need})
+			go worker(j)
 		} else {
-			jobs <- job{r, buf, need} // never blocks: the budget holds at most MaxInFlight
+			jobs <- j // never blocks: the budget holds at most MaxInFlight
 		}
 	}
 	// Let the requests in flight finish and reply, within the drain time.
@@ -220,8 +235,9 @@ func (c *conn) transmit(ctx context.Context, x *export) error {
 	return rerr
 }
 
-// handle executes one request and sends its reply.
-func (c *conn) handle(x *export, r request, buf []byte) {
+// handle executes one request and sends its reply; it returns the error
+// the reply reported (see RequestEvent.Err).
+func (c *conn) handle(x *export, r request, buf []byte) error {
 	if buf != nil {
 		defer putBuf(buf)
 	}
@@ -234,21 +250,16 @@ func (c *conn) handle(x *export, r request, buf []byte) {
 	}
 	switch {
 	case r.typ > cmdBlockStatus || r.typ == cmdCache || r.typ == cmdDisc:
-		c.replyError(r, errInval, 0, false, "command %d is not supported", r.typ)
-		return
+		return c.refuse(r, errInval, "command %d is not supported", r.typ)
 	case r.flags&^allowed != 0:
-		c.replyError(r, errInval, 0, false, "command flags %#x not valid for command %d", r.flags, r.typ)
-		return
+		return c.refuse(r, errInval, "command flags %#x not valid for command %d", r.flags, r.typ)
 	case x.ReadOnly && (r.typ == cmdWrite || r.typ == cmdTrim || r.typ == cmdWriteZeroes):
-		c.replyError(r, errPerm, 0, false, "export %q is read-only", x.Name)
-		return
+		return c.refuse(r, errPerm, "export %q is read-only", x.Name)
 	case r.typ == cmdFlush:
 		if r.off != 0 || r.length != 0 {
-			c.replyError(r, errInval, 0, false, "flush with offset or length")
-			return
+			return c.refuse(r, errInval, "flush with offset or length")
 		}
-		c.replyResult(r, x.sync())
-		return
+		return c.replyResult(r, x.sync())
 	}
 	// Range checks for every other command.
 	if r.off > uint64(x.size) || uint64(r.length) > uint64(x.size)-r.off {
@@ -256,14 +267,13 @@ func (c *conn) handle(x *export, r request, buf []byte) {
 		if r.typ == cmdWrite || r.typ == cmdWriteZeroes {
 			code = errNoSpc
 		}
-		c.replyError(r, code, 0, false, "request [%d, +%d) beyond the export's %d bytes", r.off, r.length, x.size)
-		return
+		return c.refuse(r, code, "request [%d, +%d) beyond the export's %d bytes", r.off, r.length, x.size)
 	}
 	off, n := int64(r.off), int64(r.length)
 	fua := r.flags&cmdFlagFUA != 0
 	switch r.typ {
 	case cmdRead:
-		c.read(x, r)
+		return c.read(x, r)
 	case cmdWrite:
 		_, err := x.Volume.WriteAt(buf, off)
 		x.wrote()
@@ -273,35 +283,31 @@ func (c *conn) handle(x *export, r request, buf []byte) {
 		if err == nil && fua {
 			err = x.sync()
 		}
-		c.replyResult(r, err)
+		return c.replyResult(r, err)
 	case cmdTrim:
-		c.replyResult(r, x.trim(off, n))
+		return c.replyResult(r, x.trim(off, n))
 	case cmdWriteZeroes:
 		if r.flags&cmdFlagFastZero != 0 && r.flags&cmdFlagNoHole != 0 {
-			c.replyError(r, errNotSup, 0, false, "writing zeros without a hole is no faster than a write")
-			return
+			return c.refuse(r, errNotSup, "writing zeros without a hole is no faster than a write")
 		}
 		err := x.writeZeroes(off, n, r.flags&cmdFlagNoHole != 0)
 		if err == nil && fua {
 			err = x.sync()
 		}
-		c.replyResult(r, err)
-	case cmdBlockStatus:
-		c.blockStatus(x, r)
+		return c.replyResult(r, err)
 	}
+	return c.blockStatus(x, r) // the only command left
 }
 
 // read answers NBD_CMD_READ. Only verified bytes are sent: on a failure,
 // with structured replies, the bytes before the first failing one and an
 // error chunk with that offset; without them, EIO alone.
-func (c *conn) read(x *export, r request) {
+func (c *conn) read(x *export, r request) error {
 	if r.length > uint32(x.maxPay) {
-		c.replyError(r, errInval, 0, false, "read of %d bytes, above the maximum of %d", r.length, x.maxPay)
-		return
+		return c.refuse(r, errInval, "read of %d bytes, above the maximum of %d", r.length, x.maxPay)
 	}
 	if r.length == 0 {
-		c.replyResult(r, nil)
-		return
+		return c.replyResult(r, nil)
 	}
 	buf := getBuf(int(r.length))
 	defer putBuf(buf)
@@ -315,7 +321,7 @@ func (c *conn) read(x *export, r request) {
 		} else {
 			c.send(simpleHeader(r.cookie, 0), buf)
 		}
-		return
+		return nil
 	}
 	n = max(0, min(n, len(buf)))
 	if isDataError(err) {
@@ -324,11 +330,10 @@ func (c *conn) read(x *export, r request) {
 	code := errCode(err)
 	if !c.structured {
 		c.send(simpleHeader(r.cookie, code))
-		return
+		return err
 	}
 	if !isDataError(err) {
-		c.replyError(r, code, 0, false, "%s", oneLine(err))
-		return
+		return c.replyResult(r, err)
 	}
 	var bufs [][]byte
 	if n > 0 {
@@ -338,24 +343,22 @@ func (c *conn) read(x *export, r request) {
 	}
 	bufs = append(bufs, errorChunk(r.cookie, code, uint64(off)+uint64(n), true, oneLine(err)))
 	c.send(bufs...)
+	return err
 }
 
 // blockStatus answers NBD_CMD_BLOCK_STATUS for base:allocation.
-func (c *conn) blockStatus(x *export, r request) {
+func (c *conn) blockStatus(x *export, r request) error {
 	if !c.meta {
-		c.replyError(r, errInval, 0, false, "no metadata context was negotiated")
-		return
+		return c.refuse(r, errInval, "no metadata context was negotiated")
 	}
 	if r.length == 0 {
-		c.replyError(r, errInval, 0, false, "block status of no bytes")
-		return
+		return c.refuse(r, errInval, "block status of no bytes")
 	}
 	sc := statusPool.Get().(*statusScratch)
 	exts, err := x.status(int64(r.off), int64(r.length), r.flags&cmdFlagReqOne != 0, sc)
 	statusPool.Put(sc)
 	if err != nil {
-		c.replyResult(r, err)
-		return
+		return c.replyResult(r, err)
 	}
 	h := chunkHeader(r.cookie, replyFlagDone, chunkBlockStatus, 4+8*len(exts))
 	binary.BigEndian.PutUint32(h[chunkHdrSize:], metaBaseID)
@@ -365,6 +368,7 @@ func (c *conn) blockStatus(x *export, r request) {
 		binary.BigEndian.PutUint32(body[8*i+4:], e.flags)
 	}
 	c.send(h[:chunkHdrSize+4], body)
+	return nil
 }
 
 var statusPool = sync.Pool{New: func() any { return new(statusScratch) }}
@@ -440,13 +444,14 @@ func errCode(err error) uint32 {
 }
 
 // replyResult sends the reply of a request without payload: success, or
-// err's code and message.
-func (c *conn) replyResult(r request, err error) {
+// err's code and message. It returns err.
+func (c *conn) replyResult(r request, err error) error {
 	if err == nil {
 		c.send(simpleHeader(r.cookie, 0))
-		return
+		return nil
 	}
 	c.replyError(r, errCode(err), 0, false, "%s", oneLine(err))
+	return err
 }
 
 // replyError sends an error reply: an error chunk with the message when
@@ -571,4 +576,11 @@ func putBuf(b []byte) {
 	}
 	b = b[:cap(b)]
 	bufPools[cl].Put(&b)
+}
+
+// requestEvent describes r, read whole at start and answered with err, for
+// Options.OnRequest.
+func requestEvent(x *export, r request, start time.Time, err error) RequestEvent {
+	return RequestEvent{Export: x.Name, Op: Op(r.typ), Offset: int64(r.off), Length: int64(r.length),
+		Duration: time.Since(start), Err: err}
 }

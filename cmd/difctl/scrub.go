@@ -32,6 +32,7 @@ type scrubOptions struct {
 	Badblocks   string // file for a badblocks(8) list
 	BadblocksBS int    // block size of the list; 0: the image's
 	Mapfile     string // file for a GNU ddrescue mapfile
+	metricsOptions
 }
 
 // scrubRecord closes a scrub, after its summary record.
@@ -155,10 +156,16 @@ cached copy.
 	f.Var(&badBS, "badblocks-block-size", "unit of the badblocks list's block numbers, as badblocks -b: the filesystem's block size for e2fsck -l (default: the image's block size); ranges are rounded outward")
 	f.StringVar(&opts.Mapfile, "mapfile", "", "write the failing blocks to `FILE` as a GNU ddrescue mapfile")
 	addKeyFlags(cmd, &g.Key, "check the keyed tags too (without it a keyed volume's tuples are checked and the keyed check skipped)")
+	addMetricsFlag(cmd, &opts.metricsOptions)
 	return cmd
 }
 
 func runScrub(ctx context.Context, opts scrubOptions, stdout, stderr io.Writer) error {
+	m, err := startMetrics(opts.metricsOptions, opts.Quiet, stderr)
+	if err != nil {
+		return err
+	}
+	defer m.close()
 	url := storeURL(opts.Image, opts.Store)
 	var (
 		src    blockdev.CheckSource
@@ -259,6 +266,7 @@ func runScrub(ctx context.Context, opts scrubOptions, stdout, stderr io.Writer) 
 	if opts.Rate > 0 {
 		so.Limiter = scrub.NewRateLimiter(opts.Rate)
 	}
+	m.scrub(&so, deviceID(opts.Image), src)
 	rep, err := scrub.Run(ctx, src, so)
 	prog.Finish()
 	if rep == nil {

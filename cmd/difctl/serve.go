@@ -53,6 +53,7 @@ type serveOptions struct {
 	// Ready, if not nil, receives the listening address once clients can
 	// connect (tests).
 	Ready func(net.Addr)
+	metricsOptions
 }
 
 // defaultServeTupleCache is the server's fixed budget of decoded tuples per
@@ -201,6 +202,7 @@ before. --keyed-crc computes them on every read.
 	addKeyFlags(cmd, &g.Key, "check the keyed tags on reads and produce them on writes (without it a keyed volume is served read-only, its keyed check skipped)")
 	f.BoolVar(&o.KeyedCRC, "keyed-crc", false, "with the key: compute every read block's CRC guard and sector sum too, not only where a keyed tag fails")
 	f.StringVar(&o.Store, "store", "", "store `URL` of a single IMAGE: pebble:PATH, mem: or etcd://HOST:PORT,.../PREFIX (default pebble:IMAGE.difdb)")
+	addMetricsFlag(cmd, &o.metricsOptions)
 	return cmd
 }
 
@@ -305,6 +307,11 @@ func runServe(ctx context.Context, o serveOptions, _, stderr io.Writer) error {
 			v.Close()
 		}
 	}()
+	m, err := startMetrics(o.metricsOptions, o.Quiet, stderr)
+	if err != nil {
+		return err
+	}
+	defer m.close()
 	key, err := o.Key.load()
 	if err != nil {
 		return err
@@ -317,11 +324,12 @@ func runServe(ctx context.Context, o serveOptions, _, stderr io.Writer) error {
 		}
 		vo := serveVolumeOptions(o.ReadOnly)
 		vo.Key, vo.KeyedCRC = key, o.KeyedCRC
-		v, err := openVolumeWith(ctx, im, storeURL(im, o.Store), mode, vo, serveStoreOptions(&o))
+		v, err := openVolumeWith(ctx, im, storeURL(im, o.Store), mode, vo, m.storeOptions(filepath.Base(im), serveStoreOptions(&o)))
 		if err != nil {
 			return err
 		}
 		vols = append(vols, v)
+		m.volume(filepath.Base(im), v.vol)
 		// A keyed volume without its key could not produce valid tags:
 		// it is served read-only (the volume refuses changes anyway).
 		ro := o.ReadOnly || servedWithoutKey(v.vol)
@@ -338,7 +346,7 @@ func runServe(ctx context.Context, o serveOptions, _, stderr io.Writer) error {
 	var errMu sync.Mutex
 	hl := newHandshakeLog(stderr)
 	defer hl.flush()
-	srv, err := nbd.NewServer(exports, nbd.Options{
+	srv, err := nbd.NewServer(exports, m.nbdOptions(exports, nbd.Options{
 		TLS: tcfg, MaxConnections: o.MaxConns, OnConnError: hl.connError,
 		IdleTimeout: idleTimeout(o.IdleTimeout), MaxIdle: o.MaxIdle, HandshakeTimeout: o.HandshakeTimeout,
 		MaxHandshakes: o.MaxHandshakes, MaxHandshakesPerPeer: min(o.MaxHandshakesPerPeer, o.MaxHandshakes),
@@ -351,7 +359,7 @@ func runServe(ctx context.Context, o serveOptions, _, stderr io.Writer) error {
 				fmt.Fprintf(stderr, "difctl: %s: recording the finding: %s\n", f.Export, storeCause(f.RecordErr))
 			}
 		},
-	})
+	}))
 	if err != nil {
 		return err
 	}

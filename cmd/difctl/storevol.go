@@ -103,7 +103,7 @@ func openStoreSized(image, url string, mode storeMode, sizes store.OpenOptions) 
 		}
 		kv, err = store.OpenWith(url, sizes)
 	} else {
-		kv, err = store.Open(url) // other backends: as registered
+		kv, err = store.OpenWith(url, store.OpenOptions{Create: true, OnCommit: sizes.OnCommit}) // other backends: as registered
 	}
 	if err != nil {
 		return nil, storeOpenError(image, url, err)
