@@ -31,7 +31,7 @@ func TestObserveKeepsCapabilities(t *testing.T) {
 			if _, ok := o.(BulkLoader); ok != tc.bulk {
 				t.Errorf("observed store is a BulkLoader: %v, want %v", ok, tc.bulk)
 			}
-			if _, ok := o.(batchSizer); !ok {
+			if _, ok := o.(BatchSizer); !ok {
 				t.Error("observed store has no sized batches")
 			}
 		})

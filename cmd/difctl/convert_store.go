@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -233,7 +232,7 @@ func runImport(ctx context.Context, opts convertOptions, stdout, stderr io.Write
 	prog := newProgress(stderr, opts.Quiet, total, "convert "+im.name())
 	t0 := time.Now()
 	vol, rep, err := tgt.Import(ctx, im.src, kv, blockdev.ImportOptions{
-		Options: blockdev.Options{DeviceID: filepath.Base(outImg)},
+		Options: blockdev.Options{DeviceID: deviceID(outImg)},
 		Force:   opts.Force, Tool: toolName, OnProblem: fw.report, Progress: byteProgress(prog),
 	})
 	prog.Finish()

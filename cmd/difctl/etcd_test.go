@@ -86,6 +86,17 @@ func TestEtcdStoreURL(t *testing.T) {
 		}
 	}
 
+	// On another host the image has another name: the same volume (the
+	// name was compared before, and this exited 8).
+	moved := filepath.Join(filepath.Dir(img), "sdc")
+	if err := os.Rename(img, moved); err != nil {
+		t.Fatal(err)
+	}
+	img = moved
+	if code, out := cli("", "verify", "--store", store, img); code != exitOK {
+		t.Fatalf("verify under another name: exit %d, want %d:\n%s", code, exitOK, out)
+	}
+
 	// Damage block 3 behind the store's back: verify reports it (exit 4).
 	f, err := os.OpenFile(img, os.O_RDWR, 0)
 	if err != nil {

@@ -33,7 +33,7 @@ func runInjectStore(ctx context.Context, opts injectOptions, stdout, _ io.Writer
 		return err
 	}
 	defer dev.Close()
-	if err := checkIdentity(opts.Image, url, m, dev.Size()); err != nil {
+	if err := checkImage(ctx, opts.Image, url, t, dev); err != nil {
 		return err
 	}
 	bs := int64(f.BlockSize())

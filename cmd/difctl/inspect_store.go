@@ -65,15 +65,24 @@ func runInspectStore(ctx context.Context, opts inspectOptions, stdout, stderr io
 		return asOpenError(err)
 	}
 	size := fi.Size()
+	var dev *blockdev.File
 	if !fi.Mode().IsRegular() {
-		dev, err := openDevice(opts.Image, true)
-		if err != nil {
+		if dev, err = openDevice(opts.Image, true); err != nil {
 			return err
 		}
+		defer dev.Close()
 		size = dev.Size()
-		dev.Close()
 	}
 	if err := checkIdentity(opts.Image, url, m, size); err != nil {
+		return err
+	}
+	if dev == nil {
+		if dev, err = openDevice(opts.Image, true); err != nil {
+			return err
+		}
+		defer dev.Close()
+	}
+	if err := checkImage(ctx, opts.Image, url, t, dev); err != nil {
 		return err
 	}
 	p := dif.Params{RefTag: m.InitialRefTag, AppTag: m.AppTag, AppMask: m.AppTagMask}

@@ -102,6 +102,12 @@ A block device needs --store: the default IMAGE.difdb would sit beside the
 device node, on /dev (devtmpfs), and be lost at the next reboot. Keep it on
 a persistent file system, e.g. --store pebble:/var/lib/difctl/sdb.
 
+The store knows a block device by the stable identifier udev reports for
+it (a WWN or serial in /dev/disk/by-id, a partition UUID), and an image
+file, or a device without one, by its data: not by its name. Renamed,
+reached through a link, or back as another device after a reboot, it is
+the same image; another image's store is refused.
+
 ` + exitCodesHelp(exitOK, exitOperational, exitUsage, exitCancelled),
 		Example: `  difctl protect disk.img
   difctl protect --block-size 4096 --guard 64 --type 1 /dev/sdb --store pebble:/var/lib/difctl/sdb
@@ -223,9 +229,9 @@ func runProtect(ctx context.Context, opts protectOptions, stdout, stderr io.Writ
 	switch {
 	case err == nil && opts.Reprotect:
 		// Start over with what the volume was (format, tags, key) unless
-		// flags change it (another image's store included: --reprotect
-		// is the explicit way to take it over); the key is checked before
-		// anything goes.
+		// flags change it; the key is checked before anything goes. The
+		// identity is not: --reprotect is the explicit start over, from
+		// the data as it is now, and records the image's identity anew.
 		m := t.Manifest()
 		if key, err = reprotectKey(opts, &m, key); err != nil {
 			return err
@@ -236,7 +242,7 @@ func runProtect(ctx context.Context, opts protectOptions, stdout, stderr io.Writ
 		}
 	case err == nil:
 		m := t.Manifest()
-		if err := checkIdentity(opts.Image, url, m, -1); err != nil {
+		if err := checkImage(ctx, opts.Image, url, t, dev); err != nil {
 			return err
 		}
 		stored, existing = &m, true
@@ -289,8 +295,12 @@ func runProtect(ctx context.Context, opts protectOptions, stdout, stderr io.Writ
 	prog := newProgress(stderr, opts.Quiet, dev.Size(), "protect "+opts.Image)
 	var last int64
 	t0 := time.Now()
+	id := deviceID(opts.Image)
+	if stored != nil {
+		id = stored.DeviceID // checkImage accepted the image: resume as begun
+	}
 	vol, err := blockdev.Create(ctx, dev2(ctx), kv, blockdev.CreateOptions{
-		Options:         blockdev.Options{DeviceID: deviceID(opts.Image), Key: key},
+		Options:         blockdev.Options{DeviceID: id, Key: key},
 		Format:          spec.f,
 		InitialRefTag:   spec.refTag,
 		AppTag:          spec.appTag,

@@ -57,7 +57,7 @@ func runRemapStore(ctx context.Context, opts remapOptions, stdout, stderr io.Wri
 		return err
 	}
 	defer dev.Close()
-	if err := checkIdentity(opts.Image, url, m, dev.Size()); err != nil {
+	if err := checkImage(ctx, opts.Image, url, st.t, dev); err != nil {
 		return err
 	}
 	bits := f.RefTagBits()

@@ -249,8 +249,8 @@ type volume struct {
 
 // openVolume opens the protected image and its store, read-only when
 // readOnly (the store too, unless the volume has open intents, whose crash
-// recovery writes it). The image must be the one the store protects: its
-// size and name (the manifest's device id) are checked.
+// recovery writes it). The image must be the one the store protects
+// (checkImage, identity.go).
 func openVolume(ctx context.Context, image, url string, readOnly bool, key keyFlags) (*volume, error) {
 	mode := storeWrite
 	if readOnly {
@@ -270,8 +270,8 @@ func openVolumeMode(ctx context.Context, image, url string, readOnly bool, mode 
 }
 
 // openVolumeWith is openVolumeMode with the volume's options (serve's);
-// opts.ReadOnly opens the image read-only and DeviceID is set here; sizes
-// are the store engine's memory sizes (serve's), zero for the defaults.
+// opts.ReadOnly opens the image read-only; sizes are the store engine's
+// memory sizes (serve's), zero for the defaults.
 func openVolumeWith(ctx context.Context, image, url string, mode storeMode, opts blockdev.Options, sizes store.OpenOptions) (*volume, error) {
 	readOnly := opts.ReadOnly
 	if _, err := os.Stat(image); err != nil {
@@ -305,7 +305,9 @@ func openVolumeWith(ctx context.Context, image, url string, mode storeMode, opts
 	if err != nil {
 		return nil, err
 	}
-	opts.DeviceID = deviceID(image)
+	if err := checkOpenImage(ctx, image, url, kv, v.dev); err != nil {
+		return nil, err
+	}
 	v.vol, err = blockdev.Open(ctx, v.dev, kv, opts)
 	if err != nil {
 		return nil, volumeError(image, url, err)
@@ -313,9 +315,6 @@ func openVolumeWith(ctx context.Context, image, url string, mode storeMode, opts
 	ok = true
 	return v, nil
 }
-
-// deviceID is the identity protect records for image: its base name.
-func deviceID(image string) string { return filepath.Base(image) }
 
 // needsRecovery tells whether the protected volume of kv has open intents.
 func needsRecovery(kv store.KV) (bool, error) {
@@ -327,20 +326,6 @@ func needsRecovery(kv store.KV) (bool, error) {
 		return err == nil, err
 	}
 	return false, nil
-}
-
-// checkIdentity refuses a store whose manifest describes another device
-// than image: another size or another name. size < 0 skips the size.
-func checkIdentity(image, url string, m store.Manifest, size int64) error {
-	if size >= 0 && size != m.DeviceSize {
-		return &identityError{fmt.Errorf("%s does not match its store %s: the store protects %d bytes, the image has %d (another image's store, or truncated or grown since protect?)",
-			image, url, m.DeviceSize, size)}
-	}
-	if m.DeviceID != "" && m.DeviceID != deviceID(image) {
-		return &identityError{fmt.Errorf("%s does not match its store %s: the store protects %s, not %s (another image's store?)",
-			image, url, strconv.QuoteToGraphic(m.DeviceID), strconv.QuoteToGraphic(deviceID(image)))}
-	}
-	return nil
 }
 
 // identityError is a store that protects another device.

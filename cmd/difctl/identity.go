@@ -1,0 +1,341 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+
+	"github.com/difctl/difctl/blockdev"
+	"github.com/difctl/difctl/dif"
+	"github.com/difctl/difctl/store"
+)
+
+// Identity: how a command knows that a store describes the image it was
+// given. A name is not an identity (an image is renamed or reached through
+// a symbolic link, a block device comes back as loop1 or sdc after a
+// reboot), so none is compared. What moves with the data is:
+//
+//   - the size, and the format every check reads the data with;
+//   - for a block device, the stable identifiers the kernel reports: udev's
+//     links in diskDir/by-id (WWN, NVMe EUI, serial, ...) and
+//     diskDir/by-partuuid that resolve to its device number. protect
+//     records the preferred one in the manifest's DeviceID as
+//     "by-id:NAME" or "by-partuuid:UUID"; a device that reports stable
+//     identifiers must report that one, and then no data is sampled (a
+//     device proven by its WWN whose every block fails is damaged, exit 4,
+//     not foreign);
+//   - otherwise (image files, loop devices, systems without udev, and
+//     stores whose DeviceID is a base name, as difctl recorded it before):
+//     a sample of written blocks checked against their tuples (checkData).
+
+// diskDir is where udev keeps the stable names of block devices; tests
+// point it at a directory of their own links.
+var diskDir = "/dev/disk"
+
+// The stable identifier kinds, as DeviceID prefixes, in the order
+// deviceID prefers them.
+var stableKinds = []struct{ dir, prefix string }{
+	{"by-id", "by-id:"},
+	{"by-partuuid", "by-partuuid:"},
+}
+
+// The data sample of checkData.
+const (
+	samplePages  = 16 // tuple pages read, spread over the volume
+	sampleBlocks = 64 // written blocks checked at most
+	sampleMin    = 8  // fewer checked blocks cannot decide
+)
+
+// deviceID is the identity protect records for image: the preferred stable
+// identifier of a block device, or "" (an image file, or a device that
+// reports none), for which the data identifies the image.
+func deviceID(image string) string {
+	if ids := stableIDs(image); len(ids) > 0 {
+		return ids[0]
+	}
+	return ""
+}
+
+// isStableID tells whether a manifest's DeviceID is a stable identifier
+// (not "", nor the base name difctl recorded before).
+func isStableID(id string) bool {
+	for _, k := range stableKinds {
+		if strings.HasPrefix(id, k.prefix) && len(id) > len(k.prefix) {
+			return true
+		}
+	}
+	return false
+}
+
+// stableIDs returns the stable identifiers of the block device image (a
+// path to it, through symbolic links or not), most preferred first: the
+// names in diskDir/by-id, then diskDir/by-partuuid, whose links resolve to
+// its device number. Names an administrator chooses (dm-name-, md-name-)
+// are not identities and are left out. An image file, or a device without
+// any, has none.
+func stableIDs(image string) []string {
+	fi, err := os.Stat(image)
+	if err != nil {
+		return nil
+	}
+	rdev, ok := blockDevNumber(fi)
+	if !ok {
+		return nil
+	}
+	var ids []string
+	for _, k := range stableKinds {
+		dir := filepath.Join(diskDir, k.dir)
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			continue
+		}
+		var names []string
+		for _, e := range entries {
+			name := e.Name()
+			if strings.HasPrefix(name, "dm-name-") || strings.HasPrefix(name, "md-name-") {
+				continue
+			}
+			ti, err := os.Stat(filepath.Join(dir, name))
+			if err != nil {
+				continue
+			}
+			if r, ok := blockDevNumber(ti); ok && r == rdev {
+				names = append(names, name)
+			}
+		}
+		slices.SortFunc(names, func(a, b string) int {
+			return cmp.Or(cmp.Compare(byIDRank(a), byIDRank(b)), strings.Compare(a, b))
+		})
+		for _, n := range names {
+			ids = append(ids, k.prefix+n)
+		}
+	}
+	return ids
+}
+
+// byIDRank orders the names of /dev/disk/by-id: identifiers the device
+// itself carries worldwide (WWN, NAA, NVMe EUI/NGUID) first, then the
+// UUIDs of device-mapper, md and LVM, then the rest (bus, model and serial).
+func byIDRank(name string) int {
+	for i, ps := range [][]string{
+		{"wwn-", "scsi-3", "nvme-eui."},
+		{"dm-uuid-", "md-uuid-", "lvm-pv-uuid-"},
+	} {
+		for _, p := range ps {
+			if strings.HasPrefix(name, p) {
+				return i
+			}
+		}
+	}
+	return 2
+}
+
+// blockDevNumber returns the device number of a block device.
+func blockDevNumber(fi os.FileInfo) (uint64, bool) {
+	if fi.Mode()&os.ModeDevice == 0 || fi.Mode()&os.ModeCharDevice != 0 {
+		return 0, false
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return 0, false
+	}
+	return uint64(st.Rdev), true
+}
+
+// checkIdentity refuses a store whose manifest describes another device
+// than image, from what image reports without reading its data: another
+// size (size < 0 skips it), or a stable identifier it does not report
+// while it reports others. checkImage samples the data too.
+func checkIdentity(image, url string, m store.Manifest, size int64) error {
+	_, err := checkStable(image, url, m, size)
+	return err
+}
+
+// checkStable is checkIdentity, also telling whether image proved its
+// identity by the stable identifier recorded in the manifest.
+func checkStable(image, url string, m store.Manifest, size int64) (proven bool, err error) {
+	if size >= 0 && size != m.DeviceSize {
+		return false, &identityError{fmt.Errorf("%s does not match its store %s: the store protects %d bytes, the image has %d (another image's store, or truncated or grown since protect?)",
+			image, url, m.DeviceSize, size)}
+	}
+	if !isStableID(m.DeviceID) {
+		return false, nil
+	}
+	ids := stableIDs(image)
+	switch {
+	case len(ids) == 0:
+		return false, nil // the data decides
+	case slices.Contains(ids, m.DeviceID):
+		return true, nil
+	}
+	return false, &identityError{fmt.Errorf("%s does not match its store %s: the store protects the device %s, and %s is %s (another device's store?)",
+		image, url, printable(m.DeviceID), image, printable(ids[0]))}
+}
+
+// checkImage refuses a store that does not describe image, opened as dev:
+// checkIdentity, then, unless a stable identifier proved the device,
+// checkData.
+func checkImage(ctx context.Context, image, url string, t *store.Tuples, dev *blockdev.File) error {
+	proven, err := checkStable(image, url, t.Manifest(), dev.Size())
+	if err != nil || proven {
+		return err
+	}
+	return checkData(ctx, image, url, t, dev)
+}
+
+// checkOpenImage is checkImage for a volume about to be opened from kv:
+// anything that keeps it from deciding (a manifest that does not open or
+// parse, another size) is left to blockdev.Open to report in its words.
+// It runs before Open, so that crash recovery never resolves one image's
+// intents against another's data.
+func checkOpenImage(ctx context.Context, image, url string, kv store.KV, dev *blockdev.File) error {
+	t, err := store.OpenTuples(kv, blockdev.DefaultVolumeName, nil)
+	if err != nil || t.Manifest().DeviceSize != dev.Size() {
+		return nil
+	}
+	return checkImage(ctx, image, url, t, dev)
+}
+
+// checkData refuses a store that describes other data than dev's. It
+// reads the tuple pages of samplePages pages spread over the volume, and
+// checks up to sampleBlocks of their written blocks, spread over them,
+// against their tuples: the guard and the sector sum, which depend on the
+// data (the tags do not, and a remap in progress changes the ref tags).
+// Blocks under an open intent (an interrupted write, which recovery
+// resolves), escaped blocks and blocks that do not read are left out. Each
+// block is read once, and nothing is recorded.
+//
+// The store is refused only when at least sampleMin blocks were checked
+// and every one failed: an image with some bad blocks is for verify and
+// scrub to report as integrity failures (exit 4). With fewer written
+// blocks in the pages read the check cannot decide, and passes.
+func checkData(ctx context.Context, image, url string, t *store.Tuples, dev *blockdev.File) error {
+	m := t.Manifest()
+	f, err := dif.Parse(m.Format)
+	if err != nil {
+		return nil // blockdev.Open reports the damaged manifest
+	}
+	f = f.WithLayout(dif.Separate)
+	bs, ts := int64(f.BlockSize()), f.TupleSize()
+	blocks := m.Blocks()
+	if f.MetadataSize() != ts || blocks <= 0 || dev.Size() < blocks*bs {
+		return nil
+	}
+	pt := int64(m.PageTuples)
+	if pt <= 0 {
+		pt = store.DefaultPageTuples
+	}
+	pages := (blocks + pt - 1) / pt
+	np := min(pages, samplePages)
+
+	// The written blocks of the pages read, less those under intents.
+	type sampled struct {
+		lba     int64
+		n       int
+		written store.Bitmap
+		count   int
+	}
+	var sp []sampled
+	tuples := make([]byte, pt*int64(ts))
+	var sums []uint32
+	if m.SectorSums {
+		sums = make([]uint32, pt)
+	}
+	total := 0
+	for i := range np {
+		page := int64(0)
+		if np > 1 {
+			page = i * (pages - 1) / (np - 1)
+		}
+		lba := page * pt
+		n := int(min(pt, blocks-lba))
+		w := store.NewBitmap(n)
+		var s []uint32
+		if sums != nil {
+			s = sums[:n]
+		}
+		if _, err := t.ReadRange(lba, tuples[:n*ts], s, w); err != nil {
+			return storeErr(url, err)
+		}
+		for in, err := range t.Intents(lba, int64(n)) {
+			if err != nil {
+				return storeErr(url, err)
+			}
+			for b := max(in.LBA, lba); b < min(in.LBA+in.N, lba+int64(n)); b++ {
+				w.Clear(int(b - lba))
+			}
+		}
+		c := w.Count(n)
+		sp = append(sp, sampled{lba: lba, n: n, written: w, count: c})
+		total += c
+	}
+	k := min(total, sampleBlocks)
+	if k < sampleMin {
+		return nil
+	}
+
+	// Check k of them, the j-th at written index j*total/k.
+	data := blockdev.AlignedBuffer(int(bs))
+	tuple := make([]byte, ts)
+	var sum []uint32
+	if m.SectorSums {
+		sum = make([]uint32, 1)
+	}
+	states := make([]dif.State, 1)
+	checked, failed := 0, 0
+	base := 0 // written blocks in the pages before p
+	j := 0
+	for _, p := range sp {
+		seen := 0
+		for i := 0; i < p.n && j < k; i++ {
+			if !p.written.Has(i) {
+				continue
+			}
+			want := int(int64(j) * int64(total) / int64(k))
+			idx := base + seen
+			seen++
+			if idx != want {
+				continue
+			}
+			j++
+			if ctx.Err() != nil {
+				return context.Cause(ctx)
+			}
+			lba := p.lba + int64(i)
+			if _, err := t.ReadRange(lba, tuple, sum, nil); err != nil {
+				return storeErr(url, err)
+			}
+			if _, err := dev.ReadAt(data, lba*bs); err != nil {
+				continue // unreadable: verify reports it
+			}
+			par := runParams(f, dif.Params{RefTag: m.InitialRefTag, AppTag: m.AppTag, AppMask: m.AppTagMask}, lba)
+			par.Skip = dif.CheckAppTag | dif.CheckRefTag | dif.CheckStorageTag
+			if _, err := f.Classify(&dif.Classification{States: states}, data, tuple, par); err != nil {
+				return nil // the manifest's tags do not fit the format: Open reports it
+			}
+			switch {
+			case states[0] == dif.StateFailed:
+				checked++
+				failed++
+			case states[0] != dif.StateOK:
+				// escaped (or all-ones): says nothing of the data
+			case sum != nil && dif.SectorSum(data) != sum[0]:
+				checked++
+				failed++
+			default:
+				checked++
+			}
+		}
+		base += p.count
+	}
+	if checked >= sampleMin && failed == checked {
+		return &identityError{fmt.Errorf("%s does not match its store %s: the store describes other data: %d of %d sampled written blocks fail (another image's store, or the image overwritten since protect?)",
+			image, url, failed, checked)}
+	}
+	return nil
+}
