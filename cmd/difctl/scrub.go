@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -266,7 +267,7 @@ func runScrub(ctx context.Context, opts scrubOptions, stdout, stderr io.Writer) 
 	if opts.Rate > 0 {
 		so.Limiter = scrub.NewRateLimiter(opts.Rate)
 	}
-	m.scrub(&so, deviceID(opts.Image), src)
+	m.scrub(&so, filepath.Base(opts.Image), src)
 	rep, err := scrub.Run(ctx, src, so)
 	prog.Finish()
 	if rep == nil {
