@@ -52,13 +52,16 @@ const (
 )
 
 // deviceID is the identity protect records for image: the preferred stable
-// identifier of a block device, or "" (an image file, or a device that
-// reports none), for which the data identifies the image.
+// identifier of a block device; otherwise (an image file, or a device that
+// reports none) the data identifies the image, and its base name is
+// recorded only for older difctl binaries, which compare it (so that a
+// store made by this one still opens there, as before): this one treats
+// it as no identifier (isStableID) and samples the data.
 func deviceID(image string) string {
 	if ids := stableIDs(image); len(ids) > 0 {
 		return ids[0]
 	}
-	return ""
+	return filepath.Base(image)
 }
 
 // isStableID tells whether a manifest's DeviceID is a stable identifier
