@@ -86,6 +86,23 @@ func TestEtcdStoreURL(t *testing.T) {
 		}
 	}
 
+	// Readers run together: three verifies at once all pass (each took the
+	// writer's lock before, and two of three exited 8, "locked by another
+	// writer").
+	codes := make(chan string, 3)
+	for range 3 {
+		go func() {
+			var stdout, stderr bytes.Buffer
+			code := run(context.Background(), []string{"verify", "--store", store, img}, nil, &stdout, &stderr)
+			codes <- fmt.Sprintf("%d %s", code, stderr.String())
+		}()
+	}
+	for range 3 {
+		if c := <-codes; !strings.HasPrefix(c, "0 ") {
+			t.Errorf("one of three parallel verifies: exit %s", c)
+		}
+	}
+
 	// On another host the image has another name: the same volume (the
 	// name was compared before, and this exited 8).
 	moved := filepath.Join(filepath.Dir(img), "sdc")

@@ -103,7 +103,9 @@ func openStoreSized(image, url string, mode storeMode, sizes store.OpenOptions) 
 		}
 		kv, err = store.OpenWith(url, sizes)
 	} else {
-		kv, err = store.OpenWith(url, store.OpenOptions{Create: true, OnCommit: sizes.OnCommit}) // other backends: as registered
+		// Other backends as registered; a reader does not take etcd's
+		// writer lock, so verifies and inspects run together.
+		kv, err = store.OpenWith(url, store.OpenOptions{Create: true, ReadOnly: mode == storeRead, OnCommit: sizes.OnCommit})
 	}
 	if err != nil {
 		return nil, storeOpenError(image, url, err)

@@ -95,6 +95,9 @@ func (b *batch) Commit(sync bool) error {
 	if len(ops) == 0 {
 		return nil
 	}
+	if k.o.ReadOnly {
+		return fmt.Errorf("%w: %s: commit", store.ErrReadOnly, k.t)
+	}
 	k.commitMu.Lock()
 	defer k.commitMu.Unlock()
 	if err := k.settle(); err != nil {

@@ -18,6 +18,9 @@ func (k *kv) NewBulkWriter() (store.BulkWriter, error) {
 	if k.closed.Load() {
 		return nil, store.ErrClosed
 	}
+	if k.o.ReadOnly {
+		return nil, fmt.Errorf("%w: %s: bulk load", store.ErrReadOnly, k.t)
+	}
 	txid := k.newTxid()
 	return &bulk{k: k, txid: txid, sp: k.stageTxPrefix(txid), st: k.newStager("bulk-stage")}, nil
 }

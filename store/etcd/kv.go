@@ -50,9 +50,13 @@ var (
 type LockedError struct {
 	URL    string // the store, as etcd://HOSTS/PREFIX
 	Holder string // the holder's description (Options.Holder) and lease
+	Reader bool   // the holder is a reader (and the opener a writer)
 }
 
 func (e *LockedError) Error() string {
+	if e.Reader {
+		return fmt.Sprintf("store: etcd: %s is open for reading by another process: %s", e.URL, e.Holder)
+	}
 	return fmt.Sprintf("store: etcd: %s is locked by another writer: %s", e.URL, e.Holder)
 }
 
@@ -65,6 +69,7 @@ const (
 	tagStage  = 's'
 	tagCommit = 'c'
 	tagLock   = 'l'
+	tagReader = 'r' // r LEASE: a reader (Options.ReadOnly), under its lease
 
 	stagedSet = 'S'
 	stagedDel = 'D'
@@ -120,11 +125,12 @@ type kv struct {
 func init() {
 	// Options come from the environment (OptionsFromEnv); the
 	// store.OpenOptions of store.OpenWith are ignored.
-	store.Register("etcd", func(url string, _ store.OpenOptions) (store.KV, error) {
+	store.Register("etcd", func(url string, so store.OpenOptions) (store.KV, error) {
 		o, err := OptionsFromEnv()
 		if err != nil {
 			return nil, err
 		}
+		o.ReadOnly = so.ReadOnly
 		return Open(url, o)
 	})
 }
@@ -191,6 +197,11 @@ func Open(url string, o Options) (store.KV, error) {
 		cli.Close()
 		return nil, err
 	}
+	if o.ReadOnly {
+		// A reader resolves the commit records itself (see the package
+		// documentation): it needs no recovery, and may not write one.
+		return k, nil
+	}
 	if err := k.recover(); err != nil {
 		k.Close()
 		return nil, err
@@ -203,7 +214,10 @@ func Open(url string, o Options) (store.KV, error) {
 }
 
 // lock takes the writer lock: a key under the store's prefix, created only
-// if absent, attached to a session lease that the client keeps alive.
+// if absent and while no reader's key exists, attached to a session lease
+// that the client keeps alive. A reader (Options.ReadOnly) puts its own
+// key under its lease instead, only while the writer's is absent: one
+// transaction each, so a writer and readers exclude each other.
 func (k *kv) lock() error {
 	ttl := int((k.o.LeaseTTL + time.Second - 1) / time.Second)
 	deadline := time.Now().Add(k.o.LockWait)
@@ -222,11 +236,19 @@ func (k *kv) lock() error {
 			return k.tr("lock: keep the lease alive", err)
 		}
 		holder := fmt.Sprintf("%s lease=%x since=%s", k.o.Holder, int64(sess.Lease()), time.Now().UTC().Format(time.RFC3339))
-		resp, err := k.cli.Txn(ctx).
-			If(clientv3.Compare(clientv3.CreateRevision(k.lockKey), "=", 0)).
-			Then(clientv3.OpPut(k.lockKey, holder, clientv3.WithLease(sess.Lease()))).
-			Else(clientv3.OpGet(k.lockKey)).
-			Commit()
+		readers := k.base + string(tagReader)
+		noWriter := clientv3.Compare(clientv3.CreateRevision(k.lockKey), "=", 0)
+		var txn clientv3.Txn
+		if k.o.ReadOnly {
+			txn = k.cli.Txn(ctx).If(noWriter).
+				Then(clientv3.OpPut(fmt.Sprintf("%s%x", readers, int64(sess.Lease())), holder, clientv3.WithLease(sess.Lease())))
+		} else {
+			// (A range comparison holds for every key of the range, and
+			// for an empty range compares with a key never created.)
+			txn = k.cli.Txn(ctx).If(noWriter, clientv3.Compare(clientv3.CreateRevision(readers), "=", 0).WithPrefix()).
+				Then(clientv3.OpPut(k.lockKey, holder, clientv3.WithLease(sess.Lease())))
+		}
+		resp, err := txn.Else(clientv3.OpGet(k.lockKey), clientv3.OpGet(readers, clientv3.WithPrefix(), clientv3.WithLimit(1))).Commit()
 		cancel()
 		if err != nil {
 			sess.Close()
@@ -238,12 +260,14 @@ func (k *kv) lock() error {
 			return nil
 		}
 		sess.Close()
-		other := "unknown holder"
+		other, reader := "unknown holder", false
 		if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
 			other = string(kvs[0].Value)
+		} else if kvs := resp.Responses[1].GetResponseRange().Kvs; len(kvs) > 0 {
+			other, reader = string(kvs[0].Value), true
 		}
 		if time.Now().After(deadline) {
-			return &LockedError{URL: k.t.String(), Holder: other}
+			return &LockedError{URL: k.t.String(), Holder: other, Reader: reader}
 		}
 		select {
 		case <-time.After(250 * time.Millisecond):

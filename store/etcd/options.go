@@ -90,6 +90,13 @@ type Options struct {
 	// Holder describes this opener in the lock, for the error a second
 	// opener gets. Default "host=HOSTNAME pid=PID".
 	Holder string
+	// ReadOnly opens the store as a reader: every write fails with
+	// store.ErrReadOnly, and instead of the writer lock the store holds a
+	// reader's key (under its own lease). Readers run together; a writer
+	// and readers exclude each other, as on Pebble, since a reader
+	// checking a volume while a writer changes it could find its data and
+	// tuples from different moments. (store.OpenWith's ReadOnly sets it.)
+	ReadOnly bool
 }
 
 // OptionsFromEnv returns Options with the fields the environment sets (see
