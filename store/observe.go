@@ -32,7 +32,7 @@ type observedKV struct {
 
 func (o *observedKV) NewBatch() Batch { return &observedBatch{Batch: o.KV.NewBatch(), fn: o.fn} }
 
-func (o *observedKV) newBatchSize(size int) Batch {
+func (o *observedKV) NewBatchWithSize(size int) Batch {
 	return &observedBatch{Batch: newBatch(o.KV, size), fn: o.fn}
 }
 

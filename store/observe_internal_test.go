@@ -8,7 +8,7 @@ type sizedKV struct {
 	sizes []int
 }
 
-func (s *sizedKV) newBatchSize(size int) Batch {
+func (s *sizedKV) NewBatchWithSize(size int) Batch {
 	s.sizes = append(s.sizes, size)
 	return s.KV.NewBatch()
 }
