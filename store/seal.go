@@ -278,6 +278,9 @@ func (t *Tuples) stageSeal(b Batch, old, new map[int64][]byte) (seal, error) {
 // holds t.mu.
 func (t *Tuples) committed(sealed *seal, err error, sync bool) error {
 	if sealed == nil {
+		if err == nil && sync && t.k != nil {
+			t.k.seal.durable = true // a synced commit makes the earlier ones durable
+		}
 		return err
 	}
 	if err != nil {

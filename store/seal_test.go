@@ -58,7 +58,6 @@ func reopenKeyed(t *testing.T, kv store.KV, name string) *store.Tuples {
 	return tp
 }
 
-
 // TestSealCommits: creation seals the empty tag pages (generation 1) and
 // every commit that writes tag pages moves the seal one generation on,
 // keeping it equal to the pages as stored, across reopenings.
