@@ -80,6 +80,9 @@ type staging struct {
 	// too, a column like the sums (a keyed volume opened with its key; set
 	// by setupKeyed). Their tags are computed before they are staged.
 	tagged bool
+	// syncFold makes the last commit of a fold synced (a witness: the
+	// seal must be durable before the witness records it).
+	syncFold bool
 }
 
 func newStaging(dev Device, tup *store.Tuples, c *blockCheck, opts *Options, fails *failure, st *volStats) *staging {
@@ -87,6 +90,7 @@ func newStaging(dev Device, tup *store.Tuples, c *blockCheck, opts *Options, fai
 		dev: dev, tup: tup, bs: c.bs, ts: c.ts, sums: c.sums,
 		batchCap: opts.StagingBytes / 2 / c.bs, maxUnsynced: opts.MaxUnsynced,
 		fails: fails, st: st, overlay: make(map[int64]*ovPage),
+		syncFold: opts.Witness != nil,
 	}
 	s.stCond.L = &s.stMu
 	return s
@@ -473,6 +477,15 @@ func (s *staging) foldLocked() error {
 			return err
 		}
 		if err := commit(false); err != nil {
+			return err
+		}
+	}
+	// With a witness the last commit is synced: the seal is durable
+	// before the witness records it (witness.go).
+	if x.Len() > 0 && s.syncFold {
+		err := x.Commit(true)
+		x = s.tup.NewTxn()
+		if err != nil {
 			return err
 		}
 	}

@@ -199,6 +199,15 @@ type Options struct {
 	// are those written together, with the guard computed from that data.
 	// Checks (CheckRun, difctl verify and scrub) always compute both.
 	KeyedCRC bool
+	// Witness keeps the seal of a keyed volume (its generation and MAC)
+	// where an attacker of the device and the store cannot put back an
+	// older one (witness.go): Open refuses a store whose seal is older
+	// than the witness's with a *RollbackError, and Create, Open and
+	// every Sync record the seal in it once it is durable (with a witness
+	// the last store commit of Sync is synced). It is written only with
+	// the Key. Default nil: none (a rollback of the whole volume is not
+	// found).
+	Witness Witness
 }
 
 func (o *Options) normalize(bs int) error {
@@ -355,6 +364,7 @@ type Volume struct {
 
 	tags       tagEngine // keyed volume opened with its key (keyed.go)
 	keyedNoKey bool      // keyed volume opened without it
+	witnessed  uint64    // the seal generation the witness holds (witness.go); under flushMu
 }
 
 // volStats are the counters behind Stats.
@@ -408,7 +418,13 @@ func Open(ctx context.Context, dev Device, kv store.KV, opts Options) (*Volume, 
 	if err := v.checkComplete(); err != nil {
 		return nil, err
 	}
+	if err := v.checkWitness(); err != nil {
+		return nil, err
+	}
 	if err := v.recover(ctx); err != nil {
+		return nil, err
+	}
+	if err := v.publishSeal(); err != nil {
 		return nil, err
 	}
 	return v, nil
@@ -559,7 +575,10 @@ func (v *Volume) Close() error {
 	}
 	v.stg.flushMu.Lock()
 	defer v.stg.flushMu.Unlock()
-	return v.stg.syncLocked()
+	if err := v.stg.syncLocked(); err != nil {
+		return err
+	}
+	return v.publishSeal()
 }
 
 // Sync makes every write completed before it durable together with its
@@ -573,5 +592,8 @@ func (v *Volume) Sync() error {
 	defer done()
 	v.stg.flushMu.Lock()
 	defer v.stg.flushMu.Unlock()
-	return v.stg.syncLocked()
+	if err := v.stg.syncLocked(); err != nil {
+		return err
+	}
+	return v.publishSeal()
 }

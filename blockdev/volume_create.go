@@ -162,6 +162,9 @@ func Create(ctx context.Context, dev Device, kv store.KV, opts CreateOptions) (*
 	if err := v.protect(ctx, next, started, &opts); err != nil {
 		return nil, err
 	}
+	if err := v.publishSeal(); err != nil {
+		return nil, err
+	}
 	return v, nil
 }
 

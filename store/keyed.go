@@ -161,6 +161,9 @@ type keyed struct {
 	mu     sync.RWMutex
 	macKey []byte // nil: records are read with their CRC checked only
 	wseq   atomic.Uint64
+
+	leafKey []byte // the seal's leaf key, from macKey (seal.go)
+	seal    seal   // guarded by Tuples.mu
 }
 
 // TagWriteSeq is a sequence lock over the volume's tag page writes: odd
@@ -204,9 +207,13 @@ func (t *Tuples) SetPageMACKey(key []byte) error {
 	if len(key) != PageMACKeySize {
 		return fmt.Errorf("%w: page key of %d bytes, want %d", ErrInvalid, len(key), PageMACKeySize)
 	}
+	t.mu.Lock()
 	t.k.mu.Lock()
 	t.k.macKey = append([]byte(nil), key...)
+	t.k.leafKey = leafKey(key)
 	t.k.mu.Unlock()
+	t.k.seal = seal{} // read again, with its MAC checked
+	t.mu.Unlock()
 	return nil
 }
 
@@ -492,7 +499,10 @@ func (x *Txn) WriteTags(lba int64, tags []KeyedTag) error {
 // alone (only an attacker's tools do that: the volume refuses changes
 // without the key), and their tag pages fail at the next read with it.
 // Caller holds t.mu.
-func (t *Tuples) commitTags(b Batch, ops []txnOp, tuples map[int64][]byte) error {
+//
+// With the page key it also stages the seal that follows (seal.go) and
+// returns it, for the caller to make current once b is committed.
+func (t *Tuples) commitTags(b Batch, ops []txnOp, tuples map[int64][]byte) (*seal, error) {
 	key := t.macKey()
 	P := int64(t.l.p)
 	pages := make(map[int64][]KeyedTag)
@@ -512,7 +522,7 @@ func (t *Tuples) commitTags(b Batch, ops []txnOp, tuples map[int64][]byte) error
 				// replaced by rewriting its blocks.
 				if s > pstart || e < min(pstart+P, t.blocks) {
 					if err := t.ReadTags(pstart, recs[:min(P, t.blocks-pstart)]); err != nil {
-						return err
+						return nil, err
 					}
 				}
 				pages[page] = recs
@@ -529,7 +539,7 @@ func (t *Tuples) commitTags(b Batch, ops []txnOp, tuples map[int64][]byte) error
 			pstart := page * P
 			recs := make([]KeyedTag, P)
 			if err := t.ReadTags(pstart, recs[:min(P, t.blocks-pstart)]); err != nil {
-				return err
+				return nil, err
 			}
 			pages[page] = recs
 			order = append(order, page)
@@ -539,20 +549,41 @@ func (t *Tuples) commitTags(b Batch, ops []txnOp, tuples map[int64][]byte) error
 		t.k.wseq.Add(1) // odd: readers do not cache; even again after the commit (see Txn.Commit)
 	}
 	buf := make([]byte, 0, t.tagPageSize())
+	var old, new map[int64][]byte // the seal's: values before and after
+	if key != nil && len(order) > 0 {
+		old, new = make(map[int64][]byte, len(order)), make(map[int64][]byte, len(order))
+	}
 	for _, page := range order {
 		tup, ok := tuples[page]
 		if !ok {
 			var err error
 			if tup, err = t.rawTuplePage(page); err != nil {
-				return err
+				return nil, err
 			}
 		}
 		buf = t.encodeTagPage(buf[:0], key, page, pages[page], tup)
 		if err := b.Set(t.tagPageKey(page), buf); err != nil {
-			return err
+			return nil, err
+		}
+		if new != nil {
+			v, err := t.kv.Get(t.tagPageKey(page))
+			switch {
+			case errors.Is(err, ErrNotFound):
+				v = nil
+			case err != nil:
+				return nil, err
+			}
+			old[page], new[page] = v, slices.Clone(buf)
 		}
 	}
-	return nil
+	if new == nil {
+		return nil, nil
+	}
+	next, err := t.stageSeal(b, old, new)
+	if err != nil {
+		return nil, err
+	}
+	return &next, nil
 }
 
 // RecordTagIntent stages the keyed tags intended for the blocks of the

@@ -637,9 +637,13 @@ func TestKeyedCreateNeedsPageKey(t *testing.T) {
 	mk := volKey("v", 'M')
 	// A creation interrupted before its manifest leaves only empty pages,
 	// tag pages included: nothing that stops a new protect.
+	// (The seal is written in the manifest's batch: it goes with it.)
 	newKeyed(t, kv, "w", keyedManifest(1000))
 	b := kv.NewBatch()
 	if err := b.Delete(volKey("w", 'M')); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Delete(volKey("w", 'S')); err != nil {
 		t.Fatal(err)
 	}
 	if err := b.Commit(true); err != nil {

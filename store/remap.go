@@ -399,10 +399,12 @@ func (t *Tuples) RemapRange(lba int64, tuples []byte, sync bool) error {
 	if err := b.Set(journalKey(t.prefix), jv); err != nil {
 		return err
 	}
+	var sealed *seal // the seal this batch writes (seal.go)
 	if t.k != nil {
 		// The tag pages' MAC seals the tuple pages (keyed.go).
 		seq := t.k.wseq.Load()
-		if err := t.commitTags(b, nil, written); err != nil {
+		var err error
+		if sealed, err = t.commitTags(b, nil, written); err != nil {
 			if t.k.wseq.Load() != seq {
 				t.k.wseq.Add(1)
 			}
@@ -414,7 +416,7 @@ func (t *Tuples) RemapRange(lba int64, tuples []byte, sync bool) error {
 	}
 	t.beginWrite()
 	defer t.endWrite(nil, true)
-	return b.Commit(sync)
+	return t.committed(sealed, b.Commit(sync), sync)
 }
 
 // FinishRemap ends a remap whose journal has reached the last block: the

@@ -96,6 +96,19 @@ func createTuples(kv KV, volume string, m Manifest, pageKey []byte) (*Tuples, er
 		b.Close()
 		return nil, err
 	}
+	if t.k != nil {
+		// The seal of the empty tag pages (generation 1), beside the
+		// manifest.
+		t.mu.Lock()
+		s, err := t.stageSeal(b, nil, nil)
+		t.mu.Unlock()
+		if err != nil {
+			b.Close()
+			return nil, fmt.Errorf("store: create volume %q: %w", volume, err)
+		}
+		s.durable = true
+		t.k.seal = s
+	}
 	if err := b.Commit(true); err != nil {
 		return nil, err
 	}

@@ -214,9 +214,11 @@ func (x *Txn) Commit(sync bool) error {
 			written[page] = slices.Clone(val)
 		}
 	}
+	var sealed *seal // the seal this batch writes (seal.go)
 	if t.k != nil {
 		seq := t.k.wseq.Load()
-		if err := t.commitTags(b, ops, written); err != nil {
+		var err error
+		if sealed, err = t.commitTags(b, ops, written); err != nil {
 			if t.k.wseq.Load() != seq {
 				t.k.wseq.Add(1)
 			}
@@ -234,5 +236,5 @@ func (x *Txn) Commit(sync bool) error {
 		t.beginWrite()
 		defer t.endWrite(order, false)
 	}
-	return b.Commit(sync)
+	return t.committed(sealed, b.Commit(sync), sync)
 }

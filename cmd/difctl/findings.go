@@ -37,9 +37,11 @@ type summaryRecord struct {
 	Metadata      string           `json:"metadata,omitempty"`    // the metadata file of a DIX pair
 	Store         string           `json:"store,omitempty"`       // the store, for store-backed images
 	KeyedCheck    string           `json:"keyed_check,omitempty"` // keyed volumes: checked, or skipped (no key given)
-	Format        string           `json:"format"`                // dif text form
-	Start         int64            `json:"start"`                 // first LBA checked
-	Blocks        int64            `json:"blocks"`                // blocks checked
+	Seal          string           `json:"seal,omitempty"`        // keyed volumes with the key: ok, mismatch, or none (a store from before seals)
+	SealGen       uint64           `json:"seal_generation,omitempty"`
+	Format        string           `json:"format"` // dif text form
+	Start         int64            `json:"start"`  // first LBA checked
+	Blocks        int64            `json:"blocks"` // blocks checked
 	OK            int64            `json:"ok"`
 	Failed        int64            `json:"failed"`          // blocks failing at least one check
 	Unwritten     int64            `json:"unwritten"`       // all-ones tags: never written or discarded
@@ -47,9 +49,32 @@ type summaryRecord struct {
 	Transient     int64            `json:"transient"`       // failed, then passed a re-read (counted in ok)
 	FailedByField map[string]int64 `json:"failed_by_field"` // failed checks per kind
 	Seconds       float64          `json:"seconds"`
+
+	sealErr error // a *blockdev.SealError (checkSeal)
 }
 
 func (*summaryRecord) recordType() string { return "summary" }
+
+// checkSeal checks the seal of a keyed volume opened with its key
+// (blockdev.Volume.CheckSeal) into rec: a mismatch is kept for summary to
+// report as an integrity failure; other errors are returned.
+func checkSeal(v *blockdev.Volume, rec *summaryRecord) error {
+	if !v.KeyedChecked() {
+		return nil
+	}
+	gen, ok, err := v.CheckSeal()
+	switch {
+	case errors.Is(err, blockdev.ErrSealMismatch):
+		rec.Seal, rec.SealGen, rec.sealErr = "mismatch", gen, err
+	case err != nil:
+		return err
+	case !ok:
+		rec.Seal = "none"
+	default:
+		rec.Seal, rec.SealGen = "ok", gen
+	}
+	return nil
+}
 
 // kindNames are the human names of the kinds of failure.
 var kindNames = map[blockdev.Kind]string{
@@ -214,6 +239,9 @@ func (fw *findings) summary(rec *summaryRecord, st blockdev.RunStats, elapsed ti
 		if rec.KeyedCheck == keyedSkipped {
 			b.WriteString(keyedSkippedNote)
 		}
+		if rec.sealErr != nil {
+			fmt.Fprintf(&b, "%s\n", shortMessage(rec.sealErr))
+		}
 		if fw.hidden > 0 {
 			fmt.Fprintf(&b, "%d more findings not listed after the first %d; %s\n", fw.hidden, maxTextFindings, fw.more)
 		}
@@ -222,7 +250,10 @@ func (fw *findings) summary(rec *summaryRecord, st blockdev.RunStats, elapsed ti
 		}
 	}
 	if st.Failed > 0 {
-		return &integrityError{msg: fmt.Sprintf("%s: %d of %d blocks failed verification", name, st.Failed, st.Blocks)}
+		return &integrityError{msg: fmt.Sprintf("%s: %d of %d blocks failed verification", name, st.Failed, st.Blocks), err: rec.sealErr}
+	}
+	if rec.sealErr != nil {
+		return &integrityError{msg: name, err: rec.sealErr}
 	}
 	return nil
 }

@@ -30,6 +30,10 @@ import (
 //	                                   empty record in place of its tuple page, delete its tag page
 //	attack deltag IMAGE PAGE           delete tag page PAGE
 //	attack deltuple IMAGE PAGE         delete tuple page PAGE (no record at all)
+//	attack save IMAGE LBA FILE         save the block's data and its tag and tuple page records
+//	attack restore IMAGE LBA FILE      put them back (a replay of one block)
+//	attack savevol IMAGE COPY          copy the image and its store to COPY and COPY.difdb
+//	attack restorevol COPY IMAGE       put the copy back over the image and its store
 func cmdAttack(ts *testscript.TestScript, neg bool, args []string) {
 	if neg || len(args) < 3 {
 		ts.Fatalf("usage: attack fill|flip|copy|copyvol|tag|unwritten|tuple|emptypage|deltag|deltuple ...")
@@ -137,6 +141,41 @@ func cmdAttack(ts *testscript.TestScript, neg bool, args []string) {
 		a := openAttack(ts, args[1])
 		defer a.close()
 		a.delete('P', num(args[2]))
+	case "save", "restore":
+		a := openAttack(ts, args[1])
+		defer a.close()
+		lba := num(args[2])
+		p := lba / int64(a.t.Manifest().PageTuples)
+		keys := [][]byte{a.recKey('K', p), a.recKey('P', p)}
+		if args[0] == "save" {
+			var out []byte
+			for _, v := range [][]byte{a.read(lba), a.get(keys[0]), a.get(keys[1])} {
+				out = binary.BigEndian.AppendUint32(out, uint32(len(v)))
+				out = append(out, v...)
+			}
+			ts.Check(os.WriteFile(ts.MkAbs(args[3]), out, 0o644))
+			return
+		}
+		in, err := os.ReadFile(ts.MkAbs(args[3]))
+		ts.Check(err)
+		var vals [][]byte
+		for len(in) > 0 {
+			n := binary.BigEndian.Uint32(in)
+			vals, in = append(vals, in[4:4+n]), in[4+n:]
+		}
+		_, err = a.dev.WriteAt(vals[0], lba*int64(a.f.BlockSize()))
+		ts.Check(err)
+		b := a.kv.NewBatch()
+		ts.Check(b.Set(keys[0], vals[1]))
+		ts.Check(b.Set(keys[1], vals[2]))
+		ts.Check(b.Commit(true))
+	case "savevol", "restorevol":
+		from, to := ts.MkAbs(args[1]), ts.MkAbs(args[2])
+		b, err := os.ReadFile(from)
+		ts.Check(err)
+		ts.Check(os.WriteFile(to, b, 0o644))
+		ts.Check(os.RemoveAll(to + storeSuffix))
+		ts.Check(os.CopyFS(to+storeSuffix, os.DirFS(from+storeSuffix)))
 	default:
 		ts.Fatalf("attack: unknown %q", args[0])
 	}
@@ -154,6 +193,19 @@ func (a *attack) delete(typ byte, page int64) {
 	b := a.kv.NewBatch()
 	a.ts.Check(b.Delete(key))
 	a.ts.Check(b.Commit(true))
+}
+
+// recKey is the store key of the record of type typ of page page.
+func (a *attack) recKey(typ byte, page int64) []byte {
+	name := blockdev.DefaultVolumeName
+	key := append([]byte{'T', byte(len(name))}, name...)
+	return binary.BigEndian.AppendUint64(append(key, typ), uint64(page))
+}
+
+func (a *attack) get(key []byte) []byte {
+	v, err := a.kv.Get(key)
+	a.ts.Check(err)
+	return bytes.Clone(v)
 }
 
 type attack struct {

@@ -22,6 +22,9 @@ import (
 type keyFlags struct {
 	File string // --key-file: a file of 32 raw bytes or 64 hex digits, mode 0600 or 0400
 	Env  string // --key-env: the name of an environment variable holding 64 hex digits
+	// Witness is --witness: the file that keeps the keyed volume's seal
+	// (blockdev.FileWitness), checked at open and written at each sync.
+	Witness string
 }
 
 // addKeyFlags registers the key flags on cmd, into k.
@@ -29,6 +32,15 @@ func addKeyFlags(cmd *cobra.Command, k *keyFlags, use string) {
 	f := cmd.Flags()
 	f.StringVar(&k.File, "key-file", "", "`FILE` holding the key of a keyed volume (32 bytes, or 64 hex digits; mode 0600 or 0400): "+use)
 	f.StringVar(&k.Env, "key-env", "", "name of the environment `VARIABLE` holding the key of a keyed volume (64 hex digits), instead of --key-file")
+	f.StringVar(&k.Witness, "witness", "", "`FILE` keeping a keyed volume's seal (keep it where whoever can write the image and store cannot): a store older than it is a rollback (exit 4); written at each sync, with the key")
+}
+
+// witness returns the witness --witness names, or nil.
+func (k keyFlags) witness() blockdev.Witness {
+	if k.Witness == "" {
+		return nil
+	}
+	return &blockdev.FileWitness{Path: k.Witness}
 }
 
 // load returns the key the flags name, or nil when they name none.

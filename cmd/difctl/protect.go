@@ -300,7 +300,7 @@ func runProtect(ctx context.Context, opts protectOptions, stdout, stderr io.Writ
 		id = stored.DeviceID // checkImage accepted the image: resume as begun
 	}
 	vol, err := blockdev.Create(ctx, dev2(ctx), kv, blockdev.CreateOptions{
-		Options:         blockdev.Options{DeviceID: id, Key: key},
+		Options:         blockdev.Options{DeviceID: id, Key: key, Witness: opts.Key.witness()},
 		Format:          spec.f,
 		InitialRefTag:   spec.refTag,
 		AppTag:          spec.appTag,

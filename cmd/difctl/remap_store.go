@@ -79,7 +79,7 @@ func runRemapStore(ctx context.Context, opts remapOptions, stdout, stderr io.Wri
 	if err != nil {
 		return err
 	}
-	ropts := blockdev.RemapOptions{OnProblem: fw.report, Options: blockdev.Options{Rereads: blockdev.DefaultRereads, Key: key}}
+	ropts := blockdev.RemapOptions{OnProblem: fw.report, Options: blockdev.Options{Rereads: blockdev.DefaultRereads, Key: key, Witness: opts.Key.witness()}}
 	prog := newProgress(stderr, opts.Quiet, blocks*bs, "verify "+opts.Image)
 	phase := "verify"
 	var last, next int64

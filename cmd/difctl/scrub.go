@@ -175,6 +175,7 @@ func runScrub(ctx context.Context, opts scrubOptions, stdout, stderr io.Writer) 
 		name   = opts.Image
 		closer func() error
 		keyed  string // keyed_check of the summary
+		vol    *blockdev.Volume
 	)
 	if opts.SelfContained {
 		im, err := openPIImage(opts.Image, opts.Meta, opts.Format, opts.Params, openRead)
@@ -199,6 +200,7 @@ func runScrub(ctx context.Context, opts scrubOptions, stdout, stderr io.Writer) 
 		}
 		closer = v.Close
 		src, tup, f = v.vol, v.vol.Tuples(), v.format().WithLayout(dif.Interleaved)
+		vol = v.vol
 		keyed = keyedState(v.vol)
 	}
 	defer closer()
@@ -287,6 +289,11 @@ func runScrub(ctx context.Context, opts scrubOptions, stdout, stderr io.Writer) 
 	srec := &summaryRecord{Command: "scrub", Image: opts.Image, Metadata: opts.Meta, Format: displayFormat(f.String()), Start: rep.From, KeyedCheck: keyed}
 	if !opts.SelfContained {
 		srec.Store = url
+	}
+	if vol != nil {
+		if err := checkSeal(vol, srec); err != nil {
+			return storeFailure("scrub "+name, url, err)
+		}
 	}
 	// The summary counts the blocks of this run; failures by kind come
 	// from the report (complete even for findings not delivered).

@@ -219,6 +219,8 @@ func checkServe(o *serveOptions) error {
 		return usageErrorf("--tls-client-ca needs --tls-cert and --tls-key")
 	case o.Listen != "" && o.TLSCert == "" && !o.Insecure:
 		return usageErrorf("--listen without TLS sends the disk in clear text to anyone who connects: give --tls-cert and --tls-key, or --insecure")
+	case o.Key.Witness != "" && len(o.Images) > 1:
+		return usageErrorf("--witness keeps the seal of one IMAGE; serve several images with a witness each from several commands")
 	case o.KeyedCRC && o.Key.File == "" && o.Key.Env == "":
 		return usageErrorf("--keyed-crc needs the key (--key-file or --key-env)")
 	case o.MaxConns < 1:
@@ -323,7 +325,7 @@ func runServe(ctx context.Context, o serveOptions, _, stderr io.Writer) error {
 			mode = storeRead
 		}
 		vo := serveVolumeOptions(o.ReadOnly)
-		vo.Key, vo.KeyedCRC = key, o.KeyedCRC
+		vo.Key, vo.KeyedCRC, vo.Witness = key, o.KeyedCRC, o.Key.witness()
 		v, err := openVolumeWith(ctx, im, storeURL(im, o.Store), mode, vo, m.storeOptions(filepath.Base(im), serveStoreOptions(&o)))
 		if err != nil {
 			return err

@@ -268,7 +268,7 @@ func openVolumeMode(ctx context.Context, image, url string, readOnly bool, mode 
 	if err != nil {
 		return nil, err
 	}
-	return openVolumeWith(ctx, image, url, mode, blockdev.Options{ReadOnly: readOnly, Key: k}, store.OpenOptions{})
+	return openVolumeWith(ctx, image, url, mode, blockdev.Options{ReadOnly: readOnly, Key: k, Witness: key.witness()}, store.OpenOptions{})
 }
 
 // openVolumeWith is openVolumeMode with the volume's options (serve's);

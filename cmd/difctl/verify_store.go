@@ -33,7 +33,11 @@ func runVerifyStore(ctx context.Context, opts verifyOptions, stdout, stderr io.W
 		}
 		return storeFailure("verify "+opts.Image, url, err)
 	}
-	return fw.summary(&summaryRecord{
+	rec := &summaryRecord{
 		Command: "verify", Image: opts.Image, Store: url, Format: displayFormat(v.format().String()), Start: start, KeyedCheck: keyedState(v.vol),
-	}, st, time.Since(t0))
+	}
+	if err := checkSeal(v.vol, rec); err != nil {
+		return storeFailure("verify "+opts.Image, url, err)
+	}
+	return fw.summary(rec, st, time.Since(t0))
 }
