@@ -89,8 +89,8 @@ func TestKeyedManifest(t *testing.T) {
 	kv := store.NewMem()
 	defer kv.Close()
 	tp := newKeyed(t, kv, "v", keyedManifest(200))
-	if got := tp.Manifest().Schema; got != store.KeyedSchemaVersion {
-		t.Fatalf("schema %d, want %d", got, store.KeyedSchemaVersion)
+	if got := tp.Manifest().Schema; got != store.SealedSchemaVersion {
+		t.Fatalf("schema %d, want %d", got, store.SealedSchemaVersion)
 	}
 	tp2, err := store.OpenTuples(kv, "v", nil)
 	if err != nil {
@@ -656,9 +656,9 @@ func TestKeyedCreateNeedsPageKey(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	old := bytes.Replace(bytes.Clone(v), []byte(`"schema":4`), []byte(`"schema":3`), 1)
+	old := bytes.Replace(bytes.Clone(v), []byte(`"schema":5`), []byte(`"schema":3`), 1)
 	if bytes.Equal(old, v) {
-		t.Fatalf("manifest %s has no schema 4", v)
+		t.Fatalf("manifest %s has no schema 5", v)
 	}
 	set(t, kv, mk, old)
 	_, err = store.OpenTuples(kv, "v", nil)

@@ -32,6 +32,15 @@ const SchemaVersion = 2
 // (difctl protect --reprotect).
 const KeyedSchemaVersion = 4
 
+// SealedSchemaVersion is the schema version of keyed volumes with a seal
+// (seal.go): version 4 plus the seal record, which every commit of tag
+// pages must update. A program that knows only version 4 refuses such a
+// volume (ErrUnsupported) instead of writing tag pages without updating
+// the seal, which would make the next CheckSeal report a replay. New keyed
+// volumes are created with it; a version 4 volume moves to it in the
+// commit that first writes its seal.
+const SealedSchemaVersion = 5
+
 // oldKeyedSchema is the keyed schema refused since version 4.
 const oldKeyedSchema = 3
 
@@ -209,8 +218,8 @@ func decodeManifest(volume string, b []byte) (Manifest, error) {
 	if j.Kind != manifestKind {
 		return Manifest{}, corrupt(fmt.Sprintf("kind %q, want %q", j.Kind, manifestKind))
 	}
-	if j.Schema > KeyedSchemaVersion {
-		return Manifest{}, fmt.Errorf("%w: volume %q: schema version %d is newer than %d", ErrUnsupported, volume, j.Schema, KeyedSchemaVersion)
+	if j.Schema > SealedSchemaVersion {
+		return Manifest{}, fmt.Errorf("%w: volume %q: schema version %d is newer than %d", ErrUnsupported, volume, j.Schema, SealedSchemaVersion)
 	}
 	if j.Schema == oldKeyedSchema {
 		return Manifest{}, fmt.Errorf("%w: volume %q: keyed volume of schema version %d, written by a development build that did not seal the tag pages of unwritten blocks (a deleted tag page could not be detected); protect it again with its key (difctl protect --reprotect)", ErrUnsupported, volume, j.Schema)
@@ -269,7 +278,7 @@ func (stored *Manifest) compare(volume string, given *Manifest) error {
 // with.
 func (m *Manifest) schema() int {
 	if m.KeyCheck != "" {
-		return KeyedSchemaVersion
+		return SealedSchemaVersion
 	}
 	return SchemaVersion
 }

@@ -50,13 +50,13 @@ import (
 // copy of (G, MAC) kept where the attacker cannot write finds (blockdev's
 // Witness).
 //
-// Keyed stores written before the seal existed have no seal record: the
-// first commit with the page key that writes tag pages, or InitSeal,
-// creates it from the pages as they are. Programs that do not know the
-// record ignore it: every read of a volume's records is by record type
-// (a range of one type, or one key), and DeleteVolume and Volumes scan
-// the volume's whole prefix without decoding values. But their writes do
-// not update it, so the next CheckSeal reports them.
+// Keyed stores written before the seal existed (schema version 4) have no
+// seal record: the first commit with the page key that writes tag pages,
+// or InitSeal, creates it from the pages as they are, and moves the
+// manifest to SealedSchemaVersion in the same batch. Programs that do not
+// know the seal refuse a volume of that version (their writes would not
+// update it, and the next CheckSeal would report a replay); new keyed
+// volumes are created with it.
 const (
 	recSeal     = 'S'
 	sealMagic   = 'S'
@@ -263,6 +263,19 @@ func (t *Tuples) stageSeal(b Batch, old, new map[int64][]byte) (seal, error) {
 		c.sub(t.leaf(page, old[page]))
 		c.add(t.leaf(page, v))
 	}
+	if t.m.Schema < SealedSchemaVersion {
+		// The first seal of a version 4 volume: from this commit on,
+		// programs that do not keep the seal refuse the volume.
+		m := t.m
+		m.Schema = SealedSchemaVersion
+		mv, err := encodeManifest(m)
+		if err != nil {
+			return seal{}, err
+		}
+		if err := b.Set(recKey(t.prefix, recManifest), mv); err != nil {
+			return seal{}, err
+		}
+	}
 	key := t.macKey()
 	next := seal{loaded: true, present: true, gen: s.gen + 1, c: c.bytes()}
 	v := t.encodeSeal(key, next.gen, next.c)
@@ -289,6 +302,7 @@ func (t *Tuples) committed(sealed *seal, err error, sync bool) error {
 	}
 	sealed.durable = sync
 	t.k.seal = *sealed
+	t.m.Schema = max(t.m.Schema, SealedSchemaVersion)
 	return nil
 }
 
@@ -332,6 +346,7 @@ func (t *Tuples) InitSeal() error {
 	}
 	next.durable = true
 	t.k.seal = next
+	t.m.Schema = max(t.m.Schema, SealedSchemaVersion)
 	return nil
 }
 

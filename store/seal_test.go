@@ -148,8 +148,25 @@ func TestSealRecord(t *testing.T) {
 	if _, _, err := reopenKeyed(t, kv, "v").CheckSeal(); !errors.Is(err, store.ErrCorrupt) {
 		t.Fatalf("damaged seal: %v, want ErrCorrupt", err)
 	}
-	// No seal: a store of the version before it.
-	kvPut(t, kv, ks, nil)
+	// No seal: a store of the version before it (schema 4). Its first seal
+	// moves it to schema 5, so that programs that do not keep the seal
+	// refuse it rather than write tag pages it does not cover.
+	mk := volKey("v", 'M')
+	schema := func() int {
+		m, err := store.OpenTuples(kv, "v", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m.Manifest().Schema
+	}
+	toV4 := func() {
+		kvPut(t, kv, ks, nil)
+		kvPut(t, kv, mk, bytes.Replace(kvGet(t, kv, mk), []byte(`"schema":5`), []byte(`"schema":4`), 1))
+		if s := schema(); s != store.KeyedSchemaVersion {
+			t.Fatalf("schema %d, want %d", s, store.KeyedSchemaVersion)
+		}
+	}
+	toV4()
 	tp = reopenKeyed(t, kv, "v")
 	if gen, ok, err := tp.CheckSeal(); err != nil || ok || gen != 0 {
 		t.Fatalf("CheckSeal without a seal = %d, %v, %v; want not sealed", gen, ok, err)
@@ -158,11 +175,17 @@ func TestSealRecord(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkSeal(t, tp, 1)
-	kvPut(t, kv, ks, nil)
+	if s := schema(); s != store.SealedSchemaVersion {
+		t.Fatalf("after InitSeal: schema %d, want %d", s, store.SealedSchemaVersion)
+	}
+	toV4()
 	tp = reopenKeyed(t, kv, "v")
 	writeTags(t, tp, 50, tagsFor(50, 1, 9))
 	checkSeal(t, tp, 1)
 	checkSeal(t, reopenKeyed(t, kv, "v"), 1)
+	if s := schema(); s != store.SealedSchemaVersion {
+		t.Fatalf("after the first sealing commit: schema %d, want %d", s, store.SealedSchemaVersion)
+	}
 	// Without the page key the seal is not checked.
 	ro, err := store.OpenTuples(kv, "v", nil)
 	if err != nil {
