@@ -19,9 +19,9 @@ import (
 // subChunk is the span, in bytes, of one dif call of the read and write
 // paths (guards and sector checksums computed in one pass, see classify).
 // Each call has fixed costs (dif's checks and set-up, the kernel's first
-// groups, which its prefetch does not cover): a verified 1 MiB read of
-// 512-byte blocks with guard and sums ran at 63-67% of pread with 64 KiB,
-// 67-69% with 256 KiB, and 66-72% with 1 MiB (alternating runs).
+// groups, which its prefetch does not cover), which a larger span spreads
+// thinner; past 256 KiB the verified read was no faster (docs/performance.md,
+// "Constants measured").
 const subChunk = 256 << 10
 
 // classify verifies blocks [i, i+k) of the loaded run at lba, one

@@ -31,13 +31,11 @@ const (
 )
 
 // bulkCompression is the block compression of bulk-loaded tables: none.
-// Measured on realistic pages (random 16-bit guards and CRC-32C sums,
-// constant app tags, sequential ref tags; 8 Mi blocks of 512 bytes, 2
-// cores): zstd level 1 stores 67% of the bytes but compresses ~180 MB/s on
-// one core, so a load ran at 3.7-4.1 GB/s of protected data; MinLZ saved
-// nothing on 8-byte tuples (6.9-7.5 GB/s), Snappy 17% (3.7-3.8 GB/s); no
-// compression ran at 13.3-13.8 GB/s. The disk takes pages faster than zstd
-// makes them smaller, and protect needs the CPU for its guards.
+// Tuple pages are half random (guards, CRC-32C sums): zstd keeps two
+// thirds of their bytes at a small fraction of the speed of a load without
+// it, MinLZ and Snappy save little; the disk takes pages faster than a
+// compressor makes them smaller, and protect needs the CPU for its guards
+// (figures in docs/performance.md, "Constants measured").
 var bulkCompression = sstable.NoCompression
 
 // NewBulkWriter implements store.BulkLoader.

@@ -587,9 +587,8 @@ func (b *batch) Close() error {
 
 // dbCompression is the block compression of tables Pebble flushes and
 // compacts: none. Tuple pages are half random (16-bit guards, CRC-32C sums)
-// and half predictable (app and ref tags, the written bitmap). Measured on
-// such pages: zstd level 1 keeps 67% of the bytes (MinLZ 100%, Snappy 83%)
-// at ~180 MB/s per core, slower than this disk writes, and every scan would
-// pay decompression; WriteRange's 512-byte figures with zstd were within the
-// run-to-run noise of none (3.6-8.3 against 6.3-7.3 GB/s), reads too.
+// and half predictable (app and ref tags, the written bitmap): zstd keeps
+// two thirds of their bytes, slower than the disk writes them, and every
+// scan would pay decompression; writes and reads gained nothing measurable
+// (docs/performance.md, "Constants measured").
 var dbCompression = pebble.DBCompressionNone
