@@ -13,8 +13,9 @@
 // [ImageParams] is the rule by which an image that carries its own PI is
 // verified, shared by pisource and blockdev's import of such an image.
 //
-// The Problems that the verifiers report are package blockdev's: a Failure
-// becomes one there (blockdev.ProblemOf for a failed PI field).
+// The Problems that the verifiers report are package blockdev's, which this
+// package cannot import: the verifiers make them of a failed PI field
+// (blockdev.ProblemOf) and of a Failure.
 package check
 
 import (
