@@ -70,6 +70,11 @@ func KindOf(f dif.Field) Kind {
 	return Kind(f.String())
 }
 
+// ProblemOf returns the Problem of a failed PI field, as dif reports it.
+func ProblemOf(ce *dif.CheckError) Problem {
+	return Problem{LBA: ce.LBA, Kind: KindOf(ce.Field), Expected: ce.Expected, Actual: ce.Actual, Err: ce}
+}
+
 // A Problem is one block that is not clean. A block failing several checks
 // gives one Problem per failed check.
 type Problem struct {
@@ -100,4 +105,20 @@ func (s *RunStats) Add(o RunStats) {
 	s.Unwritten += o.Unwritten
 	s.Failed += o.Failed
 	s.Transient += o.Transient
+}
+
+// Count adds one block classified as state to its outcome: OK, Escaped,
+// Unwritten, or Failed (dif.StateFailed). It leaves Blocks and Transient
+// alone.
+func (s *RunStats) Count(state dif.State) {
+	switch state {
+	case dif.StateOK:
+		s.OK++
+	case dif.StateEscaped:
+		s.Escaped++
+	case dif.StateUnwritten:
+		s.Unwritten++
+	default:
+		s.Failed++
+	}
 }

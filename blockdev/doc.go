@@ -1,13 +1,26 @@
-// Package blockdev owns the protected [Volume]: a [Device] whose every
+// Package blockdev owns the protected [Volume]: a [device.Device] whose every
 // write stores protection information (a T10 DIF/NVMe PI tuple and, where
 // the manifest says so, a CRC-32C sector sum per block) in a store, whose
 // every read is verified against it, and which survives a crash at any
-// instant, with the devices it runs on and the images that carry their own
-// PI ([PISource]). The scrub engine is package blockdev/scrub, the
-// fault-injecting device of the tests blockdev/faultdev (built on
-// blockdev/device, the Device contract re-exported here). Importing it
-// links the embedded Pebble store (store/pebble), so that store.Open opens
-// a store by path, its default, in every program that uses volumes.
+// instant; and the vocabulary of a check ([CheckSource], [CheckOptions],
+// [Problem], [Kind], [RunStats]) that a Volume and the other sources of
+// blocks speak. Importing it links the embedded Pebble store
+// (store/pebble), so that store.Open opens a store by path, its default, in
+// every program that uses volumes.
+//
+// Its neighbours, one job each:
+//
+//   - blockdev/device, below it: the devices a Volume runs on, their
+//     contract (device.Device, its capabilities and errors) and the
+//     implementations (files and Linux block devices, memory);
+//   - blockdev/pisource, above it: images that carry their own PI
+//     (extended-LBA dumps, DIX pairs), verified as a CheckSource and
+//     imported by [ImportImage] (an [ImportSource]);
+//   - blockdev/internal/check: what every verifier shares, a Volume's and
+//     an image's: the block classifier, the re-read loop and the one
+//     predicate for a read error that ends a run;
+//   - blockdev/scrub, the scrub engine; blockdev/nbd, the NBD server;
+//     blockdev/faultdev, the fault-injecting device of the tests.
 //
 // # The Volume
 //
@@ -23,16 +36,16 @@
 //     from the store or its cache, the initial ref tag. verifyRun takes the
 //     run through its stages, a file each: load (read_load.go: tuples from
 //     staging and the store), read (read_device.go: from the device's
-//     read-only mapping of the page cache where it has one, [Mapper],
+//     read-only mapping of the page cache where it has one, [device.Mapper],
 //     copied and verified in one pass, so what is verified is what is
 //     returned, otherwise from ReadAt; large runs split across
 //     [Options.VerifyWorkers]), classify (read_classify.go: dif classifies
 //     each piece in one pass, guards, tags and sector sums), recheck
-//     (read_recheck.go: a failing block goes to the package's block
-//     classifier and re-read loop, verify.go, shared with PISource, and a
-//     block that passes on a re-read is counted as transient) and, keyed,
-//     the keyed check (read_keyed.go). Failures are *[IntegrityError]
-//     (matching dif.ErrIntegrity).
+//     (read_recheck.go: a failing block goes to the block classifier and
+//     re-read loop shared with blockdev/pisource, and a block that passes
+//     on a re-read is counted as transient) and, keyed, the keyed check
+//     (read_keyed.go). Failures are *[IntegrityError] (matching
+//     dif.ErrIntegrity).
 //   - volume_write.go: WriteAt generates tuples and refuses to
 //     read-modify-write a block that already fails; Discard marks blocks
 //     unwritten under an intent.
@@ -46,10 +59,11 @@
 //     block matching neither is recorded as a torn finding and keeps failing
 //     verification. No tuple is ever recomputed from data that failed.
 //   - unwritten.go: the rule for blocks never written or discarded: they
-//     must read as zeros or lie in a hole ([DataFinder]); anything else is
-//     [KindUnwrittenData].
+//     must read as zeros or lie in a hole ([device.DataFinder]); anything
+//     else is [KindUnwrittenData].
 //   - volume_export.go, volume_import.go, volume_remap.go: a volume to and
-//     from a self-contained PI image, and a change of its ref tags;
+//     from a self-contained PI image ([ImportSource]: package
+//     blockdev/pisource reads one), and a change of its ref tags;
 //     import.go: where an import into a new image writes, and what it
 //     removes when it fails before keeping anything ([OpenImportTarget]).
 //
@@ -57,44 +71,6 @@
 // than the blocks read (a closed, crashed or cancelled device, or a read
 // out of range); every other read error is re-read, then reported as
 // [KindIO].
-//
-// # Devices
-//
-// A [Device] is a fixed-size array of bytes addressed like a disk: an
-// [io.ReaderAt] and [io.WriterAt] that never grows, with a logical block size
-// (the smallest unit the medium reads and writes), a physical block size (the
-// unit it writes atomically and efficiently), Sync and Close. I/O beyond
-// Size fails with [ErrOutOfRange] and transfers nothing; a short read or
-// write that the operating system reports inside the device is an error
-// (*[IOError] wrapping [io.ErrUnexpectedEOF]), never a silent partial
-// transfer. All errors are prefixed "blockdev: ".
-//
-// Implementations:
-//
-//   - [OpenFile] opens an image file or a Linux block device. Block devices
-//     report their size and logical and physical block sizes from the kernel
-//     (BLKGETSIZE64, BLKSSZGET, BLKPBSZGET); images take the logical block
-//     size from [FileOptions.BlockSize]. With [FileOptions.Direct] the file is
-//     opened with O_DIRECT when the filesystem accepts it (probed at open,
-//     falling back to buffered I/O otherwise; see [File.DirectIO]); unaligned
-//     caller buffers then go through aligned bounce buffers ([AlignedBuffer]
-//     allocates buffers that need none). [CreateImage] makes a sparse image.
-//   - [NewMemDevice] is a sparse in-memory device.
-//
-// Optional capabilities are discovered by type assertion and kept small:
-// [Discarder], [DataFinder] (SEEK_DATA/SEEK_HOLE; see [DataExtents]),
-// [CacheDropper], [DirectReader] (see [ReadUncached]) and [Mapper]. A device may
-// implement a capability interface and still report, at run time, an error
-// wrapping [errors.ErrUnsupported] when the medium cannot provide it (a block
-// device has no holes, tmpfs has no O_DIRECT).
-//
-// Images that carry their own protection information: [ExtendedImage] reads an extended-LBA dump (data and metadata interleaved
-// in sectors of dataSize+metaSize bytes, such as 520, 4104 or 4112) as runs
-// of raw extended sectors, and [DIXPair] reads a data image together with a
-// separate metadata file. Both only do I/O and size checks ([*SizeError]);
-// [NewExtendedSource] and [NewDIXSource] verify them with package dif. A
-// Volume and a PISource are both a [CheckSource], what `difctl verify` and
-// the scrub engine (package blockdev/scrub) consume.
 //
 // Keyed volumes: a Volume created with a [Key] (Options.Key; [ParseKey])
 // also keeps a Poly1305-AES tag per block over the volume's identity, the

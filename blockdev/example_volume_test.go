@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 
 	"github.com/difctl/difctl/blockdev"
+	"github.com/difctl/difctl/blockdev/device"
 	"github.com/difctl/difctl/dif"
 	"github.com/difctl/difctl/store"
 )
@@ -17,7 +18,7 @@ import (
 func Example_volume() {
 	dir, _ := os.MkdirTemp("", "difctl-example")
 	defer os.RemoveAll(dir)
-	img, _ := blockdev.CreateImage(filepath.Join(dir, "disk.img"), 1<<20, blockdev.FileOptions{BlockSize: 4096})
+	img, _ := device.CreateImage(filepath.Join(dir, "disk.img"), 1<<20, device.FileOptions{BlockSize: 4096})
 	defer img.Close()
 	kv, _ := store.Open("pebble:" + filepath.Join(dir, "store"))
 	defer kv.Close()

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 
+	"github.com/difctl/difctl/blockdev/device"
 	"github.com/difctl/difctl/store"
 )
 
@@ -46,7 +47,7 @@ type ImportTargetOptions struct {
 	Name string
 	// OpenDevice opens an output that exists (the image of an import being
 	// resumed, or a block device). Default: OpenFile read-write.
-	OpenDevice func(path string) (*File, error)
+	OpenDevice func(path string) (*device.File, error)
 }
 
 // An ImportTarget is where an import writes: the output device and the
@@ -56,7 +57,7 @@ type ImportTargetOptions struct {
 // anything removes the image it created (see Import).
 type ImportTarget struct {
 	// Dev is the output device, open until Close.
-	Dev *File
+	Dev *device.File
 	// Resume: the store holds this import in progress, which Import
 	// continues; otherwise the import is new.
 	Resume bool
@@ -82,7 +83,7 @@ func OpenImportTarget(kv store.KV, path string, size int64, opts ImportTargetOpt
 		opts.Name = DefaultVolumeName
 	}
 	if opts.OpenDevice == nil {
-		opts.OpenDevice = func(p string) (*File, error) { return OpenFile(p, FileOptions{}) }
+		opts.OpenDevice = func(p string) (*device.File, error) { return device.OpenFile(p, device.FileOptions{}) }
 	}
 	t := &ImportTarget{path: path}
 	switch _, j, err := store.OpenJournaled(kv, opts.Name, nil); {
@@ -105,7 +106,7 @@ func OpenImportTarget(kv store.KV, path string, size int64, opts ImportTargetOpt
 	case err == nil:
 		return nil, ErrImportTargetExists
 	case errors.Is(err, fs.ErrNotExist):
-		if t.Dev, err = CreateImage(path, size, FileOptions{}); err != nil {
+		if t.Dev, err = device.CreateImage(path, size, device.FileOptions{}); err != nil {
 			var pe *fs.PathError
 			if errors.As(err, &pe) {
 				err = pe.Err
@@ -125,7 +126,7 @@ func OpenImportTarget(kv store.KV, path string, size int64, opts ImportTargetOpt
 // device is closed, the image OpenImportTarget created is removed, and
 // Discarded reports it, so that the caller can remove a store it created
 // for the import too. Otherwise what was written stays for a resume.
-func (t *ImportTarget) Import(ctx context.Context, src *PISource, kv store.KV, opts ImportOptions) (*Volume, *ConvertReport, error) {
+func (t *ImportTarget) Import(ctx context.Context, src ImportSource, kv store.KV, opts ImportOptions) (*Volume, *ConvertReport, error) {
 	vol, rep, err := ImportImage(ctx, src, t.Dev, kv, opts)
 	if err != nil && !t.Resume && (rep == nil || rep.Next == 0) {
 		t.discard()

@@ -1,35 +1,30 @@
 package blockdev
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"os"
 	"path/filepath"
 	"testing"
 
+	"github.com/difctl/difctl/blockdev/internal/blocktest"
 	"github.com/difctl/difctl/dif"
 	"github.com/difctl/difctl/store"
 )
 
 // importSource is an extended 512+8 image of blocks blocks, block bad (if
 // not negative) failing its guard.
-func importSource(t *testing.T, blocks, bad int) *PISource {
+func importSource(t *testing.T, blocks, bad int) *memImage {
 	t.Helper()
 	f := dif.MustFormat("512+8")
-	img := pattern(blocks*f.ExtendedBlockSize(), 9)
+	img := blocktest.Pattern(blocks*f.ExtendedBlockSize(), 9)
 	if err := f.Generate(img, nil, dif.Params{RefTag: 5}); err != nil {
 		t.Fatal(err)
 	}
 	if bad >= 0 {
 		img[bad*520+3] ^= 1
 	}
-	x, _ := NewExtendedImage(bytes.NewReader(img), int64(len(img)), 512, 8)
-	src, err := NewExtendedSource(x, f, dif.Params{RefTag: 5})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return src
+	return newMemImage(t, f, dif.Params{RefTag: 5}, img, nil)
 }
 
 // TestImportTarget pins the create-or-resume and cleanup policy of an

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/difctl/difctl/blockdev/device"
 	"github.com/difctl/difctl/blockdev/internal/keyed"
 	"github.com/difctl/difctl/store"
 )
@@ -215,7 +216,7 @@ var testHookKeyedWrite func(p []byte)
 // write buffer and returns the copy.
 func (sc *scratch) keyedWriteCopy(p []byte) []byte {
 	if len(sc.wcopy) < len(p) {
-		sc.wcopy = AlignedBuffer(max(keyedWritePiece, len(p)))
+		sc.wcopy = device.AlignedBuffer(max(keyedWritePiece, len(p)))
 	}
 	return sc.wcopy[:copy(sc.wcopy, p)]
 }

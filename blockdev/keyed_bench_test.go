@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/difctl/difctl/blockdev/device"
+	"github.com/difctl/difctl/blockdev/internal/blocktest"
 	"github.com/difctl/difctl/blockdev/internal/split"
 	"github.com/difctl/difctl/dif"
 	"github.com/difctl/difctl/store"
@@ -38,7 +40,7 @@ func BenchmarkVolumeReadKeyed(b *testing.B) {
 func keyedBenchVolumes(b *testing.B, format string, crc bool) (keyed, plain *Volume, size int64) {
 	p, size := volBenchImage(b)
 	f := dif.MustFormat(format)
-	dev, err := OpenFile(p, FileOptions{BlockSize: f.BlockSize()})
+	dev, err := device.OpenFile(p, device.FileOptions{BlockSize: f.BlockSize()})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -73,7 +75,7 @@ func keyedBenchVolumes(b *testing.B, format string, crc bool) (keyed, plain *Vol
 
 func benchReadKeyed(b *testing.B, format string, crc bool) {
 	keyed, plain, size := keyedBenchVolumes(b, format, crc)
-	buf := AlignedBuffer(benchReq)
+	buf := device.AlignedBuffer(benchReq)
 	sum := 0
 	var plainTime time.Duration
 	var plainBytes int64
@@ -137,7 +139,7 @@ func BenchmarkProtect(b *testing.B) {
 	}
 	dir := b.TempDir()
 	img := filepath.Join(dir, "img")
-	chunk := pattern(64<<20, 1)
+	chunk := blocktest.Pattern(64<<20, 1)
 	fh, err := os.Create(img)
 	if err != nil {
 		b.Fatal(err)
@@ -156,7 +158,7 @@ func BenchmarkProtect(b *testing.B) {
 			f := dif.MustFormat(format)
 			name := fmt.Sprintf("block=%d/tuple=%d/key=%s", f.BlockSize(), f.TupleSize(), map[bool]string{false: "off", true: "on"}[keyed])
 			b.Run(name, func(b *testing.B) {
-				dev, err := OpenFile(img, FileOptions{BlockSize: f.BlockSize()})
+				dev, err := device.OpenFile(img, device.FileOptions{BlockSize: f.BlockSize()})
 				if err != nil {
 					b.Fatal(err)
 				}

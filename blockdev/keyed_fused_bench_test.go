@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/difctl/difctl/blockdev/device"
 	"github.com/difctl/difctl/blockdev/internal/split"
 	"golang.org/x/sys/unix"
 )
@@ -38,7 +39,7 @@ func BenchmarkVolumeReadKeyedCPU(b *testing.B) {
 	for _, format := range benchFormats {
 		b.Run(benchName(format), func(b *testing.B) {
 			keyed, plain, size := keyedBenchVolumes(b, format, false)
-			buf := AlignedBuffer(benchReq)
+			buf := device.AlignedBuffer(benchReq)
 			var ratios []float64
 			var off int64
 			b.SetBytes(benchReq)

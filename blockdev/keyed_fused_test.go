@@ -8,6 +8,8 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/difctl/difctl/blockdev/device"
+	"github.com/difctl/difctl/blockdev/internal/blocktest"
 	"github.com/difctl/difctl/blockdev/internal/keyed"
 	"github.com/difctl/difctl/dif"
 	"github.com/difctl/difctl/kernels"
@@ -30,10 +32,10 @@ func TestKeyedFusedRead(t *testing.T) {
 			bs := f.BlockSize()
 			const blocks = 1024 // 512 KiB of 512-byte blocks: a split read
 			path := filepath.Join(t.TempDir(), "img")
-			if err := os.WriteFile(path, pattern(blocks*bs, 5), 0o644); err != nil {
+			if err := os.WriteFile(path, blocktest.Pattern(blocks*bs, 5), 0o644); err != nil {
 				t.Fatal(err)
 			}
-			dev, err := OpenFile(path, FileOptions{BlockSize: bs})
+			dev, err := device.OpenFile(path, device.FileOptions{BlockSize: bs})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -46,7 +48,7 @@ func TestKeyedFusedRead(t *testing.T) {
 				t.Fatal(err)
 			}
 			// A second generation for some blocks: runs of two generations.
-			if _, err := v.WriteAt(pattern(40*bs, 6), 100*int64(bs)); err != nil {
+			if _, err := v.WriteAt(blocktest.Pattern(40*bs, 6), 100*int64(bs)); err != nil {
 				t.Fatal(err)
 			}
 			if err := v.Close(); err != nil {
@@ -59,7 +61,7 @@ func TestKeyedFusedRead(t *testing.T) {
 				}
 				return v
 			}
-			buf := AlignedBuffer(blocks * bs)
+			buf := device.AlignedBuffer(blocks * bs)
 			kerneltestForEach(t, func(t *testing.T, fused bool) {
 				v := open()
 				defer v.Close()

@@ -1,12 +1,13 @@
 package blockdev
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"testing"
 
+	"github.com/difctl/difctl/blockdev/device"
+	"github.com/difctl/difctl/blockdev/internal/blocktest"
 	"github.com/difctl/difctl/dif"
 	"github.com/difctl/difctl/store"
 )
@@ -18,19 +19,19 @@ const pagedBlocks = 3*store.DefaultPageTuples - 100
 func newPagedVol(t *testing.T) *keyedVol {
 	t.Helper()
 	f := dif.MustFormat("512+8")
-	dev, err := NewMemDevice(pagedBlocks*512, 512)
+	dev, err := device.NewMem(pagedBlocks*512, 512)
 	if err != nil {
 		t.Fatal(err)
 	}
 	kv := store.NewMem()
 	t.Cleanup(func() { kv.Close() })
-	dev.WriteAt(pattern(pagedBlocks*512, 5), 0)
+	dev.WriteAt(blocktest.Pattern(pagedBlocks*512, 5), 0)
 	key := testKey(t, 3)
 	v, err := Create(context.Background(), dev, kv, CreateOptions{Format: f, Options: Options{Key: key}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := v.WriteAt(pattern(16*512, 6), 1100*512); err != nil {
+	if _, err := v.WriteAt(blocktest.Pattern(16*512, 6), 1100*512); err != nil {
 		t.Fatal(err)
 	}
 	if err := v.Close(); err != nil {
@@ -125,7 +126,7 @@ func TestKeyedPageMissing(t *testing.T) {
 // throughout, and a tag page deleted from the hole fails.
 func TestKeyedPagesAfterCreateAndDiscard(t *testing.T) {
 	dir := t.TempDir()
-	dev, err := CreateImage(dir+"/img", pagedBlocks*512, FileOptions{}) // all holes
+	dev, err := device.CreateImage(dir+"/img", pagedBlocks*512, device.FileOptions{}) // all holes
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,7 +153,7 @@ func TestKeyedPagesAfterCreateAndDiscard(t *testing.T) {
 	if n := countPages(); n != 3 {
 		t.Fatalf("%d tag pages after Create over holes, want 3", n)
 	}
-	if _, err := v.WriteAt(pattern(pagedBlocks*512, 9), 0); err != nil {
+	if _, err := v.WriteAt(blocktest.Pattern(pagedBlocks*512, 9), 0); err != nil {
 		t.Fatal(err)
 	}
 	if err := v.Discard(0, 2*store.DefaultPageTuples*512); err != nil {
@@ -187,19 +188,15 @@ func TestKeyedPagesAfterCreateAndDiscard(t *testing.T) {
 // is written.
 func TestKeyedImportRefused(t *testing.T) {
 	f := dif.MustFormat("512+8")
-	img := pattern(64*f.ExtendedBlockSize(), 5)
+	img := blocktest.Pattern(64*f.ExtendedBlockSize(), 5)
 	if err := f.Generate(img, nil, dif.Params{}); err != nil {
 		t.Fatal(err)
 	}
-	x, _ := NewExtendedImage(bytes.NewReader(img), int64(len(img)), 512, 8)
-	src, err := NewExtendedSource(x, f, dif.Params{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	mem, _ := NewMemDevice(64*512, 512)
+	src := newMemImage(t, f, dif.Params{}, img, nil)
+	mem, _ := device.NewMem(64*512, 512)
 	kv := store.NewMem()
 	defer kv.Close()
-	_, _, err = ImportImage(context.Background(), src, mem, kv, ImportOptions{Options: Options{Key: testKey(t, 1)}})
+	_, _, err := ImportImage(context.Background(), src, mem, kv, ImportOptions{Options: Options{Key: testKey(t, 1)}})
 	if !errors.Is(err, ErrNotKeyed) {
 		t.Fatalf("keyed import: %v, want ErrNotKeyed", err)
 	}

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/difctl/difctl/blockdev/device"
+	"github.com/difctl/difctl/blockdev/internal/blocktest"
 	"github.com/difctl/difctl/dif"
 	"github.com/difctl/difctl/kernels/crc32c"
 	"github.com/difctl/difctl/store"
@@ -37,14 +39,14 @@ func readOutcome(v *Volume, buf []byte, off int64) string {
 // keyedFileVolume creates a keyed volume of format f over an image file of
 // blocks blocks (a mapped device) in a memory store, and returns it open
 // with its device, store and key, all closed when t ends.
-func keyedFileVolume(t *testing.T, f dif.Format, blocks int) (*Volume, *File, store.KV, *Key) {
+func keyedFileVolume(t *testing.T, f dif.Format, blocks int) (*Volume, *device.File, store.KV, *Key) {
 	t.Helper()
 	bs := f.BlockSize()
 	path := filepath.Join(t.TempDir(), "img")
-	if err := os.WriteFile(path, pattern(blocks*bs, 5), 0o644); err != nil {
+	if err := os.WriteFile(path, blocktest.Pattern(blocks*bs, 5), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	dev, err := OpenFile(path, FileOptions{BlockSize: bs})
+	dev, err := device.OpenFile(path, device.FileOptions{BlockSize: bs})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +63,7 @@ func keyedFileVolume(t *testing.T, f dif.Format, blocks int) (*Volume, *File, st
 
 // openKeyedRO opens the keyed volume read-only with key, without re-reads,
 // closed when t ends; crc sets Options.KeyedCRC.
-func openKeyedRO(t *testing.T, dev *File, kv store.KV, key *Key, crc bool) *Volume {
+func openKeyedRO(t *testing.T, dev *device.File, kv store.KV, key *Key, crc bool) *Volume {
 	t.Helper()
 	v, err := Open(context.Background(), dev, kv, Options{Key: key, Rereads: -1, ReadOnly: true, KeyedCRC: crc})
 	if err != nil {
@@ -85,11 +87,11 @@ func TestKeyedReadPath(t *testing.T) {
 			const blocks = 1024
 			cases := []struct {
 				name   string
-				change func(t *testing.T, dev *File, kv store.KV, v *Volume)
+				change func(t *testing.T, dev *device.File, kv store.KV, v *Volume)
 				keyed  bool // every read takes the keyed path
 			}{
 				{"clean", nil, true},
-				{"device-bit-flip", func(t *testing.T, dev *File, kv store.KV, v *Volume) {
+				{"device-bit-flip", func(t *testing.T, dev *device.File, kv store.KV, v *Volume) {
 					b := make([]byte, bs)
 					dev.ReadAt(b, 7*int64(bs))
 					b[100] ^= 0x10
@@ -97,21 +99,21 @@ func TestKeyedReadPath(t *testing.T) {
 						t.Fatal(err)
 					}
 				}, false},
-				{"attacker-recomputed-crc", func(t *testing.T, dev *File, kv store.KV, v *Volume) {
+				{"attacker-recomputed-crc", func(t *testing.T, dev *device.File, kv store.KV, v *Volume) {
 					b := make([]byte, bs)
 					dev.ReadAt(b, 7*int64(bs))
 					b[100] ^= 0x10
 					tamper(t, dev, kv, f, 7, b)
 				}, false},
-				{"moved-block", func(t *testing.T, dev *File, kv store.KV, v *Volume) {
+				{"moved-block", func(t *testing.T, dev *device.File, kv store.KV, v *Volume) {
 					b := make([]byte, bs)
 					dev.ReadAt(b, 301*int64(bs))
 					tamper(t, dev, kv, f, 300, b)
 				}, false},
-				{"tag-page-deleted", func(t *testing.T, dev *File, kv store.KV, v *Volume) {
+				{"tag-page-deleted", func(t *testing.T, dev *device.File, kv store.KV, v *Volume) {
 					kvDelete(t, kv, tagPageKey(DefaultVolumeName, 0))
 				}, false},
-				{"tag-page-damaged", func(t *testing.T, dev *File, kv store.KV, v *Volume) {
+				{"tag-page-damaged", func(t *testing.T, dev *device.File, kv store.KV, v *Volume) {
 					// A bit flipped in a record, its CRC not fixed: a damaged store.
 					val, err := kv.Get(tagPageKey(DefaultVolumeName, 0))
 					if err != nil {
@@ -121,7 +123,7 @@ func TestKeyedReadPath(t *testing.T) {
 					val[20] ^= 1
 					kvSet(t, kv, tagPageKey(DefaultVolumeName, 0), val)
 				}, false},
-				{"tuple-page-damaged", func(t *testing.T, dev *File, kv store.KV, v *Volume) {
+				{"tuple-page-damaged", func(t *testing.T, dev *device.File, kv store.KV, v *Volume) {
 					// A damaged store: the part's own tuple read fails,
 					// and the ordinary path reports the corruption.
 					val, err := kv.Get(tuplePageKey(DefaultVolumeName, 0))
@@ -132,7 +134,7 @@ func TestKeyedReadPath(t *testing.T) {
 					val[len(val)/2] ^= 1
 					kvSet(t, kv, tuplePageKey(DefaultVolumeName, 0), val)
 				}, false},
-				{"discarded", func(t *testing.T, dev *File, kv store.KV, v *Volume) {
+				{"discarded", func(t *testing.T, dev *device.File, kv store.KV, v *Volume) {
 					if err := v.Discard(64*int64(bs), 16*int64(bs)); err != nil {
 						t.Fatal(err)
 					}
@@ -142,7 +144,7 @@ func TestKeyedReadPath(t *testing.T) {
 				t.Run("case="+c.name, func(t *testing.T) {
 					v, dev, kv, _ := keyedFileVolume(t, f, blocks)
 					// Runs of two generations.
-					if _, err := v.WriteAt(pattern(40*bs, 6), 100*int64(bs)); err != nil {
+					if _, err := v.WriteAt(blocktest.Pattern(40*bs, 6), 100*int64(bs)); err != nil {
 						t.Fatal(err)
 					}
 					if c.name == "discarded" {
@@ -156,7 +158,7 @@ func TestKeyedReadPath(t *testing.T) {
 					}
 					key := testKey(t, 4)
 					fast, slow := openKeyedRO(t, dev, kv, key, false), openKeyedRO(t, dev, kv, key, true)
-					buf := AlignedBuffer(blocks * bs)
+					buf := device.AlignedBuffer(blocks * bs)
 					for _, r := range [][2]int{{0, blocks}, {0, 256}, {256, 256}, {60, 24}, {98, 8}, {7, 1}, {299, 3}} {
 						runs, falls := keyedReadRuns.Load(), keyedReadFallbacks.Load()
 						got := readOutcome(fast, buf[:r[1]*bs], int64(r[0]*bs))
@@ -188,7 +190,7 @@ func TestKeyedReadPath(t *testing.T) {
 
 // tamper puts data at lba on the device with its tuple and sector sum
 // recomputed in the store, as an attacker without the key can.
-func tamper(t *testing.T, dev *File, kv store.KV, f dif.Format, lba int64, data []byte) {
+func tamper(t *testing.T, dev *device.File, kv store.KV, f dif.Format, lba int64, data []byte) {
 	t.Helper()
 	if _, err := dev.WriteAt(data, lba*int64(len(data))); err != nil {
 		t.Fatal(err)
@@ -230,7 +232,7 @@ func TestKeyedReadPathTrustsSealedTuples(t *testing.T) {
 		t.Fatal(err)
 	}
 	fast, slow := openKeyedRO(t, dev, kv, key, false), openKeyedRO(t, dev, kv, key, true)
-	buf := AlignedBuffer(8 * bs)
+	buf := device.AlignedBuffer(8 * bs)
 	if _, err := fast.ReadAt(buf, 0); err != nil {
 		t.Fatalf("keyed read path: %v, want the read to pass (tag and page MAC verify)", err)
 	}
@@ -258,7 +260,7 @@ func TestKeyedReadPathTrustsSealedTuples(t *testing.T) {
 func TestKeyedWriteCopiesFirst(t *testing.T) {
 	f := dif.MustFormat("512+8")
 	bs := f.BlockSize()
-	dev, err := NewMemDevice(int64(256*bs), bs)
+	dev, err := device.NewMem(int64(256*bs), bs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -270,7 +272,7 @@ func TestKeyedWriteCopiesFirst(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer v.Close()
-	p := pattern(32*bs, 7)
+	p := blocktest.Pattern(32*bs, 7)
 	orig := bytes.Clone(p)
 	testHookKeyedWrite = func(b []byte) { b[3] ^= 1 }
 	defer func() { testHookKeyedWrite = nil }()
@@ -318,7 +320,7 @@ func TestKeyedReadPathRechecksRereadTuples(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer v.Close()
-	buf := AlignedBuffer(16 * bs)
+	buf := device.AlignedBuffer(16 * bs)
 	runs := keyedReadRuns.Load()
 	if _, err := v.ReadAt(buf, 0); err != nil {
 		t.Fatal(err)

@@ -12,7 +12,9 @@ import (
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/difctl/difctl/blockdev/device"
 	"github.com/difctl/difctl/blockdev/faultdev"
+	"github.com/difctl/difctl/blockdev/internal/blocktest"
 	"github.com/difctl/difctl/blockdev/internal/keyed"
 	"github.com/difctl/difctl/dif"
 	"github.com/difctl/difctl/kernels/crc32c"
@@ -34,7 +36,7 @@ func testKey(t testing.TB, seed byte) *Key {
 type keyedVol struct {
 	t   *testing.T
 	f   dif.Format
-	dev *MemDevice
+	dev *device.Mem
 	kv  store.KV
 	key *Key
 }
@@ -45,7 +47,7 @@ func newKeyedVol(t *testing.T, format string, key *Key, kv store.KV, name string
 	t.Helper()
 	f := dif.MustFormat(format)
 	bs := f.BlockSize()
-	dev, err := NewMemDevice(int64(keyedBlocks*bs), 512)
+	dev, err := device.NewMem(int64(keyedBlocks*bs), 512)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +55,7 @@ func newKeyedVol(t *testing.T, format string, key *Key, kv store.KV, name string
 		kv = store.NewMem()
 		t.Cleanup(func() { kv.Close() })
 	}
-	dev.WriteAt(pattern(keyedBlocks*bs, 3), 0)
+	dev.WriteAt(blocktest.Pattern(keyedBlocks*bs, 3), 0)
 	v, err := Create(context.Background(), dev, kv, CreateOptions{Format: f, Options: Options{Key: key, Name: name}})
 	if err != nil {
 		t.Fatal(err)
@@ -62,7 +64,7 @@ func newKeyedVol(t *testing.T, format string, key *Key, kv store.KV, name string
 		t.Fatalf("created with a key: keyed %v checked %v", v.Keyed(), v.KeyedChecked())
 	}
 	// Writes of every kind: whole blocks, a partial block, a discard.
-	if _, err := v.WriteAt(pattern(8*bs, 4), int64(4*bs)); err != nil {
+	if _, err := v.WriteAt(blocktest.Pattern(8*bs, 4), int64(4*bs)); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := v.WriteAt([]byte("partial"), int64(20*bs+5)); err != nil {
@@ -146,7 +148,7 @@ func TestKeyedVolumeOpen(t *testing.T) {
 
 func newKeyedVolPlain(t *testing.T) *keyedVol {
 	f := dif.MustFormat("512+8")
-	dev, _ := NewMemDevice(8*512, 512)
+	dev, _ := device.NewMem(8*512, 512)
 	kv := store.NewMem()
 	t.Cleanup(func() { kv.Close() })
 	v, err := Create(context.Background(), dev, kv, CreateOptions{Format: f})
@@ -250,7 +252,7 @@ func TestKeyedTamper(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if _, err := ov.WriteAt(pattern(bs, 99), 7*int64(bs)); err != nil {
+				if _, err := ov.WriteAt(blocktest.Pattern(bs, 99), 7*int64(bs)); err != nil {
 					t.Fatal(err)
 				}
 				ov.Close()
@@ -409,7 +411,7 @@ func TestKeyedNoncesNeverRepeat(t *testing.T) {
 
 	const bs, blocks = 512, 32
 	f := dif.MustFormat("512+8")
-	mem, err := NewMemDevice(blocks*bs, bs)
+	mem, err := device.NewMem(blocks*bs, bs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -485,7 +487,7 @@ func TestKeyedNoncesNeverRepeat(t *testing.T) {
 			default:
 				n := 1 + r.IntN(5*bs)
 				off := r.Int64N(blocks*bs - int64(n))
-				v.WriteAt(pattern(n, uint64(round*100+i)), off)
+				v.WriteAt(blocktest.Pattern(n, uint64(round*100+i)), off)
 			}
 		}
 		v.Close()
@@ -530,20 +532,20 @@ func TestKeyedNoncesCrashAtEveryStep(t *testing.T) {
 	opts := Options{Key: key, StagingBytes: 2 * blocks * bs, Rereads: -1}
 	workload := func(v *Volume, session int) error {
 		for i, lba := range []int64{0, 1, 2, 7, 8} {
-			if _, err := v.WriteAt(pattern(bs, uint64(session*100+i)), lba*bs); err != nil {
+			if _, err := v.WriteAt(blocktest.Pattern(bs, uint64(session*100+i)), lba*bs); err != nil {
 				return err
 			}
 		}
 		if err := v.Sync(); err != nil {
 			return err
 		}
-		if _, err := v.WriteAt(pattern(3*bs, uint64(session*100+10)), 20*bs); err != nil {
+		if _, err := v.WriteAt(blocktest.Pattern(3*bs, uint64(session*100+10)), 20*bs); err != nil {
 			return err
 		}
 		if err := v.Discard(1*bs, bs); err != nil {
 			return err
 		}
-		if _, err := v.WriteAt(pattern(bs, uint64(session*100+11)), 0); err != nil {
+		if _, err := v.WriteAt(blocktest.Pattern(bs, uint64(session*100+11)), 0); err != nil {
 			return err
 		}
 		return v.Sync()
@@ -553,7 +555,7 @@ func TestKeyedNoncesCrashAtEveryStep(t *testing.T) {
 	// and returns the steps the first session took and the nonces used
 	// twice.
 	run := func(crashAt int) (steps int, repeats []string) {
-		mem, err := NewMemDevice(blocks*bs, bs)
+		mem, err := device.NewMem(blocks*bs, bs)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -668,7 +670,7 @@ func TestKeyedRecoveryForgedIntent(t *testing.T) {
 	k := newKeyedVol(t, "4096+8", testKey(t, 1), nil, "")
 	bs := k.f.BlockSize()
 	const lba = 12
-	data := pattern(bs, 1234)
+	data := blocktest.Pattern(bs, 1234)
 	if _, err := k.dev.WriteAt(data, lba*int64(bs)); err != nil {
 		t.Fatal(err)
 	}
@@ -732,11 +734,11 @@ func TestKeyedProtectInterrupted(t *testing.T) {
 	}
 	defer func() { keyed.TestHookNewTags = nil }()
 	const bs, blocks = 512, 256
-	dev, err := NewMemDevice(blocks*bs, bs)
+	dev, err := device.NewMem(blocks*bs, bs)
 	if err != nil {
 		t.Fatal(err)
 	}
-	dev.WriteAt(pattern(blocks*bs, 8), 0)
+	dev.WriteAt(blocktest.Pattern(blocks*bs, 8), 0)
 	fs := vfs.NewCrashableMem()
 	key := testKey(t, 4)
 	tries := 0
@@ -855,7 +857,7 @@ func TestKeyedTupleEdits(t *testing.T) {
 				}
 				// A write of the whole page with the key seals it again.
 				bs := k.f.BlockSize()
-				if _, err := v.WriteAt(pattern(keyedBlocks*bs, 8), 0); err != nil {
+				if _, err := v.WriteAt(blocktest.Pattern(keyedBlocks*bs, 8), 0); err != nil {
 					t.Fatal(err)
 				}
 				if err := v.Sync(); err != nil {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"unsafe"
 
+	"github.com/difctl/difctl/blockdev/internal/check"
 	"github.com/difctl/difctl/dif"
 )
 
@@ -100,7 +101,7 @@ func (v *Volume) checkUnwritten(i int, states []dif.State, blocks []byte, sc *sc
 		if st != dif.StateUnwritten || sc.written.Has(i+j) {
 			continue
 		}
-		if !isZero(blocks[j*bs : (j+1)*bs]) {
+		if !check.IsZero(blocks[j*bs : (j+1)*bs]) {
 			states[j] = dif.StateFailed
 		}
 	}

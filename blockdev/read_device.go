@@ -4,6 +4,8 @@ import (
 	"errors"
 	"runtime"
 
+	"github.com/difctl/difctl/blockdev/device"
+	"github.com/difctl/difctl/blockdev/internal/check"
 	"github.com/difctl/difctl/blockdev/internal/keyed"
 	"github.com/difctl/difctl/blockdev/internal/split"
 )
@@ -19,10 +21,10 @@ import (
 // blocks that still cannot be read are marked in sc.ioBad and reported.
 
 // readDevice reads p at off from dev, around the page cache if uncached.
-func readDevice(dev Device, p []byte, off int64, uncached bool) error {
+func readDevice(dev device.Device, p []byte, off int64, uncached bool) error {
 	var err error
 	if uncached {
-		_, err = ReadUncached(dev, p, off)
+		_, err = device.ReadUncached(dev, p, off)
 	} else {
 		_, err = dev.ReadAt(p, off)
 	}
@@ -94,9 +96,9 @@ func (v *Volume) readData(lba int64, from, to int, data []byte, sc *scratch) err
 // read failed with err, re-reading each up to sc.req.rereads times; blocks
 // that still cannot be read are zeroed, marked in sc.ioBad and reported.
 // Blocks marked in skip (served from staging) are left alone. An error
-// that fatalReadError accepts fails the run.
+// that check.Fatal accepts fails the run.
 func (v *Volume) readFallback(lba int64, from, to int, data []byte, sc *scratch, err error, skip []uint64) error {
-	if fatalReadError(err) {
+	if check.Fatal(err) {
 		return err
 	}
 	for i := from; i < to; i++ {
@@ -106,11 +108,11 @@ func (v *Volume) readFallback(lba int64, from, to int, data []byte, sc *scratch,
 		blk := data[i*v.bs : (i+1)*v.bs]
 		var err error
 		for r := 0; r <= sc.req.rereads; r++ {
-			if err = v.readDev(blk, lba+int64(i), r > 0 || sc.req.uncached); err == nil || fatalReadError(err) {
+			if err = v.readDev(blk, lba+int64(i), r > 0 || sc.req.uncached); err == nil || check.Fatal(err) {
 				break
 			}
 		}
-		if err != nil && fatalReadError(err) {
+		if err != nil && check.Fatal(err) {
 			return err
 		}
 		if err != nil {
@@ -152,7 +154,7 @@ func (v *Volume) readMapped(lba int64, i, k int, data []byte, sc *scratch, w int
 	case errors.Is(err, errors.ErrUnsupported):
 		v.noMap.Store(true)
 		return false, nil
-	case errors.Is(err, ErrMapFault):
+	case errors.Is(err, device.ErrMapFault):
 		v.st.mapFaults.Add(1)
 		return false, nil
 	}

@@ -4,6 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+
+	"github.com/difctl/difctl/blockdev/device"
+	"github.com/difctl/difctl/blockdev/internal/check"
 )
 
 // Stage 1 of a verified read (verifyRun): load. The run's current tuples,
@@ -70,7 +73,7 @@ func (v *Volume) loadRun(lba int64, n int, data []byte, sc *scratch) (loaded, ho
 // isHole reports whether the device knows blocks [lba, lba+n) to be a hole
 // (SEEK_DATA finds no data in them): they read as zeros without a read.
 func (v *Volume) isHole(lba int64, n int) (bool, error) {
-	f, ok := v.dev.(DataFinder)
+	f, ok := v.dev.(device.DataFinder)
 	if !ok || v.noHoles.Load() {
 		return false, nil
 	}
@@ -83,7 +86,7 @@ func (v *Volume) isHole(lba int64, n int) (bool, error) {
 		v.noHoles.Store(true)
 		return false, nil
 	case err != nil:
-		if fatalReadError(err) {
+		if check.Fatal(err) {
 			return false, err
 		}
 		return false, nil // read the blocks: the read reports the device's trouble

@@ -4,22 +4,23 @@ import (
 	"encoding/binary"
 	"unsafe"
 
+	"github.com/difctl/difctl/blockdev/internal/check"
 	"github.com/difctl/difctl/dif"
 )
 
 // Stage 4 of a verified read (verifyRun): recheck. The run's states are
-// counted, and each failing block goes to the package's one block
-// classifier (blockCheck.problems: its failed checks, as Problems) and one
-// re-read loop (reread), both in verify.go and shared with PISource: a
-// block that passes on a re-read is transient, and its copy replaces the
-// one read.
+// counted, and each failing block goes to the one block classifier
+// (blockCheck.problems, verify.go: its failed checks, as Problems) and the
+// one re-read loop (check.Reread), both in package blockdev/internal/check
+// and shared with package blockdev/pisource: a block that passes on a
+// re-read is transient, and its copy replaces the one read.
 
 // recheckRun counts the states of the n blocks of the classified run at
 // lba and rechecks each failing block (recheck): the problems of blocks
 // still failing, and of transient ones, are left in sc.probs in LBA order.
 // Blocks that could not be read (sc.ioBad) fail without a recheck, and an
 // unwritten block is cleared in data when the request asks for zeros
-// (readReq.zero). The error is fatalReadError's, or the request's
+// (readReq.zero). The error is check.Fatal's, or the request's
 // context's, from a re-read.
 func (v *Volume) recheckRun(lba int64, n int, data []byte, sc *scratch) (RunStats, error) {
 	bs := v.bs
@@ -41,7 +42,7 @@ func (v *Volume) recheckRun(lba int64, n int, data []byte, sc *scratch) (RunStat
 			continue
 		}
 		if s != dif.StateFailed {
-			st.count(s)
+			st.Count(s)
 			if s == dif.StateUnwritten && sc.req.zero && !sc.written.Has(i) {
 				clear(data[i*bs : (i+1)*bs])
 			}
@@ -83,7 +84,7 @@ func allOK(states []dif.State) bool {
 }
 
 // recheck handles block i (lba) of the verified run, which failed: its
-// problems go to sc.probs, then it is re-read (reread) and, if a copy
+// problems go to sc.probs, then it is re-read (check.Reread) and, if a copy
 // passes, that copy replaces data and the problems are marked transient.
 func (v *Volume) recheck(data []byte, i int, lba int64, sc *scratch) (bool, error) {
 	tuple := sc.tuples[i*v.ts : (i+1)*v.ts]
@@ -95,7 +96,7 @@ func (v *Volume) recheck(data []byte, i int, lba int64, sc *scratch) (bool, erro
 	}
 	first := len(sc.probs)
 	sc.probs = v.problems(sc.probs, lba, data, tuple, p, written, sum)
-	passed, err := reread(sc.req.ctx, sc.req.rereads,
+	passed, err := check.Reread(sc.req.ctx, sc.req.rereads,
 		func() error {
 			v.st.rereads.Add(1)
 			return v.readDev(sc.reread, lba, true)

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sort"
 
+	"github.com/difctl/difctl/blockdev/device"
 	"github.com/difctl/difctl/blockdev/internal/keyed"
 	"github.com/difctl/difctl/store"
 )
@@ -70,7 +71,7 @@ func (v *Volume) recover(ctx context.Context) error {
 
 	bs, ts := v.bs, v.ts
 	chunk := v.chunk
-	data := AlignedBuffer(chunk * bs)
+	data := device.AlignedBuffer(chunk * bs)
 	sc := v.newScratch().(*scratch)
 	newT := make([]byte, chunk*ts)
 	var newS []uint32

@@ -4,6 +4,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/difctl/difctl/blockdev/device"
 	"github.com/difctl/difctl/blockdev/internal/keyed"
 	"github.com/difctl/difctl/dif"
 	"github.com/difctl/difctl/store"
@@ -65,9 +66,9 @@ func (v *Volume) newScratch() any {
 		ovTuples: make([]byte, n*v.ts),
 		ioBad:    make([]uint64, w),
 		states:   make([]dif.State, n),
-		head:     AlignedBuffer(v.bs),
-		tail:     AlignedBuffer(v.bs),
-		reread:   AlignedBuffer(v.bs),
+		head:     device.AlignedBuffer(v.bs),
+		tail:     device.AlignedBuffer(v.bs),
+		reread:   device.AlignedBuffer(v.bs),
 	}
 	if v.sums {
 		sc.sums = make([]uint32, n)

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/difctl/difctl/blockdev/device"
 	"github.com/difctl/difctl/store"
 )
 
@@ -54,7 +55,7 @@ import (
 // and the overlay's tuples (load). Its locks come after the Volume's range
 // locks (see the lock order above).
 type staging struct {
-	dev         Device
+	dev         device.Device
 	tup         *store.Tuples
 	bs, ts      int
 	sums        bool
@@ -85,7 +86,7 @@ type staging struct {
 	syncFold bool
 }
 
-func newStaging(dev Device, tup *store.Tuples, c *blockCheck, opts *Options, fails *failure, st *volStats) *staging {
+func newStaging(dev device.Device, tup *store.Tuples, c *blockCheck, opts *Options, fails *failure, st *volStats) *staging {
 	s := &staging{
 		dev: dev, tup: tup, bs: c.bs, ts: c.ts, sums: c.sums,
 		batchCap: opts.StagingBytes / 2 / c.bs, maxUnsynced: opts.MaxUnsynced,

@@ -1,9 +1,6 @@
 package blockdev
 
-import (
-	"bytes"
-	"fmt"
-)
+import "fmt"
 
 // Unwritten blocks.
 //
@@ -25,7 +22,7 @@ import (
 // Cost. Unwritten blocks are zero-checked with bytes.Equal against a zero
 // buffer (the runtime's vectorised memequal, tens of GB/s), in the same
 // pass that verifies the written blocks. A run whose blocks are all
-// unwritten and that the device reports as a hole (a [DataFinder]) is not
+// unwritten and that the device reports as a hole (a [device.DataFinder]) is not
 // read at all.
 
 // ErrUnwrittenData matches every *UnwrittenDataError; it also matches
@@ -45,34 +42,3 @@ func (e *UnwrittenDataError) Error() string {
 }
 
 func (e *UnwrittenDataError) Unwrap() error { return ErrUnwrittenData }
-
-// zeroBuf is compared against; blocks are at most 64 KiB.
-var zeroBuf [1 << 16]byte
-
-// isZero reports whether p is all zeros, with the runtime's vectorised
-// comparison (not a byte loop).
-func isZero(p []byte) bool {
-	for len(p) > 0 {
-		n := min(len(p), len(zeroBuf))
-		if !bytes.Equal(p[:n], zeroBuf[:n]) {
-			return false
-		}
-		p = p[n:]
-	}
-	return true
-}
-
-// firstNonZero returns the index of the first non-zero byte of p, or -1.
-func firstNonZero(p []byte) int {
-	for i, c := range p {
-		if c != 0 {
-			return i
-		}
-	}
-	return -1
-}
-
-// unwrittenProblem is the problem of block lba, unwritten and holding data.
-func unwrittenProblem(lba int64, data []byte) Problem {
-	return Problem{LBA: lba, Kind: KindUnwrittenData, Err: &UnwrittenDataError{LBA: lba, Offset: firstNonZero(data)}}
-}

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/difctl/difctl/blockdev/device"
 	"github.com/difctl/difctl/dif"
 	"github.com/difctl/difctl/store"
 )
@@ -175,7 +176,7 @@ type Options struct {
 	// 4 KiB blocks); negative means none.
 	TupleCacheBytes int
 	// NoMap reads every block with the device's ReadAt. By default, when
-	// the device is a [Mapper] (a File not opened with direct I/O), reads
+	// the device is a [device.Mapper] (a File not opened with direct I/O), reads
 	// that may use the page cache take blocks from its mapping and copy
 	// and verify them in one pass, which costs about as much as the
 	// kernel's copy alone. A fault on the mapping (an I/O error, a file
@@ -334,7 +335,7 @@ type RecoveryStats struct {
 // beyond it), per-request scratch of about 1 MiB, and the decoded tuple
 // pages of Options.TupleCacheBytes (the store's page cache).
 type Volume struct {
-	dev    Device
+	dev    device.Device
 	tup    *store.Tuples
 	man    store.Manifest
 	opts   Options
@@ -350,8 +351,8 @@ type Volume struct {
 	locks rangeLock
 	stg   *staging // staged writes, the overlay of flushed tuples, intents
 
-	mapper Mapper      // dev as a Mapper, unless Options.NoMap
-	noMap  atomic.Bool // the device refused to map: use ReadAt
+	mapper device.Mapper // dev as a Mapper, unless Options.NoMap
+	noMap  atomic.Bool   // the device refused to map: use ReadAt
 	// noHoles: the device cannot tell holes (SEEK_DATA unsupported).
 	noHoles atomic.Bool
 
@@ -399,7 +400,7 @@ func (f *failure) set(err error) error {
 // left by an interrupted session is resolved against the data on the
 // device (see the package documentation). The caller keeps ownership of
 // dev and kv and closes them after the volume.
-func Open(ctx context.Context, dev Device, kv store.KV, opts Options) (*Volume, error) {
+func Open(ctx context.Context, dev device.Device, kv store.KV, opts Options) (*Volume, error) {
 	if dev == nil || kv == nil {
 		return nil, errors.New("blockdev: open volume: nil device or store")
 	}
@@ -447,7 +448,7 @@ func (v *Volume) checkComplete() error {
 
 // newVolume checks tup's manifest against dev and opts and builds a
 // Volume.
-func newVolume(dev Device, tup *store.Tuples, opts Options) (*Volume, error) {
+func newVolume(dev device.Device, tup *store.Tuples, opts Options) (*Volume, error) {
 	m := tup.Manifest()
 	name := tup.Volume()
 	mismatch := func(field, stored, given string) error {
@@ -492,7 +493,7 @@ func newVolume(dev Device, tup *store.Tuples, opts Options) (*Volume, error) {
 	}
 	v.stg = newStaging(dev, tup, &v.blockCheck, &v.opts, &v.fails, &v.st)
 	v.chunk = max(1, (1<<20)/v.bs)
-	if m, ok := dev.(Mapper); ok && !opts.NoMap {
+	if m, ok := dev.(device.Mapper); ok && !opts.NoMap {
 		v.mapper = m
 	}
 	tup.SetPageCache(max(0, opts.TupleCacheBytes))
@@ -510,7 +511,7 @@ func (v *Volume) enter() (func(), error) {
 	v.closeMu.RLock()
 	if v.closed {
 		v.closeMu.RUnlock()
-		return nil, ErrClosed
+		return nil, device.ErrClosed
 	}
 	if err := v.failed(); err != nil {
 		v.closeMu.RUnlock()
@@ -545,7 +546,7 @@ func (v *Volume) Manifest() store.Manifest { return v.man }
 func (v *Volume) Tuples() *store.Tuples { return v.tup }
 
 // Device returns the protected device.
-func (v *Volume) Device() Device { return v.dev }
+func (v *Volume) Device() device.Device { return v.dev }
 
 // Stats returns the volume's counters.
 func (v *Volume) Stats() Stats {
@@ -566,7 +567,7 @@ func (v *Volume) Close() error {
 	v.closeMu.Lock()
 	defer v.closeMu.Unlock()
 	if v.closed {
-		return ErrClosed
+		return device.ErrClosed
 	}
 	v.closed = true
 	v.stopWorkers()

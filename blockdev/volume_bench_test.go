@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/difctl/difctl/blockdev/device"
+	"github.com/difctl/difctl/blockdev/internal/blocktest"
 	"github.com/difctl/difctl/dif"
 	"github.com/difctl/difctl/store"
 )
@@ -41,21 +43,21 @@ func benchName(format string) string {
 	return fmt.Sprintf("block=%d/guard=%s/size=1MiB", f.BlockSize(), g)
 }
 
-func benchVolume(b testing.TB, format string, workers int) (*Volume, *File, int64) {
+func benchVolume(b testing.TB, format string, workers int) (*Volume, *device.File, int64) {
 	v, base, size, _ := benchVolumePath(b, format, workers)
 	return v, base, size
 }
 
 // benchVolumePath is benchVolume that also returns the volume's image.
-func benchVolumePath(b testing.TB, format string, workers int) (*Volume, *File, int64, string) {
+func benchVolumePath(b testing.TB, format string, workers int) (*Volume, *device.File, int64, string) {
 	p, size := volBenchImage(b)
 	bp, _ := volBenchImage(b)
-	base, err := OpenFile(bp, FileOptions{})
+	base, err := device.OpenFile(bp, device.FileOptions{})
 	if err != nil {
 		b.Fatal(err)
 	}
 	f := dif.MustFormat(format)
-	dev, err := OpenFile(p, FileOptions{BlockSize: f.BlockSize()})
+	dev, err := device.OpenFile(p, device.FileOptions{BlockSize: f.BlockSize()})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -78,14 +80,15 @@ func benchVolumePath(b testing.TB, format string, workers int) (*Volume, *File, 
 	return v, base, size, p
 }
 
-// volBenchImage is benchImage for tests too.
+// volBenchImage is an image file of 64 MiB (8 MiB with -short) of a
+// pattern, for the benchmarks and tests of volumes over files.
 func volBenchImage(tb testing.TB) (string, int64) {
 	size := int64(64 << 20)
 	if testing.Short() {
 		size = 8 << 20
 	}
 	p := filepath.Join(tb.TempDir(), "img")
-	if err := os.WriteFile(p, pattern(int(size), 1), 0o644); err != nil {
+	if err := os.WriteFile(p, blocktest.Pattern(int(size), 1), 0o644); err != nil {
 		tb.Fatal(err)
 	}
 	return p, size
@@ -111,7 +114,7 @@ func BenchmarkVolumeRead(b *testing.B) {
 
 func benchRead(b *testing.B, format string, workers int) {
 	v, _, size, path := benchVolumePath(b, format, workers)
-	buf := AlignedBuffer(benchReq)
+	buf := device.AlignedBuffer(benchReq)
 	var baseline time.Duration
 	var baseBytes int64
 	sum := 0
@@ -152,7 +155,7 @@ func BenchmarkVolumeWrite(b *testing.B) {
 	for _, format := range benchFormats {
 		b.Run(benchName(format), func(b *testing.B) {
 			v, base, size := benchVolume(b, format, 0)
-			buf := pattern(benchReq, 2)
+			buf := blocktest.Pattern(benchReq, 2)
 			var off int64
 			var baseline time.Duration
 			b.SetBytes(benchReq)
@@ -222,6 +225,37 @@ func benchWriteKeyed4K(b *testing.B) {
 			if off >= size {
 				off = 0
 			}
+		}
+	}
+}
+
+// benchReq is the size of the benchmarks' requests.
+const benchReq = 1 << 20
+
+// preadPass returns a function that reads the file at path from start to
+// end in 1 MiB requests (benchReq), as a plain sequential reader would.
+func preadPass(b *testing.B, path string) func() {
+	fh, err := os.Open(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { fh.Close() })
+	st, err := fh.Stat()
+	if err != nil {
+		b.Fatal(err)
+	}
+	buf := device.AlignedBuffer(benchReq)
+	return func() {
+		sum := 0
+		for off := int64(0); off < st.Size(); off += benchReq {
+			n, err := fh.ReadAt(buf[:min(benchReq, st.Size()-off)], off)
+			if err != nil {
+				b.Fatal(err)
+			}
+			sum += int(buf[n-1])
+		}
+		if sum < 0 {
+			b.Fatal("unreachable")
 		}
 	}
 }

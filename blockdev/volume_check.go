@@ -3,6 +3,8 @@ package blockdev
 import (
 	"context"
 	"fmt"
+
+	"github.com/difctl/difctl/blockdev/device"
 )
 
 var _ CheckSource = (*Volume)(nil)
@@ -22,7 +24,7 @@ func (v *Volume) CheckRun(ctx context.Context, lba int64, n int, scratch []byte,
 	}
 	defer done()
 	if lba < 0 || n < 0 || lba > v.blocks || int64(n) > v.blocks-lba {
-		return RunStats{}, fmt.Errorf("blockdev: check of blocks [%d, +%d) on a volume of %d blocks: %w", lba, n, v.blocks, ErrOutOfRange)
+		return RunStats{}, fmt.Errorf("blockdev: check of blocks [%d, +%d) on a volume of %d blocks: %w", lba, n, v.blocks, device.ErrOutOfRange)
 	}
 	if len(scratch) < v.ScratchSize(n) {
 		return RunStats{}, fmt.Errorf("blockdev: check: scratch of %d bytes, need %d", len(scratch), v.ScratchSize(n))

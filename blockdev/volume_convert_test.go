@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/difctl/difctl/blockdev/device"
+	"github.com/difctl/difctl/blockdev/internal/blocktest"
 	"github.com/difctl/difctl/dif"
 	"github.com/difctl/difctl/store"
 )
@@ -31,7 +33,7 @@ func convertVol(t *testing.T, format string, blocks int) *testVol {
 	t.Helper()
 	tv := newTestVol(t, format, blocks, CreateOptions{InitialRefTag: 0x100, Options: Options{StagingBytes: 64 << 10}})
 	bs := tv.v.BlockSize()
-	tv.write(pattern(3*bs+5, 9), int64(bs/2))
+	tv.write(blocktest.Pattern(3*bs+5, 9), int64(bs/2))
 	if err := tv.v.Discard(int64(10*bs), int64(10*bs)); err != nil {
 		t.Fatal(err)
 	}
@@ -44,26 +46,9 @@ func convertVol(t *testing.T, format string, blocks int) *testVol {
 
 // checkImage verifies an exported image with its own PI and returns the
 // source.
-func checkImage(t *testing.T, f dif.Format, p dif.Params, data, meta []byte, wantFailed, wantUnwritten int64) *PISource {
+func checkImage(t *testing.T, f dif.Format, p dif.Params, data, meta []byte, wantFailed, wantUnwritten int64) *memImage {
 	t.Helper()
-	var src *PISource
-	var err error
-	if meta == nil {
-		img, ierr := NewExtendedImage(bytes.NewReader(data), int64(len(data)), f.BlockSize(), f.MetadataSize())
-		if ierr != nil {
-			t.Fatal(ierr)
-		}
-		src, err = NewExtendedSource(img, f, p)
-	} else {
-		pair, perr := NewDIXPair(bytes.NewReader(data), int64(len(data)), bytes.NewReader(meta), int64(len(meta)), f.BlockSize(), f.MetadataSize())
-		if perr != nil {
-			t.Fatal(perr)
-		}
-		src, err = NewDIXSource(pair, f, p)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	src := newMemImage(t, f, p, data, meta)
 	st, err := src.CheckRun(context.Background(), 0, int(src.Blocks()), make([]byte, src.ScratchSize(int(src.Blocks()))), CheckOptions{}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -118,7 +103,7 @@ func TestExportImportRoundTrip(t *testing.T) {
 				src := checkImage(t, f, p, data.b, m, 0, 10)
 
 				// Import into a new volume: the same data, the same tuples.
-				mem, _ := NewMemDevice(int64(blocks*bs), min(bs, 4096))
+				mem, _ := device.NewMem(int64(blocks*bs), min(bs, 4096))
 				kv := store.NewMem()
 				v2, irep, err := ImportImage(ctx, src, mem, kv, ImportOptions{RunBytes: 29 * bs, CheckpointBytes: int64(100 * bs), Options: Options{Name: "copy"}})
 				if err != nil {
@@ -202,7 +187,7 @@ func TestExportFailing(t *testing.T) {
 	src := checkImage(t, tv.v.Format(), dif.Params{RefTag: 0x100}, out.b, nil, 2, 10)
 
 	// Importing the failing image is refused before anything is written.
-	mem, _ := NewMemDevice(64*bs, 4096)
+	mem, _ := device.NewMem(64*bs, 4096)
 	kv := store.NewMem()
 	seen = nil
 	_, _, err = ImportImage(ctx, src, mem, kv, ImportOptions{OnProblem: func(p Problem) { seen = append(seen, p) }})
@@ -234,7 +219,7 @@ func TestImportResume(t *testing.T) {
 	ctx := context.Background()
 	f := dif.MustFormat("512+8")
 	const blocks = 5000
-	img := pattern(blocks*f.ExtendedBlockSize(), 5)
+	img := blocktest.Pattern(blocks*f.ExtendedBlockSize(), 5)
 	if err := f.Generate(img, nil, dif.Params{RefTag: 77}); err != nil {
 		t.Fatal(err)
 	}
@@ -244,12 +229,8 @@ func TestImportResume(t *testing.T) {
 		clear(blk[:512])
 		copy(blk[512:], []byte{0, 0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff})
 	}
-	x, _ := NewExtendedImage(bytes.NewReader(img), int64(len(img)), 512, 8)
-	src, err := NewExtendedSource(x, f, dif.Params{RefTag: 77})
-	if err != nil {
-		t.Fatal(err)
-	}
-	mem, _ := NewMemDevice(blocks*512, 512)
+	src := newMemImage(t, f, dif.Params{RefTag: 77}, img, nil)
+	mem, _ := device.NewMem(blocks*512, 512)
 	kv := store.NewMem()
 	cctx, cancel := context.WithCancel(ctx)
 	opts := ImportOptions{RunBytes: 64 * 512, CheckpointBytes: 512 * 512, Force: true}

@@ -10,7 +10,9 @@ import (
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/difctl/difctl/blockdev/device"
 	"github.com/difctl/difctl/blockdev/faultdev"
+	"github.com/difctl/difctl/blockdev/internal/blocktest"
 	"github.com/difctl/difctl/dif"
 	"github.com/difctl/difctl/kernels/crc32c"
 	"github.com/difctl/difctl/store"
@@ -86,7 +88,7 @@ func crashWorkload(cfg crashCfg, bs, blocks int) []crashOp {
 			if r.IntN(2) == 0 {
 				off -= off % int64(bs)
 			}
-			ops = append(ops, crashOp{kind: "write", off: off, data: pattern(n, cfg.seed*1000+uint64(i))})
+			ops = append(ops, crashOp{kind: "write", off: off, data: blocktest.Pattern(n, cfg.seed*1000+uint64(i))})
 		}
 	}
 	// End with a sync, which also waits for the background flushes.
@@ -99,7 +101,7 @@ type crashEnv struct {
 	cfg      crashCfg
 	bs       int
 	blocks   int // blocks the workload writes; two more are corrupted
-	mem      *MemDevice
+	mem      *device.Mem
 	fd       *faultdev.Device
 	fs       *vfs.MemFS
 	kv       *countingKV
@@ -123,10 +125,10 @@ func newCrashEnv(t *testing.T, cfg crashCfg, crashAt int64) *crashEnv {
 	e := &crashEnv{t: t, cfg: cfg, bs: bs, blocks: 24, crashAt: crashAt, versions: map[int][][]byte{}}
 	size := (e.blocks + 2) * bs
 	var err error
-	if e.mem, err = NewMemDevice(int64(size), min(bs, 4096)); err != nil {
+	if e.mem, err = device.NewMem(int64(size), min(bs, 4096)); err != nil {
 		t.Fatal(err)
 	}
-	init := pattern(size, cfg.seed)
+	init := blocktest.Pattern(size, cfg.seed)
 	e.mem.WriteAt(init, 0)
 	if e.fd, err = faultdev.New(e.mem, faultdev.Options{Sector: cfg.sector}); err != nil {
 		t.Fatal(err)
@@ -200,7 +202,7 @@ func (e *crashEnv) run(ops []crashOp) bool {
 		switch op.kind {
 		case "write":
 			_, err = e.v.WriteAt(op.data, op.off)
-			if err == nil || errors.Is(err, errTestCrash) || errors.Is(err, ErrCrashed) || e.isCrashed() {
+			if err == nil || errors.Is(err, errTestCrash) || errors.Is(err, device.ErrCrashed) || e.isCrashed() {
 				// A write that crashed may have reached the device in part.
 				copy(e.model[op.off:], op.data)
 				e.addVersions(op.off, int64(len(op.data)))
@@ -315,7 +317,7 @@ func (e *crashEnv) verifyOn(fd *faultdev.Device, fs *vfs.MemFS) RecoveryStats {
 		}
 	}
 	// And the volume works: write, sync, read.
-	p := pattern(bs+3, 77)
+	p := blocktest.Pattern(bs+3, 77)
 	if _, err := v.WriteAt(p, int64(bs-1)); err != nil && !errors.Is(err, dif.ErrIntegrity) {
 		t.Fatal(err)
 	}
@@ -508,10 +510,10 @@ func newPowerLossEnvWith(t *testing.T, format string, blocks int, key *Key, sums
 	bs := f.BlockSize()
 	e := &powerLossEnv{t: t, f: f}
 	var err error
-	if e.mem, err = NewMemDevice(int64(blocks*bs), min(bs, 4096)); err != nil {
+	if e.mem, err = device.NewMem(int64(blocks*bs), min(bs, 4096)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.mem.WriteAt(pattern(blocks*bs, 5), 0); err != nil {
+	if _, err := e.mem.WriteAt(blocktest.Pattern(blocks*bs, 5), 0); err != nil {
 		t.Fatal(err)
 	}
 	if e.fd, err = faultdev.New(e.mem, faultdev.Options{}); err != nil {
@@ -559,7 +561,7 @@ func TestVolumeProcessCrashThenPowerLoss(t *testing.T) {
 				}
 				// More than a staging batch: flushed (intents durable, data in
 				// the page cache), never synced.
-				data := pattern(20*bs, 8)
+				data := blocktest.Pattern(20*bs, 8)
 				e.v.opts.StagingBytes = 8 * bs
 				v := e.v
 				v.Close() // the volume was created with the default staging
@@ -638,7 +640,7 @@ func TestVolumeCorruptUnderOpenIntent(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					if _, err := v.WriteAt(pattern(12*bs, 9), 0); err != nil {
+					if _, err := v.WriteAt(blocktest.Pattern(12*bs, 9), 0); err != nil {
 						t.Fatal(err)
 					}
 					v.waitFlushed()
@@ -768,7 +770,7 @@ func TestVolumeRecoveryChecksSectorSums(t *testing.T) {
 				t.Fatal(err)
 			}
 			const blk = 2
-			data := pattern(12*bs, 10)
+			data := blocktest.Pattern(12*bs, 10)
 			if _, err := v.WriteAt(data, 0); err != nil {
 				t.Fatal(err)
 			}

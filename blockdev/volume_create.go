@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/difctl/difctl/blockdev/device"
 	"github.com/difctl/difctl/blockdev/internal/keyed"
 	"github.com/difctl/difctl/dif"
 	"github.com/difctl/difctl/store"
@@ -80,7 +81,7 @@ type CreateOptions struct {
 // completed, Open refuses the volume with ErrIncomplete. Create fails with
 // an error matching store.ErrExists if the volume is complete already, and
 // with a *MismatchError if an incomplete one was begun with other options.
-func Create(ctx context.Context, dev Device, kv store.KV, opts CreateOptions) (*Volume, error) {
+func Create(ctx context.Context, dev device.Device, kv store.KV, opts CreateOptions) (*Volume, error) {
 	if dev == nil || kv == nil {
 		return nil, errors.New("blockdev: create volume: nil device or store")
 	}
@@ -170,7 +171,7 @@ func Create(ctx context.Context, dev Device, kv store.KV, opts CreateOptions) (*
 
 // manifest validates the creation options against dev and returns the
 // volume's manifest.
-func (o *CreateOptions) manifest(dev Device) (store.Manifest, error) {
+func (o *CreateOptions) manifest(dev device.Device) (store.Manifest, error) {
 	bad := func(format string, args ...any) (store.Manifest, error) {
 		return store.Manifest{}, fmt.Errorf("blockdev: create volume %q: %s", o.Name, fmt.Sprintf(format, args...))
 	}
@@ -213,7 +214,7 @@ func (o *CreateOptions) manifest(dev Device) (store.Manifest, error) {
 func (v *Volume) protect(ctx context.Context, next int64, started time.Time, o *CreateOptions) error {
 	bs, ts := int64(v.bs), v.ts
 	chunk := max(1, o.ChunkBytes/v.bs)
-	data := AlignedBuffer(chunk * v.bs)
+	data := device.AlignedBuffer(chunk * v.bs)
 	tuples := make([]byte, chunk*ts)
 	var sums []uint32
 	if v.sums {
@@ -334,7 +335,7 @@ func (v *Volume) protect(ctx context.Context, next int64, started time.Time, o *
 		}
 		return nil
 	}
-	for e, err := range DataExtents(v.dev, pos*bs, total) {
+	for e, err := range device.DataExtents(v.dev, pos*bs, total) {
 		if err != nil {
 			return fail(err)
 		}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/difctl/difctl/blockdev/device"
 	"github.com/difctl/difctl/dif"
 )
 
@@ -125,7 +126,7 @@ func ExportVolume(ctx context.Context, v *Volume, dst ExportDest, opts ExportOpt
 	defer done()
 	f, bs, ts := v.f, v.bs, v.ts
 	per := min(runBlocksFor(opts.RunBytes, bs), v.chunk)
-	data := AlignedBuffer(per * bs)
+	data := device.AlignedBuffer(per * bs)
 	sc := v.getScratch()
 	defer v.putScratch(sc)
 	req := readReq{ctx: ctx, rereads: rereadsFor(opts.Rereads), zero: true, storeTuples: true, ref: v.refBase}

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/difctl/difctl/blockdev/device"
+	"github.com/difctl/difctl/blockdev/internal/check"
 	"github.com/difctl/difctl/dif"
 	"github.com/difctl/difctl/store"
 )
@@ -49,6 +51,27 @@ type ImportOptions struct {
 	Tool string
 }
 
+// An ImportSource is an image that carries its own protection
+// information, as ImportImage reads it: package blockdev/pisource's
+// *Source is one.
+type ImportSource interface {
+	CheckSource
+	// Format is the format the image is verified with, in the image's
+	// layout: dif.Interleaved (each block's data followed by its metadata)
+	// or dif.Separate (data and metadata apart).
+	Format() dif.Format
+	// Params are the params of the image's block 0: block lba is verified
+	// with them, except that the LBA is lba and, for Types 1 and 2, the
+	// expected ref tag is the low RefTagBits of Params().RefTag + lba.
+	Params() dif.Params
+	// ReadBlocks reads blocks [lba, lba+n) as the image holds them: in the
+	// interleaved layout their n sectors of data and metadata into
+	// data[:n*(BlockSize+MetadataSize)] (meta is not used), in the separate
+	// layout their data into data[:n*BlockSize] and their metadata into
+	// meta[:n*MetadataSize].
+	ReadBlocks(lba int64, n int, data, meta []byte) error
+}
+
 // ImportImage creates the store-backed volume Options.Name in kv over dev
 // from src, an image with its own protection information: the data of
 // every block is copied to dev and its tuple, as stored in the image (never
@@ -67,7 +90,7 @@ type ImportOptions struct {
 // the same source and options resumes it from its last checkpoint. It
 // fails with an error matching store.ErrExists if the volume exists
 // otherwise. Memory is bounded by RunBytes whatever the image's size.
-func ImportImage(ctx context.Context, src *PISource, dev Device, kv store.KV, opts ImportOptions) (*Volume, *ConvertReport, error) {
+func ImportImage(ctx context.Context, src ImportSource, dev device.Device, kv store.KV, opts ImportOptions) (*Volume, *ConvertReport, error) {
 	if src == nil || dev == nil || kv == nil {
 		return nil, nil, errors.New("blockdev: import: nil source, device or store")
 	}
@@ -156,7 +179,7 @@ func ImportImage(ctx context.Context, src *PISource, dev Device, kv store.KV, op
 }
 
 // checkSource verifies every block of src, as the first pass of an import.
-func checkSource(ctx context.Context, src *PISource, per int, progress func(done, total int64), report func(Problem)) (RunStats, error) {
+func checkSource(ctx context.Context, src ImportSource, per int, progress func(done, total int64), report func(Problem)) (RunStats, error) {
 	scratch := make([]byte, src.ScratchSize(per))
 	var total RunStats
 	bs := int64(src.BlockSize())
@@ -178,17 +201,24 @@ func checkSource(ctx context.Context, src *PISource, per int, progress func(done
 // importBlocks copies blocks [rep.Next, end) of src to dev and tup, one
 // checkpoint at a time: data written and synced, tuples bulk-loaded,
 // unwritten blocks discarded, then the journal advanced.
-func importBlocks(ctx context.Context, src *PISource, dev Device, tup *store.Tuples, opts *ImportOptions, per int,
+func importBlocks(ctx context.Context, src ImportSource, dev device.Device, tup *store.Tuples, opts *ImportOptions, per int,
 	rep *ConvertReport, report func(Problem), probs *problemList) error {
-	f := src.f.WithLayout(dif.Separate)
-	bs, ms, ts := src.bs, src.ms, f.TupleSize()
+	sf := src.Format()
+	interleaved := sf.Layout() == dif.Interleaved
+	f := sf.WithLayout(dif.Separate)
+	bs, ms, ts := f.BlockSize(), f.MetadataSize(), f.TupleSize()
+	ip := check.NewImageParams(sf, src.Params())
 	blocks := src.Blocks()
 	sums := tup.Manifest().SectorSums
-	r := src.split(make([]byte, src.ScratchSize(per)), per)
-	var data, md []byte // the run in the DIX layout
-	if src.ext != nil {
-		data, md = AlignedBuffer(per*bs), make([]byte, per*ms)
+	// The run as the image holds it (raw, and rawMD for a separate one),
+	// and in the DIX layout (data, md).
+	var raw, rawMD, data, md []byte
+	if interleaved {
+		raw, data, md = make([]byte, per*(bs+ms)), device.AlignedBuffer(per*bs), make([]byte, per*ms)
+	} else {
+		raw, rawMD = make([]byte, per*bs), make([]byte, per*ms)
 	}
+	allStates := make([]dif.State, per)
 	var sumv []uint32
 	if sums {
 		sumv = make([]uint32, per)
@@ -215,24 +245,26 @@ func importBlocks(ctx context.Context, src *PISource, dev Device, tup *store.Tup
 				break
 			}
 			n := int(min(int64(per), segEnd-pos))
-			rd, rm := r.data[:n*(bs+ms)], []byte(nil)
-			if src.dix != nil {
-				rd, rm = r.data[:n*bs], r.md[:n*ms]
+			var rd, rm []byte
+			if interleaved {
+				rd = raw[:n*(bs+ms)]
+			} else {
+				rd, rm = raw[:n*bs], rawMD[:n*ms]
 			}
-			if err := src.read(pos, n, rd, rm); err != nil {
+			if err := src.ReadBlocks(pos, n, rd, rm); err != nil {
 				l.Abort()
 				return wrap(pos, err)
 			}
 			d, m := rd, rm
-			if src.ext != nil {
+			if interleaved {
 				d, m = data[:n*bs], md[:n*ms]
 				if err := f.ToSeparate(d, m, rd); err != nil {
 					l.Abort()
 					return wrap(pos, err)
 				}
 			}
-			states := r.states[:n]
-			sum, err := f.Classify(&dif.Classification{States: states}, d, m, src.params(pos))
+			states := allStates[:n]
+			sum, err := f.Classify(&dif.Classification{States: states}, d, m, ip.At(pos))
 			if err != nil {
 				l.Abort()
 				return wrap(pos, err)
@@ -243,7 +275,7 @@ func importBlocks(ctx context.Context, src *PISource, dev Device, tup *store.Tup
 						continue
 					}
 					b := pos + int64(i)
-					for _, p := range chk.problems(buf[:0], b, d[i*bs:(i+1)*bs], m[i*ms:(i+1)*ms], src.params(b), true, 0) {
+					for _, p := range chk.problems(buf[:0], b, d[i*bs:(i+1)*bs], m[i*ms:(i+1)*ms], ip.At(b), true, 0) {
 						report(p)
 					}
 				}

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/difctl/difctl/blockdev/device"
 	"github.com/difctl/difctl/dif"
 	"github.com/difctl/difctl/store"
 )
@@ -30,7 +31,7 @@ func TestOpenHostileManifest(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := dif.MustFormat(tc.format)
-			dev, err := NewMemDevice(int64(64*f.BlockSize()), f.BlockSize())
+			dev, err := device.NewMem(int64(64*f.BlockSize()), f.BlockSize())
 			if err != nil {
 				t.Fatal(err)
 			}

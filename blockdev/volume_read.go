@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+
+	"github.com/difctl/difctl/blockdev/device"
 )
 
 // The verified read of a Volume: ReadAt and the other callers of
@@ -57,7 +59,7 @@ func (v *Volume) ReadAt(p []byte, off int64) (int, error) {
 	}
 	defer done()
 	if off < 0 {
-		return 0, checkRange("read", off, int64(len(p)), v.Size())
+		return 0, device.CheckRange("read", off, int64(len(p)), v.Size())
 	}
 	if len(p) == 0 {
 		return 0, nil
@@ -146,7 +148,7 @@ func (v *Volume) request() readReq {
 // still failing, and of transient ones (Transient set), are left in
 // sc.probs in LBA order; sc.tuples and sc.written keep the run's tuples and
 // written bits. The error is for the run as a whole (the store could not
-// be read, fatalReadError). Caller holds a lock on the range.
+// be read, check.Fatal). Caller holds a lock on the range.
 func (v *Volume) verifyRun(lba int64, n int, data []byte, sc *scratch, req readReq) (RunStats, error) {
 	sc.probs = sc.probs[:0]
 	sc.req = req

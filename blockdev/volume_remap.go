@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 
+	"github.com/difctl/difctl/blockdev/device"
 	"github.com/difctl/difctl/dif"
 	"github.com/difctl/difctl/store"
 )
@@ -84,7 +85,7 @@ type RemapReport struct {
 // verification refuse it with an *IntegrityError (each is passed to
 // OnProblem) and nothing is changed. It returns a report with every error.
 // A cancelled ctx stops it between steps; run it again to resume.
-func RemapVolume(ctx context.Context, dev Device, kv store.KV, newRefTag uint64, opts RemapOptions) (*RemapReport, error) {
+func RemapVolume(ctx context.Context, dev device.Device, kv store.KV, newRefTag uint64, opts RemapOptions) (*RemapReport, error) {
 	if dev == nil || kv == nil {
 		return nil, errors.New("blockdev: remap: nil device or store")
 	}
@@ -157,7 +158,7 @@ func RemapVolume(ctx context.Context, dev Device, kv store.KV, newRefTag uint64,
 	// Verify: blocks before next carry the new ref tags already.
 	probs := problemList{fn: opts.OnProblem}
 	per := int64(min(runBlocksFor(opts.RunBytes, m.BlockSize), v.chunk))
-	data := AlignedBuffer(int(per) * v.bs)
+	data := device.AlignedBuffer(int(per) * v.bs)
 	sc := v.getScratch()
 	defer v.putScratch(sc)
 	for lba := int64(0); lba < rep.Blocks; {

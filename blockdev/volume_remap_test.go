@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/difctl/difctl/blockdev/device"
+	"github.com/difctl/difctl/blockdev/internal/blocktest"
 	"github.com/difctl/difctl/dif"
 	"github.com/difctl/difctl/store"
 	"github.com/difctl/difctl/store/pebble"
@@ -17,7 +19,7 @@ import (
 // checkRemapped opens the volume and checks that it has initial ref tag to,
 // reads as model, verifies clean with unwritten blocks, and that every
 // written tuple carries to+lba.
-func checkRemapped(t *testing.T, dev Device, kv store.KV, to uint64, model []byte, unwritten int64) {
+func checkRemapped(t *testing.T, dev device.Device, kv store.KV, to uint64, model []byte, unwritten int64) {
 	t.Helper()
 	ctx := context.Background()
 	v, err := Open(ctx, dev, kv, Options{})
@@ -163,7 +165,7 @@ func TestRemapCrash(t *testing.T) {
 			type env struct {
 				fs      *vfs.MemFS
 				kv      *countingKV
-				mem     *MemDevice
+				mem     *device.Mem
 				model   []byte
 				steps   int
 				crashAt int
@@ -176,13 +178,13 @@ func TestRemapCrash(t *testing.T) {
 					t.Fatal(err)
 				}
 				e.kv = &countingKV{KV: kv}
-				e.mem, _ = NewMemDevice(int64(blocks*bs), min(bs, 4096))
-				e.mem.WriteAt(pattern(blocks*bs, 3), 0)
+				e.mem, _ = device.NewMem(int64(blocks*bs), min(bs, 4096))
+				e.mem.WriteAt(blocktest.Pattern(blocks*bs, 3), 0)
 				v, err := Create(ctx, e.mem, e.kv, CreateOptions{Format: f, InitialRefTag: from})
 				if err != nil {
 					t.Fatal(err)
 				}
-				if _, err := v.WriteAt(pattern(7*bs+11, 4), int64(3*bs+5)); err != nil {
+				if _, err := v.WriteAt(blocktest.Pattern(7*bs+11, 4), int64(3*bs+5)); err != nil {
 					t.Fatal(err)
 				}
 				if err := v.Discard(int64(100*bs), int64(40*bs)); err != nil {

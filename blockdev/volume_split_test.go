@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/difctl/difctl/blockdev/device"
 	"github.com/difctl/difctl/blockdev/faultdev"
 	"github.com/difctl/difctl/dif"
 )
@@ -40,7 +41,7 @@ func TestVolumeSplitRead(t *testing.T) {
 						t.Fatalf("ReadAt = %d, %v (data equal: %v)", n, err, bytes.Equal(buf, tv.model))
 					}
 				case "permanent-io":
-					var ioe *IOError
+					var ioe *device.IOError
 					if !errors.As(err, &ioe) || n != int(bad)*4096 || !bytes.Equal(buf[:n], tv.model[:n]) {
 						t.Fatalf("ReadAt = %d, %v; want %d bytes and an *IOError", n, err, bad*4096)
 					}

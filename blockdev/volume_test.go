@@ -12,7 +12,9 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/difctl/difctl/blockdev/device"
 	"github.com/difctl/difctl/blockdev/faultdev"
+	"github.com/difctl/difctl/blockdev/internal/blocktest"
 	"github.com/difctl/difctl/dif"
 	"github.com/difctl/difctl/store"
 )
@@ -59,7 +61,7 @@ func (v *Volume) waitFlushed() {
 
 type testVol struct {
 	t     testing.TB
-	mem   *MemDevice
+	mem   *device.Mem
 	fault *faultdev.Device
 	kv    *countingKV
 	v     *Volume
@@ -71,11 +73,11 @@ func newTestVol(t testing.TB, format string, blocks int, opts CreateOptions) *te
 	t.Helper()
 	f := dif.MustFormat(format)
 	bs := f.BlockSize()
-	mem, err := NewMemDevice(int64(blocks*bs), min(bs, 4096))
+	mem, err := device.NewMem(int64(blocks*bs), min(bs, 4096))
 	if err != nil {
 		t.Fatal(err)
 	}
-	model := pattern(blocks*bs, uint64(blocks))
+	model := blocktest.Pattern(blocks*bs, uint64(blocks))
 	if _, err := mem.WriteAt(model, 0); err != nil {
 		t.Fatal(err)
 	}
@@ -136,7 +138,7 @@ func TestVolumeReadWrite(t *testing.T) {
 				if i%3 == 0 {
 					off -= off % bs
 				}
-				tv.write(pattern(n, uint64(i)), int64(off))
+				tv.write(blocktest.Pattern(n, uint64(i)), int64(off))
 				if i%50 == 0 {
 					tv.check()
 				}
@@ -180,7 +182,7 @@ func TestVolumeOutOfRange(t *testing.T) {
 	tv := newTestVol(t, "512+8", 16, CreateOptions{})
 	size := tv.v.Size()
 	buf := make([]byte, 600)
-	if _, err := tv.v.ReadAt(buf, -1); !errors.Is(err, ErrOutOfRange) {
+	if _, err := tv.v.ReadAt(buf, -1); !errors.Is(err, device.ErrOutOfRange) {
 		t.Errorf("ReadAt at -1: %v, want ErrOutOfRange", err)
 	}
 	// io.ReaderAt: across the end, the bytes before it and io.EOF.
@@ -198,18 +200,18 @@ func TestVolumeOutOfRange(t *testing.T) {
 		}
 	}
 	for _, off := range []int64{-1, size - 599, size + 1} {
-		if _, err := tv.v.WriteAt(buf, off); !errors.Is(err, ErrOutOfRange) {
+		if _, err := tv.v.WriteAt(buf, off); !errors.Is(err, device.ErrOutOfRange) {
 			t.Errorf("WriteAt at %d: %v, want ErrOutOfRange", off, err)
 		}
 	}
 	if n, err := tv.v.ReadAt(nil, size); n != 0 || err != nil {
 		t.Errorf("empty ReadAt at the end = %d, %v", n, err)
 	}
-	if err := tv.v.Discard(1, 512); !errors.Is(err, ErrUnaligned) {
+	if err := tv.v.Discard(1, 512); !errors.Is(err, device.ErrUnaligned) {
 		t.Errorf("unaligned Discard: %v, want ErrUnaligned", err)
 	}
 	s := make([]byte, tv.v.ScratchSize(4))
-	if _, err := tv.v.CheckRun(context.Background(), 14, 4, s, CheckOptions{}, nil); !errors.Is(err, ErrOutOfRange) {
+	if _, err := tv.v.CheckRun(context.Background(), 14, 4, s, CheckOptions{}, nil); !errors.Is(err, device.ErrOutOfRange) {
 		t.Errorf("CheckRun beyond the end: %v, want ErrOutOfRange", err)
 	}
 }
@@ -287,7 +289,7 @@ func TestVolumeIOError(t *testing.T) {
 	tv.fault.Inject(faultdev.Fault{Kind: faultdev.FailRead, Off: 7 * 4096, Len: 1})
 	buf := make([]byte, 16*4096)
 	n, err := tv.v.ReadAt(buf, 0)
-	var ioe *IOError
+	var ioe *device.IOError
 	if !errors.As(err, &ioe) || errors.Is(err, dif.ErrIntegrity) || n != 7*4096 {
 		t.Errorf("ReadAt over a failing block = %d, %v; want 7 blocks and an *IOError", n, err)
 	}
@@ -306,7 +308,7 @@ func TestVolumePartialWriteOfBadBlock(t *testing.T) {
 			tv.model[3*4096+9] ^= 1
 			before := tv.v.Stats().WrittenBlocks
 			// A partial write spanning a good block and the bad one.
-			p := pattern(4096, 9)
+			p := blocktest.Pattern(4096, 9)
 			_, err := tv.v.WriteAt(p, 2*4096+100)
 			if !rewrite {
 				if !errors.Is(err, dif.ErrIntegrity) {
@@ -323,7 +325,7 @@ func TestVolumePartialWriteOfBadBlock(t *testing.T) {
 					t.Errorf("block 2 after the refused write: %v", err)
 				}
 				// Whole-block overwrite of the bad block is fine.
-				tv.write(pattern(4096, 10), 3*4096)
+				tv.write(blocktest.Pattern(4096, 10), 3*4096)
 			} else {
 				if err != nil {
 					t.Fatal(err)
@@ -337,7 +339,7 @@ func TestVolumePartialWriteOfBadBlock(t *testing.T) {
 
 func TestVolumeDiscard(t *testing.T) {
 	tv := newTestVol(t, "4096+8", 32, CreateOptions{Options: Options{StagingBytes: 64 << 10}})
-	tv.write(pattern(3*4096, 4), 4*4096+1)
+	tv.write(blocktest.Pattern(3*4096, 4), 4*4096+1)
 	if err := tv.v.Discard(4*4096, 2*4096); err != nil {
 		t.Fatal(err)
 	}
@@ -357,14 +359,14 @@ func TestVolumeGroupCommit(t *testing.T) {
 	s0 := tv.kv.syncs.Load()
 	// 32 one-block writes fill one batch of 128 KiB: no store sync yet.
 	for i := range 32 {
-		tv.write(pattern(4096, uint64(i)), int64(i*2)*4096)
+		tv.write(blocktest.Pattern(4096, uint64(i)), int64(i*2)*4096)
 	}
 	if d := tv.kv.syncs.Load() - s0; d != 0 {
 		t.Errorf("%d store syncs while staging, want 0", d)
 	}
 	tv.check() // served from staging
 	// The next write flushes the batch: one synced commit of 32 intents.
-	tv.write(pattern(4096, 99), 100*4096)
+	tv.write(blocktest.Pattern(4096, 99), 100*4096)
 	tv.v.waitFlushed()
 	if d := tv.kv.syncs.Load() - s0; d != 1 {
 		t.Errorf("%d store syncs for a batch, want 1", d)
@@ -386,7 +388,7 @@ func TestVolumeGroupCommit(t *testing.T) {
 func TestVolumeAutoSync(t *testing.T) {
 	tv := newTestVol(t, "512+8", 1024, CreateOptions{Options: Options{StagingBytes: 8 << 10, MaxUnsynced: 32 << 10}})
 	for i := range 100 {
-		tv.write(pattern(1024, uint64(i)), int64(i*1000))
+		tv.write(blocktest.Pattern(1024, uint64(i)), int64(i*1000))
 	}
 	if s := tv.v.Stats(); s.AutoSyncs == 0 {
 		t.Errorf("no automatic sync after %d unsynced bytes: %+v", 100*1024, s)
@@ -442,7 +444,7 @@ func TestVolumeConcurrent(t *testing.T) {
 
 func TestVolumeOpenChecks(t *testing.T) {
 	ctx := context.Background()
-	mem, _ := NewMemDevice(64*4096, 4096)
+	mem, _ := device.NewMem(64*4096, 4096)
 	kv := store.NewMem()
 	defer kv.Close()
 	if _, err := Open(ctx, mem, kv, Options{}); !errors.Is(err, store.ErrNotFound) {
@@ -456,7 +458,7 @@ func TestVolumeOpenChecks(t *testing.T) {
 	if _, err := Create(ctx, mem, kv, CreateOptions{Format: dif.MustFormat("4096+8"), Options: Options{DeviceID: "disk-1"}}); !errors.Is(err, store.ErrExists) {
 		t.Errorf("Create of a complete volume: %v, want ErrExists", err)
 	}
-	small, _ := NewMemDevice(32*4096, 4096)
+	small, _ := device.NewMem(32*4096, 4096)
 	var me *MismatchError
 	if _, err := Open(ctx, small, kv, Options{}); !errors.As(err, &me) || me.Field != "device size" || !errors.Is(err, ErrMismatch) {
 		t.Errorf("Open on a smaller device: %v, want a device size mismatch", err)
@@ -476,11 +478,11 @@ func TestVolumeOpenChecks(t *testing.T) {
 
 func TestVolumeOptionErrors(t *testing.T) {
 	ctx := context.Background()
-	mem, _ := NewMemDevice(64*4096, 4096)
-	odd, _ := NewMemDevice(4096*3+512, 512)
+	mem, _ := device.NewMem(64*4096, 4096)
+	odd, _ := device.NewMem(4096*3+512, 512)
 	for _, tc := range []struct {
 		name string
-		dev  Device
+		dev  device.Device
 		opts CreateOptions
 	}{
 		{"case=no-format", mem, CreateOptions{}},
@@ -516,12 +518,12 @@ func TestVolumeCreateSparse(t *testing.T) {
 		t.Run(fmt.Sprintf("zero-holes=%v", zero), func(t *testing.T) {
 			p := filepath.Join(t.TempDir(), "img")
 			const size = 16 << 20
-			f, err := CreateImage(p, size, FileOptions{BlockSize: 4096})
+			f, err := device.CreateImage(p, size, device.FileOptions{BlockSize: 4096})
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer f.Close()
-			data := pattern(1<<20, 3)
+			data := blocktest.Pattern(1<<20, 3)
 			if _, err := f.WriteAt(data, 5<<20); err != nil {
 				t.Fatal(err)
 			}
@@ -564,8 +566,8 @@ func TestVolumeCreateSparse(t *testing.T) {
 
 func TestVolumeCreateResume(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
-	mem, _ := NewMemDevice(256*4096, 4096)
-	data := pattern(256*4096, 5)
+	mem, _ := device.NewMem(256*4096, 4096)
+	data := blocktest.Pattern(256*4096, 5)
 	mem.WriteAt(data, 0)
 	kv := store.NewMem()
 	defer kv.Close()
@@ -630,7 +632,7 @@ func TestVolumeTupleCache(t *testing.T) {
 			if s1.TupleCacheHits <= s0.TupleCacheHits || s1.TupleCacheMisses != s0.TupleCacheMisses {
 				t.Fatalf("second read: hits %d -> %d, misses %d -> %d; want only hits", s0.TupleCacheHits, s1.TupleCacheHits, s0.TupleCacheMisses, s1.TupleCacheMisses)
 			}
-			tv.write(pattern(5000, 9), 100_000)
+			tv.write(blocktest.Pattern(5000, 9), 100_000)
 			if err := tv.v.Sync(); err != nil {
 				t.Fatal(err)
 			}
@@ -655,7 +657,7 @@ func TestVolumeTupleCache(t *testing.T) {
 func TestVolumeSyncKeepsHandedOverBatch(t *testing.T) {
 	tv := newTestVol(t, "512+8", 256, CreateOptions{Options: Options{StagingBytes: 8 << 10, MaxUnsynced: 1 << 30}})
 	capBlocks := tv.v.stg.batchCap
-	tv.write(pattern(512, 1), 0) // something for the sync to flush
+	tv.write(blocktest.Pattern(512, 1), 0) // something for the sync to flush
 	once := false
 	testHookFlushGap = func() {
 		if once {
@@ -665,7 +667,7 @@ func TestVolumeSyncKeepsHandedOverBatch(t *testing.T) {
 		// A batch's worth: it does not fit beside block 0, so the active
 		// batch (block 0) becomes the flushing one and the write fills a
 		// new active one, without waiting.
-		tv.write(pattern(capBlocks*512, 2), 8*512)
+		tv.write(blocktest.Pattern(capBlocks*512, 2), 8*512)
 	}
 	defer func() { testHookFlushGap = nil }()
 	if err := tv.v.Sync(); err != nil {

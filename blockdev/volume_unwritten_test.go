@@ -12,19 +12,22 @@ import (
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/difctl/difctl/blockdev/device"
 	"github.com/difctl/difctl/blockdev/faultdev"
+	"github.com/difctl/difctl/blockdev/internal/blocktest"
+	"github.com/difctl/difctl/blockdev/internal/check"
 	"github.com/difctl/difctl/dif"
 	"github.com/difctl/difctl/store"
 	"github.com/difctl/difctl/store/pebble"
 )
 
-// powerLossEnv is a volume over a faultdev.Device over a MemDevice, with a
+// powerLossEnv is a volume over a faultdev.Device over a device.Mem, with a
 // Pebble store on a crashable in-memory file system, for tests that lose
 // power at a chosen moment.
 type powerLossEnv struct {
 	t   *testing.T
 	f   dif.Format
-	mem *MemDevice
+	mem *device.Mem
 	fd  *faultdev.Device
 	fs  *vfs.MemFS
 	kv  store.KV
@@ -37,10 +40,10 @@ func newPowerLossEnv(t *testing.T, format string, blocks int) *powerLossEnv {
 	bs := f.BlockSize()
 	e := &powerLossEnv{t: t, f: f}
 	var err error
-	if e.mem, err = NewMemDevice(int64(blocks*bs), min(bs, 4096)); err != nil {
+	if e.mem, err = device.NewMem(int64(blocks*bs), min(bs, 4096)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.mem.WriteAt(pattern(blocks*bs, 5), 0); err != nil {
+	if _, err := e.mem.WriteAt(blocktest.Pattern(blocks*bs, 5), 0); err != nil {
 		t.Fatal(err)
 	}
 	if e.fd, err = faultdev.New(e.mem, faultdev.Options{}); err != nil {
@@ -91,7 +94,7 @@ func TestVolumeAckedWriteOverUnwrittenLost(t *testing.T) {
 						t.Fatal(err)
 					}
 				}
-				if _, err := e.v.WriteAt(pattern(bs, 99), blk*int64(bs)); err != nil {
+				if _, err := e.v.WriteAt(blocktest.Pattern(bs, 99), blk*int64(bs)); err != nil {
 					t.Fatal(err)
 				}
 				if err := e.v.Sync(); err != nil {
@@ -139,14 +142,14 @@ func TestVolumeAckedWriteOverUnwrittenLost(t *testing.T) {
 }
 
 // unwrittenDev is the device under test of the unwritten-block tests: a
-// sparse MemDevice (data in its first half only) or an image file (a hole
+// sparse device.Mem (data in its first half only) or an image file (a hole
 // in its second half; a File maps itself, so reads take the mapped path).
-func unwrittenDev(t *testing.T, kind string, size int64, bs int) (Device, func(p []byte, off int64)) {
+func unwrittenDev(t *testing.T, kind string, size int64, bs int) (device.Device, func(p []byte, off int64)) {
 	t.Helper()
-	half := pattern(int(size/2), 11)
+	half := blocktest.Pattern(int(size/2), 11)
 	switch kind {
 	case "mem":
-		m, err := NewMemDevice(size, min(bs, 4096))
+		m, err := device.NewMem(size, min(bs, 4096))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -160,7 +163,7 @@ func unwrittenDev(t *testing.T, kind string, size int64, bs int) (Device, func(p
 		}
 	case "file":
 		path := filepath.Join(t.TempDir(), "img")
-		f, err := CreateImage(path, size, FileOptions{BlockSize: bs})
+		f, err := device.CreateImage(path, size, device.FileOptions{BlockSize: bs})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -219,7 +222,7 @@ func TestVolumeUnwrittenData(t *testing.T) {
 					if rep, err := checkAll(context.Background(), v, CheckOptions{}); err != nil || rep.Failed != 0 {
 						t.Fatalf("zeros in an unwritten block: %+v, %v", rep, err)
 					}
-					junk := pattern(bs, 3)
+					junk := blocktest.Pattern(bs, 3)
 					poke(junk[:100], blk*int64(bs)+int64(bs)/2)
 
 					// ReadAt fails, and leaves nothing unverified in p.
@@ -233,7 +236,7 @@ func TestVolumeUnwrittenData(t *testing.T) {
 					if n != bs {
 						t.Fatalf("ReadAt returned %d bytes, want the %d before the bad block", n, bs)
 					}
-					if !isZero(p[n:]) {
+					if !check.IsZero(p[n:]) {
 						t.Fatal("ReadAt left bytes it did not return in the buffer")
 					}
 					// CheckRun and Scrub report it.
@@ -262,7 +265,7 @@ func TestVolumeUnwrittenData(t *testing.T) {
 
 // readCounter counts the bytes read from a device.
 type readCounter struct {
-	Device
+	device.Device
 	bytes atomic.Int64
 }
 
@@ -271,8 +274,8 @@ func (r *readCounter) ReadAt(p []byte, off int64) (int, error) {
 	return r.Device.ReadAt(p, off)
 }
 
-func (r *readCounter) NextData(off int64) (Extent, error) {
-	return r.Device.(DataFinder).NextData(off)
+func (r *readCounter) NextData(off int64) (device.Extent, error) {
+	return r.Device.(device.DataFinder).NextData(off)
 }
 
 // TestVolumeHolesNotRead: a scrub of a sparse volume reads the data
@@ -280,11 +283,11 @@ func (r *readCounter) NextData(off int64) (Extent, error) {
 func TestVolumeHolesNotRead(t *testing.T) {
 	const bs = 512
 	size := int64(8 << 20)
-	m, err := NewMemDevice(size, bs)
+	m, err := device.NewMem(size, bs)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m.WriteAt(pattern(1<<20, 1), 3<<20); err != nil {
+	if _, err := m.WriteAt(blocktest.Pattern(1<<20, 1), 3<<20); err != nil {
 		t.Fatal(err)
 	}
 	rc := &readCounter{Device: m}
@@ -306,7 +309,7 @@ func TestVolumeHolesNotRead(t *testing.T) {
 	// ReadAt of a hole returns zeros without reading either.
 	rc.bytes.Store(0)
 	p := bytes.Repeat([]byte{1}, 1<<20)
-	if _, err := v.ReadAt(p, 0); err != nil || !isZero(p) {
+	if _, err := v.ReadAt(p, 0); err != nil || !check.IsZero(p) {
 		t.Fatalf("ReadAt of a hole: %v", err)
 	}
 	if got := rc.bytes.Load(); got != 0 {

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/difctl/difctl/blockdev/device"
+	"github.com/difctl/difctl/blockdev/internal/check"
 	"github.com/difctl/difctl/store"
 )
 
@@ -65,12 +67,12 @@ func (v *Volume) WriteAt(p []byte, off int64) (int, error) {
 	}
 	defer done()
 	if v.opts.ReadOnly {
-		return 0, fmt.Errorf("blockdev: write to volume %q: %w", v.opts.Name, ErrReadOnly)
+		return 0, fmt.Errorf("blockdev: write to volume %q: %w", v.opts.Name, device.ErrReadOnly)
 	}
 	if err := v.keyedWritable("write"); err != nil {
 		return 0, err
 	}
-	if err := checkRange("write", off, int64(len(p)), v.Size()); err != nil {
+	if err := device.CheckRange("write", off, int64(len(p)), v.Size()); err != nil {
 		return 0, err
 	}
 	if len(p) == 0 {
@@ -177,15 +179,15 @@ func (v *Volume) Discard(off, n int64) error {
 	}
 	defer done()
 	if v.opts.ReadOnly {
-		return fmt.Errorf("blockdev: discard on volume %q: %w", v.opts.Name, ErrReadOnly)
+		return fmt.Errorf("blockdev: discard on volume %q: %w", v.opts.Name, device.ErrReadOnly)
 	}
 	if err := v.keyedWritable("discard"); err != nil {
 		return err
 	}
-	if err := checkRange("discard", off, n, v.Size()); err != nil {
+	if err := device.CheckRange("discard", off, n, v.Size()); err != nil {
 		return err
 	}
-	if err := checkAligned("discard", off, n, v.bs); err != nil {
+	if err := device.CheckAligned("discard", off, n, v.bs); err != nil {
 		return err
 	}
 	if n == 0 {
@@ -217,7 +219,7 @@ func (v *Volume) discardLocked(lba, n int64) error {
 		sums = make([]uint32, piece)
 	}
 	written := store.NewBitmap(int(piece))
-	zb := max(1, len(zeroBuf)/bs) // blocks of zeroBuf
+	zb := max(1, len(check.Zeros)/bs) // blocks of check.Zeros
 	for b := lba; b < lba+n; b += piece {
 		k := min(piece, lba+n-b)
 		kt := tuples[:k*int64(ts)]
@@ -238,7 +240,7 @@ func (v *Volume) discardLocked(lba, n int64) error {
 				if ks != nil {
 					s = ks[i:j]
 				}
-				if err := v.generate(zeroBuf[:(j-i)*int64(bs)], b+i, int(j-i), kt[i*int64(ts):j*int64(ts)], s); err != nil {
+				if err := v.generate(check.Zeros[:(j-i)*int64(bs)], b+i, int(j-i), kt[i*int64(ts):j*int64(ts)], s); err != nil {
 					return err
 				}
 			}
@@ -286,13 +288,13 @@ func (v *Volume) discardLocked(lba, n int64) error {
 // discard where the device can (a Discarder guarantees zeros), otherwise
 // writes of zeros.
 func (v *Volume) zeroDevice(off, n int64) error {
-	if d, ok := v.dev.(Discarder); ok {
+	if d, ok := v.dev.(device.Discarder); ok {
 		err := d.Discard(off, n)
 		if err == nil || !errors.Is(err, errors.ErrUnsupported) {
 			return err
 		}
 	}
-	buf := AlignedBuffer(min(int(n), 1<<20))
+	buf := device.AlignedBuffer(min(int(n), 1<<20))
 	for pos := off; pos < off+n; {
 		k := min(int64(len(buf)), off+n-pos)
 		if _, err := v.dev.WriteAt(buf[:k], pos); err != nil {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/difctl/difctl/blockdev"
+	"github.com/difctl/difctl/blockdev/device"
 	"github.com/difctl/difctl/blockdev/nbd"
 	"github.com/difctl/difctl/blockdev/scrub"
 	"github.com/difctl/difctl/dif"
@@ -25,9 +26,9 @@ const bs = 4096 // the test volumes' block size (format 4096+8)
 // openVolume creates a protected volume of size bytes on a memory
 // device, its store's commits counted into reg as volume name. Writing to
 // the device corrupts blocks behind the volume's back.
-func openVolume(t *testing.T, size int64, reg *Registry, name string) (*blockdev.Volume, *blockdev.MemDevice) {
+func openVolume(t *testing.T, size int64, reg *Registry, name string) (*blockdev.Volume, *device.Mem) {
 	t.Helper()
-	dev, err := blockdev.NewMemDevice(size, 512)
+	dev, err := device.NewMem(size, 512)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -295,7 +296,7 @@ func TestRequestHookAllocs(t *testing.T) {
 	for _, e := range []nbd.RequestEvent{
 		{Export: "disk", Op: nbd.OpRead, Length: 4096, Duration: time.Millisecond},
 		{Export: "disk", Op: nbd.OpWrite, Length: 4096, Duration: time.Millisecond, Err: nbd.ErrBadRequest},
-		{Export: "disk", Op: nbd.OpFlush, Duration: time.Millisecond, Err: blockdev.ErrClosed},
+		{Export: "disk", Op: nbd.OpFlush, Duration: time.Millisecond, Err: device.ErrClosed},
 	} {
 		if n := testing.AllocsPerRun(100, func() { o.OnRequest(e) }); n != 0 {
 			t.Errorf("%v: %v allocations per request, want 0", e.Op, n)

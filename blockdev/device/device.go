@@ -1,15 +1,47 @@
-// Package device defines the contract of a block device: the [Device]
-// interface, its optional capabilities, the [Extent] they speak in and the
-// errors every implementation reports.
+// Package device holds the block devices a protected volume runs on: the
+// contract every device meets (the [Device] interface, its optional
+// capabilities, the [Extent] they speak in and the errors every
+// implementation reports) and the implementations, files and block devices
+// ([File]) and memory ([Mem]).
 //
-// It sits below package blockdev, which re-exports every name here with a
-// type alias or the same variable, so that callers only ever write
-// blockdev.Device. The split exists for device wrappers that blockdev's own
-// tests use, such as the fault-injecting device in blockdev/faultdev: they
-// build on this package, not on blockdev, and so blockdev's internal tests
-// can import them without an import cycle (the arrangement of Pebble's vfs
-// and vfs/errorfs). Messages keep the "blockdev: " prefix, since these are
-// blockdev's errors.
+// A [Device] is a fixed-size array of bytes addressed like a disk: an
+// [io.ReaderAt] and [io.WriterAt] that never grows, with a logical block size
+// (the smallest unit the medium reads and writes), a physical block size (the
+// unit it writes atomically and efficiently), Sync and Close. I/O beyond
+// Size fails with [ErrOutOfRange] and transfers nothing; a short read or
+// write that the operating system reports inside the device is an error
+// (*[IOError] wrapping [io.ErrUnexpectedEOF]), never a silent partial
+// transfer.
+//
+// Implementations:
+//
+//   - [OpenFile] opens an image file or a Linux block device. Block devices
+//     report their size and logical and physical block sizes from the kernel
+//     (BLKGETSIZE64, BLKSSZGET, BLKPBSZGET); images take the logical block
+//     size from [FileOptions.BlockSize]. With [FileOptions.Direct] the file is
+//     opened with O_DIRECT when the filesystem accepts it (probed at open,
+//     falling back to buffered I/O otherwise; see [File.DirectIO]); unaligned
+//     caller buffers then go through aligned bounce buffers ([AlignedBuffer]
+//     allocates buffers that need none). [CreateImage] makes a sparse image.
+//   - [NewMem] is a sparse in-memory device.
+//
+// Optional capabilities are discovered by type assertion and kept small:
+// [Discarder], [DataFinder] (SEEK_DATA/SEEK_HOLE; see [DataExtents]),
+// [CacheDropper], [DirectReader] (see [ReadUncached]) and [Mapper]. A device may
+// implement a capability interface and still report, at run time, an error
+// wrapping [errors.ErrUnsupported] when the medium cannot provide it (a block
+// device has no holes, tmpfs has no O_DIRECT).
+//
+// A [Reader] reads, with the same error contract, a file of any size that is
+// not a Device (the images of package blockdev/pisource, whose sectors are
+// 520 or 4104 bytes), and lends a file's contents through a mapping as a
+// File does.
+//
+// The package sits below blockdev, so that device wrappers, such as the
+// fault-injecting device of blockdev/faultdev that blockdev's own tests use,
+// build on it without an import cycle (the arrangement of Pebble's vfs and
+// vfs/errorfs). Messages keep the "blockdev: " prefix: these are the errors
+// of blockdev's devices.
 package device
 
 import (

@@ -8,8 +8,8 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/difctl/difctl/blockdev"
 	"github.com/difctl/difctl/blockdev/device"
+	"github.com/difctl/difctl/blockdev/internal/blocktest"
 )
 
 // crashOracle follows a workload on a flat copy of the device and knows,
@@ -67,7 +67,7 @@ func randomWorkload(d device.Device, o *crashOracle, seed uint64, n int) error {
 		}
 		off := r.IntN(size)
 		l := 1 + r.IntN(min(size-off, 3*4096))
-		p := pattern(l, seed*1000+uint64(i))
+		p := blocktest.Pattern(l, seed*1000+uint64(i))
 		if _, err := d.WriteAt(p, int64(off)); err != nil {
 			return err
 		}
@@ -329,7 +329,7 @@ func TestCrashDiscard(t *testing.T) {
 
 // TestCrashOverFile runs the crash machinery over an image file.
 func TestCrashOverFile(t *testing.T) {
-	f, err := blockdev.CreateImage(t.TempDir()+"/img", 64<<10, blockdev.FileOptions{BlockSize: 4096})
+	f, err := device.CreateImage(t.TempDir()+"/img", 64<<10, device.FileOptions{BlockSize: 4096})
 	if err != nil {
 		t.Fatal(err)
 	}

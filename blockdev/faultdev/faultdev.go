@@ -8,10 +8,10 @@
 // [Device.Reopen] then yields the device as found after the crash.
 //
 // Like Pebble's vfs/errorfs, it is a package of its own so that production
-// code never links it. It builds on package blockdev/device (the Device
-// contract that blockdev re-exports), not on blockdev itself, so that
-// blockdev's internal tests can import it without an import cycle; any
-// blockdev.Device can be wrapped, and the result is a blockdev.Device.
+// code never links it. It builds on package blockdev/device, not on
+// blockdev itself, so that blockdev's internal tests can import it without
+// an import cycle; any device.Device can be wrapped, and the result is a
+// device.Device.
 package faultdev
 
 import (

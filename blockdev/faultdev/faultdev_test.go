@@ -4,24 +4,23 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"sync"
 	"syscall"
 	"testing"
 
-	"github.com/difctl/difctl/blockdev"
 	"github.com/difctl/difctl/blockdev/device"
+	"github.com/difctl/difctl/blockdev/internal/blocktest"
 )
 
 // newFault returns a fault device over a memory device of size bytes and
-// block size bs, filled with pattern(size, 0) and synced.
-func newFault(t testing.TB, size int64, bs, sector int) (*Device, *blockdev.MemDevice, []byte) {
+// block size bs, filled with blocktest.Pattern(size, 0) and synced.
+func newFault(t testing.TB, size int64, bs, sector int) (*Device, *device.Mem, []byte) {
 	t.Helper()
-	m, err := blockdev.NewMemDevice(size, bs)
+	m, err := device.NewMem(size, bs)
 	if err != nil {
 		t.Fatal(err)
 	}
-	init := pattern(int(size), 0)
+	init := blocktest.Pattern(int(size), 0)
 	if _, err := m.WriteAt(init, 0); err != nil {
 		t.Fatal(err)
 	}
@@ -230,7 +229,7 @@ func TestFaultInjectErrors(t *testing.T) {
 		}
 	}
 	for _, s := range []int{256, 768, 8192} {
-		m, _ := blockdev.NewMemDevice(4096, 4096)
+		m, _ := device.NewMem(4096, 4096)
 		if _, err := New(m, Options{Sector: s}); err == nil {
 			t.Errorf("New(sector=%d) succeeded", s)
 		}
@@ -258,7 +257,7 @@ func TestFaultConcurrent(t *testing.T) {
 	var wg sync.WaitGroup
 	for w := range workers {
 		wg.Go(func() {
-			p := pattern(per, uint64(w)+100)
+			p := blocktest.Pattern(per, uint64(w)+100)
 			for i := 0; i < per; i += 4096 {
 				if _, err := d.WriteAt(p[i:i+4096], int64(w*per+i)); err != nil {
 					t.Error(err)
@@ -276,7 +275,7 @@ func TestFaultConcurrent(t *testing.T) {
 	}
 	wg.Wait()
 	for w := range workers {
-		if got := mustRead(t, d, int64(w*per), per); !bytes.Equal(got, pattern(per, uint64(w)+100)) {
+		if got := mustRead(t, d, int64(w*per), per); !bytes.Equal(got, blocktest.Pattern(per, uint64(w)+100)) {
 			t.Fatalf("worker %d: contents differ", w)
 		}
 	}
@@ -286,7 +285,7 @@ func TestFaultConcurrent(t *testing.T) {
 }
 
 func ExampleDevice() {
-	m, _ := blockdev.NewMemDevice(1<<20, 4096)
+	m, _ := device.NewMem(1<<20, 4096)
 	d, _ := New(m, Options{})
 	d.WriteAt(bytes.Repeat([]byte("A"), 4096), 0)
 	d.Sync()
@@ -297,14 +296,4 @@ func ExampleDevice() {
 	d.ReadAt(b, 0)
 	fmt.Println(string(b))
 	// Output: A
-}
-
-// pattern returns n deterministic pseudo-random bytes.
-func pattern(n int, seed uint64) []byte {
-	r := rand.New(rand.NewPCG(seed, 1))
-	b := make([]byte, n)
-	for i := range b {
-		b[i] = byte(r.Uint32())
-	}
-	return b
 }

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/difctl/difctl/blockdev"
+	"github.com/difctl/difctl/blockdev/device"
 	"github.com/difctl/difctl/dif"
 	"github.com/difctl/difctl/store"
 )
@@ -132,7 +133,7 @@ func BenchmarkVsQemuNBD(b *testing.B) {
 // protectImage protects the image at path with format, its store beside
 // it, and closes it.
 func protectImage(b testing.TB, path, format string) {
-	dev, err := blockdev.OpenFile(path, blockdev.FileOptions{})
+	dev, err := device.OpenFile(path, device.FileOptions{})
 	if err != nil {
 		b.Fatal(err)
 	}

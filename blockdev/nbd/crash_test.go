@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/difctl/difctl/blockdev"
+	"github.com/difctl/difctl/blockdev/device"
 	"github.com/difctl/difctl/blockdev/scrub"
 	"github.com/difctl/difctl/store"
 )
@@ -54,7 +55,7 @@ func serveProcess(img string) int {
 		defer f.Close()
 		defer pprof.StopCPUProfile()
 	}
-	dev, err := blockdev.OpenFile(img, blockdev.FileOptions{})
+	dev, err := device.OpenFile(img, device.FileOptions{})
 	if err != nil {
 		return fail(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/difctl/difctl/blockdev"
+	"github.com/difctl/difctl/blockdev/device"
 	"github.com/difctl/difctl/blockdev/scrub"
 	"github.com/difctl/difctl/dif"
 	"github.com/difctl/difctl/store"
@@ -104,7 +105,7 @@ func (x *export) failure(op string, off, n int64, err error) {
 	f := Failure{Export: x.Name, Op: op, Offset: off, Length: n, Err: err}
 	var fs []scrub.Finding
 	var ie *blockdev.IntegrityError
-	var ioe *blockdev.IOError
+	var ioe *device.IOError
 	now := time.Now().UTC()
 	switch {
 	case errors.As(err, &ie):
@@ -114,7 +115,7 @@ func (x *export) failure(op string, off, n int64, err error) {
 			}
 			fs = append(fs, scrub.FindingOf(p, now))
 		}
-	case errors.As(err, &ioe) && !errors.Is(err, blockdev.ErrClosed) && !errors.Is(err, blockdev.ErrVolumeFailed):
+	case errors.As(err, &ioe) && !errors.Is(err, device.ErrClosed) && !errors.Is(err, blockdev.ErrVolumeFailed):
 		// ReadAt stops at the block it could not read: off is its
 		// first byte (or inside it, for an unaligned request).
 		fs = append(fs, scrub.FindingOf(blockdev.Problem{LBA: off / int64(x.bs), Kind: blockdev.KindIO, Err: ioe}, now))
@@ -137,8 +138,8 @@ func (x *export) failure(op string, off, n int64, err error) {
 // isDataError reports whether err is about the volume's data (an integrity
 // failure or an unreadable block): the request gets EIO and a finding.
 func isDataError(err error) bool {
-	var ioe *blockdev.IOError
-	return errors.Is(err, dif.ErrIntegrity) || errors.As(err, &ioe) && !errors.Is(err, blockdev.ErrClosed)
+	var ioe *device.IOError
+	return errors.Is(err, dif.ErrIntegrity) || errors.As(err, &ioe) && !errors.Is(err, device.ErrClosed)
 }
 
 // maxStatusBlocks bounds the blocks one BLOCK_STATUS looks at, and

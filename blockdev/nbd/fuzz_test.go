@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/difctl/difctl/blockdev"
+	"github.com/difctl/difctl/blockdev/device"
 	"github.com/difctl/difctl/dif"
 	"github.com/difctl/difctl/store"
 )
@@ -19,7 +20,7 @@ import (
 // fuzzServer is one server over an in-memory volume, shared by the fuzz
 // inputs.
 var fuzzServer = sync.OnceValues(func() (*Server, error) {
-	dev, err := blockdev.NewMemDevice(1<<20, 512)
+	dev, err := device.NewMem(1<<20, 512)
 	if err != nil {
 		return nil, err
 	}

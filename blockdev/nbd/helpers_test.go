@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/difctl/difctl/blockdev"
+	"github.com/difctl/difctl/blockdev/device"
 	"github.com/difctl/difctl/dif"
 	"github.com/difctl/difctl/store"
 )
@@ -23,7 +24,7 @@ import (
 // testVolume is a protected image file with its Pebble store, open.
 type testVolume struct {
 	path string
-	dev  *blockdev.File
+	dev  *device.File
 	kv   store.KV
 	vol  *blockdev.Volume
 }
@@ -33,7 +34,7 @@ type testVolume struct {
 func newTestVolume(t testing.TB, dir string, size int64, format string) *testVolume {
 	t.Helper()
 	path := filepath.Join(dir, "disk.img")
-	dev, err := blockdev.CreateImage(path, size, blockdev.FileOptions{})
+	dev, err := device.CreateImage(path, size, device.FileOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,7 +65,7 @@ func (tv *testVolume) reopen(t testing.TB) {
 	t.Helper()
 	tv.close()
 	var err error
-	if tv.dev, err = blockdev.OpenFile(tv.path, blockdev.FileOptions{}); err != nil {
+	if tv.dev, err = device.OpenFile(tv.path, device.FileOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if tv.kv, err = store.Open("pebble:" + tv.path + ".difdb"); err != nil {

@@ -14,16 +14,17 @@ import (
 	"time"
 
 	"github.com/difctl/difctl/blockdev"
+	"github.com/difctl/difctl/blockdev/device"
 	"github.com/difctl/difctl/dif"
 	"github.com/difctl/difctl/store"
 )
 
 // gatedDevice holds every read while closed, counting the reads it holds
-// and the most it held at once. It embeds only blockdev.Device, so the
+// and the most it held at once. It embeds only device.Device, so the
 // volume finds no holes and no mapping: every read of the volume reaches
 // ReadAt.
 type gatedDevice struct {
-	blockdev.Device
+	device.Device
 	closed       atomic.Bool
 	open         chan struct{}
 	inside, peak atomic.Int64
@@ -49,7 +50,7 @@ func (d *gatedDevice) ReadAt(p []byte, off int64) (int, error) {
 // the wire, and all are answered once the volume moves again.
 func TestInFlightBound(t *testing.T) {
 	const maxInFlight, requests = 4, 12
-	mem, err := blockdev.NewMemDevice(1<<20, 512)
+	mem, err := device.NewMem(1<<20, 512)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +105,7 @@ func TestInFlightBound(t *testing.T) {
 // gatedVolume is a 1 MiB 4096+8 volume on a gatedDevice.
 func gatedVolume(t *testing.T) (*gatedDevice, *blockdev.Volume) {
 	t.Helper()
-	mem, err := blockdev.NewMemDevice(1<<20, 512)
+	mem, err := device.NewMem(1<<20, 512)
 	if err != nil {
 		t.Fatal(err)
 	}

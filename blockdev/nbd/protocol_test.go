@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/difctl/difctl/blockdev"
+	"github.com/difctl/difctl/blockdev/device"
 	"github.com/difctl/difctl/blockdev/faultdev"
 	"github.com/difctl/difctl/dif"
 	"github.com/difctl/difctl/store"
@@ -450,7 +451,7 @@ func equalExtents(a, b [][2]uint32) bool {
 func TestFlushDurable(t *testing.T) {
 	for _, how := range []string{"flush", "fua"} {
 		t.Run("ack="+how, func(t *testing.T) {
-			mem, err := blockdev.NewMemDevice(1<<20, 512)
+			mem, err := device.NewMem(1<<20, 512)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -82,7 +82,7 @@ type Export struct {
 	Volume *blockdev.Volume
 	// ReadOnly refuses writes, trims and write-zeroes with EPERM and
 	// advertises NBD_FLAG_READ_ONLY. Default false (it is also forced
-	// when writes to the volume fail with blockdev.ErrReadOnly).
+	// when writes to the volume fail with device.ErrReadOnly).
 	ReadOnly bool
 	// TupleCacheBytes sizes the volume's tuple page cache
 	// (store.Tuples.SetPageCache) when the server is made; it bounds the

@@ -13,7 +13,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/difctl/difctl/blockdev"
+	"github.com/difctl/difctl/blockdev/device"
 )
 
 // request is one transmission request, header decoded.
@@ -431,11 +431,11 @@ func errCode(err error) uint32 {
 	switch {
 	case err == nil:
 		return 0
-	case errors.Is(err, blockdev.ErrReadOnly):
+	case errors.Is(err, device.ErrReadOnly):
 		return errPerm
-	case errors.Is(err, blockdev.ErrOutOfRange), errors.Is(err, blockdev.ErrUnaligned):
+	case errors.Is(err, device.ErrOutOfRange), errors.Is(err, device.ErrUnaligned):
 		return errInval
-	case errors.Is(err, blockdev.ErrClosed):
+	case errors.Is(err, device.ErrClosed):
 		return errShutdown
 	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT), errors.Is(err, syscall.EFBIG):
 		return errNoSpc

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/difctl/difctl/blockdev"
+	"github.com/difctl/difctl/blockdev/device"
+	"github.com/difctl/difctl/blockdev/internal/blocktest"
 	"github.com/difctl/difctl/dif"
 	"github.com/difctl/difctl/store"
 )
@@ -54,11 +56,11 @@ func benchScrub(b *testing.B, format, source string) {
 			b.Skip("a volume's metadata is its tuple")
 		}
 		path = filepath.Join(dir, "image")
-		if err := os.WriteFile(path, pattern(int(size), 7), 0o644); err != nil {
+		if err := os.WriteFile(path, blocktest.Pattern(int(size), 7), 0o644); err != nil {
 			b.Fatal(err)
 		}
 		if source == "volume" {
-			dev, err := blockdev.OpenFile(path, blockdev.FileOptions{BlockSize: f.BlockSize()})
+			dev, err := device.OpenFile(path, device.FileOptions{BlockSize: f.BlockSize()})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -128,7 +130,7 @@ func preadPass(b *testing.B, path string) func() {
 	if err != nil {
 		b.Fatal(err)
 	}
-	buf := blockdev.AlignedBuffer(benchReq)
+	buf := device.AlignedBuffer(benchReq)
 	return func() {
 		sum := 0
 		for off := int64(0); off < st.Size(); off += benchReq {

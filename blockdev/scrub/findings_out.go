@@ -8,6 +8,7 @@ import (
 	"strconv"
 
 	"github.com/difctl/difctl/blockdev"
+	"github.com/difctl/difctl/blockdev/device"
 )
 
 // WriteBadblocks writes bad block ranges as a badblocks(8) list: one
@@ -81,13 +82,13 @@ func WriteMapfile(w io.Writer, bad []blockdev.BlockRange, o MapfileOptions) erro
 		end = o.Blocks
 	}
 	if o.Start < 0 || o.Start > end || end > o.Blocks {
-		return fmt.Errorf("scrub: mapfile: checked range [%d, %d) of %d blocks: %w", o.Start, end, o.Blocks, blockdev.ErrOutOfRange)
+		return fmt.Errorf("scrub: mapfile: checked range [%d, %d) of %d blocks: %w", o.Start, end, o.Blocks, device.ErrOutOfRange)
 	}
 	if err := checkRanges(bad); err != nil {
 		return err
 	}
 	if k := len(bad); k > 0 && (bad[0].LBA < o.Start || bad[k-1].End() > end) {
-		return fmt.Errorf("scrub: mapfile: bad blocks outside the checked range [%d, %d): %w", o.Start, end, blockdev.ErrOutOfRange)
+		return fmt.Errorf("scrub: mapfile: bad blocks outside the checked range [%d, %d): %w", o.Start, end, device.ErrOutOfRange)
 	}
 	bs := int64(o.BlockSize)
 	bw := bufio.NewWriter(w)

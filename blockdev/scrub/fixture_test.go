@@ -1,21 +1,23 @@
 package scrub
 
 import (
-	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
 	"testing"
 
 	"github.com/difctl/difctl/blockdev"
+	"github.com/difctl/difctl/blockdev/device"
 	"github.com/difctl/difctl/blockdev/faultdev"
+	"github.com/difctl/difctl/blockdev/internal/blocktest"
+	"github.com/difctl/difctl/blockdev/pisource"
 	"github.com/difctl/difctl/dif"
 )
 
 // The fixtures of the scrub tests: generated PI images with injected
-// corruptions, as files or over a fault device. They mirror the PISource
-// fixtures of package blockdev's own tests, which a test of another package
-// cannot reach.
+// corruptions, as files or over a fault device. They mirror the fixtures
+// of package blockdev/pisource's own tests, which a test of another
+// package cannot reach.
 
 // hit is a corruption injected into a fixture: one bit of one field of one
 // block (dif Format.Inject).
@@ -54,7 +56,7 @@ func newFixture(t testing.TB, format string, layout dif.Layout, blocks int, unwr
 	t.Helper()
 	f := dif.MustFormat(format).WithLayout(layout)
 	x := &piFixture{f: f, p: testParams, blocks: blocks, hits: hits, unwritten: unwritten}
-	src := pattern(blocks*f.BlockSize(), uint64(blocks))
+	src := blocktest.Pattern(blocks*f.BlockSize(), uint64(blocks))
 	if layout == dif.Interleaved {
 		x.data = make([]byte, blocks*f.ExtendedBlockSize())
 	} else {
@@ -129,46 +131,46 @@ func (x *piFixture) write(t testing.TB, dir string) (dataPath, metaPath string) 
 	return dataPath, metaPath
 }
 
-// source writes the fixture to files and opens a PISource over them.
-func (x *piFixture) source(t testing.TB, dir string) *blockdev.PISource {
+// source writes the fixture to files and opens a pisource.Source over them.
+func (x *piFixture) source(t testing.TB, dir string) *pisource.Source {
 	t.Helper()
 	dp, mp := x.write(t, dir)
 	return openSource(t, x.f, x.p, dp, mp)
 }
 
-func openSource(t testing.TB, f dif.Format, p dif.Params, dp, mp string) *blockdev.PISource {
+func openSource(t testing.TB, f dif.Format, p dif.Params, dp, mp string) *pisource.Source {
 	t.Helper()
-	var s *blockdev.PISource
+	var s *pisource.Source
 	if mp == "" {
-		img, err := blockdev.OpenExtendedImage(dp, f.BlockSize(), f.MetadataSize())
+		img, err := pisource.OpenExtendedImage(dp, f.BlockSize(), f.MetadataSize())
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { img.Close() })
-		if s, err = blockdev.NewExtendedSource(img, f, p); err != nil {
+		if s, err = pisource.NewExtendedSource(img, f, p); err != nil {
 			t.Fatal(err)
 		}
 	} else {
-		pair, err := blockdev.OpenDIXPair(dp, mp, f.BlockSize(), f.MetadataSize())
+		pair, err := pisource.OpenDIXPair(dp, mp, f.BlockSize(), f.MetadataSize())
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { pair.Close() })
-		if s, err = blockdev.NewDIXSource(pair, f, p); err != nil {
+		if s, err = pisource.NewDIXSource(pair, f, p); err != nil {
 			t.Fatal(err)
 		}
 	}
 	return s
 }
 
-// faultySource returns a PISource over x held in a faultdev.Device, for
+// faultySource returns a pisource.Source over x held in a faultdev.Device, for
 // transient and permanent read faults.
-func faultySource(t *testing.T, x *piFixture) (*blockdev.PISource, *faultdev.Device) {
+func faultySource(t *testing.T, x *piFixture) (*pisource.Source, *faultdev.Device) {
 	t.Helper()
 	if x.f.Layout() != dif.Interleaved {
 		t.Fatal("faultySource: interleaved fixtures only")
 	}
-	m, err := blockdev.NewMemDevice(int64(len(x.data)), 512)
+	m, err := device.NewMem(int64(len(x.data)), 512)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,11 +181,11 @@ func faultySource(t *testing.T, x *piFixture) (*blockdev.PISource, *faultdev.Dev
 	if err != nil {
 		t.Fatal(err)
 	}
-	img, err := blockdev.NewExtendedImage(fd, fd.Size(), x.f.BlockSize(), x.f.MetadataSize())
+	img, err := pisource.NewExtendedImage(fd, fd.Size(), x.f.BlockSize(), x.f.MetadataSize())
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := blockdev.NewExtendedSource(img, x.f, x.p)
+	s, err := pisource.NewExtendedSource(img, x.f, x.p)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,16 +193,6 @@ func faultySource(t *testing.T, x *piFixture) (*blockdev.PISource, *faultdev.Dev
 }
 
 func layoutName(l dif.Layout) string { return l.String() }
-
-// pattern returns n deterministic pseudo-random bytes.
-func pattern(n int, seed uint64) []byte {
-	r := rand.New(rand.NewPCG(seed, 1))
-	b := make([]byte, n)
-	for i := range b {
-		b[i] = byte(r.Uint32())
-	}
-	return b
-}
 
 // benchReq is the request size of the pread baseline.
 const benchReq = 1 << 20

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/difctl/difctl/blockdev"
+	"github.com/difctl/difctl/blockdev/device"
+	"github.com/difctl/difctl/blockdev/pisource"
 	"github.com/difctl/difctl/dif"
 	"github.com/difctl/difctl/store"
 )
@@ -92,15 +94,15 @@ func TestScrubMemoryBounded(t *testing.T) {
 				if err := f.Truncate(size); err != nil {
 					t.Fatal(err)
 				}
-				pair, err := blockdev.NewDIXPair(f, size, onesReader{}, size/4096*8, 4096, 8)
+				pair, err := pisource.NewDIXPair(f, size, onesReader{}, size/4096*8, 4096, 8)
 				if err != nil {
 					t.Fatal(err)
 				}
-				if s, err = blockdev.NewDIXSource(pair, dif.MustFormat("4096+8"), dif.Params{}); err != nil {
+				if s, err = pisource.NewDIXSource(pair, dif.MustFormat("4096+8"), dif.Params{}); err != nil {
 					t.Fatal(err)
 				}
 			case "volume":
-				dev, err := blockdev.CreateImage(path, size, blockdev.FileOptions{BlockSize: 4096})
+				dev, err := device.CreateImage(path, size, device.FileOptions{BlockSize: 4096})
 				if err != nil {
 					t.Fatal(err)
 				}

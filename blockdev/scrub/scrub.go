@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/difctl/difctl/blockdev"
+	"github.com/difctl/difctl/blockdev/device"
 )
 
 const (
@@ -217,7 +218,7 @@ func newScrubber(src blockdev.CheckSource, o Options) (*scrubber, error) {
 		o.End = blocks
 	}
 	if o.Start < 0 || o.Start > o.End || o.End > blocks {
-		return nil, fmt.Errorf("scrub: range [%d, %d) of %d blocks: %w", o.Start, o.End, blocks, blockdev.ErrOutOfRange)
+		return nil, fmt.Errorf("scrub: range [%d, %d) of %d blocks: %w", o.Start, o.End, blocks, device.ErrOutOfRange)
 	}
 	if o.Workers < 0 || o.Workers > MaxWorkers || o.RunBlocks < 0 || int64(o.RunBlocks)*int64(bs) > MaxRunBytes {
 		return nil, fmt.Errorf("scrub: %d workers (at most %d), %d blocks of %d bytes per run (at most %d bytes)", o.Workers, MaxWorkers, o.RunBlocks, bs, MaxRunBytes)

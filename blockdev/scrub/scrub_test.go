@@ -15,6 +15,7 @@ import (
 
 	"github.com/difctl/difctl/blockdev"
 	"github.com/difctl/difctl/blockdev/faultdev"
+	"github.com/difctl/difctl/blockdev/pisource"
 	"github.com/difctl/difctl/dif"
 	"github.com/difctl/difctl/store"
 )
@@ -185,11 +186,11 @@ func TestScrubErrors(t *testing.T) {
 	t.Run("source=closed", func(t *testing.T) {
 		y := newFixture(t, "512+8", dif.Interleaved, 64, nil, nil)
 		dp, _ := y.write(t, t.TempDir())
-		img, err := blockdev.OpenExtendedImage(dp, 512, 8)
+		img, err := pisource.OpenExtendedImage(dp, 512, 8)
 		if err != nil {
 			t.Fatal(err)
 		}
-		src, err := blockdev.NewExtendedSource(img, y.f, y.p)
+		src, err := pisource.NewExtendedSource(img, y.f, y.p)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/difctl/difctl/blockdev"
+	"github.com/difctl/difctl/blockdev/device"
+	"github.com/difctl/difctl/blockdev/internal/blocktest"
 	"github.com/difctl/difctl/dif"
 	"github.com/difctl/difctl/store"
 )
@@ -33,10 +35,10 @@ func BenchmarkScrubSparse(b *testing.B) {
 }
 
 // noSeekData is a File whose SEEK_DATA is unsupported.
-type noSeekData struct{ *blockdev.File }
+type noSeekData struct{ *device.File }
 
-func (noSeekData) NextData(int64) (blockdev.Extent, error) {
-	return blockdev.Extent{}, fmt.Errorf("blockdev: seek data: %w", errors.ErrUnsupported)
+func (noSeekData) NextData(int64) (device.Extent, error) {
+	return device.Extent{}, fmt.Errorf("blockdev: seek data: %w", errors.ErrUnsupported)
 }
 
 func benchScrubSparse(b *testing.B, format, holes string) {
@@ -46,13 +48,13 @@ func benchScrubSparse(b *testing.B, format, holes string) {
 	}
 	f := dif.MustFormat(format)
 	dir := b.TempDir()
-	dev, err := blockdev.CreateImage(filepath.Join(dir, "image"), size, blockdev.FileOptions{BlockSize: f.BlockSize()})
+	dev, err := device.CreateImage(filepath.Join(dir, "image"), size, device.FileOptions{BlockSize: f.BlockSize()})
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { dev.Close() })
 	for off := int64(0); off < size; off += 8 << 20 {
-		if _, err := dev.WriteAt(pattern(1<<20, uint64(off)), off); err != nil {
+		if _, err := dev.WriteAt(blocktest.Pattern(1<<20, uint64(off)), off); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/difctl/difctl/blockdev"
+	"github.com/difctl/difctl/blockdev/device"
 	"github.com/difctl/difctl/dif"
 	"github.com/difctl/difctl/store"
 )
@@ -215,7 +216,7 @@ func runImport(ctx context.Context, opts convertOptions, stdout, stderr io.Write
 	defer ns.close()
 	kv := ns.kv
 	tgt, err := blockdev.OpenImportTarget(kv, outImg, size, blockdev.ImportTargetOptions{
-		OpenDevice: func(p string) (*blockdev.File, error) { return openDevice(p, false) },
+		OpenDevice: func(p string) (*device.File, error) { return openDevice(p, false) },
 	})
 	if err != nil {
 		return importTargetError(outImg, url, err)

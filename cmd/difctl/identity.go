@@ -11,6 +11,7 @@ import (
 	"syscall"
 
 	"github.com/difctl/difctl/blockdev"
+	"github.com/difctl/difctl/blockdev/device"
 	"github.com/difctl/difctl/dif"
 	"github.com/difctl/difctl/store"
 )
@@ -183,7 +184,7 @@ func checkStable(image, url string, m store.Manifest, size int64) (proven bool, 
 // checkImage refuses a store that does not describe image, opened as dev:
 // checkIdentity, then, unless a stable identifier proved the device,
 // checkData.
-func checkImage(ctx context.Context, image, url string, t *store.Tuples, dev *blockdev.File) error {
+func checkImage(ctx context.Context, image, url string, t *store.Tuples, dev *device.File) error {
 	proven, err := checkStable(image, url, t.Manifest(), dev.Size())
 	if err != nil || proven {
 		return err
@@ -196,7 +197,7 @@ func checkImage(ctx context.Context, image, url string, t *store.Tuples, dev *bl
 // parse, another size) is left to blockdev.Open to report in its words.
 // It runs before Open, so that crash recovery never resolves one image's
 // intents against another's data.
-func checkOpenImage(ctx context.Context, image, url string, kv store.KV, dev *blockdev.File) error {
+func checkOpenImage(ctx context.Context, image, url string, kv store.KV, dev *device.File) error {
 	t, err := store.OpenTuples(kv, blockdev.DefaultVolumeName, nil)
 	if err != nil || t.Manifest().DeviceSize != dev.Size() {
 		return nil
@@ -217,7 +218,7 @@ func checkOpenImage(ctx context.Context, image, url string, kv store.KV, dev *bl
 // and every one failed: an image with some bad blocks is for verify and
 // scrub to report as integrity failures (exit 4). With fewer written
 // blocks in the pages read the check cannot decide, and passes.
-func checkData(ctx context.Context, image, url string, t *store.Tuples, dev *blockdev.File) error {
+func checkData(ctx context.Context, image, url string, t *store.Tuples, dev *device.File) error {
 	m := t.Manifest()
 	f, err := dif.Parse(m.Format)
 	if err != nil {
@@ -283,7 +284,7 @@ func checkData(ctx context.Context, image, url string, t *store.Tuples, dev *blo
 	}
 
 	// Check k of them, the j-th at written index j*total/k.
-	data := blockdev.AlignedBuffer(int(bs))
+	data := device.AlignedBuffer(int(bs))
 	tuple := make([]byte, ts)
 	var sum []uint32
 	if m.SectorSums {

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/difctl/difctl/blockdev"
+	"github.com/difctl/difctl/blockdev/device"
 	"github.com/difctl/difctl/dif"
 	"github.com/difctl/difctl/store"
 )
@@ -115,7 +116,7 @@ func TestIdentityLegacyBaseName(t *testing.T) {
 	a := filepath.Join(dir, "a.img")
 	randomImage(t, a, identitySize(), 2)
 	url := "pebble:" + a + storeSuffix
-	dev, err := blockdev.OpenFile(a, blockdev.FileOptions{ReadOnly: true})
+	dev, err := device.OpenFile(a, device.FileOptions{ReadOnly: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/difctl/difctl/blockdev"
+	"github.com/difctl/difctl/blockdev/device"
 	"github.com/difctl/difctl/dif"
 	"github.com/difctl/difctl/store"
 )
@@ -65,7 +66,7 @@ func runInspectStore(ctx context.Context, opts inspectOptions, stdout, stderr io
 		return asOpenError(err)
 	}
 	size := fi.Size()
-	var dev *blockdev.File
+	var dev *device.File
 	if !fi.Mode().IsRegular() {
 		if dev, err = openDevice(opts.Image, true); err != nil {
 			return err

@@ -7,7 +7,7 @@ import (
 	"os"
 	"strings"
 
-	"github.com/difctl/difctl/blockdev"
+	"github.com/difctl/difctl/blockdev/pisource"
 	"github.com/difctl/difctl/dif"
 	"github.com/spf13/cobra"
 )
@@ -62,12 +62,12 @@ type piImage struct {
 	path, meta string
 	f          dif.Format // in the image's layout
 	p          dif.Params
-	ext        *blockdev.ExtendedImage
-	dix        *blockdev.DIXPair
+	ext        *pisource.ExtendedImage
+	dix        *pisource.DIXPair
 	files      []*os.File
 	dataFile   *os.File // the image (the data file of a DIX pair)
 	metaFile   *os.File // the metadata file of a DIX pair
-	src        *blockdev.PISource
+	src        *pisource.Source
 }
 
 // openMode says which files of an image a command writes.
@@ -102,11 +102,11 @@ func openPIImage(path, meta string, f dif.Format, p dif.Params, mode openMode) (
 			return nil, emptyImage(path)
 		}
 		im.files = append(im.files, im.dataFile)
-		im.ext, err = blockdev.NewExtendedImage(im.dataFile, size, f.BlockSize(), f.MetadataSize())
+		im.ext, err = pisource.NewExtendedImage(im.dataFile, size, f.BlockSize(), f.MetadataSize())
 		if err != nil {
 			return nil, im.sizeError(err)
 		}
-		im.src, err = blockdev.NewExtendedSource(im.ext, im.f, p)
+		im.src, err = pisource.NewExtendedSource(im.ext, im.f, p)
 	} else {
 		im.f = f.WithLayout(dif.Separate)
 		var dsize, msize int64
@@ -123,11 +123,11 @@ func openPIImage(path, meta string, f dif.Format, p dif.Params, mode openMode) (
 			return nil, err
 		}
 		im.files = append(im.files, im.metaFile)
-		im.dix, err = blockdev.NewDIXPair(im.dataFile, dsize, im.metaFile, msize, f.BlockSize(), f.MetadataSize())
+		im.dix, err = pisource.NewDIXPair(im.dataFile, dsize, im.metaFile, msize, f.BlockSize(), f.MetadataSize())
 		if err != nil {
 			return nil, im.sizeError(err)
 		}
-		im.src, err = blockdev.NewDIXSource(im.dix, im.f, p)
+		im.src, err = pisource.NewDIXSource(im.dix, im.f, p)
 	}
 	if err != nil {
 		return nil, err
@@ -162,10 +162,10 @@ func openSizedFile(path string, write bool) (*os.File, int64, error) {
 	return f, size, nil
 }
 
-// sizeError explains a *blockdev.SizeError in terms of the files and the
+// sizeError explains a *pisource.SizeError in terms of the files and the
 // format the user gave.
 func (im *piImage) sizeError(err error) error {
-	var se *blockdev.SizeError
+	var se *pisource.SizeError
 	if !errors.As(err, &se) {
 		return err
 	}
@@ -258,7 +258,7 @@ func (im *piImage) sync() error {
 
 // runParams returns the params of a run starting at lba: Params.RefTag is
 // the ref tag of block 0 of the image and, for Types 1 and 2, advances with
-// the LBA (as blockdev.PISource does).
+// the LBA (as pisource.Source does).
 func runParams(f dif.Format, p dif.Params, lba int64) dif.Params {
 	p.LBA = lba
 	if t := f.Type(); t == dif.Type1 || t == dif.Type2 {

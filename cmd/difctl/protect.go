@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/difctl/difctl/blockdev"
+	"github.com/difctl/difctl/blockdev/device"
 	"github.com/difctl/difctl/blockdev/scrub"
 	"github.com/difctl/difctl/dif"
 	"github.com/difctl/difctl/store"
@@ -440,18 +441,18 @@ func (*rateFlag) Type() string { return "rate" }
 
 // withRate returns a function giving dev limited to rate bytes per second
 // of reads (dev itself when unlimited).
-func withRate(dev *blockdev.File, rate int64) (func(ctx context.Context) blockdev.Device, error) {
+func withRate(dev *device.File, rate int64) (func(ctx context.Context) device.Device, error) {
 	if rate <= 0 {
-		return func(context.Context) blockdev.Device { return dev }, nil
+		return func(context.Context) device.Device { return dev }, nil
 	}
 	l := scrub.NewRateLimiter(rate)
-	return func(ctx context.Context) blockdev.Device { return &limitedDevice{File: dev, l: l, ctx: ctx} }, nil
+	return func(ctx context.Context) device.Device { return &limitedDevice{File: dev, l: l, ctx: ctx} }, nil
 }
 
 // limitedDevice limits the reads of a device; it keeps its data finder so
 // that holes are still skipped.
 type limitedDevice struct {
-	*blockdev.File
+	*device.File
 	l   *scrub.RateLimiter
 	ctx context.Context
 }

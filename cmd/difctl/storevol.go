@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/difctl/difctl/blockdev"
+	"github.com/difctl/difctl/blockdev/device"
 	"github.com/difctl/difctl/dif"
 	"github.com/difctl/difctl/store"
 )
@@ -244,7 +245,7 @@ func (e *restatedError) Unwrap() error { return e.err }
 // volume is a store-backed image opened for a command.
 type volume struct {
 	image, url string
-	dev        *blockdev.File
+	dev        *device.File
 	kv         store.KV
 	vol        *blockdev.Volume
 }
@@ -361,8 +362,8 @@ func checkProtected(kv store.KV, image, url string) error {
 }
 
 // openDevice opens an image or block device for a volume.
-func openDevice(image string, readOnly bool) (*blockdev.File, error) {
-	dev, err := blockdev.OpenFile(image, blockdev.FileOptions{ReadOnly: readOnly})
+func openDevice(image string, readOnly bool) (*device.File, error) {
+	dev, err := device.OpenFile(image, device.FileOptions{ReadOnly: readOnly})
 	if err != nil {
 		var pe *os.PathError
 		if errors.As(err, &pe) {

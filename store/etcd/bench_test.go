@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/difctl/difctl/blockdev"
+	"github.com/difctl/difctl/blockdev/device"
 	"github.com/difctl/difctl/dif"
 	"github.com/difctl/difctl/store"
 	"github.com/difctl/difctl/store/pebble"
@@ -177,7 +178,7 @@ func BenchmarkVolumeWriteSeq(b *testing.B) {
 			if engine == "etcd" {
 				kv = &timedKV{KV: kv, n: &commits, ns: &commitNs}
 			}
-			dev, err := blockdev.OpenFile(benchImageFile(b, size, false), blockdev.FileOptions{BlockSize: 4096})
+			dev, err := device.OpenFile(benchImageFile(b, size, false), device.FileOptions{BlockSize: 4096})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -244,7 +245,7 @@ func BenchmarkProtect(b *testing.B) {
 	img := benchImageFile(b, size, true)
 	for _, engine := range []string{"pebble", "etcd"} {
 		b.Run(fmt.Sprintf("size=%dMiB/block=4096/engine=%s", size>>20, engine), func(b *testing.B) {
-			dev, err := blockdev.OpenFile(img, blockdev.FileOptions{BlockSize: 4096})
+			dev, err := device.OpenFile(img, device.FileOptions{BlockSize: 4096})
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/difctl/difctl/blockdev"
+	"github.com/difctl/difctl/blockdev/device"
 	"github.com/difctl/difctl/blockdev/scrub"
 	"github.com/difctl/difctl/dif"
 	"github.com/difctl/difctl/store"
@@ -27,7 +28,7 @@ func TestProtectResume(t *testing.T) {
 	if err := os.WriteFile(img, data, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	dev, err := blockdev.OpenFile(img, blockdev.FileOptions{BlockSize: 4096})
+	dev, err := device.OpenFile(img, device.FileOptions{BlockSize: 4096})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/difctl/difctl/blockdev"
+	"github.com/difctl/difctl/blockdev/device"
 	"github.com/difctl/difctl/blockdev/scrub"
 	"github.com/difctl/difctl/dif"
 )
@@ -187,7 +188,7 @@ func checkVolume(t testing.TB, v *blockdev.Volume, l *ledger) {
 // volHandle is an open volume on an etcd store, reopened after failures.
 type volHandle struct {
 	t   testing.TB
-	dev *blockdev.File
+	dev *device.File
 	url string
 	o   Options
 	kv  *kv
@@ -196,7 +197,7 @@ type volHandle struct {
 
 func newVolume(t testing.TB, url string, o Options) *volHandle {
 	t.Helper()
-	dev, err := blockdev.CreateImage(filepath.Join(t.TempDir(), "disk.img"), wlBlocks*wlBlockSize, blockdev.FileOptions{BlockSize: wlBlockSize})
+	dev, err := device.CreateImage(filepath.Join(t.TempDir(), "disk.img"), wlBlocks*wlBlockSize, device.FileOptions{BlockSize: wlBlockSize})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -454,7 +455,7 @@ func failoverChild(url, img string) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	dev, err := blockdev.OpenFile(img, blockdev.FileOptions{BlockSize: wlBlockSize})
+	dev, err := device.OpenFile(img, device.FileOptions{BlockSize: wlBlockSize})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -489,7 +490,7 @@ func TestVolumeFailover(t *testing.T) {
 	c := startCluster(t, 3, 0)
 	url := c.url(newPrefix(t))
 	img := filepath.Join(t.TempDir(), "disk.img")
-	f, err := blockdev.CreateImage(img, wlBlocks*wlBlockSize, blockdev.FileOptions{BlockSize: wlBlockSize})
+	f, err := device.CreateImage(img, wlBlocks*wlBlockSize, device.FileOptions{BlockSize: wlBlockSize})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -544,7 +545,7 @@ func TestVolumeFailover(t *testing.T) {
 	}
 	defer s.Close()
 	t.Logf("opened %v after the SIGKILL (lease TTL %v)", time.Since(killed), o.LeaseTTL)
-	dev, err := blockdev.OpenFile(img, blockdev.FileOptions{BlockSize: wlBlockSize})
+	dev, err := device.OpenFile(img, device.FileOptions{BlockSize: wlBlockSize})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,6 @@
 //go:build !linux
 
-package blockdev
+package device
 
 import (
 	"errors"

@@ -1,4 +1,4 @@
-package blockdev
+package device
 
 import (
 	"errors"
@@ -6,45 +6,7 @@ import (
 	"io"
 	"iter"
 	"math/bits"
-
-	"github.com/difctl/difctl/blockdev/device"
 )
-
-// The device contract lives in package blockdev/device, below this one, so
-// that device wrappers (blockdev/faultdev) need not import blockdev; these
-// names re-export it.
-type (
-	// Device is a fixed-size, block-addressed medium ([device.Device]).
-	Device = device.Device
-	// Discarder deallocates a range ([device.Discarder]).
-	Discarder = device.Discarder
-	// An Extent is the byte range [Off, Off+Len) ([device.Extent]).
-	Extent = device.Extent
-	// DataFinder knows where a device's data is ([device.DataFinder]).
-	DataFinder = device.DataFinder
-	// CacheDropper drops cached copies of a range ([device.CacheDropper]).
-	CacheDropper = device.CacheDropper
-	// A Mapper lends a device's contents in place ([device.Mapper]).
-	Mapper = device.Mapper
-	// DirectReader reads around the page cache ([device.DirectReader]).
-	DirectReader = device.DirectReader
-	// An IOError is a failed transfer ([device.IOError]).
-	IOError = device.IOError
-)
-
-// The device errors ([device.ErrOutOfRange] ...).
-var (
-	ErrOutOfRange = device.ErrOutOfRange
-	ErrReadOnly   = device.ErrReadOnly
-	ErrClosed     = device.ErrClosed
-	ErrUnaligned  = device.ErrUnaligned
-	ErrMapFault   = device.ErrMapFault
-	ErrCrashed    = device.ErrCrashed
-)
-
-func checkRange(op string, off, n, size int64) error { return device.CheckRange(op, off, n, size) }
-
-func checkAligned(op string, off, n int64, bs int) error { return device.CheckAligned(op, off, n, bs) }
 
 // validBlockSize reports whether bs is a power of two in [512, 64 KiB].
 func validBlockSize(bs int) bool {
@@ -57,7 +19,7 @@ func validBlockSize(bs int) bool {
 // iteration stops at the first error, which it yields with a zero Extent.
 func DataExtents(d Device, off, end int64) iter.Seq2[Extent, error] {
 	return func(yield func(Extent, error) bool) {
-		if err := checkRange("data extents", off, end-off, d.Size()); err != nil {
+		if err := CheckRange("data extents", off, end-off, d.Size()); err != nil {
 			yield(Extent{}, err)
 			return
 		}

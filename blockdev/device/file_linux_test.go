@@ -1,12 +1,12 @@
 //go:build linux
 
-package blockdev
+package device
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,7 +16,7 @@ import (
 	"testing"
 	"unsafe"
 
-	"github.com/difctl/difctl/dif"
+	"github.com/difctl/difctl/blockdev/internal/blocktest"
 	"golang.org/x/sys/unix"
 )
 
@@ -100,7 +100,7 @@ func TestBlockDevice(t *testing.T) {
 				if direct && !d.DirectIO() {
 					t.Fatalf("direct I/O refused on a block device: %v", d.DirectIOError())
 				}
-				want := pattern(int(size), uint64(sector))
+				want := blocktest.Pattern(int(size), uint64(sector))
 				if _, err := d.WriteAt(want, 0); err != nil {
 					t.Fatal(err)
 				}
@@ -143,7 +143,7 @@ func TestBlockDevice(t *testing.T) {
 					t.Fatal(err)
 				}
 				zeros := make([]byte, 4*sector)
-				if _, err := d.ReadAt(zeros, int64(sector)); err != nil || !isZero(zeros) {
+				if _, err := d.ReadAt(zeros, int64(sector)); err != nil || !bytes.Equal(zeros, make([]byte, len(zeros))) {
 					t.Fatalf("discarded range does not read as zeros (%v)", err)
 				}
 				if err := d.Discard(1, 512); !errors.Is(err, ErrUnaligned) {
@@ -235,8 +235,8 @@ func TestDirectTmpfs(t *testing.T) {
 		t.Skip(err)
 	}
 	defer os.RemoveAll(dir)
-	want := pattern(16384, 6)
-	p := writeImage(t, dir, want)
+	want := blocktest.Pattern(16384, 6)
+	p := blocktest.WriteImage(t, dir, want)
 	d, err := OpenFile(p, FileOptions{Direct: true})
 	if err != nil {
 		t.Fatal(err)
@@ -254,72 +254,73 @@ func TestDirectTmpfs(t *testing.T) {
 
 // TestDropCacheMapped checks that DropCache still drops pages that
 // ReadMapped left mapped (the kernel keeps mapped pages in the cache), so
-// re-reads around the cache reach the medium.
+// re-reads around the cache reach the medium: on a File, and on a Reader
+// of a file (the images of package pisource, whose re-reads drop the
+// failing sector from the cache first).
 func TestDropCacheMapped(t *testing.T) {
-	skipNoMmap(t)
-	p := writeImage(t, t.TempDir(), pattern(1<<20, 5))
-	d, err := OpenFile(p, FileOptions{})
+	blocktest.SkipNoMmap(t)
+	p := blocktest.WriteImage(t, t.TempDir(), blocktest.Pattern(1<<20, 5))
+	f, err := os.OpenFile(p, os.O_RDWR, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer d.Close()
-	if err := d.Sync(); err != nil { // dirty pages cannot be dropped
+	if err := f.Sync(); err != nil { // dirty pages cannot be dropped
 		t.Fatal(err)
 	}
-	var sink byte
-	if err := d.ReadMapped(0, 1<<20, func(m []byte) error {
-		for i := 0; i < len(m); i += 4096 {
-			sink ^= m[i]
-		}
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if err := d.DropCache(0, 0); err != nil {
-		t.Skipf("DropCache: %v", err)
-	}
-	vec := make([]byte, (1<<20)/pageSize)
-	if _, _, e := unix.Syscall(unix.SYS_MINCORE, uintptr(unsafe.Pointer(&d.mp.m[0])), uintptr(len(d.mp.m)), uintptr(unsafe.Pointer(&vec[0]))); e != 0 {
-		t.Skipf("mincore: %v", e)
-	}
-	resident := 0
-	for _, v := range vec {
-		resident += int(v & 1)
-	}
-	if resident > len(vec)/8 {
-		t.Errorf("%d of %d pages still cached after DropCache (sink %d)", resident, len(vec), sink)
-	}
-}
-
-// TestPISourceDropCacheMapped: the same for the images of a PISource, whose
-// re-reads drop the failing sector from the cache first.
-func TestPISourceDropCacheMapped(t *testing.T) {
-	x := newFixture(t, "4096+8", dif.Interleaved, 64, nil, nil)
-	path, _ := x.write(t, t.TempDir())
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.Sync() // dirty pages cannot be dropped
 	f.Close()
-	src := openSource(t, x.f, x.p, path, "")
-	if st, err := src.CheckRun(context.Background(), 0, 64, make([]byte, src.ScratchSize(64)), CheckOptions{}, nil); err != nil || st.OK != 64 {
-		t.Fatalf("CheckRun: %+v, %v", st, err)
+	type mappedDropper interface {
+		Mapper
+		CacheDropper
+		io.Closer
 	}
-	om, ok := src.ext.m.(*osMapper)
-	if !ok || om.mp.m == nil {
-		t.Fatal("the extended image was not checked through its mapping")
-	}
-	src.dropCache(0, 64)
-	vec := make([]byte, (len(om.mp.m)+pageSize-1)/pageSize)
-	if _, _, e := unix.Syscall(unix.SYS_MINCORE, uintptr(unsafe.Pointer(&om.mp.m[0])), uintptr(len(om.mp.m)), uintptr(unsafe.Pointer(&vec[0]))); e != 0 {
-		t.Skipf("mincore: %v", e)
-	}
-	resident := 0
-	for _, v := range vec {
-		resident += int(v & 1)
-	}
-	if resident > len(vec)/8 {
-		t.Errorf("%d of %d pages still cached after dropCache", resident, len(vec))
+	for _, tc := range []struct {
+		name string
+		open func() (mappedDropper, *fileMap, error)
+	}{
+		{"file", func() (mappedDropper, *fileMap, error) {
+			d, err := OpenFile(p, FileOptions{})
+			if err != nil {
+				return nil, nil, err
+			}
+			return d, &d.mp, nil
+		}},
+		{"reader", func() (mappedDropper, *fileMap, error) {
+			r, err := OpenReader(p)
+			if err != nil {
+				return nil, nil, err
+			}
+			return r, &r.mp, nil
+		}},
+	} {
+		t.Run("dev="+tc.name, func(t *testing.T) {
+			d, mp, err := tc.open()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer d.Close()
+			var sink byte
+			if err := d.ReadMapped(0, 1<<20, func(m []byte) error {
+				for i := 0; i < len(m); i += 4096 {
+					sink ^= m[i]
+				}
+				return nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+			if err := d.DropCache(0, 0); err != nil {
+				t.Skipf("DropCache: %v", err)
+			}
+			vec := make([]byte, (1<<20)/pageSize)
+			if _, _, e := unix.Syscall(unix.SYS_MINCORE, uintptr(unsafe.Pointer(&mp.m[0])), uintptr(len(mp.m)), uintptr(unsafe.Pointer(&vec[0]))); e != 0 {
+				t.Skipf("mincore: %v", e)
+			}
+			resident := 0
+			for _, v := range vec {
+				resident += int(v & 1)
+			}
+			if resident > len(vec)/8 {
+				t.Errorf("%d of %d pages still cached after DropCache (sink %d)", resident, len(vec), sink)
+			}
+		})
 	}
 }

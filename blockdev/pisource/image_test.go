@@ -1,4 +1,4 @@
-package blockdev
+package pisource
 
 import (
 	"bytes"
@@ -7,6 +7,9 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/difctl/difctl/blockdev/device"
+	"github.com/difctl/difctl/blockdev/internal/blocktest"
 )
 
 func TestExtendedImage(t *testing.T) {
@@ -15,8 +18,8 @@ func TestExtendedImage(t *testing.T) {
 			t.Run(fmt.Sprintf("data=%d/meta=%d/buf=%d", l.data, l.meta, bufSectors), func(t *testing.T) {
 				ss := l.data + l.meta
 				const sectors = 37
-				raw := pattern(ss*sectors, uint64(ss))
-				p := writeImage(t, t.TempDir(), raw)
+				raw := blocktest.Pattern(ss*sectors, uint64(ss))
+				p := blocktest.WriteImage(t, t.TempDir(), raw)
 				x, err := OpenExtendedImage(p, l.data, l.meta)
 				if err != nil {
 					t.Fatal(err)
@@ -54,7 +57,7 @@ func TestExtendedImage(t *testing.T) {
 					lba int64
 					n   int
 				}{{-1, 1}, {sectors, 1}, {sectors - 1, 2}, {0, -1}, {1 << 62, 1}} {
-					if err := x.ReadSectors(c.lba, c.n, buf); !errors.Is(err, ErrOutOfRange) {
+					if err := x.ReadSectors(c.lba, c.n, buf); !errors.Is(err, device.ErrOutOfRange) {
 						t.Errorf("ReadSectors(%d, %d): %v", c.lba, c.n, err)
 					}
 				}
@@ -87,7 +90,7 @@ func TestExtendedImageErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var ioe *IOError
+	var ioe *device.IOError
 	if err := x.ReadSectors(0, 2, make([]byte, 1040)); !errors.As(err, &ioe) {
 		t.Fatalf("short source: %v, want *IOError", err)
 	}
@@ -103,8 +106,8 @@ func TestDIXPair(t *testing.T) {
 		t.Run(fmt.Sprintf("data=%d/meta=%d", l.data, l.meta), func(t *testing.T) {
 			const blocks = 29
 			dir := t.TempDir()
-			data := pattern(blocks*l.data, 1)
-			meta := pattern(blocks*l.meta, 2)
+			data := blocktest.Pattern(blocks*l.data, 1)
+			meta := blocktest.Pattern(blocks*l.meta, 2)
 			dp, mp := filepath.Join(dir, "data"), filepath.Join(dir, "meta")
 			if err := os.WriteFile(dp, data, 0o644); err != nil {
 				t.Fatal(err)
@@ -138,11 +141,11 @@ func TestDIXPair(t *testing.T) {
 			if next != 27 {
 				t.Fatalf("runs ended at %d", next)
 			}
-			if err := x.ReadBlocks(blocks-1, 2, db, mb); !errors.Is(err, ErrOutOfRange) {
+			if err := x.ReadBlocks(blocks-1, 2, db, mb); !errors.Is(err, device.ErrOutOfRange) {
 				t.Fatalf("ReadBlocks past the end: %v", err)
 			}
 			for _, err := range x.Runs(0, blocks+1, db, mb) {
-				if !errors.Is(err, ErrOutOfRange) {
+				if !errors.Is(err, device.ErrOutOfRange) {
 					t.Fatalf("Runs past the end: %v", err)
 				}
 			}

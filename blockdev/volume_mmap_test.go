@@ -6,123 +6,22 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
-	"runtime"
-	"strings"
-	"syscall"
 	"testing"
 
+	"github.com/difctl/difctl/blockdev/device"
+	"github.com/difctl/difctl/blockdev/internal/blocktest"
 	"github.com/difctl/difctl/dif"
 	"github.com/difctl/difctl/kernels/crct10dif"
 	"github.com/difctl/difctl/store"
 )
 
-func skipNoMmap(t *testing.T) {
-	if runtime.GOOS != "linux" {
-		t.Skip("File maps images on Linux only")
-	}
-}
-
-func TestFileReadMapped(t *testing.T) {
-	skipNoMmap(t)
-	data := pattern(1<<20, 7)
-	p := writeImage(t, t.TempDir(), data)
-	d, err := OpenFile(p, FileOptions{ReadOnly: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, c := range []struct{ off, n int }{{0, 1 << 20}, {4096, 512}, {1, 3}, {1<<20 - 1, 1}, {100, 0}} {
-		var got []byte
-		if err := d.ReadMapped(int64(c.off), c.n, func(m []byte) error {
-			got = append(got, m...)
-			return nil
-		}); err != nil {
-			t.Fatalf("ReadMapped(%d, %d): %v", c.off, c.n, err)
-		}
-		if !bytes.Equal(got, data[c.off:c.off+c.n]) {
-			t.Fatalf("ReadMapped(%d, %d) differs from the file", c.off, c.n)
-		}
-	}
-	errFn := errors.New("from fn")
-	if err := d.ReadMapped(0, 10, func([]byte) error { return errFn }); err != errFn {
-		t.Errorf("fn's error came back as %v", err)
-	}
-	if err := d.ReadMapped(1<<20-4, 8, func([]byte) error { return nil }); !errors.Is(err, ErrOutOfRange) {
-		t.Errorf("ReadMapped past the end: %v, want ErrOutOfRange", err)
-	}
-	// A panic that is not a fault on the mapping goes on.
-	func() {
-		defer func() {
-			if r := recover(); r != "boom" {
-				t.Errorf("recovered %v, want the callback's panic", r)
-			}
-		}()
-		d.ReadMapped(0, 1, func([]byte) error { panic("boom") })
-	}()
-	if err := d.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if err := d.ReadMapped(0, 1, func([]byte) error { return nil }); !errors.Is(err, ErrClosed) {
-		t.Errorf("ReadMapped after Close: %v, want ErrClosed", err)
-	}
-}
-
-func TestFileReadMappedDirect(t *testing.T) {
-	skipNoMmap(t)
-	p := writeImage(t, t.TempDir(), pattern(1<<16, 1))
-	d, err := OpenFile(p, FileOptions{Direct: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
-	if !d.DirectIO() {
-		t.Skipf("the filesystem refuses O_DIRECT: %v", d.DirectIOError())
-	}
-	if err := d.ReadMapped(0, 512, func([]byte) error { return nil }); !errors.Is(err, errors.ErrUnsupported) {
-		t.Errorf("ReadMapped of a direct-I/O file: %v, want ErrUnsupported", err)
-	}
-}
-
-// TestFileReadMappedFault shrinks the file under the mapping: touching the
-// pages past the new end raises SIGBUS, which must come back as an error.
-func TestFileReadMappedFault(t *testing.T) {
-	skipNoMmap(t)
-	p := writeImage(t, t.TempDir(), pattern(1<<20, 2))
-	d, err := OpenFile(p, FileOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
-	if err := d.ReadMapped(0, 1<<20, func([]byte) error { return nil }); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Truncate(p, 1<<19); err != nil {
-		t.Fatal(err)
-	}
-	var sink byte
-	err = d.ReadMapped(1<<19, 1<<19, func(m []byte) error {
-		for _, b := range m {
-			sink ^= b
-		}
-		return nil
-	})
-	var ioe *IOError
-	if !errors.Is(err, ErrMapFault) || !errors.As(err, &ioe) || ioe.Off != 1<<19 {
-		t.Fatalf("ReadMapped past the shrunk end: %v (sink %d), want an *IOError wrapping ErrMapFault", err, sink)
-	}
-	// The part still in the file reads fine.
-	if err := d.ReadMapped(0, 1<<19, func(m []byte) error { sink ^= m[len(m)-1]; return nil }); err != nil {
-		t.Errorf("ReadMapped of the remaining part: %v", err)
-	}
-}
-
 // fileVol protects an image file of the given blocks with a random pattern.
 func fileVol(t *testing.T, format string, blocks int, opts Options) (*Volume, string, []byte) {
 	t.Helper()
 	f := dif.MustFormat(format)
-	model := pattern(blocks*f.BlockSize(), uint64(blocks)+3)
-	p := writeImage(t, t.TempDir(), model)
-	dev, err := OpenFile(p, FileOptions{BlockSize: f.BlockSize()})
+	model := blocktest.Pattern(blocks*f.BlockSize(), uint64(blocks)+3)
+	p := blocktest.WriteImage(t, t.TempDir(), model)
+	dev, err := device.OpenFile(p, device.FileOptions{BlockSize: f.BlockSize()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,7 +37,7 @@ func fileVol(t *testing.T, format string, blocks int, opts Options) (*Volume, st
 // TestVolumeMapped checks that reads through the mapping verify what they
 // return exactly as reads through ReadAt do: same data, same errors.
 func TestVolumeMapped(t *testing.T) {
-	skipNoMmap(t)
+	blocktest.SkipNoMmap(t)
 	for _, format := range volFormats {
 		t.Run("format="+format, func(t *testing.T) {
 			const blocks = 600 // more than one 1 MiB chunk at 512 bytes
@@ -155,7 +54,7 @@ func TestVolumeMapped(t *testing.T) {
 				}
 			}
 			// Writes go through the page cache that the mapping shows.
-			w := pattern(3*bs, 9)
+			w := blocktest.Pattern(3*bs, 9)
 			for _, v := range []*Volume{vm, vr} {
 				if _, err := v.WriteAt(w, int64(5*bs+17)); err != nil {
 					t.Fatal(err)
@@ -234,14 +133,14 @@ func TestVolumeMapped(t *testing.T) {
 // faults, the piece is read again with ReadAt, which reports the short
 // read; nothing panics.
 func TestVolumeMappedFault(t *testing.T) {
-	skipNoMmap(t)
+	blocktest.SkipNoMmap(t)
 	v, p, _ := fileVol(t, "4096+8", 64, Options{})
 	if err := os.Truncate(p, 32*4096); err != nil {
 		t.Fatal(err)
 	}
 	buf := make([]byte, 64*4096)
 	n, err := v.ReadAt(buf, 0)
-	var ioe *IOError
+	var ioe *device.IOError
 	if err == nil || !errors.As(err, &ioe) {
 		t.Fatalf("ReadAt over a shrunk image: %d, %v, want an I/O error", n, err)
 	}
@@ -253,56 +152,11 @@ func TestVolumeMappedFault(t *testing.T) {
 	}
 }
 
-func TestFileUnmapOnClose(t *testing.T) {
-	skipNoMmap(t)
-	p := filepath.Join(t.TempDir(), "img")
-	d, err := CreateImage(p, 1<<16, FileOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := d.ReadMapped(0, 1<<16, func([]byte) error { return nil }); err != nil {
-		t.Fatal(err)
-	}
-	if err := d.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if d.mp.m != nil {
-		t.Error("Close left the mapping")
-	}
-}
-
-// TestPISourceMappedFault shrinks an extended image under a source: the
-// mapped check faults and the run is read instead, which reports the
-// missing sectors as unreadable.
-func TestPISourceMappedFault(t *testing.T) {
-	skipNoMmap(t)
-	const blocks = 64
-	x := newFixture(t, "4096+8", dif.Interleaved, blocks, nil, nil)
-	path, _ := x.write(t, t.TempDir())
-	src := openSource(t, x.f, x.p, path, "")
-	sc := make([]byte, src.ScratchSize(blocks))
-	if st, err := src.CheckRun(context.Background(), 0, blocks, sc, CheckOptions{}, nil); err != nil || st.OK != blocks {
-		t.Fatalf("CheckRun of the whole image: %+v, %v", st, err)
-	}
-	if err := os.Truncate(path, 40*4104); err != nil {
-		t.Fatal(err)
-	}
-	var nio int
-	st, err := src.CheckRun(context.Background(), 0, blocks, sc, CheckOptions{}, func(p Problem) {
-		if p.Kind == KindIO {
-			nio++
-		}
-	})
-	if err != nil || st.OK != 40 || st.Failed != blocks-40 || nio != blocks-40 {
-		t.Fatalf("CheckRun of a shrunk image: %+v, %v, %d I/O problems", st, err, nio)
-	}
-}
-
 // A verified read through the mapping allocates no more than one through
 // ReadAt (the store's reads allocate a little).
 func TestVolumeMappedAllocs(t *testing.T) {
-	skipNoMmap(t)
-	if raceEnabled {
+	blocktest.SkipNoMmap(t)
+	if blocktest.RaceEnabled {
 		t.Skip("allocation counts under the race detector are not meaningful")
 	}
 	for _, format := range []string{"512+8", "4096+16:crc64"} {
@@ -332,66 +186,32 @@ func TestVolumeMappedAllocs(t *testing.T) {
 	}
 }
 
-// rssFile returns the process's resident file-backed memory
-// (/proc/self/status RssFile).
-func rssFile(t *testing.T) int64 {
-	b, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		t.Skip(err)
-	}
-	for _, l := range strings.Split(string(b), "\n") {
-		var kb int64
-		if _, err := fmt.Sscanf(l, "RssFile: %d kB", &kb); err == nil {
-			return kb << 10
-		}
-	}
-	t.Skip("no RssFile in /proc/self/status")
-	return 0
+// refusedMap is a File whose mapping is refused, as a File reports it when
+// the system refuses to map it (a 32-bit address space, a descriptor not
+// open for reading; see device.TestMapRefused).
+type refusedMap struct{ *device.File }
+
+func (refusedMap) ReadMapped(int64, int, func([]byte) error) error {
+	return fmt.Errorf("no mapping: %w", errors.ErrUnsupported)
 }
 
-// TestFileMapBudget sweeps a 160 MiB image through the mapping: what stays
-// mapped (and counts in the resident set) is bounded by mapBudget.
-func TestFileMapBudget(t *testing.T) {
-	skipNoMmap(t)
-	if testing.Short() {
-		t.Skip("sweeps 160 MiB")
-	}
-	p := filepath.Join(t.TempDir(), "img")
-	const size = 160 << 20
-	d, err := CreateImage(p, size, FileOptions{})
+// TestMapRefused checks a volume whose device refuses every mapping: reads
+// and scrubs fall back to ReadAt and give the same results.
+func TestMapRefused(t *testing.T) {
+	blocktest.SkipNoMmap(t)
+	model := blocktest.Pattern(600*512, 603)
+	dev, err := device.OpenFile(blocktest.WriteImage(t, t.TempDir(), model), device.FileOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer d.Close()
-	before := rssFile(t)
-	var sink byte
-	for off := int64(0); off < size; off += 1 << 20 {
-		if err := d.ReadMapped(off, 1<<20, func(m []byte) error {
-			for i := 0; i < len(m); i += 4096 {
-				sink ^= m[i]
-			}
-			return nil
-		}); err != nil {
-			t.Fatal(err)
-		}
+	defer dev.Close()
+	kv := store.NewMem()
+	defer kv.Close()
+	v, err := Create(context.Background(), refusedMap{dev}, kv, CreateOptions{Format: dif.MustFormat("512+8")})
+	if err != nil {
+		t.Fatal(err)
 	}
-	grew := rssFile(t) - before
-	if grew > mapBudget+16<<20 {
-		t.Errorf("the resident set grew by %d MiB sweeping %d MiB (budget %d MiB, sink %d)", grew>>20, size>>20, mapBudget>>20, sink)
-	}
-	if d.mp.held > mapBudget {
-		t.Errorf("%d bytes held, budget %d", d.mp.held, mapBudget)
-	}
-}
-
-// TestMapRefused makes every mapping fail (as a 32-bit address space or a
-// descriptor not open for reading would): reads and scrubs fall back to
-// ReadAt and give the same results.
-func TestMapRefused(t *testing.T) {
-	skipNoMmap(t)
-	defer func(f func(*os.File, int64) ([]byte, error)) { mapFile = f }(mapFile)
-	mapFile = func(*os.File, int64) ([]byte, error) { return nil, os.NewSyscallError("mmap", syscall.ENOMEM) }
-	v, _, model := fileVol(t, "512+8", 600, Options{})
+	defer v.Close()
 	got := make([]byte, len(model))
 	if n, err := v.ReadAt(got, 0); err != nil || n != len(got) || !bytes.Equal(got, model) {
 		t.Fatalf("ReadAt with the mapping refused: %d, %v, equal %v", n, err, bytes.Equal(got, model))
@@ -403,12 +223,6 @@ func TestMapRefused(t *testing.T) {
 	if st, err := v.CheckRun(context.Background(), 0, 600, sc, CheckOptions{}, nil); err != nil || st.OK != 600 {
 		t.Errorf("CheckRun with the mapping refused: %+v, %v", st, err)
 	}
-	x := newFixture(t, "4096+8", dif.Interleaved, 64, nil, nil)
-	path, _ := x.write(t, t.TempDir())
-	src := openSource(t, x.f, x.p, path, "")
-	if st, err := src.CheckRun(context.Background(), 0, 64, make([]byte, src.ScratchSize(64)), CheckOptions{}, nil); err != nil || st.OK != 64 {
-		t.Errorf("PISource.CheckRun with the mapping refused: %+v, %v", st, err)
-	}
 }
 
 // TestVolumeSectorSumOnly changes a block so that its T10-DIF guard still
@@ -416,7 +230,7 @@ func TestMapRefused(t *testing.T) {
 // cannot see) but its CRC-32C does not: only the sector checksum catches
 // it, through the mapping, through ReadAt and in a CheckRun.
 func TestVolumeSectorSumOnly(t *testing.T) {
-	skipNoMmap(t)
+	blocktest.SkipNoMmap(t)
 	for _, format := range []string{"512+8", "4096+8"} {
 		t.Run("format="+format, func(t *testing.T) {
 			const blocks, bad = 64, 37

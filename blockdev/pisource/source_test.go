@@ -1,4 +1,4 @@
-package blockdev
+package pisource
 
 import (
 	"context"
@@ -9,7 +9,10 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/difctl/difctl/blockdev"
+	"github.com/difctl/difctl/blockdev/device"
 	"github.com/difctl/difctl/blockdev/faultdev"
+	"github.com/difctl/difctl/blockdev/internal/blocktest"
 	"github.com/difctl/difctl/dif"
 )
 
@@ -22,12 +25,12 @@ type hit struct {
 }
 
 // kind is the Kind a scrub must report for h.
-func (h hit) kind() Kind {
+func (h hit) kind() blockdev.Kind {
 	switch h.field {
 	case dif.FieldData, dif.FieldMetadata, dif.FieldGuard:
-		return KindGuard
+		return blockdev.KindGuard
 	}
-	return KindOf(h.field)
+	return blockdev.KindOf(h.field)
 }
 
 // piFixture is a generated PI image: data and md in the format's layout,
@@ -50,7 +53,7 @@ func newFixture(t testing.TB, format string, layout dif.Layout, blocks int, unwr
 	t.Helper()
 	f := dif.MustFormat(format).WithLayout(layout)
 	x := &piFixture{f: f, p: testParams, blocks: blocks, hits: hits, unwritten: unwritten}
-	src := pattern(blocks*f.BlockSize(), uint64(blocks))
+	src := blocktest.Pattern(blocks*f.BlockSize(), uint64(blocks))
 	if layout == dif.Interleaved {
 		x.data = make([]byte, blocks*f.ExtendedBlockSize())
 	} else {
@@ -74,16 +77,16 @@ func newFixture(t testing.TB, format string, layout dif.Layout, blocks int, unwr
 }
 
 // badSet returns the (LBA, Kind) pairs a scrub must report.
-func (x *piFixture) badSet() []Problem {
-	var out []Problem
+func (x *piFixture) badSet() []blockdev.Problem {
+	var out []blockdev.Problem
 	for _, h := range x.hits {
-		out = append(out, Problem{LBA: int64(h.lba), Kind: h.kind()})
+		out = append(out, blockdev.Problem{LBA: int64(h.lba), Kind: h.kind()})
 	}
 	slices.SortFunc(out, cmpProblem)
-	return slices.CompactFunc(out, func(a, b Problem) bool { return cmpProblem(a, b) == 0 })
+	return slices.CompactFunc(out, func(a, b blockdev.Problem) bool { return cmpProblem(a, b) == 0 })
 }
 
-func cmpProblem(a, b Problem) int {
+func cmpProblem(a, b blockdev.Problem) int {
 	if a.LBA != b.LBA {
 		if a.LBA < b.LBA {
 			return -1
@@ -116,16 +119,16 @@ func (x *piFixture) write(t testing.TB, dir string) (dataPath, metaPath string) 
 	return dataPath, metaPath
 }
 
-// source writes the fixture to files and opens a PISource over them.
-func (x *piFixture) source(t testing.TB, dir string) *PISource {
+// source writes the fixture to files and opens a Source over them.
+func (x *piFixture) source(t testing.TB, dir string) *Source {
 	t.Helper()
 	dp, mp := x.write(t, dir)
 	return openSource(t, x.f, x.p, dp, mp)
 }
 
-func openSource(t testing.TB, f dif.Format, p dif.Params, dp, mp string) *PISource {
+func openSource(t testing.TB, f dif.Format, p dif.Params, dp, mp string) *Source {
 	t.Helper()
-	var s *PISource
+	var s *Source
 	if mp == "" {
 		img, err := OpenExtendedImage(dp, f.BlockSize(), f.MetadataSize())
 		if err != nil {
@@ -152,7 +155,7 @@ var testFormats = []string{"512+8", "4096+8", "4096+16:crc32", "4096+16:crc64", 
 
 func layoutName(l dif.Layout) string { return l.String() }
 
-func TestPISourceCheckRun(t *testing.T) {
+func TestSourceCheckRun(t *testing.T) {
 	layouts := []dif.Layout{dif.Interleaved, dif.Separate}
 	for _, format := range testFormats {
 		for _, layout := range layouts {
@@ -177,15 +180,15 @@ func TestPISourceCheckRun(t *testing.T) {
 						t.Fatalf("geometry %d x %d", s.Blocks(), s.BlockSize())
 					}
 					scratch := make([]byte, s.ScratchSize(run))
-					var got []Problem
-					var total RunStats
+					var got []blockdev.Problem
+					var total blockdev.RunStats
 					for lba := int64(0); lba < blocks; lba += int64(run) {
 						n := int(min(int64(run), blocks-lba))
-						st, err := s.CheckRun(context.Background(), lba, n, scratch, CheckOptions{}, func(p Problem) {
+						st, err := s.CheckRun(context.Background(), lba, n, scratch, blockdev.CheckOptions{}, func(p blockdev.Problem) {
 							if p.LBA < lba || p.LBA >= lba+int64(n) || p.Transient || p.Err == nil {
 								t.Errorf("problem %+v outside run %d+%d", p, lba, n)
 							}
-							got = append(got, Problem{LBA: p.LBA, Kind: p.Kind})
+							got = append(got, blockdev.Problem{LBA: p.LBA, Kind: p.Kind})
 						})
 						if err != nil {
 							t.Fatal(err)
@@ -203,7 +206,7 @@ func TestPISourceCheckRun(t *testing.T) {
 					for _, w := range want {
 						bad[w.LBA] = true
 					}
-					wantStats := RunStats{Blocks: blocks, OK: blocks - int64(len(unwritten)) - int64(len(bad)), Unwritten: int64(len(unwritten)), Failed: int64(len(bad))}
+					wantStats := blockdev.RunStats{Blocks: blocks, OK: blocks - int64(len(unwritten)) - int64(len(bad)), Unwritten: int64(len(unwritten)), Failed: int64(len(bad))}
 					if total != wantStats {
 						t.Errorf("stats %+v, want %+v", total, wantStats)
 					}
@@ -213,21 +216,21 @@ func TestPISourceCheckRun(t *testing.T) {
 	}
 }
 
-func TestPISourceProblemValues(t *testing.T) {
+func TestSourceProblemValues(t *testing.T) {
 	x := newFixture(t, "512+8", dif.Interleaved, 8, nil, []hit{{2, dif.FieldAppTag, 0}, {3, dif.FieldRefTag, 1}})
 	s := x.source(t, t.TempDir())
-	var got []Problem
-	if _, err := s.CheckRun(context.Background(), 0, 8, make([]byte, s.ScratchSize(8)), CheckOptions{}, func(p Problem) { got = append(got, p) }); err != nil {
+	var got []blockdev.Problem
+	if _, err := s.CheckRun(context.Background(), 0, 8, make([]byte, s.ScratchSize(8)), blockdev.CheckOptions{}, func(p blockdev.Problem) { got = append(got, p) }); err != nil {
 		t.Fatal(err)
 	}
 	if len(got) != 2 {
 		t.Fatalf("problems %v", got)
 	}
-	if p := got[0]; p.LBA != 2 || p.Kind != KindAppTag || p.Expected != 0x1234 || p.Actual != 0x1235 || !errors.Is(p.Err, dif.ErrAppTag) {
+	if p := got[0]; p.LBA != 2 || p.Kind != blockdev.KindAppTag || p.Expected != 0x1234 || p.Actual != 0x1235 || !errors.Is(p.Err, dif.ErrAppTag) {
 		t.Errorf("app tag problem %+v", p)
 	}
 	// Ref tag of block 3 is RefTag+3 = 1003; bit 1 flipped gives 1001.
-	if p := got[1]; p.LBA != 3 || p.Kind != KindRefTag || p.Expected != 1003 || p.Actual != 1001 {
+	if p := got[1]; p.LBA != 3 || p.Kind != blockdev.KindRefTag || p.Expected != 1003 || p.Actual != 1001 {
 		t.Errorf("ref tag problem %+v", p)
 	}
 	var ce *dif.CheckError
@@ -236,7 +239,7 @@ func TestPISourceProblemValues(t *testing.T) {
 	}
 }
 
-func TestPISourceErrors(t *testing.T) {
+func TestSourceErrors(t *testing.T) {
 	x := newFixture(t, "512+8", dif.Interleaved, 16, nil, nil)
 	dir := t.TempDir()
 	dp, _ := x.write(t, dir)
@@ -279,35 +282,35 @@ func TestPISourceErrors(t *testing.T) {
 		lba int64
 		n   int
 	}{{-1, 1}, {16, 1}, {15, 2}, {0, -1}} {
-		if _, err := s.CheckRun(ctx, c.lba, c.n, buf, CheckOptions{}, nil); !errors.Is(err, ErrOutOfRange) {
+		if _, err := s.CheckRun(ctx, c.lba, c.n, buf, blockdev.CheckOptions{}, nil); !errors.Is(err, device.ErrOutOfRange) {
 			t.Errorf("CheckRun(%d, %d): %v", c.lba, c.n, err)
 		}
 	}
-	if _, err := s.CheckRun(ctx, 0, 16, buf[:len(buf)-1], CheckOptions{}, nil); err == nil {
+	if _, err := s.CheckRun(ctx, 0, 16, buf[:len(buf)-1], blockdev.CheckOptions{}, nil); err == nil {
 		t.Error("short scratch accepted")
 	}
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()
-	if _, err := s.CheckRun(cctx, 0, 16, buf, CheckOptions{}, nil); !errors.Is(err, context.Canceled) {
+	if _, err := s.CheckRun(cctx, 0, 16, buf, blockdev.CheckOptions{}, nil); !errors.Is(err, context.Canceled) {
 		t.Errorf("cancelled: %v", err)
 	}
-	if st, err := s.CheckRun(ctx, 0, 16, buf, CheckOptions{Uncached: true}, nil); err != nil || st.OK != 16 {
+	if st, err := s.CheckRun(ctx, 0, 16, buf, blockdev.CheckOptions{Uncached: true}, nil); err != nil || st.OK != 16 {
 		t.Errorf("uncached: %+v %v", st, err)
 	}
 	img.Close()
-	if _, err := s.CheckRun(ctx, 0, 16, buf, CheckOptions{}, nil); err == nil {
+	if _, err := s.CheckRun(ctx, 0, 16, buf, blockdev.CheckOptions{}, nil); err == nil {
 		t.Error("closed image: no error")
 	}
 }
 
-// faultySource returns a PISource over x held in a faultdev.Device, for
+// faultySource returns a Source over x held in a faultdev.Device, for
 // transient and permanent read faults.
-func faultySource(t *testing.T, x *piFixture) (*PISource, *faultdev.Device) {
+func faultySource(t *testing.T, x *piFixture) (*Source, *faultdev.Device) {
 	t.Helper()
 	if x.f.Layout() != dif.Interleaved {
 		t.Fatal("faultySource: interleaved fixtures only")
 	}
-	m, err := NewMemDevice(int64(len(x.data)), 512)
+	m, err := device.NewMem(int64(len(x.data)), 512)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -329,28 +332,28 @@ func faultySource(t *testing.T, x *piFixture) (*PISource, *faultdev.Device) {
 	return s, fd
 }
 
-func TestPISourceRereads(t *testing.T) {
+func TestSourceRereads(t *testing.T) {
 	const blocks = 64 // 64*520 is a multiple of 512
 	ss := int64(520)
 	for _, c := range []struct {
 		name    string
 		fault   faultdev.Fault
 		rereads int
-		want    []Problem // LBA, Kind, Transient
-		stats   RunStats
+		want    []blockdev.Problem // LBA, Kind, Transient
+		stats   blockdev.RunStats
 	}{
 		{"fault=corrupt-once/rereads=0", faultdev.Fault{Kind: faultdev.CorruptRead, Bit: (9*ss + 100) * 8, Times: 1}, 0,
-			[]Problem{{LBA: 9, Kind: KindGuard}}, RunStats{Blocks: blocks, OK: blocks - 1, Failed: 1}},
+			[]blockdev.Problem{{LBA: 9, Kind: blockdev.KindGuard}}, blockdev.RunStats{Blocks: blocks, OK: blocks - 1, Failed: 1}},
 		{"fault=corrupt-once/rereads=1", faultdev.Fault{Kind: faultdev.CorruptRead, Bit: (9*ss + 100) * 8, Times: 1}, 1,
-			[]Problem{{LBA: 9, Kind: KindGuard, Transient: true}}, RunStats{Blocks: blocks, OK: blocks, Transient: 1}},
+			[]blockdev.Problem{{LBA: 9, Kind: blockdev.KindGuard, Transient: true}}, blockdev.RunStats{Blocks: blocks, OK: blocks, Transient: 1}},
 		{"fault=corrupt-always/rereads=3", faultdev.Fault{Kind: faultdev.CorruptRead, Bit: (9*ss + 100) * 8}, 3,
-			[]Problem{{LBA: 9, Kind: KindGuard}}, RunStats{Blocks: blocks, OK: blocks - 1, Failed: 1}},
+			[]blockdev.Problem{{LBA: 9, Kind: blockdev.KindGuard}}, blockdev.RunStats{Blocks: blocks, OK: blocks - 1, Failed: 1}},
 		{"fault=eio-once/rereads=0", faultdev.Fault{Kind: faultdev.FailRead, Off: 20 * ss, Len: 1, Times: 2}, 0,
-			[]Problem{{LBA: 20, Kind: KindIO}}, RunStats{Blocks: blocks, OK: blocks - 1, Failed: 1}},
+			[]blockdev.Problem{{LBA: 20, Kind: blockdev.KindIO}}, blockdev.RunStats{Blocks: blocks, OK: blocks - 1, Failed: 1}},
 		{"fault=eio-twice/rereads=1", faultdev.Fault{Kind: faultdev.FailRead, Off: 20 * ss, Len: 1, Times: 2}, 1,
-			[]Problem{{LBA: 20, Kind: KindIO, Transient: true}}, RunStats{Blocks: blocks, OK: blocks, Transient: 1}},
+			[]blockdev.Problem{{LBA: 20, Kind: blockdev.KindIO, Transient: true}}, blockdev.RunStats{Blocks: blocks, OK: blocks, Transient: 1}},
 		{"fault=eio-always/rereads=2", faultdev.Fault{Kind: faultdev.FailRead, Off: 20*ss + 7, Len: ss + 1}, 2,
-			[]Problem{{LBA: 20, Kind: KindIO}, {LBA: 21, Kind: KindIO}}, RunStats{Blocks: blocks, OK: blocks - 2, Failed: 2}},
+			[]blockdev.Problem{{LBA: 20, Kind: blockdev.KindIO}, {LBA: 21, Kind: blockdev.KindIO}}, blockdev.RunStats{Blocks: blocks, OK: blocks - 2, Failed: 2}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			x := newFixture(t, "512+8", dif.Interleaved, blocks, nil, nil)
@@ -358,12 +361,12 @@ func TestPISourceRereads(t *testing.T) {
 			if _, err := fd.Inject(c.fault); err != nil {
 				t.Fatal(err)
 			}
-			var got []Problem
-			st, err := s.CheckRun(context.Background(), 0, blocks, make([]byte, s.ScratchSize(blocks)), CheckOptions{Rereads: c.rereads}, func(p Problem) {
+			var got []blockdev.Problem
+			st, err := s.CheckRun(context.Background(), 0, blocks, make([]byte, s.ScratchSize(blocks)), blockdev.CheckOptions{Rereads: c.rereads}, func(p blockdev.Problem) {
 				if p.Err == nil {
 					t.Errorf("problem without cause: %+v", p)
 				}
-				got = append(got, Problem{LBA: p.LBA, Kind: p.Kind, Transient: p.Transient})
+				got = append(got, blockdev.Problem{LBA: p.LBA, Kind: p.Kind, Transient: p.Transient})
 			})
 			if err != nil {
 				t.Fatal(err)
@@ -378,8 +381,8 @@ func TestPISourceRereads(t *testing.T) {
 	}
 }
 
-func TestPISourceNoAllocs(t *testing.T) {
-	if raceEnabled {
+func TestSourceNoAllocs(t *testing.T) {
+	if blocktest.RaceEnabled {
 		t.Skip("allocation counts under the race detector are not meaningful")
 	}
 	for _, layout := range []dif.Layout{dif.Interleaved, dif.Separate} {
@@ -388,9 +391,9 @@ func TestPISourceNoAllocs(t *testing.T) {
 			s := x.source(t, t.TempDir())
 			scratch := make([]byte, s.ScratchSize(64))
 			ctx := context.Background()
-			report := func(Problem) { t.Error("problem on a clean image") }
+			report := func(blockdev.Problem) { t.Error("problem on a clean image") }
 			allocs := testing.AllocsPerRun(20, func() {
-				if _, err := s.CheckRun(ctx, 64, 64, scratch, CheckOptions{}, report); err != nil {
+				if _, err := s.CheckRun(ctx, 64, 64, scratch, blockdev.CheckOptions{}, report); err != nil {
 					t.Fatal(err)
 				}
 			})

@@ -1,4 +1,4 @@
-package blockdev
+package device
 
 import (
 	"errors"
@@ -264,7 +264,7 @@ func (d *File) ReadAt(p []byte, off int64) (int, error) {
 	if d.closed.Load() {
 		return 0, ErrClosed
 	}
-	if err := checkRange("read", off, int64(len(p)), d.size); err != nil {
+	if err := CheckRange("read", off, int64(len(p)), d.size); err != nil {
 		return 0, err
 	}
 	if d.direct != nil {
@@ -282,11 +282,11 @@ func (d *File) WriteAt(p []byte, off int64) (int, error) {
 	if d.readOnly {
 		return 0, ErrReadOnly
 	}
-	if err := checkRange("write", off, int64(len(p)), d.size); err != nil {
+	if err := CheckRange("write", off, int64(len(p)), d.size); err != nil {
 		return 0, err
 	}
 	if d.direct != nil {
-		if err := checkAligned("write", off, int64(len(p)), d.lbs); err != nil {
+		if err := CheckAligned("write", off, int64(len(p)), d.lbs); err != nil {
 			return 0, err
 		}
 		return d.direct.writeAt(p, off)
@@ -337,10 +337,10 @@ func (d *File) Discard(off, n int64) error {
 	if d.readOnly {
 		return ErrReadOnly
 	}
-	if err := checkRange("discard", off, n, d.size); err != nil {
+	if err := CheckRange("discard", off, n, d.size); err != nil {
 		return err
 	}
-	if err := checkAligned("discard", off, n, d.lbs); err != nil {
+	if err := CheckAligned("discard", off, n, d.lbs); err != nil {
 		return err
 	}
 	if n == 0 {
@@ -366,7 +366,7 @@ func (d *File) NextData(off int64) (Extent, error) {
 	if d.closed.Load() {
 		return Extent{}, ErrClosed
 	}
-	if err := checkRange("seek data", off, 0, d.size); err != nil {
+	if err := CheckRange("seek data", off, 0, d.size); err != nil {
 		return Extent{}, err
 	}
 	if off == d.size {
@@ -402,15 +402,21 @@ func (d *File) DropCache(off, n int64) error {
 	if d.closed.Load() {
 		return ErrClosed
 	}
+	return dropCache(d.f, &d.mp, d.size, off, n)
+}
+
+// dropCache is CacheDropper.DropCache of the first size bytes of f, mapped
+// by mp.
+func dropCache(f *os.File, mp *fileMap, size, off, n int64) error {
 	if n == 0 {
-		n = d.size - off
+		n = size - off
 	}
-	if err := checkRange("drop cache", off, n, d.size); err != nil {
+	if err := CheckRange("drop cache", off, n, size); err != nil {
 		return err
 	}
 	// Pages mapped by ReadMapped cannot be dropped: unmap them first.
-	unmapRange(d, off, n)
-	if err := fadviseDontNeed(d.f, off, n); err != nil {
+	mp.release(off, n)
+	if err := fadviseDontNeed(f, off, n); err != nil {
 		if errors.Is(err, errors.ErrUnsupported) {
 			return fmt.Errorf("blockdev: drop cache: %w", err)
 		}
@@ -427,7 +433,7 @@ func (d *File) ReadAtDirect(p []byte, off int64) (int, error) {
 	if d.closed.Load() {
 		return 0, ErrClosed
 	}
-	if err := checkRange("read", off, int64(len(p)), d.size); err != nil {
+	if err := CheckRange("read", off, int64(len(p)), d.size); err != nil {
 		return 0, err
 	}
 	if d.direct != nil {
@@ -528,14 +534,18 @@ func (dd *dio) writeAt(p []byte, off int64) (int, error) {
 	return done, nil
 }
 
-// readFull reads exactly len(p) bytes at off or returns an *IOError.
-func readFull(f *os.File, p []byte, off int64) (int, error) {
-	n, err := f.ReadAt(p, off)
+// readFull reads exactly len(p) bytes at off or returns an *IOError (an
+// *IOError of r's own as it is).
+func readFull(r io.ReaderAt, p []byte, off int64) (int, error) {
+	n, err := r.ReadAt(p, off)
 	if n == len(p) {
 		return n, nil
 	}
 	if err == nil || err == io.EOF {
 		err = io.ErrUnexpectedEOF
+	}
+	if _, ok := errors.AsType[*IOError](err); ok {
+		return n, err
 	}
 	return n, ioErr("read", off, int64(len(p)), err)
 }

@@ -1,4 +1,4 @@
-package blockdev
+package device
 
 import (
 	"bytes"
@@ -7,13 +7,15 @@ import (
 	"io"
 	"math"
 	"testing"
+
+	"github.com/difctl/difctl/blockdev/internal/blocktest"
 )
 
-func TestMemDevice(t *testing.T) {
+func TestMem(t *testing.T) {
 	for _, bs := range []int{512, 4096} {
 		for _, size := range []int64{0, int64(bs), 3*memChunk + int64(bs)} {
 			t.Run(fmt.Sprintf("bs=%d/size=%d", bs, size), func(t *testing.T) {
-				m, err := NewMemDevice(size, bs)
+				m, err := NewMem(size, bs)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -28,7 +30,7 @@ func TestMemDevice(t *testing.T) {
 					if c.off < 0 || c.n > size || c.off+c.n > size {
 						continue
 					}
-					p := pattern(int(c.n), uint64(i))
+					p := blocktest.Pattern(int(c.n), uint64(i))
 					if _, err := m.WriteAt(p, c.off); err != nil {
 						t.Fatal(err)
 					}
@@ -46,9 +48,9 @@ func TestMemDevice(t *testing.T) {
 	}
 }
 
-func TestMemDeviceSparse(t *testing.T) {
+func TestMemSparse(t *testing.T) {
 	size := int64(1 << 40) // 1 TiB, nothing allocated up front
-	m, err := NewMemDevice(size, 4096)
+	m, err := NewMem(size, 4096)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,16 +93,16 @@ func TestMemDeviceSparse(t *testing.T) {
 	}
 }
 
-func TestMemDeviceErrors(t *testing.T) {
+func TestMemErrors(t *testing.T) {
 	for _, c := range []struct {
 		size int64
 		bs   int
 	}{{-512, 512}, {100, 512}, {4096, 0}, {4096, 768}, {4096, 1 << 17}} {
-		if _, err := NewMemDevice(c.size, c.bs); err == nil {
-			t.Errorf("NewMemDevice(%d, %d) succeeded", c.size, c.bs)
+		if _, err := NewMem(c.size, c.bs); err == nil {
+			t.Errorf("NewMem(%d, %d) succeeded", c.size, c.bs)
 		}
 	}
-	m, err := NewMemDevice(8192, 512)
+	m, err := NewMem(8192, 512)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package blockdev
+package device
 
 import (
 	"bytes"
@@ -7,32 +7,13 @@ import (
 	"io"
 	"io/fs"
 	"math"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"syscall"
 	"testing"
+
+	"github.com/difctl/difctl/blockdev/internal/blocktest"
 )
-
-// pattern returns n deterministic pseudo-random bytes.
-func pattern(n int, seed uint64) []byte {
-	r := rand.New(rand.NewPCG(seed, 1))
-	b := make([]byte, n)
-	for i := range b {
-		b[i] = byte(r.Uint32())
-	}
-	return b
-}
-
-// writeImage creates a file of the given contents in a temporary directory.
-func writeImage(t testing.TB, dir string, data []byte) string {
-	t.Helper()
-	p := filepath.Join(dir, "image")
-	if err := os.WriteFile(p, data, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
 
 func testSize() int64 {
 	if testing.Short() {
@@ -65,7 +46,7 @@ func TestFileReadWrite(t *testing.T) {
 					t.Fatalf("direct I/O %v (%v) though not asked", d.DirectIO(), d.DirectIOError())
 				}
 				t.Logf("direct I/O active: %v (%v)", d.DirectIO(), d.DirectIOError())
-				want := pattern(int(size), uint64(bs))
+				want := blocktest.Pattern(int(size), uint64(bs))
 				// Aligned writes from an unaligned buffer exercise the bounce path.
 				src := make([]byte, len(want)+1)[1:]
 				copy(src, want)
@@ -247,7 +228,7 @@ func TestOpenFileErrors(t *testing.T) {
 }
 
 func TestFileReadOnlyAndClosed(t *testing.T) {
-	p := writeImage(t, t.TempDir(), pattern(8192, 3))
+	p := blocktest.WriteImage(t, t.TempDir(), blocktest.Pattern(8192, 3))
 	d, err := OpenFile(p, FileOptions{ReadOnly: true})
 	if err != nil {
 		t.Fatal(err)
@@ -259,7 +240,7 @@ func TestFileReadOnlyAndClosed(t *testing.T) {
 	if err := d.Discard(0, 512); !errors.Is(err, ErrReadOnly) {
 		t.Errorf("Discard on read-only: %v", err)
 	}
-	if _, err := d.ReadAt(buf, 512); err != nil || !bytes.Equal(buf, pattern(8192, 3)[512:1024]) {
+	if _, err := d.ReadAt(buf, 512); err != nil || !bytes.Equal(buf, blocktest.Pattern(8192, 3)[512:1024]) {
 		t.Errorf("ReadAt on read-only: %v", err)
 	}
 	if err := d.Close(); err != nil {
@@ -288,7 +269,7 @@ func second[T any](_ T, err error) error { return err }
 func TestFileShortRead(t *testing.T) {
 	for _, direct := range []bool{false, true} {
 		t.Run(fmt.Sprintf("direct=%v", direct), func(t *testing.T) {
-			p := writeImage(t, t.TempDir(), pattern(16384, 4))
+			p := blocktest.WriteImage(t, t.TempDir(), blocktest.Pattern(16384, 4))
 			d, err := OpenFile(p, FileOptions{Direct: direct})
 			if err != nil {
 				t.Fatal(err)
@@ -389,8 +370,8 @@ func TestFileSparse(t *testing.T) {
 func TestReadUncached(t *testing.T) {
 	for _, direct := range []bool{false, true} {
 		t.Run(fmt.Sprintf("direct=%v", direct), func(t *testing.T) {
-			want := pattern(64<<10, 9)
-			p := writeImage(t, t.TempDir(), want)
+			want := blocktest.Pattern(64<<10, 9)
+			p := blocktest.WriteImage(t, t.TempDir(), want)
 			d, err := OpenFile(p, FileOptions{Direct: direct})
 			if err != nil {
 				t.Fatal(err)
@@ -432,8 +413,8 @@ func TestDirectFallback(t *testing.T) {
 				return nil
 			}
 			defer func() { testHookDirect = nil }()
-			want := pattern(16384, 5)
-			p := writeImage(t, t.TempDir(), want)
+			want := blocktest.Pattern(16384, 5)
+			p := blocktest.WriteImage(t, t.TempDir(), want)
 			if d, err := OpenFile(p, FileOptions{RequireDirect: true}); err == nil {
 				d.Close()
 				t.Fatal("RequireDirect open succeeded")

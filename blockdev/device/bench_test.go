@@ -1,15 +1,18 @@
-package blockdev
+package device
 
 import (
 	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/difctl/difctl/blockdev/internal/blocktest"
 )
 
-// The file benchmarks are the baselines the protected volume is measured
-// against: sequential 1 MiB requests over a page-cached image with plain
-// pread and pwrite, through a File and through *os.File directly.
+// The file benchmarks compare a File with *os.File: sequential 1 MiB
+// requests over a page-cached image with plain pread and pwrite. (The
+// volume's benchmarks, in blockdev, measure themselves against a plain
+// pread pass.)
 
 const benchReq = 1 << 20
 
@@ -19,7 +22,7 @@ func benchImage(b *testing.B) (string, int64) {
 		size = 8 << 20
 	}
 	p := filepath.Join(b.TempDir(), "img")
-	if err := os.WriteFile(p, pattern(int(size), 1), 0o644); err != nil {
+	if err := os.WriteFile(p, blocktest.Pattern(int(size), 1), 0o644); err != nil {
 		b.Fatal(err)
 	}
 	return p, size
@@ -91,7 +94,7 @@ func BenchmarkFileWrite(b *testing.B) {
 				defer d.Close()
 				w, sync = d, d.Sync
 			}
-			buf := pattern(benchReq, 2)
+			buf := blocktest.Pattern(benchReq, 2)
 			var off int64
 			b.SetBytes(benchReq)
 			for b.Loop() {
@@ -112,16 +115,16 @@ func BenchmarkFileWrite(b *testing.B) {
 	}
 }
 
-func BenchmarkMemDevice(b *testing.B) {
+func BenchmarkMem(b *testing.B) {
 	b.Run("size=1MiB", benchMem)
 }
 
 func benchMem(b *testing.B) {
-	m, err := NewMemDevice(64<<20, 4096)
+	m, err := NewMem(64<<20, 4096)
 	if err != nil {
 		b.Fatal(err)
 	}
-	buf := pattern(benchReq, 3)
+	buf := blocktest.Pattern(benchReq, 3)
 	var off int64
 	b.SetBytes(2 * benchReq)
 	for b.Loop() {
@@ -132,33 +135,5 @@ func benchMem(b *testing.B) {
 			b.Fatal(err)
 		}
 		off = (off + benchReq) % m.Size()
-	}
-}
-
-// preadPass returns a function that reads the file at path from start to
-// end in 1 MiB requests (benchReq), as a plain sequential reader would.
-func preadPass(b *testing.B, path string) func() {
-	fh, err := os.Open(path)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { fh.Close() })
-	st, err := fh.Stat()
-	if err != nil {
-		b.Fatal(err)
-	}
-	buf := AlignedBuffer(benchReq)
-	return func() {
-		sum := 0
-		for off := int64(0); off < st.Size(); off += benchReq {
-			n, err := fh.ReadAt(buf[:min(benchReq, st.Size()-off)], off)
-			if err != nil {
-				b.Fatal(err)
-			}
-			sum += int(buf[n-1])
-		}
-		if sum < 0 {
-			b.Fatal("unreachable")
-		}
 	}
 }

@@ -1,4 +1,4 @@
-package blockdev
+package device
 
 import (
 	"errors"
@@ -53,7 +53,7 @@ func (d *File) ReadMapped(off int64, n int, fn func([]byte) error) error {
 	if d.closed.Load() {
 		return ErrClosed
 	}
-	if err := checkRange("read", off, int64(n), d.size); err != nil {
+	if err := CheckRange("read", off, int64(n), d.size); err != nil {
 		return err
 	}
 	var refuse error
@@ -170,45 +170,10 @@ func (mp *fileMap) unmap() error {
 	return err
 }
 
-// osMapper is a [Mapper] over a read-only *os.File of a known size, for
-// the images of PISource.
-type osMapper struct {
-	f    *os.File
-	size int64
-	mp   fileMap
-}
-
-func (o *osMapper) ReadMapped(off int64, n int, fn func([]byte) error) error {
-	if err := checkRange("read", off, int64(n), o.size); err != nil {
-		return err
-	}
-	return o.mp.read(o.f, o.size, o.f.Name(), nil, off, n, fn)
-}
-
-// mapperOf returns r's Mapper: r itself, or a mapping of an *os.File of
-// the given size; nil if r can be neither.
-func mapperOf(r any, size int64) Mapper {
-	switch r := r.(type) {
-	case Mapper:
-		return r
-	case *os.File:
-		return &osMapper{f: r, size: size}
-	}
-	return nil
-}
-
-// unmapRange drops [off, off+n) from m's mapping, if it has one, so that
-// dropping those pages from the page cache can work (mapped pages stay).
-func unmapRange(m Mapper, off, n int64) {
-	var mp *fileMap
-	switch m := m.(type) {
-	case *File:
-		mp = &m.mp
-	case *osMapper:
-		mp = &m.mp
-	default:
-		return
-	}
+// release drops the pages of [off, off+n) from the mapping, if there is
+// one, so that dropping those pages from the page cache can work (mapped
+// pages stay).
+func (mp *fileMap) release(off, n int64) {
 	mp.mu.RLock()
 	if mp.m != nil && off >= 0 && n > 0 && off < int64(len(mp.m)) {
 		mp.releaseLocked(off, int(min(n, int64(len(mp.m))-off)))
@@ -218,14 +183,6 @@ func unmapRange(m Mapper, off, n int64) {
 
 // mapFile maps a file for fileMap; tests replace it to make mapping fail.
 var mapFile = mmapRead
-
-// unmapOf releases a mapping made by mapperOf.
-func unmapOf(m Mapper) error {
-	if o, ok := m.(*osMapper); ok {
-		return o.mp.unmap()
-	}
-	return nil
-}
 
 // callMapped runs fn(part), part a slice of the mapping whole, turning a
 // memory fault inside whole (SIGBUS past the end of a shrunk file or on a

@@ -1,4 +1,4 @@
-package blockdev
+package device
 
 import (
 	"fmt"
@@ -6,13 +6,13 @@ import (
 	"sync"
 )
 
-// memChunk is the allocation unit of a MemDevice, a multiple of every
+// memChunk is the allocation unit of a Mem, a multiple of every
 // valid block size.
 const memChunk = 64 << 10
 
-// MemDevice is a sparse in-memory [Device]: memory is allocated in 64 KiB
+// Mem is a sparse in-memory [Device]: memory is allocated in 64 KiB
 // chunks as they are first written, and unwritten space reads as zeros.
-type MemDevice struct {
+type Mem struct {
 	size   int64
 	bs     int
 	mu     sync.RWMutex
@@ -21,35 +21,35 @@ type MemDevice struct {
 }
 
 var (
-	_ Device     = (*MemDevice)(nil)
-	_ Discarder  = (*MemDevice)(nil)
-	_ DataFinder = (*MemDevice)(nil)
+	_ Device     = (*Mem)(nil)
+	_ Discarder  = (*Mem)(nil)
+	_ DataFinder = (*Mem)(nil)
 )
 
-// NewMemDevice returns an empty (all-zero) memory device of size bytes with
+// NewMem returns an empty (all-zero) memory device of size bytes with
 // the given logical block size, a power of two from 512 to 65536; size must
 // be a non-negative multiple of it.
-func NewMemDevice(size int64, blockSize int) (*MemDevice, error) {
+func NewMem(size int64, blockSize int) (*Mem, error) {
 	if !validBlockSize(blockSize) {
 		return nil, fmt.Errorf("blockdev: block size %d is not a power of two from 512 to 65536", blockSize)
 	}
 	if size < 0 || size%int64(blockSize) != 0 {
 		return nil, fmt.Errorf("blockdev: memory device size %d is not a non-negative multiple of the %d-byte block size", size, blockSize)
 	}
-	return &MemDevice{size: size, bs: blockSize, chunks: make(map[int64][]byte)}, nil
+	return &Mem{size: size, bs: blockSize, chunks: make(map[int64][]byte)}, nil
 }
 
 // Size implements [Device].
-func (m *MemDevice) Size() int64 { return m.size }
+func (m *Mem) Size() int64 { return m.size }
 
 // LogicalBlockSize implements [Device].
-func (m *MemDevice) LogicalBlockSize() int { return m.bs }
+func (m *Mem) LogicalBlockSize() int { return m.bs }
 
 // PhysicalBlockSize implements [Device]; it equals the logical block size.
-func (m *MemDevice) PhysicalBlockSize() int { return m.bs }
+func (m *Mem) PhysicalBlockSize() int { return m.bs }
 
 // Allocated returns the number of bytes of memory holding data.
-func (m *MemDevice) Allocated() int64 {
+func (m *Mem) Allocated() int64 {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	var n int64
@@ -60,13 +60,13 @@ func (m *MemDevice) Allocated() int64 {
 }
 
 // ReadAt implements [Device].
-func (m *MemDevice) ReadAt(p []byte, off int64) (int, error) {
+func (m *Mem) ReadAt(p []byte, off int64) (int, error) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	if m.closed {
 		return 0, ErrClosed
 	}
-	if err := checkRange("read", off, int64(len(p)), m.size); err != nil {
+	if err := CheckRange("read", off, int64(len(p)), m.size); err != nil {
 		return 0, err
 	}
 	for done := 0; done < len(p); {
@@ -84,13 +84,13 @@ func (m *MemDevice) ReadAt(p []byte, off int64) (int, error) {
 }
 
 // WriteAt implements [Device].
-func (m *MemDevice) WriteAt(p []byte, off int64) (int, error) {
+func (m *Mem) WriteAt(p []byte, off int64) (int, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
 		return 0, ErrClosed
 	}
-	if err := checkRange("write", off, int64(len(p)), m.size); err != nil {
+	if err := CheckRange("write", off, int64(len(p)), m.size); err != nil {
 		return 0, err
 	}
 	for done := 0; done < len(p); {
@@ -110,16 +110,16 @@ func (m *MemDevice) WriteAt(p []byte, off int64) (int, error) {
 
 // Discard implements [Discarder]: the range reads as zeros afterwards, and
 // whole chunks inside it are freed.
-func (m *MemDevice) Discard(off, n int64) error {
+func (m *Mem) Discard(off, n int64) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
 		return ErrClosed
 	}
-	if err := checkRange("discard", off, n, m.size); err != nil {
+	if err := CheckRange("discard", off, n, m.size); err != nil {
 		return err
 	}
-	if err := checkAligned("discard", off, n, m.bs); err != nil {
+	if err := CheckAligned("discard", off, n, m.bs); err != nil {
 		return err
 	}
 	for pos, end := off, off+n; pos < end; {
@@ -138,13 +138,13 @@ func (m *MemDevice) Discard(off, n int64) error {
 }
 
 // NextData implements [DataFinder] at chunk granularity.
-func (m *MemDevice) NextData(off int64) (Extent, error) {
+func (m *Mem) NextData(off int64) (Extent, error) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	if m.closed {
 		return Extent{}, ErrClosed
 	}
-	if err := checkRange("seek data", off, 0, m.size); err != nil {
+	if err := CheckRange("seek data", off, 0, m.size); err != nil {
 		return Extent{}, err
 	}
 	nchunks := (m.size + memChunk - 1) / memChunk
@@ -176,7 +176,7 @@ func (m *MemDevice) NextData(off int64) (Extent, error) {
 }
 
 // Sync implements [Device]; memory needs no syncing.
-func (m *MemDevice) Sync() error {
+func (m *Mem) Sync() error {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	if m.closed {
@@ -186,7 +186,7 @@ func (m *MemDevice) Sync() error {
 }
 
 // Close implements [Device] and frees the memory.
-func (m *MemDevice) Close() error {
+func (m *Mem) Close() error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {

@@ -1,12 +1,13 @@
-package blockdev
+package pisource
 
 import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"iter"
-	"os"
+	"math/bits"
+
+	"github.com/difctl/difctl/blockdev/device"
 )
 
 // A SizeError reports a file whose size does not fit its layout.
@@ -26,7 +27,7 @@ func (e *SizeError) Error() string {
 
 // checkLayout validates a data size and a metadata size per block.
 func checkLayout(dataSize, metaSize int) error {
-	if !validBlockSize(dataSize) {
+	if dataSize < 512 || dataSize > 1<<16 || bits.OnesCount(uint(dataSize)) != 1 {
 		return fmt.Errorf("blockdev: data size %d is not a power of two from 512 to 65536", dataSize)
 	}
 	if metaSize <= 0 || metaSize > 1<<16 {
@@ -35,53 +36,10 @@ func checkLayout(dataSize, metaSize int) error {
 	return nil
 }
 
-// openSized opens a regular file or block device read-only and returns its
-// size.
-func openSized(path string) (*os.File, int64, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, 0, fmt.Errorf("blockdev: %w", err)
-	}
-	st, err := f.Stat()
-	if err != nil {
-		f.Close()
-		return nil, 0, fmt.Errorf("blockdev: %w", err)
-	}
-	switch m := st.Mode(); {
-	case m.IsRegular():
-		return f, st.Size(), nil
-	case m&fs.ModeDevice != 0 && m&fs.ModeCharDevice == 0:
-		size, _, _, err := blockGeometry(f)
-		if err != nil {
-			f.Close()
-			return nil, 0, fmt.Errorf("blockdev: %s: %w", path, err)
-		}
-		return f, size, nil
-	}
-	f.Close()
-	return nil, 0, fmt.Errorf("blockdev: %s is neither a regular file nor a block device", path)
-}
-
-// readExact reads len(p) bytes at off from r; a short read is an *IOError.
-func readExact(r io.ReaderAt, p []byte, off int64) error {
-	n, err := r.ReadAt(p, off)
-	if n == len(p) {
-		return nil
-	}
-	if err == nil || err == io.EOF {
-		err = io.ErrUnexpectedEOF
-	}
-	var ioe *IOError
-	if errors.As(err, &ioe) {
-		return err
-	}
-	return ioErr("read", off, int64(len(p)), err)
-}
-
 // checkRun validates a request for n units at lba out of total.
 func checkRun(what string, lba int64, n int, total int64) error {
 	if lba < 0 || n < 0 || lba > total || int64(n) > total-lba {
-		return fmt.Errorf("blockdev: %d %s at %d, of %d: %w", n, what, lba, total, ErrOutOfRange)
+		return fmt.Errorf("blockdev: %d %s at %d, of %d: %w", n, what, lba, total, device.ErrOutOfRange)
 	}
 	return nil
 }
@@ -91,9 +49,7 @@ func checkRun(what string, lba int64, n int, total int64) error {
 // MetaSize bytes of metadata (520, 4104, 4112 or 4160-byte sectors). It only
 // reads; interpreting the metadata is package dif's job.
 type ExtendedImage struct {
-	r        io.ReaderAt
-	m        Mapper // r's mapping, if it can have one (see PISource.CheckRun)
-	c        io.Closer
+	r        *device.Reader
 	dataSize int
 	metaSize int
 	sectors  int64
@@ -105,16 +61,15 @@ func OpenExtendedImage(path string, dataSize, metaSize int) (*ExtendedImage, err
 	if err := checkLayout(dataSize, metaSize); err != nil {
 		return nil, err
 	}
-	f, size, err := openSized(path)
+	r, err := device.OpenReader(path)
 	if err != nil {
 		return nil, err
 	}
-	x, err := newExtended(f, path, size, dataSize, metaSize)
+	x, err := newExtended(r, path, dataSize, metaSize)
 	if err != nil {
-		f.Close()
+		r.Close()
 		return nil, err
 	}
-	x.c = f
 	return x, nil
 }
 
@@ -124,15 +79,15 @@ func NewExtendedImage(r io.ReaderAt, size int64, dataSize, metaSize int) (*Exten
 	if err := checkLayout(dataSize, metaSize); err != nil {
 		return nil, err
 	}
-	return newExtended(r, "extended image", size, dataSize, metaSize)
+	return newExtended(device.NewReader(r, size), "extended image", dataSize, metaSize)
 }
 
-func newExtended(r io.ReaderAt, name string, size int64, dataSize, metaSize int) (*ExtendedImage, error) {
-	ss := int64(dataSize + metaSize)
+func newExtended(r *device.Reader, name string, dataSize, metaSize int) (*ExtendedImage, error) {
+	ss, size := int64(dataSize+metaSize), r.Size()
 	if size < 0 || size%ss != 0 {
 		return nil, &SizeError{Name: name, Size: size, Unit: ss}
 	}
-	return &ExtendedImage{r: r, m: mapperOf(r, size), dataSize: dataSize, metaSize: metaSize, sectors: size / ss}, nil
+	return &ExtendedImage{r: r, dataSize: dataSize, metaSize: metaSize, sectors: size / ss}, nil
 }
 
 // DataSize returns the data bytes per sector.
@@ -157,7 +112,8 @@ func (x *ExtendedImage) ReadSectors(lba int64, n int, buf []byte) error {
 	if len(buf)/ss < n {
 		return fmt.Errorf("blockdev: buffer of %d bytes cannot hold %d sectors of %d bytes", len(buf), n, ss)
 	}
-	return readExact(x.r, buf[:n*ss], lba*int64(ss))
+	_, err := x.r.ReadAt(buf[:n*ss], lba*int64(ss))
+	return err
 }
 
 // A SectorRun is a run of N raw extended sectors starting at LBA; Buf holds
@@ -180,7 +136,7 @@ func (x *ExtendedImage) Runs(lba, count int64, buf []byte) iter.Seq2[SectorRun, 
 			return
 		}
 		if count < 0 || lba < 0 || lba > x.sectors || count > x.sectors-lba {
-			yield(SectorRun{}, fmt.Errorf("blockdev: %d sectors at %d, of %d: %w", count, lba, x.sectors, ErrOutOfRange))
+			yield(SectorRun{}, fmt.Errorf("blockdev: %d sectors at %d, of %d: %w", count, lba, x.sectors, device.ErrOutOfRange))
 			return
 		}
 		for end := lba + count; lba < end; {
@@ -197,25 +153,16 @@ func (x *ExtendedImage) Runs(lba, count int64, buf []byte) iter.Seq2[SectorRun, 
 	}
 }
 
-// Close closes the file opened by OpenExtendedImage.
-func (x *ExtendedImage) Close() error {
-	uerr := unmapOf(x.m)
-	if x.c == nil {
-		return uerr
-	}
-	c := x.c
-	x.c = nil
-	return errors.Join(c.Close(), uerr)
-}
+// Close closes the file opened by OpenExtendedImage, and releases the
+// image's mapping.
+func (x *ExtendedImage) Close() error { return x.r.Close() }
 
 // DIXPair reads a data image together with a separate metadata file that
 // holds MetaSize bytes for each block of BlockSize bytes, in block order
 // (the DIX layout). It only reads; interpreting the metadata is package
 // dif's job.
 type DIXPair struct {
-	data, meta          io.ReaderAt
-	dm, mm              Mapper // their mappings, if they can have one
-	closers             []io.Closer
+	data, meta          *device.Reader
 	blockSize, metaSize int
 	blocks              int64
 }
@@ -227,22 +174,21 @@ func OpenDIXPair(dataPath, metaPath string, blockSize, metaSize int) (*DIXPair, 
 	if err := checkLayout(blockSize, metaSize); err != nil {
 		return nil, err
 	}
-	df, dsize, err := openSized(dataPath)
+	dr, err := device.OpenReader(dataPath)
 	if err != nil {
 		return nil, err
 	}
-	mf, msize, err := openSized(metaPath)
+	mr, err := device.OpenReader(metaPath)
 	if err != nil {
-		df.Close()
+		dr.Close()
 		return nil, err
 	}
-	p, err := newDIX(df, dataPath, dsize, mf, metaPath, msize, blockSize, metaSize)
+	p, err := newDIX(dr, dataPath, mr, metaPath, blockSize, metaSize)
 	if err != nil {
-		df.Close()
-		mf.Close()
+		dr.Close()
+		mr.Close()
 		return nil, err
 	}
-	p.closers = []io.Closer{df, mf}
 	return p, nil
 }
 
@@ -252,10 +198,11 @@ func NewDIXPair(data io.ReaderAt, dataLen int64, meta io.ReaderAt, metaLen int64
 	if err := checkLayout(blockSize, metaSize); err != nil {
 		return nil, err
 	}
-	return newDIX(data, "data image", dataLen, meta, "metadata", metaLen, blockSize, metaSize)
+	return newDIX(device.NewReader(data, dataLen), "data image", device.NewReader(meta, metaLen), "metadata", blockSize, metaSize)
 }
 
-func newDIX(data io.ReaderAt, dname string, dlen int64, meta io.ReaderAt, mname string, mlen int64, bs, ms int) (*DIXPair, error) {
+func newDIX(data *device.Reader, dname string, meta *device.Reader, mname string, bs, ms int) (*DIXPair, error) {
+	dlen, mlen := data.Size(), meta.Size()
 	if dlen < 0 || dlen%int64(bs) != 0 {
 		return nil, &SizeError{Name: dname, Size: dlen, Unit: int64(bs)}
 	}
@@ -263,8 +210,7 @@ func newDIX(data io.ReaderAt, dname string, dlen int64, meta io.ReaderAt, mname 
 	if mlen != blocks*int64(ms) {
 		return nil, &SizeError{Name: mname, Size: mlen, Want: blocks * int64(ms)}
 	}
-	return &DIXPair{data: data, meta: meta, dm: mapperOf(data, dlen), mm: mapperOf(meta, mlen),
-		blockSize: bs, metaSize: ms, blocks: blocks}, nil
+	return &DIXPair{data: data, meta: meta, blockSize: bs, metaSize: ms, blocks: blocks}, nil
 }
 
 // BlockSize returns the data bytes per block.
@@ -285,10 +231,11 @@ func (p *DIXPair) ReadBlocks(lba int64, n int, data, meta []byte) error {
 	if len(data)/p.blockSize < n || len(meta)/p.metaSize < n {
 		return fmt.Errorf("blockdev: buffers of %d and %d bytes cannot hold %d blocks of %d+%d bytes", len(data), len(meta), n, p.blockSize, p.metaSize)
 	}
-	if err := readExact(p.data, data[:n*p.blockSize], lba*int64(p.blockSize)); err != nil {
+	if _, err := p.data.ReadAt(data[:n*p.blockSize], lba*int64(p.blockSize)); err != nil {
 		return err
 	}
-	return readExact(p.meta, meta[:n*p.metaSize], lba*int64(p.metaSize))
+	_, err := p.meta.ReadAt(meta[:n*p.metaSize], lba*int64(p.metaSize))
+	return err
 }
 
 // A DIXRun is a run of N blocks starting at LBA, with their data and
@@ -310,7 +257,7 @@ func (p *DIXPair) Runs(lba, count int64, data, meta []byte) iter.Seq2[DIXRun, er
 			return
 		}
 		if count < 0 || lba < 0 || lba > p.blocks || count > p.blocks-lba {
-			yield(DIXRun{}, fmt.Errorf("blockdev: %d blocks at %d, of %d: %w", count, lba, p.blocks, ErrOutOfRange))
+			yield(DIXRun{}, fmt.Errorf("blockdev: %d blocks at %d, of %d: %w", count, lba, p.blocks, device.ErrOutOfRange))
 			return
 		}
 		for end := lba + count; lba < end; {
@@ -327,12 +274,6 @@ func (p *DIXPair) Runs(lba, count int64, data, meta []byte) iter.Seq2[DIXRun, er
 	}
 }
 
-// Close closes the files opened by OpenDIXPair.
-func (p *DIXPair) Close() error {
-	errs := []error{unmapOf(p.dm), unmapOf(p.mm)}
-	for _, c := range p.closers {
-		errs = append(errs, c.Close())
-	}
-	p.closers = nil
-	return errors.Join(errs...)
-}
+// Close closes the files opened by OpenDIXPair, and releases their
+// mappings.
+func (p *DIXPair) Close() error { return errors.Join(p.data.Close(), p.meta.Close()) }

@@ -1,5 +1,0 @@
-//go:build !race
-
-package blockdev
-
-const raceEnabled = false

@@ -1,7 +1,0 @@
-//go:build race
-
-package blockdev
-
-// raceEnabled: under the race detector sync.Pool drops objects at random,
-// so allocation counts are not meaningful.
-const raceEnabled = true
