@@ -195,7 +195,7 @@ func BenchmarkVolumeWrite(b *testing.B) {
 // a keyed 4096+8 volume, synced every 64 MiB (and at the end of the image).
 func benchWriteKeyed4K(b *testing.B) {
 	p, size := volBenchImage(b)
-	dev, err := OpenFile(p, FileOptions{BlockSize: 4096})
+	dev, err := device.OpenFile(p, device.FileOptions{BlockSize: 4096})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -211,7 +211,7 @@ func benchWriteKeyed4K(b *testing.B) {
 	}
 	defer v.Close()
 	const req = 4096
-	buf := pattern(req, 2)
+	buf := blocktest.Pattern(req, 2)
 	var off int64
 	b.SetBytes(req)
 	for b.Loop() {

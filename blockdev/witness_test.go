@@ -11,7 +11,9 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 
+	"github.com/difctl/difctl/blockdev/device"
 	"github.com/difctl/difctl/blockdev/faultdev"
+	"github.com/difctl/difctl/blockdev/internal/blocktest"
 	"github.com/difctl/difctl/blockdev/internal/keyed"
 	"github.com/difctl/difctl/dif"
 	"github.com/difctl/difctl/store"
@@ -55,9 +57,9 @@ func copyKV(t *testing.T, kv store.KV) store.KV {
 	return c
 }
 
-func copyDev(t *testing.T, dev *MemDevice) *MemDevice {
+func copyDev(t *testing.T, dev *device.Mem) *device.Mem {
 	t.Helper()
-	c, err := NewMemDevice(dev.Size(), 512)
+	c, err := device.NewMem(dev.Size(), 512)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +91,7 @@ func TestKeyedSealFindsOneBlockRollback(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := v.WriteAt(pattern(bs, 99), 10*int64(bs)); err != nil {
+	if _, err := v.WriteAt(blocktest.Pattern(bs, 99), 10*int64(bs)); err != nil {
 		t.Fatal(err)
 	}
 	if err := v.Close(); err != nil {
@@ -130,7 +132,7 @@ func TestKeyedSealFindsOneBlockRollback(t *testing.T) {
 func TestWitnessFindsWholeRollback(t *testing.T) {
 	key := testKey(t, 2)
 	f := dif.MustFormat("512+8")
-	dev, _ := NewMemDevice(64*512, 512)
+	dev, _ := device.NewMem(64*512, 512)
 	kv := store.NewMem()
 	defer kv.Close()
 	w := &memWitness{}
@@ -143,7 +145,7 @@ func TestWitnessFindsWholeRollback(t *testing.T) {
 	if err != nil || !ok || !w.ok || w.rec.Gen != gen || !bytes.Equal(w.rec.MAC, mac) || w.rec.VolumeUID != v.Manifest().VolumeUID {
 		t.Fatalf("after Create: seal %d %x %v %v, witness %+v", gen, mac, ok, err, w.rec)
 	}
-	if _, err := v.WriteAt(pattern(512, 1), 0); err != nil {
+	if _, err := v.WriteAt(blocktest.Pattern(512, 1), 0); err != nil {
 		t.Fatal(err)
 	}
 	v.Close()
@@ -154,7 +156,7 @@ func TestWitnessFindsWholeRollback(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := v.WriteAt(pattern(512, 2), 0); err != nil {
+	if _, err := v.WriteAt(blocktest.Pattern(512, 2), 0); err != nil {
 		t.Fatal(err)
 	}
 	if err := v.Sync(); err != nil {
@@ -197,7 +199,7 @@ func TestWitnessFindsWholeRollback(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := v.WriteAt(pattern(512, 3), 0); err != nil {
+	if _, err := v.WriteAt(blocktest.Pattern(512, 3), 0); err != nil {
 		t.Fatal(err)
 	}
 	v.Close()
@@ -270,20 +272,20 @@ func TestWitnessCrashAtEveryStep(t *testing.T) {
 	key := testKey(t, 12)
 	workload := func(v *Volume, session int) error {
 		for i, lba := range []int64{0, 1, 2, 7, 8} {
-			if _, err := v.WriteAt(pattern(bs, uint64(session*100+i)), lba*bs); err != nil {
+			if _, err := v.WriteAt(blocktest.Pattern(bs, uint64(session*100+i)), lba*bs); err != nil {
 				return err
 			}
 		}
 		if err := v.Sync(); err != nil {
 			return err
 		}
-		if _, err := v.WriteAt(pattern(3*bs, uint64(session*100+10)), 20*bs); err != nil {
+		if _, err := v.WriteAt(blocktest.Pattern(3*bs, uint64(session*100+10)), 20*bs); err != nil {
 			return err
 		}
 		if err := v.Discard(1*bs, bs); err != nil {
 			return err
 		}
-		if _, err := v.WriteAt(pattern(bs, uint64(session*100+11)), 0); err != nil {
+		if _, err := v.WriteAt(blocktest.Pattern(bs, uint64(session*100+11)), 0); err != nil {
 			return err
 		}
 		return v.Sync()
@@ -291,7 +293,7 @@ func TestWitnessCrashAtEveryStep(t *testing.T) {
 	run := func(crashAt int) (steps int) {
 		w := &memWitness{}
 		opts := Options{Key: key, StagingBytes: 2 * blocks * bs, Rereads: -1, Witness: w}
-		mem, err := NewMemDevice(blocks*bs, bs)
+		mem, err := device.NewMem(blocks*bs, bs)
 		if err != nil {
 			t.Fatal(err)
 		}
