@@ -180,6 +180,31 @@ func pageCacheBytes(vol *blockdev.Volume) int {
 	return per
 }
 
+// startKillable starts the test binary as a server of img (serveEnv), for
+// the caller to kill, and waits until it accepts connections on img.sock.
+func startKillable(t *testing.T, exe, img string) (*exec.Cmd, string) {
+	t.Helper()
+	srv := exec.Command(exe)
+	srv.Env = append(os.Environ(), serveEnv+"="+img)
+	var srvErr bytes.Buffer
+	srv.Stderr = &srvErr
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	sock := img + ".sock"
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		if c, err := net.Dial("unix", sock); err == nil {
+			c.Close()
+			return srv, sock
+		}
+		if time.Now().After(deadline) {
+			srv.Process.Kill()
+			t.Fatalf("server did not start: %s", srvErr.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 var wroteRE = regexp.MustCompile(`^wrote \d+/\d+ bytes at offset (\d+)`)
 
 // TestCrashSIGKILL kills the server process with SIGKILL while qemu-io
@@ -205,25 +230,7 @@ func TestCrashSIGKILL(t *testing.T) {
 	seq := 0
 	rng := rand.New(rand.NewPCG(3, 4))
 	for round := range rounds {
-		srv := exec.Command(exe)
-		srv.Env = append(os.Environ(), serveEnv+"="+tv.path)
-		var srvErr bytes.Buffer
-		srv.Stderr = &srvErr
-		if err := srv.Start(); err != nil {
-			t.Fatal(err)
-		}
-		sock := tv.path + ".sock"
-		for deadline := time.Now().Add(20 * time.Second); ; {
-			if c, err := net.Dial("unix", sock); err == nil {
-				c.Close()
-				break
-			}
-			if time.Now().After(deadline) {
-				srv.Process.Kill()
-				t.Fatalf("server did not start: %s", srvErr.String())
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+		srv, sock := startKillable(t, exe, tv.path)
 		type write struct {
 			region  int
 			pattern byte
@@ -329,25 +336,7 @@ func TestLostLogAfterSIGKILL(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			srv := exec.Command(exe)
-			srv.Env = append(os.Environ(), serveEnv+"="+tv.path)
-			var srvErr bytes.Buffer
-			srv.Stderr = &srvErr
-			if err := srv.Start(); err != nil {
-				t.Fatal(err)
-			}
-			sock := tv.path + ".sock"
-			for deadline := time.Now().Add(20 * time.Second); ; {
-				if c, err := net.Dial("unix", sock); err == nil {
-					c.Close()
-					break
-				}
-				if time.Now().After(deadline) {
-					srv.Process.Kill()
-					t.Fatalf("server did not start: %s", srvErr.String())
-				}
-				time.Sleep(20 * time.Millisecond)
-			}
+			srv, sock := startKillable(t, exe, tv.path)
 			out, err := exec.Command("qemu-io", "-f", "raw", "-c", "write -P 0x5a 0 32k", "-c", "flush",
 				fmt.Sprintf("nbd+unix:///disk?socket=%s", sock)).CombinedOutput()
 			if err != nil {
