@@ -94,13 +94,6 @@ func runCrc(ctx context.Context, opts crcOptions, stdout, stderr io.Writer) erro
 	return st.err()
 }
 
-func displayName(name string) string {
-	if name == "" {
-		return "-"
-	}
-	return name
-}
-
 // crcOne streams one input through the algorithm. name "" or "-" is stdin.
 func crcOne(ctx context.Context, opts crcOptions, name string, buf []byte, stderr io.Writer) (crc uint64, n int64, err error) {
 	r := opts.Stdin
@@ -134,31 +127,3 @@ func crcOne(ctx context.Context, opts crcOptions, name string, buf []byte, stder
 		}
 	}
 }
-
-// inputSize returns the size of a regular file or a block device, or -1
-// when it is not known in advance (a pipe, a character device).
-func inputSize(f *os.File) int64 {
-	fi, err := f.Stat()
-	if err != nil {
-		return -1
-	}
-	switch {
-	case fi.Mode().IsRegular():
-		return fi.Size()
-	case fi.Mode()&os.ModeDevice != 0 && fi.Mode()&os.ModeCharDevice == 0:
-		end, err := f.Seek(0, io.SeekEnd)
-		if err != nil {
-			return -1
-		}
-		if _, err := f.Seek(0, io.SeekStart); err != nil {
-			return -1
-		}
-		return end
-	}
-	return -1
-}
-
-// eofReader is an empty standard input.
-type eofReader struct{}
-
-func (eofReader) Read([]byte) (int, error) { return 0, io.EOF }

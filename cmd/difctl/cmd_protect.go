@@ -7,15 +7,12 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/difctl/difctl/blockdev"
 	"github.com/difctl/difctl/blockdev/scrub"
 	"github.com/difctl/difctl/dif"
 	"github.com/difctl/difctl/store"
-	"github.com/dustin/go-humanize"
 	"github.com/spf13/cobra"
 )
 
@@ -400,43 +397,6 @@ func resolveReprotect(opts protectOptions, m *store.Manifest) (protectSpec, erro
 	}
 	return s, nil
 }
-
-// rateFlag is a rate in bytes per second: 100MiB/s, 1GB/s, 500M.
-type rateFlag struct{ n int64 }
-
-func (f *rateFlag) String() string {
-	if f.n == 0 {
-		return ""
-	}
-	return formatBytes(f.n) + "/s"
-}
-
-func (f *rateFlag) Set(s string) error {
-	t := strings.TrimSuffix(strings.TrimSuffix(strings.TrimSpace(s), "/s"), "ps")
-	if t == "0" || t == "" || strings.EqualFold(t, "unlimited") {
-		if t == "" {
-			return fmt.Errorf("invalid rate %q (want e.g. 100MiB/s)", s)
-		}
-		f.n = 0
-		return nil
-	}
-	var v uint64
-	var err error
-	if i := len(t) - 1; i > 0 && strings.ContainsRune("kKmMgGtT", rune(t[i])) {
-		var m uint64
-		m, err = strconv.ParseUint(strings.TrimSpace(t[:i]), 10, 64)
-		v = m << (10 * (1 + strings.IndexByte("kmgt", t[i]|0x20)))
-	} else {
-		v, err = humanize.ParseBytes(t)
-	}
-	if err != nil || v == 0 || v > 1<<50 {
-		return fmt.Errorf("invalid rate %q (want e.g. 100MiB/s)", s)
-	}
-	f.n = int64(v)
-	return nil
-}
-
-func (*rateFlag) Type() string { return "rate" }
 
 // withRate returns a function giving dev limited to rate bytes per second
 // of reads (dev itself when unlimited).

@@ -3,16 +3,18 @@ package main
 import (
 	"fmt"
 	"io"
+	"runtime"
+	"runtime/debug"
 
 	"github.com/spf13/cobra"
 )
 
 // newRootCmd builds the command tree. g receives the global flags when
 // cobra parses them; the constructors keep the pointer and copy *g into
-// their options when they run. A new command is one file with a
-// constructor newXxxCmd(g, ...) *cobra.Command, an xxxOptions struct
-// embedding globalOptions and a runXxx(ctx, opts, stdout, stderr) error,
-// registered here.
+// their options when they run. A new command is one file, cmd_xxx.go,
+// with a constructor newXxxCmd(g, ...) *cobra.Command, an xxxOptions
+// struct embedding globalOptions and a runXxx(ctx, opts, stdout, stderr)
+// error, registered here.
 func newRootCmd(g *globalOptions, stdin io.Reader) *cobra.Command {
 	root := &cobra.Command{
 		Use:   "difctl",
@@ -77,4 +79,55 @@ errors, like grep -q: no progress and no text results, only the exit status
 		newServeCmd(g),
 	)
 	return root
+}
+
+// versionString describes the build, from the module and VCS information
+// the Go toolchain stamps into the binary.
+func versionString() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "unknown (no build information)"
+	}
+	v := bi.Main.Version
+	if v == "" {
+		v = "(devel)"
+	}
+	var rev, at string
+	dirty := false
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.time":
+			at = s.Value
+		case "vcs.modified":
+			dirty = s.Value == "true"
+		}
+	}
+	if rev != "" {
+		if len(rev) > 12 {
+			rev = rev[:12]
+		}
+		v += " " + rev
+		if dirty {
+			v += "+dirty"
+		}
+		if at != "" {
+			v += " " + at
+		}
+	}
+	return fmt.Sprintf("%s %s %s/%s", v, bi.GoVersion, runtime.GOOS, runtime.GOARCH)
+}
+
+// globalOptions are the root's persistent flags. Every command's options
+// struct embeds a copy, taken when the command runs.
+type globalOptions struct {
+	JSON  bool // --json: JSON Lines on stdout instead of text
+	Quiet bool // --quiet: nothing but errors (text results are dropped)
+	// Args is the command line after "difctl", for the files that record
+	// it (mapfile headers).
+	Args []string
+	// Key is --key-file/--key-env of the commands on store-backed images
+	// (keys.go).
+	Key keyFlags
 }

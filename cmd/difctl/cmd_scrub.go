@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -378,33 +379,29 @@ func runScrub(ctx context.Context, opts scrubOptions, stdout, stderr io.Writer) 
 	return serr
 }
 
-// reportFinding writes a scrub finding: failures as verify does, and
-// findings an errors-only scrub closed as resolved.
-func (fw *findings) reportFinding(fd scrub.Finding) {
-	if fd.State == scrub.FindingRecheckedOK && !fd.Transient {
-		if fw.err != nil {
-			return
-		}
-		exp, act := fw.values(fd.Problem())
-		if fw.out.json {
-			fw.err = fw.out.emit(&findingRecord{LBA: fd.LBA, Kind: string(fd.Kind), Expected: exp, Actual: act, Resolved: true})
-			return
-		}
-		_, fw.err = fmt.Fprintf(fw.out.w, "LBA %d: %s: passes now, finding marked rechecked-ok\n", fd.LBA, kindName(fd.Kind))
-		return
-	}
-	fw.report(fd.Problem())
-}
-
-// writeFileWith writes a file with fn, replacing it only once complete.
-func writeFileWith(path string, fn func(io.Writer) error) error {
-	outs, err := createOutputs([]string{path})
+// piStateTuples returns the tuple-less volume that keeps the scrub state
+// of an image with its own PI in kv, creating it on first use. Its
+// manifest names the format and size, so that a later scrub with another
+// format is refused.
+func piStateTuples(kv store.KV, url, image string, f dif.Format, blocks int64) (*store.Tuples, error) {
+	abs, err := filepath.Abs(image)
 	if err != nil {
-		return err
+		abs = image
 	}
-	defer outs.discard()
-	if err := fn(outs.files[0]); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
+	m := store.NewManifest(f.String(), f.BlockSize(), f.TupleSize(), blocks*int64(f.BlockSize()), abs)
+	m.Tool = toolName
+	t, err := store.OpenTuples(kv, piStateVolume, &m)
+	if errors.Is(err, store.ErrNotFound) {
+		t, err = store.CreateTuples(kv, piStateVolume, m)
 	}
-	return outs.commit()
+	var mm *store.ManifestMismatchError
+	switch {
+	case errors.As(err, &mm) && mm.Field == "format":
+		return nil, usageErrorf("%s keeps the scrub state of %s in format %s, not %s (use --store, or delete %s)", url, image, unquote(mm.Stored), unquote(mm.Given), url)
+	case errors.As(err, &mm):
+		return nil, fmt.Errorf("%s keeps the scrub state of another image: %s is %s there, %s here (use --store, or delete %s)", url, mm.Field, unquote(mm.Stored), unquote(mm.Given), url)
+	case err != nil:
+		return nil, storeErr(url, err)
+	}
+	return t, nil
 }

@@ -2,20 +2,15 @@ package main
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
 	"net"
-	"net/url"
 	"os"
 	"path/filepath"
 	"runtime/debug"
-	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/difctl/difctl/blockdev"
@@ -241,58 +236,6 @@ func checkServe(o *serveOptions) error {
 	return nil
 }
 
-// tlsConfig loads the server's certificate and, if asked, the CAs that
-// client certificates must chain to.
-func tlsConfig(o *serveOptions) (*tls.Config, error) {
-	if o.TLSCert == "" {
-		return nil, nil
-	}
-	cert, err := tls.LoadX509KeyPair(o.TLSCert, o.TLSKey)
-	if err != nil {
-		return nil, fmt.Errorf("TLS certificate %s and key %s: %w", o.TLSCert, o.TLSKey, err)
-	}
-	cfg := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
-	if o.ClientCA != "" {
-		pem, err := os.ReadFile(o.ClientCA)
-		if err != nil {
-			return nil, err
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("%s: no PEM certificate", o.ClientCA)
-		}
-		cfg.ClientCAs, cfg.ClientAuth = pool, tls.RequireAndVerifyClientCert
-	}
-	return cfg, nil
-}
-
-// listenUnix listens on a unix socket created with mode 0600. A stale
-// socket (nobody accepting) is replaced; anything else at path is kept
-// and refused.
-func listenUnix(path string) (net.Listener, error) {
-	if fi, err := os.Lstat(path); err == nil {
-		if fi.Mode()&os.ModeSocket == 0 {
-			return nil, fmt.Errorf("%s exists and is not a socket", path)
-		}
-		if c, err := net.Dial("unix", path); err == nil {
-			c.Close()
-			return nil, fmt.Errorf("%s: another server is listening there", path)
-		}
-		os.Remove(path)
-	}
-	old := syscall.Umask(0o177)
-	l, err := net.Listen("unix", path)
-	syscall.Umask(old)
-	if err != nil {
-		return nil, err
-	}
-	if err := os.Chmod(path, 0o600); err != nil {
-		l.Close()
-		return nil, err
-	}
-	return l, nil
-}
-
 func runServe(ctx context.Context, o serveOptions, _, stderr io.Writer) error {
 	if err := checkServe(&o); err != nil {
 		return err
@@ -414,38 +357,6 @@ func runServe(ctx context.Context, o serveOptions, _, stderr io.Writer) error {
 // servedWithoutKey reports whether v is a keyed volume opened without its
 // key, which serve exports read-only.
 func servedWithoutKey(v *blockdev.Volume) bool { return v.Keyed() && !v.KeyedChecked() }
-
-// exportURI is the NBD URI of an export (the syntax of the NBD URI
-// standard that qemu and libnbd accept).
-func exportURI(a net.Addr, name string, tlsOn bool) string {
-	if a.Network() == "unix" {
-		path := a.String()
-		if abs, err := filepath.Abs(path); err == nil {
-			path = abs
-		}
-		return fmt.Sprintf("nbd+unix:///%s?socket=%s", url.PathEscape(name), queryEscape(path))
-	}
-	scheme := "nbd"
-	if tlsOn {
-		scheme = "nbds"
-	}
-	host := a.String()
-	if ta, ok := a.(*net.TCPAddr); ok && ta.IP.IsUnspecified() {
-		host = net.JoinHostPort("localhost", fmt.Sprint(ta.Port))
-	}
-	return fmt.Sprintf("%s://%s/%s", scheme, host, url.PathEscape(name))
-}
-
-// queryEscape escapes a socket path for a URI query, leaving the slashes
-// and other characters a path usually holds as they are.
-func queryEscape(s string) string {
-	for _, c := range s {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.ContainsRune("/._-~", c)) {
-			return url.QueryEscape(s)
-		}
-	}
-	return s
-}
 
 // idleTimeout maps --idle-timeout to nbd.Options.IdleTimeout: 0 there is
 // the default, and "never" is negative.

@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"math/bits"
 	"strconv"
 	"strings"
 
@@ -391,14 +390,90 @@ func (f *formatFlag) Set(s string) error {
 
 func (*formatFlag) Type() string { return "format" }
 
-// hexWidth formats a value of a field bits wide as zero-padded lower-case
-// hexadecimal; hi holds bits 64 to 79 of the 80-bit tags of CRC-32C formats.
-func hexWidth(hi uint16, lo uint64, bitsWide int) string {
-	if bitsWide > 64 {
-		return fmt.Sprintf("%0*x%016x", (bitsWide-64+3)/4, hi, lo)
+// imageSpec is what a command takes from --interleaved, --dix/--format and
+// the PI flags when its image carries its own protection information; it
+// is the zero value for a store-backed image.
+type imageSpec struct {
+	// SelfContained: the image carries its PI (interleaved or DIX) in
+	// Format, checked with Params. Otherwise its tuples are in a store.
+	SelfContained bool
+	Meta          string // the metadata file of a DIX pair; "" otherwise
+	Format        dif.Format
+	Params        dif.Params
+}
+
+// resolve fills s from the image flags and the PI flags when they name a
+// self-contained image, and leaves it alone otherwise.
+func (s *imageSpec) resolve(img *imageFlags, pf *piFlags) error {
+	if !img.selfContained() {
+		return nil
 	}
-	if bitsWide <= 0 {
-		bitsWide = 64 - bits.LeadingZeros64(lo)
+	text, meta, err := img.spec()
+	if err != nil {
+		return err
 	}
-	return fmt.Sprintf("%0*x", (bitsWide+3)/4, lo)
+	if s.Format, err = pf.resolveFormat(text); err != nil {
+		return err
+	}
+	if s.Params, err = pf.params(s.Format); err != nil {
+		return err
+	}
+	s.SelfContained, s.Meta = true, meta
+	return nil
+}
+
+// normalizeFormatText accepts the names users give the guards: crc32c (the
+// usual name of CRC-32C) for dif's crc32.
+func normalizeFormatText(s string) string {
+	parts := strings.Split(s, ":")
+	for i, p := range parts {
+		if strings.EqualFold(p, "crc32c") {
+			parts[i] = "crc32"
+		}
+	}
+	return strings.Join(parts, ":")
+}
+
+// imageFlags select an image that carries its own protection information:
+// --interleaved FORMAT (an extended-LBA dump) or --dix METAFILE with
+// --format FORMAT (a data image and its metadata file). Without either, the
+// image is a plain one protected by a store (protect, verify and scrub).
+type imageFlags struct {
+	interleaved formatFlag
+	dix         string
+	format      formatFlag
+}
+
+func (fl *imageFlags) register(cmd *cobra.Command, withFormat bool) {
+	f := cmd.Flags()
+	f.Var(&fl.interleaved, "interleaved", "IMAGE is an extended-LBA dump in FORMAT (data and PI interleaved: 512+8, 4096+16:crc64, ...)")
+	f.StringVar(&fl.dix, "dix", "", "IMAGE is the data of a DIX pair whose metadata file is `METAFILE` (format: --format)")
+	if withFormat {
+		f.Var(&fl.format, "format", "the PI format, in the text form 4096+8, 4096+16:crc64:type3 ... (with --dix)")
+	}
+}
+
+// selfContained reports whether the flags name an image with its own PI.
+func (fl *imageFlags) selfContained() bool { return fl.interleaved.text != "" || fl.dix != "" }
+
+// spec checks the combination of the flags and returns the format text and
+// the metadata file ("" for an interleaved image).
+func (fl *imageFlags) spec() (text, meta string, err error) {
+	switch {
+	case fl.interleaved.text != "" && fl.dix != "":
+		return "", "", usageErrorf("--interleaved and --dix exclude each other: an image is either interleaved or a DIX pair")
+	case fl.interleaved.text != "" && fl.format.text != "":
+		return "", "", usageErrorf("--interleaved takes the format itself; leave out --format")
+	case fl.interleaved.text != "":
+		if f, err := dif.Parse(fl.interleaved.text); err == nil && f.Layout() == dif.Separate {
+			return "", "", usageErrorf("--interleaved %s names the DIX layout (data and PI in separate files): give an interleaved format (leave out :dix), or --dix METAFILE --format for a DIX pair", fl.interleaved.text)
+		}
+		return fl.interleaved.text, "", nil
+	case fl.dix != "":
+		if f, err := dif.Parse(fl.format.text); err == nil && fl.format.text != "" && f.Layout() == dif.Interleaved && strings.Contains(fl.format.text, "interleaved") {
+			return "", "", usageErrorf("--dix with --format %s: that format names the interleaved layout; a DIX pair keeps data and PI apart (leave out :interleaved)", fl.format.text)
+		}
+		return fl.format.text, fl.dix, nil
+	}
+	return "", "", usageErrorf("name the image's layout: --interleaved FORMAT or --dix METAFILE")
 }

@@ -7,7 +7,6 @@ import (
 	"strings"
 
 	"github.com/dustin/go-humanize"
-	"github.com/spf13/cobra"
 )
 
 // Flag value types. They validate in Set, so a bad value is a flag error
@@ -165,9 +164,89 @@ func formatSize(n int) string {
 	return fmt.Sprintf("%d B", n)
 }
 
-// storeFlag registers --store, the store URL of a command's image; of says
-// what the store holds, if the command's help needs it (" of a
-// store-backed image").
-func storeFlag(cmd *cobra.Command, p *string, of string) {
-	cmd.Flags().StringVar(p, "store", "", "store `URL`"+of+": pebble:PATH, mem: or etcd://HOST:PORT,.../PREFIX (default pebble:IMAGE.difdb)")
+// lbaFlag is an LBA or a block count: a non-negative int64 (the library's
+// LBA type), in decimal or with a 0x, 0o or 0b prefix, as uintFlag parses.
+type lbaFlag struct {
+	v   int64
+	set bool
 }
+
+func (f *lbaFlag) String() string {
+	if !f.set {
+		return ""
+	}
+	return strconv.FormatInt(f.v, 10)
+}
+
+func (f *lbaFlag) Set(s string) error {
+	v, err := parseUint(s, 63) // 63 bits: every value fits an int64
+	if err != nil {
+		return err
+	}
+	f.v, f.set = int64(v), true
+	return nil
+}
+
+func (*lbaFlag) Type() string { return "uint" }
+
+// listBlockSizeFlag is the unit of a badblocks list (badblocks -b): a power
+// of two from 512 bytes to 64 KiB.
+type listBlockSizeFlag struct{ n int }
+
+func (f *listBlockSizeFlag) String() string {
+	if f.n == 0 {
+		return ""
+	}
+	return strconv.Itoa(f.n)
+}
+
+func (f *listBlockSizeFlag) Set(s string) error {
+	n, err := parseSize(s)
+	if err != nil {
+		return err
+	}
+	if n < 512 || n > 1<<16 || n&(n-1) != 0 {
+		return fmt.Errorf("block size %s is not a power of two from 512 to 64KiB", s)
+	}
+	f.n = n
+	return nil
+}
+
+func (*listBlockSizeFlag) Type() string { return "size" }
+
+// rateFlag is a rate in bytes per second: 100MiB/s, 1GB/s, 500M.
+type rateFlag struct{ n int64 }
+
+func (f *rateFlag) String() string {
+	if f.n == 0 {
+		return ""
+	}
+	return formatBytes(f.n) + "/s"
+}
+
+func (f *rateFlag) Set(s string) error {
+	t := strings.TrimSuffix(strings.TrimSuffix(strings.TrimSpace(s), "/s"), "ps")
+	if t == "0" || t == "" || strings.EqualFold(t, "unlimited") {
+		if t == "" {
+			return fmt.Errorf("invalid rate %q (want e.g. 100MiB/s)", s)
+		}
+		f.n = 0
+		return nil
+	}
+	var v uint64
+	var err error
+	if i := len(t) - 1; i > 0 && strings.ContainsRune("kKmMgGtT", rune(t[i])) {
+		var m uint64
+		m, err = strconv.ParseUint(strings.TrimSpace(t[:i]), 10, 64)
+		v = m << (10 * (1 + strings.IndexByte("kmgt", t[i]|0x20)))
+	} else {
+		v, err = humanize.ParseBytes(t)
+	}
+	if err != nil || v == 0 || v > 1<<50 {
+		return fmt.Errorf("invalid rate %q (want e.g. 100MiB/s)", s)
+	}
+	f.n = int64(v)
+	return nil
+}
+
+func (*rateFlag) Type() string { return "rate" }

@@ -3,58 +3,11 @@ package main
 import (
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
-	"strings"
 
 	"github.com/difctl/difctl/blockdev"
 	"github.com/difctl/difctl/dif"
-	"github.com/spf13/cobra"
 )
-
-// imageFlags select an image that carries its own protection information:
-// --interleaved FORMAT (an extended-LBA dump) or --dix METAFILE with
-// --format FORMAT (a data image and its metadata file). Without either, the
-// image is a plain one protected by a store (protect, verify and scrub).
-type imageFlags struct {
-	interleaved formatFlag
-	dix         string
-	format      formatFlag
-}
-
-func (fl *imageFlags) register(cmd *cobra.Command, withFormat bool) {
-	f := cmd.Flags()
-	f.Var(&fl.interleaved, "interleaved", "IMAGE is an extended-LBA dump in FORMAT (data and PI interleaved: 512+8, 4096+16:crc64, ...)")
-	f.StringVar(&fl.dix, "dix", "", "IMAGE is the data of a DIX pair whose metadata file is `METAFILE` (format: --format)")
-	if withFormat {
-		f.Var(&fl.format, "format", "the PI format, in the text form 4096+8, 4096+16:crc64:type3 ... (with --dix)")
-	}
-}
-
-// selfContained reports whether the flags name an image with its own PI.
-func (fl *imageFlags) selfContained() bool { return fl.interleaved.text != "" || fl.dix != "" }
-
-// spec checks the combination of the flags and returns the format text and
-// the metadata file ("" for an interleaved image).
-func (fl *imageFlags) spec() (text, meta string, err error) {
-	switch {
-	case fl.interleaved.text != "" && fl.dix != "":
-		return "", "", usageErrorf("--interleaved and --dix exclude each other: an image is either interleaved or a DIX pair")
-	case fl.interleaved.text != "" && fl.format.text != "":
-		return "", "", usageErrorf("--interleaved takes the format itself; leave out --format")
-	case fl.interleaved.text != "":
-		if f, err := dif.Parse(fl.interleaved.text); err == nil && f.Layout() == dif.Separate {
-			return "", "", usageErrorf("--interleaved %s names the DIX layout (data and PI in separate files): give an interleaved format (leave out :dix), or --dix METAFILE --format for a DIX pair", fl.interleaved.text)
-		}
-		return fl.interleaved.text, "", nil
-	case fl.dix != "":
-		if f, err := dif.Parse(fl.format.text); err == nil && fl.format.text != "" && f.Layout() == dif.Interleaved && strings.Contains(fl.format.text, "interleaved") {
-			return "", "", usageErrorf("--dix with --format %s: that format names the interleaved layout; a DIX pair keeps data and PI apart (leave out :interleaved)", fl.format.text)
-		}
-		return fl.format.text, fl.dix, nil
-	}
-	return "", "", usageErrorf("name the image's layout: --interleaved FORMAT or --dix METAFILE")
-}
 
 // piImage is an image with its own PI, opened for a command: an extended-
 // LBA image (meta == "") or a DIX pair.
@@ -134,32 +87,6 @@ func openPIImage(path, meta string, f dif.Format, p dif.Params, mode openMode) (
 	}
 	ok = true
 	return im, nil
-}
-
-// openSizedFile opens a regular file or a block device and returns its size.
-func openSizedFile(path string, write bool) (*os.File, int64, error) {
-	flag := os.O_RDONLY
-	if write {
-		flag = os.O_RDWR
-	}
-	// Before the open: a FIFO would block it until a writer comes.
-	if err := checkImageFile(path); err != nil {
-		return nil, 0, err
-	}
-	f, err := os.OpenFile(path, flag, 0)
-	if err != nil {
-		return nil, 0, err
-	}
-	if fi, err := f.Stat(); err == nil && fi.IsDir() {
-		f.Close()
-		return nil, 0, &fs.PathError{Op: "open", Path: path, Err: errors.New("is a directory")}
-	}
-	size := inputSize(f)
-	if size < 0 {
-		f.Close()
-		return nil, 0, fmt.Errorf("%s is neither a regular file nor a block device", path)
-	}
-	return f, size, nil
 }
 
 // sizeError explains a *blockdev.SizeError in terms of the files and the
@@ -268,4 +195,10 @@ func runParams(f dif.Format, p dif.Params, lba int64) dif.Params {
 		}
 	}
 	return p
+}
+
+// emptyImage is the error of every command that checks an image of zero
+// bytes (exit 8): there is no block to check, which is not "clean".
+func emptyImage(path string) error {
+	return fmt.Errorf("%s is empty (0 bytes): it has no blocks to check", path)
 }

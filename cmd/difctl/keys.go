@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -9,7 +8,6 @@ import (
 	"syscall"
 
 	"github.com/difctl/difctl/blockdev"
-	"github.com/difctl/difctl/store"
 	"github.com/spf13/cobra"
 )
 
@@ -141,8 +139,6 @@ func keyError(image string, err error) error {
 	return nil
 }
 
-func hexTag(t [16]byte) string { return hex.EncodeToString(t[:]) }
-
 // needKey refuses to change a keyed volume opened without its key (write,
 // discard): it could not produce valid tags.
 func needKey(v *volume) error {
@@ -150,143 +146,4 @@ func needKey(v *volume) error {
 		return keyError(v.image, blockdev.ErrKeyRequired)
 	}
 	return nil
-}
-
-// keyedValues are the expected (computed) and stored tags of a keyed-tag
-// failure, in hex; empty where there is none.
-func keyedValues(kt *blockdev.KeyedTagError) (expected, actual string) {
-	if kt.Reason == "mismatch" {
-		expected = hexTag(kt.Expected)
-	}
-	if kt.Gen != 0 {
-		actual = hexTag(kt.Actual)
-	}
-	return expected, actual
-}
-
-// keyedText is the text of a keyed-tag finding after "LBA N: keyed tag".
-func keyedText(p blockdev.Problem) string {
-	var kt *blockdev.KeyedTagError
-	if !errors.As(p.Err, &kt) {
-		return " mismatch"
-	}
-	switch kt.Reason {
-	case "mismatch":
-		return fmt.Sprintf(" mismatch: expected 0x%s, stored 0x%s (generation %d): the data is not what was written here", hexTag(kt.Expected), hexTag(kt.Actual), kt.Gen)
-	case "page-mac":
-		return " page fails its MAC: the tag page holding this block's tags, or the tuple page it seals, was edited, forged or copied from elsewhere (an older block put back in it cannot be ruled out)"
-	case "missing":
-		return " missing: the block is written but has no keyed tag"
-	case "page-missing":
-		return " page missing: the tag page holding this block's tags was deleted from the store (every tag page of a keyed volume exists from protect on)"
-	case "unwritten":
-		return " on an unwritten block: the store says unwritten, the keyed tags say written"
-	}
-	return ": " + kt.Reason
-}
-
-// keyMatches is the keyed_check of inspect's manifest record when the key
-// given is the volume's.
-const keyMatches = "key-matches"
-
-// keyedBlock is a block's keyed tag as inspect --lba shows it.
-type keyedBlock struct {
-	Generation uint64 `json:"generation"`                // write generation of its nonce, 0 when it has no tag
-	Stored     string `json:"stored,omitempty"`          // the stored tag, hex
-	Computed   string `json:"computed,omitempty"`        // computed from the data with the key
-	Check      string `json:"check"`                     // ok, mismatch, missing, unwritten, page-mac, page-missing, or skipped (no key)
-	PageMAC    bool   `json:"page_mac_failed,omitempty"` // the tag page holding it fails its MAC (with the key)
-	PageGone   bool   `json:"page_missing,omitempty"`    // the tag page holding it is missing from the store
-}
-
-// inspectKey returns the keys of inspect's keyed volume, nil without
-// --key-file/--key-env; a wrong key is refused.
-func inspectKey(opts inspectOptions, t *store.Tuples) (*blockdev.VolumeKey, error) {
-	key, err := opts.Key.load()
-	if err != nil || key == nil {
-		return nil, err
-	}
-	m := t.Manifest()
-	vk, err := key.ForVolume(t.Volume(), &m)
-	if err != nil {
-		return nil, keyError(opts.Image, err)
-	}
-	if err := t.SetPageMACKey(vk.PageKey()); err != nil {
-		return nil, err
-	}
-	return vk, nil
-}
-
-// inspectKeyed fills rec's keyed tag of block lba (data as read, written
-// per the tuple page) and fails rec when the keyed check fails.
-func inspectKeyed(rec *tupleRecord, t *store.Tuples, vk *blockdev.VolumeKey, lba int64, data []byte, written bool) error {
-	var tags [1]store.KeyedTag
-	kb := &keyedBlock{Check: "skipped"}
-	rec.Keyed = kb
-	err := t.ReadTags(lba, tags[:])
-	var me *store.PageMACError
-	switch {
-	case errors.As(err, &me) && me.IsMissing(lba/int64(t.Manifest().PageTuples)):
-		kb.PageGone = true
-	case errors.Is(err, store.ErrPageMAC):
-		kb.PageMAC = true
-	case err != nil:
-		return err
-	}
-	tg := tags[0]
-	kb.Generation = tg.Gen
-	if tg.Gen != 0 {
-		kb.Stored = hexTag(tg.Tag)
-	}
-	if vk != nil {
-		switch {
-		case written && tg.Gen == 0:
-			kb.Check = "missing"
-		case !written && tg.Gen != 0:
-			kb.Check = "unwritten"
-		case !written:
-			kb.Check = "ok"
-		default:
-			c, err := vk.Tag(lba, tg.Gen, data)
-			if err != nil {
-				return err
-			}
-			kb.Computed = hexTag(c)
-			kb.Check = "ok"
-			if kb.Computed != kb.Stored {
-				kb.Check = "mismatch"
-			}
-		}
-	}
-	if kb.PageMAC && kb.Check == "ok" {
-		// The tag matches, but the page holding it is not the one the
-		// key sealed: an older block may have been put back.
-		kb.Check = "page-mac"
-	}
-	if kb.PageGone {
-		// Detected with or without the key: the page was deleted.
-		kb.Check = "page-missing"
-	}
-	if kb.Check != "ok" && kb.Check != "skipped" {
-		rec.State = "failed"
-		rec.Failed = append(rec.Failed, string(blockdev.KindKeyedTag))
-	}
-	return nil
-}
-
-// keyedManifestText is inspect's "keyed:" line.
-func keyedManifestText(rec *manifestRecord) string {
-	s := "yes, Poly1305-AES tags per block, key check value " + rec.KeyCheck
-	if rec.KeyedCheck == keyMatches {
-		return s + "; the key given matches"
-	}
-	return s + "; no key given (--key-file or --key-env): keyed check skipped"
-}
-
-// keyedColumn is the keyed column of inspect --lba's text table.
-func keyedColumn(kb *keyedBlock) string {
-	if kb.Check == "ok" || kb.Check == "skipped" {
-		return "keyed=" + kb.Check
-	}
-	return "keyed=" + kb.Check + " !"
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -11,6 +10,7 @@ import (
 	"time"
 
 	"github.com/difctl/difctl/blockdev"
+	"github.com/difctl/difctl/blockdev/scrub"
 	"github.com/difctl/difctl/dif"
 )
 
@@ -227,43 +227,57 @@ func (fw *findings) summary(rec *summaryRecord, st blockdev.RunStats, elapsed ti
 	return nil
 }
 
-// checkRunBytes is the scratch per CheckRun call: runs of about 1 MiB keep
-// memory bounded whatever the image size, and calls few.
-const checkRunBytes = 1 << 20
+// maxTextFindings bounds the finding lines of text output; the rest are
+// counted in the summary, which says where the full list is.
+const maxTextFindings = 100
 
-// checkRange verifies blocks [start, start+count) of src in runs, passing
-// each problem to report and the bytes of each run to prog, and returns
-// the totals. When ctx is cancelled it returns what it counted with the
-// cancellation cause.
-func checkRange(ctx context.Context, src blockdev.CheckSource, start, count int64, opt blockdev.CheckOptions,
-	prog progress, bytesPerBlock int64, report func(blockdev.Problem)) (blockdev.RunStats, error) {
-	per := max(1, checkRunBytes/max(1, src.ScratchSize(1)))
-	scratch := make([]byte, src.ScratchSize(per))
-	var total blockdev.RunStats
-	for lba, end := start, start+count; lba < end; {
-		if ctx.Err() != nil {
-			return total, context.Cause(ctx)
-		}
-		n := int(min(int64(per), end-lba))
-		st, err := src.CheckRun(ctx, lba, n, scratch, opt, report)
-		if err != nil {
-			if ctx.Err() != nil {
-				return total, context.Cause(ctx)
-			}
-			return total, err
-		}
-		total.Add(st)
-		prog.Add(int64(n) * bytesPerBlock)
-		lba += int64(n)
+// keyedValues are the expected (computed) and stored tags of a keyed-tag
+// failure, in hex; empty where there is none.
+func keyedValues(kt *blockdev.KeyedTagError) (expected, actual string) {
+	if kt.Reason == "mismatch" {
+		expected = hexTag(kt.Expected)
 	}
-	return total, nil
+	if kt.Gen != 0 {
+		actual = hexTag(kt.Actual)
+	}
+	return expected, actual
 }
 
-// interrupted returns the error of a command the user interrupted after it
-// found failures: the cause, with exit bit 4 kept (exitCode adds 32).
-func interrupted(ctx context.Context, failed int64) error {
-	if failed > 0 {
-		return &exitError{code: exitUncorrected, err: context.Cause(ctx)}
+// keyedText is the text of a keyed-tag finding after "LBA N: keyed tag".
+func keyedText(p blockdev.Problem) string {
+	var kt *blockdev.KeyedTagError
+	if !errors.As(p.Err, &kt) {
+		return " mismatch"
 	}
-	return context.Cause(ctx)
+	switch kt.Reason {
+	case "mismatch":
+		return fmt.Sprintf(" mismatch: expected 0x%s, stored 0x%s (generation %d): the data is not what was written here", hexTag(kt.Expected), hexTag(kt.Actual), kt.Gen)
+	case "page-mac":
+		return " page fails its MAC: the tag page holding this block's tags, or the tuple page it seals, was edited, forged or copied from elsewhere (an older block put back in it cannot be ruled out)"
+	case "missing":
+		return " missing: the block is written but has no keyed tag"
+	case "page-missing":
+		return " page missing: the tag page holding this block's tags was deleted from the store (every tag page of a keyed volume exists from protect on)"
+	case "unwritten":
+		return " on an unwritten block: the store says unwritten, the keyed tags say written"
+	}
+	return ": " + kt.Reason
+}
+
+// reportFinding writes a scrub finding: failures as verify does, and
+// findings an errors-only scrub closed as resolved.
+func (fw *findings) reportFinding(fd scrub.Finding) {
+	if fd.State == scrub.FindingRecheckedOK && !fd.Transient {
+		if fw.err != nil {
+			return
+		}
+		exp, act := fw.values(fd.Problem())
+		if fw.out.json {
+			fw.err = fw.out.emit(&findingRecord{LBA: fd.LBA, Kind: string(fd.Kind), Expected: exp, Actual: act, Resolved: true})
+			return
+		}
+		_, fw.err = fmt.Fprintf(fw.out.w, "LBA %d: %s: passes now, finding marked rechecked-ok\n", fd.LBA, kindName(fd.Kind))
+		return
+	}
+	fw.report(fd.Problem())
 }

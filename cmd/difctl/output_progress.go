@@ -112,3 +112,16 @@ func (b *bar) Finish() {
 	// the line; on an unknown total it stops the spinner.
 	_ = b.pb.Finish()
 }
+
+// byteProgress turns the (done, total) callbacks of the library, which
+// start again from 0 for each pass, into progress increments.
+func byteProgress(prog progress) func(done, total int64) {
+	var last int64
+	return func(done, _ int64) {
+		if done < last {
+			last = 0
+		}
+		prog.Add(done - last)
+		last = done
+	}
+}
