@@ -169,78 +169,35 @@ func runScrub(ctx context.Context, opts scrubOptions, stdout, stderr io.Writer) 
 	}
 	defer m.close()
 	url := storeURL(opts.Image, opts.Store)
-	var (
-		src    blockdev.CheckSource
-		tup    *store.Tuples
-		f      dif.Format
-		name   = opts.Image
-		closer func() error
-		keyed  string // keyed_check of the summary
-	)
-	if opts.SelfContained {
-		im, err := openPIImage(opts.Image, opts.Meta, opts.Format, opts.Params, openRead)
-		if err != nil {
-			return err
-		}
-		kv, err := openStore(opts.Image, url, storeCreate)
-		if err != nil {
-			im.Close()
-			return err
-		}
-		closer = func() error { kv.Close(); return im.Close() }
-		if tup, err = piStateTuples(kv, url, opts.Image, im.f, im.blocks()); err != nil {
-			closer()
-			return err
-		}
-		src, f, name = im.src, im.f, im.name()
-	} else {
-		v, err := openVolumeMode(ctx, opts.Image, url, true, storeWrite, opts.Key) // cursor and findings
-		if err != nil {
-			return err
-		}
-		closer = v.Close
-		src, tup, f = v.vol, v.vol.Tuples(), v.format().WithLayout(dif.Interleaved)
-		keyed = keyedState(v.vol)
+	tg, err := openScrubTarget(ctx, opts, url)
+	if err != nil {
+		return err
 	}
-	defer closer()
-
-	start, count, err := opts.Range.bounds(src.Blocks())
+	defer tg.close()
+	start, count, err := opts.Range.bounds(tg.src.Blocks())
 	if err != nil {
 		return err
 	}
 	end := start + count
-	state, err := scrub.NewStoreState(tup, scrubName)
+	state, err := scrub.NewStoreState(tg.tup, scrubName)
 	if err != nil {
 		return err
 	}
 	// The bad blocks of the pass: those a resumed pass found before it
 	// stopped come from the findings log, the rest as they are found.
-	var bad scrub.BadRanges
-	earlier := map[string]int64{} // failures by kind found before a resume
+	earlier := &scrub.Earlier{}
 	if !opts.Restart && !opts.ErrorsOnly {
-		if c, ok, err := state.LoadCursor(start, end); err == nil && ok && c.Next > start && c.Next < end {
-			for fd, err := range state.OpenFindings(start, c.Next) {
-				if err != nil {
-					return fmt.Errorf("store %s: %w", url, err)
-				}
-				if !fd.LastSeen.Before(c.Started) && fd.Bad() {
-					bad.AddFinding(fd)
-					earlier[string(fd.Kind)]++
-				}
-			}
+		if earlier, err = scrub.LoadEarlier(state, start, end); err != nil {
+			return fmt.Errorf("store %s: %w", url, err)
 		}
 	}
-	earlierBlocks := bad.Blocks()
-
 	out := newOutput(stdout, opts.JSON)
-	fw := newFindings(out, f)
+	fw := newFindings(out, tg.f)
 	fw.more = "--json, --badblocks or --mapfile list them all"
 	if !strings.HasPrefix(url, "mem:") {
 		fw.more += fmt.Sprintf(", and the findings log in %s keeps them (difctl inspect %s)", url, opts.Image)
 	}
-	bs := int64(src.BlockSize())
-	var prog progress = noProgress{}
-	var done int64
+	prog := &scrubProgress{stderr: stderr, quiet: opts.Quiet, desc: "scrub " + opts.Image, p: noProgress{}}
 	so := scrub.Options{
 		Start: start, End: end,
 		Workers:    opts.Workers,
@@ -249,43 +206,30 @@ func runScrub(ctx context.Context, opts scrubOptions, stdout, stderr io.Writer) 
 		Resume:     !opts.Restart,
 		ErrorsOnly: opts.ErrorsOnly,
 		OnFinding: func(fd scrub.Finding) error {
-			if fd.Bad() {
-				bad.AddFinding(fd)
-			}
+			earlier.Bad.AddFinding(fd)
 			fw.reportFinding(fd)
 			return fw.err
 		},
-		MaxFindings: -1,
-		Progress: func(p scrub.Progress) {
-			if _, ok := prog.(noProgress); ok && p.Total > 0 && !opts.Quiet && isTerminal(stderr) {
-				prog = newProgress(stderr, opts.Quiet, p.Total, "scrub "+opts.Image)
-			}
-			prog.Add(p.Done - done)
-			done = p.Done
-		},
+		MaxFindings:      -1,
+		Progress:         prog.update,
 		ProgressInterval: 200 * time.Millisecond,
 	}
 	if opts.Rate > 0 {
 		so.Limiter = scrub.NewRateLimiter(opts.Rate)
 	}
-	m.scrub(&so, filepath.Base(opts.Image), src)
-	rep, err := scrub.Run(ctx, src, so)
-	prog.Finish()
-	if rep == nil {
-		if err != nil && ctx.Err() != nil {
-			return context.Cause(ctx)
-		}
-		return storeFailure("scrub "+name, url, err)
+	m.scrub(&so, filepath.Base(opts.Image), tg.src)
+	rep, err := scrub.Run(ctx, tg.src, so)
+	prog.p.Finish()
+	switch {
+	case err != nil && ctx.Err() != nil && rep == nil:
+		return context.Cause(ctx)
+	case err != nil && ctx.Err() != nil:
+		fmt.Fprintf(stderr, "difctl: %s: scrub stopped at LBA %d of %d; run it again to resume\n", tg.name, rep.Next, end)
+		return interrupted(ctx, rep.Failed+earlier.Blocks)
+	case err != nil || rep == nil:
+		return storeFailure("scrub "+tg.name, url, err)
 	}
-	st := rep.RunStats
-	if err != nil {
-		if ctx.Err() != nil {
-			fmt.Fprintf(stderr, "difctl: %s: scrub stopped at LBA %d of %d; run it again to resume\n", name, rep.Next, end)
-			return interrupted(ctx, st.Failed+earlierBlocks)
-		}
-		return storeFailure("scrub "+name, url, err)
-	}
-	srec := &summaryRecord{Command: "scrub", Image: opts.Image, Metadata: opts.Meta, Format: displayFormat(f.String()), Start: rep.From, KeyedCheck: keyed}
+	srec := &summaryRecord{Command: "scrub", Image: opts.Image, Metadata: opts.Meta, Format: displayFormat(tg.f.String()), Start: rep.From, KeyedCheck: tg.keyed}
 	if !opts.SelfContained {
 		srec.Store = url
 	}
@@ -295,43 +239,20 @@ func runScrub(ctx context.Context, opts scrubOptions, stdout, stderr io.Writer) 
 	for k, n := range rep.Failures {
 		fw.byKind[string(k)] = n
 	}
-	serr := fw.summary(srec, st, rep.Elapsed)
+	serr := fw.summary(srec, rep.RunStats, rep.Elapsed)
 	if serr != nil && !isIntegrity(serr) {
 		return serr
 	}
 	rec := &scrubRecord{Image: opts.Image, Store: url, Start: rep.Start, End: rep.End, From: rep.From, Next: rep.Next,
 		Resumed: rep.Resumed, Complete: rep.Complete, Pass: rep.Pass, ErrorsOnly: rep.ErrorsOnly,
 		Rechecked: rep.Rechecked, Resolved: rep.Resolved, StillOpen: rep.StillOpen, Bytes: rep.Bytes,
-		PassFailed: st.Failed}
-	if rep.Resumed {
-		rec.PassFailed += earlierBlocks
-	}
+		PassFailed: rep.PassFailed(earlier)}
 	if s := rep.Active.Seconds(); s > 0 {
 		rec.Rate = float64(rep.Bytes) / s
 	}
-	listBS := int(bs)
-	if opts.BadblocksBS != 0 {
-		listBS = opts.BadblocksBS
-	}
 	if rep.Complete || rep.ErrorsOnly {
-		if opts.Badblocks != "" {
-			if err := writeFileWith(opts.Badblocks, func(w io.Writer) error {
-				return scrub.WriteBadblocks(w, bad.Ranges(), int(bs), listBS)
-			}); err != nil {
-				return err
-			}
-			rec.Badblocks, rec.BadblocksBlockSize = opts.Badblocks, listBS
-		}
-		if opts.Mapfile != "" {
-			if err := writeFileWith(opts.Mapfile, func(w io.Writer) error {
-				return scrub.WriteMapfile(w, bad.Ranges(), scrub.MapfileOptions{
-					BlockSize: int(bs), Blocks: src.Blocks(), Start: start, End: end,
-					Comments: []string{"Command line: " + commandLine(opts.Args), "Start time: " + time.Now().Add(-rep.Elapsed).Format("2006-01-02 15:04:05")},
-				})
-			}); err != nil {
-				return err
-			}
-			rec.Mapfile = opts.Mapfile
+		if err := writeBadLists(opts, rec, rep, &earlier.Bad, tg.src); err != nil {
+			return err
 		}
 	}
 	if out.json {
@@ -339,61 +260,68 @@ func runScrub(ctx context.Context, opts scrubOptions, stdout, stderr io.Writer) 
 			return err
 		}
 	} else if !opts.Quiet {
-		var b strings.Builder
-		switch {
-		case rep.ErrorsOnly:
-			fmt.Fprintf(&b, "errors-only: %d open findings rechecked, %d resolved, %d still failing", rep.Rechecked, rep.Resolved, rep.StillOpen)
-		case rep.Resumed:
-			fmt.Fprintf(&b, "pass %d resumed at LBA %d, complete", rep.Pass, rep.From)
-		default:
-			fmt.Fprintf(&b, "pass %d complete", rep.Pass)
-		}
-		fmt.Fprintf(&b, ": %s in %s", formatBytes(rep.Bytes), rep.Elapsed.Round(time.Millisecond))
-		if rec.Rate > 0 {
-			fmt.Fprintf(&b, " (%s/s)", formatBytes(int64(rec.Rate)))
-		}
-		fmt.Fprintf(&b, "; state in %s", url)
-		if rep.Resumed && earlierBlocks > 0 {
-			var parts []string
-			for _, k := range slices.Sorted(maps.Keys(earlier)) {
-				parts = append(parts, fmt.Sprintf("%s %d", kindName(blockdev.Kind(k)), earlier[k]))
-			}
-			fmt.Fprintf(&b, "; whole pass: %d blocks failed, %d of them before LBA %d, found before the interruption (%s)",
-				rec.PassFailed, earlierBlocks, rep.From, strings.Join(parts, ", "))
-		}
-		if rec.Badblocks != "" {
-			fmt.Fprintf(&b, "; badblocks list %s", rec.Badblocks)
-		}
-		if rec.Mapfile != "" {
-			fmt.Fprintf(&b, "; mapfile %s", rec.Mapfile)
-		}
-		fmt.Fprintln(out.w, b.String())
+		fmt.Fprintln(out.w, scrubText(rec, rep, earlier))
 	}
-	if serr == nil && opts.ErrorsOnly && rep.StillOpen > 0 {
-		return &integrityError{msg: fmt.Sprintf("%s: %d findings still failing", name, rep.StillOpen)}
-	}
-	if serr == nil && rec.PassFailed > 0 {
+	switch {
+	case serr == nil && opts.ErrorsOnly && rep.StillOpen > 0:
+		return &integrityError{msg: fmt.Sprintf("%s: %d findings still failing", tg.name, rep.StillOpen)}
+	case serr == nil && rec.PassFailed > 0:
 		// Failures found by this pass before it was interrupted.
-		return &integrityError{msg: fmt.Sprintf("%s: %d blocks of this pass failed verification before the scrub was resumed", name, rec.PassFailed)}
+		return &integrityError{msg: fmt.Sprintf("%s: %d blocks of this pass failed verification before the scrub was resumed", tg.name, rec.PassFailed)}
 	}
 	return serr
 }
 
-// piStateTuples returns the tuple-less volume that keeps the scrub state
-// of an image with its own PI in kv, creating it on first use. Its
-// manifest names the format and size, so that a later scrub with another
-// format is refused.
-func piStateTuples(kv store.KV, url, image string, f dif.Format, blocks int64) (*store.Tuples, error) {
+// scrubTarget is what a scrub checks and where it keeps its state: a
+// protected volume, in its own store, or an image with its own PI, in the
+// store's volume for it (scrub.ImageStateVolume).
+type scrubTarget struct {
+	src   blockdev.CheckSource
+	tup   *store.Tuples // where the cursor and the findings go
+	f     dif.Format    // of the findings, interleaved for a volume
+	name  string        // for messages: a DIX pair's two files
+	keyed string        // keyed_check of the summary
+	close func() error
+}
+
+// openScrubTarget opens the image of a scrub and its store (read-write:
+// the cursor and the findings are written; created for an image with its
+// own PI).
+func openScrubTarget(ctx context.Context, opts scrubOptions, url string) (*scrubTarget, error) {
+	if !opts.SelfContained {
+		v, err := openVolumeMode(ctx, opts.Image, url, true, storeWrite, opts.Key) // cursor and findings
+		if err != nil {
+			return nil, err
+		}
+		return &scrubTarget{src: v.vol, tup: v.vol.Tuples(), f: v.format().WithLayout(dif.Interleaved), name: opts.Image,
+			keyed: keyedState(v.vol), close: v.Close}, nil
+	}
+	im, err := openPIImage(opts.Image, opts.Meta, opts.Format, opts.Params, openRead)
+	if err != nil {
+		return nil, err
+	}
+	kv, err := openStore(opts.Image, url, storeCreate)
+	if err != nil {
+		im.Close()
+		return nil, err
+	}
+	tg := &scrubTarget{src: im.src, f: im.f, name: im.name(), close: func() error { kv.Close(); return im.Close() }}
+	if tg.tup, err = openImageState(kv, url, opts.Image, im.f, im.blocks()); err != nil {
+		tg.close()
+		return nil, err
+	}
+	return tg, nil
+}
+
+// openImageState opens the volume that keeps the scrub state of an image
+// with its own PI in kv (scrub.OpenImageState), the image named by its
+// absolute path, and explains a store that keeps another image's.
+func openImageState(kv store.KV, url, image string, f dif.Format, blocks int64) (*store.Tuples, error) {
 	abs, err := filepath.Abs(image)
 	if err != nil {
 		abs = image
 	}
-	m := store.NewManifest(f.String(), f.BlockSize(), f.TupleSize(), blocks*int64(f.BlockSize()), abs)
-	m.Tool = toolName
-	t, err := store.OpenTuples(kv, piStateVolume, &m)
-	if errors.Is(err, store.ErrNotFound) {
-		t, err = store.CreateTuples(kv, piStateVolume, m)
-	}
+	t, err := scrub.OpenImageState(kv, f, blocks, abs, toolName)
 	var mm *store.ManifestMismatchError
 	switch {
 	case errors.As(err, &mm) && mm.Field == "format":
@@ -404,4 +332,86 @@ func piStateTuples(kv store.KV, url, image string, f dif.Format, blocks int64) (
 		return nil, storeErr(url, err)
 	}
 	return t, nil
+}
+
+// scrubProgress shows a scrub's progress on a terminal, unless --quiet: a
+// bar from the scrub's first report, which knows the total.
+type scrubProgress struct {
+	stderr io.Writer
+	quiet  bool
+	desc   string
+	p      progress
+	done   int64
+}
+
+// update is the scrub's Options.Progress.
+func (s *scrubProgress) update(p scrub.Progress) {
+	if _, ok := s.p.(noProgress); ok && p.Total > 0 && !s.quiet && isTerminal(s.stderr) {
+		s.p = newProgress(s.stderr, s.quiet, p.Total, s.desc)
+	}
+	s.p.Add(p.Done - s.done)
+	s.done = p.Done
+}
+
+// writeBadLists writes the bad blocks of the pass to the --badblocks and
+// --mapfile files, if asked, and names them in rec.
+func writeBadLists(opts scrubOptions, rec *scrubRecord, rep *scrub.Report, bad *scrub.BadRanges, src blockdev.CheckSource) error {
+	bs := src.BlockSize()
+	listBS := bs
+	if opts.BadblocksBS != 0 {
+		listBS = opts.BadblocksBS
+	}
+	if opts.Badblocks != "" {
+		if err := writeFileWith(opts.Badblocks, func(w io.Writer) error {
+			return scrub.WriteBadblocks(w, bad.Ranges(), bs, listBS)
+		}); err != nil {
+			return err
+		}
+		rec.Badblocks, rec.BadblocksBlockSize = opts.Badblocks, listBS
+	}
+	if opts.Mapfile != "" {
+		if err := writeFileWith(opts.Mapfile, func(w io.Writer) error {
+			return scrub.WriteMapfile(w, bad.Ranges(), scrub.MapfileOptions{
+				BlockSize: bs, Blocks: src.Blocks(), Start: rep.Start, End: rep.End,
+				Comments: []string{"Command line: " + commandLine(opts.Args), "Start time: " + time.Now().Add(-rep.Elapsed).Format("2006-01-02 15:04:05")},
+			})
+		}); err != nil {
+			return err
+		}
+		rec.Mapfile = opts.Mapfile
+	}
+	return nil
+}
+
+// scrubText is the line of text that closes a scrub, after its summary.
+func scrubText(rec *scrubRecord, rep *scrub.Report, earlier *scrub.Earlier) string {
+	var b strings.Builder
+	switch {
+	case rep.ErrorsOnly:
+		fmt.Fprintf(&b, "errors-only: %d open findings rechecked, %d resolved, %d still failing", rep.Rechecked, rep.Resolved, rep.StillOpen)
+	case rep.Resumed:
+		fmt.Fprintf(&b, "pass %d resumed at LBA %d, complete", rep.Pass, rep.From)
+	default:
+		fmt.Fprintf(&b, "pass %d complete", rep.Pass)
+	}
+	fmt.Fprintf(&b, ": %s in %s", formatBytes(rep.Bytes), rep.Elapsed.Round(time.Millisecond))
+	if rec.Rate > 0 {
+		fmt.Fprintf(&b, " (%s/s)", formatBytes(int64(rec.Rate)))
+	}
+	fmt.Fprintf(&b, "; state in %s", rec.Store)
+	if rep.Resumed && earlier.Blocks > 0 {
+		var parts []string
+		for _, k := range slices.Sorted(maps.Keys(earlier.Failures)) {
+			parts = append(parts, fmt.Sprintf("%s %d", kindName(k), earlier.Failures[k]))
+		}
+		fmt.Fprintf(&b, "; whole pass: %d blocks failed, %d of them before LBA %d, found before the interruption (%s)",
+			rec.PassFailed, earlier.Blocks, rep.From, strings.Join(parts, ", "))
+	}
+	if rec.Badblocks != "" {
+		fmt.Fprintf(&b, "; badblocks list %s", rec.Badblocks)
+	}
+	if rec.Mapfile != "" {
+		fmt.Fprintf(&b, "; mapfile %s", rec.Mapfile)
+	}
+	return b.String()
 }

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/difctl/difctl/blockdev"
+	"github.com/difctl/difctl/blockdev/scrub"
 	"github.com/difctl/difctl/store"
 )
 
@@ -17,12 +18,11 @@ import (
 // a store, by default the Pebble database IMAGE.difdb beside it. The
 // volume of a protected image is blockdev.DefaultVolumeName; the store of
 // an image with its own PI (scrub --interleaved, --dix) keeps only scrub
-// state, as a tuple-less volume named piStateVolume.
+// state, as a tuple-less volume (scrub.ImageStateVolume).
 const (
-	storeSuffix   = ".difdb"
-	piStateVolume = "pi-image"
-	scrubName     = "difctl"
-	toolName      = "difctl"
+	storeSuffix = ".difdb"
+	scrubName   = "difctl"
+	toolName    = "difctl"
 )
 
 // storeURL returns the store URL of image: given, or the default
@@ -147,8 +147,8 @@ func checkProtected(kv store.KV, image, url string) error {
 	switch {
 	case has[blockdev.DefaultVolumeName]:
 		return nil
-	case has[piStateVolume]:
-		t, err := store.OpenTuples(kv, piStateVolume, nil)
+	case has[scrub.ImageStateVolume]:
+		t, err := store.OpenTuples(kv, scrub.ImageStateVolume, nil)
 		if err == nil {
 			f := t.Manifest().Format
 			return usageErrorf("%s keeps the scrub state of %s as an image with its own PI (%s), not its tuples: add --interleaved %s or --dix",
