@@ -137,9 +137,12 @@ type protectSpec struct {
 	appTag, appMask uint16
 }
 
-// resolveProtect merges the flags over the stored manifest m (nil for a
-// new volume) and refuses flags that contradict it.
-func resolveProtect(opts protectOptions, m *store.Manifest) (protectSpec, error) {
+// resolveProtect merges the flags over the manifest m of the volume
+// being protected already (a resume) or, with reprotect, of the volume
+// that was (nil for a new volume): the format and the tags left out are
+// m's. A resume refuses flags that contradict m; a reprotect takes them
+// as changes.
+func resolveProtect(opts protectOptions, m *store.Manifest, reprotect bool) (protectSpec, error) {
 	pf := opts.PI
 	var s protectSpec
 	base := opts.FormatText
@@ -171,6 +174,9 @@ func resolveProtect(opts protectOptions, m *store.Manifest) (protectSpec, error)
 	if !pf.appTag.set && !pf.appMask.set {
 		s.appMask = m.AppTagMask
 	}
+	if reprotect {
+		return s, nil
+	}
 	mismatch := func(field, stored, given string) error {
 		return usageErrorf("%s is protected with %s %s in %s, not %s: leave the flag out, or use another --store",
 			opts.Image, field, stored, storeURL(opts.Image, opts.Store), given)
@@ -188,6 +194,20 @@ func resolveProtect(opts protectOptions, m *store.Manifest) (protectSpec, error)
 	return s, nil
 }
 
+// check refuses a spec that protects nothing, or an image that is not
+// whole blocks of it.
+func (s protectSpec) check(image string, size int64) error {
+	switch {
+	case s.f.Type() == dif.Type0:
+		return usageErrorf("type 0 has no protection information: nothing to protect")
+	case s.appTag == 0xffff:
+		return usageErrorf("--app-tag 0xffff is the escape value: blocks carrying it are never checked")
+	case size == 0 || size%int64(s.f.BlockSize()) != 0:
+		return fmt.Errorf("%s: size %d is not a positive multiple of the %d-byte block size (truncated, or another --block-size?)", image, size, s.f.BlockSize())
+	}
+	return nil
+}
+
 func runProtect(ctx context.Context, opts protectOptions, stdout, stderr io.Writer) error {
 	url := storeURL(opts.Image, opts.Store)
 	// The key first: a bad key file must not leave an empty store either.
@@ -195,14 +215,8 @@ func runProtect(ctx context.Context, opts protectOptions, stdout, stderr io.Writ
 	if err != nil {
 		return err
 	}
-	// An image that cannot hold whole blocks of the format asked for is
-	// named with that block size, not the smallest one openDevice checks.
-	if opts.FormatText != "" && opts.PI != nil {
-		if f, ferr := opts.PI.resolveFormat(opts.FormatText); ferr == nil {
-			if fi, serr := os.Stat(opts.Image); serr == nil && fi.Mode().IsRegular() && fi.Size()%int64(f.BlockSize()) != 0 {
-				return fmt.Errorf("%s: size %d is not a multiple of the %d-byte blocks of format %s (truncated?)", opts.Image, fi.Size(), f.BlockSize(), opts.FormatText)
-			}
-		}
+	if err := checkProtectSize(opts); err != nil {
+		return err
 	}
 	// Open the image first: a missing image must not leave an empty store.
 	dev, err := openDevice(opts.Image, true)
@@ -219,70 +233,34 @@ func runProtect(ctx context.Context, opts protectOptions, stdout, stderr io.Writ
 		return err
 	}
 	defer kv.Close()
-
-	var stored, prev *store.Manifest
-	existing := false
-	t, err := store.OpenTuples(kv, blockdev.DefaultVolumeName, nil)
-	switch {
-	case err == nil && opts.Reprotect:
-		// Start over with what the volume was (format, tags, key) unless
-		// flags change it; the key is checked before anything goes. The
-		// identity is not: --reprotect is the explicit start over, from
-		// the data as it is now, and records the image's identity anew.
-		m := t.Manifest()
-		if key, err = reprotectKey(opts, &m, key); err != nil {
-			return err
-		}
-		prev = &m
-		if err := store.DeleteVolume(kv, blockdev.DefaultVolumeName); err != nil {
-			return storeErr(url, err)
-		}
-	case err == nil:
-		m := t.Manifest()
-		if err := checkImage(ctx, opts.Image, url, t, dev); err != nil {
-			return err
-		}
-		stored, existing = &m, true
-	case errors.Is(err, store.ErrNotFound):
-		has, err := store.HasRecords(kv, blockdev.DefaultVolumeName)
-		switch {
-		case err != nil:
-			return volumeError(opts.Image, url, err)
-		case has && !opts.Reprotect:
-			return &identityError{fmt.Errorf("store %s holds records of %s (tuples, findings or cursors) but no manifest: it may have protected it and lost the manifest, and protecting now would checksum the data as it is now; to start over on data known to be good, run protect --reprotect", url, opts.Image)}
-		case has:
-			if err := store.DeleteVolume(kv, blockdev.DefaultVolumeName); err != nil {
-				return storeErr(url, err)
+	prior, err := blockdev.PrepareCreate(kv, blockdev.DefaultVolumeName, blockdev.PrepareOptions{
+		Reprotect: opts.Reprotect,
+		Check: func(t *store.Tuples) error {
+			if !opts.Reprotect {
+				return checkImage(ctx, opts.Image, url, t, dev)
 			}
-		}
-	case opts.Reprotect && (errors.Is(err, store.ErrCorrupt) || errors.Is(err, store.ErrUnsupported)):
-		// The manifest itself is damaged: start over.
-		if err := store.DeleteVolume(kv, blockdev.DefaultVolumeName); err != nil {
-			return storeErr(url, err)
-		}
-	default:
-		return volumeError(opts.Image, url, err)
+			// Start over with what the volume was (format, tags, key)
+			// unless flags change it; the key is checked before anything
+			// goes. The identity is not: --reprotect is the explicit start
+			// over, from the data as it is now, and records the image's
+			// identity anew.
+			m := t.Manifest()
+			key, err = reprotectKey(opts, &m, key)
+			return err
+		},
+	})
+	if err != nil {
+		return prepareError(opts.Image, url, err)
 	}
-	if opts.DropKey && prev == nil {
+	if opts.DropKey && prior.Previous() == nil {
 		return usageErrorf("--drop-key goes with --reprotect of a keyed volume")
 	}
-	var spec protectSpec
-	if prev != nil {
-		spec, err = resolveReprotect(opts, prev)
-	} else {
-		spec, err = resolveProtect(opts, stored)
-	}
+	spec, err := resolveProtect(opts, prior.Manifest, prior.Deleted)
 	if err != nil {
 		return err
 	}
-	if spec.f.Type() == dif.Type0 {
-		return usageErrorf("type 0 has no protection information: nothing to protect")
-	}
-	if spec.appTag == 0xffff {
-		return usageErrorf("--app-tag 0xffff is the escape value: blocks carrying it are never checked")
-	}
-	if size := dev.Size(); size == 0 || size%int64(spec.f.BlockSize()) != 0 {
-		return fmt.Errorf("%s: size %d is not a positive multiple of the %d-byte block size (truncated, or another --block-size?)", opts.Image, size, spec.f.BlockSize())
+	if err := spec.check(opts.Image, dev.Size()); err != nil {
+		return err
 	}
 
 	dev2, err := withRate(dev, opts.Rate)
@@ -290,11 +268,10 @@ func runProtect(ctx context.Context, opts protectOptions, stdout, stderr io.Writ
 		return err
 	}
 	prog := newProgress(stderr, opts.Quiet, dev.Size(), "protect "+opts.Image)
-	var last int64
 	t0 := time.Now()
 	id := deviceID(opts.Image)
-	if stored != nil {
-		id = stored.DeviceID // checkImage accepted the image: resume as begun
+	if prior.Resume() {
+		id = prior.Manifest.DeviceID // checkImage accepted the image: resume as begun
 	}
 	vol, err := blockdev.Create(ctx, dev2(ctx), kv, blockdev.CreateOptions{
 		Options:         blockdev.Options{DeviceID: id, Key: key},
@@ -304,10 +281,7 @@ func runProtect(ctx context.Context, opts protectOptions, stdout, stderr io.Writ
 		AppTagMask:      spec.appMask,
 		Tool:            toolName,
 		CheckpointBytes: opts.Checkpoint,
-		Progress: func(done, total int64) {
-			prog.Add(done - last)
-			last = done
-		},
+		Progress:        byteProgress(prog),
 	})
 	prog.Finish()
 	protected := true
@@ -329,73 +303,78 @@ func runProtect(ctx context.Context, opts protectOptions, stdout, stderr io.Writ
 		RefTag: hexWidth(0, spec.refTag, spec.f.RefTagBits()), AppTag: hexWidth(0, uint64(spec.appTag), 16),
 		AppMask: hexWidth(0, uint64(spec.appMask), 16),
 		Blocks:  dev.Size() / int64(spec.f.BlockSize()), Bytes: dev.Size(),
-		Resumed: existing && protected, Protected: protected, Seconds: time.Since(t0).Seconds(),
-		Keyed: key != nil || stored != nil && stored.Keyed(),
+		Resumed: prior.Resume() && protected, Protected: protected, Seconds: time.Since(t0).Seconds(),
+		Keyed: key != nil || prior.Resume() && prior.Manifest.Keyed(),
 	}
-	out := newOutput(stdout, opts.JSON)
+	return emitProtect(newOutput(stdout, opts.JSON), rec)
+}
+
+// checkProtectSize names an image that cannot hold whole blocks of the
+// format given with --format with that block size, not the smallest one
+// openDevice checks.
+func checkProtectSize(opts protectOptions) error {
+	if opts.FormatText == "" || opts.PI == nil {
+		return nil
+	}
+	f, err := opts.PI.resolveFormat(opts.FormatText)
+	if err != nil {
+		return nil
+	}
+	if fi, err := os.Stat(opts.Image); err == nil && fi.Mode().IsRegular() && fi.Size()%int64(f.BlockSize()) != 0 {
+		return fmt.Errorf("%s: size %d is not a multiple of the %d-byte blocks of format %s (truncated?)", opts.Image, fi.Size(), f.BlockSize(), opts.FormatText)
+	}
+	return nil
+}
+
+// prepareError explains why the store's earlier state of the image keeps
+// protect from starting (blockdev.PrepareCreate).
+func prepareError(image, url string, err error) error {
+	var pe *blockdev.PrepareError
+	switch {
+	case errors.Is(err, blockdev.ErrLostManifest):
+		return &identityError{fmt.Errorf("store %s holds records of %s (tuples, findings or cursors) but no manifest: it may have protected it and lost the manifest, and protecting now would checksum the data as it is now; to start over on data known to be good, run protect --reprotect", url, image)}
+	case errors.As(err, &pe) && pe.Op == "delete":
+		return storeErr(url, pe.Err)
+	case errors.As(err, &pe):
+		return volumeError(image, url, pe.Err)
+	}
+	return err
+}
+
+// emitProtect writes the result of protect.
+func emitProtect(out *output, rec *protectRecord) error {
 	if out.json {
 		return out.emit(rec)
 	}
+	var err error
 	switch {
-	case !protected:
-		_, err = fmt.Fprintf(out.w, "%s: protected already (%s, %d blocks, store %s): nothing to do\n", opts.Image, rec.Format, rec.Blocks, url)
+	case !rec.Protected:
+		_, err = fmt.Fprintf(out.w, "%s: protected already (%s, %d blocks, store %s): nothing to do\n", rec.Image, rec.Format, rec.Blocks, rec.Store)
 	case rec.Resumed:
-		_, err = fmt.Fprintf(out.w, "%s: protected %d blocks (%s, resumed), tuples in %s\n", opts.Image, rec.Blocks, formatBytes(rec.Bytes), url)
+		_, err = fmt.Fprintf(out.w, "%s: protected %d blocks (%s, resumed), tuples in %s\n", rec.Image, rec.Blocks, formatBytes(rec.Bytes), rec.Store)
 	default:
 		what := "tuples"
 		if rec.Keyed {
 			what = "tuples and keyed tags"
 		}
-		_, err = fmt.Fprintf(out.w, "%s: protected %d blocks (%s), format %s, %s in %s\n", opts.Image, rec.Blocks, formatBytes(rec.Bytes), rec.Format, what, url)
+		_, err = fmt.Fprintf(out.w, "%s: protected %d blocks (%s), format %s, %s in %s\n", rec.Image, rec.Blocks, formatBytes(rec.Bytes), rec.Format, what, rec.Store)
 	}
 	return err
 }
 
-// reprotectKey decides the key a --reprotect of volume m protects with: a
-// keyed volume stays keyed, with its own key (checked, so that a wrong
-// key fails before anything is deleted); dropping the key takes
-// --drop-key and the key itself, as proof of ownership. An unkeyed volume
-// becomes keyed only with a key given.
+// reprotectKey is the key a --reprotect of volume m protects with
+// (blockdev.ReprotectKey), its refusals in the flags' words.
 func reprotectKey(opts protectOptions, m *store.Manifest, key *blockdev.Key) (*blockdev.Key, error) {
-	if !m.Keyed() {
-		if opts.DropKey {
-			return nil, usageErrorf("--drop-key: %s is not keyed", opts.Image)
-		}
-		return key, nil
-	}
-	if key == nil {
+	k, err := blockdev.ReprotectKey(blockdev.DefaultVolumeName, m, key, opts.DropKey)
+	switch {
+	case errors.Is(err, blockdev.ErrNotKeyed):
+		return nil, usageErrorf("--drop-key: %s is not keyed", opts.Image)
+	case errors.Is(err, blockdev.ErrKeyRequired):
 		return nil, usageErrorf("%s is a keyed volume: --reprotect keeps it keyed and needs its key (--key-file or --key-env); to protect it again without a key, add --drop-key with the key", opts.Image)
-	}
-	if _, err := key.ForVolume(blockdev.DefaultVolumeName, m); err != nil {
+	case err != nil:
 		return nil, fmt.Errorf("%s: --reprotect with a key that is not the volume's: %w", opts.Image, err)
 	}
-	if opts.DropKey {
-		return nil, nil
-	}
-	return key, nil
-}
-
-// resolveReprotect is resolveProtect for --reprotect of the volume that
-// was m: its format and tags, but for those the flags change.
-func resolveReprotect(opts protectOptions, m *store.Manifest) (protectSpec, error) {
-	if opts.FormatText == "" {
-		opts.FormatText = m.Format
-	}
-	s, err := resolveProtect(opts, nil)
-	if err != nil {
-		return s, err
-	}
-	pf := opts.PI
-	if !pf.refTag.set {
-		s.refTag = m.InitialRefTag
-	}
-	if !pf.appTag.set {
-		s.appTag = m.AppTag
-	}
-	if !pf.appTag.set && !pf.appMask.set {
-		s.appMask = m.AppTagMask
-	}
-	return s, nil
+	return k, nil
 }
 
 // withRate returns a function giving dev limited to rate bytes per second
