@@ -246,7 +246,7 @@ func runConvert(ctx context.Context, opts convertOptions, stdout, stderr io.Writ
 			prog.Finish()
 			return fmt.Errorf("read %s: %w", im.name(), err)
 		}
-		sum, err := im.f.VerifyFunc(d, m, runParams(im.f, opts.Params, lba), func(e *dif.CheckError) error {
+		sum, err := im.f.VerifyFunc(d, m, im.f.ParamsAt(opts.Params, lba), func(e *dif.CheckError) error {
 			fw.report(blockdev.Problem{LBA: e.LBA, Kind: blockdev.KindOf(e.Field), Expected: e.Expected, Actual: e.Actual, Err: e})
 			return nil
 		})

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -140,35 +139,14 @@ func runInspect(ctx context.Context, opts inspectOptions, stdout, stderr io.Writ
 	}
 	defer im.Close()
 	out := newOutput(stdout, opts.JSON)
-	f := im.f
 	if opts.LBA < 0 {
-		layout := "interleaved"
-		if opts.Meta != "" {
-			layout = "dix"
-		}
-		pos := "last"
-		if f.Position() == dif.PIFirst {
-			pos = "first"
-		}
-		rec := &imageRecord{Image: opts.Image, Metadata: opts.Meta, Format: f.String(), Layout: layout,
-			BlockSize: f.BlockSize(), MetadataSize: f.MetadataSize(), TupleSize: f.TupleSize(),
-			Guard: f.Guard().Bits(), PIType: int(f.Type()), PIPosition: pos,
-			Blocks: im.blocks(), Bytes: im.blocks() * int64(f.BlockSize())}
-		if out.json {
-			return out.emit(rec)
-		}
-		tw := tabwriter.NewWriter(out.w, 0, 0, 2, ' ', 0)
-		fmt.Fprintf(tw, "image:\t%s\n", im.name())
-		fmt.Fprintf(tw, "format:\t%s (%s)\n", rec.Format, layout)
-		fmt.Fprintf(tw, "blocks:\t%d of %d+%d bytes (%s of data)\n", rec.Blocks, rec.BlockSize, rec.MetadataSize, formatBytes(rec.Bytes))
-		fmt.Fprintf(tw, "guard:\t%s, %d-byte tuple, PI %s in the metadata\n", guardName(f.Guard()), rec.TupleSize, pos)
-		fmt.Fprintf(tw, "type:\t%d\n", rec.PIType)
-		return tw.Flush()
+		return emitImage(out, opts, im)
 	}
 	start, count := opts.LBA, opts.Count
 	if err := checkLBAs(start, count, im.blocks()); err != nil {
 		return err
 	}
+	f := im.f
 	tt := newTupleTable(out, f)
 	data, md := im.runBuffers(1)
 	for lba := start; lba < start+count; lba++ {
@@ -179,46 +157,66 @@ func runInspect(ctx context.Context, opts inspectOptions, stdout, stderr io.Writ
 		if err != nil {
 			return fmt.Errorf("read %s at LBA %d: %w", im.name(), lba, err)
 		}
-		rec, err := inspectBlock(f, d, m, runParams(f, opts.Params, lba))
+		b, err := blockdev.InspectBlock(f, d, m, f.ParamsAt(opts.Params, lba))
 		if err != nil {
 			return err
 		}
-		rec.LBA = lba
-		if err := tt.row(rec); err != nil {
+		if err := tt.row(tupleRecordOf(f, b, false)); err != nil {
 			return err
 		}
 	}
 	return tt.flush()
 }
 
-// inspectBlock returns the stored and computed tuples of one block (data
-// and md in f's layout) checked with p.
-func inspectBlock(f dif.Format, data, md []byte, p dif.Params) (*tupleRecord, error) {
-	stored, err := f.ReadTuple(data, md, 0)
-	if err != nil {
-		return nil, err
+// emitImage writes the description of an image with its own PI.
+func emitImage(out *output, opts inspectOptions, im *piImage) error {
+	f := im.f
+	layout := "interleaved"
+	if opts.Meta != "" {
+		layout = "dix"
 	}
-	// The computed tuple: generate over a copy.
-	cd, cm := append([]byte(nil), data...), append([]byte(nil), md...)
-	if err := f.Generate(cd, cm, p); err != nil {
-		return nil, err
+	pos := "last"
+	if f.Position() == dif.PIFirst {
+		pos = "first"
 	}
-	computed, err := f.ReadTuple(cd, cm, 0)
-	if err != nil {
-		return nil, err
+	rec := &imageRecord{Image: opts.Image, Metadata: opts.Meta, Format: f.String(), Layout: layout,
+		BlockSize: f.BlockSize(), MetadataSize: f.MetadataSize(), TupleSize: f.TupleSize(),
+		Guard: f.Guard().Bits(), PIType: int(f.Type()), PIPosition: pos,
+		Blocks: im.blocks(), Bytes: im.blocks() * int64(f.BlockSize())}
+	if out.json {
+		return out.emit(rec)
 	}
-	var states [1]dif.State
-	if _, err := f.Classify(&dif.Classification{States: states[:]}, data, md, p); err != nil {
-		return nil, err
+	tw := tabwriter.NewWriter(out.w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "image:\t%s\n", im.name())
+	fmt.Fprintf(tw, "format:\t%s (%s)\n", rec.Format, layout)
+	fmt.Fprintf(tw, "blocks:\t%d of %d+%d bytes (%s of data)\n", rec.Blocks, rec.BlockSize, rec.MetadataSize, formatBytes(rec.Bytes))
+	fmt.Fprintf(tw, "guard:\t%s, %d-byte tuple, PI %s in the metadata\n", guardName(f.Guard()), rec.TupleSize, pos)
+	fmt.Fprintf(tw, "type:\t%d\n", rec.PIType)
+	return tw.Flush()
+}
+
+// tupleRecordOf is the record of a block inspected in format f; stored
+// says whether the image is store-backed, where a block may have no tuple.
+func tupleRecordOf(f dif.Format, b *blockdev.BlockInspection, stored bool) *tupleRecord {
+	rec := &tupleRecord{LBA: b.LBA, State: b.State.String(), Stored: tupleOf(f, b.Stored), Computed: tupleOf(f, b.Computed),
+		Failed: make([]string, 0, len(b.Failed))}
+	for _, k := range b.Failed {
+		rec.Failed = append(rec.Failed, string(k))
 	}
-	rec := &tupleRecord{State: states[0].String(), Stored: tupleOf(f, stored), Computed: tupleOf(f, computed), Failed: []string{}}
-	if _, err := f.VerifyFunc(data, md, p, func(e *dif.CheckError) error {
-		rec.Failed = append(rec.Failed, string(blockdev.KindOf(e.Field)))
-		return nil
-	}); err != nil {
-		return nil, err
+	if stored {
+		w := b.Written
+		rec.Written = &w
 	}
-	return rec, nil
+	if ki := b.Keyed; ki != nil {
+		rec.Keyed = &keyedBlock{Generation: ki.Gen, Check: ki.Check, PageMAC: ki.PageMAC, PageGone: ki.PageMissing}
+		if ki.Gen != 0 {
+			rec.Keyed.Stored = hexTag(ki.Stored)
+		}
+		if ki.Computed != nil {
+			rec.Keyed.Computed = hexTag(*ki.Computed)
+		}
+	}
+	return rec
 }
 
 func tupleOf(f dif.Format, t dif.Tuple) tupleValues {
@@ -336,95 +334,97 @@ func runInspectStore(ctx context.Context, opts inspectOptions, stdout, stderr io
 		return err
 	}
 	defer st.Close()
-	t, m, f := st.t, st.m, st.f
-	// The manifest must describe this image before anything is read by it.
-	fi, err := os.Stat(opts.Image)
+	if err := checkInspected(ctx, opts.Image, url, st); err != nil {
+		return err
+	}
+	out := newOutput(stdout, opts.JSON)
+	vk, err := inspectKey(opts, st.t)
+	if err != nil {
+		return err
+	}
+	if opts.LBA >= 0 {
+		return inspectStoreBlocks(ctx, opts, out, st, vk)
+	}
+	ov, err := blockdev.Inspect(ctx, st.t, scrubName)
+	if err != nil {
+		return inspectError(opts.Image, url, err)
+	}
+	rec := manifestRecordOf(opts.Image, st, ov, vk != nil)
+	if out.json {
+		return out.emit(rec)
+	}
+	return manifestText(out.w, rec, st.f)
+}
+
+// checkInspected refuses a store that does not describe the image, before
+// anything is read by it: first by what the image reports (its size, its
+// stable identifiers), then by a sample of its data.
+func checkInspected(ctx context.Context, image, url string, st *storeTuples) error {
+	fi, err := os.Stat(image)
 	if err != nil {
 		return asOpenError(err)
 	}
 	size := fi.Size()
 	var dev *blockdev.File
 	if !fi.Mode().IsRegular() {
-		if dev, err = openDevice(opts.Image, true); err != nil {
+		if dev, err = openDevice(image, true); err != nil {
 			return err
 		}
 		defer dev.Close()
 		size = dev.Size()
 	}
-	if err := checkIdentity(opts.Image, url, m, size); err != nil {
+	if err := checkIdentity(image, url, st.m, size); err != nil {
 		return err
 	}
 	if dev == nil {
-		if dev, err = openDevice(opts.Image, true); err != nil {
+		if dev, err = openDevice(image, true); err != nil {
 			return err
 		}
 		defer dev.Close()
 	}
-	if err := checkImage(ctx, opts.Image, url, t, dev); err != nil {
-		return err
-	}
-	p := dif.Params{RefTag: m.InitialRefTag, AppTag: m.AppTag, AppMask: m.AppTagMask}
-	out := newOutput(stdout, opts.JSON)
-	vk, err := inspectKey(opts, t)
-	if err != nil {
-		return err
-	}
-	if opts.LBA >= 0 {
-		return inspectStoreBlocks(ctx, opts, out, t, f, p, vk)
-	}
-	rec := &manifestRecord{Image: opts.Image, Store: url, Volume: t.Volume(), Format: displayFormat(m.Format),
+	return checkImage(ctx, image, url, st.t, dev)
+}
+
+// manifestRecordOf is the record of a store-backed image: its manifest and
+// the overview of its volume; withKey says whether the key given matched.
+func manifestRecordOf(image string, st *storeTuples, ov *blockdev.Overview, withKey bool) *manifestRecord {
+	t, m, f := st.t, st.m, st.f
+	rec := &manifestRecord{Image: image, Store: st.url, Volume: t.Volume(), Format: displayFormat(m.Format),
 		BlockSize: m.BlockSize, TupleSize: m.TupleSize, SectorSums: m.SectorSums,
 		RefTag: hexWidth(0, m.InitialRefTag, f.RefTagBits()), AppTag: hexWidth(0, uint64(m.AppTag), 16), AppMask: hexWidth(0, uint64(m.AppTagMask), 16),
-		DeviceSize: m.DeviceSize, DeviceID: m.DeviceID, Blocks: t.Blocks(), Tool: m.Tool, Schema: m.Schema,
-		Findings: map[string]int64{}, OpenByKind: map[string]int64{},
+		DeviceSize: m.DeviceSize, DeviceID: m.DeviceID, Blocks: ov.Blocks, Written: ov.Written, Unwritten: ov.Blocks - ov.Written,
+		Tool: m.Tool, Schema: m.Schema, Findings: map[string]int64{}, OpenByKind: map[string]int64{},
 		Keyed: m.Keyed(), KeyCheck: m.KeyCheck}
 	if m.Keyed() {
 		rec.KeyedCheck = keyedSkipped
-		if vk != nil {
+		if withKey {
 			rec.KeyedCheck = keyMatches
 		}
 	}
 	if !m.Created.IsZero() {
 		rec.Created = m.Created.UTC().Format(time.RFC3339)
 	}
-	// Coverage: count the written blocks, one stored page at a time (the
-	// time is bounded by what the store holds, not the device size).
-	w, err := t.Coverage(func() error {
-		if ctx.Err() != nil {
-			return context.Cause(ctx)
-		}
-		return nil
-	})
-	if err != nil {
-		if ctx.Err() != nil {
-			return context.Cause(ctx)
-		}
-		return volumeError(opts.Image, url, err)
+	for s, n := range ov.Findings {
+		rec.Findings[s.String()] = n
 	}
-	rec.Written = int64(w)
-	rec.Unwritten = rec.Blocks - rec.Written
-	for fd, err := range t.Findings(store.FindingQuery{}) {
-		if err != nil {
-			return storeErr(url, err)
-		}
-		rec.Findings[fd.State.String()]++
-		if fd.State == store.FindingOpen {
-			rec.OpenByKind[fd.Field]++
-		}
+	for k, n := range ov.OpenByKind {
+		rec.OpenByKind[string(k)] = n
 	}
-	if c, err := t.ScrubCursor(scrubName); err == nil {
+	if c := ov.Scrub; c != nil {
 		next, pass := c.Next, c.Pass
 		rec.ScrubNext, rec.ScrubPass = &next, &pass
 		if !c.Updated.IsZero() {
 			rec.ScrubAt = c.Updated.UTC().Format(time.RFC3339)
 		}
 	}
-	if out.json {
-		return out.emit(rec)
-	}
-	tw := tabwriter.NewWriter(out.w, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "image:\t%s\n", opts.Image)
-	fmt.Fprintf(tw, "store:\t%s (volume %q, schema %d, created %s by %s)\n", url, rec.Volume, rec.Schema, orDash(rec.Created), orDash(printable(rec.Tool)))
+	return rec
+}
+
+// manifestText writes the manifest record of an image of format f as text.
+func manifestText(w io.Writer, rec *manifestRecord, f dif.Format) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "image:\t%s\n", rec.Image)
+	fmt.Fprintf(tw, "store:\t%s (volume %q, schema %d, created %s by %s)\n", rec.Store, rec.Volume, rec.Schema, orDash(rec.Created), orDash(printable(rec.Tool)))
 	fmt.Fprintf(tw, "format:\t%s: %d-byte blocks, %s guard, type %d\n", rec.Format, rec.BlockSize, guardName(f.Guard()), f.Type())
 	fmt.Fprintf(tw, "tags:\tinitial ref tag 0x%s, app tag 0x%s under mask 0x%s\n", rec.RefTag, rec.AppTag, rec.AppMask)
 	sumText := "no"
@@ -461,9 +461,9 @@ func runInspectStore(ctx context.Context, opts inspectOptions, stdout, stderr io
 // inspectStoreBlocks shows blocks of a store-backed image: the tuple in
 // the store beside the one computed from the data on the image (read
 // directly, not through the volume).
-func inspectStoreBlocks(ctx context.Context, opts inspectOptions, out *output, t *store.Tuples, f dif.Format, p dif.Params, vk *blockdev.VolumeKey) error {
+func inspectStoreBlocks(ctx context.Context, opts inspectOptions, out *output, st *storeTuples, vk *blockdev.VolumeKey) error {
 	start, count := opts.LBA, opts.Count
-	if err := checkLBAs(start, count, t.Blocks()); err != nil {
+	if err := checkLBAs(start, count, st.t.Blocks()); err != nil {
 		return err
 	}
 	dev, err := openDevice(opts.Image, true)
@@ -471,59 +471,33 @@ func inspectStoreBlocks(ctx context.Context, opts inspectOptions, out *output, t
 		return err
 	}
 	defer dev.Close()
-	if err := checkIdentity(opts.Image, storeURL(opts.Image, opts.Store), t.Manifest(), dev.Size()); err != nil {
+	if err := checkIdentity(opts.Image, st.url, st.m, dev.Size()); err != nil {
 		return err
 	}
-	f = f.WithLayout(dif.Separate)
-	data := make([]byte, f.BlockSize())
-	md := make([]byte, f.MetadataSize())
-	written := store.NewBitmap(1)
+	f := st.f.WithLayout(dif.Separate)
 	tt := newTupleTable(out, f)
-	for lba := start; lba < start+count; lba++ {
-		if ctx.Err() != nil {
-			return context.Cause(ctx)
-		}
-		if _, err := dev.ReadAt(data, lba*int64(f.BlockSize())); err != nil {
-			return fmt.Errorf("read %s at LBA %d: %w", opts.Image, lba, err)
-		}
-		written.Clear(0)
-		if _, err := t.ReadRange(lba, md, nil, written); err != nil {
-			return storeErr(storeURL(opts.Image, opts.Store), err)
-		}
-		rec, err := inspectBlock(f, data, md, runParams(f, p, lba))
-		if err != nil {
-			return err
-		}
-		rec.LBA = lba
-		w := written.Has(0)
-		rec.Written = &w
-		if !w {
-			rec.State = "unwritten"
-			rec.Failed = []string{}
-			if !isZeroBlock(data) {
-				// An unwritten block must be zeros on the device.
-				rec.State = "failed"
-				rec.Failed = []string{string(blockdev.KindUnwrittenData)}
-			}
-		}
-		if t.Keyed() {
-			if err := inspectKeyed(rec, t, vk, lba, data, w); err != nil {
-				return storeErr(storeURL(opts.Image, opts.Store), err)
-			}
-		}
-		if err := tt.row(rec); err != nil {
-			return err
-		}
+	if err := blockdev.InspectStored(ctx, st.t, dev, start, count, vk, func(b *blockdev.BlockInspection) error {
+		return tt.row(tupleRecordOf(f, b, true))
+	}); err != nil {
+		return inspectError(opts.Image, st.url, err)
 	}
 	return tt.flush()
 }
 
-// zeroBlock is compared against by isZeroBlock; blocks are at most 64 KiB.
-var zeroBlock [1 << 16]byte
-
-// isZeroBlock reports whether a block's data is all zeros.
-func isZeroBlock(p []byte) bool {
-	return len(p) <= len(zeroBlock) && bytes.Equal(p, zeroBlock[:len(p)])
+// inspectError explains a failure of the library's inspection of a
+// store-backed image (a *blockdev.InspectError) as the other commands
+// word it; other errors are returned as they are.
+func inspectError(image, url string, err error) error {
+	var ie *blockdev.InspectError
+	switch {
+	case !errors.As(err, &ie):
+		return err
+	case ie.Op == "read":
+		return fmt.Errorf("read %s at LBA %d: %w", image, ie.LBA, ie.Err)
+	case ie.Op == "coverage":
+		return volumeError(image, url, ie.Err)
+	}
+	return storeErr(url, ie.Err)
 }
 
 // keyMatches is the keyed_check of inspect's manifest record when the key
@@ -556,63 +530,6 @@ func inspectKey(opts inspectOptions, t *store.Tuples) (*blockdev.VolumeKey, erro
 		return nil, err
 	}
 	return vk, nil
-}
-
-// inspectKeyed fills rec's keyed tag of block lba (data as read, written
-// per the tuple page) and fails rec when the keyed check fails.
-func inspectKeyed(rec *tupleRecord, t *store.Tuples, vk *blockdev.VolumeKey, lba int64, data []byte, written bool) error {
-	var tags [1]store.KeyedTag
-	kb := &keyedBlock{Check: "skipped"}
-	rec.Keyed = kb
-	err := t.ReadTags(lba, tags[:])
-	var me *store.PageMACError
-	switch {
-	case errors.As(err, &me) && me.IsMissing(lba/int64(t.Manifest().PageTuples)):
-		kb.PageGone = true
-	case errors.Is(err, store.ErrPageMAC):
-		kb.PageMAC = true
-	case err != nil:
-		return err
-	}
-	tg := tags[0]
-	kb.Generation = tg.Gen
-	if tg.Gen != 0 {
-		kb.Stored = hexTag(tg.Tag)
-	}
-	if vk != nil {
-		switch {
-		case written && tg.Gen == 0:
-			kb.Check = "missing"
-		case !written && tg.Gen != 0:
-			kb.Check = "unwritten"
-		case !written:
-			kb.Check = "ok"
-		default:
-			c, err := vk.Tag(lba, tg.Gen, data)
-			if err != nil {
-				return err
-			}
-			kb.Computed = hexTag(c)
-			kb.Check = "ok"
-			if kb.Computed != kb.Stored {
-				kb.Check = "mismatch"
-			}
-		}
-	}
-	if kb.PageMAC && kb.Check == "ok" {
-		// The tag matches, but the page holding it is not the one the
-		// key sealed: an older block may have been put back.
-		kb.Check = "page-mac"
-	}
-	if kb.PageGone {
-		// Detected with or without the key: the page was deleted.
-		kb.Check = "page-missing"
-	}
-	if kb.Check != "ok" && kb.Check != "skipped" {
-		rec.State = "failed"
-		rec.Failed = append(rec.Failed, string(blockdev.KindKeyedTag))
-	}
-	return nil
 }
 
 // keyedManifestText is inspect's "keyed:" line.

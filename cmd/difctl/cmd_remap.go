@@ -162,8 +162,8 @@ func runRemap(ctx context.Context, opts remapOptions, stdout, stderr io.Writer) 
 		n := int(min(int64(per), blocks-lba))
 		d, m, err := im.read(lba, n, data, md)
 		if err == nil {
-			p := runParams(f, opts.Params, lba)
-			err = f.Remap(d, m, p, runParams(f, dif.Params{RefTag: opts.NewRefTag}, lba).RefTag)
+			p := f.ParamsAt(opts.Params, lba)
+			err = f.Remap(d, m, p, f.ParamsAt(dif.Params{RefTag: opts.NewRefTag}, lba).RefTag)
 		}
 		if err == nil {
 			if opts.Meta != "" {

@@ -265,7 +265,7 @@ func TestIdentityDamagedImage(t *testing.T) {
 	}
 }
 
-// Fewer than sampleMin written blocks cannot decide: another sparse
+// Fewer than blockdev.SampleMin written blocks cannot decide: another sparse
 // image's store is then checked block by block, and its blocks fail
 // (exit 4).
 func TestIdentityFewWrittenBlocks(t *testing.T) {

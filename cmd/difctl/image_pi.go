@@ -183,20 +183,6 @@ func (im *piImage) sync() error {
 	return nil
 }
 
-// runParams returns the params of a run starting at lba: Params.RefTag is
-// the ref tag of block 0 of the image and, for Types 1 and 2, advances with
-// the LBA (as blockdev.PISource does).
-func runParams(f dif.Format, p dif.Params, lba int64) dif.Params {
-	p.LBA = lba
-	if t := f.Type(); t == dif.Type1 || t == dif.Type2 {
-		p.RefTag += uint64(lba)
-		if b := f.RefTagBits(); b < 64 {
-			p.RefTag &= 1<<b - 1
-		}
-	}
-	return p
-}
-
 // emptyImage is the error of every command that checks an image of zero
 // bytes (exit 8): there is no block to check, which is not "clean".
 func emptyImage(path string) error {
