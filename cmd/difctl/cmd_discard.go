@@ -29,9 +29,8 @@ func (*discardRecord) recordType() string { return "discard" }
 
 func newDiscardCmd(g *globalOptions) *cobra.Command {
 	var (
-		lba   = lbaFlag{}
-		count = lbaFlag{}
-		store string
+		blocks blocksFlags
+		store  string
 	)
 	cmd := &cobra.Command{
 		Use:   "discard IMAGE --lba N --count M",
@@ -48,19 +47,15 @@ durable when discard returns.
 		Example: `  difctl discard disk.img --lba 1024 --count 2048`,
 		Args:    exactArgs(1, "IMAGE"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if !lba.set || !count.set {
-				return usageErrorf("--lba and --count are required")
-			}
-			if count.v == 0 {
-				return usageErrorf("--count must be at least 1")
+			lba, count, _, err := blocks.blocks(true)
+			if err != nil {
+				return err
 			}
 			return runDiscard(cmd.Context(), discardOptions{globalOptions: *g, Image: args[0], Store: store,
-				LBA: lba.v, Count: count.v}, cmd.OutOrStdout(), cmd.ErrOrStderr())
+				LBA: lba, Count: count}, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
-	f := cmd.Flags()
-	f.Var(&lba, "lba", "first block to discard (required)")
-	f.Var(&count, "count", "number of blocks to discard (required)")
+	blocks.register(cmd, "first block to discard (required)", "number of blocks to discard (required)")
 	storeFlag(cmd, &store, "")
 	addKeyFlags(cmd, &g.Key, "required to discard blocks of a keyed volume")
 	return cmd
@@ -68,14 +63,11 @@ durable when discard returns.
 
 func runDiscard(ctx context.Context, opts discardOptions, stdout, _ io.Writer) error {
 	url := storeURL(opts.Image, opts.Store)
-	v, err := openVolume(ctx, opts.Image, url, false, opts.Key)
+	v, err := openWritable(ctx, opts.Image, url, opts.Key)
 	if err != nil {
 		return err
 	}
 	defer v.Close()
-	if err := needKey(v); err != nil {
-		return err
-	}
 	if err := checkLBAs(opts.LBA, opts.Count, v.vol.Blocks()); err != nil {
 		return err
 	}

@@ -69,7 +69,6 @@ func newInjectCmd(g *globalOptions) *cobra.Command {
 		lba   = lbaFlag{}
 		field = fieldFlag{name: "data", field: dif.FieldData}
 		bit   int
-		store string
 	)
 	cmd := &cobra.Command{
 		Use:   "inject IMAGE [--interleaved FORMAT | --dix METAFILE --format FORMAT] --lba N [--field F] [--bit B]",
@@ -98,20 +97,19 @@ the tuple kept in the store, behind the protected layer's back.
 			if bit < 0 {
 				return usageErrorf("--bit must not be negative, not %d", bit)
 			}
-			opts := injectOptions{globalOptions: *g, Image: args[0], LBA: lba.v, Field: field.field, Bit: bit, Store: store}
+			opts := injectOptions{globalOptions: *g, Image: args[0], LBA: lba.v, Field: field.field, Bit: bit, Store: img.store}
 			if err := opts.resolve(&img, pf); err != nil {
 				return err
 			}
 			return runInject(cmd.Context(), opts, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
-	img.register(cmd, true)
+	img.register(cmd, true, " of a store-backed image")
 	pf.register(cmd, piFormat)
 	f := cmd.Flags()
 	f.Var(&lba, "lba", "the block to corrupt (required)")
 	f.Var(&field, "field", "what to hit: data, metadata, guard, app, ref or storage")
 	f.IntVar(&bit, "bit", 0, "the bit to flip (see above)")
-	storeFlag(cmd, &store, " of a store-backed image")
 	return cmd
 }
 

@@ -71,11 +71,9 @@ func (*tupleRecord) recordType() string { return "tuple" }
 
 func newInspectCmd(g *globalOptions) *cobra.Command {
 	var (
-		img   imageFlags
-		pf    = newPIFlags()
-		lba   = lbaFlag{}
-		count = lbaFlag{}
-		store string
+		img    imageFlags
+		pf     = newPIFlags()
+		blocks blocksFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "inspect IMAGE [--interleaved FORMAT | --dix METAFILE --format FORMAT] [--lba N [--count M]]",
@@ -100,18 +98,13 @@ manifest). A "!" marks a stored value that fails its check.
   difctl --json inspect disk.img --lba 0 --count 8`,
 		Args: exactArgs(1, "IMAGE"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			opts := inspectOptions{globalOptions: *g, Image: args[0], LBA: -1, Store: store}
-			if count.set && !lba.set {
-				return usageErrorf("--count needs --lba")
+			opts := inspectOptions{globalOptions: *g, Image: args[0], LBA: -1, Store: img.store}
+			lba, count, set, err := blocks.blocks(false)
+			if err != nil {
+				return err
 			}
-			if lba.set {
-				opts.LBA, opts.Count = lba.v, 1
-				if count.set {
-					if count.v == 0 {
-						return usageErrorf("--count must be at least 1")
-					}
-					opts.Count = count.v
-				}
+			if set {
+				opts.LBA, opts.Count = lba, count
 			}
 			if err := opts.resolve(&img, pf); err != nil {
 				return err
@@ -119,26 +112,23 @@ manifest). A "!" marks a stored value that fails its check.
 			return runInspect(cmd.Context(), opts, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
-	img.register(cmd, true)
+	img.register(cmd, true, " of a store-backed image")
 	pf.register(cmd, piFormat|piTags|piChecks)
-	f := cmd.Flags()
-	f.Var(&lba, "lba", "first block to show")
-	f.Var(&count, "count", "number of blocks to show (default 1)")
-	storeFlag(cmd, &store, " of a store-backed image")
+	blocks.register(cmd, "first block to show", "number of blocks to show (default 1)")
 	addKeyFlags(cmd, &g.Key, "check the key against a keyed volume and, with --lba, each block's keyed tag")
 	return cmd
 }
 
-func runInspect(ctx context.Context, opts inspectOptions, stdout, stderr io.Writer) error {
+func runInspect(ctx context.Context, opts inspectOptions, stdout, _ io.Writer) error {
+	out := newOutput(stdout, opts.JSON)
 	if !opts.SelfContained {
-		return runInspectStore(ctx, opts, stdout, stderr)
+		return runInspectStore(ctx, opts, out)
 	}
 	im, err := openPIImage(opts.Image, opts.Meta, opts.Format, opts.Params, openRead)
 	if err != nil {
 		return err
 	}
 	defer im.Close()
-	out := newOutput(stdout, opts.JSON)
 	if opts.LBA < 0 {
 		return emitImage(out, opts, im)
 	}
@@ -327,7 +317,8 @@ type manifestRecord struct {
 
 func (*manifestRecord) recordType() string { return "manifest" }
 
-func runInspectStore(ctx context.Context, opts inspectOptions, stdout, stderr io.Writer) error {
+// runInspectStore describes a store-backed image, or shows its blocks.
+func runInspectStore(ctx context.Context, opts inspectOptions, out *output) error {
 	url := storeURL(opts.Image, opts.Store)
 	st, err := openStoreTuples(opts.Image, url, storeRead, nil)
 	if err != nil {
@@ -337,7 +328,6 @@ func runInspectStore(ctx context.Context, opts inspectOptions, stdout, stderr io
 	if err := checkInspected(ctx, opts.Image, url, st); err != nil {
 		return err
 	}
-	out := newOutput(stdout, opts.JSON)
 	vk, err := inspectKey(opts, st.t)
 	if err != nil {
 		return err

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"bytes"
-	"context"
 	"crypto/rand"
 	"os"
 	"path/filepath"
@@ -16,19 +14,9 @@ import (
 // store may) is not re-protected: that would checksum the data as it is
 // now. --reprotect does it, explicitly.
 func TestProtectRefusesLostManifest(t *testing.T) {
-	dir := t.TempDir()
-	img := filepath.Join(dir, "img")
-	data := make([]byte, 256<<10)
-	rand.Read(data)
-	if err := os.WriteFile(img, data, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	difctl := func(args ...string) (int, string) {
-		var stdout, stderr bytes.Buffer
-		code := run(context.Background(), args, nil, &stdout, &stderr)
-		return code, stdout.String() + stderr.String()
-	}
-	if code, out := difctl("protect", img); code != exitOK {
+	img := filepath.Join(t.TempDir(), "img")
+	randomImage(t, img, 256<<10, 1)
+	if code, out := difctl(t, "protect", img); code != exitOK {
 		t.Fatalf("protect: %d %s", code, out)
 	}
 	// Lose the manifest record behind difctl's back.
@@ -44,17 +32,21 @@ func TestProtectRefusesLostManifest(t *testing.T) {
 	}
 	kv.Close()
 	// The data changes meanwhile (the damage protect must not launder).
+	data, err := os.ReadFile(img)
+	if err != nil {
+		t.Fatal(err)
+	}
 	data[1000] ^= 1
 	os.WriteFile(img, data, 0o600)
 
-	code, out := difctl("protect", img)
+	code, out := difctl(t, "protect", img)
 	if code != exitOperational || !strings.Contains(out, "no manifest") || !strings.Contains(out, "--reprotect") {
 		t.Fatalf("protect over a lost manifest: exit %d: %s", code, out)
 	}
-	if code, out := difctl("protect", "--reprotect", img); code != exitOK {
+	if code, out := difctl(t, "protect", "--reprotect", img); code != exitOK {
 		t.Fatalf("protect --reprotect: exit %d: %s", code, out)
 	}
-	if code, out := difctl("verify", img); code != exitOK {
+	if code, out := difctl(t, "verify", img); code != exitOK {
 		t.Fatalf("verify after --reprotect: exit %d: %s", code, out)
 	}
 }
@@ -80,41 +72,36 @@ func TestReprotectKeepsFormatAndKey(t *testing.T) {
 		return p
 	}
 	key, other := keyFile("key"), keyFile("other")
-	difctl := func(args ...string) (int, string) {
-		var stdout, stderr bytes.Buffer
-		code := run(context.Background(), args, nil, &stdout, &stderr)
-		return code, stdout.String() + stderr.String()
-	}
-	if code, out := difctl("protect", "--format", "4096+8", "--app-tag", "0x1234", "--key-file", key, img); code != exitOK {
+	if code, out := difctl(t, "protect", "--format", "4096+8", "--app-tag", "0x1234", "--key-file", key, img); code != exitOK {
 		t.Fatalf("protect: %d %s", code, out)
 	}
-	if code, out := difctl("protect", "--reprotect", img); code != exitUsage || !strings.Contains(out, "keyed volume") {
+	if code, out := difctl(t, "protect", "--reprotect", img); code != exitUsage || !strings.Contains(out, "keyed volume") {
 		t.Errorf("--reprotect without the key: exit %d: %s", code, out)
 	}
-	if code, out := difctl("protect", "--reprotect", "--key-file", other, img); code != exitOperational || !strings.Contains(out, "wrong key") {
+	if code, out := difctl(t, "protect", "--reprotect", "--key-file", other, img); code != exitOperational || !strings.Contains(out, "wrong key") {
 		t.Errorf("--reprotect with another key: exit %d: %s", code, out)
 	}
 	// Still the keyed 4096+8 volume it was.
-	if code, out := difctl("verify", "--key-file", key, img); code != exitOK || !strings.Contains(out, "4096+8") || !strings.Contains(out, "keyed tags checked") {
+	if code, out := difctl(t, "verify", "--key-file", key, img); code != exitOK || !strings.Contains(out, "4096+8") || !strings.Contains(out, "keyed tags checked") {
 		t.Fatalf("verify after the refused reprotects: exit %d: %s", code, out)
 	}
-	if code, out := difctl("protect", "--reprotect", "--key-file", key, img); code != exitOK {
+	if code, out := difctl(t, "protect", "--reprotect", "--key-file", key, img); code != exitOK {
 		t.Fatalf("--reprotect with the key: exit %d: %s", code, out)
 	}
-	code, out := difctl("inspect", img)
+	code, out := difctl(t, "inspect", img)
 	if code != exitOK || !strings.Contains(out, "4096+8") || !strings.Contains(out, "app tag 0x1234") {
 		t.Errorf("after --reprotect: format and tags changed: %s", out)
 	}
-	if code, out := difctl("verify", "--key-file", key, img); code != exitOK || !strings.Contains(out, "keyed tags checked") {
+	if code, out := difctl(t, "verify", "--key-file", key, img); code != exitOK || !strings.Contains(out, "keyed tags checked") {
 		t.Fatalf("verify after --reprotect: exit %d: %s", code, out)
 	}
-	if code, out := difctl("protect", "--reprotect", "--drop-key", img); code != exitUsage {
+	if code, out := difctl(t, "protect", "--reprotect", "--drop-key", img); code != exitUsage {
 		t.Errorf("--drop-key without the key: exit %d: %s", code, out)
 	}
-	if code, out := difctl("protect", "--reprotect", "--drop-key", "--key-file", key, img); code != exitOK {
+	if code, out := difctl(t, "protect", "--reprotect", "--drop-key", "--key-file", key, img); code != exitOK {
 		t.Fatalf("--drop-key with the key: exit %d: %s", code, out)
 	}
-	if code, out := difctl("verify", img); code != exitOK || strings.Contains(out, "keyed") || !strings.Contains(out, "4096+8") {
+	if code, out := difctl(t, "verify", img); code != exitOK || strings.Contains(out, "keyed") || !strings.Contains(out, "4096+8") {
 		t.Errorf("verify after --drop-key: exit %d: %s", code, out)
 	}
 }

@@ -48,7 +48,6 @@ func newRemapCmd(g *globalOptions) *cobra.Command {
 		img    imageFlags
 		pf     = newPIFlags()
 		newRef = uintFlag{bits: 64}
-		store  string
 	)
 	cmd := &cobra.Command{
 		Use:   "remap IMAGE [--interleaved FORMAT | --dix METAFILE --format FORMAT | --store URL] [--ref-tag OLD] --new-ref-tag NEW",
@@ -83,7 +82,7 @@ ref tags are not checked and there is nothing to rewrite.
 			if !newRef.set {
 				return usageErrorf("--new-ref-tag is required")
 			}
-			opts := remapOptions{globalOptions: *g, Image: args[0], NewRefTag: newRef.v, Store: store}
+			opts := remapOptions{globalOptions: *g, Image: args[0], NewRefTag: newRef.v, Store: img.store}
 			if !img.selfContained() {
 				if img.format.text != "" {
 					return usageErrorf("--format goes with --dix; a protected image's store names its format")
@@ -91,7 +90,7 @@ ref tags are not checked and there is nothing to rewrite.
 				opts.Params.RefTag, opts.RefTagSet = pf.refTag.v, pf.refTag.set
 				return runRemap(cmd.Context(), opts, cmd.OutOrStdout(), cmd.ErrOrStderr())
 			}
-			if store != "" {
+			if img.store != "" {
 				return usageErrorf("--store goes with a protected image, not with --interleaved or --dix")
 			}
 			if err := opts.resolve(&img, pf); err != nil {
@@ -100,10 +99,9 @@ ref tags are not checked and there is nothing to rewrite.
 			return runRemap(cmd.Context(), opts, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
-	img.register(cmd, true)
+	img.register(cmd, true, " of a store-backed image")
 	pf.register(cmd, piFormat|piTags|piChecks)
 	cmd.Flags().Var(&newRef, "new-ref-tag", "the new ref tag of block 0 (required)")
-	storeFlag(cmd, &store, " of a store-backed image")
 	addKeyFlags(cmd, &g.Key, "required to remap a keyed volume")
 	return cmd
 }

@@ -73,8 +73,7 @@ func newScrubCmd(g *globalOptions) *cobra.Command {
 		pf    = newPIFlags()
 		opts  scrubOptions
 		rate  rateFlag
-		store string
-		badBS listBlockSizeFlag
+		badBS blockSizeFlag
 	)
 	cmd := &cobra.Command{
 		Use:   "scrub IMAGE [--interleaved FORMAT | --dix METAFILE --format FORMAT] [flags]",
@@ -124,7 +123,7 @@ cached copy.
 		Args: exactArgs(1, "IMAGE"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o := opts
-			o.globalOptions, o.Image, o.Range, o.Rate, o.Store = *g, args[0], pf.rng, rate.n, store
+			o.globalOptions, o.Image, o.Range, o.Rate, o.Store = *g, args[0], pf.rng, rate.n, img.store
 			if o.Workers < 0 || o.Workers > scrub.MaxWorkers {
 				return usageErrorf("--workers must be 0 (the number of CPUs) to %d, not %d", scrub.MaxWorkers, o.Workers)
 			}
@@ -144,10 +143,9 @@ cached copy.
 			return runScrub(cmd.Context(), o, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
-	img.register(cmd, true)
+	img.register(cmd, true, " for the tuples and the scrub state")
 	pf.register(cmd, piFormat|piTags|piChecks|piRange)
 	f := cmd.Flags()
-	storeFlag(cmd, &store, " for the tuples and the scrub state")
 	f.IntVar(&opts.Workers, "workers", 0, "runs checked in parallel (default: the number of CPUs)")
 	f.Var(&rate, "rate", "limit the read rate, e.g. 100MiB/s (default unlimited)")
 	f.BoolVar(&opts.Restart, "restart", false, "start a new pass instead of resuming a stopped one")

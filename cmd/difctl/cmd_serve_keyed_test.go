@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -59,30 +58,19 @@ func TestServeKeyed(t *testing.T) {
 	serve := func(key keyFlags, fn func()) (string, int) {
 		ctx, cancel := context.WithCancelCause(context.Background())
 		defer cancel(nil)
-		ready := make(chan net.Addr, 1)
-		var stderr syncBuffer
-		done := make(chan error, 1)
-		go func() {
-			o := serveOptions{Images: []string{im}, Socket: sock, MaxConns: 4, Ready: func(a net.Addr) { ready <- a }}
-			o.Key = key
-			done <- runServe(ctx, o, nil, &stderr)
-		}()
-		select {
-		case <-ready:
-		case err := <-done:
-			return stderr.String(), exitCode(ctx, err, true)
-		case <-time.After(30 * time.Second):
-			t.Fatal("serve did not start")
+		o := serveOptions{Images: []string{im}, Socket: sock, MaxConns: 4}
+		o.Key = key
+		srv := startServe(t, ctx, o)
+		if srv.ended {
+			return srv.stderr.String(), exitCode(ctx, srv.err, true)
 		}
 		fn()
 		cancel(&signalError{sig: syscall.SIGTERM})
-		select {
-		case err := <-done:
-			return stderr.String(), exitCode(ctx, err, true)
-		case <-time.After(30 * time.Second):
+		stopped, err := srv.wait()
+		if !stopped {
 			t.Fatal("serve did not stop")
 		}
-		return "", 0
+		return srv.stderr.String(), exitCode(ctx, err, true)
 	}
 	withKey := keyFlags{File: keyFile}
 

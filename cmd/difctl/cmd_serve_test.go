@@ -40,18 +40,10 @@ func TestServe(t *testing.T) {
 	}
 	sock := filepath.Join(dir, "srv.sock")
 	ctx, cancel := context.WithCancelCause(context.Background())
-	ready := make(chan net.Addr, 1)
-	var stderr syncBuffer
-	done := make(chan error, 1)
-	go func() {
-		done <- runServe(ctx, serveOptions{Images: imgs, Socket: sock, MaxConns: 4, Ready: func(a net.Addr) { ready <- a }}, nil, &stderr)
-	}()
-	select {
-	case <-ready:
-	case err := <-done:
-		t.Fatalf("serve: %v; %s", err, stderr.String())
-	case <-time.After(30 * time.Second):
-		t.Fatal("serve did not start")
+	srv := startServe(t, ctx, serveOptions{Images: imgs, Socket: sock, MaxConns: 4})
+	stderr := srv.stderr
+	if srv.ended {
+		t.Fatalf("serve: %v; %s", srv.err, stderr.String())
 	}
 	fi, err := os.Stat(sock)
 	if err != nil || fi.Mode().Perm() != 0o600 || fi.Mode()&os.ModeSocket == 0 {
@@ -89,10 +81,8 @@ func TestServe(t *testing.T) {
 		t.Errorf("nbdinfo --list: %v\n%s", err, out)
 	}
 	cancel(&signalError{sig: syscall.SIGTERM})
-	var serr error
-	select {
-	case serr = <-done:
-	case <-time.After(30 * time.Second):
+	stopped, serr := srv.wait()
+	if !stopped {
 		t.Fatal("serve did not stop after SIGTERM")
 	}
 	if code := exitCode(ctx, serr, true); code != exitCancelled|exitUncorrected {
@@ -137,6 +127,45 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// serveTest is runServe running in a goroutine, for a test.
+type serveTest struct {
+	done   chan error // runServe's result
+	stderr *syncBuffer
+	// ended: runServe returned, with err, before it listened.
+	ended bool
+	err   error
+}
+
+// startServe runs runServe(ctx, o) in a goroutine and waits until it
+// listens (o.Ready is set here) or ends; a server that does neither within
+// 30 seconds fails the test.
+func startServe(t *testing.T, ctx context.Context, o serveOptions) *serveTest {
+	t.Helper()
+	s := &serveTest{done: make(chan error, 1), stderr: &syncBuffer{}}
+	ready := make(chan net.Addr, 1)
+	o.Ready = func(a net.Addr) { ready <- a }
+	go func() { s.done <- runServe(ctx, o, nil, s.stderr) }()
+	select {
+	case <-ready:
+	case s.err = <-s.done:
+		s.ended = true
+	case <-time.After(30 * time.Second):
+		t.Fatal("serve did not start")
+	}
+	return s
+}
+
+// wait waits up to 30 seconds for runServe to end and returns its result;
+// stopped is false if it did not end.
+func (s *serveTest) wait() (stopped bool, err error) {
+	select {
+	case err := <-s.done:
+		return true, err
+	case <-time.After(30 * time.Second):
+		return false, nil
+	}
 }
 
 // TestServeSignal runs difctl serve as a real process and stops it with

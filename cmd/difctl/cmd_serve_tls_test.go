@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -76,28 +75,17 @@ func TestServeTLSClientCerts(t *testing.T) {
 	}
 	sock := filepath.Join(dir, "srv.sock")
 	ctx, cancel := context.WithCancel(context.Background())
-	ready := make(chan net.Addr, 1)
-	var stderr syncBuffer
-	done := make(chan error, 1)
-	go func() {
-		done <- runServe(ctx, serveOptions{Images: []string{img}, Socket: sock, MaxConns: 4,
-			TLSCert: filepath.Join(pki, "server-cert.pem"), TLSKey: filepath.Join(pki, "server-key.pem"), ClientCA: filepath.Join(pki, "ca-cert.pem"),
-			Ready: func(a net.Addr) { ready <- a }}, nil, &stderr)
-	}()
+	srv := startServe(t, ctx, serveOptions{Images: []string{img}, Socket: sock, MaxConns: 4,
+		TLSCert: filepath.Join(pki, "server-cert.pem"), TLSKey: filepath.Join(pki, "server-key.pem"), ClientCA: filepath.Join(pki, "ca-cert.pem")})
+	stderr := srv.stderr
 	defer func() {
 		cancel()
-		select {
-		case <-done:
-		case <-time.After(30 * time.Second):
+		if stopped, _ := srv.wait(); !stopped {
 			t.Error("serve did not stop")
 		}
 	}()
-	select {
-	case <-ready:
-	case err := <-done:
-		t.Fatalf("serve: %v; %s", err, stderr.String())
-	case <-time.After(30 * time.Second):
-		t.Fatal("serve did not start")
+	if srv.ended {
+		t.Fatalf("serve: %v; %s", srv.err, stderr.String())
 	}
 	connect := map[string]func(creds string) *exec.Cmd{
 		"nbdinfo": func(creds string) *exec.Cmd {

@@ -21,9 +21,8 @@ type verifyOptions struct {
 
 func newVerifyCmd(g *globalOptions) *cobra.Command {
 	var (
-		img   imageFlags
-		pf    = newPIFlags()
-		store string
+		img imageFlags
+		pf  = newPIFlags()
 	)
 	cmd := &cobra.Command{
 		Use:   "verify IMAGE [--interleaved FORMAT | --dix METAFILE --format FORMAT] [flags]",
@@ -63,16 +62,15 @@ of about 1 MiB; memory does not grow with its size.
   difctl --json verify --interleaved 512+8:type2 --ref-tag 0x1000 disk.dump`,
 		Args: exactArgs(1, "IMAGE"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			opts := verifyOptions{globalOptions: *g, Image: args[0], Range: pf.rng, Store: store}
+			opts := verifyOptions{globalOptions: *g, Image: args[0], Range: pf.rng, Store: img.store}
 			if err := opts.resolve(&img, pf); err != nil {
 				return err
 			}
 			return runVerify(cmd.Context(), opts, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
-	img.register(cmd, true)
+	img.register(cmd, true, " of a store-backed image")
 	pf.register(cmd, piFormat|piTags|piChecks|piRange)
-	storeFlag(cmd, &store, " of a store-backed image")
 	addKeyFlags(cmd, &g.Key, "check the keyed tags too (without it a keyed volume's tuples are checked and the keyed check skipped)")
 	return cmd
 }

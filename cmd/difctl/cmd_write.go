@@ -94,14 +94,11 @@ func runWrite(ctx context.Context, opts writeOptions, stdout, stderr io.Writer) 
 		defer f.Close()
 		r, size = f, inputSize(f)
 	}
-	v, err := openVolume(ctx, opts.Image, url, false, opts.Key)
+	v, err := openWritable(ctx, opts.Image, url, opts.Key)
 	if err != nil {
 		return err
 	}
 	defer v.Close()
-	if err := needKey(v); err != nil {
-		return err
-	}
 	devSize := v.vol.Size()
 	if opts.Offset > devSize || size >= 0 && opts.Offset+size > devSize {
 		return usageErrorf("writing %d bytes at offset %d goes past the end of %s (%d bytes)", max(size, 0), opts.Offset, opts.Image, devSize)

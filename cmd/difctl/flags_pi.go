@@ -158,7 +158,9 @@ func (pf *piFlags) params(f dif.Format) (dif.Params, error) {
 	return p, nil
 }
 
-// blockSizeFlag is a data block size: a power of two from 512 to 64 KiB.
+// blockSizeFlag is a block size: a power of two from 512 to 64 KiB, the
+// data block of a format (--block-size) or the unit of a badblocks list
+// (--badblocks-block-size, as badblocks -b).
 type blockSizeFlag struct{ n int }
 
 func (f *blockSizeFlag) String() string {
@@ -437,14 +439,19 @@ func normalizeFormatText(s string) string {
 // imageFlags select an image that carries its own protection information:
 // --interleaved FORMAT (an extended-LBA dump) or --dix METAFILE with
 // --format FORMAT (a data image and its metadata file). Without either, the
-// image is a plain one protected by a store (protect, verify and scrub).
+// image is a plain one protected by a store, --store (default
+// IMAGE.difdb).
 type imageFlags struct {
 	interleaved formatFlag
 	dix         string
 	format      formatFlag
+	store       string // --store: the store of a store-backed image
 }
 
-func (fl *imageFlags) register(cmd *cobra.Command, withFormat bool) {
+// register adds --interleaved, --dix, --format (withFormat) and --store,
+// whose help says what the store keeps (storeOf, as storeFlag takes it).
+func (fl *imageFlags) register(cmd *cobra.Command, withFormat bool, storeOf string) {
+	storeFlag(cmd, &fl.store, storeOf)
 	f := cmd.Flags()
 	f.Var(&fl.interleaved, "interleaved", "IMAGE is an extended-LBA dump in FORMAT (data and PI interleaved: 512+8, 4096+16:crc64, ...)")
 	f.StringVar(&fl.dix, "dix", "", "IMAGE is the data of a DIX pair whose metadata file is `METAFILE` (format: --format)")

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/dustin/go-humanize"
+	"github.com/spf13/cobra"
 )
 
 // Flag value types. They validate in Set, so a bad value is a flag error
@@ -189,31 +190,6 @@ func (f *lbaFlag) Set(s string) error {
 
 func (*lbaFlag) Type() string { return "uint" }
 
-// listBlockSizeFlag is the unit of a badblocks list (badblocks -b): a power
-// of two from 512 bytes to 64 KiB.
-type listBlockSizeFlag struct{ n int }
-
-func (f *listBlockSizeFlag) String() string {
-	if f.n == 0 {
-		return ""
-	}
-	return strconv.Itoa(f.n)
-}
-
-func (f *listBlockSizeFlag) Set(s string) error {
-	n, err := parseSize(s)
-	if err != nil {
-		return err
-	}
-	if n < 512 || n > 1<<16 || n&(n-1) != 0 {
-		return fmt.Errorf("block size %s is not a power of two from 512 to 64KiB", s)
-	}
-	f.n = n
-	return nil
-}
-
-func (*listBlockSizeFlag) Type() string { return "size" }
-
 // rateFlag is a rate in bytes per second: 100MiB/s, 1GB/s, 500M.
 type rateFlag struct{ n int64 }
 
@@ -250,3 +226,32 @@ func (f *rateFlag) Set(s string) error {
 }
 
 func (*rateFlag) Type() string { return "rate" }
+
+// blocksFlags are --lba N and --count M: the blocks N to N+M-1.
+type blocksFlags struct{ lba, count lbaFlag }
+
+// register adds --lba and --count to cmd, with their help texts.
+func (b *blocksFlags) register(cmd *cobra.Command, lbaUse, countUse string) {
+	f := cmd.Flags()
+	f.Var(&b.lba, "lba", lbaUse)
+	f.Var(&b.count, "count", countUse)
+}
+
+// blocks returns the blocks the flags name, and whether --lba was given:
+// --count needs --lba, and defaults to 1 unless required, when both must
+// be given.
+func (b *blocksFlags) blocks(required bool) (lba, count int64, set bool, err error) {
+	switch {
+	case required && (!b.lba.set || !b.count.set):
+		return 0, 0, false, usageErrorf("--lba and --count are required")
+	case b.count.set && !b.lba.set:
+		return 0, 0, false, usageErrorf("--count needs --lba")
+	case b.count.set && b.count.v == 0:
+		return 0, 0, false, usageErrorf("--count must be at least 1")
+	case !b.lba.set:
+		return 0, 0, false, nil
+	case !b.count.set:
+		return b.lba.v, 1, true, nil
+	}
+	return b.lba.v, b.count.v, true, nil
+}

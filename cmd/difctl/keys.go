@@ -138,12 +138,3 @@ func keyError(image string, err error) error {
 	}
 	return nil
 }
-
-// needKey refuses to change a keyed volume opened without its key (write,
-// discard): it could not produce valid tags.
-func needKey(v *volume) error {
-	if v.vol.Keyed() && !v.vol.KeyedChecked() {
-		return keyError(v.image, blockdev.ErrKeyRequired)
-	}
-	return nil
-}

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -93,5 +94,35 @@ func TestHelpListsExitCodes(t *testing.T) {
 	walk(root)
 	if !strings.Contains(root.Long, "Exit status") {
 		t.Error("difctl: help does not list the exit codes")
+	}
+}
+
+// difctl runs the command line in-process and returns its exit code and
+// its stdout and stderr together.
+func difctl(t *testing.T, args ...string) (int, string) {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	code := run(context.Background(), args, strings.NewReader(""), &stdout, &stderr)
+	return code, stdout.String() + stderr.String()
+}
+
+// mustDifctl is difctl that fails the test unless the exit code is want.
+func mustDifctl(t *testing.T, want int, args ...string) string {
+	t.Helper()
+	code, out := difctl(t, args...)
+	if code != want {
+		t.Fatalf("difctl %s: exit %d, want %d:\n%s", strings.Join(args, " "), code, want, out)
+	}
+	return out
+}
+
+// randomImage writes size bytes of data drawn from seed to path.
+func randomImage(t *testing.T, path string, size int, seed uint64) {
+	t.Helper()
+	b := make([]byte, size)
+	r := rand.NewChaCha8([32]byte{byte(seed), byte(seed >> 8)})
+	r.Read(b)
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -35,6 +35,21 @@ func openVolume(ctx context.Context, image, url string, readOnly bool, key keyFl
 	return openVolumeMode(ctx, image, url, readOnly, mode, key)
 }
 
+// openWritable opens a protected image and its store read-write for a
+// command that changes the volume (write, discard), and refuses a keyed
+// volume without its key: it could not produce valid tags.
+func openWritable(ctx context.Context, image, url string, key keyFlags) (*volume, error) {
+	v, err := openVolume(ctx, image, url, false, key)
+	if err != nil {
+		return nil, err
+	}
+	if v.vol.Keyed() && !v.vol.KeyedChecked() {
+		v.Close()
+		return nil, keyError(v.image, blockdev.ErrKeyRequired)
+	}
+	return v, nil
+}
+
 // openVolumeMode is openVolume with the store opened in mode: scrub reads
 // the image but writes its cursor and findings to the store.
 func openVolumeMode(ctx context.Context, image, url string, readOnly bool, mode storeMode, key keyFlags) (*volume, error) {
