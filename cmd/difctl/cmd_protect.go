@@ -233,6 +233,50 @@ func runProtect(ctx context.Context, opts protectOptions, stdout, stderr io.Writ
 		return err
 	}
 	defer kv.Close()
+	prior, key, err := prepareProtect(ctx, opts, url, kv, dev, key)
+	if err != nil {
+		return err
+	}
+	spec, err := resolveProtect(opts, prior.Manifest, prior.Deleted)
+	if err != nil {
+		return err
+	}
+	if err := spec.check(opts.Image, dev.Size()); err != nil {
+		return err
+	}
+	t0 := time.Now()
+	id := deviceID(opts.Image)
+	if prior.Resume() {
+		id = prior.Manifest.DeviceID // checkImage accepted the image: resume as begun
+	}
+	protected, err := protectVolume(ctx, opts, url, kv, dev, blockdev.CreateOptions{
+		Options:         blockdev.Options{DeviceID: id, Key: key},
+		Format:          spec.f,
+		InitialRefTag:   spec.refTag,
+		AppTag:          spec.appTag,
+		AppTagMask:      spec.appMask,
+		Tool:            toolName,
+		CheckpointBytes: opts.Checkpoint,
+	}, stderr)
+	if err != nil {
+		return err
+	}
+	rec := &protectRecord{
+		Image: opts.Image, Store: url, Format: displayFormat(spec.f.String()),
+		RefTag: hexWidth(0, spec.refTag, spec.f.RefTagBits()), AppTag: hexWidth(0, uint64(spec.appTag), 16),
+		AppMask: hexWidth(0, uint64(spec.appMask), 16),
+		Blocks:  dev.Size() / int64(spec.f.BlockSize()), Bytes: dev.Size(),
+		Resumed: prior.Resume() && protected, Protected: protected, Seconds: time.Since(t0).Seconds(),
+		Keyed: key != nil || prior.Resume() && prior.Manifest.Keyed(),
+	}
+	return emitProtect(newOutput(stdout, opts.JSON), rec)
+}
+
+// prepareProtect applies the rules of protecting over what the store
+// holds of the image (blockdev.PrepareCreate): a volume it holds is
+// resumed if it describes dev, or, with --reprotect, deleted once the key
+// is checked. It returns what was found and the key to protect with.
+func prepareProtect(ctx context.Context, opts protectOptions, url string, kv store.KV, dev *blockdev.File, key *blockdev.Key) (*blockdev.Prior, *blockdev.Key, error) {
 	prior, err := blockdev.PrepareCreate(kv, blockdev.DefaultVolumeName, blockdev.PrepareOptions{
 		Reprotect: opts.Reprotect,
 		Check: func(t *store.Tuples) error {
@@ -245,68 +289,45 @@ func runProtect(ctx context.Context, opts protectOptions, stdout, stderr io.Writ
 			// over, from the data as it is now, and records the image's
 			// identity anew.
 			m := t.Manifest()
+			var err error
 			key, err = reprotectKey(opts, &m, key)
 			return err
 		},
 	})
 	if err != nil {
-		return prepareError(opts.Image, url, err)
+		return nil, nil, prepareError(opts.Image, url, err)
 	}
 	if opts.DropKey && prior.Previous() == nil {
-		return usageErrorf("--drop-key goes with --reprotect of a keyed volume")
+		return nil, nil, usageErrorf("--drop-key goes with --reprotect of a keyed volume")
 	}
-	spec, err := resolveProtect(opts, prior.Manifest, prior.Deleted)
-	if err != nil {
-		return err
-	}
-	if err := spec.check(opts.Image, dev.Size()); err != nil {
-		return err
-	}
+	return prior, key, nil
+}
 
+// protectVolume protects dev as co says, at --rate, showing progress, and
+// reports whether it protected anything: false when the image was
+// protected already.
+func protectVolume(ctx context.Context, opts protectOptions, url string, kv store.KV, dev *blockdev.File, co blockdev.CreateOptions, stderr io.Writer) (bool, error) {
 	dev2, err := withRate(dev, opts.Rate)
 	if err != nil {
-		return err
+		return false, err
 	}
 	prog := newProgress(stderr, opts.Quiet, dev.Size(), "protect "+opts.Image)
-	t0 := time.Now()
-	id := deviceID(opts.Image)
-	if prior.Resume() {
-		id = prior.Manifest.DeviceID // checkImage accepted the image: resume as begun
-	}
-	vol, err := blockdev.Create(ctx, dev2(ctx), kv, blockdev.CreateOptions{
-		Options:         blockdev.Options{DeviceID: id, Key: key},
-		Format:          spec.f,
-		InitialRefTag:   spec.refTag,
-		AppTag:          spec.appTag,
-		AppTagMask:      spec.appMask,
-		Tool:            toolName,
-		CheckpointBytes: opts.Checkpoint,
-		Progress:        byteProgress(prog),
-	})
+	co.Progress = byteProgress(prog)
+	vol, err := blockdev.Create(ctx, dev2(ctx), kv, co)
 	prog.Finish()
-	protected := true
 	switch {
 	case errors.Is(err, store.ErrExists):
-		protected = false
+		return false, nil
 	case err != nil && ctx.Err() != nil:
 		fmt.Fprintf(stderr, "difctl: %s: protection stopped; run difctl protect %s again to resume\n", opts.Image, opts.Image)
-		return context.Cause(ctx)
+		return false, context.Cause(ctx)
 	case err != nil:
-		return volumeError(opts.Image, url, err)
-	default:
-		if err := vol.Close(); err != nil {
-			return fmt.Errorf("%s: %w", opts.Image, err)
-		}
+		return false, volumeError(opts.Image, url, err)
 	}
-	rec := &protectRecord{
-		Image: opts.Image, Store: url, Format: displayFormat(spec.f.String()),
-		RefTag: hexWidth(0, spec.refTag, spec.f.RefTagBits()), AppTag: hexWidth(0, uint64(spec.appTag), 16),
-		AppMask: hexWidth(0, uint64(spec.appMask), 16),
-		Blocks:  dev.Size() / int64(spec.f.BlockSize()), Bytes: dev.Size(),
-		Resumed: prior.Resume() && protected, Protected: protected, Seconds: time.Since(t0).Seconds(),
-		Keyed: key != nil || prior.Resume() && prior.Manifest.Keyed(),
+	if err := vol.Close(); err != nil {
+		return false, fmt.Errorf("%s: %w", opts.Image, err)
 	}
-	return emitProtect(newOutput(stdout, opts.JSON), rec)
+	return true, nil
 }
 
 // checkProtectSize names an image that cannot hold whole blocks of the

@@ -249,45 +249,25 @@ func runRemapStore(ctx context.Context, opts remapOptions, stdout, stderr io.Wri
 
 	out := newOutput(stdout, opts.JSON)
 	fw := newFindings(out, f)
-	bs := int64(f.BlockSize())
-	blocks := m.Blocks()
 	key, err := opts.Key.load()
 	if err != nil {
 		return err
 	}
 	ropts := blockdev.RemapOptions{OnProblem: fw.report, Options: blockdev.Options{Rereads: blockdev.DefaultRereads, Key: key}}
-	prog := newProgress(stderr, opts.Quiet, blocks*bs, "verify "+opts.Image)
-	phase := "verify"
-	var last, next int64
-	chunk, delay, hook := remapTestHook()
-	if hook {
-		ropts.ChunkBlocks = chunk
+	rp := newRemapProgress(opts, int64(f.BlockSize()), m.Blocks(), stdout, stderr)
+	if rp.hook {
+		ropts.ChunkBlocks = rp.chunk
 	}
-	ropts.Progress = func(ph string, done, total int64) {
-		if ph != phase {
-			prog.Finish()
-			prog = newProgress(stderr, opts.Quiet, total*bs, "remap "+opts.Image)
-			phase, last = ph, 0
-		}
-		prog.Add((done - last) * bs)
-		last = done
-		if ph == "remap" {
-			next = done
-			if hook && done < total {
-				fmt.Fprintf(stdout, "remap-step %d\n", done)
-				time.Sleep(delay)
-			}
-		}
-	}
+	ropts.Progress = rp.update
 	t0 := time.Now()
 	rep, err := blockdev.RemapVolume(ctx, dev, kv, opts.NewRefTag, ropts)
-	prog.Finish()
+	rp.prog.Finish()
 	var ie *blockdev.IntegrityError
 	switch {
 	case err != nil && ctx.Err() != nil:
-		if phase == "remap" || rep != nil && rep.Resumed {
+		if rp.phase == "remap" || rep != nil && rep.Resumed {
 			fmt.Fprintf(stderr, "difctl: %s: remap stopped at LBA %d of %d; run difctl remap %s --new-ref-tag %#x again to finish (until then the image cannot be opened)\n",
-				opts.Image, next, blocks, opts.Image, opts.NewRefTag)
+				opts.Image, rp.next, m.Blocks(), opts.Image, opts.NewRefTag)
 		}
 		var failed int64
 		if rep != nil {
@@ -307,24 +287,71 @@ func runRemapStore(ctx context.Context, opts remapOptions, stdout, stderr io.Wri
 		return volumeError(opts.Image, url, err)
 	}
 	rec := &remapRecord{Image: opts.Image, Store: url, Format: displayFormat(m.Format),
-		OldRefTag: hexWidth(0, rep.From, bits), NewRefTag: hexWidth(0, rep.To, bits), Blocks: blocks,
+		OldRefTag: hexWidth(0, rep.From, bits), NewRefTag: hexWidth(0, rep.To, bits), Blocks: m.Blocks(),
 		Rewritten: rep.Rewritten, Resumed: rep.Resumed, Nothing: rep.Nothing}
+	return emitRemapStore(out, rec, rep)
+}
+
+// remapProgress shows the progress of a store-backed remap, a bar per
+// phase (verify, then remap), and keeps how far the rewrite got; with
+// DIFCTL_TEST_REMAP (remapTestHook) it also paces the rewrite for tests.
+type remapProgress struct {
+	stderr, stdout io.Writer
+	quiet          bool
+	image          string
+	bs             int64 // bytes per block
+	prog           progress
+	phase          string
+	last, next     int64 // blocks done as last reported; first block not rewritten
+	chunk          int
+	delay          time.Duration
+	hook           bool
+}
+
+func newRemapProgress(opts remapOptions, bs, blocks int64, stdout, stderr io.Writer) *remapProgress {
+	rp := &remapProgress{stderr: stderr, stdout: stdout, quiet: opts.Quiet, image: opts.Image, bs: bs, phase: "verify",
+		prog: newProgress(stderr, opts.Quiet, blocks*bs, "verify "+opts.Image)}
+	rp.chunk, rp.delay, rp.hook = remapTestHook()
+	return rp
+}
+
+// update is the remap's RemapOptions.Progress.
+func (rp *remapProgress) update(ph string, done, total int64) {
+	if ph != rp.phase {
+		rp.prog.Finish()
+		rp.prog = newProgress(rp.stderr, rp.quiet, total*rp.bs, "remap "+rp.image)
+		rp.phase, rp.last = ph, 0
+	}
+	rp.prog.Add((done - rp.last) * rp.bs)
+	rp.last = done
+	if ph == "remap" {
+		rp.next = done
+		if rp.hook && done < total {
+			fmt.Fprintf(rp.stdout, "remap-step %d\n", done)
+			time.Sleep(rp.delay)
+		}
+	}
+}
+
+// emitRemapStore writes the result of a store-backed remap.
+func emitRemapStore(out *output, rec *remapRecord, rep *blockdev.RemapReport) error {
 	if out.json {
 		return out.emit(rec)
 	}
+	var err error
 	switch rep.Nothing {
 	case blockdev.RemapNothingType3:
 		_, err = fmt.Fprintf(out.w, "%s: format %s is type3: ref tags are not checked and do not follow the LBA, nothing to rewrite (%d blocks verified)\n",
-			opts.Image, rec.Format, blocks)
+			rec.Image, rec.Format, rec.Blocks)
 	case blockdev.RemapNothingSame:
-		_, err = fmt.Fprintf(out.w, "%s: the initial ref tag is 0x%s already: nothing to rewrite (%d blocks verified)\n", opts.Image, rec.NewRefTag, blocks)
+		_, err = fmt.Fprintf(out.w, "%s: the initial ref tag is 0x%s already: nothing to rewrite (%d blocks verified)\n", rec.Image, rec.NewRefTag, rec.Blocks)
 	default:
 		resumed := ""
 		if rep.Resumed {
 			resumed = fmt.Sprintf(", resumed at LBA %d", rep.ResumedAt)
 		}
 		_, err = fmt.Fprintf(out.w, "%s: remapped the ref tags of %d blocks (%s%s): block 0 from 0x%s to 0x%s, tuples in %s\n",
-			opts.Image, blocks, rec.Format, resumed, rec.OldRefTag, rec.NewRefTag, url)
+			rec.Image, rec.Blocks, rec.Format, resumed, rec.OldRefTag, rec.NewRefTag, rec.Store)
 	}
 	return err
 }

@@ -176,7 +176,6 @@ func runScrub(ctx context.Context, opts scrubOptions, stdout, stderr io.Writer) 
 	if err != nil {
 		return err
 	}
-	end := start + count
 	state, err := scrub.NewStoreState(tg.tup, scrubName)
 	if err != nil {
 		return err
@@ -185,7 +184,7 @@ func runScrub(ctx context.Context, opts scrubOptions, stdout, stderr io.Writer) 
 	// stopped come from the findings log, the rest as they are found.
 	earlier := &scrub.Earlier{}
 	if !opts.Restart && !opts.ErrorsOnly {
-		if earlier, err = scrub.LoadEarlier(state, start, end); err != nil {
+		if earlier, err = scrub.LoadEarlier(state, start, start+count); err != nil {
 			return fmt.Errorf("store %s: %w", url, err)
 		}
 	}
@@ -196,18 +195,32 @@ func runScrub(ctx context.Context, opts scrubOptions, stdout, stderr io.Writer) 
 		fw.more += fmt.Sprintf(", and the findings log in %s keeps them (difctl inspect %s)", url, opts.Image)
 	}
 	prog := &scrubProgress{stderr: stderr, quiet: opts.Quiet, desc: "scrub " + opts.Image, p: noProgress{}}
+	so := scrubEngineOptions(opts, state, start, start+count, prog, func(fd scrub.Finding) error {
+		earlier.Bad.AddFinding(fd)
+		fw.reportFinding(fd)
+		return fw.err
+	})
+	m.scrub(&so, filepath.Base(opts.Image), tg.src)
+	rep, err := scrub.Run(ctx, tg.src, so)
+	prog.p.Finish()
+	if err != nil || rep == nil {
+		return scrubStopped(ctx, err, rep, tg.name, url, earlier, stderr)
+	}
+	return reportScrub(opts, url, tg, rep, earlier, fw)
+}
+
+// scrubEngineOptions are the options of the scrub engine for a scrub of
+// blocks [start, end) with state, reporting its progress to prog and its
+// findings to onFinding.
+func scrubEngineOptions(opts scrubOptions, state scrub.State, start, end int64, prog *scrubProgress, onFinding func(scrub.Finding) error) scrub.Options {
 	so := scrub.Options{
 		Start: start, End: end,
-		Workers:    opts.Workers,
-		Check:      blockdev.CheckOptions{Uncached: opts.Uncached, Rereads: opts.Rereads},
-		State:      state,
-		Resume:     !opts.Restart,
-		ErrorsOnly: opts.ErrorsOnly,
-		OnFinding: func(fd scrub.Finding) error {
-			earlier.Bad.AddFinding(fd)
-			fw.reportFinding(fd)
-			return fw.err
-		},
+		Workers:          opts.Workers,
+		Check:            blockdev.CheckOptions{Uncached: opts.Uncached, Rereads: opts.Rereads},
+		State:            state,
+		Resume:           !opts.Restart,
+		ErrorsOnly:       opts.ErrorsOnly,
+		OnFinding:        onFinding,
 		MaxFindings:      -1,
 		Progress:         prog.update,
 		ProgressInterval: 200 * time.Millisecond,
@@ -215,18 +228,28 @@ func runScrub(ctx context.Context, opts scrubOptions, stdout, stderr io.Writer) 
 	if opts.Rate > 0 {
 		so.Limiter = scrub.NewRateLimiter(opts.Rate)
 	}
-	m.scrub(&so, filepath.Base(opts.Image), tg.src)
-	rep, err := scrub.Run(ctx, tg.src, so)
-	prog.p.Finish()
+	return so
+}
+
+// scrubStopped is the error of a scrub the engine stopped (err, rep as
+// scrub.Run returned them): interrupted, it says where it stopped and
+// keeps exit bit 4 for the failures of the pass so far; otherwise it
+// failed.
+func scrubStopped(ctx context.Context, err error, rep *scrub.Report, name, url string, earlier *scrub.Earlier, stderr io.Writer) error {
 	switch {
 	case err != nil && ctx.Err() != nil && rep == nil:
 		return context.Cause(ctx)
 	case err != nil && ctx.Err() != nil:
-		fmt.Fprintf(stderr, "difctl: %s: scrub stopped at LBA %d of %d; run it again to resume\n", tg.name, rep.Next, end)
+		fmt.Fprintf(stderr, "difctl: %s: scrub stopped at LBA %d of %d; run it again to resume\n", name, rep.Next, rep.End)
 		return interrupted(ctx, rep.Failed+earlier.Blocks)
-	case err != nil || rep == nil:
-		return storeFailure("scrub "+tg.name, url, err)
 	}
+	return storeFailure("scrub "+name, url, err)
+}
+
+// reportScrub writes the outcome of a scrub that ran to its end: the
+// summary of this run, the lists of the pass's bad blocks once it is
+// complete, the scrub record or line; and returns the verdict.
+func reportScrub(opts scrubOptions, url string, tg *scrubTarget, rep *scrub.Report, earlier *scrub.Earlier, fw *findings) error {
 	srec := &summaryRecord{Command: "scrub", Image: opts.Image, Metadata: opts.Meta, Format: displayFormat(tg.f.String()), Start: rep.From, KeyedCheck: tg.keyed}
 	if !opts.SelfContained {
 		srec.Store = url
@@ -253,7 +276,7 @@ func runScrub(ctx context.Context, opts scrubOptions, stdout, stderr io.Writer) 
 			return err
 		}
 	}
-	if out.json {
+	if out := fw.out; out.json {
 		if err := out.emit(rec); err != nil {
 			return err
 		}
