@@ -11,24 +11,28 @@ import (
 	"github.com/difctl/difctl/store"
 )
 
-// inspectedVolume protects a memory device of 64 blocks of 512+8, discards
-// blocks 10 and 11, records two findings (open guard at 3, closed at 7)
-// and a scrub cursor, and returns the device and the volume's tuples.
-func inspectedVolume(t *testing.T) (*MemDevice, *store.Tuples) {
+// memVolume protects a memory device of blocks blocks of 512+8 holding
+// random data from seed, in a new mem store, with co (its Format set
+// here); edit, if not nil, changes the volume before it is closed. It
+// returns the device, the store and the volume's tuples.
+func memVolume(t *testing.T, blocks int64, seed uint64, co CreateOptions, edit func(*Volume) error) (*MemDevice, store.KV, *store.Tuples) {
 	t.Helper()
 	kv := store.NewMem()
 	t.Cleanup(func() { kv.Close() })
-	dev, err := NewMemDevice(64*512, 512)
+	dev, err := NewMemDevice(blocks*512, 512)
 	if err != nil {
 		t.Fatal(err)
 	}
-	dev.WriteAt(pattern(64*512, 5), 0)
-	v, err := Create(context.Background(), dev, kv, CreateOptions{Format: dif.MustFormat("512+8"), AppTag: 0x1234, AppTagMask: 0xffff})
+	dev.WriteAt(pattern(int(blocks)*512, seed), 0)
+	co.Format = dif.MustFormat("512+8")
+	v, err := Create(context.Background(), dev, kv, co)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := v.Discard(10*512, 2*512); err != nil {
-		t.Fatal(err)
+	if edit != nil {
+		if err := edit(v); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if err := v.Close(); err != nil {
 		t.Fatal(err)
@@ -37,6 +41,17 @@ func inspectedVolume(t *testing.T) (*MemDevice, *store.Tuples) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return dev, kv, tu
+}
+
+// inspectedVolume protects a memory device of 64 blocks of 512+8, discards
+// blocks 10 and 11, records two findings (open guard at 3, closed at 7)
+// and a scrub cursor, and returns the device and the volume's tuples.
+func inspectedVolume(t *testing.T) (*MemDevice, *store.Tuples) {
+	t.Helper()
+	dev, _, tu := memVolume(t, 64, 5, CreateOptions{AppTag: 0x1234, AppTagMask: 0xffff}, func(v *Volume) error {
+		return v.Discard(10*512, 2*512)
+	})
 	for _, f := range []store.Finding{{LBA: 3, N: 1, Field: string(KindGuard)}, {LBA: 7, N: 1, Field: string(KindRefTag), State: store.FindingClosed}} {
 		if _, err := tu.RecordFinding(f, true); err != nil {
 			t.Fatal(err)

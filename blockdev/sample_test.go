@@ -5,7 +5,6 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/difctl/difctl/dif"
 	"github.com/difctl/difctl/store"
 )
 
@@ -14,29 +13,12 @@ import (
 // the volume's tuples.
 func sampledVolume(t *testing.T, blocks, written int64) (*MemDevice, *store.Tuples) {
 	t.Helper()
-	kv := store.NewMem()
-	t.Cleanup(func() { kv.Close() })
-	dev, err := NewMemDevice(blocks*512, 512)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dev.WriteAt(pattern(int(blocks)*512, 11), 0)
-	v, err := Create(context.Background(), dev, kv, CreateOptions{Format: dif.MustFormat("512+8")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if written < blocks {
-		if err := v.Discard(written*512, (blocks-written)*512); err != nil {
-			t.Fatal(err)
+	dev, _, tu := memVolume(t, blocks, 11, CreateOptions{}, func(v *Volume) error {
+		if written < blocks {
+			return v.Discard(written*512, (blocks-written)*512)
 		}
-	}
-	if err := v.Close(); err != nil {
-		t.Fatal(err)
-	}
-	tu, err := store.OpenTuples(kv, DefaultVolumeName, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+		return nil
+	})
 	return dev, tu
 }
 

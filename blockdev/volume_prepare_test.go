@@ -1,12 +1,10 @@
 package blockdev
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"testing"
 
-	"github.com/difctl/difctl/dif"
 	"github.com/difctl/difctl/store"
 )
 
@@ -21,24 +19,15 @@ func manifestKey(name string) []byte {
 // parse).
 func preparedStore(t *testing.T, state string) store.KV {
 	t.Helper()
-	kv := store.NewMem()
-	t.Cleanup(func() { kv.Close() })
 	if state == "none" {
+		kv := store.NewMem()
+		t.Cleanup(func() { kv.Close() })
 		return kv
 	}
-	dev, err := NewMemDevice(64*512, 512)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dev.WriteAt(pattern(64*512, 9), 0)
-	v, err := Create(context.Background(), dev, kv, CreateOptions{Format: dif.MustFormat("512+8")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := v.Tuples().RecordFinding(store.Finding{LBA: 3, N: 1, Field: string(KindGuard)}, true); err != nil {
-		t.Fatal(err)
-	}
-	v.Close()
+	_, kv, _ := memVolume(t, 64, 9, CreateOptions{}, func(v *Volume) error {
+		_, err := v.Tuples().RecordFinding(store.Finding{LBA: 3, N: 1, Field: string(KindGuard)}, true)
+		return err
+	})
 	switch state {
 	case "lost":
 		kvDelete(t, kv, manifestKey(DefaultVolumeName))
