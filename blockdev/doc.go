@@ -66,6 +66,15 @@
 //     blockdev/pisource reads one), and a change of its ref tags;
 //     import.go: where an import into a new image writes, and what it
 //     removes when it fails before keeping anything ([OpenImportTarget]).
+//   - volume_prepare.go: what a store holds of a volume before Create, and
+//     the rules of protecting over it ([PrepareCreate]: resume, refuse
+//     records without a manifest, start over with Reprotect; the key of a
+//     reprotect, [ReprotectKey]).
+//   - inspect.go, sample.go: a volume's coverage, findings and scrub
+//     ([Inspect]) and its blocks' stored tuples beside those their data
+//     computes ([InspectStored], [InspectBlock]), read without a Volume; a
+//     sample of written blocks that tells whether a store describes a
+//     device's data ([SampleData]).
 //
 // One predicate decides which device errors fail a run as a whole rather
 // than the blocks read (a closed, crashed or cancelled device, or a read

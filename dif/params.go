@@ -45,6 +45,21 @@ type Params struct {
 	Skip Check
 }
 
+// ParamsAt returns the params of a run that starts at block lba of an
+// image whose block 0 is checked with p: p with LBA set and, for Types 1
+// and 2, the ref tag advanced by lba (in the format's ref tag bits, up to
+// 64), as a run of the whole image from block 0 would expect it.
+func (f Format) ParamsAt(p Params, lba int64) Params {
+	p.LBA = lba
+	if t := f.Type(); t == Type1 || t == Type2 {
+		p.RefTag += uint64(lba)
+		if b := f.RefTagBits(); b < 64 {
+			p.RefTag &= 1<<b - 1
+		}
+	}
+	return p
+}
+
 // u80 is a value of the storage+reference tag space, up to 80 bits:
 // hi holds bits 64 to 79.
 type u80 struct{ hi, lo uint64 }

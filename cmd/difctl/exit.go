@@ -163,3 +163,41 @@ func shortMessage(err error) string {
 // oneLine folds a message onto one line: cobra and wrapped errors may
 // carry newlines, and difctl prints every error as a single line.
 func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
+
+// integrityError ends a command that found blocks failing verification and
+// left them as they are: exit 4. It matches dif.ErrIntegrity. err, if not
+// nil, is the library's failure, printed after msg and kept in the chain.
+type integrityError struct {
+	msg string
+	err error
+}
+
+func (e *integrityError) Error() string {
+	if e.err != nil {
+		return e.msg + ": " + e.err.Error()
+	}
+	return e.msg
+}
+
+func (e *integrityError) Is(target error) bool { return target == dif.ErrIntegrity }
+func (e *integrityError) Unwrap() error        { return e.err }
+
+// isIntegrityErr reports whether err is an integrity failure of any kind,
+// the library's (a *dif.CheckError, a Volume's *IntegrityError) or a verdict.
+func isIntegrityErr(err error) bool { return errors.Is(err, dif.ErrIntegrity) }
+
+// isIntegrity reports whether err is the verdict a summary returns when
+// blocks failed (an *integrityError), as opposed to an error writing it.
+func isIntegrity(err error) bool {
+	_, ok := err.(*integrityError)
+	return ok
+}
+
+// interrupted returns the error of a command the user interrupted after it
+// found failures: the cause, with exit bit 4 kept (exitCode adds 32).
+func interrupted(ctx context.Context, failed int64) error {
+	if failed > 0 {
+		return &exitError{code: exitUncorrected, err: context.Cause(ctx)}
+	}
+	return context.Cause(ctx)
+}

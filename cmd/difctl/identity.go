@@ -12,7 +12,6 @@ import (
 
 	"github.com/difctl/difctl/blockdev"
 	"github.com/difctl/difctl/blockdev/device"
-	"github.com/difctl/difctl/dif"
 	"github.com/difctl/difctl/store"
 )
 
@@ -44,13 +43,6 @@ var stableKinds = []struct{ dir, prefix string }{
 	{"by-id", "by-id:"},
 	{"by-partuuid", "by-partuuid:"},
 }
-
-// The data sample of checkData.
-const (
-	samplePages  = 16 // tuple pages read, spread over the volume
-	sampleBlocks = 64 // written blocks checked at most
-	sampleMin    = 8  // fewer checked blocks cannot decide
-)
 
 // deviceID is the identity protect records for image: the preferred stable
 // identifier of a block device; otherwise (an image file, or a device that
@@ -205,141 +197,19 @@ func checkOpenImage(ctx context.Context, image, url string, kv store.KV, dev *de
 	return checkImage(ctx, image, url, t, dev)
 }
 
-// checkData refuses a store that describes other data than dev's. It
-// reads the tuple pages of samplePages pages spread over the volume, and
-// checks up to sampleBlocks of their written blocks, spread over them,
-// against their tuples: the guard and the sector sum, which depend on the
-// data (the tags do not, and a remap in progress changes the ref tags).
-// Blocks under an open intent (an interrupted write, which recovery
-// resolves), escaped blocks and blocks that do not read are left out. Each
-// block is read once, and nothing is recorded.
-//
-// The store is refused only when at least sampleMin blocks were checked
-// and every one failed: an image with some bad blocks is for verify and
-// scrub to report as integrity failures (exit 4). With fewer written
-// blocks in the pages read the check cannot decide, and passes.
+// checkData refuses a store that describes other data than dev's: a
+// sample of its written blocks checked against their tuples
+// (blockdev.SampleData) in which every block fails. An image with some
+// bad blocks is for verify and scrub to report as integrity failures
+// (exit 4); a sample too small to decide passes.
 func checkData(ctx context.Context, image, url string, t *store.Tuples, dev *device.File) error {
-	m := t.Manifest()
-	f, err := dif.Parse(m.Format)
+	s, err := blockdev.SampleData(ctx, t, dev, dev.Size())
 	if err != nil {
-		return nil // blockdev.Open reports the damaged manifest
+		return inspectError(image, url, err)
 	}
-	f = f.WithLayout(dif.Separate)
-	bs, ts := int64(f.BlockSize()), f.TupleSize()
-	blocks := m.Blocks()
-	if f.MetadataSize() != ts || blocks <= 0 || dev.Size() < blocks*bs {
-		return nil
-	}
-	pt := int64(m.PageTuples)
-	if pt <= 0 {
-		pt = store.DefaultPageTuples
-	}
-	pages := (blocks + pt - 1) / pt
-	np := min(pages, samplePages)
-
-	// The written blocks of the pages read, less those under intents.
-	type sampled struct {
-		lba     int64
-		n       int
-		written store.Bitmap
-		count   int
-	}
-	var sp []sampled
-	tuples := make([]byte, pt*int64(ts))
-	var sums []uint32
-	if m.SectorSums {
-		sums = make([]uint32, pt)
-	}
-	total := 0
-	for i := range np {
-		page := int64(0)
-		if np > 1 {
-			page = i * (pages - 1) / (np - 1)
-		}
-		lba := page * pt
-		n := int(min(pt, blocks-lba))
-		w := store.NewBitmap(n)
-		var s []uint32
-		if sums != nil {
-			s = sums[:n]
-		}
-		if _, err := t.ReadRange(lba, tuples[:n*ts], s, w); err != nil {
-			return storeErr(url, err)
-		}
-		for in, err := range t.Intents(lba, int64(n)) {
-			if err != nil {
-				return storeErr(url, err)
-			}
-			for b := max(in.LBA, lba); b < min(in.LBA+in.N, lba+int64(n)); b++ {
-				w.Clear(int(b - lba))
-			}
-		}
-		c := w.Count(n)
-		sp = append(sp, sampled{lba: lba, n: n, written: w, count: c})
-		total += c
-	}
-	k := min(total, sampleBlocks)
-	if k < sampleMin {
-		return nil
-	}
-
-	// Check k of them, the j-th at written index j*total/k.
-	data := device.AlignedBuffer(int(bs))
-	tuple := make([]byte, ts)
-	var sum []uint32
-	if m.SectorSums {
-		sum = make([]uint32, 1)
-	}
-	states := make([]dif.State, 1)
-	checked, failed := 0, 0
-	base := 0 // written blocks in the pages before p
-	j := 0
-	for _, p := range sp {
-		seen := 0
-		for i := 0; i < p.n && j < k; i++ {
-			if !p.written.Has(i) {
-				continue
-			}
-			want := int(int64(j) * int64(total) / int64(k))
-			idx := base + seen
-			seen++
-			if idx != want {
-				continue
-			}
-			j++
-			if ctx.Err() != nil {
-				return context.Cause(ctx)
-			}
-			lba := p.lba + int64(i)
-			if _, err := t.ReadRange(lba, tuple, sum, nil); err != nil {
-				return storeErr(url, err)
-			}
-			if _, err := dev.ReadAt(data, lba*bs); err != nil {
-				continue // unreadable: verify reports it
-			}
-			par := runParams(f, dif.Params{RefTag: m.InitialRefTag, AppTag: m.AppTag, AppMask: m.AppTagMask}, lba)
-			par.Skip = dif.CheckAppTag | dif.CheckRefTag | dif.CheckStorageTag
-			if _, err := f.Classify(&dif.Classification{States: states}, data, tuple, par); err != nil {
-				return nil // the manifest's tags do not fit the format: Open reports it
-			}
-			switch {
-			case states[0] == dif.StateFailed:
-				checked++
-				failed++
-			case states[0] != dif.StateOK:
-				// escaped (or all-ones): says nothing of the data
-			case sum != nil && dif.SectorSum(data) != sum[0]:
-				checked++
-				failed++
-			default:
-				checked++
-			}
-		}
-		base += p.count
-	}
-	if checked >= sampleMin && failed == checked {
+	if s.Foreign() {
 		return &identityError{fmt.Errorf("%s does not match its store %s: the store describes other data: %d of %d sampled written blocks fail (another image's store, or the image overwritten since protect?)",
-			image, url, failed, checked)}
+			image, url, s.Failed, s.Checked)}
 	}
 	return nil
 }

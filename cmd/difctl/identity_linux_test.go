@@ -55,6 +55,20 @@ func (l *loopDev) detach(t *testing.T) {
 	}
 }
 
+// loopImage writes a random image of size bytes (from seed) to a new
+// temporary directory and attaches it as a loop device, with a fake udev
+// directory that gives it no stable identifier yet; it returns the udev
+// directory, the temporary directory, the device and the URL of a store
+// in that directory.
+func loopImage(t *testing.T, size int, seed uint64) (disk, dir string, l *loopDev, url string) {
+	t.Helper()
+	disk = fakeDiskDir(t)
+	dir = t.TempDir()
+	img := filepath.Join(dir, "disk.img")
+	randomImage(t, img, size, seed)
+	return disk, dir, attachLoop(t, img), "pebble:" + filepath.Join(dir, "st")
+}
+
 // reattach detaches l and attaches its file again under another name, as
 // a reboot may: a filler takes the freed device first.
 func reattach(t *testing.T, l *loopDev) *loopDev {
@@ -150,12 +164,7 @@ func TestStableIDs(t *testing.T) {
 // same volume: it reports no stable identifier, so its data identifies it.
 // The name was the identity before: this failed with exit 8.
 func TestIdentityLoopReattached(t *testing.T) {
-	fakeDiskDir(t) // none, as here without udev
-	dir := t.TempDir()
-	img := filepath.Join(dir, "disk.img")
-	randomImage(t, img, 4<<20, 12)
-	l := attachLoop(t, img)
-	url := "pebble:" + filepath.Join(dir, "st")
+	_, dir, l, url := loopImage(t, 4<<20, 12) // no stable ids, as here without udev
 	mustDifctl(t, exitOK, "protect", "--quiet", "--store", url, l.path)
 	if id := manifestDeviceID(t, url, l.path); isStableID(id) {
 		t.Errorf("device id %q recorded for a loop device without stable ids, want its base name", id)
@@ -184,15 +193,10 @@ func TestIdentityLoopReattached(t *testing.T) {
 // one reporting none falls back to its data. A device proven by its
 // identifier whose every block fails is damaged (exit 4), not foreign.
 func TestIdentityLoopByID(t *testing.T) {
-	disk := fakeDiskDir(t)
-	dir := t.TempDir()
-	img := filepath.Join(dir, "disk.img")
 	size := 4 << 20
-	randomImage(t, img, size, 14)
-	l := attachLoop(t, img)
+	disk, dir, l, url := loopImage(t, size, 14)
 	const wwn, serial = "wwn-0x5000c500a1b2c3d4", "ata-ST4000_Z1234"
 	setLinks(t, disk, "by-id", l.path, serial, wwn, "dm-name-data")
-	url := "pebble:" + filepath.Join(dir, "st")
 	mustDifctl(t, exitOK, "protect", "--quiet", "--store", url, l.path)
 	if id := manifestDeviceID(t, url, l.path); id != "by-id:"+wwn {
 		t.Fatalf("device id %q, want by-id:%s", id, wwn)
@@ -253,13 +257,8 @@ func TestIdentityLoopByID(t *testing.T) {
 // An identifier is printed escaped: a link name (and so a recorded device
 // id) may hold control characters.
 func TestIdentityLoopByIDEscaped(t *testing.T) {
-	disk := fakeDiskDir(t)
-	dir := t.TempDir()
-	img := filepath.Join(dir, "disk.img")
-	randomImage(t, img, 1<<20, 16)
-	l := attachLoop(t, img)
+	disk, _, l, url := loopImage(t, 1<<20, 16)
 	setLinks(t, disk, "by-partuuid", l.path, "uuid\x1b[2J\x07")
-	url := "pebble:" + filepath.Join(dir, "st")
 	mustDifctl(t, exitOK, "protect", "--quiet", "--store", url, l.path)
 	setLinks(t, disk, "by-partuuid", l.path, "other")
 	code, out := difctl(t, "verify", "--store", url, l.path)

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -16,36 +15,6 @@ import (
 	"github.com/difctl/difctl/dif"
 	"github.com/difctl/difctl/store"
 )
-
-// difctl runs the command line in-process and returns its exit code and
-// its stdout and stderr together.
-func difctl(t *testing.T, args ...string) (int, string) {
-	t.Helper()
-	var stdout, stderr bytes.Buffer
-	code := run(context.Background(), args, strings.NewReader(""), &stdout, &stderr)
-	return code, stdout.String() + stderr.String()
-}
-
-// mustDifctl is difctl that fails the test unless the exit code is want.
-func mustDifctl(t *testing.T, want int, args ...string) string {
-	t.Helper()
-	code, out := difctl(t, args...)
-	if code != want {
-		t.Fatalf("difctl %s: exit %d, want %d:\n%s", strings.Join(args, " "), code, want, out)
-	}
-	return out
-}
-
-// randomImage writes size bytes of data drawn from seed to path.
-func randomImage(t *testing.T, path string, size int, seed uint64) {
-	t.Helper()
-	b := make([]byte, size)
-	r := rand.NewChaCha8([32]byte{byte(seed), byte(seed >> 8)})
-	r.Read(b)
-	if err := os.WriteFile(path, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
-}
 
 // identitySize is the size of the test images: more tuple pages of 1,024
 // blocks than checkData reads, unless -short.
@@ -266,7 +235,7 @@ func TestIdentityDamagedImage(t *testing.T) {
 	}
 }
 
-// Fewer than sampleMin written blocks cannot decide: another sparse
+// Fewer than blockdev.SampleMin written blocks cannot decide: another sparse
 // image's store is then checked block by block, and its blocks fail
 // (exit 4).
 func TestIdentityFewWrittenBlocks(t *testing.T) {

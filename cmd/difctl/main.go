@@ -13,6 +13,35 @@
 // 4 errors left uncorrected, 8 operational error, 16 usage error, 32
 // cancelled by the user. They are decided in one place, exitCode in
 // exit.go, from the error a command returns.
+//
+// # Files
+//
+// A command parses its flags, calls the library and prints; what it
+// decides about volumes and stores is in blockdev, blockdev/scrub and
+// store. Each command is one file, cmd_NAME.go: its cobra command (the
+// constructor newNameCmd, with its help and flags), its options and
+// records, and its run function, runName(ctx, opts, stdout, stderr);
+// cmd_root.go registers them and holds the global flags. The helpers are
+// grouped by job:
+//
+//   - flags_common.go, flags_pi.go, flags_values.go: the argument count
+//     and --store; the PI flags and the flags that name an image
+//     (imageFlags, imageSpec); the flag value types;
+//   - keys.go: the key flags of keyed volumes, and the keyed check's
+//     state and errors;
+//   - store_open.go, store_volume.go, store_tuples.go, store_errors.go: a
+//     store-backed image's store, opened as a Volume or for its tuples
+//     alone, and its errors in the user's words; identity.go: whether a
+//     store describes the image given;
+//   - image_pi.go: an image with its own PI (extended-LBA or DIX);
+//     files.go: the files read and written directly; check.go: checking
+//     a range of blocks in runs;
+//   - output.go, output_findings.go, output_progress.go: records and text,
+//     findings and summaries, progress bars;
+//   - exit.go: exit codes and the errors that carry them; signal.go:
+//     SIGINT and SIGTERM; metrics.go: --metrics-listen; net.go: serve's
+//     listeners, TLS and handshake log; algs.go, sysinfo.go: the kernels
+//     as crc and bench use them, and the machine they run on.
 package main
 
 import (

@@ -72,7 +72,7 @@ func TestScript(t *testing.T) {
 			"corrupt":    cmdCorrupt,
 			"corruptdir": cmdCorruptDir,
 			"storefile":  cmdStoreFile,
-			"attack":     cmdAttack, // keyed_test.go
+			"attack":     cmdAttack, // keys_attack_test.go
 		},
 	})
 }

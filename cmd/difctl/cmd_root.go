@@ -1,0 +1,133 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"runtime"
+	"runtime/debug"
+
+	"github.com/spf13/cobra"
+)
+
+// newRootCmd builds the command tree. g receives the global flags when
+// cobra parses them; the constructors keep the pointer and copy *g into
+// their options when they run. A new command is one file, cmd_xxx.go,
+// with a constructor newXxxCmd(g, ...) *cobra.Command, an xxxOptions
+// struct embedding globalOptions and a runXxx(ctx, opts, stdout, stderr)
+// error, registered here.
+func newRootCmd(g *globalOptions, stdin io.Reader) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "difctl",
+		Short: "T10 DIF/PI protection information for block images and devices",
+		Long: `difctl generates, stores and verifies T10 DIF / NVMe protection
+information (PI) for block images and devices.
+
+Results go to standard output, as text or, with --json, as JSON Lines (one
+object per line, each with "schema" and "type"; see SCHEMA.md). Errors go to
+standard error as one line, "difctl: <cause>". Progress is shown on standard
+error only when it is a terminal. With --quiet (-q) difctl prints nothing but
+errors, like grep -q: no progress and no text results, only the exit status
+(JSON Lines, which a program asked for, are still written).
+
+` + exitCodesHelp(exitOK, exitCorrected, exitUncorrected, exitOperational, exitUsage, exitCancelled),
+		// Runnable so that an unknown command is our usage error rather
+		// than cobra's multi-line one.
+		Args: cobra.ArbitraryArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				hint := ""
+				if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
+					hint = fmt.Sprintf("; did you mean %q?", s[0])
+				}
+				return usageErrorf("unknown command %q%s", args[0], hint)
+			}
+			// No command: the usage, on standard error, and the usage
+			// error's exit status (difctl --help is the way to ask).
+			cmd.SetOut(cmd.ErrOrStderr())
+			if err := cmd.Help(); err != nil {
+				return err
+			}
+			return usageErrorf("no command given")
+		},
+		SilenceErrors: true, // main prints errors, as one line
+		SilenceUsage:  true, // a usage error is not worth a screen of help
+	}
+	root.SuggestionsMinimumDistance = 2
+	root.Version = versionString()
+	root.SetVersionTemplate("difctl {{.Version}}\n")
+	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error { return checkCommonFlags(cmd) }
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
+		return &usageError{err: err}
+	})
+	pf := root.PersistentFlags()
+	pf.BoolVar(&g.JSON, "json", false, "write results as JSON Lines (see SCHEMA.md)")
+	pf.BoolVarP(&g.Quiet, "quiet", "q", false, "print nothing but errors: no progress, no results (the exit status tells the outcome; --json output is kept)")
+
+	root.AddCommand(
+		newProtectCmd(g),
+		newVerifyCmd(g),
+		newScrubCmd(g),
+		newInspectCmd(g),
+		newDiscardCmd(g),
+		newWriteCmd(g, stdin),
+		newConvertCmd(g),
+		newRemapCmd(g),
+		newInjectCmd(g),
+		newCrcCmd(g, stdin),
+		newKernelsCmd(g),
+		newBenchCmd(g),
+		newServeCmd(g),
+	)
+	return root
+}
+
+// versionString describes the build, from the module and VCS information
+// the Go toolchain stamps into the binary.
+func versionString() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "unknown (no build information)"
+	}
+	v := bi.Main.Version
+	if v == "" {
+		v = "(devel)"
+	}
+	var rev, at string
+	dirty := false
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.time":
+			at = s.Value
+		case "vcs.modified":
+			dirty = s.Value == "true"
+		}
+	}
+	if rev != "" {
+		if len(rev) > 12 {
+			rev = rev[:12]
+		}
+		v += " " + rev
+		if dirty {
+			v += "+dirty"
+		}
+		if at != "" {
+			v += " " + at
+		}
+	}
+	return fmt.Sprintf("%s %s %s/%s", v, bi.GoVersion, runtime.GOOS, runtime.GOARCH)
+}
+
+// globalOptions are the root's persistent flags. Every command's options
+// struct embeds a copy, taken when the command runs.
+type globalOptions struct {
+	JSON  bool // --json: JSON Lines on stdout instead of text
+	Quiet bool // --quiet: nothing but errors (text results are dropped)
+	// Args is the command line after "difctl", for the files that record
+	// it (mapfile headers).
+	Args []string
+	// Key is --key-file/--key-env of the commands on store-backed images
+	// (keys.go).
+	Key keyFlags
+}

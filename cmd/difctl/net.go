@@ -1,0 +1,170 @@
+package main
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/difctl/difctl/blockdev/nbd"
+)
+
+// handshakeLogMax is how many failed TLS handshakes serve reports a minute.
+const handshakeLogMax = 10
+
+// handshakeLog reports the failed TLS handshakes of serve's clients
+// (nbd.Options.OnConnError, errors matching nbd.ErrTLSHandshake), one line
+// each with the client and the reason, at most max in each window of per
+// (a minute but in tests). The number of those it did not print follows
+// in one line when the window ends, so that a flood of bad handshakes
+// costs a line or two a window.
+type handshakeLog struct {
+	w   io.Writer
+	max int
+	per time.Duration
+
+	mu      sync.Mutex
+	start   time.Time // of the window
+	n       int       // lines printed in the window
+	dropped int       // failures not printed in the window
+	timer   *time.Timer
+}
+
+func newHandshakeLog(w io.Writer) *handshakeLog {
+	return &handshakeLog{w: w, max: handshakeLogMax, per: time.Minute}
+}
+
+// connError is the server's OnConnError.
+func (l *handshakeLog) connError(remote string, err error) {
+	if !errors.Is(err, nbd.ErrTLSHandshake) {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := time.Now()
+	if now.Sub(l.start) >= l.per {
+		l.flushLocked()
+		l.start, l.n = now, 0
+	}
+	if l.n >= l.max {
+		if l.dropped == 0 {
+			l.timer = time.AfterFunc(l.start.Add(l.per).Sub(now), l.flush)
+		}
+		l.dropped++
+		return
+	}
+	l.n++
+	fmt.Fprintf(l.w, "difctl: client %s: %s\n", printable(remote), printable(strings.TrimPrefix(oneLine(err.Error()), "nbd: ")))
+}
+
+// flush prints the number of failures not printed, if any. serve calls it
+// when it stops.
+func (l *handshakeLog) flush() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.flushLocked()
+}
+
+func (l *handshakeLog) flushLocked() {
+	if l.timer != nil {
+		l.timer.Stop()
+		l.timer = nil
+	}
+	if l.dropped > 0 {
+		fmt.Fprintf(l.w, "difctl: %d more failed TLS handshakes not shown (at most %d lines a minute)\n", l.dropped, l.max)
+		l.dropped = 0
+	}
+}
+
+// tlsConfig loads the server's certificate and, if asked, the CAs that
+// client certificates must chain to.
+func tlsConfig(o *serveOptions) (*tls.Config, error) {
+	if o.TLSCert == "" {
+		return nil, nil
+	}
+	cert, err := tls.LoadX509KeyPair(o.TLSCert, o.TLSKey)
+	if err != nil {
+		return nil, fmt.Errorf("TLS certificate %s and key %s: %w", o.TLSCert, o.TLSKey, err)
+	}
+	cfg := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	if o.ClientCA != "" {
+		pem, err := os.ReadFile(o.ClientCA)
+		if err != nil {
+			return nil, err
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("%s: no PEM certificate", o.ClientCA)
+		}
+		cfg.ClientCAs, cfg.ClientAuth = pool, tls.RequireAndVerifyClientCert
+	}
+	return cfg, nil
+}
+
+// listenUnix listens on a unix socket created with mode 0600. A stale
+// socket (nobody accepting) is replaced; anything else at path is kept
+// and refused.
+func listenUnix(path string) (net.Listener, error) {
+	if fi, err := os.Lstat(path); err == nil {
+		if fi.Mode()&os.ModeSocket == 0 {
+			return nil, fmt.Errorf("%s exists and is not a socket", path)
+		}
+		if c, err := net.Dial("unix", path); err == nil {
+			c.Close()
+			return nil, fmt.Errorf("%s: another server is listening there", path)
+		}
+		os.Remove(path)
+	}
+	old := syscall.Umask(0o177)
+	l, err := net.Listen("unix", path)
+	syscall.Umask(old)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		l.Close()
+		return nil, err
+	}
+	return l, nil
+}
+
+// exportURI is the NBD URI of an export (the syntax of the NBD URI
+// standard that qemu and libnbd accept).
+func exportURI(a net.Addr, name string, tlsOn bool) string {
+	if a.Network() == "unix" {
+		path := a.String()
+		if abs, err := filepath.Abs(path); err == nil {
+			path = abs
+		}
+		return fmt.Sprintf("nbd+unix:///%s?socket=%s", url.PathEscape(name), queryEscape(path))
+	}
+	scheme := "nbd"
+	if tlsOn {
+		scheme = "nbds"
+	}
+	host := a.String()
+	if ta, ok := a.(*net.TCPAddr); ok && ta.IP.IsUnspecified() {
+		host = net.JoinHostPort("localhost", fmt.Sprint(ta.Port))
+	}
+	return fmt.Sprintf("%s://%s/%s", scheme, host, url.PathEscape(name))
+}
+
+// queryEscape escapes a socket path for a URI query, leaving the slashes
+// and other characters a path usually holds as they are.
+func queryEscape(s string) string {
+	for _, c := range s {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.ContainsRune("/._-~", c)) {
+			return url.QueryEscape(s)
+		}
+	}
+	return s
+}

@@ -1,0 +1,192 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/difctl/difctl/blockdev"
+	"github.com/difctl/difctl/blockdev/device"
+	"github.com/difctl/difctl/blockdev/scrub"
+	"github.com/difctl/difctl/dif"
+	"github.com/difctl/difctl/store"
+)
+
+// A store-backed image opened as a blockdev.Volume for a command, after
+// its identity is checked (identity.go).
+
+// volume is a store-backed image opened for a command.
+type volume struct {
+	image, url string
+	dev        *device.File
+	kv         store.KV
+	vol        *blockdev.Volume
+}
+
+// openVolume opens the protected image and its store, read-only when
+// readOnly (the store too, unless the volume has open intents, whose crash
+// recovery writes it). The image must be the one the store protects
+// (checkImage, identity.go).
+func openVolume(ctx context.Context, image, url string, readOnly bool, key keyFlags) (*volume, error) {
+	mode := storeWrite
+	if readOnly {
+		mode = storeRead
+	}
+	return openVolumeMode(ctx, image, url, readOnly, mode, key)
+}
+
+// openWritable opens a protected image and its store read-write for a
+// command that changes the volume (write, discard), and refuses a keyed
+// volume without its key: it could not produce valid tags.
+func openWritable(ctx context.Context, image, url string, key keyFlags) (*volume, error) {
+	v, err := openVolume(ctx, image, url, false, key)
+	if err != nil {
+		return nil, err
+	}
+	if v.vol.Keyed() && !v.vol.KeyedChecked() {
+		v.Close()
+		return nil, keyError(v.image, blockdev.ErrKeyRequired)
+	}
+	return v, nil
+}
+
+// openVolumeMode is openVolume with the store opened in mode: scrub reads
+// the image but writes its cursor and findings to the store.
+func openVolumeMode(ctx context.Context, image, url string, readOnly bool, mode storeMode, key keyFlags) (*volume, error) {
+	k, err := key.load()
+	if err != nil {
+		return nil, err
+	}
+	return openVolumeWith(ctx, image, url, mode, blockdev.Options{ReadOnly: readOnly, Key: k, Witness: key.witness()}, store.OpenOptions{})
+}
+
+// openVolumeWith is openVolumeMode with the volume's options (serve's);
+// opts.ReadOnly opens the image read-only; sizes are the store engine's
+// memory sizes (serve's), zero for the defaults.
+func openVolumeWith(ctx context.Context, image, url string, mode storeMode, opts blockdev.Options, sizes store.OpenOptions) (*volume, error) {
+	readOnly := opts.ReadOnly
+	if _, err := os.Stat(image); err != nil {
+		return nil, asOpenError(err)
+	}
+	kv, err := openStoreSized(image, url, mode, sizes)
+	if err != nil {
+		return nil, err
+	}
+	if mode == storeRead {
+		recovery, err := needsRecovery(kv)
+		if err == nil && recovery {
+			kv.Close()
+			kv, err = openStoreSized(image, url, storeWrite, sizes)
+			if err != nil {
+				return nil, fmt.Errorf("%s: the store holds writes an interrupted session left open, which recovery must resolve in the store: %w", image, err)
+			}
+		}
+	}
+	v := &volume{image: image, url: url, kv: kv}
+	ok := false
+	defer func() {
+		if !ok {
+			v.Close()
+		}
+	}()
+	if err := checkProtected(kv, image, url); err != nil {
+		return nil, err
+	}
+	v.dev, err = openDevice(image, readOnly)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkOpenImage(ctx, image, url, kv, v.dev); err != nil {
+		return nil, err
+	}
+	v.vol, err = blockdev.Open(ctx, v.dev, kv, opts)
+	if err != nil {
+		return nil, volumeError(image, url, err)
+	}
+	ok = true
+	return v, nil
+}
+
+// needsRecovery tells whether the protected volume of kv has open intents.
+func needsRecovery(kv store.KV) (bool, error) {
+	t, err := store.OpenTuples(kv, blockdev.DefaultVolumeName, nil)
+	if err != nil {
+		return false, err
+	}
+	for _, err := range t.AllIntents() {
+		return err == nil, err
+	}
+	return false, nil
+}
+
+// openDevice opens an image or block device for a volume.
+func openDevice(image string, readOnly bool) (*device.File, error) {
+	dev, err := device.OpenFile(image, device.FileOptions{ReadOnly: readOnly})
+	if err != nil {
+		var pe *os.PathError
+		if errors.As(err, &pe) {
+			return nil, asOpenError(pe)
+		}
+		if fi, serr := os.Stat(image); serr == nil && fi.Mode().IsRegular() && fi.Size()%512 != 0 {
+			return nil, fmt.Errorf("%s: size %d is not a multiple of 512 bytes (truncated?)", image, fi.Size())
+		}
+		return nil, fmt.Errorf("%s: %w", image, err)
+	}
+	return dev, nil
+}
+
+// asOpenError presents the failed stat of a file the user named as a
+// failed open, as the other commands report it.
+func asOpenError(err error) error {
+	var pe *os.PathError
+	if errors.As(err, &pe) && pe.Op == "stat" {
+		return &os.PathError{Op: "open", Path: pe.Path, Err: pe.Err}
+	}
+	return err
+}
+
+// Close closes the volume, the store and the device.
+func (v *volume) Close() error {
+	var errs []error
+	if v.vol != nil {
+		errs = append(errs, v.vol.Close())
+	}
+	if v.kv != nil {
+		errs = append(errs, v.kv.Close())
+	}
+	if v.dev != nil {
+		errs = append(errs, v.dev.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// format returns the volume's format in the interleaved layout, for
+// messages and records.
+func (v *volume) format() dif.Format { return v.vol.Format() }
+
+// closeOverwritten closes the open findings of the blocks [lba, lba+n),
+// which a write has just replaced whole and made durable: their failures
+// are gone with their old contents (state "closed", the log's "resolved:
+// repaired, accepted or rewritten"). It returns how many it closed.
+func closeOverwritten(tup *store.Tuples, lba, n int64) (int, error) {
+	if n <= 0 {
+		return 0, nil
+	}
+	var open []store.Finding
+	for f, err := range tup.Findings(store.FindingQuery{LBA: lba, N: n, State: store.FindingOpen}) {
+		if err != nil {
+			return 0, err
+		}
+		// Only findings wholly inside the rewritten blocks.
+		if f.LBA >= lba && f.LBA+max(f.N, 1) <= lba+n {
+			open = append(open, f)
+		}
+	}
+	for i, f := range open {
+		if _, err := tup.SetFindingState(f.LBA, f.Field, scrub.FindingClosed, i == len(open)-1); err != nil {
+			return i, err
+		}
+	}
+	return len(open), nil
+}
