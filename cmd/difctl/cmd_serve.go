@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -133,7 +132,10 @@ byte: clients that negotiate structured replies (qemu, libnbd) get the
 verified bytes before it and an I/O error at the first failing byte, the
 others an I/O error. The failure is recorded in the store as a finding, as
 a scrub records one (difctl inspect shows it once the server has stopped),
-and reported on standard error. FLUSH and FUA make writes durable with
+and reported on standard error: the first failure of a kind (export,
+operation, offset and length; clients retry a failed read several times),
+then "N more like it" for its repeats at most once a minute, and the
+totals refused by export when the server stops. FLUSH and FUA make writes durable with
 their tuples before the reply; TRIM and WRITE_ZEROES make whole blocks
 unwritten (zeros).
 
@@ -288,21 +290,17 @@ func runServe(ctx context.Context, o serveOptions, _, stderr io.Writer) error {
 		defer debug.SetGCPercent(debug.SetGCPercent(serveGCPercent))
 	}
 	var failed atomic.Int64
-	var errMu sync.Mutex
 	hl := newHandshakeLog(stderr)
 	defer hl.flush()
+	fl := newFailureLog(stderr)
+	defer fl.summary()
 	srv, err := nbd.NewServer(exports, m.nbdOptions(exports, nbd.Options{
 		TLS: tcfg, MaxConnections: o.MaxConns, OnConnError: hl.connError,
 		IdleTimeout: idleTimeout(o.IdleTimeout), MaxIdle: o.MaxIdle, HandshakeTimeout: o.HandshakeTimeout,
 		MaxHandshakes: o.MaxHandshakes, MaxHandshakesPerPeer: min(o.MaxHandshakesPerPeer, o.MaxHandshakes),
 		OnFailure: func(f nbd.Failure) {
 			failed.Add(1)
-			errMu.Lock()
-			defer errMu.Unlock()
-			fmt.Fprintf(stderr, "difctl: %s: %s at offset %d: %s\n", f.Export, f.Op, f.Offset, storeCause(f.Err))
-			if f.RecordErr != nil {
-				fmt.Fprintf(stderr, "difctl: %s: recording the finding: %s\n", f.Export, storeCause(f.RecordErr))
-			}
+			fl.failure(f)
 		},
 	}))
 	if err != nil {
