@@ -25,7 +25,8 @@ information (PI) for block images and devices.
 Results go to standard output, as text or, with --json, as JSON Lines (one
 object per line, each with "schema" and "type"; see SCHEMA.md). Errors go to
 standard error as one line, "difctl: <cause>". Progress is shown on standard
-error only when it is a terminal. With --quiet (-q) difctl prints nothing but
+error only when it is a terminal, or as JSON Lines progress records with
+--progress-json (protect, verify, scrub). With --quiet (-q) difctl prints nothing but
 errors, like grep -q: no progress and no text results, only the exit status
 (JSON Lines, which a program asked for, are still written).
 
@@ -124,6 +125,9 @@ func versionString() string {
 type globalOptions struct {
 	JSON  bool // --json: JSON Lines on stdout instead of text
 	Quiet bool // --quiet: nothing but errors (text results are dropped)
+	// ProgressJSON is --progress-json of protect, verify and scrub: JSON
+	// Lines progress records on stderr.
+	ProgressJSON bool
 	// Args is the command line after "difctl", for the files that record
 	// it (mapfile headers).
 	Args []string
