@@ -82,7 +82,7 @@ func TestServeSameFileName(t *testing.T) {
 				t.Fatal("serve did not stop")
 			}
 			for _, name := range tt.want {
-				if !strings.Contains(srv.stderr.String(), "difctl: serving "+name+" at nbd+unix:///") {
+				if !strings.Contains(srv.stderr.String(), "difctl: serving "+name+" at nbd+unix:///"+name+"?socket=") {
 					t.Errorf("no export %q:\n%s", name, srv.stderr.String())
 				}
 			}
