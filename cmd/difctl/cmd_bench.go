@@ -22,8 +22,17 @@ type benchOptions struct {
 	Impls    []string      // implementation names; default every available one
 	Sizes    []int         // block sizes; default 512, 4 KiB, 64 KiB, 1 MiB
 	Batch    int           // bytes of blocks per measured call; default 4 MiB
-	Duration time.Duration // measuring time per cell; default 250ms
+	Duration time.Duration // measuring time per sample; default 50ms
+	Samples  int           // samples per cell and mode; default 5
 }
+
+const (
+	defaultBenchDuration = 50 * time.Millisecond
+	defaultBenchSamples  = 5
+	// benchNoisy is the spread of a cell's samples, (max-min)/median,
+	// above which bench warns that the numbers are noise as much as speed.
+	benchNoisy = 0.10
+)
 
 var defaultBenchSizes = []int{512, 4 << 10, 64 << 10, 1 << 20}
 
@@ -35,9 +44,13 @@ type benchRecord struct {
 	Mode           string  `json:"mode"`             // "update": one Update per block; "blocks": one Blocks per batch
 	BlockSize      int     `json:"block_size"`       // bytes per block
 	BatchBytes     int     `json:"batch_bytes"`      // bytes per measured call sequence
-	Bytes          int64   `json:"bytes"`            // bytes checksummed while measuring
-	Seconds        float64 `json:"seconds"`          // time spent measuring
+	Bytes          int64   `json:"bytes"`            // bytes checksummed while measuring, all samples
+	Seconds        float64 `json:"seconds"`          // time spent measuring, all samples
 	BytesPerSecond float64 `json:"bytes_per_second"` // Bytes / Seconds
+	Samples        int     `json:"samples"`          // samples taken
+	Median         float64 `json:"median_bytes_per_second"`
+	Min            float64 `json:"min_bytes_per_second"`
+	Max            float64 `json:"max_bytes_per_second"`
 }
 
 func (*benchRecord) recordType() string { return "bench" }
@@ -49,28 +62,36 @@ func newBenchCmd(g *globalOptions) *cobra.Command {
 		sizes    = sizeListFlag{sizes: defaultBenchSizes}
 		batch    = sizeFlag{n: 4 << 20}
 		duration time.Duration
+		samples  int
 	)
 	cmd := &cobra.Command{
 		Use:   "bench [flags]",
 		Short: "Measure the throughput of the checksum kernels",
 		Long: `Measure the throughput of every checksum kernel, with every implementation
 the CPU can run (or those named by --impl), over each block size. Each
-cell checksums a batch of blocks (--batch) for --duration, two ways:
+cell checksums a batch of blocks (--batch) for --duration, --samples times
+(5), two ways:
 
   Update  one Update call per block
   Blocks  one Blocks call for the whole batch, one guard per block, as
           protection information is computed
 
-The output is a Markdown table with aligned columns, ready for a README;
---json gives one "bench" record per cell. The kernel in use is restored
-afterwards.
+The output is a Markdown table with aligned columns, ready for a README:
+the median rate of the samples and their spread (min-max). A line on
+standard error warns when a cell's samples spread by more than 10% of
+their median: the machine is busy, or its clock changes, and the numbers
+measure that too. --json gives one "bench" record per cell and mode, with
+the median, min and max. The kernel in use is restored afterwards.
 
 ` + exitCodesHelp(exitOK, exitOperational, exitUsage, exitCancelled),
 		Example: `  difctl bench
-  difctl bench --alg crc32c --sizes 4KiB --duration 1s
+  difctl bench --alg crc32c --sizes 4KiB --duration 1s --samples 9
   difctl bench --impl generic --json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if samples < 1 { // 0 in benchOptions is the default
+				return usageErrorf("--samples must be at least 1, not %d", samples)
+			}
 			return runBench(cmd.Context(), benchOptions{
 				globalOptions: *g,
 				Algs:          algs.algs,
@@ -78,6 +99,7 @@ afterwards.
 				Sizes:         sizes.sizes,
 				Batch:         batch.n,
 				Duration:      duration,
+				Samples:       samples,
 			}, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
@@ -86,7 +108,8 @@ afterwards.
 	f.Var(&impls, "impl", "implementations to measure, comma-separated (default every available one)")
 	f.Var(&sizes, "sizes", "block sizes, comma-separated (512, 4KiB, 4k, 1MiB...)")
 	f.Var(&batch, "batch", "bytes of blocks per measured call")
-	f.DurationVar(&duration, "duration", 250*time.Millisecond, "measuring time per cell")
+	f.DurationVar(&duration, "duration", defaultBenchDuration, "measuring time per sample")
+	f.IntVar(&samples, "samples", defaultBenchSamples, "samples per cell and mode: the table shows their median and min-max")
 	return cmd
 }
 
@@ -98,9 +121,15 @@ type benchCell struct {
 	size int
 }
 
-func runBench(ctx context.Context, opts benchOptions, stdout, _ io.Writer) error {
+func runBench(ctx context.Context, opts benchOptions, stdout, stderr io.Writer) error {
 	if opts.Duration <= 0 {
 		return usageErrorf("--duration must be positive, not %v", opts.Duration)
+	}
+	if opts.Samples == 0 {
+		opts.Samples = defaultBenchSamples
+	}
+	if opts.Samples < 1 {
+		return usageErrorf("--samples must be at least 1, not %d", opts.Samples)
 	}
 	if len(opts.Algs) == 0 {
 		opts.Algs = algorithms
@@ -134,7 +163,7 @@ func runBench(ctx context.Context, opts benchOptions, stdout, _ io.Writer) error
 			fmt.Fprintf(out.w, "cpu: %s\n", cpu.Model)
 		}
 		fmt.Fprintf(out.w, "arch: %s/%s, features: %s\n", cpu.GOOS, cpu.GOARCH, strings.Join(cpu.Features, " "))
-		fmt.Fprintf(out.w, "batch: %s per call, %v per cell\n\n", formatSize(opts.Batch), opts.Duration)
+		fmt.Fprintf(out.w, "batch: %s per call, %d samples of %v per cell: median rate (min-max)\n\n", formatSize(opts.Batch), opts.Samples, opts.Duration)
 		tbl.header(out.w)
 	}
 
@@ -142,6 +171,7 @@ func runBench(ctx context.Context, opts benchOptions, stdout, _ io.Writer) error
 	for i := range buf {
 		buf[i] = byte(i*131 ^ i>>9)
 	}
+	noisy := 0
 	for _, c := range cells {
 		if err := kernels.Select(c.alg.kernel, c.impl); err != nil {
 			return err
@@ -162,16 +192,26 @@ func runBench(ctx context.Context, opts benchOptions, stdout, _ io.Writer) error
 			name string
 			fn   func() error
 		}{{"update", update}, {"blocks", func() error { return blocks(p, c.size, c.size) }}} {
-			bytes, elapsed, err := measure(ctx, opts.Duration, len(p), m.fn)
-			if err != nil {
-				return err
-			}
-			recs[i] = &benchRecord{
+			r := &benchRecord{
 				Kernel: c.alg.kernel, Impl: c.impl, Mode: m.name,
-				BlockSize: c.size, BatchBytes: len(p),
-				Bytes: bytes, Seconds: elapsed.Seconds(),
-				BytesPerSecond: float64(bytes) / elapsed.Seconds(),
+				BlockSize: c.size, BatchBytes: len(p), Samples: opts.Samples,
 			}
+			rates := make([]float64, opts.Samples)
+			for j := range rates {
+				bytes, elapsed, err := measure(ctx, opts.Duration, len(p), m.fn)
+				if err != nil {
+					return err
+				}
+				r.Bytes += bytes
+				r.Seconds += elapsed.Seconds()
+				rates[j] = float64(bytes) / elapsed.Seconds()
+			}
+			r.BytesPerSecond = float64(r.Bytes) / r.Seconds
+			r.Median, r.Min, r.Max = medianMinMax(rates)
+			if r.noisy() {
+				noisy++
+			}
+			recs[i] = r
 			if out.json {
 				if err := out.emit(recs[i]); err != nil {
 					return err
@@ -179,13 +219,35 @@ func runBench(ctx context.Context, opts benchOptions, stdout, _ io.Writer) error
 			}
 		}
 		if !out.json {
-			if err := tbl.row(out.w, c, recs[0].BytesPerSecond, recs[1].BytesPerSecond); err != nil {
+			if err := tbl.row(out.w, c, recs[0], recs[1]); err != nil {
 				return err
 			}
 		}
 	}
 	runtime.KeepAlive(benchSink) // the results were consumed
+	if noisy > 0 && !opts.Quiet {
+		fmt.Fprintf(stderr, "difctl: bench: in %d of %d measurements the samples spread by more than %.0f%% of their median: the machine is busy or its clock varies, and these numbers measure that too (close other work, or raise --duration or --samples)\n",
+			noisy, 2*len(cells), benchNoisy*100)
+	}
 	return nil
+}
+
+// medianMinMax returns the median, the least and the greatest of rates
+// (not empty); it sorts rates.
+func medianMinMax(rates []float64) (median, lo, hi float64) {
+	slices.Sort(rates)
+	n := len(rates)
+	median = rates[n/2]
+	if n%2 == 0 {
+		median = (rates[n/2-1] + rates[n/2]) / 2
+	}
+	return median, rates[0], rates[n-1]
+}
+
+// noisy reports whether the samples spread by more than benchNoisy of
+// their median.
+func (r *benchRecord) noisy() bool {
+	return r.Samples > 1 && r.Median > 0 && (r.Max-r.Min)/r.Median > benchNoisy
 }
 
 // benchCells lists the cells to measure, and checks --impl against what
@@ -251,8 +313,12 @@ func measure(ctx context.Context, d time.Duration, bytesPerCall int, fn func() e
 // stream out as they are measured and still line up.
 type benchTable struct{ kernelW, implW, sizeW, rateW int }
 
+// benchRateW is the width of a rate cell: the median, then the min-max,
+// each at most as wide as "1023 MB/s".
+const benchRateW = len("1023 MB/s (1023 MB/s-1023 MB/s)")
+
 func newBenchTable(cells []benchCell) *benchTable {
-	t := &benchTable{kernelW: len("kernel"), implW: len("impl"), sizeW: len("block"), rateW: len("1023 MB/s")}
+	t := &benchTable{kernelW: len("kernel"), implW: len("impl"), sizeW: len("block"), rateW: benchRateW}
 	for _, c := range cells {
 		t.kernelW = max(t.kernelW, len(c.alg.kernel))
 		t.implW = max(t.implW, len(c.impl))
@@ -269,11 +335,17 @@ func (t *benchTable) header(w io.Writer) {
 		strings.Repeat("-", t.sizeW+1), strings.Repeat("-", t.rateW+1), strings.Repeat("-", t.rateW+1))
 }
 
-func (t *benchTable) row(w io.Writer, c benchCell, update, blocks float64) error {
+func (t *benchTable) row(w io.Writer, c benchCell, update, blocks *benchRecord) error {
 	_, err := fmt.Fprintf(w, "| %-*s | %-*s | %*s | %*s | %*s |\n",
 		t.kernelW, c.alg.kernel, t.implW, c.impl, t.sizeW, formatSize(c.size),
-		t.rateW, formatRate(update), t.rateW, formatRate(blocks))
+		t.rateW, formatSpread(update), t.rateW, formatSpread(blocks))
 	return err
+}
+
+// formatSpread writes a cell's median rate and the min-max of its
+// samples: "12 GB/s (11 GB/s-12 GB/s)".
+func formatSpread(r *benchRecord) string {
+	return fmt.Sprintf("%s (%s-%s)", formatRate(r.Median), formatRate(r.Min), formatRate(r.Max))
 }
 
 // formatRate writes bytes per second in SI units: "12 GB/s", "980 MB/s".

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"slices"
@@ -123,6 +124,8 @@ func TestRunBenchJSON(t *testing.T) {
 			t.Errorf("record %d: measured %vs, less than --duration", i, r.Seconds)
 		case math.Abs(r.BytesPerSecond-float64(r.Bytes)/r.Seconds) > 1e-6*r.BytesPerSecond:
 			t.Errorf("record %d: rate %v, want bytes/seconds", i, r.BytesPerSecond)
+		case r.Samples != defaultBenchSamples || r.Min <= 0 || r.Min > r.Median || r.Median > r.Max:
+			t.Errorf("record %d: %d samples, min %v median %v max %v", i, r.Samples, r.Min, r.Median, r.Max)
 		}
 	}
 	if dec.More() {
@@ -205,7 +208,8 @@ func TestBenchTableAlignment(t *testing.T) {
 	tbl.header(&b)
 	for _, c := range cells {
 		for _, rate := range []float64{0, 999, 999.9e3, 1023e6, 9.99e9, 12e9, 999e12} {
-			if err := tbl.row(&b, c, rate, rate); err != nil {
+			r := &benchRecord{Median: rate, Min: rate, Max: rate}
+			if err := tbl.row(&b, c, r, r); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -215,6 +219,50 @@ func TestBenchTableAlignment(t *testing.T) {
 		if len(l) != len(lines[0]) {
 			t.Errorf("line %d is %d wide, header %d:\n%s", i, len(l), len(lines[0]), b.String())
 		}
+	}
+}
+
+// TestMedianMinMax: the median of an odd and an even number of samples,
+// and the spread past which bench warns.
+func TestMedianMinMax(t *testing.T) {
+	for _, tt := range []struct {
+		rates          []float64
+		median, lo, hi float64
+		noisy          bool
+	}{
+		{[]float64{5}, 5, 5, 5, false},
+		{[]float64{9, 10, 11, 10, 10}, 10, 9, 11, true},
+		{[]float64{100, 97, 103, 101, 99}, 100, 97, 103, false},
+		{[]float64{4, 1, 3, 2}, 2.5, 1, 4, true},
+	} {
+		t.Run(fmt.Sprintf("rates=%v", tt.rates), func(t *testing.T) {
+			m, lo, hi := medianMinMax(slices.Clone(tt.rates))
+			if m != tt.median || lo != tt.lo || hi != tt.hi {
+				t.Errorf("median %v min %v max %v, want %v %v %v", m, lo, hi, tt.median, tt.lo, tt.hi)
+			}
+			r := &benchRecord{Samples: len(tt.rates), Median: m, Min: lo, Max: hi}
+			if r.noisy() != tt.noisy {
+				t.Errorf("noisy %v, want %v", r.noisy(), tt.noisy)
+			}
+		})
+	}
+}
+
+// TestRunBenchSamples: --samples 1 gives one sample (no spread); a bad
+// count is a usage error.
+func TestRunBenchSamples(t *testing.T) {
+	var stdout bytes.Buffer
+	opts := benchOptions{globalOptions: globalOptions{JSON: true}, Algs: []*algorithm{algorithms[1]}, Impls: []string{"generic"}, Sizes: []int{512}, Batch: 4096, Duration: time.Millisecond, Samples: 1}
+	if err := runBench(context.Background(), opts, &stdout, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(stdout.String(), `"samples":1,`); n != 2 {
+		t.Errorf("%d records with 1 sample, want 2:\n%s", n, stdout.String())
+	}
+	opts.Samples = -1
+	var ue *usageError
+	if err := runBench(context.Background(), opts, io.Discard, io.Discard); !errors.As(err, &ue) {
+		t.Errorf("--samples -1: %v, want a usage error", err)
 	}
 }
 

@@ -126,6 +126,7 @@ the same image; another image's store is refused.
 	f.Var(&rate, "rate", "limit the read rate, e.g. 100MiB/s (default unlimited)")
 	f.Var(&ckpt, "checkpoint", "save progress every `SIZE` of the image: what an interruption may cost")
 	addKeyFlags(cmd, &g.Key, "protect as a keyed volume, tamper-evident under the key (see docs/keyed.md)")
+	addProgressJSONFlag(cmd, g)
 	f.BoolVar(&reprot, "reprotect", false, "delete the image's records in the store (tuples, findings, cursors) and protect the data as it is now, keeping its format, tags and key unless flags change them; only for data known to be good")
 	f.BoolVar(&dropKey, "drop-key", false, "with --reprotect and the volume's key: protect a keyed volume again without a key")
 	return cmd
@@ -312,7 +313,7 @@ func protectVolume(ctx context.Context, opts protectOptions, url string, kv stor
 	if err != nil {
 		return false, err
 	}
-	prog := newProgress(stderr, opts.Quiet, dev.Size(), "protect "+opts.Image)
+	prog := newCmdProgress(stderr, opts.globalOptions, dev.Size(), "protect", opts.Image)
 	co.Progress = byteProgress(prog)
 	vol, err := blockdev.Create(ctx, dev2(ctx), kv, co)
 	prog.Finish()

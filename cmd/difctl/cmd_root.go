@@ -3,8 +3,6 @@ package main
 import (
 	"fmt"
 	"io"
-	"runtime"
-	"runtime/debug"
 
 	"github.com/spf13/cobra"
 )
@@ -16,6 +14,9 @@ import (
 // struct embedding globalOptions and a runXxx(ctx, opts, stdout, stderr)
 // error, registered here.
 func newRootCmd(g *globalOptions, stdin io.Reader) *cobra.Command {
+	// --version is ours rather than cobra's (root.Version), so that it
+	// honours --json as difctl version does.
+	var showVersion bool
 	root := &cobra.Command{
 		Use:   "difctl",
 		Short: "T10 DIF/PI protection information for block images and devices",
@@ -25,7 +26,8 @@ information (PI) for block images and devices.
 Results go to standard output, as text or, with --json, as JSON Lines (one
 object per line, each with "schema" and "type"; see SCHEMA.md). Errors go to
 standard error as one line, "difctl: <cause>". Progress is shown on standard
-error only when it is a terminal. With --quiet (-q) difctl prints nothing but
+error only when it is a terminal, or as JSON Lines progress records with
+--progress-json (protect, verify, scrub). With --quiet (-q) difctl prints nothing but
 errors, like grep -q: no progress and no text results, only the exit status
 (JSON Lines, which a program asked for, are still written).
 
@@ -34,6 +36,14 @@ errors, like grep -q: no progress and no text results, only the exit status
 		// than cobra's multi-line one.
 		Args: cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if showVersion && len(args) == 0 {
+				// --version prints even with --quiet, as --help does.
+				w := cmd.OutOrStdout()
+				if q, ok := w.(*quietWriter); ok {
+					w = q.w
+				}
+				return runVersion(cmd.Context(), *g, w)
+			}
 			if len(args) > 0 {
 				hint := ""
 				if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
@@ -53,8 +63,7 @@ errors, like grep -q: no progress and no text results, only the exit status
 		SilenceUsage:  true, // a usage error is not worth a screen of help
 	}
 	root.SuggestionsMinimumDistance = 2
-	root.Version = versionString()
-	root.SetVersionTemplate("difctl {{.Version}}\n")
+	root.Flags().BoolVarP(&showVersion, "version", "v", false, "show difctl's version (as difctl version)")
 	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error { return checkCommonFlags(cmd) }
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
 		return &usageError{err: err}
@@ -77,46 +86,9 @@ errors, like grep -q: no progress and no text results, only the exit status
 		newKernelsCmd(g),
 		newBenchCmd(g),
 		newServeCmd(g),
+		newVersionCmd(g),
 	)
 	return root
-}
-
-// versionString describes the build, from the module and VCS information
-// the Go toolchain stamps into the binary.
-func versionString() string {
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return "unknown (no build information)"
-	}
-	v := bi.Main.Version
-	if v == "" {
-		v = "(devel)"
-	}
-	var rev, at string
-	dirty := false
-	for _, s := range bi.Settings {
-		switch s.Key {
-		case "vcs.revision":
-			rev = s.Value
-		case "vcs.time":
-			at = s.Value
-		case "vcs.modified":
-			dirty = s.Value == "true"
-		}
-	}
-	if rev != "" {
-		if len(rev) > 12 {
-			rev = rev[:12]
-		}
-		v += " " + rev
-		if dirty {
-			v += "+dirty"
-		}
-		if at != "" {
-			v += " " + at
-		}
-	}
-	return fmt.Sprintf("%s %s %s/%s", v, bi.GoVersion, runtime.GOOS, runtime.GOARCH)
 }
 
 // globalOptions are the root's persistent flags. Every command's options
@@ -124,6 +96,9 @@ func versionString() string {
 type globalOptions struct {
 	JSON  bool // --json: JSON Lines on stdout instead of text
 	Quiet bool // --quiet: nothing but errors (text results are dropped)
+	// ProgressJSON is --progress-json of protect, verify and scrub: JSON
+	// Lines progress records on stderr.
+	ProgressJSON bool
 	// Args is the command line after "difctl", for the files that record
 	// it (mapfile headers).
 	Args []string

@@ -156,6 +156,7 @@ cached copy.
 	f.Var(&badBS, "badblocks-block-size", "unit of the badblocks list's block numbers, as badblocks -b: the filesystem's block size for e2fsck -l (default: the image's block size); ranges are rounded outward")
 	f.StringVar(&opts.Mapfile, "mapfile", "", "write the failing blocks to `FILE` as a GNU ddrescue mapfile")
 	addKeyFlags(cmd, &g.Key, "check the keyed tags too (without it a keyed volume's tuples are checked and the keyed check skipped)")
+	addProgressJSONFlag(cmd, g)
 	addMetricsFlag(cmd, &opts.metricsOptions)
 	return cmd
 }
@@ -194,7 +195,7 @@ func runScrub(ctx context.Context, opts scrubOptions, stdout, stderr io.Writer) 
 	if !strings.HasPrefix(url, "mem:") {
 		fw.more += fmt.Sprintf(", and the findings log in %s keeps them (difctl inspect %s)", url, opts.Image)
 	}
-	prog := &scrubProgress{stderr: stderr, quiet: opts.Quiet, desc: "scrub " + opts.Image, p: noProgress{}}
+	prog := &scrubProgress{stderr: stderr, g: opts.globalOptions, image: opts.Image, p: noProgress{}}
 	so := scrubEngineOptions(opts, state, start, start+count, prog, func(fd scrub.Finding) error {
 		earlier.Bad.AddFinding(fd)
 		fw.reportFinding(fd)
@@ -364,16 +365,16 @@ func openImageState(kv store.KV, url, image string, f dif.Format, blocks int64) 
 // bar from the scrub's first report, which knows the total.
 type scrubProgress struct {
 	stderr io.Writer
-	quiet  bool
-	desc   string
+	g      globalOptions
+	image  string
 	p      progress
 	done   int64
 }
 
 // update is the scrub's Options.Progress.
 func (s *scrubProgress) update(p scrub.Progress) {
-	if _, ok := s.p.(noProgress); ok && p.Total > 0 && !s.quiet && isTerminal(s.stderr) {
-		s.p = newProgress(s.stderr, s.quiet, p.Total, s.desc)
+	if _, ok := s.p.(noProgress); ok && p.Total > 0 && (s.g.ProgressJSON || !s.g.Quiet && isTerminal(s.stderr)) {
+		s.p = newCmdProgress(s.stderr, s.g, p.Total, "scrub", s.image)
 	}
 	s.p.Add(p.Done - s.done)
 	s.done = p.Done

@@ -9,7 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
-	"sync"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -22,16 +22,19 @@ import (
 // serveOptions are the inputs of runServe.
 type serveOptions struct {
 	globalOptions
-	Images   []string
-	Store    string // one image only
-	Socket   string // unix socket path; default IMAGE.sock of the first image
-	Listen   string // HOST:PORT instead of a socket
-	Insecure bool   // TCP without TLS
-	ReadOnly bool
-	TLSCert  string
-	TLSKey   string
-	ClientCA string // verify client certificates against these CAs
-	MaxConns int
+	Images []string
+	// ExportNames are --export-name, one per image in order; none: each
+	// image's file name (exportNames).
+	ExportNames []string
+	Store       string // one image only
+	Socket      string // unix socket path; default IMAGE.sock of the first image
+	Listen      string // HOST:PORT instead of a socket
+	Insecure    bool   // TCP without TLS
+	ReadOnly    bool
+	TLSCert     string
+	TLSKey      string
+	ClientCA    string // verify client certificates against these CAs
+	MaxConns    int
 	// The server's limits against clients that hold slots doing nothing
 	// (nbd.Options): zero values are nbd's defaults, except IdleTimeout,
 	// where a negative value keeps idle connections.
@@ -123,7 +126,9 @@ func newServeCmd(g *globalOptions) *cobra.Command {
 		Use:   "serve IMAGE...",
 		Short: "Serve protected images over NBD, every read verified",
 		Long: `Serve each protected IMAGE as an export of a Network Block Device server,
-named after its file name, so that qemu, nbdfuse, nbdcopy, nbdinfo or the
+named after its file name (images of the same file name in different
+folders: after their paths relative to the working directory; or
+--export-name, once per IMAGE in order), so that qemu, nbdfuse, nbdcopy, nbdinfo or the
 Linux nbd driver can use it as a disk. Every read is verified against the
 store and every write is protected, through the same volume as the other
 commands.
@@ -133,7 +138,10 @@ byte: clients that negotiate structured replies (qemu, libnbd) get the
 verified bytes before it and an I/O error at the first failing byte, the
 others an I/O error. The failure is recorded in the store as a finding, as
 a scrub records one (difctl inspect shows it once the server has stopped),
-and reported on standard error. FLUSH and FUA make writes durable with
+and reported on standard error: the first failure of a kind (export,
+operation, offset and length; clients retry a failed read several times),
+then "N more like it" for its repeats at most once a minute, and the
+totals refused by export when the server stops. FLUSH and FUA make writes durable with
 their tuples before the reply; TRIM and WRITE_ZEROES make whole blocks
 unwritten (zeros).
 
@@ -178,6 +186,7 @@ before. --keyed-crc computes them on every read.
 		},
 	}
 	f := cmd.Flags()
+	f.StringArrayVar(&o.ExportNames, "export-name", nil, "the export `NAME` of an IMAGE: once per IMAGE, in order (default the file name, or the path when file names repeat)")
 	f.StringVar(&o.Socket, "socket", "", "listen on the unix socket `PATH`, mode 0600 (default IMAGE.sock of the first IMAGE)")
 	f.StringVar(&o.Listen, "listen", "", "listen on TCP `HOST:PORT` instead (needs TLS or --insecure)")
 	f.BoolVar(&o.Insecure, "insecure", false, "allow --listen without TLS")
@@ -227,15 +236,60 @@ func checkServe(o *serveOptions) error {
 	case o.MemTable != 0 && (o.MemTable < 1<<20 || o.MemTable >= 4<<30):
 		return usageErrorf("--store-memtable must be at least 1MiB and less than 4GiB")
 	}
-	seen := map[string]string{}
-	for _, im := range o.Images {
-		name := filepath.Base(im)
-		if prev, dup := seen[name]; dup {
-			return usageErrorf("%s and %s would both be the export %q", prev, im, name)
+	_, err := exportNames(o.Images, o.ExportNames)
+	return err
+}
+
+// maxExportName is the NBD protocol's limit on an export name, in bytes.
+const maxExportName = 4096
+
+// exportNames names the export of each image: names (--export-name) when
+// given, one per image; else the image's file name, or, for images whose
+// file names repeat (a/disk.img, b/disk.img), their paths relative to the
+// working directory (absolute when outside it). Two exports of one name
+// are a usage error.
+func exportNames(images, names []string) ([]string, error) {
+	out := make([]string, len(images))
+	if len(names) > 0 {
+		if len(names) != len(images) {
+			return nil, usageErrorf("--export-name is given %d times for %d images: give it once per IMAGE, in order", len(names), len(images))
 		}
-		seen[name] = im
+		copy(out, names)
+	} else {
+		count := map[string]int{}
+		for _, im := range images {
+			count[filepath.Base(im)]++
+		}
+		wd, _ := os.Getwd()
+		for i, im := range images {
+			out[i] = filepath.Base(im)
+			if count[out[i]] == 1 {
+				continue
+			}
+			abs, err := filepath.Abs(im)
+			if err != nil {
+				return nil, err
+			}
+			out[i] = filepath.ToSlash(abs)
+			if rel, err := filepath.Rel(wd, abs); err == nil && wd != "" && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
+				out[i] = filepath.ToSlash(rel)
+			}
+		}
 	}
-	return nil
+	seen := map[string]string{}
+	for i, name := range out {
+		switch {
+		case name == "":
+			return nil, usageErrorf("--export-name must not be empty")
+		case len(name) > maxExportName:
+			return nil, usageErrorf("export name of %s is longer than NBD's %d bytes", images[i], maxExportName)
+		}
+		if prev, dup := seen[name]; dup {
+			return nil, usageErrorf("%s and %s would both be the export %q: give --export-name", prev, images[i], name)
+		}
+		seen[name] = images[i]
+	}
+	return out, nil
 }
 
 func runServe(ctx context.Context, o serveOptions, _, stderr io.Writer) error {
@@ -261,48 +315,48 @@ func runServe(ctx context.Context, o serveOptions, _, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	names, err := exportNames(o.Images, o.ExportNames)
+	if err != nil {
+		return err
+	}
 	var exports []nbd.Export
-	for _, im := range o.Images {
+	for i, im := range o.Images {
 		mode := storeWrite
 		if o.ReadOnly {
 			mode = storeRead
 		}
 		vo := serveVolumeOptions(o.ReadOnly)
 		vo.Key, vo.KeyedCRC, vo.Witness = key, o.KeyedCRC, o.Key.witness()
-		v, err := openVolumeWith(ctx, im, storeURL(im, o.Store), mode, vo, m.storeOptions(filepath.Base(im), serveStoreOptions(&o)))
+		v, err := openVolumeWith(ctx, im, storeURL(im, o.Store), mode, vo, m.storeOptions(names[i], serveStoreOptions(&o)))
 		if err != nil {
 			return err
 		}
 		vols = append(vols, v)
-		m.volume(filepath.Base(im), v.vol)
+		m.volume(names[i], v.vol)
 		// A keyed volume without its key could not produce valid tags:
 		// it is served read-only (the volume refuses changes anyway).
 		ro := o.ReadOnly || servedWithoutKey(v.vol)
 		if servedWithoutKey(v.vol) {
 			fmt.Fprintf(stderr, "difctl: %s is a keyed volume and no key was given (--key-file or --key-env): serving it read-only, with its keyed check skipped (tuples and sector checksums are verified)\n", im)
 		}
-		exports = append(exports, nbd.Export{Name: filepath.Base(im), Volume: v.vol, ReadOnly: ro, TupleCacheBytes: int(o.TupleCache),
+		exports = append(exports, nbd.Export{Name: names[i], Volume: v.vol, ReadOnly: ro, TupleCacheBytes: int(o.TupleCache),
 			Description: fmt.Sprintf("difctl protected image %s (%s)", im, v.format())})
 	}
 	if _, set := os.LookupEnv("GOGC"); !set {
 		defer debug.SetGCPercent(debug.SetGCPercent(serveGCPercent))
 	}
 	var failed atomic.Int64
-	var errMu sync.Mutex
 	hl := newHandshakeLog(stderr)
 	defer hl.flush()
+	fl := newFailureLog(stderr)
+	defer fl.summary()
 	srv, err := nbd.NewServer(exports, m.nbdOptions(exports, nbd.Options{
 		TLS: tcfg, MaxConnections: o.MaxConns, OnConnError: hl.connError,
 		IdleTimeout: idleTimeout(o.IdleTimeout), MaxIdle: o.MaxIdle, HandshakeTimeout: o.HandshakeTimeout,
 		MaxHandshakes: o.MaxHandshakes, MaxHandshakesPerPeer: min(o.MaxHandshakesPerPeer, o.MaxHandshakes),
 		OnFailure: func(f nbd.Failure) {
 			failed.Add(1)
-			errMu.Lock()
-			defer errMu.Unlock()
-			fmt.Fprintf(stderr, "difctl: %s: %s at offset %d: %s\n", f.Export, f.Op, f.Offset, storeCause(f.Err))
-			if f.RecordErr != nil {
-				fmt.Fprintf(stderr, "difctl: %s: recording the finding: %s\n", f.Export, storeCause(f.RecordErr))
-			}
+			fl.failure(f)
 		},
 	}))
 	if err != nil {

@@ -72,6 +72,7 @@ of about 1 MiB; memory does not grow with its size.
 	img.register(cmd, true, " of a store-backed image")
 	pf.register(cmd, piFormat|piTags|piChecks|piRange)
 	addKeyFlags(cmd, &g.Key, "check the keyed tags too (without it a keyed volume's tuples are checked and the keyed check skipped)")
+	addProgressJSONFlag(cmd, g)
 	return cmd
 }
 
@@ -91,7 +92,7 @@ func runVerify(ctx context.Context, opts verifyOptions, stdout, stderr io.Writer
 	out := newOutput(stdout, opts.JSON)
 	fw := newFindings(out, im.f)
 	ext := int64(im.extBlockSize())
-	prog := newProgress(stderr, opts.Quiet, count*ext, "verify "+opts.Image)
+	prog := newCmdProgress(stderr, opts.globalOptions, count*ext, "verify", opts.Image)
 	t0 := time.Now()
 	st, err := checkRange(ctx, im.src, start, count, blockdev.CheckOptions{}, prog, ext, fw.report)
 	prog.Finish()
@@ -121,7 +122,7 @@ func runVerifyStore(ctx context.Context, opts verifyOptions, stdout, stderr io.W
 	out := newOutput(stdout, opts.JSON)
 	fw := newFindings(out, v.format())
 	bs := int64(v.vol.BlockSize())
-	prog := newProgress(stderr, opts.Quiet, count*bs, "verify "+opts.Image)
+	prog := newCmdProgress(stderr, opts.globalOptions, count*bs, "verify", opts.Image)
 	t0 := time.Now()
 	st, err := checkRange(ctx, v.vol, start, count, blockdev.CheckOptions{Rereads: blockdev.DefaultRereads}, prog, bs, fw.report)
 	prog.Finish()

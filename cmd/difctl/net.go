@@ -145,7 +145,7 @@ func exportURI(a net.Addr, name string, tlsOn bool) string {
 		if abs, err := filepath.Abs(path); err == nil {
 			path = abs
 		}
-		return fmt.Sprintf("nbd+unix:///%s?socket=%s", url.PathEscape(name), queryEscape(path))
+		return fmt.Sprintf("nbd+unix:///%s?socket=%s", escapeExportName(name), queryEscape(path))
 	}
 	scheme := "nbd"
 	if tlsOn {
@@ -155,7 +155,18 @@ func exportURI(a net.Addr, name string, tlsOn bool) string {
 	if ta, ok := a.(*net.TCPAddr); ok && ta.IP.IsUnspecified() {
 		host = net.JoinHostPort("localhost", fmt.Sprint(ta.Port))
 	}
-	return fmt.Sprintf("%s://%s/%s", scheme, host, url.PathEscape(name))
+	return fmt.Sprintf("%s://%s/%s", scheme, host, escapeExportName(name))
+}
+
+// escapeExportName escapes an export name for the path of an NBD URI,
+// keeping its slashes: the export name is the whole path after the first
+// slash (nbd+unix:///a/disk.img is the export a/disk.img).
+func escapeExportName(name string) string {
+	parts := strings.Split(name, "/")
+	for i, p := range parts {
+		parts[i] = url.PathEscape(p)
+	}
+	return strings.Join(parts, "/")
 }
 
 // queryEscape escapes a socket path for a URI query, leaving the slashes

@@ -1,11 +1,14 @@
 package main
 
 import (
+	"encoding/json"
 	"io"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/schollz/progressbar/v3"
+	"github.com/spf13/cobra"
 	"golang.org/x/term"
 )
 
@@ -26,6 +29,101 @@ func newProgress(stderr io.Writer, quiet bool, total int64, desc string) progres
 		return noProgress{}
 	}
 	return newBar(stderr, total, desc)
+}
+
+// newCmdProgress is the progress of protect, verify and scrub: JSON Lines
+// progress records on stderr with --progress-json (whatever --quiet and
+// the terminal say: a program asked for them), else newProgress. command
+// and image name the operation in the records and the bar.
+func newCmdProgress(stderr io.Writer, g globalOptions, total int64, command, image string) progress {
+	if g.ProgressJSON {
+		return newJSONProgress(stderr, total, command, image)
+	}
+	return newProgress(stderr, g.Quiet, total, command+" "+image)
+}
+
+// addProgressJSONFlag registers --progress-json.
+func addProgressJSONFlag(cmd *cobra.Command, g *globalOptions) {
+	cmd.Flags().BoolVar(&g.ProgressJSON, "progress-json", false, "write progress as JSON Lines on standard error, every second and once at the end (see SCHEMA.md), instead of a bar on a terminal")
+}
+
+// minRateElapsed is how long an operation runs before a rate (and an
+// ETA) is given: the first reports come after a few chunks done in
+// microseconds, whose rate (bytes over almost no time) would be absurd.
+const minRateElapsed = time.Second
+
+// progressRecord is a --progress-json record.
+type progressRecord struct {
+	header
+	Command string   `json:"command"`
+	Image   string   `json:"image"`
+	Done    int64    `json:"bytes_done"`
+	Total   *int64   `json:"bytes_total,omitempty"`
+	Seconds float64  `json:"seconds"`
+	Rate    *float64 `json:"bytes_per_second,omitempty"`
+	ETA     *float64 `json:"eta_seconds,omitempty"`
+	Final   bool     `json:"final"`
+}
+
+func (*progressRecord) recordType() string { return "progress" }
+
+// jsonProgress writes a progressRecord every interval (on the first Add
+// after it) and a final one on Finish.
+type jsonProgress struct {
+	mu       sync.Mutex
+	enc      *json.Encoder
+	command  string
+	image    string
+	total    int64
+	done     int64
+	t0, last time.Time
+	interval time.Duration
+	finished bool
+}
+
+func newJSONProgress(w io.Writer, total int64, command, image string) *jsonProgress {
+	now := time.Now()
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	return &jsonProgress{enc: enc, command: command, image: image, total: total, t0: now, last: now, interval: time.Second}
+}
+
+func (p *jsonProgress) Add(n int64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.done += n
+	if now := time.Now(); now.Sub(p.last) >= p.interval {
+		p.last = now
+		p.emitLocked(now, false)
+	}
+}
+
+func (p *jsonProgress) Finish() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.finished {
+		return
+	}
+	p.finished = true
+	p.emitLocked(time.Now(), true)
+}
+
+func (p *jsonProgress) emitLocked(now time.Time, final bool) {
+	el := now.Sub(p.t0)
+	r := &progressRecord{Command: p.command, Image: p.image, Done: p.done, Seconds: el.Seconds(), Final: final}
+	if p.total >= 0 {
+		r.Total = &p.total
+	}
+	if el >= minRateElapsed {
+		rate := float64(p.done) / el.Seconds()
+		r.Rate = &rate
+		if p.total >= 0 && rate > 0 {
+			eta := float64(max(0, p.total-p.done)) / rate
+			r.ETA = &eta
+		}
+	}
+	r.stamp(r.recordType())
+	_ = p.enc.Encode(r) // progress is best effort: stderr may be gone
 }
 
 // isTerminal reports whether w is a terminal.
@@ -51,12 +149,14 @@ type bar struct {
 	done  int64
 	t0    time.Time
 	last  time.Time
+	// minElapsed is minRateElapsed but in tests.
+	minElapsed time.Duration
 	// pending is added but not yet drawn.
 	pending int64
 }
 
 func newBar(w io.Writer, total int64, desc string) *bar {
-	b := &bar{desc: desc, total: total, t0: time.Now()}
+	b := &bar{desc: desc, total: total, t0: time.Now(), minElapsed: minRateElapsed}
 	b.pb = progressbar.NewOptions64(total,
 		progressbar.OptionSetWriter(w),
 		progressbar.OptionSetDescription(desc),
@@ -71,6 +171,11 @@ func newBar(w io.Writer, total int64, desc string) *bar {
 		progressbar.OptionSpinnerType(14),
 		progressbar.OptionClearOnFinish(),
 	)
+	// The bar's rate is its bytes over the time since it started, which
+	// would otherwise be the first Add: bytes done in microseconds, an
+	// absurd rate (296 GiB/s). Its clock starts now, and Add draws
+	// nothing before minRateElapsed (but the end).
+	b.pb.StartWithoutRender()
 	return b
 }
 
@@ -78,7 +183,7 @@ func (b *bar) Add(n int64) {
 	b.done += n
 	b.pending += n
 	now := time.Now()
-	if now.Sub(b.last) < 100*time.Millisecond && (b.total < 0 || b.done < b.total) {
+	if (now.Sub(b.last) < 100*time.Millisecond || now.Sub(b.t0) < b.minElapsed) && (b.total < 0 || b.done < b.total) {
 		return
 	}
 	// The bar draws on each call (it is not throttled: this is): the
