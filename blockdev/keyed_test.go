@@ -526,55 +526,10 @@ func TestKeyedNoncesCrashAtEveryStep(t *testing.T) {
 		gen uint64
 		lba int64
 	}
-	const bs, blocks = 512, 32
-	f := dif.MustFormat("512+8")
-	key := testKey(t, 11)
-	opts := Options{Key: key, StagingBytes: 2 * blocks * bs, Rereads: -1}
-	workload := func(v *Volume, session int) error {
-		for i, lba := range []int64{0, 1, 2, 7, 8} {
-			if _, err := v.WriteAt(blocktest.Pattern(bs, uint64(session*100+i)), lba*bs); err != nil {
-				return err
-			}
-		}
-		if err := v.Sync(); err != nil {
-			return err
-		}
-		if _, err := v.WriteAt(blocktest.Pattern(3*bs, uint64(session*100+10)), 20*bs); err != nil {
-			return err
-		}
-		if err := v.Discard(1*bs, bs); err != nil {
-			return err
-		}
-		if _, err := v.WriteAt(blocktest.Pattern(bs, uint64(session*100+11)), 0); err != nil {
-			return err
-		}
-		return v.Sync()
-	}
-	// run protects a fresh volume, runs the workload in a session that
-	// crashes at step crashAt (never if 0) and again in a second session,
-	// and returns the steps the first session took and the nonces used
+	opts := Options{Key: testKey(t, 11), StagingBytes: 2 * crashBlocks * crashBS, Rereads: -1}
+	// run returns the steps the crashed session took and the nonces used
 	// twice.
 	run := func(crashAt int) (steps int, repeats []string) {
-		mem, err := device.NewMem(blocks*bs, bs)
-		if err != nil {
-			t.Fatal(err)
-		}
-		fd, err := faultdev.New(mem, faultdev.Options{Sector: bs})
-		if err != nil {
-			t.Fatal(err)
-		}
-		fs := vfs.NewCrashableMem()
-		kv, err := pebble.OpenOnFS("db", fs)
-		if err != nil {
-			t.Fatal(err)
-		}
-		v, err := Create(context.Background(), fd, kv, CreateOptions{Format: f, Options: opts})
-		if err != nil {
-			t.Fatal(err)
-		}
-		v.Close()
-		kv.Close()
-
 		used := map[nonce]int{}
 		session := 0
 		keyed.TestHookNewTags = func(_ [16]byte, gen uint64, lba int64, n int) {
@@ -587,65 +542,8 @@ func TestKeyedNoncesCrashAtEveryStep(t *testing.T) {
 			}
 		}
 		defer func() { keyed.TestHookNewTags = nil }()
-
-		for session = 1; session <= 2; session++ {
-			kv, err := pebble.OpenOnFS("db", fs)
-			if err != nil {
-				t.Fatalf("crash at %d, session %d: store: %v", crashAt, session, err)
-			}
-			ck := &countingKV{KV: kv}
-			v, err := Open(context.Background(), fd, ck, opts)
-			if err != nil {
-				t.Fatalf("crash at %d, session %d: open: %v", crashAt, session, err)
-			}
-			var clone *vfs.MemFS
-			if session == 1 {
-				crashed := false
-				step := func() error {
-					if crashed {
-						return errTestCrash
-					}
-					steps++
-					if steps != crashAt {
-						return nil
-					}
-					crashed = true
-					clone = fs.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 0})
-					if err := fd.Crash(faultdev.CrashOptions{}); err != nil {
-						t.Fatal(err)
-					}
-					return errTestCrash
-				}
-				fd.SetHook(func(faultdev.Step) error { return step() })
-				ck.hook = func(bool) error { return step() }
-			}
-			err = workload(v, session)
-			v.Close()
-			fd.SetHook(nil)
-			kv.Close()
-			if clone != nil {
-				if fd, err = fd.Reopen(); err != nil {
-					t.Fatal(err)
-				}
-				fs = clone
-			} else if err != nil {
-				t.Fatalf("crash at %d, session %d: %v", crashAt, session, err)
-			}
-		}
-		// Both sessions' writes read back under the keyed check.
-		kv, err = pebble.OpenOnFS("db", fs)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer kv.Close()
-		v, err = Open(context.Background(), fd, kv, opts)
-		if err != nil {
-			t.Fatalf("crash at %d: final open: %v", crashAt, err)
-		}
-		defer v.Close()
-		if _, err := v.ReadAt(make([]byte, blocks*bs), 0); err != nil {
-			t.Fatalf("crash at %d: read: %v", crashAt, err)
-		}
+		steps, v := crashSessions(t, opts, crashAt, crashHooks{session: func(s int) { session = s }})
+		v.Close()
 		return steps, repeats
 	}
 	total, repeats := run(0)
@@ -660,6 +558,138 @@ func TestKeyedNoncesCrashAtEveryStep(t *testing.T) {
 			t.Errorf("crash at step %d of %d: nonces used twice: %s", at, total, strings.Join(repeats, "; "))
 		}
 	}
+}
+
+// The crash sessions of the tests that crash at every step in turn: a
+// 512+8 volume of crashBlocks blocks and a fixed workload.
+const crashBS, crashBlocks = 512, 32
+
+// keyedCrashWorkload is the workload of crashSessions: writes, a sync, a
+// discard (which syncs), and writes again; session varies the data.
+func keyedCrashWorkload(v *Volume, session int) error {
+	const bs = crashBS
+	for i, lba := range []int64{0, 1, 2, 7, 8} {
+		if _, err := v.WriteAt(blocktest.Pattern(bs, uint64(session*100+i)), lba*bs); err != nil {
+			return err
+		}
+	}
+	if err := v.Sync(); err != nil {
+		return err
+	}
+	if _, err := v.WriteAt(blocktest.Pattern(3*bs, uint64(session*100+10)), 20*bs); err != nil {
+		return err
+	}
+	if err := v.Discard(1*bs, bs); err != nil {
+		return err
+	}
+	if _, err := v.WriteAt(blocktest.Pattern(bs, uint64(session*100+11)), 0); err != nil {
+		return err
+	}
+	return v.Sync()
+}
+
+// crashHooks are what a test of crashSessions adds: session is told the
+// session about to run (1, then 2); step, if not nil, is given the step
+// function for a step of the test's own (e.g. the witness's write) in the
+// first session and nil after it.
+type crashHooks struct {
+	session func(int)
+	step    func(func() error)
+}
+
+// crashSessions protects a fresh volume (crashBlocks blocks of 512+8, on a
+// faultdev device and a crashable Pebble store) with opts, runs
+// keyedCrashWorkload in a session that crashes at step crashAt (never if 0; a
+// step is a store commit, a device write or a step of h.step) and again in
+// a second session, then opens the volume, reads it all back and returns
+// it open, with the steps the first session took. After a crash the store
+// keeps only what was synced and the device what was synced.
+func crashSessions(t *testing.T, opts Options, crashAt int, h crashHooks) (steps int, v *Volume) {
+	t.Helper()
+	mem, err := device.NewMem(crashBlocks*crashBS, crashBS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fd, err := faultdev.New(mem, faultdev.Options{Sector: crashBS})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs := vfs.NewCrashableMem()
+	kv, err := pebble.OpenOnFS("db", fs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, err = Create(context.Background(), fd, kv, CreateOptions{Format: dif.MustFormat("512+8"), Options: opts}); err != nil {
+		t.Fatal(err)
+	}
+	v.Close()
+	kv.Close()
+	for session := 1; session <= 2; session++ {
+		if h.session != nil {
+			h.session(session)
+		}
+		kv, err := pebble.OpenOnFS("db", fs)
+		if err != nil {
+			t.Fatalf("crash at %d, session %d: store: %v", crashAt, session, err)
+		}
+		ck := &countingKV{KV: kv}
+		v, err := Open(context.Background(), fd, ck, opts)
+		if err != nil {
+			t.Fatalf("crash at %d, session %d: open: %v", crashAt, session, err)
+		}
+		var clone *vfs.MemFS
+		if session == 1 {
+			crashed := false
+			step := func() error {
+				if crashed {
+					return errTestCrash
+				}
+				steps++
+				if steps != crashAt {
+					return nil
+				}
+				crashed = true
+				clone = fs.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 0})
+				if err := fd.Crash(faultdev.CrashOptions{}); err != nil {
+					t.Fatal(err)
+				}
+				return errTestCrash
+			}
+			fd.SetHook(func(faultdev.Step) error { return step() })
+			ck.hook = func(bool) error { return step() }
+			if h.step != nil {
+				h.step(step)
+			}
+		}
+		err = keyedCrashWorkload(v, session)
+		v.Close()
+		fd.SetHook(nil)
+		if h.step != nil {
+			h.step(nil)
+		}
+		kv.Close()
+		if clone != nil {
+			if fd, err = fd.Reopen(); err != nil {
+				t.Fatal(err)
+			}
+			fs = clone
+		} else if err != nil {
+			t.Fatalf("crash at %d, session %d: %v", crashAt, session, err)
+		}
+	}
+	kv, err = pebble.OpenOnFS("db", fs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { kv.Close() })
+	if v, err = Open(context.Background(), fd, kv, opts); err != nil {
+		t.Fatalf("crash at %d: final open: %v", crashAt, err)
+	}
+	if _, err := v.ReadAt(make([]byte, crashBlocks*crashBS), 0); err != nil {
+		v.Close()
+		t.Fatalf("crash at %d: read: %v", crashAt, err)
+	}
+	return steps, v
 }
 
 // TestKeyedRecoveryForgedIntent plants an intent, as an attacker without

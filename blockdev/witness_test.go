@@ -9,15 +9,11 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/cockroachdb/pebble/v2/vfs"
-
 	"github.com/difctl/difctl/blockdev/device"
-	"github.com/difctl/difctl/blockdev/faultdev"
 	"github.com/difctl/difctl/blockdev/internal/blocktest"
 	"github.com/difctl/difctl/blockdev/internal/keyed"
 	"github.com/difctl/difctl/dif"
 	"github.com/difctl/difctl/store"
-	"github.com/difctl/difctl/store/pebble"
 )
 
 // memWitness is a Witness in memory: what Store returns is durable.
@@ -267,110 +263,12 @@ func TestWitnessCrashAtEveryStep(t *testing.T) {
 	saved := keyed.GenJump
 	keyed.GenJump = func() (uint64, error) { return 0, nil }
 	defer func() { keyed.GenJump = saved }()
-	const bs, blocks = 512, 32
-	f := dif.MustFormat("512+8")
 	key := testKey(t, 12)
-	workload := func(v *Volume, session int) error {
-		for i, lba := range []int64{0, 1, 2, 7, 8} {
-			if _, err := v.WriteAt(blocktest.Pattern(bs, uint64(session*100+i)), lba*bs); err != nil {
-				return err
-			}
-		}
-		if err := v.Sync(); err != nil {
-			return err
-		}
-		if _, err := v.WriteAt(blocktest.Pattern(3*bs, uint64(session*100+10)), 20*bs); err != nil {
-			return err
-		}
-		if err := v.Discard(1*bs, bs); err != nil {
-			return err
-		}
-		if _, err := v.WriteAt(blocktest.Pattern(bs, uint64(session*100+11)), 0); err != nil {
-			return err
-		}
-		return v.Sync()
-	}
-	run := func(crashAt int) (steps int) {
+	run := func(crashAt int) int {
 		w := &memWitness{}
-		opts := Options{Key: key, StagingBytes: 2 * blocks * bs, Rereads: -1, Witness: w}
-		mem, err := device.NewMem(blocks*bs, bs)
-		if err != nil {
-			t.Fatal(err)
-		}
-		fd, err := faultdev.New(mem, faultdev.Options{Sector: bs})
-		if err != nil {
-			t.Fatal(err)
-		}
-		fs := vfs.NewCrashableMem()
-		kv, err := pebble.OpenOnFS("db", fs)
-		if err != nil {
-			t.Fatal(err)
-		}
-		v, err := Create(context.Background(), fd, kv, CreateOptions{Format: f, Options: opts})
-		if err != nil {
-			t.Fatal(err)
-		}
-		v.Close()
-		kv.Close()
-		for session := 1; session <= 2; session++ {
-			kv, err := pebble.OpenOnFS("db", fs)
-			if err != nil {
-				t.Fatalf("crash at %d, session %d: store: %v", crashAt, session, err)
-			}
-			ck := &countingKV{KV: kv}
-			v, err := Open(context.Background(), fd, ck, opts)
-			if err != nil {
-				t.Fatalf("crash at %d, session %d: open: %v", crashAt, session, err)
-			}
-			var clone *vfs.MemFS
-			if session == 1 {
-				crashed := false
-				step := func() error {
-					if crashed {
-						return errTestCrash
-					}
-					steps++
-					if steps != crashAt {
-						return nil
-					}
-					crashed = true
-					clone = fs.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 0})
-					if err := fd.Crash(faultdev.CrashOptions{}); err != nil {
-						t.Fatal(err)
-					}
-					return errTestCrash
-				}
-				fd.SetHook(func(faultdev.Step) error { return step() })
-				ck.hook = func(bool) error { return step() }
-				testHookWitness = step
-			}
-			err = workload(v, session)
-			v.Close()
-			fd.SetHook(nil)
-			testHookWitness = nil
-			kv.Close()
-			if clone != nil {
-				if fd, err = fd.Reopen(); err != nil {
-					t.Fatal(err)
-				}
-				fs = clone
-			} else if err != nil {
-				t.Fatalf("crash at %d, session %d: %v", crashAt, session, err)
-			}
-		}
-		kv, err = pebble.OpenOnFS("db", fs)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer kv.Close()
-		v, err = Open(context.Background(), fd, kv, opts)
-		if err != nil {
-			t.Fatalf("crash at %d: final open: %v", crashAt, err)
-		}
+		opts := Options{Key: key, StagingBytes: 2 * crashBlocks * crashBS, Rereads: -1, Witness: w}
+		steps, v := crashSessions(t, opts, crashAt, crashHooks{step: func(step func() error) { testHookWitness = step }})
 		defer v.Close()
-		if _, err := v.ReadAt(make([]byte, blocks*bs), 0); err != nil {
-			t.Fatalf("crash at %d: read: %v", crashAt, err)
-		}
 		if gen, ok, err := v.CheckSeal(); err != nil || !ok {
 			t.Fatalf("crash at %d: seal: %d %v %v", crashAt, gen, ok, err)
 		}
