@@ -310,16 +310,26 @@ func (t *Tuples) committed(sealed *seal, err error, sync bool) error {
 // Tuples last read or wrote it (ok false: the volume has none yet; see
 // InitSeal). With SyncSeal the caller makes sure it is durable.
 func (t *Tuples) Seal() (gen uint64, mac []byte, ok bool, err error) {
-	if err := t.needKeyed(false); err != nil {
+	if err := t.lockSeal(); err != nil {
 		return 0, nil, false, err
 	}
-	t.mu.Lock()
 	defer t.mu.Unlock()
-	if err := t.loadSeal(); err != nil {
-		return 0, nil, false, err
-	}
 	s := t.k.seal
 	return s.gen, append([]byte(nil), s.mac...), s.present, nil
+}
+
+// lockSeal checks that the volume is keyed, takes t.mu and loads the seal
+// into t.k.seal. On success the caller holds t.mu and unlocks it.
+func (t *Tuples) lockSeal() error {
+	if err := t.needKeyed(false); err != nil {
+		return err
+	}
+	t.mu.Lock()
+	if err := t.loadSeal(); err != nil {
+		t.mu.Unlock()
+		return err
+	}
+	return nil
 }
 
 // InitSeal creates the seal of a keyed volume that has none (a store of
@@ -354,14 +364,10 @@ func (t *Tuples) InitSeal() error {
 // it was not synced, it writes the same record again with a synced commit
 // (which makes every earlier commit durable too). It returns the seal.
 func (t *Tuples) SyncSeal() (gen uint64, mac []byte, ok bool, err error) {
-	if err := t.needKeyed(false); err != nil {
+	if err := t.lockSeal(); err != nil {
 		return 0, nil, false, err
 	}
-	t.mu.Lock()
 	defer t.mu.Unlock()
-	if err := t.loadSeal(); err != nil {
-		return 0, nil, false, err
-	}
 	s := t.k.seal
 	if s.present && !s.durable {
 		b := newBatch(t.kv, sealSize+64)
