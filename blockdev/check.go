@@ -37,6 +37,14 @@ type CheckOptions struct {
 	// Rereads is how many times a failing block is read again before it is
 	// reported as failed. Default 0: report at once.
 	Rereads int
+	// Repair writes over every failing block a copy that verifies against
+	// its tuple, from the sources (the Volume's Options.RepairSources, then
+	// Sources), and reports it repaired (Problem.Repair). Without it, a
+	// check with sources only reports which failing blocks are repairable.
+	// Sources other than a Volume's ignore both. Default false.
+	Repair bool
+	// Sources are repair sources for this check, after the Volume's.
+	Sources []RepairSource
 }
 
 // Kind names what failed in a Problem, as written to the findings log.
@@ -84,6 +92,15 @@ type Problem struct {
 	Actual    uint64 // stored value (zero for KindIO)
 	Transient bool   // failed at first, passed on a re-read
 	Err       error  // the *dif.CheckError, I/O error or other cause
+	// Repair is what the repair stage did with the block (read_repair.go):
+	// nothing, repaired from Source onto Leg, served a verified copy to a
+	// read, found a copy (a check that does not repair), or found none
+	// (Source then lists the sources tried). RepairErr is why a verified
+	// copy could not be written (RepairServed).
+	Repair    RepairOutcome
+	Source    string
+	Leg       int
+	RepairErr error
 }
 
 // RunStats count the blocks of checked runs by outcome. Blocks = OK +
@@ -95,6 +112,9 @@ type RunStats struct {
 	Unwritten int64 // never written or discarded (all-ones tags / no tuple)
 	Failed    int64
 	Transient int64
+	// Repaired counts the blocks that failed and were repaired from a
+	// verified copy; they are counted as OK too.
+	Repaired int64
 }
 
 // Add accumulates o into s.
@@ -105,6 +125,7 @@ func (s *RunStats) Add(o RunStats) {
 	s.Unwritten += o.Unwritten
 	s.Failed += o.Failed
 	s.Transient += o.Transient
+	s.Repaired += o.Repaired
 }
 
 // Count adds one block classified as state to its outcome: OK, Escaped,

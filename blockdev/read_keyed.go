@@ -225,9 +225,10 @@ func (m *mappedTags) call(src []byte) error {
 // turn.
 func (v *Volume) checkTags(lba int64, n int, data []byte, sc *scratch, st *RunStats, reread bool) error {
 	ks := sc.tags
-	r := keyed.Run{LBA: lba, N: n, Data: data, States: sc.states[:n], Written: sc.written,
+	sc.krun = keyed.Run{LBA: lba, N: n, Data: data, States: sc.states[:n], Written: sc.written,
 		IOBad: sc.ioBad, Have: sc.ovMask, Tags: sc.ovTags}
-	if err := ks.LoadTags(&r); err != nil {
+	r := &sc.krun
+	if err := ks.LoadTags(r); err != nil {
 		return err
 	}
 	if reread {
@@ -244,7 +245,7 @@ func (v *Volume) checkTags(lba int64, n int, data []byte, sc *scratch, st *RunSt
 			setBit(r.Transient, int(p.LBA-lba))
 		}
 	}
-	fails, err := ks.Check(&r)
+	fails, err := ks.Check(r)
 	if err != nil {
 		return err
 	}

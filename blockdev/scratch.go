@@ -26,6 +26,7 @@ type scratch struct {
 	head     []byte // partial blocks of reads and writes
 	tail     []byte
 	reread   []byte
+	repair   *repairScratch // the repair stage's, made at its first repair
 	wcopy    []byte // a keyed write's piece (keyedWriteCopy)
 	probs    []Problem
 	// A keyed volume opened with its key: the tags of staged and overlay
@@ -33,6 +34,7 @@ type scratch struct {
 	// mapped read callbacks, per split worker.
 	ovTags     []store.KeyedTag
 	tags       *keyed.Scratch
+	krun       keyed.Run // the run checkTags checked last (the repair stage's keyed check)
 	tagMaps    [2]*mappedTags
 	wg         sync.WaitGroup // parts of a split read (readParallel)
 	jobErr     atomic.Pointer[error]

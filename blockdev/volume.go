@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -200,6 +201,18 @@ type Options struct {
 	// are those written together, with the guard computed from that data.
 	// Checks (CheckRun, difctl verify and scrub) always compute both.
 	KeyedCRC bool
+	// RepairSources are copies of the volume's data (backups, snapshots,
+	// NBD exports) that the repair stage (read_repair.go) takes a failing
+	// block from when its copy verifies against the block's tuple: ReadAt
+	// returns it and writes it over the bad block (a read-only volume only
+	// returns it), and CheckRun reports the block repairable (or, with
+	// CheckOptions.Repair, repairs it). A source whose Size, if it has one,
+	// is not the volume's fails Open with a *MismatchError. Default none.
+	RepairSources []RepairSource
+	// NoRepair keeps ReadAt from repairing: a failing block fails the read
+	// even when a source holds a verified copy. Checks still report
+	// repairable blocks. Default false.
+	NoRepair bool
 	// Witness keeps the seal of a keyed volume (its generation and MAC)
 	// where an attacker of the device and the store cannot put back an
 	// older one (witness.go): Open refuses a store whose seal is older
@@ -255,6 +268,8 @@ type Stats struct {
 	Syncs         int64 // completed Syncs, including automatic ones
 	AutoSyncs     int64 // Syncs the volume did by itself (MaxUnsynced)
 	MapFaults     int64 // pieces whose mapped read faulted and were read again with ReadAt
+	Repaired      int64 // failing blocks written over with a verified copy (read_repair.go)
+	Unrepairable  int64 // failing blocks for which no source had a verified copy
 	// Tuple pages ReadAt found in the tuple cache and read from the store
 	// (see Options.TupleCacheBytes).
 	TupleCacheHits, TupleCacheMisses int64
@@ -348,7 +363,8 @@ type Volume struct {
 	closed  bool
 	fails   failure
 
-	locks rangeLock
+	locks    rangeLock
+	repairMu sync.Mutex // serializes repairs (read_repair.go)
 	stg   *staging // staged writes, the overlay of flushed tuples, intents
 
 	mapper device.Mapper // dev as a Mapper, unless Options.NoMap
@@ -372,6 +388,7 @@ type Volume struct {
 type volStats struct {
 	read, written, rereads, transient, failed atomic.Int64
 	mapFaults                                 atomic.Int64
+	repaired, unrepairable                    atomic.Int64
 	flushes, syncs, autoSyncs                 atomic.Int64
 }
 
@@ -486,6 +503,7 @@ func newVolume(dev device.Device, tup *store.Tuples, opts Options) (*Volume, err
 	if err := opts.normalize(f.BlockSize()); err != nil {
 		return nil, err
 	}
+	opts.RepairSources = slices.Clip(opts.RepairSources)
 	v := &Volume{
 		dev: dev, tup: tup, man: m, opts: opts,
 		blocks:     m.Blocks(),
@@ -500,6 +518,9 @@ func newVolume(dev device.Device, tup *store.Tuples, opts Options) (*Volume, err
 	v.locks.init()
 	v.scratch.New = func() any { return v.newScratch() }
 	if err := v.setupKeyed(opts.Key); err != nil {
+		return nil, err
+	}
+	if err := v.checkSources(opts.RepairSources); err != nil {
 		return nil, err
 	}
 	return v, nil
@@ -556,6 +577,7 @@ func (v *Volume) Stats() Stats {
 		Rereads: v.st.rereads.Load(), Transient: v.st.transient.Load(), Failed: v.st.failed.Load(),
 		Flushes: v.st.flushes.Load(), Syncs: v.st.syncs.Load(), AutoSyncs: v.st.autoSyncs.Load(),
 		MapFaults: v.st.mapFaults.Load(), Recovery: v.recovery,
+		Repaired: v.st.repaired.Load(), Unrepairable: v.st.unrepairable.Load(),
 		TupleCacheHits: cs.Hits, TupleCacheMisses: cs.Misses,
 	}
 }

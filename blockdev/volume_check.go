@@ -16,8 +16,18 @@ func (v *Volume) ScratchSize(n int) int { return min(max(n, 0), v.chunk) * v.bs 
 // CheckRun implements CheckSource with the verification core of ReadAt,
 // one chunk at a time, each under a shared lock of its blocks so that
 // concurrent writes through the volume never show as failures. Problems
-// are reported after the chunk's lock is released.
+// are reported after the chunk's lock is released. With repair sources
+// (Options.RepairSources, opt.Sources) failing blocks go through the
+// repair stage (read_repair.go): reported repairable, or with opt.Repair
+// repaired; the caller records the findings of the problems reported,
+// except those repaired, which the repair stage records itself.
 func (v *Volume) CheckRun(ctx context.Context, lba int64, n int, scratch []byte, opt CheckOptions, report func(Problem)) (RunStats, error) {
+	return v.checkRun(ctx, lba, n, scratch, opt, false, report)
+}
+
+// checkRun is CheckRun; record: the repair stage records every outcome
+// in the findings log (Repair).
+func (v *Volume) checkRun(ctx context.Context, lba int64, n int, scratch []byte, opt CheckOptions, record bool, report func(Problem)) (RunStats, error) {
 	done, err := v.enter()
 	if err != nil {
 		return RunStats{}, err
@@ -34,7 +44,15 @@ func (v *Volume) CheckRun(ctx context.Context, lba int64, n int, scratch []byte,
 	}
 	// A check returns no data: the mapping is verified in place, and the
 	// tuples come from the store, page checksums checked.
-	req := readReq{ctx: ctx, rereads: opt.Rereads, uncached: opt.Uncached, inPlace: true, storeTuples: true, ref: v.refBase}
+	mode, err := v.checkRepairMode(opt)
+	if err != nil {
+		return RunStats{}, err
+	}
+	if err := v.checkSources(opt.Sources); err != nil {
+		return RunStats{}, err
+	}
+	req := readReq{ctx: ctx, rereads: opt.Rereads, uncached: opt.Uncached, inPlace: true, storeTuples: true, ref: v.refBase,
+		repair: mode, sources: opt.Sources, record: record}
 	sc := v.getScratch()
 	defer v.putScratch(sc)
 	var total RunStats

@@ -135,12 +135,20 @@ type readReq struct {
 	// ref is the ref tag of block 0 the run is verified with (the
 	// manifest's, except for a remap's blocks already rewritten).
 	ref uint64
+	// repair is how failing blocks are repaired (read_repair.go), from
+	// the volume's sources and these.
+	repair  repairMode
+	sources []RepairSource
+	// record: the repair stage records its findings itself (a read, or
+	// Repair; a scrub records what CheckRun reports).
+	record bool
 }
 
 // request returns the request of a verified read with the volume's
 // options: Options.Rereads re-reads, cached, the manifest's ref tag.
 func (v *Volume) request() readReq {
-	return readReq{rereads: v.opts.Rereads, ref: v.refBase}
+	m := v.readRepairMode()
+	return readReq{rereads: v.opts.Rereads, ref: v.refBase, repair: m, record: m == repairWrite}
 }
 
 // verifyRun reads and verifies blocks [lba, lba+n) (n <= v.chunk) into
@@ -197,9 +205,12 @@ func (v *Volume) verifyRun(lba int64, n int, data []byte, sc *scratch, req readR
 			return RunStats{}, err
 		}
 	}
-	// (Repair, when it comes, slots in here: after recheck and the keyed
-	// check have decided every failing block of the run, and before the
-	// run is counted and its problems returned.)
+	// 6. Repair the blocks still failing.
+	if req.repair != repairOff && st.Failed > 0 {
+		if err := v.repairRun(lba, n, data, sc, &st); err != nil {
+			return RunStats{}, err
+		}
+	}
 	v.st.read.Add(int64(n))
 	v.st.transient.Add(st.Transient)
 	v.st.failed.Add(st.Failed)
@@ -227,7 +238,7 @@ func (l *problemList) add(op string, p Problem) {
 	if l.fn != nil {
 		l.fn(p)
 	}
-	if p.Transient {
+	if p.Passes() {
 		return
 	}
 	if l.ie == nil {
@@ -251,7 +262,7 @@ func (l *problemList) add(op string, p Problem) {
 func runError(op string, probs []Problem) (int64, error) {
 	var l problemList
 	for _, p := range probs {
-		if p.Transient {
+		if p.Passes() {
 			continue
 		}
 		if p.Kind == KindIO {

@@ -89,11 +89,20 @@ const (
 	FindingOpen FindingState = 1 + iota
 	// FindingRecheckedOK: a later check of the blocks passed.
 	FindingRecheckedOK
-	// FindingClosed: resolved (repaired, accepted or rewritten).
+	// FindingClosed: resolved (accepted, or rewritten by a write).
 	FindingClosed
+	// FindingRepaired: a copy of the blocks that verified against their
+	// tuples (Finding.Source) was written over them and synced
+	// (Finding.Repaired says when).
+	FindingRepaired
+	// FindingUnrepairable: the failure was seen, and no copy that verifies
+	// was found in the repair sources tried (Finding.Source names them).
+	// Like FindingOpen, the blocks are bad.
+	FindingUnrepairable
 )
 
-// String returns "open", "rechecked-ok" or "closed".
+// String returns "open", "rechecked-ok", "closed", "repaired" or
+// "unrepairable".
 func (s FindingState) String() string {
 	switch s {
 	case FindingOpen:
@@ -102,11 +111,19 @@ func (s FindingState) String() string {
 		return "rechecked-ok"
 	case FindingClosed:
 		return "closed"
+	case FindingRepaired:
+		return "repaired"
+	case FindingUnrepairable:
+		return "unrepairable"
 	}
 	return fmt.Sprintf("FindingState(%d)", uint8(s))
 }
 
-func (s FindingState) valid() bool { return s >= FindingOpen && s <= FindingClosed }
+// Bad reports whether the state leaves the blocks bad: open or
+// unrepairable.
+func (s FindingState) Bad() bool { return s == FindingOpen || s == FindingUnrepairable }
+
+func (s FindingState) valid() bool { return s >= FindingOpen && s <= FindingUnrepairable }
 
 // MarshalText returns the String form.
 func (s FindingState) MarshalText() ([]byte, error) {
@@ -118,7 +135,7 @@ func (s FindingState) MarshalText() ([]byte, error) {
 
 // UnmarshalText parses the String form.
 func (s *FindingState) UnmarshalText(b []byte) error {
-	for v := FindingOpen; v <= FindingClosed; v++ {
+	for v := FindingOpen; v <= FindingUnrepairable; v++ {
 		if string(b) == v.String() {
 			*s = v
 			return nil
@@ -141,6 +158,15 @@ type Finding struct {
 	LastSeen  time.Time    `json:"last_seen"`
 	State     FindingState `json:"state"`
 	Count     uint64       `json:"count"` // times seen
+	// Source names the copy a repair took (state repaired), or the
+	// sources tried (unrepairable): a mirror leg ("leg 1: PATH"), a repair
+	// source's path or URL. Empty for findings no repair has touched.
+	Source string `json:"source,omitempty"`
+	// Leg is the mirror leg whose copy failed and was repaired (0 is the
+	// volume's own device).
+	Leg int `json:"leg,omitempty"`
+	// Repaired is when the repair was written and synced.
+	Repaired time.Time `json:"repaired,omitzero"`
 }
 
 // findingKey is the key of the finding (lba, field); lba is not negative.
@@ -220,6 +246,32 @@ func (t *Tuples) RecordFinding(f Finding, sync bool) (Finding, error) {
 
 // SetFindingState changes the state of the finding (lba, field).
 func (t *Tuples) SetFindingState(lba int64, field string, s FindingState, sync bool) (Finding, error) {
+	return t.updateFinding(lba, field, s, func(*Finding) {}, sync)
+}
+
+// SetFindingRepair records the outcome of a repair of the finding (lba,
+// field): state FindingRepaired (with when, the time the copy was synced)
+// or FindingUnrepairable, the source of the copy or the sources tried,
+// and the mirror leg repaired.
+func (t *Tuples) SetFindingRepair(lba int64, field string, s FindingState, source string, leg int, when time.Time, sync bool) (Finding, error) {
+	if s != FindingRepaired && s != FindingUnrepairable {
+		return Finding{}, fmt.Errorf("%w: repair outcome %v", ErrInvalid, s)
+	}
+	if len(source) > maxNameLen || leg < 0 {
+		return Finding{}, fmt.Errorf("%w: repair source of %d bytes, leg %d", ErrInvalid, len(source), leg)
+	}
+	return t.updateFinding(lba, field, s, func(f *Finding) {
+		f.Source, f.Leg = source, leg
+		f.Repaired = time.Time{}
+		if s == FindingRepaired {
+			f.Repaired = when.UTC()
+		}
+	}, sync)
+}
+
+// updateFinding sets the state of the finding (lba, field) to s and
+// applies fn to it.
+func (t *Tuples) updateFinding(lba int64, field string, s FindingState, fn func(*Finding), sync bool) (Finding, error) {
 	if !s.valid() {
 		return Finding{}, fmt.Errorf("%w: finding state %d", ErrInvalid, s)
 	}
@@ -234,6 +286,7 @@ func (t *Tuples) SetFindingState(lba int64, field string, s FindingState, sync b
 		return Finding{}, err
 	}
 	f.State = s
+	fn(&f)
 	v, err := json.Marshal(f)
 	if err != nil {
 		return Finding{}, fmt.Errorf("store: %v", err)
@@ -290,6 +343,9 @@ type FindingQuery struct {
 	LBA, N int64
 	// State, if not zero, selects findings in that state.
 	State FindingState
+	// Bad selects findings whose blocks are bad (FindingState.Bad: open
+	// or unrepairable); it cannot be combined with State.
+	Bad bool
 }
 
 // Findings yields the findings matching q, ordered by LBA then field, from
@@ -335,7 +391,7 @@ func (t *Tuples) Findings(q FindingQuery) iter.Seq2[Finding, error] {
 				yield(Finding{}, err)
 				return
 			}
-			if f.LBA+f.N <= lo || f.LBA >= hi || (q.State != 0 && f.State != q.State) {
+			if f.LBA+f.N <= lo || f.LBA >= hi || (q.State != 0 && f.State != q.State) || (q.Bad && !f.State.Bad()) {
 				continue
 			}
 			if !yield(f, nil) {

@@ -358,3 +358,34 @@ func (ks *Scratch) Matches(i int, tags []store.KeyedTag) bool {
 
 func hasBit(m []uint64, i int) bool { return m[i/64]>>(i%64)&1 != 0 }
 func setBit(m []uint64, i int)      { m[i/64] |= 1 << (i % 64) }
+
+// Verify reports whether data verifies as block i (lba) of the run r that
+// Check last checked, against the block's keyed tag r.Tags[i]: a written
+// block's tag computed from data must match it, and an unwritten block
+// must have none. The repair stage asks it of every copy it would write
+// over a failing block. A block whose tag came from a tag page that
+// failed its MAC (or is missing) has no tag that can be trusted: no copy
+// verifies.
+func (ks *Scratch) Verify(r *Run, i int, data []byte) bool {
+	lba := r.LBA + int64(i)
+	if pe := ks.pageErr; pe != nil && !hasBit(r.Have, i) {
+		page := lba / ks.e.pageTuples
+		for _, p := range pe.Pages {
+			if p == page {
+				return false
+			}
+		}
+	}
+	t := r.Tags[i]
+	if !r.Written.Has(i) {
+		return t.Gen == 0
+	}
+	if t.Gen == 0 {
+		return false
+	}
+	var calc [1]store.KeyedTag
+	if ks.e.Tags(calc[:], lba, t.Gen, data[:ks.e.bs], ks.e.bs) != nil {
+		return false
+	}
+	return poly1305.Equal(calc[0].Tag, t.Tag)
+}
