@@ -27,7 +27,7 @@ type scratch struct {
 	tail     []byte
 	reread   []byte
 	repair   *repairScratch // the repair stage's, made at its first repair
-	wcopy    []byte // a keyed write's piece (keyedWriteCopy)
+	wcopy    []byte         // a keyed write's piece (keyedWriteCopy)
 	probs    []Problem
 	// A keyed volume opened with its key: the tags of staged and overlay
 	// blocks (as ovTuples), the keyed scratch, and the keyed read path's

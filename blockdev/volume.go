@@ -365,7 +365,7 @@ type Volume struct {
 
 	locks    rangeLock
 	repairMu sync.Mutex // serializes repairs (read_repair.go)
-	stg   *staging // staged writes, the overlay of flushed tuples, intents
+	stg      *staging   // staged writes, the overlay of flushed tuples, intents
 
 	mapper device.Mapper // dev as a Mapper, unless Options.NoMap
 	noMap  atomic.Bool   // the device refused to map: use ReadAt
