@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 
 	"github.com/difctl/difctl/blockdev/internal/check"
 	"github.com/difctl/difctl/dif"
@@ -47,6 +48,10 @@ type Overview struct {
 	// open findings by kind.
 	Findings   map[store.FindingState]int64
 	OpenByKind map[Kind]int64
+	// Repairs are the latest repaired findings, most recent first, at
+	// most MaxListedRepairs (Findings[store.FindingRepaired] counts them
+	// all).
+	Repairs []store.Finding
 	// Scrub is the cursor of the scrub asked for, nil if it never saved
 	// one (or its cursor does not read).
 	Scrub *store.ScrubCursor
@@ -78,6 +83,9 @@ func Inspect(ctx context.Context, t *store.Tuples, scrub string) (*Overview, err
 		o.Findings[fd.State]++
 		if fd.State == store.FindingOpen {
 			o.OpenByKind[Kind(fd.Field)]++
+		}
+		if fd.State == store.FindingRepaired {
+			o.Repairs = latestRepairs(o.Repairs, fd)
 		}
 	}
 	if c, err := t.ScrubCursor(scrub); err == nil {
@@ -267,4 +275,21 @@ func inspectKeyed(t *store.Tuples, vk *VolumeKey, lba int64, data []byte, writte
 		ki.Check = "page-missing"
 	}
 	return ki, nil
+}
+
+// MaxListedRepairs bounds Overview.Repairs.
+const MaxListedRepairs = 100
+
+// latestRepairs adds f to rs, kept sorted by repair time, most recent
+// first, and at most MaxListedRepairs long.
+func latestRepairs(rs []store.Finding, f store.Finding) []store.Finding {
+	i, _ := slices.BinarySearchFunc(rs, f, func(a, b store.Finding) int { return b.Repaired.Compare(a.Repaired) })
+	if i >= MaxListedRepairs {
+		return rs
+	}
+	rs = slices.Insert(rs, i, f)
+	if len(rs) > MaxListedRepairs {
+		rs = rs[:MaxListedRepairs]
+	}
+	return rs
 }

@@ -19,8 +19,13 @@ const (
 	// FindingRecheckedOK: a later check of the blocks passed (an
 	// errors-only scrub, or a re-read of a transient failure).
 	FindingRecheckedOK = store.FindingRecheckedOK
-	// FindingClosed: resolved (repaired, accepted or rewritten).
+	// FindingClosed: resolved (accepted, or rewritten by a write).
 	FindingClosed = store.FindingClosed
+	// FindingRepaired: a verified copy was written over the blocks
+	// (Finding.Source, Finding.Leg).
+	FindingRepaired = store.FindingRepaired
+	// FindingUnrepairable: no repair source had a copy that verifies.
+	FindingUnrepairable = store.FindingUnrepairable
 )
 
 // A Finding is a Problem as recorded in a findings log: blocks [LBA, LBA+N)
@@ -35,6 +40,12 @@ type Finding struct {
 	// finding is recorded with State FindingRecheckedOK.
 	Transient bool         `json:"transient,omitempty"`
 	State     FindingState `json:"state"`
+	// Repair is what the repair stage did (blockdev.Problem.Repair); Source
+	// names the copy taken or found (or the sources tried, unrepairable)
+	// and Leg the mirror leg repaired.
+	Repair blockdev.RepairOutcome `json:"-"`
+	Source string                 `json:"source,omitempty"`
+	Leg    int                    `json:"leg,omitempty"`
 	// Count is the number of times the finding was seen (across passes),
 	// FirstSeen and LastSeen when; all three are filled in by the log, and
 	// zero when there is none.
@@ -46,9 +57,10 @@ type Finding struct {
 	Err error `json:"-"`
 }
 
-// Bad reports whether the finding's blocks are bad: open and not transient.
-// These are the blocks the badblocks and mapfile writers list.
-func (f Finding) Bad() bool { return f.State == FindingOpen && !f.Transient }
+// Bad reports whether the finding's blocks are bad: open or unrepairable,
+// and not transient. These are the blocks the badblocks and mapfile
+// writers list.
+func (f Finding) Bad() bool { return f.State.Bad() && !f.Transient }
 
 // End returns LBA+N.
 func (f Finding) End() int64 { return f.LBA + max(f.N, 1) }
@@ -59,16 +71,23 @@ func FindingOf(p blockdev.Problem, now time.Time) Finding {
 	f := Finding{
 		LBA: p.LBA, N: 1, Kind: p.Kind, Expected: p.Expected, Actual: p.Actual,
 		Transient: p.Transient, State: FindingOpen, LastSeen: now, Err: p.Err,
+		Repair: p.Repair, Source: p.Source, Leg: p.Leg,
 	}
-	if p.Transient {
+	switch {
+	case p.Transient:
 		f.State = FindingRecheckedOK
+	case p.Repair == blockdev.RepairRepaired:
+		f.State = FindingRepaired
+	case p.Repair == blockdev.RepairUnavailable:
+		f.State = FindingUnrepairable
 	}
 	return f
 }
 
 // Problem returns the check result f records.
 func (f Finding) Problem() blockdev.Problem {
-	return blockdev.Problem{LBA: f.LBA, Kind: f.Kind, Expected: f.Expected, Actual: f.Actual, Transient: f.Transient, Err: f.Err}
+	return blockdev.Problem{LBA: f.LBA, Kind: f.Kind, Expected: f.Expected, Actual: f.Actual, Transient: f.Transient, Err: f.Err,
+		Repair: f.Repair, Source: f.Source, Leg: f.Leg}
 }
 
 // BadRanges collects bad blocks as sorted, merged ranges, for the badblocks

@@ -119,9 +119,13 @@ type Report struct {
 	// Bytes is the data checked by this call.
 	Bytes int64
 	// Failures counts failed checks by Kind (a block failing two checks
-	// counts in both), not counting transient ones; TransientFailures
-	// counts those.
-	Failures, TransientFailures map[blockdev.Kind]int64
+	// counts in both), not counting transient or repaired ones;
+	// TransientFailures and RepairedFailures count those.
+	Failures, TransientFailures, RepairedFailures map[blockdev.Kind]int64
+	// Repairable and Unrepairable count the failed checks of Failures for
+	// which the repair stage found a verified copy (a scrub that does not
+	// repair) or none, with repair sources (blockdev.CheckOptions).
+	Repairable, Unrepairable int64
 	// Findings holds the first MaxFindings findings, in LBA order;
 	// FindingsTotal counts them all.
 	Findings      []Finding
@@ -201,9 +205,10 @@ type scrubber struct {
 	closes []bool    // for each of batch: an open finding to close
 
 	// errors-only
-	open    []Finding
-	failing []bool
-	lo      int
+	open     []Finding
+	failing  []bool
+	repaired []bool // an open finding repaired by the recheck
+	lo       int
 }
 
 func newScrubber(src blockdev.CheckSource, o Options) (*scrubber, error) {
@@ -251,7 +256,7 @@ func newScrubber(src blockdev.CheckSource, o Options) (*scrubber, error) {
 		src: src, o: o, bs: int64(bs), window: int64(2 * o.Workers),
 		rep: &Report{
 			Start: o.Start, End: o.End, From: o.Start, Next: o.Start, ErrorsOnly: o.ErrorsOnly, BlockSize: bs,
-			Failures: map[blockdev.Kind]int64{}, TransientFailures: map[blockdev.Kind]int64{},
+			Failures: map[blockdev.Kind]int64{}, TransientFailures: map[blockdev.Kind]int64{}, RepairedFailures: map[blockdev.Kind]int64{},
 		},
 		t0: time.Now(),
 	}
@@ -391,9 +396,13 @@ func (s *scrubber) emit() error {
 	if st := s.o.State; st != nil {
 		for i, f := range fs {
 			var err error
-			if s.closes[i] {
+			switch {
+			case s.closes[i]:
 				err = st.SetFindingState(f.LBA, f.Kind, FindingRecheckedOK)
-			} else {
+			case f.Repair == blockdev.RepairRepaired:
+				// The repair stage recorded it (open before its write,
+				// repaired after).
+			default:
 				err = st.RecordFinding(s.pass, f)
 			}
 			if err != nil {
@@ -407,8 +416,16 @@ func (s *scrubber) emit() error {
 			s.rep.Resolved++
 		case f.Transient:
 			s.rep.TransientFailures[f.Kind]++
+		case f.Repair == blockdev.RepairRepaired:
+			s.rep.RepairedFailures[f.Kind]++
 		default:
 			s.rep.Failures[f.Kind]++
+			switch f.Repair {
+			case blockdev.RepairAvailable:
+				s.rep.Repairable++
+			case blockdev.RepairUnavailable:
+				s.rep.Unrepairable++
+			}
 		}
 		s.rep.FindingsTotal++
 		if s.o.MaxFindings > 0 && len(s.rep.Findings) < s.o.MaxFindings {
@@ -442,6 +459,7 @@ func (s *scrubber) errorsOnly(ctx context.Context) error {
 		ranges.Add(lo, hi-lo)
 	}
 	s.failing = make([]bool, len(s.open))
+	s.repaired = make([]bool, len(s.open))
 	s.rep.Rechecked = int64(len(s.open))
 	var jobs []scrubJob
 	rb := int64(o.RunBlocks)
@@ -480,7 +498,8 @@ func (s *scrubber) commitRecheck(sl *scrubSlot) error {
 		for k := s.lo; k < len(s.open) && s.open[k].LBA <= p.LBA; k++ {
 			if f := s.open[k]; f.Kind == p.Kind && p.LBA < f.End() {
 				matched = true
-				s.failing[k] = s.failing[k] || !p.Transient
+				s.failing[k] = s.failing[k] || !p.Passes()
+				s.repaired[k] = s.repaired[k] || p.Repair == blockdev.RepairRepaired
 			}
 		}
 		if matched && p.Transient {
@@ -505,6 +524,10 @@ func (s *scrubber) settle(end int64) {
 		s.lo++
 		if s.failing[k] {
 			s.rep.StillOpen++
+			continue
+		}
+		if s.repaired[k] {
+			// Recorded repaired by the repair stage, and delivered.
 			continue
 		}
 		f := s.open[k]

@@ -49,8 +49,9 @@ type State interface {
 	// unless the pass described by pass (its Started time) already recorded
 	// it. A zero pass.Started records unconditionally.
 	RecordFinding(pass Cursor, f Finding) error
-	// OpenFindings yields the findings in state FindingOpen that overlap
-	// blocks [start, end), ordered by LBA then Kind.
+	// OpenFindings yields the findings whose blocks are bad (state
+	// FindingOpen or FindingUnrepairable) that overlap blocks [start, end),
+	// ordered by LBA then Kind.
 	OpenFindings(start, end int64) iter.Seq2[Finding, error]
 	// SetFindingState changes the state of the finding (lba, kind).
 	SetFindingState(lba int64, kind blockdev.Kind, s FindingState) error
@@ -141,7 +142,7 @@ func (s *StoreState) RecordFinding(pass Cursor, f Finding) error {
 	sf := store.Finding{
 		LBA: f.LBA, N: max(f.N, 1), Field: string(f.Kind),
 		Expected: be64(f.Expected, f.Kind), Actual: be64(f.Actual, f.Kind),
-		LastSeen: f.LastSeen.UTC(), State: f.State,
+		LastSeen: f.LastSeen.UTC(), State: f.State, Source: f.Source, Leg: f.Leg,
 	}
 	if _, err := s.t.RecordFinding(sf, false); err != nil {
 		return fmt.Errorf("scrub: record finding: %w", err)
@@ -174,7 +175,7 @@ func (s *StoreState) OpenFindings(start, end int64) iter.Seq2[Finding, error] {
 		if start < 0 || end <= start {
 			return
 		}
-		q := store.FindingQuery{LBA: start, N: end - start, State: store.FindingOpen}
+		q := store.FindingQuery{LBA: start, N: end - start, Bad: true}
 		for sf, err := range s.t.Findings(q) {
 			if err != nil {
 				yield(Finding{}, fmt.Errorf("scrub: findings: %w", err))
@@ -184,6 +185,7 @@ func (s *StoreState) OpenFindings(start, end int64) iter.Seq2[Finding, error] {
 				LBA: sf.LBA, N: sf.N, Kind: blockdev.Kind(sf.Field),
 				Expected: fromBE(sf.Expected), Actual: fromBE(sf.Actual),
 				State: sf.State, Count: sf.Count, FirstSeen: sf.FirstSeen, LastSeen: sf.LastSeen,
+				Source: sf.Source, Leg: sf.Leg,
 			}
 			if !yield(f, nil) {
 				return
@@ -467,7 +469,7 @@ func (s *FileState) RecordFinding(pass Cursor, f Finding) error {
 // SetFindingState implements [State]. Setting the state of a finding
 // the log does not hold is an error.
 func (s *FileState) SetFindingState(lba int64, kind blockdev.Kind, st FindingState) error {
-	if st < FindingOpen || st > FindingClosed {
+	if st < FindingOpen || st > FindingUnrepairable {
 		return fmt.Errorf("scrub: invalid finding state %d", uint8(st))
 	}
 	s.mu.Lock()
@@ -561,7 +563,7 @@ func (s *FileState) OpenFindings(start, end int64) iter.Seq2[Finding, error] {
 			return
 		}
 		for _, f := range all {
-			if f.State != FindingOpen || f.End() <= start || f.LBA >= end {
+			if !f.State.Bad() || f.End() <= start || f.LBA >= end {
 				continue
 			}
 			if !yield(f, nil) {

@@ -306,8 +306,9 @@ type manifestRecord struct {
 	Created    string           `json:"created,omitempty"` // RFC 3339
 	Tool       string           `json:"tool,omitempty"`
 	Schema     int              `json:"schema_version"`
-	Findings   map[string]int64 `json:"findings"`             // findings by state: open, rechecked-ok, closed
+	Findings   map[string]int64 `json:"findings"`             // findings by state: open, rechecked-ok, closed, repaired, unrepairable
 	OpenByKind map[string]int64 `json:"open_by_kind"`         // open findings by kind
+	Repairs    []repairRecord   `json:"repairs,omitempty"`    // the latest repairs, most recent first (at most 100)
 	ScrubNext  *int64           `json:"scrub_next,omitempty"` // the scrub cursor, if a scrub ran
 	ScrubPass  *uint64          `json:"scrub_pass,omitempty"` // completed scrub passes
 	ScrubAt    string           `json:"scrub_updated,omitempty"`
@@ -317,6 +318,15 @@ type manifestRecord struct {
 }
 
 func (*manifestRecord) recordType() string { return "manifest" }
+
+// repairRecord is a repaired finding, in inspect's manifest record.
+type repairRecord struct {
+	LBA      int64  `json:"lba"`
+	Kind     string `json:"kind"`
+	Source   string `json:"source"`   // the copy taken
+	Leg      int    `json:"leg"`      // the mirror leg repaired (0: the image)
+	Repaired string `json:"repaired"` // when, RFC 3339
+}
 
 // runInspectStore describes a store-backed image, or shows its blocks.
 func runInspectStore(ctx context.Context, opts inspectOptions, out *output) error {
@@ -401,6 +411,10 @@ func manifestRecordOf(image string, st *storeTuples, ov *blockdev.Overview, with
 	for k, n := range ov.OpenByKind {
 		rec.OpenByKind[string(k)] = n
 	}
+	for _, f := range ov.Repairs {
+		rec.Repairs = append(rec.Repairs, repairRecord{LBA: f.LBA, Kind: f.Field, Source: f.Source, Leg: f.Leg,
+			Repaired: f.Repaired.UTC().Format(time.RFC3339Nano)})
+	}
 	if c := ov.Scrub; c != nil {
 		next, pass := c.Next, c.Pass
 		rec.ScrubNext, rec.ScrubPass = &next, &pass
@@ -440,7 +454,18 @@ func manifestText(w io.Writer, rec *manifestRecord, f dif.Format) error {
 	if len(kinds) > 0 {
 		open += " (" + strings.Join(kinds, ", ") + ")"
 	}
-	fmt.Fprintf(tw, "findings:\t%s, %d rechecked-ok, %d closed\n", open, rec.Findings["rechecked-ok"], rec.Findings["closed"])
+	repairs := ""
+	if n, m := rec.Findings["unrepairable"], rec.Findings["repaired"]; n+m > 0 {
+		repairs = fmt.Sprintf(", %d unrepairable, %d repaired", n, m)
+	}
+	fmt.Fprintf(tw, "findings:\t%s%s, %d rechecked-ok, %d closed\n", open, repairs, rec.Findings["rechecked-ok"], rec.Findings["closed"])
+	for i, r := range rec.Repairs {
+		if i == maxTextRepairs {
+			fmt.Fprintf(tw, "\t... (--json lists the latest %d)\n", len(rec.Repairs))
+			break
+		}
+		fmt.Fprintf(tw, "repair:\tLBA %d (%s) from %s, %s\n", r.LBA, kindName(blockdev.Kind(r.Kind)), r.Source, r.Repaired)
+	}
 	if rec.ScrubNext != nil {
 		fmt.Fprintf(tw, "scrub:\t%d passes complete, next block %d, updated %s\n", *rec.ScrubPass, *rec.ScrubNext, orDash(rec.ScrubAt))
 	} else {
@@ -539,3 +564,6 @@ func keyedColumn(kb *keyedBlock) string {
 	}
 	return "keyed=" + kb.Check + " !"
 }
+
+// maxTextRepairs bounds the repairs inspect's text lists.
+const maxTextRepairs = 10

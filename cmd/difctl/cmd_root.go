@@ -76,6 +76,7 @@ errors, like grep -q: no progress and no text results, only the exit status
 		newProtectCmd(g),
 		newVerifyCmd(g),
 		newScrubCmd(g),
+		newRepairCmd(g),
 		newInspectCmd(g),
 		newDiscardCmd(g),
 		newWriteCmd(g, stdin),

@@ -31,9 +31,11 @@ type scrubOptions struct {
 	ErrorsOnly  bool   // recheck only the open findings
 	Uncached    bool
 	Rereads     int
-	Badblocks   string // file for a badblocks(8) list
-	BadblocksBS int    // block size of the list; 0: the image's
-	Mapfile     string // file for a GNU ddrescue mapfile
+	Badblocks   string   // file for a badblocks(8) list
+	BadblocksBS int      // block size of the list; 0: the image's
+	Mapfile     string   // file for a GNU ddrescue mapfile
+	Repair      bool     // write verified copies over failing blocks
+	From        []string // repair sources (--from)
 	metricsOptions
 }
 
@@ -114,8 +116,16 @@ Text output lists the first 100 failing blocks, then only counts them:
 --uncached reads around the page cache, to check the medium rather than a
 cached copy.
 
-` + exitCodesHelp(exitOK, exitUncorrected, exitOperational, exitUsage, exitCancelled),
+--from SOURCE names a copy of IMAGE (a backup, a snapshot, another
+device), repeatable: a failing block is repairable when the source's copy
+of it verifies against the block's stored tuple (guard, tags, sector
+checksum and, with the key, the keyed tag). The scrub then says so;
+with --repair it writes that copy over the bad block, syncs, reads it back
+and records the finding as repaired (see difctl repair).
+
+` + exitCodesHelp(exitOK, exitCorrected, exitUncorrected, exitOperational, exitUsage, exitCancelled),
 		Example: `  difctl scrub disk.img
+  difctl scrub --repair --from /backup/disk.img disk.img
   difctl scrub --rate 100MiB/s --workers 2 --badblocks bad.txt /dev/sdb --store pebble:/var/lib/difctl/sdb
   difctl scrub --interleaved 512+8 disk.dump
   difctl scrub --errors-only disk.img
@@ -140,6 +150,9 @@ cached copy.
 			if err := o.resolve(&img, pf); err != nil {
 				return err
 			}
+			if err := o.checkRepair(); err != nil {
+				return err
+			}
 			return runScrub(cmd.Context(), o, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
@@ -155,10 +168,25 @@ cached copy.
 	f.StringVar(&opts.Badblocks, "badblocks", "", "write the failing blocks to `FILE` as a badblocks(8) list (for e2fsck -l, with --badblocks-block-size)")
 	f.Var(&badBS, "badblocks-block-size", "unit of the badblocks list's block numbers, as badblocks -b: the filesystem's block size for e2fsck -l (default: the image's block size); ranges are rounded outward")
 	f.StringVar(&opts.Mapfile, "mapfile", "", "write the failing blocks to `FILE` as a GNU ddrescue mapfile")
+	f.BoolVar(&opts.Repair, "repair", false, "write over every failing block a copy from a --from source that verifies against its tuple (a keyed volume needs its key)")
+	f.StringArrayVar(&opts.From, "from", nil, "a repair source: an image file or block device holding a copy of IMAGE (a backup, a snapshot); repeatable. Without --repair the scrub only says which failing blocks it could repair")
 	addKeyFlags(cmd, &g.Key, "check the keyed tags too (without it a keyed volume's tuples are checked and the keyed check skipped)")
 	addProgressJSONFlag(cmd, g)
 	addMetricsFlag(cmd, &opts.metricsOptions)
 	return cmd
+}
+
+// checkRepair refuses repair flags that cannot work.
+func (o *scrubOptions) checkRepair() error {
+	switch {
+	case (o.Repair || len(o.From) > 0) && o.SelfContained:
+		return usageErrorf("--repair and --from work on protected images (protect), not on images with their own PI")
+	case o.Repair && len(o.From) == 0:
+		return usageErrorf("--repair needs a repair source (--from)")
+	case o.Repair && strings.HasPrefix(o.Store, "mem:"):
+		return usageErrorf("--repair needs a store that keeps the findings (not --store mem:)")
+	}
+	return nil
 }
 
 func runScrub(ctx context.Context, opts scrubOptions, stdout, stderr io.Writer) error {
@@ -168,6 +196,11 @@ func runScrub(ctx context.Context, opts scrubOptions, stdout, stderr io.Writer) 
 	}
 	defer m.close()
 	url := storeURL(opts.Image, opts.Store)
+	srcs, err := openRepairSources(opts.From)
+	if err != nil {
+		return err
+	}
+	defer srcs.close()
 	tg, err := openScrubTarget(ctx, opts, url)
 	if err != nil {
 		return err
@@ -201,6 +234,7 @@ func runScrub(ctx context.Context, opts scrubOptions, stdout, stderr io.Writer) 
 		fw.reportFinding(fd)
 		return fw.err
 	})
+	so.Check.Repair, so.Check.Sources = opts.Repair, srcs.srcs
 	m.scrub(&so, filepath.Base(opts.Image), tg.src)
 	rep, err := scrub.Run(ctx, tg.src, so)
 	prog.p.Finish()
@@ -291,12 +325,25 @@ func reportScrub(opts scrubOptions, url string, tg *scrubTarget, rep *scrub.Repo
 	}
 	switch {
 	case serr == nil && opts.ErrorsOnly && rep.StillOpen > 0:
-		return &integrityError{msg: fmt.Sprintf("%s: %d findings still failing", tg.name, rep.StillOpen)}
+		serr = &integrityError{msg: fmt.Sprintf("%s: %d findings still failing", tg.name, rep.StillOpen)}
 	case serr == nil && rec.PassFailed > 0:
 		// Failures found by this pass before it was interrupted.
-		return &integrityError{msg: fmt.Sprintf("%s: %d blocks of this pass failed verification before the scrub was resumed", tg.name, rec.PassFailed)}
+		serr = &integrityError{msg: fmt.Sprintf("%s: %d blocks of this pass failed verification before the scrub was resumed", tg.name, rec.PassFailed)}
 	}
-	return serr
+	return withRepairs(serr, rep.Repaired)
+}
+
+// withRepairs adds exit bit 1 (errors corrected) to the verdict err of a
+// check that repaired blocks: 1 alone when nothing is left failing, 1|4
+// when some blocks are.
+func withRepairs(err error, repaired int64) error {
+	if repaired == 0 {
+		return err
+	}
+	if err == nil {
+		return &exitError{code: exitCorrected}
+	}
+	return &exitError{code: exitCorrected | exitUncorrected, err: err}
 }
 
 // scrubTarget is what a scrub checks and where it keeps its state: a
@@ -316,9 +363,14 @@ type scrubTarget struct {
 // own PI).
 func openScrubTarget(ctx context.Context, opts scrubOptions, url string) (*scrubTarget, error) {
 	if !opts.SelfContained {
-		v, err := openVolumeMode(ctx, opts.Image, url, true, storeWrite, opts.Key) // cursor and findings
+		// The image is opened read-only unless the scrub repairs.
+		v, err := openVolumeMode(ctx, opts.Image, url, !opts.Repair, storeWrite, opts.Key) // cursor and findings
 		if err != nil {
 			return nil, err
+		}
+		if opts.Repair && v.vol.Keyed() && !v.vol.KeyedChecked() {
+			v.Close()
+			return nil, keyError(v.image, blockdev.ErrKeyRequired)
 		}
 		return &scrubTarget{src: v.vol, tup: v.vol.Tuples(), f: v.format().WithLayout(dif.Interleaved), name: opts.Image,
 			keyed: keyedState(v.vol), close: v.Close}, nil

@@ -16,13 +16,15 @@ type verifyOptions struct {
 	Image     string
 	imageSpec // a self-contained image; otherwise checked against Store
 	Range     rangeFlag
-	Store     string // store URL; "" for the default, IMAGE.difdb
+	Store     string   // store URL; "" for the default, IMAGE.difdb
+	From      []string // repair sources: say which failing blocks they could repair
 }
 
 func newVerifyCmd(g *globalOptions) *cobra.Command {
 	var (
-		img imageFlags
-		pf  = newPIFlags()
+		img  imageFlags
+		pf   = newPIFlags()
+		from []string
 	)
 	cmd := &cobra.Command{
 		Use:   "verify IMAGE [--interleaved FORMAT | --dix METAFILE --format FORMAT] [flags]",
@@ -62,15 +64,19 @@ of about 1 MiB; memory does not grow with its size.
   difctl --json verify --interleaved 512+8:type2 --ref-tag 0x1000 disk.dump`,
 		Args: exactArgs(1, "IMAGE"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			opts := verifyOptions{globalOptions: *g, Image: args[0], Range: pf.rng, Store: img.store}
+			opts := verifyOptions{globalOptions: *g, Image: args[0], Range: pf.rng, Store: img.store, From: from}
 			if err := opts.resolve(&img, pf); err != nil {
 				return err
+			}
+			if len(from) > 0 && opts.SelfContained {
+				return usageErrorf("--from works on protected images (protect), not on images with their own PI")
 			}
 			return runVerify(cmd.Context(), opts, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
 	img.register(cmd, true, " of a store-backed image")
 	pf.register(cmd, piFormat|piTags|piChecks|piRange)
+	cmd.Flags().StringArrayVar(&from, "from", nil, "a repair source (an image file or block device holding a copy of IMAGE), repeatable: report which failing blocks it holds a verified copy of (verify changes nothing; repair with scrub --repair or repair)")
 	addKeyFlags(cmd, &g.Key, "check the keyed tags too (without it a keyed volume's tuples are checked and the keyed check skipped)")
 	addProgressJSONFlag(cmd, g)
 	return cmd
@@ -110,6 +116,11 @@ func runVerify(ctx context.Context, opts verifyOptions, stdout, stderr io.Writer
 // runVerifyStore verifies a store-backed image against its stored tuples.
 func runVerifyStore(ctx context.Context, opts verifyOptions, stdout, stderr io.Writer) error {
 	url := storeURL(opts.Image, opts.Store)
+	srcs, err := openRepairSources(opts.From)
+	if err != nil {
+		return err
+	}
+	defer srcs.close()
 	v, err := openVolume(ctx, opts.Image, url, true, opts.Key)
 	if err != nil {
 		return err
@@ -124,7 +135,7 @@ func runVerifyStore(ctx context.Context, opts verifyOptions, stdout, stderr io.W
 	bs := int64(v.vol.BlockSize())
 	prog := newCmdProgress(stderr, opts.globalOptions, count*bs, "verify", opts.Image)
 	t0 := time.Now()
-	st, err := checkRange(ctx, v.vol, start, count, blockdev.CheckOptions{Rereads: blockdev.DefaultRereads}, prog, bs, fw.report)
+	st, err := checkRange(ctx, v.vol, start, count, blockdev.CheckOptions{Rereads: blockdev.DefaultRereads, Sources: srcs.srcs}, prog, bs, fw.report)
 	prog.Finish()
 	if err != nil {
 		if ctx.Err() != nil {

@@ -25,6 +25,13 @@ type findingRecord struct {
 	Transient bool   `json:"transient,omitempty"` // failed, then passed when read again
 	Resolved  bool   `json:"resolved,omitempty"`  // scrub --errors-only: an open finding that passes now
 	Error     string `json:"error,omitempty"`     // the cause, for io
+	// Repair is what the repair stage did: repaired (Repaired true),
+	// repairable (a copy that verifies is in Source) or unrepairable
+	// (Source lists the sources tried); Leg is the mirror leg repaired.
+	Repaired bool   `json:"repaired,omitempty"`
+	Repair   string `json:"repair,omitempty"`
+	Source   string `json:"source,omitempty"`
+	Leg      *int   `json:"leg,omitempty"`
 }
 
 func (*findingRecord) recordType() string { return "finding" }
@@ -43,11 +50,14 @@ type summaryRecord struct {
 	Start         int64            `json:"start"`  // first LBA checked
 	Blocks        int64            `json:"blocks"` // blocks checked
 	OK            int64            `json:"ok"`
-	Failed        int64            `json:"failed"`          // blocks failing at least one check
-	Unwritten     int64            `json:"unwritten"`       // all-ones tags: never written or discarded
-	Escaped       int64            `json:"escaped"`         // app tag 0xffff: not checked
-	Transient     int64            `json:"transient"`       // failed, then passed a re-read (counted in ok)
-	FailedByField map[string]int64 `json:"failed_by_field"` // failed checks per kind
+	Failed        int64            `json:"failed"`                 // blocks failing at least one check
+	Unwritten     int64            `json:"unwritten"`              // all-ones tags: never written or discarded
+	Escaped       int64            `json:"escaped"`                // app tag 0xffff: not checked
+	Transient     int64            `json:"transient"`              // failed, then passed a re-read (counted in ok)
+	Repaired      int64            `json:"repaired,omitempty"`     // failed, then repaired from a verified copy (counted in ok)
+	Repairable    int64            `json:"repairable,omitempty"`   // failed checks a repair source has a verified copy for
+	Unrepairable  int64            `json:"unrepairable,omitempty"` // failed checks no repair source has one for
+	FailedByField map[string]int64 `json:"failed_by_field"`        // failed checks per kind
 	Seconds       float64          `json:"seconds"`
 
 	sealErr error // a *blockdev.SealError (checkSeal)
@@ -109,6 +119,9 @@ type findings struct {
 	// hidden; the summary says where they all are (more).
 	shown, hidden int64
 	more          string
+	// The failed checks a repair source has a verified copy for, and
+	// those none has.
+	repairable, unrepairable int64
 }
 
 func newFindings(out *output, f dif.Format) *findings {
@@ -150,8 +163,14 @@ func (fw *findings) values(p blockdev.Problem) (expected, actual string) {
 }
 
 func (fw *findings) report(p blockdev.Problem) {
-	if !p.Transient {
+	if !p.Passes() {
 		fw.byKind[string(p.Kind)]++
+	}
+	switch p.Repair {
+	case blockdev.RepairAvailable:
+		fw.repairable++
+	case blockdev.RepairUnavailable:
+		fw.unrepairable++
 	}
 	if fw.err != nil {
 		return
@@ -161,6 +180,10 @@ func (fw *findings) report(p blockdev.Problem) {
 		r := &findingRecord{LBA: p.LBA, Kind: string(p.Kind), Expected: exp, Actual: act, Transient: p.Transient}
 		if (p.Kind == blockdev.KindIO || p.Kind == blockdev.KindKeyedTag) && p.Err != nil {
 			r.Error = oneLine(p.Err.Error())
+		}
+		if p.Repair != blockdev.RepairNone {
+			leg := p.Leg
+			r.Repaired, r.Repair, r.Source, r.Leg = p.Repair == blockdev.RepairRepaired, p.Repair.String(), p.Source, &leg
 		}
 		fw.err = fw.out.emit(r)
 		return
@@ -192,6 +215,7 @@ func (fw *findings) report(p blockdev.Problem) {
 	default:
 		fmt.Fprintf(&b, ": expected 0x%s, stored 0x%s", exp, act)
 	}
+	b.WriteString(repairText(p))
 	b.WriteByte('\n')
 	_, fw.err = io.WriteString(fw.out.w, b.String())
 }
@@ -203,8 +227,9 @@ func (fw *findings) summary(rec *summaryRecord, st blockdev.RunStats, elapsed ti
 		return fmt.Errorf("write output: %w", fw.err)
 	}
 	rec.Blocks, rec.OK, rec.Failed = st.Blocks, st.OK, st.Failed
-	rec.Unwritten, rec.Escaped, rec.Transient = st.Unwritten, st.Escaped, st.Transient
+	rec.Unwritten, rec.Escaped, rec.Transient, rec.Repaired = st.Unwritten, st.Escaped, st.Transient, st.Repaired
 	rec.FailedByField = fw.byKind
+	rec.Repairable, rec.Unrepairable = fw.repairable, fw.unrepairable
 	rec.Seconds = elapsed.Seconds()
 	name := rec.Image
 	if rec.Metadata != "" {
@@ -231,6 +256,15 @@ func (fw *findings) summary(rec *summaryRecord, st blockdev.RunStats, elapsed ti
 		fmt.Fprintf(&b, ", %d unwritten, %d escaped", st.Unwritten, st.Escaped)
 		if st.Transient > 0 {
 			fmt.Fprintf(&b, ", %d transient", st.Transient)
+		}
+		if st.Repaired > 0 {
+			fmt.Fprintf(&b, ", %d repaired", st.Repaired)
+		}
+		if rec.Repairable > 0 {
+			fmt.Fprintf(&b, ", %d failed checks repairable", rec.Repairable)
+		}
+		if rec.Unrepairable > 0 {
+			fmt.Fprintf(&b, ", %d failed checks unrepairable", rec.Unrepairable)
 		}
 		if rec.KeyedCheck == keyedChecked {
 			b.WriteString(", keyed tags checked")
@@ -311,4 +345,20 @@ func (fw *findings) reportFinding(fd scrub.Finding) {
 		return
 	}
 	fw.report(fd.Problem())
+}
+
+// repairText is what the repair stage did with a finding's block, for its
+// line of text.
+func repairText(p blockdev.Problem) string {
+	switch p.Repair {
+	case blockdev.RepairRepaired:
+		return fmt.Sprintf("; repaired from %s", p.Source)
+	case blockdev.RepairServed:
+		return fmt.Sprintf("; a verified copy from %s was returned, not written (%s)", p.Source, oneLine(fmt.Sprint(p.RepairErr)))
+	case blockdev.RepairAvailable:
+		return fmt.Sprintf("; repairable from %s (scrub --repair)", p.Source)
+	case blockdev.RepairUnavailable:
+		return fmt.Sprintf("; unrepairable: no copy that verifies in %s", p.Source)
+	}
+	return ""
 }
