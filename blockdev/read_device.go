@@ -36,6 +36,12 @@ func (v *Volume) readDev(p []byte, lba int64, uncached bool) error {
 	return readDevice(v.dev, p, lba*int64(v.bs), uncached)
 }
 
+// readDev reads whole blocks (of bs bytes) of the request's run from where
+// it is read (readReq.dev).
+func (sc *scratch) readDev(p []byte, lba int64, bs int, uncached bool) error {
+	return readDevice(sc.req.dev, p, lba*int64(bs), uncached)
+}
+
 // readRun reads blocks [0, n) of the loaded run at lba into data and
 // classifies them, piece by piece: serially on the caller's goroutine, or
 // in parts across the verification workers (or the split helper) when the
@@ -57,7 +63,7 @@ func (v *Volume) readRun(lba int64, n int, data []byte, sc *scratch, loaded bool
 func (v *Volume) readSerial(lba int64, i, k int, data []byte, sc *scratch) error {
 	piece := max(1, pipePiece/v.bs)
 	uncached := sc.req.uncached
-	if sc.req.inPlace && !uncached && v.mapper != nil {
+	if sc.req.inPlace && !uncached && sc.req.mapper != nil {
 		// Nothing is copied, so nothing to keep in the cache: the mapping
 		// is read in one go.
 		piece = k
@@ -85,7 +91,7 @@ func (v *Volume) readSerial(lba int64, i, k int, data []byte, sc *scratch) error
 
 // readData reads blocks [from, to) of the run at lba into data.
 func (v *Volume) readData(lba int64, from, to int, data []byte, sc *scratch) error {
-	err := v.readDev(data[from*v.bs:to*v.bs], lba+int64(from), sc.req.uncached)
+	err := sc.readDev(data[from*v.bs:to*v.bs], lba+int64(from), v.bs, sc.req.uncached)
 	if err == nil {
 		return nil
 	}
@@ -108,7 +114,7 @@ func (v *Volume) readFallback(lba int64, from, to int, data []byte, sc *scratch,
 		blk := data[i*v.bs : (i+1)*v.bs]
 		var err error
 		for r := 0; r <= sc.req.rereads; r++ {
-			if err = v.readDev(blk, lba+int64(i), r > 0 || sc.req.uncached); err == nil || check.Fatal(err) {
+			if err = sc.readDev(blk, lba+int64(i), v.bs, r > 0 || sc.req.uncached); err == nil || check.Fatal(err) {
 				break
 			}
 		}
@@ -135,24 +141,27 @@ func (v *Volume) readFallback(lba int64, from, to int, data []byte, sc *scratch,
 // concurrently share sc and pass a callback of their own, with their
 // worker w.
 func (v *Volume) readMapped(lba int64, i, k int, data []byte, sc *scratch, w int) (done bool, err error) {
-	if v.mapper == nil || v.noMap.Load() {
+	mapper := sc.req.mapper
+	if mapper == nil || v.noMap.Load() {
 		return false, nil
 	}
 	off := (lba + int64(i)) * int64(v.bs)
 	if w != 0 {
-		err = v.mapper.ReadMapped(off, k*v.bs, func(src []byte) error {
+		err = mapper.ReadMapped(off, k*v.bs, func(src []byte) error {
 			return v.classify(lba, i, k, data, src, sc, w)
 		})
 	} else {
 		sc.mapLBA, sc.mapI, sc.mapK, sc.mapData = lba, i, k, data
-		err = v.mapper.ReadMapped(off, k*v.bs, sc.mapFn)
+		err = mapper.ReadMapped(off, k*v.bs, sc.mapFn)
 		sc.mapData = nil
 	}
 	switch {
 	case err == nil:
 		return true, nil
 	case errors.Is(err, errors.ErrUnsupported):
-		v.noMap.Store(true)
+		if mapper == v.mapper {
+			v.noMap.Store(true)
+		}
 		return false, nil
 	case errors.Is(err, device.ErrMapFault):
 		v.st.mapFaults.Add(1)
@@ -239,7 +248,7 @@ func (v *Volume) runPart(j verifyJob, w int) {
 				continue
 			}
 		}
-		if err := v.readDev(j.data[i*v.bs:(i+k)*v.bs], j.lba+int64(i), j.sc.req.uncached); err != nil {
+		if err := j.sc.readDev(j.data[i*v.bs:(i+k)*v.bs], j.lba+int64(i), v.bs, j.sc.req.uncached); err != nil {
 			j.sc.partFailed.Or(1 << j.part)
 			return
 		}

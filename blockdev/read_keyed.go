@@ -158,7 +158,7 @@ func lastWordMask(n, x int) uint64 {
 func (v *Volume) keyedReadData(lba int64, i, j int, data []byte, w int, tags []store.KeyedTag, sc *scratch) bool {
 	bs := v.bs
 	m := sc.tagMaps[w]
-	mapped := v.mapper != nil && !sc.req.uncached && !v.noMap.Load()
+	mapped := sc.req.mapper != nil && !sc.req.uncached && !v.noMap.Load()
 	// Pieces of a multiple of the kernels' group of blocks where they can be.
 	piece := split.KernelBlocks(pipePiece / bs)
 	for a := i; a < j; a += piece {
@@ -167,10 +167,10 @@ func (v *Volume) keyedReadData(lba int64, i, j int, data []byte, w int, tags []s
 		var err error
 		if mapped {
 			*m = mappedTags{lba: lba, a: a, b: b, q: q, w: w, tags: tags[a-i:], ks: sc.tags, fn: m.fn}
-			err = v.mapper.ReadMapped((lba+int64(a))*int64(bs), (b-a)*bs, m.fn)
+			err = sc.req.mapper.ReadMapped((lba+int64(a))*int64(bs), (b-a)*bs, m.fn)
 			*m = mappedTags{ks: sc.tags, w: w, fn: m.fn} // (not keeping the caller's buffer)
 		} else {
-			if err = v.readDev(q, lba+int64(a), sc.req.uncached); err == nil {
+			if err = sc.readDev(q, lba+int64(a), bs, sc.req.uncached); err == nil {
 				err = sc.tags.TagsOf(w, lba, a, b, q, nil, tags[a-i:])
 			}
 		}
@@ -232,7 +232,7 @@ func (v *Volume) checkTags(lba int64, n int, data []byte, sc *scratch, st *RunSt
 		return err
 	}
 	if reread {
-		if err := v.readDev(data[:n*v.bs], lba, false); err != nil {
+		if err := sc.readDev(data[:n*v.bs], lba, v.bs, false); err != nil {
 			return err
 		}
 	}

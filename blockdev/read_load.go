@@ -64,7 +64,7 @@ func (v *Volume) loadRun(lba int64, n int, data []byte, sc *scratch) (loaded, ho
 	if !loaded && sc.unwritten && v.tags == nil {
 		// (A keyed volume reads and checks them: their tags must say
 		// unwritten too, since the tuple pages carry no MAC.)
-		hole, err := v.isHole(lba, n)
+		hole, err := v.isHole(sc.req.dev, lba, n)
 		return false, hole, err
 	}
 	return loaded, false, nil
@@ -72,8 +72,8 @@ func (v *Volume) loadRun(lba int64, n int, data []byte, sc *scratch) (loaded, ho
 
 // isHole reports whether the device knows blocks [lba, lba+n) to be a hole
 // (SEEK_DATA finds no data in them): they read as zeros without a read.
-func (v *Volume) isHole(lba int64, n int) (bool, error) {
-	f, ok := v.dev.(device.DataFinder)
+func (v *Volume) isHole(dev device.Device, lba int64, n int) (bool, error) {
+	f, ok := dev.(device.DataFinder)
 	if !ok || v.noHoles.Load() {
 		return false, nil
 	}

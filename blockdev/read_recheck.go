@@ -99,7 +99,7 @@ func (v *Volume) recheck(data []byte, i int, lba int64, sc *scratch) (bool, erro
 	passed, err := check.Reread(sc.req.ctx, sc.req.rereads,
 		func() error {
 			v.st.rereads.Add(1)
-			return v.readDev(sc.reread, lba, true)
+			return sc.readDev(sc.reread, lba, v.bs, true)
 		},
 		func() bool { return v.ok(sc.reread, tuple, p, written, sum) })
 	if err != nil || !passed {

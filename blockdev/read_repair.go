@@ -132,12 +132,14 @@ const (
 	repairWrite            // write a verified copy over the bad block
 )
 
-// repairLeg is a copy of the volume's data that a repair writes to when it
-// fails: the volume's device.
+// repairLeg is a copy of the volume's data that a repair reads, and
+// writes to when its copy fails: the volume's device, or each online leg
+// of a mirrored volume (ml).
 type repairLeg struct {
 	dev  device.Device
 	leg  int
 	name string
+	ml   *mleg
 }
 
 // repairScratch is the repair stage's working memory: a candidate copy
@@ -155,7 +157,7 @@ const maxSourceNames = 512
 // volume, by writing it otherwise.
 func (v *Volume) readRepairMode() repairMode {
 	switch {
-	case v.opts.NoRepair || len(v.opts.RepairSources) == 0 || v.keyedNoKey:
+	case v.opts.NoRepair || !v.hasCopies(nil) || v.keyedNoKey:
 		return repairOff
 	case v.opts.ReadOnly:
 		return repairServe
@@ -172,15 +174,21 @@ func (v *Volume) checkRepairMode(opt CheckOptions) (repairMode, error) {
 			return 0, fmt.Errorf("blockdev: repair: %w (the volume is open read-only)", device.ErrReadOnly)
 		case v.keyedNoKey:
 			return 0, fmt.Errorf("blockdev: repair: %w", ErrKeyRequired)
-		case len(v.opts.RepairSources)+len(opt.Sources) == 0:
-			return 0, errors.New("blockdev: repair: no repair source")
+		case !v.hasCopies(opt.Sources):
+			return 0, errors.New("blockdev: repair: no repair source and no mirror leg")
 		}
 		return repairWrite, nil
 	}
-	if len(v.opts.RepairSources)+len(opt.Sources) == 0 || v.keyedNoKey {
+	if !v.hasCopies(opt.Sources) || v.keyedNoKey {
 		return repairOff, nil
 	}
 	return repairProbe, nil
+}
+
+// hasCopies reports whether the volume has copies of its data to repair
+// from: mirror legs, or repair sources (its own, and extra).
+func (v *Volume) hasCopies(extra []RepairSource) bool {
+	return v.mirror != nil || len(v.opts.RepairSources)+len(extra) > 0
 }
 
 // checkSources refuses repair sources whose size (if they tell it) is not
@@ -329,6 +337,7 @@ func (v *Volume) repairBlock(i int, lba int64, dst []byte, sc *scratch, probs []
 	}
 	for _, l := range bad {
 		if err := v.writeRepair(l, good, off, rs.cand, i, lba, sc); err != nil {
+			v.legFailed(l, lba, err)
 			v.serve(dst, good, probs, source, l.leg, &RepairError{LBA: lba, Leg: l.leg, Source: source, Err: err}, st)
 			return nil
 		}
@@ -368,11 +377,6 @@ func (v *Volume) writeRepair(l repairLeg, good []byte, off int64, cand []byte, i
 		return errReadBack
 	}
 	return nil
-}
-
-// repairLegs returns the copies a repair writes to: the volume's device.
-func (v *Volume) repairLegs() []repairLeg {
-	return []repairLeg{{dev: v.dev, leg: 0, name: "the volume's device"}}
 }
 
 // sources returns the repair sources of a request: the volume's, then

@@ -1,6 +1,7 @@
 package blockdev
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"fmt"
@@ -33,6 +34,13 @@ import (
 //     it keeps failing verification until it is rewritten. Nothing is ever
 //     recomputed from the data.
 //
+// On a mirrored volume (mirror.go) every online leg's copy of a block is a
+// candidate: the block takes the newest tuple that any leg's copy matches,
+// else the committed one if any copy matches it, and that copy is written
+// to every leg whose copy differs, so that the legs agree again. Offline
+// legs record the intents' blocks stale. The legs are synced before the
+// intents are dropped.
+//
 // Then every intent is dropped. Recovery is idempotent: a crash during it
 // leaves intents that a second run resolves the same way.
 
@@ -58,6 +66,7 @@ func (v *Volume) recover(ctx context.Context) error {
 			return fmt.Errorf("blockdev: recovery of volume %q: %w", v.opts.Name, err)
 		}
 	}
+	legs := v.recoveryLegs(ins)
 	if err := v.dev.Sync(); err != nil {
 		return fmt.Errorf("blockdev: recovery of volume %q: %w", v.opts.Name, err)
 	}
@@ -72,6 +81,13 @@ func (v *Volume) recover(ctx context.Context) error {
 	bs, ts := v.bs, v.ts
 	chunk := v.chunk
 	data := device.AlignedBuffer(chunk * bs)
+	// The copies of the chunk: data, and on a mirrored volume one per
+	// online leg (copies[0] is data); src is the copy each block took.
+	copies := [][]byte{data}
+	for range max(0, len(legs)-1) {
+		copies = append(copies, device.AlignedBuffer(chunk*bs))
+	}
+	src := make([]int8, chunk)
 	sc := v.newScratch().(*scratch)
 	newT := make([]byte, chunk*ts)
 	var newS []uint32
@@ -107,7 +123,8 @@ func (v *Volume) recover(ctx context.Context) error {
 			}
 			c1 := min(c0+int64(chunk), hi)
 			n := int(c1 - c0)
-			if err := v.readDev(data[:n*bs], c0, false); err != nil {
+			ncopies, err := v.readCopies(legs, copies, c0, n)
+			if err != nil {
 				return fail(err)
 			}
 			var sums []uint32
@@ -147,15 +164,36 @@ func (v *Volume) recover(ctx context.Context) error {
 						sum = in.Sums[j]
 					}
 					// An intent's tuple is a written block's.
-					if v.ok(data[i*bs:(i+1)*bs], in.Tuples[j*ts:(j+1)*ts], v.params(b), true, sum) &&
-						(kr == nil || kr.Matches(in, j, i, data[i*bs:(i+1)*bs], b)) {
-						copy(newT[i*ts:(i+1)*ts], in.Tuples[j*ts:])
-						if v.sums {
-							newS[i] = sum
+					for k, c := range copies[:ncopies] {
+						blk := c[i*bs : (i+1)*bs]
+						if v.ok(blk, in.Tuples[j*ts:(j+1)*ts], v.params(b), true, sum) &&
+							(kr == nil || kr.Matches(in, j, i, blk, b)) {
+							copy(newT[i*ts:(i+1)*ts], in.Tuples[j*ts:])
+							if v.sums {
+								newS[i] = sum
+							}
+							setBit(resolved, i)
+							src[i] = int8(k)
+							break
 						}
-						setBit(resolved, i)
 					}
 				}
+			}
+			for i := 0; i < n; i++ {
+				if !hasBit(covered, i) || hasBit(resolved, i) {
+					continue
+				}
+				src[i] = -1
+				for k, c := range copies[:ncopies] {
+					blk := c[i*bs : (i+1)*bs]
+					if v.committedOK(blk, i, c0+int64(i), sc) && (kr == nil || kr.CommittedOK(i, blk, c0+int64(i), sc.written.Has(i))) {
+						src[i] = int8(k)
+						break
+					}
+				}
+			}
+			if err := v.reconcile(legs, copies[:ncopies], covered, src, c0, n); err != nil {
+				return fail(err)
 			}
 			for i := 0; i < n; i++ {
 				if !hasBit(covered, i) {
@@ -186,8 +224,7 @@ func (v *Volume) recover(ctx context.Context) error {
 					rs.Folded += int64(j - i - 1)
 					rs.Blocks += int64(j - i - 1)
 					i = j - 1
-				case v.committedOK(data[i*bs:(i+1)*bs], i, b, sc) &&
-					(kr == nil || kr.CommittedOK(i, data[i*bs:(i+1)*bs], b, sc.written.Has(i))):
+				case src[i] >= 0:
 					// The committed tuple, or zeros for an unwritten block.
 					rs.Kept++
 				default:
@@ -204,6 +241,13 @@ func (v *Volume) recover(ctx context.Context) error {
 	}
 	if err := commit(true, false); err != nil {
 		return fail(err)
+	}
+	if legs != nil {
+		// The copies written to the legs, and the offline legs' states,
+		// durable before the intents go.
+		if err := v.dev.Sync(); err != nil {
+			return fail(err)
+		}
 	}
 	for _, f := range torn {
 		if _, err := v.tup.RecordFinding(f, false); err != nil {
@@ -245,4 +289,77 @@ func (v *Volume) tornFinding(data, committed []byte, lba int64) store.Finding {
 	}
 	f.Actual = append([]byte(nil), committed[:gw]...)
 	return f
+}
+
+// recoveryLegs returns the online legs of a mirrored volume (nil without
+// mirror legs), and records the blocks of the intents ins stale on the
+// offline ones.
+func (v *Volume) recoveryLegs(ins []store.Intent) []*mleg {
+	md := v.mirror
+	if md == nil {
+		return nil
+	}
+	for _, in := range ins {
+		md.missed(in.LBA*int64(v.bs), in.N*int64(v.bs))
+	}
+	return md.online()
+}
+
+// readCopies reads the n blocks at lba into copies: from the volume's
+// device into copies[0], or from each online leg of a mirrored volume
+// into a copy of its own (a leg that fails the read goes offline, its
+// blocks stale). It returns how many copies it read; with legs, at least
+// one.
+func (v *Volume) readCopies(legs []*mleg, copies [][]byte, lba int64, n int) (int, error) {
+	bs := v.bs
+	if legs == nil {
+		return 1, v.readDev(copies[0][:n*bs], lba, false)
+	}
+	k := 0
+	var first error
+	for j, l := range legs {
+		if l.offline.Load() {
+			continue
+		}
+		if err := readDevice(l.dev, copies[k][:n*bs], lba*int64(bs), false); err != nil {
+			v.mirror.failed(l, lba, int64(n), err)
+			first = cmp.Or(first, err)
+			continue
+		}
+		legs[j], legs[k] = legs[k], legs[j]
+		k++
+	}
+	if k == 0 {
+		return 0, fmt.Errorf("no leg of the mirrored volume could be read: %w", first)
+	}
+	return k, nil
+}
+
+// reconcile writes, for every block i of the chunk at lba that is covered
+// by an intent and took copy src[i], that copy to each leg whose copy
+// differs (legs[k] read copies[k]).
+func (v *Volume) reconcile(legs []*mleg, copies [][]byte, covered []uint64, src []int8, lba int64, n int) error {
+	if legs == nil {
+		return nil
+	}
+	bs := v.bs
+	for i := range n {
+		if !hasBit(covered, i) || src[i] < 0 {
+			continue
+		}
+		good := copies[src[i]][i*bs : (i+1)*bs]
+		for k := range copies {
+			if k == int(src[i]) || bytes.Equal(copies[k][i*bs:(i+1)*bs], good) || legs[k].offline.Load() {
+				continue
+			}
+			b := lba + int64(i)
+			if _, err := legs[k].dev.WriteAt(good, b*int64(bs)); err != nil {
+				v.mirror.failed(legs[k], b, 1, err)
+				continue
+			}
+			copy(copies[k][i*bs:(i+1)*bs], good)
+			v.recovery.Reconciled++
+		}
+	}
+	return nil
 }

@@ -111,7 +111,7 @@ func (s *staging) load(lba int64, n int, data []byte, sc *scratch, uncached bool
 	clear(mask)
 	s.stMu.RLock()
 	if s.flushing.overlaps(lba, end) || s.active.overlaps(lba, end) {
-		devErr = readDevice(s.dev, data[:n*s.bs], lba*int64(s.bs), uncached)
+		devErr = readDevice(sc.req.dev, data[:n*s.bs], lba*int64(s.bs), uncached)
 		loaded, over = true, true
 		s.copyStaged(s.flushing, lba, n, data, sc)
 		s.copyStaged(s.active, lba, n, data, sc)

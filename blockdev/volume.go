@@ -209,6 +209,13 @@ type Options struct {
 	// CheckOptions.Repair, repairs it). A source whose Size, if it has one,
 	// is not the volume's fails Open with a *MismatchError. Default none.
 	RepairSources []RepairSource
+	// OpenLeg opens the mirror leg the store names name (a path or a URL,
+	// as given to AddMirror) at Open; the volume closes what it returns.
+	// A leg that fails to open is offline (Legs), and on a volume that can
+	// write it is recorded stale as a whole, for Resync to bring back.
+	// Default nil: a volume with mirror legs is opened without them (and,
+	// writable, records them all stale).
+	OpenLeg func(name string) (device.Device, error)
 	// NoRepair keeps ReadAt from repairing: a failing block fails the read
 	// even when a source holds a verified copy. Checks still report
 	// repairable blocks. Default false.
@@ -283,6 +290,9 @@ type RecoveryStats struct {
 	Folded  int64 // blocks whose data matched a new tuple: committed
 	Kept    int64 // blocks whose data matched the committed tuple (or, unwritten, is zeros)
 	Torn    int64 // blocks matching neither: recorded as open "torn" findings
+	// Reconciled counts the copies of blocks written to the mirror legs
+	// whose copy differed from the one recovery took (mirror.go).
+	Reconciled int64
 }
 
 // Volume is a protected block device: every write stores protection
@@ -379,6 +389,8 @@ type Volume struct {
 	st       volStats
 	recovery RecoveryStats
 
+	mirror *mirrorDev // the mirror legs, which dev is then (mirror.go); nil without
+
 	tags       tagEngine // keyed volume opened with its key (keyed.go)
 	keyedNoKey bool      // keyed volume opened without it
 	witnessed  uint64    // the seal generation the witness holds (witness.go); under flushMu
@@ -439,10 +451,15 @@ func Open(ctx context.Context, dev device.Device, kv store.KV, opts Options) (*V
 	if err := v.checkWitness(); err != nil {
 		return nil, err
 	}
+	if err := v.openLegs(ctx); err != nil {
+		return nil, err
+	}
 	if err := v.recover(ctx); err != nil {
+		v.closeLegs()
 		return nil, err
 	}
 	if err := v.publishSeal(); err != nil {
+		v.closeLegs()
 		return nil, err
 	}
 	return v, nil
@@ -593,6 +610,7 @@ func (v *Volume) Close() error {
 	}
 	v.closed = true
 	v.stopWorkers()
+	defer v.closeLegs()
 	if err := v.failed(); err != nil {
 		return err
 	}

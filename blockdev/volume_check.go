@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/difctl/difctl/blockdev/device"
+	"github.com/difctl/difctl/dif"
 )
 
 var _ CheckSource = (*Volume)(nil)
@@ -55,6 +56,7 @@ func (v *Volume) checkRun(ctx context.Context, lba int64, n int, scratch []byte,
 		repair: mode, sources: opt.Sources, record: record}
 	sc := v.getScratch()
 	defer v.putScratch(sc)
+	var cs checkScratch
 	var total RunStats
 	for i := 0; i < n; {
 		if err := ctx.Err(); err != nil {
@@ -63,18 +65,109 @@ func (v *Volume) checkRun(ctx context.Context, lba int64, n int, scratch []byte,
 		k := min(v.chunk, n-i)
 		b := lba + int64(i)
 		id := v.locks.lock(b, b+int64(k), false)
-		st, err := v.verifyRun(b, k, scratch[:k*v.bs], sc, req)
+		var st RunStats
+		probs := &sc.probs
+		if v.mirror != nil {
+			st, err = v.checkMirrored(b, k, scratch[:k*v.bs], sc, req, &cs)
+			probs = &cs.probs
+		} else {
+			st, err = v.verifyRun(b, k, scratch[:k*v.bs], sc, req)
+		}
 		v.locks.unlock(id)
 		if err != nil {
 			return total, err
 		}
 		total.Add(st)
 		if report != nil {
-			for _, p := range sc.probs {
+			for _, p := range *probs {
 				report(p)
 			}
 		}
 		i += k
 	}
+	return total, nil
+}
+
+// checkScratch is the working memory of a check of a mirrored volume.
+type checkScratch struct {
+	probs  []Problem   // every leg's problems, in LBA order
+	states []dif.State // the first leg's states
+	bad    map[int64]bool
+}
+
+// checkMirrored verifies the k blocks at lba of a mirrored volume on every
+// online leg that holds them fresh (a check reads every copy, where a read
+// takes one; the stale blocks of a leg are Resync's), each through the
+// repair stage, which repairs every leg of a failing block at once. The
+// problems of all legs are left in cs.probs in LBA order. The stats are
+// the first leg's, with the blocks that fail (or were repaired) only on
+// another leg counted too.
+func (v *Volume) checkMirrored(lba int64, k int, data []byte, sc *scratch, req readReq, cs *checkScratch) (RunStats, error) {
+	cs.probs = cs.probs[:0]
+	off, n := lba*int64(v.bs), int64(k*v.bs)
+	var total RunStats
+	first := true
+	for _, l := range v.mirror.online() {
+		if !v.mirror.fresh(l, off, n) {
+			continue
+		}
+		r := req
+		r.dev, r.mapper = l.dev, nil
+		if m, ok := l.dev.(device.Mapper); ok && !v.opts.NoMap {
+			r.mapper = m
+		}
+		st, err := v.verifyRun(lba, k, data, sc, r)
+		if err != nil {
+			return RunStats{}, err
+		}
+		if first {
+			total, first = st, false
+			cs.states = append(cs.states[:0], sc.states[:k]...)
+			clear(cs.bad)
+			for _, p := range sc.probs {
+				if !p.Passes() {
+					if cs.bad == nil {
+						cs.bad = map[int64]bool{}
+					}
+					cs.bad[p.LBA] = true
+				}
+			}
+			cs.probs = append(cs.probs, sc.probs...)
+			continue
+		}
+		last := int64(-1)
+		for _, p := range sc.probs {
+			cs.probs = append(cs.probs, p)
+			if p.LBA == last || cs.bad[p.LBA] {
+				continue
+			}
+			last = p.LBA
+			switch {
+			case !p.Passes():
+				if cs.bad == nil {
+					cs.bad = map[int64]bool{}
+				}
+				cs.bad[p.LBA] = true
+				switch cs.states[p.LBA-lba] {
+				case dif.StateUnwritten:
+					total.Unwritten--
+				case dif.StateEscaped:
+					total.Escaped--
+				default:
+					total.OK--
+				}
+				total.Failed++
+			case p.Repair == RepairRepaired:
+				total.Repaired++
+			}
+		}
+	}
+	if first {
+		// No leg holds the blocks fresh: read them as a read would.
+		st, err := v.verifyRun(lba, k, data, sc, req)
+		cs.probs = append(cs.probs, sc.probs...)
+		return st, err
+	}
+	sortProblems(cs.probs)
 	return total, nil
 }

@@ -142,6 +142,11 @@ type readReq struct {
 	// record: the repair stage records its findings itself (a read, or
 	// Repair; a scrub records what CheckRun reports).
 	record bool
+	// dev and mapper are where the run is read from: the volume's device
+	// (nil: v.dev and v.mapper), or one leg of a mirrored volume (a check
+	// of every leg, CheckRun).
+	dev    device.Device
+	mapper device.Mapper
 }
 
 // request returns the request of a verified read with the volume's
@@ -162,6 +167,9 @@ func (v *Volume) verifyRun(lba int64, n int, data []byte, sc *scratch, req readR
 	sc.req = req
 	if req.ctx == nil {
 		sc.req.ctx = context.Background()
+	}
+	if req.dev == nil {
+		sc.req.dev, sc.req.mapper = v.dev, v.mapper
 	}
 	if v.keyedReadable(req) {
 		st, ok, err := v.verifyRunKeyed(lba, n, data, sc)
@@ -201,7 +209,7 @@ func (v *Volume) verifyRun(lba int64, n int, data []byte, sc *scratch, req readR
 	}
 	// 5. Check the keyed tags.
 	if v.tags != nil {
-		if err := v.checkTags(lba, n, data, sc, &st, req.inPlace && !loaded && v.mapper != nil); err != nil {
+		if err := v.checkTags(lba, n, data, sc, &st, req.inPlace && !loaded && sc.req.mapper != nil); err != nil {
 			return RunStats{}, err
 		}
 	}

@@ -41,6 +41,12 @@ const KeyedSchemaVersion = 4
 // commit that first writes its seal.
 const SealedSchemaVersion = 5
 
+// MirrorSchemaVersion is the schema version of volumes with mirror legs
+// (mirror.go), keyed (and sealed) or not: their writes must reach every
+// leg, so programs that know nothing of legs must refuse them. A volume
+// whose last leg is removed goes back to its version without legs.
+const MirrorSchemaVersion = 6
+
 // oldKeyedSchema is the keyed schema refused since version 4.
 const oldKeyedSchema = 3
 
@@ -218,8 +224,8 @@ func decodeManifest(volume string, b []byte) (Manifest, error) {
 	if j.Kind != manifestKind {
 		return Manifest{}, corrupt(fmt.Sprintf("kind %q, want %q", j.Kind, manifestKind))
 	}
-	if j.Schema > SealedSchemaVersion {
-		return Manifest{}, fmt.Errorf("%w: volume %q: schema version %d is newer than %d", ErrUnsupported, volume, j.Schema, SealedSchemaVersion)
+	if j.Schema > MirrorSchemaVersion {
+		return Manifest{}, fmt.Errorf("%w: volume %q: schema version %d is newer than %d", ErrUnsupported, volume, j.Schema, MirrorSchemaVersion)
 	}
 	if j.Schema == oldKeyedSchema {
 		return Manifest{}, fmt.Errorf("%w: volume %q: keyed volume of schema version %d, written by a development build that did not seal the tag pages of unwritten blocks (a deleted tag page could not be detected); protect it again with its key (difctl protect --reprotect)", ErrUnsupported, volume, j.Schema)
@@ -236,7 +242,7 @@ func decodeManifest(volume string, b []byte) (Manifest, error) {
 	if err := m.validate(); err != nil {
 		return Manifest{}, corrupt(err.Error())
 	}
-	if (m.KeyCheck != "") != (m.Schema >= KeyedSchemaVersion) {
+	if m.Schema != MirrorSchemaVersion && (m.KeyCheck != "") != (m.Schema >= KeyedSchemaVersion) {
 		return Manifest{}, corrupt(fmt.Sprintf("schema version %d with key check %q: keyed volumes are version %d", m.Schema, m.KeyCheck, KeyedSchemaVersion))
 	}
 	return m, nil
