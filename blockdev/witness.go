@@ -2,14 +2,10 @@ package blockdev
 
 import (
 	"bytes"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 
 	"github.com/difctl/difctl/store"
 )
@@ -28,8 +24,10 @@ import (
 // generation behind the store, never ahead. At Open, before recovery,
 // the store's seal (G_s) is compared with the witness (G_w): G_w > G_s,
 // or G_w == G_s with another MAC, is a *RollbackError; G_w < G_s (or no
-// witness yet) updates the witness. The witness is written only with the
-// key (the seal's MAC is checked), and read without it too.
+// witness yet) updates the witness. A witness that refuses a Store because
+// it holds a newer seal (a copy of the volume written meanwhile, see
+// store.WitnessAheadError) is a *RollbackError too. The witness is written
+// only with the key (the seal's MAC is checked), and read without it too.
 
 var (
 	// ErrRolledBack matches every *RollbackError. It also matches
@@ -52,6 +50,9 @@ type RollbackError struct {
 	// SameGen: the generations are equal but the MACs differ (a seal of
 	// another history).
 	SameGen bool
+	// Err is the witness's refusal (a *store.WitnessAheadError) when the
+	// rollback was found by a Store rather than at Open; nil otherwise.
+	Err error
 }
 
 func (e *RollbackError) Error() string {
@@ -61,7 +62,12 @@ func (e *RollbackError) Error() string {
 	return fmt.Sprintf("blockdev: volume %q: rolled back to generation %d (witness has %d)", e.Volume, e.StoreGen, e.WitnessGen)
 }
 
-func (e *RollbackError) Unwrap() error { return ErrRolledBack }
+func (e *RollbackError) Unwrap() []error {
+	if e.Err != nil {
+		return []error{ErrRolledBack, e.Err}
+	}
+	return []error{ErrRolledBack}
+}
 
 // SealError reports that a keyed volume's tag pages are not those its seal
 // commits to: a tag page was put back in an older version (or written by a
@@ -79,94 +85,80 @@ func (e *SealError) Error() string {
 
 func (e *SealError) Unwrap() []error { return []error{ErrSealMismatch, e.Err} }
 
-// WitnessRecord is what a Witness keeps: the volume and its seal.
-type WitnessRecord struct {
-	VolumeUID string // 32 hex digits (store.Manifest.VolumeUID)
-	Gen       uint64
-	MAC       []byte // 32 bytes
-}
+// WitnessRecord is what a Witness keeps: the volume and its seal. Its
+// text form (store.MarshalWitness) is shared by every witness.
+type WitnessRecord = store.WitnessRecord
 
 // Witness keeps a keyed volume's latest seal (Options.Witness) where an
 // attacker of the device and the store cannot put back an older one.
+// FileWitness keeps it in a file; store/etcd's Witness in an etcd cluster
+// with its own credentials.
 type Witness interface {
-	// Load returns the record, and ok false if none was stored yet.
-	Load() (rec WitnessRecord, ok bool, err error)
-	// Store replaces the record durably.
+	// Load returns the record of the volume volumeUID, and ok false if
+	// none was stored yet. (A witness that keeps one volume's record, a
+	// file, may return another volume's: the volume refuses it.)
+	Load(volumeUID string) (rec WitnessRecord, ok bool, err error)
+	// Store replaces the record durably. A witness that can compare and
+	// swap refuses to move backwards (a lower generation, or the same
+	// with another MAC) with a *store.WitnessAheadError, which the
+	// volume reports as a *RollbackError.
 	Store(rec WitnessRecord) error
 }
 
+// WitnessError reports a witness that could not be read or written: not
+// reachable, refused, or holding a record that does not decode (which
+// also matches store.ErrCorrupt). A volume never goes on without its
+// witness: Open fails, or the Sync that would have recorded the seal.
+type WitnessError struct {
+	Volume string
+	Op     string // "read" or "update"
+	Err    error
+}
+
+func (e *WitnessError) Error() string {
+	return fmt.Sprintf("blockdev: volume %q: cannot %s its witness: %v", e.Volume, e.Op, e.Err)
+}
+
+func (e *WitnessError) Unwrap() error { return e.Err }
+
 // FileWitness is a Witness in a file (keep it on another machine, or
-// another medium the attacker cannot write). Its content is one line:
+// another medium the attacker cannot write). Its content is the record's
+// line (store.MarshalWitness):
 //
 //	difctl-witness v1 uid=<32 hex> gen=<decimal> mac=<64 hex> crc=<8 hex>
 //
-// where crc is the CRC-32C (hex) of the line up to " crc=". Store
-// replaces it atomically: a temporary file in the same directory, synced,
-// renamed over it, and the directory synced.
+// Store replaces it atomically: a temporary file in the same directory,
+// synced, renamed over it, and the directory synced. It does not compare
+// with the record it replaces (the volume does, at Open).
 type FileWitness struct {
 	Path string
 }
 
-const witnessHeader = "difctl-witness v1"
-
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
-
-// Load implements Witness.
-func (w *FileWitness) Load() (WitnessRecord, bool, error) {
+// Load implements Witness; the file holds one volume's record, whatever
+// volumeUID asks for.
+func (w *FileWitness) Load(volumeUID string) (WitnessRecord, bool, error) {
 	b, err := os.ReadFile(w.Path)
 	if errors.Is(err, os.ErrNotExist) {
 		return WitnessRecord{}, false, nil
 	} else if err != nil {
 		return WitnessRecord{}, false, fmt.Errorf("blockdev: witness: %w", err)
 	}
-	bad := func(reason string) error {
-		return fmt.Errorf("blockdev: witness %s: %w", w.Path, &store.CorruptError{Record: "witness", Reason: reason})
-	}
-	line := strings.TrimSuffix(string(b), "\n")
-	body, crcText, ok := strings.Cut(line, " crc=")
-	if !ok {
-		return WitnessRecord{}, false, bad("no crc")
-	}
-	if crc, err := strconv.ParseUint(crcText, 16, 32); err != nil || uint32(crc) != crc32.Checksum([]byte(body), castagnoli) {
-		return WitnessRecord{}, false, bad("checksum does not match")
-	}
-	f := strings.Fields(body)
-	if len(f) != 5 || f[0]+" "+f[1] != witnessHeader {
-		return WitnessRecord{}, false, bad("not a version 1 witness")
-	}
-	var rec WitnessRecord
-	for _, kv := range f[2:] {
-		k, v, _ := strings.Cut(kv, "=")
-		switch k {
-		case "uid":
-			rec.VolumeUID = v
-		case "gen":
-			if rec.Gen, err = strconv.ParseUint(v, 10, 64); err != nil {
-				return WitnessRecord{}, false, bad("bad generation")
-			}
-		case "mac":
-			if rec.MAC, err = hex.DecodeString(v); err != nil || len(rec.MAC) != 32 {
-				return WitnessRecord{}, false, bad("bad MAC")
-			}
-		}
-	}
-	if len(rec.VolumeUID) != 32 || rec.MAC == nil {
-		return WitnessRecord{}, false, bad("incomplete")
+	rec, err := store.ParseWitness(b)
+	if err != nil {
+		return WitnessRecord{}, false, fmt.Errorf("blockdev: witness %s: %w", w.Path, err)
 	}
 	return rec, true, nil
 }
 
 // Store implements Witness.
 func (w *FileWitness) Store(rec WitnessRecord) error {
-	body := fmt.Sprintf("%s uid=%s gen=%d mac=%x", witnessHeader, rec.VolumeUID, rec.Gen, rec.MAC)
-	content := fmt.Sprintf("%s crc=%08x\n", body, crc32.Checksum([]byte(body), castagnoli))
 	dir := filepath.Dir(w.Path)
 	f, err := os.CreateTemp(dir, "."+filepath.Base(w.Path)+".tmp*")
 	if err != nil {
 		return fmt.Errorf("blockdev: witness: %w", err)
 	}
 	tmp := f.Name()
-	_, err = f.WriteString(content)
+	_, err = f.Write(store.MarshalWitness(rec))
 	if err == nil {
 		err = f.Sync()
 	}
@@ -229,9 +221,11 @@ func (v *Volume) checkWitness() error {
 			return fmt.Errorf("blockdev: volume %q: seal: %w", v.opts.Name, err)
 		}
 	}
-	rec, ok, err := w.Load()
-	if err != nil || !ok {
-		return err
+	rec, ok, err := w.Load(v.man.VolumeUID)
+	if err != nil {
+		return &WitnessError{Volume: v.opts.Name, Op: "read", Err: err}
+	} else if !ok {
+		return nil
 	}
 	if rec.VolumeUID != v.man.VolumeUID {
 		return fmt.Errorf("%w: volume %q has uid %s, the witness records %s", ErrWitnessMismatch, v.opts.Name, v.man.VolumeUID, rec.VolumeUID)
@@ -273,7 +267,13 @@ func (v *Volume) publishSeal() error {
 		}
 	}
 	if err := w.Store(WitnessRecord{VolumeUID: v.man.VolumeUID, Gen: gen, MAC: mac}); err != nil {
-		return fmt.Errorf("blockdev: volume %q: %w", v.opts.Name, err)
+		var ahead *store.WitnessAheadError
+		if errors.As(err, &ahead) {
+			// Another writer recorded a newer seal of this volume (a
+			// copy of it, or its store put back since Open).
+			return &RollbackError{Volume: v.opts.Name, StoreGen: gen, WitnessGen: ahead.StoredGen, SameGen: ahead.StoredGen == gen, Err: err}
+		}
+		return &WitnessError{Volume: v.opts.Name, Op: "update", Err: err}
 	}
 	v.witnessed = gen
 	return nil

@@ -23,7 +23,7 @@ type memWitness struct {
 	stores int
 }
 
-func (w *memWitness) Load() (WitnessRecord, bool, error) { return w.rec, w.ok, nil }
+func (w *memWitness) Load(string) (WitnessRecord, bool, error) { return w.rec, w.ok, nil }
 func (w *memWitness) Store(rec WitnessRecord) error {
 	w.rec, w.ok = rec, true
 	w.rec.MAC = bytes.Clone(rec.MAC)
@@ -224,10 +224,85 @@ func TestWitnessFindsWholeRollback(t *testing.T) {
 	}
 }
 
+// failingWitness is a memWitness whose Load or Store fails with err.
+type failingWitness struct {
+	memWitness
+	loadErr, storeErr error
+}
+
+func (w *failingWitness) Load(uid string) (WitnessRecord, bool, error) {
+	if w.loadErr != nil {
+		return WitnessRecord{}, false, w.loadErr
+	}
+	return w.memWitness.Load(uid)
+}
+
+func (w *failingWitness) Store(rec WitnessRecord) error {
+	if w.storeErr != nil {
+		return w.storeErr
+	}
+	return w.memWitness.Store(rec)
+}
+
+// TestWitnessFailures: a witness that cannot be read fails Open, one that
+// cannot be written fails the Sync that would record the seal (a
+// *WitnessError with the cause, exit 8 in the CLI), and one that refuses
+// because it holds a newer seal makes the Sync a *RollbackError (exit 4).
+// None is skipped.
+func TestWitnessFailures(t *testing.T) {
+	key := testKey(t, 3)
+	dev, _ := device.NewMem(64*512, 512)
+	kv := store.NewMem()
+	defer kv.Close()
+	w := &failingWitness{}
+	v, err := Create(context.Background(), dev, kv, CreateOptions{Format: dif.MustFormat("512+8"), Options: Options{Key: key, Witness: w, Rereads: -1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v.Close()
+	down := errors.New("witness down")
+	w.loadErr = down
+	_, err = Open(context.Background(), dev, kv, Options{Key: key, Witness: w})
+	var we *WitnessError
+	if !errors.As(err, &we) || !errors.Is(err, down) || we.Op != "read" || errors.Is(err, dif.ErrIntegrity) {
+		t.Fatalf("Open with an unreadable witness = %v, want a *WitnessError", err)
+	}
+	w.loadErr = nil
+	for _, tc := range []struct {
+		name     string
+		err      error
+		rollback bool
+	}{
+		{"down", down, false},
+		{"ahead", &store.WitnessAheadError{Witness: "test", VolumeUID: v.Manifest().VolumeUID, Gen: 9, StoredGen: 1 << 20}, true},
+	} {
+		t.Run("witness="+tc.name, func(t *testing.T) {
+			v, err := Open(context.Background(), dev, kv, Options{Key: key, Witness: w})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer v.Close()
+			w.storeErr = tc.err
+			defer func() { w.storeErr = nil }()
+			if _, err := v.WriteAt(blocktest.Pattern(512, 5), 0); err != nil {
+				t.Fatal(err)
+			}
+			err = v.Sync()
+			var re *RollbackError
+			switch {
+			case tc.rollback && (!errors.As(err, &re) || re.WitnessGen != 1<<20 || !errors.Is(err, dif.ErrIntegrity) || !errors.Is(err, store.ErrWitnessAhead)):
+				t.Fatalf("Sync refused by a witness ahead = %v, want a *RollbackError", err)
+			case !tc.rollback && (!errors.As(err, &we) || we.Op != "update" || !errors.Is(err, down) || errors.Is(err, dif.ErrIntegrity)):
+				t.Fatalf("Sync with an unwritable witness = %v, want a *WitnessError", err)
+			}
+		})
+	}
+}
+
 func TestFileWitness(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "w")
 	w := &FileWitness{Path: path}
-	if _, ok, err := w.Load(); ok || err != nil {
+	if _, ok, err := w.Load(""); ok || err != nil {
 		t.Fatalf("no file: %v, %v", ok, err)
 	}
 	rec := WitnessRecord{VolumeUID: strings.Repeat("ab", 16), Gen: 1 << 40, MAC: bytes.Repeat([]byte{7}, 32)}
@@ -235,7 +310,7 @@ func TestFileWitness(t *testing.T) {
 		if err := w.Store(rec); err != nil {
 			t.Fatal(err)
 		}
-		got, ok, err := w.Load()
+		got, ok, err := w.Load("")
 		if err != nil || !ok || got.Gen != rec.Gen || got.VolumeUID != rec.VolumeUID || !bytes.Equal(got.MAC, rec.MAC) {
 			t.Fatalf("Load = %+v, %v, %v; want %+v", got, ok, err, rec)
 		}
@@ -250,7 +325,7 @@ func TestFileWitness(t *testing.T) {
 	}
 	b[30] ^= 1
 	os.WriteFile(path, b, 0o600)
-	if _, _, err := w.Load(); !errors.Is(err, store.ErrCorrupt) {
+	if _, _, err := w.Load(""); !errors.Is(err, store.ErrCorrupt) {
 		t.Fatalf("damaged witness: %v, want ErrCorrupt", err)
 	}
 }

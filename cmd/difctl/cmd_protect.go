@@ -251,8 +251,13 @@ func runProtect(ctx context.Context, opts protectOptions, stdout, stderr io.Writ
 	if prior.Resume() {
 		id = prior.Manifest.DeviceID // checkImage accepted the image: resume as begun
 	}
+	w, release, err := opts.Key.openWitness()
+	if err != nil {
+		return err
+	}
+	defer release()
 	protected, err := protectVolume(ctx, opts, url, kv, dev, blockdev.CreateOptions{
-		Options:         blockdev.Options{DeviceID: id, Key: key, Witness: opts.Key.witness()},
+		Options:         blockdev.Options{DeviceID: id, Key: key, Witness: w},
 		Format:          spec.f,
 		InitialRefTag:   spec.refTag,
 		AppTag:          spec.appTag,

@@ -253,7 +253,12 @@ func runRemapStore(ctx context.Context, opts remapOptions, stdout, stderr io.Wri
 	if err != nil {
 		return err
 	}
-	ropts := blockdev.RemapOptions{OnProblem: fw.report, Options: blockdev.Options{Rereads: blockdev.DefaultRereads, Key: key, Witness: opts.Key.witness()}}
+	w, release, err := opts.Key.openWitness()
+	if err != nil {
+		return err
+	}
+	defer release()
+	ropts := blockdev.RemapOptions{OnProblem: fw.report, Options: blockdev.Options{Rereads: blockdev.DefaultRereads, Key: key, Witness: w}}
 	rp := newRemapProgress(opts, int64(f.BlockSize()), m.Blocks(), stdout, stderr)
 	if rp.hook {
 		ropts.ChunkBlocks = rp.chunk

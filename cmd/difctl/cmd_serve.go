@@ -326,11 +326,17 @@ func runServe(ctx context.Context, o serveOptions, _, stderr io.Writer) error {
 			mode = storeRead
 		}
 		vo := serveVolumeOptions(o.ReadOnly)
-		vo.Key, vo.KeyedCRC, vo.Witness = key, o.KeyedCRC, o.Key.witness()
-		v, err := openVolumeWith(ctx, im, storeURL(im, o.Store), mode, vo, m.storeOptions(names[i], serveStoreOptions(&o)))
+		w, release, err := o.Key.openWitness()
 		if err != nil {
 			return err
 		}
+		vo.Key, vo.KeyedCRC, vo.Witness = key, o.KeyedCRC, w
+		v, err := openVolumeWith(ctx, im, storeURL(im, o.Store), mode, vo, m.storeOptions(names[i], serveStoreOptions(&o)))
+		if err != nil {
+			release()
+			return err
+		}
+		v.release = release
 		vols = append(vols, v)
 		m.volume(names[i], v.vol)
 		// A keyed volume without its key could not produce valid tags:

@@ -5,9 +5,12 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"syscall"
 
 	"github.com/difctl/difctl/blockdev"
+	"github.com/difctl/difctl/store"
+	"github.com/difctl/difctl/store/etcd"
 	"github.com/spf13/cobra"
 )
 
@@ -20,8 +23,9 @@ import (
 type keyFlags struct {
 	File string // --key-file: a file of 32 raw bytes or 64 hex digits, mode 0600 or 0400
 	Env  string // --key-env: the name of an environment variable holding 64 hex digits
-	// Witness is --witness: the file that keeps the keyed volume's seal
-	// (blockdev.FileWitness), checked at open and written at each sync.
+	// Witness is --witness: where the keyed volume's seal is kept,
+	// checked at open and written at each sync: a FILE
+	// (blockdev.FileWitness) or an etcd URL (etcd.Witness).
 	Witness string
 }
 
@@ -30,16 +34,41 @@ func addKeyFlags(cmd *cobra.Command, k *keyFlags, use string) {
 	f := cmd.Flags()
 	f.StringVar(&k.File, "key-file", "", "`FILE` holding the key of a keyed volume (32 bytes, or 64 hex digits; mode 0600 or 0400): "+use)
 	f.StringVar(&k.Env, "key-env", "", "name of the environment `VARIABLE` holding the key of a keyed volume (64 hex digits), instead of --key-file")
-	f.StringVar(&k.Witness, "witness", "", "`FILE` keeping a keyed volume's seal (keep it where whoever can write the image and store cannot): a store older than it is a rollback (exit 4); written at each sync, with the key")
+	f.StringVar(&k.Witness, "witness", "", "`FILE` or etcd://HOST:PORT,.../PREFIX keeping a keyed volume's seal (keep it where whoever can write the image and store cannot; etcd credentials from DIFCTL_WITNESS_ETCD_*): a store older than it is a rollback (exit 4); written at each sync, with the key")
 }
 
-// witness returns the witness --witness names, or nil.
-func (k keyFlags) witness() blockdev.Witness {
-	if k.Witness == "" {
-		return nil
+// openWitness returns the witness --witness names (nil when none) and the
+// function that releases it, to call once the volume is closed: a FILE, or
+// an etcd:// URL, connected now with the credentials and TLS files of the
+// DIFCTL_WITNESS_ETCD_* variables (never the store's). A witness that
+// cannot be reached or refuses the credentials is an error (exit 8), a bad
+// URL or setting a usage error (exit 16): a volume never goes on without
+// the witness it was given.
+func (k keyFlags) openWitness() (blockdev.Witness, func(), error) {
+	switch {
+	case k.Witness == "":
+		return nil, func() {}, nil
+	case !strings.HasPrefix(k.Witness, etcdWitnessScheme):
+		return &blockdev.FileWitness{Path: k.Witness}, func() {}, nil
 	}
-	return &blockdev.FileWitness{Path: k.Witness}
+	url := store.RedactURL(k.Witness)
+	o, err := etcd.WitnessOptionsFromEnv()
+	var w *etcd.Witness
+	if err == nil {
+		w, err = etcd.OpenWitness(k.Witness, o)
+	}
+	if err != nil {
+		re := &restatedError{msg: fmt.Sprintf("cannot open witness %s: %s", url, shortMessage(err)), err: err}
+		if errors.Is(err, store.ErrInvalid) {
+			return nil, nil, &usageError{err: re}
+		}
+		return nil, nil, re
+	}
+	return w, func() { w.Close() }, nil
 }
+
+// etcdWitnessScheme begins a --witness that names an etcd witness.
+const etcdWitnessScheme = "etcd://"
 
 // load returns the key the flags name, or nil when they name none.
 func (k keyFlags) load() (*blockdev.Key, error) {

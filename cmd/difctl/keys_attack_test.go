@@ -170,15 +170,26 @@ func cmdAttack(ts *testscript.TestScript, neg bool, args []string) {
 		ts.Check(b.Set(keys[1], vals[2]))
 		ts.Check(b.Commit(true))
 	case "savevol", "restorevol":
-		from, to := ts.MkAbs(args[1]), ts.MkAbs(args[2])
-		b, err := os.ReadFile(from)
-		ts.Check(err)
-		ts.Check(os.WriteFile(to, b, 0o644))
-		ts.Check(os.RemoveAll(to + storeSuffix))
-		ts.Check(os.CopyFS(to+storeSuffix, os.DirFS(from+storeSuffix)))
+		ts.Check(copyVolume(ts.MkAbs(args[1]), ts.MkAbs(args[2])))
 	default:
 		ts.Fatalf("attack: unknown %q", args[0])
 	}
+}
+
+// copyVolume copies an image and its Pebble store (IMAGE.difdb) over the
+// image to and its store.
+func copyVolume(from, to string) error {
+	b, err := os.ReadFile(from)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(to, b, 0o644); err != nil {
+		return err
+	}
+	if err := os.RemoveAll(to + storeSuffix); err != nil {
+		return err
+	}
+	return os.CopyFS(to+storeSuffix, os.DirFS(from+storeSuffix))
 }
 
 // delete deletes the record of type typ ('K' tag page, 'P' tuple page) of

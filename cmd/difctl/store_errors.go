@@ -138,7 +138,12 @@ func volumeError(image, url string, err error) error {
 		return kerr
 	}
 	var mm *blockdev.MismatchError
+	var we *blockdev.WitnessError
 	switch {
+	case errors.As(err, &we):
+		// The witness, not the store, failed (a damaged witness record
+		// matches store.ErrCorrupt too): exit 8, in its own words.
+		return fmt.Errorf("%s: %w", image, err)
 	case errors.As(err, &mm) && mm.Field == "device size":
 		return fmt.Errorf("%s does not match its store %s: the store protects %s bytes, the image has %s (truncated or grown since protect?)",
 			image, url, mm.Stored, mm.Given)

@@ -4,54 +4,19 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
-	"go.etcd.io/etcd/server/v3/embed"
+	"github.com/difctl/difctl/internal/etcdtest"
 )
-
-// freeLoopbackPort returns a TCP port on 127.0.0.1 that was free a moment
-// ago.
-func freeLoopbackPort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
 
 // startEtcd starts a one-member etcd on loopback ports, without fsync, and
 // returns its client address.
 func startEtcd(t *testing.T) string {
 	t.Helper()
-	peer := url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", freeLoopbackPort(t))}
-	cli := url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", freeLoopbackPort(t))}
-	cfg := embed.NewConfig()
-	cfg.Name = "m0"
-	cfg.Dir = t.TempDir()
-	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{peer}, []url.URL{peer}
-	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{cli}, []url.URL{cli}
-	cfg.InitialCluster = "m0=" + peer.String()
-	cfg.LogLevel = "error"
-	cfg.UnsafeNoFsync = true
-	e, err := embed.StartEtcd(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(e.Close)
-	select {
-	case <-e.Server.ReadyNotify():
-	case <-time.After(30 * time.Second):
-		t.Fatal("etcd did not start")
-	}
-	return cli.Host
+	return etcdtest.Start(t, 1, etcdtest.Options{NoFsync: true}).Hosts()
 }
 
 // The CLI takes an etcd URL wherever it takes --store: protect, write,

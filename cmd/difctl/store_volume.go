@@ -22,6 +22,7 @@ type volume struct {
 	dev        *device.File
 	kv         store.KV
 	vol        *blockdev.Volume
+	release    func() // releases the volume's witness (keyFlags.openWitness); nil: none
 }
 
 // openVolume opens the protected image and its store, read-only when
@@ -58,7 +59,17 @@ func openVolumeMode(ctx context.Context, image, url string, readOnly bool, mode 
 	if err != nil {
 		return nil, err
 	}
-	return openVolumeWith(ctx, image, url, mode, blockdev.Options{ReadOnly: readOnly, Key: k, Witness: key.witness()}, store.OpenOptions{})
+	w, release, err := key.openWitness()
+	if err != nil {
+		return nil, err
+	}
+	v, err := openVolumeWith(ctx, image, url, mode, blockdev.Options{ReadOnly: readOnly, Key: k, Witness: w}, store.OpenOptions{})
+	if err != nil {
+		release()
+		return nil, err
+	}
+	v.release = release
+	return v, nil
 }
 
 // openVolumeWith is openVolumeMode with the volume's options (serve's);
@@ -146,7 +157,7 @@ func asOpenError(err error) error {
 	return err
 }
 
-// Close closes the volume, the store and the device.
+// Close closes the volume, the store, the device and the witness.
 func (v *volume) Close() error {
 	var errs []error
 	if v.vol != nil {
@@ -157,6 +168,9 @@ func (v *volume) Close() error {
 	}
 	if v.dev != nil {
 		errs = append(errs, v.dev.Close())
+	}
+	if v.release != nil {
+		v.release() // after the volume, whose Close may record its seal
 	}
 	return errors.Join(errs...)
 }

@@ -1,49 +1,12 @@
 package etcd
 
 import (
-	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
-	"math/big"
-	"net"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
-	"go.etcd.io/etcd/client/pkg/v3/transport"
-	clientv3 "go.etcd.io/etcd/client/v3"
+	"github.com/difctl/difctl/internal/etcdtest"
 )
-
-// writeCert writes a certificate signed by parent (itself when nil) and its
-// key into dir as name.pem and name-key.pem.
-func writeCert(t *testing.T, dir, name string, tmpl *x509.Certificate, parent *x509.Certificate, parentKey *ecdsa.PrivateKey) (*x509.Certificate, *ecdsa.PrivateKey) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if parent == nil {
-		parent, parentKey = tmpl, key
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, parent, &key.PublicKey, parentKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kder, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	os.WriteFile(filepath.Join(dir, name+".pem"), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600)
-	os.WriteFile(filepath.Join(dir, name+"-key.pem"), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), 0o600)
-	cert, _ := x509.ParseCertificate(der)
-	return cert, key
-}
 
 // TestTLS serves the cluster's clients over mutual TLS: a store opens with
 // the CA and a client certificate, and fails without the certificate.
@@ -51,31 +14,11 @@ func TestTLS(t *testing.T) {
 	if testing.Short() {
 		t.Skip("short: TLS handshakes")
 	}
-	dir := t.TempDir()
-	now := time.Now()
-	ca, caKey := writeCert(t, dir, "ca", &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "difctl test CA"},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}, nil, nil)
-	writeCert(t, dir, "server", &x509.Certificate{
-		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "etcd"},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(time.Hour),
-		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
-		KeyUsage:    x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}, ca, caKey)
-	writeCert(t, dir, "client", &x509.Certificate{
-		SerialNumber: big.NewInt(3), Subject: pkix.Name{CommonName: "difctl"},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-	}, ca, caKey)
-	c := startClusterTLS(t, 1, 0, &transport.TLSInfo{
-		CertFile: filepath.Join(dir, "server.pem"), KeyFile: filepath.Join(dir, "server-key.pem"),
-		TrustedCAFile: filepath.Join(dir, "ca.pem"), ClientCertAuth: true,
-	})
-	url := c.url(newPrefix(t))
+	files := etcdtest.NewTLS(t)
+	c := startClusterTLS(t, 1, 0, files.Server(true))
+	url := c.URL(newPrefix(t))
 	o := testOptions()
-	o.CACert, o.Cert, o.Key = filepath.Join(dir, "ca.pem"), filepath.Join(dir, "client.pem"), filepath.Join(dir, "client-key.pem")
+	o.CACert, o.Cert, o.Key = files.CA, files.ClientCert, files.ClientKey
 	k := openT(t, url, o)
 	b := k.NewBatch()
 	b.Set([]byte("k"), []byte("over TLS"))
@@ -101,26 +44,8 @@ func TestAuth(t *testing.T) {
 		t.Skip("short: password hashing")
 	}
 	c := startCluster(t, 1, 0)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	admin := adminClient(t, c)
-	for _, step := range []func() error{
-		func() error { _, err := admin.UserAdd(ctx, "root", "rootpw"); return err },
-		func() error { _, err := admin.UserGrantRole(ctx, "root", "root"); return err },
-		func() error { _, err := admin.UserAdd(ctx, "difctl", "s3cret"); return err },
-		func() error { _, err := admin.RoleAdd(ctx, "volumes"); return err },
-		func() error {
-			_, err := admin.RoleGrantPermission(ctx, "volumes", "test/", clientv3.GetPrefixRangeEnd("test/"), clientv3.PermissionType(clientv3.PermReadWrite))
-			return err
-		},
-		func() error { _, err := admin.UserGrantRole(ctx, "difctl", "volumes"); return err },
-		func() error { _, err := admin.AuthEnable(ctx); return err },
-	} {
-		if err := step(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	url := c.url(newPrefix(t))
+	c.EnableAuth(t, etcdtest.User{Name: "difctl", Password: "s3cret", Prefixes: []string{"test/"}})
+	url := c.URL(newPrefix(t))
 	o := testOptions()
 	o.Username, o.Password = "difctl", "s3cret"
 	k := openT(t, url, o)
@@ -144,7 +69,7 @@ func TestAuth(t *testing.T) {
 		})
 	}
 	// The role covers test/ only: another prefix is refused.
-	s, err := Open(c.url("other/p"), Options{Username: "difctl", Password: "s3cret", LeaseTTL: 3 * time.Second})
+	s, err := Open(c.URL("other/p"), Options{Username: "difctl", Password: "s3cret", LeaseTTL: 3 * time.Second})
 	if err == nil {
 		s.Close()
 	}

@@ -46,7 +46,7 @@ func benchStore(b *testing.B, engine string, c *cluster) store.KV {
 		// keep-alives past a test's short one.
 		o := testOptions()
 		o.LeaseTTL = 0
-		kv, err = Open(c.url(newPrefix(b)), o)
+		kv, err = Open(c.URL(newPrefix(b)), o)
 	}
 	if err != nil {
 		b.Fatal(err)

@@ -20,7 +20,7 @@ func TestCompaction(t *testing.T) {
 	c := startCluster(t, 1, 0)
 	o := testOptions()
 	o.CompactEvery, o.CompactRetention = 10, time.Nanosecond
-	k := openT(t, c.url(newPrefix(t)), o)
+	k := openT(t, c.URL(newPrefix(t)), o)
 	defer k.Close()
 	set := func(i int) {
 		b := k.NewBatch()

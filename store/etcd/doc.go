@@ -30,6 +30,23 @@
 // (larger for every later holder) and a counter, so records sort in commit
 // order.
 //
+// # The witness of keyed volumes
+//
+// Witness (OpenWitness) keeps the seals of keyed volumes
+// (blockdev.Witness) in etcd, under a PREFIX and with Options of its own
+// (difctl: the DIFCTL_WITNESS_ETCD_* variables, WitnessOptionsFromEnv;
+// never the store's), so that whoever holds a volume's store and its
+// credentials cannot put back an older witness:
+//
+//	w/UID            the witness record of the volume UID (32 hex
+//	                 digits): store.MarshalWitness's line
+//
+// Store compares and swaps: it reads the record and replaces it in a
+// transaction conditioned on the key's mod revision (or on its absence),
+// reading again after a lost race, and refuses a lower generation, or the
+// same with another MAC, with a *store.WitnessAheadError. So the
+// generation a witness holds only goes up, whatever the writers' order.
+//
 // # Commits and etcd's limits
 //
 // etcd applies one transaction atomically, but a transaction is limited to

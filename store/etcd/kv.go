@@ -147,33 +147,9 @@ func Open(url string, o Options) (store.KV, error) {
 	if err := o.normalize(); err != nil {
 		return nil, err
 	}
-	tc, err := o.tlsConfig()
+	cli, err := dial(t, o)
 	if err != nil {
 		return nil, err
-	}
-	eps := make([]string, len(t.hosts))
-	for i, h := range t.hosts {
-		if tc != nil {
-			eps[i] = "https://" + h
-		} else {
-			eps[i] = "http://" + h
-		}
-	}
-	cli, err := clientv3.New(clientv3.Config{
-		Endpoints:          eps,
-		DialTimeout:        o.DialTimeout,
-		TLS:                tc,
-		Username:           o.Username,
-		Password:           o.Password,
-		Logger:             zap.NewNop(),
-		MaxCallSendMsgSize: o.MaxRequestBytes + 256<<10,
-		MaxCallRecvMsgSize: math.MaxInt32,
-		// Dead connections are noticed within a few seconds.
-		DialKeepAliveTime:    2 * time.Second,
-		DialKeepAliveTimeout: 2 * time.Second,
-	})
-	if err != nil {
-		return nil, (&kv{t: t, ctx: context.Background()}).tr("connect", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	k := &kv{
@@ -211,6 +187,41 @@ func Open(url string, o Options) (store.KV, error) {
 		return nil, err
 	}
 	return k, nil
+}
+
+// dial connects a client to the cluster of t with the connection fields
+// of o (normalized): credentials, TLS, DialTimeout. The stores and the
+// witnesses (witness.go) connect through it.
+func dial(t target, o Options) (*clientv3.Client, error) {
+	tc, err := o.tlsConfig()
+	if err != nil {
+		return nil, err
+	}
+	eps := make([]string, len(t.hosts))
+	for i, h := range t.hosts {
+		if tc != nil {
+			eps[i] = "https://" + h
+		} else {
+			eps[i] = "http://" + h
+		}
+	}
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints:          eps,
+		DialTimeout:        o.DialTimeout,
+		TLS:                tc,
+		Username:           o.Username,
+		Password:           o.Password,
+		Logger:             zap.NewNop(),
+		MaxCallSendMsgSize: o.MaxRequestBytes + 256<<10,
+		MaxCallRecvMsgSize: math.MaxInt32,
+		// Dead connections are noticed within a few seconds.
+		DialKeepAliveTime:    2 * time.Second,
+		DialKeepAliveTimeout: 2 * time.Second,
+	})
+	if err != nil {
+		return nil, translate(t, "connect", err)
+	}
+	return cli, nil
 }
 
 // lock takes the writer lock: a key under the store's prefix, created only
@@ -322,8 +333,8 @@ func (k *kv) write(kind string, ops []clientv3.Op) error {
 	return nil
 }
 
-// tr translates a client error into one of ours; it never wraps etcd's or
-// gRPC's types.
+// tr translates a client error into one of ours (translate), and any
+// error of a closed store into store.ErrClosed.
 func (k *kv) tr(op string, err error) error {
 	if err == nil {
 		return nil
@@ -331,6 +342,12 @@ func (k *kv) tr(op string, err error) error {
 	if k.closed.Load() || errors.Is(err, context.Canceled) && k.ctx.Err() != nil {
 		return store.ErrClosed
 	}
+	return translate(k.t, op, err)
+}
+
+// translate translates a client error of an operation on t into one of
+// ours; it never wraps etcd's or gRPC's types.
+func translate(t target, op string, err error) error {
 	code := codes.Unknown
 	var ce interface{ Code() codes.Code }
 	if errors.As(err, &ce) {
@@ -341,21 +358,21 @@ func (k *kv) tr(op string, err error) error {
 	msg := err.Error()
 	switch {
 	case errors.Is(err, rpctypes.ErrNoSpace):
-		return fmt.Errorf("%w: %s: %s: raise --quota-backend-bytes, compact and defragment, or move volumes to another prefix or cluster", ErrNoSpace, k.t, op)
+		return fmt.Errorf("%w: %s: %s: raise --quota-backend-bytes, compact and defragment, or move volumes to another prefix or cluster", ErrNoSpace, t, op)
 	case errors.Is(err, rpctypes.ErrRequestTooLarge), errors.Is(err, rpctypes.ErrTooManyOps):
-		return fmt.Errorf("%w: %s: %s: %s (the servers' --max-request-bytes or --max-txn-ops is below Options')", store.ErrTooLarge, k.t, op, msg)
+		return fmt.Errorf("%w: %s: %s: %s (the servers' --max-request-bytes or --max-txn-ops is below Options')", store.ErrTooLarge, t, op, msg)
 	case errors.Is(err, rpctypes.ErrCompacted):
-		return fmt.Errorf("%w: %s: %s", ErrCompacted, k.t, op)
+		return fmt.Errorf("%w: %s: %s", ErrCompacted, t, op)
 	case errors.Is(err, rpctypes.ErrAuthFailed), errors.Is(err, rpctypes.ErrPermissionDenied), errors.Is(err, rpctypes.ErrUserEmpty),
 		errors.Is(err, rpctypes.ErrInvalidAuthToken), code == codes.Unauthenticated, code == codes.PermissionDenied:
-		return fmt.Errorf("%w: %s: %s: %s", ErrAuth, k.t, op, msg)
+		return fmt.Errorf("%w: %s: %s: %s", ErrAuth, t, op, msg)
 	case errors.Is(err, context.DeadlineExceeded), code == codes.Unavailable, code == codes.DeadlineExceeded,
 		errors.Is(err, rpctypes.ErrNoLeader), errors.Is(err, rpctypes.ErrTimeout), errors.Is(err, rpctypes.ErrTimeoutDueToLeaderFail),
 		errors.Is(err, rpctypes.ErrTimeoutDueToConnectionLost), errors.Is(err, rpctypes.ErrLeaderChanged),
 		errors.Is(err, rpctypes.ErrStopped), strings.Contains(msg, "raft: stopped"):
-		return fmt.Errorf("%w: %s: %s: %s", ErrUnavailable, k.t, op, msg)
+		return fmt.Errorf("%w: %s: %s: %s", ErrUnavailable, t, op, msg)
 	default:
-		return fmt.Errorf("store: etcd: %s: %s: %s", k.t, op, msg)
+		return fmt.Errorf("store: etcd: %s: %s: %s", t, op, msg)
 	}
 }
 

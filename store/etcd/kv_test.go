@@ -10,9 +10,6 @@ import (
 	"testing"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
-
 	"github.com/difctl/difctl/store"
 	"github.com/difctl/difctl/store/storetest"
 )
@@ -36,22 +33,6 @@ func openT(t testing.TB, url string, o Options) *kv {
 		t.Fatalf("Open: %v", err)
 	}
 	return s.(*kv)
-}
-
-// adminClient is a plain client on the cluster, for what an operator or a
-// test does beside the store.
-func adminClient(t testing.TB, c *cluster) *clientv3.Client {
-	t.Helper()
-	var eps []string
-	for _, m := range c.members {
-		eps = append(eps, "http://"+m.cli.Host)
-	}
-	cli, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cli.Close() })
-	return cli
 }
 
 // crash abandons k as a killed process would, revokes its lease (as its
@@ -86,7 +67,7 @@ func TestConformance(t *testing.T) {
 	o := testOptions()
 	o.LeaseTTL = DefaultLeaseTTL
 	storetest.RunConformance(t, storetest.Backend{
-		Open: func(t *testing.T) store.KV { return openT(t, c.url(newPrefix(t)), o) },
+		Open: func(t *testing.T) store.KV { return openT(t, c.URL(newPrefix(t)), o) },
 		Crash: func(t *testing.T, s store.KV) store.KV {
 			mu.Lock()
 			defer mu.Unlock()
@@ -106,7 +87,7 @@ func TestConformanceSmallTxn(t *testing.T) {
 	o := testOptions()
 	o.MaxTxnOps, o.MaxRequestBytes, o.InFlight = 8, 1<<20+100<<10, 3
 	storetest.RunConformance(t, storetest.Backend{
-		Open:  func(t *testing.T) store.KV { return openT(t, c.url(newPrefix(t)), o) },
+		Open:  func(t *testing.T) store.KV { return openT(t, c.URL(newPrefix(t)), o) },
 		Crash: func(t *testing.T, s store.KV) store.KV { return crash(t, c, s.(*kv)) },
 	})
 }

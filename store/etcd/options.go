@@ -217,13 +217,19 @@ func (t target) String() string { return "etcd://" + strings.Join(t.hosts, ",") 
 // parseURL parses etcd://host1:2379,host2:2379/PREFIX. A host without a port
 // gets 2379. Its errors never quote the URL's user information.
 func parseURL(url string) (target, error) {
+	return parseURLFor(url, "set "+EnvUser+" and "+EnvPassword)
+}
+
+// parseURLFor is parseURL whose refusal of credentials in the URL ends
+// with credHint, which says where they go instead.
+func parseURLFor(url, credHint string) (target, error) {
 	rest, ok := strings.CutPrefix(url, "etcd://")
 	if !ok {
 		return target{}, fmt.Errorf("%w: etcd: URL must start with etcd://", store.ErrInvalid)
 	}
 	hostPart, prefix, _ := strings.Cut(rest, "/")
 	if strings.Contains(hostPart, "@") {
-		return target{}, fmt.Errorf("%w: etcd: credentials in the URL are refused (they would show in process lists and logs); set %s and %s", store.ErrInvalid, EnvUser, EnvPassword)
+		return target{}, fmt.Errorf("%w: etcd: credentials in the URL are refused (they would show in process lists and logs); %s", store.ErrInvalid, credHint)
 	}
 	if strings.ContainsAny(rest, "?#") {
 		return target{}, fmt.Errorf("%w: etcd: URL takes no query or fragment; options come from the environment", store.ErrInvalid)

@@ -35,7 +35,7 @@ func TestProtectResume(t *testing.T) {
 	defer dev.Close()
 	o := testOptions()
 	o.MaxTxnOps = 8 // many transactions per checkpoint
-	kv := openT(t, c.url(newPrefix(t)), o)
+	kv := openT(t, c.URL(newPrefix(t)), o)
 	defer kv.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	var reports []int64
@@ -84,7 +84,7 @@ func TestProtectResume(t *testing.T) {
 func TestStoreOpen(t *testing.T) {
 	c := startCluster(t, 1, 0)
 	t.Setenv(EnvLeaseTTL, "3s")
-	url := c.url(newPrefix(t))
+	url := c.URL(newPrefix(t))
 	kv, err := store.Open(url)
 	if err != nil {
 		t.Fatal(err)

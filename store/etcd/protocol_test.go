@@ -52,7 +52,7 @@ func TestCrashBetweenTransactions(t *testing.T) {
 	o := testOptions()
 	o.MaxTxnOps, o.InFlight = 8, 1 // 1 in flight: one crash point per transaction
 	const n = 40                   // keys: 5 staging transactions of 8
-	url := c.url(newPrefix(t))
+	url := c.URL(newPrefix(t))
 	k := openT(t, url, o)
 	defer func() { k.Close() }()
 	write := func(k *kv, gen int) error {
@@ -196,7 +196,7 @@ func TestBulkCrashBetweenTransactions(t *testing.T) {
 	c := startCluster(t, 1, 0)
 	o := testOptions()
 	o.MaxTxnOps, o.InFlight = 8, 2
-	k := openT(t, c.url(newPrefix(t)), o)
+	k := openT(t, c.URL(newPrefix(t)), o)
 	defer func() { k.Close() }()
 	for _, tc := range []struct {
 		stopAt  string
@@ -239,7 +239,7 @@ func TestLock(t *testing.T) {
 		t.Skip("short: waits for lease expiry")
 	}
 	c := startCluster(t, members(), 0)
-	url := c.url(newPrefix(t))
+	url := c.URL(newPrefix(t))
 	o := testOptions()
 	o.Holder = "host=first"
 	a := openT(t, url, o)
@@ -279,7 +279,7 @@ func TestLock(t *testing.T) {
 // lease check switched off so that only the server decides.
 func TestFenced(t *testing.T) {
 	c := startCluster(t, members(), 0)
-	url := c.url(newPrefix(t))
+	url := c.URL(newPrefix(t))
 	old := openT(t, url, testOptions())
 	defer old.Close()
 	old.noLocalFence = true
@@ -338,7 +338,7 @@ func TestFenced(t *testing.T) {
 // of three parallel verifies two failed as "locked by another writer".
 func TestReaders(t *testing.T) {
 	c := startCluster(t, members(), 0)
-	url := c.url(newPrefix(t))
+	url := c.URL(newPrefix(t))
 	o := testOptions()
 	o.Holder = "host=writer"
 	w := openT(t, url, o)

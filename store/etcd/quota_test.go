@@ -16,7 +16,7 @@ func TestQuota(t *testing.T) {
 		t.Skip("short: fills a cluster")
 	}
 	c := startCluster(t, 1, 24<<20)
-	k := openT(t, c.url(newPrefix(t)), testOptions())
+	k := openT(t, c.URL(newPrefix(t)), testOptions())
 	defer k.Close()
 	val := func(i int) []byte { return bytes.Repeat(fmt.Appendf(nil, "%07d", i), 1<<20/8) }
 	stored := 0

@@ -257,7 +257,7 @@ func TestVolumeMemberFailures(t *testing.T) {
 		t.Skip("short: a 3-member cluster with member failures")
 	}
 	c := startCluster(t, 3, 0)
-	h := newVolume(t, c.url(newPrefix(t)), testOptions())
+	h := newVolume(t, c.URL(newPrefix(t)), testOptions())
 	l := newLedger()
 	var mu sync.Mutex // guards gen and failures for the loop and the checks
 	gen, failures := uint32(0), 0
@@ -284,12 +284,12 @@ func TestVolumeMemberFailures(t *testing.T) {
 	done := make(chan struct{})
 	go func() { defer close(done); loop(4 * time.Second) }()
 	time.Sleep(time.Second)
-	leader := c.leader()
-	t.Logf("stopping leader %s", leader.name)
-	leader.stop(true)
+	leader := c.Leader()
+	t.Logf("stopping leader %s", leader.Name)
+	leader.Stop(true)
 	time.Sleep(1500 * time.Millisecond)
-	c.restart(leader)
-	t.Logf("restarted %s", leader.name)
+	c.Restart(leader)
+	t.Logf("restarted %s", leader.Name)
 	<-done
 	mu.Lock()
 	before := l.syncs
@@ -297,8 +297,8 @@ func TestVolumeMemberFailures(t *testing.T) {
 	checkVolume(t, h.v, l)
 	// A follower dies for good; the two left are a quorum.
 	var follower *member
-	lead := c.leader()
-	for _, m := range c.members {
+	lead := c.Leader()
+	for _, m := range c.Members {
 		if m != lead {
 			follower = m
 		}
@@ -306,9 +306,9 @@ func TestVolumeMemberFailures(t *testing.T) {
 	done = make(chan struct{})
 	go func() { defer close(done); loop(3 * time.Second) }()
 	time.Sleep(time.Second)
-	t.Logf("killing follower %s", follower.name)
-	follower.stop(true)
-	os.RemoveAll(follower.dir)
+	t.Logf("killing follower %s", follower.Name)
+	follower.Stop(true)
+	os.RemoveAll(follower.Dir)
 	<-done
 	if l.syncs <= before {
 		t.Fatalf("no Sync succeeded after the follower died (%d syncs before)", before)
@@ -393,8 +393,8 @@ func TestVolumePartition(t *testing.T) {
 	c := startCluster(t, n, 0)
 	var proxies []*proxy
 	var hosts []string
-	for _, m := range c.members {
-		p := newProxy(t, m.cli.Host)
+	for _, m := range c.Members {
+		p := newProxy(t, m.Client.Host)
 		proxies = append(proxies, p)
 		hosts = append(hosts, p.addr())
 	}
@@ -429,7 +429,7 @@ func TestVolumePartition(t *testing.T) {
 	h.v = nil
 	h.kv.abandon()
 	h.kv = nil
-	h.url = c.url(prefix)
+	h.url = c.URL(prefix)
 	if err := h.reopen(); err != nil {
 		t.Fatal(err)
 	}
@@ -488,7 +488,7 @@ func TestVolumeFailover(t *testing.T) {
 		t.Skip("short: a child process on a 3-member cluster")
 	}
 	c := startCluster(t, 3, 0)
-	url := c.url(newPrefix(t))
+	url := c.URL(newPrefix(t))
 	img := filepath.Join(t.TempDir(), "disk.img")
 	f, err := device.CreateImage(img, wlBlocks*wlBlockSize, device.FileOptions{BlockSize: wlBlockSize})
 	if err != nil {
