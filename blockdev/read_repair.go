@@ -119,6 +119,10 @@ func (e *RepairError) Error() string {
 
 func (e *RepairError) Unwrap() error { return e.Err }
 
+// ErrNoCopies reports a repair asked of a volume with no copies to repair
+// from: no mirror leg, no repair source.
+var ErrNoCopies = errors.New("blockdev: repair: no repair source and no mirror leg")
+
 // errReadBack is a repaired block that did not verify when read back.
 var errReadBack = errors.New("the copy written did not verify when read back")
 
@@ -175,7 +179,7 @@ func (v *Volume) checkRepairMode(opt CheckOptions) (repairMode, error) {
 		case v.keyedNoKey:
 			return 0, fmt.Errorf("blockdev: repair: %w", ErrKeyRequired)
 		case !v.hasCopies(opt.Sources):
-			return 0, errors.New("blockdev: repair: no repair source and no mirror leg")
+			return 0, ErrNoCopies
 		}
 		return repairWrite, nil
 	}

@@ -77,6 +77,8 @@ errors, like grep -q: no progress and no text results, only the exit status
 		newVerifyCmd(g),
 		newScrubCmd(g),
 		newRepairCmd(g),
+		newMirrorCmd(g),
+		newResyncCmd(g),
 		newInspectCmd(g),
 		newDiscardCmd(g),
 		newWriteCmd(g, stdin),

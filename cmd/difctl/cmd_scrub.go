@@ -181,8 +181,6 @@ func (o *scrubOptions) checkRepair() error {
 	switch {
 	case (o.Repair || len(o.From) > 0) && o.SelfContained:
 		return usageErrorf("--repair and --from work on protected images (protect), not on images with their own PI")
-	case o.Repair && len(o.From) == 0:
-		return usageErrorf("--repair needs a repair source (--from)")
 	case o.Repair && strings.HasPrefix(o.Store, "mem:"):
 		return usageErrorf("--repair needs a store that keeps the findings (not --store mem:)")
 	}
@@ -196,7 +194,7 @@ func runScrub(ctx context.Context, opts scrubOptions, stdout, stderr io.Writer) 
 	}
 	defer m.close()
 	url := storeURL(opts.Image, opts.Store)
-	srcs, err := openRepairSources(opts.From)
+	srcs, err := openRepairSources(ctx, opts.From)
 	if err != nil {
 		return err
 	}
@@ -238,6 +236,9 @@ func runScrub(ctx context.Context, opts scrubOptions, stdout, stderr io.Writer) 
 	m.scrub(&so, filepath.Base(opts.Image), tg.src)
 	rep, err := scrub.Run(ctx, tg.src, so)
 	prog.p.Finish()
+	if errors.Is(err, blockdev.ErrNoCopies) {
+		return usageErrorf("%s has no mirror legs: --repair needs a repair source (--from)", opts.Image)
+	}
 	if err != nil || rep == nil {
 		return scrubStopped(ctx, err, rep, tg.name, url, earlier, stderr)
 	}

@@ -116,7 +116,7 @@ func runVerify(ctx context.Context, opts verifyOptions, stdout, stderr io.Writer
 // runVerifyStore verifies a store-backed image against its stored tuples.
 func runVerifyStore(ctx context.Context, opts verifyOptions, stdout, stderr io.Writer) error {
 	url := storeURL(opts.Image, opts.Store)
-	srcs, err := openRepairSources(opts.From)
+	srcs, err := openRepairSources(ctx, opts.From)
 	if err != nil {
 		return err
 	}

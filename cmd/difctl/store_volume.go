@@ -111,6 +111,9 @@ func openVolumeWith(ctx context.Context, image, url string, mode storeMode, opts
 	if err := checkOpenImage(ctx, image, url, kv, v.dev); err != nil {
 		return nil, err
 	}
+	if opts.OpenLeg == nil {
+		opts.OpenLeg = func(name string) (device.Device, error) { return openCopy(ctx, name, readOnly) }
+	}
 	v.vol, err = blockdev.Open(ctx, v.dev, kv, opts)
 	if err != nil {
 		return nil, volumeError(image, url, err)
@@ -188,7 +191,7 @@ func closeOverwritten(tup *store.Tuples, lba, n int64) (int, error) {
 		return 0, nil
 	}
 	var open []store.Finding
-	for f, err := range tup.Findings(store.FindingQuery{LBA: lba, N: n, State: store.FindingOpen}) {
+	for f, err := range tup.Findings(store.FindingQuery{LBA: lba, N: n, Bad: true}) {
 		if err != nil {
 			return 0, err
 		}
