@@ -17,12 +17,28 @@ type verifyOptions struct {
 	imageSpec // a self-contained image; otherwise checked against Store
 	Range     rangeFlag
 	Store     string // store URL; "" for the default, IMAGE.difdb
+	Control   string // --control: a server's control socket; "" for the store's default
+	// served, if not nil, is the volume of difctl serve, which runs the
+	// check for a client of its control socket (control.go).
+	served *served
+}
+
+// controlRequest is the request of a verify run by the server holding
+// the store (onServer).
+func (o verifyOptions) controlRequest() (*controlRequest, error) {
+	r, err := newControlRequest("verify", o.Image, o.Store, o.Control, o.globalOptions)
+	if err != nil {
+		return nil, err
+	}
+	r.Range = o.Range.String()
+	return r, nil
 }
 
 func newVerifyCmd(g *globalOptions) *cobra.Command {
 	var (
-		img imageFlags
-		pf  = newPIFlags()
+		img     imageFlags
+		pf      = newPIFlags()
+		control string
 	)
 	cmd := &cobra.Command{
 		Use:   "verify IMAGE [--interleaved FORMAT | --dix METAFILE --format FORMAT] [flags]",
@@ -48,6 +64,8 @@ session left open, whose recovery writes it. The store must describe IMAGE
 damaged one, named in the message. Human output lists the first 100
 failed checks and counts the rest; --json lists every one.
 
+` + servedHelp("verify") + `
+
 The expected tags come from the flags: --ref-tag is the ref tag of block 0
 (Types 1 and 2: block N carries REF+N), --app-tag is checked under
 --app-mask, and --no-guard, --no-app, --no-ref, --no-storage switch checks
@@ -62,7 +80,7 @@ of about 1 MiB; memory does not grow with its size.
   difctl --json verify --interleaved 512+8:type2 --ref-tag 0x1000 disk.dump`,
 		Args: exactArgs(1, "IMAGE"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			opts := verifyOptions{globalOptions: *g, Image: args[0], Range: pf.rng, Store: img.store}
+			opts := verifyOptions{globalOptions: *g, Image: args[0], Range: pf.rng, Store: img.store, Control: control}
 			if err := opts.resolve(&img, pf); err != nil {
 				return err
 			}
@@ -73,6 +91,7 @@ of about 1 MiB; memory does not grow with its size.
 	pf.register(cmd, piFormat|piTags|piChecks|piRange)
 	addKeyFlags(cmd, &g.Key, "check the keyed tags too (without it a keyed volume's tuples are checked and the keyed check skipped)")
 	addProgressJSONFlag(cmd, g)
+	addControlFlag(cmd, &control)
 	return cmd
 }
 
@@ -110,9 +129,9 @@ func runVerify(ctx context.Context, opts verifyOptions, stdout, stderr io.Writer
 // runVerifyStore verifies a store-backed image against its stored tuples.
 func runVerifyStore(ctx context.Context, opts verifyOptions, stdout, stderr io.Writer) error {
 	url := storeURL(opts.Image, opts.Store)
-	v, err := openVolume(ctx, opts.Image, url, true, opts.Key)
+	v, err := opts.served.openVolume(ctx, opts.Image, url, storeRead, opts.Key)
 	if err != nil {
-		return err
+		return onServer(ctx, err, opts.served, opts.controlRequest, stdout, stderr)
 	}
 	defer v.Close()
 	start, count, err := opts.Range.bounds(v.vol.Blocks())
@@ -121,6 +140,7 @@ func runVerifyStore(ctx context.Context, opts verifyOptions, stdout, stderr io.W
 	}
 	out := newOutput(stdout, opts.JSON)
 	fw := newFindings(out, v.format())
+	fw.log = opts.served.findingsLog(v.format(), "the client's --json lists them all")
 	bs := int64(v.vol.BlockSize())
 	prog := newCmdProgress(stderr, opts.globalOptions, count*bs, "verify", opts.Image)
 	t0 := time.Now()

@@ -22,6 +22,9 @@ type volume struct {
 	dev        *device.File
 	kv         store.KV
 	vol        *blockdev.Volume
+	// borrowed: the volume of difctl serve, lent to a check its control
+	// socket runs (control.go); Close leaves it open.
+	borrowed bool
 }
 
 // openVolume opens the protected image and its store, read-only when
@@ -146,8 +149,11 @@ func asOpenError(err error) error {
 	return err
 }
 
-// Close closes the volume, the store and the device.
+// Close closes the volume, the store and the device, unless borrowed.
 func (v *volume) Close() error {
+	if v.borrowed {
+		return nil
+	}
 	var errs []error
 	if v.vol != nil {
 		errs = append(errs, v.vol.Close())
