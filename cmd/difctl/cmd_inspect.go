@@ -27,6 +27,22 @@ type inspectOptions struct {
 	LBA   int64 // first block to show; -1: no blocks, the overview
 	Count int64 // blocks to show
 	Store string
+	// Control is --control, a server's control socket ("" for the
+	// store's default); served, if not nil, the volume of difctl serve,
+	// which runs the inspect for a client of it (control.go).
+	Control string
+	served  *served
+}
+
+// controlRequest is the request of an inspect run by the server holding
+// the store (onServer).
+func (o inspectOptions) controlRequest() (*controlRequest, error) {
+	r, err := newControlRequest("inspect", o.Image, o.Store, o.Control, o.globalOptions)
+	if err != nil {
+		return nil, err
+	}
+	r.Inspect = &controlInspectArgs{LBA: o.LBA, Count: o.Count}
+	return r, nil
 }
 
 // imageRecord describes an image with its own PI (inspect without --lba).
@@ -72,9 +88,10 @@ func (*tupleRecord) recordType() string { return "tuple" }
 
 func newInspectCmd(g *globalOptions) *cobra.Command {
 	var (
-		img    imageFlags
-		pf     = newPIFlags()
-		blocks blocksFlags
+		img     imageFlags
+		pf      = newPIFlags()
+		blocks  blocksFlags
+		control string
 	)
 	cmd := &cobra.Command{
 		Use:   "inspect IMAGE [--interleaved FORMAT | --dix METAFILE --format FORMAT] [--lba N [--count M]]",
@@ -86,6 +103,8 @@ tuples and a summary of the findings log; for an image with its own PI
 A store is opened read-only, and its manifest is checked against IMAGE
 (size and name) before anything else: another image's store is refused
 (exit 8). The coverage count reads each stored page once.
+
+` + servedHelp("inspect") + `
 
 With --lba N (and --count M, default 1) show blocks N to N+M-1 side by
 side: each block's state, its stored tuple, and the computed one (the guard
@@ -99,7 +118,7 @@ manifest). A "!" marks a stored value that fails its check.
   difctl --json inspect disk.img --lba 0 --count 8`,
 		Args: exactArgs(1, "IMAGE"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			opts := inspectOptions{globalOptions: *g, Image: args[0], LBA: -1, Store: img.store}
+			opts := inspectOptions{globalOptions: *g, Image: args[0], LBA: -1, Store: img.store, Control: control}
 			lba, count, set, err := blocks.blocks(false)
 			if err != nil {
 				return err
@@ -117,13 +136,14 @@ manifest). A "!" marks a stored value that fails its check.
 	pf.register(cmd, piFormat|piTags|piChecks)
 	blocks.register(cmd, "first block to show", "number of blocks to show (default 1)")
 	addKeyFlags(cmd, &g.Key, "check the key against a keyed volume and, with --lba, each block's keyed tag")
+	addControlFlag(cmd, &control)
 	return cmd
 }
 
-func runInspect(ctx context.Context, opts inspectOptions, stdout, _ io.Writer) error {
+func runInspect(ctx context.Context, opts inspectOptions, stdout, stderr io.Writer) error {
 	out := newOutput(stdout, opts.JSON)
 	if !opts.SelfContained {
-		return runInspectStore(ctx, opts, out)
+		return runInspectStore(ctx, opts, out, stderr)
 	}
 	im, err := openPIImage(opts.Image, opts.Meta, opts.Format, opts.Params, openRead)
 	if err != nil {
@@ -329,15 +349,19 @@ type repairRecord struct {
 }
 
 // runInspectStore describes a store-backed image, or shows its blocks.
-func runInspectStore(ctx context.Context, opts inspectOptions, out *output) error {
+func runInspectStore(ctx context.Context, opts inspectOptions, out *output, stderr io.Writer) error {
 	url := storeURL(opts.Image, opts.Store)
-	st, err := openStoreTuples(opts.Image, url, storeRead, nil)
+	st, err := opts.served.storeTuples(opts.Image, url)
 	if err != nil {
-		return err
+		return onServer(ctx, err, opts.served, opts.controlRequest, out.w, stderr)
 	}
 	defer st.Close()
-	if err := checkInspected(ctx, opts.Image, url, st); err != nil {
-		return err
+	// A served volume's image was checked when the server opened it (and
+	// a sample read now could race with its clients' writes).
+	if opts.served == nil {
+		if err := checkInspected(ctx, opts.Image, url, st); err != nil {
+			return err
+		}
 	}
 	vk, err := inspectKey(opts, st.t)
 	if err != nil {
@@ -533,6 +557,9 @@ type keyedBlock struct {
 // inspectKey returns the keys of inspect's keyed volume, nil without
 // --key-file/--key-env; a wrong key is refused.
 func inspectKey(opts inspectOptions, t *store.Tuples) (*blockdev.VolumeKey, error) {
+	if opts.served != nil {
+		return opts.served.volumeKey(opts.Image, t)
+	}
 	key, err := opts.Key.load()
 	if err != nil || key == nil {
 		return nil, err

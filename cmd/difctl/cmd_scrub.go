@@ -8,6 +8,7 @@ import (
 	"maps"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -37,6 +38,61 @@ type scrubOptions struct {
 	Repair      bool     // write verified copies over failing blocks
 	From        []string // repair sources (--from)
 	metricsOptions
+	Control string // --control: a server's control socket; "" for the store's default
+	// served, if not nil, is the volume of difctl serve, which runs the
+	// scrub for a client of its control socket or on SIGUSR1 (control.go).
+	served *served
+}
+
+// defaultScrubRereads is --rereads' default.
+const defaultScrubRereads = 1
+
+// check refuses the values and combinations of flags a scrub cannot run
+// with.
+func (o *scrubOptions) check() error {
+	switch {
+	case o.Workers < 0 || o.Workers > scrub.MaxWorkers:
+		return usageErrorf("--workers must be 0 (the number of CPUs) to %d, not %d", scrub.MaxWorkers, o.Workers)
+	case o.BadblocksBS != 0 && o.Badblocks == "":
+		return usageErrorf("--badblocks-block-size needs --badblocks")
+	case o.Rereads < 0:
+		return usageErrorf("--rereads must not be negative, not %d", o.Rereads)
+	case o.Restart && o.ErrorsOnly:
+		return usageErrorf("--restart and --errors-only exclude each other")
+	case o.Rate < 0:
+		return usageErrorf("--rate must not be negative")
+	}
+	if o.BadblocksBS != 0 {
+		var bs blockSizeFlag
+		if err := bs.Set(strconv.Itoa(o.BadblocksBS)); err != nil {
+			return usageErrorf("--badblocks-block-size: %v", err)
+		}
+	}
+	return nil
+}
+
+// controlRequest is the request of a scrub run by the server holding the
+// store (onServer).
+func (o scrubOptions) controlRequest() (*controlRequest, error) {
+	r, err := newControlRequest("scrub", o.Image, o.Store, o.Control, o.globalOptions)
+	if err != nil {
+		return nil, err
+	}
+	r.Range = o.Range.String()
+	r.Scrub = &controlScrubArgs{Workers: o.Workers, Rate: o.Rate, Restart: o.Restart, ErrorsOnly: o.ErrorsOnly, Uncached: o.Uncached,
+		Rereads: o.Rereads, Badblocks: o.Badblocks, BadblocksBS: o.BadblocksBS, Mapfile: o.Mapfile, Repair: o.Repair}
+	if r.From, err = absPaths(o.From); err != nil {
+		return nil, err
+	}
+	for _, f := range []string{o.Badblocks, o.Mapfile} {
+		if f != "" {
+			r.client.files = append(r.client.files, f)
+		}
+	}
+	if o.MetricsListen != "" && r.client.refuse == nil {
+		r.client.refuse = usageErrorf("--metrics-listen: %s is served, and its server runs the scrub: leave out --metrics-listen (serve --metrics-listen exports the server's metrics)", o.Image)
+	}
+	return r, nil
 }
 
 // scrubRecord closes a scrub, after its summary record.
@@ -102,6 +158,8 @@ commands on the same store fail meanwhile, naming the scrub's process. The
 store must describe IMAGE (size and name): another image's store is
 refused (exit 8).
 
+` + servedHelp("scrub") + `
+
 --badblocks FILE writes the failing blocks as a badblocks(8) list, one
 block number a line, in units of --badblocks-block-size bytes (default the
 image's block size; as badblocks -b). For e2fsck -l give the filesystem's
@@ -134,18 +192,9 @@ and records the finding as repaired (see difctl repair).
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o := opts
 			o.globalOptions, o.Image, o.Range, o.Rate, o.Store = *g, args[0], pf.rng, rate.n, img.store
-			if o.Workers < 0 || o.Workers > scrub.MaxWorkers {
-				return usageErrorf("--workers must be 0 (the number of CPUs) to %d, not %d", scrub.MaxWorkers, o.Workers)
-			}
 			o.BadblocksBS = badBS.n
-			if badBS.n != 0 && o.Badblocks == "" {
-				return usageErrorf("--badblocks-block-size needs --badblocks")
-			}
-			if o.Rereads < 0 {
-				return usageErrorf("--rereads must not be negative, not %d", o.Rereads)
-			}
-			if o.Restart && o.ErrorsOnly {
-				return usageErrorf("--restart and --errors-only exclude each other")
+			if err := o.check(); err != nil {
+				return err
 			}
 			if err := o.resolve(&img, pf); err != nil {
 				return err
@@ -164,7 +213,7 @@ and records the finding as repaired (see difctl repair).
 	f.BoolVar(&opts.Restart, "restart", false, "start a new pass instead of resuming a stopped one")
 	f.BoolVar(&opts.ErrorsOnly, "errors-only", false, "recheck only the blocks of open findings")
 	f.BoolVar(&opts.Uncached, "uncached", false, "read around the page cache")
-	f.IntVar(&opts.Rereads, "rereads", 1, "times a failing block is read again before it is reported (a pass then is transient)")
+	f.IntVar(&opts.Rereads, "rereads", defaultScrubRereads, "times a failing block is read again before it is reported (a pass then is transient)")
 	f.StringVar(&opts.Badblocks, "badblocks", "", "write the failing blocks to `FILE` as a badblocks(8) list (for e2fsck -l, with --badblocks-block-size)")
 	f.Var(&badBS, "badblocks-block-size", "unit of the badblocks list's block numbers, as badblocks -b: the filesystem's block size for e2fsck -l (default: the image's block size); ranges are rounded outward")
 	f.StringVar(&opts.Mapfile, "mapfile", "", "write the failing blocks to `FILE` as a GNU ddrescue mapfile")
@@ -173,6 +222,7 @@ and records the finding as repaired (see difctl repair).
 	addKeyFlags(cmd, &g.Key, "check the keyed tags too (without it a keyed volume's tuples are checked and the keyed check skipped)")
 	addProgressJSONFlag(cmd, g)
 	addMetricsFlag(cmd, &opts.metricsOptions)
+	addControlFlag(cmd, &opts.Control)
 	return cmd
 }
 
@@ -201,7 +251,7 @@ func runScrub(ctx context.Context, opts scrubOptions, stdout, stderr io.Writer) 
 	defer srcs.close()
 	tg, err := openScrubTarget(ctx, opts, url)
 	if err != nil {
-		return err
+		return onServer(ctx, err, opts.served, opts.controlRequest, stdout, stderr)
 	}
 	defer tg.close()
 	start, count, err := opts.Range.bounds(tg.src.Blocks())
@@ -224,7 +274,9 @@ func runScrub(ctx context.Context, opts scrubOptions, stdout, stderr io.Writer) 
 	fw := newFindings(out, tg.f)
 	fw.more = "--json, --badblocks or --mapfile list them all"
 	if !strings.HasPrefix(url, "mem:") {
-		fw.more += fmt.Sprintf(", and the findings log in %s keeps them (difctl inspect %s)", url, opts.Image)
+		keeps := fmt.Sprintf("the findings log in %s keeps them (difctl inspect %s)", url, opts.Image)
+		fw.more += ", and " + keeps
+		fw.log = opts.served.findingsLog(tg.f, keeps)
 	}
 	prog := &scrubProgress{stderr: stderr, g: opts.globalOptions, image: opts.Image, p: noProgress{}}
 	so := scrubEngineOptions(opts, state, start, start+count, prog, func(fd scrub.Finding) error {
@@ -317,13 +369,15 @@ func reportScrub(opts scrubOptions, url string, tg *scrubTarget, rep *scrub.Repo
 			return err
 		}
 	}
+	text := scrubText(rec, rep, earlier)
 	if out := fw.out; out.json {
 		if err := out.emit(rec); err != nil {
 			return err
 		}
 	} else if !opts.Quiet {
-		fmt.Fprintln(out.w, scrubText(rec, rep, earlier))
+		fmt.Fprintln(out.w, text)
 	}
+	opts.served.logLine(text)
 	switch {
 	case serr == nil && opts.ErrorsOnly && rep.StillOpen > 0:
 		serr = &integrityError{msg: fmt.Sprintf("%s: %d findings still failing", tg.name, rep.StillOpen)}
@@ -365,7 +419,7 @@ type scrubTarget struct {
 func openScrubTarget(ctx context.Context, opts scrubOptions, url string) (*scrubTarget, error) {
 	if !opts.SelfContained {
 		// The image is opened read-only unless the scrub repairs.
-		v, err := openVolumeMode(ctx, opts.Image, url, !opts.Repair, storeWrite, opts.Key) // cursor and findings
+		v, err := opts.served.openVolume(ctx, opts.Image, url, !opts.Repair, storeWrite, opts.Key) // cursor and findings
 		if err != nil {
 			return nil, err
 		}
@@ -442,7 +496,7 @@ func writeBadLists(opts scrubOptions, rec *scrubRecord, rep *scrub.Report, bad *
 		listBS = opts.BadblocksBS
 	}
 	if opts.Badblocks != "" {
-		if err := writeFileWith(opts.Badblocks, func(w io.Writer) error {
+		if err := opts.served.writeFileWith(opts.Badblocks, func(w io.Writer) error {
 			return scrub.WriteBadblocks(w, bad.Ranges(), bs, listBS)
 		}); err != nil {
 			return err
@@ -450,7 +504,7 @@ func writeBadLists(opts scrubOptions, rec *scrubRecord, rep *scrub.Report, bad *
 		rec.Badblocks, rec.BadblocksBlockSize = opts.Badblocks, listBS
 	}
 	if opts.Mapfile != "" {
-		if err := writeFileWith(opts.Mapfile, func(w io.Writer) error {
+		if err := opts.served.writeFileWith(opts.Mapfile, func(w io.Writer) error {
 			return scrub.WriteMapfile(w, bad.Ranges(), scrub.MapfileOptions{
 				BlockSize: bs, Blocks: src.Blocks(), Start: rep.Start, End: rep.End,
 				Comments: []string{"Command line: " + commandLine(opts.Args), "Start time: " + time.Now().Add(-rep.Elapsed).Format("2006-01-02 15:04:05")},

@@ -7,10 +7,12 @@ import (
 	"io"
 	"net"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"runtime/debug"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/difctl/difctl/blockdev"
@@ -48,6 +50,16 @@ type serveOptions struct {
 	// StoreCache and MemTable are the store engine's block cache and
 	// memtable size of each volume, in bytes.
 	StoreCache, MemTable int64
+	// Control is --control, the control socket of every image ("": the
+	// default, STORE.ctl beside each image's Pebble store); NoControl is
+	// --no-control (or --control ''): none.
+	Control   string
+	NoControl bool
+	// ControlLimits bound the control socket's clients (zero: the
+	// defaults); ControlUID, if not nil, is the user a client must be
+	// instead of the server's (tests).
+	ControlLimits controlLimits
+	ControlUID    *int
 	// Ready, if not nil, receives the listening address once clients can
 	// connect (tests).
 	Ready func(net.Addr)
@@ -137,7 +149,7 @@ A read covering a block that fails verification returns no unverified
 byte: clients that negotiate structured replies (qemu, libnbd) get the
 verified bytes before it and an I/O error at the first failing byte, the
 others an I/O error. The failure is recorded in the store as a finding, as
-a scrub records one (difctl inspect shows it once the server has stopped),
+a scrub records one (difctl inspect shows it, through the server while it runs),
 and reported on standard error: the first failure of a kind (export,
 operation, offset and length; clients retry a failed read several times),
 then "N more like it" for its repeats at most once a minute, and the
@@ -156,6 +168,19 @@ on standard error with the reason, at most 10 lines a minute.
 SIGINT or SIGTERM stops accepting connections, lets the requests in flight
 finish, syncs every volume and closes the stores (exit 32, plus 4 if reads
 or writes failed verification while serving).
+
+The server holds each image's store, so difctl verify, scrub and inspect
+of a served image cannot open it; they ask the server instead, on its
+control socket, to run them on the volume it serves, while it goes on
+serving: the same output and exit status as on their own, a scrub's
+findings in the store's findings log and, with the outcome of every
+check, in the server's log (standard error). The control socket is
+STORE.ctl beside each image's Pebble store (IMAGE.difdb.ctl by default),
+or --control PATH for every image (other stores have none without it);
+--no-control makes none. It is created with mode 0600, answers only the
+user the server runs as, and is removed at exit; a stale one left by a
+killed server is replaced. SIGUSR1 scrubs every served image in turn, as
+difctl scrub IMAGE would, with the report in the server's log.
 
 A keyed volume (protect --key-file) is served with its key (--key-file or
 --key-env): every read checks the blocks' keyed tags too, and writes,
@@ -180,6 +205,9 @@ before. --keyed-crc computes them on every read.
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if cmd.Flags().Changed("control") && o.Control == "" {
+				o.NoControl = true
+			}
 			o.globalOptions, o.Images, o.TupleCache = *g, args, int64(tc.n)
 			o.StoreCache, o.MemTable = int64(sc.n), int64(mt.n)
 			return runServe(cmd.Context(), o, cmd.OutOrStdout(), cmd.ErrOrStderr())
@@ -189,6 +217,8 @@ before. --keyed-crc computes them on every read.
 	f.StringArrayVar(&o.ExportNames, "export-name", nil, "the export `NAME` of an IMAGE: once per IMAGE, in order (default the file name, or the path when file names repeat)")
 	f.StringVar(&o.Socket, "socket", "", "listen on the unix socket `PATH`, mode 0600 (default IMAGE.sock of the first IMAGE)")
 	f.StringVar(&o.Listen, "listen", "", "listen on TCP `HOST:PORT` instead (needs TLS or --insecure)")
+	f.StringVar(&o.Control, "control", "", "the control socket `PATH` on which verify, scrub and inspect of the served images ask the server to run them, mode 0600 (default STORE.ctl beside each image's Pebble store; '' for none)")
+	f.BoolVar(&o.NoControl, "no-control", false, "make no control socket (verify, scrub and inspect of a served image then find its store busy)")
 	f.BoolVar(&o.Insecure, "insecure", false, "allow --listen without TLS")
 	f.BoolVar(&o.ReadOnly, "read-only", false, "refuse writes, trims and write-zeroes (EPERM)")
 	f.StringVar(&o.TLSCert, "tls-cert", "", "server certificate `FILE` (PEM); makes TLS mandatory")
@@ -217,6 +247,8 @@ func checkServe(o *serveOptions) error {
 		return usageErrorf("--store names the store of one IMAGE; each of several images keeps its own (IMAGE.difdb)")
 	case o.Listen != "" && o.Socket != "":
 		return usageErrorf("--socket and --listen exclude each other")
+	case o.NoControl && o.Control != "":
+		return usageErrorf("--control and --no-control exclude each other")
 	case (o.TLSCert == "") != (o.TLSKey == ""):
 		return usageErrorf("--tls-cert and --tls-key go together")
 	case o.ClientCA != "" && o.TLSCert == "":
@@ -319,7 +351,13 @@ func runServe(ctx context.Context, o serveOptions, _, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	// SIGUSR1 scrubs the volumes, once they are open; until then it waits
+	// here rather than kill the process.
+	usr1 := make(chan os.Signal, 1)
+	signal.Notify(usr1, syscall.SIGUSR1)
+	defer signal.Stop(usr1)
 	var exports []nbd.Export
+	var svols []*servedVolume
 	for i, im := range o.Images {
 		mode := storeWrite
 		if o.ReadOnly {
@@ -347,7 +385,34 @@ func runServe(ctx context.Context, o serveOptions, _, stderr io.Writer) error {
 		}
 		exports = append(exports, nbd.Export{Name: names[i], Volume: v.vol, ReadOnly: ro, TupleCacheBytes: int(o.TupleCache),
 			Description: fmt.Sprintf("difctl protected image %s (%s)", im, v.format())})
+		abs, err := filepath.Abs(im)
+		if err != nil {
+			return err
+		}
+		svols = append(svols, &servedVolume{v: v, image: im, storeFlag: o.Store, abs: abs, url: v.url, absURL: absStoreURL(v.url),
+			export: names[i], readOnly: mode == storeRead})
 	}
+	uid := os.Geteuid()
+	if o.ControlUID != nil {
+		uid = *o.ControlUID
+	}
+	ctl := newControlServer(svols, key, stderr, o.Quiet, o.ControlLimits, uid)
+	defer ctl.close() // before the volumes close: its checks use them
+	if err := ctl.start(&o); err != nil {
+		return err
+	}
+	usr1Done := make(chan struct{})
+	defer close(usr1Done)
+	go func() {
+		for {
+			select {
+			case <-usr1:
+				ctl.scrubAll("SIGUSR1")
+			case <-usr1Done:
+				return
+			}
+		}
+	}()
 	if _, set := os.LookupEnv("GOGC"); !set {
 		defer debug.SetGCPercent(debug.SetGCPercent(serveGCPercent))
 	}
@@ -389,8 +454,10 @@ func runServe(ctx context.Context, o serveOptions, _, stderr io.Writer) error {
 		o.Ready(l.Addr())
 	}
 	serr := srv.Serve(ctx, l)
-	// Whatever ended the serving, what clients wrote is made durable and
-	// the stores are closed.
+	// Whatever ended the serving, the checks of the control socket are
+	// stopped, what clients wrote is made durable and the stores are
+	// closed.
+	ctl.close()
 	var errs []error
 	if serr != nil {
 		errs = append(errs, serr)

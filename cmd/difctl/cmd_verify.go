@@ -18,13 +18,32 @@ type verifyOptions struct {
 	Range     rangeFlag
 	Store     string   // store URL; "" for the default, IMAGE.difdb
 	From      []string // repair sources: say which failing blocks they could repair
+	Control   string   // --control: a server's control socket; "" for the store's default
+	// served, if not nil, is the volume of difctl serve, which runs the
+	// check for a client of its control socket (control.go).
+	served *served
+}
+
+// controlRequest is the request of a verify run by the server holding
+// the store (onServer).
+func (o verifyOptions) controlRequest() (*controlRequest, error) {
+	r, err := newControlRequest("verify", o.Image, o.Store, o.Control, o.globalOptions)
+	if err != nil {
+		return nil, err
+	}
+	r.Range = o.Range.String()
+	if r.From, err = absPaths(o.From); err != nil {
+		return nil, err
+	}
+	return r, nil
 }
 
 func newVerifyCmd(g *globalOptions) *cobra.Command {
 	var (
-		img  imageFlags
-		pf   = newPIFlags()
-		from []string
+		img     imageFlags
+		pf      = newPIFlags()
+		from    []string
+		control string
 	)
 	cmd := &cobra.Command{
 		Use:   "verify IMAGE [--interleaved FORMAT | --dix METAFILE --format FORMAT] [flags]",
@@ -50,6 +69,8 @@ session left open, whose recovery writes it. The store must describe IMAGE
 damaged one, named in the message. Human output lists the first 100
 failed checks and counts the rest; --json lists every one.
 
+` + servedHelp("verify") + `
+
 The expected tags come from the flags: --ref-tag is the ref tag of block 0
 (Types 1 and 2: block N carries REF+N), --app-tag is checked under
 --app-mask, and --no-guard, --no-app, --no-ref, --no-storage switch checks
@@ -64,7 +85,7 @@ of about 1 MiB; memory does not grow with its size.
   difctl --json verify --interleaved 512+8:type2 --ref-tag 0x1000 disk.dump`,
 		Args: exactArgs(1, "IMAGE"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			opts := verifyOptions{globalOptions: *g, Image: args[0], Range: pf.rng, Store: img.store, From: from}
+			opts := verifyOptions{globalOptions: *g, Image: args[0], Range: pf.rng, Store: img.store, From: from, Control: control}
 			if err := opts.resolve(&img, pf); err != nil {
 				return err
 			}
@@ -79,6 +100,7 @@ of about 1 MiB; memory does not grow with its size.
 	cmd.Flags().StringArrayVar(&from, "from", nil, "a repair source (an image file or block device holding a copy of IMAGE), repeatable: report which failing blocks it holds a verified copy of (verify changes nothing; repair with scrub --repair or repair)")
 	addKeyFlags(cmd, &g.Key, "check the keyed tags too (without it a keyed volume's tuples are checked and the keyed check skipped)")
 	addProgressJSONFlag(cmd, g)
+	addControlFlag(cmd, &control)
 	return cmd
 }
 
@@ -121,9 +143,9 @@ func runVerifyStore(ctx context.Context, opts verifyOptions, stdout, stderr io.W
 		return err
 	}
 	defer srcs.close()
-	v, err := openVolume(ctx, opts.Image, url, true, opts.Key)
+	v, err := opts.served.openVolume(ctx, opts.Image, url, true, storeRead, opts.Key)
 	if err != nil {
-		return err
+		return onServer(ctx, err, opts.served, opts.controlRequest, stdout, stderr)
 	}
 	defer v.Close()
 	start, count, err := opts.Range.bounds(v.vol.Blocks())
@@ -132,6 +154,7 @@ func runVerifyStore(ctx context.Context, opts verifyOptions, stdout, stderr io.W
 	}
 	out := newOutput(stdout, opts.JSON)
 	fw := newFindings(out, v.format())
+	fw.log = opts.served.findingsLog(v.format(), "the client's --json lists them all")
 	bs := int64(v.vol.BlockSize())
 	prog := newCmdProgress(stderr, opts.globalOptions, count*bs, "verify", opts.Image)
 	t0 := time.Now()

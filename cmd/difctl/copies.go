@@ -98,3 +98,17 @@ type repairCopy struct {
 }
 
 func (c repairCopy) String() string { return c.name }
+
+// absPaths returns the absolute paths of paths (the repair sources of a
+// check a server runs, from its own directory).
+func absPaths(paths []string) ([]string, error) {
+	var out []string
+	for _, p := range paths {
+		abs, err := filepath.Abs(p)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, abs)
+	}
+	return out, nil
+}

@@ -41,7 +41,10 @@
 //   - exit.go: exit codes and the errors that carry them; signal.go:
 //     SIGINT and SIGTERM; metrics.go: --metrics-listen; net.go: serve's
 //     listeners, TLS and handshake log; algs.go, sysinfo.go: the kernels
-//     as crc and bench use them, and the machine they run on.
+//     as crc and bench use them, and the machine they run on;
+//   - control.go, control_server.go, control_client.go, control_peer_*.go:
+//     serve's control socket, on which verify, scrub and inspect of a
+//     served image ask the server to run them on the volume it serves.
 package main
 
 import (
@@ -90,9 +93,11 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		fmt.Fprintf(stderr, "difctl: %s\n", line)
 		if g.JSON {
 			rec := &errorRecord{Error: line, ExitCode: code}
-			var sd *storeDamageError
+			// The damaged store file: a *storeDamageError's, or the one a
+			// server named for a check it ran (control_client.go).
+			var sd interface{ file() string }
 			if errors.As(err, &sd) {
-				rec.File = sd.file() // the damaged store file
+				rec.File = sd.file()
 			}
 			_ = newOutput(stdout, true).emit(rec)
 		}

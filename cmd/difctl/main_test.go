@@ -4,12 +4,14 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/difctl/difctl/fixtures"
 
@@ -40,7 +42,12 @@ func TestMain(m *testing.M) {
 //	corruptdir DIR PREFIX
 //
 // which flip a bit of FILE and overwrite the files PREFIX* of DIR with
-// garbage, and the condition [root] (running as root, when permissions
+// garbage,
+//
+//	waitsock PATH
+//
+// which waits until a unix socket at PATH takes connections (a server
+// started in the background is ready), and the condition [root] (running as root, when permissions
 // do not stop writes). Every script
 // starts with $WORK/check.bin holding "123456789" with no newline (which a
 // txtar file cannot hold), the input of the CRC catalogue's check values,
@@ -73,6 +80,7 @@ func TestScript(t *testing.T) {
 			"corruptdir": cmdCorruptDir,
 			"storefile":  cmdStoreFile,
 			"attack":     cmdAttack, // keys_attack_test.go
+			"waitsock":   cmdWaitSock,
 		},
 	})
 }
@@ -168,6 +176,24 @@ func cmdStoreFile(ts *testscript.TestScript, neg bool, args []string) {
 		ts.Check(err)
 		b[len(b)/2] ^= 0x10
 		ts.Check(os.WriteFile(big, b, 0o600))
+	}
+}
+
+// cmdWaitSock is "waitsock PATH": it waits, 30 seconds at most, until a
+// unix socket at PATH takes connections.
+func cmdWaitSock(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 1 {
+		ts.Fatalf("usage: waitsock PATH")
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		c, err := net.Dial("unix", ts.MkAbs(args[0]))
+		if err == nil {
+			c.Close()
+			return
+		}
+		if time.Now().After(deadline) {
+			ts.Fatalf("waitsock: %v", err)
+		}
 	}
 }
 

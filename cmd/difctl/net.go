@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -111,30 +112,106 @@ func tlsConfig(o *serveOptions) (*tls.Config, error) {
 }
 
 // listenUnix listens on a unix socket created with mode 0600. A stale
-// socket (nobody accepting) is replaced; anything else at path is kept
-// and refused.
+// socket (connections refused: its server is gone) is replaced; anything
+// else at path, a symbolic link included, is kept and refused. A path
+// longer than a socket address holds is bound through its folder
+// (unixName).
 func listenUnix(path string) (net.Listener, error) {
 	if fi, err := os.Lstat(path); err == nil {
-		if fi.Mode()&os.ModeSocket == 0 {
+		switch {
+		case fi.Mode()&os.ModeSymlink != 0:
+			return nil, fmt.Errorf("%s is a symbolic link (difctl does not follow it)", path)
+		case fi.Mode()&os.ModeSocket == 0:
 			return nil, fmt.Errorf("%s exists and is not a socket", path)
 		}
-		if c, err := net.Dial("unix", path); err == nil {
+		c, err := dialUnix(path, time.Second)
+		switch {
+		case err == nil:
 			c.Close()
 			return nil, fmt.Errorf("%s: another server is listening there", path)
+		case !errors.Is(err, syscall.ECONNREFUSED):
+			return nil, fmt.Errorf("%s: cannot tell whether a server listens there: %w", path, unwrapPath(err))
 		}
-		os.Remove(path)
+		if err := os.Remove(path); err != nil {
+			return nil, err
+		}
 	}
-	old := syscall.Umask(0o177)
-	l, err := net.Listen("unix", path)
-	syscall.Umask(old)
+	name, done, err := unixName(path)
 	if err != nil {
 		return nil, err
 	}
-	if err := os.Chmod(path, 0o600); err != nil {
+	old := syscall.Umask(0o177)
+	l, err := net.Listen("unix", name)
+	syscall.Umask(old)
+	done()
+	if err != nil {
+		return nil, err
+	}
+	if name != path {
+		// The name is good only while done's descriptor was open: remove
+		// the socket by its path.
+		l.(*net.UnixListener).SetUnlinkOnClose(false)
+		l = &aliasListener{Listener: l, path: path}
+	}
+	// The umask made it 0600; a mode that is not is refused, and the path
+	// is not followed to find out.
+	if fi, err := os.Lstat(path); err != nil || fi.Mode()&os.ModeSocket == 0 || fi.Mode().Perm() != 0o600 {
 		l.Close()
+		if err == nil {
+			err = fmt.Errorf("%s is not the socket just made, mode 0600 (mode %v)", path, fi.Mode())
+		}
 		return nil, err
 	}
 	return l, nil
+}
+
+// dialUnix connects to the unix socket at path, of any length (unixName).
+func dialUnix(path string, timeout time.Duration) (net.Conn, error) {
+	name, done, err := unixName(path)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	return net.DialTimeout("unix", name, timeout)
+}
+
+// maxUnixPath is the longest path a unix socket address holds everywhere
+// (108 bytes with the NUL on Linux, 104 on the BSDs).
+const maxUnixPath = 103
+
+// unixName returns a name to bind or dial the unix socket at path with:
+// path itself, or, when it is too long for a socket address, on Linux,
+// /proc/self/fd/N/NAME through a descriptor of its folder, which done
+// closes.
+func unixName(path string) (name string, done func(), err error) {
+	if len(path) <= maxUnixPath || runtime.GOOS != "linux" {
+		return path, func() {}, nil
+	}
+	dir, err := os.Open(filepath.Dir(path))
+	if err != nil {
+		return "", nil, err
+	}
+	name = fmt.Sprintf("/proc/self/fd/%d/%s", dir.Fd(), filepath.Base(path))
+	if len(name) > maxUnixPath {
+		dir.Close()
+		return path, func() {}, nil // too long either way: as the system says
+	}
+	return name, func() { dir.Close() }, nil
+}
+
+// aliasListener is a unix socket listener bound under another name than
+// its path (unixName): it reports the path, and removes it when closed.
+type aliasListener struct {
+	net.Listener
+	path string
+}
+
+func (l *aliasListener) Addr() net.Addr { return &net.UnixAddr{Name: l.path, Net: "unix"} }
+
+func (l *aliasListener) Close() error {
+	err := l.Listener.Close()
+	os.Remove(l.path)
+	return err
 }
 
 // exportURI is the NBD URI of an export (the syntax of the NBD URI

@@ -122,6 +122,9 @@ type findings struct {
 	// The failed checks a repair source has a verified copy for, and
 	// those none has.
 	repairable, unrepairable int64
+	// log, if not nil, gets every finding and the summary too, as text:
+	// serve's log, for a check its control socket runs (served.findingsLog).
+	log *findings
 }
 
 func newFindings(out *output, f dif.Format) *findings {
@@ -163,6 +166,9 @@ func (fw *findings) values(p blockdev.Problem) (expected, actual string) {
 }
 
 func (fw *findings) report(p blockdev.Problem) {
+	if fw.log != nil {
+		fw.log.report(p)
+	}
 	if !p.Passes() {
 		fw.byKind[string(p.Kind)]++
 	}
@@ -223,6 +229,10 @@ func (fw *findings) report(p blockdev.Problem) {
 // summary writes the summary of a check and returns the error that ends
 // the command: nil when clean, an integrityError when blocks failed.
 func (fw *findings) summary(rec *summaryRecord, st blockdev.RunStats, elapsed time.Duration) error {
+	if fw.log != nil {
+		fw.log.byKind = fw.byKind
+		_ = fw.log.summary(rec, st, elapsed) // the verdict is fw's
+	}
 	if fw.err != nil {
 		return fmt.Errorf("write output: %w", fw.err)
 	}
@@ -333,6 +343,9 @@ func keyedText(p blockdev.Problem) string {
 // findings an errors-only scrub closed as resolved.
 func (fw *findings) reportFinding(fd scrub.Finding) {
 	if fd.State == scrub.FindingRecheckedOK && !fd.Transient {
+		if fw.log != nil {
+			fw.log.reportFinding(fd)
+		}
 		if fw.err != nil {
 			return
 		}

@@ -126,8 +126,13 @@ func (p *jsonProgress) emitLocked(now time.Time, final bool) {
 	_ = p.enc.Encode(r) // progress is best effort: stderr may be gone
 }
 
-// isTerminal reports whether w is a terminal.
+// isTerminal reports whether w is a terminal: a file that is one, or a
+// writer that says so (the standard error of a client of serve's control
+// socket, which forwards it; control.go).
 func isTerminal(w io.Writer) bool {
+	if t, ok := w.(interface{ terminal() bool }); ok {
+		return t.terminal()
+	}
 	f, ok := w.(*os.File)
 	return ok && term.IsTerminal(int(f.Fd()))
 }

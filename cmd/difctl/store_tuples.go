@@ -17,6 +17,9 @@ type storeTuples struct {
 	t   *store.Tuples
 	m   store.Manifest
 	f   dif.Format // the manifest's format
+	// borrowed: the store of a volume difctl serve serves, lent to an
+	// inspect its control socket runs (control.go); Close leaves it open.
+	borrowed bool
 }
 
 // openStoreTuples opens the store of image at url in mode, checks that it
@@ -40,12 +43,7 @@ func openStoreTuples(image, url string, mode storeMode, open func(store.KV) (*st
 		if err != nil {
 			return nil, volumeError(image, url, err)
 		}
-		m := t.Manifest()
-		f, err := dif.Parse(m.Format)
-		if err != nil {
-			return nil, fmt.Errorf("store %s is corrupt: manifest format %q: %w", url, m.Format, err)
-		}
-		return &storeTuples{url: url, kv: kv, t: t, m: m, f: f}, nil
+		return newStoreTuples(url, kv, t)
 	}()
 	if err != nil {
 		kv.Close()
@@ -54,5 +52,21 @@ func openStoreTuples(image, url string, mode storeMode, open func(store.KV) (*st
 	return st, nil
 }
 
-// Close closes the store.
-func (s *storeTuples) Close() error { return s.kv.Close() }
+// newStoreTuples is the storeTuples of the volume t of the store kv at
+// url: its manifest, and the manifest's format parsed.
+func newStoreTuples(url string, kv store.KV, t *store.Tuples) (*storeTuples, error) {
+	m := t.Manifest()
+	f, err := dif.Parse(m.Format)
+	if err != nil {
+		return nil, fmt.Errorf("store %s is corrupt: manifest format %q: %w", url, m.Format, err)
+	}
+	return &storeTuples{url: url, kv: kv, t: t, m: m, f: f}, nil
+}
+
+// Close closes the store, unless borrowed.
+func (s *storeTuples) Close() error {
+	if s.borrowed {
+		return nil
+	}
+	return s.kv.Close()
+}

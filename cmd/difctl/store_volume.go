@@ -23,6 +23,9 @@ type volume struct {
 	kv         store.KV
 	vol        *blockdev.Volume
 	release    func() // releases the volume's witness (keyFlags.openWitness); nil: none
+	// borrowed: the volume of difctl serve, lent to a check its control
+	// socket runs (control.go); Close leaves it open.
+	borrowed bool
 }
 
 // openVolume opens the protected image and its store, read-only when
@@ -160,8 +163,12 @@ func asOpenError(err error) error {
 	return err
 }
 
-// Close closes the volume, the store, the device and the witness.
+// Close closes the volume, the store, the device and the witness, unless
+// borrowed.
 func (v *volume) Close() error {
+	if v.borrowed {
+		return nil
+	}
 	var errs []error
 	if v.vol != nil {
 		errs = append(errs, v.vol.Close())
