@@ -94,7 +94,13 @@ every command that opens IMAGE opens them.
 	remove := &cobra.Command{
 		Use:   "remove IMAGE LEG",
 		Short: "Remove a mirror leg of a protected image (its data is left as it is)",
-		Args:  exactArgs(2, "IMAGE LEG"),
+		Long: `Remove mirror leg LEG (its number, as mirror list shows it, or its path)
+of the protected IMAGE: it is written no more, and its data is left as it
+is. The image itself must be in sync (resync first).
+
+` + exitCodesHelp(exitOK, exitOperational, exitUsage, exitCancelled),
+		Example: `  difctl mirror remove disk.img 2`,
+		Args:    exactArgs(2, "IMAGE LEG"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runMirrorRemove(cmd.Context(), mirrorOptions{globalOptions: *g, Image: args[0], Store: store, Legs: args[1:]}, cmd.OutOrStdout())
 		},
@@ -102,7 +108,13 @@ every command that opens IMAGE opens them.
 	list := &cobra.Command{
 		Use:   "list IMAGE",
 		Short: "List the copies of a protected image and their states",
-		Args:  exactArgs(1, "IMAGE"),
+		Long: `List the copies of the protected IMAGE: leg 0, the image itself, and its
+mirror legs, each online or offline (and why), in sync or stale (how many
+blocks, since when). The store is only read.
+
+` + exitCodesHelp(exitOK, exitOperational, exitUsage, exitCancelled),
+		Example: `  difctl --json mirror list disk.img`,
+		Args:    exactArgs(1, "IMAGE"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runMirrorList(cmd.Context(), mirrorOptions{globalOptions: *g, Image: args[0], Store: store}, cmd.OutOrStdout())
 		},

@@ -1,24 +1,25 @@
 package main
 
 import (
-	"github.com/difctl/difctl/blockdev/scrub"
 	"github.com/spf13/cobra"
 )
 
 func newRepairCmd(g *globalOptions) *cobra.Command {
 	var (
-		img  imageFlags
-		pf   = newPIFlags()
-		opts scrubOptions
-		rate rateFlag
+		img     imageFlags
+		pf      = newPIFlags()
+		opts    scrubOptions
+		rate    rateFlag
+		control string
 	)
 	cmd := &cobra.Command{
-		Use:   "repair --from SOURCE [--from SOURCE]... IMAGE [flags]",
+		Use:   "repair [--from SOURCE]... IMAGE [flags]",
 		Short: "Repair every failing block of a protected image from a copy that verifies against its tuples",
-		Long: `Repair IMAGE from SOURCE, a copy of it taken at any time (a backup, a
-snapshot, a replica): an image file or a block device, with no tuples of
-its own. Every block of IMAGE is read and verified, as scrub does; a block
-that fails is taken from the first SOURCE whose copy of it verifies against
+		Long: `Repair IMAGE from its mirror legs (difctl mirror) and from each SOURCE,
+a copy of it taken at any time (a backup, a snapshot, a replica): an
+image file or a block device, with no tuples of its own. Every block of
+IMAGE (and of each leg) is read and verified, as scrub does; a block
+that fails is taken from the first leg or SOURCE whose copy of it verifies against
 the block's stored tuple (guard, app and ref tags, sector checksum and, for
 a keyed volume with its key, the keyed tag), written over the bad block,
 synced, read back and verified, and its finding recorded as repaired, with
@@ -42,12 +43,9 @@ matches the CRCs but not the keyed tag could not be told apart.
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o := opts
 			o.globalOptions, o.Image, o.Range, o.Rate, o.Store = *g, args[0], pf.rng, rate.n, img.store
-			o.Repair, o.Restart = true, true
-			if o.Workers < 0 || o.Workers > scrub.MaxWorkers {
-				return usageErrorf("--workers must be 0 (the number of CPUs) to %d, not %d", scrub.MaxWorkers, o.Workers)
-			}
-			if o.Rereads < 0 {
-				return usageErrorf("--rereads must not be negative, not %d", o.Rereads)
+			o.Repair, o.Restart, o.Control = true, true, control
+			if err := o.check(); err != nil {
+				return err
 			}
 			if err := o.resolve(&img, pf); err != nil {
 				return err
@@ -65,8 +63,9 @@ matches the CRCs but not the keyed tag could not be told apart.
 	f.IntVar(&opts.Workers, "workers", 0, "runs checked in parallel (default: the number of CPUs)")
 	f.Var(&rate, "rate", "limit the read rate, e.g. 100MiB/s (default unlimited)")
 	f.BoolVar(&opts.Uncached, "uncached", false, "read around the page cache")
-	f.IntVar(&opts.Rereads, "rereads", 1, "times a failing block is read again before it is repaired (a pass then is transient)")
+	f.IntVar(&opts.Rereads, "rereads", defaultScrubRereads, "times a failing block is read again before it is repaired (a pass then is transient)")
 	addKeyFlags(cmd, &g.Key, "the key of a keyed volume (required to repair one)")
 	addProgressJSONFlag(cmd, g)
+	addControlFlag(cmd, &control)
 	return cmd
 }
