@@ -52,6 +52,9 @@ type Overview struct {
 	// most MaxListedRepairs (Findings[store.FindingRepaired] counts them
 	// all).
 	Repairs []store.Finding
+	// Mirrors are the states of the volume's copies as the store records
+	// them (no legs: zero).
+	Mirrors store.Mirrors
 	// Scrub is the cursor of the scrub asked for, nil if it never saved
 	// one (or its cursor does not read).
 	Scrub *store.ScrubCursor
@@ -87,6 +90,9 @@ func Inspect(ctx context.Context, t *store.Tuples, scrub string) (*Overview, err
 		if fd.State == store.FindingRepaired {
 			o.Repairs = latestRepairs(o.Repairs, fd)
 		}
+	}
+	if o.Mirrors, err = t.Mirrors(); err != nil {
+		return nil, &InspectError{Op: "mirrors", Err: err}
 	}
 	if c, err := t.ScrubCursor(scrub); err == nil {
 		o.Scrub = &c

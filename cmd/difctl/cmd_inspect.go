@@ -329,6 +329,7 @@ type manifestRecord struct {
 	Findings   map[string]int64 `json:"findings"`             // findings by state: open, rechecked-ok, closed, repaired, unrepairable
 	OpenByKind map[string]int64 `json:"open_by_kind"`         // open findings by kind
 	Repairs    []repairRecord   `json:"repairs,omitempty"`    // the latest repairs, most recent first (at most 100)
+	Legs       []inspectLeg     `json:"legs,omitempty"`       // mirrored: the copies' states as the store records them, leg 0 first
 	ScrubNext  *int64           `json:"scrub_next,omitempty"` // the scrub cursor, if a scrub ran
 	ScrubPass  *uint64          `json:"scrub_pass,omitempty"` // completed scrub passes
 	ScrubAt    string           `json:"scrub_updated,omitempty"`
@@ -338,6 +339,15 @@ type manifestRecord struct {
 }
 
 func (*manifestRecord) recordType() string { return "manifest" }
+
+// inspectLeg is a copy of a mirrored image as the store records it.
+type inspectLeg struct {
+	Leg         int    `json:"leg"`            // 0: the image
+	Name        string `json:"name,omitempty"` // a mirror leg's path
+	StaleBlocks int64  `json:"stale_blocks"`   // blocks it may hold stale (resync)
+	StaleAll    bool   `json:"stale_all,omitempty"`
+	StaleSince  string `json:"stale_since,omitempty"`
+}
 
 // repairRecord is a repaired finding, in inspect's manifest record.
 type repairRecord struct {
@@ -435,6 +445,18 @@ func manifestRecordOf(image string, st *storeTuples, ov *blockdev.Overview, with
 	for k, n := range ov.OpenByKind {
 		rec.OpenByKind[string(k)] = n
 	}
+	if ms := ov.Mirrors; len(ms.Legs) > 0 {
+		for i, l := range append([]store.Leg{ms.Primary}, ms.Legs...) {
+			il := inspectLeg{Leg: i, StaleBlocks: l.StaleBlocks(ov.Blocks), StaleAll: l.All}
+			if i > 0 {
+				il.Name = l.Name
+			}
+			if !l.StaleSince.IsZero() {
+				il.StaleSince = l.StaleSince.UTC().Format(time.RFC3339)
+			}
+			rec.Legs = append(rec.Legs, il)
+		}
+	}
 	for _, f := range ov.Repairs {
 		rec.Repairs = append(rec.Repairs, repairRecord{LBA: f.LBA, Kind: f.Field, Source: f.Source, Leg: f.Leg,
 			Repaired: f.Repaired.UTC().Format(time.RFC3339Nano)})
@@ -483,6 +505,20 @@ func manifestText(w io.Writer, rec *manifestRecord, f dif.Format) error {
 		repairs = fmt.Sprintf(", %d unrepairable, %d repaired", n, m)
 	}
 	fmt.Fprintf(tw, "findings:\t%s%s, %d rechecked-ok, %d closed\n", open, repairs, rec.Findings["rechecked-ok"], rec.Findings["closed"])
+	for _, l := range rec.Legs {
+		name := l.Name
+		if l.Leg == 0 {
+			name = rec.Image + " (the image)"
+		}
+		state := "in sync"
+		switch {
+		case l.StaleAll:
+			state = "stale: every block (resync)"
+		case l.StaleBlocks > 0:
+			state = fmt.Sprintf("stale: %d blocks since %s (resync)", l.StaleBlocks, l.StaleSince)
+		}
+		fmt.Fprintf(tw, "leg %d:\t%s: %s\n", l.Leg, name, state)
+	}
 	for i, r := range rec.Repairs {
 		if i == maxTextRepairs {
 			fmt.Fprintf(tw, "\t... (--json lists the latest %d)\n", len(rec.Repairs))

@@ -66,6 +66,7 @@ func newProtectCmd(g *globalOptions) *cobra.Command {
 		ckpt    = sizeFlag{n: 64 << 20}
 		reprot  bool
 		dropKey bool
+		mirrors []string
 	)
 	cmd := &cobra.Command{
 		Use:   "protect IMAGE [flags]",
@@ -96,6 +97,12 @@ records in the store and checksums the data as it is now; use it only on
 data known to be good. A store that does not open (damaged files) is
 never deleted: move it away by hand.
 
+--mirror LEG (repeatable, up to 3) then adds LEG as a mirror leg and
+copies the image to it, as difctl mirror add does: an image file (made
+with IMAGE's size if there is none) or a block device. Every write then
+reaches each leg, and a failing block is repaired from any leg whose copy
+verifies.
+
 A block device needs --store: the default IMAGE.difdb would sit beside the
 device node, on /dev (devtmpfs), and be lost at the next reboot. Keep it on
 a persistent file system, e.g. --store pebble:/var/lib/difctl/sdb.
@@ -113,10 +120,13 @@ the same image; another image's store is refused.
   difctl protect --rate 200MiB/s disk.img`,
 		Args: exactArgs(1, "IMAGE"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runProtect(cmd.Context(), protectOptions{
+			if err := runProtect(cmd.Context(), protectOptions{
 				globalOptions: *g, Image: args[0], Store: store, FormatText: format.text, PI: pf, Rate: rate.n, Checkpoint: int64(ckpt.n),
 				Reprotect: reprot, DropKey: dropKey,
-			}, cmd.OutOrStdout(), cmd.ErrOrStderr())
+			}, cmd.OutOrStdout(), cmd.ErrOrStderr()); err != nil || len(mirrors) == 0 {
+				return err
+			}
+			return runMirrorAdd(cmd.Context(), mirrorOptions{globalOptions: *g, Image: args[0], Store: store, Legs: mirrors}, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
 	f := cmd.Flags()
@@ -128,6 +138,7 @@ the same image; another image's store is refused.
 	addKeyFlags(cmd, &g.Key, "protect as a keyed volume, tamper-evident under the key (see docs/keyed.md)")
 	addProgressJSONFlag(cmd, g)
 	f.BoolVar(&reprot, "reprotect", false, "delete the image's records in the store (tuples, findings, cursors) and protect the data as it is now, keeping its format, tags and key unless flags change them; only for data known to be good")
+	f.StringArrayVar(&mirrors, "mirror", nil, "add `LEG` (an image file, made if missing, or a block device) as a mirror leg and copy the image to it; repeatable, up to 3")
 	f.BoolVar(&dropKey, "drop-key", false, "with --reprotect and the volume's key: protect a keyed volume again without a key")
 	return cmd
 }

@@ -33,6 +33,7 @@ type serveOptions struct {
 	Listen      string // HOST:PORT instead of a socket
 	Insecure    bool   // TCP without TLS
 	ReadOnly    bool
+	NoRepair    bool // --no-repair: reads fail rather than repair from the legs
 	TLSCert     string
 	TLSKey      string
 	ClientCA    string // verify client certificates against these CAs
@@ -221,6 +222,7 @@ before. --keyed-crc computes them on every read.
 	f.BoolVar(&o.NoControl, "no-control", false, "make no control socket (verify, scrub and inspect of a served image then find its store busy)")
 	f.BoolVar(&o.Insecure, "insecure", false, "allow --listen without TLS")
 	f.BoolVar(&o.ReadOnly, "read-only", false, "refuse writes, trims and write-zeroes (EPERM)")
+	f.BoolVar(&o.NoRepair, "no-repair", false, "never repair a failing block of a mirrored image from its legs: the read fails (EIO), as without legs")
 	f.StringVar(&o.TLSCert, "tls-cert", "", "server certificate `FILE` (PEM); makes TLS mandatory")
 	f.StringVar(&o.TLSKey, "tls-key", "", "server private key `FILE` (PEM)")
 	f.StringVar(&o.ClientCA, "tls-client-ca", "", "require client certificates signed by the CAs in `FILE` (PEM)")
@@ -368,7 +370,7 @@ func runServe(ctx context.Context, o serveOptions, _, stderr io.Writer) error {
 		if err != nil {
 			return err
 		}
-		vo.Key, vo.KeyedCRC, vo.Witness = key, o.KeyedCRC, w
+		vo.Key, vo.KeyedCRC, vo.Witness, vo.NoRepair = key, o.KeyedCRC, w, o.NoRepair
 		v, err := openVolumeWith(ctx, im, storeURL(im, o.Store), mode, vo, m.storeOptions(names[i], serveStoreOptions(&o)))
 		if err != nil {
 			release()
