@@ -285,3 +285,6 @@ func TestMirrorRemove(t *testing.T) {
 	m.reopen(Options{})
 	m.check()
 }
+
+// faultdevFailWrites is a fault that fails every write.
+func faultdevFailWrites() faultdev.Fault { return faultdev.Fault{Kind: faultdev.FailWrite} }

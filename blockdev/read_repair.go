@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -273,12 +274,15 @@ func (v *Volume) repairBlock(i int, lba int64, dst []byte, sc *scratch, probs []
 	if err := sc.req.ctx.Err(); err != nil {
 		return err
 	}
-	// The legs' copies, read around the cache: the bad ones are those to
-	// write, the first good one the copy.
+	// The legs' copies, read around the cache by a read (a check reads
+	// through it: the copy it takes is verified all the same, and a check
+	// has many blocks to repair): the bad ones are those to write, the
+	// first good one the copy.
 	var good []byte
 	source, bad := "", make([]repairLeg, 0, 1)
+	uncached := sc.rbatch == nil && sc.req.repair != repairProbe
 	for _, l := range v.repairLegs() {
-		if readDevice(l.dev, rs.cand, off, true) == nil && v.verifies(rs.cand, i, lba, sc) {
+		if readDevice(l.dev, rs.cand, off, uncached) == nil && v.verifies(rs.cand, i, lba, sc) {
 			if good == nil {
 				good, source = rs.good, l.name
 				copy(good, rs.cand)
@@ -334,6 +338,9 @@ func (v *Volume) repairBlock(i int, lba int64, dst []byte, sc *scratch, probs []
 		v.serve(dst, good, probs, source, bad[0].leg, nil, st)
 		return nil
 	}
+	if sc.rbatch != nil {
+		return v.repairBatched(lba, dst, good, source, bad, probs, st, sc.rbatch)
+	}
 	// Write: the intent (the findings, open, synced), the copy over each
 	// bad leg, synced and read back, then the findings repaired.
 	if err := v.recordRepairs(probs, store.FindingOpen, true); err != nil {
@@ -353,6 +360,76 @@ func (v *Volume) repairBlock(i int, lba int64, dst []byte, sc *scratch, probs []
 	st.Repaired++
 	v.st.repaired.Add(1)
 	return v.recordRepairs(probs, store.FindingRepaired, true)
+}
+
+// repairBatch is what the repairs of a check (CheckRun, Repair) leave to
+// do at its end (flushRepairs): the legs written, to sync once, and the
+// problems repaired, to record once they are. A check repairs many blocks;
+// a sync of the store and of each leg per block would cost it more than
+// its reads.
+type repairBatch struct {
+	legs []repairLeg
+	done []Problem
+}
+
+// repairBatched is repairBlock's write for a check: the copy written over
+// each bad leg, the leg and the problems left for flushRepairs to sync and
+// record. A leg whose write fails goes offline; the block stays failing,
+// repairable.
+//
+// A check records its repairs once they are synced, at its end, with no
+// intent before the writes (one synced store commit per block would cost a
+// check more than its reads). So a crash during a check that repairs may
+// leave blocks repaired on the medium (with the very data their tuples
+// describe) whose repair the findings log does not show; nothing else.
+func (v *Volume) repairBatched(lba int64, dst, good []byte, source string, bad []repairLeg, probs []Problem, st *RunStats, b *repairBatch) error {
+	off := lba * int64(v.bs)
+	for _, l := range bad {
+		if _, err := l.dev.WriteAt(good, off); err != nil {
+			v.legFailed(l, lba, err)
+			mark(probs, RepairAvailable, source, l.leg, &RepairError{LBA: lba, Leg: l.leg, Source: source, Err: err})
+			return nil
+		}
+		if !slices.ContainsFunc(b.legs, func(x repairLeg) bool { return x.leg == l.leg }) {
+			b.legs = append(b.legs, l)
+		}
+	}
+	copy(dst, good)
+	mark(probs, RepairRepaired, source, bad[0].leg, nil)
+	st.Failed--
+	st.OK++
+	st.Repaired++
+	v.st.repaired.Add(1)
+	b.done = append(b.done, probs...)
+	return nil
+}
+
+// flushRepairs ends the repairs of a check: it syncs the legs written and
+// records the findings repaired, synced. A leg that fails to sync goes
+// offline, stale as a whole, and the check fails with its error.
+func (v *Volume) flushRepairs(b *repairBatch) error {
+	if b == nil || len(b.done) == 0 && len(b.legs) == 0 {
+		return nil
+	}
+	defer func() { b.legs, b.done = b.legs[:0], b.done[:0] }()
+	for _, l := range b.legs {
+		if err := l.dev.Sync(); err != nil {
+			if l.ml != nil {
+				v.mirror.failed(l.ml, 0, v.blocks, err)
+			}
+			return &RepairError{LBA: -1, Leg: l.leg, Source: l.name, Err: fmt.Errorf("sync after repairs: %w", err)}
+		}
+	}
+	now := time.Now().UTC()
+	fs := make([]store.Finding, len(b.done))
+	for k, p := range b.done {
+		fs[k] = StoreFinding(p, now)
+		fs[k].State, fs[k].Source, fs[k].Leg, fs[k].Repaired = store.FindingRepaired, p.Source, p.Leg, now
+	}
+	if _, err := v.tup.RecordFindings(fs, true); err != nil {
+		return fmt.Errorf("blockdev: recording %d repairs: %w", len(fs), err)
+	}
+	return nil
 }
 
 // serve gives a read the verified copy good of a block it could not

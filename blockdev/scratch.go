@@ -27,6 +27,7 @@ type scratch struct {
 	tail     []byte
 	reread   []byte
 	repair   *repairScratch // the repair stage's, made at its first repair
+	rbatch   *repairBatch   // a check's repairs to sync and record at its end (nil: each at once)
 	wcopy    []byte         // a keyed write's piece (keyedWriteCopy)
 	probs    []Problem
 	// A keyed volume opened with its key: the tags of staged and overlay

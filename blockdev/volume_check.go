@@ -2,6 +2,7 @@ package blockdev
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/difctl/difctl/blockdev/device"
@@ -56,11 +57,16 @@ func (v *Volume) checkRun(ctx context.Context, lba int64, n int, scratch []byte,
 		repair: mode, sources: opt.Sources, record: record}
 	sc := v.getScratch()
 	defer v.putScratch(sc)
+	if mode == repairWrite {
+		// The repairs are synced and recorded once, at the end.
+		sc.rbatch = &repairBatch{}
+		defer func() { sc.rbatch = nil }()
+	}
 	var cs checkScratch
 	var total RunStats
 	for i := 0; i < n; {
 		if err := ctx.Err(); err != nil {
-			return total, err
+			return total, errors.Join(err, v.flushRepairs(sc.rbatch))
 		}
 		k := min(v.chunk, n-i)
 		b := lba + int64(i)
@@ -75,7 +81,7 @@ func (v *Volume) checkRun(ctx context.Context, lba int64, n int, scratch []byte,
 		}
 		v.locks.unlock(id)
 		if err != nil {
-			return total, err
+			return total, errors.Join(err, v.flushRepairs(sc.rbatch))
 		}
 		total.Add(st)
 		if report != nil {
@@ -85,7 +91,7 @@ func (v *Volume) checkRun(ctx context.Context, lba int64, n int, scratch []byte,
 		}
 		i += k
 	}
-	return total, nil
+	return total, v.flushRepairs(sc.rbatch)
 }
 
 // checkScratch is the working memory of a check of a mirrored volume.

@@ -186,62 +186,83 @@ func (t *Tuples) maxFindingKey() []byte {
 // Count, and reopens it (State = f.State, FindingOpen if zero). A zero
 // f.LastSeen means now. It returns the stored finding.
 func (t *Tuples) RecordFinding(f Finding, sync bool) (Finding, error) {
-	if err := checkName("finding field", f.Field); err != nil {
+	fs, err := t.RecordFindings([]Finding{f}, sync)
+	if err != nil {
 		return Finding{}, err
 	}
-	if f.N == 0 {
-		f.N = 1
-	}
-	if err := t.checkLBAs(f.LBA, f.N); err != nil {
-		return Finding{}, err
-	}
-	if f.State == 0 {
-		f.State = FindingOpen
-	}
-	if !f.State.valid() {
-		return Finding{}, fmt.Errorf("%w: finding state %d", ErrInvalid, f.State)
-	}
-	if len(f.Expected)+len(f.Actual) > maxRecordBytes/4 {
-		return Finding{}, fmt.Errorf("%w: finding values of %d bytes", ErrTooLarge, len(f.Expected)+len(f.Actual))
-	}
-	if f.LastSeen.IsZero() {
-		f.LastSeen = time.Now().UTC()
+	return fs[0], nil
+}
+
+// RecordFindings records every finding of fs as RecordFinding does, in one
+// commit, and returns them as stored. Two findings of fs with the same LBA
+// and Field count as one sighting, the later's.
+func (t *Tuples) RecordFindings(fs []Finding, sync bool) ([]Finding, error) {
+	now := time.Now().UTC()
+	for i := range fs {
+		f := &fs[i]
+		if err := checkName("finding field", f.Field); err != nil {
+			return nil, err
+		}
+		if f.N == 0 {
+			f.N = 1
+		}
+		if err := t.checkLBAs(f.LBA, f.N); err != nil {
+			return nil, err
+		}
+		if f.State == 0 {
+			f.State = FindingOpen
+		}
+		if !f.State.valid() {
+			return nil, fmt.Errorf("%w: finding state %d", ErrInvalid, f.State)
+		}
+		if len(f.Expected)+len(f.Actual) > maxRecordBytes/4 {
+			return nil, fmt.Errorf("%w: finding values of %d bytes", ErrTooLarge, len(f.Expected)+len(f.Actual))
+		}
+		if f.LastSeen.IsZero() {
+			f.LastSeen = now
+		}
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	key := t.findingKey(f.LBA, f.Field)
-	old, err := t.getFinding(key, f.LBA, f.Field)
-	switch {
-	case err == nil:
-		f.FirstSeen = old.FirstSeen
-		f.Count = old.Count + 1
-	case errors.Is(err, ErrNotFound):
-		if f.FirstSeen.IsZero() {
-			f.FirstSeen = f.LastSeen
-		}
-		f.Count = 1
-	default:
-		return Finding{}, err
-	}
-	v, err := json.Marshal(f)
-	if err != nil {
-		return Finding{}, fmt.Errorf("store: %v", err)
-	}
 	b := t.kv.NewBatch()
 	defer b.Close()
-	if err := b.Set(key, v); err != nil {
-		return Finding{}, err
-	}
 	maxN, err := t.maxFindingBlocks()
 	if err != nil {
-		return Finding{}, err
+		return nil, err
 	}
-	if f.N > maxN {
-		if err := b.Set(t.maxFindingKey(), binary.BigEndian.AppendUint64(nil, uint64(f.N))); err != nil {
-			return Finding{}, err
+	newMax := maxN
+	out := make([]Finding, 0, len(fs))
+	for _, f := range fs {
+		key := t.findingKey(f.LBA, f.Field)
+		old, err := t.getFinding(key, f.LBA, f.Field)
+		switch {
+		case err == nil:
+			f.FirstSeen = old.FirstSeen
+			f.Count = old.Count + 1
+		case errors.Is(err, ErrNotFound):
+			if f.FirstSeen.IsZero() {
+				f.FirstSeen = f.LastSeen
+			}
+			f.Count = 1
+		default:
+			return nil, err
+		}
+		v, err := json.Marshal(f)
+		if err != nil {
+			return nil, fmt.Errorf("store: %v", err)
+		}
+		if err := b.Set(key, v); err != nil {
+			return nil, err
+		}
+		newMax = max(newMax, f.N)
+		out = append(out, f)
+	}
+	if newMax > maxN {
+		if err := b.Set(t.maxFindingKey(), binary.BigEndian.AppendUint64(nil, uint64(newMax))); err != nil {
+			return nil, err
 		}
 	}
-	return f, b.Commit(sync)
+	return out, b.Commit(sync)
 }
 
 // SetFindingState changes the state of the finding (lba, field).

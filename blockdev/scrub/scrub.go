@@ -20,6 +20,11 @@ const (
 	// workers: together they bound a scrub's memory.
 	MaxRunBytes = 64 << 20
 	MaxWorkers  = 256
+	// RepairRunBytes is the data size of the runs of a scrub that repairs
+	// (Options.Check.Repair) unless Options.RunBlocks says otherwise: a
+	// run's repairs are synced and recorded once, at its end, so larger
+	// runs pay that once for more blocks.
+	RepairRunBytes = MaxRunBytes
 	// DefaultMaxFindings bounds Report.Findings unless
 	// Options.MaxFindings says otherwise.
 	DefaultMaxFindings = 1000
@@ -233,6 +238,9 @@ func newScrubber(src blockdev.CheckSource, o Options) (*scrubber, error) {
 	}
 	if o.RunBlocks == 0 {
 		o.RunBlocks = max(1, DefaultRunBytes/bs)
+		if o.Check.Repair {
+			o.RunBlocks = max(1, RepairRunBytes/bs)
+		}
 	}
 	if n := src.ScratchSize(o.RunBlocks); n < 0 || n > 2*MaxRunBytes+o.RunBlocks {
 		return nil, fmt.Errorf("scrub: the source wants %d bytes of scratch for %d blocks", n, o.RunBlocks)
