@@ -45,7 +45,8 @@
 //	difctl_volume_syncs_total{volume}                      counter
 //	difctl_volume_tuple_cache_hits_total{volume}           counter
 //	difctl_volume_tuple_cache_misses_total{volume}         counter
-//	difctl_volume_repairs_total{volume}                    counter, 0 until difctl repairs blocks
+//	difctl_volume_repairs_total{volume}                    counter
+//	difctl_volume_unrepairable_blocks_total{volume}        counter
 //
 // A volume's store ([Registry.StoreCommits]):
 //

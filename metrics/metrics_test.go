@@ -303,3 +303,41 @@ func TestRequestHookAllocs(t *testing.T) {
 		}
 	}
 }
+
+// TestRepairMetrics: a read that repairs a block from a mirror leg moves
+// the repairs counter; one that finds no verifying copy moves the
+// unrepairable one.
+func TestRepairMetrics(t *testing.T) {
+	reg := New()
+	vol, dev := openVolume(t, 64<<10, reg, "disk")
+	leg, err := device.NewMem(64<<10, 512)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := vol.AddMirror(blockdev.Mirror{Name: "leg", Dev: leg}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := vol.Resync(context.Background(), blockdev.ResyncOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := reg.Volume("disk", vol); err != nil {
+		t.Fatal(err)
+	}
+	url := listen(t, reg)
+	promtest.Require(t, url,
+		promtest.Series("difctl_volume_repairs_total", 0, "volume", "disk"),
+		promtest.Series("difctl_volume_unrepairable_blocks_total", 0, "volume", "disk"))
+	dev.WriteAt([]byte("rot"), 4096+10)   // block 1: a good copy on the leg
+	dev.WriteAt([]byte("rot"), 3*4096+10) // block 3: none
+	leg.WriteAt([]byte("rot!"), 3*4096+10)
+	buf := make([]byte, 4096)
+	if _, err := vol.ReadAt(buf, 4096); err != nil {
+		t.Fatalf("read of a block repaired from the leg: %v", err)
+	}
+	if _, err := vol.ReadAt(buf, 3*4096); err == nil {
+		t.Fatal("read of a block bad on both legs succeeded")
+	}
+	promtest.Require(t, url,
+		promtest.Series("difctl_volume_repairs_total", 1, "volume", "disk"),
+		promtest.Series("difctl_volume_unrepairable_blocks_total", 1, "volume", "disk"))
+}

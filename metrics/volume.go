@@ -40,10 +40,10 @@ var volumeStats = []volumeStat{
 		func(s *blockdev.Stats) int64 { return s.TupleCacheHits }},
 	{volumeDesc("tuple_cache_misses_total", "Tuple page reads that read the page from the store (and decoded)."),
 		func(s *blockdev.Stats) int64 { return s.TupleCacheMisses }},
-	// difctl does not repair blocks yet: the series exists, at zero, so
-	// that dashboards and alerts can be written against it now.
-	{volumeDesc("repairs_total", "Blocks repaired; always 0 until difctl can repair blocks."),
-		func(*blockdev.Stats) int64 { return 0 }},
+	{volumeDesc("repairs_total", "Failing blocks repaired from a verified copy (a mirror leg, a repair source), by reads and checks."),
+		func(s *blockdev.Stats) int64 { return s.Repaired }},
+	{volumeDesc("unrepairable_blocks_total", "Failing blocks for which no mirror leg or repair source had a copy that verifies."),
+		func(s *blockdev.Stats) int64 { return s.Unrepairable }},
 }
 
 // volumeCollector exports the Stats of the registered volumes, read at
