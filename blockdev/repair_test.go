@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/difctl/difctl/blockdev/device"
@@ -107,19 +108,23 @@ func TestRepairCampaign(t *testing.T) {
 	if testing.Short() {
 		seeds = 2
 	}
-	for _, format := range repairFormats {
+	for _, format := range append(repairFormats, "4096+8/keyed") {
 		for seed := range seeds {
 			t.Run(fmt.Sprintf("%s/seed=%d", format, seed), func(t *testing.T) {
-				repairCampaign(t, format, uint64(seed), seed%2 == 1)
+				var key *Key
+				if f, ok := strings.CutSuffix(format, "/keyed"); ok {
+					format, key = f, testKey(t, byte(seed))
+				}
+				repairCampaign(t, format, uint64(seed), seed%2 == 1, key)
 			})
 		}
 	}
 }
 
-func repairCampaign(t *testing.T, format string, seed uint64, truncate bool) {
+func repairCampaign(t *testing.T, format string, seed uint64, truncate bool, key *Key) {
 	const blocks = 192
 	r := rand.New(rand.NewPCG(seed, 40))
-	tv := newTestVol(t, format, blocks, CreateOptions{Options: Options{StagingBytes: 64 << 10}})
+	tv := newTestVol(t, format, blocks, CreateOptions{Options: Options{StagingBytes: 64 << 10, Key: key}})
 	bs := tv.v.BlockSize()
 	// Some writes and discards, so that written, unwritten and rewritten
 	// blocks all take part.
@@ -524,5 +529,103 @@ func TestRepairKeyed(t *testing.T) {
 	}
 	if !bytes.Equal(after[6*bs:7*bs], good[6*bs:7*bs]) {
 		t.Fatal("block 6 not restored")
+	}
+}
+
+// TestRepairMirrorCampaign damages every leg of a volume with two mirror
+// legs, seeded, with every pattern: a third of the damaged blocks on more
+// than one leg, some on all three. A repair (Volume.Repair, from the legs
+// alone) must leave every leg byte-identical to the model for every block
+// one leg still held intact, report exactly the others unrepairable, and
+// change no byte of them on any leg.
+func TestRepairMirrorCampaign(t *testing.T) {
+	seeds := 4
+	if testing.Short() {
+		seeds = 2
+	}
+	for _, format := range repairFormats {
+		for seed := range seeds {
+			t.Run(fmt.Sprintf("%s/seed=%d", format, seed), func(t *testing.T) {
+				mirrorCampaign(t, format, uint64(seed))
+			})
+		}
+	}
+}
+
+func mirrorCampaign(t *testing.T, format string, seed uint64) {
+	const blocks = 160
+	m := newMirrored(t, format, blocks, 2)
+	bs := m.v.BlockSize()
+	r := rand.New(rand.NewPCG(seed, 77))
+	for i := range 15 {
+		lba := r.IntN(blocks - 3)
+		m.write(blocktest.Pattern((1+r.IntN(3))*bs, seed*100+uint64(i)), int64(lba*bs))
+	}
+	if err := m.v.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	m.same()
+	for lba := range int64(blocks) {
+		if r.IntN(6) != 0 {
+			continue
+		}
+		legs := r.Perm(3)[:1+r.IntN(3)*r.IntN(2)] // mostly one leg, sometimes two or three
+		for _, l := range legs {
+			damages[r.IntN(len(damages))].apply(r, m.leg(l), lba, bs, m.model)
+		}
+	}
+	var before [3][]byte
+	for l := range 3 {
+		before[l] = devBytes(t, m.leg(l))
+	}
+	want := map[int64]bool{} // blocks with an intact copy: repaired
+	left := map[int64]bool{}
+	for lba := range int64(blocks) {
+		o := lba * int64(bs)
+		intact, damaged := false, false
+		for l := range 3 {
+			ok := bytes.Equal(before[l][o:o+int64(bs)], m.model[o:o+int64(bs)])
+			intact = intact || ok
+			damaged = damaged || !ok
+		}
+		switch {
+		case damaged && intact:
+			want[lba] = true
+		case damaged:
+			left[lba] = true
+		}
+	}
+	if len(want) == 0 || len(left) == 0 {
+		t.Fatalf("campaign: %d repairable, %d unrepairable blocks: pick another seed", len(want), len(left))
+	}
+	gotLeft := map[int64]bool{}
+	rep, err := m.v.Repair(context.Background(), nil, RepairOptions{OnProblem: func(p Problem) {
+		if !p.Passes() {
+			gotLeft[p.LBA] = true
+		}
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(gotLeft) != len(left) || rep.Unrepairable != int64(len(left)) {
+		t.Errorf("unrepairable: %d reported (%d counted), want %d", len(gotLeft), rep.Unrepairable, len(left))
+	}
+	for lba := range left {
+		if !gotLeft[lba] {
+			t.Errorf("block %d: damaged on every leg, not reported", lba)
+		}
+	}
+	for l := range 3 {
+		after := devBytes(t, m.leg(l))
+		for lba := range int64(blocks) {
+			o := lba * int64(bs)
+			w := m.model[o : o+int64(bs)]
+			if left[lba] {
+				w = before[l][o : o+int64(bs)]
+			}
+			if !bytes.Equal(after[o:o+int64(bs)], w) {
+				t.Errorf("leg %d block %d (repairable %v): wrong bytes after the repair", l, lba, want[lba])
+			}
+		}
 	}
 }
