@@ -359,7 +359,13 @@ func (v *Volume) repairBlock(i int, lba int64, dst []byte, sc *scratch, probs []
 	st.OK++
 	st.Repaired++
 	v.st.repaired.Add(1)
-	return v.recordRepairs(probs, store.FindingRepaired, true)
+	if err := v.recordRepairs(probs, store.FindingRepaired, true); err != nil {
+		return err
+	}
+	if v.opts.OnRepair != nil {
+		v.opts.OnRepair(probs[0])
+	}
+	return nil
 }
 
 // repairBatch is what the repairs of a check (CheckRun, Repair) leave to

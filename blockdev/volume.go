@@ -216,6 +216,10 @@ type Options struct {
 	// Default nil: a volume with mirror legs is opened without them (and,
 	// writable, records them all stale).
 	OpenLeg func(name string) (device.Device, error)
+	// OnRepair, if not nil, is called after a read (ReadAt, not a check)
+	// repaired a block, with one of its problems (Repair, Source and Leg
+	// set), from the reading goroutine. Default nil.
+	OnRepair func(Problem)
 	// NoRepair keeps ReadAt from repairing: a failing block fails the read
 	// even when a source holds a verified copy. Checks still report
 	// repairable blocks. Default false.

@@ -371,6 +371,11 @@ func runServe(ctx context.Context, o serveOptions, _, stderr io.Writer) error {
 			return err
 		}
 		vo.Key, vo.KeyedCRC, vo.Witness, vo.NoRepair = key, o.KeyedCRC, w, o.NoRepair
+		vo.OnRepair = func(p blockdev.Problem) {
+			if !o.Quiet {
+				fmt.Fprintf(stderr, "difctl: %s: block %d (%s) repaired from %s\n", im, p.LBA, kindName(p.Kind), p.Source)
+			}
+		}
 		v, err := openVolumeWith(ctx, im, storeURL(im, o.Store), mode, vo, m.storeOptions(names[i], serveStoreOptions(&o)))
 		if err != nil {
 			release()
