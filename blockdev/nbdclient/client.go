@@ -143,6 +143,7 @@ func openConn(ctx context.Context, nc net.Conn, t *target, cfg *tls.Config, opts
 		// The negotiation is over: leave as the transmission phase asks.
 		var h [requestSize]byte
 		putRequest(h[:], cmdDisc, 0, 0, 0, 0)
+		nc.SetWriteDeadline(time.Now().Add(time.Second))
 		conn.Write(h[:])
 		conn.Close()
 		return nil, err
@@ -587,10 +588,12 @@ func (d *Device) readLoop(br *bufio.Reader) {
 				return
 			}
 		}
-		d.complete(c, err)
 		if errno == errShutdown {
+			// Before the caller sees the error: no request it makes
+			// after may be sent.
 			d.shutdown()
 		}
+		d.complete(c, err)
 		if d.drained() {
 			return
 		}

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"strings"
+	"syscall"
 	"unicode"
 )
 
@@ -225,10 +226,17 @@ func readOptReply(conn net.Conn, opt uint32) (typ uint32, data []byte, err error
 func abort(conn net.Conn) { _ = sendOption(conn, optAbort, nil) }
 
 func write(conn net.Conn, b []byte) error {
-	if _, err := conn.Write(b); err != nil {
-		return fmt.Errorf("nbdclient: negotiating: %w", err)
+	_, err := conn.Write(b)
+	var ne net.Error
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, syscall.EPIPE), errors.Is(err, syscall.ECONNRESET), errors.Is(err, io.ErrClosedPipe):
+		return fmt.Errorf("%w: the server closed the connection during the negotiation: %w", ErrDisconnected, err)
+	case errors.As(err, &ne) && ne.Timeout():
+		return fmt.Errorf("%w: negotiation: %w", ErrTimeout, err)
 	}
-	return nil
+	return fmt.Errorf("nbdclient: negotiating: %w", err)
 }
 
 // readErr describes a failed read of what during the negotiation.

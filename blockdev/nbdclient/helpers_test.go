@@ -65,6 +65,28 @@ func (l *requestLog) take() []nbd.RequestEvent {
 	return ev
 }
 
+// waitFor waits until an event of op has been recorded, and returns and
+// forgets the events recorded so far. The server reports a request only
+// after its reply is sent: a client that has its reply may look before
+// the report.
+func (l *requestLog) waitFor(t testing.TB, op nbd.Op) []nbd.RequestEvent {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	var ev []nbd.RequestEvent
+	for {
+		for _, e := range l.take() {
+			ev = append(ev, e)
+			if e.Op == op {
+				return append(ev, l.take()...)
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the server reported no %v request", op)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 // connErrors records the server's OnConnError calls.
 type connErrors struct {
 	mu   sync.Mutex

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/difctl/difctl/blockdev/device"
 	"github.com/difctl/difctl/blockdev/nbd"
@@ -61,7 +62,9 @@ func TestRepoServer(t *testing.T) {
 			if err := d.Trim(1<<20, 1<<20); err != nil {
 				t.Fatal(err)
 			}
-			rs.reqs.take()
+			// The server reports a request after its reply: wait for the
+			// trim's report before counting what comes next.
+			rs.reqs.waitFor(t, nbd.OpTrim)
 			// Refused locally: nothing reaches the server.
 			for _, c := range []struct {
 				name string
@@ -83,7 +86,10 @@ func TestRepoServer(t *testing.T) {
 			if n, err := d.ReadAt(nil, size); n != 0 || err != nil {
 				t.Errorf("empty read at the end: %d, %v", n, err)
 			}
-			if ev := rs.reqs.take(); len(ev) != 0 {
+			if err := d.Sync(); err != nil {
+				t.Fatal(err)
+			}
+			if ev := rs.reqs.waitFor(t, nbd.OpFlush); len(ev) != 1 {
 				t.Errorf("requests refused locally reached the server: %+v", ev)
 			}
 			if err := d.Close(); err != nil {
@@ -173,17 +179,27 @@ func TestRepoServerSplit(t *testing.T) {
 			if _, err := d.ReadAt(got, 0); err != nil || !bytes.Equal(got, p) {
 				t.Fatalf("ReadAt: %v, equal %v", err, bytes.Equal(got, p))
 			}
+			if err := d.Sync(); err != nil {
+				t.Fatal(err)
+			}
+			ev := rs.reqs.waitFor(t, nbd.OpFlush)
 			var reads, writes int
-			for _, e := range rs.reqs.take() {
-				if e.Length > int64(tc.maxReq) {
-					t.Errorf("%s of %d bytes, above the %d maximum", e.Op, e.Length, tc.maxReq)
+			for deadline := time.Now().Add(5 * time.Second); ; ev = rs.reqs.take() {
+				for _, e := range ev {
+					if e.Length > int64(tc.maxReq) {
+						t.Errorf("%s of %d bytes, above the %d maximum", e.Op, e.Length, tc.maxReq)
+					}
+					switch e.Op {
+					case nbd.OpRead:
+						reads++
+					case nbd.OpWrite:
+						writes++
+					}
 				}
-				switch e.Op {
-				case nbd.OpRead:
-					reads++
-				case nbd.OpWrite:
-					writes++
+				if reads >= tc.pieces && writes >= tc.pieces || time.Now().After(deadline) {
+					break
 				}
+				time.Sleep(time.Millisecond)
 			}
 			if reads != tc.pieces || writes != tc.pieces {
 				t.Errorf("%d reads and %d writes, want %d each", reads, writes, tc.pieces)
