@@ -478,7 +478,15 @@ func (d *Device) start(typ, flags uint16, op string, off int64, n int, buf, payl
 	c := &call{op: op, typ: typ, off: off, n: n, buf: buf, cost: cost, done: make(chan struct{}), cookie: d.cookie}
 	d.pending[c.cookie] = c
 	if d.timeout > 0 {
+		// The timer runs until the call completes, its reply's data
+		// included: a server that stalls inside a READ's data ends the
+		// connection too.
 		c.timer = time.AfterFunc(d.timeout, func() {
+			select {
+			case <-c.done:
+				return // completed as the timer fired
+			default:
+			}
 			d.fail(fmt.Errorf("%w: no reply to a %s of %d bytes at offset %d within %v", ErrTimeout, op, n, off, d.timeout))
 		})
 	}

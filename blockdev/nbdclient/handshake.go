@@ -15,12 +15,11 @@ import (
 
 // negotiated is what the handshake learned of the export.
 type negotiated struct {
-	size                    uint64
-	flags                   uint16
-	haveBS                  bool // NBD_INFO_BLOCK_SIZE received
-	minBS, prefBS, maxBS    uint32
-	exportName, tlsVersion  string
-	fellBackToExportNameOpt bool
+	size                   uint64
+	flags                  uint16
+	haveBS                 bool // NBD_INFO_BLOCK_SIZE received
+	minBS, prefBS, maxBS   uint32
+	exportName, tlsVersion string
 }
 
 // negotiate runs the fixed newstyle negotiation on nc: NBD_OPT_STARTTLS
@@ -182,7 +181,6 @@ func exportNameOpt(conn net.Conn, t *target, noZeroes bool, ng *negotiated) erro
 	}
 	ng.size, ng.flags = binary.BigEndian.Uint64(b[0:]), binary.BigEndian.Uint16(b[8:])
 	ng.exportName = t.export
-	ng.fellBackToExportNameOpt = true
 	return nil
 }
 

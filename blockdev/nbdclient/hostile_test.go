@@ -37,7 +37,9 @@ func TestHostileReplies(t *testing.T) {
 			c.Write(cat(u32(0xdeadbeef), u32(0), u64(r.cookie)))
 		}, want: isProto},
 		{name: "unknown-cookie", serve: func(c net.Conn, r fakeReq) {
-			c.Write(simpleReply(r.cookie+99, 0, make([]byte, r.n)))
+			// An error reply, which carries no data: nothing after it
+			// shows the breach but the cookie.
+			c.Write(simpleReply(r.cookie+99, errIO, nil))
 		}, want: isProto},
 		{name: "structured-reply-4GiB", serve: func(c net.Conn, r fakeReq) {
 			c.Write(cat(u32(magicStructured), u16(1), u16(1), u64(r.cookie), u32(math.MaxUint32)))
@@ -57,6 +59,11 @@ func TestHostileReplies(t *testing.T) {
 			c.Write(simpleReply(r.cookie, 0, make([]byte, r.n+16)))
 		}, want: isProto},
 		{name: "stall", serve: func(c net.Conn, r fakeReq) {}, want: func(ce *ConnError) bool {
+			return errors.Is(ce, ErrTimeout)
+		}},
+		{name: "stall-inside-data", serve: func(c net.Conn, r fakeReq) {
+			c.Write(simpleReply(r.cookie, 0, make([]byte, r.n/2)))
+		}, want: func(ce *ConnError) bool {
 			return errors.Is(ce, ErrTimeout)
 		}},
 	} {
