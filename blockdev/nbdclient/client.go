@@ -420,28 +420,39 @@ func (d *Device) transfer(typ uint16, op string, p []byte, off int64) (int, erro
 	return n, err
 }
 
-// ranged sends a request without payload (WRITE_ZEROES, TRIM) over
-// [off, off+n), split as transfer splits.
+// ranged sends requests without payload (WRITE_ZEROES, TRIM) over
+// [off, off+n), split as transfer splits. It keeps at most MaxInflight of
+// them waiting, whatever n, and sends no more after one fails.
 func (d *Device) ranged(typ uint16, op string, off, n int64) error {
 	var flags uint16
 	if d.fua {
 		flags = cmdFlagFUA
 	}
-	var calls []*call
+	var queue []*call
 	var err error
-	for pos := int64(0); pos < n; pos += int64(d.maxReq) {
-		var c *call
-		c, err = d.start(typ, flags, op, off+pos, int(min(int64(d.maxReq), n-pos)), nil, nil)
-		if err != nil {
-			break
-		}
-		calls = append(calls, c)
-	}
-	for _, c := range calls {
+	wait := func(c *call) {
 		<-c.done
 		if c.err != nil && err == nil {
 			err = d.callErr(c, c.off, int64(c.n))
 		}
+	}
+	for pos := int64(0); pos < n && err == nil; pos += int64(d.maxReq) {
+		if len(queue) == d.maxN {
+			wait(queue[0])
+			queue = queue[1:]
+			if err != nil {
+				break
+			}
+		}
+		c, serr := d.start(typ, flags, op, off+pos, int(min(int64(d.maxReq), n-pos)), nil, nil)
+		if serr != nil {
+			err = serr
+			break
+		}
+		queue = append(queue, c)
+	}
+	for _, c := range queue {
+		wait(c)
 	}
 	return err
 }

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
@@ -355,9 +354,10 @@ func need(t testing.TB, progs ...string) {
 	}
 }
 
-// startProcess runs a server program until the test ends, and waits for
-// the unix socket sock, if not empty, to appear (without connecting to
-// it: qemu-nbd counts connections).
+// startProcess runs a server program until the test ends, and waits
+// until the unix socket sock, if not empty, accepts connections (the
+// file appears between bind and listen). The probe connects and hangs
+// up: qemu-nbd must run with -t (--persistent), or it would exit.
 func startProcess(t testing.TB, sock string, name string, args ...string) {
 	t.Helper()
 	cmd := exec.Command(name, args...)
@@ -377,7 +377,8 @@ func startProcess(t testing.TB, sock string, name string, args ...string) {
 	}
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		if _, err := os.Stat(sock); err == nil {
+		if c, err := net.Dial("unix", sock); err == nil {
+			c.Close()
 			return
 		}
 		select {
