@@ -11,10 +11,10 @@
 // list this project can draw on names no NBD module, and the public ones
 // do not fit: libguestfs.org/libnbd is cgo bindings of libnbd;
 // pojntfx/go-nbd's client hands a socket to the Linux kernel's nbd driver
-// rather than doing I/O itself, and has no TLS; go-volumes/nbd (a young,
-// unreleased module) has no TLS nor block size negotiation, and discards
-// with NBD_CMD_TRIM, which promises no zeros. So this package implements
-// the client side of the protocol from its specification
+// rather than doing I/O itself, and has no TLS; go-volumes/nbd (a young
+// module with no tagged release) has no TLS nor block size negotiation,
+// and discards with NBD_CMD_TRIM, which promises no zeros. So this package
+// implements the client side of the protocol from its specification
 // (NetworkBlockDevice/nbd, doc/proto.md and doc/uri.md), in pure Go.
 //
 // # URLs
