@@ -361,20 +361,30 @@ func (m *mirrorDev) persistStates() error {
 
 // ReadAt reads from one leg that holds the bytes fresh.
 func (m *mirrorDev) ReadAt(p []byte, off int64) (int, error) {
-	l := m.reader(off, int64(len(p)), nil)
-	if l == nil {
-		return 0, fmt.Errorf("blockdev: every copy of the mirrored volume is offline: %w", ErrLegOffline)
-	}
-	return l.dev.ReadAt(p, off)
+	return m.read(p, off, func(l *mleg) (int, error) { return l.dev.ReadAt(p, off) })
 }
 
 // ReadAtDirect reads around the page cache from one leg.
 func (m *mirrorDev) ReadAtDirect(p []byte, off int64) (int, error) {
-	l := m.reader(off, int64(len(p)), nil)
-	if l == nil {
-		return 0, fmt.Errorf("blockdev: every copy of the mirrored volume is offline: %w", ErrLegOffline)
+	return m.read(p, off, func(l *mleg) (int, error) { return device.ReadUncached(l.dev, p, off) })
+}
+
+// read reads p at off with fn from one leg (reader). A leg that is gone
+// (closed, or its connection lost: an error matching device.ErrClosed)
+// goes offline, and the read is taken from another; any other error is
+// the read's, for the verifier to report (and the repair stage to mend).
+func (m *mirrorDev) read(p []byte, off int64, fn func(*mleg) (int, error)) (int, error) {
+	for {
+		l := m.reader(off, int64(len(p)), nil)
+		if l == nil {
+			return 0, fmt.Errorf("blockdev: every copy of the mirrored volume is offline: %w", ErrLegOffline)
+		}
+		n, err := fn(l)
+		if err == nil || !errors.Is(err, device.ErrClosed) || l.i == 0 && len(m.online()) == 1 {
+			return n, err
+		}
+		m.failed(l, 0, 0, err)
 	}
-	return device.ReadUncached(l.dev, p, off)
 }
 
 // ReadMapped lends the bytes from the mapping of one leg that can map

@@ -5,18 +5,39 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/difctl/difctl/blockdev"
 	"github.com/difctl/difctl/blockdev/device"
+	"github.com/difctl/difctl/blockdev/nbdclient"
 )
 
 // The other copies of a protected image: mirror legs (recorded in the
 // store by name) and repair sources (--from). Each is an image file or a
-// block device, named by its path.
+// block device, named by its path, or an NBD export, named by its URL
+// (nbd://, nbds://, nbd+unix://, nbds+unix://; package blockdev/nbdclient).
+
+// isNBDURL reports whether name is an NBD URL.
+func isNBDURL(name string) bool {
+	for _, s := range []string{"nbd://", "nbds://", "nbd+unix://", "nbds+unix://"} {
+		if strings.HasPrefix(name, s) {
+			return true
+		}
+	}
+	return false
+}
 
 // openCopy opens the copy named name (a mirror leg as the store records
-// it, or a repair source): an image file or a block device.
-func openCopy(_ context.Context, name string, readOnly bool) (device.Device, error) {
+// it, or a repair source): an image file or a block device, or an NBD
+// export (TLS certificates from the URL's tls-certificates directory).
+func openCopy(ctx context.Context, name string, readOnly bool) (device.Device, error) {
+	if isNBDURL(name) {
+		d, err := nbdclient.Open(ctx, name, nbdclient.Options{ReadOnly: readOnly})
+		if err != nil {
+			return nil, err
+		}
+		return d, nil
+	}
 	dev, err := device.OpenFile(name, device.FileOptions{ReadOnly: readOnly})
 	if err != nil {
 		return nil, err
@@ -25,8 +46,12 @@ func openCopy(_ context.Context, name string, readOnly bool) (device.Device, err
 }
 
 // legName returns the name a new mirror leg is recorded under: a file's
-// or device's absolute path, so that the leg opens from any directory.
+// or device's absolute path, so that the leg opens from any directory; an
+// NBD URL as it is.
 func legName(arg string) (string, error) {
+	if isNBDURL(arg) {
+		return arg, nil
+	}
 	abs, err := filepath.Abs(arg)
 	if err != nil {
 		return "", err
@@ -38,6 +63,9 @@ func legName(arg string) (string, error) {
 // of size bytes (sparse) if there is none. An existing file must have
 // that size; the volume checks a device's.
 func createLeg(ctx context.Context, name string, size int64) (device.Device, error) {
+	if isNBDURL(name) {
+		return openCopy(ctx, name, false)
+	}
 	fi, err := os.Stat(name)
 	switch {
 	case os.IsNotExist(err):
@@ -107,6 +135,9 @@ func absPaths(paths []string) ([]string, error) {
 		abs, err := filepath.Abs(p)
 		if err != nil {
 			return nil, err
+		}
+		if isNBDURL(p) {
+			abs = p
 		}
 		out = append(out, abs)
 	}
