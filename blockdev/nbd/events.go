@@ -3,6 +3,8 @@ package nbd
 import (
 	"errors"
 	"time"
+
+	"github.com/difctl/difctl/blockdev/internal/nbdproto"
 )
 
 // Events for monitoring (Options.OnRequest, Options.OnConn). The hooks are
@@ -22,16 +24,16 @@ type Op uint16
 // The commands a client may send; others are refused (ErrBadRequest)
 // and reported with their number.
 const (
-	OpRead        Op = cmdRead
-	OpWrite       Op = cmdWrite
-	OpFlush       Op = cmdFlush
-	OpTrim        Op = cmdTrim
-	OpCache       Op = cmdCache
-	OpWriteZeroes Op = cmdWriteZeroes
-	OpBlockStatus Op = cmdBlockStatus
+	OpRead        Op = nbdproto.CmdRead
+	OpWrite       Op = nbdproto.CmdWrite
+	OpFlush       Op = nbdproto.CmdFlush
+	OpTrim        Op = nbdproto.CmdTrim
+	OpCache       Op = nbdproto.CmdCache
+	OpWriteZeroes Op = nbdproto.CmdWriteZeroes
+	OpBlockStatus Op = nbdproto.CmdBlockStatus
 )
 
-var opNames = [...]string{OpRead: "read", OpWrite: "write", cmdDisc: "disc", OpFlush: "flush", OpTrim: "trim",
+var opNames = [...]string{OpRead: "read", OpWrite: "write", nbdproto.CmdDisc: "disc", OpFlush: "flush", OpTrim: "trim",
 	OpCache: "cache", OpWriteZeroes: "write_zeroes", OpBlockStatus: "block_status"}
 
 // String returns the command's name in lower case ("read",

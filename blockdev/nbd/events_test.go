@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/difctl/difctl/blockdev/internal/nbdproto"
 )
 
 // events collects what Options.OnRequest, OnConn and OnConnError report.
@@ -55,52 +57,52 @@ func TestEvents(t *testing.T) {
 	ts := startServer(t, dir, []Export{{Name: "disk", Volume: tv.vol}}, ev.options(Options{MaxConnections: 1, MaxPayload: 1 << 20}))
 
 	rc := dialRaw(t, ts.sock)
-	rc.clientFlags(clientFixedNewstyle)
+	rc.clientFlags(nbdproto.ClientFixedNewstyle)
 	rc.goExport("disk", false)
 	data := bytes.Repeat([]byte{7}, 8192)
-	rc.request(cmdWrite, 0, 1, 4096, uint32(len(data)), data)
+	rc.request(nbdproto.CmdWrite, 0, 1, 4096, uint32(len(data)), data)
 	if r := rc.readReply(0); r.err != 0 {
 		t.Fatalf("write: error %d", r.err)
 	}
-	rc.request(cmdRead, 0, 2, 4096, 8192, nil)
+	rc.request(nbdproto.CmdRead, 0, 2, 4096, 8192, nil)
 	if r := rc.readReply(8192); r.err != 0 || !bytes.Equal(r.payload, data) {
 		t.Fatalf("read: error %d", r.err)
 	}
-	rc.request(cmdRead, 0x8000, 3, 0, 4096, nil) // an unknown flag
-	if r := rc.readReply(0); r.err != errInval {
+	rc.request(nbdproto.CmdRead, 0x8000, 3, 0, 4096, nil) // an unknown flag
+	if r := rc.readReply(0); r.err != nbdproto.ErrnoInval {
 		t.Fatalf("read with an unknown flag: error %d", r.err)
 	}
 	big := make([]byte, 1<<20+4096)
-	rc.request(cmdWrite, 0, 4, 0, uint32(len(big)), big)
-	if r := rc.readReply(0); r.err != errInval {
+	rc.request(nbdproto.CmdWrite, 0, 4, 0, uint32(len(big)), big)
+	if r := rc.readReply(0); r.err != nbdproto.ErrnoInval {
 		t.Fatalf("write above the maximum payload: error %d", r.err)
 	}
 	rc.request(42, 0, 5, 0, 0, nil)
-	if r := rc.readReply(0); r.err != errInval {
+	if r := rc.readReply(0); r.err != nbdproto.ErrnoInval {
 		t.Fatalf("command 42: error %d", r.err)
 	}
 
 	// The export is full.
 	rcGo := dialRaw(t, ts.sock)
-	rcGo.clientFlags(clientFixedNewstyle)
-	rcGo.option(optGo, bytes.Join([][]byte{u32(4), []byte("disk"), u16(0)}, nil))
+	rcGo.clientFlags(nbdproto.ClientFixedNewstyle)
+	rcGo.option(nbdproto.OptGo, bytes.Join([][]byte{u32(4), []byte("disk"), u16(0)}, nil))
 	for {
 		_, typ, msg := rcGo.optReply()
-		if typ == repInfo {
+		if typ == nbdproto.RepInfo {
 			continue
 		}
-		if typ != repErrPolicy {
+		if typ != nbdproto.RepErrPolicy {
 			t.Fatalf("NBD_OPT_GO of a full export: reply %#x %q, want NBD_REP_ERR_POLICY", typ, msg)
 		}
 		break
 	}
 	rcName := dialRaw(t, ts.sock)
-	rcName.clientFlags(clientFixedNewstyle)
-	rcName.option(optExportName, []byte("disk"))
+	rcName.clientFlags(nbdproto.ClientFixedNewstyle)
+	rcName.option(nbdproto.OptExportName, []byte("disk"))
 	if !rcName.closed() {
 		t.Error("NBD_OPT_EXPORT_NAME of a full export: connection not closed")
 	}
-	rc.request(cmdDisc, 0, 6, 0, 0, nil)
+	rc.request(nbdproto.CmdDisc, 0, 6, 0, 0, nil)
 	ev.wait(t, "ConnLeave", func() bool { return len(ev.conns) == 4 })
 	ev.wait(t, "refusal error", func() bool { return len(ev.connErrs) == 1 })
 

@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/difctl/difctl/blockdev/internal/nbdproto"
+
 	"github.com/difctl/difctl/blockdev"
 	"github.com/difctl/difctl/blockdev/device"
 	"github.com/difctl/difctl/blockdev/scrub"
@@ -65,11 +67,11 @@ func newExport(e Export, o *Options) (*export, error) {
 	// makes every write through it durable, whichever connection made
 	// it: so FLUSH and FUA on one connection cover all of them, which is
 	// what CAN_MULTI_CONN promises.
-	x.flags = flagHasFlags | flagSendFlush | flagCanMultiConn
+	x.flags = nbdproto.FlagHasFlags | nbdproto.FlagSendFlush | nbdproto.FlagCanMultiConn
 	if e.ReadOnly {
-		x.flags |= flagReadOnly
+		x.flags |= nbdproto.FlagReadOnly
 	} else {
-		x.flags |= flagSendFUA | flagSendTrim | flagSendWriteZeroes | flagSendFastZero
+		x.flags |= nbdproto.FlagSendFUA | nbdproto.FlagSendTrim | nbdproto.FlagSendWriteZeroes | nbdproto.FlagSendFastZero
 	}
 	return x, nil
 }
@@ -191,7 +193,7 @@ func (x *export) status(off, n int64, one bool, scratch *statusScratch) ([]exten
 		stop := min((first+int64(j))*bs, end)
 		var fl uint32
 		if !w {
-			fl = stateHole | stateZero
+			fl = nbdproto.StateHole | nbdproto.StateZero
 		}
 		if len(out) > 0 && out[len(out)-1].flags == fl {
 			out[len(out)-1].length += uint32(stop - pos)

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/difctl/difctl/blockdev/internal/nbdproto"
+
 	"github.com/difctl/difctl/blockdev"
 	"github.com/difctl/difctl/blockdev/device"
 	"github.com/difctl/difctl/dif"
@@ -40,11 +42,11 @@ var fuzzServer = sync.OnceValues(func() (*Server, error) {
 func clientBytes(parts ...[]byte) []byte { return bytes.Join(parts, nil) }
 
 func opt(o uint32, data []byte) []byte {
-	return clientBytes(u64(magicOpt), u32(o), u32(uint32(len(data))), data)
+	return clientBytes(u64(nbdproto.MagicOpt), u32(o), u32(uint32(len(data))), data)
 }
 
 func req(typ, flags uint16, off uint64, length uint32, payload []byte) []byte {
-	return clientBytes(u32(magicRequest), u16(flags), u16(typ), u64(7), u64(off), u32(length), payload)
+	return clientBytes(u32(nbdproto.MagicRequest), u16(flags), u16(typ), u64(7), u64(off), u32(length), payload)
 }
 
 // FuzzServer feeds arbitrary bytes to a connection, through the handshake
@@ -53,18 +55,18 @@ func req(typ, flags uint16, off uint64, length uint32, payload []byte) []byte {
 // connection once the input ends.
 func FuzzServer(f *testing.F) {
 	name := []byte("disk")
-	gop := opt(optGo, clientBytes(u32(4), name, u16(1), u16(infoBlockSize)))
-	meta := opt(optSetMetaCtx, clientBytes(u32(4), name, u32(1), u32(15), []byte(metaBaseAllocation)))
-	flags := u32(clientFixedNewstyle | clientNoZeroes)
-	f.Add(clientBytes(flags, opt(optList, nil), opt(optAbort, nil)))
-	f.Add(clientBytes(flags, opt(optStructured, nil), meta, gop,
-		req(cmdWrite, cmdFlagFUA, 1000, 600, bytes.Repeat([]byte{1}, 600)),
-		req(cmdRead, 0, 512, 4096, nil), req(cmdBlockStatus, cmdFlagReqOne, 0, 1<<20, nil),
-		req(cmdWriteZeroes, cmdFlagNoHole, 4096, 8192, nil), req(cmdTrim, 0, 100, 9000, nil),
-		req(cmdFlush, 0, 0, 0, nil), req(cmdDisc, 0, 0, 0, nil)))
-	f.Add(clientBytes(flags, gop, req(cmdWrite, 0, 0, 1<<30, nil)))
-	f.Add(clientBytes(flags, opt(optExportName, []byte("ro")), req(cmdWrite, 0, 0, 512, make([]byte, 512)), req(cmdRead, 0, 0, 512, nil)))
-	f.Add(clientBytes(flags, opt(optInfo, []byte{0, 0, 0, 9, 0}), opt(optListMetaCtx, clientBytes(u32(4), name, u32(0)))))
+	gop := opt(nbdproto.OptGo, clientBytes(u32(4), name, u16(1), u16(nbdproto.InfoBlockSize)))
+	meta := opt(nbdproto.OptSetMetaCtx, clientBytes(u32(4), name, u32(1), u32(15), []byte(nbdproto.MetaBaseAllocation)))
+	flags := u32(nbdproto.ClientFixedNewstyle | nbdproto.ClientNoZeroes)
+	f.Add(clientBytes(flags, opt(nbdproto.OptList, nil), opt(nbdproto.OptAbort, nil)))
+	f.Add(clientBytes(flags, opt(nbdproto.OptStructured, nil), meta, gop,
+		req(nbdproto.CmdWrite, nbdproto.CmdFlagFUA, 1000, 600, bytes.Repeat([]byte{1}, 600)),
+		req(nbdproto.CmdRead, 0, 512, 4096, nil), req(nbdproto.CmdBlockStatus, nbdproto.CmdFlagReqOne, 0, 1<<20, nil),
+		req(nbdproto.CmdWriteZeroes, nbdproto.CmdFlagNoHole, 4096, 8192, nil), req(nbdproto.CmdTrim, 0, 100, 9000, nil),
+		req(nbdproto.CmdFlush, 0, 0, 0, nil), req(nbdproto.CmdDisc, 0, 0, 0, nil)))
+	f.Add(clientBytes(flags, gop, req(nbdproto.CmdWrite, 0, 0, 1<<30, nil)))
+	f.Add(clientBytes(flags, opt(nbdproto.OptExportName, []byte("ro")), req(nbdproto.CmdWrite, 0, 0, 512, make([]byte, 512)), req(nbdproto.CmdRead, 0, 0, 512, nil)))
+	f.Add(clientBytes(flags, opt(nbdproto.OptInfo, []byte{0, 0, 0, 9, 0}), opt(nbdproto.OptListMetaCtx, clientBytes(u32(4), name, u32(0)))))
 	f.Fuzz(func(t *testing.T, in []byte) {
 		srv, err := fuzzServer()
 		if err != nil {

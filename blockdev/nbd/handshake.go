@@ -11,6 +11,8 @@ import (
 	"net"
 	"sync"
 	"time"
+
+	"github.com/difctl/difctl/blockdev/internal/nbdproto"
 )
 
 // maxOptionData bounds the data of one option the server reads into
@@ -116,7 +118,7 @@ func (c *conn) optReply(opt, typ uint32, data ...[]byte) error {
 	for _, d := range data {
 		n += len(d)
 	}
-	binary.BigEndian.PutUint64(h[0:], magicOptReply)
+	binary.BigEndian.PutUint64(h[0:], nbdproto.MagicOptReply)
 	binary.BigEndian.PutUint32(h[8:], opt)
 	binary.BigEndian.PutUint32(h[12:], typ)
 	binary.BigEndian.PutUint32(h[16:], uint32(n))
@@ -130,8 +132,8 @@ func (c *conn) optReply(opt, typ uint32, data ...[]byte) error {
 // optError sends an error reply with a message.
 func (c *conn) optError(opt, typ uint32, format string, args ...any) error {
 	msg := fmt.Sprintf(format, args...)
-	if len(msg) > maxStringBytes {
-		msg = msg[:maxStringBytes]
+	if len(msg) > nbdproto.MaxStringBytes {
+		msg = msg[:nbdproto.MaxStringBytes]
 	}
 	return c.optReply(opt, typ, []byte(msg))
 }
@@ -140,9 +142,9 @@ func (c *conn) optError(opt, typ uint32, format string, args ...any) error {
 // chosen for transmission, or nil (and nil) after NBD_OPT_ABORT.
 func (c *conn) handshake() (*export, error) {
 	var h [18]byte
-	binary.BigEndian.PutUint64(h[0:], magicInit)
-	binary.BigEndian.PutUint64(h[8:], magicOpt)
-	binary.BigEndian.PutUint16(h[16:], flagFixedNewstyle|flagNoZeroes)
+	binary.BigEndian.PutUint64(h[0:], nbdproto.MagicInit)
+	binary.BigEndian.PutUint64(h[8:], nbdproto.MagicOpt)
+	binary.BigEndian.PutUint16(h[16:], nbdproto.FlagFixedNewstyle|nbdproto.FlagNoZeroes)
 	c.bw.Write(h[:])
 	if err := c.bw.Flush(); err != nil {
 		return nil, err
@@ -152,22 +154,22 @@ func (c *conn) handshake() (*export, error) {
 		return nil, err
 	}
 	flags := binary.BigEndian.Uint32(cf[:])
-	if flags&^(clientFixedNewstyle|clientNoZeroes) != 0 {
+	if flags&^(nbdproto.ClientFixedNewstyle|nbdproto.ClientNoZeroes) != 0 {
 		return nil, protoErr("unknown client flags %#x", flags)
 	}
-	if flags&clientFixedNewstyle == 0 {
+	if flags&nbdproto.ClientFixedNewstyle == 0 {
 		// Plain newstyle allows only NBD_OPT_EXPORT_NAME; TLS and every
 		// other option need fixed newstyle, which every client of this
 		// century speaks. Refuse the rest rather than half-support it.
 		return nil, protoErr("client does not speak fixed newstyle")
 	}
-	c.noZeroes = flags&clientNoZeroes != 0
+	c.noZeroes = flags&nbdproto.ClientNoZeroes != 0
 	for {
 		var oh [16]byte
 		if _, err := io.ReadFull(c.br, oh[:]); err != nil {
 			return nil, err
 		}
-		if m := binary.BigEndian.Uint64(oh[0:]); m != magicOpt {
+		if m := binary.BigEndian.Uint64(oh[0:]); m != nbdproto.MagicOpt {
 			return nil, protoErr("option magic %#x", m)
 		}
 		opt := binary.BigEndian.Uint32(oh[8:])
@@ -176,10 +178,10 @@ func (c *conn) handshake() (*export, error) {
 			if _, err := io.CopyN(io.Discard, c.br, int64(n)); err != nil {
 				return nil, err
 			}
-			if opt == optExportName {
+			if opt == nbdproto.OptExportName {
 				return nil, protoErr("export name of %d bytes", n)
 			}
-			if err := c.optError(opt, repErrTooBig, "option data of %d bytes, at most %d", n, maxOptionData); err != nil {
+			if err := c.optError(opt, nbdproto.RepErrTooBig, "option data of %d bytes, at most %d", n, maxOptionData); err != nil {
 				return nil, err
 			}
 			continue
@@ -188,11 +190,11 @@ func (c *conn) handshake() (*export, error) {
 		if _, err := io.ReadFull(c.br, data); err != nil {
 			return nil, err
 		}
-		if c.s.opts.TLS != nil && !c.tlsDone && opt != optStartTLS && opt != optAbort {
-			if opt == optExportName {
+		if c.s.opts.TLS != nil && !c.tlsDone && opt != nbdproto.OptStartTLS && opt != nbdproto.OptAbort {
+			if opt == nbdproto.OptExportName {
 				return nil, protoErr("NBD_OPT_EXPORT_NAME before TLS on a server that requires it")
 			}
-			if err := c.optError(opt, repErrTLSReqd, "this server requires TLS: start it with NBD_OPT_STARTTLS"); err != nil {
+			if err := c.optError(opt, nbdproto.RepErrTLSReqd, "this server requires TLS: start it with NBD_OPT_STARTTLS"); err != nil {
 				return nil, err
 			}
 			continue
@@ -208,7 +210,7 @@ func (c *conn) handshake() (*export, error) {
 // export to serve, or nil after NBD_OPT_ABORT.
 func (c *conn) option(opt uint32, data []byte) (x *export, done bool, err error) {
 	switch opt {
-	case optExportName:
+	case nbdproto.OptExportName:
 		x := c.s.lookup(string(data))
 		if x == nil {
 			return nil, true, protoErr("unknown export %q (NBD_OPT_EXPORT_NAME)", data)
@@ -232,33 +234,33 @@ func (c *conn) option(opt uint32, data []byte) (x *export, done bool, err error)
 		c.enter(x, string(data))
 		return x, true, nil
 
-	case optAbort:
-		c.optReply(opt, repAck)
+	case nbdproto.OptAbort:
+		c.optReply(opt, nbdproto.RepAck)
 		return nil, true, nil
 
-	case optList:
+	case nbdproto.OptList:
 		if len(data) != 0 {
-			return nil, false, c.optError(opt, repErrInvalid, "NBD_OPT_LIST takes no data")
+			return nil, false, c.optError(opt, nbdproto.RepErrInvalid, "NBD_OPT_LIST takes no data")
 		}
 		for _, x := range c.s.exports {
 			var l [4]byte
 			binary.BigEndian.PutUint32(l[:], uint32(len(x.Name)))
-			if err := c.optReply(opt, repServer, l[:], []byte(x.Name), []byte(x.Description)); err != nil {
+			if err := c.optReply(opt, nbdproto.RepServer, l[:], []byte(x.Name), []byte(x.Description)); err != nil {
 				return nil, true, err
 			}
 		}
-		return nil, false, c.optReply(opt, repAck)
+		return nil, false, c.optReply(opt, nbdproto.RepAck)
 
-	case optStartTLS:
+	case nbdproto.OptStartTLS:
 		switch {
 		case len(data) != 0:
-			return nil, false, c.optError(opt, repErrInvalid, "NBD_OPT_STARTTLS takes no data")
+			return nil, false, c.optError(opt, nbdproto.RepErrInvalid, "NBD_OPT_STARTTLS takes no data")
 		case c.s.opts.TLS == nil:
-			return nil, false, c.optError(opt, repErrPolicy, "TLS is not configured on this server")
+			return nil, false, c.optError(opt, nbdproto.RepErrPolicy, "TLS is not configured on this server")
 		case c.tlsDone:
-			return nil, false, c.optError(opt, repErrInvalid, "TLS is already started")
+			return nil, false, c.optError(opt, nbdproto.RepErrInvalid, "TLS is already started")
 		}
-		if err := c.optReply(opt, repAck); err != nil {
+		if err := c.optReply(opt, nbdproto.RepAck); err != nil {
 			return nil, true, err
 		}
 		if c.br.Buffered() != 0 {
@@ -275,20 +277,20 @@ func (c *conn) option(opt uint32, data []byte) (x *export, done bool, err error)
 		c.structured, c.metaSet, c.metaExport = false, false, ""
 		return nil, false, nil
 
-	case optInfo, optGo:
+	case nbdproto.OptInfo, nbdproto.OptGo:
 		return c.infoGo(opt, data)
 
-	case optStructured:
+	case nbdproto.OptStructured:
 		if len(data) != 0 {
-			return nil, false, c.optError(opt, repErrInvalid, "NBD_OPT_STRUCTURED_REPLY takes no data")
+			return nil, false, c.optError(opt, nbdproto.RepErrInvalid, "NBD_OPT_STRUCTURED_REPLY takes no data")
 		}
 		c.structured = true
-		return nil, false, c.optReply(opt, repAck)
+		return nil, false, c.optReply(opt, nbdproto.RepAck)
 
-	case optListMetaCtx, optSetMetaCtx:
+	case nbdproto.OptListMetaCtx, nbdproto.OptSetMetaCtx:
 		return nil, false, c.metaContext(opt, data)
 	}
-	return nil, false, c.optError(opt, repErrUnsup, "option %d is not supported", opt)
+	return nil, false, c.optError(opt, nbdproto.RepErrUnsup, "option %d is not supported", opt)
 }
 
 // enter records what the negotiation chose for transmission.
@@ -300,65 +302,65 @@ func (c *conn) enter(x *export, name string) {
 // infoGo answers NBD_OPT_INFO and NBD_OPT_GO.
 func (c *conn) infoGo(opt uint32, data []byte) (*export, bool, error) {
 	if len(data) < 6 {
-		return nil, false, c.optError(opt, repErrInvalid, "option data of %d bytes is too short", len(data))
+		return nil, false, c.optError(opt, nbdproto.RepErrInvalid, "option data of %d bytes is too short", len(data))
 	}
 	nl := binary.BigEndian.Uint32(data)
 	if uint64(nl) > uint64(len(data)-6) {
-		return nil, false, c.optError(opt, repErrInvalid, "export name of %d bytes in option data of %d", nl, len(data))
+		return nil, false, c.optError(opt, nbdproto.RepErrInvalid, "export name of %d bytes in option data of %d", nl, len(data))
 	}
 	name := string(data[4 : 4+nl])
 	rest := data[4+nl:]
 	nreq := int(binary.BigEndian.Uint16(rest))
 	if len(rest) != 2+2*nreq {
-		return nil, false, c.optError(opt, repErrInvalid, "%d information requests in %d bytes", nreq, len(rest)-2)
+		return nil, false, c.optError(opt, nbdproto.RepErrInvalid, "%d information requests in %d bytes", nreq, len(rest)-2)
 	}
 	var wantName, wantDesc bool
 	for i := range nreq {
 		switch binary.BigEndian.Uint16(rest[2+2*i:]) {
-		case infoName:
+		case nbdproto.InfoName:
 			wantName = true
-		case infoDescription:
+		case nbdproto.InfoDescription:
 			wantDesc = true
 		}
 	}
 	x := c.s.lookup(name)
 	if x == nil {
-		return nil, false, c.optError(opt, repErrUnknown, "no export named %q", name)
+		return nil, false, c.optError(opt, nbdproto.RepErrUnknown, "no export named %q", name)
 	}
 	var ex [12]byte
-	binary.BigEndian.PutUint16(ex[0:], infoExport)
+	binary.BigEndian.PutUint16(ex[0:], nbdproto.InfoExport)
 	binary.BigEndian.PutUint64(ex[2:], uint64(x.size))
 	binary.BigEndian.PutUint16(ex[10:], x.flags)
-	if err := c.optReply(opt, repInfo, ex[:]); err != nil {
+	if err := c.optReply(opt, nbdproto.RepInfo, ex[:]); err != nil {
 		return nil, true, err
 	}
 	var bsz [14]byte
 	mn, pref, mx := x.blockSizes()
-	binary.BigEndian.PutUint16(bsz[0:], infoBlockSize)
+	binary.BigEndian.PutUint16(bsz[0:], nbdproto.InfoBlockSize)
 	binary.BigEndian.PutUint32(bsz[2:], mn)
 	binary.BigEndian.PutUint32(bsz[6:], pref)
 	binary.BigEndian.PutUint32(bsz[10:], mx)
-	if err := c.optReply(opt, repInfo, bsz[:]); err != nil {
+	if err := c.optReply(opt, nbdproto.RepInfo, bsz[:]); err != nil {
 		return nil, true, err
 	}
 	if wantName {
-		if err := c.optReply(opt, repInfo, []byte{0, infoName}, []byte(x.Name)); err != nil {
+		if err := c.optReply(opt, nbdproto.RepInfo, []byte{0, nbdproto.InfoName}, []byte(x.Name)); err != nil {
 			return nil, true, err
 		}
 	}
 	if wantDesc && x.Description != "" {
-		if err := c.optReply(opt, repInfo, []byte{0, infoDescription}, []byte(x.Description)); err != nil {
+		if err := c.optReply(opt, nbdproto.RepInfo, []byte{0, nbdproto.InfoDescription}, []byte(x.Description)); err != nil {
 			return nil, true, err
 		}
 	}
-	if opt == optInfo {
-		return nil, false, c.optReply(opt, repAck)
+	if opt == nbdproto.OptInfo {
+		return nil, false, c.optReply(opt, nbdproto.RepAck)
 	}
 	if !x.acquire(c) {
 		c.connEvent(x, ConnFull)
-		return nil, false, c.optError(opt, repErrPolicy, "export %q has its maximum of %d connections, none idle for the idle timeout", x.Name, x.maxConns)
+		return nil, false, c.optError(opt, nbdproto.RepErrPolicy, "export %q has its maximum of %d connections, none idle for the idle timeout", x.Name, x.maxConns)
 	}
-	if err := c.optReply(opt, repAck); err != nil {
+	if err := c.optReply(opt, nbdproto.RepAck); err != nil {
 		x.release(c)
 		return nil, true, err
 	}
@@ -370,15 +372,15 @@ func (c *conn) infoGo(opt uint32, data []byte) (*export, bool, error) {
 // NBD_OPT_SET_META_CONTEXT. The server knows one context,
 // base:allocation.
 func (c *conn) metaContext(opt uint32, data []byte) error {
-	if opt == optSetMetaCtx {
+	if opt == nbdproto.OptSetMetaCtx {
 		// A SET replaces the selection, even when it fails.
 		c.metaSet, c.metaExport = false, ""
 	}
 	if !c.structured {
-		return c.optError(opt, repErrInvalid, "negotiate structured replies first")
+		return c.optError(opt, nbdproto.RepErrInvalid, "negotiate structured replies first")
 	}
 	bad := func() error {
-		return c.optError(opt, repErrInvalid, "malformed meta context request")
+		return c.optError(opt, nbdproto.RepErrInvalid, "malformed meta context request")
 	}
 	if len(data) < 8 {
 		return bad()
@@ -407,30 +409,30 @@ func (c *conn) metaContext(opt uint32, data []byte) error {
 		return bad()
 	}
 	if c.s.lookup(name) == nil {
-		return c.optError(opt, repErrUnknown, "no export named %q", name)
+		return c.optError(opt, nbdproto.RepErrUnknown, "no export named %q", name)
 	}
 	match := false
-	if opt == optListMetaCtx && len(queries) == 0 {
+	if opt == nbdproto.OptListMetaCtx && len(queries) == 0 {
 		match = true
 	}
 	for _, q := range queries {
-		if q == metaBaseAllocation || opt == optListMetaCtx && q == "base:" {
+		if q == nbdproto.MetaBaseAllocation || opt == nbdproto.OptListMetaCtx && q == "base:" {
 			match = true
 		}
 	}
 	if match {
 		var id [4]byte
-		if opt == optSetMetaCtx {
-			binary.BigEndian.PutUint32(id[:], metaBaseID)
+		if opt == nbdproto.OptSetMetaCtx {
+			binary.BigEndian.PutUint32(id[:], nbdproto.MetaBaseID)
 		}
-		if err := c.optReply(opt, repMetaCtx, id[:], []byte(metaBaseAllocation)); err != nil {
+		if err := c.optReply(opt, nbdproto.RepMetaCtx, id[:], []byte(nbdproto.MetaBaseAllocation)); err != nil {
 			return err
 		}
-		if opt == optSetMetaCtx {
+		if opt == nbdproto.OptSetMetaCtx {
 			c.metaSet, c.metaExport = true, name
 		}
 	}
-	return c.optReply(opt, repAck)
+	return c.optReply(opt, nbdproto.RepAck)
 }
 
 // isTimeout reports whether err is a deadline passing.

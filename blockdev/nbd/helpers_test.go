@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/difctl/difctl/blockdev/internal/nbdproto"
+
 	"github.com/difctl/difctl/blockdev"
 	"github.com/difctl/difctl/blockdev/device"
 	"github.com/difctl/difctl/dif"
@@ -220,10 +222,10 @@ func greet(t testing.TB, c net.Conn) *rawClient {
 	rc := &rawClient{t: t, c: c}
 	var h [18]byte
 	rc.readFull(h[:])
-	if binary.BigEndian.Uint64(h[0:]) != magicInit || binary.BigEndian.Uint64(h[8:]) != magicOpt {
+	if binary.BigEndian.Uint64(h[0:]) != nbdproto.MagicInit || binary.BigEndian.Uint64(h[8:]) != nbdproto.MagicOpt {
 		t.Fatalf("greeting % x", h)
 	}
-	if fl := binary.BigEndian.Uint16(h[16:]); fl != flagFixedNewstyle|flagNoZeroes {
+	if fl := binary.BigEndian.Uint16(h[16:]); fl != nbdproto.FlagFixedNewstyle|nbdproto.FlagNoZeroes {
 		t.Fatalf("handshake flags %#x", fl)
 	}
 	return rc
@@ -250,7 +252,7 @@ func u64(v uint64) []byte { return binary.BigEndian.AppendUint64(nil, v) }
 func (rc *rawClient) clientFlags(f uint32) { rc.write(u32(f)) }
 
 func (rc *rawClient) option(opt uint32, data []byte) {
-	rc.write(u64(magicOpt), u32(opt), u32(uint32(len(data))), data)
+	rc.write(u64(nbdproto.MagicOpt), u32(opt), u32(uint32(len(data))), data)
 }
 
 // optReply reads one option reply.
@@ -258,7 +260,7 @@ func (rc *rawClient) optReply() (opt, typ uint32, data []byte) {
 	rc.t.Helper()
 	var h [20]byte
 	rc.readFull(h[:])
-	if m := binary.BigEndian.Uint64(h[0:]); m != magicOptReply {
+	if m := binary.BigEndian.Uint64(h[0:]); m != nbdproto.MagicOptReply {
 		rc.t.Fatalf("option reply magic %#x", m)
 	}
 	data = make([]byte, binary.BigEndian.Uint32(h[16:]))
@@ -271,27 +273,27 @@ func (rc *rawClient) optReply() (opt, typ uint32, data []byte) {
 func (rc *rawClient) goExport(name string, structured bool) (size uint64, flags uint16) {
 	rc.t.Helper()
 	if structured {
-		rc.option(optStructured, nil)
-		if _, typ, _ := rc.optReply(); typ != repAck {
+		rc.option(nbdproto.OptStructured, nil)
+		if _, typ, _ := rc.optReply(); typ != nbdproto.RepAck {
 			rc.t.Fatalf("structured reply: reply %#x", typ)
 		}
-		rc.option(optSetMetaCtx, bytes.Join([][]byte{u32(uint32(len(name))), []byte(name), u32(1), u32(15), []byte(metaBaseAllocation)}, nil))
-		if _, typ, _ := rc.optReply(); typ != repMetaCtx {
+		rc.option(nbdproto.OptSetMetaCtx, bytes.Join([][]byte{u32(uint32(len(name))), []byte(name), u32(1), u32(15), []byte(nbdproto.MetaBaseAllocation)}, nil))
+		if _, typ, _ := rc.optReply(); typ != nbdproto.RepMetaCtx {
 			rc.t.Fatalf("set meta context: reply %#x", typ)
 		}
-		if _, typ, _ := rc.optReply(); typ != repAck {
+		if _, typ, _ := rc.optReply(); typ != nbdproto.RepAck {
 			rc.t.Fatalf("set meta context: final reply %#x", typ)
 		}
 	}
-	rc.option(optGo, bytes.Join([][]byte{u32(uint32(len(name))), []byte(name), u16(0)}, nil))
+	rc.option(nbdproto.OptGo, bytes.Join([][]byte{u32(uint32(len(name))), []byte(name), u16(0)}, nil))
 	for {
 		_, typ, data := rc.optReply()
 		switch typ {
-		case repInfo:
-			if binary.BigEndian.Uint16(data) == infoExport {
+		case nbdproto.RepInfo:
+			if binary.BigEndian.Uint16(data) == nbdproto.InfoExport {
 				size, flags = binary.BigEndian.Uint64(data[2:]), binary.BigEndian.Uint16(data[10:])
 			}
-		case repAck:
+		case nbdproto.RepAck:
 			return size, flags
 		default:
 			rc.t.Fatalf("go: reply %#x %q", typ, data)
@@ -300,7 +302,7 @@ func (rc *rawClient) goExport(name string, structured bool) (size uint64, flags 
 }
 
 func (rc *rawClient) request(typ, flags uint16, cookie, off uint64, length uint32, payload []byte) {
-	rc.write(u32(magicRequest), u16(flags), u16(typ), u64(cookie), u64(off), u32(length), payload)
+	rc.write(u32(nbdproto.MagicRequest), u16(flags), u16(typ), u64(cookie), u64(off), u32(length), payload)
 }
 
 // reply is one simple reply or structured chunk.
@@ -319,7 +321,7 @@ func (rc *rawClient) readReply(dataLen int) reply {
 	var m [4]byte
 	rc.readFull(m[:])
 	switch binary.BigEndian.Uint32(m[:]) {
-	case magicSimple:
+	case nbdproto.MagicSimple:
 		var h [12]byte
 		rc.readFull(h[:])
 		r := reply{err: binary.BigEndian.Uint32(h[0:]), cookie: binary.BigEndian.Uint64(h[4:])}
@@ -328,7 +330,7 @@ func (rc *rawClient) readReply(dataLen int) reply {
 			rc.readFull(r.payload)
 		}
 		return r
-	case magicStructured:
+	case nbdproto.MagicStructured:
 		var h [16]byte
 		rc.readFull(h[:])
 		r := reply{structured: true, flags: binary.BigEndian.Uint16(h[0:]), typ: binary.BigEndian.Uint16(h[2:]),

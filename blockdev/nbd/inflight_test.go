@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/difctl/difctl/blockdev/internal/nbdproto"
+
 	"github.com/difctl/difctl/blockdev"
 	"github.com/difctl/difctl/blockdev/device"
 	"github.com/difctl/difctl/dif"
@@ -68,7 +70,7 @@ func TestInFlightBound(t *testing.T) {
 	// Workers above MaxInFlight: only the in-flight budget bounds them.
 	ts := startServer(t, t.TempDir(), []Export{{Name: "disk", Volume: vol}}, Options{MaxInFlight: maxInFlight, Workers: 64})
 	rc := dialRaw(t, ts.sock)
-	rc.clientFlags(clientFixedNewstyle)
+	rc.clientFlags(nbdproto.ClientFixedNewstyle)
 	rc.goExport("disk", false)
 
 	dev.closed.Store(true)
@@ -81,7 +83,7 @@ func TestInFlightBound(t *testing.T) {
 	}
 	defer release()
 	for i := range requests {
-		rc.request(cmdRead, 0, uint64(i), uint64(i)*4096, 4096, nil)
+		rc.request(nbdproto.CmdRead, 0, uint64(i), uint64(i)*4096, 4096, nil)
 	}
 	deadline := time.Now().Add(20 * time.Second)
 	for dev.inside.Load() < maxInFlight && time.Now().Before(deadline) {
@@ -132,7 +134,7 @@ func heldReads(t *testing.T, opts Options, requests, want int) {
 	dev, vol := gatedVolume(t)
 	ts := startServer(t, t.TempDir(), []Export{{Name: "disk", Volume: vol}}, opts)
 	rc := dialRaw(t, ts.sock)
-	rc.clientFlags(clientFixedNewstyle)
+	rc.clientFlags(nbdproto.ClientFixedNewstyle)
 	rc.goExport("disk", false)
 	dev.closed.Store(true)
 	released := false
@@ -144,7 +146,7 @@ func heldReads(t *testing.T, opts Options, requests, want int) {
 	}
 	defer release()
 	for i := range requests {
-		rc.request(cmdRead, 0, uint64(i), uint64(i)*4096, 4096, nil)
+		rc.request(nbdproto.CmdRead, 0, uint64(i), uint64(i)*4096, 4096, nil)
 	}
 	deadline := time.Now().Add(20 * time.Second)
 	for dev.inside.Load() < int64(want) && time.Now().Before(deadline) {
@@ -178,10 +180,10 @@ func TestInFlightBytesBound(t *testing.T) {
 	_, vol := gatedVolume(t)
 	ts := startServer(t, t.TempDir(), []Export{{Name: "disk", Volume: vol}}, Options{MaxInFlightBytes: 64 << 10})
 	rc := dialRaw(t, ts.sock)
-	rc.clientFlags(clientFixedNewstyle)
+	rc.clientFlags(nbdproto.ClientFixedNewstyle)
 	rc.goExport("disk", false)
 	for i := range 3 {
-		rc.request(cmdRead, 0, uint64(i), 0, 1<<20, nil) // 16 times the budget
+		rc.request(nbdproto.CmdRead, 0, uint64(i), 0, 1<<20, nil) // 16 times the budget
 	}
 	for range 3 {
 		if r := rc.readReply(1 << 20); r.err != 0 || len(r.payload) != 1<<20 {
@@ -233,7 +235,7 @@ func TestSendBuffer(t *testing.T) {
 			go func() { done <- srv.Serve(ctx, l) }()
 			defer func() { cancel(); <-done }()
 			rc := dialRaw(t, sock)
-			rc.clientFlags(clientFixedNewstyle)
+			rc.clientFlags(nbdproto.ClientFixedNewstyle)
 			rc.goExport("disk", false)
 			sc, err := (<-l.conns).(*net.UnixConn).SyscallConn()
 			if err != nil {

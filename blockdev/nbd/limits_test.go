@@ -8,13 +8,15 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/difctl/difctl/blockdev/internal/nbdproto"
 )
 
 // readBlock reads the first 4 KiB of the export through rc (simple
 // replies) and fails the test unless it gets them.
 func readBlock(t *testing.T, rc *rawClient, cookie uint64) {
 	t.Helper()
-	rc.request(cmdRead, 0, cookie, 0, 4096, nil)
+	rc.request(nbdproto.CmdRead, 0, cookie, 0, 4096, nil)
 	if r := rc.readReply(4096); r.err != 0 || r.cookie != cookie || len(r.payload) != 4096 {
 		t.Fatalf("read: error %d, cookie %d, %d bytes", r.err, r.cookie, len(r.payload))
 	}
@@ -58,13 +60,13 @@ func TestIdleClientsDoNotLockOut(t *testing.T) {
 	idle := make([]*rawClient, DefaultMaxConnections)
 	for i := range idle {
 		idle[i] = dialRaw(t, ts.sock)
-		idle[i].clientFlags(clientFixedNewstyle)
+		idle[i].clientFlags(nbdproto.ClientFixedNewstyle)
 		idle[i].goExport("disk", false)
 	}
 	readBlock(t, idle[5], 1) // idle[5] was active last: idle[0] is idle longest
 	time.Sleep(400 * time.Millisecond)
 	good := dialRaw(t, ts.sock)
-	good.clientFlags(clientFixedNewstyle)
+	good.clientFlags(nbdproto.ClientFixedNewstyle)
 	good.goExport("disk", false)
 	readBlock(t, good, 2)
 	if !idle[0].closed() {
@@ -86,29 +88,29 @@ func TestIdleRulesSpareBusyConnections(t *testing.T) {
 	ts := startServer(t, dir, []Export{{Name: "disk", Volume: tv.vol}},
 		Options{MaxConnections: 2, IdleTimeout: 200 * time.Millisecond})
 	busy := dialRaw(t, ts.sock)
-	busy.clientFlags(clientFixedNewstyle)
+	busy.clientFlags(nbdproto.ClientFixedNewstyle)
 	busy.goExport("disk", false)
 	payload := bytes.Repeat([]byte{0x5a}, 8192)
-	busy.request(cmdWrite, 0, 7, 0, 8192, payload[:4096])
+	busy.request(nbdproto.CmdWrite, 0, 7, 0, 8192, payload[:4096])
 	idle := dialRaw(t, ts.sock)
-	idle.clientFlags(clientFixedNewstyle)
+	idle.clientFlags(nbdproto.ClientFixedNewstyle)
 	idle.goExport("disk", false)
 	time.Sleep(300 * time.Millisecond)
 	c := dialRaw(t, ts.sock)
-	c.clientFlags(clientFixedNewstyle)
+	c.clientFlags(nbdproto.ClientFixedNewstyle)
 	c.goExport("disk", false)
 	if !idle.closed() {
 		t.Fatal("the idle connection is still open")
 	}
 	d := dialRaw(t, ts.sock)
-	d.clientFlags(clientFixedNewstyle)
-	d.option(optGo, append(append(u32(4), "disk"...), 0, 0))
+	d.clientFlags(nbdproto.ClientFixedNewstyle)
+	d.option(nbdproto.OptGo, append(append(u32(4), "disk"...), 0, 0))
 	for {
 		_, typ, _ := d.optReply()
-		if typ == repInfo {
+		if typ == nbdproto.RepInfo {
 			continue
 		}
-		if typ != repErrPolicy {
+		if typ != nbdproto.RepErrPolicy {
 			t.Fatalf("with one busy and one fresh connection: reply %#x, want NBD_REP_ERR_POLICY", typ)
 		}
 		break
@@ -127,10 +129,10 @@ func TestMaxIdle(t *testing.T) {
 	tv := newTestVolume(t, dir, 1<<20, "4096+8")
 	ts := startServer(t, dir, []Export{{Name: "disk", Volume: tv.vol}}, Options{MaxIdle: 300 * time.Millisecond})
 	idle := dialRaw(t, ts.sock)
-	idle.clientFlags(clientFixedNewstyle)
+	idle.clientFlags(nbdproto.ClientFixedNewstyle)
 	idle.goExport("disk", false)
 	active := dialRaw(t, ts.sock)
-	active.clientFlags(clientFixedNewstyle)
+	active.clientFlags(nbdproto.ClientFixedNewstyle)
 	active.goExport("disk", false)
 	for i := range 8 {
 		time.Sleep(100 * time.Millisecond)
@@ -182,10 +184,10 @@ func TestSilentHandshakesDoNotLockOut(t *testing.T) {
 	time.Sleep(500 * time.Millisecond) // the slots are full, and old enough to reclaim
 	for i := range 3 {
 		good := dialRaw(t, ts.sock)
-		good.clientFlags(clientFixedNewstyle)
+		good.clientFlags(nbdproto.ClientFixedNewstyle)
 		good.goExport("disk", false)
 		readBlock(t, good, uint64(i))
-		good.request(cmdDisc, 0, 0, 0, 0, nil)
+		good.request(nbdproto.CmdDisc, 0, 0, 0, 0, nil)
 	}
 	if ce.count(ErrEvicted)+ce.count(ErrRefused) == 0 {
 		t.Error("no silent connection was evicted or refused")
@@ -229,8 +231,8 @@ func TestHandshakeSlotsPerPeer(t *testing.T) {
 		t.Fatal(err)
 	}
 	good := greet(t, c)
-	good.clientFlags(clientFixedNewstyle)
+	good.clientFlags(nbdproto.ClientFixedNewstyle)
 	good.goExport("disk", false)
 	readBlock(t, good, 1)
-	good.request(cmdDisc, 0, 0, 0, 0, nil)
+	good.request(nbdproto.CmdDisc, 0, 0, 0, 0, nil)
 }

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/difctl/difctl/blockdev/internal/nbdproto"
+
 	"github.com/difctl/difctl/blockdev"
 	"github.com/difctl/difctl/blockdev/device"
 	"github.com/difctl/difctl/blockdev/faultdev"
@@ -37,20 +39,20 @@ func TestHandshakeOptions(t *testing.T) {
 		data []byte
 		want uint32
 	}{
-		{"unknown", 200, []byte("xyz"), repErrUnsup},
-		{"extended-headers", optExtendedHeader, nil, repErrUnsup},
-		{"list-with-data", optList, []byte{1}, repErrInvalid},
-		{"starttls-without-tls", optStartTLS, nil, repErrPolicy},
-		{"meta-before-structured", optSetMetaCtx, nil, repErrInvalid},
-		{"info-unknown-export", optInfo, goData("nope"), repErrUnknown},
-		{"info-short", optInfo, []byte{0, 0}, repErrInvalid},
-		{"info-name-too-long", optInfo, append(u32(100), 0, 0), repErrInvalid},
-		{"info-bad-count", optInfo, append(goData("disk"), 0), repErrInvalid},
-		{"structured-with-data", optStructured, []byte{1}, repErrInvalid},
-		{"too-big", optInfo, make([]byte, maxOptionData+1), repErrTooBig},
+		{"unknown", 200, []byte("xyz"), nbdproto.RepErrUnsup},
+		{"extended-headers", nbdproto.OptExtendedHeader, nil, nbdproto.RepErrUnsup},
+		{"list-with-data", nbdproto.OptList, []byte{1}, nbdproto.RepErrInvalid},
+		{"starttls-without-tls", nbdproto.OptStartTLS, nil, nbdproto.RepErrPolicy},
+		{"meta-before-structured", nbdproto.OptSetMetaCtx, nil, nbdproto.RepErrInvalid},
+		{"info-unknown-export", nbdproto.OptInfo, goData("nope"), nbdproto.RepErrUnknown},
+		{"info-short", nbdproto.OptInfo, []byte{0, 0}, nbdproto.RepErrInvalid},
+		{"info-name-too-long", nbdproto.OptInfo, append(u32(100), 0, 0), nbdproto.RepErrInvalid},
+		{"info-bad-count", nbdproto.OptInfo, append(goData("disk"), 0), nbdproto.RepErrInvalid},
+		{"structured-with-data", nbdproto.OptStructured, []byte{1}, nbdproto.RepErrInvalid},
+		{"too-big", nbdproto.OptInfo, make([]byte, maxOptionData+1), nbdproto.RepErrTooBig},
 	}
 	rc := dialRaw(t, ts.sock)
-	rc.clientFlags(clientFixedNewstyle | clientNoZeroes)
+	rc.clientFlags(nbdproto.ClientFixedNewstyle | nbdproto.ClientNoZeroes)
 	for _, tt := range tests {
 		t.Run("opt="+tt.name, func(t *testing.T) {
 			rc.t = t
@@ -63,55 +65,55 @@ func TestHandshakeOptions(t *testing.T) {
 	}
 	rc.t = t
 	// LIST names the export with its description.
-	rc.option(optList, nil)
-	if _, typ, data := rc.optReply(); typ != repServer || !bytes.Equal(data, append(u32(4), "diskthe disk"...)) {
+	rc.option(nbdproto.OptList, nil)
+	if _, typ, data := rc.optReply(); typ != nbdproto.RepServer || !bytes.Equal(data, append(u32(4), "diskthe disk"...)) {
 		t.Errorf("list: %#x %q", typ, data)
 	}
-	if _, typ, _ := rc.optReply(); typ != repAck {
+	if _, typ, _ := rc.optReply(); typ != nbdproto.RepAck {
 		t.Errorf("list: final %#x", typ)
 	}
 	// LIST_META_CONTEXT needs structured replies; then lists base:allocation.
-	rc.option(optStructured, nil)
-	if _, typ, _ := rc.optReply(); typ != repAck {
+	rc.option(nbdproto.OptStructured, nil)
+	if _, typ, _ := rc.optReply(); typ != nbdproto.RepAck {
 		t.Fatalf("structured: %#x", typ)
 	}
-	rc.option(optListMetaCtx, bytes.Join([][]byte{u32(4), name, u32(0)}, nil))
-	if _, typ, data := rc.optReply(); typ != repMetaCtx || string(data[4:]) != metaBaseAllocation {
+	rc.option(nbdproto.OptListMetaCtx, bytes.Join([][]byte{u32(4), name, u32(0)}, nil))
+	if _, typ, data := rc.optReply(); typ != nbdproto.RepMetaCtx || string(data[4:]) != nbdproto.MetaBaseAllocation {
 		t.Errorf("list meta: %#x %q", typ, data)
 	}
-	if _, typ, _ := rc.optReply(); typ != repAck {
+	if _, typ, _ := rc.optReply(); typ != nbdproto.RepAck {
 		t.Errorf("list meta: final %#x", typ)
 	}
 	// A query of an unknown namespace selects nothing: just the ACK.
-	rc.option(optSetMetaCtx, bytes.Join([][]byte{u32(4), name, u32(1), u32(7), []byte("x-foo:b")}, nil))
-	if _, typ, _ := rc.optReply(); typ != repAck {
+	rc.option(nbdproto.OptSetMetaCtx, bytes.Join([][]byte{u32(4), name, u32(1), u32(7), []byte("x-foo:b")}, nil))
+	if _, typ, _ := rc.optReply(); typ != nbdproto.RepAck {
 		t.Errorf("set meta x-foo: %#x", typ)
 	}
 	// INFO with NAME and BLOCK_SIZE requested.
-	rc.option(optInfo, goData("", infoName, infoBlockSize, infoDescription))
+	rc.option(nbdproto.OptInfo, goData("", nbdproto.InfoName, nbdproto.InfoBlockSize, nbdproto.InfoDescription))
 	got := map[uint16][]byte{}
 	for {
 		_, typ, data := rc.optReply()
-		if typ == repAck {
+		if typ == nbdproto.RepAck {
 			break
 		}
-		if typ != repInfo {
+		if typ != nbdproto.RepInfo {
 			t.Fatalf("info: %#x %q", typ, data)
 		}
 		got[binary.BigEndian.Uint16(data)] = data[2:]
 	}
-	if string(got[infoName]) != "disk" || string(got[infoDescription]) != "the disk" {
-		t.Errorf("info name %q description %q", got[infoName], got[infoDescription])
+	if string(got[nbdproto.InfoName]) != "disk" || string(got[nbdproto.InfoDescription]) != "the disk" {
+		t.Errorf("info name %q description %q", got[nbdproto.InfoName], got[nbdproto.InfoDescription])
 	}
-	if b := got[infoBlockSize]; len(b) != 12 || binary.BigEndian.Uint32(b[0:]) != 512 ||
+	if b := got[nbdproto.InfoBlockSize]; len(b) != 12 || binary.BigEndian.Uint32(b[0:]) != 512 ||
 		binary.BigEndian.Uint32(b[4:]) != 4096 || binary.BigEndian.Uint32(b[8:]) != DefaultMaxPayload {
 		t.Errorf("block sizes % x", b)
 	}
-	if e := got[infoExport]; len(e) != 10 || binary.BigEndian.Uint64(e) != 1<<20 {
+	if e := got[nbdproto.InfoExport]; len(e) != 10 || binary.BigEndian.Uint64(e) != 1<<20 {
 		t.Errorf("export info % x", e)
 	}
-	rc.option(optAbort, nil)
-	if _, typ, _ := rc.optReply(); typ != repAck {
+	rc.option(nbdproto.OptAbort, nil)
+	if _, typ, _ := rc.optReply(); typ != nbdproto.RepAck {
 		t.Errorf("abort: %#x", typ)
 	}
 	if !rc.closed() {
@@ -141,8 +143,8 @@ func TestHandshakeHostile(t *testing.T) {
 	})
 	t.Run("case=bad-option-magic", func(t *testing.T) {
 		rc := dialRaw(t, ts.sock)
-		rc.clientFlags(clientFixedNewstyle)
-		rc.write(u64(12345), u32(optList), u32(0))
+		rc.clientFlags(nbdproto.ClientFixedNewstyle)
+		rc.write(u64(12345), u32(nbdproto.OptList), u32(0))
 		if !rc.closed() {
 			t.Error("not closed")
 		}
@@ -159,16 +161,16 @@ func TestHandshakeHostile(t *testing.T) {
 	})
 	t.Run("case=export-name-unknown", func(t *testing.T) {
 		rc := dialRaw(t, ts.sock)
-		rc.clientFlags(clientFixedNewstyle)
-		rc.option(optExportName, []byte("nope"))
+		rc.clientFlags(nbdproto.ClientFixedNewstyle)
+		rc.option(nbdproto.OptExportName, []byte("nope"))
 		if !rc.closed() {
 			t.Error("not closed")
 		}
 	})
 	t.Run("case=export-name", func(t *testing.T) {
 		rc := dialRaw(t, ts.sock)
-		rc.clientFlags(clientFixedNewstyle)
-		rc.option(optExportName, []byte("disk"))
+		rc.clientFlags(nbdproto.ClientFixedNewstyle)
+		rc.option(nbdproto.OptExportName, []byte("disk"))
 		var r [134]byte
 		rc.readFull(r[:])
 		if binary.BigEndian.Uint64(r[:]) != 1<<20 || !bytes.Equal(r[10:], make([]byte, 124)) {
@@ -184,22 +186,22 @@ func TestConnectionLimit(t *testing.T) {
 	tv := newTestVolume(t, dir, 1<<20, "512+8")
 	ts := startServer(t, dir, []Export{{Name: "disk", Volume: tv.vol}}, Options{MaxConnections: 1})
 	a := dialRaw(t, ts.sock)
-	a.clientFlags(clientFixedNewstyle)
+	a.clientFlags(nbdproto.ClientFixedNewstyle)
 	a.goExport("disk", false)
 	b := dialRaw(t, ts.sock)
-	b.clientFlags(clientFixedNewstyle)
-	b.option(optGo, append(append(u32(4), "disk"...), 0, 0))
+	b.clientFlags(nbdproto.ClientFixedNewstyle)
+	b.option(nbdproto.OptGo, append(append(u32(4), "disk"...), 0, 0))
 	for {
 		_, typ, _ := b.optReply()
-		if typ == repInfo {
+		if typ == nbdproto.RepInfo {
 			continue
 		}
-		if typ != repErrPolicy {
+		if typ != nbdproto.RepErrPolicy {
 			t.Fatalf("second connection: reply %#x, want NBD_REP_ERR_POLICY", typ)
 		}
 		break
 	}
-	a.request(cmdDisc, 0, 0, 0, 0, nil)
+	a.request(nbdproto.CmdDisc, 0, 0, 0, 0, nil)
 	a.closed()
 	time.Sleep(100 * time.Millisecond)
 	b.goExport("disk", false)
@@ -214,9 +216,9 @@ func TestTransmissionErrors(t *testing.T) {
 		Options{MaxPayload: 1 << 20})
 	for _, structured := range []bool{false, true} {
 		rc := dialRaw(t, ts.sock)
-		rc.clientFlags(clientFixedNewstyle | clientNoZeroes)
+		rc.clientFlags(nbdproto.ClientFixedNewstyle | nbdproto.ClientNoZeroes)
 		size, flags := rc.goExport("disk", structured)
-		want := uint16(flagHasFlags | flagSendFlush | flagSendFUA | flagSendTrim | flagSendWriteZeroes | flagSendFastZero | flagCanMultiConn)
+		want := uint16(nbdproto.FlagHasFlags | nbdproto.FlagSendFlush | nbdproto.FlagSendFUA | nbdproto.FlagSendTrim | nbdproto.FlagSendWriteZeroes | nbdproto.FlagSendFastZero | nbdproto.FlagCanMultiConn)
 		if size != 1<<20 || flags != want {
 			t.Fatalf("size %d flags %#x, want %#x", size, flags, want)
 		}
@@ -229,21 +231,21 @@ func TestTransmissionErrors(t *testing.T) {
 			want        uint32
 			readPayload int
 		}{
-			{"read-beyond", cmdRead, 0, 1<<20 - 512, 1024, nil, errInval, 0},
-			{"read-offset-overflow", cmdRead, 0, 1 << 63, 512, nil, errInval, 0},
-			{"read-too-long", cmdRead, 0, 0, 2 << 20, nil, errInval, 0},
-			{"write-beyond", cmdWrite, 0, 1 << 20, 512, make([]byte, 512), errNoSpc, 0},
-			{"zero-beyond", cmdWriteZeroes, 0, 1<<20 - 512, 4096, nil, errNoSpc, 0},
-			{"trim-beyond", cmdTrim, 0, 1 << 20, 1, nil, errInval, 0},
-			{"unknown-command", 42, 0, 0, 0, nil, errInval, 0},
-			{"cache", cmdCache, 0, 0, 512, nil, errInval, 0},
-			{"bad-flag", cmdRead, 1 << 9, 0, 512, nil, errInval, 0},
-			{"df-not-advertised", cmdRead, cmdFlagDF, 0, 512, nil, errInval, 0},
-			{"flush-with-length", cmdFlush, 0, 0, 1, nil, errInval, 0},
-			{"block-status-zero", cmdBlockStatus, 0, 0, 0, nil, errInval, 0},
-			{"fast-zero-no-hole", cmdWriteZeroes, cmdFlagFastZero | cmdFlagNoHole, 0, 4096, nil, errNotSup, 0},
-			{"read-ok", cmdRead, 0, 4096, 4096, nil, 0, 4096},
-			{"flush-ok", cmdFlush, cmdFlagFUA, 0, 0, nil, 0, 0},
+			{"read-beyond", nbdproto.CmdRead, 0, 1<<20 - 512, 1024, nil, nbdproto.ErrnoInval, 0},
+			{"read-offset-overflow", nbdproto.CmdRead, 0, 1 << 63, 512, nil, nbdproto.ErrnoInval, 0},
+			{"read-too-long", nbdproto.CmdRead, 0, 0, 2 << 20, nil, nbdproto.ErrnoInval, 0},
+			{"write-beyond", nbdproto.CmdWrite, 0, 1 << 20, 512, make([]byte, 512), nbdproto.ErrnoNoSpc, 0},
+			{"zero-beyond", nbdproto.CmdWriteZeroes, 0, 1<<20 - 512, 4096, nil, nbdproto.ErrnoNoSpc, 0},
+			{"trim-beyond", nbdproto.CmdTrim, 0, 1 << 20, 1, nil, nbdproto.ErrnoInval, 0},
+			{"unknown-command", 42, 0, 0, 0, nil, nbdproto.ErrnoInval, 0},
+			{"cache", nbdproto.CmdCache, 0, 0, 512, nil, nbdproto.ErrnoInval, 0},
+			{"bad-flag", nbdproto.CmdRead, 1 << 9, 0, 512, nil, nbdproto.ErrnoInval, 0},
+			{"df-not-advertised", nbdproto.CmdRead, nbdproto.CmdFlagDF, 0, 512, nil, nbdproto.ErrnoInval, 0},
+			{"flush-with-length", nbdproto.CmdFlush, 0, 0, 1, nil, nbdproto.ErrnoInval, 0},
+			{"block-status-zero", nbdproto.CmdBlockStatus, 0, 0, 0, nil, nbdproto.ErrnoInval, 0},
+			{"fast-zero-no-hole", nbdproto.CmdWriteZeroes, nbdproto.CmdFlagFastZero | nbdproto.CmdFlagNoHole, 0, 4096, nil, nbdproto.ErrnoNotSup, 0},
+			{"read-ok", nbdproto.CmdRead, 0, 4096, 4096, nil, 0, 4096},
+			{"flush-ok", nbdproto.CmdFlush, nbdproto.CmdFlagFUA, 0, 0, nil, 0, 0},
 		}
 		if !structured {
 			tests = append(tests, struct {
@@ -254,7 +256,7 @@ func TestTransmissionErrors(t *testing.T) {
 				payload     []byte
 				want        uint32
 				readPayload int
-			}{"block-status-unnegotiated", cmdBlockStatus, 0, 0, 4096, nil, errInval, 0})
+			}{"block-status-unnegotiated", nbdproto.CmdBlockStatus, 0, 0, 4096, nil, nbdproto.ErrnoInval, 0})
 		}
 		for i, tt := range tests {
 			t.Run("structured="+map[bool]string{false: "no", true: "yes"}[structured]+"/req="+tt.name, func(t *testing.T) {
@@ -267,16 +269,16 @@ func TestTransmissionErrors(t *testing.T) {
 				got := r.err
 				if r.structured {
 					switch {
-					case r.typ == chunkError:
+					case r.typ == nbdproto.ChunkError:
 						got = binary.BigEndian.Uint32(r.payload)
-					case r.typ == chunkOffsetData && tt.typ == cmdRead:
+					case r.typ == nbdproto.ChunkOffsetData && tt.typ == nbdproto.CmdRead:
 						got = 0
-					case r.typ == chunkNone:
+					case r.typ == nbdproto.ChunkNone:
 						got = 0
 					default:
 						t.Fatalf("chunk type %#x", r.typ)
 					}
-					if r.flags&replyFlagDone == 0 {
+					if r.flags&nbdproto.ReplyFlagDone == 0 {
 						t.Errorf("chunk without DONE")
 					}
 				}
@@ -286,24 +288,24 @@ func TestTransmissionErrors(t *testing.T) {
 			})
 		}
 		rc.t = t
-		rc.request(cmdDisc, 0, 0, 0, 0, nil)
+		rc.request(nbdproto.CmdDisc, 0, 0, 0, 0, nil)
 		if !rc.closed() {
 			t.Error("connection open after NBD_CMD_DISC")
 		}
 	}
 	// The read-only export refuses writes with EPERM.
 	rc := dialRaw(t, ts.sock)
-	rc.clientFlags(clientFixedNewstyle)
-	if _, flags := rc.goExport("ro", false); flags&flagReadOnly == 0 {
+	rc.clientFlags(nbdproto.ClientFixedNewstyle)
+	if _, flags := rc.goExport("ro", false); flags&nbdproto.FlagReadOnly == 0 {
 		t.Errorf("read-only export flags %#x", flags)
 	}
-	for _, typ := range []uint16{cmdWrite, cmdTrim, cmdWriteZeroes} {
+	for _, typ := range []uint16{nbdproto.CmdWrite, nbdproto.CmdTrim, nbdproto.CmdWriteZeroes} {
 		var p []byte
-		if typ == cmdWrite {
+		if typ == nbdproto.CmdWrite {
 			p = make([]byte, 512)
 		}
 		rc.request(typ, 0, 7, 0, 512, p)
-		if r := rc.readReply(0); r.err != errPerm {
+		if r := rc.readReply(0); r.err != nbdproto.ErrnoPerm {
 			t.Errorf("command %d on a read-only export: error %d, want EPERM", typ, r.err)
 		}
 	}
@@ -317,7 +319,7 @@ func TestOversizedWrite(t *testing.T) {
 	tv := newTestVolume(t, dir, 1<<20, "4096+8")
 	ts := startServer(t, dir, []Export{{Name: "disk", Volume: tv.vol}}, Options{MaxPayload: 1 << 20})
 	rc := dialRaw(t, ts.sock)
-	rc.clientFlags(clientFixedNewstyle)
+	rc.clientFlags(nbdproto.ClientFixedNewstyle)
 	rc.goExport("disk", false)
 	const length = 256 << 20
 	var before, after runtime.MemStats
@@ -327,7 +329,7 @@ func TestOversizedWrite(t *testing.T) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		rc.c.Write(bytes.Join([][]byte{u32(magicRequest), u16(0), u16(cmdWrite), u64(1), u64(0), u32(length)}, nil))
+		rc.c.Write(bytes.Join([][]byte{u32(nbdproto.MagicRequest), u16(0), u16(nbdproto.CmdWrite), u64(1), u64(0), u32(length)}, nil))
 		chunk := bytes.Repeat([]byte{0xee}, 1<<20)
 		for range length / len(chunk) {
 			if _, err := rc.c.Write(chunk); err != nil {
@@ -338,13 +340,13 @@ func TestOversizedWrite(t *testing.T) {
 	r := rc.readReply(0)
 	wg.Wait()
 	runtime.ReadMemStats(&after)
-	if r.err != errInval {
+	if r.err != nbdproto.ErrnoInval {
 		t.Errorf("oversized write: error %d, want EINVAL", r.err)
 	}
 	if d := after.TotalAlloc - before.TotalAlloc; d > length/8 {
 		t.Errorf("refusing a %d-byte write allocated %d bytes", length, d)
 	}
-	rc.request(cmdRead, 0, 2, 0, 4096, nil)
+	rc.request(nbdproto.CmdRead, 0, 2, 0, 4096, nil)
 	if r := rc.readReply(4096); r.err != 0 || !bytes.Equal(r.payload, make([]byte, 4096)) {
 		t.Errorf("read after the refused write: error %d, data changed: %v", r.err, !bytes.Equal(r.payload, make([]byte, 4096)))
 	}
@@ -358,25 +360,25 @@ func TestHostileClientIsolated(t *testing.T) {
 	tv := newTestVolume(t, dir, 1<<20, "4096+8")
 	ts := startServer(t, dir, []Export{{Name: "disk", Volume: tv.vol}}, Options{})
 	good := dialRaw(t, ts.sock)
-	good.clientFlags(clientFixedNewstyle)
+	good.clientFlags(nbdproto.ClientFixedNewstyle)
 	good.goExport("disk", true)
 	bad := dialRaw(t, ts.sock)
-	bad.clientFlags(clientFixedNewstyle)
+	bad.clientFlags(nbdproto.ClientFixedNewstyle)
 	bad.goExport("disk", false)
 	// Half a write, then the connection closes.
-	bad.request(cmdWrite, 0, 1, 0, 8192, bytes.Repeat([]byte{0x55}, 4096))
+	bad.request(nbdproto.CmdWrite, 0, 1, 0, 8192, bytes.Repeat([]byte{0x55}, 4096))
 	bad.c.Close()
 	// A bad magic on a third connection.
 	third := dialRaw(t, ts.sock)
-	third.clientFlags(clientFixedNewstyle)
+	third.clientFlags(nbdproto.ClientFixedNewstyle)
 	third.goExport("disk", false)
-	third.write(bytes.Repeat([]byte{0xff}, requestSize))
+	third.write(bytes.Repeat([]byte{0xff}, nbdproto.RequestSize))
 	if !third.closed() {
 		t.Error("connection with a bad request magic still open")
 	}
-	good.request(cmdRead, 0, 9, 0, 8192, nil)
+	good.request(nbdproto.CmdRead, 0, 9, 0, 8192, nil)
 	r := good.readReply(0)
-	if r.typ != chunkOffsetData || !bytes.Equal(r.payload[8:], make([]byte, 8192)) {
+	if r.typ != nbdproto.ChunkOffsetData || !bytes.Equal(r.payload[8:], make([]byte, 8192)) {
 		t.Errorf("read after a hostile client: chunk %#x, %d bytes; the partial write must not land", r.typ, len(r.payload))
 	}
 }
@@ -390,13 +392,13 @@ func TestBlockStatusSeesUnflushedWrites(t *testing.T) {
 	tv := newTestVolume(t, dir, 1<<20, "4096+8")
 	ts := startServer(t, dir, []Export{{Name: "disk", Volume: tv.vol}}, Options{})
 	rc := dialRaw(t, ts.sock)
-	rc.clientFlags(clientFixedNewstyle)
+	rc.clientFlags(nbdproto.ClientFixedNewstyle)
 	rc.goExport("disk", true)
 	status := func() [][2]uint32 {
 		t.Helper()
-		rc.request(cmdBlockStatus, 0, 5, 0, 1<<20, nil)
+		rc.request(nbdproto.CmdBlockStatus, 0, 5, 0, 1<<20, nil)
 		r := rc.readReply(0)
-		if r.typ != chunkBlockStatus || r.flags&replyFlagDone == 0 || binary.BigEndian.Uint32(r.payload) != metaBaseID {
+		if r.typ != nbdproto.ChunkBlockStatus || r.flags&nbdproto.ReplyFlagDone == 0 || binary.BigEndian.Uint32(r.payload) != nbdproto.MetaBaseID {
 			t.Fatalf("block status reply: type %#x flags %#x", r.typ, r.flags)
 		}
 		var out [][2]uint32
@@ -405,10 +407,10 @@ func TestBlockStatusSeesUnflushedWrites(t *testing.T) {
 		}
 		return out
 	}
-	if got := status(); len(got) != 1 || got[0] != [2]uint32{1 << 20, stateHole | stateZero} {
+	if got := status(); len(got) != 1 || got[0] != [2]uint32{1 << 20, nbdproto.StateHole | nbdproto.StateZero} {
 		t.Errorf("fresh volume: %v", got)
 	}
-	rc.request(cmdWrite, 0, 6, 8192, 4096, bytes.Repeat([]byte{1}, 4096))
+	rc.request(nbdproto.CmdWrite, 0, 6, 8192, 4096, bytes.Repeat([]byte{1}, 4096))
 	if r := rc.readReply(0); r.err != 0 {
 		t.Fatalf("write: %d", r.err)
 	}
@@ -416,7 +418,7 @@ func TestBlockStatusSeesUnflushedWrites(t *testing.T) {
 	if got := status(); !equalExtents(got, want) {
 		t.Errorf("after an unflushed write: %v, want %v", got, want)
 	}
-	rc.request(cmdTrim, 0, 7, 8192, 4096, nil)
+	rc.request(nbdproto.CmdTrim, 0, 7, 8192, 4096, nil)
 	if r := rc.readReply(0); r.err != 0 {
 		t.Fatalf("trim: %d", r.err)
 	}
@@ -424,9 +426,9 @@ func TestBlockStatusSeesUnflushedWrites(t *testing.T) {
 		t.Errorf("after the trim: %v", got)
 	}
 	// REQ_ONE: one extent.
-	rc.request(cmdWrite, 0, 6, 0, 4096, bytes.Repeat([]byte{1}, 4096))
+	rc.request(nbdproto.CmdWrite, 0, 6, 0, 4096, bytes.Repeat([]byte{1}, 4096))
 	rc.readReply(0)
-	rc.request(cmdBlockStatus, cmdFlagReqOne, 8, 0, 1<<20, nil)
+	rc.request(nbdproto.CmdBlockStatus, nbdproto.CmdFlagReqOne, 8, 0, 1<<20, nil)
 	if r := rc.readReply(0); len(r.payload) != 12 || binary.BigEndian.Uint32(r.payload[4:]) != 4096 {
 		t.Errorf("REQ_ONE reply % x", r.payload)
 	}
@@ -470,23 +472,23 @@ func TestFlushDurable(t *testing.T) {
 			dir := t.TempDir()
 			ts := startServer(t, dir, []Export{{Name: "disk", Volume: vol}}, Options{})
 			rc := dialRaw(t, ts.sock)
-			rc.clientFlags(clientFixedNewstyle)
+			rc.clientFlags(nbdproto.ClientFixedNewstyle)
 			rc.goExport("disk", false)
 			a := bytes.Repeat([]byte{0xa1}, 8192)
 			if how == "fua" {
-				rc.request(cmdWrite, cmdFlagFUA, 1, 4096, 8192, a)
+				rc.request(nbdproto.CmdWrite, nbdproto.CmdFlagFUA, 1, 4096, 8192, a)
 				if r := rc.readReply(0); r.err != 0 {
 					t.Fatal(r.err)
 				}
 			} else {
-				rc.request(cmdWrite, 0, 1, 4096, 8192, a)
+				rc.request(nbdproto.CmdWrite, 0, 1, 4096, 8192, a)
 				rc.readReply(0)
-				rc.request(cmdFlush, 0, 2, 0, 0, nil)
+				rc.request(nbdproto.CmdFlush, 0, 2, 0, 0, nil)
 				if r := rc.readReply(0); r.err != 0 {
 					t.Fatal(r.err)
 				}
 			}
-			rc.request(cmdWrite, 0, 3, 65536, 4096, bytes.Repeat([]byte{0xb2}, 4096))
+			rc.request(nbdproto.CmdWrite, 0, 3, 65536, 4096, bytes.Repeat([]byte{0xb2}, 4096))
 			rc.readReply(0)
 			if err := fd.Crash(faultdev.CrashOptions{}); err != nil {
 				t.Fatal(err)
@@ -521,14 +523,14 @@ func TestShutdown(t *testing.T) {
 	tv := newTestVolume(t, dir, 1<<20, "4096+8")
 	ts := startServer(t, dir, []Export{{Name: "disk", Volume: tv.vol}}, Options{})
 	busy := dialRaw(t, ts.sock)
-	busy.clientFlags(clientFixedNewstyle)
+	busy.clientFlags(nbdproto.ClientFixedNewstyle)
 	busy.goExport("disk", false)
 	idle := dialRaw(t, ts.sock)
-	idle.clientFlags(clientFixedNewstyle)
+	idle.clientFlags(nbdproto.ClientFixedNewstyle)
 	idle.goExport("disk", false)
 	nego := dialRaw(t, ts.sock)
 	for i := range 8 {
-		busy.request(cmdWrite, 0, uint64(i), uint64(i)*65536, 65536, bytes.Repeat([]byte{byte(i + 1)}, 65536))
+		busy.request(nbdproto.CmdWrite, 0, uint64(i), uint64(i)*65536, 65536, bytes.Repeat([]byte{byte(i + 1)}, 65536))
 	}
 	time.Sleep(50 * time.Millisecond)
 	start := time.Now()

@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/difctl/difctl/blockdev/internal/nbdproto"
+
 	"github.com/difctl/difctl/blockdev"
 	"github.com/difctl/difctl/blockdev/scrub"
 )
@@ -302,8 +304,8 @@ func NewServer(exports []Export, opts Options) (*Server, error) {
 		if e.Volume == nil {
 			return nil, fmt.Errorf("nbd: export %q: nil volume", e.Name)
 		}
-		if e.Name == "" || len(e.Name) > maxStringBytes || len(e.Description) > maxStringBytes {
-			return nil, fmt.Errorf("nbd: export %d: name %q must be 1 to %d bytes (and a description at most as long)", i, e.Name, maxStringBytes)
+		if e.Name == "" || len(e.Name) > nbdproto.MaxStringBytes || len(e.Description) > nbdproto.MaxStringBytes {
+			return nil, fmt.Errorf("nbd: export %d: name %q must be 1 to %d bytes (and a description at most as long)", i, e.Name, nbdproto.MaxStringBytes)
 		}
 		if _, dup := s.byName[e.Name]; dup {
 			return nil, fmt.Errorf("nbd: export name %q given twice", e.Name)

@@ -24,6 +24,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/difctl/difctl/blockdev/internal/nbdproto"
 )
 
 // testCA is a certificate authority of the tests' PKI.
@@ -179,9 +181,9 @@ func isUnknownCA(err error) bool {
 func startTLSList(t *testing.T, sock string, cfg *tls.Config) error {
 	t.Helper()
 	rc := dialRaw(t, sock)
-	rc.clientFlags(clientFixedNewstyle)
-	rc.option(optStartTLS, nil)
-	if _, typ, _ := rc.optReply(); typ != repAck {
+	rc.clientFlags(nbdproto.ClientFixedNewstyle)
+	rc.option(nbdproto.OptStartTLS, nil)
+	if _, typ, _ := rc.optReply(); typ != nbdproto.RepAck {
 		t.Fatalf("STARTTLS: reply %#x", typ)
 	}
 	tc := tls.Client(rc.c, cfg)
@@ -191,7 +193,7 @@ func startTLSList(t *testing.T, sock string, cfg *tls.Config) error {
 	// In TLS 1.3 the client's handshake ends before the server has
 	// checked its certificate: a refusal arrives as an alert on the
 	// first read.
-	if _, err := tc.Write(bytes.Join([][]byte{u64(magicOpt), u32(optList), u32(0)}, nil)); err != nil {
+	if _, err := tc.Write(bytes.Join([][]byte{u64(nbdproto.MagicOpt), u32(nbdproto.OptList), u32(0)}, nil)); err != nil {
 		return err
 	}
 	var h [20]byte
@@ -202,15 +204,15 @@ func startTLSList(t *testing.T, sock string, cfg *tls.Config) error {
 		if _, err := io.CopyN(io.Discard, tc, int64(binary.BigEndian.Uint32(h[16:]))); err != nil {
 			return err
 		}
-		if typ := binary.BigEndian.Uint32(h[12:]); typ != repServer {
-			if typ != repAck {
+		if typ := binary.BigEndian.Uint32(h[12:]); typ != nbdproto.RepServer {
+			if typ != nbdproto.RepAck {
 				t.Fatalf("LIST: reply %#x", typ)
 			}
 			break
 		}
 	}
 	// An orderly end, which the server does not report.
-	if _, err := tc.Write(bytes.Join([][]byte{u64(magicOpt), u32(optAbort), u32(0)}, nil)); err != nil {
+	if _, err := tc.Write(bytes.Join([][]byte{u64(nbdproto.MagicOpt), u32(nbdproto.OptAbort), u32(0)}, nil)); err != nil {
 		return err
 	}
 	_, err := io.ReadFull(tc, h[:])

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/difctl/difctl/blockdev/internal/nbdproto"
 )
 
 // testPKI writes a CA, a server certificate for localhost and a client
@@ -111,13 +113,13 @@ func TestTLS(t *testing.T) {
 
 	// Without TLS: refused with TLS_REQD (raw), and nbdinfo fails.
 	rc := dialRaw(t, ts.sock)
-	rc.clientFlags(clientFixedNewstyle)
-	rc.option(optList, nil)
-	if _, typ, _ := rc.optReply(); typ != repErrTLSReqd {
+	rc.clientFlags(nbdproto.ClientFixedNewstyle)
+	rc.option(nbdproto.OptList, nil)
+	if _, typ, _ := rc.optReply(); typ != nbdproto.RepErrTLSReqd {
 		t.Errorf("LIST before STARTTLS: reply %#x, want NBD_REP_ERR_TLS_REQD", typ)
 	}
-	rc.option(optStartTLS, []byte{1})
-	if _, typ, _ := rc.optReply(); typ != repErrInvalid {
+	rc.option(nbdproto.OptStartTLS, []byte{1})
+	if _, typ, _ := rc.optReply(); typ != nbdproto.RepErrInvalid {
 		t.Errorf("STARTTLS with data: reply %#x, want NBD_REP_ERR_INVALID", typ)
 	}
 	if out, err := runErr("nbdinfo", ts.uri("disk")); err == nil {

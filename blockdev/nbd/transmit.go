@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/difctl/difctl/blockdev/internal/nbdproto"
+
 	"github.com/difctl/difctl/blockdev/device"
 )
 
@@ -135,7 +137,7 @@ func (c *conn) transmit(ctx context.Context, x *export) error {
 		}
 	}
 	for {
-		var h [requestSize]byte
+		var h [nbdproto.RequestSize]byte
 		if _, err := io.ReadFull(c.br, h[:]); err != nil {
 			if err == io.EOF {
 				clean = true // the client hung up between requests
@@ -143,7 +145,7 @@ func (c *conn) transmit(ctx context.Context, x *export) error {
 			rerr = err
 			break
 		}
-		if m := binary.BigEndian.Uint32(h[0:]); m != magicRequest {
+		if m := binary.BigEndian.Uint32(h[0:]); m != nbdproto.MagicRequest {
 			rerr = protoErr("request magic %#x", m)
 			break
 		}
@@ -152,7 +154,7 @@ func (c *conn) transmit(ctx context.Context, x *export) error {
 			cookie: binary.BigEndian.Uint64(h[8:]), off: binary.BigEndian.Uint64(h[16:]),
 			length: binary.BigEndian.Uint32(h[24:]),
 		}
-		if r.typ == cmdDisc {
+		if r.typ == nbdproto.CmdDisc {
 			clean = true
 			break
 		}
@@ -164,7 +166,7 @@ func (c *conn) transmit(ctx context.Context, x *export) error {
 			break
 		}
 		need := 0
-		if (r.typ == cmdRead || r.typ == cmdWrite) && int64(r.length) <= int64(x.maxPay) {
+		if (r.typ == nbdproto.CmdRead || r.typ == nbdproto.CmdWrite) && int64(r.length) <= int64(x.maxPay) {
 			need = int(r.length)
 		}
 		if !acquire(need) {
@@ -173,7 +175,7 @@ func (c *conn) transmit(ctx context.Context, x *export) error {
 			break
 		}
 		var buf []byte
-		if r.typ == cmdWrite {
+		if r.typ == nbdproto.CmdWrite {
 			if need != int(r.length) {
 				// Refused without allocating its length: the payload is
 				// read and dropped in small pieces.
@@ -187,7 +189,7 @@ func (c *conn) transmit(ctx context.Context, x *export) error {
 				if o.OnRequest != nil {
 					start = time.Now()
 				}
-				err := c.refuse(r, errInval, "write of %d bytes, above the maximum of %d", r.length, x.maxPay)
+				err := c.refuse(r, nbdproto.ErrnoInval, "write of %d bytes, above the maximum of %d", r.length, x.maxPay)
 				if on := o.OnRequest; on != nil {
 					on(requestEvent(x, r, start, err))
 				}
@@ -241,40 +243,40 @@ func (c *conn) handle(x *export, r request, buf []byte) error {
 	if buf != nil {
 		defer putBuf(buf)
 	}
-	allowed := uint16(cmdFlagFUA)
+	allowed := uint16(nbdproto.CmdFlagFUA)
 	switch r.typ {
-	case cmdWriteZeroes:
-		allowed |= cmdFlagNoHole | cmdFlagFastZero
-	case cmdBlockStatus:
-		allowed |= cmdFlagReqOne
+	case nbdproto.CmdWriteZeroes:
+		allowed |= nbdproto.CmdFlagNoHole | nbdproto.CmdFlagFastZero
+	case nbdproto.CmdBlockStatus:
+		allowed |= nbdproto.CmdFlagReqOne
 	}
 	switch {
-	case r.typ > cmdBlockStatus || r.typ == cmdCache || r.typ == cmdDisc:
-		return c.refuse(r, errInval, "command %d is not supported", r.typ)
+	case r.typ > nbdproto.CmdBlockStatus || r.typ == nbdproto.CmdCache || r.typ == nbdproto.CmdDisc:
+		return c.refuse(r, nbdproto.ErrnoInval, "command %d is not supported", r.typ)
 	case r.flags&^allowed != 0:
-		return c.refuse(r, errInval, "command flags %#x not valid for command %d", r.flags, r.typ)
-	case x.ReadOnly && (r.typ == cmdWrite || r.typ == cmdTrim || r.typ == cmdWriteZeroes):
-		return c.refuse(r, errPerm, "export %q is read-only", x.Name)
-	case r.typ == cmdFlush:
+		return c.refuse(r, nbdproto.ErrnoInval, "command flags %#x not valid for command %d", r.flags, r.typ)
+	case x.ReadOnly && (r.typ == nbdproto.CmdWrite || r.typ == nbdproto.CmdTrim || r.typ == nbdproto.CmdWriteZeroes):
+		return c.refuse(r, nbdproto.ErrnoPerm, "export %q is read-only", x.Name)
+	case r.typ == nbdproto.CmdFlush:
 		if r.off != 0 || r.length != 0 {
-			return c.refuse(r, errInval, "flush with offset or length")
+			return c.refuse(r, nbdproto.ErrnoInval, "flush with offset or length")
 		}
 		return c.replyResult(r, x.sync())
 	}
 	// Range checks for every other command.
 	if r.off > uint64(x.size) || uint64(r.length) > uint64(x.size)-r.off {
-		code := uint32(errInval)
-		if r.typ == cmdWrite || r.typ == cmdWriteZeroes {
-			code = errNoSpc
+		code := uint32(nbdproto.ErrnoInval)
+		if r.typ == nbdproto.CmdWrite || r.typ == nbdproto.CmdWriteZeroes {
+			code = nbdproto.ErrnoNoSpc
 		}
 		return c.refuse(r, code, "request [%d, +%d) beyond the export's %d bytes", r.off, r.length, x.size)
 	}
 	off, n := int64(r.off), int64(r.length)
-	fua := r.flags&cmdFlagFUA != 0
+	fua := r.flags&nbdproto.CmdFlagFUA != 0
 	switch r.typ {
-	case cmdRead:
+	case nbdproto.CmdRead:
 		return c.read(x, r)
-	case cmdWrite:
+	case nbdproto.CmdWrite:
 		_, err := x.Volume.WriteAt(buf, off)
 		x.wrote()
 		if err != nil && isDataError(err) {
@@ -284,13 +286,13 @@ func (c *conn) handle(x *export, r request, buf []byte) error {
 			err = x.sync()
 		}
 		return c.replyResult(r, err)
-	case cmdTrim:
+	case nbdproto.CmdTrim:
 		return c.replyResult(r, x.trim(off, n))
-	case cmdWriteZeroes:
-		if r.flags&cmdFlagFastZero != 0 && r.flags&cmdFlagNoHole != 0 {
-			return c.refuse(r, errNotSup, "writing zeros without a hole is no faster than a write")
+	case nbdproto.CmdWriteZeroes:
+		if r.flags&nbdproto.CmdFlagFastZero != 0 && r.flags&nbdproto.CmdFlagNoHole != 0 {
+			return c.refuse(r, nbdproto.ErrnoNotSup, "writing zeros without a hole is no faster than a write")
 		}
-		err := x.writeZeroes(off, n, r.flags&cmdFlagNoHole != 0)
+		err := x.writeZeroes(off, n, r.flags&nbdproto.CmdFlagNoHole != 0)
 		if err == nil && fua {
 			err = x.sync()
 		}
@@ -304,7 +306,7 @@ func (c *conn) handle(x *export, r request, buf []byte) error {
 // error chunk with that offset; without them, EIO alone.
 func (c *conn) read(x *export, r request) error {
 	if r.length > uint32(x.maxPay) {
-		return c.refuse(r, errInval, "read of %d bytes, above the maximum of %d", r.length, x.maxPay)
+		return c.refuse(r, nbdproto.ErrnoInval, "read of %d bytes, above the maximum of %d", r.length, x.maxPay)
 	}
 	if r.length == 0 {
 		return c.replyResult(r, nil)
@@ -315,8 +317,8 @@ func (c *conn) read(x *export, r request) error {
 	n, err := x.Volume.ReadAt(buf, off)
 	if err == nil {
 		if c.structured {
-			h := chunkHeader(r.cookie, replyFlagDone, chunkOffsetData, 8+len(buf))
-			binary.BigEndian.PutUint64(h[chunkHdrSize:], r.off)
+			h := chunkHeader(r.cookie, nbdproto.ReplyFlagDone, nbdproto.ChunkOffsetData, 8+len(buf))
+			binary.BigEndian.PutUint64(h[nbdproto.ChunkHdrSize:], r.off)
 			c.send(h, buf)
 		} else {
 			c.send(simpleHeader(r.cookie, 0), buf)
@@ -337,8 +339,8 @@ func (c *conn) read(x *export, r request) error {
 	}
 	var bufs [][]byte
 	if n > 0 {
-		h := chunkHeader(r.cookie, 0, chunkOffsetData, 8+n)
-		binary.BigEndian.PutUint64(h[chunkHdrSize:], r.off)
+		h := chunkHeader(r.cookie, 0, nbdproto.ChunkOffsetData, 8+n)
+		binary.BigEndian.PutUint64(h[nbdproto.ChunkHdrSize:], r.off)
 		bufs = append(bufs, h, buf[:n])
 	}
 	bufs = append(bufs, errorChunk(r.cookie, code, uint64(off)+uint64(n), true, oneLine(err)))
@@ -349,25 +351,25 @@ func (c *conn) read(x *export, r request) error {
 // blockStatus answers NBD_CMD_BLOCK_STATUS for base:allocation.
 func (c *conn) blockStatus(x *export, r request) error {
 	if !c.meta {
-		return c.refuse(r, errInval, "no metadata context was negotiated")
+		return c.refuse(r, nbdproto.ErrnoInval, "no metadata context was negotiated")
 	}
 	if r.length == 0 {
-		return c.refuse(r, errInval, "block status of no bytes")
+		return c.refuse(r, nbdproto.ErrnoInval, "block status of no bytes")
 	}
 	sc := statusPool.Get().(*statusScratch)
-	exts, err := x.status(int64(r.off), int64(r.length), r.flags&cmdFlagReqOne != 0, sc)
+	exts, err := x.status(int64(r.off), int64(r.length), r.flags&nbdproto.CmdFlagReqOne != 0, sc)
 	statusPool.Put(sc)
 	if err != nil {
 		return c.replyResult(r, err)
 	}
-	h := chunkHeader(r.cookie, replyFlagDone, chunkBlockStatus, 4+8*len(exts))
-	binary.BigEndian.PutUint32(h[chunkHdrSize:], metaBaseID)
+	h := chunkHeader(r.cookie, nbdproto.ReplyFlagDone, nbdproto.ChunkBlockStatus, 4+8*len(exts))
+	binary.BigEndian.PutUint32(h[nbdproto.ChunkHdrSize:], nbdproto.MetaBaseID)
 	body := make([]byte, 8*len(exts))
 	for i, e := range exts {
 		binary.BigEndian.PutUint32(body[8*i:], e.length)
 		binary.BigEndian.PutUint32(body[8*i+4:], e.flags)
 	}
-	c.send(h[:chunkHdrSize+4], body)
+	c.send(h[:nbdproto.ChunkHdrSize+4], body)
 	return nil
 }
 
@@ -432,15 +434,15 @@ func errCode(err error) uint32 {
 	case err == nil:
 		return 0
 	case errors.Is(err, device.ErrReadOnly):
-		return errPerm
+		return nbdproto.ErrnoPerm
 	case errors.Is(err, device.ErrOutOfRange), errors.Is(err, device.ErrUnaligned):
-		return errInval
+		return nbdproto.ErrnoInval
 	case errors.Is(err, device.ErrClosed):
-		return errShutdown
+		return nbdproto.ErrnoShutdown
 	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT), errors.Is(err, syscall.EFBIG):
-		return errNoSpc
+		return nbdproto.ErrnoNoSpc
 	}
-	return errIO
+	return nbdproto.ErrnoIO
 }
 
 // replyResult sends the reply of a request without payload: success, or
@@ -467,43 +469,43 @@ func (c *conn) replyError(r request, code uint32, off uint64, withOff bool, form
 		c.send(errorChunk(r.cookie, code, off, true, msg))
 		return
 	}
-	if len(msg) > maxStringBytes {
-		msg = msg[:maxStringBytes]
+	if len(msg) > nbdproto.MaxStringBytes {
+		msg = msg[:nbdproto.MaxStringBytes]
 	}
-	h := chunkHeader(r.cookie, replyFlagDone, chunkError, 6+len(msg))
-	binary.BigEndian.PutUint32(h[chunkHdrSize:], code)
-	binary.BigEndian.PutUint16(h[chunkHdrSize+4:], uint16(len(msg)))
-	c.send(h[:chunkHdrSize+6], []byte(msg))
+	h := chunkHeader(r.cookie, nbdproto.ReplyFlagDone, nbdproto.ChunkError, 6+len(msg))
+	binary.BigEndian.PutUint32(h[nbdproto.ChunkHdrSize:], code)
+	binary.BigEndian.PutUint16(h[nbdproto.ChunkHdrSize+4:], uint16(len(msg)))
+	c.send(h[:nbdproto.ChunkHdrSize+6], []byte(msg))
 }
 
 // errorChunk builds an NBD_REPLY_TYPE_ERROR_OFFSET chunk.
 func errorChunk(cookie uint64, code uint32, off uint64, done bool, msg string) []byte {
-	if len(msg) > maxStringBytes {
-		msg = msg[:maxStringBytes]
+	if len(msg) > nbdproto.MaxStringBytes {
+		msg = msg[:nbdproto.MaxStringBytes]
 	}
 	var fl uint16
 	if done {
-		fl = replyFlagDone
+		fl = nbdproto.ReplyFlagDone
 	}
-	b := make([]byte, chunkHdrSize+6+len(msg)+8)
-	putChunkHeader(b, cookie, fl, chunkErrorOffset, 6+len(msg)+8)
-	binary.BigEndian.PutUint32(b[chunkHdrSize:], code)
-	binary.BigEndian.PutUint16(b[chunkHdrSize+4:], uint16(len(msg)))
-	copy(b[chunkHdrSize+6:], msg)
-	binary.BigEndian.PutUint64(b[chunkHdrSize+6+len(msg):], off)
+	b := make([]byte, nbdproto.ChunkHdrSize+6+len(msg)+8)
+	putChunkHeader(b, cookie, fl, nbdproto.ChunkErrorOffset, 6+len(msg)+8)
+	binary.BigEndian.PutUint32(b[nbdproto.ChunkHdrSize:], code)
+	binary.BigEndian.PutUint16(b[nbdproto.ChunkHdrSize+4:], uint16(len(msg)))
+	copy(b[nbdproto.ChunkHdrSize+6:], msg)
+	binary.BigEndian.PutUint64(b[nbdproto.ChunkHdrSize+6+len(msg):], off)
 	return b
 }
 
 // chunkHeader returns a structured chunk header with 8 spare bytes after it
 // (for an offset or the start of the payload).
 func chunkHeader(cookie uint64, flags, typ uint16, length int) []byte {
-	b := make([]byte, chunkHdrSize+8)
+	b := make([]byte, nbdproto.ChunkHdrSize+8)
 	putChunkHeader(b, cookie, flags, typ, length)
 	return b
 }
 
 func putChunkHeader(b []byte, cookie uint64, flags, typ uint16, length int) {
-	binary.BigEndian.PutUint32(b[0:], magicStructured)
+	binary.BigEndian.PutUint32(b[0:], nbdproto.MagicStructured)
 	binary.BigEndian.PutUint16(b[4:], flags)
 	binary.BigEndian.PutUint16(b[6:], typ)
 	binary.BigEndian.PutUint64(b[8:], cookie)
@@ -511,8 +513,8 @@ func putChunkHeader(b []byte, cookie uint64, flags, typ uint16, length int) {
 }
 
 func simpleHeader(cookie uint64, code uint32) []byte {
-	b := make([]byte, simpleSize)
-	binary.BigEndian.PutUint32(b[0:], magicSimple)
+	b := make([]byte, nbdproto.SimpleSize)
+	binary.BigEndian.PutUint32(b[0:], nbdproto.MagicSimple)
 	binary.BigEndian.PutUint32(b[4:], code)
 	binary.BigEndian.PutUint64(b[8:], cookie)
 	return b

@@ -14,6 +14,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/difctl/difctl/blockdev/internal/nbdproto"
+
 	"github.com/difctl/difctl/blockdev/device"
 )
 
@@ -141,8 +143,8 @@ func openConn(ctx context.Context, nc net.Conn, t *target, cfg *tls.Config, opts
 	d, err := newDevice(t, ng, opts)
 	if err != nil {
 		// The negotiation is over: leave as the transmission phase asks.
-		var h [requestSize]byte
-		putRequest(h[:], cmdDisc, 0, 0, 0, 0)
+		var h [nbdproto.RequestSize]byte
+		putRequest(h[:], nbdproto.CmdDisc, 0, 0, 0, 0)
 		nc.SetWriteDeadline(time.Now().Add(time.Second))
 		conn.Write(h[:])
 		conn.Close()
@@ -162,15 +164,15 @@ func newDevice(t *target, ng negotiated, opts Options) (*Device, error) {
 		return nil, &ExportError{URL: t.redacted, Reason: fmt.Sprintf(format, args...)}
 	}
 	flags := ng.flags
-	if flags&flagHasFlags == 0 {
+	if flags&nbdproto.FlagHasFlags == 0 {
 		// The protocol requires the bit; without it no other bit can be
 		// trusted to mean what it says.
 		flags = 0
 	}
 	info := Info{Export: ng.exportName, MinBlock: ng.minBS, PreferredBlock: ng.prefBS, MaxBlock: ng.maxBS,
-		Flags: ng.flags, ReadOnly: flags&flagReadOnly != 0, Flush: flags&flagSendFlush != 0,
-		FUA: flags&flagSendFUA != 0, Trim: flags&flagSendTrim != 0, WriteZeroes: flags&flagSendWriteZeroes != 0,
-		MultiConn: flags&flagCanMultiConn != 0, TLS: ng.tlsVersion}
+		Flags: ng.flags, ReadOnly: flags&nbdproto.FlagReadOnly != 0, Flush: flags&nbdproto.FlagSendFlush != 0,
+		FUA: flags&nbdproto.FlagSendFUA != 0, Trim: flags&nbdproto.FlagSendTrim != 0, WriteZeroes: flags&nbdproto.FlagSendWriteZeroes != 0,
+		MultiConn: flags&nbdproto.FlagCanMultiConn != 0, TLS: ng.tlsVersion}
 	if ng.size > math.MaxInt64 {
 		return bad("size %d is beyond what a device can address", ng.size)
 	}
@@ -265,7 +267,7 @@ func (d *Device) ReadAt(p []byte, off int64) (int, error) {
 	if err := d.check("read", off, int64(len(p)), false); err != nil {
 		return 0, err
 	}
-	return d.transfer(cmdRead, "read", p, off)
+	return d.transfer(nbdproto.CmdRead, "read", p, off)
 }
 
 // WriteAt implements [device.Device], with ReadAt's alignment rule.
@@ -273,7 +275,7 @@ func (d *Device) WriteAt(p []byte, off int64) (int, error) {
 	if err := d.check("write", off, int64(len(p)), true); err != nil {
 		return 0, err
 	}
-	return d.transfer(cmdWrite, "write", p, off)
+	return d.transfer(nbdproto.CmdWrite, "write", p, off)
 }
 
 // Discard implements [device.Discarder] with NBD_CMD_WRITE_ZEROES, which
@@ -292,7 +294,7 @@ func (d *Device) Discard(off, n int64) error {
 	if !d.info.WriteZeroes {
 		return fmt.Errorf("nbdclient: discard on %s: the server does not advertise NBD_CMD_WRITE_ZEROES: %w", d.url, errors.ErrUnsupported)
 	}
-	return d.ranged(cmdWriteZeroes, "discard", off, n)
+	return d.ranged(nbdproto.CmdWriteZeroes, "discard", off, n)
 }
 
 // Trim sends NBD_CMD_TRIM for [off, off+n): a hint that the range is no
@@ -310,7 +312,7 @@ func (d *Device) Trim(off, n int64) error {
 	if !d.info.Trim {
 		return fmt.Errorf("nbdclient: trim on %s: the server does not advertise NBD_CMD_TRIM: %w", d.url, errors.ErrUnsupported)
 	}
-	return d.ranged(cmdTrim, "trim", off, n)
+	return d.ranged(nbdproto.CmdTrim, "trim", off, n)
 }
 
 // Sync implements [device.Device] with NBD_CMD_FLUSH: when it returns nil,
@@ -336,7 +338,7 @@ func (d *Device) Sync() error {
 	default:
 		return fmt.Errorf("nbdclient: sync of %s: the server advertises neither NBD_CMD_FLUSH nor FUA, so no write can be made durable: %w", d.url, errors.ErrUnsupported)
 	}
-	c, err := d.start(cmdFlush, 0, "sync", 0, 0, nil, nil)
+	c, err := d.start(nbdproto.CmdFlush, 0, "sync", 0, 0, nil, nil)
 	if err != nil {
 		return err
 	}
@@ -384,15 +386,15 @@ func (d *Device) transfer(typ uint16, op string, p []byte, off int64) (int, erro
 		return 0, nil
 	}
 	var flags uint16
-	if typ == cmdWrite && d.fua {
-		flags = cmdFlagFUA
+	if typ == nbdproto.CmdWrite && d.fua {
+		flags = nbdproto.CmdFlagFUA
 	}
 	calls := make([]*call, 0, (len(p)+d.maxReq-1)/d.maxReq)
 	var serr error
 	for pos := 0; pos < len(p); pos += d.maxReq {
 		piece := p[pos:min(pos+d.maxReq, len(p))]
 		var c *call
-		if typ == cmdRead {
+		if typ == nbdproto.CmdRead {
 			c, serr = d.start(typ, flags, op, off+int64(pos), len(piece), piece, nil)
 		} else {
 			c, serr = d.start(typ, flags, op, off+int64(pos), len(piece), nil, piece)
@@ -426,7 +428,7 @@ func (d *Device) transfer(typ uint16, op string, p []byte, off int64) (int, erro
 func (d *Device) ranged(typ uint16, op string, off, n int64) error {
 	var flags uint16
 	if d.fua {
-		flags = cmdFlagFUA
+		flags = nbdproto.CmdFlagFUA
 	}
 	var queue []*call
 	var err error
@@ -504,7 +506,7 @@ func (d *Device) start(typ, flags uint16, op string, off int64, n int, buf, payl
 	d.mu.Unlock()
 
 	d.wmu.Lock()
-	var h [requestSize]byte
+	var h [nbdproto.RequestSize]byte
 	putRequest(h[:], typ, flags, c.cookie, uint64(off), uint32(n))
 	d.bw.Write(h[:])
 	d.bw.Write(payload)
@@ -519,7 +521,7 @@ func (d *Device) start(typ, flags uint16, op string, off int64, n int, buf, payl
 }
 
 func putRequest(h []byte, typ, flags uint16, cookie, off uint64, n uint32) {
-	binary.BigEndian.PutUint32(h[0:], magicRequest)
+	binary.BigEndian.PutUint32(h[0:], nbdproto.MagicRequest)
 	binary.BigEndian.PutUint16(h[4:], flags)
 	binary.BigEndian.PutUint16(h[6:], typ)
 	binary.BigEndian.PutUint64(h[8:], cookie)
@@ -573,15 +575,15 @@ func (d *Device) fail(cause error) error {
 // not given back before the read into it has ended.
 func (d *Device) readLoop(br *bufio.Reader) {
 	defer close(d.readerEnd)
-	var h [simpleSize]byte
+	var h [nbdproto.SimpleSize]byte
 	for {
 		if _, err := io.ReadFull(br, h[:]); err != nil {
 			d.fail(lost(err))
 			return
 		}
 		switch m := binary.BigEndian.Uint32(h[0:]); m {
-		case magicSimple:
-		case magicStructured:
+		case nbdproto.MagicSimple:
+		case nbdproto.MagicStructured:
 			d.fail(protoErr("a structured reply, which was not negotiated"))
 			return
 		default:
@@ -601,13 +603,13 @@ func (d *Device) readLoop(br *bufio.Reader) {
 		var err error
 		if errno != 0 {
 			err = &ReplyError{Op: c.op, Errno: errno}
-		} else if c.typ == cmdRead {
+		} else if c.typ == nbdproto.CmdRead {
 			if _, rerr := io.ReadFull(br, c.buf); rerr != nil {
 				d.complete(c, d.fail(lost(rerr)))
 				return
 			}
 		}
-		if errno == errShutdown {
+		if errno == nbdproto.ErrnoShutdown {
 			// Before the caller sees the error: no request it makes
 			// after may be sent.
 			d.shutdown()
@@ -632,7 +634,7 @@ func lost(err error) error {
 func (d *Device) shutdown() {
 	d.mu.Lock()
 	if d.stopping == nil && d.err == nil {
-		d.stopping = &ConnError{URL: d.url, Err: &ReplyError{Op: "request", Errno: errShutdown}}
+		d.stopping = &ConnError{URL: d.url, Err: &ReplyError{Op: "request", Errno: nbdproto.ErrnoShutdown}}
 		d.cond.Broadcast()
 	}
 	d.mu.Unlock()
@@ -663,8 +665,8 @@ func (d *Device) disconnect() {
 		return
 	}
 	d.discarded = true
-	var h [requestSize]byte
-	putRequest(h[:], cmdDisc, 0, 0, 0, 0)
+	var h [nbdproto.RequestSize]byte
+	putRequest(h[:], nbdproto.CmdDisc, 0, 0, 0, 0)
 	d.raw.SetWriteDeadline(time.Now().Add(5 * time.Second))
 	d.bw.Write(h[:])
 	d.bw.Flush()

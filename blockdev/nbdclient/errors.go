@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"syscall"
 
+	"github.com/difctl/difctl/blockdev/internal/nbdproto"
+
 	"github.com/difctl/difctl/blockdev/device"
 )
 
@@ -108,19 +110,19 @@ func (e *ReplyError) Error() string {
 // Unwrap returns the syscall.Errno of e.Errno.
 func (e *ReplyError) Unwrap() error {
 	switch e.Errno {
-	case errPerm:
+	case nbdproto.ErrnoPerm:
 		return syscall.EPERM
-	case errIO:
+	case nbdproto.ErrnoIO:
 		return syscall.EIO
-	case errNoMem:
+	case nbdproto.ErrnoNoMem:
 		return syscall.ENOMEM
-	case errNoSpc:
+	case nbdproto.ErrnoNoSpc:
 		return syscall.ENOSPC
-	case errOverflow:
+	case nbdproto.ErrnoOverflow:
 		return syscall.EOVERFLOW
-	case errNotSup:
+	case nbdproto.ErrnoNotSup:
 		return syscall.ENOTSUP
-	case errShutdown:
+	case nbdproto.ErrnoShutdown:
 		return syscall.ESHUTDOWN
 	}
 	return syscall.EINVAL
@@ -128,21 +130,21 @@ func (e *ReplyError) Unwrap() error {
 
 func errnoName(n uint32) string {
 	switch n {
-	case errPerm:
+	case nbdproto.ErrnoPerm:
 		return "NBD_EPERM (operation not permitted)"
-	case errIO:
+	case nbdproto.ErrnoIO:
 		return "NBD_EIO (input/output error)"
-	case errNoMem:
+	case nbdproto.ErrnoNoMem:
 		return "NBD_ENOMEM (cannot allocate memory)"
-	case errInval:
+	case nbdproto.ErrnoInval:
 		return "NBD_EINVAL (invalid argument)"
-	case errNoSpc:
+	case nbdproto.ErrnoNoSpc:
 		return "NBD_ENOSPC (no space left on device)"
-	case errOverflow:
+	case nbdproto.ErrnoOverflow:
 		return "NBD_EOVERFLOW (value too large)"
-	case errNotSup:
+	case nbdproto.ErrnoNotSup:
 		return "NBD_ENOTSUP (operation not supported)"
-	case errShutdown:
+	case nbdproto.ErrnoShutdown:
 		return "NBD_ESHUTDOWN (server shutting down)"
 	}
 	return "error value " + strconv.FormatUint(uint64(n), 10) + " (undefined, taken as NBD_EINVAL)"
@@ -164,9 +166,9 @@ func (e *OptionError) Error() string {
 		s += ": " + e.Message
 	}
 	switch e.Reply {
-	case repErrTLSReqd:
+	case nbdproto.RepErrTLSReqd:
 		s += " (the server requires TLS: use an nbds:// or nbds+unix:// URL)"
-	case repErrUnknown:
+	case nbdproto.RepErrUnknown:
 		s += " (the export name is the URL's path after its first slash)"
 	}
 	return s
@@ -177,23 +179,23 @@ func (e *OptionError) Is(target error) bool { return target == ErrRefused }
 
 func repName(t uint32) string {
 	switch t {
-	case repErrUnsup:
+	case nbdproto.RepErrUnsup:
 		return "NBD_REP_ERR_UNSUP"
-	case repErrPolicy:
+	case nbdproto.RepErrPolicy:
 		return "NBD_REP_ERR_POLICY"
-	case repErrInvalid:
+	case nbdproto.RepErrInvalid:
 		return "NBD_REP_ERR_INVALID"
-	case repErrPlatform:
+	case nbdproto.RepErrPlatform:
 		return "NBD_REP_ERR_PLATFORM"
-	case repErrTLSReqd:
+	case nbdproto.RepErrTLSReqd:
 		return "NBD_REP_ERR_TLS_REQD"
-	case repErrUnknown:
+	case nbdproto.RepErrUnknown:
 		return "NBD_REP_ERR_UNKNOWN"
-	case repErrShutdown:
+	case nbdproto.RepErrShutdown:
 		return "NBD_REP_ERR_SHUTDOWN"
-	case repErrBlockSizeReqd:
+	case nbdproto.RepErrBlockSizeReqd:
 		return "NBD_REP_ERR_BLOCK_SIZE_REQD"
-	case repErrTooBig:
+	case nbdproto.RepErrTooBig:
 		return "NBD_REP_ERR_TOO_BIG"
 	}
 	return fmt.Sprintf("reply type %#x", t)

@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/difctl/difctl/blockdev/internal/nbdproto"
 )
 
 // fakeServer is a server written by the test, for what real servers do
@@ -33,17 +35,17 @@ var errAborted = errors.New("fake: client sent NBD_OPT_ABORT")
 func (fs *fakeServer) handshake(c net.Conn) error {
 	hf := fs.hsFlags
 	if hf == 0 {
-		hf = flagFixedNewstyle | flagNoZeroes
+		hf = nbdproto.FlagFixedNewstyle | nbdproto.FlagNoZeroes
 	}
-	if _, err := c.Write(cat(u64(magicInit), u64(magicOpt), u16(hf))); err != nil {
+	if _, err := c.Write(cat(u64(nbdproto.MagicInit), u64(nbdproto.MagicOpt), u16(hf))); err != nil {
 		return err
 	}
 	var cf [4]byte
 	if _, err := io.ReadFull(c, cf[:]); err != nil {
 		return err
 	}
-	noZeroes := binary.BigEndian.Uint32(cf[:])&clientNoZeroes != 0
-	flags := fs.flags | flagHasFlags
+	noZeroes := binary.BigEndian.Uint32(cf[:])&nbdproto.ClientNoZeroes != 0
+	flags := fs.flags | nbdproto.FlagHasFlags
 	if fs.rawFlags {
 		flags = fs.flags
 	}
@@ -59,33 +61,33 @@ func (fs *fakeServer) handshake(c net.Conn) error {
 		}
 		fs.options = append(fs.options, opt)
 		switch opt {
-		case optAbort:
+		case nbdproto.OptAbort:
 			return errAborted
-		case optExportName:
+		case nbdproto.OptExportName:
 			b := cat(u64(fs.size), u16(flags))
 			if !noZeroes {
 				b = append(b, make([]byte, 124)...)
 			}
 			_, err := c.Write(b)
 			return err
-		case optGo:
+		case nbdproto.OptGo:
 			if fs.noGo {
-				if err := optReply(c, opt, repErrUnsup, nil); err != nil {
+				if err := optReply(c, opt, nbdproto.RepErrUnsup, nil); err != nil {
 					return err
 				}
 				continue
 			}
-			if err := optReply(c, opt, repInfo, cat(u16(infoExport), u64(fs.size), u16(flags))); err != nil {
+			if err := optReply(c, opt, nbdproto.RepInfo, cat(u16(nbdproto.InfoExport), u64(fs.size), u16(flags))); err != nil {
 				return err
 			}
 			if fs.bs != nil {
-				if err := optReply(c, opt, repInfo, cat(u16(infoBlockSize), u32(fs.bs[0]), u32(fs.bs[1]), u32(fs.bs[2]))); err != nil {
+				if err := optReply(c, opt, nbdproto.RepInfo, cat(u16(nbdproto.InfoBlockSize), u32(fs.bs[0]), u32(fs.bs[1]), u32(fs.bs[2]))); err != nil {
 					return err
 				}
 			}
-			return optReply(c, opt, repAck, nil)
+			return optReply(c, opt, nbdproto.RepAck, nil)
 		default:
-			if err := optReply(c, opt, repErrPolicy, []byte("not here")); err != nil {
+			if err := optReply(c, opt, nbdproto.RepErrPolicy, []byte("not here")); err != nil {
 				return err
 			}
 		}
@@ -93,7 +95,7 @@ func (fs *fakeServer) handshake(c net.Conn) error {
 }
 
 func optReply(c net.Conn, opt, typ uint32, data []byte) error {
-	_, err := c.Write(cat(u64(magicOptReply), u32(opt), u32(typ), u32(uint32(len(data))), data))
+	_, err := c.Write(cat(u64(nbdproto.MagicOptReply), u32(opt), u32(typ), u32(uint32(len(data))), data))
 	return err
 }
 
@@ -173,16 +175,16 @@ type fakeReq struct {
 }
 
 func readReq(c net.Conn) (fakeReq, error) {
-	var h [requestSize]byte
+	var h [nbdproto.RequestSize]byte
 	if _, err := io.ReadFull(c, h[:]); err != nil {
 		return fakeReq{}, err
 	}
-	if m := binary.BigEndian.Uint32(h[0:]); m != magicRequest {
+	if m := binary.BigEndian.Uint32(h[0:]); m != nbdproto.MagicRequest {
 		return fakeReq{}, fmt.Errorf("request magic %#x", m)
 	}
 	r := fakeReq{flags: binary.BigEndian.Uint16(h[4:]), typ: binary.BigEndian.Uint16(h[6:]),
 		cookie: binary.BigEndian.Uint64(h[8:]), off: binary.BigEndian.Uint64(h[16:]), n: binary.BigEndian.Uint32(h[24:])}
-	if r.typ == cmdWrite {
+	if r.typ == nbdproto.CmdWrite {
 		r.payload = make([]byte, r.n)
 		if _, err := io.ReadFull(c, r.payload); err != nil {
 			return r, err
@@ -193,7 +195,7 @@ func readReq(c net.Conn) (fakeReq, error) {
 
 // simpleReply is a simple reply's bytes.
 func simpleReply(cookie uint64, errno uint32, data []byte) []byte {
-	return cat(u32(magicSimple), u32(errno), u64(cookie), data)
+	return cat(u32(nbdproto.MagicSimple), u32(errno), u64(cookie), data)
 }
 
 // serveMem answers requests from mem, like a correct server, sending each
@@ -210,17 +212,17 @@ func serveMem(c net.Conn, mem []byte, log chan<- fakeReq) {
 		end := r.off + uint64(r.n)
 		var out []byte
 		switch {
-		case r.typ == cmdDisc:
+		case r.typ == nbdproto.CmdDisc:
 			c.Close()
 			return
 		case end > uint64(len(mem)):
-			out = simpleReply(r.cookie, errInval, nil)
-		case r.typ == cmdRead:
+			out = simpleReply(r.cookie, nbdproto.ErrnoInval, nil)
+		case r.typ == nbdproto.CmdRead:
 			out = simpleReply(r.cookie, 0, mem[r.off:end])
-		case r.typ == cmdWrite:
+		case r.typ == nbdproto.CmdWrite:
 			copy(mem[r.off:], r.payload)
 			out = simpleReply(r.cookie, 0, nil)
-		case r.typ == cmdWriteZeroes:
+		case r.typ == nbdproto.CmdWriteZeroes:
 			clear(mem[r.off:end])
 			out = simpleReply(r.cookie, 0, nil)
 		default:

@@ -8,6 +8,8 @@ import (
 	"net"
 	"testing"
 	"time"
+
+	"github.com/difctl/difctl/blockdev/internal/nbdproto"
 )
 
 // The fuzz targets feed arbitrary server bytes to the client: it must
@@ -46,10 +48,10 @@ func FuzzClientReplies(f *testing.F) {
 	ok := func(cookie uint64, n int) []byte { return simpleReply(cookie, 0, make([]byte, n)) }
 	f.Add(cat(ok(1, 512), ok(2, 0), ok(3, 0), ok(4, 1024)))
 	f.Add(cat(ok(4, 1024), ok(3, 0), ok(2, 0), ok(1, 512)))
-	f.Add(cat(simpleReply(1, errIO, nil), simpleReply(2, errShutdown, nil), ok(3, 0), ok(4, 1024)))
+	f.Add(cat(simpleReply(1, nbdproto.ErrnoIO, nil), simpleReply(2, nbdproto.ErrnoShutdown, nil), ok(3, 0), ok(4, 1024)))
 	f.Add(cat(ok(1, 512), ok(1, 512)))
 	f.Add(cat(ok(1, 100)))
-	f.Add(cat(u32(magicStructured), u16(1), u16(1), u64(1), u32(0xffffffff)))
+	f.Add(cat(u32(nbdproto.MagicStructured), u16(1), u16(1), u64(1), u32(0xffffffff)))
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		tg, err := parseURL(fakeURL)
@@ -60,7 +62,7 @@ func FuzzClientReplies(f *testing.F) {
 		if err := opts.normalize(); err != nil {
 			t.Fatal(err)
 		}
-		d, err := newDevice(tg, negotiated{size: 1 << 20, flags: flagHasFlags | flagSendFlush}, opts)
+		d, err := newDevice(tg, negotiated{size: 1 << 20, flags: nbdproto.FlagHasFlags | nbdproto.FlagSendFlush}, opts)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -71,9 +73,9 @@ func FuzzClientReplies(f *testing.F) {
 			typ uint16
 			off int64
 			n   int
-		}{{cmdRead, 0, 512}, {cmdWrite, 512, 512}, {cmdFlush, 0, 0}, {cmdRead, 1024, 1024}} {
+		}{{nbdproto.CmdRead, 0, 512}, {nbdproto.CmdWrite, 512, 512}, {nbdproto.CmdFlush, 0, 0}, {nbdproto.CmdRead, 1024, 1024}} {
 			var buf, payload []byte
-			if r.typ == cmdRead {
+			if r.typ == nbdproto.CmdRead {
 				buf = make([]byte, r.n)
 			} else {
 				payload = make([]byte, r.n)
@@ -109,19 +111,19 @@ func FuzzClientReplies(f *testing.F) {
 // the negotiation (with or without TLS asked for). Open must return, a
 // device only if every rule held.
 func FuzzHandshake(f *testing.F) {
-	greeting := cat(u64(magicInit), u64(magicOpt), u16(flagFixedNewstyle|flagNoZeroes))
+	greeting := cat(u64(nbdproto.MagicInit), u64(nbdproto.MagicOpt), u16(nbdproto.FlagFixedNewstyle|nbdproto.FlagNoZeroes))
 	info := func(d []byte) []byte {
-		return cat(u64(magicOptReply), u32(optGo), u32(repInfo), u32(uint32(len(d))), d)
+		return cat(u64(nbdproto.MagicOptReply), u32(nbdproto.OptGo), u32(nbdproto.RepInfo), u32(uint32(len(d))), d)
 	}
-	ack := cat(u64(magicOptReply), u32(optGo), u32(repAck), u32(0))
-	f.Add(cat(greeting, info(cat(u16(infoExport), u64(1<<20), u16(1))), ack), false)
-	f.Add(cat(greeting, info(cat(u16(infoExport), u64(1<<20), u16(0x1ff))),
-		info(cat(u16(infoBlockSize), u32(512), u32(4096), u32(1<<20))), ack), false)
-	f.Add(cat(greeting, u64(magicOptReply), u32(optGo), u32(repErrUnsup), u32(0), u64(1<<20), u16(1)), false)
-	f.Add(cat(greeting, u64(magicOptReply), u32(optGo), u32(repErrUnknown), u32(4), []byte("gone")), false)
-	f.Add(cat(greeting, u64(magicOptReply), u32(optStartTLS), u32(repErrPolicy), u32(0)), true)
-	f.Add(cat(greeting, u64(magicOptReply), u32(optStartTLS), u32(repAck), u32(0), []byte("\x16\x03\x01\x00\x05hello")), true)
-	f.Add(cat(greeting, u64(magicOptReply), u32(optGo), u32(repInfo), u32(0xffffffff)), false)
+	ack := cat(u64(nbdproto.MagicOptReply), u32(nbdproto.OptGo), u32(nbdproto.RepAck), u32(0))
+	f.Add(cat(greeting, info(cat(u16(nbdproto.InfoExport), u64(1<<20), u16(1))), ack), false)
+	f.Add(cat(greeting, info(cat(u16(nbdproto.InfoExport), u64(1<<20), u16(0x1ff))),
+		info(cat(u16(nbdproto.InfoBlockSize), u32(512), u32(4096), u32(1<<20))), ack), false)
+	f.Add(cat(greeting, u64(nbdproto.MagicOptReply), u32(nbdproto.OptGo), u32(nbdproto.RepErrUnsup), u32(0), u64(1<<20), u16(1)), false)
+	f.Add(cat(greeting, u64(nbdproto.MagicOptReply), u32(nbdproto.OptGo), u32(nbdproto.RepErrUnknown), u32(4), []byte("gone")), false)
+	f.Add(cat(greeting, u64(nbdproto.MagicOptReply), u32(nbdproto.OptStartTLS), u32(nbdproto.RepErrPolicy), u32(0)), true)
+	f.Add(cat(greeting, u64(nbdproto.MagicOptReply), u32(nbdproto.OptStartTLS), u32(nbdproto.RepAck), u32(0), []byte("\x16\x03\x01\x00\x05hello")), true)
+	f.Add(cat(greeting, u64(nbdproto.MagicOptReply), u32(nbdproto.OptGo), u32(nbdproto.RepInfo), u32(0xffffffff)), false)
 	f.Fuzz(func(t *testing.T, data []byte, useTLS bool) {
 		url := fakeURL
 		if useTLS {

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"syscall"
 	"unicode"
+
+	"github.com/difctl/difctl/blockdev/internal/nbdproto"
 )
 
 // negotiated is what the handshake learned of the export.
@@ -34,41 +36,41 @@ func negotiate(ctx context.Context, nc net.Conn, t *target, tlsCfg *tls.Config) 
 	if _, err := io.ReadFull(nc, g[:]); err != nil {
 		return nil, ng, readErr("the greeting", err)
 	}
-	if m := binary.BigEndian.Uint64(g[0:]); m != magicInit {
+	if m := binary.BigEndian.Uint64(g[0:]); m != nbdproto.MagicInit {
 		return nil, ng, protoErr("not an NBD server: its greeting begins %#016x", m)
 	}
 	switch m := binary.BigEndian.Uint64(g[8:]); m {
-	case magicOpt:
-	case magicOldstyle:
+	case nbdproto.MagicOpt:
+	case nbdproto.MagicOldstyle:
 		return nil, ng, protoErr("the server speaks oldstyle negotiation, which this client does not")
 	default:
 		return nil, ng, protoErr("greeting magic %#016x", m)
 	}
 	hf := binary.BigEndian.Uint16(g[16:])
-	if hf&flagFixedNewstyle == 0 {
+	if hf&nbdproto.FlagFixedNewstyle == 0 {
 		// Plain newstyle allows NBD_OPT_EXPORT_NAME alone: no TLS, no
 		// block sizes, no error replies. No server of this century.
 		return nil, ng, protoErr("the server does not speak fixed newstyle negotiation")
 	}
-	cf := uint32(clientFixedNewstyle)
-	noZeroes := hf&flagNoZeroes != 0
+	cf := uint32(nbdproto.ClientFixedNewstyle)
+	noZeroes := hf&nbdproto.FlagNoZeroes != 0
 	if noZeroes {
-		cf |= clientNoZeroes
+		cf |= nbdproto.ClientNoZeroes
 	}
 	if err := write(nc, binary.BigEndian.AppendUint32(nil, cf)); err != nil {
 		return nil, ng, err
 	}
 	conn := nc
 	if tlsCfg != nil {
-		if err := sendOption(conn, optStartTLS, nil); err != nil {
+		if err := sendOption(conn, nbdproto.OptStartTLS, nil); err != nil {
 			return nil, ng, err
 		}
-		typ, data, err := readOptReply(conn, optStartTLS)
+		typ, data, err := readOptReply(conn, nbdproto.OptStartTLS)
 		if err != nil {
 			return nil, ng, err
 		}
-		if typ != repAck {
-			if typ&repFlagError != 0 {
+		if typ != nbdproto.RepAck {
+			if typ&nbdproto.RepFlagError != 0 {
 				abort(conn)
 				return nil, ng, &OptionError{URL: t.redacted, Option: "NBD_OPT_STARTTLS", Reply: typ,
 					Message: message(data) + " (the URL requires TLS, so the client does not go on in plaintext)"}
@@ -111,29 +113,29 @@ func goExport(conn net.Conn, t *target, ng *negotiated) error {
 	data = binary.BigEndian.AppendUint32(data, uint32(len(t.export)))
 	data = append(data, t.export...)
 	data = binary.BigEndian.AppendUint16(data, 1)
-	data = binary.BigEndian.AppendUint16(data, infoBlockSize)
-	if err := sendOption(conn, optGo, data); err != nil {
+	data = binary.BigEndian.AppendUint16(data, nbdproto.InfoBlockSize)
+	if err := sendOption(conn, nbdproto.OptGo, data); err != nil {
 		return err
 	}
 	gotExport := false
 	for range maxOptReplies {
-		typ, data, err := readOptReply(conn, optGo)
+		typ, data, err := readOptReply(conn, nbdproto.OptGo)
 		if err != nil {
 			return err
 		}
 		switch {
-		case typ == repInfo:
+		case typ == nbdproto.RepInfo:
 			if len(data) < 2 {
 				return protoErr("NBD_REP_INFO of %d bytes", len(data))
 			}
 			switch it := binary.BigEndian.Uint16(data); it {
-			case infoExport:
+			case nbdproto.InfoExport:
 				if len(data) != 12 {
 					return protoErr("NBD_INFO_EXPORT of %d bytes, want 12", len(data))
 				}
 				ng.size, ng.flags = binary.BigEndian.Uint64(data[2:]), binary.BigEndian.Uint16(data[10:])
 				gotExport = true
-			case infoBlockSize:
+			case nbdproto.InfoBlockSize:
 				if len(data) != 14 {
 					return protoErr("NBD_INFO_BLOCK_SIZE of %d bytes, want 14", len(data))
 				}
@@ -143,15 +145,15 @@ func goExport(conn net.Conn, t *target, ng *negotiated) error {
 				ng.maxBS = binary.BigEndian.Uint32(data[10:])
 			}
 			// Other information types are ignored, as the protocol asks.
-		case typ == repAck:
+		case typ == nbdproto.RepAck:
 			if !gotExport {
 				return protoErr("NBD_OPT_GO acknowledged without NBD_INFO_EXPORT")
 			}
 			ng.exportName = t.export
 			return nil
-		case typ == repErrUnsup:
+		case typ == nbdproto.RepErrUnsup:
 			return errNoOptGo
-		case typ&repFlagError != 0:
+		case typ&nbdproto.RepFlagError != 0:
 			abort(conn)
 			return &OptionError{URL: t.redacted, Option: "NBD_OPT_GO", Reply: typ, Message: message(data)}
 		default:
@@ -165,7 +167,7 @@ func goExport(conn net.Conn, t *target, ng *negotiated) error {
 // without NBD_OPT_GO. A server that refuses the export can only close the
 // connection.
 func exportNameOpt(conn net.Conn, t *target, noZeroes bool, ng *negotiated) error {
-	if err := sendOption(conn, optExportName, []byte(t.export)); err != nil {
+	if err := sendOption(conn, nbdproto.OptExportName, []byte(t.export)); err != nil {
 		return err
 	}
 	n := 10
@@ -187,7 +189,7 @@ func exportNameOpt(conn net.Conn, t *target, noZeroes bool, ng *negotiated) erro
 // sendOption sends one option.
 func sendOption(conn net.Conn, opt uint32, data []byte) error {
 	var msg []byte
-	msg = binary.BigEndian.AppendUint64(msg, magicOpt)
+	msg = binary.BigEndian.AppendUint64(msg, nbdproto.MagicOpt)
 	msg = binary.BigEndian.AppendUint32(msg, opt)
 	msg = binary.BigEndian.AppendUint32(msg, uint32(len(data)))
 	return write(conn, append(msg, data...))
@@ -196,11 +198,11 @@ func sendOption(conn net.Conn, opt uint32, data []byte) error {
 // readOptReply reads one reply to opt. Its data is read into memory only
 // up to maxOptReply bytes; a longer reply is a protocol error.
 func readOptReply(conn net.Conn, opt uint32) (typ uint32, data []byte, err error) {
-	var h [optReplySize]byte
+	var h [nbdproto.OptReplySize]byte
 	if _, err := io.ReadFull(conn, h[:]); err != nil {
 		return 0, nil, readErr("an option reply", err)
 	}
-	if m := binary.BigEndian.Uint64(h[0:]); m != magicOptReply {
+	if m := binary.BigEndian.Uint64(h[0:]); m != nbdproto.MagicOptReply {
 		return 0, nil, protoErr("option reply magic %#016x", m)
 	}
 	if o := binary.BigEndian.Uint32(h[8:]); o != opt {
@@ -221,7 +223,7 @@ func readOptReply(conn net.Conn, opt uint32) (typ uint32, data []byte, err error
 // abort ends the negotiation the way the protocol asks of a client, with
 // NBD_OPT_ABORT (its reply is not awaited); the caller closes the
 // connection.
-func abort(conn net.Conn) { _ = sendOption(conn, optAbort, nil) }
+func abort(conn net.Conn) { _ = sendOption(conn, nbdproto.OptAbort, nil) }
 
 func write(conn net.Conn, b []byte) error {
 	_, err := conn.Write(b)
@@ -252,8 +254,8 @@ func readErr(what string, err error) error {
 // message is the server's text of an error reply, made safe to print: at
 // most 4096 bytes, control characters replaced.
 func message(b []byte) string {
-	if len(b) > maxStringBytes {
-		b = b[:maxStringBytes]
+	if len(b) > nbdproto.MaxStringBytes {
+		b = b[:nbdproto.MaxStringBytes]
 	}
 	return strings.Map(func(r rune) rune {
 		if unicode.IsControl(r) || r == unicode.ReplacementChar {

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/difctl/difctl/blockdev/internal/nbdproto"
+
 	"github.com/difctl/difctl/blockdev/device"
 )
 
@@ -39,10 +41,10 @@ func TestHostileReplies(t *testing.T) {
 		{name: "unknown-cookie", serve: func(c net.Conn, r fakeReq) {
 			// An error reply, which carries no data: nothing after it
 			// shows the breach but the cookie.
-			c.Write(simpleReply(r.cookie+99, errIO, nil))
+			c.Write(simpleReply(r.cookie+99, nbdproto.ErrnoIO, nil))
 		}, want: isProto},
 		{name: "structured-reply-4GiB", serve: func(c net.Conn, r fakeReq) {
-			c.Write(cat(u32(magicStructured), u16(1), u16(1), u64(r.cookie), u32(math.MaxUint32)))
+			c.Write(cat(u32(nbdproto.MagicStructured), u16(1), u16(1), u64(r.cookie), u32(math.MaxUint32)))
 		}, want: isProto},
 		{name: "close-after-request", serve: func(c net.Conn, r fakeReq) {
 			c.Close()
@@ -69,7 +71,7 @@ func TestHostileReplies(t *testing.T) {
 	} {
 		t.Run("server="+tc.name, func(t *testing.T) {
 			noLeak(t)
-			d, sc, err := openFake(t, &fakeServer{size: 1 << 20, flags: flagSendFlush}, fakeURL,
+			d, sc, err := openFake(t, &fakeServer{size: 1 << 20, flags: nbdproto.FlagSendFlush}, fakeURL,
 				Options{RequestTimeout: 300 * time.Millisecond})
 			if err != nil {
 				t.Fatal(err)
@@ -164,12 +166,12 @@ func TestHostileAllPending(t *testing.T) {
 // *device.IOError wrapping a *ReplyError (an undefined value taken as
 // EINVAL) and the connection goes on.
 func TestErrorReplies(t *testing.T) {
-	d, sc, err := openFake(t, &fakeServer{size: 1 << 20, flags: flagSendFlush}, fakeURL, Options{})
+	d, sc, err := openFake(t, &fakeServer{size: 1 << 20, flags: nbdproto.FlagSendFlush}, fakeURL, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	go func() {
-		for _, errno := range []uint32{errIO, 9999, errNoSpc, errIO} {
+		for _, errno := range []uint32{nbdproto.ErrnoIO, 9999, nbdproto.ErrnoNoSpc, nbdproto.ErrnoIO} {
 			r, err := readReq(sc)
 			if err != nil {
 				return
@@ -184,10 +186,10 @@ func TestErrorReplies(t *testing.T) {
 		errno uint32
 		want  error
 	}{
-		{"read", d.readErr(make([]byte, 512), 512), errIO, syscall.EIO},
+		{"read", d.readErr(make([]byte, 512), 512), nbdproto.ErrnoIO, syscall.EIO},
 		{"read", d.readErr(make([]byte, 512), 0), 9999, syscall.EINVAL},
-		{"write", d.writeErr(make([]byte, 1024), 2048), errNoSpc, syscall.ENOSPC},
-		{"sync", d.Sync(), errIO, syscall.EIO},
+		{"write", d.writeErr(make([]byte, 1024), 2048), nbdproto.ErrnoNoSpc, syscall.ENOSPC},
+		{"sync", d.Sync(), nbdproto.ErrnoIO, syscall.EIO},
 	} {
 		var ioe *device.IOError
 		var re *ReplyError
@@ -217,7 +219,7 @@ func TestShutdownReply(t *testing.T) {
 		b, _ := readReq(sc)
 		first <- a
 		first <- b
-		sc.Write(simpleReply(a.cookie, errShutdown, nil))
+		sc.Write(simpleReply(a.cookie, nbdproto.ErrnoShutdown, nil))
 		<-proceed
 		sc.Write(simpleReply(b.cookie, 0, make([]byte, b.n)))
 		for {
@@ -237,7 +239,7 @@ func TestShutdownReply(t *testing.T) {
 	<-first
 	err = <-res
 	var re *ReplyError
-	if !errors.As(err, &re) || re.Errno != errShutdown {
+	if !errors.As(err, &re) || re.Errno != nbdproto.ErrnoShutdown {
 		t.Fatalf("the request answered with NBD_ESHUTDOWN: %v", err)
 	}
 	// A new request is refused without being sent.
@@ -252,7 +254,7 @@ func TestShutdownReply(t *testing.T) {
 	for r := range after {
 		got = append(got, r)
 	}
-	if len(got) != 1 || got[0].typ != cmdDisc {
+	if len(got) != 1 || got[0].typ != nbdproto.CmdDisc {
 		t.Errorf("requests after NBD_ESHUTDOWN: %+v, want one NBD_CMD_DISC", got)
 	}
 }
@@ -273,7 +275,7 @@ func TestCloseWaits(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 		sc.Write(simpleReply(r.cookie, 0, make([]byte, r.n)))
 		r, err := readReq(sc)
-		disc <- err == nil && r.typ == cmdDisc
+		disc <- err == nil && r.typ == nbdproto.CmdDisc
 	}()
 	res := make(chan error, 1)
 	go func() { res <- d.readErr(make([]byte, 4096), 0) }()
@@ -371,12 +373,12 @@ func TestFlagRules(t *testing.T) {
 		discard   bool // Discard sends NBD_CMD_WRITE_ZEROES
 		trim      bool
 	}{
-		{name: "flags=flush", flags: flagSendFlush, syncSends: true},
-		{name: "flags=fua", flags: flagSendFUA | flagSendWriteZeroes, fua: true, discard: true},
+		{name: "flags=flush", flags: nbdproto.FlagSendFlush, syncSends: true},
+		{name: "flags=fua", flags: nbdproto.FlagSendFUA | nbdproto.FlagSendWriteZeroes, fua: true, discard: true},
 		{name: "flags=none", syncErr: errors.ErrUnsupported},
-		{name: "flags=read-only", flags: flagReadOnly},
-		{name: "flags=flush,write-zeroes,trim", flags: flagSendFlush | flagSendWriteZeroes | flagSendTrim, syncSends: true, discard: true, trim: true},
-		{name: "flags=without-HAS_FLAGS", flags: flagSendFlush | flagSendTrim, rawFlags: true, syncErr: errors.ErrUnsupported},
+		{name: "flags=read-only", flags: nbdproto.FlagReadOnly},
+		{name: "flags=flush,write-zeroes,trim", flags: nbdproto.FlagSendFlush | nbdproto.FlagSendWriteZeroes | nbdproto.FlagSendTrim, syncSends: true, discard: true, trim: true},
+		{name: "flags=without-HAS_FLAGS", flags: nbdproto.FlagSendFlush | nbdproto.FlagSendTrim, rawFlags: true, syncErr: errors.ErrUnsupported},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			d, sc, err := openFake(t, &fakeServer{size: 1 << 20, flags: tc.flags, rawFlags: tc.rawFlags}, fakeURL, Options{})
@@ -393,12 +395,12 @@ func TestFlagRules(t *testing.T) {
 					return nil
 				}
 			}
-			readOnly := tc.flags&flagReadOnly != 0
+			readOnly := tc.flags&nbdproto.FlagReadOnly != 0
 			if !readOnly {
 				if err := d.writeErr(make([]byte, 1024), 0); err != nil {
 					t.Fatal(err)
 				}
-				if r := next(); r == nil || r.typ != cmdWrite || (r.flags&cmdFlagFUA != 0) != tc.fua {
+				if r := next(); r == nil || r.typ != nbdproto.CmdWrite || (r.flags&nbdproto.CmdFlagFUA != 0) != tc.fua {
 					t.Errorf("write request %+v, want FUA %v", r, tc.fua)
 				}
 			}
@@ -406,7 +408,7 @@ func TestFlagRules(t *testing.T) {
 			if !errors.Is(err, tc.syncErr) || (tc.syncErr == nil) != (err == nil) {
 				t.Errorf("Sync: %v, want %v", err, tc.syncErr)
 			}
-			if r := next(); (r != nil) != tc.syncSends || r != nil && (r.typ != cmdFlush || r.off != 0 || r.n != 0) {
+			if r := next(); (r != nil) != tc.syncSends || r != nil && (r.typ != nbdproto.CmdFlush || r.off != 0 || r.n != 0) {
 				t.Errorf("Sync sent %+v, want a flush: %v", r, tc.syncSends)
 			}
 			if readOnly {
@@ -416,15 +418,15 @@ func TestFlagRules(t *testing.T) {
 			if tc.discard != (err == nil) || !tc.discard && !errors.Is(err, errors.ErrUnsupported) {
 				t.Errorf("Discard: %v", err)
 			}
-			if r := next(); (r != nil) != tc.discard || r != nil && (r.typ != cmdWriteZeroes || r.off != 4096 || r.n != 8192 ||
-				r.flags&^cmdFlagFUA != 0 || (r.flags&cmdFlagFUA != 0) != tc.fua) {
+			if r := next(); (r != nil) != tc.discard || r != nil && (r.typ != nbdproto.CmdWriteZeroes || r.off != 4096 || r.n != 8192 ||
+				r.flags&^nbdproto.CmdFlagFUA != 0 || (r.flags&nbdproto.CmdFlagFUA != 0) != tc.fua) {
 				t.Errorf("Discard sent %+v", r)
 			}
 			err = d.Trim(0, 4096)
 			if tc.trim != (err == nil) || !tc.trim && !errors.Is(err, errors.ErrUnsupported) {
 				t.Errorf("Trim: %v", err)
 			}
-			if r := next(); (r != nil) != tc.trim || r != nil && r.typ != cmdTrim {
+			if r := next(); (r != nil) != tc.trim || r != nil && r.typ != nbdproto.CmdTrim {
 				t.Errorf("Trim sent %+v", r)
 			}
 		})
@@ -449,7 +451,7 @@ func TestHandshake(t *testing.T) {
 		{name: "go/max=not-a-block-multiple-of-512", fs: fakeServer{size: 1 << 20, bs: []uint32{1, 4096, 1000}}, lbs: 512, pbs: 4096, max: 512},
 		{name: "go/BlockSize=4096", fs: fakeServer{size: 1 << 20, bs: []uint32{512, 512, 1 << 20}}, opts: Options{BlockSize: 4096}, lbs: 4096, pbs: 4096, max: 1 << 20},
 		{name: "go/preferred=bad-ignored", fs: fakeServer{size: 1 << 20, bs: []uint32{512, 3, 1 << 20}}, lbs: 512, pbs: 512, max: 1 << 20},
-		{name: "export-name/zeroes", fs: fakeServer{size: 1 << 20, noGo: true, hsFlags: flagFixedNewstyle}, lbs: 512, pbs: 512, max: 32 << 20, wantExportName: true},
+		{name: "export-name/zeroes", fs: fakeServer{size: 1 << 20, noGo: true, hsFlags: nbdproto.FlagFixedNewstyle}, lbs: 512, pbs: 512, max: 32 << 20, wantExportName: true},
 		{name: "export-name/no-zeroes", fs: fakeServer{size: 1 << 20, noGo: true}, lbs: 512, pbs: 512, max: 32 << 20, wantExportName: true},
 		{name: "bad/size-not-a-block-multiple", fs: fakeServer{size: 1000}, exportErr: true},
 		{name: "bad/size-beyond-int64", fs: fakeServer{size: math.MaxUint64 &^ 511}, exportErr: true},
@@ -477,9 +479,9 @@ func TestHandshake(t *testing.T) {
 			if d.LogicalBlockSize() != tc.lbs || d.PhysicalBlockSize() != tc.pbs || d.maxReq != tc.max {
 				t.Errorf("block sizes %d/%d, max request %d, want %d/%d, %d", d.LogicalBlockSize(), d.PhysicalBlockSize(), d.maxReq, tc.lbs, tc.pbs, tc.max)
 			}
-			wantOpts := []uint32{optGo}
+			wantOpts := []uint32{nbdproto.OptGo}
 			if tc.wantExportName {
-				wantOpts = []uint32{optGo, optExportName}
+				wantOpts = []uint32{nbdproto.OptGo, nbdproto.OptExportName}
 			}
 			if !slicesEqual(fs.options, wantOpts) {
 				t.Errorf("options sent %v, want %v", fs.options, wantOpts)
@@ -513,12 +515,12 @@ func slicesEqual(a, b []uint32) bool {
 // error at once (no allocation of what it claims), one that refuses gets
 // an *OptionError and a soft disconnect, one that stalls a timeout.
 func TestHandshakeHostile(t *testing.T) {
-	greeting := cat(u64(magicInit), u64(magicOpt), u16(flagFixedNewstyle|flagNoZeroes))
+	greeting := cat(u64(nbdproto.MagicInit), u64(nbdproto.MagicOpt), u16(nbdproto.FlagFixedNewstyle|nbdproto.FlagNoZeroes))
 	goInfo := func(typ uint16, data ...[]byte) []byte {
 		d := cat(append([][]byte{u16(typ)}, data...)...)
-		return cat(u64(magicOptReply), u32(optGo), u32(repInfo), u32(uint32(len(d))), d)
+		return cat(u64(nbdproto.MagicOptReply), u32(nbdproto.OptGo), u32(nbdproto.RepInfo), u32(uint32(len(d))), d)
 	}
-	ack := cat(u64(magicOptReply), u32(optGo), u32(repAck), u32(0))
+	ack := cat(u64(nbdproto.MagicOptReply), u32(nbdproto.OptGo), u32(nbdproto.RepAck), u32(0))
 	for _, tc := range []struct {
 		name string
 		send []byte // the server's bytes; then it reads until the client closes
@@ -529,24 +531,24 @@ func TestHandshakeHostile(t *testing.T) {
 		abort bool
 	}{
 		{name: "not-nbd", send: []byte("HTTP/1.1 400 Bad Request\r\n\r\n"), want: isProtoErr},
-		{name: "oldstyle", send: cat(u64(magicInit), u64(magicOldstyle), u64(1<<20), u32(1), make([]byte, 124)), want: isProtoErr},
-		{name: "not-fixed-newstyle", send: cat(u64(magicInit), u64(magicOpt), u16(0)), want: isProtoErr},
-		{name: "reply-4GiB", send: cat(greeting, u64(magicOptReply), u32(optGo), u32(repInfo), u32(math.MaxUint32)), want: isProtoErr},
-		{name: "reply-magic", send: cat(greeting, u64(0x1122334455667788), u32(optGo), u32(repAck), u32(0)), want: isProtoErr},
-		{name: "reply-to-another-option", send: cat(greeting, u64(magicOptReply), u32(optExportName), u32(repAck), u32(0)), want: isProtoErr},
+		{name: "oldstyle", send: cat(u64(nbdproto.MagicInit), u64(nbdproto.MagicOldstyle), u64(1<<20), u32(1), make([]byte, 124)), want: isProtoErr},
+		{name: "not-fixed-newstyle", send: cat(u64(nbdproto.MagicInit), u64(nbdproto.MagicOpt), u16(0)), want: isProtoErr},
+		{name: "reply-4GiB", send: cat(greeting, u64(nbdproto.MagicOptReply), u32(nbdproto.OptGo), u32(nbdproto.RepInfo), u32(math.MaxUint32)), want: isProtoErr},
+		{name: "reply-magic", send: cat(greeting, u64(0x1122334455667788), u32(nbdproto.OptGo), u32(nbdproto.RepAck), u32(0)), want: isProtoErr},
+		{name: "reply-to-another-option", send: cat(greeting, u64(nbdproto.MagicOptReply), u32(nbdproto.OptExportName), u32(nbdproto.RepAck), u32(0)), want: isProtoErr},
 		{name: "ack-without-export-info", send: cat(greeting, ack), want: isProtoErr},
-		{name: "export-info-short", send: cat(greeting, goInfo(infoExport, u64(1<<20)), ack), want: isProtoErr},
-		{name: "block-size-info-long", send: cat(greeting, goInfo(infoBlockSize, make([]byte, 14)), ack), want: isProtoErr},
-		{name: "info-empty", send: cat(greeting, u64(magicOptReply), u32(optGo), u32(repInfo), u32(0)), want: isProtoErr},
+		{name: "export-info-short", send: cat(greeting, goInfo(nbdproto.InfoExport, u64(1<<20)), ack), want: isProtoErr},
+		{name: "block-size-info-long", send: cat(greeting, goInfo(nbdproto.InfoBlockSize, make([]byte, 14)), ack), want: isProtoErr},
+		{name: "info-empty", send: cat(greeting, u64(nbdproto.MagicOptReply), u32(nbdproto.OptGo), u32(nbdproto.RepInfo), u32(0)), want: isProtoErr},
 		{name: "info-forever", send: cat(greeting, bytesRepeat(goInfo(99), 300)), want: isProtoErr},
-		{name: "unknown-reply-type", send: cat(greeting, u64(magicOptReply), u32(optGo), u32(2), u32(0)), want: isProtoErr},
-		{name: "refused", send: cat(greeting, u64(magicOptReply), u32(optGo), u32(repErrUnknown), u32(9), []byte("no\x00such\x1b[")), abort: true,
+		{name: "unknown-reply-type", send: cat(greeting, u64(nbdproto.MagicOptReply), u32(nbdproto.OptGo), u32(2), u32(0)), want: isProtoErr},
+		{name: "refused", send: cat(greeting, u64(nbdproto.MagicOptReply), u32(nbdproto.OptGo), u32(nbdproto.RepErrUnknown), u32(9), []byte("no\x00such\x1b[")), abort: true,
 			want: func(err error) bool {
 				var oe *OptionError
-				return errors.As(err, &oe) && oe.Reply == repErrUnknown && oe.Message == "no?such?[" && errors.Is(err, ErrRefused)
+				return errors.As(err, &oe) && oe.Reply == nbdproto.RepErrUnknown && oe.Message == "no?such?[" && errors.Is(err, ErrRefused)
 			}},
 		{name: "starttls-refused", url: "nbds+unix:///disk?socket=/fake&tls-hostname=x",
-			send: cat(greeting, u64(magicOptReply), u32(optStartTLS), u32(repErrPolicy), u32(0)), abort: true,
+			send: cat(greeting, u64(nbdproto.MagicOptReply), u32(nbdproto.OptStartTLS), u32(nbdproto.RepErrPolicy), u32(0)), abort: true,
 			want: func(err error) bool {
 				var oe *OptionError
 				return errors.As(err, &oe) && oe.Option == "NBD_OPT_STARTTLS"
@@ -613,10 +615,10 @@ func TestHandshakeHostile(t *testing.T) {
 			}
 			cc.Close()
 			<-srv
-			if tc.abort && (len(opts) == 0 || opts[len(opts)-1] != optAbort) {
+			if tc.abort && (len(opts) == 0 || opts[len(opts)-1] != nbdproto.OptAbort) {
 				t.Errorf("options %v: want NBD_OPT_ABORT last", opts)
 			}
-			if tc.name == "starttls-refused" && slicesEqual(opts, []uint32{optStartTLS, optGo}) {
+			if tc.name == "starttls-refused" && slicesEqual(opts, []uint32{nbdproto.OptStartTLS, nbdproto.OptGo}) {
 				t.Error("went on in plaintext")
 			}
 		})
@@ -653,7 +655,7 @@ func TestOpenCancel(t *testing.T) {
 	noLeak(t)
 	sc, cc := net.Pipe()
 	defer sc.Close()
-	go sc.Write(cat(u64(magicInit), u64(magicOpt), u16(flagFixedNewstyle)))
+	go sc.Write(cat(u64(nbdproto.MagicInit), u64(nbdproto.MagicOpt), u16(nbdproto.FlagFixedNewstyle)))
 	ctx, cancel := context.WithCancel(t.Context())
 	time.AfterFunc(100*time.Millisecond, cancel)
 	start := time.Now()

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/difctl/difctl/blockdev/internal/nbdproto"
+
 	"github.com/difctl/difctl/blockdev/device"
 	"github.com/difctl/difctl/blockdev/nbd"
 )
@@ -282,14 +284,14 @@ func TestRepoServerRefusals(t *testing.T) {
 	rs := startRepoServer(t, 1<<20, false, nbd.Options{})
 	_, err := Open(t.Context(), rs.unixURL("nope"), Options{})
 	var oe *OptionError
-	if !errors.As(err, &oe) || oe.Reply != repErrUnknown || oe.Option != "NBD_OPT_GO" || !errors.Is(err, ErrRefused) {
+	if !errors.As(err, &oe) || oe.Reply != nbdproto.RepErrUnknown || oe.Option != "NBD_OPT_GO" || !errors.Is(err, ErrRefused) {
 		t.Errorf("unknown export: %v, want an *OptionError with NBD_REP_ERR_UNKNOWN", err)
 	}
 
 	pki := newPKI(t)
 	ts := startRepoServer(t, 1<<20, false, nbd.Options{TLS: pki.serverConfig(t)})
 	_, err = Open(t.Context(), ts.unixURL("disk"), Options{})
-	if !errors.As(err, &oe) || oe.Reply != repErrTLSReqd || !errors.Is(err, ErrRefused) {
+	if !errors.As(err, &oe) || oe.Reply != nbdproto.RepErrTLSReqd || !errors.Is(err, ErrRefused) {
 		t.Errorf("plaintext to a TLS server: %v, want an *OptionError with NBD_REP_ERR_TLS_REQD", err)
 	}
 }

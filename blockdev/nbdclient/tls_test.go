@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/difctl/difctl/blockdev/internal/nbdproto"
+
 	"github.com/difctl/difctl/blockdev/nbd"
 )
 
@@ -188,7 +190,7 @@ func TestTLSRequiredNotOffered(t *testing.T) {
 	p := newPKI(t)
 	_, err := Open(t.Context(), "nbds+unix:///disk?socket="+rs.sock+"&tls-hostname=localhost&tls-certificates="+p.dir, Options{})
 	var oe *OptionError
-	if !errors.As(err, &oe) || oe.Option != "NBD_OPT_STARTTLS" || oe.Reply != repErrPolicy {
+	if !errors.As(err, &oe) || oe.Option != "NBD_OPT_STARTTLS" || oe.Reply != nbdproto.RepErrPolicy {
 		t.Errorf("nbds to a server without TLS: %v, want an *OptionError refusing NBD_OPT_STARTTLS", err)
 	}
 	if _, err := Open(t.Context(), rs.unixURL("disk"), Options{TLSCAFile: filepath.Join(p.dir, "ca-cert.pem")}); err == nil ||

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/difctl/difctl/blockdev/internal/nbdproto"
 )
 
 // target is a parsed NBD URL (NetworkBlockDevice/nbd doc/uri.md).
@@ -82,7 +84,7 @@ func parseURL(raw string) (*target, error) {
 		return bad("the path must start with /")
 	}
 	t.export = strings.TrimPrefix(u.Path, "/")
-	if len(t.export) > maxStringBytes {
+	if len(t.export) > nbdproto.MaxStringBytes {
 		return bad("export name longer than 4096 bytes")
 	}
 	if strings.IndexByte(t.export, 0) >= 0 || !utf8.ValidString(t.export) {
