@@ -1,19 +1,13 @@
 package nbd
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
+
+	"github.com/difctl/difctl/internal/pkitest"
 
 	"github.com/difctl/difctl/blockdev/internal/nbdproto"
 )
@@ -25,60 +19,7 @@ import (
 // server's TLS configuration, requiring client certificates from the CA.
 func testPKI(t testing.TB, dir string) *tls.Config {
 	t.Helper()
-	write := func(name, typ string, der []byte) {
-		if err := os.WriteFile(filepath.Join(dir, name), pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	newKey := func() *ecdsa.PrivateKey {
-		k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return k
-	}
-	now := time.Now()
-	caKey := newKey()
-	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "difctl test CA"},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour), IsCA: true, BasicConstraintsValid: true,
-		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageCRLSign}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca, _ := x509.ParseCertificate(caDER)
-	write("ca-cert.pem", "CERTIFICATE", caDER)
-	leaf := func(name string, serial int64, usage x509.ExtKeyUsage) (der []byte, key *ecdsa.PrivateKey) {
-		key = newKey()
-		tmpl := &x509.Certificate{SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: name},
-			DNSNames: []string{"localhost"}, NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
-			KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment, ExtKeyUsage: []x509.ExtKeyUsage{usage}}
-		der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return der, key
-	}
-	srvDER, srvKey := leaf("localhost", 2, x509.ExtKeyUsageServerAuth)
-	cliDER, cliKey := leaf("client", 3, x509.ExtKeyUsageClientAuth)
-	for _, c := range []struct {
-		name string
-		der  []byte
-		key  *ecdsa.PrivateKey
-	}{{"server", srvDER, srvKey}, {"client", cliDER, cliKey}} {
-		write(c.name+"-cert.pem", "CERTIFICATE", c.der)
-		kd, err := x509.MarshalPKCS8PrivateKey(c.key)
-		if err != nil {
-			t.Fatal(err)
-		}
-		write(c.name+"-key.pem", "PRIVATE KEY", kd)
-	}
-	pool := x509.NewCertPool()
-	pool.AddCert(ca)
-	return &tls.Config{
-		Certificates: []tls.Certificate{{Certificate: [][]byte{srvDER}, PrivateKey: srvKey}},
-		ClientCAs:    pool, ClientAuth: tls.RequireAndVerifyClientCert, MinVersion: tls.VersionTLS12,
-	}
+	return pkitest.New(t, dir).ServerConfig()
 }
 
 // TestTLS: with TLS configured, qemu-img (tls-creds-x509) and libnbd

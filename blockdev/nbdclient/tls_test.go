@@ -2,20 +2,14 @@ package nbdclient
 
 import (
 	"bytes"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
-	"math/big"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
+
+	"github.com/difctl/difctl/internal/pkitest"
 
 	"github.com/difctl/difctl/blockdev/internal/nbdproto"
 
@@ -26,74 +20,21 @@ import (
 // certificate, written to dir under the names qemu, nbdkit and libnbd
 // look for (ca-cert.pem, server-cert.pem, server-key.pem,
 // client-cert.pem, client-key.pem).
-type pki struct {
-	dir    string
-	caPool *x509.CertPool
-	server tls.Certificate
-	client tls.Certificate
-}
+type pki struct{ *pkitest.PKI }
 
-func newPKI(t testing.TB) *pki {
+func newPKI(t testing.TB) pki {
 	t.Helper()
-	dir := t.TempDir()
-	write := func(name, typ string, der []byte) {
-		if err := os.WriteFile(filepath.Join(dir, name), pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	key := func() *ecdsa.PrivateKey {
-		k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return k
-	}
-	now := time.Now()
-	caKey := key()
-	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "nbdclient test CA"},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour), IsCA: true, BasicConstraintsValid: true,
-		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageCRLSign}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca, _ := x509.ParseCertificate(caDER)
-	write("ca-cert.pem", "CERTIFICATE", caDER)
-	p := &pki{dir: dir, caPool: x509.NewCertPool()}
-	p.caPool.AddCert(ca)
-	leaf := func(name string, serial int64, usage x509.ExtKeyUsage) tls.Certificate {
-		k := key()
-		tmpl := &x509.Certificate{SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: name},
-			DNSNames: []string{"localhost"}, NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
-			KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{usage}}
-		der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &k.PublicKey, caKey)
-		if err != nil {
-			t.Fatal(err)
-		}
-		kd, err := x509.MarshalPKCS8PrivateKey(k)
-		if err != nil {
-			t.Fatal(err)
-		}
-		write(name+"-cert.pem", "CERTIFICATE", der)
-		write(name+"-key.pem", "PRIVATE KEY", kd)
-		return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: k}
-	}
-	p.server = leaf("server", 2, x509.ExtKeyUsageServerAuth)
-	p.client = leaf("client", 3, x509.ExtKeyUsageClientAuth)
-	return p
+	return pki{pkitest.New(t, t.TempDir())}
 }
 
 // serverConfig requires and verifies client certificates of the CA.
-func (p *pki) serverConfig(t testing.TB) *tls.Config {
-	return &tls.Config{Certificates: []tls.Certificate{p.server}, ClientCAs: p.caPool,
-		ClientAuth: tls.RequireAndVerifyClientCert, MinVersion: tls.VersionTLS12}
-}
+func (p pki) serverConfig(testing.TB) *tls.Config { return p.ServerConfig() }
 
 // caOnly is a tls-certificates directory with the CA and no client
 // certificate.
-func (p *pki) caOnly(t testing.TB) string {
+func (p pki) caOnly(t testing.TB) string {
 	dir := t.TempDir()
-	b, err := os.ReadFile(filepath.Join(p.dir, "ca-cert.pem"))
+	b, err := os.ReadFile(filepath.Join(p.Dir, "ca-cert.pem"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,12 +74,12 @@ func TestTLSRepoServer(t *testing.T) {
 		url  string
 		opts Options
 	}{
-		{"config=tls-certificates/unix", unix + "&tls-certificates=" + p.dir, Options{}},
-		{"config=tls-certificates/tcp", tcpHost + "&tls-certificates=" + p.dir + "&tls-type=x509&tls-verify-peer=1", Options{}},
-		{"config=files", "nbds+unix:///disk?socket=" + rs.sock, Options{TLSCAFile: filepath.Join(p.dir, "ca-cert.pem"),
-			TLSCertFile: filepath.Join(p.dir, "client-cert.pem"), TLSKeyFile: filepath.Join(p.dir, "client-key.pem"), TLSServerName: "localhost"}},
-		{"config=tls.Config", "nbds://" + rs.addr + "/disk", Options{TLS: &tls.Config{RootCAs: p.caPool,
-			Certificates: []tls.Certificate{p.client}, ServerName: "localhost"}}},
+		{"config=tls-certificates/unix", unix + "&tls-certificates=" + p.Dir, Options{}},
+		{"config=tls-certificates/tcp", tcpHost + "&tls-certificates=" + p.Dir + "&tls-type=x509&tls-verify-peer=1", Options{}},
+		{"config=files", "nbds+unix:///disk?socket=" + rs.sock, Options{TLSCAFile: filepath.Join(p.Dir, "ca-cert.pem"),
+			TLSCertFile: filepath.Join(p.Dir, "client-cert.pem"), TLSKeyFile: filepath.Join(p.Dir, "client-key.pem"), TLSServerName: "localhost"}},
+		{"config=tls.Config", "nbds://" + rs.addr + "/disk", Options{TLS: &tls.Config{RootCAs: p.CAPool,
+			Certificates: []tls.Certificate{p.Client}, ServerName: "localhost"}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			noLeak(t)
@@ -159,11 +100,11 @@ func TestTLSRepoServer(t *testing.T) {
 		want      func(error) bool
 	}{
 		{"fail=no-client-certificate", unix + "&tls-certificates=" + p.caOnly(t), nil},
-		{"fail=unknown-CA", unix + "&tls-certificates=" + other.dir, func(err error) bool {
+		{"fail=unknown-CA", unix + "&tls-certificates=" + other.Dir, func(err error) bool {
 			var cve *tls.CertificateVerificationError
 			return errors.As(err, &cve)
 		}},
-		{"fail=wrong-name", "nbds+unix:///disk?socket=" + rs.sock + "&tls-hostname=elsewhere&tls-certificates=" + p.dir, func(err error) bool {
+		{"fail=wrong-name", "nbds+unix:///disk?socket=" + rs.sock + "&tls-hostname=elsewhere&tls-certificates=" + p.Dir, func(err error) bool {
 			return strings.Contains(err.Error(), "elsewhere")
 		}},
 	} {
@@ -188,12 +129,12 @@ func TestTLSRepoServer(t *testing.T) {
 func TestTLSRequiredNotOffered(t *testing.T) {
 	rs := startRepoServer(t, 1<<20, false, nbd.Options{})
 	p := newPKI(t)
-	_, err := Open(t.Context(), "nbds+unix:///disk?socket="+rs.sock+"&tls-hostname=localhost&tls-certificates="+p.dir, Options{})
+	_, err := Open(t.Context(), "nbds+unix:///disk?socket="+rs.sock+"&tls-hostname=localhost&tls-certificates="+p.Dir, Options{})
 	var oe *OptionError
 	if !errors.As(err, &oe) || oe.Option != "NBD_OPT_STARTTLS" || oe.Reply != nbdproto.RepErrPolicy {
 		t.Errorf("nbds to a server without TLS: %v, want an *OptionError refusing NBD_OPT_STARTTLS", err)
 	}
-	if _, err := Open(t.Context(), rs.unixURL("disk"), Options{TLSCAFile: filepath.Join(p.dir, "ca-cert.pem")}); err == nil ||
+	if _, err := Open(t.Context(), rs.unixURL("disk"), Options{TLSCAFile: filepath.Join(p.Dir, "ca-cert.pem")}); err == nil ||
 		!strings.Contains(err.Error(), "plaintext") {
 		t.Errorf("plaintext URL with TLS options: %v", err)
 	}
@@ -214,9 +155,9 @@ func TestTLSNbdkit(t *testing.T) {
 	p := newPKI(t)
 	sock := filepath.Join(t.TempDir(), "nbdkit.sock")
 	startProcess(t, sock, "nbdkit", "-f", "--exit-with-parent", "-U", sock, "--tls=require",
-		"--tls-certificates="+p.dir, "--tls-verify-peer", "memory", "1M")
+		"--tls-certificates="+p.Dir, "--tls-verify-peer", "memory", "1M")
 	base := "nbds+unix:///?socket=" + sock + "&tls-hostname=localhost&tls-certificates="
-	d := open(t, base+p.dir, Options{})
+	d := open(t, base+p.Dir, Options{})
 	if d.Info().TLS == "" {
 		t.Error("no TLS")
 	}
@@ -239,8 +180,8 @@ func TestTLSQemuNBD(t *testing.T) {
 		t.Fatal(err)
 	}
 	sock := filepath.Join(dir, "qemu.sock")
-	startProcess(t, sock, "qemu-nbd", "--object", "tls-creds-x509,id=tls0,endpoint=server,verify-peer=on,dir="+p.dir,
+	startProcess(t, sock, "qemu-nbd", "--object", "tls-creds-x509,id=tls0,endpoint=server,verify-peer=on,dir="+p.Dir,
 		"--tls-creds", "tls0", "-f", "raw", "-x", "disk", "-k", sock, "-t", "-e", "4", img)
-	d := open(t, "nbds+unix:///disk?socket="+sock+"&tls-hostname=localhost&tls-certificates="+p.dir, Options{})
+	d := open(t, "nbds+unix:///disk?socket="+sock+"&tls-hostname=localhost&tls-certificates="+p.Dir, Options{})
 	roundTrip(t, d)
 }
