@@ -42,18 +42,8 @@ matches the CRCs but not the keyed tag could not be told apart.
 		Args: exactArgs(1, "IMAGE"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o := opts
-			o.globalOptions, o.Image, o.Range, o.Rate, o.Store = *g, args[0], pf.rng, rate.n, img.store
-			o.Repair, o.Restart, o.Control = true, true, control
-			if err := o.check(); err != nil {
-				return err
-			}
-			if err := o.resolve(&img, pf); err != nil {
-				return err
-			}
-			if err := o.checkRepair(); err != nil {
-				return err
-			}
-			return runScrub(cmd.Context(), o, cmd.OutOrStdout(), cmd.ErrOrStderr())
+			o.globalOptions, o.Repair, o.Restart, o.Control = *g, true, true, control
+			return runScrubCmd(cmd, o, args[0], &img, pf, rate.n)
 		},
 	}
 	img.register(cmd, true, " for the tuples and the findings")

@@ -191,18 +191,8 @@ and records the finding as repaired (see difctl repair).
 		Args: exactArgs(1, "IMAGE"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o := opts
-			o.globalOptions, o.Image, o.Range, o.Rate, o.Store = *g, args[0], pf.rng, rate.n, img.store
-			o.BadblocksBS = badBS.n
-			if err := o.check(); err != nil {
-				return err
-			}
-			if err := o.resolve(&img, pf); err != nil {
-				return err
-			}
-			if err := o.checkRepair(); err != nil {
-				return err
-			}
-			return runScrub(cmd.Context(), o, cmd.OutOrStdout(), cmd.ErrOrStderr())
+			o.globalOptions, o.BadblocksBS = *g, badBS.n
+			return runScrubCmd(cmd, o, args[0], &img, pf, rate.n)
 		},
 	}
 	img.register(cmd, true, " for the tuples and the scrub state")
@@ -224,6 +214,22 @@ and records the finding as repaired (see difctl repair).
 	addMetricsFlag(cmd, &opts.metricsOptions)
 	addControlFlag(cmd, &opts.Control)
 	return cmd
+}
+
+// runScrubCmd completes o with the command line (IMAGE, the image, range,
+// rate and store flags), checks it and runs the scrub (scrub, repair).
+func runScrubCmd(cmd *cobra.Command, o scrubOptions, image string, img *imageFlags, pf *piFlags, rate int64) error {
+	o.Image, o.Range, o.Rate, o.Store = image, pf.rng, rate, img.store
+	if err := o.check(); err != nil {
+		return err
+	}
+	if err := o.resolve(img, pf); err != nil {
+		return err
+	}
+	if err := o.checkRepair(); err != nil {
+		return err
+	}
+	return runScrub(cmd.Context(), o, cmd.OutOrStdout(), cmd.ErrOrStderr())
 }
 
 // checkRepair refuses repair flags that cannot work.
