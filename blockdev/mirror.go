@@ -183,6 +183,28 @@ func (m *mirrorDev) fresh(l *mleg, off, n int64) bool {
 	return true
 }
 
+// staleAt reports whether leg l holds block lba stale.
+func (m *mirrorDev) staleAt(l *mleg, lba int64) bool {
+	if !l.stale.Load() {
+		return false
+	}
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	if l.rec.All {
+		return true
+	}
+	_, found := slices.BinarySearchFunc(l.rec.Ranges, lba, func(r store.StaleRange, lba int64) int {
+		switch {
+		case r.LBA+r.N <= lba:
+			return -1
+		case r.LBA > lba:
+			return 1
+		}
+		return 0
+	})
+	return found
+}
+
 // reader returns the leg to read [off, off+n) from: a fresh one, chosen
 // by the offset's MiB among them; an online one if none is fresh; nil if
 // every leg is offline. ok filters the legs (nil: any).
@@ -218,6 +240,16 @@ func (m *mirrorDev) failed(l *mleg, lba, n int64, err error) {
 	}
 	l.rec.AddStale(lba, n, time.Now())
 	l.stale.Store(l.rec.Stale())
+	m.dirty = true
+}
+
+// markStale records blocks [lba, lba+n) stale on leg l, which stays
+// online.
+func (m *mirrorDev) markStale(l *mleg, lba, n int64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	l.rec.AddStale(lba, n, time.Now())
+	l.stale.Store(true)
 	m.dirty = true
 }
 

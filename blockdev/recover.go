@@ -337,7 +337,8 @@ func (v *Volume) readCopies(legs []*mleg, copies [][]byte, lba int64, n int) (in
 
 // reconcile writes, for every block i of the chunk at lba that is covered
 // by an intent and took copy src[i], that copy to each leg whose copy
-// differs (legs[k] read copies[k]).
+// differs (legs[k] read copies[k]); on a read-only volume it records the
+// block stale on those legs instead.
 func (v *Volume) reconcile(legs []*mleg, copies [][]byte, covered []uint64, src []int8, lba int64, n int) error {
 	if legs == nil {
 		return nil
@@ -353,6 +354,12 @@ func (v *Volume) reconcile(legs []*mleg, copies [][]byte, covered []uint64, src 
 				continue
 			}
 			b := lba + int64(i)
+			if v.opts.ReadOnly {
+				// A read-only volume writes no device: the leg records
+				// the block stale, for a resync.
+				v.mirror.markStale(legs[k], b, 1)
+				continue
+			}
 			if _, err := legs[k].dev.WriteAt(good, b*int64(bs)); err != nil {
 				v.mirror.failed(legs[k], b, 1, err)
 				continue

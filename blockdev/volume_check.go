@@ -1,9 +1,11 @@
 package blockdev
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/difctl/difctl/blockdev/device"
 	"github.com/difctl/difctl/dif"
@@ -102,21 +104,47 @@ type checkScratch struct {
 }
 
 // checkMirrored verifies the k blocks at lba of a mirrored volume on every
-// online leg that holds them fresh (a check reads every copy, where a read
-// takes one; the stale blocks of a leg are Resync's), each through the
-// repair stage, which repairs every leg of a failing block at once. The
-// problems of all legs are left in cs.probs in LBA order. The stats are
-// the first leg's, with the blocks that fail (or were repaired) only on
-// another leg counted too.
+// online leg (a check reads every copy, where a read takes one), each
+// through the repair stage, which repairs every leg of a failing block at
+// once. A leg's stale blocks are Resync's: their problems on that leg are
+// left out, unless every online leg holds the block stale. The problems of
+// all legs are left in cs.probs in LBA order. The stats are the first
+// leg's (its stale blocks counted as passing), with the blocks that fail
+// (or were repaired) only on another leg counted too.
 func (v *Volume) checkMirrored(lba int64, k int, data []byte, sc *scratch, req readReq, cs *checkScratch) (RunStats, error) {
 	cs.probs = cs.probs[:0]
+	md := v.mirror
+	legs := md.online()
+	if len(legs) == 0 {
+		st, err := v.verifyRun(lba, k, data, sc, req)
+		cs.probs = append(cs.probs, sc.probs...)
+		return st, err
+	}
+	// Fully fresh legs first: the first leg's stats are the run's.
 	off, n := lba*int64(v.bs), int64(k*v.bs)
-	var total RunStats
-	first := true
-	for _, l := range v.mirror.online() {
-		if !v.mirror.fresh(l, off, n) {
-			continue
+	slices.SortStableFunc(legs, func(a, b *mleg) int {
+		return cmp.Compare(boolInt(!md.fresh(a, off, n)), boolInt(!md.fresh(b, off, n)))
+	})
+	skip := func(l *mleg, b int64) bool {
+		if !md.staleAt(l, b) {
+			return false
 		}
+		for _, o := range legs {
+			if !md.staleAt(o, b) {
+				return true
+			}
+		}
+		return false // stale everywhere: every leg's word counts
+	}
+	var total RunStats
+	clear(cs.bad)
+	mark := func(b int64) {
+		if cs.bad == nil {
+			cs.bad = map[int64]bool{}
+		}
+		cs.bad[b] = true
+	}
+	for j, l := range legs {
 		r := req
 		r.dev, r.mapper = l.dev, nil
 		if m, ok := l.dev.(device.Mapper); ok && !v.opts.NoMap {
@@ -126,34 +154,38 @@ func (v *Volume) checkMirrored(lba int64, k int, data []byte, sc *scratch, req r
 		if err != nil {
 			return RunStats{}, err
 		}
-		if first {
-			total, first = st, false
+		if j == 0 {
+			total = st
 			cs.states = append(cs.states[:0], sc.states[:k]...)
-			clear(cs.bad)
-			for _, p := range sc.probs {
-				if !p.Passes() {
-					if cs.bad == nil {
-						cs.bad = map[int64]bool{}
-					}
-					cs.bad[p.LBA] = true
-				}
-			}
-			cs.probs = append(cs.probs, sc.probs...)
-			continue
 		}
 		last := int64(-1)
 		for _, p := range sc.probs {
+			if skip(l, p.LBA) {
+				if j == 0 && !p.Passes() && p.LBA != last {
+					// Stale here, and checked on another leg.
+					total.Failed--
+					total.OK++
+				}
+				last = p.LBA
+				continue
+			}
 			cs.probs = append(cs.probs, p)
-			if p.LBA == last || cs.bad[p.LBA] {
+			if p.LBA == last {
 				continue
 			}
 			last = p.LBA
+			if j == 0 {
+				if !p.Passes() {
+					mark(p.LBA)
+				}
+				continue
+			}
+			if cs.bad[p.LBA] {
+				continue
+			}
 			switch {
 			case !p.Passes():
-				if cs.bad == nil {
-					cs.bad = map[int64]bool{}
-				}
-				cs.bad[p.LBA] = true
+				mark(p.LBA)
 				switch cs.states[p.LBA-lba] {
 				case dif.StateUnwritten:
 					total.Unwritten--
@@ -168,12 +200,13 @@ func (v *Volume) checkMirrored(lba int64, k int, data []byte, sc *scratch, req r
 			}
 		}
 	}
-	if first {
-		// No leg holds the blocks fresh: read them as a read would.
-		st, err := v.verifyRun(lba, k, data, sc, req)
-		cs.probs = append(cs.probs, sc.probs...)
-		return st, err
-	}
 	sortProblems(cs.probs)
 	return total, nil
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
