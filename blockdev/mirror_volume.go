@@ -26,9 +26,11 @@ func legName(i int, name string) string {
 // openLegs opens the volume's mirror legs (Open): each through
 // Options.OpenLeg, checked for its size and, unless it is stale as a
 // whole, for holding this volume's data (SampleData), and wraps the
-// volume's device with them. A leg that does not open goes offline (and,
-// on a volume that can write, stale as a whole, recorded at once); a leg
-// of the wrong size or of another volume fails Open with a *LegError.
+// volume's device with them. A leg that does not open, or has the wrong
+// size (a truncated file), goes offline, its *LegError in Legs (and, on a
+// volume that can write, stale as a whole, recorded at once): the volume
+// works on the others. A leg holding another volume's data fails Open
+// with a *LegError matching ErrForeignLeg: it must never be written.
 func (v *Volume) openLegs(ctx context.Context) error {
 	ms, err := v.tup.Mirrors()
 	if err != nil {
@@ -50,7 +52,7 @@ func (v *Volume) openLegs(ctx context.Context) error {
 		if err == nil {
 			l.dev, l.owned = dev, true
 			err = v.checkLeg(ctx, l)
-			if err != nil && (errors.Is(err, ErrMismatch) || errors.Is(err, ErrForeignLeg)) {
+			if errors.Is(err, ErrForeignLeg) {
 				md.closeOwned()
 				return err
 			}
@@ -61,7 +63,9 @@ func (v *Volume) openLegs(ctx context.Context) error {
 				l.dev = nil
 			}
 			l.offline.Store(true)
-			l.err = &LegError{Leg: l.i, Name: l.name, Err: err}
+			if l.err = err; !errors.As(err, new(*LegError)) {
+				l.err = &LegError{Leg: l.i, Name: l.name, Err: err}
+			}
 			if !v.opts.ReadOnly {
 				l.rec.AllStale(time.Now())
 				l.stale.Store(true)
