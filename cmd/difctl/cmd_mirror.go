@@ -19,6 +19,17 @@ type mirrorOptions struct {
 	Image string
 	Store string
 	Legs  []string // mirror add: the new legs; mirror remove: one leg (number or name)
+	// Control is resync's --control; served, if not nil, is the volume of
+	// difctl serve, which runs the resync for a client of its control
+	// socket (control.go).
+	Control string
+	served  *served
+}
+
+// controlRequest is the request of a resync run by the server holding
+// the store (onServer).
+func (o mirrorOptions) controlRequest() (*controlRequest, error) {
+	return newControlRequest("resync", o.Image, o.Store, o.Control, o.globalOptions)
 }
 
 // legRecord is one copy of a mirrored image (mirror list, inspect).
@@ -128,7 +139,7 @@ blocks, since when). The store is only read.
 }
 
 func newResyncCmd(g *globalOptions) *cobra.Command {
-	var store string
+	var store, control string
 	cmd := &cobra.Command{
 		Use:   "resync IMAGE",
 		Short: "Bring the stale mirror legs of a protected image back",
@@ -137,28 +148,41 @@ was offline, or a new one) the blocks it needs: only its stale blocks are
 read, from a leg that holds them fresh and verified against their tuples,
 and only those whose copy on the leg differs are written. A block that
 no leg holds a verified copy of is not written, and stays stale. An
-interrupted resync continues where it stopped when run again.
+interrupted resync continues where it stopped when run again. Of an image
+that difctl serve serves, the server runs the resync, through its control
+socket, while it serves.
 
 ` + exitCodesHelp(exitOK, exitUncorrected, exitOperational, exitUsage, exitCancelled),
 		Example: `  difctl resync disk.img`,
 		Args:    exactArgs(1, "IMAGE"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			o := mirrorOptions{globalOptions: *g, Image: args[0], Store: store}
-			v, err := openWritable(cmd.Context(), o.Image, storeURL(o.Image, o.Store), o.Key)
-			if err != nil {
-				return err
-			}
-			defer v.Close()
-			if v.vol.Legs() == nil {
-				return usageErrorf("%s has no mirror legs (difctl mirror add)", o.Image)
-			}
-			return resync(cmd.Context(), o, v, cmd.OutOrStdout(), cmd.ErrOrStderr())
+			o := mirrorOptions{globalOptions: *g, Image: args[0], Store: store, Control: control}
+			return runResync(cmd.Context(), o, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
 	storeFlag(cmd, &store, "")
 	addKeyFlags(cmd, &g.Key, "required for a keyed volume")
 	addProgressJSONFlag(cmd, g)
+	addControlFlag(cmd, &control)
 	return cmd
+}
+
+// runResync resyncs the stale legs of the image: opened here, or served
+// (o.served), or, when a server holds its store, by that server.
+func runResync(ctx context.Context, o mirrorOptions, stdout, stderr io.Writer) error {
+	url := storeURL(o.Image, o.Store)
+	v, err := o.served.openVolume(ctx, o.Image, url, false, storeWrite, o.Key)
+	if err != nil {
+		return onServer(ctx, err, o.served, o.controlRequest, stdout, stderr)
+	}
+	defer v.Close()
+	if v.vol.Keyed() && !v.vol.KeyedChecked() {
+		return keyError(v.image, blockdev.ErrKeyRequired)
+	}
+	if v.vol.Legs() == nil {
+		return usageErrorf("%s has no mirror legs (difctl mirror add)", o.Image)
+	}
+	return resync(ctx, o, v, stdout, stderr)
 }
 
 func runMirrorAdd(ctx context.Context, opts mirrorOptions, stdout, stderr io.Writer) error {
