@@ -150,48 +150,9 @@ func (v *Volume) recover(ctx context.Context) error {
 				}
 			}
 			slices.SortFunc(cand, func(a, b *store.Intent) int { return cmp.Compare(b.Seq, a.Seq) })
-			for _, in := range cand {
-				s, t := max(in.LBA, c0), min(in.LBA+in.N, c1)
-				for b := s; b < t; b++ {
-					i := int(b - c0)
-					setBit(covered, i)
-					if hasBit(resolved, i) {
-						continue
-					}
-					j := int(b - in.LBA)
-					var sum uint32
-					if v.sums {
-						sum = in.Sums[j]
-					}
-					// An intent's tuple is a written block's.
-					for k, c := range copies[:ncopies] {
-						blk := c[i*bs : (i+1)*bs]
-						if v.ok(blk, in.Tuples[j*ts:(j+1)*ts], v.params(b), true, sum) &&
-							(kr == nil || kr.Matches(in, j, i, blk, b)) {
-							copy(newT[i*ts:(i+1)*ts], in.Tuples[j*ts:])
-							if v.sums {
-								newS[i] = sum
-							}
-							setBit(resolved, i)
-							src[i] = int8(k)
-							break
-						}
-					}
-				}
-			}
-			for i := 0; i < n; i++ {
-				if !hasBit(covered, i) || hasBit(resolved, i) {
-					continue
-				}
-				src[i] = -1
-				for k, c := range copies[:ncopies] {
-					blk := c[i*bs : (i+1)*bs]
-					if v.committedOK(blk, i, c0+int64(i), sc) && (kr == nil || kr.CommittedOK(i, blk, c0+int64(i), sc.written.Has(i))) {
-						src[i] = int8(k)
-						break
-					}
-				}
-			}
+			d := chunkDecision{c0: c0, n: n, copies: copies[:ncopies], covered: covered, resolved: resolved,
+				src: src, newT: newT, newS: newS, sc: sc, kr: kr}
+			v.decideChunk(&d, cand)
 			if err := v.reconcile(legs, copies[:ncopies], covered, src, c0, n); err != nil {
 				return fail(err)
 			}
@@ -369,4 +330,71 @@ func (v *Volume) reconcile(legs []*mleg, copies [][]byte, covered []uint64, src 
 		}
 	}
 	return nil
+}
+
+// chunkDecision is what recovery decides for the n blocks at c0 of a
+// chunk: which are covered by an intent, which matched an intent's tuple
+// (resolved, with the new tuples and sums), and which copy (leg) each
+// block took (src; -1: none matched, torn).
+type chunkDecision struct {
+	c0                int64
+	n                 int
+	copies            [][]byte
+	covered, resolved []uint64
+	src               []int8
+	newT              []byte
+	newS              []uint32
+	sc                *scratch // the chunk's committed tuples, sums and written bits
+	kr                *keyed.Recovery
+}
+
+// decideChunk decides every block of d covered by the candidate intents
+// cand (newest first): the first copy that matches an intent's tuple
+// takes it; otherwise the first copy that matches the committed tuple
+// (or, unwritten, is zeros) keeps it.
+func (v *Volume) decideChunk(d *chunkDecision, cand []*store.Intent) {
+	bs, ts := v.bs, v.ts
+	c1 := d.c0 + int64(d.n)
+	for _, in := range cand {
+		for b := max(in.LBA, d.c0); b < min(in.LBA+in.N, c1); b++ {
+			i := int(b - d.c0)
+			setBit(d.covered, i)
+			if hasBit(d.resolved, i) {
+				continue
+			}
+			j := int(b - in.LBA)
+			var sum uint32
+			if v.sums {
+				sum = in.Sums[j]
+			}
+			// An intent's tuple is a written block's.
+			for k, c := range d.copies {
+				blk := c[i*bs : (i+1)*bs]
+				if v.ok(blk, in.Tuples[j*ts:(j+1)*ts], v.params(b), true, sum) &&
+					(d.kr == nil || d.kr.Matches(in, j, i, blk, b)) {
+					copy(d.newT[i*ts:(i+1)*ts], in.Tuples[j*ts:])
+					if v.sums {
+						d.newS[i] = sum
+					}
+					setBit(d.resolved, i)
+					d.src[i] = int8(k)
+					break
+				}
+			}
+		}
+	}
+	for i := range d.n {
+		if !hasBit(d.covered, i) || hasBit(d.resolved, i) {
+			continue
+		}
+		b := d.c0 + int64(i)
+		d.src[i] = -1
+		for k, c := range d.copies {
+			blk := c[i*bs : (i+1)*bs]
+			if v.committedOK(blk, i, b, d.sc) && (d.kr == nil || d.kr.CommittedOK(i, blk, b, d.sc.written.Has(i))) {
+				d.src[i] = int8(k)
+				break
+			}
+		}
+	}
 }
