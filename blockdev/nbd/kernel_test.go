@@ -71,11 +71,11 @@ func fuseFile(t *testing.T, dir, sock string) (loop string, undo func()) {
 	}
 }
 
-// TestKernelExt4 is the kernel path: nbdfuse, losetup, mkfs.ext4, mount,
-// files written, umount, e2fsck -fn clean, files read back; then a block
-// of one file is corrupted in the image and reading that file fails with
-// EIO while the finding is recorded.
-func TestKernelExt4(t *testing.T) {
+// needKernel skips the test unless ext4 can be mounted on an export
+// through nbdfuse and a loop device: the tools, root, /dev/fuse and loop
+// devices.
+func needKernel(t *testing.T) {
+	t.Helper()
 	need(t, "nbdfuse", "losetup", "mkfs.ext4", "e2fsck", "debugfs", "fusermount3", "mount", "umount")
 	if os.Geteuid() != 0 {
 		t.Skip("needs root for losetup and mount")
@@ -86,6 +86,14 @@ func TestKernelExt4(t *testing.T) {
 	if _, err := os.Stat("/dev/loop-control"); err != nil {
 		t.Skip("no loop devices (/dev/loop-control)")
 	}
+}
+
+// TestKernelExt4 is the kernel path: nbdfuse, losetup, mkfs.ext4, mount,
+// files written, umount, e2fsck -fn clean, files read back; then a block
+// of one file is corrupted in the image and reading that file fails with
+// EIO while the finding is recorded.
+func TestKernelExt4(t *testing.T) {
+	needKernel(t)
 	size, files, fileSize := int64(64<<20), 8, 1<<20
 	if testing.Short() {
 		size, files = 32<<20, 3
