@@ -159,7 +159,7 @@ type Finding struct {
 	State     FindingState `json:"state"`
 	Count     uint64       `json:"count"` // times seen
 	// Source names the copy a repair took (state repaired), or the
-	// sources tried (unrepairable): a mirror leg ("leg 1: PATH"), a repair
+	// sources tried (unrepairable): a mirror leg ("leg 1 (PATH)"), a repair
 	// source's path or URL. Empty for findings no repair has touched.
 	Source string `json:"source,omitempty"`
 	// Leg is the mirror leg whose copy failed and was repaired (0 is the
