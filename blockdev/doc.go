@@ -90,8 +90,8 @@
 // documentation of blockdev/internal/keyed, the tag engine, and docs/keyed.md,
 // point by point against dm-integrity's documented limits):
 // altered, moved, copied or fabricated data fails; forged tags and
-// generations fail (tag pages carry a MAC, and every tag page exists from
-// Create on, so a deleted one fails every block of it: "page-missing");
+// generations fail (tag pages carry a MAC, and every tag page is recorded
+// from Create on, so a deleted one fails every block of it: "page-missing");
 // putting back one older block
 // fails, but putting back a whole tag page (PageTuples blocks) with its
 // blocks' old data, or the device and the whole store together, is not

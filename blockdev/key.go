@@ -100,7 +100,8 @@ func checkKey(name string, m *store.Manifest, k *Key) (*keyed.Keys, error) {
 
 // keyManifest makes m the manifest of a new keyed volume under k: a fresh
 // volume uid and the key check value. It returns the volume's page key,
-// with which store.CreateKeyedTuples seals every tag page.
+// with which store.CreateKeyedTuples seals the empty run that records
+// every tag page.
 func (k *Key) keyManifest(m *store.Manifest) ([]byte, error) {
 	uid, err := newVolumeUID()
 	if err != nil {

@@ -63,7 +63,7 @@ func (e *KeyedTagError) Error() string {
 	case "missing":
 		return fmt.Sprintf("blockdev: block %d: written but has no keyed tag", e.LBA)
 	case "page-missing":
-		return fmt.Sprintf("blockdev: block %d: keyed tag page missing (deleted from the store: every tag page of a keyed volume exists from its creation on)", e.LBA)
+		return fmt.Sprintf("blockdev: block %d: keyed tag page missing (deleted from the store: every tag page of a keyed volume is recorded from its creation on)", e.LBA)
 	}
 	return fmt.Sprintf("blockdev: block %d: keyed tag: %s", e.LBA, e.Reason)
 }

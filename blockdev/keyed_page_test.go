@@ -86,8 +86,8 @@ func wantPageMissing(t *testing.T, k *keyedVol, page int64) {
 // empty record in place of their tuple page and deletes their tag page.
 // The blocks then read as unwritten zeros without the key; with it, every
 // one of them is a keyed-tag failure (page-missing), since every tag page
-// is sealed from Create on. Deleting any one tag page alone fails the same
-// way.
+// is recorded from Create on. Deleting any one tag page alone fails the
+// same way.
 func TestKeyedPageMissing(t *testing.T) {
 	t.Run("attack=zero-empty-delete", func(t *testing.T) {
 		k := newPagedVol(t)
@@ -121,9 +121,10 @@ func TestKeyedPageMissing(t *testing.T) {
 }
 
 // TestKeyedPagesAfterCreateAndDiscard: a keyed volume created over holes
-// has every tag page (sealed empty), and a discard of whole pages seals
-// them empty again rather than deleting them; the volume checks clean
-// throughout, and a tag page deleted from the hole fails.
+// records every tag page in one empty run sealed with the key, a write
+// gives its pages their tag pages, and a discard of whole pages seals them
+// empty again rather than deleting them; the volume checks clean
+// throughout, and a tag page deleted from the discarded pages fails.
 func TestKeyedPagesAfterCreateAndDiscard(t *testing.T) {
 	dir := t.TempDir()
 	dev, err := device.CreateImage(dir+"/img", pagedBlocks*512, device.FileOptions{}) // all holes
@@ -138,8 +139,8 @@ func TestKeyedPagesAfterCreateAndDiscard(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	countPages := func() int {
-		it, err := kv.NewIter(tagPageKey(DefaultVolumeName, 0), tagPageKey(DefaultVolumeName, 1<<40))
+	count := func(typ byte) int {
+		it, err := kv.NewIter(pageRecKey(DefaultVolumeName, typ, 0), pageRecKey(DefaultVolumeName, typ, 1<<40))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -150,8 +151,12 @@ func TestKeyedPagesAfterCreateAndDiscard(t *testing.T) {
 		}
 		return n
 	}
-	if n := countPages(); n != 3 {
-		t.Fatalf("%d tag pages after Create over holes, want 3", n)
+	countPages := func() int { return count('K') }
+	if n, r := countPages(), count('R'); n != 0 || r != 1 {
+		t.Fatalf("%d tag pages and %d empty runs after Create over holes, want 0 and 1", n, r)
+	}
+	if probs := keyedFailures(t, v); len(probs) != 0 {
+		t.Fatalf("after Create: %v", probs)
 	}
 	if _, err := v.WriteAt(blocktest.Pattern(pagedBlocks*512, 9), 0); err != nil {
 		t.Fatal(err)
@@ -183,8 +188,8 @@ func TestKeyedPagesAfterCreateAndDiscard(t *testing.T) {
 	}
 }
 
-// TestKeyedImportRefused: an import creates no keyed volume (its tag pages
-// would not be sealed from creation on): a key is refused before anything
+// TestKeyedImportRefused: an import creates no keyed volume (its bulk load
+// cannot commit tuples with their tags): a key is refused before anything
 // is written.
 func TestKeyedImportRefused(t *testing.T) {
 	f := dif.MustFormat("512+8")

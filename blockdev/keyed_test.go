@@ -344,10 +344,11 @@ func TestVolumeCrashKeyed(t *testing.T) {
 	cfgs := []crashCfg{
 		{format: "512+8", sector: 512, seed: 11, ops: 40, key: key},
 		{format: "4096+8", sector: 512, seed: 12, ops: 30, key: key},
+		{format: "512+8", sector: 512, seed: 14, ops: 30, key: key, sparse: true},
 	}
 	if testing.Short() {
-		cfgs = cfgs[:1]
-		cfgs[0].ops = 12
+		cfgs = []crashCfg{cfgs[0], cfgs[2]}
+		cfgs[0].ops, cfgs[1].ops = 12, 12
 	}
 	for _, cfg := range cfgs {
 		t.Run(fmt.Sprintf("format=%s/sector=%d/seed=%d", cfg.format, cfg.sector, cfg.seed), func(t *testing.T) {

@@ -114,7 +114,8 @@ func Create(ctx context.Context, dev device.Device, kv store.KV, opts CreateOpti
 	mk := m
 	var tup *store.Tuples
 	if opts.Key != nil {
-		// Every tag page is sealed (empty) at creation (store/keyed.go).
+		// Every tag page is recorded at creation, in an empty run sealed
+		// with the page key (store/runs.go).
 		pk, kerr := opts.Key.keyManifest(&mk)
 		if kerr != nil {
 			return nil, kerr

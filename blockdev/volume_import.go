@@ -104,7 +104,8 @@ func ImportImage(ctx context.Context, src ImportSource, dev device.Device, kv st
 	}
 	switch {
 	case opts.Key != nil:
-		// Its tag pages would have to be sealed from creation on (keyed.go).
+		// A keyed volume commits its tuples with their tags, which an
+		// import's bulk load cannot (store/keyed.go).
 		return nil, nil, fmt.Errorf("blockdev: import into volume %q: %w: import creates no keyed volumes (protect the data with Create and a key)", name, ErrNotKeyed)
 	case f.StorageTagBits() > 0 && p.StorageTag != 0:
 		return fail("storage tag %#x: a volume checks storage tags against zero", p.StorageTag)

@@ -25,10 +25,19 @@
 // reports them with a clear bit in a Bitmap and reads their tuple as all ones
 // (the PI escape), so they are never confused with mismatches. Unwritten is
 // something the store records, not the absence of a record: from schema
-// version 2 every page of a volume has a record (an empty-page record when
-// none of its blocks is written), and a page that is missing is a
-// *CorruptError. Volumes of schema version 1 recorded empty pages by their
-// absence and are still read and written that way (Tuples.Dense).
+// version 2 every page of a volume has a record, and from version 7 the
+// pages never written are recorded as ranges instead, empty runs (runs.go):
+// CreateTuples writes one run of every page, in the batch of the manifest,
+// so creating a volume costs one record whatever its size, and a commit
+// that writes into a page of a run replaces the run by the runs of its
+// other pages in the batch that writes the page. A page with neither a
+// record nor a run is missing, a *CorruptError, never unwritten blocks. A
+// page that was written and emptied again keeps an empty-page record.
+// Volumes of versions 2 to 6 have a record of every page and no run, and
+// are read and written as before; volumes of schema version 1 recorded
+// empty pages by their absence and are still read and written that way
+// (Tuples.Dense). The manifest's schema version (SchemaVersion) keeps
+// programs that do not know the runs from opening such a volume.
 //
 // A backend with files of its own holds them to the same standard and
 // says how in its package documentation (store/pebble): damage to them
@@ -43,13 +52,14 @@
 // data, then fold the intents into the committed pages. After a crash, AllIntents lists what
 // recovery must resolve.
 //
-// Bulk loads: volume creation and protect write every tuple of an image
-// once. Tuples.NewLoader (or LoadRange) streams pages to the backend's
+// Bulk loads: protect writes every tuple of an image once.
+// Tuples.NewLoader (or LoadRange) streams pages to the backend's
 // BulkWriter (see BulkLoader and NewBulkWriter; store/pebble builds
 // sstables and ingests them, skipping the write-ahead log and the memtable
-// flush) and makes the whole range visible at Finish, all or nothing. It
-// must not race with intents or other writes on its range; Finish refuses
-// with ErrConflict when it detects that.
+// flush) and makes the whole range visible at Finish, all or nothing, with
+// the empty runs that replace those its pages leave. It must not race with
+// intents or other writes on its range; Finish refuses with ErrConflict
+// when it detects that.
 //
 // Page cache: Tuples.SetPageCache gives ReadRangeCached a bounded cache of
 // decoded pages, so re-reading a range costs a copy instead of a KV
@@ -59,15 +69,15 @@
 // assumes the Tuples is the volume's only writer, as a blockdev.Volume is;
 // ReadRange always reads the KV (a scrub of the store should use it).
 //
-// Keyed volumes (Manifest.KeyCheck set, schema version 4, created with
-// CreateKeyedTuples, which seals every tag page) also keep a
+// Keyed volumes (Manifest.KeyCheck set, created with CreateKeyedTuples,
+// which seals the empty run of every page with the page key) also keep a
 // keyed tag and write generation per block, opaque to the store like a
 // tuple, in tag pages sealed with a page MAC (Tuples.SetPageMACKey,
 // ReadTags, Txn.WriteTags), tag intents beside the intents
 // (Txn.RecordTagIntent, TagIntent) and the reserved generation
-// (Txn.ReserveGeneration); see keyed.go. A page whose MAC fails, or a tag
-// page that is missing (PageMACError.Missing), gives a *PageMACError
-// (ErrPageMAC).
+// (Txn.ReserveGeneration); see keyed.go. A page or run whose MAC fails, or
+// a tag page that is missing (PageMACError.Missing), gives a *PageMACError
+// (ErrPageMAC). The seal (seal.go) commits to every tag page and run.
 //
 // Errors are prefixed "store: " and match the sentinels (ErrNotFound,
 // ErrClosed, ErrCorrupt, ...) with errors.Is. A damaged stored value gives a

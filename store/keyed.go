@@ -14,7 +14,7 @@ import (
 	"github.com/difctl/difctl/kernels/crc32c"
 )
 
-// Keyed volumes (Manifest.KeyCheck set, schema version 4) keep, beside the
+// Keyed volumes (Manifest.KeyCheck set, schema version 4 on) keep, beside the
 // tuple and sector checksum of every block, a keyed tag: a 16-byte
 // Poly1305-AES tag computed by blockdev over the volume's identity, the
 // block's address and its data, under the nonce (write generation, LBA).
@@ -41,16 +41,22 @@ import (
 //	   page number (8) | that record's value as stored
 //	   CRC-32C of everything before it (4)
 //
-// Every tag page of a keyed volume exists from creation on:
-// CreateKeyedTuples seals every page empty (44 bytes each, bound to the
-// empty tuple page record), in the same bulk load as the empty tuple
-// pages and before the manifest, and no operation deletes one (a discard
-// of a whole page seals it empty again). So a tag page that is missing was
-// deleted: ReadTags reports it as a *PageMACError listing it in Missing,
-// and the volume fails every block of it (reason "page-missing"), with or
-// without the key. Without that rule an attacker could zero a page of
-// blocks on the device, put the empty record in place of its tuple page
-// and delete the tag page, and the blocks would read as unwritten zeros.
+// Every tag page of a keyed volume is recorded from creation on:
+// CreateKeyedTuples records every page in one empty run (runs.go), sealed
+// with a MAC under the page key, in the batch of the manifest; a commit
+// that writes into a page of a run gives it its tag page (and tuple page)
+// in the batch that splits the run, and no operation deletes a tag page
+// (a discard of a whole page seals it empty again, 44 bytes bound to the
+// empty tuple page record). So a tag page that is neither stored nor in a
+// run was deleted: ReadTags reports it as a *PageMACError listing it in
+// Missing, and the volume fails every block of it (reason
+// "page-missing"), with or without the key; so do the pages of a run that
+// was deleted (whose tuple pages are then missing too: a *CorruptError).
+// Without that rule an attacker could zero a page of blocks on the
+// device, put the empty record in place of its tuple page and delete the
+// tag page, and the blocks would read as unwritten zeros. Keyed volumes
+// of schema versions 4 to 6 have a tag page for every page, sealed empty
+// at creation, and no run.
 //
 // So the MAC of a tag page also seals its tuple page, byte for byte: any
 // edit of a tuple page in the store (a guard, app tag, ref tag, sector sum
@@ -119,9 +125,10 @@ var (
 // PageMACError reports a keyed record that is intact (its CRC-32C matches)
 // but whose MAC does not: it was not written under this volume's key at
 // this place, so a tag or generation in it was forged, or the record was
-// copied from another page or volume. It also reports tag pages that are
-// missing (Missing): every tag page of a keyed volume exists from its
-// creation on, so a missing one was deleted. It matches ErrPageMAC.
+// copied from another page or volume (an empty run's failure lists its
+// pages in Pages). It also reports tag pages that are missing (Missing):
+// every tag page of a keyed volume is recorded from its creation on, so a
+// missing one was deleted. It matches ErrPageMAC.
 type PageMACError struct {
 	Volume string
 	Record string  // "tag page 3", "generation"
@@ -133,7 +140,7 @@ type PageMACError struct {
 
 func (e *PageMACError) Error() string {
 	if _, missing := slices.BinarySearch(e.Missing, e.Page); missing && e.Record != "generation" {
-		return fmt.Sprintf("store: volume %q: %s: missing (deleted: every tag page of a keyed volume is sealed from its creation on)", e.Volume, e.Record)
+		return fmt.Sprintf("store: volume %q: %s: missing (deleted: every tag page of a keyed volume is recorded from its creation on)", e.Volume, e.Record)
 	}
 	return fmt.Sprintf("store: volume %q: %s: MAC does not match (forged, or copied from elsewhere)", e.Volume, e.Record)
 }
@@ -262,8 +269,9 @@ func isEmptyTagPage(v []byte) bool {
 
 // CreateKeyedTuples creates the keyed volume of manifest m (KeyCheck and
 // VolumeUID set) like CreateTuples, with pageKey (PageMACKeySize bytes, as
-// SetPageMACKey takes) set, and every tag page sealed empty before the
-// manifest is written: from then on a missing tag page is one that was
+// SetPageMACKey takes) set: its one empty run, which records every tag
+// page, is sealed with the page key and committed with the manifest and
+// the seal, so that from then on a missing tag page is one that was
 // deleted.
 func CreateKeyedTuples(kv KV, volume string, m Manifest, pageKey []byte) (*Tuples, error) {
 	if !m.Keyed() && m.VolumeUID == "" { // one without the other: ErrInvalid (validate)
@@ -273,20 +281,6 @@ func CreateKeyedTuples(kv KV, volume string, m Manifest, pageKey []byte) (*Tuple
 		return nil, fmt.Errorf("%w: page key of %d bytes, want %d", ErrInvalid, len(pageKey), PageMACKeySize)
 	}
 	return createTuples(kv, volume, m, pageKey)
-}
-
-// loadEmptyTagPages adds every tag page of the volume, sealed empty, to bw
-// (keys ascending). Caller checked the page key is set.
-func (t *Tuples) loadEmptyTagPages(bw BulkWriter) error {
-	key := t.macKey()
-	buf := make([]byte, 0, emptyTagPageSize)
-	for page := range t.pages {
-		buf = t.encodeTagPage(buf[:0], key, page, nil, emptyPageValue)
-		if err := bw.Set(t.tagPageKey(page), buf); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // pageMAC computes the MAC of a tag page's bytes before the MAC, bound to
@@ -393,10 +387,15 @@ func (t *Tuples) checkTagPage(page int64, v []byte, key, tup []byte) (empty bool
 // match) and returns a *PageMACError listing the pages that failed, so that
 // the caller can check each block's tag and tell which it cannot trust.
 // Without the key only the CRC-32C is checked. A block without a tag reads
-// as Gen 0. A tag page that is missing (deleted: every tag page exists
-// from the volume's creation on) is reported, with or without the key, in
-// the *PageMACError's Missing and Pages; its blocks read as Gen 0.
-func (t *Tuples) ReadTags(lba int64, dst []KeyedTag) error {
+// as Gen 0, so do the blocks of the pages of an empty run (runs.go), whose
+// MAC is checked with the key like a page's. A tag page that is missing
+// (deleted: every tag page is recorded from the volume's creation on) is
+// reported, with or without the key, in the *PageMACError's Missing and
+// Pages; its blocks read as Gen 0.
+func (t *Tuples) ReadTags(lba int64, dst []KeyedTag) error { return t.readTags(lba, dst, false) }
+
+// readTags is ReadTags; locked: the caller holds t.mu.
+func (t *Tuples) readTags(lba int64, dst []KeyedTag, locked bool) error {
 	if err := t.needKeyed(false); err != nil {
 		return err
 	}
@@ -407,61 +406,61 @@ func (t *Tuples) ReadTags(lba int64, dst []KeyedTag) error {
 	key := t.macKey()
 	P := int64(t.l.p)
 	first, last := lba/P, (lba+n-1)/P
-	it, err := t.kv.NewIter(t.tagPageKey(first), t.tagPageKey(last+1))
-	if err != nil {
-		return err
-	}
-	defer it.Close()
-	clear(dst)
-	plen := len(t.prefix) + 1
 	var macErr *PageMACError
-	macFail := func(page int64) {
+	macFail := func(page int64, missing bool) {
 		if macErr == nil {
 			macErr = &PageMACError{Volume: t.volume, Record: fmt.Sprintf("tag page %d", page), Page: page}
 		}
 		macErr.Pages = append(macErr.Pages, page)
-	}
-	// missing records the pages [expect, page) that have no tag page.
-	expect := first
-	missing := func(page int64) {
-		for ; expect < page; expect++ {
-			macFail(expect)
-			macErr.Missing = append(macErr.Missing, expect)
+		if missing {
+			macErr.Missing = append(macErr.Missing, page)
 		}
-		expect = page + 1
 	}
-	for it.Next() {
-		k := it.Key()
-		if len(k) != plen+8 {
-			return &CorruptError{Volume: t.volume, Record: fmt.Sprintf("tag page key %x", k), Reason: "bad key length"}
+	begin := func() {
+		clear(dst)
+		macErr = nil
+	}
+	err := t.walkPages(recTagPage, first, last, locked, begin, func(pc *piece) error {
+		s, e := max(pc.first, first), min(pc.end, last+1) // its pages in the read
+		switch {
+		case pc.missing:
+			for page := s; page < e; page++ {
+				macFail(page, true)
+			}
+			return nil
+		case pc.run != nil:
+			if key != nil && !t.runMACOK(key, pc.run.v) {
+				for page := s; page < e; page++ {
+					macFail(page, false)
+				}
+			}
+			return nil // no tags
 		}
-		page := keyInt(k[plen:])
-		missing(page)
-		v := it.Value()
+		page := pc.first
 		var tup []byte
 		if key != nil {
+			var err error
 			if tup, err = t.rawTuplePage(page); err != nil {
 				return err
 			}
 		}
-		empty, err := t.checkTagPage(page, v, key, tup)
+		empty, err := t.checkTagPage(page, pc.v, key, tup)
 		if err != nil {
 			if _, ok := err.(*PageMACError); !ok {
 				return err
 			}
-			macFail(page)
+			macFail(page, false)
 		}
 		pstart := page * P
-		s, e := max(pstart, lba), min(pstart+P, lba+n)
-		if s >= e || empty {
-			continue
+		bs, be := max(pstart, lba), min(pstart+P, lba+n)
+		if bs < be && !empty {
+			decodeTagRecords(dst[bs-lba:be-lba], pc.v[tagHeader+int(bs-pstart)*TagRecordSize:])
 		}
-		decodeTagRecords(dst[s-lba:e-lba], v[tagHeader+int(s-pstart)*TagRecordSize:])
-	}
-	if err := it.Err(); err != nil {
+		return nil
+	})
+	if err != nil {
 		return err
 	}
-	missing(last + 1)
 	if macErr != nil {
 		slices.Sort(macErr.Pages)
 		slices.Sort(macErr.Missing)
@@ -491,19 +490,11 @@ func (x *Txn) WriteTags(lba int64, tags []KeyedTag) error {
 	return nil
 }
 
-// commitTags applies the transaction's tag writes to b: every tag page
-// they touch is read (checked against its MAC), modified and sealed again,
-// and so is the tag page of every tuple page the batch writes (tuples:
-// page number to its new stored value, nil for a deleted record), bound
-// to the new tuple page. Without the page key the tuple pages are written
-// alone (only an attacker's tools do that: the volume refuses changes
-// without the key), and their tag pages fail at the next read with it.
-// Caller holds t.mu.
-//
-// With the page key it also stages the seal that follows (seal.go) and
-// returns it, for the caller to make current once b is committed.
-func (t *Tuples) commitTags(b Batch, ops []txnOp, tuples map[int64][]byte) (*seal, error) {
-	key := t.macKey()
+// stageTags applies the transaction's tag writes to the tag pages they
+// touch, each read first (checked against its MAC) unless written whole,
+// and returns them (the records of every block of each page) and their
+// page numbers in the order first touched. Caller holds t.mu.
+func (t *Tuples) stageTags(ops []txnOp) (map[int64][]KeyedTag, []int64, error) {
 	P := int64(t.l.p)
 	pages := make(map[int64][]KeyedTag)
 	var order []int64
@@ -521,8 +512,8 @@ func (t *Tuples) commitTags(b Batch, ops []txnOp, tuples map[int64][]byte) (*sea
 				// A page written whole is not read: a forged page can be
 				// replaced by rewriting its blocks.
 				if s > pstart || e < min(pstart+P, t.blocks) {
-					if err := t.ReadTags(pstart, recs[:min(P, t.blocks-pstart)]); err != nil {
-						return nil, err
+					if err := t.readTags(pstart, recs[:min(P, t.blocks-pstart)], true); err != nil {
+						return nil, nil, err
 					}
 				}
 				pages[page] = recs
@@ -531,6 +522,26 @@ func (t *Tuples) commitTags(b Batch, ops []txnOp, tuples map[int64][]byte) (*sea
 			copy(recs[s-pstart:e-pstart], op.tags[s-op.lba:e-op.lba])
 		}
 	}
+	return pages, order, nil
+}
+
+// commitTags adds to b the tag pages pages (from stageTags, in order) and
+// the tag page of every tuple page the batch writes (tuples: page number
+// to its new stored value), read and sealed again, each bound to its
+// tuple page. Without the page key the tuple pages are written alone
+// (only an attacker's tools do that: the volume refuses changes without
+// the key), and their tag pages fail at the next read with it. Caller
+// holds t.mu.
+//
+// With the page key it also stages the seal that follows (seal.go), with
+// the changes of the batch's empty runs (runs), and returns it, for the
+// caller to make current once b is committed.
+func (t *Tuples) commitTags(b Batch, pages map[int64][]KeyedTag, order []int64, tuples map[int64][]byte, runs []sealChange) (*seal, error) {
+	key := t.macKey()
+	P := int64(t.l.p)
+	if pages == nil {
+		pages = make(map[int64][]KeyedTag)
+	}
 	if key != nil {
 		for page := range tuples {
 			if _, ok := pages[page]; ok {
@@ -538,7 +549,7 @@ func (t *Tuples) commitTags(b Batch, ops []txnOp, tuples map[int64][]byte) (*sea
 			}
 			pstart := page * P
 			recs := make([]KeyedTag, P)
-			if err := t.ReadTags(pstart, recs[:min(P, t.blocks-pstart)]); err != nil {
+			if err := t.readTags(pstart, recs[:min(P, t.blocks-pstart)], true); err != nil {
 				return nil, err
 			}
 			pages[page] = recs
@@ -549,10 +560,7 @@ func (t *Tuples) commitTags(b Batch, ops []txnOp, tuples map[int64][]byte) (*sea
 		t.k.wseq.Add(1) // odd: readers do not cache; even again after the commit (see Txn.Commit)
 	}
 	buf := make([]byte, 0, t.tagPageSize())
-	var old, new map[int64][]byte // the seal's: values before and after
-	if key != nil && len(order) > 0 {
-		old, new = make(map[int64][]byte, len(order)), make(map[int64][]byte, len(order))
-	}
+	changes := runs
 	for _, page := range order {
 		tup, ok := tuples[page]
 		if !ok {
@@ -565,7 +573,7 @@ func (t *Tuples) commitTags(b Batch, ops []txnOp, tuples map[int64][]byte) (*sea
 		if err := b.Set(t.tagPageKey(page), buf); err != nil {
 			return nil, err
 		}
-		if new != nil {
+		if key != nil {
 			v, err := t.kv.Get(t.tagPageKey(page))
 			switch {
 			case errors.Is(err, ErrNotFound):
@@ -573,13 +581,13 @@ func (t *Tuples) commitTags(b Batch, ops []txnOp, tuples map[int64][]byte) (*sea
 			case err != nil:
 				return nil, err
 			}
-			old[page], new[page] = v, slices.Clone(buf)
+			changes = append(changes, sealChange{id: tagLeafID(page), old: v, new: slices.Clone(buf)})
 		}
 	}
-	if new == nil {
+	if key == nil || len(changes) == 0 {
 		return nil, nil
 	}
-	next, err := t.stageSeal(b, old, new)
+	next, err := t.stageSeal(b, changes)
 	if err != nil {
 		return nil, err
 	}

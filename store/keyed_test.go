@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -89,8 +90,8 @@ func TestKeyedManifest(t *testing.T) {
 	kv := store.NewMem()
 	defer kv.Close()
 	tp := newKeyed(t, kv, "v", keyedManifest(200))
-	if got := tp.Manifest().Schema; got != store.SealedSchemaVersion {
-		t.Fatalf("schema %d, want %d", got, store.SealedSchemaVersion)
+	if got := tp.Manifest().Schema; got != store.SchemaVersion {
+		t.Fatalf("schema %d, want %d", got, store.SchemaVersion)
 	}
 	tp2, err := store.OpenTuples(kv, "v", nil)
 	if err != nil {
@@ -480,17 +481,18 @@ func TestKeyedTuplePageSealed(t *testing.T) {
 	}
 }
 
-// TestKeyedTagPagesSealedFromCreate: every tag page of a keyed volume
-// exists from CreateKeyedTuples on, sealed empty, and none is ever
-// deleted (a discard of a whole page seals it empty again), so that the
-// attack of an attacker without the key who empties a tuple page and
-// deletes its tag page (the blocks would read as unwritten zeros) fails
-// ReadTags with the page in Missing, as does deleting any one tag page.
+// TestKeyedTagPagesSealedFromCreate: every tag page of a keyed volume is
+// recorded from CreateKeyedTuples on, in an empty run sealed with the key
+// until its blocks are written, and no tag page is ever deleted (a
+// discard of a whole page seals it empty again), so that the attack of an
+// attacker without the key who empties a tuple page and deletes its tag
+// page (the blocks would read as unwritten zeros) fails ReadTags with the
+// page in Missing, as does deleting any one tag page or the run.
 func TestKeyedTagPagesSealedFromCreate(t *testing.T) {
 	const blocks, P = 250, 64 // 4 pages, the last short
-	tagPages := func(t *testing.T, kv store.KV) (n int) {
+	count := func(t *testing.T, kv store.KV, typ byte) (n int) {
 		t.Helper()
-		it, err := kv.NewIter(volKey("v", 'K'), volKey("v", 'L'))
+		it, err := kv.NewIter(volKey("v", typ), volKey("v", typ+1))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -500,12 +502,13 @@ func TestKeyedTagPagesSealedFromCreate(t *testing.T) {
 		}
 		return n
 	}
+	tagPages := func(t *testing.T, kv store.KV) int { return count(t, kv, 'K') }
 	setup := func(t *testing.T) (store.KV, *store.Tuples) {
 		kv := store.NewMem()
 		t.Cleanup(func() { kv.Close() })
 		tp := newKeyed(t, kv, "v", keyedManifest(blocks))
-		if n := tagPages(t, kv); n != 4 {
-			t.Fatalf("%d tag pages after create, want 4", n)
+		if n, r := tagPages(t, kv), count(t, kv, 'R'); n != 0 || r != 1 {
+			t.Fatalf("%d tag pages and %d runs after create, want 0 and 1", n, r)
 		}
 		if err := tp.ReadTags(0, make([]store.KeyedTag, blocks)); err != nil {
 			t.Fatalf("new volume: %v", err)
@@ -520,6 +523,9 @@ func TestKeyedTagPagesSealedFromCreate(t *testing.T) {
 		if err := x.Commit(true); err != nil {
 			t.Fatal(err)
 		}
+		if n, r := tagPages(t, kv), count(t, kv, 'R'); n != 4 || r != 0 {
+			t.Fatalf("%d tag pages and %d runs after writing every block, want 4 and 0", n, r)
+		}
 		return kv, tp
 	}
 	del := func(t *testing.T, kv store.KV, k []byte) {
@@ -532,17 +538,19 @@ func TestKeyedTagPagesSealedFromCreate(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	wantMissing := func(t *testing.T, tp *store.Tuples, page int64) {
+	wantMissing := func(t *testing.T, tp *store.Tuples, pages ...int64) {
 		t.Helper()
 		got := make([]store.KeyedTag, blocks)
 		err := tp.ReadTags(0, got)
 		var pe *store.PageMACError
-		if !errors.As(err, &pe) || !pe.IsMissing(page) || len(pe.Pages) != 1 || pe.Page != page {
-			t.Fatalf("ReadTags: %v, want tag page %d missing (and only it)", err, page)
+		if !errors.As(err, &pe) || !slices.Equal(pe.Missing, pages) || !slices.Equal(pe.Pages, pages) || pe.Page != pages[0] {
+			t.Fatalf("ReadTags: %v, want tag pages %v missing (and only they)", err, pages)
 		}
-		for i := page * P; i < min((page+1)*P, blocks); i++ {
-			if got[i] != (store.KeyedTag{}) {
-				t.Fatalf("block %d of the missing page reads tag %+v", i, got[i])
+		for _, page := range pages {
+			for i := page * P; i < min((page+1)*P, blocks); i++ {
+				if got[i] != (store.KeyedTag{}) {
+					t.Fatalf("block %d of the missing page reads tag %+v", i, got[i])
+				}
 			}
 		}
 	}
@@ -566,11 +574,83 @@ func TestKeyedTagPagesSealedFromCreate(t *testing.T) {
 			wantMissing(t, tp, page)
 		})
 	}
-	t.Run("attack=empty-page-from-another-page", func(t *testing.T) {
+	t.Run("attack=delete-run", func(t *testing.T) {
+		kv := store.NewMem()
+		defer kv.Close()
+		tp := newKeyed(t, kv, "v", keyedManifest(blocks))
+		writeTags(t, tp, 64, tagsFor(64, 64, 3)) // page 1: runs [0, 1) and [2, 4)
+		del(t, kv, volKey("v", 'R', u64(3)...))
+		wantMissing(t, tp, 2, 3)
+		at, err := store.OpenTuples(kv, "v", nil) // without the key too
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantMissing(t, at, 2, 3)
+		if _, err := at.ReadRange(0, make([]byte, blocks*8), make([]uint32, blocks), nil); !errors.Is(err, store.ErrCorrupt) {
+			t.Fatalf("ReadRange without the run: %v, want ErrCorrupt", err)
+		}
+		if _, _, err := tp.CheckSeal(); !errors.Is(err, store.ErrSealMismatch) {
+			t.Fatalf("CheckSeal without the run: %v, want ErrSealMismatch", err)
+		}
+	})
+	t.Run("attack=forge-run", func(t *testing.T) {
+		// Page 1 written; an attacker without the key deletes its records
+		// and stretches the run after it over it: the run's MAC fails.
 		kv := store.NewMem()
 		defer kv.Close()
 		tp := newKeyed(t, kv, "v", keyedManifest(blocks))
 		writeTags(t, tp, 64, tagsFor(64, 64, 3))
+		rk := volKey("v", 'R', u64(3)...)
+		v := kvGet(t, kv, rk)
+		binary.BigEndian.PutUint64(v[4:], 1) // first page 1
+		set(t, kv, rk, resealCRC(v))
+		del(t, kv, volKey("v", 'K', u64(1)...))
+		del(t, kv, volKey("v", 'P', u64(1)...))
+		err := tp.ReadTags(0, make([]store.KeyedTag, blocks))
+		var pe *store.PageMACError
+		if !errors.As(err, &pe) || len(pe.Missing) != 0 || !slices.Equal(pe.Pages, []int64{1, 2, 3}) {
+			t.Fatalf("ReadTags over a forged run: %v, want pages 1-3 failing their MAC", err)
+		}
+		// Writing a page of it whole does not launder it: the parts of
+		// the run would carry the key's MAC.
+		x := tp.NewTxn()
+		if err := x.WriteRange(128, make([]byte, 64*8), make([]uint32, 64)); err != nil {
+			t.Fatal(err)
+		}
+		if err := x.WriteTags(128, tagsFor(128, 64, 4)); err != nil {
+			t.Fatal(err)
+		}
+		if err := x.Commit(true); !errors.Is(err, store.ErrPageMAC) {
+			t.Fatalf("a write into a forged run: %v, want ErrPageMAC", err)
+		}
+	})
+	t.Run("attack=replay-run", func(t *testing.T) {
+		// The run of creation put back over page 1, written since, with
+		// page 1's records deleted: the run's MAC is the key's, so reads
+		// take it; the seal finds it.
+		kv := store.NewMem()
+		defer kv.Close()
+		tp := newKeyed(t, kv, "v", keyedManifest(blocks))
+		rk := volKey("v", 'R', u64(3)...)
+		old := kvGet(t, kv, rk)
+		writeTags(t, tp, 64, tagsFor(64, 64, 3))
+		del(t, kv, volKey("v", 'R', u64(0)...))
+		del(t, kv, volKey("v", 'K', u64(1)...))
+		del(t, kv, volKey("v", 'P', u64(1)...))
+		set(t, kv, rk, old)
+		if err := tp.ReadTags(0, make([]store.KeyedTag, blocks)); err != nil {
+			t.Fatalf("ReadTags over the replayed run: %v", err)
+		}
+		if _, _, err := tp.CheckSeal(); !errors.Is(err, store.ErrSealMismatch) {
+			t.Fatalf("CheckSeal over the replayed run: %v, want ErrSealMismatch", err)
+		}
+	})
+	t.Run("attack=empty-page-from-another-page", func(t *testing.T) {
+		kv := store.NewMem()
+		defer kv.Close()
+		tp := newKeyed(t, kv, "v", keyedManifest(blocks))
+		writeTags(t, tp, 0, tagsFor(0, 128, 3))
+		writeTags(t, tp, 0, make([]store.KeyedTag, 64))
 		// Page 0 is sealed empty; put it in place of page 1 and empty
 		// page 1's tuple page.
 		v, err := kv.Get(volKey("v", 'K', u64(0)...))
@@ -635,10 +715,12 @@ func TestKeyedCreateNeedsPageKey(t *testing.T) {
 	}
 	newKeyed(t, kv, "v", keyedManifest(100))
 	mk := volKey("v", 'M')
-	// A creation interrupted before its manifest leaves only empty pages,
-	// tag pages included: nothing that stops a new protect.
-	// (The seal is written in the manifest's batch: it goes with it.)
-	newKeyed(t, kv, "w", keyedManifest(1000))
+	// A creation by an earlier version interrupted before its manifest
+	// left only empty pages, tag pages included: nothing that stops a new
+	// protect, which replaces them.
+	if _, err := store.CreateLegacy(kv, "w", keyedManifest(1000), macKey, store.SealedSchemaVersion); err != nil {
+		t.Fatal(err)
+	}
 	b := kv.NewBatch()
 	if err := b.Delete(volKey("w", 'M')); err != nil {
 		t.Fatal(err)
@@ -652,13 +734,24 @@ func TestKeyedCreateNeedsPageKey(t *testing.T) {
 	if has, err := store.HasRecords(kv, "w"); err != nil || has {
 		t.Fatalf("HasRecords of a keyed volume without its manifest: %v, %v; want only empty pages", has, err)
 	}
+	w := newKeyed(t, kv, "w", keyedManifest(1000))
+	if err := w.ReadTags(0, make([]store.KeyedTag, 1000)); err != nil {
+		t.Fatalf("created over the empty pages of an interrupted creation: %v", err)
+	}
+	checkSeal(t, w, 1)
+	// A volume of this version that lost its manifest still has its run.
+	kvPut(t, kv, volKey("w", 'M'), nil)
+	kvPut(t, kv, volKey("w", 'S'), nil)
+	if has, err := store.HasRecords(kv, "w"); err != nil || !has {
+		t.Fatalf("HasRecords of a volume that lost its manifest: %v, %v; want its run", has, err)
+	}
 	v, err := kv.Get(mk)
 	if err != nil {
 		t.Fatal(err)
 	}
-	old := bytes.Replace(bytes.Clone(v), []byte(`"schema":5`), []byte(`"schema":3`), 1)
+	old := bytes.Replace(bytes.Clone(v), []byte(`"schema":7`), []byte(`"schema":3`), 1)
 	if bytes.Equal(old, v) {
-		t.Fatalf("manifest %s has no schema 5", v)
+		t.Fatalf("manifest %s has no schema 7", v)
 	}
 	set(t, kv, mk, old)
 	_, err = store.OpenTuples(kv, "v", nil)

@@ -12,15 +12,23 @@ import (
 // so volumes never interleave and one volume's records can be scanned or
 // deleted as a range. Record types and suffixes:
 //
-//	'C' cursor   | scrub name
-//	'F' finding  | first LBA (8, big-endian) | field
-//	'I' intent   | first LBA (8, big-endian) | sequence (8, big-endian)
+//	'C' cursor     | scrub name
+//	'F' finding    | first LBA (8, big-endian) | field
+//	'G' generation (keyed volumes: keyed.go)
+//	'I' intent     | first LBA (8, big-endian) | sequence (8, big-endian)
+//	'J' tag intent | first LBA (8) | sequence (8) (keyed.go)
+//	'K' tag page   | page number (8, big-endian) (keyed.go)
 //	'M' manifest
-//	'P' page     | page number (8, big-endian)
-//	'X' metadata | name
+//	'P' page       | page number (8, big-endian)
+//	'R' empty run  | last page of the run (8, big-endian) (runs.go)
+//	'S' seal (keyed volumes: seal.go)
+//	'X' metadata   | name ("journal", "mirrors")
 //
 // Big-endian numbers make byte order equal numeric order, so scans are
-// ordered by LBA.
+// ordered by LBA. A volume's pages are each a 'P' record (and, keyed, a 'K'
+// record) or a page of one 'R' run, never both (runs.go); a run is keyed by
+// its last page so that the run holding a page is the first at or after
+// it.
 const (
 	keyNamespace = 'T'
 

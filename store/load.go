@@ -2,8 +2,10 @@ package store
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
+	"slices"
 )
 
 // Loader writes the committed tuples of one sequential block range in bulk:
@@ -19,8 +21,12 @@ import (
 // was committed; the first and last pages, when the range starts or ends
 // inside them, are merged with the blocks stored outside the range.
 //
+// The pages of the range leave the empty runs that held them (runs.go) in
+// the load itself: its last keys are the runs that replace them.
+//
 // A bulk load is for creation and protect, not for a live volume: nothing
-// else may write the range while it runs. Finish refuses, with ErrConflict
+// else may write the range while it runs. A keyed volume has none: its
+// tag pages seal its tuple pages, which it commits with them (ErrKeyed). Finish refuses, with ErrConflict
 // and without writing anything, if an open intent overlaps the range or if
 // a page the range shares with outside blocks was committed to after the
 // Loader read it. Other commits inside the range during the load are lost
@@ -51,6 +57,9 @@ type Loader struct {
 // NewLoader starts a bulk load of the committed tuples of blocks from lba
 // on. Call Write to add blocks, then Finish or Abort.
 func (t *Tuples) NewLoader(lba int64) (*Loader, error) {
+	if t.k != nil {
+		return nil, fmt.Errorf("%w: volume %q: a keyed volume commits its tuples with their tags, not by bulk load", ErrKeyed, t.volume)
+	}
 	if err := t.checkRange(lba, 0); err != nil {
 		return nil, err
 	}
@@ -135,7 +144,7 @@ func (l *Loader) flushPage(atFinish bool) error {
 	t := l.t
 	key := t.pageKey(l.page)
 	if l.lo > 0 || l.hi < t.l.p {
-		v, empty, err := t.getPage(l.page)
+		v, empty, err := t.getPage(l.page, atFinish)
 		if err != nil {
 			return err
 		}
@@ -216,8 +225,49 @@ func (l *Loader) finishLocked(sync bool) error {
 			return err
 		}
 	}
+	if n := l.next - l.start; n > 0 {
+		P := int64(t.l.p)
+		if err := l.loadRuns(l.start/P, (l.next-1)/P); err != nil {
+			return err
+		}
+	}
 	l.done = true
 	return l.bw.Finish(sync)
+}
+
+// loadRuns adds to the load the runs that replace those holding any of
+// its pages [a, b]: the run of the pages before a, and of those after b,
+// each under the key of its last page, and a null run under the key of a
+// run that no longer holds any page (a bulk load cannot delete it). The
+// keys follow every page key of the load. Caller holds t.mu.
+func (l *Loader) loadRuns(a, b int64) error {
+	t := l.t
+	rs, err := t.runsOver([][2]int64{{a, b}})
+	if err != nil {
+		return err
+	}
+	type rec struct {
+		last       int64
+		first, end int64
+	}
+	var recs []rec
+	for _, r := range rs {
+		if r.first < a {
+			recs = append(recs, rec{a - 1, r.first, a})
+		}
+		if r.end-1 > b {
+			recs = append(recs, rec{r.end - 1, b + 1, r.end})
+		} else {
+			recs = append(recs, rec{r.end - 1, r.end, r.end})
+		}
+	}
+	slices.SortFunc(recs, func(x, y rec) int { return cmp.Compare(x.last, y.last) })
+	for _, r := range recs {
+		if err := l.bw.Set(t.runKey(r.last), t.encodeRun(r.first, r.end, nil)); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // checkIntents refuses a load over blocks under an open intent.

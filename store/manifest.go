@@ -4,25 +4,45 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/bits"
+	"slices"
 	"strconv"
 	"time"
 )
 
-// SchemaVersion is the layout version of the records this package writes. A
-// store written by a newer schema is refused with ErrUnsupported.
+// SchemaVersion is the schema version of the volumes this package
+// creates, and the newest it reads: a volume of a newer one is refused
+// with ErrUnsupported. The versions, each readable by the programs that
+// know it and refused by older ones:
 //
-// Version 2 records every page of a volume, empty pages included (see
-// page.go), so a missing page is detected as corruption. Version 1 stores,
-// which recorded empty pages by their absence, are still read and written
-// in their own way (Tuples.Dense reports false for them).
-const SchemaVersion = 2
+//   - 1 recorded empty pages by their absence: still read and written in
+//     its own way (Tuples.Dense reports false).
+//   - 2 (DenseSchemaVersion) records every page, empty pages included
+//     (page.go), so that a missing page is detected as corruption.
+//   - 3, 4 and 5: keyed volumes (KeyedSchemaVersion, SealedSchemaVersion).
+//   - 6 (MirrorSchemaVersion): volumes with mirror legs.
+//   - 7 (RunsSchemaVersion): records the pages never written as empty
+//     runs (runs.go), one record for the whole volume at creation,
+//     keyed or not, with or without legs.
+//
+// Up to version 6 the number also said which features a volume has
+// (keyed, sealed, mirror legs). From version 7 on it does not: KeyCheck
+// says whether a volume is keyed (and a keyed volume of version 7 is
+// sealed), and the manifest's "features" list names the others (only
+// "mirror-legs" so far). A program refuses a volume with a feature it
+// does not know (ErrUnsupported), so that later features need no new
+// version number.
+const SchemaVersion = RunsSchemaVersion
+
+// DenseSchemaVersion is the first schema version that records every page
+// of a volume (see SchemaVersion).
+const DenseSchemaVersion = 2
 
 // KeyedSchemaVersion is the schema version of keyed volumes (those whose
-// manifest has a KeyCheck): version 2 plus the keyed tag pages, tag intents
-// and generation record of keyed.go. Unkeyed volumes keep SchemaVersion, so
-// that older programs still open them; a program that knows only version 2
-// refuses a keyed volume (ErrUnsupported) instead of writing it without
-// tags.
+// manifest has a KeyCheck) before version 7: version 2 plus the keyed tag
+// pages, tag intents and generation record of keyed.go. Unkeyed volumes
+// kept version 2, so that older programs still opened them; a program
+// that knows only version 2 refuses a keyed volume (ErrUnsupported)
+// instead of writing it without tags.
 //
 // Version 4 seals every tag page from creation on (keyed.go), so that a
 // missing one is detected. Keyed stores of version 3, written by
@@ -33,19 +53,37 @@ const SchemaVersion = 2
 const KeyedSchemaVersion = 4
 
 // SealedSchemaVersion is the schema version of keyed volumes with a seal
-// (seal.go): version 4 plus the seal record, which every commit of tag
-// pages must update. A program that knows only version 4 refuses such a
-// volume (ErrUnsupported) instead of writing tag pages without updating
-// the seal, which would make the next CheckSeal report a replay. New keyed
-// volumes are created with it; a version 4 volume moves to it in the
-// commit that first writes its seal.
+// (seal.go) before version 7: version 4 plus the seal record, which every
+// commit of tag pages must update. A program that knows only version 4
+// refuses such a volume (ErrUnsupported) instead of writing tag pages
+// without updating the seal, which would make the next CheckSeal report a
+// replay. A version 4 volume moves to it in the commit that first writes
+// its seal.
 const SealedSchemaVersion = 5
 
-// MirrorSchemaVersion is the schema version of volumes with mirror legs
-// (mirror.go), keyed (and sealed) or not: their writes must reach every
-// leg, so programs that know nothing of legs must refuse them. A volume
-// whose last leg is removed goes back to its version without legs.
+// MirrorSchemaVersion is the schema version of volumes of version 6 or
+// older with mirror legs (mirror.go), keyed (and sealed) or not: their
+// writes must reach every leg, so programs that know nothing of legs must
+// refuse them. A volume whose last leg is removed goes back to its
+// version without legs. A volume of version 7 keeps its version and
+// lists the feature "mirror-legs" instead.
 const MirrorSchemaVersion = 6
+
+// RunsSchemaVersion is the schema version of volumes that may record
+// unwritten pages as empty runs (runs.go): every volume this package
+// creates. A program that knows only version 6 would take the pages of a
+// run for missing ones; it refuses the volume instead.
+const RunsSchemaVersion = 7
+
+// Features of a volume of schema version 7 or later (Manifest.Features).
+const (
+	// FeatureMirrorLegs: the volume has mirror legs (mirror.go), and
+	// its "mirrors" record must exist.
+	FeatureMirrorLegs = "mirror-legs"
+)
+
+// knownFeatures are the features this package reads and keeps.
+var knownFeatures = []string{FeatureMirrorLegs}
 
 // oldKeyedSchema is the keyed schema refused since version 4.
 const oldKeyedSchema = 3
@@ -60,14 +98,12 @@ const (
 	maxFormatLen     = 256
 	maxDeviceIDLen   = 4096
 	maxBlockSize     = 1 << 20
-	// MaxPages is the most tuple pages a volume may have. A volume keeps
-	// a record of every page from its creation on (so that a lost record
-	// is found as corruption, never read as unwritten blocks), and
-	// creation writes them all, about half a microsecond a page: 2^28
-	// pages take a few minutes and address 2^38 blocks with the default
-	// PageTuples (128 TiB of 512-byte blocks, 1 PiB of 4 KiB blocks), or
-	// up to 2^44 with 65,536 tuples a page. A larger device is refused at
-	// once rather than after hours of work.
+	// MaxPages is the most tuple pages a volume may have: 2^38 blocks
+	// with the default PageTuples (128 TiB of 512-byte blocks, 1 PiB of 4
+	// KiB blocks), or up to 2^44 with 65,536 tuples a page. Creating a
+	// volume writes one record whatever its size (runs.go), but a volume
+	// written whole keeps a record per page, and a check of every page
+	// reads them all; a larger device is refused at once.
 	MaxPages = 1 << 28
 )
 
@@ -116,6 +152,10 @@ type Manifest struct {
 
 	// Schema is the store schema version, set when the volume is created.
 	Schema int
+	// Features are the features of a volume of schema version 7 or later
+	// beyond those of its version (FeatureMirrorLegs), kept by the store;
+	// creation ignores them.
+	Features []string
 	// Created is when the volume was created (set if zero).
 	Created time.Time
 	// Tool names the program and version that created the volume.
@@ -197,6 +237,7 @@ type manifestJSON struct {
 	Tool          string    `json:"tool,omitempty"`
 	KeyCheck      string    `json:"key_check,omitempty"`
 	VolumeUID     string    `json:"volume_uid,omitempty"`
+	Features      []string  `json:"features,omitempty"`
 }
 
 func encodeManifest(m Manifest) ([]byte, error) {
@@ -205,7 +246,7 @@ func encodeManifest(m Manifest) ([]byte, error) {
 		TupleSize: m.TupleSize, SectorSums: m.SectorSums, PageTuples: m.PageTuples,
 		InitialRefTag: m.InitialRefTag, AppTag: m.AppTag, AppTagMask: m.AppTagMask,
 		DeviceSize: m.DeviceSize, DeviceID: m.DeviceID, Created: m.Created, Tool: m.Tool,
-		KeyCheck: m.KeyCheck, VolumeUID: m.VolumeUID,
+		KeyCheck: m.KeyCheck, VolumeUID: m.VolumeUID, Features: m.Features,
 	})
 }
 
@@ -224,8 +265,8 @@ func decodeManifest(volume string, b []byte) (Manifest, error) {
 	if j.Kind != manifestKind {
 		return Manifest{}, corrupt(fmt.Sprintf("kind %q, want %q", j.Kind, manifestKind))
 	}
-	if j.Schema > MirrorSchemaVersion {
-		return Manifest{}, fmt.Errorf("%w: volume %q: schema version %d is newer than %d", ErrUnsupported, volume, j.Schema, MirrorSchemaVersion)
+	if j.Schema > SchemaVersion {
+		return Manifest{}, fmt.Errorf("%w: volume %q: schema version %d is newer than %d", ErrUnsupported, volume, j.Schema, SchemaVersion)
 	}
 	if j.Schema == oldKeyedSchema {
 		return Manifest{}, fmt.Errorf("%w: volume %q: keyed volume of schema version %d, written by a development build that did not seal the tag pages of unwritten blocks (a deleted tag page could not be detected); protect it again with its key (difctl protect --reprotect)", ErrUnsupported, volume, j.Schema)
@@ -237,13 +278,24 @@ func decodeManifest(volume string, b []byte) (Manifest, error) {
 		Format: j.Format, BlockSize: j.BlockSize, TupleSize: j.TupleSize, SectorSums: j.SectorSums,
 		PageTuples: j.PageTuples, InitialRefTag: j.InitialRefTag, AppTag: j.AppTag, AppTagMask: j.AppTagMask,
 		DeviceSize: j.DeviceSize, DeviceID: j.DeviceID, Schema: j.Schema, Created: j.Created, Tool: j.Tool,
-		KeyCheck: j.KeyCheck, VolumeUID: j.VolumeUID,
+		KeyCheck: j.KeyCheck, VolumeUID: j.VolumeUID, Features: j.Features,
 	}
 	if err := m.validate(); err != nil {
 		return Manifest{}, corrupt(err.Error())
 	}
-	if m.Schema != MirrorSchemaVersion && (m.KeyCheck != "") != (m.Schema >= KeyedSchemaVersion) {
+	if m.Schema < RunsSchemaVersion && m.Schema != MirrorSchemaVersion && (m.KeyCheck != "") != (m.Schema >= KeyedSchemaVersion) {
 		return Manifest{}, corrupt(fmt.Sprintf("schema version %d with key check %q: keyed volumes are version %d", m.Schema, m.KeyCheck, KeyedSchemaVersion))
+	}
+	if len(m.Features) > 0 && m.Schema < RunsSchemaVersion {
+		return Manifest{}, corrupt(fmt.Sprintf("features %q in a manifest of schema version %d", m.Features, m.Schema))
+	}
+	for i, f := range m.Features {
+		if !slices.Contains(knownFeatures, f) {
+			return Manifest{}, fmt.Errorf("%w: volume %q: feature %q unknown to this version", ErrUnsupported, volume, f)
+		}
+		if slices.Contains(m.Features[:i], f) {
+			return Manifest{}, corrupt(fmt.Sprintf("feature %q listed twice", f))
+		}
 	}
 	return m, nil
 }
@@ -280,13 +332,20 @@ func (stored *Manifest) compare(volume string, given *Manifest) error {
 	return nil
 }
 
-// schema returns the schema version a volume with manifest m is written
-// with.
-func (m *Manifest) schema() int {
+// legacySchema returns the schema version of a volume of version 6 or
+// older with manifest m once it has no mirror legs.
+func (m *Manifest) legacySchema() int {
 	if m.KeyCheck != "" {
 		return SealedSchemaVersion
 	}
-	return SchemaVersion
+	return DenseSchemaVersion
+}
+
+// HasFeature reports whether the volume has feature f (a Feature*
+// constant). A volume of version 6 with mirror legs has
+// FeatureMirrorLegs.
+func (m *Manifest) HasFeature(f string) bool {
+	return slices.Contains(m.Features, f) || f == FeatureMirrorLegs && m.Schema == MirrorSchemaVersion
 }
 
 // Keyed reports whether the manifest describes a keyed volume.

@@ -14,8 +14,9 @@ import (
 // state of each in one metadata record, "mirrors": its name (a path or a
 // URL, as the program that opens it understands it) and, for a leg that
 // missed writes, the blocks it holds stale. A volume with legs has schema
-// version MirrorSchemaVersion, so that programs that do not write to the
-// legs refuse it.
+// version MirrorSchemaVersion, or, from version 7 on, the feature
+// FeatureMirrorLegs, so that programs that do not write to the legs
+// refuse it.
 
 // MaxLegs bounds the mirror legs of a volume.
 const MaxLegs = 3
@@ -120,8 +121,8 @@ func (t *Tuples) mirrorsKey() []byte { return append(recKey(t.prefix, recMeta), 
 func (t *Tuples) Mirrors() (Mirrors, error) {
 	v, err := t.kv.Get(t.mirrorsKey())
 	if errors.Is(err, ErrNotFound) {
-		if t.m.Schema == MirrorSchemaVersion {
-			return Mirrors{}, &CorruptError{Volume: t.volume, Record: "mirrors", Reason: "missing in a volume of schema version 6 (a volume with mirror legs)"}
+		if t.m.HasFeature(FeatureMirrorLegs) {
+			return Mirrors{}, &CorruptError{Volume: t.volume, Record: "mirrors", Reason: "missing in a volume with mirror legs (schema version 6, or feature mirror-legs)"}
 		}
 		return Mirrors{}, nil
 	} else if err != nil {
@@ -177,9 +178,11 @@ func (t *Tuples) checkRanges(i int, l Leg) error {
 	return nil
 }
 
-// SetMirrors replaces the volume's mirror legs and their states, and sets
-// the manifest's schema version: MirrorSchemaVersion with legs, the
-// volume's own without (the states are then dropped).
+// SetMirrors replaces the volume's mirror legs and their states, and
+// marks the manifest: a volume of schema version 7 or later gets the
+// feature FeatureMirrorLegs with legs and loses it without; an older one
+// gets version MirrorSchemaVersion with legs and its own without. Without
+// legs the states are dropped.
 func (t *Tuples) SetMirrors(ms Mirrors, sync bool) error {
 	if err := t.checkMirrors(ms); err != nil {
 		return fmt.Errorf("%w: %v", ErrInvalid, err)
@@ -190,8 +193,13 @@ func (t *Tuples) SetMirrors(ms Mirrors, sync bool) error {
 	b := t.kv.NewBatch()
 	defer b.Close()
 	m := t.m
+	m.Features = slices.DeleteFunc(slices.Clone(m.Features), func(f string) bool { return f == FeatureMirrorLegs })
 	if len(legs) > 0 {
-		m.Schema = MirrorSchemaVersion
+		if m.Schema >= RunsSchemaVersion {
+			m.Features = append(m.Features, FeatureMirrorLegs)
+		} else {
+			m.Schema = MirrorSchemaVersion
+		}
 		v, err := json.Marshal(ms)
 		if err != nil {
 			return fmt.Errorf("store: %v", err)
@@ -200,12 +208,17 @@ func (t *Tuples) SetMirrors(ms Mirrors, sync bool) error {
 			return err
 		}
 	} else {
-		m.Schema = m.schema()
+		if m.Schema < RunsSchemaVersion {
+			m.Schema = m.legacySchema()
+		}
 		if err := b.Delete(t.mirrorsKey()); err != nil {
 			return err
 		}
 	}
-	if m.Schema != t.m.Schema {
+	if len(m.Features) == 0 {
+		m.Features = nil
+	}
+	if m.Schema != t.m.Schema || !slices.Equal(m.Features, t.m.Features) {
 		mv, err := encodeManifest(m)
 		if err != nil {
 			return err
@@ -217,6 +230,6 @@ func (t *Tuples) SetMirrors(ms Mirrors, sync bool) error {
 	if err := b.Commit(sync); err != nil {
 		return err
 	}
-	t.m.Schema = m.Schema
+	t.m.Schema, t.m.Features = m.Schema, m.Features
 	return nil
 }

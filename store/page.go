@@ -31,8 +31,11 @@ import (
 //
 // so that, from schema version 2 on, every page of a volume has a record
 // and a page that is missing is a store that lost it (a *CorruptError),
-// never blocks read as unwritten. Volumes of schema version 1 recorded
-// empty pages by their absence and are read that way (Tuples.Dense).
+// never blocks read as unwritten. From version 7 only pages that were
+// written and emptied again have one (and those of a bulk load, until it
+// lands): the pages never written lie in empty runs (runs.go). Volumes
+// of schema version 1 recorded empty pages by their absence and are read
+// that way (Tuples.Dense).
 
 const (
 	pageMagic   = 'P'

@@ -177,56 +177,13 @@ func OpenJournaled(kv KV, volume string, want *Manifest) (*Tuples, *Journal, err
 
 // CreateJournaled creates volume like CreateTuples, with the journal j
 // recorded in the same synced commit: the volume is never visible without
-// it until the operation ends (EndJournal).
+// it until the operation ends (EndJournal). A keyed manifest is refused
+// with ErrKeyed.
 func CreateJournaled(kv KV, volume string, m Manifest, j Journal) (*Tuples, error) {
-	prefix, err := volumePrefix(volume)
-	if err != nil {
-		return nil, err
+	if m.Keyed() {
+		return nil, fmt.Errorf("%w: create volume %q: a keyed volume is created with its page key (CreateKeyedTuples)", ErrKeyed, volume)
 	}
-	m.normalize()
-	if err := m.validate(); err != nil {
-		return nil, fmt.Errorf("store: create volume %q: %w", volume, err)
-	}
-	if err := checkJournal(&m, &j); err != nil {
-		return nil, err
-	}
-	m.Schema = m.schema()
-	if m.Created.IsZero() {
-		m.Created = time.Now().UTC()
-	}
-	key := recKey(prefix, recManifest)
-	if _, err := kv.Get(key); err == nil {
-		return nil, fmt.Errorf("%w: volume %q", ErrExists, volume)
-	} else if !errors.Is(err, ErrNotFound) {
-		return nil, err
-	}
-	mv, err := encodeManifest(m)
-	if err != nil {
-		return nil, fmt.Errorf("store: create volume %q: %v", volume, err)
-	}
-	jv, err := encodeJournal(j)
-	if err != nil {
-		return nil, fmt.Errorf("store: create volume %q: %v", volume, err)
-	}
-	t, err := newTuples(kv, volume, prefix, m)
-	if err != nil {
-		return nil, err
-	}
-	if err := t.loadEmptyPages(); err != nil { // as CreateTuples does
-		return nil, fmt.Errorf("store: create volume %q: %w", volume, err)
-	}
-	b := kv.NewBatch()
-	defer b.Close()
-	if err := b.Set(key, mv); err != nil {
-		return nil, err
-	}
-	if err := b.Set(journalKey(prefix), jv); err != nil {
-		return nil, err
-	}
-	if err := b.Commit(true); err != nil {
-		return nil, err
-	}
-	return t, nil
+	return create(kv, volume, m, nil, &j)
 }
 
 // checkJournal validates a new journal against the manifest.
@@ -370,30 +327,40 @@ func (t *Tuples) RemapRange(lba int64, tuples []byte, sync bool) error {
 	if t.k != nil {
 		written = make(map[int64][]byte)
 	}
-	for page := lba / P; n > 0 && page*P < end; page++ {
-		key := t.pageKey(page)
-		v, empty, err := t.getPage(page)
+	if n > 0 {
+		// Under t.mu: one walk, and fn runs once per piece.
+		err = t.walkPages(recPage, lba/P, (end-1)/P, true, nil, func(pc *piece) error {
+			if pc.missing {
+				return t.missingPage(pc.first)
+			}
+			if pc.v == nil {
+				return nil // no written block
+			}
+			page := pc.first
+			empty, err := t.l.checkAny(t.volume, page, pc.v)
+			if err != nil || empty {
+				return err
+			}
+			t.l.decode(pb, pc.v)
+			pstart := page * P
+			s, e := max(pstart, lba), min(pstart+P, end)
+			for blk := s; blk < e; blk++ {
+				o, i := int(blk-pstart), int(blk-lba)
+				if Bitmap(pb.bits).Has(o) {
+					copy(pb.tuples[o*ts:(o+1)*ts], tuples[i*ts:(i+1)*ts])
+				}
+			}
+			*encp = t.l.encode((*encp)[:0], pb)
+			if err := b.Set(t.pageKey(page), *encp); err != nil {
+				return err
+			}
+			if written != nil {
+				written[page] = slices.Clone(*encp)
+			}
+			return nil
+		})
 		if err != nil {
 			return err
-		}
-		if empty {
-			continue // no written block
-		}
-		t.l.decode(pb, v)
-		pstart := page * P
-		s, e := max(pstart, lba), min(pstart+P, end)
-		for blk := s; blk < e; blk++ {
-			o, i := int(blk-pstart), int(blk-lba)
-			if Bitmap(pb.bits).Has(o) {
-				copy(pb.tuples[o*ts:(o+1)*ts], tuples[i*ts:(i+1)*ts])
-			}
-		}
-		*encp = t.l.encode((*encp)[:0], pb)
-		if err := b.Set(key, *encp); err != nil {
-			return err
-		}
-		if written != nil {
-			written[page] = slices.Clone(*encp)
 		}
 	}
 	if err := b.Set(journalKey(t.prefix), jv); err != nil {
@@ -404,7 +371,7 @@ func (t *Tuples) RemapRange(lba int64, tuples []byte, sync bool) error {
 		// The tag pages' MAC seals the tuple pages (keyed.go).
 		seq := t.k.wseq.Load()
 		var err error
-		if sealed, err = t.commitTags(b, nil, written); err != nil {
+		if sealed, err = t.commitTags(b, nil, nil, written, nil); err != nil {
 			if t.k.wseq.Load() != seq {
 				t.k.wseq.Add(1)
 			}

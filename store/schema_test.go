@@ -10,45 +10,75 @@ import (
 	"github.com/difctl/difctl/store"
 )
 
-// A page a dense volume has no record of is corruption, not unwritten
-// blocks; a schema 1 volume's absent pages stay unwritten.
+// A page a dense volume has no record of, and no empty run holds, is
+// corruption, not unwritten blocks: a new volume's run deleted, or the
+// record of a page written since; a schema 1 volume's absent pages stay
+// unwritten.
 func TestMissingPage(t *testing.T) {
-	kv := store.NewMem()
-	man := store.NewManifest("f", 512, 16, 4096*512, "d")
-	tp, err := store.CreateTuples(kv, "v", man)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !tp.Dense() {
-		t.Fatal("a new volume is not dense")
-	}
-	tuples := make([]byte, 4096*16)
-	written := store.NewBitmap(4096)
-	if n, err := tp.ReadRange(0, tuples, nil, written); err != nil || n != 0 {
-		t.Fatalf("fresh volume: %d written, %v", n, err)
-	}
-	// Delete page 2's record behind the store's back.
-	key := append([]byte{'T', 1, 'v', 'P'}, 0, 0, 0, 0, 0, 0, 0, 2)
-	b := kv.NewBatch()
-	b.Delete(key)
-	if err := b.Commit(true); err != nil {
-		t.Fatal(err)
-	}
-	var ce *store.CorruptError
-	if _, err := tp.ReadRange(0, tuples, nil, written); !errors.As(err, &ce) || !strings.Contains(err.Error(), "page 2") {
-		t.Errorf("ReadRange over a lost page: %v, want a *CorruptError for page 2", err)
-	}
-	if _, err := tp.ReadRangeCached(2048, tuples[:1024*16], nil, written); !errors.Is(err, store.ErrCorrupt) {
-		t.Errorf("ReadRangeCached over a lost page: %v", err)
-	}
-	if _, err := tp.Coverage(nil); !errors.Is(err, store.ErrCorrupt) {
-		t.Errorf("Coverage with a lost page: %v", err)
-	}
-	if err := tp.WriteRange(2050, tuples[:16], nil, true); !errors.Is(err, store.ErrCorrupt) {
-		t.Errorf("a partial write into a lost page: %v", err)
-	}
-	if has, err := store.HasRecords(kv, "v"); err != nil || !has {
-		t.Errorf("HasRecords = %v, %v", has, err)
+	for _, tc := range []struct {
+		name  string
+		write bool   // write block 2050 (page 2) first
+		del   []byte // the record deleted
+		page  string // the first page missing
+		lost  int64  // a page missing
+	}{
+		{"record=run", false, []byte{'T', 1, 'v', 'R', 0, 0, 0, 0, 0, 0, 0, 3}, "page 0", 2},
+		{"record=run-after-write", true, []byte{'T', 1, 'v', 'R', 0, 0, 0, 0, 0, 0, 0, 1}, "page 0", 1},
+		{"record=page-in-former-run", true, []byte{'T', 1, 'v', 'P', 0, 0, 0, 0, 0, 0, 0, 2}, "page 2", 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			kv := store.NewMem()
+			man := store.NewManifest("f", 512, 16, 4096*512, "d")
+			tp, err := store.CreateTuples(kv, "v", man)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !tp.Dense() {
+				t.Fatal("a new volume is not dense")
+			}
+			tuples := make([]byte, 4096*16)
+			written := store.NewBitmap(4096)
+			if n, err := tp.ReadRange(0, tuples, nil, written); err != nil || n != 0 {
+				t.Fatalf("fresh volume: %d written, %v", n, err)
+			}
+			if tc.write {
+				if err := tp.WriteRange(2050, tuples[:16], nil, true); err != nil {
+					t.Fatal(err)
+				}
+				if n, err := tp.ReadRange(0, tuples, nil, written); err != nil || n != 1 {
+					t.Fatalf("after a write: %d written, %v", n, err)
+				}
+			}
+			// Delete the record behind the store's back.
+			if _, err := kv.Get(tc.del); err != nil {
+				t.Fatalf("record %q: %v", tc.del, err)
+			}
+			b := kv.NewBatch()
+			b.Delete(tc.del)
+			if err := b.Commit(true); err != nil {
+				t.Fatal(err)
+			}
+			var ce *store.CorruptError
+			if _, err := tp.ReadRange(0, tuples, nil, written); !errors.As(err, &ce) || !strings.Contains(err.Error(), tc.page+":") {
+				t.Errorf("ReadRange over a lost page: %v, want a *CorruptError for %s", err, tc.page)
+			}
+			lost := tc.lost * 1024
+			if _, err := tp.ReadRangeCached(lost, tuples[:1024*16], nil, written); !errors.As(err, &ce) || !strings.Contains(err.Error(), fmt.Sprintf("page %d:", tc.lost)) {
+				t.Errorf("ReadRangeCached over a lost page: %v", err)
+			}
+			if _, err := tp.Coverage(nil); !errors.As(err, &ce) || !strings.Contains(err.Error(), tc.page+":") {
+				t.Errorf("Coverage with a lost page: %v", err)
+			}
+			if err := tp.WriteRange(lost+3, tuples[:16], nil, true); !errors.As(err, &ce) {
+				t.Errorf("a partial write into a lost page: %v", err)
+			}
+			if err := tp.Discard(lost+3, 1, true); !errors.As(err, &ce) {
+				t.Errorf("a partial discard in a lost page: %v", err)
+			}
+			if has, err := store.HasRecords(kv, "v"); err != nil || !has {
+				t.Errorf("HasRecords = %v, %v", has, err)
+			}
+		})
 	}
 }
 

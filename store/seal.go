@@ -28,18 +28,21 @@ import (
 //	   tag pages
 //	12 commitment C (32): the sum, modulo 2^256, over every tag page p
 //	   of leaf(p) = HMAC-SHA256 under the leaf key of page number (8) |
-//	   the page MAC stored in p (32). The leaf key is HMAC-SHA256 under
-//	   the page key of "difctl.store.seal.leaf.v1".
+//	   the page MAC stored in p (32), and over every empty run r (runs.go)
+//	   of leaf(r) = HMAC-SHA256 under the leaf key of 'R' | the page of
+//	   its key (8) | the MAC stored in r (32). The leaf key is
+//	   HMAC-SHA256 under the page key of "difctl.store.seal.leaf.v1".
 //	44 MAC (32): HMAC-SHA256 under the page key of "difctl.store.seal.v1"
 //	   | volume uid (16) | G (8) | C (32)
 //	76 CRC-32C of everything before it (4)
 //
-// Every commit that writes tag pages (Txn.Commit with the page key) adds
-// leaf(new) - leaf(old) of each page to C, from the value the page had in
-// the store, and writes the seal with G+1 in the same batch. So
-// C - (the sum over the pages as stored) is unchanged by every commit: a
-// page replaced by an older version while the volume was closed keeps C
-// from matching the pages from then on, whatever is written later.
+// Every commit that writes tag pages or runs (Txn.Commit with the page
+// key) adds leaf(new) - leaf(old) of each to C, from the value it had in
+// the store (a record deleted: leaf(new) = 0), and writes the seal with
+// G+1 in the same batch. So C - (the sum over the pages and runs as
+// stored) is unchanged by every commit: a page or run replaced by an
+// older version, or deleted, while the volume was closed keeps C from
+// matching the records from then on, whatever is written later.
 // CheckSeal recomputes the sum over every tag page and compares. The
 // leaves are keyed: the sum of an unkeyed hash of values an attacker
 // knows could be matched by another set of pages found with a
@@ -132,10 +135,15 @@ func leafKey(pageKey []byte) []byte {
 	return h.Sum(nil)
 }
 
-// leaf returns the seal leaf of tag page page stored as v (nil: missing,
-// which adds nothing). The page MAC is taken from where the format puts
-// it, without checking it: the seal commits to the pages as stored.
-func (t *Tuples) leaf(page int64, v []byte) sum256 {
+// tagLeafID is what identifies tag page page among the seal's leaves: its
+// page number (an empty run's is runLeafID).
+func tagLeafID(page int64) []byte { return binary.BigEndian.AppendUint64(nil, uint64(page)) }
+
+// leaf returns the seal leaf of the record id (tagLeafID or runLeafID)
+// stored as v (nil: none, which adds nothing). The MAC is taken from
+// where the formats put it (last before the CRC), without checking it:
+// the seal commits to the records as stored.
+func (t *Tuples) leaf(id, v []byte) sum256 {
 	if v == nil {
 		return sum256{}
 	}
@@ -146,9 +154,7 @@ func (t *Tuples) leaf(page int64, v []byte) sum256 {
 		mac = v // damaged: any value, as long as it is the same each time
 	}
 	h := hmac.New(sha256.New, t.k.leafKey)
-	var pb [8]byte
-	binary.BigEndian.PutUint64(pb[:], uint64(page))
-	h.Write(pb[:])
+	h.Write(id)
 	h.Write(mac)
 	var out [32]byte
 	return sumOf(h.Sum(out[:0]))
@@ -203,29 +209,44 @@ func (t *Tuples) readSeal() (s seal, err error) {
 	return s, nil
 }
 
-// sumTagPages returns the sum of the leaves of every tag page as stored.
-// A tag page that fails its CRC is a *CorruptError.
+// sumTagPages returns the sum of the leaves of every tag page and empty
+// run as stored. A tag page or run that fails its CRC is a *CorruptError.
+// Caller holds t.mu (no commit between the two ranges).
 func (t *Tuples) sumTagPages() (sum256, error) {
-	it, err := t.kv.NewIter(t.tagPageKey(0), t.tagPageKey(t.pages))
-	if err != nil {
-		return sum256{}, err
-	}
-	defer it.Close()
-	plen := len(t.prefix) + 1
 	var c sum256
-	for it.Next() {
-		k := it.Key()
-		if len(k) != plen+8 {
-			return sum256{}, &CorruptError{Volume: t.volume, Record: fmt.Sprintf("tag page key %x", k), Reason: "bad key length"}
-		}
-		page := keyInt(k[plen:])
-		v := it.Value()
-		if _, err := t.checkTagPage(page, v, nil, nil); err != nil {
+	plen := len(t.prefix) + 1
+	for _, typ := range []byte{recTagPage, recRun} {
+		it, err := t.kv.NewIter(u64Key(t.prefix, typ, 0), u64Key(t.prefix, typ, t.pages))
+		if err != nil {
 			return sum256{}, err
 		}
-		c.add(t.leaf(page, v))
+		for it.Next() {
+			k := it.Key()
+			if len(k) != plen+8 {
+				it.Close()
+				return sum256{}, &CorruptError{Volume: t.volume, Record: fmt.Sprintf("key %x", k), Reason: "bad key length"}
+			}
+			page, v := keyInt(k[plen:]), it.Value()
+			id := tagLeafID(page)
+			if typ == recRun {
+				_, err = t.decodeRun(page, v)
+				id = runLeafID(page)
+			} else {
+				_, err = t.checkTagPage(page, v, nil, nil)
+			}
+			if err != nil {
+				it.Close()
+				return sum256{}, err
+			}
+			c.add(t.leaf(id, v))
+		}
+		err = it.Err()
+		it.Close()
+		if err != nil {
+			return sum256{}, err
+		}
 	}
-	return c, it.Err()
+	return c, nil
 }
 
 // loadSeal reads the seal into t.k.seal unless it is loaded. Caller holds
@@ -242,12 +263,12 @@ func (t *Tuples) loadSeal() error {
 	return nil
 }
 
-// stageSeal adds to b the seal that follows the current one once the tag
-// pages old (their values before b; nil values are missing pages) are
-// replaced by new, and returns it; the caller makes it current once b is
-// committed. A volume without a seal gets one from the pages as stored.
-// Caller holds t.mu and checked the page key is set.
-func (t *Tuples) stageSeal(b Batch, old, new map[int64][]byte) (seal, error) {
+// stageSeal adds to b the seal that follows the current one once the
+// records of changes (tag pages and runs) are replaced, and returns it;
+// the caller makes it current once b is committed. A volume without a
+// seal gets one from the records as stored. Caller holds t.mu and checked
+// the page key is set.
+func (t *Tuples) stageSeal(b Batch, changes []sealChange) (seal, error) {
 	if err := t.loadSeal(); err != nil {
 		return seal{}, err
 	}
@@ -259,9 +280,9 @@ func (t *Tuples) stageSeal(b Batch, old, new map[int64][]byte) (seal, error) {
 			return seal{}, err
 		}
 	}
-	for page, v := range new {
-		c.sub(t.leaf(page, old[page]))
-		c.add(t.leaf(page, v))
+	for _, ch := range changes {
+		c.sub(t.leaf(ch.id, ch.old))
+		c.add(t.leaf(ch.id, ch.new))
 	}
 	if t.m.Schema < SealedSchemaVersion {
 		// The first seal of a version 4 volume: from this commit on,
@@ -346,7 +367,7 @@ func (t *Tuples) InitSeal() error {
 	}
 	b := newBatch(t.kv, sealSize+64)
 	defer b.Close()
-	next, err := t.stageSeal(b, nil, nil)
+	next, err := t.stageSeal(b, nil)
 	if err != nil {
 		return err
 	}

@@ -129,7 +129,12 @@ func TestSealFindsPageReplay(t *testing.T) {
 func TestSealRecord(t *testing.T) {
 	kv := store.NewMem()
 	defer kv.Close()
-	tp := newKeyed(t, kv, "v", keyedManifest(200))
+	// A volume of version 5, as before the empty runs: versions 4 and 5
+	// have no runs.
+	tp, err := store.CreateLegacy(kv, "v", keyedManifest(200), macKey, store.SealedSchemaVersion)
+	if err != nil {
+		t.Fatal(err)
+	}
 	writeTags(t, tp, 0, tagsFor(0, 20, 5))
 	ks := volKey("v", 'S')
 	sv := kvGet(t, kv, ks)

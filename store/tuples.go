@@ -24,7 +24,7 @@ type Tuples struct {
 	l      layout
 	blocks int64
 	pages  int64  // pages of the volume
-	dense  bool   // every page has a record (schema 2 on)
+	dense  bool   // every page has a record or lies in an empty run (schema 2 on)
 	k      *keyed // keyed volumes only (keyed.go)
 
 	mu  sync.Mutex // serializes commits
@@ -40,12 +40,14 @@ type Tuples struct {
 	tupleReads atomic.Uint64
 }
 
-// CreateTuples creates volume on kv with manifest m and returns it. It fails
-// with ErrExists if the volume already has a manifest. The manifest is
-// written with a synced commit.
+// CreateTuples creates volume on kv with manifest m and returns it, of
+// schema version SchemaVersion. It fails with ErrExists if the volume
+// already has a manifest. The manifest is written with one empty run that
+// holds every page (runs.go), in one synced commit: creation writes the
+// same few records whatever the volume's size.
 //
 // A keyed manifest (KeyCheck set) is refused with ErrKeyed: a keyed volume
-// is created with CreateKeyedTuples, which seals its tag pages.
+// is created with CreateKeyedTuples, which seals its run.
 func CreateTuples(kv KV, volume string, m Manifest) (*Tuples, error) {
 	if m.Keyed() {
 		return nil, fmt.Errorf("%w: create volume %q: a keyed volume is created with its page key (CreateKeyedTuples)", ErrKeyed, volume)
@@ -54,6 +56,12 @@ func CreateTuples(kv KV, volume string, m Manifest) (*Tuples, error) {
 }
 
 func createTuples(kv KV, volume string, m Manifest, pageKey []byte) (*Tuples, error) {
+	return create(kv, volume, m, pageKey, nil)
+}
+
+// create creates volume with manifest m (and, if j is not nil, the journal
+// j, checked by the caller) in one synced commit.
+func create(kv KV, volume string, m Manifest, pageKey []byte, j *Journal) (*Tuples, error) {
 	prefix, err := volumePrefix(volume)
 	if err != nil {
 		return nil, err
@@ -62,7 +70,12 @@ func createTuples(kv KV, volume string, m Manifest, pageKey []byte) (*Tuples, er
 	if err := m.validate(); err != nil {
 		return nil, fmt.Errorf("store: create volume %q: %w", volume, err)
 	}
-	m.Schema = m.schema()
+	if j != nil {
+		if err := checkJournal(&m, j); err != nil {
+			return nil, err
+		}
+	}
+	m.Schema, m.Features = SchemaVersion, nil
 	if m.Created.IsZero() {
 		m.Created = time.Now().UTC()
 	}
@@ -80,30 +93,49 @@ func createTuples(kv KV, volume string, m Manifest, pageKey []byte) (*Tuples, er
 	if err != nil {
 		return nil, err
 	}
-	if pageKey != nil {
+	if t.k != nil {
+		if pageKey == nil {
+			return nil, fmt.Errorf("%w: volume %q: creating a keyed volume needs its page key", ErrKeyed, volume)
+		}
 		if err := t.SetPageMACKey(pageKey); err != nil {
 			return nil, err
 		}
 	}
-	// Every page starts with an empty-page record, loaded in bulk (keys
-	// ascending) and made durable before the manifest that says the volume
-	// exists: a volume with a manifest has a record for every page.
-	if err := t.loadEmptyPages(); err != nil {
+	if err := t.clearPages(); err != nil {
 		return nil, fmt.Errorf("store: create volume %q: %w", volume, err)
 	}
+	// One empty run holds every page (runs.go), written with the manifest
+	// that says the volume exists: a volume with a manifest has a record
+	// of every page, whatever its size.
 	b := kv.NewBatch()
-	if err := b.Set(key, v); err != nil {
-		b.Close()
+	defer b.Close()
+	var mk []byte
+	if t.k != nil {
+		mk = t.macKey()
+	}
+	run := t.encodeRun(0, t.pages, mk)
+	if err := b.Set(t.runKey(t.pages-1), run); err != nil {
 		return nil, err
 	}
+	if err := b.Set(key, v); err != nil {
+		return nil, err
+	}
+	if j != nil {
+		jv, err := encodeJournal(*j)
+		if err != nil {
+			return nil, fmt.Errorf("store: create volume %q: %v", volume, err)
+		}
+		if err := b.Set(journalKey(prefix), jv); err != nil {
+			return nil, err
+		}
+	}
 	if t.k != nil {
-		// The seal of the empty tag pages (generation 1), beside the
-		// manifest.
+		// The seal (generation 1) commits to the run, beside the manifest.
 		t.mu.Lock()
-		s, err := t.stageSeal(b, nil, nil)
+		t.k.seal = seal{loaded: true, present: true}
+		s, err := t.stageSeal(b, []sealChange{{id: runLeafID(t.pages - 1), new: run}})
 		t.mu.Unlock()
 		if err != nil {
-			b.Close()
 			return nil, fmt.Errorf("store: create volume %q: %w", volume, err)
 		}
 		s.durable = true
@@ -115,126 +147,78 @@ func createTuples(kv KV, volume string, m Manifest, pageKey []byte) (*Tuples, er
 	return t, nil
 }
 
-// loadEmptyPages writes an empty-page record for every page of the volume.
-// A keyed volume's tag pages come first (their keys sort before the tuple
-// pages'), each sealed empty (see keyed.go), so that every tag page exists
-// from creation on; that needs the page key.
-func (t *Tuples) loadEmptyPages() error {
-	if t.k != nil && t.macKey() == nil {
-		return fmt.Errorf("%w: volume %q: creating a keyed volume needs its page key", ErrKeyed, t.volume)
-	}
-	bw, err := newPageLoader(t.kv)
-	if err != nil {
-		return err
-	}
-	if t.k != nil {
-		if err := t.loadEmptyTagPages(bw); err != nil {
-			bw.Abort()
-			return err
+// clearPages deletes what a volume without a manifest may hold of page
+// records and runs: the empty pages of a creation by an earlier version,
+// which wrote them before the manifest and may have been interrupted.
+// They would overlap the new volume's run. For a new name it reads three
+// empty ranges.
+func (t *Tuples) clearPages() error {
+	for _, typ := range []byte{recTagPage, recPage, recRun} {
+		for {
+			it, err := t.kv.NewIter(recKey(t.prefix, typ), recKey(t.prefix, typ+1))
+			if err != nil {
+				return err
+			}
+			b := t.kv.NewBatch()
+			n := 0
+			for n < 4096 && it.Next() {
+				if err := b.Delete(it.Key()); err != nil {
+					it.Close()
+					b.Close()
+					return err
+				}
+				n++
+			}
+			err = it.Err()
+			it.Close()
+			if err == nil && n > 0 {
+				err = b.Commit(false)
+			}
+			b.Close()
+			if err != nil {
+				return err
+			}
+			if n < 4096 {
+				break
+			}
 		}
 	}
-	for page := range t.pages {
-		if err := bw.Set(t.pageKey(page), emptyPageValue); err != nil {
-			bw.Abort()
-			return err
-		}
-	}
-	return bw.Finish(true)
-}
-
-// newPageLoader returns the writer of a new volume's empty pages: the
-// backend's bulk writer, or else one that commits ordinary batches as
-// they fill, so that its memory stays bounded whatever the volume's size
-// (the emulated bulk writer stages every key until Finish). Its records
-// are visible as they are committed, which is harmless here: nothing
-// reads a volume's pages before its manifest, committed after them.
-func newPageLoader(kv KV) (BulkWriter, error) {
-	if _, ok := kv.(BulkLoader); ok {
-		return NewBulkWriter(kv)
-	}
-	if _, err := kv.Get(nil); err != nil && !errors.Is(err, ErrNotFound) {
-		return nil, err
-	}
-	return &chunkWriter{kv: kv, budget: kv.Limits().MaxBatchBytes / 2}, nil
-}
-
-// chunkWriter is newPageLoader's writer for backends without bulk loads.
-type chunkWriter struct {
-	kv     KV
-	budget int
-	b      Batch
-	done   bool
-}
-
-func (w *chunkWriter) Set(key, value []byte) error {
-	if w.done {
-		return ErrClosed
-	}
-	if w.b != nil && w.b.Len()+len(key)+len(value)+batchOverhead > w.budget {
-		if err := w.b.Commit(false); err != nil {
-			w.b = nil
-			return err
-		}
-		w.b = nil
-	}
-	if w.b == nil {
-		w.b = w.kv.NewBatch()
-	}
-	return w.b.Set(key, value)
-}
-
-func (w *chunkWriter) Finish(sync bool) error {
-	if w.done {
-		return ErrClosed
-	}
-	w.done = true
-	if w.b == nil {
-		if sync {
-			b := w.kv.NewBatch()
-			return b.Commit(true) // make the earlier commits durable
-		}
-		return nil
-	}
-	err := w.b.Commit(sync)
-	w.b = nil
-	return err
-}
-
-func (w *chunkWriter) Abort() error {
-	if w.b != nil {
-		w.b.Close()
-		w.b = nil
-	}
-	w.done = true
 	return nil
 }
 
-// Dense reports whether every page of the volume has a record (schema
-// version 2 on), so that a missing page is reported as corruption. Volumes
-// created with schema version 1 record empty pages by their absence: a page
-// they lost reads as unwritten blocks.
+// Dense reports whether every page of the volume has a record, or lies in
+// an empty run (schema version 2 on), so that a missing page is reported
+// as corruption. Volumes created with schema version 1 record empty pages
+// by their absence: a page they lost reads as unwritten blocks.
 func (t *Tuples) Dense() bool { return t.dense }
 
 // missingPage is the error of a page a dense volume has no record of.
 func (t *Tuples) missingPage(page int64) error {
-	return &CorruptError{Volume: t.volume, Record: fmt.Sprintf("page %d", page), Reason: "missing: the store has no record of it (lost, not unwritten)"}
+	return &CorruptError{Volume: t.volume, Record: fmt.Sprintf("page %d", page), Reason: "missing: the store has no record of it, nor an empty run holding it (lost, not unwritten)"}
 }
 
-// getPage reads page's stored record: v is its raw value (nil when there is
-// none, which only a schema 1 volume may have), empty tells an empty page.
-// A page value is checked.
-func (t *Tuples) getPage(page int64) (v []byte, empty bool, err error) {
-	v, err = t.kv.Get(t.pageKey(page))
-	switch {
-	case errors.Is(err, ErrNotFound) && t.dense:
-		return nil, false, t.missingPage(page)
-	case errors.Is(err, ErrNotFound):
-		return nil, true, nil
-	case err != nil:
+// getPage reads page's tuple page record: v is its value (nil when it has
+// none: it lies in an empty run, or a volume of schema 1 has no record of
+// it), empty tells an empty page. A page value is checked. locked: the
+// caller holds t.mu.
+func (t *Tuples) getPage(page int64, locked bool) (v []byte, empty bool, err error) {
+	err = t.walkPages(recPage, page, page, locked, nil, func(pc *piece) error {
+		switch {
+		case pc.missing:
+			return t.missingPage(page)
+		case pc.v == nil:
+			v, empty = nil, true
+			return nil
+		}
+		v = slices.Clone(pc.v)
+		var err error
+		empty, err = t.l.checkAny(t.volume, page, v)
+		return err
+	})
+	if err != nil {
 		return nil, false, err
 	}
-	empty, err = t.l.checkAny(t.volume, page, v)
-	return v, empty, err
+	return v, empty, nil
 }
 
 // OpenTuples opens an existing volume. If want is not nil, the stored
@@ -272,7 +256,7 @@ func OpenTuples(kv KV, volume string, want *Manifest) (*Tuples, error) {
 }
 
 func newTuples(kv KV, volume string, prefix []byte, m Manifest) (*Tuples, error) {
-	t := &Tuples{kv: kv, volume: volume, prefix: prefix, m: m, l: newLayout(&m), blocks: m.Blocks(), dense: m.Schema >= 2}
+	t := &Tuples{kv: kv, volume: volume, prefix: prefix, m: m, l: newLayout(&m), blocks: m.Blocks(), dense: m.Schema >= DenseSchemaVersion}
 	t.pages = (t.blocks + int64(t.l.p) - 1) / int64(t.l.p)
 	t.bufPool.New = func() any { return t.l.newPageBuf() }
 	t.encPool.New = func() any { b := make([]byte, 0, t.l.size); return &b }
@@ -351,11 +335,6 @@ func (t *Tuples) ReadRange(lba int64, tuples []byte, sums []uint32, written Bitm
 	}
 	P := int64(t.l.p)
 	first, last := lba/P, (lba+int64(n)-1)/P
-	it, err := t.kv.NewIter(t.pageKey(first), t.pageKey(last+1))
-	if err != nil {
-		return 0, err
-	}
-	defer it.Close()
 	var bitsBuf [65536 / 64]uint64
 	pbits := bitsBuf[:t.l.bitsLen]
 	ts := t.l.ts
@@ -376,27 +355,23 @@ func (t *Tuples) ReadRange(lba int64, tuples []byte, sums []uint32, written Bitm
 		}
 		next = to
 	}
-	expect := first // the next page a dense volume must have
-	for it.Next() {
-		page, v, empty, err := t.checkedPage(it)
-		if err != nil {
-			return 0, err
+	begin := func() { count, next = 0, lba }
+	err = t.walkPages(recPage, first, last, false, begin, func(pc *piece) error {
+		if pc.missing {
+			return t.missingPage(max(pc.first, first))
 		}
-		if t.dense {
-			if page != expect {
-				return 0, t.missingPage(expect)
-			}
-			expect++
+		if pc.v == nil {
+			return nil // unwritten: filled as a gap
 		}
-		if empty {
-			continue
+		page := pc.first
+		empty, err := t.l.checkAny(t.volume, page, pc.v)
+		if err != nil || empty {
+			return err
 		}
+		v := pc.v
 		pstart := page * P
 		s := max(pstart, lba)
 		e := min(pstart+P, end)
-		if s >= e {
-			continue // cannot happen with correct bounds
-		}
 		fillGap(s)
 		i, j := int(s-lba), int(e-lba) // destination block indexes
 		ps, pe := int(s-pstart), int(e-pstart)
@@ -411,12 +386,10 @@ func (t *Tuples) ReadRange(lba int64, tuples []byte, sums []uint32, written Bitm
 			count += Bitmap(pbits).countRange(ps, pe-ps)
 		}
 		next = e
-	}
-	if err := it.Err(); err != nil {
+		return nil
+	})
+	if err != nil {
 		return 0, err
-	}
-	if t.dense && expect != last+1 {
-		return 0, t.missingPage(expect)
 	}
 	fillGap(end)
 	return count, nil
@@ -471,47 +444,35 @@ func (t *Tuples) ReadRangeCached(lba int64, tuples []byte, sums []uint32, writte
 		cp.page, cp.empty = page, false
 		return cp
 	}
-	next := first
-	empty := func(to int64) {
-		for ; next < to; next++ {
-			cp := newPage(next)
-			cp.empty = true
+	begin := func() {
+		spare = append(spare, pages...)
+		pages = pages[:0]
+	}
+	err = t.walkPages(recPage, first, last, false, begin, func(pc *piece) error {
+		if pc.missing {
+			return t.missingPage(max(pc.first, first))
+		}
+		empty := pc.v == nil
+		if !empty {
+			var err error
+			if empty, err = t.l.checkAny(t.volume, pc.first, pc.v); err != nil {
+				return err
+			}
+		}
+		for page := max(pc.first, first); page < min(pc.end, last+1); page++ {
+			cp := newPage(page)
+			if empty {
+				cp.empty = true
+			} else {
+				t.l.decodeCached(cp, pc.v)
+			}
 			pages = append(pages, cp)
 		}
-	}
-	it, err := t.kv.NewIter(t.pageKey(first), t.pageKey(last+1))
+		return nil
+	})
 	if err != nil {
 		return 0, err
 	}
-	defer it.Close()
-	for it.Next() {
-		page, v, isEmpty, err := t.checkedPage(it)
-		if err != nil {
-			return 0, err
-		}
-		if page < next || page > last {
-			continue // cannot happen with correct bounds
-		}
-		if t.dense && page != next {
-			return 0, t.missingPage(next)
-		}
-		empty(page)
-		if isEmpty {
-			empty(page + 1)
-			continue
-		}
-		cp := newPage(page)
-		t.l.decodeCached(cp, v)
-		pages = append(pages, cp)
-		next = page + 1
-	}
-	if err := it.Err(); err != nil {
-		return 0, err
-	}
-	if t.dense && next != last+1 {
-		return 0, t.missingPage(next)
-	}
-	empty(last + 1)
 	t.tupleReads.Add(1)
 	if testHookCacheMiss != nil {
 		testHookCacheMiss()
@@ -522,31 +483,6 @@ func (t *Tuples) ReadRangeCached(lba int64, tuples []byte, sums []uint32, writte
 	}
 	c.putSpare(c.fill(gen, &t.writers, pages, spare))
 	return count, nil
-}
-
-// checkedPage returns the page number and checked value at a page
-// iterator's position, and whether it is an empty-page record.
-func (t *Tuples) checkedPage(it Iterator) (int64, []byte, bool, error) {
-	plen := len(t.prefix) + 1
-	k := it.Key()
-	if len(k) != plen+8 {
-		return 0, nil, false, &CorruptError{Volume: t.volume, Record: fmt.Sprintf("page key %x", k), Reason: "bad key length"}
-	}
-	page := keyInt(k[plen:])
-	v := it.Value()
-	if v == nil {
-		if err := it.Err(); err != nil {
-			return 0, nil, false, err
-		}
-	}
-	empty, err := t.l.checkAny(t.volume, page, v)
-	if err != nil {
-		return 0, nil, false, err
-	}
-	if page < 0 || page >= t.pages {
-		return 0, nil, false, &CorruptError{Volume: t.volume, Record: fmt.Sprintf("page %d", page), Reason: fmt.Sprintf("beyond the volume's %d pages", t.pages)}
-	}
-	return page, v, empty, nil
 }
 
 // checkRead validates ReadRange's arguments and returns the block count.
@@ -751,11 +687,13 @@ func DeleteVolume(kv KV, volume string) error {
 }
 
 // HasRecords reports whether volume has any record on kv other than
-// empty-page records (and a keyed volume's empty tag pages): a manifest, a tuple page, an intent, a cursor, a
-// finding. A volume whose creation was interrupted holds at most empty-page
-// records (CreateTuples writes them before the manifest); one that has
-// none of the others but lost its manifest cannot be told from it. It
-// stops at the first such record.
+// empty-page records (and a keyed volume's empty tag pages): a manifest,
+// an empty run, a tuple page, an intent, a cursor, a finding. A volume
+// whose creation by an earlier version was interrupted holds at most
+// empty-page records (that version wrote them before the manifest); this
+// version writes the empty run with the manifest, so a volume created by
+// it that lost its manifest still has records. It stops at the first
+// such record.
 func HasRecords(kv KV, volume string) (bool, error) {
 	prefix, err := volumePrefix(volume)
 	if err != nil {
@@ -781,46 +719,41 @@ func HasRecords(kv KV, volume string) (bool, error) {
 }
 
 // Coverage returns how many blocks of the volume are written, reading each
-// stored page record once: its time is bounded by what the store holds,
-// not by the manifest's device size. On a dense volume a missing page is a
-// *CorruptError, as in ReadRange. stop, if not nil, is polled every 1,024
-// records; a non-nil error from it ends the scan with that error.
+// stored page record and empty run once: its time is bounded by what the
+// store holds, not by the manifest's device size. On a dense volume a
+// missing page is a *CorruptError, as in ReadRange. stop, if not nil, is
+// polled every 1,024 records; a non-nil error from it ends the scan with
+// that error.
 func (t *Tuples) Coverage(stop func() error) (int64, error) {
-	lo, hi := t.pageKey(0), prefixEnd(recKey(t.prefix, recPage))
-	it, err := t.kv.NewIter(lo, hi)
-	if err != nil {
-		return 0, err
-	}
-	defer it.Close()
 	var bitsBuf [65536 / 64]uint64
 	pbits := bitsBuf[:t.l.bitsLen]
-	var written, expect int64
-	for n := 0; it.Next(); n++ {
+	var written int64
+	n := 0
+	begin := func() { written, n = 0, 0 }
+	err := t.walkPages(recPage, 0, t.pages-1, false, begin, func(pc *piece) error {
 		if stop != nil && n%1024 == 0 {
 			if err := stop(); err != nil {
-				return 0, err
+				return err
 			}
 		}
-		page, v, empty, err := t.checkedPage(it)
-		if err != nil {
-			return 0, err
+		n++
+		switch {
+		case pc.missing:
+			return t.missingPage(pc.first)
+		case pc.v == nil:
+			return nil
 		}
-		if t.dense && page != expect {
-			return 0, t.missingPage(expect)
+		empty, err := t.l.checkAny(t.volume, pc.first, pc.v)
+		if err != nil || empty {
+			return err
 		}
-		expect = page + 1
-		if empty {
-			continue
-		}
-		t.l.pageBits(pbits, v)
+		t.l.pageBits(pbits, pc.v)
 		// Bits of blocks past the device's end are never set.
 		written += int64(Bitmap(pbits).countRange(0, t.l.p))
-	}
-	if err := it.Err(); err != nil {
+		return nil
+	})
+	if err != nil {
 		return 0, err
-	}
-	if t.dense && expect != t.pages {
-		return 0, t.missingPage(expect)
 	}
 	return written, nil
 }

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 )
@@ -107,6 +108,61 @@ func (x *Txn) Commit(sync bool) error {
 
 	P := int64(t.l.p)
 	ts := t.l.ts
+	// The pages the writes and discards touch, and whether the first of
+	// them covers each whole (then it is not read). A page first touched
+	// in part is read now (recs); one that has no record may lie in an
+	// empty run (runs.go), as may a page written whole or one whose tags
+	// are written: the runs holding any of those are read, one range of
+	// them per span of pages. So a commit into written pages reads no run.
+	whole := make(map[int64]bool)
+	var touched []int64
+	var spans [][2]int64
+	for _, op := range ops {
+		switch op.kind {
+		case opWrite, opDiscard:
+		case opTags:
+			spans = append(spans, [2]int64{op.lba / P, (op.lba + op.n - 1) / P})
+			continue
+		default:
+			continue
+		}
+		end := op.lba + op.n
+		for page := op.lba / P; page*P < end; page++ {
+			if _, ok := whole[page]; !ok {
+				s, e := max(page*P, op.lba), min(page*P+P, end)
+				whole[page] = s == page*P && e == page*P+P
+				touched = append(touched, page)
+			}
+		}
+	}
+	recs := make(map[int64][]byte)
+	for _, page := range touched {
+		if whole[page] {
+			spans = append(spans, [2]int64{page, page})
+			continue
+		}
+		v, err := t.kv.Get(t.pageKey(page))
+		switch {
+		case errors.Is(err, ErrNotFound):
+			spans = append(spans, [2]int64{page, page})
+		case err != nil:
+			return err
+		default:
+			recs[page] = v
+		}
+	}
+	runs, err := t.runsOver(spans)
+	if err != nil {
+		return err
+	}
+	// inRun reports whether page lies in an empty run (a page read with a
+	// record does not).
+	inRun := func(page int64) bool {
+		if _, ok := recs[page]; ok {
+			return false
+		}
+		return runs.find(page) != nil
+	}
 	pages := make(map[int64]*pageBuf)
 	var order []int64
 	defer func() {
@@ -114,26 +170,32 @@ func (x *Txn) Commit(sync bool) error {
 			t.bufPool.Put(pb)
 		}
 	}()
-	get := func(page int64, whole bool) (*pageBuf, error) {
+	get := func(page int64) (*pageBuf, error) {
 		if pb, ok := pages[page]; ok {
 			return pb, nil
 		}
 		pb := t.bufPool.Get().(*pageBuf)
 		pages[page] = pb
 		order = append(order, page)
-		if whole {
-			pb.reset()
-			return pb, nil
-		}
-		v, empty, err := t.getPage(page)
+		v, rec := recs[page]
 		switch {
-		case err != nil:
-			return nil, err
-		case empty:
+		case whole[page] || inRun(page):
 			pb.reset()
-			return pb, nil
+		case rec:
+			empty, err := t.l.checkAny(t.volume, page, v)
+			switch {
+			case err != nil:
+				return nil, err
+			case empty:
+				pb.reset()
+			default:
+				t.l.decode(pb, v)
+			}
+		case t.dense:
+			return nil, t.missingPage(page)
+		default:
+			pb.reset() // a volume of schema 1: no record, unwritten
 		}
-		t.l.decode(pb, v)
 		return pb, nil
 	}
 	est := 0
@@ -158,14 +220,17 @@ func (x *Txn) Commit(sync bool) error {
 			}
 			continue
 		case opTags:
-			continue // after the loop: commitTags
+			continue // stageTags
 		}
 		end := op.lba + op.n
 		for page := op.lba / P; page*P < end; page++ {
 			pstart := page * P
 			s, e := max(pstart, op.lba), min(pstart+P, end)
 			ps, pe := int(s-pstart), int(e-pstart)
-			pb, err := get(page, ps == 0 && pe == int(P))
+			if _, ok := pages[page]; !ok && op.kind == opDiscard && inRun(page) {
+				continue // unwritten already, and left in its run
+			}
+			pb, err := get(page)
 			if err != nil {
 				return err
 			}
@@ -185,7 +250,57 @@ func (x *Txn) Commit(sync bool) error {
 			fillBits(pb.bits, ps, pe-ps, true)
 		}
 	}
+	// Keyed: the tag pages the transaction writes (keyed.go).
+	var tagPages map[int64][]KeyedTag
+	var tagOrder []int64
+	if t.k != nil {
+		if tagPages, tagOrder, err = t.stageTags(ops); err != nil {
+			return err
+		}
+	}
+	// A page in a run leaves it if it ends with a written block or a tag;
+	// one left without either stays in its run and is not written. A
+	// tagged page in a run that the transaction writes no tuple of gets
+	// the empty-page record.
+	tagged := func(page int64) bool {
+		return slices.ContainsFunc(tagPages[page], func(g KeyedTag) bool { return g != KeyedTag{} })
+	}
+	for _, page := range tagOrder {
+		if _, ok := pages[page]; !ok && inRun(page) && tagged(page) {
+			pb := t.bufPool.Get().(*pageBuf)
+			pb.reset()
+			pages[page] = pb
+			order = append(order, page)
+		}
+	}
 	slices.Sort(order)
+	out := make([]int64, 0, len(order))
+	for _, page := range order {
+		if r := runs.find(page); r != nil && inRun(page) {
+			if pages[page].empty() && !tagged(page) {
+				continue
+			}
+			r.out = append(r.out, page) // ascending, as order is
+		}
+		out = append(out, page)
+	}
+	order = out
+	tagOrder = slices.DeleteFunc(tagOrder, func(page int64) bool {
+		r := runs.find(page)
+		if r == nil || !inRun(page) {
+			return false
+		}
+		_, leaves := slices.BinarySearch(r.out, page)
+		return !leaves
+	})
+	var key []byte
+	if t.k != nil {
+		key = t.macKey()
+	}
+	runChanges, err := t.stageSplits(b, runs, key)
+	if err != nil {
+		return err
+	}
 	encp := t.encPool.Get().(*[]byte)
 	defer t.encPool.Put(encp)
 	var written map[int64][]byte // keyed: the new tuple pages, for their tag pages' MAC
@@ -218,7 +333,7 @@ func (x *Txn) Commit(sync bool) error {
 	if t.k != nil {
 		seq := t.k.wseq.Load()
 		var err error
-		if sealed, err = t.commitTags(b, ops, written); err != nil {
+		if sealed, err = t.commitTags(b, tagPages, tagOrder, written, runChanges); err != nil {
 			if t.k.wseq.Load() != seq {
 				t.k.wseq.Add(1)
 			}

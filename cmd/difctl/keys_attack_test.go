@@ -30,13 +30,14 @@ import (
 //	                                   empty record in place of its tuple page, delete its tag page
 //	attack deltag IMAGE PAGE           delete tag page PAGE
 //	attack deltuple IMAGE PAGE         delete tuple page PAGE (no record at all)
+//	attack delrun IMAGE PAGE           delete the empty run that ends at page PAGE
 //	attack save IMAGE LBA FILE         save the block's data and its tag and tuple page records
 //	attack restore IMAGE LBA FILE      put them back (a replay of one block)
 //	attack savevol IMAGE COPY          copy the image and its store to COPY and COPY.difdb
 //	attack restorevol COPY IMAGE       put the copy back over the image and its store
 func cmdAttack(ts *testscript.TestScript, neg bool, args []string) {
 	if neg || len(args) < 3 {
-		ts.Fatalf("usage: attack fill|flip|copy|copyvol|tag|unwritten|tuple|emptypage|deltag|deltuple ...")
+		ts.Fatalf("usage: attack fill|flip|copy|copyvol|tag|unwritten|tuple|emptypage|deltag|deltuple|delrun ...")
 	}
 	num := func(s string) int64 {
 		n, err := strconv.ParseInt(s, 0, 64)
@@ -141,6 +142,10 @@ func cmdAttack(ts *testscript.TestScript, neg bool, args []string) {
 		a := openAttack(ts, args[1])
 		defer a.close()
 		a.delete('P', num(args[2]))
+	case "delrun":
+		a := openAttack(ts, args[1])
+		defer a.close()
+		a.delete('R', num(args[2]))
 	case "save", "restore":
 		a := openAttack(ts, args[1])
 		defer a.close()

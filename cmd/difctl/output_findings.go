@@ -332,7 +332,7 @@ func keyedText(p blockdev.Problem) string {
 	case "missing":
 		return " missing: the block is written but has no keyed tag"
 	case "page-missing":
-		return " page missing: the tag page holding this block's tags was deleted from the store (every tag page of a keyed volume exists from protect on)"
+		return " page missing: the tag page holding this block's tags was deleted from the store (every tag page of a keyed volume is recorded from protect on)"
 	case "unwritten":
 		return " on an unwritten block: the store says unwritten, the keyed tags say written"
 	}

@@ -76,7 +76,7 @@ func sizingTable(t *testing.T) string {
 			t.Fatal(err)
 		}
 		// Count what writing the tuples stores, not what creating the
-		// volume did (schema 2 records every page, empty, at creation).
+		// volume did (one empty run holding every page).
 		clear(kv.writes)
 		tuples := bytes.Repeat([]byte{0x5a}, blocks*f.tsz)
 		var sums []uint32

@@ -136,8 +136,8 @@ func (ks *Scratch) Check(r *Run) ([]Failure, error) {
 	}
 	// The runs of eligible written blocks of one generation, each one
 	// kernel call; the other blocks are decided here.
-	// Blocks of tag pages that are missing (deleted: every tag page exists
-	// from Create on) have no tags to check: each is a failure.
+	// Blocks of tag pages that are missing (deleted: every tag page is
+	// recorded from Create on) have no tags to check: each is a failure.
 	var gone []uint64
 	if pageErr != nil && len(pageErr.Missing) > 0 {
 		gone = make([]uint64, w)

@@ -34,9 +34,10 @@
 // a forged tag or generation, a page copied from another page or volume,
 // or any edit of a tuple page (guard, app tag, ref tag, sector sum,
 // written bit) fails when it is read with the key: every block of the page
-// fails (reason "page-mac"). Every tag page exists from Create on (sealed
-// empty by store.CreateKeyedTuples; a discard of a whole page seals it
-// empty again, never deletes it), so a tag page that is missing was
+// fails (reason "page-mac"). Every tag page is recorded from Create on (in
+// the empty run, sealed with a MAC, that store.CreateKeyedTuples writes
+// for every page, until the page is written; a discard of a whole page
+// seals it empty again, never deletes it), so a tag page that is missing was
 // deleted, and every block of it fails (reason "page-missing"): an
 // attacker cannot zero a page of blocks, put the empty record in place of
 // its tuple page, delete its tag page and have the blocks read as
@@ -56,7 +57,7 @@
 //     data of its blocks (up to PageTuples blocks at once): a page MAC
 //     proves where a page belongs, not that it is the newest. That
 //     includes a page's state from before its blocks were written (for a
-//     hole, the empty page sealed at Create), put back with its tuple page
+//     hole, the empty run sealed at Create), put back with its tuple page
 //     and zeroed blocks by an attacker who kept a copy of those records:
 //     deleting the page, or emptying it without such a copy, is detected
 //     (page-missing, page-mac), but a kept copy is a replay. And can roll
