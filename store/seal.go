@@ -78,9 +78,16 @@ var (
 type SealError struct {
 	Volume string
 	Gen    uint64 // the seal's generation
+	// Missing: the volume was sealed (its manifest says so) and the seal
+	// record is gone: deleted, so that the pages could be put back under
+	// a new seal.
+	Missing bool
 }
 
 func (e *SealError) Error() string {
+	if e.Missing {
+		return fmt.Sprintf("store: volume %q: the seal of the keyed tag pages is missing (deleted): the pages cannot be trusted", e.Volume)
+	}
 	return fmt.Sprintf("store: volume %q: keyed tag pages do not match their seal (generation %d): a page was replaced by an older version", e.Volume, e.Gen)
 }
 
@@ -183,10 +190,16 @@ func (t *Tuples) encodeSeal(key []byte, gen uint64, c [32]byte) []byte {
 }
 
 // readSeal reads the seal record: ok false if there is none. With the
-// page key its MAC is checked (*PageMACError).
+// page key its MAC is checked (*PageMACError). A volume whose manifest
+// says it was sealed and that has no seal record lost it: a *SealError
+// (Missing), never a volume to seal again from what is stored, which
+// would take back a replayed tag page.
 func (t *Tuples) readSeal() (s seal, err error) {
 	v, err := t.kv.Get(t.sealKey())
 	if errors.Is(err, ErrNotFound) {
+		if t.m.Keyed() && (t.m.Schema == SealedSchemaVersion || t.m.Schema >= RunsSchemaVersion) {
+			return seal{}, &SealError{Volume: t.volume, Missing: true}
+		}
 		return seal{loaded: true}, nil
 	} else if err != nil {
 		return seal{}, err

@@ -200,3 +200,34 @@ func TestSealRecord(t *testing.T) {
 		t.Fatalf("CheckSeal without the key: %v, want ErrKeyed", err)
 	}
 }
+
+// TestSealDeleted: a sealed keyed volume (schema 5, or 7 and later) whose
+// seal record is deleted is not sealed again from its tag pages as stored
+// (which would take back a tag page put back beside the deletion): every
+// use of the seal fails with a *SealError marked Missing.
+func TestSealDeleted(t *testing.T) {
+	for _, schema := range []int{store.SealedSchemaVersion, store.RunsSchemaVersion} {
+		kv := store.NewMem()
+		var tp *store.Tuples
+		var err error
+		if schema == store.RunsSchemaVersion {
+			tp, err = store.CreateKeyedTuples(kv, "v", keyedManifest(200), macKey)
+		} else {
+			tp, err = store.CreateLegacy(kv, "v", keyedManifest(200), macKey, schema)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		writeTags(t, tp, 0, tagsFor(0, 20, 5))
+		kvPut(t, kv, volKey("v", 'S'), nil)
+		tp = reopenKeyed(t, kv, "v")
+		var se *store.SealError
+		if _, _, err := tp.CheckSeal(); !errors.As(err, &se) || !se.Missing || !errors.Is(err, store.ErrSealMismatch) {
+			t.Fatalf("schema %d: CheckSeal of a volume whose seal was deleted: %v", schema, err)
+		}
+		if err := tp.InitSeal(); !errors.As(err, &se) {
+			t.Fatalf("schema %d: InitSeal sealed again: %v", schema, err)
+		}
+		kv.Close()
+	}
+}
