@@ -31,6 +31,7 @@ import (
 //	attack deltag IMAGE PAGE           delete tag page PAGE
 //	attack deltuple IMAGE PAGE         delete tuple page PAGE (no record at all)
 //	attack delrun IMAGE PAGE           delete the empty run that ends at page PAGE
+//	attack delseal IMAGE -             delete the seal record
 //	attack save IMAGE LBA FILE         save the block's data and its tag and tuple page records
 //	attack restore IMAGE LBA FILE      put them back (a replay of one block)
 //	attack savevol IMAGE COPY          copy the image and its store to COPY and COPY.difdb
@@ -146,6 +147,17 @@ func cmdAttack(ts *testscript.TestScript, neg bool, args []string) {
 		a := openAttack(ts, args[1])
 		defer a.close()
 		a.delete('R', num(args[2]))
+	case "delseal":
+		a := openAttack(ts, args[1])
+		defer a.close()
+		name := blockdev.DefaultVolumeName
+		key := append(append([]byte{'T', byte(len(name))}, name...), 'S')
+		if _, err := a.kv.Get(key); err != nil {
+			ts.Fatalf("attack: no seal record: %v", err)
+		}
+		b := a.kv.NewBatch()
+		ts.Check(b.Delete(key))
+		ts.Check(b.Commit(true))
 	case "save", "restore":
 		a := openAttack(ts, args[1])
 		defer a.close()
