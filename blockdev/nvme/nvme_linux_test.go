@@ -1,0 +1,257 @@
+//go:build linux
+
+package nvme_test
+
+import (
+	"bytes"
+	"errors"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/difctl/difctl/blockdev/nvme"
+	"github.com/difctl/difctl/dif"
+	"github.com/difctl/difctl/internal/guest"
+	"golang.org/x/sys/unix"
+)
+
+// The namespace of TestGuestPI: 4096+8, Type 1, PI last, metadata in a
+// separate buffer (mset=0), as QEMU formats it with pi=1.
+const (
+	nsBlocks    = 256 // blocks of the namespace
+	nsWritten   = 64  // blocks 0..nsWritten-1 written by the guest's kernel
+	nsDamaged   = 37  // the block whose data the host changes between boots
+	lbaSize     = 4096
+	mdSize      = 8
+	damagedEnv  = "DIFCTL_TEST_DAMAGED_LBA"
+	nsDevice    = "/dev/nvme0n1"
+	chunkBlocks = 32 // blocks per passthrough read, within QEMU's MDTS (512 KiB)
+)
+
+// piFormat is the namespace's format in dif's terms (separate metadata).
+var piFormat = dif.MustFormat("4096+8:type1:pi-last:dix")
+
+// pattern is the data the guest writes to block lba.
+func pattern(lba int) []byte {
+	b := make([]byte, lbaSize)
+	r := rand.New(rand.NewPCG(uint64(lba), 42))
+	for i := 0; i < len(b); i += 8 {
+		v := r.Uint64()
+		for j := range 8 {
+			b[i+j] = byte(v >> (8 * j))
+		}
+	}
+	return b
+}
+
+// TestGuestPI boots a guest twice with one PI namespace. The first boot
+// writes blocks through the kernel, which generates their PI, and checks
+// them with passthrough reads and Identify Namespace (TestInGuestWrite);
+// between the boots the host checks the image's layout with dif and changes
+// one block's data; the second boot must find that block, and only it,
+// failing its guard, and the kernel's own read of it must fail
+// (TestInGuestDamaged).
+func TestGuestPI(t *testing.T) {
+	if guest.InGuest() {
+		t.Skip("the host's side")
+	}
+	img := filepath.Join(t.TempDir(), "ns1.img")
+	if err := os.WriteFile(img, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(img, nsBlocks*(lbaSize+mdSize)); err != nil {
+		t.Fatal(err)
+	}
+	cfg := guest.Config{Namespaces: []guest.Namespace{{Image: img, LBASize: lbaSize, MS: mdSize, MSet: 0, PI: 1}}}
+	guest.Boot(t, cfg, "^TestInGuestWrite$")
+
+	// QEMU keeps the data of every block first, then the metadata of every
+	// block: the tuples the kernel generated must verify there.
+	raw, err := os.ReadFile(img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := raw[:nsWritten*lbaSize]
+	md := raw[nsBlocks*lbaSize:][:nsWritten*mdSize]
+	for lba := range nsWritten {
+		if !bytes.Equal(data[lba*lbaSize:][:lbaSize], pattern(lba)) {
+			t.Fatalf("image: block %d's data is not what the guest wrote", lba)
+		}
+	}
+	if err := piFormat.Verify(data, md, dif.Params{AppMask: 0xffff}); err != nil {
+		t.Fatalf("image: the tuples the guest's kernel wrote: %v", err)
+	}
+
+	// Change one byte of one block's data behind the guest's back.
+	raw[nsDamaged*lbaSize+100] ^= 0x5a
+	f, err := os.OpenFile(img, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt(raw[nsDamaged*lbaSize+100:][:1], nsDamaged*lbaSize+100); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Env = map[string]string{damagedEnv: strconv.Itoa(nsDamaged)}
+	guest.Boot(t, cfg, "^TestInGuestDamaged$")
+}
+
+func inGuestOnly(t *testing.T) {
+	t.Helper()
+	if !guest.InGuest() {
+		t.Skip("runs inside the guest of TestGuestPI")
+	}
+}
+
+// TestInGuestWrite (in the guest): the kernel sees a Type 1 namespace;
+// Identify Namespace reports the format QEMU was given; blocks written
+// through the block device come back through passthrough with PI that
+// verifies.
+func TestInGuestWrite(t *testing.T) {
+	inGuestOnly(t)
+	if b, err := os.ReadFile("/sys/block/nvme0n1/integrity/format"); err != nil || strings.TrimSpace(string(b)) != "T10-DIF-TYPE1-CRC" {
+		t.Errorf("sysfs integrity format = %q, %v; want T10-DIF-TYPE1-CRC", b, err)
+	}
+	f, err := os.OpenFile(nsDevice, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	ns, err := nvme.IdentifyNamespace(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := nvme.Namespace{ID: 1, Blocks: nsBlocks, LBASize: lbaSize, MetadataSize: mdSize, PIType: 1, Guard: nvme.Guard16}
+	if ns != want {
+		t.Errorf("IdentifyNamespace = %+v, want %+v", ns, want)
+	}
+	for lba := range nsWritten {
+		if _, err := f.WriteAt(pattern(lba), int64(lba)*lbaSize); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	problems := readAndVerify(t, f)
+	for _, p := range problems {
+		t.Errorf("LBA %d: %v", p.LBA, p)
+	}
+}
+
+// TestInGuestDamaged (in the guest): the block the host changed fails its
+// guard, and no other check of any block fails; the kernel's read of it
+// fails with EILSEQ (a protection error) and its neighbour's succeeds.
+func TestInGuestDamaged(t *testing.T) {
+	inGuestOnly(t)
+	damaged, err := strconv.Atoi(os.Getenv(damagedEnv))
+	if err != nil {
+		t.Fatalf("%s: %v", damagedEnv, err)
+	}
+	f, err := os.OpenFile(nsDevice, os.O_RDONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	problems := readAndVerify(t, f)
+	if len(problems) != 1 || problems[0].LBA != int64(damaged) || problems[0].Field != dif.FieldGuard {
+		t.Errorf("problems = %v, want one: the guard of LBA %d", problems, damaged)
+	}
+
+	d, err := os.OpenFile(nsDevice, os.O_RDONLY|unix.O_DIRECT, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	buf, err := unix.Mmap(-1, 0, lbaSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_ANON|unix.MAP_PRIVATE)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Munmap(buf)
+	if _, err := d.ReadAt(buf, int64(damaged-1)*lbaSize); err != nil {
+		t.Errorf("kernel read of LBA %d: %v", damaged-1, err)
+	}
+	// The controller fails the kernel's read (the kernel sets PRCHK), and
+	// the block layer reports BLK_STS_PROTECTION as EILSEQ.
+	if _, err := d.ReadAt(buf, int64(damaged)*lbaSize); !errors.Is(err, unix.EILSEQ) {
+		t.Errorf("kernel read of the damaged LBA %d: %v, want EILSEQ", damaged, err)
+	}
+}
+
+// readAndVerify reads blocks 0..nsWritten-1 with their metadata through
+// passthrough, checks the data against pattern where the tuple verifies, and
+// returns every failed check.
+func readAndVerify(t *testing.T, f *os.File) []*dif.CheckError {
+	t.Helper()
+	nsid, err := nvme.NamespaceID(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var problems []*dif.CheckError
+	data := make([]byte, chunkBlocks*lbaSize)
+	md := make([]byte, chunkBlocks*mdSize)
+	for lba := 0; lba < nsWritten; lba += chunkBlocks {
+		if err := nvme.Read(f, nsid, uint64(lba), chunkBlocks, data, md); err != nil {
+			t.Fatal(err)
+		}
+		bad := map[int64]bool{}
+		_, err := piFormat.VerifyFunc(data, md, dif.Params{RefTag: uint64(lba), LBA: int64(lba), AppMask: 0xffff}, func(e *dif.CheckError) error {
+			problems = append(problems, e)
+			bad[e.LBA] = true
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range chunkBlocks {
+			if !bad[int64(lba+i)] && !bytes.Equal(data[i*lbaSize:][:lbaSize], pattern(lba+i)) {
+				t.Errorf("LBA %d: passthrough data differs from what was written, and its tuple verifies", lba+i)
+			}
+		}
+	}
+	return problems
+}
+
+// TestGuestIdentifyExtended runs in a guest of its own (guest.Run): a Type 3
+// namespace with extended LBAs (mset=1) and the tuple first (pil=1) is
+// reported as such by Identify Namespace. The kernel's PCIe driver carries
+// metadata only in a separate buffer: it gives the namespace no integrity
+// profile, and its block I/O sets PRACT so that the controller inserts and
+// strips the tuples (the metadata is exactly the tuple), so the block device
+// has the namespace's full size.
+func TestGuestIdentifyExtended(t *testing.T) {
+	const blocks = 64
+	var img string
+	if !guest.InGuest() {
+		img = filepath.Join(t.TempDir(), "ns1.img")
+		if err := os.WriteFile(img, make([]byte, blocks*(512+8)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !guest.Run(t, guest.Config{Namespaces: []guest.Namespace{{Image: img, LBASize: 512, MS: 8, MSet: 1, PI: 3, PIL: 1}}}) {
+		return
+	}
+	for attr, want := range map[string]string{"integrity/format": "none", "size": strconv.Itoa(blocks)} {
+		if b, err := os.ReadFile("/sys/block/nvme0n1/" + attr); err != nil || strings.TrimSpace(string(b)) != want {
+			t.Errorf("sysfs %s = %q, %v; want %s", attr, b, err, want)
+		}
+	}
+	f, err := os.Open(nsDevice)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	ns, err := nvme.IdentifyNamespace(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := nvme.Namespace{ID: 1, Blocks: blocks, LBASize: 512, MetadataSize: 8, Extended: true, PIType: 3, PIFirst: true, Guard: nvme.Guard16}
+	if ns != want {
+		t.Errorf("IdentifyNamespace = %+v, want %+v", ns, want)
+	}
+}
