@@ -81,8 +81,12 @@ func TestGuestPI(t *testing.T) {
 			t.Fatalf("image: block %d's data is not what the guest wrote", lba)
 		}
 	}
-	if err := piFormat.Verify(data, md, dif.Params{AppMask: 0xffff}); err != nil {
-		t.Fatalf("image: the tuples the guest's kernel wrote: %v", err)
+	sum, err := piFormat.VerifyFunc(data, md, dif.Params{AppMask: 0xffff}, func(e *dif.CheckError) error {
+		t.Errorf("image: the tuples the guest's kernel wrote: %v", e)
+		return nil
+	})
+	if err != nil || sum.OK != nsWritten {
+		t.Fatalf("image: verify: %+v, %v; want %d blocks ok", sum, err, nsWritten)
 	}
 
 	// Change one byte of one block's data behind the guest's back.
@@ -200,13 +204,16 @@ func readAndVerify(t *testing.T, f *os.File) []*dif.CheckError {
 			t.Fatal(err)
 		}
 		bad := map[int64]bool{}
-		_, err := piFormat.VerifyFunc(data, md, dif.Params{RefTag: uint64(lba), LBA: int64(lba), AppMask: 0xffff}, func(e *dif.CheckError) error {
+		sum, err := piFormat.VerifyFunc(data, md, dif.Params{RefTag: uint64(lba), LBA: int64(lba), AppMask: 0xffff}, func(e *dif.CheckError) error {
 			problems = append(problems, e)
 			bad[e.LBA] = true
 			return nil
 		})
 		if err != nil {
 			t.Fatal(err)
+		}
+		if sum.OK+sum.Failed != chunkBlocks {
+			t.Errorf("LBAs %d to %d: %+v: blocks neither ok nor failed (escaped or unwritten)", lba, lba+chunkBlocks-1, sum)
 		}
 		for i := range chunkBlocks {
 			if !bad[int64(lba+i)] && !bytes.Equal(data[i*lbaSize:][:lbaSize], pattern(lba+i)) {
@@ -217,41 +224,127 @@ func readAndVerify(t *testing.T, f *os.File) []*dif.CheckError {
 	return problems
 }
 
-// TestGuestIdentifyExtended runs in a guest of its own (guest.Run): a Type 3
-// namespace with extended LBAs (mset=1) and the tuple first (pil=1) is
-// reported as such by Identify Namespace. The kernel's PCIe driver carries
-// metadata only in a separate buffer: it gives the namespace no integrity
-// profile, and its block I/O sets PRACT so that the controller inserts and
-// strips the tuples (the metadata is exactly the tuple), so the block device
-// has the namespace's full size.
-func TestGuestIdentifyExtended(t *testing.T) {
-	const blocks = 64
-	var img string
+// TestGuestFormats runs in a guest of its own (guest.Run) with two more
+// formats, and checks that Identify Namespace reports what QEMU was given and
+// that the PI another producer wrote verifies with dif:
+//
+//   - nvme0n1, 512+8 Type 3 with extended LBAs (mset=1) and the tuple first
+//     (pil=1). The kernel's PCIe driver carries metadata only in a separate
+//     buffer: it gives the namespace no integrity profile, and its block I/O
+//     sets PRACT, so the controller (QEMU) generates the tuples of the
+//     kernel's writes, and the block device has the namespace's full size.
+//   - nvme0n2, 4096+16 Type 1 with the 64-bit guard (pif=2, mset=0): the
+//     kernel generates the tuples (CRC-64/NVME guard, 48-bit ref tag).
+func TestGuestFormats(t *testing.T) {
+	const blocks, written = 64, 8
+	var img1, img2 string
 	if !guest.InGuest() {
-		img = filepath.Join(t.TempDir(), "ns1.img")
-		if err := os.WriteFile(img, make([]byte, blocks*(512+8)), 0o644); err != nil {
+		dir := t.TempDir()
+		img1, img2 = filepath.Join(dir, "ns1.img"), filepath.Join(dir, "ns2.img")
+		if err := os.WriteFile(img1, make([]byte, blocks*(512+8)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(img2, make([]byte, blocks*(4096+16)), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if !guest.Run(t, guest.Config{Namespaces: []guest.Namespace{{Image: img, LBASize: 512, MS: 8, MSet: 1, PI: 3, PIL: 1}}}) {
+	if !guest.Run(t, guest.Config{Namespaces: []guest.Namespace{
+		{Image: img1, LBASize: 512, MS: 8, MSet: 1, PI: 3, PIL: 1},
+		{Image: img2, LBASize: 4096, MS: 16, MSet: 0, PI: 1, PIF: 2},
+	}}) {
 		return
 	}
-	for attr, want := range map[string]string{"integrity/format": "none", "size": strconv.Itoa(blocks)} {
-		if b, err := os.ReadFile("/sys/block/nvme0n1/" + attr); err != nil || strings.TrimSpace(string(b)) != want {
-			t.Errorf("sysfs %s = %q, %v; want %s", attr, b, err, want)
-		}
+	for _, tc := range []struct {
+		dev    string
+		sysfs  map[string]string
+		ns     nvme.Namespace
+		format dif.Format
+	}{
+		{
+			dev:    "nvme0n1",
+			sysfs:  map[string]string{"integrity/format": "none", "size": strconv.Itoa(blocks)},
+			ns:     nvme.Namespace{ID: 1, Blocks: blocks, LBASize: 512, MetadataSize: 8, Extended: true, PIType: 3, PIFirst: true, Guard: nvme.Guard16},
+			format: dif.MustFormat("512+8:type3:pi-first"),
+		},
+		{
+			dev:    "nvme0n2",
+			sysfs:  map[string]string{"integrity/format": "EXT-DIF-TYPE1-CRC64", "size": strconv.Itoa(blocks * 8)},
+			ns:     nvme.Namespace{ID: 2, Blocks: blocks, LBASize: 4096, MetadataSize: 16, PIType: 1, Guard: nvme.Guard64},
+			format: dif.MustFormat("4096+16:crc64:dix"),
+		},
+	} {
+		t.Run("ns="+tc.dev, func(t *testing.T) {
+			for attr, want := range tc.sysfs {
+				if b, err := os.ReadFile("/sys/block/" + tc.dev + "/" + attr); err != nil || strings.TrimSpace(string(b)) != want {
+					t.Errorf("sysfs %s = %q, %v; want %s", attr, b, err, want)
+				}
+			}
+			f, err := os.OpenFile("/dev/"+tc.dev, os.O_RDWR, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			ns, err := nvme.IdentifyNamespace(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ns != tc.ns {
+				t.Errorf("IdentifyNamespace = %+v, want %+v", ns, tc.ns)
+			}
+			bs := tc.ns.LBASize
+			for lba := range written {
+				if _, err := f.WriteAt(pattern(lba)[:bs], int64(lba*bs)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := f.Sync(); err != nil {
+				t.Fatal(err)
+			}
+			var data, md []byte
+			if tc.ns.Extended {
+				data = make([]byte, written*(bs+tc.ns.MetadataSize))
+			} else {
+				data, md = make([]byte, written*bs), make([]byte, written*tc.ns.MetadataSize)
+			}
+			if err := nvme.Read(f, tc.ns.ID, 0, written, data, md); err != nil {
+				t.Fatal(err)
+			}
+			// Every block must verify, none pass as escaped or unwritten.
+			sum, err := tc.format.VerifyFunc(data, md, dif.Params{AppMask: 0xffff}, func(e *dif.CheckError) error {
+				t.Errorf("the tuples of the kernel's writes: %v", e)
+				return nil
+			})
+			if err != nil || sum.OK != written {
+				t.Errorf("verify: %+v, %v; want %d blocks ok", sum, err, written)
+			}
+			stride := bs
+			if tc.ns.Extended {
+				stride += tc.ns.MetadataSize
+			}
+			for lba := range written {
+				if !bytes.Equal(data[lba*stride:][:bs], pattern(lba)[:bs]) {
+					t.Errorf("LBA %d: passthrough data differs from what was written", lba)
+				}
+			}
+		})
 	}
-	f, err := os.Open(nsDevice)
+}
+
+// TestNotNVMe: a file that is no NVMe namespace refuses the ioctls with
+// ErrNotNVMe (on the host: no guest needed).
+func TestNotNVMe(t *testing.T) {
+	f, err := os.Create(filepath.Join(t.TempDir(), "plain"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	ns, err := nvme.IdentifyNamespace(f)
-	if err != nil {
-		t.Fatal(err)
+	if _, err := nvme.NamespaceID(f); !errors.Is(err, nvme.ErrNotNVMe) {
+		t.Errorf("NamespaceID of a plain file: %v, want ErrNotNVMe", err)
 	}
-	want := nvme.Namespace{ID: 1, Blocks: blocks, LBASize: 512, MetadataSize: 8, Extended: true, PIType: 3, PIFirst: true, Guard: nvme.Guard16}
-	if ns != want {
-		t.Errorf("IdentifyNamespace = %+v, want %+v", ns, want)
+	if _, err := nvme.IdentifyNamespace(f); !errors.Is(err, nvme.ErrNotNVMe) {
+		t.Errorf("IdentifyNamespace of a plain file: %v, want ErrNotNVMe", err)
+	}
+	if err := nvme.Read(f, 1, 0, 1, make([]byte, 4096), make([]byte, 8)); !errors.Is(err, nvme.ErrNotNVMe) {
+		t.Errorf("Read of a plain file: %v, want ErrNotNVMe", err)
 	}
 }
