@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -107,23 +108,12 @@ func Run(t *testing.T, cfg Config) bool {
 func anchored(name string) string {
 	parts := strings.Split(name, "/")
 	for i, p := range parts {
-		parts[i] = "^" + regexpQuote(p) + "$"
+		parts[i] = "^" + regexp.QuoteMeta(p) + "$"
 	}
 	return strings.Join(parts, "/")
 }
 
-func regexpQuote(s string) string {
-	var b strings.Builder
-	for _, r := range s {
-		if strings.ContainsRune(`\.+*?()|[]{}^$`, r) {
-			b.WriteByte('\\')
-		}
-		b.WriteRune(r)
-	}
-	return b.String()
-}
-
-// Skip skips t with reason, or fails it on CI, where guest tests must run.
+// skip skips t with the reason given, or fails it on CI, where guest tests must run.
 func skip(t testing.TB, format string, args ...any) {
 	t.Helper()
 	if os.Getenv("CI") == "true" {
