@@ -5,6 +5,8 @@ package nvme_test
 import (
 	"bytes"
 	"errors"
+	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -23,13 +25,20 @@ import (
 const (
 	nsBlocks    = 256 // blocks of the namespace
 	nsWritten   = 64  // blocks 0..nsWritten-1 written by the guest's kernel
-	nsDamaged   = 37  // the block whose data the host changes between boots
 	lbaSize     = 4096
 	mdSize      = 8
-	damagedEnv  = "DIFCTL_TEST_DAMAGED_LBA"
+	damagedEnv  = "DIFCTL_TEST_DAMAGED" // LBA=field,... of the blocks the host damaged
 	nsDevice    = "/dev/nvme0n1"
 	chunkBlocks = 32 // blocks per passthrough read, within QEMU's MDTS (512 KiB)
 )
+
+// damages are what the host changes in the image between the boots of
+// TestGuestPI: a byte of one block's data, and the app tag and the ref tag
+// of two others in the metadata region.
+var damages = []struct {
+	lba   int
+	field dif.Field
+}{{20, dif.FieldAppTag}, {37, dif.FieldGuard}, {50, dif.FieldRefTag}}
 
 // piFormat is the namespace's format in dif's terms (separate metadata).
 var piFormat = dif.MustFormat("4096+8:type1:pi-last:dix")
@@ -50,10 +59,10 @@ func pattern(lba int) []byte {
 // TestGuestPI boots a guest twice with one PI namespace. The first boot
 // writes blocks through the kernel, which generates their PI, and checks
 // them with passthrough reads and Identify Namespace (TestInGuestWrite);
-// between the boots the host checks the image's layout with dif and changes
-// one block's data; the second boot must find that block, and only it,
-// failing its guard, and the kernel's own read of it must fail
-// (TestInGuestDamaged).
+// between the boots the host checks the image's layout with dif and damages
+// three blocks (damages); the second boot must find those blocks, and only
+// them, failing the field damaged, and the kernel's own reads of them must
+// fail where the kernel checks that field (TestInGuestDamaged).
 func TestGuestPI(t *testing.T) {
 	if guest.InGuest() {
 		t.Skip("the host's side")
@@ -89,19 +98,33 @@ func TestGuestPI(t *testing.T) {
 		t.Fatalf("image: verify: %+v, %v; want %d blocks ok", sum, err, nsWritten)
 	}
 
-	// Change one byte of one block's data behind the guest's back.
-	raw[nsDamaged*lbaSize+100] ^= 0x5a
+	// Damage the blocks behind the guest's back: a data byte for the guard,
+	// tuple bytes 2-3 (app tag) and 4-7 (ref tag) in the metadata region.
 	f, err := os.OpenFile(img, os.O_WRONLY, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.WriteAt(raw[nsDamaged*lbaSize+100:][:1], nsDamaged*lbaSize+100); err != nil {
-		t.Fatal(err)
+	var env []string
+	for _, d := range damages {
+		off := int64(nsBlocks*lbaSize + d.lba*mdSize)
+		switch d.field {
+		case dif.FieldGuard:
+			off = int64(d.lba*lbaSize + 100)
+		case dif.FieldAppTag:
+			off += 2
+		case dif.FieldRefTag:
+			off += 7
+		}
+		raw[off] ^= 0x5a
+		if _, err := f.WriteAt(raw[off:][:1], off); err != nil {
+			t.Fatal(err)
+		}
+		env = append(env, fmt.Sprintf("%d=%d", d.lba, d.field))
 	}
 	if err := f.Close(); err != nil {
 		t.Fatal(err)
 	}
-	cfg.Env = map[string]string{damagedEnv: strconv.Itoa(nsDamaged)}
+	cfg.Env = map[string]string{damagedEnv: strings.Join(env, ",")}
 	guest.Boot(t, cfg, "^TestInGuestDamaged$")
 }
 
@@ -148,23 +171,37 @@ func TestInGuestWrite(t *testing.T) {
 	}
 }
 
-// TestInGuestDamaged (in the guest): the block the host changed fails its
-// guard, and no other check of any block fails; the kernel's read of it
-// fails with EILSEQ (a protection error) and its neighbour's succeeds.
+// TestInGuestDamaged (in the guest): each block the host damaged fails the
+// check of the field damaged, and no other check of any block fails. The
+// kernel's read of a block with a bad guard or ref tag fails with EILSEQ (a
+// protection error); its read of a block with a changed app tag succeeds,
+// since the kernel checks no app tag of a Type 1 namespace; the reads of
+// the blocks before them succeed.
 func TestInGuestDamaged(t *testing.T) {
 	inGuestOnly(t)
-	damaged, err := strconv.Atoi(os.Getenv(damagedEnv))
-	if err != nil {
-		t.Fatalf("%s: %v", damagedEnv, err)
+	want := map[int64]dif.Field{}
+	for _, kv := range strings.Split(os.Getenv(damagedEnv), ",") {
+		var lba int64
+		var field dif.Field
+		if _, err := fmt.Sscanf(kv, "%d=%d", &lba, &field); err != nil {
+			t.Fatalf("%s=%q: %v", damagedEnv, os.Getenv(damagedEnv), err)
+		}
+		want[lba] = field
 	}
 	f, err := os.OpenFile(nsDevice, os.O_RDONLY, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	problems := readAndVerify(t, f)
-	if len(problems) != 1 || problems[0].LBA != int64(damaged) || problems[0].Field != dif.FieldGuard {
-		t.Errorf("problems = %v, want one: the guard of LBA %d", problems, damaged)
+	got := map[int64]dif.Field{}
+	for _, p := range readAndVerify(t, f) {
+		if _, dup := got[p.LBA]; dup {
+			t.Errorf("LBA %d: more than one failed check: %v", p.LBA, p)
+		}
+		got[p.LBA] = p.Field
+	}
+	if !maps.Equal(got, want) {
+		t.Errorf("failed checks (LBA: field) = %v, want %v", got, want)
 	}
 
 	d, err := os.OpenFile(nsDevice, os.O_RDONLY|unix.O_DIRECT, 0)
@@ -177,13 +214,21 @@ func TestInGuestDamaged(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer unix.Munmap(buf)
-	if _, err := d.ReadAt(buf, int64(damaged-1)*lbaSize); err != nil {
-		t.Errorf("kernel read of LBA %d: %v", damaged-1, err)
-	}
-	// The controller fails the kernel's read (the kernel sets PRCHK), and
-	// the block layer reports BLK_STS_PROTECTION as EILSEQ.
-	if _, err := d.ReadAt(buf, int64(damaged)*lbaSize); !errors.Is(err, unix.EILSEQ) {
-		t.Errorf("kernel read of the damaged LBA %d: %v, want EILSEQ", damaged, err)
+	for lba, field := range want {
+		if _, err := d.ReadAt(buf, (lba-1)*lbaSize); err != nil {
+			t.Errorf("kernel read of LBA %d: %v", lba-1, err)
+		}
+		// The controller fails the kernel's read (the kernel sets PRCHK
+		// for the guard and the ref tag), and the block layer reports
+		// BLK_STS_PROTECTION as EILSEQ.
+		_, err := d.ReadAt(buf, lba*lbaSize)
+		if field == dif.FieldAppTag {
+			if err != nil {
+				t.Errorf("kernel read of LBA %d (app tag changed): %v, want success", lba, err)
+			}
+		} else if !errors.Is(err, unix.EILSEQ) {
+			t.Errorf("kernel read of LBA %d (%v damaged): %v, want EILSEQ", lba, field, err)
+		}
 	}
 }
 
