@@ -10,4 +10,4 @@ require (
 	golang.org/x/sys v0.50.0
 )
 
-require github.com/klauspost/cpuid/v2 v2.2.9 // indirect
+require github.com/klauspost/cpuid/v2 v2.3.0 // indirect
