@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"path/filepath"
 	"testing"
 
@@ -29,6 +30,12 @@ import (
 //     of the same volume undamaged (repair=1pct at least 0.8x repair=none).
 
 func benchMirrored(b testing.TB, format string, legs int) (*Volume, []*device.File, int64) {
+	return benchMirroredOn(b, format, legs, "")
+}
+
+// benchMirroredOn is benchMirrored with the legs' images in legDir ("":
+// the test's temporary directory, on the same file system as the image).
+func benchMirroredOn(b testing.TB, format string, legs int, legDir string) (*Volume, []*device.File, int64) {
 	p, size := volBenchImage(b)
 	f := dif.MustFormat(format)
 	dev, err := device.OpenFile(p, device.FileOptions{BlockSize: f.BlockSize()})
@@ -44,8 +51,16 @@ func benchMirrored(b testing.TB, format string, legs int) (*Volume, []*device.Fi
 		b.Fatal(err)
 	}
 	devs := []*device.File{dev}
-	for range legs {
+	for k := range legs {
 		lp, _ := volBenchImage(b)
+		if legDir != "" {
+			moved := filepath.Join(legDir, fmt.Sprintf("difctl-bench-leg-%d-%d", os.Getpid(), k))
+			if err := copyFile(lp, moved); err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { os.Remove(moved) })
+			lp = moved
+		}
 		l, err := device.OpenFile(lp, device.FileOptions{BlockSize: f.BlockSize()})
 		if err != nil {
 			b.Fatal(err)
@@ -90,9 +105,24 @@ func BenchmarkMirror(b *testing.B) {
 			}
 		})
 	}
-	for _, legs := range []int{0, 1} {
-		b.Run(fmt.Sprintf("op=write/legs=%d", legs), func(b *testing.B) {
-			v, _, size := benchMirrored(b, format, legs)
+	// The writes' syncs write the data back to the medium: a leg on the
+	// same medium as the image doubles that; leg=shm puts the leg in
+	// /dev/shm (another medium, as a mirror leg should be).
+	writeCases := []struct {
+		name string
+		legs int
+		dir  string
+	}{{"legs=0", 0, ""}, {"legs=1", 1, ""}}
+	if fi, err := os.Stat("/dev/shm"); err == nil && fi.IsDir() {
+		writeCases = append(writeCases, struct {
+			name string
+			legs int
+			dir  string
+		}{"legs=1/leg=shm", 1, "/dev/shm"})
+	}
+	for _, c := range writeCases {
+		b.Run("op=write/"+c.name, func(b *testing.B) {
+			v, _, size := benchMirroredOn(b, format, c.legs, c.dir)
 			buf := blocktest.Pattern(benchReq, 2)
 			var off int64
 			b.SetBytes(benchReq)
@@ -175,4 +205,13 @@ func TestResyncBytes(t *testing.T) {
 		t.Fatalf("resync of %d stale blocks: %+v", stale, rep)
 	}
 	m.same()
+}
+
+// copyFile copies the file src to dst.
+func copyFile(src, dst string) error {
+	b, err := os.ReadFile(src)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(dst, b, 0o600)
 }
