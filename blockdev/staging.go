@@ -441,48 +441,97 @@ func (s *staging) foldLocked() error {
 		x = s.tup.NewTxn()
 		return err
 	}
-	// Transactions end between store pages, so that the next one need not
-	// read back and rewrite a page.
+	// The overlay's runs are staged merged across its pages, up to the end
+	// of a store page (a power of two of at least ovP blocks), so that a
+	// store page written whole is staged whole: the store then does not
+	// read it first, and writing every block of a page that fails its
+	// checks replaces it, as writing the blocks did. Transactions end
+	// between store pages, so that the next one need not read back and
+	// rewrite a page.
 	storePage := int64(s.tup.Manifest().PageTuples)
-	last := int64(-1)
-	between := func(p int64) error {
-		sp := p * ovP / storePage
-		if sp == last {
-			return nil
+	runs := func(yield func(lba, end int64) bool) {
+		start, end := int64(-1), int64(-1)
+		for _, p := range pages {
+			for i, j := range s.overlay[p].runs() {
+				a, b := p*ovP+int64(i), p*ovP+int64(j)
+				if a == end && a%storePage != 0 {
+					end = b
+					continue
+				}
+				if start >= 0 && !yield(start, end) {
+					return
+				}
+				start, end = a, b
+			}
 		}
-		last = sp
-		return commit(false)
+		if start >= 0 {
+			yield(start, end)
+		}
 	}
-	for _, p := range pages {
-		if err := between(p); err != nil {
+	tb := make([]byte, storePage*int64(s.ts))
+	var sb []uint32
+	if s.sums {
+		sb = make([]uint32, storePage)
+	}
+	var gb []store.KeyedTag
+	if s.tagged {
+		gb = make([]store.KeyedTag, storePage)
+	}
+	// gather copies the overlay's columns of blocks [lba, end) into tb, sb
+	// and gb.
+	gather := func(lba, end int64) (tuples []byte, sums []uint32, tags []store.KeyedTag) {
+		n := int(end - lba)
+		tuples = tb[:n*s.ts]
+		if s.sums {
+			sums = sb[:n]
+		}
+		if s.tagged {
+			tags = gb[:n]
+		}
+		for b := lba; b < end; {
+			pg, off := s.overlay[b>>ovShift], int(b&(ovP-1))
+			k, i := min(int(end-b), ovP-off), int(b-lba)
+			copy(tuples[i*s.ts:], pg.tuples[off*s.ts:(off+k)*s.ts])
+			if s.sums {
+				copy(sums[i:], pg.sums[off:off+k])
+			}
+			if s.tagged {
+				copy(tags[i:], pg.tags[off:off+k])
+			}
+			b += int64(k)
+		}
+		return tuples, sums, tags
+	}
+	last := int64(-1)
+	between := func(lba int64) error {
+		if sp := lba / storePage; sp != last {
+			last = sp
+			return commit(false)
+		}
+		return nil
+	}
+	for lba, end := range runs {
+		if err := between(lba); err != nil {
 			return err
 		}
-		pg := s.overlay[p]
-		for i, j := range pg.runs() {
-			var sums []uint32
-			if s.sums {
-				sums = pg.sums[i:j]
-			}
-			if err := x.WriteRange(p*ovP+int64(i), pg.tuples[i*s.ts:j*s.ts], sums); err != nil {
-				x.Abort()
-				return err
-			}
+		tuples, sums, _ := gather(lba, end)
+		if err := x.WriteRange(lba, tuples, sums); err != nil {
+			x.Abort()
+			return err
 		}
 	}
 	if s.tagged {
 		// The tags after all the tuples (the tag page's MAC seals the
 		// tuple page as stored: each commit reseals it).
 		last = -1
-		for _, p := range pages {
-			if err := between(p); err != nil {
+		for lba, end := range runs {
+			if err := between(lba); err != nil {
 				return err
 			}
-			pg := s.overlay[p]
-			for i, j := range pg.runs() {
-				if err := x.WriteTags(p*ovP+int64(i), pg.tags[i:j]); err != nil {
-					x.Abort()
-					return err
-				}
+			_, _, tags := gather(lba, end)
+			if err := x.WriteTags(lba, tags); err != nil {
+				x.Abort()
+				return err
 			}
 		}
 	}

@@ -3,6 +3,7 @@ package blockdev
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -429,6 +430,35 @@ func TestVolumeOverlayBounded(t *testing.T) {
 	}
 	if st := tv.v.Stats(); st.AutoSyncs == 0 {
 		t.Errorf("no automatic sync after %d scattered writes: %+v", writes, st)
+	}
+	tv.check()
+}
+
+// TestVolumeRewriteReplacesBadPage: writing every block of a store page
+// whose stored value fails its checksum replaces the page, although the
+// overlay holds the blocks in pieces smaller than the page: the fold
+// stages them as one write of the whole page, which the store does not
+// read first.
+func TestVolumeRewriteReplacesBadPage(t *testing.T) {
+	tv := newTestVol(t, "512+8", 2048, CreateOptions{})
+	key := append([]byte{'T', byte(len(DefaultVolumeName))}, DefaultVolumeName...)
+	key = binary.BigEndian.AppendUint64(append(key, 'P'), 1) // the page of blocks 1024-2047
+	v, err := tv.kv.Get(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v = bytes.Clone(v)
+	v[100] ^= 1
+	b := tv.kv.NewBatch()
+	if err := b.Set(key, v); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Commit(true); err != nil {
+		t.Fatal(err)
+	}
+	tv.write(blocktest.Pattern(1024*512, 5), 1024*512)
+	if err := tv.v.Sync(); err != nil {
+		t.Fatalf("Sync after writing every block of the damaged page: %v", err)
 	}
 	tv.check()
 }
