@@ -5,6 +5,7 @@ import (
 	"math/bits"
 	"slices"
 	"sync"
+	"unsafe"
 
 	"github.com/difctl/difctl/blockdev/device"
 	"github.com/difctl/difctl/store"
@@ -61,6 +62,7 @@ type staging struct {
 	sums        bool
 	batchCap    int   // blocks per batch
 	maxUnsynced int64 // bytes of flushed, unfolded data that trigger a sync
+	maxOvPages  int   // overlay pieces that trigger a sync (Options.OverlayBytes)
 	fails       *failure
 	st          *volStats
 
@@ -93,6 +95,7 @@ func newStaging(dev device.Device, tup *store.Tuples, c *blockCheck, opts *Optio
 		fails: fails, st: st, overlay: make(map[int64]*ovPage),
 		syncFold: opts.Witness != nil,
 	}
+	s.maxOvPages = max(1, opts.OverlayBytes/s.ovPageBytes(opts.Key != nil))
 	s.stCond.L = &s.stMu
 	return s
 }
@@ -277,7 +280,7 @@ func (s *staging) backgroundFlush() {
 	if s.writeFlushing() != nil {
 		return
 	}
-	if s.ovBlocks*int64(s.bs) >= s.maxUnsynced && s.fails.err() == nil {
+	if (s.ovBlocks*int64(s.bs) >= s.maxUnsynced || len(s.overlay) >= s.maxOvPages) && s.fails.err() == nil {
 		s.st.autoSyncs.Add(1)
 		s.syncLocked()
 	}
@@ -410,8 +413,11 @@ func (s *staging) syncLocked() error {
 }
 
 // foldTxnBytes is the size at which a fold commits a transaction and
-// starts the next.
-const foldTxnBytes = 4 << 20
+// starts the next. It stays well below half of a small store memtable
+// (difctl serve's 8 MiB): Pebble takes a batch of half its memtable or more
+// as a table of its own, and the compactions that merge such tables cost
+// more than batches that go through the memtable.
+const foldTxnBytes = 1 << 20
 
 // foldLocked commits the overlay's tuples and drops the intents they came
 // from. The data is durable. Caller holds flushMu.
@@ -435,35 +441,97 @@ func (s *staging) foldLocked() error {
 		x = s.tup.NewTxn()
 		return err
 	}
-	for _, p := range pages {
-		pg := s.overlay[p]
-		for i, j := range pg.runs() {
-			var sums []uint32
+	// The overlay's runs are staged merged across its pages, up to the end
+	// of a store page (a power of two of at least ovP blocks), so that a
+	// store page written whole is staged whole: the store then does not
+	// read it first, and writing every block of a page that fails its
+	// checks replaces it, as writing the blocks did. Transactions end
+	// between store pages, so that the next one need not read back and
+	// rewrite a page.
+	storePage := int64(s.tup.Manifest().PageTuples)
+	runs := func(yield func(lba, end int64) bool) {
+		start, end := int64(-1), int64(-1)
+		for _, p := range pages {
+			for i, j := range s.overlay[p].runs() {
+				a, b := p*ovP+int64(i), p*ovP+int64(j)
+				if a == end && a%storePage != 0 {
+					end = b
+					continue
+				}
+				if start >= 0 && !yield(start, end) {
+					return
+				}
+				start, end = a, b
+			}
+		}
+		if start >= 0 {
+			yield(start, end)
+		}
+	}
+	tb := make([]byte, storePage*int64(s.ts))
+	var sb []uint32
+	if s.sums {
+		sb = make([]uint32, storePage)
+	}
+	var gb []store.KeyedTag
+	if s.tagged {
+		gb = make([]store.KeyedTag, storePage)
+	}
+	// gather copies the overlay's columns of blocks [lba, end) into tb, sb
+	// and gb.
+	gather := func(lba, end int64) (tuples []byte, sums []uint32, tags []store.KeyedTag) {
+		n := int(end - lba)
+		tuples = tb[:n*s.ts]
+		if s.sums {
+			sums = sb[:n]
+		}
+		if s.tagged {
+			tags = gb[:n]
+		}
+		for b := lba; b < end; {
+			pg, off := s.overlay[b>>ovShift], int(b&(ovP-1))
+			k, i := min(int(end-b), ovP-off), int(b-lba)
+			copy(tuples[i*s.ts:], pg.tuples[off*s.ts:(off+k)*s.ts])
 			if s.sums {
-				sums = pg.sums[i:j]
+				copy(sums[i:], pg.sums[off:off+k])
 			}
-			if err := x.WriteRange(p*ovP+int64(i), pg.tuples[i*s.ts:j*s.ts], sums); err != nil {
-				x.Abort()
-				return err
+			if s.tagged {
+				copy(tags[i:], pg.tags[off:off+k])
 			}
-			if err := commit(false); err != nil {
-				return err
-			}
+			b += int64(k)
+		}
+		return tuples, sums, tags
+	}
+	last := int64(-1)
+	between := func(lba int64) error {
+		if sp := lba / storePage; sp != last {
+			last = sp
+			return commit(false)
+		}
+		return nil
+	}
+	for lba, end := range runs {
+		if err := between(lba); err != nil {
+			return err
+		}
+		tuples, sums, _ := gather(lba, end)
+		if err := x.WriteRange(lba, tuples, sums); err != nil {
+			x.Abort()
+			return err
 		}
 	}
 	if s.tagged {
 		// The tags after all the tuples (the tag page's MAC seals the
 		// tuple page as stored: each commit reseals it).
-		for _, p := range pages {
-			pg := s.overlay[p]
-			for i, j := range pg.runs() {
-				if err := x.WriteTags(p*ovP+int64(i), pg.tags[i:j]); err != nil {
-					x.Abort()
-					return err
-				}
-				if err := commit(false); err != nil {
-					return err
-				}
+		last = -1
+		for lba, end := range runs {
+			if err := between(lba); err != nil {
+				return err
+			}
+			_, _, tags := gather(lba, end)
+			if err := x.WriteTags(lba, tags); err != nil {
+				x.Abort()
+				return err
 			}
 		}
 	}
@@ -495,8 +563,10 @@ func (s *staging) foldLocked() error {
 	}
 	s.ovMu.Lock()
 	for p, pg := range s.overlay {
-		clear(pg.mask[:])
-		s.ovFree = append(s.ovFree, pg)
+		if len(s.ovFree) < ovFreeMax {
+			clear(pg.mask[:])
+			s.ovFree = append(s.ovFree, pg)
+		}
 		delete(s.overlay, p)
 	}
 	s.ovMu.Unlock()
@@ -506,11 +576,33 @@ func (s *staging) foldLocked() error {
 }
 
 // The overlay holds the tuples of flushed, not yet folded blocks in pages
-// of ovP blocks.
+// of ovP blocks. The pages are small because a random write takes a page
+// whatever its size: in pages of a store page's 1,024 blocks, the 64 Ki
+// random 4 KiB writes of 256 MiB of unsynced data would hold 768 MiB of
+// tuples and checksums at 12 bytes a block.
 const (
-	ovShift = 10
+	ovShift = 6
 	ovP     = 1 << ovShift
 )
+
+// ovFreeMax is how many emptied overlay pages a fold keeps for reuse: the
+// pages of 64 MiB of sequential writes at 512 bytes a block. The rest go
+// to the collector, so that a burst of random writes does not keep its
+// overlay (up to Options.OverlayBytes) for good.
+const ovFreeMax = 2048
+
+// ovPageBytes is what an overlay page takes in memory: its columns, its
+// header and its map entry (tagged: with the keyed tags).
+func (s *staging) ovPageBytes(tagged bool) int {
+	n := ovP*s.ts + int(unsafe.Sizeof(ovPage{})) + 32
+	if s.sums {
+		n += ovP * 4
+	}
+	if tagged {
+		n += ovP * int(unsafe.Sizeof(store.KeyedTag{}))
+	}
+	return n
+}
 
 type ovPage struct {
 	mask   [ovP / 64]uint64

@@ -20,6 +20,7 @@ const (
 	DefaultRereads      = 2
 	DefaultStagingBytes = 32 << 20
 	DefaultMaxUnsynced  = 1 << 30
+	DefaultOverlayBytes = 32 << 20
 	DefaultTupleCache   = 4 << 20
 )
 
@@ -149,6 +150,16 @@ type Options struct {
 	// resolve after a crash); beyond it the volume syncs by itself. At
 	// least StagingBytes. Default 0 means DefaultMaxUnsynced (1 GiB).
 	MaxUnsynced int64
+	// OverlayBytes bounds the memory holding the new tuples (and sector
+	// checksums, and keyed tags) of written data that is on the device
+	// but not yet folded into the store's pages: beyond it the volume
+	// syncs by itself, as beyond MaxUnsynced. They are kept in pieces of
+	// 64 blocks, so sequential writes fill them (MaxUnsynced bounds them
+	// first: 24 MiB of tuples and checksums for 1 GiB of 512-byte
+	// blocks), while each random write takes a piece of its own (about
+	// 900 bytes at 12 bytes a block). Default 0 means DefaultOverlayBytes
+	// (32 MiB); at least 64 KiB.
+	OverlayBytes int
 	// RewriteBadBlocks lets a write that covers part of a block rewrite it
 	// even when the block fails verification: the bytes outside the write
 	// are kept as read and protected under a new tuple. Use it only to
@@ -259,6 +270,12 @@ func (o *Options) normalize(bs int) error {
 	if o.MaxUnsynced == 0 {
 		o.MaxUnsynced = DefaultMaxUnsynced
 	}
+	if o.OverlayBytes == 0 {
+		o.OverlayBytes = DefaultOverlayBytes
+	}
+	if o.OverlayBytes < 64<<10 {
+		return fmt.Errorf("blockdev: volume options: overlay of %d bytes, want at least 64 KiB", o.OverlayBytes)
+	}
 	if o.TupleCacheBytes == 0 {
 		o.TupleCacheBytes = DefaultTupleCache // negative stays: none
 	}
@@ -277,7 +294,7 @@ type Stats struct {
 	Failed        int64 // blocks reported as failing
 	Flushes       int64 // staged batches written (one store sync each)
 	Syncs         int64 // completed Syncs, including automatic ones
-	AutoSyncs     int64 // Syncs the volume did by itself (MaxUnsynced)
+	AutoSyncs     int64 // Syncs the volume did by itself (MaxUnsynced, OverlayBytes)
 	MapFaults     int64 // pieces whose mapped read faulted and were read again with ReadAt
 	Repaired      int64 // failing blocks written over with a verified copy (read_repair.go)
 	Unrepairable  int64 // failing blocks for which no source had a verified copy

@@ -3,6 +3,7 @@ package blockdev
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -392,6 +393,72 @@ func TestVolumeAutoSync(t *testing.T) {
 	}
 	if s := tv.v.Stats(); s.AutoSyncs == 0 {
 		t.Errorf("no automatic sync after %d unsynced bytes: %+v", 100*1024, s)
+	}
+	tv.check()
+}
+
+// TestVolumeOverlayBounded checks that the tuples of flushed, unsynced
+// writes stay within Options.OverlayBytes however scattered the writes: a
+// block written every 64 blocks (each in an overlay page of its own, 16 in
+// each store page) fills the overlay long before MaxUnsynced, and the
+// volume syncs by itself. With overlay pages of a store page's 1,024
+// blocks and no bound, random writes over a large volume held 12 KiB of
+// tuples per write (768 MiB for the 256 MiB of unsynced writes difctl
+// serve allows).
+func TestVolumeOverlayBounded(t *testing.T) {
+	writes := 600
+	if testing.Short() {
+		writes = 300
+	}
+	const budget = 64 << 10
+	tv := newTestVol(t, "512+8", writes*ovP, CreateOptions{Options: Options{StagingBytes: 8 << 10, OverlayBytes: budget}})
+	s := tv.v.stg
+	// A sync is decided after a batch is written: the overlay may hold a
+	// batch's blocks beyond the bound.
+	limit := budget + s.batchCap*s.ovPageBytes(false)
+	most := 0
+	for i := range writes {
+		tv.write(blocktest.Pattern(512, uint64(i)), int64(i)*ovP*512)
+		tv.v.waitFlushed()
+		s.ovMu.RLock()
+		n := len(s.overlay)
+		s.ovMu.RUnlock()
+		most = max(most, n*s.ovPageBytes(false))
+	}
+	if most > limit {
+		t.Errorf("the overlay held %d bytes after scattered writes, want at most %d (OverlayBytes %d and a batch)", most, limit, budget)
+	}
+	if st := tv.v.Stats(); st.AutoSyncs == 0 {
+		t.Errorf("no automatic sync after %d scattered writes: %+v", writes, st)
+	}
+	tv.check()
+}
+
+// TestVolumeRewriteReplacesBadPage: writing every block of a store page
+// whose stored value fails its checksum replaces the page, although the
+// overlay holds the blocks in pieces smaller than the page: the fold
+// stages them as one write of the whole page, which the store does not
+// read first.
+func TestVolumeRewriteReplacesBadPage(t *testing.T) {
+	tv := newTestVol(t, "512+8", 2048, CreateOptions{})
+	key := append([]byte{'T', byte(len(DefaultVolumeName))}, DefaultVolumeName...)
+	key = binary.BigEndian.AppendUint64(append(key, 'P'), 1) // the page of blocks 1024-2047
+	v, err := tv.kv.Get(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v = bytes.Clone(v)
+	v[100] ^= 1
+	b := tv.kv.NewBatch()
+	if err := b.Set(key, v); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Commit(true); err != nil {
+		t.Fatal(err)
+	}
+	tv.write(blocktest.Pattern(1024*512, 5), 1024*512)
+	if err := tv.v.Sync(); err != nil {
+		t.Fatalf("Sync after writing every block of the damaged page: %v", err)
 	}
 	tv.check()
 }

@@ -94,7 +94,7 @@ func (x *Txn) RecordIntent(lba int64, tuples []byte, sums []uint32) (IntentID, e
 			}
 		}
 		v = binary.BigEndian.AppendUint32(v, crc32c.Checksum(v))
-		x.ops = append(x.ops, txnOp{kind: opSet, key: t.intentKey(lba+int64(off), id.Seq), value: v})
+		x.add(txnOp{kind: opSet, key: t.intentKey(lba+int64(off), id.Seq), value: v})
 		x.size += len(v) + 32
 	}
 	return id, nil
@@ -110,8 +110,7 @@ func (x *Txn) DropIntent(id IntentID) error {
 	}
 	chunk := x.t.intentChunk()
 	for off := int64(0); off < id.N || off == 0; off += chunk {
-		x.ops = append(x.ops, txnOp{kind: opDelete, key: x.t.intentKey(id.LBA+off, id.Seq)})
-		x.size += 32
+		x.addDelete(x.t.intentKey(id.LBA+off, id.Seq))
 	}
 	if x.t.k != nil {
 		x.dropTagIntent(id)

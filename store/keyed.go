@@ -485,7 +485,7 @@ func (x *Txn) WriteTags(lba int64, tags []KeyedTag) error {
 	if err := x.t.checkRange(lba, int64(len(tags))); err != nil || len(tags) == 0 {
 		return err
 	}
-	x.ops = append(x.ops, txnOp{kind: opTags, lba: lba, n: int64(len(tags)), tags: append([]KeyedTag(nil), tags...)})
+	x.add(txnOp{kind: opTags, lba: lba, n: int64(len(tags)), tags: append([]KeyedTag(nil), tags...)})
 	x.size += len(tags) * TagRecordSize
 	return nil
 }
@@ -616,7 +616,7 @@ func (x *Txn) RecordTagIntent(id IntentID, tags []KeyedTag) error {
 		v = binary.BigEndian.AppendUint32(v, uint32(c))
 		v = appendTagRecords(v, tags[off:off+c])
 		v = binary.BigEndian.AppendUint32(v, crc32c.Checksum(v))
-		x.ops = append(x.ops, txnOp{kind: opSet, key: t.tagIntentKey(id.LBA+off, id.Seq), value: v})
+		x.add(txnOp{kind: opSet, key: t.tagIntentKey(id.LBA+off, id.Seq), value: v})
 		x.size += len(v) + 32
 	}
 	return nil
@@ -626,8 +626,7 @@ func (x *Txn) RecordTagIntent(id IntentID, tags []KeyedTag) error {
 func (x *Txn) dropTagIntent(id IntentID) {
 	chunk := x.t.intentChunk()
 	for off := int64(0); off < id.N || off == 0; off += chunk {
-		x.ops = append(x.ops, txnOp{kind: opDelete, key: x.t.tagIntentKey(id.LBA+off, id.Seq)})
-		x.size += 32
+		x.addDelete(x.t.tagIntentKey(id.LBA+off, id.Seq))
 	}
 }
 
@@ -694,7 +693,7 @@ func (x *Txn) ReserveGeneration(gen uint64) error {
 	v = binary.BigEndian.AppendUint64(v, gen)
 	v = append(v, t.genMAC(t.macKey(), gen)...)
 	v = binary.BigEndian.AppendUint32(v, crc32c.Checksum(v))
-	x.ops = append(x.ops, txnOp{kind: opSet, key: recKey(t.prefix, recGen), value: v})
+	x.add(txnOp{kind: opSet, key: recKey(t.prefix, recGen), value: v})
 	x.size += len(v) + 32
 	return nil
 }

@@ -576,7 +576,7 @@ func (t *Tuples) WriteRange(lba int64, tuples []byte, sums []uint32, sync bool) 
 		if sums != nil {
 			s = sums[off : off+c]
 		}
-		x.ops = append(x.ops, txnOp{kind: opWrite, lba: lba + int64(off), n: int64(c), tuples: tuples[off*t.l.ts : (off+c)*t.l.ts], sums: s})
+		x.add(txnOp{kind: opWrite, lba: lba + int64(off), n: int64(c), tuples: tuples[off*t.l.ts : (off+c)*t.l.ts], sums: s})
 		if err := x.Commit(sync && off+c == n); err != nil {
 			return err
 		}
@@ -594,7 +594,7 @@ func (t *Tuples) Discard(lba, n int64, sync bool) error {
 	for off := int64(0); off < n; off += chunk {
 		c := min(chunk, n-off)
 		x := t.NewTxn()
-		x.ops = append(x.ops, txnOp{kind: opDiscard, lba: lba + off, n: c})
+		x.add(txnOp{kind: opDiscard, lba: lba + off, n: c})
 		if err := x.Commit(sync && off+c == n); err != nil {
 			return err
 		}

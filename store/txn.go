@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"unsafe"
 )
 
 type opKind uint8
@@ -39,13 +40,20 @@ type Txn struct {
 	t    *Tuples
 	ops  []txnOp
 	size int
-	done bool
+	// lastPage is the tuple page WriteRange counted last in size, so that
+	// runs of one page count it once (-1: none).
+	lastPage int64
+	done     bool
 }
 
 // NewTxn starts a transaction on the volume.
-func (t *Tuples) NewTxn() *Txn { return &Txn{t: t} }
+func (t *Tuples) NewTxn() *Txn { return &Txn{t: t, lastPage: -1} }
 
-// Len returns the approximate bytes the transaction will write.
+// Len returns the approximate bytes the transaction will write: a tuple
+// page for each page its writes touch (counted once per run of writes to
+// one page, so writes in ascending order count each page once, others at
+// most once per write), the records it sets, the tags, and for each record
+// it deletes what the deletion holds until Commit.
 func (x *Txn) Len() int { return x.size }
 
 func (x *Txn) usable() error {
@@ -69,10 +77,20 @@ func (x *Txn) WriteRange(lba int64, tuples []byte, sums []uint32) error {
 	if sums != nil {
 		op.sums = append([]uint32(nil), sums[:n]...)
 	}
-	x.ops = append(x.ops, op)
-	x.size += n * (x.t.l.ts + 4)
+	x.add(op)
+	P := int64(x.t.l.p)
+	first, last := lba/P, (lba+int64(n)-1)/P
+	if first == x.lastPage {
+		first++
+	}
+	x.size += int(max(0, last-first+1)) * x.t.pageRecordBytes()
+	x.lastPage = last
 	return nil
 }
+
+// pageRecordBytes is what a tuple page takes in a KV batch, at most: its
+// key and value and the batch's overhead.
+func (t *Tuples) pageRecordBytes() int { return t.l.size + len(t.prefix) + 32 }
 
 // Discard stages marking [lba, lba+n) unwritten.
 func (x *Txn) Discard(lba, n int64) error {
@@ -82,9 +100,28 @@ func (x *Txn) Discard(lba, n int64) error {
 	if err := x.t.checkRange(lba, n); err != nil || n == 0 {
 		return err
 	}
-	x.ops = append(x.ops, txnOp{kind: opDiscard, lba: lba, n: n})
+	x.add(txnOp{kind: opDiscard, lba: lba, n: n})
 	x.size += 64
 	return nil
+}
+
+// add stages op. The ops grow by doubling: a fold stages tens of
+// thousands, and append's smaller steps beyond 256 elements would
+// allocate about five times their final size on the way.
+func (x *Txn) add(op txnOp) {
+	if n := len(x.ops); n == cap(x.ops) && n >= 256 {
+		x.ops = slices.Grow(x.ops, n)
+	}
+	x.ops = append(x.ops, op)
+}
+
+// addDelete stages deleting the record key. It counts in Len what the
+// staged deletion holds until Commit, not only the few bytes it adds to the
+// batch: a fold drops an intent per write, and transactions sized by what
+// they write would hold tens of thousands of them.
+func (x *Txn) addDelete(key []byte) {
+	x.add(txnOp{kind: opDelete, key: key})
+	x.size += len(key) + int(unsafe.Sizeof(txnOp{}))
 }
 
 // Abort discards the transaction.
@@ -198,26 +235,14 @@ func (x *Txn) Commit(sync bool) error {
 		}
 		return pb, nil
 	}
+	// The pages first, then a batch sized to them: a page is one record
+	// however many writes touch it (a fold of random writes stages
+	// hundreds per page).
 	est := 0
 	for _, op := range ops {
-		est += len(op.key) + len(op.value) + 32
-		if op.kind == opWrite {
-			est += int((op.n+P-1)/P+1) * (t.l.size + len(t.prefix) + 32)
-		}
-	}
-	b := newBatch(t.kv, est)
-	defer b.Close()
-	for _, op := range ops {
 		switch op.kind {
-		case opSet:
-			if err := b.Set(op.key, op.value); err != nil {
-				return err
-			}
-			continue
-		case opDelete:
-			if err := b.Delete(op.key); err != nil {
-				return err
-			}
+		case opSet, opDelete:
+			est += len(op.key) + len(op.value) + 32
 			continue
 		case opTags:
 			continue // stageTags
@@ -293,6 +318,24 @@ func (x *Txn) Commit(sync bool) error {
 		_, leaves := slices.BinarySearch(r.out, page)
 		return !leaves
 	})
+	est += len(order) * t.pageRecordBytes()
+	if t.k != nil {
+		est += len(tagOrder) * (t.tagPageSize() + len(t.prefix) + 32) // commitTags reseals their tag pages
+	}
+	b := newBatch(t.kv, est)
+	defer b.Close()
+	for _, op := range ops {
+		var err error
+		switch op.kind {
+		case opSet:
+			err = b.Set(op.key, op.value)
+		case opDelete:
+			err = b.Delete(op.key)
+		}
+		if err != nil {
+			return err
+		}
+	}
 	var key []byte
 	if t.k != nil {
 		key = t.macKey()

@@ -85,9 +85,10 @@ func serveProcess(img string) int {
 	if err != nil {
 		return fail(err)
 	}
+	// As difctl serve serves them (8 MiB of buffers per connection);
 	// DIFCTL_NBD_TEST_INFLIGHT_BYTES=N sets Options.MaxInFlightBytes (to
 	// compare budgets).
-	var o Options
+	o := Options{MaxInFlightBytes: 8 << 20}
 	if s := os.Getenv("DIFCTL_NBD_TEST_INFLIGHT_BYTES"); s != "" {
 		if o.MaxInFlightBytes, err = strconv.Atoi(s); err != nil {
 			return fail(err)

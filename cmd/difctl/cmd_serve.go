@@ -117,6 +117,13 @@ func serveVolumeOptions(readOnly bool) blockdev.Options {
 
 const serveMaxUnsynced = 256 << 20
 
+// serveInFlightBytes bounds each connection's request buffers (the write
+// payloads read ahead and the replies of the requests executing) instead
+// of nbd's 32 MiB, which a multi-connection client fills on each of its
+// connections (nbdcopy: 4 of 16 MiB). 8 MiB still holds 32 requests of
+// 256 KiB for the 4 that execute at once.
+const serveInFlightBytes = 8 << 20
+
 // serveStoreOptions are the store engine's memory sizes of a served
 // volume (zero: serve's defaults).
 func serveStoreOptions(o *serveOptions) store.OpenOptions {
@@ -429,7 +436,7 @@ func runServe(ctx context.Context, o serveOptions, _, stderr io.Writer) error {
 	fl := newFailureLog(stderr)
 	defer fl.summary()
 	srv, err := nbd.NewServer(exports, m.nbdOptions(exports, nbd.Options{
-		TLS: tcfg, MaxConnections: o.MaxConns, OnConnError: hl.connError,
+		TLS: tcfg, MaxConnections: o.MaxConns, OnConnError: hl.connError, MaxInFlightBytes: serveInFlightBytes,
 		IdleTimeout: idleTimeout(o.IdleTimeout), MaxIdle: o.MaxIdle, HandshakeTimeout: o.HandshakeTimeout,
 		MaxHandshakes: o.MaxHandshakes, MaxHandshakesPerPeer: min(o.MaxHandshakesPerPeer, o.MaxHandshakes),
 		OnFailure: func(f nbd.Failure) {
