@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"iter"
 	"math"
+	"slices"
 	"time"
 )
 
@@ -232,9 +233,21 @@ func (t *Tuples) RecordFindings(fs []Finding, sync bool) ([]Finding, error) {
 	}
 	newMax := maxN
 	out := make([]Finding, 0, len(fs))
-	for _, f := range fs {
-		key := t.findingKey(f.LBA, f.Field)
-		old, err := t.getFinding(key, f.LBA, f.Field)
+	keys := make([][]byte, len(fs))
+	for i, f := range fs {
+		keys[i] = t.findingKey(f.LBA, f.Field)
+	}
+	stored, err := t.getAll(keys)
+	if err != nil {
+		return nil, err
+	}
+	for i, f := range fs {
+		key := keys[i]
+		var old Finding
+		err := fmt.Errorf("%w: finding", ErrNotFound)
+		if v, ok := stored[string(key)]; ok {
+			old, err = t.decodeFinding(f.LBA, f.Field, v)
+		}
 		switch {
 		case err == nil:
 			f.FirstSeen = old.FirstSeen
@@ -264,6 +277,66 @@ func (t *Tuples) RecordFindings(fs []Finding, sync bool) ([]Finding, error) {
 	}
 	return out, b.Commit(sync)
 }
+
+// getAll returns the stored values of those of keys that exist. Sorted
+// keys that lie close together (the findings of one scrub run) are read
+// with one iterator instead of a read each; a walk that meets more than
+// getAllWalk other records per key sought stops, and the keys left are
+// read one by one, so a sparse batch over a crowded range costs at most
+// about twice its reads.
+func (t *Tuples) getAll(keys [][]byte) (map[string][]byte, error) {
+	out := make(map[string][]byte, len(keys))
+	if len(keys) == 0 {
+		return out, nil
+	}
+	sorted := slices.Clone(keys)
+	slices.SortFunc(sorted, bytes.Compare)
+	sorted = slices.CompactFunc(sorted, bytes.Equal)
+	next := 0 // sorted[next:] not yet settled
+	if len(sorted) > 1 {
+		it, err := t.kv.NewIter(sorted[0], append(slices.Clip(sorted[len(sorted)-1]), 0))
+		if err != nil {
+			return nil, err
+		}
+		budget := getAllWalk*len(sorted) + 64
+		for next < len(sorted) && budget > 0 && it.Next() {
+			budget--
+			k := it.Key()
+			for next < len(sorted) && bytes.Compare(sorted[next], k) < 0 {
+				next++ // not stored
+			}
+			if next < len(sorted) && bytes.Equal(sorted[next], k) {
+				out[string(k)] = slices.Clone(it.Value())
+				next++
+			}
+		}
+		err = it.Err()
+		if cerr := it.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return nil, err
+		}
+		if budget > 0 {
+			next = len(sorted) // the walk ran to the end of the range
+		}
+	}
+	for _, k := range sorted[next:] {
+		v, err := t.kv.Get(k)
+		switch {
+		case err == nil:
+			out[string(k)] = v
+		case !errors.Is(err, ErrNotFound):
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// getAllWalk is how many records getAll's walk may pass per key sought
+// before it reads the rest one by one: a Get costs about as much as that
+// many steps of an iterator.
+const getAllWalk = 16
 
 // SetFindingState changes the state of the finding (lba, field).
 func (t *Tuples) SetFindingState(lba int64, field string, s FindingState, sync bool) (Finding, error) {

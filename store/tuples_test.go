@@ -713,3 +713,70 @@ func TestBitmap(t *testing.T) {
 		})
 	}
 }
+
+// TestRecordFindingsBatch: a batch of findings updates the findings
+// already stored whether it is dense (read with one iterator) or sparse
+// over a crowded range (the iterator gives up and reads the rest one by
+// one), and adds the new ones.
+func TestRecordFindingsBatch(t *testing.T) {
+	kv := store.NewMem()
+	defer kv.Close()
+	tp, err := store.CreateTuples(kv, "v", store.NewManifest("f", 4096, 16, 1<<20*4096, "d"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	var old []store.Finding
+	for lba := range int64(5000) {
+		old = append(old, store.Finding{LBA: lba, Field: "guard", LastSeen: first}, store.Finding{LBA: lba, Field: "ref", LastSeen: first})
+	}
+	if _, err := tp.RecordFindings(old, false); err != nil {
+		t.Fatal(err)
+	}
+	later := first.Add(time.Hour)
+	for _, c := range []struct {
+		name string
+		lbas []int64
+	}{
+		{"sparse", []int64{4999, 10, 2500}},
+		{"dense", func() (l []int64) {
+			for lba := int64(1000); lba < 1100; lba++ {
+				l = append(l, lba)
+			}
+			return l
+		}()},
+		{"new", []int64{7000, 3000, 9000}},
+	} {
+		var fs []store.Finding
+		for _, lba := range c.lbas {
+			fs = append(fs, store.Finding{LBA: lba, Field: "guard", LastSeen: later, Expected: []byte{1}})
+		}
+		// The same finding twice: one sighting, the later's.
+		fs = append(fs, store.Finding{LBA: c.lbas[0], Field: "guard", LastSeen: later, Expected: []byte{2}})
+		if _, err := tp.RecordFindings(fs, false); err != nil {
+			t.Fatal(err)
+		}
+		for _, lba := range c.lbas {
+			var got *store.Finding
+			for f, err := range tp.Findings(store.FindingQuery{LBA: lba, N: 1}) {
+				if err != nil {
+					t.Fatal(err)
+				}
+				if f.Field == "guard" {
+					got = &f
+				}
+			}
+			want, seen := uint64(2), first
+			if lba >= 5000 {
+				want, seen = 1, later
+			}
+			wantExp := byte(1)
+			if lba == c.lbas[0] {
+				wantExp = 2
+			}
+			if got == nil || got.Count != want || !got.FirstSeen.Equal(seen) || !got.LastSeen.Equal(later) || len(got.Expected) != 1 || got.Expected[0] != wantExp {
+				t.Errorf("%s: finding at %d: %+v, want count %d first seen %v expected %d", c.name, lba, got, want, seen, wantExp)
+			}
+		}
+	}
+}

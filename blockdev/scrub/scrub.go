@@ -206,8 +206,9 @@ type scrubber struct {
 	pass     Cursor
 	lastSave time.Time
 
-	batch  []Finding // findings of the run being committed
-	closes []bool    // for each of batch: an open finding to close
+	batch   []Finding // findings of the run being committed
+	closes  []bool    // for each of batch: an open finding to close
+	pending []Finding // emit's findings for a FindingsRecorder
 
 	// errors-only
 	open     []Finding
@@ -402,6 +403,8 @@ func (s *scrubber) emit() error {
 		}
 	}
 	if st := s.o.State; st != nil {
+		rec, batched := st.(FindingsRecorder)
+		s.pending = s.pending[:0]
 		for i, f := range fs {
 			var err error
 			switch {
@@ -410,10 +413,17 @@ func (s *scrubber) emit() error {
 			case f.Repair == blockdev.RepairRepaired:
 				// The repair stage recorded it (open before its write,
 				// repaired after).
+			case batched:
+				s.pending = append(s.pending, f)
 			default:
 				err = st.RecordFinding(s.pass, f)
 			}
 			if err != nil {
+				return err
+			}
+		}
+		if len(s.pending) > 0 {
+			if err := rec.RecordFindings(s.pass, s.pending); err != nil {
 				return err
 			}
 		}

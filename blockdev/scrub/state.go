@@ -139,12 +139,7 @@ func (s *StoreState) RecordFinding(pass Cursor, f Finding) error {
 			}
 		}
 	}
-	sf := store.Finding{
-		LBA: f.LBA, N: max(f.N, 1), Field: string(f.Kind),
-		Expected: be64(f.Expected, f.Kind), Actual: be64(f.Actual, f.Kind),
-		LastSeen: f.LastSeen.UTC(), State: f.State, Source: f.Source, Leg: f.Leg,
-	}
-	if _, err := s.t.RecordFinding(sf, false); err != nil {
+	if _, err := s.t.RecordFinding(storeFinding(f), false); err != nil {
 		return fmt.Errorf("scrub: record finding: %w", err)
 	}
 	s.last.lba, s.last.kind, s.last.state, s.last.set = f.LBA, f.Kind, f.State, true
@@ -152,6 +147,75 @@ func (s *StoreState) RecordFinding(pass Cursor, f Finding) error {
 		s.last.state = FindingOpen
 	}
 	return nil
+}
+
+// FindingsRecorder is an optional capability of a [State]: RecordFindings
+// records every finding of fs as RecordFinding would, in one go. A scrub
+// records each run's findings through it when its State has it.
+type FindingsRecorder interface {
+	RecordFindings(pass Cursor, fs []Finding) error
+}
+
+// RecordFindings implements [FindingsRecorder]: one query for the findings
+// this pass already recorded over the blocks of fs, and one store commit
+// (a finding each took a query, two reads and a commit).
+func (s *StoreState) RecordFindings(pass Cursor, fs []Finding) error {
+	if len(fs) == 0 {
+		return nil
+	}
+	lo, hi := fs[0].LBA, fs[0].LBA+1
+	for _, f := range fs {
+		if f.LBA < 0 {
+			return fmt.Errorf("scrub: finding at block %d", f.LBA)
+		}
+		lo, hi = min(lo, f.LBA), max(hi, f.LBA+1)
+	}
+	type key struct {
+		lba  int64
+		kind string
+	}
+	var done map[key]bool // recorded by this pass already
+	if !pass.Started.IsZero() {
+		for old, err := range s.t.Findings(store.FindingQuery{LBA: lo, N: hi - lo}) {
+			if err != nil {
+				return fmt.Errorf("scrub: findings: %w", err)
+			}
+			if !old.LastSeen.Before(pass.Started) {
+				if done == nil {
+					done = map[key]bool{}
+				}
+				done[key{old.LBA, old.Field}] = true
+			}
+		}
+	}
+	sfs := make([]store.Finding, 0, len(fs))
+	for _, f := range fs {
+		if done[key{f.LBA, string(f.Kind)}] {
+			continue
+		}
+		sfs = append(sfs, storeFinding(f))
+	}
+	if len(sfs) == 0 {
+		return nil
+	}
+	if _, err := s.t.RecordFindings(sfs, false); err != nil {
+		return fmt.Errorf("scrub: record findings: %w", err)
+	}
+	last := sfs[len(sfs)-1]
+	s.last.lba, s.last.kind, s.last.state, s.last.set = last.LBA, blockdev.Kind(last.Field), last.State, true
+	if last.State == 0 {
+		s.last.state = FindingOpen
+	}
+	return nil
+}
+
+// storeFinding is f as the store's findings log keeps it.
+func storeFinding(f Finding) store.Finding {
+	return store.Finding{
+		LBA: f.LBA, N: max(f.N, 1), Field: string(f.Kind),
+		Expected: be64(f.Expected, f.Kind), Actual: be64(f.Actual, f.Kind),
+		LastSeen: f.LastSeen.UTC(), State: f.State, Source: f.Source, Leg: f.Leg,
+	}
 }
 
 func be64(v uint64, k blockdev.Kind) []byte {
