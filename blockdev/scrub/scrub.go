@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"sync"
 	"time"
 
@@ -136,7 +137,9 @@ type Report struct {
 	Findings      []Finding
 	FindingsTotal int64
 	// Errors-only scrubs: the open findings rechecked, those now passing
-	// (set to rechecked-ok) and those still failing.
+	// (set to rechecked-ok) and those still failing. A full pass with a
+	// State counts in Resolved the open findings it closed: those whose
+	// blocks lie in one of its runs and pass now.
 	Rechecked, Resolved, StillOpen int64
 	// Active is the elapsed time minus the time spent paused (see
 	// Progress).
@@ -209,6 +212,7 @@ type scrubber struct {
 	batch   []Finding // findings of the run being committed
 	closes  []bool    // for each of batch: an open finding to close
 	pending []Finding // emit's findings for a FindingsRecorder
+	anyOpen bool      // a full pass: State had open findings in its range
 
 	// errors-only
 	open     []Finding
@@ -333,6 +337,17 @@ func (s *scrubber) scan(ctx context.Context) error {
 	}
 	from := s.pass.Next
 	s.rep.From, s.rep.Next = from, from
+	if o.State != nil {
+		// Open findings in the pass's range: its runs close those that
+		// pass now (passing).
+		for _, err := range o.State.OpenFindings(from, o.End) {
+			if err != nil {
+				return err
+			}
+			s.anyOpen = true
+			break
+		}
+	}
 	s.total = (o.End - o.Start) * s.bs
 	s.done = (from - o.Start) * s.bs
 	rb := int64(o.RunBlocks)
@@ -363,8 +378,20 @@ func (s *scrubber) scan(ctx context.Context) error {
 func (s *scrubber) commitScan(sl *scrubSlot) error {
 	now := time.Now()
 	s.reset()
+	closes, err := s.passing(sl)
+	if err != nil {
+		return err
+	}
+	// The run's findings and the open findings it closes, in LBA order.
 	for _, p := range sl.problems {
+		for len(closes) > 0 && closes[0].LBA <= p.LBA {
+			s.add(closes[0], true)
+			closes = closes[1:]
+		}
 		s.add(FindingOf(p, now), false)
+	}
+	for _, f := range closes {
+		s.add(f, true)
 	}
 	if err := s.emit(); err != nil {
 		return err
@@ -379,6 +406,41 @@ func (s *scrubber) commitScan(sl *scrubSlot) error {
 		s.lastSave = now
 	}
 	return nil
+}
+
+// passing returns the open findings (bad: open or unrepairable) that a
+// full pass's run sl shows to pass now, in LBA order, set to
+// rechecked-ok: those whose blocks all lie in the run and that no problem
+// of the run matches (a problem that passed on a re-read or was repaired
+// matches none). A finding reaching across runs is left to an
+// errors-only scrub. Without open findings where the pass started (the
+// usual case) it costs nothing.
+func (s *scrubber) passing(sl *scrubSlot) ([]Finding, error) {
+	if s.o.State == nil || !s.anyOpen {
+		return nil, nil
+	}
+	lo, hi := sl.job.lba, sl.job.lba+int64(sl.job.n)
+	s.open = s.open[:0]
+	for f, err := range s.o.State.OpenFindings(lo, hi) {
+		if err != nil {
+			return nil, err
+		}
+		if f.LBA < lo || f.End() > hi {
+			continue
+		}
+		fails := slices.ContainsFunc(sl.problems, func(p blockdev.Problem) bool {
+			return p.Kind == f.Kind && f.LBA <= p.LBA && p.LBA < f.End() && !p.Transient && p.Repair != blockdev.RepairRepaired
+		})
+		repaired := slices.ContainsFunc(sl.problems, func(p blockdev.Problem) bool {
+			return p.Kind == f.Kind && f.LBA <= p.LBA && p.LBA < f.End() && p.Repair == blockdev.RepairRepaired
+		})
+		if fails || repaired {
+			continue // recorded again, or repaired by the repair stage
+		}
+		f.State = FindingRecheckedOK
+		s.open = append(s.open, f)
+	}
+	return s.open, nil
 }
 
 // account adds a committed run to the report.

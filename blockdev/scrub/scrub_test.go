@@ -546,3 +546,66 @@ func TestScrubPauseAndProgress(t *testing.T) {
 		t.Errorf("last progress %+v", last)
 	}
 }
+
+// TestScrubFullPassCloses: a full pass closes (sets rechecked-ok) the
+// open findings of blocks that pass now, as an errors-only scrub does,
+// and leaves open those that still fail and those reaching across its
+// runs (an errors-only scrub closes those).
+func TestScrubFullPassCloses(t *testing.T) {
+	for _, kind := range []string{"file", "store"} {
+		t.Run("state="+kind, func(t *testing.T) {
+			const blocks = 400
+			hits := []hit{{3, dif.FieldData, 0}, {3, dif.FieldAppTag, 0}, {50, dif.FieldGuard, 1}, {51, dif.FieldRefTag, 2}, {52, dif.FieldData, 7}, {399, dif.FieldAppTag, 3}}
+			x := newFixture(t, "512+8", dif.Interleaved, blocks, nil, hits)
+			clean := newFixture(t, "512+8", dif.Interleaved, blocks, nil, nil)
+			dir := t.TempDir()
+			dp, mp := x.write(t, dir)
+			s := openSource(t, x.f, x.p, dp, mp)
+			var st State
+			if kind == "file" {
+				st = openFileState(t, filepath.Join(dir, "state"))
+			} else {
+				st, _ = newStoreState(t, blocks)
+			}
+			ctx := context.Background()
+			if _, err := Run(ctx, s, Options{RunBlocks: 32, State: st}); err != nil {
+				t.Fatal(err)
+			}
+			// A finding of blocks 20-43, which pass, across two runs.
+			if err := st.RecordFinding(Cursor{}, Finding{LBA: 20, N: 24, Kind: blockdev.KindGuard, State: FindingOpen, LastSeen: time.Now()}); err != nil {
+				t.Fatal(err)
+			}
+			repair(t, x, clean, dp, mp, 3)
+			repair(t, x, clean, dp, mp, 51)
+			var got []Finding
+			rep, err := Run(ctx, s, Options{RunBlocks: 32, State: st, OnFinding: collect(t, &got)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var closed []Finding
+			for _, f := range got {
+				if f.State == FindingRecheckedOK {
+					closed = append(closed, f)
+				}
+			}
+			if want := []Finding{{LBA: 3, Kind: blockdev.KindGuard}, {LBA: 3, Kind: blockdev.KindAppTag}, {LBA: 51, Kind: blockdev.KindRefTag}}; !slices.Equal(sorted(closed), sorted(want)) || rep.Resolved != 3 {
+				t.Errorf("closed %v (report: %d resolved), want %v", closed, rep.Resolved, want)
+			}
+			var left []Finding
+			for f, err := range st.OpenFindings(0, blocks) {
+				if err != nil {
+					t.Fatal(err)
+				}
+				left = append(left, f)
+			}
+			want := []Finding{{LBA: 20, Kind: blockdev.KindGuard}, {LBA: 50, Kind: blockdev.KindGuard}, {LBA: 52, Kind: blockdev.KindGuard}, {LBA: 399, Kind: blockdev.KindAppTag}}
+			if !slices.Equal(sorted(left), want) {
+				t.Errorf("open findings after a full pass %v, want %v", left, want)
+			}
+			// The finding across runs is closed by an errors-only scrub.
+			if rep, err := Run(ctx, s, Options{RunBlocks: 32, State: st, ErrorsOnly: true}); err != nil || rep.Resolved != 1 || rep.StillOpen != 3 {
+				t.Errorf("errors-only after the pass: %+v %v", rep, err)
+			}
+		})
+	}
+}

@@ -109,7 +109,7 @@ type scrubRecord struct {
 	Pass       uint64  `json:"pass"`                // number of the pass
 	ErrorsOnly bool    `json:"errors_only"`         // only open findings were rechecked
 	Rechecked  int64   `json:"rechecked,omitempty"` // errors-only: findings rechecked
-	Resolved   int64   `json:"resolved,omitempty"`  // errors-only: findings that now pass
+	Resolved   int64   `json:"resolved,omitempty"`  // open findings that pass now, closed
 	StillOpen  int64   `json:"still_open,omitempty"`
 	Bytes      int64   `json:"bytes"`               // data bytes checked by this run
 	Rate       float64 `json:"bytes_per_second"`    // over the active time
@@ -533,6 +533,9 @@ func scrubText(rec *scrubRecord, rep *scrub.Report, earlier *scrub.Earlier) stri
 		fmt.Fprintf(&b, "pass %d resumed at LBA %d, complete", rep.Pass, rep.From)
 	default:
 		fmt.Fprintf(&b, "pass %d complete", rep.Pass)
+	}
+	if !rep.ErrorsOnly && rep.Resolved > 0 {
+		fmt.Fprintf(&b, ", %d earlier findings resolved", rep.Resolved)
 	}
 	fmt.Fprintf(&b, ": %s in %s", formatBytes(rep.Bytes), rep.Elapsed.Round(time.Millisecond))
 	if rec.Rate > 0 {
