@@ -24,12 +24,17 @@ type mirrorOptions struct {
 	// socket (control.go).
 	Control string
 	served  *served
+	op      string // the control request's op: "resync" unless set
 }
 
 // controlRequest is the request of a resync run by the server holding
 // the store (onServer).
 func (o mirrorOptions) controlRequest() (*controlRequest, error) {
-	return newControlRequest("resync", o.Image, o.Store, o.Control, o.globalOptions)
+	op := o.op
+	if op == "" {
+		op = "resync"
+	}
+	return newControlRequest(op, o.Image, o.Store, o.Control, o.globalOptions)
 }
 
 // legRecord is one copy of a mirrored image (mirror list, inspect).
@@ -80,7 +85,7 @@ records the blocks it missed ("stale"), for resync to copy back.
   mirror remove IMAGE LEG     remove leg LEG (its number, or its path)
   mirror list IMAGE           the legs and their states`,
 	}
-	var store string
+	var store, control string
 	add := &cobra.Command{
 		Use:   "add IMAGE LEG...",
 		Short: "Add mirror legs to a protected image and copy its data to them",
@@ -121,15 +126,19 @@ is. The image itself must be in sync (resync first).
 		Short: "List the copies of a protected image and their states",
 		Long: `List the copies of the protected IMAGE: leg 0, the image itself, and its
 mirror legs, each online or offline (and why), in sync or stale (how many
-blocks, since when). The store is only read.
+blocks, since when). The store is only read. Of an image that difctl
+serve serves, the server answers, through its control socket, with the
+legs' states as it sees them.
 
 ` + exitCodesHelp(exitOK, exitOperational, exitUsage, exitCancelled),
 		Example: `  difctl --json mirror list disk.img`,
 		Args:    exactArgs(1, "IMAGE"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runMirrorList(cmd.Context(), mirrorOptions{globalOptions: *g, Image: args[0], Store: store}, cmd.OutOrStdout())
+			o := mirrorOptions{globalOptions: *g, Image: args[0], Store: store, Control: control, op: "mirror-list"}
+			return runMirrorList(cmd.Context(), o, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
+	addControlFlag(list, &control)
 	for _, c := range []*cobra.Command{add, remove, list} {
 		storeFlag(c, &store, "")
 		addKeyFlags(c, &g.Key, "required for a keyed volume (add, remove)")
@@ -297,11 +306,11 @@ func runMirrorRemove(ctx context.Context, opts mirrorOptions, stdout io.Writer) 
 	return err
 }
 
-func runMirrorList(ctx context.Context, opts mirrorOptions, stdout io.Writer) error {
+func runMirrorList(ctx context.Context, opts mirrorOptions, stdout, stderr io.Writer) error {
 	url := storeURL(opts.Image, opts.Store)
-	v, err := openVolume(ctx, opts.Image, url, true, opts.Key)
+	v, err := opts.served.openVolume(ctx, opts.Image, url, true, storeRead, opts.Key)
 	if err != nil {
-		return err
+		return onServer(ctx, err, opts.served, opts.controlRequest, stdout, stderr)
 	}
 	defer v.Close()
 	out := newOutput(stdout, opts.JSON)

@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -497,8 +498,8 @@ func readControlRequest(br *bufio.Reader) (*controlRequest, *controlError) {
 	switch {
 	case req.V != controlVersion:
 		return nil, &controlError{Code: controlErrVersion, Message: fmt.Sprintf("protocol version %d asked, the server speaks %d: use the same difctl for both", req.V, controlVersion)}
-	case req.Op != "verify" && req.Op != "scrub" && req.Op != "inspect" && req.Op != "resync":
-		return nil, &controlError{Code: controlErrBadRequest, Message: fmt.Sprintf("unknown op %q: want verify, scrub or inspect", req.Op)}
+	case !slices.Contains([]string{"verify", "scrub", "inspect", "resync", "mirror-list"}, req.Op):
+		return nil, &controlError{Code: controlErrBadRequest, Message: fmt.Sprintf("unknown op %q: want verify, scrub, inspect, resync or mirror-list", req.Op)}
 	case req.ImagePath == "" || req.StorePath == "" || req.Image == "":
 		return nil, &controlError{Code: controlErrBadRequest, Message: "the request names no image or store"}
 	}
@@ -636,6 +637,8 @@ func (s *controlServer) run(ctx context.Context, req *controlRequest, sd *served
 		return runScrub(ctx, o, stdout, stderr)
 	case "resync":
 		return runResync(ctx, mirrorOptions{globalOptions: g, Image: req.Image, Store: req.Store, served: sd}, stdout, stderr)
+	case "mirror-list":
+		return runMirrorList(ctx, mirrorOptions{globalOptions: g, Image: req.Image, Store: req.Store, served: sd, op: req.Op}, stdout, stderr)
 	case "inspect":
 		o := inspectOptions{globalOptions: g, Image: req.Image, LBA: -1, Store: req.Store, served: sd}
 		if a := req.Inspect; a != nil && a.LBA >= 0 {
