@@ -2,6 +2,7 @@ package blockdev
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -519,22 +520,13 @@ func (v *Volume) recordRepairs(probs []Problem, s store.FindingState, sync bool)
 func StoreFinding(p Problem, now time.Time) store.Finding {
 	f := store.Finding{LBA: p.LBA, N: 1, Field: string(p.Kind), LastSeen: now.UTC(), State: store.FindingOpen}
 	if p.Kind != KindIO {
-		f.Expected = be64(p.Expected)
-		f.Actual = be64(p.Actual)
+		f.Expected = binary.BigEndian.AppendUint64(nil, p.Expected)
+		f.Actual = binary.BigEndian.AppendUint64(nil, p.Actual)
 	}
 	if p.Transient {
 		f.State = store.FindingRecheckedOK
 	}
 	return f
-}
-
-func be64(v uint64) []byte {
-	b := make([]byte, 8)
-	for k := 7; k >= 0; k-- {
-		b[k] = byte(v)
-		v >>= 8
-	}
-	return b
 }
 
 // RepairOptions tune Volume.Repair.

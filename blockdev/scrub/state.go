@@ -3,7 +3,6 @@ package scrub
 import (
 	"bufio"
 	"bytes"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -209,20 +208,13 @@ func (s *StoreState) RecordFindings(pass Cursor, fs []Finding) error {
 	return nil
 }
 
-// storeFinding is f as the store's findings log keeps it.
+// storeFinding is f as the store's findings log keeps it: encoded as
+// blockdev.StoreFinding encodes a problem, with f's extent, state and
+// repair.
 func storeFinding(f Finding) store.Finding {
-	return store.Finding{
-		LBA: f.LBA, N: max(f.N, 1), Field: string(f.Kind),
-		Expected: be64(f.Expected, f.Kind), Actual: be64(f.Actual, f.Kind),
-		LastSeen: f.LastSeen.UTC(), State: f.State, Source: f.Source, Leg: f.Leg,
-	}
-}
-
-func be64(v uint64, k blockdev.Kind) []byte {
-	if k == blockdev.KindIO {
-		return nil
-	}
-	return binary.BigEndian.AppendUint64(nil, v)
+	sf := blockdev.StoreFinding(f.Problem(), f.LastSeen)
+	sf.N, sf.State, sf.Source, sf.Leg = max(f.N, 1), f.State, f.Source, f.Leg
+	return sf
 }
 
 func fromBE(b []byte) uint64 {
