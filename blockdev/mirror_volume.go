@@ -145,17 +145,16 @@ func (m *mirrorDev) closeOwned() {
 	}
 }
 
-// repairLegs returns the copies a repair reads and writes: the online
-// legs of a mirrored volume, or the volume's device.
-func (v *Volume) repairLegs() []repairLeg {
+// repairLegs appends to dst the copies a repair reads and writes: the
+// online legs of a mirrored volume, or the volume's device.
+func (v *Volume) repairLegs(dst []repairLeg) []repairLeg {
 	if v.mirror == nil {
-		return []repairLeg{{dev: v.dev, leg: 0, name: "the volume's device"}}
+		return append(dst, repairLeg{dev: v.dev, leg: 0, name: "the volume's device"})
 	}
-	var out []repairLeg
 	for _, l := range v.mirror.online() {
-		out = append(out, repairLeg{dev: l.dev, leg: l.i, name: legName(l.i, l.name), ml: l})
+		dst = append(dst, repairLeg{dev: l.dev, leg: l.i, name: legName(l.i, l.name), ml: l})
 	}
-	return out
+	return dst
 }
 
 // legFailed takes leg l (of a repair) offline after err.

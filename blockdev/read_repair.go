@@ -149,9 +149,11 @@ type repairLeg struct {
 }
 
 // repairScratch is the repair stage's working memory: a candidate copy
-// and the verified one.
+// and the verified one, the legs read and those whose copy failed.
 type repairScratch struct {
 	cand, good []byte
+	legs, bad  []repairLeg
+	tried      strings.Builder
 }
 
 // maxSourceNames bounds Problem.Source when it lists the sources tried.
@@ -275,23 +277,7 @@ func (v *Volume) repairBlock(i int, lba int64, dst []byte, sc *scratch, probs []
 	if err := sc.req.ctx.Err(); err != nil {
 		return err
 	}
-	// The legs' copies, read around the cache by a read (a check reads
-	// through it: the copy it takes is verified all the same, and a check
-	// has many blocks to repair): the bad ones are those to write, the
-	// first good one the copy.
-	var good []byte
-	source, bad := "", make([]repairLeg, 0, 1)
-	uncached := sc.rbatch == nil && sc.req.repair != repairProbe
-	for _, l := range v.repairLegs() {
-		if readDevice(l.dev, rs.cand, off, uncached) == nil && v.verifies(rs.cand, i, lba, sc) {
-			if good == nil {
-				good, source = rs.good, l.name
-				copy(good, rs.cand)
-			}
-			continue
-		}
-		bad = append(bad, l)
-	}
+	good, source, bad := v.findCopy(i, lba, sc)
 	if len(bad) == 0 {
 		// Repaired by another request since this one read it.
 		copy(dst, good)
@@ -304,32 +290,12 @@ func (v *Volume) repairBlock(i int, lba int64, dst []byte, sc *scratch, probs []
 		return nil
 	}
 	if good == nil {
-		var tried strings.Builder
-		for _, s := range v.sources(sc.req.sources) {
-			if readSource(s, rs.cand, off) == nil && v.verifies(rs.cand, i, lba, sc) {
-				good, source = rs.good, s.String()
-				copy(good, rs.cand)
-				break
-			}
-			if tried.Len() > 0 {
-				tried.WriteString(", ")
-			}
-			if tried.Len() < maxSourceNames {
-				tried.WriteString(s.String())
-			}
+		v.st.unrepairable.Add(1)
+		mark(probs, RepairUnavailable, source, bad[0].leg, nil)
+		if sc.req.record {
+			return v.recordRepairs(probs, store.FindingUnrepairable, false)
 		}
-		if good == nil {
-			v.st.unrepairable.Add(1)
-			names := tried.String()
-			if len(names) > maxSourceNames {
-				names = names[:maxSourceNames] + "..."
-			}
-			mark(probs, RepairUnavailable, names, bad[0].leg, nil)
-			if sc.req.record {
-				return v.recordRepairs(probs, store.FindingUnrepairable, false)
-			}
-			return nil
-		}
+		return nil
 	}
 	switch sc.req.repair {
 	case repairProbe:
@@ -367,6 +333,54 @@ func (v *Volume) repairBlock(i int, lba int64, dst []byte, sc *scratch, probs []
 		v.opts.OnRepair(probs[0])
 	}
 	return nil
+}
+
+// findCopy reads block i (lba) of the run in sc from every leg, then, if
+// no leg's copy verifies, from the repair sources in turn, and returns the
+// first copy that verifies (nil if none does) with the name of its source
+// (with none, the names of the sources tried), and the legs whose copy
+// failed (in sc.repair, valid until the next repair). A read reads the
+// legs around the cache; a check reads through it (the copy it takes is
+// verified all the same, and a check has many blocks to repair).
+func (v *Volume) findCopy(i int, lba int64, sc *scratch) (good []byte, source string, bad []repairLeg) {
+	rs := sc.repair
+	off := lba * int64(v.bs)
+	uncached := sc.rbatch == nil && sc.req.repair != repairProbe
+	rs.legs = v.repairLegs(rs.legs[:0])
+	rs.bad = rs.bad[:0]
+	for _, l := range rs.legs {
+		if readDevice(l.dev, rs.cand, off, uncached) == nil && v.verifies(rs.cand, i, lba, sc) {
+			if good == nil {
+				good, source = rs.good, l.name
+				copy(good, rs.cand)
+			}
+			continue
+		}
+		rs.bad = append(rs.bad, l)
+	}
+	if good != nil || len(rs.bad) == 0 {
+		return good, source, rs.bad
+	}
+	rs.tried.Reset()
+	for _, srcs := range [2][]RepairSource{v.opts.RepairSources, sc.req.sources} {
+		for _, s := range srcs {
+			if readSource(s, rs.cand, off) == nil && v.verifies(rs.cand, i, lba, sc) {
+				copy(rs.good, rs.cand)
+				return rs.good, s.String(), rs.bad
+			}
+			if rs.tried.Len() > 0 {
+				rs.tried.WriteString(", ")
+			}
+			if rs.tried.Len() < maxSourceNames {
+				rs.tried.WriteString(s.String())
+			}
+		}
+	}
+	names := rs.tried.String()
+	if len(names) > maxSourceNames {
+		names = names[:maxSourceNames] + "..."
+	}
+	return nil, names, rs.bad
 }
 
 // repairBatch is what the repairs of a check (CheckRun, Repair) leave to
