@@ -418,31 +418,40 @@ func repair(t *testing.T, x, clean *piFixture, dp, mp string, b int) {
 	write(mp, int64(b*ms), clean.md[b*ms:(b+1)*ms])
 }
 
+// scrubbedAndRepaired returns a 512+8 image of blocks blocks with bad
+// blocks 3 (two findings), 50, 51, 52 and 399, scrubbed once with its
+// state of kind ("file" or "store"), after which blocks 3 and 51 are
+// repaired behind the state's back (block 50 stays bad: the same kind,
+// guard, fails again).
+func scrubbedAndRepaired(t *testing.T, kind string, layout dif.Layout, blocks int) (blockdev.CheckSource, State) {
+	t.Helper()
+	hits := []hit{{3, dif.FieldData, 0}, {3, dif.FieldAppTag, 0}, {50, dif.FieldGuard, 1}, {51, dif.FieldRefTag, 2}, {52, dif.FieldData, 7}, {399, dif.FieldAppTag, 3}}
+	x := newFixture(t, "512+8", layout, blocks, nil, hits)
+	clean := newFixture(t, "512+8", layout, blocks, nil, nil)
+	dir := t.TempDir()
+	dp, mp := x.write(t, dir)
+	s := openSource(t, x.f, x.p, dp, mp)
+	var st State
+	if kind == "file" {
+		st = openFileState(t, filepath.Join(dir, "state"))
+	} else {
+		st, _ = newStoreState(t, blocks)
+	}
+	if _, err := Run(context.Background(), s, Options{RunBlocks: 32, State: st}); err != nil {
+		t.Fatal(err)
+	}
+	repair(t, x, clean, dp, mp, 3)
+	repair(t, x, clean, dp, mp, 51)
+	return s, st
+}
+
 func TestScrubErrorsOnly(t *testing.T) {
 	for _, kind := range []string{"file", "store"} {
 		for _, layout := range []dif.Layout{dif.Interleaved, dif.Separate} {
 			t.Run(fmt.Sprintf("state=%s/layout=%s", kind, layoutName(layout)), func(t *testing.T) {
 				const blocks = 400
-				hits := []hit{{3, dif.FieldData, 0}, {3, dif.FieldAppTag, 0}, {50, dif.FieldGuard, 1}, {51, dif.FieldRefTag, 2}, {52, dif.FieldData, 7}, {399, dif.FieldAppTag, 3}}
-				x := newFixture(t, "512+8", layout, blocks, nil, hits)
-				clean := newFixture(t, "512+8", layout, blocks, nil, nil)
-				dir := t.TempDir()
-				dp, mp := x.write(t, dir)
-				s := openSource(t, x.f, x.p, dp, mp)
-				var st State
-				if kind == "file" {
-					st = openFileState(t, filepath.Join(dir, "state"))
-				} else {
-					st, _ = newStoreState(t, blocks)
-				}
+				s, st := scrubbedAndRepaired(t, kind, layout, blocks)
 				ctx := context.Background()
-				if _, err := Run(ctx, s, Options{RunBlocks: 32, State: st}); err != nil {
-					t.Fatal(err)
-				}
-				// Repair blocks 3 and 51; block 50 turns bad in another
-				// way (the same kind, guard, still fails).
-				repair(t, x, clean, dp, mp, 3)
-				repair(t, x, clean, dp, mp, 51)
 				var got []Finding
 				rep, err := Run(ctx, s, Options{RunBlocks: 32, State: st, ErrorsOnly: true, OnFinding: collect(t, &got)})
 				if err != nil {
@@ -555,28 +564,12 @@ func TestScrubFullPassCloses(t *testing.T) {
 	for _, kind := range []string{"file", "store"} {
 		t.Run("state="+kind, func(t *testing.T) {
 			const blocks = 400
-			hits := []hit{{3, dif.FieldData, 0}, {3, dif.FieldAppTag, 0}, {50, dif.FieldGuard, 1}, {51, dif.FieldRefTag, 2}, {52, dif.FieldData, 7}, {399, dif.FieldAppTag, 3}}
-			x := newFixture(t, "512+8", dif.Interleaved, blocks, nil, hits)
-			clean := newFixture(t, "512+8", dif.Interleaved, blocks, nil, nil)
-			dir := t.TempDir()
-			dp, mp := x.write(t, dir)
-			s := openSource(t, x.f, x.p, dp, mp)
-			var st State
-			if kind == "file" {
-				st = openFileState(t, filepath.Join(dir, "state"))
-			} else {
-				st, _ = newStoreState(t, blocks)
-			}
+			s, st := scrubbedAndRepaired(t, kind, dif.Interleaved, blocks)
 			ctx := context.Background()
-			if _, err := Run(ctx, s, Options{RunBlocks: 32, State: st}); err != nil {
-				t.Fatal(err)
-			}
 			// A finding of blocks 20-43, which pass, across two runs.
 			if err := st.RecordFinding(Cursor{}, Finding{LBA: 20, N: 24, Kind: blockdev.KindGuard, State: FindingOpen, LastSeen: time.Now()}); err != nil {
 				t.Fatal(err)
 			}
-			repair(t, x, clean, dp, mp, 3)
-			repair(t, x, clean, dp, mp, 51)
 			var got []Finding
 			rep, err := Run(ctx, s, Options{RunBlocks: 32, State: st, OnFinding: collect(t, &got)})
 			if err != nil {
