@@ -81,6 +81,12 @@ type Config struct {
 	Namespaces []Namespace
 	// Modules are kernel modules to load beyond DefaultModules.
 	Modules []string
+	// Binaries are programs of the host (absolute paths, for example
+	// "/usr/sbin/mkfs.ext4") put in the guest at the same paths, with the
+	// shared libraries and the dynamic loader that ldd lists for them: the
+	// tools a test runs that busybox lacks. A program the host lacks skips
+	// the test (fails it on CI).
+	Binaries []string
 	// Env is set for the test binary in the guest.
 	Env map[string]string
 	// Timeout bounds the boot and the run; QEMU is killed after it.
@@ -163,7 +169,14 @@ func Boot(t testing.TB, cfg Config, run string) string {
 	env["GUEST_NAMESPACES"] = strconv.Itoa(len(cfg.Namespaces))
 	dir := t.TempDir()
 	initrd := filepath.Join(dir, "initramfs.cpio.gz")
-	if err := writeInitramfs(initrd, a, mods, bin, env); err != nil {
+	files, err := hostFiles(cfg.Binaries)
+	if errors.Is(err, errUnavailable) {
+		skip(t, "%v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := writeInitramfs(initrd, a, mods, bin, env, files); err != nil {
 		t.Fatal(err)
 	}
 

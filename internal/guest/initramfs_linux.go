@@ -7,6 +7,7 @@ import (
 	"compress/gzip"
 	"fmt"
 	"os"
+	"os/exec"
 	"path"
 	"path/filepath"
 	"sort"
@@ -27,7 +28,7 @@ const (
 // binary runs prints the exit marker with status 125.
 const initScript = `#!/bin/busybox sh
 /bin/busybox --install -s /bin
-export PATH=/bin
+export PATH=/bin:/usr/sbin:/usr/bin:/sbin
 mount -t proc proc /proc
 mount -t sysfs sysfs /sys
 mount -t devtmpfs devtmpfs /dev
@@ -57,7 +58,7 @@ poweroff -f
 // writeInitramfs writes the guest's initramfs (cpio newc, gzip) to dst:
 // busybox, /init, the modules (relative to a.modDir, in load order), the
 // test binary and the environment file.
-func writeInitramfs(dst string, a *assets, modules []string, testBin string, env map[string]string) error {
+func writeInitramfs(dst string, a *assets, modules []string, testBin string, env map[string]string, hostFiles []string) error {
 	f, err := os.Create(dst)
 	if err != nil {
 		return fmt.Errorf("guest: %w", err)
@@ -115,6 +116,12 @@ func writeInitramfs(dst string, a *assets, modules []string, testBin string, env
 		return err
 	}
 	recs = append(recs, cpio.StaticFile("guest.env", envFile(env), 0o644))
+	for _, h := range hostFiles {
+		// The file's content at its path, a symbolic link followed.
+		if err := file(strings.TrimPrefix(h, "/"), h, 0o755); err != nil {
+			return err
+		}
+	}
 
 	if err := cpio.WriteRecordsAndDirs(w, recs); err != nil {
 		return fmt.Errorf("guest: initramfs: %w", err)
@@ -129,6 +136,45 @@ func writeInitramfs(dst string, a *assets, modules []string, testBin string, env
 		return fmt.Errorf("guest: %w", err)
 	}
 	return f.Close()
+}
+
+// hostFiles returns the host files that the programs bins need in the
+// guest: each program and the shared objects ldd lists for it (the
+// dynamic loader included), once each, in order.
+func hostFiles(bins []string) ([]string, error) {
+	var out []string
+	seen := map[string]bool{}
+	add := func(p string) {
+		if !seen[p] {
+			seen[p] = true
+			out = append(out, p)
+		}
+	}
+	for _, b := range bins {
+		if !filepath.IsAbs(b) {
+			return nil, fmt.Errorf("guest: binary %q: not an absolute path", b)
+		}
+		if _, err := os.Stat(b); err != nil {
+			return nil, fmt.Errorf("%w: %v (install the package that has it)", errUnavailable, err)
+		}
+		add(b)
+		ldd, err := exec.Command("ldd", b).Output()
+		if err != nil {
+			// A static program: ldd says "not a dynamic executable" and fails.
+			continue
+		}
+		for line := range strings.Lines(string(ldd)) {
+			// "libc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x...)" or
+			// "/lib64/ld-linux-x86-64.so.2 (0x...)"; the vDSO has no file.
+			f := strings.Fields(line)
+			for i, w := range f {
+				if filepath.IsAbs(w) && (i == 0 || f[i-1] == "=>") {
+					add(w)
+				}
+			}
+		}
+	}
+	return out, nil
 }
 
 // envFile renders env as shell export lines, in key order.
