@@ -196,6 +196,7 @@ and records the finding as repaired (see difctl repair).
 		},
 	}
 	img.register(cmd, true, " for the tuples and the scrub state")
+	addDevicePIFlag(cmd, &img)
 	pf.register(cmd, piFormat|piTags|piChecks|piRange)
 	f := cmd.Flags()
 	f.IntVar(&opts.Workers, "workers", 0, "runs checked in parallel (default: the number of CPUs)")
@@ -224,6 +225,9 @@ func runScrubCmd(cmd *cobra.Command, o scrubOptions, image string, img *imageFla
 		return err
 	}
 	if err := o.resolve(img, pf); err != nil {
+		return err
+	}
+	if err := o.resolveDevice(image, img, pf, true); err != nil {
 		return err
 	}
 	if err := o.checkRepair(); err != nil {
@@ -436,7 +440,7 @@ func openScrubTarget(ctx context.Context, opts scrubOptions, url string) (*scrub
 		return &scrubTarget{src: v.vol, tup: v.vol.Tuples(), f: v.format().WithLayout(dif.Interleaved), name: opts.Image,
 			keyed: keyedState(v.vol), close: v.Close}, nil
 	}
-	im, err := openPIImage(opts.Image, opts.Meta, opts.Format, opts.Params, openRead)
+	im, err := openImage(opts.Image, opts.imageSpec, openRead)
 	if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,213 @@
+package nvme
+
+import (
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/difctl/difctl/blockdev/device"
+	"github.com/difctl/difctl/dif"
+)
+
+// A Device is an NVMe namespace that carries protection information,
+// opened by Open: its format (Identify Namespace, as a dif.Format), the
+// kernel's view of it (sysfs), and reads and writes of blocks with their
+// metadata through passthrough, cut into commands the controller and the
+// kernel accept. A Device is safe for concurrent use.
+type Device struct {
+	f         *os.File
+	path      string
+	ns        Namespace
+	format    dif.Format
+	integrity Integrity
+	maxBlocks int // blocks per command
+}
+
+// Open opens the NVMe namespace at path (its block device, /dev/nvmeXnY)
+// read-only, or read-write with write, and reads its format. The errors:
+// a file that is no NVMe namespace (ErrNotNVMe, also off Linux), a
+// passthrough refused (ErrDenied), a namespace without metadata
+// (ErrNoMetadata), with metadata but no PI (ErrNoPI), in a format dif
+// cannot describe (*UnsupportedFormatError), and a kernel whose integrity
+// profile of the namespace contradicts Identify Namespace
+// (*IntegrityMismatchError).
+func Open(path string, write bool) (*Device, error) {
+	flag := os.O_RDONLY
+	if write {
+		flag = os.O_RDWR
+	}
+	f, err := os.OpenFile(path, flag, 0)
+	if err != nil {
+		return nil, err
+	}
+	d, err := open(f, path)
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return d, nil
+}
+
+func open(f *os.File, path string) (*Device, error) {
+	ns, err := IdentifyNamespace(f)
+	if err != nil {
+		return nil, err
+	}
+	format, err := ns.Format()
+	if err != nil {
+		return nil, err
+	}
+	d := &Device{f: f, path: path, ns: ns, format: format}
+	name, err := blockName(f)
+	if err != nil {
+		return nil, err
+	}
+	if d.integrity, err = ReadIntegrity(name); err != nil {
+		return nil, err
+	}
+	if err := d.integrity.Check(ns); err != nil {
+		return nil, err
+	}
+	d.maxBlocks = maxBlocks(name, format)
+	return d, nil
+}
+
+// Path returns the path the device was opened at.
+func (d *Device) Path() string { return d.path }
+
+// Namespace returns what Identify Namespace said of the namespace.
+func (d *Device) Namespace() Namespace { return d.ns }
+
+// Format returns the namespace's PI format, in the layout of its
+// transfers (see Namespace.Format).
+func (d *Device) Format() dif.Format { return d.format }
+
+// Integrity returns the kernel's integrity profile of the namespace.
+func (d *Device) Integrity() Integrity { return d.integrity }
+
+// Blocks returns the namespace's size in blocks.
+func (d *Device) Blocks() int64 { return int64(d.ns.Blocks) }
+
+// BlockSize returns the data bytes per block.
+func (d *Device) BlockSize() int { return d.ns.LBASize }
+
+// MetaSize returns the metadata bytes per block.
+func (d *Device) MetaSize() int { return d.ns.MetadataSize }
+
+// Interleaved reports whether blocks are transferred with their metadata
+// after each block's data (extended LBAs) rather than in a separate
+// buffer.
+func (d *Device) Interleaved() bool { return d.ns.Extended }
+
+// MaxBlocks returns the blocks of one command, within the controller's and
+// the kernel's transfer limits.
+func (d *Device) MaxBlocks() int { return d.maxBlocks }
+
+// Close closes the device.
+func (d *Device) Close() error { return d.f.Close() }
+
+// bufs checks the buffers of n blocks and returns the bytes per block of
+// data and of md in the device's layout.
+func (d *Device) bufs(op string, lba int64, n int, data, md []byte) (ds, ms int, err error) {
+	if lba < 0 || n < 0 || lba > d.Blocks() || int64(n) > d.Blocks()-lba {
+		return 0, 0, fmt.Errorf("nvme: %s of %d blocks at %d, of %d: %w", op, n, lba, d.Blocks(), device.ErrOutOfRange)
+	}
+	ds, ms = d.ns.LBASize, d.ns.MetadataSize
+	if d.ns.Extended {
+		ds, ms = ds+ms, 0
+	}
+	if len(data) < n*ds || len(md) < n*ms {
+		return 0, 0, fmt.Errorf("nvme: %s: buffers of %d and %d bytes cannot hold %d blocks of %d+%d bytes", op, len(data), len(md), n, ds, ms)
+	}
+	return ds, ms, nil
+}
+
+// ReadBlocks reads blocks [lba, lba+n) with their metadata, as stored
+// (PRINFO 0: the controller checks nothing): for extended LBAs their n
+// sectors of data and metadata into data[:n*(BlockSize+MetaSize)] (md is
+// not used), otherwise their data into data[:n*BlockSize] and their
+// metadata into md[:n*MetaSize]. Blocks out of the namespace give an error
+// wrapping device.ErrOutOfRange; a closed device one wrapping
+// os.ErrClosed.
+func (d *Device) ReadBlocks(lba int64, n int, data, md []byte) error {
+	ds, ms, err := d.bufs("read", lba, n, data, md)
+	if err != nil {
+		return err
+	}
+	for n > 0 {
+		k := min(n, d.maxBlocks)
+		if err := Read(d.f, d.ns.ID, uint64(lba), k, data[:k*ds], md[:k*ms]); err != nil {
+			return err
+		}
+		lba, n, data, md = lba+int64(k), n-k, data[k*ds:], md[k*ms:]
+	}
+	return nil
+}
+
+// WriteBlocks writes blocks [lba, lba+n) with the PI in their metadata
+// (laid out as for ReadBlocks), with PRACT clear and every PRCHK bit set:
+// the controller checks each block's guard, its app tag (against p.AppTag
+// under p.AppMask) and, for Types 1 and 2, its ref tag (the low bits of
+// p.RefTag + lba) before it stores anything. A block it refuses is reported
+// as a *WriteCheckError (matching dif.ErrIntegrity and the field's
+// sentinel) naming the LBA: the blocks of the failing command before it
+// may have been written, those after it were not.
+func (d *Device) WriteBlocks(lba int64, n int, data, md []byte, p dif.Params) error {
+	ds, ms, err := d.bufs("write", lba, n, data, md)
+	if err != nil {
+		return err
+	}
+	for n > 0 {
+		k := min(n, d.maxBlocks)
+		if err := d.write(lba, k, data[:k*ds], md[:k*ms], p); err != nil {
+			return err
+		}
+		lba, n, data, md = lba+int64(k), n-k, data[k*ds:], md[k*ms:]
+	}
+	return nil
+}
+
+// write writes one command's blocks; a command the controller refuses with
+// an end-to-end error is written again block by block to find the block.
+func (d *Device) write(lba int64, n int, data, md []byte, p dif.Params) error {
+	err := Write(d.f, d.ns.ID, uint64(lba), n, data, md, d.protection(lba, p))
+	var se *StatusError
+	if err == nil || !errors.As(err, &se) || se.Field() == 0 {
+		return err
+	}
+	if n == 1 {
+		return &WriteCheckError{LBA: lba, Field: se.Field(), Err: se}
+	}
+	ds, ms := len(data)/n, len(md)/n
+	for i := range n {
+		if err := d.write(lba+int64(i), 1, data[i*ds:(i+1)*ds], md[i*ms:(i+1)*ms], p); err != nil {
+			return err
+		}
+	}
+	// Every block passed alone: the command's failure is reported as it
+	// came, at its first block.
+	return &WriteCheckError{LBA: lba, Field: se.Field(), Err: se}
+}
+
+// protection is the Protection of a checked write of blocks from lba.
+func (d *Device) protection(lba int64, p dif.Params) Protection {
+	q := d.format.ParamsAt(p, lba)
+	return CheckAll(q.RefTag, q.AppTag, q.AppMask)
+}
+
+// A WriteCheckError is a write that the controller refused because a
+// block's PI failed its end-to-end check (a *StatusError with a Status
+// Code of 0x82 to 0x84). It matches dif.ErrIntegrity and the sentinel of
+// the field, as difctl's own *dif.CheckError does.
+type WriteCheckError struct {
+	LBA   int64
+	Field dif.Field
+	Err   *StatusError
+}
+
+func (e *WriteCheckError) Error() string {
+	return fmt.Sprintf("nvme: the device refused the write of LBA %d: its %s check failed (status %#x)", e.LBA, e.Field, e.Err.Status)
+}
+
+// Unwrap returns the *StatusError, which unwraps to the field's sentinel.
+func (e *WriteCheckError) Unwrap() error { return e.Err }
