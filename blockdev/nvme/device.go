@@ -103,6 +103,15 @@ func (d *Device) Interleaved() bool { return d.ns.Extended }
 // the kernel's transfer limits.
 func (d *Device) MaxBlocks() int { return d.maxBlocks }
 
+// Flush makes the blocks written durable: fsync of the block device, which
+// sends the controller a Flush where it has a volatile write cache.
+func (d *Device) Flush() error {
+	if err := d.f.Sync(); err != nil {
+		return fmt.Errorf("nvme: flush %s: %w", d.path, err)
+	}
+	return nil
+}
+
 // Close closes the device.
 func (d *Device) Close() error { return d.f.Close() }
 
@@ -148,7 +157,7 @@ func (d *Device) ReadBlocks(lba int64, n int, data, md []byte) error {
 // (laid out as for ReadBlocks), with PRACT clear and every PRCHK bit set:
 // the controller checks each block's guard, its app tag (against p.AppTag
 // under p.AppMask) and, for Types 1 and 2, its ref tag (the low bits of
-// p.RefTag + lba) before it stores anything. A block it refuses is reported
+// p.RefTag + lba; Type 3 has no ref tag check) before it stores anything. A block it refuses is reported
 // as a *WriteCheckError (matching dif.ErrIntegrity and the field's
 // sentinel) naming the LBA: the blocks of the failing command before it
 // may have been written, those after it were not.
@@ -189,10 +198,14 @@ func (d *Device) write(lba int64, n int, data, md []byte, p dif.Params) error {
 	return &WriteCheckError{LBA: lba, Field: se.Field(), Err: se}
 }
 
-// protection is the Protection of a checked write of blocks from lba.
+// protection is the Protection of a checked write of blocks from lba. A
+// Type 3 namespace has no ref tag check: its PRCHK ref bit must be clear
+// (a controller refuses it with Invalid Protection Information).
 func (d *Device) protection(lba int64, p dif.Params) Protection {
 	q := d.format.ParamsAt(p, lba)
-	return CheckAll(q.RefTag, q.AppTag, q.AppMask)
+	prot := CheckAll(q.RefTag, q.AppTag, q.AppMask)
+	prot.RefTag = d.format.Type() != dif.Type3
+	return prot
 }
 
 // A WriteCheckError is a write that the controller refused because a
@@ -211,3 +224,81 @@ func (e *WriteCheckError) Error() string {
 
 // Unwrap returns the *StatusError, which unwraps to the field's sentinel.
 func (e *WriteCheckError) Unwrap() error { return e.Err }
+
+// WriteData writes b at byte offset off of the namespace with PI that it
+// generates with package dif (params p of block 0, as a check of the
+// device reads them: for Types 1 and 2 block lba carries the ref tag
+// p.RefTag+lba; the app tag p.AppTag), and has the device check every
+// tuple as it stores it (WriteBlocks: PRACT clear, PRCHK guard, app tag
+// under p.AppMask, ref tag). A block that b covers in part is read first
+// and must pass its check with params check (or be unwritten or escaped):
+// otherwise nothing is written and the error is its *dif.CheckError. The metadata bytes
+// outside the tuple are kept for such a block and zero for the blocks b
+// covers whole. The run is written as one or more commands; a refused
+// block is a *WriteCheckError, with the blocks before it written.
+func (d *Device) WriteData(b []byte, off int64, p, check dif.Params) error {
+	bs := int64(d.ns.LBASize)
+	if off < 0 || int64(len(b)) > d.Blocks()*bs-off || off > d.Blocks()*bs {
+		return fmt.Errorf("nvme: write of %d bytes at %d, of %d: %w", len(b), off, d.Blocks()*bs, device.ErrOutOfRange)
+	}
+	if len(b) == 0 {
+		return nil
+	}
+	fs := d.format.WithLayout(dif.Separate)
+	lba0, end := off/bs, (off+int64(len(b))+bs-1)/bs
+	k := int(end - lba0)
+	ms := d.ns.MetadataSize
+	data, md := make([]byte, k*int(bs)), make([]byte, k*ms)
+	edge := func(i int) error {
+		lba := lba0 + int64(i)
+		bd, bm := data[i*int(bs):(i+1)*int(bs)], md[i*ms:(i+1)*ms]
+		if err := d.readSeparate(lba, bd, bm); err != nil {
+			return err
+		}
+		var states [1]dif.State
+		if _, err := fs.Classify(&dif.Classification{States: states[:]}, bd, bm, fs.ParamsAt(check, lba)); err != nil {
+			return fmt.Errorf("nvme: %w", err)
+		}
+		if states[0] == dif.StateFailed {
+			return fs.Verify(bd, bm, fs.ParamsAt(check, lba))
+		}
+		return nil
+	}
+	if off%bs != 0 {
+		if err := edge(0); err != nil {
+			return err
+		}
+	}
+	if (off+int64(len(b)))%bs != 0 && (k > 1 || off%bs == 0) {
+		if err := edge(k - 1); err != nil {
+			return err
+		}
+	}
+	copy(data[off%bs:], b)
+	if err := fs.Generate(data, md, fs.ParamsAt(p, lba0)); err != nil {
+		return fmt.Errorf("nvme: %w", err)
+	}
+	if d.ns.Extended {
+		ext := make([]byte, k*(int(bs)+ms))
+		if err := fs.ToInterleaved(ext, data, md); err != nil {
+			return fmt.Errorf("nvme: %w", err)
+		}
+		return d.WriteBlocks(lba0, k, ext, nil, p)
+	}
+	return d.WriteBlocks(lba0, k, data, md, p)
+}
+
+// readSeparate reads one block's data and metadata into data and md,
+// whatever the device's layout.
+func (d *Device) readSeparate(lba int64, data, md []byte) error {
+	if !d.ns.Extended {
+		return d.ReadBlocks(lba, 1, data, md)
+	}
+	ext := make([]byte, len(data)+len(md))
+	if err := d.ReadBlocks(lba, 1, ext, nil); err != nil {
+		return err
+	}
+	copy(data, ext)
+	copy(md, ext[len(data):])
+	return nil
+}
