@@ -3,6 +3,7 @@ package nvme
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 
 	"github.com/difctl/difctl/blockdev/device"
@@ -301,4 +302,77 @@ func (d *Device) readSeparate(lba int64, data, md []byte) error {
 	copy(data, ext)
 	copy(md, ext[len(data):])
 	return nil
+}
+
+// A RunWriter writes runs of blocks to the device given in two calls, the
+// data of a run and then its PI (blockdev.ExportVolume writes a DIX pair
+// so, through its ExportDest's Data and Meta), with the device checking
+// every tuple as WriteBlocks does. The namespace's metadata must be the
+// tuple alone. Data must be called first for each run, at a block
+// boundary; Meta then writes the run. Not safe for concurrent use.
+type RunWriter struct {
+	d       *Device
+	p       dif.Params
+	pending []byte
+	lba     int64 // of the pending data; -1: none
+	ext     []byte
+}
+
+// NewRunWriter returns a RunWriter of d whose blocks carry the PI of
+// params p (their ref tags from p.RefTag, their app tags checked under
+// p.AppMask). A namespace with more metadata than its tuple is refused.
+func (d *Device) NewRunWriter(p dif.Params) (*RunWriter, error) {
+	if d.ns.MetadataSize != d.format.TupleSize() {
+		return nil, fmt.Errorf("nvme: namespace %d keeps %d bytes of metadata per block, more than its %d-byte tuple: runs of tuples alone cannot fill it",
+			d.ns.ID, d.ns.MetadataSize, d.format.TupleSize())
+	}
+	return &RunWriter{d: d, p: p, lba: -1}, nil
+}
+
+// Data returns the writer of a run's data.
+func (w *RunWriter) Data() io.WriterAt { return runData{w} }
+
+// Meta returns the writer of a run's tuples, which writes the run.
+func (w *RunWriter) Meta() io.WriterAt { return runMeta{w} }
+
+type runData struct{ w *RunWriter }
+
+func (r runData) WriteAt(b []byte, off int64) (int, error) {
+	bs := int64(r.w.d.ns.LBASize)
+	if off%bs != 0 || int64(len(b))%bs != 0 {
+		return 0, fmt.Errorf("nvme: run of %d bytes at %d is not whole blocks of %d", len(b), off, bs)
+	}
+	r.w.pending = append(r.w.pending[:0], b...)
+	r.w.lba = off / bs
+	return len(b), nil
+}
+
+type runMeta struct{ w *RunWriter }
+
+func (r runMeta) WriteAt(md []byte, off int64) (int, error) {
+	w := r.w
+	bs, ts := w.d.ns.LBASize, w.d.ns.MetadataSize
+	n := len(w.pending) / bs
+	if w.lba < 0 || off != w.lba*int64(ts) || len(md) != n*ts {
+		return 0, fmt.Errorf("nvme: %d bytes of tuples at %d do not follow the data of %d blocks at LBA %d", len(md), off, n, w.lba)
+	}
+	lba := w.lba
+	w.lba = -1
+	if !w.d.ns.Extended {
+		if err := w.d.WriteBlocks(lba, n, w.pending, md, w.p); err != nil {
+			return 0, err
+		}
+		return len(md), nil
+	}
+	if cap(w.ext) < n*(bs+ts) {
+		w.ext = make([]byte, n*(bs+ts))
+	}
+	ext := w.ext[:n*(bs+ts)]
+	if err := w.d.format.ToInterleaved(ext, w.pending, md); err != nil {
+		return 0, fmt.Errorf("nvme: %w", err)
+	}
+	if err := w.d.WriteBlocks(lba, n, ext, nil, w.p); err != nil {
+		return 0, err
+	}
+	return len(md), nil
 }

@@ -114,12 +114,12 @@ func withoutSysAdmin(t *testing.T, fn func()) {
 //     the capability.
 func TestGuestDevicePI(t *testing.T) {
 	const blocks, written, bs = 256, 200, 4096
-	var imgs [3]string
+	var imgs [6]string
 	if !guest.InGuest() {
 		dir := t.TempDir()
 		// Sparse images: QEMU reads the metadata of blocks never written
 		// (holes) as all ones, as a formatted namespace holds it.
-		for i, size := range []int{blocks * (bs + 8), blocks * bs, blocks * (bs + 8)} {
+		for i, size := range []int{blocks * (bs + 8), blocks * bs, blocks * (bs + 8), convBlocks * (bs + 8), convBlocks * (bs + 8), convBlocks * (512 + 8)} {
 			imgs[i] = filepath.Join(dir, fmt.Sprintf("ns%d.img", i+1))
 			if err := os.WriteFile(imgs[i], nil, 0o644); err != nil {
 				t.Fatal(err)
@@ -134,6 +134,9 @@ func TestGuestDevicePI(t *testing.T) {
 			{Image: imgs[0], LBASize: bs, MS: 8, PI: 1},
 			{Image: imgs[1], LBASize: bs},
 			{Image: imgs[2], LBASize: bs, MS: 8},
+			{Image: imgs[3], LBASize: bs, MS: 8, PI: 1},
+			{Image: imgs[4], LBASize: bs, MS: 8, PI: 1},
+			{Image: imgs[5], LBASize: 512, MS: 8, PI: 3, PIL: 1, MSet: 1},
 		},
 		Modules: []string{"brd"},
 	}) {
@@ -268,6 +271,8 @@ func TestGuestDevicePI(t *testing.T) {
 		}
 	})
 
+	t.Run("convert", func(t *testing.T) { convertDevice(t) })
+
 	t.Run("refused", func(t *testing.T) {
 		for _, tc := range []struct{ dev, msg string }{
 			{"/dev/nvme0n2", "no metadata"},
@@ -299,4 +304,102 @@ func TestGuestDevicePI(t *testing.T) {
 			mustDifctl(t, 0, "verify", "--store", st, dev)
 		}
 	})
+}
+
+// convBlocks are the blocks of the namespaces of convertDevice.
+const convBlocks = 64
+
+// convertDevice (in the guest of TestGuestDevicePI) converts a protected
+// image onto nvme0n4 (4096+8 Type 1, DIX) and the same data written by the
+// kernel on nvme0n5 back into a store: the tuples difctl writes from its
+// store are those the kernel generates, byte for byte, and the kernel
+// reads the converted namespace through its own checks; the store made
+// from nvme0n5 holds its tuples. A 512+8 Type 3 image goes onto the
+// extended-LBA nvme0n6; a namespace of another format is refused.
+func convertDevice(t *testing.T) {
+	const bs = 4096
+	dir := t.TempDir()
+	img := filepath.Join(dir, "img")
+	var data []byte
+	for lba := range convBlocks {
+		data = append(data, blockPattern(lba, bs)...)
+	}
+	if err := os.WriteFile(img, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	mustDifctl(t, 0, "protect", "--block-size", "4096", img)
+	mustDifctl(t, 0, "convert", "--to", "device", img, "/dev/nvme0n4")
+
+	k, err := os.OpenFile("/dev/nvme0n5", os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Close()
+	if _, err := k.WriteAt(data, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := k.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	read := func(dev string) (d, md []byte) {
+		f, err := os.Open(dev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		nsid, err := nvme.NamespaceID(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, md = make([]byte, convBlocks*bs), make([]byte, convBlocks*8)
+		for lba := 0; lba < convBlocks; lba += 16 {
+			if err := nvme.Read(f, nsid, uint64(lba), 16, d[lba*bs:(lba+16)*bs], md[lba*8:(lba+16)*8]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return d, md
+	}
+	cd, cmd := read("/dev/nvme0n4")
+	kd, kmd := read("/dev/nvme0n5")
+	if !slices.Equal(cd, data) || !slices.Equal(kd, data) {
+		t.Fatal("a namespace does not hold the data written")
+	}
+	if !slices.Equal(cmd, kmd) {
+		t.Errorf("the tuples converted from the store differ from the kernel's:\nstore  %x\nkernel %x", cmd[:64], kmd[:64])
+	}
+	if got := kernelRead(t, "/dev/nvme0n4", 0, convBlocks*bs); !slices.Equal(got, data) {
+		t.Error("the kernel reads back other data from the converted namespace")
+	}
+	recs := records(t, mustDifctl(t, 0, "--json", "verify", "/dev/nvme0n4"))
+	if sum := recordsOf(recs, "summary"); len(sum) != 1 || sum[0]["ok"] != float64(convBlocks) {
+		t.Errorf("verify of the converted namespace: %v", sum)
+	}
+
+	// The kernel's PI into a store, and out again as a DIX pair: the
+	// same tuples.
+	cp := filepath.Join(dir, "copy.img")
+	mustDifctl(t, 0, "convert", "--from", "device", "--to", "store", "/dev/nvme0n5", cp)
+	mustDifctl(t, 0, "verify", cp)
+	if b, err := os.ReadFile(cp); err != nil || !slices.Equal(b, data) {
+		t.Errorf("the imported image's data differs: %v", err)
+	}
+	mustDifctl(t, 0, "convert", "--to", "dix", cp, cp+".data", cp+".md")
+	if b, err := os.ReadFile(cp + ".md"); err != nil || !slices.Equal(b, kmd) {
+		t.Errorf("the imported store's tuples differ from the device's: %v", err)
+	}
+
+	// Extended LBAs, Type 3, PI first.
+	img512 := filepath.Join(dir, "img512")
+	if err := os.WriteFile(img512, data[:convBlocks*512], 0o644); err != nil {
+		t.Fatal(err)
+	}
+	mustDifctl(t, 0, "protect", "--block-size", "512", "--type", "3", "--pi-first", img512)
+	mustDifctl(t, 0, "convert", "--to", "device", img512, "/dev/nvme0n6")
+	recs = records(t, mustDifctl(t, 0, "--json", "verify", "/dev/nvme0n6"))
+	if sum := recordsOf(recs, "summary"); len(sum) != 1 || sum[0]["ok"] != float64(convBlocks) {
+		t.Errorf("verify of the converted extended-LBA namespace: %v", sum)
+	}
+	if out := mustDifctl(t, 16, "convert", "--to", "device", img, "/dev/nvme0n6"); !strings.Contains(out, "formatted") {
+		t.Errorf("convert onto a namespace of another format: %q", out)
+	}
 }
