@@ -328,19 +328,24 @@ func runConvert(ctx context.Context, opts convertOptions, stdout, stderr io.Writ
 
 // writeConverted writes a run read in f's layout to the outputs in form to,
 // using conv as the buffer of the other layout, and returns the bytes
-// written.
+// written. A run already in the output's layout (from a device) is written
+// as it is.
 func writeConverted(f dif.Format, to string, outs []*outFile, lba int64, data, md, conv []byte) (int64, error) {
 	var bufs [][]byte
 	var offs []int64
-	switch to {
-	case formDIX: // from interleaved
+	switch {
+	case to == formDIX && f.Layout() == dif.Separate:
+		bufs, offs = [][]byte{data, md}, []int64{lba * int64(f.BlockSize()), lba * int64(f.MetadataSize())}
+	case to == formInterleaved && f.Layout() == dif.Interleaved:
+		bufs, offs = [][]byte{data}, []int64{lba * int64(f.ExtendedBlockSize())}
+	case to == formDIX: // from interleaved
 		n := len(data) / f.ExtendedBlockSize()
 		d, m := conv[:n*f.BlockSize()], conv[n*f.BlockSize():n*f.ExtendedBlockSize()]
 		if err := f.ToSeparate(d, m, data); err != nil {
 			return 0, err
 		}
 		bufs, offs = [][]byte{d, m}, []int64{lba * int64(f.BlockSize()), lba * int64(f.MetadataSize())}
-	case formInterleaved: // from DIX
+	case to == formInterleaved: // from DIX
 		if err := f.ToInterleaved(conv, data, md); err != nil {
 			return 0, err
 		}

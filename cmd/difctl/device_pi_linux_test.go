@@ -387,6 +387,14 @@ func convertDevice(t *testing.T) {
 	if b, err := os.ReadFile(cp + ".md"); err != nil || !slices.Equal(b, kmd) {
 		t.Errorf("the imported store's tuples differ from the device's: %v", err)
 	}
+	// Dumped as they are (a DIX namespace to a DIX pair) and in the other
+	// layout (to an extended-LBA image).
+	mustDifctl(t, 0, "convert", "--from", "device", "--to", "dix", "/dev/nvme0n5", cp+".d2", cp+".m2")
+	if b, err := os.ReadFile(cp + ".m2"); err != nil || !slices.Equal(b, kmd) {
+		t.Errorf("the tuples of the DIX dump differ from the device's: %v", err)
+	}
+	mustDifctl(t, 0, "convert", "--from", "device", "--to", "interleaved", "/dev/nvme0n5", cp+".ext")
+	mustDifctl(t, 0, "verify", "--interleaved", "4096+8", cp+".ext")
 
 	// Extended LBAs, Type 3, PI first.
 	img512 := filepath.Join(dir, "img512")
@@ -399,6 +407,13 @@ func convertDevice(t *testing.T) {
 	if sum := recordsOf(recs, "summary"); len(sum) != 1 || sum[0]["ok"] != float64(convBlocks) {
 		t.Errorf("verify of the converted extended-LBA namespace: %v", sum)
 	}
+	mustDifctl(t, 0, "convert", "--from", "device", "--to", "interleaved", "/dev/nvme0n6", img512+".ext")
+	recs = records(t, mustDifctl(t, 0, "--json", "verify", "--interleaved", "512+8:type3:pi-first", img512+".ext"))
+	if sum := recordsOf(recs, "summary"); len(sum) != 1 || sum[0]["ok"] != float64(convBlocks) {
+		t.Errorf("verify of the extended-LBA dump of nvme0n6: %v", sum)
+	}
+	mustDifctl(t, 0, "convert", "--from", "device", "--to", "dix", "/dev/nvme0n6", img512+".d", img512+".m")
+	mustDifctl(t, 0, "verify", "--dix", img512+".m", "--format", "512+8:type3:pi-first", img512+".d")
 	if out := mustDifctl(t, 16, "convert", "--to", "device", img, "/dev/nvme0n6"); !strings.Contains(out, "formatted") {
 		t.Errorf("convert onto a namespace of another format: %q", out)
 	}
