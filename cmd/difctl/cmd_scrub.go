@@ -230,6 +230,12 @@ func runScrubCmd(cmd *cobra.Command, o scrubOptions, image string, img *imageFla
 	if err := o.resolveDevice(image, img, pf, true); err != nil {
 		return err
 	}
+	if o.Device && o.Store == "" {
+		// As protect refuses it: the default store of a block device
+		// would be on /dev.
+		return usageErrorf("%s is an NVMe namespace with PI: its scrub state needs a store, and the default %s would be on /dev (devtmpfs) and lost at reboot; name a persistent one, e.g. --store pebble:/var/lib/difctl/%s.scrub",
+			image, storePath(storeURL(image, "")), filepath.Base(image))
+	}
 	if err := o.checkRepair(); err != nil {
 		return err
 	}

@@ -283,6 +283,9 @@ func TestGuestDevicePI(t *testing.T) {
 				t.Errorf("verify --device-pi %s: %q, want it to say %q", tc.dev, out, tc.msg)
 			}
 		}
+		if out := mustDifctl(t, 16, "scrub", ns1); !strings.Contains(out, "--store") {
+			t.Errorf("scrub of a namespace with PI and no state store: %q", out)
+		}
 		var code int
 		var out string
 		withoutSysAdmin(t, func() { code, out = difctl(t, "verify", "--device-pi", ns1) })
