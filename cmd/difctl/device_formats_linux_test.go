@@ -32,6 +32,9 @@ type fmtNS struct {
 	// writes through passthrough with PRACT: the controller (QEMU)
 	// generates the PI.
 	kernel bool
+	// profile is the kernel's integrity profile of the namespace
+	// (/sys/block/NAME/integrity/format), as inspect reports it.
+	profile string
 }
 
 const (
@@ -44,13 +47,13 @@ const (
 // the 16- and the 64-bit guard (pif=0, 2), 512- and 4096-byte blocks,
 // metadata equal to the tuple and larger.
 var fmtNamespaces = []fmtNS{
-	{guest.Namespace{LBASize: 512, MS: 8, PI: 1}, "512+8:dix", true},
-	{guest.Namespace{LBASize: 4096, MS: 16, PI: 2, PIL: 1}, "4096+16:type2:pi-first:dix", true},
-	{guest.Namespace{LBASize: 4096, MS: 16, PI: 3, PIL: 1, PIF: 2}, "4096+16:crc64:type3:pi-first:dix", true},
-	{guest.Namespace{LBASize: 512, MS: 8, PI: 3, PIL: 1, MSet: 1}, "512+8:type3:pi-first", true},
-	{guest.Namespace{LBASize: 4096, MS: 16, PI: 1, PIF: 2, MSet: 1}, "4096+16:crc64", true},
-	{guest.Namespace{LBASize: 4096, MS: 64, PI: 2, PIF: 2, MSet: 1}, "4096+64:crc64:type2", false},
-	{guest.Namespace{LBASize: 512, MS: 16, PI: 1}, "512+16:dix", false},
+	{guest.Namespace{LBASize: 512, MS: 8, PI: 1}, "512+8:dix", true, "T10-DIF-TYPE1-CRC"},
+	{guest.Namespace{LBASize: 4096, MS: 16, PI: 2, PIL: 1}, "4096+16:type2:pi-first:dix", true, "T10-DIF-TYPE1-CRC"},
+	{guest.Namespace{LBASize: 4096, MS: 16, PI: 3, PIL: 1, PIF: 2}, "4096+16:crc64:type3:pi-first:dix", true, "EXT-DIF-TYPE3-CRC64"},
+	{guest.Namespace{LBASize: 512, MS: 8, PI: 3, PIL: 1, MSet: 1}, "512+8:type3:pi-first", true, "none"},
+	{guest.Namespace{LBASize: 4096, MS: 16, PI: 1, PIF: 2, MSet: 1}, "4096+16:crc64", true, "none"},
+	{guest.Namespace{LBASize: 4096, MS: 64, PI: 2, PIF: 2, MSet: 1}, "4096+64:crc64:type2", false, "none"},
+	{guest.Namespace{LBASize: 512, MS: 16, PI: 1}, "512+16:dix", false, "nop"},
 }
 
 // fmtDamage is what the host changes in namespace i's image between the
@@ -142,8 +145,12 @@ func TestInGuestFormatsWrite(t *testing.T) {
 		dev := fmt.Sprintf("/dev/nvme0n%d", i+1)
 		t.Run("format="+n.format, func(t *testing.T) {
 			recs := records(t, mustDifctl(t, 0, "--json", "inspect", "--device-pi", dev))
-			if img := recordsOf(recs, "image"); len(img) != 1 || img[0]["format"] != n.format || img[0]["blocks"] != float64(fmtBlocks) {
+			img := recordsOf(recs, "image")
+			if len(img) != 1 || img[0]["format"] != n.format || img[0]["blocks"] != float64(fmtBlocks) {
 				t.Fatalf("inspect: %v, want format %s", recs, n.format)
+			}
+			if d, _ := img[0]["device"].(map[string]any); d["kernel_integrity"] != n.profile {
+				t.Errorf("inspect: the kernel's profile %v, want %s", d["kernel_integrity"], n.profile)
 			}
 			f, err := os.OpenFile(dev, os.O_RDWR, 0)
 			if err != nil {
