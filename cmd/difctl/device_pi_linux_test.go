@@ -203,6 +203,12 @@ func TestGuestDevicePI(t *testing.T) {
 		if got := findingSet(recs); !slices.Equal(got, want) {
 			t.Errorf("verify findings %v, want %v", got, want)
 		}
+		// The generic character device of the same namespace: the same
+		// findings (no sysfs integrity directory to cross-check).
+		recs = records(t, mustDifctl(t, 4, "--json", "verify", "--device-pi", "--app-tag", "0", "/dev/ng0n1"))
+		if got := findingSet(recs); !slices.Equal(got, want) {
+			t.Errorf("verify of /dev/ng0n1: findings %v, want %v", got, want)
+		}
 		recs = records(t, mustDifctl(t, 4, "--json", "scrub", "--device-pi", "--app-tag", "0", "--store", "/tmp/scrub.difdb", ns1))
 		if got := findingSet(recs); !slices.Equal(got, want) {
 			t.Errorf("scrub findings %v, want %v", got, want)
