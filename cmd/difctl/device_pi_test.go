@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/difctl/difctl/blockdev/nvme"
@@ -31,5 +32,39 @@ func TestDeviceRefusalExit(t *testing.T) {
 	}
 	if !isIntegrityErr(&nvme.WriteCheckError{Field: dif.FieldRefTag, Err: &nvme.StatusError{Status: 0x284}}) {
 		t.Error("a refused ref tag is not an integrity error")
+	}
+}
+
+// TestDevicePIFlags: the refusals of --device-pi that need no device, and
+// a regular file, which is never taken for a namespace on its own.
+func TestDevicePIFlags(t *testing.T) {
+	dir := t.TempDir()
+	img := dir + "/img"
+	randomImage(t, img, 64*512, 1)
+	for _, tc := range []struct {
+		code int
+		msg  string
+		args []string
+	}{
+		{exitUsage, "leave out --interleaved", []string{"verify", "--device-pi", "--interleaved", "512+8", img}},
+		{exitUsage, "leave out --store", []string{"verify", "--device-pi", "--store", dir + "/s", img}},
+		{exitUsage, "leave out --block-size", []string{"inspect", "--device-pi", "--block-size", "4096", img}},
+		{exitOperational, "not an NVMe namespace", []string{"verify", "--device-pi", img}},
+		{exitOperational, "not an NVMe namespace", []string{"scrub", "--device-pi", "--store", dir + "/s", img}},
+		{exitOperational, "not an NVMe namespace", []string{"write", "--device-pi", "--offset", "0", img, img}},
+		{exitOperational, "not an NVMe namespace", []string{"convert", "--from", "device", "--to", "store", img, dir + "/out"}},
+		{exitUsage, "--from store", []string{"convert", "--from", "interleaved:512+8", "--to", "device", img, dir + "/out"}},
+		{exitUsage, "leave out the format", []string{"convert", "--from", "device:512+8", "--to", "store", img, dir + "/out"}},
+		{exitUsage, "--device-pi", []string{"write", "--app-tag", "1", "--offset", "0", img, img}},
+	} {
+		code, out := difctl(t, tc.args...)
+		if code != tc.code || !strings.Contains(out, tc.msg) {
+			t.Errorf("difctl %s: exit %d, %q; want exit %d saying %q", strings.Join(tc.args, " "), code, out, tc.code, tc.msg)
+		}
+	}
+	// A regular file with no store is checked against its store, as
+	// before: not probed as a namespace.
+	if code, out := difctl(t, "verify", img); code != exitOperational || strings.Contains(out, "NVMe") {
+		t.Errorf("verify of a plain file with no store: exit %d, %q", code, out)
 	}
 }
