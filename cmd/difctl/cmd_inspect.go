@@ -109,7 +109,9 @@ func newInspectCmd(g *globalOptions) *cobra.Command {
 		Short: "Show an image's format and, per block, the stored and computed tuples",
 		Long: `Describe IMAGE: for a store-backed image the manifest, how many blocks have
 tuples and a summary of the findings log; for an image with its own PI
-(--interleaved, --dix) its format and size.
+(--interleaved, --dix) its format and size; for an NVMe namespace that
+carries PI (--device-pi, or found as verify finds one) the format read
+from the device, its namespace ID and the kernel's integrity profile.
 
 A store is opened read-only, and its manifest is checked against IMAGE
 (size and name) before anything else: another image's store is refused

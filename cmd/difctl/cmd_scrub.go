@@ -142,7 +142,9 @@ then a summary (blocks checked, clean, failed by field, unwritten,
 transient: failed, then passed when read again).
 
 IMAGE is checked against its store (protect), or carries its own PI with
---interleaved FORMAT or --dix METAFILE (as verify). Either way the scrub's
+--interleaved FORMAT or --dix METAFILE, or is an NVMe namespace that
+carries PI (--device-pi, or found as verify finds one; its state store
+must then be given with --store). Either way the scrub's
 cursor and findings are kept in the store, by default IMAGE.difdb
 (--store mem: keeps nothing): an interrupted scrub (Ctrl-C, exit 32)
 continues where it stopped when run again, unless --restart; its summary

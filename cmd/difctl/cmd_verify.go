@@ -69,6 +69,14 @@ session left open, whose recovery writes it. The store must describe IMAGE
 damaged one, named in the message. Human output lists the first 100
 failed checks and counts the rest; --json lists every one.
 
+An NVMe namespace that carries its own PI is checked with no store
+(--device-pi, or on its own when IMAGE is a block device, no --store is
+given and the default store does not exist): its format comes from the
+device, its tuples from the device's metadata through NVMe passthrough,
+with the device's own checks off (docs/device-pi.md). That needs
+CAP_SYS_ADMIN. A block device that is not such a namespace is checked
+against its store.
+
 ` + servedHelp("verify") + `
 
 The expected tags come from the flags: --ref-tag is the ref tag of block 0
