@@ -49,23 +49,9 @@ const (
 // Opcodes.
 const (
 	opIdentify = 0x06 // admin
+	opWrite    = 0x01 // NVM I/O
 	opRead     = 0x02 // NVM I/O
 )
-
-// StatusError is a command that the controller completed with an error
-// status (the Status Field of the completion, without the phase bit: bits
-// 10:8 the Status Code Type, 7:0 the Status Code).
-type StatusError struct {
-	Op     string
-	Status uint32
-}
-
-func (e *StatusError) Error() string {
-	return fmt.Sprintf("nvme: %s: status %#x (type %d, code %#x)", e.Op, e.Status, e.Status>>8&7, e.Status&0xff)
-}
-
-// ErrNotNVMe is returned for a file that refuses the NVMe ioctls.
-var ErrNotNVMe = errors.New("nvme: not an NVMe namespace")
 
 // submit issues one passthrough command and keeps the buffers it points to
 // alive until the ioctl returns.
@@ -85,6 +71,8 @@ func submit(f *os.File, req uintptr, op string, c *passthru64, bufs ...[]byte) e
 	switch {
 	case errno == unix.ENOTTY:
 		return fmt.Errorf("%w: %s: %s", ErrNotNVMe, f.Name(), errno)
+	case errno == unix.EACCES || errno == unix.EPERM:
+		return fmt.Errorf("%w: %s on %s: %w", ErrDenied, op, f.Name(), errno)
 	case errno != 0:
 		return fmt.Errorf("nvme: %s on %s: %w", op, f.Name(), errno)
 	case r1 != 0:
@@ -121,32 +109,6 @@ func NamespaceID(f *os.File) (uint32, error) {
 		return 0, fmt.Errorf("nvme: namespace id of %s: %w", f.Name(), errno)
 	}
 	return uint32(r1), nil
-}
-
-// Guard formats (the PIF field of the extended LBA format).
-const (
-	Guard16 = 0 // CRC-16/T10-DIF, 8-byte tuple
-	Guard32 = 1 // CRC-32C, 16-byte tuple
-	Guard64 = 2 // CRC-64/NVME, 16-byte tuple
-)
-
-// Namespace is what Identify Namespace says of a namespace's format.
-type Namespace struct {
-	ID           uint32
-	Blocks       uint64 // NSZE: the namespace's size in logical blocks
-	LBASize      int    // bytes of data per block (2^LBADS)
-	MetadataSize int    // bytes of metadata per block (MS)
-	// Extended reports metadata transferred at the end of each block's data
-	// (FLBAS bit 4: DIF, extended LBAs); false: in a separate buffer (DIX).
-	Extended bool
-	PIType   int  // DPS bits 2:0: 0 none, 1 to 3
-	PIFirst  bool // DPS bit 3: the tuple is the first bytes of the metadata
-	// Guard is the guard format of the LBA format in use (Guard16, Guard32,
-	// Guard64), from the NVM Command Set Identify Namespace; Guard16 where
-	// the controller has no such page (it then supports no other).
-	Guard int
-	// STS is the storage tag size in bits, from the same page.
-	STS int
 }
 
 // IdentifyNamespace reads the format of the namespace f is a block or
@@ -205,11 +167,29 @@ func IdentifyNamespace(f *os.File) (Namespace, error) {
 // data holds n*(LBASize+MetadataSize) bytes and md is empty. n is at most
 // 65536 and the transfer within the controller's limit (MDTS).
 func Read(f *os.File, nsid uint32, lba uint64, n int, data, md []byte) error {
+	return rw(f, opRead, nsid, lba, n, data, md, Protection{})
+}
+
+// Write writes n blocks at lba of namespace nsid from data and md, laid out
+// as for Read, with the protection prot: with PRACT clear and the PRCHK
+// bits set (CheckAll) the controller checks the PI given in the metadata
+// against the data and prot's tags before it stores anything, and refuses
+// the write with a *StatusError matching dif.ErrIntegrity if a check
+// fails.
+func Write(f *os.File, nsid uint32, lba uint64, n int, data, md []byte, prot Protection) error {
+	return rw(f, opWrite, nsid, lba, n, data, md, prot)
+}
+
+func rw(f *os.File, op uint8, nsid uint32, lba uint64, n int, data, md []byte, prot Protection) error {
+	name := "read"
+	if op == opWrite {
+		name = "write"
+	}
 	if n < 1 || n > 1<<16 {
-		return fmt.Errorf("nvme: read of %d blocks", n)
+		return fmt.Errorf("nvme: %s of %d blocks", name, n)
 	}
 	c := passthru64{
-		opcode:      opRead,
+		opcode:      op,
 		nsid:        nsid,
 		addr:        addr(data),
 		dataLen:     uint32(len(data)),
@@ -217,7 +197,10 @@ func Read(f *os.File, nsid uint32, lba uint64, n int, data, md []byte) error {
 		metadataLen: uint32(len(md)),
 		cdw10:       uint32(lba),
 		cdw11:       uint32(lba >> 32),
-		cdw12:       uint32(n - 1), // NLB, 0-based; PRINFO (bits 29:26) 0
+		cdw12:       uint32(n-1) | prot.cdw12(), // NLB, 0-based
+		cdw3:        uint32(prot.Ref >> 32),
+		cdw14:       uint32(prot.Ref),
+		cdw15:       uint32(prot.AppMask)<<16 | uint32(prot.App),
 	}
-	return submit(f, ioctlIO64, fmt.Sprintf("read of %d blocks at %d", n, lba), &c, data, md)
+	return submit(f, ioctlIO64, fmt.Sprintf("%s of %d blocks at %d", name, n, lba), &c, data, md)
 }

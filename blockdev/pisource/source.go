@@ -48,8 +48,10 @@ type Source struct {
 	ip     check.ImageParams
 	blocks int64
 	bs, ms int
-	ext    *ExtendedImage // one of ext and dix is set
+	ext    *ExtendedImage // one of ext, dix and rd is set
 	dix    *DIXPair
+	rd     BlockReader
+	inter  bool        // the run's data and metadata are interleaved (ext, or an interleaved rd)
 	noMap  atomic.Bool // the images refused to map: read them
 }
 
@@ -66,7 +68,7 @@ func NewExtendedSource(img *ExtendedImage, f dif.Format, p dif.Params) (*Source,
 	if err != nil {
 		return nil, err
 	}
-	s.ext, s.blocks = img, img.Sectors()
+	s.ext, s.blocks, s.inter = img, img.Sectors(), true
 	return s, nil
 }
 
@@ -135,7 +137,7 @@ type piRun struct {
 
 func (s *Source) split(scratch []byte, n int) piRun {
 	var r piRun
-	if s.ext != nil {
+	if s.inter {
 		r.data = scratch[:n*(s.bs+s.ms)]
 	} else {
 		r.data = scratch[:n*s.bs]
@@ -150,7 +152,7 @@ func (s *Source) split(scratch []byte, n int) piRun {
 
 // block returns the buffers of block i of r.
 func (s *Source) block(r piRun, i int) (data, md []byte) {
-	if s.ext != nil {
+	if s.inter {
 		ss := s.bs + s.ms
 		return r.data[i*ss : (i+1)*ss], nil
 	}
@@ -162,6 +164,9 @@ func (s *Source) block(r piRun, i int) (data, md []byte) {
 // is not used), a DIX pair's data into data[:n*BlockSize] and metadata
 // into md[:n*MetadataSize].
 func (s *Source) ReadBlocks(lba int64, n int, data, md []byte) error {
+	if s.rd != nil {
+		return s.rd.ReadBlocks(lba, n, data, md)
+	}
 	if s.ext != nil {
 		return s.ext.ReadSectors(lba, n, data)
 	}
@@ -171,7 +176,7 @@ func (s *Source) ReadBlocks(lba int64, n int, data, md []byte) error {
 // dropCache asks the readers to drop their cached copies of blocks
 // [lba, lba+n), best effort.
 func (s *Source) dropCache(lba int64, n int) {
-	if n <= 0 {
+	if n <= 0 || s.rd != nil {
 		return
 	}
 	if s.ext != nil {
@@ -244,7 +249,7 @@ func (s *Source) CheckRun(ctx context.Context, lba int64, n int, scratch []byte,
 // done is false when the run must be read instead: no mapping, or a fault
 // on it (the read then reports the I/O error block by block).
 func (s *Source) classifyMapped(lba int64, n int, r piRun) (sum dif.Summary, done bool, err error) {
-	if s.noMap.Load() {
+	if s.rd != nil || s.noMap.Load() {
 		return sum, false, nil
 	}
 	v := mapVisits.Get().(*mapVisit)

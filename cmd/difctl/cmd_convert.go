@@ -19,10 +19,11 @@ const (
 	formInterleaved = "interleaved" // extended-LBA image: one file
 	formDIX         = "dix"         // data image and metadata file
 	formStore       = "store"       // plain image protected by a store
+	formDevice      = "device"      // an NVMe namespace that carries PI (convert_device.go)
 )
 
 // formFiles is the number of files an image of each form names.
-var formFiles = map[string]int{formInterleaved: 1, formDIX: 2, formStore: 1}
+var formFiles = map[string]int{formInterleaved: 1, formDIX: 2, formStore: 1, formDevice: 1}
 
 // convertOptions are the inputs of runConvert.
 type convertOptions struct {
@@ -71,6 +72,12 @@ verifying every block on the way:
                4112 or 4160-byte sectors); one file
   dix          a data image and a metadata file (as nvme write --data and
                --metadata take them); two files, data first
+  device       an NVMe namespace that carries PI, read and written through
+               NVMe passthrough (docs/device-pi.md); one file, its block
+               device: --from device to a store (its PI imported) or to
+               an interleaved image or DIX pair (dumped), --to device from
+               a store (the stored tuples written into the device's
+               metadata, every one checked by the device)
 
 The arguments are the input's files, then the output's: an interleaved
 image to a DIX pair is "IMAGE OUT.img OUT.md", a DIX pair to an
@@ -104,7 +111,9 @@ volume cannot be opened.
   difctl convert --from interleaved:512+8 --to dix --force bad.dump out.img out.md
   difctl convert --to interleaved disk.img disk.dump          # protected image: tuples from disk.img.difdb
   difctl convert --to dix disk.img out.img out.md --store pebble:/var/lib/difctl/disk
-  difctl convert --from interleaved:512+8 --to store disk.dump disk.img   # tuples in disk.img.difdb`,
+  difctl convert --from interleaved:512+8 --to store disk.dump disk.img   # tuples in disk.img.difdb
+  difctl convert --to device disk.img /dev/nvme0n1               # a protected image onto a PI namespace
+  difctl convert --from device --to store /dev/nvme0n1 copy.img  # a namespace's PI into a store`,
 		Args: cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts := convertOptions{globalOptions: *g, Force: force, Store: store}
@@ -139,7 +148,12 @@ volume cannot be opened.
 					}
 				}
 			}
-			if text == "" && opts.From != formStore {
+			if opts.From == formDevice || opts.To == formDevice {
+				if err := checkDeviceForms(cmd, &opts, text); err != nil {
+					return err
+				}
+			}
+			if text == "" && opts.From != formStore && opts.From != formDevice {
 				return usageErrorf("--from %s needs the input's format: --from %s:FORMAT (512+8, 4096+16:crc64, ...)", opts.From, opts.From)
 			}
 			if opts.From == opts.To {
@@ -153,7 +167,15 @@ volume cannot be opened.
 				return usageErrorf("converting %s to %s takes %d input and %d output file(s), got %d argument(s)", opts.From, opts.To, nin, nout, len(args))
 			}
 			opts.Inputs, opts.Outputs = args[:nin], args[nin:]
-			if opts.From != formStore {
+			if opts.From == formDevice {
+				// The format is the device's, the tag and check flags
+				// apply.
+				var spec imageSpec
+				if err := spec.resolveDevice(opts.Inputs[0], &imageFlags{devicePI: true}, pf, false); err != nil {
+					return err
+				}
+				opts.Format, opts.Params = spec.Format, spec.Params
+			} else if opts.From != formStore {
 				if opts.Format, err = pf.resolveFormat(text); err != nil {
 					return err
 				}
@@ -165,8 +187,8 @@ volume cannot be opened.
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&from, "from", "", "the input's `FORM[:FORMAT]`: store, interleaved:FORMAT or dix:FORMAT (default store)")
-	f.StringVar(&to, "to", "", "the output's `FORM`: store, interleaved or dix (required)")
+	f.StringVar(&from, "from", "", "the input's `FORM[:FORMAT]`: store, interleaved:FORMAT, dix:FORMAT or device (default store)")
+	f.StringVar(&to, "to", "", "the output's `FORM`: store, interleaved, dix or device (required)")
 	f.Var(&format, "format", "the input's format, if not given in --from")
 	f.BoolVar(&force, "force", false, "convert even if blocks fail verification (they are reported; exit 4)")
 	storeFlag(cmd, &store, " of the store-backed side")
@@ -181,7 +203,7 @@ func parseForm(flag, s string) (form, format string, err error) {
 	form, format, _ = strings.Cut(s, ":")
 	format = normalizeFormatText(format)
 	if _, ok := formFiles[form]; !ok {
-		return "", "", usageErrorf("%s %q: unknown form %q (want interleaved, dix or store)", flag, s, form)
+		return "", "", usageErrorf("%s %q: unknown form %q (want interleaved, dix, store or device)", flag, s, form)
 	}
 	if format != "" {
 		if _, err := dif.Parse(format); err != nil {
@@ -195,6 +217,12 @@ func parseForm(flag, s string) (form, format string, err error) {
 // interleaved image or a DIX pair), once it is sure that no output
 // overwrites an input.
 func openConvertInput(opts convertOptions) (*piImage, error) {
+	if opts.From == formDevice {
+		if err := checkDistinct(opts.Inputs, opts.Outputs); err != nil {
+			return nil, err
+		}
+		return openDevicePI(opts.Inputs[0], opts.Params, false)
+	}
 	meta := ""
 	if opts.From == formDIX {
 		meta = opts.Inputs[1]
@@ -211,6 +239,9 @@ func openConvertInput(opts convertOptions) (*piImage, error) {
 }
 
 func runConvert(ctx context.Context, opts convertOptions, stdout, stderr io.Writer) error {
+	if opts.To == formDevice {
+		return runExportDevice(ctx, opts, stdout, stderr)
+	}
 	if opts.From == formStore || opts.To == formStore {
 		return runConvertStore(ctx, opts, stdout, stderr)
 	}
@@ -297,19 +328,24 @@ func runConvert(ctx context.Context, opts convertOptions, stdout, stderr io.Writ
 
 // writeConverted writes a run read in f's layout to the outputs in form to,
 // using conv as the buffer of the other layout, and returns the bytes
-// written.
+// written. A run already in the output's layout (from a device) is written
+// as it is.
 func writeConverted(f dif.Format, to string, outs []*outFile, lba int64, data, md, conv []byte) (int64, error) {
 	var bufs [][]byte
 	var offs []int64
-	switch to {
-	case formDIX: // from interleaved
+	switch {
+	case to == formDIX && f.Layout() == dif.Separate:
+		bufs, offs = [][]byte{data, md}, []int64{lba * int64(f.BlockSize()), lba * int64(f.MetadataSize())}
+	case to == formInterleaved && f.Layout() == dif.Interleaved:
+		bufs, offs = [][]byte{data}, []int64{lba * int64(f.ExtendedBlockSize())}
+	case to == formDIX: // from interleaved
 		n := len(data) / f.ExtendedBlockSize()
 		d, m := conv[:n*f.BlockSize()], conv[n*f.BlockSize():n*f.ExtendedBlockSize()]
 		if err := f.ToSeparate(d, m, data); err != nil {
 			return 0, err
 		}
 		bufs, offs = [][]byte{d, m}, []int64{lba * int64(f.BlockSize()), lba * int64(f.MetadataSize())}
-	case formInterleaved: // from DIX
+	case to == formInterleaved: // from DIX
 		if err := f.ToInterleaved(conv, data, md); err != nil {
 			return 0, err
 		}

@@ -60,6 +60,17 @@ type imageRecord struct {
 	PIPosition   string `json:"pi_position"`   // first or last
 	Blocks       int64  `json:"blocks"`
 	Bytes        int64  `json:"bytes"` // data bytes (blocks * block_size)
+	// Device describes an NVMe namespace with PI (--device-pi).
+	Device *devicePIRecord `json:"device,omitempty"`
+}
+
+// devicePIRecord is what inspect says of an NVMe namespace with PI.
+type devicePIRecord struct {
+	NamespaceID uint32 `json:"namespace_id"`
+	// KernelIntegrity is the kernel's integrity profile of the block
+	// device (/sys/block/NAME/integrity/format: T10-DIF-TYPE1-CRC, none,
+	// ...), "" when the kernel has none to show.
+	KernelIntegrity string `json:"kernel_integrity"`
 }
 
 func (*imageRecord) recordType() string { return "image" }
@@ -98,7 +109,9 @@ func newInspectCmd(g *globalOptions) *cobra.Command {
 		Short: "Show an image's format and, per block, the stored and computed tuples",
 		Long: `Describe IMAGE: for a store-backed image the manifest, how many blocks have
 tuples and a summary of the findings log; for an image with its own PI
-(--interleaved, --dix) its format and size.
+(--interleaved, --dix) its format and size; for an NVMe namespace that
+carries PI (--device-pi, or found as verify finds one) the format read
+from the device, its namespace ID and the kernel's integrity profile.
 
 A store is opened read-only, and its manifest is checked against IMAGE
 (size and name) before anything else: another image's store is refused
@@ -129,10 +142,14 @@ manifest). A "!" marks a stored value that fails its check.
 			if err := opts.resolve(&img, pf); err != nil {
 				return err
 			}
+			if err := opts.resolveDevice(args[0], &img, pf, false); err != nil {
+				return err
+			}
 			return runInspect(cmd.Context(), opts, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
 	img.register(cmd, true, " of a store-backed image")
+	addDevicePIFlag(cmd, &img)
 	pf.register(cmd, piFormat|piTags|piChecks)
 	blocks.register(cmd, "first block to show", "number of blocks to show (default 1)")
 	addKeyFlags(cmd, &g.Key, "check the key against a keyed volume and, with --lba, each block's keyed tag")
@@ -145,7 +162,7 @@ func runInspect(ctx context.Context, opts inspectOptions, stdout, stderr io.Writ
 	if !opts.SelfContained {
 		return runInspectStore(ctx, opts, out, stderr)
 	}
-	im, err := openPIImage(opts.Image, opts.Meta, opts.Format, opts.Params, openRead)
+	im, err := openImage(opts.Image, opts.imageSpec, openRead)
 	if err != nil {
 		return err
 	}
@@ -183,7 +200,7 @@ func runInspect(ctx context.Context, opts inspectOptions, stdout, stderr io.Writ
 func emitImage(out *output, opts inspectOptions, im *piImage) error {
 	f := im.f
 	layout := "interleaved"
-	if opts.Meta != "" {
+	if f.Layout() == dif.Separate {
 		layout = "dix"
 	}
 	pos := "last"
@@ -194,11 +211,21 @@ func emitImage(out *output, opts inspectOptions, im *piImage) error {
 		BlockSize: f.BlockSize(), MetadataSize: f.MetadataSize(), TupleSize: f.TupleSize(),
 		Guard: f.Guard().Bits(), PIType: int(f.Type()), PIPosition: pos,
 		Blocks: im.blocks(), Bytes: im.blocks() * int64(f.BlockSize())}
+	if im.dev != nil {
+		rec.Device = &devicePIRecord{NamespaceID: im.dev.Namespace().ID, KernelIntegrity: im.dev.Integrity().Format}
+	}
 	if out.json {
 		return out.emit(rec)
 	}
 	tw := tabwriter.NewWriter(out.w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "image:\t%s\n", im.name())
+	if d := rec.Device; d != nil {
+		ki := d.KernelIntegrity
+		if ki == "" {
+			ki = "not shown"
+		}
+		fmt.Fprintf(tw, "device:\tNVMe namespace %d, PI read through passthrough; kernel integrity profile: %s\n", d.NamespaceID, ki)
+	}
 	fmt.Fprintf(tw, "format:\t%s (%s)\n", rec.Format, layout)
 	fmt.Fprintf(tw, "blocks:\t%d of %d+%d bytes (%s of data)\n", rec.Blocks, rec.BlockSize, rec.MetadataSize, formatBytes(rec.Bytes))
 	fmt.Fprintf(tw, "guard:\t%s, %d-byte tuple, PI %s in the metadata\n", guardName(f.Guard()), rec.TupleSize, pos)

@@ -142,7 +142,9 @@ then a summary (blocks checked, clean, failed by field, unwritten,
 transient: failed, then passed when read again).
 
 IMAGE is checked against its store (protect), or carries its own PI with
---interleaved FORMAT or --dix METAFILE (as verify). Either way the scrub's
+--interleaved FORMAT or --dix METAFILE, or is an NVMe namespace that
+carries PI (--device-pi, or found as verify finds one; its state store
+must then be given with --store). Either way the scrub's
 cursor and findings are kept in the store, by default IMAGE.difdb
 (--store mem: keeps nothing): an interrupted scrub (Ctrl-C, exit 32)
 continues where it stopped when run again, unless --restart; its summary
@@ -196,6 +198,7 @@ and records the finding as repaired (see difctl repair).
 		},
 	}
 	img.register(cmd, true, " for the tuples and the scrub state")
+	addDevicePIFlag(cmd, &img)
 	pf.register(cmd, piFormat|piTags|piChecks|piRange)
 	f := cmd.Flags()
 	f.IntVar(&opts.Workers, "workers", 0, "runs checked in parallel (default: the number of CPUs)")
@@ -225,6 +228,15 @@ func runScrubCmd(cmd *cobra.Command, o scrubOptions, image string, img *imageFla
 	}
 	if err := o.resolve(img, pf); err != nil {
 		return err
+	}
+	if err := o.resolveDevice(image, img, pf, true); err != nil {
+		return err
+	}
+	if o.Device && o.Store == "" {
+		// As protect refuses it: the default store of a block device
+		// would be on /dev.
+		return usageErrorf("%s is an NVMe namespace with PI: its scrub state needs a store, and the default %s would be on /dev (devtmpfs) and lost at reboot; name a persistent one, e.g. --store pebble:/var/lib/difctl/%s.scrub",
+			image, storePath(storeURL(image, "")), filepath.Base(image))
 	}
 	if err := o.checkRepair(); err != nil {
 		return err
@@ -436,7 +448,7 @@ func openScrubTarget(ctx context.Context, opts scrubOptions, url string) (*scrub
 		return &scrubTarget{src: v.vol, tup: v.vol.Tuples(), f: v.format().WithLayout(dif.Interleaved), name: opts.Image,
 			keyed: keyedState(v.vol), close: v.Close}, nil
 	}
-	im, err := openPIImage(opts.Image, opts.Meta, opts.Format, opts.Params, openRead)
+	im, err := openImage(opts.Image, opts.imageSpec, openRead)
 	if err != nil {
 		return nil, err
 	}

@@ -69,6 +69,14 @@ session left open, whose recovery writes it. The store must describe IMAGE
 damaged one, named in the message. Human output lists the first 100
 failed checks and counts the rest; --json lists every one.
 
+An NVMe namespace that carries its own PI is checked with no store
+(--device-pi, or on its own when IMAGE is a block device, no --store is
+given and the default store does not exist): its format comes from the
+device, its tuples from the device's metadata through NVMe passthrough,
+with the device's own checks off (docs/device-pi.md). That needs
+CAP_SYS_ADMIN. A block device that is not such a namespace is checked
+against its store.
+
 ` + servedHelp("verify") + `
 
 The expected tags come from the flags: --ref-tag is the ref tag of block 0
@@ -89,6 +97,9 @@ of about 1 MiB; memory does not grow with its size.
 			if err := opts.resolve(&img, pf); err != nil {
 				return err
 			}
+			if err := opts.resolveDevice(args[0], &img, pf, false); err != nil {
+				return err
+			}
 			if len(from) > 0 && opts.SelfContained {
 				return usageErrorf("--from works on protected images (protect), not on images with their own PI")
 			}
@@ -96,6 +107,7 @@ of about 1 MiB; memory does not grow with its size.
 		},
 	}
 	img.register(cmd, true, " of a store-backed image")
+	addDevicePIFlag(cmd, &img)
 	pf.register(cmd, piFormat|piTags|piChecks|piRange)
 	cmd.Flags().StringArrayVar(&from, "from", nil, "a repair source (an image file or block device holding a copy of IMAGE), repeatable: report which failing blocks it holds a verified copy of (verify changes nothing; repair with scrub --repair or repair)")
 	addKeyFlags(cmd, &g.Key, "check the keyed tags too (without it a keyed volume's tuples are checked and the keyed check skipped)")
@@ -108,7 +120,7 @@ func runVerify(ctx context.Context, opts verifyOptions, stdout, stderr io.Writer
 	if !opts.SelfContained {
 		return runVerifyStore(ctx, opts, stdout, stderr)
 	}
-	im, err := openPIImage(opts.Image, opts.Meta, opts.Format, opts.Params, openRead)
+	im, err := openImage(opts.Image, opts.imageSpec, openRead)
 	if err != nil {
 		return err
 	}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 
+	"github.com/difctl/difctl/dif"
 	"github.com/spf13/cobra"
 )
 
@@ -18,16 +19,20 @@ type writeOptions struct {
 	Offset int64
 	Input  string // a file, or "-" for Stdin
 	Stdin  io.Reader
+	// device: IMAGE is an NVMe namespace that carries PI
+	// (cmd_write_device.go), written with the tags of devParams.
+	device    bool
+	devParams dif.Params
 }
 
 // writeRecord is the --json result of write.
 type writeRecord struct {
 	header
 	Image  string `json:"image"`
-	Store  string `json:"store"`
-	Input  string `json:"input"`  // the file, or "-" for standard input
-	Offset int64  `json:"offset"` // byte offset written at
-	Bytes  int64  `json:"bytes"`  // bytes written
+	Store  string `json:"store,omitempty"` // none for an NVMe namespace with PI
+	Input  string `json:"input"`           // the file, or "-" for standard input
+	Offset int64  `json:"offset"`          // byte offset written at
+	Bytes  int64  `json:"bytes"`           // bytes written
 	// ClosedFindings counts the open findings of the blocks replaced
 	// whole, closed by the write.
 	ClosedFindings int `json:"closed_findings"`
@@ -39,6 +44,8 @@ func newWriteCmd(g *globalOptions, stdin io.Reader) *cobra.Command {
 	var (
 		offset = uintFlag{bits: 63}
 		store  string
+		img    imageFlags
+		pf     = newPIFlags()
 	)
 	cmd := &cobra.Command{
 		Use:   "write IMAGE --offset N [FILE|-]",
@@ -49,12 +56,21 @@ blocks get new tuples in the store, and a crash at any moment leaves every
 block verifying against its old or its new contents. A write that covers
 part of a block reads and verifies the rest of it first; if that block
 fails verification nothing is written (exit 4). The data is durable when
-write returns. Writing past the end of the image is refused (exit 16, from a
+write returns.
+
+An NVMe namespace that carries its own PI (--device-pi, or a block device
+with no store: see verify) is written with no store: difctl generates each
+block's PI (ref tag from --ref-tag and the LBA, app tag --app-tag) and
+sends it with the data through NVMe passthrough with PRACT clear and
+PRCHK set, so that the device checks every tuple before it stores it. A
+tuple the device refuses (its guard, app tag or ref tag check error) is an
+integrity error naming the LBA (exit 4); the blocks before it are written. Writing past the end of the image is refused (exit 16, from a
 file or from standard input alike). The open findings of the blocks the
 write replaces whole are closed: their failures went with the old data.
 
 ` + exitCodesHelp(exitOK, exitUncorrected, exitOperational, exitUsage, exitCancelled),
 		Example: `  difctl write disk.img --offset 4096 patch.bin
+  difctl write --device-pi /dev/nvme0n1 --offset 0 boot.img
   printf 'hello' | difctl write disk.img --offset 0x200`,
 		Args: cobra.MaximumNArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -68,18 +84,34 @@ write replaces whole are closed: their failures went with the old data.
 			if len(args) == 2 {
 				in = args[1]
 			}
-			return runWrite(cmd.Context(), writeOptions{globalOptions: *g, Image: args[0], Store: store,
-				Offset: int64(offset.v), Input: in, Stdin: stdin}, cmd.OutOrStdout(), cmd.ErrOrStderr())
+			opts := writeOptions{globalOptions: *g, Image: args[0], Store: store,
+				Offset: int64(offset.v), Input: in, Stdin: stdin}
+			img.store = store
+			var spec imageSpec
+			if err := spec.resolveDevice(args[0], &img, pf, false); err != nil {
+				return err
+			}
+			if !spec.Device && (pf.appTag.set || pf.refTag.set) {
+				return usageErrorf("--app-tag and --ref-tag set the PI of a write to an NVMe namespace with PI (--device-pi); a store-backed image keeps its own")
+			}
+			opts.device, opts.devParams = spec.Device, spec.Params
+			return runWrite(cmd.Context(), opts, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
 	f := cmd.Flags()
 	f.Var(&offset, "offset", "byte offset in IMAGE to write at (required)")
 	storeFlag(cmd, &store, "")
+	addDevicePIFlag(cmd, &img)
+	f.Var(&pf.refTag, "ref-tag", "with --device-pi: the ref tag of block 0 (Types 1 and 2: block N carries REF+N; default 0, as Linux writes)")
+	f.Var(&pf.appTag, "app-tag", "with --device-pi: the app tag written, which the device checks (default 0)")
 	addKeyFlags(cmd, &g.Key, "required to write to a keyed volume")
 	return cmd
 }
 
 func runWrite(ctx context.Context, opts writeOptions, stdout, stderr io.Writer) error {
+	if opts.device {
+		return runWriteDevice(ctx, opts, stdout, stderr)
+	}
 	url := storeURL(opts.Image, opts.Store)
 	r := opts.Stdin
 	if r == nil {

@@ -400,8 +400,11 @@ type imageSpec struct {
 	// Format, checked with Params. Otherwise its tuples are in a store.
 	SelfContained bool
 	Meta          string // the metadata file of a DIX pair; "" otherwise
-	Format        dif.Format
-	Params        dif.Params
+	// Device: the image is an NVMe namespace that carries its PI, read
+	// through passthrough (device_pi.go); SelfContained is set too.
+	Device bool
+	Format dif.Format
+	Params dif.Params
 }
 
 // resolve fills s from the image flags and the PI flags when they name a
@@ -446,6 +449,7 @@ type imageFlags struct {
 	dix         string
 	format      formatFlag
 	store       string // --store: the store of a store-backed image
+	devicePI    bool   // --device-pi: an NVMe namespace with PI (device_pi.go)
 }
 
 // register adds --interleaved, --dix, --format (withFormat) and --store,

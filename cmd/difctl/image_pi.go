@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/difctl/difctl/blockdev/nvme"
 	"github.com/difctl/difctl/blockdev/pisource"
 	"github.com/difctl/difctl/dif"
 )
@@ -18,8 +19,9 @@ type piImage struct {
 	ext        *pisource.ExtendedImage
 	dix        *pisource.DIXPair
 	files      []*os.File
-	dataFile   *os.File // the image (the data file of a DIX pair)
-	metaFile   *os.File // the metadata file of a DIX pair
+	dataFile   *os.File     // the image (the data file of a DIX pair)
+	metaFile   *os.File     // the metadata file of a DIX pair
+	dev        *nvme.Device // an NVMe namespace with PI (device_pi.go); none of the above
 	src        *pisource.Source
 }
 
@@ -116,6 +118,10 @@ func (im *piImage) Close() error {
 		errs = append(errs, f.Close())
 	}
 	im.files = nil
+	if im.dev != nil {
+		errs = append(errs, im.dev.Close())
+		im.dev = nil
+	}
 	return errors.Join(errs...)
 }
 
@@ -136,7 +142,7 @@ func (im *piImage) extBlockSize() int { return im.f.ExtendedBlockSize() }
 // runBuffers returns the buffers of a run of up to n blocks in the image's
 // layout (md is nil for an interleaved image).
 func (im *piImage) runBuffers(n int) (data, md []byte) {
-	if im.meta == "" {
+	if im.f.Layout() == dif.Interleaved {
 		return make([]byte, n*im.f.ExtendedBlockSize()), nil
 	}
 	return make([]byte, n*im.f.BlockSize()), make([]byte, n*im.f.MetadataSize())
@@ -145,6 +151,14 @@ func (im *piImage) runBuffers(n int) (data, md []byte) {
 // read reads n blocks at lba into data and md (from runBuffers) and returns
 // them cut to the run.
 func (im *piImage) read(lba int64, n int, data, md []byte) ([]byte, []byte, error) {
+	if im.dev != nil {
+		if im.f.Layout() == dif.Interleaved {
+			data, md = data[:n*im.f.ExtendedBlockSize()], nil
+		} else {
+			data, md = data[:n*im.f.BlockSize()], md[:n*im.f.MetadataSize()]
+		}
+		return data, md, im.dev.ReadBlocks(lba, n, data, md)
+	}
 	if im.meta == "" {
 		data = data[:n*im.f.ExtendedBlockSize()]
 		return data, nil, im.ext.ReadSectors(lba, n, data)

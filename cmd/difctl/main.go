@@ -5,7 +5,8 @@
 // tuples in a store beside the image (Pebble, IMAGE.difdb, by default);
 // verify, scrub, inspect, write, discard, convert and remap then work
 // through that store. Images that carry their own PI (extended-LBA dumps,
-// DIX pairs) are checked with `verify --interleaved` or `verify --dix`.
+// DIX pairs) are checked with `verify --interleaved` or `verify --dix`, and
+// NVMe namespaces that do with `verify --device-pi` (docs/device-pi.md).
 // crc, kernels and bench expose the checksum kernels. With --json every
 // command writes JSON Lines in the difctl/v1 schema (SCHEMA.md).
 //
@@ -34,8 +35,10 @@
 //     alone, and its errors in the user's words; identity.go: whether a
 //     store describes the image given;
 //   - image_pi.go: an image with its own PI (extended-LBA or DIX);
-//     files.go: the files read and written directly; check.go: checking
-//     a range of blocks in runs;
+//     device_pi.go: an NVMe namespace that carries PI, read and written
+//     through passthrough (--device-pi, detection; cmd_write_device.go and
+//     convert_device.go write one); files.go: the files read and written
+//     directly; check.go: checking a range of blocks in runs;
 //   - output.go, output_findings.go, output_progress.go: records and text,
 //     findings and summaries, progress bars;
 //   - exit.go: exit codes and the errors that carry them; signal.go:
