@@ -93,6 +93,10 @@ func generate(cmd []string, pkg string) (asm, stubs []byte, err error) {
 	}
 	short()
 	short3()
+	for _, c := range zVariants {
+		blocksZ(c)
+	}
+	mergeZ()
 	return scaffold.AsmAndStubs(ctx, cmd, pkg)
 }
 
