@@ -99,15 +99,33 @@ func chunkZ(reg uint32, p []byte, s int, regs *[17]uint32) uint32 {
 	return hybridMergeZ((*[16]uint32)(regs[:16]), regs[16], &hybridKZ[s/hybridZUnit-1])
 }
 
+// hybridZSplitMin is the shortest block Blocks runs through the kernels
+// that fold from each block's first 64-byte boundary (hybridBlocksZA*)
+// when the blocks are off a line (the buffer or the stride not a multiple
+// of 64); shorter blocks off a line go through the avx512 fold kernel,
+// which measured as fast as the sixteen-block kernels there, and faster
+// than hybridBlocksZA*, whose heads and tails of varying length cost
+// branches (docs/perf/crc32c-avx512.md).
+const hybridZSplitMin = 3072
+
 // blocksHybridZ is Blocks: sixteen blocks at a time from hybridZBlocksMin
-// bytes a block, the rest (and shorter blocks) by the avx512 fold kernel.
+// bytes a block (from hybridZSplitMin if they are off a line), the rest
+// (and the other blocks) by the avx512 fold kernel.
 func blocksHybridZ(dst []uint32, p []byte, blockLen, stride int) {
 	g := len(dst) / 16
 	if blockLen < hybridZBlocksMin || g == 0 {
 		blocksAVX512(dst, p, blockLen, stride)
 		return
 	}
-	blocksZKernel(blockLen)(&dst[0], &p[0], g, blockLen, stride, 0xffffffff, 0xffffffff, &foldTable.Fold[4])
+	k := blocksZKernel(blockLen)
+	if (int(uintptr(unsafe.Pointer(&p[0])))|stride)&63 != 0 {
+		if blockLen < hybridZSplitMin {
+			blocksAVX512(dst, p, blockLen, stride)
+			return
+		}
+		k = hybridBlocksZA1
+	}
+	k(&dst[0], &p[0], g, blockLen, stride, 0xffffffff, 0xffffffff, &foldTable.Fold[4])
 	if i := 16 * g; i < len(dst) {
 		blocksAVX512(dst[i:], p[i*stride:], blockLen, stride)
 	}

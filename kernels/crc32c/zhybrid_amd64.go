@@ -154,6 +154,42 @@ func hybridBlocksZ2(dst *uint32, p *byte, groups int, blockLen int, stride int, 
 //go:noescape
 func hybridBlocksZ3(dst *uint32, p *byte, groups int, blockLen int, stride int, init uint32, xorout uint32, fold *[2]uint64)
 
+// hybridBlocksZA0 is hybridBlocksZ0 for blocks off a cache line: every
+// fold block's head, up to its first 64-byte boundary, and every block's
+// tail beyond (blockLen-63)/64 steps go through CRC32, so that no fold
+// load spans two lines (kernels/_asm/crc32hybrid, zalign.go).
+// Needs SSE4.2, AVX512F and VPCLMULQDQ.
+//
+// Preconditions: groups >= 1, blockLen >= 128, stride >= blockLen;
+// fold = &foldTable.Fold[4].
+//
+//go:noescape
+func hybridBlocksZA0(dst *uint32, p *byte, groups int, blockLen int, stride int, init uint32, xorout uint32, fold *[2]uint64)
+
+// hybridBlocksZA1 is hybridBlocksZ1 for blocks off a cache line: every
+// fold block's head, up to its first 64-byte boundary, and every block's
+// tail beyond (blockLen-63)/64 steps go through CRC32, so that no fold
+// load spans two lines (kernels/_asm/crc32hybrid, zalign.go).
+// Needs SSE4.2, AVX512F and VPCLMULQDQ.
+//
+// Preconditions: groups >= 1, blockLen >= 128, stride >= blockLen;
+// fold = &foldTable.Fold[4].
+//
+//go:noescape
+func hybridBlocksZA1(dst *uint32, p *byte, groups int, blockLen int, stride int, init uint32, xorout uint32, fold *[2]uint64)
+
+// hybridBlocksZA2 is hybridBlocksZ2 for blocks off a cache line: every
+// fold block's head, up to its first 64-byte boundary, and every block's
+// tail beyond (blockLen-63)/64 steps go through CRC32, so that no fold
+// load spans two lines (kernels/_asm/crc32hybrid, zalign.go).
+// Needs SSE4.2, AVX512F and VPCLMULQDQ.
+//
+// Preconditions: groups >= 1, blockLen >= 128, stride >= blockLen;
+// fold = &foldTable.Fold[4].
+//
+//go:noescape
+func hybridBlocksZA2(dst *uint32, p *byte, groups int, blockLen int, stride int, init uint32, xorout uint32, fold *[2]uint64)
+
 // hybridMergeZ returns the register after a chunk of segments from the
 // registers regs (the one before the chunk, then the segments' but the
 // last, from zero), the last segment's register last and the chunk's

@@ -5452,6 +5452,900 @@ hybridBlocksZ3_b15_done:
 	VZEROUPPER
 	RET
 
+// func hybridBlocksZA0(dst *uint32, p *byte, groups int, blockLen int, stride int, init uint32, xorout uint32, fold *[2]uint64)
+// Requires: AVX, AVX512F, SSE4.2, VPCLMULQDQ
+TEXT ·hybridBlocksZA0(SB), $1344-56
+	MOVQ            fold+48(FP), AX
+	VBROADCASTI32X4 (AX), Z0
+	MOVQ            p+8(FP), AX
+
+hybridBlocksZA0_group:
+	// Heads: every block's position and register, the fold blocks'
+	// after their bytes up to a 64-byte boundary.
+	XORL CX, CX
+	MOVQ AX, DX
+
+hybridBlocksZA0_head:
+	MOVL init+40(FP), BX
+	MOVQ DX, DI
+	CMPQ CX, $0x00
+	JB   hybridBlocksZA0_headdone
+	ADDQ $0x3f, DI
+	ANDQ $-64, DI
+	MOVQ DI, SI
+	SUBQ DX, SI
+	MOVQ DX, R8
+	CMPQ SI, $0x08
+	JB   hybridBlocksZA0_h_q
+
+hybridBlocksZA0_h_loop:
+	CRC32Q (R8), BX
+	ADDQ   $0x08, R8
+	SUBQ   $0x08, SI
+	CMPQ   SI, $0x08
+	JAE    hybridBlocksZA0_h_loop
+
+hybridBlocksZA0_h_q:
+	TESTQ  $0x00000004, SI
+	JZ     hybridBlocksZA0_h_4
+	CRC32L (R8), BX
+	ADDQ   $0x04, R8
+
+hybridBlocksZA0_h_4:
+	TESTQ  $0x00000002, SI
+	JZ     hybridBlocksZA0_h_2
+	CRC32W (R8), BX
+	ADDQ   $0x02, R8
+
+hybridBlocksZA0_h_2:
+	TESTQ  $0x00000001, SI
+	JZ     hybridBlocksZA0_h_1
+	CRC32B (R8), BX
+
+hybridBlocksZA0_h_1:
+hybridBlocksZA0_headdone:
+	MOVQ DI, 1088(SP)(CX*8)
+	MOVQ BX, 1216(SP)(CX*8)
+	MOVQ stride+32(FP), BX
+	ADDQ BX, DX
+	INCQ CX
+	CMPQ CX, $0x10
+	JB   hybridBlocksZA0_head
+
+	// The CRC32 blocks' registers and positions; the first 64 bytes of
+	// every fold block from its boundary, its register in the first 32 bits.
+	MOVQ   1088(SP), CX
+	VMOVD  1216(SP), X1
+	VPXORQ (CX), Z1, Z2
+	MOVQ   1096(SP), CX
+	VMOVD  1224(SP), X1
+	VPXORQ (CX), Z1, Z3
+	MOVQ   1104(SP), CX
+	VMOVD  1232(SP), X1
+	VPXORQ (CX), Z1, Z4
+	MOVQ   1112(SP), CX
+	VMOVD  1240(SP), X1
+	VPXORQ (CX), Z1, Z5
+	MOVQ   1120(SP), CX
+	VMOVD  1248(SP), X1
+	VPXORQ (CX), Z1, Z6
+	MOVQ   1128(SP), CX
+	VMOVD  1256(SP), X1
+	VPXORQ (CX), Z1, Z7
+	MOVQ   1136(SP), CX
+	VMOVD  1264(SP), X1
+	VPXORQ (CX), Z1, Z8
+	MOVQ   1144(SP), CX
+	VMOVD  1272(SP), X1
+	VPXORQ (CX), Z1, Z9
+	MOVQ   1152(SP), CX
+	VMOVD  1280(SP), X1
+	VPXORQ (CX), Z1, Z10
+	MOVQ   1160(SP), CX
+	VMOVD  1288(SP), X1
+	VPXORQ (CX), Z1, Z11
+	MOVQ   1168(SP), CX
+	VMOVD  1296(SP), X1
+	VPXORQ (CX), Z1, Z12
+	MOVQ   1176(SP), CX
+	VMOVD  1304(SP), X1
+	VPXORQ (CX), Z1, Z13
+	MOVQ   1184(SP), CX
+	VMOVD  1312(SP), X1
+	VPXORQ (CX), Z1, Z14
+	MOVQ   1192(SP), CX
+	VMOVD  1320(SP), X1
+	VPXORQ (CX), Z1, Z15
+	MOVQ   1200(SP), CX
+	VMOVD  1328(SP), X1
+	VPXORQ (CX), Z1, Z16
+	MOVQ   1208(SP), CX
+	VMOVD  1336(SP), X1
+	VPXORQ (CX), Z1, Z17
+	XORL   CX, CX
+	MOVQ   blockLen+24(FP), DX
+	SUBQ   $0x3f, DX
+	SHRQ   $0x06, DX
+
+	// Every step: 64 bytes of each CRC32 block, and each fold accumulator
+	// folded forward by 64 bytes onto the next 64 of its block.
+	DECQ DX
+	JZ   hybridBlocksZA0_last
+
+hybridBlocksZA0_loop:
+	MOVQ       1088(SP), BX
+	VPCLMULQDQ $0x00, Z0, Z2, Z18
+	VPCLMULQDQ $0x11, Z0, Z2, Z2
+	VPTERNLOGD $0x96, 64(BX)(CX*1), Z18, Z2
+	MOVQ       1152(SP), BX
+	VPCLMULQDQ $0x00, Z0, Z10, Z18
+	VPCLMULQDQ $0x11, Z0, Z10, Z10
+	VPTERNLOGD $0x96, 64(BX)(CX*1), Z18, Z10
+	MOVQ       1096(SP), BX
+	VPCLMULQDQ $0x00, Z0, Z3, Z18
+	VPCLMULQDQ $0x11, Z0, Z3, Z3
+	VPTERNLOGD $0x96, 64(BX)(CX*1), Z18, Z3
+	MOVQ       1160(SP), BX
+	VPCLMULQDQ $0x00, Z0, Z11, Z18
+	VPCLMULQDQ $0x11, Z0, Z11, Z11
+	VPTERNLOGD $0x96, 64(BX)(CX*1), Z18, Z11
+	MOVQ       1104(SP), BX
+	VPCLMULQDQ $0x00, Z0, Z4, Z18
+	VPCLMULQDQ $0x11, Z0, Z4, Z4
+	VPTERNLOGD $0x96, 64(BX)(CX*1), Z18, Z4
+	MOVQ       1168(SP), BX
+	VPCLMULQDQ $0x00, Z0, Z12, Z18
+	VPCLMULQDQ $0x11, Z0, Z12, Z12
+	VPTERNLOGD $0x96, 64(BX)(CX*1), Z18, Z12
+	MOVQ       1112(SP), BX
+	VPCLMULQDQ $0x00, Z0, Z5, Z18
+	VPCLMULQDQ $0x11, Z0, Z5, Z5
+	VPTERNLOGD $0x96, 64(BX)(CX*1), Z18, Z5
+	MOVQ       1176(SP), BX
+	VPCLMULQDQ $0x00, Z0, Z13, Z18
+	VPCLMULQDQ $0x11, Z0, Z13, Z13
+	VPTERNLOGD $0x96, 64(BX)(CX*1), Z18, Z13
+	MOVQ       1120(SP), BX
+	VPCLMULQDQ $0x00, Z0, Z6, Z18
+	VPCLMULQDQ $0x11, Z0, Z6, Z6
+	VPTERNLOGD $0x96, 64(BX)(CX*1), Z18, Z6
+	MOVQ       1184(SP), BX
+	VPCLMULQDQ $0x00, Z0, Z14, Z18
+	VPCLMULQDQ $0x11, Z0, Z14, Z14
+	VPTERNLOGD $0x96, 64(BX)(CX*1), Z18, Z14
+	MOVQ       1128(SP), BX
+	VPCLMULQDQ $0x00, Z0, Z7, Z18
+	VPCLMULQDQ $0x11, Z0, Z7, Z7
+	VPTERNLOGD $0x96, 64(BX)(CX*1), Z18, Z7
+	MOVQ       1192(SP), BX
+	VPCLMULQDQ $0x00, Z0, Z15, Z18
+	VPCLMULQDQ $0x11, Z0, Z15, Z15
+	VPTERNLOGD $0x96, 64(BX)(CX*1), Z18, Z15
+	MOVQ       1136(SP), BX
+	VPCLMULQDQ $0x00, Z0, Z8, Z18
+	VPCLMULQDQ $0x11, Z0, Z8, Z8
+	VPTERNLOGD $0x96, 64(BX)(CX*1), Z18, Z8
+	MOVQ       1200(SP), BX
+	VPCLMULQDQ $0x00, Z0, Z16, Z18
+	VPCLMULQDQ $0x11, Z0, Z16, Z16
+	VPTERNLOGD $0x96, 64(BX)(CX*1), Z18, Z16
+	MOVQ       1144(SP), BX
+	VPCLMULQDQ $0x00, Z0, Z9, Z18
+	VPCLMULQDQ $0x11, Z0, Z9, Z9
+	VPTERNLOGD $0x96, 64(BX)(CX*1), Z18, Z9
+	MOVQ       1208(SP), BX
+	VPCLMULQDQ $0x00, Z0, Z17, Z18
+	VPCLMULQDQ $0x11, Z0, Z17, Z17
+	VPTERNLOGD $0x96, 64(BX)(CX*1), Z18, Z17
+	ADDQ       $0x40, CX
+	DECQ       DX
+	JNZ        hybridBlocksZA0_loop
+
+hybridBlocksZA0_last:
+	// Last step: the CRC32 blocks only.
+	ADDQ $0x40, CX
+
+	// The accumulators to a 64-byte aligned area, the CRC32 blocks'
+	// registers to the table.
+	LEAQ      63(SP), DX
+	ANDQ      $-64, DX
+	VMOVDQA64 Z2, (DX)
+	VMOVDQA64 Z3, 64(DX)
+	VMOVDQA64 Z4, 128(DX)
+	VMOVDQA64 Z5, 192(DX)
+	VMOVDQA64 Z6, 256(DX)
+	VMOVDQA64 Z7, 320(DX)
+	VMOVDQA64 Z8, 384(DX)
+	VMOVDQA64 Z9, 448(DX)
+	VMOVDQA64 Z10, 512(DX)
+	VMOVDQA64 Z11, 576(DX)
+	VMOVDQA64 Z12, 640(DX)
+	VMOVDQA64 Z13, 704(DX)
+	VMOVDQA64 Z14, 768(DX)
+	VMOVDQA64 Z15, 832(DX)
+	VMOVDQA64 Z16, 896(DX)
+	VMOVDQA64 Z17, 960(DX)
+
+	// Tails: every block's register (a fold block's by 8 CRC32Q of its
+	// accumulator), its bytes from its position plus the steps to its end,
+	// xorout; stored.
+	XORL BX, BX
+	MOVQ blockLen+24(FP), SI
+	ADDQ AX, SI
+	MOVQ dst+0(FP), DI
+
+hybridBlocksZA0_tail:
+	MOVQ   1216(SP)(BX*8), R8
+	CMPQ   BX, $0x00
+	JB     hybridBlocksZA0_reduced
+	XORL   R8, R8
+	CRC32Q (DX), R8
+	CRC32Q 8(DX), R8
+	CRC32Q 16(DX), R8
+	CRC32Q 24(DX), R8
+	CRC32Q 32(DX), R8
+	CRC32Q 40(DX), R8
+	CRC32Q 48(DX), R8
+	CRC32Q 56(DX), R8
+	ADDQ   $0x40, DX
+
+hybridBlocksZA0_reduced:
+	MOVQ 1088(SP)(BX*8), R9
+	ADDQ CX, R9
+	MOVQ SI, R10
+	SUBQ R9, R10
+	CMPQ R10, $0x08
+	JB   hybridBlocksZA0_t_q
+
+hybridBlocksZA0_t_loop:
+	CRC32Q (R9), R8
+	ADDQ   $0x08, R9
+	SUBQ   $0x08, R10
+	CMPQ   R10, $0x08
+	JAE    hybridBlocksZA0_t_loop
+
+hybridBlocksZA0_t_q:
+	TESTQ  $0x00000004, R10
+	JZ     hybridBlocksZA0_t_4
+	CRC32L (R9), R8
+	ADDQ   $0x04, R9
+
+hybridBlocksZA0_t_4:
+	TESTQ  $0x00000002, R10
+	JZ     hybridBlocksZA0_t_2
+	CRC32W (R9), R8
+	ADDQ   $0x02, R9
+
+hybridBlocksZA0_t_2:
+	TESTQ  $0x00000001, R10
+	JZ     hybridBlocksZA0_t_1
+	CRC32B (R9), R8
+
+hybridBlocksZA0_t_1:
+	XORL xorout+44(FP), R8
+	MOVL R8, (DI)(BX*4)
+	MOVQ stride+32(FP), R8
+	ADDQ R8, SI
+	INCQ BX
+	CMPQ BX, $0x10
+	JB   hybridBlocksZA0_tail
+	ADDQ $0x40, DI
+	MOVQ DI, dst+0(FP)
+	MOVQ stride+32(FP), CX
+	SHLQ $0x04, CX
+	ADDQ CX, AX
+	DECQ groups+16(FP)
+	JNZ  hybridBlocksZA0_group
+	VZEROUPPER
+	RET
+
+// func hybridBlocksZA1(dst *uint32, p *byte, groups int, blockLen int, stride int, init uint32, xorout uint32, fold *[2]uint64)
+// Requires: AVX, AVX512F, SSE4.2, VPCLMULQDQ
+TEXT ·hybridBlocksZA1(SB), $1344-56
+	MOVQ            fold+48(FP), AX
+	VBROADCASTI32X4 (AX), Z0
+	MOVQ            p+8(FP), AX
+
+hybridBlocksZA1_group:
+	// Heads: every block's position and register, the fold blocks'
+	// after their bytes up to a 64-byte boundary.
+	XORL CX, CX
+	MOVQ AX, DX
+
+hybridBlocksZA1_head:
+	MOVL init+40(FP), BX
+	MOVQ DX, DI
+	CMPQ CX, $0x01
+	JB   hybridBlocksZA1_headdone
+	ADDQ $0x3f, DI
+	ANDQ $-64, DI
+	MOVQ DI, SI
+	SUBQ DX, SI
+	MOVQ DX, R8
+	CMPQ SI, $0x08
+	JB   hybridBlocksZA1_h_q
+
+hybridBlocksZA1_h_loop:
+	CRC32Q (R8), BX
+	ADDQ   $0x08, R8
+	SUBQ   $0x08, SI
+	CMPQ   SI, $0x08
+	JAE    hybridBlocksZA1_h_loop
+
+hybridBlocksZA1_h_q:
+	TESTQ  $0x00000004, SI
+	JZ     hybridBlocksZA1_h_4
+	CRC32L (R8), BX
+	ADDQ   $0x04, R8
+
+hybridBlocksZA1_h_4:
+	TESTQ  $0x00000002, SI
+	JZ     hybridBlocksZA1_h_2
+	CRC32W (R8), BX
+	ADDQ   $0x02, R8
+
+hybridBlocksZA1_h_2:
+	TESTQ  $0x00000001, SI
+	JZ     hybridBlocksZA1_h_1
+	CRC32B (R8), BX
+
+hybridBlocksZA1_h_1:
+hybridBlocksZA1_headdone:
+	MOVQ DI, 1088(SP)(CX*8)
+	MOVQ BX, 1216(SP)(CX*8)
+	MOVQ stride+32(FP), BX
+	ADDQ BX, DX
+	INCQ CX
+	CMPQ CX, $0x10
+	JB   hybridBlocksZA1_head
+
+	// The CRC32 blocks' registers and positions; the first 64 bytes of
+	// every fold block from its boundary, its register in the first 32 bits.
+	MOVQ   1216(SP), CX
+	MOVQ   1088(SP), DX
+	MOVQ   1096(SP), BX
+	VMOVD  1224(SP), X1
+	VPXORQ (BX), Z1, Z2
+	MOVQ   1104(SP), BX
+	VMOVD  1232(SP), X1
+	VPXORQ (BX), Z1, Z3
+	MOVQ   1112(SP), BX
+	VMOVD  1240(SP), X1
+	VPXORQ (BX), Z1, Z4
+	MOVQ   1120(SP), BX
+	VMOVD  1248(SP), X1
+	VPXORQ (BX), Z1, Z5
+	MOVQ   1128(SP), BX
+	VMOVD  1256(SP), X1
+	VPXORQ (BX), Z1, Z6
+	MOVQ   1136(SP), BX
+	VMOVD  1264(SP), X1
+	VPXORQ (BX), Z1, Z7
+	MOVQ   1144(SP), BX
+	VMOVD  1272(SP), X1
+	VPXORQ (BX), Z1, Z8
+	MOVQ   1152(SP), BX
+	VMOVD  1280(SP), X1
+	VPXORQ (BX), Z1, Z9
+	MOVQ   1160(SP), BX
+	VMOVD  1288(SP), X1
+	VPXORQ (BX), Z1, Z10
+	MOVQ   1168(SP), BX
+	VMOVD  1296(SP), X1
+	VPXORQ (BX), Z1, Z11
+	MOVQ   1176(SP), BX
+	VMOVD  1304(SP), X1
+	VPXORQ (BX), Z1, Z12
+	MOVQ   1184(SP), BX
+	VMOVD  1312(SP), X1
+	VPXORQ (BX), Z1, Z13
+	MOVQ   1192(SP), BX
+	VMOVD  1320(SP), X1
+	VPXORQ (BX), Z1, Z14
+	MOVQ   1200(SP), BX
+	VMOVD  1328(SP), X1
+	VPXORQ (BX), Z1, Z15
+	MOVQ   1208(SP), BX
+	VMOVD  1336(SP), X1
+	VPXORQ (BX), Z1, Z16
+	XORL   BX, BX
+	MOVQ   blockLen+24(FP), SI
+	SUBQ   $0x3f, SI
+	SHRQ   $0x06, SI
+
+	// Every step: 64 bytes of each CRC32 block, and each fold accumulator
+	// folded forward by 64 bytes onto the next 64 of its block.
+	DECQ SI
+	JZ   hybridBlocksZA1_last
+
+hybridBlocksZA1_loop:
+	CRC32Q     (DX)(BX*1), CX
+	MOVQ       1096(SP), DI
+	VPCLMULQDQ $0x00, Z0, Z2, Z17
+	VPCLMULQDQ $0x11, Z0, Z2, Z2
+	VPTERNLOGD $0x96, 64(DI)(BX*1), Z17, Z2
+	MOVQ       1160(SP), DI
+	VPCLMULQDQ $0x00, Z0, Z10, Z17
+	VPCLMULQDQ $0x11, Z0, Z10, Z10
+	VPTERNLOGD $0x96, 64(DI)(BX*1), Z17, Z10
+	CRC32Q     8(DX)(BX*1), CX
+	MOVQ       1104(SP), DI
+	VPCLMULQDQ $0x00, Z0, Z3, Z17
+	VPCLMULQDQ $0x11, Z0, Z3, Z3
+	VPTERNLOGD $0x96, 64(DI)(BX*1), Z17, Z3
+	MOVQ       1168(SP), DI
+	VPCLMULQDQ $0x00, Z0, Z11, Z17
+	VPCLMULQDQ $0x11, Z0, Z11, Z11
+	VPTERNLOGD $0x96, 64(DI)(BX*1), Z17, Z11
+	CRC32Q     16(DX)(BX*1), CX
+	MOVQ       1112(SP), DI
+	VPCLMULQDQ $0x00, Z0, Z4, Z17
+	VPCLMULQDQ $0x11, Z0, Z4, Z4
+	VPTERNLOGD $0x96, 64(DI)(BX*1), Z17, Z4
+	MOVQ       1176(SP), DI
+	VPCLMULQDQ $0x00, Z0, Z12, Z17
+	VPCLMULQDQ $0x11, Z0, Z12, Z12
+	VPTERNLOGD $0x96, 64(DI)(BX*1), Z17, Z12
+	CRC32Q     24(DX)(BX*1), CX
+	MOVQ       1120(SP), DI
+	VPCLMULQDQ $0x00, Z0, Z5, Z17
+	VPCLMULQDQ $0x11, Z0, Z5, Z5
+	VPTERNLOGD $0x96, 64(DI)(BX*1), Z17, Z5
+	MOVQ       1184(SP), DI
+	VPCLMULQDQ $0x00, Z0, Z13, Z17
+	VPCLMULQDQ $0x11, Z0, Z13, Z13
+	VPTERNLOGD $0x96, 64(DI)(BX*1), Z17, Z13
+	CRC32Q     32(DX)(BX*1), CX
+	MOVQ       1128(SP), DI
+	VPCLMULQDQ $0x00, Z0, Z6, Z17
+	VPCLMULQDQ $0x11, Z0, Z6, Z6
+	VPTERNLOGD $0x96, 64(DI)(BX*1), Z17, Z6
+	MOVQ       1192(SP), DI
+	VPCLMULQDQ $0x00, Z0, Z14, Z17
+	VPCLMULQDQ $0x11, Z0, Z14, Z14
+	VPTERNLOGD $0x96, 64(DI)(BX*1), Z17, Z14
+	CRC32Q     40(DX)(BX*1), CX
+	MOVQ       1136(SP), DI
+	VPCLMULQDQ $0x00, Z0, Z7, Z17
+	VPCLMULQDQ $0x11, Z0, Z7, Z7
+	VPTERNLOGD $0x96, 64(DI)(BX*1), Z17, Z7
+	MOVQ       1200(SP), DI
+	VPCLMULQDQ $0x00, Z0, Z15, Z17
+	VPCLMULQDQ $0x11, Z0, Z15, Z15
+	VPTERNLOGD $0x96, 64(DI)(BX*1), Z17, Z15
+	CRC32Q     48(DX)(BX*1), CX
+	MOVQ       1144(SP), DI
+	VPCLMULQDQ $0x00, Z0, Z8, Z17
+	VPCLMULQDQ $0x11, Z0, Z8, Z8
+	VPTERNLOGD $0x96, 64(DI)(BX*1), Z17, Z8
+	MOVQ       1208(SP), DI
+	VPCLMULQDQ $0x00, Z0, Z16, Z17
+	VPCLMULQDQ $0x11, Z0, Z16, Z16
+	VPTERNLOGD $0x96, 64(DI)(BX*1), Z17, Z16
+	CRC32Q     56(DX)(BX*1), CX
+	MOVQ       1152(SP), DI
+	VPCLMULQDQ $0x00, Z0, Z9, Z17
+	VPCLMULQDQ $0x11, Z0, Z9, Z9
+	VPTERNLOGD $0x96, 64(DI)(BX*1), Z17, Z9
+	ADDQ       $0x40, BX
+	DECQ       SI
+	JNZ        hybridBlocksZA1_loop
+
+hybridBlocksZA1_last:
+	// Last step: the CRC32 blocks only.
+	CRC32Q (DX)(BX*1), CX
+	CRC32Q 8(DX)(BX*1), CX
+	CRC32Q 16(DX)(BX*1), CX
+	CRC32Q 24(DX)(BX*1), CX
+	CRC32Q 32(DX)(BX*1), CX
+	CRC32Q 40(DX)(BX*1), CX
+	CRC32Q 48(DX)(BX*1), CX
+	CRC32Q 56(DX)(BX*1), CX
+	ADDQ   $0x40, BX
+
+	// The accumulators to a 64-byte aligned area, the CRC32 blocks'
+	// registers to the table.
+	LEAQ      63(SP), DX
+	ANDQ      $-64, DX
+	VMOVDQA64 Z2, (DX)
+	VMOVDQA64 Z3, 64(DX)
+	VMOVDQA64 Z4, 128(DX)
+	VMOVDQA64 Z5, 192(DX)
+	VMOVDQA64 Z6, 256(DX)
+	VMOVDQA64 Z7, 320(DX)
+	VMOVDQA64 Z8, 384(DX)
+	VMOVDQA64 Z9, 448(DX)
+	VMOVDQA64 Z10, 512(DX)
+	VMOVDQA64 Z11, 576(DX)
+	VMOVDQA64 Z12, 640(DX)
+	VMOVDQA64 Z13, 704(DX)
+	VMOVDQA64 Z14, 768(DX)
+	VMOVDQA64 Z15, 832(DX)
+	VMOVDQA64 Z16, 896(DX)
+	MOVQ      CX, 1216(SP)
+
+	// Tails: every block's register (a fold block's by 8 CRC32Q of its
+	// accumulator), its bytes from its position plus the steps to its end,
+	// xorout; stored.
+	XORL CX, CX
+	MOVQ blockLen+24(FP), SI
+	ADDQ AX, SI
+	MOVQ dst+0(FP), DI
+
+hybridBlocksZA1_tail:
+	MOVQ   1216(SP)(CX*8), R8
+	CMPQ   CX, $0x01
+	JB     hybridBlocksZA1_reduced
+	XORL   R8, R8
+	CRC32Q (DX), R8
+	CRC32Q 8(DX), R8
+	CRC32Q 16(DX), R8
+	CRC32Q 24(DX), R8
+	CRC32Q 32(DX), R8
+	CRC32Q 40(DX), R8
+	CRC32Q 48(DX), R8
+	CRC32Q 56(DX), R8
+	ADDQ   $0x40, DX
+
+hybridBlocksZA1_reduced:
+	MOVQ 1088(SP)(CX*8), R9
+	ADDQ BX, R9
+	MOVQ SI, R10
+	SUBQ R9, R10
+	CMPQ R10, $0x08
+	JB   hybridBlocksZA1_t_q
+
+hybridBlocksZA1_t_loop:
+	CRC32Q (R9), R8
+	ADDQ   $0x08, R9
+	SUBQ   $0x08, R10
+	CMPQ   R10, $0x08
+	JAE    hybridBlocksZA1_t_loop
+
+hybridBlocksZA1_t_q:
+	TESTQ  $0x00000004, R10
+	JZ     hybridBlocksZA1_t_4
+	CRC32L (R9), R8
+	ADDQ   $0x04, R9
+
+hybridBlocksZA1_t_4:
+	TESTQ  $0x00000002, R10
+	JZ     hybridBlocksZA1_t_2
+	CRC32W (R9), R8
+	ADDQ   $0x02, R9
+
+hybridBlocksZA1_t_2:
+	TESTQ  $0x00000001, R10
+	JZ     hybridBlocksZA1_t_1
+	CRC32B (R9), R8
+
+hybridBlocksZA1_t_1:
+	XORL xorout+44(FP), R8
+	MOVL R8, (DI)(CX*4)
+	MOVQ stride+32(FP), R8
+	ADDQ R8, SI
+	INCQ CX
+	CMPQ CX, $0x10
+	JB   hybridBlocksZA1_tail
+	ADDQ $0x40, DI
+	MOVQ DI, dst+0(FP)
+	MOVQ stride+32(FP), CX
+	SHLQ $0x04, CX
+	ADDQ CX, AX
+	DECQ groups+16(FP)
+	JNZ  hybridBlocksZA1_group
+	VZEROUPPER
+	RET
+
+// func hybridBlocksZA2(dst *uint32, p *byte, groups int, blockLen int, stride int, init uint32, xorout uint32, fold *[2]uint64)
+// Requires: AVX, AVX512F, SSE4.2, VPCLMULQDQ
+TEXT ·hybridBlocksZA2(SB), $1344-56
+	MOVQ            fold+48(FP), AX
+	VBROADCASTI32X4 (AX), Z0
+	MOVQ            p+8(FP), AX
+
+hybridBlocksZA2_group:
+	// Heads: every block's position and register, the fold blocks'
+	// after their bytes up to a 64-byte boundary.
+	XORL CX, CX
+	MOVQ AX, DX
+
+hybridBlocksZA2_head:
+	MOVL init+40(FP), BX
+	MOVQ DX, DI
+	CMPQ CX, $0x02
+	JB   hybridBlocksZA2_headdone
+	ADDQ $0x3f, DI
+	ANDQ $-64, DI
+	MOVQ DI, SI
+	SUBQ DX, SI
+	MOVQ DX, R8
+	CMPQ SI, $0x08
+	JB   hybridBlocksZA2_h_q
+
+hybridBlocksZA2_h_loop:
+	CRC32Q (R8), BX
+	ADDQ   $0x08, R8
+	SUBQ   $0x08, SI
+	CMPQ   SI, $0x08
+	JAE    hybridBlocksZA2_h_loop
+
+hybridBlocksZA2_h_q:
+	TESTQ  $0x00000004, SI
+	JZ     hybridBlocksZA2_h_4
+	CRC32L (R8), BX
+	ADDQ   $0x04, R8
+
+hybridBlocksZA2_h_4:
+	TESTQ  $0x00000002, SI
+	JZ     hybridBlocksZA2_h_2
+	CRC32W (R8), BX
+	ADDQ   $0x02, R8
+
+hybridBlocksZA2_h_2:
+	TESTQ  $0x00000001, SI
+	JZ     hybridBlocksZA2_h_1
+	CRC32B (R8), BX
+
+hybridBlocksZA2_h_1:
+hybridBlocksZA2_headdone:
+	MOVQ DI, 1088(SP)(CX*8)
+	MOVQ BX, 1216(SP)(CX*8)
+	MOVQ stride+32(FP), BX
+	ADDQ BX, DX
+	INCQ CX
+	CMPQ CX, $0x10
+	JB   hybridBlocksZA2_head
+
+	// The CRC32 blocks' registers and positions; the first 64 bytes of
+	// every fold block from its boundary, its register in the first 32 bits.
+	MOVQ   1216(SP), CX
+	MOVQ   1088(SP), DX
+	MOVQ   1224(SP), BX
+	MOVQ   1096(SP), SI
+	MOVQ   1104(SP), DI
+	VMOVD  1232(SP), X1
+	VPXORQ (DI), Z1, Z2
+	MOVQ   1112(SP), DI
+	VMOVD  1240(SP), X1
+	VPXORQ (DI), Z1, Z3
+	MOVQ   1120(SP), DI
+	VMOVD  1248(SP), X1
+	VPXORQ (DI), Z1, Z4
+	MOVQ   1128(SP), DI
+	VMOVD  1256(SP), X1
+	VPXORQ (DI), Z1, Z5
+	MOVQ   1136(SP), DI
+	VMOVD  1264(SP), X1
+	VPXORQ (DI), Z1, Z6
+	MOVQ   1144(SP), DI
+	VMOVD  1272(SP), X1
+	VPXORQ (DI), Z1, Z7
+	MOVQ   1152(SP), DI
+	VMOVD  1280(SP), X1
+	VPXORQ (DI), Z1, Z8
+	MOVQ   1160(SP), DI
+	VMOVD  1288(SP), X1
+	VPXORQ (DI), Z1, Z9
+	MOVQ   1168(SP), DI
+	VMOVD  1296(SP), X1
+	VPXORQ (DI), Z1, Z10
+	MOVQ   1176(SP), DI
+	VMOVD  1304(SP), X1
+	VPXORQ (DI), Z1, Z11
+	MOVQ   1184(SP), DI
+	VMOVD  1312(SP), X1
+	VPXORQ (DI), Z1, Z12
+	MOVQ   1192(SP), DI
+	VMOVD  1320(SP), X1
+	VPXORQ (DI), Z1, Z13
+	MOVQ   1200(SP), DI
+	VMOVD  1328(SP), X1
+	VPXORQ (DI), Z1, Z14
+	MOVQ   1208(SP), DI
+	VMOVD  1336(SP), X1
+	VPXORQ (DI), Z1, Z15
+	XORL   DI, DI
+	MOVQ   blockLen+24(FP), R8
+	SUBQ   $0x3f, R8
+	SHRQ   $0x06, R8
+
+	// Every step: 64 bytes of each CRC32 block, and each fold accumulator
+	// folded forward by 64 bytes onto the next 64 of its block.
+	DECQ R8
+	JZ   hybridBlocksZA2_last
+
+hybridBlocksZA2_loop:
+	CRC32Q     (DX)(DI*1), CX
+	CRC32Q     (SI)(DI*1), BX
+	MOVQ       1104(SP), R9
+	VPCLMULQDQ $0x00, Z0, Z2, Z16
+	VPCLMULQDQ $0x11, Z0, Z2, Z2
+	VPTERNLOGD $0x96, 64(R9)(DI*1), Z16, Z2
+	MOVQ       1168(SP), R9
+	VPCLMULQDQ $0x00, Z0, Z10, Z16
+	VPCLMULQDQ $0x11, Z0, Z10, Z10
+	VPTERNLOGD $0x96, 64(R9)(DI*1), Z16, Z10
+	CRC32Q     8(DX)(DI*1), CX
+	CRC32Q     8(SI)(DI*1), BX
+	MOVQ       1112(SP), R9
+	VPCLMULQDQ $0x00, Z0, Z3, Z16
+	VPCLMULQDQ $0x11, Z0, Z3, Z3
+	VPTERNLOGD $0x96, 64(R9)(DI*1), Z16, Z3
+	MOVQ       1176(SP), R9
+	VPCLMULQDQ $0x00, Z0, Z11, Z16
+	VPCLMULQDQ $0x11, Z0, Z11, Z11
+	VPTERNLOGD $0x96, 64(R9)(DI*1), Z16, Z11
+	CRC32Q     16(DX)(DI*1), CX
+	CRC32Q     16(SI)(DI*1), BX
+	MOVQ       1120(SP), R9
+	VPCLMULQDQ $0x00, Z0, Z4, Z16
+	VPCLMULQDQ $0x11, Z0, Z4, Z4
+	VPTERNLOGD $0x96, 64(R9)(DI*1), Z16, Z4
+	MOVQ       1184(SP), R9
+	VPCLMULQDQ $0x00, Z0, Z12, Z16
+	VPCLMULQDQ $0x11, Z0, Z12, Z12
+	VPTERNLOGD $0x96, 64(R9)(DI*1), Z16, Z12
+	CRC32Q     24(DX)(DI*1), CX
+	CRC32Q     24(SI)(DI*1), BX
+	MOVQ       1128(SP), R9
+	VPCLMULQDQ $0x00, Z0, Z5, Z16
+	VPCLMULQDQ $0x11, Z0, Z5, Z5
+	VPTERNLOGD $0x96, 64(R9)(DI*1), Z16, Z5
+	MOVQ       1192(SP), R9
+	VPCLMULQDQ $0x00, Z0, Z13, Z16
+	VPCLMULQDQ $0x11, Z0, Z13, Z13
+	VPTERNLOGD $0x96, 64(R9)(DI*1), Z16, Z13
+	CRC32Q     32(DX)(DI*1), CX
+	CRC32Q     32(SI)(DI*1), BX
+	MOVQ       1136(SP), R9
+	VPCLMULQDQ $0x00, Z0, Z6, Z16
+	VPCLMULQDQ $0x11, Z0, Z6, Z6
+	VPTERNLOGD $0x96, 64(R9)(DI*1), Z16, Z6
+	MOVQ       1200(SP), R9
+	VPCLMULQDQ $0x00, Z0, Z14, Z16
+	VPCLMULQDQ $0x11, Z0, Z14, Z14
+	VPTERNLOGD $0x96, 64(R9)(DI*1), Z16, Z14
+	CRC32Q     40(DX)(DI*1), CX
+	CRC32Q     40(SI)(DI*1), BX
+	MOVQ       1144(SP), R9
+	VPCLMULQDQ $0x00, Z0, Z7, Z16
+	VPCLMULQDQ $0x11, Z0, Z7, Z7
+	VPTERNLOGD $0x96, 64(R9)(DI*1), Z16, Z7
+	MOVQ       1208(SP), R9
+	VPCLMULQDQ $0x00, Z0, Z15, Z16
+	VPCLMULQDQ $0x11, Z0, Z15, Z15
+	VPTERNLOGD $0x96, 64(R9)(DI*1), Z16, Z15
+	CRC32Q     48(DX)(DI*1), CX
+	CRC32Q     48(SI)(DI*1), BX
+	MOVQ       1152(SP), R9
+	VPCLMULQDQ $0x00, Z0, Z8, Z16
+	VPCLMULQDQ $0x11, Z0, Z8, Z8
+	VPTERNLOGD $0x96, 64(R9)(DI*1), Z16, Z8
+	CRC32Q     56(DX)(DI*1), CX
+	CRC32Q     56(SI)(DI*1), BX
+	MOVQ       1160(SP), R9
+	VPCLMULQDQ $0x00, Z0, Z9, Z16
+	VPCLMULQDQ $0x11, Z0, Z9, Z9
+	VPTERNLOGD $0x96, 64(R9)(DI*1), Z16, Z9
+	ADDQ       $0x40, DI
+	DECQ       R8
+	JNZ        hybridBlocksZA2_loop
+
+hybridBlocksZA2_last:
+	// Last step: the CRC32 blocks only.
+	CRC32Q (DX)(DI*1), CX
+	CRC32Q (SI)(DI*1), BX
+	CRC32Q 8(DX)(DI*1), CX
+	CRC32Q 8(SI)(DI*1), BX
+	CRC32Q 16(DX)(DI*1), CX
+	CRC32Q 16(SI)(DI*1), BX
+	CRC32Q 24(DX)(DI*1), CX
+	CRC32Q 24(SI)(DI*1), BX
+	CRC32Q 32(DX)(DI*1), CX
+	CRC32Q 32(SI)(DI*1), BX
+	CRC32Q 40(DX)(DI*1), CX
+	CRC32Q 40(SI)(DI*1), BX
+	CRC32Q 48(DX)(DI*1), CX
+	CRC32Q 48(SI)(DI*1), BX
+	CRC32Q 56(DX)(DI*1), CX
+	CRC32Q 56(SI)(DI*1), BX
+	ADDQ   $0x40, DI
+
+	// The accumulators to a 64-byte aligned area, the CRC32 blocks'
+	// registers to the table.
+	LEAQ      63(SP), DX
+	ANDQ      $-64, DX
+	VMOVDQA64 Z2, (DX)
+	VMOVDQA64 Z3, 64(DX)
+	VMOVDQA64 Z4, 128(DX)
+	VMOVDQA64 Z5, 192(DX)
+	VMOVDQA64 Z6, 256(DX)
+	VMOVDQA64 Z7, 320(DX)
+	VMOVDQA64 Z8, 384(DX)
+	VMOVDQA64 Z9, 448(DX)
+	VMOVDQA64 Z10, 512(DX)
+	VMOVDQA64 Z11, 576(DX)
+	VMOVDQA64 Z12, 640(DX)
+	VMOVDQA64 Z13, 704(DX)
+	VMOVDQA64 Z14, 768(DX)
+	VMOVDQA64 Z15, 832(DX)
+	MOVQ      CX, 1216(SP)
+	MOVQ      BX, 1224(SP)
+
+	// Tails: every block's register (a fold block's by 8 CRC32Q of its
+	// accumulator), its bytes from its position plus the steps to its end,
+	// xorout; stored.
+	XORL CX, CX
+	MOVQ blockLen+24(FP), BX
+	ADDQ AX, BX
+	MOVQ dst+0(FP), SI
+
+hybridBlocksZA2_tail:
+	MOVQ   1216(SP)(CX*8), R8
+	CMPQ   CX, $0x02
+	JB     hybridBlocksZA2_reduced
+	XORL   R8, R8
+	CRC32Q (DX), R8
+	CRC32Q 8(DX), R8
+	CRC32Q 16(DX), R8
+	CRC32Q 24(DX), R8
+	CRC32Q 32(DX), R8
+	CRC32Q 40(DX), R8
+	CRC32Q 48(DX), R8
+	CRC32Q 56(DX), R8
+	ADDQ   $0x40, DX
+
+hybridBlocksZA2_reduced:
+	MOVQ 1088(SP)(CX*8), R9
+	ADDQ DI, R9
+	MOVQ BX, R10
+	SUBQ R9, R10
+	CMPQ R10, $0x08
+	JB   hybridBlocksZA2_t_q
+
+hybridBlocksZA2_t_loop:
+	CRC32Q (R9), R8
+	ADDQ   $0x08, R9
+	SUBQ   $0x08, R10
+	CMPQ   R10, $0x08
+	JAE    hybridBlocksZA2_t_loop
+
+hybridBlocksZA2_t_q:
+	TESTQ  $0x00000004, R10
+	JZ     hybridBlocksZA2_t_4
+	CRC32L (R9), R8
+	ADDQ   $0x04, R9
+
+hybridBlocksZA2_t_4:
+	TESTQ  $0x00000002, R10
+	JZ     hybridBlocksZA2_t_2
+	CRC32W (R9), R8
+	ADDQ   $0x02, R9
+
+hybridBlocksZA2_t_2:
+	TESTQ  $0x00000001, R10
+	JZ     hybridBlocksZA2_t_1
+	CRC32B (R9), R8
+
+hybridBlocksZA2_t_1:
+	XORL xorout+44(FP), R8
+	MOVL R8, (SI)(CX*4)
+	MOVQ stride+32(FP), R8
+	ADDQ R8, BX
+	INCQ CX
+	CMPQ CX, $0x10
+	JB   hybridBlocksZA2_tail
+	ADDQ $0x40, SI
+	MOVQ SI, dst+0(FP)
+	MOVQ stride+32(FP), CX
+	SHLQ $0x04, CX
+	ADDQ CX, AX
+	DECQ groups+16(FP)
+	JNZ  hybridBlocksZA2_group
+	VZEROUPPER
+	RET
+
 // func hybridMergeZ(regs *[16]uint32, last uint32, k *[16]uint64) uint32
 // Requires: AVX, AVX2, AVX512F, SSE4.2, VPCLMULQDQ
 TEXT ·hybridMergeZ(SB), NOSPLIT, $0-28

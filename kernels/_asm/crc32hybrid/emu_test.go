@@ -276,6 +276,52 @@ func TestEmulatedKernels(t *testing.T) {
 			})
 		}
 	}
+	for _, c := range zaVariants {
+		name := zaName(c)
+		// {block, stride, groups, raw registers, the buffer's offset from a line}
+		for _, l := range [][5]int{{128, 128, 1, 0, 0}, {128, 136, 1, 1, 8}, {191, 200, 1, 0, 3}, {512, 520, 2, 0, 0}, {512, 520, 1, 1, 40},
+			{512, 512, 1, 0, 8}, {1000, 1063, 1, 1, 1}, {4096, 4104, 1, 0, 0}, {4096, 4112, 1, 1, 63}} {
+			blockLen, stride, groups, raws, align := l[0], l[1], l[2], l[3] == 1, l[4]
+			t.Run(fmt.Sprintf("kernel=%s/block=%d/stride=%d/raw=%v/align=%d", name, blockLen, stride, raws, align), func(t *testing.T) {
+				n := zBlocks * groups
+				data := make([]byte, align+(n-1)*stride+blockLen)
+				for i := range data {
+					data[i] = byte(r.Uint32())
+				}
+				m, err := emu.New(prog, data)
+				if err != nil {
+					t.Fatal(err)
+				}
+				copy(m.Mem[emu.AddrTable:], tab)
+				init, xorout := uint32(0xffffffff), uint32(0xffffffff)
+				if raws {
+					init, xorout = r.Uint32(), 0
+				}
+				for i, a := range []uint64{emu.AddrDst, emu.AddrData + uint64(align), uint64(groups), uint64(blockLen), uint64(stride),
+					uint64(init) | uint64(xorout)<<32, emu.AddrTable + 16*4} {
+					m.Put64(8*i, a)
+				}
+				m.Mem[emu.AddrDst+4*n] = 0x5a
+				if _, err := m.Run(prog, name); err != nil {
+					t.Fatal(err)
+				}
+				for i := 0; i < n; i++ {
+					got := binary.LittleEndian.Uint32(m.Mem[emu.AddrDst+4*i:])
+					b := data[align+i*stride:][:blockLen]
+					want := crc32.Checksum(b, castagnoli)
+					if raws {
+						want = raw(init, b)
+					}
+					if got != want {
+						t.Fatalf("dst[%d] = %#x, want %#x", i, got, want)
+					}
+				}
+				if m.Mem[emu.AddrDst+4*n] != 0x5a {
+					t.Fatal("wrote past dst")
+				}
+			})
+		}
+	}
 	t.Run("kernel=hybridMergeZ", func(t *testing.T) {
 		c := func(k int) uint64 { return crcmath.C(crcmath.CRC32C, uint64(k)) }
 		for _, g := range []int{16, 13, 5, 2} {

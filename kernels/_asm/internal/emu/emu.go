@@ -628,6 +628,14 @@ func (m *Machine) step(p *Program, fn string, in instr, pc *int) bool {
 			m.setVec(dst, [8]uint64{m.gval(src) & msk})
 		case src.kind == opVec && dst.kind == opVec:
 			m.setVec(dst, [8]uint64{m.v[src.vec][0] & msk})
+		case src.kind == opMem && dst.kind == opVec:
+			n := 8
+			if in.op == "VMOVD" {
+				n = 4
+			}
+			var b [8]byte
+			copy(b[:], m.load(m.addr(src), n))
+			m.setVec(dst, [8]uint64{binary.LittleEndian.Uint64(b[:])})
 		default:
 			panic(fault("operand form not modelled"))
 		}
