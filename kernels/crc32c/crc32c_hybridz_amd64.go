@@ -29,6 +29,10 @@ const (
 	// hybridZMinSeg is the shortest segment of a chunk: shorter ones leave
 	// the lockstep loop too short for the merge's cost.
 	hybridZMinSeg = 256
+	// hybridZShortMax bounds the lengths Update runs through one CRC32
+	// stream (updateSmallZ): at 64 bytes the avx512 fold kernel was as
+	// fast, above it faster (BenchmarkSmallZ, Emerald Rapids).
+	hybridZShortMax = 64
 	// hybridZBlocksMin is the shortest block Blocks runs sixteen at a
 	// time (the kernels' first step is 64 bytes).
 	hybridZBlocksMin = 64
@@ -51,20 +55,33 @@ func registerHybridZ() {
 	})
 }
 
-// updateHybridZ is Update: the avx512 fold kernel below hybridZMin bytes;
-// else the fold kernel up to the first 64-byte boundary, then one chunk of
+// updateHybridZ is Update: one CRC32 stream below hybridZShortMax bytes,
+// the avx512 fold kernel below hybridZMin; else one CRC32 stream up to the
+// first 64-byte boundary, then one chunk of
 // sixteen segments of s <= hybridZMaxSeg bytes (a multiple of hybridZUnit,
 // at least hybridZMinSeg) and whole chunks of segments of hybridZMaxSeg
 // bytes, then the fold kernel over the rest (under 16·hybridZUnit bytes,
 // or 16·hybridZMinSeg if it made no chunk). The chunks start on a 64-byte
 // boundary: loads that span two lines cost the blocks kernels a third of
 // their speed from L2 (kernels/_asm/crc32hybrid/zmm.go).
+//
+// The kernels of short inputs are called straight from here, so that a
+// short input makes one Go call before its kernel. (Three CRC32 streams, hybridShort3, were slower than it or the
+// fold kernel at every length on Emerald Rapids: BenchmarkSmallZ.)
 func updateHybridZ(crc uint32, p []byte) uint32 {
-	if len(p) < hybridZMin {
-		return updateAVX512(crc, p)
+	if len(p) < hybridZShortMax {
+		return updateShort(crc, p)
 	}
+	if len(p) < hybridZMin {
+		return foldUpdateAVX512(crc, p, foldTables)
+	}
+	return updateChunksZ(crc, p)
+}
+
+// updateChunksZ is updateHybridZ from hybridZMin bytes on.
+func updateChunksZ(crc uint32, p []byte) uint32 {
 	if a := int(-uintptr(unsafe.Pointer(&p[0])) & 63); a > 0 {
-		crc = updateAVX512(crc, p[:a])
+		crc = updateShort(crc, p[:a])
 		p = p[a:]
 	}
 	const big = 16 * hybridZMaxSeg

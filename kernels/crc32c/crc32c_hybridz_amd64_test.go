@@ -79,3 +79,37 @@ func BenchmarkHybridZVariants(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkSmallZ is the measurement behind hybridZShortMax: one CRC32
+// stream, three, and the avx512 fold kernel,
+// on independent calls at the lengths around them.
+func BenchmarkSmallZ(b *testing.B) {
+	if !hasHybridZ {
+		b.Skip("the CPU lacks AVX-512 VPCLMULQDQ")
+	}
+	var sink uint32
+	for _, n := range []int{16, 32, 64, 96, 128, 192, 256, 384, 512, 1024, 2048} {
+		p := make([]byte, n)
+		b.Run(fmt.Sprintf("size=%d/kernel=one", n), func(b *testing.B) {
+			for b.Loop() {
+				sink ^= updateShort(0, p)
+			}
+		})
+		if n >= 48 {
+			b.Run(fmt.Sprintf("size=%d/kernel=three", n), func(b *testing.B) {
+				s := medium(n)
+				for b.Loop() {
+					sink ^= ^hybridShort3(^uint32(0), &p[0], n-3*s, s, &hybridK3[s/hybridShortUnit-2])
+				}
+			})
+		}
+		if n >= 16 {
+			b.Run(fmt.Sprintf("size=%d/kernel=fold", n), func(b *testing.B) {
+				for b.Loop() {
+					sink ^= foldUpdateAVX512(0, p, foldTables)
+				}
+			})
+		}
+	}
+	_ = sink
+}
