@@ -24,12 +24,18 @@ package main
 //
 //	port 5: 2·S·f        port 1: 8·S·c + 8·f        CRC chain: 24·S
 //
-// With f = 16-c: c = 3 balances the ports for long blocks (S = 64, 4 KiB:
-// 1664 against 1640 cycles, 16·4096 bytes in 1664: 39 bytes a cycle), and
-// c = 1 for short ones (S = 8, 512 B: port 5 240, port 1 184, the chain
-// 192: 34 bytes a cycle); the fold alone (c = 0) is bound by port 5 at 32.
-// Which variant runs for a block length is chosen by measurement
-// (crc32c_hybridz_amd64.go).
+// With f = 16-c, counting ports 5 and 1 alone, c = 3 would balance them
+// for long blocks (S = 64, 4 KiB: 1664 against 1640 cycles, 39 bytes a
+// cycle) and c = 1 for short ones (S = 8: 34 bytes a cycle). Measured on
+// Emerald Rapids, c = 2 is fastest at every length from 512 bytes, and c = 3
+// slower than c = 2: the VPTERNLOGD of the folds, 512-bit µops, issue on
+// port 0 (or 5), and a 512-bit µop on port 0 takes port 1's vector lanes,
+// which CRC32 then waits for. With that, folding F and CRC32 over C bytes
+// a cycle need F/64·(3-x) <= 1 on port 5 and F/64·x + C/8 <= 1 on ports 0
+// and 1 (x the share of VPTERNLOGD on port 0), whose best is F = 32, C = 4:
+// 36 bytes a cycle, one ninth through CRC32, which two streams in sixteen
+// give. docs/perf/crc32c-avx512.md has the figures;
+// crc32c_hybridz_amd64.go picks c = 2 from 512 bytes and c = 1 below.
 //
 // The loop interleaves the CRC32Q of the CRC blocks with the folds, as the
 // YMM kernels do, so that the scheduler sees both kinds in every window.
