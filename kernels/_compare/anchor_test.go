@@ -23,8 +23,10 @@ import (
 	"github.com/difctl/difctl/kernels/t10crc32c"
 )
 
-// BenchmarkAnchor measures difctl against the anchor, ISA-L 2.32.1's AVX2
-// kernels called directly (isal.go; build tag isal), as ratios taken in one
+// BenchmarkAnchor measures difctl against the anchor, ISA-L 2.32.1's
+// kernels of the tier its dispatcher picks on the CPU at hand (by16_10 on
+// AVX-512 CPUs, AVX2 where VPCLMULQDQ exists without AVX-512; isal.go,
+// build tag isal), as ratios taken in one
 // run: every case times difctl and the peer over the same data in
 // alternating rounds (the order swapped every round), one round per
 // benchmark iteration, and reports the median over the rounds of the
@@ -47,6 +49,9 @@ import (
 //     call, in ns);
 //   - crc=t10dif/op=blockscopy/block=B: BlocksCopy against
 //     crc16_t10dif_copy per block, 1 MiB in cache;
+//   - crc=t10crc32c/op=blocks|blockscopy/…: the guard and the CRC-32C of
+//     every block, t10crc32c against two ISA-L calls per block (and with
+//     the copy, a memcpy before them), 1 MiB in cache;
 //   - op=mappedcopy/…: BlocksCopy and t10crc32c.BlocksCopy reading a 64 MiB
 //     file through a read-only mapping of its page cache, 1 MiB at a time
 //     into one reused buffer, against Go's copy of the same bytes (the peer
@@ -126,8 +131,15 @@ var (
 		}}
 	// anchorPeer names the ISA-L kernels compared with (isal_test.go).
 	anchorPeer string
+	// anchorPeerTier names the ISA-L tier compared with, for the table's
+	// title: "AVX-512", "AVX2" or "SSE/PCLMULQDQ" (isal_test.go).
+	anchorPeerTier string
 	// anchorT10DIFCopy times crc16_t10dif_copy per block (isal_test.go).
 	anchorT10DIFCopy func(dst []uint16, q, p []byte, blockLen, stride, reps int) time.Duration
+	// anchorPair times the guard and the CRC-32C of every block by two
+	// ISA-L calls per block, after a memcpy of the block to q if q is not
+	// nil (isal_test.go).
+	anchorPair func(dst []uint16, sums []uint32, q, p []byte, blockLen, stride, reps int) time.Duration
 )
 
 // anchorLayouts are the block layouts of the Blocks cases.
@@ -239,7 +251,54 @@ func anchorCases(b *testing.B) []anchorCase {
 			peer: func(reps int) time.Duration { return anchorT10DIFCopy(dst, q, p, bl, bl, reps) },
 		})
 	}
+	cs = append(cs, pairCases()...)
 	return append(cs, mappedCases(b)...)
+}
+
+// pairCases are the crc=t10crc32c cases: the guard and the CRC-32C sector
+// sum of every block, t10crc32c.Blocks against two ISA-L calls per block,
+// and t10crc32c.BlocksCopy against a memcpy of the block and the two calls
+// over the copy; 1 MiB of blocks in cache.
+func pairCases() []anchorCase {
+	var cs []anchorCase
+	impl := kernels.Active("t10crc32c")
+	for _, l := range [][2]int{{512, 512}, {512, 520}, {4096, 4096}, {4096, 4104}} {
+		bl, stride := l[0], l[1]
+		n := (1 << 20) / bl
+		p := buf2[:(n-1)*stride+bl]
+		q := make([]byte, len(p))
+		dst, sums := make([]uint16, n), make([]uint32, n)
+		for _, copying := range []bool{false, true} {
+			c := anchorCase{
+				name:  fmt.Sprintf("crc=t10crc32c/impl=%s/op=blocks/block=%d/stride=%d", impl, bl, stride),
+				row:   fmt.Sprintf("Blocks %d / stride %d", bl, stride),
+				col:   "t10crc32c vs 2 calls",
+				bytes: int64(n * bl),
+				difctl: func(reps int) time.Duration {
+					return timeIt(func() {
+						for range reps {
+							must(t10crc32c.Blocks(dst, sums, p, bl, stride))
+						}
+					})
+				},
+				peer: func(reps int) time.Duration { return anchorPair(dst, sums, nil, p, bl, stride, reps) },
+			}
+			if copying {
+				c.name = fmt.Sprintf("crc=t10crc32c/impl=%s/op=blockscopy/block=%d/stride=%d", impl, bl, stride)
+				c.col = "t10crc32c copying vs memcpy + 2 calls"
+				c.difctl = func(reps int) time.Duration {
+					return timeIt(func() {
+						for range reps {
+							must(t10crc32c.BlocksCopy(dst, sums, q, p, bl, stride))
+						}
+					})
+				}
+				c.peer = func(reps int) time.Duration { return anchorPair(dst, sums, q, p, bl, stride, reps) }
+			}
+			cs = append(cs, c)
+		}
+	}
+	return cs
 }
 
 // mappedCases are the op=mappedcopy cases: the copying kernels reading a
@@ -379,7 +438,7 @@ func printAnchorTable(rs []anchorResult) {
 		cell[[2]string{r.row, r.col}] = r
 	}
 	var sb strings.Builder
-	fmt.Fprintf(&sb, "\nBenchmarkAnchor: peer %s; difctl %s; clock %s.\n", anchorPeer, activeImpls(), *anchorClock)
+	fmt.Fprintf(&sb, "\nBenchmarkAnchor against ISA-L's %s tier: peer %s; difctl %s; clock %s.\n", anchorPeerTier, anchorPeer, activeImpls(), *anchorClock)
 	fmt.Fprintf(&sb, "Cells: ratio difctl/peer (median of per-round ratios), then difctl | peer (GB/s, or ns per call).\n\n")
 	fmt.Fprintf(&sb, "| case | %s |\n|---|%s\n", strings.Join(cols, " | "), strings.Repeat("---:|", len(cols)))
 	for _, row := range rows {

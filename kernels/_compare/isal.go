@@ -4,10 +4,12 @@ package compare
 
 // ISA-L 2.32.1, linked statically from ../shared/anchors/isa-l-2.32.1 (the
 // shared/ folder beside the repository, as CI lays it out; see README.md).
-// The AVX2 kernels are called by name: ISA-L's dispatchers pick them only on
-// CPUs that also have GFNI, and choose the 128-bit SSE kernels elsewhere
-// (Zen 3). The dispatching entry points are kept beside them as impl=isal,
-// the AVX2 kernels are impl=isal-avx2.
+// The kernels of the tier ISA-L's dispatcher picks on an AVX-512 CPU (the
+// *_by16_10 ones) and its AVX2 kernels are called by name: the dispatcher
+// picks the AVX2 kernels only on CPUs that also have GFNI and VAES, and
+// chooses the 128-bit SSE kernels elsewhere (Zen 3), where the AVX2 kernels
+// are the fairer peer. The dispatching entry points are kept beside them as
+// impl=isal, the others are impl=isal-avx2 and impl=isal-by16_10.
 //
 // Every wrapper crosses into C once and loops there, and the loops that the
 // ratio benchmarks time (BenchmarkAnchor) read the clock in C, so no cgo
@@ -18,6 +20,7 @@ package compare
 #cgo LDFLAGS: ${SRCDIR}/../../../shared/anchors/isa-l-2.32.1/lib/libisal.a
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 #include <time.h>
 #include <crc.h>
 #include <crc64.h>
@@ -27,18 +30,35 @@ package compare
 uint16_t crc16_t10dif_avx2(uint16_t init, const unsigned char *buf, uint64_t len);
 unsigned int crc32_iscsi_avx2(unsigned char *buf, int len, unsigned int init);
 uint64_t crc64_rocksoft_refl_avx2(uint64_t init, const unsigned char *buf, uint64_t len);
+// The AVX-512 tier (VPCLMULQDQ on ZMM registers): the same conventions.
+uint16_t crc16_t10dif_by16_10(uint16_t init, const unsigned char *buf, uint64_t len);
+unsigned int crc32_iscsi_by16_10(unsigned char *buf, int len, unsigned int init);
+uint64_t crc64_rocksoft_refl_by16_10(uint64_t init, const unsigned char *buf, uint64_t len);
 
-// The kernels, indexed: kind 0 is the dispatcher, 1 the AVX2 kernel. All
+// The kernels, indexed: kind 0 is the dispatcher, 1 the AVX2 kernel, 2 the
+// AVX-512 (by16_10) kernel. All
 // take and return the standard CRC value (CRC-32C: crc32_iscsi keeps the
 // register uninverted, so a CRC-32C continued from c is ~f(p, n, ~c)).
 static inline uint16_t k16(int kind, uint16_t c, const unsigned char *p, uint64_t n) {
-	return kind ? crc16_t10dif_avx2(c, p, n) : crc16_t10dif(c, p, n);
+	switch (kind) {
+	case 2: return crc16_t10dif_by16_10(c, p, n);
+	case 1: return crc16_t10dif_avx2(c, p, n);
+	default: return crc16_t10dif(c, p, n);
+	}
 }
 static inline uint32_t k32(int kind, uint32_t c, unsigned char *p, uint64_t n) {
-	return kind ? ~crc32_iscsi_avx2(p, (int)n, ~c) : ~crc32_iscsi(p, (int)n, ~c);
+	switch (kind) {
+	case 2: return ~crc32_iscsi_by16_10(p, (int)n, ~c);
+	case 1: return ~crc32_iscsi_avx2(p, (int)n, ~c);
+	default: return ~crc32_iscsi(p, (int)n, ~c);
+	}
 }
 static inline uint64_t k64(int kind, uint64_t c, const unsigned char *p, uint64_t n) {
-	return kind ? crc64_rocksoft_refl_avx2(c, p, n) : crc64_rocksoft_refl(c, p, n);
+	switch (kind) {
+	case 2: return crc64_rocksoft_refl_by16_10(c, p, n);
+	case 1: return crc64_rocksoft_refl_avx2(c, p, n);
+	default: return crc64_rocksoft_refl(c, p, n);
+	}
 }
 
 // clockID is the clock of the timed loops: CLOCK_THREAD_CPUTIME_ID (the
@@ -112,6 +132,28 @@ static int64_t timeChecksum(int width, int kind, unsigned char *p, uint64_t len,
 	return t;
 }
 
+// pair sets the guard (CRC-16/T10-DIF) and the CRC-32C of each of n blocks
+// with two calls per block, of kind's kernels; with q, it first copies
+// the block to q (memcpy) and computes both over the copy, as a reader
+// that hands q on would.
+static void pair(int kind, uint16_t *dst, uint32_t *sums, unsigned char *q, unsigned char *p, uint64_t blockLen, uint64_t stride, long n) {
+	for (long i = 0; i < n; i++) {
+		unsigned char *b = p + i * stride;
+		if (q) {
+			memcpy(q + i * stride, b, blockLen);
+			b = q + i * stride;
+		}
+		dst[i] = k16(kind, 0, b, blockLen);
+		sums[i] = k32(kind, 0, b, blockLen);
+	}
+}
+
+static int64_t timePair(int kind, uint16_t *dst, uint32_t *sums, unsigned char *q, unsigned char *p, uint64_t blockLen, uint64_t stride, long n, long reps) {
+	int64_t t = now();
+	for (long r = 0; r < reps; r++) pair(kind, dst, sums, q, p, blockLen, stride, n);
+	return now() - t;
+}
+
 static int64_t timeBlocksCopy16(uint16_t *dst, unsigned char *q, unsigned char *p, uint64_t blockLen, uint64_t stride, long n, long reps) {
 	int64_t t = now();
 	for (long r = 0; r < reps; r++) blocksCopy16(dst, q, p, blockLen, stride, n);
@@ -136,33 +178,66 @@ func dstPtr[T kerneltest.Word](dst []T) unsafe.Pointer { return unsafe.Pointer(u
 
 func widthOf[T kerneltest.Word]() C.int { return C.int(8 * unsafe.Sizeof(T(0))) }
 
-// An isalKind picks ISA-L's dispatching entry point or its AVX2 kernel.
+// An isalKind picks ISA-L's dispatching entry point or one of its kernels
+// by name.
 type isalKind int
 
 const (
 	kindDispatch isalKind = 0
 	kindAVX2     isalKind = 1
+	kindBy16_10  isalKind = 2
 )
+
+// hasISALAVX512 reports whether ISA-L's dispatcher picks its AVX-512
+// kernels (*_by16_10) on this CPU: the test of mbin_dispatch_init_clmul in
+// ISA-L 2.32.1's include/multibinary.asm, which asks for the OS's ZMM state
+// (x/sys/cpu reports the AVX-512 features only with it), AVX512F, VL, BW,
+// CD and DQ (FLAGS_CPUID7_EBX_AVX512_G1), and VBMI2, GFNI, VAES,
+// VPCLMULQDQ, VNNI, BITALG and VPOPCNTDQ (FLAGS_CPUID7_ECX_AVX512_G2):
+// Intel Ice Lake and later, AMD Zen 4 and later.
+var hasISALAVX512 = cpu.X86.HasAVX2 && cpu.X86.HasPCLMULQDQ && cpu.X86.HasSSE41 &&
+	cpu.X86.HasAVX512F && cpu.X86.HasAVX512VL && cpu.X86.HasAVX512BW && cpu.X86.HasAVX512CD && cpu.X86.HasAVX512DQ &&
+	cpu.X86.HasAVX512VBMI2 && cpu.X86.HasAVX512GFNI && cpu.X86.HasAVX512VAES && cpu.X86.HasAVX512VPCLMULQDQ &&
+	cpu.X86.HasAVX512VNNI && cpu.X86.HasAVX512BITALG && cpu.X86.HasAVX512VPOPCNTDQ
 
 // hasISALAVX2 reports whether the CPU runs ISA-L's AVX2 kernels: they use
 // VPCLMULQDQ on YMM registers, which AMD Zen 2 (EPYC Rome), for one, does
 // not have; called there they die of SIGILL.
 var hasISALAVX2 = cpu.X86.HasAVX2 && cpu.X86.HasPCLMULQDQ && x86.HasVPCLMULQDQ
 
-// anchorKind is the ISA-L kernel BenchmarkAnchor compares with: the AVX2
-// kernel where the CPU runs it, else the one ISA-L's dispatcher picks for
-// the CPU (its 128-bit PCLMULQDQ kernels on Zen 2 and Zen 3).
+// anchorKind is the ISA-L kernel BenchmarkAnchor compares with: the
+// AVX-512 tier where ISA-L's dispatcher picks it, else the AVX2 kernel
+// where the CPU runs it (the dispatcher's pick on Intel CPUs with GFNI; on
+// Zen 3 the dispatcher takes the slower SSE kernels), else the one ISA-L's
+// dispatcher picks (its 128-bit PCLMULQDQ kernels on Zen 2).
 var anchorKind = func() isalKind {
-	if hasISALAVX2 {
+	switch {
+	case hasISALAVX512:
+		return kindBy16_10
+	case hasISALAVX2:
 		return kindAVX2
 	}
 	return kindDispatch
 }()
 
+// anchorTier names anchorKind's tier for the table's title.
+func anchorTier() string {
+	switch anchorKind {
+	case kindBy16_10:
+		return "AVX-512"
+	case kindAVX2:
+		return "AVX2"
+	}
+	return "SSE/PCLMULQDQ"
+}
+
 // anchorName names anchorKind's kernels for the printed table.
 func anchorName() string {
-	if anchorKind == kindAVX2 {
-		return "ISA-L 2.32.1 AVX2 kernels (crc16_t10dif_avx2, crc32_iscsi_avx2, crc64_rocksoft_refl_avx2), called directly"
+	switch anchorKind {
+	case kindBy16_10:
+		return "ISA-L 2.32.1 AVX-512 tier, the dispatcher's pick on this CPU (crc16_t10dif_by16_10, crc32_iscsi_by16_10, crc64_rocksoft_refl_by16_10), called directly"
+	case kindAVX2:
+		return "ISA-L 2.32.1 AVX2 tier (crc16_t10dif_avx2, crc32_iscsi_avx2, crc64_rocksoft_refl_avx2), called directly"
 	}
 	return "ISA-L 2.32.1 dispatched kernels (crc16_t10dif, crc32_iscsi, crc64_rocksoft_refl): this CPU lacks VPCLMULQDQ, which the AVX2 kernels need"
 }
@@ -185,6 +260,18 @@ func isalBlocks[T kerneltest.Word](kind isalKind) func(dst []T, p []byte, blockL
 // isalT10DIFCopy is crc16_t10dif_copy called once per block.
 func isalT10DIFCopy(dst []uint16, q, p []byte, blockLen, stride int) {
 	C.blocksCopy16((*C.uint16_t)(dstPtr(dst)), ptr(q), ptr(p), C.uint64_t(blockLen), C.uint64_t(stride), C.long(len(dst)))
+}
+
+// isalTimePair times reps passes of the guard and the CRC-32C of every
+// block by ISA-L's anchorKind kernels, two calls per block; with q != nil
+// each block is first copied to q (memcpy) and both run over the copy.
+func isalTimePair(dst []uint16, sums []uint32, q, p []byte, blockLen, stride, reps int) time.Duration {
+	var qp *C.uchar
+	if q != nil {
+		qp = ptr(q)
+	}
+	return time.Duration(C.timePair(C.int(anchorKind), (*C.uint16_t)(dstPtr(dst)), (*C.uint32_t)(dstPtr(sums)), qp, ptr(p),
+		C.uint64_t(blockLen), C.uint64_t(stride), C.long(len(dst)), C.long(reps)))
 }
 
 // isalSetClock makes the C timers read the wall clock (CLOCK_MONOTONIC) or

@@ -10,6 +10,7 @@ import (
 	"github.com/difctl/difctl/kernels/crc32c"
 	"github.com/difctl/difctl/kernels/crc64nvme"
 	"github.com/difctl/difctl/kernels/crct10dif"
+	"github.com/difctl/difctl/kernels/t10crc32c"
 )
 
 func init() {
@@ -21,7 +22,13 @@ func init() {
 		impls32 = append(impls32, impl[uint32]{name: "isal-avx2", repeat: isalRepeat[uint32](kindAVX2), blocks: isalBlocks[uint32](kindAVX2)})
 		impls64 = append(impls64, impl[uint64]{name: "isal-avx2", repeat: isalRepeat[uint64](kindAVX2), blocks: isalBlocks[uint64](kindAVX2)})
 	}
+	if hasISALAVX512 {
+		impls16 = append(impls16, impl[uint16]{name: "isal-by16_10", repeat: isalRepeat[uint16](kindBy16_10), blocks: isalBlocks[uint16](kindBy16_10)})
+		impls32 = append(impls32, impl[uint32]{name: "isal-by16_10", repeat: isalRepeat[uint32](kindBy16_10), blocks: isalBlocks[uint32](kindBy16_10)})
+		impls64 = append(impls64, impl[uint64]{name: "isal-by16_10", repeat: isalRepeat[uint64](kindBy16_10), blocks: isalBlocks[uint64](kindBy16_10)})
+	}
 	anchorPeer = anchorName()
+	anchorPeerTier = anchorTier()
 	anchorSetClock = isalSetClock
 	anchorT10DIF.isalBlocks = isalTimeBlocks[uint16]
 	anchorT10DIF.isalChecksum = sinkChecksum(isalTimeChecksum[uint16])
@@ -30,6 +37,7 @@ func init() {
 	anchorCRC64.isalBlocks = isalTimeBlocks[uint64]
 	anchorCRC64.isalChecksum = sinkChecksum(isalTimeChecksum[uint64])
 	anchorT10DIFCopy = isalTimeT10DIFCopy
+	anchorPair = isalTimePair
 }
 
 // sinkChecksum adds the checksums of an ISA-L timer to sink.
@@ -50,9 +58,13 @@ func TestISALConventions(t *testing.T) {
 	for _, kind := range []struct {
 		name string
 		k    isalKind
-	}{{"dispatch", kindDispatch}, {"avx2", kindAVX2}} {
+	}{{"dispatch", kindDispatch}, {"avx2", kindAVX2}, {"by16_10", kindBy16_10}} {
 		if kind.k == kindAVX2 && !hasISALAVX2 {
 			t.Logf("ISA-L's AVX2 kernels not checked: the CPU lacks AVX2 or VPCLMULQDQ")
+			continue
+		}
+		if kind.k == kindBy16_10 && !hasISALAVX512 {
+			t.Logf("ISA-L's AVX-512 kernels not checked: its dispatcher does not pick them on this CPU")
 			continue
 		}
 		if got := isalRepeat[uint16](kind.k)(0, check, 1); got != 0xD0DB {
@@ -82,6 +94,32 @@ func TestISALCopy(t *testing.T) {
 			b := q1[i*c[1]:][:c[0]]
 			if got[i] != want[i] || string(b) != string(buf[i*c[1]:][:c[0]]) || string(b) != string(q2[i*c[1]:][:c[0]]) {
 				t.Fatalf("block=%d stride=%d: block %d: crc16_t10dif_copy %#x, BlocksCopy %#x (or the copies differ)", c[0], c[1], i, got[i], want[i])
+			}
+		}
+	}
+}
+
+// TestAnchorPair checks the C loop of the op=pair cases against
+// t10crc32c: the same guards and sums, and with q the same bytes copied.
+func TestAnchorPair(t *testing.T) {
+	for _, c := range [][2]int{{512, 512}, {512, 520}, {4096, 4104}} {
+		n := (len(buf) - c[0]) / c[1]
+		g1, g2 := make([]uint16, n), make([]uint16, n)
+		s1, s2 := make([]uint32, n), make([]uint32, n)
+		for _, copying := range []bool{false, true} {
+			var q []byte
+			if copying {
+				q = make([]byte, len(buf))
+			}
+			isalTimePair(g1, s1, q, buf, c[0], c[1], 1)
+			if err := t10crc32c.Blocks(g2, s2, buf, c[0], c[1]); err != nil {
+				t.Fatal(err)
+			}
+			for i := range n {
+				if g1[i] != g2[i] || s1[i] != s2[i] || copying && string(q[i*c[1]:][:c[0]]) != string(buf[i*c[1]:][:c[0]]) {
+					t.Fatalf("block=%d stride=%d copy=%v: block %d: ISA-L %#x %#x, t10crc32c %#x %#x (or the copy differs)",
+						c[0], c[1], copying, i, g1[i], s1[i], g2[i], s2[i])
+				}
 			}
 		}
 	}

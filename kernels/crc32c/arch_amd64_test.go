@@ -21,11 +21,15 @@ var archCutoffs = append([]int{
 	6 * hybridSegUnit,                      // the tail is under one step of all six segments
 	6 * hybridMaxSeg, 6*hybridMaxSeg + 192, // chunks of hybridMaxSeg segments
 	6 * hybridBigSeg, 6*hybridBigSeg + 192, // chunks of hybridBigSeg segments
+	hybridZMin, hybridZMin + 16*hybridZUnit, // the first chunk, a lead under 16·hybridZUnit
+	16 * hybridZMaxSeg, 16*hybridZMaxSeg + 16*hybridZMinSeg - 1, // whole chunks, a lead that makes no chunk
+	hybridZShortMax, 16 * hybridZBlocksMin, hybridZSplitMin, // blocks off a line: the fold kernel, then hybridBlocksZA1
 }, foldCutoffs...)
 
 // archWants are the amd64 implementations, best first: the avx512 fold
 // kernel, then the kernels that mix CRC32 streams with folds.
 var archWants = []kerneltest.Want{
+	{Name: "avx512hybrid", Can: hasHybridZ},
 	kerneltest.FoldWants()[0],
 	{Name: "avx2", Can: cpu.X86.HasSSE42 && cpu.X86.HasSSE41 && cpu.X86.HasPCLMULQDQ && cpu.X86.HasAVX2 && x86.HasVPCLMULQDQ},
 	{Name: "pclmul", Can: cpu.X86.HasSSE42 && cpu.X86.HasSSE41 && cpu.X86.HasPCLMULQDQ},

@@ -6,6 +6,10 @@ import "github.com/difctl/difctl/kernels/internal/impl"
 
 // registerArch registers the amd64 implementations, best first:
 //
+//   - avx512hybrid: CRC32 streams beside VPCLMULQDQ folding on ZMM
+//     registers, sixteen blocks or segments in lockstep
+//     (crc32c_hybridz_amd64.go), with the avx512 fold kernels for short
+//     inputs and BlocksCopy;
 //   - avx512: VPCLMULQDQ folding on ZMM registers (zfold_amd64.s, generated
 //     by kernels/_asm/fold), the only fold kernel crc32c ships;
 //   - avx2: three CRC32 streams beside three VPCLMULQDQ fold streams on YMM
@@ -22,6 +26,7 @@ import "github.com/difctl/difctl/kernels/internal/impl"
 // streams that read memory with fold streams, and a copy would need its
 // own store per stream), so they copy, then run Blocks over the copy.
 func registerArch() {
+	registerHybridZ()
 	registerFold()
 	impl.Register(pkgName, "avx2", hasHybrid256, func() {
 		update, blocks, blocksCopy = updateHybrid256, blocksHybrid256, blocksCopyPortable

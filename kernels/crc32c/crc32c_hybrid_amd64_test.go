@@ -40,6 +40,14 @@ func TestHybridConsts(t *testing.T) {
 			t.Fatalf("hybridK3[%d] is stale: run go generate", j)
 		}
 	}
+	for j := range hybridKZ {
+		s := hybridZUnit * (j + 1)
+		for i, k := range hybridKZ[j] {
+			if k != c(8*(16-i)*s-64) {
+				t.Fatalf("hybridKZ[%d][%d] is stale: run go generate", j, i)
+			}
+		}
+	}
 	// updateShort's segment for the longest input it gets has a row.
 	if s := medium(hybridMin - 1); s/hybridShortUnit-2 >= len(hybridK3) || s > hybridShortMaxSeg {
 		t.Fatalf("hybridK3 ends at s = %d; updateShort needs s = %d", hybridShortMaxSeg, s)

@@ -93,3 +93,108 @@ func hybridShort(reg uint32, p *byte, n int) uint32
 //
 //go:noescape
 func hybridShort3(reg uint32, p *byte, tail int, s int, k *[2]uint64) uint32
+
+// hybridBlocksZ0 sets dst[i] to the CRC-32C register of the block of blockLen
+// bytes at p[i·stride:], from the register init, XORed with xorout, for
+// i < 16·groups, 16 blocks at a time: the first 0 as CRC32 instruction
+// streams, the other 16 folded with VPCLMULQDQ on ZMM registers (64
+// bytes a step), their accumulators reduced by CRC32Q; the last blockLen
+// mod 64 bytes of every block by CRC32. Blocks passes init = xorout =
+// 0xffffffff (finalised CRCs), Update's segments 0 and 0 (registers).
+// Needs SSE4.2, AVX512F and VPCLMULQDQ.
+//
+// Preconditions: groups >= 1, blockLen >= 64, stride >= blockLen;
+// fold = &foldTable.Fold[4].
+//
+//go:noescape
+func hybridBlocksZ0(dst *uint32, p *byte, groups int, blockLen int, stride int, init uint32, xorout uint32, fold *[2]uint64)
+
+// hybridBlocksZ1 sets dst[i] to the CRC-32C register of the block of blockLen
+// bytes at p[i·stride:], from the register init, XORed with xorout, for
+// i < 16·groups, 16 blocks at a time: the first 1 as CRC32 instruction
+// streams, the other 15 folded with VPCLMULQDQ on ZMM registers (64
+// bytes a step), their accumulators reduced by CRC32Q; the last blockLen
+// mod 64 bytes of every block by CRC32. Blocks passes init = xorout =
+// 0xffffffff (finalised CRCs), Update's segments 0 and 0 (registers).
+// Needs SSE4.2, AVX512F and VPCLMULQDQ.
+//
+// Preconditions: groups >= 1, blockLen >= 64, stride >= blockLen;
+// fold = &foldTable.Fold[4].
+//
+//go:noescape
+func hybridBlocksZ1(dst *uint32, p *byte, groups int, blockLen int, stride int, init uint32, xorout uint32, fold *[2]uint64)
+
+// hybridBlocksZ2 sets dst[i] to the CRC-32C register of the block of blockLen
+// bytes at p[i·stride:], from the register init, XORed with xorout, for
+// i < 16·groups, 16 blocks at a time: the first 2 as CRC32 instruction
+// streams, the other 14 folded with VPCLMULQDQ on ZMM registers (64
+// bytes a step), their accumulators reduced by CRC32Q; the last blockLen
+// mod 64 bytes of every block by CRC32. Blocks passes init = xorout =
+// 0xffffffff (finalised CRCs), Update's segments 0 and 0 (registers).
+// Needs SSE4.2, AVX512F and VPCLMULQDQ.
+//
+// Preconditions: groups >= 1, blockLen >= 64, stride >= blockLen;
+// fold = &foldTable.Fold[4].
+//
+//go:noescape
+func hybridBlocksZ2(dst *uint32, p *byte, groups int, blockLen int, stride int, init uint32, xorout uint32, fold *[2]uint64)
+
+// hybridBlocksZ3 sets dst[i] to the CRC-32C register of the block of blockLen
+// bytes at p[i·stride:], from the register init, XORed with xorout, for
+// i < 16·groups, 16 blocks at a time: the first 3 as CRC32 instruction
+// streams, the other 13 folded with VPCLMULQDQ on ZMM registers (64
+// bytes a step), their accumulators reduced by CRC32Q; the last blockLen
+// mod 64 bytes of every block by CRC32. Blocks passes init = xorout =
+// 0xffffffff (finalised CRCs), Update's segments 0 and 0 (registers).
+// Needs SSE4.2, AVX512F and VPCLMULQDQ.
+//
+// Preconditions: groups >= 1, blockLen >= 64, stride >= blockLen;
+// fold = &foldTable.Fold[4].
+//
+//go:noescape
+func hybridBlocksZ3(dst *uint32, p *byte, groups int, blockLen int, stride int, init uint32, xorout uint32, fold *[2]uint64)
+
+// hybridBlocksZA0 is hybridBlocksZ0 for blocks off a cache line: every
+// fold block's head, up to its first 64-byte boundary, and every block's
+// tail beyond (blockLen-63)/64 steps go through CRC32, so that no fold
+// load spans two lines (kernels/_asm/crc32hybrid, zalign.go).
+// Needs SSE4.2, AVX512F and VPCLMULQDQ.
+//
+// Preconditions: groups >= 1, blockLen >= 128, stride >= blockLen;
+// fold = &foldTable.Fold[4].
+//
+//go:noescape
+func hybridBlocksZA0(dst *uint32, p *byte, groups int, blockLen int, stride int, init uint32, xorout uint32, fold *[2]uint64)
+
+// hybridBlocksZA1 is hybridBlocksZ1 for blocks off a cache line: every
+// fold block's head, up to its first 64-byte boundary, and every block's
+// tail beyond (blockLen-63)/64 steps go through CRC32, so that no fold
+// load spans two lines (kernels/_asm/crc32hybrid, zalign.go).
+// Needs SSE4.2, AVX512F and VPCLMULQDQ.
+//
+// Preconditions: groups >= 1, blockLen >= 128, stride >= blockLen;
+// fold = &foldTable.Fold[4].
+//
+//go:noescape
+func hybridBlocksZA1(dst *uint32, p *byte, groups int, blockLen int, stride int, init uint32, xorout uint32, fold *[2]uint64)
+
+// hybridBlocksZA2 is hybridBlocksZ2 for blocks off a cache line: every
+// fold block's head, up to its first 64-byte boundary, and every block's
+// tail beyond (blockLen-63)/64 steps go through CRC32, so that no fold
+// load spans two lines (kernels/_asm/crc32hybrid, zalign.go).
+// Needs SSE4.2, AVX512F and VPCLMULQDQ.
+//
+// Preconditions: groups >= 1, blockLen >= 128, stride >= blockLen;
+// fold = &foldTable.Fold[4].
+//
+//go:noescape
+func hybridBlocksZA2(dst *uint32, p *byte, groups int, blockLen int, stride int, init uint32, xorout uint32, fold *[2]uint64)
+
+// hybridMergeZ returns the register after a chunk of segments from the
+// registers regs (the one before the chunk, then the segments' but the
+// last, from zero), the last segment's register last and the chunk's
+// row k of hybridKZ (kernels/_asm/crc32hybrid, zmm.go); needs SSE4.2,
+// AVX512F and VPCLMULQDQ.
+//
+//go:noescape
+func hybridMergeZ(regs *[16]uint32, last uint32, k *[16]uint64) uint32

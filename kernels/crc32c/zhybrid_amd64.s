@@ -1280,3 +1280,5095 @@ short3_loop:
 	XORL      R8, AX
 	MOVL      AX, ret+40(FP)
 	RET
+
+// func hybridBlocksZ0(dst *uint32, p *byte, groups int, blockLen int, stride int, init uint32, xorout uint32, fold *[2]uint64)
+// Requires: AVX, AVX512F, SSE4.2, VPCLMULQDQ
+TEXT ·hybridBlocksZ0(SB), $1088-56
+	MOVQ            fold+48(FP), AX
+	VBROADCASTI32X4 (AX), Z0
+
+	// The initial register in the first 32 bits of a vector, for the fold blocks.
+	MOVL  init+40(FP), AX
+	VMOVD AX, X1
+	MOVQ  p+8(FP), AX
+
+hybridBlocksZ0_group:
+	MOVQ stride+32(FP), CX
+	LEAQ (CX)(CX*2), DX
+	MOVQ AX, BX
+	LEAQ (BX)(DX*1), SI
+	LEAQ (SI)(DX*1), DI
+	LEAQ (DI)(DX*1), R8
+	LEAQ (R8)(DX*1), R9
+	LEAQ (R9)(DX*1), DX
+	MOVQ blockLen+24(FP), R10
+	SHRQ $0x06, R10
+
+	// The first 64 bytes of every fold block, the initial register in the first.
+	VMOVDQU64 (BX), Z2
+	VPXORQ    Z1, Z2, Z2
+	VMOVDQU64 (BX)(CX*1), Z3
+	VPXORQ    Z1, Z3, Z3
+	VMOVDQU64 (BX)(CX*2), Z4
+	VPXORQ    Z1, Z4, Z4
+	VMOVDQU64 (SI), Z5
+	VPXORQ    Z1, Z5, Z5
+	VMOVDQU64 (SI)(CX*1), Z6
+	VPXORQ    Z1, Z6, Z6
+	VMOVDQU64 (SI)(CX*2), Z7
+	VPXORQ    Z1, Z7, Z7
+	VMOVDQU64 (DI), Z8
+	VPXORQ    Z1, Z8, Z8
+	VMOVDQU64 (DI)(CX*1), Z9
+	VPXORQ    Z1, Z9, Z9
+	VMOVDQU64 (DI)(CX*2), Z10
+	VPXORQ    Z1, Z10, Z10
+	VMOVDQU64 (R8), Z11
+	VPXORQ    Z1, Z11, Z11
+	VMOVDQU64 (R8)(CX*1), Z12
+	VPXORQ    Z1, Z12, Z12
+	VMOVDQU64 (R8)(CX*2), Z13
+	VPXORQ    Z1, Z13, Z13
+	VMOVDQU64 (R9), Z14
+	VPXORQ    Z1, Z14, Z14
+	VMOVDQU64 (R9)(CX*1), Z15
+	VPXORQ    Z1, Z15, Z15
+	VMOVDQU64 (R9)(CX*2), Z16
+	VPXORQ    Z1, Z16, Z16
+	VMOVDQU64 (DX), Z17
+	VPXORQ    Z1, Z17, Z17
+
+	// Every step: 64 bytes of each CRC block (8 CRC32Q), and each fold
+	// accumulator folded forward by 64 bytes onto the next 64 of its block.
+	DECQ R10
+	JZ   hybridBlocksZ0_last
+
+hybridBlocksZ0_loop:
+	VPCLMULQDQ $0x00, Z0, Z2, Z18
+	VPCLMULQDQ $0x11, Z0, Z2, Z2
+	VPTERNLOGD $0x96, 64(BX), Z18, Z2
+	VPCLMULQDQ $0x00, Z0, Z10, Z18
+	VPCLMULQDQ $0x11, Z0, Z10, Z10
+	VPTERNLOGD $0x96, 64(DI)(CX*2), Z18, Z10
+	VPCLMULQDQ $0x00, Z0, Z3, Z18
+	VPCLMULQDQ $0x11, Z0, Z3, Z3
+	VPTERNLOGD $0x96, 64(BX)(CX*1), Z18, Z3
+	VPCLMULQDQ $0x00, Z0, Z11, Z18
+	VPCLMULQDQ $0x11, Z0, Z11, Z11
+	VPTERNLOGD $0x96, 64(R8), Z18, Z11
+	VPCLMULQDQ $0x00, Z0, Z4, Z18
+	VPCLMULQDQ $0x11, Z0, Z4, Z4
+	VPTERNLOGD $0x96, 64(BX)(CX*2), Z18, Z4
+	VPCLMULQDQ $0x00, Z0, Z12, Z18
+	VPCLMULQDQ $0x11, Z0, Z12, Z12
+	VPTERNLOGD $0x96, 64(R8)(CX*1), Z18, Z12
+	VPCLMULQDQ $0x00, Z0, Z5, Z18
+	VPCLMULQDQ $0x11, Z0, Z5, Z5
+	VPTERNLOGD $0x96, 64(SI), Z18, Z5
+	VPCLMULQDQ $0x00, Z0, Z13, Z18
+	VPCLMULQDQ $0x11, Z0, Z13, Z13
+	VPTERNLOGD $0x96, 64(R8)(CX*2), Z18, Z13
+	VPCLMULQDQ $0x00, Z0, Z6, Z18
+	VPCLMULQDQ $0x11, Z0, Z6, Z6
+	VPTERNLOGD $0x96, 64(SI)(CX*1), Z18, Z6
+	VPCLMULQDQ $0x00, Z0, Z14, Z18
+	VPCLMULQDQ $0x11, Z0, Z14, Z14
+	VPTERNLOGD $0x96, 64(R9), Z18, Z14
+	VPCLMULQDQ $0x00, Z0, Z7, Z18
+	VPCLMULQDQ $0x11, Z0, Z7, Z7
+	VPTERNLOGD $0x96, 64(SI)(CX*2), Z18, Z7
+	VPCLMULQDQ $0x00, Z0, Z15, Z18
+	VPCLMULQDQ $0x11, Z0, Z15, Z15
+	VPTERNLOGD $0x96, 64(R9)(CX*1), Z18, Z15
+	VPCLMULQDQ $0x00, Z0, Z8, Z18
+	VPCLMULQDQ $0x11, Z0, Z8, Z8
+	VPTERNLOGD $0x96, 64(DI), Z18, Z8
+	VPCLMULQDQ $0x00, Z0, Z16, Z18
+	VPCLMULQDQ $0x11, Z0, Z16, Z16
+	VPTERNLOGD $0x96, 64(R9)(CX*2), Z18, Z16
+	VPCLMULQDQ $0x00, Z0, Z9, Z18
+	VPCLMULQDQ $0x11, Z0, Z9, Z9
+	VPTERNLOGD $0x96, 64(DI)(CX*1), Z18, Z9
+	VPCLMULQDQ $0x00, Z0, Z17, Z18
+	VPCLMULQDQ $0x11, Z0, Z17, Z17
+	VPTERNLOGD $0x96, 64(DX), Z18, Z17
+	ADDQ       $0x40, BX
+	ADDQ       $0x40, SI
+	ADDQ       $0x40, DI
+	ADDQ       $0x40, R8
+	ADDQ       $0x40, R9
+	ADDQ       $0x40, DX
+	DECQ       R10
+	JNZ        hybridBlocksZ0_loop
+
+hybridBlocksZ0_last:
+	// Last step: the CRC blocks only.
+	// Every block in turn: reduce a fold accumulator (its 64 bytes through
+	// CRC32Q from zero, read back from the stack), add the block's last
+	// blockLen mod 64 bytes, XOR xorout, store.
+	MOVQ      blockLen+24(FP), DX
+	MOVQ      DX, BX
+	ANDQ      $-64, BX
+	ADDQ      AX, BX
+	ANDQ      $0x3f, DX
+	LEAQ      63(SP), AX
+	ANDQ      $-64, AX
+	VMOVDQA64 Z2, (AX)
+	VMOVDQA64 Z3, 64(AX)
+	VMOVDQA64 Z4, 128(AX)
+	VMOVDQA64 Z5, 192(AX)
+	VMOVDQA64 Z6, 256(AX)
+	VMOVDQA64 Z7, 320(AX)
+	VMOVDQA64 Z8, 384(AX)
+	VMOVDQA64 Z9, 448(AX)
+	VMOVDQA64 Z10, 512(AX)
+	VMOVDQA64 Z11, 576(AX)
+	VMOVDQA64 Z12, 640(AX)
+	VMOVDQA64 Z13, 704(AX)
+	VMOVDQA64 Z14, 768(AX)
+	VMOVDQA64 Z15, 832(AX)
+	VMOVDQA64 Z16, 896(AX)
+	VMOVDQA64 Z17, 960(AX)
+	MOVQ      dst+0(FP), SI
+	XORL      DI, DI
+	CRC32Q    (AX), DI
+	CRC32Q    8(AX), DI
+	CRC32Q    16(AX), DI
+	CRC32Q    24(AX), DI
+	CRC32Q    32(AX), DI
+	CRC32Q    40(AX), DI
+	CRC32Q    48(AX), DI
+	CRC32Q    56(AX), DI
+	TESTQ     DX, DX
+	JZ        hybridBlocksZ0_b0_done
+	MOVQ      BX, R8
+	TESTQ     $0x00000020, DX
+	JZ        hybridBlocksZ0_b0_32
+	CRC32Q    (R8), DI
+	CRC32Q    8(R8), DI
+	CRC32Q    16(R8), DI
+	CRC32Q    24(R8), DI
+	ADDQ      $0x20, R8
+
+hybridBlocksZ0_b0_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ0_b0_16
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	ADDQ   $0x10, R8
+
+hybridBlocksZ0_b0_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ0_b0_8
+	CRC32Q (R8), DI
+	ADDQ   $0x08, R8
+
+hybridBlocksZ0_b0_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ0_b0_4
+	CRC32L (R8), DI
+	ADDQ   $0x04, R8
+
+hybridBlocksZ0_b0_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ0_b0_2
+	CRC32W (R8), DI
+	ADDQ   $0x02, R8
+
+hybridBlocksZ0_b0_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ0_b0_1
+	CRC32B (R8), DI
+
+hybridBlocksZ0_b0_1:
+hybridBlocksZ0_b0_done:
+	XORL   xorout+44(FP), DI
+	MOVL   DI, (SI)
+	ADDQ   CX, BX
+	XORL   DI, DI
+	CRC32Q 64(AX), DI
+	CRC32Q 72(AX), DI
+	CRC32Q 80(AX), DI
+	CRC32Q 88(AX), DI
+	CRC32Q 96(AX), DI
+	CRC32Q 104(AX), DI
+	CRC32Q 112(AX), DI
+	CRC32Q 120(AX), DI
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ0_b1_done
+	MOVQ   BX, R8
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ0_b1_32
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	CRC32Q 16(R8), DI
+	CRC32Q 24(R8), DI
+	ADDQ   $0x20, R8
+
+hybridBlocksZ0_b1_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ0_b1_16
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	ADDQ   $0x10, R8
+
+hybridBlocksZ0_b1_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ0_b1_8
+	CRC32Q (R8), DI
+	ADDQ   $0x08, R8
+
+hybridBlocksZ0_b1_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ0_b1_4
+	CRC32L (R8), DI
+	ADDQ   $0x04, R8
+
+hybridBlocksZ0_b1_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ0_b1_2
+	CRC32W (R8), DI
+	ADDQ   $0x02, R8
+
+hybridBlocksZ0_b1_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ0_b1_1
+	CRC32B (R8), DI
+
+hybridBlocksZ0_b1_1:
+hybridBlocksZ0_b1_done:
+	XORL   xorout+44(FP), DI
+	MOVL   DI, 4(SI)
+	ADDQ   CX, BX
+	XORL   DI, DI
+	CRC32Q 128(AX), DI
+	CRC32Q 136(AX), DI
+	CRC32Q 144(AX), DI
+	CRC32Q 152(AX), DI
+	CRC32Q 160(AX), DI
+	CRC32Q 168(AX), DI
+	CRC32Q 176(AX), DI
+	CRC32Q 184(AX), DI
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ0_b2_done
+	MOVQ   BX, R8
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ0_b2_32
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	CRC32Q 16(R8), DI
+	CRC32Q 24(R8), DI
+	ADDQ   $0x20, R8
+
+hybridBlocksZ0_b2_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ0_b2_16
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	ADDQ   $0x10, R8
+
+hybridBlocksZ0_b2_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ0_b2_8
+	CRC32Q (R8), DI
+	ADDQ   $0x08, R8
+
+hybridBlocksZ0_b2_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ0_b2_4
+	CRC32L (R8), DI
+	ADDQ   $0x04, R8
+
+hybridBlocksZ0_b2_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ0_b2_2
+	CRC32W (R8), DI
+	ADDQ   $0x02, R8
+
+hybridBlocksZ0_b2_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ0_b2_1
+	CRC32B (R8), DI
+
+hybridBlocksZ0_b2_1:
+hybridBlocksZ0_b2_done:
+	XORL   xorout+44(FP), DI
+	MOVL   DI, 8(SI)
+	ADDQ   CX, BX
+	XORL   DI, DI
+	CRC32Q 192(AX), DI
+	CRC32Q 200(AX), DI
+	CRC32Q 208(AX), DI
+	CRC32Q 216(AX), DI
+	CRC32Q 224(AX), DI
+	CRC32Q 232(AX), DI
+	CRC32Q 240(AX), DI
+	CRC32Q 248(AX), DI
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ0_b3_done
+	MOVQ   BX, R8
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ0_b3_32
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	CRC32Q 16(R8), DI
+	CRC32Q 24(R8), DI
+	ADDQ   $0x20, R8
+
+hybridBlocksZ0_b3_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ0_b3_16
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	ADDQ   $0x10, R8
+
+hybridBlocksZ0_b3_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ0_b3_8
+	CRC32Q (R8), DI
+	ADDQ   $0x08, R8
+
+hybridBlocksZ0_b3_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ0_b3_4
+	CRC32L (R8), DI
+	ADDQ   $0x04, R8
+
+hybridBlocksZ0_b3_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ0_b3_2
+	CRC32W (R8), DI
+	ADDQ   $0x02, R8
+
+hybridBlocksZ0_b3_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ0_b3_1
+	CRC32B (R8), DI
+
+hybridBlocksZ0_b3_1:
+hybridBlocksZ0_b3_done:
+	XORL   xorout+44(FP), DI
+	MOVL   DI, 12(SI)
+	ADDQ   CX, BX
+	XORL   DI, DI
+	CRC32Q 256(AX), DI
+	CRC32Q 264(AX), DI
+	CRC32Q 272(AX), DI
+	CRC32Q 280(AX), DI
+	CRC32Q 288(AX), DI
+	CRC32Q 296(AX), DI
+	CRC32Q 304(AX), DI
+	CRC32Q 312(AX), DI
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ0_b4_done
+	MOVQ   BX, R8
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ0_b4_32
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	CRC32Q 16(R8), DI
+	CRC32Q 24(R8), DI
+	ADDQ   $0x20, R8
+
+hybridBlocksZ0_b4_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ0_b4_16
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	ADDQ   $0x10, R8
+
+hybridBlocksZ0_b4_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ0_b4_8
+	CRC32Q (R8), DI
+	ADDQ   $0x08, R8
+
+hybridBlocksZ0_b4_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ0_b4_4
+	CRC32L (R8), DI
+	ADDQ   $0x04, R8
+
+hybridBlocksZ0_b4_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ0_b4_2
+	CRC32W (R8), DI
+	ADDQ   $0x02, R8
+
+hybridBlocksZ0_b4_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ0_b4_1
+	CRC32B (R8), DI
+
+hybridBlocksZ0_b4_1:
+hybridBlocksZ0_b4_done:
+	XORL   xorout+44(FP), DI
+	MOVL   DI, 16(SI)
+	ADDQ   CX, BX
+	XORL   DI, DI
+	CRC32Q 320(AX), DI
+	CRC32Q 328(AX), DI
+	CRC32Q 336(AX), DI
+	CRC32Q 344(AX), DI
+	CRC32Q 352(AX), DI
+	CRC32Q 360(AX), DI
+	CRC32Q 368(AX), DI
+	CRC32Q 376(AX), DI
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ0_b5_done
+	MOVQ   BX, R8
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ0_b5_32
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	CRC32Q 16(R8), DI
+	CRC32Q 24(R8), DI
+	ADDQ   $0x20, R8
+
+hybridBlocksZ0_b5_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ0_b5_16
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	ADDQ   $0x10, R8
+
+hybridBlocksZ0_b5_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ0_b5_8
+	CRC32Q (R8), DI
+	ADDQ   $0x08, R8
+
+hybridBlocksZ0_b5_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ0_b5_4
+	CRC32L (R8), DI
+	ADDQ   $0x04, R8
+
+hybridBlocksZ0_b5_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ0_b5_2
+	CRC32W (R8), DI
+	ADDQ   $0x02, R8
+
+hybridBlocksZ0_b5_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ0_b5_1
+	CRC32B (R8), DI
+
+hybridBlocksZ0_b5_1:
+hybridBlocksZ0_b5_done:
+	XORL   xorout+44(FP), DI
+	MOVL   DI, 20(SI)
+	ADDQ   CX, BX
+	XORL   DI, DI
+	CRC32Q 384(AX), DI
+	CRC32Q 392(AX), DI
+	CRC32Q 400(AX), DI
+	CRC32Q 408(AX), DI
+	CRC32Q 416(AX), DI
+	CRC32Q 424(AX), DI
+	CRC32Q 432(AX), DI
+	CRC32Q 440(AX), DI
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ0_b6_done
+	MOVQ   BX, R8
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ0_b6_32
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	CRC32Q 16(R8), DI
+	CRC32Q 24(R8), DI
+	ADDQ   $0x20, R8
+
+hybridBlocksZ0_b6_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ0_b6_16
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	ADDQ   $0x10, R8
+
+hybridBlocksZ0_b6_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ0_b6_8
+	CRC32Q (R8), DI
+	ADDQ   $0x08, R8
+
+hybridBlocksZ0_b6_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ0_b6_4
+	CRC32L (R8), DI
+	ADDQ   $0x04, R8
+
+hybridBlocksZ0_b6_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ0_b6_2
+	CRC32W (R8), DI
+	ADDQ   $0x02, R8
+
+hybridBlocksZ0_b6_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ0_b6_1
+	CRC32B (R8), DI
+
+hybridBlocksZ0_b6_1:
+hybridBlocksZ0_b6_done:
+	XORL   xorout+44(FP), DI
+	MOVL   DI, 24(SI)
+	ADDQ   CX, BX
+	XORL   DI, DI
+	CRC32Q 448(AX), DI
+	CRC32Q 456(AX), DI
+	CRC32Q 464(AX), DI
+	CRC32Q 472(AX), DI
+	CRC32Q 480(AX), DI
+	CRC32Q 488(AX), DI
+	CRC32Q 496(AX), DI
+	CRC32Q 504(AX), DI
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ0_b7_done
+	MOVQ   BX, R8
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ0_b7_32
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	CRC32Q 16(R8), DI
+	CRC32Q 24(R8), DI
+	ADDQ   $0x20, R8
+
+hybridBlocksZ0_b7_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ0_b7_16
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	ADDQ   $0x10, R8
+
+hybridBlocksZ0_b7_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ0_b7_8
+	CRC32Q (R8), DI
+	ADDQ   $0x08, R8
+
+hybridBlocksZ0_b7_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ0_b7_4
+	CRC32L (R8), DI
+	ADDQ   $0x04, R8
+
+hybridBlocksZ0_b7_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ0_b7_2
+	CRC32W (R8), DI
+	ADDQ   $0x02, R8
+
+hybridBlocksZ0_b7_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ0_b7_1
+	CRC32B (R8), DI
+
+hybridBlocksZ0_b7_1:
+hybridBlocksZ0_b7_done:
+	XORL   xorout+44(FP), DI
+	MOVL   DI, 28(SI)
+	ADDQ   CX, BX
+	XORL   DI, DI
+	CRC32Q 512(AX), DI
+	CRC32Q 520(AX), DI
+	CRC32Q 528(AX), DI
+	CRC32Q 536(AX), DI
+	CRC32Q 544(AX), DI
+	CRC32Q 552(AX), DI
+	CRC32Q 560(AX), DI
+	CRC32Q 568(AX), DI
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ0_b8_done
+	MOVQ   BX, R8
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ0_b8_32
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	CRC32Q 16(R8), DI
+	CRC32Q 24(R8), DI
+	ADDQ   $0x20, R8
+
+hybridBlocksZ0_b8_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ0_b8_16
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	ADDQ   $0x10, R8
+
+hybridBlocksZ0_b8_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ0_b8_8
+	CRC32Q (R8), DI
+	ADDQ   $0x08, R8
+
+hybridBlocksZ0_b8_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ0_b8_4
+	CRC32L (R8), DI
+	ADDQ   $0x04, R8
+
+hybridBlocksZ0_b8_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ0_b8_2
+	CRC32W (R8), DI
+	ADDQ   $0x02, R8
+
+hybridBlocksZ0_b8_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ0_b8_1
+	CRC32B (R8), DI
+
+hybridBlocksZ0_b8_1:
+hybridBlocksZ0_b8_done:
+	XORL   xorout+44(FP), DI
+	MOVL   DI, 32(SI)
+	ADDQ   CX, BX
+	XORL   DI, DI
+	CRC32Q 576(AX), DI
+	CRC32Q 584(AX), DI
+	CRC32Q 592(AX), DI
+	CRC32Q 600(AX), DI
+	CRC32Q 608(AX), DI
+	CRC32Q 616(AX), DI
+	CRC32Q 624(AX), DI
+	CRC32Q 632(AX), DI
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ0_b9_done
+	MOVQ   BX, R8
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ0_b9_32
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	CRC32Q 16(R8), DI
+	CRC32Q 24(R8), DI
+	ADDQ   $0x20, R8
+
+hybridBlocksZ0_b9_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ0_b9_16
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	ADDQ   $0x10, R8
+
+hybridBlocksZ0_b9_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ0_b9_8
+	CRC32Q (R8), DI
+	ADDQ   $0x08, R8
+
+hybridBlocksZ0_b9_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ0_b9_4
+	CRC32L (R8), DI
+	ADDQ   $0x04, R8
+
+hybridBlocksZ0_b9_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ0_b9_2
+	CRC32W (R8), DI
+	ADDQ   $0x02, R8
+
+hybridBlocksZ0_b9_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ0_b9_1
+	CRC32B (R8), DI
+
+hybridBlocksZ0_b9_1:
+hybridBlocksZ0_b9_done:
+	XORL   xorout+44(FP), DI
+	MOVL   DI, 36(SI)
+	ADDQ   CX, BX
+	XORL   DI, DI
+	CRC32Q 640(AX), DI
+	CRC32Q 648(AX), DI
+	CRC32Q 656(AX), DI
+	CRC32Q 664(AX), DI
+	CRC32Q 672(AX), DI
+	CRC32Q 680(AX), DI
+	CRC32Q 688(AX), DI
+	CRC32Q 696(AX), DI
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ0_b10_done
+	MOVQ   BX, R8
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ0_b10_32
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	CRC32Q 16(R8), DI
+	CRC32Q 24(R8), DI
+	ADDQ   $0x20, R8
+
+hybridBlocksZ0_b10_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ0_b10_16
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	ADDQ   $0x10, R8
+
+hybridBlocksZ0_b10_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ0_b10_8
+	CRC32Q (R8), DI
+	ADDQ   $0x08, R8
+
+hybridBlocksZ0_b10_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ0_b10_4
+	CRC32L (R8), DI
+	ADDQ   $0x04, R8
+
+hybridBlocksZ0_b10_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ0_b10_2
+	CRC32W (R8), DI
+	ADDQ   $0x02, R8
+
+hybridBlocksZ0_b10_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ0_b10_1
+	CRC32B (R8), DI
+
+hybridBlocksZ0_b10_1:
+hybridBlocksZ0_b10_done:
+	XORL   xorout+44(FP), DI
+	MOVL   DI, 40(SI)
+	ADDQ   CX, BX
+	XORL   DI, DI
+	CRC32Q 704(AX), DI
+	CRC32Q 712(AX), DI
+	CRC32Q 720(AX), DI
+	CRC32Q 728(AX), DI
+	CRC32Q 736(AX), DI
+	CRC32Q 744(AX), DI
+	CRC32Q 752(AX), DI
+	CRC32Q 760(AX), DI
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ0_b11_done
+	MOVQ   BX, R8
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ0_b11_32
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	CRC32Q 16(R8), DI
+	CRC32Q 24(R8), DI
+	ADDQ   $0x20, R8
+
+hybridBlocksZ0_b11_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ0_b11_16
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	ADDQ   $0x10, R8
+
+hybridBlocksZ0_b11_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ0_b11_8
+	CRC32Q (R8), DI
+	ADDQ   $0x08, R8
+
+hybridBlocksZ0_b11_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ0_b11_4
+	CRC32L (R8), DI
+	ADDQ   $0x04, R8
+
+hybridBlocksZ0_b11_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ0_b11_2
+	CRC32W (R8), DI
+	ADDQ   $0x02, R8
+
+hybridBlocksZ0_b11_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ0_b11_1
+	CRC32B (R8), DI
+
+hybridBlocksZ0_b11_1:
+hybridBlocksZ0_b11_done:
+	XORL   xorout+44(FP), DI
+	MOVL   DI, 44(SI)
+	ADDQ   CX, BX
+	XORL   DI, DI
+	CRC32Q 768(AX), DI
+	CRC32Q 776(AX), DI
+	CRC32Q 784(AX), DI
+	CRC32Q 792(AX), DI
+	CRC32Q 800(AX), DI
+	CRC32Q 808(AX), DI
+	CRC32Q 816(AX), DI
+	CRC32Q 824(AX), DI
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ0_b12_done
+	MOVQ   BX, R8
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ0_b12_32
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	CRC32Q 16(R8), DI
+	CRC32Q 24(R8), DI
+	ADDQ   $0x20, R8
+
+hybridBlocksZ0_b12_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ0_b12_16
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	ADDQ   $0x10, R8
+
+hybridBlocksZ0_b12_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ0_b12_8
+	CRC32Q (R8), DI
+	ADDQ   $0x08, R8
+
+hybridBlocksZ0_b12_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ0_b12_4
+	CRC32L (R8), DI
+	ADDQ   $0x04, R8
+
+hybridBlocksZ0_b12_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ0_b12_2
+	CRC32W (R8), DI
+	ADDQ   $0x02, R8
+
+hybridBlocksZ0_b12_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ0_b12_1
+	CRC32B (R8), DI
+
+hybridBlocksZ0_b12_1:
+hybridBlocksZ0_b12_done:
+	XORL   xorout+44(FP), DI
+	MOVL   DI, 48(SI)
+	ADDQ   CX, BX
+	XORL   DI, DI
+	CRC32Q 832(AX), DI
+	CRC32Q 840(AX), DI
+	CRC32Q 848(AX), DI
+	CRC32Q 856(AX), DI
+	CRC32Q 864(AX), DI
+	CRC32Q 872(AX), DI
+	CRC32Q 880(AX), DI
+	CRC32Q 888(AX), DI
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ0_b13_done
+	MOVQ   BX, R8
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ0_b13_32
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	CRC32Q 16(R8), DI
+	CRC32Q 24(R8), DI
+	ADDQ   $0x20, R8
+
+hybridBlocksZ0_b13_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ0_b13_16
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	ADDQ   $0x10, R8
+
+hybridBlocksZ0_b13_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ0_b13_8
+	CRC32Q (R8), DI
+	ADDQ   $0x08, R8
+
+hybridBlocksZ0_b13_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ0_b13_4
+	CRC32L (R8), DI
+	ADDQ   $0x04, R8
+
+hybridBlocksZ0_b13_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ0_b13_2
+	CRC32W (R8), DI
+	ADDQ   $0x02, R8
+
+hybridBlocksZ0_b13_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ0_b13_1
+	CRC32B (R8), DI
+
+hybridBlocksZ0_b13_1:
+hybridBlocksZ0_b13_done:
+	XORL   xorout+44(FP), DI
+	MOVL   DI, 52(SI)
+	ADDQ   CX, BX
+	XORL   DI, DI
+	CRC32Q 896(AX), DI
+	CRC32Q 904(AX), DI
+	CRC32Q 912(AX), DI
+	CRC32Q 920(AX), DI
+	CRC32Q 928(AX), DI
+	CRC32Q 936(AX), DI
+	CRC32Q 944(AX), DI
+	CRC32Q 952(AX), DI
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ0_b14_done
+	MOVQ   BX, R8
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ0_b14_32
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	CRC32Q 16(R8), DI
+	CRC32Q 24(R8), DI
+	ADDQ   $0x20, R8
+
+hybridBlocksZ0_b14_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ0_b14_16
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	ADDQ   $0x10, R8
+
+hybridBlocksZ0_b14_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ0_b14_8
+	CRC32Q (R8), DI
+	ADDQ   $0x08, R8
+
+hybridBlocksZ0_b14_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ0_b14_4
+	CRC32L (R8), DI
+	ADDQ   $0x04, R8
+
+hybridBlocksZ0_b14_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ0_b14_2
+	CRC32W (R8), DI
+	ADDQ   $0x02, R8
+
+hybridBlocksZ0_b14_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ0_b14_1
+	CRC32B (R8), DI
+
+hybridBlocksZ0_b14_1:
+hybridBlocksZ0_b14_done:
+	XORL   xorout+44(FP), DI
+	MOVL   DI, 56(SI)
+	ADDQ   CX, BX
+	XORL   DI, DI
+	CRC32Q 960(AX), DI
+	CRC32Q 968(AX), DI
+	CRC32Q 976(AX), DI
+	CRC32Q 984(AX), DI
+	CRC32Q 992(AX), DI
+	CRC32Q 1000(AX), DI
+	CRC32Q 1008(AX), DI
+	CRC32Q 1016(AX), DI
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ0_b15_done
+	MOVQ   BX, AX
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ0_b15_32
+	CRC32Q (AX), DI
+	CRC32Q 8(AX), DI
+	CRC32Q 16(AX), DI
+	CRC32Q 24(AX), DI
+	ADDQ   $0x20, AX
+
+hybridBlocksZ0_b15_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ0_b15_16
+	CRC32Q (AX), DI
+	CRC32Q 8(AX), DI
+	ADDQ   $0x10, AX
+
+hybridBlocksZ0_b15_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ0_b15_8
+	CRC32Q (AX), DI
+	ADDQ   $0x08, AX
+
+hybridBlocksZ0_b15_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ0_b15_4
+	CRC32L (AX), DI
+	ADDQ   $0x04, AX
+
+hybridBlocksZ0_b15_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ0_b15_2
+	CRC32W (AX), DI
+	ADDQ   $0x02, AX
+
+hybridBlocksZ0_b15_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ0_b15_1
+	CRC32B (AX), DI
+
+hybridBlocksZ0_b15_1:
+hybridBlocksZ0_b15_done:
+	XORL xorout+44(FP), DI
+	MOVL DI, 60(SI)
+	ADDQ $0x40, SI
+	MOVQ SI, dst+0(FP)
+	LEAQ (BX)(CX*1), AX
+	MOVQ blockLen+24(FP), CX
+	ANDQ $-64, CX
+	SUBQ CX, AX
+	DECQ groups+16(FP)
+	JNZ  hybridBlocksZ0_group
+	VZEROUPPER
+	RET
+
+// func hybridBlocksZ1(dst *uint32, p *byte, groups int, blockLen int, stride int, init uint32, xorout uint32, fold *[2]uint64)
+// Requires: AVX, AVX512F, SSE4.2, VPCLMULQDQ
+TEXT ·hybridBlocksZ1(SB), $1088-56
+	MOVQ            fold+48(FP), AX
+	VBROADCASTI32X4 (AX), Z0
+
+	// The initial register in the first 32 bits of a vector, for the fold blocks.
+	MOVL  init+40(FP), AX
+	VMOVD AX, X1
+	MOVQ  p+8(FP), AX
+
+hybridBlocksZ1_group:
+	MOVQ stride+32(FP), CX
+	LEAQ (CX)(CX*2), DX
+	MOVQ AX, BX
+	LEAQ (BX)(DX*1), SI
+	LEAQ (SI)(DX*1), DI
+	LEAQ (DI)(DX*1), R8
+	LEAQ (R8)(DX*1), R9
+	LEAQ (R9)(DX*1), DX
+	MOVL init+40(FP), R10
+	MOVQ blockLen+24(FP), R11
+	SHRQ $0x06, R11
+
+	// The first 64 bytes of every fold block, the initial register in the first.
+	VMOVDQU64 (BX)(CX*1), Z2
+	VPXORQ    Z1, Z2, Z2
+	VMOVDQU64 (BX)(CX*2), Z3
+	VPXORQ    Z1, Z3, Z3
+	VMOVDQU64 (SI), Z4
+	VPXORQ    Z1, Z4, Z4
+	VMOVDQU64 (SI)(CX*1), Z5
+	VPXORQ    Z1, Z5, Z5
+	VMOVDQU64 (SI)(CX*2), Z6
+	VPXORQ    Z1, Z6, Z6
+	VMOVDQU64 (DI), Z7
+	VPXORQ    Z1, Z7, Z7
+	VMOVDQU64 (DI)(CX*1), Z8
+	VPXORQ    Z1, Z8, Z8
+	VMOVDQU64 (DI)(CX*2), Z9
+	VPXORQ    Z1, Z9, Z9
+	VMOVDQU64 (R8), Z10
+	VPXORQ    Z1, Z10, Z10
+	VMOVDQU64 (R8)(CX*1), Z11
+	VPXORQ    Z1, Z11, Z11
+	VMOVDQU64 (R8)(CX*2), Z12
+	VPXORQ    Z1, Z12, Z12
+	VMOVDQU64 (R9), Z13
+	VPXORQ    Z1, Z13, Z13
+	VMOVDQU64 (R9)(CX*1), Z14
+	VPXORQ    Z1, Z14, Z14
+	VMOVDQU64 (R9)(CX*2), Z15
+	VPXORQ    Z1, Z15, Z15
+	VMOVDQU64 (DX), Z16
+	VPXORQ    Z1, Z16, Z16
+
+	// Every step: 64 bytes of each CRC block (8 CRC32Q), and each fold
+	// accumulator folded forward by 64 bytes onto the next 64 of its block.
+	DECQ R11
+	JZ   hybridBlocksZ1_last
+
+hybridBlocksZ1_loop:
+	CRC32Q     (BX), R10
+	VPCLMULQDQ $0x00, Z0, Z2, Z17
+	VPCLMULQDQ $0x11, Z0, Z2, Z2
+	VPTERNLOGD $0x96, 64(BX)(CX*1), Z17, Z2
+	VPCLMULQDQ $0x00, Z0, Z10, Z17
+	VPCLMULQDQ $0x11, Z0, Z10, Z10
+	VPTERNLOGD $0x96, 64(R8), Z17, Z10
+	CRC32Q     8(BX), R10
+	VPCLMULQDQ $0x00, Z0, Z3, Z17
+	VPCLMULQDQ $0x11, Z0, Z3, Z3
+	VPTERNLOGD $0x96, 64(BX)(CX*2), Z17, Z3
+	VPCLMULQDQ $0x00, Z0, Z11, Z17
+	VPCLMULQDQ $0x11, Z0, Z11, Z11
+	VPTERNLOGD $0x96, 64(R8)(CX*1), Z17, Z11
+	CRC32Q     16(BX), R10
+	VPCLMULQDQ $0x00, Z0, Z4, Z17
+	VPCLMULQDQ $0x11, Z0, Z4, Z4
+	VPTERNLOGD $0x96, 64(SI), Z17, Z4
+	VPCLMULQDQ $0x00, Z0, Z12, Z17
+	VPCLMULQDQ $0x11, Z0, Z12, Z12
+	VPTERNLOGD $0x96, 64(R8)(CX*2), Z17, Z12
+	CRC32Q     24(BX), R10
+	VPCLMULQDQ $0x00, Z0, Z5, Z17
+	VPCLMULQDQ $0x11, Z0, Z5, Z5
+	VPTERNLOGD $0x96, 64(SI)(CX*1), Z17, Z5
+	VPCLMULQDQ $0x00, Z0, Z13, Z17
+	VPCLMULQDQ $0x11, Z0, Z13, Z13
+	VPTERNLOGD $0x96, 64(R9), Z17, Z13
+	CRC32Q     32(BX), R10
+	VPCLMULQDQ $0x00, Z0, Z6, Z17
+	VPCLMULQDQ $0x11, Z0, Z6, Z6
+	VPTERNLOGD $0x96, 64(SI)(CX*2), Z17, Z6
+	VPCLMULQDQ $0x00, Z0, Z14, Z17
+	VPCLMULQDQ $0x11, Z0, Z14, Z14
+	VPTERNLOGD $0x96, 64(R9)(CX*1), Z17, Z14
+	CRC32Q     40(BX), R10
+	VPCLMULQDQ $0x00, Z0, Z7, Z17
+	VPCLMULQDQ $0x11, Z0, Z7, Z7
+	VPTERNLOGD $0x96, 64(DI), Z17, Z7
+	VPCLMULQDQ $0x00, Z0, Z15, Z17
+	VPCLMULQDQ $0x11, Z0, Z15, Z15
+	VPTERNLOGD $0x96, 64(R9)(CX*2), Z17, Z15
+	CRC32Q     48(BX), R10
+	VPCLMULQDQ $0x00, Z0, Z8, Z17
+	VPCLMULQDQ $0x11, Z0, Z8, Z8
+	VPTERNLOGD $0x96, 64(DI)(CX*1), Z17, Z8
+	VPCLMULQDQ $0x00, Z0, Z16, Z17
+	VPCLMULQDQ $0x11, Z0, Z16, Z16
+	VPTERNLOGD $0x96, 64(DX), Z17, Z16
+	CRC32Q     56(BX), R10
+	VPCLMULQDQ $0x00, Z0, Z9, Z17
+	VPCLMULQDQ $0x11, Z0, Z9, Z9
+	VPTERNLOGD $0x96, 64(DI)(CX*2), Z17, Z9
+	ADDQ       $0x40, BX
+	ADDQ       $0x40, SI
+	ADDQ       $0x40, DI
+	ADDQ       $0x40, R8
+	ADDQ       $0x40, R9
+	ADDQ       $0x40, DX
+	DECQ       R11
+	JNZ        hybridBlocksZ1_loop
+
+hybridBlocksZ1_last:
+	// Last step: the CRC blocks only.
+	CRC32Q (BX), R10
+	CRC32Q 8(BX), R10
+	CRC32Q 16(BX), R10
+	CRC32Q 24(BX), R10
+	CRC32Q 32(BX), R10
+	CRC32Q 40(BX), R10
+	CRC32Q 48(BX), R10
+	CRC32Q 56(BX), R10
+
+	// Every block in turn: reduce a fold accumulator (its 64 bytes through
+	// CRC32Q from zero, read back from the stack), add the block's last
+	// blockLen mod 64 bytes, XOR xorout, store.
+	MOVQ      blockLen+24(FP), DX
+	MOVQ      DX, BX
+	ANDQ      $-64, BX
+	ADDQ      AX, BX
+	ANDQ      $0x3f, DX
+	LEAQ      63(SP), AX
+	ANDQ      $-64, AX
+	VMOVDQA64 Z2, (AX)
+	VMOVDQA64 Z3, 64(AX)
+	VMOVDQA64 Z4, 128(AX)
+	VMOVDQA64 Z5, 192(AX)
+	VMOVDQA64 Z6, 256(AX)
+	VMOVDQA64 Z7, 320(AX)
+	VMOVDQA64 Z8, 384(AX)
+	VMOVDQA64 Z9, 448(AX)
+	VMOVDQA64 Z10, 512(AX)
+	VMOVDQA64 Z11, 576(AX)
+	VMOVDQA64 Z12, 640(AX)
+	VMOVDQA64 Z13, 704(AX)
+	VMOVDQA64 Z14, 768(AX)
+	VMOVDQA64 Z15, 832(AX)
+	VMOVDQA64 Z16, 896(AX)
+	MOVQ      dst+0(FP), SI
+	TESTQ     DX, DX
+	JZ        hybridBlocksZ1_b0_done
+	MOVQ      BX, DI
+	TESTQ     $0x00000020, DX
+	JZ        hybridBlocksZ1_b0_32
+	CRC32Q    (DI), R10
+	CRC32Q    8(DI), R10
+	CRC32Q    16(DI), R10
+	CRC32Q    24(DI), R10
+	ADDQ      $0x20, DI
+
+hybridBlocksZ1_b0_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ1_b0_16
+	CRC32Q (DI), R10
+	CRC32Q 8(DI), R10
+	ADDQ   $0x10, DI
+
+hybridBlocksZ1_b0_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ1_b0_8
+	CRC32Q (DI), R10
+	ADDQ   $0x08, DI
+
+hybridBlocksZ1_b0_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ1_b0_4
+	CRC32L (DI), R10
+	ADDQ   $0x04, DI
+
+hybridBlocksZ1_b0_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ1_b0_2
+	CRC32W (DI), R10
+	ADDQ   $0x02, DI
+
+hybridBlocksZ1_b0_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ1_b0_1
+	CRC32B (DI), R10
+
+hybridBlocksZ1_b0_1:
+hybridBlocksZ1_b0_done:
+	XORL   xorout+44(FP), R10
+	MOVL   R10, (SI)
+	ADDQ   CX, BX
+	XORL   DI, DI
+	CRC32Q (AX), DI
+	CRC32Q 8(AX), DI
+	CRC32Q 16(AX), DI
+	CRC32Q 24(AX), DI
+	CRC32Q 32(AX), DI
+	CRC32Q 40(AX), DI
+	CRC32Q 48(AX), DI
+	CRC32Q 56(AX), DI
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ1_b1_done
+	MOVQ   BX, R8
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ1_b1_32
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	CRC32Q 16(R8), DI
+	CRC32Q 24(R8), DI
+	ADDQ   $0x20, R8
+
+hybridBlocksZ1_b1_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ1_b1_16
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	ADDQ   $0x10, R8
+
+hybridBlocksZ1_b1_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ1_b1_8
+	CRC32Q (R8), DI
+	ADDQ   $0x08, R8
+
+hybridBlocksZ1_b1_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ1_b1_4
+	CRC32L (R8), DI
+	ADDQ   $0x04, R8
+
+hybridBlocksZ1_b1_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ1_b1_2
+	CRC32W (R8), DI
+	ADDQ   $0x02, R8
+
+hybridBlocksZ1_b1_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ1_b1_1
+	CRC32B (R8), DI
+
+hybridBlocksZ1_b1_1:
+hybridBlocksZ1_b1_done:
+	XORL   xorout+44(FP), DI
+	MOVL   DI, 4(SI)
+	ADDQ   CX, BX
+	XORL   DI, DI
+	CRC32Q 64(AX), DI
+	CRC32Q 72(AX), DI
+	CRC32Q 80(AX), DI
+	CRC32Q 88(AX), DI
+	CRC32Q 96(AX), DI
+	CRC32Q 104(AX), DI
+	CRC32Q 112(AX), DI
+	CRC32Q 120(AX), DI
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ1_b2_done
+	MOVQ   BX, R8
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ1_b2_32
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	CRC32Q 16(R8), DI
+	CRC32Q 24(R8), DI
+	ADDQ   $0x20, R8
+
+hybridBlocksZ1_b2_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ1_b2_16
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	ADDQ   $0x10, R8
+
+hybridBlocksZ1_b2_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ1_b2_8
+	CRC32Q (R8), DI
+	ADDQ   $0x08, R8
+
+hybridBlocksZ1_b2_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ1_b2_4
+	CRC32L (R8), DI
+	ADDQ   $0x04, R8
+
+hybridBlocksZ1_b2_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ1_b2_2
+	CRC32W (R8), DI
+	ADDQ   $0x02, R8
+
+hybridBlocksZ1_b2_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ1_b2_1
+	CRC32B (R8), DI
+
+hybridBlocksZ1_b2_1:
+hybridBlocksZ1_b2_done:
+	XORL   xorout+44(FP), DI
+	MOVL   DI, 8(SI)
+	ADDQ   CX, BX
+	XORL   DI, DI
+	CRC32Q 128(AX), DI
+	CRC32Q 136(AX), DI
+	CRC32Q 144(AX), DI
+	CRC32Q 152(AX), DI
+	CRC32Q 160(AX), DI
+	CRC32Q 168(AX), DI
+	CRC32Q 176(AX), DI
+	CRC32Q 184(AX), DI
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ1_b3_done
+	MOVQ   BX, R8
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ1_b3_32
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	CRC32Q 16(R8), DI
+	CRC32Q 24(R8), DI
+	ADDQ   $0x20, R8
+
+hybridBlocksZ1_b3_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ1_b3_16
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	ADDQ   $0x10, R8
+
+hybridBlocksZ1_b3_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ1_b3_8
+	CRC32Q (R8), DI
+	ADDQ   $0x08, R8
+
+hybridBlocksZ1_b3_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ1_b3_4
+	CRC32L (R8), DI
+	ADDQ   $0x04, R8
+
+hybridBlocksZ1_b3_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ1_b3_2
+	CRC32W (R8), DI
+	ADDQ   $0x02, R8
+
+hybridBlocksZ1_b3_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ1_b3_1
+	CRC32B (R8), DI
+
+hybridBlocksZ1_b3_1:
+hybridBlocksZ1_b3_done:
+	XORL   xorout+44(FP), DI
+	MOVL   DI, 12(SI)
+	ADDQ   CX, BX
+	XORL   DI, DI
+	CRC32Q 192(AX), DI
+	CRC32Q 200(AX), DI
+	CRC32Q 208(AX), DI
+	CRC32Q 216(AX), DI
+	CRC32Q 224(AX), DI
+	CRC32Q 232(AX), DI
+	CRC32Q 240(AX), DI
+	CRC32Q 248(AX), DI
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ1_b4_done
+	MOVQ   BX, R8
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ1_b4_32
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	CRC32Q 16(R8), DI
+	CRC32Q 24(R8), DI
+	ADDQ   $0x20, R8
+
+hybridBlocksZ1_b4_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ1_b4_16
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	ADDQ   $0x10, R8
+
+hybridBlocksZ1_b4_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ1_b4_8
+	CRC32Q (R8), DI
+	ADDQ   $0x08, R8
+
+hybridBlocksZ1_b4_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ1_b4_4
+	CRC32L (R8), DI
+	ADDQ   $0x04, R8
+
+hybridBlocksZ1_b4_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ1_b4_2
+	CRC32W (R8), DI
+	ADDQ   $0x02, R8
+
+hybridBlocksZ1_b4_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ1_b4_1
+	CRC32B (R8), DI
+
+hybridBlocksZ1_b4_1:
+hybridBlocksZ1_b4_done:
+	XORL   xorout+44(FP), DI
+	MOVL   DI, 16(SI)
+	ADDQ   CX, BX
+	XORL   DI, DI
+	CRC32Q 256(AX), DI
+	CRC32Q 264(AX), DI
+	CRC32Q 272(AX), DI
+	CRC32Q 280(AX), DI
+	CRC32Q 288(AX), DI
+	CRC32Q 296(AX), DI
+	CRC32Q 304(AX), DI
+	CRC32Q 312(AX), DI
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ1_b5_done
+	MOVQ   BX, R8
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ1_b5_32
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	CRC32Q 16(R8), DI
+	CRC32Q 24(R8), DI
+	ADDQ   $0x20, R8
+
+hybridBlocksZ1_b5_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ1_b5_16
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	ADDQ   $0x10, R8
+
+hybridBlocksZ1_b5_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ1_b5_8
+	CRC32Q (R8), DI
+	ADDQ   $0x08, R8
+
+hybridBlocksZ1_b5_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ1_b5_4
+	CRC32L (R8), DI
+	ADDQ   $0x04, R8
+
+hybridBlocksZ1_b5_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ1_b5_2
+	CRC32W (R8), DI
+	ADDQ   $0x02, R8
+
+hybridBlocksZ1_b5_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ1_b5_1
+	CRC32B (R8), DI
+
+hybridBlocksZ1_b5_1:
+hybridBlocksZ1_b5_done:
+	XORL   xorout+44(FP), DI
+	MOVL   DI, 20(SI)
+	ADDQ   CX, BX
+	XORL   DI, DI
+	CRC32Q 320(AX), DI
+	CRC32Q 328(AX), DI
+	CRC32Q 336(AX), DI
+	CRC32Q 344(AX), DI
+	CRC32Q 352(AX), DI
+	CRC32Q 360(AX), DI
+	CRC32Q 368(AX), DI
+	CRC32Q 376(AX), DI
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ1_b6_done
+	MOVQ   BX, R8
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ1_b6_32
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	CRC32Q 16(R8), DI
+	CRC32Q 24(R8), DI
+	ADDQ   $0x20, R8
+
+hybridBlocksZ1_b6_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ1_b6_16
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	ADDQ   $0x10, R8
+
+hybridBlocksZ1_b6_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ1_b6_8
+	CRC32Q (R8), DI
+	ADDQ   $0x08, R8
+
+hybridBlocksZ1_b6_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ1_b6_4
+	CRC32L (R8), DI
+	ADDQ   $0x04, R8
+
+hybridBlocksZ1_b6_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ1_b6_2
+	CRC32W (R8), DI
+	ADDQ   $0x02, R8
+
+hybridBlocksZ1_b6_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ1_b6_1
+	CRC32B (R8), DI
+
+hybridBlocksZ1_b6_1:
+hybridBlocksZ1_b6_done:
+	XORL   xorout+44(FP), DI
+	MOVL   DI, 24(SI)
+	ADDQ   CX, BX
+	XORL   DI, DI
+	CRC32Q 384(AX), DI
+	CRC32Q 392(AX), DI
+	CRC32Q 400(AX), DI
+	CRC32Q 408(AX), DI
+	CRC32Q 416(AX), DI
+	CRC32Q 424(AX), DI
+	CRC32Q 432(AX), DI
+	CRC32Q 440(AX), DI
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ1_b7_done
+	MOVQ   BX, R8
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ1_b7_32
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	CRC32Q 16(R8), DI
+	CRC32Q 24(R8), DI
+	ADDQ   $0x20, R8
+
+hybridBlocksZ1_b7_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ1_b7_16
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	ADDQ   $0x10, R8
+
+hybridBlocksZ1_b7_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ1_b7_8
+	CRC32Q (R8), DI
+	ADDQ   $0x08, R8
+
+hybridBlocksZ1_b7_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ1_b7_4
+	CRC32L (R8), DI
+	ADDQ   $0x04, R8
+
+hybridBlocksZ1_b7_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ1_b7_2
+	CRC32W (R8), DI
+	ADDQ   $0x02, R8
+
+hybridBlocksZ1_b7_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ1_b7_1
+	CRC32B (R8), DI
+
+hybridBlocksZ1_b7_1:
+hybridBlocksZ1_b7_done:
+	XORL   xorout+44(FP), DI
+	MOVL   DI, 28(SI)
+	ADDQ   CX, BX
+	XORL   DI, DI
+	CRC32Q 448(AX), DI
+	CRC32Q 456(AX), DI
+	CRC32Q 464(AX), DI
+	CRC32Q 472(AX), DI
+	CRC32Q 480(AX), DI
+	CRC32Q 488(AX), DI
+	CRC32Q 496(AX), DI
+	CRC32Q 504(AX), DI
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ1_b8_done
+	MOVQ   BX, R8
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ1_b8_32
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	CRC32Q 16(R8), DI
+	CRC32Q 24(R8), DI
+	ADDQ   $0x20, R8
+
+hybridBlocksZ1_b8_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ1_b8_16
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	ADDQ   $0x10, R8
+
+hybridBlocksZ1_b8_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ1_b8_8
+	CRC32Q (R8), DI
+	ADDQ   $0x08, R8
+
+hybridBlocksZ1_b8_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ1_b8_4
+	CRC32L (R8), DI
+	ADDQ   $0x04, R8
+
+hybridBlocksZ1_b8_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ1_b8_2
+	CRC32W (R8), DI
+	ADDQ   $0x02, R8
+
+hybridBlocksZ1_b8_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ1_b8_1
+	CRC32B (R8), DI
+
+hybridBlocksZ1_b8_1:
+hybridBlocksZ1_b8_done:
+	XORL   xorout+44(FP), DI
+	MOVL   DI, 32(SI)
+	ADDQ   CX, BX
+	XORL   DI, DI
+	CRC32Q 512(AX), DI
+	CRC32Q 520(AX), DI
+	CRC32Q 528(AX), DI
+	CRC32Q 536(AX), DI
+	CRC32Q 544(AX), DI
+	CRC32Q 552(AX), DI
+	CRC32Q 560(AX), DI
+	CRC32Q 568(AX), DI
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ1_b9_done
+	MOVQ   BX, R8
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ1_b9_32
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	CRC32Q 16(R8), DI
+	CRC32Q 24(R8), DI
+	ADDQ   $0x20, R8
+
+hybridBlocksZ1_b9_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ1_b9_16
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	ADDQ   $0x10, R8
+
+hybridBlocksZ1_b9_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ1_b9_8
+	CRC32Q (R8), DI
+	ADDQ   $0x08, R8
+
+hybridBlocksZ1_b9_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ1_b9_4
+	CRC32L (R8), DI
+	ADDQ   $0x04, R8
+
+hybridBlocksZ1_b9_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ1_b9_2
+	CRC32W (R8), DI
+	ADDQ   $0x02, R8
+
+hybridBlocksZ1_b9_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ1_b9_1
+	CRC32B (R8), DI
+
+hybridBlocksZ1_b9_1:
+hybridBlocksZ1_b9_done:
+	XORL   xorout+44(FP), DI
+	MOVL   DI, 36(SI)
+	ADDQ   CX, BX
+	XORL   DI, DI
+	CRC32Q 576(AX), DI
+	CRC32Q 584(AX), DI
+	CRC32Q 592(AX), DI
+	CRC32Q 600(AX), DI
+	CRC32Q 608(AX), DI
+	CRC32Q 616(AX), DI
+	CRC32Q 624(AX), DI
+	CRC32Q 632(AX), DI
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ1_b10_done
+	MOVQ   BX, R8
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ1_b10_32
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	CRC32Q 16(R8), DI
+	CRC32Q 24(R8), DI
+	ADDQ   $0x20, R8
+
+hybridBlocksZ1_b10_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ1_b10_16
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	ADDQ   $0x10, R8
+
+hybridBlocksZ1_b10_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ1_b10_8
+	CRC32Q (R8), DI
+	ADDQ   $0x08, R8
+
+hybridBlocksZ1_b10_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ1_b10_4
+	CRC32L (R8), DI
+	ADDQ   $0x04, R8
+
+hybridBlocksZ1_b10_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ1_b10_2
+	CRC32W (R8), DI
+	ADDQ   $0x02, R8
+
+hybridBlocksZ1_b10_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ1_b10_1
+	CRC32B (R8), DI
+
+hybridBlocksZ1_b10_1:
+hybridBlocksZ1_b10_done:
+	XORL   xorout+44(FP), DI
+	MOVL   DI, 40(SI)
+	ADDQ   CX, BX
+	XORL   DI, DI
+	CRC32Q 640(AX), DI
+	CRC32Q 648(AX), DI
+	CRC32Q 656(AX), DI
+	CRC32Q 664(AX), DI
+	CRC32Q 672(AX), DI
+	CRC32Q 680(AX), DI
+	CRC32Q 688(AX), DI
+	CRC32Q 696(AX), DI
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ1_b11_done
+	MOVQ   BX, R8
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ1_b11_32
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	CRC32Q 16(R8), DI
+	CRC32Q 24(R8), DI
+	ADDQ   $0x20, R8
+
+hybridBlocksZ1_b11_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ1_b11_16
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	ADDQ   $0x10, R8
+
+hybridBlocksZ1_b11_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ1_b11_8
+	CRC32Q (R8), DI
+	ADDQ   $0x08, R8
+
+hybridBlocksZ1_b11_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ1_b11_4
+	CRC32L (R8), DI
+	ADDQ   $0x04, R8
+
+hybridBlocksZ1_b11_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ1_b11_2
+	CRC32W (R8), DI
+	ADDQ   $0x02, R8
+
+hybridBlocksZ1_b11_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ1_b11_1
+	CRC32B (R8), DI
+
+hybridBlocksZ1_b11_1:
+hybridBlocksZ1_b11_done:
+	XORL   xorout+44(FP), DI
+	MOVL   DI, 44(SI)
+	ADDQ   CX, BX
+	XORL   DI, DI
+	CRC32Q 704(AX), DI
+	CRC32Q 712(AX), DI
+	CRC32Q 720(AX), DI
+	CRC32Q 728(AX), DI
+	CRC32Q 736(AX), DI
+	CRC32Q 744(AX), DI
+	CRC32Q 752(AX), DI
+	CRC32Q 760(AX), DI
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ1_b12_done
+	MOVQ   BX, R8
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ1_b12_32
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	CRC32Q 16(R8), DI
+	CRC32Q 24(R8), DI
+	ADDQ   $0x20, R8
+
+hybridBlocksZ1_b12_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ1_b12_16
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	ADDQ   $0x10, R8
+
+hybridBlocksZ1_b12_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ1_b12_8
+	CRC32Q (R8), DI
+	ADDQ   $0x08, R8
+
+hybridBlocksZ1_b12_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ1_b12_4
+	CRC32L (R8), DI
+	ADDQ   $0x04, R8
+
+hybridBlocksZ1_b12_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ1_b12_2
+	CRC32W (R8), DI
+	ADDQ   $0x02, R8
+
+hybridBlocksZ1_b12_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ1_b12_1
+	CRC32B (R8), DI
+
+hybridBlocksZ1_b12_1:
+hybridBlocksZ1_b12_done:
+	XORL   xorout+44(FP), DI
+	MOVL   DI, 48(SI)
+	ADDQ   CX, BX
+	XORL   DI, DI
+	CRC32Q 768(AX), DI
+	CRC32Q 776(AX), DI
+	CRC32Q 784(AX), DI
+	CRC32Q 792(AX), DI
+	CRC32Q 800(AX), DI
+	CRC32Q 808(AX), DI
+	CRC32Q 816(AX), DI
+	CRC32Q 824(AX), DI
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ1_b13_done
+	MOVQ   BX, R8
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ1_b13_32
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	CRC32Q 16(R8), DI
+	CRC32Q 24(R8), DI
+	ADDQ   $0x20, R8
+
+hybridBlocksZ1_b13_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ1_b13_16
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	ADDQ   $0x10, R8
+
+hybridBlocksZ1_b13_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ1_b13_8
+	CRC32Q (R8), DI
+	ADDQ   $0x08, R8
+
+hybridBlocksZ1_b13_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ1_b13_4
+	CRC32L (R8), DI
+	ADDQ   $0x04, R8
+
+hybridBlocksZ1_b13_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ1_b13_2
+	CRC32W (R8), DI
+	ADDQ   $0x02, R8
+
+hybridBlocksZ1_b13_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ1_b13_1
+	CRC32B (R8), DI
+
+hybridBlocksZ1_b13_1:
+hybridBlocksZ1_b13_done:
+	XORL   xorout+44(FP), DI
+	MOVL   DI, 52(SI)
+	ADDQ   CX, BX
+	XORL   DI, DI
+	CRC32Q 832(AX), DI
+	CRC32Q 840(AX), DI
+	CRC32Q 848(AX), DI
+	CRC32Q 856(AX), DI
+	CRC32Q 864(AX), DI
+	CRC32Q 872(AX), DI
+	CRC32Q 880(AX), DI
+	CRC32Q 888(AX), DI
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ1_b14_done
+	MOVQ   BX, R8
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ1_b14_32
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	CRC32Q 16(R8), DI
+	CRC32Q 24(R8), DI
+	ADDQ   $0x20, R8
+
+hybridBlocksZ1_b14_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ1_b14_16
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	ADDQ   $0x10, R8
+
+hybridBlocksZ1_b14_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ1_b14_8
+	CRC32Q (R8), DI
+	ADDQ   $0x08, R8
+
+hybridBlocksZ1_b14_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ1_b14_4
+	CRC32L (R8), DI
+	ADDQ   $0x04, R8
+
+hybridBlocksZ1_b14_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ1_b14_2
+	CRC32W (R8), DI
+	ADDQ   $0x02, R8
+
+hybridBlocksZ1_b14_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ1_b14_1
+	CRC32B (R8), DI
+
+hybridBlocksZ1_b14_1:
+hybridBlocksZ1_b14_done:
+	XORL   xorout+44(FP), DI
+	MOVL   DI, 56(SI)
+	ADDQ   CX, BX
+	XORL   DI, DI
+	CRC32Q 896(AX), DI
+	CRC32Q 904(AX), DI
+	CRC32Q 912(AX), DI
+	CRC32Q 920(AX), DI
+	CRC32Q 928(AX), DI
+	CRC32Q 936(AX), DI
+	CRC32Q 944(AX), DI
+	CRC32Q 952(AX), DI
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ1_b15_done
+	MOVQ   BX, AX
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ1_b15_32
+	CRC32Q (AX), DI
+	CRC32Q 8(AX), DI
+	CRC32Q 16(AX), DI
+	CRC32Q 24(AX), DI
+	ADDQ   $0x20, AX
+
+hybridBlocksZ1_b15_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ1_b15_16
+	CRC32Q (AX), DI
+	CRC32Q 8(AX), DI
+	ADDQ   $0x10, AX
+
+hybridBlocksZ1_b15_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ1_b15_8
+	CRC32Q (AX), DI
+	ADDQ   $0x08, AX
+
+hybridBlocksZ1_b15_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ1_b15_4
+	CRC32L (AX), DI
+	ADDQ   $0x04, AX
+
+hybridBlocksZ1_b15_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ1_b15_2
+	CRC32W (AX), DI
+	ADDQ   $0x02, AX
+
+hybridBlocksZ1_b15_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ1_b15_1
+	CRC32B (AX), DI
+
+hybridBlocksZ1_b15_1:
+hybridBlocksZ1_b15_done:
+	XORL xorout+44(FP), DI
+	MOVL DI, 60(SI)
+	ADDQ $0x40, SI
+	MOVQ SI, dst+0(FP)
+	LEAQ (BX)(CX*1), AX
+	MOVQ blockLen+24(FP), CX
+	ANDQ $-64, CX
+	SUBQ CX, AX
+	DECQ groups+16(FP)
+	JNZ  hybridBlocksZ1_group
+	VZEROUPPER
+	RET
+
+// func hybridBlocksZ2(dst *uint32, p *byte, groups int, blockLen int, stride int, init uint32, xorout uint32, fold *[2]uint64)
+// Requires: AVX, AVX512F, SSE4.2, VPCLMULQDQ
+TEXT ·hybridBlocksZ2(SB), $1088-56
+	MOVQ            fold+48(FP), AX
+	VBROADCASTI32X4 (AX), Z0
+
+	// The initial register in the first 32 bits of a vector, for the fold blocks.
+	MOVL  init+40(FP), AX
+	VMOVD AX, X1
+	MOVQ  p+8(FP), AX
+
+hybridBlocksZ2_group:
+	MOVQ stride+32(FP), CX
+	LEAQ (CX)(CX*2), DX
+	MOVQ AX, BX
+	LEAQ (BX)(DX*1), SI
+	LEAQ (SI)(DX*1), DI
+	LEAQ (DI)(DX*1), R8
+	LEAQ (R8)(DX*1), R9
+	LEAQ (R9)(DX*1), DX
+	MOVL init+40(FP), R10
+	MOVL init+40(FP), R11
+	MOVQ blockLen+24(FP), R12
+	SHRQ $0x06, R12
+
+	// The first 64 bytes of every fold block, the initial register in the first.
+	VMOVDQU64 (BX)(CX*2), Z2
+	VPXORQ    Z1, Z2, Z2
+	VMOVDQU64 (SI), Z3
+	VPXORQ    Z1, Z3, Z3
+	VMOVDQU64 (SI)(CX*1), Z4
+	VPXORQ    Z1, Z4, Z4
+	VMOVDQU64 (SI)(CX*2), Z5
+	VPXORQ    Z1, Z5, Z5
+	VMOVDQU64 (DI), Z6
+	VPXORQ    Z1, Z6, Z6
+	VMOVDQU64 (DI)(CX*1), Z7
+	VPXORQ    Z1, Z7, Z7
+	VMOVDQU64 (DI)(CX*2), Z8
+	VPXORQ    Z1, Z8, Z8
+	VMOVDQU64 (R8), Z9
+	VPXORQ    Z1, Z9, Z9
+	VMOVDQU64 (R8)(CX*1), Z10
+	VPXORQ    Z1, Z10, Z10
+	VMOVDQU64 (R8)(CX*2), Z11
+	VPXORQ    Z1, Z11, Z11
+	VMOVDQU64 (R9), Z12
+	VPXORQ    Z1, Z12, Z12
+	VMOVDQU64 (R9)(CX*1), Z13
+	VPXORQ    Z1, Z13, Z13
+	VMOVDQU64 (R9)(CX*2), Z14
+	VPXORQ    Z1, Z14, Z14
+	VMOVDQU64 (DX), Z15
+	VPXORQ    Z1, Z15, Z15
+
+	// Every step: 64 bytes of each CRC block (8 CRC32Q), and each fold
+	// accumulator folded forward by 64 bytes onto the next 64 of its block.
+	DECQ R12
+	JZ   hybridBlocksZ2_last
+
+hybridBlocksZ2_loop:
+	CRC32Q     (BX), R10
+	CRC32Q     (BX)(CX*1), R11
+	VPCLMULQDQ $0x00, Z0, Z2, Z16
+	VPCLMULQDQ $0x11, Z0, Z2, Z2
+	VPTERNLOGD $0x96, 64(BX)(CX*2), Z16, Z2
+	VPCLMULQDQ $0x00, Z0, Z10, Z16
+	VPCLMULQDQ $0x11, Z0, Z10, Z10
+	VPTERNLOGD $0x96, 64(R8)(CX*1), Z16, Z10
+	CRC32Q     8(BX), R10
+	CRC32Q     8(BX)(CX*1), R11
+	VPCLMULQDQ $0x00, Z0, Z3, Z16
+	VPCLMULQDQ $0x11, Z0, Z3, Z3
+	VPTERNLOGD $0x96, 64(SI), Z16, Z3
+	VPCLMULQDQ $0x00, Z0, Z11, Z16
+	VPCLMULQDQ $0x11, Z0, Z11, Z11
+	VPTERNLOGD $0x96, 64(R8)(CX*2), Z16, Z11
+	CRC32Q     16(BX), R10
+	CRC32Q     16(BX)(CX*1), R11
+	VPCLMULQDQ $0x00, Z0, Z4, Z16
+	VPCLMULQDQ $0x11, Z0, Z4, Z4
+	VPTERNLOGD $0x96, 64(SI)(CX*1), Z16, Z4
+	VPCLMULQDQ $0x00, Z0, Z12, Z16
+	VPCLMULQDQ $0x11, Z0, Z12, Z12
+	VPTERNLOGD $0x96, 64(R9), Z16, Z12
+	CRC32Q     24(BX), R10
+	CRC32Q     24(BX)(CX*1), R11
+	VPCLMULQDQ $0x00, Z0, Z5, Z16
+	VPCLMULQDQ $0x11, Z0, Z5, Z5
+	VPTERNLOGD $0x96, 64(SI)(CX*2), Z16, Z5
+	VPCLMULQDQ $0x00, Z0, Z13, Z16
+	VPCLMULQDQ $0x11, Z0, Z13, Z13
+	VPTERNLOGD $0x96, 64(R9)(CX*1), Z16, Z13
+	CRC32Q     32(BX), R10
+	CRC32Q     32(BX)(CX*1), R11
+	VPCLMULQDQ $0x00, Z0, Z6, Z16
+	VPCLMULQDQ $0x11, Z0, Z6, Z6
+	VPTERNLOGD $0x96, 64(DI), Z16, Z6
+	VPCLMULQDQ $0x00, Z0, Z14, Z16
+	VPCLMULQDQ $0x11, Z0, Z14, Z14
+	VPTERNLOGD $0x96, 64(R9)(CX*2), Z16, Z14
+	CRC32Q     40(BX), R10
+	CRC32Q     40(BX)(CX*1), R11
+	VPCLMULQDQ $0x00, Z0, Z7, Z16
+	VPCLMULQDQ $0x11, Z0, Z7, Z7
+	VPTERNLOGD $0x96, 64(DI)(CX*1), Z16, Z7
+	VPCLMULQDQ $0x00, Z0, Z15, Z16
+	VPCLMULQDQ $0x11, Z0, Z15, Z15
+	VPTERNLOGD $0x96, 64(DX), Z16, Z15
+	CRC32Q     48(BX), R10
+	CRC32Q     48(BX)(CX*1), R11
+	VPCLMULQDQ $0x00, Z0, Z8, Z16
+	VPCLMULQDQ $0x11, Z0, Z8, Z8
+	VPTERNLOGD $0x96, 64(DI)(CX*2), Z16, Z8
+	CRC32Q     56(BX), R10
+	CRC32Q     56(BX)(CX*1), R11
+	VPCLMULQDQ $0x00, Z0, Z9, Z16
+	VPCLMULQDQ $0x11, Z0, Z9, Z9
+	VPTERNLOGD $0x96, 64(R8), Z16, Z9
+	ADDQ       $0x40, BX
+	ADDQ       $0x40, SI
+	ADDQ       $0x40, DI
+	ADDQ       $0x40, R8
+	ADDQ       $0x40, R9
+	ADDQ       $0x40, DX
+	DECQ       R12
+	JNZ        hybridBlocksZ2_loop
+
+hybridBlocksZ2_last:
+	// Last step: the CRC blocks only.
+	CRC32Q (BX), R10
+	CRC32Q (BX)(CX*1), R11
+	CRC32Q 8(BX), R10
+	CRC32Q 8(BX)(CX*1), R11
+	CRC32Q 16(BX), R10
+	CRC32Q 16(BX)(CX*1), R11
+	CRC32Q 24(BX), R10
+	CRC32Q 24(BX)(CX*1), R11
+	CRC32Q 32(BX), R10
+	CRC32Q 32(BX)(CX*1), R11
+	CRC32Q 40(BX), R10
+	CRC32Q 40(BX)(CX*1), R11
+	CRC32Q 48(BX), R10
+	CRC32Q 48(BX)(CX*1), R11
+	CRC32Q 56(BX), R10
+	CRC32Q 56(BX)(CX*1), R11
+
+	// Every block in turn: reduce a fold accumulator (its 64 bytes through
+	// CRC32Q from zero, read back from the stack), add the block's last
+	// blockLen mod 64 bytes, XOR xorout, store.
+	MOVQ      blockLen+24(FP), DX
+	MOVQ      DX, BX
+	ANDQ      $-64, BX
+	ADDQ      AX, BX
+	ANDQ      $0x3f, DX
+	LEAQ      63(SP), AX
+	ANDQ      $-64, AX
+	VMOVDQA64 Z2, (AX)
+	VMOVDQA64 Z3, 64(AX)
+	VMOVDQA64 Z4, 128(AX)
+	VMOVDQA64 Z5, 192(AX)
+	VMOVDQA64 Z6, 256(AX)
+	VMOVDQA64 Z7, 320(AX)
+	VMOVDQA64 Z8, 384(AX)
+	VMOVDQA64 Z9, 448(AX)
+	VMOVDQA64 Z10, 512(AX)
+	VMOVDQA64 Z11, 576(AX)
+	VMOVDQA64 Z12, 640(AX)
+	VMOVDQA64 Z13, 704(AX)
+	VMOVDQA64 Z14, 768(AX)
+	VMOVDQA64 Z15, 832(AX)
+	MOVQ      dst+0(FP), SI
+	TESTQ     DX, DX
+	JZ        hybridBlocksZ2_b0_done
+	MOVQ      BX, DI
+	TESTQ     $0x00000020, DX
+	JZ        hybridBlocksZ2_b0_32
+	CRC32Q    (DI), R10
+	CRC32Q    8(DI), R10
+	CRC32Q    16(DI), R10
+	CRC32Q    24(DI), R10
+	ADDQ      $0x20, DI
+
+hybridBlocksZ2_b0_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ2_b0_16
+	CRC32Q (DI), R10
+	CRC32Q 8(DI), R10
+	ADDQ   $0x10, DI
+
+hybridBlocksZ2_b0_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ2_b0_8
+	CRC32Q (DI), R10
+	ADDQ   $0x08, DI
+
+hybridBlocksZ2_b0_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ2_b0_4
+	CRC32L (DI), R10
+	ADDQ   $0x04, DI
+
+hybridBlocksZ2_b0_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ2_b0_2
+	CRC32W (DI), R10
+	ADDQ   $0x02, DI
+
+hybridBlocksZ2_b0_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ2_b0_1
+	CRC32B (DI), R10
+
+hybridBlocksZ2_b0_1:
+hybridBlocksZ2_b0_done:
+	XORL   xorout+44(FP), R10
+	MOVL   R10, (SI)
+	ADDQ   CX, BX
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ2_b1_done
+	MOVQ   BX, DI
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ2_b1_32
+	CRC32Q (DI), R11
+	CRC32Q 8(DI), R11
+	CRC32Q 16(DI), R11
+	CRC32Q 24(DI), R11
+	ADDQ   $0x20, DI
+
+hybridBlocksZ2_b1_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ2_b1_16
+	CRC32Q (DI), R11
+	CRC32Q 8(DI), R11
+	ADDQ   $0x10, DI
+
+hybridBlocksZ2_b1_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ2_b1_8
+	CRC32Q (DI), R11
+	ADDQ   $0x08, DI
+
+hybridBlocksZ2_b1_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ2_b1_4
+	CRC32L (DI), R11
+	ADDQ   $0x04, DI
+
+hybridBlocksZ2_b1_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ2_b1_2
+	CRC32W (DI), R11
+	ADDQ   $0x02, DI
+
+hybridBlocksZ2_b1_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ2_b1_1
+	CRC32B (DI), R11
+
+hybridBlocksZ2_b1_1:
+hybridBlocksZ2_b1_done:
+	XORL   xorout+44(FP), R11
+	MOVL   R11, 4(SI)
+	ADDQ   CX, BX
+	XORL   DI, DI
+	CRC32Q (AX), DI
+	CRC32Q 8(AX), DI
+	CRC32Q 16(AX), DI
+	CRC32Q 24(AX), DI
+	CRC32Q 32(AX), DI
+	CRC32Q 40(AX), DI
+	CRC32Q 48(AX), DI
+	CRC32Q 56(AX), DI
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ2_b2_done
+	MOVQ   BX, R8
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ2_b2_32
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	CRC32Q 16(R8), DI
+	CRC32Q 24(R8), DI
+	ADDQ   $0x20, R8
+
+hybridBlocksZ2_b2_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ2_b2_16
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	ADDQ   $0x10, R8
+
+hybridBlocksZ2_b2_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ2_b2_8
+	CRC32Q (R8), DI
+	ADDQ   $0x08, R8
+
+hybridBlocksZ2_b2_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ2_b2_4
+	CRC32L (R8), DI
+	ADDQ   $0x04, R8
+
+hybridBlocksZ2_b2_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ2_b2_2
+	CRC32W (R8), DI
+	ADDQ   $0x02, R8
+
+hybridBlocksZ2_b2_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ2_b2_1
+	CRC32B (R8), DI
+
+hybridBlocksZ2_b2_1:
+hybridBlocksZ2_b2_done:
+	XORL   xorout+44(FP), DI
+	MOVL   DI, 8(SI)
+	ADDQ   CX, BX
+	XORL   DI, DI
+	CRC32Q 64(AX), DI
+	CRC32Q 72(AX), DI
+	CRC32Q 80(AX), DI
+	CRC32Q 88(AX), DI
+	CRC32Q 96(AX), DI
+	CRC32Q 104(AX), DI
+	CRC32Q 112(AX), DI
+	CRC32Q 120(AX), DI
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ2_b3_done
+	MOVQ   BX, R8
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ2_b3_32
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	CRC32Q 16(R8), DI
+	CRC32Q 24(R8), DI
+	ADDQ   $0x20, R8
+
+hybridBlocksZ2_b3_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ2_b3_16
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	ADDQ   $0x10, R8
+
+hybridBlocksZ2_b3_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ2_b3_8
+	CRC32Q (R8), DI
+	ADDQ   $0x08, R8
+
+hybridBlocksZ2_b3_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ2_b3_4
+	CRC32L (R8), DI
+	ADDQ   $0x04, R8
+
+hybridBlocksZ2_b3_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ2_b3_2
+	CRC32W (R8), DI
+	ADDQ   $0x02, R8
+
+hybridBlocksZ2_b3_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ2_b3_1
+	CRC32B (R8), DI
+
+hybridBlocksZ2_b3_1:
+hybridBlocksZ2_b3_done:
+	XORL   xorout+44(FP), DI
+	MOVL   DI, 12(SI)
+	ADDQ   CX, BX
+	XORL   DI, DI
+	CRC32Q 128(AX), DI
+	CRC32Q 136(AX), DI
+	CRC32Q 144(AX), DI
+	CRC32Q 152(AX), DI
+	CRC32Q 160(AX), DI
+	CRC32Q 168(AX), DI
+	CRC32Q 176(AX), DI
+	CRC32Q 184(AX), DI
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ2_b4_done
+	MOVQ   BX, R8
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ2_b4_32
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	CRC32Q 16(R8), DI
+	CRC32Q 24(R8), DI
+	ADDQ   $0x20, R8
+
+hybridBlocksZ2_b4_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ2_b4_16
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	ADDQ   $0x10, R8
+
+hybridBlocksZ2_b4_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ2_b4_8
+	CRC32Q (R8), DI
+	ADDQ   $0x08, R8
+
+hybridBlocksZ2_b4_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ2_b4_4
+	CRC32L (R8), DI
+	ADDQ   $0x04, R8
+
+hybridBlocksZ2_b4_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ2_b4_2
+	CRC32W (R8), DI
+	ADDQ   $0x02, R8
+
+hybridBlocksZ2_b4_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ2_b4_1
+	CRC32B (R8), DI
+
+hybridBlocksZ2_b4_1:
+hybridBlocksZ2_b4_done:
+	XORL   xorout+44(FP), DI
+	MOVL   DI, 16(SI)
+	ADDQ   CX, BX
+	XORL   DI, DI
+	CRC32Q 192(AX), DI
+	CRC32Q 200(AX), DI
+	CRC32Q 208(AX), DI
+	CRC32Q 216(AX), DI
+	CRC32Q 224(AX), DI
+	CRC32Q 232(AX), DI
+	CRC32Q 240(AX), DI
+	CRC32Q 248(AX), DI
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ2_b5_done
+	MOVQ   BX, R8
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ2_b5_32
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	CRC32Q 16(R8), DI
+	CRC32Q 24(R8), DI
+	ADDQ   $0x20, R8
+
+hybridBlocksZ2_b5_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ2_b5_16
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	ADDQ   $0x10, R8
+
+hybridBlocksZ2_b5_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ2_b5_8
+	CRC32Q (R8), DI
+	ADDQ   $0x08, R8
+
+hybridBlocksZ2_b5_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ2_b5_4
+	CRC32L (R8), DI
+	ADDQ   $0x04, R8
+
+hybridBlocksZ2_b5_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ2_b5_2
+	CRC32W (R8), DI
+	ADDQ   $0x02, R8
+
+hybridBlocksZ2_b5_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ2_b5_1
+	CRC32B (R8), DI
+
+hybridBlocksZ2_b5_1:
+hybridBlocksZ2_b5_done:
+	XORL   xorout+44(FP), DI
+	MOVL   DI, 20(SI)
+	ADDQ   CX, BX
+	XORL   DI, DI
+	CRC32Q 256(AX), DI
+	CRC32Q 264(AX), DI
+	CRC32Q 272(AX), DI
+	CRC32Q 280(AX), DI
+	CRC32Q 288(AX), DI
+	CRC32Q 296(AX), DI
+	CRC32Q 304(AX), DI
+	CRC32Q 312(AX), DI
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ2_b6_done
+	MOVQ   BX, R8
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ2_b6_32
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	CRC32Q 16(R8), DI
+	CRC32Q 24(R8), DI
+	ADDQ   $0x20, R8
+
+hybridBlocksZ2_b6_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ2_b6_16
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	ADDQ   $0x10, R8
+
+hybridBlocksZ2_b6_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ2_b6_8
+	CRC32Q (R8), DI
+	ADDQ   $0x08, R8
+
+hybridBlocksZ2_b6_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ2_b6_4
+	CRC32L (R8), DI
+	ADDQ   $0x04, R8
+
+hybridBlocksZ2_b6_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ2_b6_2
+	CRC32W (R8), DI
+	ADDQ   $0x02, R8
+
+hybridBlocksZ2_b6_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ2_b6_1
+	CRC32B (R8), DI
+
+hybridBlocksZ2_b6_1:
+hybridBlocksZ2_b6_done:
+	XORL   xorout+44(FP), DI
+	MOVL   DI, 24(SI)
+	ADDQ   CX, BX
+	XORL   DI, DI
+	CRC32Q 320(AX), DI
+	CRC32Q 328(AX), DI
+	CRC32Q 336(AX), DI
+	CRC32Q 344(AX), DI
+	CRC32Q 352(AX), DI
+	CRC32Q 360(AX), DI
+	CRC32Q 368(AX), DI
+	CRC32Q 376(AX), DI
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ2_b7_done
+	MOVQ   BX, R8
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ2_b7_32
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	CRC32Q 16(R8), DI
+	CRC32Q 24(R8), DI
+	ADDQ   $0x20, R8
+
+hybridBlocksZ2_b7_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ2_b7_16
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	ADDQ   $0x10, R8
+
+hybridBlocksZ2_b7_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ2_b7_8
+	CRC32Q (R8), DI
+	ADDQ   $0x08, R8
+
+hybridBlocksZ2_b7_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ2_b7_4
+	CRC32L (R8), DI
+	ADDQ   $0x04, R8
+
+hybridBlocksZ2_b7_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ2_b7_2
+	CRC32W (R8), DI
+	ADDQ   $0x02, R8
+
+hybridBlocksZ2_b7_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ2_b7_1
+	CRC32B (R8), DI
+
+hybridBlocksZ2_b7_1:
+hybridBlocksZ2_b7_done:
+	XORL   xorout+44(FP), DI
+	MOVL   DI, 28(SI)
+	ADDQ   CX, BX
+	XORL   DI, DI
+	CRC32Q 384(AX), DI
+	CRC32Q 392(AX), DI
+	CRC32Q 400(AX), DI
+	CRC32Q 408(AX), DI
+	CRC32Q 416(AX), DI
+	CRC32Q 424(AX), DI
+	CRC32Q 432(AX), DI
+	CRC32Q 440(AX), DI
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ2_b8_done
+	MOVQ   BX, R8
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ2_b8_32
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	CRC32Q 16(R8), DI
+	CRC32Q 24(R8), DI
+	ADDQ   $0x20, R8
+
+hybridBlocksZ2_b8_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ2_b8_16
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	ADDQ   $0x10, R8
+
+hybridBlocksZ2_b8_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ2_b8_8
+	CRC32Q (R8), DI
+	ADDQ   $0x08, R8
+
+hybridBlocksZ2_b8_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ2_b8_4
+	CRC32L (R8), DI
+	ADDQ   $0x04, R8
+
+hybridBlocksZ2_b8_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ2_b8_2
+	CRC32W (R8), DI
+	ADDQ   $0x02, R8
+
+hybridBlocksZ2_b8_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ2_b8_1
+	CRC32B (R8), DI
+
+hybridBlocksZ2_b8_1:
+hybridBlocksZ2_b8_done:
+	XORL   xorout+44(FP), DI
+	MOVL   DI, 32(SI)
+	ADDQ   CX, BX
+	XORL   DI, DI
+	CRC32Q 448(AX), DI
+	CRC32Q 456(AX), DI
+	CRC32Q 464(AX), DI
+	CRC32Q 472(AX), DI
+	CRC32Q 480(AX), DI
+	CRC32Q 488(AX), DI
+	CRC32Q 496(AX), DI
+	CRC32Q 504(AX), DI
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ2_b9_done
+	MOVQ   BX, R8
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ2_b9_32
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	CRC32Q 16(R8), DI
+	CRC32Q 24(R8), DI
+	ADDQ   $0x20, R8
+
+hybridBlocksZ2_b9_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ2_b9_16
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	ADDQ   $0x10, R8
+
+hybridBlocksZ2_b9_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ2_b9_8
+	CRC32Q (R8), DI
+	ADDQ   $0x08, R8
+
+hybridBlocksZ2_b9_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ2_b9_4
+	CRC32L (R8), DI
+	ADDQ   $0x04, R8
+
+hybridBlocksZ2_b9_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ2_b9_2
+	CRC32W (R8), DI
+	ADDQ   $0x02, R8
+
+hybridBlocksZ2_b9_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ2_b9_1
+	CRC32B (R8), DI
+
+hybridBlocksZ2_b9_1:
+hybridBlocksZ2_b9_done:
+	XORL   xorout+44(FP), DI
+	MOVL   DI, 36(SI)
+	ADDQ   CX, BX
+	XORL   DI, DI
+	CRC32Q 512(AX), DI
+	CRC32Q 520(AX), DI
+	CRC32Q 528(AX), DI
+	CRC32Q 536(AX), DI
+	CRC32Q 544(AX), DI
+	CRC32Q 552(AX), DI
+	CRC32Q 560(AX), DI
+	CRC32Q 568(AX), DI
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ2_b10_done
+	MOVQ   BX, R8
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ2_b10_32
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	CRC32Q 16(R8), DI
+	CRC32Q 24(R8), DI
+	ADDQ   $0x20, R8
+
+hybridBlocksZ2_b10_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ2_b10_16
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	ADDQ   $0x10, R8
+
+hybridBlocksZ2_b10_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ2_b10_8
+	CRC32Q (R8), DI
+	ADDQ   $0x08, R8
+
+hybridBlocksZ2_b10_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ2_b10_4
+	CRC32L (R8), DI
+	ADDQ   $0x04, R8
+
+hybridBlocksZ2_b10_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ2_b10_2
+	CRC32W (R8), DI
+	ADDQ   $0x02, R8
+
+hybridBlocksZ2_b10_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ2_b10_1
+	CRC32B (R8), DI
+
+hybridBlocksZ2_b10_1:
+hybridBlocksZ2_b10_done:
+	XORL   xorout+44(FP), DI
+	MOVL   DI, 40(SI)
+	ADDQ   CX, BX
+	XORL   DI, DI
+	CRC32Q 576(AX), DI
+	CRC32Q 584(AX), DI
+	CRC32Q 592(AX), DI
+	CRC32Q 600(AX), DI
+	CRC32Q 608(AX), DI
+	CRC32Q 616(AX), DI
+	CRC32Q 624(AX), DI
+	CRC32Q 632(AX), DI
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ2_b11_done
+	MOVQ   BX, R8
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ2_b11_32
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	CRC32Q 16(R8), DI
+	CRC32Q 24(R8), DI
+	ADDQ   $0x20, R8
+
+hybridBlocksZ2_b11_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ2_b11_16
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	ADDQ   $0x10, R8
+
+hybridBlocksZ2_b11_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ2_b11_8
+	CRC32Q (R8), DI
+	ADDQ   $0x08, R8
+
+hybridBlocksZ2_b11_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ2_b11_4
+	CRC32L (R8), DI
+	ADDQ   $0x04, R8
+
+hybridBlocksZ2_b11_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ2_b11_2
+	CRC32W (R8), DI
+	ADDQ   $0x02, R8
+
+hybridBlocksZ2_b11_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ2_b11_1
+	CRC32B (R8), DI
+
+hybridBlocksZ2_b11_1:
+hybridBlocksZ2_b11_done:
+	XORL   xorout+44(FP), DI
+	MOVL   DI, 44(SI)
+	ADDQ   CX, BX
+	XORL   DI, DI
+	CRC32Q 640(AX), DI
+	CRC32Q 648(AX), DI
+	CRC32Q 656(AX), DI
+	CRC32Q 664(AX), DI
+	CRC32Q 672(AX), DI
+	CRC32Q 680(AX), DI
+	CRC32Q 688(AX), DI
+	CRC32Q 696(AX), DI
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ2_b12_done
+	MOVQ   BX, R8
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ2_b12_32
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	CRC32Q 16(R8), DI
+	CRC32Q 24(R8), DI
+	ADDQ   $0x20, R8
+
+hybridBlocksZ2_b12_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ2_b12_16
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	ADDQ   $0x10, R8
+
+hybridBlocksZ2_b12_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ2_b12_8
+	CRC32Q (R8), DI
+	ADDQ   $0x08, R8
+
+hybridBlocksZ2_b12_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ2_b12_4
+	CRC32L (R8), DI
+	ADDQ   $0x04, R8
+
+hybridBlocksZ2_b12_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ2_b12_2
+	CRC32W (R8), DI
+	ADDQ   $0x02, R8
+
+hybridBlocksZ2_b12_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ2_b12_1
+	CRC32B (R8), DI
+
+hybridBlocksZ2_b12_1:
+hybridBlocksZ2_b12_done:
+	XORL   xorout+44(FP), DI
+	MOVL   DI, 48(SI)
+	ADDQ   CX, BX
+	XORL   DI, DI
+	CRC32Q 704(AX), DI
+	CRC32Q 712(AX), DI
+	CRC32Q 720(AX), DI
+	CRC32Q 728(AX), DI
+	CRC32Q 736(AX), DI
+	CRC32Q 744(AX), DI
+	CRC32Q 752(AX), DI
+	CRC32Q 760(AX), DI
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ2_b13_done
+	MOVQ   BX, R8
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ2_b13_32
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	CRC32Q 16(R8), DI
+	CRC32Q 24(R8), DI
+	ADDQ   $0x20, R8
+
+hybridBlocksZ2_b13_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ2_b13_16
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	ADDQ   $0x10, R8
+
+hybridBlocksZ2_b13_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ2_b13_8
+	CRC32Q (R8), DI
+	ADDQ   $0x08, R8
+
+hybridBlocksZ2_b13_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ2_b13_4
+	CRC32L (R8), DI
+	ADDQ   $0x04, R8
+
+hybridBlocksZ2_b13_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ2_b13_2
+	CRC32W (R8), DI
+	ADDQ   $0x02, R8
+
+hybridBlocksZ2_b13_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ2_b13_1
+	CRC32B (R8), DI
+
+hybridBlocksZ2_b13_1:
+hybridBlocksZ2_b13_done:
+	XORL   xorout+44(FP), DI
+	MOVL   DI, 52(SI)
+	ADDQ   CX, BX
+	XORL   DI, DI
+	CRC32Q 768(AX), DI
+	CRC32Q 776(AX), DI
+	CRC32Q 784(AX), DI
+	CRC32Q 792(AX), DI
+	CRC32Q 800(AX), DI
+	CRC32Q 808(AX), DI
+	CRC32Q 816(AX), DI
+	CRC32Q 824(AX), DI
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ2_b14_done
+	MOVQ   BX, R8
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ2_b14_32
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	CRC32Q 16(R8), DI
+	CRC32Q 24(R8), DI
+	ADDQ   $0x20, R8
+
+hybridBlocksZ2_b14_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ2_b14_16
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	ADDQ   $0x10, R8
+
+hybridBlocksZ2_b14_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ2_b14_8
+	CRC32Q (R8), DI
+	ADDQ   $0x08, R8
+
+hybridBlocksZ2_b14_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ2_b14_4
+	CRC32L (R8), DI
+	ADDQ   $0x04, R8
+
+hybridBlocksZ2_b14_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ2_b14_2
+	CRC32W (R8), DI
+	ADDQ   $0x02, R8
+
+hybridBlocksZ2_b14_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ2_b14_1
+	CRC32B (R8), DI
+
+hybridBlocksZ2_b14_1:
+hybridBlocksZ2_b14_done:
+	XORL   xorout+44(FP), DI
+	MOVL   DI, 56(SI)
+	ADDQ   CX, BX
+	XORL   DI, DI
+	CRC32Q 832(AX), DI
+	CRC32Q 840(AX), DI
+	CRC32Q 848(AX), DI
+	CRC32Q 856(AX), DI
+	CRC32Q 864(AX), DI
+	CRC32Q 872(AX), DI
+	CRC32Q 880(AX), DI
+	CRC32Q 888(AX), DI
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ2_b15_done
+	MOVQ   BX, AX
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ2_b15_32
+	CRC32Q (AX), DI
+	CRC32Q 8(AX), DI
+	CRC32Q 16(AX), DI
+	CRC32Q 24(AX), DI
+	ADDQ   $0x20, AX
+
+hybridBlocksZ2_b15_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ2_b15_16
+	CRC32Q (AX), DI
+	CRC32Q 8(AX), DI
+	ADDQ   $0x10, AX
+
+hybridBlocksZ2_b15_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ2_b15_8
+	CRC32Q (AX), DI
+	ADDQ   $0x08, AX
+
+hybridBlocksZ2_b15_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ2_b15_4
+	CRC32L (AX), DI
+	ADDQ   $0x04, AX
+
+hybridBlocksZ2_b15_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ2_b15_2
+	CRC32W (AX), DI
+	ADDQ   $0x02, AX
+
+hybridBlocksZ2_b15_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ2_b15_1
+	CRC32B (AX), DI
+
+hybridBlocksZ2_b15_1:
+hybridBlocksZ2_b15_done:
+	XORL xorout+44(FP), DI
+	MOVL DI, 60(SI)
+	ADDQ $0x40, SI
+	MOVQ SI, dst+0(FP)
+	LEAQ (BX)(CX*1), AX
+	MOVQ blockLen+24(FP), CX
+	ANDQ $-64, CX
+	SUBQ CX, AX
+	DECQ groups+16(FP)
+	JNZ  hybridBlocksZ2_group
+	VZEROUPPER
+	RET
+
+// func hybridBlocksZ3(dst *uint32, p *byte, groups int, blockLen int, stride int, init uint32, xorout uint32, fold *[2]uint64)
+// Requires: AVX, AVX512F, SSE4.2, VPCLMULQDQ
+TEXT ·hybridBlocksZ3(SB), $1088-56
+	MOVQ            fold+48(FP), AX
+	VBROADCASTI32X4 (AX), Z0
+
+	// The initial register in the first 32 bits of a vector, for the fold blocks.
+	MOVL  init+40(FP), AX
+	VMOVD AX, X1
+	MOVQ  p+8(FP), AX
+
+hybridBlocksZ3_group:
+	MOVQ stride+32(FP), CX
+	LEAQ (CX)(CX*2), DX
+	MOVQ AX, BX
+	LEAQ (BX)(DX*1), SI
+	LEAQ (SI)(DX*1), DI
+	LEAQ (DI)(DX*1), R8
+	LEAQ (R8)(DX*1), R9
+	LEAQ (R9)(DX*1), DX
+	MOVL init+40(FP), R10
+	MOVL init+40(FP), R11
+	MOVL init+40(FP), R12
+	MOVQ blockLen+24(FP), R13
+	SHRQ $0x06, R13
+
+	// The first 64 bytes of every fold block, the initial register in the first.
+	VMOVDQU64 (SI), Z2
+	VPXORQ    Z1, Z2, Z2
+	VMOVDQU64 (SI)(CX*1), Z3
+	VPXORQ    Z1, Z3, Z3
+	VMOVDQU64 (SI)(CX*2), Z4
+	VPXORQ    Z1, Z4, Z4
+	VMOVDQU64 (DI), Z5
+	VPXORQ    Z1, Z5, Z5
+	VMOVDQU64 (DI)(CX*1), Z6
+	VPXORQ    Z1, Z6, Z6
+	VMOVDQU64 (DI)(CX*2), Z7
+	VPXORQ    Z1, Z7, Z7
+	VMOVDQU64 (R8), Z8
+	VPXORQ    Z1, Z8, Z8
+	VMOVDQU64 (R8)(CX*1), Z9
+	VPXORQ    Z1, Z9, Z9
+	VMOVDQU64 (R8)(CX*2), Z10
+	VPXORQ    Z1, Z10, Z10
+	VMOVDQU64 (R9), Z11
+	VPXORQ    Z1, Z11, Z11
+	VMOVDQU64 (R9)(CX*1), Z12
+	VPXORQ    Z1, Z12, Z12
+	VMOVDQU64 (R9)(CX*2), Z13
+	VPXORQ    Z1, Z13, Z13
+	VMOVDQU64 (DX), Z14
+	VPXORQ    Z1, Z14, Z14
+
+	// Every step: 64 bytes of each CRC block (8 CRC32Q), and each fold
+	// accumulator folded forward by 64 bytes onto the next 64 of its block.
+	DECQ R13
+	JZ   hybridBlocksZ3_last
+
+hybridBlocksZ3_loop:
+	CRC32Q     (BX), R10
+	CRC32Q     (BX)(CX*1), R11
+	CRC32Q     (BX)(CX*2), R12
+	VPCLMULQDQ $0x00, Z0, Z2, Z15
+	VPCLMULQDQ $0x11, Z0, Z2, Z2
+	VPTERNLOGD $0x96, 64(SI), Z15, Z2
+	VPCLMULQDQ $0x00, Z0, Z10, Z15
+	VPCLMULQDQ $0x11, Z0, Z10, Z10
+	VPTERNLOGD $0x96, 64(R8)(CX*2), Z15, Z10
+	CRC32Q     8(BX), R10
+	CRC32Q     8(BX)(CX*1), R11
+	CRC32Q     8(BX)(CX*2), R12
+	VPCLMULQDQ $0x00, Z0, Z3, Z15
+	VPCLMULQDQ $0x11, Z0, Z3, Z3
+	VPTERNLOGD $0x96, 64(SI)(CX*1), Z15, Z3
+	VPCLMULQDQ $0x00, Z0, Z11, Z15
+	VPCLMULQDQ $0x11, Z0, Z11, Z11
+	VPTERNLOGD $0x96, 64(R9), Z15, Z11
+	CRC32Q     16(BX), R10
+	CRC32Q     16(BX)(CX*1), R11
+	CRC32Q     16(BX)(CX*2), R12
+	VPCLMULQDQ $0x00, Z0, Z4, Z15
+	VPCLMULQDQ $0x11, Z0, Z4, Z4
+	VPTERNLOGD $0x96, 64(SI)(CX*2), Z15, Z4
+	VPCLMULQDQ $0x00, Z0, Z12, Z15
+	VPCLMULQDQ $0x11, Z0, Z12, Z12
+	VPTERNLOGD $0x96, 64(R9)(CX*1), Z15, Z12
+	CRC32Q     24(BX), R10
+	CRC32Q     24(BX)(CX*1), R11
+	CRC32Q     24(BX)(CX*2), R12
+	VPCLMULQDQ $0x00, Z0, Z5, Z15
+	VPCLMULQDQ $0x11, Z0, Z5, Z5
+	VPTERNLOGD $0x96, 64(DI), Z15, Z5
+	VPCLMULQDQ $0x00, Z0, Z13, Z15
+	VPCLMULQDQ $0x11, Z0, Z13, Z13
+	VPTERNLOGD $0x96, 64(R9)(CX*2), Z15, Z13
+	CRC32Q     32(BX), R10
+	CRC32Q     32(BX)(CX*1), R11
+	CRC32Q     32(BX)(CX*2), R12
+	VPCLMULQDQ $0x00, Z0, Z6, Z15
+	VPCLMULQDQ $0x11, Z0, Z6, Z6
+	VPTERNLOGD $0x96, 64(DI)(CX*1), Z15, Z6
+	VPCLMULQDQ $0x00, Z0, Z14, Z15
+	VPCLMULQDQ $0x11, Z0, Z14, Z14
+	VPTERNLOGD $0x96, 64(DX), Z15, Z14
+	CRC32Q     40(BX), R10
+	CRC32Q     40(BX)(CX*1), R11
+	CRC32Q     40(BX)(CX*2), R12
+	VPCLMULQDQ $0x00, Z0, Z7, Z15
+	VPCLMULQDQ $0x11, Z0, Z7, Z7
+	VPTERNLOGD $0x96, 64(DI)(CX*2), Z15, Z7
+	CRC32Q     48(BX), R10
+	CRC32Q     48(BX)(CX*1), R11
+	CRC32Q     48(BX)(CX*2), R12
+	VPCLMULQDQ $0x00, Z0, Z8, Z15
+	VPCLMULQDQ $0x11, Z0, Z8, Z8
+	VPTERNLOGD $0x96, 64(R8), Z15, Z8
+	CRC32Q     56(BX), R10
+	CRC32Q     56(BX)(CX*1), R11
+	CRC32Q     56(BX)(CX*2), R12
+	VPCLMULQDQ $0x00, Z0, Z9, Z15
+	VPCLMULQDQ $0x11, Z0, Z9, Z9
+	VPTERNLOGD $0x96, 64(R8)(CX*1), Z15, Z9
+	ADDQ       $0x40, BX
+	ADDQ       $0x40, SI
+	ADDQ       $0x40, DI
+	ADDQ       $0x40, R8
+	ADDQ       $0x40, R9
+	ADDQ       $0x40, DX
+	DECQ       R13
+	JNZ        hybridBlocksZ3_loop
+
+hybridBlocksZ3_last:
+	// Last step: the CRC blocks only.
+	CRC32Q (BX), R10
+	CRC32Q (BX)(CX*1), R11
+	CRC32Q (BX)(CX*2), R12
+	CRC32Q 8(BX), R10
+	CRC32Q 8(BX)(CX*1), R11
+	CRC32Q 8(BX)(CX*2), R12
+	CRC32Q 16(BX), R10
+	CRC32Q 16(BX)(CX*1), R11
+	CRC32Q 16(BX)(CX*2), R12
+	CRC32Q 24(BX), R10
+	CRC32Q 24(BX)(CX*1), R11
+	CRC32Q 24(BX)(CX*2), R12
+	CRC32Q 32(BX), R10
+	CRC32Q 32(BX)(CX*1), R11
+	CRC32Q 32(BX)(CX*2), R12
+	CRC32Q 40(BX), R10
+	CRC32Q 40(BX)(CX*1), R11
+	CRC32Q 40(BX)(CX*2), R12
+	CRC32Q 48(BX), R10
+	CRC32Q 48(BX)(CX*1), R11
+	CRC32Q 48(BX)(CX*2), R12
+	CRC32Q 56(BX), R10
+	CRC32Q 56(BX)(CX*1), R11
+	CRC32Q 56(BX)(CX*2), R12
+
+	// Every block in turn: reduce a fold accumulator (its 64 bytes through
+	// CRC32Q from zero, read back from the stack), add the block's last
+	// blockLen mod 64 bytes, XOR xorout, store.
+	MOVQ      blockLen+24(FP), DX
+	MOVQ      DX, BX
+	ANDQ      $-64, BX
+	ADDQ      AX, BX
+	ANDQ      $0x3f, DX
+	LEAQ      63(SP), AX
+	ANDQ      $-64, AX
+	VMOVDQA64 Z2, (AX)
+	VMOVDQA64 Z3, 64(AX)
+	VMOVDQA64 Z4, 128(AX)
+	VMOVDQA64 Z5, 192(AX)
+	VMOVDQA64 Z6, 256(AX)
+	VMOVDQA64 Z7, 320(AX)
+	VMOVDQA64 Z8, 384(AX)
+	VMOVDQA64 Z9, 448(AX)
+	VMOVDQA64 Z10, 512(AX)
+	VMOVDQA64 Z11, 576(AX)
+	VMOVDQA64 Z12, 640(AX)
+	VMOVDQA64 Z13, 704(AX)
+	VMOVDQA64 Z14, 768(AX)
+	MOVQ      dst+0(FP), SI
+	TESTQ     DX, DX
+	JZ        hybridBlocksZ3_b0_done
+	MOVQ      BX, DI
+	TESTQ     $0x00000020, DX
+	JZ        hybridBlocksZ3_b0_32
+	CRC32Q    (DI), R10
+	CRC32Q    8(DI), R10
+	CRC32Q    16(DI), R10
+	CRC32Q    24(DI), R10
+	ADDQ      $0x20, DI
+
+hybridBlocksZ3_b0_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ3_b0_16
+	CRC32Q (DI), R10
+	CRC32Q 8(DI), R10
+	ADDQ   $0x10, DI
+
+hybridBlocksZ3_b0_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ3_b0_8
+	CRC32Q (DI), R10
+	ADDQ   $0x08, DI
+
+hybridBlocksZ3_b0_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ3_b0_4
+	CRC32L (DI), R10
+	ADDQ   $0x04, DI
+
+hybridBlocksZ3_b0_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ3_b0_2
+	CRC32W (DI), R10
+	ADDQ   $0x02, DI
+
+hybridBlocksZ3_b0_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ3_b0_1
+	CRC32B (DI), R10
+
+hybridBlocksZ3_b0_1:
+hybridBlocksZ3_b0_done:
+	XORL   xorout+44(FP), R10
+	MOVL   R10, (SI)
+	ADDQ   CX, BX
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ3_b1_done
+	MOVQ   BX, DI
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ3_b1_32
+	CRC32Q (DI), R11
+	CRC32Q 8(DI), R11
+	CRC32Q 16(DI), R11
+	CRC32Q 24(DI), R11
+	ADDQ   $0x20, DI
+
+hybridBlocksZ3_b1_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ3_b1_16
+	CRC32Q (DI), R11
+	CRC32Q 8(DI), R11
+	ADDQ   $0x10, DI
+
+hybridBlocksZ3_b1_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ3_b1_8
+	CRC32Q (DI), R11
+	ADDQ   $0x08, DI
+
+hybridBlocksZ3_b1_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ3_b1_4
+	CRC32L (DI), R11
+	ADDQ   $0x04, DI
+
+hybridBlocksZ3_b1_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ3_b1_2
+	CRC32W (DI), R11
+	ADDQ   $0x02, DI
+
+hybridBlocksZ3_b1_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ3_b1_1
+	CRC32B (DI), R11
+
+hybridBlocksZ3_b1_1:
+hybridBlocksZ3_b1_done:
+	XORL   xorout+44(FP), R11
+	MOVL   R11, 4(SI)
+	ADDQ   CX, BX
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ3_b2_done
+	MOVQ   BX, DI
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ3_b2_32
+	CRC32Q (DI), R12
+	CRC32Q 8(DI), R12
+	CRC32Q 16(DI), R12
+	CRC32Q 24(DI), R12
+	ADDQ   $0x20, DI
+
+hybridBlocksZ3_b2_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ3_b2_16
+	CRC32Q (DI), R12
+	CRC32Q 8(DI), R12
+	ADDQ   $0x10, DI
+
+hybridBlocksZ3_b2_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ3_b2_8
+	CRC32Q (DI), R12
+	ADDQ   $0x08, DI
+
+hybridBlocksZ3_b2_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ3_b2_4
+	CRC32L (DI), R12
+	ADDQ   $0x04, DI
+
+hybridBlocksZ3_b2_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ3_b2_2
+	CRC32W (DI), R12
+	ADDQ   $0x02, DI
+
+hybridBlocksZ3_b2_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ3_b2_1
+	CRC32B (DI), R12
+
+hybridBlocksZ3_b2_1:
+hybridBlocksZ3_b2_done:
+	XORL   xorout+44(FP), R12
+	MOVL   R12, 8(SI)
+	ADDQ   CX, BX
+	XORL   DI, DI
+	CRC32Q (AX), DI
+	CRC32Q 8(AX), DI
+	CRC32Q 16(AX), DI
+	CRC32Q 24(AX), DI
+	CRC32Q 32(AX), DI
+	CRC32Q 40(AX), DI
+	CRC32Q 48(AX), DI
+	CRC32Q 56(AX), DI
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ3_b3_done
+	MOVQ   BX, R8
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ3_b3_32
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	CRC32Q 16(R8), DI
+	CRC32Q 24(R8), DI
+	ADDQ   $0x20, R8
+
+hybridBlocksZ3_b3_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ3_b3_16
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	ADDQ   $0x10, R8
+
+hybridBlocksZ3_b3_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ3_b3_8
+	CRC32Q (R8), DI
+	ADDQ   $0x08, R8
+
+hybridBlocksZ3_b3_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ3_b3_4
+	CRC32L (R8), DI
+	ADDQ   $0x04, R8
+
+hybridBlocksZ3_b3_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ3_b3_2
+	CRC32W (R8), DI
+	ADDQ   $0x02, R8
+
+hybridBlocksZ3_b3_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ3_b3_1
+	CRC32B (R8), DI
+
+hybridBlocksZ3_b3_1:
+hybridBlocksZ3_b3_done:
+	XORL   xorout+44(FP), DI
+	MOVL   DI, 12(SI)
+	ADDQ   CX, BX
+	XORL   DI, DI
+	CRC32Q 64(AX), DI
+	CRC32Q 72(AX), DI
+	CRC32Q 80(AX), DI
+	CRC32Q 88(AX), DI
+	CRC32Q 96(AX), DI
+	CRC32Q 104(AX), DI
+	CRC32Q 112(AX), DI
+	CRC32Q 120(AX), DI
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ3_b4_done
+	MOVQ   BX, R8
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ3_b4_32
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	CRC32Q 16(R8), DI
+	CRC32Q 24(R8), DI
+	ADDQ   $0x20, R8
+
+hybridBlocksZ3_b4_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ3_b4_16
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	ADDQ   $0x10, R8
+
+hybridBlocksZ3_b4_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ3_b4_8
+	CRC32Q (R8), DI
+	ADDQ   $0x08, R8
+
+hybridBlocksZ3_b4_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ3_b4_4
+	CRC32L (R8), DI
+	ADDQ   $0x04, R8
+
+hybridBlocksZ3_b4_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ3_b4_2
+	CRC32W (R8), DI
+	ADDQ   $0x02, R8
+
+hybridBlocksZ3_b4_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ3_b4_1
+	CRC32B (R8), DI
+
+hybridBlocksZ3_b4_1:
+hybridBlocksZ3_b4_done:
+	XORL   xorout+44(FP), DI
+	MOVL   DI, 16(SI)
+	ADDQ   CX, BX
+	XORL   DI, DI
+	CRC32Q 128(AX), DI
+	CRC32Q 136(AX), DI
+	CRC32Q 144(AX), DI
+	CRC32Q 152(AX), DI
+	CRC32Q 160(AX), DI
+	CRC32Q 168(AX), DI
+	CRC32Q 176(AX), DI
+	CRC32Q 184(AX), DI
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ3_b5_done
+	MOVQ   BX, R8
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ3_b5_32
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	CRC32Q 16(R8), DI
+	CRC32Q 24(R8), DI
+	ADDQ   $0x20, R8
+
+hybridBlocksZ3_b5_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ3_b5_16
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	ADDQ   $0x10, R8
+
+hybridBlocksZ3_b5_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ3_b5_8
+	CRC32Q (R8), DI
+	ADDQ   $0x08, R8
+
+hybridBlocksZ3_b5_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ3_b5_4
+	CRC32L (R8), DI
+	ADDQ   $0x04, R8
+
+hybridBlocksZ3_b5_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ3_b5_2
+	CRC32W (R8), DI
+	ADDQ   $0x02, R8
+
+hybridBlocksZ3_b5_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ3_b5_1
+	CRC32B (R8), DI
+
+hybridBlocksZ3_b5_1:
+hybridBlocksZ3_b5_done:
+	XORL   xorout+44(FP), DI
+	MOVL   DI, 20(SI)
+	ADDQ   CX, BX
+	XORL   DI, DI
+	CRC32Q 192(AX), DI
+	CRC32Q 200(AX), DI
+	CRC32Q 208(AX), DI
+	CRC32Q 216(AX), DI
+	CRC32Q 224(AX), DI
+	CRC32Q 232(AX), DI
+	CRC32Q 240(AX), DI
+	CRC32Q 248(AX), DI
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ3_b6_done
+	MOVQ   BX, R8
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ3_b6_32
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	CRC32Q 16(R8), DI
+	CRC32Q 24(R8), DI
+	ADDQ   $0x20, R8
+
+hybridBlocksZ3_b6_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ3_b6_16
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	ADDQ   $0x10, R8
+
+hybridBlocksZ3_b6_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ3_b6_8
+	CRC32Q (R8), DI
+	ADDQ   $0x08, R8
+
+hybridBlocksZ3_b6_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ3_b6_4
+	CRC32L (R8), DI
+	ADDQ   $0x04, R8
+
+hybridBlocksZ3_b6_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ3_b6_2
+	CRC32W (R8), DI
+	ADDQ   $0x02, R8
+
+hybridBlocksZ3_b6_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ3_b6_1
+	CRC32B (R8), DI
+
+hybridBlocksZ3_b6_1:
+hybridBlocksZ3_b6_done:
+	XORL   xorout+44(FP), DI
+	MOVL   DI, 24(SI)
+	ADDQ   CX, BX
+	XORL   DI, DI
+	CRC32Q 256(AX), DI
+	CRC32Q 264(AX), DI
+	CRC32Q 272(AX), DI
+	CRC32Q 280(AX), DI
+	CRC32Q 288(AX), DI
+	CRC32Q 296(AX), DI
+	CRC32Q 304(AX), DI
+	CRC32Q 312(AX), DI
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ3_b7_done
+	MOVQ   BX, R8
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ3_b7_32
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	CRC32Q 16(R8), DI
+	CRC32Q 24(R8), DI
+	ADDQ   $0x20, R8
+
+hybridBlocksZ3_b7_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ3_b7_16
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	ADDQ   $0x10, R8
+
+hybridBlocksZ3_b7_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ3_b7_8
+	CRC32Q (R8), DI
+	ADDQ   $0x08, R8
+
+hybridBlocksZ3_b7_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ3_b7_4
+	CRC32L (R8), DI
+	ADDQ   $0x04, R8
+
+hybridBlocksZ3_b7_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ3_b7_2
+	CRC32W (R8), DI
+	ADDQ   $0x02, R8
+
+hybridBlocksZ3_b7_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ3_b7_1
+	CRC32B (R8), DI
+
+hybridBlocksZ3_b7_1:
+hybridBlocksZ3_b7_done:
+	XORL   xorout+44(FP), DI
+	MOVL   DI, 28(SI)
+	ADDQ   CX, BX
+	XORL   DI, DI
+	CRC32Q 320(AX), DI
+	CRC32Q 328(AX), DI
+	CRC32Q 336(AX), DI
+	CRC32Q 344(AX), DI
+	CRC32Q 352(AX), DI
+	CRC32Q 360(AX), DI
+	CRC32Q 368(AX), DI
+	CRC32Q 376(AX), DI
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ3_b8_done
+	MOVQ   BX, R8
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ3_b8_32
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	CRC32Q 16(R8), DI
+	CRC32Q 24(R8), DI
+	ADDQ   $0x20, R8
+
+hybridBlocksZ3_b8_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ3_b8_16
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	ADDQ   $0x10, R8
+
+hybridBlocksZ3_b8_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ3_b8_8
+	CRC32Q (R8), DI
+	ADDQ   $0x08, R8
+
+hybridBlocksZ3_b8_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ3_b8_4
+	CRC32L (R8), DI
+	ADDQ   $0x04, R8
+
+hybridBlocksZ3_b8_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ3_b8_2
+	CRC32W (R8), DI
+	ADDQ   $0x02, R8
+
+hybridBlocksZ3_b8_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ3_b8_1
+	CRC32B (R8), DI
+
+hybridBlocksZ3_b8_1:
+hybridBlocksZ3_b8_done:
+	XORL   xorout+44(FP), DI
+	MOVL   DI, 32(SI)
+	ADDQ   CX, BX
+	XORL   DI, DI
+	CRC32Q 384(AX), DI
+	CRC32Q 392(AX), DI
+	CRC32Q 400(AX), DI
+	CRC32Q 408(AX), DI
+	CRC32Q 416(AX), DI
+	CRC32Q 424(AX), DI
+	CRC32Q 432(AX), DI
+	CRC32Q 440(AX), DI
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ3_b9_done
+	MOVQ   BX, R8
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ3_b9_32
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	CRC32Q 16(R8), DI
+	CRC32Q 24(R8), DI
+	ADDQ   $0x20, R8
+
+hybridBlocksZ3_b9_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ3_b9_16
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	ADDQ   $0x10, R8
+
+hybridBlocksZ3_b9_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ3_b9_8
+	CRC32Q (R8), DI
+	ADDQ   $0x08, R8
+
+hybridBlocksZ3_b9_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ3_b9_4
+	CRC32L (R8), DI
+	ADDQ   $0x04, R8
+
+hybridBlocksZ3_b9_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ3_b9_2
+	CRC32W (R8), DI
+	ADDQ   $0x02, R8
+
+hybridBlocksZ3_b9_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ3_b9_1
+	CRC32B (R8), DI
+
+hybridBlocksZ3_b9_1:
+hybridBlocksZ3_b9_done:
+	XORL   xorout+44(FP), DI
+	MOVL   DI, 36(SI)
+	ADDQ   CX, BX
+	XORL   DI, DI
+	CRC32Q 448(AX), DI
+	CRC32Q 456(AX), DI
+	CRC32Q 464(AX), DI
+	CRC32Q 472(AX), DI
+	CRC32Q 480(AX), DI
+	CRC32Q 488(AX), DI
+	CRC32Q 496(AX), DI
+	CRC32Q 504(AX), DI
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ3_b10_done
+	MOVQ   BX, R8
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ3_b10_32
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	CRC32Q 16(R8), DI
+	CRC32Q 24(R8), DI
+	ADDQ   $0x20, R8
+
+hybridBlocksZ3_b10_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ3_b10_16
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	ADDQ   $0x10, R8
+
+hybridBlocksZ3_b10_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ3_b10_8
+	CRC32Q (R8), DI
+	ADDQ   $0x08, R8
+
+hybridBlocksZ3_b10_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ3_b10_4
+	CRC32L (R8), DI
+	ADDQ   $0x04, R8
+
+hybridBlocksZ3_b10_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ3_b10_2
+	CRC32W (R8), DI
+	ADDQ   $0x02, R8
+
+hybridBlocksZ3_b10_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ3_b10_1
+	CRC32B (R8), DI
+
+hybridBlocksZ3_b10_1:
+hybridBlocksZ3_b10_done:
+	XORL   xorout+44(FP), DI
+	MOVL   DI, 40(SI)
+	ADDQ   CX, BX
+	XORL   DI, DI
+	CRC32Q 512(AX), DI
+	CRC32Q 520(AX), DI
+	CRC32Q 528(AX), DI
+	CRC32Q 536(AX), DI
+	CRC32Q 544(AX), DI
+	CRC32Q 552(AX), DI
+	CRC32Q 560(AX), DI
+	CRC32Q 568(AX), DI
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ3_b11_done
+	MOVQ   BX, R8
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ3_b11_32
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	CRC32Q 16(R8), DI
+	CRC32Q 24(R8), DI
+	ADDQ   $0x20, R8
+
+hybridBlocksZ3_b11_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ3_b11_16
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	ADDQ   $0x10, R8
+
+hybridBlocksZ3_b11_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ3_b11_8
+	CRC32Q (R8), DI
+	ADDQ   $0x08, R8
+
+hybridBlocksZ3_b11_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ3_b11_4
+	CRC32L (R8), DI
+	ADDQ   $0x04, R8
+
+hybridBlocksZ3_b11_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ3_b11_2
+	CRC32W (R8), DI
+	ADDQ   $0x02, R8
+
+hybridBlocksZ3_b11_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ3_b11_1
+	CRC32B (R8), DI
+
+hybridBlocksZ3_b11_1:
+hybridBlocksZ3_b11_done:
+	XORL   xorout+44(FP), DI
+	MOVL   DI, 44(SI)
+	ADDQ   CX, BX
+	XORL   DI, DI
+	CRC32Q 576(AX), DI
+	CRC32Q 584(AX), DI
+	CRC32Q 592(AX), DI
+	CRC32Q 600(AX), DI
+	CRC32Q 608(AX), DI
+	CRC32Q 616(AX), DI
+	CRC32Q 624(AX), DI
+	CRC32Q 632(AX), DI
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ3_b12_done
+	MOVQ   BX, R8
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ3_b12_32
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	CRC32Q 16(R8), DI
+	CRC32Q 24(R8), DI
+	ADDQ   $0x20, R8
+
+hybridBlocksZ3_b12_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ3_b12_16
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	ADDQ   $0x10, R8
+
+hybridBlocksZ3_b12_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ3_b12_8
+	CRC32Q (R8), DI
+	ADDQ   $0x08, R8
+
+hybridBlocksZ3_b12_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ3_b12_4
+	CRC32L (R8), DI
+	ADDQ   $0x04, R8
+
+hybridBlocksZ3_b12_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ3_b12_2
+	CRC32W (R8), DI
+	ADDQ   $0x02, R8
+
+hybridBlocksZ3_b12_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ3_b12_1
+	CRC32B (R8), DI
+
+hybridBlocksZ3_b12_1:
+hybridBlocksZ3_b12_done:
+	XORL   xorout+44(FP), DI
+	MOVL   DI, 48(SI)
+	ADDQ   CX, BX
+	XORL   DI, DI
+	CRC32Q 640(AX), DI
+	CRC32Q 648(AX), DI
+	CRC32Q 656(AX), DI
+	CRC32Q 664(AX), DI
+	CRC32Q 672(AX), DI
+	CRC32Q 680(AX), DI
+	CRC32Q 688(AX), DI
+	CRC32Q 696(AX), DI
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ3_b13_done
+	MOVQ   BX, R8
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ3_b13_32
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	CRC32Q 16(R8), DI
+	CRC32Q 24(R8), DI
+	ADDQ   $0x20, R8
+
+hybridBlocksZ3_b13_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ3_b13_16
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	ADDQ   $0x10, R8
+
+hybridBlocksZ3_b13_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ3_b13_8
+	CRC32Q (R8), DI
+	ADDQ   $0x08, R8
+
+hybridBlocksZ3_b13_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ3_b13_4
+	CRC32L (R8), DI
+	ADDQ   $0x04, R8
+
+hybridBlocksZ3_b13_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ3_b13_2
+	CRC32W (R8), DI
+	ADDQ   $0x02, R8
+
+hybridBlocksZ3_b13_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ3_b13_1
+	CRC32B (R8), DI
+
+hybridBlocksZ3_b13_1:
+hybridBlocksZ3_b13_done:
+	XORL   xorout+44(FP), DI
+	MOVL   DI, 52(SI)
+	ADDQ   CX, BX
+	XORL   DI, DI
+	CRC32Q 704(AX), DI
+	CRC32Q 712(AX), DI
+	CRC32Q 720(AX), DI
+	CRC32Q 728(AX), DI
+	CRC32Q 736(AX), DI
+	CRC32Q 744(AX), DI
+	CRC32Q 752(AX), DI
+	CRC32Q 760(AX), DI
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ3_b14_done
+	MOVQ   BX, R8
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ3_b14_32
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	CRC32Q 16(R8), DI
+	CRC32Q 24(R8), DI
+	ADDQ   $0x20, R8
+
+hybridBlocksZ3_b14_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ3_b14_16
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	ADDQ   $0x10, R8
+
+hybridBlocksZ3_b14_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ3_b14_8
+	CRC32Q (R8), DI
+	ADDQ   $0x08, R8
+
+hybridBlocksZ3_b14_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ3_b14_4
+	CRC32L (R8), DI
+	ADDQ   $0x04, R8
+
+hybridBlocksZ3_b14_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ3_b14_2
+	CRC32W (R8), DI
+	ADDQ   $0x02, R8
+
+hybridBlocksZ3_b14_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ3_b14_1
+	CRC32B (R8), DI
+
+hybridBlocksZ3_b14_1:
+hybridBlocksZ3_b14_done:
+	XORL   xorout+44(FP), DI
+	MOVL   DI, 56(SI)
+	ADDQ   CX, BX
+	XORL   DI, DI
+	CRC32Q 768(AX), DI
+	CRC32Q 776(AX), DI
+	CRC32Q 784(AX), DI
+	CRC32Q 792(AX), DI
+	CRC32Q 800(AX), DI
+	CRC32Q 808(AX), DI
+	CRC32Q 816(AX), DI
+	CRC32Q 824(AX), DI
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ3_b15_done
+	MOVQ   BX, AX
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ3_b15_32
+	CRC32Q (AX), DI
+	CRC32Q 8(AX), DI
+	CRC32Q 16(AX), DI
+	CRC32Q 24(AX), DI
+	ADDQ   $0x20, AX
+
+hybridBlocksZ3_b15_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ3_b15_16
+	CRC32Q (AX), DI
+	CRC32Q 8(AX), DI
+	ADDQ   $0x10, AX
+
+hybridBlocksZ3_b15_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ3_b15_8
+	CRC32Q (AX), DI
+	ADDQ   $0x08, AX
+
+hybridBlocksZ3_b15_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ3_b15_4
+	CRC32L (AX), DI
+	ADDQ   $0x04, AX
+
+hybridBlocksZ3_b15_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ3_b15_2
+	CRC32W (AX), DI
+	ADDQ   $0x02, AX
+
+hybridBlocksZ3_b15_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ3_b15_1
+	CRC32B (AX), DI
+
+hybridBlocksZ3_b15_1:
+hybridBlocksZ3_b15_done:
+	XORL xorout+44(FP), DI
+	MOVL DI, 60(SI)
+	ADDQ $0x40, SI
+	MOVQ SI, dst+0(FP)
+	LEAQ (BX)(CX*1), AX
+	MOVQ blockLen+24(FP), CX
+	ANDQ $-64, CX
+	SUBQ CX, AX
+	DECQ groups+16(FP)
+	JNZ  hybridBlocksZ3_group
+	VZEROUPPER
+	RET
+
+// func hybridBlocksZA0(dst *uint32, p *byte, groups int, blockLen int, stride int, init uint32, xorout uint32, fold *[2]uint64)
+// Requires: AVX, AVX512F, SSE4.2, VPCLMULQDQ
+TEXT ·hybridBlocksZA0(SB), $1344-56
+	MOVQ            fold+48(FP), AX
+	VBROADCASTI32X4 (AX), Z0
+	MOVQ            p+8(FP), AX
+
+hybridBlocksZA0_group:
+	// Heads: every block's position and register, the fold blocks'
+	// after their bytes up to a 64-byte boundary.
+	XORL CX, CX
+	MOVQ AX, DX
+
+hybridBlocksZA0_head:
+	MOVL init+40(FP), BX
+	MOVQ DX, DI
+	CMPQ CX, $0x00
+	JB   hybridBlocksZA0_headdone
+	ADDQ $0x3f, DI
+	ANDQ $-64, DI
+	MOVQ DI, SI
+	SUBQ DX, SI
+	MOVQ DX, R8
+	CMPQ SI, $0x08
+	JB   hybridBlocksZA0_h_q
+
+hybridBlocksZA0_h_loop:
+	CRC32Q (R8), BX
+	ADDQ   $0x08, R8
+	SUBQ   $0x08, SI
+	CMPQ   SI, $0x08
+	JAE    hybridBlocksZA0_h_loop
+
+hybridBlocksZA0_h_q:
+	TESTQ  $0x00000004, SI
+	JZ     hybridBlocksZA0_h_4
+	CRC32L (R8), BX
+	ADDQ   $0x04, R8
+
+hybridBlocksZA0_h_4:
+	TESTQ  $0x00000002, SI
+	JZ     hybridBlocksZA0_h_2
+	CRC32W (R8), BX
+	ADDQ   $0x02, R8
+
+hybridBlocksZA0_h_2:
+	TESTQ  $0x00000001, SI
+	JZ     hybridBlocksZA0_h_1
+	CRC32B (R8), BX
+
+hybridBlocksZA0_h_1:
+hybridBlocksZA0_headdone:
+	MOVQ DI, 1088(SP)(CX*8)
+	MOVQ BX, 1216(SP)(CX*8)
+	MOVQ stride+32(FP), BX
+	ADDQ BX, DX
+	INCQ CX
+	CMPQ CX, $0x10
+	JB   hybridBlocksZA0_head
+
+	// The CRC32 blocks' registers and positions; the first 64 bytes of
+	// every fold block from its boundary, its register in the first 32 bits.
+	MOVQ   1088(SP), CX
+	VMOVD  1216(SP), X1
+	VPXORQ (CX), Z1, Z2
+	MOVQ   1096(SP), CX
+	VMOVD  1224(SP), X1
+	VPXORQ (CX), Z1, Z3
+	MOVQ   1104(SP), CX
+	VMOVD  1232(SP), X1
+	VPXORQ (CX), Z1, Z4
+	MOVQ   1112(SP), CX
+	VMOVD  1240(SP), X1
+	VPXORQ (CX), Z1, Z5
+	MOVQ   1120(SP), CX
+	VMOVD  1248(SP), X1
+	VPXORQ (CX), Z1, Z6
+	MOVQ   1128(SP), CX
+	VMOVD  1256(SP), X1
+	VPXORQ (CX), Z1, Z7
+	MOVQ   1136(SP), CX
+	VMOVD  1264(SP), X1
+	VPXORQ (CX), Z1, Z8
+	MOVQ   1144(SP), CX
+	VMOVD  1272(SP), X1
+	VPXORQ (CX), Z1, Z9
+	MOVQ   1152(SP), CX
+	VMOVD  1280(SP), X1
+	VPXORQ (CX), Z1, Z10
+	MOVQ   1160(SP), CX
+	VMOVD  1288(SP), X1
+	VPXORQ (CX), Z1, Z11
+	MOVQ   1168(SP), CX
+	VMOVD  1296(SP), X1
+	VPXORQ (CX), Z1, Z12
+	MOVQ   1176(SP), CX
+	VMOVD  1304(SP), X1
+	VPXORQ (CX), Z1, Z13
+	MOVQ   1184(SP), CX
+	VMOVD  1312(SP), X1
+	VPXORQ (CX), Z1, Z14
+	MOVQ   1192(SP), CX
+	VMOVD  1320(SP), X1
+	VPXORQ (CX), Z1, Z15
+	MOVQ   1200(SP), CX
+	VMOVD  1328(SP), X1
+	VPXORQ (CX), Z1, Z16
+	MOVQ   1208(SP), CX
+	VMOVD  1336(SP), X1
+	VPXORQ (CX), Z1, Z17
+	XORL   CX, CX
+	MOVQ   blockLen+24(FP), DX
+	SUBQ   $0x3f, DX
+	SHRQ   $0x06, DX
+
+	// Every step: 64 bytes of each CRC32 block, and each fold accumulator
+	// folded forward by 64 bytes onto the next 64 of its block.
+	DECQ DX
+	JZ   hybridBlocksZA0_last
+
+hybridBlocksZA0_loop:
+	MOVQ       1088(SP), BX
+	VPCLMULQDQ $0x00, Z0, Z2, Z18
+	VPCLMULQDQ $0x11, Z0, Z2, Z2
+	VPTERNLOGD $0x96, 64(BX)(CX*1), Z18, Z2
+	MOVQ       1152(SP), BX
+	VPCLMULQDQ $0x00, Z0, Z10, Z18
+	VPCLMULQDQ $0x11, Z0, Z10, Z10
+	VPTERNLOGD $0x96, 64(BX)(CX*1), Z18, Z10
+	MOVQ       1096(SP), BX
+	VPCLMULQDQ $0x00, Z0, Z3, Z18
+	VPCLMULQDQ $0x11, Z0, Z3, Z3
+	VPTERNLOGD $0x96, 64(BX)(CX*1), Z18, Z3
+	MOVQ       1160(SP), BX
+	VPCLMULQDQ $0x00, Z0, Z11, Z18
+	VPCLMULQDQ $0x11, Z0, Z11, Z11
+	VPTERNLOGD $0x96, 64(BX)(CX*1), Z18, Z11
+	MOVQ       1104(SP), BX
+	VPCLMULQDQ $0x00, Z0, Z4, Z18
+	VPCLMULQDQ $0x11, Z0, Z4, Z4
+	VPTERNLOGD $0x96, 64(BX)(CX*1), Z18, Z4
+	MOVQ       1168(SP), BX
+	VPCLMULQDQ $0x00, Z0, Z12, Z18
+	VPCLMULQDQ $0x11, Z0, Z12, Z12
+	VPTERNLOGD $0x96, 64(BX)(CX*1), Z18, Z12
+	MOVQ       1112(SP), BX
+	VPCLMULQDQ $0x00, Z0, Z5, Z18
+	VPCLMULQDQ $0x11, Z0, Z5, Z5
+	VPTERNLOGD $0x96, 64(BX)(CX*1), Z18, Z5
+	MOVQ       1176(SP), BX
+	VPCLMULQDQ $0x00, Z0, Z13, Z18
+	VPCLMULQDQ $0x11, Z0, Z13, Z13
+	VPTERNLOGD $0x96, 64(BX)(CX*1), Z18, Z13
+	MOVQ       1120(SP), BX
+	VPCLMULQDQ $0x00, Z0, Z6, Z18
+	VPCLMULQDQ $0x11, Z0, Z6, Z6
+	VPTERNLOGD $0x96, 64(BX)(CX*1), Z18, Z6
+	MOVQ       1184(SP), BX
+	VPCLMULQDQ $0x00, Z0, Z14, Z18
+	VPCLMULQDQ $0x11, Z0, Z14, Z14
+	VPTERNLOGD $0x96, 64(BX)(CX*1), Z18, Z14
+	MOVQ       1128(SP), BX
+	VPCLMULQDQ $0x00, Z0, Z7, Z18
+	VPCLMULQDQ $0x11, Z0, Z7, Z7
+	VPTERNLOGD $0x96, 64(BX)(CX*1), Z18, Z7
+	MOVQ       1192(SP), BX
+	VPCLMULQDQ $0x00, Z0, Z15, Z18
+	VPCLMULQDQ $0x11, Z0, Z15, Z15
+	VPTERNLOGD $0x96, 64(BX)(CX*1), Z18, Z15
+	MOVQ       1136(SP), BX
+	VPCLMULQDQ $0x00, Z0, Z8, Z18
+	VPCLMULQDQ $0x11, Z0, Z8, Z8
+	VPTERNLOGD $0x96, 64(BX)(CX*1), Z18, Z8
+	MOVQ       1200(SP), BX
+	VPCLMULQDQ $0x00, Z0, Z16, Z18
+	VPCLMULQDQ $0x11, Z0, Z16, Z16
+	VPTERNLOGD $0x96, 64(BX)(CX*1), Z18, Z16
+	MOVQ       1144(SP), BX
+	VPCLMULQDQ $0x00, Z0, Z9, Z18
+	VPCLMULQDQ $0x11, Z0, Z9, Z9
+	VPTERNLOGD $0x96, 64(BX)(CX*1), Z18, Z9
+	MOVQ       1208(SP), BX
+	VPCLMULQDQ $0x00, Z0, Z17, Z18
+	VPCLMULQDQ $0x11, Z0, Z17, Z17
+	VPTERNLOGD $0x96, 64(BX)(CX*1), Z18, Z17
+	ADDQ       $0x40, CX
+	DECQ       DX
+	JNZ        hybridBlocksZA0_loop
+
+hybridBlocksZA0_last:
+	// Last step: the CRC32 blocks only.
+	ADDQ $0x40, CX
+
+	// The accumulators to a 64-byte aligned area, the CRC32 blocks'
+	// registers to the table.
+	LEAQ      63(SP), DX
+	ANDQ      $-64, DX
+	VMOVDQA64 Z2, (DX)
+	VMOVDQA64 Z3, 64(DX)
+	VMOVDQA64 Z4, 128(DX)
+	VMOVDQA64 Z5, 192(DX)
+	VMOVDQA64 Z6, 256(DX)
+	VMOVDQA64 Z7, 320(DX)
+	VMOVDQA64 Z8, 384(DX)
+	VMOVDQA64 Z9, 448(DX)
+	VMOVDQA64 Z10, 512(DX)
+	VMOVDQA64 Z11, 576(DX)
+	VMOVDQA64 Z12, 640(DX)
+	VMOVDQA64 Z13, 704(DX)
+	VMOVDQA64 Z14, 768(DX)
+	VMOVDQA64 Z15, 832(DX)
+	VMOVDQA64 Z16, 896(DX)
+	VMOVDQA64 Z17, 960(DX)
+
+	// Tails: every block's register (a fold block's by 8 CRC32Q of its
+	// accumulator), its bytes from its position plus the steps to its end,
+	// xorout; stored.
+	XORL BX, BX
+	MOVQ blockLen+24(FP), SI
+	ADDQ AX, SI
+	MOVQ dst+0(FP), DI
+
+hybridBlocksZA0_tail:
+	MOVQ   1216(SP)(BX*8), R8
+	CMPQ   BX, $0x00
+	JB     hybridBlocksZA0_reduced
+	XORL   R8, R8
+	CRC32Q (DX), R8
+	CRC32Q 8(DX), R8
+	CRC32Q 16(DX), R8
+	CRC32Q 24(DX), R8
+	CRC32Q 32(DX), R8
+	CRC32Q 40(DX), R8
+	CRC32Q 48(DX), R8
+	CRC32Q 56(DX), R8
+	ADDQ   $0x40, DX
+
+hybridBlocksZA0_reduced:
+	MOVQ 1088(SP)(BX*8), R9
+	ADDQ CX, R9
+	MOVQ SI, R10
+	SUBQ R9, R10
+	CMPQ R10, $0x08
+	JB   hybridBlocksZA0_t_q
+
+hybridBlocksZA0_t_loop:
+	CRC32Q (R9), R8
+	ADDQ   $0x08, R9
+	SUBQ   $0x08, R10
+	CMPQ   R10, $0x08
+	JAE    hybridBlocksZA0_t_loop
+
+hybridBlocksZA0_t_q:
+	TESTQ  $0x00000004, R10
+	JZ     hybridBlocksZA0_t_4
+	CRC32L (R9), R8
+	ADDQ   $0x04, R9
+
+hybridBlocksZA0_t_4:
+	TESTQ  $0x00000002, R10
+	JZ     hybridBlocksZA0_t_2
+	CRC32W (R9), R8
+	ADDQ   $0x02, R9
+
+hybridBlocksZA0_t_2:
+	TESTQ  $0x00000001, R10
+	JZ     hybridBlocksZA0_t_1
+	CRC32B (R9), R8
+
+hybridBlocksZA0_t_1:
+	XORL xorout+44(FP), R8
+	MOVL R8, (DI)(BX*4)
+	MOVQ stride+32(FP), R8
+	ADDQ R8, SI
+	INCQ BX
+	CMPQ BX, $0x10
+	JB   hybridBlocksZA0_tail
+	ADDQ $0x40, DI
+	MOVQ DI, dst+0(FP)
+	MOVQ stride+32(FP), CX
+	SHLQ $0x04, CX
+	ADDQ CX, AX
+	DECQ groups+16(FP)
+	JNZ  hybridBlocksZA0_group
+	VZEROUPPER
+	RET
+
+// func hybridBlocksZA1(dst *uint32, p *byte, groups int, blockLen int, stride int, init uint32, xorout uint32, fold *[2]uint64)
+// Requires: AVX, AVX512F, SSE4.2, VPCLMULQDQ
+TEXT ·hybridBlocksZA1(SB), $1344-56
+	MOVQ            fold+48(FP), AX
+	VBROADCASTI32X4 (AX), Z0
+	MOVQ            p+8(FP), AX
+
+hybridBlocksZA1_group:
+	// Heads: every block's position and register, the fold blocks'
+	// after their bytes up to a 64-byte boundary.
+	XORL CX, CX
+	MOVQ AX, DX
+
+hybridBlocksZA1_head:
+	MOVL init+40(FP), BX
+	MOVQ DX, DI
+	CMPQ CX, $0x01
+	JB   hybridBlocksZA1_headdone
+	ADDQ $0x3f, DI
+	ANDQ $-64, DI
+	MOVQ DI, SI
+	SUBQ DX, SI
+	MOVQ DX, R8
+	CMPQ SI, $0x08
+	JB   hybridBlocksZA1_h_q
+
+hybridBlocksZA1_h_loop:
+	CRC32Q (R8), BX
+	ADDQ   $0x08, R8
+	SUBQ   $0x08, SI
+	CMPQ   SI, $0x08
+	JAE    hybridBlocksZA1_h_loop
+
+hybridBlocksZA1_h_q:
+	TESTQ  $0x00000004, SI
+	JZ     hybridBlocksZA1_h_4
+	CRC32L (R8), BX
+	ADDQ   $0x04, R8
+
+hybridBlocksZA1_h_4:
+	TESTQ  $0x00000002, SI
+	JZ     hybridBlocksZA1_h_2
+	CRC32W (R8), BX
+	ADDQ   $0x02, R8
+
+hybridBlocksZA1_h_2:
+	TESTQ  $0x00000001, SI
+	JZ     hybridBlocksZA1_h_1
+	CRC32B (R8), BX
+
+hybridBlocksZA1_h_1:
+hybridBlocksZA1_headdone:
+	MOVQ DI, 1088(SP)(CX*8)
+	MOVQ BX, 1216(SP)(CX*8)
+	MOVQ stride+32(FP), BX
+	ADDQ BX, DX
+	INCQ CX
+	CMPQ CX, $0x10
+	JB   hybridBlocksZA1_head
+
+	// The CRC32 blocks' registers and positions; the first 64 bytes of
+	// every fold block from its boundary, its register in the first 32 bits.
+	MOVQ   1216(SP), CX
+	MOVQ   1088(SP), DX
+	MOVQ   1096(SP), BX
+	VMOVD  1224(SP), X1
+	VPXORQ (BX), Z1, Z2
+	MOVQ   1104(SP), BX
+	VMOVD  1232(SP), X1
+	VPXORQ (BX), Z1, Z3
+	MOVQ   1112(SP), BX
+	VMOVD  1240(SP), X1
+	VPXORQ (BX), Z1, Z4
+	MOVQ   1120(SP), BX
+	VMOVD  1248(SP), X1
+	VPXORQ (BX), Z1, Z5
+	MOVQ   1128(SP), BX
+	VMOVD  1256(SP), X1
+	VPXORQ (BX), Z1, Z6
+	MOVQ   1136(SP), BX
+	VMOVD  1264(SP), X1
+	VPXORQ (BX), Z1, Z7
+	MOVQ   1144(SP), BX
+	VMOVD  1272(SP), X1
+	VPXORQ (BX), Z1, Z8
+	MOVQ   1152(SP), BX
+	VMOVD  1280(SP), X1
+	VPXORQ (BX), Z1, Z9
+	MOVQ   1160(SP), BX
+	VMOVD  1288(SP), X1
+	VPXORQ (BX), Z1, Z10
+	MOVQ   1168(SP), BX
+	VMOVD  1296(SP), X1
+	VPXORQ (BX), Z1, Z11
+	MOVQ   1176(SP), BX
+	VMOVD  1304(SP), X1
+	VPXORQ (BX), Z1, Z12
+	MOVQ   1184(SP), BX
+	VMOVD  1312(SP), X1
+	VPXORQ (BX), Z1, Z13
+	MOVQ   1192(SP), BX
+	VMOVD  1320(SP), X1
+	VPXORQ (BX), Z1, Z14
+	MOVQ   1200(SP), BX
+	VMOVD  1328(SP), X1
+	VPXORQ (BX), Z1, Z15
+	MOVQ   1208(SP), BX
+	VMOVD  1336(SP), X1
+	VPXORQ (BX), Z1, Z16
+	XORL   BX, BX
+	MOVQ   blockLen+24(FP), SI
+	SUBQ   $0x3f, SI
+	SHRQ   $0x06, SI
+
+	// Every step: 64 bytes of each CRC32 block, and each fold accumulator
+	// folded forward by 64 bytes onto the next 64 of its block.
+	DECQ SI
+	JZ   hybridBlocksZA1_last
+
+hybridBlocksZA1_loop:
+	CRC32Q     (DX)(BX*1), CX
+	MOVQ       1096(SP), DI
+	VPCLMULQDQ $0x00, Z0, Z2, Z17
+	VPCLMULQDQ $0x11, Z0, Z2, Z2
+	VPTERNLOGD $0x96, 64(DI)(BX*1), Z17, Z2
+	MOVQ       1160(SP), DI
+	VPCLMULQDQ $0x00, Z0, Z10, Z17
+	VPCLMULQDQ $0x11, Z0, Z10, Z10
+	VPTERNLOGD $0x96, 64(DI)(BX*1), Z17, Z10
+	CRC32Q     8(DX)(BX*1), CX
+	MOVQ       1104(SP), DI
+	VPCLMULQDQ $0x00, Z0, Z3, Z17
+	VPCLMULQDQ $0x11, Z0, Z3, Z3
+	VPTERNLOGD $0x96, 64(DI)(BX*1), Z17, Z3
+	MOVQ       1168(SP), DI
+	VPCLMULQDQ $0x00, Z0, Z11, Z17
+	VPCLMULQDQ $0x11, Z0, Z11, Z11
+	VPTERNLOGD $0x96, 64(DI)(BX*1), Z17, Z11
+	CRC32Q     16(DX)(BX*1), CX
+	MOVQ       1112(SP), DI
+	VPCLMULQDQ $0x00, Z0, Z4, Z17
+	VPCLMULQDQ $0x11, Z0, Z4, Z4
+	VPTERNLOGD $0x96, 64(DI)(BX*1), Z17, Z4
+	MOVQ       1176(SP), DI
+	VPCLMULQDQ $0x00, Z0, Z12, Z17
+	VPCLMULQDQ $0x11, Z0, Z12, Z12
+	VPTERNLOGD $0x96, 64(DI)(BX*1), Z17, Z12
+	CRC32Q     24(DX)(BX*1), CX
+	MOVQ       1120(SP), DI
+	VPCLMULQDQ $0x00, Z0, Z5, Z17
+	VPCLMULQDQ $0x11, Z0, Z5, Z5
+	VPTERNLOGD $0x96, 64(DI)(BX*1), Z17, Z5
+	MOVQ       1184(SP), DI
+	VPCLMULQDQ $0x00, Z0, Z13, Z17
+	VPCLMULQDQ $0x11, Z0, Z13, Z13
+	VPTERNLOGD $0x96, 64(DI)(BX*1), Z17, Z13
+	CRC32Q     32(DX)(BX*1), CX
+	MOVQ       1128(SP), DI
+	VPCLMULQDQ $0x00, Z0, Z6, Z17
+	VPCLMULQDQ $0x11, Z0, Z6, Z6
+	VPTERNLOGD $0x96, 64(DI)(BX*1), Z17, Z6
+	MOVQ       1192(SP), DI
+	VPCLMULQDQ $0x00, Z0, Z14, Z17
+	VPCLMULQDQ $0x11, Z0, Z14, Z14
+	VPTERNLOGD $0x96, 64(DI)(BX*1), Z17, Z14
+	CRC32Q     40(DX)(BX*1), CX
+	MOVQ       1136(SP), DI
+	VPCLMULQDQ $0x00, Z0, Z7, Z17
+	VPCLMULQDQ $0x11, Z0, Z7, Z7
+	VPTERNLOGD $0x96, 64(DI)(BX*1), Z17, Z7
+	MOVQ       1200(SP), DI
+	VPCLMULQDQ $0x00, Z0, Z15, Z17
+	VPCLMULQDQ $0x11, Z0, Z15, Z15
+	VPTERNLOGD $0x96, 64(DI)(BX*1), Z17, Z15
+	CRC32Q     48(DX)(BX*1), CX
+	MOVQ       1144(SP), DI
+	VPCLMULQDQ $0x00, Z0, Z8, Z17
+	VPCLMULQDQ $0x11, Z0, Z8, Z8
+	VPTERNLOGD $0x96, 64(DI)(BX*1), Z17, Z8
+	MOVQ       1208(SP), DI
+	VPCLMULQDQ $0x00, Z0, Z16, Z17
+	VPCLMULQDQ $0x11, Z0, Z16, Z16
+	VPTERNLOGD $0x96, 64(DI)(BX*1), Z17, Z16
+	CRC32Q     56(DX)(BX*1), CX
+	MOVQ       1152(SP), DI
+	VPCLMULQDQ $0x00, Z0, Z9, Z17
+	VPCLMULQDQ $0x11, Z0, Z9, Z9
+	VPTERNLOGD $0x96, 64(DI)(BX*1), Z17, Z9
+	ADDQ       $0x40, BX
+	DECQ       SI
+	JNZ        hybridBlocksZA1_loop
+
+hybridBlocksZA1_last:
+	// Last step: the CRC32 blocks only.
+	CRC32Q (DX)(BX*1), CX
+	CRC32Q 8(DX)(BX*1), CX
+	CRC32Q 16(DX)(BX*1), CX
+	CRC32Q 24(DX)(BX*1), CX
+	CRC32Q 32(DX)(BX*1), CX
+	CRC32Q 40(DX)(BX*1), CX
+	CRC32Q 48(DX)(BX*1), CX
+	CRC32Q 56(DX)(BX*1), CX
+	ADDQ   $0x40, BX
+
+	// The accumulators to a 64-byte aligned area, the CRC32 blocks'
+	// registers to the table.
+	LEAQ      63(SP), DX
+	ANDQ      $-64, DX
+	VMOVDQA64 Z2, (DX)
+	VMOVDQA64 Z3, 64(DX)
+	VMOVDQA64 Z4, 128(DX)
+	VMOVDQA64 Z5, 192(DX)
+	VMOVDQA64 Z6, 256(DX)
+	VMOVDQA64 Z7, 320(DX)
+	VMOVDQA64 Z8, 384(DX)
+	VMOVDQA64 Z9, 448(DX)
+	VMOVDQA64 Z10, 512(DX)
+	VMOVDQA64 Z11, 576(DX)
+	VMOVDQA64 Z12, 640(DX)
+	VMOVDQA64 Z13, 704(DX)
+	VMOVDQA64 Z14, 768(DX)
+	VMOVDQA64 Z15, 832(DX)
+	VMOVDQA64 Z16, 896(DX)
+	MOVQ      CX, 1216(SP)
+
+	// Tails: every block's register (a fold block's by 8 CRC32Q of its
+	// accumulator), its bytes from its position plus the steps to its end,
+	// xorout; stored.
+	XORL CX, CX
+	MOVQ blockLen+24(FP), SI
+	ADDQ AX, SI
+	MOVQ dst+0(FP), DI
+
+hybridBlocksZA1_tail:
+	MOVQ   1216(SP)(CX*8), R8
+	CMPQ   CX, $0x01
+	JB     hybridBlocksZA1_reduced
+	XORL   R8, R8
+	CRC32Q (DX), R8
+	CRC32Q 8(DX), R8
+	CRC32Q 16(DX), R8
+	CRC32Q 24(DX), R8
+	CRC32Q 32(DX), R8
+	CRC32Q 40(DX), R8
+	CRC32Q 48(DX), R8
+	CRC32Q 56(DX), R8
+	ADDQ   $0x40, DX
+
+hybridBlocksZA1_reduced:
+	MOVQ 1088(SP)(CX*8), R9
+	ADDQ BX, R9
+	MOVQ SI, R10
+	SUBQ R9, R10
+	CMPQ R10, $0x08
+	JB   hybridBlocksZA1_t_q
+
+hybridBlocksZA1_t_loop:
+	CRC32Q (R9), R8
+	ADDQ   $0x08, R9
+	SUBQ   $0x08, R10
+	CMPQ   R10, $0x08
+	JAE    hybridBlocksZA1_t_loop
+
+hybridBlocksZA1_t_q:
+	TESTQ  $0x00000004, R10
+	JZ     hybridBlocksZA1_t_4
+	CRC32L (R9), R8
+	ADDQ   $0x04, R9
+
+hybridBlocksZA1_t_4:
+	TESTQ  $0x00000002, R10
+	JZ     hybridBlocksZA1_t_2
+	CRC32W (R9), R8
+	ADDQ   $0x02, R9
+
+hybridBlocksZA1_t_2:
+	TESTQ  $0x00000001, R10
+	JZ     hybridBlocksZA1_t_1
+	CRC32B (R9), R8
+
+hybridBlocksZA1_t_1:
+	XORL xorout+44(FP), R8
+	MOVL R8, (DI)(CX*4)
+	MOVQ stride+32(FP), R8
+	ADDQ R8, SI
+	INCQ CX
+	CMPQ CX, $0x10
+	JB   hybridBlocksZA1_tail
+	ADDQ $0x40, DI
+	MOVQ DI, dst+0(FP)
+	MOVQ stride+32(FP), CX
+	SHLQ $0x04, CX
+	ADDQ CX, AX
+	DECQ groups+16(FP)
+	JNZ  hybridBlocksZA1_group
+	VZEROUPPER
+	RET
+
+// func hybridBlocksZA2(dst *uint32, p *byte, groups int, blockLen int, stride int, init uint32, xorout uint32, fold *[2]uint64)
+// Requires: AVX, AVX512F, SSE4.2, VPCLMULQDQ
+TEXT ·hybridBlocksZA2(SB), $1344-56
+	MOVQ            fold+48(FP), AX
+	VBROADCASTI32X4 (AX), Z0
+	MOVQ            p+8(FP), AX
+
+hybridBlocksZA2_group:
+	// Heads: every block's position and register, the fold blocks'
+	// after their bytes up to a 64-byte boundary.
+	XORL CX, CX
+	MOVQ AX, DX
+
+hybridBlocksZA2_head:
+	MOVL init+40(FP), BX
+	MOVQ DX, DI
+	CMPQ CX, $0x02
+	JB   hybridBlocksZA2_headdone
+	ADDQ $0x3f, DI
+	ANDQ $-64, DI
+	MOVQ DI, SI
+	SUBQ DX, SI
+	MOVQ DX, R8
+	CMPQ SI, $0x08
+	JB   hybridBlocksZA2_h_q
+
+hybridBlocksZA2_h_loop:
+	CRC32Q (R8), BX
+	ADDQ   $0x08, R8
+	SUBQ   $0x08, SI
+	CMPQ   SI, $0x08
+	JAE    hybridBlocksZA2_h_loop
+
+hybridBlocksZA2_h_q:
+	TESTQ  $0x00000004, SI
+	JZ     hybridBlocksZA2_h_4
+	CRC32L (R8), BX
+	ADDQ   $0x04, R8
+
+hybridBlocksZA2_h_4:
+	TESTQ  $0x00000002, SI
+	JZ     hybridBlocksZA2_h_2
+	CRC32W (R8), BX
+	ADDQ   $0x02, R8
+
+hybridBlocksZA2_h_2:
+	TESTQ  $0x00000001, SI
+	JZ     hybridBlocksZA2_h_1
+	CRC32B (R8), BX
+
+hybridBlocksZA2_h_1:
+hybridBlocksZA2_headdone:
+	MOVQ DI, 1088(SP)(CX*8)
+	MOVQ BX, 1216(SP)(CX*8)
+	MOVQ stride+32(FP), BX
+	ADDQ BX, DX
+	INCQ CX
+	CMPQ CX, $0x10
+	JB   hybridBlocksZA2_head
+
+	// The CRC32 blocks' registers and positions; the first 64 bytes of
+	// every fold block from its boundary, its register in the first 32 bits.
+	MOVQ   1216(SP), CX
+	MOVQ   1088(SP), DX
+	MOVQ   1224(SP), BX
+	MOVQ   1096(SP), SI
+	MOVQ   1104(SP), DI
+	VMOVD  1232(SP), X1
+	VPXORQ (DI), Z1, Z2
+	MOVQ   1112(SP), DI
+	VMOVD  1240(SP), X1
+	VPXORQ (DI), Z1, Z3
+	MOVQ   1120(SP), DI
+	VMOVD  1248(SP), X1
+	VPXORQ (DI), Z1, Z4
+	MOVQ   1128(SP), DI
+	VMOVD  1256(SP), X1
+	VPXORQ (DI), Z1, Z5
+	MOVQ   1136(SP), DI
+	VMOVD  1264(SP), X1
+	VPXORQ (DI), Z1, Z6
+	MOVQ   1144(SP), DI
+	VMOVD  1272(SP), X1
+	VPXORQ (DI), Z1, Z7
+	MOVQ   1152(SP), DI
+	VMOVD  1280(SP), X1
+	VPXORQ (DI), Z1, Z8
+	MOVQ   1160(SP), DI
+	VMOVD  1288(SP), X1
+	VPXORQ (DI), Z1, Z9
+	MOVQ   1168(SP), DI
+	VMOVD  1296(SP), X1
+	VPXORQ (DI), Z1, Z10
+	MOVQ   1176(SP), DI
+	VMOVD  1304(SP), X1
+	VPXORQ (DI), Z1, Z11
+	MOVQ   1184(SP), DI
+	VMOVD  1312(SP), X1
+	VPXORQ (DI), Z1, Z12
+	MOVQ   1192(SP), DI
+	VMOVD  1320(SP), X1
+	VPXORQ (DI), Z1, Z13
+	MOVQ   1200(SP), DI
+	VMOVD  1328(SP), X1
+	VPXORQ (DI), Z1, Z14
+	MOVQ   1208(SP), DI
+	VMOVD  1336(SP), X1
+	VPXORQ (DI), Z1, Z15
+	XORL   DI, DI
+	MOVQ   blockLen+24(FP), R8
+	SUBQ   $0x3f, R8
+	SHRQ   $0x06, R8
+
+	// Every step: 64 bytes of each CRC32 block, and each fold accumulator
+	// folded forward by 64 bytes onto the next 64 of its block.
+	DECQ R8
+	JZ   hybridBlocksZA2_last
+
+hybridBlocksZA2_loop:
+	CRC32Q     (DX)(DI*1), CX
+	CRC32Q     (SI)(DI*1), BX
+	MOVQ       1104(SP), R9
+	VPCLMULQDQ $0x00, Z0, Z2, Z16
+	VPCLMULQDQ $0x11, Z0, Z2, Z2
+	VPTERNLOGD $0x96, 64(R9)(DI*1), Z16, Z2
+	MOVQ       1168(SP), R9
+	VPCLMULQDQ $0x00, Z0, Z10, Z16
+	VPCLMULQDQ $0x11, Z0, Z10, Z10
+	VPTERNLOGD $0x96, 64(R9)(DI*1), Z16, Z10
+	CRC32Q     8(DX)(DI*1), CX
+	CRC32Q     8(SI)(DI*1), BX
+	MOVQ       1112(SP), R9
+	VPCLMULQDQ $0x00, Z0, Z3, Z16
+	VPCLMULQDQ $0x11, Z0, Z3, Z3
+	VPTERNLOGD $0x96, 64(R9)(DI*1), Z16, Z3
+	MOVQ       1176(SP), R9
+	VPCLMULQDQ $0x00, Z0, Z11, Z16
+	VPCLMULQDQ $0x11, Z0, Z11, Z11
+	VPTERNLOGD $0x96, 64(R9)(DI*1), Z16, Z11
+	CRC32Q     16(DX)(DI*1), CX
+	CRC32Q     16(SI)(DI*1), BX
+	MOVQ       1120(SP), R9
+	VPCLMULQDQ $0x00, Z0, Z4, Z16
+	VPCLMULQDQ $0x11, Z0, Z4, Z4
+	VPTERNLOGD $0x96, 64(R9)(DI*1), Z16, Z4
+	MOVQ       1184(SP), R9
+	VPCLMULQDQ $0x00, Z0, Z12, Z16
+	VPCLMULQDQ $0x11, Z0, Z12, Z12
+	VPTERNLOGD $0x96, 64(R9)(DI*1), Z16, Z12
+	CRC32Q     24(DX)(DI*1), CX
+	CRC32Q     24(SI)(DI*1), BX
+	MOVQ       1128(SP), R9
+	VPCLMULQDQ $0x00, Z0, Z5, Z16
+	VPCLMULQDQ $0x11, Z0, Z5, Z5
+	VPTERNLOGD $0x96, 64(R9)(DI*1), Z16, Z5
+	MOVQ       1192(SP), R9
+	VPCLMULQDQ $0x00, Z0, Z13, Z16
+	VPCLMULQDQ $0x11, Z0, Z13, Z13
+	VPTERNLOGD $0x96, 64(R9)(DI*1), Z16, Z13
+	CRC32Q     32(DX)(DI*1), CX
+	CRC32Q     32(SI)(DI*1), BX
+	MOVQ       1136(SP), R9
+	VPCLMULQDQ $0x00, Z0, Z6, Z16
+	VPCLMULQDQ $0x11, Z0, Z6, Z6
+	VPTERNLOGD $0x96, 64(R9)(DI*1), Z16, Z6
+	MOVQ       1200(SP), R9
+	VPCLMULQDQ $0x00, Z0, Z14, Z16
+	VPCLMULQDQ $0x11, Z0, Z14, Z14
+	VPTERNLOGD $0x96, 64(R9)(DI*1), Z16, Z14
+	CRC32Q     40(DX)(DI*1), CX
+	CRC32Q     40(SI)(DI*1), BX
+	MOVQ       1144(SP), R9
+	VPCLMULQDQ $0x00, Z0, Z7, Z16
+	VPCLMULQDQ $0x11, Z0, Z7, Z7
+	VPTERNLOGD $0x96, 64(R9)(DI*1), Z16, Z7
+	MOVQ       1208(SP), R9
+	VPCLMULQDQ $0x00, Z0, Z15, Z16
+	VPCLMULQDQ $0x11, Z0, Z15, Z15
+	VPTERNLOGD $0x96, 64(R9)(DI*1), Z16, Z15
+	CRC32Q     48(DX)(DI*1), CX
+	CRC32Q     48(SI)(DI*1), BX
+	MOVQ       1152(SP), R9
+	VPCLMULQDQ $0x00, Z0, Z8, Z16
+	VPCLMULQDQ $0x11, Z0, Z8, Z8
+	VPTERNLOGD $0x96, 64(R9)(DI*1), Z16, Z8
+	CRC32Q     56(DX)(DI*1), CX
+	CRC32Q     56(SI)(DI*1), BX
+	MOVQ       1160(SP), R9
+	VPCLMULQDQ $0x00, Z0, Z9, Z16
+	VPCLMULQDQ $0x11, Z0, Z9, Z9
+	VPTERNLOGD $0x96, 64(R9)(DI*1), Z16, Z9
+	ADDQ       $0x40, DI
+	DECQ       R8
+	JNZ        hybridBlocksZA2_loop
+
+hybridBlocksZA2_last:
+	// Last step: the CRC32 blocks only.
+	CRC32Q (DX)(DI*1), CX
+	CRC32Q (SI)(DI*1), BX
+	CRC32Q 8(DX)(DI*1), CX
+	CRC32Q 8(SI)(DI*1), BX
+	CRC32Q 16(DX)(DI*1), CX
+	CRC32Q 16(SI)(DI*1), BX
+	CRC32Q 24(DX)(DI*1), CX
+	CRC32Q 24(SI)(DI*1), BX
+	CRC32Q 32(DX)(DI*1), CX
+	CRC32Q 32(SI)(DI*1), BX
+	CRC32Q 40(DX)(DI*1), CX
+	CRC32Q 40(SI)(DI*1), BX
+	CRC32Q 48(DX)(DI*1), CX
+	CRC32Q 48(SI)(DI*1), BX
+	CRC32Q 56(DX)(DI*1), CX
+	CRC32Q 56(SI)(DI*1), BX
+	ADDQ   $0x40, DI
+
+	// The accumulators to a 64-byte aligned area, the CRC32 blocks'
+	// registers to the table.
+	LEAQ      63(SP), DX
+	ANDQ      $-64, DX
+	VMOVDQA64 Z2, (DX)
+	VMOVDQA64 Z3, 64(DX)
+	VMOVDQA64 Z4, 128(DX)
+	VMOVDQA64 Z5, 192(DX)
+	VMOVDQA64 Z6, 256(DX)
+	VMOVDQA64 Z7, 320(DX)
+	VMOVDQA64 Z8, 384(DX)
+	VMOVDQA64 Z9, 448(DX)
+	VMOVDQA64 Z10, 512(DX)
+	VMOVDQA64 Z11, 576(DX)
+	VMOVDQA64 Z12, 640(DX)
+	VMOVDQA64 Z13, 704(DX)
+	VMOVDQA64 Z14, 768(DX)
+	VMOVDQA64 Z15, 832(DX)
+	MOVQ      CX, 1216(SP)
+	MOVQ      BX, 1224(SP)
+
+	// Tails: every block's register (a fold block's by 8 CRC32Q of its
+	// accumulator), its bytes from its position plus the steps to its end,
+	// xorout; stored.
+	XORL CX, CX
+	MOVQ blockLen+24(FP), BX
+	ADDQ AX, BX
+	MOVQ dst+0(FP), SI
+
+hybridBlocksZA2_tail:
+	MOVQ   1216(SP)(CX*8), R8
+	CMPQ   CX, $0x02
+	JB     hybridBlocksZA2_reduced
+	XORL   R8, R8
+	CRC32Q (DX), R8
+	CRC32Q 8(DX), R8
+	CRC32Q 16(DX), R8
+	CRC32Q 24(DX), R8
+	CRC32Q 32(DX), R8
+	CRC32Q 40(DX), R8
+	CRC32Q 48(DX), R8
+	CRC32Q 56(DX), R8
+	ADDQ   $0x40, DX
+
+hybridBlocksZA2_reduced:
+	MOVQ 1088(SP)(CX*8), R9
+	ADDQ DI, R9
+	MOVQ BX, R10
+	SUBQ R9, R10
+	CMPQ R10, $0x08
+	JB   hybridBlocksZA2_t_q
+
+hybridBlocksZA2_t_loop:
+	CRC32Q (R9), R8
+	ADDQ   $0x08, R9
+	SUBQ   $0x08, R10
+	CMPQ   R10, $0x08
+	JAE    hybridBlocksZA2_t_loop
+
+hybridBlocksZA2_t_q:
+	TESTQ  $0x00000004, R10
+	JZ     hybridBlocksZA2_t_4
+	CRC32L (R9), R8
+	ADDQ   $0x04, R9
+
+hybridBlocksZA2_t_4:
+	TESTQ  $0x00000002, R10
+	JZ     hybridBlocksZA2_t_2
+	CRC32W (R9), R8
+	ADDQ   $0x02, R9
+
+hybridBlocksZA2_t_2:
+	TESTQ  $0x00000001, R10
+	JZ     hybridBlocksZA2_t_1
+	CRC32B (R9), R8
+
+hybridBlocksZA2_t_1:
+	XORL xorout+44(FP), R8
+	MOVL R8, (SI)(CX*4)
+	MOVQ stride+32(FP), R8
+	ADDQ R8, BX
+	INCQ CX
+	CMPQ CX, $0x10
+	JB   hybridBlocksZA2_tail
+	ADDQ $0x40, SI
+	MOVQ SI, dst+0(FP)
+	MOVQ stride+32(FP), CX
+	SHLQ $0x04, CX
+	ADDQ CX, AX
+	DECQ groups+16(FP)
+	JNZ  hybridBlocksZA2_group
+	VZEROUPPER
+	RET
+
+// func hybridMergeZ(regs *[16]uint32, last uint32, k *[16]uint64) uint32
+// Requires: AVX, AVX2, AVX512F, SSE4.2, VPCLMULQDQ
+TEXT ·hybridMergeZ(SB), NOSPLIT, $0-28
+	MOVQ          regs+0(FP), AX
+	MOVQ          k+16(FP), CX
+	VPMOVZXDQ     (AX), Z0
+	VPCLMULQDQ    $0x00, (CX), Z0, Z1
+	VPCLMULQDQ    $0x11, (CX), Z0, Z0
+	VPXORQ        Z1, Z0, Z1
+	VPMOVZXDQ     32(AX), Z0
+	VPCLMULQDQ    $0x00, 64(CX), Z0, Z2
+	VPCLMULQDQ    $0x11, 64(CX), Z0, Z0
+	VPTERNLOGD    $0x96, Z2, Z0, Z1
+	VEXTRACTI64X4 $0x01, Z1, Y0
+	VPXOR         Y0, Y1, Y0
+	VEXTRACTI128  $0x01, Y0, X1
+	VPXOR         X1, X0, X1
+	XORL          AX, AX
+	VMOVQ         X1, CX
+	CRC32Q        CX, AX
+	VPEXTRQ       $0x01, X1, CX
+	CRC32Q        CX, AX
+	XORL          last+8(FP), AX
+	VZEROUPPER
+	MOVL          AX, ret+24(FP)
+	RET

@@ -33,6 +33,7 @@ var (
 // the CRC32 instruction runs on an integer ALU, so the second CRC costs
 // little more than the extra loads.
 func registerArch() {
+	registerAVX512()
 	impl.Register(pkgName, "avx2", hasFusedAVX2, func() {
 		blocks, blocksCopy = blocksAVX2, blocksCopyAVX2
 	})

@@ -32,6 +32,7 @@ func TestDispatch(t *testing.T) {
 	kerneltest.ForEach(t, pkgName, func(t *testing.T) {
 		name := impl.Active(pkgName)
 		want := map[string][2]any{
+			"avx512":  {blocksTwoPass, blocksCopyAVX2},
 			"avx2":    {blocksAVX2, blocksCopyAVX2},
 			"avx":     {blocksAVX, blocksCopyAVX},
 			"generic": {blocksPortable, blocksCopyPortable},
@@ -45,6 +46,8 @@ func TestDispatch(t *testing.T) {
 	}
 	want := "generic"
 	switch {
+	case hasTwoPassAVX512:
+		want = "avx512"
 	case hasFusedAVX2:
 		want = "avx2"
 	case hasFusedAVX:

@@ -22,6 +22,7 @@ import (
 	"testing"
 
 	"github.com/difctl/difctl/kernels/_asm/internal/emu"
+	"github.com/difctl/difctl/kernels/internal/crcmath"
 )
 
 const (
@@ -227,6 +228,135 @@ func TestEmulatedKernels(t *testing.T) {
 				}
 				if got, want := uint32(m.Get64(40)), raw(reg, data); got != want {
 					t.Fatalf("tail=%d s=%d: %#x, want %#x", tail, s, got, want)
+				}
+			}
+		}
+	})
+	for _, v := range zVariants {
+		name := zName(v)
+		for _, l := range [][4]int{{64, 64, 1, 0}, {64, 72, 2, 1}, {100, 100, 1, 0}, {127, 130, 1, 1}, {512, 512, 2, 0}, {512, 520, 1, 1}, {1000, 1063, 1, 0}, {4096, 4104, 1, 1}} {
+			blockLen, stride, groups, raws := l[0], l[1], l[2], l[3] == 1
+			t.Run(fmt.Sprintf("kernel=%s/block=%d/stride=%d/raw=%v", name, blockLen, stride, raws), func(t *testing.T) {
+				n := v.g * groups
+				data := make([]byte, (n-1)*stride+blockLen)
+				for i := range data {
+					data[i] = byte(r.Uint32())
+				}
+				m, err := emu.New(prog, data)
+				if err != nil {
+					t.Fatal(err)
+				}
+				copy(m.Mem[emu.AddrTable:], tab)
+				init, xorout := uint32(0xffffffff), uint32(0xffffffff)
+				if raws {
+					init, xorout = r.Uint32(), 0
+				}
+				for i, a := range []uint64{emu.AddrDst, emu.AddrData, uint64(groups), uint64(blockLen), uint64(stride),
+					uint64(init) | uint64(xorout)<<32, emu.AddrTable + 16*4} {
+					m.Put64(8*i, a)
+				}
+				m.Mem[emu.AddrDst+4*n] = 0x5a
+				if _, err := m.Run(prog, name); err != nil {
+					t.Fatal(err)
+				}
+				for i := 0; i < n; i++ {
+					got := binary.LittleEndian.Uint32(m.Mem[emu.AddrDst+4*i:])
+					b := data[i*stride:][:blockLen]
+					want := crc32.Checksum(b, castagnoli)
+					if raws {
+						want = raw(init, b)
+					}
+					if got != want {
+						t.Fatalf("dst[%d] = %#x, want %#x", i, got, want)
+					}
+				}
+				if m.Mem[emu.AddrDst+4*n] != 0x5a {
+					t.Fatal("wrote past dst")
+				}
+			})
+		}
+	}
+	for _, c := range zaVariants {
+		name := zaName(c)
+		// {block, stride, groups, raw registers, the buffer's offset from a line}
+		for _, l := range [][5]int{{128, 128, 1, 0, 0}, {128, 136, 1, 1, 8}, {191, 200, 1, 0, 3}, {512, 520, 2, 0, 0}, {512, 520, 1, 1, 40},
+			{512, 512, 1, 0, 8}, {1000, 1063, 1, 1, 1}, {4096, 4104, 1, 0, 0}, {4096, 4112, 1, 1, 63}} {
+			blockLen, stride, groups, raws, align := l[0], l[1], l[2], l[3] == 1, l[4]
+			t.Run(fmt.Sprintf("kernel=%s/block=%d/stride=%d/raw=%v/align=%d", name, blockLen, stride, raws, align), func(t *testing.T) {
+				n := zBlocks * groups
+				data := make([]byte, align+(n-1)*stride+blockLen)
+				for i := range data {
+					data[i] = byte(r.Uint32())
+				}
+				m, err := emu.New(prog, data)
+				if err != nil {
+					t.Fatal(err)
+				}
+				copy(m.Mem[emu.AddrTable:], tab)
+				init, xorout := uint32(0xffffffff), uint32(0xffffffff)
+				if raws {
+					init, xorout = r.Uint32(), 0
+				}
+				for i, a := range []uint64{emu.AddrDst, emu.AddrData + uint64(align), uint64(groups), uint64(blockLen), uint64(stride),
+					uint64(init) | uint64(xorout)<<32, emu.AddrTable + 16*4} {
+					m.Put64(8*i, a)
+				}
+				m.Mem[emu.AddrDst+4*n] = 0x5a
+				if _, err := m.Run(prog, name); err != nil {
+					t.Fatal(err)
+				}
+				for i := 0; i < n; i++ {
+					got := binary.LittleEndian.Uint32(m.Mem[emu.AddrDst+4*i:])
+					b := data[align+i*stride:][:blockLen]
+					want := crc32.Checksum(b, castagnoli)
+					if raws {
+						want = raw(init, b)
+					}
+					if got != want {
+						t.Fatalf("dst[%d] = %#x, want %#x", i, got, want)
+					}
+				}
+				if m.Mem[emu.AddrDst+4*n] != 0x5a {
+					t.Fatal("wrote past dst")
+				}
+			})
+		}
+	}
+	t.Run("kernel=hybridMergeZ", func(t *testing.T) {
+		c := func(k int) uint64 { return crcmath.C(crcmath.CRC32C, uint64(k)) }
+		for _, g := range []int{16, 13, 5, 2} {
+			for _, l := range []int{64, 512, 4096} {
+				data := make([]byte, g*l)
+				for i := range data {
+					data[i] = byte(r.Uint32())
+				}
+				m, err := emu.New(prog, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				// regs at AddrDst: the register before, then the segments'
+				// (the last one's also passed as last); k at addrK.
+				var regs [17]uint32
+				regs[0] = r.Uint32()
+				for i := 0; i < g; i++ {
+					regs[i+1] = raw(0, data[i*l:][:l])
+				}
+				for i := range 16 {
+					binary.LittleEndian.PutUint32(m.Mem[emu.AddrDst+4*i:], regs[i])
+					var k uint64
+					if i < g {
+						k = c(8*(g-i)*l - 64)
+					}
+					binary.LittleEndian.PutUint64(m.Mem[addrK+8*i:], k)
+				}
+				for i, a := range []uint64{emu.AddrDst, uint64(regs[g]), addrK} {
+					m.Put64(8*i, a)
+				}
+				if _, err := m.Run(prog, "hybridMergeZ"); err != nil {
+					t.Fatal(err)
+				}
+				if got, want := uint32(m.Get64(24)), raw(regs[0], data); got != want {
+					t.Fatalf("segments=%d length=%d: %#x, want %#x", g, l, got, want)
 				}
 			}
 		}

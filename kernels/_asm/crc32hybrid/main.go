@@ -93,6 +93,13 @@ func generate(cmd []string, pkg string) (asm, stubs []byte, err error) {
 	}
 	short()
 	short3()
+	for _, v := range zVariants {
+		blocksZ(v)
+	}
+	for _, c := range zaVariants {
+		blocksZA(c)
+	}
+	mergeZ()
 	return scaffold.AsmAndStubs(ctx, cmd, pkg)
 }
 

@@ -47,6 +47,11 @@ const (
 	// 16 <= s <= 8·floor(2047/24) = 680.
 	shortUnit   = 8
 	shortMaxSeg = 680
+
+	// The AVX-512 chunk of 16 segments (crc32hybrid, zmm.go): segments of
+	// s = 64·k bytes (the lockstep step), up to 4096.
+	zUnit   = 64
+	zMaxSeg = 4096
 )
 
 // hybridConsts is zhybrid_consts_amd64.go of crc32c.
@@ -63,6 +68,8 @@ func hybridConsts(warning string) ([]byte, error) {
 	fmt.Fprintf(&b, "\t// hybridBigSeg is the segment of the whole chunks of long inputs (hybridKBig).\n\thybridBigSeg = %d\n", bigSeg)
 	fmt.Fprintf(&b, "\t// hybridShortUnit is the granule of hybridShort3's segment length.\n\thybridShortUnit = %d\n", shortUnit)
 	fmt.Fprintf(&b, "\t// hybridShortMaxSeg is the longest segment of hybridK3.\n\thybridShortMaxSeg = %d\n", shortMaxSeg)
+	fmt.Fprintf(&b, "\t// hybridZUnit is the granule of the AVX-512 chunk's segment length.\n\thybridZUnit = %d\n", zUnit)
+	fmt.Fprintf(&b, "\t// hybridZMaxSeg is the longest segment of hybridKZ.\n\thybridZMaxSeg = %d\n", zMaxSeg)
 	fmt.Fprintf(&b, ")\n\n")
 	fmt.Fprintf(&b, "// hybridK[j] merges a chunk of six segments of s = %d·(j+1) bytes, with\n", segUnit)
 	fmt.Fprintf(&b, "// C(k) = Reflect(x^(k-1) mod P, 64) (see kernels/_asm/crcgen):\n")
@@ -98,6 +105,28 @@ func hybridConsts(warning string) ([]byte, error) {
 	fmt.Fprintf(&b, "var hybridK3 = [%d][2]uint64{\n", shortMaxSeg/shortUnit-1)
 	for s := 2 * shortUnit; s <= shortMaxSeg; s += shortUnit {
 		fmt.Fprintf(&b, "\t{%#016x, %#016x}, // s = %d\n", c(16*s-64), c(8*s-64), s)
+	}
+	fmt.Fprintf(&b, "}\n\n")
+	// The AVX-512 kernels (crc32hybrid, zmm.go): a chunk of 16 segments of
+	// s bytes, whose registers hybridMergeZ merges. regs[0], the register
+	// before the chunk, is followed by all 16 segments, regs[i] (segment
+	// i-1) by 16-i of them: D_i = 8·(16-i)·s bits, and as for hybridK the
+	// V-part of a register D bits before the end is its product with
+	// C(D-64). The last segment's register is added as is.
+	fmt.Fprintf(&b, "// hybridKZ[j] merges the 16 segments of s = %d·(j+1) bytes of an\n", zUnit)
+	fmt.Fprintf(&b, "// AVX-512 chunk (hybridMergeZ): [i] = C(8·(16-i)·s-64), with C as for\n")
+	fmt.Fprintf(&b, "// hybridK.\n")
+	fmt.Fprintf(&b, "var hybridKZ = [%d][16]uint64{\n", zMaxSeg/zUnit)
+	for j := 0; j < zMaxSeg/zUnit; j++ {
+		s := zUnit * (j + 1)
+		fmt.Fprintf(&b, "\t{ // s = %d\n\t\t", s)
+		for i := 0; i < 16; i++ {
+			fmt.Fprintf(&b, "%#016x, ", c(8*(16-i)*s-64))
+			if i == 7 {
+				fmt.Fprintf(&b, "\n\t\t")
+			}
+		}
+		fmt.Fprintf(&b, "\n\t},\n")
 	}
 	fmt.Fprintf(&b, "}\n")
 	return scaffold.Go(b.Bytes())

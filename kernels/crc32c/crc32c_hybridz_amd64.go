@@ -1,0 +1,149 @@
+//go:build !purego
+
+package crc32c
+
+import (
+	"unsafe"
+
+	"golang.org/x/sys/cpu"
+
+	"github.com/difctl/difctl/kernels/internal/impl"
+)
+
+// The AVX-512 hybrid implementation (avx512hybrid) keeps the CRC32
+// instruction unit and the carry-less multiplier busy at once on CPUs with
+// VPCLMULQDQ on ZMM registers: sixteen blocks run in lockstep, c of them as
+// CRC32 streams and 16-c folded 64 bytes a step (hybridBlocksZ*,
+// kernels/_asm/crc32hybrid/zmm.go, which has the port counts behind the
+// shape). Blocks runs sixteen blocks at a time so; Update cuts a long input
+// into chunks of sixteen segments, runs them as blocks from a zero register
+// and merges the sixteen registers with hybridMergeZ (the constants
+// hybridKZ, from kernels/_asm/crcgen). BlocksCopy is the avx512 fold
+// kernel's.
+var hasHybridZ = hasFoldAVX512 && cpu.X86.HasSSE42 && cpu.X86.HasAVX512F && cpu.X86.HasAVX512VPCLMULQDQ
+
+const (
+	// hybridZMin is the shortest input Update runs through the chunk
+	// kernels; below it the avx512 fold kernel does.
+	hybridZMin = 16 * hybridZMinSeg
+	// hybridZMinSeg is the shortest segment of a chunk: shorter ones leave
+	// the lockstep loop too short for the merge's cost.
+	hybridZMinSeg = 256
+	// hybridZShortMax bounds the lengths Update runs through one CRC32
+	// stream (updateSmallZ): at 64 bytes the avx512 fold kernel was as
+	// fast, above it faster (BenchmarkSmallZ, Emerald Rapids).
+	hybridZShortMax = 64
+	// hybridZBlocksMin is the shortest block Blocks runs sixteen at a
+	// time (the kernels' first step is 64 bytes).
+	hybridZBlocksMin = 64
+)
+
+type blocksZFunc func(dst *uint32, p *byte, groups, blockLen, stride int, init, xorout uint32, fold *[2]uint64)
+
+// blocksZKernel is the blocks kernel for blocks of n bytes: the number of
+// CRC32 streams that measured fastest (docs/perf/crc32c-avx512.md).
+func blocksZKernel(n int) blocksZFunc {
+	if n < 512 {
+		return hybridBlocksZ1
+	}
+	return hybridBlocksZ2
+}
+
+func registerHybridZ() {
+	impl.Register(pkgName, "avx512hybrid", hasHybridZ, func() {
+		update, blocks, blocksCopy = updateHybridZ, blocksHybridZ, blocksCopyAVX512
+	})
+}
+
+// updateHybridZ is Update: one CRC32 stream below hybridZShortMax bytes,
+// the avx512 fold kernel below hybridZMin; else one CRC32 stream up to the
+// first 64-byte boundary, then one chunk of
+// sixteen segments of s <= hybridZMaxSeg bytes (a multiple of hybridZUnit,
+// at least hybridZMinSeg) and whole chunks of segments of hybridZMaxSeg
+// bytes, then the fold kernel over the rest (under 16·hybridZUnit bytes,
+// or 16·hybridZMinSeg if it made no chunk). The chunks start on a 64-byte
+// boundary: loads that span two lines cost the blocks kernels a third of
+// their speed from L2 (kernels/_asm/crc32hybrid/zmm.go).
+//
+// The kernels of short inputs are called straight from here, so that a
+// short input makes one Go call before its kernel. (Three CRC32 streams, hybridShort3, were slower than it or the
+// fold kernel at every length on Emerald Rapids: BenchmarkSmallZ.)
+func updateHybridZ(crc uint32, p []byte) uint32 {
+	if len(p) < hybridZShortMax {
+		return updateShort(crc, p)
+	}
+	if len(p) < hybridZMin {
+		return foldUpdateAVX512(crc, p, foldTables)
+	}
+	return updateChunksZ(crc, p)
+}
+
+// updateChunksZ is updateHybridZ from hybridZMin bytes on.
+func updateChunksZ(crc uint32, p []byte) uint32 {
+	if a := int(-uintptr(unsafe.Pointer(&p[0])) & 63); a > 0 {
+		crc = updateShort(crc, p[:a])
+		p = p[a:]
+	}
+	const big = 16 * hybridZMaxSeg
+	nb := len(p) / big
+	s := (len(p) - nb*big) / 16 &^ (hybridZUnit - 1)
+	if s < hybridZMinSeg {
+		s = 0
+	}
+	var regs [17]uint32
+	reg := ^crc
+	if s > 0 {
+		reg = chunkZ(reg, p, s, &regs)
+		p = p[16*s:]
+	}
+	for ; nb > 0; nb-- {
+		reg = chunkZ(reg, p, hybridZMaxSeg, &regs)
+		p = p[big:]
+	}
+	if len(p) == 0 {
+		return ^reg
+	}
+	return updateAVX512(^reg, p)
+}
+
+// chunkZ returns the register after p[:16·s], given the register reg
+// before it: the sixteen segments' registers from zero by a blocks kernel,
+// merged. s is a multiple of hybridZUnit, at most hybridZMaxSeg.
+func chunkZ(reg uint32, p []byte, s int, regs *[17]uint32) uint32 {
+	_ = p[16*s-1]
+	regs[0] = reg
+	blocksZKernel(s)(&regs[1], &p[0], 1, s, s, 0, 0, &foldTable.Fold[4])
+	return hybridMergeZ((*[16]uint32)(regs[:16]), regs[16], &hybridKZ[s/hybridZUnit-1])
+}
+
+// hybridZSplitMin is the shortest block Blocks runs through the kernels
+// that fold from each block's first 64-byte boundary (hybridBlocksZA*)
+// when the blocks are off a line (the buffer or the stride not a multiple
+// of 64); shorter blocks off a line go through the avx512 fold kernel,
+// which measured as fast as the sixteen-block kernels there, and faster
+// than hybridBlocksZA*, whose heads and tails of varying length cost
+// branches (docs/perf/crc32c-avx512.md).
+const hybridZSplitMin = 3072
+
+// blocksHybridZ is Blocks: sixteen blocks at a time from hybridZBlocksMin
+// bytes a block (from hybridZSplitMin if they are off a line), the rest
+// (and the other blocks) by the avx512 fold kernel.
+func blocksHybridZ(dst []uint32, p []byte, blockLen, stride int) {
+	g := len(dst) / 16
+	if blockLen < hybridZBlocksMin || g == 0 {
+		blocksAVX512(dst, p, blockLen, stride)
+		return
+	}
+	k := blocksZKernel(blockLen)
+	if (int(uintptr(unsafe.Pointer(&p[0])))|stride)&63 != 0 {
+		if blockLen < hybridZSplitMin {
+			blocksAVX512(dst, p, blockLen, stride)
+			return
+		}
+		k = hybridBlocksZA1
+	}
+	k(&dst[0], &p[0], g, blockLen, stride, 0xffffffff, 0xffffffff, &foldTable.Fold[4])
+	if i := 16 * g; i < len(dst) {
+		blocksAVX512(dst[i:], p[i*stride:], blockLen, stride)
+	}
+}

@@ -1,0 +1,115 @@
+//go:build !purego
+
+package crc32c
+
+import (
+	"fmt"
+	"runtime"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/difctl/difctl/kernels/internal/kerneltest"
+)
+
+// BenchmarkHybridZVariants is the measurement behind blocksZKernel: the
+// avx512 fold kernel and each AVX-512 blocks kernel (c CRC32 streams beside
+// 16-c fold blocks) over blocks in cache, at the layouts Blocks meets and
+// at the segment lengths of Update's chunks, timed by the thread's CPU
+// time in interleaved rounds (-benchtime Nx is N rounds, each side about
+// 5 ms); it reports the median GB/s of each kernel.
+func BenchmarkHybridZVariants(b *testing.B) {
+	if !hasHybridZ {
+		b.Skip("the CPU lacks AVX-512 VPCLMULQDQ")
+	}
+	kernels := []blocksZFunc{hybridBlocksZ0, hybridBlocksZ1, hybridBlocksZ2, hybridBlocksZ3}
+	// {block, stride, bytes of blocks, misalignment of the buffer}
+	for _, l := range [][4]int{{256, 256, 1 << 20, 0}, {512, 512, 1 << 20, 0}, {512, 520, 1 << 20, 0}, {1024, 1024, 1 << 20, 0},
+		{2048, 2048, 1 << 20, 0}, {4096, 4096, 1 << 20, 0}, {4096, 4104, 1 << 20, 0}, {512, 512, 32 << 10, 0}, {1024, 1024, 32 << 10, 0},
+		{512, 512, 1 << 20, 8}, {4096, 4096, 1 << 20, 8}, {512, 512, 32 << 10, 8}, {2048, 2048, 32 << 10, 0}, {2048, 2048, 32 << 10, 8},
+		{1024, 1032, 1 << 20, 0}, {2048, 2056, 1 << 20, 0}, {4096, 4112, 1 << 20, 0}} {
+		bl, stride := l[0], l[1]
+		n := l[2] / bl / 16 * 16
+		p := make([]byte, (n-1)*stride+bl+64)[l[3]:]
+		for i := range p {
+			p[i] = byte(i * 7)
+		}
+		dst := make([]uint32, n)
+		runs := []func(){func() { blocksAVX512(dst, p, bl, stride) }}
+		names := []string{"fold"}
+		for c, k := range kernels {
+			runs = append(runs, func() { k(&dst[0], &p[0], n/16, bl, stride, 0xffffffff, 0xffffffff, &foldTable.Fold[4]) })
+			names = append(names, fmt.Sprintf("c=%d", c))
+		}
+		for c, k := range []blocksZFunc{hybridBlocksZA0, hybridBlocksZA1, hybridBlocksZA2} {
+			runs = append(runs, func() { k(&dst[0], &p[0], n/16, bl, stride, 0xffffffff, 0xffffffff, &foldTable.Fold[4]) })
+			names = append(names, fmt.Sprintf("za%d", c))
+		}
+		b.Run(fmt.Sprintf("block=%d/stride=%d/bytes=%d/misaligned=%d", bl, stride, n*bl, l[3]), func(b *testing.B) {
+			// The sub-benchmark's own goroutine, on one thread, whose CPU
+			// time is then its own.
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			reps := 1
+			for t := kerneltest.ThreadCPU(); kerneltest.ThreadCPU()-t < 5*time.Millisecond; reps *= 2 {
+				for range reps {
+					runs[0]()
+				}
+			}
+			gbs := make([][]float64, len(runs))
+			for b.Loop() {
+				for i, r := range runs {
+					t := kerneltest.ThreadCPU()
+					for range reps {
+						r()
+					}
+					d := kerneltest.ThreadCPU() - t
+					gbs[i] = append(gbs[i], float64(reps*n*bl)/float64(d))
+				}
+			}
+			var s []string
+			for i, g := range gbs {
+				slices.Sort(g)
+				name := names[i]
+				s = append(s, fmt.Sprintf("%s %.1f", name, g[len(g)/2]))
+				b.ReportMetric(g[len(g)/2], name+"-GB/s")
+			}
+			b.Log(strings.Join(s, ", "))
+		})
+	}
+}
+
+// BenchmarkSmallZ is the measurement behind hybridZShortMax: one CRC32
+// stream, three, and the avx512 fold kernel,
+// on independent calls at the lengths around them.
+func BenchmarkSmallZ(b *testing.B) {
+	if !hasHybridZ {
+		b.Skip("the CPU lacks AVX-512 VPCLMULQDQ")
+	}
+	var sink uint32
+	for _, n := range []int{16, 32, 64, 96, 128, 192, 256, 384, 512, 1024, 2048} {
+		p := make([]byte, n)
+		b.Run(fmt.Sprintf("size=%d/kernel=one", n), func(b *testing.B) {
+			for b.Loop() {
+				sink ^= updateShort(0, p)
+			}
+		})
+		if n >= 48 {
+			b.Run(fmt.Sprintf("size=%d/kernel=three", n), func(b *testing.B) {
+				s := medium(n)
+				for b.Loop() {
+					sink ^= ^hybridShort3(^uint32(0), &p[0], n-3*s, s, &hybridK3[s/hybridShortUnit-2])
+				}
+			})
+		}
+		if n >= 16 {
+			b.Run(fmt.Sprintf("size=%d/kernel=fold", n), func(b *testing.B) {
+				for b.Loop() {
+					sink ^= foldUpdateAVX512(0, p, foldTables)
+				}
+			})
+		}
+	}
+	_ = sink
+}
