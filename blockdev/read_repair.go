@@ -191,9 +191,9 @@ func (v *Volume) checkRepairMode(opt CheckOptions) (repairMode, error) {
 }
 
 // hasCopies reports whether the volume has copies of its data to repair
-// from: mirror legs, or repair sources (its own, and extra).
+// from: mirror legs, repair sources (its own, and extra), or parity.
 func (v *Volume) hasCopies(extra []RepairSource) bool {
-	return v.mirror != nil || len(v.opts.RepairSources)+len(extra) > 0
+	return v.mirror != nil || len(v.opts.RepairSources)+len(extra) > 0 || v.par != nil
 }
 
 // checkSources refuses repair sources whose size (if they tell it) is not
@@ -315,6 +315,17 @@ func (v *Volume) repairBlock(i int, lba int64, dst []byte, sc *scratch, probs []
 			}
 			if tried.Len() < maxSourceNames {
 				tried.WriteString(s.String())
+			}
+		}
+		if good == nil && v.par != nil {
+			// Then the parity (parity_repair.go).
+			ok, err := v.parityRepairCopy(i, lba, sc, rs, &tried)
+			if err != nil {
+				return err
+			}
+			if ok {
+				good, source = rs.good, ParitySource
+				copy(good, rs.cand)
 			}
 		}
 		if good == nil {

@@ -1,0 +1,201 @@
+package blockdev
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+
+	"github.com/difctl/difctl/blockdev/device"
+	"github.com/difctl/difctl/blockdev/internal/blocktest"
+	"github.com/difctl/difctl/blockdev/parity"
+)
+
+// TestParityOpen: a writable volume opens only with its own parity file
+// (a missing opener, a file that does not open, another volume's file or
+// one without its header fail with ErrParityOffline); a read-only one
+// opens without it. A volume has one parity: a second AddParity is
+// refused; after RemoveParity the volume opens without a parity file.
+func TestParityOpen(t *testing.T) {
+	tv := newTestVol(t, "512+8", 64, CreateOptions{})
+	pm := addTestParity(t, tv, 4, 2, 2)
+	if err := tv.v.AddParity(ParitySpec{Data: 4, Parity: 2, Path: "other", Dev: pm}); err == nil {
+		t.Fatal("a second AddParity succeeded")
+	}
+	if err := tv.v.Close(); err != nil {
+		t.Fatal(err)
+	}
+	other := newTestVol(t, "512+8", 64, CreateOptions{})
+	otherPM := addTestParity(t, other, 4, 2, 2)
+	for _, tc := range []struct {
+		name string
+		open func(string) (device.Device, error)
+	}{
+		{"none", nil},
+		{"fails", func(string) (device.Device, error) { return nil, errors.New("no such file") }},
+		{"foreign", func(string) (device.Device, error) { return keepOpen{otherPM}, nil }},
+		{"zeros", func(string) (device.Device, error) {
+			z, _ := device.NewMem(pm.Size(), 512)
+			return z, nil
+		}},
+	} {
+		_, err := Open(context.Background(), tv.fault, tv.kv, Options{OpenParity: tc.open})
+		var pe *ParityError
+		if !errors.Is(err, ErrParityOffline) || !errors.As(err, &pe) {
+			t.Errorf("%s: Open = %v, want a *ParityError", tc.name, err)
+		}
+		if tc.name == "foreign" && !errors.Is(err, parity.ErrForeign) {
+			t.Errorf("foreign: %v, want parity.ErrForeign", err)
+		}
+		ro, err := Open(context.Background(), tv.fault, tv.kv, Options{ReadOnly: true, OpenParity: tc.open})
+		if err != nil {
+			t.Fatalf("%s: read-only open: %v", tc.name, err)
+		}
+		if st, ok, err := ro.Parity(); err != nil || !ok || st.Online || st.Err == nil {
+			t.Errorf("%s: read-only Parity() = %+v, %v, %v", tc.name, st, ok, err)
+		}
+		ro.Close()
+	}
+	openParityVol(t, tv, pm, Options{})
+	if err := tv.v.RemoveParity(); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, err := tv.v.Parity(); ok || err != nil {
+		t.Fatalf("after RemoveParity: %v, %v", ok, err)
+	}
+	tv.write(blocktest.Pattern(512, 1), 0)
+	if err := tv.v.Close(); err != nil {
+		t.Fatal(err)
+	}
+	v, err := Open(context.Background(), tv.fault, tv.kv, Options{})
+	if err != nil {
+		t.Fatalf("open after RemoveParity: %v", err)
+	}
+	tv.v = v
+	tv.check()
+}
+
+// TestParityWriteFallback: a write whose delta cannot be used computes the
+// stripe whole (the old data of the written block bad, or a parity block
+// damaged), and drops the stripe's parity when that cannot be done
+// either (another block of the stripe bad too); ComputeParity then leaves
+// the stripe unprotected until the block is repaired.
+func TestParityWriteFallback(t *testing.T) {
+	const blocks, k, m = 64, 4, 2
+	tv := newTestVol(t, "512+8", blocks, CreateOptions{})
+	bs := tv.v.BlockSize()
+	pm := addTestParity(t, tv, k, m, parity.Consecutive)
+	sync := func() {
+		t.Helper()
+		if err := tv.v.Sync(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Stripe 0: block 1's old data rotted, then block 1 rewritten.
+	tv.mem.WriteAt([]byte{0xee}, 1*int64(bs)+5)
+	tv.write(blocktest.Pattern(bs, 1), 1*int64(bs))
+	// Stripe 1: parity block 0 rotted, then block 5 rewritten.
+	pm.WriteAt([]byte{0xee}, tv.v.par.l.ParityOffset(1, 0)+9)
+	tv.write(blocktest.Pattern(bs, 2), 5*int64(bs))
+	sync()
+	wantParity(t, tv.v, pm, tv.model, nil)
+	if st, _, _ := tv.v.Parity(); st.Dropped != 0 {
+		t.Fatalf("%d stripes dropped", st.Dropped)
+	}
+	// Stripe 2: blocks 8 and 9 rotted, then block 8 rewritten: block 9
+	// does not verify, so the stripe's parity is dropped.
+	tv.mem.WriteAt([]byte{0xee}, 8*int64(bs)+5)
+	tv.mem.WriteAt([]byte{0xee}, 9*int64(bs)+5)
+	tv.write(blocktest.Pattern(bs, 3), 8*int64(bs))
+	sync()
+	st, _, err := tv.v.Parity()
+	if err != nil || st.Dropped != 1 || st.Recorded != st.Stripes-1 {
+		t.Fatalf("Parity() = %+v, %v; want stripe 2 dropped", st, err)
+	}
+	rep, err := tv.v.ComputeParity(context.Background(), nil)
+	if err != nil || rep.Unprotected != 1 || rep.Computed != 0 {
+		t.Fatalf("ComputeParity = %+v, %v; want 1 unprotected", rep, err)
+	}
+	// Block 9 repaired from elsewhere: the stripe is computed again.
+	tv.mem.WriteAt(tv.model[9*bs:10*bs], 9*int64(bs))
+	rep, err = tv.v.ComputeParity(context.Background(), nil)
+	if err != nil || rep.Unprotected != 0 || rep.Computed != 1 {
+		t.Fatalf("ComputeParity = %+v, %v; want 1 computed", rep, err)
+	}
+	wantParity(t, tv.v, pm, tv.model, nil)
+}
+
+// TestParityConcurrent: writes, reads that repair a rotted block from the
+// parity, and a ComputeParity run at once (run it with -race); the parity
+// ends the encoding of the data.
+func TestParityConcurrent(t *testing.T) {
+	const blocks, k, m = 256, 4, 2
+	tv := newTestVol(t, "512+8", blocks, CreateOptions{Options: Options{StagingBytes: 16 << 10}})
+	bs := tv.v.BlockSize()
+	pm := addTestParity(t, tv, k, m, 8)
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for w := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := rand.New(rand.NewPCG(uint64(w), 7))
+			for i := range 60 {
+				// Writer w owns blocks [w·128, w·128+96).
+				lba := w*128 + r.IntN(90)
+				n := 1 + r.IntN(6)
+				p := blocktest.Pattern(n*bs, r.Uint64())
+				if _, err := tv.v.WriteAt(p, int64(lba*bs)); err != nil {
+					errs <- err
+					return
+				}
+				copy(tv.model[lba*bs:], p)
+				if i%10 == 0 {
+					if err := tv.v.Sync(); err != nil {
+						errs <- err
+						return
+					}
+				}
+			}
+		}()
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		buf := make([]byte, 16*bs)
+		for i := range 40 {
+			// Blocks 100-127 and 228-255 are never written: rot one and
+			// read it back repaired.
+			lba := int64(100 + i%28)
+			tv.mem.WriteAt([]byte{byte(i + 1)}, lba*int64(bs)+3)
+			if _, err := tv.v.ReadAt(buf[:bs], lba*int64(bs)); err != nil {
+				errs <- fmt.Errorf("read of rotted block %d: %w", lba, err)
+				return
+			}
+			if !bytes.Equal(buf[:bs], tv.model[lba*int64(bs):(lba+1)*int64(bs)]) {
+				errs <- fmt.Errorf("block %d: wrong bytes", lba)
+				return
+			}
+		}
+	}()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if _, err := tv.v.ComputeParity(context.Background(), nil); err != nil {
+			errs <- err
+		}
+	}()
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if err := tv.v.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	tv.check()
+	wantParity(t, tv.v, pm, tv.model, nil)
+}
