@@ -199,3 +199,48 @@ func TestParityConcurrent(t *testing.T) {
 	tv.check()
 	wantParity(t, tv.v, pm, tv.model, nil)
 }
+
+// TestParityComputeWindows: ComputeParity reads whole groups at once, or
+// a group in parts (k runs of neighbouring blocks) when a group is larger
+// than its window; both compute the encoding of the data, with discarded
+// blocks as zeros, and leave a stripe with a bad block unprotected.
+func TestParityComputeWindows(t *testing.T) {
+	defer func(w int) { parityWindowBytes = w }(parityWindowBytes)
+	for _, win := range []int{4 * 512 * 3, 16 << 20} {
+		for _, depth := range []int64{1, 7, 16, parity.WholeVolume} {
+			t.Run(fmt.Sprintf("window=%d/depth=%d", win, depth), func(t *testing.T) {
+				parityWindowBytes = win
+				tv := newTestVol(t, "512+8", 203, CreateOptions{})
+				if err := tv.v.Discard(10*512, 7*512); err != nil {
+					t.Fatal(err)
+				}
+				clear(tv.model[10*512 : 17*512])
+				unwritten := map[int64]bool{}
+				for b := int64(10); b < 17; b++ {
+					unwritten[b] = true
+				}
+				pm := addTestParity(t, tv, 4, 2, depth)
+				wantParity(t, tv.v, pm, tv.model, unwritten)
+				if err := tv.v.RemoveParity(); err != nil {
+					t.Fatal(err)
+				}
+				tv.mem.WriteAt([]byte{0xee}, 100*512+3)
+				spec := ParitySpec{Data: 4, Parity: 2, Depth: depth, Path: "again", Dev: pm}
+				if err := tv.v.AddParity(spec); err != nil {
+					t.Fatal(err)
+				}
+				rep, err := tv.v.ComputeParity(context.Background(), nil)
+				if err != nil || rep.Unprotected != 1 || rep.Computed != tv.v.par.l.Stripes()-1 {
+					t.Fatalf("ComputeParity with block 100 bad: %+v, %v", rep, err)
+				}
+				s, _ := tv.v.par.l.Locate(100)
+				tv.v.par.mu.Lock()
+				_, ok, _ := tv.v.par.sums(s)
+				tv.v.par.mu.Unlock()
+				if ok {
+					t.Fatalf("stripe %d of the bad block has parity", s)
+				}
+			})
+		}
+	}
+}

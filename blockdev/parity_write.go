@@ -3,11 +3,11 @@ package blockdev
 import (
 	"context"
 	"fmt"
-	"maps"
 	"slices"
 
 	"github.com/difctl/difctl/blockdev/device"
 	"github.com/difctl/difctl/blockdev/internal/check"
+	"github.com/difctl/difctl/blockdev/parity"
 	"github.com/difctl/difctl/store"
 )
 
@@ -42,6 +42,7 @@ type parityUpdate struct {
 	blocks  map[int64][]byte // changed block -> its new data (nil: zeros)
 	stripes []int64          // the recorded stripes they touch, sorted
 	par     map[int64][]byte // stripe -> new parity (m blocks), nil: dropped
+	buf     []byte           // the stripes' parity, in order of stripes
 }
 
 // pchange is a run of changed blocks: n blocks at lba with new data data
@@ -109,23 +110,75 @@ func (pv *parityVol) sumsNoCopy(s int64) ([]uint32, bool, error) {
 }
 
 // prepare computes the new parity of pu's stripes, before the write's
-// data reaches the device. Caller holds pv.mu (until finish) and flushMu.
+// data reaches the device. A stripe the write covers whole is encoded from
+// the new data; for the others the old data of the changed blocks is read
+// and verified, and their parity read (one request per run of neighbouring
+// stripes, whose parity blocks are adjacent) and checked, for the delta.
+// Caller holds pv.mu (until finish) and flushMu.
 func (pv *parityVol) prepare(pu *parityUpdate) error {
 	k, m, bs := pv.l.DataShards(), pv.m, pv.bs
+	pu.par = make(map[int64][]byte, len(pu.stripes))
+	pu.buf = device.AlignedBuffer(len(pu.stripes) * m * bs)
+	zero := make([]byte, bs)
+	shards := make([][]byte, k+m)
+	blocks := make([]int64, 0, k)
+	// The stripes written whole, encoded now; the others need the delta.
+	var delta []int64
+	var lbas []int64 // the changed blocks of those
+	for i, s := range pu.stripes {
+		par := pu.buf[i*m*bs : (i+1)*m*bs]
+		blocks = pv.l.StripeBlocks(blocks[:0], s)
+		changed, present := 0, 0
+		for _, b := range blocks {
+			if b < 0 {
+				continue
+			}
+			present++
+			if _, ok := pu.blocks[b]; ok {
+				changed++
+			}
+		}
+		if changed < present {
+			delta = append(delta, s)
+			for _, b := range blocks {
+				if _, ok := pu.blocks[b]; ok && b >= 0 {
+					lbas = append(lbas, b)
+				}
+			}
+			continue
+		}
+		clear(shards)
+		for j := range m {
+			shards[k+j] = par[j*bs : (j+1)*bs]
+		}
+		for pos, b := range blocks {
+			if b >= 0 {
+				shards[pos] = orZero(pu.blocks[b], zero)
+			}
+		}
+		if err := pv.codec.Encode(shards); err != nil {
+			return err
+		}
+		pu.par[s] = par
+	}
+	if len(delta) == 0 {
+		return nil
+	}
 	// The old data of the changed blocks, a run at a time.
-	lbas := slices.Sorted(maps.Keys(pu.blocks))
+	slices.Sort(lbas)
 	old := make(map[int64][]byte, len(lbas)) // nil: zeros
 	bad := make(map[int64]bool)              // stripes whose delta cannot be used
 	buf := device.AlignedBuffer(len(lbas) * bs)
-	tuples := make([]byte, min(len(lbas), pv.v.chunk)*pv.v.ts)
+	chunk := min(len(lbas), pv.v.chunk)
+	tuples := make([]byte, chunk*pv.v.ts)
 	var sums []uint32
 	if pv.v.sums {
-		sums = make([]uint32, min(len(lbas), pv.v.chunk))
+		sums = make([]uint32, chunk)
 	}
-	written := store.NewBitmap(min(len(lbas), pv.v.chunk))
+	written := store.NewBitmap(chunk)
 	for i := 0; i < len(lbas); {
 		j := i + 1
-		for j < len(lbas) && j-i < pv.v.chunk && lbas[j] == lbas[j-1]+1 {
+		for j < len(lbas) && j-i < chunk && lbas[j] == lbas[j-1]+1 {
 			j++
 		}
 		lba, n := lbas[i], j-i
@@ -165,70 +218,45 @@ func (pv *parityVol) prepare(pu *parityUpdate) error {
 		}
 		i = j
 	}
-	pu.par = make(map[int64][]byte, len(pu.stripes))
-	zero := make([]byte, bs)
-	errs := make([]error, m)
-	shards := make([][]byte, k+m)
+	// The parity of the delta stripes, a run of neighbours at a time.
+	index := make(map[int64]int, len(pu.stripes))
+	for i, s := range pu.stripes {
+		index[s] = i
+	}
+	parBad, err := pv.readParity(delta, func(s int64) []byte {
+		i := index[s]
+		return pu.buf[i*m*bs : (i+1)*m*bs]
+	})
+	if err != nil {
+		return err
+	}
 	newData := make([][]byte, k)
-	blocks := make([]int64, 0, k)
-	for _, s := range pu.stripes {
-		blocks = pv.l.StripeBlocks(blocks[:0], s)
-		changed, present := 0, 0
-		for _, b := range blocks {
-			if b < 0 {
-				continue
+	for _, s := range delta {
+		i := index[s]
+		par := pu.buf[i*m*bs : (i+1)*m*bs]
+		if !bad[s] && !parBad[s] {
+			blocks = pv.l.StripeBlocks(blocks[:0], s)
+			clear(shards)
+			clear(newData)
+			for j := range m {
+				shards[k+j] = par[j*bs : (j+1)*bs]
 			}
-			present++
-			if _, ok := pu.blocks[b]; ok {
-				changed++
-			}
-		}
-		par := make([]byte, m*bs)
-		clear(shards)
-		for j := range m {
-			shards[k+j] = par[j*bs : (j+1)*bs]
-		}
-		if changed == present {
-			// The whole stripe is written: encode it.
 			for pos, b := range blocks {
-				if b >= 0 {
-					shards[pos] = orZero(pu.blocks[b], zero)
+				nd, ok := pu.blocks[b]
+				if b < 0 || !ok {
+					continue
 				}
+				o := old[b]
+				if o == nil {
+					o = make([]byte, bs) // Update overwrites it with old XOR new
+				}
+				shards[pos], newData[pos] = o, orZero(nd, zero)
 			}
-			if err := pv.codec.Encode(shards); err != nil {
+			if err := pv.codec.Update(shards, newData); err != nil {
 				return err
 			}
 			pu.par[s] = par
 			continue
-		}
-		if !bad[s] {
-			sums, _, err := pv.sumsNoCopy(s)
-			if err != nil {
-				return err
-			}
-			nb, err := pv.file.Read(s, par, sums, errs)
-			if err != nil {
-				return err
-			}
-			if nb == 0 {
-				clear(newData)
-				for pos, b := range blocks {
-					nd, ok := pu.blocks[b]
-					if b < 0 || !ok {
-						continue
-					}
-					o := old[b]
-					if o == nil {
-						o = make([]byte, bs) // Update overwrites it with old XOR new
-					}
-					shards[pos], newData[pos] = o, orZero(nd, zero)
-				}
-				if err := pv.codec.Update(shards, newData); err != nil {
-					return err
-				}
-				pu.par[s] = par
-				continue
-			}
 		}
 		// The delta cannot be used: compute the stripe whole.
 		ok, err := pv.computeStripe(s, pu.blocks, par)
@@ -242,6 +270,61 @@ func (pv *parityVol) prepare(pu *parityUpdate) error {
 		}
 	}
 	return nil
+}
+
+// readParity reads the parity of stripes (sorted) into bufOf(s), one
+// request per run of neighbouring stripes, and reports the stripes with a
+// parity block that fails its checksum or cannot be read. Caller holds
+// pv.mu.
+func (pv *parityVol) readParity(stripes []int64, bufOf func(int64) []byte) (map[int64]bool, error) {
+	m, bs := pv.m, pv.bs
+	bad := make(map[int64]bool)
+	errs := make([]error, m)
+	for i := 0; i < len(stripes); {
+		j := i + 1
+		for j < len(stripes) && stripes[j] == stripes[j-1]+1 && j-i < 1024 {
+			j++
+		}
+		// The run's buffers are adjacent when its stripes were given
+		// buffers in order (prepare's): read it in one request then.
+		first := bufOf(stripes[i])
+		whole := first[:cap(first)]
+		if len(whole) >= (j-i)*m*bs && &whole[(j-i-1)*m*bs] == &bufOf(stripes[j-1])[0] {
+			if _, err := pv.dev.ReadAt(whole[:(j-i)*m*bs], pv.l.ParityOffset(stripes[i], 0)); err == nil {
+				for _, s := range stripes[i:j] {
+					sums, _, err := pv.sumsNoCopy(s)
+					if err != nil {
+						return nil, err
+					}
+					p := bufOf(s)
+					for q := range m {
+						if parity.Checksum(s, q, p[q*bs:(q+1)*bs]) != sums[q] {
+							bad[s] = true
+						}
+					}
+				}
+				i = j
+				continue
+			} else if check.Fatal(err) {
+				return nil, fmt.Errorf("blockdev: reading the parity of stripes [%d, %d]: %w", stripes[i], stripes[j-1], err)
+			}
+		}
+		for _, s := range stripes[i:j] {
+			sums, _, err := pv.sumsNoCopy(s)
+			if err != nil {
+				return nil, err
+			}
+			nb, err := pv.file.Read(s, bufOf(s), sums, errs)
+			if err != nil {
+				return nil, err
+			}
+			if nb > 0 {
+				bad[s] = true
+			}
+		}
+		i = j
+	}
+	return bad, nil
 }
 
 func orZero(b, zero []byte) []byte {
@@ -290,26 +373,42 @@ func (pv *parityVol) computeStripe(s int64, news map[int64][]byte, par []byte) (
 }
 
 // finish writes pu's new parity and sets its checksums (or drops those of
-// the stripes it could not update), after the write's data. Caller holds
-// pv.mu (since prepare) and flushMu.
+// the stripes it could not update), after the write's data: one request
+// per run of neighbouring stripes. Caller holds pv.mu (since prepare) and
+// flushMu.
 func (pv *parityVol) finish(pu *parityUpdate) error {
-	sums := make([]uint32, pv.m)
-	for _, s := range pu.stripes {
-		par := pu.par[s]
-		if par == nil {
+	m, bs := pv.m, pv.bs
+	sums := make([]uint32, m)
+	st := pu.stripes
+	for i := 0; i < len(st); {
+		if pu.par[st[i]] == nil {
 			pv.dropped.Add(1)
-			if err := pv.setSums(s, nil); err != nil {
+			if err := pv.setSums(st[i], nil); err != nil {
 				return err
 			}
+			i++
 			continue
 		}
+		j := i + 1
+		for j < len(st) && st[j] == st[j-1]+1 && pu.par[st[j]] != nil && j-i < 1024 {
+			j++
+		}
 		pv.writeBad.Store(true)
-		if err := pv.file.Write(s, par, sums); err != nil {
-			return err
+		// pu.buf holds the stripes' parity in order: the run is adjacent.
+		run := pu.buf[i*m*bs : j*m*bs]
+		if _, err := pv.dev.WriteAt(run, pv.l.ParityOffset(st[i], 0)); err != nil {
+			return fmt.Errorf("blockdev: writing the parity of stripes [%d, %d]: %w", st[i], st[j-1], err)
 		}
-		if err := pv.setSums(s, sums); err != nil {
-			return err
+		for q, s := range st[i:j] {
+			p := run[q*m*bs : (q+1)*m*bs]
+			for x := range m {
+				sums[x] = parity.Checksum(s, x, p[x*bs:(x+1)*bs])
+			}
+			if err := pv.setSums(s, sums); err != nil {
+				return err
+			}
 		}
+		i = j
 	}
 	return nil
 }
@@ -418,7 +517,7 @@ type ParityReport struct {
 }
 
 // parityWindowBytes bounds the data ComputeParity reads at once.
-const parityWindowBytes = 16 << 20
+var parityWindowBytes = 16 << 20
 
 // ComputeParity computes and records the parity of every stripe that has
 // none: after AddParity, or to resume a computation that was interrupted,
@@ -444,8 +543,15 @@ func (v *Volume) ComputeParity(ctx context.Context, progress ParityProgress) (Pa
 	l := pv.l
 	k, m, bs := l.DataShards(), pv.m, pv.bs
 	w := max(1, int64(parityWindowBytes/(k*bs)))
-	data := device.AlignedBuffer(int(min(w, l.Depth())) * k * bs)
-	par := device.AlignedBuffer(int(min(w, l.Depth())) * m * bs)
+	D := l.Depth()
+	// A window is whole groups (D ≤ w: their blocks are one run) or a part
+	// of one group (their blocks are k runs).
+	win := min(w, D)
+	if D <= w {
+		win = (w / D) * D
+	}
+	data := device.AlignedBuffer(int(win) * k * bs)
+	par := device.AlignedBuffer(int(win) * m * bs)
 	total := l.Stripes()
 	shards := make([][]byte, k+m)
 	sums := make([]uint32, m)
@@ -454,9 +560,11 @@ func (v *Volume) ComputeParity(ctx context.Context, progress ParityProgress) (Pa
 		if err := ctx.Err(); err != nil {
 			return rep, err
 		}
-		// The window: stripes [s0, s1) of one group.
-		g := s0 / l.Depth()
-		s1 := min(s0+w, (g+1)*l.Depth(), total)
+		// The window: stripes [s0, s1), whole groups or in one group.
+		s1 := min(s0+win, total)
+		if D > w {
+			s1 = min(s1, (s0/D+1)*D)
+		}
 		n := int(s1 - s0)
 		err := func() error {
 			v.stg.flushMu.Lock()
@@ -495,7 +603,7 @@ func (v *Volume) ComputeParity(ctx context.Context, progress ParityProgress) (Pa
 			}
 			pv.mu.Lock()
 			defer pv.mu.Unlock()
-			good, err := pv.readWindow(s0, n, data)
+			good, at, err := pv.readWindow(s0, n, D <= w, data)
 			if err != nil {
 				return v.fail(err)
 			}
@@ -510,8 +618,9 @@ func (v *Volume) ComputeParity(ctx context.Context, progress ParityProgress) (Pa
 				}
 				clear(shards)
 				for pos := range k {
-					if _, ok := l.Block(s, pos); ok {
-						shards[pos] = data[(pos*n+i)*bs : (pos*n+i+1)*bs]
+					if b, ok := l.Block(s, pos); ok {
+						o := at(b, pos, i)
+						shards[pos] = data[o : o+bs]
 					}
 				}
 				p := par[i*m*bs : (i+1)*m*bs]
@@ -553,23 +662,36 @@ func (v *Volume) ComputeParity(ctx context.Context, progress ParityProgress) (Pa
 	return rep, nil
 }
 
-// readWindow reads the data of stripes [s0, s0+n) of one group into data
-// (position pos of stripe s0+i at block pos·n+i: the stripes' blocks at
-// one position are neighbours on the device, one read), zeros for the
-// unwritten blocks and the positions that hold none, and reports which
-// stripes' blocks all verify. Caller holds pv.mu and flushMu.
-func (pv *parityVol) readWindow(s0 int64, n int, data []byte) ([]bool, error) {
-	l, k, bs, ts := pv.l, pv.l.DataShards(), pv.bs, pv.v.ts
+// readWindow reads the data of stripes [s0, s0+n) into data, zeros for
+// the unwritten blocks, and reports which stripes' blocks all verify, and
+// where in data block b, position pos of stripe s0+i, is (at: a byte
+// offset). A window of whole groups (groups: s0 starts a group, s0+n ends
+// one or is the last stripe) is one run of blocks, read at once;
+// one inside a group is k runs, one per position (position pos of stripe
+// s0+i at block pos·n+i: the stripes' blocks at one position are
+// neighbours on the device). Caller holds pv.mu and flushMu.
+func (pv *parityVol) readWindow(s0 int64, n int, groups bool, data []byte) ([]bool, func(b int64, pos, i int) int, error) {
+	l, k, bs := pv.l, pv.l.DataShards(), pv.bs
+	D := l.Depth()
 	good := make([]bool, n)
 	for i := range good {
 		good[i] = true
 	}
-	tuples := make([]byte, n*ts)
-	var sums []uint32
-	if pv.v.sums {
-		sums = make([]uint32, n)
+	s1 := s0 + int64(n)
+	if groups {
+		// Whole groups: blocks [first, end) in order.
+		first, _ := l.Block(s0, 0)
+		end := min((s1+D-1)/D*D*int64(k), l.Blocks())
+		bad, err := pv.readRun(first, int(end-first), data)
+		if err != nil {
+			return nil, nil, err
+		}
+		for _, b := range bad {
+			s, _ := l.Locate(b)
+			good[s-s0] = false
+		}
+		return good, func(b int64, _, _ int) int { return int(b-first) * bs }, nil
 	}
-	written := store.NewBitmap(n)
 	for pos := range k {
 		first, ok := l.Block(s0, pos)
 		run := 0
@@ -586,14 +708,42 @@ func (pv *parityVol) readWindow(s0 int64, n int, data []byte) ([]bool, error) {
 		if run == 0 {
 			continue
 		}
+		bad, err := pv.readRun(first, run, row)
+		if err != nil {
+			return nil, nil, err
+		}
+		for _, b := range bad {
+			good[b-first] = false
+		}
+	}
+	return good, func(_ int64, pos, i int) int { return (pos*n + i) * bs }, nil
+}
+
+// readRun reads blocks [first, first+n) into data (zeros for the
+// unwritten ones), verifies them against their current tuples, a chunk at
+// a time, and returns those that fail. Caller holds pv.mu and flushMu.
+func (pv *parityVol) readRun(first int64, n int, data []byte) ([]int64, error) {
+	bs, ts := pv.bs, pv.v.ts
+	chunk := min(n, pv.v.chunk)
+	tuples := make([]byte, chunk*ts)
+	var sums []uint32
+	if pv.v.sums {
+		sums = make([]uint32, chunk)
+	}
+	written := store.NewBitmap(chunk)
+	var bad []int64
+	for c := 0; c < n; c += chunk {
+		cn := min(chunk, n-c)
+		lba := first + int64(c)
 		clear(written)
-		if err := pv.tuplesOf(first, run, tuples, sums, written); err != nil {
+		if err := pv.tuplesOf(lba, cn, tuples, sums, written); err != nil {
 			return nil, err
 		}
-		readErr := readDevice(pv.v.dev, row[:run*bs], first*int64(bs), false)
-		for i := range run {
-			d := row[i*bs : (i+1)*bs]
-			b := first + int64(i)
+		cd := data[c*bs : (c+cn)*bs]
+		readErr := readDevice(pv.v.dev, cd, lba*int64(bs), false)
+		for i := range cn {
+			d := cd[i*bs : (i+1)*bs]
+			b := lba + int64(i)
 			if !written.Has(i) {
 				clear(d)
 				continue
@@ -603,7 +753,7 @@ func (pv *parityVol) readWindow(s0 int64, n int, data []byte) ([]bool, error) {
 					if check.Fatal(err) {
 						return nil, err
 					}
-					good[i] = false
+					bad = append(bad, b)
 					continue
 				}
 			}
@@ -612,9 +762,9 @@ func (pv *parityVol) readWindow(s0 int64, n int, data []byte) ([]bool, error) {
 				sum = sums[i]
 			}
 			if !pv.v.ok(d, tuples[i*ts:(i+1)*ts], pv.v.params(b), true, sum) {
-				good[i] = false
+				bad = append(bad, b)
 			}
 		}
 	}
-	return good, nil
+	return bad, nil
 }
