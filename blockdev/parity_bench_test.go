@@ -221,3 +221,33 @@ func BenchmarkParity(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkParityRebuild rebuilds a block of a stripe with m erasures
+// (the block and another data block of its stripe rotted) from the
+// stripe's other k-1 data blocks and parity, each read and verified: one
+// op is one block rebuilt, so the rate is of rebuilt data.
+func BenchmarkParityRebuild(b *testing.B) {
+	for _, c := range parityBenchCases[1:3] {
+		b.Run("parity="+c.name, func(b *testing.B) {
+			v, _ := benchParityVol(b, c, Options{})
+			pv := v.par
+			bs := v.BlockSize()
+			s := pv.l.Stripes() / 2
+			x, _ := pv.l.Block(s, 3)
+			y, _ := pv.l.Block(s, 9)
+			for _, lba := range []int64{x, y} {
+				if _, err := v.Device().WriteAt(make([]byte, bs), lba*int64(bs)); err != nil {
+					b.Fatal(err)
+				}
+			}
+			dst := device.AlignedBuffer(bs)
+			b.SetBytes(int64(bs))
+			for b.Loop() {
+				ok, err := pv.rebuildBlock(x, dst, false)
+				if err != nil || !ok {
+					b.Fatal(ok, err)
+				}
+			}
+		})
+	}
+}

@@ -71,6 +71,10 @@ func (pv *parityVol) rebuildBlock(lba int64, dst []byte, fix bool) (bool, error)
 	if err != nil {
 		return false, err
 	}
+	buf, _, err := pv.loadStripe(s, nil)
+	if err != nil {
+		return false, err
+	}
 	shards := make([][]byte, k+m)
 	erased := make([]bool, k+m)
 	n := nbad
@@ -78,19 +82,8 @@ func (pv *parityVol) rebuildBlock(lba int64, dst []byte, fix bool) (bool, error)
 		if pos == target {
 			continue
 		}
-		b, ok := l.Block(s, pos)
-		if !ok {
-			continue
-		}
-		d := device.AlignedBuffer(bs)
-		st, err := pv.loadBlock(b, d)
-		if err != nil {
-			return false, err
-		}
-		switch st {
-		case blockGood:
-			shards[pos] = d
-		case blockBad:
+		shards[pos] = buf[pos*bs : (pos+1)*bs]
+		if pv.badPos[pos] {
 			erased[pos] = true
 			n++
 		}

@@ -105,6 +105,9 @@ type parityVol struct {
 	writeBad   atomic.Bool               // parity writes not yet synced; under flushMu
 
 	rebuilt, dropped, parityFixed atomic.Int64
+
+	stripeBuf []byte // a stripe's data blocks (loadStripe); under mu
+	badPos    []bool // loadStripe's failing positions; under mu
 }
 
 // maxCleanPages bounds the checksum pages kept in memory with no change

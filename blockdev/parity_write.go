@@ -340,36 +340,81 @@ func orZero(b, zero []byte) []byte {
 // nothing, if one of those does not verify. Caller holds pv.mu.
 func (pv *parityVol) computeStripe(s int64, news map[int64][]byte, par []byte) (bool, error) {
 	k, m, bs := pv.l.DataShards(), pv.m, pv.bs
+	buf, nbad, err := pv.loadStripe(s, news)
+	if err != nil || nbad != 0 {
+		return false, err
+	}
 	shards := make([][]byte, k+m)
-	zero := make([]byte, bs)
+	for pos := range k {
+		shards[pos] = buf[pos*bs : (pos+1)*bs]
+		if b, ok := pv.l.Block(s, pos); ok {
+			if nd, ok := news[b]; ok && nd != nil {
+				shards[pos] = nd
+			}
+		}
+	}
 	for j := range m {
 		shards[k+j] = par[j*bs : (j+1)*bs]
-	}
-	for pos := range k {
-		b, ok := pv.l.Block(s, pos)
-		if !ok {
-			continue
-		}
-		if nd, ok := news[b]; ok {
-			shards[pos] = orZero(nd, zero)
-			continue
-		}
-		d := device.AlignedBuffer(bs)
-		st, err := pv.loadBlock(b, d)
-		if err != nil {
-			return false, err
-		}
-		switch st {
-		case blockBad:
-			return false, nil
-		case blockGood:
-			shards[pos] = d
-		}
 	}
 	if err := pv.codec.Encode(shards); err != nil {
 		return false, err
 	}
 	return true, nil
+}
+
+// loadStripe reads the data blocks of stripe s into the volume's stripe
+// buffer (position pos at pos·bs; zeros for a position that holds no
+// block, an unwritten block, and a block in skip, which is not read) and
+// verifies each against its current tuple: nbad counts those that fail
+// or cannot be read, marked in pv.badPos. A stripe of neighbouring blocks (depth 1)
+// is read in one request. The buffer is valid until the next call. Caller
+// holds pv.mu.
+func (pv *parityVol) loadStripe(s int64, skip map[int64][]byte) (buf []byte, nbad int, err error) {
+	k, bs := pv.l.DataShards(), pv.bs
+	if pv.stripeBuf == nil {
+		pv.stripeBuf = device.AlignedBuffer(k * bs)
+		pv.badPos = make([]bool, k)
+	}
+	buf = pv.stripeBuf
+	clear(pv.badPos)
+	blocks := pv.l.StripeBlocks(make([]int64, 0, k), s)
+	n := 0
+	for n < k && blocks[n] >= 0 && blocks[n] == blocks[0]+int64(n) {
+		n++
+	}
+	consecutive := n > 1
+	for pos := n; pos < k; pos++ {
+		if blocks[pos] >= 0 {
+			consecutive = false
+		}
+	}
+	if consecutive && len(skip) == 0 {
+		clear(buf[n*bs:])
+		fails, err := pv.readRun(blocks[0], n, buf[:n*bs])
+		if err != nil {
+			return nil, 0, err
+		}
+		for _, b := range fails {
+			pv.badPos[b-blocks[0]] = true
+		}
+		return buf, len(fails), nil
+	}
+	for pos, b := range blocks {
+		d := buf[pos*bs : (pos+1)*bs]
+		if _, ok := skip[b]; ok || b < 0 {
+			clear(d)
+			continue
+		}
+		fails, err := pv.readRun(b, 1, d)
+		if err != nil {
+			return nil, 0, err
+		}
+		if len(fails) > 0 {
+			nbad++
+			pv.badPos[pos] = true
+		}
+	}
+	return buf, nbad, nil
 }
 
 // finish writes pu's new parity and sets its checksums (or drops those of
