@@ -45,6 +45,8 @@ var parityBenchCases = []parityBenchCase{
 	{"16+2/depth=256", 16, 2, 0},
 	{"16+2/depth=1", 16, 2, parity.Consecutive},
 	{"16+2/depth=whole", 16, 2, parity.WholeVolume},
+	{"8+1/depth=256", 8, 1, 0},
+	{"32+4/depth=256", 32, 4, 0},
 }
 
 // benchParityVol protects the benchmark image and gives it parity c
@@ -200,6 +202,7 @@ func BenchmarkParity(b *testing.B) {
 	})
 	for _, c := range parityBenchCases[1:] {
 		b.Run(fmt.Sprintf("op=compute/parity=%s", c.name), func(b *testing.B) {
+
 			v, size := benchParityVol(b, parityBenchCase{name: "none"}, Options{})
 			b.SetBytes(size)
 			for b.Loop() {

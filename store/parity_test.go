@@ -138,3 +138,42 @@ func TestParityRecords(t *testing.T) {
 		t.Fatalf("schema 2: %v, want ErrUnsupported", err)
 	}
 }
+
+// FuzzParityRecords stores arbitrary bytes as the parity configuration
+// and as a parity intent of a volume with the feature parity: reading them
+// back never panics, and either succeeds with a configuration that fits
+// the volume or fails with ErrCorrupt.
+func FuzzParityRecords(f *testing.F) {
+	man := store.NewManifest("f", 512, 8, 64*512, "d")
+	f.Add([]byte(`{"kind":"difctl.store.parity","k":4,"m":2,"depth":2,"path":"p","id":"0123456789abcdef0123456789abcdef","added":"2026-01-01T00:00:00Z"}`), []byte("pd1"))
+	f.Add([]byte(`{"kind":"difctl.store.parity","k":300,"m":2}`), []byte{})
+	f.Add([]byte("{"), []byte("pd2"))
+	f.Fuzz(func(t *testing.T, cfg, dirty []byte) {
+		kv := store.NewMem()
+		defer kv.Close()
+		tp, err := store.CreateTuples(kv, "v", man)
+		if err != nil {
+			t.Fatal(err)
+		}
+		good := store.ParityConfig{Data: 4, Parity: 2, Depth: 2, Path: "p", ID: "0123456789abcdef0123456789abcdef"}
+		if err := tp.SetParity(good, false); err != nil {
+			t.Fatal(err)
+		}
+		b := kv.NewBatch()
+		b.Set(volKey("v", 'X', []byte("parity")...), cfg)
+		b.Set(volKey("v", 'D', u64(3)...), dirty)
+		if err := b.Commit(false); err != nil {
+			t.Fatal(err)
+		}
+		c, ok, err := tp.Parity()
+		switch {
+		case err != nil && !errors.Is(err, store.ErrCorrupt):
+			t.Fatalf("Parity: %v is neither nil nor ErrCorrupt", err)
+		case err == nil && (!ok || c.Parity < 1 || c.Parity > c.Data || c.Data+c.Parity > 256 || c.Depth < 1 || c.Depth > 64):
+			t.Fatalf("Parity accepted %+v", c)
+		}
+		if _, err := tp.ParityDirty(); err != nil && !errors.Is(err, store.ErrCorrupt) {
+			t.Fatalf("ParityDirty: %v is neither nil nor ErrCorrupt", err)
+		}
+	})
+}
