@@ -80,9 +80,10 @@ func TestParityOpen(t *testing.T) {
 
 // TestParityWriteFallback: a write whose delta cannot be used computes the
 // stripe whole (the old data of the written block bad, or a parity block
-// damaged), and drops the stripe's parity when that cannot be done
-// either (another block of the stripe bad too); ComputeParity then leaves
-// the stripe unprotected until the block is repaired.
+// damaged), rebuilding another bad block of the stripe from the parity
+// when it has at most m erasures, and drops the stripe's parity when it
+// has more; ComputeParity then leaves the stripe unprotected until its
+// blocks are repaired.
 func TestParityWriteFallback(t *testing.T) {
 	const blocks, k, m = 64, 4, 2
 	tv := newTestVol(t, "512+8", blocks, CreateOptions{})
@@ -105,22 +106,39 @@ func TestParityWriteFallback(t *testing.T) {
 	if st, _, _ := tv.v.Parity(); st.Dropped != 0 {
 		t.Fatalf("%d stripes dropped", st.Dropped)
 	}
-	// Stripe 2: blocks 8 and 9 rotted, then block 8 rewritten: block 9
-	// does not verify, so the stripe's parity is dropped.
+	// Stripe 2: blocks 8 and 9 rotted, then block 8 rewritten: block 9 is
+	// rebuilt from the parity (two erasures), verified, and encoded with
+	// the new block 8; a read then heals it from that parity.
 	tv.mem.WriteAt([]byte{0xee}, 8*int64(bs)+5)
 	tv.mem.WriteAt([]byte{0xee}, 9*int64(bs)+5)
 	tv.write(blocktest.Pattern(bs, 3), 8*int64(bs))
 	sync()
+	if st, _, _ := tv.v.Parity(); st.Dropped != 0 || st.Recorded != st.Stripes {
+		t.Fatalf("stripe 2: Parity() = %+v, want every stripe kept", st)
+	}
+	tv.check()
+	if st := tv.v.Stats(); st.Repaired != 1 {
+		t.Fatalf("%d blocks repaired, want block 9", st.Repaired)
+	}
+	wantParity(t, tv.v, pm, tv.model, nil)
+	// Stripe 3: blocks 12, 13 and 14 rotted, then block 12 rewritten:
+	// three erasures, so the stripe's parity is dropped.
+	for _, b := range []int64{12, 13, 14} {
+		tv.mem.WriteAt([]byte{0xee}, b*int64(bs)+5)
+	}
+	tv.write(blocktest.Pattern(bs, 4), 12*int64(bs))
+	sync()
 	st, _, err := tv.v.Parity()
 	if err != nil || st.Dropped != 1 || st.Recorded != st.Stripes-1 {
-		t.Fatalf("Parity() = %+v, %v; want stripe 2 dropped", st, err)
+		t.Fatalf("Parity() = %+v, %v; want stripe 3 dropped", st, err)
 	}
 	rep, err := tv.v.ComputeParity(context.Background(), nil)
 	if err != nil || rep.Unprotected != 1 || rep.Computed != 0 {
 		t.Fatalf("ComputeParity = %+v, %v; want 1 unprotected", rep, err)
 	}
-	// Block 9 repaired from elsewhere: the stripe is computed again.
-	tv.mem.WriteAt(tv.model[9*bs:10*bs], 9*int64(bs))
+	// Blocks 13 and 14 repaired from elsewhere: the stripe is computed
+	// again.
+	tv.mem.WriteAt(tv.model[13*bs:15*bs], 13*int64(bs))
 	rep, err = tv.v.ComputeParity(context.Background(), nil)
 	if err != nil || rep.Unprotected != 0 || rep.Computed != 1 {
 		t.Fatalf("ComputeParity = %+v, %v; want 1 computed", rep, err)

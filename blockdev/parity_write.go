@@ -336,19 +336,41 @@ func orZero(b, zero []byte) []byte {
 
 // computeStripe computes stripe s's parity into par (m blocks) from its
 // data: the blocks in news with their new data, the others read and
-// verified against their current tuples. It returns false, and par means
-// nothing, if one of those does not verify. Caller holds pv.mu.
+// verified against their current tuples. A block that does not verify is
+// rebuilt from the stripe's present parity when the stripe has at most m
+// erasures (its failing blocks, changed or not, and its parity blocks
+// that fail their checksums), and used only if the rebuilt block
+// verifies; so a write into a stripe with a bad block keeps the stripe
+// protected, the bad block's true contents encoded. It returns false, and
+// par means nothing, if some unchanged block can be neither read nor
+// rebuilt. Caller holds pv.mu.
 func (pv *parityVol) computeStripe(s int64, news map[int64][]byte, par []byte) (bool, error) {
 	k, m, bs := pv.l.DataShards(), pv.m, pv.bs
-	buf, nbad, err := pv.loadStripe(s, news)
-	if err != nil || nbad != 0 {
+	buf, nbad, err := pv.loadStripe(s, nil)
+	if err != nil {
 		return false, err
 	}
+	blocks := pv.l.StripeBlocks(make([]int64, 0, k), s)
+	// The unchanged blocks that fail: none, or rebuilt.
+	need := false
+	for pos, b := range blocks {
+		if _, changed := news[b]; pv.badPos[pos] && !changed {
+			need = true
+		}
+	}
+	if need {
+		ok, err := pv.rebuildBad(s, blocks, buf, nbad, news)
+		if err != nil || !ok {
+			return false, err
+		}
+	}
 	shards := make([][]byte, k+m)
-	for pos := range k {
+	for pos, b := range blocks {
 		shards[pos] = buf[pos*bs : (pos+1)*bs]
-		if b, ok := pv.l.Block(s, pos); ok {
-			if nd, ok := news[b]; ok && nd != nil {
+		if nd, ok := news[b]; ok && b >= 0 {
+			if nd == nil {
+				clear(shards[pos])
+			} else {
 				shards[pos] = nd
 			}
 		}
@@ -360,6 +382,68 @@ func (pv *parityVol) computeStripe(s int64, news map[int64][]byte, par []byte) (
 		return false, err
 	}
 	return true, nil
+}
+
+// rebuildBad rebuilds, in buf (loadStripe's), the failing data blocks of
+// stripe s (pv.badPos, nbad of them) from the stripe's parity, and
+// verifies each that news does not change against its current tuple. It
+// returns false if the stripe has no parity recorded, more than m
+// erasures, or a rebuilt block that does not verify. Caller holds pv.mu.
+func (pv *parityVol) rebuildBad(s int64, blocks []int64, buf []byte, nbad int, news map[int64][]byte) (bool, error) {
+	k, m, bs := pv.l.DataShards(), pv.m, pv.bs
+	sums, ok, err := pv.sums(s)
+	if err != nil || !ok || nbad > m {
+		return false, err
+	}
+	par := device.AlignedBuffer(m * bs)
+	errs := make([]error, m)
+	pbad, err := pv.file.Read(s, par, sums, errs)
+	if err != nil || nbad+pbad > m {
+		return false, err
+	}
+	shards := make([][]byte, k+m)
+	erased := make([]bool, k+m)
+	for pos := range k {
+		shards[pos] = buf[pos*bs : (pos+1)*bs]
+		erased[pos] = pv.badPos[pos]
+	}
+	for j := range m {
+		if errs[j] == nil {
+			shards[k+j] = par[j*bs : (j+1)*bs]
+		} else {
+			erased[k+j] = true // not wanted: nil
+		}
+	}
+	if err := pv.codec.Rebuild(shards, erased); err != nil {
+		return false, nil
+	}
+	for pos, b := range blocks {
+		if _, changed := news[b]; !pv.badPos[pos] || changed || b < 0 {
+			continue
+		}
+		ok, err := pv.verifyData(b, buf[pos*bs:(pos+1)*bs])
+		if err != nil || !ok {
+			return false, err
+		}
+	}
+	return true, nil
+}
+
+// verifyData reports whether d verifies as block b's data against its
+// current tuple (zeros for an unwritten block). Caller holds pv.mu.
+func (pv *parityVol) verifyData(b int64, d []byte) (bool, error) {
+	v := pv.v
+	var tuple [16]byte
+	var sums [1]uint32
+	var sp []uint32
+	if v.sums {
+		sp = sums[:]
+	}
+	written := store.NewBitmap(1)
+	if err := pv.tuplesOf(b, 1, tuple[:v.ts], sp, written); err != nil {
+		return false, err
+	}
+	return v.ok(d, tuple[:v.ts], v.params(b), written.Has(0), sums[0]), nil
 }
 
 // loadStripe reads the data blocks of stripe s into the volume's stripe
