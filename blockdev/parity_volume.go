@@ -24,7 +24,8 @@ import (
 // recorded have parity; a stripe is recorded by ComputeParity (AddParity)
 // and kept up to date by every write (parity_write.go); a write that
 // cannot bring a stripe's parity up to date (its old data or parity fails,
-// and the stripe's data cannot be read whole and verified) drops the
+// and the stripe's data cannot be read whole and verified, nor its failing
+// blocks rebuilt from the parity) drops the
 // stripe's checksums, and ComputeParity records it again. The repair stage
 // rebuilds a failing block from its stripe (parity_repair.go), and every
 // rebuilt block is verified against its tuple before it is used.

@@ -26,9 +26,11 @@ import (
 //     for a one-block write); a write that covers the whole stripe encodes
 //     it from the new data alone. Otherwise (an old block or a parity
 //     block fails) the stripe is computed whole from the new data and
-//     every other block of it, read and verified; if one of those fails
-//     too, the stripe's checksums are dropped: its parity is not updated,
-//     never used, and ComputeParity records it again;
+//     every other block of it, read and verified, a failing one rebuilt
+//     from the parity when the stripe has at most m erasures (and used
+//     only if it verifies: computeStripe); otherwise the stripe's
+//     checksums are dropped: its parity is not updated, never used, and
+//     ComputeParity records it again;
 //  3. the data is written to the device;
 //  4. finish: the new parity is written to the parity file, its checksums
 //     set in the cached pages, still under pv.mu.
