@@ -455,3 +455,48 @@ func runParityStatus(ctx context.Context, o parityOptions, check bool, stdout io
 	}
 	return code.err()
 }
+
+// repairParity ends difctl repair of an image with parity: every parity
+// block is checked and each damaged one rewritten from its stripe's data
+// (parity check --repair), and the exit codes of the scrub and the check
+// are combined. Nothing is done after a scrub that failed as a whole, for
+// an image with its own PI, or when the store cannot be opened here (a
+// server holds it: parity check --repair through that server's control
+// socket is not offered).
+func repairParity(ctx context.Context, o scrubOptions, scrubErr error, stdout io.Writer) error {
+	code := classify(scrubErr, true)
+	if code&^(exitCorrected|exitUncorrected) != 0 || o.SelfContained || o.served != nil {
+		return scrubErr
+	}
+	url := storeURL(o.Image, o.Store)
+	st, err := openStoreTuples(o.Image, url, storeRead, nil)
+	if err != nil {
+		return scrubErr
+	}
+	_, has, err := st.t.Parity()
+	st.Close()
+	if err != nil || !has {
+		return scrubErr
+	}
+	perr := runParityStatus(ctx, parityOptions{globalOptions: o.globalOptions, Image: o.Image, Store: o.Store, Repair: true}, true, stdout)
+	pcode := classify(perr, true)
+	switch {
+	case pcode&^(exitCorrected|exitUncorrected) != 0:
+		return perr
+	case code|pcode == exitOK:
+		return nil
+	case scrubErr != nil:
+		return &exitError{code: code | pcode, err: cause(scrubErr)}
+	}
+	return &exitError{code: code | pcode, err: cause(perr)}
+}
+
+// cause is what main prints of err: nothing for an *exitError already
+// reported, else err.
+func cause(err error) error {
+	var ee *exitError
+	if errors.As(err, &ee) {
+		return ee.err
+	}
+	return err
+}
