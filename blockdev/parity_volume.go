@@ -109,6 +109,9 @@ type parityVol struct {
 
 	stripeBuf []byte // a stripe's data blocks (loadStripe); under mu
 	badPos    []bool // loadStripe's failing positions; under mu
+	// untrusted are the stripes under a parity intent on a read-only
+	// volume, which cannot recompute them: never used. Set at open.
+	untrusted map[int64]bool
 }
 
 // maxCleanPages bounds the checksum pages kept in memory with no change
@@ -179,14 +182,9 @@ func (v *Volume) openParity(ctx context.Context) error {
 			v.par, v.stg.par = nil, nil
 			return fmt.Errorf("blockdev: open volume %q: %w", v.opts.Name, err)
 		}
-		pv.mu.Lock()
-		defer pv.mu.Unlock()
+		pv.untrusted = make(map[int64]bool, len(dirty))
 		for _, s := range dirty {
-			if s < pv.l.Stripes() {
-				if pg, err := pv.page(s); err == nil {
-					pg.Unset(s)
-				}
-			}
+			pv.untrusted[s] = true
 		}
 		return nil
 	}
@@ -272,7 +270,7 @@ func (pv *parityVol) sums(s int64) ([]uint32, bool, error) {
 		return nil, false, err
 	}
 	sums, ok := pg.Stripe(s)
-	if !ok {
+	if !ok || pv.untrusted[s] {
 		return nil, false, nil
 	}
 	return append([]uint32(nil), sums...), true, nil
@@ -467,6 +465,13 @@ func (v *Volume) Parity() (ParityStatus, bool, error) {
 			return st, true, err
 		}
 		st.Recorded += int64(pg.Recorded())
+	}
+	for u := range pv.untrusted {
+		if pg, err := pv.page(u); err == nil && u < pv.l.Stripes() {
+			if _, ok := pg.Stripe(u); ok {
+				st.Recorded--
+			}
+		}
 	}
 	return st, true, nil
 }

@@ -108,6 +108,9 @@ func (pv *parityVol) sumsNoCopy(s int64) ([]uint32, bool, error) {
 		return nil, false, err
 	}
 	sums, ok := pg.Stripe(s)
+	if pv.untrusted[s] {
+		return nil, false, nil
+	}
 	return sums, ok, nil
 }
 
@@ -670,6 +673,9 @@ func (v *Volume) ComputeParity(ctx context.Context, progress ParityProgress) (Pa
 	}
 	if v.opts.ReadOnly {
 		return rep, fmt.Errorf("blockdev: compute parity: %w", device.ErrReadOnly)
+	}
+	if err := v.keyedWritable("compute parity"); err != nil {
+		return rep, err
 	}
 	l := pv.l
 	k, m, bs := l.DataShards(), pv.m, pv.bs
