@@ -74,7 +74,10 @@ func (pv *parityVol) begin(x *store.Txn, changes []pchange) (*parityUpdate, erro
 			s, _ := pv.l.Locate(b)
 			rec, ok := seen[s]
 			if !ok {
-				_, rec, _ = pv.sumsNoCopy(s)
+				var err error
+				if _, rec, err = pv.sumsNoCopy(s); err != nil {
+					return nil, err
+				}
 				seen[s] = rec
 				if rec {
 					pu.stripes = append(pu.stripes, s)
@@ -547,9 +550,9 @@ func (pv *parityVol) finish(pu *parityUpdate) error {
 	return nil
 }
 
-// writeParity runs the parity steps of a write around write, which puts
-// the data on the device: prepare, write, finish, under pv.mu. x must
-// have been committed (synced) with begin's parity intents. pu may be nil
+// around runs the parity steps of a write around write, which puts
+// the data on the device: prepare, write, finish, under pv.mu. begin's
+// parity intents must be durable (committed, synced) first. pu may be nil
 // (no recorded stripe touched).
 func (pv *parityVol) around(pu *parityUpdate, write func() error) error {
 	if pu == nil {
