@@ -18,7 +18,7 @@ import (
 	"github.com/difctl/difctl/store/pebble"
 )
 
-// The crash test of parity. A volume with 4+2 parity (its data and its
+// The crash test of parity. A volume with 4+2 parity (unkeyed and keyed; its data and its
 // parity file on two faultdev devices, a Pebble store on a crashable
 // in-memory file system) runs a fixed session: the parity added and
 // computed, writes, discards and syncs, a rotted data block read (and
@@ -58,14 +58,15 @@ type parityCrash struct {
 	// versions are the contents each block may hold after a crash besides
 	// synced (writes since the last sync).
 	versions map[int][][]byte
+	key      *Key // a keyed volume's
 }
 
 var parityCrashSpec = ParitySpec{Data: 4, Parity: 2, Depth: 2, Path: "p"}
 
-func newParityCrash(t *testing.T, format string, sector int, crashAt int64) *parityCrash {
+func newParityCrash(t *testing.T, format string, sector int, key *Key, crashAt int64) *parityCrash {
 	f := dif.MustFormat(format)
 	bs := f.BlockSize()
-	e := &parityCrash{t: t, bs: bs, blocks: 32, crashAt: crashAt, versions: map[int][][]byte{}}
+	e := &parityCrash{t: t, bs: bs, blocks: 32, crashAt: crashAt, versions: map[int][][]byte{}, key: key}
 	size := int64(e.blocks * bs)
 	l, err := ParityLayout(parityCrashSpec, bs, int64(e.blocks))
 	if err != nil {
@@ -89,7 +90,7 @@ func newParityCrash(t *testing.T, format string, sector int, crashAt int64) *par
 		t.Fatal(err)
 	}
 	e.kv = &countingKV{KV: kv}
-	opts := CreateOptions{Format: f, Options: Options{StagingBytes: 8 * bs, Rereads: -1}}
+	opts := CreateOptions{Format: f, Options: Options{StagingBytes: 8 * bs, Rereads: -1, Key: key}}
 	if e.v, err = Create(context.Background(), e.fds[0], e.kv, opts); err != nil {
 		t.Fatal(err)
 	}
@@ -236,7 +237,7 @@ func (e *parityCrash) verify() {
 	}
 	defer kv.Close()
 	opener := func(string) (device.Device, error) { return keepOpen{fds[1]}, nil }
-	v, err := Open(context.Background(), fds[0], kv, Options{StagingBytes: 8 * e.bs, Rereads: -1, OpenParity: opener})
+	v, err := Open(context.Background(), fds[0], kv, Options{StagingBytes: 8 * e.bs, Rereads: -1, OpenParity: opener, Key: e.key})
 	if err != nil {
 		t.Fatalf("open after the crash: %v", err)
 	}
@@ -326,12 +327,17 @@ func (e *parityCrash) verify() {
 
 func TestParityCrash(t *testing.T) {
 	cfgs := []struct {
-		format string
-		sector int
-	}{{"512+8", 512}, {"4096+8", 4096}}
+		name, format string
+		sector       int
+		keyed        bool
+	}{{"512+8", "512+8", 512, false}, {"4096+8", "4096+8", 4096, false}, {"4096+8/keyed", "4096+8", 4096, true}}
 	for _, cfg := range cfgs {
-		t.Run(cfg.format, func(t *testing.T) {
-			e := newParityCrash(t, cfg.format, cfg.sector, -1)
+		t.Run(cfg.name, func(t *testing.T) {
+			var key *Key
+			if cfg.keyed {
+				key = testKey(t, 7)
+			}
+			e := newParityCrash(t, cfg.format, cfg.sector, key, -1)
 			if e.run() {
 				t.Fatal("crashed without a crash point")
 			}
@@ -346,7 +352,7 @@ func TestParityCrash(t *testing.T) {
 			}
 			for k := int64(0); k < total; k += step {
 				t.Run(fmt.Sprintf("crash=%d", k), func(t *testing.T) {
-					e := newParityCrash(t, cfg.format, cfg.sector, k)
+					e := newParityCrash(t, cfg.format, cfg.sector, key, k)
 					if !e.run() {
 						t.Fatalf("crash point %d of %d not reached", k, total)
 					}
