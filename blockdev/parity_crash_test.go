@@ -18,9 +18,9 @@ import (
 	"github.com/difctl/difctl/store/pebble"
 )
 
-// The crash test of parity. A volume with 4+2 parity (unkeyed and keyed; its data and its
-// parity file on two faultdev devices, a Pebble store on a crashable
-// in-memory file system) runs a fixed session: the parity added and
+// The crash test of parity. A volume with 4+2 parity (unkeyed and keyed;
+// its data and its parity file on two faultdev devices, a Pebble store on
+// a crashable in-memory file system) runs a fixed session: the parity added and
 // computed, writes, discards and syncs, a rotted data block read (and
 // repaired from the parity), a rotted parity block rewritten by
 // ScrubParity. Every state-changing step of the two devices and of the
