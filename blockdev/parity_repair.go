@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/difctl/difctl/blockdev/device"
+	"github.com/difctl/difctl/blockdev/internal/check"
 	"github.com/difctl/difctl/blockdev/parity"
 )
 
@@ -49,7 +50,8 @@ func (v *Volume) parityRepairCopy(i int, lba int64, sc *scratch, rs *repairScrat
 // recorded and has at most m erasures, counting lba itself. With fix, the
 // stripe's damaged parity blocks are rewritten (and the parity file
 // synced) with their rebuilt contents where those match their recorded
-// checksums. The error is a failure of the store or a fatal device error.
+// checksums (a write of them that fails leaves them damaged). The error
+// is a failure of the store or a fatal device error.
 func (pv *parityVol) rebuildBlock(lba int64, dst []byte, fix bool) (bool, error) {
 	pv.mu.Lock()
 	defer pv.mu.Unlock()
@@ -84,7 +86,8 @@ func (pv *parityVol) rebuildBlock(lba int64, dst []byte, fix bool) (bool, error)
 		}
 		shards[pos] = buf[pos*bs : (pos+1)*bs]
 		if pv.badPos[pos] {
-			erased[pos] = true
+			// Lost, and not wanted: only the target is rebuilt.
+			shards[pos], erased[pos] = nil, true
 			n++
 		}
 	}
@@ -103,7 +106,9 @@ func (pv *parityVol) rebuildBlock(lba int64, dst []byte, fix bool) (bool, error)
 		return false, nil
 	}
 	if fix && nbad > 0 {
-		if err := pv.rewriteParity(s, par, sums, errs); err != nil {
+		// A parity block that cannot be rewritten stays damaged, found
+		// again next time; the rebuilt block is good all the same.
+		if err := pv.rewriteParity(s, par, sums, errs); err != nil && check.Fatal(err) {
 			return true, err
 		}
 	}
