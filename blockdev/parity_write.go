@@ -711,7 +711,7 @@ func (v *Volume) ComputeParity(ctx context.Context, progress ParityProgress) (Pa
 			defer v.stg.flushMu.Unlock()
 			pv.mu.Lock()
 			todo := make([]bool, n)
-			any := false
+			anyTodo := false
 			for i := range n {
 				_, rec, err := pv.sumsNoCopy(s0 + int64(i))
 				if err != nil {
@@ -719,13 +719,13 @@ func (v *Volume) ComputeParity(ctx context.Context, progress ParityProgress) (Pa
 					return err
 				}
 				todo[i] = !rec
-				any = any || !rec
+				anyTodo = anyTodo || !rec
 				if rec {
 					rep.Recorded++
 				}
 			}
 			pv.mu.Unlock()
-			if !any {
+			if !anyTodo {
 				return nil
 			}
 			x := v.tup.NewTxn()
