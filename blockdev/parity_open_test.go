@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/difctl/difctl/blockdev/device"
+	"github.com/difctl/difctl/blockdev/faultdev"
 	"github.com/difctl/difctl/blockdev/internal/blocktest"
 	"github.com/difctl/difctl/blockdev/parity"
 	"github.com/difctl/difctl/dif"
@@ -310,4 +311,50 @@ func TestParityIntentReadOnly(t *testing.T) {
 	// erasures at most it was rebuilt from the parity and encoded again.
 	tv.check()
 	wantParity(t, tv.v, pm, tv.model, nil)
+}
+
+// TestParityDeviceFails: a parity file whose writes or syncs fail costs
+// the parity of the stripes written, not the volume: writes and syncs
+// succeed, the stripes' checksums are dropped (never used), the failure
+// is reported, and ComputeParity brings them back once the file works.
+func TestParityDeviceFails(t *testing.T) {
+	for _, kind := range []faultdev.Kind{faultdev.FailWrite, faultdev.FailSync} {
+		t.Run("fault="+kind.String(), func(t *testing.T) {
+			const blocks = 64
+			tv := newTestVol(t, "512+8", blocks, CreateOptions{})
+			bs := tv.v.BlockSize()
+			spec := ParitySpec{Data: 4, Parity: 2, Depth: parity.Consecutive, Path: "p"}
+			size, _ := tv.v.ParityFileSize(spec)
+			pm, _ := device.NewMem(size, 512)
+			fd, err := faultdev.New(pm, faultdev.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			spec.Dev = fd
+			if err := tv.v.AddParity(spec); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := tv.v.ComputeParity(context.Background(), nil); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := fd.Inject(faultdev.Fault{Kind: kind}); err != nil {
+				t.Fatal(err)
+			}
+			tv.write(blocktest.Pattern(2*bs, 5), 9*int64(bs)) // stripe 2
+			if err := tv.v.Sync(); err != nil {
+				t.Fatalf("Sync with the parity file failing: %v", err)
+			}
+			st, _, err := tv.v.Parity()
+			if err != nil || st.Dropped == 0 || st.IOErr == nil || st.Recorded != st.Stripes-st.Dropped {
+				t.Fatalf("Parity() = %+v, %v; want stripe 2 dropped and the failure reported", st, err)
+			}
+			tv.check()
+			fd.ClearFaults()
+			rep, err := tv.v.ComputeParity(context.Background(), nil)
+			if err != nil || rep.Computed != st.Dropped {
+				t.Fatalf("ComputeParity = %+v, %v", rep, err)
+			}
+			wantParity(t, tv.v, fd, tv.model, nil)
+		})
+	}
 }

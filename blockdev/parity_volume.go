@@ -106,6 +106,7 @@ type parityVol struct {
 	writeBad   atomic.Bool               // parity writes not yet synced; under flushMu
 
 	rebuilt, dropped, parityFixed atomic.Int64
+	ioErr                         atomic.Pointer[error] // the last parity I/O failure (ioFailed)
 
 	stripeBuf []byte // a stripe's data blocks (loadStripe); under mu
 	badPos    []bool // loadStripe's failing positions; under mu
@@ -301,18 +302,41 @@ func (pv *parityVol) hasPending() bool {
 	return len(pv.dirtyPages) > 0 || len(pv.marked) > 0
 }
 
-// sync syncs the parity file if it was written since the last sync.
-// Caller holds flushMu.
+// sync syncs the parity file if it was written since the last sync. A
+// sync that fails drops the checksums of every stripe under a parity
+// intent (their parity may not be durable: it is never used, and
+// ComputeParity computes it again) and is recorded (ParityStatus.IOErr):
+// a failing parity file costs the parity, not the volume. Only a fatal
+// error (the file closed, a crash) is returned. Caller holds flushMu.
 func (pv *parityVol) sync() error {
 	if !pv.writeBad.Load() {
 		return nil
 	}
 	if err := pv.dev.Sync(); err != nil {
-		return fmt.Errorf("blockdev: sync of the parity file %s: %w", pv.cfg.Path, err)
+		err = fmt.Errorf("blockdev: sync of the parity file %s: %w", pv.cfg.Path, err)
+		if check.Fatal(err) {
+			return err
+		}
+		pv.ioFailed(err)
+		pv.mu.Lock()
+		defer pv.mu.Unlock()
+		for s := range pv.marked {
+			if s >= pv.l.Stripes() {
+				continue
+			}
+			if err := pv.setSums(s, nil); err != nil {
+				return err
+			}
+			pv.dropped.Add(1)
+		}
 	}
 	pv.writeBad.Store(false)
 	return nil
 }
+
+// ioFailed records a failure of the parity file's I/O that cost the
+// parity of some stripes (their checksums dropped), not the volume.
+func (pv *parityVol) ioFailed(err error) { pv.ioErr.Store(&err) }
 
 // fold stages in x, after the fold's tuples, the changed checksum pages
 // and the deletion of every parity intent: the data and the parity file
@@ -431,9 +455,12 @@ type ParityStatus struct {
 	// (checksums recorded), the others are not protected.
 	Stripes, Recorded int64
 	// Rebuilt counts the blocks rebuilt from parity since Open (data
-	// blocks served or repaired, parity blocks rewritten); Dropped the
-	// stripes whose parity a write could not update.
+	// blocks served or repaired), ParityRewritten the parity blocks
+	// rewritten; Dropped the stripes whose parity a write could not
+	// update (a bad block, or the parity file's I/O failed: IOErr, the
+	// last such failure since Open).
 	Rebuilt, ParityRewritten, Dropped int64
+	IOErr                             error
 }
 
 // Parity returns the state of the volume's parity, and false if it has
@@ -457,6 +484,9 @@ func (v *Volume) Parity() (ParityStatus, bool, error) {
 	}
 	st := ParityStatus{Config: pv.cfg, Layout: pv.l, Online: true, Stripes: pv.l.Stripes(),
 		Rebuilt: pv.rebuilt.Load(), ParityRewritten: pv.parityFixed.Load(), Dropped: pv.dropped.Load()}
+	if e := pv.ioErr.Load(); e != nil {
+		st.IOErr = *e
+	}
 	pv.mu.Lock()
 	defer pv.mu.Unlock()
 	for p := range pv.l.SumPages() {

@@ -534,7 +534,21 @@ func (pv *parityVol) finish(pu *parityUpdate) error {
 		// pu.buf holds the stripes' parity in order: the run is adjacent.
 		run := pu.buf[i*m*bs : j*m*bs]
 		if _, err := pv.dev.WriteAt(run, pv.l.ParityOffset(st[i], 0)); err != nil {
-			return fmt.Errorf("blockdev: writing the parity of stripes [%d, %d]: %w", st[i], st[j-1], err)
+			err = fmt.Errorf("blockdev: writing the parity of stripes [%d, %d]: %w", st[i], st[j-1], err)
+			if check.Fatal(err) {
+				return err
+			}
+			// The parity file failed: the run's parity is dropped, the
+			// write goes on (sync).
+			pv.ioFailed(err)
+			for _, s := range st[i:j] {
+				pv.dropped.Add(1)
+				if err := pv.setSums(s, nil); err != nil {
+					return err
+				}
+			}
+			i = j
+			continue
 		}
 		for q, s := range st[i:j] {
 			p := run[q*m*bs : (q+1)*m*bs]
@@ -604,6 +618,10 @@ func (v *Volume) recoverParity(ctx context.Context) error {
 			pv.writeBad.Store(true)
 			if err = pv.file.Write(s, par, sums); err == nil {
 				err = pv.setSums(s, sums)
+			} else if !check.Fatal(err) {
+				pv.ioFailed(err)
+				pv.dropped.Add(1)
+				err = pv.setSums(s, nil)
 			}
 		} else if err == nil {
 			pv.dropped.Add(1)
@@ -772,7 +790,13 @@ func (v *Volume) ComputeParity(ctx context.Context, progress ParityProgress) (Pa
 				}
 				pv.writeBad.Store(true)
 				if err := pv.file.Write(s, p, sums); err != nil {
-					return v.fail(err)
+					if check.Fatal(err) {
+						return v.fail(err)
+					}
+					// The parity file failed: this stripe stays without
+					// parity, and the computation stops.
+					pv.ioFailed(err)
+					return fmt.Errorf("blockdev: compute parity: %w", err)
 				}
 				if err := pv.setSums(s, sums); err != nil {
 					return v.fail(err)
