@@ -8,6 +8,7 @@ import (
 	"slices"
 
 	"github.com/difctl/difctl/blockdev/internal/check"
+	"github.com/difctl/difctl/blockdev/parity"
 	"github.com/difctl/difctl/dif"
 	"github.com/difctl/difctl/store"
 )
@@ -58,6 +59,55 @@ type Overview struct {
 	// Scrub is the cursor of the scrub asked for, nil if it never saved
 	// one (or its cursor does not read).
 	Scrub *store.ScrubCursor
+	// Parity is the volume's parity as the store records it, nil without.
+	Parity *ParityOverview
+}
+
+// ParityOverview is the health of a volume's stripes as the store records
+// it: which have parity (their checksums recorded), which do not
+// (unprotected: never computed, or dropped by a write that could not
+// update them), and which are under a parity intent (a session that
+// crashed: the next writable open computes them again).
+type ParityOverview struct {
+	Config                      store.ParityConfig
+	Stripes, Recorded, Dirty    int64
+	BurstTolerance, ParityBytes int64 // m·D blocks; the parity file's parity blocks
+}
+
+// inspectParity returns the parity overview of t, nil without parity.
+func inspectParity(ctx context.Context, t *store.Tuples) (*ParityOverview, error) {
+	cfg, ok, err := t.Parity()
+	if err != nil || !ok {
+		return nil, err
+	}
+	m := t.Manifest()
+	l, err := parity.NewLayout(parity.Options{Data: cfg.Data, Parity: cfg.Parity, BlockSize: m.BlockSize, Blocks: t.Blocks(), Depth: cfg.Depth})
+	if err != nil {
+		return nil, &store.CorruptError{Volume: t.Volume(), Record: "parity", Reason: err.Error()}
+	}
+	o := &ParityOverview{Config: cfg, Stripes: l.Stripes(), BurstTolerance: l.BurstTolerance(), ParityBytes: l.ParitySize()}
+	for p := range l.SumPages() {
+		if ctx.Err() != nil {
+			return nil, context.Cause(ctx)
+		}
+		rec, err := t.ParitySums(p)
+		if errors.Is(err, store.ErrNotFound) {
+			continue
+		} else if err != nil {
+			return nil, err
+		}
+		pg := l.NewSumPage(p)
+		if err := pg.Decode(rec); err != nil {
+			return nil, err
+		}
+		o.Recorded += int64(pg.Recorded())
+	}
+	dirty, err := t.ParityDirty()
+	if err != nil {
+		return nil, err
+	}
+	o.Dirty = int64(len(dirty))
+	return o, nil
 }
 
 // Inspect returns the overview of the volume t: its coverage, counted one
@@ -93,6 +143,9 @@ func Inspect(ctx context.Context, t *store.Tuples, scrub string) (*Overview, err
 	}
 	if o.Mirrors, err = t.Mirrors(); err != nil {
 		return nil, &InspectError{Op: "mirrors", Err: err}
+	}
+	if o.Parity, err = inspectParity(ctx, t); err != nil {
+		return nil, &InspectError{Op: "parity", Err: err}
 	}
 	if c, err := t.ScrubCursor(scrub); err == nil {
 		o.Scrub = &c

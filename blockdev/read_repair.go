@@ -194,9 +194,9 @@ func (v *Volume) checkRepairMode(opt CheckOptions) (repairMode, error) {
 }
 
 // hasCopies reports whether the volume has copies of its data to repair
-// from: mirror legs, or repair sources (its own, and extra).
+// from: mirror legs, repair sources (its own, and extra), or parity.
 func (v *Volume) hasCopies(extra []RepairSource) bool {
-	return v.mirror != nil || len(v.opts.RepairSources)+len(extra) > 0
+	return v.mirror != nil || len(v.opts.RepairSources)+len(extra) > 0 || v.par != nil
 }
 
 // checkSources refuses repair sources whose size (if they tell it) is not
@@ -277,7 +277,10 @@ func (v *Volume) repairBlock(i int, lba int64, dst []byte, sc *scratch, probs []
 	if err := sc.req.ctx.Err(); err != nil {
 		return err
 	}
-	good, source, bad := v.findCopy(i, lba, sc)
+	good, source, bad, err := v.findCopy(i, lba, sc)
+	if err != nil {
+		return err
+	}
 	if len(bad) == 0 {
 		// Repaired by another request since this one read it.
 		copy(dst, good)
@@ -336,13 +339,15 @@ func (v *Volume) repairBlock(i int, lba int64, dst []byte, sc *scratch, probs []
 }
 
 // findCopy reads block i (lba) of the run in sc from every leg, then, if
-// no leg's copy verifies, from the repair sources in turn, and returns the
-// first copy that verifies (nil if none does) with the name of its source
-// (with none, the names of the sources tried), and the legs whose copy
-// failed (in sc.repair, valid until the next repair). A read reads the
-// legs around the cache; a check reads through it (the copy it takes is
-// verified all the same, and a check has many blocks to repair).
-func (v *Volume) findCopy(i int, lba int64, sc *scratch) (good []byte, source string, bad []repairLeg) {
+// no leg's copy verifies, from the repair sources in turn, then rebuilds
+// it from the parity (parity_repair.go), and returns the first copy that
+// verifies (nil if none does) with the name of its source (with none, the
+// names of the sources tried), and the legs whose copy failed (in
+// sc.repair, valid until the next repair). A read reads the legs around
+// the cache; a check reads through it (the copy it takes is verified all
+// the same, and a check has many blocks to repair). The error is a
+// failure of the store or of the parity's device.
+func (v *Volume) findCopy(i int, lba int64, sc *scratch) (good []byte, source string, bad []repairLeg, err error) {
 	rs := sc.repair
 	off := lba * int64(v.bs)
 	uncached := sc.rbatch == nil && sc.req.repair != repairProbe
@@ -359,14 +364,14 @@ func (v *Volume) findCopy(i int, lba int64, sc *scratch) (good []byte, source st
 		rs.bad = append(rs.bad, l)
 	}
 	if good != nil || len(rs.bad) == 0 {
-		return good, source, rs.bad
+		return good, source, rs.bad, nil
 	}
 	rs.tried.Reset()
 	for _, srcs := range [2][]RepairSource{v.opts.RepairSources, sc.req.sources} {
 		for _, s := range srcs {
 			if readSource(s, rs.cand, off) == nil && v.verifies(rs.cand, i, lba, sc) {
 				copy(rs.good, rs.cand)
-				return rs.good, s.String(), rs.bad
+				return rs.good, s.String(), rs.bad, nil
 			}
 			if rs.tried.Len() > 0 {
 				rs.tried.WriteString(", ")
@@ -376,11 +381,21 @@ func (v *Volume) findCopy(i int, lba int64, sc *scratch) (good []byte, source st
 			}
 		}
 	}
+	if v.par != nil {
+		ok, err := v.parityRepairCopy(i, lba, sc, rs, &rs.tried)
+		if err != nil {
+			return nil, "", rs.bad, err
+		}
+		if ok {
+			copy(rs.good, rs.cand)
+			return rs.good, ParitySource, rs.bad, nil
+		}
+	}
 	names := rs.tried.String()
 	if len(names) > maxSourceNames {
 		names = names[:maxSourceNames] + "..."
 	}
-	return nil, names, rs.bad
+	return nil, names, rs.bad, nil
 }
 
 // repairBatch is what the repairs of a check (CheckRun, Repair) leave to

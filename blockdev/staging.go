@@ -86,6 +86,8 @@ type staging struct {
 	// syncFold makes the last commit of a fold synced (a witness: the
 	// seal must be durable before the witness records it).
 	syncFold bool
+	// par is the volume's parity in use (parity_write.go), nil without.
+	par *parityVol
 }
 
 func newStaging(dev device.Device, tup *store.Tuples, c *blockCheck, opts *Options, fails *failure, st *volStats) *staging {
@@ -371,29 +373,45 @@ func (s *staging) writeBatch(b *batch) error {
 			}
 		}
 	}
-	if err := x.Commit(true); err != nil {
-		return err
-	}
-	for _, e := range b.ents {
-		if _, err := s.dev.WriteAt(b.data[e.slot*s.bs:(e.slot+e.n)*s.bs], e.lba*int64(s.bs)); err != nil {
+	var pu *parityUpdate
+	if s.par != nil {
+		// The parity intents of the stripes the batch touches, in the same
+		// commit (parity_write.go).
+		changes := make([]pchange, len(b.ents))
+		for i, e := range b.ents {
+			changes[i] = pchange{lba: e.lba, n: e.n, data: b.data[e.slot*s.bs : (e.slot+e.n)*s.bs]}
+		}
+		var err error
+		if pu, err = s.par.begin(x, changes); err != nil {
+			x.Abort()
 			return err
 		}
 	}
-	s.ovMu.Lock()
-	for _, e := range b.ents {
-		var sums []uint32
-		if s.sums {
-			sums = b.sums[e.slot : e.slot+e.n]
-		}
-		var tags []store.KeyedTag
-		if s.tagged {
-			tags = b.tags[e.slot : e.slot+e.n]
-		}
-		s.ovInsert(e.lba, e.n, b.tuples[e.slot*s.ts:], sums, tags)
-		s.ovBlocks += int64(e.n)
+	if err := x.Commit(true); err != nil {
+		return err
 	}
-	s.ovMu.Unlock()
-	return nil
+	return s.par.around(pu, func() error {
+		for _, e := range b.ents {
+			if _, err := s.dev.WriteAt(b.data[e.slot*s.bs:(e.slot+e.n)*s.bs], e.lba*int64(s.bs)); err != nil {
+				return err
+			}
+		}
+		s.ovMu.Lock()
+		for _, e := range b.ents {
+			var sums []uint32
+			if s.sums {
+				sums = b.sums[e.slot : e.slot+e.n]
+			}
+			var tags []store.KeyedTag
+			if s.tagged {
+				tags = b.tags[e.slot : e.slot+e.n]
+			}
+			s.ovInsert(e.lba, e.n, b.tuples[e.slot*s.ts:], sums, tags)
+			s.ovBlocks += int64(e.n)
+		}
+		s.ovMu.Unlock()
+		return nil
+	})
 }
 
 // syncLocked flushes the active batch, syncs the device and folds the
@@ -404,6 +422,11 @@ func (s *staging) syncLocked() error {
 	}
 	if err := s.dev.Sync(); err != nil {
 		return s.fails.set(err)
+	}
+	if s.par != nil {
+		if err := s.par.sync(); err != nil {
+			return s.fails.set(err)
+		}
 	}
 	if err := s.foldLocked(); err != nil {
 		return s.fails.set(err)
@@ -422,7 +445,7 @@ const foldTxnBytes = 1 << 20
 // foldLocked commits the overlay's tuples and drops the intents they came
 // from. The data is durable. Caller holds flushMu.
 func (s *staging) foldLocked() error {
-	if len(s.pending) == 0 && len(s.overlay) == 0 {
+	if len(s.pending) == 0 && len(s.overlay) == 0 && (s.par == nil || !s.par.hasPending()) {
 		return nil
 	}
 	// The overlay changes only under flushMu, which we hold: read it
@@ -536,9 +559,16 @@ func (s *staging) foldLocked() error {
 		}
 	}
 	// Committed tuples first, then the intents go: a crash in between
-	// leaves intents whose data matches the committed tuple.
+	// leaves intents whose data matches the committed tuple. The parity's
+	// checksums go with the intents (the parity file is synced).
 	if err := commit(true); err != nil {
 		return err
+	}
+	if s.par != nil {
+		if err := s.par.fold(x); err != nil {
+			x.Abort()
+			return err
+		}
 	}
 	for _, id := range s.pending {
 		if err := x.DropIntent(id); err != nil {
@@ -572,6 +602,9 @@ func (s *staging) foldLocked() error {
 	s.ovMu.Unlock()
 	s.ovBlocks = 0
 	s.pending = s.pending[:0]
+	if s.par != nil {
+		s.par.folded()
+	}
 	return nil
 }
 

@@ -227,6 +227,12 @@ type Options struct {
 	// Default nil: a volume with mirror legs is opened without them (and,
 	// writable, records them all stale).
 	OpenLeg func(name string) (device.Device, error)
+	// OpenParity opens the parity file the store names path (as given to
+	// AddParity) at Open; the volume closes what it returns. A writable
+	// volume whose parity file does not open, or is not its own, fails to
+	// open (*ParityError); a read-only one opens without its parity.
+	// Default nil: a volume with parity opens only read-only.
+	OpenParity func(path string) (device.Device, error)
 	// OnRepair, if not nil, is called after a read (ReadAt, not a check)
 	// repaired a block, with one of its problems (Repair, Source and Leg
 	// set), from the reading goroutine. Default nil.
@@ -314,6 +320,9 @@ type RecoveryStats struct {
 	// Reconciled counts the copies of blocks written to the mirror legs
 	// whose copy differed from the one recovery took (mirror.go).
 	Reconciled int64
+	// ParityStripes counts the stripes under a parity intent whose parity
+	// recovery computed again (or dropped: parity_write.go).
+	ParityStripes int64
 }
 
 // Volume is a protected block device: every write stores protection
@@ -415,6 +424,9 @@ type Volume struct {
 	tags       tagEngine // keyed volume opened with its key (keyed.go)
 	keyedNoKey bool      // keyed volume opened without it
 	witnessed  uint64    // the seal generation the witness holds (witness.go); under flushMu
+
+	par       *parityVol // Reed-Solomon parity in use (parity_volume.go); nil without
+	parityErr error      // why a read-only volume's parity is not in use
 }
 
 // volStats are the counters behind Stats.
@@ -479,7 +491,12 @@ func Open(ctx context.Context, dev device.Device, kv store.KV, opts Options) (*V
 		v.closeLegs()
 		return nil, err
 	}
+	if err := v.openParity(ctx); err != nil {
+		v.closeLegs()
+		return nil, err
+	}
 	if err := v.publishSeal(); err != nil {
+		v.closeParity()
 		v.closeLegs()
 		return nil, err
 	}
@@ -632,6 +649,7 @@ func (v *Volume) Close() error {
 	v.closed = true
 	v.stopWorkers()
 	defer v.closeLegs()
+	defer v.closeParity()
 	if err := v.failed(); err != nil {
 		return err
 	}

@@ -213,6 +213,10 @@ const discardPiece = 1 << 20
 func (v *Volume) discardLocked(lba, n int64) error {
 	bs, ts := v.bs, v.ts
 	piece := min(n, discardPiece)
+	if v.par != nil {
+		// The parity's update reads the old data of a piece at once.
+		piece = min(piece, int64(v.stg.batchCap))
+	}
 	tuples := make([]byte, piece*int64(ts))
 	var sums []uint32
 	if v.sums {
@@ -232,6 +236,7 @@ func (v *Volume) discardLocked(lba, n int64) error {
 			return v.fail(err)
 		}
 		var iid store.IntentID
+		var pu *parityUpdate
 		if cnt > 0 {
 			// The tuples of zero blocks, as the intent.
 			for i := int64(0); i < k; i += int64(zb) {
@@ -255,29 +260,39 @@ func (v *Volume) discardLocked(lba, n int64) error {
 					return v.fail(err)
 				}
 			}
+			if v.par != nil {
+				// Discarded blocks count as zeros in the parity.
+				if pu, err = v.par.begin(x, []pchange{{lba: b, n: int(k)}}); err != nil {
+					x.Abort()
+					return v.fail(err)
+				}
+			}
 			if err := x.Commit(true); err != nil {
 				return v.fail(err)
 			}
 		}
-		if err := v.zeroDevice(b*int64(bs), k*int64(bs)); err != nil {
-			return v.fail(err)
-		}
-		if err := v.dev.Sync(); err != nil {
-			return v.fail(err)
-		}
-		x := v.tup.NewTxn()
-		err = x.Discard(b, k)
-		if err == nil && v.tags != nil {
-			err = x.WriteTags(b, make([]store.KeyedTag, k))
-		}
-		if err == nil && cnt > 0 {
-			err = x.DropIntent(iid)
-		}
+		err = v.par.around(pu, func() error {
+			if err := v.zeroDevice(b*int64(bs), k*int64(bs)); err != nil {
+				return err
+			}
+			if err := v.dev.Sync(); err != nil {
+				return err
+			}
+			x := v.tup.NewTxn()
+			err := x.Discard(b, k)
+			if err == nil && v.tags != nil {
+				err = x.WriteTags(b, make([]store.KeyedTag, k))
+			}
+			if err == nil && cnt > 0 {
+				err = x.DropIntent(iid)
+			}
+			if err != nil {
+				x.Abort()
+				return err
+			}
+			return x.Commit(true)
+		})
 		if err != nil {
-			x.Abort()
-			return v.fail(err)
-		}
-		if err := x.Commit(true); err != nil {
 			return v.fail(err)
 		}
 	}

@@ -13,6 +13,7 @@ import (
 // deleted as a range. Record types and suffixes:
 //
 //	'C' cursor     | scrub name
+//	'D' parity intent | stripe (8, big-endian) (parity.go)
 //	'F' finding    | first LBA (8, big-endian) | field
 //	'G' generation (keyed volumes: keyed.go)
 //	'I' intent     | first LBA (8, big-endian) | sequence (8, big-endian)
@@ -20,9 +21,10 @@ import (
 //	'K' tag page   | page number (8, big-endian) (keyed.go)
 //	'M' manifest
 //	'P' page       | page number (8, big-endian)
+//	'Q' parity checksums | page number (8, big-endian) (parity.go)
 //	'R' empty run  | last page of the run (8, big-endian) (runs.go)
 //	'S' seal (keyed volumes: seal.go)
-//	'X' metadata   | name ("journal", "mirrors")
+//	'X' metadata   | name ("journal", "mirrors", "parity")
 //
 // Big-endian numbers make byte order equal numeric order, so scans are
 // ordered by LBA. A volume's pages are each a 'P' record (and, keyed, a 'K'

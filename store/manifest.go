@@ -27,8 +27,8 @@ import (
 // Up to version 6 the number also said which features a volume has
 // (keyed, sealed, mirror legs). From version 7 on it does not: KeyCheck
 // says whether a volume is keyed (and a keyed volume of version 7 is
-// sealed), and the manifest's "features" list names the others (only
-// "mirror-legs" so far). A program refuses a volume with a feature it
+// sealed), and the manifest's "features" list names the others
+// ("mirror-legs", "parity"). A program refuses a volume with a feature it
 // does not know (ErrUnsupported), so that later features need no new
 // version number.
 const SchemaVersion = RunsSchemaVersion
@@ -83,7 +83,7 @@ const (
 )
 
 // knownFeatures are the features this package reads and keeps.
-var knownFeatures = []string{FeatureMirrorLegs}
+var knownFeatures = []string{FeatureMirrorLegs, FeatureParity}
 
 // oldKeyedSchema is the keyed schema refused since version 4.
 const oldKeyedSchema = 3

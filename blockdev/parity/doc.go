@@ -2,8 +2,11 @@
 // (issue 41): the [Layout] of data blocks into stripes of k data and m
 // parity blocks, the [Codec] that encodes, updates and rebuilds a stripe,
 // the parity [File] that holds the parity blocks on a device, each checked
-// against a [Checksum] kept outside it, and [SumPage], the record in which
-// the store will keep those checksums.
+// against a [Checksum] kept outside it, with a header that names its
+// volume's parity ([File.CheckHeader] refuses another's), and [SumPage],
+// the record in which
+// the store keeps those checksums (the Volume's parity is in package
+// blockdev: parity_volume.go, parity_write.go, parity_repair.go).
 //
 // PI locates damage: a block that fails its tuple is an erasure, a shard
 // whose position is known, so a stripe with m parity blocks rebuilds any m
@@ -14,8 +17,7 @@
 // The package knows nothing of tuples, the store or the Volume, and no
 // rebuilt block is trusted here: the caller (the repair stage of package
 // blockdev) verifies every rebuilt data block against its tuple before it
-// returns or writes it. Integration into the Volume's write path, crash
-// recovery, repair and the CLI is not done yet; see docs/parity.md.
+// returns or writes it; see docs/parity.md.
 //
 // # Why github.com/klauspost/reedsolomon
 //

@@ -8,8 +8,8 @@ import (
 	"github.com/difctl/difctl/store"
 )
 
-// The checksums of the parity blocks live in the store (not yet: the
-// integration is to come), SumPageStripes stripes to a record, the way the
+// The checksums of the parity blocks live in the store (store records 'Q',
+// store/parity.go), SumPageStripes stripes to a record, the way the
 // store keeps tuples in pages. A record, version 1 (integers big-endian):
 //
 //	0   'R' magic

@@ -357,6 +357,7 @@ type manifestRecord struct {
 	OpenByKind map[string]int64 `json:"open_by_kind"`         // open findings by kind
 	Repairs    []repairRecord   `json:"repairs,omitempty"`    // the latest repairs, most recent first (at most 100)
 	Legs       []inspectLeg     `json:"legs,omitempty"`       // mirrored: the copies' states as the store records them, leg 0 first
+	Parity     *inspectParity   `json:"parity,omitempty"`     // Reed-Solomon parity: the stripes' health as the store records it
 	ScrubNext  *int64           `json:"scrub_next,omitempty"` // the scrub cursor, if a scrub ran
 	ScrubPass  *uint64          `json:"scrub_pass,omitempty"` // completed scrub passes
 	ScrubAt    string           `json:"scrub_updated,omitempty"`
@@ -374,6 +375,45 @@ type inspectLeg struct {
 	StaleBlocks int64  `json:"stale_blocks"`   // blocks it may hold stale (resync)
 	StaleAll    bool   `json:"stale_all,omitempty"`
 	StaleSince  string `json:"stale_since,omitempty"`
+}
+
+// inspectParity is an image's parity as the store records it (inspect,
+// parity status).
+type inspectParity struct {
+	K          int    `json:"k"`
+	M          int    `json:"m"`
+	Depth      int64  `json:"depth"`
+	Path       string `json:"path"`         // the parity file
+	ID         string `json:"id"`           // its identity, in its header
+	Added      string `json:"added"`        // RFC 3339
+	Stripes    int64  `json:"stripes"`      //
+	Recorded   int64  `json:"recorded"`     // stripes with parity
+	Unprotect  int64  `json:"unprotected"`  // stripes without (never computed, or dropped by a write): difctl parity add resumes
+	Pending    int64  `json:"pending"`      // stripes under a parity intent (an interrupted session): recomputed at the next writable open
+	Burst      int64  `json:"burst_blocks"` // a run of this many neighbouring bad blocks is rebuildable
+	ParitySize int64  `json:"parity_bytes"` // the parity file's parity blocks
+}
+
+// inspectParityOf is the record of a parity overview.
+func inspectParityOf(p *blockdev.ParityOverview) *inspectParity {
+	if p == nil {
+		return nil
+	}
+	return &inspectParity{K: p.Config.Data, M: p.Config.Parity, Depth: p.Config.Depth, Path: p.Config.Path, ID: p.Config.ID,
+		Added: p.Config.Added.UTC().Format(time.RFC3339), Stripes: p.Stripes, Recorded: p.Recorded, Unprotect: p.Stripes - p.Recorded,
+		Pending: p.Dirty, Burst: p.BurstTolerance, ParitySize: p.ParityBytes}
+}
+
+// parityText is the line of text of an image's parity.
+func parityText(p *inspectParity) string {
+	s := fmt.Sprintf("%d+%d depth %d in %s: %d of %d stripes protected", p.K, p.M, p.Depth, p.Path, p.Recorded, p.Stripes)
+	if p.Unprotect > 0 {
+		s += fmt.Sprintf(", %d unprotected (difctl parity add resumes)", p.Unprotect)
+	}
+	if p.Pending > 0 {
+		s += fmt.Sprintf(", %d pending recovery", p.Pending)
+	}
+	return s + fmt.Sprintf("; heals %d erasures a stripe, bursts of %d blocks", p.M, p.Burst)
 }
 
 // repairRecord is a repaired finding, in inspect's manifest record.
@@ -484,6 +524,7 @@ func manifestRecordOf(image string, st *storeTuples, ov *blockdev.Overview, with
 			rec.Legs = append(rec.Legs, il)
 		}
 	}
+	rec.Parity = inspectParityOf(ov.Parity)
 	for _, f := range ov.Repairs {
 		rec.Repairs = append(rec.Repairs, repairRecord{LBA: f.LBA, Kind: f.Field, Source: f.Source, Leg: f.Leg,
 			Repaired: f.Repaired.UTC().Format(time.RFC3339Nano)})
@@ -545,6 +586,9 @@ func manifestText(w io.Writer, rec *manifestRecord, f dif.Format) error {
 			state = fmt.Sprintf("stale: %d blocks since %s (resync)", l.StaleBlocks, l.StaleSince)
 		}
 		fmt.Fprintf(tw, "leg %d:\t%s: %s\n", l.Leg, name, state)
+	}
+	if rec.Parity != nil {
+		fmt.Fprintf(tw, "parity:\t%s\n", parityText(rec.Parity))
 	}
 	for i, r := range rec.Repairs {
 		if i == maxTextRepairs {

@@ -67,6 +67,7 @@ func newProtectCmd(g *globalOptions) *cobra.Command {
 		reprot  bool
 		dropKey bool
 		mirrors []string
+		par     parityOptions
 	)
 	cmd := &cobra.Command{
 		Use:   "protect IMAGE [flags]",
@@ -103,6 +104,11 @@ with IMAGE's size if there is none) or a block device. Every write then
 reaches each leg, and a failing block is repaired from any leg whose copy
 verifies.
 
+--parity K+M then adds Reed-Solomon parity of K data and M parity blocks
+per stripe and computes it, as difctl parity add does, in --parity-file
+(default IMAGE.difpar): up to M failing blocks of each stripe are rebuilt.
+Interrupted, it continues when run again.
+
 A block device needs --store: the default IMAGE.difdb would sit beside the
 device node, on /dev (devtmpfs), and be lost at the next reboot. Keep it on
 a persistent file system, e.g. --store pebble:/var/lib/difctl/sdb.
@@ -123,10 +129,20 @@ the same image; another image's store is refused.
 			if err := runProtect(cmd.Context(), protectOptions{
 				globalOptions: *g, Image: args[0], Store: store, FormatText: format.text, PI: pf, Rate: rate.n, Checkpoint: int64(ckpt.n),
 				Reprotect: reprot, DropKey: dropKey,
-			}, cmd.OutOrStdout(), cmd.ErrOrStderr()); err != nil || len(mirrors) == 0 {
+			}, cmd.OutOrStdout(), cmd.ErrOrStderr()); err != nil {
 				return err
 			}
-			return runMirrorAdd(cmd.Context(), mirrorOptions{globalOptions: *g, Image: args[0], Store: store, Legs: mirrors}, cmd.OutOrStdout(), cmd.ErrOrStderr())
+			if len(mirrors) > 0 {
+				if err := runMirrorAdd(cmd.Context(), mirrorOptions{globalOptions: *g, Image: args[0], Store: store, Legs: mirrors}, cmd.OutOrStdout(), cmd.ErrOrStderr()); err != nil {
+					return err
+				}
+			}
+			if par.Shape == "" {
+				return nil
+			}
+			p := par
+			p.globalOptions, p.Image, p.Store = *g, args[0], store
+			return runParityAdd(cmd.Context(), p, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
 	f := cmd.Flags()
@@ -139,6 +155,9 @@ the same image; another image's store is refused.
 	addProgressJSONFlag(cmd, g)
 	f.BoolVar(&reprot, "reprotect", false, "delete the image's records in the store (tuples, findings, cursors) and protect the data as it is now, keeping its format, tags and key unless flags change them; only for data known to be good")
 	f.StringArrayVar(&mirrors, "mirror", nil, "add `LEG` (an image file, made if missing, or a block device) as a mirror leg and copy the image to it; repeatable, up to 3")
+	f.StringVar(&par.Shape, "parity", "", "add Reed-Solomon parity of `K+M` (e.g. 16+2) and compute it (see difctl parity add)")
+	f.StringVar(&par.File, "parity-file", "", "with --parity: the parity file or device (default IMAGE.difpar)")
+	f.Int64Var(&par.Depth, "parity-depth", 0, "with --parity: the interleave depth (default 256; 1: none; -1: the whole image)")
 	f.BoolVar(&dropKey, "drop-key", false, "with --reprotect and the volume's key: protect a keyed volume again without a key")
 	return cmd
 }

@@ -36,6 +36,10 @@ open findings.
 A keyed volume is repaired only with its key: without it a copy that
 matches the CRCs but not the keyed tag could not be told apart.
 
+An image with parity (difctl parity) is repaired from it too, after the
+legs and sources; repair then checks every parity block against its
+checksum and rewrites the damaged ones (as parity check --repair does).
+
 ` + exitCodesHelp(exitOK, exitCorrected, exitUncorrected, exitOperational, exitUsage, exitCancelled),
 		Example: `  difctl repair --from /backup/disk.img disk.img
   difctl --json repair --from /dev/sdc --store pebble:/var/lib/difctl/sdb /dev/sdb`,
@@ -43,7 +47,9 @@ matches the CRCs but not the keyed tag could not be told apart.
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o := opts
 			o.globalOptions, o.Repair, o.Restart, o.Control = *g, true, true, control
-			return runScrubCmd(cmd, o, args[0], &img, pf, rate.n)
+			err := runScrubCmd(cmd, o, args[0], &img, pf, rate.n)
+			o.Image, o.Store = args[0], img.store
+			return repairParity(cmd.Context(), o, err, cmd.OutOrStdout())
 		},
 	}
 	img.register(cmd, true, " for the tuples and the findings")

@@ -79,6 +79,7 @@ errors, like grep -q: no progress and no text results, only the exit status
 		newRepairCmd(g),
 		newMirrorCmd(g),
 		newResyncCmd(g),
+		newParityCmd(g),
 		newInspectCmd(g),
 		newDiscardCmd(g),
 		newWriteCmd(g, stdin),

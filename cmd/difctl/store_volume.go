@@ -117,6 +117,9 @@ func openVolumeWith(ctx context.Context, image, url string, mode storeMode, opts
 	if opts.OpenLeg == nil {
 		opts.OpenLeg = func(name string) (device.Device, error) { return openCopy(ctx, name, readOnly) }
 	}
+	if opts.OpenParity == nil {
+		opts.OpenParity = func(path string) (device.Device, error) { return openCopy(ctx, path, readOnly) }
+	}
 	v.vol, err = blockdev.Open(ctx, v.dev, kv, opts)
 	if err != nil {
 		return nil, volumeError(image, url, err)
