@@ -456,16 +456,17 @@ func runParityStatus(ctx context.Context, o parityOptions, check bool, stdout io
 	return code.err()
 }
 
-// repairParity ends difctl repair of an image with parity: every parity
-// block is checked and each damaged one rewritten from its stripe's data
-// (parity check --repair), and the exit codes of the scrub and the check
-// are combined. Nothing is done after a scrub that failed as a whole, for
-// an image with its own PI, or when the store cannot be opened here (a
-// server holds it: parity check --repair through that server's control
-// socket is not offered).
-func repairParity(ctx context.Context, o scrubOptions, scrubErr error, stdout io.Writer) error {
+// checkParity ends a scrub (and difctl repair, a scrub with --repair) of
+// an image with parity: every parity block is checked against its
+// checksum (parity check), and with o.Repair each damaged one is rewritten
+// from its stripe's data (parity check --repair); the exit codes of the
+// scrub and the check are combined. Nothing is done after an errors-only
+// scrub, a scrub that failed as a whole, for an image with its own PI, or
+// when the store cannot be opened here (a server holds it: parity check
+// through that server's control socket is not offered).
+func checkParity(ctx context.Context, o scrubOptions, scrubErr error, stdout io.Writer) error {
 	code := classify(scrubErr, true)
-	if code&^(exitCorrected|exitUncorrected) != 0 || o.SelfContained || o.served != nil {
+	if code&^(exitCorrected|exitUncorrected) != 0 || o.SelfContained || o.served != nil || o.ErrorsOnly {
 		return scrubErr
 	}
 	url := storeURL(o.Image, o.Store)
@@ -478,7 +479,7 @@ func repairParity(ctx context.Context, o scrubOptions, scrubErr error, stdout io
 	if err != nil || !has {
 		return scrubErr
 	}
-	perr := runParityStatus(ctx, parityOptions{globalOptions: o.globalOptions, Image: o.Image, Store: o.Store, Repair: true}, true, stdout)
+	perr := runParityStatus(ctx, parityOptions{globalOptions: o.globalOptions, Image: o.Image, Store: o.Store, Repair: o.Repair}, true, stdout)
 	pcode := classify(perr, true)
 	switch {
 	case pcode&^(exitCorrected|exitUncorrected) != 0:

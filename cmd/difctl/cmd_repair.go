@@ -49,7 +49,7 @@ checksum and rewrites the damaged ones (as parity check --repair does).
 			o.globalOptions, o.Repair, o.Restart, o.Control = *g, true, true, control
 			err := runScrubCmd(cmd, o, args[0], &img, pf, rate.n)
 			o.Image, o.Store = args[0], img.store
-			return repairParity(cmd.Context(), o, err, cmd.OutOrStdout())
+			return checkParity(cmd.Context(), o, err, cmd.OutOrStdout())
 		},
 	}
 	img.register(cmd, true, " for the tuples and the findings")

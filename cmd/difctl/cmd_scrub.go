@@ -183,6 +183,11 @@ checksum and, with the key, the keyed tag). The scrub then says so;
 with --repair it writes that copy over the bad block, syncs, reads it back
 and records the finding as repaired (see difctl repair).
 
+On an image with parity (difctl parity) a failing block is also
+repairable from its stripe, and a pass ends with a check of every parity
+block against its checksum (parity check): damaged parity is reported,
+and with --repair rewritten from its stripe's data.
+
 ` + exitCodesHelp(exitOK, exitCorrected, exitUncorrected, exitOperational, exitUsage, exitCancelled),
 		Example: `  difctl scrub disk.img
   difctl scrub --repair --from /backup/disk.img disk.img
@@ -194,7 +199,9 @@ and records the finding as repaired (see difctl repair).
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o := opts
 			o.globalOptions, o.BadblocksBS = *g, badBS.n
-			return runScrubCmd(cmd, o, args[0], &img, pf, rate.n)
+			err := runScrubCmd(cmd, o, args[0], &img, pf, rate.n)
+			o.Image, o.Store = args[0], img.store
+			return checkParity(cmd.Context(), o, err, cmd.OutOrStdout())
 		},
 	}
 	img.register(cmd, true, " for the tuples and the scrub state")
