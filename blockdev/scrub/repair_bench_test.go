@@ -143,4 +143,3 @@ func benchScrubRepair(b *testing.B, damage, repair, cold bool) {
 		}
 	}
 }
-
