@@ -36,6 +36,10 @@ type protectOptions struct {
 	// DropKey, with Reprotect and the volume's key, protects a keyed
 	// volume again without a key.
 	DropKey bool
+	// DevicePI (--device-pi): IMAGE must be an NVMe namespace with PI
+	// that can carry the volume's tuples as its PI (volume_pi.go); with no
+	// format given, the volume takes the namespace's.
+	DevicePI bool
 }
 
 // protectRecord is the --json result of protect.
@@ -67,6 +71,7 @@ func newProtectCmd(g *globalOptions) *cobra.Command {
 		reprot  bool
 		dropKey bool
 		mirrors []string
+		devPI   bool
 	)
 	cmd := &cobra.Command{
 		Use:   "protect IMAGE [flags]",
@@ -122,7 +127,7 @@ the same image; another image's store is refused.
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := runProtect(cmd.Context(), protectOptions{
 				globalOptions: *g, Image: args[0], Store: store, FormatText: format.text, PI: pf, Rate: rate.n, Checkpoint: int64(ckpt.n),
-				Reprotect: reprot, DropKey: dropKey,
+				Reprotect: reprot, DropKey: dropKey, DevicePI: devPI,
 			}, cmd.OutOrStdout(), cmd.ErrOrStderr()); err != nil || len(mirrors) == 0 {
 				return err
 			}
@@ -139,6 +144,7 @@ the same image; another image's store is refused.
 	addProgressJSONFlag(cmd, g)
 	f.BoolVar(&reprot, "reprotect", false, "delete the image's records in the store (tuples, findings, cursors) and protect the data as it is now, keeping its format, tags and key unless flags change them; only for data known to be good")
 	f.StringArrayVar(&mirrors, "mirror", nil, "add `LEG` (an image file, made if missing, or a block device) as a mirror leg and copy the image to it; repeatable, up to 3")
+	f.BoolVar(&devPI, "device-pi", false, "IMAGE must be an NVMe namespace with PI that can carry the volume's tuples (its format, when no format is given; a Type 1 volume's ref tags from 0): the volume's writes then give the device its tuples to check (docs/device-pi.md)")
 	f.BoolVar(&dropKey, "drop-key", false, "with --reprotect and the volume's key: protect a keyed volume again without a key")
 	return cmd
 }
@@ -250,9 +256,19 @@ func runProtect(ctx context.Context, opts protectOptions, stdout, stderr io.Writ
 	if err != nil {
 		return err
 	}
+	if opts.DevicePI && opts.FormatText == "" && prior.Manifest == nil && !opts.PI.formatSet() {
+		if opts.FormatText, err = devicePIFormat(opts.Image); err != nil {
+			return err
+		}
+	}
 	spec, err := resolveProtect(opts, prior.Manifest, prior.Deleted)
 	if err != nil {
 		return err
+	}
+	if opts.DevicePI {
+		if err := protectDevicePI(opts.Image, spec.f, dif.Params{RefTag: spec.refTag, AppTag: spec.appTag, AppMask: spec.appMask}); err != nil {
+			return err
+		}
 	}
 	if err := spec.check(opts.Image, dev.Size()); err != nil {
 		return err
