@@ -38,10 +38,10 @@ type serveOptions struct {
 	// PI (volume_pi.go); without it, those that are are.
 	DevicePI bool
 	NoRepair bool // --no-repair: reads fail rather than repair from the legs
-	TLSCert     string
-	TLSKey      string
-	ClientCA    string // verify client certificates against these CAs
-	MaxConns    int
+	TLSCert  string
+	TLSKey   string
+	ClientCA string // verify client certificates against these CAs
+	MaxConns int
 	// The server's limits against clients that hold slots doing nothing
 	// (nbd.Options): zero values are nbd's defaults, except IdleTimeout,
 	// where a negative value keeps idle connections.

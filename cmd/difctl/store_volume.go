@@ -23,10 +23,10 @@ type volume struct {
 	dev        *device.File
 	// pi: the NVMe namespace with PI that the volume writes its tuples to
 	// as the device's PI (volume_pi.go), the volume's device; nil: dev is.
-	pi *nvme.VolumeDevice
-	kv store.KV
-	vol        *blockdev.Volume
-	release    func() // releases the volume's witness (keyFlags.openWitness); nil: none
+	pi      *nvme.VolumeDevice
+	kv      store.KV
+	vol     *blockdev.Volume
+	release func() // releases the volume's witness (keyFlags.openWitness); nil: none
 	// borrowed: the volume of difctl serve, lent to a check its control
 	// socket runs (control.go); Close leaves it open.
 	borrowed bool
