@@ -247,6 +247,14 @@ func runProtect(ctx context.Context, opts protectOptions, stdout, stderr io.Writ
 		return usageErrorf("%s is a block device: its default store %s would be on /dev (devtmpfs) and lost at reboot; name a persistent one, e.g. --store pebble:/var/lib/difctl/%s",
 			opts.Image, storePath(url), filepath.Base(opts.Image))
 	}
+	// A namespace with PI (--device-pi) before the store: a device that
+	// is none must not leave an empty store.
+	var nsFormat string
+	if opts.DevicePI {
+		if nsFormat, err = devicePIFormat(opts.Image); err != nil {
+			return err
+		}
+	}
 	kv, err := openStore(opts.Image, url, storeCreate)
 	if err != nil {
 		return err
@@ -257,9 +265,7 @@ func runProtect(ctx context.Context, opts protectOptions, stdout, stderr io.Writ
 		return err
 	}
 	if opts.DevicePI && opts.FormatText == "" && prior.Manifest == nil && !opts.PI.formatSet() {
-		if opts.FormatText, err = devicePIFormat(opts.Image); err != nil {
-			return err
-		}
+		opts.FormatText = nsFormat
 	}
 	spec, err := resolveProtect(opts, prior.Manifest, prior.Deleted)
 	if err != nil {

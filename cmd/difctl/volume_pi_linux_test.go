@@ -183,6 +183,12 @@ func volumeDevicePI(t *testing.T) {
 		}
 		copy(model[40*bs:], good)
 		checkPI(40, 4)
+		// The device's reads of a range that starts and ends inside
+		// blocks.
+		part := make([]byte, 2*bs+300)
+		if _, err := vd.ReadAt(part, 40*bs+100); err != nil || !bytes.Equal(part, model[40*bs+100:42*bs+400]) {
+			t.Errorf("ReadAt of %d bytes at %d: %v, or other data", len(part), 40*bs+100, err)
+		}
 		fd.lba = 40
 		if _, err := v.WriteAt(bytes.Repeat([]byte{0xee}, 4*bs), 40*bs); err != nil {
 			t.Fatal(err)
