@@ -70,7 +70,12 @@ block's PI (ref tag from --ref-tag and the LBA, app tag --app-tag) and
 sends it with the data through NVMe passthrough with PRACT clear and
 PRCHK set, so that the device checks every tuple before it stores it. A
 tuple the device refuses (its guard, app tag or ref tag check error) is an
-integrity error naming the LBA (exit 4); the blocks before it are written. Writing past the end of the image is refused (exit 16, from a
+integrity error naming the LBA (exit 4); the blocks before it are written.
+
+A store-backed IMAGE that is an NVMe namespace with PI of its volume's
+format is written with the volume's tuples as the device's PI, which the
+device checks (on its own; --device-pi with a store requires it, exit 8
+otherwise); a tuple it refuses fails the write (exit 4). Writing past the end of the image is refused (exit 16, from a
 file or from standard input alike). The open findings of the blocks the
 write replaces whole are closed: their failures went with the old data.
 
