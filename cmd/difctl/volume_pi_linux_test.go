@@ -113,9 +113,24 @@ func volumeDevicePI(t *testing.T) {
 	}
 	copy(model[2*bs+100:], payload)
 	checkPI(2, 4)
+	// A reader of the block device's page cache that holds blocks 10 to
+	// 13 (its open file keeps the cache alive) reads what the volume
+	// then writes there through passthrough, not the cached blocks.
+	cached, err := os.Open(volNS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cached.Close()
+	old := make([]byte, 4*bs)
+	if _, err := cached.ReadAt(old, 10*bs); err != nil {
+		t.Fatal(err)
+	}
 	mustDifctl(t, 0, "write", "--device-pi", "--store", st, volNS, "--offset", fmt.Sprint(10*bs), in)
 	copy(model[10*bs:], payload)
 	checkPI(10, 4)
+	if _, err := cached.ReadAt(old, 10*bs); err != nil || !bytes.Equal(old, model[10*bs:14*bs]) {
+		t.Errorf("a buffered read after the volume's write: %v, or the data before it (the page cache was not invalidated)", err)
+	}
 
 	// difctl serve --device-pi, and an NBD client.
 	ctx, cancel := context.WithCancelCause(context.Background())
