@@ -162,6 +162,12 @@ func volumeDevicePI(t *testing.T) {
 	}
 	checkPI(20, 4)
 
+	// A discard of blocks 21 and 22: zeros written through the device's
+	// WriteAt, their PI generated from the volume's parameters.
+	mustDifctl(t, 0, "discard", "--store", st, volNS, "--lba", "21", "--count", "2")
+	clear(model[21*bs : 23*bs])
+	checkPI(21, 2)
+
 	if got := kernelRead(t, volNS, 0, volBlocks*bs); !bytes.Equal(got, model) {
 		t.Error("the kernel reads back other data than the volume wrote")
 	}
