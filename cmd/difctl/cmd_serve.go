@@ -401,6 +401,9 @@ func runServe(ctx context.Context, o serveOptions, _, stderr io.Writer) error {
 		// A keyed volume without its key could not produce valid tags:
 		// it is served read-only (the volume refuses changes anyway).
 		ro := o.ReadOnly || servedWithoutKey(v.vol)
+		if v.pi != nil && !o.Quiet {
+			fmt.Fprintf(stderr, "difctl: %s is an NVMe namespace with PI of its volume's format: the volume's tuples are written as its PI, which the device checks\n", im)
+		}
 		if servedWithoutKey(v.vol) {
 			fmt.Fprintf(stderr, "difctl: %s is a keyed volume and no key was given (--key-file or --key-env): serving it read-only, with its keyed check skipped (tuples and sector checksums are verified)\n", im)
 		}

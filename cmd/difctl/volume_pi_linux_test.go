@@ -139,6 +139,9 @@ func volumeDevicePI(t *testing.T) {
 	if srv.ended {
 		t.Fatalf("serve: %v; %s", srv.err, srv.stderr.String())
 	}
+	if !strings.Contains(srv.stderr.String(), "the volume's tuples are written as its PI") {
+		t.Errorf("serve does not say that the namespace's PI is the volume's: %s", srv.stderr.String())
+	}
 	c, err := nbdclient.Open(ctx, "nbd+unix:///nvme0n7?socket="+sock, nbdclient.Options{})
 	if err != nil {
 		t.Fatal(err)
