@@ -138,6 +138,9 @@ func openVolumeWith(ctx context.Context, image, url string, mode storeMode, opts
 		}
 		if v.pi != nil {
 			dev = v.pi
+			if testHookVolumePI != nil {
+				dev = testHookVolumePI(v.pi)
+			}
 		}
 	}
 	if opts.OpenLeg == nil {

@@ -5,6 +5,7 @@ import (
 	"os"
 
 	"github.com/difctl/difctl/blockdev"
+	"github.com/difctl/difctl/blockdev/device"
 	"github.com/difctl/difctl/blockdev/nvme"
 	"github.com/difctl/difctl/dif"
 	"github.com/difctl/difctl/store"
@@ -74,6 +75,11 @@ func openVolumePI(image string, kv store.KV, name string, mode piMode) (*nvme.Vo
 	}
 	return vd, nil
 }
+
+// testHookVolumePI, if set, gives the device a volume on a namespace
+// with PI is opened with, in place of the namespace's (the guest test
+// changes a tuple on its way there).
+var testHookVolumePI func(*nvme.VolumeDevice) device.Device
 
 // devicePIMode is the piMode of --device-pi.
 func devicePIMode(flag bool) piMode {

@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/difctl/difctl/blockdev"
+	"github.com/difctl/difctl/blockdev/device"
 	"github.com/difctl/difctl/blockdev/nbdclient"
 	"github.com/difctl/difctl/blockdev/nvme"
 	"github.com/difctl/difctl/dif"
@@ -230,6 +231,23 @@ func volumeDevicePI(t *testing.T) {
 		if got := kernelRead(t, volNS, 40*bs, 4*bs); !bytes.Equal(got, model[40*bs:44*bs]) {
 			t.Error("the kernel reads other data where the write was refused")
 		}
+	})
+
+	t.Run("forged-cli", func(t *testing.T) {
+		// difctl write whose tuple of block 50 is changed on its way:
+		// exit 4 naming the LBA, nothing written from there on.
+		testHookVolumePI = func(vd *nvme.VolumeDevice) device.Device { return &forgePI{vd, 50} }
+		defer func() { testHookVolumePI = nil }()
+		d0, md0 := devicePI(t, 50, 4)
+		out := mustDifctl(t, 4, "write", "--store", st, volNS, "--offset", fmt.Sprint(50*bs), in)
+		if !strings.Contains(out, "LBA 50") || !strings.Contains(out, "guard") {
+			t.Errorf("write refused by the device: %q, want LBA 50's guard named", out)
+		}
+		testHookVolumePI = nil
+		if d1, md1 := devicePI(t, 50, 4); !bytes.Equal(d0, d1) || !bytes.Equal(md0, md1) {
+			t.Error("blocks 50 to 53 changed on the device")
+		}
+		mustDifctl(t, 0, "verify", "--store", st, volNS)
 	})
 
 	t.Run("refused", func(t *testing.T) {
