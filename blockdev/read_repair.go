@@ -496,15 +496,6 @@ func (v *Volume) writeRepair(l repairLeg, good []byte, off int64, cand []byte, i
 	return nil
 }
 
-// sources returns the repair sources of a request: the volume's, then
-// extra.
-func (v *Volume) sources(extra []RepairSource) []RepairSource {
-	if len(extra) == 0 {
-		return v.opts.RepairSources
-	}
-	return append(v.opts.RepairSources[:len(v.opts.RepairSources):len(v.opts.RepairSources)], extra...)
-}
-
 // readSource reads the source's copy of a block into p: all of it, or an
 // error.
 func readSource(s RepairSource, p []byte, off int64) error {

@@ -57,6 +57,7 @@ import (
 // locks (see the lock order above).
 type staging struct {
 	dev         device.Device
+	pi          device.PIWriter // dev, when it takes the tuples as PI (writeData)
 	tup         *store.Tuples
 	bs, ts      int
 	sums        bool
@@ -97,6 +98,7 @@ func newStaging(dev device.Device, tup *store.Tuples, c *blockCheck, opts *Optio
 		fails: fails, st: st, overlay: make(map[int64]*ovPage),
 		syncFold: opts.Witness != nil,
 	}
+	s.pi, _ = dev.(device.PIWriter)
 	s.maxOvPages = max(1, opts.OverlayBytes/s.ovPageBytes(opts.Key != nil))
 	s.stCond.L = &s.stMu
 	return s
@@ -392,7 +394,7 @@ func (s *staging) writeBatch(b *batch) error {
 	}
 	return s.par.around(pu, func() error {
 		for _, e := range b.ents {
-			if _, err := s.dev.WriteAt(b.data[e.slot*s.bs:(e.slot+e.n)*s.bs], e.lba*int64(s.bs)); err != nil {
+			if err := s.writeData(b.data[e.slot*s.bs:(e.slot+e.n)*s.bs], b.tuples[e.slot*s.ts:(e.slot+e.n)*s.ts], e.lba); err != nil {
 				return err
 			}
 		}
@@ -412,6 +414,20 @@ func (s *staging) writeBatch(b *batch) error {
 		s.ovMu.Unlock()
 		return nil
 	})
+}
+
+// writeData writes the staged blocks data at lba. A device that stores
+// and checks PI (device.PIWriter: an NVMe namespace of the volume's
+// format) gets their tuples, those of the intents just made durable, as
+// the blocks' PI: it checks them end to end, and one it refuses (an error
+// matching dif.ErrIntegrity) fails the batch, and so the volume, as any
+// failed write does (writeFlushing); recovery resolves the intents.
+func (s *staging) writeData(data, tuples []byte, lba int64) error {
+	if s.pi != nil {
+		return s.pi.WriteWithPI(data, tuples, lba*int64(s.bs))
+	}
+	_, err := s.dev.WriteAt(data, lba*int64(s.bs))
+	return err
 }
 
 // syncLocked flushes the active batch, syncs the device and folds the

@@ -27,7 +27,8 @@
 //
 // Optional capabilities are discovered by type assertion and kept small:
 // [Discarder], [DataFinder] (SEEK_DATA/SEEK_HOLE; see [DataExtents]),
-// [CacheDropper], [DirectReader] (see [ReadUncached]) and [Mapper]. A device may
+// [CacheDropper], [DirectReader] (see [ReadUncached]), [Mapper] and
+// [PIWriter]. A device may
 // implement a capability interface and still report, at run time, an error
 // wrapping [errors.ErrUnsupported] when the medium cannot provide it (a block
 // device has no holes, tmpfs has no O_DIRECT).
@@ -128,6 +129,22 @@ type Mapper interface {
 	// an implementation bounds what it leaves mapped (a File: the last
 	// 32 MiB read) and releases the rest, which stays in the page cache.
 	ReadMapped(off int64, n int, fn func(m []byte) error) error
+}
+
+// A PIWriter is implemented by devices that store a protection
+// information tuple with each block and check it as they store it (an NVMe
+// namespace formatted with PI: blockdev/nvme.VolumeDevice). A protected
+// volume whose device is one writes its staged blocks through WriteWithPI
+// with the tuples it generated and records in its store, so that the
+// device checks them end to end; its other writes use WriteAt, with PI the
+// device generates.
+type PIWriter interface {
+	// WriteWithPI writes data, whole logical blocks at off (a multiple of
+	// the logical block size), with tuples, one per block of the volume's
+	// tuple size, as the blocks' PI. A tuple the device refuses fails the
+	// write with an error matching dif.ErrIntegrity; the blocks before the
+	// refused one may have been written, those after it were not.
+	WriteWithPI(data, tuples []byte, off int64) error
 }
 
 // DirectReader is implemented by devices that can read a range bypassing

@@ -161,15 +161,22 @@ func (d *Device) ReadBlocks(lba int64, n int, data, md []byte) error {
 // p.RefTag + lba; Type 3 has no ref tag check) before it stores anything. A block it refuses is reported
 // as a *WriteCheckError (matching dif.ErrIntegrity and the field's
 // sentinel) naming the LBA: the blocks of the failing command before it
-// may have been written, those after it were not.
+// may have been written, those after it were not. The page cache's copies
+// of the blocks written are dropped (dropCache), since passthrough
+// bypasses it.
 func (d *Device) WriteBlocks(lba int64, n int, data, md []byte, p dif.Params) error {
 	ds, ms, err := d.bufs("write", lba, n, data, md)
 	if err != nil {
 		return err
 	}
+	bs := int64(d.ns.LBASize)
 	for n > 0 {
 		k := min(n, d.maxBlocks)
-		if err := d.write(lba, k, data[:k*ds], md[:k*ms], p); err != nil {
+		err := d.write(lba, k, data[:k*ds], md[:k*ms], p)
+		// The blocks may have changed even when a later block of the
+		// command was refused.
+		dropCache(d.f, lba*bs, int64(k)*bs)
+		if err != nil {
 			return err
 		}
 		lba, n, data, md = lba+int64(k), n-k, data[k*ds:], md[k*ms:]

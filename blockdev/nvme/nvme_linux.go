@@ -204,3 +204,14 @@ func rw(f *os.File, op uint8, nsid uint32, lba uint64, n int, data, md []byte, p
 	}
 	return submit(f, ioctlIO64, fmt.Sprintf("%s of %d blocks at %d", name, n, lba), &c, data, md)
 }
+
+// dropCache drops the page cache's clean copies of bytes [off, off+n) of
+// the namespace's block device f (posix_fadvise DONTNEED), after a
+// passthrough write that bypassed it: a buffered reader (another process,
+// or the kernel's own readahead) then reads the blocks from the device
+// rather than the data they held before. Pages mapped or dirtied by
+// another writer stay; on the generic character device there is no page
+// cache. Failures are ignored: the write itself succeeded.
+func dropCache(f *os.File, off, n int64) {
+	_ = unix.Fadvise(int(f.Fd()), off, n, unix.FADV_DONTNEED)
+}

@@ -36,6 +36,10 @@ type protectOptions struct {
 	// DropKey, with Reprotect and the volume's key, protects a keyed
 	// volume again without a key.
 	DropKey bool
+	// DevicePI (--device-pi): IMAGE must be an NVMe namespace with PI
+	// that can carry the volume's tuples as its PI (volume_pi.go); with no
+	// format given, the volume takes the namespace's.
+	DevicePI bool
 }
 
 // protectRecord is the --json result of protect.
@@ -68,6 +72,7 @@ func newProtectCmd(g *globalOptions) *cobra.Command {
 		dropKey bool
 		mirrors []string
 		par     parityOptions
+		devPI   bool
 	)
 	cmd := &cobra.Command{
 		Use:   "protect IMAGE [flags]",
@@ -128,7 +133,7 @@ the same image; another image's store is refused.
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := runProtect(cmd.Context(), protectOptions{
 				globalOptions: *g, Image: args[0], Store: store, FormatText: format.text, PI: pf, Rate: rate.n, Checkpoint: int64(ckpt.n),
-				Reprotect: reprot, DropKey: dropKey,
+				Reprotect: reprot, DropKey: dropKey, DevicePI: devPI,
 			}, cmd.OutOrStdout(), cmd.ErrOrStderr()); err != nil {
 				return err
 			}
@@ -158,6 +163,7 @@ the same image; another image's store is refused.
 	f.StringVar(&par.Shape, "parity", "", "add Reed-Solomon parity of `K+M` (e.g. 16+2) and compute it (see difctl parity add)")
 	f.StringVar(&par.File, "parity-file", "", "with --parity: the parity file or device (default IMAGE.difpar)")
 	f.Int64Var(&par.Depth, "parity-depth", 0, "with --parity: the interleave depth (default 256; 1: none; -1: the whole image)")
+	f.BoolVar(&devPI, "device-pi", false, "IMAGE must be an NVMe namespace with PI that can carry the volume's tuples (its format, when no format is given; a Type 1 volume's ref tags from 0): the volume's writes then give the device its tuples to check (docs/device-pi.md)")
 	f.BoolVar(&dropKey, "drop-key", false, "with --reprotect and the volume's key: protect a keyed volume again without a key")
 	return cmd
 }
@@ -260,6 +266,14 @@ func runProtect(ctx context.Context, opts protectOptions, stdout, stderr io.Writ
 		return usageErrorf("%s is a block device: its default store %s would be on /dev (devtmpfs) and lost at reboot; name a persistent one, e.g. --store pebble:/var/lib/difctl/%s",
 			opts.Image, storePath(url), filepath.Base(opts.Image))
 	}
+	// A namespace with PI (--device-pi) before the store: a device that
+	// is none must not leave an empty store.
+	var nsFormat string
+	if opts.DevicePI {
+		if nsFormat, err = devicePIFormat(opts.Image); err != nil {
+			return err
+		}
+	}
 	kv, err := openStore(opts.Image, url, storeCreate)
 	if err != nil {
 		return err
@@ -269,9 +283,17 @@ func runProtect(ctx context.Context, opts protectOptions, stdout, stderr io.Writ
 	if err != nil {
 		return err
 	}
+	if opts.DevicePI && opts.FormatText == "" && prior.Manifest == nil && !opts.PI.formatSet() {
+		opts.FormatText = nsFormat
+	}
 	spec, err := resolveProtect(opts, prior.Manifest, prior.Deleted)
 	if err != nil {
 		return err
+	}
+	if opts.DevicePI {
+		if err := protectDevicePI(opts.Image, spec.f, dif.Params{RefTag: spec.refTag, AppTag: spec.appTag, AppMask: spec.appMask}); err != nil {
+			return err
+		}
 	}
 	if err := spec.check(opts.Image, dev.Size()); err != nil {
 		return err

@@ -33,11 +33,15 @@ type serveOptions struct {
 	Listen      string // HOST:PORT instead of a socket
 	Insecure    bool   // TCP without TLS
 	ReadOnly    bool
-	NoRepair    bool // --no-repair: reads fail rather than repair from the legs
-	TLSCert     string
-	TLSKey      string
-	ClientCA    string // verify client certificates against these CAs
-	MaxConns    int
+	// DevicePI (--device-pi): every IMAGE must be an NVMe namespace with
+	// PI of its volume's format, written with the volume's tuples as its
+	// PI (volume_pi.go); without it, those that are are.
+	DevicePI bool
+	NoRepair bool // --no-repair: reads fail rather than repair from the legs
+	TLSCert  string
+	TLSKey   string
+	ClientCA string // verify client certificates against these CAs
+	MaxConns int
 	// The server's limits against clients that hold slots doing nothing
 	// (nbd.Options): zero values are nbd's defaults, except IdleTimeout,
 	// where a negative value keeps idle connections.
@@ -229,6 +233,7 @@ before. --keyed-crc computes them on every read.
 	f.BoolVar(&o.NoControl, "no-control", false, "make no control socket (verify, scrub and inspect of a served image then find its store busy)")
 	f.BoolVar(&o.Insecure, "insecure", false, "allow --listen without TLS")
 	f.BoolVar(&o.ReadOnly, "read-only", false, "refuse writes, trims and write-zeroes (EPERM)")
+	f.BoolVar(&o.DevicePI, "device-pi", false, "every IMAGE must be an NVMe namespace with PI of its volume's format, whose blocks are written with the volume's tuples as their PI for the device to check (done on its own for the images that are; docs/device-pi.md)")
 	f.BoolVar(&o.NoRepair, "no-repair", false, "never repair a failing block of a mirrored image from its legs: the read fails (EIO), as without legs")
 	f.StringVar(&o.TLSCert, "tls-cert", "", "server certificate `FILE` (PEM); makes TLS mandatory")
 	f.StringVar(&o.TLSKey, "tls-key", "", "server private key `FILE` (PEM)")
@@ -258,6 +263,8 @@ func checkServe(o *serveOptions) error {
 		return usageErrorf("--socket and --listen exclude each other")
 	case o.NoControl && o.Control != "":
 		return usageErrorf("--control and --no-control exclude each other")
+	case o.DevicePI && o.ReadOnly:
+		return usageErrorf("--device-pi is for the writes of the served images: leave out --read-only")
 	case (o.TLSCert == "") != (o.TLSKey == ""):
 		return usageErrorf("--tls-cert and --tls-key go together")
 	case o.ClientCA != "" && o.TLSCert == "":
@@ -383,7 +390,7 @@ func runServe(ctx context.Context, o serveOptions, _, stderr io.Writer) error {
 				fmt.Fprintf(stderr, "difctl: %s: block %d (%s) repaired from %s\n", im, p.LBA, kindName(p.Kind), p.Source)
 			}
 		}
-		v, err := openVolumeWith(ctx, im, storeURL(im, o.Store), mode, vo, m.storeOptions(names[i], serveStoreOptions(&o)))
+		v, err := openVolumeWith(ctx, im, storeURL(im, o.Store), mode, vo, m.storeOptions(names[i], serveStoreOptions(&o)), devicePIMode(o.DevicePI))
 		if err != nil {
 			release()
 			return err
@@ -394,6 +401,9 @@ func runServe(ctx context.Context, o serveOptions, _, stderr io.Writer) error {
 		// A keyed volume without its key could not produce valid tags:
 		// it is served read-only (the volume refuses changes anyway).
 		ro := o.ReadOnly || servedWithoutKey(v.vol)
+		if v.pi != nil && !o.Quiet {
+			fmt.Fprintf(stderr, "difctl: %s is an NVMe namespace with PI of its volume's format: the volume's tuples are written as its PI, which the device checks\n", im)
+		}
 		if servedWithoutKey(v.vol) {
 			fmt.Fprintf(stderr, "difctl: %s is a keyed volume and no key was given (--key-file or --key-env): serving it read-only, with its keyed check skipped (tuples and sector checksums are verified)\n", im)
 		}

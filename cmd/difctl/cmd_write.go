@@ -23,6 +23,9 @@ type writeOptions struct {
 	// (cmd_write_device.go), written with the tags of devParams.
 	device    bool
 	devParams dif.Params
+	// pi: whether a store-backed IMAGE must be an NVMe namespace with PI
+	// of its volume's format (--device-pi with a store; volume_pi.go).
+	pi piMode
 }
 
 // writeRecord is the --json result of write.
@@ -36,6 +39,9 @@ type writeRecord struct {
 	// ClosedFindings counts the open findings of the blocks replaced
 	// whole, closed by the write.
 	ClosedFindings int `json:"closed_findings"`
+	// DevicePI: a store-backed image on an NVMe namespace with PI of its
+	// format, the volume's tuples written as its PI (volume_pi.go).
+	DevicePI bool `json:"device_pi,omitempty"`
 }
 
 func (*writeRecord) recordType() string { return "write" }
@@ -64,7 +70,12 @@ block's PI (ref tag from --ref-tag and the LBA, app tag --app-tag) and
 sends it with the data through NVMe passthrough with PRACT clear and
 PRCHK set, so that the device checks every tuple before it stores it. A
 tuple the device refuses (its guard, app tag or ref tag check error) is an
-integrity error naming the LBA (exit 4); the blocks before it are written. Writing past the end of the image is refused (exit 16, from a
+integrity error naming the LBA (exit 4); the blocks before it are written.
+
+A store-backed IMAGE that is an NVMe namespace with PI of its volume's
+format is written with the volume's tuples as the device's PI, which the
+device checks (on its own; --device-pi with a store requires it, exit 8
+otherwise); a tuple it refuses fails the write (exit 4). Writing past the end of the image is refused (exit 16, from a
 file or from standard input alike). The open findings of the blocks the
 write replaces whole are closed: their failures went with the old data.
 
@@ -88,6 +99,15 @@ write replaces whole are closed: their failures went with the old data.
 				Offset: int64(offset.v), Input: in, Stdin: stdin}
 			img.store = store
 			var spec imageSpec
+			if img.devicePI && (store != "" || storeExists(args[0])) {
+				// A store-backed volume on a namespace with PI: the
+				// volume's tuples are the device's PI (volume_pi.go).
+				if pf.appTag.set || pf.refTag.set {
+					return usageErrorf("--app-tag and --ref-tag set the PI of a write to an NVMe namespace with no store; a store-backed image keeps its own")
+				}
+				opts.pi = piRequired
+				return runWrite(cmd.Context(), opts, cmd.OutOrStdout(), cmd.ErrOrStderr())
+			}
 			if err := spec.resolveDevice(args[0], &img, pf, false); err != nil {
 				return err
 			}
@@ -126,7 +146,7 @@ func runWrite(ctx context.Context, opts writeOptions, stdout, stderr io.Writer) 
 		defer f.Close()
 		r, size = f, inputSize(f)
 	}
-	v, err := openWritable(ctx, opts.Image, url, opts.Key)
+	v, err := openWritablePI(ctx, opts.Image, url, opts.Key, opts.pi)
 	if err != nil {
 		return err
 	}
@@ -181,6 +201,10 @@ func runWrite(ctx context.Context, opts writeOptions, stdout, stderr io.Writer) 
 		}
 		return fmt.Errorf("write %s: %w", opts.Image, werr)
 	}
+	if serr != nil && isIntegrityErr(serr) {
+		// A namespace with PI refused a tuple (volume_pi.go).
+		return &integrityError{msg: "write " + opts.Image, err: serr}
+	}
 	if serr != nil {
 		return fmt.Errorf("sync %s: %w", opts.Image, serr)
 	}
@@ -195,11 +219,14 @@ func runWrite(ctx context.Context, opts writeOptions, stdout, stderr io.Writer) 
 		return fmt.Errorf("%s: %w", opts.Image, err)
 	}
 	out := newOutput(stdout, opts.JSON)
-	rec := &writeRecord{Image: opts.Image, Store: url, Input: opts.Input, Offset: opts.Offset, Bytes: off - opts.Offset, ClosedFindings: closed}
+	rec := &writeRecord{Image: opts.Image, Store: url, Input: opts.Input, Offset: opts.Offset, Bytes: off - opts.Offset, ClosedFindings: closed, DevicePI: v.pi != nil}
 	if out.json {
 		return out.emit(rec)
 	}
 	msg := fmt.Sprintf("%s: wrote %d bytes at offset %d", opts.Image, rec.Bytes, rec.Offset)
+	if rec.DevicePI {
+		msg += ", with the volume's tuples as the PI the device checked"
+	}
 	if closed > 0 {
 		msg += fmt.Sprintf("; %d findings of the rewritten blocks closed", closed)
 	}

@@ -111,15 +111,17 @@ func withoutSysAdmin(t *testing.T, fn func()) {
 //   - /dev/ram0 (brd) is no NVMe namespace: --device-pi refuses it, and
 //     without it it falls back to its store;
 //   - without CAP_SYS_ADMIN the kernel refuses passthrough: exit 8 naming
-//     the capability.
+//     the capability;
+//   - nvme0n7, 4096+8 Type 1, separate metadata: a store-backed volume
+//     whose tuples are the device's PI (volumeDevicePI).
 func TestGuestDevicePI(t *testing.T) {
 	const blocks, written, bs = 256, 200, 4096
-	var imgs [6]string
+	var imgs [7]string
 	if !guest.InGuest() {
 		dir := t.TempDir()
 		// Sparse images: QEMU reads the metadata of blocks never written
 		// (holes) as all ones, as a formatted namespace holds it.
-		for i, size := range []int{blocks * (bs + 8), blocks * bs, blocks * (bs + 8), convBlocks * (bs + 8), convBlocks * (bs + 8), convBlocks * (512 + 8)} {
+		for i, size := range []int{blocks * (bs + 8), blocks * bs, blocks * (bs + 8), convBlocks * (bs + 8), convBlocks * (bs + 8), convBlocks * (512 + 8), volBlocks * (bs + 8)} {
 			imgs[i] = filepath.Join(dir, fmt.Sprintf("ns%d.img", i+1))
 			if err := os.WriteFile(imgs[i], nil, 0o644); err != nil {
 				t.Fatal(err)
@@ -137,6 +139,7 @@ func TestGuestDevicePI(t *testing.T) {
 			{Image: imgs[3], LBASize: bs, MS: 8, PI: 1},
 			{Image: imgs[4], LBASize: bs, MS: 8, PI: 1},
 			{Image: imgs[5], LBASize: 512, MS: 8, PI: 3, PIL: 1, MSet: 1},
+			{Image: imgs[6], LBASize: bs, MS: 8, PI: 1},
 		},
 		Modules: []string{"brd"},
 	}) {
@@ -278,6 +281,8 @@ func TestGuestDevicePI(t *testing.T) {
 	})
 
 	t.Run("convert", func(t *testing.T) { convertDevice(t) })
+
+	t.Run("volume", func(t *testing.T) { volumeDevicePI(t) })
 
 	t.Run("refused", func(t *testing.T) {
 		for _, tc := range []struct{ dev, msg string }{

@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 
@@ -56,12 +58,26 @@ func TestDevicePIFlags(t *testing.T) {
 		{exitUsage, "--from store", []string{"convert", "--from", "interleaved:512+8", "--to", "device", img, dir + "/out"}},
 		{exitUsage, "leave out the format", []string{"convert", "--from", "device:512+8", "--to", "store", img, dir + "/out"}},
 		{exitUsage, "--device-pi", []string{"write", "--app-tag", "1", "--offset", "0", img, img}},
+		// A store-backed volume on a namespace with PI (volume_pi.go).
+		{exitUsage, "keeps its own", []string{"write", "--device-pi", "--store", dir + "/s", "--app-tag", "1", "--offset", "0", img, img}},
+		{exitUsage, "leave out --read-only", []string{"serve", "--device-pi", "--read-only", img}},
+		{exitOperational, "not an NVMe namespace", []string{"protect", "--device-pi", "--store", dir + "/p", img}},
 	} {
 		code, out := difctl(t, tc.args...)
 		if code != tc.code || !strings.Contains(out, tc.msg) {
 			t.Errorf("difctl %s: exit %d, %q; want exit %d saying %q", strings.Join(tc.args, " "), code, out, tc.code, tc.msg)
 		}
 	}
+	if _, err := os.Stat(dir + "/p"); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("protect --device-pi of a plain file left its store: %v", err)
+	}
+	// --device-pi with the store of a protected plain file: refused; the
+	// file is written as ever without it.
+	mustDifctl(t, 0, "protect", "--store", dir+"/v", img)
+	if code, out := difctl(t, "write", "--device-pi", "--store", dir+"/v", "--offset", "0", img, img); code != exitOperational || !strings.Contains(out, "not an NVMe namespace") {
+		t.Errorf("write --device-pi of a protected plain file: exit %d, %q", code, out)
+	}
+	mustDifctl(t, 0, "write", "--store", dir+"/v", "--offset", "0", img, img)
 	// A regular file with no store is checked against its store, as
 	// before: not probed as a namespace.
 	if code, out := difctl(t, "verify", img); code != exitOperational || strings.Contains(out, "NVMe") {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/difctl/difctl/blockdev"
 	"github.com/difctl/difctl/blockdev/device"
+	"github.com/difctl/difctl/blockdev/nvme"
 	"github.com/difctl/difctl/blockdev/scrub"
 	"github.com/difctl/difctl/dif"
 	"github.com/difctl/difctl/store"
@@ -20,9 +21,12 @@ import (
 type volume struct {
 	image, url string
 	dev        *device.File
-	kv         store.KV
-	vol        *blockdev.Volume
-	release    func() // releases the volume's witness (keyFlags.openWitness); nil: none
+	// pi: the NVMe namespace with PI that the volume writes its tuples to
+	// as the device's PI (volume_pi.go), the volume's device; nil: dev is.
+	pi      *nvme.VolumeDevice
+	kv      store.KV
+	vol     *blockdev.Volume
+	release func() // releases the volume's witness (keyFlags.openWitness); nil: none
 	// borrowed: the volume of difctl serve, lent to a check its control
 	// socket runs (control.go); Close leaves it open.
 	borrowed bool
@@ -44,7 +48,13 @@ func openVolume(ctx context.Context, image, url string, readOnly bool, key keyFl
 // command that changes the volume (write, discard), and refuses a keyed
 // volume without its key: it could not produce valid tags.
 func openWritable(ctx context.Context, image, url string, key keyFlags) (*volume, error) {
-	v, err := openVolume(ctx, image, url, false, key)
+	return openWritablePI(ctx, image, url, key, piAuto)
+}
+
+// openWritablePI is openWritable with the device PI mode pi (--device-pi:
+// piRequired; volume_pi.go).
+func openWritablePI(ctx context.Context, image, url string, key keyFlags, pi piMode) (*volume, error) {
+	v, err := openVolumeModePI(ctx, image, url, false, storeWrite, key, pi)
 	if err != nil {
 		return nil, err
 	}
@@ -58,6 +68,11 @@ func openWritable(ctx context.Context, image, url string, key keyFlags) (*volume
 // openVolumeMode is openVolume with the store opened in mode: scrub reads
 // the image but writes its cursor and findings to the store.
 func openVolumeMode(ctx context.Context, image, url string, readOnly bool, mode storeMode, key keyFlags) (*volume, error) {
+	return openVolumeModePI(ctx, image, url, readOnly, mode, key, piAuto)
+}
+
+// openVolumeModePI is openVolumeMode with the device PI mode pi.
+func openVolumeModePI(ctx context.Context, image, url string, readOnly bool, mode storeMode, key keyFlags, pi piMode) (*volume, error) {
 	k, err := key.load()
 	if err != nil {
 		return nil, err
@@ -66,7 +81,7 @@ func openVolumeMode(ctx context.Context, image, url string, readOnly bool, mode 
 	if err != nil {
 		return nil, err
 	}
-	v, err := openVolumeWith(ctx, image, url, mode, blockdev.Options{ReadOnly: readOnly, Key: k, Witness: w}, store.OpenOptions{})
+	v, err := openVolumeWith(ctx, image, url, mode, blockdev.Options{ReadOnly: readOnly, Key: k, Witness: w}, store.OpenOptions{}, pi)
 	if err != nil {
 		release()
 		return nil, err
@@ -77,8 +92,10 @@ func openVolumeMode(ctx context.Context, image, url string, readOnly bool, mode 
 
 // openVolumeWith is openVolumeMode with the volume's options (serve's);
 // opts.ReadOnly opens the image read-only; sizes are the store engine's
-// memory sizes (serve's), zero for the defaults.
-func openVolumeWith(ctx context.Context, image, url string, mode storeMode, opts blockdev.Options, sizes store.OpenOptions) (*volume, error) {
+// memory sizes (serve's), zero for the defaults; pi says whether a
+// writable volume on an NVMe namespace with PI of its format writes its
+// tuples as the device's PI (volume_pi.go).
+func openVolumeWith(ctx context.Context, image, url string, mode storeMode, opts blockdev.Options, sizes store.OpenOptions, pi piMode) (*volume, error) {
 	readOnly := opts.ReadOnly
 	if _, err := os.Stat(image); err != nil {
 		return nil, asOpenError(err)
@@ -114,13 +131,25 @@ func openVolumeWith(ctx context.Context, image, url string, mode storeMode, opts
 	if err := checkOpenImage(ctx, image, url, kv, v.dev); err != nil {
 		return nil, err
 	}
+	var dev device.Device = v.dev
+	if !readOnly {
+		if v.pi, err = openVolumePI(image, kv, opts.Name, pi); err != nil {
+			return nil, err
+		}
+		if v.pi != nil {
+			dev = v.pi
+			if testHookVolumePI != nil {
+				dev = testHookVolumePI(v.pi)
+			}
+		}
+	}
 	if opts.OpenLeg == nil {
 		opts.OpenLeg = func(name string) (device.Device, error) { return openCopy(ctx, name, readOnly) }
 	}
 	if opts.OpenParity == nil {
 		opts.OpenParity = func(path string) (device.Device, error) { return openCopy(ctx, path, readOnly) }
 	}
-	v.vol, err = blockdev.Open(ctx, v.dev, kv, opts)
+	v.vol, err = blockdev.Open(ctx, dev, kv, opts)
 	if err != nil {
 		return nil, volumeError(image, url, err)
 	}
@@ -181,6 +210,9 @@ func (v *volume) Close() error {
 	}
 	if v.dev != nil {
 		errs = append(errs, v.dev.Close())
+	}
+	if v.pi != nil {
+		errs = append(errs, v.pi.Close())
 	}
 	if v.release != nil {
 		v.release() // after the volume, whose Close may record its seal
