@@ -31,6 +31,10 @@ type parityOptions struct {
 	File string
 	// Repair is parity check --repair.
 	Repair bool
+	// served, if not nil, is the volume of difctl serve, on which a scrub
+	// run for a client of its control socket ends with its parity check
+	// (checkParity).
+	served *served
 }
 
 // parityRecord is the outcome of parity add (and protect --parity).
@@ -386,9 +390,16 @@ func runParityStatus(ctx context.Context, o parityOptions, check bool, stdout io
 	readOnly := !(check && o.Repair)
 	var v *volume
 	var err error
-	if readOnly {
+	switch {
+	case o.served != nil:
+		mode := storeRead
+		if !readOnly {
+			mode = storeWrite
+		}
+		v, err = o.served.openVolume(ctx, o.Image, url, readOnly, mode, o.Key)
+	case readOnly:
 		v, err = openVolume(ctx, o.Image, url, true, o.Key)
-	} else {
+	default:
 		v, err = openWritable(ctx, o.Image, url, o.Key)
 	}
 	if err != nil {
@@ -462,24 +473,30 @@ func runParityStatus(ctx context.Context, o parityOptions, check bool, stdout io
 // from its stripe's data (parity check --repair); the exit codes of the
 // scrub and the check are combined. Nothing is done after an errors-only
 // scrub, a scrub that failed as a whole, for an image with its own PI, or
-// when the store cannot be opened here (a server holds it: parity check
-// through that server's control socket is not offered).
+// when the store cannot be opened here (a server holds it: the server
+// ends the scrub it runs for the client with this check itself).
 func checkParity(ctx context.Context, o scrubOptions, scrubErr error, stdout io.Writer) error {
 	code := classify(scrubErr, true)
-	if code&^(exitCorrected|exitUncorrected) != 0 || o.SelfContained || o.served != nil || o.ErrorsOnly {
+	if code&^(exitCorrected|exitUncorrected) != 0 || o.SelfContained || o.ErrorsOnly {
 		return scrubErr
 	}
-	url := storeURL(o.Image, o.Store)
-	st, err := openStoreTuples(o.Image, url, storeRead, nil)
-	if err != nil {
-		return scrubErr
+	if o.served != nil {
+		if _, has, err := o.served.vol.vol.Parity(); err != nil || !has {
+			return scrubErr
+		}
+	} else {
+		url := storeURL(o.Image, o.Store)
+		st, err := openStoreTuples(o.Image, url, storeRead, nil)
+		if err != nil {
+			return scrubErr
+		}
+		_, has, err := st.t.Parity()
+		st.Close()
+		if err != nil || !has {
+			return scrubErr
+		}
 	}
-	_, has, err := st.t.Parity()
-	st.Close()
-	if err != nil || !has {
-		return scrubErr
-	}
-	perr := runParityStatus(ctx, parityOptions{globalOptions: o.globalOptions, Image: o.Image, Store: o.Store, Repair: o.Repair}, true, stdout)
+	perr := runParityStatus(ctx, parityOptions{globalOptions: o.globalOptions, Image: o.Image, Store: o.Store, Repair: o.Repair, served: o.served}, true, stdout)
 	pcode := classify(perr, true)
 	switch {
 	case pcode&^(exitCorrected|exitUncorrected) != 0:

@@ -634,7 +634,7 @@ func (s *controlServer) run(ctx context.Context, req *controlRequest, sd *served
 		if err := o.checkRepair(); err != nil {
 			return err
 		}
-		return runScrub(ctx, o, stdout, stderr)
+		return checkParity(ctx, o, runScrub(ctx, o, stdout, stderr), stdout)
 	case "resync":
 		return runResync(ctx, mirrorOptions{globalOptions: g, Image: req.Image, Store: req.Store, served: sd}, stdout, stderr)
 	case "mirror-list":
