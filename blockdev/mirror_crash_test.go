@@ -6,14 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"sync"
 	"testing"
 
-	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/difctl/difctl/blockdev/device"
 	"github.com/difctl/difctl/blockdev/faultdev"
 	"github.com/difctl/difctl/blockdev/internal/blocktest"
-	"github.com/difctl/difctl/dif"
 	"github.com/difctl/difctl/store/pebble"
 )
 
@@ -37,92 +34,17 @@ import (
 //     different.
 
 type mirrorCrash struct {
-	t       *testing.T
-	bs      int
-	blocks  int
-	mems    [2]*device.Mem
-	fds     [2]*faultdev.Device
-	fs      *vfs.MemFS
-	kv      *countingKV
-	v       *Volume
-	mu      sync.Mutex
-	steps   int64
-	crashAt int64
-	crashed bool
-	clone   *vfs.MemFS
-	model   []byte
-	synced  []byte
-	// versions are the contents each block may hold after a crash besides
-	// synced (writes since the last sync).
-	versions map[int][][]byte
+	*crashRig
 }
 
 func newMirrorCrash(t *testing.T, format string, sector int, crashAt int64) *mirrorCrash {
-	f := dif.MustFormat(format)
-	bs := f.BlockSize()
-	e := &mirrorCrash{t: t, bs: bs, blocks: 32, crashAt: crashAt, versions: map[int][][]byte{}}
-	size := int64(e.blocks * bs)
-	for k := range e.mems {
-		m, err := device.NewMem(size, min(bs, 4096))
-		if err != nil {
-			t.Fatal(err)
-		}
-		e.mems[k] = m
-		if e.fds[k], err = faultdev.New(m, faultdev.Options{Sector: sector}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	init := blocktest.Pattern(int(size), 11)
-	e.mems[0].WriteAt(init, 0)
-	e.mems[1].WriteAt(blocktest.Pattern(int(size), 12), 0) // the new leg: other data
-	e.fs = vfs.NewCrashableMem()
-	kv, err := pebble.OpenOnFS("db", e.fs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.kv = &countingKV{KV: kv}
-	opts := CreateOptions{Format: f, Options: Options{StagingBytes: 8 * bs, Rereads: -1}}
-	if e.v, err = Create(context.Background(), e.fds[0], e.kv, opts); err != nil {
-		t.Fatal(err)
-	}
-	e.model = bytes.Clone(init)
-	e.synced = bytes.Clone(init)
-	for _, fd := range e.fds {
-		fd.SetHook(func(faultdev.Step) error { return e.step() })
-	}
-	e.kv.hook = func(bool) error { return e.step() }
+	same := func(_ int, size int64) [2]int64 { return [2]int64{size, size} }
+	e := &mirrorCrash{newCrashRig(t, format, sector, crashAt, same, CreateOptions{})}
+	// The new leg: other data.
+	e.mems[1].WriteAt(blocktest.Pattern(e.blocks*e.bs, 12), 0)
 	return e
 }
 
-func (e *mirrorCrash) step() error {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.crashed {
-		return errTestCrash
-	}
-	n := e.steps
-	e.steps++
-	if n != e.crashAt {
-		return nil
-	}
-	seed := uint64(n)
-	e.clone = e.fs.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 50, RNG: rand.New(rand.NewPCG(seed, 1))})
-	for k, fd := range e.fds {
-		if err := fd.Crash(faultdev.CrashOptions{Keep: 0.5, Seed: seed + uint64(k)}); err != nil {
-			panic(err)
-		}
-	}
-	e.crashed = true
-	return errTestCrash
-}
-
-func (e *mirrorCrash) isCrashed() bool {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.crashed
-}
-
-// legOpener opens leg "m1" on fd.
 func legOpener(fd *faultdev.Device) func(string) (device.Device, error) {
 	return func(name string) (device.Device, error) {
 		if name != "m1" {

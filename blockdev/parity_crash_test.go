@@ -6,10 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"sync"
 	"testing"
 
-	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/difctl/difctl/blockdev/device"
 	"github.com/difctl/difctl/blockdev/faultdev"
 	"github.com/difctl/difctl/blockdev/internal/blocktest"
@@ -40,98 +38,24 @@ import (
 //     reported, never laundered, where it has none.
 
 type parityCrash struct {
-	t       *testing.T
-	bs      int
-	blocks  int
-	mems    [2]*device.Mem // data, parity
-	fds     [2]*faultdev.Device
-	fs      *vfs.MemFS
-	kv      *countingKV
-	v       *Volume
-	mu      sync.Mutex
-	steps   int64
-	crashAt int64
-	crashed bool
-	clone   *vfs.MemFS
-	model   []byte
-	synced  []byte
-	// versions are the contents each block may hold after a crash besides
-	// synced (writes since the last sync).
-	versions map[int][][]byte
-	key      *Key // a keyed volume's
+	*crashRig
+	key *Key // a keyed volume's
 }
 
 var parityCrashSpec = ParitySpec{Data: 4, Parity: 2, Depth: 2, Path: "p"}
 
 func newParityCrash(t *testing.T, format string, sector int, key *Key, crashAt int64) *parityCrash {
-	f := dif.MustFormat(format)
-	bs := f.BlockSize()
-	e := &parityCrash{t: t, bs: bs, blocks: 32, crashAt: crashAt, versions: map[int][][]byte{}, key: key}
-	size := int64(e.blocks * bs)
-	l, err := ParityLayout(parityCrashSpec, bs, int64(e.blocks))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for k, sz := range []int64{size, l.FileSize()} {
-		m, err := device.NewMem(sz, min(bs, 4096))
+	sizes := func(bs int, size int64) [2]int64 { // data, parity
+		l, err := ParityLayout(parityCrashSpec, bs, size/int64(bs))
 		if err != nil {
 			t.Fatal(err)
 		}
-		e.mems[k] = m
-		if e.fds[k], err = faultdev.New(m, faultdev.Options{Sector: sector}); err != nil {
-			t.Fatal(err)
-		}
+		return [2]int64{size, l.FileSize()}
 	}
-	init := blocktest.Pattern(int(size), 11)
-	e.mems[0].WriteAt(init, 0)
-	e.fs = vfs.NewCrashableMem()
-	kv, err := pebble.OpenOnFS("db", e.fs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.kv = &countingKV{KV: kv}
-	opts := CreateOptions{Format: f, Options: Options{StagingBytes: 8 * bs, Rereads: -1, Key: key}}
-	if e.v, err = Create(context.Background(), e.fds[0], e.kv, opts); err != nil {
-		t.Fatal(err)
-	}
-	e.model = bytes.Clone(init)
-	e.synced = bytes.Clone(init)
-	for _, fd := range e.fds {
-		fd.SetHook(func(faultdev.Step) error { return e.step() })
-	}
-	e.kv.hook = func(bool) error { return e.step() }
-	return e
+	rig := newCrashRig(t, format, sector, crashAt, sizes, CreateOptions{Options: Options{Key: key}})
+	return &parityCrash{crashRig: rig, key: key}
 }
 
-func (e *parityCrash) step() error {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.crashed {
-		return errTestCrash
-	}
-	n := e.steps
-	e.steps++
-	if n != e.crashAt {
-		return nil
-	}
-	seed := uint64(n)
-	e.clone = e.fs.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 50, RNG: rand.New(rand.NewPCG(seed, 1))})
-	for k, fd := range e.fds {
-		if err := fd.Crash(faultdev.CrashOptions{Keep: 0.5, Seed: seed + uint64(k)}); err != nil {
-			panic(err)
-		}
-	}
-	e.crashed = true
-	return errTestCrash
-}
-
-func (e *parityCrash) isCrashed() bool {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.crashed
-}
-
-// run runs the session until it ends or crashes.
 func (e *parityCrash) run() bool {
 	bs := e.bs
 	fail := func(what string, err error) bool {
