@@ -12,6 +12,7 @@ import (
 	"github.com/difctl/difctl/blockdev/faultdev"
 	"github.com/difctl/difctl/blockdev/internal/blocktest"
 	"github.com/difctl/difctl/dif"
+	"github.com/difctl/difctl/store"
 	"github.com/difctl/difctl/store/pebble"
 )
 
@@ -109,4 +110,24 @@ func (e *crashRig) isCrashed() bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return e.crashed
+}
+
+// reopen returns the devices and the store as the crash left them; the
+// caller closes the store.
+func (e *crashRig) reopen() ([2]*faultdev.Device, store.KV) {
+	t := e.t
+	var fds [2]*faultdev.Device
+	for k := range fds {
+		fd, err := e.fds[k].Reopen()
+		if err != nil {
+			t.Fatal(err)
+		}
+		fds[k] = fd
+	}
+	e.kv.Close()
+	kv, err := pebble.OpenOnFS("db", e.clone)
+	if err != nil {
+		t.Fatalf("reopening the store: %v", err)
+	}
+	return fds, kv
 }

@@ -11,7 +11,6 @@ import (
 	"github.com/difctl/difctl/blockdev/device"
 	"github.com/difctl/difctl/blockdev/faultdev"
 	"github.com/difctl/difctl/blockdev/internal/blocktest"
-	"github.com/difctl/difctl/store/pebble"
 )
 
 // The crash test of mirrored volumes and repairs. A volume with one mirror
@@ -119,19 +118,7 @@ func (e *mirrorCrash) run() bool {
 // verify opens the volume on what the crash left and checks it.
 func (e *mirrorCrash) verify() {
 	t := e.t
-	var fds [2]*faultdev.Device
-	for k := range fds {
-		fd, err := e.fds[k].Reopen()
-		if err != nil {
-			t.Fatal(err)
-		}
-		fds[k] = fd
-	}
-	e.kv.Close()
-	kv, err := pebble.OpenOnFS("db", e.clone)
-	if err != nil {
-		t.Fatalf("reopening the store: %v", err)
-	}
+	fds, kv := e.reopen()
 	defer kv.Close()
 	if e.crashAt%2 == 1 {
 		// Half the time the first open after the crash is read-only (a

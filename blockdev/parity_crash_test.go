@@ -9,11 +9,9 @@ import (
 	"testing"
 
 	"github.com/difctl/difctl/blockdev/device"
-	"github.com/difctl/difctl/blockdev/faultdev"
 	"github.com/difctl/difctl/blockdev/internal/blocktest"
 	"github.com/difctl/difctl/blockdev/parity"
 	"github.com/difctl/difctl/dif"
-	"github.com/difctl/difctl/store/pebble"
 )
 
 // The crash test of parity. A volume with 4+2 parity (unkeyed and keyed;
@@ -146,19 +144,7 @@ func (e *parityCrash) run() bool {
 // verify opens the volume on what the crash left and checks it.
 func (e *parityCrash) verify() {
 	t := e.t
-	var fds [2]*faultdev.Device
-	for k := range fds {
-		fd, err := e.fds[k].Reopen()
-		if err != nil {
-			t.Fatal(err)
-		}
-		fds[k] = fd
-	}
-	e.kv.Close()
-	kv, err := pebble.OpenOnFS("db", e.clone)
-	if err != nil {
-		t.Fatalf("reopening the store: %v", err)
-	}
+	fds, kv := e.reopen()
 	defer kv.Close()
 	opener := func(string) (device.Device, error) { return keepOpen{fds[1]}, nil }
 	v, err := Open(context.Background(), fds[0], kv, Options{StagingBytes: 8 * e.bs, Rereads: -1, OpenParity: opener, Key: e.key})
