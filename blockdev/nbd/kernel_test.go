@@ -2,6 +2,7 @@ package nbd
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -168,4 +169,26 @@ func TestKernelExt4(t *testing.T) {
 func lastLine(s string) string {
 	lines := strings.Split(strings.TrimSpace(s), "\n")
 	return lines[len(lines)-1]
+}
+
+// checkCopied checks the ext4 on loop after a copy: e2fsck -fn clean, every
+// file of sums (by name, the SHA-256 of what was copied) reads back the
+// same through a read-only mount at mnt, and e2fsck -fn clean again.
+// *mounted says whether mnt is mounted, for the test's cleanup.
+func checkCopied(t *testing.T, loop, mnt string, sums map[string][32]byte, mounted *bool) {
+	t.Helper()
+	run(t, "e2fsck", "-fn", loop)
+	run(t, "mount", "-o", "ro", loop, mnt)
+	*mounted = true
+	for name, want := range sums {
+		b, err := os.ReadFile(filepath.Join(mnt, name))
+		if err != nil {
+			t.Errorf("reading %s: %v", name, err)
+		} else if sha256.Sum256(b) != want {
+			t.Errorf("%s does not hold what was copied", name)
+		}
+	}
+	run(t, "umount", mnt)
+	*mounted = false
+	run(t, "e2fsck", "-fn", loop)
 }

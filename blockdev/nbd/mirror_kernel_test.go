@@ -291,20 +291,7 @@ func testKernelExt4Mirror(t *testing.T, leg string) {
 		rt.block(t, b)
 	}
 	loop, undo = fuseFile(t, dir, ts.sock)
-	run(t, "e2fsck", "-fn", loop)
-	run(t, "mount", "-o", "ro", loop, mnt)
-	mounted = true
-	for name, want := range sums {
-		b, err := os.ReadFile(filepath.Join(mnt, name))
-		if err != nil {
-			t.Errorf("reading %s: %v", name, err)
-		} else if sha256.Sum256(b) != want {
-			t.Errorf("%s does not hold what was copied", name)
-		}
-	}
-	run(t, "umount", mnt)
-	mounted = false
-	run(t, "e2fsck", "-fn", loop)
+	checkCopied(t, loop, mnt, sums, &mounted)
 	if f := fl.get(); len(f) != 0 {
 		t.Errorf("%d requests failed, the first: %+v", len(f), f[0])
 	}

@@ -204,26 +204,11 @@ func parityFileName(image, arg string) (string, error) {
 // createParityFile opens the parity file name for writing, creating it
 // (sparse) or growing it to size bytes if it is a smaller regular file.
 func createParityFile(name string, size int64) (device.Device, error) {
-	fi, err := os.Stat(name)
-	switch {
-	case os.IsNotExist(err):
-		f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
-		if err != nil {
-			return nil, err
-		}
-		if err := f.Truncate(size); err != nil {
-			f.Close()
-			os.Remove(name)
-			return nil, err
-		}
-		if err := f.Close(); err != nil {
-			return nil, err
-		}
-	case err != nil:
+	fi, err := ensureFile(name, size)
+	if err != nil {
 		return nil, err
-	case fi.IsDir():
-		return nil, fmt.Errorf("%s is a directory", name)
-	case fi.Mode().IsRegular() && fi.Size() < size:
+	}
+	if fi != nil && fi.Mode().IsRegular() && fi.Size() < size {
 		if err := os.Truncate(name, size); err != nil {
 			return nil, err
 		}

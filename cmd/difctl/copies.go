@@ -66,6 +66,16 @@ func createLeg(ctx context.Context, name string, size int64) (device.Device, err
 	if isNBDURL(name) {
 		return openCopy(ctx, name, false)
 	}
+	if _, err := ensureFile(name, size); err != nil {
+		return nil, err
+	}
+	return openCopy(ctx, name, false)
+}
+
+// ensureFile makes name a sparse file of size bytes if there is nothing
+// there, and returns what is there: nil for a file it made, the existing
+// file's information otherwise. A directory is refused.
+func ensureFile(name string, size int64) (os.FileInfo, error) {
 	fi, err := os.Stat(name)
 	switch {
 	case os.IsNotExist(err):
@@ -78,15 +88,13 @@ func createLeg(ctx context.Context, name string, size int64) (device.Device, err
 			os.Remove(name)
 			return nil, err
 		}
-		if err := f.Close(); err != nil {
-			return nil, err
-		}
+		return nil, f.Close()
 	case err != nil:
 		return nil, err
 	case fi.IsDir():
 		return nil, fmt.Errorf("%s is a directory", name)
 	}
-	return openCopy(ctx, name, false)
+	return fi, nil
 }
 
 // repairSources are the copies given with --from: opened read-only, each
