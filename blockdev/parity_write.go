@@ -2,12 +2,14 @@ package blockdev
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 
 	"github.com/difctl/difctl/blockdev/device"
 	"github.com/difctl/difctl/blockdev/internal/check"
 	"github.com/difctl/difctl/blockdev/parity"
+	"github.com/difctl/difctl/dif"
 	"github.com/difctl/difctl/store"
 )
 
@@ -674,6 +676,14 @@ type ParityReport struct {
 // parityWindowBytes bounds the data ComputeParity reads at once.
 var parityWindowBytes = 16 << 20
 
+// parityWriteBytes bounds one parity write of ComputeParity (the parity of
+// neighbouring stripes, adjacent in the file). Requests of 2 MiB into the
+// page cache of a new parity file measured several times the CPU time of
+// the same bytes in requests of 128 KiB (Linux 6.18, the time in the
+// kernel's copy from the caller's buffer; docs/parity.md, "Speed"); in
+// single stripes the requests' count shows.
+const parityWriteBytes = 128 << 10
+
 // ComputeParity computes and records the parity of every stripe that has
 // none: after AddParity, or to resume a computation that was interrupted,
 // or after writes dropped some. It reads the data a window of stripes at a
@@ -712,7 +722,7 @@ func (v *Volume) ComputeParity(ctx context.Context, progress ParityProgress) (Pa
 	par := device.AlignedBuffer(int(win) * m * bs)
 	total := l.Stripes()
 	shards := make([][]byte, k+m)
-	sums := make([]uint32, m)
+	sums := make([]uint32, int(win)*m)
 	var sinceSync int64
 	for s0 := int64(0); s0 < total; {
 		if err := ctx.Err(); err != nil {
@@ -765,6 +775,11 @@ func (v *Volume) ComputeParity(ctx context.Context, progress ParityProgress) (Pa
 			if err != nil {
 				return v.fail(err)
 			}
+			// Encode the window's stripes, then write each run of
+			// neighbouring computed stripes in requests of up to
+			// parityWriteBytes (stripes' parity is adjacent in the file, as
+			// in par) and record their sums.
+			computed := make([]bool, n)
 			for i := range n {
 				if !todo[i] {
 					continue
@@ -788,20 +803,35 @@ func (v *Volume) ComputeParity(ctx context.Context, progress ParityProgress) (Pa
 				if err := pv.codec.Encode(shards); err != nil {
 					return err
 				}
+				computed[i] = true
+			}
+			for i := 0; i < n; {
+				if !computed[i] {
+					i++
+					continue
+				}
+				j := i + 1
+				for j < n && computed[j] && (j-i)*m*bs < parityWriteBytes {
+					j++
+				}
+				s := s0 + int64(i)
 				pv.writeBad.Store(true)
-				if err := pv.file.Write(s, p, sums); err != nil {
+				if err := pv.file.WriteStripes(s, j-i, par[i*m*bs:j*m*bs], sums[:(j-i)*m]); err != nil {
 					if check.Fatal(err) {
 						return v.fail(err)
 					}
-					// The parity file failed: this stripe stays without
+					// The parity file failed: these stripes stay without
 					// parity, and the computation stops.
 					pv.ioFailed(err)
 					return fmt.Errorf("blockdev: compute parity: %w", err)
 				}
-				if err := pv.setSums(s, sums); err != nil {
-					return v.fail(err)
+				for x := i; x < j; x++ {
+					if err := pv.setSums(s0+int64(x), sums[(x-i)*m:(x-i+1)*m]); err != nil {
+						return v.fail(err)
+					}
+					rep.Computed++
 				}
-				rep.Computed++
+				i = j
 			}
 			return nil
 		}()
@@ -885,50 +915,119 @@ func (pv *parityVol) readWindow(s0 int64, n int, groups bool, data []byte) ([]bo
 
 // readRun reads blocks [first, first+n) into data (zeros for the
 // unwritten ones), verifies them against their current tuples, a chunk at
-// a time, and returns those that fail. Caller holds pv.mu and flushMu.
+// a time, and returns those that fail. Each chunk is one dif call
+// (Format.Classify: guards, tags and sector sums in one pass), from the
+// device's mapping of the page cache where it has one, copied to data in
+// the verifying pass as a verified read does (readMapped), else read into
+// data first; a read that fails is retried block by block and the blocks
+// that still cannot be read fail. Caller holds pv.mu and flushMu.
 func (pv *parityVol) readRun(first int64, n int, data []byte) ([]int64, error) {
-	bs, ts := pv.bs, pv.v.ts
-	chunk := min(n, pv.v.chunk)
+	v := pv.v
+	bs, ts := pv.bs, v.ts
+	chunk := min(n, v.chunk)
 	tuples := make([]byte, chunk*ts)
-	var sums []uint32
-	if pv.v.sums {
-		sums = make([]uint32, chunk)
+	states := make([]dif.State, chunk)
+	var sums, crcs []uint32
+	if v.sums {
+		sums, crcs = make([]uint32, chunk), make([]uint32, chunk)
 	}
 	written := store.NewBitmap(chunk)
+	ioBad := store.NewBitmap(chunk)
 	var bad []int64
 	for c := 0; c < n; c += chunk {
 		cn := min(chunk, n-c)
 		lba := first + int64(c)
 		clear(written)
+		clear(ioBad)
 		if err := pv.tuplesOf(lba, cn, tuples, sums, written); err != nil {
 			return nil, err
 		}
 		cd := data[c*bs : (c+cn)*bs]
-		readErr := readDevice(pv.v.dev, cd, lba*int64(bs), false)
+		cls := dif.Classification{States: states[:cn]}
+		if crcs != nil {
+			cls.Sums = crcs[:cn]
+		}
+		classify := func(src []byte) error {
+			cls.Src = src
+			if _, err := v.f.Classify(&cls, cd, tuples[:cn*ts], v.params(lba)); err != nil {
+				return fmt.Errorf("blockdev: compute parity: verify: %w", err)
+			}
+			return nil
+		}
+		mapped, err := pv.classifyMapped(lba, cn, classify)
+		if err != nil {
+			return nil, err
+		}
+		if !mapped {
+			if err := pv.readBlocks(lba, cn, cd, ioBad); err != nil {
+				return nil, err
+			}
+			if err := classify(nil); err != nil {
+				return nil, err
+			}
+		}
 		for i := range cn {
-			d := cd[i*bs : (i+1)*bs]
-			b := lba + int64(i)
 			if !written.Has(i) {
-				clear(d)
+				clear(cd[i*bs : (i+1)*bs])
 				continue
 			}
-			if readErr != nil {
-				if err := readDevice(pv.v.dev, d, b*int64(bs), false); err != nil {
-					if check.Fatal(err) {
-						return nil, err
-					}
-					bad = append(bad, b)
-					continue
-				}
-			}
-			var sum uint32
-			if sums != nil {
-				sum = sums[i]
-			}
-			if !pv.v.ok(d, tuples[i*ts:(i+1)*ts], pv.v.params(b), true, sum) {
-				bad = append(bad, b)
+			if ioBad.Has(i) || states[i] == dif.StateFailed || (crcs != nil && crcs[i] != sums[i]) {
+				bad = append(bad, lba+int64(i))
 			}
 		}
 	}
 	return bad, nil
+}
+
+// classifyMapped runs classify on the device's mapping of the n blocks at
+// lba, if it has one (see Volume.readMapped). mapped is false when the
+// blocks must be read the ordinary way: no mapping, or reading it faulted.
+func (pv *parityVol) classifyMapped(lba int64, n int, classify func([]byte) error) (mapped bool, err error) {
+	v := pv.v
+	if v.mapper == nil || v.noMap.Load() {
+		return false, nil
+	}
+	err = v.mapper.ReadMapped(lba*int64(pv.bs), n*pv.bs, classify)
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, errors.ErrUnsupported):
+		v.noMap.Store(true)
+		return false, nil
+	case errors.Is(err, device.ErrMapFault):
+		v.st.mapFaults.Add(1)
+		return false, nil
+	}
+	return false, err
+}
+
+// readBlocks reads the n blocks at lba into data; if that fails, block by
+// block, each read again up to Options.Rereads times around the page
+// cache, as a verified read does (readFallback), marking in ioBad those
+// that cannot be read. An error check.Fatal accepts is returned.
+func (pv *parityVol) readBlocks(lba int64, n int, data []byte, ioBad store.Bitmap) error {
+	bs := pv.bs
+	err := readDevice(pv.v.dev, data[:n*bs], lba*int64(bs), false)
+	if err == nil {
+		return nil
+	}
+	if check.Fatal(err) {
+		return err
+	}
+	for i := range n {
+		var err error
+		for r := 0; r <= pv.v.opts.Rereads; r++ {
+			if err = readDevice(pv.v.dev, data[i*bs:(i+1)*bs], (lba+int64(i))*int64(bs), r > 0); err == nil || check.Fatal(err) {
+				break
+			}
+		}
+		if err != nil {
+			if check.Fatal(err) {
+				return err
+			}
+			clear(data[i*bs : (i+1)*bs])
+			ioBad.Set(i)
+		}
+	}
+	return nil
 }

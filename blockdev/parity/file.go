@@ -129,6 +129,27 @@ func (f *File) Write(s int64, buf []byte, sums []uint32) error {
 	return nil
 }
 
+// WriteStripes writes the parity of the n stripes from s on in one
+// request, as Write does one's: buf holds them as the file does (stripe
+// s+i's block j at buf[(i·m+j)·bs:]) and sums (n·m entries) receives their
+// checksums, stripe s+i's at sums[i·m:]. It does not sync the device.
+func (f *File) WriteStripes(s int64, n int, buf []byte, sums []uint32) error {
+	m, bs := f.l.m, f.l.bs
+	if n < 1 || s < 0 || s > f.l.stripes-int64(n) {
+		return fmt.Errorf("parity: stripes [%d, %d) out of range (%d stripes)", s, s+int64(n), f.l.stripes)
+	}
+	if len(buf) != n*m*bs || len(sums) != n*m {
+		return fmt.Errorf("%w: %d stripes' parity in %d bytes with %d checksums, want %d and %d", ErrShards, n, len(buf), len(sums), n*m*bs, n*m)
+	}
+	for i := range n {
+		f.sums(s+int64(i), buf[i*m*bs:(i+1)*m*bs], sums[i*m:(i+1)*m])
+	}
+	if _, err := f.dev.WriteAt(buf, f.l.ParityOffset(s, 0)); err != nil {
+		return fmt.Errorf("parity: write of stripes [%d, %d): %w", s, s+int64(n), err)
+	}
+	return nil
+}
+
 // Read reads stripe s's m parity blocks into buf (block j at buf[j·bs:])
 // and checks block j against sums[j]. errs (m entries) is set to nil for a
 // block that is good and to a *BlockError for one that is not (unreadable,
