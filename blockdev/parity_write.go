@@ -692,168 +692,232 @@ const parityWriteBytes = 128 << 10
 // syncs; a stripe with a block that does not verify is left unprotected.
 // Writes may go on meanwhile.
 func (v *Volume) ComputeParity(ctx context.Context, progress ParityProgress) (ParityReport, error) {
-	var rep ParityReport
 	done, err := v.enter()
 	if err != nil {
-		return rep, err
+		return ParityReport{}, err
 	}
 	defer done()
 	pv := v.par
 	if pv == nil {
-		return rep, fmt.Errorf("blockdev: compute parity: the volume has no parity in use")
+		return ParityReport{}, fmt.Errorf("blockdev: compute parity: the volume has no parity in use")
 	}
 	if v.opts.ReadOnly {
-		return rep, fmt.Errorf("blockdev: compute parity: %w", device.ErrReadOnly)
+		return ParityReport{}, fmt.Errorf("blockdev: compute parity: %w", device.ErrReadOnly)
 	}
 	if err := v.keyedWritable("compute parity"); err != nil {
-		return rep, err
+		return ParityReport{}, err
 	}
-	l := pv.l
-	k, m, bs := l.DataShards(), pv.m, pv.bs
-	w := max(1, int64(parityWindowBytes/(k*bs)))
-	D := l.Depth()
-	// A window is whole groups (D ≤ w: their blocks are one run) or a part
-	// of one group (their blocks are k runs).
-	win := min(w, D)
-	if D <= w {
-		win = (w / D) * D
-	}
-	data := device.AlignedBuffer(int(win) * k * bs)
-	par := device.AlignedBuffer(int(win) * m * bs)
-	total := l.Stripes()
-	shards := make([][]byte, k+m)
-	sums := make([]uint32, int(win)*m)
+	pp := pv.newPass()
+	rep := &pp.rep
+	total := pv.l.Stripes()
 	var sinceSync int64
 	for s0 := int64(0); s0 < total; {
 		if err := ctx.Err(); err != nil {
-			return rep, err
+			return *rep, err
 		}
-		// The window: stripes [s0, s1), whole groups or in one group.
-		s1 := min(s0+win, total)
-		if D > w {
-			s1 = min(s1, (s0/D+1)*D)
-		}
+		s1 := pp.window(s0)
 		n := int(s1 - s0)
 		err := func() error {
 			v.stg.flushMu.Lock()
 			defer v.stg.flushMu.Unlock()
-			pv.mu.Lock()
-			todo := make([]bool, n)
-			anyTodo := false
-			for i := range n {
-				_, rec, err := pv.sumsNoCopy(s0 + int64(i))
-				if err != nil {
-					pv.mu.Unlock()
-					return err
-				}
-				todo[i] = !rec
-				anyTodo = anyTodo || !rec
-				if rec {
-					rep.Recorded++
-				}
+			todo, anyTodo, err := pp.todo(s0, n)
+			if err != nil || !anyTodo {
+				return err
 			}
-			pv.mu.Unlock()
-			if !anyTodo {
-				return nil
-			}
-			x := v.tup.NewTxn()
-			for i := range n {
-				if todo[i] && !pv.marked[s0+int64(i)] {
-					if err := x.MarkParityDirty(s0 + int64(i)); err != nil {
-						x.Abort()
-						return err
-					}
-					pv.marked[s0+int64(i)] = true
-				}
-			}
-			if err := x.Commit(true); err != nil {
-				return v.fail(err)
+			if err := pp.mark(s0, todo, true); err != nil {
+				return err
 			}
 			pv.mu.Lock()
 			defer pv.mu.Unlock()
-			good, at, err := pv.readWindow(s0, n, D <= w, data)
+			good, at, err := pv.readWindow(s0, n, pp.groups, pp.data)
 			if err != nil {
 				return v.fail(err)
 			}
-			// Encode the window's stripes, then write each run of
-			// neighbouring computed stripes in requests of up to
-			// parityWriteBytes (stripes' parity is adjacent in the file, as
-			// in par) and record their sums.
-			computed := make([]bool, n)
-			for i := range n {
-				if !todo[i] {
-					continue
-				}
-				s := s0 + int64(i)
-				if !good[i] {
-					rep.Unprotected++
-					continue
-				}
-				clear(shards)
-				for pos := range k {
-					if b, ok := l.Block(s, pos); ok {
-						o := at(b, pos, i)
-						shards[pos] = data[o : o+bs]
-					}
-				}
-				p := par[i*m*bs : (i+1)*m*bs]
-				for j := range m {
-					shards[k+j] = p[j*bs : (j+1)*bs]
-				}
-				if err := pv.codec.Encode(shards); err != nil {
-					return err
-				}
-				computed[i] = true
-			}
-			for i := 0; i < n; {
-				if !computed[i] {
-					i++
-					continue
-				}
-				j := i + 1
-				for j < n && computed[j] && (j-i)*m*bs < parityWriteBytes {
-					j++
-				}
-				s := s0 + int64(i)
-				pv.writeBad.Store(true)
-				if err := pv.file.WriteStripes(s, j-i, par[i*m*bs:j*m*bs], sums[:(j-i)*m]); err != nil {
-					if check.Fatal(err) {
-						return v.fail(err)
-					}
-					// The parity file failed: these stripes stay without
-					// parity, and the computation stops.
-					pv.ioFailed(err)
-					return fmt.Errorf("blockdev: compute parity: %w", err)
-				}
-				for x := i; x < j; x++ {
-					if err := pv.setSums(s0+int64(x), sums[(x-i)*m:(x-i+1)*m]); err != nil {
-						return v.fail(err)
-					}
-					rep.Computed++
-				}
-				i = j
-			}
-			return nil
+			return pp.encode(s0, todo, good, at)
 		}()
 		if err != nil {
-			return rep, err
+			return *rep, err
 		}
 		sinceSync += int64(n)
 		s0 = s1
-		if sinceSync*int64(k*bs) >= 256<<20 || s0 == total {
+		if sinceSync*int64(pv.l.DataShards()*pv.bs) >= 256<<20 || s0 == total {
 			sinceSync = 0
-			v.stg.flushMu.Lock()
-			err := v.stg.syncLocked()
-			v.stg.flushMu.Unlock()
-			if err != nil {
-				return rep, err
+			if err := pp.sync(); err != nil {
+				return *rep, err
 			}
 		}
 		if progress != nil {
 			progress(s0, total)
 		}
 	}
-	return rep, nil
+	return *rep, nil
+}
+
+// parityPass is one pass that computes the parity of stripes a window at
+// a time: ComputeParity, and protect on a volume with parity (see
+// protectParity), which differ in where the window's data comes from and
+// whether it is verified.
+type parityPass struct {
+	pv *parityVol
+	// win is the stripes of a window: whole groups (groups: their blocks
+	// are one run, read at once) if a group's data fits in
+	// parityWindowBytes, otherwise part of one group (its k runs).
+	win    int64
+	groups bool
+	data   []byte   // a window's data blocks
+	par    []byte   // a window's parity blocks, as in the file
+	sums   []uint32 // a window's parity checksums
+	shards [][]byte // one stripe's, for the codec
+	rep    ParityReport
+}
+
+// newPass returns a pass over pv's stripes, its buffers allocated.
+func (pv *parityVol) newPass() *parityPass {
+	l := pv.l
+	k, m, bs := l.DataShards(), pv.m, pv.bs
+	w := max(1, int64(parityWindowBytes/(k*bs)))
+	D := l.Depth()
+	pp := &parityPass{pv: pv, win: min(w, D), groups: D <= w}
+	if pp.groups {
+		pp.win = (w / D) * D
+	}
+	pp.data = device.AlignedBuffer(int(pp.win) * k * bs)
+	pp.par = device.AlignedBuffer(int(pp.win) * m * bs)
+	pp.sums = make([]uint32, int(pp.win)*m)
+	pp.shards = make([][]byte, k+m)
+	return pp
+}
+
+// window returns the end of the window that starts at stripe s0: whole
+// groups, or the rest of s0's group.
+func (pp *parityPass) window(s0 int64) int64 {
+	s1 := min(s0+pp.win, pp.pv.l.Stripes())
+	if !pp.groups {
+		D := pp.pv.l.Depth()
+		s1 = min(s1, (s0/D+1)*D)
+	}
+	return s1
+}
+
+// todo reports which of the n stripes from s0 have no parity recorded, and
+// whether any, counting the others in rep.Recorded.
+func (pp *parityPass) todo(s0 int64, n int) ([]bool, bool, error) {
+	pv := pp.pv
+	pv.mu.Lock()
+	defer pv.mu.Unlock()
+	todo := make([]bool, n)
+	anyTodo := false
+	for i := range n {
+		_, rec, err := pv.sumsNoCopy(s0 + int64(i))
+		if err != nil {
+			return nil, false, err
+		}
+		todo[i] = !rec
+		anyTodo = anyTodo || !rec
+		if rec {
+			pp.rep.Recorded++
+		}
+	}
+	return todo, anyTodo, nil
+}
+
+// mark puts the stripes to do from s0 under parity intents (which the
+// next Sync drops once their parity is synced and their checksums
+// committed, or whose checksums it drops if the parity file's sync fails),
+// in one store commit, synced if sync. Caller holds flushMu.
+func (pp *parityPass) mark(s0 int64, todo []bool, sync bool) error {
+	pv := pp.pv
+	x := pv.v.tup.NewTxn()
+	for i, t := range todo {
+		if t && !pv.marked[s0+int64(i)] {
+			if err := x.MarkParityDirty(s0 + int64(i)); err != nil {
+				x.Abort()
+				return err
+			}
+			pv.marked[s0+int64(i)] = true
+		}
+	}
+	if err := x.Commit(sync); err != nil {
+		return pv.v.fail(err)
+	}
+	return nil
+}
+
+// encode encodes the stripes to do from s0 whose blocks are good, from
+// their blocks in pp.data (block b, position pos of stripe s0+i, at byte
+// at(b, pos, i)), then writes each run of neighbouring computed stripes in
+// requests of up to parityWriteBytes (stripes' parity is adjacent in the
+// file, as in pp.par) and records their checksums, which the next Sync
+// commits. The others to do count as unprotected. Caller holds pv.mu and
+// flushMu.
+func (pp *parityPass) encode(s0 int64, todo, good []bool, at func(b int64, pos, i int) int) error {
+	pv, v, l := pp.pv, pp.pv.v, pp.pv.l
+	k, m, bs := l.DataShards(), pv.m, pv.bs
+	n := len(todo)
+	computed := make([]bool, n)
+	for i := range n {
+		if !todo[i] {
+			continue
+		}
+		s := s0 + int64(i)
+		if !good[i] {
+			pp.rep.Unprotected++
+			continue
+		}
+		clear(pp.shards)
+		for pos := range k {
+			if b, ok := l.Block(s, pos); ok {
+				o := at(b, pos, i)
+				pp.shards[pos] = pp.data[o : o+bs]
+			}
+		}
+		p := pp.par[i*m*bs : (i+1)*m*bs]
+		for j := range m {
+			pp.shards[k+j] = p[j*bs : (j+1)*bs]
+		}
+		if err := pv.codec.Encode(pp.shards); err != nil {
+			return err
+		}
+		computed[i] = true
+	}
+	for i := 0; i < n; {
+		if !computed[i] {
+			i++
+			continue
+		}
+		j := i + 1
+		for j < n && computed[j] && (j-i)*m*bs < parityWriteBytes {
+			j++
+		}
+		s := s0 + int64(i)
+		pv.writeBad.Store(true)
+		if err := pv.file.WriteStripes(s, j-i, pp.par[i*m*bs:j*m*bs], pp.sums[:(j-i)*m]); err != nil {
+			if check.Fatal(err) {
+				return v.fail(err)
+			}
+			// The parity file failed: these stripes stay without parity,
+			// and the computation stops.
+			pv.ioFailed(err)
+			return fmt.Errorf("blockdev: compute parity: %w", err)
+		}
+		for x := i; x < j; x++ {
+			if err := pv.setSums(s0+int64(x), pp.sums[(x-i)*m:(x-i+1)*m]); err != nil {
+				return v.fail(err)
+			}
+			pp.rep.Computed++
+		}
+		i = j
+	}
+	return nil
+}
+
+// sync syncs the volume: the parity file, then the checksums of the
+// stripes computed since the last sync are committed.
+func (pp *parityPass) sync() error {
+	s := pp.pv.v.stg
+	s.flushMu.Lock()
+	defer s.flushMu.Unlock()
+	return s.syncLocked()
 }
 
 // readWindow reads the data of stripes [s0, s0+n) into data, zeros for

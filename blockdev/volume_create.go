@@ -68,6 +68,19 @@ type CreateOptions struct {
 	// Tool names the program that creates the volume, for the manifest.
 	// Default "".
 	Tool string
+	// Parity, if not nil, gives the volume this parity (AddParity) before
+	// protecting it, and protect computes it in the same pass, from the
+	// data it reads (see parity_protect.go): the image is read once. A
+	// resumed protect of a volume that has parity already takes the same
+	// spec and opens the file through Options.OpenParity. Stripes that
+	// pass does not compute (a resumed protect's first window, a layout
+	// whose groups are larger than the pass's 16 MiB windows) are left
+	// for ComputeParity.
+	Parity *ParitySpec
+	// ParityDone, if not nil, is called when protect's pass ends with what
+	// it computed of the parity (Computed: stripes encoded and recorded;
+	// Recorded: stripes in its windows that had parity already).
+	ParityDone func(ParityReport)
 }
 
 // Create protects the existing contents of dev: it generates the tuple
@@ -161,7 +174,14 @@ func Create(ctx context.Context, dev device.Device, kv store.KV, opts CreateOpti
 	if err := v.recover(ctx); err != nil {
 		return nil, err
 	}
+	if opts.Parity != nil {
+		if err := v.createParity(ctx, *opts.Parity); err != nil {
+			v.closeParity()
+			return nil, err
+		}
+	}
 	if err := v.protect(ctx, next, started, &opts); err != nil {
+		v.closeParity()
 		return nil, err
 	}
 	if err := v.publishSeal(); err != nil {
@@ -216,6 +236,7 @@ func (v *Volume) protect(ctx context.Context, next int64, started time.Time, o *
 	bs, ts := int64(v.bs), v.ts
 	chunk := max(1, o.ChunkBytes/v.bs)
 	data := device.AlignedBuffer(chunk * v.bs)
+	pp := v.newProtectParity(next) // nil: no parity computed in this pass
 	tuples := make([]byte, chunk*ts)
 	var sums []uint32
 	if v.sums {
@@ -260,6 +281,11 @@ func (v *Volume) protect(ctx context.Context, next int64, started time.Time, o *
 			return err
 		}
 		lastCkpt = pos * bs
+		if pp != nil {
+			// The tuples of every block read are durable: the parity
+			// computed from them can be synced and recorded.
+			return pp.sync()
+		}
 		return nil
 	}
 	// run protects blocks [pos, end): from the device, or as zeros.
@@ -272,6 +298,18 @@ func (v *Volume) protect(ctx context.Context, next int64, started time.Time, o *
 				return errors.Join(err, checkpoint(true))
 			}
 			n := int(min(int64(chunk), end-pos))
+			data := data
+			if pp != nil {
+				// Read into the parity window (or before the first one,
+				// into data).
+				var w []byte
+				if w, n = pp.buf(pos, n); w != nil {
+					data = w
+					if zeros {
+						clear(data)
+					}
+				}
+			}
 			if !zeros {
 				if err := v.readDev(data[:n*v.bs], pos, false); err != nil {
 					return err
@@ -291,6 +329,11 @@ func (v *Volume) protect(ctx context.Context, next int64, started time.Time, o *
 					return err
 				}
 				pos += int64(n)
+				if pp != nil {
+					if err := pp.done(pos); err != nil {
+						return err
+					}
+				}
 				if err := checkpoint(false); err != nil {
 					return err
 				}
@@ -314,6 +357,11 @@ func (v *Volume) protect(ctx context.Context, next int64, started time.Time, o *
 				return err
 			}
 			pos += int64(n)
+			if pp != nil {
+				if err := pp.done(pos); err != nil {
+					return err
+				}
+			}
 			if err := checkpoint(false); err != nil {
 				return err
 			}
@@ -329,6 +377,11 @@ func (v *Volume) protect(ctx context.Context, next int64, started time.Time, o *
 		}
 		if o.ZeroHoles {
 			return run(end, true)
+		}
+		if pp != nil {
+			if err := pp.skip(pos, end); err != nil {
+				return err
+			}
 		}
 		pos = end
 		if o.Progress != nil {
@@ -357,6 +410,14 @@ func (v *Volume) protect(ctx context.Context, next int64, started time.Time, o *
 	now := time.Now().UTC()
 	if err := v.tup.SetScrubCursor(protectCursor, store.ScrubCursor{Next: v.blocks, Pass: 1, Started: started, Updated: now}, true); err != nil {
 		return fail(err)
+	}
+	if pp != nil {
+		if err := pp.sync(); err != nil {
+			return fail(err)
+		}
+		if o.ParityDone != nil {
+			o.ParityDone(pp.rep)
+		}
 	}
 	return nil
 }

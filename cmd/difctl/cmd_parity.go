@@ -31,6 +31,11 @@ type parityOptions struct {
 	File string
 	// Repair is parity check --repair.
 	Repair bool
+	// pass, for protect --parity, is what protect's pass computed (nil if
+	// it ran none), and passResumed whether that protect was resumed:
+	// parity add then reports the two together.
+	pass        *blockdev.ParityReport
+	passResumed bool
 	// served, if not nil, is the volume of difctl serve, on which a scrub
 	// run for a client of its control socket ends with its parity check
 	// (checkParity).
@@ -295,6 +300,13 @@ func runParityAdd(ctx context.Context, o parityOptions, stdout, stderr io.Writer
 		return fmt.Errorf("%s: %w", o.Image, err)
 	}
 	rec.Depth, rec.Path, rec.Stripes = st.Config.Depth, st.Config.Path, st.Stripes
+	if o.pass != nil {
+		// The stripes protect's pass computed are recorded by now: they
+		// count as computed by this command.
+		rep.Computed += o.pass.Computed
+		rep.Recorded -= o.pass.Computed
+		rec.Resumed = o.passResumed
+	}
 	rec.Computed, rec.Recorded, rec.Unprotected = rep.Computed, rep.Recorded, rep.Unprotected
 	rec.Seconds = time.Since(t0).Seconds()
 	out := newOutput(stdout, o.JSON)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/difctl/difctl/blockdev"
 	"github.com/difctl/difctl/blockdev/device"
+	"github.com/difctl/difctl/blockdev/parity"
 	"github.com/difctl/difctl/blockdev/scrub"
 	"github.com/difctl/difctl/dif"
 	"github.com/difctl/difctl/store"
@@ -40,6 +41,14 @@ type protectOptions struct {
 	// that can carry the volume's tuples as its PI (volume_pi.go); with no
 	// format given, the volume takes the namespace's.
 	DevicePI bool
+	// Parity (--parity K+M, with --parity-file and --parity-depth) adds
+	// parity, computed in protect's pass over the image (see
+	// blockdev.CreateOptions.Parity); runParityAdd then computes what that
+	// pass left (a resumed protect's first window) and reports it.
+	// passDone, if not nil, is given the report that the pass fills in
+	// when it ends, and whether the protect resumed.
+	Parity   parityOptions
+	passDone func(pass *blockdev.ParityReport, resumed bool)
 }
 
 // protectRecord is the --json result of protect.
@@ -133,7 +142,8 @@ the same image; another image's store is refused.
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := runProtect(cmd.Context(), protectOptions{
 				globalOptions: *g, Image: args[0], Store: store, FormatText: format.text, PI: pf, Rate: rate.n, Checkpoint: int64(ckpt.n),
-				Reprotect: reprot, DropKey: dropKey, DevicePI: devPI,
+				Reprotect: reprot, DropKey: dropKey, DevicePI: devPI, Parity: par,
+				passDone: func(pass *blockdev.ParityReport, resumed bool) { par.pass, par.passResumed = pass, resumed },
 			}, cmd.OutOrStdout(), cmd.ErrOrStderr()); err != nil {
 				return err
 			}
@@ -308,14 +318,26 @@ func runProtect(ctx context.Context, opts protectOptions, stdout, stderr io.Writ
 		return err
 	}
 	defer release()
+	pspec, closeParity, err := protectParity(opts, spec.f.BlockSize(), dev.Size())
+	if err != nil {
+		return err
+	}
+	defer closeParity()
+	pass := new(blockdev.ParityReport)
+	if pspec != nil && opts.passDone != nil {
+		opts.passDone(pass, prior.Resume())
+	}
 	protected, err := protectVolume(ctx, opts, url, kv, dev, blockdev.CreateOptions{
-		Options:         blockdev.Options{DeviceID: id, Key: key, Witness: w},
+		Options: blockdev.Options{DeviceID: id, Key: key, Witness: w,
+			OpenParity: func(path string) (device.Device, error) { return openCopy(ctx, path, false) }},
 		Format:          spec.f,
 		InitialRefTag:   spec.refTag,
 		AppTag:          spec.appTag,
 		AppTagMask:      spec.appMask,
 		Tool:            toolName,
 		CheckpointBytes: opts.Checkpoint,
+		Parity:          pspec,
+		ParityDone:      func(r blockdev.ParityReport) { *pass = r },
 	}, stderr)
 	if err != nil {
 		return err
@@ -329,6 +351,38 @@ func runProtect(ctx context.Context, opts protectOptions, stdout, stderr io.Writ
 		Keyed: key != nil || prior.Resume() && prior.Manifest.Keyed(),
 	}
 	return emitProtect(newOutput(stdout, opts.JSON), rec)
+}
+
+// protectParity returns the parity of --parity for protect's pass (nil
+// without it), its file created at its size for an image of size bytes in
+// blocks of bs, and the function that closes the file.
+func protectParity(opts protectOptions, bs int, size int64) (*blockdev.ParitySpec, func(), error) {
+	o := opts.Parity
+	if o.Shape == "" {
+		return nil, func() {}, nil
+	}
+	k, m, err := parseShape(o.Shape)
+	if err != nil {
+		return nil, nil, err
+	}
+	if o.Depth < parity.WholeVolume {
+		return nil, nil, usageErrorf("--parity-depth %d: want a number of stripes, or -1 for the whole image", o.Depth)
+	}
+	name, err := parityFileName(opts.Image, o.File)
+	if err != nil {
+		return nil, nil, err
+	}
+	spec := blockdev.ParitySpec{Data: k, Parity: m, Depth: o.Depth, Path: name}
+	l, err := blockdev.ParityLayout(spec, bs, size/int64(bs))
+	if err != nil {
+		return nil, nil, usageErrorf("parity %d+%d depth %d: %v", k, m, o.Depth, err)
+	}
+	dev, err := createParityFile(name, l.FileSize())
+	if err != nil {
+		return nil, nil, fmt.Errorf("parity file %s: %w", name, err)
+	}
+	spec.Dev = dev
+	return &spec, func() { dev.Close() }, nil
 }
 
 // prepareProtect applies the rules of protecting over what the store
