@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -193,7 +194,10 @@ func TestProtectParityCrash(t *testing.T) {
 		}
 		kv := &countingKV{KV: pkv}
 		var clone *vfs.MemFS
+		var mu sync.Mutex // protect's pass encodes on a goroutine of its own
 		step := func() error {
+			mu.Lock()
+			defer mu.Unlock()
 			if crashed {
 				return errTestCrash
 			}

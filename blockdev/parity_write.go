@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 
 	"github.com/difctl/difctl/blockdev/device"
 	"github.com/difctl/difctl/blockdev/internal/check"
@@ -708,6 +709,7 @@ func (v *Volume) ComputeParity(ctx context.Context, progress ParityProgress) (Pa
 		return ParityReport{}, err
 	}
 	pp := pv.newPass()
+	defer pp.release()
 	rep := &pp.rep
 	total := pv.l.Stripes()
 	var sinceSync int64
@@ -727,6 +729,7 @@ func (v *Volume) ComputeParity(ctx context.Context, progress ParityProgress) (Pa
 			if err := pp.mark(s0, todo, true); err != nil {
 				return err
 			}
+			pp.buffers()
 			pv.mu.Lock()
 			defer pv.mu.Unlock()
 			good, at, err := pv.readWindow(s0, n, pp.groups, pp.data)
@@ -764,7 +767,7 @@ type parityPass struct {
 	// parityWindowBytes, otherwise part of one group (its k runs).
 	win    int64
 	groups bool
-	data   []byte   // a window's data blocks
+	data   []byte   // a window's data blocks (see buffers)
 	par    []byte   // a window's parity blocks, as in the file
 	sums   []uint32 // a window's parity checksums
 	shards [][]byte // one stripe's, for the codec
@@ -781,11 +784,42 @@ func (pv *parityVol) newPass() *parityPass {
 	if pp.groups {
 		pp.win = (w / D) * D
 	}
-	pp.data = device.AlignedBuffer(int(pp.win) * k * bs)
-	pp.par = device.AlignedBuffer(int(pp.win) * m * bs)
 	pp.sums = make([]uint32, int(pp.win)*m)
 	pp.shards = make([][]byte, k+m)
 	return pp
+}
+
+// passBufs are a parity pass's window buffers, kept in passPool between
+// passes: protect --parity runs two in one process (protect's own, then
+// ComputeParity for what it left), and a window is 18 MiB for 16+2 at
+// 4 KiB blocks, whose first use (page faults and clearing) cost a sixth of
+// computing the parity of a 64 MiB image.
+type passBufs struct{ data, par []byte }
+
+var passPool sync.Pool // *passBufs
+
+// buffers gives the pass its window buffers, the first time it needs
+// them (a ComputeParity with nothing to do needs none).
+func (pp *parityPass) buffers() {
+	if pp.data != nil {
+		return
+	}
+	k, m, bs := pp.pv.l.DataShards(), pp.pv.m, pp.pv.bs
+	nd, np := int(pp.win)*k*bs, int(pp.win)*m*bs
+	if b, ok := passPool.Get().(*passBufs); ok && len(b.data) >= nd && len(b.par) >= np {
+		pp.data, pp.par = b.data[:nd], b.par[:np]
+		return
+	}
+	pp.data, pp.par = device.AlignedBuffer(nd), device.AlignedBuffer(np)
+}
+
+// release returns the pass's buffers to passPool; the pass must not be
+// used after.
+func (pp *parityPass) release() {
+	if pp.data != nil {
+		passPool.Put(&passBufs{data: pp.data[:cap(pp.data)], par: pp.par[:cap(pp.par)]})
+		pp.data, pp.par = nil, nil
+	}
 }
 
 // window returns the end of the window that starts at stripe s0: whole

@@ -235,8 +235,14 @@ func (o *CreateOptions) manifest(dev device.Device) (store.Manifest, error) {
 func (v *Volume) protect(ctx context.Context, next int64, started time.Time, o *CreateOptions) error {
 	bs, ts := int64(v.bs), v.ts
 	chunk := max(1, o.ChunkBytes/v.bs)
-	data := device.AlignedBuffer(chunk * v.bs)
 	pp := v.newProtectParity(next) // nil: no parity computed in this pass
+	if pp != nil {
+		defer pp.release()
+	}
+	var data []byte                 // protect's own buffer, unless every read goes to pp's windows
+	if pp == nil || pp.b0 > next {
+		data = device.AlignedBuffer(chunk * v.bs)
+	}
 	tuples := make([]byte, chunk*ts)
 	var sums []uint32
 	if v.sums {
@@ -416,7 +422,7 @@ func (v *Volume) protect(ctx context.Context, next int64, started time.Time, o *
 			return fail(err)
 		}
 		if o.ParityDone != nil {
-			o.ParityDone(pp.rep)
+			o.ParityDone(pp.report())
 		}
 	}
 	return nil
