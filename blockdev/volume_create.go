@@ -239,7 +239,7 @@ func (v *Volume) protect(ctx context.Context, next int64, started time.Time, o *
 	if pp != nil {
 		defer pp.release()
 	}
-	var data []byte                 // protect's own buffer, unless every read goes to pp's windows
+	var data []byte // protect's own buffer, unless every read goes to pp's windows
 	if pp == nil || pp.b0 > next {
 		data = device.AlignedBuffer(chunk * v.bs)
 	}
