@@ -1,7 +1,6 @@
 package blockdev
 
 import (
-	"sync"
 	"sync/atomic"
 
 	"github.com/difctl/difctl/blockdev/device"
@@ -37,7 +36,6 @@ type scratch struct {
 	tags       *keyed.Scratch
 	krun       keyed.Run // the run checkTags checked last (the repair stage's keyed check)
 	tagMaps    [2]*mappedTags
-	wg         sync.WaitGroup // parts of a split read (readParallel)
 	jobErr     atomic.Pointer[error]
 	partFailed atomic.Uint64 // parts whose read failed, redone serially
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"runtime"
 	"testing"
 
 	"github.com/difctl/difctl/blockdev/device"
@@ -11,18 +12,19 @@ import (
 	"github.com/difctl/difctl/dif"
 )
 
-// Large reads are cut into parts read and verified by the verification
-// workers (readParallel). Every part must be verified, failures in any part
-// reported at the right block, and a part whose device read fails redone
-// serially with the per-block retries.
+// Large reads with verification workers are cut into pieces that the
+// caller and the split helper read and verify (readParallel). Every piece
+// must be verified, failures in any piece reported at the right block, and
+// a piece whose device read fails redone serially with the per-block
+// retries.
 func TestVolumeSplitRead(t *testing.T) {
 	const blocks = 512 // 2 MiB of 4 KiB blocks: a read of all of it is split
 	for _, workers := range []int{0, 1, 3} {
 		for _, c := range []string{"clean", "transient-io", "permanent-io", "corrupt"} {
 			t.Run(fmt.Sprintf("workers=%d/case=%s", workers, c), func(t *testing.T) {
 				tv := newTestVol(t, "4096+8", blocks, CreateOptions{Options: Options{VerifyWorkers: workers}})
-				if got := tv.v.startWorkers(); got != workers {
-					t.Fatalf("%d verification workers, want %d", got, workers)
+				if got, want := tv.v.splitRead(tv.v.chunk), workers > 0 && runtime.GOMAXPROCS(0) > 1; got != want {
+					t.Fatalf("splitRead(%d blocks) = %v with %d workers, want %v", tv.v.chunk, got, workers, want)
 				}
 				bad := int64(blocks*3/4 + 5) // in the last part whatever the split
 				switch c {
