@@ -136,25 +136,20 @@ func (v *Volume) readFallback(lba int64, from, to int, data []byte, sc *scratch,
 // the kernel's copy and then the checksums. done is false when the piece
 // must be read the ordinary way: the device has no mapping, or reading it
 // faulted (ReadAt then reports the I/O error properly).
-// The serial path (w 0) classifies through sc.mapFn, made once per scratch
-// so that a read allocates nothing; parts of one run classified
-// concurrently share sc and pass a callback of their own, with their
-// worker w.
+// Worker w (0 the request's goroutine, 1 the split helper, which classify
+// disjoint pieces of one run concurrently) classifies through its own
+// callback, sc.maps[w], made once per scratch so that a read allocates
+// nothing.
 func (v *Volume) readMapped(lba int64, i, k int, data []byte, sc *scratch, w int) (done bool, err error) {
 	mapper := sc.req.mapper
 	if mapper == nil || v.noMap.Load() {
 		return false, nil
 	}
 	off := (lba + int64(i)) * int64(v.bs)
-	if w != 0 {
-		err = mapper.ReadMapped(off, k*v.bs, func(src []byte) error {
-			return v.classify(lba, i, k, data, src, sc, w)
-		})
-	} else {
-		sc.mapLBA, sc.mapI, sc.mapK, sc.mapData = lba, i, k, data
-		err = mapper.ReadMapped(off, k*v.bs, sc.mapFn)
-		sc.mapData = nil
-	}
+	m := &sc.maps[w]
+	m.lba, m.i, m.k, m.data = lba, i, k, data
+	err = mapper.ReadMapped(off, k*v.bs, m.fn)
+	m.data = nil
 	switch {
 	case err == nil:
 		return true, nil
@@ -168,14 +163,6 @@ func (v *Volume) readMapped(lba int64, i, k int, data []byte, sc *scratch, w int
 		return false, nil
 	}
 	return false, err
-}
-
-// serialClassify returns the serial path's mapped read callback of sc,
-// which classifies the piece readMapped set in sc.mapLBA, mapI, mapK and
-// mapData straight from the mapping: made once per scratch, so that a
-// read allocates nothing.
-func (v *Volume) serialClassify(sc *scratch) func([]byte) error {
-	return func(src []byte) error { return v.classify(sc.mapLBA, sc.mapI, sc.mapK, sc.mapData, src, sc, 0) }
 }
 
 // Parallel reads: a run of at least splitMin bytes is cut into pieces
@@ -220,7 +207,7 @@ func (v *Volume) runPart(j verifyJob, w int) bool {
 		if !j.sc.req.uncached {
 			done, err := v.readMapped(j.lba, i, k, j.data, j.sc, w)
 			if err != nil {
-				j.sc.jobErr.CompareAndSwap(nil, &err)
+				j.sc.fail(err)
 				return false
 			}
 			if done {
@@ -232,11 +219,19 @@ func (v *Volume) runPart(j verifyJob, w int) bool {
 			return true
 		}
 		if err := v.classify(j.lba, i, k, j.data, nil, j.sc, w); err != nil {
-			j.sc.jobErr.CompareAndSwap(nil, &err)
+			j.sc.fail(err)
 			return false
 		}
 	}
 	return true
+}
+
+// fail records err as the split run's error unless one was recorded. (A
+// copy of err escapes, not the caller's variable, which would be moved to
+// the heap for every piece.)
+func (sc *scratch) fail(err error) {
+	e := err
+	sc.jobErr.CompareAndSwap(nil, &e)
 }
 
 // splitRead reports whether a run of n blocks is read in pieces shared
@@ -266,10 +261,9 @@ func (v *Volume) readParallel(lba int64, n int, data []byte, sc *scratch) error 
 	}
 	sc.jobErr.Store(nil)
 	sc.partFailed.Store(0)
-	split.Work(bp.Len(), func(w, p int) bool {
-		i, j := bp.At(p)
-		return v.runPart(verifyJob{lba: lba, i: i, k: j - i, part: p, data: data, sc: sc}, w)
-	})
+	sc.partLBA, sc.parts, sc.partBuf = lba, bp, data
+	split.Work(bp.Len(), sc.partFn)
+	sc.partBuf = nil
 	if p := sc.jobErr.Load(); p != nil {
 		return *p
 	}

@@ -422,3 +422,11 @@ func ReadStats() Stats {
 // HelperAlive reports whether a helper goroutine runs (for the tests and
 // benchmarks of its users, which wait for it to exit).
 func HelperAlive() bool { return helper.alive.Load() }
+
+// Force keeps the split on, whatever the gate has measured, until the
+// function it returns is called: for the tests of its users, whose pieces
+// must run on both goroutines whatever the machine's load.
+func Force() (restore func()) {
+	gate.forced.Store(true)
+	return func() { gate.forced.Store(false); gate.reset() }
+}
