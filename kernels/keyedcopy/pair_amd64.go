@@ -1,3 +1,5 @@
+//go:build !purego
+
 package keyedcopy
 
 import "github.com/difctl/difctl/kernels/poly1305"
