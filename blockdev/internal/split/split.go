@@ -3,7 +3,8 @@
 // counter (Work), and a gate turns the split off while it does not pay.
 // blockdev's keyed reads, writes and protects cut their Poly1305 work so
 // (Blocks, Pieces): the blocks of a request are independent, and Poly1305
-// is most of their CPU time.
+// is most of their CPU time. Large verified reads with
+// Options.VerifyWorkers cut their reading and verifying so too.
 //
 // Why pieces and a waiting helper rather than a goroutine per half: on a
 // virtual machine with two vCPUs, a goroutine made runnable while the
