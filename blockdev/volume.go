@@ -417,6 +417,9 @@ type Volume struct {
 	noHoles atomic.Bool
 
 	scratch sync.Pool // *scratch
+	// leave is closeMu.RUnlock, made once: enter's result, which as a
+	// method value made per call would be allocated per operation.
+	leave func()
 
 	st       volStats
 	recovery RecoveryStats
@@ -573,6 +576,7 @@ func newVolume(dev device.Device, tup *store.Tuples, opts Options) (*Volume, err
 	}
 	tup.SetPageCache(max(0, opts.TupleCacheBytes))
 	v.locks.init()
+	v.leave = v.closeMu.RUnlock
 	v.scratch.New = func() any { return v.newScratch() }
 	if err := v.setupKeyed(opts.Key); err != nil {
 		return nil, err
@@ -595,7 +599,7 @@ func (v *Volume) enter() (func(), error) {
 		v.closeMu.RUnlock()
 		return nil, err
 	}
-	return v.closeMu.RUnlock, nil
+	return v.leave, nil
 }
 
 // failed returns the sticky failure, if any.
