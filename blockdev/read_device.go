@@ -52,8 +52,8 @@ func (v *Volume) readRun(lba int64, n int, data []byte, sc *scratch, loaded bool
 	if loaded {
 		return v.classify(lba, 0, n, data, nil, sc, 0)
 	}
-	if parts := v.splitParts(n); parts > 1 {
-		return v.readParallel(lba, n, parts, data, sc)
+	if v.splitRead(n) {
+		return v.readParallel(lba, n, data, sc)
 	}
 	return v.readSerial(lba, 0, n, data, sc)
 }
@@ -136,25 +136,20 @@ func (v *Volume) readFallback(lba int64, from, to int, data []byte, sc *scratch,
 // the kernel's copy and then the checksums. done is false when the piece
 // must be read the ordinary way: the device has no mapping, or reading it
 // faulted (ReadAt then reports the I/O error properly).
-// The serial path (w 0) classifies through sc.mapFn, made once per scratch
-// so that a read allocates nothing; parts of one run classified
-// concurrently share sc and pass a callback of their own, with their
-// worker w.
+// Worker w (0 the request's goroutine, 1 the split helper, which classify
+// disjoint pieces of one run concurrently) classifies through its own
+// callback, sc.maps[w], made once per scratch so that a read allocates
+// nothing.
 func (v *Volume) readMapped(lba int64, i, k int, data []byte, sc *scratch, w int) (done bool, err error) {
 	mapper := sc.req.mapper
 	if mapper == nil || v.noMap.Load() {
 		return false, nil
 	}
 	off := (lba + int64(i)) * int64(v.bs)
-	if w != 0 {
-		err = mapper.ReadMapped(off, k*v.bs, func(src []byte) error {
-			return v.classify(lba, i, k, data, src, sc, w)
-		})
-	} else {
-		sc.mapLBA, sc.mapI, sc.mapK, sc.mapData = lba, i, k, data
-		err = mapper.ReadMapped(off, k*v.bs, sc.mapFn)
-		sc.mapData = nil
-	}
+	m := &sc.maps[w]
+	m.lba, m.i, m.k, m.data = lba, i, k, data
+	err = mapper.ReadMapped(off, k*v.bs, m.fn)
+	m.data = nil
 	switch {
 	case err == nil:
 		return true, nil
@@ -170,24 +165,27 @@ func (v *Volume) readMapped(lba int64, i, k int, data []byte, sc *scratch, w int
 	return false, err
 }
 
-// serialClassify returns the serial path's mapped read callback of sc,
-// which classifies the piece readMapped set in sc.mapLBA, mapI, mapK and
-// mapData straight from the mapping: made once per scratch, so that a
-// read allocates nothing.
-func (v *Volume) serialClassify(sc *scratch) func([]byte) error {
-	return func(src []byte) error { return v.classify(sc.mapLBA, sc.mapI, sc.mapK, sc.mapData, src, sc, 0) }
-}
-
-// Parallel reads: a run of at least splitMin bytes is cut into parts, one
-// for the caller's goroutine and one for each verification worker, and
-// every goroutine reads and verifies its own part piece by piece (pieces of
-// pipePiece bytes, verified while the CPU cache still holds them). A large
-// request thus costs one hand-off per part, not per piece, and its reads and
-// checksums proceed on every core. A part whose read fails is done again
-// serially, where failing reads are retried block by block.
+// Parallel reads: a run of at least splitMin bytes is cut into pieces
+// (split.Pieces: about 128 KiB, the last ones a quarter of that) that the
+// caller's goroutine and the split helper take in turn from a shared
+// counter (split.Work), each reading and verifying its pieces while the
+// CPU cache still holds them. The caller starts at once and does every
+// piece the helper did not take, so a helper that starts late costs
+// nothing; the helper stays awake for a moment after a request, so that a
+// stream of requests finds it running; and the split's gate turns it off
+// while the second CPU does not help. (A goroutine per part, woken through
+// a channel, is what this replaced: on a two-vCPU virtual machine the
+// worker started 30-40 µs after the hand-off, half the time of a whole
+// 1 MiB verified read, so the caller finished its part and waited, and the
+// split ran slower than one goroutine; docs/performance.md.) A piece
+// whose read fails is done again serially, where failing reads are
+// retried block by block.
 const (
 	splitMin  = 256 << 10
 	pipePiece = 128 << 10
+	// maxPieces bounds the pieces of a split run (a bit each in
+	// scratch.partFailed); a run of v.chunk blocks makes at most 19.
+	maxPieces = 64
 )
 
 type verifyJob struct {
@@ -198,51 +196,19 @@ type verifyJob struct {
 	sc   *scratch // with the run's request
 }
 
-// startWorkers starts the verification workers once and returns how many
-// there are.
-func (v *Volume) startWorkers() int {
-	v.workersOnce.Do(func() {
-		n := v.opts.VerifyWorkers
-		if n < 1 {
-			return
-		}
-		v.jobs = make(chan verifyJob, n)
-		for w := range n {
-			go func(jobs <-chan verifyJob, w int) {
-				for j := range jobs {
-					v.runPart(j, w)
-				}
-			}(v.jobs, w+1)
-		}
-	})
-	if v.jobs == nil {
-		return 0
-	}
-	return v.opts.VerifyWorkers
-}
-
-// stopWorkers ends the workers. Caller holds closeMu exclusively.
-func (v *Volume) stopWorkers() {
-	v.workersOnce.Do(func() {})
-	if v.jobs != nil {
-		close(v.jobs)
-	}
-}
-
-// runPart reads and classifies part j of a split run as worker w (0 the
-// request's goroutine, 1 on the verification workers or the split helper),
-// recording a failed read in sc.partFailed (the part is redone serially)
-// and any other error in sc.jobErr.
-func (v *Volume) runPart(j verifyJob, w int) {
-	defer j.sc.wg.Done()
+// runPart reads and classifies piece j of a split run as worker w (0 the
+// request's goroutine, 1 the split helper), recording a failed read in
+// sc.partFailed (the piece is redone serially) and any other error in
+// sc.jobErr. It reports whether the run goes on (no error).
+func (v *Volume) runPart(j verifyJob, w int) bool {
 	piece := max(1, pipePiece/v.bs)
 	for i, end := j.i, j.i+j.k; i < end; i += piece {
 		k := min(piece, end-i)
 		if !j.sc.req.uncached {
 			done, err := v.readMapped(j.lba, i, k, j.data, j.sc, w)
 			if err != nil {
-				j.sc.jobErr.CompareAndSwap(nil, &err)
-				return
+				j.sc.fail(err)
+				return false
 			}
 			if done {
 				continue
@@ -250,72 +216,64 @@ func (v *Volume) runPart(j verifyJob, w int) {
 		}
 		if err := j.sc.readDev(j.data[i*v.bs:(i+k)*v.bs], j.lba+int64(i), v.bs, j.sc.req.uncached); err != nil {
 			j.sc.partFailed.Or(1 << j.part)
-			return
+			return true
 		}
 		if err := v.classify(j.lba, i, k, j.data, nil, j.sc, w); err != nil {
-			j.sc.jobErr.CompareAndSwap(nil, &err)
-			return
+			j.sc.fail(err)
+			return false
 		}
 	}
+	return true
 }
 
-// splitParts returns into how many parts a run of n blocks is cut for the
-// verification workers: 1 (read serially) unless the run is large and
-// there are workers.
-func (v *Volume) splitParts(n int) int {
-	if n*v.bs < splitMin {
-		return 1
+// fail records err as the split run's error unless one was recorded. (A
+// copy of err escapes, not the caller's variable, which would be moved to
+// the heap for every piece.)
+func (sc *scratch) fail(err error) {
+	e := err
+	sc.jobErr.CompareAndSwap(nil, &e)
+}
+
+// splitRead reports whether a run of n blocks is read in pieces shared
+// with the split helper: a large run, with Options.VerifyWorkers, or of a
+// keyed volume whose fused kernel computes the partials (keyedHelper).
+func (v *Volume) splitRead(n int) bool {
+	if n*v.bs < splitMin || runtime.GOMAXPROCS(0) < 2 {
+		return false
 	}
-	if w := v.startWorkers(); w > 0 || !v.keyedHelper() {
-		return min(1+w, n*v.bs/(splitMin/2), 64)
-	}
-	// No workers, but a keyed volume's read is worth a second CPU: pieces
-	// that the caller and the split helper take in turn (split.Work).
-	return min(n*v.bs/split.Piece, 64)
+	return v.opts.VerifyWorkers > 0 || v.keyedHelper()
 }
 
 // keyedHelper reports whether a large verified read of a keyed volume
 // without verification workers (Options.VerifyWorkers) is split over the
 // caller and the split helper: when the fused kernel computes the
-// partials and a second CPU may run it. The run's parts are then pieces
-// that the caller and the split helper take in turn (readParallel,
-// split.Work).
+// partials and a second CPU may run it.
 func (v *Volume) keyedHelper() bool {
 	return v.tags != nil && v.sums && keyed.Fused() && runtime.GOMAXPROCS(0) >= 2
 }
 
 // readParallel reads the data of a run of n blocks and classifies it in
-// parts, one on the caller's goroutine and one per worker.
-func (v *Volume) readParallel(lba int64, n, parts int, data []byte, sc *scratch) error {
+// pieces that the caller and the split helper take in turn.
+func (v *Volume) readParallel(lba int64, n int, data []byte, sc *scratch) error {
+	bp := split.NewPieces(n, v.bs)
+	if bp.Len() > maxPieces {
+		return v.readSerial(lba, 0, n, data, sc)
+	}
 	sc.jobErr.Store(nil)
 	sc.partFailed.Store(0)
-	per := (n + parts - 1) / parts
-	sc.wg.Add(parts)
-	if v.jobs == nil {
-		// keyedHelper: the parts are pieces for split.Work.
-		split.Work(parts, func(w, p int) bool {
-			i := min(p*per, n)
-			v.runPart(verifyJob{lba: lba, i: i, k: min(per, n-i), part: p, data: data, sc: sc}, w)
-			return true
-		})
-	} else {
-		for p := 1; p < parts; p++ {
-			i := min(p*per, n)
-			v.jobs <- verifyJob{lba: lba, i: i, k: min(per, n-i), part: p, data: data, sc: sc}
-		}
-		v.runPart(verifyJob{lba: lba, i: 0, k: min(per, n), part: 0, data: data, sc: sc}, 0)
-	}
-	sc.wg.Wait()
+	sc.partLBA, sc.parts, sc.partBuf = lba, bp, data
+	split.Work(bp.Len(), sc.partFn)
+	sc.partBuf = nil
 	if p := sc.jobErr.Load(); p != nil {
 		return *p
 	}
 	failed := sc.partFailed.Load()
-	for p := 0; failed != 0 && p < parts; p++ {
+	for p := 0; failed != 0 && p < bp.Len(); p++ {
 		if failed&(1<<p) == 0 {
 			continue
 		}
-		i := min(p*per, n)
-		if err := v.readSerial(lba, i, min(per, n-i), data, sc); err != nil {
+		i, j := bp.At(p)
+		if err := v.readSerial(lba, i, j-i, data, sc); err != nil {
 			return err
 		}
 	}

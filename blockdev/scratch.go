@@ -1,11 +1,11 @@
 package blockdev
 
 import (
-	"sync"
 	"sync/atomic"
 
 	"github.com/difctl/difctl/blockdev/device"
 	"github.com/difctl/difctl/blockdev/internal/keyed"
+	"github.com/difctl/difctl/blockdev/internal/split"
 	"github.com/difctl/difctl/dif"
 	"github.com/difctl/difctl/store"
 )
@@ -37,7 +37,6 @@ type scratch struct {
 	tags       *keyed.Scratch
 	krun       keyed.Run // the run checkTags checked last (the repair stage's keyed check)
 	tagMaps    [2]*mappedTags
-	wg         sync.WaitGroup // parts of a split read (readParallel)
 	jobErr     atomic.Pointer[error]
 	partFailed atomic.Uint64 // parts whose read failed, redone serially
 
@@ -48,13 +47,24 @@ type scratch struct {
 	// verifyRun's hole check).
 	unwritten bool
 
-	// The serial mapped read's callback (see readMapped), made once so
-	// that a read allocates nothing, and its arguments.
-	mapFn   func([]byte) error
-	mapLBA  int64
-	mapI    int
-	mapK    int
-	mapData []byte
+	// The mapped read's callbacks of the request's goroutine and the
+	// split helper (see readMapped), and the split read's piece callback
+	// (readParallel), made once so that a read allocates nothing, with
+	// their arguments.
+	maps    [2]mappedCall
+	partFn  func(w, p int) bool
+	partLBA int64
+	parts   split.Pieces
+	partBuf []byte
+}
+
+// mappedCall is one worker's mapped read callback (readMapped): it
+// classifies blocks [i, i+k) of the run at lba, copying them to data.
+type mappedCall struct {
+	fn   func([]byte) error
+	lba  int64
+	i, k int
+	data []byte
 }
 
 func (v *Volume) newScratch() any {
@@ -87,7 +97,14 @@ func (v *Volume) newScratch() any {
 			sc.tagMaps[w] = newMappedTags(sc.tags, w)
 		}
 	}
-	sc.mapFn = v.serialClassify(sc)
+	for w := range sc.maps {
+		m := &sc.maps[w]
+		m.fn = func(src []byte) error { return v.classify(m.lba, m.i, m.k, m.data, src, sc, w) }
+	}
+	sc.partFn = func(w, p int) bool {
+		i, j := sc.parts.At(p)
+		return v.runPart(verifyJob{lba: sc.partLBA, i: i, k: j - i, part: p, data: sc.partBuf, sc: sc}, w)
+	}
 	return sc
 }
 

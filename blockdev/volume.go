@@ -167,14 +167,18 @@ type Options struct {
 	// and writes nothing. (A write that covers whole blocks always
 	// replaces them, good or bad: new data, new tuples.)
 	RewriteBadBlocks bool
-	// VerifyWorkers is how many goroutines, besides the caller's, read and
-	// verify the parts of a large read (256 KiB or more): the request is cut
-	// into 1+VerifyWorkers parts, each read and verified piece by piece by
-	// one goroutine. Default 0: none, every read is copied and verified on
-	// the caller's goroutine. Workers pay only where cores do not share
-	// execution units: on a machine whose two logical CPUs are SMT siblings
-	// (measured: two CRC streams at once each run at half speed) they cost
-	// a little more than they save.
+	// VerifyWorkers, when positive, shares the reading and verifying of a
+	// large read (256 KiB or more) with a second goroutine: the request is
+	// cut into pieces of about 128 KiB that the caller and the process's
+	// split helper (blockdev/internal/split) take in turn, the caller
+	// starting at once, and the split's gate turns the sharing off while
+	// the second CPU does not help (busy with other work). There is one
+	// helper whatever the value (at most 63 is accepted). Default 0: every
+	// read of an unkeyed volume is copied and verified on the caller's
+	// goroutine (a keyed volume's large reads share their Poly1305 work
+	// with the helper in either case). With GOMAXPROCS 1 it has no effect.
+	// The helper polls for a moment after each request, so a stream of
+	// reads costs up to that much of a second CPU per request.
 	VerifyWorkers int
 	// ReadOnly refuses WriteAt and Discard with ErrReadOnly. Crash
 	// recovery at Open still updates the store. Default false.
@@ -412,9 +416,10 @@ type Volume struct {
 	// noHoles: the device cannot tell holes (SEEK_DATA unsupported).
 	noHoles atomic.Bool
 
-	scratch     sync.Pool // *scratch
-	workersOnce sync.Once
-	jobs        chan verifyJob
+	scratch sync.Pool // *scratch
+	// leave is closeMu.RUnlock, made once: enter's result, which as a
+	// method value made per call would be allocated per operation.
+	leave func()
 
 	st       volStats
 	recovery RecoveryStats
@@ -571,6 +576,7 @@ func newVolume(dev device.Device, tup *store.Tuples, opts Options) (*Volume, err
 	}
 	tup.SetPageCache(max(0, opts.TupleCacheBytes))
 	v.locks.init()
+	v.leave = v.closeMu.RUnlock
 	v.scratch.New = func() any { return v.newScratch() }
 	if err := v.setupKeyed(opts.Key); err != nil {
 		return nil, err
@@ -593,7 +599,7 @@ func (v *Volume) enter() (func(), error) {
 		v.closeMu.RUnlock()
 		return nil, err
 	}
-	return v.closeMu.RUnlock, nil
+	return v.leave, nil
 }
 
 // failed returns the sticky failure, if any.
@@ -647,7 +653,6 @@ func (v *Volume) Close() error {
 		return device.ErrClosed
 	}
 	v.closed = true
-	v.stopWorkers()
 	defer v.closeLegs()
 	defer v.closeParity()
 	if err := v.failed(); err != nil {

@@ -282,3 +282,27 @@ func TestVolumeSectorSumOnly(t *testing.T) {
 		})
 	}
 }
+
+// A small verified read from the tuple cache allocates nothing (the
+// volume's per-operation bookkeeping included).
+func TestVolumeReadAllocs(t *testing.T) {
+	if blocktest.RaceEnabled {
+		t.Skip("allocation counts under the race detector are not meaningful")
+	}
+	for _, format := range []string{"512+8", "4096+16:crc64"} {
+		t.Run("format="+format, func(t *testing.T) {
+			v, _, _ := fileVol(t, format, 64, Options{})
+			buf := make([]byte, 8*v.BlockSize())
+			if _, err := v.ReadAt(buf, 0); err != nil {
+				t.Fatal(err)
+			}
+			if a := testing.AllocsPerRun(50, func() {
+				if _, err := v.ReadAt(buf, int64(v.BlockSize())); err != nil {
+					t.Fatal(err)
+				}
+			}); a != 0 {
+				t.Errorf("%v allocations per read", a)
+			}
+		})
+	}
+}

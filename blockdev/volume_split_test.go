@@ -4,25 +4,29 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"runtime"
 	"testing"
 
 	"github.com/difctl/difctl/blockdev/device"
 	"github.com/difctl/difctl/blockdev/faultdev"
+	"github.com/difctl/difctl/blockdev/internal/blocktest"
+	"github.com/difctl/difctl/blockdev/internal/split"
 	"github.com/difctl/difctl/dif"
 )
 
-// Large reads are cut into parts read and verified by the verification
-// workers (readParallel). Every part must be verified, failures in any part
-// reported at the right block, and a part whose device read fails redone
-// serially with the per-block retries.
+// Large reads with verification workers are cut into pieces that the
+// caller and the split helper read and verify (readParallel). Every piece
+// must be verified, failures in any piece reported at the right block, and
+// a piece whose device read fails redone serially with the per-block
+// retries.
 func TestVolumeSplitRead(t *testing.T) {
 	const blocks = 512 // 2 MiB of 4 KiB blocks: a read of all of it is split
 	for _, workers := range []int{0, 1, 3} {
 		for _, c := range []string{"clean", "transient-io", "permanent-io", "corrupt"} {
 			t.Run(fmt.Sprintf("workers=%d/case=%s", workers, c), func(t *testing.T) {
 				tv := newTestVol(t, "4096+8", blocks, CreateOptions{Options: Options{VerifyWorkers: workers}})
-				if got := tv.v.startWorkers(); got != workers {
-					t.Fatalf("%d verification workers, want %d", got, workers)
+				if got, want := tv.v.splitRead(tv.v.chunk), workers > 0 && runtime.GOMAXPROCS(0) > 1; got != want {
+					t.Fatalf("splitRead(%d blocks) = %v with %d workers, want %v", tv.v.chunk, got, workers, want)
 				}
 				bad := int64(blocks*3/4 + 5) // in the last part whatever the split
 				switch c {
@@ -53,5 +57,44 @@ func TestVolumeSplitRead(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// A read split with the helper allocates no more than a serial one, the
+// split's job and now and then a helper goroutine: the pieces and mapped
+// reads of both goroutines run through callbacks made once per scratch.
+func TestVolumeSplitReadAllocs(t *testing.T) {
+	blocktest.SkipNoMmap(t)
+	if blocktest.RaceEnabled {
+		t.Skip("allocation counts under the race detector are not meaningful")
+	}
+	if runtime.GOMAXPROCS(0) < 2 {
+		t.Skip("a split needs two CPUs")
+	}
+	t.Cleanup(split.Force())
+	var allocs [2]float64
+	for i, workers := range []int{0, 1} {
+		v, _, _ := fileVol(t, "4096+8", 512, Options{VerifyWorkers: workers})
+		buf := make([]byte, 256*4096)
+		if v.splitRead(256) != (workers > 0) {
+			t.Fatalf("workers=%d: splitRead = %v", workers, !(workers > 0))
+		}
+		// (testing.AllocsPerRun runs with GOMAXPROCS 1, which turns the
+		// split off. The first read wakes the helper, which stays for a
+		// moment after a request.)
+		const runs = 50
+		_, _ = v.ReadAt(buf, 4096)
+		var m0, m1 runtime.MemStats
+		runtime.ReadMemStats(&m0)
+		for range runs {
+			if _, err := v.ReadAt(buf, 4096); err != nil {
+				t.Fatal(err)
+			}
+		}
+		runtime.ReadMemStats(&m1)
+		allocs[i] = float64(m1.Mallocs-m0.Mallocs) / runs
+	}
+	if allocs[1] > allocs[0]+2 {
+		t.Errorf("%v allocations per split read, %v per serial one", allocs[1], allocs[0])
 	}
 }

@@ -18,7 +18,13 @@ var foldTable = crcmath.NewRevFoldTable(crcmath.NewFoldTable(crcmath.T10DIF))
 // in VEX encodings, YMM lanes with VPMULUDQ, CRC32Q).
 var hasFused = cpu.X86.HasAVX2 && cpu.X86.HasPCLMULQDQ && cpu.X86.HasSSE42
 
+// hasPair: the CPUs on which pair measured faster than avx: AVX-512 IFMA
+// (poly1305's avx512ifma lane kernel, which Partials then runs) and
+// VPCLMULQDQ (t10crc32c's AVX-512 kernels), with avx's own features.
+var hasPair = cpu.X86.HasAVX512F && cpu.X86.HasAVX512IFMA && cpu.X86.HasAVX512VPCLMULQDQ && hasFused
+
 func registerArch() {
+	impl.Register(pkgName, "pair", hasPair, func() { blocksCopy, fused = blocksCopyPair, true })
 	impl.Register(pkgName, "avx", hasFused, func() { blocksCopy, fused = blocksCopyAVX, true })
 }
 

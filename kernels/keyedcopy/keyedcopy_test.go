@@ -185,8 +185,8 @@ func TestErrors(t *testing.T) {
 	}
 }
 
-// The avx implementation is the fused kernel, generic the two passes, and
-// the best the CPU can run is the default.
+// The pair and avx implementations compute the partials in the copying
+// call, generic does not, and the best the CPU can run is the default.
 func TestDispatch(t *testing.T) {
 	kerneltest.ForEach(t, pkgName, func(t *testing.T) {
 		if got, want := Fused(), impl.Active(pkgName) != "generic"; got != want {
@@ -226,7 +226,7 @@ func FuzzBlocksCopy(f *testing.F) {
 			return
 		}
 		p := data[:(cnt-1)*stride+bl]
-		for _, name := range []string{"avx", "generic"} {
+		for _, name := range []string{"pair", "avx", "generic"} {
 			t.Run(fmt.Sprint(name), func(t *testing.T) {
 				defer impl.Reset(pkgName)
 				if impl.Select(pkgName, name) != nil {

@@ -38,15 +38,26 @@ const LaneKeyWords = len(laneKey{})
 // It is key material: it must be kept as secret as k, and never modified.
 func (k *Key) LaneKey() *[LaneKeyWords]uint64 { return (*[LaneKeyWords]uint64)(&k.poly.lanes) }
 
+// partialGroups, if not nil, is the active implementation's lane kernel
+// for Partials: it sets the partials of a prefix of the blocks and returns
+// how many it set.
+var partialGroups func(k *polyKey, parts []Partial, p []byte, blockLen, stride int) int
+
 // Partials sets parts[i] to the Partial of the block p[i*stride:][:blockLen]
-// for every i < len(parts), with the generic code. The layout rules are
-// those of Blocks; it returns ErrLayout, and writes nothing, otherwise.
+// for every i < len(parts): under avx512ifma the groups of eight blocks of
+// whole 64-byte rows through its lane kernel, the rest with the generic
+// code. The layout rules are those of Blocks; it returns ErrLayout, and
+// writes nothing, otherwise.
 func (k *Key) Partials(parts []Partial, p []byte, blockLen, stride int) error {
 	if !layout.Valid(len(parts), len(p), blockLen, stride) {
 		return ErrLayout
 	}
+	first := 0
+	if partialGroups != nil {
+		first = partialGroups(&k.poly, parts, p, blockLen, stride)
+	}
 	full := blockLen &^ 15
-	for i := range parts {
+	for i := first; i < len(parts); i++ {
 		s := state{r0: k.poly.r0, r1: k.poly.r1}
 		b := p[i*stride : i*stride+blockLen]
 		s.chunks(b[:full])

@@ -191,7 +191,7 @@ var blocks func(k *polyKey, acc [][2]uint64, h *laneBuf, ad []byte, adLen int, p
 
 func init() {
 	registerArch()
-	impl.Register(pkgName, "generic", true, func() { blocks, blocksCopy = blocksGeneric, copyThenBlocks })
+	impl.Register(pkgName, "generic", true, func() { blocks, blocksCopy, partialGroups = blocksGeneric, copyThenBlocks, nil })
 }
 
 // Sum writes the Poly1305 tag of m under the one-time key r || s to out

@@ -26,11 +26,11 @@ var (
 // (hybrid); four in YMM registers alone, eight chunks per carry chain
 // (avx2r8) or four (avx2).
 func registerArch() {
-	impl.Register(pkgName, "avx512ifma", hasIFMA, func() { blocks, blocksCopy = blocksIFMA, blocksIFMACopy })
-	impl.Register(pkgName, "hybrid8", hasHybrid, func() { blocks, blocksCopy = blocksHybrid8, blocksAVX2R8Copy })
-	impl.Register(pkgName, "hybrid", hasHybrid, func() { blocks, blocksCopy = blocksHybrid, copyThenBlocks })
-	impl.Register(pkgName, "avx2r8", hasAVX2, func() { blocks, blocksCopy = blocksAVX2R8, blocksAVX2R8Copy })
-	impl.Register(pkgName, "avx2", hasAVX2, func() { blocks, blocksCopy = blocksAVX2, copyThenBlocks })
+	impl.Register(pkgName, "avx512ifma", hasIFMA, func() { blocks, blocksCopy, partialGroups = blocksIFMA, blocksIFMACopy, partialsIFMA })
+	impl.Register(pkgName, "hybrid8", hasHybrid, func() { blocks, blocksCopy, partialGroups = blocksHybrid8, blocksAVX2R8Copy, nil })
+	impl.Register(pkgName, "hybrid", hasHybrid, func() { blocks, blocksCopy, partialGroups = blocksHybrid, copyThenBlocks, nil })
+	impl.Register(pkgName, "avx2r8", hasAVX2, func() { blocks, blocksCopy, partialGroups = blocksAVX2R8, blocksAVX2R8Copy, nil })
+	impl.Register(pkgName, "avx2", hasAVX2, func() { blocks, blocksCopy, partialGroups = blocksAVX2, copyThenBlocks, nil })
 }
 
 // blocksAVX2R8Copy is BlocksADCopy under avx2r8 and hybrid8: groups of
@@ -292,6 +292,51 @@ func packReduce44(hh *[3 * lanes44]uint64, t [][2]uint64) {
 		x2 += x1 >> 44
 		x1 &= mask44
 		t[l][0], t[l][1] = reduce(x0|x1<<44, x1>>20|x2<<24, x2>>40)
+	}
+}
+
+// partialsIFMA is Partials' lane kernel under avx512ifma: the whole groups
+// of eight blocks of whole 64-byte rows (lanesIFMAS, from h = 0 and no
+// associated data), each lane's accumulator turned into a Partial. It
+// returns how many blocks it took (the rest take the generic code).
+func partialsIFMA(k *polyKey, parts []Partial, p []byte, blockLen, stride int) int {
+	chunks := blockLen / 16
+	if blockLen%64 != 0 || chunks == 0 {
+		return 0
+	}
+	key := (*[key44Words]uint64)(&k.ifma)
+	var hh [3 * lanes44]uint64
+	n := len(parts) &^ (lanes44 - 1)
+	pf := ifmaPrefetch(p, stride)
+	for g := 0; g < n; g += lanes44 {
+		hh = [3 * lanes44]uint64{}
+		lanesIFMAS(&hh, p[g*stride:], stride, chunks, key, pf+uintptr(g*stride))
+		for l := range lanes44 {
+			parts[g+l] = partial44(hh[l], hh[lanes44+l], hh[2*lanes44+l])
+		}
+	}
+	return n
+}
+
+// partial44 is the Partial of a lane accumulator of the IFMA kernels, as
+// combine44 leaves it (limbs 0 and 2 below 2^44 and 2^42, limb 1 below
+// 2^44 + 2^4; see packReduce44): the same value, x0 + x1·2^44 + x2·2^88,
+// below 2^131, cut into 26-bit limbs (the top one below 2^27), with no
+// reduction, so congruent to the polynomial as the lanes were.
+func partial44(x0, x1, x2 uint64) Partial {
+	x2 += x1 >> 44
+	x1 &= mask44
+	// 128 low bits and the top bits of the value.
+	lo := x0 | x1<<44
+	hi := x1>>20 | x2<<24
+	top := x2 >> 40
+	const m26 = 1<<26 - 1
+	return Partial{
+		lo & m26,
+		lo >> 26 & m26,
+		(lo>>52 | hi<<12) & m26,
+		hi >> 14 & m26,
+		hi>>40 | top<<24,
 	}
 }
 

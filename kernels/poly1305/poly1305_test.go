@@ -647,8 +647,9 @@ func TestGenericAgainstReference(t *testing.T) {
 	}
 }
 
-// FuzzBlocks compares every implementation's BlocksAD with the math/big
-// reference on fuzzed keys, data and layouts.
+// FuzzBlocks compares every implementation's BlocksAD, and the tags it
+// makes from Partials, with the math/big reference on fuzzed keys, data
+// and layouts.
 func FuzzBlocks(f *testing.F) {
 	f.Add(bytes.Repeat([]byte{1}, 32), []byte("nonce-0123456789"), kerneltest.SeedBytes(4096), uint16(512), uint16(512), uint8(1))
 	f.Add(bytes.Repeat([]byte{0xff}, 32), bytes.Repeat([]byte{0xff}, 16), bytes.Repeat([]byte{0xff}, 2000), uint16(100), uint16(112), uint8(0))
@@ -693,13 +694,22 @@ func FuzzBlocks(f *testing.F) {
 			if err := k.BlocksAD(dst, &nonce, ad, adLen, data, bl, st); err != nil {
 				t.Fatalf("impl=%s: %v", im.Name, err)
 			}
+			// And the tags made from Partials (which run the
+			// implementation's lane kernel where it has one for them).
+			parts, fromParts := make([]Partial, n), make([]Tag, n)
+			if err := k.Partials(parts, data[:min(len(data), max(0, (n-1)*st+bl))], bl, st); err != nil {
+				t.Fatalf("impl=%s: Partials: %v", im.Name, err)
+			}
+			if err := k.TagsFromPartials(fromParts, &nonce, ad, adLen, parts, bl); err != nil {
+				t.Fatalf("impl=%s: TagsFromPartials: %v", im.Name, err)
+			}
 			for i := range dst {
 				var s [16]byte
 				ni := nonce.Add(uint64(i))
 				b.Encrypt(s[:], ni[:])
 				msg := append(append([]byte(nil), ad[i*adLen:(i+1)*adLen]...), data[i*st:i*st+bl]...)
-				if want := refTag(&rk, &s, msg); dst[i] != Tag(want) {
-					t.Fatalf("impl=%s block=%d stride=%d ad=%d: dst[%d] = %x, reference %x", im.Name, bl, st, adLen, i, dst[i], want)
+				if want := refTag(&rk, &s, msg); dst[i] != Tag(want) || fromParts[i] != Tag(want) {
+					t.Fatalf("impl=%s block=%d stride=%d ad=%d: dst[%d] = %x, from the partial %x, reference %x", im.Name, bl, st, adLen, i, dst[i], fromParts[i], want)
 				}
 			}
 		}

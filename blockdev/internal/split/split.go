@@ -3,7 +3,8 @@
 // counter (Work), and a gate turns the split off while it does not pay.
 // blockdev's keyed reads, writes and protects cut their Poly1305 work so
 // (Blocks, Pieces): the blocks of a request are independent, and Poly1305
-// is most of their CPU time.
+// is most of their CPU time. Large verified reads with
+// Options.VerifyWorkers cut their reading and verifying so too.
 //
 // Why pieces and a waiting helper rather than a goroutine per half: on a
 // virtual machine with two vCPUs, a goroutine made runnable while the
@@ -422,3 +423,11 @@ func ReadStats() Stats {
 // HelperAlive reports whether a helper goroutine runs (for the tests and
 // benchmarks of its users, which wait for it to exit).
 func HelperAlive() bool { return helper.alive.Load() }
+
+// Force keeps the split on, whatever the gate has measured, until the
+// function it returns is called: for the tests of its users, whose pieces
+// must run on both goroutines whatever the machine's load.
+func Force() (restore func()) {
+	gate.forced.Store(true)
+	return func() { gate.forced.Store(false); gate.reset() }
+}
