@@ -780,3 +780,93 @@ func TestRecordFindingsBatch(t *testing.T) {
 		}
 	}
 }
+
+// iterFailKV is a KV whose iterators stop with err after after steps (and
+// whose NewIter fails if after < 0).
+type iterFailKV struct {
+	store.KV
+	after int
+	err   error
+}
+
+type failIter struct {
+	store.Iterator
+	left int
+	err  error
+}
+
+func (k *iterFailKV) NewIter(lo, hi []byte) (store.Iterator, error) {
+	if k.after < 0 {
+		return nil, k.err
+	}
+	it, err := k.KV.NewIter(lo, hi)
+	if err != nil {
+		return nil, err
+	}
+	return &failIter{Iterator: it, left: k.after, err: k.err}, nil
+}
+
+func (it *failIter) Next() bool {
+	if it.left == 0 {
+		return false
+	}
+	it.left--
+	return it.Iterator.Next()
+}
+
+func (it *failIter) Err() error {
+	if it.left == 0 {
+		return it.err
+	}
+	return it.Iterator.Err()
+}
+
+// TestRecordFindingsIterError breaks the iterator that RecordFindings
+// reads the findings it updates with (store.getAll): at its creation and
+// part way through its walk. The store's error is returned, wrapped so
+// that it still matches, and nothing of the batch is committed.
+func TestRecordFindingsIterError(t *testing.T) {
+	errBroken := errors.New("iterator broken")
+	for _, after := range []int{-1, 0, 5} {
+		t.Run(fmt.Sprintf("after=%d", after), func(t *testing.T) {
+			mem := store.NewMem()
+			defer mem.Close()
+			kv := &iterFailKV{KV: mem, after: 1 << 30, err: errBroken}
+			tp, err := store.CreateTuples(kv, "v", store.NewManifest("f", 4096, 16, 1<<20*4096, "d"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			first := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+			var old []store.Finding
+			for lba := range int64(50) {
+				old = append(old, store.Finding{LBA: lba, Field: "guard", LastSeen: first})
+			}
+			if _, err := tp.RecordFindings(old, false); err != nil {
+				t.Fatal(err)
+			}
+			kv.after = after
+			later := first.Add(time.Hour)
+			var fs []store.Finding
+			for lba := int64(10); lba < 30; lba++ {
+				fs = append(fs, store.Finding{LBA: lba, Field: "guard", LastSeen: later})
+			}
+			if _, err := tp.RecordFindings(fs, false); !errors.Is(err, errBroken) {
+				t.Fatalf("RecordFindings over a broken iterator: %v, want %v", err, errBroken)
+			}
+			kv.after = 1 << 30
+			seen := 0
+			for f, err := range tp.Findings(store.FindingQuery{LBA: 20, N: 1}) {
+				if err != nil {
+					t.Fatal(err)
+				}
+				seen++
+				if f.Count != 1 || !f.LastSeen.Equal(first) {
+					t.Fatalf("finding of block 20 after the failed batch: count %d, last seen %v; want the first sighting only", f.Count, f.LastSeen)
+				}
+			}
+			if seen != 1 {
+				t.Fatalf("%d findings of block 20, want 1", seen)
+			}
+		})
+	}
+}
