@@ -2064,7 +2064,7 @@ notailAVX512:
 
 // func foldBlocksAVX512(dst []uint64, p []byte, blockLen int, stride int, tab *crcmath.RevFoldTable)
 // Requires: AVX, AVX512F, AVX512VL, MMX+, PCLMULQDQ, VPCLMULQDQ
-TEXT ·foldBlocksAVX512(SB), NOSPLIT, $328-72
+TEXT ·foldBlocksAVX512(SB), NOSPLIT, $344-72
 	MOVQ tab+64(FP), DX
 	MOVQ dst_base+0(FP), DI
 	MOVQ dst_len+8(FP), R8
@@ -2295,7 +2295,8 @@ breduceAVX512:
 	VPSLLDQ    $0x08, X14, X14
 	VPXOR      X14, X12, X12
 	VPXOR      X12, X11, X11
-	VPEXTRQ    $0x01, X11, AX
+	VMOVDQU    X11, 256(R11)
+	MOVQ       264(R11), AX
 	NOTQ       AX
 	MOVQ       AX, (DI)
 	VPCLMULQDQ $0x00, 1040(DX), X1, X11
@@ -2310,7 +2311,8 @@ breduceAVX512:
 	VPSLLDQ    $0x08, X14, X14
 	VPXOR      X14, X12, X12
 	VPXOR      X12, X11, X11
-	VPEXTRQ    $0x01, X11, AX
+	VMOVDQU    X11, 256(R11)
+	MOVQ       264(R11), AX
 	NOTQ       AX
 	MOVQ       AX, 8(DI)
 	VPCLMULQDQ $0x00, 1040(DX), X2, X11
@@ -2325,7 +2327,8 @@ breduceAVX512:
 	VPSLLDQ    $0x08, X14, X14
 	VPXOR      X14, X12, X12
 	VPXOR      X12, X11, X11
-	VPEXTRQ    $0x01, X11, AX
+	VMOVDQU    X11, 256(R11)
+	MOVQ       264(R11), AX
 	NOTQ       AX
 	MOVQ       AX, 16(DI)
 	VPCLMULQDQ $0x00, 1040(DX), X3, X11
@@ -2340,7 +2343,8 @@ breduceAVX512:
 	VPSLLDQ    $0x08, X14, X14
 	VPXOR      X14, X12, X12
 	VPXOR      X12, X11, X11
-	VPEXTRQ    $0x01, X11, AX
+	VMOVDQU    X11, 256(R11)
+	MOVQ       264(R11), AX
 	NOTQ       AX
 	MOVQ       AX, 24(DI)
 	ADDQ       $0x00000020, DI
@@ -2352,7 +2356,7 @@ breduceAVX512:
 
 // func foldBlocksCopyAVX512(dst []uint64, q []byte, p []byte, blockLen int, stride int, tab *crcmath.RevFoldTable)
 // Requires: AVX, AVX512F, AVX512VL, MMX+, PCLMULQDQ, VPCLMULQDQ
-TEXT ·foldBlocksCopyAVX512(SB), NOSPLIT, $328-96
+TEXT ·foldBlocksCopyAVX512(SB), NOSPLIT, $344-96
 	MOVQ tab+88(FP), DX
 	MOVQ dst_base+0(FP), DI
 	MOVQ dst_len+8(FP), R8
@@ -2633,7 +2637,8 @@ breduceAVX512:
 	VPSLLDQ    $0x08, X14, X14
 	VPXOR      X14, X12, X12
 	VPXOR      X12, X11, X11
-	VPEXTRQ    $0x01, X11, AX
+	VMOVDQU    X11, 256(R11)
+	MOVQ       264(R11), AX
 	NOTQ       AX
 	MOVQ       AX, (DI)
 	VPCLMULQDQ $0x00, 1040(DX), X1, X11
@@ -2648,7 +2653,8 @@ breduceAVX512:
 	VPSLLDQ    $0x08, X14, X14
 	VPXOR      X14, X12, X12
 	VPXOR      X12, X11, X11
-	VPEXTRQ    $0x01, X11, AX
+	VMOVDQU    X11, 256(R11)
+	MOVQ       264(R11), AX
 	NOTQ       AX
 	MOVQ       AX, 8(DI)
 	VPCLMULQDQ $0x00, 1040(DX), X2, X11
@@ -2663,7 +2669,8 @@ breduceAVX512:
 	VPSLLDQ    $0x08, X14, X14
 	VPXOR      X14, X12, X12
 	VPXOR      X12, X11, X11
-	VPEXTRQ    $0x01, X11, AX
+	VMOVDQU    X11, 256(R11)
+	MOVQ       264(R11), AX
 	NOTQ       AX
 	MOVQ       AX, 16(DI)
 	VPCLMULQDQ $0x00, 1040(DX), X3, X11
@@ -2678,7 +2685,8 @@ breduceAVX512:
 	VPSLLDQ    $0x08, X14, X14
 	VPXOR      X14, X12, X12
 	VPXOR      X12, X11, X11
-	VPEXTRQ    $0x01, X11, AX
+	VMOVDQU    X11, 256(R11)
+	MOVQ       264(R11), AX
 	NOTQ       AX
 	MOVQ       AX, 24(DI)
 	ADDQ       $0x00000020, DI

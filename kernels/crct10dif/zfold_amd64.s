@@ -2160,7 +2160,7 @@ notailAVX512:
 
 // func foldBlocksAVX512(dst []uint16, p []byte, blockLen int, stride int, tab *crcmath.RevFoldTable)
 // Requires: AVX, AVX512BW, AVX512F, AVX512VL, MMX+, PCLMULQDQ, VPCLMULQDQ
-TEXT ·foldBlocksAVX512(SB), NOSPLIT, $328-72
+TEXT ·foldBlocksAVX512(SB), NOSPLIT, $344-72
 	MOVQ tab+64(FP), DX
 	MOVQ dst_base+0(FP), DI
 	MOVQ dst_len+8(FP), R8
@@ -2473,7 +2473,7 @@ breduceAVX512:
 
 // func foldBlocksCopyAVX512(dst []uint16, q []byte, p []byte, blockLen int, stride int, tab *crcmath.RevFoldTable)
 // Requires: AVX, AVX512BW, AVX512F, AVX512VL, MMX+, PCLMULQDQ, VPCLMULQDQ
-TEXT ·foldBlocksCopyAVX512(SB), NOSPLIT, $328-96
+TEXT ·foldBlocksCopyAVX512(SB), NOSPLIT, $344-96
 	MOVQ tab+88(FP), DX
 	MOVQ dst_base+0(FP), DI
 	MOVQ dst_len+8(FP), R8

@@ -301,6 +301,9 @@ type gen struct {
 	mask     operand.Mem
 	tailShuf operand.Mem
 	lane3    operand.Mem // 64 bytes: all ones in lane 3, zeros elsewhere
+	// scratch, where set (the ZMM kernels), is 16 bytes of the frame that
+	// reduce passes its result through, instead of a cross-lane move.
+	scratch *operand.Mem
 	sse      bool        // legacy SSE encodings (the PCLMUL kernel)
 	tab      reg.GPPhysical
 }
@@ -659,6 +662,16 @@ func (g *gen) loadLaneConsts() {
 // kernel, rT4 and rK; GPR tmp is clobbered for w = 64.
 func (g *gen) reduce(x reg.VecPhysical, out reg.GPPhysical) {
 	w := g.crc.width
+	if g.scratch != nil && g.crc.reflected && w == 32 {
+		// CRC-32C: the CRC32 instruction reduces the lane on its own
+		// port: the register of a zero start updated with the lane's 16
+		// bytes is x·x^32 mod P, what the multiplies below compute.
+		g.c.VMOVDQU(x, *g.scratch)
+		g.c.XORL(out.As32(), out.As32())
+		g.c.CRC32Q(*g.scratch, out)
+		g.c.CRC32Q(g.scratch.Offset(8), out)
+		return
+	}
 	t, s, c := g.X(rT1), g.X(rT2), g.X(rT3)
 	var final, muPoly operand.Op = mem(g.tab, tableFinal), mem(g.tab, tableMu)
 	if g.sse {
@@ -715,7 +728,13 @@ func (g *gen) reduce(x reg.VecPhysical, out reg.GPPhysical) {
 		g.xor(s, s, c)
 	}
 	g.xor(t, t, s)
-	g.highToGPR(t, out)
+	if g.scratch != nil {
+		// The high quadword through the frame: VPEXTRQ takes port 5.
+		g.c.VMOVDQU(t, *g.scratch)
+		g.c.MOVQ(g.scratch.Offset(8), out)
+	} else {
+		g.highToGPR(t, out)
+	}
 	if w < 64 {
 		g.c.SHRQ(operand.U8(64-w), out)
 	}
@@ -777,6 +796,10 @@ func (g *gen) update() {
 	c.Attributes(attr.NOSPLIT)
 	c.Signature(updateSig(g.crc.width))
 	g.tab = reg.RDX
+	// The frame passes (collapseMem, reduce's scratch) cost more latency
+	// than the cross-lane moves they replace, and a short Update is bound
+	// by its latency: they are the Blocks kernels' alone.
+	g.scratch = nil
 	p, rem, last, end, tail := reg.RSI, reg.RCX, reg.R9, reg.R11, reg.R8
 	c.Load(c.Param("tab"), g.tab)
 	c.Load(c.Param("p").Base(), p)
@@ -1184,7 +1207,7 @@ func (g *gen) blocks(copy bool) {
 	// (collapseLanesMem): G 64-byte slots from a 64-byte boundary.
 	var slots operand.Mem
 	if V == 64 {
-		slots = c.AllocLocal(64*G + 64)
+		slots = c.AllocLocal(64*G + 64 + 16)
 	}
 	g.tab = reg.RDX
 	dst, p, blockLen := reg.RDI, reg.RSI, reg.RBX
@@ -1358,6 +1381,12 @@ func (g *gen) blocks(copy bool) {
 	c.JAE(operand.LabelRef(lTailLoop))
 
 	c.Label(lReduce)
+	if V == 64 {
+		// R11 points at the slots (collapseLanesMem); 16 bytes after them.
+		sc := mem(reg.R11, 64*G)
+		g.scratch = &sc
+		defer func() { g.scratch = nil }()
+	}
 	wb := g.crc.width / 8
 	for j := 0; j < G; j++ {
 		g.reduce(g.X(j), reg.RAX)
