@@ -304,8 +304,8 @@ type gen struct {
 	// scratch, where set (the ZMM kernels), is 16 bytes of the frame that
 	// reduce passes its result through, instead of a cross-lane move.
 	scratch *operand.Mem
-	sse      bool        // legacy SSE encodings (the PCLMUL kernel)
-	tab      reg.GPPhysical
+	sse     bool // legacy SSE encodings (the PCLMUL kernel)
+	tab     reg.GPPhysical
 }
 
 func (g *gen) lanes() int { return g.v.bytes / 16 }
