@@ -56,9 +56,13 @@ const (
 // in reverse order.
 var foldTables = crcmath.NewRevFoldTable(&foldTable)
 
+// foldTablesRefl is what the AVX-512 kernels read: they fold as the
+// reflected CRC of the polynomial over bit-reversed bytes (foldTableRefl).
+var foldTablesRefl = crcmath.NewRevFoldTable(&foldTableRefl)
+
 // The CPU features of the fold kernels, checked once.
 var (
-	hasFoldAVX512 = cpu.X86.HasAVX2 && cpu.X86.HasPCLMULQDQ && x86.HasVPCLMULQDQ && cpu.X86.HasAVX512F && cpu.X86.HasAVX512BW && cpu.X86.HasAVX512VPCLMULQDQ
+	hasFoldAVX512 = cpu.X86.HasAVX2 && cpu.X86.HasPCLMULQDQ && x86.HasVPCLMULQDQ && cpu.X86.HasAVX512F && cpu.X86.HasAVX512BW && cpu.X86.HasAVX512VPCLMULQDQ && cpu.X86.HasAVX512GFNI
 	hasFoldAVX2   = cpu.X86.HasAVX2 && cpu.X86.HasPCLMULQDQ && x86.HasVPCLMULQDQ
 	hasFoldAVX    = cpu.X86.HasPCLMULQDQ && cpu.X86.HasSSSE3 && cpu.X86.HasSSE41 && cpu.X86.HasAVX
 	hasFoldPCLMUL = cpu.X86.HasPCLMULQDQ && cpu.X86.HasSSSE3 && cpu.X86.HasSSE41
@@ -86,11 +90,11 @@ func updateAVX512(crc uint16, p []byte) uint16 {
 	if len(p) < foldMinAVX512 {
 		return updateGeneric(crc, p)
 	}
-	return foldUpdateAVX512(crc, p, foldTables)
+	return foldUpdateAVX512(crc, p, foldTablesRefl)
 }
 
 func blocksAVX512(dst []uint16, p []byte, blockLen, stride int) {
-	foldgo.Blocks(dst, p, blockLen, stride, foldVecAVX512, foldGroupAVX512, foldMinBlockLen, foldTables,
+	foldgo.Blocks(dst, p, blockLen, stride, foldVecAVX512, foldGroupAVX512, foldMinBlockLen, foldTablesRefl,
 		foldBlocksAVX512, updateBytes, updateAVX512)
 }
 
@@ -216,7 +220,7 @@ var subShift = sync.OnceValue(func() *foldgo.Shift[uint16] {
 // every vector folded straight into the last 16-byte lane, the tail of
 // len(p)%16 bytes shifted in, and Barrett reduction (unreflected, lanes loaded byte-reversed).
 //
-// Preconditions: len(p) >= 16; tab is this CRC's fold table; the CPU has
+// Preconditions: len(p) >= 16; tab is foldTables; the CPU has
 // PCLMULQDQ, SSSE3 and SSE4.1. It reads only p.
 //
 //go:noescape
@@ -228,7 +232,7 @@ func foldUpdatePCLMUL(crc uint16, p []byte, tab *crcmath.RevFoldTable) uint16
 //
 // Preconditions: len(dst) is a positive multiple of 4; blockLen is a multiple of
 // 16 and at least 16; stride >= blockLen;
-// len(p) >= (len(dst)-1)*stride + blockLen; tab is this CRC's fold table;
+// len(p) >= (len(dst)-1)*stride + blockLen; tab is foldTables;
 // the CPU has PCLMULQDQ, SSSE3 and SSE4.1.
 //
 //go:noescape
@@ -239,7 +243,7 @@ func foldBlocksPCLMUL(dst []uint16, p []byte, blockLen, stride int, tab *crcmath
 // q at the same offset, and folds that register, so dst[i] is the CRC of
 // the bytes written to q. It writes nothing else of q.
 //
-// Preconditions: those of foldBlocksPCLMUL, and the same for q as for p; the
+// Preconditions: those of foldBlocksPCLMUL, but tab is foldTables, and the same for q as for p; the
 // blocks of q do not overlap those of p.
 //
 //go:noescape
@@ -251,7 +255,7 @@ func foldBlocksCopyPCLMUL(dst []uint16, q, p []byte, blockLen, stride int, tab *
 // every vector folded straight into the last 16-byte lane, the tail of
 // len(p)%16 bytes shifted in, and Barrett reduction (unreflected, lanes loaded byte-reversed).
 //
-// Preconditions: len(p) >= 16; tab is this CRC's fold table; the CPU has
+// Preconditions: len(p) >= 16; tab is foldTables; the CPU has
 // AVX and PCLMULQDQ. It reads only p.
 //
 //go:noescape
@@ -263,7 +267,7 @@ func foldUpdateAVX(crc uint16, p []byte, tab *crcmath.RevFoldTable) uint16
 //
 // Preconditions: len(dst) is a positive multiple of 4; blockLen is a multiple of
 // 16 and at least 16; stride >= blockLen;
-// len(p) >= (len(dst)-1)*stride + blockLen; tab is this CRC's fold table;
+// len(p) >= (len(dst)-1)*stride + blockLen; tab is foldTables;
 // the CPU has AVX and PCLMULQDQ.
 //
 //go:noescape
@@ -274,7 +278,7 @@ func foldBlocksAVX(dst []uint16, p []byte, blockLen, stride int, tab *crcmath.Re
 // q at the same offset, and folds that register, so dst[i] is the CRC of
 // the bytes written to q. It writes nothing else of q.
 //
-// Preconditions: those of foldBlocksAVX, and the same for q as for p; the
+// Preconditions: those of foldBlocksAVX, but tab is foldTables, and the same for q as for p; the
 // blocks of q do not overlap those of p.
 //
 //go:noescape
@@ -286,7 +290,7 @@ func foldBlocksCopyAVX(dst []uint16, q, p []byte, blockLen, stride int, tab *crc
 // every vector folded straight into the last 16-byte lane, the tail of
 // len(p)%16 bytes shifted in, and Barrett reduction (unreflected, lanes loaded byte-reversed).
 //
-// Preconditions: len(p) >= 16; tab is this CRC's fold table; the CPU has
+// Preconditions: len(p) >= 16; tab is foldTables; the CPU has
 // AVX2 and VPCLMULQDQ. It reads only p.
 //
 //go:noescape
@@ -298,7 +302,7 @@ func foldUpdateAVX2(crc uint16, p []byte, tab *crcmath.RevFoldTable) uint16
 //
 // Preconditions: len(dst) is a positive multiple of 4; blockLen is a multiple of
 // 16 and at least 32; stride >= blockLen;
-// len(p) >= (len(dst)-1)*stride + blockLen; tab is this CRC's fold table;
+// len(p) >= (len(dst)-1)*stride + blockLen; tab is foldTables;
 // the CPU has AVX2 and VPCLMULQDQ.
 //
 //go:noescape
@@ -309,7 +313,7 @@ func foldBlocksAVX2(dst []uint16, p []byte, blockLen, stride int, tab *crcmath.R
 // q at the same offset, and folds that register, so dst[i] is the CRC of
 // the bytes written to q. It writes nothing else of q.
 //
-// Preconditions: those of foldBlocksAVX2, and the same for q as for p; the
+// Preconditions: those of foldBlocksAVX2, but tab is foldTables, and the same for q as for p; the
 // blocks of q do not overlap those of p.
 //
 //go:noescape
@@ -321,8 +325,8 @@ func foldBlocksCopyAVX2(dst []uint16, q, p []byte, blockLen, stride int, tab *cr
 // every vector folded straight into the last 16-byte lane, the tail of
 // len(p)%16 bytes shifted in, and Barrett reduction (unreflected, lanes loaded byte-reversed).
 //
-// Preconditions: len(p) >= 16; tab is this CRC's fold table; the CPU has
-// AVX512F, AVX512BW, AVX2 and VPCLMULQDQ. It reads only p.
+// Preconditions: len(p) >= 16; tab is foldTablesRefl; the CPU has
+// AVX512F, AVX512BW, AVX2, VPCLMULQDQ and GFNI. It reads only p.
 //
 //go:noescape
 func foldUpdateAVX512(crc uint16, p []byte, tab *crcmath.RevFoldTable) uint16
@@ -333,8 +337,8 @@ func foldUpdateAVX512(crc uint16, p []byte, tab *crcmath.RevFoldTable) uint16
 //
 // Preconditions: len(dst) is a positive multiple of 4; blockLen is a multiple of
 // 16 and at least 64; stride >= blockLen;
-// len(p) >= (len(dst)-1)*stride + blockLen; tab is this CRC's fold table;
-// the CPU has AVX512F, AVX512BW, AVX2 and VPCLMULQDQ.
+// len(p) >= (len(dst)-1)*stride + blockLen; tab is foldTablesRefl;
+// the CPU has AVX512F, AVX512BW, AVX2, VPCLMULQDQ and GFNI.
 //
 //go:noescape
 func foldBlocksAVX512(dst []uint16, p []byte, blockLen, stride int, tab *crcmath.RevFoldTable)
@@ -344,7 +348,7 @@ func foldBlocksAVX512(dst []uint16, p []byte, blockLen, stride int, tab *crcmath
 // q at the same offset, and folds that register, so dst[i] is the CRC of
 // the bytes written to q. It writes nothing else of q.
 //
-// Preconditions: those of foldBlocksAVX512, and the same for q as for p; the
+// Preconditions: those of foldBlocksAVX512, but tab is foldTables, and the same for q as for p; the
 // blocks of q do not overlap those of p.
 //
 //go:noescape

@@ -48,15 +48,26 @@ func TestEmulatedKernels(t *testing.T) {
 			t.Fatal(err)
 		}
 		wb := s.width / 8
-		newMachine := func(t *testing.T, data []byte) *emu.Machine {
-			m, err := emu.New(prog, data)
-			if err != nil {
-				t.Fatal(err)
-			}
-			copy(m.Mem[emu.AddrTable:], tab)
-			return m
-		}
 		for _, v := range s.kernels() {
+			// The bitrev kernels (not the copying ones) read the
+			// reflected CRC's table.
+			copyTab, tab := tab, tab
+			if s.bitrev && v.bytes == 64 {
+				r := es
+				r.Reflected = true
+				tab = emu.FoldTable(r, maxFold)
+			}
+			machine := func(tab []byte) func(t *testing.T, data []byte) *emu.Machine {
+				return func(t *testing.T, data []byte) *emu.Machine {
+					m, err := emu.New(prog, data)
+					if err != nil {
+						t.Fatal(err)
+					}
+					copy(m.Mem[emu.AddrTable:], tab)
+					return m
+				}
+			}
+			newMachine, copyMachine := machine(tab), machine(copyTab)
 			t.Run(fmt.Sprintf("crc=%s/kernel=%s", s.flag, v.name), func(t *testing.T) {
 				var lens []int
 				for n := 16; n <= 1200; n++ {
@@ -119,7 +130,7 @@ func TestEmulatedKernels(t *testing.T) {
 
 					// The copying kernel: the same CRCs, the blocks in q,
 					// nothing else of q written.
-					m = newMachine(t, data)
+					m = copyMachine(t, data)
 					q := m.Append(len(data), gapByte)
 					m.Put64(0, emu.AddrDst)
 					m.Put64(8, uint64(cnt))

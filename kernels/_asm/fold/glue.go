@@ -24,12 +24,17 @@ type glueKernel struct {
 	vecSpec
 	Min int
 	Sub bool // BlocksCopy takes the sub-block path for contiguous 4 KiB blocks
+	// Tab is the table the Update and Blocks kernels read: foldTables, or
+	// foldTablesRefl for the bitrev kernels (the copying kernels read
+	// foldTables).
+	Tab string
 }
 
 // The template's view of crcSpec's fields.
 func (g glue) Pkg() string     { return g.pkg }
 func (g glue) Tail() string    { return g.tail }
 func (g glue) SubBlocks() bool { return g.subBlocks }
+func (g glue) Bitrev() bool    { return g.bitrev }
 
 // NeedsX86 reports whether a feature check reads internal/x86.
 func (g glue) NeedsX86() bool {
@@ -60,7 +65,11 @@ func render(t *template.Template, spec crcSpec, cmd []string) ([]byte, error) {
 		g.Order = "unreflected, lanes loaded byte-reversed"
 	}
 	for _, v := range spec.kernels() {
-		g.Kernels = append(g.Kernels, glueKernel{vecSpec: v, Min: spec.min[v.name], Sub: spec.subBlocks && v.bytes == 16})
+		tab := "foldTables"
+		if spec.bitrev && v.bytes == 64 {
+			tab = "foldTablesRefl"
+		}
+		g.Kernels = append(g.Kernels, glueKernel{vecSpec: v, Min: spec.min[v.name], Sub: spec.subBlocks && v.bytes == 16, Tab: tab})
 	}
 	for i := len(g.Kernels) - 1; i >= 0; i-- {
 		g.Best = append(g.Best, g.Kernels[i])
@@ -124,6 +133,12 @@ const (
 // foldTables is what the kernels read: foldTable and its Fold constants
 // in reverse order.
 var foldTables = crcmath.NewRevFoldTable(&foldTable)
+{{- if .Bitrev}}
+
+// foldTablesRefl is what the AVX-512 kernels read: they fold as the
+// reflected CRC of the polynomial over bit-reversed bytes (foldTableRefl).
+var foldTablesRefl = crcmath.NewRevFoldTable(&foldTableRefl)
+{{- end}}
 
 // The CPU features of the fold kernels, checked once.
 var (
@@ -147,11 +162,11 @@ func update{{.Name}}(crc {{$.Word}}, p []byte) {{$.Word}} {
 	if len(p) < foldMin{{.Name}} {
 		return updateGeneric(crc, p)
 	}
-	return foldUpdate{{.Name}}(crc, p, foldTables)
+	return foldUpdate{{.Name}}(crc, p, {{.Tab}})
 }
 
 func blocks{{.Name}}(dst []{{$.Word}}, p []byte, blockLen, stride int) {
-	foldgo.Blocks(dst, p, blockLen, stride, foldVec{{.Name}}, foldGroup{{.Name}}, foldMinBlockLen, foldTables,
+	foldgo.Blocks(dst, p, blockLen, stride, foldVec{{.Name}}, foldGroup{{.Name}}, foldMinBlockLen, {{.Tab}},
 		foldBlocks{{.Name}}, {{$.Tail}}, update{{.Name}})
 }
 
@@ -203,7 +218,7 @@ var subShift = sync.OnceValue(func() *foldgo.Shift[{{.Word}}] {
 // every vector folded straight into the last 16-byte lane, the tail of
 // len(p)%16 bytes shifted in, and Barrett reduction ({{$.Order}}).
 //
-// Preconditions: len(p) >= 16; tab is this CRC's fold table; the CPU has
+// Preconditions: len(p) >= 16; tab is {{.Tab}}; the CPU has
 // {{.CPU}}. It reads only p.
 //
 //go:noescape
@@ -215,7 +230,7 @@ func foldUpdate{{.Name}}(crc {{$.Word}}, p []byte, tab *crcmath.RevFoldTable) {{
 //
 // Preconditions: len(dst) is a positive multiple of {{.Group}}; blockLen is a multiple of
 // 16 and at least {{.Bytes}}; stride >= blockLen;
-// len(p) >= (len(dst)-1)*stride + blockLen; tab is this CRC's fold table;
+// len(p) >= (len(dst)-1)*stride + blockLen; tab is {{.Tab}};
 // the CPU has {{.CPU}}.
 //
 //go:noescape
@@ -226,7 +241,7 @@ func foldBlocks{{.Name}}(dst []{{$.Word}}, p []byte, blockLen, stride int, tab *
 // q at the same offset, and folds that register, so dst[i] is the CRC of
 // the bytes written to q. It writes nothing else of q.
 //
-// Preconditions: those of foldBlocks{{.Name}}, and the same for q as for p; the
+// Preconditions: those of foldBlocks{{.Name}}, but tab is foldTables, and the same for q as for p; the
 // blocks of q do not overlap those of p.
 //
 //go:noescape

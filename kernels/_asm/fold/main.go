@@ -90,6 +90,14 @@ type crcSpec struct {
 	// tail is the package's function for the last blockLen%16 bytes of a
 	// block: its byte loop, or updateGeneric where that is the fastest.
 	tail string
+	// bitrev: the ZMM kernels of this unreflected CRC fold as the reflected
+	// CRC of the same polynomial over bytes whose bits are reversed
+	// (VGF2P8AFFINEQB, port 0) instead of reversing the bytes of every lane
+	// (VPSHUFB, port 5 only at 512 bits, beside the two multiplies): the
+	// register of a reflected CRC over bit-reversed bytes is the bit
+	// reversal of the unreflected one's. They read foldTableRefl, the
+	// reflected CRC's constants (crcgen).
+	bitrev bool
 	// subBlocks: BlocksCopy of contiguous 4 KiB blocks under the XMM
 	// kernels runs the copying kernel over 1 KiB sub-blocks and joins the
 	// partial CRCs (foldgo.UseSubBlocks; docs/performance.md, "Why the kernels are shaped as they are").
@@ -99,7 +107,7 @@ type crcSpec struct {
 var allVecs = []string{"AVX512", "AVX2", "AVX", "PCLMUL"}
 
 var crcs = []crcSpec{
-	{flag: "t10dif", pkg: "crct10dif", width: 16, vecs: allVecs, tail: "updateBytes", subBlocks: true,
+	{flag: "t10dif", pkg: "crct10dif", width: 16, vecs: allVecs, tail: "updateBytes", subBlocks: true, bitrev: true,
 		min: map[string]int{"PCLMUL": 16, "AVX": 16, "AVX2": 17, "AVX512": 17}},
 	{flag: "crc32c", pkg: "crc32c", width: 32, reflected: true, onesXor: true, vecs: []string{"AVX512"},
 		tail: "updateGeneric", min: map[string]int{"AVX512": 64}},
@@ -144,9 +152,9 @@ var vecs = []vecSpec{
 		has:  "cpu.X86.HasAVX2 && cpu.X86.HasPCLMULQDQ && x86.HasVPCLMULQDQ"},
 	{name: "AVX512", impl: "avx512", bytes: 64, accs: 8, group: 4,
 		desc: "VPCLMULQDQ on ZMM registers (EVEX encodings, VPTERNLOGD)",
-		cpu:  "AVX512F, AVX512BW, AVX2 and VPCLMULQDQ",
+		cpu:  "AVX512F, AVX512BW, AVX2, VPCLMULQDQ and GFNI",
 		has: "cpu.X86.HasAVX2 && cpu.X86.HasPCLMULQDQ && x86.HasVPCLMULQDQ && cpu.X86.HasAVX512F && " +
-			"cpu.X86.HasAVX512BW && cpu.X86.HasAVX512VPCLMULQDQ"},
+			"cpu.X86.HasAVX512BW && cpu.X86.HasAVX512VPCLMULQDQ && cpu.X86.HasAVX512GFNI"},
 }
 
 // kernels returns the vector kernels of spec in the order of vecs, which
@@ -222,11 +230,31 @@ func generateAsm(spec crcSpec, cmd []string) ([]byte, error) {
 		}
 		ctx.AddDatum(i, operand.U64(v))
 	}
+	var bitrevMatrix operand.Mem
+	if spec.bitrev {
+		bitrevMatrix = ctx.StaticGlobal("bitrevMatrix")
+		ctx.DataAttributes(attr.RODATA | attr.NOPTR)
+		// The GF(2) affine matrix of VGF2P8AFFINEQB that reverses the bits
+		// of a byte: result bit i is the parity of source AND matrix byte
+		// 7-i, so byte k = 1<<k selects source bit 7-i.
+		ctx.AddDatum(0, operand.U64(0x8040201008040201))
+	}
 	for _, v := range spec.kernels() {
-		g := &gen{c: ctx, crc: spec, v: v, mask: mask, tailShuf: tailShuf, lane3: lane3, sse: v.legacy}
+		cs, m := spec, mask
+		if spec.bitrev && v.bytes == 64 {
+			cs.reflected, m = true, bitrevMatrix
+		} else {
+			cs.bitrev = false
+		}
+		g := &gen{c: ctx, crc: cs, v: v, mask: m, tailShuf: tailShuf, lane3: lane3, sse: v.legacy}
+		// The copying kernels keep the byte reversal: with the stores of
+		// the copy, the bitrev form ran slower (T10-DIF BlocksCopy 512
+		// against ISA-L 1.14-1.16 with the shuffle, 1.03-1.05 without).
+		gc := &gen{c: ctx, crc: spec, v: v, mask: mask, tailShuf: tailShuf, lane3: lane3, sse: v.legacy}
+		gc.crc.bitrev = false
 		g.update()
 		g.blocks(false)
-		g.blocks(true)
+		gc.blocks(true)
 	}
 	return scaffold.Asm(ctx, cmd, spec.pkg)
 }
@@ -352,7 +380,17 @@ func (g *gen) immLo() operand.U8 {
 
 func (g *gen) load(dst reg.VecPhysical, m operand.Mem) {
 	g.move(m, dst)
-	if !g.crc.reflected {
+	g.transform(dst)
+}
+
+// transform turns loaded bytes into a lane of the folded CRC: reverses the
+// bytes of each lane of an unreflected CRC, the bits of every byte in the
+// bitrev kernels (rMask holds the shuffle or the matrix).
+func (g *gen) transform(dst reg.VecPhysical) {
+	switch {
+	case g.crc.bitrev:
+		g.c.VGF2P8AFFINEQB(operand.U8(0), vec(rMask, width(dst)), dst, dst)
+	case !g.crc.reflected:
 		g.shuffle(dst)
 	}
 }
@@ -362,9 +400,7 @@ func (g *gen) load(dst reg.VecPhysical, m operand.Mem) {
 func (g *gen) loadCopy(dst reg.VecPhysical, m, q operand.Mem) {
 	g.move(m, dst)
 	g.move(dst, q)
-	if !g.crc.reflected {
-		g.shuffle(dst)
-	}
+	g.transform(dst)
 }
 
 // move is an unaligned vector load or store of the register's width.
@@ -454,7 +490,7 @@ func (g *gen) foldInto(acc reg.VecPhysical, k operand.Op, data operand.Op, t reg
 // the instruction can take it (reflected, VEX/EVEX), else a register loaded
 // (and byte-reversed) from it.
 func (g *gen) data(m operand.Mem, scratch reg.VecPhysical) operand.Op {
-	if g.crc.reflected && !g.sse {
+	if g.crc.reflected && !g.sse && !g.crc.bitrev {
 		return m
 	}
 	g.load(scratch, m)
@@ -524,6 +560,18 @@ func (g *gen) seedVector() {
 	if !g.crc.reflected {
 		g.c.SHLQ(operand.U8(64-g.crc.width), reg.RAX)
 	}
+	if g.crc.bitrev {
+		// The reflected register is the bit reversal of the w-bit
+		// register: its bytes swapped here, their bits below (rMask
+		// loaded).
+		if g.crc.width != 16 {
+			panic("bitrev: 16-bit CRCs only")
+		}
+		g.c.ROLW(operand.U8(8), reg.AX)
+		g.fromGPR(reg.RAX, g.X(rSeed))
+		g.transform(g.X(rSeed))
+		return
+	}
 	g.fromGPR(reg.RAX, g.X(rSeed))
 	if !g.crc.reflected {
 		g.pslldq(8, g.X(rSeed), g.X(rSeed))
@@ -531,10 +579,12 @@ func (g *gen) seedVector() {
 }
 
 func (g *gen) loadMask() {
-	if g.crc.reflected {
-		return
+	switch {
+	case g.crc.bitrev:
+		g.c.VPBROADCASTQ(g.mask, g.V(rMask))
+	case !g.crc.reflected:
+		g.bcast(g.V(rMask), g.mask)
 	}
-	g.bcast(g.V(rMask), g.mask)
 }
 
 // collapseLanes folds the lanes of vector register acc into its lane 0 (the
@@ -728,6 +778,11 @@ func (g *gen) reduce(x reg.VecPhysical, out reg.GPPhysical) {
 		g.xor(s, s, c)
 	}
 	g.xor(t, t, s)
+	if g.crc.bitrev {
+		// Back to the unreflected register: the bits of its bytes
+		// reversed here, the bytes swapped below.
+		g.transform(t)
+	}
 	if g.scratch != nil {
 		// The high quadword through the frame: VPEXTRQ takes port 5.
 		g.c.VMOVDQU(t, *g.scratch)
@@ -737,6 +792,9 @@ func (g *gen) reduce(x reg.VecPhysical, out reg.GPPhysical) {
 	}
 	if w < 64 {
 		g.c.SHRQ(operand.U8(64-w), out)
+	}
+	if g.crc.bitrev {
+		g.c.ROLW(operand.U8(8), out.As16())
 	}
 }
 
@@ -809,8 +867,8 @@ func (g *gen) update() {
 	if g.crc.onesXor {
 		g.finish(reg.RAX)
 	}
-	g.seedVector()
 	g.loadMask()
+	g.seedVector()
 	c.Comment("Tail length t, the last 16 bytes, whole lanes, the last whole lane.")
 	c.MOVQ(rem, tail)
 	c.ANDQ(operand.U32(15), tail)
@@ -973,7 +1031,7 @@ func (g *gen) directStep(w int, p reg.GPPhysical, off int, seed bool) {
 		// Legacy SSE memory operands must be aligned.
 		c.MOVOU(kOp, k)
 		kOp = k
-	case g.crc.reflected && !seed:
+	case g.crc.reflected && !seed && !g.crc.bitrev:
 		// The multiplies of a reflected lane are symmetric (0x00, 0x11):
 		// the data can be the memory operand, the constants a register.
 		if w == 64 {
