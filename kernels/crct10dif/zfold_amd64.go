@@ -60,6 +60,13 @@ var foldTables = crcmath.NewRevFoldTable(&foldTable)
 // reflected CRC of the polynomial over bit-reversed bytes (foldTableRefl).
 var foldTablesRefl = crcmath.NewRevFoldTable(&foldTableRefl)
 
+// Below foldBitrevMin bytes Update runs foldUpdateAVX512Shuf, which
+// byte-reverses its lanes, rather than foldUpdateAVX512: a short Update is
+// bound by its chain's latency, which VGF2P8AFFINEQB on every load
+// lengthens, a long one by port 5, which VPSHUFB takes
+// (docs/perf/fold-avx512.md).
+const foldBitrevMin = 1024
+
 // The CPU features of the fold kernels, checked once.
 var (
 	hasFoldAVX512 = cpu.X86.HasAVX2 && cpu.X86.HasPCLMULQDQ && x86.HasVPCLMULQDQ && cpu.X86.HasAVX512F && cpu.X86.HasAVX512BW && cpu.X86.HasAVX512VPCLMULQDQ && cpu.X86.HasAVX512GFNI
@@ -89,6 +96,9 @@ func registerFold() {
 func updateAVX512(crc uint16, p []byte) uint16 {
 	if len(p) < foldMinAVX512 {
 		return updateGeneric(crc, p)
+	}
+	if len(p) < foldBitrevMin {
+		return foldUpdateAVX512Shuf(crc, p, foldTables)
 	}
 	return foldUpdateAVX512(crc, p, foldTablesRefl)
 }
@@ -318,6 +328,12 @@ func foldBlocksAVX2(dst []uint16, p []byte, blockLen, stride int, tab *crcmath.R
 //
 //go:noescape
 func foldBlocksCopyAVX2(dst []uint16, q, p []byte, blockLen, stride int, tab *crcmath.RevFoldTable)
+
+// foldUpdateAVX512Shuf is foldUpdateAVX512 that folds the CRC as it is,
+// its lanes byte-reversed (VPSHUFB), from foldTables.
+//
+//go:noescape
+func foldUpdateAVX512Shuf(crc uint16, p []byte, tab *crcmath.RevFoldTable) uint16
 
 // foldUpdateAVX512 returns crc (finalised, as Update takes it) updated with p,
 // by carry-less folding with VPCLMULQDQ on ZMM registers (EVEX encodings, VPTERNLOGD): 8

@@ -28,6 +28,9 @@ type glueKernel struct {
 	// foldTablesRefl for the bitrev kernels (the copying kernels read
 	// foldTables).
 	Tab string
+	// Shuf: the bitrev kernel has a byte-reversing twin for short inputs,
+	// foldUpdate<Name>Shuf, below foldBitrevMin bytes.
+	Shuf bool
 }
 
 // The template's view of crcSpec's fields.
@@ -35,6 +38,7 @@ func (g glue) Pkg() string     { return g.pkg }
 func (g glue) Tail() string    { return g.tail }
 func (g glue) SubBlocks() bool { return g.subBlocks }
 func (g glue) Bitrev() bool    { return g.bitrev }
+func (g glue) BitrevMin() int  { return bitrevMin }
 
 // NeedsX86 reports whether a feature check reads internal/x86.
 func (g glue) NeedsX86() bool {
@@ -69,7 +73,8 @@ func render(t *template.Template, spec crcSpec, cmd []string) ([]byte, error) {
 		if spec.bitrev && v.bytes == 64 {
 			tab = "foldTablesRefl"
 		}
-		g.Kernels = append(g.Kernels, glueKernel{vecSpec: v, Min: spec.min[v.name], Sub: spec.subBlocks && v.bytes == 16, Tab: tab})
+		g.Kernels = append(g.Kernels, glueKernel{vecSpec: v, Min: spec.min[v.name], Sub: spec.subBlocks && v.bytes == 16, Tab: tab,
+			Shuf: spec.bitrev && v.bytes == 64})
 	}
 	for i := len(g.Kernels) - 1; i >= 0; i-- {
 		g.Best = append(g.Best, g.Kernels[i])
@@ -138,6 +143,13 @@ var foldTables = crcmath.NewRevFoldTable(&foldTable)
 // foldTablesRefl is what the AVX-512 kernels read: they fold as the
 // reflected CRC of the polynomial over bit-reversed bytes (foldTableRefl).
 var foldTablesRefl = crcmath.NewRevFoldTable(&foldTableRefl)
+
+// Below foldBitrevMin bytes Update runs foldUpdateAVX512Shuf, which
+// byte-reverses its lanes, rather than foldUpdateAVX512: a short Update is
+// bound by its chain's latency, which VGF2P8AFFINEQB on every load
+// lengthens, a long one by port 5, which VPSHUFB takes
+// (docs/perf/fold-avx512.md).
+const foldBitrevMin = {{.BitrevMin}}
 {{- end}}
 
 // The CPU features of the fold kernels, checked once.
@@ -162,6 +174,11 @@ func update{{.Name}}(crc {{$.Word}}, p []byte) {{$.Word}} {
 	if len(p) < foldMin{{.Name}} {
 		return updateGeneric(crc, p)
 	}
+{{- if .Shuf}}
+	if len(p) < foldBitrevMin {
+		return foldUpdate{{.Name}}Shuf(crc, p, foldTables)
+	}
+{{- end}}
 	return foldUpdate{{.Name}}(crc, p, {{.Tab}})
 }
 
@@ -212,6 +229,13 @@ var subShift = sync.OnceValue(func() *foldgo.Shift[{{.Word}}] {
 })
 {{end}}
 {{- range .Kernels}}
+{{- if .Shuf}}
+// foldUpdate{{.Name}}Shuf is foldUpdate{{.Name}} that folds the CRC as it is,
+// its lanes byte-reversed (VPSHUFB), from foldTables.
+//
+//go:noescape
+func foldUpdate{{.Name}}Shuf(crc {{$.Word}}, p []byte, tab *crcmath.RevFoldTable) {{$.Word}}
+{{end}}
 // foldUpdate{{.Name}} returns crc (finalised, as Update takes it) updated with p,
 // by carry-less folding with {{.Desc}}: {{.Accs}}
 // accumulators of {{.Bytes}} bytes while more than {{.Accs}} vectors remain, then
@@ -286,6 +310,9 @@ func TestFoldTableOffsets(t *testing.T) {
 // lengths from which the main loops run (accumulators times vector bytes).
 var foldCutoffs = []int{
 	foldMinBlockLen,
+{{- if .Bitrev}}
+	foldBitrevMin,
+{{- end}}
 {{- range .Kernels}}
 	foldMin{{.Name}}, foldVec{{.Name}}, foldVec{{.Name}} * foldAccs{{.Name}},
 {{- end}}

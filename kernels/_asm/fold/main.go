@@ -116,6 +116,10 @@ var crcs = []crcSpec{
 		min: map[string]int{"PCLMUL": 16, "AVX": 16, "AVX2": 16, "AVX512": 16}},
 }
 
+// bitrevMin: Update of bitrev CRCs runs the byte-reversing AVX-512 kernel
+// below this length (glue.go, foldBitrevMin).
+const bitrevMin = 1024
+
 // foldMinBlockLen: Blocks folds groups of blocks from this length on;
 // shorter blocks go one at a time through Update.
 const foldMinBlockLen = 64
@@ -253,6 +257,13 @@ func generateAsm(spec crcSpec, cmd []string) ([]byte, error) {
 		gc := &gen{c: ctx, crc: spec, v: v, mask: mask, tailShuf: tailShuf, lane3: lane3, sse: v.legacy}
 		gc.crc.bitrev = false
 		g.update()
+		if cs.bitrev {
+			// Short inputs keep the byte reversal too (foldUpdateAVX512Shuf,
+			// below foldBitrevMin bytes): VGF2P8AFFINEQB's latency, on every
+			// load, lengthens the chain that bounds a short Update.
+			gc.suffix = "Shuf"
+			gc.update()
+		}
 		g.blocks(false)
 		gc.blocks(true)
 	}
@@ -332,7 +343,8 @@ type gen struct {
 	// scratch, where set (the ZMM kernels), is 16 bytes of the frame that
 	// reduce passes its result through, instead of a cross-lane move.
 	scratch *operand.Mem
-	sse     bool // legacy SSE encodings (the PCLMUL kernel)
+	sse     bool   // legacy SSE encodings (the PCLMUL kernel)
+	suffix  string // of the Update kernel's name
 	tab     reg.GPPhysical
 }
 
@@ -849,7 +861,7 @@ func (g *gen) label(s string) string { return s + g.v.name }
 func (g *gen) update() {
 	c := g.c
 	V, N := g.v.bytes, g.v.accs
-	name := "foldUpdate" + g.v.name
+	name := "foldUpdate" + g.v.name + g.suffix
 	c.Function(name)
 	c.Attributes(attr.NOSPLIT)
 	c.Signature(updateSig(g.crc.width))
