@@ -4,6 +4,10 @@
 # kernels/_asm/fold) with llvm-mca on the code the Go toolchain emits, in
 # the manner of crc32c_avx512.sh: cycles per loop iteration and per byte.
 #
+# T10-DIF's kernels fold the reflected CRC of its polynomial over
+# bit-reversed bytes (VGF2P8AFFINEQB, port 0), the ...Shuf twin and the
+# copying kernel byte-reverse every lane (VPSHUFB, port 5).
+#
 # foldBlocksAVX512 runs four blocks at once; from 256 bytes a block two
 # accumulators each (the "pairs" loop: 128 bytes of every block a step,
 # eight multiply chains), else one (64 bytes of every block a step, four
@@ -31,6 +35,7 @@ table='
 crct10dif  foldBlocksAVX512  1  512  t10dif blocks: pairs (4 blocks x 2)
 crct10dif  foldBlocksAVX512  2  256  t10dif blocks: single (4 blocks x 1)
 crct10dif  foldUpdateAVX512  1  512  t10dif update: 8 accumulators
+crct10dif  foldUpdateAVX512Shuf  1  512  t10dif update < 1 KiB: byte reversal
 crc64nvme  foldBlocksAVX512  1  512  crc64nvme blocks: pairs (4 blocks x 2)
 crc64nvme  foldBlocksAVX512  2  256  crc64nvme blocks: single (4 blocks x 1)
 crc64nvme  foldUpdateAVX512  1  512  crc64nvme update: 8 accumulators
