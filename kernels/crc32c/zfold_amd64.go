@@ -102,7 +102,7 @@ func foldBlocksAVX512(dst []uint32, p []byte, blockLen, stride int, tab *crcmath
 // q at the same offset, and folds that register, so dst[i] is the CRC of
 // the bytes written to q. It writes nothing else of q.
 //
-// Preconditions: those of foldBlocksAVX512, and the same for q as for p; the
+// Preconditions: those of foldBlocksAVX512, with tab foldTables, and the same for q as for p; the
 // blocks of q do not overlap those of p.
 //
 //go:noescape

@@ -239,7 +239,7 @@ func foldBlocksPCLMUL(dst []uint64, p []byte, blockLen, stride int, tab *crcmath
 // q at the same offset, and folds that register, so dst[i] is the CRC of
 // the bytes written to q. It writes nothing else of q.
 //
-// Preconditions: those of foldBlocksPCLMUL, and the same for q as for p; the
+// Preconditions: those of foldBlocksPCLMUL, with tab foldTables, and the same for q as for p; the
 // blocks of q do not overlap those of p.
 //
 //go:noescape
@@ -274,7 +274,7 @@ func foldBlocksAVX(dst []uint64, p []byte, blockLen, stride int, tab *crcmath.Re
 // q at the same offset, and folds that register, so dst[i] is the CRC of
 // the bytes written to q. It writes nothing else of q.
 //
-// Preconditions: those of foldBlocksAVX, and the same for q as for p; the
+// Preconditions: those of foldBlocksAVX, with tab foldTables, and the same for q as for p; the
 // blocks of q do not overlap those of p.
 //
 //go:noescape
@@ -309,7 +309,7 @@ func foldBlocksAVX2(dst []uint64, p []byte, blockLen, stride int, tab *crcmath.R
 // q at the same offset, and folds that register, so dst[i] is the CRC of
 // the bytes written to q. It writes nothing else of q.
 //
-// Preconditions: those of foldBlocksAVX2, and the same for q as for p; the
+// Preconditions: those of foldBlocksAVX2, with tab foldTables, and the same for q as for p; the
 // blocks of q do not overlap those of p.
 //
 //go:noescape
@@ -344,7 +344,7 @@ func foldBlocksAVX512(dst []uint64, p []byte, blockLen, stride int, tab *crcmath
 // q at the same offset, and folds that register, so dst[i] is the CRC of
 // the bytes written to q. It writes nothing else of q.
 //
-// Preconditions: those of foldBlocksAVX512, and the same for q as for p; the
+// Preconditions: those of foldBlocksAVX512, with tab foldTables, and the same for q as for p; the
 // blocks of q do not overlap those of p.
 //
 //go:noescape

@@ -253,7 +253,7 @@ func foldBlocksPCLMUL(dst []uint16, p []byte, blockLen, stride int, tab *crcmath
 // q at the same offset, and folds that register, so dst[i] is the CRC of
 // the bytes written to q. It writes nothing else of q.
 //
-// Preconditions: those of foldBlocksPCLMUL, but tab is foldTables, and the same for q as for p; the
+// Preconditions: those of foldBlocksPCLMUL, with tab foldTables, and the same for q as for p; the
 // blocks of q do not overlap those of p.
 //
 //go:noescape
@@ -288,7 +288,7 @@ func foldBlocksAVX(dst []uint16, p []byte, blockLen, stride int, tab *crcmath.Re
 // q at the same offset, and folds that register, so dst[i] is the CRC of
 // the bytes written to q. It writes nothing else of q.
 //
-// Preconditions: those of foldBlocksAVX, but tab is foldTables, and the same for q as for p; the
+// Preconditions: those of foldBlocksAVX, with tab foldTables, and the same for q as for p; the
 // blocks of q do not overlap those of p.
 //
 //go:noescape
@@ -323,7 +323,7 @@ func foldBlocksAVX2(dst []uint16, p []byte, blockLen, stride int, tab *crcmath.R
 // q at the same offset, and folds that register, so dst[i] is the CRC of
 // the bytes written to q. It writes nothing else of q.
 //
-// Preconditions: those of foldBlocksAVX2, but tab is foldTables, and the same for q as for p; the
+// Preconditions: those of foldBlocksAVX2, with tab foldTables, and the same for q as for p; the
 // blocks of q do not overlap those of p.
 //
 //go:noescape
@@ -364,7 +364,7 @@ func foldBlocksAVX512(dst []uint16, p []byte, blockLen, stride int, tab *crcmath
 // q at the same offset, and folds that register, so dst[i] is the CRC of
 // the bytes written to q. It writes nothing else of q.
 //
-// Preconditions: those of foldBlocksAVX512, but tab is foldTables, and the same for q as for p; the
+// Preconditions: those of foldBlocksAVX512, with tab foldTables, and the same for q as for p; the
 // blocks of q do not overlap those of p.
 //
 //go:noescape

@@ -265,7 +265,7 @@ func foldBlocks{{.Name}}(dst []{{$.Word}}, p []byte, blockLen, stride int, tab *
 // q at the same offset, and folds that register, so dst[i] is the CRC of
 // the bytes written to q. It writes nothing else of q.
 //
-// Preconditions: those of foldBlocks{{.Name}}, but tab is foldTables, and the same for q as for p; the
+// Preconditions: those of foldBlocks{{.Name}}, with tab foldTables, and the same for q as for p; the
 // blocks of q do not overlap those of p.
 //
 //go:noescape
