@@ -92,6 +92,7 @@ var archFeatures = map[string][]feature{
 		{"avx512f", cpu.X86.HasAVX512F},
 		{"avx512bw", cpu.X86.HasAVX512BW},
 		{"avx512ifma", cpu.X86.HasAVX512IFMA},
+		{"gfni", cpu.X86.HasAVX512GFNI},
 		// x/sys/cpu sets its bit only with AVX-512; the VEX form on YMM
 		// needs only the CPUID bit, which internal/x86 reads.
 		{"vpclmulqdq", x86.HasVPCLMULQDQ},

@@ -44,7 +44,7 @@ var foldTables = crcmath.NewRevFoldTable(&foldTable)
 
 // The CPU features of the fold kernels, checked once.
 var (
-	hasFoldAVX512 = cpu.X86.HasAVX2 && cpu.X86.HasPCLMULQDQ && x86.HasVPCLMULQDQ && cpu.X86.HasAVX512F && cpu.X86.HasAVX512BW && cpu.X86.HasAVX512VPCLMULQDQ
+	hasFoldAVX512 = cpu.X86.HasAVX2 && cpu.X86.HasPCLMULQDQ && x86.HasVPCLMULQDQ && cpu.X86.HasAVX512F && cpu.X86.HasAVX512BW && cpu.X86.HasAVX512VPCLMULQDQ && cpu.X86.HasAVX512GFNI
 )
 
 // registerFold registers the fold kernels as implementations, best first.
@@ -79,8 +79,8 @@ func blocksCopyAVX512(dst []uint32, q, p []byte, blockLen, stride int) {
 // every vector folded straight into the last 16-byte lane, the tail of
 // len(p)%16 bytes shifted in, and Barrett reduction (reflected).
 //
-// Preconditions: len(p) >= 16; tab is this CRC's fold table; the CPU has
-// AVX512F, AVX512BW, AVX2 and VPCLMULQDQ. It reads only p.
+// Preconditions: len(p) >= 16; tab is foldTables; the CPU has
+// AVX512F, AVX512BW, AVX2, VPCLMULQDQ and GFNI. It reads only p.
 //
 //go:noescape
 func foldUpdateAVX512(crc uint32, p []byte, tab *crcmath.RevFoldTable) uint32
@@ -91,8 +91,8 @@ func foldUpdateAVX512(crc uint32, p []byte, tab *crcmath.RevFoldTable) uint32
 //
 // Preconditions: len(dst) is a positive multiple of 4; blockLen is a multiple of
 // 16 and at least 64; stride >= blockLen;
-// len(p) >= (len(dst)-1)*stride + blockLen; tab is this CRC's fold table;
-// the CPU has AVX512F, AVX512BW, AVX2 and VPCLMULQDQ.
+// len(p) >= (len(dst)-1)*stride + blockLen; tab is foldTables;
+// the CPU has AVX512F, AVX512BW, AVX2, VPCLMULQDQ and GFNI.
 //
 //go:noescape
 func foldBlocksAVX512(dst []uint32, p []byte, blockLen, stride int, tab *crcmath.RevFoldTable)
@@ -102,7 +102,7 @@ func foldBlocksAVX512(dst []uint32, p []byte, blockLen, stride int, tab *crcmath
 // q at the same offset, and folds that register, so dst[i] is the CRC of
 // the bytes written to q. It writes nothing else of q.
 //
-// Preconditions: those of foldBlocksAVX512, and the same for q as for p; the
+// Preconditions: those of foldBlocksAVX512, with tab foldTables, and the same for q as for p; the
 // blocks of q do not overlap those of p.
 //
 //go:noescape

@@ -58,7 +58,7 @@ var foldTables = crcmath.NewRevFoldTable(&foldTable)
 
 // The CPU features of the fold kernels, checked once.
 var (
-	hasFoldAVX512 = cpu.X86.HasAVX2 && cpu.X86.HasPCLMULQDQ && x86.HasVPCLMULQDQ && cpu.X86.HasAVX512F && cpu.X86.HasAVX512BW && cpu.X86.HasAVX512VPCLMULQDQ
+	hasFoldAVX512 = cpu.X86.HasAVX2 && cpu.X86.HasPCLMULQDQ && x86.HasVPCLMULQDQ && cpu.X86.HasAVX512F && cpu.X86.HasAVX512BW && cpu.X86.HasAVX512VPCLMULQDQ && cpu.X86.HasAVX512GFNI
 	hasFoldAVX2   = cpu.X86.HasAVX2 && cpu.X86.HasPCLMULQDQ && x86.HasVPCLMULQDQ
 	hasFoldAVX    = cpu.X86.HasPCLMULQDQ && cpu.X86.HasSSSE3 && cpu.X86.HasSSE41 && cpu.X86.HasAVX
 	hasFoldPCLMUL = cpu.X86.HasPCLMULQDQ && cpu.X86.HasSSSE3 && cpu.X86.HasSSE41
@@ -216,7 +216,7 @@ var subShift = sync.OnceValue(func() *foldgo.Shift[uint64] {
 // every vector folded straight into the last 16-byte lane, the tail of
 // len(p)%16 bytes shifted in, and Barrett reduction (reflected).
 //
-// Preconditions: len(p) >= 16; tab is this CRC's fold table; the CPU has
+// Preconditions: len(p) >= 16; tab is foldTables; the CPU has
 // PCLMULQDQ, SSSE3 and SSE4.1. It reads only p.
 //
 //go:noescape
@@ -228,7 +228,7 @@ func foldUpdatePCLMUL(crc uint64, p []byte, tab *crcmath.RevFoldTable) uint64
 //
 // Preconditions: len(dst) is a positive multiple of 4; blockLen is a multiple of
 // 16 and at least 16; stride >= blockLen;
-// len(p) >= (len(dst)-1)*stride + blockLen; tab is this CRC's fold table;
+// len(p) >= (len(dst)-1)*stride + blockLen; tab is foldTables;
 // the CPU has PCLMULQDQ, SSSE3 and SSE4.1.
 //
 //go:noescape
@@ -239,7 +239,7 @@ func foldBlocksPCLMUL(dst []uint64, p []byte, blockLen, stride int, tab *crcmath
 // q at the same offset, and folds that register, so dst[i] is the CRC of
 // the bytes written to q. It writes nothing else of q.
 //
-// Preconditions: those of foldBlocksPCLMUL, and the same for q as for p; the
+// Preconditions: those of foldBlocksPCLMUL, with tab foldTables, and the same for q as for p; the
 // blocks of q do not overlap those of p.
 //
 //go:noescape
@@ -251,7 +251,7 @@ func foldBlocksCopyPCLMUL(dst []uint64, q, p []byte, blockLen, stride int, tab *
 // every vector folded straight into the last 16-byte lane, the tail of
 // len(p)%16 bytes shifted in, and Barrett reduction (reflected).
 //
-// Preconditions: len(p) >= 16; tab is this CRC's fold table; the CPU has
+// Preconditions: len(p) >= 16; tab is foldTables; the CPU has
 // AVX and PCLMULQDQ. It reads only p.
 //
 //go:noescape
@@ -263,7 +263,7 @@ func foldUpdateAVX(crc uint64, p []byte, tab *crcmath.RevFoldTable) uint64
 //
 // Preconditions: len(dst) is a positive multiple of 4; blockLen is a multiple of
 // 16 and at least 16; stride >= blockLen;
-// len(p) >= (len(dst)-1)*stride + blockLen; tab is this CRC's fold table;
+// len(p) >= (len(dst)-1)*stride + blockLen; tab is foldTables;
 // the CPU has AVX and PCLMULQDQ.
 //
 //go:noescape
@@ -274,7 +274,7 @@ func foldBlocksAVX(dst []uint64, p []byte, blockLen, stride int, tab *crcmath.Re
 // q at the same offset, and folds that register, so dst[i] is the CRC of
 // the bytes written to q. It writes nothing else of q.
 //
-// Preconditions: those of foldBlocksAVX, and the same for q as for p; the
+// Preconditions: those of foldBlocksAVX, with tab foldTables, and the same for q as for p; the
 // blocks of q do not overlap those of p.
 //
 //go:noescape
@@ -286,7 +286,7 @@ func foldBlocksCopyAVX(dst []uint64, q, p []byte, blockLen, stride int, tab *crc
 // every vector folded straight into the last 16-byte lane, the tail of
 // len(p)%16 bytes shifted in, and Barrett reduction (reflected).
 //
-// Preconditions: len(p) >= 16; tab is this CRC's fold table; the CPU has
+// Preconditions: len(p) >= 16; tab is foldTables; the CPU has
 // AVX2 and VPCLMULQDQ. It reads only p.
 //
 //go:noescape
@@ -298,7 +298,7 @@ func foldUpdateAVX2(crc uint64, p []byte, tab *crcmath.RevFoldTable) uint64
 //
 // Preconditions: len(dst) is a positive multiple of 4; blockLen is a multiple of
 // 16 and at least 32; stride >= blockLen;
-// len(p) >= (len(dst)-1)*stride + blockLen; tab is this CRC's fold table;
+// len(p) >= (len(dst)-1)*stride + blockLen; tab is foldTables;
 // the CPU has AVX2 and VPCLMULQDQ.
 //
 //go:noescape
@@ -309,7 +309,7 @@ func foldBlocksAVX2(dst []uint64, p []byte, blockLen, stride int, tab *crcmath.R
 // q at the same offset, and folds that register, so dst[i] is the CRC of
 // the bytes written to q. It writes nothing else of q.
 //
-// Preconditions: those of foldBlocksAVX2, and the same for q as for p; the
+// Preconditions: those of foldBlocksAVX2, with tab foldTables, and the same for q as for p; the
 // blocks of q do not overlap those of p.
 //
 //go:noescape
@@ -321,8 +321,8 @@ func foldBlocksCopyAVX2(dst []uint64, q, p []byte, blockLen, stride int, tab *cr
 // every vector folded straight into the last 16-byte lane, the tail of
 // len(p)%16 bytes shifted in, and Barrett reduction (reflected).
 //
-// Preconditions: len(p) >= 16; tab is this CRC's fold table; the CPU has
-// AVX512F, AVX512BW, AVX2 and VPCLMULQDQ. It reads only p.
+// Preconditions: len(p) >= 16; tab is foldTables; the CPU has
+// AVX512F, AVX512BW, AVX2, VPCLMULQDQ and GFNI. It reads only p.
 //
 //go:noescape
 func foldUpdateAVX512(crc uint64, p []byte, tab *crcmath.RevFoldTable) uint64
@@ -333,8 +333,8 @@ func foldUpdateAVX512(crc uint64, p []byte, tab *crcmath.RevFoldTable) uint64
 //
 // Preconditions: len(dst) is a positive multiple of 4; blockLen is a multiple of
 // 16 and at least 64; stride >= blockLen;
-// len(p) >= (len(dst)-1)*stride + blockLen; tab is this CRC's fold table;
-// the CPU has AVX512F, AVX512BW, AVX2 and VPCLMULQDQ.
+// len(p) >= (len(dst)-1)*stride + blockLen; tab is foldTables;
+// the CPU has AVX512F, AVX512BW, AVX2, VPCLMULQDQ and GFNI.
 //
 //go:noescape
 func foldBlocksAVX512(dst []uint64, p []byte, blockLen, stride int, tab *crcmath.RevFoldTable)
@@ -344,7 +344,7 @@ func foldBlocksAVX512(dst []uint64, p []byte, blockLen, stride int, tab *crcmath
 // q at the same offset, and folds that register, so dst[i] is the CRC of
 // the bytes written to q. It writes nothing else of q.
 //
-// Preconditions: those of foldBlocksAVX512, and the same for q as for p; the
+// Preconditions: those of foldBlocksAVX512, with tab foldTables, and the same for q as for p; the
 // blocks of q do not overlap those of p.
 //
 //go:noescape

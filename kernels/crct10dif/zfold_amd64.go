@@ -56,9 +56,20 @@ const (
 // in reverse order.
 var foldTables = crcmath.NewRevFoldTable(&foldTable)
 
+// foldTablesRefl is what the AVX-512 kernels read: they fold as the
+// reflected CRC of the polynomial over bit-reversed bytes (foldTableRefl).
+var foldTablesRefl = crcmath.NewRevFoldTable(&foldTableRefl)
+
+// Below foldBitrevMin bytes Update runs foldUpdateAVX512Shuf, which
+// byte-reverses its lanes, rather than foldUpdateAVX512: a short Update is
+// bound by its chain's latency, which VGF2P8AFFINEQB on every load
+// lengthens, a long one by port 5, which VPSHUFB takes
+// (docs/perf/fold-avx512.md).
+const foldBitrevMin = 1024
+
 // The CPU features of the fold kernels, checked once.
 var (
-	hasFoldAVX512 = cpu.X86.HasAVX2 && cpu.X86.HasPCLMULQDQ && x86.HasVPCLMULQDQ && cpu.X86.HasAVX512F && cpu.X86.HasAVX512BW && cpu.X86.HasAVX512VPCLMULQDQ
+	hasFoldAVX512 = cpu.X86.HasAVX2 && cpu.X86.HasPCLMULQDQ && x86.HasVPCLMULQDQ && cpu.X86.HasAVX512F && cpu.X86.HasAVX512BW && cpu.X86.HasAVX512VPCLMULQDQ && cpu.X86.HasAVX512GFNI
 	hasFoldAVX2   = cpu.X86.HasAVX2 && cpu.X86.HasPCLMULQDQ && x86.HasVPCLMULQDQ
 	hasFoldAVX    = cpu.X86.HasPCLMULQDQ && cpu.X86.HasSSSE3 && cpu.X86.HasSSE41 && cpu.X86.HasAVX
 	hasFoldPCLMUL = cpu.X86.HasPCLMULQDQ && cpu.X86.HasSSSE3 && cpu.X86.HasSSE41
@@ -86,11 +97,14 @@ func updateAVX512(crc uint16, p []byte) uint16 {
 	if len(p) < foldMinAVX512 {
 		return updateGeneric(crc, p)
 	}
-	return foldUpdateAVX512(crc, p, foldTables)
+	if len(p) < foldBitrevMin {
+		return foldUpdateAVX512Shuf(crc, p, foldTables)
+	}
+	return foldUpdateAVX512(crc, p, foldTablesRefl)
 }
 
 func blocksAVX512(dst []uint16, p []byte, blockLen, stride int) {
-	foldgo.Blocks(dst, p, blockLen, stride, foldVecAVX512, foldGroupAVX512, foldMinBlockLen, foldTables,
+	foldgo.Blocks(dst, p, blockLen, stride, foldVecAVX512, foldGroupAVX512, foldMinBlockLen, foldTablesRefl,
 		foldBlocksAVX512, updateBytes, updateAVX512)
 }
 
@@ -216,7 +230,7 @@ var subShift = sync.OnceValue(func() *foldgo.Shift[uint16] {
 // every vector folded straight into the last 16-byte lane, the tail of
 // len(p)%16 bytes shifted in, and Barrett reduction (unreflected, lanes loaded byte-reversed).
 //
-// Preconditions: len(p) >= 16; tab is this CRC's fold table; the CPU has
+// Preconditions: len(p) >= 16; tab is foldTables; the CPU has
 // PCLMULQDQ, SSSE3 and SSE4.1. It reads only p.
 //
 //go:noescape
@@ -228,7 +242,7 @@ func foldUpdatePCLMUL(crc uint16, p []byte, tab *crcmath.RevFoldTable) uint16
 //
 // Preconditions: len(dst) is a positive multiple of 4; blockLen is a multiple of
 // 16 and at least 16; stride >= blockLen;
-// len(p) >= (len(dst)-1)*stride + blockLen; tab is this CRC's fold table;
+// len(p) >= (len(dst)-1)*stride + blockLen; tab is foldTables;
 // the CPU has PCLMULQDQ, SSSE3 and SSE4.1.
 //
 //go:noescape
@@ -239,7 +253,7 @@ func foldBlocksPCLMUL(dst []uint16, p []byte, blockLen, stride int, tab *crcmath
 // q at the same offset, and folds that register, so dst[i] is the CRC of
 // the bytes written to q. It writes nothing else of q.
 //
-// Preconditions: those of foldBlocksPCLMUL, and the same for q as for p; the
+// Preconditions: those of foldBlocksPCLMUL, with tab foldTables, and the same for q as for p; the
 // blocks of q do not overlap those of p.
 //
 //go:noescape
@@ -251,7 +265,7 @@ func foldBlocksCopyPCLMUL(dst []uint16, q, p []byte, blockLen, stride int, tab *
 // every vector folded straight into the last 16-byte lane, the tail of
 // len(p)%16 bytes shifted in, and Barrett reduction (unreflected, lanes loaded byte-reversed).
 //
-// Preconditions: len(p) >= 16; tab is this CRC's fold table; the CPU has
+// Preconditions: len(p) >= 16; tab is foldTables; the CPU has
 // AVX and PCLMULQDQ. It reads only p.
 //
 //go:noescape
@@ -263,7 +277,7 @@ func foldUpdateAVX(crc uint16, p []byte, tab *crcmath.RevFoldTable) uint16
 //
 // Preconditions: len(dst) is a positive multiple of 4; blockLen is a multiple of
 // 16 and at least 16; stride >= blockLen;
-// len(p) >= (len(dst)-1)*stride + blockLen; tab is this CRC's fold table;
+// len(p) >= (len(dst)-1)*stride + blockLen; tab is foldTables;
 // the CPU has AVX and PCLMULQDQ.
 //
 //go:noescape
@@ -274,7 +288,7 @@ func foldBlocksAVX(dst []uint16, p []byte, blockLen, stride int, tab *crcmath.Re
 // q at the same offset, and folds that register, so dst[i] is the CRC of
 // the bytes written to q. It writes nothing else of q.
 //
-// Preconditions: those of foldBlocksAVX, and the same for q as for p; the
+// Preconditions: those of foldBlocksAVX, with tab foldTables, and the same for q as for p; the
 // blocks of q do not overlap those of p.
 //
 //go:noescape
@@ -286,7 +300,7 @@ func foldBlocksCopyAVX(dst []uint16, q, p []byte, blockLen, stride int, tab *crc
 // every vector folded straight into the last 16-byte lane, the tail of
 // len(p)%16 bytes shifted in, and Barrett reduction (unreflected, lanes loaded byte-reversed).
 //
-// Preconditions: len(p) >= 16; tab is this CRC's fold table; the CPU has
+// Preconditions: len(p) >= 16; tab is foldTables; the CPU has
 // AVX2 and VPCLMULQDQ. It reads only p.
 //
 //go:noescape
@@ -298,7 +312,7 @@ func foldUpdateAVX2(crc uint16, p []byte, tab *crcmath.RevFoldTable) uint16
 //
 // Preconditions: len(dst) is a positive multiple of 4; blockLen is a multiple of
 // 16 and at least 32; stride >= blockLen;
-// len(p) >= (len(dst)-1)*stride + blockLen; tab is this CRC's fold table;
+// len(p) >= (len(dst)-1)*stride + blockLen; tab is foldTables;
 // the CPU has AVX2 and VPCLMULQDQ.
 //
 //go:noescape
@@ -309,11 +323,17 @@ func foldBlocksAVX2(dst []uint16, p []byte, blockLen, stride int, tab *crcmath.R
 // q at the same offset, and folds that register, so dst[i] is the CRC of
 // the bytes written to q. It writes nothing else of q.
 //
-// Preconditions: those of foldBlocksAVX2, and the same for q as for p; the
+// Preconditions: those of foldBlocksAVX2, with tab foldTables, and the same for q as for p; the
 // blocks of q do not overlap those of p.
 //
 //go:noescape
 func foldBlocksCopyAVX2(dst []uint16, q, p []byte, blockLen, stride int, tab *crcmath.RevFoldTable)
+
+// foldUpdateAVX512Shuf is foldUpdateAVX512 that folds the CRC as it is,
+// its lanes byte-reversed (VPSHUFB), from foldTables.
+//
+//go:noescape
+func foldUpdateAVX512Shuf(crc uint16, p []byte, tab *crcmath.RevFoldTable) uint16
 
 // foldUpdateAVX512 returns crc (finalised, as Update takes it) updated with p,
 // by carry-less folding with VPCLMULQDQ on ZMM registers (EVEX encodings, VPTERNLOGD): 8
@@ -321,8 +341,8 @@ func foldBlocksCopyAVX2(dst []uint16, q, p []byte, blockLen, stride int, tab *cr
 // every vector folded straight into the last 16-byte lane, the tail of
 // len(p)%16 bytes shifted in, and Barrett reduction (unreflected, lanes loaded byte-reversed).
 //
-// Preconditions: len(p) >= 16; tab is this CRC's fold table; the CPU has
-// AVX512F, AVX512BW, AVX2 and VPCLMULQDQ. It reads only p.
+// Preconditions: len(p) >= 16; tab is foldTablesRefl; the CPU has
+// AVX512F, AVX512BW, AVX2, VPCLMULQDQ and GFNI. It reads only p.
 //
 //go:noescape
 func foldUpdateAVX512(crc uint16, p []byte, tab *crcmath.RevFoldTable) uint16
@@ -333,8 +353,8 @@ func foldUpdateAVX512(crc uint16, p []byte, tab *crcmath.RevFoldTable) uint16
 //
 // Preconditions: len(dst) is a positive multiple of 4; blockLen is a multiple of
 // 16 and at least 64; stride >= blockLen;
-// len(p) >= (len(dst)-1)*stride + blockLen; tab is this CRC's fold table;
-// the CPU has AVX512F, AVX512BW, AVX2 and VPCLMULQDQ.
+// len(p) >= (len(dst)-1)*stride + blockLen; tab is foldTablesRefl;
+// the CPU has AVX512F, AVX512BW, AVX2, VPCLMULQDQ and GFNI.
 //
 //go:noescape
 func foldBlocksAVX512(dst []uint16, p []byte, blockLen, stride int, tab *crcmath.RevFoldTable)
@@ -344,7 +364,7 @@ func foldBlocksAVX512(dst []uint16, p []byte, blockLen, stride int, tab *crcmath
 // q at the same offset, and folds that register, so dst[i] is the CRC of
 // the bytes written to q. It writes nothing else of q.
 //
-// Preconditions: those of foldBlocksAVX512, and the same for q as for p; the
+// Preconditions: those of foldBlocksAVX512, with tab foldTables, and the same for q as for p; the
 // blocks of q do not overlap those of p.
 //
 //go:noescape

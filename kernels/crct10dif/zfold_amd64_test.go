@@ -33,6 +33,7 @@ func TestFoldTableOffsets(t *testing.T) {
 // lengths from which the main loops run (accumulators times vector bytes).
 var foldCutoffs = []int{
 	foldMinBlockLen,
+	foldBitrevMin,
 	foldMinPCLMUL, foldVecPCLMUL, foldVecPCLMUL * foldAccsPCLMUL,
 	foldMinAVX, foldVecAVX, foldVecAVX * foldAccsAVX,
 	foldMinAVX2, foldVecAVX2, foldVecAVX2 * foldAccsAVX2,

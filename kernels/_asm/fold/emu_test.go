@@ -48,15 +48,26 @@ func TestEmulatedKernels(t *testing.T) {
 			t.Fatal(err)
 		}
 		wb := s.width / 8
-		newMachine := func(t *testing.T, data []byte) *emu.Machine {
-			m, err := emu.New(prog, data)
-			if err != nil {
-				t.Fatal(err)
-			}
-			copy(m.Mem[emu.AddrTable:], tab)
-			return m
-		}
 		for _, v := range s.kernels() {
+			// The bitrev kernels (not the copying ones) read the
+			// reflected CRC's table.
+			copyTab, tab := tab, tab
+			if s.bitrev && v.bytes == 64 {
+				r := es
+				r.Reflected = true
+				tab = emu.FoldTable(r, maxFold)
+			}
+			machine := func(tab []byte) func(t *testing.T, data []byte) *emu.Machine {
+				return func(t *testing.T, data []byte) *emu.Machine {
+					m, err := emu.New(prog, data)
+					if err != nil {
+						t.Fatal(err)
+					}
+					copy(m.Mem[emu.AddrTable:], tab)
+					return m
+				}
+			}
+			newMachine, copyMachine := machine(tab), machine(copyTab)
 			t.Run(fmt.Sprintf("crc=%s/kernel=%s", s.flag, v.name), func(t *testing.T) {
 				var lens []int
 				for n := 16; n <= 1200; n++ {
@@ -80,8 +91,21 @@ func TestEmulatedKernels(t *testing.T) {
 					if want := emu.Bitwise(es, crc, data); got != want {
 						t.Fatalf("update len=%d: %#x, want %#x", n, got, want)
 					}
+					if s.bitrev && v.bytes == 64 {
+						m := copyMachine(t, data)
+						m.Put64(0, crc)
+						m.Put64(8, emu.AddrData)
+						m.Put64(16, uint64(n))
+						m.Put64(24, uint64(n))
+						m.Put64(32, emu.AddrTable)
+						run(t, m, prog, "foldUpdate"+v.name+"Shuf")
+						got := m.Get64(40) & emu.Mask(s.width)
+						if want := emu.Bitwise(es, crc, data); got != want {
+							t.Fatalf("update (Shuf) len=%d: %#x, want %#x", n, got, want)
+						}
+					}
 				}
-				for _, c := range [][3]int{{512, 512, 8}, {512, 520, 16}, {64, 64, 8}, {80, 96, 8}, {4096, 4104, 8}, {1024 + 48, 1200, 8}, {32, 48, 8}, {16, 16, 4}, {16, 24, 8}, {512, 512, 4}, {2048, 2048, 12}} {
+				for _, c := range [][3]int{{512, 512, 8}, {512, 520, 16}, {64, 64, 8}, {80, 96, 8}, {4096, 4104, 8}, {1024 + 48, 1200, 8}, {32, 48, 8}, {16, 16, 4}, {16, 24, 8}, {512, 512, 4}, {2048, 2048, 12}, {256, 256, 8}, {320, 336, 4}, {384 + 16, 384 + 24, 4}} {
 					blockLen, stride, cnt := c[0], c[1], c[2]
 					if blockLen < v.bytes {
 						continue
@@ -119,7 +143,7 @@ func TestEmulatedKernels(t *testing.T) {
 
 					// The copying kernel: the same CRCs, the blocks in q,
 					// nothing else of q written.
-					m = newMachine(t, data)
+					m = copyMachine(t, data)
 					q := m.Append(len(data), gapByte)
 					m.Put64(0, emu.AddrDst)
 					m.Put64(8, uint64(cnt))

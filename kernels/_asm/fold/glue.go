@@ -24,12 +24,21 @@ type glueKernel struct {
 	vecSpec
 	Min int
 	Sub bool // BlocksCopy takes the sub-block path for contiguous 4 KiB blocks
+	// Tab is the table the Update and Blocks kernels read: foldTables, or
+	// foldTablesRefl for the bitrev kernels (the copying kernels read
+	// foldTables).
+	Tab string
+	// Shuf: the bitrev kernel has a byte-reversing twin for short inputs,
+	// foldUpdate<Name>Shuf, below foldBitrevMin bytes.
+	Shuf bool
 }
 
 // The template's view of crcSpec's fields.
 func (g glue) Pkg() string     { return g.pkg }
 func (g glue) Tail() string    { return g.tail }
 func (g glue) SubBlocks() bool { return g.subBlocks }
+func (g glue) Bitrev() bool    { return g.bitrev }
+func (g glue) BitrevMin() int  { return bitrevMin }
 
 // NeedsX86 reports whether a feature check reads internal/x86.
 func (g glue) NeedsX86() bool {
@@ -60,7 +69,12 @@ func render(t *template.Template, spec crcSpec, cmd []string) ([]byte, error) {
 		g.Order = "unreflected, lanes loaded byte-reversed"
 	}
 	for _, v := range spec.kernels() {
-		g.Kernels = append(g.Kernels, glueKernel{vecSpec: v, Min: spec.min[v.name], Sub: spec.subBlocks && v.bytes == 16})
+		tab := "foldTables"
+		if spec.bitrev && v.bytes == 64 {
+			tab = "foldTablesRefl"
+		}
+		g.Kernels = append(g.Kernels, glueKernel{vecSpec: v, Min: spec.min[v.name], Sub: spec.subBlocks && v.bytes == 16, Tab: tab,
+			Shuf: spec.bitrev && v.bytes == 64})
 	}
 	for i := len(g.Kernels) - 1; i >= 0; i-- {
 		g.Best = append(g.Best, g.Kernels[i])
@@ -124,6 +138,19 @@ const (
 // foldTables is what the kernels read: foldTable and its Fold constants
 // in reverse order.
 var foldTables = crcmath.NewRevFoldTable(&foldTable)
+{{- if .Bitrev}}
+
+// foldTablesRefl is what the AVX-512 kernels read: they fold as the
+// reflected CRC of the polynomial over bit-reversed bytes (foldTableRefl).
+var foldTablesRefl = crcmath.NewRevFoldTable(&foldTableRefl)
+
+// Below foldBitrevMin bytes Update runs foldUpdateAVX512Shuf, which
+// byte-reverses its lanes, rather than foldUpdateAVX512: a short Update is
+// bound by its chain's latency, which VGF2P8AFFINEQB on every load
+// lengthens, a long one by port 5, which VPSHUFB takes
+// (docs/perf/fold-avx512.md).
+const foldBitrevMin = {{.BitrevMin}}
+{{- end}}
 
 // The CPU features of the fold kernels, checked once.
 var (
@@ -147,11 +174,16 @@ func update{{.Name}}(crc {{$.Word}}, p []byte) {{$.Word}} {
 	if len(p) < foldMin{{.Name}} {
 		return updateGeneric(crc, p)
 	}
-	return foldUpdate{{.Name}}(crc, p, foldTables)
+{{- if .Shuf}}
+	if len(p) < foldBitrevMin {
+		return foldUpdate{{.Name}}Shuf(crc, p, foldTables)
+	}
+{{- end}}
+	return foldUpdate{{.Name}}(crc, p, {{.Tab}})
 }
 
 func blocks{{.Name}}(dst []{{$.Word}}, p []byte, blockLen, stride int) {
-	foldgo.Blocks(dst, p, blockLen, stride, foldVec{{.Name}}, foldGroup{{.Name}}, foldMinBlockLen, foldTables,
+	foldgo.Blocks(dst, p, blockLen, stride, foldVec{{.Name}}, foldGroup{{.Name}}, foldMinBlockLen, {{.Tab}},
 		foldBlocks{{.Name}}, {{$.Tail}}, update{{.Name}})
 }
 
@@ -197,13 +229,20 @@ var subShift = sync.OnceValue(func() *foldgo.Shift[{{.Word}}] {
 })
 {{end}}
 {{- range .Kernels}}
+{{- if .Shuf}}
+// foldUpdate{{.Name}}Shuf is foldUpdate{{.Name}} that folds the CRC as it is,
+// its lanes byte-reversed (VPSHUFB), from foldTables.
+//
+//go:noescape
+func foldUpdate{{.Name}}Shuf(crc {{$.Word}}, p []byte, tab *crcmath.RevFoldTable) {{$.Word}}
+{{end}}
 // foldUpdate{{.Name}} returns crc (finalised, as Update takes it) updated with p,
 // by carry-less folding with {{.Desc}}: {{.Accs}}
 // accumulators of {{.Bytes}} bytes while more than {{.Accs}} vectors remain, then
 // every vector folded straight into the last 16-byte lane, the tail of
 // len(p)%16 bytes shifted in, and Barrett reduction ({{$.Order}}).
 //
-// Preconditions: len(p) >= 16; tab is this CRC's fold table; the CPU has
+// Preconditions: len(p) >= 16; tab is {{.Tab}}; the CPU has
 // {{.CPU}}. It reads only p.
 //
 //go:noescape
@@ -215,7 +254,7 @@ func foldUpdate{{.Name}}(crc {{$.Word}}, p []byte, tab *crcmath.RevFoldTable) {{
 //
 // Preconditions: len(dst) is a positive multiple of {{.Group}}; blockLen is a multiple of
 // 16 and at least {{.Bytes}}; stride >= blockLen;
-// len(p) >= (len(dst)-1)*stride + blockLen; tab is this CRC's fold table;
+// len(p) >= (len(dst)-1)*stride + blockLen; tab is {{.Tab}};
 // the CPU has {{.CPU}}.
 //
 //go:noescape
@@ -226,7 +265,7 @@ func foldBlocks{{.Name}}(dst []{{$.Word}}, p []byte, blockLen, stride int, tab *
 // q at the same offset, and folds that register, so dst[i] is the CRC of
 // the bytes written to q. It writes nothing else of q.
 //
-// Preconditions: those of foldBlocks{{.Name}}, and the same for q as for p; the
+// Preconditions: those of foldBlocks{{.Name}}, with tab foldTables, and the same for q as for p; the
 // blocks of q do not overlap those of p.
 //
 //go:noescape
@@ -271,6 +310,9 @@ func TestFoldTableOffsets(t *testing.T) {
 // lengths from which the main loops run (accumulators times vector bytes).
 var foldCutoffs = []int{
 	foldMinBlockLen,
+{{- if .Bitrev}}
+	foldBitrevMin,
+{{- end}}
 {{- range .Kernels}}
 	foldMin{{.Name}}, foldVec{{.Name}}, foldVec{{.Name}} * foldAccs{{.Name}},
 {{- end}}

@@ -90,6 +90,14 @@ type crcSpec struct {
 	// tail is the package's function for the last blockLen%16 bytes of a
 	// block: its byte loop, or updateGeneric where that is the fastest.
 	tail string
+	// bitrev: the ZMM kernels of this unreflected CRC fold as the reflected
+	// CRC of the same polynomial over bytes whose bits are reversed
+	// (VGF2P8AFFINEQB, port 0) instead of reversing the bytes of every lane
+	// (VPSHUFB, port 5 only at 512 bits, beside the two multiplies): the
+	// register of a reflected CRC over bit-reversed bytes is the bit
+	// reversal of the unreflected one's. They read foldTableRefl, the
+	// reflected CRC's constants (crcgen).
+	bitrev bool
 	// subBlocks: BlocksCopy of contiguous 4 KiB blocks under the XMM
 	// kernels runs the copying kernel over 1 KiB sub-blocks and joins the
 	// partial CRCs (foldgo.UseSubBlocks; docs/performance.md, "Why the kernels are shaped as they are").
@@ -99,7 +107,7 @@ type crcSpec struct {
 var allVecs = []string{"AVX512", "AVX2", "AVX", "PCLMUL"}
 
 var crcs = []crcSpec{
-	{flag: "t10dif", pkg: "crct10dif", width: 16, vecs: allVecs, tail: "updateBytes", subBlocks: true,
+	{flag: "t10dif", pkg: "crct10dif", width: 16, vecs: allVecs, tail: "updateBytes", subBlocks: true, bitrev: true,
 		min: map[string]int{"PCLMUL": 16, "AVX": 16, "AVX2": 17, "AVX512": 17}},
 	{flag: "crc32c", pkg: "crc32c", width: 32, reflected: true, onesXor: true, vecs: []string{"AVX512"},
 		tail: "updateGeneric", min: map[string]int{"AVX512": 64}},
@@ -107,6 +115,10 @@ var crcs = []crcSpec{
 		tail: "updateGeneric", subBlocks: true,
 		min: map[string]int{"PCLMUL": 16, "AVX": 16, "AVX2": 16, "AVX512": 16}},
 }
+
+// bitrevMin: Update of bitrev CRCs runs the byte-reversing AVX-512 kernel
+// below this length (glue.go, foldBitrevMin).
+const bitrevMin = 1024
 
 // foldMinBlockLen: Blocks folds groups of blocks from this length on;
 // shorter blocks go one at a time through Update.
@@ -144,9 +156,9 @@ var vecs = []vecSpec{
 		has:  "cpu.X86.HasAVX2 && cpu.X86.HasPCLMULQDQ && x86.HasVPCLMULQDQ"},
 	{name: "AVX512", impl: "avx512", bytes: 64, accs: 8, group: 4,
 		desc: "VPCLMULQDQ on ZMM registers (EVEX encodings, VPTERNLOGD)",
-		cpu:  "AVX512F, AVX512BW, AVX2 and VPCLMULQDQ",
+		cpu:  "AVX512F, AVX512BW, AVX2, VPCLMULQDQ and GFNI",
 		has: "cpu.X86.HasAVX2 && cpu.X86.HasPCLMULQDQ && x86.HasVPCLMULQDQ && cpu.X86.HasAVX512F && " +
-			"cpu.X86.HasAVX512BW && cpu.X86.HasAVX512VPCLMULQDQ"},
+			"cpu.X86.HasAVX512BW && cpu.X86.HasAVX512VPCLMULQDQ && cpu.X86.HasAVX512GFNI"},
 }
 
 // kernels returns the vector kernels of spec in the order of vecs, which
@@ -213,11 +225,47 @@ func generateAsm(spec crcSpec, cmd []string) ([]byte, error) {
 	for i := 0; i < len(tailShufData); i += 8 {
 		ctx.AddDatum(i, operand.U64(binary.LittleEndian.Uint64(tailShufData[i:])))
 	}
+	lane3 := ctx.StaticGlobal("lane3")
+	ctx.DataAttributes(attr.RODATA | attr.NOPTR)
+	for i := 0; i < 64; i += 8 {
+		var v uint64
+		if i >= 48 {
+			v = ^uint64(0)
+		}
+		ctx.AddDatum(i, operand.U64(v))
+	}
+	var bitrevMatrix operand.Mem
+	if spec.bitrev {
+		bitrevMatrix = ctx.StaticGlobal("bitrevMatrix")
+		ctx.DataAttributes(attr.RODATA | attr.NOPTR)
+		// The GF(2) affine matrix of VGF2P8AFFINEQB that reverses the bits
+		// of a byte: result bit i is the parity of source AND matrix byte
+		// 7-i, so byte k = 1<<k selects source bit 7-i.
+		ctx.AddDatum(0, operand.U64(0x8040201008040201))
+	}
 	for _, v := range spec.kernels() {
-		g := &gen{c: ctx, crc: spec, v: v, mask: mask, tailShuf: tailShuf, sse: v.legacy}
+		cs, m := spec, mask
+		if spec.bitrev && v.bytes == 64 {
+			cs.reflected, m = true, bitrevMatrix
+		} else {
+			cs.bitrev = false
+		}
+		g := &gen{c: ctx, crc: cs, v: v, mask: m, tailShuf: tailShuf, lane3: lane3, sse: v.legacy}
+		// The copying kernels keep the byte reversal: with the stores of
+		// the copy, the bitrev form ran slower (T10-DIF BlocksCopy 512
+		// against ISA-L 1.14-1.16 with the shuffle, 1.03-1.05 without).
+		gc := &gen{c: ctx, crc: spec, v: v, mask: mask, tailShuf: tailShuf, lane3: lane3, sse: v.legacy}
+		gc.crc.bitrev = false
 		g.update()
+		if cs.bitrev {
+			// Short inputs keep the byte reversal too (foldUpdateAVX512Shuf,
+			// below foldBitrevMin bytes): VGF2P8AFFINEQB's latency, on every
+			// load, lengthens the chain that bounds a short Update.
+			gc.suffix = "Shuf"
+			gc.update()
+		}
 		g.blocks(false)
-		g.blocks(true)
+		gc.blocks(true)
 	}
 	return scaffold.Asm(ctx, cmd, spec.pkg)
 }
@@ -256,13 +304,16 @@ func blocksSig(w int, copy bool) *gotypes.Signature {
 var (
 	xmm = []reg.VecPhysical{reg.X0, reg.X1, reg.X2, reg.X3, reg.X4, reg.X5, reg.X6, reg.X7,
 		reg.X8, reg.X9, reg.X10, reg.X11, reg.X12, reg.X13, reg.X14, reg.X15,
-		reg.X16, reg.X17, reg.X18, reg.X19, reg.X20, reg.X21, reg.X22, reg.X23}
+		reg.X16, reg.X17, reg.X18, reg.X19, reg.X20, reg.X21, reg.X22, reg.X23,
+		reg.X24, reg.X25, reg.X26, reg.X27, reg.X28, reg.X29, reg.X30, reg.X31}
 	ymm = []reg.VecPhysical{reg.Y0, reg.Y1, reg.Y2, reg.Y3, reg.Y4, reg.Y5, reg.Y6, reg.Y7,
 		reg.Y8, reg.Y9, reg.Y10, reg.Y11, reg.Y12, reg.Y13, reg.Y14, reg.Y15,
-		reg.Y16, reg.Y17, reg.Y18, reg.Y19, reg.Y20, reg.Y21, reg.Y22, reg.Y23}
+		reg.Y16, reg.Y17, reg.Y18, reg.Y19, reg.Y20, reg.Y21, reg.Y22, reg.Y23,
+		reg.Y24, reg.Y25, reg.Y26, reg.Y27, reg.Y28, reg.Y29, reg.Y30, reg.Y31}
 	zmm = []reg.VecPhysical{reg.Z0, reg.Z1, reg.Z2, reg.Z3, reg.Z4, reg.Z5, reg.Z6, reg.Z7,
 		reg.Z8, reg.Z9, reg.Z10, reg.Z11, reg.Z12, reg.Z13, reg.Z14, reg.Z15,
-		reg.Z16, reg.Z17, reg.Z18, reg.Z19, reg.Z20, reg.Z21, reg.Z22, reg.Z23}
+		reg.Z16, reg.Z17, reg.Z18, reg.Z19, reg.Z20, reg.Z21, reg.Z22, reg.Z23,
+		reg.Z24, reg.Z25, reg.Z26, reg.Z27, reg.Z28, reg.Z29, reg.Z30, reg.Z31}
 )
 
 // Fixed vector register roles (indices). Accumulators are 0..7.
@@ -277,6 +328,9 @@ const (
 	rT4    = 15
 	rRev   = 16 // AVX512: {Fold[3], Fold[2], Fold[1], 0}, the lane collapse
 	rData0 = 17 // AVX512: loads of the unreflected CRC (one per accumulator)
+	rLane3 = 21 // AVX512: all ones in lane 3, zeros elsewhere
+	rK8    = 22 // AVX512 Blocks: Fold[8], forward by 128 bytes (pairMinLen)
+	rDataB = 23 // AVX512 Blocks: loads of the second accumulators (4 registers)
 )
 
 type gen struct {
@@ -285,8 +339,13 @@ type gen struct {
 	v        vecSpec
 	mask     operand.Mem
 	tailShuf operand.Mem
-	sse      bool // legacy SSE encodings (the PCLMUL kernel)
-	tab      reg.GPPhysical
+	lane3    operand.Mem // 64 bytes: all ones in lane 3, zeros elsewhere
+	// scratch, where set (the ZMM kernels), is 16 bytes of the frame that
+	// reduce passes its result through, instead of a cross-lane move.
+	scratch *operand.Mem
+	sse     bool   // legacy SSE encodings (the PCLMUL kernel)
+	suffix  string // of the Update kernel's name
+	tab     reg.GPPhysical
 }
 
 func (g *gen) lanes() int { return g.v.bytes / 16 }
@@ -333,7 +392,17 @@ func (g *gen) immLo() operand.U8 {
 
 func (g *gen) load(dst reg.VecPhysical, m operand.Mem) {
 	g.move(m, dst)
-	if !g.crc.reflected {
+	g.transform(dst)
+}
+
+// transform turns loaded bytes into a lane of the folded CRC: reverses the
+// bytes of each lane of an unreflected CRC, the bits of every byte in the
+// bitrev kernels (rMask holds the shuffle or the matrix).
+func (g *gen) transform(dst reg.VecPhysical) {
+	switch {
+	case g.crc.bitrev:
+		g.c.VGF2P8AFFINEQB(operand.U8(0), vec(rMask, width(dst)), dst, dst)
+	case !g.crc.reflected:
 		g.shuffle(dst)
 	}
 }
@@ -343,9 +412,7 @@ func (g *gen) load(dst reg.VecPhysical, m operand.Mem) {
 func (g *gen) loadCopy(dst reg.VecPhysical, m, q operand.Mem) {
 	g.move(m, dst)
 	g.move(dst, q)
-	if !g.crc.reflected {
-		g.shuffle(dst)
-	}
+	g.transform(dst)
 }
 
 // move is an unaligned vector load or store of the register's width.
@@ -435,7 +502,7 @@ func (g *gen) foldInto(acc reg.VecPhysical, k operand.Op, data operand.Op, t reg
 // the instruction can take it (reflected, VEX/EVEX), else a register loaded
 // (and byte-reversed) from it.
 func (g *gen) data(m operand.Mem, scratch reg.VecPhysical) operand.Op {
-	if g.crc.reflected && !g.sse {
+	if g.crc.reflected && !g.sse && !g.crc.bitrev {
 		return m
 	}
 	g.load(scratch, m)
@@ -505,6 +572,18 @@ func (g *gen) seedVector() {
 	if !g.crc.reflected {
 		g.c.SHLQ(operand.U8(64-g.crc.width), reg.RAX)
 	}
+	if g.crc.bitrev {
+		// The reflected register is the bit reversal of the w-bit
+		// register: its bytes swapped here, their bits below (rMask
+		// loaded).
+		if g.crc.width != 16 {
+			panic("bitrev: 16-bit CRCs only")
+		}
+		g.c.ROLW(operand.U8(8), reg.AX)
+		g.fromGPR(reg.RAX, g.X(rSeed))
+		g.transform(g.X(rSeed))
+		return
+	}
 	g.fromGPR(reg.RAX, g.X(rSeed))
 	if !g.crc.reflected {
 		g.pslldq(8, g.X(rSeed), g.X(rSeed))
@@ -512,10 +591,12 @@ func (g *gen) seedVector() {
 }
 
 func (g *gen) loadMask() {
-	if g.crc.reflected {
-		return
+	switch {
+	case g.crc.bitrev:
+		g.c.VPBROADCASTQ(g.mask, g.V(rMask))
+	case !g.crc.reflected:
+		g.bcast(g.V(rMask), g.mask)
 	}
-	g.bcast(g.V(rMask), g.mask)
 }
 
 // collapseLanes folds the lanes of vector register acc into its lane 0 (the
@@ -543,6 +624,86 @@ func (g *gen) collapseLanes(acc int) {
 	}
 }
 
+// pairMinLen is the shortest block the ZMM Blocks kernels fold with two
+// accumulators.
+const pairMinLen = 256
+
+// pairs is the part of the ZMM Blocks kernels that folds each block of at
+// least pairMinLen bytes with two accumulators, j and 4+j, 64 bytes apart,
+// each forward by 128 bytes a step: 2G independent multiply chains rather
+// than G, which on Emerald Rapids the latency of VPCLMULQDQ bounds. It
+// starts after the blocks' first vectors (in accumulators 0..G-1) and
+// ends with the pairs merged (j forward by 64 bytes, plus 4+j) into
+// accumulators 0..G-1, fewer than 128 bytes left, at lSingle, the loop of
+// single steps. Shorter blocks go straight there.
+func (g *gen) pairs(G int, n, cur reg.GPPhysical, prefetch func(), dataAt func(j, disp int, scratch reg.VecPhysical) operand.Op, lSingle string) {
+	c := g.c
+	if G > 4 {
+		panic("pairs: accumulators 4..7 hold blocks for G > 4")
+	}
+	lPair, lMerge := g.label("bpair"), g.label("bmerge")
+	c.CMPQ(n, operand.U32(pairMinLen-64))
+	c.JB(operand.LabelRef(lSingle))
+	c.Comment("The second vector of every block starts its second accumulator.")
+	prefetch()
+	for j := 0; j < G; j++ {
+		d := dataAt(j, 0, g.V(4+j))
+		if d != g.V(4+j) {
+			c.VMOVDQU64(d, g.V(4+j))
+		}
+	}
+	c.ADDQ(operand.U32(64), cur)
+	c.SUBQ(operand.U32(64), n)
+	c.Label(lPair)
+	c.CMPQ(n, operand.U32(128))
+	c.JB(operand.LabelRef(lMerge))
+	prefetch()
+	prefetch()
+	for j := 0; j < G; j++ {
+		g.foldInto(g.V(j), g.V(rK8), dataAt(j, 0, g.dataReg(j)), g.V(rT1))
+		g.foldInto(g.V(4+j), g.V(rK8), dataAt(j, 64, g.V(rDataB+j)), g.V(rT2))
+	}
+	c.ADDQ(operand.U32(128), cur)
+	c.SUBQ(operand.U32(128), n)
+	c.JMP(operand.LabelRef(lPair))
+	c.Label(lMerge)
+	for j := 0; j < G; j++ {
+		g.foldInto(g.V(j), g.V(rK), g.V(4+j), g.V(rT1))
+	}
+}
+
+// collapseLanesMem is collapseLanes for the G ZMM accumulators 0..G-1 with
+// no cross-lane instruction, which would compete with the multiplies for
+// port 5 on Intel cores: every accumulator's products with rRev, and its
+// last lane (kept by the mask rLane3), go to a 64-byte slot of the frame,
+// and the four lanes are read back as XMM operands and summed. slots is
+// the frame area (64·G+64 bytes; the slots start at its first 64-byte
+// boundary, so no store splits a cache line); R11 points at the slots,
+// which it must be free for (G = 4).
+func (g *gen) collapseLanesMem(G int, slots operand.Mem) {
+	c := g.c
+	if G > 4 {
+		panic("collapseLanesMem: R11 holds a stride multiple for G > 4")
+	}
+	base := reg.R11
+	c.LEAQ(slots.Offset(63), base)
+	c.ANDQ(operand.I32(-64), base)
+	for j := 0; j < G; j++ {
+		c.VPANDQ(g.V(rLane3), g.V(j), g.V(rT3))
+		g.clmul(g.immHi(), g.V(rRev), g.V(j), g.V(rT1))
+		g.clmul(g.immLo(), g.V(rRev), g.V(j), g.V(rT2))
+		g.xor3(g.V(rT3), g.V(rT1), g.V(rT2))
+		c.VMOVDQU64(g.V(rT3), mem(base, 64*j))
+	}
+	for j := 0; j < G; j++ {
+		x, y := g.X(j), g.X(rT1)
+		c.VMOVDQU(mem(base, 64*j), x)
+		c.VPXOR(mem(base, 64*j+16), x, x)
+		c.VMOVDQU(mem(base, 64*j+32), y)
+		c.VPTERNLOGD(operand.U8(0x96), mem(base, 64*j+48), y, x)
+	}
+}
+
 func (g *gen) loadLaneConsts() {
 	if g.lanes() > 1 {
 		g.c.Comment("Fold[1] for the 16-byte lanes.")
@@ -552,6 +713,8 @@ func (g *gen) loadLaneConsts() {
 		g.c.Comment("{Fold[3], Fold[2], Fold[1], Fold[0]}: lane i of 4 folds by Fold[3-i].")
 		g.c.VMOVDQU64(g.fold(0), g.V(rRev))
 		g.c.VSHUFI64X2(operand.U8(0x1b), g.V(rRev), g.V(rRev), g.V(rRev))
+		g.c.Comment("All ones in lane 3: the lane collapseLanesMem keeps as is.")
+		g.c.VMOVDQU64(g.lane3, g.V(rLane3))
 	}
 }
 
@@ -561,6 +724,16 @@ func (g *gen) loadLaneConsts() {
 // kernel, rT4 and rK; GPR tmp is clobbered for w = 64.
 func (g *gen) reduce(x reg.VecPhysical, out reg.GPPhysical) {
 	w := g.crc.width
+	if g.scratch != nil && g.crc.reflected && w == 32 {
+		// CRC-32C: the CRC32 instruction reduces the lane on its own
+		// port: the register of a zero start updated with the lane's 16
+		// bytes is x·x^32 mod P, what the multiplies below compute.
+		g.c.VMOVDQU(x, *g.scratch)
+		g.c.XORL(out.As32(), out.As32())
+		g.c.CRC32Q(*g.scratch, out)
+		g.c.CRC32Q(g.scratch.Offset(8), out)
+		return
+	}
 	t, s, c := g.X(rT1), g.X(rT2), g.X(rT3)
 	var final, muPoly operand.Op = mem(g.tab, tableFinal), mem(g.tab, tableMu)
 	if g.sse {
@@ -617,9 +790,23 @@ func (g *gen) reduce(x reg.VecPhysical, out reg.GPPhysical) {
 		g.xor(s, s, c)
 	}
 	g.xor(t, t, s)
-	g.highToGPR(t, out)
+	if g.crc.bitrev {
+		// Back to the unreflected register: the bits of its bytes
+		// reversed here, the bytes swapped below.
+		g.transform(t)
+	}
+	if g.scratch != nil {
+		// The high quadword through the frame: VPEXTRQ takes port 5.
+		g.c.VMOVDQU(t, *g.scratch)
+		g.c.MOVQ(g.scratch.Offset(8), out)
+	} else {
+		g.highToGPR(t, out)
+	}
 	if w < 64 {
 		g.c.SHRQ(operand.U8(64-w), out)
+	}
+	if g.crc.bitrev {
+		g.c.ROLW(operand.U8(8), out.As16())
 	}
 }
 
@@ -674,11 +861,15 @@ func (g *gen) label(s string) string { return s + g.v.name }
 func (g *gen) update() {
 	c := g.c
 	V, N := g.v.bytes, g.v.accs
-	name := "foldUpdate" + g.v.name
+	name := "foldUpdate" + g.v.name + g.suffix
 	c.Function(name)
 	c.Attributes(attr.NOSPLIT)
 	c.Signature(updateSig(g.crc.width))
 	g.tab = reg.RDX
+	// The frame passes (collapseMem, reduce's scratch) cost more latency
+	// than the cross-lane moves they replace, and a short Update is bound
+	// by its latency: they are the Blocks kernels' alone.
+	g.scratch = nil
 	p, rem, last, end, tail := reg.RSI, reg.RCX, reg.R9, reg.R11, reg.R8
 	c.Load(c.Param("tab"), g.tab)
 	c.Load(c.Param("p").Base(), p)
@@ -688,8 +879,8 @@ func (g *gen) update() {
 	if g.crc.onesXor {
 		g.finish(reg.RAX)
 	}
-	g.seedVector()
 	g.loadMask()
+	g.seedVector()
 	c.Comment("Tail length t, the last 16 bytes, whole lanes, the last whole lane.")
 	c.MOVQ(rem, tail)
 	c.ANDQ(operand.U32(15), tail)
@@ -852,7 +1043,7 @@ func (g *gen) directStep(w int, p reg.GPPhysical, off int, seed bool) {
 		// Legacy SSE memory operands must be aligned.
 		c.MOVOU(kOp, k)
 		kOp = k
-	case g.crc.reflected && !seed:
+	case g.crc.reflected && !seed && !g.crc.bitrev:
 		// The multiplies of a reflected lane are symmetric (0x00, 0x11):
 		// the data can be the memory operand, the constants a register.
 		if w == 64 {
@@ -1034,15 +1225,37 @@ func (g *gen) store(r reg.GPPhysical, m operand.Mem) {
 // the same; a fixed 4 KiB ahead lost more at 4096-byte blocks, where that
 // lands inside the group being read. docs/perf/poly1305-generator.md has the
 // figures.
+//
+// The ZMM kernels prefetch pfGroups groups ahead below pfLongBlock bytes a
+// block and one group ahead from there: on Emerald Rapids, with 4096-byte
+// blocks from L2, two groups ahead (32 KiB) crowded the 48 KiB L1 that the
+// group being read shares with them (CRC-64/NVME Blocks 4096/4096 against
+// ISA-L by16_10: 0.94 two groups ahead, 1.00-1.04 one), while 512-byte
+// blocks ran faster two ahead (1.01-1.03 against 0.97-0.98).
 const (
-	pfGroups = 2
-	pfDisp   = 0
+	pfGroups    = 2
+	pfDisp      = 0
+	pfLongBlock = 2048
 )
 
 // Registers of the Blocks kernels beyond those of the group walk: rSeq
 // holds the prefetch address, rQ the step's position in q in the copying
 // kernels, rQd is q - p.
 var rSeq, rQ, rQd = reg.R8, reg.R14, reg.R15
+
+// pfDist is the ZMM kernels' prefetch distance in bytes (G ≤ 4).
+var pfDist = reg.R12
+
+func log2(n int) int {
+	k := 0
+	for 1<<k < n {
+		k++
+	}
+	if 1<<k != n {
+		panic("log2: not a power of two")
+	}
+	return k
+}
 
 // blocks generates foldBlocksX, or with copy foldBlocksCopyX: G blocks at
 // once, each with one vector accumulator, from the first vector of every
@@ -1060,6 +1273,12 @@ func (g *gen) blocks(copy bool) {
 	c.Signature(blocksSig(g.crc.width, copy))
 	// The blocks left, in the frame (see rSeq).
 	cnt := c.AllocLocal(8)
+	// The ZMM kernels collapse the accumulators' lanes through the frame
+	// (collapseLanesMem): G 64-byte slots from a 64-byte boundary.
+	var slots operand.Mem
+	if V == 64 {
+		slots = c.AllocLocal(64*G + 64 + 16)
+	}
 	g.tab = reg.RDX
 	dst, p, blockLen := reg.RDI, reg.RSI, reg.RBX
 	s1, s3, s5, s7 := reg.R9, reg.R10, reg.R11, reg.R12
@@ -1120,6 +1339,14 @@ func (g *gen) blocks(copy bool) {
 		g.loadCopy(scratch, blockAddr(j), addr(rQ, j, 0))
 		return scratch
 	}
+	// dataAt is data at disp bytes past the current position.
+	dataAt := func(j, disp int, scratch reg.VecPhysical) operand.Op {
+		if !copy {
+			return g.data(addr(cur, j, disp), scratch)
+		}
+		g.loadCopy(scratch, addr(cur, j, disp), addr(rQ, j, disp))
+		return scratch
+	}
 	seeded := g.crc.onesXor
 	if seeded {
 		c.Comment("Every block starts from the initial register, all ones.")
@@ -1138,6 +1365,24 @@ func (g *gen) blocks(copy bool) {
 		c.Comment(fmt.Sprintf("Fold[%d]: forward by %d bytes.", m, V))
 		g.bcast(g.V(rK), g.fold(m))
 	}
+	if V == 64 {
+		c.Comment("Fold[8]: forward by 128 bytes, for the pairs of accumulators.")
+		g.bcast(g.V(rK8), g.fold(8))
+	}
+
+	if V == 64 {
+		if G > 4 {
+			panic("blocks: R12 holds a stride multiple for G > 4")
+		}
+		c.Comment("The prefetch distance: pfGroups groups, one from pfLongBlock bytes a block.")
+		lLong := g.label("bpflong")
+		c.MOVQ(s1, pfDist)
+		c.SHLQ(operand.U8(log2(G)), pfDist)
+		c.CMPQ(blockLen, operand.U32(pfLongBlock))
+		c.JAE(operand.LabelRef(lLong))
+		c.SHLQ(operand.U8(log2(pfGroups)), pfDist)
+		c.Label(lLong)
+	}
 
 	lGroup, lLoop, lLanes, lTail, lTailLoop, lReduce :=
 		g.label("bgroup"), g.label("bloop"), g.label("blanes"), g.label("btail"),
@@ -1145,7 +1390,11 @@ func (g *gen) blocks(copy bool) {
 	c.Label(lGroup)
 	c.MOVQ(p, cur)
 	c.MOVQ(blockLen, n)
-	c.LEAQ(operand.Mem{Base: p, Index: s1, Scale: uint8(G * pfGroups), Disp: pfDisp}, rSeq)
+	if V == 64 {
+		c.LEAQ(operand.Mem{Base: p, Index: pfDist, Scale: 1, Disp: pfDisp}, rSeq)
+	} else {
+		c.LEAQ(operand.Mem{Base: p, Index: s1, Scale: uint8(G * pfGroups), Disp: pfDisp}, rSeq)
+	}
 	prefetch()
 	for j := 0; j < G; j++ {
 		if copy {
@@ -1159,6 +1408,9 @@ func (g *gen) blocks(copy bool) {
 	}
 	c.ADDQ(operand.U32(V), cur)
 	c.SUBQ(operand.U32(V), n)
+	if V == 64 {
+		g.pairs(G, n, cur, prefetch, dataAt, lLoop)
+	}
 	if V > 16 {
 		c.Label(lLoop)
 		c.CMPQ(n, operand.U32(V))
@@ -1171,8 +1423,12 @@ func (g *gen) blocks(copy bool) {
 		c.SUBQ(operand.U32(V), n)
 		c.JMP(operand.LabelRef(lLoop))
 		c.Label(lLanes)
-		for j := 0; j < G; j++ {
-			g.collapseLanes(j)
+		if V == 64 {
+			g.collapseLanesMem(G, slots)
+		} else {
+			for j := 0; j < G; j++ {
+				g.collapseLanes(j)
+			}
 		}
 	}
 	c.Label(lTail)
@@ -1195,6 +1451,12 @@ func (g *gen) blocks(copy bool) {
 	c.JAE(operand.LabelRef(lTailLoop))
 
 	c.Label(lReduce)
+	if V == 64 {
+		// R11 points at the slots (collapseLanesMem); 16 bytes after them.
+		sc := mem(reg.R11, 64*G)
+		g.scratch = &sc
+		defer func() { g.scratch = nil }()
+	}
 	wb := g.crc.width / 8
 	for j := 0; j < G; j++ {
 		g.reduce(g.X(j), reg.RAX)

@@ -3,23 +3,7 @@
 // assembly of each kernel package, and the sub-block path of BlocksCopy.
 package foldgo
 
-import (
-	"unsafe"
-
-	"github.com/difctl/difctl/kernels/internal/crcmath"
-)
-
-// SplitSequentialMin is the shortest block that Blocks runs one block at a
-// time through update, rather than interleaved by the kernel, when the
-// kernel's vectors are 64 bytes and the blocks are off a cache line (the
-// buffer or the stride not a multiple of 64): every 64-byte load then
-// spans two lines, which the interleaved kernel reads from L2 at two
-// thirds of its speed, while one block at a time streams through the
-// hardware prefetchers into L1 (docs/perf/crc32c-avx512.md; Emerald
-// Rapids, BenchmarkAnchor 4096/4104 against ISA-L by16_10: CRC-64/NVME
-// 0.79-0.83 one at a time, 0.71-0.78 interleaved; T10-DIF 0.98-1.00 and
-// 0.95-0.98).
-const SplitSequentialMin = 3072
+import "github.com/difctl/difctl/kernels/internal/crcmath"
 
 // Word is a guard type.
 type Word interface{ ~uint16 | ~uint32 | ~uint64 }
@@ -33,8 +17,7 @@ type Word interface{ ~uint16 | ~uint32 | ~uint64 }
 func Blocks[T Word, Tab any](dst []T, p []byte, blockLen, stride, vec, group, minBlockLen int, tab Tab,
 	kernel func([]T, []byte, int, int, Tab), tail, update func(T, []byte) T) {
 	g := len(dst) - len(dst)%group
-	if blockLen < max(vec, minBlockLen) || vec == 64 && blockLen >= SplitSequentialMin && len(p) > 0 &&
-		(int(uintptr(unsafe.Pointer(&p[0])))|stride)&63 != 0 {
+	if blockLen < max(vec, minBlockLen) {
 		g = 0
 	}
 	if g > 0 {

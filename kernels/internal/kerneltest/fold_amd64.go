@@ -50,7 +50,7 @@ func FoldWants() []Want {
 	_, _, ecx7, _ := x86.CPUID(7, 0)
 	vpclmul := ecx7&(1<<10) != 0
 	return []Want{
-		{"avx512", x.HasAVX512F && x.HasAVX512BW && x.HasAVX512VPCLMULQDQ && x.HasAVX2 && x.HasPCLMULQDQ},
+		{"avx512", x.HasAVX512F && x.HasAVX512BW && x.HasAVX512VPCLMULQDQ && x.HasAVX512GFNI && x.HasAVX2 && x.HasPCLMULQDQ},
 		{"avx2", x.HasAVX2 && x.HasPCLMULQDQ && vpclmul},
 		{"avx", x.HasAVX && x.HasPCLMULQDQ && x.HasSSSE3 && x.HasSSE41},
 		{"pclmul", x.HasPCLMULQDQ && x.HasSSSE3 && x.HasSSE41},

@@ -639,6 +639,30 @@ func (m *Machine) step(p *Program, fn string, in instr, pc *int) bool {
 		default:
 			panic(fault("operand form not modelled"))
 		}
+	case "VGF2P8AFFINEQB":
+		// Intel: dst, x, A/m, imm; Go: imm, A/m, x, dst. Byte i of dst is
+		// the affine transform of byte i of x by the 8x8 bit matrix of the
+		// quadword of A holding it: bit j is the parity of x AND byte 7-j
+		// of that quadword, XOR bit j of imm.
+		imm := byte(a[0].imm)
+		mat, x := m.vecVal(a[1], w), bytesOf(m.vecVal(a[2], w))
+		var r [64]byte
+		for i := 0; i < w; i++ {
+			q := mat[i/8]
+			for j := 0; j < 8; j++ {
+				row := byte(q >> (8 * (7 - j)))
+				r[i] |= byte(bits.OnesCount8(row&x[i])&1) << j
+			}
+			r[i] ^= imm
+		}
+		m.setVec(last(), fromBytes(r))
+	case "ROLW":
+		// A 16-bit rotate of a register; its upper bits kept. (CF and OF
+		// are not modelled: nothing here reads them after a rotate.)
+		n, x := uint(m.gval(a[0])&15), m.gval(a[1])
+		lo := uint16(x)
+		lo = lo<<n | lo>>(16-n)
+		m.setGPR(a[1], x&^0xffff|uint64(lo))
 	case "VPEXTRQ", "PEXTRQ":
 		m.setGPR(a[2], m.v[a[1].vec][a[0].imm&1])
 	case "VPINSRQ":
