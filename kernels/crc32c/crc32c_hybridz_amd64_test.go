@@ -13,7 +13,8 @@ import (
 	"github.com/difctl/difctl/kernels/internal/kerneltest"
 )
 
-// BenchmarkHybridZVariants is the measurement behind blocksZKernel: the
+// BenchmarkHybridZVariants is the measurement behind blocksZ and
+// blocksHybridZ: the
 // avx512 fold kernel and each AVX-512 blocks kernel (c CRC32 streams beside
 // 16-c fold blocks) over blocks in cache, at the layouts Blocks meets and
 // at the segment lengths of Update's chunks, timed by the thread's CPU
@@ -41,6 +42,16 @@ func BenchmarkHybridZVariants(b *testing.B) {
 		for c, k := range kernels {
 			runs = append(runs, func() { k(&dst[0], &p[0], n/16, bl, stride, 0xffffffff, 0xffffffff, &foldTable.Fold[4]) })
 			names = append(names, fmt.Sprintf("c=%d", c))
+		}
+		runs = append(runs, func() { hybridBlocksZ2U4(&dst[0], &p[0], n/16, bl, stride, 0xffffffff, 0xffffffff, &foldTable.Fold[4]) })
+		names = append(names, "c=2U4")
+		kc := hybridKS[bl/64-1]
+		for _, k := range []struct {
+			name string
+			f    blocksZSFunc
+		}{{"c=3S", hybridBlocksZ3S}, {"c=2SU4", hybridBlocksZ2SU4}, {"c=3SU4", hybridBlocksZ3SU4}} {
+			runs = append(runs, func() { k.f(&dst[0], &p[0], n/16, bl, stride, 0xffffffff, 0xffffffff, &foldTable.Fold[4], kc) })
+			names = append(names, k.name)
 		}
 		for c, k := range []blocksZFunc{hybridBlocksZA0, hybridBlocksZA1, hybridBlocksZA2} {
 			runs = append(runs, func() { k(&dst[0], &p[0], n/16, bl, stride, 0xffffffff, 0xffffffff, &foldTable.Fold[4]) })
