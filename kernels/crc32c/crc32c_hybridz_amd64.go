@@ -129,15 +129,16 @@ func chunkZ(reg uint32, p []byte, s int, regs *[17]uint32) uint32 {
 // most of their 64-byte loads across two lines, which costs the
 // sixteen-block kernels a third of their speed from L2 on long blocks
 // (docs/perf/crc32c-avx512.md). Measured on Emerald Rapids, the fastest
-// there were: the sixteen-block kernel that only folds (hybridBlocksZ0)
-// from hybridZOffLineMin bytes a block below hybridZOffLineMax; the avx512
-// fold kernel on shorter blocks and up to hybridZSplitMin; from there the
+// there were: the sixteen-block kernel that only folds, four steps a round
+// (hybridBlocksZ0U4), from hybridZOffLineMin bytes a block below
+// hybridZOffLineMax (at 2 KiB the avx512 fold kernel is as fast); the
+// avx512 fold kernel on shorter blocks and up to hybridZSplitMin; from there the
 // kernels that fold from each block's first 64-byte boundary
 // (hybridBlocksZA*), whose heads and tails of varying length cost
 // branches on short blocks.
 const (
 	hybridZOffLineMin = 256
-	hybridZOffLineMax = 1024
+	hybridZOffLineMax = 2048
 	hybridZSplitMin   = 3072
 )
 
@@ -156,7 +157,7 @@ func blocksHybridZ(dst []uint32, p []byte, blockLen, stride int) {
 	case blockLen >= hybridZSplitMin:
 		hybridBlocksZA1(&dst[0], &p[0], g, blockLen, stride, 0xffffffff, 0xffffffff, &foldTable.Fold[4])
 	case blockLen >= hybridZOffLineMin && blockLen < hybridZOffLineMax:
-		hybridBlocksZ0(&dst[0], &p[0], g, blockLen, stride, 0xffffffff, 0xffffffff, &foldTable.Fold[4])
+		hybridBlocksZ0U4(&dst[0], &p[0], g, blockLen, stride, 0xffffffff, 0xffffffff, &foldTable.Fold[4])
 	default:
 		blocksAVX512(dst, p, blockLen, stride)
 		return
