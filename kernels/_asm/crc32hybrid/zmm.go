@@ -26,16 +26,17 @@ package main
 //
 // With f = 16-c, counting ports 5 and 1 alone, c = 3 would balance them
 // for long blocks (S = 64, 4 KiB: 1664 against 1640 cycles, 39 bytes a
-// cycle) and c = 1 for short ones (S = 8: 34 bytes a cycle). Measured on
-// Emerald Rapids, c = 2 is fastest at every length from 512 bytes, and c = 3
-// slower than c = 2: the VPTERNLOGD of the folds, 512-bit µops, issue on
-// port 0 (or 5), and a 512-bit µop on port 0 takes port 1's vector lanes,
-// which CRC32 then waits for. With that, folding F and CRC32 over C bytes
-// a cycle need F/64·(3-x) <= 1 on port 5 and F/64·x + C/8 <= 1 on ports 0
-// and 1 (x the share of VPTERNLOGD on port 0), whose best is F = 32, C = 4:
-// 36 bytes a cycle, one ninth through CRC32, which two streams in sixteen
-// give. docs/perf/crc32c-avx512.md has the figures;
-// crc32c_hybridz_amd64.go picks c = 2 from 512 bytes and c = 1 below.
+// cycle) and c = 1 for short ones (S = 8: 34 bytes a cycle). VPTERNLOGD
+// goes to port 0, beside both: on Emerald Rapids a loop of 8 VPCLMULQDQ
+// zmm, 4 VPTERNLOGD zmm and 8 CRC32Q runs in 8 cycles, so the split's bound
+// is 40 bytes a cycle, 1.25x the fold's. With one chain a stream, c = 3
+// measured slower than c = 2: three chains of 24 cycles a step fill port 1's
+// 24 cycles with no slack. So a kernel with sub = 2 runs every CRC block as
+// two chains (blocksZ), and unroll = 4 runs four steps a round (a quarter of
+// the pointer updates and branches). Every split measures 31-34 bytes a
+// cycle at 4 KiB whatever its port budget (docs/perf/crc32c-avx512.md has
+// the figures and what else was tried); crc32c_hybridz_amd64.go picks
+// c = 2 with two chains and four steps a round from 256 bytes, c = 1 below.
 //
 // The loop interleaves the CRC32Q of the CRC blocks with the folds, as the
 // YMM kernels do, so that the scheduler sees both kinds in every window.
