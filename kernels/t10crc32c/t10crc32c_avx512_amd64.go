@@ -7,6 +7,7 @@ import (
 
 	"github.com/difctl/difctl/kernels/crc32c"
 	"github.com/difctl/difctl/kernels/crct10dif"
+	"github.com/difctl/difctl/kernels/internal/crcmath"
 	"github.com/difctl/difctl/kernels/internal/impl"
 	"github.com/difctl/difctl/kernels/internal/x86"
 )
@@ -33,19 +34,22 @@ const (
 )
 
 // registerAVX512 registers the avx512 implementation, ahead of the fused
-// kernels: on a CPU with AVX-512 VPCLMULQDQ, Blocks as two passes, each
-// over a chunk of the batch in turn, the guard on ZMM folds and the CRC-32C
-// on ZMM folds beside CRC32 streams (crc32c's avx512hybrid). They beat the
-// fused AVX2 kernel, whose CRC-32C runs only on the CRC32 instruction: that
-// unit reads 8 bytes a cycle, under a third of what the pair of ZMM passes
-// reads (docs/perf/crc32c-avx512.md has the port counts and figures).
+// AVX2 kernels: on a CPU with AVX-512 VPCLMULQDQ, Blocks by fusedBlocksZ
+// (the guard folded on ZMM registers, the sum split between ZMM folds and
+// CRC32 streams, in one pass) for blocks of a multiple of 64 bytes, and
+// else as two passes, each over a chunk of the batch in turn, the guard on
+// ZMM folds and the CRC-32C by crc32c's avx512hybrid. Against two ISA-L
+// by16_10 calls a block on Emerald Rapids the fused kernel measured
+// 1.19-1.32 where the two passes measured 0.98-1.09 (docs/perf/crc32c-avx512.md).
+// The fused AVX2 kernel's CRC-32C runs only on the CRC32 instruction, 8
+// bytes a cycle, under a third of what the AVX-512 kernels read.
 // BlocksCopy stays the fused AVX2 kernel's: crct10dif.BlocksCopy then
 // crc32c.Blocks over the copy, or a copy then the two passes, measured
 // 0.5-0.8 of ISA-L's memcpy and two calls on Emerald Rapids, the fused
 // copying kernel 0.85-1.1.
 func registerAVX512() {
 	impl.Register(pkgName, "avx512", hasTwoPassAVX512, func() {
-		blocks, blocksCopy = blocksTwoPass, blocksCopyAVX2
+		blocks, blocksCopy = blocksAVX512, blocksCopyAVX2
 	})
 }
 
@@ -58,6 +62,24 @@ func twoPassBlocks(stride int) int {
 		chunk = twoPassLongChunk
 	}
 	return max(16, chunk/max(stride, 1)&^15)
+}
+
+// crc32cTables are the CRC-32C fold constants of fusedBlocksZ.
+var crc32cTables = crcmath.NewRevFoldTable(crcmath.NewFoldTable(crcmath.CRC32C))
+
+// blocksAVX512 is Blocks by the avx512 implementation: blocks of a multiple
+// of 64 bytes eight at a time through fusedBlocksZ (the guard and the sum in
+// one pass, kernels/_asm/fused, zmm.go), the rest as blocksTwoPass.
+func blocksAVX512(dst []uint16, sums []uint32, p []byte, blockLen, stride int) {
+	g := len(dst) / 8
+	if blockLen%64 != 0 || blockLen == 0 || g == 0 {
+		blocksTwoPass(dst, sums, p, blockLen, stride)
+		return
+	}
+	fusedBlocksZ(&dst[0], &sums[0], &p[0], g, blockLen, stride, foldTables, crc32cTables)
+	if i := 8 * g; i < len(dst) {
+		blocksTwoPass(dst[i:], sums[i:], p[i*stride:], blockLen, stride)
+	}
 }
 
 // blocksTwoPass is Blocks as crct10dif.Blocks and crc32c.Blocks over each

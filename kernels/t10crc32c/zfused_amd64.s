@@ -858,3 +858,454 @@ loopAVX:
 	JNZ        groupAVX
 	VZEROUPPER
 	RET
+
+// func fusedBlocksZ(dst *uint16, sums *uint32, p *byte, groups int, blockLen int, stride int, tab *byte, tab32 *byte)
+// Requires: AVX, AVX512BW, AVX512F, AVX512VL, PCLMULQDQ, SSE4.2, VPCLMULQDQ
+TEXT ·fusedBlocksZ(SB), $0-64
+	MOVQ            tab+48(FP), AX
+	VBROADCASTI32X4 64(AX), Z0
+	VMOVDQU64       2048(AX), Z2
+	VMOVDQU         1040(AX), X5
+	VMOVDQU         1056(AX), X6
+	MOVQ            tab32+56(FP), AX
+	VBROADCASTI32X4 64(AX), Z1
+	VMOVDQU64       2048(AX), Z3
+	VBROADCASTI32X4 fusedBswap<>+0(SB), Z4
+	MOVL            $0xffffffff, AX
+	VMOVD           AX, X7
+
+fusedBlocksZ_group:
+	MOVQ p+16(FP), AX
+	MOVQ stride+40(FP), CX
+	LEAQ (CX)(CX*2), DX
+	LEAQ (AX)(DX*1), BX
+	LEAQ (BX)(DX*1), DX
+	MOVL $0xffffffff, SI
+	MOVL $0xffffffff, DI
+	MOVL $0xffffffff, R8
+	MOVL $0xffffffff, R9
+	MOVQ blockLen+32(FP), R10
+	SHRQ $0x06, R10
+
+	// The first 64 bytes of every block: byte-reversed for the guard,
+	// with the initial register in the first lane for the folded sums.
+	VMOVDQU64 (AX), Z8
+	VPXORQ    Z7, Z8, Z9
+	VPSHUFB   Z4, Z8, Z8
+	VMOVDQU64 (AX)(CX*1), Z10
+	VPSHUFB   Z4, Z10, Z10
+	VMOVDQU64 (AX)(CX*2), Z11
+	VPXORQ    Z7, Z11, Z12
+	VPSHUFB   Z4, Z11, Z11
+	VMOVDQU64 (BX), Z13
+	VPSHUFB   Z4, Z13, Z13
+	VMOVDQU64 (BX)(CX*1), Z14
+	VPXORQ    Z7, Z14, Z15
+	VPSHUFB   Z4, Z14, Z14
+	VMOVDQU64 (BX)(CX*2), Z16
+	VPSHUFB   Z4, Z16, Z16
+	VMOVDQU64 (DX), Z17
+	VPXORQ    Z7, Z17, Z18
+	VPSHUFB   Z4, Z17, Z17
+	VMOVDQU64 (DX)(CX*1), Z19
+	VPSHUFB   Z4, Z19, Z19
+
+	// Every step: 64 bytes of each CRC32 block (8 CRC32Q), each guard
+	// and folded sum forward by 64 bytes onto the next 64 of its block.
+	DECQ R10
+	JZ   fusedBlocksZ_last
+
+fusedBlocksZ_loop:
+	CRC32Q     (AX)(CX*1), SI
+	CRC32Q     (BX), DI
+	CRC32Q     (BX)(CX*2), R8
+	CRC32Q     (DX)(CX*1), R9
+	VMOVDQU64  64(AX), Z21
+	VPSHUFB    Z4, Z21, Z21
+	VPCLMULQDQ $0x01, Z0, Z8, Z20
+	VPCLMULQDQ $0x10, Z0, Z8, Z8
+	VPTERNLOGD $0x96, Z21, Z20, Z8
+	VPCLMULQDQ $0x00, Z1, Z9, Z20
+	VPCLMULQDQ $0x11, Z1, Z9, Z9
+	VPTERNLOGD $0x96, 64(AX), Z20, Z9
+	CRC32Q     8(AX)(CX*1), SI
+	CRC32Q     8(BX), DI
+	CRC32Q     8(BX)(CX*2), R8
+	CRC32Q     8(DX)(CX*1), R9
+	VMOVDQU64  64(AX)(CX*1), Z21
+	VPSHUFB    Z4, Z21, Z21
+	VPCLMULQDQ $0x01, Z0, Z10, Z20
+	VPCLMULQDQ $0x10, Z0, Z10, Z10
+	VPTERNLOGD $0x96, Z21, Z20, Z10
+	CRC32Q     16(AX)(CX*1), SI
+	CRC32Q     16(BX), DI
+	CRC32Q     16(BX)(CX*2), R8
+	CRC32Q     16(DX)(CX*1), R9
+	VMOVDQU64  64(AX)(CX*2), Z21
+	VPSHUFB    Z4, Z21, Z21
+	VPCLMULQDQ $0x01, Z0, Z11, Z20
+	VPCLMULQDQ $0x10, Z0, Z11, Z11
+	VPTERNLOGD $0x96, Z21, Z20, Z11
+	VPCLMULQDQ $0x00, Z1, Z12, Z20
+	VPCLMULQDQ $0x11, Z1, Z12, Z12
+	VPTERNLOGD $0x96, 64(AX)(CX*2), Z20, Z12
+	CRC32Q     24(AX)(CX*1), SI
+	CRC32Q     24(BX), DI
+	CRC32Q     24(BX)(CX*2), R8
+	CRC32Q     24(DX)(CX*1), R9
+	VMOVDQU64  64(BX), Z21
+	VPSHUFB    Z4, Z21, Z21
+	VPCLMULQDQ $0x01, Z0, Z13, Z20
+	VPCLMULQDQ $0x10, Z0, Z13, Z13
+	VPTERNLOGD $0x96, Z21, Z20, Z13
+	CRC32Q     32(AX)(CX*1), SI
+	CRC32Q     32(BX), DI
+	CRC32Q     32(BX)(CX*2), R8
+	CRC32Q     32(DX)(CX*1), R9
+	VMOVDQU64  64(BX)(CX*1), Z21
+	VPSHUFB    Z4, Z21, Z21
+	VPCLMULQDQ $0x01, Z0, Z14, Z20
+	VPCLMULQDQ $0x10, Z0, Z14, Z14
+	VPTERNLOGD $0x96, Z21, Z20, Z14
+	VPCLMULQDQ $0x00, Z1, Z15, Z20
+	VPCLMULQDQ $0x11, Z1, Z15, Z15
+	VPTERNLOGD $0x96, 64(BX)(CX*1), Z20, Z15
+	CRC32Q     40(AX)(CX*1), SI
+	CRC32Q     40(BX), DI
+	CRC32Q     40(BX)(CX*2), R8
+	CRC32Q     40(DX)(CX*1), R9
+	VMOVDQU64  64(BX)(CX*2), Z21
+	VPSHUFB    Z4, Z21, Z21
+	VPCLMULQDQ $0x01, Z0, Z16, Z20
+	VPCLMULQDQ $0x10, Z0, Z16, Z16
+	VPTERNLOGD $0x96, Z21, Z20, Z16
+	CRC32Q     48(AX)(CX*1), SI
+	CRC32Q     48(BX), DI
+	CRC32Q     48(BX)(CX*2), R8
+	CRC32Q     48(DX)(CX*1), R9
+	VMOVDQU64  64(DX), Z21
+	VPSHUFB    Z4, Z21, Z21
+	VPCLMULQDQ $0x01, Z0, Z17, Z20
+	VPCLMULQDQ $0x10, Z0, Z17, Z17
+	VPTERNLOGD $0x96, Z21, Z20, Z17
+	VPCLMULQDQ $0x00, Z1, Z18, Z20
+	VPCLMULQDQ $0x11, Z1, Z18, Z18
+	VPTERNLOGD $0x96, 64(DX), Z20, Z18
+	CRC32Q     56(AX)(CX*1), SI
+	CRC32Q     56(BX), DI
+	CRC32Q     56(BX)(CX*2), R8
+	CRC32Q     56(DX)(CX*1), R9
+	VMOVDQU64  64(DX)(CX*1), Z21
+	VPSHUFB    Z4, Z21, Z21
+	VPCLMULQDQ $0x01, Z0, Z19, Z20
+	VPCLMULQDQ $0x10, Z0, Z19, Z19
+	VPTERNLOGD $0x96, Z21, Z20, Z19
+	ADDQ       $0x40, AX
+	ADDQ       $0x40, BX
+	ADDQ       $0x40, DX
+	DECQ       R10
+	JNZ        fusedBlocksZ_loop
+
+fusedBlocksZ_last:
+	// Last step: the CRC32 blocks only.
+	CRC32Q (AX)(CX*1), SI
+	CRC32Q (BX), DI
+	CRC32Q (BX)(CX*2), R8
+	CRC32Q (DX)(CX*1), R9
+	CRC32Q 8(AX)(CX*1), SI
+	CRC32Q 8(BX), DI
+	CRC32Q 8(BX)(CX*2), R8
+	CRC32Q 8(DX)(CX*1), R9
+	CRC32Q 16(AX)(CX*1), SI
+	CRC32Q 16(BX), DI
+	CRC32Q 16(BX)(CX*2), R8
+	CRC32Q 16(DX)(CX*1), R9
+	CRC32Q 24(AX)(CX*1), SI
+	CRC32Q 24(BX), DI
+	CRC32Q 24(BX)(CX*2), R8
+	CRC32Q 24(DX)(CX*1), R9
+	CRC32Q 32(AX)(CX*1), SI
+	CRC32Q 32(BX), DI
+	CRC32Q 32(BX)(CX*2), R8
+	CRC32Q 32(DX)(CX*1), R9
+	CRC32Q 40(AX)(CX*1), SI
+	CRC32Q 40(BX), DI
+	CRC32Q 40(BX)(CX*2), R8
+	CRC32Q 40(DX)(CX*1), R9
+	CRC32Q 48(AX)(CX*1), SI
+	CRC32Q 48(BX), DI
+	CRC32Q 48(BX)(CX*2), R8
+	CRC32Q 48(DX)(CX*1), R9
+	CRC32Q 56(AX)(CX*1), SI
+	CRC32Q 56(BX), DI
+	CRC32Q 56(BX)(CX*2), R8
+	CRC32Q 56(DX)(CX*1), R9
+	MOVQ   dst+0(FP), AX
+	MOVQ   sums+8(FP), CX
+
+	// Every block: the guard's lanes folded into one and reduced; the sum
+	// of a folded block as the CRC32Q of its lane from zero (the lane is a
+	// 16-byte message congruent to the block).
+	VPCLMULQDQ    $0x01, Z2, Z8, Z20
+	VPCLMULQDQ    $0x10, Z2, Z8, Z21
+	VPXORQ        Z20, Z21, Z21
+	VEXTRACTI64X4 $0x01, Z21, Y20
+	VPXORQ        Y20, Y21, Y20
+	VEXTRACTI32X4 $0x01, Y20, X21
+	VPXORQ        X21, X20, X21
+	VEXTRACTI32X4 $0x03, Z8, X8
+	VPXORQ        X8, X21, X21
+	VPCLMULQDQ    $0x01, X5, X21, X8
+	VMOVQ         X21, X20
+	VPSLLDQ       $0x02, X20, X20
+	VPXORQ        X20, X8, X8
+	VPSRLDQ       $0x02, X8, X20
+	VPCLMULQDQ    $0x00, X6, X20, X21
+	VPSRLDQ       $0x08, X21, X21
+	VPXORQ        X21, X20, X20
+	VPCLMULQDQ    $0x10, X6, X20, X21
+	VPXORQ        X21, X8, X8
+	VMOVQ         X8, DX
+	MOVWQZX       DX, DX
+	MOVW          DX, (AX)
+	VPCLMULQDQ    $0x00, Z3, Z9, Z20
+	VPCLMULQDQ    $0x11, Z3, Z9, Z21
+	VPXORQ        Z20, Z21, Z21
+	VEXTRACTI64X4 $0x01, Z21, Y8
+	VPXORQ        Y8, Y21, Y8
+	VEXTRACTI32X4 $0x01, Y8, X20
+	VPXORQ        X20, X8, X20
+	VEXTRACTI32X4 $0x03, Z9, X8
+	VPXORQ        X8, X20, X20
+	XORL          DX, DX
+	VMOVQ         X20, BX
+	CRC32Q        BX, DX
+	VPEXTRQ       $0x01, X20, BX
+	CRC32Q        BX, DX
+	NOTL          DX
+	MOVL          DX, (CX)
+	VPCLMULQDQ    $0x01, Z2, Z10, Z20
+	VPCLMULQDQ    $0x10, Z2, Z10, Z21
+	VPXORQ        Z20, Z21, Z21
+	VEXTRACTI64X4 $0x01, Z21, Y8
+	VPXORQ        Y8, Y21, Y8
+	VEXTRACTI32X4 $0x01, Y8, X9
+	VPXORQ        X9, X8, X9
+	VEXTRACTI32X4 $0x03, Z10, X8
+	VPXORQ        X8, X9, X9
+	VPCLMULQDQ    $0x01, X5, X9, X8
+	VMOVQ         X9, X9
+	VPSLLDQ       $0x02, X9, X9
+	VPXORQ        X9, X8, X8
+	VPSRLDQ       $0x02, X8, X9
+	VPCLMULQDQ    $0x00, X6, X9, X10
+	VPSRLDQ       $0x08, X10, X10
+	VPXORQ        X10, X9, X9
+	VPCLMULQDQ    $0x10, X6, X9, X10
+	VPXORQ        X10, X8, X8
+	VMOVQ         X8, DX
+	MOVWQZX       DX, DX
+	MOVW          DX, 2(AX)
+	NOTL          SI
+	MOVL          SI, 4(CX)
+	VPCLMULQDQ    $0x01, Z2, Z11, Z20
+	VPCLMULQDQ    $0x10, Z2, Z11, Z21
+	VPXORQ        Z20, Z21, Z21
+	VEXTRACTI64X4 $0x01, Z21, Y8
+	VPXORQ        Y8, Y21, Y8
+	VEXTRACTI32X4 $0x01, Y8, X9
+	VPXORQ        X9, X8, X9
+	VEXTRACTI32X4 $0x03, Z11, X8
+	VPXORQ        X8, X9, X9
+	VPCLMULQDQ    $0x01, X5, X9, X8
+	VMOVQ         X9, X9
+	VPSLLDQ       $0x02, X9, X9
+	VPXORQ        X9, X8, X8
+	VPSRLDQ       $0x02, X8, X9
+	VPCLMULQDQ    $0x00, X6, X9, X10
+	VPSRLDQ       $0x08, X10, X10
+	VPXORQ        X10, X9, X9
+	VPCLMULQDQ    $0x10, X6, X9, X10
+	VPXORQ        X10, X8, X8
+	VMOVQ         X8, DX
+	MOVWQZX       DX, DX
+	MOVW          DX, 4(AX)
+	VPCLMULQDQ    $0x00, Z3, Z12, Z20
+	VPCLMULQDQ    $0x11, Z3, Z12, Z21
+	VPXORQ        Z20, Z21, Z21
+	VEXTRACTI64X4 $0x01, Z21, Y8
+	VPXORQ        Y8, Y21, Y8
+	VEXTRACTI32X4 $0x01, Y8, X9
+	VPXORQ        X9, X8, X9
+	VEXTRACTI32X4 $0x03, Z12, X8
+	VPXORQ        X8, X9, X9
+	XORL          DX, DX
+	VMOVQ         X9, BX
+	CRC32Q        BX, DX
+	VPEXTRQ       $0x01, X9, BX
+	CRC32Q        BX, DX
+	NOTL          DX
+	MOVL          DX, 8(CX)
+	VPCLMULQDQ    $0x01, Z2, Z13, Z20
+	VPCLMULQDQ    $0x10, Z2, Z13, Z21
+	VPXORQ        Z20, Z21, Z21
+	VEXTRACTI64X4 $0x01, Z21, Y8
+	VPXORQ        Y8, Y21, Y8
+	VEXTRACTI32X4 $0x01, Y8, X9
+	VPXORQ        X9, X8, X9
+	VEXTRACTI32X4 $0x03, Z13, X8
+	VPXORQ        X8, X9, X9
+	VPCLMULQDQ    $0x01, X5, X9, X8
+	VMOVQ         X9, X9
+	VPSLLDQ       $0x02, X9, X9
+	VPXORQ        X9, X8, X8
+	VPSRLDQ       $0x02, X8, X9
+	VPCLMULQDQ    $0x00, X6, X9, X10
+	VPSRLDQ       $0x08, X10, X10
+	VPXORQ        X10, X9, X9
+	VPCLMULQDQ    $0x10, X6, X9, X10
+	VPXORQ        X10, X8, X8
+	VMOVQ         X8, DX
+	MOVWQZX       DX, DX
+	MOVW          DX, 6(AX)
+	NOTL          DI
+	MOVL          DI, 12(CX)
+	VPCLMULQDQ    $0x01, Z2, Z14, Z20
+	VPCLMULQDQ    $0x10, Z2, Z14, Z21
+	VPXORQ        Z20, Z21, Z21
+	VEXTRACTI64X4 $0x01, Z21, Y8
+	VPXORQ        Y8, Y21, Y8
+	VEXTRACTI32X4 $0x01, Y8, X9
+	VPXORQ        X9, X8, X9
+	VEXTRACTI32X4 $0x03, Z14, X8
+	VPXORQ        X8, X9, X9
+	VPCLMULQDQ    $0x01, X5, X9, X8
+	VMOVQ         X9, X9
+	VPSLLDQ       $0x02, X9, X9
+	VPXORQ        X9, X8, X8
+	VPSRLDQ       $0x02, X8, X9
+	VPCLMULQDQ    $0x00, X6, X9, X10
+	VPSRLDQ       $0x08, X10, X10
+	VPXORQ        X10, X9, X9
+	VPCLMULQDQ    $0x10, X6, X9, X10
+	VPXORQ        X10, X8, X8
+	VMOVQ         X8, DX
+	MOVWQZX       DX, DX
+	MOVW          DX, 8(AX)
+	VPCLMULQDQ    $0x00, Z3, Z15, Z20
+	VPCLMULQDQ    $0x11, Z3, Z15, Z21
+	VPXORQ        Z20, Z21, Z21
+	VEXTRACTI64X4 $0x01, Z21, Y8
+	VPXORQ        Y8, Y21, Y8
+	VEXTRACTI32X4 $0x01, Y8, X9
+	VPXORQ        X9, X8, X9
+	VEXTRACTI32X4 $0x03, Z15, X8
+	VPXORQ        X8, X9, X9
+	XORL          DX, DX
+	VMOVQ         X9, BX
+	CRC32Q        BX, DX
+	VPEXTRQ       $0x01, X9, BX
+	CRC32Q        BX, DX
+	NOTL          DX
+	MOVL          DX, 16(CX)
+	VPCLMULQDQ    $0x01, Z2, Z16, Z20
+	VPCLMULQDQ    $0x10, Z2, Z16, Z21
+	VPXORQ        Z20, Z21, Z21
+	VEXTRACTI64X4 $0x01, Z21, Y8
+	VPXORQ        Y8, Y21, Y8
+	VEXTRACTI32X4 $0x01, Y8, X9
+	VPXORQ        X9, X8, X9
+	VEXTRACTI32X4 $0x03, Z16, X8
+	VPXORQ        X8, X9, X9
+	VPCLMULQDQ    $0x01, X5, X9, X8
+	VMOVQ         X9, X9
+	VPSLLDQ       $0x02, X9, X9
+	VPXORQ        X9, X8, X8
+	VPSRLDQ       $0x02, X8, X9
+	VPCLMULQDQ    $0x00, X6, X9, X10
+	VPSRLDQ       $0x08, X10, X10
+	VPXORQ        X10, X9, X9
+	VPCLMULQDQ    $0x10, X6, X9, X10
+	VPXORQ        X10, X8, X8
+	VMOVQ         X8, DX
+	MOVWQZX       DX, DX
+	MOVW          DX, 10(AX)
+	NOTL          R8
+	MOVL          R8, 20(CX)
+	VPCLMULQDQ    $0x01, Z2, Z17, Z20
+	VPCLMULQDQ    $0x10, Z2, Z17, Z21
+	VPXORQ        Z20, Z21, Z21
+	VEXTRACTI64X4 $0x01, Z21, Y8
+	VPXORQ        Y8, Y21, Y8
+	VEXTRACTI32X4 $0x01, Y8, X9
+	VPXORQ        X9, X8, X9
+	VEXTRACTI32X4 $0x03, Z17, X8
+	VPXORQ        X8, X9, X9
+	VPCLMULQDQ    $0x01, X5, X9, X8
+	VMOVQ         X9, X9
+	VPSLLDQ       $0x02, X9, X9
+	VPXORQ        X9, X8, X8
+	VPSRLDQ       $0x02, X8, X9
+	VPCLMULQDQ    $0x00, X6, X9, X10
+	VPSRLDQ       $0x08, X10, X10
+	VPXORQ        X10, X9, X9
+	VPCLMULQDQ    $0x10, X6, X9, X10
+	VPXORQ        X10, X8, X8
+	VMOVQ         X8, DX
+	MOVWQZX       DX, DX
+	MOVW          DX, 12(AX)
+	VPCLMULQDQ    $0x00, Z3, Z18, Z20
+	VPCLMULQDQ    $0x11, Z3, Z18, Z21
+	VPXORQ        Z20, Z21, Z21
+	VEXTRACTI64X4 $0x01, Z21, Y8
+	VPXORQ        Y8, Y21, Y8
+	VEXTRACTI32X4 $0x01, Y8, X9
+	VPXORQ        X9, X8, X9
+	VEXTRACTI32X4 $0x03, Z18, X8
+	VPXORQ        X8, X9, X9
+	XORL          DX, DX
+	VMOVQ         X9, BX
+	CRC32Q        BX, DX
+	VPEXTRQ       $0x01, X9, BX
+	CRC32Q        BX, DX
+	NOTL          DX
+	MOVL          DX, 24(CX)
+	VPCLMULQDQ    $0x01, Z2, Z19, Z20
+	VPCLMULQDQ    $0x10, Z2, Z19, Z21
+	VPXORQ        Z20, Z21, Z21
+	VEXTRACTI64X4 $0x01, Z21, Y8
+	VPXORQ        Y8, Y21, Y8
+	VEXTRACTI32X4 $0x01, Y8, X9
+	VPXORQ        X9, X8, X9
+	VEXTRACTI32X4 $0x03, Z19, X8
+	VPXORQ        X8, X9, X9
+	VPCLMULQDQ    $0x01, X5, X9, X8
+	VMOVQ         X9, X9
+	VPSLLDQ       $0x02, X9, X9
+	VPXORQ        X9, X8, X8
+	VPSRLDQ       $0x02, X8, X9
+	VPCLMULQDQ    $0x00, X6, X9, X10
+	VPSRLDQ       $0x08, X10, X10
+	VPXORQ        X10, X9, X9
+	VPCLMULQDQ    $0x10, X6, X9, X10
+	VPXORQ        X10, X8, X8
+	VMOVQ         X8, DX
+	MOVWQZX       DX, DX
+	MOVW          DX, 14(AX)
+	NOTL          R9
+	MOVL          R9, 28(CX)
+	ADDQ          $0x10, AX
+	MOVQ          AX, dst+0(FP)
+	ADDQ          $0x20, CX
+	MOVQ          CX, sums+8(FP)
+
+	// p += 8·stride.
+	MOVQ p+16(FP), AX
+	MOVQ stride+40(FP), CX
+	SHLQ $0x03, CX
+	ADDQ CX, AX
+	MOVQ AX, p+16(FP)
+	DECQ groups+24(FP)
+	JNZ  fusedBlocksZ_group
+	VZEROUPPER
+	RET

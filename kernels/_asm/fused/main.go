@@ -120,6 +120,7 @@ func generate(cmd []string) (asm, src []byte, err error) {
 		blocks(c, mask, v.suffix, false)
 		blocks(c, mask, v.suffix, true)
 	}
+	blocksZ(c, mask)
 
 	if asm, err = scaffold.Asm(c, cmd, "t10crc32c"); err != nil {
 		return nil, nil, err
@@ -479,5 +480,20 @@ func fusedBlocksCopy%[1]s(dst []uint16, sums []uint32, q, p []byte, blockLen, st
 
 `, v.suffix, group, desc, minLen, cpu)
 	}
+	fmt.Fprintf(&b, `// fusedBlocksZ sets dst[i] to the CRC-16/T10-DIF and sums[i] to the
+// CRC-32C (both from their initial values, finalised) of
+// p[i*stride:][:blockLen] for i < %[1]d·groups, in one pass, %[1]d blocks at once:
+// every guard folded on a ZMM register, the sums of blocks 0, 2, 4, 6 folded
+// and those of 1, 3, 5, 7 through CRC32Q streams (kernels/_asm/fused, zmm.go).
+//
+// Preconditions: groups >= 1; blockLen is a multiple of 64 and at least 64;
+// stride >= blockLen; tab is the T10-DIF fold table, tab32 the CRC-32C one;
+// the CPU has AVX512F, AVX512BW, VPCLMULQDQ and SSE4.2.
+// It reads only the blocks.
+//
+//go:noescape
+func fusedBlocksZ(dst *uint16, sums *uint32, p *byte, groups, blockLen, stride int, tab, tab32 *crcmath.RevFoldTable)
+
+`, zGroup)
 	return scaffold.Go(b.Bytes())
 }

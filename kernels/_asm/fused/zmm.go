@@ -1,0 +1,230 @@
+package main
+
+// fusedBlocksZ: the guard and the sector sum of eight blocks at a time on
+// AVX-512, in one pass (t10crc32c.Blocks on CPUs with VPCLMULQDQ on ZMM).
+//
+// Why this shape, from the ports of Emerald Rapids (docs/perf/crc32c-avx512.md
+// has the measurements): VPCLMULQDQ zmm issues once a cycle on port 5, and
+// so does VPSHUFB zmm; CRC32 runs once a cycle on port 1 and VPTERNLOGD on
+// port 0, beside both. Per 64 bytes of a block the guard costs two
+// multiplies and the byte reversal (3 port-5 cycles); the sector sum either
+// a fold (2 port-5 cycles) or 8 CRC32Q (8 port-1 cycles). With the sums of
+// half the blocks folded and half through CRC32, ports 5 and 1 are equal:
+// per step of 64 bytes of eight blocks, 8·3 + 4·2 = 32 port-5 cycles and
+// 4·8 = 32 port-1 cycles, 16 bytes a cycle, where the guard and the sum as
+// two folding passes (ISA-L's by16_10 calls) take 1/20 + 1/32 cycles a byte
+// (12.3 bytes a cycle).
+//
+// Blocks 0, 2, 4, 6 fold their sums, blocks 1, 3, 5, 7 run them as CRC32Q
+// streams (one chain each: 8 CRC32Q, 24 cycles of latency, a step against
+// the step's 32 cycles). Every block folds its guard: the 64 bytes
+// byte-reversed in each 16-byte lane (the lane is then the unreflected
+// polynomial, Hi in the high quadword, as in main.go) and folded forward by
+// 64 bytes with Fold[4] of the T10-DIF table. After the loop the four lanes
+// of a guard accumulator fold into the last (lane l by Fold[3-l], one
+// VPCLMULQDQ pair with the 64 bytes at Rev[61], whose last lane Fold[0] is
+// zero), the lanes are summed and reduce reduces the lane; a sum
+// accumulator's lanes fold into one the same way (the CRC-32C table's
+// Rev[61]), and two CRC32Q of that lane from zero give its register.
+
+import (
+	"github.com/difctl/difctl/kernels/_asm/internal/scaffold"
+
+	"github.com/mmcloughlin/avo/build"
+	"github.com/mmcloughlin/avo/operand"
+	"github.com/mmcloughlin/avo/reg"
+)
+
+const zGroup = 8
+
+// zAddr returns the address of block k at disp from the bases (one every
+// three blocks, with the stride as index).
+func zAddr(bases []reg.GPVirtual, stride reg.Register, k, disp int) operand.Mem {
+	m := operand.Mem{Base: bases[k/3], Disp: disp}
+	if k%3 != 0 {
+		m.Index = stride
+		m.Scale = uint8(k % 3)
+	}
+	return m
+}
+
+// blocksZ generates fusedBlocksZ.
+func blocksZ(c *build.Context, maskZ operand.Mem) {
+	const name = "fusedBlocksZ"
+	c.Function(name)
+	c.SignatureExpr("func(dst *uint16, sums *uint32, p *byte, groups, blockLen, stride int, tab, tab32 *byte)")
+	c.Pragma("noescape")
+	param := func(n string) operand.Mem {
+		a, err := c.Param(n).Resolve()
+		if err != nil {
+			panic(err)
+		}
+		return a.Addr
+	}
+	tp := c.Load(c.Param("tab"), c.GP64())
+	kT, kC, kR, kRC, mask := c.ZMM(), c.ZMM(), c.ZMM(), c.ZMM(), c.ZMM()
+	c.VBROADCASTI32X4(operand.Mem{Base: tp, Disp: tableFold + 16*4}, kT)
+	c.VMOVDQU64(operand.Mem{Base: tp, Disp: scaffold.TableRev + 16*61}, kR)
+	xFin, xMuP := c.XMM(), c.XMM()
+	c.VMOVDQU(operand.Mem{Base: tp, Disp: tableFinal}, xFin)
+	c.VMOVDQU(operand.Mem{Base: tp, Disp: tableMu}, xMuP)
+	kp := c.Load(c.Param("tab32"), c.GP64())
+	c.VBROADCASTI32X4(operand.Mem{Base: kp, Disp: tableFold + 16*4}, kC)
+	c.VMOVDQU64(operand.Mem{Base: kp, Disp: scaffold.TableRev + 16*61}, kRC)
+	c.VBROADCASTI32X4(maskZ, mask)
+	initv := c.XMM()
+	ones := c.GP32()
+	c.MOVL(operand.U32(0xffffffff), ones)
+	c.VMOVD(ones, initv)
+	c.Label(name + "_group")
+	p := c.Load(c.Param("p"), c.GP64())
+	stride := c.Load(c.Param("stride"), c.GP64())
+	s3 := c.GP64()
+	c.LEAQ(operand.Mem{Base: stride, Index: stride, Scale: 2}, s3)
+	bases := make([]reg.GPVirtual, (zGroup+2)/3)
+	for i := range bases {
+		bases[i] = c.GP64()
+		if i == 0 {
+			c.MOVQ(p, bases[0])
+		} else {
+			c.LEAQ(operand.Mem{Base: bases[i-1], Index: s3, Scale: 1}, bases[i])
+		}
+	}
+	addr := func(k, disp int) operand.Mem { return zAddr(bases, stride, k, disp) }
+	crcs := make([]reg.GPVirtual, zGroup/2) // blocks 1, 3, 5, 7
+	for i := range crcs {
+		crcs[i] = c.GP64()
+		c.MOVL(operand.U32(0xffffffff), crcs[i].As32())
+	}
+	iter := c.GP64()
+	c.Load(c.Param("blockLen"), iter)
+	c.SHRQ(operand.U8(6), iter)
+
+	c.Comment("The first 64 bytes of every block: byte-reversed for the guard,",
+		"with the initial register in the first lane for the folded sums.")
+	gacc := make([]reg.VecVirtual, zGroup)
+	sacc := make([]reg.VecVirtual, zGroup/2) // blocks 0, 2, 4, 6
+	for k := 0; k < zGroup; k++ {
+		gacc[k] = c.ZMM()
+		c.VMOVDQU64(addr(k, 0), gacc[k])
+		if k%2 == 0 {
+			sacc[k/2] = c.ZMM()
+			c.VPXORQ(initv.AsZ(), gacc[k], sacc[k/2])
+		}
+		c.VPSHUFB(mask, gacc[k], gacc[k])
+	}
+	t, d := c.ZMM(), c.ZMM()
+	crcStep := func(q int) {
+		for i, r := range crcs {
+			c.CRC32Q(addr(2*i+1, 8*q), r)
+		}
+	}
+	c.Comment("Every step: 64 bytes of each CRC32 block (8 CRC32Q), each guard",
+		"and folded sum forward by 64 bytes onto the next 64 of its block.")
+	c.DECQ(iter)
+	c.JZ(operand.LabelRef(name + "_last"))
+	c.Label(name + "_loop")
+	for q := 0; q < 8; q++ {
+		crcStep(q)
+		k := q
+		c.VMOVDQU64(addr(k, 64), d)
+		c.VPSHUFB(mask, d, d)
+		c.VPCLMULQDQ(operand.U8(0x01), kT, gacc[k], t)
+		c.VPCLMULQDQ(operand.U8(0x10), kT, gacc[k], gacc[k])
+		c.VPTERNLOGD(operand.U8(0x96), d, t, gacc[k])
+		if q%2 == 0 {
+			a := sacc[q/2]
+			c.VPCLMULQDQ(operand.U8(0x00), kC, a, t)
+			c.VPCLMULQDQ(operand.U8(0x11), kC, a, a)
+			c.VPTERNLOGD(operand.U8(0x96), addr(q, 64), t, a)
+		}
+	}
+	for _, b := range bases {
+		c.ADDQ(operand.U8(64), b)
+	}
+	c.DECQ(iter)
+	c.JNZ(operand.LabelRef(name + "_loop"))
+	c.Label(name + "_last")
+	c.Comment("Last step: the CRC32 blocks only.")
+	for q := 0; q < 8; q++ {
+		crcStep(q)
+	}
+
+	dst := c.Load(c.Param("dst"), c.GP64())
+	sums := c.Load(c.Param("sums"), c.GP64())
+	// lanes sets x to the lane congruent to the 64-byte accumulator a: its
+	// lanes folded into the last by the 64 bytes k at Rev[61] of their
+	// table ({Fold[3], Fold[2], Fold[1], 0}), with immediates lo and hi
+	// picking the quadwords as the CRC's lanes hold them.
+	lanes := func(a, k reg.VecVirtual, lo, hi uint8, x reg.VecVirtual) {
+		c.VPCLMULQDQ(operand.U8(lo), k, a, t)
+		c.VPCLMULQDQ(operand.U8(hi), k, a, d)
+		c.VPXORQ(t, d, d)
+		y, l3 := c.YMM(), c.XMM()
+		c.VEXTRACTI64X4(operand.U8(1), d, y)
+		c.VPXORQ(y, d.AsY(), y)
+		c.VEXTRACTI32X4(operand.U8(1), y, x)
+		c.VPXORQ(x, y.AsX(), x)
+		c.VEXTRACTI32X4(operand.U8(3), a, l3)
+		c.VPXORQ(l3, x, x)
+	}
+	c.Comment("Every block: the guard's lanes folded into one and reduced; the sum",
+		"of a folded block as the CRC32Q of its lane from zero (the lane is a",
+		"16-byte message congruent to the block).")
+	for k := 0; k < zGroup; k++ {
+		x := c.XMM()
+		lanes(gacc[k], kR, 0x01, 0x10, x)
+		out := c.GP64()
+		reduceV(c, x, xFin, xMuP, out)
+		c.MOVW(out.As16(), operand.Mem{Base: dst, Disp: 2 * k})
+		var r reg.GPVirtual
+		if k%2 == 1 {
+			r = crcs[k/2]
+		} else {
+			v := c.XMM()
+			lanes(sacc[k/2], kRC, 0x00, 0x11, v)
+			r = c.GP64()
+			q := c.GP64()
+			c.XORL(r.As32(), r.As32())
+			c.VMOVQ(v, q)
+			c.CRC32Q(q, r)
+			c.VPEXTRQ(operand.U8(1), v, q)
+			c.CRC32Q(q, r)
+		}
+		c.NOTL(r.As32())
+		c.MOVL(r.As32(), operand.Mem{Base: sums, Disp: 4 * k})
+	}
+	c.ADDQ(operand.U8(2*zGroup), dst)
+	c.Store(dst, c.Param("dst"))
+	c.ADDQ(operand.U8(4*zGroup), sums)
+	c.Store(sums, c.Param("sums"))
+	c.Comment("p += 8·stride.")
+	p = c.GP64()
+	c.Load(c.Param("p"), p)
+	st := c.Load(c.Param("stride"), c.GP64())
+	c.SHLQ(operand.U8(3), st)
+	c.ADDQ(st, p)
+	c.Store(p, c.Param("p"))
+	c.DECQ(param("groups"))
+	c.JNZ(operand.LabelRef(name + "_group"))
+	c.VZEROUPPER()
+	c.RET()
+}
+
+// reduceV is reduce (main.go) on virtual registers: lane x to the
+// zero-extended CRC in out.
+func reduceV(c *build.Context, x, xFin, xMuP reg.VecVirtual, out reg.GPVirtual) {
+	t, s, k := c.XMM(), c.XMM(), c.XMM()
+	c.VPCLMULQDQ(operand.U8(0x01), xFin, x, t) // Hi·C(64+w)
+	c.VMOVQ(x, s)                              // Lo
+	c.VPSLLDQ(operand.U8(width/8), s, s)       // Lo·x^w
+	c.VPXORQ(s, t, t)                           // T, degree < 64+w
+	c.VPSRLDQ(operand.U8(width/8), t, s)       // Q = T div x^w
+	c.VPCLMULQDQ(operand.U8(0x00), xMuP, s, k) // Q·mu_low
+	c.VPSRLDQ(operand.U8(8), k, k)             // floor(Q·mu_low / x^64)
+	c.VPXORQ(k, s, s)                           // q
+	c.VPCLMULQDQ(operand.U8(0x10), xMuP, s, k) // q·p
+	c.VPXORQ(k, t, t)                           // low w bits: the CRC
+	c.VMOVQ(t, out)
+	c.MOVWQZX(out.As16(), out)
+}
