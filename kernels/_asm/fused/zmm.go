@@ -218,13 +218,13 @@ func reduceV(c *build.Context, x, xFin, xMuP reg.VecVirtual, out reg.GPVirtual) 
 	c.VPCLMULQDQ(operand.U8(0x01), xFin, x, t) // Hi·C(64+w)
 	c.VMOVQ(x, s)                              // Lo
 	c.VPSLLDQ(operand.U8(width/8), s, s)       // Lo·x^w
-	c.VPXORQ(s, t, t)                           // T, degree < 64+w
+	c.VPXORQ(s, t, t)                          // T, degree < 64+w
 	c.VPSRLDQ(operand.U8(width/8), t, s)       // Q = T div x^w
 	c.VPCLMULQDQ(operand.U8(0x00), xMuP, s, k) // Q·mu_low
 	c.VPSRLDQ(operand.U8(8), k, k)             // floor(Q·mu_low / x^64)
-	c.VPXORQ(k, s, s)                           // q
+	c.VPXORQ(k, s, s)                          // q
 	c.VPCLMULQDQ(operand.U8(0x10), xMuP, s, k) // q·p
-	c.VPXORQ(k, t, t)                           // low w bits: the CRC
+	c.VPXORQ(k, t, t)                          // low w bits: the CRC
 	c.VMOVQ(t, out)
 	c.MOVWQZX(out.As16(), out)
 }
