@@ -87,3 +87,13 @@ func fusedBlocksCopyAVX(dst []uint16, sums []uint32, q, p []byte, blockLen, stri
 //
 //go:noescape
 func fusedBlocksZ(dst *uint16, sums *uint32, p *byte, groups, blockLen, stride int, tab, tab32 *crcmath.RevFoldTable)
+
+// fusedBlocksZG is fusedBlocksZ with the guard folded in the reflected
+// domain (every byte's bits reversed by VGF2P8AFFINEQB), the sums of
+// blocks 1, 4 and 7 through CRC32Q streams and the other five folded
+// (kernels/_asm/fused, zmm.go). tab is the T10-DIF fold table, tabR that
+// of T10-DIF reflected (t10Reflected), tab32 the CRC-32C one; the CPU has,
+// besides, GFNI with AVX-512.
+//
+//go:noescape
+func fusedBlocksZG(dst *uint16, sums *uint32, p *byte, groups, blockLen, stride int, tab, tabR, tab32 *crcmath.RevFoldTable)

@@ -859,6 +859,9 @@ loopAVX:
 	VZEROUPPER
 	RET
 
+DATA fusedBitrev<>+0(SB)/8, $0x8040201008040201
+GLOBL fusedBitrev<>(SB), RODATA|NOPTR, $8
+
 // func fusedBlocksZ(dst *uint16, sums *uint32, p *byte, groups int, blockLen int, stride int, tab *byte, tab32 *byte)
 // Requires: AVX, AVX512BW, AVX512F, AVX512VL, PCLMULQDQ, SSE4.2, VPCLMULQDQ
 TEXT ·fusedBlocksZ(SB), $0-64
@@ -1307,5 +1310,491 @@ fusedBlocksZ_last:
 	MOVQ AX, p+16(FP)
 	DECQ groups+24(FP)
 	JNZ  fusedBlocksZ_group
+	VZEROUPPER
+	RET
+
+// func fusedBlocksZG(dst *uint16, sums *uint32, p *byte, groups int, blockLen int, stride int, tab *byte, tabR *byte, tab32 *byte)
+// Requires: AVX, AVX512F, AVX512VL, GFNI, PCLMULQDQ, SSE4.2, VPCLMULQDQ
+TEXT ·fusedBlocksZG(SB), $0-72
+	MOVQ            tab+48(FP), AX
+	MOVQ            tabR+56(FP), CX
+	VBROADCASTI32X4 64(CX), Z0
+	VMOVDQU64       2048(CX), Z2
+	VPBROADCASTQ    fusedBitrev<>+0(SB), Z5
+	VMOVDQU         1040(AX), X6
+	VMOVDQU         1056(AX), X7
+	MOVQ            tab32+64(FP), AX
+	VBROADCASTI32X4 64(AX), Z1
+	VMOVDQU64       2048(AX), Z3
+	VBROADCASTI32X4 fusedBswap<>+0(SB), Z4
+	MOVL            $0xffffffff, AX
+	VMOVD           AX, X8
+
+fusedBlocksZG_group:
+	MOVQ p+16(FP), AX
+	MOVQ stride+40(FP), CX
+	LEAQ (CX)(CX*2), DX
+	LEAQ (AX)(DX*1), BX
+	LEAQ (BX)(DX*1), DX
+	MOVL $0xffffffff, SI
+	MOVL $0xffffffff, DI
+	MOVL $0xffffffff, R8
+	MOVQ blockLen+32(FP), R9
+	SHRQ $0x06, R9
+
+	// The first 64 bytes of every block: byte-reversed for the guard,
+	// with the initial register in the first lane for the folded sums.
+	VMOVDQU64      (AX), Z9
+	VPXORQ         Z8, Z9, Z10
+	VGF2P8AFFINEQB $0x00, Z5, Z9, Z9
+	VMOVDQU64      (AX)(CX*1), Z11
+	VGF2P8AFFINEQB $0x00, Z5, Z11, Z11
+	VMOVDQU64      (AX)(CX*2), Z12
+	VPXORQ         Z8, Z12, Z13
+	VGF2P8AFFINEQB $0x00, Z5, Z12, Z12
+	VMOVDQU64      (BX), Z14
+	VPXORQ         Z8, Z14, Z15
+	VGF2P8AFFINEQB $0x00, Z5, Z14, Z14
+	VMOVDQU64      (BX)(CX*1), Z16
+	VGF2P8AFFINEQB $0x00, Z5, Z16, Z16
+	VMOVDQU64      (BX)(CX*2), Z17
+	VPXORQ         Z8, Z17, Z18
+	VGF2P8AFFINEQB $0x00, Z5, Z17, Z17
+	VMOVDQU64      (DX), Z19
+	VPXORQ         Z8, Z19, Z20
+	VGF2P8AFFINEQB $0x00, Z5, Z19, Z19
+	VMOVDQU64      (DX)(CX*1), Z21
+	VGF2P8AFFINEQB $0x00, Z5, Z21, Z21
+
+	// Every step: 64 bytes of each CRC32 block (8 CRC32Q), each guard
+	// and folded sum forward by 64 bytes onto the next 64 of its block.
+	DECQ R9
+	JZ   fusedBlocksZG_last
+
+fusedBlocksZG_loop:
+	CRC32Q         (AX)(CX*1), SI
+	CRC32Q         (BX)(CX*1), DI
+	CRC32Q         (DX)(CX*1), R8
+	VMOVDQU64      64(AX), Z23
+	VGF2P8AFFINEQB $0x00, Z5, Z23, Z23
+	VPCLMULQDQ     $0x00, Z0, Z9, Z22
+	VPCLMULQDQ     $0x11, Z0, Z9, Z9
+	VPTERNLOGD     $0x96, Z23, Z22, Z9
+	VPCLMULQDQ     $0x00, Z1, Z10, Z22
+	VPCLMULQDQ     $0x11, Z1, Z10, Z10
+	VPTERNLOGD     $0x96, 64(AX), Z22, Z10
+	CRC32Q         8(AX)(CX*1), SI
+	CRC32Q         8(BX)(CX*1), DI
+	CRC32Q         8(DX)(CX*1), R8
+	VMOVDQU64      64(AX)(CX*1), Z23
+	VGF2P8AFFINEQB $0x00, Z5, Z23, Z23
+	VPCLMULQDQ     $0x00, Z0, Z11, Z22
+	VPCLMULQDQ     $0x11, Z0, Z11, Z11
+	VPTERNLOGD     $0x96, Z23, Z22, Z11
+	CRC32Q         16(AX)(CX*1), SI
+	CRC32Q         16(BX)(CX*1), DI
+	CRC32Q         16(DX)(CX*1), R8
+	VMOVDQU64      64(AX)(CX*2), Z23
+	VGF2P8AFFINEQB $0x00, Z5, Z23, Z23
+	VPCLMULQDQ     $0x00, Z0, Z12, Z22
+	VPCLMULQDQ     $0x11, Z0, Z12, Z12
+	VPTERNLOGD     $0x96, Z23, Z22, Z12
+	VPCLMULQDQ     $0x00, Z1, Z13, Z22
+	VPCLMULQDQ     $0x11, Z1, Z13, Z13
+	VPTERNLOGD     $0x96, 64(AX)(CX*2), Z22, Z13
+	CRC32Q         24(AX)(CX*1), SI
+	CRC32Q         24(BX)(CX*1), DI
+	CRC32Q         24(DX)(CX*1), R8
+	VMOVDQU64      64(BX), Z23
+	VGF2P8AFFINEQB $0x00, Z5, Z23, Z23
+	VPCLMULQDQ     $0x00, Z0, Z14, Z22
+	VPCLMULQDQ     $0x11, Z0, Z14, Z14
+	VPTERNLOGD     $0x96, Z23, Z22, Z14
+	VPCLMULQDQ     $0x00, Z1, Z15, Z22
+	VPCLMULQDQ     $0x11, Z1, Z15, Z15
+	VPTERNLOGD     $0x96, 64(BX), Z22, Z15
+	CRC32Q         32(AX)(CX*1), SI
+	CRC32Q         32(BX)(CX*1), DI
+	CRC32Q         32(DX)(CX*1), R8
+	VMOVDQU64      64(BX)(CX*1), Z23
+	VGF2P8AFFINEQB $0x00, Z5, Z23, Z23
+	VPCLMULQDQ     $0x00, Z0, Z16, Z22
+	VPCLMULQDQ     $0x11, Z0, Z16, Z16
+	VPTERNLOGD     $0x96, Z23, Z22, Z16
+	CRC32Q         40(AX)(CX*1), SI
+	CRC32Q         40(BX)(CX*1), DI
+	CRC32Q         40(DX)(CX*1), R8
+	VMOVDQU64      64(BX)(CX*2), Z23
+	VGF2P8AFFINEQB $0x00, Z5, Z23, Z23
+	VPCLMULQDQ     $0x00, Z0, Z17, Z22
+	VPCLMULQDQ     $0x11, Z0, Z17, Z17
+	VPTERNLOGD     $0x96, Z23, Z22, Z17
+	VPCLMULQDQ     $0x00, Z1, Z18, Z22
+	VPCLMULQDQ     $0x11, Z1, Z18, Z18
+	VPTERNLOGD     $0x96, 64(BX)(CX*2), Z22, Z18
+	CRC32Q         48(AX)(CX*1), SI
+	CRC32Q         48(BX)(CX*1), DI
+	CRC32Q         48(DX)(CX*1), R8
+	VMOVDQU64      64(DX), Z23
+	VGF2P8AFFINEQB $0x00, Z5, Z23, Z23
+	VPCLMULQDQ     $0x00, Z0, Z19, Z22
+	VPCLMULQDQ     $0x11, Z0, Z19, Z19
+	VPTERNLOGD     $0x96, Z23, Z22, Z19
+	VPCLMULQDQ     $0x00, Z1, Z20, Z22
+	VPCLMULQDQ     $0x11, Z1, Z20, Z20
+	VPTERNLOGD     $0x96, 64(DX), Z22, Z20
+	CRC32Q         56(AX)(CX*1), SI
+	CRC32Q         56(BX)(CX*1), DI
+	CRC32Q         56(DX)(CX*1), R8
+	VMOVDQU64      64(DX)(CX*1), Z23
+	VGF2P8AFFINEQB $0x00, Z5, Z23, Z23
+	VPCLMULQDQ     $0x00, Z0, Z21, Z22
+	VPCLMULQDQ     $0x11, Z0, Z21, Z21
+	VPTERNLOGD     $0x96, Z23, Z22, Z21
+	ADDQ           $0x40, AX
+	ADDQ           $0x40, BX
+	ADDQ           $0x40, DX
+	DECQ           R9
+	JNZ            fusedBlocksZG_loop
+
+fusedBlocksZG_last:
+	// Last step: the CRC32 blocks only.
+	CRC32Q (AX)(CX*1), SI
+	CRC32Q (BX)(CX*1), DI
+	CRC32Q (DX)(CX*1), R8
+	CRC32Q 8(AX)(CX*1), SI
+	CRC32Q 8(BX)(CX*1), DI
+	CRC32Q 8(DX)(CX*1), R8
+	CRC32Q 16(AX)(CX*1), SI
+	CRC32Q 16(BX)(CX*1), DI
+	CRC32Q 16(DX)(CX*1), R8
+	CRC32Q 24(AX)(CX*1), SI
+	CRC32Q 24(BX)(CX*1), DI
+	CRC32Q 24(DX)(CX*1), R8
+	CRC32Q 32(AX)(CX*1), SI
+	CRC32Q 32(BX)(CX*1), DI
+	CRC32Q 32(DX)(CX*1), R8
+	CRC32Q 40(AX)(CX*1), SI
+	CRC32Q 40(BX)(CX*1), DI
+	CRC32Q 40(DX)(CX*1), R8
+	CRC32Q 48(AX)(CX*1), SI
+	CRC32Q 48(BX)(CX*1), DI
+	CRC32Q 48(DX)(CX*1), R8
+	CRC32Q 56(AX)(CX*1), SI
+	CRC32Q 56(BX)(CX*1), DI
+	CRC32Q 56(DX)(CX*1), R8
+	MOVQ   dst+0(FP), AX
+	MOVQ   sums+8(FP), CX
+
+	// Every block: the guard's lanes folded into one and reduced; the sum
+	// of a folded block as the CRC32Q of its lane from zero (the lane is a
+	// 16-byte message congruent to the block).
+	VPCLMULQDQ    $0x00, Z2, Z9, Z22
+	VPCLMULQDQ    $0x11, Z2, Z9, Z23
+	VPXORQ        Z22, Z23, Z23
+	VEXTRACTI64X4 $0x01, Z23, Y22
+	VPXORQ        Y22, Y23, Y22
+	VEXTRACTI32X4 $0x01, Y22, X23
+	VPXORQ        X23, X22, X23
+	VEXTRACTI32X4 $0x03, Z9, X9
+	VPXORQ        X9, X23, X23
+
+	// Back to the unreflected domain: bits of every byte, then the bytes.
+	VGF2P8AFFINEQB $0x00, X5, X23, X23
+	VPSHUFB        X4, X23, X23
+	VPCLMULQDQ     $0x01, X6, X23, X9
+	VMOVQ          X23, X22
+	VPSLLDQ        $0x02, X22, X22
+	VPXORQ         X22, X9, X9
+	VPSRLDQ        $0x02, X9, X22
+	VPCLMULQDQ     $0x00, X7, X22, X23
+	VPSRLDQ        $0x08, X23, X23
+	VPXORQ         X23, X22, X22
+	VPCLMULQDQ     $0x10, X7, X22, X23
+	VPXORQ         X23, X9, X9
+	VMOVQ          X9, DX
+	MOVWQZX        DX, DX
+	MOVW           DX, (AX)
+	VPCLMULQDQ     $0x00, Z3, Z10, Z22
+	VPCLMULQDQ     $0x11, Z3, Z10, Z23
+	VPXORQ         Z22, Z23, Z23
+	VEXTRACTI64X4  $0x01, Z23, Y9
+	VPXORQ         Y9, Y23, Y9
+	VEXTRACTI32X4  $0x01, Y9, X22
+	VPXORQ         X22, X9, X22
+	VEXTRACTI32X4  $0x03, Z10, X9
+	VPXORQ         X9, X22, X22
+	XORL           DX, DX
+	VMOVQ          X22, BX
+	CRC32Q         BX, DX
+	VPEXTRQ        $0x01, X22, BX
+	CRC32Q         BX, DX
+	NOTL           DX
+	MOVL           DX, (CX)
+	VPCLMULQDQ     $0x00, Z2, Z11, Z22
+	VPCLMULQDQ     $0x11, Z2, Z11, Z23
+	VPXORQ         Z22, Z23, Z23
+	VEXTRACTI64X4  $0x01, Z23, Y9
+	VPXORQ         Y9, Y23, Y9
+	VEXTRACTI32X4  $0x01, Y9, X10
+	VPXORQ         X10, X9, X10
+	VEXTRACTI32X4  $0x03, Z11, X9
+	VPXORQ         X9, X10, X10
+
+	// Back to the unreflected domain: bits of every byte, then the bytes.
+	VGF2P8AFFINEQB $0x00, X5, X10, X10
+	VPSHUFB        X4, X10, X10
+	VPCLMULQDQ     $0x01, X6, X10, X9
+	VMOVQ          X10, X10
+	VPSLLDQ        $0x02, X10, X10
+	VPXORQ         X10, X9, X9
+	VPSRLDQ        $0x02, X9, X10
+	VPCLMULQDQ     $0x00, X7, X10, X11
+	VPSRLDQ        $0x08, X11, X11
+	VPXORQ         X11, X10, X10
+	VPCLMULQDQ     $0x10, X7, X10, X11
+	VPXORQ         X11, X9, X9
+	VMOVQ          X9, DX
+	MOVWQZX        DX, DX
+	MOVW           DX, 2(AX)
+	NOTL           SI
+	MOVL           SI, 4(CX)
+	VPCLMULQDQ     $0x00, Z2, Z12, Z22
+	VPCLMULQDQ     $0x11, Z2, Z12, Z23
+	VPXORQ         Z22, Z23, Z23
+	VEXTRACTI64X4  $0x01, Z23, Y9
+	VPXORQ         Y9, Y23, Y9
+	VEXTRACTI32X4  $0x01, Y9, X10
+	VPXORQ         X10, X9, X10
+	VEXTRACTI32X4  $0x03, Z12, X9
+	VPXORQ         X9, X10, X10
+
+	// Back to the unreflected domain: bits of every byte, then the bytes.
+	VGF2P8AFFINEQB $0x00, X5, X10, X10
+	VPSHUFB        X4, X10, X10
+	VPCLMULQDQ     $0x01, X6, X10, X9
+	VMOVQ          X10, X10
+	VPSLLDQ        $0x02, X10, X10
+	VPXORQ         X10, X9, X9
+	VPSRLDQ        $0x02, X9, X10
+	VPCLMULQDQ     $0x00, X7, X10, X11
+	VPSRLDQ        $0x08, X11, X11
+	VPXORQ         X11, X10, X10
+	VPCLMULQDQ     $0x10, X7, X10, X11
+	VPXORQ         X11, X9, X9
+	VMOVQ          X9, DX
+	MOVWQZX        DX, DX
+	MOVW           DX, 4(AX)
+	VPCLMULQDQ     $0x00, Z3, Z13, Z22
+	VPCLMULQDQ     $0x11, Z3, Z13, Z23
+	VPXORQ         Z22, Z23, Z23
+	VEXTRACTI64X4  $0x01, Z23, Y9
+	VPXORQ         Y9, Y23, Y9
+	VEXTRACTI32X4  $0x01, Y9, X10
+	VPXORQ         X10, X9, X10
+	VEXTRACTI32X4  $0x03, Z13, X9
+	VPXORQ         X9, X10, X10
+	XORL           DX, DX
+	VMOVQ          X10, BX
+	CRC32Q         BX, DX
+	VPEXTRQ        $0x01, X10, BX
+	CRC32Q         BX, DX
+	NOTL           DX
+	MOVL           DX, 8(CX)
+	VPCLMULQDQ     $0x00, Z2, Z14, Z22
+	VPCLMULQDQ     $0x11, Z2, Z14, Z23
+	VPXORQ         Z22, Z23, Z23
+	VEXTRACTI64X4  $0x01, Z23, Y9
+	VPXORQ         Y9, Y23, Y9
+	VEXTRACTI32X4  $0x01, Y9, X10
+	VPXORQ         X10, X9, X10
+	VEXTRACTI32X4  $0x03, Z14, X9
+	VPXORQ         X9, X10, X10
+
+	// Back to the unreflected domain: bits of every byte, then the bytes.
+	VGF2P8AFFINEQB $0x00, X5, X10, X10
+	VPSHUFB        X4, X10, X10
+	VPCLMULQDQ     $0x01, X6, X10, X9
+	VMOVQ          X10, X10
+	VPSLLDQ        $0x02, X10, X10
+	VPXORQ         X10, X9, X9
+	VPSRLDQ        $0x02, X9, X10
+	VPCLMULQDQ     $0x00, X7, X10, X11
+	VPSRLDQ        $0x08, X11, X11
+	VPXORQ         X11, X10, X10
+	VPCLMULQDQ     $0x10, X7, X10, X11
+	VPXORQ         X11, X9, X9
+	VMOVQ          X9, DX
+	MOVWQZX        DX, DX
+	MOVW           DX, 6(AX)
+	VPCLMULQDQ     $0x00, Z3, Z15, Z22
+	VPCLMULQDQ     $0x11, Z3, Z15, Z23
+	VPXORQ         Z22, Z23, Z23
+	VEXTRACTI64X4  $0x01, Z23, Y9
+	VPXORQ         Y9, Y23, Y9
+	VEXTRACTI32X4  $0x01, Y9, X10
+	VPXORQ         X10, X9, X10
+	VEXTRACTI32X4  $0x03, Z15, X9
+	VPXORQ         X9, X10, X10
+	XORL           DX, DX
+	VMOVQ          X10, BX
+	CRC32Q         BX, DX
+	VPEXTRQ        $0x01, X10, BX
+	CRC32Q         BX, DX
+	NOTL           DX
+	MOVL           DX, 12(CX)
+	VPCLMULQDQ     $0x00, Z2, Z16, Z22
+	VPCLMULQDQ     $0x11, Z2, Z16, Z23
+	VPXORQ         Z22, Z23, Z23
+	VEXTRACTI64X4  $0x01, Z23, Y9
+	VPXORQ         Y9, Y23, Y9
+	VEXTRACTI32X4  $0x01, Y9, X10
+	VPXORQ         X10, X9, X10
+	VEXTRACTI32X4  $0x03, Z16, X9
+	VPXORQ         X9, X10, X10
+
+	// Back to the unreflected domain: bits of every byte, then the bytes.
+	VGF2P8AFFINEQB $0x00, X5, X10, X10
+	VPSHUFB        X4, X10, X10
+	VPCLMULQDQ     $0x01, X6, X10, X9
+	VMOVQ          X10, X10
+	VPSLLDQ        $0x02, X10, X10
+	VPXORQ         X10, X9, X9
+	VPSRLDQ        $0x02, X9, X10
+	VPCLMULQDQ     $0x00, X7, X10, X11
+	VPSRLDQ        $0x08, X11, X11
+	VPXORQ         X11, X10, X10
+	VPCLMULQDQ     $0x10, X7, X10, X11
+	VPXORQ         X11, X9, X9
+	VMOVQ          X9, DX
+	MOVWQZX        DX, DX
+	MOVW           DX, 8(AX)
+	NOTL           DI
+	MOVL           DI, 16(CX)
+	VPCLMULQDQ     $0x00, Z2, Z17, Z22
+	VPCLMULQDQ     $0x11, Z2, Z17, Z23
+	VPXORQ         Z22, Z23, Z23
+	VEXTRACTI64X4  $0x01, Z23, Y9
+	VPXORQ         Y9, Y23, Y9
+	VEXTRACTI32X4  $0x01, Y9, X10
+	VPXORQ         X10, X9, X10
+	VEXTRACTI32X4  $0x03, Z17, X9
+	VPXORQ         X9, X10, X10
+
+	// Back to the unreflected domain: bits of every byte, then the bytes.
+	VGF2P8AFFINEQB $0x00, X5, X10, X10
+	VPSHUFB        X4, X10, X10
+	VPCLMULQDQ     $0x01, X6, X10, X9
+	VMOVQ          X10, X10
+	VPSLLDQ        $0x02, X10, X10
+	VPXORQ         X10, X9, X9
+	VPSRLDQ        $0x02, X9, X10
+	VPCLMULQDQ     $0x00, X7, X10, X11
+	VPSRLDQ        $0x08, X11, X11
+	VPXORQ         X11, X10, X10
+	VPCLMULQDQ     $0x10, X7, X10, X11
+	VPXORQ         X11, X9, X9
+	VMOVQ          X9, DX
+	MOVWQZX        DX, DX
+	MOVW           DX, 10(AX)
+	VPCLMULQDQ     $0x00, Z3, Z18, Z22
+	VPCLMULQDQ     $0x11, Z3, Z18, Z23
+	VPXORQ         Z22, Z23, Z23
+	VEXTRACTI64X4  $0x01, Z23, Y9
+	VPXORQ         Y9, Y23, Y9
+	VEXTRACTI32X4  $0x01, Y9, X10
+	VPXORQ         X10, X9, X10
+	VEXTRACTI32X4  $0x03, Z18, X9
+	VPXORQ         X9, X10, X10
+	XORL           DX, DX
+	VMOVQ          X10, BX
+	CRC32Q         BX, DX
+	VPEXTRQ        $0x01, X10, BX
+	CRC32Q         BX, DX
+	NOTL           DX
+	MOVL           DX, 20(CX)
+	VPCLMULQDQ     $0x00, Z2, Z19, Z22
+	VPCLMULQDQ     $0x11, Z2, Z19, Z23
+	VPXORQ         Z22, Z23, Z23
+	VEXTRACTI64X4  $0x01, Z23, Y9
+	VPXORQ         Y9, Y23, Y9
+	VEXTRACTI32X4  $0x01, Y9, X10
+	VPXORQ         X10, X9, X10
+	VEXTRACTI32X4  $0x03, Z19, X9
+	VPXORQ         X9, X10, X10
+
+	// Back to the unreflected domain: bits of every byte, then the bytes.
+	VGF2P8AFFINEQB $0x00, X5, X10, X10
+	VPSHUFB        X4, X10, X10
+	VPCLMULQDQ     $0x01, X6, X10, X9
+	VMOVQ          X10, X10
+	VPSLLDQ        $0x02, X10, X10
+	VPXORQ         X10, X9, X9
+	VPSRLDQ        $0x02, X9, X10
+	VPCLMULQDQ     $0x00, X7, X10, X11
+	VPSRLDQ        $0x08, X11, X11
+	VPXORQ         X11, X10, X10
+	VPCLMULQDQ     $0x10, X7, X10, X11
+	VPXORQ         X11, X9, X9
+	VMOVQ          X9, DX
+	MOVWQZX        DX, DX
+	MOVW           DX, 12(AX)
+	VPCLMULQDQ     $0x00, Z3, Z20, Z22
+	VPCLMULQDQ     $0x11, Z3, Z20, Z23
+	VPXORQ         Z22, Z23, Z23
+	VEXTRACTI64X4  $0x01, Z23, Y9
+	VPXORQ         Y9, Y23, Y9
+	VEXTRACTI32X4  $0x01, Y9, X10
+	VPXORQ         X10, X9, X10
+	VEXTRACTI32X4  $0x03, Z20, X9
+	VPXORQ         X9, X10, X10
+	XORL           DX, DX
+	VMOVQ          X10, BX
+	CRC32Q         BX, DX
+	VPEXTRQ        $0x01, X10, BX
+	CRC32Q         BX, DX
+	NOTL           DX
+	MOVL           DX, 24(CX)
+	VPCLMULQDQ     $0x00, Z2, Z21, Z22
+	VPCLMULQDQ     $0x11, Z2, Z21, Z23
+	VPXORQ         Z22, Z23, Z23
+	VEXTRACTI64X4  $0x01, Z23, Y9
+	VPXORQ         Y9, Y23, Y9
+	VEXTRACTI32X4  $0x01, Y9, X10
+	VPXORQ         X10, X9, X10
+	VEXTRACTI32X4  $0x03, Z21, X9
+	VPXORQ         X9, X10, X10
+
+	// Back to the unreflected domain: bits of every byte, then the bytes.
+	VGF2P8AFFINEQB $0x00, X5, X10, X10
+	VPSHUFB        X4, X10, X10
+	VPCLMULQDQ     $0x01, X6, X10, X9
+	VMOVQ          X10, X10
+	VPSLLDQ        $0x02, X10, X10
+	VPXORQ         X10, X9, X9
+	VPSRLDQ        $0x02, X9, X10
+	VPCLMULQDQ     $0x00, X7, X10, X11
+	VPSRLDQ        $0x08, X11, X11
+	VPXORQ         X11, X10, X10
+	VPCLMULQDQ     $0x10, X7, X10, X11
+	VPXORQ         X11, X9, X9
+	VMOVQ          X9, DX
+	MOVWQZX        DX, DX
+	MOVW           DX, 14(AX)
+	NOTL           R8
+	MOVL           R8, 28(CX)
+	ADDQ           $0x10, AX
+	MOVQ           AX, dst+0(FP)
+	ADDQ           $0x20, CX
+	MOVQ           CX, sums+8(FP)
+
+	// p += 8·stride.
+	MOVQ p+16(FP), AX
+	MOVQ stride+40(FP), CX
+	SHLQ $0x03, CX
+	ADDQ CX, AX
+	MOVQ AX, p+16(FP)
+	DECQ groups+24(FP)
+	JNZ  fusedBlocksZG_group
 	VZEROUPPER
 	RET

@@ -48,11 +48,32 @@ func zAddr(bases []reg.GPVirtual, stride reg.Register, k, disp int) operand.Mem 
 	return m
 }
 
-// blocksZ generates fusedBlocksZ.
-func blocksZ(c *build.Context, maskZ operand.Mem) {
-	const name = "fusedBlocksZ"
+// blocksZ generates fusedBlocksZ, or with gfni fusedBlocksZG: the guard
+// folded in the reflected domain. An unreflected CRC of a message is the
+// bit reversal of the reflected CRC (same polynomial, reflected) of the
+// message with every byte's bits reversed; VGF2P8AFFINEQB with the matrix
+// bitrev reverses the bits of every byte on port 0, where VPSHUFB takes
+// port 5, so a step of the guard costs two port-5 cycles rather than three.
+// The lanes are then reflected lanes (Hi in the low quadword), folded as
+// the CRC-32C sums are, with the reflected T10-DIF table (tabR). After the
+// lane fold, the one lane, a 16-byte message in the reflected domain, goes
+// back to the unreflected one (the bits of every byte reversed again, and
+// its 16 bytes reversed into an unreflected lane) for the Barrett reduction
+// of tab. Port 5 then allows one more folded sum: blocks 1, 4 and 7 run
+// CRC32 streams, the other five fold (8·2 + 5·2 = 26 port-5 cycles and
+// 3·8 = 24 port-1 cycles a step, 19.7 bytes a cycle).
+func blocksZ(c *build.Context, maskZ operand.Mem, gfni bool, bitrev operand.Mem) {
+	name := "fusedBlocksZ"
+	sig := "func(dst *uint16, sums *uint32, p *byte, groups, blockLen, stride int, tab, tab32 *byte)"
+	// isCRC is whether block k's sum runs as a CRC32 stream.
+	isCRC := func(k int) bool { return k%2 == 1 }
+	if gfni {
+		name = "fusedBlocksZG"
+		sig = "func(dst *uint16, sums *uint32, p *byte, groups, blockLen, stride int, tab, tabR, tab32 *byte)"
+		isCRC = func(k int) bool { return k%3 == 1 }
+	}
 	c.Function(name)
-	c.SignatureExpr("func(dst *uint16, sums *uint32, p *byte, groups, blockLen, stride int, tab, tab32 *byte)")
+	c.SignatureExpr(sig)
 	c.Pragma("noescape")
 	param := func(n string) operand.Mem {
 		a, err := c.Param(n).Resolve()
@@ -63,8 +84,29 @@ func blocksZ(c *build.Context, maskZ operand.Mem) {
 	}
 	tp := c.Load(c.Param("tab"), c.GP64())
 	kT, kC, kR, kRC, mask := c.ZMM(), c.ZMM(), c.ZMM(), c.ZMM(), c.ZMM()
-	c.VBROADCASTI32X4(operand.Mem{Base: tp, Disp: tableFold + 16*4}, kT)
-	c.VMOVDQU64(operand.Mem{Base: tp, Disp: scaffold.TableRev + 16*61}, kR)
+	tr := tp
+	if gfni {
+		tr = c.Load(c.Param("tabR"), c.GP64())
+	}
+	c.VBROADCASTI32X4(operand.Mem{Base: tr, Disp: tableFold + 16*4}, kT)
+	c.VMOVDQU64(operand.Mem{Base: tr, Disp: scaffold.TableRev + 16*61}, kR)
+	// The guard's lanes: unreflected (VPSHUFB) or reflected (GFNI), and the
+	// VPCLMULQDQ immediates that pick Hi·k[0] and Lo·k[1] in them.
+	gLo, gHi := uint8(0x01), uint8(0x10)
+	var brev reg.VecVirtual
+	if gfni {
+		gLo, gHi = 0x00, 0x11
+		brev = c.ZMM()
+		c.VPBROADCASTQ(bitrev, brev)
+	}
+	// reverse turns 64 bytes of data in d into the guard's lanes.
+	reverse := func(d reg.VecVirtual, mask reg.VecVirtual) {
+		if gfni {
+			c.VGF2P8AFFINEQB(operand.U8(0), brev, d, d)
+		} else {
+			c.VPSHUFB(mask, d, d)
+		}
+	}
 	xFin, xMuP := c.XMM(), c.XMM()
 	c.VMOVDQU(operand.Mem{Base: tp, Disp: tableFinal}, xFin)
 	c.VMOVDQU(operand.Mem{Base: tp, Disp: tableMu}, xMuP)
@@ -91,10 +133,15 @@ func blocksZ(c *build.Context, maskZ operand.Mem) {
 		}
 	}
 	addr := func(k, disp int) operand.Mem { return zAddr(bases, stride, k, disp) }
-	crcs := make([]reg.GPVirtual, zGroup/2) // blocks 1, 3, 5, 7
-	for i := range crcs {
-		crcs[i] = c.GP64()
-		c.MOVL(operand.U32(0xffffffff), crcs[i].As32())
+	// crcs[k] for the CRC32 blocks, sacc[k] for the folded sums.
+	crcs := map[int]reg.GPVirtual{}
+	var crcBlocks []int
+	for k := 0; k < zGroup; k++ {
+		if isCRC(k) {
+			crcBlocks = append(crcBlocks, k)
+			crcs[k] = c.GP64()
+			c.MOVL(operand.U32(0xffffffff), crcs[k].As32())
+		}
 	}
 	iter := c.GP64()
 	c.Load(c.Param("blockLen"), iter)
@@ -103,20 +150,20 @@ func blocksZ(c *build.Context, maskZ operand.Mem) {
 	c.Comment("The first 64 bytes of every block: byte-reversed for the guard,",
 		"with the initial register in the first lane for the folded sums.")
 	gacc := make([]reg.VecVirtual, zGroup)
-	sacc := make([]reg.VecVirtual, zGroup/2) // blocks 0, 2, 4, 6
+	sacc := map[int]reg.VecVirtual{}
 	for k := 0; k < zGroup; k++ {
 		gacc[k] = c.ZMM()
 		c.VMOVDQU64(addr(k, 0), gacc[k])
-		if k%2 == 0 {
-			sacc[k/2] = c.ZMM()
-			c.VPXORQ(initv.AsZ(), gacc[k], sacc[k/2])
+		if !isCRC(k) {
+			sacc[k] = c.ZMM()
+			c.VPXORQ(initv.AsZ(), gacc[k], sacc[k])
 		}
-		c.VPSHUFB(mask, gacc[k], gacc[k])
+		reverse(gacc[k], mask)
 	}
 	t, d := c.ZMM(), c.ZMM()
 	crcStep := func(q int) {
-		for i, r := range crcs {
-			c.CRC32Q(addr(2*i+1, 8*q), r)
+		for _, k := range crcBlocks {
+			c.CRC32Q(addr(k, 8*q), crcs[k])
 		}
 	}
 	c.Comment("Every step: 64 bytes of each CRC32 block (8 CRC32Q), each guard",
@@ -128,12 +175,12 @@ func blocksZ(c *build.Context, maskZ operand.Mem) {
 		crcStep(q)
 		k := q
 		c.VMOVDQU64(addr(k, 64), d)
-		c.VPSHUFB(mask, d, d)
-		c.VPCLMULQDQ(operand.U8(0x01), kT, gacc[k], t)
-		c.VPCLMULQDQ(operand.U8(0x10), kT, gacc[k], gacc[k])
+		reverse(d, mask)
+		c.VPCLMULQDQ(operand.U8(gLo), kT, gacc[k], t)
+		c.VPCLMULQDQ(operand.U8(gHi), kT, gacc[k], gacc[k])
 		c.VPTERNLOGD(operand.U8(0x96), d, t, gacc[k])
-		if q%2 == 0 {
-			a := sacc[q/2]
+		if !isCRC(q) {
+			a := sacc[q]
 			c.VPCLMULQDQ(operand.U8(0x00), kC, a, t)
 			c.VPCLMULQDQ(operand.U8(0x11), kC, a, a)
 			c.VPTERNLOGD(operand.U8(0x96), addr(q, 64), t, a)
@@ -173,16 +220,21 @@ func blocksZ(c *build.Context, maskZ operand.Mem) {
 		"16-byte message congruent to the block).")
 	for k := 0; k < zGroup; k++ {
 		x := c.XMM()
-		lanes(gacc[k], kR, 0x01, 0x10, x)
+		lanes(gacc[k], kR, gLo, gHi, x)
+		if gfni {
+			c.Comment("Back to the unreflected domain: bits of every byte, then the bytes.")
+			c.VGF2P8AFFINEQB(operand.U8(0), brev.AsX(), x, x)
+			c.VPSHUFB(mask.AsX(), x, x)
+		}
 		out := c.GP64()
 		reduceV(c, x, xFin, xMuP, out)
 		c.MOVW(out.As16(), operand.Mem{Base: dst, Disp: 2 * k})
 		var r reg.GPVirtual
-		if k%2 == 1 {
-			r = crcs[k/2]
+		if isCRC(k) {
+			r = crcs[k]
 		} else {
 			v := c.XMM()
-			lanes(sacc[k/2], kRC, 0x00, 0x11, v)
+			lanes(sacc[k], kRC, 0x00, 0x11, v)
 			r = c.GP64()
 			q := c.GP64()
 			c.XORL(r.As32(), r.As32())
