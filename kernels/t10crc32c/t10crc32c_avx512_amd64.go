@@ -36,13 +36,14 @@ const (
 )
 
 // registerAVX512 registers the avx512 implementation, ahead of the fused
-// AVX2 kernels: on a CPU with AVX-512 VPCLMULQDQ, Blocks by fusedBlocksZ
-// (the guard folded on ZMM registers, the sum split between ZMM folds and
-// CRC32 streams, in one pass) for blocks of a multiple of 64 bytes, and
-// else as two passes, each over a chunk of the batch in turn, the guard on
-// ZMM folds and the CRC-32C by crc32c's avx512hybrid. Against two ISA-L
-// by16_10 calls a block on Emerald Rapids the fused kernel measured
-// 1.19-1.32 where the two passes measured 0.98-1.09 (docs/perf/crc32c-avx512.md).
+// AVX2 kernels: on a CPU with AVX-512 VPCLMULQDQ, Blocks by fusedBlocksZ or
+// fusedBlocksZG (the guard folded on ZMM registers, the sum split between
+// ZMM folds and CRC32 streams, in one pass; see blocksAVX512) for blocks of
+// a multiple of 64 bytes, and else as two passes, each over a chunk of the
+// batch in turn, the guard on ZMM folds and the CRC-32C by crc32c's
+// avx512hybrid. Against two ISA-L by16_10 calls a block on Emerald Rapids
+// the fused kernels measured 1.18-1.33 where the two passes measured
+// 0.92-1.06 (docs/performance.md).
 // The fused AVX2 kernel's CRC-32C runs only on the CRC32 instruction, 8
 // bytes a cycle, under a third of what the AVX-512 kernels read.
 // BlocksCopy stays the fused AVX2 kernel's: crct10dif.BlocksCopy then
