@@ -863,13 +863,13 @@ DATA fusedBitrev<>+0(SB)/8, $0x8040201008040201
 GLOBL fusedBitrev<>(SB), RODATA|NOPTR, $8
 
 // func fusedBlocksZ(dst *uint16, sums *uint32, p *byte, groups int, blockLen int, stride int, tab *byte, tab32 *byte)
-// Requires: AVX, AVX512BW, AVX512F, AVX512VL, PCLMULQDQ, SSE4.2, VPCLMULQDQ
-TEXT ·fusedBlocksZ(SB), $0-64
+// Requires: AVX, AVX512BW, AVX512F, AVX512VL, SSE4.2, VPCLMULQDQ
+TEXT ·fusedBlocksZ(SB), $128-64
 	MOVQ            tab+48(FP), AX
 	VBROADCASTI32X4 64(AX), Z0
 	VMOVDQU64       2048(AX), Z2
-	VMOVDQU         1040(AX), X5
-	VMOVDQU         1056(AX), X6
+	VBROADCASTI32X4 1040(AX), Z5
+	VBROADCASTI32X4 1056(AX), Z6
 	MOVQ            tab32+56(FP), AX
 	VBROADCASTI32X4 64(AX), Z1
 	VMOVDQU64       2048(AX), Z3
@@ -1049,254 +1049,201 @@ fusedBlocksZ_last:
 	// Every block: the guard's lanes folded into one and reduced; the sum
 	// of a folded block as the CRC32Q of its lane from zero (the lane is a
 	// 16-byte message congruent to the block).
-	VPCLMULQDQ    $0x01, Z2, Z8, Z20
-	VPCLMULQDQ    $0x10, Z2, Z8, Z21
+	VPCLMULQDQ    $0x00, Z3, Z9, Z20
+	VPCLMULQDQ    $0x11, Z3, Z9, Z21
 	VPXORQ        Z20, Z21, Z21
 	VEXTRACTI64X4 $0x01, Z21, Y20
 	VPXORQ        Y20, Y21, Y20
 	VEXTRACTI32X4 $0x01, Y20, X21
 	VPXORQ        X21, X20, X21
-	VEXTRACTI32X4 $0x03, Z8, X8
-	VPXORQ        X8, X21, X21
-	VPCLMULQDQ    $0x01, X5, X21, X8
-	VMOVQ         X21, X20
-	VPSLLDQ       $0x02, X20, X20
-	VPXORQ        X20, X8, X8
-	VPSRLDQ       $0x02, X8, X20
-	VPCLMULQDQ    $0x00, X6, X20, X21
-	VPSRLDQ       $0x08, X21, X21
-	VPXORQ        X21, X20, X20
-	VPCLMULQDQ    $0x10, X6, X20, X21
-	VPXORQ        X21, X8, X8
-	VMOVQ         X8, DX
-	MOVWQZX       DX, DX
-	MOVW          DX, (AX)
-	VPCLMULQDQ    $0x00, Z3, Z9, Z20
-	VPCLMULQDQ    $0x11, Z3, Z9, Z21
+	VEXTRACTI32X4 $0x03, Z9, X9
+	VPXORQ        X9, X21, X21
+	XORL          DX, DX
+	VMOVQ         X21, BX
+	CRC32Q        BX, DX
+	VPEXTRQ       $0x01, X21, BX
+	CRC32Q        BX, DX
+	NOTL          DX
+	MOVL          DX, (CX)
+	NOTL          SI
+	MOVL          SI, 4(CX)
+	VPCLMULQDQ    $0x00, Z3, Z12, Z20
+	VPCLMULQDQ    $0x11, Z3, Z12, Z21
 	VPXORQ        Z20, Z21, Z21
-	VEXTRACTI64X4 $0x01, Z21, Y8
-	VPXORQ        Y8, Y21, Y8
-	VEXTRACTI32X4 $0x01, Y8, X20
-	VPXORQ        X20, X8, X20
-	VEXTRACTI32X4 $0x03, Z9, X8
-	VPXORQ        X8, X20, X20
+	VEXTRACTI64X4 $0x01, Z21, Y9
+	VPXORQ        Y9, Y21, Y9
+	VEXTRACTI32X4 $0x01, Y9, X20
+	VPXORQ        X20, X9, X20
+	VEXTRACTI32X4 $0x03, Z12, X9
+	VPXORQ        X9, X20, X20
 	XORL          DX, DX
 	VMOVQ         X20, BX
 	CRC32Q        BX, DX
 	VPEXTRQ       $0x01, X20, BX
 	CRC32Q        BX, DX
 	NOTL          DX
-	MOVL          DX, (CX)
+	MOVL          DX, 8(CX)
+	NOTL          DI
+	MOVL          DI, 12(CX)
+	VPCLMULQDQ    $0x00, Z3, Z15, Z20
+	VPCLMULQDQ    $0x11, Z3, Z15, Z21
+	VPXORQ        Z20, Z21, Z21
+	VEXTRACTI64X4 $0x01, Z21, Y9
+	VPXORQ        Y9, Y21, Y9
+	VEXTRACTI32X4 $0x01, Y9, X12
+	VPXORQ        X12, X9, X12
+	VEXTRACTI32X4 $0x03, Z15, X9
+	VPXORQ        X9, X12, X12
+	XORL          DX, DX
+	VMOVQ         X12, BX
+	CRC32Q        BX, DX
+	VPEXTRQ       $0x01, X12, BX
+	CRC32Q        BX, DX
+	NOTL          DX
+	MOVL          DX, 16(CX)
+	NOTL          R8
+	MOVL          R8, 20(CX)
+	VPCLMULQDQ    $0x00, Z3, Z18, Z20
+	VPCLMULQDQ    $0x11, Z3, Z18, Z21
+	VPXORQ        Z20, Z21, Z21
+	VEXTRACTI64X4 $0x01, Z21, Y9
+	VPXORQ        Y9, Y21, Y9
+	VEXTRACTI32X4 $0x01, Y9, X12
+	VPXORQ        X12, X9, X12
+	VEXTRACTI32X4 $0x03, Z18, X9
+	VPXORQ        X9, X12, X12
+	XORL          DX, DX
+	VMOVQ         X12, BX
+	CRC32Q        BX, DX
+	VPEXTRQ       $0x01, X12, BX
+	CRC32Q        BX, DX
+	NOTL          DX
+	MOVL          DX, 24(CX)
+	NOTL          R9
+	MOVL          R9, 28(CX)
+
+	// The guards four at a time: each one's lane into a lane of z, reduced
+	// together, the four CRCs read back from the frame.
+	LEAQ          63(SP), DX
+	ANDQ          $-64, DX
+	VPCLMULQDQ    $0x01, Z2, Z8, Z20
+	VPCLMULQDQ    $0x10, Z2, Z8, Z21
+	VPXORQ        Z20, Z21, Z21
+	VEXTRACTI64X4 $0x01, Z21, Y9
+	VPXORQ        Y9, Y21, Y9
+	VEXTRACTI32X4 $0x01, Y9, X22
+	VPXORQ        X22, X9, X22
+	VEXTRACTI32X4 $0x03, Z8, X8
+	VPXORQ        X8, X22, X22
+	VMOVDQA64     Z22, Z8
 	VPCLMULQDQ    $0x01, Z2, Z10, Z20
 	VPCLMULQDQ    $0x10, Z2, Z10, Z21
 	VPXORQ        Z20, Z21, Z21
-	VEXTRACTI64X4 $0x01, Z21, Y8
-	VPXORQ        Y8, Y21, Y8
-	VEXTRACTI32X4 $0x01, Y8, X9
-	VPXORQ        X9, X8, X9
-	VEXTRACTI32X4 $0x03, Z10, X8
-	VPXORQ        X8, X9, X9
-	VPCLMULQDQ    $0x01, X5, X9, X8
-	VMOVQ         X9, X9
-	VPSLLDQ       $0x02, X9, X9
-	VPXORQ        X9, X8, X8
-	VPSRLDQ       $0x02, X8, X9
-	VPCLMULQDQ    $0x00, X6, X9, X10
-	VPSRLDQ       $0x08, X10, X10
-	VPXORQ        X10, X9, X9
-	VPCLMULQDQ    $0x10, X6, X9, X10
-	VPXORQ        X10, X8, X8
-	VMOVQ         X8, DX
-	MOVWQZX       DX, DX
-	MOVW          DX, 2(AX)
-	NOTL          SI
-	MOVL          SI, 4(CX)
+	VEXTRACTI64X4 $0x01, Z21, Y9
+	VPXORQ        Y9, Y21, Y9
+	VEXTRACTI32X4 $0x01, Y9, X12
+	VPXORQ        X12, X9, X12
+	VEXTRACTI32X4 $0x03, Z10, X9
+	VPXORQ        X9, X12, X12
+	VINSERTI32X4  $0x01, X12, Z8, Z8
 	VPCLMULQDQ    $0x01, Z2, Z11, Z20
 	VPCLMULQDQ    $0x10, Z2, Z11, Z21
 	VPXORQ        Z20, Z21, Z21
-	VEXTRACTI64X4 $0x01, Z21, Y8
-	VPXORQ        Y8, Y21, Y8
-	VEXTRACTI32X4 $0x01, Y8, X9
-	VPXORQ        X9, X8, X9
-	VEXTRACTI32X4 $0x03, Z11, X8
-	VPXORQ        X8, X9, X9
-	VPCLMULQDQ    $0x01, X5, X9, X8
-	VMOVQ         X9, X9
-	VPSLLDQ       $0x02, X9, X9
-	VPXORQ        X9, X8, X8
-	VPSRLDQ       $0x02, X8, X9
-	VPCLMULQDQ    $0x00, X6, X9, X10
-	VPSRLDQ       $0x08, X10, X10
-	VPXORQ        X10, X9, X9
-	VPCLMULQDQ    $0x10, X6, X9, X10
-	VPXORQ        X10, X8, X8
-	VMOVQ         X8, DX
-	MOVWQZX       DX, DX
-	MOVW          DX, 4(AX)
-	VPCLMULQDQ    $0x00, Z3, Z12, Z20
-	VPCLMULQDQ    $0x11, Z3, Z12, Z21
-	VPXORQ        Z20, Z21, Z21
-	VEXTRACTI64X4 $0x01, Z21, Y8
-	VPXORQ        Y8, Y21, Y8
-	VEXTRACTI32X4 $0x01, Y8, X9
-	VPXORQ        X9, X8, X9
-	VEXTRACTI32X4 $0x03, Z12, X8
-	VPXORQ        X8, X9, X9
-	XORL          DX, DX
-	VMOVQ         X9, BX
-	CRC32Q        BX, DX
-	VPEXTRQ       $0x01, X9, BX
-	CRC32Q        BX, DX
-	NOTL          DX
-	MOVL          DX, 8(CX)
+	VEXTRACTI64X4 $0x01, Z21, Y9
+	VPXORQ        Y9, Y21, Y9
+	VEXTRACTI32X4 $0x01, Y9, X10
+	VPXORQ        X10, X9, X10
+	VEXTRACTI32X4 $0x03, Z11, X9
+	VPXORQ        X9, X10, X10
+	VINSERTI32X4  $0x02, X10, Z8, Z8
 	VPCLMULQDQ    $0x01, Z2, Z13, Z20
 	VPCLMULQDQ    $0x10, Z2, Z13, Z21
 	VPXORQ        Z20, Z21, Z21
-	VEXTRACTI64X4 $0x01, Z21, Y8
-	VPXORQ        Y8, Y21, Y8
-	VEXTRACTI32X4 $0x01, Y8, X9
-	VPXORQ        X9, X8, X9
-	VEXTRACTI32X4 $0x03, Z13, X8
-	VPXORQ        X8, X9, X9
-	VPCLMULQDQ    $0x01, X5, X9, X8
-	VMOVQ         X9, X9
-	VPSLLDQ       $0x02, X9, X9
-	VPXORQ        X9, X8, X8
-	VPSRLDQ       $0x02, X8, X9
-	VPCLMULQDQ    $0x00, X6, X9, X10
-	VPSRLDQ       $0x08, X10, X10
-	VPXORQ        X10, X9, X9
-	VPCLMULQDQ    $0x10, X6, X9, X10
-	VPXORQ        X10, X8, X8
-	VMOVQ         X8, DX
-	MOVWQZX       DX, DX
-	MOVW          DX, 6(AX)
-	NOTL          DI
-	MOVL          DI, 12(CX)
+	VEXTRACTI64X4 $0x01, Z21, Y9
+	VPXORQ        Y9, Y21, Y9
+	VEXTRACTI32X4 $0x01, Y9, X10
+	VPXORQ        X10, X9, X10
+	VEXTRACTI32X4 $0x03, Z13, X9
+	VPXORQ        X9, X10, X10
+	VINSERTI32X4  $0x03, X10, Z8, Z8
+	VPCLMULQDQ    $0x01, Z5, Z8, Z9
+	VPSLLDQ       $0x08, Z8, Z8
+	VPSRLDQ       $0x06, Z8, Z8
+	VPXORQ        Z8, Z9, Z9
+	VPSRLDQ       $0x02, Z9, Z8
+	VPCLMULQDQ    $0x00, Z6, Z8, Z10
+	VPSRLDQ       $0x08, Z10, Z10
+	VPXORQ        Z10, Z8, Z8
+	VPCLMULQDQ    $0x10, Z6, Z8, Z10
+	VPXORQ        Z10, Z9, Z8
+	VMOVDQA64     Z8, (DX)
+	MOVWQZX       (DX), BX
+	MOVW          BX, (AX)
+	MOVWQZX       16(DX), BX
+	MOVW          BX, 2(AX)
+	MOVWQZX       32(DX), BX
+	MOVW          BX, 4(AX)
+	MOVWQZX       48(DX), BX
+	MOVW          BX, 6(AX)
 	VPCLMULQDQ    $0x01, Z2, Z14, Z20
 	VPCLMULQDQ    $0x10, Z2, Z14, Z21
 	VPXORQ        Z20, Z21, Z21
 	VEXTRACTI64X4 $0x01, Z21, Y8
 	VPXORQ        Y8, Y21, Y8
-	VEXTRACTI32X4 $0x01, Y8, X9
-	VPXORQ        X9, X8, X9
+	VEXTRACTI32X4 $0x01, Y8, X22
+	VPXORQ        X22, X8, X22
 	VEXTRACTI32X4 $0x03, Z14, X8
-	VPXORQ        X8, X9, X9
-	VPCLMULQDQ    $0x01, X5, X9, X8
-	VMOVQ         X9, X9
-	VPSLLDQ       $0x02, X9, X9
-	VPXORQ        X9, X8, X8
-	VPSRLDQ       $0x02, X8, X9
-	VPCLMULQDQ    $0x00, X6, X9, X10
-	VPSRLDQ       $0x08, X10, X10
-	VPXORQ        X10, X9, X9
-	VPCLMULQDQ    $0x10, X6, X9, X10
-	VPXORQ        X10, X8, X8
-	VMOVQ         X8, DX
-	MOVWQZX       DX, DX
-	MOVW          DX, 8(AX)
-	VPCLMULQDQ    $0x00, Z3, Z15, Z20
-	VPCLMULQDQ    $0x11, Z3, Z15, Z21
-	VPXORQ        Z20, Z21, Z21
-	VEXTRACTI64X4 $0x01, Z21, Y8
-	VPXORQ        Y8, Y21, Y8
-	VEXTRACTI32X4 $0x01, Y8, X9
-	VPXORQ        X9, X8, X9
-	VEXTRACTI32X4 $0x03, Z15, X8
-	VPXORQ        X8, X9, X9
-	XORL          DX, DX
-	VMOVQ         X9, BX
-	CRC32Q        BX, DX
-	VPEXTRQ       $0x01, X9, BX
-	CRC32Q        BX, DX
-	NOTL          DX
-	MOVL          DX, 16(CX)
+	VPXORQ        X8, X22, X22
+	VMOVDQA64     Z22, Z8
 	VPCLMULQDQ    $0x01, Z2, Z16, Z20
 	VPCLMULQDQ    $0x10, Z2, Z16, Z21
 	VPXORQ        Z20, Z21, Z21
-	VEXTRACTI64X4 $0x01, Z21, Y8
-	VPXORQ        Y8, Y21, Y8
-	VEXTRACTI32X4 $0x01, Y8, X9
-	VPXORQ        X9, X8, X9
-	VEXTRACTI32X4 $0x03, Z16, X8
-	VPXORQ        X8, X9, X9
-	VPCLMULQDQ    $0x01, X5, X9, X8
-	VMOVQ         X9, X9
-	VPSLLDQ       $0x02, X9, X9
-	VPXORQ        X9, X8, X8
-	VPSRLDQ       $0x02, X8, X9
-	VPCLMULQDQ    $0x00, X6, X9, X10
-	VPSRLDQ       $0x08, X10, X10
-	VPXORQ        X10, X9, X9
-	VPCLMULQDQ    $0x10, X6, X9, X10
-	VPXORQ        X10, X8, X8
-	VMOVQ         X8, DX
-	MOVWQZX       DX, DX
-	MOVW          DX, 10(AX)
-	NOTL          R8
-	MOVL          R8, 20(CX)
+	VEXTRACTI64X4 $0x01, Z21, Y9
+	VPXORQ        Y9, Y21, Y9
+	VEXTRACTI32X4 $0x01, Y9, X10
+	VPXORQ        X10, X9, X10
+	VEXTRACTI32X4 $0x03, Z16, X9
+	VPXORQ        X9, X10, X10
+	VINSERTI32X4  $0x01, X10, Z8, Z8
 	VPCLMULQDQ    $0x01, Z2, Z17, Z20
 	VPCLMULQDQ    $0x10, Z2, Z17, Z21
 	VPXORQ        Z20, Z21, Z21
-	VEXTRACTI64X4 $0x01, Z21, Y8
-	VPXORQ        Y8, Y21, Y8
-	VEXTRACTI32X4 $0x01, Y8, X9
-	VPXORQ        X9, X8, X9
-	VEXTRACTI32X4 $0x03, Z17, X8
-	VPXORQ        X8, X9, X9
-	VPCLMULQDQ    $0x01, X5, X9, X8
-	VMOVQ         X9, X9
-	VPSLLDQ       $0x02, X9, X9
-	VPXORQ        X9, X8, X8
-	VPSRLDQ       $0x02, X8, X9
-	VPCLMULQDQ    $0x00, X6, X9, X10
-	VPSRLDQ       $0x08, X10, X10
-	VPXORQ        X10, X9, X9
-	VPCLMULQDQ    $0x10, X6, X9, X10
-	VPXORQ        X10, X8, X8
-	VMOVQ         X8, DX
-	MOVWQZX       DX, DX
-	MOVW          DX, 12(AX)
-	VPCLMULQDQ    $0x00, Z3, Z18, Z20
-	VPCLMULQDQ    $0x11, Z3, Z18, Z21
-	VPXORQ        Z20, Z21, Z21
-	VEXTRACTI64X4 $0x01, Z21, Y8
-	VPXORQ        Y8, Y21, Y8
-	VEXTRACTI32X4 $0x01, Y8, X9
-	VPXORQ        X9, X8, X9
-	VEXTRACTI32X4 $0x03, Z18, X8
-	VPXORQ        X8, X9, X9
-	XORL          DX, DX
-	VMOVQ         X9, BX
-	CRC32Q        BX, DX
-	VPEXTRQ       $0x01, X9, BX
-	CRC32Q        BX, DX
-	NOTL          DX
-	MOVL          DX, 24(CX)
+	VEXTRACTI64X4 $0x01, Z21, Y9
+	VPXORQ        Y9, Y21, Y9
+	VEXTRACTI32X4 $0x01, Y9, X10
+	VPXORQ        X10, X9, X10
+	VEXTRACTI32X4 $0x03, Z17, X9
+	VPXORQ        X9, X10, X10
+	VINSERTI32X4  $0x02, X10, Z8, Z8
 	VPCLMULQDQ    $0x01, Z2, Z19, Z20
 	VPCLMULQDQ    $0x10, Z2, Z19, Z21
 	VPXORQ        Z20, Z21, Z21
-	VEXTRACTI64X4 $0x01, Z21, Y8
-	VPXORQ        Y8, Y21, Y8
-	VEXTRACTI32X4 $0x01, Y8, X9
-	VPXORQ        X9, X8, X9
-	VEXTRACTI32X4 $0x03, Z19, X8
-	VPXORQ        X8, X9, X9
-	VPCLMULQDQ    $0x01, X5, X9, X8
-	VMOVQ         X9, X9
-	VPSLLDQ       $0x02, X9, X9
-	VPXORQ        X9, X8, X8
-	VPSRLDQ       $0x02, X8, X9
-	VPCLMULQDQ    $0x00, X6, X9, X10
-	VPSRLDQ       $0x08, X10, X10
-	VPXORQ        X10, X9, X9
-	VPCLMULQDQ    $0x10, X6, X9, X10
-	VPXORQ        X10, X8, X8
-	VMOVQ         X8, DX
-	MOVWQZX       DX, DX
+	VEXTRACTI64X4 $0x01, Z21, Y9
+	VPXORQ        Y9, Y21, Y9
+	VEXTRACTI32X4 $0x01, Y9, X10
+	VPXORQ        X10, X9, X10
+	VEXTRACTI32X4 $0x03, Z19, X9
+	VPXORQ        X9, X10, X10
+	VINSERTI32X4  $0x03, X10, Z8, Z8
+	VPCLMULQDQ    $0x01, Z5, Z8, Z9
+	VPSLLDQ       $0x08, Z8, Z8
+	VPSRLDQ       $0x06, Z8, Z8
+	VPXORQ        Z8, Z9, Z9
+	VPSRLDQ       $0x02, Z9, Z8
+	VPCLMULQDQ    $0x00, Z6, Z8, Z10
+	VPSRLDQ       $0x08, Z10, Z10
+	VPXORQ        Z10, Z8, Z8
+	VPCLMULQDQ    $0x10, Z6, Z8, Z10
+	VPXORQ        Z10, Z9, Z8
+	VMOVDQA64     Z8, (DX)
+	MOVWQZX       (DX), BX
+	MOVW          BX, 8(AX)
+	MOVWQZX       16(DX), BX
+	MOVW          BX, 10(AX)
+	MOVWQZX       32(DX), BX
+	MOVW          BX, 12(AX)
+	MOVWQZX       48(DX), DX
 	MOVW          DX, 14(AX)
-	NOTL          R9
-	MOVL          R9, 28(CX)
 	ADDQ          $0x10, AX
 	MOVQ          AX, dst+0(FP)
 	ADDQ          $0x20, CX
@@ -1314,15 +1261,15 @@ fusedBlocksZ_last:
 	RET
 
 // func fusedBlocksZG(dst *uint16, sums *uint32, p *byte, groups int, blockLen int, stride int, tab *byte, tabR *byte, tab32 *byte)
-// Requires: AVX, AVX512F, AVX512VL, GFNI, PCLMULQDQ, SSE4.2, VPCLMULQDQ
-TEXT ·fusedBlocksZG(SB), $0-72
+// Requires: AVX, AVX512BW, AVX512F, AVX512VL, GFNI, SSE4.2, VPCLMULQDQ
+TEXT ·fusedBlocksZG(SB), $128-72
 	MOVQ            tab+48(FP), AX
 	MOVQ            tabR+56(FP), CX
 	VBROADCASTI32X4 64(CX), Z0
 	VMOVDQU64       2048(CX), Z2
 	VPBROADCASTQ    fusedBitrev<>+0(SB), Z5
-	VMOVDQU         1040(AX), X6
-	VMOVDQU         1056(AX), X7
+	VBROADCASTI32X4 1040(AX), Z6
+	VBROADCASTI32X4 1056(AX), Z7
 	MOVQ            tab32+64(FP), AX
 	VBROADCASTI32X4 64(AX), Z1
 	VMOVDQU64       2048(AX), Z3
@@ -1489,300 +1436,223 @@ fusedBlocksZG_last:
 	// Every block: the guard's lanes folded into one and reduced; the sum
 	// of a folded block as the CRC32Q of its lane from zero (the lane is a
 	// 16-byte message congruent to the block).
-	VPCLMULQDQ    $0x00, Z2, Z9, Z22
-	VPCLMULQDQ    $0x11, Z2, Z9, Z23
+	VPCLMULQDQ    $0x00, Z3, Z10, Z22
+	VPCLMULQDQ    $0x11, Z3, Z10, Z23
 	VPXORQ        Z22, Z23, Z23
 	VEXTRACTI64X4 $0x01, Z23, Y22
 	VPXORQ        Y22, Y23, Y22
 	VEXTRACTI32X4 $0x01, Y22, X23
 	VPXORQ        X23, X22, X23
+	VEXTRACTI32X4 $0x03, Z10, X10
+	VPXORQ        X10, X23, X23
+	XORL          DX, DX
+	VMOVQ         X23, BX
+	CRC32Q        BX, DX
+	VPEXTRQ       $0x01, X23, BX
+	CRC32Q        BX, DX
+	NOTL          DX
+	MOVL          DX, (CX)
+	NOTL          SI
+	MOVL          SI, 4(CX)
+	VPCLMULQDQ    $0x00, Z3, Z13, Z22
+	VPCLMULQDQ    $0x11, Z3, Z13, Z23
+	VPXORQ        Z22, Z23, Z23
+	VEXTRACTI64X4 $0x01, Z23, Y10
+	VPXORQ        Y10, Y23, Y10
+	VEXTRACTI32X4 $0x01, Y10, X22
+	VPXORQ        X22, X10, X22
+	VEXTRACTI32X4 $0x03, Z13, X10
+	VPXORQ        X10, X22, X22
+	XORL          DX, DX
+	VMOVQ         X22, BX
+	CRC32Q        BX, DX
+	VPEXTRQ       $0x01, X22, BX
+	CRC32Q        BX, DX
+	NOTL          DX
+	MOVL          DX, 8(CX)
+	VPCLMULQDQ    $0x00, Z3, Z15, Z22
+	VPCLMULQDQ    $0x11, Z3, Z15, Z23
+	VPXORQ        Z22, Z23, Z23
+	VEXTRACTI64X4 $0x01, Z23, Y10
+	VPXORQ        Y10, Y23, Y10
+	VEXTRACTI32X4 $0x01, Y10, X13
+	VPXORQ        X13, X10, X13
+	VEXTRACTI32X4 $0x03, Z15, X10
+	VPXORQ        X10, X13, X13
+	XORL          DX, DX
+	VMOVQ         X13, BX
+	CRC32Q        BX, DX
+	VPEXTRQ       $0x01, X13, BX
+	CRC32Q        BX, DX
+	NOTL          DX
+	MOVL          DX, 12(CX)
+	NOTL          DI
+	MOVL          DI, 16(CX)
+	VPCLMULQDQ    $0x00, Z3, Z18, Z22
+	VPCLMULQDQ    $0x11, Z3, Z18, Z23
+	VPXORQ        Z22, Z23, Z23
+	VEXTRACTI64X4 $0x01, Z23, Y10
+	VPXORQ        Y10, Y23, Y10
+	VEXTRACTI32X4 $0x01, Y10, X13
+	VPXORQ        X13, X10, X13
+	VEXTRACTI32X4 $0x03, Z18, X10
+	VPXORQ        X10, X13, X13
+	XORL          DX, DX
+	VMOVQ         X13, BX
+	CRC32Q        BX, DX
+	VPEXTRQ       $0x01, X13, BX
+	CRC32Q        BX, DX
+	NOTL          DX
+	MOVL          DX, 20(CX)
+	VPCLMULQDQ    $0x00, Z3, Z20, Z22
+	VPCLMULQDQ    $0x11, Z3, Z20, Z23
+	VPXORQ        Z22, Z23, Z23
+	VEXTRACTI64X4 $0x01, Z23, Y10
+	VPXORQ        Y10, Y23, Y10
+	VEXTRACTI32X4 $0x01, Y10, X13
+	VPXORQ        X13, X10, X13
+	VEXTRACTI32X4 $0x03, Z20, X10
+	VPXORQ        X10, X13, X13
+	XORL          DX, DX
+	VMOVQ         X13, BX
+	CRC32Q        BX, DX
+	VPEXTRQ       $0x01, X13, BX
+	CRC32Q        BX, DX
+	NOTL          DX
+	MOVL          DX, 24(CX)
+	NOTL          R8
+	MOVL          R8, 28(CX)
+
+	// The guards four at a time: each one's lane into a lane of z, reduced
+	// together, the four CRCs read back from the frame.
+	LEAQ          63(SP), DX
+	ANDQ          $-64, DX
+	VPCLMULQDQ    $0x00, Z2, Z9, Z22
+	VPCLMULQDQ    $0x11, Z2, Z9, Z23
+	VPXORQ        Z22, Z23, Z23
+	VEXTRACTI64X4 $0x01, Z23, Y10
+	VPXORQ        Y10, Y23, Y10
+	VEXTRACTI32X4 $0x01, Y10, X24
+	VPXORQ        X24, X10, X24
 	VEXTRACTI32X4 $0x03, Z9, X9
-	VPXORQ        X9, X23, X23
+	VPXORQ        X9, X24, X24
+	VMOVDQA64     Z24, Z9
+	VPCLMULQDQ    $0x00, Z2, Z11, Z22
+	VPCLMULQDQ    $0x11, Z2, Z11, Z23
+	VPXORQ        Z22, Z23, Z23
+	VEXTRACTI64X4 $0x01, Z23, Y10
+	VPXORQ        Y10, Y23, Y10
+	VEXTRACTI32X4 $0x01, Y10, X13
+	VPXORQ        X13, X10, X13
+	VEXTRACTI32X4 $0x03, Z11, X10
+	VPXORQ        X10, X13, X13
+	VINSERTI32X4  $0x01, X13, Z9, Z9
+	VPCLMULQDQ    $0x00, Z2, Z12, Z22
+	VPCLMULQDQ    $0x11, Z2, Z12, Z23
+	VPXORQ        Z22, Z23, Z23
+	VEXTRACTI64X4 $0x01, Z23, Y10
+	VPXORQ        Y10, Y23, Y10
+	VEXTRACTI32X4 $0x01, Y10, X11
+	VPXORQ        X11, X10, X11
+	VEXTRACTI32X4 $0x03, Z12, X10
+	VPXORQ        X10, X11, X11
+	VINSERTI32X4  $0x02, X11, Z9, Z9
+	VPCLMULQDQ    $0x00, Z2, Z14, Z22
+	VPCLMULQDQ    $0x11, Z2, Z14, Z23
+	VPXORQ        Z22, Z23, Z23
+	VEXTRACTI64X4 $0x01, Z23, Y10
+	VPXORQ        Y10, Y23, Y10
+	VEXTRACTI32X4 $0x01, Y10, X11
+	VPXORQ        X11, X10, X11
+	VEXTRACTI32X4 $0x03, Z14, X10
+	VPXORQ        X10, X11, X11
+	VINSERTI32X4  $0x03, X11, Z9, Z9
 
 	// Back to the unreflected domain: bits of every byte, then the bytes.
-	VGF2P8AFFINEQB $0x00, X5, X23, X23
-	VPSHUFB        X4, X23, X23
-	VPCLMULQDQ     $0x01, X6, X23, X9
-	VMOVQ          X23, X22
-	VPSLLDQ        $0x02, X22, X22
-	VPXORQ         X22, X9, X9
-	VPSRLDQ        $0x02, X9, X22
-	VPCLMULQDQ     $0x00, X7, X22, X23
-	VPSRLDQ        $0x08, X23, X23
-	VPXORQ         X23, X22, X22
-	VPCLMULQDQ     $0x10, X7, X22, X23
-	VPXORQ         X23, X9, X9
-	VMOVQ          X9, DX
-	MOVWQZX        DX, DX
-	MOVW           DX, (AX)
-	VPCLMULQDQ     $0x00, Z3, Z10, Z22
-	VPCLMULQDQ     $0x11, Z3, Z10, Z23
-	VPXORQ         Z22, Z23, Z23
-	VEXTRACTI64X4  $0x01, Z23, Y9
-	VPXORQ         Y9, Y23, Y9
-	VEXTRACTI32X4  $0x01, Y9, X22
-	VPXORQ         X22, X9, X22
-	VEXTRACTI32X4  $0x03, Z10, X9
-	VPXORQ         X9, X22, X22
-	XORL           DX, DX
-	VMOVQ          X22, BX
-	CRC32Q         BX, DX
-	VPEXTRQ        $0x01, X22, BX
-	CRC32Q         BX, DX
-	NOTL           DX
-	MOVL           DX, (CX)
-	VPCLMULQDQ     $0x00, Z2, Z11, Z22
-	VPCLMULQDQ     $0x11, Z2, Z11, Z23
-	VPXORQ         Z22, Z23, Z23
-	VEXTRACTI64X4  $0x01, Z23, Y9
-	VPXORQ         Y9, Y23, Y9
-	VEXTRACTI32X4  $0x01, Y9, X10
-	VPXORQ         X10, X9, X10
-	VEXTRACTI32X4  $0x03, Z11, X9
-	VPXORQ         X9, X10, X10
-
-	// Back to the unreflected domain: bits of every byte, then the bytes.
-	VGF2P8AFFINEQB $0x00, X5, X10, X10
-	VPSHUFB        X4, X10, X10
-	VPCLMULQDQ     $0x01, X6, X10, X9
-	VMOVQ          X10, X10
-	VPSLLDQ        $0x02, X10, X10
-	VPXORQ         X10, X9, X9
-	VPSRLDQ        $0x02, X9, X10
-	VPCLMULQDQ     $0x00, X7, X10, X11
-	VPSRLDQ        $0x08, X11, X11
-	VPXORQ         X11, X10, X10
-	VPCLMULQDQ     $0x10, X7, X10, X11
-	VPXORQ         X11, X9, X9
-	VMOVQ          X9, DX
-	MOVWQZX        DX, DX
-	MOVW           DX, 2(AX)
-	NOTL           SI
-	MOVL           SI, 4(CX)
-	VPCLMULQDQ     $0x00, Z2, Z12, Z22
-	VPCLMULQDQ     $0x11, Z2, Z12, Z23
-	VPXORQ         Z22, Z23, Z23
-	VEXTRACTI64X4  $0x01, Z23, Y9
-	VPXORQ         Y9, Y23, Y9
-	VEXTRACTI32X4  $0x01, Y9, X10
-	VPXORQ         X10, X9, X10
-	VEXTRACTI32X4  $0x03, Z12, X9
-	VPXORQ         X9, X10, X10
-
-	// Back to the unreflected domain: bits of every byte, then the bytes.
-	VGF2P8AFFINEQB $0x00, X5, X10, X10
-	VPSHUFB        X4, X10, X10
-	VPCLMULQDQ     $0x01, X6, X10, X9
-	VMOVQ          X10, X10
-	VPSLLDQ        $0x02, X10, X10
-	VPXORQ         X10, X9, X9
-	VPSRLDQ        $0x02, X9, X10
-	VPCLMULQDQ     $0x00, X7, X10, X11
-	VPSRLDQ        $0x08, X11, X11
-	VPXORQ         X11, X10, X10
-	VPCLMULQDQ     $0x10, X7, X10, X11
-	VPXORQ         X11, X9, X9
-	VMOVQ          X9, DX
-	MOVWQZX        DX, DX
-	MOVW           DX, 4(AX)
-	VPCLMULQDQ     $0x00, Z3, Z13, Z22
-	VPCLMULQDQ     $0x11, Z3, Z13, Z23
-	VPXORQ         Z22, Z23, Z23
-	VEXTRACTI64X4  $0x01, Z23, Y9
-	VPXORQ         Y9, Y23, Y9
-	VEXTRACTI32X4  $0x01, Y9, X10
-	VPXORQ         X10, X9, X10
-	VEXTRACTI32X4  $0x03, Z13, X9
-	VPXORQ         X9, X10, X10
-	XORL           DX, DX
-	VMOVQ          X10, BX
-	CRC32Q         BX, DX
-	VPEXTRQ        $0x01, X10, BX
-	CRC32Q         BX, DX
-	NOTL           DX
-	MOVL           DX, 8(CX)
-	VPCLMULQDQ     $0x00, Z2, Z14, Z22
-	VPCLMULQDQ     $0x11, Z2, Z14, Z23
-	VPXORQ         Z22, Z23, Z23
-	VEXTRACTI64X4  $0x01, Z23, Y9
-	VPXORQ         Y9, Y23, Y9
-	VEXTRACTI32X4  $0x01, Y9, X10
-	VPXORQ         X10, X9, X10
-	VEXTRACTI32X4  $0x03, Z14, X9
-	VPXORQ         X9, X10, X10
-
-	// Back to the unreflected domain: bits of every byte, then the bytes.
-	VGF2P8AFFINEQB $0x00, X5, X10, X10
-	VPSHUFB        X4, X10, X10
-	VPCLMULQDQ     $0x01, X6, X10, X9
-	VMOVQ          X10, X10
-	VPSLLDQ        $0x02, X10, X10
-	VPXORQ         X10, X9, X9
-	VPSRLDQ        $0x02, X9, X10
-	VPCLMULQDQ     $0x00, X7, X10, X11
-	VPSRLDQ        $0x08, X11, X11
-	VPXORQ         X11, X10, X10
-	VPCLMULQDQ     $0x10, X7, X10, X11
-	VPXORQ         X11, X9, X9
-	VMOVQ          X9, DX
-	MOVWQZX        DX, DX
-	MOVW           DX, 6(AX)
-	VPCLMULQDQ     $0x00, Z3, Z15, Z22
-	VPCLMULQDQ     $0x11, Z3, Z15, Z23
-	VPXORQ         Z22, Z23, Z23
-	VEXTRACTI64X4  $0x01, Z23, Y9
-	VPXORQ         Y9, Y23, Y9
-	VEXTRACTI32X4  $0x01, Y9, X10
-	VPXORQ         X10, X9, X10
-	VEXTRACTI32X4  $0x03, Z15, X9
-	VPXORQ         X9, X10, X10
-	XORL           DX, DX
-	VMOVQ          X10, BX
-	CRC32Q         BX, DX
-	VPEXTRQ        $0x01, X10, BX
-	CRC32Q         BX, DX
-	NOTL           DX
-	MOVL           DX, 12(CX)
+	VGF2P8AFFINEQB $0x00, Z5, Z9, Z9
+	VPSHUFB        Z4, Z9, Z9
+	VPCLMULQDQ     $0x01, Z6, Z9, Z10
+	VPSLLDQ        $0x08, Z9, Z9
+	VPSRLDQ        $0x06, Z9, Z9
+	VPXORQ         Z9, Z10, Z10
+	VPSRLDQ        $0x02, Z10, Z9
+	VPCLMULQDQ     $0x00, Z7, Z9, Z11
+	VPSRLDQ        $0x08, Z11, Z11
+	VPXORQ         Z11, Z9, Z9
+	VPCLMULQDQ     $0x10, Z7, Z9, Z11
+	VPXORQ         Z11, Z10, Z9
+	VMOVDQA64      Z9, (DX)
+	MOVWQZX        (DX), BX
+	MOVW           BX, (AX)
+	MOVWQZX        16(DX), BX
+	MOVW           BX, 2(AX)
+	MOVWQZX        32(DX), BX
+	MOVW           BX, 4(AX)
+	MOVWQZX        48(DX), BX
+	MOVW           BX, 6(AX)
 	VPCLMULQDQ     $0x00, Z2, Z16, Z22
 	VPCLMULQDQ     $0x11, Z2, Z16, Z23
 	VPXORQ         Z22, Z23, Z23
 	VEXTRACTI64X4  $0x01, Z23, Y9
 	VPXORQ         Y9, Y23, Y9
-	VEXTRACTI32X4  $0x01, Y9, X10
-	VPXORQ         X10, X9, X10
+	VEXTRACTI32X4  $0x01, Y9, X24
+	VPXORQ         X24, X9, X24
 	VEXTRACTI32X4  $0x03, Z16, X9
-	VPXORQ         X9, X10, X10
-
-	// Back to the unreflected domain: bits of every byte, then the bytes.
-	VGF2P8AFFINEQB $0x00, X5, X10, X10
-	VPSHUFB        X4, X10, X10
-	VPCLMULQDQ     $0x01, X6, X10, X9
-	VMOVQ          X10, X10
-	VPSLLDQ        $0x02, X10, X10
-	VPXORQ         X10, X9, X9
-	VPSRLDQ        $0x02, X9, X10
-	VPCLMULQDQ     $0x00, X7, X10, X11
-	VPSRLDQ        $0x08, X11, X11
-	VPXORQ         X11, X10, X10
-	VPCLMULQDQ     $0x10, X7, X10, X11
-	VPXORQ         X11, X9, X9
-	VMOVQ          X9, DX
-	MOVWQZX        DX, DX
-	MOVW           DX, 8(AX)
-	NOTL           DI
-	MOVL           DI, 16(CX)
+	VPXORQ         X9, X24, X24
+	VMOVDQA64      Z24, Z9
 	VPCLMULQDQ     $0x00, Z2, Z17, Z22
 	VPCLMULQDQ     $0x11, Z2, Z17, Z23
 	VPXORQ         Z22, Z23, Z23
-	VEXTRACTI64X4  $0x01, Z23, Y9
-	VPXORQ         Y9, Y23, Y9
-	VEXTRACTI32X4  $0x01, Y9, X10
-	VPXORQ         X10, X9, X10
-	VEXTRACTI32X4  $0x03, Z17, X9
-	VPXORQ         X9, X10, X10
-
-	// Back to the unreflected domain: bits of every byte, then the bytes.
-	VGF2P8AFFINEQB $0x00, X5, X10, X10
-	VPSHUFB        X4, X10, X10
-	VPCLMULQDQ     $0x01, X6, X10, X9
-	VMOVQ          X10, X10
-	VPSLLDQ        $0x02, X10, X10
-	VPXORQ         X10, X9, X9
-	VPSRLDQ        $0x02, X9, X10
-	VPCLMULQDQ     $0x00, X7, X10, X11
-	VPSRLDQ        $0x08, X11, X11
-	VPXORQ         X11, X10, X10
-	VPCLMULQDQ     $0x10, X7, X10, X11
-	VPXORQ         X11, X9, X9
-	VMOVQ          X9, DX
-	MOVWQZX        DX, DX
-	MOVW           DX, 10(AX)
-	VPCLMULQDQ     $0x00, Z3, Z18, Z22
-	VPCLMULQDQ     $0x11, Z3, Z18, Z23
-	VPXORQ         Z22, Z23, Z23
-	VEXTRACTI64X4  $0x01, Z23, Y9
-	VPXORQ         Y9, Y23, Y9
-	VEXTRACTI32X4  $0x01, Y9, X10
-	VPXORQ         X10, X9, X10
-	VEXTRACTI32X4  $0x03, Z18, X9
-	VPXORQ         X9, X10, X10
-	XORL           DX, DX
-	VMOVQ          X10, BX
-	CRC32Q         BX, DX
-	VPEXTRQ        $0x01, X10, BX
-	CRC32Q         BX, DX
-	NOTL           DX
-	MOVL           DX, 20(CX)
+	VEXTRACTI64X4  $0x01, Z23, Y10
+	VPXORQ         Y10, Y23, Y10
+	VEXTRACTI32X4  $0x01, Y10, X11
+	VPXORQ         X11, X10, X11
+	VEXTRACTI32X4  $0x03, Z17, X10
+	VPXORQ         X10, X11, X11
+	VINSERTI32X4   $0x01, X11, Z9, Z9
 	VPCLMULQDQ     $0x00, Z2, Z19, Z22
 	VPCLMULQDQ     $0x11, Z2, Z19, Z23
 	VPXORQ         Z22, Z23, Z23
-	VEXTRACTI64X4  $0x01, Z23, Y9
-	VPXORQ         Y9, Y23, Y9
-	VEXTRACTI32X4  $0x01, Y9, X10
-	VPXORQ         X10, X9, X10
-	VEXTRACTI32X4  $0x03, Z19, X9
-	VPXORQ         X9, X10, X10
-
-	// Back to the unreflected domain: bits of every byte, then the bytes.
-	VGF2P8AFFINEQB $0x00, X5, X10, X10
-	VPSHUFB        X4, X10, X10
-	VPCLMULQDQ     $0x01, X6, X10, X9
-	VMOVQ          X10, X10
-	VPSLLDQ        $0x02, X10, X10
-	VPXORQ         X10, X9, X9
-	VPSRLDQ        $0x02, X9, X10
-	VPCLMULQDQ     $0x00, X7, X10, X11
-	VPSRLDQ        $0x08, X11, X11
-	VPXORQ         X11, X10, X10
-	VPCLMULQDQ     $0x10, X7, X10, X11
-	VPXORQ         X11, X9, X9
-	VMOVQ          X9, DX
-	MOVWQZX        DX, DX
-	MOVW           DX, 12(AX)
-	VPCLMULQDQ     $0x00, Z3, Z20, Z22
-	VPCLMULQDQ     $0x11, Z3, Z20, Z23
-	VPXORQ         Z22, Z23, Z23
-	VEXTRACTI64X4  $0x01, Z23, Y9
-	VPXORQ         Y9, Y23, Y9
-	VEXTRACTI32X4  $0x01, Y9, X10
-	VPXORQ         X10, X9, X10
-	VEXTRACTI32X4  $0x03, Z20, X9
-	VPXORQ         X9, X10, X10
-	XORL           DX, DX
-	VMOVQ          X10, BX
-	CRC32Q         BX, DX
-	VPEXTRQ        $0x01, X10, BX
-	CRC32Q         BX, DX
-	NOTL           DX
-	MOVL           DX, 24(CX)
+	VEXTRACTI64X4  $0x01, Z23, Y10
+	VPXORQ         Y10, Y23, Y10
+	VEXTRACTI32X4  $0x01, Y10, X11
+	VPXORQ         X11, X10, X11
+	VEXTRACTI32X4  $0x03, Z19, X10
+	VPXORQ         X10, X11, X11
+	VINSERTI32X4   $0x02, X11, Z9, Z9
 	VPCLMULQDQ     $0x00, Z2, Z21, Z22
 	VPCLMULQDQ     $0x11, Z2, Z21, Z23
 	VPXORQ         Z22, Z23, Z23
-	VEXTRACTI64X4  $0x01, Z23, Y9
-	VPXORQ         Y9, Y23, Y9
-	VEXTRACTI32X4  $0x01, Y9, X10
-	VPXORQ         X10, X9, X10
-	VEXTRACTI32X4  $0x03, Z21, X9
-	VPXORQ         X9, X10, X10
+	VEXTRACTI64X4  $0x01, Z23, Y10
+	VPXORQ         Y10, Y23, Y10
+	VEXTRACTI32X4  $0x01, Y10, X11
+	VPXORQ         X11, X10, X11
+	VEXTRACTI32X4  $0x03, Z21, X10
+	VPXORQ         X10, X11, X11
+	VINSERTI32X4   $0x03, X11, Z9, Z9
 
 	// Back to the unreflected domain: bits of every byte, then the bytes.
-	VGF2P8AFFINEQB $0x00, X5, X10, X10
-	VPSHUFB        X4, X10, X10
-	VPCLMULQDQ     $0x01, X6, X10, X9
-	VMOVQ          X10, X10
-	VPSLLDQ        $0x02, X10, X10
-	VPXORQ         X10, X9, X9
-	VPSRLDQ        $0x02, X9, X10
-	VPCLMULQDQ     $0x00, X7, X10, X11
-	VPSRLDQ        $0x08, X11, X11
-	VPXORQ         X11, X10, X10
-	VPCLMULQDQ     $0x10, X7, X10, X11
-	VPXORQ         X11, X9, X9
-	VMOVQ          X9, DX
-	MOVWQZX        DX, DX
+	VGF2P8AFFINEQB $0x00, Z5, Z9, Z9
+	VPSHUFB        Z4, Z9, Z9
+	VPCLMULQDQ     $0x01, Z6, Z9, Z10
+	VPSLLDQ        $0x08, Z9, Z9
+	VPSRLDQ        $0x06, Z9, Z9
+	VPXORQ         Z9, Z10, Z10
+	VPSRLDQ        $0x02, Z10, Z9
+	VPCLMULQDQ     $0x00, Z7, Z9, Z11
+	VPSRLDQ        $0x08, Z11, Z11
+	VPXORQ         Z11, Z9, Z9
+	VPCLMULQDQ     $0x10, Z7, Z9, Z11
+	VPXORQ         Z11, Z10, Z9
+	VMOVDQA64      Z9, (DX)
+	MOVWQZX        (DX), BX
+	MOVW           BX, 8(AX)
+	MOVWQZX        16(DX), BX
+	MOVW           BX, 10(AX)
+	MOVWQZX        32(DX), BX
+	MOVW           BX, 12(AX)
+	MOVWQZX        48(DX), DX
 	MOVW           DX, 14(AX)
-	NOTL           R8
-	MOVL           R8, 28(CX)
 	ADDQ           $0x10, AX
 	MOVQ           AX, dst+0(FP)
 	ADDQ           $0x20, CX
