@@ -23,11 +23,14 @@ package main
 // 64 bytes with Fold[4] of the T10-DIF table. After the loop the four lanes
 // of a guard accumulator fold into the last (lane l by Fold[3-l], one
 // VPCLMULQDQ pair with the 64 bytes at Rev[61], whose last lane Fold[0] is
-// zero), the lanes are summed, and the lanes of four blocks go into one ZMM
-// register that reduceZ reduces at once (one Barrett reduction for four
-// guards, where one a block took a fifth of the time at 512 bytes); a sum
+// zero), four blocks at a time: their lanes summed by a transpose
+// (six VSHUFI64X2 for four blocks, where extracting each block's lanes took
+// three) into one ZMM register that reduceZ reduces at once (one Barrett
+// reduction for four guards); at 512 bytes the ends of the blocks, one at a
+// time, had taken a third of the time; a sum
 // accumulator's lanes fold into one the same way (the CRC-32C table's
-// Rev[61]), and two CRC32Q of that lane from zero give its register.
+// Rev[61]; four at a time, stored to the frame), and two CRC32Q of that
+// lane from zero give its register.
 
 import (
 	"github.com/difctl/difctl/kernels/_asm/internal/scaffold"
@@ -112,6 +115,12 @@ func blocksZ(c *build.Context, maskZ operand.Mem, gfni bool, bitrev operand.Mem)
 	// One 64-byte aligned slot on the frame for four reduced guards (128
 	// bytes: the slot and its alignment).
 	frame := c.AllocLocal(128)
+	// last4 is all ones in the last lane, zeros elsewhere.
+	last4, zero, allOnes := c.ZMM(), c.ZMM(), c.ZMM()
+	c.VPXORQ(zero, zero, zero)
+	c.VPTERNLOGD(operand.U8(0xff), zero, zero, allOnes)
+	c.VSHUFI64X2(operand.U8(0x00), allOnes, zero, last4) // {0, 0, ones, ones}
+	c.VSHUFI64X2(operand.U8(0xc0), last4, zero, last4)   // {0, 0, 0, ones}
 	zFin, zMuP := c.ZMM(), c.ZMM()
 	c.VBROADCASTI32X4(operand.Mem{Base: tp, Disp: tableFinal}, zFin)
 	c.VBROADCASTI32X4(operand.Mem{Base: tp, Disp: tableMu}, zMuP)
@@ -220,43 +229,85 @@ func blocksZ(c *build.Context, maskZ operand.Mem, gfni bool, bitrev operand.Mem)
 		c.VEXTRACTI32X4(operand.U8(3), a, l3)
 		c.VPXORQ(l3, x, x)
 	}
-	c.Comment("Every block: the guard's lanes folded into one and reduced; the sum",
-		"of a folded block as the CRC32Q of its lane from zero (the lane is a",
-		"16-byte message congruent to the block).")
-	for k := 0; k < zGroup; k++ {
-		var r reg.GPVirtual
-		if isCRC(k) {
-			r = crcs[k]
-		} else {
-			v := c.XMM()
-			lanes(sacc[k], kRC, 0x00, 0x11, v)
-			r = c.GP64()
-			q := c.GP64()
-			c.XORL(r.As32(), r.As32())
-			c.VMOVQ(v, q)
-			c.CRC32Q(q, r)
-			c.VPEXTRQ(operand.U8(1), v, q)
-			c.CRC32Q(q, r)
-		}
-		c.NOTL(r.As32())
-		c.MOVL(r.As32(), operand.Mem{Base: sums, Disp: 4 * k})
-	}
-	c.Comment("The guards four at a time: each one's lane into a lane of z, reduced",
-		"together, the four CRCs read back from the frame.")
 	sp := c.GP64()
 	c.LEAQ(frame.Offset(63), sp)
 	c.ANDQ(operand.I32(-64), sp)
+	// lanes4 sets z's lane j to the lane congruent to the accumulator
+	// as[j] (as lanes does, for four at once): each accumulator's lanes
+	// times k, with its last lane kept as it is (k's last lane is zero;
+	// the mask last4 keeps it), then a transpose that sums every
+	// accumulator's four lanes into one: lanes {0,1} and {2,3} of two
+	// vectors paired and summed, then lanes {0,2} and {1,3}.
+	lanes4 := func(as []reg.VecVirtual, k reg.VecVirtual, lo, hi uint8, z reg.VecVirtual) {
+		w := make([]reg.VecVirtual, 4)
+		for j, a := range as {
+			w[j] = c.ZMM()
+			c.VPCLMULQDQ(operand.U8(lo), k, a, t)
+			c.VPCLMULQDQ(operand.U8(hi), k, a, w[j])
+			c.VPXORQ(t, w[j], w[j])
+			// w ^= a & last4: 0x78 is A ^ (B & C) with A = w, B = a, C = last4.
+			c.VPTERNLOGD(operand.U8(0x78), last4, a, w[j])
+		}
+		x := []reg.VecVirtual{c.ZMM(), c.ZMM()}
+		for i := 0; i < 2; i++ {
+			lo2, hi2 := c.ZMM(), c.ZMM()
+			c.VSHUFI64X2(operand.U8(0x44), w[2*i+1], w[2*i], lo2) // lanes 0,1 of each
+			c.VSHUFI64X2(operand.U8(0xee), w[2*i+1], w[2*i], hi2) // lanes 2,3 of each
+			c.VPXORQ(lo2, hi2, x[i])
+		}
+		e, o := c.ZMM(), c.ZMM()
+		c.VSHUFI64X2(operand.U8(0x88), x[1], x[0], e) // lanes 0,2 of each
+		c.VSHUFI64X2(operand.U8(0xdd), x[1], x[0], o) // lanes 1,3 of each
+		c.VPXORQ(e, o, z)
+	}
+	c.Comment("The folded sums four at a time: lane j of z congruent to the j-th's",
+		"block, stored to the frame and read back by two CRC32Q from zero",
+		"(the lane is a 16-byte message congruent to the block).")
+	var folded []int
+	for k := 0; k < zGroup; k++ {
+		if !isCRC(k) {
+			folded = append(folded, k)
+		}
+	}
+	sumOut := func(k int, r reg.GPVirtual) {
+		c.NOTL(r.As32())
+		c.MOVL(r.As32(), operand.Mem{Base: sums, Disp: 4 * k})
+	}
+	for h := 0; h < len(folded); h += 4 {
+		ks := folded[h:min(h+4, len(folded))]
+		if len(ks) < 4 {
+			for _, k := range ks {
+				v := c.XMM()
+				lanes(sacc[k], kRC, 0x00, 0x11, v)
+				r, q := c.GP64(), c.GP64()
+				c.XORL(r.As32(), r.As32())
+				c.VMOVQ(v, q)
+				c.CRC32Q(q, r)
+				c.VPEXTRQ(operand.U8(1), v, q)
+				c.CRC32Q(q, r)
+				sumOut(k, r)
+			}
+			continue
+		}
+		z := c.ZMM()
+		lanes4([]reg.VecVirtual{sacc[ks[0]], sacc[ks[1]], sacc[ks[2]], sacc[ks[3]]}, kRC, 0x00, 0x11, z)
+		c.VMOVDQA64(z, operand.Mem{Base: sp})
+		for j, k := range ks {
+			r := c.GP64()
+			c.XORL(r.As32(), r.As32())
+			c.CRC32Q(operand.Mem{Base: sp, Disp: 16 * j}, r)
+			c.CRC32Q(operand.Mem{Base: sp, Disp: 16*j + 8}, r)
+			sumOut(k, r)
+		}
+	}
+	for _, k := range crcBlocks {
+		sumOut(k, crcs[k])
+	}
+	c.Comment("The guards four at a time: lane j of z congruent to the j-th's block,",
+		"reduced together, the four CRCs read back from the frame.")
 	for h := 0; h < zGroup; h += 4 {
 		z := c.ZMM()
-		for j := 0; j < 4; j++ {
-			x := c.XMM()
-			lanes(gacc[h+j], kR, gLo, gHi, x)
-			if j == 0 {
-				c.VMOVDQA64(x.AsZ(), z)
-			} else {
-				c.VINSERTI32X4(operand.U8(j), x, z, z)
-			}
-		}
+		lanes4(gacc[h:h+4], kR, gLo, gHi, z)
 		if gfni {
 			c.Comment("Back to the unreflected domain: bits of every byte, then the bytes.")
 			c.VGF2P8AFFINEQB(operand.U8(0), brev, z, z)
