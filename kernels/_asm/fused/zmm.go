@@ -20,17 +20,18 @@ package main
 // the step's 32 cycles). Every block folds its guard: the 64 bytes
 // byte-reversed in each 16-byte lane (the lane is then the unreflected
 // polynomial, Hi in the high quadword, as in main.go) and folded forward by
-// 64 bytes with Fold[4] of the T10-DIF table. After the loop the four lanes
-// of a guard accumulator fold into the last (lane l by Fold[3-l], one
-// VPCLMULQDQ pair with the 64 bytes at Rev[61], whose last lane Fold[0] is
-// zero), four blocks at a time: their lanes summed by a transpose
-// (six VSHUFI64X2 for four blocks, where extracting each block's lanes took
-// three) into one ZMM register that reduceZ reduces at once (one Barrett
-// reduction for four guards); at 512 bytes the ends of the blocks, one at a
-// time, had taken a third of the time; a sum
-// accumulator's lanes fold into one the same way (the CRC-32C table's
-// Rev[61]; four at a time, stored to the frame), and two CRC32Q of that
-// lane from zero give its register.
+// 64 bytes with Fold[4] of the T10-DIF table.
+//
+// After the loop the blocks end four at a time, which at 512 bytes a
+// block costs about half what ending them one at a time did (see
+// docs/perf/crc32c-avx512.md). Each accumulator's four lanes fold into the
+// last (lane l by Fold[3-l]: one VPCLMULQDQ pair with the 64 bytes at
+// Rev[61] of its table, whose last lane Fold[0] is zero, the last lane
+// added through a mask); a transpose of four such vectors (six
+// VSHUFI64X2) sums each one's lanes into a lane of one register. The
+// guards' register is Barrett-reduced at once (reduceZ); the folded sums'
+// is stored to the frame, and two CRC32Q of each lane from zero give the
+// block's register (the lane is a 16-byte message congruent to the block).
 
 import (
 	"github.com/difctl/difctl/kernels/_asm/internal/scaffold"
