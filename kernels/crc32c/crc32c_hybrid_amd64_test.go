@@ -48,6 +48,11 @@ func TestHybridConsts(t *testing.T) {
 			}
 		}
 	}
+	for j, k := range hybridKS {
+		if k != c(256*(j+1)-64) {
+			t.Fatalf("hybridKS[%d] is stale: run go generate", j)
+		}
+	}
 	// updateShort's segment for the longest input it gets has a row.
 	if s := medium(hybridMin - 1); s/hybridShortUnit-2 >= len(hybridK3) || s > hybridShortMaxSeg {
 		t.Fatalf("hybridK3 ends at s = %d; updateShort needs s = %d", hybridShortMaxSeg, s)

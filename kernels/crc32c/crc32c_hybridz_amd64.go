@@ -40,13 +40,22 @@ const (
 
 type blocksZFunc func(dst *uint32, p *byte, groups, blockLen, stride int, init, xorout uint32, fold *[2]uint64)
 
-// blocksZKernel is the blocks kernel for blocks of n bytes: the number of
-// CRC32 streams that measured fastest (docs/perf/crc32c-avx512.md).
-func blocksZKernel(n int) blocksZFunc {
-	if n < 512 {
-		return hybridBlocksZ1
+type blocksZSFunc func(dst *uint32, p *byte, groups, blockLen, stride int, init, xorout uint32, fold *[2]uint64, k uint64)
+
+// blocksZ runs groups of sixteen blocks through the blocks kernel that
+// measured fastest for blocks of blockLen bytes (docs/perf/crc32c-avx512.md):
+// one CRC32 stream below 256 bytes; from there two, each as two chains
+// (hybridKS merges them) and the loop four steps a round, and past the
+// rows of hybridKS the same with one chain a stream.
+func blocksZ(dst *uint32, p *byte, groups, blockLen, stride int, init, xorout uint32) {
+	switch s := blockLen / 64; {
+	case blockLen < 256:
+		hybridBlocksZ1(dst, p, groups, blockLen, stride, init, xorout, &foldTable.Fold[4])
+	case s <= hybridSubMaxSteps:
+		hybridBlocksZ2SU4(dst, p, groups, blockLen, stride, init, xorout, &foldTable.Fold[4], hybridKS[s-1])
+	default:
+		hybridBlocksZ2U4(dst, p, groups, blockLen, stride, init, xorout, &foldTable.Fold[4])
 	}
-	return hybridBlocksZ2
 }
 
 func registerHybridZ() {
@@ -112,37 +121,47 @@ func updateChunksZ(crc uint32, p []byte) uint32 {
 func chunkZ(reg uint32, p []byte, s int, regs *[17]uint32) uint32 {
 	_ = p[16*s-1]
 	regs[0] = reg
-	blocksZKernel(s)(&regs[1], &p[0], 1, s, s, 0, 0, &foldTable.Fold[4])
+	blocksZ(&regs[1], &p[0], 1, s, s, 0, 0)
 	return hybridMergeZ((*[16]uint32)(regs[:16]), regs[16], &hybridKZ[s/hybridZUnit-1])
 }
 
-// hybridZSplitMin is the shortest block Blocks runs through the kernels
-// that fold from each block's first 64-byte boundary (hybridBlocksZA*)
-// when the blocks are off a line (the buffer or the stride not a multiple
-// of 64); shorter blocks off a line go through the avx512 fold kernel,
-// which measured as fast as the sixteen-block kernels there, and faster
-// than hybridBlocksZA*, whose heads and tails of varying length cost
-// branches (docs/perf/crc32c-avx512.md).
-const hybridZSplitMin = 3072
+// Blocks off a line (the buffer or the stride not a multiple of 64) split
+// most of their 64-byte loads across two lines, which costs the
+// sixteen-block kernels a third of their speed from L2 on long blocks
+// (docs/perf/crc32c-avx512.md). Measured on Emerald Rapids, the fastest
+// there were: the sixteen-block kernel that only folds, four steps a round
+// (hybridBlocksZ0U4), from hybridZOffLineMin bytes a block below
+// hybridZOffLineMax (at 2 KiB the avx512 fold kernel is as fast); the
+// avx512 fold kernel on shorter blocks and up to hybridZSplitMin; from there the
+// kernels that fold from each block's first 64-byte boundary
+// (hybridBlocksZA*), whose heads and tails of varying length cost
+// branches on short blocks.
+const (
+	hybridZOffLineMin = 256
+	hybridZOffLineMax = 2048
+	hybridZSplitMin   = 3072
+)
 
 // blocksHybridZ is Blocks: sixteen blocks at a time from hybridZBlocksMin
-// bytes a block (from hybridZSplitMin if they are off a line), the rest
-// (and the other blocks) by the avx512 fold kernel.
+// bytes a block (off a line as the constants above say), the rest (and
+// the other blocks) by the avx512 fold kernel.
 func blocksHybridZ(dst []uint32, p []byte, blockLen, stride int) {
 	g := len(dst) / 16
 	if blockLen < hybridZBlocksMin || g == 0 {
 		blocksAVX512(dst, p, blockLen, stride)
 		return
 	}
-	k := blocksZKernel(blockLen)
-	if (int(uintptr(unsafe.Pointer(&p[0])))|stride)&63 != 0 {
-		if blockLen < hybridZSplitMin {
-			blocksAVX512(dst, p, blockLen, stride)
-			return
-		}
-		k = hybridBlocksZA1
+	switch {
+	case (int(uintptr(unsafe.Pointer(&p[0])))|stride)&63 == 0:
+		blocksZ(&dst[0], &p[0], g, blockLen, stride, 0xffffffff, 0xffffffff)
+	case blockLen >= hybridZSplitMin:
+		hybridBlocksZA1(&dst[0], &p[0], g, blockLen, stride, 0xffffffff, 0xffffffff, &foldTable.Fold[4])
+	case blockLen >= hybridZOffLineMin && blockLen < hybridZOffLineMax:
+		hybridBlocksZ0U4(&dst[0], &p[0], g, blockLen, stride, 0xffffffff, 0xffffffff, &foldTable.Fold[4])
+	default:
+		blocksAVX512(dst, p, blockLen, stride)
+		return
 	}
-	k(&dst[0], &p[0], g, blockLen, stride, 0xffffffff, 0xffffffff, &foldTable.Fold[4])
 	if i := 16 * g; i < len(dst) {
 		blocksAVX512(dst[i:], p[i*stride:], blockLen, stride)
 	}

@@ -4,6 +4,8 @@ package crc32c
 
 import (
 	"fmt"
+	"hash/crc32"
+	"math/rand/v2"
 	"runtime"
 	"slices"
 	"strings"
@@ -13,7 +15,8 @@ import (
 	"github.com/difctl/difctl/kernels/internal/kerneltest"
 )
 
-// BenchmarkHybridZVariants is the measurement behind blocksZKernel: the
+// BenchmarkHybridZVariants is the measurement behind blocksZ and
+// blocksHybridZ: the
 // avx512 fold kernel and each AVX-512 blocks kernel (c CRC32 streams beside
 // 16-c fold blocks) over blocks in cache, at the layouts Blocks meets and
 // at the segment lengths of Update's chunks, timed by the thread's CPU
@@ -41,6 +44,18 @@ func BenchmarkHybridZVariants(b *testing.B) {
 		for c, k := range kernels {
 			runs = append(runs, func() { k(&dst[0], &p[0], n/16, bl, stride, 0xffffffff, 0xffffffff, &foldTable.Fold[4]) })
 			names = append(names, fmt.Sprintf("c=%d", c))
+		}
+		runs = append(runs, func() { hybridBlocksZ0U4(&dst[0], &p[0], n/16, bl, stride, 0xffffffff, 0xffffffff, &foldTable.Fold[4]) })
+		names = append(names, "c=0U4")
+		runs = append(runs, func() { hybridBlocksZ2U4(&dst[0], &p[0], n/16, bl, stride, 0xffffffff, 0xffffffff, &foldTable.Fold[4]) })
+		names = append(names, "c=2U4")
+		kc := hybridKS[bl/64-1]
+		for _, k := range []struct {
+			name string
+			f    blocksZSFunc
+		}{{"c=3S", hybridBlocksZ3S}, {"c=2SU4", hybridBlocksZ2SU4}, {"c=3SU4", hybridBlocksZ3SU4}} {
+			runs = append(runs, func() { k.f(&dst[0], &p[0], n/16, bl, stride, 0xffffffff, 0xffffffff, &foldTable.Fold[4], kc) })
+			names = append(names, k.name)
 		}
 		for c, k := range []blocksZFunc{hybridBlocksZA0, hybridBlocksZA1, hybridBlocksZA2} {
 			runs = append(runs, func() { k(&dst[0], &p[0], n/16, bl, stride, 0xffffffff, 0xffffffff, &foldTable.Fold[4]) })
@@ -112,4 +127,36 @@ func BenchmarkSmallZ(b *testing.B) {
 		}
 	}
 	_ = sink
+}
+
+// TestBlocksZCutoffs runs blocksHybridZ at the block lengths where it
+// changes kernels (blocksZ's, the rows of hybridKS, the off-line
+// strategies), on and off a line, against hash/crc32: kerneltest's
+// BlockCases do not reach all of them.
+func TestBlocksZCutoffs(t *testing.T) {
+	if !hasHybridZ {
+		t.Skip("the CPU lacks AVX-512 VPCLMULQDQ")
+	}
+	r := rand.New(rand.NewPCG(1, 2))
+	for _, bl := range []int{255, 256, 257, 319, 320, hybridZOffLineMax - 1, hybridZOffLineMax, hybridZSplitMin - 1,
+		hybridZSplitMin, 64*hybridSubMaxSteps + 63, 64 * (hybridSubMaxSteps + 1)} {
+		for _, gap := range []int{0, 8, 64} {
+			for _, align := range []int{0, 8} {
+				n := 17
+				stride := bl + gap
+				buf := make([]byte, align+(n-1)*stride+bl)
+				for i := range buf {
+					buf[i] = byte(r.Uint32())
+				}
+				p := buf[align:]
+				dst := make([]uint32, n)
+				blocksHybridZ(dst, p, bl, stride)
+				for i := range dst {
+					if want := crc32.Checksum(p[i*stride:][:bl], castagnoli); dst[i] != want {
+						t.Fatalf("block=%d stride=%d align=%d: dst[%d] = %#x, want %#x", bl, stride, align, i, dst[i], want)
+					}
+				}
+			}
+		}
+	}
 }

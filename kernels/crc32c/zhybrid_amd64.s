@@ -1283,7 +1283,7 @@ short3_loop:
 
 // func hybridBlocksZ0(dst *uint32, p *byte, groups int, blockLen int, stride int, init uint32, xorout uint32, fold *[2]uint64)
 // Requires: AVX, AVX512F, SSE4.2, VPCLMULQDQ
-TEXT ·hybridBlocksZ0(SB), $1088-56
+TEXT ·hybridBlocksZ0(SB), $1096-56
 	MOVQ            fold+48(FP), AX
 	VBROADCASTI32X4 (AX), Z0
 
@@ -1293,112 +1293,112 @@ TEXT ·hybridBlocksZ0(SB), $1088-56
 	MOVQ  p+8(FP), AX
 
 hybridBlocksZ0_group:
+	MOVQ AX, 1088(SP)
 	MOVQ stride+32(FP), CX
 	LEAQ (CX)(CX*2), DX
-	MOVQ AX, BX
+	LEAQ (AX)(DX*1), BX
 	LEAQ (BX)(DX*1), SI
 	LEAQ (SI)(DX*1), DI
 	LEAQ (DI)(DX*1), R8
-	LEAQ (R8)(DX*1), R9
-	LEAQ (R9)(DX*1), DX
-	MOVQ blockLen+24(FP), R10
-	SHRQ $0x06, R10
+	LEAQ (R8)(DX*1), DX
+	MOVQ blockLen+24(FP), R9
+	SHRQ $0x06, R9
 
 	// The first 64 bytes of every fold block, the initial register in the first.
-	VMOVDQU64 (BX), Z2
+	VMOVDQU64 (AX), Z2
 	VPXORQ    Z1, Z2, Z2
-	VMOVDQU64 (BX)(CX*1), Z3
+	VMOVDQU64 (AX)(CX*1), Z3
 	VPXORQ    Z1, Z3, Z3
-	VMOVDQU64 (BX)(CX*2), Z4
+	VMOVDQU64 (AX)(CX*2), Z4
 	VPXORQ    Z1, Z4, Z4
-	VMOVDQU64 (SI), Z5
+	VMOVDQU64 (BX), Z5
 	VPXORQ    Z1, Z5, Z5
-	VMOVDQU64 (SI)(CX*1), Z6
+	VMOVDQU64 (BX)(CX*1), Z6
 	VPXORQ    Z1, Z6, Z6
-	VMOVDQU64 (SI)(CX*2), Z7
+	VMOVDQU64 (BX)(CX*2), Z7
 	VPXORQ    Z1, Z7, Z7
-	VMOVDQU64 (DI), Z8
+	VMOVDQU64 (SI), Z8
 	VPXORQ    Z1, Z8, Z8
-	VMOVDQU64 (DI)(CX*1), Z9
+	VMOVDQU64 (SI)(CX*1), Z9
 	VPXORQ    Z1, Z9, Z9
-	VMOVDQU64 (DI)(CX*2), Z10
+	VMOVDQU64 (SI)(CX*2), Z10
 	VPXORQ    Z1, Z10, Z10
-	VMOVDQU64 (R8), Z11
+	VMOVDQU64 (DI), Z11
 	VPXORQ    Z1, Z11, Z11
-	VMOVDQU64 (R8)(CX*1), Z12
+	VMOVDQU64 (DI)(CX*1), Z12
 	VPXORQ    Z1, Z12, Z12
-	VMOVDQU64 (R8)(CX*2), Z13
+	VMOVDQU64 (DI)(CX*2), Z13
 	VPXORQ    Z1, Z13, Z13
-	VMOVDQU64 (R9), Z14
+	VMOVDQU64 (R8), Z14
 	VPXORQ    Z1, Z14, Z14
-	VMOVDQU64 (R9)(CX*1), Z15
+	VMOVDQU64 (R8)(CX*1), Z15
 	VPXORQ    Z1, Z15, Z15
-	VMOVDQU64 (R9)(CX*2), Z16
+	VMOVDQU64 (R8)(CX*2), Z16
 	VPXORQ    Z1, Z16, Z16
 	VMOVDQU64 (DX), Z17
 	VPXORQ    Z1, Z17, Z17
 
 	// Every step: 64 bytes of each CRC block (8 CRC32Q), and each fold
 	// accumulator folded forward by 64 bytes onto the next 64 of its block.
-	DECQ R10
+	DECQ R9
 	JZ   hybridBlocksZ0_last
 
 hybridBlocksZ0_loop:
 	VPCLMULQDQ $0x00, Z0, Z2, Z18
 	VPCLMULQDQ $0x11, Z0, Z2, Z2
-	VPTERNLOGD $0x96, 64(BX), Z18, Z2
+	VPTERNLOGD $0x96, 64(AX), Z18, Z2
 	VPCLMULQDQ $0x00, Z0, Z10, Z18
 	VPCLMULQDQ $0x11, Z0, Z10, Z10
-	VPTERNLOGD $0x96, 64(DI)(CX*2), Z18, Z10
+	VPTERNLOGD $0x96, 64(SI)(CX*2), Z18, Z10
 	VPCLMULQDQ $0x00, Z0, Z3, Z18
 	VPCLMULQDQ $0x11, Z0, Z3, Z3
-	VPTERNLOGD $0x96, 64(BX)(CX*1), Z18, Z3
+	VPTERNLOGD $0x96, 64(AX)(CX*1), Z18, Z3
 	VPCLMULQDQ $0x00, Z0, Z11, Z18
 	VPCLMULQDQ $0x11, Z0, Z11, Z11
-	VPTERNLOGD $0x96, 64(R8), Z18, Z11
+	VPTERNLOGD $0x96, 64(DI), Z18, Z11
 	VPCLMULQDQ $0x00, Z0, Z4, Z18
 	VPCLMULQDQ $0x11, Z0, Z4, Z4
-	VPTERNLOGD $0x96, 64(BX)(CX*2), Z18, Z4
+	VPTERNLOGD $0x96, 64(AX)(CX*2), Z18, Z4
 	VPCLMULQDQ $0x00, Z0, Z12, Z18
 	VPCLMULQDQ $0x11, Z0, Z12, Z12
-	VPTERNLOGD $0x96, 64(R8)(CX*1), Z18, Z12
+	VPTERNLOGD $0x96, 64(DI)(CX*1), Z18, Z12
 	VPCLMULQDQ $0x00, Z0, Z5, Z18
 	VPCLMULQDQ $0x11, Z0, Z5, Z5
-	VPTERNLOGD $0x96, 64(SI), Z18, Z5
+	VPTERNLOGD $0x96, 64(BX), Z18, Z5
 	VPCLMULQDQ $0x00, Z0, Z13, Z18
 	VPCLMULQDQ $0x11, Z0, Z13, Z13
-	VPTERNLOGD $0x96, 64(R8)(CX*2), Z18, Z13
+	VPTERNLOGD $0x96, 64(DI)(CX*2), Z18, Z13
 	VPCLMULQDQ $0x00, Z0, Z6, Z18
 	VPCLMULQDQ $0x11, Z0, Z6, Z6
-	VPTERNLOGD $0x96, 64(SI)(CX*1), Z18, Z6
+	VPTERNLOGD $0x96, 64(BX)(CX*1), Z18, Z6
 	VPCLMULQDQ $0x00, Z0, Z14, Z18
 	VPCLMULQDQ $0x11, Z0, Z14, Z14
-	VPTERNLOGD $0x96, 64(R9), Z18, Z14
+	VPTERNLOGD $0x96, 64(R8), Z18, Z14
 	VPCLMULQDQ $0x00, Z0, Z7, Z18
 	VPCLMULQDQ $0x11, Z0, Z7, Z7
-	VPTERNLOGD $0x96, 64(SI)(CX*2), Z18, Z7
+	VPTERNLOGD $0x96, 64(BX)(CX*2), Z18, Z7
 	VPCLMULQDQ $0x00, Z0, Z15, Z18
 	VPCLMULQDQ $0x11, Z0, Z15, Z15
-	VPTERNLOGD $0x96, 64(R9)(CX*1), Z18, Z15
+	VPTERNLOGD $0x96, 64(R8)(CX*1), Z18, Z15
 	VPCLMULQDQ $0x00, Z0, Z8, Z18
 	VPCLMULQDQ $0x11, Z0, Z8, Z8
-	VPTERNLOGD $0x96, 64(DI), Z18, Z8
+	VPTERNLOGD $0x96, 64(SI), Z18, Z8
 	VPCLMULQDQ $0x00, Z0, Z16, Z18
 	VPCLMULQDQ $0x11, Z0, Z16, Z16
-	VPTERNLOGD $0x96, 64(R9)(CX*2), Z18, Z16
+	VPTERNLOGD $0x96, 64(R8)(CX*2), Z18, Z16
 	VPCLMULQDQ $0x00, Z0, Z9, Z18
 	VPCLMULQDQ $0x11, Z0, Z9, Z9
-	VPTERNLOGD $0x96, 64(DI)(CX*1), Z18, Z9
+	VPTERNLOGD $0x96, 64(SI)(CX*1), Z18, Z9
 	VPCLMULQDQ $0x00, Z0, Z17, Z18
 	VPCLMULQDQ $0x11, Z0, Z17, Z17
 	VPTERNLOGD $0x96, 64(DX), Z18, Z17
-	ADDQ       $0x40, BX
-	ADDQ       $0x40, SI
-	ADDQ       $0x40, DI
-	ADDQ       $0x40, R8
-	ADDQ       $0x40, R9
-	ADDQ       $0x40, DX
-	DECQ       R10
+	ADDQ       $0x00000040, AX
+	ADDQ       $0x00000040, BX
+	ADDQ       $0x00000040, SI
+	ADDQ       $0x00000040, DI
+	ADDQ       $0x00000040, R8
+	ADDQ       $0x00000040, DX
+	DECQ       R9
 	JNZ        hybridBlocksZ0_loop
 
 hybridBlocksZ0_last:
@@ -1406,6 +1406,7 @@ hybridBlocksZ0_last:
 	// Every block in turn: reduce a fold accumulator (its 64 bytes through
 	// CRC32Q from zero, read back from the stack), add the block's last
 	// blockLen mod 64 bytes, XOR xorout, store.
+	MOVQ      1088(SP), AX
 	MOVQ      blockLen+24(FP), DX
 	MOVQ      DX, BX
 	ANDQ      $-64, BX
@@ -2322,7 +2323,7 @@ hybridBlocksZ0_b15_done:
 
 // func hybridBlocksZ1(dst *uint32, p *byte, groups int, blockLen int, stride int, init uint32, xorout uint32, fold *[2]uint64)
 // Requires: AVX, AVX512F, SSE4.2, VPCLMULQDQ
-TEXT ·hybridBlocksZ1(SB), $1088-56
+TEXT ·hybridBlocksZ1(SB), $1096-56
 	MOVQ            fold+48(FP), AX
 	VBROADCASTI32X4 (AX), Z0
 
@@ -2332,132 +2333,133 @@ TEXT ·hybridBlocksZ1(SB), $1088-56
 	MOVQ  p+8(FP), AX
 
 hybridBlocksZ1_group:
+	MOVQ AX, 1088(SP)
 	MOVQ stride+32(FP), CX
 	LEAQ (CX)(CX*2), DX
-	MOVQ AX, BX
+	LEAQ (AX)(DX*1), BX
 	LEAQ (BX)(DX*1), SI
 	LEAQ (SI)(DX*1), DI
 	LEAQ (DI)(DX*1), R8
-	LEAQ (R8)(DX*1), R9
-	LEAQ (R9)(DX*1), DX
-	MOVL init+40(FP), R10
-	MOVQ blockLen+24(FP), R11
-	SHRQ $0x06, R11
+	LEAQ (R8)(DX*1), DX
+	MOVL init+40(FP), R9
+	MOVQ blockLen+24(FP), R10
+	SHRQ $0x06, R10
 
 	// The first 64 bytes of every fold block, the initial register in the first.
-	VMOVDQU64 (BX)(CX*1), Z2
+	VMOVDQU64 (AX)(CX*1), Z2
 	VPXORQ    Z1, Z2, Z2
-	VMOVDQU64 (BX)(CX*2), Z3
+	VMOVDQU64 (AX)(CX*2), Z3
 	VPXORQ    Z1, Z3, Z3
-	VMOVDQU64 (SI), Z4
+	VMOVDQU64 (BX), Z4
 	VPXORQ    Z1, Z4, Z4
-	VMOVDQU64 (SI)(CX*1), Z5
+	VMOVDQU64 (BX)(CX*1), Z5
 	VPXORQ    Z1, Z5, Z5
-	VMOVDQU64 (SI)(CX*2), Z6
+	VMOVDQU64 (BX)(CX*2), Z6
 	VPXORQ    Z1, Z6, Z6
-	VMOVDQU64 (DI), Z7
+	VMOVDQU64 (SI), Z7
 	VPXORQ    Z1, Z7, Z7
-	VMOVDQU64 (DI)(CX*1), Z8
+	VMOVDQU64 (SI)(CX*1), Z8
 	VPXORQ    Z1, Z8, Z8
-	VMOVDQU64 (DI)(CX*2), Z9
+	VMOVDQU64 (SI)(CX*2), Z9
 	VPXORQ    Z1, Z9, Z9
-	VMOVDQU64 (R8), Z10
+	VMOVDQU64 (DI), Z10
 	VPXORQ    Z1, Z10, Z10
-	VMOVDQU64 (R8)(CX*1), Z11
+	VMOVDQU64 (DI)(CX*1), Z11
 	VPXORQ    Z1, Z11, Z11
-	VMOVDQU64 (R8)(CX*2), Z12
+	VMOVDQU64 (DI)(CX*2), Z12
 	VPXORQ    Z1, Z12, Z12
-	VMOVDQU64 (R9), Z13
+	VMOVDQU64 (R8), Z13
 	VPXORQ    Z1, Z13, Z13
-	VMOVDQU64 (R9)(CX*1), Z14
+	VMOVDQU64 (R8)(CX*1), Z14
 	VPXORQ    Z1, Z14, Z14
-	VMOVDQU64 (R9)(CX*2), Z15
+	VMOVDQU64 (R8)(CX*2), Z15
 	VPXORQ    Z1, Z15, Z15
 	VMOVDQU64 (DX), Z16
 	VPXORQ    Z1, Z16, Z16
 
 	// Every step: 64 bytes of each CRC block (8 CRC32Q), and each fold
 	// accumulator folded forward by 64 bytes onto the next 64 of its block.
-	DECQ R11
+	DECQ R10
 	JZ   hybridBlocksZ1_last
 
 hybridBlocksZ1_loop:
-	CRC32Q     (BX), R10
+	CRC32Q     (AX), R9
 	VPCLMULQDQ $0x00, Z0, Z2, Z17
 	VPCLMULQDQ $0x11, Z0, Z2, Z2
-	VPTERNLOGD $0x96, 64(BX)(CX*1), Z17, Z2
+	VPTERNLOGD $0x96, 64(AX)(CX*1), Z17, Z2
 	VPCLMULQDQ $0x00, Z0, Z10, Z17
 	VPCLMULQDQ $0x11, Z0, Z10, Z10
-	VPTERNLOGD $0x96, 64(R8), Z17, Z10
-	CRC32Q     8(BX), R10
+	VPTERNLOGD $0x96, 64(DI), Z17, Z10
+	CRC32Q     8(AX), R9
 	VPCLMULQDQ $0x00, Z0, Z3, Z17
 	VPCLMULQDQ $0x11, Z0, Z3, Z3
-	VPTERNLOGD $0x96, 64(BX)(CX*2), Z17, Z3
+	VPTERNLOGD $0x96, 64(AX)(CX*2), Z17, Z3
 	VPCLMULQDQ $0x00, Z0, Z11, Z17
 	VPCLMULQDQ $0x11, Z0, Z11, Z11
-	VPTERNLOGD $0x96, 64(R8)(CX*1), Z17, Z11
-	CRC32Q     16(BX), R10
+	VPTERNLOGD $0x96, 64(DI)(CX*1), Z17, Z11
+	CRC32Q     16(AX), R9
 	VPCLMULQDQ $0x00, Z0, Z4, Z17
 	VPCLMULQDQ $0x11, Z0, Z4, Z4
-	VPTERNLOGD $0x96, 64(SI), Z17, Z4
+	VPTERNLOGD $0x96, 64(BX), Z17, Z4
 	VPCLMULQDQ $0x00, Z0, Z12, Z17
 	VPCLMULQDQ $0x11, Z0, Z12, Z12
-	VPTERNLOGD $0x96, 64(R8)(CX*2), Z17, Z12
-	CRC32Q     24(BX), R10
+	VPTERNLOGD $0x96, 64(DI)(CX*2), Z17, Z12
+	CRC32Q     24(AX), R9
 	VPCLMULQDQ $0x00, Z0, Z5, Z17
 	VPCLMULQDQ $0x11, Z0, Z5, Z5
-	VPTERNLOGD $0x96, 64(SI)(CX*1), Z17, Z5
+	VPTERNLOGD $0x96, 64(BX)(CX*1), Z17, Z5
 	VPCLMULQDQ $0x00, Z0, Z13, Z17
 	VPCLMULQDQ $0x11, Z0, Z13, Z13
-	VPTERNLOGD $0x96, 64(R9), Z17, Z13
-	CRC32Q     32(BX), R10
+	VPTERNLOGD $0x96, 64(R8), Z17, Z13
+	CRC32Q     32(AX), R9
 	VPCLMULQDQ $0x00, Z0, Z6, Z17
 	VPCLMULQDQ $0x11, Z0, Z6, Z6
-	VPTERNLOGD $0x96, 64(SI)(CX*2), Z17, Z6
+	VPTERNLOGD $0x96, 64(BX)(CX*2), Z17, Z6
 	VPCLMULQDQ $0x00, Z0, Z14, Z17
 	VPCLMULQDQ $0x11, Z0, Z14, Z14
-	VPTERNLOGD $0x96, 64(R9)(CX*1), Z17, Z14
-	CRC32Q     40(BX), R10
+	VPTERNLOGD $0x96, 64(R8)(CX*1), Z17, Z14
+	CRC32Q     40(AX), R9
 	VPCLMULQDQ $0x00, Z0, Z7, Z17
 	VPCLMULQDQ $0x11, Z0, Z7, Z7
-	VPTERNLOGD $0x96, 64(DI), Z17, Z7
+	VPTERNLOGD $0x96, 64(SI), Z17, Z7
 	VPCLMULQDQ $0x00, Z0, Z15, Z17
 	VPCLMULQDQ $0x11, Z0, Z15, Z15
-	VPTERNLOGD $0x96, 64(R9)(CX*2), Z17, Z15
-	CRC32Q     48(BX), R10
+	VPTERNLOGD $0x96, 64(R8)(CX*2), Z17, Z15
+	CRC32Q     48(AX), R9
 	VPCLMULQDQ $0x00, Z0, Z8, Z17
 	VPCLMULQDQ $0x11, Z0, Z8, Z8
-	VPTERNLOGD $0x96, 64(DI)(CX*1), Z17, Z8
+	VPTERNLOGD $0x96, 64(SI)(CX*1), Z17, Z8
 	VPCLMULQDQ $0x00, Z0, Z16, Z17
 	VPCLMULQDQ $0x11, Z0, Z16, Z16
 	VPTERNLOGD $0x96, 64(DX), Z17, Z16
-	CRC32Q     56(BX), R10
+	CRC32Q     56(AX), R9
 	VPCLMULQDQ $0x00, Z0, Z9, Z17
 	VPCLMULQDQ $0x11, Z0, Z9, Z9
-	VPTERNLOGD $0x96, 64(DI)(CX*2), Z17, Z9
-	ADDQ       $0x40, BX
-	ADDQ       $0x40, SI
-	ADDQ       $0x40, DI
-	ADDQ       $0x40, R8
-	ADDQ       $0x40, R9
-	ADDQ       $0x40, DX
-	DECQ       R11
+	VPTERNLOGD $0x96, 64(SI)(CX*2), Z17, Z9
+	ADDQ       $0x00000040, AX
+	ADDQ       $0x00000040, BX
+	ADDQ       $0x00000040, SI
+	ADDQ       $0x00000040, DI
+	ADDQ       $0x00000040, R8
+	ADDQ       $0x00000040, DX
+	DECQ       R10
 	JNZ        hybridBlocksZ1_loop
 
 hybridBlocksZ1_last:
 	// Last step: the CRC blocks only.
-	CRC32Q (BX), R10
-	CRC32Q 8(BX), R10
-	CRC32Q 16(BX), R10
-	CRC32Q 24(BX), R10
-	CRC32Q 32(BX), R10
-	CRC32Q 40(BX), R10
-	CRC32Q 48(BX), R10
-	CRC32Q 56(BX), R10
+	CRC32Q (AX), R9
+	CRC32Q 8(AX), R9
+	CRC32Q 16(AX), R9
+	CRC32Q 24(AX), R9
+	CRC32Q 32(AX), R9
+	CRC32Q 40(AX), R9
+	CRC32Q 48(AX), R9
+	CRC32Q 56(AX), R9
 
 	// Every block in turn: reduce a fold accumulator (its 64 bytes through
 	// CRC32Q from zero, read back from the stack), add the block's last
 	// blockLen mod 64 bytes, XOR xorout, store.
+	MOVQ      1088(SP), AX
 	MOVQ      blockLen+24(FP), DX
 	MOVQ      DX, BX
 	ANDQ      $-64, BX
@@ -2486,46 +2488,46 @@ hybridBlocksZ1_last:
 	MOVQ      BX, DI
 	TESTQ     $0x00000020, DX
 	JZ        hybridBlocksZ1_b0_32
-	CRC32Q    (DI), R10
-	CRC32Q    8(DI), R10
-	CRC32Q    16(DI), R10
-	CRC32Q    24(DI), R10
+	CRC32Q    (DI), R9
+	CRC32Q    8(DI), R9
+	CRC32Q    16(DI), R9
+	CRC32Q    24(DI), R9
 	ADDQ      $0x20, DI
 
 hybridBlocksZ1_b0_32:
 	TESTQ  $0x00000010, DX
 	JZ     hybridBlocksZ1_b0_16
-	CRC32Q (DI), R10
-	CRC32Q 8(DI), R10
+	CRC32Q (DI), R9
+	CRC32Q 8(DI), R9
 	ADDQ   $0x10, DI
 
 hybridBlocksZ1_b0_16:
 	TESTQ  $0x00000008, DX
 	JZ     hybridBlocksZ1_b0_8
-	CRC32Q (DI), R10
+	CRC32Q (DI), R9
 	ADDQ   $0x08, DI
 
 hybridBlocksZ1_b0_8:
 	TESTQ  $0x00000004, DX
 	JZ     hybridBlocksZ1_b0_4
-	CRC32L (DI), R10
+	CRC32L (DI), R9
 	ADDQ   $0x04, DI
 
 hybridBlocksZ1_b0_4:
 	TESTQ  $0x00000002, DX
 	JZ     hybridBlocksZ1_b0_2
-	CRC32W (DI), R10
+	CRC32W (DI), R9
 	ADDQ   $0x02, DI
 
 hybridBlocksZ1_b0_2:
 	TESTQ  $0x00000001, DX
 	JZ     hybridBlocksZ1_b0_1
-	CRC32B (DI), R10
+	CRC32B (DI), R9
 
 hybridBlocksZ1_b0_1:
 hybridBlocksZ1_b0_done:
-	XORL   xorout+44(FP), R10
-	MOVL   R10, (SI)
+	XORL   xorout+44(FP), R9
+	MOVL   R9, (SI)
 	ADDQ   CX, BX
 	XORL   DI, DI
 	CRC32Q (AX), DI
@@ -3364,7 +3366,7 @@ hybridBlocksZ1_b15_done:
 
 // func hybridBlocksZ2(dst *uint32, p *byte, groups int, blockLen int, stride int, init uint32, xorout uint32, fold *[2]uint64)
 // Requires: AVX, AVX512F, SSE4.2, VPCLMULQDQ
-TEXT ·hybridBlocksZ2(SB), $1088-56
+TEXT ·hybridBlocksZ2(SB), $1096-56
 	MOVQ            fold+48(FP), AX
 	VBROADCASTI32X4 (AX), Z0
 
@@ -3374,144 +3376,145 @@ TEXT ·hybridBlocksZ2(SB), $1088-56
 	MOVQ  p+8(FP), AX
 
 hybridBlocksZ2_group:
+	MOVQ AX, 1088(SP)
 	MOVQ stride+32(FP), CX
 	LEAQ (CX)(CX*2), DX
-	MOVQ AX, BX
+	LEAQ (AX)(DX*1), BX
 	LEAQ (BX)(DX*1), SI
 	LEAQ (SI)(DX*1), DI
 	LEAQ (DI)(DX*1), R8
-	LEAQ (R8)(DX*1), R9
-	LEAQ (R9)(DX*1), DX
+	LEAQ (R8)(DX*1), DX
+	MOVL init+40(FP), R9
 	MOVL init+40(FP), R10
-	MOVL init+40(FP), R11
-	MOVQ blockLen+24(FP), R12
-	SHRQ $0x06, R12
+	MOVQ blockLen+24(FP), R11
+	SHRQ $0x06, R11
 
 	// The first 64 bytes of every fold block, the initial register in the first.
-	VMOVDQU64 (BX)(CX*2), Z2
+	VMOVDQU64 (AX)(CX*2), Z2
 	VPXORQ    Z1, Z2, Z2
-	VMOVDQU64 (SI), Z3
+	VMOVDQU64 (BX), Z3
 	VPXORQ    Z1, Z3, Z3
-	VMOVDQU64 (SI)(CX*1), Z4
+	VMOVDQU64 (BX)(CX*1), Z4
 	VPXORQ    Z1, Z4, Z4
-	VMOVDQU64 (SI)(CX*2), Z5
+	VMOVDQU64 (BX)(CX*2), Z5
 	VPXORQ    Z1, Z5, Z5
-	VMOVDQU64 (DI), Z6
+	VMOVDQU64 (SI), Z6
 	VPXORQ    Z1, Z6, Z6
-	VMOVDQU64 (DI)(CX*1), Z7
+	VMOVDQU64 (SI)(CX*1), Z7
 	VPXORQ    Z1, Z7, Z7
-	VMOVDQU64 (DI)(CX*2), Z8
+	VMOVDQU64 (SI)(CX*2), Z8
 	VPXORQ    Z1, Z8, Z8
-	VMOVDQU64 (R8), Z9
+	VMOVDQU64 (DI), Z9
 	VPXORQ    Z1, Z9, Z9
-	VMOVDQU64 (R8)(CX*1), Z10
+	VMOVDQU64 (DI)(CX*1), Z10
 	VPXORQ    Z1, Z10, Z10
-	VMOVDQU64 (R8)(CX*2), Z11
+	VMOVDQU64 (DI)(CX*2), Z11
 	VPXORQ    Z1, Z11, Z11
-	VMOVDQU64 (R9), Z12
+	VMOVDQU64 (R8), Z12
 	VPXORQ    Z1, Z12, Z12
-	VMOVDQU64 (R9)(CX*1), Z13
+	VMOVDQU64 (R8)(CX*1), Z13
 	VPXORQ    Z1, Z13, Z13
-	VMOVDQU64 (R9)(CX*2), Z14
+	VMOVDQU64 (R8)(CX*2), Z14
 	VPXORQ    Z1, Z14, Z14
 	VMOVDQU64 (DX), Z15
 	VPXORQ    Z1, Z15, Z15
 
 	// Every step: 64 bytes of each CRC block (8 CRC32Q), and each fold
 	// accumulator folded forward by 64 bytes onto the next 64 of its block.
-	DECQ R12
+	DECQ R11
 	JZ   hybridBlocksZ2_last
 
 hybridBlocksZ2_loop:
-	CRC32Q     (BX), R10
-	CRC32Q     (BX)(CX*1), R11
+	CRC32Q     (AX), R9
+	CRC32Q     (AX)(CX*1), R10
 	VPCLMULQDQ $0x00, Z0, Z2, Z16
 	VPCLMULQDQ $0x11, Z0, Z2, Z2
-	VPTERNLOGD $0x96, 64(BX)(CX*2), Z16, Z2
+	VPTERNLOGD $0x96, 64(AX)(CX*2), Z16, Z2
 	VPCLMULQDQ $0x00, Z0, Z10, Z16
 	VPCLMULQDQ $0x11, Z0, Z10, Z10
-	VPTERNLOGD $0x96, 64(R8)(CX*1), Z16, Z10
-	CRC32Q     8(BX), R10
-	CRC32Q     8(BX)(CX*1), R11
+	VPTERNLOGD $0x96, 64(DI)(CX*1), Z16, Z10
+	CRC32Q     8(AX), R9
+	CRC32Q     8(AX)(CX*1), R10
 	VPCLMULQDQ $0x00, Z0, Z3, Z16
 	VPCLMULQDQ $0x11, Z0, Z3, Z3
-	VPTERNLOGD $0x96, 64(SI), Z16, Z3
+	VPTERNLOGD $0x96, 64(BX), Z16, Z3
 	VPCLMULQDQ $0x00, Z0, Z11, Z16
 	VPCLMULQDQ $0x11, Z0, Z11, Z11
-	VPTERNLOGD $0x96, 64(R8)(CX*2), Z16, Z11
-	CRC32Q     16(BX), R10
-	CRC32Q     16(BX)(CX*1), R11
+	VPTERNLOGD $0x96, 64(DI)(CX*2), Z16, Z11
+	CRC32Q     16(AX), R9
+	CRC32Q     16(AX)(CX*1), R10
 	VPCLMULQDQ $0x00, Z0, Z4, Z16
 	VPCLMULQDQ $0x11, Z0, Z4, Z4
-	VPTERNLOGD $0x96, 64(SI)(CX*1), Z16, Z4
+	VPTERNLOGD $0x96, 64(BX)(CX*1), Z16, Z4
 	VPCLMULQDQ $0x00, Z0, Z12, Z16
 	VPCLMULQDQ $0x11, Z0, Z12, Z12
-	VPTERNLOGD $0x96, 64(R9), Z16, Z12
-	CRC32Q     24(BX), R10
-	CRC32Q     24(BX)(CX*1), R11
+	VPTERNLOGD $0x96, 64(R8), Z16, Z12
+	CRC32Q     24(AX), R9
+	CRC32Q     24(AX)(CX*1), R10
 	VPCLMULQDQ $0x00, Z0, Z5, Z16
 	VPCLMULQDQ $0x11, Z0, Z5, Z5
-	VPTERNLOGD $0x96, 64(SI)(CX*2), Z16, Z5
+	VPTERNLOGD $0x96, 64(BX)(CX*2), Z16, Z5
 	VPCLMULQDQ $0x00, Z0, Z13, Z16
 	VPCLMULQDQ $0x11, Z0, Z13, Z13
-	VPTERNLOGD $0x96, 64(R9)(CX*1), Z16, Z13
-	CRC32Q     32(BX), R10
-	CRC32Q     32(BX)(CX*1), R11
+	VPTERNLOGD $0x96, 64(R8)(CX*1), Z16, Z13
+	CRC32Q     32(AX), R9
+	CRC32Q     32(AX)(CX*1), R10
 	VPCLMULQDQ $0x00, Z0, Z6, Z16
 	VPCLMULQDQ $0x11, Z0, Z6, Z6
-	VPTERNLOGD $0x96, 64(DI), Z16, Z6
+	VPTERNLOGD $0x96, 64(SI), Z16, Z6
 	VPCLMULQDQ $0x00, Z0, Z14, Z16
 	VPCLMULQDQ $0x11, Z0, Z14, Z14
-	VPTERNLOGD $0x96, 64(R9)(CX*2), Z16, Z14
-	CRC32Q     40(BX), R10
-	CRC32Q     40(BX)(CX*1), R11
+	VPTERNLOGD $0x96, 64(R8)(CX*2), Z16, Z14
+	CRC32Q     40(AX), R9
+	CRC32Q     40(AX)(CX*1), R10
 	VPCLMULQDQ $0x00, Z0, Z7, Z16
 	VPCLMULQDQ $0x11, Z0, Z7, Z7
-	VPTERNLOGD $0x96, 64(DI)(CX*1), Z16, Z7
+	VPTERNLOGD $0x96, 64(SI)(CX*1), Z16, Z7
 	VPCLMULQDQ $0x00, Z0, Z15, Z16
 	VPCLMULQDQ $0x11, Z0, Z15, Z15
 	VPTERNLOGD $0x96, 64(DX), Z16, Z15
-	CRC32Q     48(BX), R10
-	CRC32Q     48(BX)(CX*1), R11
+	CRC32Q     48(AX), R9
+	CRC32Q     48(AX)(CX*1), R10
 	VPCLMULQDQ $0x00, Z0, Z8, Z16
 	VPCLMULQDQ $0x11, Z0, Z8, Z8
-	VPTERNLOGD $0x96, 64(DI)(CX*2), Z16, Z8
-	CRC32Q     56(BX), R10
-	CRC32Q     56(BX)(CX*1), R11
+	VPTERNLOGD $0x96, 64(SI)(CX*2), Z16, Z8
+	CRC32Q     56(AX), R9
+	CRC32Q     56(AX)(CX*1), R10
 	VPCLMULQDQ $0x00, Z0, Z9, Z16
 	VPCLMULQDQ $0x11, Z0, Z9, Z9
-	VPTERNLOGD $0x96, 64(R8), Z16, Z9
-	ADDQ       $0x40, BX
-	ADDQ       $0x40, SI
-	ADDQ       $0x40, DI
-	ADDQ       $0x40, R8
-	ADDQ       $0x40, R9
-	ADDQ       $0x40, DX
-	DECQ       R12
+	VPTERNLOGD $0x96, 64(DI), Z16, Z9
+	ADDQ       $0x00000040, AX
+	ADDQ       $0x00000040, BX
+	ADDQ       $0x00000040, SI
+	ADDQ       $0x00000040, DI
+	ADDQ       $0x00000040, R8
+	ADDQ       $0x00000040, DX
+	DECQ       R11
 	JNZ        hybridBlocksZ2_loop
 
 hybridBlocksZ2_last:
 	// Last step: the CRC blocks only.
-	CRC32Q (BX), R10
-	CRC32Q (BX)(CX*1), R11
-	CRC32Q 8(BX), R10
-	CRC32Q 8(BX)(CX*1), R11
-	CRC32Q 16(BX), R10
-	CRC32Q 16(BX)(CX*1), R11
-	CRC32Q 24(BX), R10
-	CRC32Q 24(BX)(CX*1), R11
-	CRC32Q 32(BX), R10
-	CRC32Q 32(BX)(CX*1), R11
-	CRC32Q 40(BX), R10
-	CRC32Q 40(BX)(CX*1), R11
-	CRC32Q 48(BX), R10
-	CRC32Q 48(BX)(CX*1), R11
-	CRC32Q 56(BX), R10
-	CRC32Q 56(BX)(CX*1), R11
+	CRC32Q (AX), R9
+	CRC32Q (AX)(CX*1), R10
+	CRC32Q 8(AX), R9
+	CRC32Q 8(AX)(CX*1), R10
+	CRC32Q 16(AX), R9
+	CRC32Q 16(AX)(CX*1), R10
+	CRC32Q 24(AX), R9
+	CRC32Q 24(AX)(CX*1), R10
+	CRC32Q 32(AX), R9
+	CRC32Q 32(AX)(CX*1), R10
+	CRC32Q 40(AX), R9
+	CRC32Q 40(AX)(CX*1), R10
+	CRC32Q 48(AX), R9
+	CRC32Q 48(AX)(CX*1), R10
+	CRC32Q 56(AX), R9
+	CRC32Q 56(AX)(CX*1), R10
 
 	// Every block in turn: reduce a fold accumulator (its 64 bytes through
 	// CRC32Q from zero, read back from the stack), add the block's last
 	// blockLen mod 64 bytes, XOR xorout, store.
+	MOVQ      1088(SP), AX
 	MOVQ      blockLen+24(FP), DX
 	MOVQ      DX, BX
 	ANDQ      $-64, BX
@@ -3539,92 +3542,92 @@ hybridBlocksZ2_last:
 	MOVQ      BX, DI
 	TESTQ     $0x00000020, DX
 	JZ        hybridBlocksZ2_b0_32
-	CRC32Q    (DI), R10
-	CRC32Q    8(DI), R10
-	CRC32Q    16(DI), R10
-	CRC32Q    24(DI), R10
+	CRC32Q    (DI), R9
+	CRC32Q    8(DI), R9
+	CRC32Q    16(DI), R9
+	CRC32Q    24(DI), R9
 	ADDQ      $0x20, DI
 
 hybridBlocksZ2_b0_32:
 	TESTQ  $0x00000010, DX
 	JZ     hybridBlocksZ2_b0_16
-	CRC32Q (DI), R10
-	CRC32Q 8(DI), R10
+	CRC32Q (DI), R9
+	CRC32Q 8(DI), R9
 	ADDQ   $0x10, DI
 
 hybridBlocksZ2_b0_16:
 	TESTQ  $0x00000008, DX
 	JZ     hybridBlocksZ2_b0_8
-	CRC32Q (DI), R10
+	CRC32Q (DI), R9
 	ADDQ   $0x08, DI
 
 hybridBlocksZ2_b0_8:
 	TESTQ  $0x00000004, DX
 	JZ     hybridBlocksZ2_b0_4
-	CRC32L (DI), R10
+	CRC32L (DI), R9
 	ADDQ   $0x04, DI
 
 hybridBlocksZ2_b0_4:
 	TESTQ  $0x00000002, DX
 	JZ     hybridBlocksZ2_b0_2
-	CRC32W (DI), R10
+	CRC32W (DI), R9
 	ADDQ   $0x02, DI
 
 hybridBlocksZ2_b0_2:
 	TESTQ  $0x00000001, DX
 	JZ     hybridBlocksZ2_b0_1
-	CRC32B (DI), R10
+	CRC32B (DI), R9
 
 hybridBlocksZ2_b0_1:
 hybridBlocksZ2_b0_done:
-	XORL   xorout+44(FP), R10
-	MOVL   R10, (SI)
+	XORL   xorout+44(FP), R9
+	MOVL   R9, (SI)
 	ADDQ   CX, BX
 	TESTQ  DX, DX
 	JZ     hybridBlocksZ2_b1_done
 	MOVQ   BX, DI
 	TESTQ  $0x00000020, DX
 	JZ     hybridBlocksZ2_b1_32
-	CRC32Q (DI), R11
-	CRC32Q 8(DI), R11
-	CRC32Q 16(DI), R11
-	CRC32Q 24(DI), R11
+	CRC32Q (DI), R10
+	CRC32Q 8(DI), R10
+	CRC32Q 16(DI), R10
+	CRC32Q 24(DI), R10
 	ADDQ   $0x20, DI
 
 hybridBlocksZ2_b1_32:
 	TESTQ  $0x00000010, DX
 	JZ     hybridBlocksZ2_b1_16
-	CRC32Q (DI), R11
-	CRC32Q 8(DI), R11
+	CRC32Q (DI), R10
+	CRC32Q 8(DI), R10
 	ADDQ   $0x10, DI
 
 hybridBlocksZ2_b1_16:
 	TESTQ  $0x00000008, DX
 	JZ     hybridBlocksZ2_b1_8
-	CRC32Q (DI), R11
+	CRC32Q (DI), R10
 	ADDQ   $0x08, DI
 
 hybridBlocksZ2_b1_8:
 	TESTQ  $0x00000004, DX
 	JZ     hybridBlocksZ2_b1_4
-	CRC32L (DI), R11
+	CRC32L (DI), R10
 	ADDQ   $0x04, DI
 
 hybridBlocksZ2_b1_4:
 	TESTQ  $0x00000002, DX
 	JZ     hybridBlocksZ2_b1_2
-	CRC32W (DI), R11
+	CRC32W (DI), R10
 	ADDQ   $0x02, DI
 
 hybridBlocksZ2_b1_2:
 	TESTQ  $0x00000001, DX
 	JZ     hybridBlocksZ2_b1_1
-	CRC32B (DI), R11
+	CRC32B (DI), R10
 
 hybridBlocksZ2_b1_1:
 hybridBlocksZ2_b1_done:
-	XORL   xorout+44(FP), R11
-	MOVL   R11, 4(SI)
+	XORL   xorout+44(FP), R10
+	MOVL   R10, 4(SI)
 	ADDQ   CX, BX
 	XORL   DI, DI
 	CRC32Q (AX), DI
@@ -4408,7 +4411,7 @@ hybridBlocksZ2_b15_done:
 
 // func hybridBlocksZ3(dst *uint32, p *byte, groups int, blockLen int, stride int, init uint32, xorout uint32, fold *[2]uint64)
 // Requires: AVX, AVX512F, SSE4.2, VPCLMULQDQ
-TEXT ·hybridBlocksZ3(SB), $1088-56
+TEXT ·hybridBlocksZ3(SB), $1096-56
 	MOVQ            fold+48(FP), AX
 	VBROADCASTI32X4 (AX), Z0
 
@@ -4418,156 +4421,157 @@ TEXT ·hybridBlocksZ3(SB), $1088-56
 	MOVQ  p+8(FP), AX
 
 hybridBlocksZ3_group:
+	MOVQ AX, 1088(SP)
 	MOVQ stride+32(FP), CX
 	LEAQ (CX)(CX*2), DX
-	MOVQ AX, BX
+	LEAQ (AX)(DX*1), BX
 	LEAQ (BX)(DX*1), SI
 	LEAQ (SI)(DX*1), DI
 	LEAQ (DI)(DX*1), R8
-	LEAQ (R8)(DX*1), R9
-	LEAQ (R9)(DX*1), DX
+	LEAQ (R8)(DX*1), DX
+	MOVL init+40(FP), R9
 	MOVL init+40(FP), R10
 	MOVL init+40(FP), R11
-	MOVL init+40(FP), R12
-	MOVQ blockLen+24(FP), R13
-	SHRQ $0x06, R13
+	MOVQ blockLen+24(FP), R12
+	SHRQ $0x06, R12
 
 	// The first 64 bytes of every fold block, the initial register in the first.
-	VMOVDQU64 (SI), Z2
+	VMOVDQU64 (BX), Z2
 	VPXORQ    Z1, Z2, Z2
-	VMOVDQU64 (SI)(CX*1), Z3
+	VMOVDQU64 (BX)(CX*1), Z3
 	VPXORQ    Z1, Z3, Z3
-	VMOVDQU64 (SI)(CX*2), Z4
+	VMOVDQU64 (BX)(CX*2), Z4
 	VPXORQ    Z1, Z4, Z4
-	VMOVDQU64 (DI), Z5
+	VMOVDQU64 (SI), Z5
 	VPXORQ    Z1, Z5, Z5
-	VMOVDQU64 (DI)(CX*1), Z6
+	VMOVDQU64 (SI)(CX*1), Z6
 	VPXORQ    Z1, Z6, Z6
-	VMOVDQU64 (DI)(CX*2), Z7
+	VMOVDQU64 (SI)(CX*2), Z7
 	VPXORQ    Z1, Z7, Z7
-	VMOVDQU64 (R8), Z8
+	VMOVDQU64 (DI), Z8
 	VPXORQ    Z1, Z8, Z8
-	VMOVDQU64 (R8)(CX*1), Z9
+	VMOVDQU64 (DI)(CX*1), Z9
 	VPXORQ    Z1, Z9, Z9
-	VMOVDQU64 (R8)(CX*2), Z10
+	VMOVDQU64 (DI)(CX*2), Z10
 	VPXORQ    Z1, Z10, Z10
-	VMOVDQU64 (R9), Z11
+	VMOVDQU64 (R8), Z11
 	VPXORQ    Z1, Z11, Z11
-	VMOVDQU64 (R9)(CX*1), Z12
+	VMOVDQU64 (R8)(CX*1), Z12
 	VPXORQ    Z1, Z12, Z12
-	VMOVDQU64 (R9)(CX*2), Z13
+	VMOVDQU64 (R8)(CX*2), Z13
 	VPXORQ    Z1, Z13, Z13
 	VMOVDQU64 (DX), Z14
 	VPXORQ    Z1, Z14, Z14
 
 	// Every step: 64 bytes of each CRC block (8 CRC32Q), and each fold
 	// accumulator folded forward by 64 bytes onto the next 64 of its block.
-	DECQ R13
+	DECQ R12
 	JZ   hybridBlocksZ3_last
 
 hybridBlocksZ3_loop:
-	CRC32Q     (BX), R10
-	CRC32Q     (BX)(CX*1), R11
-	CRC32Q     (BX)(CX*2), R12
+	CRC32Q     (AX), R9
+	CRC32Q     (AX)(CX*1), R10
+	CRC32Q     (AX)(CX*2), R11
 	VPCLMULQDQ $0x00, Z0, Z2, Z15
 	VPCLMULQDQ $0x11, Z0, Z2, Z2
-	VPTERNLOGD $0x96, 64(SI), Z15, Z2
+	VPTERNLOGD $0x96, 64(BX), Z15, Z2
 	VPCLMULQDQ $0x00, Z0, Z10, Z15
 	VPCLMULQDQ $0x11, Z0, Z10, Z10
-	VPTERNLOGD $0x96, 64(R8)(CX*2), Z15, Z10
-	CRC32Q     8(BX), R10
-	CRC32Q     8(BX)(CX*1), R11
-	CRC32Q     8(BX)(CX*2), R12
+	VPTERNLOGD $0x96, 64(DI)(CX*2), Z15, Z10
+	CRC32Q     8(AX), R9
+	CRC32Q     8(AX)(CX*1), R10
+	CRC32Q     8(AX)(CX*2), R11
 	VPCLMULQDQ $0x00, Z0, Z3, Z15
 	VPCLMULQDQ $0x11, Z0, Z3, Z3
-	VPTERNLOGD $0x96, 64(SI)(CX*1), Z15, Z3
+	VPTERNLOGD $0x96, 64(BX)(CX*1), Z15, Z3
 	VPCLMULQDQ $0x00, Z0, Z11, Z15
 	VPCLMULQDQ $0x11, Z0, Z11, Z11
-	VPTERNLOGD $0x96, 64(R9), Z15, Z11
-	CRC32Q     16(BX), R10
-	CRC32Q     16(BX)(CX*1), R11
-	CRC32Q     16(BX)(CX*2), R12
+	VPTERNLOGD $0x96, 64(R8), Z15, Z11
+	CRC32Q     16(AX), R9
+	CRC32Q     16(AX)(CX*1), R10
+	CRC32Q     16(AX)(CX*2), R11
 	VPCLMULQDQ $0x00, Z0, Z4, Z15
 	VPCLMULQDQ $0x11, Z0, Z4, Z4
-	VPTERNLOGD $0x96, 64(SI)(CX*2), Z15, Z4
+	VPTERNLOGD $0x96, 64(BX)(CX*2), Z15, Z4
 	VPCLMULQDQ $0x00, Z0, Z12, Z15
 	VPCLMULQDQ $0x11, Z0, Z12, Z12
-	VPTERNLOGD $0x96, 64(R9)(CX*1), Z15, Z12
-	CRC32Q     24(BX), R10
-	CRC32Q     24(BX)(CX*1), R11
-	CRC32Q     24(BX)(CX*2), R12
+	VPTERNLOGD $0x96, 64(R8)(CX*1), Z15, Z12
+	CRC32Q     24(AX), R9
+	CRC32Q     24(AX)(CX*1), R10
+	CRC32Q     24(AX)(CX*2), R11
 	VPCLMULQDQ $0x00, Z0, Z5, Z15
 	VPCLMULQDQ $0x11, Z0, Z5, Z5
-	VPTERNLOGD $0x96, 64(DI), Z15, Z5
+	VPTERNLOGD $0x96, 64(SI), Z15, Z5
 	VPCLMULQDQ $0x00, Z0, Z13, Z15
 	VPCLMULQDQ $0x11, Z0, Z13, Z13
-	VPTERNLOGD $0x96, 64(R9)(CX*2), Z15, Z13
-	CRC32Q     32(BX), R10
-	CRC32Q     32(BX)(CX*1), R11
-	CRC32Q     32(BX)(CX*2), R12
+	VPTERNLOGD $0x96, 64(R8)(CX*2), Z15, Z13
+	CRC32Q     32(AX), R9
+	CRC32Q     32(AX)(CX*1), R10
+	CRC32Q     32(AX)(CX*2), R11
 	VPCLMULQDQ $0x00, Z0, Z6, Z15
 	VPCLMULQDQ $0x11, Z0, Z6, Z6
-	VPTERNLOGD $0x96, 64(DI)(CX*1), Z15, Z6
+	VPTERNLOGD $0x96, 64(SI)(CX*1), Z15, Z6
 	VPCLMULQDQ $0x00, Z0, Z14, Z15
 	VPCLMULQDQ $0x11, Z0, Z14, Z14
 	VPTERNLOGD $0x96, 64(DX), Z15, Z14
-	CRC32Q     40(BX), R10
-	CRC32Q     40(BX)(CX*1), R11
-	CRC32Q     40(BX)(CX*2), R12
+	CRC32Q     40(AX), R9
+	CRC32Q     40(AX)(CX*1), R10
+	CRC32Q     40(AX)(CX*2), R11
 	VPCLMULQDQ $0x00, Z0, Z7, Z15
 	VPCLMULQDQ $0x11, Z0, Z7, Z7
-	VPTERNLOGD $0x96, 64(DI)(CX*2), Z15, Z7
-	CRC32Q     48(BX), R10
-	CRC32Q     48(BX)(CX*1), R11
-	CRC32Q     48(BX)(CX*2), R12
+	VPTERNLOGD $0x96, 64(SI)(CX*2), Z15, Z7
+	CRC32Q     48(AX), R9
+	CRC32Q     48(AX)(CX*1), R10
+	CRC32Q     48(AX)(CX*2), R11
 	VPCLMULQDQ $0x00, Z0, Z8, Z15
 	VPCLMULQDQ $0x11, Z0, Z8, Z8
-	VPTERNLOGD $0x96, 64(R8), Z15, Z8
-	CRC32Q     56(BX), R10
-	CRC32Q     56(BX)(CX*1), R11
-	CRC32Q     56(BX)(CX*2), R12
+	VPTERNLOGD $0x96, 64(DI), Z15, Z8
+	CRC32Q     56(AX), R9
+	CRC32Q     56(AX)(CX*1), R10
+	CRC32Q     56(AX)(CX*2), R11
 	VPCLMULQDQ $0x00, Z0, Z9, Z15
 	VPCLMULQDQ $0x11, Z0, Z9, Z9
-	VPTERNLOGD $0x96, 64(R8)(CX*1), Z15, Z9
-	ADDQ       $0x40, BX
-	ADDQ       $0x40, SI
-	ADDQ       $0x40, DI
-	ADDQ       $0x40, R8
-	ADDQ       $0x40, R9
-	ADDQ       $0x40, DX
-	DECQ       R13
+	VPTERNLOGD $0x96, 64(DI)(CX*1), Z15, Z9
+	ADDQ       $0x00000040, AX
+	ADDQ       $0x00000040, BX
+	ADDQ       $0x00000040, SI
+	ADDQ       $0x00000040, DI
+	ADDQ       $0x00000040, R8
+	ADDQ       $0x00000040, DX
+	DECQ       R12
 	JNZ        hybridBlocksZ3_loop
 
 hybridBlocksZ3_last:
 	// Last step: the CRC blocks only.
-	CRC32Q (BX), R10
-	CRC32Q (BX)(CX*1), R11
-	CRC32Q (BX)(CX*2), R12
-	CRC32Q 8(BX), R10
-	CRC32Q 8(BX)(CX*1), R11
-	CRC32Q 8(BX)(CX*2), R12
-	CRC32Q 16(BX), R10
-	CRC32Q 16(BX)(CX*1), R11
-	CRC32Q 16(BX)(CX*2), R12
-	CRC32Q 24(BX), R10
-	CRC32Q 24(BX)(CX*1), R11
-	CRC32Q 24(BX)(CX*2), R12
-	CRC32Q 32(BX), R10
-	CRC32Q 32(BX)(CX*1), R11
-	CRC32Q 32(BX)(CX*2), R12
-	CRC32Q 40(BX), R10
-	CRC32Q 40(BX)(CX*1), R11
-	CRC32Q 40(BX)(CX*2), R12
-	CRC32Q 48(BX), R10
-	CRC32Q 48(BX)(CX*1), R11
-	CRC32Q 48(BX)(CX*2), R12
-	CRC32Q 56(BX), R10
-	CRC32Q 56(BX)(CX*1), R11
-	CRC32Q 56(BX)(CX*2), R12
+	CRC32Q (AX), R9
+	CRC32Q (AX)(CX*1), R10
+	CRC32Q (AX)(CX*2), R11
+	CRC32Q 8(AX), R9
+	CRC32Q 8(AX)(CX*1), R10
+	CRC32Q 8(AX)(CX*2), R11
+	CRC32Q 16(AX), R9
+	CRC32Q 16(AX)(CX*1), R10
+	CRC32Q 16(AX)(CX*2), R11
+	CRC32Q 24(AX), R9
+	CRC32Q 24(AX)(CX*1), R10
+	CRC32Q 24(AX)(CX*2), R11
+	CRC32Q 32(AX), R9
+	CRC32Q 32(AX)(CX*1), R10
+	CRC32Q 32(AX)(CX*2), R11
+	CRC32Q 40(AX), R9
+	CRC32Q 40(AX)(CX*1), R10
+	CRC32Q 40(AX)(CX*2), R11
+	CRC32Q 48(AX), R9
+	CRC32Q 48(AX)(CX*1), R10
+	CRC32Q 48(AX)(CX*2), R11
+	CRC32Q 56(AX), R9
+	CRC32Q 56(AX)(CX*1), R10
+	CRC32Q 56(AX)(CX*2), R11
 
 	// Every block in turn: reduce a fold accumulator (its 64 bytes through
 	// CRC32Q from zero, read back from the stack), add the block's last
 	// blockLen mod 64 bytes, XOR xorout, store.
+	MOVQ      1088(SP), AX
 	MOVQ      blockLen+24(FP), DX
 	MOVQ      DX, BX
 	ANDQ      $-64, BX
@@ -4594,138 +4598,138 @@ hybridBlocksZ3_last:
 	MOVQ      BX, DI
 	TESTQ     $0x00000020, DX
 	JZ        hybridBlocksZ3_b0_32
-	CRC32Q    (DI), R10
-	CRC32Q    8(DI), R10
-	CRC32Q    16(DI), R10
-	CRC32Q    24(DI), R10
+	CRC32Q    (DI), R9
+	CRC32Q    8(DI), R9
+	CRC32Q    16(DI), R9
+	CRC32Q    24(DI), R9
 	ADDQ      $0x20, DI
 
 hybridBlocksZ3_b0_32:
 	TESTQ  $0x00000010, DX
 	JZ     hybridBlocksZ3_b0_16
-	CRC32Q (DI), R10
-	CRC32Q 8(DI), R10
+	CRC32Q (DI), R9
+	CRC32Q 8(DI), R9
 	ADDQ   $0x10, DI
 
 hybridBlocksZ3_b0_16:
 	TESTQ  $0x00000008, DX
 	JZ     hybridBlocksZ3_b0_8
-	CRC32Q (DI), R10
+	CRC32Q (DI), R9
 	ADDQ   $0x08, DI
 
 hybridBlocksZ3_b0_8:
 	TESTQ  $0x00000004, DX
 	JZ     hybridBlocksZ3_b0_4
-	CRC32L (DI), R10
+	CRC32L (DI), R9
 	ADDQ   $0x04, DI
 
 hybridBlocksZ3_b0_4:
 	TESTQ  $0x00000002, DX
 	JZ     hybridBlocksZ3_b0_2
-	CRC32W (DI), R10
+	CRC32W (DI), R9
 	ADDQ   $0x02, DI
 
 hybridBlocksZ3_b0_2:
 	TESTQ  $0x00000001, DX
 	JZ     hybridBlocksZ3_b0_1
-	CRC32B (DI), R10
+	CRC32B (DI), R9
 
 hybridBlocksZ3_b0_1:
 hybridBlocksZ3_b0_done:
-	XORL   xorout+44(FP), R10
-	MOVL   R10, (SI)
+	XORL   xorout+44(FP), R9
+	MOVL   R9, (SI)
 	ADDQ   CX, BX
 	TESTQ  DX, DX
 	JZ     hybridBlocksZ3_b1_done
 	MOVQ   BX, DI
 	TESTQ  $0x00000020, DX
 	JZ     hybridBlocksZ3_b1_32
-	CRC32Q (DI), R11
-	CRC32Q 8(DI), R11
-	CRC32Q 16(DI), R11
-	CRC32Q 24(DI), R11
+	CRC32Q (DI), R10
+	CRC32Q 8(DI), R10
+	CRC32Q 16(DI), R10
+	CRC32Q 24(DI), R10
 	ADDQ   $0x20, DI
 
 hybridBlocksZ3_b1_32:
 	TESTQ  $0x00000010, DX
 	JZ     hybridBlocksZ3_b1_16
-	CRC32Q (DI), R11
-	CRC32Q 8(DI), R11
+	CRC32Q (DI), R10
+	CRC32Q 8(DI), R10
 	ADDQ   $0x10, DI
 
 hybridBlocksZ3_b1_16:
 	TESTQ  $0x00000008, DX
 	JZ     hybridBlocksZ3_b1_8
-	CRC32Q (DI), R11
+	CRC32Q (DI), R10
 	ADDQ   $0x08, DI
 
 hybridBlocksZ3_b1_8:
 	TESTQ  $0x00000004, DX
 	JZ     hybridBlocksZ3_b1_4
-	CRC32L (DI), R11
+	CRC32L (DI), R10
 	ADDQ   $0x04, DI
 
 hybridBlocksZ3_b1_4:
 	TESTQ  $0x00000002, DX
 	JZ     hybridBlocksZ3_b1_2
-	CRC32W (DI), R11
+	CRC32W (DI), R10
 	ADDQ   $0x02, DI
 
 hybridBlocksZ3_b1_2:
 	TESTQ  $0x00000001, DX
 	JZ     hybridBlocksZ3_b1_1
-	CRC32B (DI), R11
+	CRC32B (DI), R10
 
 hybridBlocksZ3_b1_1:
 hybridBlocksZ3_b1_done:
-	XORL   xorout+44(FP), R11
-	MOVL   R11, 4(SI)
+	XORL   xorout+44(FP), R10
+	MOVL   R10, 4(SI)
 	ADDQ   CX, BX
 	TESTQ  DX, DX
 	JZ     hybridBlocksZ3_b2_done
 	MOVQ   BX, DI
 	TESTQ  $0x00000020, DX
 	JZ     hybridBlocksZ3_b2_32
-	CRC32Q (DI), R12
-	CRC32Q 8(DI), R12
-	CRC32Q 16(DI), R12
-	CRC32Q 24(DI), R12
+	CRC32Q (DI), R11
+	CRC32Q 8(DI), R11
+	CRC32Q 16(DI), R11
+	CRC32Q 24(DI), R11
 	ADDQ   $0x20, DI
 
 hybridBlocksZ3_b2_32:
 	TESTQ  $0x00000010, DX
 	JZ     hybridBlocksZ3_b2_16
-	CRC32Q (DI), R12
-	CRC32Q 8(DI), R12
+	CRC32Q (DI), R11
+	CRC32Q 8(DI), R11
 	ADDQ   $0x10, DI
 
 hybridBlocksZ3_b2_16:
 	TESTQ  $0x00000008, DX
 	JZ     hybridBlocksZ3_b2_8
-	CRC32Q (DI), R12
+	CRC32Q (DI), R11
 	ADDQ   $0x08, DI
 
 hybridBlocksZ3_b2_8:
 	TESTQ  $0x00000004, DX
 	JZ     hybridBlocksZ3_b2_4
-	CRC32L (DI), R12
+	CRC32L (DI), R11
 	ADDQ   $0x04, DI
 
 hybridBlocksZ3_b2_4:
 	TESTQ  $0x00000002, DX
 	JZ     hybridBlocksZ3_b2_2
-	CRC32W (DI), R12
+	CRC32W (DI), R11
 	ADDQ   $0x02, DI
 
 hybridBlocksZ3_b2_2:
 	TESTQ  $0x00000001, DX
 	JZ     hybridBlocksZ3_b2_1
-	CRC32B (DI), R12
+	CRC32B (DI), R11
 
 hybridBlocksZ3_b2_1:
 hybridBlocksZ3_b2_done:
-	XORL   xorout+44(FP), R12
-	MOVL   R12, 8(SI)
+	XORL   xorout+44(FP), R11
+	MOVL   R11, 8(SI)
 	ADDQ   CX, BX
 	XORL   DI, DI
 	CRC32Q (AX), DI
@@ -5449,6 +5453,6315 @@ hybridBlocksZ3_b15_done:
 	SUBQ CX, AX
 	DECQ groups+16(FP)
 	JNZ  hybridBlocksZ3_group
+	VZEROUPPER
+	RET
+
+// func hybridBlocksZ3S(dst *uint32, p *byte, groups int, blockLen int, stride int, init uint32, xorout uint32, fold *[2]uint64, k uint64)
+// Requires: AVX, AVX512F, PCLMULQDQ, SSE4.2, VPCLMULQDQ
+TEXT ·hybridBlocksZ3S(SB), $1096-64
+	MOVQ            fold+48(FP), AX
+	VBROADCASTI32X4 (AX), Z0
+
+	// The initial register in the first 32 bits of a vector, for the fold blocks.
+	MOVL  init+40(FP), AX
+	VMOVD AX, X1
+	MOVQ  p+8(FP), AX
+
+hybridBlocksZ3S_group:
+	MOVQ AX, 1088(SP)
+	MOVQ stride+32(FP), CX
+	LEAQ (CX)(CX*2), DX
+	MOVQ AX, BX
+	LEAQ (AX)(DX*1), AX
+	LEAQ (AX)(DX*1), SI
+	LEAQ (SI)(DX*1), DI
+	LEAQ (DI)(DX*1), R8
+	LEAQ (R8)(DX*1), DX
+	MOVL init+40(FP), R9
+	MOVL init+40(FP), R10
+	MOVL init+40(FP), R11
+	MOVQ blockLen+24(FP), R12
+	SHRQ $0x06, R12
+
+	// Chain B of every CRC block from zero, at D = 32·(blockLen/64).
+	MOVQ R12, R13
+	SHLQ $0x05, R13
+	ADDQ BX, R13
+	XORL R14, R14
+	XORL R15, R15
+	XORL BP, BP
+
+	// The first 64 bytes of every fold block, the initial register in the first.
+	VMOVDQU64 (AX), Z2
+	VPXORQ    Z1, Z2, Z2
+	VMOVDQU64 (AX)(CX*1), Z3
+	VPXORQ    Z1, Z3, Z3
+	VMOVDQU64 (AX)(CX*2), Z4
+	VPXORQ    Z1, Z4, Z4
+	VMOVDQU64 (SI), Z5
+	VPXORQ    Z1, Z5, Z5
+	VMOVDQU64 (SI)(CX*1), Z6
+	VPXORQ    Z1, Z6, Z6
+	VMOVDQU64 (SI)(CX*2), Z7
+	VPXORQ    Z1, Z7, Z7
+	VMOVDQU64 (DI), Z8
+	VPXORQ    Z1, Z8, Z8
+	VMOVDQU64 (DI)(CX*1), Z9
+	VPXORQ    Z1, Z9, Z9
+	VMOVDQU64 (DI)(CX*2), Z10
+	VPXORQ    Z1, Z10, Z10
+	VMOVDQU64 (R8), Z11
+	VPXORQ    Z1, Z11, Z11
+	VMOVDQU64 (R8)(CX*1), Z12
+	VPXORQ    Z1, Z12, Z12
+	VMOVDQU64 (R8)(CX*2), Z13
+	VPXORQ    Z1, Z13, Z13
+	VMOVDQU64 (DX), Z14
+	VPXORQ    Z1, Z14, Z14
+
+	// Every step: 64 bytes of each CRC block (8 CRC32Q), and each fold
+	// accumulator folded forward by 64 bytes onto the next 64 of its block.
+	DECQ R12
+	JZ   hybridBlocksZ3S_last
+
+hybridBlocksZ3S_loop:
+	CRC32Q     (BX), R9
+	CRC32Q     (BX)(CX*1), R10
+	CRC32Q     (BX)(CX*2), R11
+	VPCLMULQDQ $0x00, Z0, Z2, Z15
+	VPCLMULQDQ $0x11, Z0, Z2, Z2
+	VPTERNLOGD $0x96, 64(AX), Z15, Z2
+	VPCLMULQDQ $0x00, Z0, Z10, Z15
+	VPCLMULQDQ $0x11, Z0, Z10, Z10
+	VPTERNLOGD $0x96, 64(DI)(CX*2), Z15, Z10
+	CRC32Q     (R13), R14
+	CRC32Q     (R13)(CX*1), R15
+	CRC32Q     (R13)(CX*2), BP
+	VPCLMULQDQ $0x00, Z0, Z3, Z15
+	VPCLMULQDQ $0x11, Z0, Z3, Z3
+	VPTERNLOGD $0x96, 64(AX)(CX*1), Z15, Z3
+	VPCLMULQDQ $0x00, Z0, Z11, Z15
+	VPCLMULQDQ $0x11, Z0, Z11, Z11
+	VPTERNLOGD $0x96, 64(R8), Z15, Z11
+	CRC32Q     8(BX), R9
+	CRC32Q     8(BX)(CX*1), R10
+	CRC32Q     8(BX)(CX*2), R11
+	VPCLMULQDQ $0x00, Z0, Z4, Z15
+	VPCLMULQDQ $0x11, Z0, Z4, Z4
+	VPTERNLOGD $0x96, 64(AX)(CX*2), Z15, Z4
+	VPCLMULQDQ $0x00, Z0, Z12, Z15
+	VPCLMULQDQ $0x11, Z0, Z12, Z12
+	VPTERNLOGD $0x96, 64(R8)(CX*1), Z15, Z12
+	CRC32Q     8(R13), R14
+	CRC32Q     8(R13)(CX*1), R15
+	CRC32Q     8(R13)(CX*2), BP
+	VPCLMULQDQ $0x00, Z0, Z5, Z15
+	VPCLMULQDQ $0x11, Z0, Z5, Z5
+	VPTERNLOGD $0x96, 64(SI), Z15, Z5
+	VPCLMULQDQ $0x00, Z0, Z13, Z15
+	VPCLMULQDQ $0x11, Z0, Z13, Z13
+	VPTERNLOGD $0x96, 64(R8)(CX*2), Z15, Z13
+	CRC32Q     16(BX), R9
+	CRC32Q     16(BX)(CX*1), R10
+	CRC32Q     16(BX)(CX*2), R11
+	VPCLMULQDQ $0x00, Z0, Z6, Z15
+	VPCLMULQDQ $0x11, Z0, Z6, Z6
+	VPTERNLOGD $0x96, 64(SI)(CX*1), Z15, Z6
+	VPCLMULQDQ $0x00, Z0, Z14, Z15
+	VPCLMULQDQ $0x11, Z0, Z14, Z14
+	VPTERNLOGD $0x96, 64(DX), Z15, Z14
+	CRC32Q     16(R13), R14
+	CRC32Q     16(R13)(CX*1), R15
+	CRC32Q     16(R13)(CX*2), BP
+	VPCLMULQDQ $0x00, Z0, Z7, Z15
+	VPCLMULQDQ $0x11, Z0, Z7, Z7
+	VPTERNLOGD $0x96, 64(SI)(CX*2), Z15, Z7
+	CRC32Q     24(BX), R9
+	CRC32Q     24(BX)(CX*1), R10
+	CRC32Q     24(BX)(CX*2), R11
+	VPCLMULQDQ $0x00, Z0, Z8, Z15
+	VPCLMULQDQ $0x11, Z0, Z8, Z8
+	VPTERNLOGD $0x96, 64(DI), Z15, Z8
+	CRC32Q     24(R13), R14
+	CRC32Q     24(R13)(CX*1), R15
+	CRC32Q     24(R13)(CX*2), BP
+	VPCLMULQDQ $0x00, Z0, Z9, Z15
+	VPCLMULQDQ $0x11, Z0, Z9, Z9
+	VPTERNLOGD $0x96, 64(DI)(CX*1), Z15, Z9
+	ADDQ       $0x00000040, AX
+	ADDQ       $0x00000040, SI
+	ADDQ       $0x00000040, DI
+	ADDQ       $0x00000040, R8
+	ADDQ       $0x00000040, DX
+	ADDQ       $0x00000020, BX
+	ADDQ       $0x00000020, R13
+	DECQ       R12
+	JNZ        hybridBlocksZ3S_loop
+
+hybridBlocksZ3S_last:
+	// Last step: the CRC blocks only.
+	CRC32Q (BX), R9
+	CRC32Q (BX)(CX*1), R10
+	CRC32Q (BX)(CX*2), R11
+	CRC32Q (R13), R14
+	CRC32Q (R13)(CX*1), R15
+	CRC32Q (R13)(CX*2), BP
+	CRC32Q 8(BX), R9
+	CRC32Q 8(BX)(CX*1), R10
+	CRC32Q 8(BX)(CX*2), R11
+	CRC32Q 8(R13), R14
+	CRC32Q 8(R13)(CX*1), R15
+	CRC32Q 8(R13)(CX*2), BP
+	CRC32Q 16(BX), R9
+	CRC32Q 16(BX)(CX*1), R10
+	CRC32Q 16(BX)(CX*2), R11
+	CRC32Q 16(R13), R14
+	CRC32Q 16(R13)(CX*1), R15
+	CRC32Q 16(R13)(CX*2), BP
+	CRC32Q 24(BX), R9
+	CRC32Q 24(BX)(CX*1), R10
+	CRC32Q 24(BX)(CX*2), R11
+	CRC32Q 24(R13), R14
+	CRC32Q 24(R13)(CX*1), R15
+	CRC32Q 24(R13)(CX*2), BP
+
+	// Every CRC block's register: r_A·C(8D-64) through two CRC32Q from zero, ⊕ r_B.
+	MOVQ       k+56(FP), AX
+	VMOVQ      AX, X15
+	VMOVQ      R9, X16
+	VPCLMULQDQ $0x00, X15, X16, X16
+	XORL       R9, R9
+	VMOVQ      X16, AX
+	CRC32Q     AX, R9
+	VPEXTRQ    $0x01, X16, AX
+	CRC32Q     AX, R9
+	XORL       R14, R9
+	VMOVQ      R10, X16
+	VPCLMULQDQ $0x00, X15, X16, X16
+	XORL       R10, R10
+	VMOVQ      X16, AX
+	CRC32Q     AX, R10
+	VPEXTRQ    $0x01, X16, AX
+	CRC32Q     AX, R10
+	XORL       R15, R10
+	VMOVQ      R11, X16
+	VPCLMULQDQ $0x00, X15, X16, X16
+	XORL       R11, R11
+	VMOVQ      X16, AX
+	CRC32Q     AX, R11
+	VPEXTRQ    $0x01, X16, AX
+	CRC32Q     AX, R11
+	XORL       BP, R11
+
+	// Every block in turn: reduce a fold accumulator (its 64 bytes through
+	// CRC32Q from zero, read back from the stack), add the block's last
+	// blockLen mod 64 bytes, XOR xorout, store.
+	MOVQ      1088(SP), AX
+	MOVQ      blockLen+24(FP), DX
+	MOVQ      DX, BX
+	ANDQ      $-64, BX
+	ADDQ      AX, BX
+	ANDQ      $0x3f, DX
+	LEAQ      63(SP), AX
+	ANDQ      $-64, AX
+	VMOVDQA64 Z2, (AX)
+	VMOVDQA64 Z3, 64(AX)
+	VMOVDQA64 Z4, 128(AX)
+	VMOVDQA64 Z5, 192(AX)
+	VMOVDQA64 Z6, 256(AX)
+	VMOVDQA64 Z7, 320(AX)
+	VMOVDQA64 Z8, 384(AX)
+	VMOVDQA64 Z9, 448(AX)
+	VMOVDQA64 Z10, 512(AX)
+	VMOVDQA64 Z11, 576(AX)
+	VMOVDQA64 Z12, 640(AX)
+	VMOVDQA64 Z13, 704(AX)
+	VMOVDQA64 Z14, 768(AX)
+	MOVQ      dst+0(FP), SI
+	TESTQ     DX, DX
+	JZ        hybridBlocksZ3S_b0_done
+	MOVQ      BX, DI
+	TESTQ     $0x00000020, DX
+	JZ        hybridBlocksZ3S_b0_32
+	CRC32Q    (DI), R9
+	CRC32Q    8(DI), R9
+	CRC32Q    16(DI), R9
+	CRC32Q    24(DI), R9
+	ADDQ      $0x20, DI
+
+hybridBlocksZ3S_b0_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ3S_b0_16
+	CRC32Q (DI), R9
+	CRC32Q 8(DI), R9
+	ADDQ   $0x10, DI
+
+hybridBlocksZ3S_b0_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ3S_b0_8
+	CRC32Q (DI), R9
+	ADDQ   $0x08, DI
+
+hybridBlocksZ3S_b0_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ3S_b0_4
+	CRC32L (DI), R9
+	ADDQ   $0x04, DI
+
+hybridBlocksZ3S_b0_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ3S_b0_2
+	CRC32W (DI), R9
+	ADDQ   $0x02, DI
+
+hybridBlocksZ3S_b0_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ3S_b0_1
+	CRC32B (DI), R9
+
+hybridBlocksZ3S_b0_1:
+hybridBlocksZ3S_b0_done:
+	XORL   xorout+44(FP), R9
+	MOVL   R9, (SI)
+	ADDQ   CX, BX
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ3S_b1_done
+	MOVQ   BX, DI
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ3S_b1_32
+	CRC32Q (DI), R10
+	CRC32Q 8(DI), R10
+	CRC32Q 16(DI), R10
+	CRC32Q 24(DI), R10
+	ADDQ   $0x20, DI
+
+hybridBlocksZ3S_b1_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ3S_b1_16
+	CRC32Q (DI), R10
+	CRC32Q 8(DI), R10
+	ADDQ   $0x10, DI
+
+hybridBlocksZ3S_b1_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ3S_b1_8
+	CRC32Q (DI), R10
+	ADDQ   $0x08, DI
+
+hybridBlocksZ3S_b1_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ3S_b1_4
+	CRC32L (DI), R10
+	ADDQ   $0x04, DI
+
+hybridBlocksZ3S_b1_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ3S_b1_2
+	CRC32W (DI), R10
+	ADDQ   $0x02, DI
+
+hybridBlocksZ3S_b1_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ3S_b1_1
+	CRC32B (DI), R10
+
+hybridBlocksZ3S_b1_1:
+hybridBlocksZ3S_b1_done:
+	XORL   xorout+44(FP), R10
+	MOVL   R10, 4(SI)
+	ADDQ   CX, BX
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ3S_b2_done
+	MOVQ   BX, DI
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ3S_b2_32
+	CRC32Q (DI), R11
+	CRC32Q 8(DI), R11
+	CRC32Q 16(DI), R11
+	CRC32Q 24(DI), R11
+	ADDQ   $0x20, DI
+
+hybridBlocksZ3S_b2_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ3S_b2_16
+	CRC32Q (DI), R11
+	CRC32Q 8(DI), R11
+	ADDQ   $0x10, DI
+
+hybridBlocksZ3S_b2_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ3S_b2_8
+	CRC32Q (DI), R11
+	ADDQ   $0x08, DI
+
+hybridBlocksZ3S_b2_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ3S_b2_4
+	CRC32L (DI), R11
+	ADDQ   $0x04, DI
+
+hybridBlocksZ3S_b2_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ3S_b2_2
+	CRC32W (DI), R11
+	ADDQ   $0x02, DI
+
+hybridBlocksZ3S_b2_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ3S_b2_1
+	CRC32B (DI), R11
+
+hybridBlocksZ3S_b2_1:
+hybridBlocksZ3S_b2_done:
+	XORL   xorout+44(FP), R11
+	MOVL   R11, 8(SI)
+	ADDQ   CX, BX
+	XORL   DI, DI
+	CRC32Q (AX), DI
+	CRC32Q 8(AX), DI
+	CRC32Q 16(AX), DI
+	CRC32Q 24(AX), DI
+	CRC32Q 32(AX), DI
+	CRC32Q 40(AX), DI
+	CRC32Q 48(AX), DI
+	CRC32Q 56(AX), DI
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ3S_b3_done
+	MOVQ   BX, R8
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ3S_b3_32
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	CRC32Q 16(R8), DI
+	CRC32Q 24(R8), DI
+	ADDQ   $0x20, R8
+
+hybridBlocksZ3S_b3_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ3S_b3_16
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	ADDQ   $0x10, R8
+
+hybridBlocksZ3S_b3_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ3S_b3_8
+	CRC32Q (R8), DI
+	ADDQ   $0x08, R8
+
+hybridBlocksZ3S_b3_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ3S_b3_4
+	CRC32L (R8), DI
+	ADDQ   $0x04, R8
+
+hybridBlocksZ3S_b3_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ3S_b3_2
+	CRC32W (R8), DI
+	ADDQ   $0x02, R8
+
+hybridBlocksZ3S_b3_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ3S_b3_1
+	CRC32B (R8), DI
+
+hybridBlocksZ3S_b3_1:
+hybridBlocksZ3S_b3_done:
+	XORL   xorout+44(FP), DI
+	MOVL   DI, 12(SI)
+	ADDQ   CX, BX
+	XORL   DI, DI
+	CRC32Q 64(AX), DI
+	CRC32Q 72(AX), DI
+	CRC32Q 80(AX), DI
+	CRC32Q 88(AX), DI
+	CRC32Q 96(AX), DI
+	CRC32Q 104(AX), DI
+	CRC32Q 112(AX), DI
+	CRC32Q 120(AX), DI
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ3S_b4_done
+	MOVQ   BX, R8
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ3S_b4_32
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	CRC32Q 16(R8), DI
+	CRC32Q 24(R8), DI
+	ADDQ   $0x20, R8
+
+hybridBlocksZ3S_b4_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ3S_b4_16
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	ADDQ   $0x10, R8
+
+hybridBlocksZ3S_b4_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ3S_b4_8
+	CRC32Q (R8), DI
+	ADDQ   $0x08, R8
+
+hybridBlocksZ3S_b4_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ3S_b4_4
+	CRC32L (R8), DI
+	ADDQ   $0x04, R8
+
+hybridBlocksZ3S_b4_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ3S_b4_2
+	CRC32W (R8), DI
+	ADDQ   $0x02, R8
+
+hybridBlocksZ3S_b4_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ3S_b4_1
+	CRC32B (R8), DI
+
+hybridBlocksZ3S_b4_1:
+hybridBlocksZ3S_b4_done:
+	XORL   xorout+44(FP), DI
+	MOVL   DI, 16(SI)
+	ADDQ   CX, BX
+	XORL   DI, DI
+	CRC32Q 128(AX), DI
+	CRC32Q 136(AX), DI
+	CRC32Q 144(AX), DI
+	CRC32Q 152(AX), DI
+	CRC32Q 160(AX), DI
+	CRC32Q 168(AX), DI
+	CRC32Q 176(AX), DI
+	CRC32Q 184(AX), DI
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ3S_b5_done
+	MOVQ   BX, R8
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ3S_b5_32
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	CRC32Q 16(R8), DI
+	CRC32Q 24(R8), DI
+	ADDQ   $0x20, R8
+
+hybridBlocksZ3S_b5_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ3S_b5_16
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	ADDQ   $0x10, R8
+
+hybridBlocksZ3S_b5_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ3S_b5_8
+	CRC32Q (R8), DI
+	ADDQ   $0x08, R8
+
+hybridBlocksZ3S_b5_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ3S_b5_4
+	CRC32L (R8), DI
+	ADDQ   $0x04, R8
+
+hybridBlocksZ3S_b5_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ3S_b5_2
+	CRC32W (R8), DI
+	ADDQ   $0x02, R8
+
+hybridBlocksZ3S_b5_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ3S_b5_1
+	CRC32B (R8), DI
+
+hybridBlocksZ3S_b5_1:
+hybridBlocksZ3S_b5_done:
+	XORL   xorout+44(FP), DI
+	MOVL   DI, 20(SI)
+	ADDQ   CX, BX
+	XORL   DI, DI
+	CRC32Q 192(AX), DI
+	CRC32Q 200(AX), DI
+	CRC32Q 208(AX), DI
+	CRC32Q 216(AX), DI
+	CRC32Q 224(AX), DI
+	CRC32Q 232(AX), DI
+	CRC32Q 240(AX), DI
+	CRC32Q 248(AX), DI
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ3S_b6_done
+	MOVQ   BX, R8
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ3S_b6_32
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	CRC32Q 16(R8), DI
+	CRC32Q 24(R8), DI
+	ADDQ   $0x20, R8
+
+hybridBlocksZ3S_b6_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ3S_b6_16
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	ADDQ   $0x10, R8
+
+hybridBlocksZ3S_b6_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ3S_b6_8
+	CRC32Q (R8), DI
+	ADDQ   $0x08, R8
+
+hybridBlocksZ3S_b6_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ3S_b6_4
+	CRC32L (R8), DI
+	ADDQ   $0x04, R8
+
+hybridBlocksZ3S_b6_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ3S_b6_2
+	CRC32W (R8), DI
+	ADDQ   $0x02, R8
+
+hybridBlocksZ3S_b6_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ3S_b6_1
+	CRC32B (R8), DI
+
+hybridBlocksZ3S_b6_1:
+hybridBlocksZ3S_b6_done:
+	XORL   xorout+44(FP), DI
+	MOVL   DI, 24(SI)
+	ADDQ   CX, BX
+	XORL   DI, DI
+	CRC32Q 256(AX), DI
+	CRC32Q 264(AX), DI
+	CRC32Q 272(AX), DI
+	CRC32Q 280(AX), DI
+	CRC32Q 288(AX), DI
+	CRC32Q 296(AX), DI
+	CRC32Q 304(AX), DI
+	CRC32Q 312(AX), DI
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ3S_b7_done
+	MOVQ   BX, R8
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ3S_b7_32
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	CRC32Q 16(R8), DI
+	CRC32Q 24(R8), DI
+	ADDQ   $0x20, R8
+
+hybridBlocksZ3S_b7_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ3S_b7_16
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	ADDQ   $0x10, R8
+
+hybridBlocksZ3S_b7_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ3S_b7_8
+	CRC32Q (R8), DI
+	ADDQ   $0x08, R8
+
+hybridBlocksZ3S_b7_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ3S_b7_4
+	CRC32L (R8), DI
+	ADDQ   $0x04, R8
+
+hybridBlocksZ3S_b7_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ3S_b7_2
+	CRC32W (R8), DI
+	ADDQ   $0x02, R8
+
+hybridBlocksZ3S_b7_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ3S_b7_1
+	CRC32B (R8), DI
+
+hybridBlocksZ3S_b7_1:
+hybridBlocksZ3S_b7_done:
+	XORL   xorout+44(FP), DI
+	MOVL   DI, 28(SI)
+	ADDQ   CX, BX
+	XORL   DI, DI
+	CRC32Q 320(AX), DI
+	CRC32Q 328(AX), DI
+	CRC32Q 336(AX), DI
+	CRC32Q 344(AX), DI
+	CRC32Q 352(AX), DI
+	CRC32Q 360(AX), DI
+	CRC32Q 368(AX), DI
+	CRC32Q 376(AX), DI
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ3S_b8_done
+	MOVQ   BX, R8
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ3S_b8_32
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	CRC32Q 16(R8), DI
+	CRC32Q 24(R8), DI
+	ADDQ   $0x20, R8
+
+hybridBlocksZ3S_b8_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ3S_b8_16
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	ADDQ   $0x10, R8
+
+hybridBlocksZ3S_b8_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ3S_b8_8
+	CRC32Q (R8), DI
+	ADDQ   $0x08, R8
+
+hybridBlocksZ3S_b8_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ3S_b8_4
+	CRC32L (R8), DI
+	ADDQ   $0x04, R8
+
+hybridBlocksZ3S_b8_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ3S_b8_2
+	CRC32W (R8), DI
+	ADDQ   $0x02, R8
+
+hybridBlocksZ3S_b8_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ3S_b8_1
+	CRC32B (R8), DI
+
+hybridBlocksZ3S_b8_1:
+hybridBlocksZ3S_b8_done:
+	XORL   xorout+44(FP), DI
+	MOVL   DI, 32(SI)
+	ADDQ   CX, BX
+	XORL   DI, DI
+	CRC32Q 384(AX), DI
+	CRC32Q 392(AX), DI
+	CRC32Q 400(AX), DI
+	CRC32Q 408(AX), DI
+	CRC32Q 416(AX), DI
+	CRC32Q 424(AX), DI
+	CRC32Q 432(AX), DI
+	CRC32Q 440(AX), DI
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ3S_b9_done
+	MOVQ   BX, R8
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ3S_b9_32
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	CRC32Q 16(R8), DI
+	CRC32Q 24(R8), DI
+	ADDQ   $0x20, R8
+
+hybridBlocksZ3S_b9_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ3S_b9_16
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	ADDQ   $0x10, R8
+
+hybridBlocksZ3S_b9_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ3S_b9_8
+	CRC32Q (R8), DI
+	ADDQ   $0x08, R8
+
+hybridBlocksZ3S_b9_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ3S_b9_4
+	CRC32L (R8), DI
+	ADDQ   $0x04, R8
+
+hybridBlocksZ3S_b9_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ3S_b9_2
+	CRC32W (R8), DI
+	ADDQ   $0x02, R8
+
+hybridBlocksZ3S_b9_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ3S_b9_1
+	CRC32B (R8), DI
+
+hybridBlocksZ3S_b9_1:
+hybridBlocksZ3S_b9_done:
+	XORL   xorout+44(FP), DI
+	MOVL   DI, 36(SI)
+	ADDQ   CX, BX
+	XORL   DI, DI
+	CRC32Q 448(AX), DI
+	CRC32Q 456(AX), DI
+	CRC32Q 464(AX), DI
+	CRC32Q 472(AX), DI
+	CRC32Q 480(AX), DI
+	CRC32Q 488(AX), DI
+	CRC32Q 496(AX), DI
+	CRC32Q 504(AX), DI
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ3S_b10_done
+	MOVQ   BX, R8
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ3S_b10_32
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	CRC32Q 16(R8), DI
+	CRC32Q 24(R8), DI
+	ADDQ   $0x20, R8
+
+hybridBlocksZ3S_b10_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ3S_b10_16
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	ADDQ   $0x10, R8
+
+hybridBlocksZ3S_b10_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ3S_b10_8
+	CRC32Q (R8), DI
+	ADDQ   $0x08, R8
+
+hybridBlocksZ3S_b10_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ3S_b10_4
+	CRC32L (R8), DI
+	ADDQ   $0x04, R8
+
+hybridBlocksZ3S_b10_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ3S_b10_2
+	CRC32W (R8), DI
+	ADDQ   $0x02, R8
+
+hybridBlocksZ3S_b10_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ3S_b10_1
+	CRC32B (R8), DI
+
+hybridBlocksZ3S_b10_1:
+hybridBlocksZ3S_b10_done:
+	XORL   xorout+44(FP), DI
+	MOVL   DI, 40(SI)
+	ADDQ   CX, BX
+	XORL   DI, DI
+	CRC32Q 512(AX), DI
+	CRC32Q 520(AX), DI
+	CRC32Q 528(AX), DI
+	CRC32Q 536(AX), DI
+	CRC32Q 544(AX), DI
+	CRC32Q 552(AX), DI
+	CRC32Q 560(AX), DI
+	CRC32Q 568(AX), DI
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ3S_b11_done
+	MOVQ   BX, R8
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ3S_b11_32
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	CRC32Q 16(R8), DI
+	CRC32Q 24(R8), DI
+	ADDQ   $0x20, R8
+
+hybridBlocksZ3S_b11_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ3S_b11_16
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	ADDQ   $0x10, R8
+
+hybridBlocksZ3S_b11_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ3S_b11_8
+	CRC32Q (R8), DI
+	ADDQ   $0x08, R8
+
+hybridBlocksZ3S_b11_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ3S_b11_4
+	CRC32L (R8), DI
+	ADDQ   $0x04, R8
+
+hybridBlocksZ3S_b11_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ3S_b11_2
+	CRC32W (R8), DI
+	ADDQ   $0x02, R8
+
+hybridBlocksZ3S_b11_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ3S_b11_1
+	CRC32B (R8), DI
+
+hybridBlocksZ3S_b11_1:
+hybridBlocksZ3S_b11_done:
+	XORL   xorout+44(FP), DI
+	MOVL   DI, 44(SI)
+	ADDQ   CX, BX
+	XORL   DI, DI
+	CRC32Q 576(AX), DI
+	CRC32Q 584(AX), DI
+	CRC32Q 592(AX), DI
+	CRC32Q 600(AX), DI
+	CRC32Q 608(AX), DI
+	CRC32Q 616(AX), DI
+	CRC32Q 624(AX), DI
+	CRC32Q 632(AX), DI
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ3S_b12_done
+	MOVQ   BX, R8
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ3S_b12_32
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	CRC32Q 16(R8), DI
+	CRC32Q 24(R8), DI
+	ADDQ   $0x20, R8
+
+hybridBlocksZ3S_b12_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ3S_b12_16
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	ADDQ   $0x10, R8
+
+hybridBlocksZ3S_b12_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ3S_b12_8
+	CRC32Q (R8), DI
+	ADDQ   $0x08, R8
+
+hybridBlocksZ3S_b12_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ3S_b12_4
+	CRC32L (R8), DI
+	ADDQ   $0x04, R8
+
+hybridBlocksZ3S_b12_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ3S_b12_2
+	CRC32W (R8), DI
+	ADDQ   $0x02, R8
+
+hybridBlocksZ3S_b12_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ3S_b12_1
+	CRC32B (R8), DI
+
+hybridBlocksZ3S_b12_1:
+hybridBlocksZ3S_b12_done:
+	XORL   xorout+44(FP), DI
+	MOVL   DI, 48(SI)
+	ADDQ   CX, BX
+	XORL   DI, DI
+	CRC32Q 640(AX), DI
+	CRC32Q 648(AX), DI
+	CRC32Q 656(AX), DI
+	CRC32Q 664(AX), DI
+	CRC32Q 672(AX), DI
+	CRC32Q 680(AX), DI
+	CRC32Q 688(AX), DI
+	CRC32Q 696(AX), DI
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ3S_b13_done
+	MOVQ   BX, R8
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ3S_b13_32
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	CRC32Q 16(R8), DI
+	CRC32Q 24(R8), DI
+	ADDQ   $0x20, R8
+
+hybridBlocksZ3S_b13_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ3S_b13_16
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	ADDQ   $0x10, R8
+
+hybridBlocksZ3S_b13_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ3S_b13_8
+	CRC32Q (R8), DI
+	ADDQ   $0x08, R8
+
+hybridBlocksZ3S_b13_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ3S_b13_4
+	CRC32L (R8), DI
+	ADDQ   $0x04, R8
+
+hybridBlocksZ3S_b13_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ3S_b13_2
+	CRC32W (R8), DI
+	ADDQ   $0x02, R8
+
+hybridBlocksZ3S_b13_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ3S_b13_1
+	CRC32B (R8), DI
+
+hybridBlocksZ3S_b13_1:
+hybridBlocksZ3S_b13_done:
+	XORL   xorout+44(FP), DI
+	MOVL   DI, 52(SI)
+	ADDQ   CX, BX
+	XORL   DI, DI
+	CRC32Q 704(AX), DI
+	CRC32Q 712(AX), DI
+	CRC32Q 720(AX), DI
+	CRC32Q 728(AX), DI
+	CRC32Q 736(AX), DI
+	CRC32Q 744(AX), DI
+	CRC32Q 752(AX), DI
+	CRC32Q 760(AX), DI
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ3S_b14_done
+	MOVQ   BX, R8
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ3S_b14_32
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	CRC32Q 16(R8), DI
+	CRC32Q 24(R8), DI
+	ADDQ   $0x20, R8
+
+hybridBlocksZ3S_b14_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ3S_b14_16
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	ADDQ   $0x10, R8
+
+hybridBlocksZ3S_b14_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ3S_b14_8
+	CRC32Q (R8), DI
+	ADDQ   $0x08, R8
+
+hybridBlocksZ3S_b14_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ3S_b14_4
+	CRC32L (R8), DI
+	ADDQ   $0x04, R8
+
+hybridBlocksZ3S_b14_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ3S_b14_2
+	CRC32W (R8), DI
+	ADDQ   $0x02, R8
+
+hybridBlocksZ3S_b14_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ3S_b14_1
+	CRC32B (R8), DI
+
+hybridBlocksZ3S_b14_1:
+hybridBlocksZ3S_b14_done:
+	XORL   xorout+44(FP), DI
+	MOVL   DI, 56(SI)
+	ADDQ   CX, BX
+	XORL   DI, DI
+	CRC32Q 768(AX), DI
+	CRC32Q 776(AX), DI
+	CRC32Q 784(AX), DI
+	CRC32Q 792(AX), DI
+	CRC32Q 800(AX), DI
+	CRC32Q 808(AX), DI
+	CRC32Q 816(AX), DI
+	CRC32Q 824(AX), DI
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ3S_b15_done
+	MOVQ   BX, AX
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ3S_b15_32
+	CRC32Q (AX), DI
+	CRC32Q 8(AX), DI
+	CRC32Q 16(AX), DI
+	CRC32Q 24(AX), DI
+	ADDQ   $0x20, AX
+
+hybridBlocksZ3S_b15_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ3S_b15_16
+	CRC32Q (AX), DI
+	CRC32Q 8(AX), DI
+	ADDQ   $0x10, AX
+
+hybridBlocksZ3S_b15_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ3S_b15_8
+	CRC32Q (AX), DI
+	ADDQ   $0x08, AX
+
+hybridBlocksZ3S_b15_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ3S_b15_4
+	CRC32L (AX), DI
+	ADDQ   $0x04, AX
+
+hybridBlocksZ3S_b15_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ3S_b15_2
+	CRC32W (AX), DI
+	ADDQ   $0x02, AX
+
+hybridBlocksZ3S_b15_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ3S_b15_1
+	CRC32B (AX), DI
+
+hybridBlocksZ3S_b15_1:
+hybridBlocksZ3S_b15_done:
+	XORL xorout+44(FP), DI
+	MOVL DI, 60(SI)
+	ADDQ $0x40, SI
+	MOVQ SI, dst+0(FP)
+	LEAQ (BX)(CX*1), AX
+	MOVQ blockLen+24(FP), CX
+	ANDQ $-64, CX
+	SUBQ CX, AX
+	DECQ groups+16(FP)
+	JNZ  hybridBlocksZ3S_group
+	VZEROUPPER
+	RET
+
+// func hybridBlocksZ2U4(dst *uint32, p *byte, groups int, blockLen int, stride int, init uint32, xorout uint32, fold *[2]uint64)
+// Requires: AVX, AVX512F, SSE4.2, VPCLMULQDQ
+TEXT ·hybridBlocksZ2U4(SB), $1096-56
+	MOVQ            fold+48(FP), AX
+	VBROADCASTI32X4 (AX), Z0
+
+	// The initial register in the first 32 bits of a vector, for the fold blocks.
+	MOVL  init+40(FP), AX
+	VMOVD AX, X1
+	MOVQ  p+8(FP), AX
+
+hybridBlocksZ2U4_group:
+	MOVQ AX, 1088(SP)
+	MOVQ stride+32(FP), CX
+	LEAQ (CX)(CX*2), DX
+	LEAQ (AX)(DX*1), BX
+	LEAQ (BX)(DX*1), SI
+	LEAQ (SI)(DX*1), DI
+	LEAQ (DI)(DX*1), R8
+	LEAQ (R8)(DX*1), DX
+	MOVL init+40(FP), R9
+	MOVL init+40(FP), R10
+	MOVQ blockLen+24(FP), R11
+	SHRQ $0x06, R11
+
+	// The first 64 bytes of every fold block, the initial register in the first.
+	VMOVDQU64 (AX)(CX*2), Z2
+	VPXORQ    Z1, Z2, Z2
+	VMOVDQU64 (BX), Z3
+	VPXORQ    Z1, Z3, Z3
+	VMOVDQU64 (BX)(CX*1), Z4
+	VPXORQ    Z1, Z4, Z4
+	VMOVDQU64 (BX)(CX*2), Z5
+	VPXORQ    Z1, Z5, Z5
+	VMOVDQU64 (SI), Z6
+	VPXORQ    Z1, Z6, Z6
+	VMOVDQU64 (SI)(CX*1), Z7
+	VPXORQ    Z1, Z7, Z7
+	VMOVDQU64 (SI)(CX*2), Z8
+	VPXORQ    Z1, Z8, Z8
+	VMOVDQU64 (DI), Z9
+	VPXORQ    Z1, Z9, Z9
+	VMOVDQU64 (DI)(CX*1), Z10
+	VPXORQ    Z1, Z10, Z10
+	VMOVDQU64 (DI)(CX*2), Z11
+	VPXORQ    Z1, Z11, Z11
+	VMOVDQU64 (R8), Z12
+	VPXORQ    Z1, Z12, Z12
+	VMOVDQU64 (R8)(CX*1), Z13
+	VPXORQ    Z1, Z13, Z13
+	VMOVDQU64 (R8)(CX*2), Z14
+	VPXORQ    Z1, Z14, Z14
+	VMOVDQU64 (DX), Z15
+	VPXORQ    Z1, Z15, Z15
+
+	// Every step: 64 bytes of each CRC block (8 CRC32Q), and each fold
+	// accumulator folded forward by 64 bytes onto the next 64 of its block.
+	DECQ R11
+	JZ   hybridBlocksZ2U4_last
+
+	// 4 steps a round while 4 remain, then one a round.
+	CMPQ R11, $0x04
+	JB   hybridBlocksZ2U4_loop
+
+hybridBlocksZ2U4_loopu:
+	CRC32Q     (AX), R9
+	CRC32Q     (AX)(CX*1), R10
+	VPCLMULQDQ $0x00, Z0, Z2, Z16
+	VPCLMULQDQ $0x11, Z0, Z2, Z2
+	VPTERNLOGD $0x96, 64(AX)(CX*2), Z16, Z2
+	VPCLMULQDQ $0x00, Z0, Z10, Z16
+	VPCLMULQDQ $0x11, Z0, Z10, Z10
+	VPTERNLOGD $0x96, 64(DI)(CX*1), Z16, Z10
+	CRC32Q     8(AX), R9
+	CRC32Q     8(AX)(CX*1), R10
+	VPCLMULQDQ $0x00, Z0, Z3, Z16
+	VPCLMULQDQ $0x11, Z0, Z3, Z3
+	VPTERNLOGD $0x96, 64(BX), Z16, Z3
+	VPCLMULQDQ $0x00, Z0, Z11, Z16
+	VPCLMULQDQ $0x11, Z0, Z11, Z11
+	VPTERNLOGD $0x96, 64(DI)(CX*2), Z16, Z11
+	CRC32Q     16(AX), R9
+	CRC32Q     16(AX)(CX*1), R10
+	VPCLMULQDQ $0x00, Z0, Z4, Z16
+	VPCLMULQDQ $0x11, Z0, Z4, Z4
+	VPTERNLOGD $0x96, 64(BX)(CX*1), Z16, Z4
+	VPCLMULQDQ $0x00, Z0, Z12, Z16
+	VPCLMULQDQ $0x11, Z0, Z12, Z12
+	VPTERNLOGD $0x96, 64(R8), Z16, Z12
+	CRC32Q     24(AX), R9
+	CRC32Q     24(AX)(CX*1), R10
+	VPCLMULQDQ $0x00, Z0, Z5, Z16
+	VPCLMULQDQ $0x11, Z0, Z5, Z5
+	VPTERNLOGD $0x96, 64(BX)(CX*2), Z16, Z5
+	VPCLMULQDQ $0x00, Z0, Z13, Z16
+	VPCLMULQDQ $0x11, Z0, Z13, Z13
+	VPTERNLOGD $0x96, 64(R8)(CX*1), Z16, Z13
+	CRC32Q     32(AX), R9
+	CRC32Q     32(AX)(CX*1), R10
+	VPCLMULQDQ $0x00, Z0, Z6, Z16
+	VPCLMULQDQ $0x11, Z0, Z6, Z6
+	VPTERNLOGD $0x96, 64(SI), Z16, Z6
+	VPCLMULQDQ $0x00, Z0, Z14, Z16
+	VPCLMULQDQ $0x11, Z0, Z14, Z14
+	VPTERNLOGD $0x96, 64(R8)(CX*2), Z16, Z14
+	CRC32Q     40(AX), R9
+	CRC32Q     40(AX)(CX*1), R10
+	VPCLMULQDQ $0x00, Z0, Z7, Z16
+	VPCLMULQDQ $0x11, Z0, Z7, Z7
+	VPTERNLOGD $0x96, 64(SI)(CX*1), Z16, Z7
+	VPCLMULQDQ $0x00, Z0, Z15, Z16
+	VPCLMULQDQ $0x11, Z0, Z15, Z15
+	VPTERNLOGD $0x96, 64(DX), Z16, Z15
+	CRC32Q     48(AX), R9
+	CRC32Q     48(AX)(CX*1), R10
+	VPCLMULQDQ $0x00, Z0, Z8, Z16
+	VPCLMULQDQ $0x11, Z0, Z8, Z8
+	VPTERNLOGD $0x96, 64(SI)(CX*2), Z16, Z8
+	CRC32Q     56(AX), R9
+	CRC32Q     56(AX)(CX*1), R10
+	VPCLMULQDQ $0x00, Z0, Z9, Z16
+	VPCLMULQDQ $0x11, Z0, Z9, Z9
+	VPTERNLOGD $0x96, 64(DI), Z16, Z9
+	CRC32Q     64(AX), R9
+	CRC32Q     64(AX)(CX*1), R10
+	VPCLMULQDQ $0x00, Z0, Z2, Z16
+	VPCLMULQDQ $0x11, Z0, Z2, Z2
+	VPTERNLOGD $0x96, 128(AX)(CX*2), Z16, Z2
+	VPCLMULQDQ $0x00, Z0, Z10, Z16
+	VPCLMULQDQ $0x11, Z0, Z10, Z10
+	VPTERNLOGD $0x96, 128(DI)(CX*1), Z16, Z10
+	CRC32Q     72(AX), R9
+	CRC32Q     72(AX)(CX*1), R10
+	VPCLMULQDQ $0x00, Z0, Z3, Z16
+	VPCLMULQDQ $0x11, Z0, Z3, Z3
+	VPTERNLOGD $0x96, 128(BX), Z16, Z3
+	VPCLMULQDQ $0x00, Z0, Z11, Z16
+	VPCLMULQDQ $0x11, Z0, Z11, Z11
+	VPTERNLOGD $0x96, 128(DI)(CX*2), Z16, Z11
+	CRC32Q     80(AX), R9
+	CRC32Q     80(AX)(CX*1), R10
+	VPCLMULQDQ $0x00, Z0, Z4, Z16
+	VPCLMULQDQ $0x11, Z0, Z4, Z4
+	VPTERNLOGD $0x96, 128(BX)(CX*1), Z16, Z4
+	VPCLMULQDQ $0x00, Z0, Z12, Z16
+	VPCLMULQDQ $0x11, Z0, Z12, Z12
+	VPTERNLOGD $0x96, 128(R8), Z16, Z12
+	CRC32Q     88(AX), R9
+	CRC32Q     88(AX)(CX*1), R10
+	VPCLMULQDQ $0x00, Z0, Z5, Z16
+	VPCLMULQDQ $0x11, Z0, Z5, Z5
+	VPTERNLOGD $0x96, 128(BX)(CX*2), Z16, Z5
+	VPCLMULQDQ $0x00, Z0, Z13, Z16
+	VPCLMULQDQ $0x11, Z0, Z13, Z13
+	VPTERNLOGD $0x96, 128(R8)(CX*1), Z16, Z13
+	CRC32Q     96(AX), R9
+	CRC32Q     96(AX)(CX*1), R10
+	VPCLMULQDQ $0x00, Z0, Z6, Z16
+	VPCLMULQDQ $0x11, Z0, Z6, Z6
+	VPTERNLOGD $0x96, 128(SI), Z16, Z6
+	VPCLMULQDQ $0x00, Z0, Z14, Z16
+	VPCLMULQDQ $0x11, Z0, Z14, Z14
+	VPTERNLOGD $0x96, 128(R8)(CX*2), Z16, Z14
+	CRC32Q     104(AX), R9
+	CRC32Q     104(AX)(CX*1), R10
+	VPCLMULQDQ $0x00, Z0, Z7, Z16
+	VPCLMULQDQ $0x11, Z0, Z7, Z7
+	VPTERNLOGD $0x96, 128(SI)(CX*1), Z16, Z7
+	VPCLMULQDQ $0x00, Z0, Z15, Z16
+	VPCLMULQDQ $0x11, Z0, Z15, Z15
+	VPTERNLOGD $0x96, 128(DX), Z16, Z15
+	CRC32Q     112(AX), R9
+	CRC32Q     112(AX)(CX*1), R10
+	VPCLMULQDQ $0x00, Z0, Z8, Z16
+	VPCLMULQDQ $0x11, Z0, Z8, Z8
+	VPTERNLOGD $0x96, 128(SI)(CX*2), Z16, Z8
+	CRC32Q     120(AX), R9
+	CRC32Q     120(AX)(CX*1), R10
+	VPCLMULQDQ $0x00, Z0, Z9, Z16
+	VPCLMULQDQ $0x11, Z0, Z9, Z9
+	VPTERNLOGD $0x96, 128(DI), Z16, Z9
+	CRC32Q     128(AX), R9
+	CRC32Q     128(AX)(CX*1), R10
+	VPCLMULQDQ $0x00, Z0, Z2, Z16
+	VPCLMULQDQ $0x11, Z0, Z2, Z2
+	VPTERNLOGD $0x96, 192(AX)(CX*2), Z16, Z2
+	VPCLMULQDQ $0x00, Z0, Z10, Z16
+	VPCLMULQDQ $0x11, Z0, Z10, Z10
+	VPTERNLOGD $0x96, 192(DI)(CX*1), Z16, Z10
+	CRC32Q     136(AX), R9
+	CRC32Q     136(AX)(CX*1), R10
+	VPCLMULQDQ $0x00, Z0, Z3, Z16
+	VPCLMULQDQ $0x11, Z0, Z3, Z3
+	VPTERNLOGD $0x96, 192(BX), Z16, Z3
+	VPCLMULQDQ $0x00, Z0, Z11, Z16
+	VPCLMULQDQ $0x11, Z0, Z11, Z11
+	VPTERNLOGD $0x96, 192(DI)(CX*2), Z16, Z11
+	CRC32Q     144(AX), R9
+	CRC32Q     144(AX)(CX*1), R10
+	VPCLMULQDQ $0x00, Z0, Z4, Z16
+	VPCLMULQDQ $0x11, Z0, Z4, Z4
+	VPTERNLOGD $0x96, 192(BX)(CX*1), Z16, Z4
+	VPCLMULQDQ $0x00, Z0, Z12, Z16
+	VPCLMULQDQ $0x11, Z0, Z12, Z12
+	VPTERNLOGD $0x96, 192(R8), Z16, Z12
+	CRC32Q     152(AX), R9
+	CRC32Q     152(AX)(CX*1), R10
+	VPCLMULQDQ $0x00, Z0, Z5, Z16
+	VPCLMULQDQ $0x11, Z0, Z5, Z5
+	VPTERNLOGD $0x96, 192(BX)(CX*2), Z16, Z5
+	VPCLMULQDQ $0x00, Z0, Z13, Z16
+	VPCLMULQDQ $0x11, Z0, Z13, Z13
+	VPTERNLOGD $0x96, 192(R8)(CX*1), Z16, Z13
+	CRC32Q     160(AX), R9
+	CRC32Q     160(AX)(CX*1), R10
+	VPCLMULQDQ $0x00, Z0, Z6, Z16
+	VPCLMULQDQ $0x11, Z0, Z6, Z6
+	VPTERNLOGD $0x96, 192(SI), Z16, Z6
+	VPCLMULQDQ $0x00, Z0, Z14, Z16
+	VPCLMULQDQ $0x11, Z0, Z14, Z14
+	VPTERNLOGD $0x96, 192(R8)(CX*2), Z16, Z14
+	CRC32Q     168(AX), R9
+	CRC32Q     168(AX)(CX*1), R10
+	VPCLMULQDQ $0x00, Z0, Z7, Z16
+	VPCLMULQDQ $0x11, Z0, Z7, Z7
+	VPTERNLOGD $0x96, 192(SI)(CX*1), Z16, Z7
+	VPCLMULQDQ $0x00, Z0, Z15, Z16
+	VPCLMULQDQ $0x11, Z0, Z15, Z15
+	VPTERNLOGD $0x96, 192(DX), Z16, Z15
+	CRC32Q     176(AX), R9
+	CRC32Q     176(AX)(CX*1), R10
+	VPCLMULQDQ $0x00, Z0, Z8, Z16
+	VPCLMULQDQ $0x11, Z0, Z8, Z8
+	VPTERNLOGD $0x96, 192(SI)(CX*2), Z16, Z8
+	CRC32Q     184(AX), R9
+	CRC32Q     184(AX)(CX*1), R10
+	VPCLMULQDQ $0x00, Z0, Z9, Z16
+	VPCLMULQDQ $0x11, Z0, Z9, Z9
+	VPTERNLOGD $0x96, 192(DI), Z16, Z9
+	CRC32Q     192(AX), R9
+	CRC32Q     192(AX)(CX*1), R10
+	VPCLMULQDQ $0x00, Z0, Z2, Z16
+	VPCLMULQDQ $0x11, Z0, Z2, Z2
+	VPTERNLOGD $0x96, 256(AX)(CX*2), Z16, Z2
+	VPCLMULQDQ $0x00, Z0, Z10, Z16
+	VPCLMULQDQ $0x11, Z0, Z10, Z10
+	VPTERNLOGD $0x96, 256(DI)(CX*1), Z16, Z10
+	CRC32Q     200(AX), R9
+	CRC32Q     200(AX)(CX*1), R10
+	VPCLMULQDQ $0x00, Z0, Z3, Z16
+	VPCLMULQDQ $0x11, Z0, Z3, Z3
+	VPTERNLOGD $0x96, 256(BX), Z16, Z3
+	VPCLMULQDQ $0x00, Z0, Z11, Z16
+	VPCLMULQDQ $0x11, Z0, Z11, Z11
+	VPTERNLOGD $0x96, 256(DI)(CX*2), Z16, Z11
+	CRC32Q     208(AX), R9
+	CRC32Q     208(AX)(CX*1), R10
+	VPCLMULQDQ $0x00, Z0, Z4, Z16
+	VPCLMULQDQ $0x11, Z0, Z4, Z4
+	VPTERNLOGD $0x96, 256(BX)(CX*1), Z16, Z4
+	VPCLMULQDQ $0x00, Z0, Z12, Z16
+	VPCLMULQDQ $0x11, Z0, Z12, Z12
+	VPTERNLOGD $0x96, 256(R8), Z16, Z12
+	CRC32Q     216(AX), R9
+	CRC32Q     216(AX)(CX*1), R10
+	VPCLMULQDQ $0x00, Z0, Z5, Z16
+	VPCLMULQDQ $0x11, Z0, Z5, Z5
+	VPTERNLOGD $0x96, 256(BX)(CX*2), Z16, Z5
+	VPCLMULQDQ $0x00, Z0, Z13, Z16
+	VPCLMULQDQ $0x11, Z0, Z13, Z13
+	VPTERNLOGD $0x96, 256(R8)(CX*1), Z16, Z13
+	CRC32Q     224(AX), R9
+	CRC32Q     224(AX)(CX*1), R10
+	VPCLMULQDQ $0x00, Z0, Z6, Z16
+	VPCLMULQDQ $0x11, Z0, Z6, Z6
+	VPTERNLOGD $0x96, 256(SI), Z16, Z6
+	VPCLMULQDQ $0x00, Z0, Z14, Z16
+	VPCLMULQDQ $0x11, Z0, Z14, Z14
+	VPTERNLOGD $0x96, 256(R8)(CX*2), Z16, Z14
+	CRC32Q     232(AX), R9
+	CRC32Q     232(AX)(CX*1), R10
+	VPCLMULQDQ $0x00, Z0, Z7, Z16
+	VPCLMULQDQ $0x11, Z0, Z7, Z7
+	VPTERNLOGD $0x96, 256(SI)(CX*1), Z16, Z7
+	VPCLMULQDQ $0x00, Z0, Z15, Z16
+	VPCLMULQDQ $0x11, Z0, Z15, Z15
+	VPTERNLOGD $0x96, 256(DX), Z16, Z15
+	CRC32Q     240(AX), R9
+	CRC32Q     240(AX)(CX*1), R10
+	VPCLMULQDQ $0x00, Z0, Z8, Z16
+	VPCLMULQDQ $0x11, Z0, Z8, Z8
+	VPTERNLOGD $0x96, 256(SI)(CX*2), Z16, Z8
+	CRC32Q     248(AX), R9
+	CRC32Q     248(AX)(CX*1), R10
+	VPCLMULQDQ $0x00, Z0, Z9, Z16
+	VPCLMULQDQ $0x11, Z0, Z9, Z9
+	VPTERNLOGD $0x96, 256(DI), Z16, Z9
+	ADDQ       $0x00000100, AX
+	ADDQ       $0x00000100, BX
+	ADDQ       $0x00000100, SI
+	ADDQ       $0x00000100, DI
+	ADDQ       $0x00000100, R8
+	ADDQ       $0x00000100, DX
+	SUBQ       $0x04, R11
+	CMPQ       R11, $0x04
+	JAE        hybridBlocksZ2U4_loopu
+	TESTQ      R11, R11
+	JZ         hybridBlocksZ2U4_last
+
+hybridBlocksZ2U4_loop:
+	CRC32Q     (AX), R9
+	CRC32Q     (AX)(CX*1), R10
+	VPCLMULQDQ $0x00, Z0, Z2, Z16
+	VPCLMULQDQ $0x11, Z0, Z2, Z2
+	VPTERNLOGD $0x96, 64(AX)(CX*2), Z16, Z2
+	VPCLMULQDQ $0x00, Z0, Z10, Z16
+	VPCLMULQDQ $0x11, Z0, Z10, Z10
+	VPTERNLOGD $0x96, 64(DI)(CX*1), Z16, Z10
+	CRC32Q     8(AX), R9
+	CRC32Q     8(AX)(CX*1), R10
+	VPCLMULQDQ $0x00, Z0, Z3, Z16
+	VPCLMULQDQ $0x11, Z0, Z3, Z3
+	VPTERNLOGD $0x96, 64(BX), Z16, Z3
+	VPCLMULQDQ $0x00, Z0, Z11, Z16
+	VPCLMULQDQ $0x11, Z0, Z11, Z11
+	VPTERNLOGD $0x96, 64(DI)(CX*2), Z16, Z11
+	CRC32Q     16(AX), R9
+	CRC32Q     16(AX)(CX*1), R10
+	VPCLMULQDQ $0x00, Z0, Z4, Z16
+	VPCLMULQDQ $0x11, Z0, Z4, Z4
+	VPTERNLOGD $0x96, 64(BX)(CX*1), Z16, Z4
+	VPCLMULQDQ $0x00, Z0, Z12, Z16
+	VPCLMULQDQ $0x11, Z0, Z12, Z12
+	VPTERNLOGD $0x96, 64(R8), Z16, Z12
+	CRC32Q     24(AX), R9
+	CRC32Q     24(AX)(CX*1), R10
+	VPCLMULQDQ $0x00, Z0, Z5, Z16
+	VPCLMULQDQ $0x11, Z0, Z5, Z5
+	VPTERNLOGD $0x96, 64(BX)(CX*2), Z16, Z5
+	VPCLMULQDQ $0x00, Z0, Z13, Z16
+	VPCLMULQDQ $0x11, Z0, Z13, Z13
+	VPTERNLOGD $0x96, 64(R8)(CX*1), Z16, Z13
+	CRC32Q     32(AX), R9
+	CRC32Q     32(AX)(CX*1), R10
+	VPCLMULQDQ $0x00, Z0, Z6, Z16
+	VPCLMULQDQ $0x11, Z0, Z6, Z6
+	VPTERNLOGD $0x96, 64(SI), Z16, Z6
+	VPCLMULQDQ $0x00, Z0, Z14, Z16
+	VPCLMULQDQ $0x11, Z0, Z14, Z14
+	VPTERNLOGD $0x96, 64(R8)(CX*2), Z16, Z14
+	CRC32Q     40(AX), R9
+	CRC32Q     40(AX)(CX*1), R10
+	VPCLMULQDQ $0x00, Z0, Z7, Z16
+	VPCLMULQDQ $0x11, Z0, Z7, Z7
+	VPTERNLOGD $0x96, 64(SI)(CX*1), Z16, Z7
+	VPCLMULQDQ $0x00, Z0, Z15, Z16
+	VPCLMULQDQ $0x11, Z0, Z15, Z15
+	VPTERNLOGD $0x96, 64(DX), Z16, Z15
+	CRC32Q     48(AX), R9
+	CRC32Q     48(AX)(CX*1), R10
+	VPCLMULQDQ $0x00, Z0, Z8, Z16
+	VPCLMULQDQ $0x11, Z0, Z8, Z8
+	VPTERNLOGD $0x96, 64(SI)(CX*2), Z16, Z8
+	CRC32Q     56(AX), R9
+	CRC32Q     56(AX)(CX*1), R10
+	VPCLMULQDQ $0x00, Z0, Z9, Z16
+	VPCLMULQDQ $0x11, Z0, Z9, Z9
+	VPTERNLOGD $0x96, 64(DI), Z16, Z9
+	ADDQ       $0x00000040, AX
+	ADDQ       $0x00000040, BX
+	ADDQ       $0x00000040, SI
+	ADDQ       $0x00000040, DI
+	ADDQ       $0x00000040, R8
+	ADDQ       $0x00000040, DX
+	DECQ       R11
+	JNZ        hybridBlocksZ2U4_loop
+
+hybridBlocksZ2U4_last:
+	// Last step: the CRC blocks only.
+	CRC32Q (AX), R9
+	CRC32Q (AX)(CX*1), R10
+	CRC32Q 8(AX), R9
+	CRC32Q 8(AX)(CX*1), R10
+	CRC32Q 16(AX), R9
+	CRC32Q 16(AX)(CX*1), R10
+	CRC32Q 24(AX), R9
+	CRC32Q 24(AX)(CX*1), R10
+	CRC32Q 32(AX), R9
+	CRC32Q 32(AX)(CX*1), R10
+	CRC32Q 40(AX), R9
+	CRC32Q 40(AX)(CX*1), R10
+	CRC32Q 48(AX), R9
+	CRC32Q 48(AX)(CX*1), R10
+	CRC32Q 56(AX), R9
+	CRC32Q 56(AX)(CX*1), R10
+
+	// Every block in turn: reduce a fold accumulator (its 64 bytes through
+	// CRC32Q from zero, read back from the stack), add the block's last
+	// blockLen mod 64 bytes, XOR xorout, store.
+	MOVQ      1088(SP), AX
+	MOVQ      blockLen+24(FP), DX
+	MOVQ      DX, BX
+	ANDQ      $-64, BX
+	ADDQ      AX, BX
+	ANDQ      $0x3f, DX
+	LEAQ      63(SP), AX
+	ANDQ      $-64, AX
+	VMOVDQA64 Z2, (AX)
+	VMOVDQA64 Z3, 64(AX)
+	VMOVDQA64 Z4, 128(AX)
+	VMOVDQA64 Z5, 192(AX)
+	VMOVDQA64 Z6, 256(AX)
+	VMOVDQA64 Z7, 320(AX)
+	VMOVDQA64 Z8, 384(AX)
+	VMOVDQA64 Z9, 448(AX)
+	VMOVDQA64 Z10, 512(AX)
+	VMOVDQA64 Z11, 576(AX)
+	VMOVDQA64 Z12, 640(AX)
+	VMOVDQA64 Z13, 704(AX)
+	VMOVDQA64 Z14, 768(AX)
+	VMOVDQA64 Z15, 832(AX)
+	MOVQ      dst+0(FP), SI
+	TESTQ     DX, DX
+	JZ        hybridBlocksZ2U4_b0_done
+	MOVQ      BX, DI
+	TESTQ     $0x00000020, DX
+	JZ        hybridBlocksZ2U4_b0_32
+	CRC32Q    (DI), R9
+	CRC32Q    8(DI), R9
+	CRC32Q    16(DI), R9
+	CRC32Q    24(DI), R9
+	ADDQ      $0x20, DI
+
+hybridBlocksZ2U4_b0_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ2U4_b0_16
+	CRC32Q (DI), R9
+	CRC32Q 8(DI), R9
+	ADDQ   $0x10, DI
+
+hybridBlocksZ2U4_b0_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ2U4_b0_8
+	CRC32Q (DI), R9
+	ADDQ   $0x08, DI
+
+hybridBlocksZ2U4_b0_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ2U4_b0_4
+	CRC32L (DI), R9
+	ADDQ   $0x04, DI
+
+hybridBlocksZ2U4_b0_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ2U4_b0_2
+	CRC32W (DI), R9
+	ADDQ   $0x02, DI
+
+hybridBlocksZ2U4_b0_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ2U4_b0_1
+	CRC32B (DI), R9
+
+hybridBlocksZ2U4_b0_1:
+hybridBlocksZ2U4_b0_done:
+	XORL   xorout+44(FP), R9
+	MOVL   R9, (SI)
+	ADDQ   CX, BX
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ2U4_b1_done
+	MOVQ   BX, DI
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ2U4_b1_32
+	CRC32Q (DI), R10
+	CRC32Q 8(DI), R10
+	CRC32Q 16(DI), R10
+	CRC32Q 24(DI), R10
+	ADDQ   $0x20, DI
+
+hybridBlocksZ2U4_b1_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ2U4_b1_16
+	CRC32Q (DI), R10
+	CRC32Q 8(DI), R10
+	ADDQ   $0x10, DI
+
+hybridBlocksZ2U4_b1_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ2U4_b1_8
+	CRC32Q (DI), R10
+	ADDQ   $0x08, DI
+
+hybridBlocksZ2U4_b1_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ2U4_b1_4
+	CRC32L (DI), R10
+	ADDQ   $0x04, DI
+
+hybridBlocksZ2U4_b1_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ2U4_b1_2
+	CRC32W (DI), R10
+	ADDQ   $0x02, DI
+
+hybridBlocksZ2U4_b1_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ2U4_b1_1
+	CRC32B (DI), R10
+
+hybridBlocksZ2U4_b1_1:
+hybridBlocksZ2U4_b1_done:
+	XORL   xorout+44(FP), R10
+	MOVL   R10, 4(SI)
+	ADDQ   CX, BX
+	XORL   DI, DI
+	CRC32Q (AX), DI
+	CRC32Q 8(AX), DI
+	CRC32Q 16(AX), DI
+	CRC32Q 24(AX), DI
+	CRC32Q 32(AX), DI
+	CRC32Q 40(AX), DI
+	CRC32Q 48(AX), DI
+	CRC32Q 56(AX), DI
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ2U4_b2_done
+	MOVQ   BX, R8
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ2U4_b2_32
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	CRC32Q 16(R8), DI
+	CRC32Q 24(R8), DI
+	ADDQ   $0x20, R8
+
+hybridBlocksZ2U4_b2_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ2U4_b2_16
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	ADDQ   $0x10, R8
+
+hybridBlocksZ2U4_b2_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ2U4_b2_8
+	CRC32Q (R8), DI
+	ADDQ   $0x08, R8
+
+hybridBlocksZ2U4_b2_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ2U4_b2_4
+	CRC32L (R8), DI
+	ADDQ   $0x04, R8
+
+hybridBlocksZ2U4_b2_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ2U4_b2_2
+	CRC32W (R8), DI
+	ADDQ   $0x02, R8
+
+hybridBlocksZ2U4_b2_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ2U4_b2_1
+	CRC32B (R8), DI
+
+hybridBlocksZ2U4_b2_1:
+hybridBlocksZ2U4_b2_done:
+	XORL   xorout+44(FP), DI
+	MOVL   DI, 8(SI)
+	ADDQ   CX, BX
+	XORL   DI, DI
+	CRC32Q 64(AX), DI
+	CRC32Q 72(AX), DI
+	CRC32Q 80(AX), DI
+	CRC32Q 88(AX), DI
+	CRC32Q 96(AX), DI
+	CRC32Q 104(AX), DI
+	CRC32Q 112(AX), DI
+	CRC32Q 120(AX), DI
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ2U4_b3_done
+	MOVQ   BX, R8
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ2U4_b3_32
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	CRC32Q 16(R8), DI
+	CRC32Q 24(R8), DI
+	ADDQ   $0x20, R8
+
+hybridBlocksZ2U4_b3_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ2U4_b3_16
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	ADDQ   $0x10, R8
+
+hybridBlocksZ2U4_b3_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ2U4_b3_8
+	CRC32Q (R8), DI
+	ADDQ   $0x08, R8
+
+hybridBlocksZ2U4_b3_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ2U4_b3_4
+	CRC32L (R8), DI
+	ADDQ   $0x04, R8
+
+hybridBlocksZ2U4_b3_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ2U4_b3_2
+	CRC32W (R8), DI
+	ADDQ   $0x02, R8
+
+hybridBlocksZ2U4_b3_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ2U4_b3_1
+	CRC32B (R8), DI
+
+hybridBlocksZ2U4_b3_1:
+hybridBlocksZ2U4_b3_done:
+	XORL   xorout+44(FP), DI
+	MOVL   DI, 12(SI)
+	ADDQ   CX, BX
+	XORL   DI, DI
+	CRC32Q 128(AX), DI
+	CRC32Q 136(AX), DI
+	CRC32Q 144(AX), DI
+	CRC32Q 152(AX), DI
+	CRC32Q 160(AX), DI
+	CRC32Q 168(AX), DI
+	CRC32Q 176(AX), DI
+	CRC32Q 184(AX), DI
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ2U4_b4_done
+	MOVQ   BX, R8
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ2U4_b4_32
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	CRC32Q 16(R8), DI
+	CRC32Q 24(R8), DI
+	ADDQ   $0x20, R8
+
+hybridBlocksZ2U4_b4_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ2U4_b4_16
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	ADDQ   $0x10, R8
+
+hybridBlocksZ2U4_b4_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ2U4_b4_8
+	CRC32Q (R8), DI
+	ADDQ   $0x08, R8
+
+hybridBlocksZ2U4_b4_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ2U4_b4_4
+	CRC32L (R8), DI
+	ADDQ   $0x04, R8
+
+hybridBlocksZ2U4_b4_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ2U4_b4_2
+	CRC32W (R8), DI
+	ADDQ   $0x02, R8
+
+hybridBlocksZ2U4_b4_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ2U4_b4_1
+	CRC32B (R8), DI
+
+hybridBlocksZ2U4_b4_1:
+hybridBlocksZ2U4_b4_done:
+	XORL   xorout+44(FP), DI
+	MOVL   DI, 16(SI)
+	ADDQ   CX, BX
+	XORL   DI, DI
+	CRC32Q 192(AX), DI
+	CRC32Q 200(AX), DI
+	CRC32Q 208(AX), DI
+	CRC32Q 216(AX), DI
+	CRC32Q 224(AX), DI
+	CRC32Q 232(AX), DI
+	CRC32Q 240(AX), DI
+	CRC32Q 248(AX), DI
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ2U4_b5_done
+	MOVQ   BX, R8
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ2U4_b5_32
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	CRC32Q 16(R8), DI
+	CRC32Q 24(R8), DI
+	ADDQ   $0x20, R8
+
+hybridBlocksZ2U4_b5_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ2U4_b5_16
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	ADDQ   $0x10, R8
+
+hybridBlocksZ2U4_b5_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ2U4_b5_8
+	CRC32Q (R8), DI
+	ADDQ   $0x08, R8
+
+hybridBlocksZ2U4_b5_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ2U4_b5_4
+	CRC32L (R8), DI
+	ADDQ   $0x04, R8
+
+hybridBlocksZ2U4_b5_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ2U4_b5_2
+	CRC32W (R8), DI
+	ADDQ   $0x02, R8
+
+hybridBlocksZ2U4_b5_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ2U4_b5_1
+	CRC32B (R8), DI
+
+hybridBlocksZ2U4_b5_1:
+hybridBlocksZ2U4_b5_done:
+	XORL   xorout+44(FP), DI
+	MOVL   DI, 20(SI)
+	ADDQ   CX, BX
+	XORL   DI, DI
+	CRC32Q 256(AX), DI
+	CRC32Q 264(AX), DI
+	CRC32Q 272(AX), DI
+	CRC32Q 280(AX), DI
+	CRC32Q 288(AX), DI
+	CRC32Q 296(AX), DI
+	CRC32Q 304(AX), DI
+	CRC32Q 312(AX), DI
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ2U4_b6_done
+	MOVQ   BX, R8
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ2U4_b6_32
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	CRC32Q 16(R8), DI
+	CRC32Q 24(R8), DI
+	ADDQ   $0x20, R8
+
+hybridBlocksZ2U4_b6_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ2U4_b6_16
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	ADDQ   $0x10, R8
+
+hybridBlocksZ2U4_b6_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ2U4_b6_8
+	CRC32Q (R8), DI
+	ADDQ   $0x08, R8
+
+hybridBlocksZ2U4_b6_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ2U4_b6_4
+	CRC32L (R8), DI
+	ADDQ   $0x04, R8
+
+hybridBlocksZ2U4_b6_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ2U4_b6_2
+	CRC32W (R8), DI
+	ADDQ   $0x02, R8
+
+hybridBlocksZ2U4_b6_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ2U4_b6_1
+	CRC32B (R8), DI
+
+hybridBlocksZ2U4_b6_1:
+hybridBlocksZ2U4_b6_done:
+	XORL   xorout+44(FP), DI
+	MOVL   DI, 24(SI)
+	ADDQ   CX, BX
+	XORL   DI, DI
+	CRC32Q 320(AX), DI
+	CRC32Q 328(AX), DI
+	CRC32Q 336(AX), DI
+	CRC32Q 344(AX), DI
+	CRC32Q 352(AX), DI
+	CRC32Q 360(AX), DI
+	CRC32Q 368(AX), DI
+	CRC32Q 376(AX), DI
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ2U4_b7_done
+	MOVQ   BX, R8
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ2U4_b7_32
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	CRC32Q 16(R8), DI
+	CRC32Q 24(R8), DI
+	ADDQ   $0x20, R8
+
+hybridBlocksZ2U4_b7_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ2U4_b7_16
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	ADDQ   $0x10, R8
+
+hybridBlocksZ2U4_b7_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ2U4_b7_8
+	CRC32Q (R8), DI
+	ADDQ   $0x08, R8
+
+hybridBlocksZ2U4_b7_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ2U4_b7_4
+	CRC32L (R8), DI
+	ADDQ   $0x04, R8
+
+hybridBlocksZ2U4_b7_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ2U4_b7_2
+	CRC32W (R8), DI
+	ADDQ   $0x02, R8
+
+hybridBlocksZ2U4_b7_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ2U4_b7_1
+	CRC32B (R8), DI
+
+hybridBlocksZ2U4_b7_1:
+hybridBlocksZ2U4_b7_done:
+	XORL   xorout+44(FP), DI
+	MOVL   DI, 28(SI)
+	ADDQ   CX, BX
+	XORL   DI, DI
+	CRC32Q 384(AX), DI
+	CRC32Q 392(AX), DI
+	CRC32Q 400(AX), DI
+	CRC32Q 408(AX), DI
+	CRC32Q 416(AX), DI
+	CRC32Q 424(AX), DI
+	CRC32Q 432(AX), DI
+	CRC32Q 440(AX), DI
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ2U4_b8_done
+	MOVQ   BX, R8
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ2U4_b8_32
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	CRC32Q 16(R8), DI
+	CRC32Q 24(R8), DI
+	ADDQ   $0x20, R8
+
+hybridBlocksZ2U4_b8_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ2U4_b8_16
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	ADDQ   $0x10, R8
+
+hybridBlocksZ2U4_b8_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ2U4_b8_8
+	CRC32Q (R8), DI
+	ADDQ   $0x08, R8
+
+hybridBlocksZ2U4_b8_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ2U4_b8_4
+	CRC32L (R8), DI
+	ADDQ   $0x04, R8
+
+hybridBlocksZ2U4_b8_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ2U4_b8_2
+	CRC32W (R8), DI
+	ADDQ   $0x02, R8
+
+hybridBlocksZ2U4_b8_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ2U4_b8_1
+	CRC32B (R8), DI
+
+hybridBlocksZ2U4_b8_1:
+hybridBlocksZ2U4_b8_done:
+	XORL   xorout+44(FP), DI
+	MOVL   DI, 32(SI)
+	ADDQ   CX, BX
+	XORL   DI, DI
+	CRC32Q 448(AX), DI
+	CRC32Q 456(AX), DI
+	CRC32Q 464(AX), DI
+	CRC32Q 472(AX), DI
+	CRC32Q 480(AX), DI
+	CRC32Q 488(AX), DI
+	CRC32Q 496(AX), DI
+	CRC32Q 504(AX), DI
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ2U4_b9_done
+	MOVQ   BX, R8
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ2U4_b9_32
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	CRC32Q 16(R8), DI
+	CRC32Q 24(R8), DI
+	ADDQ   $0x20, R8
+
+hybridBlocksZ2U4_b9_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ2U4_b9_16
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	ADDQ   $0x10, R8
+
+hybridBlocksZ2U4_b9_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ2U4_b9_8
+	CRC32Q (R8), DI
+	ADDQ   $0x08, R8
+
+hybridBlocksZ2U4_b9_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ2U4_b9_4
+	CRC32L (R8), DI
+	ADDQ   $0x04, R8
+
+hybridBlocksZ2U4_b9_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ2U4_b9_2
+	CRC32W (R8), DI
+	ADDQ   $0x02, R8
+
+hybridBlocksZ2U4_b9_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ2U4_b9_1
+	CRC32B (R8), DI
+
+hybridBlocksZ2U4_b9_1:
+hybridBlocksZ2U4_b9_done:
+	XORL   xorout+44(FP), DI
+	MOVL   DI, 36(SI)
+	ADDQ   CX, BX
+	XORL   DI, DI
+	CRC32Q 512(AX), DI
+	CRC32Q 520(AX), DI
+	CRC32Q 528(AX), DI
+	CRC32Q 536(AX), DI
+	CRC32Q 544(AX), DI
+	CRC32Q 552(AX), DI
+	CRC32Q 560(AX), DI
+	CRC32Q 568(AX), DI
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ2U4_b10_done
+	MOVQ   BX, R8
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ2U4_b10_32
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	CRC32Q 16(R8), DI
+	CRC32Q 24(R8), DI
+	ADDQ   $0x20, R8
+
+hybridBlocksZ2U4_b10_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ2U4_b10_16
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	ADDQ   $0x10, R8
+
+hybridBlocksZ2U4_b10_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ2U4_b10_8
+	CRC32Q (R8), DI
+	ADDQ   $0x08, R8
+
+hybridBlocksZ2U4_b10_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ2U4_b10_4
+	CRC32L (R8), DI
+	ADDQ   $0x04, R8
+
+hybridBlocksZ2U4_b10_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ2U4_b10_2
+	CRC32W (R8), DI
+	ADDQ   $0x02, R8
+
+hybridBlocksZ2U4_b10_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ2U4_b10_1
+	CRC32B (R8), DI
+
+hybridBlocksZ2U4_b10_1:
+hybridBlocksZ2U4_b10_done:
+	XORL   xorout+44(FP), DI
+	MOVL   DI, 40(SI)
+	ADDQ   CX, BX
+	XORL   DI, DI
+	CRC32Q 576(AX), DI
+	CRC32Q 584(AX), DI
+	CRC32Q 592(AX), DI
+	CRC32Q 600(AX), DI
+	CRC32Q 608(AX), DI
+	CRC32Q 616(AX), DI
+	CRC32Q 624(AX), DI
+	CRC32Q 632(AX), DI
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ2U4_b11_done
+	MOVQ   BX, R8
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ2U4_b11_32
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	CRC32Q 16(R8), DI
+	CRC32Q 24(R8), DI
+	ADDQ   $0x20, R8
+
+hybridBlocksZ2U4_b11_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ2U4_b11_16
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	ADDQ   $0x10, R8
+
+hybridBlocksZ2U4_b11_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ2U4_b11_8
+	CRC32Q (R8), DI
+	ADDQ   $0x08, R8
+
+hybridBlocksZ2U4_b11_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ2U4_b11_4
+	CRC32L (R8), DI
+	ADDQ   $0x04, R8
+
+hybridBlocksZ2U4_b11_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ2U4_b11_2
+	CRC32W (R8), DI
+	ADDQ   $0x02, R8
+
+hybridBlocksZ2U4_b11_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ2U4_b11_1
+	CRC32B (R8), DI
+
+hybridBlocksZ2U4_b11_1:
+hybridBlocksZ2U4_b11_done:
+	XORL   xorout+44(FP), DI
+	MOVL   DI, 44(SI)
+	ADDQ   CX, BX
+	XORL   DI, DI
+	CRC32Q 640(AX), DI
+	CRC32Q 648(AX), DI
+	CRC32Q 656(AX), DI
+	CRC32Q 664(AX), DI
+	CRC32Q 672(AX), DI
+	CRC32Q 680(AX), DI
+	CRC32Q 688(AX), DI
+	CRC32Q 696(AX), DI
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ2U4_b12_done
+	MOVQ   BX, R8
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ2U4_b12_32
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	CRC32Q 16(R8), DI
+	CRC32Q 24(R8), DI
+	ADDQ   $0x20, R8
+
+hybridBlocksZ2U4_b12_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ2U4_b12_16
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	ADDQ   $0x10, R8
+
+hybridBlocksZ2U4_b12_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ2U4_b12_8
+	CRC32Q (R8), DI
+	ADDQ   $0x08, R8
+
+hybridBlocksZ2U4_b12_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ2U4_b12_4
+	CRC32L (R8), DI
+	ADDQ   $0x04, R8
+
+hybridBlocksZ2U4_b12_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ2U4_b12_2
+	CRC32W (R8), DI
+	ADDQ   $0x02, R8
+
+hybridBlocksZ2U4_b12_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ2U4_b12_1
+	CRC32B (R8), DI
+
+hybridBlocksZ2U4_b12_1:
+hybridBlocksZ2U4_b12_done:
+	XORL   xorout+44(FP), DI
+	MOVL   DI, 48(SI)
+	ADDQ   CX, BX
+	XORL   DI, DI
+	CRC32Q 704(AX), DI
+	CRC32Q 712(AX), DI
+	CRC32Q 720(AX), DI
+	CRC32Q 728(AX), DI
+	CRC32Q 736(AX), DI
+	CRC32Q 744(AX), DI
+	CRC32Q 752(AX), DI
+	CRC32Q 760(AX), DI
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ2U4_b13_done
+	MOVQ   BX, R8
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ2U4_b13_32
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	CRC32Q 16(R8), DI
+	CRC32Q 24(R8), DI
+	ADDQ   $0x20, R8
+
+hybridBlocksZ2U4_b13_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ2U4_b13_16
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	ADDQ   $0x10, R8
+
+hybridBlocksZ2U4_b13_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ2U4_b13_8
+	CRC32Q (R8), DI
+	ADDQ   $0x08, R8
+
+hybridBlocksZ2U4_b13_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ2U4_b13_4
+	CRC32L (R8), DI
+	ADDQ   $0x04, R8
+
+hybridBlocksZ2U4_b13_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ2U4_b13_2
+	CRC32W (R8), DI
+	ADDQ   $0x02, R8
+
+hybridBlocksZ2U4_b13_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ2U4_b13_1
+	CRC32B (R8), DI
+
+hybridBlocksZ2U4_b13_1:
+hybridBlocksZ2U4_b13_done:
+	XORL   xorout+44(FP), DI
+	MOVL   DI, 52(SI)
+	ADDQ   CX, BX
+	XORL   DI, DI
+	CRC32Q 768(AX), DI
+	CRC32Q 776(AX), DI
+	CRC32Q 784(AX), DI
+	CRC32Q 792(AX), DI
+	CRC32Q 800(AX), DI
+	CRC32Q 808(AX), DI
+	CRC32Q 816(AX), DI
+	CRC32Q 824(AX), DI
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ2U4_b14_done
+	MOVQ   BX, R8
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ2U4_b14_32
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	CRC32Q 16(R8), DI
+	CRC32Q 24(R8), DI
+	ADDQ   $0x20, R8
+
+hybridBlocksZ2U4_b14_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ2U4_b14_16
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	ADDQ   $0x10, R8
+
+hybridBlocksZ2U4_b14_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ2U4_b14_8
+	CRC32Q (R8), DI
+	ADDQ   $0x08, R8
+
+hybridBlocksZ2U4_b14_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ2U4_b14_4
+	CRC32L (R8), DI
+	ADDQ   $0x04, R8
+
+hybridBlocksZ2U4_b14_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ2U4_b14_2
+	CRC32W (R8), DI
+	ADDQ   $0x02, R8
+
+hybridBlocksZ2U4_b14_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ2U4_b14_1
+	CRC32B (R8), DI
+
+hybridBlocksZ2U4_b14_1:
+hybridBlocksZ2U4_b14_done:
+	XORL   xorout+44(FP), DI
+	MOVL   DI, 56(SI)
+	ADDQ   CX, BX
+	XORL   DI, DI
+	CRC32Q 832(AX), DI
+	CRC32Q 840(AX), DI
+	CRC32Q 848(AX), DI
+	CRC32Q 856(AX), DI
+	CRC32Q 864(AX), DI
+	CRC32Q 872(AX), DI
+	CRC32Q 880(AX), DI
+	CRC32Q 888(AX), DI
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ2U4_b15_done
+	MOVQ   BX, AX
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ2U4_b15_32
+	CRC32Q (AX), DI
+	CRC32Q 8(AX), DI
+	CRC32Q 16(AX), DI
+	CRC32Q 24(AX), DI
+	ADDQ   $0x20, AX
+
+hybridBlocksZ2U4_b15_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ2U4_b15_16
+	CRC32Q (AX), DI
+	CRC32Q 8(AX), DI
+	ADDQ   $0x10, AX
+
+hybridBlocksZ2U4_b15_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ2U4_b15_8
+	CRC32Q (AX), DI
+	ADDQ   $0x08, AX
+
+hybridBlocksZ2U4_b15_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ2U4_b15_4
+	CRC32L (AX), DI
+	ADDQ   $0x04, AX
+
+hybridBlocksZ2U4_b15_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ2U4_b15_2
+	CRC32W (AX), DI
+	ADDQ   $0x02, AX
+
+hybridBlocksZ2U4_b15_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ2U4_b15_1
+	CRC32B (AX), DI
+
+hybridBlocksZ2U4_b15_1:
+hybridBlocksZ2U4_b15_done:
+	XORL xorout+44(FP), DI
+	MOVL DI, 60(SI)
+	ADDQ $0x40, SI
+	MOVQ SI, dst+0(FP)
+	LEAQ (BX)(CX*1), AX
+	MOVQ blockLen+24(FP), CX
+	ANDQ $-64, CX
+	SUBQ CX, AX
+	DECQ groups+16(FP)
+	JNZ  hybridBlocksZ2U4_group
+	VZEROUPPER
+	RET
+
+// func hybridBlocksZ2SU4(dst *uint32, p *byte, groups int, blockLen int, stride int, init uint32, xorout uint32, fold *[2]uint64, k uint64)
+// Requires: AVX, AVX512F, PCLMULQDQ, SSE4.2, VPCLMULQDQ
+TEXT ·hybridBlocksZ2SU4(SB), $1096-64
+	MOVQ            fold+48(FP), AX
+	VBROADCASTI32X4 (AX), Z0
+
+	// The initial register in the first 32 bits of a vector, for the fold blocks.
+	MOVL  init+40(FP), AX
+	VMOVD AX, X1
+	MOVQ  p+8(FP), AX
+
+hybridBlocksZ2SU4_group:
+	MOVQ AX, 1088(SP)
+	MOVQ stride+32(FP), CX
+	LEAQ (CX)(CX*2), DX
+	MOVQ AX, BX
+	LEAQ (AX)(DX*1), SI
+	LEAQ (SI)(DX*1), DI
+	LEAQ (DI)(DX*1), R8
+	LEAQ (R8)(DX*1), R9
+	LEAQ (R9)(DX*1), DX
+	MOVL init+40(FP), R10
+	MOVL init+40(FP), R11
+	MOVQ blockLen+24(FP), R12
+	SHRQ $0x06, R12
+
+	// Chain B of every CRC block from zero, at D = 32·(blockLen/64).
+	MOVQ R12, R13
+	SHLQ $0x05, R13
+	ADDQ BX, R13
+	XORL R14, R14
+	XORL R15, R15
+
+	// The first 64 bytes of every fold block, the initial register in the first.
+	VMOVDQU64 (AX)(CX*2), Z2
+	VPXORQ    Z1, Z2, Z2
+	VMOVDQU64 (SI), Z3
+	VPXORQ    Z1, Z3, Z3
+	VMOVDQU64 (SI)(CX*1), Z4
+	VPXORQ    Z1, Z4, Z4
+	VMOVDQU64 (SI)(CX*2), Z5
+	VPXORQ    Z1, Z5, Z5
+	VMOVDQU64 (DI), Z6
+	VPXORQ    Z1, Z6, Z6
+	VMOVDQU64 (DI)(CX*1), Z7
+	VPXORQ    Z1, Z7, Z7
+	VMOVDQU64 (DI)(CX*2), Z8
+	VPXORQ    Z1, Z8, Z8
+	VMOVDQU64 (R8), Z9
+	VPXORQ    Z1, Z9, Z9
+	VMOVDQU64 (R8)(CX*1), Z10
+	VPXORQ    Z1, Z10, Z10
+	VMOVDQU64 (R8)(CX*2), Z11
+	VPXORQ    Z1, Z11, Z11
+	VMOVDQU64 (R9), Z12
+	VPXORQ    Z1, Z12, Z12
+	VMOVDQU64 (R9)(CX*1), Z13
+	VPXORQ    Z1, Z13, Z13
+	VMOVDQU64 (R9)(CX*2), Z14
+	VPXORQ    Z1, Z14, Z14
+	VMOVDQU64 (DX), Z15
+	VPXORQ    Z1, Z15, Z15
+
+	// Every step: 64 bytes of each CRC block (8 CRC32Q), and each fold
+	// accumulator folded forward by 64 bytes onto the next 64 of its block.
+	DECQ R12
+	JZ   hybridBlocksZ2SU4_last
+
+	// 4 steps a round while 4 remain, then one a round.
+	CMPQ R12, $0x04
+	JB   hybridBlocksZ2SU4_loop
+
+hybridBlocksZ2SU4_loopu:
+	CRC32Q     (BX), R10
+	CRC32Q     (BX)(CX*1), R11
+	VPCLMULQDQ $0x00, Z0, Z2, Z16
+	VPCLMULQDQ $0x11, Z0, Z2, Z2
+	VPTERNLOGD $0x96, 64(AX)(CX*2), Z16, Z2
+	VPCLMULQDQ $0x00, Z0, Z10, Z16
+	VPCLMULQDQ $0x11, Z0, Z10, Z10
+	VPTERNLOGD $0x96, 64(R8)(CX*1), Z16, Z10
+	CRC32Q     (R13), R14
+	CRC32Q     (R13)(CX*1), R15
+	VPCLMULQDQ $0x00, Z0, Z3, Z16
+	VPCLMULQDQ $0x11, Z0, Z3, Z3
+	VPTERNLOGD $0x96, 64(SI), Z16, Z3
+	VPCLMULQDQ $0x00, Z0, Z11, Z16
+	VPCLMULQDQ $0x11, Z0, Z11, Z11
+	VPTERNLOGD $0x96, 64(R8)(CX*2), Z16, Z11
+	CRC32Q     8(BX), R10
+	CRC32Q     8(BX)(CX*1), R11
+	VPCLMULQDQ $0x00, Z0, Z4, Z16
+	VPCLMULQDQ $0x11, Z0, Z4, Z4
+	VPTERNLOGD $0x96, 64(SI)(CX*1), Z16, Z4
+	VPCLMULQDQ $0x00, Z0, Z12, Z16
+	VPCLMULQDQ $0x11, Z0, Z12, Z12
+	VPTERNLOGD $0x96, 64(R9), Z16, Z12
+	CRC32Q     8(R13), R14
+	CRC32Q     8(R13)(CX*1), R15
+	VPCLMULQDQ $0x00, Z0, Z5, Z16
+	VPCLMULQDQ $0x11, Z0, Z5, Z5
+	VPTERNLOGD $0x96, 64(SI)(CX*2), Z16, Z5
+	VPCLMULQDQ $0x00, Z0, Z13, Z16
+	VPCLMULQDQ $0x11, Z0, Z13, Z13
+	VPTERNLOGD $0x96, 64(R9)(CX*1), Z16, Z13
+	CRC32Q     16(BX), R10
+	CRC32Q     16(BX)(CX*1), R11
+	VPCLMULQDQ $0x00, Z0, Z6, Z16
+	VPCLMULQDQ $0x11, Z0, Z6, Z6
+	VPTERNLOGD $0x96, 64(DI), Z16, Z6
+	VPCLMULQDQ $0x00, Z0, Z14, Z16
+	VPCLMULQDQ $0x11, Z0, Z14, Z14
+	VPTERNLOGD $0x96, 64(R9)(CX*2), Z16, Z14
+	CRC32Q     16(R13), R14
+	CRC32Q     16(R13)(CX*1), R15
+	VPCLMULQDQ $0x00, Z0, Z7, Z16
+	VPCLMULQDQ $0x11, Z0, Z7, Z7
+	VPTERNLOGD $0x96, 64(DI)(CX*1), Z16, Z7
+	VPCLMULQDQ $0x00, Z0, Z15, Z16
+	VPCLMULQDQ $0x11, Z0, Z15, Z15
+	VPTERNLOGD $0x96, 64(DX), Z16, Z15
+	CRC32Q     24(BX), R10
+	CRC32Q     24(BX)(CX*1), R11
+	VPCLMULQDQ $0x00, Z0, Z8, Z16
+	VPCLMULQDQ $0x11, Z0, Z8, Z8
+	VPTERNLOGD $0x96, 64(DI)(CX*2), Z16, Z8
+	CRC32Q     24(R13), R14
+	CRC32Q     24(R13)(CX*1), R15
+	VPCLMULQDQ $0x00, Z0, Z9, Z16
+	VPCLMULQDQ $0x11, Z0, Z9, Z9
+	VPTERNLOGD $0x96, 64(R8), Z16, Z9
+	CRC32Q     32(BX), R10
+	CRC32Q     32(BX)(CX*1), R11
+	VPCLMULQDQ $0x00, Z0, Z2, Z16
+	VPCLMULQDQ $0x11, Z0, Z2, Z2
+	VPTERNLOGD $0x96, 128(AX)(CX*2), Z16, Z2
+	VPCLMULQDQ $0x00, Z0, Z10, Z16
+	VPCLMULQDQ $0x11, Z0, Z10, Z10
+	VPTERNLOGD $0x96, 128(R8)(CX*1), Z16, Z10
+	CRC32Q     32(R13), R14
+	CRC32Q     32(R13)(CX*1), R15
+	VPCLMULQDQ $0x00, Z0, Z3, Z16
+	VPCLMULQDQ $0x11, Z0, Z3, Z3
+	VPTERNLOGD $0x96, 128(SI), Z16, Z3
+	VPCLMULQDQ $0x00, Z0, Z11, Z16
+	VPCLMULQDQ $0x11, Z0, Z11, Z11
+	VPTERNLOGD $0x96, 128(R8)(CX*2), Z16, Z11
+	CRC32Q     40(BX), R10
+	CRC32Q     40(BX)(CX*1), R11
+	VPCLMULQDQ $0x00, Z0, Z4, Z16
+	VPCLMULQDQ $0x11, Z0, Z4, Z4
+	VPTERNLOGD $0x96, 128(SI)(CX*1), Z16, Z4
+	VPCLMULQDQ $0x00, Z0, Z12, Z16
+	VPCLMULQDQ $0x11, Z0, Z12, Z12
+	VPTERNLOGD $0x96, 128(R9), Z16, Z12
+	CRC32Q     40(R13), R14
+	CRC32Q     40(R13)(CX*1), R15
+	VPCLMULQDQ $0x00, Z0, Z5, Z16
+	VPCLMULQDQ $0x11, Z0, Z5, Z5
+	VPTERNLOGD $0x96, 128(SI)(CX*2), Z16, Z5
+	VPCLMULQDQ $0x00, Z0, Z13, Z16
+	VPCLMULQDQ $0x11, Z0, Z13, Z13
+	VPTERNLOGD $0x96, 128(R9)(CX*1), Z16, Z13
+	CRC32Q     48(BX), R10
+	CRC32Q     48(BX)(CX*1), R11
+	VPCLMULQDQ $0x00, Z0, Z6, Z16
+	VPCLMULQDQ $0x11, Z0, Z6, Z6
+	VPTERNLOGD $0x96, 128(DI), Z16, Z6
+	VPCLMULQDQ $0x00, Z0, Z14, Z16
+	VPCLMULQDQ $0x11, Z0, Z14, Z14
+	VPTERNLOGD $0x96, 128(R9)(CX*2), Z16, Z14
+	CRC32Q     48(R13), R14
+	CRC32Q     48(R13)(CX*1), R15
+	VPCLMULQDQ $0x00, Z0, Z7, Z16
+	VPCLMULQDQ $0x11, Z0, Z7, Z7
+	VPTERNLOGD $0x96, 128(DI)(CX*1), Z16, Z7
+	VPCLMULQDQ $0x00, Z0, Z15, Z16
+	VPCLMULQDQ $0x11, Z0, Z15, Z15
+	VPTERNLOGD $0x96, 128(DX), Z16, Z15
+	CRC32Q     56(BX), R10
+	CRC32Q     56(BX)(CX*1), R11
+	VPCLMULQDQ $0x00, Z0, Z8, Z16
+	VPCLMULQDQ $0x11, Z0, Z8, Z8
+	VPTERNLOGD $0x96, 128(DI)(CX*2), Z16, Z8
+	CRC32Q     56(R13), R14
+	CRC32Q     56(R13)(CX*1), R15
+	VPCLMULQDQ $0x00, Z0, Z9, Z16
+	VPCLMULQDQ $0x11, Z0, Z9, Z9
+	VPTERNLOGD $0x96, 128(R8), Z16, Z9
+	CRC32Q     64(BX), R10
+	CRC32Q     64(BX)(CX*1), R11
+	VPCLMULQDQ $0x00, Z0, Z2, Z16
+	VPCLMULQDQ $0x11, Z0, Z2, Z2
+	VPTERNLOGD $0x96, 192(AX)(CX*2), Z16, Z2
+	VPCLMULQDQ $0x00, Z0, Z10, Z16
+	VPCLMULQDQ $0x11, Z0, Z10, Z10
+	VPTERNLOGD $0x96, 192(R8)(CX*1), Z16, Z10
+	CRC32Q     64(R13), R14
+	CRC32Q     64(R13)(CX*1), R15
+	VPCLMULQDQ $0x00, Z0, Z3, Z16
+	VPCLMULQDQ $0x11, Z0, Z3, Z3
+	VPTERNLOGD $0x96, 192(SI), Z16, Z3
+	VPCLMULQDQ $0x00, Z0, Z11, Z16
+	VPCLMULQDQ $0x11, Z0, Z11, Z11
+	VPTERNLOGD $0x96, 192(R8)(CX*2), Z16, Z11
+	CRC32Q     72(BX), R10
+	CRC32Q     72(BX)(CX*1), R11
+	VPCLMULQDQ $0x00, Z0, Z4, Z16
+	VPCLMULQDQ $0x11, Z0, Z4, Z4
+	VPTERNLOGD $0x96, 192(SI)(CX*1), Z16, Z4
+	VPCLMULQDQ $0x00, Z0, Z12, Z16
+	VPCLMULQDQ $0x11, Z0, Z12, Z12
+	VPTERNLOGD $0x96, 192(R9), Z16, Z12
+	CRC32Q     72(R13), R14
+	CRC32Q     72(R13)(CX*1), R15
+	VPCLMULQDQ $0x00, Z0, Z5, Z16
+	VPCLMULQDQ $0x11, Z0, Z5, Z5
+	VPTERNLOGD $0x96, 192(SI)(CX*2), Z16, Z5
+	VPCLMULQDQ $0x00, Z0, Z13, Z16
+	VPCLMULQDQ $0x11, Z0, Z13, Z13
+	VPTERNLOGD $0x96, 192(R9)(CX*1), Z16, Z13
+	CRC32Q     80(BX), R10
+	CRC32Q     80(BX)(CX*1), R11
+	VPCLMULQDQ $0x00, Z0, Z6, Z16
+	VPCLMULQDQ $0x11, Z0, Z6, Z6
+	VPTERNLOGD $0x96, 192(DI), Z16, Z6
+	VPCLMULQDQ $0x00, Z0, Z14, Z16
+	VPCLMULQDQ $0x11, Z0, Z14, Z14
+	VPTERNLOGD $0x96, 192(R9)(CX*2), Z16, Z14
+	CRC32Q     80(R13), R14
+	CRC32Q     80(R13)(CX*1), R15
+	VPCLMULQDQ $0x00, Z0, Z7, Z16
+	VPCLMULQDQ $0x11, Z0, Z7, Z7
+	VPTERNLOGD $0x96, 192(DI)(CX*1), Z16, Z7
+	VPCLMULQDQ $0x00, Z0, Z15, Z16
+	VPCLMULQDQ $0x11, Z0, Z15, Z15
+	VPTERNLOGD $0x96, 192(DX), Z16, Z15
+	CRC32Q     88(BX), R10
+	CRC32Q     88(BX)(CX*1), R11
+	VPCLMULQDQ $0x00, Z0, Z8, Z16
+	VPCLMULQDQ $0x11, Z0, Z8, Z8
+	VPTERNLOGD $0x96, 192(DI)(CX*2), Z16, Z8
+	CRC32Q     88(R13), R14
+	CRC32Q     88(R13)(CX*1), R15
+	VPCLMULQDQ $0x00, Z0, Z9, Z16
+	VPCLMULQDQ $0x11, Z0, Z9, Z9
+	VPTERNLOGD $0x96, 192(R8), Z16, Z9
+	CRC32Q     96(BX), R10
+	CRC32Q     96(BX)(CX*1), R11
+	VPCLMULQDQ $0x00, Z0, Z2, Z16
+	VPCLMULQDQ $0x11, Z0, Z2, Z2
+	VPTERNLOGD $0x96, 256(AX)(CX*2), Z16, Z2
+	VPCLMULQDQ $0x00, Z0, Z10, Z16
+	VPCLMULQDQ $0x11, Z0, Z10, Z10
+	VPTERNLOGD $0x96, 256(R8)(CX*1), Z16, Z10
+	CRC32Q     96(R13), R14
+	CRC32Q     96(R13)(CX*1), R15
+	VPCLMULQDQ $0x00, Z0, Z3, Z16
+	VPCLMULQDQ $0x11, Z0, Z3, Z3
+	VPTERNLOGD $0x96, 256(SI), Z16, Z3
+	VPCLMULQDQ $0x00, Z0, Z11, Z16
+	VPCLMULQDQ $0x11, Z0, Z11, Z11
+	VPTERNLOGD $0x96, 256(R8)(CX*2), Z16, Z11
+	CRC32Q     104(BX), R10
+	CRC32Q     104(BX)(CX*1), R11
+	VPCLMULQDQ $0x00, Z0, Z4, Z16
+	VPCLMULQDQ $0x11, Z0, Z4, Z4
+	VPTERNLOGD $0x96, 256(SI)(CX*1), Z16, Z4
+	VPCLMULQDQ $0x00, Z0, Z12, Z16
+	VPCLMULQDQ $0x11, Z0, Z12, Z12
+	VPTERNLOGD $0x96, 256(R9), Z16, Z12
+	CRC32Q     104(R13), R14
+	CRC32Q     104(R13)(CX*1), R15
+	VPCLMULQDQ $0x00, Z0, Z5, Z16
+	VPCLMULQDQ $0x11, Z0, Z5, Z5
+	VPTERNLOGD $0x96, 256(SI)(CX*2), Z16, Z5
+	VPCLMULQDQ $0x00, Z0, Z13, Z16
+	VPCLMULQDQ $0x11, Z0, Z13, Z13
+	VPTERNLOGD $0x96, 256(R9)(CX*1), Z16, Z13
+	CRC32Q     112(BX), R10
+	CRC32Q     112(BX)(CX*1), R11
+	VPCLMULQDQ $0x00, Z0, Z6, Z16
+	VPCLMULQDQ $0x11, Z0, Z6, Z6
+	VPTERNLOGD $0x96, 256(DI), Z16, Z6
+	VPCLMULQDQ $0x00, Z0, Z14, Z16
+	VPCLMULQDQ $0x11, Z0, Z14, Z14
+	VPTERNLOGD $0x96, 256(R9)(CX*2), Z16, Z14
+	CRC32Q     112(R13), R14
+	CRC32Q     112(R13)(CX*1), R15
+	VPCLMULQDQ $0x00, Z0, Z7, Z16
+	VPCLMULQDQ $0x11, Z0, Z7, Z7
+	VPTERNLOGD $0x96, 256(DI)(CX*1), Z16, Z7
+	VPCLMULQDQ $0x00, Z0, Z15, Z16
+	VPCLMULQDQ $0x11, Z0, Z15, Z15
+	VPTERNLOGD $0x96, 256(DX), Z16, Z15
+	CRC32Q     120(BX), R10
+	CRC32Q     120(BX)(CX*1), R11
+	VPCLMULQDQ $0x00, Z0, Z8, Z16
+	VPCLMULQDQ $0x11, Z0, Z8, Z8
+	VPTERNLOGD $0x96, 256(DI)(CX*2), Z16, Z8
+	CRC32Q     120(R13), R14
+	CRC32Q     120(R13)(CX*1), R15
+	VPCLMULQDQ $0x00, Z0, Z9, Z16
+	VPCLMULQDQ $0x11, Z0, Z9, Z9
+	VPTERNLOGD $0x96, 256(R8), Z16, Z9
+	ADDQ       $0x00000100, AX
+	ADDQ       $0x00000100, SI
+	ADDQ       $0x00000100, DI
+	ADDQ       $0x00000100, R8
+	ADDQ       $0x00000100, R9
+	ADDQ       $0x00000100, DX
+	ADDQ       $0x00000080, BX
+	ADDQ       $0x00000080, R13
+	SUBQ       $0x04, R12
+	CMPQ       R12, $0x04
+	JAE        hybridBlocksZ2SU4_loopu
+	TESTQ      R12, R12
+	JZ         hybridBlocksZ2SU4_last
+
+hybridBlocksZ2SU4_loop:
+	CRC32Q     (BX), R10
+	CRC32Q     (BX)(CX*1), R11
+	VPCLMULQDQ $0x00, Z0, Z2, Z16
+	VPCLMULQDQ $0x11, Z0, Z2, Z2
+	VPTERNLOGD $0x96, 64(AX)(CX*2), Z16, Z2
+	VPCLMULQDQ $0x00, Z0, Z10, Z16
+	VPCLMULQDQ $0x11, Z0, Z10, Z10
+	VPTERNLOGD $0x96, 64(R8)(CX*1), Z16, Z10
+	CRC32Q     (R13), R14
+	CRC32Q     (R13)(CX*1), R15
+	VPCLMULQDQ $0x00, Z0, Z3, Z16
+	VPCLMULQDQ $0x11, Z0, Z3, Z3
+	VPTERNLOGD $0x96, 64(SI), Z16, Z3
+	VPCLMULQDQ $0x00, Z0, Z11, Z16
+	VPCLMULQDQ $0x11, Z0, Z11, Z11
+	VPTERNLOGD $0x96, 64(R8)(CX*2), Z16, Z11
+	CRC32Q     8(BX), R10
+	CRC32Q     8(BX)(CX*1), R11
+	VPCLMULQDQ $0x00, Z0, Z4, Z16
+	VPCLMULQDQ $0x11, Z0, Z4, Z4
+	VPTERNLOGD $0x96, 64(SI)(CX*1), Z16, Z4
+	VPCLMULQDQ $0x00, Z0, Z12, Z16
+	VPCLMULQDQ $0x11, Z0, Z12, Z12
+	VPTERNLOGD $0x96, 64(R9), Z16, Z12
+	CRC32Q     8(R13), R14
+	CRC32Q     8(R13)(CX*1), R15
+	VPCLMULQDQ $0x00, Z0, Z5, Z16
+	VPCLMULQDQ $0x11, Z0, Z5, Z5
+	VPTERNLOGD $0x96, 64(SI)(CX*2), Z16, Z5
+	VPCLMULQDQ $0x00, Z0, Z13, Z16
+	VPCLMULQDQ $0x11, Z0, Z13, Z13
+	VPTERNLOGD $0x96, 64(R9)(CX*1), Z16, Z13
+	CRC32Q     16(BX), R10
+	CRC32Q     16(BX)(CX*1), R11
+	VPCLMULQDQ $0x00, Z0, Z6, Z16
+	VPCLMULQDQ $0x11, Z0, Z6, Z6
+	VPTERNLOGD $0x96, 64(DI), Z16, Z6
+	VPCLMULQDQ $0x00, Z0, Z14, Z16
+	VPCLMULQDQ $0x11, Z0, Z14, Z14
+	VPTERNLOGD $0x96, 64(R9)(CX*2), Z16, Z14
+	CRC32Q     16(R13), R14
+	CRC32Q     16(R13)(CX*1), R15
+	VPCLMULQDQ $0x00, Z0, Z7, Z16
+	VPCLMULQDQ $0x11, Z0, Z7, Z7
+	VPTERNLOGD $0x96, 64(DI)(CX*1), Z16, Z7
+	VPCLMULQDQ $0x00, Z0, Z15, Z16
+	VPCLMULQDQ $0x11, Z0, Z15, Z15
+	VPTERNLOGD $0x96, 64(DX), Z16, Z15
+	CRC32Q     24(BX), R10
+	CRC32Q     24(BX)(CX*1), R11
+	VPCLMULQDQ $0x00, Z0, Z8, Z16
+	VPCLMULQDQ $0x11, Z0, Z8, Z8
+	VPTERNLOGD $0x96, 64(DI)(CX*2), Z16, Z8
+	CRC32Q     24(R13), R14
+	CRC32Q     24(R13)(CX*1), R15
+	VPCLMULQDQ $0x00, Z0, Z9, Z16
+	VPCLMULQDQ $0x11, Z0, Z9, Z9
+	VPTERNLOGD $0x96, 64(R8), Z16, Z9
+	ADDQ       $0x00000040, AX
+	ADDQ       $0x00000040, SI
+	ADDQ       $0x00000040, DI
+	ADDQ       $0x00000040, R8
+	ADDQ       $0x00000040, R9
+	ADDQ       $0x00000040, DX
+	ADDQ       $0x00000020, BX
+	ADDQ       $0x00000020, R13
+	DECQ       R12
+	JNZ        hybridBlocksZ2SU4_loop
+
+hybridBlocksZ2SU4_last:
+	// Last step: the CRC blocks only.
+	CRC32Q (BX), R10
+	CRC32Q (BX)(CX*1), R11
+	CRC32Q (R13), R14
+	CRC32Q (R13)(CX*1), R15
+	CRC32Q 8(BX), R10
+	CRC32Q 8(BX)(CX*1), R11
+	CRC32Q 8(R13), R14
+	CRC32Q 8(R13)(CX*1), R15
+	CRC32Q 16(BX), R10
+	CRC32Q 16(BX)(CX*1), R11
+	CRC32Q 16(R13), R14
+	CRC32Q 16(R13)(CX*1), R15
+	CRC32Q 24(BX), R10
+	CRC32Q 24(BX)(CX*1), R11
+	CRC32Q 24(R13), R14
+	CRC32Q 24(R13)(CX*1), R15
+
+	// Every CRC block's register: r_A·C(8D-64) through two CRC32Q from zero, ⊕ r_B.
+	MOVQ       k+56(FP), AX
+	VMOVQ      AX, X16
+	VMOVQ      R10, X17
+	VPCLMULQDQ $0x00, X16, X17, X17
+	XORL       R10, R10
+	VMOVQ      X17, AX
+	CRC32Q     AX, R10
+	VPEXTRQ    $0x01, X17, AX
+	CRC32Q     AX, R10
+	XORL       R14, R10
+	VMOVQ      R11, X17
+	VPCLMULQDQ $0x00, X16, X17, X17
+	XORL       R11, R11
+	VMOVQ      X17, AX
+	CRC32Q     AX, R11
+	VPEXTRQ    $0x01, X17, AX
+	CRC32Q     AX, R11
+	XORL       R15, R11
+
+	// Every block in turn: reduce a fold accumulator (its 64 bytes through
+	// CRC32Q from zero, read back from the stack), add the block's last
+	// blockLen mod 64 bytes, XOR xorout, store.
+	MOVQ      1088(SP), AX
+	MOVQ      blockLen+24(FP), DX
+	MOVQ      DX, BX
+	ANDQ      $-64, BX
+	ADDQ      AX, BX
+	ANDQ      $0x3f, DX
+	LEAQ      63(SP), AX
+	ANDQ      $-64, AX
+	VMOVDQA64 Z2, (AX)
+	VMOVDQA64 Z3, 64(AX)
+	VMOVDQA64 Z4, 128(AX)
+	VMOVDQA64 Z5, 192(AX)
+	VMOVDQA64 Z6, 256(AX)
+	VMOVDQA64 Z7, 320(AX)
+	VMOVDQA64 Z8, 384(AX)
+	VMOVDQA64 Z9, 448(AX)
+	VMOVDQA64 Z10, 512(AX)
+	VMOVDQA64 Z11, 576(AX)
+	VMOVDQA64 Z12, 640(AX)
+	VMOVDQA64 Z13, 704(AX)
+	VMOVDQA64 Z14, 768(AX)
+	VMOVDQA64 Z15, 832(AX)
+	MOVQ      dst+0(FP), SI
+	TESTQ     DX, DX
+	JZ        hybridBlocksZ2SU4_b0_done
+	MOVQ      BX, DI
+	TESTQ     $0x00000020, DX
+	JZ        hybridBlocksZ2SU4_b0_32
+	CRC32Q    (DI), R10
+	CRC32Q    8(DI), R10
+	CRC32Q    16(DI), R10
+	CRC32Q    24(DI), R10
+	ADDQ      $0x20, DI
+
+hybridBlocksZ2SU4_b0_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ2SU4_b0_16
+	CRC32Q (DI), R10
+	CRC32Q 8(DI), R10
+	ADDQ   $0x10, DI
+
+hybridBlocksZ2SU4_b0_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ2SU4_b0_8
+	CRC32Q (DI), R10
+	ADDQ   $0x08, DI
+
+hybridBlocksZ2SU4_b0_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ2SU4_b0_4
+	CRC32L (DI), R10
+	ADDQ   $0x04, DI
+
+hybridBlocksZ2SU4_b0_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ2SU4_b0_2
+	CRC32W (DI), R10
+	ADDQ   $0x02, DI
+
+hybridBlocksZ2SU4_b0_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ2SU4_b0_1
+	CRC32B (DI), R10
+
+hybridBlocksZ2SU4_b0_1:
+hybridBlocksZ2SU4_b0_done:
+	XORL   xorout+44(FP), R10
+	MOVL   R10, (SI)
+	ADDQ   CX, BX
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ2SU4_b1_done
+	MOVQ   BX, DI
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ2SU4_b1_32
+	CRC32Q (DI), R11
+	CRC32Q 8(DI), R11
+	CRC32Q 16(DI), R11
+	CRC32Q 24(DI), R11
+	ADDQ   $0x20, DI
+
+hybridBlocksZ2SU4_b1_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ2SU4_b1_16
+	CRC32Q (DI), R11
+	CRC32Q 8(DI), R11
+	ADDQ   $0x10, DI
+
+hybridBlocksZ2SU4_b1_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ2SU4_b1_8
+	CRC32Q (DI), R11
+	ADDQ   $0x08, DI
+
+hybridBlocksZ2SU4_b1_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ2SU4_b1_4
+	CRC32L (DI), R11
+	ADDQ   $0x04, DI
+
+hybridBlocksZ2SU4_b1_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ2SU4_b1_2
+	CRC32W (DI), R11
+	ADDQ   $0x02, DI
+
+hybridBlocksZ2SU4_b1_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ2SU4_b1_1
+	CRC32B (DI), R11
+
+hybridBlocksZ2SU4_b1_1:
+hybridBlocksZ2SU4_b1_done:
+	XORL   xorout+44(FP), R11
+	MOVL   R11, 4(SI)
+	ADDQ   CX, BX
+	XORL   DI, DI
+	CRC32Q (AX), DI
+	CRC32Q 8(AX), DI
+	CRC32Q 16(AX), DI
+	CRC32Q 24(AX), DI
+	CRC32Q 32(AX), DI
+	CRC32Q 40(AX), DI
+	CRC32Q 48(AX), DI
+	CRC32Q 56(AX), DI
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ2SU4_b2_done
+	MOVQ   BX, R8
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ2SU4_b2_32
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	CRC32Q 16(R8), DI
+	CRC32Q 24(R8), DI
+	ADDQ   $0x20, R8
+
+hybridBlocksZ2SU4_b2_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ2SU4_b2_16
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	ADDQ   $0x10, R8
+
+hybridBlocksZ2SU4_b2_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ2SU4_b2_8
+	CRC32Q (R8), DI
+	ADDQ   $0x08, R8
+
+hybridBlocksZ2SU4_b2_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ2SU4_b2_4
+	CRC32L (R8), DI
+	ADDQ   $0x04, R8
+
+hybridBlocksZ2SU4_b2_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ2SU4_b2_2
+	CRC32W (R8), DI
+	ADDQ   $0x02, R8
+
+hybridBlocksZ2SU4_b2_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ2SU4_b2_1
+	CRC32B (R8), DI
+
+hybridBlocksZ2SU4_b2_1:
+hybridBlocksZ2SU4_b2_done:
+	XORL   xorout+44(FP), DI
+	MOVL   DI, 8(SI)
+	ADDQ   CX, BX
+	XORL   DI, DI
+	CRC32Q 64(AX), DI
+	CRC32Q 72(AX), DI
+	CRC32Q 80(AX), DI
+	CRC32Q 88(AX), DI
+	CRC32Q 96(AX), DI
+	CRC32Q 104(AX), DI
+	CRC32Q 112(AX), DI
+	CRC32Q 120(AX), DI
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ2SU4_b3_done
+	MOVQ   BX, R8
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ2SU4_b3_32
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	CRC32Q 16(R8), DI
+	CRC32Q 24(R8), DI
+	ADDQ   $0x20, R8
+
+hybridBlocksZ2SU4_b3_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ2SU4_b3_16
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	ADDQ   $0x10, R8
+
+hybridBlocksZ2SU4_b3_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ2SU4_b3_8
+	CRC32Q (R8), DI
+	ADDQ   $0x08, R8
+
+hybridBlocksZ2SU4_b3_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ2SU4_b3_4
+	CRC32L (R8), DI
+	ADDQ   $0x04, R8
+
+hybridBlocksZ2SU4_b3_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ2SU4_b3_2
+	CRC32W (R8), DI
+	ADDQ   $0x02, R8
+
+hybridBlocksZ2SU4_b3_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ2SU4_b3_1
+	CRC32B (R8), DI
+
+hybridBlocksZ2SU4_b3_1:
+hybridBlocksZ2SU4_b3_done:
+	XORL   xorout+44(FP), DI
+	MOVL   DI, 12(SI)
+	ADDQ   CX, BX
+	XORL   DI, DI
+	CRC32Q 128(AX), DI
+	CRC32Q 136(AX), DI
+	CRC32Q 144(AX), DI
+	CRC32Q 152(AX), DI
+	CRC32Q 160(AX), DI
+	CRC32Q 168(AX), DI
+	CRC32Q 176(AX), DI
+	CRC32Q 184(AX), DI
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ2SU4_b4_done
+	MOVQ   BX, R8
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ2SU4_b4_32
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	CRC32Q 16(R8), DI
+	CRC32Q 24(R8), DI
+	ADDQ   $0x20, R8
+
+hybridBlocksZ2SU4_b4_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ2SU4_b4_16
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	ADDQ   $0x10, R8
+
+hybridBlocksZ2SU4_b4_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ2SU4_b4_8
+	CRC32Q (R8), DI
+	ADDQ   $0x08, R8
+
+hybridBlocksZ2SU4_b4_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ2SU4_b4_4
+	CRC32L (R8), DI
+	ADDQ   $0x04, R8
+
+hybridBlocksZ2SU4_b4_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ2SU4_b4_2
+	CRC32W (R8), DI
+	ADDQ   $0x02, R8
+
+hybridBlocksZ2SU4_b4_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ2SU4_b4_1
+	CRC32B (R8), DI
+
+hybridBlocksZ2SU4_b4_1:
+hybridBlocksZ2SU4_b4_done:
+	XORL   xorout+44(FP), DI
+	MOVL   DI, 16(SI)
+	ADDQ   CX, BX
+	XORL   DI, DI
+	CRC32Q 192(AX), DI
+	CRC32Q 200(AX), DI
+	CRC32Q 208(AX), DI
+	CRC32Q 216(AX), DI
+	CRC32Q 224(AX), DI
+	CRC32Q 232(AX), DI
+	CRC32Q 240(AX), DI
+	CRC32Q 248(AX), DI
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ2SU4_b5_done
+	MOVQ   BX, R8
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ2SU4_b5_32
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	CRC32Q 16(R8), DI
+	CRC32Q 24(R8), DI
+	ADDQ   $0x20, R8
+
+hybridBlocksZ2SU4_b5_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ2SU4_b5_16
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	ADDQ   $0x10, R8
+
+hybridBlocksZ2SU4_b5_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ2SU4_b5_8
+	CRC32Q (R8), DI
+	ADDQ   $0x08, R8
+
+hybridBlocksZ2SU4_b5_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ2SU4_b5_4
+	CRC32L (R8), DI
+	ADDQ   $0x04, R8
+
+hybridBlocksZ2SU4_b5_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ2SU4_b5_2
+	CRC32W (R8), DI
+	ADDQ   $0x02, R8
+
+hybridBlocksZ2SU4_b5_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ2SU4_b5_1
+	CRC32B (R8), DI
+
+hybridBlocksZ2SU4_b5_1:
+hybridBlocksZ2SU4_b5_done:
+	XORL   xorout+44(FP), DI
+	MOVL   DI, 20(SI)
+	ADDQ   CX, BX
+	XORL   DI, DI
+	CRC32Q 256(AX), DI
+	CRC32Q 264(AX), DI
+	CRC32Q 272(AX), DI
+	CRC32Q 280(AX), DI
+	CRC32Q 288(AX), DI
+	CRC32Q 296(AX), DI
+	CRC32Q 304(AX), DI
+	CRC32Q 312(AX), DI
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ2SU4_b6_done
+	MOVQ   BX, R8
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ2SU4_b6_32
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	CRC32Q 16(R8), DI
+	CRC32Q 24(R8), DI
+	ADDQ   $0x20, R8
+
+hybridBlocksZ2SU4_b6_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ2SU4_b6_16
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	ADDQ   $0x10, R8
+
+hybridBlocksZ2SU4_b6_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ2SU4_b6_8
+	CRC32Q (R8), DI
+	ADDQ   $0x08, R8
+
+hybridBlocksZ2SU4_b6_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ2SU4_b6_4
+	CRC32L (R8), DI
+	ADDQ   $0x04, R8
+
+hybridBlocksZ2SU4_b6_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ2SU4_b6_2
+	CRC32W (R8), DI
+	ADDQ   $0x02, R8
+
+hybridBlocksZ2SU4_b6_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ2SU4_b6_1
+	CRC32B (R8), DI
+
+hybridBlocksZ2SU4_b6_1:
+hybridBlocksZ2SU4_b6_done:
+	XORL   xorout+44(FP), DI
+	MOVL   DI, 24(SI)
+	ADDQ   CX, BX
+	XORL   DI, DI
+	CRC32Q 320(AX), DI
+	CRC32Q 328(AX), DI
+	CRC32Q 336(AX), DI
+	CRC32Q 344(AX), DI
+	CRC32Q 352(AX), DI
+	CRC32Q 360(AX), DI
+	CRC32Q 368(AX), DI
+	CRC32Q 376(AX), DI
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ2SU4_b7_done
+	MOVQ   BX, R8
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ2SU4_b7_32
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	CRC32Q 16(R8), DI
+	CRC32Q 24(R8), DI
+	ADDQ   $0x20, R8
+
+hybridBlocksZ2SU4_b7_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ2SU4_b7_16
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	ADDQ   $0x10, R8
+
+hybridBlocksZ2SU4_b7_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ2SU4_b7_8
+	CRC32Q (R8), DI
+	ADDQ   $0x08, R8
+
+hybridBlocksZ2SU4_b7_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ2SU4_b7_4
+	CRC32L (R8), DI
+	ADDQ   $0x04, R8
+
+hybridBlocksZ2SU4_b7_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ2SU4_b7_2
+	CRC32W (R8), DI
+	ADDQ   $0x02, R8
+
+hybridBlocksZ2SU4_b7_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ2SU4_b7_1
+	CRC32B (R8), DI
+
+hybridBlocksZ2SU4_b7_1:
+hybridBlocksZ2SU4_b7_done:
+	XORL   xorout+44(FP), DI
+	MOVL   DI, 28(SI)
+	ADDQ   CX, BX
+	XORL   DI, DI
+	CRC32Q 384(AX), DI
+	CRC32Q 392(AX), DI
+	CRC32Q 400(AX), DI
+	CRC32Q 408(AX), DI
+	CRC32Q 416(AX), DI
+	CRC32Q 424(AX), DI
+	CRC32Q 432(AX), DI
+	CRC32Q 440(AX), DI
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ2SU4_b8_done
+	MOVQ   BX, R8
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ2SU4_b8_32
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	CRC32Q 16(R8), DI
+	CRC32Q 24(R8), DI
+	ADDQ   $0x20, R8
+
+hybridBlocksZ2SU4_b8_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ2SU4_b8_16
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	ADDQ   $0x10, R8
+
+hybridBlocksZ2SU4_b8_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ2SU4_b8_8
+	CRC32Q (R8), DI
+	ADDQ   $0x08, R8
+
+hybridBlocksZ2SU4_b8_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ2SU4_b8_4
+	CRC32L (R8), DI
+	ADDQ   $0x04, R8
+
+hybridBlocksZ2SU4_b8_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ2SU4_b8_2
+	CRC32W (R8), DI
+	ADDQ   $0x02, R8
+
+hybridBlocksZ2SU4_b8_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ2SU4_b8_1
+	CRC32B (R8), DI
+
+hybridBlocksZ2SU4_b8_1:
+hybridBlocksZ2SU4_b8_done:
+	XORL   xorout+44(FP), DI
+	MOVL   DI, 32(SI)
+	ADDQ   CX, BX
+	XORL   DI, DI
+	CRC32Q 448(AX), DI
+	CRC32Q 456(AX), DI
+	CRC32Q 464(AX), DI
+	CRC32Q 472(AX), DI
+	CRC32Q 480(AX), DI
+	CRC32Q 488(AX), DI
+	CRC32Q 496(AX), DI
+	CRC32Q 504(AX), DI
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ2SU4_b9_done
+	MOVQ   BX, R8
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ2SU4_b9_32
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	CRC32Q 16(R8), DI
+	CRC32Q 24(R8), DI
+	ADDQ   $0x20, R8
+
+hybridBlocksZ2SU4_b9_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ2SU4_b9_16
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	ADDQ   $0x10, R8
+
+hybridBlocksZ2SU4_b9_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ2SU4_b9_8
+	CRC32Q (R8), DI
+	ADDQ   $0x08, R8
+
+hybridBlocksZ2SU4_b9_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ2SU4_b9_4
+	CRC32L (R8), DI
+	ADDQ   $0x04, R8
+
+hybridBlocksZ2SU4_b9_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ2SU4_b9_2
+	CRC32W (R8), DI
+	ADDQ   $0x02, R8
+
+hybridBlocksZ2SU4_b9_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ2SU4_b9_1
+	CRC32B (R8), DI
+
+hybridBlocksZ2SU4_b9_1:
+hybridBlocksZ2SU4_b9_done:
+	XORL   xorout+44(FP), DI
+	MOVL   DI, 36(SI)
+	ADDQ   CX, BX
+	XORL   DI, DI
+	CRC32Q 512(AX), DI
+	CRC32Q 520(AX), DI
+	CRC32Q 528(AX), DI
+	CRC32Q 536(AX), DI
+	CRC32Q 544(AX), DI
+	CRC32Q 552(AX), DI
+	CRC32Q 560(AX), DI
+	CRC32Q 568(AX), DI
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ2SU4_b10_done
+	MOVQ   BX, R8
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ2SU4_b10_32
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	CRC32Q 16(R8), DI
+	CRC32Q 24(R8), DI
+	ADDQ   $0x20, R8
+
+hybridBlocksZ2SU4_b10_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ2SU4_b10_16
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	ADDQ   $0x10, R8
+
+hybridBlocksZ2SU4_b10_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ2SU4_b10_8
+	CRC32Q (R8), DI
+	ADDQ   $0x08, R8
+
+hybridBlocksZ2SU4_b10_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ2SU4_b10_4
+	CRC32L (R8), DI
+	ADDQ   $0x04, R8
+
+hybridBlocksZ2SU4_b10_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ2SU4_b10_2
+	CRC32W (R8), DI
+	ADDQ   $0x02, R8
+
+hybridBlocksZ2SU4_b10_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ2SU4_b10_1
+	CRC32B (R8), DI
+
+hybridBlocksZ2SU4_b10_1:
+hybridBlocksZ2SU4_b10_done:
+	XORL   xorout+44(FP), DI
+	MOVL   DI, 40(SI)
+	ADDQ   CX, BX
+	XORL   DI, DI
+	CRC32Q 576(AX), DI
+	CRC32Q 584(AX), DI
+	CRC32Q 592(AX), DI
+	CRC32Q 600(AX), DI
+	CRC32Q 608(AX), DI
+	CRC32Q 616(AX), DI
+	CRC32Q 624(AX), DI
+	CRC32Q 632(AX), DI
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ2SU4_b11_done
+	MOVQ   BX, R8
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ2SU4_b11_32
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	CRC32Q 16(R8), DI
+	CRC32Q 24(R8), DI
+	ADDQ   $0x20, R8
+
+hybridBlocksZ2SU4_b11_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ2SU4_b11_16
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	ADDQ   $0x10, R8
+
+hybridBlocksZ2SU4_b11_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ2SU4_b11_8
+	CRC32Q (R8), DI
+	ADDQ   $0x08, R8
+
+hybridBlocksZ2SU4_b11_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ2SU4_b11_4
+	CRC32L (R8), DI
+	ADDQ   $0x04, R8
+
+hybridBlocksZ2SU4_b11_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ2SU4_b11_2
+	CRC32W (R8), DI
+	ADDQ   $0x02, R8
+
+hybridBlocksZ2SU4_b11_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ2SU4_b11_1
+	CRC32B (R8), DI
+
+hybridBlocksZ2SU4_b11_1:
+hybridBlocksZ2SU4_b11_done:
+	XORL   xorout+44(FP), DI
+	MOVL   DI, 44(SI)
+	ADDQ   CX, BX
+	XORL   DI, DI
+	CRC32Q 640(AX), DI
+	CRC32Q 648(AX), DI
+	CRC32Q 656(AX), DI
+	CRC32Q 664(AX), DI
+	CRC32Q 672(AX), DI
+	CRC32Q 680(AX), DI
+	CRC32Q 688(AX), DI
+	CRC32Q 696(AX), DI
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ2SU4_b12_done
+	MOVQ   BX, R8
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ2SU4_b12_32
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	CRC32Q 16(R8), DI
+	CRC32Q 24(R8), DI
+	ADDQ   $0x20, R8
+
+hybridBlocksZ2SU4_b12_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ2SU4_b12_16
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	ADDQ   $0x10, R8
+
+hybridBlocksZ2SU4_b12_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ2SU4_b12_8
+	CRC32Q (R8), DI
+	ADDQ   $0x08, R8
+
+hybridBlocksZ2SU4_b12_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ2SU4_b12_4
+	CRC32L (R8), DI
+	ADDQ   $0x04, R8
+
+hybridBlocksZ2SU4_b12_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ2SU4_b12_2
+	CRC32W (R8), DI
+	ADDQ   $0x02, R8
+
+hybridBlocksZ2SU4_b12_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ2SU4_b12_1
+	CRC32B (R8), DI
+
+hybridBlocksZ2SU4_b12_1:
+hybridBlocksZ2SU4_b12_done:
+	XORL   xorout+44(FP), DI
+	MOVL   DI, 48(SI)
+	ADDQ   CX, BX
+	XORL   DI, DI
+	CRC32Q 704(AX), DI
+	CRC32Q 712(AX), DI
+	CRC32Q 720(AX), DI
+	CRC32Q 728(AX), DI
+	CRC32Q 736(AX), DI
+	CRC32Q 744(AX), DI
+	CRC32Q 752(AX), DI
+	CRC32Q 760(AX), DI
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ2SU4_b13_done
+	MOVQ   BX, R8
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ2SU4_b13_32
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	CRC32Q 16(R8), DI
+	CRC32Q 24(R8), DI
+	ADDQ   $0x20, R8
+
+hybridBlocksZ2SU4_b13_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ2SU4_b13_16
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	ADDQ   $0x10, R8
+
+hybridBlocksZ2SU4_b13_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ2SU4_b13_8
+	CRC32Q (R8), DI
+	ADDQ   $0x08, R8
+
+hybridBlocksZ2SU4_b13_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ2SU4_b13_4
+	CRC32L (R8), DI
+	ADDQ   $0x04, R8
+
+hybridBlocksZ2SU4_b13_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ2SU4_b13_2
+	CRC32W (R8), DI
+	ADDQ   $0x02, R8
+
+hybridBlocksZ2SU4_b13_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ2SU4_b13_1
+	CRC32B (R8), DI
+
+hybridBlocksZ2SU4_b13_1:
+hybridBlocksZ2SU4_b13_done:
+	XORL   xorout+44(FP), DI
+	MOVL   DI, 52(SI)
+	ADDQ   CX, BX
+	XORL   DI, DI
+	CRC32Q 768(AX), DI
+	CRC32Q 776(AX), DI
+	CRC32Q 784(AX), DI
+	CRC32Q 792(AX), DI
+	CRC32Q 800(AX), DI
+	CRC32Q 808(AX), DI
+	CRC32Q 816(AX), DI
+	CRC32Q 824(AX), DI
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ2SU4_b14_done
+	MOVQ   BX, R8
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ2SU4_b14_32
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	CRC32Q 16(R8), DI
+	CRC32Q 24(R8), DI
+	ADDQ   $0x20, R8
+
+hybridBlocksZ2SU4_b14_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ2SU4_b14_16
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	ADDQ   $0x10, R8
+
+hybridBlocksZ2SU4_b14_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ2SU4_b14_8
+	CRC32Q (R8), DI
+	ADDQ   $0x08, R8
+
+hybridBlocksZ2SU4_b14_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ2SU4_b14_4
+	CRC32L (R8), DI
+	ADDQ   $0x04, R8
+
+hybridBlocksZ2SU4_b14_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ2SU4_b14_2
+	CRC32W (R8), DI
+	ADDQ   $0x02, R8
+
+hybridBlocksZ2SU4_b14_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ2SU4_b14_1
+	CRC32B (R8), DI
+
+hybridBlocksZ2SU4_b14_1:
+hybridBlocksZ2SU4_b14_done:
+	XORL   xorout+44(FP), DI
+	MOVL   DI, 56(SI)
+	ADDQ   CX, BX
+	XORL   DI, DI
+	CRC32Q 832(AX), DI
+	CRC32Q 840(AX), DI
+	CRC32Q 848(AX), DI
+	CRC32Q 856(AX), DI
+	CRC32Q 864(AX), DI
+	CRC32Q 872(AX), DI
+	CRC32Q 880(AX), DI
+	CRC32Q 888(AX), DI
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ2SU4_b15_done
+	MOVQ   BX, AX
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ2SU4_b15_32
+	CRC32Q (AX), DI
+	CRC32Q 8(AX), DI
+	CRC32Q 16(AX), DI
+	CRC32Q 24(AX), DI
+	ADDQ   $0x20, AX
+
+hybridBlocksZ2SU4_b15_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ2SU4_b15_16
+	CRC32Q (AX), DI
+	CRC32Q 8(AX), DI
+	ADDQ   $0x10, AX
+
+hybridBlocksZ2SU4_b15_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ2SU4_b15_8
+	CRC32Q (AX), DI
+	ADDQ   $0x08, AX
+
+hybridBlocksZ2SU4_b15_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ2SU4_b15_4
+	CRC32L (AX), DI
+	ADDQ   $0x04, AX
+
+hybridBlocksZ2SU4_b15_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ2SU4_b15_2
+	CRC32W (AX), DI
+	ADDQ   $0x02, AX
+
+hybridBlocksZ2SU4_b15_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ2SU4_b15_1
+	CRC32B (AX), DI
+
+hybridBlocksZ2SU4_b15_1:
+hybridBlocksZ2SU4_b15_done:
+	XORL xorout+44(FP), DI
+	MOVL DI, 60(SI)
+	ADDQ $0x40, SI
+	MOVQ SI, dst+0(FP)
+	LEAQ (BX)(CX*1), AX
+	MOVQ blockLen+24(FP), CX
+	ANDQ $-64, CX
+	SUBQ CX, AX
+	DECQ groups+16(FP)
+	JNZ  hybridBlocksZ2SU4_group
+	VZEROUPPER
+	RET
+
+// func hybridBlocksZ3SU4(dst *uint32, p *byte, groups int, blockLen int, stride int, init uint32, xorout uint32, fold *[2]uint64, k uint64)
+// Requires: AVX, AVX512F, PCLMULQDQ, SSE4.2, VPCLMULQDQ
+TEXT ·hybridBlocksZ3SU4(SB), $1096-64
+	MOVQ            fold+48(FP), AX
+	VBROADCASTI32X4 (AX), Z0
+
+	// The initial register in the first 32 bits of a vector, for the fold blocks.
+	MOVL  init+40(FP), AX
+	VMOVD AX, X1
+	MOVQ  p+8(FP), AX
+
+hybridBlocksZ3SU4_group:
+	MOVQ AX, 1088(SP)
+	MOVQ stride+32(FP), CX
+	LEAQ (CX)(CX*2), DX
+	MOVQ AX, BX
+	LEAQ (AX)(DX*1), AX
+	LEAQ (AX)(DX*1), SI
+	LEAQ (SI)(DX*1), DI
+	LEAQ (DI)(DX*1), R8
+	LEAQ (R8)(DX*1), DX
+	MOVL init+40(FP), R9
+	MOVL init+40(FP), R10
+	MOVL init+40(FP), R11
+	MOVQ blockLen+24(FP), R12
+	SHRQ $0x06, R12
+
+	// Chain B of every CRC block from zero, at D = 32·(blockLen/64).
+	MOVQ R12, R13
+	SHLQ $0x05, R13
+	ADDQ BX, R13
+	XORL R14, R14
+	XORL R15, R15
+	XORL BP, BP
+
+	// The first 64 bytes of every fold block, the initial register in the first.
+	VMOVDQU64 (AX), Z2
+	VPXORQ    Z1, Z2, Z2
+	VMOVDQU64 (AX)(CX*1), Z3
+	VPXORQ    Z1, Z3, Z3
+	VMOVDQU64 (AX)(CX*2), Z4
+	VPXORQ    Z1, Z4, Z4
+	VMOVDQU64 (SI), Z5
+	VPXORQ    Z1, Z5, Z5
+	VMOVDQU64 (SI)(CX*1), Z6
+	VPXORQ    Z1, Z6, Z6
+	VMOVDQU64 (SI)(CX*2), Z7
+	VPXORQ    Z1, Z7, Z7
+	VMOVDQU64 (DI), Z8
+	VPXORQ    Z1, Z8, Z8
+	VMOVDQU64 (DI)(CX*1), Z9
+	VPXORQ    Z1, Z9, Z9
+	VMOVDQU64 (DI)(CX*2), Z10
+	VPXORQ    Z1, Z10, Z10
+	VMOVDQU64 (R8), Z11
+	VPXORQ    Z1, Z11, Z11
+	VMOVDQU64 (R8)(CX*1), Z12
+	VPXORQ    Z1, Z12, Z12
+	VMOVDQU64 (R8)(CX*2), Z13
+	VPXORQ    Z1, Z13, Z13
+	VMOVDQU64 (DX), Z14
+	VPXORQ    Z1, Z14, Z14
+
+	// Every step: 64 bytes of each CRC block (8 CRC32Q), and each fold
+	// accumulator folded forward by 64 bytes onto the next 64 of its block.
+	DECQ R12
+	JZ   hybridBlocksZ3SU4_last
+
+	// 4 steps a round while 4 remain, then one a round.
+	CMPQ R12, $0x04
+	JB   hybridBlocksZ3SU4_loop
+
+hybridBlocksZ3SU4_loopu:
+	CRC32Q     (BX), R9
+	CRC32Q     (BX)(CX*1), R10
+	CRC32Q     (BX)(CX*2), R11
+	VPCLMULQDQ $0x00, Z0, Z2, Z15
+	VPCLMULQDQ $0x11, Z0, Z2, Z2
+	VPTERNLOGD $0x96, 64(AX), Z15, Z2
+	VPCLMULQDQ $0x00, Z0, Z10, Z15
+	VPCLMULQDQ $0x11, Z0, Z10, Z10
+	VPTERNLOGD $0x96, 64(DI)(CX*2), Z15, Z10
+	CRC32Q     (R13), R14
+	CRC32Q     (R13)(CX*1), R15
+	CRC32Q     (R13)(CX*2), BP
+	VPCLMULQDQ $0x00, Z0, Z3, Z15
+	VPCLMULQDQ $0x11, Z0, Z3, Z3
+	VPTERNLOGD $0x96, 64(AX)(CX*1), Z15, Z3
+	VPCLMULQDQ $0x00, Z0, Z11, Z15
+	VPCLMULQDQ $0x11, Z0, Z11, Z11
+	VPTERNLOGD $0x96, 64(R8), Z15, Z11
+	CRC32Q     8(BX), R9
+	CRC32Q     8(BX)(CX*1), R10
+	CRC32Q     8(BX)(CX*2), R11
+	VPCLMULQDQ $0x00, Z0, Z4, Z15
+	VPCLMULQDQ $0x11, Z0, Z4, Z4
+	VPTERNLOGD $0x96, 64(AX)(CX*2), Z15, Z4
+	VPCLMULQDQ $0x00, Z0, Z12, Z15
+	VPCLMULQDQ $0x11, Z0, Z12, Z12
+	VPTERNLOGD $0x96, 64(R8)(CX*1), Z15, Z12
+	CRC32Q     8(R13), R14
+	CRC32Q     8(R13)(CX*1), R15
+	CRC32Q     8(R13)(CX*2), BP
+	VPCLMULQDQ $0x00, Z0, Z5, Z15
+	VPCLMULQDQ $0x11, Z0, Z5, Z5
+	VPTERNLOGD $0x96, 64(SI), Z15, Z5
+	VPCLMULQDQ $0x00, Z0, Z13, Z15
+	VPCLMULQDQ $0x11, Z0, Z13, Z13
+	VPTERNLOGD $0x96, 64(R8)(CX*2), Z15, Z13
+	CRC32Q     16(BX), R9
+	CRC32Q     16(BX)(CX*1), R10
+	CRC32Q     16(BX)(CX*2), R11
+	VPCLMULQDQ $0x00, Z0, Z6, Z15
+	VPCLMULQDQ $0x11, Z0, Z6, Z6
+	VPTERNLOGD $0x96, 64(SI)(CX*1), Z15, Z6
+	VPCLMULQDQ $0x00, Z0, Z14, Z15
+	VPCLMULQDQ $0x11, Z0, Z14, Z14
+	VPTERNLOGD $0x96, 64(DX), Z15, Z14
+	CRC32Q     16(R13), R14
+	CRC32Q     16(R13)(CX*1), R15
+	CRC32Q     16(R13)(CX*2), BP
+	VPCLMULQDQ $0x00, Z0, Z7, Z15
+	VPCLMULQDQ $0x11, Z0, Z7, Z7
+	VPTERNLOGD $0x96, 64(SI)(CX*2), Z15, Z7
+	CRC32Q     24(BX), R9
+	CRC32Q     24(BX)(CX*1), R10
+	CRC32Q     24(BX)(CX*2), R11
+	VPCLMULQDQ $0x00, Z0, Z8, Z15
+	VPCLMULQDQ $0x11, Z0, Z8, Z8
+	VPTERNLOGD $0x96, 64(DI), Z15, Z8
+	CRC32Q     24(R13), R14
+	CRC32Q     24(R13)(CX*1), R15
+	CRC32Q     24(R13)(CX*2), BP
+	VPCLMULQDQ $0x00, Z0, Z9, Z15
+	VPCLMULQDQ $0x11, Z0, Z9, Z9
+	VPTERNLOGD $0x96, 64(DI)(CX*1), Z15, Z9
+	CRC32Q     32(BX), R9
+	CRC32Q     32(BX)(CX*1), R10
+	CRC32Q     32(BX)(CX*2), R11
+	VPCLMULQDQ $0x00, Z0, Z2, Z15
+	VPCLMULQDQ $0x11, Z0, Z2, Z2
+	VPTERNLOGD $0x96, 128(AX), Z15, Z2
+	VPCLMULQDQ $0x00, Z0, Z10, Z15
+	VPCLMULQDQ $0x11, Z0, Z10, Z10
+	VPTERNLOGD $0x96, 128(DI)(CX*2), Z15, Z10
+	CRC32Q     32(R13), R14
+	CRC32Q     32(R13)(CX*1), R15
+	CRC32Q     32(R13)(CX*2), BP
+	VPCLMULQDQ $0x00, Z0, Z3, Z15
+	VPCLMULQDQ $0x11, Z0, Z3, Z3
+	VPTERNLOGD $0x96, 128(AX)(CX*1), Z15, Z3
+	VPCLMULQDQ $0x00, Z0, Z11, Z15
+	VPCLMULQDQ $0x11, Z0, Z11, Z11
+	VPTERNLOGD $0x96, 128(R8), Z15, Z11
+	CRC32Q     40(BX), R9
+	CRC32Q     40(BX)(CX*1), R10
+	CRC32Q     40(BX)(CX*2), R11
+	VPCLMULQDQ $0x00, Z0, Z4, Z15
+	VPCLMULQDQ $0x11, Z0, Z4, Z4
+	VPTERNLOGD $0x96, 128(AX)(CX*2), Z15, Z4
+	VPCLMULQDQ $0x00, Z0, Z12, Z15
+	VPCLMULQDQ $0x11, Z0, Z12, Z12
+	VPTERNLOGD $0x96, 128(R8)(CX*1), Z15, Z12
+	CRC32Q     40(R13), R14
+	CRC32Q     40(R13)(CX*1), R15
+	CRC32Q     40(R13)(CX*2), BP
+	VPCLMULQDQ $0x00, Z0, Z5, Z15
+	VPCLMULQDQ $0x11, Z0, Z5, Z5
+	VPTERNLOGD $0x96, 128(SI), Z15, Z5
+	VPCLMULQDQ $0x00, Z0, Z13, Z15
+	VPCLMULQDQ $0x11, Z0, Z13, Z13
+	VPTERNLOGD $0x96, 128(R8)(CX*2), Z15, Z13
+	CRC32Q     48(BX), R9
+	CRC32Q     48(BX)(CX*1), R10
+	CRC32Q     48(BX)(CX*2), R11
+	VPCLMULQDQ $0x00, Z0, Z6, Z15
+	VPCLMULQDQ $0x11, Z0, Z6, Z6
+	VPTERNLOGD $0x96, 128(SI)(CX*1), Z15, Z6
+	VPCLMULQDQ $0x00, Z0, Z14, Z15
+	VPCLMULQDQ $0x11, Z0, Z14, Z14
+	VPTERNLOGD $0x96, 128(DX), Z15, Z14
+	CRC32Q     48(R13), R14
+	CRC32Q     48(R13)(CX*1), R15
+	CRC32Q     48(R13)(CX*2), BP
+	VPCLMULQDQ $0x00, Z0, Z7, Z15
+	VPCLMULQDQ $0x11, Z0, Z7, Z7
+	VPTERNLOGD $0x96, 128(SI)(CX*2), Z15, Z7
+	CRC32Q     56(BX), R9
+	CRC32Q     56(BX)(CX*1), R10
+	CRC32Q     56(BX)(CX*2), R11
+	VPCLMULQDQ $0x00, Z0, Z8, Z15
+	VPCLMULQDQ $0x11, Z0, Z8, Z8
+	VPTERNLOGD $0x96, 128(DI), Z15, Z8
+	CRC32Q     56(R13), R14
+	CRC32Q     56(R13)(CX*1), R15
+	CRC32Q     56(R13)(CX*2), BP
+	VPCLMULQDQ $0x00, Z0, Z9, Z15
+	VPCLMULQDQ $0x11, Z0, Z9, Z9
+	VPTERNLOGD $0x96, 128(DI)(CX*1), Z15, Z9
+	CRC32Q     64(BX), R9
+	CRC32Q     64(BX)(CX*1), R10
+	CRC32Q     64(BX)(CX*2), R11
+	VPCLMULQDQ $0x00, Z0, Z2, Z15
+	VPCLMULQDQ $0x11, Z0, Z2, Z2
+	VPTERNLOGD $0x96, 192(AX), Z15, Z2
+	VPCLMULQDQ $0x00, Z0, Z10, Z15
+	VPCLMULQDQ $0x11, Z0, Z10, Z10
+	VPTERNLOGD $0x96, 192(DI)(CX*2), Z15, Z10
+	CRC32Q     64(R13), R14
+	CRC32Q     64(R13)(CX*1), R15
+	CRC32Q     64(R13)(CX*2), BP
+	VPCLMULQDQ $0x00, Z0, Z3, Z15
+	VPCLMULQDQ $0x11, Z0, Z3, Z3
+	VPTERNLOGD $0x96, 192(AX)(CX*1), Z15, Z3
+	VPCLMULQDQ $0x00, Z0, Z11, Z15
+	VPCLMULQDQ $0x11, Z0, Z11, Z11
+	VPTERNLOGD $0x96, 192(R8), Z15, Z11
+	CRC32Q     72(BX), R9
+	CRC32Q     72(BX)(CX*1), R10
+	CRC32Q     72(BX)(CX*2), R11
+	VPCLMULQDQ $0x00, Z0, Z4, Z15
+	VPCLMULQDQ $0x11, Z0, Z4, Z4
+	VPTERNLOGD $0x96, 192(AX)(CX*2), Z15, Z4
+	VPCLMULQDQ $0x00, Z0, Z12, Z15
+	VPCLMULQDQ $0x11, Z0, Z12, Z12
+	VPTERNLOGD $0x96, 192(R8)(CX*1), Z15, Z12
+	CRC32Q     72(R13), R14
+	CRC32Q     72(R13)(CX*1), R15
+	CRC32Q     72(R13)(CX*2), BP
+	VPCLMULQDQ $0x00, Z0, Z5, Z15
+	VPCLMULQDQ $0x11, Z0, Z5, Z5
+	VPTERNLOGD $0x96, 192(SI), Z15, Z5
+	VPCLMULQDQ $0x00, Z0, Z13, Z15
+	VPCLMULQDQ $0x11, Z0, Z13, Z13
+	VPTERNLOGD $0x96, 192(R8)(CX*2), Z15, Z13
+	CRC32Q     80(BX), R9
+	CRC32Q     80(BX)(CX*1), R10
+	CRC32Q     80(BX)(CX*2), R11
+	VPCLMULQDQ $0x00, Z0, Z6, Z15
+	VPCLMULQDQ $0x11, Z0, Z6, Z6
+	VPTERNLOGD $0x96, 192(SI)(CX*1), Z15, Z6
+	VPCLMULQDQ $0x00, Z0, Z14, Z15
+	VPCLMULQDQ $0x11, Z0, Z14, Z14
+	VPTERNLOGD $0x96, 192(DX), Z15, Z14
+	CRC32Q     80(R13), R14
+	CRC32Q     80(R13)(CX*1), R15
+	CRC32Q     80(R13)(CX*2), BP
+	VPCLMULQDQ $0x00, Z0, Z7, Z15
+	VPCLMULQDQ $0x11, Z0, Z7, Z7
+	VPTERNLOGD $0x96, 192(SI)(CX*2), Z15, Z7
+	CRC32Q     88(BX), R9
+	CRC32Q     88(BX)(CX*1), R10
+	CRC32Q     88(BX)(CX*2), R11
+	VPCLMULQDQ $0x00, Z0, Z8, Z15
+	VPCLMULQDQ $0x11, Z0, Z8, Z8
+	VPTERNLOGD $0x96, 192(DI), Z15, Z8
+	CRC32Q     88(R13), R14
+	CRC32Q     88(R13)(CX*1), R15
+	CRC32Q     88(R13)(CX*2), BP
+	VPCLMULQDQ $0x00, Z0, Z9, Z15
+	VPCLMULQDQ $0x11, Z0, Z9, Z9
+	VPTERNLOGD $0x96, 192(DI)(CX*1), Z15, Z9
+	CRC32Q     96(BX), R9
+	CRC32Q     96(BX)(CX*1), R10
+	CRC32Q     96(BX)(CX*2), R11
+	VPCLMULQDQ $0x00, Z0, Z2, Z15
+	VPCLMULQDQ $0x11, Z0, Z2, Z2
+	VPTERNLOGD $0x96, 256(AX), Z15, Z2
+	VPCLMULQDQ $0x00, Z0, Z10, Z15
+	VPCLMULQDQ $0x11, Z0, Z10, Z10
+	VPTERNLOGD $0x96, 256(DI)(CX*2), Z15, Z10
+	CRC32Q     96(R13), R14
+	CRC32Q     96(R13)(CX*1), R15
+	CRC32Q     96(R13)(CX*2), BP
+	VPCLMULQDQ $0x00, Z0, Z3, Z15
+	VPCLMULQDQ $0x11, Z0, Z3, Z3
+	VPTERNLOGD $0x96, 256(AX)(CX*1), Z15, Z3
+	VPCLMULQDQ $0x00, Z0, Z11, Z15
+	VPCLMULQDQ $0x11, Z0, Z11, Z11
+	VPTERNLOGD $0x96, 256(R8), Z15, Z11
+	CRC32Q     104(BX), R9
+	CRC32Q     104(BX)(CX*1), R10
+	CRC32Q     104(BX)(CX*2), R11
+	VPCLMULQDQ $0x00, Z0, Z4, Z15
+	VPCLMULQDQ $0x11, Z0, Z4, Z4
+	VPTERNLOGD $0x96, 256(AX)(CX*2), Z15, Z4
+	VPCLMULQDQ $0x00, Z0, Z12, Z15
+	VPCLMULQDQ $0x11, Z0, Z12, Z12
+	VPTERNLOGD $0x96, 256(R8)(CX*1), Z15, Z12
+	CRC32Q     104(R13), R14
+	CRC32Q     104(R13)(CX*1), R15
+	CRC32Q     104(R13)(CX*2), BP
+	VPCLMULQDQ $0x00, Z0, Z5, Z15
+	VPCLMULQDQ $0x11, Z0, Z5, Z5
+	VPTERNLOGD $0x96, 256(SI), Z15, Z5
+	VPCLMULQDQ $0x00, Z0, Z13, Z15
+	VPCLMULQDQ $0x11, Z0, Z13, Z13
+	VPTERNLOGD $0x96, 256(R8)(CX*2), Z15, Z13
+	CRC32Q     112(BX), R9
+	CRC32Q     112(BX)(CX*1), R10
+	CRC32Q     112(BX)(CX*2), R11
+	VPCLMULQDQ $0x00, Z0, Z6, Z15
+	VPCLMULQDQ $0x11, Z0, Z6, Z6
+	VPTERNLOGD $0x96, 256(SI)(CX*1), Z15, Z6
+	VPCLMULQDQ $0x00, Z0, Z14, Z15
+	VPCLMULQDQ $0x11, Z0, Z14, Z14
+	VPTERNLOGD $0x96, 256(DX), Z15, Z14
+	CRC32Q     112(R13), R14
+	CRC32Q     112(R13)(CX*1), R15
+	CRC32Q     112(R13)(CX*2), BP
+	VPCLMULQDQ $0x00, Z0, Z7, Z15
+	VPCLMULQDQ $0x11, Z0, Z7, Z7
+	VPTERNLOGD $0x96, 256(SI)(CX*2), Z15, Z7
+	CRC32Q     120(BX), R9
+	CRC32Q     120(BX)(CX*1), R10
+	CRC32Q     120(BX)(CX*2), R11
+	VPCLMULQDQ $0x00, Z0, Z8, Z15
+	VPCLMULQDQ $0x11, Z0, Z8, Z8
+	VPTERNLOGD $0x96, 256(DI), Z15, Z8
+	CRC32Q     120(R13), R14
+	CRC32Q     120(R13)(CX*1), R15
+	CRC32Q     120(R13)(CX*2), BP
+	VPCLMULQDQ $0x00, Z0, Z9, Z15
+	VPCLMULQDQ $0x11, Z0, Z9, Z9
+	VPTERNLOGD $0x96, 256(DI)(CX*1), Z15, Z9
+	ADDQ       $0x00000100, AX
+	ADDQ       $0x00000100, SI
+	ADDQ       $0x00000100, DI
+	ADDQ       $0x00000100, R8
+	ADDQ       $0x00000100, DX
+	ADDQ       $0x00000080, BX
+	ADDQ       $0x00000080, R13
+	SUBQ       $0x04, R12
+	CMPQ       R12, $0x04
+	JAE        hybridBlocksZ3SU4_loopu
+	TESTQ      R12, R12
+	JZ         hybridBlocksZ3SU4_last
+
+hybridBlocksZ3SU4_loop:
+	CRC32Q     (BX), R9
+	CRC32Q     (BX)(CX*1), R10
+	CRC32Q     (BX)(CX*2), R11
+	VPCLMULQDQ $0x00, Z0, Z2, Z15
+	VPCLMULQDQ $0x11, Z0, Z2, Z2
+	VPTERNLOGD $0x96, 64(AX), Z15, Z2
+	VPCLMULQDQ $0x00, Z0, Z10, Z15
+	VPCLMULQDQ $0x11, Z0, Z10, Z10
+	VPTERNLOGD $0x96, 64(DI)(CX*2), Z15, Z10
+	CRC32Q     (R13), R14
+	CRC32Q     (R13)(CX*1), R15
+	CRC32Q     (R13)(CX*2), BP
+	VPCLMULQDQ $0x00, Z0, Z3, Z15
+	VPCLMULQDQ $0x11, Z0, Z3, Z3
+	VPTERNLOGD $0x96, 64(AX)(CX*1), Z15, Z3
+	VPCLMULQDQ $0x00, Z0, Z11, Z15
+	VPCLMULQDQ $0x11, Z0, Z11, Z11
+	VPTERNLOGD $0x96, 64(R8), Z15, Z11
+	CRC32Q     8(BX), R9
+	CRC32Q     8(BX)(CX*1), R10
+	CRC32Q     8(BX)(CX*2), R11
+	VPCLMULQDQ $0x00, Z0, Z4, Z15
+	VPCLMULQDQ $0x11, Z0, Z4, Z4
+	VPTERNLOGD $0x96, 64(AX)(CX*2), Z15, Z4
+	VPCLMULQDQ $0x00, Z0, Z12, Z15
+	VPCLMULQDQ $0x11, Z0, Z12, Z12
+	VPTERNLOGD $0x96, 64(R8)(CX*1), Z15, Z12
+	CRC32Q     8(R13), R14
+	CRC32Q     8(R13)(CX*1), R15
+	CRC32Q     8(R13)(CX*2), BP
+	VPCLMULQDQ $0x00, Z0, Z5, Z15
+	VPCLMULQDQ $0x11, Z0, Z5, Z5
+	VPTERNLOGD $0x96, 64(SI), Z15, Z5
+	VPCLMULQDQ $0x00, Z0, Z13, Z15
+	VPCLMULQDQ $0x11, Z0, Z13, Z13
+	VPTERNLOGD $0x96, 64(R8)(CX*2), Z15, Z13
+	CRC32Q     16(BX), R9
+	CRC32Q     16(BX)(CX*1), R10
+	CRC32Q     16(BX)(CX*2), R11
+	VPCLMULQDQ $0x00, Z0, Z6, Z15
+	VPCLMULQDQ $0x11, Z0, Z6, Z6
+	VPTERNLOGD $0x96, 64(SI)(CX*1), Z15, Z6
+	VPCLMULQDQ $0x00, Z0, Z14, Z15
+	VPCLMULQDQ $0x11, Z0, Z14, Z14
+	VPTERNLOGD $0x96, 64(DX), Z15, Z14
+	CRC32Q     16(R13), R14
+	CRC32Q     16(R13)(CX*1), R15
+	CRC32Q     16(R13)(CX*2), BP
+	VPCLMULQDQ $0x00, Z0, Z7, Z15
+	VPCLMULQDQ $0x11, Z0, Z7, Z7
+	VPTERNLOGD $0x96, 64(SI)(CX*2), Z15, Z7
+	CRC32Q     24(BX), R9
+	CRC32Q     24(BX)(CX*1), R10
+	CRC32Q     24(BX)(CX*2), R11
+	VPCLMULQDQ $0x00, Z0, Z8, Z15
+	VPCLMULQDQ $0x11, Z0, Z8, Z8
+	VPTERNLOGD $0x96, 64(DI), Z15, Z8
+	CRC32Q     24(R13), R14
+	CRC32Q     24(R13)(CX*1), R15
+	CRC32Q     24(R13)(CX*2), BP
+	VPCLMULQDQ $0x00, Z0, Z9, Z15
+	VPCLMULQDQ $0x11, Z0, Z9, Z9
+	VPTERNLOGD $0x96, 64(DI)(CX*1), Z15, Z9
+	ADDQ       $0x00000040, AX
+	ADDQ       $0x00000040, SI
+	ADDQ       $0x00000040, DI
+	ADDQ       $0x00000040, R8
+	ADDQ       $0x00000040, DX
+	ADDQ       $0x00000020, BX
+	ADDQ       $0x00000020, R13
+	DECQ       R12
+	JNZ        hybridBlocksZ3SU4_loop
+
+hybridBlocksZ3SU4_last:
+	// Last step: the CRC blocks only.
+	CRC32Q (BX), R9
+	CRC32Q (BX)(CX*1), R10
+	CRC32Q (BX)(CX*2), R11
+	CRC32Q (R13), R14
+	CRC32Q (R13)(CX*1), R15
+	CRC32Q (R13)(CX*2), BP
+	CRC32Q 8(BX), R9
+	CRC32Q 8(BX)(CX*1), R10
+	CRC32Q 8(BX)(CX*2), R11
+	CRC32Q 8(R13), R14
+	CRC32Q 8(R13)(CX*1), R15
+	CRC32Q 8(R13)(CX*2), BP
+	CRC32Q 16(BX), R9
+	CRC32Q 16(BX)(CX*1), R10
+	CRC32Q 16(BX)(CX*2), R11
+	CRC32Q 16(R13), R14
+	CRC32Q 16(R13)(CX*1), R15
+	CRC32Q 16(R13)(CX*2), BP
+	CRC32Q 24(BX), R9
+	CRC32Q 24(BX)(CX*1), R10
+	CRC32Q 24(BX)(CX*2), R11
+	CRC32Q 24(R13), R14
+	CRC32Q 24(R13)(CX*1), R15
+	CRC32Q 24(R13)(CX*2), BP
+
+	// Every CRC block's register: r_A·C(8D-64) through two CRC32Q from zero, ⊕ r_B.
+	MOVQ       k+56(FP), AX
+	VMOVQ      AX, X15
+	VMOVQ      R9, X16
+	VPCLMULQDQ $0x00, X15, X16, X16
+	XORL       R9, R9
+	VMOVQ      X16, AX
+	CRC32Q     AX, R9
+	VPEXTRQ    $0x01, X16, AX
+	CRC32Q     AX, R9
+	XORL       R14, R9
+	VMOVQ      R10, X16
+	VPCLMULQDQ $0x00, X15, X16, X16
+	XORL       R10, R10
+	VMOVQ      X16, AX
+	CRC32Q     AX, R10
+	VPEXTRQ    $0x01, X16, AX
+	CRC32Q     AX, R10
+	XORL       R15, R10
+	VMOVQ      R11, X16
+	VPCLMULQDQ $0x00, X15, X16, X16
+	XORL       R11, R11
+	VMOVQ      X16, AX
+	CRC32Q     AX, R11
+	VPEXTRQ    $0x01, X16, AX
+	CRC32Q     AX, R11
+	XORL       BP, R11
+
+	// Every block in turn: reduce a fold accumulator (its 64 bytes through
+	// CRC32Q from zero, read back from the stack), add the block's last
+	// blockLen mod 64 bytes, XOR xorout, store.
+	MOVQ      1088(SP), AX
+	MOVQ      blockLen+24(FP), DX
+	MOVQ      DX, BX
+	ANDQ      $-64, BX
+	ADDQ      AX, BX
+	ANDQ      $0x3f, DX
+	LEAQ      63(SP), AX
+	ANDQ      $-64, AX
+	VMOVDQA64 Z2, (AX)
+	VMOVDQA64 Z3, 64(AX)
+	VMOVDQA64 Z4, 128(AX)
+	VMOVDQA64 Z5, 192(AX)
+	VMOVDQA64 Z6, 256(AX)
+	VMOVDQA64 Z7, 320(AX)
+	VMOVDQA64 Z8, 384(AX)
+	VMOVDQA64 Z9, 448(AX)
+	VMOVDQA64 Z10, 512(AX)
+	VMOVDQA64 Z11, 576(AX)
+	VMOVDQA64 Z12, 640(AX)
+	VMOVDQA64 Z13, 704(AX)
+	VMOVDQA64 Z14, 768(AX)
+	MOVQ      dst+0(FP), SI
+	TESTQ     DX, DX
+	JZ        hybridBlocksZ3SU4_b0_done
+	MOVQ      BX, DI
+	TESTQ     $0x00000020, DX
+	JZ        hybridBlocksZ3SU4_b0_32
+	CRC32Q    (DI), R9
+	CRC32Q    8(DI), R9
+	CRC32Q    16(DI), R9
+	CRC32Q    24(DI), R9
+	ADDQ      $0x20, DI
+
+hybridBlocksZ3SU4_b0_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ3SU4_b0_16
+	CRC32Q (DI), R9
+	CRC32Q 8(DI), R9
+	ADDQ   $0x10, DI
+
+hybridBlocksZ3SU4_b0_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ3SU4_b0_8
+	CRC32Q (DI), R9
+	ADDQ   $0x08, DI
+
+hybridBlocksZ3SU4_b0_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ3SU4_b0_4
+	CRC32L (DI), R9
+	ADDQ   $0x04, DI
+
+hybridBlocksZ3SU4_b0_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ3SU4_b0_2
+	CRC32W (DI), R9
+	ADDQ   $0x02, DI
+
+hybridBlocksZ3SU4_b0_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ3SU4_b0_1
+	CRC32B (DI), R9
+
+hybridBlocksZ3SU4_b0_1:
+hybridBlocksZ3SU4_b0_done:
+	XORL   xorout+44(FP), R9
+	MOVL   R9, (SI)
+	ADDQ   CX, BX
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ3SU4_b1_done
+	MOVQ   BX, DI
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ3SU4_b1_32
+	CRC32Q (DI), R10
+	CRC32Q 8(DI), R10
+	CRC32Q 16(DI), R10
+	CRC32Q 24(DI), R10
+	ADDQ   $0x20, DI
+
+hybridBlocksZ3SU4_b1_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ3SU4_b1_16
+	CRC32Q (DI), R10
+	CRC32Q 8(DI), R10
+	ADDQ   $0x10, DI
+
+hybridBlocksZ3SU4_b1_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ3SU4_b1_8
+	CRC32Q (DI), R10
+	ADDQ   $0x08, DI
+
+hybridBlocksZ3SU4_b1_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ3SU4_b1_4
+	CRC32L (DI), R10
+	ADDQ   $0x04, DI
+
+hybridBlocksZ3SU4_b1_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ3SU4_b1_2
+	CRC32W (DI), R10
+	ADDQ   $0x02, DI
+
+hybridBlocksZ3SU4_b1_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ3SU4_b1_1
+	CRC32B (DI), R10
+
+hybridBlocksZ3SU4_b1_1:
+hybridBlocksZ3SU4_b1_done:
+	XORL   xorout+44(FP), R10
+	MOVL   R10, 4(SI)
+	ADDQ   CX, BX
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ3SU4_b2_done
+	MOVQ   BX, DI
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ3SU4_b2_32
+	CRC32Q (DI), R11
+	CRC32Q 8(DI), R11
+	CRC32Q 16(DI), R11
+	CRC32Q 24(DI), R11
+	ADDQ   $0x20, DI
+
+hybridBlocksZ3SU4_b2_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ3SU4_b2_16
+	CRC32Q (DI), R11
+	CRC32Q 8(DI), R11
+	ADDQ   $0x10, DI
+
+hybridBlocksZ3SU4_b2_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ3SU4_b2_8
+	CRC32Q (DI), R11
+	ADDQ   $0x08, DI
+
+hybridBlocksZ3SU4_b2_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ3SU4_b2_4
+	CRC32L (DI), R11
+	ADDQ   $0x04, DI
+
+hybridBlocksZ3SU4_b2_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ3SU4_b2_2
+	CRC32W (DI), R11
+	ADDQ   $0x02, DI
+
+hybridBlocksZ3SU4_b2_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ3SU4_b2_1
+	CRC32B (DI), R11
+
+hybridBlocksZ3SU4_b2_1:
+hybridBlocksZ3SU4_b2_done:
+	XORL   xorout+44(FP), R11
+	MOVL   R11, 8(SI)
+	ADDQ   CX, BX
+	XORL   DI, DI
+	CRC32Q (AX), DI
+	CRC32Q 8(AX), DI
+	CRC32Q 16(AX), DI
+	CRC32Q 24(AX), DI
+	CRC32Q 32(AX), DI
+	CRC32Q 40(AX), DI
+	CRC32Q 48(AX), DI
+	CRC32Q 56(AX), DI
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ3SU4_b3_done
+	MOVQ   BX, R8
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ3SU4_b3_32
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	CRC32Q 16(R8), DI
+	CRC32Q 24(R8), DI
+	ADDQ   $0x20, R8
+
+hybridBlocksZ3SU4_b3_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ3SU4_b3_16
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	ADDQ   $0x10, R8
+
+hybridBlocksZ3SU4_b3_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ3SU4_b3_8
+	CRC32Q (R8), DI
+	ADDQ   $0x08, R8
+
+hybridBlocksZ3SU4_b3_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ3SU4_b3_4
+	CRC32L (R8), DI
+	ADDQ   $0x04, R8
+
+hybridBlocksZ3SU4_b3_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ3SU4_b3_2
+	CRC32W (R8), DI
+	ADDQ   $0x02, R8
+
+hybridBlocksZ3SU4_b3_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ3SU4_b3_1
+	CRC32B (R8), DI
+
+hybridBlocksZ3SU4_b3_1:
+hybridBlocksZ3SU4_b3_done:
+	XORL   xorout+44(FP), DI
+	MOVL   DI, 12(SI)
+	ADDQ   CX, BX
+	XORL   DI, DI
+	CRC32Q 64(AX), DI
+	CRC32Q 72(AX), DI
+	CRC32Q 80(AX), DI
+	CRC32Q 88(AX), DI
+	CRC32Q 96(AX), DI
+	CRC32Q 104(AX), DI
+	CRC32Q 112(AX), DI
+	CRC32Q 120(AX), DI
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ3SU4_b4_done
+	MOVQ   BX, R8
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ3SU4_b4_32
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	CRC32Q 16(R8), DI
+	CRC32Q 24(R8), DI
+	ADDQ   $0x20, R8
+
+hybridBlocksZ3SU4_b4_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ3SU4_b4_16
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	ADDQ   $0x10, R8
+
+hybridBlocksZ3SU4_b4_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ3SU4_b4_8
+	CRC32Q (R8), DI
+	ADDQ   $0x08, R8
+
+hybridBlocksZ3SU4_b4_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ3SU4_b4_4
+	CRC32L (R8), DI
+	ADDQ   $0x04, R8
+
+hybridBlocksZ3SU4_b4_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ3SU4_b4_2
+	CRC32W (R8), DI
+	ADDQ   $0x02, R8
+
+hybridBlocksZ3SU4_b4_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ3SU4_b4_1
+	CRC32B (R8), DI
+
+hybridBlocksZ3SU4_b4_1:
+hybridBlocksZ3SU4_b4_done:
+	XORL   xorout+44(FP), DI
+	MOVL   DI, 16(SI)
+	ADDQ   CX, BX
+	XORL   DI, DI
+	CRC32Q 128(AX), DI
+	CRC32Q 136(AX), DI
+	CRC32Q 144(AX), DI
+	CRC32Q 152(AX), DI
+	CRC32Q 160(AX), DI
+	CRC32Q 168(AX), DI
+	CRC32Q 176(AX), DI
+	CRC32Q 184(AX), DI
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ3SU4_b5_done
+	MOVQ   BX, R8
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ3SU4_b5_32
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	CRC32Q 16(R8), DI
+	CRC32Q 24(R8), DI
+	ADDQ   $0x20, R8
+
+hybridBlocksZ3SU4_b5_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ3SU4_b5_16
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	ADDQ   $0x10, R8
+
+hybridBlocksZ3SU4_b5_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ3SU4_b5_8
+	CRC32Q (R8), DI
+	ADDQ   $0x08, R8
+
+hybridBlocksZ3SU4_b5_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ3SU4_b5_4
+	CRC32L (R8), DI
+	ADDQ   $0x04, R8
+
+hybridBlocksZ3SU4_b5_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ3SU4_b5_2
+	CRC32W (R8), DI
+	ADDQ   $0x02, R8
+
+hybridBlocksZ3SU4_b5_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ3SU4_b5_1
+	CRC32B (R8), DI
+
+hybridBlocksZ3SU4_b5_1:
+hybridBlocksZ3SU4_b5_done:
+	XORL   xorout+44(FP), DI
+	MOVL   DI, 20(SI)
+	ADDQ   CX, BX
+	XORL   DI, DI
+	CRC32Q 192(AX), DI
+	CRC32Q 200(AX), DI
+	CRC32Q 208(AX), DI
+	CRC32Q 216(AX), DI
+	CRC32Q 224(AX), DI
+	CRC32Q 232(AX), DI
+	CRC32Q 240(AX), DI
+	CRC32Q 248(AX), DI
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ3SU4_b6_done
+	MOVQ   BX, R8
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ3SU4_b6_32
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	CRC32Q 16(R8), DI
+	CRC32Q 24(R8), DI
+	ADDQ   $0x20, R8
+
+hybridBlocksZ3SU4_b6_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ3SU4_b6_16
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	ADDQ   $0x10, R8
+
+hybridBlocksZ3SU4_b6_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ3SU4_b6_8
+	CRC32Q (R8), DI
+	ADDQ   $0x08, R8
+
+hybridBlocksZ3SU4_b6_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ3SU4_b6_4
+	CRC32L (R8), DI
+	ADDQ   $0x04, R8
+
+hybridBlocksZ3SU4_b6_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ3SU4_b6_2
+	CRC32W (R8), DI
+	ADDQ   $0x02, R8
+
+hybridBlocksZ3SU4_b6_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ3SU4_b6_1
+	CRC32B (R8), DI
+
+hybridBlocksZ3SU4_b6_1:
+hybridBlocksZ3SU4_b6_done:
+	XORL   xorout+44(FP), DI
+	MOVL   DI, 24(SI)
+	ADDQ   CX, BX
+	XORL   DI, DI
+	CRC32Q 256(AX), DI
+	CRC32Q 264(AX), DI
+	CRC32Q 272(AX), DI
+	CRC32Q 280(AX), DI
+	CRC32Q 288(AX), DI
+	CRC32Q 296(AX), DI
+	CRC32Q 304(AX), DI
+	CRC32Q 312(AX), DI
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ3SU4_b7_done
+	MOVQ   BX, R8
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ3SU4_b7_32
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	CRC32Q 16(R8), DI
+	CRC32Q 24(R8), DI
+	ADDQ   $0x20, R8
+
+hybridBlocksZ3SU4_b7_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ3SU4_b7_16
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	ADDQ   $0x10, R8
+
+hybridBlocksZ3SU4_b7_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ3SU4_b7_8
+	CRC32Q (R8), DI
+	ADDQ   $0x08, R8
+
+hybridBlocksZ3SU4_b7_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ3SU4_b7_4
+	CRC32L (R8), DI
+	ADDQ   $0x04, R8
+
+hybridBlocksZ3SU4_b7_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ3SU4_b7_2
+	CRC32W (R8), DI
+	ADDQ   $0x02, R8
+
+hybridBlocksZ3SU4_b7_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ3SU4_b7_1
+	CRC32B (R8), DI
+
+hybridBlocksZ3SU4_b7_1:
+hybridBlocksZ3SU4_b7_done:
+	XORL   xorout+44(FP), DI
+	MOVL   DI, 28(SI)
+	ADDQ   CX, BX
+	XORL   DI, DI
+	CRC32Q 320(AX), DI
+	CRC32Q 328(AX), DI
+	CRC32Q 336(AX), DI
+	CRC32Q 344(AX), DI
+	CRC32Q 352(AX), DI
+	CRC32Q 360(AX), DI
+	CRC32Q 368(AX), DI
+	CRC32Q 376(AX), DI
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ3SU4_b8_done
+	MOVQ   BX, R8
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ3SU4_b8_32
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	CRC32Q 16(R8), DI
+	CRC32Q 24(R8), DI
+	ADDQ   $0x20, R8
+
+hybridBlocksZ3SU4_b8_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ3SU4_b8_16
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	ADDQ   $0x10, R8
+
+hybridBlocksZ3SU4_b8_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ3SU4_b8_8
+	CRC32Q (R8), DI
+	ADDQ   $0x08, R8
+
+hybridBlocksZ3SU4_b8_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ3SU4_b8_4
+	CRC32L (R8), DI
+	ADDQ   $0x04, R8
+
+hybridBlocksZ3SU4_b8_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ3SU4_b8_2
+	CRC32W (R8), DI
+	ADDQ   $0x02, R8
+
+hybridBlocksZ3SU4_b8_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ3SU4_b8_1
+	CRC32B (R8), DI
+
+hybridBlocksZ3SU4_b8_1:
+hybridBlocksZ3SU4_b8_done:
+	XORL   xorout+44(FP), DI
+	MOVL   DI, 32(SI)
+	ADDQ   CX, BX
+	XORL   DI, DI
+	CRC32Q 384(AX), DI
+	CRC32Q 392(AX), DI
+	CRC32Q 400(AX), DI
+	CRC32Q 408(AX), DI
+	CRC32Q 416(AX), DI
+	CRC32Q 424(AX), DI
+	CRC32Q 432(AX), DI
+	CRC32Q 440(AX), DI
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ3SU4_b9_done
+	MOVQ   BX, R8
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ3SU4_b9_32
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	CRC32Q 16(R8), DI
+	CRC32Q 24(R8), DI
+	ADDQ   $0x20, R8
+
+hybridBlocksZ3SU4_b9_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ3SU4_b9_16
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	ADDQ   $0x10, R8
+
+hybridBlocksZ3SU4_b9_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ3SU4_b9_8
+	CRC32Q (R8), DI
+	ADDQ   $0x08, R8
+
+hybridBlocksZ3SU4_b9_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ3SU4_b9_4
+	CRC32L (R8), DI
+	ADDQ   $0x04, R8
+
+hybridBlocksZ3SU4_b9_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ3SU4_b9_2
+	CRC32W (R8), DI
+	ADDQ   $0x02, R8
+
+hybridBlocksZ3SU4_b9_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ3SU4_b9_1
+	CRC32B (R8), DI
+
+hybridBlocksZ3SU4_b9_1:
+hybridBlocksZ3SU4_b9_done:
+	XORL   xorout+44(FP), DI
+	MOVL   DI, 36(SI)
+	ADDQ   CX, BX
+	XORL   DI, DI
+	CRC32Q 448(AX), DI
+	CRC32Q 456(AX), DI
+	CRC32Q 464(AX), DI
+	CRC32Q 472(AX), DI
+	CRC32Q 480(AX), DI
+	CRC32Q 488(AX), DI
+	CRC32Q 496(AX), DI
+	CRC32Q 504(AX), DI
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ3SU4_b10_done
+	MOVQ   BX, R8
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ3SU4_b10_32
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	CRC32Q 16(R8), DI
+	CRC32Q 24(R8), DI
+	ADDQ   $0x20, R8
+
+hybridBlocksZ3SU4_b10_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ3SU4_b10_16
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	ADDQ   $0x10, R8
+
+hybridBlocksZ3SU4_b10_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ3SU4_b10_8
+	CRC32Q (R8), DI
+	ADDQ   $0x08, R8
+
+hybridBlocksZ3SU4_b10_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ3SU4_b10_4
+	CRC32L (R8), DI
+	ADDQ   $0x04, R8
+
+hybridBlocksZ3SU4_b10_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ3SU4_b10_2
+	CRC32W (R8), DI
+	ADDQ   $0x02, R8
+
+hybridBlocksZ3SU4_b10_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ3SU4_b10_1
+	CRC32B (R8), DI
+
+hybridBlocksZ3SU4_b10_1:
+hybridBlocksZ3SU4_b10_done:
+	XORL   xorout+44(FP), DI
+	MOVL   DI, 40(SI)
+	ADDQ   CX, BX
+	XORL   DI, DI
+	CRC32Q 512(AX), DI
+	CRC32Q 520(AX), DI
+	CRC32Q 528(AX), DI
+	CRC32Q 536(AX), DI
+	CRC32Q 544(AX), DI
+	CRC32Q 552(AX), DI
+	CRC32Q 560(AX), DI
+	CRC32Q 568(AX), DI
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ3SU4_b11_done
+	MOVQ   BX, R8
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ3SU4_b11_32
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	CRC32Q 16(R8), DI
+	CRC32Q 24(R8), DI
+	ADDQ   $0x20, R8
+
+hybridBlocksZ3SU4_b11_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ3SU4_b11_16
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	ADDQ   $0x10, R8
+
+hybridBlocksZ3SU4_b11_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ3SU4_b11_8
+	CRC32Q (R8), DI
+	ADDQ   $0x08, R8
+
+hybridBlocksZ3SU4_b11_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ3SU4_b11_4
+	CRC32L (R8), DI
+	ADDQ   $0x04, R8
+
+hybridBlocksZ3SU4_b11_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ3SU4_b11_2
+	CRC32W (R8), DI
+	ADDQ   $0x02, R8
+
+hybridBlocksZ3SU4_b11_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ3SU4_b11_1
+	CRC32B (R8), DI
+
+hybridBlocksZ3SU4_b11_1:
+hybridBlocksZ3SU4_b11_done:
+	XORL   xorout+44(FP), DI
+	MOVL   DI, 44(SI)
+	ADDQ   CX, BX
+	XORL   DI, DI
+	CRC32Q 576(AX), DI
+	CRC32Q 584(AX), DI
+	CRC32Q 592(AX), DI
+	CRC32Q 600(AX), DI
+	CRC32Q 608(AX), DI
+	CRC32Q 616(AX), DI
+	CRC32Q 624(AX), DI
+	CRC32Q 632(AX), DI
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ3SU4_b12_done
+	MOVQ   BX, R8
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ3SU4_b12_32
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	CRC32Q 16(R8), DI
+	CRC32Q 24(R8), DI
+	ADDQ   $0x20, R8
+
+hybridBlocksZ3SU4_b12_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ3SU4_b12_16
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	ADDQ   $0x10, R8
+
+hybridBlocksZ3SU4_b12_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ3SU4_b12_8
+	CRC32Q (R8), DI
+	ADDQ   $0x08, R8
+
+hybridBlocksZ3SU4_b12_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ3SU4_b12_4
+	CRC32L (R8), DI
+	ADDQ   $0x04, R8
+
+hybridBlocksZ3SU4_b12_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ3SU4_b12_2
+	CRC32W (R8), DI
+	ADDQ   $0x02, R8
+
+hybridBlocksZ3SU4_b12_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ3SU4_b12_1
+	CRC32B (R8), DI
+
+hybridBlocksZ3SU4_b12_1:
+hybridBlocksZ3SU4_b12_done:
+	XORL   xorout+44(FP), DI
+	MOVL   DI, 48(SI)
+	ADDQ   CX, BX
+	XORL   DI, DI
+	CRC32Q 640(AX), DI
+	CRC32Q 648(AX), DI
+	CRC32Q 656(AX), DI
+	CRC32Q 664(AX), DI
+	CRC32Q 672(AX), DI
+	CRC32Q 680(AX), DI
+	CRC32Q 688(AX), DI
+	CRC32Q 696(AX), DI
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ3SU4_b13_done
+	MOVQ   BX, R8
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ3SU4_b13_32
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	CRC32Q 16(R8), DI
+	CRC32Q 24(R8), DI
+	ADDQ   $0x20, R8
+
+hybridBlocksZ3SU4_b13_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ3SU4_b13_16
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	ADDQ   $0x10, R8
+
+hybridBlocksZ3SU4_b13_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ3SU4_b13_8
+	CRC32Q (R8), DI
+	ADDQ   $0x08, R8
+
+hybridBlocksZ3SU4_b13_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ3SU4_b13_4
+	CRC32L (R8), DI
+	ADDQ   $0x04, R8
+
+hybridBlocksZ3SU4_b13_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ3SU4_b13_2
+	CRC32W (R8), DI
+	ADDQ   $0x02, R8
+
+hybridBlocksZ3SU4_b13_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ3SU4_b13_1
+	CRC32B (R8), DI
+
+hybridBlocksZ3SU4_b13_1:
+hybridBlocksZ3SU4_b13_done:
+	XORL   xorout+44(FP), DI
+	MOVL   DI, 52(SI)
+	ADDQ   CX, BX
+	XORL   DI, DI
+	CRC32Q 704(AX), DI
+	CRC32Q 712(AX), DI
+	CRC32Q 720(AX), DI
+	CRC32Q 728(AX), DI
+	CRC32Q 736(AX), DI
+	CRC32Q 744(AX), DI
+	CRC32Q 752(AX), DI
+	CRC32Q 760(AX), DI
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ3SU4_b14_done
+	MOVQ   BX, R8
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ3SU4_b14_32
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	CRC32Q 16(R8), DI
+	CRC32Q 24(R8), DI
+	ADDQ   $0x20, R8
+
+hybridBlocksZ3SU4_b14_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ3SU4_b14_16
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	ADDQ   $0x10, R8
+
+hybridBlocksZ3SU4_b14_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ3SU4_b14_8
+	CRC32Q (R8), DI
+	ADDQ   $0x08, R8
+
+hybridBlocksZ3SU4_b14_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ3SU4_b14_4
+	CRC32L (R8), DI
+	ADDQ   $0x04, R8
+
+hybridBlocksZ3SU4_b14_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ3SU4_b14_2
+	CRC32W (R8), DI
+	ADDQ   $0x02, R8
+
+hybridBlocksZ3SU4_b14_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ3SU4_b14_1
+	CRC32B (R8), DI
+
+hybridBlocksZ3SU4_b14_1:
+hybridBlocksZ3SU4_b14_done:
+	XORL   xorout+44(FP), DI
+	MOVL   DI, 56(SI)
+	ADDQ   CX, BX
+	XORL   DI, DI
+	CRC32Q 768(AX), DI
+	CRC32Q 776(AX), DI
+	CRC32Q 784(AX), DI
+	CRC32Q 792(AX), DI
+	CRC32Q 800(AX), DI
+	CRC32Q 808(AX), DI
+	CRC32Q 816(AX), DI
+	CRC32Q 824(AX), DI
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ3SU4_b15_done
+	MOVQ   BX, AX
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ3SU4_b15_32
+	CRC32Q (AX), DI
+	CRC32Q 8(AX), DI
+	CRC32Q 16(AX), DI
+	CRC32Q 24(AX), DI
+	ADDQ   $0x20, AX
+
+hybridBlocksZ3SU4_b15_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ3SU4_b15_16
+	CRC32Q (AX), DI
+	CRC32Q 8(AX), DI
+	ADDQ   $0x10, AX
+
+hybridBlocksZ3SU4_b15_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ3SU4_b15_8
+	CRC32Q (AX), DI
+	ADDQ   $0x08, AX
+
+hybridBlocksZ3SU4_b15_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ3SU4_b15_4
+	CRC32L (AX), DI
+	ADDQ   $0x04, AX
+
+hybridBlocksZ3SU4_b15_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ3SU4_b15_2
+	CRC32W (AX), DI
+	ADDQ   $0x02, AX
+
+hybridBlocksZ3SU4_b15_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ3SU4_b15_1
+	CRC32B (AX), DI
+
+hybridBlocksZ3SU4_b15_1:
+hybridBlocksZ3SU4_b15_done:
+	XORL xorout+44(FP), DI
+	MOVL DI, 60(SI)
+	ADDQ $0x40, SI
+	MOVQ SI, dst+0(FP)
+	LEAQ (BX)(CX*1), AX
+	MOVQ blockLen+24(FP), CX
+	ANDQ $-64, CX
+	SUBQ CX, AX
+	DECQ groups+16(FP)
+	JNZ  hybridBlocksZ3SU4_group
+	VZEROUPPER
+	RET
+
+// func hybridBlocksZ0U4(dst *uint32, p *byte, groups int, blockLen int, stride int, init uint32, xorout uint32, fold *[2]uint64)
+// Requires: AVX, AVX512F, SSE4.2, VPCLMULQDQ
+TEXT ·hybridBlocksZ0U4(SB), $1096-56
+	MOVQ            fold+48(FP), AX
+	VBROADCASTI32X4 (AX), Z0
+
+	// The initial register in the first 32 bits of a vector, for the fold blocks.
+	MOVL  init+40(FP), AX
+	VMOVD AX, X1
+	MOVQ  p+8(FP), AX
+
+hybridBlocksZ0U4_group:
+	MOVQ AX, 1088(SP)
+	MOVQ stride+32(FP), CX
+	LEAQ (CX)(CX*2), DX
+	LEAQ (AX)(DX*1), BX
+	LEAQ (BX)(DX*1), SI
+	LEAQ (SI)(DX*1), DI
+	LEAQ (DI)(DX*1), R8
+	LEAQ (R8)(DX*1), DX
+	MOVQ blockLen+24(FP), R9
+	SHRQ $0x06, R9
+
+	// The first 64 bytes of every fold block, the initial register in the first.
+	VMOVDQU64 (AX), Z2
+	VPXORQ    Z1, Z2, Z2
+	VMOVDQU64 (AX)(CX*1), Z3
+	VPXORQ    Z1, Z3, Z3
+	VMOVDQU64 (AX)(CX*2), Z4
+	VPXORQ    Z1, Z4, Z4
+	VMOVDQU64 (BX), Z5
+	VPXORQ    Z1, Z5, Z5
+	VMOVDQU64 (BX)(CX*1), Z6
+	VPXORQ    Z1, Z6, Z6
+	VMOVDQU64 (BX)(CX*2), Z7
+	VPXORQ    Z1, Z7, Z7
+	VMOVDQU64 (SI), Z8
+	VPXORQ    Z1, Z8, Z8
+	VMOVDQU64 (SI)(CX*1), Z9
+	VPXORQ    Z1, Z9, Z9
+	VMOVDQU64 (SI)(CX*2), Z10
+	VPXORQ    Z1, Z10, Z10
+	VMOVDQU64 (DI), Z11
+	VPXORQ    Z1, Z11, Z11
+	VMOVDQU64 (DI)(CX*1), Z12
+	VPXORQ    Z1, Z12, Z12
+	VMOVDQU64 (DI)(CX*2), Z13
+	VPXORQ    Z1, Z13, Z13
+	VMOVDQU64 (R8), Z14
+	VPXORQ    Z1, Z14, Z14
+	VMOVDQU64 (R8)(CX*1), Z15
+	VPXORQ    Z1, Z15, Z15
+	VMOVDQU64 (R8)(CX*2), Z16
+	VPXORQ    Z1, Z16, Z16
+	VMOVDQU64 (DX), Z17
+	VPXORQ    Z1, Z17, Z17
+
+	// Every step: 64 bytes of each CRC block (8 CRC32Q), and each fold
+	// accumulator folded forward by 64 bytes onto the next 64 of its block.
+	DECQ R9
+	JZ   hybridBlocksZ0U4_last
+
+	// 4 steps a round while 4 remain, then one a round.
+	CMPQ R9, $0x04
+	JB   hybridBlocksZ0U4_loop
+
+hybridBlocksZ0U4_loopu:
+	VPCLMULQDQ $0x00, Z0, Z2, Z18
+	VPCLMULQDQ $0x11, Z0, Z2, Z2
+	VPTERNLOGD $0x96, 64(AX), Z18, Z2
+	VPCLMULQDQ $0x00, Z0, Z10, Z18
+	VPCLMULQDQ $0x11, Z0, Z10, Z10
+	VPTERNLOGD $0x96, 64(SI)(CX*2), Z18, Z10
+	VPCLMULQDQ $0x00, Z0, Z3, Z18
+	VPCLMULQDQ $0x11, Z0, Z3, Z3
+	VPTERNLOGD $0x96, 64(AX)(CX*1), Z18, Z3
+	VPCLMULQDQ $0x00, Z0, Z11, Z18
+	VPCLMULQDQ $0x11, Z0, Z11, Z11
+	VPTERNLOGD $0x96, 64(DI), Z18, Z11
+	VPCLMULQDQ $0x00, Z0, Z4, Z18
+	VPCLMULQDQ $0x11, Z0, Z4, Z4
+	VPTERNLOGD $0x96, 64(AX)(CX*2), Z18, Z4
+	VPCLMULQDQ $0x00, Z0, Z12, Z18
+	VPCLMULQDQ $0x11, Z0, Z12, Z12
+	VPTERNLOGD $0x96, 64(DI)(CX*1), Z18, Z12
+	VPCLMULQDQ $0x00, Z0, Z5, Z18
+	VPCLMULQDQ $0x11, Z0, Z5, Z5
+	VPTERNLOGD $0x96, 64(BX), Z18, Z5
+	VPCLMULQDQ $0x00, Z0, Z13, Z18
+	VPCLMULQDQ $0x11, Z0, Z13, Z13
+	VPTERNLOGD $0x96, 64(DI)(CX*2), Z18, Z13
+	VPCLMULQDQ $0x00, Z0, Z6, Z18
+	VPCLMULQDQ $0x11, Z0, Z6, Z6
+	VPTERNLOGD $0x96, 64(BX)(CX*1), Z18, Z6
+	VPCLMULQDQ $0x00, Z0, Z14, Z18
+	VPCLMULQDQ $0x11, Z0, Z14, Z14
+	VPTERNLOGD $0x96, 64(R8), Z18, Z14
+	VPCLMULQDQ $0x00, Z0, Z7, Z18
+	VPCLMULQDQ $0x11, Z0, Z7, Z7
+	VPTERNLOGD $0x96, 64(BX)(CX*2), Z18, Z7
+	VPCLMULQDQ $0x00, Z0, Z15, Z18
+	VPCLMULQDQ $0x11, Z0, Z15, Z15
+	VPTERNLOGD $0x96, 64(R8)(CX*1), Z18, Z15
+	VPCLMULQDQ $0x00, Z0, Z8, Z18
+	VPCLMULQDQ $0x11, Z0, Z8, Z8
+	VPTERNLOGD $0x96, 64(SI), Z18, Z8
+	VPCLMULQDQ $0x00, Z0, Z16, Z18
+	VPCLMULQDQ $0x11, Z0, Z16, Z16
+	VPTERNLOGD $0x96, 64(R8)(CX*2), Z18, Z16
+	VPCLMULQDQ $0x00, Z0, Z9, Z18
+	VPCLMULQDQ $0x11, Z0, Z9, Z9
+	VPTERNLOGD $0x96, 64(SI)(CX*1), Z18, Z9
+	VPCLMULQDQ $0x00, Z0, Z17, Z18
+	VPCLMULQDQ $0x11, Z0, Z17, Z17
+	VPTERNLOGD $0x96, 64(DX), Z18, Z17
+	VPCLMULQDQ $0x00, Z0, Z2, Z18
+	VPCLMULQDQ $0x11, Z0, Z2, Z2
+	VPTERNLOGD $0x96, 128(AX), Z18, Z2
+	VPCLMULQDQ $0x00, Z0, Z10, Z18
+	VPCLMULQDQ $0x11, Z0, Z10, Z10
+	VPTERNLOGD $0x96, 128(SI)(CX*2), Z18, Z10
+	VPCLMULQDQ $0x00, Z0, Z3, Z18
+	VPCLMULQDQ $0x11, Z0, Z3, Z3
+	VPTERNLOGD $0x96, 128(AX)(CX*1), Z18, Z3
+	VPCLMULQDQ $0x00, Z0, Z11, Z18
+	VPCLMULQDQ $0x11, Z0, Z11, Z11
+	VPTERNLOGD $0x96, 128(DI), Z18, Z11
+	VPCLMULQDQ $0x00, Z0, Z4, Z18
+	VPCLMULQDQ $0x11, Z0, Z4, Z4
+	VPTERNLOGD $0x96, 128(AX)(CX*2), Z18, Z4
+	VPCLMULQDQ $0x00, Z0, Z12, Z18
+	VPCLMULQDQ $0x11, Z0, Z12, Z12
+	VPTERNLOGD $0x96, 128(DI)(CX*1), Z18, Z12
+	VPCLMULQDQ $0x00, Z0, Z5, Z18
+	VPCLMULQDQ $0x11, Z0, Z5, Z5
+	VPTERNLOGD $0x96, 128(BX), Z18, Z5
+	VPCLMULQDQ $0x00, Z0, Z13, Z18
+	VPCLMULQDQ $0x11, Z0, Z13, Z13
+	VPTERNLOGD $0x96, 128(DI)(CX*2), Z18, Z13
+	VPCLMULQDQ $0x00, Z0, Z6, Z18
+	VPCLMULQDQ $0x11, Z0, Z6, Z6
+	VPTERNLOGD $0x96, 128(BX)(CX*1), Z18, Z6
+	VPCLMULQDQ $0x00, Z0, Z14, Z18
+	VPCLMULQDQ $0x11, Z0, Z14, Z14
+	VPTERNLOGD $0x96, 128(R8), Z18, Z14
+	VPCLMULQDQ $0x00, Z0, Z7, Z18
+	VPCLMULQDQ $0x11, Z0, Z7, Z7
+	VPTERNLOGD $0x96, 128(BX)(CX*2), Z18, Z7
+	VPCLMULQDQ $0x00, Z0, Z15, Z18
+	VPCLMULQDQ $0x11, Z0, Z15, Z15
+	VPTERNLOGD $0x96, 128(R8)(CX*1), Z18, Z15
+	VPCLMULQDQ $0x00, Z0, Z8, Z18
+	VPCLMULQDQ $0x11, Z0, Z8, Z8
+	VPTERNLOGD $0x96, 128(SI), Z18, Z8
+	VPCLMULQDQ $0x00, Z0, Z16, Z18
+	VPCLMULQDQ $0x11, Z0, Z16, Z16
+	VPTERNLOGD $0x96, 128(R8)(CX*2), Z18, Z16
+	VPCLMULQDQ $0x00, Z0, Z9, Z18
+	VPCLMULQDQ $0x11, Z0, Z9, Z9
+	VPTERNLOGD $0x96, 128(SI)(CX*1), Z18, Z9
+	VPCLMULQDQ $0x00, Z0, Z17, Z18
+	VPCLMULQDQ $0x11, Z0, Z17, Z17
+	VPTERNLOGD $0x96, 128(DX), Z18, Z17
+	VPCLMULQDQ $0x00, Z0, Z2, Z18
+	VPCLMULQDQ $0x11, Z0, Z2, Z2
+	VPTERNLOGD $0x96, 192(AX), Z18, Z2
+	VPCLMULQDQ $0x00, Z0, Z10, Z18
+	VPCLMULQDQ $0x11, Z0, Z10, Z10
+	VPTERNLOGD $0x96, 192(SI)(CX*2), Z18, Z10
+	VPCLMULQDQ $0x00, Z0, Z3, Z18
+	VPCLMULQDQ $0x11, Z0, Z3, Z3
+	VPTERNLOGD $0x96, 192(AX)(CX*1), Z18, Z3
+	VPCLMULQDQ $0x00, Z0, Z11, Z18
+	VPCLMULQDQ $0x11, Z0, Z11, Z11
+	VPTERNLOGD $0x96, 192(DI), Z18, Z11
+	VPCLMULQDQ $0x00, Z0, Z4, Z18
+	VPCLMULQDQ $0x11, Z0, Z4, Z4
+	VPTERNLOGD $0x96, 192(AX)(CX*2), Z18, Z4
+	VPCLMULQDQ $0x00, Z0, Z12, Z18
+	VPCLMULQDQ $0x11, Z0, Z12, Z12
+	VPTERNLOGD $0x96, 192(DI)(CX*1), Z18, Z12
+	VPCLMULQDQ $0x00, Z0, Z5, Z18
+	VPCLMULQDQ $0x11, Z0, Z5, Z5
+	VPTERNLOGD $0x96, 192(BX), Z18, Z5
+	VPCLMULQDQ $0x00, Z0, Z13, Z18
+	VPCLMULQDQ $0x11, Z0, Z13, Z13
+	VPTERNLOGD $0x96, 192(DI)(CX*2), Z18, Z13
+	VPCLMULQDQ $0x00, Z0, Z6, Z18
+	VPCLMULQDQ $0x11, Z0, Z6, Z6
+	VPTERNLOGD $0x96, 192(BX)(CX*1), Z18, Z6
+	VPCLMULQDQ $0x00, Z0, Z14, Z18
+	VPCLMULQDQ $0x11, Z0, Z14, Z14
+	VPTERNLOGD $0x96, 192(R8), Z18, Z14
+	VPCLMULQDQ $0x00, Z0, Z7, Z18
+	VPCLMULQDQ $0x11, Z0, Z7, Z7
+	VPTERNLOGD $0x96, 192(BX)(CX*2), Z18, Z7
+	VPCLMULQDQ $0x00, Z0, Z15, Z18
+	VPCLMULQDQ $0x11, Z0, Z15, Z15
+	VPTERNLOGD $0x96, 192(R8)(CX*1), Z18, Z15
+	VPCLMULQDQ $0x00, Z0, Z8, Z18
+	VPCLMULQDQ $0x11, Z0, Z8, Z8
+	VPTERNLOGD $0x96, 192(SI), Z18, Z8
+	VPCLMULQDQ $0x00, Z0, Z16, Z18
+	VPCLMULQDQ $0x11, Z0, Z16, Z16
+	VPTERNLOGD $0x96, 192(R8)(CX*2), Z18, Z16
+	VPCLMULQDQ $0x00, Z0, Z9, Z18
+	VPCLMULQDQ $0x11, Z0, Z9, Z9
+	VPTERNLOGD $0x96, 192(SI)(CX*1), Z18, Z9
+	VPCLMULQDQ $0x00, Z0, Z17, Z18
+	VPCLMULQDQ $0x11, Z0, Z17, Z17
+	VPTERNLOGD $0x96, 192(DX), Z18, Z17
+	VPCLMULQDQ $0x00, Z0, Z2, Z18
+	VPCLMULQDQ $0x11, Z0, Z2, Z2
+	VPTERNLOGD $0x96, 256(AX), Z18, Z2
+	VPCLMULQDQ $0x00, Z0, Z10, Z18
+	VPCLMULQDQ $0x11, Z0, Z10, Z10
+	VPTERNLOGD $0x96, 256(SI)(CX*2), Z18, Z10
+	VPCLMULQDQ $0x00, Z0, Z3, Z18
+	VPCLMULQDQ $0x11, Z0, Z3, Z3
+	VPTERNLOGD $0x96, 256(AX)(CX*1), Z18, Z3
+	VPCLMULQDQ $0x00, Z0, Z11, Z18
+	VPCLMULQDQ $0x11, Z0, Z11, Z11
+	VPTERNLOGD $0x96, 256(DI), Z18, Z11
+	VPCLMULQDQ $0x00, Z0, Z4, Z18
+	VPCLMULQDQ $0x11, Z0, Z4, Z4
+	VPTERNLOGD $0x96, 256(AX)(CX*2), Z18, Z4
+	VPCLMULQDQ $0x00, Z0, Z12, Z18
+	VPCLMULQDQ $0x11, Z0, Z12, Z12
+	VPTERNLOGD $0x96, 256(DI)(CX*1), Z18, Z12
+	VPCLMULQDQ $0x00, Z0, Z5, Z18
+	VPCLMULQDQ $0x11, Z0, Z5, Z5
+	VPTERNLOGD $0x96, 256(BX), Z18, Z5
+	VPCLMULQDQ $0x00, Z0, Z13, Z18
+	VPCLMULQDQ $0x11, Z0, Z13, Z13
+	VPTERNLOGD $0x96, 256(DI)(CX*2), Z18, Z13
+	VPCLMULQDQ $0x00, Z0, Z6, Z18
+	VPCLMULQDQ $0x11, Z0, Z6, Z6
+	VPTERNLOGD $0x96, 256(BX)(CX*1), Z18, Z6
+	VPCLMULQDQ $0x00, Z0, Z14, Z18
+	VPCLMULQDQ $0x11, Z0, Z14, Z14
+	VPTERNLOGD $0x96, 256(R8), Z18, Z14
+	VPCLMULQDQ $0x00, Z0, Z7, Z18
+	VPCLMULQDQ $0x11, Z0, Z7, Z7
+	VPTERNLOGD $0x96, 256(BX)(CX*2), Z18, Z7
+	VPCLMULQDQ $0x00, Z0, Z15, Z18
+	VPCLMULQDQ $0x11, Z0, Z15, Z15
+	VPTERNLOGD $0x96, 256(R8)(CX*1), Z18, Z15
+	VPCLMULQDQ $0x00, Z0, Z8, Z18
+	VPCLMULQDQ $0x11, Z0, Z8, Z8
+	VPTERNLOGD $0x96, 256(SI), Z18, Z8
+	VPCLMULQDQ $0x00, Z0, Z16, Z18
+	VPCLMULQDQ $0x11, Z0, Z16, Z16
+	VPTERNLOGD $0x96, 256(R8)(CX*2), Z18, Z16
+	VPCLMULQDQ $0x00, Z0, Z9, Z18
+	VPCLMULQDQ $0x11, Z0, Z9, Z9
+	VPTERNLOGD $0x96, 256(SI)(CX*1), Z18, Z9
+	VPCLMULQDQ $0x00, Z0, Z17, Z18
+	VPCLMULQDQ $0x11, Z0, Z17, Z17
+	VPTERNLOGD $0x96, 256(DX), Z18, Z17
+	ADDQ       $0x00000100, AX
+	ADDQ       $0x00000100, BX
+	ADDQ       $0x00000100, SI
+	ADDQ       $0x00000100, DI
+	ADDQ       $0x00000100, R8
+	ADDQ       $0x00000100, DX
+	SUBQ       $0x04, R9
+	CMPQ       R9, $0x04
+	JAE        hybridBlocksZ0U4_loopu
+	TESTQ      R9, R9
+	JZ         hybridBlocksZ0U4_last
+
+hybridBlocksZ0U4_loop:
+	VPCLMULQDQ $0x00, Z0, Z2, Z18
+	VPCLMULQDQ $0x11, Z0, Z2, Z2
+	VPTERNLOGD $0x96, 64(AX), Z18, Z2
+	VPCLMULQDQ $0x00, Z0, Z10, Z18
+	VPCLMULQDQ $0x11, Z0, Z10, Z10
+	VPTERNLOGD $0x96, 64(SI)(CX*2), Z18, Z10
+	VPCLMULQDQ $0x00, Z0, Z3, Z18
+	VPCLMULQDQ $0x11, Z0, Z3, Z3
+	VPTERNLOGD $0x96, 64(AX)(CX*1), Z18, Z3
+	VPCLMULQDQ $0x00, Z0, Z11, Z18
+	VPCLMULQDQ $0x11, Z0, Z11, Z11
+	VPTERNLOGD $0x96, 64(DI), Z18, Z11
+	VPCLMULQDQ $0x00, Z0, Z4, Z18
+	VPCLMULQDQ $0x11, Z0, Z4, Z4
+	VPTERNLOGD $0x96, 64(AX)(CX*2), Z18, Z4
+	VPCLMULQDQ $0x00, Z0, Z12, Z18
+	VPCLMULQDQ $0x11, Z0, Z12, Z12
+	VPTERNLOGD $0x96, 64(DI)(CX*1), Z18, Z12
+	VPCLMULQDQ $0x00, Z0, Z5, Z18
+	VPCLMULQDQ $0x11, Z0, Z5, Z5
+	VPTERNLOGD $0x96, 64(BX), Z18, Z5
+	VPCLMULQDQ $0x00, Z0, Z13, Z18
+	VPCLMULQDQ $0x11, Z0, Z13, Z13
+	VPTERNLOGD $0x96, 64(DI)(CX*2), Z18, Z13
+	VPCLMULQDQ $0x00, Z0, Z6, Z18
+	VPCLMULQDQ $0x11, Z0, Z6, Z6
+	VPTERNLOGD $0x96, 64(BX)(CX*1), Z18, Z6
+	VPCLMULQDQ $0x00, Z0, Z14, Z18
+	VPCLMULQDQ $0x11, Z0, Z14, Z14
+	VPTERNLOGD $0x96, 64(R8), Z18, Z14
+	VPCLMULQDQ $0x00, Z0, Z7, Z18
+	VPCLMULQDQ $0x11, Z0, Z7, Z7
+	VPTERNLOGD $0x96, 64(BX)(CX*2), Z18, Z7
+	VPCLMULQDQ $0x00, Z0, Z15, Z18
+	VPCLMULQDQ $0x11, Z0, Z15, Z15
+	VPTERNLOGD $0x96, 64(R8)(CX*1), Z18, Z15
+	VPCLMULQDQ $0x00, Z0, Z8, Z18
+	VPCLMULQDQ $0x11, Z0, Z8, Z8
+	VPTERNLOGD $0x96, 64(SI), Z18, Z8
+	VPCLMULQDQ $0x00, Z0, Z16, Z18
+	VPCLMULQDQ $0x11, Z0, Z16, Z16
+	VPTERNLOGD $0x96, 64(R8)(CX*2), Z18, Z16
+	VPCLMULQDQ $0x00, Z0, Z9, Z18
+	VPCLMULQDQ $0x11, Z0, Z9, Z9
+	VPTERNLOGD $0x96, 64(SI)(CX*1), Z18, Z9
+	VPCLMULQDQ $0x00, Z0, Z17, Z18
+	VPCLMULQDQ $0x11, Z0, Z17, Z17
+	VPTERNLOGD $0x96, 64(DX), Z18, Z17
+	ADDQ       $0x00000040, AX
+	ADDQ       $0x00000040, BX
+	ADDQ       $0x00000040, SI
+	ADDQ       $0x00000040, DI
+	ADDQ       $0x00000040, R8
+	ADDQ       $0x00000040, DX
+	DECQ       R9
+	JNZ        hybridBlocksZ0U4_loop
+
+hybridBlocksZ0U4_last:
+	// Last step: the CRC blocks only.
+	// Every block in turn: reduce a fold accumulator (its 64 bytes through
+	// CRC32Q from zero, read back from the stack), add the block's last
+	// blockLen mod 64 bytes, XOR xorout, store.
+	MOVQ      1088(SP), AX
+	MOVQ      blockLen+24(FP), DX
+	MOVQ      DX, BX
+	ANDQ      $-64, BX
+	ADDQ      AX, BX
+	ANDQ      $0x3f, DX
+	LEAQ      63(SP), AX
+	ANDQ      $-64, AX
+	VMOVDQA64 Z2, (AX)
+	VMOVDQA64 Z3, 64(AX)
+	VMOVDQA64 Z4, 128(AX)
+	VMOVDQA64 Z5, 192(AX)
+	VMOVDQA64 Z6, 256(AX)
+	VMOVDQA64 Z7, 320(AX)
+	VMOVDQA64 Z8, 384(AX)
+	VMOVDQA64 Z9, 448(AX)
+	VMOVDQA64 Z10, 512(AX)
+	VMOVDQA64 Z11, 576(AX)
+	VMOVDQA64 Z12, 640(AX)
+	VMOVDQA64 Z13, 704(AX)
+	VMOVDQA64 Z14, 768(AX)
+	VMOVDQA64 Z15, 832(AX)
+	VMOVDQA64 Z16, 896(AX)
+	VMOVDQA64 Z17, 960(AX)
+	MOVQ      dst+0(FP), SI
+	XORL      DI, DI
+	CRC32Q    (AX), DI
+	CRC32Q    8(AX), DI
+	CRC32Q    16(AX), DI
+	CRC32Q    24(AX), DI
+	CRC32Q    32(AX), DI
+	CRC32Q    40(AX), DI
+	CRC32Q    48(AX), DI
+	CRC32Q    56(AX), DI
+	TESTQ     DX, DX
+	JZ        hybridBlocksZ0U4_b0_done
+	MOVQ      BX, R8
+	TESTQ     $0x00000020, DX
+	JZ        hybridBlocksZ0U4_b0_32
+	CRC32Q    (R8), DI
+	CRC32Q    8(R8), DI
+	CRC32Q    16(R8), DI
+	CRC32Q    24(R8), DI
+	ADDQ      $0x20, R8
+
+hybridBlocksZ0U4_b0_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ0U4_b0_16
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	ADDQ   $0x10, R8
+
+hybridBlocksZ0U4_b0_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ0U4_b0_8
+	CRC32Q (R8), DI
+	ADDQ   $0x08, R8
+
+hybridBlocksZ0U4_b0_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ0U4_b0_4
+	CRC32L (R8), DI
+	ADDQ   $0x04, R8
+
+hybridBlocksZ0U4_b0_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ0U4_b0_2
+	CRC32W (R8), DI
+	ADDQ   $0x02, R8
+
+hybridBlocksZ0U4_b0_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ0U4_b0_1
+	CRC32B (R8), DI
+
+hybridBlocksZ0U4_b0_1:
+hybridBlocksZ0U4_b0_done:
+	XORL   xorout+44(FP), DI
+	MOVL   DI, (SI)
+	ADDQ   CX, BX
+	XORL   DI, DI
+	CRC32Q 64(AX), DI
+	CRC32Q 72(AX), DI
+	CRC32Q 80(AX), DI
+	CRC32Q 88(AX), DI
+	CRC32Q 96(AX), DI
+	CRC32Q 104(AX), DI
+	CRC32Q 112(AX), DI
+	CRC32Q 120(AX), DI
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ0U4_b1_done
+	MOVQ   BX, R8
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ0U4_b1_32
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	CRC32Q 16(R8), DI
+	CRC32Q 24(R8), DI
+	ADDQ   $0x20, R8
+
+hybridBlocksZ0U4_b1_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ0U4_b1_16
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	ADDQ   $0x10, R8
+
+hybridBlocksZ0U4_b1_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ0U4_b1_8
+	CRC32Q (R8), DI
+	ADDQ   $0x08, R8
+
+hybridBlocksZ0U4_b1_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ0U4_b1_4
+	CRC32L (R8), DI
+	ADDQ   $0x04, R8
+
+hybridBlocksZ0U4_b1_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ0U4_b1_2
+	CRC32W (R8), DI
+	ADDQ   $0x02, R8
+
+hybridBlocksZ0U4_b1_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ0U4_b1_1
+	CRC32B (R8), DI
+
+hybridBlocksZ0U4_b1_1:
+hybridBlocksZ0U4_b1_done:
+	XORL   xorout+44(FP), DI
+	MOVL   DI, 4(SI)
+	ADDQ   CX, BX
+	XORL   DI, DI
+	CRC32Q 128(AX), DI
+	CRC32Q 136(AX), DI
+	CRC32Q 144(AX), DI
+	CRC32Q 152(AX), DI
+	CRC32Q 160(AX), DI
+	CRC32Q 168(AX), DI
+	CRC32Q 176(AX), DI
+	CRC32Q 184(AX), DI
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ0U4_b2_done
+	MOVQ   BX, R8
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ0U4_b2_32
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	CRC32Q 16(R8), DI
+	CRC32Q 24(R8), DI
+	ADDQ   $0x20, R8
+
+hybridBlocksZ0U4_b2_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ0U4_b2_16
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	ADDQ   $0x10, R8
+
+hybridBlocksZ0U4_b2_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ0U4_b2_8
+	CRC32Q (R8), DI
+	ADDQ   $0x08, R8
+
+hybridBlocksZ0U4_b2_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ0U4_b2_4
+	CRC32L (R8), DI
+	ADDQ   $0x04, R8
+
+hybridBlocksZ0U4_b2_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ0U4_b2_2
+	CRC32W (R8), DI
+	ADDQ   $0x02, R8
+
+hybridBlocksZ0U4_b2_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ0U4_b2_1
+	CRC32B (R8), DI
+
+hybridBlocksZ0U4_b2_1:
+hybridBlocksZ0U4_b2_done:
+	XORL   xorout+44(FP), DI
+	MOVL   DI, 8(SI)
+	ADDQ   CX, BX
+	XORL   DI, DI
+	CRC32Q 192(AX), DI
+	CRC32Q 200(AX), DI
+	CRC32Q 208(AX), DI
+	CRC32Q 216(AX), DI
+	CRC32Q 224(AX), DI
+	CRC32Q 232(AX), DI
+	CRC32Q 240(AX), DI
+	CRC32Q 248(AX), DI
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ0U4_b3_done
+	MOVQ   BX, R8
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ0U4_b3_32
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	CRC32Q 16(R8), DI
+	CRC32Q 24(R8), DI
+	ADDQ   $0x20, R8
+
+hybridBlocksZ0U4_b3_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ0U4_b3_16
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	ADDQ   $0x10, R8
+
+hybridBlocksZ0U4_b3_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ0U4_b3_8
+	CRC32Q (R8), DI
+	ADDQ   $0x08, R8
+
+hybridBlocksZ0U4_b3_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ0U4_b3_4
+	CRC32L (R8), DI
+	ADDQ   $0x04, R8
+
+hybridBlocksZ0U4_b3_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ0U4_b3_2
+	CRC32W (R8), DI
+	ADDQ   $0x02, R8
+
+hybridBlocksZ0U4_b3_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ0U4_b3_1
+	CRC32B (R8), DI
+
+hybridBlocksZ0U4_b3_1:
+hybridBlocksZ0U4_b3_done:
+	XORL   xorout+44(FP), DI
+	MOVL   DI, 12(SI)
+	ADDQ   CX, BX
+	XORL   DI, DI
+	CRC32Q 256(AX), DI
+	CRC32Q 264(AX), DI
+	CRC32Q 272(AX), DI
+	CRC32Q 280(AX), DI
+	CRC32Q 288(AX), DI
+	CRC32Q 296(AX), DI
+	CRC32Q 304(AX), DI
+	CRC32Q 312(AX), DI
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ0U4_b4_done
+	MOVQ   BX, R8
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ0U4_b4_32
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	CRC32Q 16(R8), DI
+	CRC32Q 24(R8), DI
+	ADDQ   $0x20, R8
+
+hybridBlocksZ0U4_b4_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ0U4_b4_16
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	ADDQ   $0x10, R8
+
+hybridBlocksZ0U4_b4_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ0U4_b4_8
+	CRC32Q (R8), DI
+	ADDQ   $0x08, R8
+
+hybridBlocksZ0U4_b4_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ0U4_b4_4
+	CRC32L (R8), DI
+	ADDQ   $0x04, R8
+
+hybridBlocksZ0U4_b4_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ0U4_b4_2
+	CRC32W (R8), DI
+	ADDQ   $0x02, R8
+
+hybridBlocksZ0U4_b4_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ0U4_b4_1
+	CRC32B (R8), DI
+
+hybridBlocksZ0U4_b4_1:
+hybridBlocksZ0U4_b4_done:
+	XORL   xorout+44(FP), DI
+	MOVL   DI, 16(SI)
+	ADDQ   CX, BX
+	XORL   DI, DI
+	CRC32Q 320(AX), DI
+	CRC32Q 328(AX), DI
+	CRC32Q 336(AX), DI
+	CRC32Q 344(AX), DI
+	CRC32Q 352(AX), DI
+	CRC32Q 360(AX), DI
+	CRC32Q 368(AX), DI
+	CRC32Q 376(AX), DI
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ0U4_b5_done
+	MOVQ   BX, R8
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ0U4_b5_32
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	CRC32Q 16(R8), DI
+	CRC32Q 24(R8), DI
+	ADDQ   $0x20, R8
+
+hybridBlocksZ0U4_b5_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ0U4_b5_16
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	ADDQ   $0x10, R8
+
+hybridBlocksZ0U4_b5_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ0U4_b5_8
+	CRC32Q (R8), DI
+	ADDQ   $0x08, R8
+
+hybridBlocksZ0U4_b5_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ0U4_b5_4
+	CRC32L (R8), DI
+	ADDQ   $0x04, R8
+
+hybridBlocksZ0U4_b5_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ0U4_b5_2
+	CRC32W (R8), DI
+	ADDQ   $0x02, R8
+
+hybridBlocksZ0U4_b5_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ0U4_b5_1
+	CRC32B (R8), DI
+
+hybridBlocksZ0U4_b5_1:
+hybridBlocksZ0U4_b5_done:
+	XORL   xorout+44(FP), DI
+	MOVL   DI, 20(SI)
+	ADDQ   CX, BX
+	XORL   DI, DI
+	CRC32Q 384(AX), DI
+	CRC32Q 392(AX), DI
+	CRC32Q 400(AX), DI
+	CRC32Q 408(AX), DI
+	CRC32Q 416(AX), DI
+	CRC32Q 424(AX), DI
+	CRC32Q 432(AX), DI
+	CRC32Q 440(AX), DI
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ0U4_b6_done
+	MOVQ   BX, R8
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ0U4_b6_32
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	CRC32Q 16(R8), DI
+	CRC32Q 24(R8), DI
+	ADDQ   $0x20, R8
+
+hybridBlocksZ0U4_b6_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ0U4_b6_16
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	ADDQ   $0x10, R8
+
+hybridBlocksZ0U4_b6_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ0U4_b6_8
+	CRC32Q (R8), DI
+	ADDQ   $0x08, R8
+
+hybridBlocksZ0U4_b6_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ0U4_b6_4
+	CRC32L (R8), DI
+	ADDQ   $0x04, R8
+
+hybridBlocksZ0U4_b6_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ0U4_b6_2
+	CRC32W (R8), DI
+	ADDQ   $0x02, R8
+
+hybridBlocksZ0U4_b6_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ0U4_b6_1
+	CRC32B (R8), DI
+
+hybridBlocksZ0U4_b6_1:
+hybridBlocksZ0U4_b6_done:
+	XORL   xorout+44(FP), DI
+	MOVL   DI, 24(SI)
+	ADDQ   CX, BX
+	XORL   DI, DI
+	CRC32Q 448(AX), DI
+	CRC32Q 456(AX), DI
+	CRC32Q 464(AX), DI
+	CRC32Q 472(AX), DI
+	CRC32Q 480(AX), DI
+	CRC32Q 488(AX), DI
+	CRC32Q 496(AX), DI
+	CRC32Q 504(AX), DI
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ0U4_b7_done
+	MOVQ   BX, R8
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ0U4_b7_32
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	CRC32Q 16(R8), DI
+	CRC32Q 24(R8), DI
+	ADDQ   $0x20, R8
+
+hybridBlocksZ0U4_b7_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ0U4_b7_16
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	ADDQ   $0x10, R8
+
+hybridBlocksZ0U4_b7_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ0U4_b7_8
+	CRC32Q (R8), DI
+	ADDQ   $0x08, R8
+
+hybridBlocksZ0U4_b7_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ0U4_b7_4
+	CRC32L (R8), DI
+	ADDQ   $0x04, R8
+
+hybridBlocksZ0U4_b7_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ0U4_b7_2
+	CRC32W (R8), DI
+	ADDQ   $0x02, R8
+
+hybridBlocksZ0U4_b7_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ0U4_b7_1
+	CRC32B (R8), DI
+
+hybridBlocksZ0U4_b7_1:
+hybridBlocksZ0U4_b7_done:
+	XORL   xorout+44(FP), DI
+	MOVL   DI, 28(SI)
+	ADDQ   CX, BX
+	XORL   DI, DI
+	CRC32Q 512(AX), DI
+	CRC32Q 520(AX), DI
+	CRC32Q 528(AX), DI
+	CRC32Q 536(AX), DI
+	CRC32Q 544(AX), DI
+	CRC32Q 552(AX), DI
+	CRC32Q 560(AX), DI
+	CRC32Q 568(AX), DI
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ0U4_b8_done
+	MOVQ   BX, R8
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ0U4_b8_32
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	CRC32Q 16(R8), DI
+	CRC32Q 24(R8), DI
+	ADDQ   $0x20, R8
+
+hybridBlocksZ0U4_b8_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ0U4_b8_16
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	ADDQ   $0x10, R8
+
+hybridBlocksZ0U4_b8_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ0U4_b8_8
+	CRC32Q (R8), DI
+	ADDQ   $0x08, R8
+
+hybridBlocksZ0U4_b8_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ0U4_b8_4
+	CRC32L (R8), DI
+	ADDQ   $0x04, R8
+
+hybridBlocksZ0U4_b8_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ0U4_b8_2
+	CRC32W (R8), DI
+	ADDQ   $0x02, R8
+
+hybridBlocksZ0U4_b8_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ0U4_b8_1
+	CRC32B (R8), DI
+
+hybridBlocksZ0U4_b8_1:
+hybridBlocksZ0U4_b8_done:
+	XORL   xorout+44(FP), DI
+	MOVL   DI, 32(SI)
+	ADDQ   CX, BX
+	XORL   DI, DI
+	CRC32Q 576(AX), DI
+	CRC32Q 584(AX), DI
+	CRC32Q 592(AX), DI
+	CRC32Q 600(AX), DI
+	CRC32Q 608(AX), DI
+	CRC32Q 616(AX), DI
+	CRC32Q 624(AX), DI
+	CRC32Q 632(AX), DI
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ0U4_b9_done
+	MOVQ   BX, R8
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ0U4_b9_32
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	CRC32Q 16(R8), DI
+	CRC32Q 24(R8), DI
+	ADDQ   $0x20, R8
+
+hybridBlocksZ0U4_b9_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ0U4_b9_16
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	ADDQ   $0x10, R8
+
+hybridBlocksZ0U4_b9_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ0U4_b9_8
+	CRC32Q (R8), DI
+	ADDQ   $0x08, R8
+
+hybridBlocksZ0U4_b9_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ0U4_b9_4
+	CRC32L (R8), DI
+	ADDQ   $0x04, R8
+
+hybridBlocksZ0U4_b9_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ0U4_b9_2
+	CRC32W (R8), DI
+	ADDQ   $0x02, R8
+
+hybridBlocksZ0U4_b9_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ0U4_b9_1
+	CRC32B (R8), DI
+
+hybridBlocksZ0U4_b9_1:
+hybridBlocksZ0U4_b9_done:
+	XORL   xorout+44(FP), DI
+	MOVL   DI, 36(SI)
+	ADDQ   CX, BX
+	XORL   DI, DI
+	CRC32Q 640(AX), DI
+	CRC32Q 648(AX), DI
+	CRC32Q 656(AX), DI
+	CRC32Q 664(AX), DI
+	CRC32Q 672(AX), DI
+	CRC32Q 680(AX), DI
+	CRC32Q 688(AX), DI
+	CRC32Q 696(AX), DI
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ0U4_b10_done
+	MOVQ   BX, R8
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ0U4_b10_32
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	CRC32Q 16(R8), DI
+	CRC32Q 24(R8), DI
+	ADDQ   $0x20, R8
+
+hybridBlocksZ0U4_b10_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ0U4_b10_16
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	ADDQ   $0x10, R8
+
+hybridBlocksZ0U4_b10_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ0U4_b10_8
+	CRC32Q (R8), DI
+	ADDQ   $0x08, R8
+
+hybridBlocksZ0U4_b10_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ0U4_b10_4
+	CRC32L (R8), DI
+	ADDQ   $0x04, R8
+
+hybridBlocksZ0U4_b10_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ0U4_b10_2
+	CRC32W (R8), DI
+	ADDQ   $0x02, R8
+
+hybridBlocksZ0U4_b10_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ0U4_b10_1
+	CRC32B (R8), DI
+
+hybridBlocksZ0U4_b10_1:
+hybridBlocksZ0U4_b10_done:
+	XORL   xorout+44(FP), DI
+	MOVL   DI, 40(SI)
+	ADDQ   CX, BX
+	XORL   DI, DI
+	CRC32Q 704(AX), DI
+	CRC32Q 712(AX), DI
+	CRC32Q 720(AX), DI
+	CRC32Q 728(AX), DI
+	CRC32Q 736(AX), DI
+	CRC32Q 744(AX), DI
+	CRC32Q 752(AX), DI
+	CRC32Q 760(AX), DI
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ0U4_b11_done
+	MOVQ   BX, R8
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ0U4_b11_32
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	CRC32Q 16(R8), DI
+	CRC32Q 24(R8), DI
+	ADDQ   $0x20, R8
+
+hybridBlocksZ0U4_b11_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ0U4_b11_16
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	ADDQ   $0x10, R8
+
+hybridBlocksZ0U4_b11_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ0U4_b11_8
+	CRC32Q (R8), DI
+	ADDQ   $0x08, R8
+
+hybridBlocksZ0U4_b11_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ0U4_b11_4
+	CRC32L (R8), DI
+	ADDQ   $0x04, R8
+
+hybridBlocksZ0U4_b11_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ0U4_b11_2
+	CRC32W (R8), DI
+	ADDQ   $0x02, R8
+
+hybridBlocksZ0U4_b11_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ0U4_b11_1
+	CRC32B (R8), DI
+
+hybridBlocksZ0U4_b11_1:
+hybridBlocksZ0U4_b11_done:
+	XORL   xorout+44(FP), DI
+	MOVL   DI, 44(SI)
+	ADDQ   CX, BX
+	XORL   DI, DI
+	CRC32Q 768(AX), DI
+	CRC32Q 776(AX), DI
+	CRC32Q 784(AX), DI
+	CRC32Q 792(AX), DI
+	CRC32Q 800(AX), DI
+	CRC32Q 808(AX), DI
+	CRC32Q 816(AX), DI
+	CRC32Q 824(AX), DI
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ0U4_b12_done
+	MOVQ   BX, R8
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ0U4_b12_32
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	CRC32Q 16(R8), DI
+	CRC32Q 24(R8), DI
+	ADDQ   $0x20, R8
+
+hybridBlocksZ0U4_b12_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ0U4_b12_16
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	ADDQ   $0x10, R8
+
+hybridBlocksZ0U4_b12_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ0U4_b12_8
+	CRC32Q (R8), DI
+	ADDQ   $0x08, R8
+
+hybridBlocksZ0U4_b12_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ0U4_b12_4
+	CRC32L (R8), DI
+	ADDQ   $0x04, R8
+
+hybridBlocksZ0U4_b12_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ0U4_b12_2
+	CRC32W (R8), DI
+	ADDQ   $0x02, R8
+
+hybridBlocksZ0U4_b12_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ0U4_b12_1
+	CRC32B (R8), DI
+
+hybridBlocksZ0U4_b12_1:
+hybridBlocksZ0U4_b12_done:
+	XORL   xorout+44(FP), DI
+	MOVL   DI, 48(SI)
+	ADDQ   CX, BX
+	XORL   DI, DI
+	CRC32Q 832(AX), DI
+	CRC32Q 840(AX), DI
+	CRC32Q 848(AX), DI
+	CRC32Q 856(AX), DI
+	CRC32Q 864(AX), DI
+	CRC32Q 872(AX), DI
+	CRC32Q 880(AX), DI
+	CRC32Q 888(AX), DI
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ0U4_b13_done
+	MOVQ   BX, R8
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ0U4_b13_32
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	CRC32Q 16(R8), DI
+	CRC32Q 24(R8), DI
+	ADDQ   $0x20, R8
+
+hybridBlocksZ0U4_b13_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ0U4_b13_16
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	ADDQ   $0x10, R8
+
+hybridBlocksZ0U4_b13_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ0U4_b13_8
+	CRC32Q (R8), DI
+	ADDQ   $0x08, R8
+
+hybridBlocksZ0U4_b13_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ0U4_b13_4
+	CRC32L (R8), DI
+	ADDQ   $0x04, R8
+
+hybridBlocksZ0U4_b13_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ0U4_b13_2
+	CRC32W (R8), DI
+	ADDQ   $0x02, R8
+
+hybridBlocksZ0U4_b13_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ0U4_b13_1
+	CRC32B (R8), DI
+
+hybridBlocksZ0U4_b13_1:
+hybridBlocksZ0U4_b13_done:
+	XORL   xorout+44(FP), DI
+	MOVL   DI, 52(SI)
+	ADDQ   CX, BX
+	XORL   DI, DI
+	CRC32Q 896(AX), DI
+	CRC32Q 904(AX), DI
+	CRC32Q 912(AX), DI
+	CRC32Q 920(AX), DI
+	CRC32Q 928(AX), DI
+	CRC32Q 936(AX), DI
+	CRC32Q 944(AX), DI
+	CRC32Q 952(AX), DI
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ0U4_b14_done
+	MOVQ   BX, R8
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ0U4_b14_32
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	CRC32Q 16(R8), DI
+	CRC32Q 24(R8), DI
+	ADDQ   $0x20, R8
+
+hybridBlocksZ0U4_b14_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ0U4_b14_16
+	CRC32Q (R8), DI
+	CRC32Q 8(R8), DI
+	ADDQ   $0x10, R8
+
+hybridBlocksZ0U4_b14_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ0U4_b14_8
+	CRC32Q (R8), DI
+	ADDQ   $0x08, R8
+
+hybridBlocksZ0U4_b14_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ0U4_b14_4
+	CRC32L (R8), DI
+	ADDQ   $0x04, R8
+
+hybridBlocksZ0U4_b14_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ0U4_b14_2
+	CRC32W (R8), DI
+	ADDQ   $0x02, R8
+
+hybridBlocksZ0U4_b14_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ0U4_b14_1
+	CRC32B (R8), DI
+
+hybridBlocksZ0U4_b14_1:
+hybridBlocksZ0U4_b14_done:
+	XORL   xorout+44(FP), DI
+	MOVL   DI, 56(SI)
+	ADDQ   CX, BX
+	XORL   DI, DI
+	CRC32Q 960(AX), DI
+	CRC32Q 968(AX), DI
+	CRC32Q 976(AX), DI
+	CRC32Q 984(AX), DI
+	CRC32Q 992(AX), DI
+	CRC32Q 1000(AX), DI
+	CRC32Q 1008(AX), DI
+	CRC32Q 1016(AX), DI
+	TESTQ  DX, DX
+	JZ     hybridBlocksZ0U4_b15_done
+	MOVQ   BX, AX
+	TESTQ  $0x00000020, DX
+	JZ     hybridBlocksZ0U4_b15_32
+	CRC32Q (AX), DI
+	CRC32Q 8(AX), DI
+	CRC32Q 16(AX), DI
+	CRC32Q 24(AX), DI
+	ADDQ   $0x20, AX
+
+hybridBlocksZ0U4_b15_32:
+	TESTQ  $0x00000010, DX
+	JZ     hybridBlocksZ0U4_b15_16
+	CRC32Q (AX), DI
+	CRC32Q 8(AX), DI
+	ADDQ   $0x10, AX
+
+hybridBlocksZ0U4_b15_16:
+	TESTQ  $0x00000008, DX
+	JZ     hybridBlocksZ0U4_b15_8
+	CRC32Q (AX), DI
+	ADDQ   $0x08, AX
+
+hybridBlocksZ0U4_b15_8:
+	TESTQ  $0x00000004, DX
+	JZ     hybridBlocksZ0U4_b15_4
+	CRC32L (AX), DI
+	ADDQ   $0x04, AX
+
+hybridBlocksZ0U4_b15_4:
+	TESTQ  $0x00000002, DX
+	JZ     hybridBlocksZ0U4_b15_2
+	CRC32W (AX), DI
+	ADDQ   $0x02, AX
+
+hybridBlocksZ0U4_b15_2:
+	TESTQ  $0x00000001, DX
+	JZ     hybridBlocksZ0U4_b15_1
+	CRC32B (AX), DI
+
+hybridBlocksZ0U4_b15_1:
+hybridBlocksZ0U4_b15_done:
+	XORL xorout+44(FP), DI
+	MOVL DI, 60(SI)
+	ADDQ $0x40, SI
+	MOVQ SI, dst+0(FP)
+	LEAQ (BX)(CX*1), AX
+	MOVQ blockLen+24(FP), CX
+	ANDQ $-64, CX
+	SUBQ CX, AX
+	DECQ groups+16(FP)
+	JNZ  hybridBlocksZ0U4_group
 	VZEROUPPER
 	RET
 

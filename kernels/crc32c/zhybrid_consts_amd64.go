@@ -19,6 +19,8 @@ const (
 	hybridZUnit = 64
 	// hybridZMaxSeg is the longest segment of hybridKZ.
 	hybridZMaxSeg = 4096
+	// hybridSubMaxSteps is the most 64-byte steps of a block of hybridKS.
+	hybridSubMaxSteps = 128
 )
 
 // hybridK[j] merges a chunk of six segments of s = 32·(j+1) bytes, with
@@ -641,4 +643,138 @@ var hybridKZ = [64][16]uint64{
 		0x18164dd100000000, 0x04f3b12d00000000, 0x7306be9300000000, 0xe81e0d4700000000, 0x38b1555c00000000, 0x1c6e098300000000, 0xfbcc8ba500000000, 0x5529a3b100000000,
 		0xa97cba3200000000, 0x719911ab00000000, 0x99156e1600000000, 0x750b0f4300000000, 0x9764c94f00000000, 0xd10b6b8f00000000, 0x37f89de200000000, 0x8fc9e4a300000000,
 	},
+}
+
+// hybridKS[j] merges the two chains of a CRC32 block of j+1 steps (64·(j+1)
+// to 64·(j+1)+63 bytes) of the two-chain AVX-512 blocks kernels: C(256·(j+1)-64),
+// with C as for hybridK.
+var hybridKS = [128]uint64{
+	0x3743f7bd00000000, // 1 steps
+	0xa46ef4aa00000000, // 2 steps
+	0x1c42da4300000000, // 3 steps
+	0x169472b600000000, // 4 steps
+	0xcf23ab1000000000, // 5 steps
+	0xacecf92400000000, // 6 steps
+	0xe6040d5a00000000, // 7 steps
+	0xce93766100000000, // 8 steps
+	0x5022883e00000000, // 9 steps
+	0xab37b19200000000, // 10 steps
+	0xa769f8fb00000000, // 11 steps
+	0xf331dfab00000000, // 12 steps
+	0x09232f2300000000, // 13 steps
+	0xbed4d93f00000000, // 14 steps
+	0x5055faad00000000, // 15 steps
+	0x75c7fca700000000, // 16 steps
+	0xcc6e546200000000, // 17 steps
+	0xa624e86400000000, // 18 steps
+	0x374e20dc00000000, // 19 steps
+	0xb41cbe7b00000000, // 20 steps
+	0x9457c2de00000000, // 21 steps
+	0xec2c253000000000, // 22 steps
+	0x1a66ff3c00000000, // 23 steps
+	0x04eb568800000000, // 24 steps
+	0xeccc4a3800000000, // 25 steps
+	0x081213e000000000, // 26 steps
+	0x84c7030a00000000, // 27 steps
+	0x7799741500000000, // 28 steps
+	0x2b6b538800000000, // 29 steps
+	0x77350f6200000000, // 30 steps
+	0xb4d929dc00000000, // 31 steps
+	0x845dd03d00000000, // 32 steps
+	0x4924053300000000, // 33 steps
+	0x326353f000000000, // 34 steps
+	0x0fbb6bdd00000000, // 35 steps
+	0xd1d4955d00000000, // 36 steps
+	0x64cf0c6600000000, // 37 steps
+	0x7ca3b49000000000, // 38 steps
+	0x4c520fcb00000000, // 39 steps
+	0xbd77c2cf00000000, // 40 steps
+	0x7f57f65e00000000, // 41 steps
+	0x51e1eb1b00000000, // 42 steps
+	0x6e23c8f500000000, // 43 steps
+	0xf4ea73e200000000, // 44 steps
+	0x8150dcd700000000, // 45 steps
+	0x7269196300000000, // 46 steps
+	0xf3d17d1500000000, // 47 steps
+	0xc9c5395e00000000, // 48 steps
+	0x0399101e00000000, // 49 steps
+	0x200417e300000000, // 50 steps
+	0x3771f52400000000, // 51 steps
+	0x233e21fe00000000, // 52 steps
+	0x1ecd918900000000, // 53 steps
+	0xb4bd6f1c00000000, // 54 steps
+	0xa150412e00000000, // 55 steps
+	0xe651eb6200000000, // 56 steps
+	0xc6c701c700000000, // 57 steps
+	0x86191a9600000000, // 58 steps
+	0xc2ab55c700000000, // 59 steps
+	0x5cdff3f600000000, // 60 steps
+	0xeae22a5100000000, // 61 steps
+	0x1e8d912b00000000, // 62 steps
+	0xa087f37600000000, // 63 steps
+	0x0929e60d00000000, // 64 steps
+	0x8fbdb13500000000, // 65 steps
+	0x3cbb712a00000000, // 66 steps
+	0x9089d57000000000, // 67 steps
+	0xbd6596f800000000, // 68 steps
+	0xf3989f7400000000, // 69 steps
+	0xddf8a26e00000000, // 70 steps
+	0xb5c4265300000000, // 71 steps
+	0x80cab3d300000000, // 72 steps
+	0x914e429300000000, // 73 steps
+	0xd80b4b9f00000000, // 74 steps
+	0x323c1da300000000, // 75 steps
+	0xbc51698500000000, // 76 steps
+	0x6da5a0c000000000, // 77 steps
+	0x72c1e92900000000, // 78 steps
+	0xaaa20b2f00000000, // 79 steps
+	0x5370837900000000, // 80 steps
+	0x12d0580800000000, // 81 steps
+	0x8efc186100000000, // 82 steps
+	0xc64f879600000000, // 83 steps
+	0xfa61e0e000000000, // 84 steps
+	0x9e7b545700000000, // 85 steps
+	0x809551a200000000, // 86 steps
+	0x72e9ae5700000000, // 87 steps
+	0xd21d4e9100000000, // 88 steps
+	0xa62582eb00000000, // 89 steps
+	0x98a45d5300000000, // 90 steps
+	0xe09222cd00000000, // 91 steps
+	0x725a1dda00000000, // 92 steps
+	0xda5a852000000000, // 93 steps
+	0x610e4e5100000000, // 94 steps
+	0xb623482500000000, // 95 steps
+	0xdce1cabb00000000, // 96 steps
+	0xf7a53cc900000000, // 97 steps
+	0xc74b08df00000000, // 98 steps
+	0xfcc59bc900000000, // 99 steps
+	0x7914315800000000, // 100 steps
+	0x07d171a300000000, // 101 steps
+	0xdaf42ab100000000, // 102 steps
+	0xac08a97b00000000, // 103 steps
+	0x8d88e13e00000000, // 104 steps
+	0x0e897a1200000000, // 105 steps
+	0xbd98d23a00000000, // 106 steps
+	0x43b49f2100000000, // 107 steps
+	0x56ada99000000000, // 108 steps
+	0x808db1db00000000, // 109 steps
+	0x9c775b6a00000000, // 110 steps
+	0x6e8fda0600000000, // 111 steps
+	0xf6d1155300000000, // 112 steps
+	0x90d1d6a300000000, // 113 steps
+	0xc8c61e6c00000000, // 114 steps
+	0x8456c40f00000000, // 115 steps
+	0xacfa1d2000000000, // 116 steps
+	0x3a19ea1900000000, // 117 steps
+	0xa387402800000000, // 118 steps
+	0x4a95192f00000000, // 119 steps
+	0x543e4ab100000000, // 120 steps
+	0x047cb2e600000000, // 121 steps
+	0xbdebff8f00000000, // 122 steps
+	0x995122ed00000000, // 123 steps
+	0xc1b5c9ef00000000, // 124 steps
+	0xbd65212c00000000, // 125 steps
+	0x67e7650c00000000, // 126 steps
+	0xc464426400000000, // 127 steps
+	0x8fc9e4a300000000, // 128 steps
 }

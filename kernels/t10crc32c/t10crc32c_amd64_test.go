@@ -3,6 +3,7 @@
 package t10crc32c
 
 import (
+	"math/rand/v2"
 	"reflect"
 	"sync"
 	"testing"
@@ -32,7 +33,7 @@ func TestDispatch(t *testing.T) {
 	kerneltest.ForEach(t, pkgName, func(t *testing.T) {
 		name := impl.Active(pkgName)
 		want := map[string][2]any{
-			"avx512":  {blocksTwoPass, blocksCopyAVX2},
+			"avx512":  {blocksAVX512, blocksCopyAVX2},
 			"avx2":    {blocksAVX2, blocksCopyAVX2},
 			"avx":     {blocksAVX, blocksCopyAVX},
 			"generic": {blocksPortable, blocksCopyPortable},
@@ -227,6 +228,30 @@ func TestBlocksSumsCopyPaths(t *testing.T) {
 			b := p[i*bl : (i+1)*bl]
 			if dst[i] != crct10dif.Checksum(b) || sums[i] != crc32c.Checksum(b) {
 				t.Fatalf("%s: block %d: %04x %08x, want %04x %08x", path.name, i, dst[i], sums[i], crct10dif.Checksum(b), crc32c.Checksum(b))
+			}
+		}
+	}
+}
+
+// TestTwoPassChunks runs the avx512 implementation's Blocks over batches
+// that span several chunks (and end in a partial one), at strides on
+// either side of twoPassLong: BlockLayouts' batches fit in one chunk of the
+// long strides.
+func TestTwoPassChunks(t *testing.T) {
+	if !hasTwoPassAVX512 {
+		t.Skip("the CPU lacks AVX-512 VPCLMULQDQ")
+	}
+	r := rand.New(rand.NewPCG(30, 31))
+	for _, l := range [][2]int{{512, 512}, {512, 520}, {1000, 1000}, {twoPassLong - 8, twoPassLong}, {twoPassLong, twoPassLong}, {4096, 4104}} {
+		blockLen, stride := l[0], l[1]
+		n := 2*twoPassBlocks(stride) + 17
+		p := kerneltest.RandBytes(r, (n-1)*stride+blockLen)
+		dst, sums := make([]uint16, n), make([]uint32, n)
+		blocksTwoPass(dst, sums, p, blockLen, stride)
+		wg, ws := oracleSums(p, n, blockLen, stride)
+		for i := range n {
+			if dst[i] != wg[i] || sums[i] != ws[i] {
+				t.Fatalf("block=%d stride=%d: block %d of %d: guard %#x sum %#x, oracle %#x %#x", blockLen, stride, i, n, dst[i], sums[i], wg[i], ws[i])
 			}
 		}
 	}

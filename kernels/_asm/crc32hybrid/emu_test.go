@@ -64,6 +64,33 @@ func mergeConsts(t *testing.T, name string) [][14]uint64 {
 	return rows
 }
 
+// mergeConsts1 reads the array name ([N]uint64) of constsFile.
+func mergeConsts1(t *testing.T, name string) []uint64 {
+	f, err := parser.ParseFile(token.NewFileSet(), constsFile, nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var row []uint64
+	ast.Inspect(f, func(n ast.Node) bool {
+		vs, ok := n.(*ast.ValueSpec)
+		if !ok || len(vs.Names) != 1 || vs.Names[0].Name != name {
+			return true
+		}
+		for _, v := range vs.Values[0].(*ast.CompositeLit).Elts {
+			u, err := strconv.ParseUint(v.(*ast.BasicLit).Value, 0, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			row = append(row, u)
+		}
+		return false
+	})
+	if len(row) == 0 {
+		t.Fatalf("%s: no %s", constsFile, name)
+	}
+	return row
+}
+
 // mergeConsts2 reads the array name ([N][2]uint64) of constsFile.
 func mergeConsts2(t *testing.T, name string) [][2]uint64 {
 	f, err := parser.ParseFile(token.NewFileSet(), constsFile, nil, 0)
@@ -232,6 +259,7 @@ func TestEmulatedKernels(t *testing.T) {
 			}
 		}
 	})
+	ks := mergeConsts1(t, "hybridKS")
 	for _, v := range zVariants {
 		name := zName(v)
 		for _, l := range [][4]int{{64, 64, 1, 0}, {64, 72, 2, 1}, {100, 100, 1, 0}, {127, 130, 1, 1}, {512, 512, 2, 0}, {512, 520, 1, 1}, {1000, 1063, 1, 0}, {4096, 4104, 1, 1}} {
@@ -251,8 +279,13 @@ func TestEmulatedKernels(t *testing.T) {
 				if raws {
 					init, xorout = r.Uint32(), 0
 				}
-				for i, a := range []uint64{emu.AddrDst, emu.AddrData, uint64(groups), uint64(blockLen), uint64(stride),
-					uint64(init) | uint64(xorout)<<32, emu.AddrTable + 16*4} {
+				args := []uint64{emu.AddrDst, emu.AddrData, uint64(groups), uint64(blockLen), uint64(stride),
+					uint64(init) | uint64(xorout)<<32, emu.AddrTable + 16*4}
+				if v.sub == 2 {
+					// k = C(8D-64) for the D = 32·(blockLen/64) bytes of chain B.
+					args = append(args, ks[blockLen/64-1])
+				}
+				for i, a := range args {
 					m.Put64(8*i, a)
 				}
 				m.Mem[emu.AddrDst+4*n] = 0x5a

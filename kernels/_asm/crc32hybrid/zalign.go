@@ -67,7 +67,7 @@ func blocksZA(c int) {
 	ctx.SignatureExpr("func(dst *uint32, p *byte, groups, blockLen, stride int, init, xorout uint32, fold *[2]uint64)")
 	ctx.Pragma("noescape")
 	ctx.Doc(
-		name+" is "+zName(zVariant{g, c})+" for blocks off a cache line: every",
+		name+" is "+zName(zVariant{g, c, 1, 1})+" for blocks off a cache line: every",
 		"fold block's head, up to its first 64-byte boundary, and every block's",
 		"tail beyond (blockLen-63)/64 steps go through CRC32, so that no fold",
 		"load spans two lines (kernels/_asm/crc32hybrid, zalign.go).",

@@ -26,16 +26,17 @@ package main
 //
 // With f = 16-c, counting ports 5 and 1 alone, c = 3 would balance them
 // for long blocks (S = 64, 4 KiB: 1664 against 1640 cycles, 39 bytes a
-// cycle) and c = 1 for short ones (S = 8: 34 bytes a cycle). Measured on
-// Emerald Rapids, c = 2 is fastest at every length from 512 bytes, and c = 3
-// slower than c = 2: the VPTERNLOGD of the folds, 512-bit µops, issue on
-// port 0 (or 5), and a 512-bit µop on port 0 takes port 1's vector lanes,
-// which CRC32 then waits for. With that, folding F and CRC32 over C bytes
-// a cycle need F/64·(3-x) <= 1 on port 5 and F/64·x + C/8 <= 1 on ports 0
-// and 1 (x the share of VPTERNLOGD on port 0), whose best is F = 32, C = 4:
-// 36 bytes a cycle, one ninth through CRC32, which two streams in sixteen
-// give. docs/perf/crc32c-avx512.md has the figures;
-// crc32c_hybridz_amd64.go picks c = 2 from 512 bytes and c = 1 below.
+// cycle) and c = 1 for short ones (S = 8: 34 bytes a cycle). VPTERNLOGD
+// goes to port 0, beside both: on Emerald Rapids a loop of 8 VPCLMULQDQ
+// zmm, 4 VPTERNLOGD zmm and 8 CRC32Q runs in 8 cycles, so the split's bound
+// is 40 bytes a cycle, 1.25x the fold's. With one chain a stream, c = 3
+// measured slower than c = 2: three chains of 24 cycles a step fill port 1's
+// 24 cycles with no slack. So a kernel with sub = 2 runs every CRC block as
+// two chains (blocksZ), and unroll = 4 runs four steps a round (a quarter of
+// the pointer updates and branches). Every split measures 31-34 bytes a
+// cycle at 4 KiB whatever its port budget (docs/perf/crc32c-avx512.md has
+// the figures and what else was tried); crc32c_hybridz_amd64.go picks
+// c = 2 with two chains and four steps a round from 256 bytes, c = 1 below.
 //
 // The loop interleaves the CRC32Q of the CRC blocks with the folds, as the
 // YMM kernels do, so that the scheduler sees both kinds in every window.
@@ -59,20 +60,27 @@ import (
 const zBlocks = 16
 
 // A zVariant is an AVX-512 blocks kernel: g blocks a group, c of them
-// CRC32 streams.
-type zVariant struct{ g, c int }
+// CRC32 streams, each as sub independent chains (1 or 2), the loop
+// unrolled to unroll steps a round.
+type zVariant struct{ g, c, sub, unroll int }
 
 // zVariants are the generated AVX-512 blocks kernels.
 // (Groups of 8 blocks measured no faster than 16 at any layout, and slower
 // with CRC32 blocks, whose share is then coarse.)
-var zVariants = []zVariant{{16, 0}, {16, 1}, {16, 2}, {16, 3}}
+var zVariants = []zVariant{{16, 0, 1, 1}, {16, 1, 1, 1}, {16, 2, 1, 1}, {16, 3, 1, 1}, {16, 3, 2, 1},
+	{16, 2, 1, 4}, {16, 2, 2, 4}, {16, 3, 2, 4}, {16, 0, 1, 4}}
 
 // zName is the name of the AVX-512 blocks kernel v.
 func zName(v zVariant) string {
-	if v.g == zBlocks {
-		return fmt.Sprintf("hybridBlocksZ%d", v.c)
+	n := fmt.Sprintf("hybridBlocksZ%d", v.c)
+	if v.sub == 2 {
+		n += "S"
 	}
-	return fmt.Sprintf("hybridBlocksZ%dx%d", v.g, v.c)
+	if v.unroll > 1 {
+		n += fmt.Sprintf("U%d", v.unroll)
+	}
+
+	return n
 }
 
 // zAddr returns the address of block k at disp from the bases (one every
@@ -87,16 +95,30 @@ func zAddr(bases []reg.GPVirtual, stride reg.Register, k, disp int) operand.Mem 
 }
 
 // blocksZ generates the AVX-512 blocks kernel v.
+//
+// With v.sub = 2 every CRC block runs as two chains: A over the first
+// D = 32·(blockLen/64) bytes of the block from the initial register, B
+// over the next D from zero, 32 bytes of each a step (four CRC32Q), so
+// that a step of a CRC block is two chains of 12 cycles of latency
+// rather than one of 24 and the CRC32 unit can take three CRC blocks
+// without the chains' latency setting the pace. The register after A‖B is
+// r_A·x^(8D) ⊕ r_B: as in short3 (main.go), V = r_A·k with k = C(8D-64)
+// (a parameter, crcmath.C), and two CRC32Q of V's quadwords from zero give
+// r_A·x^(8D).
 func blocksZ(v zVariant) {
-	c, zBlocks := v.c, v.g
+	c, zBlocks, sub := v.c, v.g, v.sub
 	f := zBlocks - c
 	name := zName(v)
 	// Not NOSPLIT: the frame holds the sixteen accumulators.
 	ctx.Function(name)
-	ctx.SignatureExpr("func(dst *uint32, p *byte, groups, blockLen, stride int, init, xorout uint32, fold *[2]uint64)")
+	sig := "func(dst *uint32, p *byte, groups, blockLen, stride int, init, xorout uint32, fold *[2]uint64)"
+	if sub == 2 {
+		sig = "func(dst *uint32, p *byte, groups, blockLen, stride int, init, xorout uint32, fold *[2]uint64, k uint64)"
+	}
+	ctx.SignatureExpr(sig)
 	ctx.Pragma("noescape")
-	ctx.Doc(
-		name+" sets dst[i] to the CRC-32C register of the block of blockLen",
+	doc := []string{
+		name + " sets dst[i] to the CRC-32C register of the block of blockLen",
 		"bytes at p[i·stride:], from the register init, XORed with xorout, for",
 		fmt.Sprintf("i < %d·groups, %d blocks at a time: the first %d as CRC32 instruction", zBlocks, zBlocks, c),
 		fmt.Sprintf("streams, the other %d folded with VPCLMULQDQ on ZMM registers (64", f),
@@ -104,15 +126,26 @@ func blocksZ(v zVariant) {
 		"mod 64 bytes of every block by CRC32. Blocks passes init = xorout =",
 		"0xffffffff (finalised CRCs), Update's segments 0 and 0 (registers).",
 		"Needs SSE4.2, AVX512F and VPCLMULQDQ.",
-		"",
+	}
+	if sub == 2 {
+		doc = append(doc, "", "Every CRC32 stream runs as two chains over the halves of the block's",
+			"first 64·(blockLen/64) bytes, merged with k = C(256·(blockLen/64) - 64)",
+			"(kernels/_asm/crc32hybrid, zmm.go).")
+	}
+	doc = append(doc, "",
 		"Preconditions: groups >= 1, blockLen >= 64, stride >= blockLen;",
-		"fold = &foldTable.Fold[4].",
-	)
+		"fold = &foldTable.Fold[4].")
+	if c > 3 && sub == 2 {
+		panic("blocksZ: two chains need the CRC blocks addressed from one base")
+	}
+	ctx.Doc(doc...)
 	// The accumulators go to a 64-byte aligned area of the frame after the
 	// loop, all before any is read back, so that the loads that cannot take
 	// their bytes from a 64-byte store wait for the stores once, not once
-	// per block.
-	frame := ctx.AllocLocal(64*zBlocks + 64)
+	// per block; the group's p is kept after them (the loop of the
+	// two-chain kernels needs every register).
+	frame := ctx.AllocLocal(64*zBlocks + 64 + 8)
+	pSave := frame.Offset(64*zBlocks + 64)
 	fp := ctx.Load(ctx.Param("fold"), ctx.GP64())
 	kf := ctx.ZMM()
 	ctx.VBROADCASTI32X4(operand.Mem{Base: fp}, kf)
@@ -123,27 +156,68 @@ func blocksZ(v zVariant) {
 	p := ctx.Load(ctx.Param("p"), ctx.GP64())
 
 	ctx.Label(name + "_group")
+	ctx.MOVQ(p, pSave)
 	stride := ctx.Load(ctx.Param("stride"), ctx.GP64())
 	s3 := ctx.GP64()
 	ctx.LEAQ(operand.Mem{Base: stride, Index: stride, Scale: 2}, s3)
+	// bases[i] = p + 3i·stride, for the blocks 3i..3i+2; with two chains
+	// the CRC blocks have their own (ca, cb), and bases[0] is needed only
+	// if it holds a fold block.
 	bases := make([]reg.GPVirtual, (zBlocks+2)/3)
+	first := 0
+	if sub == 2 && c >= 3 {
+		first = 1
+	}
+	var ca, cb reg.GPVirtual
+	if sub == 2 {
+		ca = ctx.GP64()
+		ctx.MOVQ(p, ca)
+	}
 	for i := range bases {
+		if i < first {
+			continue
+		}
 		bases[i] = ctx.GP64()
-		if i == 0 {
+		switch {
+		case i == 0:
 			ctx.MOVQ(p, bases[0])
-		} else {
+		case i == first:
+			ctx.LEAQ(operand.Mem{Base: p, Index: s3, Scale: 1}, bases[i])
+		default:
 			ctx.LEAQ(operand.Mem{Base: bases[i-1], Index: s3, Scale: 1}, bases[i])
 		}
 	}
-	addr := func(k, disp int) operand.Mem { return zAddr(bases, stride, k, disp) }
+	bases = bases[first:]
+	addr := func(k, disp int) operand.Mem { return zAddr(bases, stride, k-3*first, disp) }
 	crcs := make([]reg.GPVirtual, c)
 	for i := range crcs {
 		crcs[i] = ctx.GP64()
 		ctx.Load(ctx.Param("init"), crcs[i].As32())
 	}
+	var crcsB []reg.GPVirtual
 	iter := ctx.GP64()
 	ctx.Load(ctx.Param("blockLen"), iter)
 	ctx.SHRQ(operand.U8(6), iter)
+	if sub == 2 {
+		ctx.Comment("Chain B of every CRC block from zero, at D = 32·(blockLen/64).")
+		cb = ctx.GP64()
+		ctx.MOVQ(iter, cb)
+		ctx.SHLQ(operand.U8(5), cb)
+		ctx.ADDQ(ca, cb)
+		crcsB = make([]reg.GPVirtual, c)
+		for i := range crcsB {
+			crcsB[i] = ctx.GP64()
+			ctx.XORL(crcsB[i].As32(), crcsB[i].As32())
+		}
+	}
+	// chainAddr is the address of CRC block i at disp from the base b.
+	chainAddr := func(b reg.Register, i, disp int) operand.Mem {
+		m := operand.Mem{Base: b, Disp: disp}
+		if i > 0 {
+			m.Index, m.Scale = stride, uint8(i)
+		}
+		return m
+	}
 
 	ctx.Comment("The first 64 bytes of every fold block, the initial register in the first.")
 	acc := make([]reg.VecVirtual, f)
@@ -152,40 +226,97 @@ func blocksZ(v zVariant) {
 		ctx.VMOVDQU64(addr(c+i, 0), acc[i])
 		ctx.VPXORQ(initv.AsZ(), acc[i], acc[i])
 	}
-	crcStep := func(q int) {
+	// crcStep emits eighth q of the step s steps on from the bases.
+	crcStep := func(q, s int) {
+		if sub == 2 {
+			// Eighth q of the step: 8 bytes of chain A (q even) or B.
+			rs, b := crcs, ca
+			if q%2 == 1 {
+				rs, b = crcsB, cb
+			}
+			for i, r := range rs {
+				ctx.CRC32Q(chainAddr(b, i, 32*s+8*(q/2)), r)
+			}
+			return
+		}
 		for i, r := range crcs {
-			ctx.CRC32Q(addr(i, 8*q), r)
+			ctx.CRC32Q(addr(i, 64*s+8*q), r)
+		}
+	}
+	t := ctx.ZMM()
+	// step emits the step s steps on from the bases.
+	step := func(s int) {
+		for q := 0; q < 8; q++ {
+			crcStep(q, s)
+			// Fold blocks q, q+8 in this eighth of the step.
+			for i := q; i < f; i += 8 {
+				ctx.VPCLMULQDQ(operand.U8(0x00), kf, acc[i], t)
+				ctx.VPCLMULQDQ(operand.U8(0x11), kf, acc[i], acc[i])
+				ctx.VPTERNLOGD(operand.U8(0x96), addr(c+i, 64*s+64), t, acc[i])
+			}
+		}
+	}
+	advance := func(steps int) {
+		for _, b := range bases {
+			ctx.ADDQ(operand.U32(64*steps), b)
+		}
+		if sub == 2 {
+			ctx.ADDQ(operand.U32(32*steps), ca)
+			ctx.ADDQ(operand.U32(32*steps), cb)
 		}
 	}
 	ctx.Comment("Every step: 64 bytes of each CRC block (8 CRC32Q), and each fold",
 		"accumulator folded forward by 64 bytes onto the next 64 of its block.")
 	ctx.DECQ(iter)
 	ctx.JZ(operand.LabelRef(name + "_last"))
-	ctx.Label(name + "_loop")
-	t := ctx.ZMM()
-	for q := 0; q < 8; q++ {
-		crcStep(q)
-		// Fold blocks q, q+8 in this eighth of the step.
-		for i := q; i < f; i += 8 {
-			ctx.VPCLMULQDQ(operand.U8(0x00), kf, acc[i], t)
-			ctx.VPCLMULQDQ(operand.U8(0x11), kf, acc[i], acc[i])
-			ctx.VPTERNLOGD(operand.U8(0x96), addr(c+i, 64), t, acc[i])
+	if u := v.unroll; u > 1 {
+		ctx.Comment(fmt.Sprintf("%d steps a round while %d remain, then one a round.", u, u))
+		ctx.CMPQ(iter, operand.U8(u))
+		ctx.JB(operand.LabelRef(name + "_loop"))
+		ctx.Label(name + "_loopu")
+		for s := 0; s < u; s++ {
+			step(s)
 		}
+		advance(u)
+		ctx.SUBQ(operand.U8(u), iter)
+		ctx.CMPQ(iter, operand.U8(u))
+		ctx.JAE(operand.LabelRef(name + "_loopu"))
+		ctx.TESTQ(iter, iter)
+		ctx.JZ(operand.LabelRef(name + "_last"))
 	}
-	for _, b := range bases {
-		ctx.ADDQ(operand.U8(64), b)
-	}
+	ctx.Label(name + "_loop")
+	step(0)
+	advance(1)
 	ctx.DECQ(iter)
 	ctx.JNZ(operand.LabelRef(name + "_loop"))
 	ctx.Label(name + "_last")
 	ctx.Comment("Last step: the CRC blocks only.")
 	for q := 0; q < 8; q++ {
-		crcStep(q)
+		crcStep(q, 0)
+	}
+	if sub == 2 {
+		ctx.Comment("Every CRC block's register: r_A·C(8D-64) through two CRC32Q from zero, ⊕ r_B.")
+		kt := ctx.GP64()
+		ctx.Load(ctx.Param("k"), kt)
+		kx := ctx.XMM()
+		ctx.VMOVQ(kt, kx)
+		for i, ra := range crcs {
+			x := ctx.XMM()
+			ctx.VMOVQ(ra, x)
+			ctx.VPCLMULQDQ(operand.U8(0x00), kx, x, x)
+			ctx.XORL(ra.As32(), ra.As32())
+			ctx.VMOVQ(x, kt)
+			ctx.CRC32Q(kt, ra)
+			ctx.VPEXTRQ(operand.U8(1), x, kt)
+			ctx.CRC32Q(kt, ra)
+			ctx.XORL(crcsB[i].As32(), ra.As32())
+		}
 	}
 
 	ctx.Comment("Every block in turn: reduce a fold accumulator (its 64 bytes through",
 		"CRC32Q from zero, read back from the stack), add the block's last",
 		"blockLen mod 64 bytes, XOR xorout, store.")
+	ctx.MOVQ(pSave, p)
 	tl := ctx.GP64()
 	ctx.Load(ctx.Param("blockLen"), tl)
 	q := ctx.GP64()

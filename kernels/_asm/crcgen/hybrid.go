@@ -52,6 +52,11 @@ const (
 	// s = 64·k bytes (the lockstep step), up to 4096.
 	zUnit   = 64
 	zMaxSeg = 4096
+
+	// The AVX-512 blocks kernels with two chains a CRC32 block
+	// (crc32hybrid, zmm.go: hybridBlocksZ*S*): blocks of up to
+	// 64·subMaxSteps+63 bytes.
+	subMaxSteps = 128
 )
 
 // hybridConsts is zhybrid_consts_amd64.go of crc32c.
@@ -70,6 +75,7 @@ func hybridConsts(warning string) ([]byte, error) {
 	fmt.Fprintf(&b, "\t// hybridShortMaxSeg is the longest segment of hybridK3.\n\thybridShortMaxSeg = %d\n", shortMaxSeg)
 	fmt.Fprintf(&b, "\t// hybridZUnit is the granule of the AVX-512 chunk's segment length.\n\thybridZUnit = %d\n", zUnit)
 	fmt.Fprintf(&b, "\t// hybridZMaxSeg is the longest segment of hybridKZ.\n\thybridZMaxSeg = %d\n", zMaxSeg)
+	fmt.Fprintf(&b, "\t// hybridSubMaxSteps is the most 64-byte steps of a block of hybridKS.\n\thybridSubMaxSteps = %d\n", subMaxSteps)
 	fmt.Fprintf(&b, ")\n\n")
 	fmt.Fprintf(&b, "// hybridK[j] merges a chunk of six segments of s = %d·(j+1) bytes, with\n", segUnit)
 	fmt.Fprintf(&b, "// C(k) = Reflect(x^(k-1) mod P, 64) (see kernels/_asm/crcgen):\n")
@@ -127,6 +133,19 @@ func hybridConsts(warning string) ([]byte, error) {
 			}
 		}
 		fmt.Fprintf(&b, "\n\t},\n")
+	}
+	fmt.Fprintf(&b, "}\n")
+	// The two-chain blocks kernels (crc32hybrid, zmm.go): a CRC32 block of
+	// S = blockLen/64 steps runs as chain A over its first D = 32·S bytes
+	// and chain B over the next D; r_A, D bytes before the end of B, has
+	// the V-part r_A·C(8D-64) = r_A·C(256·S-64), as the registers of
+	// hybridK's rows. S >= 1 keeps 256·S-64 >= 192 > 0.
+	fmt.Fprintf(&b, "\n// hybridKS[j] merges the two chains of a CRC32 block of j+1 steps (64·(j+1)\n")
+	fmt.Fprintf(&b, "// to 64·(j+1)+63 bytes) of the two-chain AVX-512 blocks kernels: C(256·(j+1)-64),\n")
+	fmt.Fprintf(&b, "// with C as for hybridK.\n")
+	fmt.Fprintf(&b, "var hybridKS = [%d]uint64{\n", subMaxSteps)
+	for j := 0; j < subMaxSteps; j++ {
+		fmt.Fprintf(&b, "\t%#016x, // %d steps\n", c(256*(j+1)-64), j+1)
 	}
 	fmt.Fprintf(&b, "}\n")
 	return scaffold.Go(b.Bytes())

@@ -88,6 +88,57 @@ func TestEmulatedKernels(t *testing.T) {
 			})
 		}
 	}
+	// fusedBlocksZ: groups of eight blocks; the CRC-32C table at addrTab32.
+	const addrTab32 = emu.AddrDst + 0x1000
+	tab32 := emu.FoldTable(emu.CRC32C, 64)
+	t10R := emu.T10DIF
+	t10R.Reflected = true
+	tabR := emu.FoldTable(t10R, 64)
+	for _, c := range [][3]int{{64, 64, 1}, {128, 136, 2}, {512, 512, 1}, {512, 520, 2}, {4096, 4096, 1}, {4096, 4104, 1}} {
+		blockLen, stride, groups := c[0], c[1], c[2]
+		for _, name := range []string{"fusedBlocksZ", "fusedBlocksZG"} {
+			t.Run(fmt.Sprintf("kernel=%s/block=%d/stride=%d/groups=%d", name, blockLen, stride, groups), func(t *testing.T) {
+				cnt := 8 * groups
+				data := make([]byte, (cnt-1)*stride+blockLen)
+				for i := range data {
+					data[i] = byte(r.Uint32())
+				}
+				m, err := emu.New(prog, data)
+				if err != nil {
+					t.Fatal(err)
+				}
+				copyBytes(m.Mem[emu.AddrTable:], tab)
+				copy(m.Mem[addrTab32:], tab32)
+				args := []uint64{emu.AddrDst, addrSums, emu.AddrData, uint64(groups), uint64(blockLen), uint64(stride), emu.AddrTable}
+				if name == "fusedBlocksZG" {
+					a := m.Append(len(tabR), 0)
+					copyBytes(m.Mem[a:], tabR)
+					args = append(args, a)
+				}
+				for i, a := range append(args, addrTab32) {
+					m.Put64(8*i, a)
+				}
+				m.Mem[emu.AddrDst+2*cnt], m.Mem[addrSums+4*cnt] = 0x5a, 0x5a
+				if _, err := m.Run(prog, name); err != nil {
+					t.Fatal(err)
+				}
+				for i := 0; i < cnt; i++ {
+					b := data[i*stride:][:blockLen]
+					got := binary.LittleEndian.Uint16(m.Mem[emu.AddrDst+2*i:])
+					if want := uint16(emu.Bitwise(emu.T10DIF, 0, b)); got != want {
+						t.Fatalf("dst[%d] = %#x, want %#x", i, got, want)
+					}
+					sum := binary.LittleEndian.Uint32(m.Mem[addrSums+4*i:])
+					if want := crc32.Checksum(b, castagnoli); sum != want {
+						t.Fatalf("sums[%d] = %#x, want %#x", i, sum, want)
+					}
+				}
+				if m.Mem[emu.AddrDst+2*cnt] != 0x5a || m.Mem[addrSums+4*cnt] != 0x5a {
+					t.Fatal("wrote past dst or sums")
+				}
+			})
+		}
+	}
 	if nr := prog.NotRun(); len(nr) > 0 {
 		t.Errorf("generated functions not checked in the emulator: %v", nr)
 	}

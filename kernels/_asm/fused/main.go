@@ -120,6 +120,14 @@ func generate(cmd []string) (asm, src []byte, err error) {
 		blocks(c, mask, v.suffix, false)
 		blocks(c, mask, v.suffix, true)
 	}
+	bitrev := c.StaticGlobal("fusedBitrev")
+	c.DataAttributes(attr.RODATA | attr.NOPTR)
+	// VGF2P8AFFINEQB matrix that reverses the bits of a byte: result bit i
+	// is the parity of row byte 7-i ANDed with the source, and row byte
+	// 7-i = 1<<(7-i) picks source bit 7-i.
+	c.AddDatum(0, operand.U64(0x8040201008040201))
+	blocksZ(c, mask, false, bitrev)
+	blocksZ(c, mask, true, bitrev)
 
 	if asm, err = scaffold.Asm(c, cmd, "t10crc32c"); err != nil {
 		return nil, nil, err
@@ -479,5 +487,30 @@ func fusedBlocksCopy%[1]s(dst []uint16, sums []uint32, q, p []byte, blockLen, st
 
 `, v.suffix, group, desc, minLen, cpu)
 	}
+	fmt.Fprintf(&b, `// fusedBlocksZ sets dst[i] to the CRC-16/T10-DIF and sums[i] to the
+// CRC-32C (both from their initial values, finalised) of
+// p[i*stride:][:blockLen] for i < %[1]d·groups, in one pass, %[1]d blocks at once:
+// every guard folded on a ZMM register, the sums of blocks 0, 2, 4, 6 folded
+// and those of 1, 3, 5, 7 through CRC32Q streams (kernels/_asm/fused, zmm.go).
+//
+// Preconditions: groups >= 1; blockLen is a multiple of 64 and at least 64;
+// stride >= blockLen; tab is the T10-DIF fold table, tab32 the CRC-32C one;
+// the CPU has AVX512F, AVX512BW, VPCLMULQDQ and SSE4.2.
+// It reads only the blocks.
+//
+//go:noescape
+func fusedBlocksZ(dst *uint16, sums *uint32, p *byte, groups, blockLen, stride int, tab, tab32 *crcmath.RevFoldTable)
+
+// fusedBlocksZG is fusedBlocksZ with the guard folded in the reflected
+// domain (every byte's bits reversed by VGF2P8AFFINEQB), the sums of
+// blocks 1, 4 and 7 through CRC32Q streams and the other five folded
+// (kernels/_asm/fused, zmm.go). tab is the T10-DIF fold table, tabR that
+// of T10-DIF reflected (t10Reflected), tab32 the CRC-32C one; the CPU has,
+// besides, GFNI with AVX-512.
+//
+//go:noescape
+func fusedBlocksZG(dst *uint16, sums *uint32, p *byte, groups, blockLen, stride int, tab, tabR, tab32 *crcmath.RevFoldTable)
+
+`, zGroup)
 	return scaffold.Go(b.Bytes())
 }

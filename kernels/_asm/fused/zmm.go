@@ -1,0 +1,380 @@
+package main
+
+// fusedBlocksZ: the guard and the sector sum of eight blocks at a time on
+// AVX-512, in one pass (t10crc32c.Blocks on CPUs with VPCLMULQDQ on ZMM).
+//
+// Why this shape, from the ports of Emerald Rapids (docs/perf/crc32c-avx512.md
+// has the measurements): VPCLMULQDQ zmm issues once a cycle on port 5, and
+// so does VPSHUFB zmm; CRC32 runs once a cycle on port 1 and VPTERNLOGD on
+// port 0, beside both. Per 64 bytes of a block the guard costs two
+// multiplies and the byte reversal (3 port-5 cycles); the sector sum either
+// a fold (2 port-5 cycles) or 8 CRC32Q (8 port-1 cycles). With the sums of
+// half the blocks folded and half through CRC32, ports 5 and 1 are equal:
+// per step of 64 bytes of eight blocks, 8·3 + 4·2 = 32 port-5 cycles and
+// 4·8 = 32 port-1 cycles, 16 bytes a cycle, where the guard and the sum as
+// two folding passes (ISA-L's by16_10 calls) take 1/20 + 1/32 cycles a byte
+// (12.3 bytes a cycle).
+//
+// Blocks 0, 2, 4, 6 fold their sums, blocks 1, 3, 5, 7 run them as CRC32Q
+// streams (one chain each: 8 CRC32Q, 24 cycles of latency, a step against
+// the step's 32 cycles). Every block folds its guard: the 64 bytes
+// byte-reversed in each 16-byte lane (the lane is then the unreflected
+// polynomial, Hi in the high quadword, as in main.go) and folded forward by
+// 64 bytes with Fold[4] of the T10-DIF table.
+//
+// After the loop the blocks end four at a time, which at 512 bytes a
+// block costs about half what ending them one at a time did (see
+// docs/perf/crc32c-avx512.md). Each accumulator's four lanes fold into the
+// last (lane l by Fold[3-l]: one VPCLMULQDQ pair with the 64 bytes at
+// Rev[61] of its table, whose last lane Fold[0] is zero, the last lane
+// added through a mask); a transpose of four such vectors (six
+// VSHUFI64X2) sums each one's lanes into a lane of one register. The
+// guards' register is Barrett-reduced at once (reduceZ); the folded sums'
+// is stored to the frame, and two CRC32Q of each lane from zero give the
+// block's register (the lane is a 16-byte message congruent to the block).
+
+import (
+	"github.com/difctl/difctl/kernels/_asm/internal/scaffold"
+
+	"github.com/mmcloughlin/avo/build"
+	"github.com/mmcloughlin/avo/operand"
+	"github.com/mmcloughlin/avo/reg"
+)
+
+const zGroup = 8
+
+// zAddr returns the address of block k at disp from the bases (one every
+// three blocks, with the stride as index).
+func zAddr(bases []reg.GPVirtual, stride reg.Register, k, disp int) operand.Mem {
+	m := operand.Mem{Base: bases[k/3], Disp: disp}
+	if k%3 != 0 {
+		m.Index = stride
+		m.Scale = uint8(k % 3)
+	}
+	return m
+}
+
+// blocksZ generates fusedBlocksZ, or with gfni fusedBlocksZG: the guard
+// folded in the reflected domain. An unreflected CRC of a message is the
+// bit reversal of the reflected CRC (same polynomial, reflected) of the
+// message with every byte's bits reversed; VGF2P8AFFINEQB with the matrix
+// bitrev reverses the bits of every byte on port 0, where VPSHUFB takes
+// port 5, so a step of the guard costs two port-5 cycles rather than three.
+// The lanes are then reflected lanes (Hi in the low quadword), folded as
+// the CRC-32C sums are, with the reflected T10-DIF table (tabR). After the
+// lane fold, the one lane, a 16-byte message in the reflected domain, goes
+// back to the unreflected one (the bits of every byte reversed again, and
+// its 16 bytes reversed into an unreflected lane) for the Barrett reduction
+// of tab. Port 5 then allows one more folded sum: blocks 1, 4 and 7 run
+// CRC32 streams, the other five fold (8·2 + 5·2 = 26 port-5 cycles and
+// 3·8 = 24 port-1 cycles a step, 19.7 bytes a cycle).
+func blocksZ(c *build.Context, maskZ operand.Mem, gfni bool, bitrev operand.Mem) {
+	name := "fusedBlocksZ"
+	sig := "func(dst *uint16, sums *uint32, p *byte, groups, blockLen, stride int, tab, tab32 *byte)"
+	// isCRC is whether block k's sum runs as a CRC32 stream.
+	isCRC := func(k int) bool { return k%2 == 1 }
+	if gfni {
+		name = "fusedBlocksZG"
+		sig = "func(dst *uint16, sums *uint32, p *byte, groups, blockLen, stride int, tab, tabR, tab32 *byte)"
+		isCRC = func(k int) bool { return k%3 == 1 }
+	}
+	c.Function(name)
+	c.SignatureExpr(sig)
+	c.Pragma("noescape")
+	param := func(n string) operand.Mem {
+		a, err := c.Param(n).Resolve()
+		if err != nil {
+			panic(err)
+		}
+		return a.Addr
+	}
+	tp := c.Load(c.Param("tab"), c.GP64())
+	kT, kC, kR, kRC, mask := c.ZMM(), c.ZMM(), c.ZMM(), c.ZMM(), c.ZMM()
+	tr := tp
+	if gfni {
+		tr = c.Load(c.Param("tabR"), c.GP64())
+	}
+	c.VBROADCASTI32X4(operand.Mem{Base: tr, Disp: tableFold + 16*4}, kT)
+	c.VMOVDQU64(operand.Mem{Base: tr, Disp: scaffold.TableRev + 16*61}, kR)
+	// The guard's lanes: unreflected (VPSHUFB) or reflected (GFNI), and the
+	// VPCLMULQDQ immediates that pick Hi·k[0] and Lo·k[1] in them.
+	gLo, gHi := uint8(0x01), uint8(0x10)
+	var brev reg.VecVirtual
+	if gfni {
+		gLo, gHi = 0x00, 0x11
+		brev = c.ZMM()
+		c.VPBROADCASTQ(bitrev, brev)
+	}
+	// reverse turns 64 bytes of data in d into the guard's lanes.
+	reverse := func(d reg.VecVirtual, mask reg.VecVirtual) {
+		if gfni {
+			c.VGF2P8AFFINEQB(operand.U8(0), brev, d, d)
+		} else {
+			c.VPSHUFB(mask, d, d)
+		}
+	}
+	// One 64-byte aligned slot on the frame for four reduced guards (128
+	// bytes: the slot and its alignment).
+	frame := c.AllocLocal(128)
+	// last4 is all ones in the last lane, zeros elsewhere.
+	last4, zero, allOnes := c.ZMM(), c.ZMM(), c.ZMM()
+	c.VPXORQ(zero, zero, zero)
+	c.VPTERNLOGD(operand.U8(0xff), zero, zero, allOnes)
+	c.VSHUFI64X2(operand.U8(0x00), allOnes, zero, last4) // {0, 0, ones, ones}
+	c.VSHUFI64X2(operand.U8(0xc0), last4, zero, last4)   // {0, 0, 0, ones}
+	zFin, zMuP := c.ZMM(), c.ZMM()
+	c.VBROADCASTI32X4(operand.Mem{Base: tp, Disp: tableFinal}, zFin)
+	c.VBROADCASTI32X4(operand.Mem{Base: tp, Disp: tableMu}, zMuP)
+	kp := c.Load(c.Param("tab32"), c.GP64())
+	c.VBROADCASTI32X4(operand.Mem{Base: kp, Disp: tableFold + 16*4}, kC)
+	c.VMOVDQU64(operand.Mem{Base: kp, Disp: scaffold.TableRev + 16*61}, kRC)
+	c.VBROADCASTI32X4(maskZ, mask)
+	initv := c.XMM()
+	ones := c.GP32()
+	c.MOVL(operand.U32(0xffffffff), ones)
+	c.VMOVD(ones, initv)
+	c.Label(name + "_group")
+	p := c.Load(c.Param("p"), c.GP64())
+	stride := c.Load(c.Param("stride"), c.GP64())
+	s3 := c.GP64()
+	c.LEAQ(operand.Mem{Base: stride, Index: stride, Scale: 2}, s3)
+	bases := make([]reg.GPVirtual, (zGroup+2)/3)
+	for i := range bases {
+		bases[i] = c.GP64()
+		if i == 0 {
+			c.MOVQ(p, bases[0])
+		} else {
+			c.LEAQ(operand.Mem{Base: bases[i-1], Index: s3, Scale: 1}, bases[i])
+		}
+	}
+	addr := func(k, disp int) operand.Mem { return zAddr(bases, stride, k, disp) }
+	// crcs[k] for the CRC32 blocks, sacc[k] for the folded sums.
+	crcs := map[int]reg.GPVirtual{}
+	var crcBlocks []int
+	for k := 0; k < zGroup; k++ {
+		if isCRC(k) {
+			crcBlocks = append(crcBlocks, k)
+			crcs[k] = c.GP64()
+			c.MOVL(operand.U32(0xffffffff), crcs[k].As32())
+		}
+	}
+	iter := c.GP64()
+	c.Load(c.Param("blockLen"), iter)
+	c.SHRQ(operand.U8(6), iter)
+
+	c.Comment("The first 64 bytes of every block: byte-reversed for the guard,",
+		"with the initial register in the first lane for the folded sums.")
+	gacc := make([]reg.VecVirtual, zGroup)
+	sacc := map[int]reg.VecVirtual{}
+	for k := 0; k < zGroup; k++ {
+		gacc[k] = c.ZMM()
+		c.VMOVDQU64(addr(k, 0), gacc[k])
+		if !isCRC(k) {
+			sacc[k] = c.ZMM()
+			c.VPXORQ(initv.AsZ(), gacc[k], sacc[k])
+		}
+		reverse(gacc[k], mask)
+	}
+	t, d := c.ZMM(), c.ZMM()
+	crcStep := func(q, s int) {
+		for _, k := range crcBlocks {
+			c.CRC32Q(addr(k, 64*s+8*q), crcs[k])
+		}
+	}
+	c.Comment("Every step: 64 bytes of each CRC32 block (8 CRC32Q), each guard",
+		"and folded sum forward by 64 bytes onto the next 64 of its block.")
+	c.DECQ(iter)
+	c.JZ(operand.LabelRef(name + "_last"))
+	// step emits the step s steps on from the bases.
+	step := func(s int) {
+		for q := 0; q < 8; q++ {
+			crcStep(q, s)
+			k := q
+			c.VMOVDQU64(addr(k, 64*s+64), d)
+			reverse(d, mask)
+			c.VPCLMULQDQ(operand.U8(gLo), kT, gacc[k], t)
+			c.VPCLMULQDQ(operand.U8(gHi), kT, gacc[k], gacc[k])
+			c.VPTERNLOGD(operand.U8(0x96), d, t, gacc[k])
+			if !isCRC(q) {
+				a := sacc[q]
+				c.VPCLMULQDQ(operand.U8(0x00), kC, a, t)
+				c.VPCLMULQDQ(operand.U8(0x11), kC, a, a)
+				c.VPTERNLOGD(operand.U8(0x96), addr(q, 64*s+64), t, a)
+			}
+		}
+	}
+	advance := func(steps int) {
+		for _, b := range bases {
+			c.ADDQ(operand.U32(64*steps), b)
+		}
+	}
+	// Two steps a round halve the pointer updates and branches (scalar µops
+	// that can take ports 1 and 5): 4096/4096 1.33-1.41 of two ISA-L calls
+	// against 1.27-1.35 on Emerald Rapids, within the spread of a shared
+	// machine but never below it.
+	c.Comment("Two steps a round while two remain, then one.")
+	c.CMPQ(iter, operand.U8(2))
+	c.JB(operand.LabelRef(name + "_loop"))
+	c.Label(name + "_loop2")
+	step(0)
+	step(1)
+	advance(2)
+	c.SUBQ(operand.U8(2), iter)
+	c.CMPQ(iter, operand.U8(2))
+	c.JAE(operand.LabelRef(name + "_loop2"))
+	c.TESTQ(iter, iter)
+	c.JZ(operand.LabelRef(name + "_last"))
+	c.Label(name + "_loop")
+	step(0)
+	advance(1)
+	c.DECQ(iter)
+	c.JNZ(operand.LabelRef(name + "_loop"))
+	c.Label(name + "_last")
+	c.Comment("Last step: the CRC32 blocks only.")
+	for q := 0; q < 8; q++ {
+		crcStep(q, 0)
+	}
+
+	dst := c.Load(c.Param("dst"), c.GP64())
+	sums := c.Load(c.Param("sums"), c.GP64())
+	// lanes sets x to the lane congruent to the 64-byte accumulator a: its
+	// lanes folded into the last by the 64 bytes k at Rev[61] of their
+	// table ({Fold[3], Fold[2], Fold[1], 0}), with immediates lo and hi
+	// picking the quadwords as the CRC's lanes hold them.
+	lanes := func(a, k reg.VecVirtual, lo, hi uint8, x reg.VecVirtual) {
+		c.VPCLMULQDQ(operand.U8(lo), k, a, t)
+		c.VPCLMULQDQ(operand.U8(hi), k, a, d)
+		c.VPXORQ(t, d, d)
+		y, l3 := c.YMM(), c.XMM()
+		c.VEXTRACTI64X4(operand.U8(1), d, y)
+		c.VPXORQ(y, d.AsY(), y)
+		c.VEXTRACTI32X4(operand.U8(1), y, x)
+		c.VPXORQ(x, y.AsX(), x)
+		c.VEXTRACTI32X4(operand.U8(3), a, l3)
+		c.VPXORQ(l3, x, x)
+	}
+	sp := c.GP64()
+	c.LEAQ(frame.Offset(63), sp)
+	c.ANDQ(operand.I32(-64), sp)
+	// lanes4 sets z's lane j to the lane congruent to the accumulator
+	// as[j] (as lanes does, for four at once): each accumulator's lanes
+	// times k, with its last lane kept as it is (k's last lane is zero;
+	// the mask last4 keeps it), then a transpose that sums every
+	// accumulator's four lanes into one: lanes {0,1} and {2,3} of two
+	// vectors paired and summed, then lanes {0,2} and {1,3}.
+	lanes4 := func(as []reg.VecVirtual, k reg.VecVirtual, lo, hi uint8, z reg.VecVirtual) {
+		w := make([]reg.VecVirtual, 4)
+		for j, a := range as {
+			w[j] = c.ZMM()
+			c.VPCLMULQDQ(operand.U8(lo), k, a, t)
+			c.VPCLMULQDQ(operand.U8(hi), k, a, w[j])
+			c.VPXORQ(t, w[j], w[j])
+			// w ^= a & last4: 0x78 is A ^ (B & C) with A = w, B = a, C = last4.
+			c.VPTERNLOGD(operand.U8(0x78), last4, a, w[j])
+		}
+		x := []reg.VecVirtual{c.ZMM(), c.ZMM()}
+		for i := 0; i < 2; i++ {
+			lo2, hi2 := c.ZMM(), c.ZMM()
+			c.VSHUFI64X2(operand.U8(0x44), w[2*i+1], w[2*i], lo2) // lanes 0,1 of each
+			c.VSHUFI64X2(operand.U8(0xee), w[2*i+1], w[2*i], hi2) // lanes 2,3 of each
+			c.VPXORQ(lo2, hi2, x[i])
+		}
+		e, o := c.ZMM(), c.ZMM()
+		c.VSHUFI64X2(operand.U8(0x88), x[1], x[0], e) // lanes 0,2 of each
+		c.VSHUFI64X2(operand.U8(0xdd), x[1], x[0], o) // lanes 1,3 of each
+		c.VPXORQ(e, o, z)
+	}
+	c.Comment("The folded sums four at a time: lane j of z congruent to the j-th's",
+		"block, stored to the frame and read back by two CRC32Q from zero",
+		"(the lane is a 16-byte message congruent to the block).")
+	var folded []int
+	for k := 0; k < zGroup; k++ {
+		if !isCRC(k) {
+			folded = append(folded, k)
+		}
+	}
+	sumOut := func(k int, r reg.GPVirtual) {
+		c.NOTL(r.As32())
+		c.MOVL(r.As32(), operand.Mem{Base: sums, Disp: 4 * k})
+	}
+	for h := 0; h < len(folded); h += 4 {
+		ks := folded[h:min(h+4, len(folded))]
+		if len(ks) < 4 {
+			for _, k := range ks {
+				v := c.XMM()
+				lanes(sacc[k], kRC, 0x00, 0x11, v)
+				r, q := c.GP64(), c.GP64()
+				c.XORL(r.As32(), r.As32())
+				c.VMOVQ(v, q)
+				c.CRC32Q(q, r)
+				c.VPEXTRQ(operand.U8(1), v, q)
+				c.CRC32Q(q, r)
+				sumOut(k, r)
+			}
+			continue
+		}
+		z := c.ZMM()
+		lanes4([]reg.VecVirtual{sacc[ks[0]], sacc[ks[1]], sacc[ks[2]], sacc[ks[3]]}, kRC, 0x00, 0x11, z)
+		c.VMOVDQA64(z, operand.Mem{Base: sp})
+		for j, k := range ks {
+			r := c.GP64()
+			c.XORL(r.As32(), r.As32())
+			c.CRC32Q(operand.Mem{Base: sp, Disp: 16 * j}, r)
+			c.CRC32Q(operand.Mem{Base: sp, Disp: 16*j + 8}, r)
+			sumOut(k, r)
+		}
+	}
+	for _, k := range crcBlocks {
+		sumOut(k, crcs[k])
+	}
+	c.Comment("The guards four at a time: lane j of z congruent to the j-th's block,",
+		"reduced together, the four CRCs read back from the frame.")
+	for h := 0; h < zGroup; h += 4 {
+		z := c.ZMM()
+		lanes4(gacc[h:h+4], kR, gLo, gHi, z)
+		if gfni {
+			c.Comment("Back to the unreflected domain: bits of every byte, then the bytes.")
+			c.VGF2P8AFFINEQB(operand.U8(0), brev, z, z)
+			c.VPSHUFB(mask, z, z)
+		}
+		reduceZ(c, z, zFin, zMuP)
+		c.VMOVDQA64(z, operand.Mem{Base: sp})
+		for j := 0; j < 4; j++ {
+			out := c.GP64()
+			c.MOVWQZX(operand.Mem{Base: sp, Disp: 16 * j}, out)
+			c.MOVW(out.As16(), operand.Mem{Base: dst, Disp: 2 * (h + j)})
+		}
+	}
+	c.ADDQ(operand.U8(2*zGroup), dst)
+	c.Store(dst, c.Param("dst"))
+	c.ADDQ(operand.U8(4*zGroup), sums)
+	c.Store(sums, c.Param("sums"))
+	c.Comment("p += 8·stride.")
+	p = c.GP64()
+	c.Load(c.Param("p"), p)
+	st := c.Load(c.Param("stride"), c.GP64())
+	c.SHLQ(operand.U8(3), st)
+	c.ADDQ(st, p)
+	c.Store(p, c.Param("p"))
+	c.DECQ(param("groups"))
+	c.JNZ(operand.LabelRef(name + "_group"))
+	c.VZEROUPPER()
+	c.RET()
+}
+
+// reduceZ is reduce (main.go) on the four lanes of z at once, each lane's
+// CRC left in its low 16 bits (the rest of the lane is not zeroed); fin and
+// muP hold {Final[0], 0} and {Mu, Poly} in every lane.
+func reduceZ(c *build.Context, z, fin, muP reg.VecVirtual) {
+	t, s, k := c.ZMM(), c.ZMM(), c.ZMM()
+	c.VPCLMULQDQ(operand.U8(0x01), fin, z, t) // Hi·C(64+w)
+	c.VPSLLDQ(operand.U8(8), z, s)            // Lo in the high quadword
+	c.VPSRLDQ(operand.U8(8-width/8), s, s)    // Lo·x^w
+	c.VPXORQ(s, t, t)                         // T, degree < 64+w
+	c.VPSRLDQ(operand.U8(width/8), t, s)      // Q = T div x^w
+	c.VPCLMULQDQ(operand.U8(0x00), muP, s, k) // Q·mu_low
+	c.VPSRLDQ(operand.U8(8), k, k)            // floor(Q·mu_low / x^64)
+	c.VPXORQ(k, s, s)                         // q
+	c.VPCLMULQDQ(operand.U8(0x10), muP, s, k) // q·p
+	c.VPXORQ(k, t, z)                         // low w bits: the CRC
+}
