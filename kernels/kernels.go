@@ -97,7 +97,6 @@ var archFeatures = map[string][]feature{
 		// needs only the CPUID bit, which internal/x86 reads.
 		{"vpclmulqdq", x86.HasVPCLMULQDQ},
 		{"vpclmulqdq", cpu.X86.HasAVX512VPCLMULQDQ},
-		{"gfni", cpu.X86.HasAVX512GFNI},
 	},
 	"arm64": {
 		{"asimd", cpu.ARM64.HasASIMD},

@@ -749,25 +749,6 @@ func (m *Machine) step(p *Program, fn string, in instr, pc *int) bool {
 		} else {
 			m.setVec(last(), r)
 		}
-	case "VGF2P8AFFINEQB":
-		// Intel: dst, x, A, imm; Go: imm, A, x, dst. Byte j of quadword q of
-		// x becomes the byte whose bit i is the parity of byte 7-i of A's
-		// quadword q ANDed with it, XOR bit i of imm.
-		imm := uint64(a[0].imm)
-		am, x := m.vecVal(a[1], w), m.vecVal(a[2], w)
-		var r [8]uint64
-		for q := 0; q < w/8; q++ {
-			for j := uint(0); j < 8; j++ {
-				xb := x[q] >> (8 * j) & 0xff
-				var b uint64
-				for i := uint(0); i < 8; i++ {
-					row := am[q] >> (8 * (7 - i)) & 0xff
-					b |= uint64(bits.OnesCount64(row&xb)&1) << i
-				}
-				r[q] |= (b ^ imm&0xff) << (8 * j)
-			}
-		}
-		m.setVec(last(), r)
 	case "VPSHUFB", "PSHUFB":
 		// Go: ctrl, src, dst (legacy: ctrl, dst). Per 128-bit lane.
 		src := a[len(a)-2]
