@@ -713,6 +713,7 @@ func (v *Volume) ComputeParity(ctx context.Context, progress ParityProgress) (Pa
 	rep := &pp.rep
 	total := pv.l.Stripes()
 	var sinceSync int64
+	unsynced := false // stripes marked since the last sync
 	for s0 := int64(0); s0 < total; {
 		if err := ctx.Err(); err != nil {
 			return *rep, err
@@ -726,6 +727,7 @@ func (v *Volume) ComputeParity(ctx context.Context, progress ParityProgress) (Pa
 			if err != nil || !anyTodo {
 				return err
 			}
+			unsynced = true
 			if err := pp.mark(s0, todo, true); err != nil {
 				return err
 			}
@@ -743,8 +745,10 @@ func (v *Volume) ComputeParity(ctx context.Context, progress ParityProgress) (Pa
 		}
 		sinceSync += int64(n)
 		s0 = s1
-		if sinceSync*int64(pv.l.DataShards()*pv.bs) >= 256<<20 || s0 == total {
-			sinceSync = 0
+		if unsynced && (sinceSync*int64(pv.l.DataShards()*pv.bs) >= 256<<20 || s0 == total) {
+			// (A pass with nothing to do, after protect --parity computed
+			// it all, syncs nothing.)
+			sinceSync, unsynced = 0, false
 			if err := pp.sync(); err != nil {
 				return *rep, err
 			}
@@ -771,6 +775,7 @@ type parityPass struct {
 	par    []byte   // a window's parity blocks, as in the file
 	sums   []uint32 // a window's parity checksums
 	shards [][]byte // one stripe's, for the codec
+	runs   []byte   // a group's parity runs (encodeGroups)
 	rep    ParityReport
 }
 
@@ -889,8 +894,11 @@ func (pp *parityPass) encode(s0 int64, todo, good []bool, at func(b int64, pos, 
 	k, m, bs := l.DataShards(), pv.m, pv.bs
 	n := len(todo)
 	computed := make([]bool, n)
+	if err := pp.encodeGroups(s0, todo, good, at, computed); err != nil {
+		return err
+	}
 	for i := range n {
-		if !todo[i] {
+		if !todo[i] || computed[i] {
 			continue
 		}
 		s := s0 + int64(i)
@@ -941,6 +949,64 @@ func (pp *parityPass) encode(s0 int64, todo, good []bool, at func(b int64, pos, 
 			pp.rep.Computed++
 		}
 		i = j
+	}
+	if wb, ok := pv.dev.(device.WritebackStarter); ok {
+		// The window's parity starts for the medium now, so that the
+		// next Sync (the pass's last, above all) waits for less. A hint:
+		// an error here is the Sync's to report.
+		_ = wb.StartWriteback(pv.l.ParityOffset(s0, 0), int64(n*m*bs))
+	}
+	return nil
+}
+
+// encodeGroups encodes, a group at a time, the whole groups of a window
+// of whole groups (pp.groups) all of whose stripes are to do and good:
+// position pos of a full group's D stripes is a run of D neighbouring
+// blocks, so the group is one Codec.EncodeRuns of k runs of D blocks (the
+// library's fast path, against D calls over single blocks), whose m parity
+// runs are then laid out stripe by stripe in pp.par. It marks the stripes
+// it computed; the others are left to encode's stripe by stripe loop.
+func (pp *parityPass) encodeGroups(s0 int64, todo, good []bool, at func(b int64, pos, i int) int, computed []bool) error {
+	if !pp.groups {
+		return nil
+	}
+	pv, l := pp.pv, pp.pv.l
+	k, m, bs, D := l.DataShards(), pv.m, pv.bs, l.Depth()
+	n := int64(len(todo))
+	for g0 := s0; g0+D <= s0+n; g0 += D {
+		// A full group: its k·D blocks all exist.
+		if (g0/D+1)*D*int64(k) > l.Blocks() {
+			break
+		}
+		all := true
+		for i := g0 - s0; i < g0-s0+D && all; i++ {
+			all = todo[i] && good[i]
+		}
+		if !all {
+			continue
+		}
+		if pp.runs == nil {
+			pp.runs = device.AlignedBuffer(m * int(D) * bs)
+		}
+		first, _ := l.Block(g0, 0)
+		o := at(first, 0, int(g0-s0))
+		run := int(D) * bs
+		for pos := range k {
+			pp.shards[pos] = pp.data[o+pos*run : o+(pos+1)*run]
+		}
+		for j := range m {
+			pp.shards[k+j] = pp.runs[j*run : (j+1)*run]
+		}
+		if err := pv.codec.EncodeRuns(pp.shards); err != nil {
+			return err
+		}
+		for c := range int(D) {
+			i := int(g0-s0) + c
+			for j := range m {
+				copy(pp.par[(i*m+j)*bs:(i*m+j+1)*bs], pp.runs[j*run+c*bs:])
+			}
+			computed[i] = true
+		}
 	}
 	return nil
 }

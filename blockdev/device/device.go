@@ -109,6 +109,14 @@ type CacheDropper interface {
 	DropCache(off, n int64) error
 }
 
+// A WritebackStarter is implemented by devices that can start writing a
+// range's cached writes to the medium without waiting for it
+// (sync_file_range SYNC_FILE_RANGE_WRITE), so that a later Sync has less
+// left to wait for. It promises no durability: only Sync does.
+type WritebackStarter interface {
+	StartWriteback(off, n int64) error
+}
+
 // A Mapper is implemented by devices that can lend their contents in
 // place, from a read-only shared mapping of the page cache, so that a
 // reader can verify and copy blocks in one pass instead of having the

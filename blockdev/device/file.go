@@ -305,6 +305,22 @@ func (d *File) Sync() error {
 	return nil
 }
 
+// StartWriteback implements [WritebackStarter]: writeback of [off,
+// off+n) starts now (on Linux; elsewhere it is errors.ErrUnsupported).
+// With O_DIRECT there is nothing cached to write.
+func (d *File) StartWriteback(off, n int64) error {
+	if d.closed.Load() {
+		return ErrClosed
+	}
+	if d.direct != nil {
+		return nil
+	}
+	if err := startWriteback(d.f, off, n); err != nil {
+		return ioErr("start writeback", off, n, err)
+	}
+	return nil
+}
+
 // Close implements [Device].
 func (d *File) Close() error {
 	if d.closed.Swap(true) {

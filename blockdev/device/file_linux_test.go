@@ -324,3 +324,30 @@ func TestDropCacheMapped(t *testing.T) {
 		})
 	}
 }
+
+// TestStartWriteback starts the writeback of a range written to a file's
+// page cache: it succeeds (and promises nothing a Sync does not), and a
+// closed file says so.
+func TestStartWriteback(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "f")
+	if err := os.WriteFile(p, make([]byte, 1<<20), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := OpenFile(p, FileOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt(bytes.Repeat([]byte{7}, 64<<10), 128<<10); err != nil {
+		t.Fatal(err)
+	}
+	var wb WritebackStarter = f
+	if err := wb.StartWriteback(128<<10, 64<<10); err != nil {
+		t.Fatalf("StartWriteback: %v", err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := wb.StartWriteback(0, 4096); !errors.Is(err, ErrClosed) {
+		t.Fatalf("StartWriteback of a closed file: %v, want ErrClosed", err)
+	}
+}

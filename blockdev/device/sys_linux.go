@@ -85,6 +85,12 @@ func fadviseDontNeed(f *os.File, off, n int64) error {
 	})
 }
 
+func startWriteback(f *os.File, off, n int64) error {
+	return control(f, func(fd int) error {
+		return unix.SyncFileRange(fd, off, n, unix.SYNC_FILE_RANGE_WRITE)
+	})
+}
+
 func punchHole(f *os.File, off, n int64) error {
 	err := control(f, func(fd int) error {
 		return unix.Fallocate(fd, unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, off, n)

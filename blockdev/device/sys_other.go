@@ -18,6 +18,8 @@ func fdatasync(f *os.File) error { return f.Sync() }
 
 func fadviseDontNeed(*os.File, int64, int64) error { return errors.ErrUnsupported }
 
+func startWriteback(*os.File, int64, int64) error { return errors.ErrUnsupported }
+
 func punchHole(*os.File, int64, int64) error { return errors.ErrUnsupported }
 
 func blkZeroOut(*os.File, int64, int64) error { return errors.ErrUnsupported }

@@ -152,6 +152,28 @@ func (c *Codec) Encode(shards [][]byte) error {
 	return nil
 }
 
+// EncodeRuns computes the parity of n stripes at once: shards holds k data
+// runs, then m parity runs, each of n·BlockSize bytes, where stripe i's
+// block at each position is block i of that position's run. The code works
+// byte by byte, so this is n Encodes, in one call over long shards (the
+// library's fast path; an interleaved group's stripes are laid out so,
+// see Layout). No run may be missing; the parity runs are overwritten.
+func (c *Codec) EncodeRuns(shards [][]byte) error {
+	if len(shards) != c.k+c.m {
+		return fmt.Errorf("%w: %d shards, want %d", ErrShards, len(shards), c.k+c.m)
+	}
+	n := len(shards[0])
+	for i, sh := range shards {
+		if len(sh) != n || n == 0 || n%c.bs != 0 {
+			return fmt.Errorf("%w: run %d has %d bytes, want %d, a multiple of %d", ErrShards, i, len(sh), n, c.bs)
+		}
+	}
+	if err := (*c.enc.Load()).Encode(shards); err != nil {
+		return fmt.Errorf("parity: encode: %w", err)
+	}
+	return nil
+}
+
 // Update brings a stripe's parity up to date after some of its data blocks
 // change, from the change alone: for each changed block i, the parity
 // gains the Reed-Solomon contribution of old XOR new (the code is linear),

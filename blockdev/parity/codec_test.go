@@ -420,3 +420,45 @@ func TestLibraryPaths(t *testing.T) {
 		}
 	}
 }
+
+// TestEncodeRuns checks that encoding n stripes as runs (position p of
+// stripe i at block i of run p) gives each stripe's Encode, and that runs
+// of unequal or partial-block lengths, or the wrong count, are refused.
+func TestEncodeRuns(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	for _, tc := range []struct{ k, m, bs, n int }{{4, 2, 64, 1}, {4, 2, 64, 7}, {16, 2, 512, 33}, {32, 4, 64, 5}} {
+		c := mustCodec(t, tc.k, tc.m, tc.bs)
+		runs := randBlocks(r, tc.k+tc.m, tc.n*tc.bs)
+		if err := c.EncodeRuns(runs); err != nil {
+			t.Fatal(err)
+		}
+		for i := range tc.n {
+			sh := make([][]byte, tc.k+tc.m)
+			for p := range sh {
+				sh[p] = bytes.Clone(runs[p][i*tc.bs : (i+1)*tc.bs])
+			}
+			for j := range tc.m {
+				clear(sh[tc.k+j])
+			}
+			if err := c.Encode(sh); err != nil {
+				t.Fatal(err)
+			}
+			for j := range tc.m {
+				if !bytes.Equal(sh[tc.k+j], runs[tc.k+j][i*tc.bs:(i+1)*tc.bs]) {
+					t.Fatalf("%d+%d: stripe %d of %d: parity block %d differs from Encode's", tc.k, tc.m, i, tc.n, j)
+				}
+			}
+		}
+	}
+	c := mustCodec(t, 4, 2, 64)
+	for _, runs := range [][][]byte{
+		randBlocks(r, 5, 128),
+		append(randBlocks(r, 5, 128), make([]byte, 64)),
+		randBlocks(r, 6, 100),
+		randBlocks(r, 6, 0),
+	} {
+		if err := c.EncodeRuns(runs); !errors.Is(err, ErrShards) {
+			t.Fatalf("EncodeRuns of %d runs of %d bytes: %v, want ErrShards", len(runs), len(runs[0]), err)
+		}
+	}
+}
