@@ -144,7 +144,7 @@ func (pp *parityPass) encodeWindow(s0 int64, n int, b0 int64) error {
 	if err != nil || !anyTodo {
 		return err
 	}
-	if err := pp.mark(s0, todo, false); err != nil {
+	if err := pp.mark(s0, todo); err != nil {
 		return err
 	}
 	good := make([]bool, n)

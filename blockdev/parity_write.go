@@ -728,7 +728,7 @@ func (v *Volume) ComputeParity(ctx context.Context, progress ParityProgress) (Pa
 				return err
 			}
 			unsynced = true
-			if err := pp.mark(s0, todo, true); err != nil {
+			if err := pp.mark(s0, todo); err != nil {
 				return err
 			}
 			pp.buffers()
@@ -863,8 +863,12 @@ func (pp *parityPass) todo(s0 int64, n int) ([]bool, bool, error) {
 // mark puts the stripes to do from s0 under parity intents (which the
 // next Sync drops once their parity is synced and their checksums
 // committed, or whose checksums it drops if the parity file's sync fails),
-// in one store commit, synced if sync. Caller holds flushMu.
-func (pp *parityPass) mark(s0 int64, todo []bool, sync bool) error {
+// in one unsynced store commit. Unsynced is enough: a stripe to do has no
+// checksums, so its parity is never used before the Sync that syncs the
+// parity file commits them, with the intents dropped, in one synced
+// commit; an intent a crash loses leaves a stripe without parity, as it
+// was. Caller holds flushMu.
+func (pp *parityPass) mark(s0 int64, todo []bool) error {
 	pv := pp.pv
 	x := pv.v.tup.NewTxn()
 	for i, t := range todo {
@@ -876,7 +880,7 @@ func (pp *parityPass) mark(s0 int64, todo []bool, sync bool) error {
 			pv.marked[s0+int64(i)] = true
 		}
 	}
-	if err := x.Commit(sync); err != nil {
+	if err := x.Commit(false); err != nil {
 		return pv.v.fail(err)
 	}
 	return nil
