@@ -235,13 +235,14 @@ func (sc *scratch) fail(err error) {
 }
 
 // splitRead reports whether a run of n blocks is read in pieces shared
-// with the split helper: a large run, with Options.VerifyWorkers, or of a
-// keyed volume whose fused kernel computes the partials (keyedHelper).
+// with the split helper: a large run, unless Options.VerifyWorkers is
+// negative, or of a keyed volume whose fused kernel computes the partials
+// (keyedHelper).
 func (v *Volume) splitRead(n int) bool {
 	if n*v.bs < splitMin || runtime.GOMAXPROCS(0) < 2 {
 		return false
 	}
-	return v.opts.VerifyWorkers > 0 || v.keyedHelper()
+	return v.opts.VerifyWorkers >= 0 || v.keyedHelper()
 }
 
 // keyedHelper reports whether a large verified read of a keyed volume

@@ -119,8 +119,9 @@ func reportRatio(b *testing.B, baseline time.Duration) {
 
 func BenchmarkVolumeRead(b *testing.B) {
 	for _, format := range benchFormats {
-		for _, workers := range []int{0, 1} {
-			b.Run(fmt.Sprintf("%s/workers=%d", benchName(format), workers), func(b *testing.B) {
+		for _, workers := range []int{-1, 0} {
+			name := map[int]string{-1: "split=off", 0: "split=on"}[workers]
+			b.Run(fmt.Sprintf("%s/%s", benchName(format), name), func(b *testing.B) {
 				benchRead(b, format, workers)
 			})
 		}

@@ -132,7 +132,7 @@ func RemapVolume(ctx context.Context, dev device.Device, kv store.KV, newRefTag 
 	// built over tup without recovery (there are no intents: above) and
 	// never written through.
 	vo := opts.Options
-	vo.VerifyWorkers, vo.TupleCacheBytes, vo.Rereads = 0, -1, rereadsFor(opts.Rereads)
+	vo.VerifyWorkers, vo.TupleCacheBytes, vo.Rereads = -1, -1, rereadsFor(opts.Rereads)
 	if vo.Rereads == 0 {
 		vo.Rereads = -1
 	}

@@ -14,18 +14,19 @@ import (
 	"github.com/difctl/difctl/dif"
 )
 
-// Large reads with verification workers are cut into pieces that the
-// caller and the split helper read and verify (readParallel). Every piece
+// Large reads (unless Options.VerifyWorkers is negative) are cut into
+// pieces that the caller and the split helper read and verify
+// (readParallel). Every piece
 // must be verified, failures in any piece reported at the right block, and
 // a piece whose device read fails redone serially with the per-block
 // retries.
 func TestVolumeSplitRead(t *testing.T) {
 	const blocks = 512 // 2 MiB of 4 KiB blocks: a read of all of it is split
-	for _, workers := range []int{0, 1, 3} {
+	for _, workers := range []int{-1, 0, 1, 3} {
 		for _, c := range []string{"clean", "transient-io", "permanent-io", "corrupt"} {
 			t.Run(fmt.Sprintf("workers=%d/case=%s", workers, c), func(t *testing.T) {
 				tv := newTestVol(t, "4096+8", blocks, CreateOptions{Options: Options{VerifyWorkers: workers}})
-				if got, want := tv.v.splitRead(tv.v.chunk), workers > 0 && runtime.GOMAXPROCS(0) > 1; got != want {
+				if got, want := tv.v.splitRead(tv.v.chunk), workers >= 0 && runtime.GOMAXPROCS(0) > 1; got != want {
 					t.Fatalf("splitRead(%d blocks) = %v with %d workers, want %v", tv.v.chunk, got, workers, want)
 				}
 				bad := int64(blocks*3/4 + 5) // in the last part whatever the split
@@ -73,11 +74,11 @@ func TestVolumeSplitReadAllocs(t *testing.T) {
 	}
 	t.Cleanup(split.Force())
 	var allocs [2]float64
-	for i, workers := range []int{0, 1} {
+	for i, workers := range []int{-1, 0} {
 		v, _, _ := fileVol(t, "4096+8", 512, Options{VerifyWorkers: workers})
 		buf := make([]byte, 256*4096)
-		if v.splitRead(256) != (workers > 0) {
-			t.Fatalf("workers=%d: splitRead = %v", workers, !(workers > 0))
+		if v.splitRead(256) != (workers >= 0) {
+			t.Fatalf("workers=%d: splitRead = %v", workers, !(workers >= 0))
 		}
 		// (testing.AllocsPerRun runs with GOMAXPROCS 1, which turns the
 		// split off. The first read wakes the helper, which stays for a
