@@ -53,9 +53,22 @@ const (
 	opRead     = 0x02 // NVM I/O
 )
 
-// submit issues one passthrough command and keeps the buffers it points to
-// alive until the ioctl returns.
+// submit issues one passthrough command whose buffers (c's addresses,
+// taken with addr) are bufs, and keeps them alive and in place until the
+// ioctl returns. The command holds their addresses as integers, which
+// neither keep a buffer alive nor follow it if it moves: a buffer on a
+// goroutine's stack moves when the stack grows, between addr and the
+// ioctl (f.SyscallConn and Control are calls), and the kernel then writes
+// into the old stack. Pinning makes every buffer passed here a heap
+// object (escape analysis sees it escape) that stays put until Unpin.
 func submit(f *os.File, req uintptr, op string, c *passthru64, bufs ...[]byte) error {
+	var pin runtime.Pinner
+	defer pin.Unpin()
+	for _, b := range bufs {
+		if len(b) > 0 {
+			pin.Pin(&b[0])
+		}
+	}
 	rc, err := f.SyscallConn()
 	if err != nil {
 		return fmt.Errorf("nvme: %s: %w", op, err)
@@ -81,6 +94,8 @@ func submit(f *os.File, req uintptr, op string, c *passthru64, bufs ...[]byte) e
 	return nil
 }
 
+// addr is the address of b's first byte, for a command's buffer fields;
+// b must be among the buffers passed to submit with the command.
 func addr(b []byte) uint64 {
 	if len(b) == 0 {
 		return 0
