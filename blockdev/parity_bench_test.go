@@ -114,6 +114,38 @@ func benchParityFile(b *testing.B, v *Volume, c parityBenchCase) (*device.File, 
 	return pdev, dir
 }
 
+// benchProtect times protect of the benchmark image as protect does it:
+// each iteration opens the image and a new store (untimed), runs protect
+// (timed; dir is the iteration's own directory, size the image's), then
+// closes and removes what it made (untimed).
+func benchProtect(b *testing.B, protect func(dev *device.File, kv store.KV, f dif.Format, dir string, size int64) error) {
+	p, size := volBenchImage(b)
+	f := dif.MustFormat("4096+8")
+	b.SetBytes(size)
+	for b.Loop() {
+		b.StopTimer()
+		dev, err := device.OpenFile(p, device.FileOptions{BlockSize: f.BlockSize()})
+		if err != nil {
+			b.Fatal(err)
+		}
+		dir := b.TempDir()
+		kv, err := store.Open("pebble:" + filepath.Join(dir, "store"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		err = protect(dev, kv, f, dir, size)
+		b.StopTimer()
+		if err != nil {
+			b.Fatal(err)
+		}
+		kv.Close()
+		dev.Close()
+		removeIterFiles(b, dir)
+		b.StartTimer()
+	}
+}
+
 // removeIterFiles removes the files an iteration of a benchmark made in
 // dir, so that the page cache they took is free for the next: on the
 // virtual machines the benchmarks run on, writing into pages the guest
@@ -189,71 +221,37 @@ func BenchmarkParity(b *testing.B) {
 		})
 	}
 	b.Run("op=protect", func(b *testing.B) {
-		p, size := volBenchImage(b)
-		f := dif.MustFormat("4096+8")
-		b.SetBytes(size)
-		for b.Loop() {
-			b.StopTimer()
-			dev, err := device.OpenFile(p, device.FileOptions{BlockSize: f.BlockSize()})
-			if err != nil {
-				b.Fatal(err)
-			}
-			dir := b.TempDir()
-			kv, err := store.Open("pebble:" + filepath.Join(dir, "store"))
-			if err != nil {
-				b.Fatal(err)
-			}
-			b.StartTimer()
+		benchProtect(b, func(dev *device.File, kv store.KV, f dif.Format, _ string, _ int64) error {
 			v, err := Create(context.Background(), dev, kv, CreateOptions{Format: f})
 			if err == nil {
 				err = v.Close()
 			}
-			b.StopTimer()
-			if err != nil {
-				b.Fatal(err)
-			}
-			kv.Close()
-			dev.Close()
-			removeIterFiles(b, dir)
-			b.StartTimer()
-		}
+			return err
+		})
 	})
 	for _, c := range parityBenchCases[1:] {
 		b.Run(fmt.Sprintf("op=protectparity/parity=%s", c.name), func(b *testing.B) {
-			p, size := volBenchImage(b)
-			f := dif.MustFormat("4096+8")
-			b.SetBytes(size)
-			for b.Loop() {
-				b.StopTimer()
-				dev, err := device.OpenFile(p, device.FileOptions{BlockSize: f.BlockSize()})
-				if err != nil {
-					b.Fatal(err)
-				}
-				dir := b.TempDir()
-				kv, err := store.Open("pebble:" + filepath.Join(dir, "store"))
-				if err != nil {
-					b.Fatal(err)
-				}
-				spec := ParitySpec{Data: c.k, Parity: c.m, Depth: c.depth, Path: filepath.Join(dir, "difpar")}
-				l, err := ParityLayout(spec, f.BlockSize(), size/int64(f.BlockSize()))
-				if err != nil {
-					b.Fatal(err)
-				}
-				b.StartTimer()
+			benchProtect(b, func(dev *device.File, kv store.KV, f dif.Format, dir string, size int64) error {
 				// As difctl protect --parity: the parity file made, protect
 				// with the parity computed in its pass, then ComputeParity
 				// for what the pass left (nothing unless the groups are
 				// larger than its windows).
+				spec := ParitySpec{Data: c.k, Parity: c.m, Depth: c.depth, Path: filepath.Join(dir, "difpar")}
+				l, err := ParityLayout(spec, f.BlockSize(), size/int64(f.BlockSize()))
+				if err != nil {
+					return err
+				}
 				if err := os.WriteFile(spec.Path, nil, 0o600); err != nil {
-					b.Fatal(err)
+					return err
 				}
 				if err := os.Truncate(spec.Path, l.FileSize()); err != nil {
-					b.Fatal(err)
+					return err
 				}
 				pdev, err := device.OpenFile(spec.Path, device.FileOptions{BlockSize: f.BlockSize()})
 				if err != nil {
-					b.Fatal(err)
+					return err
 				}
+				defer pdev.Close()
 				spec.Dev = pdev
 				v, err := Create(context.Background(), dev, kv, CreateOptions{Format: f, Parity: &spec})
 				if err == nil {
@@ -262,16 +260,8 @@ func BenchmarkParity(b *testing.B) {
 				if err == nil {
 					err = v.Close()
 				}
-				b.StopTimer()
-				if err != nil {
-					b.Fatal(err)
-				}
-				kv.Close()
-				dev.Close()
-				pdev.Close()
-				removeIterFiles(b, dir)
-				b.StartTimer()
-			}
+				return err
+			})
 		})
 	}
 	for _, c := range parityBenchCases[1:] {

@@ -7,7 +7,6 @@ import (
 	"os"
 	"testing"
 
-	"github.com/difctl/difctl/blockdev/device"
 	"github.com/difctl/difctl/blockdev/faultdev"
 	"github.com/difctl/difctl/blockdev/internal/blocktest"
 	"github.com/difctl/difctl/dif"
@@ -88,19 +87,7 @@ func testComputeParityFile(t *testing.T, format string, blocks int, sums bool, w
 		bad = append(bad, b)
 	}
 
-	spec := ParitySpec{Data: 4, Parity: 2, Depth: 16, Path: "test.difpar"}
-	size, err := v.ParityFileSize(spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pm, err := device.NewMem(size, min(bs, 4096))
-	if err != nil {
-		t.Fatal(err)
-	}
-	spec.Dev = pm
-	if err := v.AddParity(spec); err != nil {
-		t.Fatal(err)
-	}
+	pm := addMemParity(t, v, ParitySpec{Data: 4, Parity: 2, Depth: 16, Path: "test.difpar"})
 	rep, err := v.ComputeParity(context.Background(), nil)
 	stripes, nbad := v.par.l.Stripes(), int64(len(bad))
 	if err != nil || rep.Unprotected != nbad || rep.Computed != stripes-nbad {
@@ -142,19 +129,7 @@ func TestComputeParityReadError(t *testing.T) {
 	if _, err := tv.fault.Inject(faultdev.Fault{Kind: faultdev.FailRead, Off: once * 4096, Len: 1, After: 1, Times: 1}); err != nil {
 		t.Fatal(err)
 	}
-	spec := ParitySpec{Data: 4, Parity: 1, Depth: 8, Path: "test.difpar"}
-	size, err := tv.v.ParityFileSize(spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pm, err := device.NewMem(size, 4096)
-	if err != nil {
-		t.Fatal(err)
-	}
-	spec.Dev = pm
-	if err := tv.v.AddParity(spec); err != nil {
-		t.Fatal(err)
-	}
+	pm := addMemParity(t, tv.v, ParitySpec{Data: 4, Parity: 1, Depth: 8, Path: "test.difpar"})
 	rep, err := tv.v.ComputeParity(context.Background(), nil)
 	stripes := tv.v.par.l.Stripes()
 	if err != nil || rep.Unprotected != 1 || rep.Computed != stripes-1 {

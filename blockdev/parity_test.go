@@ -20,25 +20,33 @@ import (
 // device, computes it, and returns the device.
 func addTestParity(t testing.TB, tv *testVol, k, m int, depth int64) *device.Mem {
 	t.Helper()
-	spec := ParitySpec{Data: k, Parity: m, Depth: depth, Path: "test.difpar"}
-	size, err := tv.v.ParityFileSize(spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pm, err := device.NewMem(size, min(tv.v.BlockSize(), 4096))
-	if err != nil {
-		t.Fatal(err)
-	}
-	spec.Dev = pm
-	if err := tv.v.AddParity(spec); err != nil {
-		t.Fatal(err)
-	}
+	pm := addMemParity(t, tv.v, ParitySpec{Data: k, Parity: m, Depth: depth, Path: "test.difpar"})
 	rep, err := tv.v.ComputeParity(context.Background(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if rep.Unprotected != 0 || rep.Computed != tv.v.par.l.Stripes() {
 		t.Fatalf("ComputeParity: %+v, want all %d stripes computed", rep, tv.v.par.l.Stripes())
+	}
+	return pm
+}
+
+// addMemParity gives v the parity spec describes (its Dev left nil) on a
+// new memory device of the right size, not computed, and returns the
+// device.
+func addMemParity(t testing.TB, v *Volume, spec ParitySpec) *device.Mem {
+	t.Helper()
+	size, err := v.ParityFileSize(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pm, err := device.NewMem(size, min(v.BlockSize(), 4096))
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec.Dev = pm
+	if err := v.AddParity(spec); err != nil {
+		t.Fatal(err)
 	}
 	return pm
 }

@@ -2,7 +2,6 @@ package blockdev
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -1155,18 +1154,7 @@ func (pv *parityVol) classifyMapped(lba int64, n int, classify func([]byte) erro
 	if v.mapper == nil || v.noMap.Load() {
 		return false, nil
 	}
-	err = v.mapper.ReadMapped(lba*int64(pv.bs), n*pv.bs, classify)
-	switch {
-	case err == nil:
-		return true, nil
-	case errors.Is(err, errors.ErrUnsupported):
-		v.noMap.Store(true)
-		return false, nil
-	case errors.Is(err, device.ErrMapFault):
-		v.st.mapFaults.Add(1)
-		return false, nil
-	}
-	return false, err
+	return v.mappedDone(v.mapper, v.mapper.ReadMapped(lba*int64(pv.bs), n*pv.bs, classify))
 }
 
 // readBlocks reads the n blocks at lba into data; if that fails, block by

@@ -150,6 +150,15 @@ func (v *Volume) readMapped(lba int64, i, k int, data []byte, sc *scratch, w int
 	m.lba, m.i, m.k, m.data = lba, i, k, data
 	err = mapper.ReadMapped(off, k*v.bs, m.fn)
 	m.data = nil
+	return v.mappedDone(mapper, err)
+}
+
+// mappedDone is the outcome of a ReadMapped of mapper that returned err:
+// done, or to be read the ordinary way (false, nil) when the device cannot
+// be mapped (then the volume's mapping is not tried again) or reading the
+// mapping faulted (counted; ReadAt then reports the I/O error properly),
+// or the error.
+func (v *Volume) mappedDone(mapper device.Mapper, err error) (done bool, _ error) {
 	switch {
 	case err == nil:
 		return true, nil
