@@ -38,8 +38,9 @@
 //     staging and the store), read (read_device.go: from the device's
 //     read-only mapping of the page cache where it has one, [device.Mapper],
 //     copied and verified in one pass, so what is verified is what is
-//     returned, otherwise from ReadAt; with [Options.VerifyWorkers] large
-//     runs are read in pieces shared with the split helper), classify (read_classify.go: dif classifies
+//     returned, otherwise from ReadAt; large runs are read in pieces
+//     shared with the split helper where there are two CPUs, unless
+//     [Options.VerifyWorkers] is negative), classify (read_classify.go: dif classifies
 //     each piece in one pass, guards, tags and sector sums), recheck
 //     (read_recheck.go: a failing block goes to the block classifier and
 //     re-read loop shared with blockdev/pisource, and a block that passes
