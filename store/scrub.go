@@ -343,6 +343,59 @@ func (t *Tuples) SetFindingState(lba int64, field string, s FindingState, sync b
 	return t.updateFinding(lba, field, s, func(*Finding) {}, sync)
 }
 
+// FindingKey names a finding: its first block and its field.
+type FindingKey struct {
+	LBA   int64
+	Field string
+}
+
+// SetFindingStates changes the state of every finding of keys to s, as
+// SetFindingState does one's, reading them with one iterator where they
+// lie close together (getAll) and writing them in one commit. A key with
+// no finding fails the whole call with ErrNotFound, and nothing changes.
+func (t *Tuples) SetFindingStates(keys []FindingKey, s FindingState, sync bool) error {
+	if !s.valid() {
+		return fmt.Errorf("%w: finding state %d", ErrInvalid, s)
+	}
+	if len(keys) == 0 {
+		return nil
+	}
+	raw := make([][]byte, len(keys))
+	for i, k := range keys {
+		if k.LBA < 0 {
+			return fmt.Errorf("%w: volume %q: finding at block %d", ErrOutOfRange, t.volume, k.LBA)
+		}
+		raw[i] = t.findingKey(k.LBA, k.Field)
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	stored, err := t.getAll(raw)
+	if err != nil {
+		return err
+	}
+	b := t.kv.NewBatch()
+	defer b.Close()
+	for i, k := range keys {
+		v, ok := stored[string(raw[i])]
+		if !ok {
+			return fmt.Errorf("%w: volume %q: finding lba=%d field=%q", ErrNotFound, t.volume, k.LBA, k.Field)
+		}
+		f, err := t.decodeFinding(k.LBA, k.Field, v)
+		if err != nil {
+			return err
+		}
+		f.State = s
+		nv, err := json.Marshal(f)
+		if err != nil {
+			return fmt.Errorf("store: %v", err)
+		}
+		if err := b.Set(raw[i], nv); err != nil {
+			return err
+		}
+	}
+	return b.Commit(sync)
+}
+
 // SetFindingRepair records the outcome of a repair of the finding (lba,
 // field): state FindingRepaired (with when, the time the copy was synced)
 // or FindingUnrepairable, the source of the copy or the sources tried,

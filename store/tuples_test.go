@@ -870,3 +870,66 @@ func TestRecordFindingsIterError(t *testing.T) {
 		})
 	}
 }
+
+// TestSetFindingStates changes the state of many findings in one commit,
+// as SetFindingState does one at a time, and changes nothing when a key
+// has no finding.
+func TestSetFindingStates(t *testing.T) {
+	kv := &countKV{KV: store.NewMem()}
+	defer kv.Close()
+	tp, err := store.CreateTuples(kv, "v", store.NewManifest("f", 4096, 16, 1<<20*4096, "d"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	var fs []store.Finding
+	for lba := range int64(300) {
+		fs = append(fs, store.Finding{LBA: lba, Field: "guard", LastSeen: seen}, store.Finding{LBA: lba, Field: "ref", LastSeen: seen})
+	}
+	if _, err := tp.RecordFindings(fs, false); err != nil {
+		t.Fatal(err)
+	}
+	var keys []store.FindingKey
+	for lba := int64(100); lba < 200; lba += 3 {
+		keys = append(keys, store.FindingKey{LBA: lba, Field: "guard"})
+	}
+	keys = append(keys, store.FindingKey{LBA: 5, Field: "ref"}, store.FindingKey{LBA: 5, Field: "ref"})
+	state := func(lba int64, field string) store.FindingState {
+		t.Helper()
+		for f, err := range tp.Findings(store.FindingQuery{LBA: lba, N: 1}) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			if f.Field == field {
+				return f.State
+			}
+		}
+		t.Fatalf("no finding (%d, %s)", lba, field)
+		return 0
+	}
+	// A key with no finding: an error, and nothing changes.
+	missing := append(slices.Clone(keys), store.FindingKey{LBA: 400, Field: "guard"})
+	if err := tp.SetFindingStates(missing, store.FindingRecheckedOK, false); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("SetFindingStates with a missing finding: %v, want ErrNotFound", err)
+	}
+	if st := state(100, "guard"); st != store.FindingOpen {
+		t.Fatalf("after the failed call, finding (100, guard) is in state %v", st)
+	}
+	commits := kv.commits
+	if err := tp.SetFindingStates(keys, store.FindingRecheckedOK, false); err != nil {
+		t.Fatal(err)
+	}
+	if n := kv.commits - commits; n != 1 {
+		t.Fatalf("%d commits for %d findings, want 1", n, len(keys))
+	}
+	for _, k := range keys {
+		if st := state(k.LBA, k.Field); st != store.FindingRecheckedOK {
+			t.Fatalf("finding (%d, %s) in state %v, want rechecked-ok", k.LBA, k.Field, st)
+		}
+	}
+	for _, k := range []store.FindingKey{{101, "guard"}, {100, "ref"}, {5, "guard"}} {
+		if st := state(k.LBA, k.Field); st != store.FindingOpen {
+			t.Fatalf("finding (%d, %s) not in the batch is in state %v", k.LBA, k.Field, st)
+		}
+	}
+}

@@ -212,6 +212,7 @@ type scrubber struct {
 	batch   []Finding // findings of the run being committed
 	closes  []bool    // for each of batch: an open finding to close
 	pending []Finding // emit's findings for a FindingsRecorder
+	closing []Finding // emit's findings to close, for a FindingStatesSetter
 	anyOpen bool      // a full pass: State had open findings in its range
 
 	// errors-only
@@ -466,10 +467,13 @@ func (s *scrubber) emit() error {
 	}
 	if st := s.o.State; st != nil {
 		rec, batched := st.(FindingsRecorder)
-		s.pending = s.pending[:0]
+		setter, batchedStates := st.(FindingStatesSetter)
+		s.pending, s.closing = s.pending[:0], s.closing[:0]
 		for i, f := range fs {
 			var err error
 			switch {
+			case s.closes[i] && batchedStates:
+				s.closing = append(s.closing, f)
 			case s.closes[i]:
 				err = st.SetFindingState(f.LBA, f.Kind, FindingRecheckedOK)
 			case f.Repair == blockdev.RepairRepaired:
@@ -486,6 +490,11 @@ func (s *scrubber) emit() error {
 		}
 		if len(s.pending) > 0 {
 			if err := rec.RecordFindings(s.pass, s.pending); err != nil {
+				return err
+			}
+		}
+		if len(s.closing) > 0 {
+			if err := setter.SetFindingStates(s.closing, FindingRecheckedOK); err != nil {
 				return err
 			}
 		}

@@ -155,6 +155,34 @@ type FindingsRecorder interface {
 	RecordFindings(pass Cursor, fs []Finding) error
 }
 
+// FindingStatesSetter is an optional capability of a [State]:
+// SetFindingStates sets the state of every finding of fs as
+// SetFindingState would, in one go. A full pass closes the open findings
+// of a run's blocks that now pass through it when its State has it.
+type FindingStatesSetter interface {
+	SetFindingStates(fs []Finding, st FindingState) error
+}
+
+// SetFindingStates implements [FindingStatesSetter] in one store commit.
+func (s *StoreState) SetFindingStates(fs []Finding, st FindingState) error {
+	if len(fs) == 0 {
+		return nil
+	}
+	keys := make([]store.FindingKey, len(fs))
+	for i, f := range fs {
+		if f.LBA < 0 {
+			return fmt.Errorf("scrub: finding at block %d", f.LBA)
+		}
+		keys[i] = store.FindingKey{LBA: f.LBA, Field: string(f.Kind)}
+	}
+	if err := s.t.SetFindingStates(keys, st, false); err != nil {
+		return fmt.Errorf("scrub: set finding states: %w", err)
+	}
+	last := fs[len(fs)-1]
+	s.last.lba, s.last.kind, s.last.state, s.last.set = last.LBA, last.Kind, st, true
+	return nil
+}
+
 // RecordFindings implements [FindingsRecorder]: one query for the findings
 // this pass already recorded over the blocks of fs, and one store commit
 // (a finding each took a query, two reads and a commit).
