@@ -32,7 +32,8 @@ type parityOptions struct {
 	// Repair is parity check --repair.
 	Repair bool
 	// pass, for protect --parity, is what protect's pass computed (nil if
-	// it ran none), and passResumed whether that protect was resumed:
+	// no pass ran: protect was complete, or the layout's groups do not fit
+	// its windows), and passResumed whether that protect was resumed:
 	// parity add then reports the two together.
 	pass        *blockdev.ParityReport
 	passResumed bool

@@ -44,11 +44,9 @@ type protectOptions struct {
 	// Parity (--parity K+M, with --parity-file and --parity-depth) adds
 	// parity, computed in protect's pass over the image (see
 	// blockdev.CreateOptions.Parity); runParityAdd then computes what that
-	// pass left (a resumed protect's first window) and reports it.
-	// passDone, if not nil, is given the report that the pass fills in
-	// when it ends, and whether the protect resumed.
-	Parity   parityOptions
-	passDone func(pass *blockdev.ParityReport, resumed bool)
+	// pass left (a resumed protect's first window) and reports it. When
+	// the pass runs, runProtect sets Parity.pass and Parity.passResumed.
+	Parity *parityOptions
 }
 
 // protectRecord is the --json result of protect.
@@ -142,8 +140,7 @@ the same image; another image's store is refused.
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := runProtect(cmd.Context(), protectOptions{
 				globalOptions: *g, Image: args[0], Store: store, FormatText: format.text, PI: pf, Rate: rate.n, Checkpoint: int64(ckpt.n),
-				Reprotect: reprot, DropKey: dropKey, DevicePI: devPI, Parity: par,
-				passDone: func(pass *blockdev.ParityReport, resumed bool) { par.pass, par.passResumed = pass, resumed },
+				Reprotect: reprot, DropKey: dropKey, DevicePI: devPI, Parity: &par,
 			}, cmd.OutOrStdout(), cmd.ErrOrStderr()); err != nil {
 				return err
 			}
@@ -323,10 +320,6 @@ func runProtect(ctx context.Context, opts protectOptions, stdout, stderr io.Writ
 		return err
 	}
 	defer closeParity()
-	pass := new(blockdev.ParityReport)
-	if pspec != nil && opts.passDone != nil {
-		opts.passDone(pass, prior.Resume())
-	}
 	protected, err := protectVolume(ctx, opts, url, kv, dev, blockdev.CreateOptions{
 		Options: blockdev.Options{DeviceID: id, Key: key, Witness: w,
 			OpenParity: func(path string) (device.Device, error) { return openCopy(ctx, path, false) }},
@@ -337,7 +330,9 @@ func runProtect(ctx context.Context, opts protectOptions, stdout, stderr io.Writ
 		Tool:            toolName,
 		CheckpointBytes: opts.Checkpoint,
 		Parity:          pspec,
-		ParityDone:      func(r blockdev.ParityReport) { *pass = r },
+		ParityDone: func(r blockdev.ParityReport) {
+			opts.Parity.pass, opts.Parity.passResumed = &r, prior.Resume()
+		},
 	}, stderr)
 	if err != nil {
 		return err
@@ -358,7 +353,7 @@ func runProtect(ctx context.Context, opts protectOptions, stdout, stderr io.Writ
 // blocks of bs, and the function that closes the file.
 func protectParity(opts protectOptions, bs int, size int64) (*blockdev.ParitySpec, func(), error) {
 	o := opts.Parity
-	if o.Shape == "" {
+	if o == nil || o.Shape == "" {
 		return nil, func() {}, nil
 	}
 	k, m, err := parseShape(o.Shape)
