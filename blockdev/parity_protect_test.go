@@ -331,3 +331,46 @@ func TestProtectParityCrash(t *testing.T) {
 	}
 	t.Logf("%d crash points", total)
 }
+
+// TestProtectParityWriteError fails the parity file's writes during a
+// protect with parity: Create returns the device's error and records no
+// stripe whose parity was not written; protect resumed once the file
+// works again computes the parity, and every stripe is right.
+func TestProtectParityWriteError(t *testing.T) {
+	defer func(w int) { parityWindowBytes = w }(parityWindowBytes)
+	parityWindowBytes = 4 * 4096 * 8 * 2 // two groups of depth 8
+	const blocks = 512
+	mem, _ := device.NewMem(blocks*4096, 4096)
+	model := blocktest.Pattern(blocks*4096, 8)
+	mem.WriteAt(model, 0)
+	kv := store.NewMem()
+	defer kv.Close()
+	spec := ParitySpec{Data: 4, Parity: 2, Depth: 8, Path: "p"}
+	pm := protectParityFile(t, spec, 4096, blocks)
+	pf, err := faultdev.New(pm, faultdev.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, _ := ParityLayout(spec, 4096, blocks)
+	// The parity of the third window on: the first two are written.
+	if _, err := pf.Inject(faultdev.Fault{Kind: faultdev.FailWrite, Off: l.ParityOffset(2*16, 0), Len: 4096}); err != nil {
+		t.Fatal(err)
+	}
+	spec.Dev = pf
+	opts := CreateOptions{Format: dif.MustFormat("4096+8"), ChunkBytes: 10 * 4096, CheckpointBytes: 64 * 4096, Parity: &spec,
+		Options: Options{OpenParity: func(string) (device.Device, error) { return keepOpen{pf}, nil }}}
+	var ioe *device.IOError
+	if _, err := Create(context.Background(), mem, kv, opts); !errors.As(err, &ioe) {
+		t.Fatalf("Create with the parity file failing: %v, want the device's *IOError", err)
+	}
+	pf.ClearFaults()
+	v, err := Create(context.Background(), mem, kv, opts)
+	if err != nil {
+		t.Fatalf("resumed Create: %v", err)
+	}
+	defer v.Close()
+	if _, err := v.ComputeParity(context.Background(), nil); err != nil {
+		t.Fatal(err)
+	}
+	wantParity(t, v, pm, model, nil)
+}
