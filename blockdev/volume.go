@@ -179,9 +179,8 @@ type Options struct {
 	// keyed volume's large reads share their Poly1305 work with the helper
 	// in either case). The helper polls for a moment after each request,
 	// so a stream of reads costs up to that much of a second CPU per
-	// request. (On a two-vCPU Emerald Rapids guest, a verified 1 MiB read
-	// shared so runs at 94-99% of pread's speed, against 78-90% on one
-	// goroutine: docs/performance.md.)
+	// request. (What sharing gains is in docs/performance.md, "This tier
+	// today".)
 	VerifyWorkers int
 	// ReadOnly refuses WriteAt and Discard with ErrReadOnly. Crash
 	// recovery at Open still updates the store. Default false.
