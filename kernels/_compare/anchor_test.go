@@ -65,6 +65,13 @@ func BenchmarkAnchor(b *testing.B) {
 		b.Fatalf("-anchor.clock=%q: want cpu or wall", *anchorClock)
 	}
 	anchorSetClock(*anchorClock == "wall")
+	if *anchorTierFlag != "" {
+		restore, err := anchorSelectTier(*anchorTierFlag)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(restore)
+	}
 	var results []anchorResult
 	for _, c := range anchorCases(b) {
 		b.Run(c.name, func(b *testing.B) {
@@ -77,6 +84,12 @@ func BenchmarkAnchor(b *testing.B) {
 	}
 	printAnchorTable(results)
 }
+
+// anchorTierFlag picks a tier other than the one ISA-L's dispatcher picks
+// on this CPU: "avx2" compares ISA-L's AVX2 kernels, called by name, with
+// difctl's avx2 kernels, selected through the registry; so an AVX-512
+// machine measures the AVX2 tier too (anchorSelectTier, isal_test.go).
+var anchorTierFlag = flag.String("anchor.tier", "", "BenchmarkAnchor: the tier to compare (avx2), or empty for the one ISA-L's dispatcher picks here")
 
 var anchorMs = flag.Int("anchor.ms", 10, "BenchmarkAnchor: milliseconds per side of a round")
 
@@ -134,6 +147,9 @@ var (
 	// anchorPeerTier names the ISA-L tier compared with, for the table's
 	// title: "AVX-512", "AVX2" or "SSE/PCLMULQDQ" (isal_test.go).
 	anchorPeerTier string
+	// anchorSelectTier makes BenchmarkAnchor compare the tier named by
+	// -anchor.tier on both sides and returns what undoes it (isal_test.go).
+	anchorSelectTier func(tier string) (restore func(), err error)
 	// anchorT10DIFCopy times crc16_t10dif_copy per block (isal_test.go).
 	anchorT10DIFCopy func(dst []uint16, q, p []byte, blockLen, stride, reps int) time.Duration
 	// anchorPair times the guard and the CRC-32C of every block by two

@@ -3,10 +3,13 @@
 package compare
 
 import (
+	"fmt"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/difctl/difctl/kernels"
 	"github.com/difctl/difctl/kernels/crc32c"
 	"github.com/difctl/difctl/kernels/crc64nvme"
 	"github.com/difctl/difctl/kernels/crct10dif"
@@ -30,6 +33,7 @@ func init() {
 	anchorPeer = anchorName()
 	anchorPeerTier = anchorTier()
 	anchorSetClock = isalSetClock
+	anchorSelectTier = isalSelectTier
 	anchorT10DIF.isalBlocks = isalTimeBlocks[uint16]
 	anchorT10DIF.isalChecksum = sinkChecksum(isalTimeChecksum[uint16])
 	anchorCRC32C.isalBlocks = isalTimeBlocks[uint32]
@@ -159,5 +163,62 @@ func TestAnchorTimers(t *testing.T) {
 		if _, got := isalTimeChecksum[uint16](p, 3); got != uint64(crct10dif.Checksum(p)) {
 			t.Fatalf("len=%d: 3 reps: timeChecksum %#x, want one checksum %#x", len(p), got, crct10dif.Checksum(p))
 		}
+	}
+}
+
+// isalSelectTier makes BenchmarkAnchor compare tier on both sides: for
+// "avx2", ISA-L's AVX2 kernels (called by name, as on a CPU with
+// VPCLMULQDQ but not ISA-L's AVX-512 set) against difctl's avx2 kernels,
+// selected through the registry. restore goes back to the dispatchers'
+// picks.
+func isalSelectTier(tier string) (restore func(), err error) {
+	if tier != "avx2" {
+		return nil, fmt.Errorf("-anchor.tier=%q: want avx2 (or no flag for the tier ISA-L's dispatcher picks)", tier)
+	}
+	if !hasISALAVX2 {
+		return nil, fmt.Errorf("-anchor.tier=avx2: this CPU does not run ISA-L's AVX2 kernels (AVX2 and VPCLMULQDQ)")
+	}
+	pkgs := []string{"crct10dif", "crc32c", "crc64nvme", "t10crc32c"}
+	kind, peer, peerTier := anchorKind, anchorPeer, anchorPeerTier
+	restore = func() {
+		for _, p := range pkgs {
+			kernels.Reset(p)
+		}
+		anchorKind, anchorPeer, anchorPeerTier = kind, peer, peerTier
+	}
+	for _, p := range pkgs {
+		if err := kernels.Select(p, "avx2"); err != nil {
+			restore()
+			return nil, err
+		}
+	}
+	anchorKind = kindAVX2
+	anchorPeer, anchorPeerTier = anchorName(), anchorTier()
+	return restore, nil
+}
+
+// TestSelectTier: -anchor.tier=avx2 puts ISA-L's AVX2 kernels and
+// difctl's avx2 kernels side by side, and its restore goes back to both
+// dispatchers' picks; an unknown tier is refused.
+func TestSelectTier(t *testing.T) {
+	if _, err := isalSelectTier("avx3"); err == nil {
+		t.Error("-anchor.tier=avx3 accepted")
+	}
+	if !hasISALAVX2 {
+		t.Skip("the CPU does not run ISA-L's AVX2 kernels")
+	}
+	before := activeImpls()
+	kind := anchorKind
+	restore, err := isalSelectTier("avx2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := activeImpls(); anchorKind != kindAVX2 || anchorPeerTier != "AVX2" ||
+		!strings.Contains(got, "crct10dif=avx2,crc32c=avx2,crc64nvme=avx2,t10crc32c=avx2") {
+		t.Errorf("after -anchor.tier=avx2: peer tier %s, difctl %s", anchorPeerTier, got)
+	}
+	restore()
+	if got := activeImpls(); got != before || anchorKind != kind {
+		t.Errorf("after restore: difctl %s, want %s", got, before)
 	}
 }

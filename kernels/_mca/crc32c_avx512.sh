@@ -21,9 +21,9 @@ set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 cd "$here/../.."
-CPUS=${CPUS:-"icelake-server sapphirerapids"}
+CPUS=${CPUS:-"znver4 sapphirerapids"}
 ITER=${ITER:-300}
-MCA=${MCA:-llvm-mca-14}
+MCA=${MCA:-llvm-mca-19}
 OBJDUMP=${OBJDUMP:-objdump}
 
 #   symbol                                        loop  bytes  label
@@ -60,7 +60,7 @@ while read -r sym n bytes label; do
     a == from { on = 1 }
     on { $1 = ""; sub(/<.*>/, ""); print }
     a == to { exit }
-  ' "$tmp/sym.dis" | sed -E '$ s/^ *(j[a-z]+) .*/\1 loop/' | (echo 'loop:'; cat) >"$tmp/piece.s"
+  ' "$tmp/sym.dis" | sed -E 's/^ *(j[a-z]+) .*/\1 loop/' | (echo 'loop:'; cat) >"$tmp/piece.s"
   printf '%-36s %5d' "$label" "$bytes"
   for cpu in $CPUS; do
     # A CPU without the instructions (AVX-512 on znver2) makes llvm-mca
