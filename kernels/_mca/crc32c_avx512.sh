@@ -32,6 +32,11 @@ github.com/difctl/difctl/kernels/crc32c.hybridBlocksZ0.abi0    1  1024  Z0: 16 f
 github.com/difctl/difctl/kernels/crc32c.hybridBlocksZ1.abi0    1  1024  Z1: 1 CRC32 + 15 folds
 github.com/difctl/difctl/kernels/crc32c.hybridBlocksZ2.abi0    1  1024  Z2: 2 CRC32 + 14 folds
 github.com/difctl/difctl/kernels/crc32c.hybridBlocksZ3.abi0    1  1024  Z3: 3 CRC32 + 13 folds
+github.com/difctl/difctl/kernels/crc32c.hybridBlocksZ2SU4.abi0  1  4096  Z2SU4: 2 CRC32 x 2 chains + 14 folds, 4 steps
+github.com/difctl/difctl/kernels/crc32c.hybridBlocksZ3SU4.abi0  1  4096  Z3SU4: 3 CRC32 x 2 chains + 13 folds, 4 steps
+github.com/difctl/difctl/kernels/crc32c.hybridBlocksZ4U4.abi0   1  4096  Z4U4: 4 CRC32 + 12 folds, 4 steps
+github.com/difctl/difctl/kernels/crc32c.hybridBlocksZ5U4.abi0   1  4096  Z5U4: 5 CRC32 + 11 folds, 4 steps
+github.com/difctl/difctl/kernels/crc32c.hybridBlocksZ3U4.abi0   1  4096  Z3U4: 3 CRC32 + 13 folds, 4 steps
 github.com/difctl/difctl/kernels/crc32c.hybridBlocksZA1.abi0   3  1024  ZA1: 1 CRC32 + 15 aligned folds
 github.com/difctl/difctl/kernels/crc32c.foldBlocksAVX512.abi0  1   256  fold: 4 blocks
 '

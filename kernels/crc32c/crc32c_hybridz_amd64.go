@@ -8,6 +8,7 @@ import (
 	"golang.org/x/sys/cpu"
 
 	"github.com/difctl/difctl/kernels/internal/impl"
+	"github.com/difctl/difctl/kernels/internal/x86"
 )
 
 // The AVX-512 hybrid implementation (avx512hybrid) keeps the CRC32
@@ -48,6 +49,10 @@ type blocksZSFunc func(dst *uint32, p *byte, groups, blockLen, stride int, init,
 // (hybridKS merges them) and the loop four steps a round, and past the
 // rows of hybridKS the same with one chain a stream.
 func blocksZ(dst *uint32, p *byte, groups, blockLen, stride int, init, xorout uint32) {
+	if zen4 && blockLen >= 256 {
+		blocksZen4(dst, p, groups, blockLen, stride, init, xorout)
+		return
+	}
 	switch s := blockLen / 64; {
 	case blockLen < 256:
 		hybridBlocksZ1(dst, p, groups, blockLen, stride, init, xorout, &foldTable.Fold[4])
@@ -55,6 +60,42 @@ func blocksZ(dst *uint32, p *byte, groups, blockLen, stride int, init, xorout ui
 		hybridBlocksZ2SU4(dst, p, groups, blockLen, stride, init, xorout, &foldTable.Fold[4], hybridKS[s-1])
 	default:
 		hybridBlocksZ2U4(dst, p, groups, blockLen, stride, init, xorout, &foldTable.Fold[4])
+	}
+}
+
+// zen4 is set on AMD Zen 4 (family 25 with AVX-512; Zen 3, family 25
+// too, has none), where blocksZ takes blocksZen4's kernels from 256 bytes
+// a block.
+var zen4 = hasHybridZ && x86.AMD && x86.Family == 25
+
+// blocksZen4 is blocksZ on Zen 4, chosen on paper: no Zen 4 has run these
+// kernels yet. Zen 4 runs a VPCLMULQDQ zmm as two 256-bit halves, one zmm
+// every two cycles (so ISA-L's by16_10 folds 16 bytes a cycle there, about
+// 55 GB/s, as the Zen 4 guest of issue 43 measured), while its CRC32 unit,
+// as Golden Cove's, takes 8 bytes a cycle: beside the fold the CRC32 unit
+// adds half, not a quarter, and more streams pay. Per group of sixteen
+// blocks of S 64-byte steps with c CRC blocks, a fold block costs 4 cycles
+// of the multiplier a step and a CRC block 8 CRC32Q a step, plus 8 CRC32Q
+// per fold block for its reduction:
+//
+//	max(4·S·(16-c), 8·S·c + 8·(16-c)) cycles
+//
+// which c = 3 minimises at S = 4, c = 4 from S = 5 to 11 and c = 5 from
+// S = 12 (768 bytes) on: at 4 KiB, 23 bytes a cycle, 1.45x the fold
+// alone and 1.27x the split Golden Cove takes (c = 2, 18 bytes a cycle).
+// llvm-mca 19's znver4 model of the kernels' main loops agrees
+// (kernels/_mca/crc32c_avx512.sh: Z5U4 176 cycles per four steps, Z2SU4
+// 224, Z0 64 per step). A CRC block's one chain, 24 cycles of CRC32Q
+// latency a step, fits in the 44-52 cycles a step takes, so one chain a
+// stream (no hybridKS merge) is enough there.
+func blocksZen4(dst *uint32, p *byte, groups, blockLen, stride int, init, xorout uint32) {
+	switch {
+	case blockLen < 320:
+		hybridBlocksZ3U4(dst, p, groups, blockLen, stride, init, xorout, &foldTable.Fold[4])
+	case blockLen < 768:
+		hybridBlocksZ4U4(dst, p, groups, blockLen, stride, init, xorout, &foldTable.Fold[4])
+	default:
+		hybridBlocksZ5U4(dst, p, groups, blockLen, stride, init, xorout, &foldTable.Fold[4])
 	}
 }
 

@@ -49,6 +49,10 @@ func BenchmarkHybridZVariants(b *testing.B) {
 		names = append(names, "c=0U4")
 		runs = append(runs, func() { hybridBlocksZ2U4(&dst[0], &p[0], n/16, bl, stride, 0xffffffff, 0xffffffff, &foldTable.Fold[4]) })
 		names = append(names, "c=2U4")
+		for c, k := range map[int]blocksZFunc{3: hybridBlocksZ3U4, 4: hybridBlocksZ4U4, 5: hybridBlocksZ5U4} {
+			runs = append(runs, func() { k(&dst[0], &p[0], n/16, bl, stride, 0xffffffff, 0xffffffff, &foldTable.Fold[4]) })
+			names = append(names, fmt.Sprintf("c=%dU4", c))
+		}
 		kc := hybridKS[bl/64-1]
 		for _, k := range []struct {
 			name string
@@ -137,8 +141,29 @@ func TestBlocksZCutoffs(t *testing.T) {
 	if !hasHybridZ {
 		t.Skip("the CPU lacks AVX-512 VPCLMULQDQ")
 	}
+	// Both CPU families' picks, whichever this CPU is: they run on any
+	// CPU with the kernels' features.
+	defer func(z bool) { zen4 = z }(zen4)
+	for _, z := range []bool{false, true} {
+		zen4 = z
+		t.Run(fmt.Sprintf("zen4=%v", z), testBlocksZCutoffs)
+	}
+}
+
+func testBlocksZCutoffs(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
-	for _, bl := range []int{255, 256, 257, 319, 320, hybridZOffLineMax - 1, hybridZOffLineMax, hybridZSplitMin - 1,
+	// Update's chunks run through blocksZ too.
+	long := make([]byte, 3*16*hybridZMaxSeg+777)
+	for i := range long {
+		long[i] = byte(r.Uint32())
+	}
+	for _, n := range []int{hybridZMin, hybridZMin + 1000, 16*hybridZMaxSeg + 777, len(long)} {
+		crc := r.Uint32()
+		if got, want := updateHybridZ(crc, long[:n]), crc32.Update(crc, castagnoli, long[:n]); got != want {
+			t.Fatalf("Update of %d bytes: %#x, want %#x", n, got, want)
+		}
+	}
+	for _, bl := range []int{255, 256, 257, 319, 320, 767, 768, hybridZOffLineMax - 1, hybridZOffLineMax, hybridZSplitMin - 1,
 		hybridZSplitMin, 64*hybridSubMaxSteps + 63, 64 * (hybridSubMaxSteps + 1)} {
 		for _, gap := range []int{0, 8, 64} {
 			for _, align := range []int{0, 8} {

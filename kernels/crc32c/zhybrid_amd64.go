@@ -241,6 +241,51 @@ func hybridBlocksZ3SU4(dst *uint32, p *byte, groups int, blockLen int, stride in
 //go:noescape
 func hybridBlocksZ0U4(dst *uint32, p *byte, groups int, blockLen int, stride int, init uint32, xorout uint32, fold *[2]uint64)
 
+// hybridBlocksZ3U4 sets dst[i] to the CRC-32C register of the block of blockLen
+// bytes at p[i·stride:], from the register init, XORed with xorout, for
+// i < 16·groups, 16 blocks at a time: the first 3 as CRC32 instruction
+// streams, the other 13 folded with VPCLMULQDQ on ZMM registers (64
+// bytes a step), their accumulators reduced by CRC32Q; the last blockLen
+// mod 64 bytes of every block by CRC32. Blocks passes init = xorout =
+// 0xffffffff (finalised CRCs), Update's segments 0 and 0 (registers).
+// Needs SSE4.2, AVX512F and VPCLMULQDQ.
+//
+// Preconditions: groups >= 1, blockLen >= 64, stride >= blockLen;
+// fold = &foldTable.Fold[4].
+//
+//go:noescape
+func hybridBlocksZ3U4(dst *uint32, p *byte, groups int, blockLen int, stride int, init uint32, xorout uint32, fold *[2]uint64)
+
+// hybridBlocksZ4U4 sets dst[i] to the CRC-32C register of the block of blockLen
+// bytes at p[i·stride:], from the register init, XORed with xorout, for
+// i < 16·groups, 16 blocks at a time: the first 4 as CRC32 instruction
+// streams, the other 12 folded with VPCLMULQDQ on ZMM registers (64
+// bytes a step), their accumulators reduced by CRC32Q; the last blockLen
+// mod 64 bytes of every block by CRC32. Blocks passes init = xorout =
+// 0xffffffff (finalised CRCs), Update's segments 0 and 0 (registers).
+// Needs SSE4.2, AVX512F and VPCLMULQDQ.
+//
+// Preconditions: groups >= 1, blockLen >= 64, stride >= blockLen;
+// fold = &foldTable.Fold[4].
+//
+//go:noescape
+func hybridBlocksZ4U4(dst *uint32, p *byte, groups int, blockLen int, stride int, init uint32, xorout uint32, fold *[2]uint64)
+
+// hybridBlocksZ5U4 sets dst[i] to the CRC-32C register of the block of blockLen
+// bytes at p[i·stride:], from the register init, XORed with xorout, for
+// i < 16·groups, 16 blocks at a time: the first 5 as CRC32 instruction
+// streams, the other 11 folded with VPCLMULQDQ on ZMM registers (64
+// bytes a step), their accumulators reduced by CRC32Q; the last blockLen
+// mod 64 bytes of every block by CRC32. Blocks passes init = xorout =
+// 0xffffffff (finalised CRCs), Update's segments 0 and 0 (registers).
+// Needs SSE4.2, AVX512F and VPCLMULQDQ.
+//
+// Preconditions: groups >= 1, blockLen >= 64, stride >= blockLen;
+// fold = &foldTable.Fold[4].
+//
+//go:noescape
+func hybridBlocksZ5U4(dst *uint32, p *byte, groups int, blockLen int, stride int, init uint32, xorout uint32, fold *[2]uint64)
+
 // hybridBlocksZA0 is hybridBlocksZ0 for blocks off a cache line: every
 // fold block's head, up to its first 64-byte boundary, and every block's
 // tail beyond (blockLen-63)/64 steps go through CRC32, so that no fold

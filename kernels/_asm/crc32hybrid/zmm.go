@@ -68,7 +68,7 @@ type zVariant struct{ g, c, sub, unroll int }
 // (Groups of 8 blocks measured no faster than 16 at any layout, and slower
 // with CRC32 blocks, whose share is then coarse.)
 var zVariants = []zVariant{{16, 0, 1, 1}, {16, 1, 1, 1}, {16, 2, 1, 1}, {16, 3, 1, 1}, {16, 3, 2, 1},
-	{16, 2, 1, 4}, {16, 2, 2, 4}, {16, 3, 2, 4}, {16, 0, 1, 4}}
+	{16, 2, 1, 4}, {16, 2, 2, 4}, {16, 3, 2, 4}, {16, 0, 1, 4}, {16, 3, 1, 4}, {16, 4, 1, 4}, {16, 5, 1, 4}}
 
 // zName is the name of the AVX-512 blocks kernel v.
 func zName(v zVariant) string {

@@ -20,3 +20,18 @@ func hasVPCLMULQDQ() bool {
 
 // CPUID exposes the instruction to tests that derive features on their own.
 func CPUID(leaf, subleaf uint32) (eax, ebx, ecx, edx uint32) { return cpuid(leaf, subleaf) }
+
+func vendorFamily() (amd bool, family int) {
+	maxLeaf, ebx, ecx, edx := cpuid(0, 0)
+	// "AuthenticAMD" in EBX, EDX, ECX.
+	amd = ebx == 0x68747541 && edx == 0x69746e65 && ecx == 0x444d4163
+	if maxLeaf < 1 {
+		return amd, 0
+	}
+	eax, _, _, _ := cpuid(1, 0)
+	family = int(eax>>8) & 0xf
+	if family == 0xf {
+		family += int(eax>>20) & 0xff
+	}
+	return amd, family
+}

@@ -6,3 +6,5 @@ package x86
 const detects = false
 
 func hasVPCLMULQDQ() bool { return false }
+
+func vendorFamily() (amd bool, family int) { return false, 0 }
