@@ -7,16 +7,17 @@
 # in the manner of poly_amd64.sh: cycles per loop iteration (one 64-byte
 # step of every block of the group, 1024 bytes) and per byte.
 #
-# llvm-mca 14 models Ice Lake server and Sapphire Rapids with the Ice Lake
-# scheduling model (VPCLMULQDQ zmm on port 5, CRC32 on port 1, 512-bit
-# µops on ports 0 and 5) and has no Zen 4 model; the figures are a bound
-# on paper, beside the measurements of docs/perf/crc32c-avx512.md (which
-# also finds a 512-bit µop on port 0 keeping port 1 from CRC32, which
-# these models do not show).
+# llvm-mca 19 models Zen 4 (znver4: VPCLMULQDQ zmm as two 256-bit halves,
+# one every two cycles) and Sapphire Rapids (VPCLMULQDQ zmm on port 5,
+# CRC32 on port 1); the figures are a bound on paper, beside the
+# measurements of docs/perf/crc32c-avx512.md (which also finds a 512-bit
+# µop on port 0 keeping port 1 from CRC32 on Emerald Rapids, which the
+# model does not show). The Zen 4 rows are what crc32c's Zen 4 split
+# (blocksZen4) rests on.
 #
 # Usage: kernels/_mca/crc32c_avx512.sh
-# Environment: CPUS (default "icelake-server sapphirerapids"), ITER (300),
-# MCA (llvm-mca-14), OBJDUMP (objdump).
+# Environment: CPUS (default "znver4 sapphirerapids"), ITER (300),
+# MCA (llvm-mca-19, Debian llvm-19), OBJDUMP (objdump).
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)

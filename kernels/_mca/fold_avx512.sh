@@ -13,14 +13,14 @@
 # eight multiply chains), else one (64 bytes of every block a step, four
 # chains). foldUpdateAVX512's main loop has eight accumulators.
 #
-# llvm-mca 14 has no Zen 4 model and models Sapphire Rapids with the Ice
-# Lake one (VPCLMULQDQ zmm on port 5 only, latency 6 in that model); the
-# figures are a bound on paper beside the measurements of
-# docs/perf/fold-avx512.md.
+# llvm-mca 19 models Zen 4 (znver4: VPCLMULQDQ zmm one every two cycles,
+# so 16 bytes a cycle folded) and Sapphire Rapids (one a cycle on port 5,
+# 32 bytes a cycle); the figures are a bound on paper beside the
+# measurements of docs/perf/fold-avx512.md.
 #
 # Usage: kernels/_mca/fold_avx512.sh
-# Environment: CPUS (default "icelake-server sapphirerapids"), ITER (300),
-# MCA (llvm-mca-14), OBJDUMP (objdump).
+# Environment: CPUS (default "znver4 sapphirerapids"), ITER (300),
+# MCA (llvm-mca-19, Debian llvm-19), OBJDUMP (objdump).
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)

@@ -11,10 +11,10 @@
 #
 # znver2 and znver3 model the AMD EPYC Zen 2 (family 23) and Zen 3 (family
 # 25) machines the kernels were tuned on (/proc/cpuinfo says which), where
-# the figures can be set beside measurements; icelake-server has AVX-512
-# IFMA (llvm-mca 14 has no Zen 4 model), so that column is the IFMA
-# kernel's case on paper, as TestEmulatedPoly1305's instruction counts are
-# (kernels/_asm/poly1305).
+# the figures can be set beside measurements; znver4 (Zen 4, family 25,
+# measured on 3 December 2026) and sapphirerapids have AVX-512 IFMA, so
+# those columns are the IFMA kernel's case on paper, as
+# TestEmulatedPoly1305's instruction counts are (kernels/_asm/poly1305).
 #
 # On znver3 (two VPMULUDQ pipes, FP0 and FP3) the eight-chunk loops are not
 # bound by the multiplier: the avx2r8 loop (512 bytes, 200 VPMULUDQ and
@@ -30,8 +30,8 @@
 # lanesAVX2R8Copy now has that form (vecStepKS), 165 cycles per main loop.
 #
 # Usage: kernels/_mca/poly_amd64.sh
-# Environment: CPUS (default "znver2 znver3 icelake-server"), ITER (300), MCA
-# (llvm-mca-14), OBJDUMP (objdump).
+# Environment: CPUS (default "znver2 znver3 znver4 sapphirerapids"), ITER
+# (300), MCA (llvm-mca-19, Debian llvm-19), OBJDUMP (objdump).
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
