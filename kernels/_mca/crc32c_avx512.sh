@@ -38,6 +38,8 @@ github.com/difctl/difctl/kernels/crc32c.hybridBlocksZ3SU4.abi0  1  4096  Z3SU4: 
 github.com/difctl/difctl/kernels/crc32c.hybridBlocksZ4U4.abi0   1  4096  Z4U4: 4 CRC32 + 12 folds, 4 steps
 github.com/difctl/difctl/kernels/crc32c.hybridBlocksZ5U4.abi0   1  4096  Z5U4: 5 CRC32 + 11 folds, 4 steps
 github.com/difctl/difctl/kernels/crc32c.hybridBlocksZ3U4.abi0   1  4096  Z3U4: 3 CRC32 + 13 folds, 4 steps
+github.com/difctl/difctl/kernels/crc32c.hybridBlocks256.abi0    1   192  ymm 3+3: 3 CRC32 + 3 folds
+github.com/difctl/difctl/kernels/crc32c.hybridBlocks256S.abi0   1   192  ymm 2x2+4: 2 CRC32 x 2 chains + 4 folds
 github.com/difctl/difctl/kernels/crc32c.hybridBlocksZA1.abi0   3  1024  ZA1: 1 CRC32 + 15 aligned folds
 github.com/difctl/difctl/kernels/crc32c.foldBlocksAVX512.abi0  1   256  fold: 4 blocks
 '

@@ -139,8 +139,31 @@ func updateHybrid256(crc uint32, p []byte) uint32 {
 }
 
 func blocksHybrid256(dst []uint32, p []byte, blockLen, stride int) {
+	if hybridChains && blockLen%64 == 0 && blockLen/64 >= 1 && blockLen/64 <= hybridSubMaxSteps {
+		if g := len(dst) / 6; g > 0 {
+			hybridBlocks256S(&dst[0], &p[0], g, blockLen, stride, &foldTable.Fold[2], hybridKS[blockLen/64-1])
+			for i := 6 * g; i < len(dst); i++ {
+				dst[i] = updateHybrid256(0, p[i*stride:][:blockLen])
+			}
+			return
+		}
+	}
 	blocksHybrid(hybridBlocks256, hybridBlocksPrefetch256, updateHybrid256, dst, p, blockLen, stride)
 }
+
+// hybridChains makes blocksHybrid256 run blocks of a multiple of 64 bytes
+// (up to the rows of hybridKS) through hybridBlocks256S, two CRC32 streams
+// of two chains each beside four folds, on every CPU but AMD's. On Intel's
+// Golden Cove one chain a CRC block sets the pace of hybridBlocks256 at the
+// fold's own 16 bytes a cycle, and the two-chain shape balances the CRC32
+// unit and the multiplier at 24 (kernels/_asm/crc32hybrid, chains): it ran
+// at 1.2-1.35x hybridBlocks256 on Emerald Rapids from 512 bytes to 4 KiB in
+// cache, and as fast from DRAM (BenchmarkHybrid256Shapes). On Zen 3 and
+// Zen 4, which fold a YMM register at half that rate, three CRC32 streams
+// beside three folds already balance the two units; llvm-mca 19 models the
+// two-chain loop a third slower there (kernels/_mca/crc32c_avx512.sh), and
+// the prefetching kernel is needed from DRAM.
+var hybridChains = !x86.AMD
 
 func updateHybrid128(crc uint32, p []byte) uint32 {
 	if len(p) < hybridShort3Min {

@@ -7,9 +7,14 @@ import (
 	"fmt"
 	"hash/crc32"
 	"math/rand/v2"
+	"runtime"
+	"slices"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/difctl/difctl/kernels/internal/crcmath"
+	"github.com/difctl/difctl/kernels/internal/kerneltest"
 )
 
 // TestHybridConsts checks the generated merge constants against their
@@ -156,6 +161,96 @@ func TestHybridLong(t *testing.T) {
 			crc := r.Uint32()
 			if got, want := f(crc, buf[:n]), crc32.Update(crc, castagnoli, buf[:n]); got != want {
 				t.Errorf("%s: len=%d: %#x, want %#x", name, n, got, want)
+			}
+		}
+	}
+}
+
+// BenchmarkHybrid256Shapes is the measurement behind blocksHybrid256's
+// choice of kernel by CPU vendor: the YMM blocks kernels of three CRC32
+// streams beside three folds (hybridBlocks256, with and without the
+// prefetch) and two streams of two chains each beside four folds
+// (hybridBlocks256S), over 1 MiB of blocks in cache and 64 MiB beyond
+// it (where the prefetching kernel matters), timed by the thread's
+// CPU time in interleaved rounds (-benchtime Nx is N rounds); it reports
+// the median GB/s of each.
+func BenchmarkHybrid256Shapes(b *testing.B) {
+	if !hasHybrid256 {
+		b.Skip("the CPU lacks AVX2 VPCLMULQDQ")
+	}
+	for _, l := range [][3]int{{512, 512, 1 << 20}, {512, 520, 1 << 20}, {1024, 1024, 1 << 20}, {4096, 4096, 1 << 20},
+		{4096, 4104, 1 << 20}, {512, 512, 64 << 20}, {4096, 4096, 64 << 20}} {
+		bl, stride := l[0], l[1]
+		n := l[2] / bl / 6 * 6
+		p := make([]byte, (n-1)*stride+bl)
+		for i := range p {
+			p[i] = byte(i * 7)
+		}
+		dst := make([]uint32, n)
+		names := []string{"3+3", "3+3prefetch", "2x2+4"}
+		runs := []func(){
+			func() { hybridBlocks256(&dst[0], &p[0], n/6, bl, stride, &foldTable.Fold[2]) },
+			func() { hybridBlocksPrefetch256(&dst[0], &p[0], n/6, bl, stride, &foldTable.Fold[2]) },
+			func() { hybridBlocks256S(&dst[0], &p[0], n/6, bl, stride, &foldTable.Fold[2], hybridKS[bl/64-1]) },
+		}
+		b.Run(fmt.Sprintf("block=%d/stride=%d/bytes=%d", bl, stride, n*bl), func(b *testing.B) {
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			reps := 1
+			for t := kerneltest.ThreadCPU(); kerneltest.ThreadCPU()-t < 5*time.Millisecond; reps *= 2 {
+				for range reps {
+					runs[0]()
+				}
+			}
+			gbs := make([][]float64, len(runs))
+			for b.Loop() {
+				for i, r := range runs {
+					t := kerneltest.ThreadCPU()
+					for range reps {
+						r()
+					}
+					gbs[i] = append(gbs[i], float64(reps*n*bl)/float64(kerneltest.ThreadCPU()-t))
+				}
+			}
+			var s []string
+			for i, g := range gbs {
+				slices.Sort(g)
+				s = append(s, fmt.Sprintf("%s %.1f", names[i], g[len(g)/2]))
+				b.ReportMetric(g[len(g)/2], names[i]+"-GB/s")
+			}
+			b.Log(strings.Join(s, ", "))
+		})
+	}
+}
+
+// TestBlocksHybrid256Chains runs the avx2 Blocks with and without the
+// two-chain kernel (hybridChains, which the CPU's vendor sets) at the
+// block lengths where its choice changes, on and off a line, with a count
+// of blocks that leaves some to Update, against hash/crc32.
+func TestBlocksHybrid256Chains(t *testing.T) {
+	if !hasHybrid256 {
+		t.Skip("the CPU lacks AVX2 VPCLMULQDQ")
+	}
+	defer func(c bool) { hybridChains = c }(hybridChains)
+	castagnoli := crc32.MakeTable(crc32.Castagnoli)
+	r := rand.New(rand.NewPCG(3, 4))
+	for _, chains := range []bool{false, true} {
+		hybridChains = chains
+		for _, bl := range []int{32, 64, 96, 128, 512, 544, 4096, 64 * hybridSubMaxSteps, 64*hybridSubMaxSteps + 64} {
+			for _, gap := range []int{0, 8} {
+				n := 13
+				stride := bl + gap
+				p := make([]byte, (n-1)*stride+bl)
+				for i := range p {
+					p[i] = byte(r.Uint32())
+				}
+				dst := make([]uint32, n)
+				blocksHybrid256(dst, p, bl, stride)
+				for i := range dst {
+					if want := crc32.Checksum(p[i*stride:][:bl], castagnoli); dst[i] != want {
+						t.Fatalf("chains=%v block=%d stride=%d: dst[%d] = %#x, want %#x", chains, bl, stride, i, dst[i], want)
+					}
+				}
 			}
 		}
 	}

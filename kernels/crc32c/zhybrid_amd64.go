@@ -76,6 +76,19 @@ func hybridBlocks128(dst *uint32, p *byte, groups int, blockLen int, stride int,
 //go:noescape
 func hybridBlocksPrefetch128(dst *uint32, p *byte, groups int, blockLen int, stride int, fold *[2]uint64)
 
+// hybridBlocks256S computes the finalised CRC-32C of 6·groups blocks
+// of blockLen bytes, the i-th at p[i·stride:], into dst[i], six blocks at
+// a time:
+// two CRC32 streams, each as two chains, and four VPCLMULQDQ (YMM) fold
+// streams (the shape for Intel cores: see chains); needs SSE4.2, AVX2
+// and VPCLMULQDQ.
+//
+// Preconditions: groups >= 1, blockLen a multiple of 64, stride >= blockLen; k = hybridKS[blockLen/64-1];
+// fold = &foldTable.Fold[2].
+//
+//go:noescape
+func hybridBlocks256S(dst *uint32, p *byte, groups int, blockLen int, stride int, fold *[2]uint64, k uint64)
+
 // hybridShort returns the CRC-32C register (not finalised) after p[0:n],
 // given the register reg before it, with one CRC32 instruction stream;
 // needs SSE4.2.

@@ -1159,6 +1159,180 @@ hybridBlocksPrefetch128_tail1:
 	JNZ  hybridBlocksPrefetch128_group
 	RET
 
+// func hybridBlocks256S(dst *uint32, p *byte, groups int, blockLen int, stride int, fold *[2]uint64, k uint64)
+// Requires: AVX, AVX2, PCLMULQDQ, SSE4.2, VPCLMULQDQ
+TEXT ·hybridBlocks256S(SB), NOSPLIT, $0-56
+	MOVQ           fold+40(FP), AX
+	VBROADCASTI128 (AX), Y0
+
+	// The initial CRC register, 0xffffffff, in the first 32 bits of a vector.
+	MOVL  $0xffffffff, AX
+	VMOVD AX, X1
+	MOVQ  p+8(FP), AX
+	MOVQ  dst+0(FP), CX
+
+hybridBlocks256S_group:
+	MOVQ stride+32(FP), BX
+	MOVQ AX, DX
+	LEAQ (DX)(BX*2), SI
+	ADDQ BX, SI
+	MOVL $0xffffffff, DI
+	MOVL $0xffffffff, R8
+	MOVQ blockLen+24(FP), R9
+	SHRQ $0x05, R9
+
+	// Chain A of every CRC block from its start, chain B from zero at D = 16·(blockLen/32).
+	MOVQ DX, R10
+	MOVQ R9, R11
+	SHLQ $0x04, R11
+	ADDQ DX, R11
+	XORL R12, R12
+	XORL R13, R13
+
+	// Load the first 32 bytes of each fold segment.
+	VMOVDQU (DX)(BX*2), Y2
+	VPXOR   Y1, Y2, Y2
+	VMOVDQU (SI), Y3
+	VPXOR   Y1, Y3, Y3
+	VMOVDQU (SI)(BX*1), Y4
+	VPXOR   Y1, Y4, Y4
+	VMOVDQU (SI)(BX*2), Y5
+	VPXOR   Y1, Y5, Y5
+
+	// Every step: 32 bytes of each CRC segment, and fold each fold
+	// accumulator forward by 32 bytes onto the next 32 bytes of its segment.
+	DECQ R9
+	JZ   hybridBlocks256S_last
+
+hybridBlocks256S_loop:
+	CRC32Q     (R10), DI
+	CRC32Q     (R10)(BX*1), R8
+	VPCLMULQDQ $0x00, Y0, Y2, Y6
+	VPCLMULQDQ $0x11, Y0, Y2, Y2
+	VPXOR      32(DX)(BX*2), Y6, Y6
+	VPXOR      Y2, Y6, Y2
+	CRC32Q     (R11), R12
+	CRC32Q     (R11)(BX*1), R13
+	VPCLMULQDQ $0x00, Y0, Y3, Y6
+	VPCLMULQDQ $0x11, Y0, Y3, Y3
+	VPXOR      32(SI), Y6, Y6
+	VPXOR      Y3, Y6, Y3
+	CRC32Q     8(R10), DI
+	CRC32Q     8(R10)(BX*1), R8
+	VPCLMULQDQ $0x00, Y0, Y4, Y6
+	VPCLMULQDQ $0x11, Y0, Y4, Y4
+	VPXOR      32(SI)(BX*1), Y6, Y6
+	VPXOR      Y4, Y6, Y4
+	CRC32Q     8(R11), R12
+	CRC32Q     8(R11)(BX*1), R13
+	VPCLMULQDQ $0x00, Y0, Y5, Y6
+	VPCLMULQDQ $0x11, Y0, Y5, Y5
+	VPXOR      32(SI)(BX*2), Y6, Y6
+	VPXOR      Y5, Y6, Y5
+	ADDQ       $0x20, DX
+	ADDQ       $0x20, SI
+	ADDQ       $0x10, R10
+	ADDQ       $0x10, R11
+	DECQ       R9
+	JNZ        hybridBlocks256S_loop
+
+hybridBlocks256S_last:
+	// Last step: the CRC segments only.
+	CRC32Q (R10), DI
+	CRC32Q (R10)(BX*1), R8
+	CRC32Q (R11), R12
+	CRC32Q (R11)(BX*1), R13
+	CRC32Q 8(R10), DI
+	CRC32Q 8(R10)(BX*1), R8
+	CRC32Q 8(R11), R12
+	CRC32Q 8(R11)(BX*1), R13
+	ADDQ   $0x20, DX
+	ADDQ   $0x20, SI
+	ADDQ   $0x10, R10
+	ADDQ   $0x10, R11
+	MOVQ   k+48(FP), DX
+
+	// Every CRC block's register: r_A·C(8D-64) through two CRC32Q from zero, ⊕ r_B.
+	VMOVQ      DX, X6
+	VMOVQ      DI, X7
+	VPCLMULQDQ $0x00, X6, X7, X7
+	XORL       DI, DI
+	VMOVQ      X7, DX
+	CRC32Q     DX, DI
+	VPEXTRQ    $0x01, X7, DX
+	CRC32Q     DX, DI
+	XORL       R12, DI
+	VMOVQ      R8, X7
+	VPCLMULQDQ $0x00, X6, X7, X7
+	XORL       R8, R8
+	VMOVQ      X7, DX
+	CRC32Q     DX, R8
+	VPEXTRQ    $0x01, X7, DX
+	CRC32Q     DX, R8
+	XORL       R13, R8
+
+	// Reduce each fold accumulator: CRC32Q over its 32 bytes from zero.
+	XORL         DX, DX
+	VEXTRACTI128 $0x01, Y2, X6
+	VMOVQ        X2, BX
+	CRC32Q       BX, DX
+	VPEXTRQ      $0x01, X2, BX
+	CRC32Q       BX, DX
+	VMOVQ        X6, BX
+	CRC32Q       BX, DX
+	VPEXTRQ      $0x01, X6, BX
+	CRC32Q       BX, DX
+	XORL         BX, BX
+	VEXTRACTI128 $0x01, Y3, X2
+	VMOVQ        X3, SI
+	CRC32Q       SI, BX
+	VPEXTRQ      $0x01, X3, SI
+	CRC32Q       SI, BX
+	VMOVQ        X2, SI
+	CRC32Q       SI, BX
+	VPEXTRQ      $0x01, X2, SI
+	CRC32Q       SI, BX
+	XORL         SI, SI
+	VEXTRACTI128 $0x01, Y4, X2
+	VMOVQ        X4, R9
+	CRC32Q       R9, SI
+	VPEXTRQ      $0x01, X4, R9
+	CRC32Q       R9, SI
+	VMOVQ        X2, R9
+	CRC32Q       R9, SI
+	VPEXTRQ      $0x01, X2, R9
+	CRC32Q       R9, SI
+	XORL         R9, R9
+	VEXTRACTI128 $0x01, Y5, X2
+	VMOVQ        X5, R10
+	CRC32Q       R10, R9
+	VPEXTRQ      $0x01, X5, R10
+	CRC32Q       R10, R9
+	VMOVQ        X2, R10
+	CRC32Q       R10, R9
+	VPEXTRQ      $0x01, X2, R10
+	CRC32Q       R10, R9
+	NOTL         DI
+	MOVL         DI, (CX)
+	NOTL         R8
+	MOVL         R8, 4(CX)
+	NOTL         DX
+	MOVL         DX, 8(CX)
+	NOTL         BX
+	MOVL         BX, 12(CX)
+	NOTL         SI
+	MOVL         SI, 16(CX)
+	NOTL         R9
+	MOVL         R9, 20(CX)
+	ADDQ         $0x18, CX
+	MOVQ         stride+32(FP), DX
+	LEAQ         (DX)(DX*2), DX
+	LEAQ         (AX)(DX*2), AX
+	DECQ         groups+16(FP)
+	JNZ          hybridBlocks256S_group
+	VZEROUPPER
+	RET
+
 // func hybridShort(reg uint32, p *byte, n int) uint32
 // Requires: SSE4.2
 TEXT ·hybridShort(SB), NOSPLIT, $0-28

@@ -209,6 +209,41 @@ func TestEmulatedKernels(t *testing.T) {
 			}
 		}
 	}
+	// The two-chain YMM kernel: blocks of a multiple of 64 bytes, from the
+	// shortest (one step a chain) to the longest row of hybridKS, with
+	// strides of a line and off one.
+	ks := mergeConsts1(t, "hybridKS")
+	for _, c := range [][3]int{{64, 64, 1}, {128, 136, 2}, {512, 512, 2}, {512, 520, 1}, {1024, 1088, 1}, {4096, 4104, 1}, {64 * len(ks), 64 * len(ks), 1}} {
+		blockLen, stride, groups := c[0], c[1], c[2]
+		t.Run(fmt.Sprintf("kernel=hybridBlocks256S/block=%d/stride=%d", blockLen, stride), func(t *testing.T) {
+			n := 6 * groups
+			data := make([]byte, (n-1)*stride+blockLen)
+			for i := range data {
+				data[i] = byte(r.Uint32())
+			}
+			m, err := emu.New(prog, data)
+			if err != nil {
+				t.Fatal(err)
+			}
+			copy(m.Mem[emu.AddrTable:], tab)
+			for i, a := range []uint64{emu.AddrDst, emu.AddrData, uint64(groups), uint64(blockLen), uint64(stride), emu.AddrTable + 32, ks[blockLen/64-1]} {
+				m.Put64(8*i, a)
+			}
+			m.Mem[emu.AddrDst+4*n] = 0x5a
+			if _, err := m.Run(prog, "hybridBlocks256S"); err != nil {
+				t.Fatal(err)
+			}
+			for i := 0; i < n; i++ {
+				got := binary.LittleEndian.Uint32(m.Mem[emu.AddrDst+4*i:])
+				if want := crc32.Checksum(data[i*stride:][:blockLen], castagnoli); got != want {
+					t.Fatalf("dst[%d] = %#x, want %#x", i, got, want)
+				}
+			}
+			if m.Mem[emu.AddrDst+4*n] != 0x5a {
+				t.Fatal("wrote past dst")
+			}
+		})
+	}
 	t.Run("kernel=hybridShort", func(t *testing.T) {
 		for n := 1; n <= 600; n++ {
 			data := make([]byte, n)
@@ -259,7 +294,7 @@ func TestEmulatedKernels(t *testing.T) {
 			}
 		}
 	})
-	ks := mergeConsts1(t, "hybridKS")
+	ks = mergeConsts1(t, "hybridKS")
 	for _, v := range zVariants {
 		name := zName(v)
 		for _, l := range [][4]int{{64, 64, 1, 0}, {64, 72, 2, 1}, {100, 100, 1, 0}, {127, 130, 1, 1}, {512, 512, 2, 0}, {512, 520, 1, 1}, {1000, 1063, 1, 0}, {4096, 4104, 1, 1}} {

@@ -48,10 +48,13 @@ import (
 
 // variant describes one kernel width.
 type variant struct {
-	suffix  string   // function name suffix
-	ymm     bool     // VPCLMULQDQ on YMM (VEX encodings); else legacy SSE on XMM
-	crcSegs int      // segments 0..crcSegs-1 run CRC32 streams; the rest fold
-	what    []string // for the doc comment
+	suffix  string // function name suffix
+	ymm     bool   // VPCLMULQDQ on YMM (VEX encodings); else legacy SSE on XMM
+	crcSegs int    // segments 0..crcSegs-1 run CRC32 streams; the rest fold
+	// sub = 2 runs every CRC block as two chains (blocks only; see
+	// chains): the Golden Cove shape of the YMM kernel.
+	sub  int
+	what []string // for the doc comment
 }
 
 var variants = []variant{
@@ -61,6 +64,10 @@ var variants = []variant{
 	{suffix: "128", ymm: false, crcSegs: 4, what: []string{
 		"four CRC32 streams and two PCLMULQDQ (XMM) fold streams;",
 		"needs SSE4.2 and PCLMULQDQ."}},
+	{suffix: "256S", ymm: true, crcSegs: 2, sub: 2, what: []string{
+		"two CRC32 streams, each as two chains, and four VPCLMULQDQ (YMM) fold",
+		"streams (the shape for Intel cores: see chains); needs SSE4.2, AVX2",
+		"and VPCLMULQDQ."}},
 }
 
 func main() {
@@ -87,6 +94,10 @@ func generate(cmd []string, pkg string) (asm, stubs []byte, err error) {
 	ctx = build.NewContext()
 	ctx.ConstraintExpr("!purego")
 	for _, v := range variants {
+		if v.sub == 2 {
+			blocks(v, false)
+			continue
+		}
 		chunk(v)
 		blocks(v, false)
 		blocks(v, true)
@@ -144,7 +155,11 @@ func (s segs) addr(k, disp int) operand.Mem {
 // sequential stream does; from DRAM (a buffer beyond the L3 cache),
 // 512-byte blocks ran at about half the speed of Update without it. A
 // prefetch past the end of the buffer does not fault.
-func lockstep(v variant, s segs, crcs []reg.GPVirtual, iter reg.Register, k reg.VecVirtual, init reg.VecVirtual, six reg.Register, name string) (acc [][]reg.VecVirtual) {
+//
+// If ch is not nil, the CRC blocks run as ch's two chains (see chains)
+// instead of from s: 8 bytes of chain A and 8 of chain B in each half of
+// the step, and ch's pointers advance 16 bytes a step.
+func lockstep(v variant, s segs, crcs []reg.GPVirtual, iter reg.Register, k reg.VecVirtual, init reg.VecVirtual, six reg.Register, name string, ch *chains) (acc [][]reg.VecVirtual) {
 	nfold := 6 - v.crcSegs
 	ctx.Comment("Load the first 32 bytes of each fold segment.")
 	for f := 0; f < nfold; f++ {
@@ -167,8 +182,20 @@ func lockstep(v variant, s segs, crcs []reg.GPVirtual, iter reg.Register, k reg.
 		}
 	}
 	crcStep := func(q int) {
+		if ch != nil {
+			ch.step(q)
+			return
+		}
 		for c := 0; c < v.crcSegs; c++ {
 			ctx.CRC32Q(s.addr(c, 8*q), crcs[c])
+		}
+	}
+	advance := func() {
+		ctx.ADDQ(operand.U8(32), s.si)
+		ctx.ADDQ(operand.U8(32), s.r8)
+		if ch != nil {
+			ctx.ADDQ(operand.U8(16), ch.a)
+			ctx.ADDQ(operand.U8(16), ch.b)
 		}
 	}
 	ctx.Comment("Every step: 32 bytes of each CRC segment, and fold each fold",
@@ -211,8 +238,7 @@ func lockstep(v variant, s segs, crcs []reg.GPVirtual, iter reg.Register, k reg.
 			}
 		}
 	}
-	ctx.ADDQ(operand.U8(32), s.si)
-	ctx.ADDQ(operand.U8(32), s.r8)
+	advance()
 	ctx.DECQ(iter)
 	ctx.JNZ(operand.LabelRef(name + "_loop"))
 	ctx.Label(name + "_last")
@@ -220,9 +246,67 @@ func lockstep(v variant, s segs, crcs []reg.GPVirtual, iter reg.Register, k reg.
 	for q := 0; q < 4; q++ {
 		crcStep(q)
 	}
-	ctx.ADDQ(operand.U8(32), s.si)
-	ctx.ADDQ(operand.U8(32), s.r8)
+	advance()
 	return acc
+}
+
+// chains runs each CRC block of a YMM kernel as two chains, for cores
+// where one chain a block leaves the fold's port idle: on Intel's Golden
+// Cove a 32-byte step costs a CRC block 4 CRC32Q, 12 cycles of latency on
+// its chain and 4 of port 1, and a fold block 2 VPCLMULQDQ ymm, 2 cycles of
+// port 5. Three CRC blocks and three fold blocks (hybridBlocks256, the
+// Zen 2 and Zen 3 shape) run at the chains' 12 cycles a step, 16 bytes a
+// cycle, the fold's own pace; two CRC blocks of two chains each beside
+// four fold blocks balance both ports at 8 cycles a step (6 of latency a
+// chain): 24 bytes a cycle, 1.5x.
+//
+// Chain A runs the block's first D = blockLen/2 bytes from the initial
+// register, chain B the next D from zero, 16 bytes of each a step (the
+// blocks kernel requires blockLen to be a multiple of 64, so the two
+// halves are the block and each a whole number of steps). The register
+// after A‖B is r_A·x^(8D) ⊕ r_B: with k = C(8D-64) (hybridKS's row for
+// D = 32·(blockLen/64), kernels/_asm/crcgen), V = r_A·k and two CRC32Q of
+// V's quadwords from zero give r_A·x^(8D), as in the AVX-512 kernels
+// (zmm.go).
+type chains struct {
+	a, b   reg.GPVirtual   // chain A's and chain B's position in CRC block 0
+	stride reg.Register    // the blocks' stride
+	ra, rb []reg.GPVirtual // the registers of chains A and B of each CRC block
+}
+
+// step emits quarter q of a step: 8 bytes of chain A (q even) or B of
+// every CRC block.
+func (ch *chains) step(q int) {
+	rs, base := ch.ra, ch.a
+	if q%2 == 1 {
+		rs, base = ch.rb, ch.b
+	}
+	for i, r := range rs {
+		m := operand.Mem{Base: base, Disp: 8 * (q / 2)}
+		if i > 0 {
+			m.Index, m.Scale = ch.stride, uint8(i)
+		}
+		ctx.CRC32Q(m, r)
+	}
+}
+
+// merge leaves in ch.ra the register of every CRC block: r_A·x^(8D) ⊕ r_B,
+// with k = C(8D-64) in kt (clobbered).
+func (ch *chains) merge(kt reg.GPVirtual) {
+	ctx.Comment("Every CRC block's register: r_A·C(8D-64) through two CRC32Q from zero, ⊕ r_B.")
+	kx := ctx.XMM()
+	ctx.VMOVQ(kt, kx)
+	for i, ra := range ch.ra {
+		x := ctx.XMM()
+		ctx.VMOVQ(ra, x)
+		ctx.VPCLMULQDQ(operand.U8(0x00), kx, x, x)
+		ctx.XORL(ra.As32(), ra.As32())
+		ctx.VMOVQ(x, kt)
+		ctx.CRC32Q(kt, ra)
+		ctx.VPEXTRQ(operand.U8(1), x, kt)
+		ctx.CRC32Q(kt, ra)
+		ctx.XORL(ch.rb[i].As32(), ra.As32())
+	}
 }
 
 // reduceFold returns, for each fold segment, the CRC register of its
@@ -361,7 +445,7 @@ func chunk(v variant) {
 	iter := ctx.GP64()
 	ctx.MOVQ(stride, iter)
 	ctx.SHRQ(operand.U8(5), iter)
-	acc := lockstep(v, s, crcs, iter, kf, nil, nil, name)
+	acc := lockstep(v, s, crcs, iter, kf, nil, nil, name, nil)
 
 	ctx.Comment("Merge: build V with V·x^32 ≡ the register after the chunk (see",
 		"kernels/_asm/crcgen), then two CRC32Q.")
@@ -460,11 +544,17 @@ func blocks(v variant, prefetch bool) {
 			name + " is hybridBlocks" + v.suffix + " that also prefetches, every",
 			"step, the lines of the next group of six blocks at the same position:"}
 	}
-	text(name, "func(dst *uint32, p *byte, groups, blockLen, stride int, fold *[2]uint64)")
+	sig, pre := "func(dst *uint32, p *byte, groups, blockLen, stride int, fold *[2]uint64)",
+		"Preconditions: groups >= 1, blockLen >= 32, stride >= blockLen;"
+	if v.sub == 2 {
+		sig = "func(dst *uint32, p *byte, groups, blockLen, stride int, fold *[2]uint64, k uint64)"
+		pre = "Preconditions: groups >= 1, blockLen a multiple of 64, stride >= blockLen; k = hybridKS[blockLen/64-1];"
+	}
+	text(name, sig)
 	ctx.Pragma("noescape")
 	ctx.Doc(append(append(doc, v.what...),
 		"",
-		"Preconditions: groups >= 1, blockLen >= 32, stride >= blockLen;",
+		pre,
 		"fold = &foldTable.Fold[2].",
 	)...)
 	fp := ctx.Load(ctx.Param("fold"), ctx.GP64())
@@ -502,9 +592,54 @@ func blocks(v variant, prefetch bool) {
 		ctx.LEAQ(operand.Mem{Base: stride, Index: stride, Scale: 2}, six)
 		ctx.ADDQ(six, six)
 	}
-	acc := lockstep(v, s, crcs, iter, kf, init, six, name)
+	var ch *chains
+	if v.sub == 2 {
+		ctx.Comment("Chain A of every CRC block from its start, chain B from zero at D = 16·(blockLen/32).")
+		ch = &chains{a: ctx.GP64(), b: ctx.GP64(), stride: stride, ra: crcs}
+		ctx.MOVQ(si, ch.a)
+		ctx.MOVQ(iter, ch.b)
+		ctx.SHLQ(operand.U8(4), ch.b)
+		ctx.ADDQ(si, ch.b)
+		for range crcs {
+			r := ctx.GP64()
+			ctx.XORL(r.As32(), r.As32())
+			ch.rb = append(ch.rb, r)
+		}
+	}
+	acc := lockstep(v, s, crcs, iter, kf, init, six, name, ch)
+	if ch != nil {
+		kt := ctx.GP64()
+		ctx.Load(ctx.Param("k"), kt)
+		ch.merge(kt)
+	}
 	regs := append(append([]reg.GPVirtual{}, crcs...), reduceFold(v, acc)...)
 
+	if v.sub != 2 { // (with two chains blockLen is a multiple of 64: no tail)
+		blocksTail(name, s, regs)
+	}
+	for k, r := range regs {
+		ctx.NOTL(r.As32())
+		ctx.MOVL(r.As32(), operand.Mem{Base: dst, Disp: 4 * k})
+	}
+	ctx.ADDQ(operand.U8(24), dst)
+	st := ctx.Load(ctx.Param("stride"), ctx.GP64())
+	ctx.LEAQ(operand.Mem{Base: st, Index: st, Scale: 2}, st)
+	ctx.LEAQ(operand.Mem{Base: p, Index: st, Scale: 2}, p) // p += 6·stride
+	groups, err := ctx.Param("groups").Resolve()
+	if err != nil {
+		panic(err)
+	}
+	ctx.DECQ(groups.Addr)
+	ctx.JNZ(operand.LabelRef(name + "_group"))
+	if v.ymm {
+		ctx.VZEROUPPER()
+	}
+	ctx.RET()
+}
+
+// blocksTail emits the CRC of the last blockLen mod 32 bytes of every
+// block into regs (the registers of the six blocks, in order).
+func blocksTail(name string, s segs, regs []reg.GPVirtual) {
 	ctx.Comment("The last blockLen mod 32 bytes of every block.")
 	t := ctx.Load(ctx.Param("blockLen"), ctx.GP64())
 	for _, w := range []int{16, 8, 4, 2, 1} {
@@ -526,28 +661,10 @@ func blocks(v variant, prefetch bool) {
 				ctx.CRC32B(s.addr(k, 0), r.As32())
 			}
 		}
-		ctx.ADDQ(operand.U8(w), si)
-		ctx.ADDQ(operand.U8(w), r8)
+		ctx.ADDQ(operand.U8(w), s.si)
+		ctx.ADDQ(operand.U8(w), s.r8)
 		ctx.Label(skip)
 	}
-	for k, r := range regs {
-		ctx.NOTL(r.As32())
-		ctx.MOVL(r.As32(), operand.Mem{Base: dst, Disp: 4 * k})
-	}
-	ctx.ADDQ(operand.U8(24), dst)
-	st := ctx.Load(ctx.Param("stride"), ctx.GP64())
-	ctx.LEAQ(operand.Mem{Base: st, Index: st, Scale: 2}, st)
-	ctx.LEAQ(operand.Mem{Base: p, Index: st, Scale: 2}, p) // p += 6·stride
-	groups, err := ctx.Param("groups").Resolve()
-	if err != nil {
-		panic(err)
-	}
-	ctx.DECQ(groups.Addr)
-	ctx.JNZ(operand.LabelRef(name + "_group"))
-	if v.ymm {
-		ctx.VZEROUPPER()
-	}
-	ctx.RET()
 }
 
 // short generates hybridShort, the kernel of inputs too short for a chunk:
