@@ -3,6 +3,7 @@
 package crc32c
 
 import (
+	"hash/crc32"
 	"unsafe"
 
 	"golang.org/x/sys/cpu"
@@ -129,7 +130,11 @@ func chunkZ(reg uint32, p []byte, s int, regs *[17]uint32) uint32 {
 // most of their 64-byte loads across two lines, which costs the
 // sixteen-block kernels a third of their speed from L2 on long blocks
 // (docs/perf/crc32c-avx512.md). Measured on Emerald Rapids, the fastest
-// there were: the sixteen-block kernel that only folds, four steps a round
+// there were: for a buffer on a line, blocks of a multiple of 64 bytes up to
+// 64·hybridZMMaxSteps and a stride of 8 or 16 (mod 64), the DIF layouts
+// (520, 4104, 4112), the kernels that fold every block from the line that
+// holds its start (hybridBlocksZMS*, no load across lines); else the
+// sixteen-block kernel that only folds, four steps a round
 // (hybridBlocksZ0U4), from hybridZOffLineMin bytes a block below
 // hybridZOffLineMax (at 2 KiB the avx512 fold kernel is as fast); the
 // avx512 fold kernel on shorter blocks and up to hybridZSplitMin; from there the
@@ -137,10 +142,22 @@ func chunkZ(reg uint32, p []byte, s int, regs *[17]uint32) uint32 {
 // (hybridBlocksZA*), whose heads and tails of varying length cost
 // branches on short blocks.
 const (
+	hybridZMMaxSteps  = 64
 	hybridZOffLineMin = 256
 	hybridZOffLineMax = 2048
 	hybridZSplitMin   = 3072
 )
+
+// zmsKernel returns the hybridBlocksZMS kernel of the stride, or nil.
+func zmsKernel(stride int) func(dst *uint32, p *byte, groups, blockLen, stride int, xorout uint32, fold *[2]uint64) {
+	switch stride & 63 {
+	case 8:
+		return hybridBlocksZMS8
+	case 16:
+		return hybridBlocksZMS16
+	}
+	return nil
+}
 
 // blocksHybridZ is Blocks: sixteen blocks at a time from hybridZBlocksMin
 // bytes a block (off a line as the constants above say), the rest (and
@@ -151,9 +168,13 @@ func blocksHybridZ(dst []uint32, p []byte, blockLen, stride int) {
 		blocksAVX512(dst, p, blockLen, stride)
 		return
 	}
+	onLine := int(uintptr(unsafe.Pointer(&p[0])))&63 == 0
+	zms := zmsKernel(stride)
 	switch {
-	case (int(uintptr(unsafe.Pointer(&p[0])))|stride)&63 == 0:
+	case onLine && stride&63 == 0:
 		blocksZ(&dst[0], &p[0], g, blockLen, stride, 0xffffffff, 0xffffffff)
+	case onLine && zms != nil && blockLen >= hybridZOffLineMin && blockLen%64 == 0 && blockLen/64 <= hybridZMMaxSteps:
+		zms(&dst[0], &p[0], g, blockLen, stride, zeroCRCs[blockLen/64], &foldTable.Fold[4])
 	case blockLen >= hybridZSplitMin:
 		hybridBlocksZA1(&dst[0], &p[0], g, blockLen, stride, 0xffffffff, 0xffffffff, &foldTable.Fold[4])
 	case blockLen >= hybridZOffLineMin && blockLen < hybridZOffLineMax:
@@ -166,3 +187,14 @@ func blocksHybridZ(dst []uint32, p []byte, blockLen, stride int) {
 		blocksAVX512(dst[i:], p[i*stride:], blockLen, stride)
 	}
 }
+
+// zeroCRCs[i] is the CRC-32C of 64·i zero bytes: hybridBlocksZMS's xorout
+// for blocks of 64·i bytes (the register of the initial value after them,
+// XORed with the CRC's xorout; kernels/_asm/crc32hybrid, zmask.go).
+var zeroCRCs = func() (t [hybridZMMaxSteps + 1]uint32) {
+	var z [64]byte
+	for i := 1; i < len(t); i++ {
+		t[i] = crc32.Update(t[i-1], castagnoli, z[:])
+	}
+	return t
+}()

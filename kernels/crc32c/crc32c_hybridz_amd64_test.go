@@ -31,7 +31,7 @@ func BenchmarkHybridZVariants(b *testing.B) {
 	for _, l := range [][4]int{{256, 256, 1 << 20, 0}, {512, 512, 1 << 20, 0}, {512, 520, 1 << 20, 0}, {1024, 1024, 1 << 20, 0},
 		{2048, 2048, 1 << 20, 0}, {4096, 4096, 1 << 20, 0}, {4096, 4104, 1 << 20, 0}, {512, 512, 32 << 10, 0}, {1024, 1024, 32 << 10, 0},
 		{512, 512, 1 << 20, 8}, {4096, 4096, 1 << 20, 8}, {512, 512, 32 << 10, 8}, {2048, 2048, 32 << 10, 0}, {2048, 2048, 32 << 10, 8},
-		{1024, 1032, 1 << 20, 0}, {2048, 2056, 1 << 20, 0}, {4096, 4112, 1 << 20, 0}} {
+		{1024, 1032, 1 << 20, 0}, {2048, 2056, 1 << 20, 0}, {4096, 4112, 1 << 20, 0}, {256, 264, 1 << 20, 0}} {
 		bl, stride := l[0], l[1]
 		n := l[2] / bl / 16 * 16
 		p := make([]byte, (n-1)*stride+bl+64)[l[3]:]
@@ -60,6 +60,10 @@ func BenchmarkHybridZVariants(b *testing.B) {
 		for c, k := range []blocksZFunc{hybridBlocksZA0, hybridBlocksZA1, hybridBlocksZA2} {
 			runs = append(runs, func() { k(&dst[0], &p[0], n/16, bl, stride, 0xffffffff, 0xffffffff, &foldTable.Fold[4]) })
 			names = append(names, fmt.Sprintf("za%d", c))
+		}
+		if k := zmsKernel(stride); k != nil && l[3] == 0 && bl%64 == 0 {
+			runs = append(runs, func() { k(&dst[0], &p[0], n/16, bl, stride, zeroCRCs[bl/64], &foldTable.Fold[4]) })
+			names = append(names, "zms")
 		}
 		b.Run(fmt.Sprintf("block=%d/stride=%d/bytes=%d/misaligned=%d", bl, stride, n*bl, l[3]), func(b *testing.B) {
 			// The sub-benchmark's own goroutine, on one thread, whose CPU
