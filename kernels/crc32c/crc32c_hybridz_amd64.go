@@ -3,7 +3,6 @@
 package crc32c
 
 import (
-	"hash/crc32"
 	"unsafe"
 
 	"golang.org/x/sys/cpu"
@@ -127,74 +126,26 @@ func chunkZ(reg uint32, p []byte, s int, regs *[17]uint32) uint32 {
 }
 
 // Blocks off a line (the buffer or the stride not a multiple of 64) split
-// most of their 64-byte loads across two lines, which costs the
-// sixteen-block kernels a third of their speed from L2 on long blocks
-// (docs/perf/crc32c-avx512.md). Measured on Emerald Rapids, the fastest
-// there were: for a buffer on a line, blocks of a multiple of 64 bytes up to
-// 64·hybridZMMaxSteps and a stride of 8 or 16 (mod 64), the DIF layouts
-// (520, 4104, 4112), the kernels that fold every block from the line that
-// holds its start (hybridBlocksZMS*, no load across lines); else the
-// sixteen-block kernel that only folds, four steps a round
-// (hybridBlocksZ0U4), from hybridZOffLineMin bytes a block below
-// hybridZOffLineMax (at 2 KiB the avx512 fold kernel is as fast); the
-// avx512 fold kernel on shorter blocks and up to hybridZSplitMin; from there the
-// kernels that fold from each block's first 64-byte boundary
-// (hybridBlocksZA*), whose heads and tails of varying length cost
-// branches on short blocks.
-const (
-	hybridZMMaxSteps  = 64
-	hybridZOffLineMin = 256
-	hybridZOffLineMax = 2048
-	hybridZSplitMin   = 3072
-)
-
-// zmsKernel returns the hybridBlocksZMS kernel of the stride, or nil.
-func zmsKernel(stride int) func(dst *uint32, p *byte, groups, blockLen, stride int, xorout uint32, fold *[2]uint64) {
-	switch stride & 63 {
-	case 8:
-		return hybridBlocksZMS8
-	case 16:
-		return hybridBlocksZMS16
-	}
-	return nil
-}
+// most of their 64-byte loads across two lines. The sixteen-block kernels
+// lose a third of their speed so from L2; the avx512 fold kernel (four
+// blocks, two accumulators each, the group two ahead prefetched as one
+// stream) loses least, and on Emerald Rapids it is the fastest at every
+// such layout measured: 512/520 1.17 of ISA-L against 0.93-0.98 for the
+// sixteen-block kernel that only folds (hybridBlocksZ0U4) and 1.03-1.05 for
+// one that folded every block from the line holding its start, 4096/4104
+// 1.09-1.12 against 0.97-1.03 for hybridBlocksZA1 (docs/perf/crc32c-avx512.md).
 
 // blocksHybridZ is Blocks: sixteen blocks at a time from hybridZBlocksMin
-// bytes a block (off a line as the constants above say), the rest (and
-// the other blocks) by the avx512 fold kernel.
+// bytes a block, on a line (the buffer and the stride a multiple of 64), the
+// rest (and the other blocks) by the avx512 fold kernel.
 func blocksHybridZ(dst []uint32, p []byte, blockLen, stride int) {
 	g := len(dst) / 16
-	if blockLen < hybridZBlocksMin || g == 0 {
+	if blockLen < hybridZBlocksMin || g == 0 || (int(uintptr(unsafe.Pointer(&p[0])))|stride)&63 != 0 {
 		blocksAVX512(dst, p, blockLen, stride)
 		return
 	}
-	onLine := int(uintptr(unsafe.Pointer(&p[0])))&63 == 0
-	zms := zmsKernel(stride)
-	switch {
-	case onLine && stride&63 == 0:
-		blocksZ(&dst[0], &p[0], g, blockLen, stride, 0xffffffff, 0xffffffff)
-	case onLine && zms != nil && blockLen >= hybridZOffLineMin && blockLen%64 == 0 && blockLen/64 <= hybridZMMaxSteps:
-		zms(&dst[0], &p[0], g, blockLen, stride, zeroCRCs[blockLen/64], &foldTable.Fold[4])
-	case blockLen >= hybridZSplitMin:
-		hybridBlocksZA1(&dst[0], &p[0], g, blockLen, stride, 0xffffffff, 0xffffffff, &foldTable.Fold[4])
-	case blockLen >= hybridZOffLineMin && blockLen < hybridZOffLineMax:
-		hybridBlocksZ0U4(&dst[0], &p[0], g, blockLen, stride, 0xffffffff, 0xffffffff, &foldTable.Fold[4])
-	default:
-		blocksAVX512(dst, p, blockLen, stride)
-		return
-	}
+	blocksZ(&dst[0], &p[0], g, blockLen, stride, 0xffffffff, 0xffffffff)
 	if i := 16 * g; i < len(dst) {
 		blocksAVX512(dst[i:], p[i*stride:], blockLen, stride)
 	}
 }
-
-// zeroCRCs[i] is the CRC-32C of 64·i zero bytes: hybridBlocksZMS's xorout
-// for blocks of 64·i bytes (the register of the initial value after them,
-// XORed with the CRC's xorout; kernels/_asm/crc32hybrid, zmask.go).
-var zeroCRCs = func() (t [hybridZMMaxSteps + 1]uint32) {
-	var z [64]byte
-	for i := 1; i < len(t); i++ {
-		t[i] = crc32.Update(t[i-1], castagnoli, z[:])
-	}
-	return t
-}()

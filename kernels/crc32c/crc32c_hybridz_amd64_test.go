@@ -61,10 +61,6 @@ func BenchmarkHybridZVariants(b *testing.B) {
 			runs = append(runs, func() { k(&dst[0], &p[0], n/16, bl, stride, 0xffffffff, 0xffffffff, &foldTable.Fold[4]) })
 			names = append(names, fmt.Sprintf("za%d", c))
 		}
-		if k := zmsKernel(stride); k != nil && l[3] == 0 && bl%64 == 0 {
-			runs = append(runs, func() { k(&dst[0], &p[0], n/16, bl, stride, zeroCRCs[bl/64], &foldTable.Fold[4]) })
-			names = append(names, "zms")
-		}
 		b.Run(fmt.Sprintf("block=%d/stride=%d/bytes=%d/misaligned=%d", bl, stride, n*bl, l[3]), func(b *testing.B) {
 			// The sub-benchmark's own goroutine, on one thread, whose CPU
 			// time is then its own.
@@ -134,16 +130,15 @@ func BenchmarkSmallZ(b *testing.B) {
 }
 
 // TestBlocksZCutoffs runs blocksHybridZ at the block lengths where it
-// changes kernels (blocksZ's, the rows of hybridKS, the off-line
-// strategies), on and off a line, against hash/crc32: kerneltest's
+// changes kernels (blocksZ's, the rows of hybridKS), on and off a line
+// (where the avx512 fold kernel runs), against hash/crc32: kerneltest's
 // BlockCases do not reach all of them.
 func TestBlocksZCutoffs(t *testing.T) {
 	if !hasHybridZ {
 		t.Skip("the CPU lacks AVX-512 VPCLMULQDQ")
 	}
 	r := rand.New(rand.NewPCG(1, 2))
-	for _, bl := range []int{255, 256, 257, 319, 320, hybridZOffLineMax - 1, hybridZOffLineMax, hybridZSplitMin - 1,
-		hybridZSplitMin, 64*hybridSubMaxSteps + 63, 64 * (hybridSubMaxSteps + 1)} {
+	for _, bl := range []int{255, 256, 257, 319, 320, 512, 4096, 64*hybridSubMaxSteps + 63, 64 * (hybridSubMaxSteps + 1)} {
 		for _, gap := range []int{0, 8, 64} {
 			for _, align := range []int{0, 8} {
 				n := 17

@@ -277,34 +277,6 @@ func hybridBlocksZA1(dst *uint32, p *byte, groups int, blockLen int, stride int,
 //go:noescape
 func hybridBlocksZA2(dst *uint32, p *byte, groups int, blockLen int, stride int, init uint32, xorout uint32, fold *[2]uint64)
 
-// hybridBlocksZMS8 sets dst[i] to the CRC-32C register of the block of blockLen
-// bytes at p[i·stride:] from zero, XORed with xorout, for i < 16·groups,
-// sixteen blocks at a time, every block folded from the line that holds
-// its start (the bytes before it cleared) with no load spanning two lines,
-// its last 8·i mod 64 bytes through CRC32 (kernels/_asm/crc32hybrid,
-// zmask.go). Needs SSE4.2, AVX512F and VPCLMULQDQ.
-//
-// Preconditions: groups >= 1, blockLen >= 64 a multiple of 64,
-// stride >= blockLen, stride = 8 (mod 64), p = 0 (mod 64);
-// fold = &foldTable.Fold[4].
-//
-//go:noescape
-func hybridBlocksZMS8(dst *uint32, p *byte, groups int, blockLen int, stride int, xorout uint32, fold *[2]uint64)
-
-// hybridBlocksZMS16 sets dst[i] to the CRC-32C register of the block of blockLen
-// bytes at p[i·stride:] from zero, XORed with xorout, for i < 16·groups,
-// sixteen blocks at a time, every block folded from the line that holds
-// its start (the bytes before it cleared) with no load spanning two lines,
-// its last 16·i mod 64 bytes through CRC32 (kernels/_asm/crc32hybrid,
-// zmask.go). Needs SSE4.2, AVX512F and VPCLMULQDQ.
-//
-// Preconditions: groups >= 1, blockLen >= 64 a multiple of 64,
-// stride >= blockLen, stride = 16 (mod 64), p = 0 (mod 64);
-// fold = &foldTable.Fold[4].
-//
-//go:noescape
-func hybridBlocksZMS16(dst *uint32, p *byte, groups int, blockLen int, stride int, xorout uint32, fold *[2]uint64)
-
 // hybridMergeZ returns the register after a chunk of segments from the
 // registers regs (the one before the chunk, then the segments' but the
 // last, from zero), the last segment's register last and the chunk's

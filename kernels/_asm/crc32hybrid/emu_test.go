@@ -355,49 +355,6 @@ func TestEmulatedKernels(t *testing.T) {
 			})
 		}
 	}
-	// hybridBlocksZMS<mis>, on a line at a stride of mis (mod 64): xorout
-	// is init·x^(8·blockLen) ⊕ the caller's xorout, for init = xorout = all
-	// ones the CRC-32C of blockLen zero bytes.
-	for _, mis := range zmsMis {
-		name := fmt.Sprintf("hybridBlocksZMS%d", mis)
-		for _, l := range [][3]int{{64, 64 + mis, 1}, {128, 128 + 64 + mis, 2}, {256, 256 + mis, 1}, {512, 512 + mis, 2},
-			{640, 640 + mis, 1}, {4096, 4096 + mis, 1}} {
-			blockLen, stride, groups := l[0], l[1], l[2]
-			t.Run(fmt.Sprintf("kernel=%s/block=%d/stride=%d", name, blockLen, stride), func(t *testing.T) {
-				n := zBlocks * groups
-				// The bytes before a block in its first line (the gap after
-				// the block before) are random, so a kernel that does not
-				// clear them fails.
-				data := make([]byte, (n-1)*stride+blockLen)
-				for i := range data {
-					data[i] = byte(r.Uint32())
-				}
-				m, err := emu.New(prog, data)
-				if err != nil {
-					t.Fatal(err)
-				}
-				copy(m.Mem[emu.AddrTable:], tab)
-				xorout := crc32.Checksum(make([]byte, blockLen), castagnoli)
-				for i, a := range []uint64{emu.AddrDst, emu.AddrData, uint64(groups), uint64(blockLen), uint64(stride),
-					uint64(xorout), emu.AddrTable + 16*4} {
-					m.Put64(8*i, a)
-				}
-				m.Mem[emu.AddrDst+4*n] = 0x5a
-				if _, err := m.Run(prog, name); err != nil {
-					t.Fatal(err)
-				}
-				for i := 0; i < n; i++ {
-					got := binary.LittleEndian.Uint32(m.Mem[emu.AddrDst+4*i:])
-					if want := crc32.Checksum(data[i*stride:][:blockLen], castagnoli); got != want {
-						t.Fatalf("dst[%d] = %#x, want %#x", i, got, want)
-					}
-				}
-				if m.Mem[emu.AddrDst+4*n] != 0x5a {
-					t.Fatal("wrote past dst")
-				}
-			})
-		}
-	}
 	t.Run("kernel=hybridMergeZ", func(t *testing.T) {
 		c := func(k int) uint64 { return crcmath.C(crcmath.CRC32C, uint64(k)) }
 		for _, g := range []int{16, 13, 5, 2} {

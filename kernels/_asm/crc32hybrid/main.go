@@ -99,10 +99,6 @@ func generate(cmd []string, pkg string) (asm, stubs []byte, err error) {
 	for _, c := range zaVariants {
 		blocksZA(c)
 	}
-	zm := zmMask()
-	for _, mis := range zmsMis {
-		blocksZMS(zm, mis)
-	}
 	mergeZ()
 	return scaffold.AsmAndStubs(ctx, cmd, pkg)
 }
