@@ -167,42 +167,25 @@ func chunkZ(reg uint32, p []byte, s int, regs *[17]uint32) uint32 {
 }
 
 // Blocks off a line (the buffer or the stride not a multiple of 64) split
-// most of their 64-byte loads across two lines, which costs the
-// sixteen-block kernels a third of their speed from L2 on long blocks
-// (docs/perf/crc32c-avx512.md). Measured on Emerald Rapids, the fastest
-// there were: the sixteen-block kernel that only folds, four steps a round
-// (hybridBlocksZ0U4), from hybridZOffLineMin bytes a block below
-// hybridZOffLineMax (at 2 KiB the avx512 fold kernel is as fast); the
-// avx512 fold kernel on shorter blocks and up to hybridZSplitMin; from there the
-// kernels that fold from each block's first 64-byte boundary
-// (hybridBlocksZA*), whose heads and tails of varying length cost
-// branches on short blocks.
-const (
-	hybridZOffLineMin = 256
-	hybridZOffLineMax = 2048
-	hybridZSplitMin   = 3072
-)
+// most of their 64-byte loads across two lines. The sixteen-block kernels
+// lose a third of their speed so from L2; the avx512 fold kernel (four
+// blocks, two accumulators each, the group two ahead prefetched as one
+// stream) loses least, and on Emerald Rapids it is the fastest at every
+// such layout measured: 512/520 1.17 of ISA-L against 0.93-0.98 for the
+// sixteen-block kernel that only folds (hybridBlocksZ0U4) and 1.03-1.05 for
+// one that folded every block from the line holding its start, 4096/4104
+// 1.09-1.12 against 0.97-1.03 for hybridBlocksZA1 (docs/perf/crc32c-avx512.md).
 
 // blocksHybridZ is Blocks: sixteen blocks at a time from hybridZBlocksMin
-// bytes a block (off a line as the constants above say), the rest (and
-// the other blocks) by the avx512 fold kernel.
+// bytes a block, on a line (the buffer and the stride a multiple of 64), the
+// rest (and the other blocks) by the avx512 fold kernel.
 func blocksHybridZ(dst []uint32, p []byte, blockLen, stride int) {
 	g := len(dst) / 16
-	if blockLen < hybridZBlocksMin || g == 0 {
+	if blockLen < hybridZBlocksMin || g == 0 || (int(uintptr(unsafe.Pointer(&p[0])))|stride)&63 != 0 {
 		blocksAVX512(dst, p, blockLen, stride)
 		return
 	}
-	switch {
-	case (int(uintptr(unsafe.Pointer(&p[0])))|stride)&63 == 0:
-		blocksZ(&dst[0], &p[0], g, blockLen, stride, 0xffffffff, 0xffffffff)
-	case blockLen >= hybridZSplitMin:
-		hybridBlocksZA1(&dst[0], &p[0], g, blockLen, stride, 0xffffffff, 0xffffffff, &foldTable.Fold[4])
-	case blockLen >= hybridZOffLineMin && blockLen < hybridZOffLineMax:
-		hybridBlocksZ0U4(&dst[0], &p[0], g, blockLen, stride, 0xffffffff, 0xffffffff, &foldTable.Fold[4])
-	default:
-		blocksAVX512(dst, p, blockLen, stride)
-		return
-	}
+	blocksZ(&dst[0], &p[0], g, blockLen, stride, 0xffffffff, 0xffffffff)
 	if i := 16 * g; i < len(dst) {
 		blocksAVX512(dst[i:], p[i*stride:], blockLen, stride)
 	}

@@ -31,7 +31,7 @@ func BenchmarkHybridZVariants(b *testing.B) {
 	for _, l := range [][4]int{{256, 256, 1 << 20, 0}, {512, 512, 1 << 20, 0}, {512, 520, 1 << 20, 0}, {1024, 1024, 1 << 20, 0},
 		{2048, 2048, 1 << 20, 0}, {4096, 4096, 1 << 20, 0}, {4096, 4104, 1 << 20, 0}, {512, 512, 32 << 10, 0}, {1024, 1024, 32 << 10, 0},
 		{512, 512, 1 << 20, 8}, {4096, 4096, 1 << 20, 8}, {512, 512, 32 << 10, 8}, {2048, 2048, 32 << 10, 0}, {2048, 2048, 32 << 10, 8},
-		{1024, 1032, 1 << 20, 0}, {2048, 2056, 1 << 20, 0}, {4096, 4112, 1 << 20, 0}} {
+		{1024, 1032, 1 << 20, 0}, {2048, 2056, 1 << 20, 0}, {4096, 4112, 1 << 20, 0}, {256, 264, 1 << 20, 0}} {
 		bl, stride := l[0], l[1]
 		n := l[2] / bl / 16 * 16
 		p := make([]byte, (n-1)*stride+bl+64)[l[3]:]
@@ -134,8 +134,8 @@ func BenchmarkSmallZ(b *testing.B) {
 }
 
 // TestBlocksZCutoffs runs blocksHybridZ at the block lengths where it
-// changes kernels (blocksZ's, the rows of hybridKS, the off-line
-// strategies), on and off a line, against hash/crc32: kerneltest's
+// changes kernels (blocksZ's, the rows of hybridKS), on and off a line
+// (where the avx512 fold kernel runs), against hash/crc32: kerneltest's
 // BlockCases do not reach all of them.
 func TestBlocksZCutoffs(t *testing.T) {
 	if !hasHybridZ {
@@ -163,8 +163,7 @@ func testBlocksZCutoffs(t *testing.T) {
 			t.Fatalf("Update of %d bytes: %#x, want %#x", n, got, want)
 		}
 	}
-	for _, bl := range []int{255, 256, 257, 319, 320, 767, 768, hybridZOffLineMax - 1, hybridZOffLineMax, hybridZSplitMin - 1,
-		hybridZSplitMin, 64*hybridSubMaxSteps + 63, 64 * (hybridSubMaxSteps + 1)} {
+	for _, bl := range []int{255, 256, 257, 319, 320, 512, 767, 768, 4096, 64*hybridSubMaxSteps + 63, 64 * (hybridSubMaxSteps + 1)} {
 		for _, gap := range []int{0, 8, 64} {
 			for _, align := range []int{0, 8} {
 				n := 17

@@ -3,8 +3,6 @@
 package t10crc32c
 
 import (
-	"unsafe"
-
 	"golang.org/x/sys/cpu"
 
 	"github.com/difctl/difctl/kernels/crc32c"
@@ -83,21 +81,21 @@ var t10ReflectedTables = crcmath.NewRevFoldTable(crcmath.NewFoldTable(t10Reflect
 var hasFusedGFNI = hasTwoPassAVX512 && cpu.X86.HasAVX512GFNI
 
 // blocksAVX512 is Blocks by the avx512 implementation: blocks of a multiple
-// of 64 bytes eight at a time through fusedBlocksZ (the guard and the sum in
-// one pass, kernels/_asm/fused, zmm.go), or fusedBlocksZG where the CPU has
-// GFNI and the blocks are on a cache line (the buffer and the stride a
-// multiple of 64: it folds five sums of eight, and its 64-byte loads split
-// across lines cost more than the four of fusedBlocksZ; on Emerald Rapids
-// 4096/4096 1.31-1.34 of two ISA-L calls against 1.19-1.23, 4096/4104
-// 1.19-1.22 against 1.25-1.27, 512-byte blocks even), the rest as
-// blocksTwoPass.
+// of 64 bytes eight at a time through fusedBlocksZG where the CPU has GFNI
+// (the guard folded in the reflected domain, five sums of eight folded; one
+// load of a block's 64 bytes serves its guard and its sum, so the loads split
+// across lines at strides of 520 or 4104 cost it no more than fusedBlocksZ,
+// whose byte reversal takes port 5: on Emerald Rapids 4096/4104 1.37-1.44 of
+// two ISA-L calls against 1.22-1.28, docs/perf/crc32c-avx512.md), else
+// through fusedBlocksZ (the guard and the sum in one pass, kernels/_asm/fused,
+// zmm.go), the rest as blocksTwoPass.
 func blocksAVX512(dst []uint16, sums []uint32, p []byte, blockLen, stride int) {
 	g := len(dst) / 8
 	if blockLen%64 != 0 || blockLen == 0 || g == 0 {
 		blocksTwoPass(dst, sums, p, blockLen, stride)
 		return
 	}
-	if hasFusedGFNI && (int(uintptr(unsafe.Pointer(&p[0])))|stride)&63 == 0 {
+	if hasFusedGFNI {
 		fusedBlocksZG(&dst[0], &sums[0], &p[0], g, blockLen, stride, foldTables, t10ReflectedTables, crc32cTables)
 	} else {
 		fusedBlocksZ(&dst[0], &sums[0], &p[0], g, blockLen, stride, foldTables, crc32cTables)

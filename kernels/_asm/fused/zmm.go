@@ -89,7 +89,8 @@ func blocksZ(c *build.Context, maskZ operand.Mem, gfni bool, bitrev operand.Mem)
 		return a.Addr
 	}
 	tp := c.Load(c.Param("tab"), c.GP64())
-	kT, kC, kR, kRC, mask := c.ZMM(), c.ZMM(), c.ZMM(), c.ZMM(), c.ZMM()
+	kT, kC, kR, kRC := c.ZMM(), c.ZMM(), c.ZMM(), c.ZMM()
+	mask := c.ZMM()
 	tr := tp
 	if gfni {
 		tr = c.Load(c.Param("tabR"), c.GP64())
@@ -105,12 +106,12 @@ func blocksZ(c *build.Context, maskZ operand.Mem, gfni bool, bitrev operand.Mem)
 		brev = c.ZMM()
 		c.VPBROADCASTQ(bitrev, brev)
 	}
-	// reverse turns 64 bytes of data in d into the guard's lanes.
-	reverse := func(d reg.VecVirtual, mask reg.VecVirtual) {
+	// reverse turns 64 bytes of data in src into the guard's lanes in dst.
+	reverse := func(src, dst reg.VecVirtual) {
 		if gfni {
-			c.VGF2P8AFFINEQB(operand.U8(0), brev, d, d)
+			c.VGF2P8AFFINEQB(operand.U8(0), brev, src, dst)
 		} else {
-			c.VPSHUFB(mask, d, d)
+			c.VPSHUFB(mask, src, dst)
 		}
 	}
 	// One 64-byte aligned slot on the frame for four reduced guards (128
@@ -173,9 +174,9 @@ func blocksZ(c *build.Context, maskZ operand.Mem, gfni bool, bitrev operand.Mem)
 			sacc[k] = c.ZMM()
 			c.VPXORQ(initv.AsZ(), gacc[k], sacc[k])
 		}
-		reverse(gacc[k], mask)
+		reverse(gacc[k], gacc[k])
 	}
-	t, d := c.ZMM(), c.ZMM()
+	t, d, raw := c.ZMM(), c.ZMM(), c.ZMM()
 	crcStep := func(q, s int) {
 		for _, k := range crcBlocks {
 			c.CRC32Q(addr(k, 64*s+8*q), crcs[k])
@@ -190,17 +191,26 @@ func blocksZ(c *build.Context, maskZ operand.Mem, gfni bool, bitrev operand.Mem)
 		for q := 0; q < 8; q++ {
 			crcStep(q, s)
 			k := q
-			c.VMOVDQU64(addr(k, 64*s+64), d)
-			reverse(d, mask)
+			// One load of the 64 bytes serves both folds of a folded sum's
+			// block: the sum takes them as loaded, the guard after the
+			// transform into a second register. (A memory operand for the
+			// sum's VPTERNLOGD loaded them twice, and two loads of a line
+			// split at a stride of 520 or 4104 cost fusedBlocksZG most of
+			// its lead there: docs/perf/crc32c-avx512.md.)
+			if !isCRC(q) {
+				a := sacc[q]
+				c.VMOVDQU64(addr(k, 64*s+64), raw)
+				c.VPCLMULQDQ(operand.U8(0x00), kC, a, t)
+				c.VPCLMULQDQ(operand.U8(0x11), kC, a, a)
+				c.VPTERNLOGD(operand.U8(0x96), raw, t, a)
+				reverse(raw, d)
+			} else {
+				c.VMOVDQU64(addr(k, 64*s+64), d)
+				reverse(d, d)
+			}
 			c.VPCLMULQDQ(operand.U8(gLo), kT, gacc[k], t)
 			c.VPCLMULQDQ(operand.U8(gHi), kT, gacc[k], gacc[k])
 			c.VPTERNLOGD(operand.U8(0x96), d, t, gacc[k])
-			if !isCRC(q) {
-				a := sacc[q]
-				c.VPCLMULQDQ(operand.U8(0x00), kC, a, t)
-				c.VPCLMULQDQ(operand.U8(0x11), kC, a, a)
-				c.VPTERNLOGD(operand.U8(0x96), addr(q, 64*s+64), t, a)
-			}
 		}
 	}
 	advance := func(steps int) {
