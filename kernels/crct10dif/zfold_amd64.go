@@ -109,8 +109,30 @@ func blocksAVX512(dst []uint16, p []byte, blockLen, stride int) {
 }
 
 func blocksCopyAVX512(dst []uint16, q, p []byte, blockLen, stride int) {
+	if foldgo.UseSubBlocks(blockLen, stride) {
+		blocksCopySubAVX512(dst, q, p, blockLen)
+		return
+	}
 	foldgo.BlocksCopy(dst, q, p, blockLen, stride, foldVecAVX512, foldGroupAVX512, foldMinBlockLen, foldTables,
 		foldBlocksCopyAVX512, updateBytes, updateAVX512)
+}
+
+// blocksCopySubAVX512 is BlocksCopy over contiguous 4 KiB blocks (the
+// sub-block path of foldgo.UseSubBlocks): foldBlocksCopyAVX512 over the
+// blocks' 1 KiB sub-blocks, whose streams do not share L1 sets, and each
+// block's partial CRCs joined (docs/performance.md, "Why the kernels are shaped as they are"). The kernel is
+// called by name, not through a parameter, so that the partial CRCs stay
+// on the stack.
+func blocksCopySubAVX512(dst []uint16, q, p []byte, blockLen int) {
+	const s = foldgo.SubBlockLen
+	j := foldgo.NewJoiner(dst, blockLen/s, subShift())
+	var part [subChunk]uint16
+	for o, end := 0, len(dst)*blockLen; o < end; {
+		k := min(subChunk, (end-o)/s)
+		foldBlocksCopyAVX512(part[:k], q[o:], p[o:], s, s, foldTables)
+		j.Add(part[:k])
+		o += k * s
+	}
 }
 
 // updateAVX2 is Update by foldUpdateAVX2, or by updateGeneric below

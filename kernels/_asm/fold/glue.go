@@ -73,7 +73,7 @@ func render(t *template.Template, spec crcSpec, cmd []string) ([]byte, error) {
 		if spec.bitrev && v.bytes == 64 {
 			tab = "foldTablesRefl"
 		}
-		g.Kernels = append(g.Kernels, glueKernel{vecSpec: v, Min: spec.min[v.name], Sub: spec.subBlocks && v.bytes == 16, Tab: tab,
+		g.Kernels = append(g.Kernels, glueKernel{vecSpec: v, Min: spec.min[v.name], Sub: spec.subBlocks && (v.bytes == 16 || v.bytes == 64), Tab: tab,
 			Shuf: spec.bitrev && v.bytes == 64})
 	}
 	for i := len(g.Kernels) - 1; i >= 0; i-- {
