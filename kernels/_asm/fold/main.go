@@ -1244,8 +1244,8 @@ const (
 // copyQAhead is how far ahead of each block's position in q the ZMM
 // copying kernels prefetch q, one line per vector stored: the hardware
 // prefetchers follow loads, not stores, and a store to a line not yet owned
-// waits for it, while a PREFETCHT0 of a line of the caller's buffer brings
-// it exclusive. On Emerald Rapids it made the copying kernels 5-20% faster
+// waits for it, while a PREFETCHT0 of a line of the caller's buffer that no
+// other core holds brings it exclusive. On Emerald Rapids it made the copying kernels 5-20% faster
 // from L2 and from a mapped file (docs/perf/copy-avx512.md; t10crc32c's
 // fusedBlocksCopyZG does the same).
 const copyQAhead = 1024

@@ -32,9 +32,9 @@ package main
 // sums' lanes read back by two CRC32Q from zero.
 //
 // Each pair of vectors prefetches the two lines of q zCopyPrefetch bytes
-// ahead (PREFETCHT0: q is the caller's, so the line comes exclusive and
-// the later store finds it owned), which the hardware does not do for
-// stores: 10-20% faster than the same loop without it, from L2. Prefetching
+// ahead (PREFETCHT0: a line of the caller's buffer that no other core
+// holds arrives exclusive, and the later store finds it owned), which the
+// hardware prefetchers, following loads, do not do for stores: 10-20% faster than the same loop without it, from L2. Prefetching
 // p as well measured no better.
 
 import (
