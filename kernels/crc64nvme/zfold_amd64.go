@@ -52,6 +52,10 @@ const (
 	foldMinBlockLen = 64
 )
 
+// From foldSeqMinBlockLen bytes a block BlocksCopy runs the ZMM copying
+// kernel's one-block-at-a-time form (docs/perf/copy-avx512.md).
+const foldSeqMinBlockLen = 2048
+
 // foldTables is what the kernels read: foldTable and its Fold constants
 // in reverse order.
 var foldTables = crcmath.NewRevFoldTable(&foldTable)
@@ -95,30 +99,13 @@ func blocksAVX512(dst []uint64, p []byte, blockLen, stride int) {
 }
 
 func blocksCopyAVX512(dst []uint64, q, p []byte, blockLen, stride int) {
-	if foldgo.UseSubBlocks(blockLen, stride) {
-		blocksCopySubAVX512(dst, q, p, blockLen)
+	if blockLen >= foldSeqMinBlockLen {
+		foldgo.BlocksCopy(dst, q, p, blockLen, stride, foldVecAVX512, 1, foldMinBlockLen, foldTables,
+			foldBlocksCopyAVX512Seq, updateGeneric, updateAVX512)
 		return
 	}
 	foldgo.BlocksCopy(dst, q, p, blockLen, stride, foldVecAVX512, foldGroupAVX512, foldMinBlockLen, foldTables,
 		foldBlocksCopyAVX512, updateGeneric, updateAVX512)
-}
-
-// blocksCopySubAVX512 is BlocksCopy over contiguous 4 KiB blocks (the
-// sub-block path of foldgo.UseSubBlocks): foldBlocksCopyAVX512 over the
-// blocks' 1 KiB sub-blocks, whose streams do not share L1 sets, and each
-// block's partial CRCs joined (docs/performance.md, "Why the kernels are shaped as they are"). The kernel is
-// called by name, not through a parameter, so that the partial CRCs stay
-// on the stack.
-func blocksCopySubAVX512(dst []uint64, q, p []byte, blockLen int) {
-	const s = foldgo.SubBlockLen
-	j := foldgo.NewJoiner(dst, blockLen/s, subShift())
-	var part [subChunk]uint64
-	for o, end := 0, len(dst)*blockLen; o < end; {
-		k := min(subChunk, (end-o)/s)
-		foldBlocksCopyAVX512(part[:k], q[o:], p[o:], s, s, foldTables)
-		j.Add(part[:k])
-		o += k * s
-	}
 }
 
 // updateAVX2 is Update by foldUpdateAVX2, or by updateGeneric below
@@ -371,3 +358,12 @@ func foldBlocksAVX512(dst []uint64, p []byte, blockLen, stride int, tab *crcmath
 //
 //go:noescape
 func foldBlocksCopyAVX512(dst []uint64, q, p []byte, blockLen, stride int, tab *crcmath.RevFoldTable)
+
+// foldBlocksCopyAVX512Seq is foldBlocksCopyAVX512 one block at a time:
+// each block's vectors in order, one stream of loads and one of stores, as
+// a copy makes them.
+//
+// Preconditions: those of foldBlocksCopyAVX512, with any positive len(dst).
+//
+//go:noescape
+func foldBlocksCopyAVX512Seq(dst []uint64, q, p []byte, blockLen, stride int, tab *crcmath.RevFoldTable)

@@ -2715,3 +2715,172 @@ breduceAVX512:
 	JNZ        bgroupAVX512
 	VZEROUPPER
 	RET
+
+// func foldBlocksCopyAVX512Seq(dst []uint64, q []byte, p []byte, blockLen int, stride int, tab *crcmath.RevFoldTable)
+// Requires: AVX, AVX512F, AVX512VL, MMX+, PCLMULQDQ, VPCLMULQDQ
+TEXT ·foldBlocksCopyAVX512Seq(SB), NOSPLIT, $152-96
+	MOVQ tab+88(FP), DX
+	MOVQ dst_base+0(FP), DI
+	MOVQ dst_len+8(FP), R8
+	MOVQ R8, (SP)
+	MOVQ p_base+48(FP), SI
+	MOVQ blockLen+72(FP), BX
+	MOVQ stride+80(FP), R9
+
+	// q - p: the copy of a byte at x goes to x + (q - p).
+	MOVQ q_base+24(FP), R15
+	SUBQ SI, R15
+
+	// Block j of a group starts at p + j*stride.
+	LEAQ (R9)(R9*2), R10
+
+	// Every block starts from the initial register, all ones.
+	MOVQ  $-1, AX
+	VMOVQ AX, X10
+
+	// Fold[1] for the 16-byte lanes.
+	VMOVDQU 16(DX), X13
+
+	// {Fold[3], Fold[2], Fold[1], Fold[0]}: lane i of 4 folds by Fold[3-i].
+	VMOVDQU64  (DX), Z16
+	VSHUFI64X2 $0x1b, Z16, Z16, Z16
+
+	// All ones in lane 3: the lane collapseLanesMem keeps as is.
+	VMOVDQU64 lane3<>+0(SB), Z21
+
+	// Fold[4]: forward by 64 bytes.
+	VBROADCASTI32X4 64(DX), Z8
+
+	// Fold[8]: forward by 128 bytes, for the pairs of accumulators.
+	VBROADCASTI32X4 128(DX), Z22
+
+	// The prefetch distance: pfGroups groups, one from pfLongBlock bytes a block.
+	MOVQ R9, R12
+	CMPQ BX, $0x00000800
+	JAE  bpflongAVX512
+	SHLQ $0x01, R12
+
+bpflongAVX512:
+bgroupAVX512:
+	MOVQ       SI, R13
+	MOVQ       BX, CX
+	LEAQ       (SI)(R12*1), R8
+	PREFETCHT0 (R8)
+	ADDQ       $0x00000040, R8
+	LEAQ       (R13)(R15*1), R14
+	VMOVDQU64  (R13), Z0
+	VMOVDQU64  Z0, (R14)
+	VPXORQ     Z10, Z0, Z0
+	ADDQ       $0x00000040, R13
+	SUBQ       $0x00000040, CX
+	CMPQ       CX, $0x000000c0
+	JB         bloopAVX512
+
+	// The second vector of every block starts its second accumulator.
+	PREFETCHT0 (R8)
+	ADDQ       $0x00000040, R8
+	LEAQ       (R13)(R15*1), R14
+	PREFETCHT0 1024(R14)
+	VMOVDQU64  (R13), Z4
+	VMOVDQU64  Z4, (R14)
+	ADDQ       $0x00000040, R13
+	SUBQ       $0x00000040, CX
+
+bpairAVX512:
+	CMPQ       CX, $0x00000080
+	JB         bmergeAVX512
+	PREFETCHT0 (R8)
+	ADDQ       $0x00000040, R8
+	LEAQ       (R13)(R15*1), R14
+	PREFETCHT0 (R8)
+	ADDQ       $0x00000040, R8
+	LEAQ       (R13)(R15*1), R14
+	PREFETCHT0 1024(R14)
+	VMOVDQU64  (R13), Z17
+	VMOVDQU64  Z17, (R14)
+	VPCLMULQDQ $0x00, Z22, Z0, Z11
+	VPCLMULQDQ $0x11, Z22, Z0, Z0
+	VPTERNLOGD $0x96, Z17, Z11, Z0
+	PREFETCHT0 1088(R14)
+	VMOVDQU64  64(R13), Z23
+	VMOVDQU64  Z23, 64(R14)
+	VPCLMULQDQ $0x00, Z22, Z4, Z12
+	VPCLMULQDQ $0x11, Z22, Z4, Z4
+	VPTERNLOGD $0x96, Z23, Z12, Z4
+	ADDQ       $0x00000080, R13
+	SUBQ       $0x00000080, CX
+	JMP        bpairAVX512
+
+bmergeAVX512:
+	VPCLMULQDQ $0x00, Z8, Z0, Z11
+	VPCLMULQDQ $0x11, Z8, Z0, Z0
+	VPTERNLOGD $0x96, Z4, Z11, Z0
+
+bloopAVX512:
+	CMPQ       CX, $0x00000040
+	JB         blanesAVX512
+	PREFETCHT0 (R8)
+	ADDQ       $0x00000040, R8
+	LEAQ       (R13)(R15*1), R14
+	PREFETCHT0 1024(R14)
+	VMOVDQU64  (R13), Z17
+	VMOVDQU64  Z17, (R14)
+	VPCLMULQDQ $0x00, Z8, Z0, Z11
+	VPCLMULQDQ $0x11, Z8, Z0, Z0
+	VPTERNLOGD $0x96, Z17, Z11, Z0
+	ADDQ       $0x00000040, R13
+	SUBQ       $0x00000040, CX
+	JMP        bloopAVX512
+
+blanesAVX512:
+	LEAQ       71(SP), R11
+	ANDQ       $-64, R11
+	VPANDQ     Z21, Z0, Z14
+	VPCLMULQDQ $0x00, Z16, Z0, Z11
+	VPCLMULQDQ $0x11, Z16, Z0, Z12
+	VPTERNLOGD $0x96, Z12, Z11, Z14
+	VMOVDQU64  Z14, (R11)
+	VMOVDQU    (R11), X0
+	VPXOR      16(R11), X0, X0
+	VMOVDQU    32(R11), X11
+	VPTERNLOGD $0x96, 48(R11), X11, X0
+	CMPQ       CX, $0x00000010
+	JB         breduceAVX512
+
+btailloopAVX512:
+	LEAQ       (R13)(R15*1), R14
+	PREFETCHT0 1024(R14)
+	VMOVDQU    (R13), X12
+	VMOVDQU    X12, (R14)
+	VPCLMULQDQ $0x00, X13, X0, X11
+	VPCLMULQDQ $0x11, X13, X0, X0
+	VPXOR      X11, X0, X0
+	VPXOR      X12, X0, X0
+	ADDQ       $0x00000010, R13
+	SUBQ       $0x00000010, CX
+	CMPQ       CX, $0x00000010
+	JAE        btailloopAVX512
+
+breduceAVX512:
+	VPCLMULQDQ $0x00, 1040(DX), X0, X11
+	VPSRLDQ    $0x08, X0, X12
+	VPXOR      X12, X11, X11
+	VPCLMULQDQ $0x00, 1056(DX), X11, X14
+	VPSLLQ     $0x01, X14, X14
+	VPXOR      X14, X11, X12
+	VPCLMULQDQ $0x10, 1056(DX), X12, X14
+	VPSLLQ     $0x01, X14, X12
+	VPSRLQ     $0x3f, X14, X14
+	VPSLLDQ    $0x08, X14, X14
+	VPXOR      X14, X12, X12
+	VPXOR      X12, X11, X11
+	VMOVDQU    X11, 64(R11)
+	MOVQ       72(R11), AX
+	NOTQ       AX
+	MOVQ       AX, (DI)
+	ADDQ       $0x00000008, DI
+	LEAQ       (SI)(R9*1), SI
+	SUBQ       $0x00000001, (SP)
+	JNZ        bgroupAVX512
+	VZEROUPPER
+	RET

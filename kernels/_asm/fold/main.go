@@ -98,12 +98,11 @@ type crcSpec struct {
 	// reversal of the unreflected one's. They read foldTableRefl, the
 	// reflected CRC's constants (crcgen).
 	bitrev bool
-	// subBlocks: BlocksCopy of contiguous 4 KiB blocks under the XMM and
-	// ZMM kernels runs the copying kernel over 1 KiB sub-blocks and joins
-	// the partial CRCs (foldgo.UseSubBlocks; docs/performance.md, "Why the
-	// kernels are shaped as they are"). On Emerald Rapids (48 KiB, 12-way
-	// L1) the ZMM kernels' copies of 4 KiB blocks measured 5-10% faster so,
-	// from L2 and from a mapped file (docs/perf/copy-avx512.md).
+	// subBlocks: BlocksCopy of contiguous 4 KiB blocks under the XMM
+	// kernels runs the copying kernel over 1 KiB sub-blocks and joins the
+	// partial CRCs (foldgo.UseSubBlocks; docs/performance.md, "Why the
+	// kernels are shaped as they are"). The ZMM kernels take such blocks
+	// one at a time instead (seqMinBlockLen).
 	subBlocks bool
 }
 
@@ -269,6 +268,11 @@ func generateAsm(spec crcSpec, cmd []string) ([]byte, error) {
 		}
 		g.blocks(false)
 		gc.blocks(true)
+		if v.bytes == 64 {
+			gs := *gc
+			gs.seq = true
+			gs.blocks(true)
+		}
 	}
 	return scaffold.Asm(ctx, cmd, spec.pkg)
 }
@@ -349,6 +353,9 @@ type gen struct {
 	sse     bool   // legacy SSE encodings (the PCLMUL kernel)
 	suffix  string // of the Update kernel's name
 	tab     reg.GPPhysical
+	// seq: the copying Blocks kernel takes one block at a time
+	// (foldBlocksCopyXSeq, see blocks).
+	seq bool
 }
 
 func (g *gen) lanes() int { return g.v.bytes / 16 }
@@ -1250,6 +1257,19 @@ const (
 // fusedBlocksCopyZG does the same).
 const copyQAhead = 1024
 
+// seqMinBlockLen is the block length from which BlocksCopy under the ZMM
+// kernels runs foldBlocksCopyAVX512Seq (blocks with seq set): one block at a
+// time, so that the loads and the stores are one stream each, as in a copy,
+// rather than four blocks' eight streams, which at strides of 4 KiB share
+// L1 sets (t10crc32c's fusedBlocksCopyZG, kernels/_asm/fused, measured the
+// same). Its two accumulators a block hide the fold's latency alone from
+// 256 bytes, but each block then ends on its own; from 2 KiB that costs
+// little. On Emerald Rapids, 4096-byte blocks from a 64 MiB mapping against
+// Go's copy: CRC-64/NVME 0.89-0.91 over four interleaved 1 KiB sub-blocks,
+// 0.95-0.97 one block at a time; T10-DIF 0.94-0.95 and 0.96
+// (docs/perf/copy-avx512.md).
+const seqMinBlockLen = 2048
+
 // Registers of the Blocks kernels beyond those of the group walk: rSeq
 // holds the prefetch address, rQ the step's position in q in the copying
 // kernels, rQd is q - p.
@@ -1279,6 +1299,10 @@ func (g *gen) blocks(copy bool) {
 	name := "foldBlocks" + g.v.name
 	if copy {
 		name = "foldBlocksCopy" + g.v.name
+	}
+	if g.seq {
+		G = 1
+		name += "Seq"
 	}
 	c.Function(name)
 	c.Attributes(attr.NOSPLIT)
@@ -1398,7 +1422,9 @@ func (g *gen) blocks(copy bool) {
 		c.Comment("The prefetch distance: pfGroups groups, one from pfLongBlock bytes a block.")
 		lLong := g.label("bpflong")
 		c.MOVQ(s1, pfDist)
-		c.SHLQ(operand.U8(log2(G)), pfDist)
+		if G > 1 {
+			c.SHLQ(operand.U8(log2(G)), pfDist)
+		}
 		c.CMPQ(blockLen, operand.U32(pfLongBlock))
 		c.JAE(operand.LabelRef(lLong))
 		c.SHLQ(operand.U8(log2(pfGroups)), pfDist)
