@@ -124,8 +124,8 @@ func blocksTwoPass(dst []uint16, sums []uint32, p []byte, blockLen, stride int) 
 // through fusedBlocksCopyZG (the copy, the guard and the sum in one pass,
 // kernels/_asm/fused, zmmcopy.go); the rest, and other lengths, by the
 // fused AVX2 kernel. On Emerald Rapids against ISA-L's memcpy and two
-// by16_10 calls a block it measured 1.08-1.15 at 512-byte blocks and
-// 1.22-1.37 at 4 KiB, where the AVX2 kernel measured 0.88-1.03
+// by16_10 calls a block it measured 1.02-1.10 at 512-byte blocks and
+// 1.19-1.41 at 4 KiB, where the AVX2 kernel measured 0.86-1.09
 // (docs/perf/copy-avx512.md).
 func blocksCopyAVX512(dst []uint16, sums []uint32, q, p []byte, blockLen, stride int) {
 	g := len(dst) / fusedCopyGroup
