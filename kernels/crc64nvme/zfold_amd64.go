@@ -52,6 +52,10 @@ const (
 	foldMinBlockLen = 64
 )
 
+// From foldSeqMinBlockLen bytes a block BlocksCopy runs the ZMM copying
+// kernel's one-block-at-a-time form (docs/perf/copy-avx512.md).
+const foldSeqMinBlockLen = 2048
+
 // foldTables is what the kernels read: foldTable and its Fold constants
 // in reverse order.
 var foldTables = crcmath.NewRevFoldTable(&foldTable)
@@ -95,6 +99,11 @@ func blocksAVX512(dst []uint64, p []byte, blockLen, stride int) {
 }
 
 func blocksCopyAVX512(dst []uint64, q, p []byte, blockLen, stride int) {
+	if blockLen >= foldSeqMinBlockLen {
+		foldgo.BlocksCopy(dst, q, p, blockLen, stride, foldVecAVX512, 1, foldMinBlockLen, foldTables,
+			foldBlocksCopyAVX512Seq, updateGeneric, updateAVX512)
+		return
+	}
 	foldgo.BlocksCopy(dst, q, p, blockLen, stride, foldVecAVX512, foldGroupAVX512, foldMinBlockLen, foldTables,
 		foldBlocksCopyAVX512, updateGeneric, updateAVX512)
 }
@@ -349,3 +358,12 @@ func foldBlocksAVX512(dst []uint64, p []byte, blockLen, stride int, tab *crcmath
 //
 //go:noescape
 func foldBlocksCopyAVX512(dst []uint64, q, p []byte, blockLen, stride int, tab *crcmath.RevFoldTable)
+
+// foldBlocksCopyAVX512Seq is foldBlocksCopyAVX512 one block at a time:
+// each block's vectors in order, one stream of loads and one of stores, as
+// a copy makes them.
+//
+// Preconditions: those of foldBlocksCopyAVX512, with any positive len(dst).
+//
+//go:noescape
+func foldBlocksCopyAVX512Seq(dst []uint64, q, p []byte, blockLen, stride int, tab *crcmath.RevFoldTable)

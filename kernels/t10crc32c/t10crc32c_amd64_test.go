@@ -33,7 +33,7 @@ func TestDispatch(t *testing.T) {
 	kerneltest.ForEach(t, pkgName, func(t *testing.T) {
 		name := impl.Active(pkgName)
 		want := map[string][2]any{
-			"avx512":  {blocksAVX512, blocksCopyAVX2},
+			"avx512":  {blocksAVX512, blocksCopyAVX512},
 			"avx2":    {blocksAVX2, blocksCopyAVX2},
 			"avx":     {blocksAVX, blocksCopyAVX},
 			"generic": {blocksPortable, blocksCopyPortable},

@@ -44,13 +44,11 @@ const (
 // 0.92-1.06 (docs/performance.md).
 // The fused AVX2 kernel's CRC-32C runs only on the CRC32 instruction, 8
 // bytes a cycle, under a third of what the AVX-512 kernels read.
-// BlocksCopy stays the fused AVX2 kernel's: crct10dif.BlocksCopy then
-// crc32c.Blocks over the copy, or a copy then the two passes, measured
-// 0.5-0.8 of ISA-L's memcpy and two calls on Emerald Rapids, the fused
-// copying kernel 0.85-1.1.
+// BlocksCopy by fusedBlocksCopyZG where the CPU has GFNI (see
+// blocksCopyAVX512).
 func registerAVX512() {
 	impl.Register(pkgName, "avx512", hasTwoPassAVX512, func() {
-		blocks, blocksCopy = blocksAVX512, blocksCopyAVX2
+		blocks, blocksCopy = blocksAVX512, blocksCopyAVX512
 	})
 }
 
@@ -116,5 +114,25 @@ func blocksTwoPass(dst []uint16, sums []uint32, p []byte, blockLen, stride int) 
 		if crct10dif.Blocks(dst[i:j], c, blockLen, stride) != nil || crc32c.Blocks(sums[i:j], c, blockLen, stride) != nil {
 			panic("t10crc32c: a CRC package refused a checked layout")
 		}
+	}
+}
+
+// blocksCopyAVX512 is BlocksCopy by the avx512 implementation: where the
+// CPU has GFNI, blocks of a multiple of 128 bytes fusedCopyGroup at a time
+// through fusedBlocksCopyZG (the copy, the guard and the sum in one pass,
+// kernels/_asm/fused, zmmcopy.go); the rest, and other lengths, by the
+// fused AVX2 kernel. On Emerald Rapids against ISA-L's memcpy and two
+// by16_10 calls a block it measured 1.02-1.10 at 512-byte blocks and
+// 1.19-1.41 at 4 KiB, where the AVX2 kernel measured 0.86-1.09
+// (docs/perf/copy-avx512.md).
+func blocksCopyAVX512(dst []uint16, sums []uint32, q, p []byte, blockLen, stride int) {
+	g := len(dst) / fusedCopyGroup
+	if !hasFusedGFNI || blockLen%128 != 0 || blockLen == 0 || g == 0 {
+		blocksCopyAVX2(dst, sums, q, p, blockLen, stride)
+		return
+	}
+	fusedBlocksCopyZG(&dst[0], &sums[0], &q[0], &p[0], g, blockLen, stride, foldTables, t10ReflectedTables, crc32cTables)
+	if i := fusedCopyGroup * g; i < len(dst) {
+		blocksCopyAVX2(dst[i:], sums[i:], q[i*stride:], p[i*stride:], blockLen, stride)
 	}
 }

@@ -1934,3 +1934,359 @@ fusedBlocksZG_last:
 	JNZ  fusedBlocksZG_group
 	VZEROUPPER
 	RET
+
+// func fusedBlocksCopyZG(dst *uint16, sums *uint32, q *byte, p *byte, groups int, blockLen int, stride int, tab *byte, tabR *byte, tab32 *byte)
+// Requires: AVX, AVX512BW, AVX512F, GFNI, MMX+, SSE4.2, VPCLMULQDQ
+TEXT ·fusedBlocksCopyZG(SB), $128-80
+	MOVQ            tabR+64(FP), AX
+	VBROADCASTI32X4 128(AX), Z0
+	VBROADCASTI32X4 64(AX), Z1
+	VPBROADCASTQ    fusedBitrev<>+0(SB), Z4
+	MOVQ            tab32+72(FP), AX
+	VBROADCASTI32X4 128(AX), Z2
+	VBROADCASTI32X4 64(AX), Z3
+	MOVQ            q+16(FP), AX
+	MOVQ            p+24(FP), CX
+	SUBQ            CX, AX
+
+fusedBlocksCopyZG_group:
+	MOVQ p+24(FP), CX
+	MOVQ blockLen+40(FP), DX
+	SHRQ $0x07, DX
+
+	// Block 0: its first 128 bytes, stored to q.
+	MOVL           $0xffffffff, BX
+	VMOVD          BX, X6
+	VMOVDQU64      (CX), Z7
+	VMOVDQU64      64(CX), Z8
+	VMOVDQU64      Z7, (CX)(AX*1)
+	VMOVDQU64      Z8, 64(CX)(AX*1)
+	VPXORQ         Z6, Z7, Z9
+	VMOVDQA64      Z8, Z10
+	VGF2P8AFFINEQB $0x00, Z4, Z7, Z7
+	VGF2P8AFFINEQB $0x00, Z4, Z8, Z8
+	ADDQ           $0x80, CX
+	DECQ           DX
+	JZ             fusedBlocksCopyZG_b0_end
+
+fusedBlocksCopyZG_b0_loop:
+	PREFETCHT0     1024(CX)(AX*1)
+	PREFETCHT0     1088(CX)(AX*1)
+	VMOVDQU64      (CX), Z11
+	VMOVDQU64      64(CX), Z12
+	VMOVDQU64      Z11, (CX)(AX*1)
+	VMOVDQU64      Z12, 64(CX)(AX*1)
+	VGF2P8AFFINEQB $0x00, Z4, Z11, Z13
+	VGF2P8AFFINEQB $0x00, Z4, Z12, Z14
+	VPCLMULQDQ     $0x00, Z0, Z7, Z5
+	VPCLMULQDQ     $0x11, Z0, Z7, Z7
+	VPTERNLOGD     $0x96, Z13, Z5, Z7
+	VPCLMULQDQ     $0x00, Z0, Z8, Z5
+	VPCLMULQDQ     $0x11, Z0, Z8, Z8
+	VPTERNLOGD     $0x96, Z14, Z5, Z8
+	VPCLMULQDQ     $0x00, Z2, Z9, Z5
+	VPCLMULQDQ     $0x11, Z2, Z9, Z9
+	VPTERNLOGD     $0x96, Z11, Z5, Z9
+	VPCLMULQDQ     $0x00, Z2, Z10, Z5
+	VPCLMULQDQ     $0x11, Z2, Z10, Z10
+	VPTERNLOGD     $0x96, Z12, Z5, Z10
+	ADDQ           $0x80, CX
+	DECQ           DX
+	JNZ            fusedBlocksCopyZG_b0_loop
+
+fusedBlocksCopyZG_b0_end:
+	// The first accumulators folded by 64 bytes onto the second.
+	VPCLMULQDQ $0x00, Z1, Z7, Z5
+	VPCLMULQDQ $0x11, Z1, Z7, Z7
+	VPTERNLOGD $0x96, Z8, Z5, Z7
+	VPCLMULQDQ $0x00, Z3, Z9, Z5
+	VPCLMULQDQ $0x11, Z3, Z9, Z9
+	VPTERNLOGD $0x96, Z10, Z5, Z9
+	MOVQ       p+24(FP), CX
+	MOVQ       stride+48(FP), DX
+	LEAQ       (CX)(DX*1), CX
+	MOVQ       blockLen+40(FP), DX
+	SHRQ       $0x07, DX
+
+	// Block 1: its first 128 bytes, stored to q.
+	MOVL           $0xffffffff, BX
+	VMOVD          BX, X6
+	VMOVDQU64      (CX), Z8
+	VMOVDQU64      64(CX), Z10
+	VMOVDQU64      Z8, (CX)(AX*1)
+	VMOVDQU64      Z10, 64(CX)(AX*1)
+	VPXORQ         Z6, Z8, Z11
+	VMOVDQA64      Z10, Z12
+	VGF2P8AFFINEQB $0x00, Z4, Z8, Z8
+	VGF2P8AFFINEQB $0x00, Z4, Z10, Z10
+	ADDQ           $0x80, CX
+	DECQ           DX
+	JZ             fusedBlocksCopyZG_b1_end
+
+fusedBlocksCopyZG_b1_loop:
+	PREFETCHT0     1024(CX)(AX*1)
+	PREFETCHT0     1088(CX)(AX*1)
+	VMOVDQU64      (CX), Z13
+	VMOVDQU64      64(CX), Z14
+	VMOVDQU64      Z13, (CX)(AX*1)
+	VMOVDQU64      Z14, 64(CX)(AX*1)
+	VGF2P8AFFINEQB $0x00, Z4, Z13, Z17
+	VGF2P8AFFINEQB $0x00, Z4, Z14, Z18
+	VPCLMULQDQ     $0x00, Z0, Z8, Z5
+	VPCLMULQDQ     $0x11, Z0, Z8, Z8
+	VPTERNLOGD     $0x96, Z17, Z5, Z8
+	VPCLMULQDQ     $0x00, Z0, Z10, Z5
+	VPCLMULQDQ     $0x11, Z0, Z10, Z10
+	VPTERNLOGD     $0x96, Z18, Z5, Z10
+	VPCLMULQDQ     $0x00, Z2, Z11, Z5
+	VPCLMULQDQ     $0x11, Z2, Z11, Z11
+	VPTERNLOGD     $0x96, Z13, Z5, Z11
+	VPCLMULQDQ     $0x00, Z2, Z12, Z5
+	VPCLMULQDQ     $0x11, Z2, Z12, Z12
+	VPTERNLOGD     $0x96, Z14, Z5, Z12
+	ADDQ           $0x80, CX
+	DECQ           DX
+	JNZ            fusedBlocksCopyZG_b1_loop
+
+fusedBlocksCopyZG_b1_end:
+	// The first accumulators folded by 64 bytes onto the second.
+	VPCLMULQDQ $0x00, Z1, Z8, Z5
+	VPCLMULQDQ $0x11, Z1, Z8, Z8
+	VPTERNLOGD $0x96, Z10, Z5, Z8
+	VPCLMULQDQ $0x00, Z3, Z11, Z5
+	VPCLMULQDQ $0x11, Z3, Z11, Z11
+	VPTERNLOGD $0x96, Z12, Z5, Z11
+	MOVQ       p+24(FP), CX
+	MOVQ       stride+48(FP), DX
+	LEAQ       (CX)(DX*2), CX
+	MOVQ       blockLen+40(FP), DX
+	SHRQ       $0x07, DX
+
+	// Block 2: its first 128 bytes, stored to q.
+	MOVL           $0xffffffff, BX
+	VMOVD          BX, X6
+	VMOVDQU64      (CX), Z10
+	VMOVDQU64      64(CX), Z12
+	VMOVDQU64      Z10, (CX)(AX*1)
+	VMOVDQU64      Z12, 64(CX)(AX*1)
+	VPXORQ         Z6, Z10, Z13
+	VMOVDQA64      Z12, Z14
+	VGF2P8AFFINEQB $0x00, Z4, Z10, Z10
+	VGF2P8AFFINEQB $0x00, Z4, Z12, Z12
+	ADDQ           $0x80, CX
+	DECQ           DX
+	JZ             fusedBlocksCopyZG_b2_end
+
+fusedBlocksCopyZG_b2_loop:
+	PREFETCHT0     1024(CX)(AX*1)
+	PREFETCHT0     1088(CX)(AX*1)
+	VMOVDQU64      (CX), Z17
+	VMOVDQU64      64(CX), Z18
+	VMOVDQU64      Z17, (CX)(AX*1)
+	VMOVDQU64      Z18, 64(CX)(AX*1)
+	VGF2P8AFFINEQB $0x00, Z4, Z17, Z19
+	VGF2P8AFFINEQB $0x00, Z4, Z18, Z20
+	VPCLMULQDQ     $0x00, Z0, Z10, Z5
+	VPCLMULQDQ     $0x11, Z0, Z10, Z10
+	VPTERNLOGD     $0x96, Z19, Z5, Z10
+	VPCLMULQDQ     $0x00, Z0, Z12, Z5
+	VPCLMULQDQ     $0x11, Z0, Z12, Z12
+	VPTERNLOGD     $0x96, Z20, Z5, Z12
+	VPCLMULQDQ     $0x00, Z2, Z13, Z5
+	VPCLMULQDQ     $0x11, Z2, Z13, Z13
+	VPTERNLOGD     $0x96, Z17, Z5, Z13
+	VPCLMULQDQ     $0x00, Z2, Z14, Z5
+	VPCLMULQDQ     $0x11, Z2, Z14, Z14
+	VPTERNLOGD     $0x96, Z18, Z5, Z14
+	ADDQ           $0x80, CX
+	DECQ           DX
+	JNZ            fusedBlocksCopyZG_b2_loop
+
+fusedBlocksCopyZG_b2_end:
+	// The first accumulators folded by 64 bytes onto the second.
+	VPCLMULQDQ $0x00, Z1, Z10, Z5
+	VPCLMULQDQ $0x11, Z1, Z10, Z10
+	VPTERNLOGD $0x96, Z12, Z5, Z10
+	VPCLMULQDQ $0x00, Z3, Z13, Z5
+	VPCLMULQDQ $0x11, Z3, Z13, Z13
+	VPTERNLOGD $0x96, Z14, Z5, Z13
+	MOVQ       p+24(FP), CX
+	MOVQ       stride+48(FP), DX
+	LEAQ       (DX)(DX*2), DX
+	ADDQ       DX, CX
+	MOVQ       blockLen+40(FP), DX
+	SHRQ       $0x07, DX
+
+	// Block 3: its first 128 bytes, stored to q.
+	MOVL           $0xffffffff, BX
+	VMOVD          BX, X6
+	VMOVDQU64      (CX), Z12
+	VMOVDQU64      64(CX), Z14
+	VMOVDQU64      Z12, (CX)(AX*1)
+	VMOVDQU64      Z14, 64(CX)(AX*1)
+	VPXORQ         Z6, Z12, Z17
+	VMOVDQA64      Z14, Z18
+	VGF2P8AFFINEQB $0x00, Z4, Z12, Z12
+	VGF2P8AFFINEQB $0x00, Z4, Z14, Z14
+	ADDQ           $0x80, CX
+	DECQ           DX
+	JZ             fusedBlocksCopyZG_b3_end
+
+fusedBlocksCopyZG_b3_loop:
+	PREFETCHT0     1024(CX)(AX*1)
+	PREFETCHT0     1088(CX)(AX*1)
+	VMOVDQU64      (CX), Z19
+	VMOVDQU64      64(CX), Z20
+	VMOVDQU64      Z19, (CX)(AX*1)
+	VMOVDQU64      Z20, 64(CX)(AX*1)
+	VGF2P8AFFINEQB $0x00, Z4, Z19, Z21
+	VGF2P8AFFINEQB $0x00, Z4, Z20, Z22
+	VPCLMULQDQ     $0x00, Z0, Z12, Z5
+	VPCLMULQDQ     $0x11, Z0, Z12, Z12
+	VPTERNLOGD     $0x96, Z21, Z5, Z12
+	VPCLMULQDQ     $0x00, Z0, Z14, Z5
+	VPCLMULQDQ     $0x11, Z0, Z14, Z14
+	VPTERNLOGD     $0x96, Z22, Z5, Z14
+	VPCLMULQDQ     $0x00, Z2, Z17, Z5
+	VPCLMULQDQ     $0x11, Z2, Z17, Z17
+	VPTERNLOGD     $0x96, Z19, Z5, Z17
+	VPCLMULQDQ     $0x00, Z2, Z18, Z5
+	VPCLMULQDQ     $0x11, Z2, Z18, Z18
+	VPTERNLOGD     $0x96, Z20, Z5, Z18
+	ADDQ           $0x80, CX
+	DECQ           DX
+	JNZ            fusedBlocksCopyZG_b3_loop
+
+fusedBlocksCopyZG_b3_end:
+	// The first accumulators folded by 64 bytes onto the second.
+	VPCLMULQDQ $0x00, Z1, Z12, Z5
+	VPCLMULQDQ $0x11, Z1, Z12, Z12
+	VPTERNLOGD $0x96, Z14, Z5, Z12
+	VPCLMULQDQ $0x00, Z3, Z17, Z5
+	VPCLMULQDQ $0x11, Z3, Z17, Z17
+	VPTERNLOGD $0x96, Z18, Z5, Z17
+
+	// The constants of the group's end.
+	MOVQ            tabR+64(FP), CX
+	VMOVDQU64       2048(CX), Z5
+	MOVQ            tab+56(FP), CX
+	VBROADCASTI32X4 1040(CX), Z19
+	VBROADCASTI32X4 1056(CX), Z20
+	MOVQ            tab32+72(FP), CX
+	VMOVDQU64       2048(CX), Z14
+	VBROADCASTI32X4 fusedBswap<>+0(SB), Z18
+	VPXORQ          Z15, Z15, Z15
+	VPTERNLOGD      $0xff, Z15, Z15, Z16
+	VSHUFI64X2      $0x00, Z16, Z15, Z21
+	VSHUFI64X2      $0xc0, Z21, Z15, Z21
+	MOVQ            dst+0(FP), CX
+	MOVQ            sums+8(FP), DX
+	LEAQ            63(SP), BX
+	ANDQ            $-64, BX
+	VPCLMULQDQ      $0x00, Z14, Z9, Z22
+	VPCLMULQDQ      $0x11, Z14, Z9, Z23
+	VPXORQ          Z22, Z23, Z23
+	VPTERNLOGD      $0x78, Z21, Z9, Z23
+	VPCLMULQDQ      $0x00, Z14, Z11, Z22
+	VPCLMULQDQ      $0x11, Z14, Z11, Z9
+	VPXORQ          Z22, Z9, Z9
+	VPTERNLOGD      $0x78, Z21, Z11, Z9
+	VPCLMULQDQ      $0x00, Z14, Z13, Z22
+	VPCLMULQDQ      $0x11, Z14, Z13, Z11
+	VPXORQ          Z22, Z11, Z11
+	VPTERNLOGD      $0x78, Z21, Z13, Z11
+	VPCLMULQDQ      $0x00, Z14, Z17, Z22
+	VPCLMULQDQ      $0x11, Z14, Z17, Z13
+	VPXORQ          Z22, Z13, Z13
+	VPTERNLOGD      $0x78, Z21, Z17, Z13
+	VSHUFI64X2      $0x44, Z9, Z23, Z14
+	VSHUFI64X2      $0xee, Z9, Z23, Z9
+	VPXORQ          Z14, Z9, Z9
+	VSHUFI64X2      $0x44, Z13, Z11, Z14
+	VSHUFI64X2      $0xee, Z13, Z11, Z11
+	VPXORQ          Z14, Z11, Z11
+	VSHUFI64X2      $0x88, Z11, Z9, Z13
+	VSHUFI64X2      $0xdd, Z11, Z9, Z9
+	VPXORQ          Z13, Z9, Z9
+	VMOVDQA64       Z9, (BX)
+	XORL            SI, SI
+	CRC32Q          (BX), SI
+	CRC32Q          8(BX), SI
+	NOTL            SI
+	MOVL            SI, (DX)
+	XORL            SI, SI
+	CRC32Q          16(BX), SI
+	CRC32Q          24(BX), SI
+	NOTL            SI
+	MOVL            SI, 4(DX)
+	XORL            SI, SI
+	CRC32Q          32(BX), SI
+	CRC32Q          40(BX), SI
+	NOTL            SI
+	MOVL            SI, 8(DX)
+	XORL            SI, SI
+	CRC32Q          48(BX), SI
+	CRC32Q          56(BX), SI
+	NOTL            SI
+	MOVL            SI, 12(DX)
+	VPCLMULQDQ      $0x00, Z5, Z7, Z9
+	VPCLMULQDQ      $0x11, Z5, Z7, Z11
+	VPXORQ          Z9, Z11, Z11
+	VPTERNLOGD      $0x78, Z21, Z7, Z11
+	VPCLMULQDQ      $0x00, Z5, Z8, Z9
+	VPCLMULQDQ      $0x11, Z5, Z8, Z7
+	VPXORQ          Z9, Z7, Z7
+	VPTERNLOGD      $0x78, Z21, Z8, Z7
+	VPCLMULQDQ      $0x00, Z5, Z10, Z9
+	VPCLMULQDQ      $0x11, Z5, Z10, Z8
+	VPXORQ          Z9, Z8, Z8
+	VPTERNLOGD      $0x78, Z21, Z10, Z8
+	VPCLMULQDQ      $0x00, Z5, Z12, Z9
+	VPCLMULQDQ      $0x11, Z5, Z12, Z5
+	VPXORQ          Z9, Z5, Z5
+	VPTERNLOGD      $0x78, Z21, Z12, Z5
+	VSHUFI64X2      $0x44, Z7, Z11, Z9
+	VSHUFI64X2      $0xee, Z7, Z11, Z7
+	VPXORQ          Z9, Z7, Z7
+	VSHUFI64X2      $0x44, Z5, Z8, Z9
+	VSHUFI64X2      $0xee, Z5, Z8, Z5
+	VPXORQ          Z9, Z5, Z5
+	VSHUFI64X2      $0x88, Z5, Z7, Z8
+	VSHUFI64X2      $0xdd, Z5, Z7, Z5
+	VPXORQ          Z8, Z5, Z5
+	VGF2P8AFFINEQB  $0x00, Z4, Z5, Z5
+	VPSHUFB         Z18, Z5, Z5
+	VPCLMULQDQ      $0x01, Z19, Z5, Z7
+	VPSLLDQ         $0x08, Z5, Z5
+	VPSRLDQ         $0x06, Z5, Z5
+	VPXORQ          Z5, Z7, Z7
+	VPSRLDQ         $0x02, Z7, Z5
+	VPCLMULQDQ      $0x00, Z20, Z5, Z8
+	VPSRLDQ         $0x08, Z8, Z8
+	VPXORQ          Z8, Z5, Z5
+	VPCLMULQDQ      $0x10, Z20, Z5, Z8
+	VPXORQ          Z8, Z7, Z5
+	VMOVDQA64       Z5, (BX)
+	MOVWQZX         (BX), SI
+	MOVW            SI, (CX)
+	MOVWQZX         16(BX), SI
+	MOVW            SI, 2(CX)
+	MOVWQZX         32(BX), SI
+	MOVW            SI, 4(CX)
+	MOVWQZX         48(BX), BX
+	MOVW            BX, 6(CX)
+	ADDQ            $0x08, CX
+	MOVQ            CX, dst+0(FP)
+	ADDQ            $0x10, DX
+	MOVQ            DX, sums+8(FP)
+
+	// p += 4·stride.
+	MOVQ stride+48(FP), CX
+	SHLQ $0x02, CX
+	MOVQ p+24(FP), DX
+	ADDQ CX, DX
+	MOVQ DX, p+24(FP)
+	DECQ groups+32(FP)
+	JNZ  fusedBlocksCopyZG_group
+	VZEROUPPER
+	RET

@@ -141,37 +141,48 @@ func TestEmulatedKernels(t *testing.T) {
 						t.Fatalf("blocks %d/%d: wrote past dst", blockLen, stride)
 					}
 
-					// The copying kernel: the same CRCs, the blocks in q,
-					// nothing else of q written.
-					m = copyMachine(t, data)
-					q := m.Append(len(data), gapByte)
-					m.Put64(0, emu.AddrDst)
-					m.Put64(8, uint64(cnt))
-					m.Put64(16, uint64(cnt))
-					m.Put64(24, q)
-					m.Put64(32, uint64(len(data)))
-					m.Put64(40, uint64(len(data)))
-					m.Put64(48, emu.AddrData)
-					m.Put64(56, uint64(len(data)))
-					m.Put64(64, uint64(len(data)))
-					m.Put64(72, uint64(blockLen))
-					m.Put64(80, uint64(stride))
-					m.Put64(88, emu.AddrTable)
-					run(t, m, prog, "foldBlocksCopy"+v.name)
-					for i := 0; i < cnt; i++ {
-						var buf [8]byte
-						copy(buf[:], m.Mem[emu.AddrDst+i*wb:emu.AddrDst+(i+1)*wb])
-						got := binary.LittleEndian.Uint64(buf[:])
-						want := emu.Bitwise(es, 0, data[i*stride:i*stride+blockLen])
-						if got != want {
-							t.Fatalf("blocks copy %d/%d: dst[%d] = %#x, want %#x", blockLen, stride, i, got, want)
-						}
+					// The copying kernels: the same CRCs, the blocks in q,
+					// nothing else of q written; the ZMM one also one block
+					// at a time (Seq).
+					seqs := []bool{false}
+					if v.bytes == 64 {
+						seqs = append(seqs, true)
 					}
-					qm := m.Mem[q:]
-					for i := range qm {
-						inBlock := i%stride < blockLen
-						if inBlock && qm[i] != data[i] || !inBlock && qm[i] != gapByte {
-							t.Fatalf("blocks copy %d/%d: q[%d] = %#x, data %#x", blockLen, stride, i, qm[i], data[i])
+					for _, seq := range seqs {
+						m = copyMachine(t, data)
+						q := m.Append(len(data), gapByte)
+						m.Put64(0, emu.AddrDst)
+						m.Put64(8, uint64(cnt))
+						m.Put64(16, uint64(cnt))
+						m.Put64(24, q)
+						m.Put64(32, uint64(len(data)))
+						m.Put64(40, uint64(len(data)))
+						m.Put64(48, emu.AddrData)
+						m.Put64(56, uint64(len(data)))
+						m.Put64(64, uint64(len(data)))
+						m.Put64(72, uint64(blockLen))
+						m.Put64(80, uint64(stride))
+						m.Put64(88, emu.AddrTable)
+						kn := "foldBlocksCopy" + v.name
+						if seq {
+							kn += "Seq"
+						}
+						run(t, m, prog, kn)
+						for i := 0; i < cnt; i++ {
+							var buf [8]byte
+							copy(buf[:], m.Mem[emu.AddrDst+i*wb:emu.AddrDst+(i+1)*wb])
+							got := binary.LittleEndian.Uint64(buf[:])
+							want := emu.Bitwise(es, 0, data[i*stride:i*stride+blockLen])
+							if got != want {
+								t.Fatalf("blocks copy %d/%d: dst[%d] = %#x, want %#x", blockLen, stride, i, got, want)
+							}
+						}
+						qm := m.Mem[q:]
+						for i := range qm {
+							inBlock := i%stride < blockLen
+							if inBlock && qm[i] != data[i] || !inBlock && qm[i] != gapByte {
+								t.Fatalf("blocks copy %d/%d: q[%d] = %#x, data %#x", blockLen, stride, i, qm[i], data[i])
+							}
 						}
 					}
 				}

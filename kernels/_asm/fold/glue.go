@@ -31,6 +31,9 @@ type glueKernel struct {
 	// Shuf: the bitrev kernel has a byte-reversing twin for short inputs,
 	// foldUpdate<Name>Shuf, below foldBitrevMin bytes.
 	Shuf bool
+	// Seq: BlocksCopy of blocks of foldSeqMinBlockLen bytes and more runs
+	// foldBlocksCopy<Name>Seq, one block at a time.
+	Seq bool
 }
 
 // The template's view of crcSpec's fields.
@@ -61,6 +64,9 @@ func (k glueKernel) CPU() string  { return k.cpu }
 func (k glueKernel) Has() string  { return k.has }
 func (k glueKernel) Legacy() bool { return k.legacy }
 
+// SeqMinBlockLen is seqMinBlockLen, for the template.
+func (g glue) SeqMinBlockLen() int { return seqMinBlockLen }
+
 func render(t *template.Template, spec crcSpec, cmd []string) ([]byte, error) {
 	g := glue{crcSpec: spec, Warning: scaffold.Warning(cmd), Word: scaffold.Word(spec.width).String(),
 		Order: "reflected",
@@ -74,7 +80,7 @@ func render(t *template.Template, spec crcSpec, cmd []string) ([]byte, error) {
 			tab = "foldTablesRefl"
 		}
 		g.Kernels = append(g.Kernels, glueKernel{vecSpec: v, Min: spec.min[v.name], Sub: spec.subBlocks && v.bytes == 16, Tab: tab,
-			Shuf: spec.bitrev && v.bytes == 64})
+			Shuf: spec.bitrev && v.bytes == 64, Seq: v.bytes == 64})
 	}
 	for i := len(g.Kernels) - 1; i >= 0; i-- {
 		g.Best = append(g.Best, g.Kernels[i])
@@ -135,6 +141,10 @@ const (
 	foldMinBlockLen = {{.MinBlockLen}}
 )
 
+// From foldSeqMinBlockLen bytes a block BlocksCopy runs the ZMM copying
+// kernel's one-block-at-a-time form (docs/perf/copy-avx512.md).
+const foldSeqMinBlockLen = {{.SeqMinBlockLen}}
+
 // foldTables is what the kernels read: foldTable and its Fold constants
 // in reverse order.
 var foldTables = crcmath.NewRevFoldTable(&foldTable)
@@ -188,6 +198,13 @@ func blocks{{.Name}}(dst []{{$.Word}}, p []byte, blockLen, stride int) {
 }
 
 func blocksCopy{{.Name}}(dst []{{$.Word}}, q, p []byte, blockLen, stride int) {
+{{- if .Seq}}
+	if blockLen >= foldSeqMinBlockLen {
+		foldgo.BlocksCopy(dst, q, p, blockLen, stride, foldVec{{.Name}}, 1, foldMinBlockLen, foldTables,
+			foldBlocksCopy{{.Name}}Seq, {{$.Tail}}, update{{.Name}})
+		return
+	}
+{{- end}}
 {{- if .Sub}}
 	if foldgo.UseSubBlocks(blockLen, stride) {
 		blocksCopySub{{.Name}}(dst, q, p, blockLen)
@@ -270,6 +287,17 @@ func foldBlocks{{.Name}}(dst []{{$.Word}}, p []byte, blockLen, stride int, tab *
 //
 //go:noescape
 func foldBlocksCopy{{.Name}}(dst []{{$.Word}}, q, p []byte, blockLen, stride int, tab *crcmath.RevFoldTable)
+{{- if .Seq}}
+
+// foldBlocksCopy{{.Name}}Seq is foldBlocksCopy{{.Name}} one block at a time:
+// each block's vectors in order, one stream of loads and one of stores, as
+// a copy makes them.
+//
+// Preconditions: those of foldBlocksCopy{{.Name}}, with any positive len(dst).
+//
+//go:noescape
+func foldBlocksCopy{{.Name}}Seq(dst []{{$.Word}}, q, p []byte, blockLen, stride int, tab *crcmath.RevFoldTable)
+{{- end}}
 {{end}}`))
 
 var glueTestTemplate = template.Must(template.New("gluetest").Parse(`{{.Warning}}

@@ -100,7 +100,9 @@ type crcSpec struct {
 	bitrev bool
 	// subBlocks: BlocksCopy of contiguous 4 KiB blocks under the XMM
 	// kernels runs the copying kernel over 1 KiB sub-blocks and joins the
-	// partial CRCs (foldgo.UseSubBlocks; docs/performance.md, "Why the kernels are shaped as they are").
+	// partial CRCs (foldgo.UseSubBlocks; docs/performance.md, "Why the
+	// kernels are shaped as they are"). The ZMM kernels take such blocks
+	// one at a time instead (seqMinBlockLen).
 	subBlocks bool
 }
 
@@ -266,6 +268,11 @@ func generateAsm(spec crcSpec, cmd []string) ([]byte, error) {
 		}
 		g.blocks(false)
 		gc.blocks(true)
+		if v.bytes == 64 {
+			gs := *gc
+			gs.seq = true
+			gs.blocks(true)
+		}
 	}
 	return scaffold.Asm(ctx, cmd, spec.pkg)
 }
@@ -351,6 +358,9 @@ type gen struct {
 	finalLanes bool
 	suffix     string // of the Update kernel's name
 	tab        reg.GPPhysical
+	// seq: the copying Blocks kernel takes one block at a time
+	// (foldBlocksCopyXSeq, see blocks).
+	seq bool
 }
 
 func (g *gen) lanes() int { return g.v.bytes / 16 }
@@ -1292,6 +1302,28 @@ const (
 	pfLongBlock = 2048
 )
 
+// copyQAhead is how far ahead of each block's position in q the ZMM
+// copying kernels prefetch q, one line per vector stored: the hardware
+// prefetchers follow loads, not stores, and a store to a line not yet owned
+// waits for it, while a PREFETCHT0 of a line of the caller's buffer that no
+// other core holds brings it exclusive. On Emerald Rapids it made the copying kernels 5-20% faster
+// from L2 and from a mapped file (docs/perf/copy-avx512.md; t10crc32c's
+// fusedBlocksCopyZG does the same).
+const copyQAhead = 1024
+
+// seqMinBlockLen is the block length from which BlocksCopy under the ZMM
+// kernels runs foldBlocksCopyAVX512Seq (blocks with seq set): one block at a
+// time, so that the loads and the stores are one stream each, as in a copy,
+// rather than four blocks' eight streams, which at strides of 4 KiB share
+// L1 sets (t10crc32c's fusedBlocksCopyZG, kernels/_asm/fused, measured the
+// same). Its two accumulators a block hide the fold's latency alone from
+// 256 bytes, but each block then ends on its own; from 2 KiB that costs
+// little. On Emerald Rapids, 4096-byte blocks from a 64 MiB mapping against
+// Go's copy: CRC-64/NVME 0.89-0.91 over four interleaved 1 KiB sub-blocks,
+// 0.95-0.97 one block at a time; T10-DIF 0.94-0.95 and 0.96
+// (docs/perf/copy-avx512.md).
+const seqMinBlockLen = 2048
+
 // Registers of the Blocks kernels beyond those of the group walk: rSeq
 // holds the prefetch address, rQ the step's position in q in the copying
 // kernels, rQd is q - p.
@@ -1321,6 +1353,10 @@ func (g *gen) blocks(copy bool) {
 	name := "foldBlocks" + g.v.name
 	if copy {
 		name = "foldBlocksCopy" + g.v.name
+	}
+	if g.seq {
+		G = 1
+		name += "Seq"
 	}
 	c.Function(name)
 	c.Attributes(attr.NOSPLIT)
@@ -1384,12 +1420,20 @@ func (g *gen) blocks(copy bool) {
 			c.LEAQ(operand.Mem{Base: cur, Index: rQd, Scale: 1}, rQ)
 		}
 	}
+	// qPrefetch issues, in the ZMM copying kernel, the prefetch of block
+	// j's line in q copyQAhead bytes past disp (see copyQAhead).
+	qPrefetch := func(j, disp int) {
+		if copy && V == 64 {
+			c.PREFETCHT0(addr(rQ, j, disp+copyQAhead))
+		}
+	}
 	// data is the operand holding block j's vector at the current position:
 	// g.data's, or in the copying kernel a register loaded (and stored to q).
 	data := func(j int, scratch reg.VecPhysical) operand.Op {
 		if !copy {
 			return g.data(blockAddr(j), scratch)
 		}
+		qPrefetch(j, 0)
 		g.loadCopy(scratch, blockAddr(j), addr(rQ, j, 0))
 		return scratch
 	}
@@ -1398,6 +1442,7 @@ func (g *gen) blocks(copy bool) {
 		if !copy {
 			return g.data(addr(cur, j, disp), scratch)
 		}
+		qPrefetch(j, disp)
 		g.loadCopy(scratch, addr(cur, j, disp), addr(rQ, j, disp))
 		return scratch
 	}
@@ -1436,7 +1481,9 @@ func (g *gen) blocks(copy bool) {
 		c.Comment("The prefetch distance: pfGroups groups, one from pfLongBlock bytes a block.")
 		lLong := g.label("bpflong")
 		c.MOVQ(s1, pfDist)
-		c.SHLQ(operand.U8(log2(G)), pfDist)
+		if G > 1 {
+			c.SHLQ(operand.U8(log2(G)), pfDist)
+		}
 		c.CMPQ(blockLen, operand.U32(pfLongBlock))
 		c.JAE(operand.LabelRef(lLong))
 		c.SHLQ(operand.U8(log2(pfGroups)), pfDist)

@@ -77,28 +77,32 @@ func TestEmulatedKernels(t *testing.T) {
 					t.Fatal("wrote past dst or sums")
 				}
 				if copy {
-					qm := m.Mem[q:]
-					for i := range qm {
-						inBlock := i%stride < blockLen
-						if inBlock && qm[i] != data[i] || !inBlock && qm[i] != gapByte {
-							t.Fatalf("q[%d] = %#x, data %#x", i, qm[i], data[i])
-						}
-					}
+					checkCopy(t, m.Mem[q:], data, blockLen, stride)
 				}
 			})
 		}
 	}
-	// fusedBlocksZ: groups of eight blocks; the CRC-32C table at addrTab32.
+	// fusedBlocksZ and fusedBlocksZG: groups of eight blocks; the CRC-32C
+	// table at addrTab32. fusedBlocksCopyZG: groups of zCopyGroup blocks of
+	// a multiple of 128 bytes (one pair of vectors a block at 128, no loop).
 	const addrTab32 = emu.AddrDst + 0x1000
 	tab32 := emu.FoldTable(emu.CRC32C, 64)
 	t10R := emu.T10DIF
 	t10R.Reflected = true
 	tabR := emu.FoldTable(t10R, 64)
-	for _, c := range [][3]int{{64, 64, 1}, {128, 136, 2}, {512, 512, 1}, {512, 520, 2}, {4096, 4096, 1}, {4096, 4104, 1}} {
+	for _, c := range [][3]int{{64, 64, 1}, {128, 136, 2}, {256, 320, 3}, {512, 512, 1}, {512, 520, 2}, {4096, 4096, 1}, {4096, 4104, 1}} {
 		blockLen, stride, groups := c[0], c[1], c[2]
-		for _, name := range []string{"fusedBlocksZ", "fusedBlocksZG"} {
+		names := []string{"fusedBlocksZ", "fusedBlocksZG"}
+		if blockLen%128 == 0 {
+			names = append(names, "fusedBlocksCopyZG")
+		}
+		for _, name := range names {
+			copying := strings.HasPrefix(name, "fusedBlocksCopy")
 			t.Run(fmt.Sprintf("kernel=%s/block=%d/stride=%d/groups=%d", name, blockLen, stride, groups), func(t *testing.T) {
 				cnt := 8 * groups
+				if copying {
+					cnt = zCopyGroup * groups
+				}
 				data := make([]byte, (cnt-1)*stride+blockLen)
 				for i := range data {
 					data[i] = byte(r.Uint32())
@@ -110,10 +114,16 @@ func TestEmulatedKernels(t *testing.T) {
 				copyBytes(m.Mem[emu.AddrTable:], tab)
 				copy(m.Mem[addrTab32:], tab32)
 				args := []uint64{emu.AddrDst, addrSums, emu.AddrData, uint64(groups), uint64(blockLen), uint64(stride), emu.AddrTable}
-				if name == "fusedBlocksZG" {
+				if name != "fusedBlocksZ" {
 					a := m.Append(len(tabR), 0)
 					copyBytes(m.Mem[a:], tabR)
 					args = append(args, a)
+				}
+				// q last in memory, so that checkCopy sees any write past it.
+				var q uint64
+				if copying {
+					q = m.Append(len(data), gapByte)
+					args = append([]uint64{emu.AddrDst, addrSums, q}, args[2:]...)
 				}
 				for i, a := range append(args, addrTab32) {
 					m.Put64(8*i, a)
@@ -136,6 +146,9 @@ func TestEmulatedKernels(t *testing.T) {
 				if m.Mem[emu.AddrDst+2*cnt] != 0x5a || m.Mem[addrSums+4*cnt] != 0x5a {
 					t.Fatal("wrote past dst or sums")
 				}
+				if copying {
+					checkCopy(t, m.Mem[q:], data, blockLen, stride)
+				}
 			})
 		}
 	}
@@ -145,3 +158,16 @@ func TestEmulatedKernels(t *testing.T) {
 }
 
 func copyBytes(dst, src []byte) { copy(dst, src) }
+
+// checkCopy fails t unless qm, from the emulator's memory after the
+// appended buffer q (filled with gapByte), holds data's blocks and gapByte
+// elsewhere: the copy wrote every byte of the blocks and nothing else.
+func checkCopy(t *testing.T, qm, data []byte, blockLen, stride int) {
+	t.Helper()
+	for i := range qm {
+		inBlock := i%stride < blockLen && i < len(data)
+		if inBlock && qm[i] != data[i] || !inBlock && qm[i] != gapByte {
+			t.Fatalf("q[%d] = %#x, want it copied (%#x) only within a block", i, qm[i], data[i])
+		}
+	}
+}

@@ -128,6 +128,7 @@ func generate(cmd []string) (asm, src []byte, err error) {
 	c.AddDatum(0, operand.U64(0x8040201008040201))
 	blocksZ(c, mask, false, bitrev)
 	blocksZ(c, mask, true, bitrev)
+	blocksCopyZ(c, mask, bitrev)
 
 	if asm, err = scaffold.Asm(c, cmd, "t10crc32c"); err != nil {
 		return nil, nil, err
@@ -512,5 +513,25 @@ func fusedBlocksZ(dst *uint16, sums *uint32, p *byte, groups, blockLen, stride i
 func fusedBlocksZG(dst *uint16, sums *uint32, p *byte, groups, blockLen, stride int, tab, tabR, tab32 *crcmath.RevFoldTable)
 
 `, zGroup)
+	fmt.Fprintf(&b, `// fusedBlocksCopyZG is fusedBlocksZG that also copies the blocks to q,
+// %[1]d blocks a group, one after the other: every 64 bytes it loads from p it
+// stores, as loaded, to q at the same offset, and folds both the guard and
+// the sum from that register, so dst[i] and sums[i] are of the bytes
+// written to q (kernels/_asm/fused, zmmcopy.go). It writes nothing else of
+// q.
+//
+// Preconditions: groups >= 1; blockLen is a multiple of 128 and at least
+// 128; stride >= blockLen; the same for q as for p; the blocks of q do not
+// overlap those of p; tab, tabR and tab32 as for fusedBlocksZG; the CPU
+// has AVX512F, AVX512BW, VPCLMULQDQ, GFNI and SSE4.2. The blocks need not
+// be on a cache line.
+//
+//go:noescape
+func fusedBlocksCopyZG(dst *uint16, sums *uint32, q, p *byte, groups, blockLen, stride int, tab, tabR, tab32 *crcmath.RevFoldTable)
+
+// fusedCopyGroup is fusedBlocksCopyZG's blocks a group.
+const fusedCopyGroup = %[1]d
+
+`, zCopyGroup)
 	return scaffold.Go(b.Bytes())
 }
