@@ -153,12 +153,14 @@ type Options struct {
 	// OverlayBytes bounds the memory holding the new tuples (and sector
 	// checksums, and keyed tags) of written data that is on the device
 	// but not yet folded into the store's pages: beyond it the volume
-	// syncs by itself, as beyond MaxUnsynced. They are kept in pieces of
-	// 64 blocks, so sequential writes fill them (MaxUnsynced bounds them
-	// first: 24 MiB of tuples and checksums for 1 GiB of 512-byte
-	// blocks), while each random write takes a piece of its own (about
-	// 900 bytes at 12 bytes a block). Default 0 means DefaultOverlayBytes
-	// (32 MiB); at least 64 KiB.
+	// syncs by itself, as beyond MaxUnsynced (until that sync's fold, the
+	// overlay may pass the bound by the pieces of three staging batches:
+	// the one that crossed it, and the two the sync writes out). They are
+	// kept in pieces of 64 blocks, so sequential writes fill them
+	// (MaxUnsynced bounds them first: 24 MiB of tuples and checksums for
+	// 1 GiB of 512-byte blocks), while each random write takes a piece of
+	// its own (about 900 bytes at 12 bytes a block). Default 0 means
+	// DefaultOverlayBytes (32 MiB); at least 64 KiB.
 	OverlayBytes int
 	// RewriteBadBlocks lets a write that covers part of a block rewrite it
 	// even when the block fails verification: the bytes outside the write
