@@ -17,13 +17,21 @@ import (
 // engine's copy hook. Then the rule of unwritten blocks. Every block is
 // left ok, failed, escaped or unwritten in sc.states.
 
-// subChunk is the span, in bytes, of one dif call of the read and write
-// paths (guards and sector checksums computed in one pass, see classify).
-// Each call has fixed costs (dif's checks and set-up, the kernel's first
+// subChunk is the span, in bytes, of one dif call of the write path
+// (tuples and sector checksums computed in one pass, see generate). Each
+// call has fixed costs (dif's checks and set-up, the kernel's first
 // groups, which its prefetch does not cover), which a larger span spreads
-// thinner; past 256 KiB the verified read was no faster (docs/performance.md,
-// "Constants measured").
+// thinner; past 256 KiB the verified read was no faster when it was
+// also the read path's span (docs/performance.md, "Constants measured").
 const subChunk = 256 << 10
+
+// readSubChunk is the span, in bytes, of one dif call of classify: a
+// whole run of a 1 MiB request (v.chunk). Since a run is read from the
+// device's mapping in one call (readSerial), a span of 256 KiB only paid
+// the calls' set-up four times a request, which showed at 512-byte blocks
+// (docs/performance.md, the verified reads with the split off). A piece
+// read some other way is at most pipePiece, one call either way.
+const readSubChunk = 1 << 20
 
 // classify verifies blocks [i, i+k) of the loaded run at lba, one
 // sub-chunk after the other, leaving each block's state in sc.states, with
@@ -37,7 +45,7 @@ const subChunk = 256 << 10
 // keyed.Scratch.Hook).
 func (v *Volume) classify(lba int64, i, k int, data, src []byte, sc *scratch, w int) error {
 	bs, ts := v.bs, v.ts
-	sub := max(1, subChunk/bs)
+	sub := max(1, readSubChunk/bs)
 	first := i
 	for end := i + k; i < end; i += sub {
 		k := min(sub, end-i)

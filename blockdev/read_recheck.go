@@ -1,7 +1,6 @@
 package blockdev
 
 import (
-	"encoding/binary"
 	"unsafe"
 
 	"github.com/difctl/difctl/blockdev/internal/check"
@@ -68,19 +67,12 @@ func (v *Volume) recheckRun(lba int64, n int, data []byte, sc *scratch) (RunStat
 }
 
 // allOK reports whether every state is dif.StateOK, which is zero (the
-// array below fails to compile otherwise), eight states at a time.
+// array below fails to compile otherwise), with the runtime's vectorised
+// comparison against zeros (a loop over eight states at a time was 0.8%
+// of a 512+8 read).
 func allOK(states []dif.State) bool {
 	var _ [1]struct{} = [1 - dif.StateOK]struct{}{}
-	b := unsafe.Slice((*byte)(unsafe.SliceData(states)), len(states))
-	var or uint64
-	i := 0
-	for ; i+8 <= len(b); i += 8 {
-		or |= binary.LittleEndian.Uint64(b[i:])
-	}
-	for ; i < len(b); i++ {
-		or |= uint64(b[i])
-	}
-	return or == 0
+	return check.IsZero(unsafe.Slice((*byte)(unsafe.SliceData(states)), len(states)))
 }
 
 // recheck handles block i (lba) of the verified run, which failed: its

@@ -39,93 +39,102 @@ func fileVol(t *testing.T, format string, blocks int, opts Options) (*Volume, st
 func TestVolumeMapped(t *testing.T) {
 	blocktest.SkipNoMmap(t)
 	for _, format := range volFormats {
-		t.Run("format="+format, func(t *testing.T) {
-			const blocks = 600 // more than one 1 MiB chunk at 512 bytes
-			vm, pm, model := fileVol(t, format, blocks, Options{})
-			vr, pr, _ := fileVol(t, format, blocks, Options{NoMap: true})
-			if vm.mapper == nil || vr.mapper != nil {
-				t.Fatal("the volume over a File does not map it, or maps it with NoMap")
-			}
-			bs := vm.BlockSize()
-			got := make([]byte, len(model))
-			for _, v := range []*Volume{vm, vr} {
-				if n, err := v.ReadAt(got, 0); err != nil || n != len(got) || !bytes.Equal(got, model) {
-					t.Fatalf("ReadAt of the whole volume: %d, %v, equal %v", n, err, bytes.Equal(got, model))
+		for _, split := range []string{"on", "off"} {
+			t.Run("format="+format+"/split="+split, func(t *testing.T) {
+				const blocks = 600 // more than one 1 MiB chunk at 512 bytes
+				// split=off: the caller's goroutine alone, which reads a run
+				// from the mapping in one call (readSerial).
+				opts := Options{}
+				if split == "off" {
+					opts.VerifyWorkers = -1
 				}
-			}
-			// Writes go through the page cache that the mapping shows.
-			w := blocktest.Pattern(3*bs, 9)
-			for _, v := range []*Volume{vm, vr} {
-				if _, err := v.WriteAt(w, int64(5*bs+17)); err != nil {
-					t.Fatal(err)
+				vm, pm, model := fileVol(t, format, blocks, opts)
+				opts.NoMap = true
+				vr, pr, _ := fileVol(t, format, blocks, opts)
+				if vm.mapper == nil || vr.mapper != nil {
+					t.Fatal("the volume over a File does not map it, or maps it with NoMap")
 				}
-				if err := v.Sync(); err != nil {
-					t.Fatal(err)
+				bs := vm.BlockSize()
+				got := make([]byte, len(model))
+				for _, v := range []*Volume{vm, vr} {
+					if n, err := v.ReadAt(got, 0); err != nil || n != len(got) || !bytes.Equal(got, model) {
+						t.Fatalf("ReadAt of the whole volume: %d, %v, equal %v", n, err, bytes.Equal(got, model))
+					}
 				}
-			}
-			copy(model[5*bs+17:], w)
-			for _, v := range []*Volume{vm, vr} {
-				if _, err := v.ReadAt(got, 0); err != nil || !bytes.Equal(got, model) {
-					t.Fatalf("ReadAt after a write: %v, equal %v", err, bytes.Equal(got, model))
-				}
-			}
-			// Corrupt two blocks behind both volumes' backs.
-			for _, p := range []string{pm, pr} {
-				f, err := os.OpenFile(p, os.O_RDWR, 0)
-				if err != nil {
-					t.Fatal(err)
-				}
-				for _, b := range []int{7, blocks - 2} {
-					if _, err := f.WriteAt([]byte{^model[b*bs+11]}, int64(b*bs+11)); err != nil {
+				// Writes go through the page cache that the mapping shows.
+				w := blocktest.Pattern(3*bs, 9)
+				for _, v := range []*Volume{vm, vr} {
+					if _, err := v.WriteAt(w, int64(5*bs+17)); err != nil {
+						t.Fatal(err)
+					}
+					if err := v.Sync(); err != nil {
 						t.Fatal(err)
 					}
 				}
-				f.Close()
-			}
-			var errs [2]string
-			var ns [2]int
-			for i, v := range []*Volume{vm, vr} {
-				n, err := v.ReadAt(got[bs:], int64(bs))
-				if !errors.Is(err, dif.ErrIntegrity) {
-					t.Fatalf("ReadAt over a corrupt block: %v", err)
+				copy(model[5*bs+17:], w)
+				for _, v := range []*Volume{vm, vr} {
+					if _, err := v.ReadAt(got, 0); err != nil || !bytes.Equal(got, model) {
+						t.Fatalf("ReadAt after a write: %v, equal %v", err, bytes.Equal(got, model))
+					}
 				}
-				var ie *IntegrityError
-				if !errors.As(err, &ie) || ie.LBA != 7 {
-					t.Fatalf("error %v, want block 7", err)
-				}
-				errs[i], ns[i] = err.Error(), n
-			}
-			if errs[0] != errs[1] || ns[0] != ns[1] || ns[0] != 6*bs {
-				t.Errorf("mapped: %d bytes, %s\nReadAt: %d bytes, %s", ns[0], errs[0], ns[1], errs[1])
-			}
-			// The scrub's CheckRun (which checks the mapping in place) finds
-			// both, with the same problems as through ReadAt.
-			var probs [2]string
-			for i, v := range []*Volume{vm, vr} {
-				var lbas []int64
-				sc := make([]byte, v.ScratchSize(blocks))
-				for lba := int64(0); lba < blocks; lba += int64(v.chunk) {
-					n := min(v.chunk, blocks-int(lba))
-					if _, err := v.CheckRun(context.Background(), lba, n, sc, CheckOptions{}, func(p Problem) {
-						if len(lbas) == 0 || lbas[len(lbas)-1] != p.LBA {
-							lbas = append(lbas, p.LBA)
+				// Corrupt two blocks behind both volumes' backs.
+				for _, p := range []string{pm, pr} {
+					f, err := os.OpenFile(p, os.O_RDWR, 0)
+					if err != nil {
+						t.Fatal(err)
+					}
+					for _, b := range []int{7, blocks - 2} {
+						if _, err := f.WriteAt([]byte{^model[b*bs+11]}, int64(b*bs+11)); err != nil {
+							t.Fatal(err)
 						}
-						probs[i] += fmt.Sprintf("%d %v %x %x; ", p.LBA, p.Kind, p.Expected, p.Actual)
-					}); err != nil {
-						t.Fatal(err)
+					}
+					f.Close()
+				}
+				var errs [2]string
+				var ns [2]int
+				for i, v := range []*Volume{vm, vr} {
+					n, err := v.ReadAt(got[bs:], int64(bs))
+					if !errors.Is(err, dif.ErrIntegrity) {
+						t.Fatalf("ReadAt over a corrupt block: %v", err)
+					}
+					var ie *IntegrityError
+					if !errors.As(err, &ie) || ie.LBA != 7 {
+						t.Fatalf("error %v, want block 7", err)
+					}
+					errs[i], ns[i] = err.Error(), n
+				}
+				if errs[0] != errs[1] || ns[0] != ns[1] || ns[0] != 6*bs {
+					t.Errorf("mapped: %d bytes, %s\nReadAt: %d bytes, %s", ns[0], errs[0], ns[1], errs[1])
+				}
+				// The scrub's CheckRun (which checks the mapping in place) finds
+				// both, with the same problems as through ReadAt.
+				var probs [2]string
+				for i, v := range []*Volume{vm, vr} {
+					var lbas []int64
+					sc := make([]byte, v.ScratchSize(blocks))
+					for lba := int64(0); lba < blocks; lba += int64(v.chunk) {
+						n := min(v.chunk, blocks-int(lba))
+						if _, err := v.CheckRun(context.Background(), lba, n, sc, CheckOptions{}, func(p Problem) {
+							if len(lbas) == 0 || lbas[len(lbas)-1] != p.LBA {
+								lbas = append(lbas, p.LBA)
+							}
+							probs[i] += fmt.Sprintf("%d %v %x %x; ", p.LBA, p.Kind, p.Expected, p.Actual)
+						}); err != nil {
+							t.Fatal(err)
+						}
+					}
+					if fmt.Sprint(lbas) != fmt.Sprint([]int64{7, blocks - 2}) {
+						t.Errorf("CheckRun found blocks %v, want 7 and %d", lbas, blocks-2)
 					}
 				}
-				if fmt.Sprint(lbas) != fmt.Sprint([]int64{7, blocks - 2}) {
-					t.Errorf("CheckRun found blocks %v, want 7 and %d", lbas, blocks-2)
+				if probs[0] != probs[1] {
+					t.Errorf("CheckRun problems, mapped: %s\nthrough ReadAt: %s", probs[0], probs[1])
 				}
-			}
-			if probs[0] != probs[1] {
-				t.Errorf("CheckRun problems, mapped: %s\nthrough ReadAt: %s", probs[0], probs[1])
-			}
-			if s := vm.Stats(); s.MapFaults != 0 {
-				t.Errorf("%d map faults", s.MapFaults)
-			}
-		})
+				if s := vm.Stats(); s.MapFaults != 0 {
+					t.Errorf("%d map faults", s.MapFaults)
+				}
+			})
+		}
 	}
 }
 
@@ -134,21 +143,25 @@ func TestVolumeMapped(t *testing.T) {
 // read; nothing panics.
 func TestVolumeMappedFault(t *testing.T) {
 	blocktest.SkipNoMmap(t)
-	v, p, _ := fileVol(t, "4096+8", 64, Options{})
-	if err := os.Truncate(p, 32*4096); err != nil {
-		t.Fatal(err)
-	}
-	buf := make([]byte, 64*4096)
-	n, err := v.ReadAt(buf, 0)
-	var ioe *device.IOError
-	if err == nil || !errors.As(err, &ioe) {
-		t.Fatalf("ReadAt over a shrunk image: %d, %v, want an I/O error", n, err)
-	}
-	if s := v.Stats(); s.MapFaults == 0 {
-		t.Errorf("stats %+v: no map fault counted", s)
-	}
-	if n, err := v.ReadAt(buf[:32*4096], 0); err != nil || n != 32*4096 {
-		t.Errorf("ReadAt of the part still there: %d, %v", n, err)
+	for _, workers := range []int{0, -1} {
+		t.Run(fmt.Sprintf("workers=%d", workers), func(t *testing.T) {
+			v, p, model := fileVol(t, "4096+8", 64, Options{VerifyWorkers: workers})
+			if err := os.Truncate(p, 32*4096); err != nil {
+				t.Fatal(err)
+			}
+			buf := make([]byte, 64*4096)
+			n, err := v.ReadAt(buf, 0)
+			var ioe *device.IOError
+			if err == nil || !errors.As(err, &ioe) {
+				t.Fatalf("ReadAt over a shrunk image: %d, %v, want an I/O error", n, err)
+			}
+			if s := v.Stats(); s.MapFaults == 0 {
+				t.Errorf("stats %+v: no map fault counted", s)
+			}
+			if n, err := v.ReadAt(buf[:32*4096], 0); err != nil || n != 32*4096 || !bytes.Equal(buf[:n], model[:n]) {
+				t.Errorf("ReadAt of the part still there: %d, %v", n, err)
+			}
+		})
 	}
 }
 
