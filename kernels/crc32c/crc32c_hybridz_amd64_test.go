@@ -95,8 +95,8 @@ func BenchmarkHybridZVariants(b *testing.B) {
 	}
 }
 
-// BenchmarkSmallZ is the measurement behind hybridZShortMax: one CRC32
-// stream, three, and the avx512 fold kernel,
+// BenchmarkSmallZ is the measurement behind smallZMax: smallUpdateZ, one
+// CRC32 stream, three, and the avx512 fold kernel,
 // on independent calls at the lengths around them.
 func BenchmarkSmallZ(b *testing.B) {
 	if !hasHybridZ {
@@ -105,6 +105,11 @@ func BenchmarkSmallZ(b *testing.B) {
 	var sink uint32
 	for _, n := range []int{16, 32, 64, 96, 128, 192, 256, 384, 512, 1024, 2048} {
 		p := make([]byte, n)
+		b.Run(fmt.Sprintf("size=%d/kernel=small", n), func(b *testing.B) {
+			for b.Loop() {
+				sink ^= smallUpdateZ(0, &p[0], n, foldTables)
+			}
+		})
 		b.Run(fmt.Sprintf("size=%d/kernel=one", n), func(b *testing.B) {
 			for b.Loop() {
 				sink ^= updateShort(0, p)

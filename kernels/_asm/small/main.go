@@ -1,0 +1,240 @@
+// Command small generates the CRC-32C kernel of single short calls on
+// AVX-512 CPUs, smallUpdateZ (zsmall_amd64.s, declared in zsmall_amd64.go).
+//
+// go generate in kernels/crc32c runs it:
+//
+//	go run -C ../_asm ./small -out ../crc32c/zsmall_amd64.s -stubs ../crc32c/zsmall_amd64.go -pkg crc32c
+//
+// A benchmark that checksums one short buffer after another measures
+// throughput: consecutive calls overlap out of order, so every instruction
+// of a call counts, not only its chain. The kernel therefore has no loop
+// setup beyond what the length needs and nothing to undo at its end:
+//
+//   - the n%16 leading bytes go through the CRC32 instruction (8, 4, 2, 1
+//     bytes by the bits of n), so the rest is whole 16-byte lanes and needs
+//     no tail shuffle; below 16 bytes that is the whole call;
+//   - the register after them is XORed into the first lane, and every lane
+//     but the last is folded straight into the position of the last lane by
+//     its own constant of crcmath.RevFoldTable's reversed Fold row (lane l
+//     of m by Fold[m-1-l], so the multiplies are independent of each
+//     other): one XMM and one YMM piece first when the lane count is not a
+//     multiple of four, then ZMM vectors; the last vector's last lane meets
+//     Fold[0] = 0 and is added as is;
+//   - the lanes are XORed together and the 128-bit result V, whose CRC
+//     register V·x^32 mod P is that of the whole input, is reduced by two
+//     CRC32Q from a zero register (a CRC32 instruction from register 0 over
+//     the 16 bytes of V computes exactly V·x^32 mod P), instead of the
+//     Final constant and Barrett's three multiplies;
+//   - only the registers X16-X31 (Y, Z) are written, which legacy SSE code
+//     cannot address, so the call leaves no dirty upper state that an SSE
+//     instruction after it would pay for, and needs no VZEROUPPER.
+//
+// The output depends only on the flags, so regenerating is reproducible.
+package main
+
+import (
+	"bytes"
+	"flag"
+	"fmt"
+	"go/types"
+
+	"github.com/mmcloughlin/avo/build"
+	"github.com/mmcloughlin/avo/operand"
+	"github.com/mmcloughlin/avo/reg"
+
+	"github.com/difctl/difctl/kernels/_asm/internal/scaffold"
+)
+
+func main() {
+	var out, stubs, pkg string
+	scaffold.Main("small", func(fs *flag.FlagSet) {
+		fs.StringVar(&out, "out", "", "assembly output file")
+		fs.StringVar(&stubs, "stubs", "", "Go declarations output file")
+		fs.StringVar(&pkg, "pkg", "crc32c", "package name")
+	}, func(cmd []string) ([]scaffold.File, error) {
+		if out == "" || stubs == "" {
+			return nil, scaffold.Usage("small -out file.s -stubs file.go [-pkg crc32c]")
+		}
+		asm, src, err := generate(cmd, pkg)
+		return []scaffold.File{{Path: out, Data: asm}, {Path: stubs, Data: src}}, err
+	})
+}
+
+// MaxLen is the longest input smallUpdateZ takes (the Go side's bound).
+const MaxLen = 512
+
+var ctx *build.Context
+
+func generate(cmd []string, pkg string) (asm, stubs []byte, err error) {
+	ctx = build.NewContext()
+	ctx.ConstraintExpr("!purego")
+	smallZ()
+	asm, stubs, err = scaffold.AsmAndStubs(ctx, cmd, pkg)
+	if err != nil {
+		return nil, nil, err
+	}
+	// avo's stubs name crcmath.RevFoldTable without importing it.
+	stubs = bytes.Replace(stubs, []byte("package "+pkg+"\n"),
+		[]byte("package "+pkg+"\n\nimport \"github.com/difctl/difctl/kernels/internal/crcmath\"\n"), 1)
+	stubs, err = scaffold.Go(stubs)
+	return asm, stubs, err
+}
+
+func lbl(s string) operand.LabelRef { return operand.LabelRef(s) }
+
+func mem(base reg.Register, disp int) operand.Mem { return operand.Mem{Base: base, Disp: disp} }
+
+// smallZ writes smallUpdateZ.
+func smallZ() {
+	ctx.Function("smallUpdateZ")
+	ctx.Attributes(build.NOSPLIT)
+	ctx.Signature(scaffold.Signature(
+		[]*types.Var{
+			scaffold.Param("crc", scaffold.Word(32)),
+			scaffold.Param("p", types.NewPointer(scaffold.Byte)),
+			scaffold.Param("n", scaffold.Int),
+			scaffold.Param("tab", scaffold.RevFoldTable),
+		},
+		[]*types.Var{scaffold.Param("", scaffold.Word(32))}))
+	ctx.Pragma("noescape")
+	ctx.Doc("smallUpdateZ returns crc (finalised, as Update takes it) updated with p[0:n]:",
+		"the n%16 leading bytes by CRC32 instructions, the lanes after them folded",
+		"with VPCLMULQDQ straight into the last lane, each by its own constant of",
+		"tab's reversed Fold row, and reduced by two CRC32Q (kernels/_asm/small).",
+		"It writes only X16-X31 of the vector registers and needs no VZEROUPPER.",
+		"",
+		fmt.Sprintf("Preconditions: 1 <= n <= %d; tab is foldTables; the CPU has SSE4.2,", MaxLen),
+		"AVX512F, AVX512VL, AVX512DQ and VPCLMULQDQ. It reads only p[0:n].")
+
+	var (
+		si, cx, ax, dx = reg.RSI, reg.RCX, reg.RAX, reg.RDX
+		t              = reg.R8  // n%16, then the last lane's address
+		bx             = reg.RBX // the constant of the lane at the data pointer
+		di             = reg.RDI // data - constant pointer: the data at (BX)(DI*1)
+		r10, r11       = reg.R10, reg.R11
+		init           = reg.Z16 // the register, in the first lane's low bits
+		acc            = reg.Z17
+		v, w           = reg.Z18, reg.Z19
+	)
+	ctx.Load(ctx.Param("p"), si)
+	ctx.Load(ctx.Param("n"), cx)
+	ctx.Load(ctx.Param("crc"), ax.As32())
+	ctx.Load(ctx.Param("tab"), dx)
+	ctx.Comment("The CRC register: xorout undone.")
+	ctx.NOTL(ax.As32())
+	ctx.MOVQ(cx, t)
+	ctx.ANDQ(operand.U8(15), t)
+	ctx.JNZ(lbl("heads"))
+
+	ctx.Label("lanes")
+	ctx.Comment("CX = 16·m bytes of whole lanes from SI, m >= 1; the register enters",
+		"the first lane.")
+	ctx.VMOVD(ax.As32(), init.AsX())
+	ctx.LEAQ(operand.Mem{Base: si, Index: cx, Scale: 1, Disp: -16}, t)
+	ctx.CMPQ(cx, operand.U8(16))
+	ctx.JZ(lbl("single"))
+	ctx.Comment("Lane l (at SI+16l) folds by Fold[m-1-l] = Rev[65-m+l], at",
+		"tab + 1072 + 16·(65-m+l) = tab + 2112 - CX + 16l: BX tracks the data.")
+	ctx.LEAQ(mem(dx, scaffold.TableRev+16*(scaffold.MaxFold+1)), bx)
+	ctx.SUBQ(cx, bx)
+	ctx.MOVQ(si, di)
+	ctx.SUBQ(bx, di)
+	ctx.VPXORQ(acc, acc, acc)
+	ctx.TESTQ(operand.U32(48), cx)
+	ctx.JNZ(lbl("pieces"))
+
+	data := operand.Mem{Base: bx, Index: di, Scale: 1}
+	k := mem(bx, 0)
+	ctx.Label("zfirst")
+	ctx.Comment("ZMM vectors: the first one carries the register (zero if a piece",
+		"took it).")
+	ctx.VPXORQ(data, init, v)
+	ctx.VPCLMULQDQ(operand.U8(0x00), k, v, w)
+	ctx.VPCLMULQDQ(operand.U8(0x11), k, v, v)
+	ctx.VPTERNLOGD(operand.U8(0x96), w, v, acc)
+	ctx.ADDQ(operand.U8(64), bx)
+	ctx.SUBQ(operand.U8(64), cx)
+	ctx.JZ(lbl("collapse"))
+	ctx.Label("zloop")
+	ctx.VMOVDQU64(data, v)
+	ctx.VPCLMULQDQ(operand.U8(0x00), k, v, w)
+	ctx.VPCLMULQDQ(operand.U8(0x11), k, v, v)
+	ctx.VPTERNLOGD(operand.U8(0x96), w, v, acc)
+	ctx.ADDQ(operand.U8(64), bx)
+	ctx.SUBQ(operand.U8(64), cx)
+	ctx.JNZ(lbl("zloop"))
+
+	ctx.Label("collapse")
+	ctx.Comment("The four lanes of the accumulator and the last lane, as is.")
+	ctx.VEXTRACTI64X4(operand.U8(1), acc, w.AsY())
+	ctx.VPXORQ(w.AsY(), acc.AsY(), acc.AsY())
+	ctx.VEXTRACTI32X4(operand.U8(1), acc.AsY(), w.AsX())
+	ctx.VPTERNLOGD(operand.U8(0x96), mem(t, 0), w.AsX(), acc.AsX())
+
+	ctx.Label("reduce")
+	ctx.Comment("V·x^32 mod P: the CRC32 instruction over V's 16 bytes from 0.")
+	ctx.VMOVQ(acc.AsX(), r10)
+	ctx.VPEXTRQ(operand.U8(1), acc.AsX(), r11)
+	ctx.XORL(ax.As32(), ax.As32())
+	ctx.CRC32Q(r10, ax)
+	ctx.CRC32Q(r11, ax)
+	ctx.Label("done")
+	ctx.NOTL(ax.As32())
+	ctx.Store(ax.As32(), ctx.ReturnIndex(0))
+	ctx.RET()
+
+	ctx.Label("single")
+	ctx.Comment("One lane: the register and the lane, nothing to fold.")
+	ctx.VPXORQ(mem(t, 0), init.AsX(), acc.AsX())
+	ctx.JMP(lbl("reduce"))
+
+	ctx.Label("pieces")
+	ctx.Comment("m%4 lanes first, an XMM lane then a YMM pair, so that whole ZMM",
+		"vectors remain; the first piece takes the register.")
+	ctx.TESTQ(operand.U32(16), cx)
+	ctx.JZ(lbl("pair"))
+	ctx.VPXORQ(data, init.AsX(), v.AsX())
+	ctx.VPCLMULQDQ(operand.U8(0x00), k, v.AsX(), w.AsX())
+	ctx.VPCLMULQDQ(operand.U8(0x11), k, v.AsX(), v.AsX())
+	ctx.VPXORQ(w.AsX(), v.AsX(), acc.AsX())
+	ctx.VPXORQ(init.AsX(), init.AsX(), init.AsX())
+	ctx.ADDQ(operand.U8(16), bx)
+	ctx.SUBQ(operand.U8(16), cx)
+	ctx.Label("pair")
+	ctx.TESTQ(operand.U32(32), cx)
+	ctx.JZ(lbl("vectors"))
+	ctx.VPXORQ(data, init.AsY(), v.AsY())
+	ctx.VPCLMULQDQ(operand.U8(0x00), k, v.AsY(), w.AsY())
+	ctx.VPCLMULQDQ(operand.U8(0x11), k, v.AsY(), v.AsY())
+	ctx.VPTERNLOGD(operand.U8(0x96), w.AsY(), v.AsY(), acc.AsY())
+	ctx.VPXORQ(init.AsX(), init.AsX(), init.AsX())
+	ctx.ADDQ(operand.U8(32), bx)
+	ctx.SUBQ(operand.U8(32), cx)
+	ctx.Label("vectors")
+	ctx.TESTQ(cx, cx)
+	ctx.JNZ(lbl("zfirst"))
+	ctx.JMP(lbl("collapse"))
+
+	ctx.Label("heads")
+	ctx.Comment("The n%16 leading bytes through the CRC32 instruction.")
+	for _, w := range []int{8, 4, 2, 1} {
+		next := fmt.Sprintf("heads%d", w/2)
+		ctx.TESTQ(operand.U32(w), t)
+		ctx.JZ(lbl(next))
+		switch w {
+		case 8:
+			ctx.CRC32Q(mem(si, 0), ax)
+		case 4:
+			ctx.CRC32L(mem(si, 0), ax.As32())
+		case 2:
+			ctx.CRC32W(mem(si, 0), ax.As32())
+		case 1:
+			ctx.CRC32B(mem(si, 0), ax.As32())
+		}
+		ctx.ADDQ(operand.U8(w), si)
+		ctx.Label(next)
+	}
+	ctx.SUBQ(t, cx)
+	ctx.JNZ(lbl("lanes"))
+	ctx.JMP(lbl("done"))
+}
