@@ -97,6 +97,19 @@ func updateHybridZ(crc uint32, p []byte) uint32 {
 	return updateChunksZ(crc, p)
 }
 
+// entryTarget is the value of the dispatch variable update under which
+// updateEntry (Update and Checksum, kernels/_asm/small) runs smallUpdateZ's
+// body itself for 1 to smallZMax bytes: the one call of a short Checksum.
+// Under any other value, or for other lengths, updateEntry tail-calls
+// updateDispatch.
+var entryTarget = updateHybridZ
+
+// updateDispatch is Update through the dispatch variable, updateEntry's
+// fallback.
+//
+//lint:ignore U1000 updateEntry (assembly) tail-calls it
+func updateDispatch(crc uint32, p []byte) uint32 { return update(crc, p) }
+
 // updateChunksZ is updateHybridZ from hybridZMin bytes on.
 func updateChunksZ(crc uint32, p []byte) uint32 {
 	if a := int(-uintptr(unsafe.Pointer(&p[0])) & 63); a > 0 {

@@ -11,7 +11,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
+	"github.com/difctl/difctl/kernels/internal/impl"
 	"github.com/difctl/difctl/kernels/internal/kerneltest"
 )
 
@@ -163,5 +165,28 @@ func TestBlocksZCutoffs(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestEntryTarget checks that updateEntry's own path is live under
+// avx512hybrid: the dispatch variable then holds the same function value as
+// entryTarget, which updateEntry compares word for word. (Were they to
+// differ, every call would take the fallback: correct, and slower.)
+func TestEntryTarget(t *testing.T) {
+	if !hasHybridZ {
+		t.Skip("the CPU lacks AVX-512 VPCLMULQDQ")
+	}
+	if err := impl.Select(pkgName, "avx512hybrid"); err != nil {
+		t.Fatal(err)
+	}
+	defer impl.Reset(pkgName)
+	if *(*unsafe.Pointer)(unsafe.Pointer(&update)) != *(*unsafe.Pointer)(unsafe.Pointer(&entryTarget)) {
+		t.Fatal("update under avx512hybrid is not the word entryTarget holds")
+	}
+	if err := impl.Select(pkgName, "avx512"); err != nil {
+		t.Fatal(err)
+	}
+	if *(*unsafe.Pointer)(unsafe.Pointer(&update)) == *(*unsafe.Pointer)(unsafe.Pointer(&entryTarget)) {
+		t.Fatal("update under avx512 is the word entryTarget holds")
 	}
 }

@@ -17,3 +17,11 @@ import "github.com/difctl/difctl/kernels/internal/crcmath"
 //
 //go:noescape
 func smallUpdateZ(crc uint32, p *byte, n int, tab *crcmath.RevFoldTable) uint32
+
+// updateEntry is Update: smallUpdateZ's body (kernels/_asm/small) for 1 to
+// 512 bytes while update is entryTarget, else updateDispatch (a tail call).
+// The CPU checks are entryTarget's: it is updateHybridZ only where
+// hasHybridZ holds.
+//
+//go:noescape
+func updateEntry(crc uint32, p []byte) uint32

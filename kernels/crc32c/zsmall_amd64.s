@@ -19,12 +19,12 @@ TEXT ·smallUpdateZ(SB), NOSPLIT, $0-36
 	JNZ  heads
 
 lanes:
-	// CX = 16·m bytes of whole lanes from SI, m >= 1; the register enters
-	// the first lane.
-	VMOVD AX, X16
-	LEAQ  -16(SI)(CX*1), R8
+	// CX = 16·m bytes of whole lanes from SI, m >= 1; from two lanes on,
+	// the register enters the first lane.
 	CMPQ  CX, $0x10
 	JZ    single
+	VMOVD AX, X16
+	LEAQ  -16(SI)(CX*1), R8
 
 	// Lane l (at SI+16l) folds by Fold[m-1-l] = Rev[65-m+l], at
 	// tab + 1072 + 16·(65-m+l) = tab + 2112 - CX + 16l: BX tracks the data.
@@ -63,7 +63,6 @@ collapse:
 	VEXTRACTI32X4 $0x01, Y17, X19
 	VPTERNLOGD    $0x96, (R8), X19, X17
 
-reduce:
 	// V·x^32 mod P: the CRC32 instruction over V's 16 bytes from 0.
 	VMOVQ   X17, R10
 	VPEXTRQ $0x01, X17, R11
@@ -77,9 +76,10 @@ done:
 	RET
 
 single:
-	// One lane: the register and the lane, nothing to fold.
-	VPXORQ (R8), X16, X17
-	JMP    reduce
+	// One lane: the CRC32 instruction over it, no vector work.
+	CRC32Q (SI), AX
+	CRC32Q 8(SI), AX
+	JMP    done
 
 pieces:
 	// m%4 lanes first, an XMM lane then a YMM pair, so that whole ZMM
@@ -139,3 +139,148 @@ heads0:
 	SUBQ R8, CX
 	JNZ  lanes
 	JMP  done
+
+// func updateEntry(crc uint32, p []byte) uint32
+// Requires: AVX, AVX512F, AVX512VL, PCLMULQDQ, SSE4.2, VPCLMULQDQ
+TEXT ·updateEntry(SB), NOSPLIT, $0-36
+	MOVQ ·update+0(SB), AX
+	CMPQ AX, ·entryTarget+0(SB)
+	JNE  dispatch
+	MOVQ p_len+16(FP), CX
+	LEAQ -1(CX), DX
+	CMPQ DX, $0x00000200
+	JAE  dispatch
+	MOVQ p_base+8(FP), SI
+	MOVL crc+0(FP), AX
+	MOVQ ·foldTables+0(SB), DX
+
+	// The CRC register: xorout undone.
+	NOTL AX
+	MOVQ CX, R8
+	ANDQ $0x0f, R8
+	JNZ  heads
+
+lanes:
+	// CX = 16·m bytes of whole lanes from SI, m >= 1; from two lanes on,
+	// the register enters the first lane.
+	CMPQ  CX, $0x10
+	JZ    single
+	VMOVD AX, X16
+	LEAQ  -16(SI)(CX*1), R8
+
+	// Lane l (at SI+16l) folds by Fold[m-1-l] = Rev[65-m+l], at
+	// tab + 1072 + 16·(65-m+l) = tab + 2112 - CX + 16l: BX tracks the data.
+	LEAQ   2112(DX), BX
+	SUBQ   CX, BX
+	MOVQ   SI, DI
+	SUBQ   BX, DI
+	VPXORQ Z17, Z17, Z17
+	TESTQ  $0x00000030, CX
+	JNZ    pieces
+
+zfirst:
+	// ZMM vectors: the first one carries the register (zero if a piece
+	// took it).
+	VPXORQ     (BX)(DI*1), Z16, Z18
+	VPCLMULQDQ $0x00, (BX), Z18, Z19
+	VPCLMULQDQ $0x11, (BX), Z18, Z18
+	VPTERNLOGD $0x96, Z19, Z18, Z17
+	ADDQ       $0x40, BX
+	SUBQ       $0x40, CX
+	JZ         collapse
+
+zloop:
+	VMOVDQU64  (BX)(DI*1), Z18
+	VPCLMULQDQ $0x00, (BX), Z18, Z19
+	VPCLMULQDQ $0x11, (BX), Z18, Z18
+	VPTERNLOGD $0x96, Z19, Z18, Z17
+	ADDQ       $0x40, BX
+	SUBQ       $0x40, CX
+	JNZ        zloop
+
+collapse:
+	// The four lanes of the accumulator and the last lane, as is.
+	VEXTRACTI64X4 $0x01, Z17, Y19
+	VPXORQ        Y19, Y17, Y17
+	VEXTRACTI32X4 $0x01, Y17, X19
+	VPTERNLOGD    $0x96, (R8), X19, X17
+
+	// V·x^32 mod P: the CRC32 instruction over V's 16 bytes from 0.
+	VMOVQ   X17, R10
+	VPEXTRQ $0x01, X17, R11
+	XORL    AX, AX
+	CRC32Q  R10, AX
+	CRC32Q  R11, AX
+
+done:
+	NOTL AX
+	MOVL AX, ret+32(FP)
+	RET
+
+single:
+	// One lane: the CRC32 instruction over it, no vector work.
+	CRC32Q (SI), AX
+	CRC32Q 8(SI), AX
+	JMP    done
+
+pieces:
+	// m%4 lanes first, an XMM lane then a YMM pair, so that whole ZMM
+	// vectors remain; the first piece takes the register.
+	TESTQ      $0x00000010, CX
+	JZ         pair
+	VPXORQ     (BX)(DI*1), X16, X18
+	VPCLMULQDQ $0x00, (BX), X18, X19
+	VPCLMULQDQ $0x11, (BX), X18, X18
+	VPXORQ     X19, X18, X17
+	VPXORQ     X16, X16, X16
+	ADDQ       $0x10, BX
+	SUBQ       $0x10, CX
+
+pair:
+	TESTQ      $0x00000020, CX
+	JZ         vectors
+	VPXORQ     (BX)(DI*1), Y16, Y18
+	VPCLMULQDQ $0x00, (BX), Y18, Y19
+	VPCLMULQDQ $0x11, (BX), Y18, Y18
+	VPTERNLOGD $0x96, Y19, Y18, Y17
+	VPXORQ     X16, X16, X16
+	ADDQ       $0x20, BX
+	SUBQ       $0x20, CX
+
+vectors:
+	TESTQ CX, CX
+	JNZ   zfirst
+	JMP   collapse
+
+heads:
+	// The n%16 leading bytes through the CRC32 instruction.
+	TESTQ  $0x00000008, R8
+	JZ     heads4
+	CRC32Q (SI), AX
+	ADDQ   $0x08, SI
+
+heads4:
+	TESTQ  $0x00000004, R8
+	JZ     heads2
+	CRC32L (SI), AX
+	ADDQ   $0x04, SI
+
+heads2:
+	TESTQ  $0x00000002, R8
+	JZ     heads1
+	CRC32W (SI), AX
+	ADDQ   $0x02, SI
+
+heads1:
+	TESTQ  $0x00000001, R8
+	JZ     heads0
+	CRC32B (SI), AX
+	ADDQ   $0x01, SI
+
+heads0:
+	SUBQ R8, CX
+	JNZ  lanes
+	JMP  done
+
+dispatch:
+	JMP ·updateDispatch+0(SB)

@@ -51,8 +51,63 @@ func TestEmulatedSmall(t *testing.T) {
 			}
 		}
 	}
-	if nr := prog.NotRun(); len(nr) > 0 {
+	testEntry(t, string(asm), tab)
+	if nr := prog.NotRun(); len(nr) > 1 || len(nr) == 1 && nr[0] != "updateEntry" {
 		t.Errorf("generated functions not checked in the emulator: %v", nr)
+	}
+}
+
+// testEntry runs updateEntry in the interpreter, with the Go symbols it
+// names (which the interpreter does not hold) replaced: the table pointer
+// by the table's address, the check of the dispatch variable dropped (as if
+// it held entryTarget), and the tail call of updateDispatch by a store of
+// a sentinel result. Lengths 1..MaxLen must give the CRC, 0 and MaxLen+1
+// the fallback.
+func testEntry(t *testing.T, asm string, tab []byte) {
+	const sentinel = 0x5eca1
+	for old, repl := range map[string]string{
+		"MOVQ ·update+0(SB), AX\n":      "",
+		"CMPQ AX, ·entryTarget+0(SB)\n": "",
+		"JNE  dispatch\n":               "",
+		"MOVQ ·foldTables+0(SB), DX":    fmt.Sprintf("MOVQ $%#x, DX", emu.AddrTable),
+		"JMP ·updateDispatch+0(SB)":     fmt.Sprintf("MOVL $%#x, ret+32(FP)\n\tRET", sentinel),
+	} {
+		if strings.Count(asm, old) != 1 {
+			t.Fatalf("updateEntry: %q occurs %d times, want once", old, strings.Count(asm, old))
+		}
+		asm = strings.Replace(asm, old, repl, 1)
+	}
+	prog, err := emu.Parse(asm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := rand.New(rand.NewPCG(5, 6))
+	for n := 0; n <= MaxLen+1; n++ {
+		data := make([]byte, n)
+		for i := range data {
+			data[i] = byte(r.Uint32())
+		}
+		m, err := emu.New(prog, data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		copy(m.Mem[emu.AddrTable:], tab)
+		crc := uint64(r.Uint32())
+		m.Put64(0, crc)
+		m.Put64(8, emu.AddrData)
+		m.Put64(16, uint64(n))
+		m.Put64(24, uint64(n))
+		if _, err := m.Run(prog, "updateEntry"); err != nil {
+			t.Fatalf("updateEntry n=%d: %v", n, err)
+		}
+		got := m.Get64(32) & 0xffffffff
+		want := emu.Bitwise(emu.CRC32C, crc, data)
+		if n == 0 || n > MaxLen {
+			want = sentinel
+		}
+		if got != want {
+			t.Fatalf("updateEntry n=%d crc=%#x: %#x, want %#x", n, crc, got, want)
+		}
 	}
 }
 

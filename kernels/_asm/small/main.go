@@ -25,6 +25,8 @@
 //     CRC32Q from a zero register (a CRC32 instruction from register 0 over
 //     the 16 bytes of V computes exactly V·x^32 mod P), instead of the
 //     Final constant and Barrett's three multiplies;
+//   - a single lane (16 to 31 bytes) goes through the CRC32 instruction
+//     too, as two CRC32Q;
 //   - only the registers X16-X31 (Y, Z) are written, which legacy SSE code
 //     cannot address, so the call leaves no dirty upper state that an SSE
 //     instruction after it would pay for, and needs no VZEROUPPER.
@@ -39,6 +41,7 @@ import (
 	"go/types"
 
 	"github.com/mmcloughlin/avo/build"
+	"github.com/mmcloughlin/avo/ir"
 	"github.com/mmcloughlin/avo/operand"
 	"github.com/mmcloughlin/avo/reg"
 
@@ -69,6 +72,7 @@ func generate(cmd []string, pkg string) (asm, stubs []byte, err error) {
 	ctx = build.NewContext()
 	ctx.ConstraintExpr("!purego")
 	smallZ()
+	entry()
 	asm, stubs, err = scaffold.AsmAndStubs(ctx, cmd, pkg)
 	if err != nil {
 		return nil, nil, err
@@ -105,7 +109,58 @@ func smallZ() {
 		"",
 		fmt.Sprintf("Preconditions: 1 <= n <= %d; tab is foldTables; the CPU has SSE4.2,", MaxLen),
 		"AVX512F, AVX512VL, AVX512DQ and VPCLMULQDQ. It reads only p[0:n].")
+	ctx.Load(ctx.Param("p"), reg.RSI)
+	ctx.Load(ctx.Param("n"), reg.RCX)
+	ctx.Load(ctx.Param("crc"), reg.EAX)
+	ctx.Load(ctx.Param("tab"), reg.RDX)
+	body()
+}
 
+// entry writes updateEntry, what Update and Checksum call: smallUpdateZ's
+// body for 1 to MaxLen bytes while the dispatch variable update holds
+// entryTarget (updateHybridZ, whose Update that is), else a tail call of
+// updateDispatch, which calls update. Called from Go directly, it makes a
+// short Checksum one call, not a call of the dispatch variable and one of
+// the kernel; the comparison keeps it whatever implementation the registry
+// makes active.
+func entry() {
+	ctx.Function("updateEntry")
+	ctx.Attributes(build.NOSPLIT)
+	ctx.Signature(scaffold.Signature(
+		[]*types.Var{
+			scaffold.Param("crc", scaffold.Word(32)),
+			scaffold.Param("p", scaffold.Bytes),
+		},
+		[]*types.Var{scaffold.Param("", scaffold.Word(32))}))
+	ctx.Pragma("noescape")
+	ctx.Doc("updateEntry is Update: smallUpdateZ's body (kernels/_asm/small) for 1 to",
+		fmt.Sprintf("%d bytes while update is entryTarget, else updateDispatch (a tail call).", MaxLen),
+		"The CPU checks are entryTarget's: it is updateHybridZ only where",
+		"hasHybridZ holds.")
+	ctx.MOVQ(operand.NewDataAddr(operand.Symbol{Name: "·update"}, 0), reg.RAX)
+	ctx.CMPQ(reg.RAX, operand.NewDataAddr(operand.Symbol{Name: "·entryTarget"}, 0))
+	ctx.JNE(lbl("dispatch"))
+	ctx.Load(ctx.Param("p").Len(), reg.RCX)
+	ctx.LEAQ(mem(reg.RCX, -1), reg.RDX)
+	ctx.CMPQ(reg.RDX, operand.U32(MaxLen))
+	ctx.JAE(lbl("dispatch"))
+	ctx.Load(ctx.Param("p").Base(), reg.RSI)
+	ctx.Load(ctx.Param("crc"), reg.EAX)
+	ctx.MOVQ(operand.NewDataAddr(operand.Symbol{Name: "·foldTables"}, 0), reg.RDX)
+	body()
+	ctx.Label("dispatch")
+	// A tail call: a terminal instruction to avo (a JMP to a symbol names
+	// no label of the function).
+	ctx.Instruction(&ir.Instruction{
+		Opcode:     "JMP",
+		Operands:   []operand.Op{operand.NewDataAddr(operand.Symbol{Name: "·updateDispatch"}, 0)},
+		IsTerminal: true,
+	})
+}
+
+// body is the kernel: SI = p, CX = n (1..MaxLen), AX = crc (finalised), DX =
+// the fold table; it stores the result and returns.
+func body() {
 	var (
 		si, cx, ax, dx = reg.RSI, reg.RCX, reg.RAX, reg.RDX
 		t              = reg.R8  // n%16, then the last lane's address
@@ -116,10 +171,6 @@ func smallZ() {
 		acc            = reg.Z17
 		v, w           = reg.Z18, reg.Z19
 	)
-	ctx.Load(ctx.Param("p"), si)
-	ctx.Load(ctx.Param("n"), cx)
-	ctx.Load(ctx.Param("crc"), ax.As32())
-	ctx.Load(ctx.Param("tab"), dx)
 	ctx.Comment("The CRC register: xorout undone.")
 	ctx.NOTL(ax.As32())
 	ctx.MOVQ(cx, t)
@@ -127,12 +178,12 @@ func smallZ() {
 	ctx.JNZ(lbl("heads"))
 
 	ctx.Label("lanes")
-	ctx.Comment("CX = 16·m bytes of whole lanes from SI, m >= 1; the register enters",
-		"the first lane.")
-	ctx.VMOVD(ax.As32(), init.AsX())
-	ctx.LEAQ(operand.Mem{Base: si, Index: cx, Scale: 1, Disp: -16}, t)
+	ctx.Comment("CX = 16·m bytes of whole lanes from SI, m >= 1; from two lanes on,",
+		"the register enters the first lane.")
 	ctx.CMPQ(cx, operand.U8(16))
 	ctx.JZ(lbl("single"))
+	ctx.VMOVD(ax.As32(), init.AsX())
+	ctx.LEAQ(operand.Mem{Base: si, Index: cx, Scale: 1, Disp: -16}, t)
 	ctx.Comment("Lane l (at SI+16l) folds by Fold[m-1-l] = Rev[65-m+l], at",
 		"tab + 1072 + 16·(65-m+l) = tab + 2112 - CX + 16l: BX tracks the data.")
 	ctx.LEAQ(mem(dx, scaffold.TableRev+16*(scaffold.MaxFold+1)), bx)
@@ -184,9 +235,10 @@ func smallZ() {
 	ctx.RET()
 
 	ctx.Label("single")
-	ctx.Comment("One lane: the register and the lane, nothing to fold.")
-	ctx.VPXORQ(mem(t, 0), init.AsX(), acc.AsX())
-	ctx.JMP(lbl("reduce"))
+	ctx.Comment("One lane: the CRC32 instruction over it, no vector work.")
+	ctx.CRC32Q(mem(si, 0), ax)
+	ctx.CRC32Q(mem(si, 8), ax)
+	ctx.JMP(lbl("done"))
 
 	ctx.Label("pieces")
 	ctx.Comment("m%4 lanes first, an XMM lane then a YMM pair, so that whole ZMM",
