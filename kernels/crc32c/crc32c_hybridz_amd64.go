@@ -27,7 +27,7 @@ import (
 var hasHybridZ = hasFoldAVX512 && cpu.X86.HasSSE42 && cpu.X86.HasAVX512F && cpu.X86.HasAVX512VPCLMULQDQ &&
 	cpu.X86.HasAVX512VL && cpu.X86.HasAVX512DQ
 
-//go:generate go run -C ../_asm ./small -out ../crc32c/zsmall_amd64.s -stubs ../crc32c/zsmall_amd64.go -pkg crc32c
+//go:generate go run -C ../_asm ./small -crc crc32c -out ../crc32c/zsmall_amd64.s -stubs ../crc32c/zsmall_amd64.go
 
 const (
 	// hybridZMin is the shortest input Update runs through the chunk

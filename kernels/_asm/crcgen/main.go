@@ -167,7 +167,7 @@ func blocksCopyPortable(dst []{{.Word}}, q, p []byte, blockLen, stride int) {
 	blocks(dst, q, blockLen, stride)
 }
 
-{{if eq .Flag "crc32c"}}// Update returns the result of adding the bytes in p to crc.
+{{if ne .Flag "t10dif"}}// Update returns the result of adding the bytes in p to crc.
 func Update(crc {{.Word}}, p []byte) {{.Word}} { return updateEntry(crc, p) }
 
 // Checksum returns the {{.Params.Name}} of p.

@@ -9,6 +9,7 @@ package main
 import (
 	"fmt"
 	"math/rand/v2"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -17,7 +18,12 @@ import (
 )
 
 func TestEmulatedSmall(t *testing.T) {
-	asm, _, err := generate([]string{"go", "run", "./small"}, "crc32c")
+	asm, _, err := generate([]string{"go", "run", "./small"}, "crc64nvme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	testEntry(t, string(asm), emu.CRC64NVME)
+	asm, _, err = generate([]string{"go", "run", "./small"}, "crc32c")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,7 +57,7 @@ func TestEmulatedSmall(t *testing.T) {
 			}
 		}
 	}
-	testEntry(t, string(asm), tab)
+	testEntry(t, string(asm), emu.CRC32C)
 	if nr := prog.NotRun(); len(nr) > 1 || len(nr) == 1 && nr[0] != "updateEntry" {
 		t.Errorf("generated functions not checked in the emulator: %v", nr)
 	}
@@ -61,28 +67,33 @@ func TestEmulatedSmall(t *testing.T) {
 // names (which the interpreter does not hold) replaced: the table pointer
 // by the table's address, the check of the dispatch variable dropped (as if
 // it held entryTarget), and the tail call of updateDispatch by a store of
-// a sentinel result. Lengths 1..MaxLen must give the CRC, 0 and MaxLen+1
-// the fallback.
-func testEntry(t *testing.T, asm string, tab []byte) {
+// a sentinel result. The lengths the entry takes (CRC-32C: 1..MaxLen;
+// CRC-64/NVME: multiples of 16 from 16 to MaxLen) must give the CRC, the
+// others from 0 to MaxLen+16 the fallback.
+func testEntry(t *testing.T, asm string, spec emu.Spec) {
+	tab := emu.FoldTable(spec, scaffold.MaxFold)
+	w := int(spec.Width)
+	crc64 := w == 64
 	const sentinel = 0x5eca1
 	for old, repl := range map[string]string{
-		"MOVQ ·update+0(SB), AX\n":      "",
-		"CMPQ AX, ·entryTarget+0(SB)\n": "",
-		"JNE  dispatch\n":               "",
-		"MOVQ ·foldTables+0(SB), DX":    fmt.Sprintf("MOVQ $%#x, DX", emu.AddrTable),
-		"JMP ·updateDispatch+0(SB)":     fmt.Sprintf("MOVL $%#x, ret+32(FP)\n\tRET", sentinel),
+		`MOVQ\s+·update\+0\(SB\), AX\n`:      "",
+		`CMPQ\s+AX, ·entryTarget\+0\(SB\)\n`: "",
+		`JNE\s+dispatch\n`:                   "",
+		`MOVQ\s+·foldTables\+0\(SB\), DX`:    fmt.Sprintf("MOVQ $%#x, DX", emu.AddrTable),
+		`JMP\s+·updateDispatch\+0\(SB\)`:     fmt.Sprintf("MOVL $%#x, ret+32(FP)\n\tRET", sentinel),
 	} {
-		if strings.Count(asm, old) != 1 {
-			t.Fatalf("updateEntry: %q occurs %d times, want once", old, strings.Count(asm, old))
+		re := regexp.MustCompile(old)
+		if k := len(re.FindAllStringIndex(asm, -1)); k != 1 {
+			t.Fatalf("updateEntry: %q occurs %d times, want once", old, k)
 		}
-		asm = strings.Replace(asm, old, repl, 1)
+		asm = re.ReplaceAllLiteralString(asm, repl)
 	}
 	prog, err := emu.Parse(asm)
 	if err != nil {
 		t.Fatal(err)
 	}
 	r := rand.New(rand.NewPCG(5, 6))
-	for n := 0; n <= MaxLen+1; n++ {
+	for n := 0; n <= MaxLen+16; n++ {
 		data := make([]byte, n)
 		for i := range data {
 			data[i] = byte(r.Uint32())
@@ -92,7 +103,7 @@ func testEntry(t *testing.T, asm string, tab []byte) {
 			t.Fatal(err)
 		}
 		copy(m.Mem[emu.AddrTable:], tab)
-		crc := uint64(r.Uint32())
+		crc := r.Uint64() & emu.Mask(w)
 		m.Put64(0, crc)
 		m.Put64(8, emu.AddrData)
 		m.Put64(16, uint64(n))
@@ -100,9 +111,9 @@ func testEntry(t *testing.T, asm string, tab []byte) {
 		if _, err := m.Run(prog, "updateEntry"); err != nil {
 			t.Fatalf("updateEntry n=%d: %v", n, err)
 		}
-		got := m.Get64(32) & 0xffffffff
-		want := emu.Bitwise(emu.CRC32C, crc, data)
-		if n == 0 || n > MaxLen {
+		got := m.Get64(32) & emu.Mask(w)
+		want := emu.Bitwise(spec, crc, data)
+		if n == 0 || n > MaxLen || crc64 && n%16 != 0 {
 			want = sentinel
 		}
 		if got != want {

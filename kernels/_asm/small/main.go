@@ -49,16 +49,16 @@ import (
 )
 
 func main() {
-	var out, stubs, pkg string
+	var out, stubs, crc string
 	scaffold.Main("small", func(fs *flag.FlagSet) {
 		fs.StringVar(&out, "out", "", "assembly output file")
 		fs.StringVar(&stubs, "stubs", "", "Go declarations output file")
-		fs.StringVar(&pkg, "pkg", "crc32c", "package name")
+		fs.StringVar(&crc, "crc", "", "crc32c or crc64nvme")
 	}, func(cmd []string) ([]scaffold.File, error) {
-		if out == "" || stubs == "" {
-			return nil, scaffold.Usage("small -out file.s -stubs file.go [-pkg crc32c]")
+		if out == "" || stubs == "" || crc != "crc32c" && crc != "crc64nvme" {
+			return nil, scaffold.Usage("small -crc crc32c|crc64nvme -out file.s -stubs file.go")
 		}
-		asm, src, err := generate(cmd, pkg)
+		asm, src, err := generate(cmd, crc)
 		return []scaffold.File{{Path: out, Data: asm}, {Path: stubs, Data: src}}, err
 	})
 }
@@ -68,15 +68,24 @@ const MaxLen = 512
 
 var ctx *build.Context
 
-func generate(cmd []string, pkg string) (asm, stubs []byte, err error) {
+// crc64 selects CRC-64/NVME's kernel (else CRC-32C's); generate sets it.
+var crc64 bool
+
+// generate returns the assembly and the Go declarations of crc's kernels
+// (crc32c or crc64nvme, which is also the package name), made by cmd.
+func generate(cmd []string, crc string) (asm, stubs []byte, err error) {
 	ctx = build.NewContext()
 	ctx.ConstraintExpr("!purego")
-	smallZ()
-	entry()
-	asm, stubs, err = scaffold.AsmAndStubs(ctx, cmd, pkg)
-	if err != nil {
-		return nil, nil, err
+	crc64 = crc == "crc64nvme"
+	if !crc64 {
+		smallZ()
 	}
+	entry()
+	asm, stubs, err = scaffold.AsmAndStubs(ctx, cmd, crc)
+	if err != nil || crc64 {
+		return asm, stubs, err
+	}
+	pkg := crc
 	// avo's stubs name crcmath.RevFoldTable without importing it.
 	stubs = bytes.Replace(stubs, []byte("package "+pkg+"\n"),
 		[]byte("package "+pkg+"\n\nimport \"github.com/difctl/difctl/kernels/internal/crcmath\"\n"), 1)
@@ -124,28 +133,54 @@ func smallZ() {
 // the kernel; the comparison keeps it whatever implementation the registry
 // makes active.
 func entry() {
+	word := scaffold.Word(32)
+	if crc64 {
+		word = scaffold.Word(64)
+	}
 	ctx.Function("updateEntry")
 	ctx.Attributes(build.NOSPLIT)
 	ctx.Signature(scaffold.Signature(
 		[]*types.Var{
-			scaffold.Param("crc", scaffold.Word(32)),
+			scaffold.Param("crc", word),
 			scaffold.Param("p", scaffold.Bytes),
 		},
-		[]*types.Var{scaffold.Param("", scaffold.Word(32))}))
+		[]*types.Var{scaffold.Param("", word)}))
 	ctx.Pragma("noescape")
-	ctx.Doc("updateEntry is Update: smallUpdateZ's body (kernels/_asm/small) for 1 to",
-		fmt.Sprintf("%d bytes while update is entryTarget, else updateDispatch (a tail call).", MaxLen),
-		"The CPU checks are entryTarget's: it is updateHybridZ only where",
-		"hasHybridZ holds.")
+	if crc64 {
+		ctx.Doc("updateEntry is Update: for lengths of 16 to 512 bytes that are a multiple",
+			"of 16, while update is entryTarget, it folds every lane straight into the",
+			"last lane with VPCLMULQDQ, each by its own constant of foldTables' reversed",
+			"Fold row, and reduces by Final and Barrett (kernels/_asm/small), on X16-X31",
+			"only (no VZEROUPPER); else it tail-calls updateDispatch. entryTarget is",
+			"nil unless the CPU has what it needs: AVX512F, AVX512VL, AVX512BW,",
+			"AVX512DQ and VPCLMULQDQ.")
+	} else {
+		ctx.Doc("updateEntry is Update: smallUpdateZ's body (kernels/_asm/small) for 1 to",
+			fmt.Sprintf("%d bytes while update is entryTarget, else updateDispatch (a tail call).", MaxLen),
+			"The CPU checks are entryTarget's: it is updateHybridZ only where",
+			"hasHybridZ holds.")
+	}
 	ctx.MOVQ(operand.NewDataAddr(operand.Symbol{Name: "·update"}, 0), reg.RAX)
 	ctx.CMPQ(reg.RAX, operand.NewDataAddr(operand.Symbol{Name: "·entryTarget"}, 0))
 	ctx.JNE(lbl("dispatch"))
 	ctx.Load(ctx.Param("p").Len(), reg.RCX)
-	ctx.LEAQ(mem(reg.RCX, -1), reg.RDX)
-	ctx.CMPQ(reg.RDX, operand.U32(MaxLen))
+	if crc64 {
+		ctx.Comment("Whole lanes only: 16 <= n <= MaxLen, n%16 == 0.")
+		ctx.TESTQ(operand.U32(15), reg.RCX)
+		ctx.JNZ(lbl("dispatch"))
+		ctx.LEAQ(mem(reg.RCX, -16), reg.RDX)
+		ctx.CMPQ(reg.RDX, operand.U32(MaxLen-15))
+	} else {
+		ctx.LEAQ(mem(reg.RCX, -1), reg.RDX)
+		ctx.CMPQ(reg.RDX, operand.U32(MaxLen))
+	}
 	ctx.JAE(lbl("dispatch"))
 	ctx.Load(ctx.Param("p").Base(), reg.RSI)
-	ctx.Load(ctx.Param("crc"), reg.EAX)
+	if crc64 {
+		ctx.Load(ctx.Param("crc"), reg.RAX)
+	} else {
+		ctx.Load(ctx.Param("crc"), reg.EAX)
+	}
 	ctx.MOVQ(operand.NewDataAddr(operand.Symbol{Name: "·foldTables"}, 0), reg.RDX)
 	body()
 	ctx.Label("dispatch")
@@ -172,17 +207,25 @@ func body() {
 		v, w           = reg.Z18, reg.Z19
 	)
 	ctx.Comment("The CRC register: xorout undone.")
-	ctx.NOTL(ax.As32())
-	ctx.MOVQ(cx, t)
-	ctx.ANDQ(operand.U8(15), t)
-	ctx.JNZ(lbl("heads"))
+	if crc64 {
+		ctx.NOTQ(ax)
+	} else {
+		ctx.NOTL(ax.As32())
+		ctx.MOVQ(cx, t)
+		ctx.ANDQ(operand.U8(15), t)
+		ctx.JNZ(lbl("heads"))
+	}
 
 	ctx.Label("lanes")
 	ctx.Comment("CX = 16·m bytes of whole lanes from SI, m >= 1; from two lanes on,",
 		"the register enters the first lane.")
 	ctx.CMPQ(cx, operand.U8(16))
 	ctx.JZ(lbl("single"))
-	ctx.VMOVD(ax.As32(), init.AsX())
+	if crc64 {
+		ctx.VMOVQ(ax, init.AsX())
+	} else {
+		ctx.VMOVD(ax.As32(), init.AsX())
+	}
 	ctx.LEAQ(operand.Mem{Base: si, Index: cx, Scale: 1, Disp: -16}, t)
 	ctx.Comment("Lane l (at SI+16l) folds by Fold[m-1-l] = Rev[65-m+l], at",
 		"tab + 1072 + 16·(65-m+l) = tab + 2112 - CX + 16l: BX tracks the data.")
@@ -223,22 +266,38 @@ func body() {
 	ctx.VPTERNLOGD(operand.U8(0x96), mem(t, 0), w.AsX(), acc.AsX())
 
 	ctx.Label("reduce")
-	ctx.Comment("V·x^32 mod P: the CRC32 instruction over V's 16 bytes from 0.")
-	ctx.VMOVQ(acc.AsX(), r10)
-	ctx.VPEXTRQ(operand.U8(1), acc.AsX(), r11)
-	ctx.XORL(ax.As32(), ax.As32())
-	ctx.CRC32Q(r10, ax)
-	ctx.CRC32Q(r11, ax)
+	if crc64 {
+		reduce64(acc.AsX(), v.AsX(), w.AsX(), dx)
+	} else {
+		ctx.Comment("V·x^32 mod P: the CRC32 instruction over V's 16 bytes from 0.")
+		ctx.VMOVQ(acc.AsX(), r10)
+		ctx.VPEXTRQ(operand.U8(1), acc.AsX(), r11)
+		ctx.XORL(ax.As32(), ax.As32())
+		ctx.CRC32Q(r10, ax)
+		ctx.CRC32Q(r11, ax)
+	}
 	ctx.Label("done")
-	ctx.NOTL(ax.As32())
-	ctx.Store(ax.As32(), ctx.ReturnIndex(0))
+	if crc64 {
+		ctx.NOTQ(ax)
+		ctx.Store(ax, ctx.ReturnIndex(0))
+	} else {
+		ctx.NOTL(ax.As32())
+		ctx.Store(ax.As32(), ctx.ReturnIndex(0))
+	}
 	ctx.RET()
 
 	ctx.Label("single")
-	ctx.Comment("One lane: the CRC32 instruction over it, no vector work.")
-	ctx.CRC32Q(mem(si, 0), ax)
-	ctx.CRC32Q(mem(si, 8), ax)
-	ctx.JMP(lbl("done"))
+	if crc64 {
+		ctx.Comment("One lane: the register and the lane, nothing to fold.")
+		ctx.VMOVQ(ax, init.AsX())
+		ctx.VPXORQ(mem(si, 0), init.AsX(), acc.AsX())
+		ctx.JMP(lbl("reduce"))
+	} else {
+		ctx.Comment("One lane: the CRC32 instruction over it, no vector work.")
+		ctx.CRC32Q(mem(si, 0), ax)
+		ctx.CRC32Q(mem(si, 8), ax)
+		ctx.JMP(lbl("done"))
+	}
 
 	ctx.Label("pieces")
 	ctx.Comment("m%4 lanes first, an XMM lane then a YMM pair, so that whole ZMM",
@@ -267,6 +326,9 @@ func body() {
 	ctx.JNZ(lbl("zfirst"))
 	ctx.JMP(lbl("collapse"))
 
+	if crc64 {
+		return
+	}
 	ctx.Label("heads")
 	ctx.Comment("The n%16 leading bytes through the CRC32 instruction.")
 	for _, w := range []int{8, 4, 2, 1} {
@@ -289,4 +351,27 @@ func body() {
 	ctx.SUBQ(t, cx)
 	ctx.JNZ(lbl("lanes"))
 	ctx.JMP(lbl("done"))
+}
+
+// reduce64 leaves in AX the CRC-64/NVME register of the last lane V (in
+// v), as crcmath.Reduce computes it for the reflected CRC with w = 64:
+// T = Hi·C(128) ⊕ Lo·x^64 (Final, and Lo moved down a quadword); the
+// Barrett quotient q = T.Q0 ⊕ (T.Q0·mu)_low·x (Mu); the register is
+// T.Q1 ⊕ ((q·p)·x).Q1 (Poly), where ·x is the one-place shift of a
+// reflected product. a and b are scratch; v is overwritten.
+func reduce64(v, a, b, tab reg.Register) {
+	ax := reg.RAX
+	ctx.Comment("V·x^64 mod P: Final, then Barrett (crcmath.Reduce, reflected, w = 64).")
+	ctx.VPCLMULQDQ(operand.U8(0x00), mem(tab, scaffold.TableFinal), v, a)
+	ctx.VPSRLDQ(operand.U8(8), v, b)
+	ctx.VPXORQ(b, a, a)
+	ctx.VPCLMULQDQ(operand.U8(0x00), mem(tab, scaffold.TableMu), a, b)
+	ctx.VPSLLQ(operand.U8(1), b, b)
+	ctx.VPXORQ(b, a, v)
+	ctx.VPCLMULQDQ(operand.U8(0x10), mem(tab, scaffold.TableMu), v, b)
+	ctx.VPSLLQ(operand.U8(1), b, v)
+	ctx.VPSRLQ(operand.U8(63), b, b)
+	ctx.VPSLLDQ(operand.U8(8), b, b)
+	ctx.VPTERNLOGD(operand.U8(0x96), b, v, a)
+	ctx.VPEXTRQ(operand.U8(1), a, ax)
 }
