@@ -19,8 +19,7 @@ TEXT ·smallUpdateZ(SB), NOSPLIT, $0-36
 	JNZ  heads
 
 lanes:
-	// CX = 16·m bytes of whole lanes from SI, m >= 1; from two lanes on,
-	// the register enters the first lane.
+	// CX = 16·m bytes of whole lanes from SI, m >= 1.
 	CMPQ  CX, $0x10
 	JZ    single
 	VMOVD AX, X16
@@ -161,8 +160,7 @@ TEXT ·updateEntry(SB), NOSPLIT, $0-36
 	JNZ  heads
 
 lanes:
-	// CX = 16·m bytes of whole lanes from SI, m >= 1; from two lanes on,
-	// the register enters the first lane.
+	// CX = 16·m bytes of whole lanes from SI, m >= 1.
 	CMPQ  CX, $0x10
 	JZ    single
 	VMOVD AX, X16

@@ -25,11 +25,10 @@ TEXT ·updateEntry(SB), NOSPLIT, $0-40
 	// The CRC register: xorout undone.
 	NOTQ AX
 
-	// CX = 16·m bytes of whole lanes from SI, m >= 1; from two lanes on,
-	// the register enters the first lane.
+	// CX = 16·m bytes of whole lanes from SI, m >= 1.
+	VMOVQ AX, X16
 	CMPQ  CX, $0x10
 	JZ    single
-	VMOVQ AX, X16
 	LEAQ  -16(SI)(CX*1), R8
 
 	// Lane l (at SI+16l) folds by Fold[m-1-l] = Rev[65-m+l], at
@@ -89,7 +88,6 @@ reduce:
 
 single:
 	// One lane: the register and the lane, nothing to fold.
-	VMOVQ  AX, X16
 	VPXORQ (SI), X16, X17
 	JMP    reduce
 

@@ -18,12 +18,17 @@ import (
 )
 
 func TestEmulatedSmall(t *testing.T) {
-	asm, _, err := generate([]string{"go", "run", "./small"}, "crc64nvme")
-	if err != nil {
-		t.Fatal(err)
+	for _, c := range []struct {
+		flag string
+		spec emu.Spec
+	}{{"t10dif", emu.T10DIF}, {"crc64nvme", emu.CRC64NVME}} {
+		asm, _, err := generate([]string{"go", "run", "./small"}, scaffold.CRCs[c.flag])
+		if err != nil {
+			t.Fatal(err)
+		}
+		testEntry(t, string(asm), c.spec)
 	}
-	testEntry(t, string(asm), emu.CRC64NVME)
-	asm, _, err = generate([]string{"go", "run", "./small"}, "crc32c")
+	asm, _, err := generate([]string{"go", "run", "./small"}, scaffold.CRCs["crc32c"])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +78,6 @@ func TestEmulatedSmall(t *testing.T) {
 func testEntry(t *testing.T, asm string, spec emu.Spec) {
 	tab := emu.FoldTable(spec, scaffold.MaxFold)
 	w := int(spec.Width)
-	crc64 := w == 64
 	const sentinel = 0x5eca1
 	for old, repl := range map[string]string{
 		`MOVQ\s+·update\+0\(SB\), AX\n`:      "",
@@ -113,8 +117,8 @@ func testEntry(t *testing.T, asm string, spec emu.Spec) {
 		}
 		got := m.Get64(32) & emu.Mask(w)
 		want := emu.Bitwise(spec, crc, data)
-		if n == 0 || n > MaxLen || crc64 && n%16 != 0 {
-			want = sentinel
+		if n == 0 || n > MaxLen || w != 32 && n%16 != 0 {
+			want = sentinel & emu.Mask(w)
 		}
 		if got != want {
 			t.Fatalf("updateEntry n=%d crc=%#x: %#x, want %#x", n, crc, got, want)
@@ -126,15 +130,17 @@ func testEntry(t *testing.T, asm string, spec emu.Spec) {
 // would leave dirty upper state for the SSE code after the call, which the
 // kernel, having no VZEROUPPER, must not.
 func TestNoLowVectorRegisters(t *testing.T) {
-	asm, _, err := generate([]string{"go", "run", "./small"}, "crc32c")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := 0; i < 16; i++ {
-		for _, p := range []string{"X", "Y", "Z"} {
-			for _, sep := range []string{" ", ",", "\n"} {
-				if s := fmt.Sprintf(" %s%d%s", p, i, sep); containsOperand(string(asm), s) {
-					t.Errorf("the kernel names %s%d", p, i)
+	for _, flag := range []string{"t10dif", "crc32c", "crc64nvme"} {
+		asm, _, err := generate([]string{"go", "run", "./small"}, scaffold.CRCs[flag])
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < 16; i++ {
+			for _, p := range []string{"X", "Y", "Z"} {
+				for _, sep := range []string{" ", ",", "\n"} {
+					if s := fmt.Sprintf(" %s%d%s", p, i, sep); containsOperand(string(asm), s) {
+						t.Errorf("%s: the kernel names %s%d", flag, p, i)
+					}
 				}
 			}
 		}

@@ -40,6 +40,7 @@ import (
 	"fmt"
 	"go/types"
 
+	"github.com/mmcloughlin/avo/attr"
 	"github.com/mmcloughlin/avo/build"
 	"github.com/mmcloughlin/avo/ir"
 	"github.com/mmcloughlin/avo/operand"
@@ -53,42 +54,60 @@ func main() {
 	scaffold.Main("small", func(fs *flag.FlagSet) {
 		fs.StringVar(&out, "out", "", "assembly output file")
 		fs.StringVar(&stubs, "stubs", "", "Go declarations output file")
-		fs.StringVar(&crc, "crc", "", "crc32c or crc64nvme")
+		fs.StringVar(&crc, "crc", "", "t10dif, crc32c or crc64nvme")
 	}, func(cmd []string) ([]scaffold.File, error) {
-		if out == "" || stubs == "" || crc != "crc32c" && crc != "crc64nvme" {
-			return nil, scaffold.Usage("small -crc crc32c|crc64nvme -out file.s -stubs file.go")
+		c, err := scaffold.LookupCRC(crc)
+		if err != nil {
+			return nil, err
 		}
-		asm, src, err := generate(cmd, crc)
+		if out == "" || stubs == "" {
+			return nil, scaffold.Usage("small -crc t10dif|crc32c|crc64nvme -out file.s -stubs file.go")
+		}
+		asm, src, err := generate(cmd, c)
 		return []scaffold.File{{Path: out, Data: asm}, {Path: stubs, Data: src}}, err
 	})
 }
 
-// MaxLen is the longest input smallUpdateZ takes (the Go side's bound).
+// MaxLen is the longest input the kernels take.
 const MaxLen = 512
 
 var ctx *build.Context
 
-// crc64 selects CRC-64/NVME's kernel (else CRC-32C's); generate sets it.
-var crc64 bool
+// The CRC being generated (generate sets them): its width, and whether it
+// is CRC-32C (the CRC32 instruction for leading bytes and the reduction),
+// or unreflected (T10-DIF: lanes byte-reversed after every load).
+var (
+	width     int
+	isC       bool
+	unrefl    bool
+	bswapMask operand.Mem
+)
 
-// generate returns the assembly and the Go declarations of crc's kernels
-// (crc32c or crc64nvme, which is also the package name), made by cmd.
-func generate(cmd []string, crc string) (asm, stubs []byte, err error) {
+// generate returns the assembly and the Go declarations of c's kernels,
+// made by cmd.
+func generate(cmd []string, c scaffold.CRC) (asm, stubs []byte, err error) {
 	ctx = build.NewContext()
 	ctx.ConstraintExpr("!purego")
-	crc64 = crc == "crc64nvme"
-	if !crc64 {
+	width, isC, unrefl = int(c.Params.Width), c.Flag == "crc32c", !c.Params.Reflected
+	if unrefl {
+		// PSHUFB control that reverses the 16 bytes of a lane: result byte
+		// i is source byte 15-i (the fold generator's bswapMask).
+		bswapMask = ctx.StaticGlobal("bswapMask")
+		ctx.DataAttributes(attr.RODATA | attr.NOPTR)
+		ctx.AddDatum(0, operand.U64(0x08090a0b0c0d0e0f))
+		ctx.AddDatum(8, operand.U64(0x0001020304050607))
+	}
+	if isC {
 		smallZ()
 	}
 	entry()
-	asm, stubs, err = scaffold.AsmAndStubs(ctx, cmd, crc)
-	if err != nil || crc64 {
+	asm, stubs, err = scaffold.AsmAndStubs(ctx, cmd, c.Pkg)
+	if err != nil || !isC {
 		return asm, stubs, err
 	}
-	pkg := crc
 	// avo's stubs name crcmath.RevFoldTable without importing it.
-	stubs = bytes.Replace(stubs, []byte("package "+pkg+"\n"),
-		[]byte("package "+pkg+"\n\nimport \"github.com/difctl/difctl/kernels/internal/crcmath\"\n"), 1)
+	stubs = bytes.Replace(stubs, []byte("package "+c.Pkg+"\n"),
+		[]byte("package "+c.Pkg+"\n\nimport \"github.com/difctl/difctl/kernels/internal/crcmath\"\n"), 1)
 	stubs, err = scaffold.Go(stubs)
 	return asm, stubs, err
 }
@@ -97,7 +116,7 @@ func lbl(s string) operand.LabelRef { return operand.LabelRef(s) }
 
 func mem(base reg.Register, disp int) operand.Mem { return operand.Mem{Base: base, Disp: disp} }
 
-// smallZ writes smallUpdateZ.
+// smallZ writes smallUpdateZ (CRC-32C).
 func smallZ() {
 	ctx.Function("smallUpdateZ")
 	ctx.Attributes(build.NOSPLIT)
@@ -125,18 +144,14 @@ func smallZ() {
 	body()
 }
 
-// entry writes updateEntry, what Update and Checksum call: smallUpdateZ's
-// body for 1 to MaxLen bytes while the dispatch variable update holds
-// entryTarget (updateHybridZ, whose Update that is), else a tail call of
-// updateDispatch, which calls update. Called from Go directly, it makes a
-// short Checksum one call, not a call of the dispatch variable and one of
-// the kernel; the comparison keeps it whatever implementation the registry
-// makes active.
+// entry writes updateEntry, what Update and Checksum call: the kernel's
+// body while the dispatch variable update holds entryTarget and the length
+// is one the body takes, else a tail call of updateDispatch, which calls
+// update. Called from Go directly, it makes a short Checksum one call, not
+// a call of the dispatch variable and one of the kernel; the comparison
+// keeps it right whatever implementation the registry makes active.
 func entry() {
-	word := scaffold.Word(32)
-	if crc64 {
-		word = scaffold.Word(64)
-	}
+	word := scaffold.Word(width)
 	ctx.Function("updateEntry")
 	ctx.Attributes(build.NOSPLIT)
 	ctx.Signature(scaffold.Signature(
@@ -146,40 +161,47 @@ func entry() {
 		},
 		[]*types.Var{scaffold.Param("", word)}))
 	ctx.Pragma("noescape")
-	if crc64 {
-		ctx.Doc("updateEntry is Update: for lengths of 16 to 512 bytes that are a multiple",
-			"of 16, while update is entryTarget, it folds every lane straight into the",
-			"last lane with VPCLMULQDQ, each by its own constant of foldTables' reversed",
-			"Fold row, and reduces by Final and Barrett (kernels/_asm/small), on X16-X31",
-			"only (no VZEROUPPER); else it tail-calls updateDispatch. entryTarget is",
-			"nil unless the CPU has what it needs: AVX512F, AVX512VL, AVX512BW,",
-			"AVX512DQ and VPCLMULQDQ.")
-	} else {
+	if isC {
 		ctx.Doc("updateEntry is Update: smallUpdateZ's body (kernels/_asm/small) for 1 to",
 			fmt.Sprintf("%d bytes while update is entryTarget, else updateDispatch (a tail call).", MaxLen),
 			"The CPU checks are entryTarget's: it is updateHybridZ only where",
 			"hasHybridZ holds.")
+	} else {
+		shuf := ""
+		if unrefl {
+			shuf = " (byte-reversed by VPSHUFB)"
+		}
+		ctx.Doc("updateEntry is Update: for lengths of 16 to 512 bytes that are a multiple",
+			"of 16, while update is entryTarget, it folds every lane"+shuf+" straight into",
+			"the last lane with VPCLMULQDQ, each by its own constant of foldTables'",
+			"reversed Fold row, and reduces by Final and Barrett (kernels/_asm/small),",
+			"on X16-X31 only (no VZEROUPPER); else it tail-calls updateDispatch.",
+			"entryTarget is nil unless the CPU has what it needs: AVX512F, AVX512VL,",
+			"AVX512BW, AVX512DQ and VPCLMULQDQ.")
 	}
 	ctx.MOVQ(operand.NewDataAddr(operand.Symbol{Name: "·update"}, 0), reg.RAX)
 	ctx.CMPQ(reg.RAX, operand.NewDataAddr(operand.Symbol{Name: "·entryTarget"}, 0))
 	ctx.JNE(lbl("dispatch"))
 	ctx.Load(ctx.Param("p").Len(), reg.RCX)
-	if crc64 {
+	if isC {
+		ctx.LEAQ(mem(reg.RCX, -1), reg.RDX)
+		ctx.CMPQ(reg.RDX, operand.U32(MaxLen))
+	} else {
 		ctx.Comment("Whole lanes only: 16 <= n <= MaxLen, n%16 == 0.")
 		ctx.TESTQ(operand.U32(15), reg.RCX)
 		ctx.JNZ(lbl("dispatch"))
 		ctx.LEAQ(mem(reg.RCX, -16), reg.RDX)
 		ctx.CMPQ(reg.RDX, operand.U32(MaxLen-15))
-	} else {
-		ctx.LEAQ(mem(reg.RCX, -1), reg.RDX)
-		ctx.CMPQ(reg.RDX, operand.U32(MaxLen))
 	}
 	ctx.JAE(lbl("dispatch"))
 	ctx.Load(ctx.Param("p").Base(), reg.RSI)
-	if crc64 {
+	switch width {
+	case 16:
 		ctx.Load(ctx.Param("crc"), reg.RAX)
-	} else {
+	case 32:
 		ctx.Load(ctx.Param("crc"), reg.EAX)
+	default:
+		ctx.Load(ctx.Param("crc"), reg.RAX)
 	}
 	ctx.MOVQ(operand.NewDataAddr(operand.Symbol{Name: "·foldTables"}, 0), reg.RDX)
 	body()
@@ -193,8 +215,9 @@ func entry() {
 	})
 }
 
-// body is the kernel: SI = p, CX = n (1..MaxLen), AX = crc (finalised), DX =
-// the fold table; it stores the result and returns.
+// body is the kernel: SI = p, CX = n (CRC-32C: 1..MaxLen; else a multiple
+// of 16 from 16 to MaxLen), AX = crc (finalised, zero-extended), DX = the
+// fold table; it stores the result and returns.
 func body() {
 	var (
 		si, cx, ax, dx = reg.RSI, reg.RCX, reg.RAX, reg.RDX
@@ -202,29 +225,59 @@ func body() {
 		bx             = reg.RBX // the constant of the lane at the data pointer
 		di             = reg.RDI // data - constant pointer: the data at (BX)(DI*1)
 		r10, r11       = reg.R10, reg.R11
-		init           = reg.Z16 // the register, in the first lane's low bits
+		init           = reg.Z16 // the register, where the first lane's first bits are
 		acc            = reg.Z17
 		v, w           = reg.Z18, reg.Z19
+		bswap          = reg.Z20
+		last           = reg.X21
 	)
-	ctx.Comment("The CRC register: xorout undone.")
-	if crc64 {
-		ctx.NOTQ(ax)
-	} else {
+	// The fold's multiplies: Hi by the constant's [0], Lo by its [1]; Hi is
+	// the low quadword of a reflected lane, the high one of a
+	// byte-reversed unreflected lane (crcmath.FoldTable).
+	hiImm, loImm := operand.U8(0x00), operand.U8(0x11)
+	if unrefl {
+		hiImm, loImm = operand.U8(0x01), operand.U8(0x10)
+	}
+	// load puts the vector at m, XORed with x if x is not nil, in dst,
+	// byte-reversed per lane for T10-DIF (the register enters the first
+	// bytes before the reversal, big-endian).
+	load := func(m operand.Mem, x, dst reg.Register) {
+		if x != nil {
+			ctx.VPXORQ(m, x, dst)
+		} else {
+			ctx.VMOVDQU64(m, dst)
+		}
+		if unrefl {
+			ctx.VPSHUFB(sized(bswap, dst), dst, dst)
+		}
+	}
+	switch {
+	case isC:
+		ctx.Comment("The CRC register: xorout undone.")
 		ctx.NOTL(ax.As32())
 		ctx.MOVQ(cx, t)
 		ctx.ANDQ(operand.U8(15), t)
 		ctx.JNZ(lbl("heads"))
+	case unrefl:
+		ctx.Comment("The CRC register (init and xorout zero), big-endian as the first",
+			"bytes of the message; the lanes' byte reversal control.")
+		ctx.ROLW(operand.U8(8), ax.As16())
+		ctx.VBROADCASTI32X4(bswapMask, bswap)
+	default:
+		ctx.Comment("The CRC register: xorout undone.")
+		ctx.NOTQ(ax)
 	}
 
 	ctx.Label("lanes")
-	ctx.Comment("CX = 16·m bytes of whole lanes from SI, m >= 1; from two lanes on,",
-		"the register enters the first lane.")
-	ctx.CMPQ(cx, operand.U8(16))
-	ctx.JZ(lbl("single"))
-	if crc64 {
-		ctx.VMOVQ(ax, init.AsX())
-	} else {
+	ctx.Comment("CX = 16·m bytes of whole lanes from SI, m >= 1.")
+	if isC {
+		ctx.CMPQ(cx, operand.U8(16))
+		ctx.JZ(lbl("single"))
 		ctx.VMOVD(ax.As32(), init.AsX())
+	} else {
+		ctx.VMOVQ(ax, init.AsX())
+		ctx.CMPQ(cx, operand.U8(16))
+		ctx.JZ(lbl("single"))
 	}
 	ctx.LEAQ(operand.Mem{Base: si, Index: cx, Scale: 1, Disp: -16}, t)
 	ctx.Comment("Lane l (at SI+16l) folds by Fold[m-1-l] = Rev[65-m+l], at",
@@ -242,17 +295,17 @@ func body() {
 	ctx.Label("zfirst")
 	ctx.Comment("ZMM vectors: the first one carries the register (zero if a piece",
 		"took it).")
-	ctx.VPXORQ(data, init, v)
-	ctx.VPCLMULQDQ(operand.U8(0x00), k, v, w)
-	ctx.VPCLMULQDQ(operand.U8(0x11), k, v, v)
+	load(data, init, v)
+	ctx.VPCLMULQDQ(hiImm, k, v, w)
+	ctx.VPCLMULQDQ(loImm, k, v, v)
 	ctx.VPTERNLOGD(operand.U8(0x96), w, v, acc)
 	ctx.ADDQ(operand.U8(64), bx)
 	ctx.SUBQ(operand.U8(64), cx)
 	ctx.JZ(lbl("collapse"))
 	ctx.Label("zloop")
-	ctx.VMOVDQU64(data, v)
-	ctx.VPCLMULQDQ(operand.U8(0x00), k, v, w)
-	ctx.VPCLMULQDQ(operand.U8(0x11), k, v, v)
+	load(data, nil, v)
+	ctx.VPCLMULQDQ(hiImm, k, v, w)
+	ctx.VPCLMULQDQ(loImm, k, v, v)
 	ctx.VPTERNLOGD(operand.U8(0x96), w, v, acc)
 	ctx.ADDQ(operand.U8(64), bx)
 	ctx.SUBQ(operand.U8(64), cx)
@@ -263,40 +316,50 @@ func body() {
 	ctx.VEXTRACTI64X4(operand.U8(1), acc, w.AsY())
 	ctx.VPXORQ(w.AsY(), acc.AsY(), acc.AsY())
 	ctx.VEXTRACTI32X4(operand.U8(1), acc.AsY(), w.AsX())
-	ctx.VPTERNLOGD(operand.U8(0x96), mem(t, 0), w.AsX(), acc.AsX())
+	if unrefl {
+		load(mem(t, 0), nil, last)
+		ctx.VPTERNLOGD(operand.U8(0x96), last, w.AsX(), acc.AsX())
+	} else {
+		ctx.VPTERNLOGD(operand.U8(0x96), mem(t, 0), w.AsX(), acc.AsX())
+	}
 
 	ctx.Label("reduce")
-	if crc64 {
-		reduce64(acc.AsX(), v.AsX(), w.AsX(), dx)
-	} else {
+	switch {
+	case isC:
 		ctx.Comment("V·x^32 mod P: the CRC32 instruction over V's 16 bytes from 0.")
 		ctx.VMOVQ(acc.AsX(), r10)
 		ctx.VPEXTRQ(operand.U8(1), acc.AsX(), r11)
 		ctx.XORL(ax.As32(), ax.As32())
 		ctx.CRC32Q(r10, ax)
 		ctx.CRC32Q(r11, ax)
+	case unrefl:
+		reduce16(acc.AsX(), v.AsX(), w.AsX(), dx)
+	default:
+		reduce64(acc.AsX(), v.AsX(), w.AsX(), dx)
 	}
 	ctx.Label("done")
-	if crc64 {
-		ctx.NOTQ(ax)
-		ctx.Store(ax, ctx.ReturnIndex(0))
-	} else {
+	switch width {
+	case 16:
+		ctx.Store(ax.As16(), ctx.ReturnIndex(0))
+	case 32:
 		ctx.NOTL(ax.As32())
 		ctx.Store(ax.As32(), ctx.ReturnIndex(0))
+	default:
+		ctx.NOTQ(ax)
+		ctx.Store(ax, ctx.ReturnIndex(0))
 	}
 	ctx.RET()
 
 	ctx.Label("single")
-	if crc64 {
-		ctx.Comment("One lane: the register and the lane, nothing to fold.")
-		ctx.VMOVQ(ax, init.AsX())
-		ctx.VPXORQ(mem(si, 0), init.AsX(), acc.AsX())
-		ctx.JMP(lbl("reduce"))
-	} else {
+	if isC {
 		ctx.Comment("One lane: the CRC32 instruction over it, no vector work.")
 		ctx.CRC32Q(mem(si, 0), ax)
 		ctx.CRC32Q(mem(si, 8), ax)
 		ctx.JMP(lbl("done"))
+	} else {
+		ctx.Comment("One lane: the register and the lane, nothing to fold.")
+		load(mem(si, 0), init.AsX(), acc.AsX())
+		ctx.JMP(lbl("reduce"))
 	}
 
 	ctx.Label("pieces")
@@ -304,9 +367,9 @@ func body() {
 		"vectors remain; the first piece takes the register.")
 	ctx.TESTQ(operand.U32(16), cx)
 	ctx.JZ(lbl("pair"))
-	ctx.VPXORQ(data, init.AsX(), v.AsX())
-	ctx.VPCLMULQDQ(operand.U8(0x00), k, v.AsX(), w.AsX())
-	ctx.VPCLMULQDQ(operand.U8(0x11), k, v.AsX(), v.AsX())
+	load(data, init.AsX(), v.AsX())
+	ctx.VPCLMULQDQ(hiImm, k, v.AsX(), w.AsX())
+	ctx.VPCLMULQDQ(loImm, k, v.AsX(), v.AsX())
 	ctx.VPXORQ(w.AsX(), v.AsX(), acc.AsX())
 	ctx.VPXORQ(init.AsX(), init.AsX(), init.AsX())
 	ctx.ADDQ(operand.U8(16), bx)
@@ -314,9 +377,9 @@ func body() {
 	ctx.Label("pair")
 	ctx.TESTQ(operand.U32(32), cx)
 	ctx.JZ(lbl("vectors"))
-	ctx.VPXORQ(data, init.AsY(), v.AsY())
-	ctx.VPCLMULQDQ(operand.U8(0x00), k, v.AsY(), w.AsY())
-	ctx.VPCLMULQDQ(operand.U8(0x11), k, v.AsY(), v.AsY())
+	load(data, init.AsY(), v.AsY())
+	ctx.VPCLMULQDQ(hiImm, k, v.AsY(), w.AsY())
+	ctx.VPCLMULQDQ(loImm, k, v.AsY(), v.AsY())
 	ctx.VPTERNLOGD(operand.U8(0x96), w.AsY(), v.AsY(), acc.AsY())
 	ctx.VPXORQ(init.AsX(), init.AsX(), init.AsX())
 	ctx.ADDQ(operand.U8(32), bx)
@@ -326,7 +389,7 @@ func body() {
 	ctx.JNZ(lbl("zfirst"))
 	ctx.JMP(lbl("collapse"))
 
-	if crc64 {
+	if !isC {
 		return
 	}
 	ctx.Label("heads")
@@ -353,6 +416,17 @@ func body() {
 	ctx.JMP(lbl("done"))
 }
 
+// sized returns r at the width of like.
+func sized(r reg.VecPhysical, like reg.Register) reg.Register {
+	switch like.Size() {
+	case 16:
+		return r.AsX()
+	case 32:
+		return r.AsY()
+	}
+	return r.AsZ()
+}
+
 // reduce64 leaves in AX the CRC-64/NVME register of the last lane V (in
 // v), as crcmath.Reduce computes it for the reflected CRC with w = 64:
 // T = Hi·C(128) ⊕ Lo·x^64 (Final, and Lo moved down a quadword); the
@@ -374,4 +448,26 @@ func reduce64(v, a, b, tab reg.Register) {
 	ctx.VPSLLDQ(operand.U8(8), b, b)
 	ctx.VPTERNLOGD(operand.U8(0x96), b, v, a)
 	ctx.VPEXTRQ(operand.U8(1), a, ax)
+}
+
+// reduce16 leaves in AX (zero-extended) the T10-DIF CRC of the last lane
+// V (in v, byte-reversed), as crcmath.Reduce computes it for the
+// unreflected CRC with w = 16: T = Hi·C(80) ⊕ Lo·x^16 (Final, and Lo
+// shifted up two bytes); Q = T div x^16; q = Q ⊕ (Q·mu)_high (Mu); the CRC
+// is (T ⊕ q·p) mod x^16 (Poly). a and b are scratch.
+func reduce16(v, a, b, tab reg.Register) {
+	ax := reg.RAX
+	ctx.Comment("V·x^16 mod P: Final, then Barrett (crcmath.Reduce, unreflected, w = 16).")
+	ctx.VPCLMULQDQ(operand.U8(0x01), mem(tab, scaffold.TableFinal), v, a)
+	ctx.VMOVQ(v, b)
+	ctx.VPSLLDQ(operand.U8(2), b, b)
+	ctx.VPXORQ(b, a, a)
+	ctx.VPSRLDQ(operand.U8(2), a, v)
+	ctx.VPCLMULQDQ(operand.U8(0x00), mem(tab, scaffold.TableMu), v, b)
+	ctx.VPSRLDQ(operand.U8(8), b, b)
+	ctx.VPXORQ(b, v, v)
+	ctx.VPCLMULQDQ(operand.U8(0x10), mem(tab, scaffold.TableMu), v, b)
+	ctx.VPXORQ(b, a, a)
+	ctx.VMOVQ(a, ax)
+	ctx.MOVWQZX(ax.As16(), ax)
 }
