@@ -20,8 +20,18 @@ TEXT ·smallUpdateZ(SB), NOSPLIT, $0-36
 
 lanes:
 	// CX = 16·m bytes of whole lanes from SI, m >= 1.
-	CMPQ  CX, $0x10
-	JZ    single
+	CMPQ CX, $0x10
+	JNZ  multi
+
+	// One lane: the CRC32 instruction over it, no vector work, no taken
+	// branch.
+	CRC32Q (SI), AX
+	CRC32Q 8(SI), AX
+	NOTL   AX
+	MOVL   AX, ret+32(FP)
+	RET
+
+multi:
 	VMOVD AX, X16
 	LEAQ  -16(SI)(CX*1), R8
 
@@ -73,12 +83,6 @@ done:
 	NOTL AX
 	MOVL AX, ret+32(FP)
 	RET
-
-single:
-	// One lane: the CRC32 instruction over it, no vector work.
-	CRC32Q (SI), AX
-	CRC32Q 8(SI), AX
-	JMP    done
 
 pieces:
 	// m%4 lanes first, an XMM lane then a YMM pair, so that whole ZMM
@@ -161,8 +165,18 @@ TEXT ·updateEntry(SB), NOSPLIT, $0-36
 
 lanes:
 	// CX = 16·m bytes of whole lanes from SI, m >= 1.
-	CMPQ  CX, $0x10
-	JZ    single
+	CMPQ CX, $0x10
+	JNZ  multi
+
+	// One lane: the CRC32 instruction over it, no vector work, no taken
+	// branch.
+	CRC32Q (SI), AX
+	CRC32Q 8(SI), AX
+	NOTL   AX
+	MOVL   AX, ret+32(FP)
+	RET
+
+multi:
 	VMOVD AX, X16
 	LEAQ  -16(SI)(CX*1), R8
 
@@ -214,12 +228,6 @@ done:
 	NOTL AX
 	MOVL AX, ret+32(FP)
 	RET
-
-single:
-	// One lane: the CRC32 instruction over it, no vector work.
-	CRC32Q (SI), AX
-	CRC32Q 8(SI), AX
-	JMP    done
 
 pieces:
 	// m%4 lanes first, an XMM lane then a YMM pair, so that whole ZMM

@@ -26,7 +26,7 @@
 //     the 16 bytes of V computes exactly V·x^32 mod P), instead of the
 //     Final constant and Barrett's three multiplies;
 //   - a single lane (16 to 31 bytes) goes through the CRC32 instruction
-//     too, as two CRC32Q;
+//     too, as two CRC32Q, with no taken branch;
 //   - only the registers X16-X31 (Y, Z) are written, which legacy SSE code
 //     cannot address, so the call leaves no dirty upper state that an SSE
 //     instruction after it would pay for, and needs no VZEROUPPER.
@@ -272,7 +272,15 @@ func body() {
 	ctx.Comment("CX = 16·m bytes of whole lanes from SI, m >= 1.")
 	if isC {
 		ctx.CMPQ(cx, operand.U8(16))
-		ctx.JZ(lbl("single"))
+		ctx.JNZ(lbl("multi"))
+		ctx.Comment("One lane: the CRC32 instruction over it, no vector work, no taken",
+			"branch.")
+		ctx.CRC32Q(mem(si, 0), ax)
+		ctx.CRC32Q(mem(si, 8), ax)
+		ctx.NOTL(ax.As32())
+		ctx.Store(ax.As32(), ctx.ReturnIndex(0))
+		ctx.RET()
+		ctx.Label("multi")
 		ctx.VMOVD(ax.As32(), init.AsX())
 	} else {
 		ctx.VMOVQ(ax, init.AsX())
@@ -350,13 +358,8 @@ func body() {
 	}
 	ctx.RET()
 
-	ctx.Label("single")
-	if isC {
-		ctx.Comment("One lane: the CRC32 instruction over it, no vector work.")
-		ctx.CRC32Q(mem(si, 0), ax)
-		ctx.CRC32Q(mem(si, 8), ax)
-		ctx.JMP(lbl("done"))
-	} else {
+	if !isC {
+		ctx.Label("single")
 		ctx.Comment("One lane: the register and the lane, nothing to fold.")
 		load(mem(si, 0), init.AsX(), acc.AsX())
 		ctx.JMP(lbl("reduce"))
