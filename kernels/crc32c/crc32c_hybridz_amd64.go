@@ -37,9 +37,10 @@ const (
 	// the lockstep loop too short for the merge's cost.
 	hybridZMinSeg = 256
 	// smallZMax bounds the lengths Update runs through smallUpdateZ, the
-	// kernel of one short call: from 1 to 512 bytes it was faster than one
-	// CRC32 stream and the avx512 fold kernel (docs/perf/small-calls.md).
-	smallZMax = 512
+	// kernel of one short call: from 1 to 1024 bytes (the most its
+	// generator lets it take) it was faster than one CRC32 stream and the
+	// avx512 fold kernel (docs/perf/small-calls.md).
+	smallZMax = 1024
 	// hybridZBlocksMin is the shortest block Blocks runs sixteen at a
 	// time (the kernels' first step is 64 bytes).
 	hybridZBlocksMin = 64

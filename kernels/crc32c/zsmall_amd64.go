@@ -12,14 +12,15 @@ import "github.com/difctl/difctl/kernels/internal/crcmath"
 // tab's reversed Fold row, and reduced by two CRC32Q (kernels/_asm/small).
 // It writes only X16-X31 of the vector registers and needs no VZEROUPPER.
 //
-// Preconditions: 1 <= n <= 512; tab is foldTables; the CPU has SSE4.2,
+// Preconditions: 1 <= n <= 1024; tab is foldTables; the CPU has SSE4.2,
 // AVX512F, AVX512VL, AVX512DQ and VPCLMULQDQ. It reads only p[0:n].
 //
 //go:noescape
 func smallUpdateZ(crc uint32, p *byte, n int, tab *crcmath.RevFoldTable) uint32
 
-// updateEntry is Update: smallUpdateZ's body (kernels/_asm/small) for 1 to
-// 512 bytes while update is entryTarget, else updateDispatch (a tail call).
+// updateEntry is Update: while update is entryTarget, smallUpdateZ's body
+// (kernels/_asm/small) for 1 to 1024 bytes and a tail call of
+// updateHybridZ for other lengths; else a tail call of updateDispatch.
 // The CPU checks are entryTarget's: it is updateHybridZ only where
 // hasHybridZ holds.
 //

@@ -15,10 +15,11 @@ func registerArch() { registerFold() }
 
 // entryTarget is the value of the dispatch variable update under which
 // updateEntry (Update and Checksum, zsmall_amd64.s from kernels/_asm/small)
-// folds an input of 16 to 512 bytes, a multiple of 16, itself: the avx512
-// implementation's, where the CPU also has AVX512VL and AVX512DQ (the kernel's EVEX forms
-// on X16-X31); nil, which update never is, elsewhere. Under any other
-// value, or for other lengths, updateEntry tail-calls updateDispatch.
+// folds an input of 16 to 1024 bytes, a multiple of 16, itself: the avx512
+// implementation's, where the CPU also has AVX512VL and AVX512DQ (the
+// kernel's EVEX forms on X16-X31); nil, which update never is, elsewhere.
+// For other lengths updateEntry tail-calls updateAVX512, under any other
+// value of update updateDispatch.
 var entryTarget = func() func(uint64, []byte) uint64 {
 	if hasFoldAVX512 && cpu.X86.HasAVX512VL && cpu.X86.HasAVX512DQ {
 		return updateAVX512

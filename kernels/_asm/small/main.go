@@ -1,18 +1,26 @@
-// Command small generates the CRC-32C kernel of single short calls on
-// AVX-512 CPUs, smallUpdateZ (zsmall_amd64.s, declared in zsmall_amd64.go).
+// Command small generates the AVX-512 kernels of single short Update and
+// Checksum calls (zsmall_amd64.s, declared in zsmall_amd64.go) of one CRC:
+// updateEntry, which Update and Checksum call, and for CRC-32C
+// smallUpdateZ, the same kernel for updateHybridZ.
 //
-// go generate in kernels/crc32c runs it:
+// go generate in each CRC package runs it, for example in kernels/crc32c:
 //
-//	go run -C ../_asm ./small -out ../crc32c/zsmall_amd64.s -stubs ../crc32c/zsmall_amd64.go -pkg crc32c
+//	go run -C ../_asm ./small -crc crc32c -out ../crc32c/zsmall_amd64.s -stubs ../crc32c/zsmall_amd64.go
 //
 // A benchmark that checksums one short buffer after another measures
 // throughput: consecutive calls overlap out of order, so every instruction
-// of a call counts, not only its chain. The kernel therefore has no loop
-// setup beyond what the length needs and nothing to undo at its end:
+// of a call counts, not only its chain, and so does every Go call layer:
+// updateEntry is called from Update and Checksum themselves (one call for a
+// short input), and runs the kernel while the dispatch variable holds the
+// implementation the kernel belongs to (entryTarget), else tail-calls the
+// Go code. The kernel has no loop setup beyond what the length needs and
+// nothing to undo at its end:
 //
-//   - the n%16 leading bytes go through the CRC32 instruction (8, 4, 2, 1
-//     bytes by the bits of n), so the rest is whole 16-byte lanes and needs
-//     no tail shuffle; below 16 bytes that is the whole call;
+//   - CRC-32C: the n%16 leading bytes go through the CRC32 instruction (8,
+//     4, 2, 1 bytes by the bits of n), so the rest is whole 16-byte lanes
+//     and needs no tail shuffle; below 16 bytes that is the whole call.
+//     T10-DIF and CRC-64/NVME take whole lanes only (a multiple of 16);
+//   - T10-DIF, unreflected, byte-reverses each lane after its load;
 //   - the register after them is XORed into the first lane, and every lane
 //     but the last is folded straight into the position of the last lane by
 //     its own constant of crcmath.RevFoldTable's reversed Fold row (lane l
@@ -20,11 +28,12 @@
 //     other): one XMM and one YMM piece first when the lane count is not a
 //     multiple of four, then ZMM vectors; the last vector's last lane meets
 //     Fold[0] = 0 and is added as is;
-//   - the lanes are XORed together and the 128-bit result V, whose CRC
-//     register V·x^32 mod P is that of the whole input, is reduced by two
+//   - the lanes are XORed together into the 128-bit V, whose CRC register
+//     V·x^w mod P is that of the whole input; CRC-32C reduces it by two
 //     CRC32Q from a zero register (a CRC32 instruction from register 0 over
 //     the 16 bytes of V computes exactly V·x^32 mod P), instead of the
-//     Final constant and Barrett's three multiplies;
+//     Final constant and Barrett's three multiplies, which the others run
+//     as crcmath.Reduce does;
 //   - a single lane (16 to 31 bytes) goes through the CRC32 instruction
 //     too, as two CRC32Q, with no taken branch;
 //   - only the registers X16-X31 (Y, Z) are written, which legacy SSE code
@@ -68,8 +77,12 @@ func main() {
 	})
 }
 
-// MaxLen is the longest input the kernels take.
-const MaxLen = 512
+// maxLen is the longest input the kernel of the CRC being generated takes
+// (generate sets it): 1024 bytes, the most whose lanes Fold's 64 rows
+// reach, and for T10-DIF 1008, since from 1024 bytes its fold kernel runs
+// on bit-reversed lanes (GFNI on port 0), faster than this kernel's byte
+// shuffles on port 5 (docs/perf/small-calls.md).
+var maxLen int
 
 var ctx *build.Context
 
@@ -81,6 +94,9 @@ var (
 	isC       bool
 	unrefl    bool
 	bswapMask operand.Mem
+	// target is the Go function entryTarget holds, which updateEntry
+	// jumps to for the lengths its body does not take.
+	target string
 )
 
 // generate returns the assembly and the Go declarations of c's kernels,
@@ -89,6 +105,14 @@ func generate(cmd []string, c scaffold.CRC) (asm, stubs []byte, err error) {
 	ctx = build.NewContext()
 	ctx.ConstraintExpr("!purego")
 	width, isC, unrefl = int(c.Params.Width), c.Flag == "crc32c", !c.Params.Reflected
+	maxLen = 1024
+	if unrefl {
+		maxLen = 1008
+	}
+	target = "updateAVX512"
+	if isC {
+		target = "updateHybridZ"
+	}
 	if unrefl {
 		// PSHUFB control that reverses the 16 bytes of a lane: result byte
 		// i is source byte 15-i (the fold generator's bswapMask).
@@ -135,7 +159,7 @@ func smallZ() {
 		"tab's reversed Fold row, and reduced by two CRC32Q (kernels/_asm/small).",
 		"It writes only X16-X31 of the vector registers and needs no VZEROUPPER.",
 		"",
-		fmt.Sprintf("Preconditions: 1 <= n <= %d; tab is foldTables; the CPU has SSE4.2,", MaxLen),
+		fmt.Sprintf("Preconditions: 1 <= n <= %d; tab is foldTables; the CPU has SSE4.2,", maxLen),
 		"AVX512F, AVX512VL, AVX512DQ and VPCLMULQDQ. It reads only p[0:n].")
 	ctx.Load(ctx.Param("p"), reg.RSI)
 	ctx.Load(ctx.Param("n"), reg.RCX)
@@ -144,10 +168,11 @@ func smallZ() {
 	body()
 }
 
-// entry writes updateEntry, what Update and Checksum call: the kernel's
-// body while the dispatch variable update holds entryTarget and the length
-// is one the body takes, else a tail call of updateDispatch, which calls
-// update. Called from Go directly, it makes a short Checksum one call, not
+// entry writes updateEntry, what Update and Checksum call: while the
+// dispatch variable update holds entryTarget, the kernel's body for the
+// lengths it takes and a tail call of entryTarget's function (target) for
+// the others; under any other implementation a tail call of
+// updateDispatch, which calls update. Called from Go directly, it makes a short Checksum one call, not
 // a call of the dispatch variable and one of the kernel; the comparison
 // keeps it right whatever implementation the registry makes active.
 func entry() {
@@ -162,8 +187,9 @@ func entry() {
 		[]*types.Var{scaffold.Param("", word)}))
 	ctx.Pragma("noescape")
 	if isC {
-		ctx.Doc("updateEntry is Update: smallUpdateZ's body (kernels/_asm/small) for 1 to",
-			fmt.Sprintf("%d bytes while update is entryTarget, else updateDispatch (a tail call).", MaxLen),
+		ctx.Doc("updateEntry is Update: while update is entryTarget, smallUpdateZ's body",
+			fmt.Sprintf("(kernels/_asm/small) for 1 to %d bytes and a tail call of", maxLen),
+			"updateHybridZ for other lengths; else a tail call of updateDispatch.",
 			"The CPU checks are entryTarget's: it is updateHybridZ only where",
 			"hasHybridZ holds.")
 	} else {
@@ -171,11 +197,12 @@ func entry() {
 		if unrefl {
 			shuf = " (byte-reversed by VPSHUFB)"
 		}
-		ctx.Doc("updateEntry is Update: for lengths of 16 to 512 bytes that are a multiple",
+		ctx.Doc(fmt.Sprintf("updateEntry is Update: for lengths of 16 to %d bytes that are a multiple", maxLen),
 			"of 16, while update is entryTarget, it folds every lane"+shuf+" straight into",
 			"the last lane with VPCLMULQDQ, each by its own constant of foldTables'",
 			"reversed Fold row, and reduces by Final and Barrett (kernels/_asm/small),",
-			"on X16-X31 only (no VZEROUPPER); else it tail-calls updateDispatch.",
+			"on X16-X31 only (no VZEROUPPER), and tail-calls updateAVX512 for other",
+			"lengths; under another implementation it tail-calls updateDispatch.",
 			"entryTarget is nil unless the CPU has what it needs: AVX512F, AVX512VL,",
 			"AVX512BW, AVX512DQ and VPCLMULQDQ.")
 	}
@@ -185,15 +212,15 @@ func entry() {
 	ctx.Load(ctx.Param("p").Len(), reg.RCX)
 	if isC {
 		ctx.LEAQ(mem(reg.RCX, -1), reg.RDX)
-		ctx.CMPQ(reg.RDX, operand.U32(MaxLen))
+		ctx.CMPQ(reg.RDX, operand.U32(maxLen))
 	} else {
-		ctx.Comment("Whole lanes only: 16 <= n <= MaxLen, n%16 == 0.")
+		ctx.Comment(fmt.Sprintf("Whole lanes only: 16 <= n <= %d, n%%16 == 0.", maxLen))
 		ctx.TESTQ(operand.U32(15), reg.RCX)
-		ctx.JNZ(lbl("dispatch"))
+		ctx.JNZ(lbl("other"))
 		ctx.LEAQ(mem(reg.RCX, -16), reg.RDX)
-		ctx.CMPQ(reg.RDX, operand.U32(MaxLen-15))
+		ctx.CMPQ(reg.RDX, operand.U32(maxLen-15))
 	}
-	ctx.JAE(lbl("dispatch"))
+	ctx.JAE(lbl("other"))
 	ctx.Load(ctx.Param("p").Base(), reg.RSI)
 	switch width {
 	case 16:
@@ -205,18 +232,28 @@ func entry() {
 	}
 	ctx.MOVQ(operand.NewDataAddr(operand.Symbol{Name: "·foldTables"}, 0), reg.RDX)
 	body()
+	ctx.Label("other")
+	ctx.Comment("A length the body does not take, under entryTarget: entryTarget's",
+		"function itself, one frame fewer than through updateDispatch.")
+	tailCall(target)
 	ctx.Label("dispatch")
-	// A tail call: a terminal instruction to avo (a JMP to a symbol names
-	// no label of the function).
+	tailCall("updateDispatch")
+}
+
+// tailCall jumps to the Go function fn of the package, which returns to
+// the caller: fn has updateEntry's signature, so its ABI0 wrapper finds the
+// arguments where they are. To avo it is a terminal instruction (a JMP to a
+// symbol names no label of the function).
+func tailCall(fn string) {
 	ctx.Instruction(&ir.Instruction{
 		Opcode:     "JMP",
-		Operands:   []operand.Op{operand.NewDataAddr(operand.Symbol{Name: "·updateDispatch"}, 0)},
+		Operands:   []operand.Op{operand.NewDataAddr(operand.Symbol{Name: "·" + fn}, 0)},
 		IsTerminal: true,
 	})
 }
 
-// body is the kernel: SI = p, CX = n (CRC-32C: 1..MaxLen; else a multiple
-// of 16 from 16 to MaxLen), AX = crc (finalised, zero-extended), DX = the
+// body is the kernel: SI = p, CX = n (CRC-32C: 1..maxLen; else a multiple
+// of 16 from 16 to maxLen), AX = crc (finalised, zero-extended), DX = the
 // fold table; it stores the result and returns.
 func body() {
 	var (
