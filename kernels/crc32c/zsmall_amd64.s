@@ -14,24 +14,14 @@ TEXT ·smallUpdateZ(SB), NOSPLIT, $0-36
 
 	// The CRC register: xorout undone.
 	NOTL AX
-	MOVQ CX, R8
-	ANDQ $0x0f, R8
+	CMPQ CX, $0x40
+	JB   short
+	MOVQ CX, R9
+	ANDQ $0x0f, R9
 	JNZ  heads
 
 lanes:
-	// CX = 16·m bytes of whole lanes from SI, m >= 1.
-	CMPQ CX, $0x10
-	JNZ  multi
-
-	// One lane: the CRC32 instruction over it, no vector work, no taken
-	// branch.
-	CRC32Q (SI), AX
-	CRC32Q 8(SI), AX
-	NOTL   AX
-	MOVL   AX, ret+32(FP)
-	RET
-
-multi:
+	// CX = 16·m bytes of whole lanes from SI, m >= 4.
 	VMOVD AX, X16
 	LEAQ  -16(SI)(CX*1), R8
 
@@ -113,35 +103,88 @@ vectors:
 	JNZ   zfirst
 	JMP   collapse
 
+short:
+	// Below 64 bytes: one CRC32 stream, fewer instructions and a shorter
+	// chain than the fold: 16 bytes a step, then 8, 4, 2 and 1 by the bits
+	// of n. Taken branches cost here (each about as much as a CRC32Q), so 16
+	// bytes take none, and a multiple of 16 skips the four tests.
+	CMPQ   CX, $0x10
+	JB     shortrest
+	JNZ    shortloop
+	CRC32Q (SI), AX
+	CRC32Q 8(SI), AX
+	NOTL   AX
+	MOVL   AX, ret+32(FP)
+	RET
+
+shortloop:
+	CRC32Q (SI), AX
+	CRC32Q 8(SI), AX
+	ADDQ   $0x10, SI
+	SUBQ   $0x10, CX
+	CMPQ   CX, $0x10
+	JAE    shortloop
+	TESTQ  CX, CX
+	JZ     done
+
+shortrest:
+	TESTQ  $0x00000008, CX
+	JZ     shortrest4
+	CRC32Q (SI), AX
+	ADDQ   $0x08, SI
+
+shortrest4:
+	TESTQ  $0x00000004, CX
+	JZ     shortrest2
+	CRC32L (SI), AX
+	ADDQ   $0x04, SI
+
+shortrest2:
+	TESTQ  $0x00000002, CX
+	JZ     shortrest1
+	CRC32W (SI), AX
+	ADDQ   $0x02, SI
+
+shortrest1:
+	TESTQ  $0x00000001, CX
+	JZ     shortrest0
+	CRC32B (SI), AX
+	ADDQ   $0x01, SI
+
+shortrest0:
+	NOTL AX
+	MOVL AX, ret+32(FP)
+	RET
+
 heads:
-	// The n%16 leading bytes through the CRC32 instruction.
-	TESTQ  $0x00000008, R8
+	// The n%16 leading bytes through the CRC32 instruction; the register
+	// after them enters the first lane.
+	TESTQ  $0x00000008, R9
 	JZ     heads4
 	CRC32Q (SI), AX
 	ADDQ   $0x08, SI
 
 heads4:
-	TESTQ  $0x00000004, R8
+	TESTQ  $0x00000004, R9
 	JZ     heads2
 	CRC32L (SI), AX
 	ADDQ   $0x04, SI
 
 heads2:
-	TESTQ  $0x00000002, R8
+	TESTQ  $0x00000002, R9
 	JZ     heads1
 	CRC32W (SI), AX
 	ADDQ   $0x02, SI
 
 heads1:
-	TESTQ  $0x00000001, R8
+	TESTQ  $0x00000001, R9
 	JZ     heads0
 	CRC32B (SI), AX
 	ADDQ   $0x01, SI
 
 heads0:
-	SUBQ R8, CX
-	JNZ  lanes
-	JMP  done
+	SUBQ R9, CX
+	JMP  lanes
 
 // func updateEntry(crc uint32, p []byte) uint32
 // Requires: AVX, AVX512F, AVX512VL, PCLMULQDQ, SSE4.2, VPCLMULQDQ
@@ -159,24 +202,14 @@ TEXT ·updateEntry(SB), NOSPLIT, $0-36
 
 	// The CRC register: xorout undone.
 	NOTL AX
-	MOVQ CX, R8
-	ANDQ $0x0f, R8
+	CMPQ CX, $0x40
+	JB   short
+	MOVQ CX, R9
+	ANDQ $0x0f, R9
 	JNZ  heads
 
 lanes:
-	// CX = 16·m bytes of whole lanes from SI, m >= 1.
-	CMPQ CX, $0x10
-	JNZ  multi
-
-	// One lane: the CRC32 instruction over it, no vector work, no taken
-	// branch.
-	CRC32Q (SI), AX
-	CRC32Q 8(SI), AX
-	NOTL   AX
-	MOVL   AX, ret+32(FP)
-	RET
-
-multi:
+	// CX = 16·m bytes of whole lanes from SI, m >= 4.
 	VMOVD AX, X16
 	LEAQ  -16(SI)(CX*1), R8
 
@@ -258,35 +291,88 @@ vectors:
 	JNZ   zfirst
 	JMP   collapse
 
+short:
+	// Below 64 bytes: one CRC32 stream, fewer instructions and a shorter
+	// chain than the fold: 16 bytes a step, then 8, 4, 2 and 1 by the bits
+	// of n. Taken branches cost here (each about as much as a CRC32Q), so 16
+	// bytes take none, and a multiple of 16 skips the four tests.
+	CMPQ   CX, $0x10
+	JB     shortrest
+	JNZ    shortloop
+	CRC32Q (SI), AX
+	CRC32Q 8(SI), AX
+	NOTL   AX
+	MOVL   AX, ret+32(FP)
+	RET
+
+shortloop:
+	CRC32Q (SI), AX
+	CRC32Q 8(SI), AX
+	ADDQ   $0x10, SI
+	SUBQ   $0x10, CX
+	CMPQ   CX, $0x10
+	JAE    shortloop
+	TESTQ  CX, CX
+	JZ     done
+
+shortrest:
+	TESTQ  $0x00000008, CX
+	JZ     shortrest4
+	CRC32Q (SI), AX
+	ADDQ   $0x08, SI
+
+shortrest4:
+	TESTQ  $0x00000004, CX
+	JZ     shortrest2
+	CRC32L (SI), AX
+	ADDQ   $0x04, SI
+
+shortrest2:
+	TESTQ  $0x00000002, CX
+	JZ     shortrest1
+	CRC32W (SI), AX
+	ADDQ   $0x02, SI
+
+shortrest1:
+	TESTQ  $0x00000001, CX
+	JZ     shortrest0
+	CRC32B (SI), AX
+	ADDQ   $0x01, SI
+
+shortrest0:
+	NOTL AX
+	MOVL AX, ret+32(FP)
+	RET
+
 heads:
-	// The n%16 leading bytes through the CRC32 instruction.
-	TESTQ  $0x00000008, R8
+	// The n%16 leading bytes through the CRC32 instruction; the register
+	// after them enters the first lane.
+	TESTQ  $0x00000008, R9
 	JZ     heads4
 	CRC32Q (SI), AX
 	ADDQ   $0x08, SI
 
 heads4:
-	TESTQ  $0x00000004, R8
+	TESTQ  $0x00000004, R9
 	JZ     heads2
 	CRC32L (SI), AX
 	ADDQ   $0x04, SI
 
 heads2:
-	TESTQ  $0x00000002, R8
+	TESTQ  $0x00000002, R9
 	JZ     heads1
 	CRC32W (SI), AX
 	ADDQ   $0x02, SI
 
 heads1:
-	TESTQ  $0x00000001, R8
+	TESTQ  $0x00000001, R9
 	JZ     heads0
 	CRC32B (SI), AX
 	ADDQ   $0x01, SI
 
 heads0:
-	SUBQ R8, CX
-	JNZ  lanes
-	JMP  done
+	SUBQ R9, CX
+	JMP  lanes
 
 other:
 	// A length the body does not take, under entryTarget: entryTarget's

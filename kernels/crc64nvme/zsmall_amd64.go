@@ -8,8 +8,9 @@ package crc64nvme
 // of 16, while update is entryTarget, it folds every lane straight into
 // the last lane with VPCLMULQDQ, each by its own constant of foldTables'
 // reversed Fold row, and reduces by Final and Barrett (kernels/_asm/small),
-// on X16-X31 only (no VZEROUPPER), and tail-calls updateAVX512 for other
-// lengths; under another implementation it tail-calls updateDispatch.
+// on X16-X31 only (no VZEROUPPER), and tail-calls updateGeneric below 16
+// bytes and updateAVX512 above; under another implementation it tail-calls
+// updateDispatch.
 // entryTarget is nil unless the CPU has what it needs: AVX512F, AVX512VL,
 // AVX512BW, AVX512DQ and VPCLMULQDQ.
 //

@@ -4,6 +4,20 @@
 
 #include "textflag.h"
 
+DATA tailShuf<>+0(SB)/8, $0x8080808080808080
+DATA tailShuf<>+8(SB)/8, $0x8080808080808080
+DATA tailShuf<>+16(SB)/8, $0x0706050403020100
+DATA tailShuf<>+24(SB)/8, $0x0f0e0d0c0b0a0908
+DATA tailShuf<>+32(SB)/8, $0x8080808080808080
+DATA tailShuf<>+40(SB)/8, $0x8080808080808080
+DATA tailShuf<>+48(SB)/8, $0x0000000000000000
+DATA tailShuf<>+56(SB)/8, $0x0000000000000000
+DATA tailShuf<>+64(SB)/8, $0xffffffffffffffff
+DATA tailShuf<>+72(SB)/8, $0xffffffffffffffff
+DATA tailShuf<>+80(SB)/8, $0x0000000000000000
+DATA tailShuf<>+88(SB)/8, $0x0000000000000000
+GLOBL tailShuf<>(SB), RODATA|NOPTR, $96
+
 // func updateEntry(crc uint64, p []byte) uint64
 // Requires: AVX, AVX512F, AVX512VL, PCLMULQDQ, VPCLMULQDQ
 TEXT ·updateEntry(SB), NOSPLIT, $0-40
@@ -12,18 +26,25 @@ TEXT ·updateEntry(SB), NOSPLIT, $0-40
 	JNE  dispatch
 	MOVQ p_len+16(FP), CX
 
-	// Whole lanes only: 16 <= n <= 1024, n%16 == 0.
-	TESTQ $0x0000000f, CX
-	JNZ   other
-	LEAQ  -16(CX), DX
-	CMPQ  DX, $0x000003f1
-	JAE   other
-	MOVQ  p_base+8(FP), SI
-	MOVQ  crc+0(FP), AX
-	MOVQ  ·foldTables+0(SB), DX
+	// 16 <= n <= 1024; shorter inputs go to updateGeneric, as
+	// updateAVX512 sends them.
+	CMPQ CX, $0x10
+	JB   short
+	LEAQ -16(CX), DX
+	CMPQ DX, $0x000003f1
+	JAE  other
+	MOVQ p_base+8(FP), SI
+	MOVQ crc+0(FP), AX
+	MOVQ ·foldTables+0(SB), DX
 
 	// The CRC register: xorout undone.
 	NOTQ AX
+
+	// The tail length n%16, the input's last 16 bytes, the whole lanes.
+	MOVQ CX, R9
+	ANDQ $0x0f, R9
+	LEAQ -16(SI)(CX*1), R11
+	ANDQ $-16, CX
 
 	// CX = 16·m bytes of whole lanes from SI, m >= 1.
 	VMOVQ AX, X16
@@ -68,6 +89,19 @@ collapse:
 	VEXTRACTI32X4 $0x01, Y17, X19
 	VPTERNLOGD    $0x96, (R8), X19, X17
 
+tail:
+	TESTQ      R9, R9
+	JZ         reduce
+	LEAQ       tailShuf<>+0(SB), R10
+	VMOVDQU64  (R11), X21
+	VPTERNLOGD $0x88, 48(R10)(R9*1), X21, X21
+	VPSHUFB    (R10)(R9*1), X17, X18
+	VPSHUFB    16(R10)(R9*1), X17, X17
+	VPCLMULQDQ $0x00, 16(DX), X18, X19
+	VPCLMULQDQ $0x11, 16(DX), X18, X18
+	VPTERNLOGD $0x96, X19, X18, X17
+	VPXORQ     X21, X17, X17
+
 reduce:
 	// V·x^64 mod P: Final, then Barrett (crcmath.Reduce, reflected, w = 64).
 	VPCLMULQDQ $0x00, 1040(DX), X17, X18
@@ -89,7 +123,7 @@ reduce:
 single:
 	// One lane: the register and the lane, nothing to fold.
 	VPXORQ (SI), X16, X17
-	JMP    reduce
+	JMP    tail
 
 pieces:
 	// m%4 lanes first, an XMM lane then a YMM pair, so that whole ZMM
@@ -124,6 +158,9 @@ other:
 	// A length the body does not take, under entryTarget: entryTarget's
 	// function itself, one frame fewer than through updateDispatch.
 	JMP ·updateAVX512+0(SB)
+
+short:
+	JMP ·updateGeneric+0(SB)
 
 dispatch:
 	JMP ·updateDispatch+0(SB)

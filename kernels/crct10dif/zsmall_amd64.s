@@ -8,6 +8,20 @@ DATA bswapMask<>+0(SB)/8, $0x08090a0b0c0d0e0f
 DATA bswapMask<>+8(SB)/8, $0x0001020304050607
 GLOBL bswapMask<>(SB), RODATA|NOPTR, $16
 
+DATA tailShuf<>+0(SB)/8, $0x8080808080808080
+DATA tailShuf<>+8(SB)/8, $0x8080808080808080
+DATA tailShuf<>+16(SB)/8, $0x0706050403020100
+DATA tailShuf<>+24(SB)/8, $0x0f0e0d0c0b0a0908
+DATA tailShuf<>+32(SB)/8, $0x8080808080808080
+DATA tailShuf<>+40(SB)/8, $0x8080808080808080
+DATA tailShuf<>+48(SB)/8, $0x0000000000000000
+DATA tailShuf<>+56(SB)/8, $0x0000000000000000
+DATA tailShuf<>+64(SB)/8, $0xffffffffffffffff
+DATA tailShuf<>+72(SB)/8, $0xffffffffffffffff
+DATA tailShuf<>+80(SB)/8, $0x0000000000000000
+DATA tailShuf<>+88(SB)/8, $0x0000000000000000
+GLOBL tailShuf<>(SB), RODATA|NOPTR, $96
+
 // func updateEntry(crc uint16, p []byte) uint16
 // Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, PCLMULQDQ, VPCLMULQDQ
 TEXT ·updateEntry(SB), NOSPLIT, $0-34
@@ -16,9 +30,10 @@ TEXT ·updateEntry(SB), NOSPLIT, $0-34
 	JNE  dispatch
 	MOVQ p_len+16(FP), CX
 
-	// Whole lanes only: 16 <= n <= 1008, n%16 == 0.
-	TESTQ   $0x0000000f, CX
-	JNZ     other
+	// 16 <= n <= 1008; shorter inputs go to updateGeneric, as
+	// updateAVX512 sends them.
+	CMPQ    CX, $0x10
+	JB      short
 	LEAQ    -16(CX), DX
 	CMPQ    DX, $0x000003e1
 	JAE     other
@@ -30,6 +45,12 @@ TEXT ·updateEntry(SB), NOSPLIT, $0-34
 	// bytes of the message; the lanes' byte reversal control.
 	ROLW            $0x08, AX
 	VBROADCASTI32X4 bswapMask<>+0(SB), Z20
+
+	// The tail length n%16, the input's last 16 bytes, the whole lanes.
+	MOVQ CX, R9
+	ANDQ $0x0f, R9
+	LEAQ -16(SI)(CX*1), R11
+	ANDQ $-16, CX
 
 	// CX = 16·m bytes of whole lanes from SI, m >= 1.
 	VMOVQ AX, X16
@@ -78,6 +99,22 @@ collapse:
 	VPSHUFB       X20, X21, X21
 	VPTERNLOGD    $0x96, X21, X19, X17
 
+tail:
+	TESTQ      R9, R9
+	JZ         reduce
+	LEAQ       tailShuf<>+0(SB), R10
+	MOVQ       R9, R12
+	NEGQ       R12
+	VMOVDQU64  (R11), X21
+	VPSHUFB    X20, X21, X21
+	VPTERNLOGD $0x88, 80(R10)(R12*1), X21, X21
+	VPSHUFB    32(R10)(R12*1), X17, X18
+	VPSHUFB    16(R10)(R12*1), X17, X17
+	VPCLMULQDQ $0x01, 16(DX), X18, X19
+	VPCLMULQDQ $0x10, 16(DX), X18, X18
+	VPTERNLOGD $0x96, X19, X18, X17
+	VPXORQ     X21, X17, X17
+
 reduce:
 	// V·x^16 mod P: Final, then Barrett (crcmath.Reduce, unreflected, w = 16).
 	VPCLMULQDQ $0x01, 1040(DX), X17, X18
@@ -99,7 +136,7 @@ single:
 	// One lane: the register and the lane, nothing to fold.
 	VPXORQ  (SI), X16, X17
 	VPSHUFB X20, X17, X17
-	JMP     reduce
+	JMP     tail
 
 pieces:
 	// m%4 lanes first, an XMM lane then a YMM pair, so that whole ZMM
@@ -136,6 +173,9 @@ other:
 	// A length the body does not take, under entryTarget: entryTarget's
 	// function itself, one frame fewer than through updateDispatch.
 	JMP ·updateAVX512+0(SB)
+
+short:
+	JMP ·updateGeneric+0(SB)
 
 dispatch:
 	JMP ·updateDispatch+0(SB)

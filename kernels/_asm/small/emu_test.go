@@ -73,13 +73,14 @@ func TestEmulatedSmall(t *testing.T) {
 // by the table's address, the check of the dispatch variable dropped (as if
 // it held entryTarget, so that the tail call of updateDispatch is dead
 // code, left as a RET), and the tail call of entryTarget's function by a
-// store of a sentinel result. The lengths the entry takes (CRC-32C: 1..maxLen;
-// CRC-64/NVME: multiples of 16 from 16 to maxLen) must give the CRC, the
-// others from 0 to maxLen+16 the fallback.
+// store of a sentinel result (and for T10-DIF and CRC-64/NVME the tail
+// call of updateGeneric below 16 bytes by another). The lengths the entry takes (CRC-32C:
+// 1..maxLen; the others 16..maxLen) must give the CRC, the others from 0
+// to maxLen+16 the fallback.
 func testEntry(t *testing.T, asm string, spec emu.Spec) {
 	tab := emu.FoldTable(spec, scaffold.MaxFold)
 	w := int(spec.Width)
-	const sentinel = 0x5eca1
+	const sentinel, sentinelShort = 0x5eca1, 0x5b07
 	for old, repl := range map[string]string{
 		`MOVQ\s+·update\+0\(SB\), AX\n`:          "",
 		`CMPQ\s+AX, ·entryTarget\+0\(SB\)\n`:     "",
@@ -87,9 +88,14 @@ func testEntry(t *testing.T, asm string, spec emu.Spec) {
 		`MOVQ\s+·foldTables\+0\(SB\), DX`:        fmt.Sprintf("MOVQ $%#x, DX", emu.AddrTable),
 		`JMP\s+·updateDispatch\+0\(SB\)`:         "RET",
 		`JMP\s+·update(AVX512|HybridZ)\+0\(SB\)`: fmt.Sprintf("MOVL $%#x, ret+32(FP)\n\tRET", sentinel),
+		`JMP\s+·updateGeneric\+0\(SB\)`:          fmt.Sprintf("MOVL $%#x, ret+32(FP)\n\tRET", sentinelShort),
 	} {
 		re := regexp.MustCompile(old)
-		if k := len(re.FindAllStringIndex(asm, -1)); k != 1 {
+		k := len(re.FindAllStringIndex(asm, -1))
+		if k == 0 && strings.Contains(old, "updateGeneric") && spec.Width == 32 {
+			continue // CRC-32C's kernel takes inputs from one byte on
+		}
+		if k != 1 {
 			t.Fatalf("updateEntry: %q occurs %d times, want once", old, k)
 		}
 		asm = re.ReplaceAllLiteralString(asm, repl)
@@ -119,7 +125,10 @@ func testEntry(t *testing.T, asm string, spec emu.Spec) {
 		}
 		got := m.Get64(32) & emu.Mask(w)
 		want := emu.Bitwise(spec, crc, data)
-		if n == 0 || n > maxLen || w != 32 && n%16 != 0 {
+		switch {
+		case w != 32 && n < 16:
+			want = sentinelShort & emu.Mask(w)
+		case n == 0 || n > maxLen:
 			want = sentinel & emu.Mask(w)
 		}
 		if got != want {

@@ -16,12 +16,16 @@
 // Go code. The kernel has no loop setup beyond what the length needs and
 // nothing to undo at its end:
 //
-//   - CRC-32C: the n%16 leading bytes go through the CRC32 instruction (8,
-//     4, 2, 1 bytes by the bits of n), so the rest is whole 16-byte lanes
-//     and needs no tail shuffle; below 16 bytes that is the whole call.
-//     T10-DIF and CRC-64/NVME take whole lanes only (a multiple of 16);
-//   - T10-DIF, unreflected, byte-reverses each lane after its load;
-//   - the register after them is XORed into the first lane, and every lane
+//   - CRC-32C below 64 bytes is one CRC32 stream (fewer instructions and a
+//     shorter chain than folding), 16 bytes with no taken branch (taken
+//     branches cost about a CRC32Q each in these short paths); from 64
+//     bytes its n%16 leading bytes go through the CRC32 instruction (8, 4,
+//     2, 1 bytes by the bits of n), so the rest is whole 16-byte lanes;
+//   - T10-DIF and CRC-64/NVME take 16 bytes and more, the n%16 bytes after
+//     the whole lanes shifted in at the end as the fold generator's tail
+//     does (one more fold by Fold[1]); shorter inputs go to updateGeneric.
+//     T10-DIF, unreflected, byte-reverses each lane after its load;
+//   - the register (after them) is XORed into the first lane, and every lane
 //     but the last is folded straight into the position of the last lane by
 //     its own constant of crcmath.RevFoldTable's reversed Fold row (lane l
 //     of m by Fold[m-1-l], so the multiplies are independent of each
@@ -34,8 +38,6 @@
 //     the 16 bytes of V computes exactly V·x^32 mod P), instead of the
 //     Final constant and Barrett's three multiplies, which the others run
 //     as crcmath.Reduce does;
-//   - a single lane (16 to 31 bytes) goes through the CRC32 instruction
-//     too, as two CRC32Q, with no taken branch;
 //   - only the registers X16-X31 (Y, Z) are written, which legacy SSE code
 //     cannot address, so the call leaves no dirty upper state that an SSE
 //     instruction after it would pay for, and needs no VZEROUPPER.
@@ -94,6 +96,7 @@ var (
 	isC       bool
 	unrefl    bool
 	bswapMask operand.Mem
+	tailShuf  operand.Mem
 	// target is the Go function entryTarget holds, which updateEntry
 	// jumps to for the lengths its body does not take.
 	target string
@@ -120,6 +123,32 @@ func generate(cmd []string, c scaffold.CRC) (asm, stubs []byte, err error) {
 		ctx.DataAttributes(attr.RODATA | attr.NOPTR)
 		ctx.AddDatum(0, operand.U64(0x08090a0b0c0d0e0f))
 		ctx.AddDatum(8, operand.U64(0x0001020304050607))
+	}
+	if !isC {
+		// The tail's byte shifts and mask, the fold generator's table:
+		// bytes 0..47 are PSHUFB controls (16 times 0x80, the identity
+		// 0..15, 16 times 0x80), so the 16 bytes at 16+s shift a lane down
+		// by s bytes and at 16-s up by s; bytes 48..95 are 16 zero bytes,
+		// 16 times 0xff, 16 zero bytes, so the 16 bytes at 48+t keep bytes
+		// 16-t..15 and at 80-t bytes 0..t-1.
+		tailShuf = ctx.StaticGlobal("tailShuf")
+		ctx.DataAttributes(attr.RODATA | attr.NOPTR)
+		for i := 0; i < 96; i += 8 {
+			var v uint64
+			for j := 0; j < 8; j++ {
+				var b byte
+				switch k := i + j; {
+				case k < 16 || k >= 32 && k < 48:
+					b = 0x80
+				case k < 32:
+					b = byte(k - 16)
+				case k >= 64 && k < 80:
+					b = 0xff
+				}
+				v |= uint64(b) << (8 * j)
+			}
+			ctx.AddDatum(i, operand.U64(v))
+		}
 	}
 	if isC {
 		smallZ()
@@ -201,8 +230,9 @@ func entry() {
 			"of 16, while update is entryTarget, it folds every lane"+shuf+" straight into",
 			"the last lane with VPCLMULQDQ, each by its own constant of foldTables'",
 			"reversed Fold row, and reduces by Final and Barrett (kernels/_asm/small),",
-			"on X16-X31 only (no VZEROUPPER), and tail-calls updateAVX512 for other",
-			"lengths; under another implementation it tail-calls updateDispatch.",
+			"on X16-X31 only (no VZEROUPPER), and tail-calls updateGeneric below 16",
+			"bytes and updateAVX512 above; under another implementation it tail-calls",
+			"updateDispatch.",
 			"entryTarget is nil unless the CPU has what it needs: AVX512F, AVX512VL,",
 			"AVX512BW, AVX512DQ and VPCLMULQDQ.")
 	}
@@ -214,9 +244,10 @@ func entry() {
 		ctx.LEAQ(mem(reg.RCX, -1), reg.RDX)
 		ctx.CMPQ(reg.RDX, operand.U32(maxLen))
 	} else {
-		ctx.Comment(fmt.Sprintf("Whole lanes only: 16 <= n <= %d, n%%16 == 0.", maxLen))
-		ctx.TESTQ(operand.U32(15), reg.RCX)
-		ctx.JNZ(lbl("other"))
+		ctx.Comment(fmt.Sprintf("16 <= n <= %d; shorter inputs go to updateGeneric, as", maxLen),
+			"updateAVX512 sends them.")
+		ctx.CMPQ(reg.RCX, operand.U8(16))
+		ctx.JB(lbl("short"))
 		ctx.LEAQ(mem(reg.RCX, -16), reg.RDX)
 		ctx.CMPQ(reg.RDX, operand.U32(maxLen-15))
 	}
@@ -236,6 +267,10 @@ func entry() {
 	ctx.Comment("A length the body does not take, under entryTarget: entryTarget's",
 		"function itself, one frame fewer than through updateDispatch.")
 	tailCall(target)
+	if !isC {
+		ctx.Label("short")
+		tailCall("updateGeneric")
+	}
 	ctx.Label("dispatch")
 	tailCall("updateDispatch")
 }
@@ -267,6 +302,7 @@ func body() {
 		v, w           = reg.Z18, reg.Z19
 		bswap          = reg.Z20
 		last           = reg.X21
+		tl, end        = reg.R9, reg.R11 // n%16; (T10-DIF, CRC-64/NVME) p+n-16
 	)
 	// The fold's multiplies: Hi by the constant's [0], Lo by its [1]; Hi is
 	// the low quadword of a reflected lane, the high one of a
@@ -292,8 +328,10 @@ func body() {
 	case isC:
 		ctx.Comment("The CRC register: xorout undone.")
 		ctx.NOTL(ax.As32())
-		ctx.MOVQ(cx, t)
-		ctx.ANDQ(operand.U8(15), t)
+		ctx.CMPQ(cx, operand.U8(64))
+		ctx.JB(lbl("short"))
+		ctx.MOVQ(cx, tl)
+		ctx.ANDQ(operand.U8(15), tl)
 		ctx.JNZ(lbl("heads"))
 	case unrefl:
 		ctx.Comment("The CRC register (init and xorout zero), big-endian as the first",
@@ -304,22 +342,20 @@ func body() {
 		ctx.Comment("The CRC register: xorout undone.")
 		ctx.NOTQ(ax)
 	}
+	if !isC {
+		ctx.Comment("The tail length n%16, the input's last 16 bytes, the whole lanes.")
+		ctx.MOVQ(cx, tl)
+		ctx.ANDQ(operand.U8(15), tl)
+		ctx.LEAQ(operand.Mem{Base: si, Index: cx, Scale: 1, Disp: -16}, end)
+		ctx.ANDQ(operand.I8(-16), cx)
+	}
 
 	ctx.Label("lanes")
-	ctx.Comment("CX = 16·m bytes of whole lanes from SI, m >= 1.")
 	if isC {
-		ctx.CMPQ(cx, operand.U8(16))
-		ctx.JNZ(lbl("multi"))
-		ctx.Comment("One lane: the CRC32 instruction over it, no vector work, no taken",
-			"branch.")
-		ctx.CRC32Q(mem(si, 0), ax)
-		ctx.CRC32Q(mem(si, 8), ax)
-		ctx.NOTL(ax.As32())
-		ctx.Store(ax.As32(), ctx.ReturnIndex(0))
-		ctx.RET()
-		ctx.Label("multi")
+		ctx.Comment("CX = 16·m bytes of whole lanes from SI, m >= 4.")
 		ctx.VMOVD(ax.As32(), init.AsX())
 	} else {
+		ctx.Comment("CX = 16·m bytes of whole lanes from SI, m >= 1.")
 		ctx.VMOVQ(ax, init.AsX())
 		ctx.CMPQ(cx, operand.U8(16))
 		ctx.JZ(lbl("single"))
@@ -368,6 +404,10 @@ func body() {
 		ctx.VPTERNLOGD(operand.U8(0x96), mem(t, 0), w.AsX(), acc.AsX())
 	}
 
+	if !isC {
+		ctx.Label("tail")
+		tail(acc.AsX(), v.AsX(), w.AsX(), last, tl, end, dx, bswap.AsX(), hiImm, loImm)
+	}
 	ctx.Label("reduce")
 	switch {
 	case isC:
@@ -399,7 +439,7 @@ func body() {
 		ctx.Label("single")
 		ctx.Comment("One lane: the register and the lane, nothing to fold.")
 		load(mem(si, 0), init.AsX(), acc.AsX())
-		ctx.JMP(lbl("reduce"))
+		ctx.JMP(lbl("tail"))
 	}
 
 	ctx.Label("pieces")
@@ -432,28 +472,63 @@ func body() {
 	if !isC {
 		return
 	}
+	ctx.Label("short")
+	ctx.Comment("Below 64 bytes: one CRC32 stream, fewer instructions and a shorter",
+		"chain than the fold: 16 bytes a step, then 8, 4, 2 and 1 by the bits",
+		"of n. Taken branches cost here (each about as much as a CRC32Q), so 16",
+		"bytes take none, and a multiple of 16 skips the four tests.")
+	ctx.CMPQ(cx, operand.U8(16))
+	ctx.JB(lbl("shortrest"))
+	ctx.JNZ(lbl("shortloop"))
+	ctx.CRC32Q(mem(si, 0), ax)
+	ctx.CRC32Q(mem(si, 8), ax)
+	ctx.NOTL(ax.As32())
+	ctx.Store(ax.As32(), ctx.ReturnIndex(0))
+	ctx.RET()
+	ctx.Label("shortloop")
+	ctx.CRC32Q(mem(si, 0), ax)
+	ctx.CRC32Q(mem(si, 8), ax)
+	ctx.ADDQ(operand.U8(16), si)
+	ctx.SUBQ(operand.U8(16), cx)
+	ctx.CMPQ(cx, operand.U8(16))
+	ctx.JAE(lbl("shortloop"))
+	ctx.TESTQ(cx, cx)
+	ctx.JZ(lbl("done"))
+	ctx.Label("shortrest")
+	bytes8421("shortrest", cx, si, ax)
+	ctx.NOTL(ax.As32())
+	ctx.Store(ax.As32(), ctx.ReturnIndex(0))
+	ctx.RET()
+
 	ctx.Label("heads")
-	ctx.Comment("The n%16 leading bytes through the CRC32 instruction.")
+	ctx.Comment("The n%16 leading bytes through the CRC32 instruction; the register",
+		"after them enters the first lane.")
+	bytes8421("heads", tl, si, ax)
+	ctx.SUBQ(tl, cx)
+	ctx.JMP(lbl("lanes"))
+}
+
+// bytes8421 runs the n%16 bytes at p through the register crc (8, 4, 2
+// and 1 bytes by the bits of n), p ending past them. Labels start with
+// prefix.
+func bytes8421(prefix string, n, p, crc reg.Register) {
 	for _, w := range []int{8, 4, 2, 1} {
-		next := fmt.Sprintf("heads%d", w/2)
-		ctx.TESTQ(operand.U32(w), t)
+		next := fmt.Sprintf("%s%d", prefix, w/2)
+		ctx.TESTQ(operand.U32(w), n)
 		ctx.JZ(lbl(next))
 		switch w {
 		case 8:
-			ctx.CRC32Q(mem(si, 0), ax)
+			ctx.CRC32Q(mem(p, 0), crc)
 		case 4:
-			ctx.CRC32L(mem(si, 0), ax.As32())
+			ctx.CRC32L(mem(p, 0), crc.(reg.GPPhysical).As32())
 		case 2:
-			ctx.CRC32W(mem(si, 0), ax.As32())
+			ctx.CRC32W(mem(p, 0), crc.(reg.GPPhysical).As32())
 		case 1:
-			ctx.CRC32B(mem(si, 0), ax.As32())
+			ctx.CRC32B(mem(p, 0), crc.(reg.GPPhysical).As32())
 		}
-		ctx.ADDQ(operand.U8(w), si)
+		ctx.ADDQ(operand.U8(w), p)
 		ctx.Label(next)
 	}
-	ctx.SUBQ(t, cx)
-	ctx.JNZ(lbl("lanes"))
-	ctx.JMP(lbl("done"))
 }
 
 // sized returns r at the width of like.
@@ -510,4 +585,41 @@ func reduce16(v, a, b, tab reg.Register) {
 	ctx.VPXORQ(b, a, a)
 	ctx.VMOVQ(a, ax)
 	ctx.MOVWQZX(ax.As16(), ax)
+}
+
+// tail shifts the n%16 (tl) bytes after the whole lanes into x, the lanes'
+// folded value (as the fold generator's gen.tail does): with B the input's
+// last 16 bytes (at end), x's first tl bytes become a lane that ends where
+// B starts, folded forward one lane by Fold[1], and the rest of x followed
+// by B's last tl bytes the new last lane. T10-DIF's lanes are
+// byte-reversed (bswap), which reverses the shifts. a, b, c are scratch.
+func tail(x, a, b, c, tl, end, tab, bswap reg.Register, hiImm, loImm operand.Op) {
+	tbl, neg := reg.R10, reg.R12
+	ctx.TESTQ(tl, tl)
+	ctx.JZ(lbl("reduce"))
+	ctx.LEAQ(tailShuf, tbl)
+	var bShift, cShift, mask operand.Mem
+	if unrefl {
+		ctx.MOVQ(tl, neg)
+		ctx.NEGQ(neg)
+		bShift = operand.Mem{Base: tbl, Index: neg, Scale: 1, Disp: 16}    // up t
+		cShift = operand.Mem{Base: tbl, Index: neg, Scale: 1, Disp: 32}    // down 16-t
+		mask = operand.Mem{Base: tbl, Index: neg, Scale: 1, Disp: 48 + 32} // bytes < t
+	} else {
+		bShift = operand.Mem{Base: tbl, Index: tl, Scale: 1, Disp: 16} // down t
+		cShift = operand.Mem{Base: tbl, Index: tl, Scale: 1, Disp: 0}  // up 16-t
+		mask = operand.Mem{Base: tbl, Index: tl, Scale: 1, Disp: 48}   // bytes >= 16-t
+	}
+	ctx.VMOVDQU64(mem(end, 0), c)
+	if unrefl {
+		ctx.VPSHUFB(bswap, c, c)
+	}
+	// c &= mask, as VPTERNLOGD (B AND C: 0x88), which the emulator models.
+	ctx.VPTERNLOGD(operand.U8(0x88), mask, c, c)
+	ctx.VPSHUFB(cShift, x, a)
+	ctx.VPSHUFB(bShift, x, x)
+	ctx.VPCLMULQDQ(hiImm, mem(tab, scaffold.TableFold+16), a, b)
+	ctx.VPCLMULQDQ(loImm, mem(tab, scaffold.TableFold+16), a, a)
+	ctx.VPTERNLOGD(operand.U8(0x96), b, a, x)
+	ctx.VPXORQ(c, x, x)
 }
