@@ -40,12 +40,12 @@ TEXT ·updateEntry(SB), NOSPLIT, $0-40
 	// The CRC register: xorout undone.
 	NOTQ AX
 
-	// The tail length n%16, the input's last 16 bytes, the whole lanes.
-	MOVQ CX, R9
-	ANDQ $0x0f, R9
-	LEAQ -16(SI)(CX*1), R11
-	ANDQ $-16, CX
+	// No tail (n%16 = 0) costs no set-up.
+	TESTQ $0x0000000f, CX
+	JNZ   tailsetup
+	XORL  R9, R9
 
+lanes:
 	// CX = 16·m bytes of whole lanes from SI, m >= 1.
 	VMOVQ AX, X16
 	CMPQ  CX, $0x10
@@ -89,18 +89,9 @@ collapse:
 	VEXTRACTI32X4 $0x01, Y17, X19
 	VPTERNLOGD    $0x96, (R8), X19, X17
 
-tail:
-	TESTQ      R9, R9
-	JZ         reduce
-	LEAQ       tailShuf<>+0(SB), R10
-	VMOVDQU64  (R11), X21
-	VPTERNLOGD $0x88, 48(R10)(R9*1), X21, X21
-	VPSHUFB    (R10)(R9*1), X17, X18
-	VPSHUFB    16(R10)(R9*1), X17, X17
-	VPCLMULQDQ $0x00, 16(DX), X18, X19
-	VPCLMULQDQ $0x11, 16(DX), X18, X18
-	VPTERNLOGD $0x96, X19, X18, X17
-	VPXORQ     X21, X17, X17
+	// Bytes after the whole lanes: shifted in out of line.
+	TESTQ R9, R9
+	JNZ   tail
 
 reduce:
 	// V·x^64 mod P: Final, then Barrett (crcmath.Reduce, reflected, w = 64).
@@ -123,7 +114,28 @@ reduce:
 single:
 	// One lane: the register and the lane, nothing to fold.
 	VPXORQ (SI), X16, X17
-	JMP    tail
+	TESTQ  R9, R9
+	JZ     reduce
+
+tail:
+	LEAQ       tailShuf<>+0(SB), R10
+	VMOVDQU64  (R11), X21
+	VPTERNLOGD $0x88, 48(R10)(R9*1), X21, X21
+	VPSHUFB    (R10)(R9*1), X17, X18
+	VPSHUFB    16(R10)(R9*1), X17, X17
+	VPCLMULQDQ $0x00, 16(DX), X18, X19
+	VPCLMULQDQ $0x11, 16(DX), X18, X18
+	VPTERNLOGD $0x96, X19, X18, X17
+	VPXORQ     X21, X17, X17
+	JMP        reduce
+
+tailsetup:
+	// The tail length n%16, the input's last 16 bytes, the whole lanes.
+	MOVQ CX, R9
+	ANDQ $0x0f, R9
+	LEAQ -16(SI)(CX*1), R11
+	ANDQ $-16, CX
+	JMP  lanes
 
 pieces:
 	// m%4 lanes first, an XMM lane then a YMM pair, so that whole ZMM

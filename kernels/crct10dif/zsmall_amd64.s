@@ -46,12 +46,12 @@ TEXT ·updateEntry(SB), NOSPLIT, $0-34
 	ROLW            $0x08, AX
 	VBROADCASTI32X4 bswapMask<>+0(SB), Z20
 
-	// The tail length n%16, the input's last 16 bytes, the whole lanes.
-	MOVQ CX, R9
-	ANDQ $0x0f, R9
-	LEAQ -16(SI)(CX*1), R11
-	ANDQ $-16, CX
+	// No tail (n%16 = 0) costs no set-up.
+	TESTQ $0x0000000f, CX
+	JNZ   tailsetup
+	XORL  R9, R9
 
+lanes:
 	// CX = 16·m bytes of whole lanes from SI, m >= 1.
 	VMOVQ AX, X16
 	CMPQ  CX, $0x10
@@ -99,21 +99,9 @@ collapse:
 	VPSHUFB       X20, X21, X21
 	VPTERNLOGD    $0x96, X21, X19, X17
 
-tail:
-	TESTQ      R9, R9
-	JZ         reduce
-	LEAQ       tailShuf<>+0(SB), R10
-	MOVQ       R9, R12
-	NEGQ       R12
-	VMOVDQU64  (R11), X21
-	VPSHUFB    X20, X21, X21
-	VPTERNLOGD $0x88, 80(R10)(R12*1), X21, X21
-	VPSHUFB    32(R10)(R12*1), X17, X18
-	VPSHUFB    16(R10)(R12*1), X17, X17
-	VPCLMULQDQ $0x01, 16(DX), X18, X19
-	VPCLMULQDQ $0x10, 16(DX), X18, X18
-	VPTERNLOGD $0x96, X19, X18, X17
-	VPXORQ     X21, X17, X17
+	// Bytes after the whole lanes: shifted in out of line.
+	TESTQ R9, R9
+	JNZ   tail
 
 reduce:
 	// V·x^16 mod P: Final, then Barrett (crcmath.Reduce, unreflected, w = 16).
@@ -136,7 +124,31 @@ single:
 	// One lane: the register and the lane, nothing to fold.
 	VPXORQ  (SI), X16, X17
 	VPSHUFB X20, X17, X17
-	JMP     tail
+	TESTQ   R9, R9
+	JZ      reduce
+
+tail:
+	LEAQ       tailShuf<>+0(SB), R10
+	MOVQ       R9, R12
+	NEGQ       R12
+	VMOVDQU64  (R11), X21
+	VPSHUFB    X20, X21, X21
+	VPTERNLOGD $0x88, 80(R10)(R12*1), X21, X21
+	VPSHUFB    32(R10)(R12*1), X17, X18
+	VPSHUFB    16(R10)(R12*1), X17, X17
+	VPCLMULQDQ $0x01, 16(DX), X18, X19
+	VPCLMULQDQ $0x10, 16(DX), X18, X18
+	VPTERNLOGD $0x96, X19, X18, X17
+	VPXORQ     X21, X17, X17
+	JMP        reduce
+
+tailsetup:
+	// The tail length n%16, the input's last 16 bytes, the whole lanes.
+	MOVQ CX, R9
+	ANDQ $0x0f, R9
+	LEAQ -16(SI)(CX*1), R11
+	ANDQ $-16, CX
+	JMP  lanes
 
 pieces:
 	// m%4 lanes first, an XMM lane then a YMM pair, so that whole ZMM

@@ -343,11 +343,10 @@ func body() {
 		ctx.NOTQ(ax)
 	}
 	if !isC {
-		ctx.Comment("The tail length n%16, the input's last 16 bytes, the whole lanes.")
-		ctx.MOVQ(cx, tl)
-		ctx.ANDQ(operand.U8(15), tl)
-		ctx.LEAQ(operand.Mem{Base: si, Index: cx, Scale: 1, Disp: -16}, end)
-		ctx.ANDQ(operand.I8(-16), cx)
+		ctx.Comment("No tail (n%16 = 0) costs no set-up.")
+		ctx.TESTQ(operand.U32(15), cx)
+		ctx.JNZ(lbl("tailsetup"))
+		ctx.XORL(tl.As32(), tl.As32())
 	}
 
 	ctx.Label("lanes")
@@ -405,8 +404,9 @@ func body() {
 	}
 
 	if !isC {
-		ctx.Label("tail")
-		tail(acc.AsX(), v.AsX(), w.AsX(), last, tl, end, dx, bswap.AsX(), hiImm, loImm)
+		ctx.Comment("Bytes after the whole lanes: shifted in out of line.")
+		ctx.TESTQ(tl, tl)
+		ctx.JNZ(lbl("tail"))
 	}
 	ctx.Label("reduce")
 	switch {
@@ -439,7 +439,19 @@ func body() {
 		ctx.Label("single")
 		ctx.Comment("One lane: the register and the lane, nothing to fold.")
 		load(mem(si, 0), init.AsX(), acc.AsX())
-		ctx.JMP(lbl("tail"))
+		ctx.TESTQ(tl, tl)
+		ctx.JZ(lbl("reduce"))
+		ctx.Label("tail")
+		tail(acc.AsX(), v.AsX(), w.AsX(), last, tl, end, dx, bswap.AsX(), hiImm, loImm)
+		ctx.JMP(lbl("reduce"))
+
+		ctx.Label("tailsetup")
+		ctx.Comment("The tail length n%16, the input's last 16 bytes, the whole lanes.")
+		ctx.MOVQ(cx, tl)
+		ctx.ANDQ(operand.U8(15), tl)
+		ctx.LEAQ(operand.Mem{Base: si, Index: cx, Scale: 1, Disp: -16}, end)
+		ctx.ANDQ(operand.I8(-16), cx)
+		ctx.JMP(lbl("lanes"))
 	}
 
 	ctx.Label("pieces")
@@ -592,11 +604,10 @@ func reduce16(v, a, b, tab reg.Register) {
 // last 16 bytes (at end), x's first tl bytes become a lane that ends where
 // B starts, folded forward one lane by Fold[1], and the rest of x followed
 // by B's last tl bytes the new last lane. T10-DIF's lanes are
-// byte-reversed (bswap), which reverses the shifts. a, b, c are scratch.
+// byte-reversed (bswap), which reverses the shifts. tl is not zero; a, b,
+// c are scratch.
 func tail(x, a, b, c, tl, end, tab, bswap reg.Register, hiImm, loImm operand.Op) {
 	tbl, neg := reg.R10, reg.R12
-	ctx.TESTQ(tl, tl)
-	ctx.JZ(lbl("reduce"))
 	ctx.LEAQ(tailShuf, tbl)
 	var bShift, cShift, mask operand.Mem
 	if unrefl {
