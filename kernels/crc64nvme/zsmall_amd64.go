@@ -4,13 +4,14 @@
 
 package crc64nvme
 
-// updateEntry is Update: for lengths of 16 to 1024 bytes that are a multiple
-// of 16, while update is entryTarget, it folds every lane straight into
-// the last lane with VPCLMULQDQ, each by its own constant of foldTables'
-// reversed Fold row, and reduces by Final and Barrett (kernels/_asm/small),
-// on X16-X31 only (no VZEROUPPER), and tail-calls updateGeneric below 16
-// bytes and updateAVX512 above; under another implementation it tail-calls
-// updateDispatch.
+// updateEntry is Update: for 8 to 1024 bytes, while update is entryTarget,
+// it folds every whole lane straight into the last
+// lane with VPCLMULQDQ, each by its own constant of foldTables' reversed
+// Fold row,
+// shifts in the bytes after the lanes (8 to 15 bytes: one lane with leading
+// zeros), and reduces by Final and Barrett (kernels/_asm/small), on X16-X31
+// only (no VZEROUPPER); it tail-calls updateGeneric below 8 bytes and
+// updateAVX512 above, and under another implementation updateDispatch.
 // entryTarget is nil unless the CPU has what it needs: AVX512F, AVX512VL,
 // AVX512BW, AVX512DQ and VPCLMULQDQ.
 //

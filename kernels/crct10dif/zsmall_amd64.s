@@ -30,12 +30,12 @@ TEXT ·updateEntry(SB), NOSPLIT, $0-34
 	JNE  dispatch
 	MOVQ p_len+16(FP), CX
 
-	// 16 <= n <= 1008; shorter inputs go to updateGeneric, as
+	// 8 <= n <= 1008; shorter inputs go to updateGeneric, as
 	// updateAVX512 sends them.
-	CMPQ    CX, $0x10
+	CMPQ    CX, $0x08
 	JB      short
-	LEAQ    -16(CX), DX
-	CMPQ    DX, $0x000003e1
+	LEAQ    -8(CX), DX
+	CMPQ    DX, $0x000003e9
 	JAE     other
 	MOVQ    p_base+8(FP), SI
 	MOVWQZX crc+0(FP), AX
@@ -45,6 +45,8 @@ TEXT ·updateEntry(SB), NOSPLIT, $0-34
 	// bytes of the message; the lanes' byte reversal control.
 	ROLW            $0x08, AX
 	VBROADCASTI32X4 bswapMask<>+0(SB), Z20
+	CMPQ            CX, $0x10
+	JB              tiny
 
 	// No tail (n%16 = 0) costs no set-up.
 	TESTQ $0x0000000f, CX
@@ -141,6 +143,23 @@ tail:
 	VPTERNLOGD $0x96, X19, X18, X17
 	VPXORQ     X21, X17, X17
 	JMP        reduce
+
+tiny:
+	// 8 to 15 bytes M: the lane 0^(16-n) || M, from two overlapping 8-byte
+	// loads, the first shifted up by 16-n bytes, the second the high quadword,
+	// and the register shifted up as far, to where M starts; leading zeros do
+	// not change a register that enters after them.
+	MOVQ    (SI), R10
+	MOVQ    -8(SI)(CX*1), R11
+	LEAQ    tailShuf<>+0(SB), R12
+	VMOVQ   R10, X18
+	VPSHUFB (R12)(CX*1), X18, X18
+	VPINSRQ $0x01, R11, X18, X17
+	VMOVQ   AX, X19
+	VPSHUFB (R12)(CX*1), X19, X19
+	VPXORQ  X19, X17, X17
+	VPSHUFB X20, X17, X17
+	JMP     reduce
 
 tailsetup:
 	// The tail length n%16, the input's last 16 bytes, the whole lanes.

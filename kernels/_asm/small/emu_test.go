@@ -74,8 +74,8 @@ func TestEmulatedSmall(t *testing.T) {
 // it held entryTarget, so that the tail call of updateDispatch is dead
 // code, left as a RET), and the tail call of entryTarget's function by a
 // store of a sentinel result (and for T10-DIF and CRC-64/NVME the tail
-// call of updateGeneric below 16 bytes by another). The lengths the entry takes (CRC-32C:
-// 1..maxLen; the others 16..maxLen) must give the CRC, the others from 0
+// call of updateGeneric below 8 bytes by another). The lengths the entry takes (CRC-32C:
+// 1..maxLen; the others 8..maxLen) must give the CRC, the others from 0
 // to maxLen+16 the fallback.
 func testEntry(t *testing.T, asm string, spec emu.Spec) {
 	tab := emu.FoldTable(spec, scaffold.MaxFold)
@@ -126,7 +126,7 @@ func testEntry(t *testing.T, asm string, spec emu.Spec) {
 		got := m.Get64(32) & emu.Mask(w)
 		want := emu.Bitwise(spec, crc, data)
 		switch {
-		case w != 32 && n < 16:
+		case w != 32 && n < 8:
 			want = sentinelShort & emu.Mask(w)
 		case n == 0 || n > maxLen:
 			want = sentinel & emu.Mask(w)

@@ -21,9 +21,11 @@
 //     branches cost about a CRC32Q each in these short paths); from 64
 //     bytes its n%16 leading bytes go through the CRC32 instruction (8, 4,
 //     2, 1 bytes by the bits of n), so the rest is whole 16-byte lanes;
-//   - T10-DIF and CRC-64/NVME take 16 bytes and more, the n%16 bytes after
-//     the whole lanes shifted in at the end as the fold generator's tail
-//     does (one more fold by Fold[1]); shorter inputs go to updateGeneric.
+//   - T10-DIF and CRC-64/NVME take 8 bytes and more: 8 to 15 as one lane
+//     with leading zeros, from two overlapping loads; from 16 the n%16
+//     bytes after the whole lanes shifted in at the end as the fold
+//     generator's tail does (one more fold by Fold[1]); shorter inputs go
+//     to updateGeneric.
 //     T10-DIF, unreflected, byte-reverses each lane after its load;
 //   - the register (after them) is XORed into the first lane, and every lane
 //     but the last is folded straight into the position of the last lane by
@@ -226,13 +228,14 @@ func entry() {
 		if unrefl {
 			shuf = " (byte-reversed by VPSHUFB)"
 		}
-		ctx.Doc(fmt.Sprintf("updateEntry is Update: for lengths of 16 to %d bytes that are a multiple", maxLen),
-			"of 16, while update is entryTarget, it folds every lane"+shuf+" straight into",
-			"the last lane with VPCLMULQDQ, each by its own constant of foldTables'",
-			"reversed Fold row, and reduces by Final and Barrett (kernels/_asm/small),",
-			"on X16-X31 only (no VZEROUPPER), and tail-calls updateGeneric below 16",
-			"bytes and updateAVX512 above; under another implementation it tail-calls",
-			"updateDispatch.",
+		ctx.Doc(fmt.Sprintf("updateEntry is Update: for 8 to %d bytes, while update is entryTarget,", maxLen),
+			"it folds every whole lane"+shuf+" straight into the last",
+			"lane with VPCLMULQDQ, each by its own constant of foldTables' reversed",
+			"Fold row,",
+			"shifts in the bytes after the lanes (8 to 15 bytes: one lane with leading",
+			"zeros), and reduces by Final and Barrett (kernels/_asm/small), on X16-X31",
+			"only (no VZEROUPPER); it tail-calls updateGeneric below 8 bytes and",
+			"updateAVX512 above, and under another implementation updateDispatch.",
 			"entryTarget is nil unless the CPU has what it needs: AVX512F, AVX512VL,",
 			"AVX512BW, AVX512DQ and VPCLMULQDQ.")
 	}
@@ -244,12 +247,12 @@ func entry() {
 		ctx.LEAQ(mem(reg.RCX, -1), reg.RDX)
 		ctx.CMPQ(reg.RDX, operand.U32(maxLen))
 	} else {
-		ctx.Comment(fmt.Sprintf("16 <= n <= %d; shorter inputs go to updateGeneric, as", maxLen),
+		ctx.Comment(fmt.Sprintf("8 <= n <= %d; shorter inputs go to updateGeneric, as", maxLen),
 			"updateAVX512 sends them.")
-		ctx.CMPQ(reg.RCX, operand.U8(16))
+		ctx.CMPQ(reg.RCX, operand.U8(8))
 		ctx.JB(lbl("short"))
-		ctx.LEAQ(mem(reg.RCX, -16), reg.RDX)
-		ctx.CMPQ(reg.RDX, operand.U32(maxLen-15))
+		ctx.LEAQ(mem(reg.RCX, -8), reg.RDX)
+		ctx.CMPQ(reg.RDX, operand.U32(maxLen-7))
 	}
 	ctx.JAE(lbl("other"))
 	ctx.Load(ctx.Param("p").Base(), reg.RSI)
@@ -343,6 +346,8 @@ func body() {
 		ctx.NOTQ(ax)
 	}
 	if !isC {
+		ctx.CMPQ(cx, operand.U8(16))
+		ctx.JB(lbl("tiny"))
 		ctx.Comment("No tail (n%16 = 0) costs no set-up.")
 		ctx.TESTQ(operand.U32(15), cx)
 		ctx.JNZ(lbl("tailsetup"))
@@ -443,6 +448,26 @@ func body() {
 		ctx.JZ(lbl("reduce"))
 		ctx.Label("tail")
 		tail(acc.AsX(), v.AsX(), w.AsX(), last, tl, end, dx, bswap.AsX(), hiImm, loImm)
+		ctx.JMP(lbl("reduce"))
+
+		ctx.Label("tiny")
+		ctx.Comment("8 to 15 bytes M: the lane 0^(16-n) || M, from two overlapping 8-byte",
+			"loads, the first shifted up by 16-n bytes, the second the high quadword,",
+			"and the register shifted up as far, to where M starts; leading zeros do",
+			"not change a register that enters after them.")
+		ctx.MOVQ(mem(si, 0), reg.R10)
+		ctx.MOVQ(operand.Mem{Base: si, Index: cx, Scale: 1, Disp: -8}, reg.R11)
+		ctx.LEAQ(tailShuf, reg.R12)
+		up := operand.Mem{Base: reg.R12, Index: cx, Scale: 1} // up by 16-n
+		ctx.VMOVQ(reg.R10, v.AsX())
+		ctx.VPSHUFB(up, v.AsX(), v.AsX())
+		ctx.VPINSRQ(operand.U8(1), reg.R11, v.AsX(), acc.AsX())
+		ctx.VMOVQ(ax, w.AsX())
+		ctx.VPSHUFB(up, w.AsX(), w.AsX())
+		ctx.VPXORQ(w.AsX(), acc.AsX(), acc.AsX())
+		if unrefl {
+			ctx.VPSHUFB(bswap.AsX(), acc.AsX(), acc.AsX())
+		}
 		ctx.JMP(lbl("reduce"))
 
 		ctx.Label("tailsetup")
