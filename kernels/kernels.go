@@ -91,6 +91,8 @@ var archFeatures = map[string][]feature{
 		{"bmi2", cpu.X86.HasBMI2},
 		{"avx512f", cpu.X86.HasAVX512F},
 		{"avx512bw", cpu.X86.HasAVX512BW},
+		{"avx512vl", cpu.X86.HasAVX512VL},
+		{"avx512dq", cpu.X86.HasAVX512DQ},
 		{"avx512ifma", cpu.X86.HasAVX512IFMA},
 		{"gfni", cpu.X86.HasAVX512GFNI},
 		// x/sys/cpu sets its bit only with AVX-512; the VEX form on YMM

@@ -23,7 +23,7 @@ var archCutoffs = append([]int{
 	6 * hybridBigSeg, 6*hybridBigSeg + 192, // chunks of hybridBigSeg segments
 	hybridZMin, hybridZMin + 16*hybridZUnit, // the first chunk, a lead under 16·hybridZUnit
 	16 * hybridZMaxSeg, 16*hybridZMaxSeg + 16*hybridZMinSeg - 1, // whole chunks, a lead that makes no chunk
-	hybridZShortMax, 16 * hybridZBlocksMin, // sixteen blocks at a time on a line
+	smallZMax, 16 * hybridZBlocksMin, // sixteen blocks at a time on a line
 }, foldCutoffs...)
 
 // archWants are the amd64 implementations, best first: the avx512 fold

@@ -21,7 +21,14 @@ import (
 // and merges the sixteen registers with hybridMergeZ (the constants
 // hybridKZ, from kernels/_asm/crcgen). BlocksCopy is the avx512 fold
 // kernel's.
-var hasHybridZ = hasFoldAVX512 && cpu.X86.HasSSE42 && cpu.X86.HasAVX512F && cpu.X86.HasAVX512VPCLMULQDQ
+//
+// Update of up to smallZMax bytes is one call of smallUpdateZ
+// (kernels/_asm/small), which also needs AVX512VL and AVX512DQ (EVEX forms
+// on X16-X31); every CPU with VPCLMULQDQ on ZMM registers has them.
+var hasHybridZ = hasFoldAVX512 && cpu.X86.HasSSE42 && cpu.X86.HasAVX512F && cpu.X86.HasAVX512VPCLMULQDQ &&
+	cpu.X86.HasAVX512VL && cpu.X86.HasAVX512DQ
+
+//go:generate go run -C ../_asm ./small -crc crc32c -out ../crc32c/zsmall_amd64.s -stubs ../crc32c/zsmall_amd64.go
 
 const (
 	// hybridZMin is the shortest input Update runs through the chunk
@@ -30,10 +37,11 @@ const (
 	// hybridZMinSeg is the shortest segment of a chunk: shorter ones leave
 	// the lockstep loop too short for the merge's cost.
 	hybridZMinSeg = 256
-	// hybridZShortMax bounds the lengths Update runs through one CRC32
-	// stream (updateSmallZ): at 64 bytes the avx512 fold kernel was as
-	// fast, above it faster (BenchmarkSmallZ, Emerald Rapids).
-	hybridZShortMax = 64
+	// smallZMax bounds the lengths Update runs through smallUpdateZ, the
+	// kernel of one short call: from 1 to 1024 bytes (the most its
+	// generator lets it take) it was faster than one CRC32 stream and the
+	// avx512 fold kernel (docs/perf/small-calls.md).
+	smallZMax = 1024
 	// hybridZBlocksMin is the shortest block Blocks runs sixteen at a
 	// time (the kernels' first step is 64 bytes).
 	hybridZBlocksMin = 64
@@ -105,8 +113,8 @@ func registerHybridZ() {
 	})
 }
 
-// updateHybridZ is Update: one CRC32 stream below hybridZShortMax bytes,
-// the avx512 fold kernel below hybridZMin; else one CRC32 stream up to the
+// updateHybridZ is Update: smallUpdateZ up to smallZMax bytes, the avx512
+// fold kernel below hybridZMin; else one CRC32 stream up to the
 // first 64-byte boundary, then one chunk of
 // sixteen segments of s <= hybridZMaxSeg bytes (a multiple of hybridZUnit,
 // at least hybridZMinSeg) and whole chunks of segments of hybridZMaxSeg
@@ -119,14 +127,30 @@ func registerHybridZ() {
 // short input makes one Go call before its kernel. (Three CRC32 streams, hybridShort3, were slower than it or the
 // fold kernel at every length on Emerald Rapids: BenchmarkSmallZ.)
 func updateHybridZ(crc uint32, p []byte) uint32 {
-	if len(p) < hybridZShortMax {
-		return updateShort(crc, p)
+	if len(p) <= smallZMax {
+		if len(p) == 0 {
+			return crc
+		}
+		return smallUpdateZ(crc, &p[0], len(p), foldTables)
 	}
 	if len(p) < hybridZMin {
 		return foldUpdateAVX512(crc, p, foldTables)
 	}
 	return updateChunksZ(crc, p)
 }
+
+// entryTarget is the value of the dispatch variable update under which
+// updateEntry (Update and Checksum, kernels/_asm/small) runs smallUpdateZ's
+// body itself for 1 to smallZMax bytes: the one call of a short Checksum.
+// Under any other value, or for other lengths, updateEntry tail-calls
+// updateDispatch.
+var entryTarget = updateHybridZ
+
+// updateDispatch is Update through the dispatch variable, updateEntry's
+// fallback.
+//
+//lint:ignore U1000 updateEntry (assembly) tail-calls it
+func updateDispatch(crc uint32, p []byte) uint32 { return update(crc, p) }
 
 // updateChunksZ is updateHybridZ from hybridZMin bytes on.
 func updateChunksZ(crc uint32, p []byte) uint32 {

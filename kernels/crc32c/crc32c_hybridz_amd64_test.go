@@ -11,7 +11,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
+	"github.com/difctl/difctl/kernels/internal/impl"
 	"github.com/difctl/difctl/kernels/internal/kerneltest"
 )
 
@@ -99,8 +101,8 @@ func BenchmarkHybridZVariants(b *testing.B) {
 	}
 }
 
-// BenchmarkSmallZ is the measurement behind hybridZShortMax: one CRC32
-// stream, three, and the avx512 fold kernel,
+// BenchmarkSmallZ is the measurement behind smallZMax: smallUpdateZ, one
+// CRC32 stream, three, and the avx512 fold kernel,
 // on independent calls at the lengths around them.
 func BenchmarkSmallZ(b *testing.B) {
 	if !hasHybridZ {
@@ -109,6 +111,11 @@ func BenchmarkSmallZ(b *testing.B) {
 	var sink uint32
 	for _, n := range []int{16, 32, 64, 96, 128, 192, 256, 384, 512, 1024, 2048} {
 		p := make([]byte, n)
+		b.Run(fmt.Sprintf("size=%d/kernel=small", n), func(b *testing.B) {
+			for b.Loop() {
+				sink ^= smallUpdateZ(0, &p[0], n, foldTables)
+			}
+		})
 		b.Run(fmt.Sprintf("size=%d/kernel=one", n), func(b *testing.B) {
 			for b.Loop() {
 				sink ^= updateShort(0, p)
@@ -182,5 +189,28 @@ func testBlocksZCutoffs(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestEntryTarget checks that updateEntry's own path is live under
+// avx512hybrid: the dispatch variable then holds the same function value as
+// entryTarget, which updateEntry compares word for word. (Were they to
+// differ, every call would take the fallback: correct, and slower.)
+func TestEntryTarget(t *testing.T) {
+	if !hasHybridZ {
+		t.Skip("the CPU lacks AVX-512 VPCLMULQDQ")
+	}
+	if err := impl.Select(pkgName, "avx512hybrid"); err != nil {
+		t.Fatal(err)
+	}
+	defer impl.Reset(pkgName)
+	if *(*unsafe.Pointer)(unsafe.Pointer(&update)) != *(*unsafe.Pointer)(unsafe.Pointer(&entryTarget)) {
+		t.Fatal("update under avx512hybrid is not the word entryTarget holds")
+	}
+	if err := impl.Select(pkgName, "avx512"); err != nil {
+		t.Fatal(err)
+	}
+	if *(*unsafe.Pointer)(unsafe.Pointer(&update)) == *(*unsafe.Pointer)(unsafe.Pointer(&entryTarget)) {
+		t.Fatal("update under avx512 is the word entryTarget holds")
 	}
 }

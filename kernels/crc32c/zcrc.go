@@ -62,10 +62,10 @@ func blocksCopyPortable(dst []uint32, q, p []byte, blockLen, stride int) {
 }
 
 // Update returns the result of adding the bytes in p to crc.
-func Update(crc uint32, p []byte) uint32 { return update(crc, p) }
+func Update(crc uint32, p []byte) uint32 { return updateEntry(crc, p) }
 
 // Checksum returns the CRC-32C of p.
-func Checksum(p []byte) uint32 { return update(0, p) }
+func Checksum(p []byte) uint32 { return updateEntry(0, p) }
 
 // Blocks computes the guard of len(dst) blocks of blockLen bytes each, the
 // i-th starting at p[i*stride]: dst[i] = Checksum(p[i*stride:][:blockLen]).

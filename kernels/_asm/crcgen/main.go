@@ -168,10 +168,10 @@ func blocksCopyPortable(dst []{{.Word}}, q, p []byte, blockLen, stride int) {
 }
 
 // Update returns the result of adding the bytes in p to crc.
-func Update(crc {{.Word}}, p []byte) {{.Word}} { return update(crc, p) }
+func Update(crc {{.Word}}, p []byte) {{.Word}} { return updateEntry(crc, p) }
 
 // Checksum returns the {{.Params.Name}} of p.
-func Checksum(p []byte) {{.Word}} { return update(0, p) }
+func Checksum(p []byte) {{.Word}} { return updateEntry(0, p) }
 
 // Blocks computes the guard of len(dst) blocks of blockLen bytes each, the
 // i-th starting at p[i*stride]: dst[i] = Checksum(p[i*stride:][:blockLen]).
