@@ -7,14 +7,9 @@ import (
 	"fmt"
 	"hash/crc32"
 	"math/rand/v2"
-	"runtime"
-	"slices"
-	"strings"
 	"testing"
-	"time"
 
 	"github.com/difctl/difctl/kernels/internal/crcmath"
-	"github.com/difctl/difctl/kernels/internal/kerneltest"
 )
 
 // TestHybridConsts checks the generated merge constants against their
@@ -194,31 +189,7 @@ func BenchmarkHybrid256Shapes(b *testing.B) {
 			func() { hybridBlocks256S(&dst[0], &p[0], n/6, bl, stride, &foldTable.Fold[2], hybridKS[bl/64-1]) },
 		}
 		b.Run(fmt.Sprintf("block=%d/stride=%d/bytes=%d", bl, stride, n*bl), func(b *testing.B) {
-			runtime.LockOSThread()
-			defer runtime.UnlockOSThread()
-			reps := 1
-			for t := kerneltest.ThreadCPU(); kerneltest.ThreadCPU()-t < 5*time.Millisecond; reps *= 2 {
-				for range reps {
-					runs[0]()
-				}
-			}
-			gbs := make([][]float64, len(runs))
-			for b.Loop() {
-				for i, r := range runs {
-					t := kerneltest.ThreadCPU()
-					for range reps {
-						r()
-					}
-					gbs[i] = append(gbs[i], float64(reps*n*bl)/float64(kerneltest.ThreadCPU()-t))
-				}
-			}
-			var s []string
-			for i, g := range gbs {
-				slices.Sort(g)
-				s = append(s, fmt.Sprintf("%s %.1f", names[i], g[len(g)/2]))
-				b.ReportMetric(g[len(g)/2], names[i]+"-GB/s")
-			}
-			b.Log(strings.Join(s, ", "))
+			benchRounds(b, runs, names, n*bl)
 		})
 	}
 }

@@ -68,35 +68,7 @@ func BenchmarkHybridZVariants(b *testing.B) {
 			names = append(names, fmt.Sprintf("za%d", c))
 		}
 		b.Run(fmt.Sprintf("block=%d/stride=%d/bytes=%d/misaligned=%d", bl, stride, n*bl, l[3]), func(b *testing.B) {
-			// The sub-benchmark's own goroutine, on one thread, whose CPU
-			// time is then its own.
-			runtime.LockOSThread()
-			defer runtime.UnlockOSThread()
-			reps := 1
-			for t := kerneltest.ThreadCPU(); kerneltest.ThreadCPU()-t < 5*time.Millisecond; reps *= 2 {
-				for range reps {
-					runs[0]()
-				}
-			}
-			gbs := make([][]float64, len(runs))
-			for b.Loop() {
-				for i, r := range runs {
-					t := kerneltest.ThreadCPU()
-					for range reps {
-						r()
-					}
-					d := kerneltest.ThreadCPU() - t
-					gbs[i] = append(gbs[i], float64(reps*n*bl)/float64(d))
-				}
-			}
-			var s []string
-			for i, g := range gbs {
-				slices.Sort(g)
-				name := names[i]
-				s = append(s, fmt.Sprintf("%s %.1f", name, g[len(g)/2]))
-				b.ReportMetric(g[len(g)/2], name+"-GB/s")
-			}
-			b.Log(strings.Join(s, ", "))
+			benchRounds(b, runs, names, n*bl)
 		})
 	}
 }
@@ -213,4 +185,37 @@ func TestEntryTarget(t *testing.T) {
 	if *(*unsafe.Pointer)(unsafe.Pointer(&update)) == *(*unsafe.Pointer)(unsafe.Pointer(&entryTarget)) {
 		t.Fatal("update under avx512 is the word entryTarget holds")
 	}
+}
+
+// benchRounds times runs side by side in interleaved rounds (one round per
+// b.Loop iteration), each run repeated about 5 ms of the thread's CPU
+// time, and reports the median GB/s of each (bytes a run) under its name.
+// It locks the benchmark's goroutine to its thread, whose CPU time is then
+// its own.
+func benchRounds(b *testing.B, runs []func(), names []string, bytes int) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	reps := 1
+	for t := kerneltest.ThreadCPU(); kerneltest.ThreadCPU()-t < 5*time.Millisecond; reps *= 2 {
+		for range reps {
+			runs[0]()
+		}
+	}
+	gbs := make([][]float64, len(runs))
+	for b.Loop() {
+		for i, r := range runs {
+			t := kerneltest.ThreadCPU()
+			for range reps {
+				r()
+			}
+			gbs[i] = append(gbs[i], float64(reps*bytes)/float64(kerneltest.ThreadCPU()-t))
+		}
+	}
+	var s []string
+	for i, g := range gbs {
+		slices.Sort(g)
+		s = append(s, fmt.Sprintf("%s %.1f", names[i], g[len(g)/2]))
+		b.ReportMetric(g[len(g)/2], names[i]+"-GB/s")
+	}
+	b.Log(strings.Join(s, ", "))
 }

@@ -1250,9 +1250,9 @@ hybridBlocks256S_last:
 	ADDQ   $0x20, SI
 	ADDQ   $0x10, R10
 	ADDQ   $0x10, R11
-	MOVQ   k+48(FP), DX
 
 	// Every CRC block's register: r_A·C(8D-64) through two CRC32Q from zero, ⊕ r_B.
+	MOVQ       k+48(FP), DX
 	VMOVQ      DX, X6
 	VMOVQ      DI, X7
 	VPCLMULQDQ $0x00, X6, X7, X7

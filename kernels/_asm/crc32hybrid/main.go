@@ -291,9 +291,12 @@ func (ch *chains) step(q int) {
 }
 
 // merge leaves in ch.ra the register of every CRC block: r_A·x^(8D) ⊕ r_B,
-// with k = C(8D-64) in kt (clobbered).
-func (ch *chains) merge(kt reg.GPVirtual) {
+// with k = C(8D-64) the kernel's parameter k. (The ZMM kernels' two
+// chains merge so too: only ra and rb are used.)
+func (ch *chains) merge() {
 	ctx.Comment("Every CRC block's register: r_A·C(8D-64) through two CRC32Q from zero, ⊕ r_B.")
+	kt := ctx.GP64()
+	ctx.Load(ctx.Param("k"), kt)
 	kx := ctx.XMM()
 	ctx.VMOVQ(kt, kx)
 	for i, ra := range ch.ra {
@@ -608,9 +611,7 @@ func blocks(v variant, prefetch bool) {
 	}
 	acc := lockstep(v, s, crcs, iter, kf, init, six, name, ch)
 	if ch != nil {
-		kt := ctx.GP64()
-		ctx.Load(ctx.Param("k"), kt)
-		ch.merge(kt)
+		ch.merge()
 	}
 	regs := append(append([]reg.GPVirtual{}, crcs...), reduceFold(v, acc)...)
 

@@ -295,22 +295,7 @@ func blocksZ(v zVariant) {
 		crcStep(q, 0)
 	}
 	if sub == 2 {
-		ctx.Comment("Every CRC block's register: r_A·C(8D-64) through two CRC32Q from zero, ⊕ r_B.")
-		kt := ctx.GP64()
-		ctx.Load(ctx.Param("k"), kt)
-		kx := ctx.XMM()
-		ctx.VMOVQ(kt, kx)
-		for i, ra := range crcs {
-			x := ctx.XMM()
-			ctx.VMOVQ(ra, x)
-			ctx.VPCLMULQDQ(operand.U8(0x00), kx, x, x)
-			ctx.XORL(ra.As32(), ra.As32())
-			ctx.VMOVQ(x, kt)
-			ctx.CRC32Q(kt, ra)
-			ctx.VPEXTRQ(operand.U8(1), x, kt)
-			ctx.CRC32Q(kt, ra)
-			ctx.XORL(crcsB[i].As32(), ra.As32())
-		}
+		(&chains{ra: crcs, rb: crcsB}).merge()
 	}
 
 	ctx.Comment("Every block in turn: reduce a fold accumulator (its 64 bytes through",
