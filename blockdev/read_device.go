@@ -268,11 +268,18 @@ func (v *Volume) keyedHelper() bool {
 
 // readParallel reads the data of a run of n blocks and classifies it in
 // pieces that the caller and the split helper take in turn.
+//
+// While the split is off (its gate closed: the other CPU is busy), the
+// pieces would all run on the caller, each with its own mapped read and
+// dif call; readSerial reads and classifies the run in fewer calls
+// (docs/performance.md, "This tier today", has the figures with the other
+// CPU busy).
 func (v *Volume) readParallel(lba int64, n int, data []byte, sc *scratch) error {
 	bp := split.NewPieces(n, v.bs)
-	if bp.Len() > maxPieces {
+	if bp.Len() > maxPieces || !split.Open() {
 		return v.readSerial(lba, 0, n, data, sc)
 	}
+	v.st.splitRuns.Add(1)
 	sc.jobErr.Store(nil)
 	sc.partFailed.Store(0)
 	sc.partLBA, sc.parts, sc.partBuf = lba, bp, data

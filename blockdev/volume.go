@@ -310,6 +310,7 @@ type Stats struct {
 	Syncs         int64 // completed Syncs, including automatic ones
 	AutoSyncs     int64 // Syncs the volume did by itself (MaxUnsynced, OverlayBytes)
 	MapFaults     int64 // pieces whose mapped read faulted and were read again with ReadAt
+	SplitRuns     int64 // runs read in pieces shared with the split helper (Options.VerifyWorkers)
 	Repaired      int64 // failing blocks written over with a verified copy (read_repair.go)
 	Unrepairable  int64 // failing blocks for which no source had a verified copy
 	// Tuple pages ReadAt found in the tuple cache and read from the store
@@ -441,7 +442,7 @@ type Volume struct {
 // volStats are the counters behind Stats.
 type volStats struct {
 	read, written, rereads, transient, failed atomic.Int64
-	mapFaults                                 atomic.Int64
+	mapFaults, splitRuns                      atomic.Int64
 	repaired, unrepairable                    atomic.Int64
 	flushes, syncs, autoSyncs                 atomic.Int64
 }
@@ -641,7 +642,7 @@ func (v *Volume) Stats() Stats {
 		ReadBlocks: v.st.read.Load(), WrittenBlocks: v.st.written.Load(),
 		Rereads: v.st.rereads.Load(), Transient: v.st.transient.Load(), Failed: v.st.failed.Load(),
 		Flushes: v.st.flushes.Load(), Syncs: v.st.syncs.Load(), AutoSyncs: v.st.autoSyncs.Load(),
-		MapFaults: v.st.mapFaults.Load(), Recovery: v.recovery,
+		MapFaults: v.st.mapFaults.Load(), SplitRuns: v.st.splitRuns.Load(), Recovery: v.recovery,
 		Repaired: v.st.repaired.Load(), Unrepairable: v.st.unrepairable.Load(),
 		TupleCacheHits: cs.Hits, TupleCacheMisses: cs.Misses,
 	}

@@ -99,3 +99,37 @@ func TestVolumeSplitReadAllocs(t *testing.T) {
 		t.Errorf("%v allocations per split read, %v per serial one", allocs[1], allocs[0])
 	}
 }
+
+// TestVolumeSplitReadGateClosed: while the split's gate is closed (the
+// other CPU busy), a large read takes the serial path, which reads and
+// classifies the run in fewer calls, rather than running the pieces one
+// after the other on the caller; with the split on it shares the pieces
+// (Stats.SplitRuns). Both return the image's bytes.
+func TestVolumeSplitReadGateClosed(t *testing.T) {
+	if runtime.GOMAXPROCS(0) < 2 {
+		t.Skip("a split needs two CPUs")
+	}
+	v, _, model := fileVol(t, "512+8", 4096, Options{})
+	buf := make([]byte, 1<<20)
+	read := func() {
+		t.Helper()
+		if _, err := v.ReadAt(buf, 512); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(buf, model[512:512+len(buf)]) {
+			t.Fatal("a large read returned other bytes than the image's")
+		}
+	}
+	hold := split.Hold()
+	before := v.Stats().SplitRuns
+	read()
+	if got := v.Stats().SplitRuns; got != before {
+		t.Errorf("with the split held off, %d runs were read in pieces", got-before)
+	}
+	hold()
+	t.Cleanup(split.Force())
+	read()
+	if got := v.Stats().SplitRuns; got != before+1 {
+		t.Errorf("with the split on, %d runs were read in pieces, want 1", got-before)
+	}
+}

@@ -214,12 +214,18 @@ type gateState struct {
 	offs atomic.Int64
 	// forced keeps the split on (for the tests of Work itself).
 	forced atomic.Bool
+	// held keeps the split off (Hold, for the tests of users' serial
+	// paths); forced wins.
+	held atomic.Bool
 }
 
 // open reports whether the split is on.
 func (g *gateState) open() bool {
 	if g.forced.Load() {
 		return true
+	}
+	if g.held.Load() {
+		return false
 	}
 	u := g.until.Load()
 	return u == 0 || time.Now().UnixNano() >= u
@@ -423,6 +429,21 @@ func ReadStats() Stats {
 // HelperAlive reports whether a helper goroutine runs (for the tests and
 // benchmarks of its users, which wait for it to exit).
 func HelperAlive() bool { return helper.alive.Load() }
+
+// Open reports whether Work would share a job with the helper now: two
+// or more Ps, and the gate open. A caller whose serial path is cheaper
+// than running its pieces one after the other (a read that classifies a
+// whole run in one call) takes that path while the split is off; the
+// gate opens again by itself after its backoff, and the next Work
+// measures again.
+func Open() bool { return runtime.GOMAXPROCS(0) >= 2 && gate.open() }
+
+// Hold keeps the split off until the function it returns is called: for
+// the tests of its users' paths while the gate is closed. (Force wins.)
+func Hold() (restore func()) {
+	gate.held.Store(true)
+	return func() { gate.held.Store(false) }
+}
 
 // Force keeps the split on, whatever the gate has measured, until the
 // function it returns is called: for the tests of its users, whose pieces

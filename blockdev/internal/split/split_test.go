@@ -594,3 +594,28 @@ func TestPieces(t *testing.T) {
 		t.Errorf("last piece of 2048 blocks is [%d, %d)", i, j)
 	}
 }
+
+// TestHold: while held, the split is off (Open false, every piece on the
+// caller) and Force still wins; after the restore it is on again.
+func TestHold(t *testing.T) {
+	freshGate(t)
+	restore := Hold()
+	if Open() {
+		t.Error("Open while held")
+	}
+	Work(8, func(w, i int) bool {
+		if w != 0 {
+			t.Errorf("piece %d ran on worker %d while held", i, w)
+		}
+		return true
+	})
+	unforce := Force()
+	if !Open() {
+		t.Error("Force did not win over Hold")
+	}
+	unforce()
+	restore()
+	if !Open() {
+		t.Error("the split stayed off after Hold's restore")
+	}
+}
