@@ -24,5 +24,9 @@ func smallUpdateZ(crc uint32, p *byte, n int, tab *crcmath.RevFoldTable) uint32
 // The CPU checks are entryTarget's: it is updateHybridZ only where
 // hasHybridZ holds.
 //
+// noescape holds because no implementation the registry can make active
+// keeps p past its return: every Update only reads p[0:len(p)]. An
+// implementation that retained p would break this declaration.
+//
 //go:noescape
 func updateEntry(crc uint32, p []byte) uint32
