@@ -1458,6 +1458,10 @@ func (g *gen) blocks(copy bool) {
 	}
 	g.loadMask()
 	g.loadLaneConsts()
+	usePairs := g.usePairs(copy)
+	if usePairs {
+		g.loadPairConsts(c.AllocLocal(64 + 32))
+	}
 	g.finalLanes = !copy && V == 64 && g.crc.width == 64 && g.crc.reflected
 	defer func() { g.finalLanes = false }()
 	if g.finalLanes {
@@ -1529,6 +1533,17 @@ func (g *gen) blocks(copy bool) {
 		c.SUBQ(operand.U32(V), n)
 		c.JMP(operand.LabelRef(lLoop))
 		c.Label(lLanes)
+		if usePairs {
+			// The group ends two blocks at a time (pairs_ymm.go).
+			g.reducePairsY(G, n, cur, dst, addr)
+			c.ADDQ(operand.U32(G*g.crc.width/8), dst)
+			c.LEAQ(operand.Mem{Base: p, Index: s1, Scale: uint8(G)}, p)
+			c.SUBQ(operand.U32(G), cnt)
+			c.JNZ(operand.LabelRef(lGroup))
+			g.vzeroupper()
+			c.RET()
+			return
+		}
 		if V == 64 {
 			g.collapseLanesMem(G, slots)
 		} else {
