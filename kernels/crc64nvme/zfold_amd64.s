@@ -1468,10 +1468,18 @@ TEXT ·foldBlocksAVX2(SB), NOSPLIT, $104-72
 	// Fold[2]: forward by 32 bytes.
 	VBROADCASTI128 32(DX), Y8
 
+	// The prefetch distance: pfGroups groups, one from pfLongBlock bytes a block.
+	MOVQ R9, R12
+	SHLQ $0x02, R12
+	CMPQ BX, $0x00000800
+	JAE  bpflongAVX2
+	SHLQ $0x01, R12
+
+bpflongAVX2:
 bgroupAVX2:
 	MOVQ       SI, R13
 	MOVQ       BX, CX
-	LEAQ       (SI)(R9*8), R8
+	LEAQ       (SI)(R12*1), R8
 	PREFETCHT0 (R8)
 	PREFETCHT0 64(R8)
 	ADDQ       $0x00000080, R8
