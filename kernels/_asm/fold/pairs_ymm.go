@@ -7,8 +7,8 @@ import (
 
 // The end of a group in the YMM Blocks kernel (foldBlocksAVX2), which runs
 // once per group of four blocks and on Golden Cove (VPCLMULQDQ ymm and the
-// cross-lane moves on port 5 alone) cost as much as 7-8 of the group's
-// 32-byte steps: each block's lanes collapsed by a cross-lane extract and
+// cross-lane moves on port 5 alone) cost as much as three or four of the
+// group's 32-byte steps: each block's lanes collapsed by a cross-lane extract and
 // two XMM multiplies, then Final and Barrett on XMM, and the result taken
 // out by VPEXTRQ, about six port-5 µops a block. Here the four blocks are
 // reduced two at a time, block 2i in the low 128-bit lane of a YMM register
@@ -29,7 +29,7 @@ import (
 //   - The two registers go out through the frame, and the general registers
 //     read each block's CRC from there (no VPEXTRQ, which takes port 5).
 //
-// Per block that is 1.5 multiplies for the collapse, 1.5 for Final and
+// Per block that is one multiply for the collapse, 1.5 for Final and
 // Barrett, half a lane swap and a few in-lane byte shifts, against 5
 // multiplies, an extract, a VPEXTRQ and two or three byte shifts before.
 
