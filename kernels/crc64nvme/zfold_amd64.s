@@ -1436,8 +1436,8 @@ notailAVX2:
 	RET
 
 // func foldBlocksAVX2(dst []uint64, p []byte, blockLen int, stride int, tab *crcmath.RevFoldTable)
-// Requires: AVX, AVX2, MMX+, PCLMULQDQ, VPCLMULQDQ
-TEXT ·foldBlocksAVX2(SB), NOSPLIT, $8-72
+// Requires: AVX, AVX2, MMX+, VPCLMULQDQ
+TEXT ·foldBlocksAVX2(SB), NOSPLIT, $104-72
 	MOVQ tab+64(FP), DX
 	MOVQ dst_base+0(FP), DI
 	MOVQ dst_len+8(FP), R8
@@ -1456,13 +1456,30 @@ TEXT ·foldBlocksAVX2(SB), NOSPLIT, $8-72
 	// Fold[1] for the 16-byte lanes.
 	VMOVDQU 16(DX), X13
 
+	// The pair reduction: Fold[1], Final, Mu and Poly in both lanes, a zero,
+	// and 64 bytes of the frame from a 32-byte boundary.
+	VBROADCASTI128 16(DX), Y13
+	VBROADCASTI128 1040(DX), Y5
+	VBROADCASTI128 1056(DX), Y6
+	VPXOR          Y4, Y4, Y4
+	LEAQ           39(SP), R11
+	ANDQ           $-32, R11
+
 	// Fold[2]: forward by 32 bytes.
 	VBROADCASTI128 32(DX), Y8
 
+	// The prefetch distance: pfGroups groups, one from pfLongBlock bytes a block.
+	MOVQ R9, R12
+	SHLQ $0x02, R12
+	CMPQ BX, $0x00000800
+	JAE  bpflongAVX2
+	SHLQ $0x01, R12
+
+bpflongAVX2:
 bgroupAVX2:
 	MOVQ       SI, R13
 	MOVQ       BX, CX
-	LEAQ       (SI)(R9*8), R8
+	LEAQ       (SI)(R12*1), R8
 	PREFETCHT0 (R8)
 	PREFETCHT0 64(R8)
 	ADDQ       $0x00000080, R8
@@ -1504,110 +1521,84 @@ bloopAVX2:
 	JMP        bloopAVX2
 
 blanesAVX2:
-	VEXTRACTI128 $0x01, Y0, X14
-	VPCLMULQDQ   $0x00, X13, X0, X11
-	VPCLMULQDQ   $0x11, X13, X0, X0
-	VPXOR        X11, X0, X0
-	VPXOR        X14, X0, X0
-	VEXTRACTI128 $0x01, Y1, X14
-	VPCLMULQDQ   $0x00, X13, X1, X11
-	VPCLMULQDQ   $0x11, X13, X1, X1
-	VPXOR        X11, X1, X1
-	VPXOR        X14, X1, X1
-	VEXTRACTI128 $0x01, Y2, X14
-	VPCLMULQDQ   $0x00, X13, X2, X11
-	VPCLMULQDQ   $0x11, X13, X2, X2
-	VPXOR        X11, X2, X2
-	VPXOR        X14, X2, X2
-	VEXTRACTI128 $0x01, Y3, X14
-	VPCLMULQDQ   $0x00, X13, X3, X11
-	VPCLMULQDQ   $0x11, X13, X3, X3
-	VPXOR        X11, X3, X3
-	VPXOR        X14, X3, X3
-	CMPQ         CX, $0x00000010
-	JB           breduceAVX2
-
-btailloopAVX2:
-	VPCLMULQDQ $0x00, X13, X0, X11
-	VPCLMULQDQ $0x11, X13, X0, X0
-	VPXOR      X11, X0, X0
-	VPXOR      (R13), X0, X0
-	VPCLMULQDQ $0x00, X13, X1, X11
-	VPCLMULQDQ $0x11, X13, X1, X1
-	VPXOR      X11, X1, X1
-	VPXOR      (R13)(R9*1), X1, X1
-	VPCLMULQDQ $0x00, X13, X2, X11
-	VPCLMULQDQ $0x11, X13, X2, X2
-	VPXOR      X11, X2, X2
-	VPXOR      (R13)(R9*2), X2, X2
-	VPCLMULQDQ $0x00, X13, X3, X11
-	VPCLMULQDQ $0x11, X13, X3, X3
-	VPXOR      X11, X3, X3
-	VPXOR      (R13)(R10*1), X3, X3
-	ADDQ       $0x00000010, R13
-	SUBQ       $0x00000010, CX
+	// An odd 16-byte lane left: every accumulator on by one lane, plus {0, D}.
 	CMPQ       CX, $0x00000010
-	JAE        btailloopAVX2
+	JB         bpairsAVX2
+	VPBLENDD   $0xf0, -16(R13), Y4, Y7
+	VPCLMULQDQ $0x00, Y13, Y0, Y11
+	VPCLMULQDQ $0x11, Y13, Y0, Y0
+	VPXOR      Y11, Y0, Y0
+	VPXOR      Y7, Y0, Y0
+	VPBLENDD   $0xf0, -16(R13)(R9*1), Y4, Y7
+	VPCLMULQDQ $0x00, Y13, Y1, Y11
+	VPCLMULQDQ $0x11, Y13, Y1, Y1
+	VPXOR      Y11, Y1, Y1
+	VPXOR      Y7, Y1, Y1
+	VPBLENDD   $0xf0, -16(R13)(R9*2), Y4, Y7
+	VPCLMULQDQ $0x00, Y13, Y2, Y11
+	VPCLMULQDQ $0x11, Y13, Y2, Y2
+	VPXOR      Y11, Y2, Y2
+	VPXOR      Y7, Y2, Y2
+	VPBLENDD   $0xf0, -16(R13)(R10*1), Y4, Y7
+	VPCLMULQDQ $0x00, Y13, Y3, Y11
+	VPCLMULQDQ $0x11, Y13, Y3, Y3
+	VPXOR      Y11, Y3, Y3
+	VPXOR      Y7, Y3, Y3
 
-breduceAVX2:
-	VPCLMULQDQ $0x00, 1040(DX), X0, X11
-	VPSRLDQ    $0x08, X0, X12
-	VPXOR      X12, X11, X11
-	VPCLMULQDQ $0x00, 1056(DX), X11, X14
-	VPSLLQ     $0x01, X14, X14
-	VPXOR      X14, X11, X12
-	VPCLMULQDQ $0x10, 1056(DX), X12, X14
-	VPSLLQ     $0x01, X14, X12
-	VPSRLQ     $0x3f, X14, X14
-	VPSLLDQ    $0x08, X14, X14
-	VPXOR      X14, X12, X12
-	VPXOR      X12, X11, X11
-	VPEXTRQ    $0x01, X11, AX
+bpairsAVX2:
+	// Blocks 2i and 2i+1: x = their first lanes, y = their last lanes.
+	VPERM2I128 $0x21, Y1, Y0, Y15
+	VPBLENDD   $0xf0, Y15, Y0, Y11
+	VPBLENDD   $0xf0, Y1, Y15, Y12
+	VPCLMULQDQ $0x00, Y13, Y11, Y14
+	VPCLMULQDQ $0x11, Y13, Y11, Y11
+	VPXOR      Y14, Y11, Y11
+	VPXOR      Y12, Y11, Y11
+	VPCLMULQDQ $0x00, Y5, Y11, Y12
+	VPSRLDQ    $0x08, Y11, Y14
+	VPXOR      Y14, Y12, Y12
+	VPCLMULQDQ $0x00, Y6, Y12, Y15
+	VPSLLQ     $0x01, Y15, Y15
+	VPXOR      Y15, Y12, Y14
+	VPCLMULQDQ $0x10, Y6, Y14, Y15
+	VPSLLQ     $0x01, Y15, Y14
+	VPSRLQ     $0x3f, Y15, Y15
+	VPSLLDQ    $0x08, Y15, Y15
+	VPXOR      Y15, Y14, Y14
+	VPXOR      Y14, Y12, Y12
+	VMOVDQU    Y12, (R11)
+
+	// Blocks 2i and 2i+1: x = their first lanes, y = their last lanes.
+	VPERM2I128 $0x21, Y3, Y2, Y15
+	VPBLENDD   $0xf0, Y15, Y2, Y11
+	VPBLENDD   $0xf0, Y3, Y15, Y12
+	VPCLMULQDQ $0x00, Y13, Y11, Y14
+	VPCLMULQDQ $0x11, Y13, Y11, Y11
+	VPXOR      Y14, Y11, Y11
+	VPXOR      Y12, Y11, Y11
+	VPCLMULQDQ $0x00, Y5, Y11, Y12
+	VPSRLDQ    $0x08, Y11, Y14
+	VPXOR      Y14, Y12, Y12
+	VPCLMULQDQ $0x00, Y6, Y12, Y15
+	VPSLLQ     $0x01, Y15, Y15
+	VPXOR      Y15, Y12, Y14
+	VPCLMULQDQ $0x10, Y6, Y14, Y15
+	VPSLLQ     $0x01, Y15, Y14
+	VPSRLQ     $0x3f, Y15, Y15
+	VPSLLDQ    $0x08, Y15, Y15
+	VPXOR      Y15, Y14, Y14
+	VPXOR      Y14, Y12, Y12
+	VMOVDQU    Y12, 32(R11)
+	MOVQ       8(R11), AX
 	NOTQ       AX
 	MOVQ       AX, (DI)
-	VPCLMULQDQ $0x00, 1040(DX), X1, X11
-	VPSRLDQ    $0x08, X1, X12
-	VPXOR      X12, X11, X11
-	VPCLMULQDQ $0x00, 1056(DX), X11, X14
-	VPSLLQ     $0x01, X14, X14
-	VPXOR      X14, X11, X12
-	VPCLMULQDQ $0x10, 1056(DX), X12, X14
-	VPSLLQ     $0x01, X14, X12
-	VPSRLQ     $0x3f, X14, X14
-	VPSLLDQ    $0x08, X14, X14
-	VPXOR      X14, X12, X12
-	VPXOR      X12, X11, X11
-	VPEXTRQ    $0x01, X11, AX
+	MOVQ       24(R11), AX
 	NOTQ       AX
 	MOVQ       AX, 8(DI)
-	VPCLMULQDQ $0x00, 1040(DX), X2, X11
-	VPSRLDQ    $0x08, X2, X12
-	VPXOR      X12, X11, X11
-	VPCLMULQDQ $0x00, 1056(DX), X11, X14
-	VPSLLQ     $0x01, X14, X14
-	VPXOR      X14, X11, X12
-	VPCLMULQDQ $0x10, 1056(DX), X12, X14
-	VPSLLQ     $0x01, X14, X12
-	VPSRLQ     $0x3f, X14, X14
-	VPSLLDQ    $0x08, X14, X14
-	VPXOR      X14, X12, X12
-	VPXOR      X12, X11, X11
-	VPEXTRQ    $0x01, X11, AX
+	MOVQ       40(R11), AX
 	NOTQ       AX
 	MOVQ       AX, 16(DI)
-	VPCLMULQDQ $0x00, 1040(DX), X3, X11
-	VPSRLDQ    $0x08, X3, X12
-	VPXOR      X12, X11, X11
-	VPCLMULQDQ $0x00, 1056(DX), X11, X14
-	VPSLLQ     $0x01, X14, X14
-	VPXOR      X14, X11, X12
-	VPCLMULQDQ $0x10, 1056(DX), X12, X14
-	VPSLLQ     $0x01, X14, X12
-	VPSRLQ     $0x3f, X14, X14
-	VPSLLDQ    $0x08, X14, X14
-	VPXOR      X14, X12, X12
-	VPXOR      X12, X11, X11
-	VPEXTRQ    $0x01, X11, AX
+	MOVQ       56(R11), AX
 	NOTQ       AX
 	MOVQ       AX, 24(DI)
 	ADDQ       $0x00000020, DI

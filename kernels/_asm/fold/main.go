@@ -1295,7 +1295,11 @@ func (g *gen) store(r reg.GPPhysical, m operand.Mem) {
 // blocks from L2, two groups ahead (32 KiB) crowded the 48 KiB L1 that the
 // group being read shares with them (CRC-64/NVME Blocks 4096/4096 against
 // ISA-L by16_10: 0.94 two groups ahead, 1.00-1.04 one), while 512-byte
-// blocks ran faster two ahead (1.01-1.03 against 0.97-0.98).
+// blocks ran faster two ahead (1.01-1.03 against 0.97-0.98). The
+// non-copying YMM kernel does the same: two groups of 4 KiB blocks ahead
+// are the whole 32 KiB L1 of Zen 3, and on Emerald Rapids T10-DIF Blocks
+// 4096/4104 against ISA-L's AVX2 kernel went from 1.02-1.03 to 1.05-1.06
+// with one (docs/perf/fold-avx2.md).
 const (
 	pfGroups    = 2
 	pfDisp      = 0
@@ -1458,6 +1462,10 @@ func (g *gen) blocks(copy bool) {
 	}
 	g.loadMask()
 	g.loadLaneConsts()
+	usePairs := g.usePairs(copy)
+	if usePairs {
+		g.loadPairConsts(c.AllocLocal(64 + 32))
+	}
 	g.finalLanes = !copy && V == 64 && g.crc.width == 64 && g.crc.reflected
 	defer func() { g.finalLanes = false }()
 	if g.finalLanes {
@@ -1474,7 +1482,7 @@ func (g *gen) blocks(copy bool) {
 		g.bcast(g.V(rK8), g.fold(8))
 	}
 
-	if V == 64 {
+	if V == 64 || usePairs {
 		if G > 4 {
 			panic("blocks: R12 holds a stride multiple for G > 4")
 		}
@@ -1496,7 +1504,7 @@ func (g *gen) blocks(copy bool) {
 	c.Label(lGroup)
 	c.MOVQ(p, cur)
 	c.MOVQ(blockLen, n)
-	if V == 64 {
+	if V == 64 || usePairs {
 		c.LEAQ(operand.Mem{Base: p, Index: pfDist, Scale: 1, Disp: pfDisp}, rSeq)
 	} else {
 		c.LEAQ(operand.Mem{Base: p, Index: s1, Scale: uint8(G * pfGroups), Disp: pfDisp}, rSeq)
@@ -1529,6 +1537,17 @@ func (g *gen) blocks(copy bool) {
 		c.SUBQ(operand.U32(V), n)
 		c.JMP(operand.LabelRef(lLoop))
 		c.Label(lLanes)
+		if usePairs {
+			// The group ends two blocks at a time (pairs_ymm.go).
+			g.reducePairsY(G, n, cur, dst, addr)
+			c.ADDQ(operand.U32(G*g.crc.width/8), dst)
+			c.LEAQ(operand.Mem{Base: p, Index: s1, Scale: uint8(G)}, p)
+			c.SUBQ(operand.U32(G), cnt)
+			c.JNZ(operand.LabelRef(lGroup))
+			g.vzeroupper()
+			c.RET()
+			return
+		}
 		if V == 64 {
 			g.collapseLanesMem(G, slots)
 		} else {

@@ -846,6 +846,42 @@ func (m *Machine) step(p *Program, fn string, in instr, pc *int) bool {
 			r[2*l], r[2*l+1] = src[2*k], src[2*k+1]
 		}
 		m.setVec(last(), r)
+	case "VPERM2I128":
+		// Intel: dst, src1, src2/m256, imm: each 128-bit half of dst is
+		// the lane imm[1:0] (low half) or imm[5:4] (high half) of
+		// {src1.lo, src1.hi, src2.lo, src2.hi}, or zero where imm[3]
+		// (imm[7]) is set. Go: imm, src2/m256, src1, dst.
+		if len(a) != 4 || a[0].kind != opImm || a[2].kind != opVec || w != 32 {
+			panic(fault("operand form not modelled"))
+		}
+		imm := a[0].imm
+		s2, s1 := m.vecVal(a[1], 32), m.vecVal(a[2], 32)
+		src := [4][2]uint64{{s1[0], s1[1]}, {s1[2], s1[3]}, {s2[0], s2[1]}, {s2[2], s2[3]}}
+		var r [8]uint64
+		for h := 0; h < 2; h++ {
+			sel := imm >> (4 * h)
+			if sel&8 == 0 {
+				r[2*h], r[2*h+1] = src[sel&3][0], src[sel&3][1]
+			}
+		}
+		m.setVec(last(), r)
+	case "VPBLENDD":
+		// Intel: dst, src1, src2/m, imm: doubleword i of dst is src2's
+		// where imm bit i is set, else src1's. Go: imm, src2/m, src1, dst.
+		if len(a) != 4 || a[0].kind != opImm || a[2].kind != opVec || w > 32 {
+			panic(fault("operand form not modelled"))
+		}
+		imm := a[0].imm
+		s2, s1 := m.vecVal(a[1], w), m.vecVal(a[2], w)
+		var r [8]uint64
+		for i := 0; i < w/4; i++ {
+			d := s1[i/2] >> (32 * (i % 2)) & 0xffffffff
+			if imm>>i&1 != 0 {
+				d = s2[i/2] >> (32 * (i % 2)) & 0xffffffff
+			}
+			r[i/2] |= d << (32 * (i % 2))
+		}
+		m.setVec(last(), r)
 	default:
 		if !m.stepPoly(in, w) { // poly.go
 			panic(fault("instruction not modelled"))
