@@ -226,7 +226,7 @@ func FuzzBlocksCopy(f *testing.F) {
 			return
 		}
 		p := data[:(cnt-1)*stride+bl]
-		for _, name := range []string{"pair", "avx", "generic"} {
+		for _, name := range []string{"avx512", "pair", "avx", "generic"} {
 			t.Run(fmt.Sprint(name), func(t *testing.T) {
 				defer impl.Reset(pkgName)
 				if impl.Select(pkgName, name) != nil {
