@@ -40,6 +40,14 @@ const zRun = 16
 // block's accumulator into its Partial; a last odd block and the blocks of
 // other lengths take the generic path. The layout was checked.
 func blocksCopyZ(dst []uint16, sums []uint32, parts []poly1305.Partial, q, p []byte, blockLen, stride int, key *poly1305.Key) {
+	blocksCopyZK(false, dst, sums, parts, q, p, blockLen, stride, key)
+}
+
+func blocksCopyZS(dst []uint16, sums []uint32, parts []poly1305.Partial, q, p []byte, blockLen, stride int, key *poly1305.Key) {
+	blocksCopyZK(true, dst, sums, parts, q, p, blockLen, stride, key)
+}
+
+func blocksCopyZK(stream bool, dst []uint16, sums []uint32, parts []poly1305.Partial, q, p []byte, blockLen, stride int, key *poly1305.Key) {
 	g := len(dst) &^ (fusedZGroup - 1)
 	if blockLen < 64 || blockLen%64 != 0 {
 		g = 0
@@ -48,7 +56,11 @@ func blocksCopyZ(dst []uint16, sums []uint32, parts []poly1305.Partial, q, p []b
 	var h [zRun * fusedZHWords]uint64
 	for i := 0; i < g; i += zRun * fusedZGroup {
 		m := min(zRun*fusedZGroup, g-i)
-		fusedPolyCopyZ(dst[i:i+m], sums[i:i+m], h[:m/fusedZGroup*fusedZHWords], q[i*stride:], p[i*stride:], blockLen, stride, foldTable, foldTableR, foldTable32, kt)
+		if stream {
+			fusedPolyCopyZS(dst[i:i+m], sums[i:i+m], h[:m/fusedZGroup*fusedZHWords], q[i*stride:], p[i*stride:], blockLen, stride, foldTable, foldTableR, foldTable32, kt)
+		} else {
+			fusedPolyCopyZ(dst[i:i+m], sums[i:i+m], h[:m/fusedZGroup*fusedZHWords], q[i*stride:], p[i*stride:], blockLen, stride, foldTable, foldTableR, foldTable32, kt)
+		}
 		for b := range m {
 			w := h[b/fusedZGroup*fusedZHWords:]
 			l := b % fusedZGroup

@@ -65,6 +65,7 @@ import (
 	"github.com/mmcloughlin/avo/attr"
 	"github.com/mmcloughlin/avo/build"
 	"github.com/mmcloughlin/avo/gotypes"
+	"github.com/mmcloughlin/avo/ir"
 	"github.com/mmcloughlin/avo/operand"
 	"github.com/mmcloughlin/avo/reg"
 )
@@ -121,13 +122,17 @@ var (
 	zrS              = reg.R9               // stride
 	zrBase, zrQBase  = reg.R10, reg.R13     // the pair's block 0 in p and q
 	zrP, zrQ         = reg.RSI, reg.R14     // the step's row of block 0 in p and q
-	zrN, zrRows      = reg.RCX, reg.RAX     // rows left; rows of a block
+	zrN              = reg.RCX              // rows left
 	zrDst, zrSums    = reg.R11, reg.R12     // the pair's guard and sum
-	zrCnt, zrT, zrT2 = reg.RBX, reg.RDX, reg.R15
+	zrCnt, zrT       = reg.RBX, reg.RDX
+	zrCRC            = [2]reg.GPPhysical{reg.RAX, reg.R15} // the CRC32Q streams
 )
 
 type zgen struct {
-	c *build.Context
+	*gen // c, and record and interleave
+	// stream: the sums run as CRC32Q streams over q, a row behind,
+	// rather than folded.
+	stream bool
 	// DATA: the byte reversal of a lane (16 bytes), the bit-reversal
 	// matrix, the limb masks, and the mask of a vector's last lane.
 	bswap, bitrev, masks, last4 operand.Mem
@@ -185,15 +190,40 @@ func (z *zgen) row(t int, first bool, use func(i int)) {
 		c.VMOVDQU64(r, blockMem(zrQ, b, 64*t))
 		c.PREFETCHT0(blockMem(zrQ, b, 64*t+zPrefetch))
 	}
+	var crc []*ir.Instruction
+	if z.stream && !first {
+		crc = z.record(func() { z.crcRow(zrQ, 64*(t-1)) })
+	}
+	vec := z.record(func() { z.rowVec(first, use) })
+	z.interleave(vec, crc)
+}
+
+// crcRow emits the CRC32Q streams of both blocks over the 64 bytes at
+// disp from base in q.
+func (z *zgen) crcRow(base reg.Register, disp int) {
+	for i := 0; i < 8; i++ {
+		for b := range zRow {
+			z.c.CRC32Q(blockMem(base, b, disp+8*i), zrCRC[b])
+		}
+	}
+}
+
+// rowVec is row's vector part, after the loads and stores.
+func (z *zgen) rowVec(first bool, use func(i int)) {
+	c := z.c
 	for b, r := range zRow {
 		if first {
 			c.VGF2P8AFFINEQB(operand.U8(0), zBrev, r, zGAcc[b])
-			c.VPXORQ(zInit, r, zSAcc[b])
+			if !z.stream {
+				c.VPXORQ(zInit, r, zSAcc[b])
+			}
 			continue
 		}
 		c.VGF2P8AFFINEQB(operand.U8(0), zBrev, r, zCE)
 		z.fold(zGAcc[b], zKT, zCE)
-		z.fold(zSAcc[b], zKC, r)
+		if !z.stream {
+			z.fold(zSAcc[b], zKC, r)
+		}
 	}
 	c.VPUNPCKHQDQ(zRow[1], zRow[0], zHi) // hi words: lane 2s+b chunk s of the row of block b
 	c.VPUNPCKLQDQ(zRow[1], zRow[0], zLo) // lo words
@@ -280,18 +310,21 @@ func (z *zgen) step(rows int, last, first bool) {
 	for t := 0; t < rows; t++ {
 		switch {
 		case t == 0:
-			z.row(0, first, func(i int) { c.VPADDQ(zL, zH[i], zH[i]) })
-			for i := 0; i < 3; i++ {
-				if pow(0) == 0 {
-					c.VPADDQ(zH[i], zDLo[i], zDLo[i])
-				} else {
-					z.madd(zH[i], i, pow(0))
-				}
-			}
+			z.row(0, first, func(i int) { z.c.VPADDQ(zL, zH[i], zH[i]) })
 		case pow(t) == 0:
-			z.row(t, false, func(i int) { c.VPADDQ(zL, zDLo[i], zDLo[i]) })
+			z.row(t, false, func(i int) { z.c.VPADDQ(zL, zDLo[i], zDLo[i]) })
 		default:
 			z.row(t, false, func(i int) { z.madd(zL, i, pow(t)) })
+		}
+	}
+	// (h + row 0) times its power last: the accumulators' chains of
+	// dependent multiplies then take rows 1.. first, which do not wait for
+	// the previous step's carries.
+	for i := 0; i < 3; i++ {
+		if pow(0) == 0 {
+			c.VPADDQ(zH[i], zDLo[i], zDLo[i])
+		} else {
+			z.madd(zH[i], i, pow(0))
 		}
 	}
 	z.combine()
@@ -361,6 +394,9 @@ func (z *zgen) crcEnd() {
 	// plus its last lane as it is: congruent to a_j, in one lane's reach
 	// once the lanes are summed.
 	accs := []reg.VecPhysical{zGAcc[0], zGAcc[1], zSAcc[0], zSAcc[1]}
+	if z.stream {
+		accs = accs[:2]
+	}
 	w := []reg.VecPhysical{zH[0], zH[1], zH[2], zDLo[0]}
 	for j, a := range accs {
 		k := kR
@@ -375,9 +411,13 @@ func (z *zgen) crcEnd() {
 	}
 	// Transpose: lanes {0,1} and {2,3} of two vectors paired and summed,
 	// then lanes {0,2} and {1,3}: lane j of the result is w_j's four
-	// lanes summed.
+	// lanes summed (with the sums streamed, the guards' pair in lanes 0,
+	// 1 and again in 2, 3).
 	x := []reg.VecPhysical{zDLo[1], zDLo[2]}
-	for i := 0; i < 2; i++ {
+	if z.stream {
+		x[1] = x[0]
+	}
+	for i := 0; i < len(accs)/2; i++ {
 		c.VSHUFI64X2(operand.U8(0x44), w[2*i+1], w[2*i], zLo) // lanes 0,1 of each
 		c.VSHUFI64X2(operand.U8(0xee), w[2*i+1], w[2*i], zHi) // lanes 2,3 of each
 		c.VPXORQ(zLo, zHi, x[i])
@@ -386,15 +426,8 @@ func (z *zgen) crcEnd() {
 	c.VSHUFI64X2(operand.U8(0x88), x[1], x[0], zLo) // lanes 0,2 of each
 	c.VSHUFI64X2(operand.U8(0xdd), x[1], x[0], zHi) // lanes 1,3 of each
 	c.VPXORQ(zLo, zHi, zz)
-	c.VMOVDQU64(zz, z.frame)
-	c.Comment("The sums: lanes 2 and 3, each a 16-byte message congruent to its",
-		"block, through CRC32Q from zero.")
-	for b := 0; b < zGroup; b++ {
-		c.XORL(zrT.As32(), zrT.As32())
-		c.CRC32Q(z.frame.Offset(16*(2+b)), zrT)
-		c.CRC32Q(z.frame.Offset(16*(2+b)+8), zrT)
-		c.NOTL(zrT.As32())
-		c.MOVL(zrT.As32(), mem(zrSums, 4*b))
+	if !z.stream {
+		z.sumLanes(zz)
 	}
 	c.Comment("The guards: lanes 0 and 1, bits of every byte and then the bytes",
 		"reversed (the unreflected domain), Barrett-reduced.")
@@ -410,6 +443,21 @@ func (z *zgen) crcEnd() {
 	for b := 0; b < zGroup; b++ {
 		c.MOVWQZX(z.frame.Offset(16*b), zrT)
 		c.MOVW(zrT.As16(), mem(zrDst, 2*b))
+	}
+}
+
+// sumLanes finalises the folded sums from lanes 2 and 3 of zz.
+func (z *zgen) sumLanes(zz reg.VecPhysical) {
+	c := z.c
+	c.VMOVDQU64(zz, z.frame)
+	c.Comment("The sums: lanes 2 and 3, each a 16-byte message congruent to its",
+		"block, through CRC32Q from zero.")
+	for b := 0; b < zGroup; b++ {
+		c.XORL(zrT.As32(), zrT.As32())
+		c.CRC32Q(z.frame.Offset(16*(2+b)), zrT)
+		c.CRC32Q(z.frame.Offset(16*(2+b)+8), zrT)
+		c.NOTL(zrT.As32())
+		c.MOVL(zrT.As32(), mem(zrSums, 4*b))
 	}
 }
 
@@ -431,10 +479,11 @@ func reduceZ(c *build.Context, x, fin, muP reg.VecPhysical) {
 	c.VPXORQ(k, t, x)                         // low w bits: the CRC
 }
 
-// kernelZ emits fusedPolyCopyZ.
-func (z *zgen) kernelZ() {
+// kernelZ emits the kernel name, with the sums streamed or folded.
+func (z *zgen) kernelZ(name string, stream bool) {
+	z.stream = stream
 	c := z.c
-	c.Function("fusedPolyCopyZ")
+	c.Function(name)
 	c.Attributes(attr.NOSPLIT)
 	c.Signature(zSig())
 	z.frame = c.AllocLocal(64)
@@ -447,8 +496,6 @@ func (z *zgen) kernelZ() {
 	c.Load(c.Param("p").Base(), zrBase)
 	c.Load(c.Param("q").Base(), zrQBase)
 	c.Load(c.Param("stride"), zrS)
-	c.Load(c.Param("blockLen"), zrRows)
-	c.SHRQ(operand.U8(6), zrRows)
 	c.Load(c.Param("key"), zrKey)
 	c.VPBROADCASTQ(z.masks, zM44)
 	c.VPBROADCASTQ(z.masks.Offset(8), zM42)
@@ -470,7 +517,13 @@ func (z *zgen) kernelZ() {
 	c.Comment("A pair: blocks b = 0, 1 at p + b*stride; h from zero.")
 	c.MOVQ(zrBase, zrP)
 	c.MOVQ(zrQBase, zrQ)
-	c.MOVQ(zrRows, zrN)
+	c.Load(c.Param("blockLen"), zrN)
+	c.SHRQ(operand.U8(6), zrN)
+	if z.stream {
+		for _, r := range zrCRC {
+			c.MOVL(operand.U32(0xffffffff), r.As32())
+		}
+	}
 	for k := 0; k < 3; k++ {
 		c.VPXORQ(zH[k], zH[k], zH[k])
 	}
@@ -506,6 +559,14 @@ func (z *zgen) kernelZ() {
 	}
 
 	c.Label("endZ")
+	if z.stream {
+		c.Comment("The CRC-32C streams over the last row.")
+		z.crcRow(zrQ, -64)
+		for b, r := range zrCRC {
+			c.NOTL(r.As32())
+			c.MOVL(r.As32(), mem(zrSums, 4*b))
+		}
+	}
 	z.sumStreams()
 	z.crcEnd()
 	c.ADDQ(operand.U32(8*zHWords), zrH)
@@ -521,7 +582,7 @@ func (z *zgen) kernelZ() {
 
 // zData adds the AVX-512 kernel's constants to c.
 func zData(c *build.Context, bswap operand.Mem) *zgen {
-	z := &zgen{c: c, bswap: bswap}
+	z := &zgen{gen: &gen{c: c}, bswap: bswap}
 	z.bitrev = c.StaticGlobal("fusedPolyBitrev")
 	c.DataAttributes(attr.RODATA | attr.NOPTR)
 	// VGF2P8AFFINEQB matrix that reverses the bits of a byte: result bit i
