@@ -118,14 +118,14 @@ var (
 	zK16             = [5]reg.VecPhysical{reg.Z26, reg.Z27, reg.Z28, reg.Z29, reg.Z30}
 	zInit            = reg.Z31
 
-	zrKey, zrH       = reg.RDI, reg.R8
-	zrS              = reg.R9               // stride
-	zrBase, zrQBase  = reg.R10, reg.R13     // the pair's block 0 in p and q
-	zrP, zrQ         = reg.RSI, reg.R14     // the step's row of block 0 in p and q
-	zrN              = reg.RCX              // rows left
-	zrDst, zrSums    = reg.R11, reg.R12     // the pair's guard and sum
-	zrCnt, zrT       = reg.RBX, reg.RDX
-	zrCRC            = [2]reg.GPPhysical{reg.RAX, reg.R15} // the CRC32Q streams
+	zrKey, zrH      = reg.RDI, reg.R8
+	zrS             = reg.R9           // stride
+	zrBase, zrQBase = reg.R10, reg.R13 // the pair's block 0 in p and q
+	zrP, zrQ        = reg.RSI, reg.R14 // the step's row of block 0 in p and q
+	zrN             = reg.RCX          // rows left
+	zrDst, zrSums   = reg.R11, reg.R12 // the pair's guard and sum
+	zrCnt, zrT      = reg.RBX, reg.RDX
+	zrCRC           = [2]reg.GPPhysical{reg.RAX, reg.R15} // the CRC32Q streams
 )
 
 type zgen struct {
