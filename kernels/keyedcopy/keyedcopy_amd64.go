@@ -25,7 +25,6 @@ var hasPair = cpu.X86.HasAVX512F && cpu.X86.HasAVX512IFMA && cpu.X86.HasAVX512VP
 
 func registerArch() {
 	impl.Register(pkgName, "avx512", hasZ, func() { blocksCopy, fused = blocksCopyZ, true })
-	impl.Register(pkgName, "avx512s", hasZ, func() { blocksCopy, fused = blocksCopyZS, true })
 	impl.Register(pkgName, "pair", hasPair, func() { blocksCopy, fused = blocksCopyPair, true })
 	impl.Register(pkgName, "avx", hasFused, func() { blocksCopy, fused = blocksCopyAVX, true })
 }

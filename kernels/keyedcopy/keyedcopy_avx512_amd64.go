@@ -11,12 +11,23 @@ import (
 // The avx512 implementation: fusedPolyCopyZ (kernels/_asm/fusedpoly,
 // zmm.go), one pass over each pair of blocks that copies them, folds the
 // guard and the sector sum from the loaded rows and runs Poly1305 in the
-// IFMA lanes of poly1305's avx512ifma kernels.
+// IFMA lanes of poly1305's avx512ifma kernels, for blocks of at least
+// zMinLen bytes; shorter ones take pair's two passes (see zMinLen).
 
 // hasZ: the CPU features of fusedPolyCopyZ (AVX-512 F and BW, IFMA,
-// VPCLMULQDQ and GFNI on ZMM registers).
-var hasZ = cpu.X86.HasAVX512F && cpu.X86.HasAVX512BW && cpu.X86.HasAVX512IFMA &&
-	cpu.X86.HasAVX512VPCLMULQDQ && cpu.X86.HasAVX512GFNI
+// VPCLMULQDQ and GFNI on ZMM registers) and of pair, its path for short
+// blocks.
+var hasZ = cpu.X86.HasAVX512BW && cpu.X86.HasAVX512GFNI && hasPair
+
+// zMinLen is the shortest block fusedPolyCopyZ takes. The one pass and
+// pair's two issue the same vector µops (the guard's and the sum's folds,
+// the IFMA lanes) on the same two ports, so the one pass gains only the
+// second pass's loads and the overlap of the copy's stores, and each pair
+// of blocks ends with its own lane sums and CRC reductions. On Emerald
+// Rapids (docs/performance.md) it ran 3-5% ahead of pair at 4 KiB blocks,
+// level at 1 and 2 KiB and 8-10% behind at 512 bytes, where those ends
+// weigh the most.
+const zMinLen = 2048
 
 // t10Reflected is CRC-16/T10-DIF reflected (the same polynomial, input and
 // output reflected), in which fusedPolyCopyZ folds the guard: its CRC of a
@@ -35,32 +46,22 @@ var (
 // accumulators stay on the stack.
 const zRun = 16
 
-// blocksCopyZ runs fusedPolyCopyZ over the whole pairs of blocks (if
-// blockLen is a positive multiple of 64), zRun pairs a call, and turns each
-// block's accumulator into its Partial; a last odd block and the blocks of
-// other lengths take the generic path. The layout was checked.
+// blocksCopyZ runs fusedPolyCopyZ over the whole pairs of blocks if
+// blockLen is a multiple of 64 of at least zMinLen, zRun pairs a call, and
+// turns each block's accumulator into its Partial; a last odd block takes
+// the generic path, and blocks of other lengths pair's. The layout was
+// checked.
 func blocksCopyZ(dst []uint16, sums []uint32, parts []poly1305.Partial, q, p []byte, blockLen, stride int, key *poly1305.Key) {
-	blocksCopyZK(false, dst, sums, parts, q, p, blockLen, stride, key)
-}
-
-func blocksCopyZS(dst []uint16, sums []uint32, parts []poly1305.Partial, q, p []byte, blockLen, stride int, key *poly1305.Key) {
-	blocksCopyZK(true, dst, sums, parts, q, p, blockLen, stride, key)
-}
-
-func blocksCopyZK(stream bool, dst []uint16, sums []uint32, parts []poly1305.Partial, q, p []byte, blockLen, stride int, key *poly1305.Key) {
-	g := len(dst) &^ (fusedZGroup - 1)
-	if blockLen < 64 || blockLen%64 != 0 {
-		g = 0
+	if blockLen < zMinLen || blockLen%64 != 0 {
+		blocksCopyPair(dst, sums, parts, q, p, blockLen, stride, key)
+		return
 	}
+	g := len(dst) &^ (fusedZGroup - 1)
 	kt := (*[fusedZKeyWords]uint64)(key.IFMAKey())
 	var h [zRun * fusedZHWords]uint64
 	for i := 0; i < g; i += zRun * fusedZGroup {
 		m := min(zRun*fusedZGroup, g-i)
-		if stream {
-			fusedPolyCopyZS(dst[i:i+m], sums[i:i+m], h[:m/fusedZGroup*fusedZHWords], q[i*stride:], p[i*stride:], blockLen, stride, foldTable, foldTableR, foldTable32, kt)
-		} else {
-			fusedPolyCopyZ(dst[i:i+m], sums[i:i+m], h[:m/fusedZGroup*fusedZHWords], q[i*stride:], p[i*stride:], blockLen, stride, foldTable, foldTableR, foldTable32, kt)
-		}
+		fusedPolyCopyZ(dst[i:i+m], sums[i:i+m], h[:m/fusedZGroup*fusedZHWords], q[i*stride:], p[i*stride:], blockLen, stride, foldTable, foldTableR, foldTable32, kt)
 		for b := range m {
 			w := h[b/fusedZGroup*fusedZHWords:]
 			l := b % fusedZGroup

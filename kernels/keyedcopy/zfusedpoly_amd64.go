@@ -71,10 +71,3 @@ const (
 //
 //go:noescape
 func fusedPolyCopyZ(dst []uint16, sums []uint32, h []uint64, q, p []byte, blockLen, stride int, tab, tabR, tab32 *crcmath.RevFoldTable, key *[280]uint64)
-
-// fusedPolyCopyZS is fusedPolyCopyZ with the CRC-32C sums run as CRC32Q
-// streams over the bytes stored to q (a row behind) instead of folded; the
-// same contract (tab32 is not read).
-//
-//go:noescape
-func fusedPolyCopyZS(dst []uint16, sums []uint32, h []uint64, q, p []byte, blockLen, stride int, tab, tabR, tab32 *crcmath.RevFoldTable, key *[280]uint64)

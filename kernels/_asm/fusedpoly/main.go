@@ -178,9 +178,7 @@ func generate(cmd []string) (asm, src []byte, err error) {
 	}
 	g := &gen{c: c, bswap: consts, mask: consts.Offset(32), pad: consts.Offset(64)}
 	g.kernel()
-	z := zData(c, consts)
-	z.kernelZ("fusedPolyCopyZ", false)
-	z.kernelZ("fusedPolyCopyZS", true)
+	zData(c, consts).kernelZ()
 	if g.err != nil {
 		return nil, nil, g.err
 	}
@@ -613,12 +611,6 @@ const (
 //go:noescape
 func fusedPolyCopyZ(dst []uint16, sums []uint32, h []uint64, q, p []byte, blockLen, stride int, tab, tabR, tab32 *crcmath.RevFoldTable, key *[%[11]d]uint64)
 
-// fusedPolyCopyZS is fusedPolyCopyZ with the CRC-32C sums run as CRC32Q
-// streams over the bytes stored to q (a row behind) instead of folded; the
-// same contract (tab32 is not read).
-//
-//go:noescape
-func fusedPolyCopyZS(dst []uint16, sums []uint32, h []uint64, q, p []byte, blockLen, stride int, tab, tabR, tab32 *crcmath.RevFoldTable, key *[%[11]d]uint64)
 `, tableFold, tableFinal, tableMu, tablePoly, group, hWords, stepLen, keyWords, zGroup, zHWords, key44Words, scaffold.TableRev)
 	return scaffold.Go(b.Bytes())
 }

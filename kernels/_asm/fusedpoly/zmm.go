@@ -29,13 +29,21 @@ package main
 // runs the products of rows 1..3, which do not depend on h, beside the
 // previous step's carry chain.
 //
-// Why one pass. The two-pass form on these CPUs (keyedcopy's pair:
-// fusedBlocksCopyZG, then lanesIFMAS over the copy, 16 KiB of blocks at a
-// time) loads every byte twice and issues its CRC work (ports 0 and 5 on
-// Golden Cove: GF2P8AFFINEQB, VPCLMULQDQ) and its IFMA work (ports 0 and
-// 5) apart; here they share the loop, and the copy's stores overlap the
-// arithmetic.
-//
+// What one pass gains. The two-pass form on these CPUs (keyedcopy's
+// pair: fusedBlocksCopyZG, then lanesIFMAS over the copy, 16 KiB of
+// blocks at a time) issues the same vector µops: the folds' VPCLMULQDQ
+// and GF2P8AFFINEQB, the lanes' VPMADD52LUQ/HUQ, shuffles and carries, on
+// ports 0 and 5 of Golden Cove, which bound both. One pass saves the
+// second pass's loads (its rows, and the copy read back from L1) and lets
+// the copy's stores and the source's misses overlap the arithmetic; each
+// pair of blocks then ends with its own lane sums and CRC reductions, which
+// weigh on short blocks. So keyedcopy takes this kernel for blocks from 2
+// KiB and pair's passes below (docs/performance.md has the measurements
+// and llvm-mca's view of the loop). The sums as CRC32Q streams over q
+// (port 1 instead of 5) measured no faster: a 512-bit µop on port 0 keeps
+// port 1 from issuing (docs/perf/crc32c-avx512.md), and the IFMA
+// multiplies are 512-bit µops on port 0.
+
 // Registers: every ZMM register is taken in the loop. Z0, Z1 the rows of
 // blocks 0 and 1; Z2..Z5 the lanes' lo and hi words, the limb and a
 // temporary; Z6..Z8 h; Z9..Z14 the lo and hi accumulators; Z15, Z16 the
@@ -65,7 +73,6 @@ import (
 	"github.com/mmcloughlin/avo/attr"
 	"github.com/mmcloughlin/avo/build"
 	"github.com/mmcloughlin/avo/gotypes"
-	"github.com/mmcloughlin/avo/ir"
 	"github.com/mmcloughlin/avo/operand"
 	"github.com/mmcloughlin/avo/reg"
 )
@@ -125,14 +132,10 @@ var (
 	zrN             = reg.RCX          // rows left
 	zrDst, zrSums   = reg.R11, reg.R12 // the pair's guard and sum
 	zrCnt, zrT      = reg.RBX, reg.RDX
-	zrCRC           = [2]reg.GPPhysical{reg.RAX, reg.R15} // the CRC32Q streams
 )
 
 type zgen struct {
-	*gen // c, and record and interleave
-	// stream: the sums run as CRC32Q streams over q, a row behind,
-	// rather than folded.
-	stream bool
+	c *build.Context
 	// DATA: the byte reversal of a lane (16 bytes), the bit-reversal
 	// matrix, the limb masks, and the mask of a vector's last lane.
 	bswap, bitrev, masks, last4 operand.Mem
@@ -190,41 +193,28 @@ func (z *zgen) row(t int, first bool, use func(i int)) {
 		c.VMOVDQU64(r, blockMem(zrQ, b, 64*t))
 		c.PREFETCHT0(blockMem(zrQ, b, 64*t+zPrefetch))
 	}
-	var crc []*ir.Instruction
-	if z.stream && !first {
-		crc = z.record(func() { z.crcRow(zrQ, 64*(t-1)) })
-	}
-	vec := z.record(func() { z.rowVec(first, use) })
-	z.interleave(vec, crc)
+	z.rowFolds(first)
+	z.rowLanes(use)
 }
 
-// crcRow emits the CRC32Q streams of both blocks over the 64 bytes at
-// disp from base in q.
-func (z *zgen) crcRow(base reg.Register, disp int) {
-	for i := 0; i < 8; i++ {
-		for b := range zRow {
-			z.c.CRC32Q(blockMem(base, b, disp+8*i), zrCRC[b])
-		}
-	}
-}
-
-// rowVec is row's vector part, after the loads and stores.
-func (z *zgen) rowVec(first bool, use func(i int)) {
+// rowFolds is row's CRC folds, after the loads and stores.
+func (z *zgen) rowFolds(first bool) {
 	c := z.c
 	for b, r := range zRow {
 		if first {
 			c.VGF2P8AFFINEQB(operand.U8(0), zBrev, r, zGAcc[b])
-			if !z.stream {
-				c.VPXORQ(zInit, r, zSAcc[b])
-			}
+			c.VPXORQ(zInit, r, zSAcc[b])
 			continue
 		}
 		c.VGF2P8AFFINEQB(operand.U8(0), zBrev, r, zCE)
 		z.fold(zGAcc[b], zKT, zCE)
-		if !z.stream {
-			z.fold(zSAcc[b], zKC, r)
-		}
+		z.fold(zSAcc[b], zKC, r)
 	}
+}
+
+// rowLanes is row's Poly1305 part: the split of the rows into limbs.
+func (z *zgen) rowLanes(use func(i int)) {
+	c := z.c
 	c.VPUNPCKHQDQ(zRow[1], zRow[0], zHi) // hi words: lane 2s+b chunk s of the row of block b
 	c.VPUNPCKLQDQ(zRow[1], zRow[0], zLo) // lo words
 	c.VPANDQ(zM44, zLo, zL)
@@ -394,9 +384,6 @@ func (z *zgen) crcEnd() {
 	// plus its last lane as it is: congruent to a_j, in one lane's reach
 	// once the lanes are summed.
 	accs := []reg.VecPhysical{zGAcc[0], zGAcc[1], zSAcc[0], zSAcc[1]}
-	if z.stream {
-		accs = accs[:2]
-	}
 	w := []reg.VecPhysical{zH[0], zH[1], zH[2], zDLo[0]}
 	for j, a := range accs {
 		k := kR
@@ -411,13 +398,9 @@ func (z *zgen) crcEnd() {
 	}
 	// Transpose: lanes {0,1} and {2,3} of two vectors paired and summed,
 	// then lanes {0,2} and {1,3}: lane j of the result is w_j's four
-	// lanes summed (with the sums streamed, the guards' pair in lanes 0,
-	// 1 and again in 2, 3).
+	// lanes summed.
 	x := []reg.VecPhysical{zDLo[1], zDLo[2]}
-	if z.stream {
-		x[1] = x[0]
-	}
-	for i := 0; i < len(accs)/2; i++ {
+	for i := 0; i < 2; i++ {
 		c.VSHUFI64X2(operand.U8(0x44), w[2*i+1], w[2*i], zLo) // lanes 0,1 of each
 		c.VSHUFI64X2(operand.U8(0xee), w[2*i+1], w[2*i], zHi) // lanes 2,3 of each
 		c.VPXORQ(zLo, zHi, x[i])
@@ -426,9 +409,7 @@ func (z *zgen) crcEnd() {
 	c.VSHUFI64X2(operand.U8(0x88), x[1], x[0], zLo) // lanes 0,2 of each
 	c.VSHUFI64X2(operand.U8(0xdd), x[1], x[0], zHi) // lanes 1,3 of each
 	c.VPXORQ(zLo, zHi, zz)
-	if !z.stream {
-		z.sumLanes(zz)
-	}
+	z.sumLanes(zz)
 	c.Comment("The guards: lanes 0 and 1, bits of every byte and then the bytes",
 		"reversed (the unreflected domain), Barrett-reduced.")
 	c.VGF2P8AFFINEQB(operand.U8(0), zBrev, zz, zz)
@@ -479,11 +460,10 @@ func reduceZ(c *build.Context, x, fin, muP reg.VecPhysical) {
 	c.VPXORQ(k, t, x)                         // low w bits: the CRC
 }
 
-// kernelZ emits the kernel name, with the sums streamed or folded.
-func (z *zgen) kernelZ(name string, stream bool) {
-	z.stream = stream
+// kernelZ emits fusedPolyCopyZ.
+func (z *zgen) kernelZ() {
 	c := z.c
-	c.Function(name)
+	c.Function("fusedPolyCopyZ")
 	c.Attributes(attr.NOSPLIT)
 	c.Signature(zSig())
 	z.frame = c.AllocLocal(64)
@@ -519,11 +499,6 @@ func (z *zgen) kernelZ(name string, stream bool) {
 	c.MOVQ(zrQBase, zrQ)
 	c.Load(c.Param("blockLen"), zrN)
 	c.SHRQ(operand.U8(6), zrN)
-	if z.stream {
-		for _, r := range zrCRC {
-			c.MOVL(operand.U32(0xffffffff), r.As32())
-		}
-	}
 	for k := 0; k < 3; k++ {
 		c.VPXORQ(zH[k], zH[k], zH[k])
 	}
@@ -559,14 +534,6 @@ func (z *zgen) kernelZ(name string, stream bool) {
 	}
 
 	c.Label("endZ")
-	if z.stream {
-		c.Comment("The CRC-32C streams over the last row.")
-		z.crcRow(zrQ, -64)
-		for b, r := range zrCRC {
-			c.NOTL(r.As32())
-			c.MOVL(r.As32(), mem(zrSums, 4*b))
-		}
-	}
 	z.sumStreams()
 	z.crcEnd()
 	c.ADDQ(operand.U32(8*zHWords), zrH)
@@ -582,7 +549,7 @@ func (z *zgen) kernelZ(name string, stream bool) {
 
 // zData adds the AVX-512 kernel's constants to c.
 func zData(c *build.Context, bswap operand.Mem) *zgen {
-	z := &zgen{gen: &gen{c: c}, bswap: bswap}
+	z := &zgen{c: c, bswap: bswap}
 	z.bitrev = c.StaticGlobal("fusedPolyBitrev")
 	c.DataAttributes(attr.RODATA | attr.NOPTR)
 	// VGF2P8AFFINEQB matrix that reverses the bits of a byte: result bit i
