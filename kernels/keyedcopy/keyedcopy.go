@@ -26,7 +26,7 @@
 //     stream layout, radix 2^44). Shorter blocks take pair's path: the one
 //     pass and the two issue the same vector µops on the same ports, and the
 //     one pass's per-pair ends weigh more on short blocks
-//     (docs/performance.md, Emerald Rapids, has the figures).
+//     (docs/perf/keyedcopy-avx512.md has the figures).
 //   - pair (amd64 with AVX-512 IFMA and VPCLMULQDQ): the two passes of
 //     generic, a chunk of about 16 KiB of blocks at a time, so that
 //     Poly1305 reads the copy from L1: t10crc32c's copying kernel, then

@@ -23,10 +23,10 @@ var hasZ = cpu.X86.HasAVX512BW && cpu.X86.HasAVX512GFNI && hasPair
 // pair's two issue the same vector µops (the guard's and the sum's folds,
 // the IFMA lanes) on the same two ports, so the one pass gains only the
 // second pass's loads and the overlap of the copy's stores, and each pair
-// of blocks ends with its own lane sums and CRC reductions. On Emerald
-// Rapids (docs/performance.md) it ran 3-5% ahead of pair at 4 KiB blocks,
-// level at 1 and 2 KiB and 8-10% behind at 512 bytes, where those ends
-// weigh the most.
+// of blocks ends with its own lane sums and CRC reductions, which weigh
+// the most on short blocks: on Emerald Rapids it ran a few percent ahead
+// of pair at 4 KiB, level at 1 and 2 KiB and behind at 512 bytes
+// (docs/perf/keyedcopy-avx512.md).
 const zMinLen = 2048
 
 // t10Reflected is CRC-16/T10-DIF reflected (the same polynomial, input and

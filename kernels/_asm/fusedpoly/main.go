@@ -1,9 +1,10 @@
-// Command fusedpoly generates the amd64 kernel of package kernels/keyedcopy:
+// Command fusedpoly generates the amd64 kernels of package kernels/keyedcopy:
 // one pass over four blocks side by side that copies every block from p to
 // q, computes its CRC-16/T10-DIF guard and its CRC-32C sector sum (as
 // kernels/_asm/fused's fusedBlocksCopyAVX does), and evaluates Poly1305 over
 // the same bytes in the four 64-bit lanes of YMM registers (radix 2^26, as
-// kernels/_asm/poly1305's lanesAVX2 does).
+// kernels/_asm/poly1305's lanesAVX2 does); and its AVX-512 form,
+// fusedPolyCopyZ (zmm.go: a pair of blocks, ZMM folds, IFMA lanes).
 //
 // go generate in kernels/keyedcopy runs it:
 //

@@ -24,10 +24,9 @@ package main
 //     started from its pad bits' part. The key table is poly1305's
 //     ifmaKey (Key.IFMAKey), its layout the one lanesIFMAS reads.
 //
-// The rows go in order, as the folds need them; row 0 of a step, which
-// takes h, comes first in program order, and the out-of-order window
-// runs the products of rows 1..3, which do not depend on h, beside the
-// previous step's carry chain.
+// The rows go in order, as the folds need them; the multiplies of
+// (h + row 0) come last in a step, so that the accumulators' chains take
+// rows 1..3 first, which do not wait on the previous step's carries.
 //
 // What one pass gains. The two-pass form on these CPUs (keyedcopy's
 // pair: fusedBlocksCopyZG, then lanesIFMAS over the copy, 16 KiB of
@@ -38,12 +37,12 @@ package main
 // the copy's stores and the source's misses overlap the arithmetic; each
 // pair of blocks then ends with its own lane sums and CRC reductions, which
 // weigh on short blocks. So keyedcopy takes this kernel for blocks from 2
-// KiB and pair's passes below (docs/performance.md has the measurements
-// and llvm-mca's view of the loop). The sums as CRC32Q streams over q
-// (port 1 instead of 5) measured no faster: a 512-bit µop on port 0 keeps
-// port 1 from issuing (docs/perf/crc32c-avx512.md), and the IFMA
-// multiplies are 512-bit µops on port 0.
-
+// KiB and pair's passes below (docs/perf/keyedcopy-avx512.md has the
+// measurements and llvm-mca's view of the loop). The sums as CRC32Q
+// streams over q (port 1 instead of 5) measured no faster: a 512-bit µop
+// on port 0 keeps port 1 from issuing (docs/perf/crc32c-avx512.md), and
+// the IFMA multiplies are such µops.
+//
 // Registers: every ZMM register is taken in the loop. Z0, Z1 the rows of
 // blocks 0 and 1; Z2..Z5 the lanes' lo and hi words, the limb and a
 // temporary; Z6..Z8 h; Z9..Z14 the lo and hi accumulators; Z15, Z16 the
