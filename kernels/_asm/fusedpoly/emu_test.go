@@ -17,6 +17,7 @@ import (
 	"math/big"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/difctl/difctl/kernels/_asm/internal/emu"
@@ -394,5 +395,35 @@ func TestEmulatedKernelZ(t *testing.T) {
 	t.Logf("instructions per byte over 4 KiB blocks: %.4f", perByte)
 	if slices.Contains(prog.NotRun(), name) {
 		t.Errorf("%s did not run", name)
+	}
+}
+
+// Every kernel writes the upper halves of vector registers (YMM, ZMM), so
+// every return is preceded by VZEROUPPER: SSE code after it would otherwise
+// pay the transition penalties.
+func TestVZEROUPPERAtExit(t *testing.T) {
+	asm, _, err := generate([]string{"go", "run", "./fusedpoly"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fn, prev, rets := "", "", 0
+	for _, line := range strings.Split(string(asm), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 0 || strings.HasPrefix(f[0], "//") {
+			continue
+		}
+		switch f[0] {
+		case "TEXT":
+			fn = f[1]
+		case "RET":
+			rets++
+			if prev != "VZEROUPPER" {
+				t.Errorf("%s: RET after %s, not VZEROUPPER", fn, prev)
+			}
+		}
+		prev = f[0]
+	}
+	if rets < 2 {
+		t.Fatalf("%d RETs in the generated kernels, want one a kernel at least", rets)
 	}
 }
