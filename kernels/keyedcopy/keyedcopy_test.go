@@ -209,8 +209,10 @@ func TestAllocs(t *testing.T) {
 	n := 2048
 	d, s, pt := make([]uint16, n), make([]uint32, n), make([]poly1305.Partial, n)
 	kerneltest.ForEach(t, pkgName, func(t *testing.T) {
-		if a := testing.AllocsPerRun(5, func() { _ = BlocksCopy(d, s, pt, q, p, 512, 512, key) }); a != 0 {
-			t.Errorf("%v allocations", a)
+		for _, bl := range []int{512, 4096} {
+			if a := testing.AllocsPerRun(5, func() { _ = BlocksCopy(d[:len(p)/bl], s[:len(p)/bl], pt[:len(p)/bl], q, p, bl, bl, key) }); a != 0 {
+				t.Errorf("block=%d: %v allocations", bl, a)
+			}
 		}
 	})
 }
