@@ -24,6 +24,7 @@ var hasFused = cpu.X86.HasAVX2 && cpu.X86.HasPCLMULQDQ && cpu.X86.HasSSE42
 var hasPair = cpu.X86.HasAVX512F && cpu.X86.HasAVX512IFMA && cpu.X86.HasAVX512VPCLMULQDQ && hasFused
 
 func registerArch() {
+	impl.Register(pkgName, "avx512", hasZ, func() { blocksCopy, fused = blocksCopyZ, true })
 	impl.Register(pkgName, "pair", hasPair, func() { blocksCopy, fused = blocksCopyPair, true })
 	impl.Register(pkgName, "avx", hasFused, func() { blocksCopy, fused = blocksCopyAVX, true })
 }

@@ -23,6 +23,7 @@ func TestKernelLayout(t *testing.T) {
 		{"Final", unsafe.Offsetof(tab.Final), fusedTableFinal},
 		{"Mu", unsafe.Offsetof(tab.Mu), fusedTableMu},
 		{"Poly", unsafe.Offsetof(tab.Poly), fusedTablePoly},
+		{"Rev", unsafe.Offsetof(tab.Rev), fusedTableRev},
 	} {
 		if c.got != c.want {
 			t.Errorf("RevFoldTable.%s at %d, the kernel assumes %d", c.name, c.got, c.want)
@@ -30,6 +31,12 @@ func TestKernelLayout(t *testing.T) {
 	}
 	if fusedKeyWords != poly1305.LaneKeyWords {
 		t.Errorf("the kernel's key table has %d words, poly1305's lane key %d", fusedKeyWords, poly1305.LaneKeyWords)
+	}
+	if fusedZKeyWords != poly1305.IFMAKeyWords {
+		t.Errorf("the AVX-512 kernel's key table has %d words, poly1305's IFMA key %d", fusedZKeyWords, poly1305.IFMAKeyWords)
+	}
+	if fusedZHWords != 3*fusedZGroup {
+		t.Errorf("%d accumulator words per pair, want %d", fusedZHWords, 3*fusedZGroup)
 	}
 	if fusedHWords != 5*fusedGroup {
 		t.Errorf("%d lane words per group, want %d", fusedHWords, 5*fusedGroup)

@@ -79,8 +79,9 @@ func check(t *testing.T, key *poly1305.Key, q, p []byte, n, blockLen, stride int
 }
 
 // Every implementation, bit for bit against the reference passes: block
-// lengths that the kernel takes (multiples of 64) and ones it leaves to the
-// generic path, strides with gaps, counts with every remainder mod 4 and
+// lengths that the kernels take (multiples of 64; for avx512's kernel
+// multiples of 64 from zMinLen, ending in last steps of 1 to 4 rows) and
+// ones they leave to other paths, strides with gaps, counts with every remainder mod 4 and
 // more than one kernel call, and source and destination at different
 // alignments; with random keys and with the all-ones r.
 func TestBlocksCopy(t *testing.T) {
@@ -91,7 +92,7 @@ func TestBlocksCopy(t *testing.T) {
 		counts = append(counts, 64, 67, 68, 72)
 	}
 	kerneltest.ForEach(t, pkgName, func(t *testing.T) {
-		for _, blockLen := range []int{0, 16, 48, 64, 100, 128, 192, 256, 512, 4096} {
+		for _, blockLen := range []int{0, 16, 48, 64, 100, 128, 192, 256, 512, 2048, 2112, 2240, 4096} {
 			for _, gap := range []int{0, 8, 64} {
 				stride := blockLen + gap
 				for _, n := range counts {
@@ -122,7 +123,7 @@ func TestGuardPage(t *testing.T) {
 	getP, getQ := kerneltest.GuardedBuffer(t), kerneltest.GuardedBuffer(t)
 	key := testKey(t, 9)
 	kerneltest.ForEach(t, pkgName, func(t *testing.T) {
-		for _, c := range [][3]int{{4, 64, 64}, {8, 512, 512}, {8, 512, 520}, {4, 4096, 4096}, {12, 4096, 4160}, {5, 128, 128}} {
+		for _, c := range [][3]int{{4, 64, 64}, {8, 512, 512}, {8, 512, 520}, {4, 4096, 4096}, {12, 4096, 4160}, {5, 128, 128}, {2, 2112, 2112}, {3, 2240, 2304}} {
 			n, blockLen, stride := c[0], c[1], c[2]
 			size := (n-1)*stride + blockLen
 			p, q := getP(size), getQ(size)
@@ -185,8 +186,8 @@ func TestErrors(t *testing.T) {
 	}
 }
 
-// The pair and avx implementations compute the partials in the copying
-// call, generic does not, and the best the CPU can run is the default.
+// The avx512, pair and avx implementations compute the partials in the
+// copying call, generic does not, and the best the CPU can run is the default.
 func TestDispatch(t *testing.T) {
 	kerneltest.ForEach(t, pkgName, func(t *testing.T) {
 		if got, want := Fused(), impl.Active(pkgName) != "generic"; got != want {
@@ -208,8 +209,10 @@ func TestAllocs(t *testing.T) {
 	n := 2048
 	d, s, pt := make([]uint16, n), make([]uint32, n), make([]poly1305.Partial, n)
 	kerneltest.ForEach(t, pkgName, func(t *testing.T) {
-		if a := testing.AllocsPerRun(5, func() { _ = BlocksCopy(d, s, pt, q, p, 512, 512, key) }); a != 0 {
-			t.Errorf("%v allocations", a)
+		for _, bl := range []int{512, 4096} {
+			if a := testing.AllocsPerRun(5, func() { _ = BlocksCopy(d[:len(p)/bl], s[:len(p)/bl], pt[:len(p)/bl], q, p, bl, bl, key) }); a != 0 {
+				t.Errorf("block=%d: %v allocations", bl, a)
+			}
 		}
 	})
 }
@@ -226,7 +229,7 @@ func FuzzBlocksCopy(f *testing.F) {
 			return
 		}
 		p := data[:(cnt-1)*stride+bl]
-		for _, name := range []string{"pair", "avx", "generic"} {
+		for _, name := range []string{"avx512", "pair", "avx", "generic"} {
 			t.Run(fmt.Sprint(name), func(t *testing.T) {
 				defer impl.Reset(pkgName)
 				if impl.Select(pkgName, name) != nil {

@@ -41,3 +41,33 @@ const (
 //
 //go:noescape
 func fusedPolyCopyAVX(dst []uint16, sums []uint32, h []uint64, q, p []byte, blockLen, stride int, tab *crcmath.RevFoldTable, key *[162]uint64)
+
+// Shape of the AVX-512 kernel: blocks per group, the h words per group,
+// poly1305's IFMA key table's words, the byte offset of Rev in
+// crcmath.RevFoldTable.
+const (
+	fusedZGroup    = 2
+	fusedZHWords   = 6
+	fusedZKeyWords = 280
+	fusedTableRev  = 1072
+)
+
+// fusedPolyCopyZ copies the blocks p[i*stride:][:blockLen] to q at the
+// same offsets and sets, for every i < len(dst), dst[i] to the
+// CRC-16/T10-DIF and sums[i] to the CRC-32C (both from their initial
+// values, finalised) of the bytes written to q, and leaves in
+// h[6*(i/2):][:6] the Poly1305 accumulators of pair i/2 (limb k of
+// block b of the pair at word 2k+b, radix 2^44, limbs below 2^44, 2^44 + 1
+// and 2^42, from h = 0, 2^128 pad bit on every chunk) of the same bytes,
+// under key (poly1305's IFMA key table): a pair of blocks at once, one pass.
+//
+// Preconditions: len(dst) is a positive multiple of 2; len(sums) >= len(dst);
+// len(h) >= 6*len(dst)/2; blockLen is a positive multiple of 64; stride >=
+// blockLen; len(p) and len(q) >= (len(dst)-1)*stride + blockLen, the blocks
+// of q not overlapping those of p; tab is the T10-DIF fold table, tabR that
+// of T10-DIF reflected, tab32 that of CRC-32C; the CPU has AVX-512 F, BW,
+// IFMA, VPCLMULQDQ and GFNI. It reads only the blocks of p and q and writes
+// only the blocks of q, dst, sums and h.
+//
+//go:noescape
+func fusedPolyCopyZ(dst []uint16, sums []uint32, h []uint64, q, p []byte, blockLen, stride int, tab, tabR, tab32 *crcmath.RevFoldTable, key *[280]uint64)

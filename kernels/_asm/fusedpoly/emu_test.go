@@ -16,6 +16,8 @@ import (
 	"hash/crc32"
 	"math/big"
 	"math/rand/v2"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/difctl/difctl/kernels/_asm/internal/emu"
@@ -193,7 +195,235 @@ func TestEmulatedKernel(t *testing.T) {
 		})
 	}
 	t.Logf("instructions per byte over 4 KiB blocks: %.4f", perByte)
-	if nr := prog.NotRun(); len(nr) > 0 {
+	// fusedPolyCopyZ runs in TestEmulatedKernelZ, on its own program.
+	if nr := slices.DeleteFunc(prog.NotRun(), func(f string) bool { return f == "fusedPolyCopyZ" }); len(nr) > 0 {
 		t.Errorf("generated functions not checked in the emulator: %v", nr)
+	}
+}
+
+// ifmaKeyTable is poly1305's ifmaKey for r (kernels/poly1305,
+// poly1305_lanes44.go; zmm.go's key44* constants): the radix-2^44 words r0
+// r1 r2 20·r1 20·r2 of r^n, fully reduced; r..r^4 at [5j:], r^3 and r^4 as
+// eight-lane vectors from key44Vec, r^4, r^8, r^12, r^16 from key44B, F
+// (lane 2s+b: r^(4-s)) from key44F, and from key44K the limbs of c_V =
+// 2^128·Σ r^e in eight lanes, e = 4, 8, 12, 16 for V = 0 and e = 0, 4, ...,
+// 4(V-1) for V = 1..4.
+func ifmaKeyTable(r *big.Int) []uint64 {
+	k := make([]uint64, key44Words)
+	limbs := func(x *big.Int) []uint64 { return splitBig(x, 44, 3) }
+	pow := func(e int) *big.Int { return new(big.Int).Exp(r, big.NewInt(int64(e)), polyP) }
+	words := func(n int) []uint64 {
+		l := limbs(pow(n))
+		return []uint64{l[0], l[1], l[2], 20 * l[1], 20 * l[2]}
+	}
+	for j := 0; j < 4; j++ {
+		copy(k[5*j:], words(j+1))
+	}
+	for w := 0; w < 5; w++ {
+		for ln := 0; ln < zLanes; ln++ {
+			for j := 2; j < 4; j++ {
+				k[key44Vec+40*(j-2)+8*w+ln] = words(j + 1)[w]
+			}
+			k[key44F+8*w+ln] = words(4 - ln/2)[w]
+		}
+		for pw := 0; pw < 4; pw++ {
+			k[key44B+5*pw+w] = words(4 * (pw + 1))[w]
+		}
+	}
+	two128 := new(big.Int).Lsh(big.NewInt(1), 128)
+	for v := 0; v <= 4; v++ {
+		c := new(big.Int)
+		if v == 0 {
+			for j := 1; j <= 4; j++ {
+				c.Add(c, pow(4*j))
+			}
+		} else {
+			for j := 0; j < v; j++ {
+				c.Add(c, pow(4*j))
+			}
+		}
+		c.Mul(c, two128).Mod(c, polyP)
+		for i, l := range limbs(c) {
+			for ln := 0; ln < zLanes; ln++ {
+				k[key44K+24*v+8*i+ln] = l
+			}
+		}
+	}
+	return k
+}
+
+// fusedPolyCopyZ in the interpreter, as TestEmulatedKernel checks
+// fusedPolyCopyAVX: guards, sums, the Poly1305 accumulators (radix 2^44,
+// within their stated bounds) against math/big, the copy, and nothing else
+// written. Every shape of the kernel's steps runs: blocks of 1..12 rows
+// (the first step four rows or a last one of 1..4, the loop of four-row
+// steps zero to two times, every last step after it), 64 rows, strides
+// with gaps, one to four pairs.
+func TestEmulatedKernelZ(t *testing.T) {
+	asm, _, err := generate([]string{"go", "run", "./fusedpoly"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	prog, err := emu.Parse(string(asm))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const (
+		addrTab32 = emu.AddrDst + 0x800
+		addrKeyZ  = emu.AddrDst + 0x1080
+	)
+	tab := emu.FoldTable(emu.T10DIF, 64)
+	tab32 := emu.FoldTable(emu.CRC32C, 64)
+	t10R := emu.T10DIF
+	t10R.Reflected = true
+	tabR := emu.FoldTable(t10R, 64)
+	castagnoli := crc32.MakeTable(crc32.Castagnoli)
+	rnd := rand.New(rand.NewPCG(7, 8))
+	var cases [][3]int
+	for rows := 1; rows <= 12; rows++ {
+		cases = append(cases, [3]int{64 * rows, 64 * rows, 2 + 2*(rows%3)}, [3]int{64 * rows, 64*rows + 8*(rows%3), 2})
+	}
+	cases = append(cases, [3]int{4096, 4096, 2}, [3]int{4096, 4104, 4}, [3]int{512, 520, 8})
+	const name = "fusedPolyCopyZ"
+	var perByte float64
+	for trial, c := range cases {
+		blockLen, stride, cnt := c[0], c[1], c[2]
+		t.Run(fmt.Sprintf("block=%d/stride=%d/count=%d", blockLen, stride, cnt), func(t *testing.T) {
+			allOnes := trial%3 == 0
+			data := make([]byte, (cnt-1)*stride+blockLen)
+			for i := range data {
+				data[i] = byte(rnd.Uint32())
+				if allOnes {
+					data[i] = 0xff
+				}
+			}
+			var rb [16]byte
+			for i := range rb {
+				rb[i] = byte(rnd.Uint32())
+				if allOnes {
+					rb[i] = 0xff
+				}
+			}
+			for _, i := range []int{3, 7, 11, 15} {
+				rb[i] &= 15
+			}
+			for _, i := range []int{4, 8, 12} {
+				rb[i] &= 252
+			}
+			r := leBig(rb[:])
+			m, err := emu.New(prog, data)
+			if err != nil {
+				t.Fatal(err)
+			}
+			copy(m.Mem[emu.AddrTable:], tab)
+			for i := emu.AddrDst; i < emu.AddrData; i++ {
+				m.Mem[i] = 0x5a
+			}
+			copy(m.Mem[addrTab32:], tab32)
+			for i, v := range ifmaKeyTable(r) {
+				binary.LittleEndian.PutUint64(m.Mem[addrKeyZ+8*i:], v)
+			}
+			before := bytes.Clone(m.Mem[emu.AddrDst:emu.AddrData])
+			aR := m.Append(len(tabR), 0)
+			copy(m.Mem[aR:], tabR)
+			// q last in memory: any write past it fails.
+			q := m.Append(len(data), gapByte)
+			pairs := cnt / zGroup
+			n := uint64(len(data))
+			args := []uint64{
+				emu.AddrDst, uint64(cnt), uint64(cnt),
+				addrSums, uint64(cnt), uint64(cnt),
+				addrH, uint64(zHWords * pairs), uint64(zHWords * pairs),
+				q, n, n,
+				emu.AddrData, n, n,
+				uint64(blockLen), uint64(stride), emu.AddrTable, aR, addrTab32, addrKeyZ,
+			}
+			for i, a := range args {
+				m.Put64(8*i, a)
+			}
+			steps, err := m.Run(prog, name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if blockLen == 4096 && stride == 4096 {
+				perByte = float64(steps) / float64(len(data))
+			}
+			for i := 0; i < cnt; i++ {
+				b := data[i*stride:][:blockLen]
+				if got, want := binary.LittleEndian.Uint16(m.Mem[emu.AddrDst+2*i:]), uint16(emu.Bitwise(emu.T10DIF, 0, b)); got != want {
+					t.Fatalf("dst[%d] = %#x, want %#x", i, got, want)
+				}
+				if got, want := binary.LittleEndian.Uint32(m.Mem[addrSums+4*i:]), crc32.Checksum(b, castagnoli); got != want {
+					t.Fatalf("sums[%d] = %#x, want %#x", i, got, want)
+				}
+				want := new(big.Int)
+				for c := 0; c < blockLen; c += 16 {
+					want.Add(want, leBig(append(bytes.Clone(b[c:c+16]), 1)))
+					want.Mul(want, r)
+					want.Mod(want, polyP)
+				}
+				g, l := i/zGroup, i%zGroup
+				got := new(big.Int)
+				for k := 2; k >= 0; k-- {
+					v := binary.LittleEndian.Uint64(m.Mem[addrH+8*(zHWords*g+zGroup*k+l):])
+					if bound := []uint64{1 << 44, 1<<44 + 2, 1 << 42}[k]; v >= bound {
+						t.Fatalf("block %d: limb %d = %#x, not below %#x", i, k, v, bound)
+					}
+					got.Lsh(got, 44)
+					got.Add(got, new(big.Int).SetUint64(v))
+				}
+				if got.Mod(got, polyP).Cmp(want) != 0 {
+					t.Fatalf("block %d: Poly1305 %x, want %x", i, got, want)
+				}
+			}
+			after := bytes.Clone(m.Mem[emu.AddrDst:emu.AddrData])
+			copy(after, before[:2*cnt])
+			copy(after[addrSums-emu.AddrDst:], before[addrSums-emu.AddrDst:][:4*cnt])
+			copy(after[addrH-emu.AddrDst:], before[addrH-emu.AddrDst:][:8*zHWords*pairs])
+			if !bytes.Equal(after, before) {
+				t.Fatal("wrote outside dst, sums and h")
+			}
+			qm := m.Mem[q:]
+			for i := range qm {
+				inBlock := i%stride < blockLen && i < len(data)
+				if inBlock && qm[i] != data[i] || !inBlock && qm[i] != gapByte {
+					t.Fatalf("q[%d] = %#x, data %#x", i, qm[i], data[i])
+				}
+			}
+		})
+	}
+	t.Logf("instructions per byte over 4 KiB blocks: %.4f", perByte)
+	if slices.Contains(prog.NotRun(), name) {
+		t.Errorf("%s did not run", name)
+	}
+}
+
+// Every kernel writes the upper halves of vector registers (YMM, ZMM), so
+// every return is preceded by VZEROUPPER: SSE code after it would otherwise
+// pay the transition penalties.
+func TestVZEROUPPERAtExit(t *testing.T) {
+	asm, _, err := generate([]string{"go", "run", "./fusedpoly"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fn, prev, rets := "", "", 0
+	for _, line := range strings.Split(string(asm), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 0 || strings.HasPrefix(f[0], "//") {
+			continue
+		}
+		switch f[0] {
+		case "TEXT":
+			fn = f[1]
+		case "RET":
+			rets++
+			if prev != "VZEROUPPER" {
+				t.Errorf("%s: RET after %s, not VZEROUPPER", fn, prev)
+			}
+		}
+		prev = f[0]
+	}
+	if rets < 2 {
+		t.Fatalf("%d RETs in the generated kernels, want one a kernel at least", rets)
 	}
 }

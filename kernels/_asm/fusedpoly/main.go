@@ -1,9 +1,10 @@
-// Command fusedpoly generates the amd64 kernel of package kernels/keyedcopy:
+// Command fusedpoly generates the amd64 kernels of package kernels/keyedcopy:
 // one pass over four blocks side by side that copies every block from p to
 // q, computes its CRC-16/T10-DIF guard and its CRC-32C sector sum (as
 // kernels/_asm/fused's fusedBlocksCopyAVX does), and evaluates Poly1305 over
 // the same bytes in the four 64-bit lanes of YMM registers (radix 2^26, as
-// kernels/_asm/poly1305's lanesAVX2 does).
+// kernels/_asm/poly1305's lanesAVX2 does); and its AVX-512 form,
+// fusedPolyCopyZ (zmm.go: a pair of blocks, ZMM folds, IFMA lanes).
 //
 // go generate in kernels/keyedcopy runs it:
 //
@@ -178,6 +179,7 @@ func generate(cmd []string) (asm, src []byte, err error) {
 	}
 	g := &gen{c: c, bswap: consts, mask: consts.Offset(32), pad: consts.Offset(64)}
 	g.kernel()
+	zData(c, consts).kernelZ()
 	if g.err != nil {
 		return nil, nil, g.err
 	}
@@ -579,6 +581,37 @@ const (
 //
 //go:noescape
 func fusedPolyCopyAVX(dst []uint16, sums []uint32, h []uint64, q, p []byte, blockLen, stride int, tab *crcmath.RevFoldTable, key *[%[8]d]uint64)
-`, tableFold, tableFinal, tableMu, tablePoly, group, hWords, stepLen, keyWords)
+
+// Shape of the AVX-512 kernel: blocks per group, the h words per group,
+// poly1305's IFMA key table's words, the byte offset of Rev in
+// crcmath.RevFoldTable.
+const (
+	fusedZGroup    = %[9]d
+	fusedZHWords   = %[10]d
+	fusedZKeyWords = %[11]d
+	fusedTableRev  = %[12]d
+)
+
+// fusedPolyCopyZ copies the blocks p[i*stride:][:blockLen] to q at the
+// same offsets and sets, for every i < len(dst), dst[i] to the
+// CRC-16/T10-DIF and sums[i] to the CRC-32C (both from their initial
+// values, finalised) of the bytes written to q, and leaves in
+// h[%[10]d*(i/%[9]d):][:%[10]d] the Poly1305 accumulators of pair i/%[9]d (limb k of
+// block b of the pair at word 2k+b, radix 2^44, limbs below 2^44, 2^44 + 1
+// and 2^42, from h = 0, 2^128 pad bit on every chunk) of the same bytes,
+// under key (poly1305's IFMA key table): a pair of blocks at once, one pass.
+//
+// Preconditions: len(dst) is a positive multiple of %[9]d; len(sums) >= len(dst);
+// len(h) >= %[10]d*len(dst)/%[9]d; blockLen is a positive multiple of 64; stride >=
+// blockLen; len(p) and len(q) >= (len(dst)-1)*stride + blockLen, the blocks
+// of q not overlapping those of p; tab is the T10-DIF fold table, tabR that
+// of T10-DIF reflected, tab32 that of CRC-32C; the CPU has AVX-512 F, BW,
+// IFMA, VPCLMULQDQ and GFNI. It reads only the blocks of p and q and writes
+// only the blocks of q, dst, sums and h.
+//
+//go:noescape
+func fusedPolyCopyZ(dst []uint16, sums []uint32, h []uint64, q, p []byte, blockLen, stride int, tab, tabR, tab32 *crcmath.RevFoldTable, key *[%[11]d]uint64)
+
+`, tableFold, tableFinal, tableMu, tablePoly, group, hWords, stepLen, keyWords, zGroup, zHWords, key44Words, scaffold.TableRev)
 	return scaffold.Go(b.Bytes())
 }

@@ -1,0 +1,575 @@
+package main
+
+// fusedPolyCopyZ: the AVX-512 form of the fused kernel, for CPUs with
+// AVX-512 IFMA, VPCLMULQDQ and GFNI. One pass over each pair of blocks:
+// every 64-byte row of a block is loaded once from p into a ZMM register,
+// stored from it to q, and from that register
+//
+//   - its T10-DIF guard is folded in the reflected domain (VGF2P8AFFINEQB
+//     reverses the bits of every byte, then two VPCLMULQDQ and a
+//     VPTERNLOGD fold the block's accumulator forward by 64 bytes with
+//     Fold[4] of the reflected table), as t10crc32c's fusedBlocksCopyZG
+//     (kernels/_asm/fused, zmmcopy.go) does;
+//   - its CRC-32C sector sum is folded the same way with the CRC-32C
+//     table (no CRC32 stream: a stream reads its bytes from memory, from p,
+//     which may change meanwhile, or back from q behind the stores, loads
+//     the copy cannot spare; zmmcopy.go has the measurements);
+//   - its Poly1305 chunks enter the eight 64-bit lanes of the IFMA
+//     accumulators in the layout of kernels/_asm/poly1305's lanesIFMAS (a
+//     pair of blocks, lane 2s+b holding chunks s, s+4, s+8, ... of block
+//     b, the lo and hi words of a row of both blocks by one VPUNPCKLQDQ and
+//     one VPUNPCKHQDQ), radix 2^44 with VPMADD52LUQ/HUQ, four rows a step:
+//     h' = (h + v1)·r^16 + v2·r^12 + v3·r^8 + v4·r^4, the last step's
+//     bracket times F (lane 2s+b r^(4-s)), each step's accumulators
+//     started from its pad bits' part. The key table is poly1305's
+//     ifmaKey (Key.IFMAKey), its layout the one lanesIFMAS reads.
+//
+// The rows go in order, as the folds need them; the multiplies of
+// (h + row 0) come last in a step, so that the accumulators' chains take
+// rows 1..3 first, which do not wait on the previous step's carries.
+//
+// What one pass gains. The two-pass form on these CPUs (keyedcopy's
+// pair: fusedBlocksCopyZG, then lanesIFMAS over the copy, 16 KiB of
+// blocks at a time) issues the same vector µops: the folds' VPCLMULQDQ
+// and GF2P8AFFINEQB, the lanes' VPMADD52LUQ/HUQ, shuffles and carries, on
+// ports 0 and 5 of Golden Cove, which bound both. One pass saves the
+// second pass's loads (its rows, and the copy read back from L1) and lets
+// the copy's stores and the source's misses overlap the arithmetic; each
+// pair of blocks then ends with its own lane sums and CRC reductions, which
+// weigh on short blocks. So keyedcopy takes this kernel for blocks from 2
+// KiB and pair's passes below (docs/perf/keyedcopy-avx512.md has the
+// measurements and llvm-mca's view of the loop). The sums as CRC32Q
+// streams over q (port 1 instead of 5) measured no faster: a 512-bit µop
+// on port 0 keeps port 1 from issuing (docs/perf/crc32c-avx512.md), and
+// the IFMA multiplies are such µops.
+//
+// Registers: every ZMM register is taken in the loop. Z0, Z1 the rows of
+// blocks 0 and 1; Z2..Z5 the lanes' lo and hi words, the limb and a
+// temporary; Z6..Z8 h; Z9..Z14 the lo and hi accumulators; Z15, Z16 the
+// limb masks; Z17, Z18 Fold[4] of the reflected T10-DIF and the CRC-32C
+// tables; Z19 the bit-reversal matrix; Z20, Z21 the guards' accumulators,
+// Z22, Z23 the sums'; Z24, Z25 the folds' product and reversed row;
+// Z26..Z30 the key words of r^16; Z31 the CRC-32C's initial register. The
+// key words of r^12, r^8 and r^4 are broadcast memory operands ({1to8}),
+// F's full vectors (only the last step takes them).
+//
+// After a pair: the four streams of each block summed and carried into
+// lanes 0 and 1 (lanesIFMAS's sum, the same bounds: limbs below 2^44,
+// 2^44 + 1, 2^42), stored to h; the four CRC accumulators' lanes folded
+// into one each (lane l by Fold[3-l]: the 64 bytes at Rev[61] of its
+// table, the last lane kept through a mask) and transposed into the four
+// lanes of one register, guards in lanes 0 and 1, sums in 2 and 3; the
+// sums read back by two CRC32Q from zero each, the guards taken back to the
+// unreflected domain (bits, then bytes) and Barrett-reduced with the
+// T10-DIF table's Final and Mu, as fusedBlocksCopyZG ends its groups.
+
+import (
+	"fmt"
+	"go/types"
+
+	"github.com/difctl/difctl/kernels/_asm/internal/scaffold"
+
+	"github.com/mmcloughlin/avo/attr"
+	"github.com/mmcloughlin/avo/build"
+	"github.com/mmcloughlin/avo/gotypes"
+	"github.com/mmcloughlin/avo/operand"
+	"github.com/mmcloughlin/avo/reg"
+)
+
+// The AVX-512 kernel's shape: blocks a group (a pair), rows a step, the h
+// words of a pair (three radix-2^44 limbs of two blocks).
+const (
+	zGroup  = 2
+	zRows   = 4
+	zHWords = 3 * zGroup
+	zLanes  = 8
+)
+
+// poly1305's ifmaKey (kernels/poly1305/poly1305_lanes44.go; kernels/_asm/
+// poly1305's key44* constants): from key44B, word w (r0 r1 r2 s1 s2) of
+// r^(4(P+1)), P = 0..3, at key44B + 5P + w; from key44F, F, word w at
+// key44F + 8w in eight lanes; from key44K, the pad bits' part of a step,
+// limb k in eight lanes at key44K + 24V + 8k (V = 0 an ordinary step, V =
+// R the last step of R rows). Words, not bytes.
+const (
+	key44Vec   = 4 * 5
+	key44B     = key44Vec + 2*5*zLanes
+	key44F     = key44B + 4*5
+	key44K     = key44F + 5*zLanes
+	key44Words = key44K + 5*3*zLanes
+	mask44     = 1<<44 - 1
+	mask42     = 1<<42 - 1
+)
+
+// zPrefetch is how far ahead in q each row prefetches (PREFETCHT0), as
+// fusedBlocksCopyZG does: the later store then finds its line owned.
+const zPrefetch = 1024
+
+// words44[k][i] is the key word (index into r0 r1 r2 s1 s2) that limb i
+// multiplies for output limb k: d0 = x0·r0 + x1·s2 + x2·s1, d1 = x0·r1 +
+// x1·r0 + x2·s2, d2 = x0·r2 + x1·r1 + x2·r0 (2^132 ≡ 20·2^0 mod 2^130-5).
+var words44 = [3][3]int{{0, 4, 3}, {1, 0, 4}, {2, 1, 0}}
+
+var (
+	zRow             = [2]reg.VecPhysical{reg.Z0, reg.Z1}
+	zLo, zHi, zL, zT = reg.Z2, reg.Z3, reg.Z4, reg.Z5
+	zH               = [3]reg.VecPhysical{reg.Z6, reg.Z7, reg.Z8}
+	zDLo             = [3]reg.VecPhysical{reg.Z9, reg.Z10, reg.Z11}
+	zDHi             = [3]reg.VecPhysical{reg.Z12, reg.Z13, reg.Z14}
+	zM44, zM42       = reg.Z15, reg.Z16
+	zKT, zKC, zBrev  = reg.Z17, reg.Z18, reg.Z19
+	zGAcc            = [2]reg.VecPhysical{reg.Z20, reg.Z21}
+	zSAcc            = [2]reg.VecPhysical{reg.Z22, reg.Z23}
+	zCT, zCE         = reg.Z24, reg.Z25
+	zK16             = [5]reg.VecPhysical{reg.Z26, reg.Z27, reg.Z28, reg.Z29, reg.Z30}
+	zInit            = reg.Z31
+
+	zrKey, zrH      = reg.RDI, reg.R8
+	zrS             = reg.R9           // stride
+	zrBase, zrQBase = reg.R10, reg.R13 // the pair's block 0 in p and q
+	zrP, zrQ        = reg.RSI, reg.R14 // the step's row of block 0 in p and q
+	zrN             = reg.RCX          // rows left
+	zrDst, zrSums   = reg.R11, reg.R12 // the pair's guard and sum
+	zrCnt, zrT      = reg.RBX, reg.RDX
+)
+
+type zgen struct {
+	c *build.Context
+	// DATA: the byte reversal of a lane (16 bytes), the bit-reversal
+	// matrix, the limb masks, and the mask of a vector's last lane.
+	bswap, bitrev, masks, last4 operand.Mem
+	frame                       operand.Mem
+}
+
+// zSig: fusedPolyCopyZ(dst []uint16, sums []uint32, h []uint64, q, p
+// []byte, blockLen, stride int, tab, tabR, tab32 *crcmath.RevFoldTable, key
+// *[280]uint64).
+func zSig() *gotypes.Signature {
+	u64 := types.Typ[types.Uint64]
+	return scaffold.Signature([]*types.Var{
+		scaffold.Param("dst", types.NewSlice(scaffold.Word(16))),
+		scaffold.Param("sums", types.NewSlice(scaffold.Word(32))),
+		scaffold.Param("h", types.NewSlice(u64)),
+		scaffold.Param("q", scaffold.Bytes),
+		scaffold.Param("p", scaffold.Bytes),
+		scaffold.Param("blockLen", scaffold.Int),
+		scaffold.Param("stride", scaffold.Int),
+		scaffold.Param("tab", scaffold.RevFoldTable),
+		scaffold.Param("tabR", scaffold.RevFoldTable),
+		scaffold.Param("tab32", scaffold.RevFoldTable),
+		scaffold.Param("key", types.NewPointer(types.NewArray(u64, key44Words))),
+	}, nil)
+}
+
+// blockMem is byte disp of block b of the pair from base (block 1 a stride
+// on).
+func blockMem(base reg.Register, b, disp int) operand.Mem {
+	if b == 0 {
+		return mem(base, disp)
+	}
+	return operand.Mem{Base: base, Index: zrS, Scale: 1, Disp: disp}
+}
+
+// fold is a = a·x^512 ⊕ d in the reflected domain (one VPCLMULQDQ pair
+// with k = Fold[4] in every lane and a three-way XOR).
+func (z *zgen) fold(a, k, d reg.VecPhysical) {
+	c := z.c
+	c.VPCLMULQDQ(operand.U8(0x00), k, a, zCT)
+	c.VPCLMULQDQ(operand.U8(0x11), k, a, a)
+	c.VPTERNLOGD(operand.U8(0x96), d, zCT, a)
+}
+
+// row emits row t of the step at zrP: both blocks' 64 bytes loaded,
+// stored to q, folded into the guards and the sums (first: the block's
+// first row, which starts them), then split into the limbs of the
+// chunk-vector, use called with each in zL.
+func (z *zgen) row(t int, first bool, use func(i int)) {
+	c := z.c
+	for b, r := range zRow {
+		c.VMOVDQU64(blockMem(zrP, b, 64*t), r)
+	}
+	for b, r := range zRow {
+		c.VMOVDQU64(r, blockMem(zrQ, b, 64*t))
+		c.PREFETCHT0(blockMem(zrQ, b, 64*t+zPrefetch))
+	}
+	z.rowFolds(first)
+	z.rowLanes(use)
+}
+
+// rowFolds is row's CRC folds, after the loads and stores.
+func (z *zgen) rowFolds(first bool) {
+	c := z.c
+	for b, r := range zRow {
+		if first {
+			c.VGF2P8AFFINEQB(operand.U8(0), zBrev, r, zGAcc[b])
+			c.VPXORQ(zInit, r, zSAcc[b])
+			continue
+		}
+		c.VGF2P8AFFINEQB(operand.U8(0), zBrev, r, zCE)
+		z.fold(zGAcc[b], zKT, zCE)
+		z.fold(zSAcc[b], zKC, r)
+	}
+}
+
+// rowLanes is row's Poly1305 part: the split of the rows into limbs.
+func (z *zgen) rowLanes(use func(i int)) {
+	c := z.c
+	c.VPUNPCKHQDQ(zRow[1], zRow[0], zHi) // hi words: lane 2s+b chunk s of the row of block b
+	c.VPUNPCKLQDQ(zRow[1], zRow[0], zLo) // lo words
+	c.VPANDQ(zM44, zLo, zL)
+	use(0)
+	c.VPSRLQ(operand.U8(44), zLo, zL)
+	c.VPSLLQ(operand.U8(20), zHi, zT)
+	c.VPTERNLOGD(operand.U8(0xa8), zM44, zT, zL) // (zL | zT) & M44
+	use(1)
+	c.VPSRLQ(operand.U8(24), zHi, zL) // no pad bit: the step's constant has it
+	use(2)
+}
+
+// madd adds x (limb i of a chunk-vector) times r^(4e), e = 1..4 (r^16 from
+// its registers, the others broadcast from the key), or times F (e = 0,
+// full vectors of the key) to the accumulators.
+func (z *zgen) madd(x reg.VecPhysical, i, e int) {
+	c := z.c
+	for k := 0; k < 3; k++ {
+		w := words44[k][i]
+		switch {
+		case e == 4:
+			c.VPMADD52LUQ(zK16[w], x, zDLo[k])
+			c.VPMADD52HUQ(zK16[w], x, zDHi[k])
+		case e == 0:
+			m := mem(zrKey, 8*(key44F+8*w))
+			c.VPMADD52LUQ(m, x, zDLo[k])
+			c.VPMADD52HUQ(m, x, zDHi[k])
+		default:
+			m := mem(zrKey, 8*(key44B+5*(e-1)+w))
+			c.VPMADD52LUQ_BCST(m, x, zDLo[k])
+			c.VPMADD52HUQ_BCST(m, x, zDHi[k])
+		}
+	}
+}
+
+// combine joins the hi sums to the limbs above (weight 2^52 = 2^8·2^44;
+// the top one times 5120 = 2^12 + 2^10, 2^140 ≡ 5·2^10) and carries d0→d1,
+// d1→d2, d2→d0 (times 5) into h: limb 0 below 2^44 + 5·2^22, limb 1 below
+// 2^44, limb 2 below 2^42 (lanesIFMAS's combineS44 and its bounds).
+func (z *zgen) combine() {
+	c := z.c
+	c.VPSLLQ(operand.U8(12), zDHi[2], zT)
+	c.VPADDQ(zT, zDLo[0], zDLo[0])
+	c.VPSLLQ(operand.U8(10), zDHi[2], zT)
+	c.VPADDQ(zT, zDLo[0], zDLo[0])
+	c.VPSLLQ(operand.U8(8), zDHi[0], zT)
+	c.VPADDQ(zT, zDLo[1], zDLo[1])
+	c.VPSLLQ(operand.U8(8), zDHi[1], zT)
+	c.VPADDQ(zT, zDLo[2], zDLo[2])
+	c.VPSRLQ(operand.U8(44), zDLo[0], zT)
+	c.VPANDQ(zM44, zDLo[0], zH[0])
+	c.VPADDQ(zT, zDLo[1], zDLo[1])
+	c.VPSRLQ(operand.U8(44), zDLo[1], zT)
+	c.VPANDQ(zM44, zDLo[1], zH[1])
+	c.VPADDQ(zT, zDLo[2], zDLo[2])
+	c.VPSRLQ(operand.U8(42), zDLo[2], zT)
+	c.VPANDQ(zM42, zDLo[2], zH[2])
+	c.VPSLLQ(operand.U8(2), zT, zL)
+	c.VPADDQ(zL, zT, zT)
+	c.VPADDQ(zT, zH[0], zH[0])
+}
+
+// step emits a step over the next rows rows of the pair: an ordinary one
+// (last false, rows 4) takes row t times r^(4(4-t)); the last (rows 1..4)
+// the bracket, row t times r^(4(rows-1-t)), row rows-1 added, carried
+// and then multiplied by F. first: the step holds the blocks' first rows.
+func (z *zgen) step(rows int, last, first bool) {
+	c := z.c
+	pow := func(t int) int {
+		if last {
+			return rows - 1 - t
+		}
+		return zRows - t
+	}
+	v := 0
+	if last {
+		v = rows
+	}
+	for k := 0; k < 3; k++ {
+		c.VMOVDQU64(mem(zrKey, 8*(key44K+24*v+8*k)), zDLo[k])
+		c.VPXORQ(zDHi[k], zDHi[k], zDHi[k])
+	}
+	for t := 0; t < rows; t++ {
+		switch {
+		case t == 0:
+			z.row(0, first, func(i int) { z.c.VPADDQ(zL, zH[i], zH[i]) })
+		case pow(t) == 0:
+			z.row(t, false, func(i int) { z.c.VPADDQ(zL, zDLo[i], zDLo[i]) })
+		default:
+			z.row(t, false, func(i int) { z.madd(zL, i, pow(t)) })
+		}
+	}
+	// (h + row 0) times its power last: the accumulators' chains of
+	// dependent multiplies then take rows 1.. first, which do not wait for
+	// the previous step's carries.
+	for i := 0; i < 3; i++ {
+		if pow(0) == 0 {
+			c.VPADDQ(zH[i], zDLo[i], zDLo[i])
+		} else {
+			z.madd(zH[i], i, pow(0))
+		}
+	}
+	z.combine()
+	if last {
+		c.Comment("Times F: stream s times r^(4-s).")
+		for k := 0; k < 3; k++ {
+			c.VPXORQ(zDLo[k], zDLo[k], zDLo[k])
+			c.VPXORQ(zDHi[k], zDHi[k], zDHi[k])
+		}
+		for i := 0; i < 3; i++ {
+			z.madd(zH[i], i, 0)
+		}
+		z.combine()
+	}
+	c.ADDQ(operand.U32(64*rows), zrP)
+	c.ADDQ(operand.U32(64*rows), zrQ)
+}
+
+// carry is d_from → d_to of a full carry chain (bits bits kept, times 5
+// into limb 0).
+func (z *zgen) carry(from, to, bits int, mask reg.VecPhysical, times5 bool) {
+	c := z.c
+	c.VPSRLQ(operand.U8(bits), zDLo[from], zT)
+	c.VPANDQ(mask, zDLo[from], zDLo[from])
+	if times5 {
+		c.VPSLLQ(operand.U8(2), zT, zL)
+		c.VPADDQ(zL, zT, zT)
+	}
+	c.VPADDQ(zT, zDLo[to], zDLo[to])
+}
+
+// sumStreams sums the four streams of each block (lanes b, 2+b, 4+b, 6+b)
+// into lanes 0 and 1, carries them fully (d0→d1, d1→d2, d2→d0, d0→d1:
+// each stream below 2^44 + 5·2^22, 2^44, 2^42, so the sums below 2^46 +
+// 2^25, 2^46, 2^44, and afterwards below 2^44, 2^44 + 1, 2^42) and stores
+// limb k of block b to h at 8(2k+b).
+func (z *zgen) sumStreams() {
+	c := z.c
+	for k := 0; k < 3; k++ {
+		c.VSHUFI64X2(operand.U8(0x4e), zH[k], zH[k], zT) // units 2, 3, 0, 1
+		c.VPADDQ(zT, zH[k], zDLo[k])
+		c.VSHUFI64X2(operand.U8(0xb1), zDLo[k], zDLo[k], zT) // units 1, 0, 3, 2
+		c.VPADDQ(zT, zDLo[k], zDLo[k])
+	}
+	z.carry(0, 1, 44, zM44, false)
+	z.carry(1, 2, 44, zM44, false)
+	z.carry(2, 0, 42, zM42, true)
+	z.carry(0, 1, 44, zM44, false)
+	for k := 0; k < 3; k++ {
+		c.VMOVDQU(xmm(zDLo[k]), mem(zrH, 16*k))
+	}
+}
+
+// crcEnd emits the end of a pair's CRCs: the four accumulators' lanes
+// folded each into one lane, a transpose into one register (guards in
+// lanes 0, 1, sums in 2, 3), the sums finalised from two CRC32Q of their
+// lanes from zero, the guards back to the unreflected domain and
+// Barrett-reduced. The lane registers are free here.
+func (z *zgen) crcEnd() {
+	c := z.c
+	kR, kRC := zDHi[0], zDHi[1]
+	c.Load(c.Param("tabR"), zrT)
+	c.VMOVDQU64(mem(zrT, scaffold.TableRev+16*61), kR)
+	c.Load(c.Param("tab32"), zrT)
+	c.VMOVDQU64(mem(zrT, scaffold.TableRev+16*61), kRC)
+	// w_j = a_j's lanes times {Fold[3], Fold[2], Fold[1], 0} of its table,
+	// plus its last lane as it is: congruent to a_j, in one lane's reach
+	// once the lanes are summed.
+	accs := []reg.VecPhysical{zGAcc[0], zGAcc[1], zSAcc[0], zSAcc[1]}
+	w := []reg.VecPhysical{zH[0], zH[1], zH[2], zDLo[0]}
+	for j, a := range accs {
+		k := kR
+		if j >= 2 {
+			k = kRC
+		}
+		c.VPCLMULQDQ(operand.U8(0x00), k, a, zT)
+		c.VPCLMULQDQ(operand.U8(0x11), k, a, w[j])
+		c.VPXORQ(zT, w[j], w[j])
+		// w ^= a & last4: 0x78 is A ^ (B & C) with A = w, B = a, C = last4.
+		c.VPTERNLOGD(operand.U8(0x78), z.last4, a, w[j])
+	}
+	// Transpose: lanes {0,1} and {2,3} of two vectors paired and summed,
+	// then lanes {0,2} and {1,3}: lane j of the result is w_j's four
+	// lanes summed.
+	x := []reg.VecPhysical{zDLo[1], zDLo[2]}
+	for i := 0; i < 2; i++ {
+		c.VSHUFI64X2(operand.U8(0x44), w[2*i+1], w[2*i], zLo) // lanes 0,1 of each
+		c.VSHUFI64X2(operand.U8(0xee), w[2*i+1], w[2*i], zHi) // lanes 2,3 of each
+		c.VPXORQ(zLo, zHi, x[i])
+	}
+	zz := zL
+	c.VSHUFI64X2(operand.U8(0x88), x[1], x[0], zLo) // lanes 0,2 of each
+	c.VSHUFI64X2(operand.U8(0xdd), x[1], x[0], zHi) // lanes 1,3 of each
+	c.VPXORQ(zLo, zHi, zz)
+	z.sumLanes(zz)
+	c.Comment("The guards: lanes 0 and 1, bits of every byte and then the bytes",
+		"reversed (the unreflected domain), Barrett-reduced.")
+	c.VGF2P8AFFINEQB(operand.U8(0), zBrev, zz, zz)
+	c.VBROADCASTI32X4(z.bswap, zT)
+	c.VPSHUFB(zT, zz, zz)
+	fin, muP := zDLo[0], zDLo[1]
+	c.Load(c.Param("tab"), zrT)
+	c.VBROADCASTI32X4(mem(zrT, tableFinal), fin)
+	c.VBROADCASTI32X4(mem(zrT, tableMu), muP)
+	reduceZ(c, zz, fin, muP)
+	c.VMOVDQU64(zz, z.frame)
+	for b := 0; b < zGroup; b++ {
+		c.MOVWQZX(z.frame.Offset(16*b), zrT)
+		c.MOVW(zrT.As16(), mem(zrDst, 2*b))
+	}
+}
+
+// sumLanes finalises the folded sums from lanes 2 and 3 of zz.
+func (z *zgen) sumLanes(zz reg.VecPhysical) {
+	c := z.c
+	c.VMOVDQU64(zz, z.frame)
+	c.Comment("The sums: lanes 2 and 3, each a 16-byte message congruent to its",
+		"block, through CRC32Q from zero.")
+	for b := 0; b < zGroup; b++ {
+		c.XORL(zrT.As32(), zrT.As32())
+		c.CRC32Q(z.frame.Offset(16*(2+b)), zrT)
+		c.CRC32Q(z.frame.Offset(16*(2+b)+8), zrT)
+		c.NOTL(zrT.As32())
+		c.MOVL(zrT.As32(), mem(zrSums, 4*b))
+	}
+}
+
+// reduceZ is reduce (fusedPolyCopyAVX's Barrett reduction) on the four
+// lanes of x at once, each lane's CRC left in its low 16 bits (the rest of
+// the lane not zeroed); fin and muP hold {Final[0], 0} and {Mu, Poly} in
+// every lane. Temporaries zLo, zHi, zT.
+func reduceZ(c *build.Context, x, fin, muP reg.VecPhysical) {
+	t, s, k := zLo, zHi, zT
+	c.VPCLMULQDQ(operand.U8(0x01), fin, x, t) // Hi·C(64+w)
+	c.VPSLLDQ(operand.U8(8), x, s)            // Lo in the high quadword
+	c.VPSRLDQ(operand.U8(8-width/8), s, s)    // Lo·x^w
+	c.VPXORQ(s, t, t)                         // T, degree < 64+w
+	c.VPSRLDQ(operand.U8(width/8), t, s)      // Q = T div x^w
+	c.VPCLMULQDQ(operand.U8(0x00), muP, s, k) // Q·mu_low
+	c.VPSRLDQ(operand.U8(8), k, k)            // floor(Q·mu_low / x^64)
+	c.VPXORQ(k, s, s)                         // q
+	c.VPCLMULQDQ(operand.U8(0x10), muP, s, k) // q·p
+	c.VPXORQ(k, t, x)                         // low w bits: the CRC
+}
+
+// kernelZ emits fusedPolyCopyZ.
+func (z *zgen) kernelZ() {
+	c := z.c
+	c.Function("fusedPolyCopyZ")
+	c.Attributes(attr.NOSPLIT)
+	c.Signature(zSig())
+	z.frame = c.AllocLocal(64)
+
+	c.Load(c.Param("dst").Base(), zrDst)
+	c.Load(c.Param("dst").Len(), zrCnt)
+	c.SHRQ(operand.U8(1), zrCnt)
+	c.Load(c.Param("sums").Base(), zrSums)
+	c.Load(c.Param("h").Base(), zrH)
+	c.Load(c.Param("p").Base(), zrBase)
+	c.Load(c.Param("q").Base(), zrQBase)
+	c.Load(c.Param("stride"), zrS)
+	c.Load(c.Param("key"), zrKey)
+	c.VPBROADCASTQ(z.masks, zM44)
+	c.VPBROADCASTQ(z.masks.Offset(8), zM42)
+	c.VPBROADCASTQ(z.bitrev, zBrev)
+	c.Comment("Fold[4] of the reflected T10-DIF and of the CRC-32C tables.")
+	c.Load(c.Param("tabR"), zrT)
+	c.VBROADCASTI32X4(mem(zrT, tableFold+16*4), zKT)
+	c.Load(c.Param("tab32"), zrT)
+	c.VBROADCASTI32X4(mem(zrT, tableFold+16*4), zKC)
+	c.Comment("The CRC-32C's initial register, XORed into a block's first bytes.")
+	c.MOVL(operand.U32(0xffffffff), zrT.As32())
+	c.VMOVQ(zrT, xmm(zInit))
+	c.Comment("The key words of r^16, broadcast.")
+	for w := 0; w < 5; w++ {
+		c.VPBROADCASTQ(mem(zrKey, 8*(key44B+5*3+w)), zK16[w])
+	}
+
+	c.Label("pairZ")
+	c.Comment("A pair: blocks b = 0, 1 at p + b*stride; h from zero.")
+	c.MOVQ(zrBase, zrP)
+	c.MOVQ(zrQBase, zrQ)
+	c.Load(c.Param("blockLen"), zrN)
+	c.SHRQ(operand.U8(6), zrN)
+	for k := 0; k < 3; k++ {
+		c.VPXORQ(zH[k], zH[k], zH[k])
+	}
+	c.Comment("The first step, which starts the CRCs: four rows if more than four.")
+	c.CMPQ(zrN, operand.U32(zRows+1))
+	c.JB(operand.LabelRef("lastFZ"))
+	z.step(zRows, false, true)
+	c.SUBQ(operand.U32(zRows), zrN)
+	c.CMPQ(zrN, operand.U32(zRows+1))
+	c.JB(operand.LabelRef("lastZ"))
+	c.Label("quadZ")
+	z.step(zRows, false, false)
+	c.SUBQ(operand.U32(zRows), zrN)
+	c.CMPQ(zrN, operand.U32(zRows+1))
+	c.JAE(operand.LabelRef("quadZ"))
+
+	// The last 1..4 rows, then stream s times r^(4-s); the F variants
+	// when they are the blocks' first rows too.
+	for _, f := range []string{"", "F"} {
+		c.Label("last" + f + "Z")
+		c.CMPQ(zrN, operand.U32(2))
+		c.JB(operand.LabelRef("last1" + f + "Z"))
+		c.JZ(operand.LabelRef("last2" + f + "Z"))
+		c.CMPQ(zrN, operand.U32(3))
+		c.JZ(operand.LabelRef("last3" + f + "Z"))
+		for rows := zRows; rows >= 1; rows-- {
+			if rows < zRows {
+				c.Label(fmt.Sprintf("last%d%sZ", rows, f))
+			}
+			z.step(rows, true, f == "F")
+			c.JMP(operand.LabelRef("endZ"))
+		}
+	}
+
+	c.Label("endZ")
+	z.sumStreams()
+	z.crcEnd()
+	c.ADDQ(operand.U32(8*zHWords), zrH)
+	c.ADDQ(operand.U32(2*zGroup), zrDst)
+	c.ADDQ(operand.U32(4*zGroup), zrSums)
+	c.LEAQ(operand.Mem{Base: zrBase, Index: zrS, Scale: zGroup}, zrBase)
+	c.LEAQ(operand.Mem{Base: zrQBase, Index: zrS, Scale: zGroup}, zrQBase)
+	c.DECQ(zrCnt)
+	c.JNZ(operand.LabelRef("pairZ"))
+	c.VZEROUPPER()
+	c.RET()
+}
+
+// zData adds the AVX-512 kernel's constants to c.
+func zData(c *build.Context, bswap operand.Mem) *zgen {
+	z := &zgen{c: c, bswap: bswap}
+	z.bitrev = c.StaticGlobal("fusedPolyBitrev")
+	c.DataAttributes(attr.RODATA | attr.NOPTR)
+	// VGF2P8AFFINEQB matrix that reverses the bits of a byte: result bit i
+	// is the parity of row byte 7-i ANDed with the source, and row byte
+	// 7-i = 1<<(7-i) picks source bit 7-i.
+	c.AddDatum(0, operand.U64(0x8040201008040201))
+	z.masks = c.StaticGlobal("fusedPolyMasks44")
+	c.DataAttributes(attr.RODATA | attr.NOPTR)
+	// The radix-2^44 limb masks: M44 for limbs 0 and 1, M42 for limb 2
+	// (bits 88..129).
+	c.AddDatum(0, operand.U64(mask44))
+	c.AddDatum(8, operand.U64(mask42))
+	z.last4 = c.StaticGlobal("fusedPolyLast4")
+	c.DataAttributes(attr.RODATA | attr.NOPTR)
+	// All ones in the last 16-byte lane of a vector, zeros in the others.
+	for i := 0; i < 8; i++ {
+		v := uint64(0)
+		if i >= 6 {
+			v = ^uint64(0)
+		}
+		c.AddDatum(8*i, operand.U64(v))
+	}
+	return z
+}
