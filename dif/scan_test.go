@@ -10,7 +10,9 @@ import (
 // TestClassifyPackedTuples holds the scans of packed tuples (the separate
 // layout with metadata of the tuple's size: scan16w, scan16nw, scan64w,
 // scan64nw, and the strided scans beside them) to the oracle, one changed
-// block at a time, at both ends of a chunk: every byte of its tuple
+// block at a time, at both ends of a chunk, in every lane of the unrolled
+// loops (four blocks an iteration) and in their tails (the second chunk's
+// last three blocks): every byte of its tuple
 // changed, its app tag set to 0xFFFF (escaped, which no other check
 // flags), its app and space all ones (unwritten). With the app tag
 // unchecked the scans must flag an escape themselves; checked against a
@@ -19,10 +21,10 @@ func TestClassifyPackedTuples(t *testing.T) {
 	formats := []string{"512+8:dix", "512+8:type3:dix", "512+8:sts=8:dix", "512+16:crc64:dix",
 		"512+16:crc64:type2:dix", "512+16:crc32:dix", "512+16:crc32:sts=16:dix", "512+12:dix", "512+24:crc64:dix"}
 	rng := rand.New(rand.NewPCG(3, 4))
-	n := chunk + 4
-	at := []int{0, chunk - 1, chunk, n - 1}
+	n := chunk + 7
+	at := []int{0, 1, 2, 3, chunk - 1, chunk, chunk + 5, n - 1}
 	if testing.Short() {
-		at = []int{chunk - 1, chunk}
+		at = []int{chunk - 3, chunk - 1, chunk + 2, n - 1}
 	}
 	for _, fs := range formats {
 		f := MustFormat(fs)

@@ -864,7 +864,7 @@ GLOBL fusedBitrev<>(SB), RODATA|NOPTR, $8
 
 // func fusedBlocksZ(dst *uint16, sums *uint32, p *byte, groups int, blockLen int, stride int, tab *byte, tab32 *byte)
 // Requires: AVX, AVX512BW, AVX512F, SSE4.2, VPCLMULQDQ
-TEXT ·fusedBlocksZ(SB), $128-64
+TEXT ·fusedBlocksZ(SB), $0-64
 	MOVQ            tab+48(FP), AX
 	VBROADCASTI32X4 64(AX), Z0
 	VMOVDQU64       2048(AX), Z2
@@ -1231,161 +1231,173 @@ fusedBlocksZ_last:
 	CRC32Q 56(DX)(CX*1), R9
 	MOVQ   dst+0(FP), AX
 	MOVQ   sums+8(FP), CX
-	LEAQ   63(SP), DX
-	ANDQ   $-64, DX
 
 	// The folded sums four at a time: lane j of z congruent to the j-th's
-	// block, stored to the frame and read back by two CRC32Q from zero
+	// block, moved to GPRs and read by two CRC32Q from zero
 	// (the lane is a 16-byte message congruent to the block).
-	VPCLMULQDQ $0x00, Z3, Z10, Z21
-	VPCLMULQDQ $0x11, Z3, Z10, Z22
-	VPXORQ     Z21, Z22, Z22
-	VPTERNLOGD $0x78, Z5, Z10, Z22
-	VPCLMULQDQ $0x00, Z3, Z13, Z21
-	VPCLMULQDQ $0x11, Z3, Z13, Z10
-	VPXORQ     Z21, Z10, Z10
-	VPTERNLOGD $0x78, Z5, Z13, Z10
-	VPCLMULQDQ $0x00, Z3, Z16, Z21
-	VPCLMULQDQ $0x11, Z3, Z16, Z13
-	VPXORQ     Z21, Z13, Z13
-	VPTERNLOGD $0x78, Z5, Z16, Z13
-	VPCLMULQDQ $0x00, Z3, Z19, Z21
-	VPCLMULQDQ $0x11, Z3, Z19, Z16
-	VPXORQ     Z21, Z16, Z16
-	VPTERNLOGD $0x78, Z5, Z19, Z16
-	VSHUFI64X2 $0x44, Z10, Z22, Z19
-	VSHUFI64X2 $0xee, Z10, Z22, Z10
-	VPXORQ     Z19, Z10, Z10
-	VSHUFI64X2 $0x44, Z16, Z13, Z19
-	VSHUFI64X2 $0xee, Z16, Z13, Z13
-	VPXORQ     Z19, Z13, Z13
-	VSHUFI64X2 $0x88, Z13, Z10, Z16
-	VSHUFI64X2 $0xdd, Z13, Z10, Z10
-	VPXORQ     Z16, Z10, Z10
-	VMOVDQA64  Z10, (DX)
-	XORL       BX, BX
-	CRC32Q     (DX), BX
-	CRC32Q     8(DX), BX
-	NOTL       BX
-	MOVL       BX, (CX)
-	XORL       BX, BX
-	CRC32Q     16(DX), BX
-	CRC32Q     24(DX), BX
-	NOTL       BX
-	MOVL       BX, 8(CX)
-	XORL       BX, BX
-	CRC32Q     32(DX), BX
-	CRC32Q     40(DX), BX
-	NOTL       BX
-	MOVL       BX, 16(CX)
-	XORL       BX, BX
-	CRC32Q     48(DX), BX
-	CRC32Q     56(DX), BX
-	NOTL       BX
-	MOVL       BX, 24(CX)
-	NOTL       SI
-	MOVL       SI, 4(CX)
-	NOTL       DI
-	MOVL       DI, 12(CX)
-	NOTL       R8
-	MOVL       R8, 20(CX)
-	NOTL       R9
-	MOVL       R9, 28(CX)
+	VPCLMULQDQ    $0x00, Z3, Z10, Z21
+	VPCLMULQDQ    $0x11, Z3, Z10, Z22
+	VPXORQ        Z21, Z22, Z22
+	VPTERNLOGD    $0x78, Z5, Z10, Z22
+	VPCLMULQDQ    $0x00, Z3, Z13, Z21
+	VPCLMULQDQ    $0x11, Z3, Z13, Z10
+	VPXORQ        Z21, Z10, Z10
+	VPTERNLOGD    $0x78, Z5, Z13, Z10
+	VPCLMULQDQ    $0x00, Z3, Z16, Z21
+	VPCLMULQDQ    $0x11, Z3, Z16, Z13
+	VPXORQ        Z21, Z13, Z13
+	VPTERNLOGD    $0x78, Z5, Z16, Z13
+	VPCLMULQDQ    $0x00, Z3, Z19, Z21
+	VPCLMULQDQ    $0x11, Z3, Z19, Z16
+	VPXORQ        Z21, Z16, Z16
+	VPTERNLOGD    $0x78, Z5, Z19, Z16
+	VSHUFI64X2    $0x44, Z10, Z22, Z19
+	VSHUFI64X2    $0xee, Z10, Z22, Z10
+	VPXORQ        Z19, Z10, Z10
+	VSHUFI64X2    $0x44, Z16, Z13, Z19
+	VSHUFI64X2    $0xee, Z16, Z13, Z13
+	VPXORQ        Z19, Z13, Z13
+	VSHUFI64X2    $0x88, Z13, Z10, Z16
+	VSHUFI64X2    $0xdd, Z13, Z10, Z10
+	VPXORQ        Z16, Z10, Z10
+	XORL          DX, DX
+	VMOVQ         X10, BX
+	CRC32Q        BX, DX
+	VPEXTRQ       $0x01, X10, BX
+	CRC32Q        BX, DX
+	NOTL          DX
+	MOVL          DX, (CX)
+	VEXTRACTI32X4 $0x01, Z10, X13
+	XORL          DX, DX
+	VMOVQ         X13, BX
+	CRC32Q        BX, DX
+	VPEXTRQ       $0x01, X13, BX
+	CRC32Q        BX, DX
+	NOTL          DX
+	MOVL          DX, 8(CX)
+	VEXTRACTI32X4 $0x02, Z10, X13
+	XORL          DX, DX
+	VMOVQ         X13, BX
+	CRC32Q        BX, DX
+	VPEXTRQ       $0x01, X13, BX
+	CRC32Q        BX, DX
+	NOTL          DX
+	MOVL          DX, 16(CX)
+	VEXTRACTI32X4 $0x03, Z10, X10
+	XORL          DX, DX
+	VMOVQ         X10, BX
+	CRC32Q        BX, DX
+	VPEXTRQ       $0x01, X10, BX
+	CRC32Q        BX, DX
+	NOTL          DX
+	MOVL          DX, 24(CX)
+	NOTL          SI
+	MOVL          SI, 4(CX)
+	NOTL          DI
+	MOVL          DI, 12(CX)
+	NOTL          R8
+	MOVL          R8, 20(CX)
+	NOTL          R9
+	MOVL          R9, 28(CX)
 
 	// The guards four at a time: lane j of z congruent to the j-th's block,
-	// reduced together, the four CRCs read back from the frame.
-	VPCLMULQDQ $0x01, Z2, Z9, Z21
-	VPCLMULQDQ $0x10, Z2, Z9, Z10
-	VPXORQ     Z21, Z10, Z10
-	VPTERNLOGD $0x78, Z5, Z9, Z10
-	VPCLMULQDQ $0x01, Z2, Z11, Z21
-	VPCLMULQDQ $0x10, Z2, Z11, Z9
-	VPXORQ     Z21, Z9, Z9
-	VPTERNLOGD $0x78, Z5, Z11, Z9
-	VPCLMULQDQ $0x01, Z2, Z12, Z21
-	VPCLMULQDQ $0x10, Z2, Z12, Z11
-	VPXORQ     Z21, Z11, Z11
-	VPTERNLOGD $0x78, Z5, Z12, Z11
-	VPCLMULQDQ $0x01, Z2, Z14, Z21
-	VPCLMULQDQ $0x10, Z2, Z14, Z12
-	VPXORQ     Z21, Z12, Z12
-	VPTERNLOGD $0x78, Z5, Z14, Z12
-	VSHUFI64X2 $0x44, Z9, Z10, Z13
-	VSHUFI64X2 $0xee, Z9, Z10, Z9
-	VPXORQ     Z13, Z9, Z9
-	VSHUFI64X2 $0x44, Z12, Z11, Z10
-	VSHUFI64X2 $0xee, Z12, Z11, Z11
-	VPXORQ     Z10, Z11, Z10
-	VSHUFI64X2 $0x88, Z10, Z9, Z11
-	VSHUFI64X2 $0xdd, Z10, Z9, Z9
-	VPXORQ     Z11, Z9, Z9
-	VPCLMULQDQ $0x01, Z6, Z9, Z10
-	VPSLLDQ    $0x08, Z9, Z9
-	VPSRLDQ    $0x06, Z9, Z9
-	VPXORQ     Z9, Z10, Z10
-	VPSRLDQ    $0x02, Z10, Z9
-	VPCLMULQDQ $0x00, Z7, Z9, Z11
-	VPSRLDQ    $0x08, Z11, Z11
-	VPXORQ     Z11, Z9, Z9
-	VPCLMULQDQ $0x10, Z7, Z9, Z11
-	VPXORQ     Z11, Z10, Z9
-	VMOVDQA64  Z9, (DX)
-	MOVWQZX    (DX), BX
-	MOVW       BX, (AX)
-	MOVWQZX    16(DX), BX
-	MOVW       BX, 2(AX)
-	MOVWQZX    32(DX), BX
-	MOVW       BX, 4(AX)
-	MOVWQZX    48(DX), BX
-	MOVW       BX, 6(AX)
-	VPCLMULQDQ $0x01, Z2, Z15, Z21
-	VPCLMULQDQ $0x10, Z2, Z15, Z9
-	VPXORQ     Z21, Z9, Z9
-	VPTERNLOGD $0x78, Z5, Z15, Z9
-	VPCLMULQDQ $0x01, Z2, Z17, Z21
-	VPCLMULQDQ $0x10, Z2, Z17, Z10
-	VPXORQ     Z21, Z10, Z10
-	VPTERNLOGD $0x78, Z5, Z17, Z10
-	VPCLMULQDQ $0x01, Z2, Z18, Z21
-	VPCLMULQDQ $0x10, Z2, Z18, Z11
-	VPXORQ     Z21, Z11, Z11
-	VPTERNLOGD $0x78, Z5, Z18, Z11
-	VPCLMULQDQ $0x01, Z2, Z20, Z21
-	VPCLMULQDQ $0x10, Z2, Z20, Z12
-	VPXORQ     Z21, Z12, Z12
-	VPTERNLOGD $0x78, Z5, Z20, Z12
-	VSHUFI64X2 $0x44, Z10, Z9, Z13
-	VSHUFI64X2 $0xee, Z10, Z9, Z9
-	VPXORQ     Z13, Z9, Z9
-	VSHUFI64X2 $0x44, Z12, Z11, Z10
-	VSHUFI64X2 $0xee, Z12, Z11, Z11
-	VPXORQ     Z10, Z11, Z10
-	VSHUFI64X2 $0x88, Z10, Z9, Z11
-	VSHUFI64X2 $0xdd, Z10, Z9, Z9
-	VPXORQ     Z11, Z9, Z9
-	VPCLMULQDQ $0x01, Z6, Z9, Z10
-	VPSLLDQ    $0x08, Z9, Z9
-	VPSRLDQ    $0x06, Z9, Z9
-	VPXORQ     Z9, Z10, Z10
-	VPSRLDQ    $0x02, Z10, Z9
-	VPCLMULQDQ $0x00, Z7, Z9, Z11
-	VPSRLDQ    $0x08, Z11, Z11
-	VPXORQ     Z11, Z9, Z9
-	VPCLMULQDQ $0x10, Z7, Z9, Z11
-	VPXORQ     Z11, Z10, Z9
-	VMOVDQA64  Z9, (DX)
-	MOVWQZX    (DX), BX
-	MOVW       BX, 8(AX)
-	MOVWQZX    16(DX), BX
-	MOVW       BX, 10(AX)
-	MOVWQZX    32(DX), BX
-	MOVW       BX, 12(AX)
-	MOVWQZX    48(DX), DX
-	MOVW       DX, 14(AX)
-	ADDQ       $0x10, AX
-	MOVQ       AX, dst+0(FP)
-	ADDQ       $0x20, CX
-	MOVQ       CX, sums+8(FP)
+	// reduced together, each CRC the low 16 bits of its lane, through a GPR.
+	VPCLMULQDQ    $0x01, Z2, Z9, Z21
+	VPCLMULQDQ    $0x10, Z2, Z9, Z10
+	VPXORQ        Z21, Z10, Z10
+	VPTERNLOGD    $0x78, Z5, Z9, Z10
+	VPCLMULQDQ    $0x01, Z2, Z11, Z21
+	VPCLMULQDQ    $0x10, Z2, Z11, Z9
+	VPXORQ        Z21, Z9, Z9
+	VPTERNLOGD    $0x78, Z5, Z11, Z9
+	VPCLMULQDQ    $0x01, Z2, Z12, Z21
+	VPCLMULQDQ    $0x10, Z2, Z12, Z11
+	VPXORQ        Z21, Z11, Z11
+	VPTERNLOGD    $0x78, Z5, Z12, Z11
+	VPCLMULQDQ    $0x01, Z2, Z14, Z21
+	VPCLMULQDQ    $0x10, Z2, Z14, Z12
+	VPXORQ        Z21, Z12, Z12
+	VPTERNLOGD    $0x78, Z5, Z14, Z12
+	VSHUFI64X2    $0x44, Z9, Z10, Z13
+	VSHUFI64X2    $0xee, Z9, Z10, Z9
+	VPXORQ        Z13, Z9, Z9
+	VSHUFI64X2    $0x44, Z12, Z11, Z10
+	VSHUFI64X2    $0xee, Z12, Z11, Z11
+	VPXORQ        Z10, Z11, Z10
+	VSHUFI64X2    $0x88, Z10, Z9, Z11
+	VSHUFI64X2    $0xdd, Z10, Z9, Z9
+	VPXORQ        Z11, Z9, Z9
+	VPCLMULQDQ    $0x01, Z6, Z9, Z10
+	VPSLLDQ       $0x08, Z9, Z9
+	VPSRLDQ       $0x06, Z9, Z9
+	VPXORQ        Z9, Z10, Z10
+	VPSRLDQ       $0x02, Z10, Z9
+	VPCLMULQDQ    $0x00, Z7, Z9, Z11
+	VPSRLDQ       $0x08, Z11, Z11
+	VPXORQ        Z11, Z9, Z9
+	VPCLMULQDQ    $0x10, Z7, Z9, Z11
+	VPXORQ        Z11, Z10, Z9
+	VMOVD         X9, DX
+	MOVW          DX, (AX)
+	VEXTRACTI32X4 $0x01, Z9, X10
+	VMOVD         X10, DX
+	MOVW          DX, 2(AX)
+	VEXTRACTI32X4 $0x02, Z9, X10
+	VMOVD         X10, DX
+	MOVW          DX, 4(AX)
+	VEXTRACTI32X4 $0x03, Z9, X9
+	VMOVD         X9, DX
+	MOVW          DX, 6(AX)
+	VPCLMULQDQ    $0x01, Z2, Z15, Z21
+	VPCLMULQDQ    $0x10, Z2, Z15, Z9
+	VPXORQ        Z21, Z9, Z9
+	VPTERNLOGD    $0x78, Z5, Z15, Z9
+	VPCLMULQDQ    $0x01, Z2, Z17, Z21
+	VPCLMULQDQ    $0x10, Z2, Z17, Z10
+	VPXORQ        Z21, Z10, Z10
+	VPTERNLOGD    $0x78, Z5, Z17, Z10
+	VPCLMULQDQ    $0x01, Z2, Z18, Z21
+	VPCLMULQDQ    $0x10, Z2, Z18, Z11
+	VPXORQ        Z21, Z11, Z11
+	VPTERNLOGD    $0x78, Z5, Z18, Z11
+	VPCLMULQDQ    $0x01, Z2, Z20, Z21
+	VPCLMULQDQ    $0x10, Z2, Z20, Z12
+	VPXORQ        Z21, Z12, Z12
+	VPTERNLOGD    $0x78, Z5, Z20, Z12
+	VSHUFI64X2    $0x44, Z10, Z9, Z13
+	VSHUFI64X2    $0xee, Z10, Z9, Z9
+	VPXORQ        Z13, Z9, Z9
+	VSHUFI64X2    $0x44, Z12, Z11, Z10
+	VSHUFI64X2    $0xee, Z12, Z11, Z11
+	VPXORQ        Z10, Z11, Z10
+	VSHUFI64X2    $0x88, Z10, Z9, Z11
+	VSHUFI64X2    $0xdd, Z10, Z9, Z9
+	VPXORQ        Z11, Z9, Z9
+	VPCLMULQDQ    $0x01, Z6, Z9, Z10
+	VPSLLDQ       $0x08, Z9, Z9
+	VPSRLDQ       $0x06, Z9, Z9
+	VPXORQ        Z9, Z10, Z10
+	VPSRLDQ       $0x02, Z10, Z9
+	VPCLMULQDQ    $0x00, Z7, Z9, Z11
+	VPSRLDQ       $0x08, Z11, Z11
+	VPXORQ        Z11, Z9, Z9
+	VPCLMULQDQ    $0x10, Z7, Z9, Z11
+	VPXORQ        Z11, Z10, Z9
+	VMOVD         X9, DX
+	MOVW          DX, 8(AX)
+	VEXTRACTI32X4 $0x01, Z9, X10
+	VMOVD         X10, DX
+	MOVW          DX, 10(AX)
+	VEXTRACTI32X4 $0x02, Z9, X10
+	VMOVD         X10, DX
+	MOVW          DX, 12(AX)
+	VEXTRACTI32X4 $0x03, Z9, X9
+	VMOVD         X9, DX
+	MOVW          DX, 14(AX)
+	ADDQ          $0x10, AX
+	MOVQ          AX, dst+0(FP)
+	ADDQ          $0x20, CX
+	MOVQ          CX, sums+8(FP)
 
 	// p += 8·stride.
 	MOVQ p+16(FP), AX
@@ -1400,7 +1412,7 @@ fusedBlocksZ_last:
 
 // func fusedBlocksZG(dst *uint16, sums *uint32, p *byte, groups int, blockLen int, stride int, tab *byte, tabR *byte, tab32 *byte)
 // Requires: AVX, AVX512BW, AVX512F, AVX512VL, GFNI, SSE4.2, VPCLMULQDQ
-TEXT ·fusedBlocksZG(SB), $128-72
+TEXT ·fusedBlocksZG(SB), $0-72
 	MOVQ            tab+48(FP), AX
 	MOVQ            tabR+56(FP), CX
 	VBROADCASTI32X4 64(CX), Z0
@@ -1746,11 +1758,9 @@ fusedBlocksZG_last:
 	CRC32Q 56(DX)(CX*1), R8
 	MOVQ   dst+0(FP), AX
 	MOVQ   sums+8(FP), CX
-	LEAQ   63(SP), DX
-	ANDQ   $-64, DX
 
 	// The folded sums four at a time: lane j of z congruent to the j-th's
-	// block, stored to the frame and read back by two CRC32Q from zero
+	// block, moved to GPRs and read by two CRC32Q from zero
 	// (the lane is a 16-byte message congruent to the block).
 	VPCLMULQDQ    $0x00, Z3, Z11, Z23
 	VPCLMULQDQ    $0x11, Z3, Z11, Z24
@@ -1777,27 +1787,37 @@ fusedBlocksZG_last:
 	VSHUFI64X2    $0x88, Z14, Z11, Z16
 	VSHUFI64X2    $0xdd, Z14, Z11, Z11
 	VPXORQ        Z16, Z11, Z11
-	VMOVDQA64     Z11, (DX)
-	XORL          BX, BX
-	CRC32Q        (DX), BX
-	CRC32Q        8(DX), BX
-	NOTL          BX
-	MOVL          BX, (CX)
-	XORL          BX, BX
-	CRC32Q        16(DX), BX
-	CRC32Q        24(DX), BX
-	NOTL          BX
-	MOVL          BX, 8(CX)
-	XORL          BX, BX
-	CRC32Q        32(DX), BX
-	CRC32Q        40(DX), BX
-	NOTL          BX
-	MOVL          BX, 12(CX)
-	XORL          BX, BX
-	CRC32Q        48(DX), BX
-	CRC32Q        56(DX), BX
-	NOTL          BX
-	MOVL          BX, 20(CX)
+	XORL          DX, DX
+	VMOVQ         X11, BX
+	CRC32Q        BX, DX
+	VPEXTRQ       $0x01, X11, BX
+	CRC32Q        BX, DX
+	NOTL          DX
+	MOVL          DX, (CX)
+	VEXTRACTI32X4 $0x01, Z11, X14
+	XORL          DX, DX
+	VMOVQ         X14, BX
+	CRC32Q        BX, DX
+	VPEXTRQ       $0x01, X14, BX
+	CRC32Q        BX, DX
+	NOTL          DX
+	MOVL          DX, 8(CX)
+	VEXTRACTI32X4 $0x02, Z11, X14
+	XORL          DX, DX
+	VMOVQ         X14, BX
+	CRC32Q        BX, DX
+	VPEXTRQ       $0x01, X14, BX
+	CRC32Q        BX, DX
+	NOTL          DX
+	MOVL          DX, 12(CX)
+	VEXTRACTI32X4 $0x03, Z11, X11
+	XORL          DX, DX
+	VMOVQ         X11, BX
+	CRC32Q        BX, DX
+	VPEXTRQ       $0x01, X11, BX
+	CRC32Q        BX, DX
+	NOTL          DX
+	MOVL          DX, 20(CX)
 	VPCLMULQDQ    $0x00, Z3, Z21, Z23
 	VPCLMULQDQ    $0x11, Z3, Z21, Z24
 	VPXORQ        Z23, Z24, Z24
@@ -1807,13 +1827,13 @@ fusedBlocksZG_last:
 	VPXORQ        X14, X11, X14
 	VEXTRACTI32X4 $0x03, Z21, X11
 	VPXORQ        X11, X14, X14
-	XORL          BX, BX
-	VMOVQ         X14, R9
-	CRC32Q        R9, BX
-	VPEXTRQ       $0x01, X14, R9
-	CRC32Q        R9, BX
-	NOTL          BX
-	MOVL          BX, 24(CX)
+	XORL          DX, DX
+	VMOVQ         X14, BX
+	CRC32Q        BX, DX
+	VPEXTRQ       $0x01, X14, BX
+	CRC32Q        BX, DX
+	NOTL          DX
+	MOVL          DX, 24(CX)
 	NOTL          SI
 	MOVL          SI, 4(CX)
 	NOTL          DI
@@ -1822,7 +1842,7 @@ fusedBlocksZG_last:
 	MOVL          R8, 28(CX)
 
 	// The guards four at a time: lane j of z congruent to the j-th's block,
-	// reduced together, the four CRCs read back from the frame.
+	// reduced together, each CRC the low 16 bits of its lane, through a GPR.
 	VPCLMULQDQ $0x00, Z2, Z10, Z23
 	VPCLMULQDQ $0x11, Z2, Z10, Z11
 	VPXORQ     Z23, Z11, Z11
@@ -1862,15 +1882,17 @@ fusedBlocksZG_last:
 	VPXORQ         Z12, Z10, Z10
 	VPCLMULQDQ     $0x10, Z8, Z10, Z12
 	VPXORQ         Z12, Z11, Z10
-	VMOVDQA64      Z10, (DX)
-	MOVWQZX        (DX), BX
-	MOVW           BX, (AX)
-	MOVWQZX        16(DX), BX
-	MOVW           BX, 2(AX)
-	MOVWQZX        32(DX), BX
-	MOVW           BX, 4(AX)
-	MOVWQZX        48(DX), BX
-	MOVW           BX, 6(AX)
+	VMOVD          X10, DX
+	MOVW           DX, (AX)
+	VEXTRACTI32X4  $0x01, Z10, X11
+	VMOVD          X11, DX
+	MOVW           DX, 2(AX)
+	VEXTRACTI32X4  $0x02, Z10, X11
+	VMOVD          X11, DX
+	MOVW           DX, 4(AX)
+	VEXTRACTI32X4  $0x03, Z10, X10
+	VMOVD          X10, DX
+	MOVW           DX, 6(AX)
 	VPCLMULQDQ     $0x00, Z2, Z17, Z23
 	VPCLMULQDQ     $0x11, Z2, Z17, Z10
 	VPXORQ         Z23, Z10, Z10
@@ -1910,14 +1932,16 @@ fusedBlocksZG_last:
 	VPXORQ         Z12, Z10, Z10
 	VPCLMULQDQ     $0x10, Z8, Z10, Z12
 	VPXORQ         Z12, Z11, Z10
-	VMOVDQA64      Z10, (DX)
-	MOVWQZX        (DX), BX
-	MOVW           BX, 8(AX)
-	MOVWQZX        16(DX), BX
-	MOVW           BX, 10(AX)
-	MOVWQZX        32(DX), BX
-	MOVW           BX, 12(AX)
-	MOVWQZX        48(DX), DX
+	VMOVD          X10, DX
+	MOVW           DX, 8(AX)
+	VEXTRACTI32X4  $0x01, Z10, X11
+	VMOVD          X11, DX
+	MOVW           DX, 10(AX)
+	VEXTRACTI32X4  $0x02, Z10, X11
+	VMOVD          X11, DX
+	MOVW           DX, 12(AX)
+	VEXTRACTI32X4  $0x03, Z10, X10
+	VMOVD          X10, DX
 	MOVW           DX, 14(AX)
 	ADDQ           $0x10, AX
 	MOVQ           AX, dst+0(FP)
@@ -1937,7 +1961,7 @@ fusedBlocksZG_last:
 
 // func fusedBlocksCopyZG(dst *uint16, sums *uint32, q *byte, p *byte, groups int, blockLen int, stride int, tab *byte, tabR *byte, tab32 *byte)
 // Requires: AVX, AVX512BW, AVX512F, GFNI, MMX+, SSE4.2, VPCLMULQDQ
-TEXT ·fusedBlocksCopyZG(SB), $128-80
+TEXT ·fusedBlocksCopyZG(SB), $0-80
 	MOVQ            tabR+64(FP), AX
 	VBROADCASTI32X4 128(AX), Z0
 	VBROADCASTI32X4 64(AX), Z1
@@ -2181,8 +2205,6 @@ fusedBlocksCopyZG_b3_end:
 	VSHUFI64X2      $0xc0, Z21, Z15, Z21
 	MOVQ            dst+0(FP), CX
 	MOVQ            sums+8(FP), DX
-	LEAQ            63(SP), BX
-	ANDQ            $-64, BX
 	VPCLMULQDQ      $0x00, Z14, Z9, Z22
 	VPCLMULQDQ      $0x11, Z14, Z9, Z23
 	VPXORQ          Z22, Z23, Z23
@@ -2208,77 +2230,93 @@ fusedBlocksCopyZG_b3_end:
 	VSHUFI64X2      $0x88, Z11, Z9, Z13
 	VSHUFI64X2      $0xdd, Z11, Z9, Z9
 	VPXORQ          Z13, Z9, Z9
-	VMOVDQA64       Z9, (BX)
-	XORL            SI, SI
-	CRC32Q          (BX), SI
-	CRC32Q          8(BX), SI
-	NOTL            SI
-	MOVL            SI, (DX)
-	XORL            SI, SI
-	CRC32Q          16(BX), SI
-	CRC32Q          24(BX), SI
-	NOTL            SI
-	MOVL            SI, 4(DX)
-	XORL            SI, SI
-	CRC32Q          32(BX), SI
-	CRC32Q          40(BX), SI
-	NOTL            SI
-	MOVL            SI, 8(DX)
-	XORL            SI, SI
-	CRC32Q          48(BX), SI
-	CRC32Q          56(BX), SI
-	NOTL            SI
-	MOVL            SI, 12(DX)
-	VPCLMULQDQ      $0x00, Z5, Z7, Z9
-	VPCLMULQDQ      $0x11, Z5, Z7, Z11
-	VPXORQ          Z9, Z11, Z11
-	VPTERNLOGD      $0x78, Z21, Z7, Z11
-	VPCLMULQDQ      $0x00, Z5, Z8, Z9
-	VPCLMULQDQ      $0x11, Z5, Z8, Z7
-	VPXORQ          Z9, Z7, Z7
-	VPTERNLOGD      $0x78, Z21, Z8, Z7
-	VPCLMULQDQ      $0x00, Z5, Z10, Z9
-	VPCLMULQDQ      $0x11, Z5, Z10, Z8
-	VPXORQ          Z9, Z8, Z8
-	VPTERNLOGD      $0x78, Z21, Z10, Z8
-	VPCLMULQDQ      $0x00, Z5, Z12, Z9
-	VPCLMULQDQ      $0x11, Z5, Z12, Z5
-	VPXORQ          Z9, Z5, Z5
-	VPTERNLOGD      $0x78, Z21, Z12, Z5
-	VSHUFI64X2      $0x44, Z7, Z11, Z9
-	VSHUFI64X2      $0xee, Z7, Z11, Z7
-	VPXORQ          Z9, Z7, Z7
-	VSHUFI64X2      $0x44, Z5, Z8, Z9
-	VSHUFI64X2      $0xee, Z5, Z8, Z5
-	VPXORQ          Z9, Z5, Z5
-	VSHUFI64X2      $0x88, Z5, Z7, Z8
-	VSHUFI64X2      $0xdd, Z5, Z7, Z5
-	VPXORQ          Z8, Z5, Z5
-	VGF2P8AFFINEQB  $0x00, Z4, Z5, Z5
-	VPSHUFB         Z18, Z5, Z5
-	VPCLMULQDQ      $0x01, Z19, Z5, Z7
-	VPSLLDQ         $0x08, Z5, Z5
-	VPSRLDQ         $0x06, Z5, Z5
-	VPXORQ          Z5, Z7, Z7
-	VPSRLDQ         $0x02, Z7, Z5
-	VPCLMULQDQ      $0x00, Z20, Z5, Z8
-	VPSRLDQ         $0x08, Z8, Z8
-	VPXORQ          Z8, Z5, Z5
-	VPCLMULQDQ      $0x10, Z20, Z5, Z8
-	VPXORQ          Z8, Z7, Z5
-	VMOVDQA64       Z5, (BX)
-	MOVWQZX         (BX), SI
-	MOVW            SI, (CX)
-	MOVWQZX         16(BX), SI
-	MOVW            SI, 2(CX)
-	MOVWQZX         32(BX), SI
-	MOVW            SI, 4(CX)
-	MOVWQZX         48(BX), BX
-	MOVW            BX, 6(CX)
-	ADDQ            $0x08, CX
-	MOVQ            CX, dst+0(FP)
-	ADDQ            $0x10, DX
-	MOVQ            DX, sums+8(FP)
+
+	// Each sum's lane moved to GPRs and read by two CRC32Q from zero.
+	XORL           BX, BX
+	VMOVQ          X9, SI
+	CRC32Q         SI, BX
+	VPEXTRQ        $0x01, X9, SI
+	CRC32Q         SI, BX
+	NOTL           BX
+	MOVL           BX, (DX)
+	VEXTRACTI32X4  $0x01, Z9, X6
+	XORL           BX, BX
+	VMOVQ          X6, SI
+	CRC32Q         SI, BX
+	VPEXTRQ        $0x01, X6, SI
+	CRC32Q         SI, BX
+	NOTL           BX
+	MOVL           BX, 4(DX)
+	VEXTRACTI32X4  $0x02, Z9, X6
+	XORL           BX, BX
+	VMOVQ          X6, SI
+	CRC32Q         SI, BX
+	VPEXTRQ        $0x01, X6, SI
+	CRC32Q         SI, BX
+	NOTL           BX
+	MOVL           BX, 8(DX)
+	VEXTRACTI32X4  $0x03, Z9, X6
+	XORL           BX, BX
+	VMOVQ          X6, SI
+	CRC32Q         SI, BX
+	VPEXTRQ        $0x01, X6, SI
+	CRC32Q         SI, BX
+	NOTL           BX
+	MOVL           BX, 12(DX)
+	VPCLMULQDQ     $0x00, Z5, Z7, Z9
+	VPCLMULQDQ     $0x11, Z5, Z7, Z11
+	VPXORQ         Z9, Z11, Z11
+	VPTERNLOGD     $0x78, Z21, Z7, Z11
+	VPCLMULQDQ     $0x00, Z5, Z8, Z9
+	VPCLMULQDQ     $0x11, Z5, Z8, Z7
+	VPXORQ         Z9, Z7, Z7
+	VPTERNLOGD     $0x78, Z21, Z8, Z7
+	VPCLMULQDQ     $0x00, Z5, Z10, Z9
+	VPCLMULQDQ     $0x11, Z5, Z10, Z8
+	VPXORQ         Z9, Z8, Z8
+	VPTERNLOGD     $0x78, Z21, Z10, Z8
+	VPCLMULQDQ     $0x00, Z5, Z12, Z9
+	VPCLMULQDQ     $0x11, Z5, Z12, Z5
+	VPXORQ         Z9, Z5, Z5
+	VPTERNLOGD     $0x78, Z21, Z12, Z5
+	VSHUFI64X2     $0x44, Z7, Z11, Z9
+	VSHUFI64X2     $0xee, Z7, Z11, Z7
+	VPXORQ         Z9, Z7, Z7
+	VSHUFI64X2     $0x44, Z5, Z8, Z9
+	VSHUFI64X2     $0xee, Z5, Z8, Z5
+	VPXORQ         Z9, Z5, Z5
+	VSHUFI64X2     $0x88, Z5, Z7, Z8
+	VSHUFI64X2     $0xdd, Z5, Z7, Z5
+	VPXORQ         Z8, Z5, Z5
+	VGF2P8AFFINEQB $0x00, Z4, Z5, Z5
+	VPSHUFB        Z18, Z5, Z5
+	VPCLMULQDQ     $0x01, Z19, Z5, Z7
+	VPSLLDQ        $0x08, Z5, Z5
+	VPSRLDQ        $0x06, Z5, Z5
+	VPXORQ         Z5, Z7, Z7
+	VPSRLDQ        $0x02, Z7, Z5
+	VPCLMULQDQ     $0x00, Z20, Z5, Z8
+	VPSRLDQ        $0x08, Z8, Z8
+	VPXORQ         Z8, Z5, Z5
+	VPCLMULQDQ     $0x10, Z20, Z5, Z8
+	VPXORQ         Z8, Z7, Z5
+
+	// Each guard, the low 16 bits of its lane, through a GPR.
+	VMOVD         X5, BX
+	MOVW          BX, (CX)
+	VEXTRACTI32X4 $0x01, Z5, X6
+	VMOVD         X6, BX
+	MOVW          BX, 2(CX)
+	VEXTRACTI32X4 $0x02, Z5, X6
+	VMOVD         X6, BX
+	MOVW          BX, 4(CX)
+	VEXTRACTI32X4 $0x03, Z5, X5
+	VMOVD         X5, BX
+	MOVW          BX, 6(CX)
+	ADDQ          $0x08, CX
+	MOVQ          CX, dst+0(FP)
+	ADDQ          $0x10, DX
+	MOVQ          DX, sums+8(FP)
 
 	// p += 4·stride.
 	MOVQ stride+48(FP), CX

@@ -29,9 +29,10 @@ package main
 // Rev[61] of its table, whose last lane Fold[0] is zero, the last lane
 // added through a mask); a transpose of four such vectors (six
 // VSHUFI64X2) sums each one's lanes into a lane of one register. The
-// guards' register is Barrett-reduced at once (reduceZ); the folded sums'
-// is stored to the frame, and two CRC32Q of each lane from zero give the
-// block's register (the lane is a 16-byte message congruent to the block).
+// guards' register is Barrett-reduced at once (reduceZ); of the folded
+// sums', each lane is moved to two GPRs (zLane), and two CRC32Q of them
+// from zero give the block's register (the lane is a 16-byte message
+// congruent to the block).
 
 import (
 	"github.com/difctl/difctl/kernels/_asm/internal/scaffold"
@@ -114,9 +115,6 @@ func blocksZ(c *build.Context, maskZ operand.Mem, gfni bool, bitrev operand.Mem)
 			c.VPSHUFB(mask, src, dst)
 		}
 	}
-	// One 64-byte aligned slot on the frame for four reduced guards (128
-	// bytes: the slot and its alignment).
-	frame := c.AllocLocal(128)
 	// last4 is all ones in the last lane, zeros elsewhere.
 	last4, zero, allOnes := c.ZMM(), c.ZMM(), c.ZMM()
 	c.VPXORQ(zero, zero, zero)
@@ -263,9 +261,6 @@ func blocksZ(c *build.Context, maskZ operand.Mem, gfni bool, bitrev operand.Mem)
 		c.VEXTRACTI32X4(operand.U8(3), a, l3)
 		c.VPXORQ(l3, x, x)
 	}
-	sp := c.GP64()
-	c.LEAQ(frame.Offset(63), sp)
-	c.ANDQ(operand.I32(-64), sp)
 	// lanes4 sets z's lane j to the lane congruent to the accumulator
 	// as[j] (as lanes does, for four at once): each accumulator's lanes
 	// times k, with its last lane kept as it is (k's last lane is zero;
@@ -295,7 +290,7 @@ func blocksZ(c *build.Context, maskZ operand.Mem, gfni bool, bitrev operand.Mem)
 		c.VPXORQ(e, o, z)
 	}
 	c.Comment("The folded sums four at a time: lane j of z congruent to the j-th's",
-		"block, stored to the frame and read back by two CRC32Q from zero",
+		"block, moved to GPRs and read by two CRC32Q from zero",
 		"(the lane is a 16-byte message congruent to the block).")
 	var folded []int
 	for k := 0; k < zGroup; k++ {
@@ -325,12 +320,14 @@ func blocksZ(c *build.Context, maskZ operand.Mem, gfni bool, bitrev operand.Mem)
 		}
 		z := c.ZMM()
 		lanes4([]reg.VecVirtual{sacc[ks[0]], sacc[ks[1]], sacc[ks[2]], sacc[ks[3]]}, kRC, 0x00, 0x11, z)
-		c.VMOVDQA64(z, operand.Mem{Base: sp})
 		for j, k := range ks {
-			r := c.GP64()
+			x := zLane(c, z, j)
+			r, q := c.GP64(), c.GP64()
 			c.XORL(r.As32(), r.As32())
-			c.CRC32Q(operand.Mem{Base: sp, Disp: 16 * j}, r)
-			c.CRC32Q(operand.Mem{Base: sp, Disp: 16*j + 8}, r)
+			c.VMOVQ(x, q)
+			c.CRC32Q(q, r)
+			c.VPEXTRQ(operand.U8(1), x, q)
+			c.CRC32Q(q, r)
 			sumOut(k, r)
 		}
 	}
@@ -338,7 +335,7 @@ func blocksZ(c *build.Context, maskZ operand.Mem, gfni bool, bitrev operand.Mem)
 		sumOut(k, crcs[k])
 	}
 	c.Comment("The guards four at a time: lane j of z congruent to the j-th's block,",
-		"reduced together, the four CRCs read back from the frame.")
+		"reduced together, each CRC the low 16 bits of its lane, through a GPR.")
 	for h := 0; h < zGroup; h += 4 {
 		z := c.ZMM()
 		lanes4(gacc[h:h+4], kR, gLo, gHi, z)
@@ -348,10 +345,9 @@ func blocksZ(c *build.Context, maskZ operand.Mem, gfni bool, bitrev operand.Mem)
 			c.VPSHUFB(mask, z, z)
 		}
 		reduceZ(c, z, zFin, zMuP)
-		c.VMOVDQA64(z, operand.Mem{Base: sp})
 		for j := 0; j < 4; j++ {
-			out := c.GP64()
-			c.MOVWQZX(operand.Mem{Base: sp, Disp: 16 * j}, out)
+			out := c.GP32()
+			c.VMOVD(zLane(c, z, j), out)
 			c.MOVW(out.As16(), operand.Mem{Base: dst, Disp: 2 * (h + j)})
 		}
 	}
