@@ -21,11 +21,12 @@ import (
 	"testing"
 
 	"github.com/difctl/difctl/kernels/_asm/internal/emu"
+	"github.com/difctl/difctl/kernels/_asm/internal/ifma"
 )
 
 const gapByte = 0xa5
 
-var polyP = new(big.Int).Sub(new(big.Int).Lsh(big.NewInt(1), 130), big.NewInt(5))
+var polyP = ifma.P
 
 // leBig is b as a little-endian number.
 func leBig(b []byte) *big.Int {
@@ -37,16 +38,7 @@ func leBig(b []byte) *big.Int {
 }
 
 // splitBig returns n limbs of x of bits bits each.
-func splitBig(x *big.Int, bits uint, n int) []uint64 {
-	out := make([]uint64, n)
-	mask := new(big.Int).Sub(new(big.Int).Lsh(big.NewInt(1), bits), big.NewInt(1))
-	y := new(big.Int).Set(x)
-	for k := range out {
-		out[k] = new(big.Int).And(y, mask).Uint64()
-		y.Rsh(y, bits)
-	}
-	return out
-}
+var splitBig = ifma.Split
 
 // keyTable is poly1305's laneKey for r: limb k of r^(j+1) at word
 // 4(5j+k) (four lanes), five times it at 80+4(5j+k), r as two words at 160.
@@ -202,55 +194,8 @@ func TestEmulatedKernel(t *testing.T) {
 }
 
 // ifmaKeyTable is poly1305's ifmaKey for r (kernels/poly1305,
-// poly1305_lanes44.go; zmm.go's key44* constants): the radix-2^44 words r0
-// r1 r2 20·r1 20·r2 of r^n, fully reduced; r..r^4 at [5j:], r^3 and r^4 as
-// eight-lane vectors from key44Vec, r^4, r^8, r^12, r^16 from key44B, F
-// (lane 2s+b: r^(4-s)) from key44F, and from key44K the limbs of c_V =
-// 2^128·Σ r^e in eight lanes, e = 4, 8, 12, 16 for V = 0 and e = 0, 4, ...,
-// 4(V-1) for V = 1..4.
-func ifmaKeyTable(r *big.Int) []uint64 {
-	k := make([]uint64, key44Words)
-	limbs := func(x *big.Int) []uint64 { return splitBig(x, 44, 3) }
-	pow := func(e int) *big.Int { return new(big.Int).Exp(r, big.NewInt(int64(e)), polyP) }
-	words := func(n int) []uint64 {
-		l := limbs(pow(n))
-		return []uint64{l[0], l[1], l[2], 20 * l[1], 20 * l[2]}
-	}
-	for j := 0; j < 4; j++ {
-		copy(k[5*j:], words(j+1))
-	}
-	for w := 0; w < 5; w++ {
-		for ln := 0; ln < zLanes; ln++ {
-			for j := 2; j < 4; j++ {
-				k[key44Vec+40*(j-2)+8*w+ln] = words(j + 1)[w]
-			}
-			k[key44F+8*w+ln] = words(4 - ln/2)[w]
-		}
-		for pw := 0; pw < 4; pw++ {
-			k[key44B+5*pw+w] = words(4 * (pw + 1))[w]
-		}
-	}
-	two128 := new(big.Int).Lsh(big.NewInt(1), 128)
-	for v := 0; v <= 4; v++ {
-		c := new(big.Int)
-		if v == 0 {
-			for j := 1; j <= 4; j++ {
-				c.Add(c, pow(4*j))
-			}
-		} else {
-			for j := 0; j < v; j++ {
-				c.Add(c, pow(4*j))
-			}
-		}
-		c.Mul(c, two128).Mod(c, polyP)
-		for i, l := range limbs(c) {
-			for ln := 0; ln < zLanes; ln++ {
-				k[key44K+24*v+8*i+ln] = l
-			}
-		}
-	}
-	return k
-}
+// poly1305_lanes44.go), in the layout of kernels/_asm/internal/ifma.
+var ifmaKeyTable = ifma.KeyTable
 
 // fusedPolyCopyZ in the interpreter, as TestEmulatedKernel checks
 // fusedPolyCopyAVX: guards, sums, the Poly1305 accumulators (radix 2^44,

@@ -38,6 +38,7 @@ import (
 	"github.com/mmcloughlin/avo/operand"
 	"github.com/mmcloughlin/avo/reg"
 
+	"github.com/difctl/difctl/kernels/_asm/internal/ifma"
 	"github.com/difctl/difctl/kernels/_asm/internal/scaffold"
 )
 
@@ -76,10 +77,11 @@ func generate(cmd []string) (asm, src []byte, err error) {
 	// 2^44-1 and M42 = 2^42-1 (limb masks of radix 2^44, the top limb
 	// holding bits 88..129), and 2^40 (the pad bit 2^128 in limb 2, 128 =
 	// 88 + 40).
-	c.AddDatum(0, operand.U64(mask44))
-	c.AddDatum(8, operand.U64(mask42))
+	c.AddDatum(0, operand.U64(ifma.Mask44))
+	c.AddDatum(8, operand.U64(ifma.Mask42))
 	c.AddDatum(16, operand.U64(padBit44))
 	g := &gen{c: c, mask: consts, pad: consts.Offset(32)}
+	g.a = g.newIFMA()
 	g.lanesAVX2("lanesAVX2", false, powers)
 	g.lanesAVX2("lanesHybridAVX2", true, powers)
 	g.lanesAVX2("lanesAVX2R8", false, powers8)
@@ -103,12 +105,13 @@ func mem(base reg.Register, disp int) operand.Mem { return operand.Mem{Base: bas
 type gen struct {
 	c         *build.Context
 	mask, pad operand.Mem
-	powers    int   // of r in the key of the kernel being built: 4 or 8
-	cp        bool  // the kernel being built copies p to q (lanesAVX2Copy)
-	ks        bool  // its steps hold the key vectors in a register (vecStepKS)
-	pf        bool  // the kernel being built prefetches (lanesIFMA)
-	copying   bool  // the steps being built store their rows to q (lanesIFMASCopy)
-	err       error // the first error outside c's own
+	powers    int         // of r in the key of the kernel being built: 4 or 8
+	cp        bool        // the kernel being built copies p to q (lanesAVX2Copy)
+	ks        bool        // its steps hold the key vectors in a register (vecStepKS)
+	pf        bool        // the kernel being built prefetches (lanesIFMA)
+	copying   bool        // the steps being built store their rows to q (lanesIFMASCopy)
+	a         *ifma.Arith // the IFMA kernels' arithmetic
+	err       error       // the first error outside c's own
 }
 
 func (g *gen) fail(err error) {
