@@ -54,6 +54,8 @@ import (
 
 	"github.com/mmcloughlin/avo/operand"
 	"github.com/mmcloughlin/avo/reg"
+
+	"github.com/difctl/difctl/kernels/_asm/internal/zmmcrc"
 )
 
 // zBlocks is the number of blocks of a group of the AVX-512 kernels.
@@ -416,11 +418,7 @@ func mergeZ() {
 	ctx.VEXTRACTI128(operand.U8(1), hi, h2)
 	ctx.VPXOR(h2, hi.AsX(), h2)
 	out, t := ctx.GP64(), ctx.GP64()
-	ctx.XORL(out.As32(), out.As32())
-	ctx.VMOVQ(h2, t)
-	ctx.CRC32Q(t, out)
-	ctx.VPEXTRQ(operand.U8(1), h2, t)
-	ctx.CRC32Q(t, out)
+	zmmcrc.LaneCRC32(ctx, h2, out, t)
 	ctx.XORL(paramAddr("last"), out.As32())
 	ctx.VZEROUPPER()
 	ctx.Store(out.As32(), ctx.ReturnIndex(0))

@@ -103,6 +103,7 @@ import (
 	"go/types"
 
 	"github.com/difctl/difctl/kernels/_asm/internal/scaffold"
+	"github.com/difctl/difctl/kernels/_asm/internal/zmmcrc"
 
 	"github.com/mmcloughlin/avo/attr"
 	"github.com/mmcloughlin/avo/build"
@@ -431,21 +432,13 @@ func (g *gen) prefetch() {
 	g.c.ADDQ(operand.U32(group*stepLen), rPf)
 }
 
-// reduce mirrors crcmath.Reduce on lane x (unreflected, w = 16), with
-// xFin = {Final[0], 0} and xMuP = {Mu, Poly}; the CRC is left zero-extended
-// in out. The temporaries are lane registers, free after the last step.
+// reduce mirrors crcmath.Reduce on lane x (unreflected, w = 16:
+// zmmcrc.Reduce), with xFin = {Final[0], 0} and xMuP = {Mu, Poly}; the CRC
+// is left zero-extended in out. The temporaries are lane registers, free
+// after the last step.
 func reduce(c *build.Context, x, xFin, xMuP reg.VecPhysical, out reg.GPPhysical) {
-	t, s, k := xmm(yLo), xmm(yHi), xmm(yL)
-	c.VPCLMULQDQ(operand.U8(0x01), xFin, x, t) // Hi·C(64+w)
-	c.VMOVQ(x, s)                              // Lo
-	c.VPSLLDQ(operand.U8(width/8), s, s)       // Lo·x^w
-	c.VPXOR(s, t, t)                           // T, degree < 64+w
-	c.VPSRLDQ(operand.U8(width/8), t, s)       // Q = T div x^w
-	c.VPCLMULQDQ(operand.U8(0x00), xMuP, s, k) // Q·mu_low
-	c.VPSRLDQ(operand.U8(8), k, k)             // floor(Q·mu_low / x^64)
-	c.VPXOR(k, s, s)                           // q
-	c.VPCLMULQDQ(operand.U8(0x10), xMuP, s, k) // q·p
-	c.VPXOR(k, t, t)                           // low w bits: the CRC
+	t := xmm(yLo)
+	zmmcrc.Reduce(c, x, xFin, xMuP, t, xmm(yHi), xmm(yL), width)
 	c.VMOVQ(t, out)
 	c.MOVWQZX(out.As16(), out)
 }

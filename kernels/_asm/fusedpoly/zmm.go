@@ -69,6 +69,7 @@ import (
 
 	"github.com/difctl/difctl/kernels/_asm/internal/ifma"
 	"github.com/difctl/difctl/kernels/_asm/internal/scaffold"
+	"github.com/difctl/difctl/kernels/_asm/internal/zmmcrc"
 
 	"github.com/mmcloughlin/avo/attr"
 	"github.com/mmcloughlin/avo/build"
@@ -154,14 +155,9 @@ func blockMem(base reg.Register, b, disp int) operand.Mem {
 	return operand.Mem{Base: base, Index: zrS, Scale: 1, Disp: disp}
 }
 
-// fold is a = a·x^512 ⊕ d in the reflected domain (one VPCLMULQDQ pair
-// with k = Fold[4] in every lane and a three-way XOR).
-func (z *zgen) fold(a, k, d reg.VecPhysical) {
-	c := z.c
-	c.VPCLMULQDQ(operand.U8(0x00), k, a, zCT)
-	c.VPCLMULQDQ(operand.U8(0x11), k, a, a)
-	c.VPTERNLOGD(operand.U8(0x96), d, zCT, a)
-}
+// fold is a = a·x^512 ⊕ d in the reflected domain (zmmcrc.Fold) with k
+// = Fold[4] in every lane.
+func (z *zgen) fold(a, k, d reg.VecPhysical) { zmmcrc.Fold(z.c, 0x00, 0x11, k, a, zCT, d) }
 
 // row emits row t of the step at zrP: both blocks' 64 bytes loaded,
 // stored to q, folded into the guards and the sums (first: the block's
@@ -244,31 +240,18 @@ func (z *zgen) crcEnd() {
 	// plus its last lane as it is: congruent to a_j, in one lane's reach
 	// once the lanes are summed.
 	accs := []reg.VecPhysical{zGAcc[0], zGAcc[1], zSAcc[0], zSAcc[1]}
-	w := []reg.VecPhysical{zH[0], zH[1], zH[2], zDLo[0]}
+	w := [4]reg.Register{zH[0], zH[1], zH[2], zDLo[0]}
 	for j, a := range accs {
 		k := kR
 		if j >= 2 {
 			k = kRC
 		}
-		c.VPCLMULQDQ(operand.U8(0x00), k, a, zT)
-		c.VPCLMULQDQ(operand.U8(0x11), k, a, w[j])
-		c.VPXORQ(zT, w[j], w[j])
-		// w ^= a & last4: 0x78 is A ^ (B & C) with A = w, B = a, C = last4.
-		c.VPTERNLOGD(operand.U8(0x78), z.last4, a, w[j])
+		zmmcrc.FoldLanes(c, 0x00, 0x11, k, z.last4, a, zT, w[j])
 	}
-	// Transpose: lanes {0,1} and {2,3} of two vectors paired and summed,
-	// then lanes {0,2} and {1,3}: lane j of the result is w_j's four
-	// lanes summed.
-	x := []reg.VecPhysical{zDLo[1], zDLo[2]}
-	for i := 0; i < 2; i++ {
-		c.VSHUFI64X2(operand.U8(0x44), w[2*i+1], w[2*i], zLo) // lanes 0,1 of each
-		c.VSHUFI64X2(operand.U8(0xee), w[2*i+1], w[2*i], zHi) // lanes 2,3 of each
-		c.VPXORQ(zLo, zHi, x[i])
-	}
+	// Transpose: lane j of the result is w_j's four lanes summed.
 	zz := zL
-	c.VSHUFI64X2(operand.U8(0x88), x[1], x[0], zLo) // lanes 0,2 of each
-	c.VSHUFI64X2(operand.U8(0xdd), x[1], x[0], zHi) // lanes 1,3 of each
-	c.VPXORQ(zLo, zHi, zz)
+	zmmcrc.Transpose4(c, w, [2]reg.Register{zDLo[1], zDLo[2]},
+		[3]reg.Register{zLo, zLo, zLo}, [3]reg.Register{zHi, zHi, zHi}, zz)
 	z.sumLanes(zz)
 	c.Comment("The guards: lanes 0 and 1, bits of every byte and then the bytes",
 		"reversed (the unreflected domain), Barrett-reduced.")
@@ -279,7 +262,7 @@ func (z *zgen) crcEnd() {
 	c.Load(c.Param("tab"), zrT)
 	c.VBROADCASTI32X4(mem(zrT, tableFinal), fin)
 	c.VBROADCASTI32X4(mem(zrT, tableMu), muP)
-	reduceZ(c, zz, fin, muP)
+	zmmcrc.ReduceZ(c, zz, fin, muP, zLo, zHi, zT, width)
 	c.VMOVDQU64(zz, z.frame)
 	for b := 0; b < zGroup; b++ {
 		c.MOVWQZX(z.frame.Offset(16*b), zrT)
@@ -300,24 +283,6 @@ func (z *zgen) sumLanes(zz reg.VecPhysical) {
 		c.NOTL(zrT.As32())
 		c.MOVL(zrT.As32(), mem(zrSums, 4*b))
 	}
-}
-
-// reduceZ is reduce (fusedPolyCopyAVX's Barrett reduction) on the four
-// lanes of x at once, each lane's CRC left in its low 16 bits (the rest of
-// the lane not zeroed); fin and muP hold {Final[0], 0} and {Mu, Poly} in
-// every lane. Temporaries zLo, zHi, zT.
-func reduceZ(c *build.Context, x, fin, muP reg.VecPhysical) {
-	t, s, k := zLo, zHi, zT
-	c.VPCLMULQDQ(operand.U8(0x01), fin, x, t) // Hi·C(64+w)
-	c.VPSLLDQ(operand.U8(8), x, s)            // Lo in the high quadword
-	c.VPSRLDQ(operand.U8(8-width/8), s, s)    // Lo·x^w
-	c.VPXORQ(s, t, t)                         // T, degree < 64+w
-	c.VPSRLDQ(operand.U8(width/8), t, s)      // Q = T div x^w
-	c.VPCLMULQDQ(operand.U8(0x00), muP, s, k) // Q·mu_low
-	c.VPSRLDQ(operand.U8(8), k, k)            // floor(Q·mu_low / x^64)
-	c.VPXORQ(k, s, s)                         // q
-	c.VPCLMULQDQ(operand.U8(0x10), muP, s, k) // q·p
-	c.VPXORQ(k, t, x)                         // low w bits: the CRC
 }
 
 // kernelZ emits fusedPolyCopyZ.
