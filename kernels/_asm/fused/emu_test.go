@@ -39,10 +39,7 @@ func TestEmulatedKernels(t *testing.T) {
 		for _, kn := range []string{"fusedBlocksAVX2", "fusedBlocksCopyAVX2", "fusedBlocksAVX", "fusedBlocksCopyAVX"} {
 			name, copy := kn, strings.Contains(kn, "Copy")
 			t.Run(fmt.Sprintf("kernel=%s/block=%d/stride=%d", name, blockLen, stride), func(t *testing.T) {
-				data := make([]byte, (cnt-1)*stride+blockLen)
-				for i := range data {
-					data[i] = byte(r.Uint32())
-				}
+				data := emu.Random(r, (cnt-1)*stride+blockLen)
 				m, err := emu.New(prog, data)
 				if err != nil {
 					t.Fatal(err)
@@ -103,10 +100,7 @@ func TestEmulatedKernels(t *testing.T) {
 				if copying {
 					cnt = zCopyGroup * groups
 				}
-				data := make([]byte, (cnt-1)*stride+blockLen)
-				for i := range data {
-					data[i] = byte(r.Uint32())
-				}
+				data := emu.Random(r, (cnt-1)*stride+blockLen)
 				m, err := emu.New(prog, data)
 				if err != nil {
 					t.Fatal(err)

@@ -68,6 +68,77 @@ const (
 	addrKey  = emu.AddrDst + 0x1000
 )
 
+// trialInput returns n bytes of message and a clamped r from rnd, or all
+// ones (data and r: the largest limbs and products) if allOnes.
+func trialInput(rnd *rand.Rand, n int, allOnes bool) ([]byte, *big.Int) {
+	data := emu.Random(rnd, n)
+	var rb [16]byte
+	copy(rb[:], emu.Random(rnd, 16))
+	if allOnes {
+		for i := range data {
+			data[i] = 0xff
+		}
+		for i := range rb {
+			rb[i] = 0xff
+		}
+	}
+	for _, i := range []int{3, 7, 11, 15} {
+		rb[i] &= 15
+	}
+	for _, i := range []int{4, 8, 12} {
+		rb[i] &= 252
+	}
+	return data, leBig(rb[:])
+}
+
+// poly is the Poly1305 accumulator of block b (whole chunks) from zero,
+// under r, mod 2^130-5.
+func poly(b []byte, r *big.Int) *big.Int {
+	h := new(big.Int)
+	for c := 0; c < len(b); c += 16 {
+		h.Add(h, leBig(append(bytes.Clone(b[c:c+16]), 1)))
+		h.Mul(h, r)
+		h.Mod(h, polyP)
+	}
+	return h
+}
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// checkCRCs checks block i's guard in dst and sum in sums against the
+// bitwise T10-DIF and hash/crc32 of b.
+func checkCRCs(t *testing.T, m *emu.Machine, i int, b []byte) {
+	t.Helper()
+	if got, want := binary.LittleEndian.Uint16(m.Mem[emu.AddrDst+2*i:]), uint16(emu.Bitwise(emu.T10DIF, 0, b)); got != want {
+		t.Fatalf("dst[%d] = %#x, want %#x", i, got, want)
+	}
+	if got, want := binary.LittleEndian.Uint32(m.Mem[addrSums+4*i:]), crc32.Checksum(b, castagnoli); got != want {
+		t.Fatalf("sums[%d] = %#x, want %#x", i, got, want)
+	}
+}
+
+// checkRest checks that a kernel wrote nothing between AddrDst and
+// AddrData (before is what was there) outside dst, sums and the hBytes of
+// h of its cnt blocks, and that q holds the blocks of data and gapByte
+// between them.
+func checkRest(t *testing.T, m *emu.Machine, before []byte, cnt, hBytes int, q uint64, data []byte, blockLen, stride int) {
+	t.Helper()
+	after := bytes.Clone(m.Mem[emu.AddrDst:emu.AddrData])
+	copy(after, before[:2*cnt])
+	copy(after[addrSums-emu.AddrDst:], before[addrSums-emu.AddrDst:][:4*cnt])
+	copy(after[addrH-emu.AddrDst:], before[addrH-emu.AddrDst:][:hBytes])
+	if !bytes.Equal(after, before) {
+		t.Fatal("wrote outside dst, sums and h")
+	}
+	qm := m.Mem[q:]
+	for i := range qm {
+		inBlock := i%stride < blockLen && i < len(data)
+		if inBlock && qm[i] != data[i] || !inBlock && qm[i] != gapByte {
+			t.Fatalf("q[%d] = %#x, data %#x", i, qm[i], data[i])
+		}
+	}
+}
+
 func TestEmulatedKernel(t *testing.T) {
 	asm, _, err := generate([]string{"go", "run", "./fusedpoly"})
 	if err != nil {
@@ -78,7 +149,6 @@ func TestEmulatedKernel(t *testing.T) {
 		t.Fatal(err)
 	}
 	tab := emu.FoldTable(emu.T10DIF, 64)
-	castagnoli := crc32.MakeTable(crc32.Castagnoli)
 	rnd := rand.New(rand.NewPCG(5, 6))
 	var perByte float64
 	for trial, c := range [][3]int{{64, 64, 4}, {64, 80, 8}, {128, 128, 4}, {192, 208, 8}, {512, 512, 8}, {512, 520, 12}, {4096, 4096, 4}, {4096, 4160, 4}, {1024 + 64, 1200, 4}} {
@@ -87,27 +157,7 @@ func TestEmulatedKernel(t *testing.T) {
 			// All ones (data and r: the largest limbs and products) in
 			// one trial of three, random bytes in the others.
 			allOnes := trial%3 == 0
-			data := make([]byte, (cnt-1)*stride+blockLen)
-			for i := range data {
-				data[i] = byte(rnd.Uint32())
-				if allOnes {
-					data[i] = 0xff
-				}
-			}
-			var rb [16]byte
-			for i := range rb {
-				rb[i] = byte(rnd.Uint32())
-				if allOnes {
-					rb[i] = 0xff
-				}
-			}
-			for _, i := range []int{3, 7, 11, 15} {
-				rb[i] &= 15
-			}
-			for _, i := range []int{4, 8, 12} {
-				rb[i] &= 252
-			}
-			r := leBig(rb[:])
+			data, r := trialInput(rnd, (cnt-1)*stride+blockLen, allOnes)
 			m, err := emu.New(prog, data)
 			if err != nil {
 				t.Fatal(err)
@@ -131,9 +181,7 @@ func TestEmulatedKernel(t *testing.T) {
 				emu.AddrData, n, n,
 				uint64(blockLen), uint64(stride), emu.AddrTable, addrKey,
 			}
-			for i, a := range args {
-				m.Put64(8*i, a)
-			}
+			m.PutArgs(args...)
 			steps, err := m.Run(prog, "fusedPolyCopyAVX")
 			if err != nil {
 				t.Fatal(err)
@@ -143,18 +191,8 @@ func TestEmulatedKernel(t *testing.T) {
 			}
 			for i := 0; i < cnt; i++ {
 				b := data[i*stride:][:blockLen]
-				if got, want := binary.LittleEndian.Uint16(m.Mem[emu.AddrDst+2*i:]), uint16(emu.Bitwise(emu.T10DIF, 0, b)); got != want {
-					t.Fatalf("dst[%d] = %#x, want %#x", i, got, want)
-				}
-				if got, want := binary.LittleEndian.Uint32(m.Mem[addrSums+4*i:]), crc32.Checksum(b, castagnoli); got != want {
-					t.Fatalf("sums[%d] = %#x, want %#x", i, got, want)
-				}
-				want := new(big.Int)
-				for c := 0; c < blockLen; c += 16 {
-					want.Add(want, leBig(append(bytes.Clone(b[c:c+16]), 1)))
-					want.Mul(want, r)
-					want.Mod(want, polyP)
-				}
+				checkCRCs(t, m, i, b)
+				want := poly(b, r)
 				g, l := i/group, i%group
 				got := new(big.Int)
 				for k := limbs - 1; k >= 0; k-- {
@@ -170,20 +208,7 @@ func TestEmulatedKernel(t *testing.T) {
 				}
 			}
 			// Nothing written outside dst, sums and h.
-			after := bytes.Clone(m.Mem[emu.AddrDst:emu.AddrData])
-			copy(after, before[:2*cnt])
-			copy(after[addrSums-emu.AddrDst:], before[addrSums-emu.AddrDst:][:4*cnt])
-			copy(after[addrH-emu.AddrDst:], before[addrH-emu.AddrDst:][:8*hWords*groups])
-			if !bytes.Equal(after, before) {
-				t.Fatal("wrote outside dst, sums and h")
-			}
-			qm := m.Mem[q:]
-			for i := range qm {
-				inBlock := i%stride < blockLen && i < len(data)
-				if inBlock && qm[i] != data[i] || !inBlock && qm[i] != gapByte {
-					t.Fatalf("q[%d] = %#x, data %#x", i, qm[i], data[i])
-				}
-			}
+			checkRest(t, m, before, cnt, 8*hWords*groups, q, data, blockLen, stride)
 		})
 	}
 	t.Logf("instructions per byte over 4 KiB blocks: %.4f", perByte)
@@ -222,7 +247,6 @@ func TestEmulatedKernelZ(t *testing.T) {
 	t10R := emu.T10DIF
 	t10R.Reflected = true
 	tabR := emu.FoldTable(t10R, 64)
-	castagnoli := crc32.MakeTable(crc32.Castagnoli)
 	rnd := rand.New(rand.NewPCG(7, 8))
 	var cases [][3]int
 	for rows := 1; rows <= 12; rows++ {
@@ -235,27 +259,7 @@ func TestEmulatedKernelZ(t *testing.T) {
 		blockLen, stride, cnt := c[0], c[1], c[2]
 		t.Run(fmt.Sprintf("block=%d/stride=%d/count=%d", blockLen, stride, cnt), func(t *testing.T) {
 			allOnes := trial%3 == 0
-			data := make([]byte, (cnt-1)*stride+blockLen)
-			for i := range data {
-				data[i] = byte(rnd.Uint32())
-				if allOnes {
-					data[i] = 0xff
-				}
-			}
-			var rb [16]byte
-			for i := range rb {
-				rb[i] = byte(rnd.Uint32())
-				if allOnes {
-					rb[i] = 0xff
-				}
-			}
-			for _, i := range []int{3, 7, 11, 15} {
-				rb[i] &= 15
-			}
-			for _, i := range []int{4, 8, 12} {
-				rb[i] &= 252
-			}
-			r := leBig(rb[:])
+			data, r := trialInput(rnd, (cnt-1)*stride+blockLen, allOnes)
 			m, err := emu.New(prog, data)
 			if err != nil {
 				t.Fatal(err)
@@ -283,9 +287,7 @@ func TestEmulatedKernelZ(t *testing.T) {
 				emu.AddrData, n, n,
 				uint64(blockLen), uint64(stride), emu.AddrTable, aR, addrTab32, addrKeyZ,
 			}
-			for i, a := range args {
-				m.Put64(8*i, a)
-			}
+			m.PutArgs(args...)
 			steps, err := m.Run(prog, name)
 			if err != nil {
 				t.Fatal(err)
@@ -295,18 +297,8 @@ func TestEmulatedKernelZ(t *testing.T) {
 			}
 			for i := 0; i < cnt; i++ {
 				b := data[i*stride:][:blockLen]
-				if got, want := binary.LittleEndian.Uint16(m.Mem[emu.AddrDst+2*i:]), uint16(emu.Bitwise(emu.T10DIF, 0, b)); got != want {
-					t.Fatalf("dst[%d] = %#x, want %#x", i, got, want)
-				}
-				if got, want := binary.LittleEndian.Uint32(m.Mem[addrSums+4*i:]), crc32.Checksum(b, castagnoli); got != want {
-					t.Fatalf("sums[%d] = %#x, want %#x", i, got, want)
-				}
-				want := new(big.Int)
-				for c := 0; c < blockLen; c += 16 {
-					want.Add(want, leBig(append(bytes.Clone(b[c:c+16]), 1)))
-					want.Mul(want, r)
-					want.Mod(want, polyP)
-				}
+				checkCRCs(t, m, i, b)
+				want := poly(b, r)
 				g, l := i/zGroup, i%zGroup
 				got := new(big.Int)
 				for k := 2; k >= 0; k-- {
@@ -321,20 +313,7 @@ func TestEmulatedKernelZ(t *testing.T) {
 					t.Fatalf("block %d: Poly1305 %x, want %x", i, got, want)
 				}
 			}
-			after := bytes.Clone(m.Mem[emu.AddrDst:emu.AddrData])
-			copy(after, before[:2*cnt])
-			copy(after[addrSums-emu.AddrDst:], before[addrSums-emu.AddrDst:][:4*cnt])
-			copy(after[addrH-emu.AddrDst:], before[addrH-emu.AddrDst:][:8*zHWords*pairs])
-			if !bytes.Equal(after, before) {
-				t.Fatal("wrote outside dst, sums and h")
-			}
-			qm := m.Mem[q:]
-			for i := range qm {
-				inBlock := i%stride < blockLen && i < len(data)
-				if inBlock && qm[i] != data[i] || !inBlock && qm[i] != gapByte {
-					t.Fatalf("q[%d] = %#x, data %#x", i, qm[i], data[i])
-				}
-			}
+			checkRest(t, m, before, cnt, 8*zHWords*pairs, q, data, blockLen, stride)
 		})
 	}
 	t.Logf("instructions per byte over 4 KiB blocks: %.4f", perByte)
