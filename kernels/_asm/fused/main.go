@@ -50,7 +50,6 @@ package main
 
 import (
 	"bytes"
-	"flag"
 	"fmt"
 	"go/types"
 
@@ -91,19 +90,7 @@ var variants = []struct {
 	vecLen int
 }{{"AVX2", 32}, {"AVX", 16}}
 
-func main() {
-	var out, stubs string
-	scaffold.Main("fused", func(fs *flag.FlagSet) {
-		fs.StringVar(&out, "out", "", "assembly output file")
-		fs.StringVar(&stubs, "stubs", "", "Go declarations output file")
-	}, func(cmd []string) ([]scaffold.File, error) {
-		if out == "" || stubs == "" {
-			return nil, scaffold.Usage("fused -out file.s -stubs file.go")
-		}
-		asm, src, err := generate(cmd)
-		return []scaffold.File{{Path: out, Data: asm}, {Path: stubs, Data: src}}, err
-	})
-}
+func main() { scaffold.MainAsm("fused", generate) }
 
 // generate returns the assembly and the Go declarations of the kernels,
 // made by cmd.

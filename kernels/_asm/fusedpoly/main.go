@@ -98,7 +98,6 @@ package main
 
 import (
 	"bytes"
-	"flag"
 	"fmt"
 	"go/types"
 
@@ -146,19 +145,7 @@ const (
 	hWords   = limbs * lanes // laneState words of one group
 )
 
-func main() {
-	var out, stubs string
-	scaffold.Main("fusedpoly", func(fs *flag.FlagSet) {
-		fs.StringVar(&out, "out", "", "assembly output file")
-		fs.StringVar(&stubs, "stubs", "", "Go declarations output file")
-	}, func(cmd []string) ([]scaffold.File, error) {
-		if out == "" || stubs == "" {
-			return nil, scaffold.Usage("fusedpoly -out file.s -stubs file.go")
-		}
-		asm, src, err := generate(cmd)
-		return []scaffold.File{{Path: out, Data: asm}, {Path: stubs, Data: src}}, err
-	})
-}
+func main() { scaffold.MainAsm("fusedpoly", generate) }
 
 // generate returns the assembly and the Go declarations of the kernel,
 // made by cmd.
@@ -321,7 +308,7 @@ func (g *gen) lagStep(disp int, out func(k int) operand.Mem) {
 			c.VMOVDQU(yD[k], out(k))
 		}
 	})
-	g.interleave(lanes, crc)
+	scaffold.Interleave(g.c, lanes, crc)
 }
 
 // split gathers the chunk at rQ + disp of the four blocks and calls use
@@ -388,36 +375,14 @@ func (g *gen) carryChain() {
 	g.carry(3, 4, false, yLo)
 }
 
-// record returns the instructions emit adds, emitted into a scratch
-// context (comments dropped), for interleave.
+// record returns the instructions emit adds (scaffold.Record), for
+// scaffold.Interleave.
 func (g *gen) record(emit func()) []*ir.Instruction {
-	saved := g.c
-	defer func() { g.c = saved }()
-	sc := build.NewContext()
-	sc.Function("scratch")
-	g.c = sc
-	emit()
-	f, err := sc.Result()
+	ins, err := scaffold.Record(&g.c, emit)
 	if err != nil {
 		g.fail(err)
-		return nil
 	}
-	return f.Functions()[0].Instructions()
-}
-
-// interleave emits a and b merged, b spread evenly among a. Neither stream
-// touches the flags, and they share no register.
-func (g *gen) interleave(a, b []*ir.Instruction) {
-	j := 0
-	for i, in := range a {
-		g.c.Instruction(in)
-		for ; j < (i+1)*len(b)/len(a); j++ {
-			g.c.Instruction(b[j])
-		}
-	}
-	for ; j < len(b); j++ {
-		g.c.Instruction(b[j])
-	}
+	return ins
 }
 
 // Software prefetch, as kernels/_asm/fused does it: one sequential stream
@@ -500,7 +465,7 @@ func (g *gen) kernel() {
 	c.LEAQ(operand.Mem{Base: rCur, Index: rQd, Scale: 1}, rQ)
 	fold := g.record(func() { g.foldStep(false) })
 	lag := g.record(func() { g.lagStep(-stepLen, func(k int) operand.Mem { return g.hmem.Offset(32 * k) }) })
-	g.interleave(fold, lag)
+	scaffold.Interleave(g.c, fold, lag)
 	c.ADDQ(operand.U32(stepLen), rCur)
 	c.SUBQ(operand.U32(stepLen), rN)
 	c.JNZ(operand.LabelRef("loop"))

@@ -31,8 +31,6 @@
 package main
 
 import (
-	"flag"
-
 	"github.com/mmcloughlin/avo/attr"
 	"github.com/mmcloughlin/avo/build"
 	"github.com/mmcloughlin/avo/operand"
@@ -42,19 +40,7 @@ import (
 	"github.com/difctl/difctl/kernels/_asm/internal/scaffold"
 )
 
-func main() {
-	var out, stubs string
-	scaffold.Main("poly1305", func(fs *flag.FlagSet) {
-		fs.StringVar(&out, "out", "", "assembly output file")
-		fs.StringVar(&stubs, "stubs", "", "Go declarations output file")
-	}, func(cmd []string) ([]scaffold.File, error) {
-		if out == "" || stubs == "" {
-			return nil, scaffold.Usage("poly1305 -out file.s -stubs file.go")
-		}
-		asm, src, err := generate(cmd)
-		return []scaffold.File{{Path: out, Data: asm}, {Path: stubs, Data: src}}, err
-	})
-}
+func main() { scaffold.MainAsm("poly1305", generate) }
 
 // generate returns the assembly and the Go declarations of the kernels,
 // made by cmd.
