@@ -624,11 +624,7 @@ func blocks(v variant, prefetch bool) {
 	st := ctx.Load(ctx.Param("stride"), ctx.GP64())
 	ctx.LEAQ(operand.Mem{Base: st, Index: st, Scale: 2}, st)
 	ctx.LEAQ(operand.Mem{Base: p, Index: st, Scale: 2}, p) // p += 6·stride
-	groups, err := ctx.Param("groups").Resolve()
-	if err != nil {
-		panic(err)
-	}
-	ctx.DECQ(groups.Addr)
+	ctx.DECQ(scaffold.ParamAddr(ctx, "groups"))
 	ctx.JNZ(operand.LabelRef(name + "_group"))
 	if v.ymm {
 		ctx.VZEROUPPER()

@@ -55,6 +55,7 @@ import (
 	"github.com/mmcloughlin/avo/operand"
 	"github.com/mmcloughlin/avo/reg"
 
+	"github.com/difctl/difctl/kernels/_asm/internal/scaffold"
 	"github.com/difctl/difctl/kernels/_asm/internal/zmmcrc"
 )
 
@@ -330,7 +331,7 @@ func blocksZ(v zVariant) {
 			}
 		}
 		tailZ(fmt.Sprintf("%s_b%d", name, k), r, q, tl)
-		ctx.XORL(paramAddr("xorout"), r.As32())
+		ctx.XORL(scaffold.ParamAddr(ctx, "xorout"), r.As32())
 		ctx.MOVL(r.As32(), operand.Mem{Base: dst, Disp: 4 * k})
 		if k < zBlocks-1 {
 			ctx.ADDQ(stride, q)
@@ -343,7 +344,7 @@ func blocksZ(v zVariant) {
 	blen := ctx.Load(ctx.Param("blockLen"), ctx.GP64())
 	ctx.ANDQ(operand.I32(-64), blen)
 	ctx.SUBQ(blen, p)
-	ctx.DECQ(paramAddr("groups"))
+	ctx.DECQ(scaffold.ParamAddr(ctx, "groups"))
 	ctx.JNZ(operand.LabelRef(name + "_group"))
 	ctx.VZEROUPPER()
 	ctx.RET()
@@ -419,17 +420,8 @@ func mergeZ() {
 	ctx.VPXOR(h2, hi.AsX(), h2)
 	out, t := ctx.GP64(), ctx.GP64()
 	zmmcrc.LaneCRC32(ctx, h2, out, t)
-	ctx.XORL(paramAddr("last"), out.As32())
+	ctx.XORL(scaffold.ParamAddr(ctx, "last"), out.As32())
 	ctx.VZEROUPPER()
 	ctx.Store(out.As32(), ctx.ReturnIndex(0))
 	ctx.RET()
-}
-
-// paramAddr is the frame address of the parameter name.
-func paramAddr(name string) operand.Mem {
-	c, err := ctx.Param(name).Resolve()
-	if err != nil {
-		panic(err)
-	}
-	return c.Addr
 }

@@ -84,13 +84,6 @@ func blocksZ(c *build.Context, maskZ operand.Mem, gfni bool, bitrev operand.Mem)
 	c.Function(name)
 	c.SignatureExpr(sig)
 	c.Pragma("noescape")
-	param := func(n string) operand.Mem {
-		a, err := c.Param(n).Resolve()
-		if err != nil {
-			panic(err)
-		}
-		return a.Addr
-	}
 	tp := c.Load(c.Param("tab"), c.GP64())
 	kT, kC, kR, kRC := c.ZMM(), c.ZMM(), c.ZMM(), c.ZMM()
 	mask := c.ZMM()
@@ -321,7 +314,7 @@ func blocksZ(c *build.Context, maskZ operand.Mem, gfni bool, bitrev operand.Mem)
 	c.SHLQ(operand.U8(3), st)
 	c.ADDQ(st, p)
 	c.Store(p, c.Param("p"))
-	c.DECQ(param("groups"))
+	c.DECQ(scaffold.ParamAddr(c, "groups"))
 	c.JNZ(operand.LabelRef(name + "_group"))
 	c.VZEROUPPER()
 	c.RET()

@@ -65,13 +65,6 @@ func blocksCopyZ(c *build.Context, maskZ operand.Mem, bitrev operand.Mem) {
 	c.Function(name)
 	c.SignatureExpr("func(dst *uint16, sums *uint32, q, p *byte, groups, blockLen, stride int, tab, tabR, tab32 *byte)")
 	c.Pragma("noescape")
-	param := func(n string) operand.Mem {
-		a, err := c.Param(n).Resolve()
-		if err != nil {
-			panic(err)
-		}
-		return a.Addr
-	}
 	tr := c.Load(c.Param("tabR"), c.GP64())
 	kT8, kT4, kC8, kC4, brev := c.ZMM(), c.ZMM(), c.ZMM(), c.ZMM(), c.ZMM()
 	c.VBROADCASTI32X4(operand.Mem{Base: tr, Disp: tableFold + 16*8}, kT8)
@@ -193,7 +186,7 @@ func blocksCopyZ(c *build.Context, maskZ operand.Mem, bitrev operand.Mem) {
 	r := c.Load(c.Param("p"), c.GP64())
 	c.ADDQ(st, r)
 	c.Store(r, c.Param("p"))
-	c.DECQ(param("groups"))
+	c.DECQ(scaffold.ParamAddr(c, "groups"))
 	c.JNZ(operand.LabelRef(name + "_group"))
 	c.VZEROUPPER()
 	c.RET()

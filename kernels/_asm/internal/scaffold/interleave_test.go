@@ -55,3 +55,20 @@ func TestRecordInterleave(t *testing.T) {
 		t.Fatalf("interleaved %v, want %s", got, want)
 	}
 }
+
+// ParamAddr is the argument's frame slot, and panics on a name the
+// signature lacks.
+func TestParamAddr(t *testing.T) {
+	c := build.NewContext()
+	c.Function("f")
+	c.SignatureExpr("func(a *byte, n int)")
+	if got := ParamAddr(c, "n").Asm(); got != "n+8(FP)" {
+		t.Fatalf("n at %s, want n+8(FP)", got)
+	}
+	defer func() {
+		if recover() == nil {
+			t.Fatal("no panic on an unknown parameter")
+		}
+	}()
+	ParamAddr(c, "m")
+}

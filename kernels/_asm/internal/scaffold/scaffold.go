@@ -25,6 +25,7 @@ import (
 	"github.com/mmcloughlin/avo/build"
 	"github.com/mmcloughlin/avo/gotypes"
 	"github.com/mmcloughlin/avo/ir"
+	"github.com/mmcloughlin/avo/operand"
 	"github.com/mmcloughlin/avo/pass"
 	"github.com/mmcloughlin/avo/printer"
 	"github.com/mmcloughlin/avo/reg"
@@ -153,6 +154,17 @@ func Interleave(c *build.Context, a, b []*ir.Instruction) {
 	for ; j < len(b); j++ {
 		c.Instruction(b[j])
 	}
+}
+
+// ParamAddr is the frame address of the parameter name of the function
+// being built in c. An unknown name is a bug of the generator, not an
+// input, so it panics.
+func ParamAddr(c *build.Context, name string) operand.Mem {
+	a, err := c.Param(name).Resolve()
+	if err != nil {
+		panic(err)
+	}
+	return a.Addr
 }
 
 // CopyOffset loads q - p into qd, for a copying batch kernel whose p is in
