@@ -105,6 +105,22 @@ func poly(b []byte, r *big.Int) *big.Int {
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
+// newMachine is a machine holding data and the fold table tab, with
+// 0x5a from AddrDst up to the data, where nothing but the outputs may
+// change (checkRest).
+func newMachine(t *testing.T, prog *emu.Program, data, tab []byte) *emu.Machine {
+	t.Helper()
+	m, err := emu.New(prog, data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	copy(m.Mem[emu.AddrTable:], tab)
+	for i := emu.AddrDst; i < emu.AddrData; i++ {
+		m.Mem[i] = 0x5a
+	}
+	return m
+}
+
 // checkCRCs checks block i's guard in dst and sum in sums against the
 // bitwise T10-DIF and hash/crc32 of b.
 func checkCRCs(t *testing.T, m *emu.Machine, i int, b []byte) {
@@ -158,14 +174,7 @@ func TestEmulatedKernel(t *testing.T) {
 			// one trial of three, random bytes in the others.
 			allOnes := trial%3 == 0
 			data, r := trialInput(rnd, (cnt-1)*stride+blockLen, allOnes)
-			m, err := emu.New(prog, data)
-			if err != nil {
-				t.Fatal(err)
-			}
-			copy(m.Mem[emu.AddrTable:], tab)
-			for i := emu.AddrDst; i < emu.AddrData; i++ {
-				m.Mem[i] = 0x5a
-			}
+			m := newMachine(t, prog, data, tab)
 			for i, v := range keyTable(r) {
 				binary.LittleEndian.PutUint64(m.Mem[addrKey+8*i:], v)
 			}
@@ -260,14 +269,7 @@ func TestEmulatedKernelZ(t *testing.T) {
 		t.Run(fmt.Sprintf("block=%d/stride=%d/count=%d", blockLen, stride, cnt), func(t *testing.T) {
 			allOnes := trial%3 == 0
 			data, r := trialInput(rnd, (cnt-1)*stride+blockLen, allOnes)
-			m, err := emu.New(prog, data)
-			if err != nil {
-				t.Fatal(err)
-			}
-			copy(m.Mem[emu.AddrTable:], tab)
-			for i := emu.AddrDst; i < emu.AddrData; i++ {
-				m.Mem[i] = 0x5a
-			}
+			m := newMachine(t, prog, data, tab)
 			copy(m.Mem[addrTab32:], tab32)
 			for i, v := range ifmaKeyTable(r) {
 				binary.LittleEndian.PutUint64(m.Mem[addrKeyZ+8*i:], v)
