@@ -194,10 +194,10 @@ func (z *zgen) rowFolds(first bool) {
 // rowLanes is row's Poly1305 part: the split of the rows into limbs.
 func (z *zgen) rowLanes(use func(i int)) { z.a.Limbs(zRow[0], zRow[1], use) }
 
-// pow is the key of r^(4e), e = 1..4 (r^16 from its registers, the
+// keyZ is the key of r^(4e), e = 1..4 (r^16 from its registers, the
 // others broadcast from the key), or of F (e = 0, full vectors of the
 // key).
-func pow(e int) ifma.Key {
+func keyZ(e int) ifma.Key {
 	switch e {
 	case 4:
 		return ifma.Key{Word: func(w int) operand.Op { return zK16[w] }}
@@ -381,7 +381,7 @@ func zData(c *build.Context, bswap operand.Mem) *zgen {
 		C: c, H: zH, DLo: zDLo, DHi: zDHi,
 		Lo: zLo, Hi: zHi, L: zL, T: zT, T5: zL,
 		M44: zM44, M42: zM42,
-		KeyBase: zrKey, Pow: pow,
+		KeyBase: zrKey, Pow: keyZ,
 	}
 	z.bitrev = c.StaticGlobal("fusedPolyBitrev")
 	c.DataAttributes(attr.RODATA | attr.NOPTR)

@@ -25,16 +25,16 @@ func lanesIFMASSig(cp bool) *gotypes.Signature {
 // rCq is lanesIFMASCopy's pointer to block 0 of its pair's row in q.
 var rCq = reg.R12
 
-// The stream kernels, lanesIFMAS and lanesIFMASCopy: lanesIFMA's
-// arithmetic (radix 2^44, kernels/_asm/internal/ifma) in the stream
-// layout, which needs no gathers (ifma's Limbs, Step and SumStreams). The eight blocks go as four pairs, one after the other; a pair
-// fills the eight lanes as two blocks times four chunk streams, lane 2s+b
-// holding chunks s, s+4, s+8, ... of block b. One 64-byte load of each
-// block (a row: chunks 4u..4u+3) and VPUNPCKLQDQ/HQDQ of the two give the
-// lo and hi words of chunk-vector u, lane 2s+b holding chunk 4u+s of
-// block b: two loads and two shuffles per chunk-vector, against
-// lanesIFMA's eight loads (six of them VINSERTI32X4, a shuffle each) and
-// two shuffles.
+// The stream kernels, lanesIFMAS and lanesIFMASCopy: lanesIFMA's arithmetic
+// (radix 2^44, kernels/_asm/internal/ifma) in the stream layout, which
+// needs no gathers (ifma's Limbs, Step and SumStreams). The eight blocks go
+// as four pairs, one after the other; a pair fills the eight lanes as two
+// blocks times four chunk streams, lane 2s+b holding chunks s, s+4, s+8,
+// ... of block b. One 64-byte load of each block (a row: chunks 4u..4u+3)
+// and VPUNPCKLQDQ/HQDQ of the two give the lo and hi words of chunk-vector
+// u, lane 2s+b holding chunk 4u+s of block b: two loads and two shuffles
+// per chunk-vector, against lanesIFMA's eight loads (six of them
+// VINSERTI32X4, a shuffle each) and two shuffles.
 //
 // Each stream is a Horner evaluation in r^4, one row a term, four rows a
 // step: h' = (h + v1)·r^16 + v2·r^12 + v3·r^8 + v4·r^4. The last step,
