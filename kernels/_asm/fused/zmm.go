@@ -22,17 +22,16 @@ package main
 // polynomial, Hi in the high quadword, as in main.go) and folded forward by
 // 64 bytes with Fold[4] of the T10-DIF table.
 //
-// After the loop the blocks end four at a time, which at 512 bytes a
-// block costs about half what ending them one at a time did (see
+// After the loop the blocks end four at a time, which at 512 bytes a block
+// costs about half what ending them one at a time did (see
 // docs/perf/crc32c-avx512.md). Each accumulator's four lanes fold into the
 // last (lane l by Fold[3-l]: one VPCLMULQDQ pair with the 64 bytes at
 // Rev[61] of its table, whose last lane Fold[0] is zero, the last lane
-// added through a mask); a transpose of four such vectors (six
-// VSHUFI64X2) sums each one's lanes into a lane of one register
-// (zmmcrc.Lanes4). The guards' register is Barrett-reduced at once
-// (zmmcrc.ReduceZ); of the folded
-// sums', each lane is moved to two GPRs (zLane), and two CRC32Q of them
-// from zero give the block's register (the lane is a 16-byte message
+// added through a mask); a transpose of four such vectors (six VSHUFI64X2)
+// sums each one's lanes into a lane of one register (zmmcrc.Lanes4). The
+// guards' register is Barrett-reduced at once (zmmcrc.ReduceZ); of the
+// folded sums', each lane is moved to two GPRs (zLane), and two CRC32Q of
+// them from zero give the block's register (the lane is a 16-byte message
 // congruent to the block).
 
 import (
