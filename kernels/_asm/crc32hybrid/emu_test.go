@@ -33,26 +33,32 @@ const (
 	bigSeg     = 8192
 )
 
-// mergeConsts reads the arrays name ([N][14]uint64) of constsFile.
-func mergeConsts(t *testing.T, name string) [][14]uint64 {
+// constRows reads the array name of constsFile, a row a value: its
+// elements' numbers for an array of arrays, the one number for an array of
+// numbers.
+func constRows(t *testing.T, name string) [][]uint64 {
 	f, err := parser.ParseFile(token.NewFileSet(), constsFile, nil, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var rows [][14]uint64
+	var rows [][]uint64
 	ast.Inspect(f, func(n ast.Node) bool {
 		vs, ok := n.(*ast.ValueSpec)
 		if !ok || len(vs.Names) != 1 || vs.Names[0].Name != name {
 			return true
 		}
 		for _, e := range vs.Values[0].(*ast.CompositeLit).Elts {
-			var row [14]uint64
-			for i, v := range e.(*ast.CompositeLit).Elts {
+			elts := []ast.Expr{e}
+			if cl, ok := e.(*ast.CompositeLit); ok {
+				elts = cl.Elts
+			}
+			var row []uint64
+			for _, v := range elts {
 				u, err := strconv.ParseUint(v.(*ast.BasicLit).Value, 0, 64)
 				if err != nil {
 					t.Fatal(err)
 				}
-				row[i] = u
+				row = append(row, u)
 			}
 			rows = append(rows, row)
 		}
@@ -62,64 +68,66 @@ func mergeConsts(t *testing.T, name string) [][14]uint64 {
 		t.Fatalf("%s: no %s", constsFile, name)
 	}
 	return rows
+}
+
+// mergeConsts reads the arrays name ([N][14]uint64) of constsFile.
+func mergeConsts(t *testing.T, name string) [][14]uint64 {
+	var out [][14]uint64
+	for _, r := range constRows(t, name) {
+		if len(r) != 14 {
+			t.Fatalf("%s: a row of %d numbers in %s", constsFile, len(r), name)
+		}
+		out = append(out, [14]uint64(r))
+	}
+	return out
 }
 
 // mergeConsts1 reads the array name ([N]uint64) of constsFile.
 func mergeConsts1(t *testing.T, name string) []uint64 {
-	f, err := parser.ParseFile(token.NewFileSet(), constsFile, nil, 0)
-	if err != nil {
-		t.Fatal(err)
+	var out []uint64
+	for _, r := range constRows(t, name) {
+		out = append(out, r...)
 	}
-	var row []uint64
-	ast.Inspect(f, func(n ast.Node) bool {
-		vs, ok := n.(*ast.ValueSpec)
-		if !ok || len(vs.Names) != 1 || vs.Names[0].Name != name {
-			return true
-		}
-		for _, v := range vs.Values[0].(*ast.CompositeLit).Elts {
-			u, err := strconv.ParseUint(v.(*ast.BasicLit).Value, 0, 64)
-			if err != nil {
-				t.Fatal(err)
-			}
-			row = append(row, u)
-		}
-		return false
-	})
-	if len(row) == 0 {
-		t.Fatalf("%s: no %s", constsFile, name)
-	}
-	return row
+	return out
 }
 
 // mergeConsts2 reads the array name ([N][2]uint64) of constsFile.
 func mergeConsts2(t *testing.T, name string) [][2]uint64 {
-	f, err := parser.ParseFile(token.NewFileSet(), constsFile, nil, 0)
+	var out [][2]uint64
+	for _, r := range constRows(t, name) {
+		if len(r) != 2 {
+			t.Fatalf("%s: a row of %d numbers in %s", constsFile, len(r), name)
+		}
+		out = append(out, [2]uint64(r))
+	}
+	return out
+}
+
+// runBlocks runs the batch kernel name in a machine holding data and the
+// fold table tab, with args in its frame, and checks its n sums at
+// AddrDst, sum i want(block i) for the blockLen bytes at off + i·stride of
+// data, and that it wrote nothing past them.
+func runBlocks(t *testing.T, prog *emu.Program, name string, data, tab []byte, args []uint64, n, off, blockLen, stride int, want func(b []byte) uint32) {
+	t.Helper()
+	m, err := emu.New(prog, data)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var rows [][2]uint64
-	ast.Inspect(f, func(n ast.Node) bool {
-		vs, ok := n.(*ast.ValueSpec)
-		if !ok || len(vs.Names) != 1 || vs.Names[0].Name != name {
-			return true
-		}
-		for _, e := range vs.Values[0].(*ast.CompositeLit).Elts {
-			var row [2]uint64
-			for i, v := range e.(*ast.CompositeLit).Elts {
-				u, err := strconv.ParseUint(v.(*ast.BasicLit).Value, 0, 64)
-				if err != nil {
-					t.Fatal(err)
-				}
-				row[i] = u
-			}
-			rows = append(rows, row)
-		}
-		return false
-	})
-	if len(rows) == 0 {
-		t.Fatalf("%s: no %s", constsFile, name)
+	copy(m.Mem[emu.AddrTable:], tab)
+	m.PutArgs(args...)
+	m.Mem[emu.AddrDst+4*n] = 0x5a
+	if _, err := m.Run(prog, name); err != nil {
+		t.Fatal(err)
 	}
-	return rows
+	for i := 0; i < n; i++ {
+		got := binary.LittleEndian.Uint32(m.Mem[emu.AddrDst+4*i:])
+		if w := want(data[off+i*stride:][:blockLen]); got != w {
+			t.Fatalf("dst[%d] = %#x, want %#x", i, got, w)
+		}
+	}
+	if m.Mem[emu.AddrDst+4*n] != 0x5a {
+		t.Fatal("wrote past dst")
+	}
 }
 
 func TestEmulatedKernels(t *testing.T) {
@@ -135,6 +143,7 @@ func TestEmulatedKernels(t *testing.T) {
 	tab := emu.FoldTable(emu.CRC32C, 64)
 	castagnoli := crc32.MakeTable(crc32.Castagnoli)
 	raw := func(reg uint32, p []byte) uint32 { return ^crc32.Update(^reg, castagnoli, p) }
+	checksum := func(p []byte) uint32 { return crc32.Checksum(p, castagnoli) }
 	r := rand.New(rand.NewPCG(5, 6))
 	const addrK = emu.AddrTable + 0x900 // after the fold table
 	for _, v := range []string{"128", "256"} {
@@ -151,10 +160,7 @@ func TestEmulatedKernels(t *testing.T) {
 				if c.s != bigSeg {
 					row = k[c.s/segUnit-1]
 				}
-				data := make([]byte, c.tail+6*c.s)
-				for i := range data {
-					data[i] = byte(r.Uint32())
-				}
+				data := emu.Random(r, c.tail+6*c.s)
 				m, err := emu.New(prog, data)
 				if err != nil {
 					t.Fatal(err)
@@ -164,9 +170,7 @@ func TestEmulatedKernels(t *testing.T) {
 					binary.LittleEndian.PutUint64(m.Mem[addrK+8*i:], x)
 				}
 				reg := r.Uint32()
-				for i, a := range []uint64{uint64(reg), emu.AddrData, uint64(c.tail), uint64(c.s), addrK, emu.AddrTable + 16} {
-					m.Put64(8*i, a)
-				}
+				m.PutArgs(uint64(reg), emu.AddrData, uint64(c.tail), uint64(c.s), addrK, emu.AddrTable+16)
 				if _, err := m.Run(prog, "hybridChunk"+v); err != nil {
 					t.Fatal(err)
 				}
@@ -180,31 +184,9 @@ func TestEmulatedKernels(t *testing.T) {
 				blockLen, stride, groups := c[0], c[1], c[2]
 				t.Run(fmt.Sprintf("kernel=%s/block=%d/stride=%d", name, blockLen, stride), func(t *testing.T) {
 					n := 6 * groups
-					data := make([]byte, (n-1)*stride+blockLen)
-					for i := range data {
-						data[i] = byte(r.Uint32())
-					}
-					m, err := emu.New(prog, data)
-					if err != nil {
-						t.Fatal(err)
-					}
-					copy(m.Mem[emu.AddrTable:], tab)
-					for i, a := range []uint64{emu.AddrDst, emu.AddrData, uint64(groups), uint64(blockLen), uint64(stride), emu.AddrTable + 32} {
-						m.Put64(8*i, a)
-					}
-					m.Mem[emu.AddrDst+4*n] = 0x5a
-					if _, err := m.Run(prog, name); err != nil {
-						t.Fatal(err)
-					}
-					for i := 0; i < n; i++ {
-						got := binary.LittleEndian.Uint32(m.Mem[emu.AddrDst+4*i:])
-						if want := crc32.Checksum(data[i*stride:][:blockLen], castagnoli); got != want {
-							t.Fatalf("dst[%d] = %#x, want %#x", i, got, want)
-						}
-					}
-					if m.Mem[emu.AddrDst+4*n] != 0x5a {
-						t.Fatal("wrote past dst")
-					}
+					data := emu.Random(r, (n-1)*stride+blockLen)
+					args := []uint64{emu.AddrDst, emu.AddrData, uint64(groups), uint64(blockLen), uint64(stride), emu.AddrTable + 32}
+					runBlocks(t, prog, name, data, tab, args, n, 0, blockLen, stride, checksum)
 				})
 			}
 		}
@@ -217,47 +199,20 @@ func TestEmulatedKernels(t *testing.T) {
 		blockLen, stride, groups := c[0], c[1], c[2]
 		t.Run(fmt.Sprintf("kernel=hybridBlocks256S/block=%d/stride=%d", blockLen, stride), func(t *testing.T) {
 			n := 6 * groups
-			data := make([]byte, (n-1)*stride+blockLen)
-			for i := range data {
-				data[i] = byte(r.Uint32())
-			}
-			m, err := emu.New(prog, data)
-			if err != nil {
-				t.Fatal(err)
-			}
-			copy(m.Mem[emu.AddrTable:], tab)
-			for i, a := range []uint64{emu.AddrDst, emu.AddrData, uint64(groups), uint64(blockLen), uint64(stride), emu.AddrTable + 32, ks[blockLen/64-1]} {
-				m.Put64(8*i, a)
-			}
-			m.Mem[emu.AddrDst+4*n] = 0x5a
-			if _, err := m.Run(prog, "hybridBlocks256S"); err != nil {
-				t.Fatal(err)
-			}
-			for i := 0; i < n; i++ {
-				got := binary.LittleEndian.Uint32(m.Mem[emu.AddrDst+4*i:])
-				if want := crc32.Checksum(data[i*stride:][:blockLen], castagnoli); got != want {
-					t.Fatalf("dst[%d] = %#x, want %#x", i, got, want)
-				}
-			}
-			if m.Mem[emu.AddrDst+4*n] != 0x5a {
-				t.Fatal("wrote past dst")
-			}
+			data := emu.Random(r, (n-1)*stride+blockLen)
+			args := []uint64{emu.AddrDst, emu.AddrData, uint64(groups), uint64(blockLen), uint64(stride), emu.AddrTable + 32, ks[blockLen/64-1]}
+			runBlocks(t, prog, "hybridBlocks256S", data, tab, args, n, 0, blockLen, stride, checksum)
 		})
 	}
 	t.Run("kernel=hybridShort", func(t *testing.T) {
 		for n := 1; n <= 600; n++ {
-			data := make([]byte, n)
-			for i := range data {
-				data[i] = byte(r.Uint32())
-			}
+			data := emu.Random(r, n)
 			m, err := emu.New(prog, data)
 			if err != nil {
 				t.Fatal(err)
 			}
 			reg := r.Uint32()
-			for i, a := range []uint64{uint64(reg), emu.AddrData, uint64(n)} {
-				m.Put64(8*i, a)
-			}
+			m.PutArgs(uint64(reg), emu.AddrData, uint64(n))
 			if _, err := m.Run(prog, "hybridShort"); err != nil {
 				t.Fatal(err)
 			}
@@ -270,10 +225,7 @@ func TestEmulatedKernels(t *testing.T) {
 		k3 := mergeConsts2(t, "hybridK3")
 		for s := 16; s <= 8*len(k3)+8; s += 8 {
 			for _, tail := range []int{0, 1, 2, 3, 4, 7, 8, 15, 16, 17, 23} {
-				data := make([]byte, tail+3*s)
-				for i := range data {
-					data[i] = byte(r.Uint32())
-				}
+				data := emu.Random(r, tail+3*s)
 				m, err := emu.New(prog, data)
 				if err != nil {
 					t.Fatal(err)
@@ -282,9 +234,7 @@ func TestEmulatedKernels(t *testing.T) {
 					binary.LittleEndian.PutUint64(m.Mem[addrK+8*i:], x)
 				}
 				reg := r.Uint32()
-				for i, a := range []uint64{uint64(reg), emu.AddrData, uint64(tail), uint64(s), addrK} {
-					m.Put64(8*i, a)
-				}
+				m.PutArgs(uint64(reg), emu.AddrData, uint64(tail), uint64(s), addrK)
 				if _, err := m.Run(prog, "hybridShort3"); err != nil {
 					t.Fatal(err)
 				}
@@ -294,6 +244,16 @@ func TestEmulatedKernels(t *testing.T) {
 			}
 		}
 	})
+	// initWant is the ZMM kernels' init argument (the initial register in
+	// the low 32 bits, xorout in the high 32) and the sum of a block it
+	// gives: the CRC-32C, or with raws the raw register from a random one.
+	initWant := func(raws bool) (uint64, func(p []byte) uint32) {
+		if !raws {
+			return 0xffffffff | 0xffffffff<<32, checksum
+		}
+		init := r.Uint32()
+		return uint64(init), func(p []byte) uint32 { return raw(init, p) }
+	}
 	ks = mergeConsts1(t, "hybridKS")
 	for _, v := range zVariants {
 		name := zName(v)
@@ -301,46 +261,15 @@ func TestEmulatedKernels(t *testing.T) {
 			blockLen, stride, groups, raws := l[0], l[1], l[2], l[3] == 1
 			t.Run(fmt.Sprintf("kernel=%s/block=%d/stride=%d/raw=%v", name, blockLen, stride, raws), func(t *testing.T) {
 				n := v.g * groups
-				data := make([]byte, (n-1)*stride+blockLen)
-				for i := range data {
-					data[i] = byte(r.Uint32())
-				}
-				m, err := emu.New(prog, data)
-				if err != nil {
-					t.Fatal(err)
-				}
-				copy(m.Mem[emu.AddrTable:], tab)
-				init, xorout := uint32(0xffffffff), uint32(0xffffffff)
-				if raws {
-					init, xorout = r.Uint32(), 0
-				}
+				data := emu.Random(r, (n-1)*stride+blockLen)
+				init, want := initWant(raws)
 				args := []uint64{emu.AddrDst, emu.AddrData, uint64(groups), uint64(blockLen), uint64(stride),
-					uint64(init) | uint64(xorout)<<32, emu.AddrTable + 16*4}
+					init, emu.AddrTable + 16*4}
 				if v.sub == 2 {
 					// k = C(8D-64) for the D = 32·(blockLen/64) bytes of chain B.
 					args = append(args, ks[blockLen/64-1])
 				}
-				for i, a := range args {
-					m.Put64(8*i, a)
-				}
-				m.Mem[emu.AddrDst+4*n] = 0x5a
-				if _, err := m.Run(prog, name); err != nil {
-					t.Fatal(err)
-				}
-				for i := 0; i < n; i++ {
-					got := binary.LittleEndian.Uint32(m.Mem[emu.AddrDst+4*i:])
-					b := data[i*stride:][:blockLen]
-					want := crc32.Checksum(b, castagnoli)
-					if raws {
-						want = raw(init, b)
-					}
-					if got != want {
-						t.Fatalf("dst[%d] = %#x, want %#x", i, got, want)
-					}
-				}
-				if m.Mem[emu.AddrDst+4*n] != 0x5a {
-					t.Fatal("wrote past dst")
-				}
+				runBlocks(t, prog, name, data, tab, args, n, 0, blockLen, stride, want)
 			})
 		}
 	}
@@ -352,41 +281,11 @@ func TestEmulatedKernels(t *testing.T) {
 			blockLen, stride, groups, raws, align := l[0], l[1], l[2], l[3] == 1, l[4]
 			t.Run(fmt.Sprintf("kernel=%s/block=%d/stride=%d/raw=%v/align=%d", name, blockLen, stride, raws, align), func(t *testing.T) {
 				n := zBlocks * groups
-				data := make([]byte, align+(n-1)*stride+blockLen)
-				for i := range data {
-					data[i] = byte(r.Uint32())
-				}
-				m, err := emu.New(prog, data)
-				if err != nil {
-					t.Fatal(err)
-				}
-				copy(m.Mem[emu.AddrTable:], tab)
-				init, xorout := uint32(0xffffffff), uint32(0xffffffff)
-				if raws {
-					init, xorout = r.Uint32(), 0
-				}
-				for i, a := range []uint64{emu.AddrDst, emu.AddrData + uint64(align), uint64(groups), uint64(blockLen), uint64(stride),
-					uint64(init) | uint64(xorout)<<32, emu.AddrTable + 16*4} {
-					m.Put64(8*i, a)
-				}
-				m.Mem[emu.AddrDst+4*n] = 0x5a
-				if _, err := m.Run(prog, name); err != nil {
-					t.Fatal(err)
-				}
-				for i := 0; i < n; i++ {
-					got := binary.LittleEndian.Uint32(m.Mem[emu.AddrDst+4*i:])
-					b := data[align+i*stride:][:blockLen]
-					want := crc32.Checksum(b, castagnoli)
-					if raws {
-						want = raw(init, b)
-					}
-					if got != want {
-						t.Fatalf("dst[%d] = %#x, want %#x", i, got, want)
-					}
-				}
-				if m.Mem[emu.AddrDst+4*n] != 0x5a {
-					t.Fatal("wrote past dst")
-				}
+				data := emu.Random(r, align+(n-1)*stride+blockLen)
+				init, want := initWant(raws)
+				args := []uint64{emu.AddrDst, emu.AddrData + uint64(align), uint64(groups), uint64(blockLen), uint64(stride),
+					init, emu.AddrTable + 16*4}
+				runBlocks(t, prog, name, data, tab, args, n, align, blockLen, stride, want)
 			})
 		}
 	}
@@ -394,10 +293,7 @@ func TestEmulatedKernels(t *testing.T) {
 		c := func(k int) uint64 { return crcmath.C(crcmath.CRC32C, uint64(k)) }
 		for _, g := range []int{16, 13, 5, 2} {
 			for _, l := range []int{64, 512, 4096} {
-				data := make([]byte, g*l)
-				for i := range data {
-					data[i] = byte(r.Uint32())
-				}
+				data := emu.Random(r, g*l)
 				m, err := emu.New(prog, nil)
 				if err != nil {
 					t.Fatal(err)
@@ -417,9 +313,7 @@ func TestEmulatedKernels(t *testing.T) {
 					}
 					binary.LittleEndian.PutUint64(m.Mem[addrK+8*i:], k)
 				}
-				for i, a := range []uint64{emu.AddrDst, uint64(regs[g]), addrK} {
-					m.Put64(8*i, a)
-				}
+				m.PutArgs(emu.AddrDst, uint64(regs[g]), addrK)
 				if _, err := m.Run(prog, "hybridMergeZ"); err != nil {
 					t.Fatal(err)
 				}

@@ -44,6 +44,7 @@ import (
 	"github.com/mmcloughlin/avo/reg"
 
 	"github.com/difctl/difctl/kernels/_asm/internal/scaffold"
+	"github.com/difctl/difctl/kernels/_asm/internal/zmmcrc"
 )
 
 // variant describes one kernel width.
@@ -504,14 +505,11 @@ func chunk(v variant) {
 		xorClmul(v, &sum, pair(v, regs[i], b), operand.Mem{Base: kp, Disp: 8 * i}, b != nil)
 	}
 	out, t := ctx.GP64(), ctx.GP64()
-	ctx.XORL(out.As32(), out.As32())
 	if v.ymm {
-		ctx.VMOVQ(sum, t)
-		ctx.CRC32Q(t, out)
-		ctx.VPEXTRQ(operand.U8(1), sum, t)
-		ctx.CRC32Q(t, out)
+		zmmcrc.LaneCRC32(ctx, sum, out, t)
 		ctx.VZEROUPPER()
 	} else {
+		ctx.XORL(out.As32(), out.As32())
 		ctx.MOVQ(sum, t)
 		ctx.CRC32Q(t, out)
 		ctx.PEXTRQ(operand.U8(1), sum, t)
@@ -626,11 +624,7 @@ func blocks(v variant, prefetch bool) {
 	st := ctx.Load(ctx.Param("stride"), ctx.GP64())
 	ctx.LEAQ(operand.Mem{Base: st, Index: st, Scale: 2}, st)
 	ctx.LEAQ(operand.Mem{Base: p, Index: st, Scale: 2}, p) // p += 6·stride
-	groups, err := ctx.Param("groups").Resolve()
-	if err != nil {
-		panic(err)
-	}
-	ctx.DECQ(groups.Addr)
+	ctx.DECQ(scaffold.ParamAddr(ctx, "groups"))
 	ctx.JNZ(operand.LabelRef(name + "_group"))
 	if v.ymm {
 		ctx.VZEROUPPER()

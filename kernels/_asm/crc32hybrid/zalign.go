@@ -21,6 +21,8 @@ import (
 
 	"github.com/mmcloughlin/avo/operand"
 	"github.com/mmcloughlin/avo/reg"
+
+	"github.com/difctl/difctl/kernels/_asm/internal/scaffold"
 )
 
 // zaVariants are the numbers of CRC32 blocks of the generated kernels.
@@ -208,7 +210,7 @@ func blocksZA(c int) {
 		ctx.MOVQ(end, n)
 		ctx.SUBQ(a, n)
 		crcRun(name+"_t", r, a, n)
-		ctx.XORL(paramAddr("xorout"), r.As32())
+		ctx.XORL(scaffold.ParamAddr(ctx, "xorout"), r.As32())
 		ctx.MOVL(r.As32(), operand.Mem{Base: dst, Index: kk, Scale: 4})
 		ctx.ADDQ(ctx.Load(ctx.Param("stride"), ctx.GP64()), end)
 		ctx.INCQ(kk)
@@ -220,7 +222,7 @@ func blocksZA(c int) {
 	st := ctx.Load(ctx.Param("stride"), ctx.GP64())
 	ctx.SHLQ(operand.U8(4), st)
 	ctx.ADDQ(st, p) // p += 16·stride
-	ctx.DECQ(paramAddr("groups"))
+	ctx.DECQ(scaffold.ParamAddr(ctx, "groups"))
 	ctx.JNZ(operand.LabelRef(name + "_group"))
 	ctx.VZEROUPPER()
 	ctx.RET()

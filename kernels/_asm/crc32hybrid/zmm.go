@@ -54,6 +54,9 @@ import (
 
 	"github.com/mmcloughlin/avo/operand"
 	"github.com/mmcloughlin/avo/reg"
+
+	"github.com/difctl/difctl/kernels/_asm/internal/scaffold"
+	"github.com/difctl/difctl/kernels/_asm/internal/zmmcrc"
 )
 
 // zBlocks is the number of blocks of a group of the AVX-512 kernels.
@@ -328,7 +331,7 @@ func blocksZ(v zVariant) {
 			}
 		}
 		tailZ(fmt.Sprintf("%s_b%d", name, k), r, q, tl)
-		ctx.XORL(paramAddr("xorout"), r.As32())
+		ctx.XORL(scaffold.ParamAddr(ctx, "xorout"), r.As32())
 		ctx.MOVL(r.As32(), operand.Mem{Base: dst, Disp: 4 * k})
 		if k < zBlocks-1 {
 			ctx.ADDQ(stride, q)
@@ -341,7 +344,7 @@ func blocksZ(v zVariant) {
 	blen := ctx.Load(ctx.Param("blockLen"), ctx.GP64())
 	ctx.ANDQ(operand.I32(-64), blen)
 	ctx.SUBQ(blen, p)
-	ctx.DECQ(paramAddr("groups"))
+	ctx.DECQ(scaffold.ParamAddr(ctx, "groups"))
 	ctx.JNZ(operand.LabelRef(name + "_group"))
 	ctx.VZEROUPPER()
 	ctx.RET()
@@ -416,22 +419,9 @@ func mergeZ() {
 	ctx.VEXTRACTI128(operand.U8(1), hi, h2)
 	ctx.VPXOR(h2, hi.AsX(), h2)
 	out, t := ctx.GP64(), ctx.GP64()
-	ctx.XORL(out.As32(), out.As32())
-	ctx.VMOVQ(h2, t)
-	ctx.CRC32Q(t, out)
-	ctx.VPEXTRQ(operand.U8(1), h2, t)
-	ctx.CRC32Q(t, out)
-	ctx.XORL(paramAddr("last"), out.As32())
+	zmmcrc.LaneCRC32(ctx, h2, out, t)
+	ctx.XORL(scaffold.ParamAddr(ctx, "last"), out.As32())
 	ctx.VZEROUPPER()
 	ctx.Store(out.As32(), ctx.ReturnIndex(0))
 	ctx.RET()
-}
-
-// paramAddr is the frame address of the parameter name.
-func paramAddr(name string) operand.Mem {
-	c, err := ctx.Param(name).Resolve()
-	if err != nil {
-		panic(err)
-	}
-	return c.Addr
 }

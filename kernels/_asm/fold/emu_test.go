@@ -75,17 +75,10 @@ func TestEmulatedKernels(t *testing.T) {
 				}
 				lens = append(lens, 4096, 4096+16*7, 4096+16*7+9, 8192+48, 8192+63)
 				for _, n := range lens {
-					data := make([]byte, n)
-					for i := range data {
-						data[i] = byte(r.Uint32())
-					}
+					data := emu.Random(r, n)
 					crc := r.Uint64() & emu.Mask(s.width)
 					m := newMachine(t, data)
-					m.Put64(0, crc)
-					m.Put64(8, emu.AddrData)
-					m.Put64(16, uint64(n))
-					m.Put64(24, uint64(n))
-					m.Put64(32, emu.AddrTable)
+					m.PutArgs(crc, emu.AddrData, uint64(n), uint64(n), emu.AddrTable)
 					run(t, m, prog, "foldUpdate"+v.name)
 					got := m.Get64(40) & emu.Mask(s.width)
 					if want := emu.Bitwise(es, crc, data); got != want {
@@ -93,11 +86,7 @@ func TestEmulatedKernels(t *testing.T) {
 					}
 					if s.bitrev && v.bytes == 64 {
 						m := copyMachine(t, data)
-						m.Put64(0, crc)
-						m.Put64(8, emu.AddrData)
-						m.Put64(16, uint64(n))
-						m.Put64(24, uint64(n))
-						m.Put64(32, emu.AddrTable)
+						m.PutArgs(crc, emu.AddrData, uint64(n), uint64(n), emu.AddrTable)
 						run(t, m, prog, "foldUpdate"+v.name+"Shuf")
 						got := m.Get64(40) & emu.Mask(s.width)
 						if want := emu.Bitwise(es, crc, data); got != want {
@@ -110,20 +99,9 @@ func TestEmulatedKernels(t *testing.T) {
 					if blockLen < v.bytes {
 						continue
 					}
-					data := make([]byte, (cnt-1)*stride+blockLen)
-					for i := range data {
-						data[i] = byte(r.Uint32())
-					}
+					data := emu.Random(r, (cnt-1)*stride+blockLen)
 					m := newMachine(t, data)
-					m.Put64(0, emu.AddrDst)
-					m.Put64(8, uint64(cnt))
-					m.Put64(16, uint64(cnt))
-					m.Put64(24, emu.AddrData)
-					m.Put64(32, uint64(len(data)))
-					m.Put64(40, uint64(len(data)))
-					m.Put64(48, uint64(blockLen))
-					m.Put64(56, uint64(stride))
-					m.Put64(64, emu.AddrTable)
+					m.PutArgs(emu.AddrDst, uint64(cnt), uint64(cnt), emu.AddrData, uint64(len(data)), uint64(len(data)), uint64(blockLen), uint64(stride), emu.AddrTable)
 					sentinel := byte(0x5a)
 					m.Mem[emu.AddrDst+cnt*wb] = sentinel
 					run(t, m, prog, "foldBlocks"+v.name)
@@ -151,18 +129,7 @@ func TestEmulatedKernels(t *testing.T) {
 					for _, seq := range seqs {
 						m = copyMachine(t, data)
 						q := m.Append(len(data), gapByte)
-						m.Put64(0, emu.AddrDst)
-						m.Put64(8, uint64(cnt))
-						m.Put64(16, uint64(cnt))
-						m.Put64(24, q)
-						m.Put64(32, uint64(len(data)))
-						m.Put64(40, uint64(len(data)))
-						m.Put64(48, emu.AddrData)
-						m.Put64(56, uint64(len(data)))
-						m.Put64(64, uint64(len(data)))
-						m.Put64(72, uint64(blockLen))
-						m.Put64(80, uint64(stride))
-						m.Put64(88, emu.AddrTable)
+						m.PutArgs(emu.AddrDst, uint64(cnt), uint64(cnt), q, uint64(len(data)), uint64(len(data)), emu.AddrData, uint64(len(data)), uint64(len(data)), uint64(blockLen), uint64(stride), emu.AddrTable)
 						kn := "foldBlocksCopy" + v.name
 						if seq {
 							kn += "Seq"

@@ -30,19 +30,13 @@ func TestEmulatedKernels(t *testing.T) {
 		t.Fatal(err)
 	}
 	tab := emu.FoldTable(emu.T10DIF, 64)
-	castagnoli := crc32.MakeTable(crc32.Castagnoli)
 	r := rand.New(rand.NewPCG(3, 4))
-	// Sums go after the guards.
-	const addrSums = emu.AddrDst + 0x800
 	for _, c := range [][3]int{{64, 64, 4}, {80, 80, 4}, {96, 104, 8}, {512, 512, 8}, {512, 520, 12}, {4096, 4096, 4}, {4096, 4112, 4}, {1024 + 48, 1200, 4}} {
 		blockLen, stride, cnt := c[0], c[1], c[2]
 		for _, kn := range []string{"fusedBlocksAVX2", "fusedBlocksCopyAVX2", "fusedBlocksAVX", "fusedBlocksCopyAVX"} {
 			name, copy := kn, strings.Contains(kn, "Copy")
 			t.Run(fmt.Sprintf("kernel=%s/block=%d/stride=%d", name, blockLen, stride), func(t *testing.T) {
-				data := make([]byte, (cnt-1)*stride+blockLen)
-				for i := range data {
-					data[i] = byte(r.Uint32())
-				}
+				data := emu.Random(r, (cnt-1)*stride+blockLen)
 				m, err := emu.New(prog, data)
 				if err != nil {
 					t.Fatal(err)
@@ -55,30 +49,7 @@ func TestEmulatedKernels(t *testing.T) {
 					args = append(args, q, uint64(len(data)), uint64(len(data)))
 				}
 				args = append(args, emu.AddrData, uint64(len(data)), uint64(len(data)), uint64(blockLen), uint64(stride), emu.AddrTable)
-				for i, a := range args {
-					m.Put64(8*i, a)
-				}
-				m.Mem[emu.AddrDst+2*cnt], m.Mem[addrSums+4*cnt] = 0x5a, 0x5a
-				if _, err := m.Run(prog, name); err != nil {
-					t.Fatal(err)
-				}
-				for i := 0; i < cnt; i++ {
-					b := data[i*stride:][:blockLen]
-					got := binary.LittleEndian.Uint16(m.Mem[emu.AddrDst+2*i:])
-					if want := uint16(emu.Bitwise(emu.T10DIF, 0, b)); got != want {
-						t.Fatalf("dst[%d] = %#x, want %#x", i, got, want)
-					}
-					sum := binary.LittleEndian.Uint32(m.Mem[addrSums+4*i:])
-					if want := crc32.Checksum(b, castagnoli); sum != want {
-						t.Fatalf("sums[%d] = %#x, want %#x", i, sum, want)
-					}
-				}
-				if m.Mem[emu.AddrDst+2*cnt] != 0x5a || m.Mem[addrSums+4*cnt] != 0x5a {
-					t.Fatal("wrote past dst or sums")
-				}
-				if copy {
-					checkCopy(t, m.Mem[q:], data, blockLen, stride)
-				}
+				runFused(t, m, prog, name, args, data, cnt, blockLen, stride, q)
 			})
 		}
 	}
@@ -103,10 +74,7 @@ func TestEmulatedKernels(t *testing.T) {
 				if copying {
 					cnt = zCopyGroup * groups
 				}
-				data := make([]byte, (cnt-1)*stride+blockLen)
-				for i := range data {
-					data[i] = byte(r.Uint32())
-				}
+				data := emu.Random(r, (cnt-1)*stride+blockLen)
 				m, err := emu.New(prog, data)
 				if err != nil {
 					t.Fatal(err)
@@ -125,30 +93,7 @@ func TestEmulatedKernels(t *testing.T) {
 					q = m.Append(len(data), gapByte)
 					args = append([]uint64{emu.AddrDst, addrSums, q}, args[2:]...)
 				}
-				for i, a := range append(args, addrTab32) {
-					m.Put64(8*i, a)
-				}
-				m.Mem[emu.AddrDst+2*cnt], m.Mem[addrSums+4*cnt] = 0x5a, 0x5a
-				if _, err := m.Run(prog, name); err != nil {
-					t.Fatal(err)
-				}
-				for i := 0; i < cnt; i++ {
-					b := data[i*stride:][:blockLen]
-					got := binary.LittleEndian.Uint16(m.Mem[emu.AddrDst+2*i:])
-					if want := uint16(emu.Bitwise(emu.T10DIF, 0, b)); got != want {
-						t.Fatalf("dst[%d] = %#x, want %#x", i, got, want)
-					}
-					sum := binary.LittleEndian.Uint32(m.Mem[addrSums+4*i:])
-					if want := crc32.Checksum(b, castagnoli); sum != want {
-						t.Fatalf("sums[%d] = %#x, want %#x", i, sum, want)
-					}
-				}
-				if m.Mem[emu.AddrDst+2*cnt] != 0x5a || m.Mem[addrSums+4*cnt] != 0x5a {
-					t.Fatal("wrote past dst or sums")
-				}
-				if copying {
-					checkCopy(t, m.Mem[q:], data, blockLen, stride)
-				}
+				runFused(t, m, prog, name, append(args, addrTab32), data, cnt, blockLen, stride, q)
 			})
 		}
 	}
@@ -158,6 +103,41 @@ func TestEmulatedKernels(t *testing.T) {
 }
 
 func copyBytes(dst, src []byte) { copy(dst, src) }
+
+// addrSums is where the sums go, after the guards.
+const addrSums = emu.AddrDst + 0x800
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// runFused runs the kernel name in m with args and checks the guards and
+// sums of data's cnt blocks (blockLen bytes every stride) against the
+// bitwise T10-DIF and hash/crc32, that nothing past them was written, and,
+// if q is not 0, the copy at q (checkCopy).
+func runFused(t *testing.T, m *emu.Machine, prog *emu.Program, name string, args []uint64, data []byte, cnt, blockLen, stride int, q uint64) {
+	t.Helper()
+	m.PutArgs(args...)
+	m.Mem[emu.AddrDst+2*cnt], m.Mem[addrSums+4*cnt] = 0x5a, 0x5a
+	if _, err := m.Run(prog, name); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < cnt; i++ {
+		b := data[i*stride:][:blockLen]
+		got := binary.LittleEndian.Uint16(m.Mem[emu.AddrDst+2*i:])
+		if want := uint16(emu.Bitwise(emu.T10DIF, 0, b)); got != want {
+			t.Fatalf("dst[%d] = %#x, want %#x", i, got, want)
+		}
+		sum := binary.LittleEndian.Uint32(m.Mem[addrSums+4*i:])
+		if want := crc32.Checksum(b, castagnoli); sum != want {
+			t.Fatalf("sums[%d] = %#x, want %#x", i, sum, want)
+		}
+	}
+	if m.Mem[emu.AddrDst+2*cnt] != 0x5a || m.Mem[addrSums+4*cnt] != 0x5a {
+		t.Fatal("wrote past dst or sums")
+	}
+	if q != 0 {
+		checkCopy(t, m.Mem[q:], data, blockLen, stride)
+	}
+}
 
 // checkCopy fails t unless qm, from the emulator's memory after the
 // appended buffer q (filled with gapByte), holds data's blocks and gapByte

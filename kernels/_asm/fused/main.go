@@ -50,11 +50,11 @@ package main
 
 import (
 	"bytes"
-	"flag"
 	"fmt"
 	"go/types"
 
 	"github.com/difctl/difctl/kernels/_asm/internal/scaffold"
+	"github.com/difctl/difctl/kernels/_asm/internal/zmmcrc"
 
 	"github.com/mmcloughlin/avo/attr"
 	"github.com/mmcloughlin/avo/build"
@@ -90,19 +90,7 @@ var variants = []struct {
 	vecLen int
 }{{"AVX2", 32}, {"AVX", 16}}
 
-func main() {
-	var out, stubs string
-	scaffold.Main("fused", func(fs *flag.FlagSet) {
-		fs.StringVar(&out, "out", "", "assembly output file")
-		fs.StringVar(&stubs, "stubs", "", "Go declarations output file")
-	}, func(cmd []string) ([]scaffold.File, error) {
-		if out == "" || stubs == "" {
-			return nil, scaffold.Usage("fused -out file.s -stubs file.go")
-		}
-		asm, src, err := generate(cmd)
-		return []scaffold.File{{Path: out, Data: asm}, {Path: stubs, Data: src}}, err
-	})
-}
+func main() { scaffold.MainAsm("fused", generate) }
 
 // generate returns the assembly and the Go declarations of the kernels,
 // made by cmd.
@@ -279,21 +267,11 @@ func step(c *build.Context, copy bool) {
 	}
 }
 
-// reduce mirrors crcmath.Reduce on lane x (unreflected, w = 16): T =
-// Hi·C(80) ⊕ Lo·x^16, q = floor(T / P) by Barrett, CRC = T mod x^16 ⊕ q·p
-// mod x^16. The CRC is left zero-extended in out.
+// reduce mirrors crcmath.Reduce on lane x (unreflected, w = 16:
+// zmmcrc.Reduce). The CRC is left zero-extended in out.
 func reduce(c *build.Context, x reg.VecPhysical, out reg.GPPhysical) {
-	t, s, k := xmm(yT1), xmm(yData), xmm(yT3)
-	c.VPCLMULQDQ(operand.U8(0x01), xFin, x, t) // Hi·C(64+w)
-	c.VMOVQ(x, s)                              // Lo
-	c.VPSLLDQ(operand.U8(width/8), s, s)       // Lo·x^w
-	c.VPXOR(s, t, t)                           // T, degree < 64+w
-	c.VPSRLDQ(operand.U8(width/8), t, s)       // Q = T div x^w
-	c.VPCLMULQDQ(operand.U8(0x00), xMuP, s, k) // Q·mu_low
-	c.VPSRLDQ(operand.U8(8), k, k)             // floor(Q·mu_low / x^64)
-	c.VPXOR(k, s, s)                           // q
-	c.VPCLMULQDQ(operand.U8(0x10), xMuP, s, k) // q·p
-	c.VPXOR(k, t, t)                           // low w bits: the CRC
+	t := xmm(yT1)
+	zmmcrc.Reduce(c, x, xFin, xMuP, t, xmm(yData), xmm(yT3), width)
 	c.VMOVQ(t, out)
 	c.MOVWQZX(out.As16(), out)
 }

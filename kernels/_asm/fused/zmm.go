@@ -22,20 +22,21 @@ package main
 // polynomial, Hi in the high quadword, as in main.go) and folded forward by
 // 64 bytes with Fold[4] of the T10-DIF table.
 //
-// After the loop the blocks end four at a time, which at 512 bytes a
-// block costs about half what ending them one at a time did (see
+// After the loop the blocks end four at a time, which at 512 bytes a block
+// costs about half what ending them one at a time did (see
 // docs/perf/crc32c-avx512.md). Each accumulator's four lanes fold into the
 // last (lane l by Fold[3-l]: one VPCLMULQDQ pair with the 64 bytes at
 // Rev[61] of its table, whose last lane Fold[0] is zero, the last lane
-// added through a mask); a transpose of four such vectors (six
-// VSHUFI64X2) sums each one's lanes into a lane of one register. The
-// guards' register is Barrett-reduced at once (reduceZ); of the folded
-// sums', each lane is moved to two GPRs (zLane), and two CRC32Q of them
-// from zero give the block's register (the lane is a 16-byte message
+// added through a mask); a transpose of four such vectors (six VSHUFI64X2)
+// sums each one's lanes into a lane of one register (zmmcrc.Lanes4). The
+// guards' register is Barrett-reduced at once (zmmcrc.ReduceZ); of the
+// folded sums', each lane is moved to two GPRs (zLane), and two CRC32Q of
+// them from zero give the block's register (the lane is a 16-byte message
 // congruent to the block).
 
 import (
 	"github.com/difctl/difctl/kernels/_asm/internal/scaffold"
+	"github.com/difctl/difctl/kernels/_asm/internal/zmmcrc"
 
 	"github.com/mmcloughlin/avo/build"
 	"github.com/mmcloughlin/avo/operand"
@@ -82,13 +83,6 @@ func blocksZ(c *build.Context, maskZ operand.Mem, gfni bool, bitrev operand.Mem)
 	c.Function(name)
 	c.SignatureExpr(sig)
 	c.Pragma("noescape")
-	param := func(n string) operand.Mem {
-		a, err := c.Param(n).Resolve()
-		if err != nil {
-			panic(err)
-		}
-		return a.Addr
-	}
 	tp := c.Load(c.Param("tab"), c.GP64())
 	kT, kC, kR, kRC := c.ZMM(), c.ZMM(), c.ZMM(), c.ZMM()
 	mask := c.ZMM()
@@ -117,10 +111,7 @@ func blocksZ(c *build.Context, maskZ operand.Mem, gfni bool, bitrev operand.Mem)
 	}
 	// last4 is all ones in the last lane, zeros elsewhere.
 	last4, zero, allOnes := c.ZMM(), c.ZMM(), c.ZMM()
-	c.VPXORQ(zero, zero, zero)
-	c.VPTERNLOGD(operand.U8(0xff), zero, zero, allOnes)
-	c.VSHUFI64X2(operand.U8(0x00), allOnes, zero, last4) // {0, 0, ones, ones}
-	c.VSHUFI64X2(operand.U8(0xc0), last4, zero, last4)   // {0, 0, 0, ones}
+	zmmcrc.Last4(c, last4, zero, allOnes)
 	zFin, zMuP := c.ZMM(), c.ZMM()
 	c.VBROADCASTI32X4(operand.Mem{Base: tp, Disp: tableFinal}, zFin)
 	c.VBROADCASTI32X4(operand.Mem{Base: tp, Disp: tableMu}, zMuP)
@@ -198,17 +189,13 @@ func blocksZ(c *build.Context, maskZ operand.Mem, gfni bool, bitrev operand.Mem)
 			if !isCRC(q) {
 				a := sacc[q]
 				c.VMOVDQU64(addr(k, 64*s+64), raw)
-				c.VPCLMULQDQ(operand.U8(0x00), kC, a, t)
-				c.VPCLMULQDQ(operand.U8(0x11), kC, a, a)
-				c.VPTERNLOGD(operand.U8(0x96), raw, t, a)
+				zmmcrc.Fold(c, 0x00, 0x11, kC, a, t, raw)
 				reverse(raw, d)
 			} else {
 				c.VMOVDQU64(addr(k, 64*s+64), d)
 				reverse(d, d)
 			}
-			c.VPCLMULQDQ(operand.U8(gLo), kT, gacc[k], t)
-			c.VPCLMULQDQ(operand.U8(gHi), kT, gacc[k], gacc[k])
-			c.VPTERNLOGD(operand.U8(0x96), d, t, gacc[k])
+			zmmcrc.Fold(c, gLo, gHi, kT, gacc[k], t, d)
 		}
 	}
 	advance := func(steps int) {
@@ -261,34 +248,6 @@ func blocksZ(c *build.Context, maskZ operand.Mem, gfni bool, bitrev operand.Mem)
 		c.VEXTRACTI32X4(operand.U8(3), a, l3)
 		c.VPXORQ(l3, x, x)
 	}
-	// lanes4 sets z's lane j to the lane congruent to the accumulator
-	// as[j] (as lanes does, for four at once): each accumulator's lanes
-	// times k, with its last lane kept as it is (k's last lane is zero;
-	// the mask last4 keeps it), then a transpose that sums every
-	// accumulator's four lanes into one: lanes {0,1} and {2,3} of two
-	// vectors paired and summed, then lanes {0,2} and {1,3}.
-	lanes4 := func(as []reg.VecVirtual, k reg.VecVirtual, lo, hi uint8, z reg.VecVirtual) {
-		w := make([]reg.VecVirtual, 4)
-		for j, a := range as {
-			w[j] = c.ZMM()
-			c.VPCLMULQDQ(operand.U8(lo), k, a, t)
-			c.VPCLMULQDQ(operand.U8(hi), k, a, w[j])
-			c.VPXORQ(t, w[j], w[j])
-			// w ^= a & last4: 0x78 is A ^ (B & C) with A = w, B = a, C = last4.
-			c.VPTERNLOGD(operand.U8(0x78), last4, a, w[j])
-		}
-		x := []reg.VecVirtual{c.ZMM(), c.ZMM()}
-		for i := 0; i < 2; i++ {
-			lo2, hi2 := c.ZMM(), c.ZMM()
-			c.VSHUFI64X2(operand.U8(0x44), w[2*i+1], w[2*i], lo2) // lanes 0,1 of each
-			c.VSHUFI64X2(operand.U8(0xee), w[2*i+1], w[2*i], hi2) // lanes 2,3 of each
-			c.VPXORQ(lo2, hi2, x[i])
-		}
-		e, o := c.ZMM(), c.ZMM()
-		c.VSHUFI64X2(operand.U8(0x88), x[1], x[0], e) // lanes 0,2 of each
-		c.VSHUFI64X2(operand.U8(0xdd), x[1], x[0], o) // lanes 1,3 of each
-		c.VPXORQ(e, o, z)
-	}
 	c.Comment("The folded sums four at a time: lane j of z congruent to the j-th's",
 		"block, moved to GPRs and read by two CRC32Q from zero",
 		"(the lane is a 16-byte message congruent to the block).")
@@ -309,25 +268,17 @@ func blocksZ(c *build.Context, maskZ operand.Mem, gfni bool, bitrev operand.Mem)
 				v := c.XMM()
 				lanes(sacc[k], kRC, 0x00, 0x11, v)
 				r, q := c.GP64(), c.GP64()
-				c.XORL(r.As32(), r.As32())
-				c.VMOVQ(v, q)
-				c.CRC32Q(q, r)
-				c.VPEXTRQ(operand.U8(1), v, q)
-				c.CRC32Q(q, r)
+				zmmcrc.LaneCRC32(c, v, r, q)
 				sumOut(k, r)
 			}
 			continue
 		}
 		z := c.ZMM()
-		lanes4([]reg.VecVirtual{sacc[ks[0]], sacc[ks[1]], sacc[ks[2]], sacc[ks[3]]}, kRC, 0x00, 0x11, z)
+		zmmcrc.Lanes4(c, []reg.VecVirtual{sacc[ks[0]], sacc[ks[1]], sacc[ks[2]], sacc[ks[3]]}, kRC, last4, 0x00, 0x11, lanes4Regs(c, t), z)
 		for j, k := range ks {
 			x := zLane(c, z, j)
 			r, q := c.GP64(), c.GP64()
-			c.XORL(r.As32(), r.As32())
-			c.VMOVQ(x, q)
-			c.CRC32Q(q, r)
-			c.VPEXTRQ(operand.U8(1), x, q)
-			c.CRC32Q(q, r)
+			zmmcrc.LaneCRC32(c, x, r, q)
 			sumOut(k, r)
 		}
 	}
@@ -338,13 +289,13 @@ func blocksZ(c *build.Context, maskZ operand.Mem, gfni bool, bitrev operand.Mem)
 		"reduced together, each CRC the low 16 bits of its lane, through a GPR.")
 	for h := 0; h < zGroup; h += 4 {
 		z := c.ZMM()
-		lanes4(gacc[h:h+4], kR, gLo, gHi, z)
+		zmmcrc.Lanes4(c, gacc[h:h+4], kR, last4, gLo, gHi, lanes4Regs(c, t), z)
 		if gfni {
 			c.Comment("Back to the unreflected domain: bits of every byte, then the bytes.")
 			c.VGF2P8AFFINEQB(operand.U8(0), brev, z, z)
 			c.VPSHUFB(mask, z, z)
 		}
-		reduceZ(c, z, zFin, zMuP)
+		zmmcrc.ReduceZ(c, z, zFin, zMuP, c.ZMM(), c.ZMM(), c.ZMM(), width)
 		for j := 0; j < 4; j++ {
 			out := c.GP32()
 			c.VMOVD(zLane(c, z, j), out)
@@ -362,25 +313,22 @@ func blocksZ(c *build.Context, maskZ operand.Mem, gfni bool, bitrev operand.Mem)
 	c.SHLQ(operand.U8(3), st)
 	c.ADDQ(st, p)
 	c.Store(p, c.Param("p"))
-	c.DECQ(param("groups"))
+	c.DECQ(scaffold.ParamAddr(c, "groups"))
 	c.JNZ(operand.LabelRef(name + "_group"))
 	c.VZEROUPPER()
 	c.RET()
 }
 
-// reduceZ is reduce (main.go) on the four lanes of z at once, each lane's
-// CRC left in its low 16 bits (the rest of the lane is not zeroed); fin and
-// muP hold {Final[0], 0} and {Mu, Poly} in every lane.
-func reduceZ(c *build.Context, z, fin, muP reg.VecVirtual) {
-	t, s, k := c.ZMM(), c.ZMM(), c.ZMM()
-	c.VPCLMULQDQ(operand.U8(0x01), fin, z, t) // Hi·C(64+w)
-	c.VPSLLDQ(operand.U8(8), z, s)            // Lo in the high quadword
-	c.VPSRLDQ(operand.U8(8-width/8), s, s)    // Lo·x^w
-	c.VPXORQ(s, t, t)                         // T, degree < 64+w
-	c.VPSRLDQ(operand.U8(width/8), t, s)      // Q = T div x^w
-	c.VPCLMULQDQ(operand.U8(0x00), muP, s, k) // Q·mu_low
-	c.VPSRLDQ(operand.U8(8), k, k)            // floor(Q·mu_low / x^64)
-	c.VPXORQ(k, s, s)                         // q
-	c.VPCLMULQDQ(operand.U8(0x10), muP, s, k) // q·p
-	c.VPXORQ(k, t, z)                         // low w bits: the CRC
+// lanes4Regs allocates the registers of zmmcrc.Lanes4 in c but its
+// temporary t.
+func lanes4Regs(c *build.Context, t reg.Register) zmmcrc.Lanes4Regs {
+	r := zmmcrc.Lanes4Regs{T: t}
+	for j := range r.W {
+		r.W[j] = c.ZMM()
+	}
+	r.X = [2]reg.Register{c.ZMM(), c.ZMM()}
+	for i := range r.Lo {
+		r.Lo[i], r.Hi[i] = c.ZMM(), c.ZMM()
+	}
+	return r
 }

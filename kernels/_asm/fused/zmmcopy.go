@@ -42,6 +42,7 @@ import (
 	"fmt"
 
 	"github.com/difctl/difctl/kernels/_asm/internal/scaffold"
+	"github.com/difctl/difctl/kernels/_asm/internal/zmmcrc"
 
 	"github.com/mmcloughlin/avo/build"
 	"github.com/mmcloughlin/avo/operand"
@@ -64,13 +65,6 @@ func blocksCopyZ(c *build.Context, maskZ operand.Mem, bitrev operand.Mem) {
 	c.Function(name)
 	c.SignatureExpr("func(dst *uint16, sums *uint32, q, p *byte, groups, blockLen, stride int, tab, tabR, tab32 *byte)")
 	c.Pragma("noescape")
-	param := func(n string) operand.Mem {
-		a, err := c.Param(n).Resolve()
-		if err != nil {
-			panic(err)
-		}
-		return a.Addr
-	}
 	tr := c.Load(c.Param("tabR"), c.GP64())
 	kT8, kT4, kC8, kC4, brev := c.ZMM(), c.ZMM(), c.ZMM(), c.ZMM(), c.ZMM()
 	c.VBROADCASTI32X4(operand.Mem{Base: tr, Disp: tableFold + 16*8}, kT8)
@@ -88,11 +82,7 @@ func blocksCopyZ(c *build.Context, maskZ operand.Mem, bitrev operand.Mem) {
 	gacc := make([]reg.VecVirtual, G)
 	sacc := make([]reg.VecVirtual, G)
 	t := c.ZMM()
-	fold := func(a, k reg.VecVirtual, d reg.VecVirtual) {
-		c.VPCLMULQDQ(operand.U8(0x00), k, a, t)
-		c.VPCLMULQDQ(operand.U8(0x11), k, a, a)
-		c.VPTERNLOGD(operand.U8(0x96), d, t, a)
-	}
+	fold := func(a, k reg.VecVirtual, d reg.VecVirtual) { zmmcrc.Fold(c, 0x00, 0x11, k, a, t, d) }
 	for k := 0; k < G; k++ {
 		lbl := fmt.Sprintf("%s_b%d", name, k)
 		cp := c.GP64()
@@ -162,31 +152,24 @@ func blocksCopyZ(c *build.Context, maskZ operand.Mem, bitrev operand.Mem) {
 	c.VMOVDQU64(operand.Mem{Base: kp, Disp: scaffold.TableRev + 16*61}, kRC)
 	c.VBROADCASTI32X4(maskZ, mask)
 	last4, zero, allOnes := c.ZMM(), c.ZMM(), c.ZMM()
-	c.VPXORQ(zero, zero, zero)
-	c.VPTERNLOGD(operand.U8(0xff), zero, zero, allOnes)
-	c.VSHUFI64X2(operand.U8(0x00), allOnes, zero, last4) // {0, 0, ones, ones}
-	c.VSHUFI64X2(operand.U8(0xc0), last4, zero, last4)   // {0, 0, 0, ones}
+	zmmcrc.Last4(c, last4, zero, allOnes)
 	dst := c.Load(c.Param("dst"), c.GP64())
 	sums := c.Load(c.Param("sums"), c.GP64())
 	z := c.ZMM()
-	zLanes4(c, sacc, kRC, last4, 0x00, 0x11, z)
+	zmmcrc.Lanes4(c, sacc, kRC, last4, 0x00, 0x11, lanes4Regs(c, c.ZMM()), z)
 	c.Comment("Each sum's lane moved to GPRs and read by two CRC32Q from zero.")
 	for j := 0; j < G; j++ {
 		x := zLane(c, z, j)
 		r, v := c.GP64(), c.GP64()
-		c.XORL(r.As32(), r.As32())
-		c.VMOVQ(x, v)
-		c.CRC32Q(v, r)
-		c.VPEXTRQ(operand.U8(1), x, v)
-		c.CRC32Q(v, r)
+		zmmcrc.LaneCRC32(c, x, r, v)
 		c.NOTL(r.As32())
 		c.MOVL(r.As32(), operand.Mem{Base: sums, Disp: 4 * j})
 	}
 	z = c.ZMM()
-	zLanes4(c, gacc, kR, last4, 0x00, 0x11, z)
+	zmmcrc.Lanes4(c, gacc, kR, last4, 0x00, 0x11, lanes4Regs(c, c.ZMM()), z)
 	c.VGF2P8AFFINEQB(operand.U8(0), brev, z, z)
 	c.VPSHUFB(mask, z, z)
-	reduceZ(c, z, zFin, zMuP)
+	zmmcrc.ReduceZ(c, z, zFin, zMuP, c.ZMM(), c.ZMM(), c.ZMM(), width)
 	c.Comment("Each guard, the low 16 bits of its lane, through a GPR.")
 	for j := 0; j < G; j++ {
 		out := c.GP32()
@@ -203,39 +186,10 @@ func blocksCopyZ(c *build.Context, maskZ operand.Mem, bitrev operand.Mem) {
 	r := c.Load(c.Param("p"), c.GP64())
 	c.ADDQ(st, r)
 	c.Store(r, c.Param("p"))
-	c.DECQ(param("groups"))
+	c.DECQ(scaffold.ParamAddr(c, "groups"))
 	c.JNZ(operand.LabelRef(name + "_group"))
 	c.VZEROUPPER()
 	c.RET()
-}
-
-// zLanes4 sets z's lane j to the 16-byte lane congruent to the 64-byte
-// accumulator as[j], as blocksZ's lanes4 does: each accumulator's lanes
-// times k (the 64 bytes at Rev[61] of its table, {Fold[3], Fold[2],
-// Fold[1], 0}), its last lane kept as it is (through the mask last4), then
-// a transpose that sums every accumulator's four lanes into one.
-func zLanes4(c *build.Context, as []reg.VecVirtual, k, last4 reg.VecVirtual, lo, hi uint8, z reg.VecVirtual) {
-	t := c.ZMM()
-	w := make([]reg.VecVirtual, 4)
-	for j, a := range as {
-		w[j] = c.ZMM()
-		c.VPCLMULQDQ(operand.U8(lo), k, a, t)
-		c.VPCLMULQDQ(operand.U8(hi), k, a, w[j])
-		c.VPXORQ(t, w[j], w[j])
-		// w ^= a & last4: 0x78 is A ^ (B & C) with A = w, B = a, C = last4.
-		c.VPTERNLOGD(operand.U8(0x78), last4, a, w[j])
-	}
-	x := []reg.VecVirtual{c.ZMM(), c.ZMM()}
-	for i := 0; i < 2; i++ {
-		lo2, hi2 := c.ZMM(), c.ZMM()
-		c.VSHUFI64X2(operand.U8(0x44), w[2*i+1], w[2*i], lo2) // lanes 0,1 of each
-		c.VSHUFI64X2(operand.U8(0xee), w[2*i+1], w[2*i], hi2) // lanes 2,3 of each
-		c.VPXORQ(lo2, hi2, x[i])
-	}
-	e, o := c.ZMM(), c.ZMM()
-	c.VSHUFI64X2(operand.U8(0x88), x[1], x[0], e) // lanes 0,2 of each
-	c.VSHUFI64X2(operand.U8(0xdd), x[1], x[0], o) // lanes 1,3 of each
-	c.VPXORQ(e, o, z)
 }
 
 // zLane is lane j (0-3) of z as an XMM register: z's own low lane, or the

@@ -21,11 +21,12 @@ import (
 	"testing"
 
 	"github.com/difctl/difctl/kernels/_asm/internal/emu"
+	"github.com/difctl/difctl/kernels/_asm/internal/ifma"
 )
 
 const gapByte = 0xa5
 
-var polyP = new(big.Int).Sub(new(big.Int).Lsh(big.NewInt(1), 130), big.NewInt(5))
+var polyP = ifma.P
 
 // leBig is b as a little-endian number.
 func leBig(b []byte) *big.Int {
@@ -37,16 +38,7 @@ func leBig(b []byte) *big.Int {
 }
 
 // splitBig returns n limbs of x of bits bits each.
-func splitBig(x *big.Int, bits uint, n int) []uint64 {
-	out := make([]uint64, n)
-	mask := new(big.Int).Sub(new(big.Int).Lsh(big.NewInt(1), bits), big.NewInt(1))
-	y := new(big.Int).Set(x)
-	for k := range out {
-		out[k] = new(big.Int).And(y, mask).Uint64()
-		y.Rsh(y, bits)
-	}
-	return out
-}
+var splitBig = ifma.Split
 
 // keyTable is poly1305's laneKey for r: limb k of r^(j+1) at word
 // 4(5j+k) (four lanes), five times it at 80+4(5j+k), r as two words at 160.
@@ -76,6 +68,93 @@ const (
 	addrKey  = emu.AddrDst + 0x1000
 )
 
+// trialInput returns n bytes of message and a clamped r from rnd, or all
+// ones (data and r: the largest limbs and products) if allOnes.
+func trialInput(rnd *rand.Rand, n int, allOnes bool) ([]byte, *big.Int) {
+	data := emu.Random(rnd, n)
+	var rb [16]byte
+	copy(rb[:], emu.Random(rnd, 16))
+	if allOnes {
+		for i := range data {
+			data[i] = 0xff
+		}
+		for i := range rb {
+			rb[i] = 0xff
+		}
+	}
+	for _, i := range []int{3, 7, 11, 15} {
+		rb[i] &= 15
+	}
+	for _, i := range []int{4, 8, 12} {
+		rb[i] &= 252
+	}
+	return data, leBig(rb[:])
+}
+
+// poly is the Poly1305 accumulator of block b (whole chunks) from zero,
+// under r, mod 2^130-5.
+func poly(b []byte, r *big.Int) *big.Int {
+	h := new(big.Int)
+	for c := 0; c < len(b); c += 16 {
+		h.Add(h, leBig(append(bytes.Clone(b[c:c+16]), 1)))
+		h.Mul(h, r)
+		h.Mod(h, polyP)
+	}
+	return h
+}
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// newMachine is a machine holding data and the fold table tab, with
+// 0x5a from AddrDst up to the data, where nothing but the outputs may
+// change (checkRest).
+func newMachine(t *testing.T, prog *emu.Program, data, tab []byte) *emu.Machine {
+	t.Helper()
+	m, err := emu.New(prog, data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	copy(m.Mem[emu.AddrTable:], tab)
+	for i := emu.AddrDst; i < emu.AddrData; i++ {
+		m.Mem[i] = 0x5a
+	}
+	return m
+}
+
+// checkCRCs checks block i's guard in dst and sum in sums against the
+// bitwise T10-DIF and hash/crc32 of b.
+func checkCRCs(t *testing.T, m *emu.Machine, i int, b []byte) {
+	t.Helper()
+	if got, want := binary.LittleEndian.Uint16(m.Mem[emu.AddrDst+2*i:]), uint16(emu.Bitwise(emu.T10DIF, 0, b)); got != want {
+		t.Fatalf("dst[%d] = %#x, want %#x", i, got, want)
+	}
+	if got, want := binary.LittleEndian.Uint32(m.Mem[addrSums+4*i:]), crc32.Checksum(b, castagnoli); got != want {
+		t.Fatalf("sums[%d] = %#x, want %#x", i, got, want)
+	}
+}
+
+// checkRest checks that a kernel wrote nothing between AddrDst and
+// AddrData (before is what was there) outside dst, sums and the hBytes of
+// h of its cnt blocks, and that q holds the blocks of data and gapByte
+// between them.
+func checkRest(t *testing.T, m *emu.Machine, before []byte, cnt, hBytes int, q uint64, data []byte, blockLen, stride int) {
+	t.Helper()
+	after := bytes.Clone(m.Mem[emu.AddrDst:emu.AddrData])
+	copy(after, before[:2*cnt])
+	copy(after[addrSums-emu.AddrDst:], before[addrSums-emu.AddrDst:][:4*cnt])
+	copy(after[addrH-emu.AddrDst:], before[addrH-emu.AddrDst:][:hBytes])
+	if !bytes.Equal(after, before) {
+		t.Fatal("wrote outside dst, sums and h")
+	}
+	qm := m.Mem[q:]
+	for i := range qm {
+		inBlock := i%stride < blockLen && i < len(data)
+		if inBlock && qm[i] != data[i] || !inBlock && qm[i] != gapByte {
+			t.Fatalf("q[%d] = %#x, data %#x", i, qm[i], data[i])
+		}
+	}
+}
+
 func TestEmulatedKernel(t *testing.T) {
 	asm, _, err := generate([]string{"go", "run", "./fusedpoly"})
 	if err != nil {
@@ -86,7 +165,6 @@ func TestEmulatedKernel(t *testing.T) {
 		t.Fatal(err)
 	}
 	tab := emu.FoldTable(emu.T10DIF, 64)
-	castagnoli := crc32.MakeTable(crc32.Castagnoli)
 	rnd := rand.New(rand.NewPCG(5, 6))
 	var perByte float64
 	for trial, c := range [][3]int{{64, 64, 4}, {64, 80, 8}, {128, 128, 4}, {192, 208, 8}, {512, 512, 8}, {512, 520, 12}, {4096, 4096, 4}, {4096, 4160, 4}, {1024 + 64, 1200, 4}} {
@@ -95,35 +173,8 @@ func TestEmulatedKernel(t *testing.T) {
 			// All ones (data and r: the largest limbs and products) in
 			// one trial of three, random bytes in the others.
 			allOnes := trial%3 == 0
-			data := make([]byte, (cnt-1)*stride+blockLen)
-			for i := range data {
-				data[i] = byte(rnd.Uint32())
-				if allOnes {
-					data[i] = 0xff
-				}
-			}
-			var rb [16]byte
-			for i := range rb {
-				rb[i] = byte(rnd.Uint32())
-				if allOnes {
-					rb[i] = 0xff
-				}
-			}
-			for _, i := range []int{3, 7, 11, 15} {
-				rb[i] &= 15
-			}
-			for _, i := range []int{4, 8, 12} {
-				rb[i] &= 252
-			}
-			r := leBig(rb[:])
-			m, err := emu.New(prog, data)
-			if err != nil {
-				t.Fatal(err)
-			}
-			copy(m.Mem[emu.AddrTable:], tab)
-			for i := emu.AddrDst; i < emu.AddrData; i++ {
-				m.Mem[i] = 0x5a
-			}
+			data, r := trialInput(rnd, (cnt-1)*stride+blockLen, allOnes)
+			m := newMachine(t, prog, data, tab)
 			for i, v := range keyTable(r) {
 				binary.LittleEndian.PutUint64(m.Mem[addrKey+8*i:], v)
 			}
@@ -139,9 +190,7 @@ func TestEmulatedKernel(t *testing.T) {
 				emu.AddrData, n, n,
 				uint64(blockLen), uint64(stride), emu.AddrTable, addrKey,
 			}
-			for i, a := range args {
-				m.Put64(8*i, a)
-			}
+			m.PutArgs(args...)
 			steps, err := m.Run(prog, "fusedPolyCopyAVX")
 			if err != nil {
 				t.Fatal(err)
@@ -151,18 +200,8 @@ func TestEmulatedKernel(t *testing.T) {
 			}
 			for i := 0; i < cnt; i++ {
 				b := data[i*stride:][:blockLen]
-				if got, want := binary.LittleEndian.Uint16(m.Mem[emu.AddrDst+2*i:]), uint16(emu.Bitwise(emu.T10DIF, 0, b)); got != want {
-					t.Fatalf("dst[%d] = %#x, want %#x", i, got, want)
-				}
-				if got, want := binary.LittleEndian.Uint32(m.Mem[addrSums+4*i:]), crc32.Checksum(b, castagnoli); got != want {
-					t.Fatalf("sums[%d] = %#x, want %#x", i, got, want)
-				}
-				want := new(big.Int)
-				for c := 0; c < blockLen; c += 16 {
-					want.Add(want, leBig(append(bytes.Clone(b[c:c+16]), 1)))
-					want.Mul(want, r)
-					want.Mod(want, polyP)
-				}
+				checkCRCs(t, m, i, b)
+				want := poly(b, r)
 				g, l := i/group, i%group
 				got := new(big.Int)
 				for k := limbs - 1; k >= 0; k-- {
@@ -178,20 +217,7 @@ func TestEmulatedKernel(t *testing.T) {
 				}
 			}
 			// Nothing written outside dst, sums and h.
-			after := bytes.Clone(m.Mem[emu.AddrDst:emu.AddrData])
-			copy(after, before[:2*cnt])
-			copy(after[addrSums-emu.AddrDst:], before[addrSums-emu.AddrDst:][:4*cnt])
-			copy(after[addrH-emu.AddrDst:], before[addrH-emu.AddrDst:][:8*hWords*groups])
-			if !bytes.Equal(after, before) {
-				t.Fatal("wrote outside dst, sums and h")
-			}
-			qm := m.Mem[q:]
-			for i := range qm {
-				inBlock := i%stride < blockLen && i < len(data)
-				if inBlock && qm[i] != data[i] || !inBlock && qm[i] != gapByte {
-					t.Fatalf("q[%d] = %#x, data %#x", i, qm[i], data[i])
-				}
-			}
+			checkRest(t, m, before, cnt, 8*hWords*groups, q, data, blockLen, stride)
 		})
 	}
 	t.Logf("instructions per byte over 4 KiB blocks: %.4f", perByte)
@@ -202,55 +228,8 @@ func TestEmulatedKernel(t *testing.T) {
 }
 
 // ifmaKeyTable is poly1305's ifmaKey for r (kernels/poly1305,
-// poly1305_lanes44.go; zmm.go's key44* constants): the radix-2^44 words r0
-// r1 r2 20·r1 20·r2 of r^n, fully reduced; r..r^4 at [5j:], r^3 and r^4 as
-// eight-lane vectors from key44Vec, r^4, r^8, r^12, r^16 from key44B, F
-// (lane 2s+b: r^(4-s)) from key44F, and from key44K the limbs of c_V =
-// 2^128·Σ r^e in eight lanes, e = 4, 8, 12, 16 for V = 0 and e = 0, 4, ...,
-// 4(V-1) for V = 1..4.
-func ifmaKeyTable(r *big.Int) []uint64 {
-	k := make([]uint64, key44Words)
-	limbs := func(x *big.Int) []uint64 { return splitBig(x, 44, 3) }
-	pow := func(e int) *big.Int { return new(big.Int).Exp(r, big.NewInt(int64(e)), polyP) }
-	words := func(n int) []uint64 {
-		l := limbs(pow(n))
-		return []uint64{l[0], l[1], l[2], 20 * l[1], 20 * l[2]}
-	}
-	for j := 0; j < 4; j++ {
-		copy(k[5*j:], words(j+1))
-	}
-	for w := 0; w < 5; w++ {
-		for ln := 0; ln < zLanes; ln++ {
-			for j := 2; j < 4; j++ {
-				k[key44Vec+40*(j-2)+8*w+ln] = words(j + 1)[w]
-			}
-			k[key44F+8*w+ln] = words(4 - ln/2)[w]
-		}
-		for pw := 0; pw < 4; pw++ {
-			k[key44B+5*pw+w] = words(4 * (pw + 1))[w]
-		}
-	}
-	two128 := new(big.Int).Lsh(big.NewInt(1), 128)
-	for v := 0; v <= 4; v++ {
-		c := new(big.Int)
-		if v == 0 {
-			for j := 1; j <= 4; j++ {
-				c.Add(c, pow(4*j))
-			}
-		} else {
-			for j := 0; j < v; j++ {
-				c.Add(c, pow(4*j))
-			}
-		}
-		c.Mul(c, two128).Mod(c, polyP)
-		for i, l := range limbs(c) {
-			for ln := 0; ln < zLanes; ln++ {
-				k[key44K+24*v+8*i+ln] = l
-			}
-		}
-	}
-	return k
-}
+// poly1305_lanes44.go), in the layout of kernels/_asm/internal/ifma.
+var ifmaKeyTable = ifma.KeyTable
 
 // fusedPolyCopyZ in the interpreter, as TestEmulatedKernel checks
 // fusedPolyCopyAVX: guards, sums, the Poly1305 accumulators (radix 2^44,
@@ -277,7 +256,6 @@ func TestEmulatedKernelZ(t *testing.T) {
 	t10R := emu.T10DIF
 	t10R.Reflected = true
 	tabR := emu.FoldTable(t10R, 64)
-	castagnoli := crc32.MakeTable(crc32.Castagnoli)
 	rnd := rand.New(rand.NewPCG(7, 8))
 	var cases [][3]int
 	for rows := 1; rows <= 12; rows++ {
@@ -290,35 +268,8 @@ func TestEmulatedKernelZ(t *testing.T) {
 		blockLen, stride, cnt := c[0], c[1], c[2]
 		t.Run(fmt.Sprintf("block=%d/stride=%d/count=%d", blockLen, stride, cnt), func(t *testing.T) {
 			allOnes := trial%3 == 0
-			data := make([]byte, (cnt-1)*stride+blockLen)
-			for i := range data {
-				data[i] = byte(rnd.Uint32())
-				if allOnes {
-					data[i] = 0xff
-				}
-			}
-			var rb [16]byte
-			for i := range rb {
-				rb[i] = byte(rnd.Uint32())
-				if allOnes {
-					rb[i] = 0xff
-				}
-			}
-			for _, i := range []int{3, 7, 11, 15} {
-				rb[i] &= 15
-			}
-			for _, i := range []int{4, 8, 12} {
-				rb[i] &= 252
-			}
-			r := leBig(rb[:])
-			m, err := emu.New(prog, data)
-			if err != nil {
-				t.Fatal(err)
-			}
-			copy(m.Mem[emu.AddrTable:], tab)
-			for i := emu.AddrDst; i < emu.AddrData; i++ {
-				m.Mem[i] = 0x5a
-			}
+			data, r := trialInput(rnd, (cnt-1)*stride+blockLen, allOnes)
+			m := newMachine(t, prog, data, tab)
 			copy(m.Mem[addrTab32:], tab32)
 			for i, v := range ifmaKeyTable(r) {
 				binary.LittleEndian.PutUint64(m.Mem[addrKeyZ+8*i:], v)
@@ -338,9 +289,7 @@ func TestEmulatedKernelZ(t *testing.T) {
 				emu.AddrData, n, n,
 				uint64(blockLen), uint64(stride), emu.AddrTable, aR, addrTab32, addrKeyZ,
 			}
-			for i, a := range args {
-				m.Put64(8*i, a)
-			}
+			m.PutArgs(args...)
 			steps, err := m.Run(prog, name)
 			if err != nil {
 				t.Fatal(err)
@@ -350,18 +299,8 @@ func TestEmulatedKernelZ(t *testing.T) {
 			}
 			for i := 0; i < cnt; i++ {
 				b := data[i*stride:][:blockLen]
-				if got, want := binary.LittleEndian.Uint16(m.Mem[emu.AddrDst+2*i:]), uint16(emu.Bitwise(emu.T10DIF, 0, b)); got != want {
-					t.Fatalf("dst[%d] = %#x, want %#x", i, got, want)
-				}
-				if got, want := binary.LittleEndian.Uint32(m.Mem[addrSums+4*i:]), crc32.Checksum(b, castagnoli); got != want {
-					t.Fatalf("sums[%d] = %#x, want %#x", i, got, want)
-				}
-				want := new(big.Int)
-				for c := 0; c < blockLen; c += 16 {
-					want.Add(want, leBig(append(bytes.Clone(b[c:c+16]), 1)))
-					want.Mul(want, r)
-					want.Mod(want, polyP)
-				}
+				checkCRCs(t, m, i, b)
+				want := poly(b, r)
 				g, l := i/zGroup, i%zGroup
 				got := new(big.Int)
 				for k := 2; k >= 0; k-- {
@@ -376,20 +315,7 @@ func TestEmulatedKernelZ(t *testing.T) {
 					t.Fatalf("block %d: Poly1305 %x, want %x", i, got, want)
 				}
 			}
-			after := bytes.Clone(m.Mem[emu.AddrDst:emu.AddrData])
-			copy(after, before[:2*cnt])
-			copy(after[addrSums-emu.AddrDst:], before[addrSums-emu.AddrDst:][:4*cnt])
-			copy(after[addrH-emu.AddrDst:], before[addrH-emu.AddrDst:][:8*zHWords*pairs])
-			if !bytes.Equal(after, before) {
-				t.Fatal("wrote outside dst, sums and h")
-			}
-			qm := m.Mem[q:]
-			for i := range qm {
-				inBlock := i%stride < blockLen && i < len(data)
-				if inBlock && qm[i] != data[i] || !inBlock && qm[i] != gapByte {
-					t.Fatalf("q[%d] = %#x, data %#x", i, qm[i], data[i])
-				}
-			}
+			checkRest(t, m, before, cnt, 8*zHWords*pairs, q, data, blockLen, stride)
 		})
 	}
 	t.Logf("instructions per byte over 4 KiB blocks: %.4f", perByte)

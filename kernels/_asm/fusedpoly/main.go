@@ -98,11 +98,11 @@ package main
 
 import (
 	"bytes"
-	"flag"
 	"fmt"
 	"go/types"
 
 	"github.com/difctl/difctl/kernels/_asm/internal/scaffold"
+	"github.com/difctl/difctl/kernels/_asm/internal/zmmcrc"
 
 	"github.com/mmcloughlin/avo/attr"
 	"github.com/mmcloughlin/avo/build"
@@ -145,19 +145,7 @@ const (
 	hWords   = limbs * lanes // laneState words of one group
 )
 
-func main() {
-	var out, stubs string
-	scaffold.Main("fusedpoly", func(fs *flag.FlagSet) {
-		fs.StringVar(&out, "out", "", "assembly output file")
-		fs.StringVar(&stubs, "stubs", "", "Go declarations output file")
-	}, func(cmd []string) ([]scaffold.File, error) {
-		if out == "" || stubs == "" {
-			return nil, scaffold.Usage("fusedpoly -out file.s -stubs file.go")
-		}
-		asm, src, err := generate(cmd)
-		return []scaffold.File{{Path: out, Data: asm}, {Path: stubs, Data: src}}, err
-	})
-}
+func main() { scaffold.MainAsm("fusedpoly", generate) }
 
 // generate returns the assembly and the Go declarations of the kernel,
 // made by cmd.
@@ -320,7 +308,7 @@ func (g *gen) lagStep(disp int, out func(k int) operand.Mem) {
 			c.VMOVDQU(yD[k], out(k))
 		}
 	})
-	g.interleave(lanes, crc)
+	scaffold.Interleave(g.c, lanes, crc)
 }
 
 // split gathers the chunk at rQ + disp of the four blocks and calls use
@@ -387,36 +375,14 @@ func (g *gen) carryChain() {
 	g.carry(3, 4, false, yLo)
 }
 
-// record returns the instructions emit adds, emitted into a scratch
-// context (comments dropped), for interleave.
+// record returns the instructions emit adds (scaffold.Record), for
+// scaffold.Interleave.
 func (g *gen) record(emit func()) []*ir.Instruction {
-	saved := g.c
-	defer func() { g.c = saved }()
-	sc := build.NewContext()
-	sc.Function("scratch")
-	g.c = sc
-	emit()
-	f, err := sc.Result()
+	ins, err := scaffold.Record(&g.c, emit)
 	if err != nil {
 		g.fail(err)
-		return nil
 	}
-	return f.Functions()[0].Instructions()
-}
-
-// interleave emits a and b merged, b spread evenly among a. Neither stream
-// touches the flags, and they share no register.
-func (g *gen) interleave(a, b []*ir.Instruction) {
-	j := 0
-	for i, in := range a {
-		g.c.Instruction(in)
-		for ; j < (i+1)*len(b)/len(a); j++ {
-			g.c.Instruction(b[j])
-		}
-	}
-	for ; j < len(b); j++ {
-		g.c.Instruction(b[j])
-	}
+	return ins
 }
 
 // Software prefetch, as kernels/_asm/fused does it: one sequential stream
@@ -431,21 +397,13 @@ func (g *gen) prefetch() {
 	g.c.ADDQ(operand.U32(group*stepLen), rPf)
 }
 
-// reduce mirrors crcmath.Reduce on lane x (unreflected, w = 16), with
-// xFin = {Final[0], 0} and xMuP = {Mu, Poly}; the CRC is left zero-extended
-// in out. The temporaries are lane registers, free after the last step.
+// reduce mirrors crcmath.Reduce on lane x (unreflected, w = 16:
+// zmmcrc.Reduce), with xFin = {Final[0], 0} and xMuP = {Mu, Poly}; the CRC
+// is left zero-extended in out. The temporaries are lane registers, free
+// after the last step.
 func reduce(c *build.Context, x, xFin, xMuP reg.VecPhysical, out reg.GPPhysical) {
-	t, s, k := xmm(yLo), xmm(yHi), xmm(yL)
-	c.VPCLMULQDQ(operand.U8(0x01), xFin, x, t) // Hi·C(64+w)
-	c.VMOVQ(x, s)                              // Lo
-	c.VPSLLDQ(operand.U8(width/8), s, s)       // Lo·x^w
-	c.VPXOR(s, t, t)                           // T, degree < 64+w
-	c.VPSRLDQ(operand.U8(width/8), t, s)       // Q = T div x^w
-	c.VPCLMULQDQ(operand.U8(0x00), xMuP, s, k) // Q·mu_low
-	c.VPSRLDQ(operand.U8(8), k, k)             // floor(Q·mu_low / x^64)
-	c.VPXOR(k, s, s)                           // q
-	c.VPCLMULQDQ(operand.U8(0x10), xMuP, s, k) // q·p
-	c.VPXOR(k, t, t)                           // low w bits: the CRC
+	t := xmm(yLo)
+	zmmcrc.Reduce(c, x, xFin, xMuP, t, xmm(yHi), xmm(yL), width)
 	c.VMOVQ(t, out)
 	c.MOVWQZX(out.As16(), out)
 }
@@ -507,7 +465,7 @@ func (g *gen) kernel() {
 	c.LEAQ(operand.Mem{Base: rCur, Index: rQd, Scale: 1}, rQ)
 	fold := g.record(func() { g.foldStep(false) })
 	lag := g.record(func() { g.lagStep(-stepLen, func(k int) operand.Mem { return g.hmem.Offset(32 * k) }) })
-	g.interleave(fold, lag)
+	scaffold.Interleave(g.c, fold, lag)
 	c.ADDQ(operand.U32(stepLen), rCur)
 	c.SUBQ(operand.U32(stepLen), rN)
 	c.JNZ(operand.LabelRef("loop"))

@@ -67,7 +67,9 @@ import (
 	"fmt"
 	"go/types"
 
+	"github.com/difctl/difctl/kernels/_asm/internal/ifma"
 	"github.com/difctl/difctl/kernels/_asm/internal/scaffold"
+	"github.com/difctl/difctl/kernels/_asm/internal/zmmcrc"
 
 	"github.com/mmcloughlin/avo/attr"
 	"github.com/mmcloughlin/avo/build"
@@ -82,33 +84,15 @@ const (
 	zGroup  = 2
 	zRows   = 4
 	zHWords = 3 * zGroup
-	zLanes  = 8
 )
 
-// poly1305's ifmaKey (kernels/poly1305/poly1305_lanes44.go; kernels/_asm/
-// poly1305's key44* constants): from key44B, word w (r0 r1 r2 s1 s2) of
-// r^(4(P+1)), P = 0..3, at key44B + 5P + w; from key44F, F, word w at
-// key44F + 8w in eight lanes; from key44K, the pad bits' part of a step,
-// limb k in eight lanes at key44K + 24V + 8k (V = 0 an ordinary step, V =
-// R the last step of R rows). Words, not bytes.
-const (
-	key44Vec   = 4 * 5
-	key44B     = key44Vec + 2*5*zLanes
-	key44F     = key44B + 4*5
-	key44K     = key44F + 5*zLanes
-	key44Words = key44K + 5*3*zLanes
-	mask44     = 1<<44 - 1
-	mask42     = 1<<42 - 1
-)
+// The key table: poly1305's ifmaKey (kernels/poly1305/poly1305_lanes44.go),
+// in the layout of kernels/_asm/internal/ifma's Key* constants.
+const key44Words = ifma.KeyWords
 
 // zPrefetch is how far ahead in q each row prefetches (PREFETCHT0), as
 // fusedBlocksCopyZG does: the later store then finds its line owned.
 const zPrefetch = 1024
-
-// words44[k][i] is the key word (index into r0 r1 r2 s1 s2) that limb i
-// multiplies for output limb k: d0 = x0·r0 + x1·s2 + x2·s1, d1 = x0·r1 +
-// x1·r0 + x2·s2, d2 = x0·r2 + x1·r1 + x2·r0 (2^132 ≡ 20·2^0 mod 2^130-5).
-var words44 = [3][3]int{{0, 4, 3}, {1, 0, 4}, {2, 1, 0}}
 
 var (
 	zRow             = [2]reg.VecPhysical{reg.Z0, reg.Z1}
@@ -139,6 +123,7 @@ type zgen struct {
 	// matrix, the limb masks, and the mask of a vector's last lane.
 	bswap, bitrev, masks, last4 operand.Mem
 	frame                       operand.Mem
+	a                           *ifma.Arith // the Poly1305 arithmetic
 }
 
 // zSig: fusedPolyCopyZ(dst []uint16, sums []uint32, h []uint64, q, p
@@ -170,14 +155,9 @@ func blockMem(base reg.Register, b, disp int) operand.Mem {
 	return operand.Mem{Base: base, Index: zrS, Scale: 1, Disp: disp}
 }
 
-// fold is a = a·x^512 ⊕ d in the reflected domain (one VPCLMULQDQ pair
-// with k = Fold[4] in every lane and a three-way XOR).
-func (z *zgen) fold(a, k, d reg.VecPhysical) {
-	c := z.c
-	c.VPCLMULQDQ(operand.U8(0x00), k, a, zCT)
-	c.VPCLMULQDQ(operand.U8(0x11), k, a, a)
-	c.VPTERNLOGD(operand.U8(0x96), d, zCT, a)
-}
+// fold is a = a·x^512 ⊕ d in the reflected domain (zmmcrc.Fold) with k
+// = Fold[4] in every lane.
+func (z *zgen) fold(a, k, d reg.VecPhysical) { zmmcrc.Fold(z.c, 0x00, 0x11, k, a, zCT, d) }
 
 // row emits row t of the step at zrP: both blocks' 64 bytes loaded,
 // stored to q, folded into the guards and the sums (first: the block's
@@ -212,159 +192,36 @@ func (z *zgen) rowFolds(first bool) {
 }
 
 // rowLanes is row's Poly1305 part: the split of the rows into limbs.
-func (z *zgen) rowLanes(use func(i int)) {
-	c := z.c
-	c.VPUNPCKHQDQ(zRow[1], zRow[0], zHi) // hi words: lane 2s+b chunk s of the row of block b
-	c.VPUNPCKLQDQ(zRow[1], zRow[0], zLo) // lo words
-	c.VPANDQ(zM44, zLo, zL)
-	use(0)
-	c.VPSRLQ(operand.U8(44), zLo, zL)
-	c.VPSLLQ(operand.U8(20), zHi, zT)
-	c.VPTERNLOGD(operand.U8(0xa8), zM44, zT, zL) // (zL | zT) & M44
-	use(1)
-	c.VPSRLQ(operand.U8(24), zHi, zL) // no pad bit: the step's constant has it
-	use(2)
-}
+func (z *zgen) rowLanes(use func(i int)) { z.a.Limbs(zRow[0], zRow[1], use) }
 
-// madd adds x (limb i of a chunk-vector) times r^(4e), e = 1..4 (r^16 from
-// its registers, the others broadcast from the key), or times F (e = 0,
-// full vectors of the key) to the accumulators.
-func (z *zgen) madd(x reg.VecPhysical, i, e int) {
-	c := z.c
-	for k := 0; k < 3; k++ {
-		w := words44[k][i]
-		switch {
-		case e == 4:
-			c.VPMADD52LUQ(zK16[w], x, zDLo[k])
-			c.VPMADD52HUQ(zK16[w], x, zDHi[k])
-		case e == 0:
-			m := mem(zrKey, 8*(key44F+8*w))
-			c.VPMADD52LUQ(m, x, zDLo[k])
-			c.VPMADD52HUQ(m, x, zDHi[k])
-		default:
-			m := mem(zrKey, 8*(key44B+5*(e-1)+w))
-			c.VPMADD52LUQ_BCST(m, x, zDLo[k])
-			c.VPMADD52HUQ_BCST(m, x, zDHi[k])
-		}
+// keyZ is the key of r^(4e), e = 1..4 (r^16 from its registers, the
+// others broadcast from the key), or of F (e = 0, full vectors of the
+// key).
+func keyZ(e int) ifma.Key {
+	switch e {
+	case 4:
+		return ifma.Key{Word: func(w int) operand.Op { return zK16[w] }}
+	case 0:
+		return ifma.Key{Word: func(w int) operand.Op { return mem(zrKey, 8*(ifma.KeyF+8*w)) }}
 	}
+	return ifma.Key{Word: func(w int) operand.Op { return mem(zrKey, 8*(ifma.KeyB+5*(e-1)+w)) }, Bcst: true}
 }
 
-// combine joins the hi sums to the limbs above (weight 2^52 = 2^8·2^44;
-// the top one times 5120 = 2^12 + 2^10, 2^140 ≡ 5·2^10) and carries d0→d1,
-// d1→d2, d2→d0 (times 5) into h: limb 0 below 2^44 + 5·2^22, limb 1 below
-// 2^44, limb 2 below 2^42 (lanesIFMAS's combineS44 and its bounds).
-func (z *zgen) combine() {
-	c := z.c
-	c.VPSLLQ(operand.U8(12), zDHi[2], zT)
-	c.VPADDQ(zT, zDLo[0], zDLo[0])
-	c.VPSLLQ(operand.U8(10), zDHi[2], zT)
-	c.VPADDQ(zT, zDLo[0], zDLo[0])
-	c.VPSLLQ(operand.U8(8), zDHi[0], zT)
-	c.VPADDQ(zT, zDLo[1], zDLo[1])
-	c.VPSLLQ(operand.U8(8), zDHi[1], zT)
-	c.VPADDQ(zT, zDLo[2], zDLo[2])
-	c.VPSRLQ(operand.U8(44), zDLo[0], zT)
-	c.VPANDQ(zM44, zDLo[0], zH[0])
-	c.VPADDQ(zT, zDLo[1], zDLo[1])
-	c.VPSRLQ(operand.U8(44), zDLo[1], zT)
-	c.VPANDQ(zM44, zDLo[1], zH[1])
-	c.VPADDQ(zT, zDLo[2], zDLo[2])
-	c.VPSRLQ(operand.U8(42), zDLo[2], zT)
-	c.VPANDQ(zM42, zDLo[2], zH[2])
-	c.VPSLLQ(operand.U8(2), zT, zL)
-	c.VPADDQ(zL, zT, zT)
-	c.VPADDQ(zT, zH[0], zH[0])
-}
-
-// step emits a step over the next rows rows of the pair: an ordinary one
-// (last false, rows 4) takes row t times r^(4(4-t)); the last (rows 1..4)
-// the bracket, row t times r^(4(rows-1-t)), row rows-1 added, carried
-// and then multiplied by F. first: the step holds the blocks' first rows.
+// step emits a step over the next rows rows of the pair (ifma's Step: an
+// ordinary one, last false, of four rows, or the last of 1..4), the rows
+// in order as the folds need them, and moves the pointers on. first: the
+// step holds the blocks' first rows, which start the CRCs.
 func (z *zgen) step(rows int, last, first bool) {
-	c := z.c
-	pow := func(t int) int {
-		if last {
-			return rows - 1 - t
-		}
-		return zRows - t
-	}
-	v := 0
-	if last {
-		v = rows
-	}
-	for k := 0; k < 3; k++ {
-		c.VMOVDQU64(mem(zrKey, 8*(key44K+24*v+8*k)), zDLo[k])
-		c.VPXORQ(zDHi[k], zDHi[k], zDHi[k])
-	}
-	for t := 0; t < rows; t++ {
-		switch {
-		case t == 0:
-			z.row(0, first, func(i int) { z.c.VPADDQ(zL, zH[i], zH[i]) })
-		case pow(t) == 0:
-			z.row(t, false, func(i int) { z.c.VPADDQ(zL, zDLo[i], zDLo[i]) })
-		default:
-			z.row(t, false, func(i int) { z.madd(zL, i, pow(t)) })
-		}
-	}
-	// (h + row 0) times its power last: the accumulators' chains of
-	// dependent multiplies then take rows 1.. first, which do not wait for
-	// the previous step's carries.
-	for i := 0; i < 3; i++ {
-		if pow(0) == 0 {
-			c.VPADDQ(zH[i], zDLo[i], zDLo[i])
-		} else {
-			z.madd(zH[i], i, pow(0))
-		}
-	}
-	z.combine()
-	if last {
-		c.Comment("Times F: stream s times r^(4-s).")
-		for k := 0; k < 3; k++ {
-			c.VPXORQ(zDLo[k], zDLo[k], zDLo[k])
-			c.VPXORQ(zDHi[k], zDHi[k], zDHi[k])
-		}
-		for i := 0; i < 3; i++ {
-			z.madd(zH[i], i, 0)
-		}
-		z.combine()
-	}
-	c.ADDQ(operand.U32(64*rows), zrP)
-	c.ADDQ(operand.U32(64*rows), zrQ)
+	z.a.Step(rows, last, true, func(t int, use func(i int)) { z.row(t, first && t == 0, use) })
+	z.c.ADDQ(operand.U32(64*rows), zrP)
+	z.c.ADDQ(operand.U32(64*rows), zrQ)
 }
 
-// carry is d_from → d_to of a full carry chain (bits bits kept, times 5
-// into limb 0).
-func (z *zgen) carry(from, to, bits int, mask reg.VecPhysical, times5 bool) {
-	c := z.c
-	c.VPSRLQ(operand.U8(bits), zDLo[from], zT)
-	c.VPANDQ(mask, zDLo[from], zDLo[from])
-	if times5 {
-		c.VPSLLQ(operand.U8(2), zT, zL)
-		c.VPADDQ(zL, zT, zT)
-	}
-	c.VPADDQ(zT, zDLo[to], zDLo[to])
-}
-
-// sumStreams sums the four streams of each block (lanes b, 2+b, 4+b, 6+b)
-// into lanes 0 and 1, carries them fully (d0→d1, d1→d2, d2→d0, d0→d1:
-// each stream below 2^44 + 5·2^22, 2^44, 2^42, so the sums below 2^46 +
-// 2^25, 2^46, 2^44, and afterwards below 2^44, 2^44 + 1, 2^42) and stores
-// limb k of block b to h at 8(2k+b).
+// sumStreams sums the four streams of each block into lanes 0 and 1,
+// carries them fully and stores limb k of block b to h at 8(2k+b)
+// (ifma's SumStreams).
 func (z *zgen) sumStreams() {
-	c := z.c
-	for k := 0; k < 3; k++ {
-		c.VSHUFI64X2(operand.U8(0x4e), zH[k], zH[k], zT) // units 2, 3, 0, 1
-		c.VPADDQ(zT, zH[k], zDLo[k])
-		c.VSHUFI64X2(operand.U8(0xb1), zDLo[k], zDLo[k], zT) // units 1, 0, 3, 2
-		c.VPADDQ(zT, zDLo[k], zDLo[k])
-	}
-	z.carry(0, 1, 44, zM44, false)
-	z.carry(1, 2, 44, zM44, false)
-	z.carry(2, 0, 42, zM42, true)
-	z.carry(0, 1, 44, zM44, false)
-	for k := 0; k < 3; k++ {
-		c.VMOVDQU(xmm(zDLo[k]), mem(zrH, 16*k))
-	}
+	z.a.SumStreams(func(k int) operand.Mem { return mem(zrH, 16*k) })
 }
 
 // crcEnd emits the end of a pair's CRCs: the four accumulators' lanes
@@ -383,31 +240,18 @@ func (z *zgen) crcEnd() {
 	// plus its last lane as it is: congruent to a_j, in one lane's reach
 	// once the lanes are summed.
 	accs := []reg.VecPhysical{zGAcc[0], zGAcc[1], zSAcc[0], zSAcc[1]}
-	w := []reg.VecPhysical{zH[0], zH[1], zH[2], zDLo[0]}
+	w := [4]reg.Register{zH[0], zH[1], zH[2], zDLo[0]}
 	for j, a := range accs {
 		k := kR
 		if j >= 2 {
 			k = kRC
 		}
-		c.VPCLMULQDQ(operand.U8(0x00), k, a, zT)
-		c.VPCLMULQDQ(operand.U8(0x11), k, a, w[j])
-		c.VPXORQ(zT, w[j], w[j])
-		// w ^= a & last4: 0x78 is A ^ (B & C) with A = w, B = a, C = last4.
-		c.VPTERNLOGD(operand.U8(0x78), z.last4, a, w[j])
+		zmmcrc.FoldLanes(c, 0x00, 0x11, k, z.last4, a, zT, w[j])
 	}
-	// Transpose: lanes {0,1} and {2,3} of two vectors paired and summed,
-	// then lanes {0,2} and {1,3}: lane j of the result is w_j's four
-	// lanes summed.
-	x := []reg.VecPhysical{zDLo[1], zDLo[2]}
-	for i := 0; i < 2; i++ {
-		c.VSHUFI64X2(operand.U8(0x44), w[2*i+1], w[2*i], zLo) // lanes 0,1 of each
-		c.VSHUFI64X2(operand.U8(0xee), w[2*i+1], w[2*i], zHi) // lanes 2,3 of each
-		c.VPXORQ(zLo, zHi, x[i])
-	}
+	// Transpose: lane j of the result is w_j's four lanes summed.
 	zz := zL
-	c.VSHUFI64X2(operand.U8(0x88), x[1], x[0], zLo) // lanes 0,2 of each
-	c.VSHUFI64X2(operand.U8(0xdd), x[1], x[0], zHi) // lanes 1,3 of each
-	c.VPXORQ(zLo, zHi, zz)
+	zmmcrc.Transpose4(c, w, [2]reg.Register{zDLo[1], zDLo[2]},
+		[3]reg.Register{zLo, zLo, zLo}, [3]reg.Register{zHi, zHi, zHi}, zz)
 	z.sumLanes(zz)
 	c.Comment("The guards: lanes 0 and 1, bits of every byte and then the bytes",
 		"reversed (the unreflected domain), Barrett-reduced.")
@@ -418,7 +262,7 @@ func (z *zgen) crcEnd() {
 	c.Load(c.Param("tab"), zrT)
 	c.VBROADCASTI32X4(mem(zrT, tableFinal), fin)
 	c.VBROADCASTI32X4(mem(zrT, tableMu), muP)
-	reduceZ(c, zz, fin, muP)
+	zmmcrc.ReduceZ(c, zz, fin, muP, zLo, zHi, zT, width)
 	c.VMOVDQU64(zz, z.frame)
 	for b := 0; b < zGroup; b++ {
 		c.MOVWQZX(z.frame.Offset(16*b), zrT)
@@ -439,24 +283,6 @@ func (z *zgen) sumLanes(zz reg.VecPhysical) {
 		c.NOTL(zrT.As32())
 		c.MOVL(zrT.As32(), mem(zrSums, 4*b))
 	}
-}
-
-// reduceZ is reduce (fusedPolyCopyAVX's Barrett reduction) on the four
-// lanes of x at once, each lane's CRC left in its low 16 bits (the rest of
-// the lane not zeroed); fin and muP hold {Final[0], 0} and {Mu, Poly} in
-// every lane. Temporaries zLo, zHi, zT.
-func reduceZ(c *build.Context, x, fin, muP reg.VecPhysical) {
-	t, s, k := zLo, zHi, zT
-	c.VPCLMULQDQ(operand.U8(0x01), fin, x, t) // Hi·C(64+w)
-	c.VPSLLDQ(operand.U8(8), x, s)            // Lo in the high quadword
-	c.VPSRLDQ(operand.U8(8-width/8), s, s)    // Lo·x^w
-	c.VPXORQ(s, t, t)                         // T, degree < 64+w
-	c.VPSRLDQ(operand.U8(width/8), t, s)      // Q = T div x^w
-	c.VPCLMULQDQ(operand.U8(0x00), muP, s, k) // Q·mu_low
-	c.VPSRLDQ(operand.U8(8), k, k)            // floor(Q·mu_low / x^64)
-	c.VPXORQ(k, s, s)                         // q
-	c.VPCLMULQDQ(operand.U8(0x10), muP, s, k) // q·p
-	c.VPXORQ(k, t, x)                         // low w bits: the CRC
 }
 
 // kernelZ emits fusedPolyCopyZ.
@@ -489,7 +315,7 @@ func (z *zgen) kernelZ() {
 	c.VMOVQ(zrT, xmm(zInit))
 	c.Comment("The key words of r^16, broadcast.")
 	for w := 0; w < 5; w++ {
-		c.VPBROADCASTQ(mem(zrKey, 8*(key44B+5*3+w)), zK16[w])
+		c.VPBROADCASTQ(mem(zrKey, 8*(ifma.KeyB+5*3+w)), zK16[w])
 	}
 
 	c.Label("pairZ")
@@ -549,6 +375,14 @@ func (z *zgen) kernelZ() {
 // zData adds the AVX-512 kernel's constants to c.
 func zData(c *build.Context, bswap operand.Mem) *zgen {
 	z := &zgen{c: c, bswap: bswap}
+	// The carries' times-5 temporary is zL, free once a row's limbs are
+	// used.
+	z.a = &ifma.Arith{
+		C: c, H: zH, DLo: zDLo, DHi: zDHi,
+		Lo: zLo, Hi: zHi, L: zL, T: zT, T5: zL,
+		M44: zM44, M42: zM42,
+		KeyBase: zrKey, Pow: keyZ,
+	}
 	z.bitrev = c.StaticGlobal("fusedPolyBitrev")
 	c.DataAttributes(attr.RODATA | attr.NOPTR)
 	// VGF2P8AFFINEQB matrix that reverses the bits of a byte: result bit i
@@ -559,8 +393,8 @@ func zData(c *build.Context, bswap operand.Mem) *zgen {
 	c.DataAttributes(attr.RODATA | attr.NOPTR)
 	// The radix-2^44 limb masks: M44 for limbs 0 and 1, M42 for limb 2
 	// (bits 88..129).
-	c.AddDatum(0, operand.U64(mask44))
-	c.AddDatum(8, operand.U64(mask42))
+	c.AddDatum(0, operand.U64(ifma.Mask44))
+	c.AddDatum(8, operand.U64(ifma.Mask42))
 	z.last4 = c.StaticGlobal("fusedPolyLast4")
 	c.DataAttributes(attr.RODATA | attr.NOPTR)
 	// All ones in the last 16-byte lane of a vector, zeros in the others.

@@ -404,7 +404,9 @@ func (g *gen) lanesKernel(name string, hybrid bool, pw int, cp bool) {
 				}
 			}
 		})
-		g.interleave(v, s)
+		// v is vector code (it does not touch the flags), s the scalar
+		// lanes (their carries in the flags).
+		scaffold.Interleave(g.c, v, s)
 	}
 	// vecStep is the vector code of a step of s chunks (1, 2, 4 or 8):
 	// d = m_s·r + m_(s-1)·r^2 + ... + m_2·r^(s-1), independent of h; then

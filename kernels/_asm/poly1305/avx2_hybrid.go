@@ -1,10 +1,11 @@
 package main
 
 import (
-	"github.com/mmcloughlin/avo/build"
 	"github.com/mmcloughlin/avo/ir"
 	"github.com/mmcloughlin/avo/operand"
 	"github.com/mmcloughlin/avo/reg"
+
+	"github.com/difctl/difctl/kernels/_asm/internal/scaffold"
 )
 
 // scalarLanes is the number of blocks the hybrid kernel evaluates in
@@ -15,39 +16,14 @@ const scalarLanes = 2
 // words, then h0, h1, h2 of each scalar lane.
 const hybridWords = limbs*lanes + 3*scalarLanes
 
-// record returns the instructions emit adds, emitted into a scratch
-// context instead of the function being built (comments dropped), for
-// interleave.
+// record returns the instructions emit adds (scaffold.Record), for
+// scaffold.Interleave.
 func (g *gen) record(emit func()) []*ir.Instruction {
-	saved := g.c
-	defer func() { g.c = saved }()
-	sc := build.NewContext()
-	sc.Function("scratch")
-	g.c = sc
-	emit()
-	f, err := sc.Result()
+	ins, err := scaffold.Record(&g.c, emit)
 	if err != nil {
 		g.fail(err)
-		return nil
 	}
-	return f.Functions()[0].Instructions()
-}
-
-// interleave emits a and b merged, b spread evenly: after the i-th of a,
-// the ones of b up to the (i+1)/len(a) fraction. The two streams must be
-// independent but for their order within each: a is vector code (it does
-// not touch the flags), b the scalar lanes (their carries in the flags).
-func (g *gen) interleave(a, b []*ir.Instruction) {
-	j := 0
-	for i, in := range a {
-		g.c.Instruction(in)
-		for ; j < (i+1)*len(b)/len(a); j++ {
-			g.c.Instruction(b[j])
-		}
-	}
-	for ; j < len(b); j++ {
-		g.c.Instruction(b[j])
-	}
+	return ins
 }
 
 // The scalar lanes of the hybrid kernel: lane l's h in sH[l]; the products'

@@ -23,11 +23,12 @@ import (
 	"testing"
 
 	"github.com/difctl/difctl/kernels/_asm/internal/emu"
+	"github.com/difctl/difctl/kernels/_asm/internal/ifma"
 )
 
 const asmFile = "../../poly1305/zblocks_amd64.s"
 
-var polyP = new(big.Int).Sub(new(big.Int).Lsh(big.NewInt(1), 130), big.NewInt(5))
+var polyP = ifma.P
 
 // leBig is b as a little-endian number.
 func leBig(b []byte) *big.Int {
@@ -49,16 +50,7 @@ func limbsBig(l []uint64, bits uint) *big.Int {
 }
 
 // splitBig returns n limbs of x (below 2^(bits·n)).
-func splitBig(x *big.Int, bits uint, n int) []uint64 {
-	out := make([]uint64, n)
-	mask := new(big.Int).Sub(new(big.Int).Lsh(big.NewInt(1), bits), big.NewInt(1))
-	y := new(big.Int).Set(x)
-	for k := range out {
-		out[k] = new(big.Int).And(y, mask).Uint64()
-		y.Rsh(y, bits)
-	}
-	return out
-}
+var splitBig = ifma.Split
 
 // polyLayout describes one lane kernel to the test.
 type polyLayout struct {
@@ -96,61 +88,10 @@ func (l polyLayout) blocks() int { return l.lanes + l.scalar }
 // powers of r from math/big. laneKey (the AVX2 kernels): R(j,k), limb k of
 // r^(j+1), at word 4(5j+k), S = 5R at 80+4(5j+k), four lanes each, j =
 // 0..3, then r itself as two words at 160 (laneKey8: j = 0..7, S at 160, r
-// at 320). ifmaKey: r0 r1 r2 20·r1 20·r2 of
-// r^(j+1) at word 5j, j = 0..3, and those of r^3 and r^4 again as
-// eight-lane vectors from word key44Vec; those of r^4, r^8, r^12, r^16
-// from key44B, five words each; the per-lane F from key44F, lane 2s+b
-// holding r^(4-s); the pad terms from key44K.
+// at 320). ifmaKey: ifma.KeyTable, in the layout of ifma's Key* constants.
 func (l polyLayout) keyTable(r *big.Int) []uint64 {
 	if l.lanes == lanes44 {
-		k := make([]uint64, key44)
-		pw := new(big.Int).Set(r)
-		var words [17][]uint64 // words[n]: those of r^n
-		for n := 1; n <= 16; n++ {
-			x := splitBig(pw, l.bits, l.limbs)
-			words[n] = []uint64{x[0], x[1], x[2], l.wrap * x[1], l.wrap * x[2]}
-			pw.Mul(pw, r)
-			pw.Mod(pw, polyP)
-		}
-		for j := range 4 {
-			copy(k[5*j:], words[j+1])
-			for w, v := range words[j+1] {
-				for ln := 0; j >= 2 && ln < lanes44; ln++ {
-					k[key44Vec+40*(j-2)+8*w+ln] = v
-				}
-			}
-		}
-		for j := 1; j <= 4; j++ {
-			for w := range 5 {
-				k[key44B+5*(j-1)+w] = words[4*j][w]
-				for ln := range lanes44 {
-					k[key44F+8*w+ln] = words[4-ln/2][w]
-				}
-			}
-		}
-		// The pad bits' part of each step: 2^128·Σ r^e over its powers.
-		pad := func(e int) *big.Int {
-			x := new(big.Int).Exp(r, big.NewInt(int64(e)), polyP)
-			return x.Lsh(x, 128)
-		}
-		for v := range 5 {
-			for ln := range lanes44 {
-				c := new(big.Int)
-				for j := 1; j <= 4; j++ {
-					switch {
-					case v == 0:
-						c.Add(c, pad(4*j))
-					case j <= v:
-						c.Add(c, pad(4*(j-1)))
-					}
-				}
-				c.Mod(c, polyP)
-				for i, l := range splitBig(c, l.bits, l.limbs) {
-					k[key44K+24*v+8*i+ln] = l
-				}
-			}
-		}
-		return k
+		return ifma.KeyTable(r)
 	}
 	sOff, scalarOff := keySOf(l.powers)/8, keyScalarOf(l.powers)/8
 	k := make([]uint64, scalarOff+2)

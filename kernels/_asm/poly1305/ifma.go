@@ -9,31 +9,16 @@ import (
 	"github.com/mmcloughlin/avo/operand"
 	"github.com/mmcloughlin/avo/reg"
 
+	"github.com/difctl/difctl/kernels/_asm/internal/ifma"
 	"github.com/difctl/difctl/kernels/_asm/internal/scaffold"
 )
 
+// The IFMA kernels' layout (kernels/_asm/internal/ifma documents the
+// arithmetic and the key table, poly1305's ifmaKey).
 const (
-	mask44   = 1<<44 - 1
-	mask42   = 1<<42 - 1
-	padBit44 = 1 << (128 - 88)
-	lanes44  = 8
-	key44    = key44K + 5*3*lanes44 // words of poly1305.ifmaKey
-	// Where in it the eight-lane vectors of r^3 and r^4 start: word w
-	// (r0 r1 r2 s1 s2) of r^(j+1), j = 2, 3, at word key44Vec + 40(j-2) +
-	// 8w, in eight lanes.
-	key44Vec = 20
-	// The stream kernels' words (lanesIFMAS): from key44B, word w of
-	// r^(4(P+1)), P = 0..3 (r^4, r^8, r^12, r^16), at key44B + 5P + w
-	// (broadcast operands); from key44F, the last step's per-lane factor
-	// F, word w at key44F + 8w in eight lanes, lane 2s+b holding that of
-	// r^(4-s). From key44K, the pad bits' part of a step, the limbs of c
-	// = 2^128·Σ r^e over the powers e the step's chunk-vectors take (mod
-	// 2^130-5, radix 2^44), limb k in eight lanes at key44K + 24V + 8k: V
-	// = 0 an ordinary step's (e = 4, 8, 12, 16), V = R the bracket's of a
-	// last step of R rows (e = 0, 4, ..., 4(R-1)).
-	key44B = key44Vec + 2*5*lanes44
-	key44F = key44B + 4*5
-	key44K = key44F + 5*lanes44
+	padBit44 = 1 << (128 - 88) // the pad bit 2^128 in limb 2, 128 = 88 + 40
+	lanes44  = ifma.Lanes
+	key44    = ifma.KeyWords // words of poly1305.ifmaKey
 )
 
 // The IFMA kernels' signatures: lanesIFMA(h *[24]uint64, p []byte,
@@ -78,9 +63,9 @@ var (
 	zA, zB   = reg.Z0, reg.Z1 // gathers; carry temporaries
 	zLo, zHi = reg.Z2, reg.Z3
 	zL, zT   = reg.Z4, reg.Z5
-	zH       = []reg.VecPhysical{reg.Z6, reg.Z7, reg.Z8}
-	zDLo     = []reg.VecPhysical{reg.Z9, reg.Z10, reg.Z11}
-	zDHi     = []reg.VecPhysical{reg.Z12, reg.Z13, reg.Z14}
+	zH       = [3]reg.VecPhysical{reg.Z6, reg.Z7, reg.Z8}
+	zDLo     = [3]reg.VecPhysical{reg.Z9, reg.Z10, reg.Z11}
+	zDHi     = [3]reg.VecPhysical{reg.Z12, reg.Z13, reg.Z14}
 	zKey     = [2][5]reg.VecPhysical{
 		{reg.Z15, reg.Z16, reg.Z17, reg.Z18, reg.Z19}, // r: r0 r1 r2 s1 s2
 		{reg.Z20, reg.Z21, reg.Z22, reg.Z23, reg.Z24}, // r^2
@@ -88,10 +73,17 @@ var (
 	zM44, zM42, zPad = reg.Z25, reg.Z26, reg.Z27
 )
 
-// words44[k][i] is the key word (index into r0 r1 r2 s1 s2) that limb i
-// multiplies for output limb k: d0 = x0·r0 + x1·s2 + x2·s1, d1 = x0·r1 +
-// x1·r0 + x2·s2, d2 = x0·r2 + x1·r1 + x2·r0.
-var words44 = [3][3]int{{0, 4, 3}, {1, 0, 4}, {2, 1, 0}}
+// newIFMA is the IFMA kernels' arithmetic in c: their registers (zA the
+// carries' times-5 temporary) and the stream kernels' key operands.
+// combine44, in the generated docs and kernels/poly1305, is its Combine.
+func (g *gen) newIFMA() *ifma.Arith {
+	return &ifma.Arith{
+		C: g.c, H: zH, DLo: zDLo, DHi: zDHi,
+		Lo: zLo, Hi: zHi, L: zL, T: zT, T5: zA,
+		M44: zM44, M42: zM42,
+		KeyBase: rKey, Pow: keyS44,
+	}
+}
 
 // block8 is byte disp of block j of eight at the current chunk.
 func block8(j, disp int) operand.Mem {
@@ -146,66 +138,16 @@ func (g *gen) split44(disp int, use func(i int)) {
 	use(2)
 }
 
-// madd44 adds x·r^(j+1) (x limb i) to the lo and hi accumulators: the
-// key words of r and r^2 from their registers, those of r^3 and r^4 as
-// memory operands, their eight-lane vectors in the key.
-func (g *gen) madd44(x reg.VecPhysical, i, j int) {
-	for k := 0; k < 3; k++ {
-		var w operand.Op
+// keyIFMA is the key of r^(j+1): the words of r and r^2 in their
+// registers, those of r^3 and r^4 memory operands, their eight-lane
+// vectors in the key.
+func keyIFMA(j int) ifma.Key {
+	return ifma.Key{Word: func(w int) operand.Op {
 		if j < 2 {
-			w = zKey[j][words44[k][i]]
-		} else {
-			w = mem(rKey, 8*(key44Vec+40*(j-2)+8*words44[k][i]))
+			return zKey[j][w]
 		}
-		g.c.VPMADD52LUQ(w, x, zDLo[k])
-		g.c.VPMADD52HUQ(w, x, zDHi[k])
-	}
-}
-
-func (g *gen) zeroAcc44() {
-	for k := 0; k < 3; k++ {
-		g.c.VPXORQ(zDLo[k], zDLo[k], zDLo[k])
-		g.c.VPXORQ(zDHi[k], zDHi[k], zDHi[k])
-	}
-}
-
-func (g *gen) carry44(from, to, bits int, mask reg.VecPhysical, times5 bool) {
-	c := g.c
-	c.VPSRLQ(operand.U8(bits), zDLo[from], zT)
-	c.VPANDQ(mask, zDLo[from], zDLo[from])
-	if times5 {
-		c.VPSLLQ(operand.U8(2), zT, zA)
-		c.VPADDQ(zA, zT, zT)
-	}
-	c.VPADDQ(zT, zDLo[to], zDLo[to])
-}
-
-// joinHi44 joins the hi sums to the limbs above (hi2 times 5120 = 2^12 +
-// 2^10).
-func (g *gen) joinHi44() {
-	c := g.c
-	c.VPSLLQ(operand.U8(12), zDHi[2], zT)
-	c.VPADDQ(zT, zDLo[0], zDLo[0])
-	c.VPSLLQ(operand.U8(10), zDHi[2], zT)
-	c.VPADDQ(zT, zDLo[0], zDLo[0])
-	c.VPSLLQ(operand.U8(8), zDHi[0], zT)
-	c.VPADDQ(zT, zDLo[1], zDLo[1])
-	c.VPSLLQ(operand.U8(8), zDHi[1], zT)
-	c.VPADDQ(zT, zDLo[2], zDLo[2])
-}
-
-// combine44 joins the hi sums to the limbs above (joinHi44) and carries
-// into h.
-func (g *gen) combine44() {
-	c := g.c
-	g.joinHi44()
-	g.carry44(0, 1, 44, zM44, false)
-	g.carry44(1, 2, 44, zM44, false)
-	g.carry44(2, 0, 42, zM42, true)
-	g.carry44(0, 1, 44, zM44, false)
-	for k := 0; k < 3; k++ {
-		c.VMOVDQA64(zDLo[k], zH[k])
-	}
+		return mem(rKey, 8*(ifma.KeyVec+40*(j-2)+8*w))
+	}}
 }
 
 // step44 emits one step over the next k (4, 2 or 1) chunks of the eight
@@ -221,21 +163,21 @@ func (g *gen) combine44() {
 // there is one set.
 func (g *gen) step44(k int) {
 	c := g.c
-	g.zeroAcc44()
+	g.a.ZeroAcc()
 	if k > 1 {
 		c.Comment(fmt.Sprintf("m2..m%d times r^%d..r: independent of h.", k, k-1))
 	}
 	for m := k - 1; m >= 1; m-- {
-		g.split44(16*m, func(i int) { g.madd44(zL, i, k-1-m) })
+		g.split44(16*m, func(i int) { g.a.Madd(zL, i, keyIFMA(k-1-m)) })
 		g.prefetch44(k, k-1-m)
 	}
 	c.Comment(fmt.Sprintf("h += m1; (h + m1)·r^%d.", k))
 	g.split44(0, func(i int) { c.VPADDQ(zL, zH[i], zH[i]) })
 	g.prefetch44(k, k-1)
 	for i := 0; i < 3; i++ {
-		g.madd44(zH[i], i, k-1)
+		g.a.Madd(zH[i], i, keyIFMA(k-1))
 	}
-	g.combine44()
+	g.a.Combine()
 	for _, r := range []reg.Register{rP, rQ, rP3} {
 		c.ADDQ(operand.U32(16*k), r)
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/mmcloughlin/avo/operand"
 	"github.com/mmcloughlin/avo/reg"
 
+	"github.com/difctl/difctl/kernels/_asm/internal/ifma"
 	"github.com/difctl/difctl/kernels/_asm/internal/scaffold"
 )
 
@@ -24,16 +25,16 @@ func lanesIFMASSig(cp bool) *gotypes.Signature {
 // rCq is lanesIFMASCopy's pointer to block 0 of its pair's row in q.
 var rCq = reg.R12
 
-// The stream kernels, lanesIFMAS and lanesIFMASCopy: lanesIFMA's
-// arithmetic (radix 2^44, madd44's products) in a layout that needs no
-// gathers. The eight blocks go as four pairs, one after the other; a pair
-// fills the eight lanes as two blocks times four chunk streams, lane 2s+b
-// holding chunks s, s+4, s+8, ... of block b. One 64-byte load of each
-// block (a row: chunks 4u..4u+3) and VPUNPCKLQDQ/HQDQ of the two give the
-// lo and hi words of chunk-vector u, lane 2s+b holding chunk 4u+s of
-// block b: two loads and two shuffles per chunk-vector, against
-// lanesIFMA's eight loads (six of them VINSERTI32X4, a shuffle each) and
-// two shuffles.
+// The stream kernels, lanesIFMAS and lanesIFMASCopy: lanesIFMA's arithmetic
+// (radix 2^44, kernels/_asm/internal/ifma) in the stream layout, which
+// needs no gathers (ifma's Limbs, Step and SumStreams). The eight blocks go
+// as four pairs, one after the other; a pair fills the eight lanes as two
+// blocks times four chunk streams, lane 2s+b holding chunks s, s+4, s+8,
+// ... of block b. One 64-byte load of each block (a row: chunks 4u..4u+3)
+// and VPUNPCKLQDQ/HQDQ of the two give the lo and hi words of chunk-vector
+// u, lane 2s+b holding chunk 4u+s of block b: two loads and two shuffles
+// per chunk-vector, against lanesIFMA's eight loads (six of them
+// VINSERTI32X4, a shuffle each) and two shuffles.
 //
 // Each stream is a Horner evaluation in r^4, one row a term, four rows a
 // step: h' = (h + v1)·r^16 + v2·r^12 + v3·r^8 + v4·r^4. The last step,
@@ -50,13 +51,14 @@ var rCq = reg.R12
 // a cycle):
 //   - No pad bit is ORed into the chunks: each step's accumulators start
 //     from its pad bits' part instead, c = 2^128·Σ r^e over the step's
-//     powers e (by linearity; key44K), a load in place of a zeroing.
+//     powers e (by linearity; ifma.KeyK), a load in place of a zeroing.
 //   - Limb 1 is (lo>>44 | hi<<20) & M44 in one VPTERNLOGD for the OR and
 //     the AND.
-//   - The carry chain (combineS44) leaves out combine44's last d0→d1.
+//   - The carry chain (ifma's CombineS) leaves out the last d0→d1 of
+//     combine44 (ifma's Combine).
 //
 // Then the four streams of each block are summed (two VSHUFI64X2 and
-// VPADDQ a limb) and carried: each stream left combineS44 below 2^44 +
+// VPADDQ a limb) and carried: each stream left CombineS below 2^44 +
 // 5·2^22, 2^44 and 2^42, so the sum is below 2^46 + 2^25, 2^46 and 2^44,
 // and after the chain d0→d1, d1→d2, d2→d0 (times 5), d0→d1 its limbs are
 // below 2^44, 2^44 + 1 and 2^42, combine44's bounds (packReduce44 relies
@@ -91,35 +93,17 @@ var (
 	zF = [5]reg.VecPhysical{reg.Z27, reg.Z28, reg.Z29, reg.Z30, reg.Z31} // F
 )
 
-// keyS44 is the key operand of word w of r^(4e), e = 1..4: registers for
-// r^16 and r^12, broadcast quadwords of the key for r^8 and r^4.
-func (g *gen) keyS44(e, w int) operand.Op {
-	if e >= 3 {
-		return zKS[4-e][w]
+// keyS44 is the key of r^(4e), e = 1..4: registers for r^16 and r^12,
+// broadcast quadwords of the key for r^8 and r^4; or of the last step's
+// factor F (e = 0), its registers.
+func keyS44(e int) ifma.Key {
+	switch {
+	case e == 0:
+		return ifma.Key{Word: func(w int) operand.Op { return zF[w] }}
+	case e >= 3:
+		return ifma.Key{Word: func(w int) operand.Op { return zKS[4-e][w] }}
 	}
-	return mem(rKey, 8*(key44B+5*(e-1)+w))
-}
-
-// maddS44 adds x (limb i of a chunk-vector) times r^(4e) to the
-// accumulators, e = 1..4, or times the last step's factor F (e = 0, its
-// registers).
-func (g *gen) maddS44(x reg.VecPhysical, i, e int) {
-	c := g.c
-	for k := 0; k < 3; k++ {
-		if e == 0 {
-			c.VPMADD52LUQ(zF[words44[k][i]], x, zDLo[k])
-			c.VPMADD52HUQ(zF[words44[k][i]], x, zDHi[k])
-			continue
-		}
-		switch w := g.keyS44(e, words44[k][i]); w.(type) {
-		case operand.Mem:
-			c.VPMADD52LUQ_BCST(w, x, zDLo[k])
-			c.VPMADD52HUQ_BCST(w, x, zDHi[k])
-		default:
-			c.VPMADD52LUQ(w, x, zDLo[k])
-			c.VPMADD52HUQ(w, x, zDHi[k])
-		}
-	}
+	return ifma.Key{Word: func(w int) operand.Op { return mem(rKey, 8*(ifma.KeyB+5*(e-1)+w)) }, Bcst: true}
 }
 
 // rowS44 loads row t of the pair's two blocks (and with copying stores
@@ -135,16 +119,7 @@ func (g *gen) rowS44(t int, use func(i int)) {
 	}
 	c.PREFETCHT0(mem(rPf44, 128*t))
 	c.PREFETCHT0(mem(rPf44, 128*t+64))
-	c.VPUNPCKHQDQ(zB, zA, zHi) // hi words: lane 2s+b chunk s of the row of block b
-	c.VPUNPCKLQDQ(zB, zA, zLo) // lo words
-	c.VPANDQ(zM44, zLo, zL)
-	use(0)
-	c.VPSRLQ(operand.U8(44), zLo, zL)
-	c.VPSLLQ(operand.U8(20), zHi, zT)
-	c.VPTERNLOGD(operand.U8(0xa8), zM44, zT, zL) // (zL | zT) & M44
-	use(1)
-	c.VPSRLQ(operand.U8(24), zHi, zL) // without the pad bit (stepS44)
-	use(2)
+	g.a.Limbs(zA, zB, use)
 }
 
 // stepS44 emits a step over the next R rows of the pair. An ordinary
@@ -156,47 +131,7 @@ func (g *gen) rowS44(t int, use func(i int)) {
 // pointers on.
 func (g *gen) stepS44(rows int, last bool) {
 	c := g.c
-	pow := func(t int) int {
-		if last {
-			return rows - 1 - t
-		}
-		return 4 - t
-	}
-	v := 0
-	if last {
-		v = rows
-	}
-	for k := 0; k < 3; k++ {
-		c.VMOVDQU64(mem(rKey, 8*(key44K+24*v+8*k)), zDLo[k])
-		c.VPXORQ(zDHi[k], zDHi[k], zDHi[k])
-	}
-	for t := rows - 1; t >= 1; t-- {
-		if pow(t) == 0 {
-			g.rowS44(t, func(i int) { c.VPADDQ(zL, zDLo[i], zDLo[i]) })
-			continue
-		}
-		g.rowS44(t, func(i int) { g.maddS44(zL, i, pow(t)) })
-	}
-	g.rowS44(0, func(i int) { c.VPADDQ(zL, zH[i], zH[i]) })
-	for i := 0; i < 3; i++ {
-		if pow(0) == 0 {
-			c.VPADDQ(zH[i], zDLo[i], zDLo[i])
-			continue
-		}
-		g.maddS44(zH[i], i, pow(0))
-	}
-	g.combineS44()
-	if last {
-		c.Comment("Times F: stream s times r^(4-s).")
-		for k := 0; k < 3; k++ {
-			c.VPXORQ(zDLo[k], zDLo[k], zDLo[k])
-			c.VPXORQ(zDHi[k], zDHi[k], zDHi[k])
-		}
-		for i := 0; i < 3; i++ {
-			g.maddS44(zH[i], i, 0)
-		}
-		g.combineS44()
-	}
+	g.a.Step(rows, last, false, g.rowS44)
 	c.ADDQ(operand.U32(64*rows), rP)
 	if g.copying {
 		c.ADDQ(operand.U32(64*rows), rCq)
@@ -204,46 +139,11 @@ func (g *gen) stepS44(rows int, last bool) {
 	c.ADDQ(operand.U32(128*rows), rPf44)
 }
 
-// combineS44 is combine44 without its last carry, d0→d1: it leaves limb
-// 0 below 2^44 + 5·2^22 (d2 below 2^64 carries under 2^22 from bit 42),
-// limb 1 below 2^44 and limb 2 below 2^42, so that h + row 0 has limbs
-// below 2^46, inside the multiplier's 52 bits. sumS44 carries fully.
-func (g *gen) combineS44() {
-	c := g.c
-	g.joinHi44()
-	// The carries d0→d1, d1→d2, d2→d0 (times 5), each masked limb
-	// written to h (no moves).
-	c.VPSRLQ(operand.U8(44), zDLo[0], zT)
-	c.VPANDQ(zM44, zDLo[0], zH[0])
-	c.VPADDQ(zT, zDLo[1], zDLo[1])
-	c.VPSRLQ(operand.U8(44), zDLo[1], zT)
-	c.VPANDQ(zM44, zDLo[1], zH[1])
-	c.VPADDQ(zT, zDLo[2], zDLo[2])
-	c.VPSRLQ(operand.U8(42), zDLo[2], zT)
-	c.VPANDQ(zM42, zDLo[2], zH[2])
-	c.VPSLLQ(operand.U8(2), zT, zA)
-	c.VPADDQ(zA, zT, zT)
-	c.VPADDQ(zT, zH[0], zH[0])
-}
-
 // sumS44 sums the four streams of each block of the pair into lanes 0
 // and 1, carries them, and stores them to h's words of the pair.
 func (g *gen) sumS44() {
-	c := g.c
-	c.Comment("Sum the four streams of each block (lanes b, 2+b, 4+b, 6+b), carry.")
-	for k := 0; k < 3; k++ {
-		c.VSHUFI64X2(operand.U8(0x4e), zH[k], zH[k], zT) // units 2, 3, 0, 1
-		c.VPADDQ(zT, zH[k], zDLo[k])
-		c.VSHUFI64X2(operand.U8(0xb1), zDLo[k], zDLo[k], zT) // units 1, 0, 3, 2
-		c.VPADDQ(zT, zDLo[k], zDLo[k])
-	}
-	g.carry44(0, 1, 44, zM44, false)
-	g.carry44(1, 2, 44, zM44, false)
-	g.carry44(2, 0, 42, zM42, true)
-	g.carry44(0, 1, 44, zM44, false)
-	for k := 0; k < 3; k++ {
-		c.VMOVDQU(xmm(zDLo[k]), mem(rH, 64*k))
-	}
+	g.c.Comment("Sum the four streams of each block (lanes b, 2+b, 4+b, 6+b), carry.")
+	g.a.SumStreams(func(k int) operand.Mem { return mem(rH, 64*k) })
 }
 
 func (g *gen) lanesIFMAS(name string, consts operand.Mem, cp bool) {
@@ -267,11 +167,11 @@ func (g *gen) lanesIFMAS(name string, consts operand.Mem, cp bool) {
 	c.Comment("The key words of r^16 and r^12, broadcast, and of F.")
 	for j, pw := range []int{3, 2} {
 		for w := 0; w < 5; w++ {
-			c.VPBROADCASTQ(mem(rKey, 8*(key44B+5*pw+w)), zKS[j][w])
+			c.VPBROADCASTQ(mem(rKey, 8*(ifma.KeyB+5*pw+w)), zKS[j][w])
 		}
 	}
 	for w := 0; w < 5; w++ {
-		c.VMOVDQU64(mem(rKey, 8*(key44F+8*w)), zF[w])
+		c.VMOVDQU64(mem(rKey, 8*(ifma.KeyF+8*w)), zF[w])
 	}
 	c.MOVQ(operand.U32(lanes44/2), rSPairs)
 

@@ -31,29 +31,16 @@
 package main
 
 import (
-	"flag"
-
 	"github.com/mmcloughlin/avo/attr"
 	"github.com/mmcloughlin/avo/build"
 	"github.com/mmcloughlin/avo/operand"
 	"github.com/mmcloughlin/avo/reg"
 
+	"github.com/difctl/difctl/kernels/_asm/internal/ifma"
 	"github.com/difctl/difctl/kernels/_asm/internal/scaffold"
 )
 
-func main() {
-	var out, stubs string
-	scaffold.Main("poly1305", func(fs *flag.FlagSet) {
-		fs.StringVar(&out, "out", "", "assembly output file")
-		fs.StringVar(&stubs, "stubs", "", "Go declarations output file")
-	}, func(cmd []string) ([]scaffold.File, error) {
-		if out == "" || stubs == "" {
-			return nil, scaffold.Usage("poly1305 -out file.s -stubs file.go")
-		}
-		asm, src, err := generate(cmd)
-		return []scaffold.File{{Path: out, Data: asm}, {Path: stubs, Data: src}}, err
-	})
-}
+func main() { scaffold.MainAsm("poly1305", generate) }
 
 // generate returns the assembly and the Go declarations of the kernels,
 // made by cmd.
@@ -76,10 +63,11 @@ func generate(cmd []string) (asm, src []byte, err error) {
 	// 2^44-1 and M42 = 2^42-1 (limb masks of radix 2^44, the top limb
 	// holding bits 88..129), and 2^40 (the pad bit 2^128 in limb 2, 128 =
 	// 88 + 40).
-	c.AddDatum(0, operand.U64(mask44))
-	c.AddDatum(8, operand.U64(mask42))
+	c.AddDatum(0, operand.U64(ifma.Mask44))
+	c.AddDatum(8, operand.U64(ifma.Mask42))
 	c.AddDatum(16, operand.U64(padBit44))
 	g := &gen{c: c, mask: consts, pad: consts.Offset(32)}
+	g.a = g.newIFMA()
 	g.lanesAVX2("lanesAVX2", false, powers)
 	g.lanesAVX2("lanesHybridAVX2", true, powers)
 	g.lanesAVX2("lanesAVX2R8", false, powers8)
@@ -103,12 +91,13 @@ func mem(base reg.Register, disp int) operand.Mem { return operand.Mem{Base: bas
 type gen struct {
 	c         *build.Context
 	mask, pad operand.Mem
-	powers    int   // of r in the key of the kernel being built: 4 or 8
-	cp        bool  // the kernel being built copies p to q (lanesAVX2Copy)
-	ks        bool  // its steps hold the key vectors in a register (vecStepKS)
-	pf        bool  // the kernel being built prefetches (lanesIFMA)
-	copying   bool  // the steps being built store their rows to q (lanesIFMASCopy)
-	err       error // the first error outside c's own
+	powers    int         // of r in the key of the kernel being built: 4 or 8
+	cp        bool        // the kernel being built copies p to q (lanesAVX2Copy)
+	ks        bool        // its steps hold the key vectors in a register (vecStepKS)
+	pf        bool        // the kernel being built prefetches (lanesIFMA)
+	copying   bool        // the steps being built store their rows to q (lanesIFMASCopy)
+	a         *ifma.Arith // the IFMA kernels' arithmetic
+	err       error       // the first error outside c's own
 }
 
 func (g *gen) fail(err error) {

@@ -40,19 +40,13 @@ func TestEmulatedSmall(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
 	for n := 1; n <= maxLen; n++ {
 		for _, crc := range []uint64{0, 0xffffffff, uint64(r.Uint32())} {
-			data := make([]byte, n)
-			for i := range data {
-				data[i] = byte(r.Uint32())
-			}
+			data := emu.Random(r, n)
 			m, err := emu.New(prog, data)
 			if err != nil {
 				t.Fatal(err)
 			}
 			copy(m.Mem[emu.AddrTable:], tab)
-			m.Put64(0, crc)
-			m.Put64(8, emu.AddrData)
-			m.Put64(16, uint64(n))
-			m.Put64(24, emu.AddrTable)
+			m.PutArgs(crc, emu.AddrData, uint64(n), emu.AddrTable)
 			if _, err := m.Run(prog, "smallUpdateZ"); err != nil {
 				t.Fatalf("n=%d: %v", n, err)
 			}
@@ -106,20 +100,14 @@ func testEntry(t *testing.T, asm string, spec emu.Spec) {
 	}
 	r := rand.New(rand.NewPCG(5, 6))
 	for n := 0; n <= maxLen+16; n++ {
-		data := make([]byte, n)
-		for i := range data {
-			data[i] = byte(r.Uint32())
-		}
+		data := emu.Random(r, n)
 		m, err := emu.New(prog, data)
 		if err != nil {
 			t.Fatal(err)
 		}
 		copy(m.Mem[emu.AddrTable:], tab)
 		crc := r.Uint64() & emu.Mask(w)
-		m.Put64(0, crc)
-		m.Put64(8, emu.AddrData)
-		m.Put64(16, uint64(n))
-		m.Put64(24, uint64(n))
+		m.PutArgs(crc, emu.AddrData, uint64(n), uint64(n))
 		if _, err := m.Run(prog, "updateEntry"); err != nil {
 			t.Fatalf("updateEntry n=%d: %v", n, err)
 		}

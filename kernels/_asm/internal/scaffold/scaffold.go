@@ -1,7 +1,7 @@
 // Package scaffold is the scaffolding shared by the generators of kernels/_asm:
 // the command line and file writing of every generator, avo's compile and
-// print passes, and the go/types view of crcmath.RevFoldTable that the
-// assembly stubs name.
+// print passes, the recording and interleaving of instruction streams, and
+// the go/types view of crcmath.RevFoldTable that the assembly stubs name.
 //
 // Every generator is a command in kernels/_asm, run by go generate in the
 // kernel package it writes, in one form:
@@ -24,6 +24,8 @@ import (
 
 	"github.com/mmcloughlin/avo/build"
 	"github.com/mmcloughlin/avo/gotypes"
+	"github.com/mmcloughlin/avo/ir"
+	"github.com/mmcloughlin/avo/operand"
 	"github.com/mmcloughlin/avo/pass"
 	"github.com/mmcloughlin/avo/printer"
 	"github.com/mmcloughlin/avo/reg"
@@ -59,6 +61,23 @@ func Main(name string, flags func(fs *flag.FlagSet), run func(cmd []string) ([]F
 			log.Fatal(err)
 		}
 	}
+}
+
+// MainAsm is Main for the generators of one assembly file and its Go
+// declarations, from the flags -out file.s and -stubs file.go: generate
+// returns both, given the command line.
+func MainAsm(name string, generate func(cmd []string) (asm, stubs []byte, err error)) {
+	var out, stubs string
+	Main(name, func(fs *flag.FlagSet) {
+		fs.StringVar(&out, "out", "", "assembly output file")
+		fs.StringVar(&stubs, "stubs", "", "Go declarations output file")
+	}, func(cmd []string) ([]File, error) {
+		if out == "" || stubs == "" {
+			return nil, Usage("%s -out file.s -stubs file.go", name)
+		}
+		asm, src, err := generate(cmd)
+		return []File{{Path: out, Data: asm}, {Path: stubs, Data: src}}, err
+	})
 }
 
 // Usage is the error of a missing or bad flag.
@@ -101,6 +120,51 @@ func AsmAndStubs(ctx *build.Context, cmd []string, pkg string) (asm, stubs []byt
 	}
 	stubs, err = printer.NewStubs(cfg).Print(f)
 	return asm, stubs, err
+}
+
+// Record returns the instructions that emit adds to *c, emitted instead
+// into a scratch context (comments dropped) that *c names meanwhile, for
+// Interleave: emit is a generator's code that writes to *c.
+func Record(c **build.Context, emit func()) ([]*ir.Instruction, error) {
+	saved := *c
+	defer func() { *c = saved }()
+	sc := build.NewContext()
+	sc.Function("scratch")
+	*c = sc
+	emit()
+	f, err := sc.Result()
+	if err != nil {
+		return nil, err
+	}
+	return f.Functions()[0].Instructions(), nil
+}
+
+// Interleave emits a and b merged into c, b spread evenly: after the i-th
+// of a, the ones of b up to the (i+1)/len(a) fraction. The two streams
+// must be independent but for their order within each (no shared
+// registers; at most one of them touches the flags).
+func Interleave(c *build.Context, a, b []*ir.Instruction) {
+	j := 0
+	for i, in := range a {
+		c.Instruction(in)
+		for ; j < (i+1)*len(b)/len(a); j++ {
+			c.Instruction(b[j])
+		}
+	}
+	for ; j < len(b); j++ {
+		c.Instruction(b[j])
+	}
+}
+
+// ParamAddr is the frame address of the parameter name of the function
+// being built in c. An unknown name is a bug of the generator, not an
+// input, so it panics.
+func ParamAddr(c *build.Context, name string) operand.Mem {
+	a, err := c.Param(name).Resolve()
+	if err != nil {
+		panic(err)
+	}
+	return a.Addr
 }
 
 // CopyOffset loads q - p into qd, for a copying batch kernel whose p is in
