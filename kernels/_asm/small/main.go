@@ -63,21 +63,28 @@ import (
 )
 
 func main() {
-	var out, stubs, crc string
+	var out, stubs, outY, stubsY, crc string
 	scaffold.Main("small", func(fs *flag.FlagSet) {
 		fs.StringVar(&out, "out", "", "assembly output file")
 		fs.StringVar(&stubs, "stubs", "", "Go declarations output file")
+		fs.StringVar(&outY, "avx2out", "", "assembly output file of the AVX2 tier's entry")
+		fs.StringVar(&stubsY, "avx2stubs", "", "Go declarations output file of the AVX2 tier's entry")
 		fs.StringVar(&crc, "crc", "", "t10dif, crc32c or crc64nvme")
 	}, func(cmd []string) ([]scaffold.File, error) {
 		c, err := scaffold.LookupCRC(crc)
 		if err != nil {
 			return nil, err
 		}
-		if out == "" || stubs == "" {
-			return nil, scaffold.Usage("small -crc t10dif|crc32c|crc64nvme -out file.s -stubs file.go")
+		if out == "" || stubs == "" || outY == "" || stubsY == "" {
+			return nil, scaffold.Usage("small -crc t10dif|crc32c|crc64nvme -out file.s -stubs file.go -avx2out file.s -avx2stubs file.go")
 		}
 		asm, src, err := generate(cmd, c)
-		return []scaffold.File{{Path: out, Data: asm}, {Path: stubs, Data: src}}, err
+		if err != nil {
+			return nil, err
+		}
+		asmY, srcY, err := generateY(cmd, c)
+		return []scaffold.File{{Path: out, Data: asm}, {Path: stubs, Data: src},
+			{Path: outY, Data: asmY}, {Path: stubsY, Data: srcY}}, err
 	})
 }
 
@@ -203,7 +210,9 @@ func smallZ() {
 // dispatch variable update holds entryTarget, the kernel's body for the
 // lengths it takes and a tail call of entryTarget's function (target) for
 // the others; under any other implementation a tail call of
-// updateDispatch, which calls update. Called from Go directly, it makes a short Checksum one call, not
+// updateDispatch, which calls update, unless update holds entryTargetY, the
+// avx2 implementation's, for which it jumps to updateEntryY (ymm.go).
+// Called from Go directly, it makes a short Checksum one call, not
 // a call of the dispatch variable and one of the kernel; the comparison
 // keeps it right whatever implementation the registry makes active.
 func entry() {
@@ -228,7 +237,8 @@ func entry() {
 	if isC {
 		ctx.Doc(append([]string{"updateEntry is Update: while update is entryTarget, smallUpdateZ's body",
 			fmt.Sprintf("(kernels/_asm/small) for 1 to %d bytes and a tail call of", maxLen),
-			"updateHybridZ for other lengths; else a tail call of updateDispatch.",
+			"updateHybridZ for other lengths; while update is entryTargetY, a jump to",
+			"updateEntryY (the AVX2 tier's); else a tail call of updateDispatch.",
 			"The CPU checks are entryTarget's: it is updateHybridZ only where",
 			"hasHybridZ holds."}, noescapeDoc...)...)
 	} else {
@@ -243,7 +253,8 @@ func entry() {
 			"shifts in the bytes after the lanes (8 to 15 bytes: one lane with leading",
 			"zeros), and reduces by Final and Barrett (kernels/_asm/small), on X16-X31",
 			"only (no VZEROUPPER); it tail-calls updateGeneric below 8 bytes and",
-			"updateAVX512 above, and under another implementation updateDispatch.",
+			"updateAVX512 above. While update is entryTargetY it jumps to updateEntryY",
+			"(the AVX2 tier's), under another implementation to updateDispatch.",
 			"entryTarget is nil unless the CPU has what it needs: AVX512F, AVX512VL,",
 			"AVX512BW, AVX512DQ and VPCLMULQDQ."}, noescapeDoc...)...)
 	}
@@ -283,6 +294,12 @@ func entry() {
 		tailCall("updateGeneric")
 	}
 	ctx.Label("dispatch")
+	ctx.Comment("The AVX2 tier's entry (zsmall_avx2_amd64.s) while update is",
+		"entryTargetY, else the Go dispatch.")
+	ctx.CMPQ(reg.RAX, operand.NewDataAddr(operand.Symbol{Name: "·entryTargetY"}, 0))
+	ctx.JNE(lbl("fallback"))
+	tailCall("updateEntryY")
+	ctx.Label("fallback")
 	tailCall("updateDispatch")
 }
 
