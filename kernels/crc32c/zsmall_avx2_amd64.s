@@ -58,14 +58,35 @@ pairs:
 	JZ         collapse
 
 yloop:
+	// An odd count of YMM pairs left: one, then two a step.
+	TESTQ      $0x00000020, CX
+	JZ         yloop2
 	VMOVDQU    (BX)(DI*1), Y2
-	VPCLMULQDQ $0x00, (BX), Y2, Y3
-	VPCLMULQDQ $0x11, (BX), Y2, Y2
+	VMOVDQU    (BX), Y7
+	VPCLMULQDQ $0x00, Y7, Y2, Y3
+	VPCLMULQDQ $0x11, Y7, Y2, Y2
 	VPXOR      Y3, Y2, Y2
 	VPXOR      Y2, Y1, Y1
 	ADDQ       $0x20, BX
 	SUBQ       $0x20, CX
-	JNZ        yloop
+	JZ         collapse
+
+yloop2:
+	VMOVDQU    (BX)(DI*1), Y2
+	VMOVDQU    32(BX)(DI*1), Y8
+	VMOVDQU    (BX), Y7
+	VPCLMULQDQ $0x00, Y7, Y2, Y3
+	VPCLMULQDQ $0x11, Y7, Y2, Y2
+	VPXOR      Y3, Y2, Y2
+	VPXOR      Y2, Y1, Y1
+	VMOVDQU    32(BX), Y7
+	VPCLMULQDQ $0x00, Y7, Y8, Y9
+	VPCLMULQDQ $0x11, Y7, Y8, Y8
+	VPXOR      Y9, Y8, Y8
+	VPXOR      Y8, Y1, Y1
+	ADDQ       $0x40, BX
+	SUBQ       $0x40, CX
+	JNZ        yloop2
 
 collapse:
 	// The two lanes of the accumulator and the last lane, as is.

@@ -179,8 +179,9 @@ func bodyY() {
 	// fold XORs both halves of the product of the lanes in v by the
 	// constants at k, and acc, into dst; w is scratch and v overwritten.
 	fold := func(k operand.Mem, v, w, acc, dst reg.Register) {
-		ctx.VPCLMULQDQ(hiImm, k, v, w)
-		ctx.VPCLMULQDQ(loImm, k, v, v)
+		ctx.VMOVDQU(k, reg.Y7)
+		ctx.VPCLMULQDQ(hiImm, reg.Y7, v, w)
+		ctx.VPCLMULQDQ(loImm, reg.Y7, v, v)
 		ctx.VPXOR(w, v, v)
 		ctx.VPXOR(v, acc, dst)
 	}
@@ -254,11 +255,22 @@ func bodyY() {
 	ctx.SUBQ(operand.U8(32), cx)
 	ctx.JZ(lbl("collapse"))
 	ctx.Label("yloop")
+	ctx.Comment("An odd count of YMM pairs left: one, then two a step.")
+	ctx.TESTQ(operand.U32(32), cx)
+	ctx.JZ(lbl("yloop2"))
 	load(data, nil, v)
 	fold(k, v, w, acc, acc)
 	ctx.ADDQ(operand.U8(32), bx)
 	ctx.SUBQ(operand.U8(32), cx)
-	ctx.JNZ(lbl("yloop"))
+	ctx.JZ(lbl("collapse"))
+	ctx.Label("yloop2")
+	load(data, nil, v)
+	load(operand.Mem{Base: bx, Index: di, Scale: 1, Disp: 32}, nil, reg.Y8)
+	fold(k, v, w, acc, acc)
+	fold(mem(bx, 32), reg.Y8, reg.Y9, acc, acc)
+	ctx.ADDQ(operand.U8(64), bx)
+	ctx.SUBQ(operand.U8(64), cx)
+	ctx.JNZ(lbl("yloop2"))
 
 	ctx.Label("collapse")
 	ctx.Comment("The two lanes of the accumulator and the last lane, as is.")
