@@ -1,11 +1,15 @@
 // Command small generates the AVX-512 kernels of single short Update and
 // Checksum calls (zsmall_amd64.s, declared in zsmall_amd64.go) of one CRC:
 // updateEntry, which Update and Checksum call, and for CRC-32C
-// smallUpdateZ, the same kernel for updateHybridZ.
+// smallUpdateZ, the same kernel for updateHybridZ; and the AVX2 tier's
+// entry updateEntryY (zsmall_avx2_amd64.s, ymm.go), which updateEntry jumps
+// to while the dispatch variable holds entryTargetY, the avx2
+// implementation's Update.
 //
 // go generate in each CRC package runs it, for example in kernels/crc32c:
 //
-//	go run -C ../_asm ./small -crc crc32c -out ../crc32c/zsmall_amd64.s -stubs ../crc32c/zsmall_amd64.go
+//	go run -C ../_asm ./small -crc crc32c -out ../crc32c/zsmall_amd64.s -stubs ../crc32c/zsmall_amd64.go \
+//		-avx2out ../crc32c/zsmall_avx2_amd64.s -avx2stubs ../crc32c/zsmall_avx2_amd64.go
 //
 // A benchmark that checksums one short buffer after another measures
 // throughput: consecutive calls overlap out of order, so every instruction
