@@ -57,7 +57,6 @@ import (
 	"fmt"
 	"go/types"
 
-	"github.com/mmcloughlin/avo/attr"
 	"github.com/mmcloughlin/avo/build"
 	"github.com/mmcloughlin/avo/ir"
 	"github.com/mmcloughlin/avo/operand"
@@ -93,7 +92,7 @@ func main() {
 }
 
 // maxLen is the longest input the kernel of the CRC being generated takes
-// (generate sets it): 1024 bytes, the most whose lanes Fold's 64 rows
+// (generate and generateY set it): 1024 bytes, the most whose lanes Fold's 64 rows
 // reach, and for T10-DIF 1008, since from 1024 bytes its fold kernel runs
 // on bit-reversed lanes (GFNI on port 0), faster than this kernel's byte
 // shuffles on port 5 (docs/perf/small-calls.md).
@@ -101,7 +100,7 @@ var maxLen int
 
 var ctx *build.Context
 
-// The CRC being generated (generate sets them): its width, and whether it
+// The CRC being generated (generate and generateY set them): its width, and whether it
 // is CRC-32C (the CRC32 instruction for leading bytes and the reduction),
 // or unreflected (T10-DIF: lanes byte-reversed after every load).
 var (
@@ -129,40 +128,7 @@ func generate(cmd []string, c scaffold.CRC) (asm, stubs []byte, err error) {
 	if isC {
 		target = "updateHybridZ"
 	}
-	if unrefl {
-		// PSHUFB control that reverses the 16 bytes of a lane: result byte
-		// i is source byte 15-i (the fold generator's bswapMask).
-		bswapMask = ctx.StaticGlobal("bswapMask")
-		ctx.DataAttributes(attr.RODATA | attr.NOPTR)
-		ctx.AddDatum(0, operand.U64(0x08090a0b0c0d0e0f))
-		ctx.AddDatum(8, operand.U64(0x0001020304050607))
-	}
-	if !isC {
-		// The tail's byte shifts and mask, the fold generator's table:
-		// bytes 0..47 are PSHUFB controls (16 times 0x80, the identity
-		// 0..15, 16 times 0x80), so the 16 bytes at 16+s shift a lane down
-		// by s bytes and at 16-s up by s; bytes 48..95 are 16 zero bytes,
-		// 16 times 0xff, 16 zero bytes, so the 16 bytes at 48+t keep bytes
-		// 16-t..15 and at 80-t bytes 0..t-1.
-		tailShuf = ctx.StaticGlobal("tailShuf")
-		ctx.DataAttributes(attr.RODATA | attr.NOPTR)
-		for i := 0; i < 96; i += 8 {
-			var v uint64
-			for j := 0; j < 8; j++ {
-				var b byte
-				switch k := i + j; {
-				case k < 16 || k >= 32 && k < 48:
-					b = 0x80
-				case k < 32:
-					b = byte(k - 16)
-				case k >= 64 && k < 80:
-					b = 0xff
-				}
-				v |= uint64(b) << (8 * j)
-			}
-			ctx.AddDatum(i, operand.U64(v))
-		}
-	}
+	staticData()
 	if isC {
 		smallZ()
 	}

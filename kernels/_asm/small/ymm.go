@@ -114,8 +114,15 @@ func generateY(cmd []string, c scaffold.CRC) (asm, stubs []byte, err error) {
 	return asm, stubs, nil
 }
 
-// staticData declares the file's byte-reversal and tail tables (the
-// AVX-512 kernel's, described in generate), as bswapMask and tailShuf.
+// staticData declares the file's static tables in ctx, as bswapMask and
+// tailShuf: for T10-DIF the VPSHUFB control that reverses the 16 bytes of a
+// lane (result byte i is source byte 15-i, the fold generator's bswapMask),
+// and unless CRC-32C the tail's byte shifts and mask, the fold generator's
+// table: bytes 0..47 are VPSHUFB controls (16 times 0x80, the identity
+// 0..15, 16 times 0x80), so the 16 bytes at 16+s shift a lane down by s
+// bytes and at 16-s up by s; bytes 48..95 are 16 zero bytes, 16 times 0xff,
+// 16 zero bytes, so the 16 bytes at 48+t keep bytes 16-t..15 and at 80-t
+// bytes 0..t-1.
 func staticData() {
 	if unrefl {
 		bswapMask = ctx.StaticGlobal("bswapMask")
