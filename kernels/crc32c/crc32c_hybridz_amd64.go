@@ -28,7 +28,7 @@ import (
 var hasHybridZ = hasFoldAVX512 && cpu.X86.HasSSE42 && cpu.X86.HasAVX512F && cpu.X86.HasAVX512VPCLMULQDQ &&
 	cpu.X86.HasAVX512VL && cpu.X86.HasAVX512DQ
 
-//go:generate go run -C ../_asm ./small -crc crc32c -out ../crc32c/zsmall_amd64.s -stubs ../crc32c/zsmall_amd64.go
+//go:generate go run -C ../_asm ./small -crc crc32c -out ../crc32c/zsmall_amd64.s -stubs ../crc32c/zsmall_amd64.go -avx2out ../crc32c/zsmall_avx2_amd64.s -avx2stubs ../crc32c/zsmall_avx2_amd64.go
 
 const (
 	// hybridZMin is the shortest input Update runs through the chunk
@@ -145,6 +145,17 @@ func updateHybridZ(crc uint32, p []byte) uint32 {
 // Under any other value, or for other lengths, updateEntry tail-calls
 // updateDispatch.
 var entryTarget = updateHybridZ
+
+// entryTargetY is the value of update under which updateEntry jumps to
+// updateEntryY (zsmall_avx2_amd64.s, kernels/_asm/small), the AVX2 tier's
+// kernel of 1 to 1024 bytes: the avx2 implementation's, where the CPU has
+// its SSE4.2, AVX2 and VPCLMULQDQ; nil, which update never is, elsewhere.
+var entryTargetY = func() func(uint32, []byte) uint32 {
+	if hasHybrid256 {
+		return updateHybrid256
+	}
+	return nil
+}()
 
 // updateDispatch is Update through the dispatch variable, updateEntry's
 // fallback.

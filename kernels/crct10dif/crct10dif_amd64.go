@@ -11,7 +11,7 @@ import "golang.org/x/sys/cpu"
 // copying variant of its Blocks kernel.
 func registerArch() { registerFold() }
 
-//go:generate go run -C ../_asm ./small -crc t10dif -out ../crct10dif/zsmall_amd64.s -stubs ../crct10dif/zsmall_amd64.go
+//go:generate go run -C ../_asm ./small -crc t10dif -out ../crct10dif/zsmall_amd64.s -stubs ../crct10dif/zsmall_amd64.go -avx2out ../crct10dif/zsmall_avx2_amd64.s -avx2stubs ../crct10dif/zsmall_avx2_amd64.go
 
 // entryTarget is the value of the dispatch variable update under which
 // updateEntry (Update and Checksum, zsmall_amd64.s from kernels/_asm/small)
@@ -23,6 +23,17 @@ func registerArch() { registerFold() }
 var entryTarget = func() func(uint16, []byte) uint16 {
 	if hasFoldAVX512 && cpu.X86.HasAVX512VL && cpu.X86.HasAVX512DQ {
 		return updateAVX512
+	}
+	return nil
+}()
+
+// entryTargetY is the value of update under which updateEntry jumps to
+// updateEntryY (zsmall_avx2_amd64.s, kernels/_asm/small), the AVX2 tier's
+// kernel of 8 to 1024 bytes: the avx2 implementation's, where the CPU has
+// its AVX2 and VPCLMULQDQ; nil, which update never is, elsewhere.
+var entryTargetY = func() func(uint16, []byte) uint16 {
+	if hasFoldAVX2 {
+		return updateAVX2
 	}
 	return nil
 }()

@@ -1,11 +1,15 @@
 // Command small generates the AVX-512 kernels of single short Update and
 // Checksum calls (zsmall_amd64.s, declared in zsmall_amd64.go) of one CRC:
 // updateEntry, which Update and Checksum call, and for CRC-32C
-// smallUpdateZ, the same kernel for updateHybridZ.
+// smallUpdateZ, the same kernel for updateHybridZ; and the AVX2 tier's
+// entry updateEntryY (zsmall_avx2_amd64.s, ymm.go), which updateEntry jumps
+// to while the dispatch variable holds entryTargetY, the avx2
+// implementation's Update.
 //
 // go generate in each CRC package runs it, for example in kernels/crc32c:
 //
-//	go run -C ../_asm ./small -crc crc32c -out ../crc32c/zsmall_amd64.s -stubs ../crc32c/zsmall_amd64.go
+//	go run -C ../_asm ./small -crc crc32c -out ../crc32c/zsmall_amd64.s -stubs ../crc32c/zsmall_amd64.go \
+//		-avx2out ../crc32c/zsmall_avx2_amd64.s -avx2stubs ../crc32c/zsmall_avx2_amd64.go
 //
 // A benchmark that checksums one short buffer after another measures
 // throughput: consecutive calls overlap out of order, so every instruction
@@ -53,7 +57,6 @@ import (
 	"fmt"
 	"go/types"
 
-	"github.com/mmcloughlin/avo/attr"
 	"github.com/mmcloughlin/avo/build"
 	"github.com/mmcloughlin/avo/ir"
 	"github.com/mmcloughlin/avo/operand"
@@ -63,26 +66,33 @@ import (
 )
 
 func main() {
-	var out, stubs, crc string
+	var out, stubs, outY, stubsY, crc string
 	scaffold.Main("small", func(fs *flag.FlagSet) {
 		fs.StringVar(&out, "out", "", "assembly output file")
 		fs.StringVar(&stubs, "stubs", "", "Go declarations output file")
+		fs.StringVar(&outY, "avx2out", "", "assembly output file of the AVX2 tier's entry")
+		fs.StringVar(&stubsY, "avx2stubs", "", "Go declarations output file of the AVX2 tier's entry")
 		fs.StringVar(&crc, "crc", "", "t10dif, crc32c or crc64nvme")
 	}, func(cmd []string) ([]scaffold.File, error) {
 		c, err := scaffold.LookupCRC(crc)
 		if err != nil {
 			return nil, err
 		}
-		if out == "" || stubs == "" {
-			return nil, scaffold.Usage("small -crc t10dif|crc32c|crc64nvme -out file.s -stubs file.go")
+		if out == "" || stubs == "" || outY == "" || stubsY == "" {
+			return nil, scaffold.Usage("small -crc t10dif|crc32c|crc64nvme -out file.s -stubs file.go -avx2out file.s -avx2stubs file.go")
 		}
 		asm, src, err := generate(cmd, c)
-		return []scaffold.File{{Path: out, Data: asm}, {Path: stubs, Data: src}}, err
+		if err != nil {
+			return nil, err
+		}
+		asmY, srcY, err := generateY(cmd, c)
+		return []scaffold.File{{Path: out, Data: asm}, {Path: stubs, Data: src},
+			{Path: outY, Data: asmY}, {Path: stubsY, Data: srcY}}, err
 	})
 }
 
 // maxLen is the longest input the kernel of the CRC being generated takes
-// (generate sets it): 1024 bytes, the most whose lanes Fold's 64 rows
+// (generate and generateY set it): 1024 bytes, the most whose lanes Fold's 64 rows
 // reach, and for T10-DIF 1008, since from 1024 bytes its fold kernel runs
 // on bit-reversed lanes (GFNI on port 0), faster than this kernel's byte
 // shuffles on port 5 (docs/perf/small-calls.md).
@@ -90,7 +100,7 @@ var maxLen int
 
 var ctx *build.Context
 
-// The CRC being generated (generate sets them): its width, and whether it
+// The CRC being generated (generate and generateY set them): its width, and whether it
 // is CRC-32C (the CRC32 instruction for leading bytes and the reduction),
 // or unreflected (T10-DIF: lanes byte-reversed after every load).
 var (
@@ -118,40 +128,7 @@ func generate(cmd []string, c scaffold.CRC) (asm, stubs []byte, err error) {
 	if isC {
 		target = "updateHybridZ"
 	}
-	if unrefl {
-		// PSHUFB control that reverses the 16 bytes of a lane: result byte
-		// i is source byte 15-i (the fold generator's bswapMask).
-		bswapMask = ctx.StaticGlobal("bswapMask")
-		ctx.DataAttributes(attr.RODATA | attr.NOPTR)
-		ctx.AddDatum(0, operand.U64(0x08090a0b0c0d0e0f))
-		ctx.AddDatum(8, operand.U64(0x0001020304050607))
-	}
-	if !isC {
-		// The tail's byte shifts and mask, the fold generator's table:
-		// bytes 0..47 are PSHUFB controls (16 times 0x80, the identity
-		// 0..15, 16 times 0x80), so the 16 bytes at 16+s shift a lane down
-		// by s bytes and at 16-s up by s; bytes 48..95 are 16 zero bytes,
-		// 16 times 0xff, 16 zero bytes, so the 16 bytes at 48+t keep bytes
-		// 16-t..15 and at 80-t bytes 0..t-1.
-		tailShuf = ctx.StaticGlobal("tailShuf")
-		ctx.DataAttributes(attr.RODATA | attr.NOPTR)
-		for i := 0; i < 96; i += 8 {
-			var v uint64
-			for j := 0; j < 8; j++ {
-				var b byte
-				switch k := i + j; {
-				case k < 16 || k >= 32 && k < 48:
-					b = 0x80
-				case k < 32:
-					b = byte(k - 16)
-				case k >= 64 && k < 80:
-					b = 0xff
-				}
-				v |= uint64(b) << (8 * j)
-			}
-			ctx.AddDatum(i, operand.U64(v))
-		}
-	}
+	staticData()
 	if isC {
 		smallZ()
 	}
@@ -203,7 +180,9 @@ func smallZ() {
 // dispatch variable update holds entryTarget, the kernel's body for the
 // lengths it takes and a tail call of entryTarget's function (target) for
 // the others; under any other implementation a tail call of
-// updateDispatch, which calls update. Called from Go directly, it makes a short Checksum one call, not
+// updateDispatch, which calls update, unless update holds entryTargetY, the
+// avx2 implementation's, for which it jumps to updateEntryY (ymm.go).
+// Called from Go directly, it makes a short Checksum one call, not
 // a call of the dispatch variable and one of the kernel; the comparison
 // keeps it right whatever implementation the registry makes active.
 func entry() {
@@ -228,7 +207,8 @@ func entry() {
 	if isC {
 		ctx.Doc(append([]string{"updateEntry is Update: while update is entryTarget, smallUpdateZ's body",
 			fmt.Sprintf("(kernels/_asm/small) for 1 to %d bytes and a tail call of", maxLen),
-			"updateHybridZ for other lengths; else a tail call of updateDispatch.",
+			"updateHybridZ for other lengths; while update is entryTargetY, a jump to",
+			"updateEntryY (the AVX2 tier's); else a tail call of updateDispatch.",
 			"The CPU checks are entryTarget's: it is updateHybridZ only where",
 			"hasHybridZ holds."}, noescapeDoc...)...)
 	} else {
@@ -243,7 +223,8 @@ func entry() {
 			"shifts in the bytes after the lanes (8 to 15 bytes: one lane with leading",
 			"zeros), and reduces by Final and Barrett (kernels/_asm/small), on X16-X31",
 			"only (no VZEROUPPER); it tail-calls updateGeneric below 8 bytes and",
-			"updateAVX512 above, and under another implementation updateDispatch.",
+			"updateAVX512 above. While update is entryTargetY it jumps to updateEntryY",
+			"(the AVX2 tier's), under another implementation to updateDispatch.",
 			"entryTarget is nil unless the CPU has what it needs: AVX512F, AVX512VL,",
 			"AVX512BW, AVX512DQ and VPCLMULQDQ."}, noescapeDoc...)...)
 	}
@@ -283,6 +264,12 @@ func entry() {
 		tailCall("updateGeneric")
 	}
 	ctx.Label("dispatch")
+	ctx.Comment("The AVX2 tier's entry (zsmall_avx2_amd64.s) while update is",
+		"entryTargetY, else the Go dispatch.")
+	ctx.CMPQ(reg.RAX, operand.NewDataAddr(operand.Symbol{Name: "·entryTargetY"}, 0))
+	ctx.JNE(lbl("fallback"))
+	tailCall("updateEntryY")
+	ctx.Label("fallback")
 	tailCall("updateDispatch")
 }
 
