@@ -11,8 +11,8 @@ import (
 
 // TestClassifyPackedTuples holds the scans of packed tuples (the separate
 // layout with metadata of the tuple's size: kernels/piscan's scans under
-// each of its implementations, scan64w, scan64nw, and the strided scans
-// beside them) to the oracle, one changed
+// each of its implementations, and the strided scans beside them) to the
+// oracle, one changed
 // block at a time, at both ends of a chunk, in every lane of the unrolled
 // loops (four blocks an iteration) and in their tails (the second chunk's
 // last three blocks): every byte of its tuple

@@ -274,9 +274,9 @@ func (v *verifier) ver16(r *run, g *[chunk]uint16) error {
 		var bad uint64
 		switch {
 		case ts == 8 && noEsc:
-			bad = piscan.ScanNoEscape(tuples8(t, len(gs)), gs, c|lo, step, mask)
+			bad = piscan.Scan16NoEscape(tuples8(t, len(gs)), gs, c|lo, step, mask)
 		case ts == 8:
-			bad = piscan.Scan(tuples8(t, len(gs)), gs, c|lo, step, mask)
+			bad = piscan.Scan16(tuples8(t, len(gs)), gs, c|lo, step, mask)
 		case noEsc:
 			bad = scan16n(t, ts, gs, c|lo, step, mask)
 		default:
@@ -363,9 +363,9 @@ func (v *verifier) ver64(r *run, g *[chunk]uint64) error {
 		var bad uint64
 		switch {
 		case ts == 16 && noEsc:
-			bad = scan64nw(tuples16(t, len(gs)), gs, c|lo, step, gm, mask1)
+			bad = piscan.Scan64NoEscape(tuples16(t, len(gs)), gs, c|lo, step, gm, mask1)
 		case ts == 16:
-			bad = scan64w(tuples16(t, len(gs)), gs, c|lo, step, gm, mask1)
+			bad = piscan.Scan64(tuples16(t, len(gs)), gs, c|lo, step, gm, mask1)
 		case noEsc:
 			bad = scan64n(t, ts, gs, c|lo, step, gm, mask1)
 		default:
@@ -417,9 +417,9 @@ func scan16(t []byte, ts int, gs []uint16, e, step, mask uint64) uint64 {
 // metadata of the tuple's size: 512+8, 4096+8, 512+16, ...) take them as
 // arrays, so that their loops hold no bounds check: with a check per
 // block the compiler ran out of registers and kept the offset in memory,
-// and the scan of a 512+8 read was 5% of its time. The 8-byte ones are
-// kernels/piscan's Scan and ScanNoEscape (vector kernels, the generic Go
-// scan elsewhere).
+// and the scan of a 512+8 read was 5% of its time. Those of 8-byte tuples
+// and of the 64-bit guard's 16-byte ones are kernels/piscan's (vector
+// kernels, the generic Go scans elsewhere).
 
 // tuples8 is the first n tuples of t, 8 bytes apart, as arrays.
 func tuples8(t []byte, n int) [][8]byte {
@@ -514,36 +514,6 @@ func scan64n(t []byte, ts int, gs []uint64, e1, step, gm, mask1 uint64) uint64 {
 		bad |= (w0^gv)&gm | (w1^e1)&mask1
 		e1 += step
 		off += ts
-	}
-	return bad
-}
-
-// scan64w is scan64 of packed tuples (len(t) == len(gs)).
-//
-//go:noinline
-func scan64w(t [][16]byte, gs []uint64, e1, step, gm, mask1 uint64) uint64 {
-	var bad uint64
-	t = t[:len(gs)]
-	for j, gv := range gs {
-		w0 := binary.BigEndian.Uint64(t[j][:8])
-		w1 := binary.BigEndian.Uint64(t[j][8:])
-		bad |= (w0^gv)&gm | (w1^e1)&mask1 | (w1>>48+1)>>16
-		e1 += step
-	}
-	return bad
-}
-
-// scan64nw is scan64n of packed tuples (len(t) == len(gs)).
-//
-//go:noinline
-func scan64nw(t [][16]byte, gs []uint64, e1, step, gm, mask1 uint64) uint64 {
-	var bad uint64
-	t = t[:len(gs)]
-	for j, gv := range gs {
-		w0 := binary.BigEndian.Uint64(t[j][:8])
-		w1 := binary.BigEndian.Uint64(t[j][8:])
-		bad |= (w0^gv)&gm | (w1^e1)&mask1
-		e1 += step
 	}
 	return bad
 }

@@ -36,7 +36,7 @@ var Packages = []string{"crct10dif", "crc32c", "crc64nvme", "t10crc32c", "poly13
 
 // The kernel packages register their implementations in init; importing
 // them here guarantees List sees all of them.
-var _ = []any{crct10dif.Checksum, crc32c.Checksum, crc64nvme.Checksum, t10crc32c.Blocks, poly1305.Sum, keyedcopy.BlocksCopy, piscan.Scan}
+var _ = []any{crct10dif.Checksum, crc32c.Checksum, crc64nvme.Checksum, t10crc32c.Blocks, poly1305.Sum, keyedcopy.BlocksCopy, piscan.Scan16}
 
 // Impl describes one implementation of one kernel.
 type Impl struct {

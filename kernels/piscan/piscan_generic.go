@@ -8,8 +8,8 @@ import "encoding/binary"
 // term is the carry out of the app tag: bit 48 of (w + 1<<32) ^ w is set
 // iff bits 32-47 of w are all ones, three operations a block.
 
-// scanGeneric is Scan of len(g) tuples, len(t) == len(g).
-func scanGeneric(t [][8]byte, gs []uint16, e, step, mask uint64) uint64 {
+// scan16Generic is Scan16 of len(g) tuples, len(t) == len(g).
+func scan16Generic(t [][8]byte, gs []uint16, e, step, mask uint64) uint64 {
 	const one, carry = 1 << 32, 1 << 48
 	var bad, esc uint64
 	t = t[:len(gs)]
@@ -39,8 +39,9 @@ func scanGeneric(t [][8]byte, gs []uint16, e, step, mask uint64) uint64 {
 	return bad | esc&carry
 }
 
-// scanNoEscapeGeneric is ScanNoEscape of len(g) tuples, len(t) == len(g).
-func scanNoEscapeGeneric(t [][8]byte, gs []uint16, e, step, mask uint64) uint64 {
+// scan16NoEscapeGeneric is Scan16NoEscape of len(g) tuples, len(t) ==
+// len(g).
+func scan16NoEscapeGeneric(t [][8]byte, gs []uint16, e, step, mask uint64) uint64 {
 	var bad uint64
 	t = t[:len(gs)]
 	j := 0
@@ -61,6 +62,33 @@ func scanNoEscapeGeneric(t [][8]byte, gs []uint16, e, step, mask uint64) uint64 
 		w := binary.BigEndian.Uint64(t[j][:])
 		bad |= (w ^ (uint64(gs[j])<<48 | e)) & mask
 		e += step
+	}
+	return bad
+}
+
+// scan64Generic is Scan64 of len(g) tuples, len(t) == len(g).
+func scan64Generic(t [][16]byte, gs []uint64, e1, step, gm, mask1 uint64) uint64 {
+	var bad uint64
+	t = t[:len(gs)]
+	for j, gv := range gs {
+		w0 := binary.BigEndian.Uint64(t[j][:8])
+		w1 := binary.BigEndian.Uint64(t[j][8:])
+		bad |= (w0^gv)&gm | (w1^e1)&mask1 | (w1>>48+1)>>16
+		e1 += step
+	}
+	return bad
+}
+
+// scan64NoEscapeGeneric is Scan64NoEscape of len(g) tuples, len(t) ==
+// len(g).
+func scan64NoEscapeGeneric(t [][16]byte, gs []uint64, e1, step, gm, mask1 uint64) uint64 {
+	var bad uint64
+	t = t[:len(gs)]
+	for j, gv := range gs {
+		w0 := binary.BigEndian.Uint64(t[j][:8])
+		w1 := binary.BigEndian.Uint64(t[j][8:])
+		bad |= (w0^gv)&gm | (w1^e1)&mask1
+		e1 += step
 	}
 	return bad
 }

@@ -10,7 +10,7 @@ import (
 	"github.com/difctl/difctl/kernels/internal/kerneltest"
 )
 
-// oracle is Scan by the letter of the package doc, one block at a time,
+// oracle is Scan16 by the letter of the package doc, one block at a time,
 // with the escape as a comparison of the app tag with 0xFFFF.
 func oracle(t [][8]byte, g []uint16, e, step, mask uint64, esc bool) uint64 {
 	var r uint64
@@ -64,9 +64,9 @@ var kinds = []struct {
 func check(t *testing.T, x *run, mask uint64, what string) {
 	t.Helper()
 	for _, esc := range []bool{true, false} {
-		got := ScanNoEscape(x.t, x.g, x.e, x.step, mask)
+		got := Scan16NoEscape(x.t, x.g, x.e, x.step, mask)
 		if esc {
-			got = Scan(x.t, x.g, x.e, x.step, mask)
+			got = Scan16(x.t, x.g, x.e, x.step, mask)
 		}
 		if want := oracle(x.t, x.g, x.e, x.step, mask, esc); got != want {
 			t.Fatalf("%s: n=%d esc=%v mask=%#x step=%d: got %#x, want %#x", what, len(x.g), esc, mask, x.step, got, want)
@@ -95,7 +95,7 @@ func TestScan(t *testing.T) {
 				for _, mask := range masks {
 					check(t, x, mask, "clean")
 				}
-				if Scan(x.t, x.g, x.e, x.step, ^uint64(0)) != 0 {
+				if Scan16(x.t, x.g, x.e, x.step, ^uint64(0)) != 0 {
 					t.Fatalf("n=%d: a clean run flagged", n)
 				}
 				at := make([]int, 0, n)
@@ -112,7 +112,7 @@ func TestScan(t *testing.T) {
 						for _, mask := range masks {
 							check(t, x, mask, what)
 						}
-						if Scan(x.t, x.g, x.e, x.step, ^uint64(0)) == 0 {
+						if Scan16(x.t, x.g, x.e, x.step, ^uint64(0)) == 0 {
 							t.Fatalf("%s n=%d: not flagged", what, n)
 						}
 						x.t[j], x.g[j] = tu, g
@@ -143,19 +143,30 @@ func TestScanRandom(t *testing.T) {
 	})
 }
 
-// TestScanShort holds Scan to the shorter of its slices.
+// TestScanShort holds the scans to the shorter of their slices.
 func TestScanShort(t *testing.T) {
 	kerneltest.ForEach(t, pkgName, func(t *testing.T) {
 		r := rand.New(rand.NewPCG(7, 8))
 		x := newRun(r, 40, 1)
 		x.t[30][0] ^= 1
-		if got := Scan(x.t[:30], x.g, x.e, 1, ^uint64(0)); got != 0 {
+		if got := Scan16(x.t[:30], x.g, x.e, 1, ^uint64(0)); got != 0 {
 			t.Fatalf("scanned beyond t: %#x", got)
 		}
-		if got := ScanNoEscape(x.t, x.g[:30], x.e, 1, ^uint64(0)); got != 0 {
+		if got := Scan16NoEscape(x.t, x.g[:30], x.e, 1, ^uint64(0)); got != 0 {
 			t.Fatalf("scanned beyond g: %#x", got)
 		}
-		if Scan(nil, x.g, 0, 0, ^uint64(0)) != 0 || ScanNoEscape(x.t, nil, 0, 0, ^uint64(0)) != 0 {
+		if Scan16(nil, x.g, 0, 0, ^uint64(0)) != 0 || Scan16NoEscape(x.t, nil, 0, 0, ^uint64(0)) != 0 {
+			t.Fatal("empty scan not zero")
+		}
+		y := newRun64(r, 40, 1)
+		y.t[30][0] ^= 1
+		if got := Scan64(y.t[:30], y.g, y.e, 1, ^uint64(0), ^uint64(0)); got != 0 {
+			t.Fatalf("scanned beyond t: %#x", got)
+		}
+		if got := Scan64NoEscape(y.t, y.g[:30], y.e, 1, ^uint64(0), ^uint64(0)); got != 0 {
+			t.Fatalf("scanned beyond g: %#x", got)
+		}
+		if Scan64(nil, y.g, 0, 0, ^uint64(0), ^uint64(0)) != 0 || Scan64NoEscape(y.t, nil, 0, 0, ^uint64(0), ^uint64(0)) != 0 {
 			t.Fatal("empty scan not zero")
 		}
 	})
@@ -165,17 +176,24 @@ func TestImplementations(t *testing.T) {
 	kerneltest.CheckImplementations(t, pkgName, wants()...)
 }
 
-// FuzzScan runs every implementation against the oracle: the input's bytes
-// are the tuples, then the guards.
+// FuzzScan runs every implementation against the oracles: the input's
+// bytes are the 8-byte tuples, then their guards, and the same bytes are
+// the 16-byte tuples, then theirs.
 func FuzzScan(f *testing.F) {
-	f.Add([]byte{0, 1, 2, 3, 0xFF, 0xFF, 6, 7}, uint64(0), uint64(1), ^uint64(0))
-	f.Add(make([]byte, 200), ^uint64(0), uint64(1), uint64(0xFFFF))
-	f.Fuzz(func(t *testing.T, b []byte, e, step, mask uint64) {
+	f.Add([]byte{0, 1, 2, 3, 0xFF, 0xFF, 6, 7}, uint64(0), uint64(1), ^uint64(0), ^uint64(0))
+	f.Add(make([]byte, 200), ^uint64(0), uint64(1), uint64(0xFFFF), uint64(0xFFFF))
+	f.Fuzz(func(t *testing.T, b []byte, e, step, mask, gm uint64) {
 		n := len(b) / 10
 		x := &run{t: make([][8]byte, n), g: make([]uint16, n), e: e, step: step}
 		for j := range n {
 			copy(x.t[j][:], b[8*j:])
 			x.g[j] = binary.LittleEndian.Uint16(b[8*n+2*j:])
+		}
+		n = len(b) / 24
+		y := &run64{t: make([][16]byte, n), g: make([]uint64, n), e: e, step: step}
+		for j := range n {
+			copy(y.t[j][:], b[16*j:])
+			y.g[j] = binary.LittleEndian.Uint64(b[16*n+8*j:])
 		}
 		defer impl.Reset(pkgName)
 		for _, im := range impl.List(pkgName) {
@@ -186,12 +204,13 @@ func FuzzScan(f *testing.F) {
 				t.Fatal(err)
 			}
 			check(t, x, mask, "impl="+im.Name)
+			check64(t, y, gm, mask, "impl="+im.Name)
 		}
 	})
 }
 
-// BenchmarkScan scans 2048 tuples that all pass (the common case), with and
-// without the escape term.
+// BenchmarkScan scans 2048 8-byte tuples that all pass (the common case),
+// with and without the escape term.
 func BenchmarkScan(b *testing.B) {
 	r := rand.New(rand.NewPCG(9, 10))
 	x := newRun(r, 2048, 1)
@@ -202,9 +221,154 @@ func BenchmarkScan(b *testing.B) {
 				var sink uint64
 				for b.Loop() {
 					if esc {
-						sink |= Scan(x.t, x.g, x.e, x.step, ^uint64(0))
+						sink |= Scan16(x.t, x.g, x.e, x.step, ^uint64(0))
 					} else {
-						sink |= ScanNoEscape(x.t, x.g, x.e, x.step, ^uint64(0))
+						sink |= Scan16NoEscape(x.t, x.g, x.e, x.step, ^uint64(0))
+					}
+				}
+				if sink != 0 {
+					b.Fatal("a clean run flagged")
+				}
+			})
+		}
+	})
+}
+
+// oracle64 is Scan64 by the letter of the package doc, one block at a
+// time, with the escape as a comparison of the app tag with 0xFFFF.
+func oracle64(t [][16]byte, g []uint64, e, step, gm, mask uint64, esc bool) uint64 {
+	var r uint64
+	for j := range min(len(t), len(g)) {
+		w0 := binary.BigEndian.Uint64(t[j][:8])
+		w1 := binary.BigEndian.Uint64(t[j][8:])
+		r |= (w0^g[j])&gm | (w1^e)&mask
+		if esc && w1>>48 == 0xFFFF {
+			r |= 1
+		}
+		e += step
+	}
+	return r
+}
+
+// run64 is a run of n blocks with 16-byte tuples that all match.
+type run64 struct {
+	t       [][16]byte
+	g       []uint64
+	e, step uint64
+}
+
+func newRun64(r *rand.Rand, n int, step uint64) *run64 {
+	app := uint64(r.IntN(0xFFFF))
+	x := &run64{t: make([][16]byte, n), g: make([]uint64, n), e: app<<48 | r.Uint64()>>17, step: step}
+	e := x.e
+	for j := range n {
+		x.g[j] = r.Uint64()
+		binary.BigEndian.PutUint64(x.t[j][:8], x.g[j])
+		binary.BigEndian.PutUint64(x.t[j][8:], e)
+		e += step
+	}
+	return x
+}
+
+var kinds64 = []struct {
+	name string
+	fn   func(x *run64, j int, r *rand.Rand)
+}{
+	{"guard", func(x *run64, j int, r *rand.Rand) { x.g[j] ^= 1 << r.IntN(64) }},
+	{"storedguard", func(x *run64, j int, r *rand.Rand) { x.t[j][r.IntN(8)] ^= 1 << r.IntN(8) }},
+	{"app", func(x *run64, j int, r *rand.Rand) { x.t[j][8+r.IntN(2)] ^= 1 << r.IntN(8) }},
+	{"ref", func(x *run64, j int, r *rand.Rand) { x.t[j][10+r.IntN(6)] ^= 1 << r.IntN(8) }},
+	{"escape", func(x *run64, j int, r *rand.Rand) { x.t[j][8], x.t[j][9] = 0xFF, 0xFF }},
+}
+
+func check64(t *testing.T, x *run64, gm, mask uint64, what string) {
+	t.Helper()
+	for _, esc := range []bool{true, false} {
+		got := Scan64NoEscape(x.t, x.g, x.e, x.step, gm, mask)
+		if esc {
+			got = Scan64(x.t, x.g, x.e, x.step, gm, mask)
+		}
+		if want := oracle64(x.t, x.g, x.e, x.step, gm, mask, esc); got != want {
+			t.Fatalf("%s: n=%d esc=%v gm=%#x mask=%#x step=%d: got %#x, want %#x", what, len(x.g), esc, gm, mask, x.step, got, want)
+		}
+	}
+}
+
+// TestScan64 is TestScan for the 16-byte tuples of the 64-bit guard.
+func TestScan64(t *testing.T) {
+	kerneltest.ForEach(t, pkgName, func(t *testing.T) {
+		r := rand.New(rand.NewPCG(3, 4))
+		lengths := []int{}
+		for n := 0; n <= 70; n++ {
+			lengths = append(lengths, n)
+		}
+		lengths = append(lengths, 255, 256, 257, 1000, 2048+7)
+		masks := [][2]uint64{{^uint64(0), ^uint64(0)}, {^uint64(0), 0xFFFFFFFFFFFF}, {0, ^uint64(0)}}
+		for _, n := range lengths {
+			for _, step := range []uint64{1, 0} {
+				x := newRun64(r, n, step)
+				for _, m := range masks {
+					check64(t, x, m[0], m[1], "clean")
+				}
+				if Scan64(x.t, x.g, x.e, x.step, ^uint64(0), ^uint64(0)) != 0 {
+					t.Fatalf("n=%d: a clean run flagged", n)
+				}
+				for j := range n {
+					if n > 70 && j >= 40 && j < n-40 && r.IntN(16) != 0 {
+						continue
+					}
+					for _, k := range kinds64 {
+						tu, g := x.t[j], x.g[j]
+						k.fn(x, j, r)
+						what := fmt.Sprintf("kind=%s/at=%d", k.name, j)
+						for _, m := range masks {
+							check64(t, x, m[0], m[1], what)
+						}
+						if Scan64(x.t, x.g, x.e, x.step, ^uint64(0), ^uint64(0)) == 0 {
+							t.Fatalf("%s n=%d: not flagged", what, n)
+						}
+						x.t[j], x.g[j] = tu, g
+					}
+				}
+			}
+		}
+	})
+}
+
+// TestScan64Random is TestScanRandom for the 16-byte tuples.
+func TestScan64Random(t *testing.T) {
+	kerneltest.ForEach(t, pkgName, func(t *testing.T) {
+		r := rand.New(rand.NewPCG(13, 14))
+		for i := range 2000 {
+			n := r.IntN(100)
+			x := &run64{t: make([][16]byte, n), g: make([]uint64, n), e: r.Uint64(), step: r.Uint64()}
+			if i%2 == 0 {
+				x.e, x.step = ^uint64(0)-uint64(r.IntN(64)), uint64(r.IntN(3))
+			}
+			for j := range n {
+				binary.LittleEndian.PutUint64(x.t[j][:8], r.Uint64())
+				binary.LittleEndian.PutUint64(x.t[j][8:], r.Uint64())
+				x.g[j] = r.Uint64()
+			}
+			check64(t, x, r.Uint64()&r.Uint64(), r.Uint64()&r.Uint64(), "random")
+		}
+	})
+}
+
+// BenchmarkScan64 scans 2048 16-byte tuples that all pass.
+func BenchmarkScan64(b *testing.B) {
+	r := rand.New(rand.NewPCG(9, 10))
+	x := newRun64(r, 2048, 1)
+	kerneltest.ForEachB(b, pkgName, func(b *testing.B) {
+		for _, esc := range []bool{true, false} {
+			b.Run(fmt.Sprintf("esc=%v/n=%d", esc, len(x.g)), func(b *testing.B) {
+				b.SetBytes(int64(16 * len(x.g)))
+				var sink uint64
+				for b.Loop() {
+					if esc {
+						sink |= Scan64(x.t, x.g, x.e, x.step, ^uint64(0), ^uint64(0))
+					} else {
+						sink |= Scan64NoEscape(x.t, x.g, x.e, x.step, ^uint64(0), ^uint64(0))
 					}
 				}
 				if sink != 0 {

@@ -19,3 +19,11 @@ func scanY(t [][8]byte, g []uint16, e uint64, step uint64, mask uint64) uint64
 // scanNY is the scan of len(g) packed tuples without the escape term, 4 a YMM register (needs AVX2).
 // len(g) must be a multiple of 4 and len(t) at least len(g).
 func scanNY(t [][8]byte, g []uint16, e uint64, step uint64, mask uint64) uint64
+
+// scan64Z is the scan of len(g) packed 16-byte tuples with the escape term, 8 an iteration (needs AVX-512 F and BW).
+// len(g) must be a multiple of 8 and len(t) at least len(g).
+func scan64Z(t [][16]byte, g []uint64, e uint64, step uint64, gm uint64, mask uint64) uint64
+
+// scan64NZ is the scan of len(g) packed 16-byte tuples without the escape term, 8 an iteration (needs AVX-512 F and BW).
+// len(g) must be a multiple of 8 and len(t) at least len(g).
+func scan64NZ(t [][16]byte, g []uint64, e uint64, step uint64, gm uint64, mask uint64) uint64

@@ -447,3 +447,178 @@ done:
 	MOVQ         AX, ret+72(FP)
 	VZEROUPPER
 	RET
+
+DATA piscanPerm64<>+0(SB)/8, $0x0000000000000000
+DATA piscanPerm64<>+8(SB)/8, $0x0000000000000004
+DATA piscanPerm64<>+16(SB)/8, $0x0000000000000001
+DATA piscanPerm64<>+24(SB)/8, $0x0000000000000005
+DATA piscanPerm64<>+32(SB)/8, $0x0000000000000002
+DATA piscanPerm64<>+40(SB)/8, $0x0000000000000006
+DATA piscanPerm64<>+48(SB)/8, $0x0000000000000003
+DATA piscanPerm64<>+56(SB)/8, $0x0000000000000007
+GLOBL piscanPerm64<>(SB), RODATA|NOPTR, $64
+
+// func scan64Z(t [][16]byte, g []uint64, e uint64, step uint64, gm uint64, mask uint64) uint64
+// Requires: AVX, AVX2, AVX512BW, AVX512F
+TEXT ·scan64Z(SB), NOSPLIT, $64-88
+	MOVQ t_base+0(FP), AX
+	MOVQ g_base+24(FP), CX
+	MOVQ g_len+32(FP), DX
+	MOVQ e+48(FP), BX
+	MOVQ step+56(FP), SI
+	MOVQ gm+64(FP), DI
+	MOVQ mask+72(FP), R8
+
+	// The expected words of the first 8 blocks, e + k*step, block k in lane inv64[k].
+	MOVQ            BX, (SP)
+	ADDQ            SI, BX
+	MOVQ            BX, 16(SP)
+	ADDQ            SI, BX
+	MOVQ            BX, 32(SP)
+	ADDQ            SI, BX
+	MOVQ            BX, 48(SP)
+	ADDQ            SI, BX
+	MOVQ            BX, 8(SP)
+	ADDQ            SI, BX
+	MOVQ            BX, 24(SP)
+	ADDQ            SI, BX
+	MOVQ            BX, 40(SP)
+	ADDQ            SI, BX
+	MOVQ            BX, 56(SP)
+	ADDQ            SI, BX
+	VMOVDQU64       (SP), Z0
+	SHLQ            $0x03, SI
+	VMOVQ           SI, X1
+	VPBROADCASTQ    X1, Z1
+	VMOVQ           DI, X5
+	VPBROADCASTQ    X5, Z5
+	VMOVQ           R8, X6
+	VPBROADCASTQ    X6, Z6
+	VBROADCASTI32X4 piscanBswap<>+0(SB), Z7
+	VMOVDQU64       piscanPerm64<>+0(SB), Z8
+	VPXORQ          Z2, Z2, Z2
+	VPXORQ          Z3, Z3, Z3
+	MOVQ            $0x0000000000000001, BX
+	VMOVQ           BX, X9
+	VPBROADCASTQ    X9, Z9
+	VPXORQ          Z4, Z4, Z4
+
+loop:
+	CMPQ        DX, $0x00000008
+	JB          done
+	VMOVDQU64   (AX), Z10
+	VMOVDQU64   64(AX), Z11
+	VPSHUFB     Z7, Z10, Z10
+	VPSHUFB     Z7, Z11, Z11
+	VPUNPCKLQDQ Z11, Z10, Z12
+	VPUNPCKHQDQ Z11, Z10, Z10
+	VPERMQ      (CX), Z8, Z11
+	VPXORQ      Z11, Z12, Z11
+	VPTERNLOGD  $0xf8, Z5, Z11, Z2
+	VPXORQ      Z0, Z10, Z11
+	VPTERNLOGD  $0xf8, Z6, Z11, Z3
+
+	// (w1>>48) + 1: bit 16 set iff the app tag is 0xFFFF.
+	VPSRLQ $0x30, Z10, Z10
+	VPADDQ Z9, Z10, Z10
+	VPORQ  Z10, Z4, Z4
+	VPADDQ Z1, Z0, Z0
+	ADDQ   $0x00000080, AX
+	ADDQ   $0x00000040, CX
+	SUBQ   $0x00000008, DX
+	JMP    loop
+
+done:
+	VPORQ Z3, Z2, Z2
+
+	// The escape bit at bit 0, as the Go scan has it.
+	VPSRLQ $0x10, Z4, Z4
+	VPORQ  Z4, Z2, Z2
+
+	// OR the lanes together.
+	VEXTRACTI64X4 $0x01, Z2, Y0
+	VPOR          Y0, Y2, Y0
+	VEXTRACTI128  $0x01, Y0, X1
+	VPOR          X1, X0, X1
+	VPUNPCKHQDQ   X1, X1, X0
+	VPOR          X0, X1, X1
+	VMOVQ         X1, AX
+	MOVQ          AX, ret+80(FP)
+	VZEROUPPER
+	RET
+
+// func scan64NZ(t [][16]byte, g []uint64, e uint64, step uint64, gm uint64, mask uint64) uint64
+// Requires: AVX, AVX2, AVX512BW, AVX512F
+TEXT ·scan64NZ(SB), NOSPLIT, $64-88
+	MOVQ t_base+0(FP), AX
+	MOVQ g_base+24(FP), CX
+	MOVQ g_len+32(FP), DX
+	MOVQ e+48(FP), BX
+	MOVQ step+56(FP), SI
+	MOVQ gm+64(FP), DI
+	MOVQ mask+72(FP), R8
+
+	// The expected words of the first 8 blocks, e + k*step, block k in lane inv64[k].
+	MOVQ            BX, (SP)
+	ADDQ            SI, BX
+	MOVQ            BX, 16(SP)
+	ADDQ            SI, BX
+	MOVQ            BX, 32(SP)
+	ADDQ            SI, BX
+	MOVQ            BX, 48(SP)
+	ADDQ            SI, BX
+	MOVQ            BX, 8(SP)
+	ADDQ            SI, BX
+	MOVQ            BX, 24(SP)
+	ADDQ            SI, BX
+	MOVQ            BX, 40(SP)
+	ADDQ            SI, BX
+	MOVQ            BX, 56(SP)
+	ADDQ            SI, BX
+	VMOVDQU64       (SP), Z0
+	SHLQ            $0x03, SI
+	VMOVQ           SI, X1
+	VPBROADCASTQ    X1, Z1
+	VMOVQ           DI, X4
+	VPBROADCASTQ    X4, Z4
+	VMOVQ           R8, X5
+	VPBROADCASTQ    X5, Z5
+	VBROADCASTI32X4 piscanBswap<>+0(SB), Z6
+	VMOVDQU64       piscanPerm64<>+0(SB), Z7
+	VPXORQ          Z2, Z2, Z2
+	VPXORQ          Z3, Z3, Z3
+
+loop:
+	CMPQ        DX, $0x00000008
+	JB          done
+	VMOVDQU64   (AX), Z8
+	VMOVDQU64   64(AX), Z9
+	VPSHUFB     Z6, Z8, Z8
+	VPSHUFB     Z6, Z9, Z9
+	VPUNPCKLQDQ Z9, Z8, Z10
+	VPUNPCKHQDQ Z9, Z8, Z8
+	VPERMQ      (CX), Z7, Z9
+	VPXORQ      Z9, Z10, Z9
+	VPTERNLOGD  $0xf8, Z4, Z9, Z2
+	VPXORQ      Z0, Z8, Z8
+	VPTERNLOGD  $0xf8, Z5, Z8, Z3
+	VPADDQ      Z1, Z0, Z0
+	ADDQ        $0x00000080, AX
+	ADDQ        $0x00000040, CX
+	SUBQ        $0x00000008, DX
+	JMP         loop
+
+done:
+	VPORQ Z3, Z2, Z2
+
+	// OR the lanes together.
+	VEXTRACTI64X4 $0x01, Z2, Y0
+	VPOR          Y0, Y2, Y0
+	VEXTRACTI128  $0x01, Y0, X1
+	VPOR          X1, X0, X1
+	VPUNPCKHQDQ   X1, X1, X0
+	VPOR          X0, X1, X1
+	VMOVQ         X1, AX
+	MOVQ          AX, ret+80(FP)
+	VZEROUPPER
+	RET

@@ -106,6 +106,15 @@ func generate(cmd []string) (asm, src []byte, err error) {
 	for _, v := range variants {
 		scan(c, v, bswap)
 	}
+	perm := c.StaticGlobal("piscanPerm64")
+	c.DataAttributes(attr.RODATA | attr.NOPTR)
+	// VPERMQ indexes that put guard perm64[i] in lane i: the lanes of the
+	// unpacked tuple words (see scan64).
+	for i, k := range perm64 {
+		c.AddDatum(8*i, operand.U64(k))
+	}
+	scan64(c, "scan64Z", true, bswap, perm)
+	scan64(c, "scan64NZ", false, bswap, perm)
 	return scaffold.AsmAndStubs(c, cmd, "piscan")
 }
 
@@ -300,4 +309,120 @@ func log2(n int) int {
 		k++
 	}
 	return k
+}
+
+// perm64 is the tuple in each lane after VPUNPCKLQDQ/VPUNPCKHQDQ of the
+// vectors of tuples 0-3 and 4-7: 128-bit lane l takes quadword 2l of each
+// source's lane l, that is tuples l and 4+l. inv64 is where tuple k lands.
+var (
+	perm64 = [8]int{0, 4, 1, 5, 2, 6, 3, 7}
+	inv64  = [8]int{0, 2, 4, 6, 1, 3, 5, 7}
+)
+
+// scan64 writes the scan of packed 16-byte tuples with a 64-bit guard
+// (the CRC-64/NVME format): words w0 (the guard) and w1 (app<<48 | the
+// storage and ref tags), expected g[j] and e + j·step. It returns
+//
+//	OR_j (w0_j XOR g[j]) AND gm | (w1_j XOR (e + j·step)) AND mask
+//	  | OR_j ((w1_j>>48) + 1) >> 16
+//
+// (the last term, with esc, is 1 iff some app tag is 0xFFFF), which is
+// package piscan's generic Scan64. Eight tuples an iteration, from two ZMM
+// loads: after the byte swap, VPUNPCKLQDQ gathers their guard words and
+// VPUNPCKHQDQ their other words, in the lane order perm64; one VPERMQ puts
+// the guards in the same order, and the lanes' expected words start at
+// e + perm64[i]·step and advance by 8·step.
+func scan64(c *build.Context, name string, esc bool, bswap, perm operand.Mem) {
+	c.Function(name)
+	c.Attributes(build.NOSPLIT)
+	c.SignatureExpr("func(t [][16]byte, g []uint64, e, step, gm, mask uint64) uint64")
+	escWhat := "with the escape term"
+	if !esc {
+		escWhat = "without the escape term"
+	}
+	c.Doc(fmt.Sprintf("%s is the scan of len(g) packed 16-byte tuples %s, 8 an iteration (needs AVX-512 F and BW).", name, escWhat),
+		"len(g) must be a multiple of 8 and len(t) at least len(g).")
+	locals := c.AllocLocal(64)
+	t := c.Load(c.Param("t").Base(), c.GP64())
+	g := c.Load(c.Param("g").Base(), c.GP64())
+	n := c.Load(c.Param("g").Len(), c.GP64())
+	e := c.Load(c.Param("e"), c.GP64())
+	step := c.Load(c.Param("step"), c.GP64())
+	gm := c.Load(c.Param("gm"), c.GP64())
+	mask := c.Load(c.Param("mask"), c.GP64())
+	c.Comment("The expected words of the first 8 blocks, e + k*step, block k in lane inv64[k].")
+	for k := range 8 {
+		c.MOVQ(e, locals.Offset(8*inv64[k]))
+		c.ADDQ(step, e)
+	}
+	ev := c.ZMM()
+	c.VMOVDQU64(locals, ev)
+	broadcast := func(r reg.Register) reg.VecVirtual {
+		x, z := c.XMM(), c.ZMM()
+		c.VMOVQ(r, x)
+		c.VPBROADCASTQ(x, z)
+		return z
+	}
+	c.SHLQ(operand.U8(3), step)
+	stepV, gmV, maskV := broadcast(step), broadcast(gm), broadcast(mask)
+	ctl, idx := c.ZMM(), c.ZMM()
+	c.VBROADCASTI32X4(bswap, ctl)
+	c.VMOVDQU64(perm, idx)
+	var oneV, escV reg.VecVirtual
+	badG, badW := c.ZMM(), c.ZMM()
+	c.VPXORQ(badG, badG, badG)
+	c.VPXORQ(badW, badW, badW)
+	if esc {
+		one := c.GP64()
+		c.MOVQ(operand.U64(1), one)
+		oneV = broadcast(one)
+		escV = c.ZMM()
+		c.VPXORQ(escV, escV, escV)
+	}
+
+	c.Label("loop")
+	c.CMPQ(n, operand.U32(8))
+	c.JB(operand.LabelRef("done"))
+	za, zb := c.ZMM(), c.ZMM()
+	c.VMOVDQU64(operand.Mem{Base: t}, za)
+	c.VMOVDQU64(operand.Mem{Base: t, Disp: 64}, zb)
+	c.VPSHUFB(ctl, za, za)
+	c.VPSHUFB(ctl, zb, zb)
+	w0, w1, gv := c.ZMM(), c.ZMM(), c.ZMM()
+	c.VPUNPCKLQDQ(zb, za, w0)
+	c.VPUNPCKHQDQ(zb, za, w1)
+	c.VPERMQ(operand.Mem{Base: g}, idx, gv)
+	c.VPXORQ(gv, w0, gv)
+	c.VPTERNLOGD(operand.U8(ternOrAnd), gmV, gv, badG)
+	x := c.ZMM()
+	c.VPXORQ(ev, w1, x)
+	c.VPTERNLOGD(operand.U8(ternOrAnd), maskV, x, badW)
+	if esc {
+		c.Comment("(w1>>48) + 1: bit 16 set iff the app tag is 0xFFFF.")
+		a := c.ZMM()
+		c.VPSRLQ(operand.U8(48), w1, a)
+		c.VPADDQ(oneV, a, a)
+		c.VPORQ(a, escV, escV)
+	}
+	c.VPADDQ(stepV, ev, ev)
+	c.ADDQ(operand.U32(128), t)
+	c.ADDQ(operand.U32(64), g)
+	c.SUBQ(operand.U32(8), n)
+	c.JMP(operand.LabelRef("loop"))
+
+	c.Label("done")
+	c.VPORQ(badW, badG, badG)
+	if esc {
+		c.Comment("The escape bit at bit 0, as the Go scan has it.")
+		c.VPSRLQ(operand.U8(16), escV, escV)
+		c.VPORQ(escV, badG, badG)
+	}
+	c.Comment("OR the lanes together.")
+	hi := c.YMM()
+	c.VEXTRACTI64X4(operand.U8(1), badG, hi)
+	c.VPOR(hi, badG.AsY(), hi)
+	lo := c.XMM()
+	c.VEXTRACTI128(operand.U8(1), hi, lo)
+	c.VPOR(lo, hi.AsX(), lo)
+	reduce2(c, lo)
 }
