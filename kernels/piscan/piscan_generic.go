@@ -4,9 +4,10 @@ import "encoding/binary"
 
 // The generic scans take the tuples as arrays, so that their loops hold no
 // bounds check (with a check per block the compiler ran out of registers
-// and kept the offset in memory), and four blocks an iteration. The escape
-// term is the carry out of the app tag: bit 48 of (w + 1<<32) ^ w is set
-// iff bits 32-47 of w are all ones, three operations a block.
+// and kept the offset in memory). Those of 8-byte tuples take four blocks
+// an iteration, and their escape term is the carry out of the app tag: bit
+// 48 of (w + 1<<32) ^ w is set iff bits 32-47 of w are all ones, three
+// operations a block.
 
 // scan16Generic is Scan16 of len(g) tuples, len(t) == len(g).
 func scan16Generic(t [][8]byte, gs []uint16, e, step, mask uint64) uint64 {

@@ -127,8 +127,122 @@ func TestEmulatedScan(t *testing.T) {
 			}
 		}
 	}
-	if nr := prog.NotRun(); len(nr) > 0 {
-		t.Fatalf("kernels not run: %v", nr)
+	for _, f := range prog.NotRun() {
+		for _, v := range variants {
+			if f == v.name {
+				t.Fatalf("%s not run", f)
+			}
+		}
 	}
 	t.Logf("%d instructions emulated", steps)
+}
+
+// goScan64 is piscan.Scan64 (esc) or piscan.Scan64NoEscape, one block at a
+// time.
+func goScan64(t [][16]byte, g []uint64, e, step, gm, mask uint64, esc bool) uint64 {
+	var r uint64
+	for j := range min(len(t), len(g)) {
+		w0 := binary.BigEndian.Uint64(t[j][:8])
+		w1 := binary.BigEndian.Uint64(t[j][8:])
+		r |= (w0^g[j])&gm | (w1^e)&mask
+		if esc && w1>>48 == 0xFFFF {
+			r |= 1
+		}
+		e += step
+	}
+	return r
+}
+
+// TestEmulatedScan64 is TestEmulatedScan for the kernels of 16-byte tuples
+// (the region before AddrData holds at most 1024 guards or 512 tuples).
+func TestEmulatedScan64(t *testing.T) {
+	asm, _, err := generate([]string{"go", "run", "./piscan"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	prog, err := emu.Parse(string(asm))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := rand.New(rand.NewPCG(13, 14))
+	lengths := []int{}
+	for n := 0; n <= 70; n++ {
+		lengths = append(lengths, n)
+	}
+	lengths = append(lengths, 255, 256, 515, 1000, 1024+7)
+	for _, name := range []string{"scan64Z", "scan64NZ"} {
+		esc := name == "scan64Z"
+		for _, n := range lengths {
+			for c := range 4 {
+				// The cases of TestEmulatedScan.
+				tu, g := make([][16]byte, n), make([]uint64, n)
+				app := uint64(r.IntN(0xFFFF))
+				e, step, gm, mask := app<<48|r.Uint64()>>16, uint64(1), ^uint64(0), ^uint64(0)
+				if c == 3 {
+					e, step, gm, mask = r.Uint64(), r.Uint64()>>r.IntN(64), r.Uint64()|r.Uint64(), r.Uint64()|r.Uint64()
+				}
+				for j, ej := 0, e; j < n; j, ej = j+1, ej+step {
+					g[j] = r.Uint64()
+					w0, w1 := g[j], ej
+					if c == 3 {
+						w0, w1 = r.Uint64(), r.Uint64()
+					}
+					binary.BigEndian.PutUint64(tu[j][:8], w0)
+					binary.BigEndian.PutUint64(tu[j][8:], w1)
+				}
+				if n > 0 && c == 1 {
+					tu[r.IntN(n)][r.IntN(16)] ^= 1 << r.IntN(8)
+				}
+				if n > 0 && c == 2 {
+					j := r.IntN(n)
+					tu[j][8], tu[j][9] = 0xFF, 0xFF
+				}
+				want := goScan64(tu, g, e, step, gm, mask, esc)
+				for _, guardsLast := range []bool{false, true} {
+					k := n &^ 7
+					if guardsLast && 16*k > emu.AddrData-emu.AddrDst || !guardsLast && 8*k > emu.AddrData-emu.AddrDst {
+						continue
+					}
+					t.Run(fmt.Sprintf("kernel=%s/n=%d/case=%d/guardslast=%v", name, n, c, guardsLast), func(t *testing.T) {
+						tb := make([]byte, 16*k)
+						for j := range k {
+							copy(tb[16*j:], tu[j][:])
+						}
+						gb := make([]byte, 8*k)
+						for j := range k {
+							binary.LittleEndian.PutUint64(gb[8*j:], g[j])
+						}
+						data, other := tb, gb
+						if guardsLast {
+							data, other = gb, tb
+						}
+						m, err := emu.New(prog, data)
+						if err != nil {
+							t.Fatal(err)
+						}
+						copy(m.Mem[emu.AddrDst:], other)
+						ta, ga := uint64(emu.AddrData), uint64(emu.AddrDst)
+						if guardsLast {
+							ta, ga = ga, ta
+						}
+						for i, a := range []uint64{ta, uint64(k), uint64(k), ga, uint64(k), uint64(k), e, step, gm, mask} {
+							m.Put64(8*i, a)
+						}
+						if _, err := m.Run(prog, name); err != nil {
+							t.Fatal(err)
+						}
+						got := m.Get64(80) | goScan64(tu[k:], g[k:], e+uint64(k)*step, step, gm, mask, esc)
+						if got != want {
+							t.Fatalf("got %#x, want %#x", got, want)
+						}
+					})
+				}
+			}
+		}
+	}
+	for _, f := range prog.NotRun() {
+		if f == "scan64Z" || f == "scan64NZ" {
+			t.Fatalf("%s not run", f)
+		}
+	}
 }
