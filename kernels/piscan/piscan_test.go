@@ -28,12 +28,9 @@ func oracle(t [][8]byte, g []uint16, e, step, mask uint64, esc bool) uint64 {
 // run is a run of n blocks whose tuples all match: random guards, a
 // random app tag other than 0xFFFF, ref tags from e on.
 type run struct {
-	t                  [][8]byte
-	g                  []uint16
-	e, step            uint64
-	savedT             [8]byte
-	savedG             uint16
-	planted, plantedAt int
+	t       [][8]byte
+	g       []uint16
+	e, step uint64
 }
 
 func newRun(r *rand.Rand, n int, step uint64) *run {
