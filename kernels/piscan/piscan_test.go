@@ -71,13 +71,13 @@ func check(t *testing.T, x *run, mask uint64, what string) {
 	}
 }
 
-// TestScan plants each failure kind in every block of runs of every length
+// TestScan16 plants each failure kind in every block of runs of every length
 // 0..70 (every lane of the vector kernels' two chains, their single-vector
 // step and the generic tail) and of some long ones, and compares every
 // implementation's word with the oracle's, under the full mask, with the
 // app tag unchecked, and with the guard unchecked. A planted failure under
 // the full mask must also be flagged (non-zero).
-func TestScan(t *testing.T) {
+func TestScan16(t *testing.T) {
 	kerneltest.ForEach(t, pkgName, func(t *testing.T) {
 		r := rand.New(rand.NewPCG(1, 2))
 		lengths := []int{}
@@ -120,9 +120,9 @@ func TestScan(t *testing.T) {
 	})
 }
 
-// TestScanRandom compares every implementation with the oracle on random
+// TestScan16Random compares every implementation with the oracle on random
 // tuples, guards, masks and steps, with e near the wrap of 2^64.
-func TestScanRandom(t *testing.T) {
+func TestScan16Random(t *testing.T) {
 	kerneltest.ForEach(t, pkgName, func(t *testing.T) {
 		r := rand.New(rand.NewPCG(5, 6))
 		for i := range 2000 {
@@ -206,9 +206,9 @@ func FuzzScan(f *testing.F) {
 	})
 }
 
-// BenchmarkScan scans 2048 8-byte tuples that all pass (the common case),
+// BenchmarkScan16 scans 2048 8-byte tuples that all pass (the common case),
 // with and without the escape term.
-func BenchmarkScan(b *testing.B) {
+func BenchmarkScan16(b *testing.B) {
 	r := rand.New(rand.NewPCG(9, 10))
 	x := newRun(r, 2048, 1)
 	kerneltest.ForEachB(b, pkgName, func(b *testing.B) {
@@ -291,7 +291,7 @@ func check64(t *testing.T, x *run64, gm, mask uint64, what string) {
 	}
 }
 
-// TestScan64 is TestScan for the 16-byte tuples of the 64-bit guard.
+// TestScan64 is TestScan16 for the 16-byte tuples of the 64-bit guard.
 func TestScan64(t *testing.T) {
 	kerneltest.ForEach(t, pkgName, func(t *testing.T) {
 		r := rand.New(rand.NewPCG(3, 4))
@@ -332,7 +332,7 @@ func TestScan64(t *testing.T) {
 	})
 }
 
-// TestScan64Random is TestScanRandom for the 16-byte tuples.
+// TestScan64Random is TestScan16Random for the 16-byte tuples.
 func TestScan64Random(t *testing.T) {
 	kerneltest.ForEach(t, pkgName, func(t *testing.T) {
 		r := rand.New(rand.NewPCG(13, 14))
