@@ -206,27 +206,34 @@ func FuzzScan(f *testing.F) {
 	})
 }
 
-// BenchmarkScan16 scans 2048 8-byte tuples that all pass (the common case),
-// with and without the escape term.
+// benchSizes are the runs the benchmarks scan: a 4 KiB read of 512-byte
+// blocks, dif's chunk, and 2048 tuples.
+var benchSizes = []int{8, 256, 2048}
+
+// BenchmarkScan16 scans 8-byte tuples that all pass (the common case), with
+// and without the escape term.
 func BenchmarkScan16(b *testing.B) {
 	r := rand.New(rand.NewPCG(9, 10))
 	x := newRun(r, 2048, 1)
 	kerneltest.ForEachB(b, pkgName, func(b *testing.B) {
-		for _, esc := range []bool{true, false} {
-			b.Run(fmt.Sprintf("esc=%v/n=%d", esc, len(x.g)), func(b *testing.B) {
-				b.SetBytes(int64(8 * len(x.g)))
-				var sink uint64
-				for b.Loop() {
-					if esc {
-						sink |= Scan16(x.t, x.g, x.e, x.step, ^uint64(0))
-					} else {
-						sink |= Scan16NoEscape(x.t, x.g, x.e, x.step, ^uint64(0))
+		for _, n := range benchSizes {
+			for _, esc := range []bool{true, false} {
+				t, g := x.t[:n], x.g[:n]
+				b.Run(fmt.Sprintf("esc=%v/n=%d", esc, n), func(b *testing.B) {
+					b.SetBytes(int64(8 * n))
+					var sink uint64
+					for b.Loop() {
+						if esc {
+							sink |= Scan16(t, g, x.e, x.step, ^uint64(0))
+						} else {
+							sink |= Scan16NoEscape(t, g, x.e, x.step, ^uint64(0))
+						}
 					}
-				}
-				if sink != 0 {
-					b.Fatal("a clean run flagged")
-				}
-			})
+					if sink != 0 {
+						b.Fatal("a clean run flagged")
+					}
+				})
+			}
 		}
 	})
 }
@@ -352,26 +359,29 @@ func TestScan64Random(t *testing.T) {
 	})
 }
 
-// BenchmarkScan64 scans 2048 16-byte tuples that all pass.
+// BenchmarkScan64 scans 16-byte tuples that all pass.
 func BenchmarkScan64(b *testing.B) {
 	r := rand.New(rand.NewPCG(9, 10))
 	x := newRun64(r, 2048, 1)
 	kerneltest.ForEachB(b, pkgName, func(b *testing.B) {
-		for _, esc := range []bool{true, false} {
-			b.Run(fmt.Sprintf("esc=%v/n=%d", esc, len(x.g)), func(b *testing.B) {
-				b.SetBytes(int64(16 * len(x.g)))
-				var sink uint64
-				for b.Loop() {
-					if esc {
-						sink |= Scan64(x.t, x.g, x.e, x.step, ^uint64(0), ^uint64(0))
-					} else {
-						sink |= Scan64NoEscape(x.t, x.g, x.e, x.step, ^uint64(0), ^uint64(0))
+		for _, n := range benchSizes {
+			for _, esc := range []bool{true, false} {
+				t, g := x.t[:n], x.g[:n]
+				b.Run(fmt.Sprintf("esc=%v/n=%d", esc, n), func(b *testing.B) {
+					b.SetBytes(int64(16 * n))
+					var sink uint64
+					for b.Loop() {
+						if esc {
+							sink |= Scan64(t, g, x.e, x.step, ^uint64(0), ^uint64(0))
+						} else {
+							sink |= Scan64NoEscape(t, g, x.e, x.step, ^uint64(0), ^uint64(0))
+						}
 					}
-				}
-				if sink != 0 {
-					b.Fatal("a clean run flagged")
-				}
-			})
+					if sink != 0 {
+						b.Fatal("a clean run flagged")
+					}
+				})
+			}
 		}
 	})
 }

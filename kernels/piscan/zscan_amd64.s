@@ -8,9 +8,19 @@ DATA piscanBswap<>+0(SB)/8, $0x0001020304050607
 DATA piscanBswap<>+8(SB)/8, $0x08090a0b0c0d0e0f
 GLOBL piscanBswap<>(SB), RODATA|NOPTR, $16
 
+DATA piscanLanes<>+0(SB)/8, $0x0000000000000000
+DATA piscanLanes<>+8(SB)/8, $0x0000000000000001
+DATA piscanLanes<>+16(SB)/8, $0x0000000000000002
+DATA piscanLanes<>+24(SB)/8, $0x0000000000000003
+DATA piscanLanes<>+32(SB)/8, $0x0000000000000004
+DATA piscanLanes<>+40(SB)/8, $0x0000000000000005
+DATA piscanLanes<>+48(SB)/8, $0x0000000000000006
+DATA piscanLanes<>+56(SB)/8, $0x0000000000000007
+GLOBL piscanLanes<>(SB), RODATA|NOPTR, $64
+
 // func scanZ(t [][8]byte, g []uint16, e uint64, step uint64, mask uint64) uint64
 // Requires: AVX, AVX2, AVX512BW, AVX512F
-TEXT ·scanZ(SB), NOSPLIT, $128-80
+TEXT ·scanZ(SB), NOSPLIT, $0-80
 	MOVQ t_base+0(FP), AX
 	MOVQ g_base+24(FP), CX
 	MOVQ g_len+32(FP), DX
@@ -18,56 +28,38 @@ TEXT ·scanZ(SB), NOSPLIT, $128-80
 	MOVQ step+56(FP), SI
 	MOVQ mask+64(FP), DI
 
-	// The expected words of the first 16 blocks, e + i*step, through the frame.
-	MOVQ      BX, (SP)
-	ADDQ      SI, BX
-	MOVQ      BX, 8(SP)
-	ADDQ      SI, BX
-	MOVQ      BX, 16(SP)
-	ADDQ      SI, BX
-	MOVQ      BX, 24(SP)
-	ADDQ      SI, BX
-	MOVQ      BX, 32(SP)
-	ADDQ      SI, BX
-	MOVQ      BX, 40(SP)
-	ADDQ      SI, BX
-	MOVQ      BX, 48(SP)
-	ADDQ      SI, BX
-	MOVQ      BX, 56(SP)
-	ADDQ      SI, BX
-	MOVQ      BX, 64(SP)
-	ADDQ      SI, BX
-	MOVQ      BX, 72(SP)
-	ADDQ      SI, BX
-	MOVQ      BX, 80(SP)
-	ADDQ      SI, BX
-	MOVQ      BX, 88(SP)
-	ADDQ      SI, BX
-	MOVQ      BX, 96(SP)
-	ADDQ      SI, BX
-	MOVQ      BX, 104(SP)
-	ADDQ      SI, BX
-	MOVQ      BX, 112(SP)
-	ADDQ      SI, BX
-	MOVQ      BX, 120(SP)
-	ADDQ      SI, BX
-	VMOVDQU64 (SP), Z0
-	VMOVDQU64 64(SP), Z1
+	// The expected words of the first 8 blocks: e + i*step in lane i of
+	// the first chain, 8 lanes on in the second.
+	VMOVDQU64    piscanLanes<>+0(SB), Z0
+	VMOVQ        BX, X1
+	VPBROADCASTQ X1, Z2
+	VMOVQ        SI, X1
+	VPBROADCASTQ X1, Z3
+	VPMULUDQ     Z3, Z0, Z1
+	VPSRLQ       $0x20, Z3, Z3
+	VPMULUDQ     Z3, Z0, Z3
+	VPSLLQ       $0x20, Z3, Z3
+	VPADDQ       Z3, Z1, Z1
+	VPADDQ       Z2, Z1, Z1
+	SHLQ         $0x03, SI
+	VMOVQ        SI, X0
+	VPBROADCASTQ X0, Z0
+	VPADDQ       Z0, Z1, Z0
 
 	// Each iteration advances the lanes by 16 blocks: step<<4.
-	SHLQ            $0x04, SI
+	SHLQ            $0x01, SI
 	VMOVQ           SI, X2
 	VPBROADCASTQ    X2, Z2
-	VMOVQ           DI, X7
-	VPBROADCASTQ    X7, Z7
+	VMOVQ           DI, X3
+	VPBROADCASTQ    X3, Z3
 	VBROADCASTI32X4 piscanBswap<>+0(SB), Z8
 	MOVQ            $0x0000000100000000, BX
 	VMOVQ           BX, X9
 	VPBROADCASTQ    X9, Z9
-	VPXORQ          Z3, Z3, Z3
 	VPXORQ          Z4, Z4, Z4
 	VPXORQ          Z5, Z5, Z5
 	VPXORQ          Z6, Z6, Z6
+	VPXORQ          Z7, Z7, Z7
 
 loop:
 	CMPQ DX, $0x00000010
@@ -78,20 +70,20 @@ loop:
 	VPSHUFB    Z8, Z10, Z10
 	VPMOVZXWQ  (CX), Z11
 	VPSLLQ     $0x30, Z11, Z11
-	VPTERNLOGD $0x56, Z10, Z0, Z11
-	VPTERNLOGD $0xf8, Z7, Z11, Z3
+	VPTERNLOGD $0x56, Z10, Z1, Z11
+	VPTERNLOGD $0xf8, Z3, Z11, Z4
 	VPADDQ     Z9, Z10, Z11
-	VPTERNLOGD $0xf6, Z10, Z11, Z5
+	VPTERNLOGD $0xf6, Z10, Z11, Z6
 	VMOVDQU64  64(AX), Z10
 	VPSHUFB    Z8, Z10, Z10
 	VPMOVZXWQ  16(CX), Z11
 	VPSLLQ     $0x30, Z11, Z11
-	VPTERNLOGD $0x56, Z10, Z1, Z11
-	VPTERNLOGD $0xf8, Z7, Z11, Z4
+	VPTERNLOGD $0x56, Z10, Z0, Z11
+	VPTERNLOGD $0xf8, Z3, Z11, Z5
 	VPADDQ     Z9, Z10, Z11
-	VPTERNLOGD $0xf6, Z10, Z11, Z6
-	VPADDQ     Z2, Z0, Z0
+	VPTERNLOGD $0xf6, Z10, Z11, Z7
 	VPADDQ     Z2, Z1, Z1
+	VPADDQ     Z2, Z0, Z0
 	ADDQ       $0x00000080, AX
 	ADDQ       $0x00000020, CX
 	SUBQ       $0x00000010, DX
@@ -101,28 +93,28 @@ last:
 	// n is 0 or 8: one more step of the first chain.
 	TESTQ      DX, DX
 	JZ         done
-	VMOVDQU64  (AX), Z1
-	VPSHUFB    Z8, Z1, Z1
+	VMOVDQU64  (AX), Z0
+	VPSHUFB    Z8, Z0, Z0
 	VPMOVZXWQ  (CX), Z2
 	VPSLLQ     $0x30, Z2, Z2
-	VPTERNLOGD $0x56, Z1, Z0, Z2
-	VPTERNLOGD $0xf8, Z7, Z2, Z3
-	VPADDQ     Z9, Z1, Z0
-	VPTERNLOGD $0xf6, Z1, Z0, Z5
+	VPTERNLOGD $0x56, Z0, Z1, Z2
+	VPTERNLOGD $0xf8, Z3, Z2, Z4
+	VPADDQ     Z9, Z0, Z1
+	VPTERNLOGD $0xf6, Z0, Z1, Z6
 
 done:
-	VPORQ Z4, Z3, Z3
+	VPORQ Z5, Z4, Z4
 
 	// The escape bit of every lane: bit 48 of its accumulator.
-	VPORQ        Z6, Z5, Z5
+	VPORQ        Z7, Z6, Z6
 	MOVQ         $0x0001000000000000, AX
 	VMOVQ        AX, X0
 	VPBROADCASTQ X0, Z0
-	VPTERNLOGD   $0xf8, Z0, Z5, Z3
+	VPTERNLOGD   $0xf8, Z0, Z6, Z4
 
 	// OR the lanes together.
-	VEXTRACTI64X4 $0x01, Z3, Y0
-	VPOR          Y0, Y3, Y0
+	VEXTRACTI64X4 $0x01, Z4, Y0
+	VPOR          Y0, Y4, Y0
 	VEXTRACTI128  $0x01, Y0, X1
 	VPOR          X1, X0, X1
 	VPUNPCKHQDQ   X1, X1, X0
@@ -134,7 +126,7 @@ done:
 
 // func scanNZ(t [][8]byte, g []uint16, e uint64, step uint64, mask uint64) uint64
 // Requires: AVX, AVX2, AVX512BW, AVX512F
-TEXT ·scanNZ(SB), NOSPLIT, $128-80
+TEXT ·scanNZ(SB), NOSPLIT, $0-80
 	MOVQ t_base+0(FP), AX
 	MOVQ g_base+24(FP), CX
 	MOVQ g_len+32(FP), DX
@@ -142,51 +134,33 @@ TEXT ·scanNZ(SB), NOSPLIT, $128-80
 	MOVQ step+56(FP), SI
 	MOVQ mask+64(FP), DI
 
-	// The expected words of the first 16 blocks, e + i*step, through the frame.
-	MOVQ      BX, (SP)
-	ADDQ      SI, BX
-	MOVQ      BX, 8(SP)
-	ADDQ      SI, BX
-	MOVQ      BX, 16(SP)
-	ADDQ      SI, BX
-	MOVQ      BX, 24(SP)
-	ADDQ      SI, BX
-	MOVQ      BX, 32(SP)
-	ADDQ      SI, BX
-	MOVQ      BX, 40(SP)
-	ADDQ      SI, BX
-	MOVQ      BX, 48(SP)
-	ADDQ      SI, BX
-	MOVQ      BX, 56(SP)
-	ADDQ      SI, BX
-	MOVQ      BX, 64(SP)
-	ADDQ      SI, BX
-	MOVQ      BX, 72(SP)
-	ADDQ      SI, BX
-	MOVQ      BX, 80(SP)
-	ADDQ      SI, BX
-	MOVQ      BX, 88(SP)
-	ADDQ      SI, BX
-	MOVQ      BX, 96(SP)
-	ADDQ      SI, BX
-	MOVQ      BX, 104(SP)
-	ADDQ      SI, BX
-	MOVQ      BX, 112(SP)
-	ADDQ      SI, BX
-	MOVQ      BX, 120(SP)
-	ADDQ      SI, BX
-	VMOVDQU64 (SP), Z0
-	VMOVDQU64 64(SP), Z1
+	// The expected words of the first 8 blocks: e + i*step in lane i of
+	// the first chain, 8 lanes on in the second.
+	VMOVDQU64    piscanLanes<>+0(SB), Z0
+	VMOVQ        BX, X1
+	VPBROADCASTQ X1, Z2
+	VMOVQ        SI, X1
+	VPBROADCASTQ X1, Z3
+	VPMULUDQ     Z3, Z0, Z1
+	VPSRLQ       $0x20, Z3, Z3
+	VPMULUDQ     Z3, Z0, Z3
+	VPSLLQ       $0x20, Z3, Z3
+	VPADDQ       Z3, Z1, Z1
+	VPADDQ       Z2, Z1, Z1
+	SHLQ         $0x03, SI
+	VMOVQ        SI, X0
+	VPBROADCASTQ X0, Z0
+	VPADDQ       Z0, Z1, Z0
 
 	// Each iteration advances the lanes by 16 blocks: step<<4.
-	SHLQ            $0x04, SI
+	SHLQ            $0x01, SI
 	VMOVQ           SI, X2
 	VPBROADCASTQ    X2, Z2
-	VMOVQ           DI, X5
-	VPBROADCASTQ    X5, Z5
+	VMOVQ           DI, X3
+	VPBROADCASTQ    X3, Z3
 	VBROADCASTI32X4 piscanBswap<>+0(SB), Z6
-	VPXORQ          Z3, Z3, Z3
 	VPXORQ          Z4, Z4, Z4
+	VPXORQ          Z5, Z5, Z5
 
 loop:
 	CMPQ DX, $0x00000010
@@ -197,16 +171,16 @@ loop:
 	VPSHUFB    Z6, Z7, Z7
 	VPMOVZXWQ  (CX), Z8
 	VPSLLQ     $0x30, Z8, Z8
-	VPTERNLOGD $0x56, Z7, Z0, Z8
-	VPTERNLOGD $0xf8, Z5, Z8, Z3
+	VPTERNLOGD $0x56, Z7, Z1, Z8
+	VPTERNLOGD $0xf8, Z3, Z8, Z4
 	VMOVDQU64  64(AX), Z7
 	VPSHUFB    Z6, Z7, Z7
 	VPMOVZXWQ  16(CX), Z8
 	VPSLLQ     $0x30, Z8, Z8
-	VPTERNLOGD $0x56, Z7, Z1, Z8
-	VPTERNLOGD $0xf8, Z5, Z8, Z4
-	VPADDQ     Z2, Z0, Z0
+	VPTERNLOGD $0x56, Z7, Z0, Z8
+	VPTERNLOGD $0xf8, Z3, Z8, Z5
 	VPADDQ     Z2, Z1, Z1
+	VPADDQ     Z2, Z0, Z0
 	ADDQ       $0x00000080, AX
 	ADDQ       $0x00000020, CX
 	SUBQ       $0x00000010, DX
@@ -216,19 +190,19 @@ last:
 	// n is 0 or 8: one more step of the first chain.
 	TESTQ      DX, DX
 	JZ         done
-	VMOVDQU64  (AX), Z1
-	VPSHUFB    Z6, Z1, Z1
+	VMOVDQU64  (AX), Z0
+	VPSHUFB    Z6, Z0, Z0
 	VPMOVZXWQ  (CX), Z2
 	VPSLLQ     $0x30, Z2, Z2
-	VPTERNLOGD $0x56, Z1, Z0, Z2
-	VPTERNLOGD $0xf8, Z5, Z2, Z3
+	VPTERNLOGD $0x56, Z0, Z1, Z2
+	VPTERNLOGD $0xf8, Z3, Z2, Z4
 
 done:
-	VPORQ Z4, Z3, Z3
+	VPORQ Z5, Z4, Z4
 
 	// OR the lanes together.
-	VEXTRACTI64X4 $0x01, Z3, Y0
-	VPOR          Y0, Y3, Y0
+	VEXTRACTI64X4 $0x01, Z4, Y0
+	VPOR          Y0, Y4, Y0
 	VEXTRACTI128  $0x01, Y0, X1
 	VPOR          X1, X0, X1
 	VPUNPCKHQDQ   X1, X1, X0
@@ -240,7 +214,7 @@ done:
 
 // func scanY(t [][8]byte, g []uint16, e uint64, step uint64, mask uint64) uint64
 // Requires: AVX, AVX2
-TEXT ·scanY(SB), NOSPLIT, $64-80
+TEXT ·scanY(SB), NOSPLIT, $0-80
 	MOVQ t_base+0(FP), AX
 	MOVQ g_base+24(FP), CX
 	MOVQ g_len+32(FP), DX
@@ -248,28 +222,26 @@ TEXT ·scanY(SB), NOSPLIT, $64-80
 	MOVQ step+56(FP), SI
 	MOVQ mask+64(FP), DI
 
-	// The expected words of the first 8 blocks, e + i*step, through the frame.
-	MOVQ    BX, (SP)
-	ADDQ    SI, BX
-	MOVQ    BX, 8(SP)
-	ADDQ    SI, BX
-	MOVQ    BX, 16(SP)
-	ADDQ    SI, BX
-	MOVQ    BX, 24(SP)
-	ADDQ    SI, BX
-	MOVQ    BX, 32(SP)
-	ADDQ    SI, BX
-	MOVQ    BX, 40(SP)
-	ADDQ    SI, BX
-	MOVQ    BX, 48(SP)
-	ADDQ    SI, BX
-	MOVQ    BX, 56(SP)
-	ADDQ    SI, BX
-	VMOVDQU (SP), Y0
-	VMOVDQU 32(SP), Y1
+	// The expected words of the first 4 blocks: e + i*step in lane i of
+	// the first chain, 4 lanes on in the second.
+	VMOVDQU      piscanLanes<>+0(SB), Y0
+	VMOVQ        BX, X1
+	VPBROADCASTQ X1, Y2
+	VMOVQ        SI, X1
+	VPBROADCASTQ X1, Y3
+	VPMULUDQ     Y3, Y0, Y1
+	VPSRLQ       $0x20, Y3, Y3
+	VPMULUDQ     Y3, Y0, Y3
+	VPSLLQ       $0x20, Y3, Y3
+	VPADDQ       Y3, Y1, Y1
+	VPADDQ       Y2, Y1, Y1
+	SHLQ         $0x02, SI
+	VMOVQ        SI, X0
+	VPBROADCASTQ X0, Y0
+	VPADDQ       Y0, Y1, Y0
 
 	// Each iteration advances the lanes by 8 blocks: step<<3.
-	SHLQ           $0x03, SI
+	SHLQ           $0x01, SI
 	VMOVQ          SI, X2
 	VPBROADCASTQ   X2, Y2
 	VMOVQ          DI, X3
@@ -292,7 +264,7 @@ loop:
 	VPSHUFB   Y4, Y10, Y10
 	VPMOVZXWQ (CX), Y11
 	VPSLLQ    $0x30, Y11, Y11
-	VPOR      Y0, Y11, Y11
+	VPOR      Y1, Y11, Y11
 	VPXOR     Y10, Y11, Y11
 	VPAND     Y3, Y11, Y11
 	VPOR      Y11, Y6, Y6
@@ -303,15 +275,15 @@ loop:
 	VPSHUFB   Y4, Y10, Y10
 	VPMOVZXWQ 8(CX), Y11
 	VPSLLQ    $0x30, Y11, Y11
-	VPOR      Y1, Y11, Y11
+	VPOR      Y0, Y11, Y11
 	VPXOR     Y10, Y11, Y11
 	VPAND     Y3, Y11, Y11
 	VPOR      Y11, Y7, Y7
 	VPADDQ    Y5, Y10, Y11
 	VPXOR     Y10, Y11, Y11
 	VPOR      Y11, Y9, Y9
-	VPADDQ    Y2, Y0, Y0
 	VPADDQ    Y2, Y1, Y1
+	VPADDQ    Y2, Y0, Y0
 	ADDQ      $0x00000040, AX
 	ADDQ      $0x00000010, CX
 	SUBQ      $0x00000008, DX
@@ -321,17 +293,17 @@ last:
 	// n is 0 or 4: one more step of the first chain.
 	TESTQ     DX, DX
 	JZ        done
-	VMOVDQU   (AX), Y1
-	VPSHUFB   Y4, Y1, Y1
+	VMOVDQU   (AX), Y0
+	VPSHUFB   Y4, Y0, Y0
 	VPMOVZXWQ (CX), Y2
 	VPSLLQ    $0x30, Y2, Y2
-	VPOR      Y0, Y2, Y2
-	VPXOR     Y1, Y2, Y2
+	VPOR      Y1, Y2, Y2
+	VPXOR     Y0, Y2, Y2
 	VPAND     Y3, Y2, Y2
 	VPOR      Y2, Y6, Y6
-	VPADDQ    Y5, Y1, Y0
-	VPXOR     Y1, Y0, Y0
-	VPOR      Y0, Y8, Y8
+	VPADDQ    Y5, Y0, Y1
+	VPXOR     Y0, Y1, Y1
+	VPOR      Y1, Y8, Y8
 
 done:
 	VPOR Y7, Y6, Y6
@@ -356,7 +328,7 @@ done:
 
 // func scanNY(t [][8]byte, g []uint16, e uint64, step uint64, mask uint64) uint64
 // Requires: AVX, AVX2
-TEXT ·scanNY(SB), NOSPLIT, $64-80
+TEXT ·scanNY(SB), NOSPLIT, $0-80
 	MOVQ t_base+0(FP), AX
 	MOVQ g_base+24(FP), CX
 	MOVQ g_len+32(FP), DX
@@ -364,28 +336,26 @@ TEXT ·scanNY(SB), NOSPLIT, $64-80
 	MOVQ step+56(FP), SI
 	MOVQ mask+64(FP), DI
 
-	// The expected words of the first 8 blocks, e + i*step, through the frame.
-	MOVQ    BX, (SP)
-	ADDQ    SI, BX
-	MOVQ    BX, 8(SP)
-	ADDQ    SI, BX
-	MOVQ    BX, 16(SP)
-	ADDQ    SI, BX
-	MOVQ    BX, 24(SP)
-	ADDQ    SI, BX
-	MOVQ    BX, 32(SP)
-	ADDQ    SI, BX
-	MOVQ    BX, 40(SP)
-	ADDQ    SI, BX
-	MOVQ    BX, 48(SP)
-	ADDQ    SI, BX
-	MOVQ    BX, 56(SP)
-	ADDQ    SI, BX
-	VMOVDQU (SP), Y0
-	VMOVDQU 32(SP), Y1
+	// The expected words of the first 4 blocks: e + i*step in lane i of
+	// the first chain, 4 lanes on in the second.
+	VMOVDQU      piscanLanes<>+0(SB), Y0
+	VMOVQ        BX, X1
+	VPBROADCASTQ X1, Y2
+	VMOVQ        SI, X1
+	VPBROADCASTQ X1, Y3
+	VPMULUDQ     Y3, Y0, Y1
+	VPSRLQ       $0x20, Y3, Y3
+	VPMULUDQ     Y3, Y0, Y3
+	VPSLLQ       $0x20, Y3, Y3
+	VPADDQ       Y3, Y1, Y1
+	VPADDQ       Y2, Y1, Y1
+	SHLQ         $0x02, SI
+	VMOVQ        SI, X0
+	VPBROADCASTQ X0, Y0
+	VPADDQ       Y0, Y1, Y0
 
 	// Each iteration advances the lanes by 8 blocks: step<<3.
-	SHLQ           $0x03, SI
+	SHLQ           $0x01, SI
 	VMOVQ          SI, X2
 	VPBROADCASTQ   X2, Y2
 	VMOVQ          DI, X3
@@ -403,7 +373,7 @@ loop:
 	VPSHUFB   Y4, Y7, Y7
 	VPMOVZXWQ (CX), Y8
 	VPSLLQ    $0x30, Y8, Y8
-	VPOR      Y0, Y8, Y8
+	VPOR      Y1, Y8, Y8
 	VPXOR     Y7, Y8, Y8
 	VPAND     Y3, Y8, Y8
 	VPOR      Y8, Y5, Y5
@@ -411,12 +381,12 @@ loop:
 	VPSHUFB   Y4, Y7, Y7
 	VPMOVZXWQ 8(CX), Y8
 	VPSLLQ    $0x30, Y8, Y8
-	VPOR      Y1, Y8, Y8
+	VPOR      Y0, Y8, Y8
 	VPXOR     Y7, Y8, Y8
 	VPAND     Y3, Y8, Y8
 	VPOR      Y8, Y6, Y6
-	VPADDQ    Y2, Y0, Y0
 	VPADDQ    Y2, Y1, Y1
+	VPADDQ    Y2, Y0, Y0
 	ADDQ      $0x00000040, AX
 	ADDQ      $0x00000010, CX
 	SUBQ      $0x00000008, DX
@@ -426,12 +396,12 @@ last:
 	// n is 0 or 4: one more step of the first chain.
 	TESTQ     DX, DX
 	JZ        done
-	VMOVDQU   (AX), Y1
-	VPSHUFB   Y4, Y1, Y1
+	VMOVDQU   (AX), Y0
+	VPSHUFB   Y4, Y0, Y0
 	VPMOVZXWQ (CX), Y2
 	VPSLLQ    $0x30, Y2, Y2
-	VPOR      Y0, Y2, Y2
-	VPXOR     Y1, Y2, Y2
+	VPOR      Y1, Y2, Y2
+	VPXOR     Y0, Y2, Y2
 	VPAND     Y3, Y2, Y2
 	VPOR      Y2, Y5, Y5
 
@@ -460,84 +430,77 @@ GLOBL piscanPerm64<>(SB), RODATA|NOPTR, $64
 
 // func scan64Z(t [][16]byte, g []uint64, e uint64, step uint64, gm uint64, mask uint64) uint64
 // Requires: AVX, AVX2, AVX512BW, AVX512F
-TEXT ·scan64Z(SB), NOSPLIT, $64-88
-	MOVQ t_base+0(FP), AX
-	MOVQ g_base+24(FP), CX
-	MOVQ g_len+32(FP), DX
-	MOVQ e+48(FP), BX
-	MOVQ step+56(FP), SI
-	MOVQ gm+64(FP), DI
-	MOVQ mask+72(FP), R8
+TEXT ·scan64Z(SB), NOSPLIT, $0-88
+	MOVQ            t_base+0(FP), AX
+	MOVQ            g_base+24(FP), CX
+	MOVQ            g_len+32(FP), DX
+	MOVQ            e+48(FP), BX
+	MOVQ            step+56(FP), SI
+	MOVQ            gm+64(FP), DI
+	MOVQ            mask+72(FP), R8
+	VBROADCASTI32X4 piscanBswap<>+0(SB), Z0
+	VMOVDQU64       piscanPerm64<>+0(SB), Z1
 
-	// The expected words of the first 8 blocks, e + k*step, block k in lane inv64[k].
-	MOVQ            BX, (SP)
-	ADDQ            SI, BX
-	MOVQ            BX, 16(SP)
-	ADDQ            SI, BX
-	MOVQ            BX, 32(SP)
-	ADDQ            SI, BX
-	MOVQ            BX, 48(SP)
-	ADDQ            SI, BX
-	MOVQ            BX, 8(SP)
-	ADDQ            SI, BX
-	MOVQ            BX, 24(SP)
-	ADDQ            SI, BX
-	MOVQ            BX, 40(SP)
-	ADDQ            SI, BX
-	MOVQ            BX, 56(SP)
-	ADDQ            SI, BX
-	VMOVDQU64       (SP), Z0
-	SHLQ            $0x03, SI
-	VMOVQ           SI, X1
-	VPBROADCASTQ    X1, Z1
-	VMOVQ           DI, X5
-	VPBROADCASTQ    X5, Z5
-	VMOVQ           R8, X6
-	VPBROADCASTQ    X6, Z6
-	VBROADCASTI32X4 piscanBswap<>+0(SB), Z7
-	VMOVDQU64       piscanPerm64<>+0(SB), Z8
-	VPXORQ          Z2, Z2, Z2
-	VPXORQ          Z3, Z3, Z3
-	MOVQ            $0x0000000000000001, BX
-	VMOVQ           BX, X9
-	VPBROADCASTQ    X9, Z9
-	VPXORQ          Z4, Z4, Z4
+	// The expected words of the first 8 blocks: e + perm64[i]*step in lane i.
+	VMOVQ        BX, X2
+	VPBROADCASTQ X2, Z3
+	VMOVQ        SI, X2
+	VPBROADCASTQ X2, Z4
+	VPMULUDQ     Z4, Z1, Z2
+	VPSRLQ       $0x20, Z4, Z4
+	VPMULUDQ     Z4, Z1, Z4
+	VPSLLQ       $0x20, Z4, Z4
+	VPADDQ       Z4, Z2, Z2
+	VPADDQ       Z3, Z2, Z2
+	SHLQ         $0x03, SI
+	VMOVQ        SI, X3
+	VPBROADCASTQ X3, Z3
+	VMOVQ        DI, X4
+	VPBROADCASTQ X4, Z4
+	VMOVQ        R8, X8
+	VPBROADCASTQ X8, Z8
+	VPXORQ       Z5, Z5, Z5
+	VPXORQ       Z6, Z6, Z6
+	MOVQ         $0x0000000000000001, BX
+	VMOVQ        BX, X9
+	VPBROADCASTQ X9, Z9
+	VPXORQ       Z7, Z7, Z7
 
 loop:
 	CMPQ        DX, $0x00000008
 	JB          done
 	VMOVDQU64   (AX), Z10
 	VMOVDQU64   64(AX), Z11
-	VPSHUFB     Z7, Z10, Z10
-	VPSHUFB     Z7, Z11, Z11
+	VPSHUFB     Z0, Z10, Z10
+	VPSHUFB     Z0, Z11, Z11
 	VPUNPCKLQDQ Z11, Z10, Z12
 	VPUNPCKHQDQ Z11, Z10, Z10
-	VPERMQ      (CX), Z8, Z11
+	VPERMQ      (CX), Z1, Z11
 	VPXORQ      Z11, Z12, Z11
-	VPTERNLOGD  $0xf8, Z5, Z11, Z2
-	VPXORQ      Z0, Z10, Z11
-	VPTERNLOGD  $0xf8, Z6, Z11, Z3
+	VPTERNLOGD  $0xf8, Z4, Z11, Z5
+	VPXORQ      Z2, Z10, Z11
+	VPTERNLOGD  $0xf8, Z8, Z11, Z6
 
 	// (w1>>48) + 1: bit 16 set iff the app tag is 0xFFFF.
 	VPSRLQ $0x30, Z10, Z10
 	VPADDQ Z9, Z10, Z10
-	VPORQ  Z10, Z4, Z4
-	VPADDQ Z1, Z0, Z0
+	VPORQ  Z10, Z7, Z7
+	VPADDQ Z3, Z2, Z2
 	ADDQ   $0x00000080, AX
 	ADDQ   $0x00000040, CX
 	SUBQ   $0x00000008, DX
 	JMP    loop
 
 done:
-	VPORQ Z3, Z2, Z2
+	VPORQ Z6, Z5, Z5
 
 	// The escape bit at bit 0, as the Go scan has it.
-	VPSRLQ $0x10, Z4, Z4
-	VPORQ  Z4, Z2, Z2
+	VPSRLQ $0x10, Z7, Z7
+	VPORQ  Z7, Z5, Z5
 
 	// OR the lanes together.
-	VEXTRACTI64X4 $0x01, Z2, Y0
-	VPOR          Y0, Y2, Y0
+	VEXTRACTI64X4 $0x01, Z5, Y0
+	VPOR          Y0, Y5, Y0
 	VEXTRACTI128  $0x01, Y0, X1
 	VPOR          X1, X0, X1
 	VPUNPCKHQDQ   X1, X1, X0
@@ -549,71 +512,64 @@ done:
 
 // func scan64NZ(t [][16]byte, g []uint64, e uint64, step uint64, gm uint64, mask uint64) uint64
 // Requires: AVX, AVX2, AVX512BW, AVX512F
-TEXT ·scan64NZ(SB), NOSPLIT, $64-88
-	MOVQ t_base+0(FP), AX
-	MOVQ g_base+24(FP), CX
-	MOVQ g_len+32(FP), DX
-	MOVQ e+48(FP), BX
-	MOVQ step+56(FP), SI
-	MOVQ gm+64(FP), DI
-	MOVQ mask+72(FP), R8
+TEXT ·scan64NZ(SB), NOSPLIT, $0-88
+	MOVQ            t_base+0(FP), AX
+	MOVQ            g_base+24(FP), CX
+	MOVQ            g_len+32(FP), DX
+	MOVQ            e+48(FP), BX
+	MOVQ            step+56(FP), SI
+	MOVQ            gm+64(FP), DI
+	MOVQ            mask+72(FP), R8
+	VBROADCASTI32X4 piscanBswap<>+0(SB), Z0
+	VMOVDQU64       piscanPerm64<>+0(SB), Z1
 
-	// The expected words of the first 8 blocks, e + k*step, block k in lane inv64[k].
-	MOVQ            BX, (SP)
-	ADDQ            SI, BX
-	MOVQ            BX, 16(SP)
-	ADDQ            SI, BX
-	MOVQ            BX, 32(SP)
-	ADDQ            SI, BX
-	MOVQ            BX, 48(SP)
-	ADDQ            SI, BX
-	MOVQ            BX, 8(SP)
-	ADDQ            SI, BX
-	MOVQ            BX, 24(SP)
-	ADDQ            SI, BX
-	MOVQ            BX, 40(SP)
-	ADDQ            SI, BX
-	MOVQ            BX, 56(SP)
-	ADDQ            SI, BX
-	VMOVDQU64       (SP), Z0
-	SHLQ            $0x03, SI
-	VMOVQ           SI, X1
-	VPBROADCASTQ    X1, Z1
-	VMOVQ           DI, X4
-	VPBROADCASTQ    X4, Z4
-	VMOVQ           R8, X5
-	VPBROADCASTQ    X5, Z5
-	VBROADCASTI32X4 piscanBswap<>+0(SB), Z6
-	VMOVDQU64       piscanPerm64<>+0(SB), Z7
-	VPXORQ          Z2, Z2, Z2
-	VPXORQ          Z3, Z3, Z3
+	// The expected words of the first 8 blocks: e + perm64[i]*step in lane i.
+	VMOVQ        BX, X2
+	VPBROADCASTQ X2, Z3
+	VMOVQ        SI, X2
+	VPBROADCASTQ X2, Z4
+	VPMULUDQ     Z4, Z1, Z2
+	VPSRLQ       $0x20, Z4, Z4
+	VPMULUDQ     Z4, Z1, Z4
+	VPSLLQ       $0x20, Z4, Z4
+	VPADDQ       Z4, Z2, Z2
+	VPADDQ       Z3, Z2, Z2
+	SHLQ         $0x03, SI
+	VMOVQ        SI, X3
+	VPBROADCASTQ X3, Z3
+	VMOVQ        DI, X4
+	VPBROADCASTQ X4, Z4
+	VMOVQ        R8, X7
+	VPBROADCASTQ X7, Z7
+	VPXORQ       Z5, Z5, Z5
+	VPXORQ       Z6, Z6, Z6
 
 loop:
 	CMPQ        DX, $0x00000008
 	JB          done
 	VMOVDQU64   (AX), Z8
 	VMOVDQU64   64(AX), Z9
-	VPSHUFB     Z6, Z8, Z8
-	VPSHUFB     Z6, Z9, Z9
+	VPSHUFB     Z0, Z8, Z8
+	VPSHUFB     Z0, Z9, Z9
 	VPUNPCKLQDQ Z9, Z8, Z10
 	VPUNPCKHQDQ Z9, Z8, Z8
-	VPERMQ      (CX), Z7, Z9
+	VPERMQ      (CX), Z1, Z9
 	VPXORQ      Z9, Z10, Z9
-	VPTERNLOGD  $0xf8, Z4, Z9, Z2
-	VPXORQ      Z0, Z8, Z8
-	VPTERNLOGD  $0xf8, Z5, Z8, Z3
-	VPADDQ      Z1, Z0, Z0
+	VPTERNLOGD  $0xf8, Z4, Z9, Z5
+	VPXORQ      Z2, Z8, Z8
+	VPTERNLOGD  $0xf8, Z7, Z8, Z6
+	VPADDQ      Z3, Z2, Z2
 	ADDQ        $0x00000080, AX
 	ADDQ        $0x00000040, CX
 	SUBQ        $0x00000008, DX
 	JMP         loop
 
 done:
-	VPORQ Z3, Z2, Z2
+	VPORQ Z6, Z5, Z5
 
 	// OR the lanes together.
-	VEXTRACTI64X4 $0x01, Z2, Y0
-	VPOR          Y0, Y2, Y0
+	VEXTRACTI64X4 $0x01, Z5, Y0
+	VPOR          Y0, Y5, Y0
 	VEXTRACTI128  $0x01, Y0, X1
 	VPOR          X1, X0, X1
 	VPUNPCKHQDQ   X1, X1, X0

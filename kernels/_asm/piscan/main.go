@@ -103,8 +103,15 @@ func generate(cmd []string) (asm, src []byte, err error) {
 	// and 0f 0e .. 08, as little-endian words).
 	c.AddDatum(0, operand.U64(0x0001020304050607))
 	c.AddDatum(8, operand.U64(0x08090a0b0c0d0e0f))
+	laneIdx := c.StaticGlobal("piscanLanes")
+	c.DataAttributes(attr.RODATA | attr.NOPTR)
+	// The lane indexes 0..7, one a quadword: lane i's expected word is
+	// e + i*step (laneWords).
+	for i := range 8 {
+		c.AddDatum(8*i, operand.U64(i))
+	}
 	for _, v := range variants {
-		scan(c, v, bswap)
+		scan(c, v, bswap, laneIdx)
 	}
 	perm := c.StaticGlobal("piscanPerm64")
 	c.DataAttributes(attr.RODATA | attr.NOPTR)
@@ -119,11 +126,11 @@ func generate(cmd []string) (asm, src []byte, err error) {
 }
 
 // scan writes kernel v.
-func scan(c *build.Context, v variant, bswap operand.Mem) {
-	lanes, width := 4, 32
+func scan(c *build.Context, v variant, bswap, laneIdx operand.Mem) {
+	lanes := 4
 	vec := c.YMM
 	if v.zmm {
-		lanes, width, vec = 8, 64, c.ZMM
+		lanes, vec = 8, c.ZMM
 	}
 	c.Function(v.name)
 	c.Attributes(build.NOSPLIT)
@@ -139,7 +146,6 @@ func scan(c *build.Context, v variant, bswap operand.Mem) {
 	c.Doc(fmt.Sprintf("%s is the scan of len(g) packed tuples %s, %d a %s register (needs %s).", v.name, escWhat, lanes, what, isa),
 		fmt.Sprintf("len(g) must be a multiple of %d and len(t) at least len(g).", lanes))
 
-	locals := c.AllocLocal(2 * width)
 	t := c.Load(c.Param("t").Base(), c.GP64())
 	g := c.Load(c.Param("g").Base(), c.GP64())
 	n := c.Load(c.Param("g").Len(), c.GP64())
@@ -147,11 +153,6 @@ func scan(c *build.Context, v variant, bswap operand.Mem) {
 	step := c.Load(c.Param("step"), c.GP64())
 	mask := c.Load(c.Param("mask"), c.GP64())
 
-	c.Comment(fmt.Sprintf("The expected words of the first %d blocks, e + i*step, through the frame.", 2*lanes))
-	for i := range 2 * lanes {
-		c.MOVQ(e, locals.Offset(8*i))
-		c.ADDQ(step, e)
-	}
 	mov := func(src, dst operand.Op) {
 		if v.zmm {
 			c.VMOVDQU64(src, dst)
@@ -159,17 +160,22 @@ func scan(c *build.Context, v variant, bswap operand.Mem) {
 			c.VMOVDQU(src, dst)
 		}
 	}
-	e0, e1 := vec(), vec()
-	mov(locals, e0)
-	mov(locals.Offset(width), e1)
 	broadcast := func(r reg.Register) reg.VecVirtual {
 		x, z := c.XMM(), vec()
 		c.VMOVQ(r, x)
 		c.VPBROADCASTQ(x, z)
 		return z
 	}
+	c.Comment(fmt.Sprintf("The expected words of the first %d blocks: e + i*step in lane i of", lanes),
+		fmt.Sprintf("the first chain, %d lanes on in the second.", lanes))
+	idx := vec()
+	mov(laneIdx, idx)
+	e0, e1 := vec(), vec()
+	laneWords(c, vec, broadcast(e), broadcast(step), idx, e0)
+	c.SHLQ(operand.U8(log2(lanes)), step)
+	c.VPADDQ(broadcast(step), e0, e1)
 	c.Comment(fmt.Sprintf("Each iteration advances the lanes by %d blocks: step<<%d.", 2*lanes, log2(2*lanes)))
-	c.SHLQ(operand.U8(log2(2*lanes)), step)
+	c.SHLQ(operand.U8(1), step)
 	stepV := broadcast(step)
 	maskV := broadcast(mask)
 	ctl := vec()
@@ -303,6 +309,22 @@ func reduce2(c *build.Context, x reg.VecVirtual) {
 	c.RET()
 }
 
+// laneWords sets dst to eV + idx·sV lane by lane, modulo 2^64, for lane
+// indexes idx below 2^32, without a trip through memory (whose narrow
+// stores a wide load cannot forward from): with sV = sh·2^32 + sl,
+// idx·sV = idx·sl + (idx·sh)·2^32, and VPMULUDQ multiplies the low 32 bits
+// of each lane into 64. The second product's bits beyond 32 fall off the
+// shift, as they do modulo 2^64.
+func laneWords(c *build.Context, vec func() reg.VecVirtual, eV, sV, idx, dst reg.VecVirtual) {
+	hi := vec()
+	c.VPMULUDQ(sV, idx, dst)
+	c.VPSRLQ(operand.U8(32), sV, hi)
+	c.VPMULUDQ(hi, idx, hi)
+	c.VPSLLQ(operand.U8(32), hi, hi)
+	c.VPADDQ(hi, dst, dst)
+	c.VPADDQ(eV, dst, dst)
+}
+
 func log2(n int) int {
 	k := 0
 	for 1<<k < n {
@@ -313,11 +335,8 @@ func log2(n int) int {
 
 // perm64 is the tuple in each lane after VPUNPCKLQDQ/VPUNPCKHQDQ of the
 // vectors of tuples 0-3 and 4-7: 128-bit lane l takes quadword 2l of each
-// source's lane l, that is tuples l and 4+l. inv64 is where tuple k lands.
-var (
-	perm64 = [8]int{0, 4, 1, 5, 2, 6, 3, 7}
-	inv64  = [8]int{0, 2, 4, 6, 1, 3, 5, 7}
-)
+// source's lane l, that is tuples l and 4+l.
+var perm64 = [8]int{0, 4, 1, 5, 2, 6, 3, 7}
 
 // scan64 writes the scan of packed 16-byte tuples with a 64-bit guard
 // (the CRC-64/NVME format): words w0 (the guard) and w1 (app<<48 | the
@@ -342,7 +361,6 @@ func scan64(c *build.Context, name string, esc bool, bswap, perm operand.Mem) {
 	}
 	c.Doc(fmt.Sprintf("%s is the scan of len(g) packed 16-byte tuples %s, 8 an iteration (needs AVX-512 F and BW).", name, escWhat),
 		"len(g) must be a multiple of 8 and len(t) at least len(g).")
-	locals := c.AllocLocal(64)
 	t := c.Load(c.Param("t").Base(), c.GP64())
 	g := c.Load(c.Param("g").Base(), c.GP64())
 	n := c.Load(c.Param("g").Len(), c.GP64())
@@ -350,24 +368,20 @@ func scan64(c *build.Context, name string, esc bool, bswap, perm operand.Mem) {
 	step := c.Load(c.Param("step"), c.GP64())
 	gm := c.Load(c.Param("gm"), c.GP64())
 	mask := c.Load(c.Param("mask"), c.GP64())
-	c.Comment("The expected words of the first 8 blocks, e + k*step, block k in lane inv64[k].")
-	for k := range 8 {
-		c.MOVQ(e, locals.Offset(8*inv64[k]))
-		c.ADDQ(step, e)
-	}
-	ev := c.ZMM()
-	c.VMOVDQU64(locals, ev)
 	broadcast := func(r reg.Register) reg.VecVirtual {
 		x, z := c.XMM(), c.ZMM()
 		c.VMOVQ(r, x)
 		c.VPBROADCASTQ(x, z)
 		return z
 	}
-	c.SHLQ(operand.U8(3), step)
-	stepV, gmV, maskV := broadcast(step), broadcast(gm), broadcast(mask)
 	ctl, idx := c.ZMM(), c.ZMM()
 	c.VBROADCASTI32X4(bswap, ctl)
 	c.VMOVDQU64(perm, idx)
+	c.Comment("The expected words of the first 8 blocks: e + perm64[i]*step in lane i.")
+	ev := c.ZMM()
+	laneWords(c, c.ZMM, broadcast(e), broadcast(step), idx, ev)
+	c.SHLQ(operand.U8(3), step)
+	stepV, gmV, maskV := broadcast(step), broadcast(gm), broadcast(mask)
 	var oneV, escV reg.VecVirtual
 	badG, badW := c.ZMM(), c.ZMM()
 	c.VPXORQ(badG, badG, badG)
