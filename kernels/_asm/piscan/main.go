@@ -1,12 +1,14 @@
-// Command piscan generates the amd64 kernels of package piscan: the scan of
-// packed 8-byte PI tuples (16-bit guard) that dif's verification runs over
-// every chunk of blocks of the separate layout.
+// Command piscan generates the amd64 kernels of package piscan: the scans
+// of packed PI tuples that dif's verification runs over every chunk of
+// blocks of the separate layout, of 8-byte tuples (16-bit guard: scan, the
+// rest of this comment) and of 16-byte ones (64-bit guard: scan64, whose
+// comment has its shape).
 //
 // Run by go generate in kernels/piscan (piscan_amd64.go):
 //
 //	go run -C ../_asm ./piscan -out ../piscan/zscan_amd64.s -stubs ../piscan/zscan_amd64.go
 //
-// What a kernel computes. Tuple j is read as the big-endian word w_j; the
+// What the 8-byte kernels compute. Tuple j is read as the big-endian word w_j; the
 // expected word of block j is guard_j<<48 | (e + j·step) (app tag in bits
 // 32-47, storage and ref tags below, e + j·step wrapping modulo 2^64). The
 // result is
@@ -22,8 +24,8 @@
 // Shape. A vector holds L tuples (8 in a ZMM, 4 in a YMM), one a quadword
 // lane: VPSHUFB reverses the bytes of each quadword (the big-endian load),
 // VPMOVZXWQ widens L guards to quadwords, VPSLLQ puts them at bit 48, and
-// each lane keeps its own expected word E_i = e + i·step, advanced by
-// 2L·step an iteration. Two independent chains of L tuples run an
+// each lane keeps its own expected word E_i = e + i·step (laneWords),
+// advanced by 2L·step an iteration. Two independent chains of L tuples run an
 // iteration (2L tuples), so that the OR accumulators' one-cycle latency
 // does not bound the loop; one more step of the first chain takes a
 // remaining L. On AVX-512 VPTERNLOGD folds the OR with the expected word,
