@@ -165,6 +165,10 @@ func corrupt(rng *rand.Rand, f Format, data, md []byte, n int) {
 }
 
 func TestOracleAgainstFastPath(t *testing.T) {
+	forEachScan(t, testOracleAgainstFastPath)
+}
+
+func testOracleAgainstFastPath(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	iters := 1500
 	if testing.Short() {

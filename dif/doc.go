@@ -2,7 +2,9 @@
 // (PI) over runs of blocks. It is pure Go and does no I/O; guards come from
 // the batch kernels in kernels/crct10dif, kernels/crc32c and
 // kernels/crc64nvme (one kernel call per chunk of blocks, whichever
-// implementation is active).
+// implementation is active), and the scans of tuples packed one after the
+// other (the separate layout at 512+8, 4096+8, 512+16:crc64, ...) from
+// kernels/piscan.
 //
 // # Formats
 //

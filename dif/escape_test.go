@@ -8,8 +8,13 @@ import (
 
 // TestEscapesAndFields runs every escape rule and every field, at every
 // guard width, PI position, PI type and with and without a storage tag, on
-// a one-block run built by Generate and then edited.
+// a one-block run built by Generate and then edited, under every
+// implementation of kernels/piscan.
 func TestEscapesAndFields(t *testing.T) {
+	forEachScan(t, testEscapesAndFields)
+}
+
+func testEscapesAndFields(t *testing.T) {
 	type want struct {
 		state  State
 		fields []Field

@@ -5,11 +5,14 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
+
+	"github.com/difctl/difctl/kernels"
 )
 
 // TestClassifyPackedTuples holds the scans of packed tuples (the separate
-// layout with metadata of the tuple's size: scan16w, scan16nw, scan64w,
-// scan64nw, and the strided scans beside them) to the oracle, one changed
+// layout with metadata of the tuple's size: kernels/piscan's scans under
+// each of its implementations, and the strided scans beside them) to the
+// oracle, one changed
 // block at a time, at both ends of a chunk, in every lane of the unrolled
 // loops (four blocks an iteration) and in their tails (the second chunk's
 // last three blocks): every byte of its tuple
@@ -18,6 +21,10 @@ import (
 // unchecked the scans must flag an escape themselves; checked against a
 // tag other than 0xFFFF, the app tag comparison does.
 func TestClassifyPackedTuples(t *testing.T) {
+	forEachScan(t, testClassifyPackedTuples)
+}
+
+func testClassifyPackedTuples(t *testing.T) {
 	formats := []string{"512+8:dix", "512+8:type3:dix", "512+8:sts=8:dix", "512+16:crc64:dix",
 		"512+16:crc64:type2:dix", "512+16:crc32:dix", "512+16:crc32:sts=16:dix", "512+12:dix", "512+24:crc64:dix"}
 	rng := rand.New(rand.NewPCG(3, 4))
@@ -85,5 +92,27 @@ func TestClassifyPackedTuples(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// forEachScan runs f under every implementation of kernels/piscan the CPU
+// can run, as subtests "scan=NAME", and restores the default.
+func forEachScan(t *testing.T, f func(t *testing.T)) {
+	defer kernels.Reset("piscan")
+	ran := 0
+	for _, im := range kernels.List() {
+		if im.Package != "piscan" || !im.Available {
+			continue
+		}
+		t.Run("scan="+im.Name, func(t *testing.T) {
+			if err := kernels.Select("piscan", im.Name); err != nil {
+				t.Fatal(err)
+			}
+			f(t)
+		})
+		ran++
+	}
+	if ran == 0 {
+		t.Fatal("no implementation of kernels/piscan available")
 	}
 }

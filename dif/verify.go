@@ -7,6 +7,7 @@ import (
 	"github.com/difctl/difctl/kernels/crc32c"
 	"github.com/difctl/difctl/kernels/crc64nvme"
 	"github.com/difctl/difctl/kernels/crct10dif"
+	"github.com/difctl/difctl/kernels/piscan"
 )
 
 // State classifies a block after verification.
@@ -273,9 +274,9 @@ func (v *verifier) ver16(r *run, g *[chunk]uint16) error {
 		var bad uint64
 		switch {
 		case ts == 8 && noEsc:
-			bad = scan16nw(tuples8(t, len(gs)), gs, c|lo, step, mask)
+			bad = piscan.Scan16NoEscape(tuples8(t, len(gs)), gs, c|lo, step, mask)
 		case ts == 8:
-			bad = scan16w(tuples8(t, len(gs)), gs, c|lo, step, mask)
+			bad = piscan.Scan16(tuples8(t, len(gs)), gs, c|lo, step, mask)
 		case noEsc:
 			bad = scan16n(t, ts, gs, c|lo, step, mask)
 		default:
@@ -362,9 +363,9 @@ func (v *verifier) ver64(r *run, g *[chunk]uint64) error {
 		var bad uint64
 		switch {
 		case ts == 16 && noEsc:
-			bad = scan64nw(tuples16(t, len(gs)), gs, c|lo, step, gm, mask1)
+			bad = piscan.Scan64NoEscape(tuples16(t, len(gs)), gs, c|lo, step, gm, mask1)
 		case ts == 16:
-			bad = scan64w(tuples16(t, len(gs)), gs, c|lo, step, gm, mask1)
+			bad = piscan.Scan64(tuples16(t, len(gs)), gs, c|lo, step, gm, mask1)
 		case noEsc:
 			bad = scan64n(t, ts, gs, c|lo, step, gm, mask1)
 		default:
@@ -416,7 +417,9 @@ func scan16(t []byte, ts int, gs []uint16, e, step, mask uint64) uint64 {
 // metadata of the tuple's size: 512+8, 4096+8, 512+16, ...) take them as
 // arrays, so that their loops hold no bounds check: with a check per
 // block the compiler ran out of registers and kept the offset in memory,
-// and the scan of a 512+8 read was 5% of its time.
+// and the scan of a 512+8 read was 5% of its time. Those of 8-byte tuples
+// and of the 64-bit guard's 16-byte ones are kernels/piscan's (vector
+// kernels, the generic Go scans elsewhere).
 
 // tuples8 is the first n tuples of t, 8 bytes apart, as arrays.
 func tuples8(t []byte, n int) [][8]byte {
@@ -428,72 +431,6 @@ func tuples8(t []byte, n int) [][8]byte {
 func tuples16(t []byte, n int) [][16]byte {
 	t = t[:16*n]
 	return unsafe.Slice((*[16]byte)(unsafe.Pointer(unsafe.SliceData(t))), n)
-}
-
-// scan16w is scan16 of packed tuples (len(t) == len(gs)), four blocks an
-// iteration. Its escape term is the carry out of the app tag: bit 48 of
-// (w + 1<<32) ^ w is set iff bits 32-47 of w are all ones (adding one there
-// carries into the guard's lowest bit only then), which takes three
-// operations a block where scan16's takes five.
-//
-//go:noinline
-func scan16w(t [][8]byte, gs []uint16, e, step, mask uint64) uint64 {
-	const one, carry = 1 << 32, 1 << 48
-	var bad, esc uint64
-	t = t[:len(gs)]
-	j := 0
-	for ; j+4 <= len(gs); j += 4 {
-		g, tt := gs[j:j+4:j+4], t[j:j+4:j+4]
-		w0 := binary.BigEndian.Uint64(tt[0][:])
-		w1 := binary.BigEndian.Uint64(tt[1][:])
-		w2 := binary.BigEndian.Uint64(tt[2][:])
-		w3 := binary.BigEndian.Uint64(tt[3][:])
-		e1 := e + step
-		e2 := e1 + step
-		e3 := e2 + step
-		bad |= (w0^(uint64(g[0])<<48|e))&mask | (w1^(uint64(g[1])<<48|e1))&mask |
-			(w2^(uint64(g[2])<<48|e2))&mask | (w3^(uint64(g[3])<<48|e3))&mask
-		// (^ and | bind alike in Go, left to right: each term needs its
-		// parentheses.)
-		esc |= ((w0 + one) ^ w0) | ((w1 + one) ^ w1) | ((w2 + one) ^ w2) | ((w3 + one) ^ w3)
-		e = e3 + step
-	}
-	for ; j < len(gs); j++ {
-		w := binary.BigEndian.Uint64(t[j][:])
-		bad |= (w ^ (uint64(gs[j])<<48 | e)) & mask
-		esc |= (w + one) ^ w
-		e += step
-	}
-	return bad | esc&carry
-}
-
-// scan16nw is scan16n of packed tuples (len(t) == len(gs)), four blocks an
-// iteration as in scan16w.
-//
-//go:noinline
-func scan16nw(t [][8]byte, gs []uint16, e, step, mask uint64) uint64 {
-	var bad uint64
-	t = t[:len(gs)]
-	j := 0
-	for ; j+4 <= len(gs); j += 4 {
-		g, tt := gs[j:j+4:j+4], t[j:j+4:j+4]
-		w0 := binary.BigEndian.Uint64(tt[0][:])
-		w1 := binary.BigEndian.Uint64(tt[1][:])
-		w2 := binary.BigEndian.Uint64(tt[2][:])
-		w3 := binary.BigEndian.Uint64(tt[3][:])
-		e1 := e + step
-		e2 := e1 + step
-		e3 := e2 + step
-		bad |= (w0^(uint64(g[0])<<48|e))&mask | (w1^(uint64(g[1])<<48|e1))&mask |
-			(w2^(uint64(g[2])<<48|e2))&mask | (w3^(uint64(g[3])<<48|e3))&mask
-		e = e3 + step
-	}
-	for ; j < len(gs); j++ {
-		w := binary.BigEndian.Uint64(t[j][:])
-		bad |= (w ^ (uint64(gs[j])<<48 | e)) & mask
-		e += step
-	}
-	return bad
 }
 
 // scan16n is scan16 without the escape term, for when the app tag check
@@ -577,36 +514,6 @@ func scan64n(t []byte, ts int, gs []uint64, e1, step, gm, mask1 uint64) uint64 {
 		bad |= (w0^gv)&gm | (w1^e1)&mask1
 		e1 += step
 		off += ts
-	}
-	return bad
-}
-
-// scan64w is scan64 of packed tuples (len(t) == len(gs)).
-//
-//go:noinline
-func scan64w(t [][16]byte, gs []uint64, e1, step, gm, mask1 uint64) uint64 {
-	var bad uint64
-	t = t[:len(gs)]
-	for j, gv := range gs {
-		w0 := binary.BigEndian.Uint64(t[j][:8])
-		w1 := binary.BigEndian.Uint64(t[j][8:])
-		bad |= (w0^gv)&gm | (w1^e1)&mask1 | (w1>>48+1)>>16
-		e1 += step
-	}
-	return bad
-}
-
-// scan64nw is scan64n of packed tuples (len(t) == len(gs)).
-//
-//go:noinline
-func scan64nw(t [][16]byte, gs []uint64, e1, step, gm, mask1 uint64) uint64 {
-	var bad uint64
-	t = t[:len(gs)]
-	for j, gv := range gs {
-		w0 := binary.BigEndian.Uint64(t[j][:8])
-		w1 := binary.BigEndian.Uint64(t[j][8:])
-		bad |= (w0^gv)&gm | (w1^e1)&mask1
-		e1 += step
 	}
 	return bad
 }

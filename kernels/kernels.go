@@ -3,7 +3,8 @@
 // CRC-64/NVME (crc64nvme), the one-pass T10-DIF guard and CRC-32C of a
 // block (t10crc32c), Poly1305 and Poly1305-AES (poly1305), and the keyed
 // read's one pass that copies blocks and computes their guard, CRC-32C and
-// Poly1305 partial (keyedcopy).
+// Poly1305 partial (keyedcopy), and the scan of packed 8-byte PI tuples
+// against the expected ones (piscan).
 //
 // Each kernel package picks the fastest implementation the CPU can run when
 // the program starts. The environment variable DIFCTL_KERNELS overrides that
@@ -23,18 +24,19 @@ import (
 	"github.com/difctl/difctl/kernels/internal/impl"
 	"github.com/difctl/difctl/kernels/internal/x86"
 	"github.com/difctl/difctl/kernels/keyedcopy"
+	"github.com/difctl/difctl/kernels/piscan"
 	"github.com/difctl/difctl/kernels/poly1305"
 	"github.com/difctl/difctl/kernels/t10crc32c"
 )
 
 // Packages are the kernel package names as the registry knows them: the
-// CRCs in guard-width order, the fused CRC pass, then Poly1305 and the
-// keyed read's fused pass.
-var Packages = []string{"crct10dif", "crc32c", "crc64nvme", "t10crc32c", "poly1305", "keyedcopy"}
+// CRCs in guard-width order, the fused CRC pass, then Poly1305, the
+// keyed read's fused pass, and the scan of packed PI tuples.
+var Packages = []string{"crct10dif", "crc32c", "crc64nvme", "t10crc32c", "poly1305", "keyedcopy", "piscan"}
 
 // The kernel packages register their implementations in init; importing
 // them here guarantees List sees all of them.
-var _ = []any{crct10dif.Checksum, crc32c.Checksum, crc64nvme.Checksum, t10crc32c.Blocks, poly1305.Sum, keyedcopy.BlocksCopy}
+var _ = []any{crct10dif.Checksum, crc32c.Checksum, crc64nvme.Checksum, t10crc32c.Blocks, poly1305.Sum, keyedcopy.BlocksCopy, piscan.Scan16}
 
 // Impl describes one implementation of one kernel.
 type Impl struct {

@@ -882,6 +882,38 @@ func (m *Machine) step(p *Program, fn string, in instr, pc *int) bool {
 			r[i/2] |= d << (32 * (i % 2))
 		}
 		m.setVec(last(), r)
+	case "VPMOVZXWQ":
+		// Intel: zero-extends the w/8 low words of xmm/m (w/4 bytes of
+		// memory, or the low w/4 bytes of an XMM register) to the w/8
+		// quadwords of dst. Go: src, dst.
+		if len(a) != 2 || a[0].kind == opVec && a[0].width != 16 {
+			panic(fault("operand form not modelled"))
+		}
+		var src []byte
+		if a[0].kind == opMem {
+			src = m.load(m.addr(a[0]), w/4)
+		} else {
+			b := bytesOf(m.v[a[0].vec])
+			src = b[:w/4]
+		}
+		var r [8]uint64
+		for i := 0; i < w/8; i++ {
+			r[i] = uint64(binary.LittleEndian.Uint16(src[2*i:]))
+		}
+		m.setVec(last(), r)
+	case "VPERMQ":
+		// The index form on ZMM registers (Intel: VPERMQ dst, idx,
+		// src/m512): quadword i of dst is quadword idx[i] & 7 of src. Go:
+		// src/m, idx, dst. The immediate form is not modelled.
+		if len(a) != 3 || a[0].kind == opImm || a[1].kind != opVec || w != 64 {
+			panic(fault("operand form not modelled"))
+		}
+		src, idx := m.vecVal(a[0], 64), m.vecVal(a[1], 64)
+		var r [8]uint64
+		for i := range r {
+			r[i] = src[idx[i]&7]
+		}
+		m.setVec(last(), r)
 	default:
 		if !m.stepPoly(in, w) { // poly.go
 			panic(fault("instruction not modelled"))
