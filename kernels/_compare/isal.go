@@ -132,6 +132,23 @@ static int64_t timeChecksum(int width, int kind, unsigned char *p, uint64_t len,
 	return t;
 }
 
+// emptyC returns c: a C function that does nothing, called through
+// emptyCall as the ISA-L kernels are called (k32's switch on kind then a
+// call), so that timeEmptyC times the C side's call floor.
+__attribute__((noinline)) static uint32_t emptyC(uint32_t c, unsigned char *p, uint64_t n) { (void)p; (void)n; return c; }
+static uint32_t (*volatile emptyCall)(uint32_t, unsigned char *, uint64_t) = emptyC;
+
+// timeEmptyC times reps calls of emptyC in timeChecksum's loop shape.
+static int64_t timeEmptyC(unsigned char *p, uint64_t len, long reps, uint64_t *sink) {
+	uint32_t (*f)(uint32_t, unsigned char *, uint64_t) = emptyCall;
+	uint64_t s = 0;
+	int64_t t = now();
+	for (long r = 0; r < reps; r++) s ^= f(0, p, len);
+	t = now() - t;
+	*sink ^= s;
+	return t;
+}
+
 // pair sets the guard (CRC-16/T10-DIF) and the CRC-32C of each of n blocks
 // with two calls per block, of kind's kernels; with q, it first copies
 // the block to q (memcpy) and computes both over the copy, as a reader
@@ -296,6 +313,13 @@ func isalTimeChecksum[T kerneltest.Word](p []byte, reps int) (time.Duration, uin
 	var s C.uint64_t
 	d := time.Duration(C.timeChecksum(widthOf[T](), C.int(anchorKind), ptr(p), C.uint64_t(len(p)), C.long(reps), &s))
 	return d, uint64(s)
+}
+
+// timeEmptyC times reps calls of a C function that does nothing, in
+// isalTimeChecksum's loop (BenchmarkCallFloor).
+func timeEmptyC(p []byte, reps int) time.Duration {
+	var s C.uint64_t
+	return time.Duration(C.timeEmptyC(ptr(p), C.uint64_t(len(p)), C.long(reps), &s))
 }
 
 // isalTimeT10DIFCopy times reps passes of crc16_t10dif_copy once per block.
