@@ -7,6 +7,8 @@
 //     and BlocksCopy around the package's updateGeneric;
 //   - zcrc_test.go: the shared harness (kerneltest) run on that API, the
 //     fold-table freshness check and the pure-Go fold model;
+//   - zentry_amd64_test.go: the tests of the single-call entry's targets
+//     (entryTarget, entryTargetY: kernels/_asm/small);
 //   - zfold_consts.go: the fold and Barrett constants (consts.go has the
 //     math);
 //   - for crc32c, zhybrid_consts_amd64.go: the merge constants of the
@@ -68,6 +70,10 @@ func generate(c scaffold.CRC, dir, warning string) ([]scaffold.File, error) {
 	if err := add("zfold_consts.go", consts, err); err != nil {
 		return nil, err
 	}
+	entry, err := render(entryTestTemplate, c, warning)
+	if err := add("zentry_amd64_test.go", entry, err); err != nil {
+		return nil, err
+	}
 	if c.Flag == "crc32c" {
 		h, err := hybridConsts(warning)
 		if err := add("zhybrid_consts_amd64.go", h, err); err != nil {
@@ -85,10 +91,16 @@ type api struct {
 	Word    string // uint16 ...
 	Hash    string // the hash interface New returns
 	Sum     string // the typed Sum method: Sum16 ...
+	// HasY is the variable that says the CPU has the AVX2 tier's
+	// implementation whose Update updateEntryY is (entryTargetY).
+	HasY string
 }
 
 func render(t *template.Template, c scaffold.CRC, warning string) ([]byte, error) {
-	a := api{CRC: c, Warning: warning, Bits: c.Params.Width}
+	a := api{CRC: c, Warning: warning, Bits: c.Params.Width, HasY: "hasFoldAVX2"}
+	if c.Flag == "crc32c" {
+		a.HasY = "hasHybrid256"
+	}
 	switch a.Bits {
 	case 16:
 		a.Word, a.Hash, a.Sum = "uint16", "hash.Hash", "Sum16"
@@ -273,4 +285,109 @@ func FuzzKernel(f *testing.F) { kerneltest.Fuzz(f, kernel) }
 func BenchmarkKernel(b *testing.B) { kerneltest.Bench(b, kernel) }
 
 func BenchmarkKernelDRAM(b *testing.B) { kerneltest.BenchDRAM(b, kernel) }
+`))
+
+// entryTestTemplate writes the tests of updateEntry's targets: the AVX2
+// tier's (entryTargetY) in every package, and for T10-DIF and CRC-64/NVME
+// the AVX-512 one (entryTarget; CRC-32C's, which depends on its hybrid
+// kernels' features, is tested beside them in crc32c_hybridz_amd64_test.go).
+var entryTestTemplate = template.Must(template.New("entry").Parse(`{{.Warning}}
+
+//go:build !purego
+
+package {{.Pkg}}
+
+import (
+	"math/rand/v2"
+	"testing"
+	"unsafe"
+{{if ne .Flag "crc32c"}}
+	"golang.org/x/sys/cpu"
+{{end}}
+	"github.com/difctl/difctl/kernels/internal/impl"
+)
+
+// word is the code pointer a func variable holds, which updateEntry
+// compares.
+func word(f *func({{.Word}}, []byte) {{.Word}}) unsafe.Pointer {
+	return *(*unsafe.Pointer)(unsafe.Pointer(f))
+}
+{{if ne .Flag "crc32c"}}
+// TestEntryTarget checks that updateEntry's own path is live under avx512
+// where the CPU has the kernel's features: the dispatch variable then holds
+// the same function value as entryTarget, which updateEntry compares word
+// for word. (Were they to differ, every call would take the fallback:
+// correct, and slower.)
+func TestEntryTarget(t *testing.T) {
+	if !hasFoldAVX512 || !cpu.X86.HasAVX512VL || !cpu.X86.HasAVX512DQ {
+		if entryTarget != nil {
+			t.Fatal("entryTarget is set on a CPU without the kernel's features")
+		}
+		t.Skip("the CPU lacks AVX-512 VPCLMULQDQ, VL or DQ")
+	}
+	defer impl.Reset(pkgName)
+	if err := impl.Select(pkgName, "avx512"); err != nil {
+		t.Fatal(err)
+	}
+	if word(&update) != word(&entryTarget) {
+		t.Fatal("update under avx512 is not the word entryTarget holds")
+	}
+	if err := impl.Select(pkgName, "generic"); err != nil {
+		t.Fatal(err)
+	}
+	if word(&update) == word(&entryTarget) {
+		t.Fatal("update under generic is the word entryTarget holds")
+	}
+}
+{{end}}
+// TestEntryTargetY checks that updateEntry's jump to the AVX2 tier's
+// kernel (updateEntryY) is live under avx2 where the CPU has its features,
+// and under no other implementation: the dispatch variable then holds the
+// same function value as entryTargetY, which updateEntry compares word for
+// word. Update and Checksum under avx2 are then checked against the
+// portable code at every length the kernel takes and past it, from
+// several registers and alignments.
+func TestEntryTargetY(t *testing.T) {
+	if !{{.HasY}} {
+		if entryTargetY != nil {
+			t.Fatal("entryTargetY is set on a CPU without the kernel's features")
+		}
+		t.Skip("the CPU lacks AVX2 or VPCLMULQDQ")
+	}
+	defer impl.Reset(pkgName)
+	for _, name := range impl.List(pkgName) {
+		if !name.Available {
+			continue
+		}
+		if err := impl.Select(pkgName, name.Name); err != nil {
+			t.Fatal(err)
+		}
+		if got := word(&update) == word(&entryTargetY); got != (name.Name == "avx2") {
+			t.Errorf("impl=%s: update is entryTargetY's word: %v", name.Name, got)
+		}
+	}
+	if err := impl.Select(pkgName, "avx2"); err != nil {
+		t.Fatal(err)
+	}
+	r := rand.New(rand.NewPCG(1, 2))
+	buf := make([]byte, 1100+64)
+	for i := range buf {
+		buf[i] = byte(r.Uint32())
+	}
+	n := 1100
+	if testing.Short() {
+		n = 1040
+	}
+	for size := 0; size <= n; size++ {
+		off := size % 64
+		p := buf[off : off+size]
+		crc := {{.Word}}(r.Uint64())
+		if got, want := Update(crc, p), updateGeneric(crc, p); got != want {
+			t.Fatalf("size=%d align=%d: Update %#x, want %#x", size, off, got, want)
+		}
+		if got, want := Checksum(p), updateGeneric(0, p); got != want {
+			t.Fatalf("size=%d align=%d: Checksum %#x, want %#x", size, off, got, want)
+		}
+	}
+}
 `))
