@@ -20,62 +20,25 @@
 # MCA (llvm-mca-19, Debian llvm-19), OBJDUMP (objdump).
 set -euo pipefail
 
-here=$(cd "$(dirname "$0")" && pwd)
-cd "$here/../.."
-CPUS=${CPUS:-"znver4 sapphirerapids"}
-ITER=${ITER:-300}
-MCA=${MCA:-llvm-mca-19}
-OBJDUMP=${OBJDUMP:-objdump}
+. "$(dirname "$0")/lib.sh"
+mca_init "znver4 sapphirerapids"
 
-#   symbol                                        loop  bytes  label
+#   package symbol                                        loop  bytes  label
 table='
-github.com/difctl/difctl/kernels/crc32c.hybridBlocksZ0.abi0    1  1024  Z0: 16 folds
-github.com/difctl/difctl/kernels/crc32c.hybridBlocksZ1.abi0    1  1024  Z1: 1 CRC32 + 15 folds
-github.com/difctl/difctl/kernels/crc32c.hybridBlocksZ2.abi0    1  1024  Z2: 2 CRC32 + 14 folds
-github.com/difctl/difctl/kernels/crc32c.hybridBlocksZ3.abi0    1  1024  Z3: 3 CRC32 + 13 folds
-github.com/difctl/difctl/kernels/crc32c.hybridBlocksZ2SU4.abi0  1  4096  Z2SU4: 2 CRC32 x 2 chains + 14 folds, 4 steps
-github.com/difctl/difctl/kernels/crc32c.hybridBlocksZ3SU4.abi0  1  4096  Z3SU4: 3 CRC32 x 2 chains + 13 folds, 4 steps
-github.com/difctl/difctl/kernels/crc32c.hybridBlocksZ4U4.abi0   1  4096  Z4U4: 4 CRC32 + 12 folds, 4 steps
-github.com/difctl/difctl/kernels/crc32c.hybridBlocksZ5U4.abi0   1  4096  Z5U4: 5 CRC32 + 11 folds, 4 steps
-github.com/difctl/difctl/kernels/crc32c.hybridBlocksZ3U4.abi0   1  4096  Z3U4: 3 CRC32 + 13 folds, 4 steps
-github.com/difctl/difctl/kernels/crc32c.hybridBlocks256.abi0    1   192  ymm 3+3: 3 CRC32 + 3 folds
-github.com/difctl/difctl/kernels/crc32c.hybridBlocks256S.abi0   1   192  ymm 2x2+4: 2 CRC32 x 2 chains + 4 folds
-github.com/difctl/difctl/kernels/crc32c.hybridBlocksZA1.abi0   3  1024  ZA1: 1 CRC32 + 15 aligned folds
-github.com/difctl/difctl/kernels/crc32c.foldBlocksAVX512.abi0  1   256  fold: 4 blocks
+crc32c github.com/difctl/difctl/kernels/crc32c.hybridBlocksZ0.abi0    1  1024  Z0: 16 folds
+crc32c github.com/difctl/difctl/kernels/crc32c.hybridBlocksZ1.abi0    1  1024  Z1: 1 CRC32 + 15 folds
+crc32c github.com/difctl/difctl/kernels/crc32c.hybridBlocksZ2.abi0    1  1024  Z2: 2 CRC32 + 14 folds
+crc32c github.com/difctl/difctl/kernels/crc32c.hybridBlocksZ3.abi0    1  1024  Z3: 3 CRC32 + 13 folds
+crc32c github.com/difctl/difctl/kernels/crc32c.hybridBlocksZ2SU4.abi0  1  4096  Z2SU4: 2 CRC32 x 2 chains + 14 folds, 4 steps
+crc32c github.com/difctl/difctl/kernels/crc32c.hybridBlocksZ3SU4.abi0  1  4096  Z3SU4: 3 CRC32 x 2 chains + 13 folds, 4 steps
+crc32c github.com/difctl/difctl/kernels/crc32c.hybridBlocksZ4U4.abi0   1  4096  Z4U4: 4 CRC32 + 12 folds, 4 steps
+crc32c github.com/difctl/difctl/kernels/crc32c.hybridBlocksZ5U4.abi0   1  4096  Z5U4: 5 CRC32 + 11 folds, 4 steps
+crc32c github.com/difctl/difctl/kernels/crc32c.hybridBlocksZ3U4.abi0   1  4096  Z3U4: 3 CRC32 + 13 folds, 4 steps
+crc32c github.com/difctl/difctl/kernels/crc32c.hybridBlocks256.abi0    1   192  ymm 3+3: 3 CRC32 + 3 folds
+crc32c github.com/difctl/difctl/kernels/crc32c.hybridBlocks256S.abi0   1   192  ymm 2x2+4: 2 CRC32 x 2 chains + 4 folds
+crc32c github.com/difctl/difctl/kernels/crc32c.hybridBlocksZA1.abi0   3  1024  ZA1: 1 CRC32 + 15 aligned folds
+crc32c github.com/difctl/difctl/kernels/crc32c.foldBlocksAVX512.abi0  1   256  fold: 4 blocks
 '
 
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-GOARCH=amd64 go test -c -o "$tmp/crc32c.test" ./kernels/crc32c
-"$OBJDUMP" -d --no-show-raw-insn "$tmp/crc32c.test" >"$tmp/all.dis"
-
-printf '%-36s %5s' "loop" "B/it"
-for cpu in $CPUS; do printf ' %-24s' "$cpu"; done
-printf '\n'
-while read -r sym n bytes label; do
-  [ -z "$sym" ] && continue
-  awk -v s="<$sym>:" '$2 == s { f = 1; next } f && /^$/ { exit } f' "$tmp/all.dis" >"$tmp/sym.dis"
-  if [ ! -s "$tmp/sym.dis" ]; then printf '%-36s not found\n' "$label"; continue; fi
-  # The n-th backward branch: a jump whose target address is below its own
-  # (addresses of one binary are hex strings of one width: compared as
-  # strings, padded, they order as numbers).
-  read -r from to < <(awk -v n="$n" '
-    { addr = sprintf("%16s", substr($1, 1, length($1) - 1)) }
-    $2 ~ /^j/ && $3 ~ /^[0-9a-f]+$/ { t = sprintf("%16s", $3); if (t "" < addr "" && ++k == n) { print $3, substr($1, 1, length($1) - 1); exit } }
-  ' "$tmp/sym.dis")
-  awk -v from="$from" -v to="$to" '
-    { a = substr($1, 1, length($1) - 1) }
-    a == from { on = 1 }
-    on { $1 = ""; sub(/<.*>/, ""); print }
-    a == to { exit }
-  ' "$tmp/sym.dis" | sed -E 's/^ *(j[a-z]+) .*/\1 loop/' | (echo 'loop:'; cat) >"$tmp/piece.s"
-  printf '%-36s %5d' "$label" "$bytes"
-  for cpu in $CPUS; do
-    # A CPU without the instructions (AVX-512 on znver2) makes llvm-mca
-    # fail: "n/a".
-    c=$("$MCA" -mcpu="$cpu" -iterations="$ITER" "$tmp/piece.s" 2>/dev/null | awk '/^Total Cycles:/ { print $3 }' || true)
-    if [ -z "$c" ]; then printf ' %-24s' "n/a"; continue; fi
-    awk -v c="$c" -v it="$ITER" -v b="$bytes" 'BEGIN { printf " %7.1f c/it %6.3f c/B  ", c / it, c / it / b }'
-  done
-  printf '\n'
-done <<<"$table"
+mca_dis crc32c
+mca_table 36 <<<"$table"

@@ -23,20 +23,10 @@
 # MCA (llvm-mca-19, Debian llvm-19), OBJDUMP (objdump).
 set -euo pipefail
 
-here=$(cd "$(dirname "$0")" && pwd)
-cd "$here/../.."
-CPUS=${CPUS:-"znver3 alderlake sapphirerapids"}
-ITER=${ITER:-300}
-MCA=${MCA:-llvm-mca-19}
-OBJDUMP=${OBJDUMP:-objdump}
+. "$(dirname "$0")/lib.sh"
+mca_init "znver3 alderlake sapphirerapids"
 SYM=${1:-foldBlocksAVX2}
-
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-for pkg in crct10dif crc64nvme; do
-  GOARCH=amd64 go test -c -o "$tmp/$pkg.test" "./kernels/$pkg"
-  "$OBJDUMP" -d --no-show-raw-insn "$tmp/$pkg.test" >"$tmp/$pkg.dis"
-done
+mca_dis crct10dif crc64nvme
 
 # piece FILE KIND: writes the piece to stdout. Addresses of one binary are
 # hex strings of one width: padded, they compare as strings like numbers.
@@ -79,17 +69,15 @@ printf '%-36s' "piece"
 for cpu in $CPUS; do printf ' %-15s' "$cpu"; done
 printf '\n'
 for pkg in crct10dif crc64nvme; do
-  sym="github.com/difctl/difctl/kernels/$pkg.$SYM.abi0"
-  awk -v s="<$sym>:" '$2 == s { f = 1; next } f && /^$/ { exit } f' "$tmp/$pkg.dis" >"$tmp/sym.dis"
-  if [ ! -s "$tmp/sym.dis" ]; then printf '%-36s not found\n' "$pkg $SYM"; continue; fi
+  if ! mca_sym "$pkg" "$SYM"; then printf '%-36s not found\n' "$pkg $SYM"; continue; fi
   for kind in step group; do
     { echo 'loop:'; piece "$tmp/sym.dis" "$kind"; } >"$tmp/piece.s"
     [ -n "${VERBOSE:-}" ] && cat "$tmp/piece.s"
     printf '%-36s' "$pkg $SYM $kind"
     for cpu in $CPUS; do
-      c=$("$MCA" -mcpu="$cpu" -iterations="$ITER" "$tmp/piece.s" 2>/dev/null | awk '/^Total Cycles:/ { print $3 }' || true)
-      if [ -z "$c" ]; then printf ' %-15s' "n/a"; continue; fi
-      awk -v c="$c" -v it="$ITER" 'BEGIN { printf " %7.1f c/it    ", c / it }'
+      mca_run "$cpu"
+      if [ -z "$mca_cycles" ]; then printf ' %-15s' "n/a"; continue; fi
+      awk -v c="$mca_cycles" -v it="$ITER" 'BEGIN { printf " %7.1f c/it    ", c / it }'
     done
     printf '\n'
   done

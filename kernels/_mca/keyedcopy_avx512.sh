@@ -13,12 +13,8 @@
 # MCA (llvm-mca-19, Debian llvm-19), OBJDUMP (objdump).
 set -euo pipefail
 
-here=$(cd "$(dirname "$0")" && pwd)
-cd "$here/../.."
-CPUS=${CPUS:-"sapphirerapids znver4"}
-ITER=${ITER:-300}
-MCA=${MCA:-llvm-mca-19}
-OBJDUMP=${OBJDUMP:-objdump}
+. "$(dirname "$0")/lib.sh"
+mca_init "sapphirerapids znver4"
 pkg=github.com/difctl/difctl/kernels
 
 #   symbol                          loop  bytes  label
@@ -28,10 +24,7 @@ $pkg/t10crc32c.fusedBlocksCopyZG.abi0 1  128  pass 1: fusedBlocksCopyZG
 $pkg/poly1305.lanesIFMAS.abi0        1  512  pass 2: lanesIFMAS
 "
 
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-GOARCH=amd64 go test -c -o "$tmp/k.test" ./kernels/keyedcopy
-"$OBJDUMP" -d --no-show-raw-insn "$tmp/k.test" >"$tmp/all.dis"
+mca_dis keyedcopy
 
 declare -A sum
 printf '%-30s %5s' "loop" "B/it"
@@ -39,27 +32,16 @@ for cpu in $CPUS; do printf ' %-44s' "$cpu"; done
 printf '\n'
 while read -r sym n bytes label; do
   [ -z "$sym" ] && continue
-  awk -v s="<$sym>:" '$2 == s { f = 1; next } f && /^$/ { exit } f' "$tmp/all.dis" >"$tmp/sym.dis"
-  if [ ! -s "$tmp/sym.dis" ]; then printf '%-30s not found\n' "$label"; continue; fi
-  # The body of the n-th backward branch (crc32c_avx512.sh has the method).
-  read -r from to < <(awk -v n="$n" '
-    { addr = sprintf("%16s", substr($1, 1, length($1) - 1)) }
-    $2 ~ /^j/ && $3 ~ /^[0-9a-f]+$/ { t = sprintf("%16s", $3); if (t "" < addr "" && ++k == n) { print $3, substr($1, 1, length($1) - 1); exit } }
-  ' "$tmp/sym.dis")
-  awk -v from="$from" -v to="$to" '
-    { a = substr($1, 1, length($1) - 1) }
-    a == from { on = 1 }
-    on { $1 = ""; sub(/<.*>/, ""); print }
-    a == to { exit }
-  ' "$tmp/sym.dis" | sed -E 's/^ *(j[a-z]+) .*/\1 loop/' | (echo 'loop:'; cat) >"$tmp/piece.s"
+  if ! mca_sym keyedcopy "$sym"; then printf '%-30s not found\n' "$label"; continue; fi
+  mca_loop "$n"
   printf '%-30s %5d' "${label#*: }" "$bytes"
   for cpu in $CPUS; do
-    out=$("$MCA" -mcpu="$cpu" -iterations="$ITER" "$tmp/piece.s" 2>/dev/null || true)
-    c=$(awk '/^Total Cycles:/ { print $3 }' <<<"$out")
+    mca_run "$cpu"
+    c=$mca_cycles
     if [ -z "$c" ]; then printf ' %-44s' "n/a"; continue; fi
     # The two busiest resources of the pressure-per-iteration table.
     ports=$(awk '/^Resources:/ { r = 1; next } r && /^$/ { r = 0 } r && /^\[/ { name[$1] = $3 } /^Resource pressure per iteration:/ { p = 1; next }
-      p == 1 { split($0, h); p = 2; next } p == 2 { for (i = 1; i <= NF; i++) if ($i != "-") print $i, name[h[i]]; exit }' <<<"$out" |
+      p == 1 { split($0, h); p = 2; next } p == 2 { for (i = 1; i <= NF; i++) if ($i != "-") print $i, name[h[i]]; exit }' <<<"$mca_out" |
       sort -rn | head -2 | awk '{ printf "%s %.0f ", $2, $1 }')
     cb=$(awk -v c="$c" -v it="$ITER" -v b="$bytes" 'BEGIN { printf "%.4f", c / it / b }')
     sum[$cpu]=$(awk -v a="${sum[$cpu]:-0}" -v b="$cb" -v l="$label" 'BEGIN { print (l ~ /^pass/) ? a + b : a }')

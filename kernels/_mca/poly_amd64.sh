@@ -34,55 +34,18 @@
 # (300), MCA (llvm-mca-19, Debian llvm-19), OBJDUMP (objdump).
 set -euo pipefail
 
-here=$(cd "$(dirname "$0")" && pwd)
-cd "$here/../.."
-CPUS=${CPUS:-"znver2 znver3 znver4 sapphirerapids"}
-ITER=${ITER:-300}
-MCA=${MCA:-llvm-mca-19}
-OBJDUMP=${OBJDUMP:-objdump}
+. "$(dirname "$0")/lib.sh"
+mca_init "znver2 znver3 znver4 sapphirerapids"
 
-#   symbol                                        loop  bytes  label
+#   package symbol                                        loop  bytes  label
 table='
-golang.org/x/crypto/internal/poly1305.update.abi0   1    16   x/crypto: MULQ, 1 block x 1 chunk
-github.com/difctl/difctl/kernels/poly1305.lanesAVX2.abi0        1   256   avx2: 4 blocks x 4 chunks
-github.com/difctl/difctl/kernels/poly1305.lanesHybridAVX2.abi0  1   384   hybrid: 6 blocks x 4 chunks
-github.com/difctl/difctl/kernels/poly1305.lanesAVX2R8.abi0      1   512   avx2r8: 4 blocks x 8 chunks
-github.com/difctl/difctl/kernels/poly1305.lanesHybridR8.abi0    1   768   hybrid8: 6 blocks x 8 chunks
-github.com/difctl/difctl/kernels/poly1305.lanesIFMA.abi0        1   512   avx512ifma: 8 blocks x 4 chunks
+poly1305 golang.org/x/crypto/internal/poly1305.update.abi0   1    16   x/crypto: MULQ, 1 block x 1 chunk
+poly1305 github.com/difctl/difctl/kernels/poly1305.lanesAVX2.abi0        1   256   avx2: 4 blocks x 4 chunks
+poly1305 github.com/difctl/difctl/kernels/poly1305.lanesHybridAVX2.abi0  1   384   hybrid: 6 blocks x 4 chunks
+poly1305 github.com/difctl/difctl/kernels/poly1305.lanesAVX2R8.abi0      1   512   avx2r8: 4 blocks x 8 chunks
+poly1305 github.com/difctl/difctl/kernels/poly1305.lanesHybridR8.abi0    1   768   hybrid8: 6 blocks x 8 chunks
+poly1305 github.com/difctl/difctl/kernels/poly1305.lanesIFMA.abi0        1   512   avx512ifma: 8 blocks x 4 chunks
 '
 
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-GOARCH=amd64 go test -c -o "$tmp/poly.test" ./kernels/poly1305
-"$OBJDUMP" -d --no-show-raw-insn "$tmp/poly.test" >"$tmp/all.dis"
-
-printf '%-36s %5s' "loop" "B/it"
-for cpu in $CPUS; do printf ' %-24s' "$cpu"; done
-printf '\n'
-while read -r sym n bytes label; do
-  [ -z "$sym" ] && continue
-  awk -v s="<$sym>:" '$2 == s { f = 1; next } f && /^$/ { exit } f' "$tmp/all.dis" >"$tmp/sym.dis"
-  if [ ! -s "$tmp/sym.dis" ]; then printf '%-36s not found\n' "$label"; continue; fi
-  # The n-th backward branch: a jump whose target address is below its own
-  # (addresses of one binary are hex strings of one width: compared as
-  # strings, padded, they order as numbers).
-  read -r from to < <(awk -v n="$n" '
-    { addr = sprintf("%16s", substr($1, 1, length($1) - 1)) }
-    $2 ~ /^j/ && $3 ~ /^[0-9a-f]+$/ { t = sprintf("%16s", $3); if (t "" < addr "" && ++k == n) { print $3, substr($1, 1, length($1) - 1); exit } }
-  ' "$tmp/sym.dis")
-  awk -v from="$from" -v to="$to" '
-    { a = substr($1, 1, length($1) - 1) }
-    a == from { on = 1 }
-    on { $1 = ""; sub(/<.*>/, ""); print }
-    a == to { exit }
-  ' "$tmp/sym.dis" | sed -E 's/^ *(j[a-z]+) .*/\1 loop/' | (echo 'loop:'; cat) >"$tmp/piece.s"
-  printf '%-36s %5d' "$label" "$bytes"
-  for cpu in $CPUS; do
-    # A CPU without the instructions (AVX-512 on znver2) makes llvm-mca
-    # fail: "n/a".
-    c=$("$MCA" -mcpu="$cpu" -iterations="$ITER" "$tmp/piece.s" 2>/dev/null | awk '/^Total Cycles:/ { print $3 }' || true)
-    if [ -z "$c" ]; then printf ' %-24s' "n/a"; continue; fi
-    awk -v c="$c" -v it="$ITER" -v b="$bytes" 'BEGIN { printf " %7.1f c/it %6.3f c/B  ", c / it, c / it / b }'
-  done
-  printf '\n'
-done <<<"$table"
+mca_dis poly1305
+mca_table 36 <<<"$table"
