@@ -368,25 +368,53 @@ func body() {
 	ctx.TESTQ(operand.U32(48), cx)
 	ctx.JNZ(lbl("pieces"))
 
+	// group folds the g ZMM vectors at BX's data and constants (64 bytes
+	// apart), the first carrying the register x if x is not nil, into acc:
+	// a load and two multiplies a vector, the constants as the multiplies'
+	// memory operands, and one VPTERNLOGD a vector.
 	data := operand.Mem{Base: bx, Index: di, Scale: 1}
 	k := mem(bx, 0)
-	ctx.Label("zfirst")
-	ctx.Comment("ZMM vectors: the first one carries the register (zero if a piece",
-		"took it).")
-	load(data, init, v)
-	ctx.VPCLMULQDQ(hiImm, k, v, w)
-	ctx.VPCLMULQDQ(loImm, k, v, v)
-	ctx.VPTERNLOGD(operand.U8(0x96), w, v, acc)
-	ctx.ADDQ(operand.U8(64), bx)
+	vs := [4][2]reg.VecPhysical{{v, w}, {reg.Z22, reg.Z23}, {reg.Z24, reg.Z25}, {reg.Z26, reg.Z27}}
+	group := func(g int, x reg.Register) {
+		for i := range g {
+			vi, wi := vs[i][0], vs[i][1]
+			if i > 0 {
+				x = nil
+			}
+			load(operand.Mem{Base: bx, Index: di, Scale: 1, Disp: 64 * i}, x, vi)
+			ctx.VPCLMULQDQ(hiImm, mem(bx, 64*i), vi, wi)
+			ctx.VPCLMULQDQ(loImm, mem(bx, 64*i), vi, vi)
+			ctx.VPTERNLOGD(operand.U8(0x96), wi, vi, acc)
+		}
+	}
+	ctx.Label("vectors")
+	ctx.Comment("CX = 64·z bytes of ZMM vectors, z >= 1: one vector if z is odd, two",
+		"if z&2, then four a step, with no loop counter beyond CX and BX; the",
+		"first vector takes the register (zero if a piece took it).")
+	ctx.TESTQ(operand.U32(64), cx)
+	ctx.JZ(lbl("z2"))
+	group(1, init)
 	ctx.SUBQ(operand.U8(64), cx)
 	ctx.JZ(lbl("collapse"))
-	ctx.Label("zloop")
-	load(data, nil, v)
-	ctx.VPCLMULQDQ(hiImm, k, v, w)
-	ctx.VPCLMULQDQ(loImm, k, v, v)
-	ctx.VPTERNLOGD(operand.U8(0x96), w, v, acc)
 	ctx.ADDQ(operand.U8(64), bx)
-	ctx.SUBQ(operand.U8(64), cx)
+	ctx.VPXORQ(init, init, init)
+	ctx.Label("z2")
+	ctx.TESTQ(operand.U32(128), cx)
+	ctx.JZ(lbl("z4"))
+	group(2, init)
+	ctx.SUBQ(operand.U32(128), cx)
+	ctx.JZ(lbl("collapse"))
+	ctx.ADDQ(operand.U32(128), bx)
+	ctx.VPXORQ(init, init, init)
+	ctx.Label("z4")
+	group(4, init)
+	ctx.ADDQ(operand.U32(256), bx)
+	ctx.SUBQ(operand.U32(256), cx)
+	ctx.JZ(lbl("collapse"))
+	ctx.Label("zloop")
+	group(4, nil)
+	ctx.ADDQ(operand.U32(256), bx)
+	ctx.SUBQ(operand.U32(256), cx)
 	ctx.JNZ(lbl("zloop"))
 
 	ctx.Label("collapse")
@@ -496,9 +524,8 @@ func body() {
 	ctx.VPXORQ(init.AsX(), init.AsX(), init.AsX())
 	ctx.ADDQ(operand.U8(32), bx)
 	ctx.SUBQ(operand.U8(32), cx)
-	ctx.Label("vectors")
 	ctx.TESTQ(cx, cx)
-	ctx.JNZ(lbl("zfirst"))
+	ctx.JNZ(lbl("vectors"))
 	ctx.JMP(lbl("collapse"))
 
 	if !isC {
