@@ -36,7 +36,9 @@
 //     its own constant of crcmath.RevFoldTable's reversed Fold row (lane l
 //     of m by Fold[m-1-l], so the multiplies are independent of each
 //     other): one XMM and one YMM piece first when the lane count is not a
-//     multiple of four, then ZMM vectors; the last vector's last lane meets
+//     multiple of four, then ZMM vectors (one, two, then four a step, each
+//     vector's constant loaded once for both multiplies: two 64-byte
+//     loads a vector, not three); the last vector's last lane meets
 //     Fold[0] = 0 and is added as is;
 //   - the lanes are XORed together into the 128-bit V, whose CRC register
 //     V·x^w mod P is that of the whole input; CRC-32C reduces it by two
@@ -372,9 +374,8 @@ func body() {
 	// apart), the first carrying the register x if x is not nil, into acc:
 	// two loads and two multiplies a vector and one VPTERNLOGD. The
 	// constant goes through a register rather than being each multiply's
-	// memory operand: a core takes two 64-byte loads a cycle, and three
-	// a vector held 512-byte CRC-32C calls at 0.89-0.92 of ISA-L, two at
-	// 1.00-1.04 (docs/perf/small-calls.md).
+	// memory operand: three 64-byte loads a vector measured slower at
+	// 512 bytes than two (docs/perf/small-calls.md).
 	data := operand.Mem{Base: bx, Index: di, Scale: 1}
 	k := mem(bx, 0)
 	vs := [4][2]reg.VecPhysical{{v, w}, {reg.Z22, reg.Z23}, {reg.Z24, reg.Z25}, {reg.Z26, reg.Z27}}
