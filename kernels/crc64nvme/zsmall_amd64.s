@@ -18,6 +18,10 @@ DATA tailShuf<>+80(SB)/8, $0x0000000000000000
 DATA tailShuf<>+88(SB)/8, $0x0000000000000000
 GLOBL tailShuf<>(SB), RODATA|NOPTR, $96
 
+DATA barrett2<>+0(SB)/8, $0x27ecfa329aef9f76
+DATA barrett2<>+8(SB)/8, $0x34d926535897936a
+GLOBL barrett2<>(SB), RODATA|NOPTR, $16
+
 // func updateEntry(crc uint64, p []byte) uint64
 // Requires: AVX, AVX512F, AVX512VL, PCLMULQDQ, VPCLMULQDQ
 TEXT ·updateEntry(SB), NOSPLIT, $0-40
@@ -158,18 +162,16 @@ collapse:
 	JNZ   tail
 
 reduce:
-	// V·x^64 mod P: Final, then Barrett (crcmath.Reduce, reflected, w = 64).
+	// V·x^64 mod P: Final, then Barrett (crcmath.Reduce, reflected, w = 64)
+	// with the one-place shifts in barrett2's constants.
 	VPCLMULQDQ $0x00, 1040(DX), X17, X18
 	VPSRLDQ    $0x08, X17, X19
 	VPXORQ     X19, X18, X18
-	VPCLMULQDQ $0x00, 1056(DX), X18, X19
-	VPSLLQ     $0x01, X19, X19
+	VPCLMULQDQ $0x00, barrett2<>+0(SB), X18, X19
 	VPXORQ     X19, X18, X17
-	VPCLMULQDQ $0x10, 1056(DX), X17, X19
-	VPSLLQ     $0x01, X19, X17
-	VPSRLQ     $0x3f, X19, X19
-	VPSLLDQ    $0x08, X19, X19
-	VPTERNLOGD $0x96, X19, X17, X18
+	VPCLMULQDQ $0x10, barrett2<>+0(SB), X17, X19
+	VPSLLDQ    $0x08, X17, X17
+	VPTERNLOGD $0x96, X17, X19, X18
 	VPEXTRQ    $0x01, X18, AX
 	NOTQ       AX
 	MOVQ       AX, ret+32(FP)

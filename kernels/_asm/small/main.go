@@ -59,12 +59,14 @@ import (
 	"fmt"
 	"go/types"
 
+	"github.com/mmcloughlin/avo/attr"
 	"github.com/mmcloughlin/avo/build"
 	"github.com/mmcloughlin/avo/ir"
 	"github.com/mmcloughlin/avo/operand"
 	"github.com/mmcloughlin/avo/reg"
 
 	"github.com/difctl/difctl/kernels/_asm/internal/scaffold"
+	"github.com/difctl/difctl/kernels/internal/crcmath"
 )
 
 func main() {
@@ -111,6 +113,9 @@ var (
 	unrefl    bool
 	bswapMask operand.Mem
 	tailShuf  operand.Mem
+	// barrett2 and barrett2Top: barrett2Data (CRC-64/NVME).
+	barrett2    operand.Mem
+	barrett2Top bool
 	// target is the Go function entryTarget holds, which updateEntry
 	// jumps to for the lengths its body does not take.
 	target string
@@ -131,6 +136,9 @@ func generate(cmd []string, c scaffold.CRC) (asm, stubs []byte, err error) {
 		target = "updateHybridZ"
 	}
 	staticData()
+	if width == 64 {
+		barrett2Data(c.Params)
+	}
 	if isC {
 		smallZ()
 	}
@@ -610,24 +618,47 @@ func sized(r reg.VecPhysical, like reg.Register) reg.Register {
 // reduce64 leaves in AX the CRC-64/NVME register of the last lane V (in
 // v), as crcmath.Reduce computes it for the reflected CRC with w = 64:
 // T = Hi·C(128) ⊕ Lo·x^64 (Final, and Lo moved down a quadword); the
-// Barrett quotient q = T.Q0 ⊕ (T.Q0·mu)_low·x (Mu); the register is
-// T.Q1 ⊕ ((q·p)·x).Q1 (Poly), where ·x is the one-place shift of a
-// reflected product. a and b are scratch; v is overwritten.
+// Barrett quotient q = T.Q0 ⊕ (T.Q0·mu)_low·x; the register is
+// T.Q1 ⊕ ((q·p)·x).Q1, where ·x is the one-place shift (up, as a
+// 128-bit integer) of a reflected product. The shifts are in the
+// constants of barrett2 (see barrett2Data): (T.Q0·mu)·x = T.Q0·(mu·x),
+// whose low quadword is that of T.Q0·mu2 with mu2 = mu·x mod 2^64, since
+// the bit shifted out of mu only reaches the high quadword; and (q·p)·x
+// = q·p2 ⊕ q·x^64 with p2 = p·x mod 2^64 when p's top bit is set (the
+// CRC-64/NVME polynomial's is), whose high quadword is (q·p2).Q1 ⊕ q.
+// a and b are scratch; v is overwritten.
 func reduce64(v, a, b, tab reg.Register) {
 	ax := reg.RAX
-	ctx.Comment("V·x^64 mod P: Final, then Barrett (crcmath.Reduce, reflected, w = 64).")
+	ctx.Comment("V·x^64 mod P: Final, then Barrett (crcmath.Reduce, reflected, w = 64)",
+		"with the one-place shifts in barrett2's constants.")
 	ctx.VPCLMULQDQ(operand.U8(0x00), mem(tab, scaffold.TableFinal), v, a)
 	ctx.VPSRLDQ(operand.U8(8), v, b)
 	ctx.VPXORQ(b, a, a)
-	ctx.VPCLMULQDQ(operand.U8(0x00), mem(tab, scaffold.TableMu), a, b)
-	ctx.VPSLLQ(operand.U8(1), b, b)
+	ctx.VPCLMULQDQ(operand.U8(0x00), barrett2, a, b)
 	ctx.VPXORQ(b, a, v)
-	ctx.VPCLMULQDQ(operand.U8(0x10), mem(tab, scaffold.TableMu), v, b)
-	ctx.VPSLLQ(operand.U8(1), b, v)
-	ctx.VPSRLQ(operand.U8(63), b, b)
-	ctx.VPSLLDQ(operand.U8(8), b, b)
-	ctx.VPTERNLOGD(operand.U8(0x96), b, v, a)
+	ctx.VPCLMULQDQ(operand.U8(0x10), barrett2, v, b)
+	if barrett2Top {
+		ctx.VPSLLDQ(operand.U8(8), v, v)
+		ctx.VPTERNLOGD(operand.U8(0x96), v, b, a)
+	} else {
+		ctx.VPXORQ(b, a, a)
+	}
 	ctx.VPEXTRQ(operand.U8(1), a, ax)
+}
+
+// barrett2Data writes barrett2, the reflected CRC-64's Barrett constants
+// shifted one place for reduce64: {mu·x mod 2^64, p·x mod 2^64} with mu
+// and p reflected as crcmath.NewFoldTable stores them (reflected, ·x is
+// a shift up of the 64-bit integer); barrett2Top records whether p's top
+// bit, which the shift drops, is set.
+func barrett2Data(p crcmath.Params) {
+	mu := crcmath.Reflect(crcmath.BarrettMu(p), 64)
+	poly := crcmath.Reflect(p.Poly, 64)
+	barrett2 = ctx.StaticGlobal("barrett2")
+	ctx.DataAttributes(attr.RODATA | attr.NOPTR)
+	ctx.AddDatum(0, operand.U64(mu<<1))
+	ctx.AddDatum(8, operand.U64(poly<<1))
+	barrett2Top = poly>>63 == 1
 }
 
 // reduce16 leaves in AX (zero-extended) the T10-DIF CRC of the last lane
