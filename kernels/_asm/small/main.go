@@ -113,9 +113,8 @@ var (
 	unrefl    bool
 	bswapMask operand.Mem
 	tailShuf  operand.Mem
-	// barrett2 and barrett2Top: barrett2Data (CRC-64/NVME).
-	barrett2    operand.Mem
-	barrett2Top bool
+	// barrett2: barrett2Data (CRC-64/NVME).
+	barrett2 operand.Mem
 	// target is the Go function entryTarget holds, which updateEntry
 	// jumps to for the lengths its body does not take.
 	target string
@@ -137,7 +136,9 @@ func generate(cmd []string, c scaffold.CRC) (asm, stubs []byte, err error) {
 	}
 	staticData()
 	if width == 64 {
-		barrett2Data(c.Params)
+		if err := barrett2Data(c.Params); err != nil {
+			return nil, nil, err
+		}
 	}
 	if isC {
 		smallZ()
@@ -378,14 +379,14 @@ func body() {
 	ctx.TESTQ(operand.U32(48), cx)
 	ctx.JNZ(lbl("pieces"))
 
+	data := operand.Mem{Base: bx, Index: di, Scale: 1}
+	k := mem(bx, 0)
 	// group folds the g ZMM vectors at BX's data and constants (64 bytes
 	// apart), the first carrying the register x if x is not nil, into acc:
 	// two loads and two multiplies a vector and one VPTERNLOGD. The
 	// constant goes through a register rather than being each multiply's
 	// memory operand: three 64-byte loads a vector measured slower at
 	// 512 bytes than two (docs/perf/small-calls.md).
-	data := operand.Mem{Base: bx, Index: di, Scale: 1}
-	k := mem(bx, 0)
 	vs := [4][2]reg.VecPhysical{{v, w}, {reg.Z22, reg.Z23}, {reg.Z24, reg.Z25}, {reg.Z26, reg.Z27}}
 	group := func(g int, x reg.Register) {
 		for i := range g {
@@ -618,15 +619,17 @@ func sized(r reg.VecPhysical, like reg.Register) reg.Register {
 // reduce64 leaves in AX the CRC-64/NVME register of the last lane V (in
 // v), as crcmath.Reduce computes it for the reflected CRC with w = 64:
 // T = Hi·C(128) ⊕ Lo·x^64 (Final, and Lo moved down a quadword); the
-// Barrett quotient q = T.Q0 ⊕ (T.Q0·mu)_low·x; the register is
-// T.Q1 ⊕ ((q·p)·x).Q1, where ·x is the one-place shift (up, as a
-// 128-bit integer) of a reflected product. The shifts are in the
-// constants of barrett2 (see barrett2Data): (T.Q0·mu)·x = T.Q0·(mu·x),
-// whose low quadword is that of T.Q0·mu2 with mu2 = mu·x mod 2^64, since
-// the bit shifted out of mu only reaches the high quadword; and (q·p)·x
-// = q·p2 ⊕ q·x^64 with p2 = p·x mod 2^64 when p's top bit is set (the
-// CRC-64/NVME polynomial's is), whose high quadword is (q·p2).Q1 ⊕ q.
-// a and b are scratch; v is overwritten.
+// Barrett quotient q = T.Q0 ⊕ ((T.Q0·mu) << 1).Q0; the register is
+// T.Q1 ⊕ ((q·p) << 1).Q1, where · is the carry-less product of two
+// quadwords and << 1 the one-place shift up of the 128-bit result that
+// the reflected form needs (crcmath.Reduce). The shifts are in the
+// constants of barrett2 (barrett2Data), as carry-less integer algebra:
+// (a·b) << 1 = a·(b << 1) with b << 1 a 65-bit value. So
+// ((T.Q0·mu) << 1).Q0 = (T.Q0·mu2).Q0 with mu2 = (mu << 1) mod 2^64
+// (the bit shifted out of mu only reaches the high quadword), and
+// ((q·p) << 1).Q1 = (q·p2).Q1 ⊕ q with p2 = (p << 1) mod 2^64, since p's
+// top bit is set (the bit shifted out adds q·2^64). a and b are scratch;
+// v is overwritten.
 func reduce64(v, a, b, tab reg.Register) {
 	ax := reg.RAX
 	ctx.Comment("V·x^64 mod P: Final, then Barrett (crcmath.Reduce, reflected, w = 64)",
@@ -637,28 +640,27 @@ func reduce64(v, a, b, tab reg.Register) {
 	ctx.VPCLMULQDQ(operand.U8(0x00), barrett2, a, b)
 	ctx.VPXORQ(b, a, v)
 	ctx.VPCLMULQDQ(operand.U8(0x10), barrett2, v, b)
-	if barrett2Top {
-		ctx.VPSLLDQ(operand.U8(8), v, v)
-		ctx.VPTERNLOGD(operand.U8(0x96), v, b, a)
-	} else {
-		ctx.VPXORQ(b, a, a)
-	}
+	ctx.VPSLLDQ(operand.U8(8), v, v)
+	ctx.VPTERNLOGD(operand.U8(0x96), v, b, a)
 	ctx.VPEXTRQ(operand.U8(1), a, ax)
 }
 
 // barrett2Data writes barrett2, the reflected CRC-64's Barrett constants
-// shifted one place for reduce64: {mu·x mod 2^64, p·x mod 2^64} with mu
-// and p reflected as crcmath.NewFoldTable stores them (reflected, ·x is
-// a shift up of the 64-bit integer); barrett2Top records whether p's top
-// bit, which the shift drops, is set.
-func barrett2Data(p crcmath.Params) {
+// for reduce64: {(mu << 1) mod 2^64, (p << 1) mod 2^64}, with mu and p
+// the quadwords crcmath.NewFoldTable stores (reflected). reduce64 relies
+// on p's top bit being set, which holds for CRC-64/NVME; another
+// polynomial is refused.
+func barrett2Data(p crcmath.Params) error {
 	mu := crcmath.Reflect(crcmath.BarrettMu(p), 64)
 	poly := crcmath.Reflect(p.Poly, 64)
+	if poly>>63 == 0 {
+		return fmt.Errorf("small: reduce64 needs the reflected polynomial's top bit set, %#x has not", poly)
+	}
 	barrett2 = ctx.StaticGlobal("barrett2")
 	ctx.DataAttributes(attr.RODATA | attr.NOPTR)
 	ctx.AddDatum(0, operand.U64(mu<<1))
 	ctx.AddDatum(8, operand.U64(poly<<1))
-	barrett2Top = poly>>63 == 1
+	return nil
 }
 
 // reduce16 leaves in AX (zero-extended) the T10-DIF CRC of the last lane
