@@ -35,24 +35,88 @@ lanes:
 	TESTQ  $0x00000030, CX
 	JNZ    pieces
 
-zfirst:
-	// ZMM vectors: the first one carries the register (zero if a piece
-	// took it).
+vectors:
+	// CX = 64·z bytes of ZMM vectors, z >= 1: one vector if z is odd, two
+	// if z&2, then four a step, with no loop counter beyond CX and BX; the
+	// first vector takes the register (zero if a piece took it).
+	TESTQ      $0x00000040, CX
+	JZ         z2
 	VPXORQ     (BX)(DI*1), Z16, Z18
-	VPCLMULQDQ $0x00, (BX), Z18, Z19
-	VPCLMULQDQ $0x11, (BX), Z18, Z18
+	VMOVDQU64  (BX), Z28
+	VPCLMULQDQ $0x00, Z28, Z18, Z19
+	VPCLMULQDQ $0x11, Z28, Z18, Z18
 	VPTERNLOGD $0x96, Z19, Z18, Z17
-	ADDQ       $0x40, BX
 	SUBQ       $0x40, CX
+	JZ         collapse
+	ADDQ       $0x40, BX
+	VPXORQ     Z16, Z16, Z16
+
+z2:
+	TESTQ      $0x00000080, CX
+	JZ         z4
+	VPXORQ     (BX)(DI*1), Z16, Z18
+	VMOVDQU64  (BX), Z28
+	VPCLMULQDQ $0x00, Z28, Z18, Z19
+	VPCLMULQDQ $0x11, Z28, Z18, Z18
+	VPTERNLOGD $0x96, Z19, Z18, Z17
+	VMOVDQU64  64(BX)(DI*1), Z22
+	VMOVDQU64  64(BX), Z29
+	VPCLMULQDQ $0x00, Z29, Z22, Z23
+	VPCLMULQDQ $0x11, Z29, Z22, Z22
+	VPTERNLOGD $0x96, Z23, Z22, Z17
+	SUBQ       $0x00000080, CX
+	JZ         collapse
+	ADDQ       $0x00000080, BX
+	VPXORQ     Z16, Z16, Z16
+
+z4:
+	VPXORQ     (BX)(DI*1), Z16, Z18
+	VMOVDQU64  (BX), Z28
+	VPCLMULQDQ $0x00, Z28, Z18, Z19
+	VPCLMULQDQ $0x11, Z28, Z18, Z18
+	VPTERNLOGD $0x96, Z19, Z18, Z17
+	VMOVDQU64  64(BX)(DI*1), Z22
+	VMOVDQU64  64(BX), Z29
+	VPCLMULQDQ $0x00, Z29, Z22, Z23
+	VPCLMULQDQ $0x11, Z29, Z22, Z22
+	VPTERNLOGD $0x96, Z23, Z22, Z17
+	VMOVDQU64  128(BX)(DI*1), Z24
+	VMOVDQU64  128(BX), Z30
+	VPCLMULQDQ $0x00, Z30, Z24, Z25
+	VPCLMULQDQ $0x11, Z30, Z24, Z24
+	VPTERNLOGD $0x96, Z25, Z24, Z17
+	VMOVDQU64  192(BX)(DI*1), Z26
+	VMOVDQU64  192(BX), Z31
+	VPCLMULQDQ $0x00, Z31, Z26, Z27
+	VPCLMULQDQ $0x11, Z31, Z26, Z26
+	VPTERNLOGD $0x96, Z27, Z26, Z17
+	ADDQ       $0x00000100, BX
+	SUBQ       $0x00000100, CX
 	JZ         collapse
 
 zloop:
 	VMOVDQU64  (BX)(DI*1), Z18
-	VPCLMULQDQ $0x00, (BX), Z18, Z19
-	VPCLMULQDQ $0x11, (BX), Z18, Z18
+	VMOVDQU64  (BX), Z28
+	VPCLMULQDQ $0x00, Z28, Z18, Z19
+	VPCLMULQDQ $0x11, Z28, Z18, Z18
 	VPTERNLOGD $0x96, Z19, Z18, Z17
-	ADDQ       $0x40, BX
-	SUBQ       $0x40, CX
+	VMOVDQU64  64(BX)(DI*1), Z22
+	VMOVDQU64  64(BX), Z29
+	VPCLMULQDQ $0x00, Z29, Z22, Z23
+	VPCLMULQDQ $0x11, Z29, Z22, Z22
+	VPTERNLOGD $0x96, Z23, Z22, Z17
+	VMOVDQU64  128(BX)(DI*1), Z24
+	VMOVDQU64  128(BX), Z30
+	VPCLMULQDQ $0x00, Z30, Z24, Z25
+	VPCLMULQDQ $0x11, Z30, Z24, Z24
+	VPTERNLOGD $0x96, Z25, Z24, Z17
+	VMOVDQU64  192(BX)(DI*1), Z26
+	VMOVDQU64  192(BX), Z31
+	VPCLMULQDQ $0x00, Z31, Z26, Z27
+	VPCLMULQDQ $0x11, Z31, Z26, Z26
+	VPTERNLOGD $0x96, Z27, Z26, Z17
+	ADDQ       $0x00000100, BX
+	SUBQ       $0x00000100, CX
 	JNZ        zloop
 
 collapse:
@@ -97,11 +161,9 @@ pair:
 	VPXORQ     X16, X16, X16
 	ADDQ       $0x20, BX
 	SUBQ       $0x20, CX
-
-vectors:
-	TESTQ CX, CX
-	JNZ   zfirst
-	JMP   collapse
+	TESTQ      CX, CX
+	JNZ        vectors
+	JMP        collapse
 
 short:
 	// Below 64 bytes: one CRC32 stream, fewer instructions and a shorter
@@ -223,24 +285,88 @@ lanes:
 	TESTQ  $0x00000030, CX
 	JNZ    pieces
 
-zfirst:
-	// ZMM vectors: the first one carries the register (zero if a piece
-	// took it).
+vectors:
+	// CX = 64·z bytes of ZMM vectors, z >= 1: one vector if z is odd, two
+	// if z&2, then four a step, with no loop counter beyond CX and BX; the
+	// first vector takes the register (zero if a piece took it).
+	TESTQ      $0x00000040, CX
+	JZ         z2
 	VPXORQ     (BX)(DI*1), Z16, Z18
-	VPCLMULQDQ $0x00, (BX), Z18, Z19
-	VPCLMULQDQ $0x11, (BX), Z18, Z18
+	VMOVDQU64  (BX), Z28
+	VPCLMULQDQ $0x00, Z28, Z18, Z19
+	VPCLMULQDQ $0x11, Z28, Z18, Z18
 	VPTERNLOGD $0x96, Z19, Z18, Z17
-	ADDQ       $0x40, BX
 	SUBQ       $0x40, CX
+	JZ         collapse
+	ADDQ       $0x40, BX
+	VPXORQ     Z16, Z16, Z16
+
+z2:
+	TESTQ      $0x00000080, CX
+	JZ         z4
+	VPXORQ     (BX)(DI*1), Z16, Z18
+	VMOVDQU64  (BX), Z28
+	VPCLMULQDQ $0x00, Z28, Z18, Z19
+	VPCLMULQDQ $0x11, Z28, Z18, Z18
+	VPTERNLOGD $0x96, Z19, Z18, Z17
+	VMOVDQU64  64(BX)(DI*1), Z22
+	VMOVDQU64  64(BX), Z29
+	VPCLMULQDQ $0x00, Z29, Z22, Z23
+	VPCLMULQDQ $0x11, Z29, Z22, Z22
+	VPTERNLOGD $0x96, Z23, Z22, Z17
+	SUBQ       $0x00000080, CX
+	JZ         collapse
+	ADDQ       $0x00000080, BX
+	VPXORQ     Z16, Z16, Z16
+
+z4:
+	VPXORQ     (BX)(DI*1), Z16, Z18
+	VMOVDQU64  (BX), Z28
+	VPCLMULQDQ $0x00, Z28, Z18, Z19
+	VPCLMULQDQ $0x11, Z28, Z18, Z18
+	VPTERNLOGD $0x96, Z19, Z18, Z17
+	VMOVDQU64  64(BX)(DI*1), Z22
+	VMOVDQU64  64(BX), Z29
+	VPCLMULQDQ $0x00, Z29, Z22, Z23
+	VPCLMULQDQ $0x11, Z29, Z22, Z22
+	VPTERNLOGD $0x96, Z23, Z22, Z17
+	VMOVDQU64  128(BX)(DI*1), Z24
+	VMOVDQU64  128(BX), Z30
+	VPCLMULQDQ $0x00, Z30, Z24, Z25
+	VPCLMULQDQ $0x11, Z30, Z24, Z24
+	VPTERNLOGD $0x96, Z25, Z24, Z17
+	VMOVDQU64  192(BX)(DI*1), Z26
+	VMOVDQU64  192(BX), Z31
+	VPCLMULQDQ $0x00, Z31, Z26, Z27
+	VPCLMULQDQ $0x11, Z31, Z26, Z26
+	VPTERNLOGD $0x96, Z27, Z26, Z17
+	ADDQ       $0x00000100, BX
+	SUBQ       $0x00000100, CX
 	JZ         collapse
 
 zloop:
 	VMOVDQU64  (BX)(DI*1), Z18
-	VPCLMULQDQ $0x00, (BX), Z18, Z19
-	VPCLMULQDQ $0x11, (BX), Z18, Z18
+	VMOVDQU64  (BX), Z28
+	VPCLMULQDQ $0x00, Z28, Z18, Z19
+	VPCLMULQDQ $0x11, Z28, Z18, Z18
 	VPTERNLOGD $0x96, Z19, Z18, Z17
-	ADDQ       $0x40, BX
-	SUBQ       $0x40, CX
+	VMOVDQU64  64(BX)(DI*1), Z22
+	VMOVDQU64  64(BX), Z29
+	VPCLMULQDQ $0x00, Z29, Z22, Z23
+	VPCLMULQDQ $0x11, Z29, Z22, Z22
+	VPTERNLOGD $0x96, Z23, Z22, Z17
+	VMOVDQU64  128(BX)(DI*1), Z24
+	VMOVDQU64  128(BX), Z30
+	VPCLMULQDQ $0x00, Z30, Z24, Z25
+	VPCLMULQDQ $0x11, Z30, Z24, Z24
+	VPTERNLOGD $0x96, Z25, Z24, Z17
+	VMOVDQU64  192(BX)(DI*1), Z26
+	VMOVDQU64  192(BX), Z31
+	VPCLMULQDQ $0x00, Z31, Z26, Z27
+	VPCLMULQDQ $0x11, Z31, Z26, Z26
+	VPTERNLOGD $0x96, Z27, Z26, Z17
+	ADDQ       $0x00000100, BX
+	SUBQ       $0x00000100, CX
 	JNZ        zloop
 
 collapse:
@@ -285,11 +411,9 @@ pair:
 	VPXORQ     X16, X16, X16
 	ADDQ       $0x20, BX
 	SUBQ       $0x20, CX
-
-vectors:
-	TESTQ CX, CX
-	JNZ   zfirst
-	JMP   collapse
+	TESTQ      CX, CX
+	JNZ        vectors
+	JMP        collapse
 
 short:
 	// Below 64 bytes: one CRC32 stream, fewer instructions and a shorter

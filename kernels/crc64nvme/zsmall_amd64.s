@@ -18,6 +18,10 @@ DATA tailShuf<>+80(SB)/8, $0x0000000000000000
 DATA tailShuf<>+88(SB)/8, $0x0000000000000000
 GLOBL tailShuf<>(SB), RODATA|NOPTR, $96
 
+DATA barrett2<>+0(SB)/8, $0x27ecfa329aef9f76
+DATA barrett2<>+8(SB)/8, $0x34d926535897936a
+GLOBL barrett2<>(SB), RODATA|NOPTR, $16
+
 // func updateEntry(crc uint64, p []byte) uint64
 // Requires: AVX, AVX512F, AVX512VL, PCLMULQDQ, VPCLMULQDQ
 TEXT ·updateEntry(SB), NOSPLIT, $0-40
@@ -62,24 +66,88 @@ lanes:
 	TESTQ  $0x00000030, CX
 	JNZ    pieces
 
-zfirst:
-	// ZMM vectors: the first one carries the register (zero if a piece
-	// took it).
+vectors:
+	// CX = 64·z bytes of ZMM vectors, z >= 1: one vector if z is odd, two
+	// if z&2, then four a step, with no loop counter beyond CX and BX; the
+	// first vector takes the register (zero if a piece took it).
+	TESTQ      $0x00000040, CX
+	JZ         z2
 	VPXORQ     (BX)(DI*1), Z16, Z18
-	VPCLMULQDQ $0x00, (BX), Z18, Z19
-	VPCLMULQDQ $0x11, (BX), Z18, Z18
+	VMOVDQU64  (BX), Z28
+	VPCLMULQDQ $0x00, Z28, Z18, Z19
+	VPCLMULQDQ $0x11, Z28, Z18, Z18
 	VPTERNLOGD $0x96, Z19, Z18, Z17
-	ADDQ       $0x40, BX
 	SUBQ       $0x40, CX
+	JZ         collapse
+	ADDQ       $0x40, BX
+	VPXORQ     Z16, Z16, Z16
+
+z2:
+	TESTQ      $0x00000080, CX
+	JZ         z4
+	VPXORQ     (BX)(DI*1), Z16, Z18
+	VMOVDQU64  (BX), Z28
+	VPCLMULQDQ $0x00, Z28, Z18, Z19
+	VPCLMULQDQ $0x11, Z28, Z18, Z18
+	VPTERNLOGD $0x96, Z19, Z18, Z17
+	VMOVDQU64  64(BX)(DI*1), Z22
+	VMOVDQU64  64(BX), Z29
+	VPCLMULQDQ $0x00, Z29, Z22, Z23
+	VPCLMULQDQ $0x11, Z29, Z22, Z22
+	VPTERNLOGD $0x96, Z23, Z22, Z17
+	SUBQ       $0x00000080, CX
+	JZ         collapse
+	ADDQ       $0x00000080, BX
+	VPXORQ     Z16, Z16, Z16
+
+z4:
+	VPXORQ     (BX)(DI*1), Z16, Z18
+	VMOVDQU64  (BX), Z28
+	VPCLMULQDQ $0x00, Z28, Z18, Z19
+	VPCLMULQDQ $0x11, Z28, Z18, Z18
+	VPTERNLOGD $0x96, Z19, Z18, Z17
+	VMOVDQU64  64(BX)(DI*1), Z22
+	VMOVDQU64  64(BX), Z29
+	VPCLMULQDQ $0x00, Z29, Z22, Z23
+	VPCLMULQDQ $0x11, Z29, Z22, Z22
+	VPTERNLOGD $0x96, Z23, Z22, Z17
+	VMOVDQU64  128(BX)(DI*1), Z24
+	VMOVDQU64  128(BX), Z30
+	VPCLMULQDQ $0x00, Z30, Z24, Z25
+	VPCLMULQDQ $0x11, Z30, Z24, Z24
+	VPTERNLOGD $0x96, Z25, Z24, Z17
+	VMOVDQU64  192(BX)(DI*1), Z26
+	VMOVDQU64  192(BX), Z31
+	VPCLMULQDQ $0x00, Z31, Z26, Z27
+	VPCLMULQDQ $0x11, Z31, Z26, Z26
+	VPTERNLOGD $0x96, Z27, Z26, Z17
+	ADDQ       $0x00000100, BX
+	SUBQ       $0x00000100, CX
 	JZ         collapse
 
 zloop:
 	VMOVDQU64  (BX)(DI*1), Z18
-	VPCLMULQDQ $0x00, (BX), Z18, Z19
-	VPCLMULQDQ $0x11, (BX), Z18, Z18
+	VMOVDQU64  (BX), Z28
+	VPCLMULQDQ $0x00, Z28, Z18, Z19
+	VPCLMULQDQ $0x11, Z28, Z18, Z18
 	VPTERNLOGD $0x96, Z19, Z18, Z17
-	ADDQ       $0x40, BX
-	SUBQ       $0x40, CX
+	VMOVDQU64  64(BX)(DI*1), Z22
+	VMOVDQU64  64(BX), Z29
+	VPCLMULQDQ $0x00, Z29, Z22, Z23
+	VPCLMULQDQ $0x11, Z29, Z22, Z22
+	VPTERNLOGD $0x96, Z23, Z22, Z17
+	VMOVDQU64  128(BX)(DI*1), Z24
+	VMOVDQU64  128(BX), Z30
+	VPCLMULQDQ $0x00, Z30, Z24, Z25
+	VPCLMULQDQ $0x11, Z30, Z24, Z24
+	VPTERNLOGD $0x96, Z25, Z24, Z17
+	VMOVDQU64  192(BX)(DI*1), Z26
+	VMOVDQU64  192(BX), Z31
+	VPCLMULQDQ $0x00, Z31, Z26, Z27
+	VPCLMULQDQ $0x11, Z31, Z26, Z26
+	VPTERNLOGD $0x96, Z27, Z26, Z17
+	ADDQ       $0x00000100, BX
+	SUBQ       $0x00000100, CX
 	JNZ        zloop
 
 collapse:
@@ -94,18 +162,16 @@ collapse:
 	JNZ   tail
 
 reduce:
-	// V·x^64 mod P: Final, then Barrett (crcmath.Reduce, reflected, w = 64).
+	// V·x^64 mod P: Final, then Barrett (crcmath.Reduce, reflected, w = 64)
+	// with the one-place shifts in barrett2's constants.
 	VPCLMULQDQ $0x00, 1040(DX), X17, X18
 	VPSRLDQ    $0x08, X17, X19
 	VPXORQ     X19, X18, X18
-	VPCLMULQDQ $0x00, 1056(DX), X18, X19
-	VPSLLQ     $0x01, X19, X19
+	VPCLMULQDQ $0x00, barrett2<>+0(SB), X18, X19
 	VPXORQ     X19, X18, X17
-	VPCLMULQDQ $0x10, 1056(DX), X17, X19
-	VPSLLQ     $0x01, X19, X17
-	VPSRLQ     $0x3f, X19, X19
-	VPSLLDQ    $0x08, X19, X19
-	VPTERNLOGD $0x96, X19, X17, X18
+	VPCLMULQDQ $0x10, barrett2<>+0(SB), X17, X19
+	VPSLLDQ    $0x08, X17, X17
+	VPTERNLOGD $0x96, X17, X19, X18
 	VPEXTRQ    $0x01, X18, AX
 	NOTQ       AX
 	MOVQ       AX, ret+32(FP)
@@ -179,11 +245,9 @@ pair:
 	VPXORQ     X16, X16, X16
 	ADDQ       $0x20, BX
 	SUBQ       $0x20, CX
-
-vectors:
-	TESTQ CX, CX
-	JNZ   zfirst
-	JMP   collapse
+	TESTQ      CX, CX
+	JNZ        vectors
+	JMP        collapse
 
 other:
 	// A length the body does not take, under entryTarget: entryTarget's

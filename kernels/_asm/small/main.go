@@ -36,7 +36,9 @@
 //     its own constant of crcmath.RevFoldTable's reversed Fold row (lane l
 //     of m by Fold[m-1-l], so the multiplies are independent of each
 //     other): one XMM and one YMM piece first when the lane count is not a
-//     multiple of four, then ZMM vectors; the last vector's last lane meets
+//     multiple of four, then ZMM vectors (one, two, then four a step, each
+//     vector's constant loaded once for both multiplies: two 64-byte
+//     loads a vector, not three); the last vector's last lane meets
 //     Fold[0] = 0 and is added as is;
 //   - the lanes are XORed together into the 128-bit V, whose CRC register
 //     V·x^w mod P is that of the whole input; CRC-32C reduces it by two
@@ -57,12 +59,14 @@ import (
 	"fmt"
 	"go/types"
 
+	"github.com/mmcloughlin/avo/attr"
 	"github.com/mmcloughlin/avo/build"
 	"github.com/mmcloughlin/avo/ir"
 	"github.com/mmcloughlin/avo/operand"
 	"github.com/mmcloughlin/avo/reg"
 
 	"github.com/difctl/difctl/kernels/_asm/internal/scaffold"
+	"github.com/difctl/difctl/kernels/internal/crcmath"
 )
 
 func main() {
@@ -109,6 +113,8 @@ var (
 	unrefl    bool
 	bswapMask operand.Mem
 	tailShuf  operand.Mem
+	// barrett2: barrett2Data (CRC-64/NVME).
+	barrett2 operand.Mem
 	// target is the Go function entryTarget holds, which updateEntry
 	// jumps to for the lengths its body does not take.
 	target string
@@ -129,6 +135,11 @@ func generate(cmd []string, c scaffold.CRC) (asm, stubs []byte, err error) {
 		target = "updateHybridZ"
 	}
 	staticData()
+	if width == 64 {
+		if err := barrett2Data(c.Params); err != nil {
+			return nil, nil, err
+		}
+	}
 	if isC {
 		smallZ()
 	}
@@ -370,23 +381,55 @@ func body() {
 
 	data := operand.Mem{Base: bx, Index: di, Scale: 1}
 	k := mem(bx, 0)
-	ctx.Label("zfirst")
-	ctx.Comment("ZMM vectors: the first one carries the register (zero if a piece",
-		"took it).")
-	load(data, init, v)
-	ctx.VPCLMULQDQ(hiImm, k, v, w)
-	ctx.VPCLMULQDQ(loImm, k, v, v)
-	ctx.VPTERNLOGD(operand.U8(0x96), w, v, acc)
-	ctx.ADDQ(operand.U8(64), bx)
+	// group folds the g ZMM vectors at BX's data and constants (64 bytes
+	// apart), the first carrying the register x if x is not nil, into acc:
+	// two loads and two multiplies a vector and one VPTERNLOGD. The
+	// constant goes through a register rather than being each multiply's
+	// memory operand: three 64-byte loads a vector measured slower at
+	// 512 bytes than two (docs/perf/small-calls.md).
+	vs := [4][2]reg.VecPhysical{{v, w}, {reg.Z22, reg.Z23}, {reg.Z24, reg.Z25}, {reg.Z26, reg.Z27}}
+	group := func(g int, x reg.Register) {
+		for i := range g {
+			vi, wi := vs[i][0], vs[i][1]
+			if i > 0 {
+				x = nil
+			}
+			load(operand.Mem{Base: bx, Index: di, Scale: 1, Disp: 64 * i}, x, vi)
+			ki := []reg.VecPhysical{reg.Z28, reg.Z29, reg.Z30, reg.Z31}[i]
+			ctx.VMOVDQU64(mem(bx, 64*i), ki)
+			ctx.VPCLMULQDQ(hiImm, ki, vi, wi)
+			ctx.VPCLMULQDQ(loImm, ki, vi, vi)
+			ctx.VPTERNLOGD(operand.U8(0x96), wi, vi, acc)
+		}
+	}
+	ctx.Label("vectors")
+	ctx.Comment("CX = 64·z bytes of ZMM vectors, z >= 1: one vector if z is odd, two",
+		"if z&2, then four a step, with no loop counter beyond CX and BX; the",
+		"first vector takes the register (zero if a piece took it).")
+	ctx.TESTQ(operand.U32(64), cx)
+	ctx.JZ(lbl("z2"))
+	group(1, init)
 	ctx.SUBQ(operand.U8(64), cx)
 	ctx.JZ(lbl("collapse"))
-	ctx.Label("zloop")
-	load(data, nil, v)
-	ctx.VPCLMULQDQ(hiImm, k, v, w)
-	ctx.VPCLMULQDQ(loImm, k, v, v)
-	ctx.VPTERNLOGD(operand.U8(0x96), w, v, acc)
 	ctx.ADDQ(operand.U8(64), bx)
-	ctx.SUBQ(operand.U8(64), cx)
+	ctx.VPXORQ(init, init, init)
+	ctx.Label("z2")
+	ctx.TESTQ(operand.U32(128), cx)
+	ctx.JZ(lbl("z4"))
+	group(2, init)
+	ctx.SUBQ(operand.U32(128), cx)
+	ctx.JZ(lbl("collapse"))
+	ctx.ADDQ(operand.U32(128), bx)
+	ctx.VPXORQ(init, init, init)
+	ctx.Label("z4")
+	group(4, init)
+	ctx.ADDQ(operand.U32(256), bx)
+	ctx.SUBQ(operand.U32(256), cx)
+	ctx.JZ(lbl("collapse"))
+	ctx.Label("zloop")
+	group(4, nil)
+	ctx.ADDQ(operand.U32(256), bx)
+	ctx.SUBQ(operand.U32(256), cx)
 	ctx.JNZ(lbl("zloop"))
 
 	ctx.Label("collapse")
@@ -496,9 +539,8 @@ func body() {
 	ctx.VPXORQ(init.AsX(), init.AsX(), init.AsX())
 	ctx.ADDQ(operand.U8(32), bx)
 	ctx.SUBQ(operand.U8(32), cx)
-	ctx.Label("vectors")
 	ctx.TESTQ(cx, cx)
-	ctx.JNZ(lbl("zfirst"))
+	ctx.JNZ(lbl("vectors"))
 	ctx.JMP(lbl("collapse"))
 
 	if !isC {
@@ -577,24 +619,48 @@ func sized(r reg.VecPhysical, like reg.Register) reg.Register {
 // reduce64 leaves in AX the CRC-64/NVME register of the last lane V (in
 // v), as crcmath.Reduce computes it for the reflected CRC with w = 64:
 // T = Hi·C(128) ⊕ Lo·x^64 (Final, and Lo moved down a quadword); the
-// Barrett quotient q = T.Q0 ⊕ (T.Q0·mu)_low·x (Mu); the register is
-// T.Q1 ⊕ ((q·p)·x).Q1 (Poly), where ·x is the one-place shift of a
-// reflected product. a and b are scratch; v is overwritten.
+// Barrett quotient q = T.Q0 ⊕ ((T.Q0·mu) << 1).Q0; the register is
+// T.Q1 ⊕ ((q·p) << 1).Q1, where · is the carry-less product of two
+// quadwords and << 1 the one-place shift up of the 128-bit result that
+// the reflected form needs (crcmath.Reduce). The shifts are in the
+// constants of barrett2 (barrett2Data), as carry-less integer algebra:
+// (a·b) << 1 = a·(b << 1) with b << 1 a 65-bit value. So
+// ((T.Q0·mu) << 1).Q0 = (T.Q0·mu2).Q0 with mu2 = (mu << 1) mod 2^64
+// (the bit shifted out of mu only reaches the high quadword), and
+// ((q·p) << 1).Q1 = (q·p2).Q1 ⊕ q with p2 = (p << 1) mod 2^64, since p's
+// top bit is set (the bit shifted out adds q·2^64). a and b are scratch;
+// v is overwritten.
 func reduce64(v, a, b, tab reg.Register) {
 	ax := reg.RAX
-	ctx.Comment("V·x^64 mod P: Final, then Barrett (crcmath.Reduce, reflected, w = 64).")
+	ctx.Comment("V·x^64 mod P: Final, then Barrett (crcmath.Reduce, reflected, w = 64)",
+		"with the one-place shifts in barrett2's constants.")
 	ctx.VPCLMULQDQ(operand.U8(0x00), mem(tab, scaffold.TableFinal), v, a)
 	ctx.VPSRLDQ(operand.U8(8), v, b)
 	ctx.VPXORQ(b, a, a)
-	ctx.VPCLMULQDQ(operand.U8(0x00), mem(tab, scaffold.TableMu), a, b)
-	ctx.VPSLLQ(operand.U8(1), b, b)
+	ctx.VPCLMULQDQ(operand.U8(0x00), barrett2, a, b)
 	ctx.VPXORQ(b, a, v)
-	ctx.VPCLMULQDQ(operand.U8(0x10), mem(tab, scaffold.TableMu), v, b)
-	ctx.VPSLLQ(operand.U8(1), b, v)
-	ctx.VPSRLQ(operand.U8(63), b, b)
-	ctx.VPSLLDQ(operand.U8(8), b, b)
-	ctx.VPTERNLOGD(operand.U8(0x96), b, v, a)
+	ctx.VPCLMULQDQ(operand.U8(0x10), barrett2, v, b)
+	ctx.VPSLLDQ(operand.U8(8), v, v)
+	ctx.VPTERNLOGD(operand.U8(0x96), v, b, a)
 	ctx.VPEXTRQ(operand.U8(1), a, ax)
+}
+
+// barrett2Data writes barrett2, the reflected CRC-64's Barrett constants
+// for reduce64: {(mu << 1) mod 2^64, (p << 1) mod 2^64}, with mu and p
+// the quadwords crcmath.NewFoldTable stores (reflected). reduce64 relies
+// on p's top bit being set, which holds for CRC-64/NVME; another
+// polynomial is refused.
+func barrett2Data(p crcmath.Params) error {
+	mu := crcmath.Reflect(crcmath.BarrettMu(p), 64)
+	poly := crcmath.Reflect(p.Poly, 64)
+	if poly>>63 == 0 {
+		return fmt.Errorf("small: reduce64 needs the reflected polynomial's top bit set, %#x has not", poly)
+	}
+	barrett2 = ctx.StaticGlobal("barrett2")
+	ctx.DataAttributes(attr.RODATA | attr.NOPTR)
+	ctx.AddDatum(0, operand.U64(mu<<1))
+	ctx.AddDatum(8, operand.U64(poly<<1))
+	return nil
 }
 
 // reduce16 leaves in AX (zero-extended) the T10-DIF CRC of the last lane
